@@ -1,0 +1,103 @@
+/*
+ * cli_args.c - parsing numbers, token lists and enums from the command line.
+ */
+#include "cli/cli_args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "error: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_int(const char *opt, const char *s, long min, long max, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "error: %s expects an integer in [%ld, %ld], got '%s'\n", opt, min, max, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *opt, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || v != v) {
+        fprintf(stderr, "error: %s expects a number, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_u64(const char *opt, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    if (*s == '-') {
+        fprintf(stderr, "error: %s expects a non-negative integer, got '%s'\n", opt, s);
+        return -1;
+    }
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end) {
+        fprintf(stderr, "error: %s expects a non-negative integer, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_token_list(const char *opt, const char *s, int32_t **ids, size_t *n) {
+    size_t cap = 16, count = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return -1;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long x = strtol(p, &end, 10);
+        if (errno || end == p || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "error: %s expects comma-separated token ids, bad item at '%s'\n", opt, p);
+            free(v);
+            return -1;
+        }
+        if (count == cap) {
+            int32_t *nv = realloc(v, cap * 2 * sizeof *v);
+            if (!nv) {
+                free(v);
+                return -1;
+            }
+            v = nv;
+            cap *= 2;
+        }
+        v[count++] = (int32_t)x;
+        p = *end ? end + 1 : end;
+    }
+    if (count == 0) {
+        fprintf(stderr, "error: %s expects at least one token id\n", opt);
+        free(v);
+        return -1;
+    }
+    *ids = v;
+    *n = count;
+    return 0;
+}
+
+int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out) {
+    if (strcmp(s, "f16") == 0 || strcmp(s, "F16") == 0) *out = PDL_KV_F16;
+    else if (strcmp(s, "f32") == 0 || strcmp(s, "F32") == 0) *out = PDL_KV_F32;
+    else {
+        fprintf(stderr, "error: %s expects f16 or f32, got '%s'\n", opt, s);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,32 @@
+/*
+ * cli_args.h - option parsing shared by the pagedlm subcommands.
+ *
+ * Each parser reports a bad value on stderr naming the option and returns
+ * -1; the subcommand then exits with status 2 (usage error).
+ */
+#ifndef PDL_CLI_ARGS_H
+#define PDL_CLI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+/* Exit statuses of every subcommand. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* The value after option argv[*i] (advancing *i), or NULL with a message. */
+const char *cli_value(int argc, char **argv, int *i);
+int cli_int(const char *opt, const char *s, long min, long max, long *out);
+int cli_float(const char *opt, const char *s, float *out);
+int cli_u64(const char *opt, const char *s, uint64_t *out);
+/* "1,403,407" -> malloc'ed ids. */
+int cli_token_list(const char *opt, const char *s, int32_t **ids, size_t *n);
+int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out);
+
+/* Subcommands. */
+int cli_run(int argc, char **argv);
+int cli_logits(int argc, char **argv);
+int cli_info(int argc, char **argv);
+
+#endif

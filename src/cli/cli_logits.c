@@ -1,0 +1,142 @@
+/*
+ * cli_logits.c - `pagedlm logits` and `pagedlm info`: a model's raw outputs
+ * and hyperparameters as JSON, for tests and debugging.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli_args.h"
+
+static void logits_usage(FILE *f) {
+    fprintf(f,
+            "usage: pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
+            "       [--threads N] [--ctx-size N]\n"
+            "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n");
+}
+
+int cli_logits(int argc, char **argv) {
+    const char *model_path = NULL, *tokens_arg = NULL;
+    bool all_rows = false;
+    long threads = 0, ctx = 0;
+    pdl_kv_dtype kv_dtype = PDL_KV_F16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            logits_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--all-rows") == 0) {
+            all_rows = true;
+        } else if (!(v = cli_value(argc, argv, &i))) {
+            return CLI_USAGE;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            model_path = v;
+        } else if (strcmp(a, "--tokens") == 0) {
+            tokens_arg = v;
+        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
+            if (cli_kv_dtype(a, v, &kv_dtype)) return CLI_USAGE;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' for logits\n", a);
+            logits_usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (!model_path || !tokens_arg) {
+        fprintf(stderr, "error: logits needs -m MODEL and --tokens IDS\n");
+        logits_usage(stderr);
+        return CLI_USAGE;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (cli_token_list("--tokens", tokens_arg, &ids, &n)) return CLI_USAGE;
+
+    pdl_error err;
+    pdl_model *model = NULL;
+    pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+    if (pdl_model_load(&model, model_path, &mo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        free(ids);
+        return CLI_FAIL;
+    }
+    pdl_model_info info;
+    pdl_model_get_info(model, &info);
+    int rc = CLI_OK;
+    pdl_kv_cache *kv = NULL;
+    size_t rows = all_rows ? n : 1;
+    float *logits = malloc(rows * (size_t)info.vocab * sizeof *logits);
+    pdl_seq seq = {0};
+    int bs = 16;
+    if (!logits) {
+        fprintf(stderr, "error: out of memory\n");
+        rc = CLI_FAIL;
+    } else if (pdl_kv_cache_create(&kv, model, kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
+               pdl_seq_forward(model, kv, &seq, ids, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST, logits,
+                               &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        rc = CLI_FAIL;
+    }
+    if (rc == CLI_OK) {
+        /* %.9g round-trips every float exactly */
+        printf("{\"tokens\": [");
+        for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("], \"logits\": [");
+        for (size_t r = 0; r < rows; r++) {
+            printf("%s[", r ? ", " : "");
+            for (int j = 0; j < info.vocab; j++) printf("%s%.9g", j ? ", " : "", logits[r * info.vocab + j]);
+            printf("]");
+        }
+        printf("]}\n");
+    }
+    if (kv) pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    free(logits);
+    free(ids);
+    pdl_model_free(model);
+    return rc;
+}
+
+int cli_info(int argc, char **argv) {
+    const char *model_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: pagedlm info -m MODEL\n");
+            return CLI_OK;
+        }
+        if (strcmp(argv[i], "-m") != 0 && strcmp(argv[i], "--model") != 0) {
+            fprintf(stderr, "error: unknown option '%s' for info\n", argv[i]);
+            return CLI_USAGE;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return CLI_USAGE;
+        model_path = v;
+    }
+    if (!model_path) {
+        fprintf(stderr, "error: info needs -m MODEL\n");
+        return CLI_USAGE;
+    }
+    pdl_error err;
+    pdl_model *model = NULL;
+    pdl_model_options mo = {.n_threads = 1};
+    if (pdl_model_load(&model, model_path, &mo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return CLI_FAIL;
+    }
+    pdl_model_info in;
+    pdl_model_get_info(model, &in);
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s}", "arch", in.arch,
+                          "source", in.source, "n_layers", in.n_layers, "hidden", in.hidden, "n_heads", in.n_heads,
+                          "n_kv_heads", in.n_kv_heads, "head_dim", in.head_dim, "ffn", in.ffn, "vocab", in.vocab,
+                          "ctx_len", in.ctx_len, "bos_id", in.bos_id, "eos_id", in.eos_id, "add_bos", in.add_bos,
+                          "weight_types", in.weight_types);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(o);
+    pdl_model_free(model);
+    return s ? CLI_OK : CLI_FAIL;
+}

@@ -1,0 +1,44 @@
+/*
+ * main.c - the pagedlm program: dispatches to a subcommand.
+ *
+ * Each subcommand lives in its own cli_*.c file; results go to stdout,
+ * diagnostics to stderr.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli_args.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pagedlm COMMAND [options]\n"
+            "\n"
+            "commands:\n"
+            "  run     generate text from a prompt\n"
+            "          pagedlm run -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--threads N] [--json]\n"
+            "  logits  print the logits of a token sequence as JSON\n"
+            "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
+            "  info    print a model's hyperparameters as JSON\n"
+            "          pagedlm info -m MODEL\n"
+            "\n"
+            "MODEL is a .gguf file or a Hugging Face folder (config.json + *.safetensors).\n"
+            "Run 'pagedlm COMMAND --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "logits") == 0) return cli_logits(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return CLI_USAGE;
+}

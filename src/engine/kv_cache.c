@@ -1,0 +1,63 @@
+/*
+ * kv_cache.c - allocation of the block pool and of single blocks.
+ */
+#include "engine/kv_cache.h"
+
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dtype,
+                        int block_size, int n_blocks, pdl_error *err) {
+    *out = NULL;
+    if (block_size <= 0 || n_blocks <= 0)
+        return pdl_fail(err, "kv cache: block size (%d) and block count (%d) must be positive",
+                        block_size, n_blocks);
+    if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32)
+        return pdl_fail(err, "kv cache: unknown dtype %d", (int)dtype);
+    pdl_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return pdl_fail(err, "kv cache: out of memory");
+    kv->dtype = dtype;
+    kv->n_layers = model->cfg.n_layers;
+    kv->kv_dim = model->cfg.n_kv_heads * model->cfg.head_dim;
+    kv->block_size = block_size;
+    kv->n_blocks = n_blocks;
+    kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : 4;
+    size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * (size_t)block_size * (size_t)kv->kv_dim *
+                   kv->elem_bytes;
+    kv->k = calloc(1, bytes ? bytes : 1);
+    kv->v = calloc(1, bytes ? bytes : 1);
+    kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
+    if (!kv->k || !kv->v || !kv->free_list) {
+        pdl_kv_cache_free(kv);
+        return pdl_fail(err, "kv cache: out of memory for %d blocks of %d tokens (%zu bytes each for K and V)",
+                        n_blocks, block_size, bytes);
+    }
+    /* Hand out low block ids first. */
+    for (int i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
+    kv->n_free = n_blocks;
+    *out = kv;
+    return 0;
+}
+
+void pdl_kv_cache_free(pdl_kv_cache *kv) {
+    if (!kv) return;
+    free(kv->k);
+    free(kv->v);
+    free(kv->free_list);
+    free(kv);
+}
+
+int pdl_kv_cache_block_size(const pdl_kv_cache *kv) { return kv->block_size; }
+int pdl_kv_cache_free_blocks(const pdl_kv_cache *kv) { return kv->n_free; }
+
+int32_t pdl_kv_cache_alloc_block(pdl_kv_cache *kv) {
+    if (kv->n_free == 0) return -1;
+    return kv->free_list[--kv->n_free];
+}
+
+void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block) {
+    if (block < 0 || block >= kv->n_blocks || kv->n_free >= kv->n_blocks) return;
+    kv->free_list[kv->n_free++] = block;
+}

@@ -1,0 +1,44 @@
+/*
+ * kv_cache.h - the paged key/value store the forward writes and attends over.
+ *
+ * Memory is one pool of blocks; a block holds block_size token slots for
+ * every layer, K and V. Slot s = block * block_size + offset. A sequence
+ * owns a list of blocks (its block table, kept by the caller), so its
+ * positions need not be contiguous in memory. Layout per layer:
+ * k[layer][slot][n_kv_heads * head_dim], same for v, in F16 or F32.
+ * Block reference counts, preemption and prefix sharing come with the
+ * engine issue on top of this pool.
+ */
+#ifndef PDL_ENGINE_KV_CACHE_H
+#define PDL_ENGINE_KV_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+struct pdl_kv_cache {
+    pdl_kv_dtype dtype;
+    int n_layers;
+    int kv_dim;          /* n_kv_heads * head_dim */
+    int block_size;      /* token slots per block */
+    int n_blocks;
+    size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
+    void *k;             /* [n_layers][n_blocks * block_size][kv_dim] */
+    void *v;             /* same shape as k */
+    int32_t *free_list;  /* [n_blocks] stack of free block ids */
+    int n_free;
+};
+
+/* Address of the K (or V) row of `slot` in `layer`. */
+static inline void *pdl_kv_k_row(const pdl_kv_cache *kv, int layer, int64_t slot) {
+    size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    return (char *)kv->k + (((size_t)layer * n_slots + (size_t)slot) * (size_t)kv->kv_dim) * kv->elem_bytes;
+}
+
+static inline void *pdl_kv_v_row(const pdl_kv_cache *kv, int layer, int64_t slot) {
+    size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
+    return (char *)kv->v + (((size_t)layer * n_slots + (size_t)slot) * (size_t)kv->kv_dim) * kv->elem_bytes;
+}
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * text.c - the public text interface: the model's tokenizer behind
+ * pdl_tokenize / pdl_detokenize / pdl_detok, with the reason when the model
+ * came without a usable tokenizer.
+ */
+#include <stdlib.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+struct pdl_detok {
+    tok_stream *stream;
+};
+
+static int need_tokenizer(const pdl_model *m, pdl_error *err) {
+    if (m->tok) return 0;
+    return pdl_fail(err, "this model has no usable tokenizer: %s", m->tok_error[0] ? m->tok_error : "none found");
+}
+
+int pdl_tokenize(const pdl_model *m, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n_ids,
+                 pdl_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (need_tokenizer(m, err)) return -1;
+    return tok_encode(m->tok, text, len, add_special, ids, n_ids, err);
+}
+
+int pdl_detokenize(const pdl_model *m, const int32_t *ids, size_t n_ids, char **text, pdl_error *err) {
+    *text = NULL;
+    if (need_tokenizer(m, err)) return -1;
+    *text = tok_decode(m->tok, ids, n_ids, err);
+    return *text ? 0 : -1;
+}
+
+pdl_detok *pdl_detok_new(const pdl_model *m, const int32_t *context, size_t n_context) {
+    if (!m->tok) return NULL;
+    pdl_detok *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->stream = tok_stream_new(m->tok);
+    if (!d->stream) {
+        free(d);
+        return NULL;
+    }
+    if (n_context) tok_stream_prime(d->stream, context, n_context);
+    return d;
+}
+
+const char *pdl_detok_push(pdl_detok *d, int32_t id) { return d ? tok_stream_push(d->stream, id) : ""; }
+const char *pdl_detok_flush(pdl_detok *d) { return d ? tok_stream_flush(d->stream) : ""; }
+
+void pdl_detok_free(pdl_detok *d) {
+    if (!d) return;
+    tok_stream_free(d->stream);
+    free(d);
+}

@@ -1,0 +1,62 @@
+/*
+ * tensor.h - the weight tensor view shared by every file format.
+ *
+ * A pdl_tensor points into a memory-mapped file; the loaders (gguf.c,
+ * safetensors.c) fill a pdl_tensor_set, the model loader looks weights up in
+ * it by name. Shapes are in row-major order, outermost first, as PyTorch
+ * writes them: a linear layer's weight is {out_features, in_features}, and a
+ * row of in_features elements is contiguous (GGUF's ne[] reversed).
+ */
+#ifndef PDL_FORMAT_TENSOR_H
+#define PDL_FORMAT_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+/* Element types the engine knows. Quantized types store blocks of
+ * pdl_dtype_block_elems() elements in pdl_dtype_block_bytes() bytes. */
+typedef enum pdl_dtype {
+    PDL_DTYPE_F32 = 0,
+    PDL_DTYPE_F16,
+    PDL_DTYPE_BF16,
+    PDL_DTYPE_Q8_0,   /* blocks of 32: f16 scale, 32 x int8 (34 bytes) */
+    PDL_DTYPE_COUNT
+} pdl_dtype;
+
+const char *pdl_dtype_name(pdl_dtype t);
+size_t pdl_dtype_block_elems(pdl_dtype t);
+size_t pdl_dtype_block_bytes(pdl_dtype t);
+/* Bytes of a row of n elements; n must be a multiple of the block size. */
+size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n);
+
+#define PDL_MAX_DIMS 4
+#define PDL_TENSOR_NAME_MAX 256
+
+typedef struct pdl_tensor {
+    char name[PDL_TENSOR_NAME_MAX];
+    pdl_dtype dtype;
+    int n_dims;
+    int64_t shape[PDL_MAX_DIMS];   /* outermost first; shape[n_dims-1] is contiguous */
+    const void *data;              /* into the mapping of `file` */
+    size_t nbytes;
+    const char *file;              /* path of the file holding it (for messages) */
+    uint64_t file_offset;          /* absolute offset of data in that file */
+} pdl_tensor;
+
+/* A growable list of tensors, with lookup by name. */
+typedef struct pdl_tensor_set {
+    pdl_tensor *items;
+    size_t count, cap;
+} pdl_tensor_set;
+
+/* Appends a copy of t; fails on a duplicate name (message names both). */
+int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err);
+const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name);
+void pdl_tensor_set_free(pdl_tensor_set *set);
+
+/* Number of elements (product of the shape). */
+int64_t pdl_tensor_nelems(const pdl_tensor *t);
+
+#endif

@@ -1,0 +1,32 @@
+/*
+ * attention.h - causal attention of one query row over a paged KV cache.
+ *
+ * Pure function over plain pointers: the caller passes the layer's K and V
+ * pools and the sequence's block table. Keys are read in position order and
+ * the softmax is reduced in that order, so the result for a row depends only
+ * on that row's query and its sequence's cached keys and values.
+ */
+#ifndef PDL_KERNELS_ATTENTION_H
+#define PDL_KERNELS_ATTENTION_H
+
+#include <stdint.h>
+
+typedef struct pdl_attn_kv {
+    const void *k;             /* layer's K pool: [slots][kv_dim] */
+    const void *v;             /* layer's V pool: [slots][kv_dim] */
+    int kv_is_f16;             /* element type of k and v: F16 or F32 */
+    int kv_dim;                /* n_kv_heads * head_dim */
+    const int32_t *block_table;/* the sequence's blocks, in position order */
+    int block_size;
+} pdl_attn_kv;
+
+/*
+ * out_h[head_dim] = softmax(q_h K^T * scale) V for one query head at position
+ * pos, reading KV head kv_head, over keys at positions [first, pos], where
+ * first = 0 or, with a sliding window W > 0, max(0, pos - W + 1).
+ * scores is scratch of at least pos + 1 floats.
+ */
+void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale,
+                        int pos, int window, const pdl_attn_kv *kv, float *scores);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * cpu_ops.h - the element-wise and per-row operations of the forward pass
+ * on the CPU: RMSNorm, RoPE, SiLU-gated product, embedding row lookup.
+ *
+ * Pure functions over plain pointers and sizes. Each reduces in a fixed
+ * order per row, so a row's result never depends on the rest of the batch.
+ */
+#ifndef PDL_KERNELS_CPU_OPS_H
+#define PDL_KERNELS_CPU_OPS_H
+
+#include <stdint.h>
+
+#include "format/tensor.h"
+
+/* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for i < n. out may be x. */
+void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* Rotates one head vector x[head_dim] in place for position pos.
+ * neox: pairs (i, i + rope_dim/2); otherwise adjacent pairs (2i, 2i+1).
+ * inv_freq[rope_dim/2] holds the per-pair angular frequencies. */
+void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox);
+
+/* gate[i] = silu(gate[i]) * up[i]. */
+void pdl_silu_mul(float *gate, const float *up, int n);
+
+/* out[n] = row `row` of a (rows, n) matrix of any supported dtype, as F32. */
+void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
+
+#endif

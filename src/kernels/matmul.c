@@ -1,0 +1,124 @@
+/*
+ * matmul.c - portable dot-product kernels per weight dtype and the threaded
+ * row-by-column driver.
+ *
+ * The dot products keep 16 independent partial sums and add them in a fixed
+ * tree, which compilers vectorize without -ffast-math and which gives the
+ * same bits on every ISA. Faster SIMD paths come with the kernels issue;
+ * they must keep this contract (fixed order per output element).
+ */
+#include "kernels/matmul.h"
+
+#include <string.h>
+
+#include "kernels/fp16.h"
+
+#define LANES 16
+
+static float reduce_lanes(const float acc[LANES]) {
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++) s8[i] = acc[i] + acc[i + 8];
+    for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += w[i + j] * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += w[i] * x[i];
+    return reduce_lanes(acc);
+}
+
+static float dot_f16(const uint16_t *w, const float *x, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += pdl_f16_to_f32(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += pdl_f16_to_f32(w[i]) * x[i];
+    return reduce_lanes(acc);
+}
+
+static float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += pdl_bf16_to_f32(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += pdl_bf16_to_f32(w[i]) * x[i];
+    return reduce_lanes(acc);
+}
+
+/* Q8_0: per block of 32, sum(q * x) then times the block's scale. */
+static float dot_q8_0(const uint8_t *w, const float *x, int64_t n) {
+    float acc[LANES] = {0};
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = w + b * 34;
+        uint16_t d16;
+        memcpy(&d16, blk, 2);
+        const int8_t *q = (const int8_t *)(blk + 2);
+        const float *xb = x + b * 32;
+        float part[LANES];
+        for (int j = 0; j < LANES; j++) part[j] = (float)q[j] * xb[j] + (float)q[j + 16] * xb[j + 16];
+        float d = pdl_f16_to_f32(d16);
+        for (int j = 0; j < LANES; j++) acc[j] += d * part[j];
+    }
+    return reduce_lanes(acc);
+}
+
+float pdl_dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in) {
+    switch (dtype) {
+    case PDL_DTYPE_F32: return dot_f32((const float *)w_row, x, in);
+    case PDL_DTYPE_F16: return dot_f16((const uint16_t *)w_row, x, in);
+    case PDL_DTYPE_BF16: return dot_bf16((const uint16_t *)w_row, x, in);
+    case PDL_DTYPE_Q8_0: return dot_q8_0((const uint8_t *)w_row, x, in);
+    default: return 0.0f;
+    }
+}
+
+typedef struct matmul_task {
+    float *y;
+    int64_t ldy;
+    const float *x;
+    int64_t n_rows, in, out;
+    const pdl_tensor *w;
+    size_t w_row_bytes;
+    const float *bias;
+    bool accumulate;
+} matmul_task;
+
+/* Columns in chunks of 8 weight rows: each chunk is reused across all input
+ * rows while it is in L1. */
+#define COL_CHUNK 8
+
+static void matmul_worker(void *p, int ith, int nth) {
+    const matmul_task *t = p;
+    long n_chunks = (long)((t->out + COL_CHUNK - 1) / COL_CHUNK);
+    long c0, c1;
+    pdl_split_range(n_chunks, ith, nth, &c0, &c1);
+    const uint8_t *wbase = t->w->data;
+    for (long c = c0; c < c1; c++) {
+        int64_t o0 = c * COL_CHUNK, o1 = o0 + COL_CHUNK < t->out ? o0 + COL_CHUNK : t->out;
+        for (int64_t r = 0; r < t->n_rows; r++) {
+            const float *xr = t->x + r * t->in;
+            float *yr = t->y + r * t->ldy;
+            for (int64_t o = o0; o < o1; o++) {
+                float v = pdl_dot_row(t->w->dtype, wbase + (size_t)o * t->w_row_bytes, xr, t->in);
+                if (t->bias) v += t->bias[o];
+                yr[o] = t->accumulate ? yr[o] + v : v;
+            }
+        }
+    }
+}
+
+void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
+                const pdl_tensor *w, const float *bias, bool accumulate) {
+    matmul_task t = {
+        .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
+        .in = w->shape[1], .out = w->shape[0], .w = w,
+        .w_row_bytes = pdl_dtype_row_bytes(w->dtype, w->shape[1]),
+        .bias = bias, .accumulate = accumulate,
+    };
+    if (n_rows == 0) return;
+    pdl_threadpool_run(pool, matmul_worker, &t);
+}

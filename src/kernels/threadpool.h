@@ -1,0 +1,31 @@
+/*
+ * threadpool.h - a persistent pool of worker threads for the kernels.
+ *
+ * A forward step runs many short parallel regions; the workers stay alive
+ * between them so a region costs a wake-up, not a thread start. The calling
+ * thread takes part as worker 0. Work is split by the kernels themselves
+ * (by output columns), so results never depend on the number of threads.
+ */
+#ifndef PDL_KERNELS_THREADPOOL_H
+#define PDL_KERNELS_THREADPOOL_H
+
+typedef struct pdl_threadpool pdl_threadpool;
+
+/* fn(ctx, ith, nth) is called once for every ith in [0, nth). */
+typedef void (*pdl_task_fn)(void *ctx, int ith, int nth);
+
+/* n_threads <= 0 means all online cores. Returns NULL when out of memory. */
+pdl_threadpool *pdl_threadpool_new(int n_threads);
+void pdl_threadpool_free(pdl_threadpool *pool);
+int pdl_threadpool_size(const pdl_threadpool *pool);
+/* Runs fn on every thread of the pool and returns when all are done. */
+void pdl_threadpool_run(pdl_threadpool *pool, pdl_task_fn fn, void *ctx);
+
+/* The [begin, end) share of n items for thread ith of nth. */
+static inline void pdl_split_range(long n, int ith, int nth, long *begin, long *end) {
+    long per = n / nth, rem = n % nth;
+    *begin = ith * per + (ith < rem ? ith : rem);
+    *end = *begin + per + (ith < rem ? 1 : 0);
+}
+
+#endif

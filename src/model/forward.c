@@ -1,0 +1,262 @@
+/*
+ * forward.c - one forward pass of a Llama-family decoder over a packed batch.
+ *
+ * Rows of several sequences are processed together: every matmul sees all
+ * rows at once; attention reads each row's own sequence from the paged KV
+ * cache. The final norm and LM head run only on batch->logits_indices.
+ * Architecture differences (QKV bias, q/k norm, RoPE layout, window) are
+ * read from pdl_model_config; there is one code path for all of them.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/kv_cache.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "util/error.h"
+
+/* ---- scratch ------------------------------------------------------------ */
+
+static int grow(float **buf, size_t n) {
+    float *p = realloc(*buf, (n ? n : 1) * sizeof **buf);
+    if (!p) return -1;
+    *buf = p;
+    return 0;
+}
+
+static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error *err) {
+    pdl_forward_scratch *s = &m->scratch;
+    const pdl_model_config *c = &m->cfg;
+    if (rows > s->rows_cap) {
+        size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+        if (grow(&s->x, rows * c->hidden) || grow(&s->xn, rows * c->hidden) || grow(&s->q, rows * q_dim) ||
+            grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
+            grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn))
+            return pdl_fail(err, "forward: out of memory for %zu rows", rows);
+        int32_t *rs = realloc(s->row_seq, rows * sizeof *rs);
+        if (!rs)
+            return pdl_fail(err, "forward: out of memory for %zu rows", rows);
+        s->row_seq = rs;
+        s->rows_cap = rows;
+    }
+    size_t need_scores = (size_t)m->ctx_size;
+    if (need_scores > s->scores_cap) {
+        if (grow(&s->scores, need_scores * (size_t)pdl_threadpool_size(m->pool)))
+            return pdl_fail(err, "forward: out of memory for attention scores");
+        s->scores_cap = need_scores;
+    }
+    if (n_logits > s->logits_cap) {
+        if (grow(&s->normed_out, n_logits * c->hidden))
+            return pdl_fail(err, "forward: out of memory for %zu logits rows", n_logits);
+        s->logits_cap = n_logits;
+    }
+    return 0;
+}
+
+/* ---- batch validation --------------------------------------------------- */
+
+static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_batch *b, pdl_error *err) {
+    if (b->n_tokens <= 0) return pdl_fail(err, "forward: batch has no tokens");
+    if (b->n_seqs <= 0 || !b->cu_seqlens) return pdl_fail(err, "forward: batch has no sequences");
+    if (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seqs] != b->n_tokens)
+        return pdl_fail(err, "forward: cu_seqlens must run from 0 to n_tokens (%d), got %d .. %d",
+                        b->n_tokens, b->cu_seqlens[0], b->cu_seqlens[b->n_seqs]);
+    long n_slots = (long)kv->n_blocks * kv->block_size;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int r0 = b->cu_seqlens[s], r1 = b->cu_seqlens[s + 1];
+        if (r1 <= r0) return pdl_fail(err, "forward: sequence %d has an empty or negative segment [%d, %d)", s, r0, r1);
+        for (int r = r0; r < r1; r++) {
+            if (b->token_ids[r] < 0 || b->token_ids[r] >= m->cfg.vocab)
+                return pdl_fail(err, "forward: row %d: token id %d out of range [0, %d)", r, b->token_ids[r],
+                                m->cfg.vocab);
+            if (b->positions[r] < 0 || b->positions[r] >= m->ctx_size)
+                return pdl_fail(err, "forward: row %d: position %d outside the context [0, %d)", r,
+                                b->positions[r], m->ctx_size);
+            if (r > r0 && b->positions[r] != b->positions[r - 1] + 1)
+                return pdl_fail(err, "forward: row %d: positions inside a segment must be consecutive", r);
+            if (b->slot_mapping[r] < 0 || b->slot_mapping[r] >= n_slots)
+                return pdl_fail(err, "forward: row %d: slot %d outside the cache [0, %ld)", r, b->slot_mapping[r],
+                                n_slots);
+            int32_t expect = b->block_tables[s][b->positions[r] / kv->block_size] * kv->block_size +
+                             b->positions[r] % kv->block_size;
+            if (b->slot_mapping[r] != expect)
+                return pdl_fail(err, "forward: row %d: slot %d disagrees with the block table (slot %d)", r,
+                                b->slot_mapping[r], expect);
+        }
+    }
+    for (int j = 0; j < b->n_logits; j++) {
+        int32_t r = b->logits_indices[j];
+        if (r < 0 || r >= b->n_tokens || (j > 0 && r <= b->logits_indices[j - 1]))
+            return pdl_fail(err, "forward: logits_indices[%d] = %d: must be ascending rows in [0, %d)", j, r,
+                            b->n_tokens);
+    }
+    return 0;
+}
+
+/* ---- parallel per-row stages --------------------------------------------- */
+
+typedef struct row_task {
+    pdl_model *m;
+    pdl_kv_cache *kv;
+    const pdl_batch *b;
+    const int32_t *row_seq; /* [n_tokens] sequence index of each row */
+    int layer;
+    const pdl_tensor *norm; /* for rmsnorm_rows */
+    const float *src;
+    float *dst;
+} row_task;
+
+static void embed_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    long r0, r1;
+    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++)
+        pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], t->m->scratch.x + r * c->hidden, c->hidden);
+}
+
+static void rmsnorm_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    long r0, r1;
+    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++)
+        pdl_rmsnorm(t->dst + r * c->hidden, t->src + r * c->hidden, t->norm->data, c->hidden, c->rms_eps);
+}
+
+/* q/k norm, RoPE, and the K/V write into the cache, per row. */
+static void qk_rope_store_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    pdl_model *m = t->m;
+    const pdl_model_config *c = &m->cfg;
+    const pdl_layer_weights *lw = &m->w.layers[t->layer];
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    int neox = c->rope_style == PDL_ROPE_NEOX;
+    long r0, r1;
+    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *q = m->scratch.q + r * q_dim, *k = m->scratch.k + r * kv_dim, *v = m->scratch.v + r * kv_dim;
+        int pos = t->b->positions[r];
+        for (int h = 0; h < c->n_heads; h++) {
+            float *qh = q + h * c->head_dim;
+            if (c->qk_norm) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
+            pdl_rope(qh, c->rope_dim, pos, m->rope_inv_freq, neox);
+        }
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            float *kh = k + h * c->head_dim;
+            if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
+            pdl_rope(kh, c->rope_dim, pos, m->rope_inv_freq, neox);
+        }
+        int32_t slot = t->b->slot_mapping[r];
+        void *kd = pdl_kv_k_row(t->kv, t->layer, slot), *vd = pdl_kv_v_row(t->kv, t->layer, slot);
+        if (t->kv->dtype == PDL_KV_F16) {
+            uint16_t *k16 = kd, *v16 = vd;
+            for (int i = 0; i < kv_dim; i++) {
+                k16[i] = pdl_f32_to_f16(k[i]);
+                v16[i] = pdl_f32_to_f16(v[i]);
+            }
+        } else {
+            memcpy(kd, k, (size_t)kv_dim * sizeof(float));
+            memcpy(vd, v, (size_t)kv_dim * sizeof(float));
+        }
+    }
+}
+
+/* Attention tasks are (row, head) pairs so a single decode row still uses
+ * every thread. */
+static void attention_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    pdl_model *m = t->m;
+    const pdl_model_config *c = &m->cfg;
+    const pdl_batch *b = t->b;
+    int q_dim = c->n_heads * c->head_dim;
+    int group = c->n_heads / c->n_kv_heads;
+    size_t n_slots = (size_t)t->kv->n_blocks * t->kv->block_size;
+    float *scores = m->scratch.scores + (size_t)ith * m->scratch.scores_cap;
+    pdl_attn_kv akv = {
+        .k = pdl_kv_k_row(t->kv, t->layer, 0),
+        .v = pdl_kv_v_row(t->kv, t->layer, 0),
+        .kv_is_f16 = t->kv->dtype == PDL_KV_F16,
+        .kv_dim = t->kv->kv_dim,
+        .block_size = t->kv->block_size,
+    };
+    (void)n_slots;
+    long i0, i1;
+    pdl_split_range((long)b->n_tokens * c->n_heads, ith, nth, &i0, &i1);
+    for (long i = i0; i < i1; i++) {
+        long r = i / c->n_heads;
+        int h = (int)(i % c->n_heads);
+        akv.block_table = b->block_tables[t->row_seq[r]];
+        pdl_attention_head(m->scratch.attn + r * q_dim + h * c->head_dim, m->scratch.q + r * q_dim + h * c->head_dim,
+                           c->head_dim, h / group, c->attn_scale, b->positions[r], c->sliding_window, &akv,
+                           scores);
+    }
+}
+
+static void silu_mul_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    long r0, r1;
+    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) pdl_silu_mul(t->m->scratch.gate + r * c->ffn, t->m->scratch.up + r * c->ffn, c->ffn);
+}
+
+static const float *bias_or_null(const pdl_tensor *t) { return t->data ? t->data : NULL; }
+
+/* ---- the forward ---------------------------------------------------------- */
+
+int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim)
+        return pdl_fail(err, "forward: KV cache was made for another model (%d layers x %d, model %d x %d)",
+                        kv->n_layers, kv->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
+    if (validate_batch(m, kv, b, err)) return -1;
+    if (scratch_reserve(m, (size_t)b->n_tokens, (size_t)b->n_logits, err)) return -1;
+
+    int32_t *row_seq = m->scratch.row_seq;
+    for (int sq = 0; sq < b->n_seqs; sq++)
+        for (int r = b->cu_seqlens[sq]; r < b->cu_seqlens[sq + 1]; r++) row_seq[r] = sq;
+
+    pdl_forward_scratch *s = &m->scratch;
+    int n = b->n_tokens;
+    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    row_task t = {.m = m, .kv = kv, .b = b, .row_seq = row_seq};
+
+    pdl_threadpool_run(m->pool, embed_rows, &t);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const pdl_layer_weights *lw = &m->w.layers[l];
+        t.layer = l;
+
+        /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
+        t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
+        pdl_threadpool_run(m->pool, rmsnorm_rows, &t);
+        pdl_matmul(m->pool, s->q, q_dim, s->xn, n, &lw->wq, bias_or_null(&lw->bq), false);
+        pdl_matmul(m->pool, s->k, kv_dim, s->xn, n, &lw->wk, bias_or_null(&lw->bk), false);
+        pdl_matmul(m->pool, s->v, kv_dim, s->xn, n, &lw->wv, bias_or_null(&lw->bv), false);
+        pdl_threadpool_run(m->pool, qk_rope_store_rows, &t);
+        pdl_threadpool_run(m->pool, attention_rows, &t);
+        pdl_matmul(m->pool, s->x, c->hidden, s->attn, n, &lw->wo, NULL, true);
+
+        /* MLP block: x += W_down (silu(W_gate xn) * W_up xn) */
+        t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
+        pdl_threadpool_run(m->pool, rmsnorm_rows, &t);
+        pdl_matmul(m->pool, s->gate, c->ffn, s->xn, n, &lw->w_gate, NULL, false);
+        pdl_matmul(m->pool, s->up, c->ffn, s->xn, n, &lw->w_up, NULL, false);
+        pdl_threadpool_run(m->pool, silu_mul_rows, &t);
+        pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
+    }
+
+    /* Final norm and LM head on the sampled rows only. */
+    for (int j = 0; j < b->n_logits; j++) {
+        int r = b->logits_indices[j];
+        pdl_rmsnorm(s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data,
+                    c->hidden, c->rms_eps);
+    }
+    pdl_matmul(m->pool, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false);
+    return 0;
+}

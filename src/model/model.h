@@ -1,0 +1,157 @@
+/*
+ * model.h - the in-memory model description every loader fills and the
+ * forward pass reads: hyperparameters (pdl_model_config) and weight views
+ * (pdl_layer_weights) into the memory-mapped file, whatever the format.
+ *
+ * Architectures differ here by data (flags and numbers), never by code paths
+ * copied per architecture: the forward in forward.c reads only this struct.
+ */
+#ifndef PDL_MODEL_MODEL_H
+#define PDL_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "format/tensor.h"
+#include "kernels/threadpool.h"
+#include "pagedlm.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum pdl_arch {
+    PDL_ARCH_LLAMA = 0,  /* Llama 2, Llama 3.x, and Mistral (same graph) */
+    PDL_ARCH_MISTRAL,
+    PDL_ARCH_QWEN2,      /* + QKV bias */
+    PDL_ARCH_QWEN3,      /* + per-head q/k RMSNorm, free head_dim */
+} pdl_arch;
+
+const char *pdl_arch_name(pdl_arch a);
+
+/* How RoPE pairs dimensions within a head of head_dim values. */
+typedef enum pdl_rope_style {
+    PDL_ROPE_NEOX = 0,   /* rotate-half: (i, i + d/2); Hugging Face layout */
+    PDL_ROPE_NORM,       /* adjacent pairs (2i, 2i+1); GGUF llama's permuted Q/K */
+} pdl_rope_style;
+
+typedef enum pdl_rope_scaling {
+    PDL_ROPE_SCALING_NONE = 0,
+    PDL_ROPE_SCALING_LINEAR,   /* positions divided by factor */
+    PDL_ROPE_SCALING_LLAMA3,   /* Llama 3.1 frequency-dependent scaling */
+    PDL_ROPE_SCALING_FREQS,    /* GGUF rope_freqs tensor: frequency i / freqs[i] */
+} pdl_rope_scaling;
+
+#define PDL_MAX_EOS 8
+
+typedef struct pdl_model_config {
+    pdl_arch arch;
+    int n_layers;
+    int hidden;          /* d_model */
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;        /* may differ from hidden / n_heads (qwen3) */
+    int ffn;             /* intermediate size */
+    int vocab;
+    int ctx_len;         /* context length the model declares */
+    float rms_eps;
+    float rope_theta;
+    int rope_dim;        /* dimensions rotated per head (= head_dim here) */
+    pdl_rope_style rope_style;
+    bool tied_embeddings;/* LM head reuses token_embd */
+    bool qkv_bias;
+    bool qk_norm;
+    float attn_scale;    /* 1/sqrt(head_dim) unless the model says otherwise */
+    int sliding_window;  /* attend to the last W positions only; 0 = all */
+    int32_t bos_id;      /* from the model files; -1 when absent */
+    int32_t eos_ids[PDL_MAX_EOS]; /* generation stops at any of these */
+    int n_eos;
+    /* RoPE scaling as the model declares it (applied in rope_inv_freq). */
+    pdl_rope_scaling rope_scaling;
+    float rope_factor;           /* linear / llama3 factor */
+    float rope_low_freq_factor;  /* llama3 */
+    float rope_high_freq_factor; /* llama3 */
+    int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
+} pdl_model_config;
+
+/* Per-layer weights. Linear weights have shape {out, in}; biases and norm
+ * weights are F32 vectors. A weight a model lacks has data == NULL. */
+typedef struct pdl_layer_weights {
+    pdl_tensor attn_norm;  /* (hidden) */
+    pdl_tensor wq;         /* (n_heads * head_dim, hidden) */
+    pdl_tensor wk;         /* (n_kv_heads * head_dim, hidden) */
+    pdl_tensor wv;         /* (n_kv_heads * head_dim, hidden) */
+    pdl_tensor bq, bk, bv; /* (n_heads * head_dim), (n_kv * head_dim) x2: qkv_bias */
+    pdl_tensor q_norm;     /* (head_dim): qk_norm */
+    pdl_tensor k_norm;     /* (head_dim): qk_norm */
+    pdl_tensor wo;         /* (hidden, n_heads * head_dim) */
+    pdl_tensor ffn_norm;   /* (hidden) */
+    pdl_tensor w_gate;     /* (ffn, hidden) */
+    pdl_tensor w_up;       /* (ffn, hidden) */
+    pdl_tensor w_down;     /* (hidden, ffn) */
+} pdl_layer_weights;
+
+typedef struct pdl_model_weights {
+    pdl_tensor tok_embd;     /* (vocab, hidden) */
+    pdl_tensor output_norm;  /* (hidden) */
+    pdl_tensor output;       /* (vocab, hidden); == tok_embd when tied */
+    pdl_layer_weights *layers; /* [n_layers] */
+} pdl_model_weights;
+
+/* Scratch buffers of the forward, grown on demand (never per token). */
+typedef struct pdl_forward_scratch {
+    size_t rows_cap;   /* rows the buffers below hold */
+    size_t logits_cap; /* rows `normed_out` holds */
+    float *x;          /* (rows, hidden) residual stream */
+    float *xn;         /* (rows, hidden) normed input of a block */
+    float *q;          /* (rows, n_heads * head_dim) */
+    float *k;          /* (rows, n_kv * head_dim) */
+    float *v;          /* (rows, n_kv * head_dim) */
+    float *attn;       /* (rows, n_heads * head_dim) attention output */
+    float *gate;       /* (rows, ffn) */
+    float *up;         /* (rows, ffn) */
+    float *scores;     /* (n_threads, ctx) attention probabilities per worker */
+    size_t scores_cap; /* floats per worker in `scores` */
+    float *normed_out; /* (n_logits, hidden) rows gathered for the head */
+    int32_t *row_seq;  /* (rows) the sequence index of each row */
+} pdl_forward_scratch;
+
+struct pdl_model {
+    pdl_model_config cfg;
+    pdl_model_weights w;
+    float *rope_inv_freq;   /* [rope_dim / 2]: theta^(-2i/d), scaled (llama3) */
+    int ctx_size;           /* context in effect (option or cfg.ctx_len) */
+    char source[16];        /* "gguf" or "safetensors" */
+    char weight_types[64];  /* distinct dtypes of the matrices, e.g. "F16,F32" */
+
+    /* Backing files: exactly one is set. */
+    gguf_file *gguf;
+    st_model *st;
+
+    /* The tokenizer, or NULL with the reason kept for when text is needed. */
+    tok_tokenizer *tok;
+    char tok_error[PDL_ERROR_MAX];
+
+    pdl_threadpool *pool;
+    pdl_forward_scratch scratch;
+
+    void **owned;           /* buffers the model allocated (converted weights) */
+    size_t n_owned;
+};
+
+/* Loaders: fill cfg and w from one source; the generic checks (shapes,
+ * presence) run in model_load.c for both. */
+int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err);
+int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err);
+
+/* Looks `name` up in set; a missing required tensor is an error naming it and
+ * `where` (the file or folder). An absent optional one leaves dst zeroed. */
+int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
+                          pdl_tensor *dst, pdl_error *err);
+
+/* After a loader: checks every weight against cfg (presence, shapes, dtypes)
+ * with one clear error naming the tensor, its file and the expected shape;
+ * makes vectors F32; computes RoPE frequencies (freq_factors: GGUF's
+ * rope_freqs tensor or NULL). */
+int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err);
+
+#endif

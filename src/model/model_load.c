@@ -1,0 +1,310 @@
+/*
+ * model_load.c - pdl_model_load and what every format shares after parsing:
+ * choosing the loader, checking weights against the config, RoPE
+ * frequencies, model info, and freeing.
+ *
+ * Format-specific parsing lives in model_load_gguf.c and model_load_hf.c;
+ * both only fill pdl_model_config and weight views, then call
+ * pdl_model_finish.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kernels/fp16.h"
+#include "kernels/cpu_ops.h"
+#include "model/model.h"
+#include "util/error.h"
+
+const char *pdl_arch_name(pdl_arch a) {
+    switch (a) {
+    case PDL_ARCH_LLAMA: return "llama";
+    case PDL_ARCH_MISTRAL: return "mistral";
+    case PDL_ARCH_QWEN2: return "qwen2";
+    case PDL_ARCH_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
+                          pdl_tensor *dst, pdl_error *err) {
+    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+    if (!t) {
+        memset(dst, 0, sizeof *dst);
+        if (required) return pdl_fail(err, "%s: missing tensor '%s'", where, name);
+        return 0;
+    }
+    *dst = *t;
+    return 0;
+}
+
+/* ---- shape checks ------------------------------------------------------- */
+
+static void shape_str(const pdl_tensor *t, char *buf, size_t n) {
+    size_t off = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->n_dims && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (off < n) snprintf(buf + off, n - off, "]");
+}
+
+static int check_shape(const pdl_tensor *t, int64_t d0, int64_t d1, const char *why, pdl_error *err) {
+    int want_dims = d1 < 0 ? 1 : 2;
+    bool ok = t->n_dims == want_dims && t->shape[0] == d0 && (want_dims == 1 || t->shape[1] == d1);
+    if (ok) return 0;
+    char got[96];
+    shape_str(t, got, sizeof got);
+    if (want_dims == 1)
+        return pdl_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld]", t->file, t->name, got,
+                        why, (long long)d0);
+    return pdl_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld, %lld]", t->file, t->name,
+                    got, why, (long long)d0, (long long)d1);
+}
+
+static int own(pdl_model *m, void *p) {
+    void **o = realloc(m->owned, (m->n_owned + 1) * sizeof *o);
+    if (!o) return -1;
+    m->owned = o;
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+/* Norm weights and biases are read as float*: make them F32 and aligned. */
+static int make_f32_vector(pdl_model *m, pdl_tensor *t, pdl_error *err) {
+    if (!t->data) return 0;
+    if (t->dtype == PDL_DTYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0) return 0;
+    int64_t n = pdl_tensor_nelems(t);
+    if (t->dtype == PDL_DTYPE_Q8_0 && n % 32 != 0)
+        return pdl_fail(err, "%s: tensor '%s': Q8_0 vector of %lld elements", t->file, t->name, (long long)n);
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (!buf || own(m, buf)) {
+        free(buf);
+        return pdl_fail(err, "out of memory converting '%s'", t->name);
+    }
+    if (((uintptr_t)t->data % 2) != 0 && t->dtype != PDL_DTYPE_Q8_0) {
+        /* byte-aligned only: go through an aligned copy */
+        void *tmp = malloc(t->nbytes);
+        if (!tmp) return pdl_fail(err, "out of memory converting '%s'", t->name);
+        memcpy(tmp, t->data, t->nbytes);
+        pdl_tensor c = *t;
+        c.data = tmp;
+        pdl_dequant_row(&c, 0, buf, n);
+        free(tmp);
+    } else {
+        pdl_dequant_row(t, 0, buf, n);
+    }
+    t->data = buf;
+    t->dtype = PDL_DTYPE_F32;
+    t->nbytes = (size_t)n * sizeof(float);
+    return 0;
+}
+
+/* Matrices are used in place; only a misaligned one (possible in a
+ * hand-made safetensors file) is copied to aligned memory. */
+static int align_matrix(pdl_model *m, pdl_tensor *t, pdl_error *err) {
+    size_t need = t->dtype == PDL_DTYPE_F32 ? 4 : t->dtype == PDL_DTYPE_Q8_0 ? 1 : 2;
+    if (((uintptr_t)t->data % need) == 0) return 0;
+    void *buf = malloc(t->nbytes ? t->nbytes : 1);
+    if (!buf || own(m, buf)) {
+        free(buf);
+        return pdl_fail(err, "out of memory aligning '%s'", t->name);
+    }
+    memcpy(buf, t->data, t->nbytes);
+    t->data = buf;
+    return 0;
+}
+
+static int check_matrix(pdl_model *m, pdl_tensor *t, int64_t rows, int64_t cols, const char *why, pdl_error *err) {
+    if (check_shape(t, rows, cols, why, err)) return -1;
+    if (cols % (int64_t)pdl_dtype_block_elems(t->dtype) != 0)
+        return pdl_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", t->file,
+                        t->name, (long long)cols, pdl_dtype_name(t->dtype), pdl_dtype_block_elems(t->dtype));
+    return align_matrix(m, t, err);
+}
+
+static int check_vector(pdl_model *m, pdl_tensor *t, int64_t n, const char *why, pdl_error *err) {
+    if (check_shape(t, n, -1, why, err)) return -1;
+    return make_f32_vector(m, t, err);
+}
+
+/* ---- RoPE ---------------------------------------------------------------- */
+
+static int rope_init(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    int half = c->rope_dim / 2;
+    m->rope_inv_freq = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq);
+    if (!m->rope_inv_freq) return pdl_fail(err, "out of memory");
+    float ff[4096];
+    if (freq_factors) {
+        if (half > 4096 || pdl_tensor_nelems(freq_factors) != half)
+            return pdl_fail(err, "%s: tensor '%s' has %lld elements, RoPE needs %d (rope_dim / 2)",
+                            freq_factors->file, freq_factors->name, (long long)pdl_tensor_nelems(freq_factors), half);
+        pdl_tensor t = *freq_factors;
+        if (make_f32_vector(m, &t, err)) return -1;
+        memcpy(ff, t.data, (size_t)half * sizeof(float));
+    }
+    for (int i = 0; i < half; i++) {
+        /* theta^(-2i/d) in float32, as Hugging Face and llama.cpp compute it */
+        float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
+        switch (c->rope_scaling) {
+        case PDL_ROPE_SCALING_NONE: break;
+        case PDL_ROPE_SCALING_LINEAR: freq /= c->rope_factor; break;
+        case PDL_ROPE_SCALING_FREQS: freq /= ff[i]; break;
+        case PDL_ROPE_SCALING_LLAMA3: {
+            double low_wavelen = c->rope_orig_ctx / c->rope_low_freq_factor;
+            double high_wavelen = c->rope_orig_ctx / c->rope_high_freq_factor;
+            double wavelen = 2.0 * 3.14159265358979323846 / freq;
+            if (wavelen < high_wavelen) {
+                /* high frequencies unchanged */
+            } else if (wavelen > low_wavelen) {
+                freq = freq / c->rope_factor;
+            } else {
+                double smooth = (c->rope_orig_ctx / wavelen - c->rope_low_freq_factor) /
+                                (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                freq = (float)((1.0 - smooth) * freq / c->rope_factor + smooth * freq);
+            }
+            break;
+        }
+        }
+        m->rope_inv_freq[i] = freq;
+    }
+    return 0;
+}
+
+/* ---- finish -------------------------------------------------------------- */
+
+int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
+        c->ffn <= 0 || c->vocab <= 0)
+        return pdl_fail(err, "invalid hyperparameters: layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, "
+                        "ffn %d, vocab %d (all must be positive)",
+                        c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return pdl_fail(err, "invalid hyperparameters: %d heads is not a multiple of %d KV heads", c->n_heads,
+                        c->n_kv_heads);
+    if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return pdl_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
+    if (c->rope_dim != c->head_dim)
+        return pdl_fail(err, "partial RoPE (rope_dim %d < head_dim %d) is not supported yet", c->rope_dim,
+                        c->head_dim);
+    if (!(c->rope_theta > 0)) return pdl_fail(err, "invalid RoPE theta %g", c->rope_theta);
+    if (!(c->rms_eps > 0)) return pdl_fail(err, "invalid RMSNorm epsilon %g", c->rms_eps);
+    if (c->ctx_len <= 0) c->ctx_len = 2048;
+
+    char why[160];
+    snprintf(why, sizeof why, "hidden %d, heads %d, kv heads %d, head_dim %d, ffn %d, vocab %d", c->hidden,
+             c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab);
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    pdl_model_weights *w = &m->w;
+    if (check_matrix(m, &w->tok_embd, c->vocab, c->hidden, why, err)) return -1;
+    if (check_vector(m, &w->output_norm, c->hidden, why, err)) return -1;
+    if (c->tied_embeddings) w->output = w->tok_embd;
+    else if (check_matrix(m, &w->output, c->vocab, c->hidden, why, err)) return -1;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        pdl_layer_weights *lw = &w->layers[l];
+        if (check_vector(m, &lw->attn_norm, c->hidden, why, err) ||
+            check_matrix(m, &lw->wq, q_dim, c->hidden, why, err) ||
+            check_matrix(m, &lw->wk, kv_dim, c->hidden, why, err) ||
+            check_matrix(m, &lw->wv, kv_dim, c->hidden, why, err) ||
+            check_matrix(m, &lw->wo, c->hidden, q_dim, why, err) ||
+            check_vector(m, &lw->ffn_norm, c->hidden, why, err) ||
+            check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err) ||
+            check_matrix(m, &lw->w_up, c->ffn, c->hidden, why, err) ||
+            check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err))
+            return -1;
+        if (c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
+                            check_vector(m, &lw->bv, kv_dim, why, err)))
+            return -1;
+        if (c->qk_norm && (check_vector(m, &lw->q_norm, c->head_dim, why, err) ||
+                           check_vector(m, &lw->k_norm, c->head_dim, why, err)))
+            return -1;
+    }
+
+    /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32". */
+    bool seen[PDL_DTYPE_COUNT] = {false};
+    seen[w->tok_embd.dtype] = seen[w->output.dtype] = true;
+    for (int l = 0; l < c->n_layers; l++) {
+        const pdl_layer_weights *lw = &w->layers[l];
+        seen[lw->wq.dtype] = seen[lw->wk.dtype] = seen[lw->wv.dtype] = seen[lw->wo.dtype] = true;
+        seen[lw->w_gate.dtype] = seen[lw->w_up.dtype] = seen[lw->w_down.dtype] = true;
+    }
+    m->weight_types[0] = '\0';
+    for (int t = 0; t < PDL_DTYPE_COUNT; t++) {
+        if (!seen[t]) continue;
+        size_t len = strlen(m->weight_types);
+        snprintf(m->weight_types + len, sizeof m->weight_types - len, "%s%s", len ? "," : "",
+                 pdl_dtype_name((pdl_dtype)t));
+    }
+    return rope_init(m, freq_factors, err);
+}
+
+/* ---- public -------------------------------------------------------------- */
+
+int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *opts, pdl_error *err) {
+    *out = NULL;
+    pdl_fp16_init();
+    pdl_model *m = calloc(1, sizeof *m);
+    if (!m) return pdl_fail(err, "out of memory");
+    struct stat st;
+    int rc;
+    if (stat(path, &st) != 0) {
+        rc = pdl_fail(err, "%s: no such file or folder", path);
+    } else if (S_ISDIR(st.st_mode)) {
+        rc = pdl_model_load_hf(m, path, err);
+    } else {
+        rc = pdl_model_load_gguf(m, path, err);
+    }
+    if (rc == 0) {
+        int req = opts ? opts->ctx_size : 0;
+        if (req < 0) rc = pdl_fail(err, "context size %d must not be negative", req);
+        m->ctx_size = req > 0 ? req : m->cfg.ctx_len;
+    }
+    if (rc == 0) {
+        m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
+        if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");
+    }
+    if (rc != 0) {
+        pdl_model_free(m);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+void pdl_model_free(pdl_model *m) {
+    if (!m) return;
+    if (m->pool) pdl_threadpool_free(m->pool);
+    pdl_forward_scratch *s = &m->scratch;
+    free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn);
+    free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
+    free(m->w.layers);
+    free(m->rope_inv_freq);
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    if (m->tok) tok_free(m->tok);
+    if (m->gguf) gguf_close(m->gguf);
+    if (m->st) st_close(m->st);
+    free(m);
+}
+
+void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
+    const pdl_model_config *c = &m->cfg;
+    info->arch = pdl_arch_name(c->arch);
+    info->source = m->source;
+    info->n_layers = c->n_layers;
+    info->hidden = c->hidden;
+    info->n_heads = c->n_heads;
+    info->n_kv_heads = c->n_kv_heads;
+    info->head_dim = c->head_dim;
+    info->ffn = c->ffn;
+    info->vocab = c->vocab;
+    info->ctx_len = m->ctx_size;
+    info->bos_id = c->bos_id;
+    info->eos_id = c->n_eos > 0 ? c->eos_ids[0] : -1;
+    info->add_bos = m->tok ? tok_add_bos(m->tok) : c->bos_id >= 0;
+    info->weight_types = m->weight_types;
+}

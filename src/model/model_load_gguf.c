@@ -1,0 +1,188 @@
+/*
+ * model_load_gguf.c - a model description from a GGUF file: the
+ * `{arch}.*` hyperparameter keys and llama.cpp's tensor names
+ * (token_embd, blk.N.attn_q, ...).
+ *
+ * GGUF `llama` files store Q and K rows permuted per head for adjacent-pair
+ * RoPE, so they run with PDL_ROPE_NORM; qwen2/qwen3 keep Hugging Face's
+ * rotate-half layout (PDL_ROPE_NEOX).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "util/error.h"
+
+/* Reads `{arch}.{key}` as u32 into *out; absent keeps *out unless required. */
+static int arch_u32(const gguf_file *g, const char *arch, const char *key, bool required, int *out,
+                    pdl_error *err) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    uint32_t v;
+    int rc = gguf_get_u32(g, full, &v, err);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+        if (required) return pdl_fail(err, "%s: missing metadata key '%s'", gguf_path(g), full);
+        return 0;
+    }
+    if (v > (uint32_t)INT32_MAX) return pdl_fail(err, "%s: metadata key '%s' = %u is too large", gguf_path(g), full, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int arch_f32(const gguf_file *g, const char *arch, const char *key, float *out, pdl_error *err) {
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return gguf_get_f32(g, full, out, err) < 0 ? -1 : 0;
+}
+
+static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    const char *path = gguf_path(g);
+    const char *arch = NULL;
+    int rc = gguf_get_str(g, "general.architecture", &arch, err);
+    if (rc < 0) return -1;
+    if (rc == 0) return pdl_fail(err, "%s: missing metadata key 'general.architecture'", path);
+    if (strcmp(arch, "llama") == 0) {
+        c->arch = PDL_ARCH_LLAMA;
+        c->rope_style = PDL_ROPE_NORM;
+    } else if (strcmp(arch, "mistral") == 0) {
+        c->arch = PDL_ARCH_MISTRAL;
+        c->rope_style = PDL_ROPE_NORM;
+    } else if (strcmp(arch, "qwen2") == 0) {
+        c->arch = PDL_ARCH_QWEN2;
+        c->rope_style = PDL_ROPE_NEOX;
+        c->qkv_bias = true;
+    } else if (strcmp(arch, "qwen3") == 0) {
+        c->arch = PDL_ARCH_QWEN3;
+        c->rope_style = PDL_ROPE_NEOX;
+        c->qk_norm = true;
+    } else {
+        return pdl_fail(err, "%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                        path, arch);
+    }
+
+    if (arch_u32(g, arch, "block_count", true, &c->n_layers, err) ||
+        arch_u32(g, arch, "embedding_length", true, &c->hidden, err) ||
+        arch_u32(g, arch, "feed_forward_length", true, &c->ffn, err) ||
+        arch_u32(g, arch, "attention.head_count", true, &c->n_heads, err))
+        return -1;
+    c->n_kv_heads = c->n_heads;
+    if (arch_u32(g, arch, "attention.head_count_kv", false, &c->n_kv_heads, err)) return -1;
+    if (c->n_heads <= 0) return pdl_fail(err, "%s: %s.attention.head_count must be positive", path, arch);
+    c->head_dim = c->hidden / c->n_heads;
+    if (arch_u32(g, arch, "attention.key_length", false, &c->head_dim, err)) return -1;
+    int v_len = c->head_dim;
+    if (arch_u32(g, arch, "attention.value_length", false, &v_len, err)) return -1;
+    if (v_len != c->head_dim)
+        return pdl_fail(err, "%s: %s.attention.value_length %d differs from key_length %d (not supported)", path,
+                        arch, v_len, c->head_dim);
+    c->rope_dim = c->head_dim;
+    if (arch_u32(g, arch, "rope.dimension_count", false, &c->rope_dim, err)) return -1;
+    c->ctx_len = 0;
+    if (arch_u32(g, arch, "context_length", false, &c->ctx_len, err)) return -1;
+    c->rms_eps = 1e-5f;
+    if (arch_f32(g, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps, err)) return -1;
+    c->rope_theta = 10000.0f;
+    if (arch_f32(g, arch, "rope.freq_base", &c->rope_theta, err)) return -1;
+
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const char *scaling = NULL;
+    if (gguf_get_str(g, key, &scaling, err) < 0) return -1;
+    if (scaling && strcmp(scaling, "none") != 0) {
+        if (strcmp(scaling, "linear") != 0)
+            return pdl_fail(err, "%s: %s = '%s' is not supported (supported: none, linear)", path, key, scaling);
+        c->rope_scaling = PDL_ROPE_SCALING_LINEAR;
+        c->rope_factor = 1.0f;
+        if (arch_f32(g, arch, "rope.scaling.factor", &c->rope_factor, err)) return -1;
+        if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
+    }
+    c->sliding_window = 0;
+    if (c->arch == PDL_ARCH_MISTRAL && arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err))
+        return -1;
+
+    c->bos_id = -1;
+    uint32_t id;
+    rc = gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id, err);
+    if (rc < 0) return -1;
+    if (rc > 0) c->bos_id = (int32_t)id;
+    rc = gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id, err);
+    if (rc < 0) return -1;
+    if (rc > 0) c->eos_ids[c->n_eos++] = (int32_t)id;
+    rc = gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id, err);
+    if (rc < 0) return -1;
+    if (rc > 0 && (c->n_eos == 0 || c->eos_ids[0] != (int32_t)id)) c->eos_ids[c->n_eos++] = (int32_t)id;
+    return 0;
+}
+
+static int read_weights(pdl_model *m, const gguf_file *g, const pdl_tensor **freq_factors, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    const pdl_tensor_set *ts = gguf_tensors(g);
+    const char *path = gguf_path(g);
+    pdl_model_weights *w = &m->w;
+    if (pdl_model_take_tensor(ts, "token_embd.weight", true, path, &w->tok_embd, err) ||
+        pdl_model_take_tensor(ts, "output_norm.weight", true, path, &w->output_norm, err) ||
+        pdl_model_take_tensor(ts, "output.weight", false, path, &w->output, err))
+        return -1;
+    c->tied_embeddings = w->output.data == NULL;
+    /* The vocabulary size is the embedding's row count unless a key says so. */
+    c->vocab = w->tok_embd.n_dims == 2 ? (int)w->tok_embd.shape[0] : 0;
+    char key[160];
+    snprintf(key, sizeof key, "%s.vocab_size", pdl_arch_name(c->arch));
+    uint32_t vs;
+    int rc = gguf_get_u32(g, key, &vs, err);
+    if (rc < 0) return -1;
+    if (rc > 0) c->vocab = (int)vs;
+
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    if (!w->layers) return pdl_fail(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        pdl_layer_weights *lw = &w->layers[l];
+        struct {
+            const char *suffix;
+            pdl_tensor *dst;
+            bool required;
+        } names[] = {
+            {"attn_norm.weight", &lw->attn_norm, true},   {"attn_q.weight", &lw->wq, true},
+            {"attn_k.weight", &lw->wk, true},             {"attn_v.weight", &lw->wv, true},
+            {"attn_output.weight", &lw->wo, true},        {"ffn_norm.weight", &lw->ffn_norm, true},
+            {"ffn_gate.weight", &lw->w_gate, true},       {"ffn_up.weight", &lw->w_up, true},
+            {"ffn_down.weight", &lw->w_down, true},       {"attn_q.bias", &lw->bq, c->qkv_bias},
+            {"attn_k.bias", &lw->bk, c->qkv_bias},        {"attn_v.bias", &lw->bv, c->qkv_bias},
+            {"attn_q_norm.weight", &lw->q_norm, c->qk_norm}, {"attn_k_norm.weight", &lw->k_norm, c->qk_norm},
+        };
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            char name[PDL_TENSOR_NAME_MAX];
+            snprintf(name, sizeof name, "blk.%d.%s", l, names[i].suffix);
+            if (pdl_model_take_tensor(ts, name, names[i].required, path, names[i].dst, err)) return -1;
+        }
+        if (l == 0 && lw->bq.data && !c->qkv_bias) c->qkv_bias = true; /* llama files may carry biases */
+        if (c->qkv_bias && (!lw->bq.data || !lw->bk.data || !lw->bv.data))
+            return pdl_fail(err, "%s: layer %d: attention biases must be all present or all absent", path, l);
+    }
+    *freq_factors = pdl_tensor_set_find(ts, "rope_freqs.weight");
+    if (*freq_factors) {
+        if (c->rope_scaling != PDL_ROPE_SCALING_NONE)
+            return pdl_fail(err, "%s: both rope_freqs.weight and a rope.scaling.type are given", path);
+        c->rope_scaling = PDL_ROPE_SCALING_FREQS;
+    }
+    return 0;
+}
+
+int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err) {
+    if (gguf_open(&m->gguf, path, err)) return -1;
+    snprintf(m->source, sizeof m->source, "gguf");
+    const pdl_tensor *freq_factors = NULL;
+    if (read_config(m, m->gguf, err) || read_weights(m, m->gguf, &freq_factors, err)) return -1;
+    m->cfg.attn_scale = 1.0f / sqrtf((float)m->cfg.head_dim);
+    if (pdl_model_finish(m, freq_factors, err)) return -1;
+    pdl_error terr;
+    if (tok_load_gguf(&m->tok, m->gguf, &terr)) {
+        m->tok = NULL;
+        snprintf(m->tok_error, sizeof m->tok_error, "%s", terr.message);
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * error.c - formatting failure messages into pdl_error.
+ */
+#include "util/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int pdl_fail(pdl_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+int pdl_fail_prefix(pdl_error *err, const char *fmt, ...) {
+    if (err) {
+        char prefix[PDL_ERROR_MAX];
+        char old[PDL_ERROR_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(prefix, sizeof prefix, fmt, ap);
+        va_end(ap);
+        memcpy(old, err->message, sizeof old);
+        old[sizeof old - 1] = '\0';
+        snprintf(err->message, sizeof err->message, "%s: %s", prefix, old);
+    }
+    return -1;
+}

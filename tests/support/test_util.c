@@ -1,0 +1,77 @@
+/*
+ * test_util.c - the harness behind tests/test_util.h.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "test_util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+int test_failures;
+jmp_buf test_abort_jmp;
+static int n_passed, n_failed;
+
+void test_run(const char *name, void (*fn)(void)) {
+    test_failures = 0;
+    if (setjmp(test_abort_jmp) == 0) fn();
+    if (test_failures == 0) {
+        n_passed++;
+        fprintf(stderr, "PASS %s\n", name);
+    } else {
+        n_failed++;
+        fprintf(stderr, "FAIL %s\n", name);
+    }
+}
+
+int test_summary(void) {
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed ? 1 : 0;
+}
+
+char *test_data_path(const char *rel) {
+    const char *root = getenv("PAGEDLM_TESTDATA");
+    if (!root || !*root) root = "../shared";
+    size_t n = strlen(root) + strlen(rel) + 2;
+    char *p = malloc(n);
+    REQUIRE(p != NULL);
+    snprintf(p, n, "%s/%s", root, rel);
+    struct stat st;
+    if (stat(p, &st) != 0) {
+        fprintf(stderr, "  missing test data: %s (set PAGEDLM_TESTDATA to the shared data folder)\n", p);
+        free(p);
+        test_failures++;
+        longjmp(test_abort_jmp, 1);
+    }
+    return p;
+}
+
+static char tmpdir_buf[512];
+
+const char *test_tmpdir(void) {
+    if (!tmpdir_buf[0]) {
+        const char *base = getenv("TMPDIR");
+        if (!base || !*base) base = "/tmp";
+        snprintf(tmpdir_buf, sizeof tmpdir_buf, "%s/pagedlm-test-XXXXXX", base);
+        if (!mkdtemp(tmpdir_buf)) {
+            fprintf(stderr, "cannot create a temporary folder under %s\n", base);
+            exit(2);
+        }
+    }
+    return tmpdir_buf;
+}
+
+char *test_tmp_path(const char *name) {
+    const char *dir = test_tmpdir();
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    REQUIRE(p != NULL);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+void test_write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    REQUIRE_MSG(f != NULL, "cannot write %s", path);
+    REQUIRE(fwrite(data, 1, len, f) == len);
+    REQUIRE(fclose(f) == 0);
+}

@@ -1,0 +1,96 @@
+/*
+ * test_util.h - the tiny test harness every tests/test_*.c uses.
+ *
+ * A test file defines `static void test_xxx(void)` functions and lists them
+ * in main() with RUN(test_xxx). CHECK* record a failure and go on; REQUIRE*
+ * stop the current test. Test data comes from PAGEDLM_TESTDATA; a missing
+ * file fails the test with the path (it never passes silently). Scratch files
+ * go to a fresh temporary folder (test_tmpdir()).
+ */
+#ifndef PDL_TEST_UTIL_H
+#define PDL_TEST_UTIL_H
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int test_failures;      /* failed checks in the current test */
+extern jmp_buf test_abort_jmp; /* REQUIRE jumps here */
+
+#define CHECK(cond)                                                                    \
+    do {                                                                               \
+        if (!(cond)) {                                                                 \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+            test_failures++;                                                           \
+        }                                                                              \
+    } while (0)
+
+#define CHECK_MSG(cond, ...)                                                  \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+            test_failures++;                                                  \
+        }                                                                     \
+    } while (0)
+
+#define REQUIRE(cond)                                                                    \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "  %s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
+            test_failures++;                                                             \
+            longjmp(test_abort_jmp, 1);                                                  \
+        }                                                                                \
+    } while (0)
+
+#define REQUIRE_MSG(cond, ...)                                                  \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "  %s:%d: REQUIRE failed: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                       \
+            fputc('\n', stderr);                                                \
+            test_failures++;                                                    \
+            longjmp(test_abort_jmp, 1);                                         \
+        }                                                                       \
+    } while (0)
+
+#define CHECK_EQ_INT(a, b)                                                              \
+    do {                                                                                \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                           \
+        if (va_ != vb_) {                                                               \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s == %s (%lld != %lld)\n", __FILE__, \
+                    __LINE__, #a, #b, va_, vb_);                                        \
+            test_failures++;                                                            \
+        }                                                                               \
+    } while (0)
+
+/* The message must contain every given substring. */
+#define CHECK_CONTAINS(haystack, needle)                                                  \
+    do {                                                                                  \
+        const char *h_ = (haystack), *n_ = (needle);                                      \
+        if (!h_ || !strstr(h_, n_)) {                                                     \
+            fprintf(stderr, "  %s:%d: CHECK failed: \"%s\" does not contain \"%s\"\n",    \
+                    __FILE__, __LINE__, h_ ? h_ : "(null)", n_);                          \
+            test_failures++;                                                              \
+        }                                                                                 \
+    } while (0)
+
+#define RUN(fn) test_run(#fn, fn)
+
+void test_run(const char *name, void (*fn)(void));
+/* Prints "N passed, N failed" and returns the process exit code. */
+int test_summary(void);
+
+/* PAGEDLM_TESTDATA/rel, malloc'ed. REQUIREs that it exists. */
+char *test_data_path(const char *rel);
+/* A fresh temporary folder for this process (created once). */
+const char *test_tmpdir(void);
+/* test_tmpdir()/name, malloc'ed. */
+char *test_tmp_path(const char *name);
+/* Writes len bytes to path; REQUIREs success. */
+void test_write_file(const char *path, const void *data, size_t len);
+
+#endif
