@@ -701,7 +701,7 @@ int gguf_open(gguf_file **out, const char *path, pdl_error *err) {
         return -1;
     }
     reader r = {.base = f->map.data, .size = f->map.size, .path = f->map.path, .err = err};
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     if (parse_header(f, &r, &n_tensors, &n_kv) || parse_kvs(f, &r, n_kv) ||
         index_keys(f, &r) || read_alignment(f, &r) || copy_strings(f, &r) ||
         parse_tensors(f, &r, n_tensors)) {
@@ -782,16 +782,16 @@ static int get_int(const gguf_file *f, const char *key, int64_t lo, uint64_t hi,
 }
 
 int gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, pdl_error *err) {
-    int64_t is;
-    uint64_t us;
+    int64_t is = 0;
+    uint64_t us = 0;
     int rc = get_int(f, key, 0, UINT32_MAX, "u32", &is, &us, err);
     if (rc == 1) *out = (uint32_t)us;
     return rc;
 }
 
 int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out, pdl_error *err) {
-    int64_t is;
-    uint64_t us;
+    int64_t is = 0;
+    uint64_t us = 0;
     int rc = get_int(f, key, INT32_MIN, INT32_MAX, "i32", &is, &us, err);
     if (rc == 1) *out = (int32_t)is;
     return rc;

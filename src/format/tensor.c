@@ -40,11 +40,32 @@ int64_t pdl_tensor_nelems(const pdl_tensor *t) {
     return n;
 }
 
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static int index_rebuild(pdl_tensor_set *set, size_t cap) {
+    uint32_t *idx = calloc(cap, sizeof *idx);
+    if (!idx) return -1;
+    for (size_t i = 0; i < set->count; i++) {
+        size_t slot = name_hash(set->items[i].name) & (cap - 1);
+        while (idx[slot]) slot = (slot + 1) & (cap - 1);
+        idx[slot] = (uint32_t)i + 1;
+    }
+    free(set->index);
+    set->index = idx;
+    set->index_cap = cap;
+    return 0;
+}
+
 int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err) {
     const pdl_tensor *dup = pdl_tensor_set_find(set, t->name);
     if (dup)
         return pdl_fail(err, "%s: duplicate tensor '%s' (first at offset %llu of %s)", t->file,
                         t->name, (unsigned long long)dup->file_offset, dup->file);
+    if (set->count >= UINT32_MAX - 1) return pdl_fail(err, "%s: too many tensors", t->file);
     if (set->count == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 64;
         pdl_tensor *items = realloc(set->items, cap * sizeof *items);
@@ -53,18 +74,32 @@ int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err)
         set->cap = cap;
     }
     set->items[set->count++] = *t;
+    if (set->count * 2 > set->index_cap) {
+        if (index_rebuild(set, set->index_cap ? set->index_cap * 2 : 128)) {
+            set->count--;
+            return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
+        }
+    } else {
+        size_t slot = name_hash(t->name) & (set->index_cap - 1);
+        while (set->index[slot]) slot = (slot + 1) & (set->index_cap - 1);
+        set->index[slot] = (uint32_t)set->count;
+    }
     return 0;
 }
 
 const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name) {
-    /* Linear scan: models have at most a few thousand tensors and lookups
-     * happen once per weight at load time. */
-    for (size_t i = 0; i < set->count; i++)
-        if (strcmp(set->items[i].name, name) == 0) return &set->items[i];
+    if (!set->index_cap) return NULL;
+    size_t slot = name_hash(name) & (set->index_cap - 1);
+    while (set->index[slot]) {
+        const pdl_tensor *t = &set->items[set->index[slot] - 1];
+        if (strcmp(t->name, name) == 0) return t;
+        slot = (slot + 1) & (set->index_cap - 1);
+    }
     return NULL;
 }
 
 void pdl_tensor_set_free(pdl_tensor_set *set) {
     free(set->items);
+    free(set->index);
     memset(set, 0, sizeof *set);
 }

@@ -45,10 +45,14 @@ typedef struct pdl_tensor {
     uint64_t file_offset;          /* absolute offset of data in that file */
 } pdl_tensor;
 
-/* A growable list of tensors, with lookup by name. */
+/* A growable list of tensors, with lookup by name through an
+ * open-addressing hash index (so a hostile file with many tensors cannot
+ * make loading quadratic). */
 typedef struct pdl_tensor_set {
     pdl_tensor *items;
     size_t count, cap;
+    uint32_t *index;     /* [index_cap] item number + 1; 0 = empty */
+    size_t index_cap;    /* a power of two, at least twice count */
 } pdl_tensor_set;
 
 /* Appends a copy of t; fails on a duplicate name (message names both). */

@@ -108,13 +108,15 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     uint32_t id;
     rc = gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id, err);
     if (rc < 0) return -1;
-    if (rc > 0) c->bos_id = (int32_t)id;
+    /* 0xFFFFFFFF is how converters write "no such token" */
+    if (rc > 0 && id != UINT32_MAX) c->bos_id = (int32_t)id;
     rc = gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id, err);
     if (rc < 0) return -1;
-    if (rc > 0) c->eos_ids[c->n_eos++] = (int32_t)id;
+    if (rc > 0 && id != UINT32_MAX) c->eos_ids[c->n_eos++] = (int32_t)id;
     rc = gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id, err);
     if (rc < 0) return -1;
-    if (rc > 0 && (c->n_eos == 0 || c->eos_ids[0] != (int32_t)id)) c->eos_ids[c->n_eos++] = (int32_t)id;
+    if (rc > 0 && id != UINT32_MAX && (c->n_eos == 0 || c->eos_ids[0] != (int32_t)id))
+        c->eos_ids[c->n_eos++] = (int32_t)id;
     return 0;
 }
 

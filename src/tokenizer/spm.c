@@ -17,6 +17,11 @@
  * dropped, as in llama.cpp. A symbol left without an id becomes its bytes'
  * <0xXX> ids, or the unknown id when those are missing. Everything is
  * allocated once per call: O(n log n) time, O(n) memory.
+ *
+ * When no vocabulary piece has a "▁" after some other character (true of the
+ * Llama 2, Mistral and stories vocabularies; tok_finish checks), no merge can
+ * cross the point before a "▁" that follows a non-"▁", so the text is merged
+ * word by word there: the same result, with a heap that stays small.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -106,12 +111,12 @@ static bool try_pair(const tok_tokenizer *t, const char *text, const spm_symbol 
  * that is not in the vocabulary becomes one symbol per byte carrying its
  * <0xXX> id before any merge, and unknown characters may fuse into one; in
  * score mode it stays one symbol and falls back after merging (llama.cpp). */
-static int32_t split_symbols(const tok_tokenizer *t, const char *text, size_t n,
+static int32_t split_symbols(const tok_tokenizer *t, const char *text, size_t begin, size_t end,
                              spm_symbol *sym) {
     int32_t ns = 0;
     bool prev_unk = false;
-    for (size_t i = 0; i < n;) {
-        size_t clen = tok_utf8_char_len((const uint8_t *)text + i, n - i);
+    for (size_t i = begin; i < end;) {
+        size_t clen = tok_utf8_char_len((const uint8_t *)text + i, end - i);
         if (clen == 0) clen = 1;
         int32_t id = tok_strmap_get(&t->vocab, text + i, clen);
         if (t->merge_by_rank && id < 0) {
@@ -162,6 +167,52 @@ static size_t fallback_ids(const tok_tokenizer *t, const char *s, size_t len, in
     return n;
 }
 
+/* Merges the symbols of text[begin..end) and appends their ids to out;
+ * returns how many, or -1 when out of memory. sym has room for end - begin. */
+static long encode_segment(const tok_tokenizer *t, const char *text, size_t begin, size_t end,
+                           spm_symbol *sym, spm_heap *heap, int32_t *out) {
+    int32_t ns = split_symbols(t, text, begin, end, sym);
+    heap->n = 0;
+    for (int32_t i = 0; i + 1 < ns; i++)
+        if (!try_pair(t, text, sym, i, i + 1, heap)) return -1;
+    while (heap->n > 0) {
+        spm_candidate c = heap_pop(heap);
+        spm_symbol *l = &sym[c.left], *r = &sym[c.right];
+        if (l->len == 0 || r->len == 0 || l->len + r->len != c.size) continue;
+        l->len += r->len;
+        l->id = c.result;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = c.left;
+        r->len = 0;
+        if (!try_pair(t, text, sym, l->prev, c.left, heap) ||
+            !try_pair(t, text, sym, c.left, l->next, heap))
+            return -1;
+    }
+    long k = 0;
+    for (int32_t i = ns > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
+        if (sym[i].id >= 0)
+            out[k++] = sym[i].id;
+        else
+            k += (long)fallback_ids(t, text + sym[i].start, sym[i].len, out + k);
+    }
+    return k;
+}
+
+static bool is_space_at(const char *text, size_t i, size_t n) {
+    return i + TOK_SPM_SPACE_LEN <= n && memcmp(text + i, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) == 0;
+}
+
+/* Where the segment starting at begin ends: before the next "▁" that follows
+ * something other than "▁" (only when the vocabulary allows it). */
+static size_t segment_end(const tok_tokenizer *t, const char *text, size_t begin, size_t n) {
+    if (!t->spm_split_words) return n;
+    for (size_t i = begin + 1; i < n; i++)
+        if ((uint8_t)text[i] == 0xE2 && is_space_at(text, i, n) &&
+            !(i >= begin + TOK_SPM_SPACE_LEN && is_space_at(text, i - TOK_SPM_SPACE_LEN, n)))
+            return i;
+    return n;
+}
+
 int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t n, int32_t *out,
                    size_t *n_out, pdl_error *err) {
     *n_out = 0;
@@ -170,37 +221,17 @@ int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t n, int32_t *
     spm_symbol *sym = malloc(n * sizeof *sym);
     spm_heap heap = {0};
     if (!sym) return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
-    int32_t ns = split_symbols(t, text, n, sym);
-
-    bool ok = true;
-    heap.cap = (size_t)ns + 16;
-    heap.items = malloc(heap.cap * sizeof *heap.items);
-    ok = heap.items != NULL;
-    for (int32_t i = 0; ok && i + 1 < ns; i++) ok = try_pair(t, text, sym, i, i + 1, &heap);
-    while (ok && heap.n > 0) {
-        spm_candidate c = heap_pop(&heap);
-        spm_symbol *l = &sym[c.left], *r = &sym[c.right];
-        if (l->len == 0 || r->len == 0 || l->len + r->len != c.size) continue;
-        l->len += r->len;
-        l->id = c.result;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = c.left;
-        r->len = 0;
-        ok = try_pair(t, text, sym, l->prev, c.left, &heap) &&
-             try_pair(t, text, sym, c.left, l->next, &heap);
-    }
-    if (!ok) {
-        free(heap.items);
-        free(sym);
-        return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
-    }
-
     size_t k = 0;
-    for (int32_t i = ns > 0 ? 0 : -1; i >= 0; i = sym[i].next) {
-        if (sym[i].id >= 0)
-            out[k++] = sym[i].id;
-        else
-            k += fallback_ids(t, text + sym[i].start, sym[i].len, out + k);
+    for (size_t begin = 0; begin < n;) {
+        size_t end = segment_end(t, text, begin, n);
+        long got = encode_segment(t, text, begin, end, sym, &heap, out + k);
+        if (got < 0) {
+            free(heap.items);
+            free(sym);
+            return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
+        }
+        k += (size_t)got;
+        begin = end;
     }
     *n_out = k;
     free(heap.items);

@@ -75,6 +75,7 @@ struct tok_tokenizer {
     bool merge_by_rank;        /* tokenizer.json merges; else GGUF scores */
     bool byte_fallback;        /* HF: unknown chars become <0xXX> before merging */
     bool fuse_unk;             /* HF: adjacent unknown chars give one unk id */
+    bool spm_split_words;      /* no merge crosses into a "▁" after non-"▁" (spm.c) */
 };
 
 /* A tokenizer with n_vocab empty (MISSING) ids and default settings. */

@@ -210,11 +210,29 @@ static uint32_t spm_decoded_piece(const char *s, uint32_t n, char *out) {
     return w;
 }
 
+/* Whether piece s has a "▁" preceded by something other than "▁". */
+static bool spm_space_after_other(const char *s, uint32_t n) {
+    uint32_t i = 0;
+    while (i + TOK_SPM_SPACE_LEN <= n && memcmp(s + i, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) == 0)
+        i += TOK_SPM_SPACE_LEN;
+    for (; i + TOK_SPM_SPACE_LEN <= n; i++)
+        if (memcmp(s + i, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) == 0) return true;
+    return false;
+}
+
 int tok_finish(tok_tokenizer *t, pdl_error *err) {
     if (!tok_strmap_init(&t->vocab, (size_t)t->n_vocab, t->pool, t->piece_off, t->piece_len))
         return pdl_fail(err, "tokenizer: out of memory for the vocabulary table");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] != TOK_TYPE_MISSING) tok_strmap_insert(&t->vocab, i);
+
+    /* Word-by-word merging is exact when "▁" is a piece of its own and no
+     * piece holds a "▁" after another character (see spm.c). */
+    t->spm_split_words = tok_strmap_get(&t->vocab, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) >= 0;
+    for (int32_t i = 0; t->spm_split_words && i < t->n_vocab; i++)
+        if (t->type[i] != TOK_TYPE_MISSING &&
+            spm_space_after_other(t->pool + t->piece_off[i], t->piece_len[i]))
+            t->spm_split_words = false;
 
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -366,6 +384,12 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_sp
  * ------------------------------------------------------------------------- */
 
 char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_error *err) {
+    return tok_decode_n(t, ids, n_ids, NULL, err);
+}
+
+char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, size_t *len,
+                   pdl_error *err) {
+    if (len) *len = 0;
     size_t total = 0;
     for (size_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
@@ -386,6 +410,7 @@ char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_e
         w += repair_feed(&r, out + w, t->dec_pool + t->dec_off[ids[i]], t->dec_len[ids[i]]);
     w += repair_finish(&r, out + w);
     out[w] = '\0';
+    if (len) *len = w;
     return out;
 }
 
@@ -393,7 +418,7 @@ struct tok_stream {
     const tok_tokenizer *t;
     utf8_repair r;
     char *buf;  /* [cap]: the text of the last push or flush */
-    size_t cap;
+    size_t len, cap;
 };
 
 tok_stream *tok_stream_new(const tok_tokenizer *t) {
@@ -419,19 +444,24 @@ const char *tok_stream_push(tok_stream *s, int32_t id) {
     if (id >= 0 && id < t->n_vocab)
         w = repair_feed(&s->r, s->buf, t->dec_pool + t->dec_off[id], t->dec_len[id]);
     s->buf[w] = '\0';
+    s->len = w;
     return s->buf;
 }
 
 void tok_stream_prime(tok_stream *s, const int32_t *ids, size_t n_ids) {
     for (size_t i = 0; i < n_ids; i++) tok_stream_push(s, ids[i]);
     s->buf[0] = '\0';
+    s->len = 0;
 }
 
 const char *tok_stream_flush(tok_stream *s) {
     size_t w = repair_finish(&s->r, s->buf);
     s->buf[w] = '\0';
+    s->len = w;
     return s->buf;
 }
+
+size_t tok_stream_len(const tok_stream *s) { return s->len; }
 
 void tok_stream_free(tok_stream *s) {
     if (!s) return;

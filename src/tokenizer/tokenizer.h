@@ -53,6 +53,10 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_sp
 /* Decodes a whole sequence as Hugging Face's decode(skip_special_tokens=True)
  * does. Returns a malloc'ed NUL-terminated string, or NULL on error. */
 char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_error *err);
+/* The same, with the byte length in *len (the text holds a NUL byte where
+ * the ids hold <0x00>). */
+char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, size_t *len,
+                   pdl_error *err);
 
 /* Streaming decode: push ids one by one; each push returns the newly completed
  * text (only whole UTF-8 characters; byte-fallback bytes are held until their
@@ -65,6 +69,8 @@ tok_stream *tok_stream_new(const tok_tokenizer *t);
 void tok_stream_prime(tok_stream *s, const int32_t *ids, size_t n_ids);
 const char *tok_stream_push(tok_stream *s, int32_t id);
 const char *tok_stream_flush(tok_stream *s);
+/* Byte length of the text the last push or flush returned (see tok_decode_n). */
+size_t tok_stream_len(const tok_stream *s);
 void tok_stream_free(tok_stream *s);
 
 #endif

@@ -27,7 +27,11 @@ int pdl_fail_prefix(pdl_error *err, const char *fmt, ...) {
         va_end(ap);
         memcpy(old, err->message, sizeof old);
         old[sizeof old - 1] = '\0';
-        snprintf(err->message, sizeof err->message, "%s: %s", prefix, old);
+        /* prefix + ": " + old, cut at the buffer's end */
+        size_t cap = sizeof err->message, n = 0;
+        for (const char *parts[3] = {prefix, ": ", old}, **p = parts; p < parts + 3; p++)
+            for (const char *c = *p; *c && n + 1 < cap; c++) err->message[n++] = *c;
+        err->message[n] = '\0';
     }
     return -1;
 }

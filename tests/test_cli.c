@@ -1,0 +1,213 @@
+/*
+ * test_cli.c - the pagedlm program as a user runs it: `run` prints the
+ * reference continuation for both model formats, `--json` and `logits`
+ * print well-formed JSON, and bad input gives a message and a non-zero
+ * exit status (2 for usage, 1 for a model or runtime failure).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <sys/wait.h>
+
+#include "test_util.h"
+
+typedef struct cmd_result {
+    int status;   /* exit status */
+    char *out;    /* stdout */
+    char *err;    /* stderr */
+} cmd_result;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Runs `pagedlm ARGS` through the shell. */
+static cmd_result pagedlm(const char *args) {
+    const char *bin = getenv("PAGEDLM_BIN");
+    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
+    char *out_path = test_tmp_path("stdout"), *err_path = test_tmp_path("stderr");
+    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 32;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
+    int st = system(cmd);
+    cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128, .out = slurp(out_path), .err = slurp(err_path)};
+    free(cmd), free(out_path), free(err_path);
+    return r;
+}
+
+static void free_result(cmd_result *r) { free(r->out), free(r->err); }
+
+static char *data(const char *rel) { return test_data_path(rel); }
+
+/* The reference continuation: llama2.c printed prompt + 60 tokens + "\n". */
+static char *reference_continuation(void) {
+    char *p = data("reference/stories260K-greedy.json");
+    json_t *j = json_load_file(p, 0, NULL);
+    REQUIRE(j != NULL);
+    json_t *c = json_array_get(json_object_get(j, "cases"), 1);
+    REQUIRE(strcmp(json_string_value(json_object_get(c, "prompt")), "Once upon a time") == 0);
+    const char *text = json_string_value(json_object_get(c, "text"));
+    const char *prompt = "Once upon a time";
+    REQUIRE(strncmp(text, prompt, strlen(prompt)) == 0);
+    char *cont = strdup(text + strlen(prompt)); /* ends with llama2.c's final "\n", as ours does */
+    json_decref(j);
+    free(p);
+    return cont;
+}
+
+static void check_run_prints_reference(const char *model_rel) {
+    char *model = data(model_rel), args[4096];
+    char *want = reference_continuation();
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 60 --temp 0", model);
+    cmd_result r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK_MSG(strcmp(r.out, want) == 0, "%s: got\n%s\nwant\n%s", model_rel, r.out, want);
+    free_result(&r);
+    /* -n 64 continues past the reference's 60 tokens: its start is the same */
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 64 --temp 0", model);
+    r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strncmp(r.out, want, strlen(want) - 1) == 0);
+    free_result(&r);
+    free(want), free(model);
+}
+
+static void test_run_gguf_prints_reference_continuation(void) {
+    check_run_prints_reference("models/stories260K/stories260K.gguf");
+}
+
+static void test_run_hf_prints_reference_continuation(void) { check_run_prints_reference("models/stories260K-hf"); }
+
+static void test_run_json_has_tokens_and_text(void) {
+    char *model = data("models/stories260K-hf"), args[4096];
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 60 --temp 0 --json --threads 1", model);
+    cmd_result r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    json_error_t je;
+    json_t *j = json_loads(r.out, 0, &je);
+    REQUIRE_MSG(j != NULL, "not JSON: %s", r.out);
+    json_t *pt = json_object_get(j, "prompt_tokens"), *tk = json_object_get(j, "tokens");
+    CHECK_EQ_INT(json_array_size(pt), 5);
+    CHECK_EQ_INT(json_integer_value(json_array_get(pt, 0)), 1);
+    CHECK_EQ_INT(json_array_size(tk), 60);
+    CHECK_EQ_INT(json_integer_value(json_array_get(tk, 0)), 432);
+    CHECK_EQ_INT(json_integer_value(json_array_get(tk, 59)), 310);
+    char *want = reference_continuation();
+    want[strlen(want) - 1] = '\0'; /* no trailing newline inside the JSON text */
+    CHECK(strcmp(json_string_value(json_object_get(j, "text")), want) == 0);
+    json_decref(j);
+    free(want), free(model);
+    free_result(&r);
+}
+
+/* Sampling with a seed is reproducible; another seed changes the text. */
+static void test_run_seed_is_reproducible(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 40 --temp 1 --seed 7", model);
+    cmd_result a = pagedlm(args), b = pagedlm(args);
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 40 --temp 1 --seed 8", model);
+    cmd_result c = pagedlm(args);
+    CHECK(a.status == 0 && b.status == 0 && c.status == 0);
+    CHECK(strcmp(a.out, b.out) == 0);
+    CHECK(strcmp(a.out, c.out) != 0);
+    free_result(&a), free_result(&b), free_result(&c);
+    free(model);
+}
+
+static void test_logits_prints_rows_as_json(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403,407,261,378 --all-rows --kv-cache-dtype f32", model);
+    cmd_result r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    REQUIRE_MSG(j != NULL, "not JSON");
+    json_t *rows = json_object_get(j, "logits");
+    CHECK_EQ_INT(json_array_size(rows), 5);
+    CHECK_EQ_INT(json_array_size(json_array_get(rows, 0)), 512);
+    /* row 0's argmax is 403 ("Once" -> " upon"), per the float64 reference */
+    json_t *r0 = json_array_get(rows, 0);
+    size_t best = 0;
+    for (size_t i = 1; i < 512; i++)
+        if (json_number_value(json_array_get(r0, i)) > json_number_value(json_array_get(r0, best))) best = i;
+    CHECK_EQ_INT(best, 403);
+    json_decref(j);
+    free_result(&r);
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403", model);
+    r = pagedlm(args);
+    j = json_loads(r.out, 0, NULL);
+    REQUIRE(j != NULL);
+    CHECK_EQ_INT(json_array_size(json_object_get(j, "logits")), 1);
+    json_decref(j);
+    free_result(&r);
+    free(model);
+}
+
+static void test_bad_usage_exits_2_with_message(void) {
+    cmd_result r = pagedlm("run -p hello");
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "-m MODEL");
+    free_result(&r);
+    r = pagedlm("run -m x -p y --bogus");
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "--bogus");
+    free_result(&r);
+    r = pagedlm("run -m x -p y -n lots");
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "-n");
+    free_result(&r);
+    r = pagedlm("logits -m x --tokens 1,a");
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "token ids");
+    free_result(&r);
+    r = pagedlm("frobnicate");
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "unknown command");
+    free_result(&r);
+}
+
+static void test_missing_or_bad_model_exits_1(void) {
+    cmd_result r = pagedlm("run -m /nonexistent/model.gguf -p hi");
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "/nonexistent/model.gguf");
+    free_result(&r);
+    char *bad = test_tmp_path("not-a-model.gguf");
+    test_write_file(bad, "hello world, not gguf", 21);
+    char args[1024];
+    snprintf(args, sizeof args, "run -m '%s' -p hi", bad);
+    r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, bad);
+    CHECK(r.out[0] == '\0');
+    free_result(&r);
+    free(bad);
+}
+
+static void test_out_of_range_token_is_an_error(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,512", model);
+    cmd_result r = pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "512");
+    free_result(&r);
+    free(model);
+}
+
+int main(void) {
+    RUN(test_run_gguf_prints_reference_continuation);
+    RUN(test_run_hf_prints_reference_continuation);
+    RUN(test_run_json_has_tokens_and_text);
+    RUN(test_run_seed_is_reproducible);
+    RUN(test_logits_prints_rows_as_json);
+    RUN(test_bad_usage_exits_2_with_message);
+    RUN(test_missing_or_bad_model_exits_1);
+    RUN(test_out_of_range_token_is_an_error);
+    return test_summary();
+}

@@ -1,0 +1,303 @@
+/*
+ * test_forward_batch.c - the packed-batch contract of pdl_forward: a row's
+ * logits do not depend on what else is in the batch, on its place in it, on
+ * prefill chunking, on the thread count; logits_indices pick exactly the
+ * rows named; bad batches are refused with a message.
+ *
+ * Comparisons here are bit-exact (memcmp): batch invariance is a promise of
+ * identical bytes, not of closeness.
+ */
+#include <string.h>
+
+#include "pagedlm.h"
+#include "test_util.h"
+
+#define BS 4 /* small blocks so sequences span many, interleaved, blocks */
+
+static const int32_t QWEN_TOKENS[40] = {538, 149, 641, 786, 1170, 846, 253, 852, 340, 475, 473, 561, 983, 1031,
+                                        129, 605, 971, 481, 1081, 772, 632, 718, 1079, 419, 371, 1076, 1060, 487,
+                                        1045, 829, 36, 534, 106, 873, 689, 1191, 699, 916, 502, 911};
+
+static pdl_model *load(const char *rel, int threads) {
+    char *path = test_data_path(rel);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = threads};
+    REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s", err.message);
+    free(path);
+    return m;
+}
+
+static int vocab_of(pdl_model *m) {
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    return info.vocab;
+}
+
+/* A sequence as a caller of pdl_forward keeps it. */
+typedef struct tseq {
+    int32_t blocks[64];
+    int n_blocks;
+    int n_cached;
+} tseq;
+
+static void ensure_blocks(pdl_kv_cache *kv, tseq *s, int n_positions) {
+    while (s->n_blocks * BS < n_positions) {
+        int32_t b = pdl_kv_cache_alloc_block(kv);
+        REQUIRE(b >= 0 && s->n_blocks < 64);
+        s->blocks[s->n_blocks++] = b;
+    }
+}
+
+typedef struct segment {
+    tseq *seq;
+    const int32_t *tokens;
+    int n;
+    bool all_logits; /* else the last row only */
+} segment;
+
+/* One forward over the given segments, in order; logits rows in order. */
+static void run_batch(pdl_model *m, pdl_kv_cache *kv, segment *segs, int n_segs, float *logits) {
+    int32_t ids[256], pos[256], slots[256], cu[17], lidx[256];
+    const int32_t *tables[16];
+    int n = 0, nl = 0;
+    cu[0] = 0;
+    for (int s = 0; s < n_segs; s++) {
+        tseq *q = segs[s].seq;
+        ensure_blocks(kv, q, q->n_cached + segs[s].n);
+        for (int i = 0; i < segs[s].n; i++, n++) {
+            int p = q->n_cached + i;
+            ids[n] = segs[s].tokens[i];
+            pos[n] = p;
+            slots[n] = q->blocks[p / BS] * BS + p % BS;
+            if (segs[s].all_logits || i == segs[s].n - 1) lidx[nl++] = n;
+        }
+        cu[s + 1] = n;
+        tables[s] = q->blocks;
+    }
+    pdl_batch b = {.n_tokens = n, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n_segs,
+                   .cu_seqlens = cu, .block_tables = tables, .n_logits = nl, .logits_indices = lidx};
+    pdl_error err;
+    REQUIRE_MSG(pdl_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
+    for (int s = 0; s < n_segs; s++) segs[s].seq->n_cached += segs[s].n;
+}
+
+static pdl_kv_cache *new_cache(pdl_model *m, pdl_kv_dtype dt) {
+    pdl_kv_cache *kv = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, dt, BS, 256, &err) == 0, "%s", err.message);
+    return kv;
+}
+
+/* All-row logits of tokens[0..n) run alone, in one forward. */
+static float *alone(pdl_model *m, pdl_kv_dtype dt, const int32_t *tokens, int n) {
+    int V = vocab_of(m);
+    float *out = malloc((size_t)n * V * sizeof *out);
+    pdl_kv_cache *kv = new_cache(m, dt);
+    tseq s = {0};
+    segment seg = {&s, tokens, n, true};
+    run_batch(m, kv, &seg, 1, out);
+    pdl_kv_cache_free(kv);
+    return out;
+}
+
+static void check_packed_equals_alone(const char *rel, pdl_kv_dtype dt) {
+    pdl_model *m = load(rel, 2);
+    int V = vocab_of(m);
+    const int32_t *a = QWEN_TOKENS, *b = QWEN_TOKENS + 3, *c = QWEN_TOKENS + 11;
+    int na = 5, nb = 17, nc = 29;
+    for (int i = 0; i < 40; i++) REQUIRE(QWEN_TOKENS[i] < V || V == 512);
+    int32_t tok512[40];
+    if (V == 512) { /* stories: map the ids into its vocabulary */
+        for (int i = 0; i < 40; i++) tok512[i] = QWEN_TOKENS[i] % 512;
+        a = tok512, b = tok512 + 3, c = tok512 + 11;
+    }
+    float *la = alone(m, dt, a, na), *lb = alone(m, dt, b, nb), *lc = alone(m, dt, c, nc);
+    /* the three packed together, in two different orders, with interleaved
+     * block allocation from one pool */
+    float *packed = malloc((size_t)(na + nb + nc) * V * sizeof *packed);
+    for (int order = 0; order < 2; order++) {
+        pdl_kv_cache *kv = new_cache(m, dt);
+        tseq sa = {0}, sb = {0}, sc = {0};
+        segment segs[3];
+        if (order == 0) {
+            segs[0] = (segment){&sa, a, na, true}, segs[1] = (segment){&sb, b, nb, true}, segs[2] = (segment){&sc, c, nc, true};
+        } else {
+            segs[0] = (segment){&sc, c, nc, true}, segs[1] = (segment){&sa, a, na, true}, segs[2] = (segment){&sb, b, nb, true};
+        }
+        run_batch(m, kv, segs, 3, packed);
+        size_t off_a = order == 0 ? 0 : (size_t)nc, off_b = order == 0 ? (size_t)na : (size_t)(nc + na),
+               off_c = order == 0 ? (size_t)(na + nb) : 0;
+        CHECK_MSG(memcmp(packed + off_a * V, la, (size_t)na * V * sizeof(float)) == 0, "%s order %d: seq a", rel, order);
+        CHECK_MSG(memcmp(packed + off_b * V, lb, (size_t)nb * V * sizeof(float)) == 0, "%s order %d: seq b", rel, order);
+        CHECK_MSG(memcmp(packed + off_c * V, lc, (size_t)nc * V * sizeof(float)) == 0, "%s order %d: seq c", rel, order);
+        pdl_kv_cache_free(kv);
+    }
+    free(packed), free(la), free(lb), free(lc);
+    pdl_model_free(m);
+}
+
+static void test_packed_sequences_equal_each_alone_qwen3(void) {
+    check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_F32);
+    check_packed_equals_alone("models/qwen3-tiny/hf", PDL_KV_F16);
+}
+
+static void test_packed_sequences_equal_each_alone_stories(void) {
+    check_packed_equals_alone("models/stories260K/stories260K.gguf", PDL_KV_F16);
+}
+
+/* Prefill in chunks of 1, 7 and 64 rows gives the bytes of one-shot prefill
+ * for every row (each chunk asks for all its rows). */
+static void test_chunked_prefill_is_bit_identical(void) {
+    pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
+    int V = vocab_of(m), n = 40;
+    for (int dt = 0; dt < 2; dt++) {
+        pdl_kv_dtype kvt = dt ? PDL_KV_F32 : PDL_KV_F16;
+        float *ref = alone(m, kvt, QWEN_TOKENS, n);
+        float *got = malloc((size_t)n * V * sizeof *got);
+        int chunks[] = {1, 7, 64};
+        for (int ci = 0; ci < 3; ci++) {
+            pdl_kv_cache *kv = new_cache(m, kvt);
+            tseq s = {0};
+            for (int off = 0; off < n; off += chunks[ci]) {
+                int len = n - off < chunks[ci] ? n - off : chunks[ci];
+                segment seg = {&s, QWEN_TOKENS + off, len, true};
+                run_batch(m, kv, &seg, 1, got + (size_t)off * V);
+            }
+            CHECK_MSG(memcmp(got, ref, (size_t)n * V * sizeof(float)) == 0, "chunk %d, kv %s", chunks[ci],
+                      dt ? "f32" : "f16");
+            pdl_kv_cache_free(kv);
+        }
+        free(ref), free(got);
+    }
+    pdl_model_free(m);
+}
+
+/* A decode row next to another sequence's prefill chunk gives the bytes it
+ * gives decoding alone. */
+static void test_decode_row_beside_prefill_is_unchanged(void) {
+    pdl_model *m = load("models/llama31-tiny/model-f32.gguf", 2);
+    int V = vocab_of(m);
+    float *ref = alone(m, PDL_KV_F32, QWEN_TOKENS, 21); /* row 20 = decode of token 20 after 20 cached */
+    pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
+    tseq a = {0}, b = {0};
+    float *tmp = malloc((size_t)40 * V * sizeof *tmp);
+    segment pre = {&a, QWEN_TOKENS, 20, false};
+    run_batch(m, kv, &pre, 1, tmp);
+    segment segs[2] = {{&a, QWEN_TOKENS + 20, 1, false}, {&b, QWEN_TOKENS + 5, 30, false}};
+    run_batch(m, kv, segs, 2, tmp);
+    CHECK(memcmp(tmp, ref + (size_t)20 * V, (size_t)V * sizeof(float)) == 0);
+    free(tmp), free(ref);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+}
+
+static void test_thread_count_does_not_change_bits(void) {
+    float *r[3];
+    int V = 0;
+    for (int t = 1; t <= 3; t++) {
+        pdl_model *m = load("models/llama31-tiny/hf", t);
+        V = vocab_of(m);
+        r[t - 1] = alone(m, PDL_KV_F16, QWEN_TOKENS, 33);
+        pdl_model_free(m);
+    }
+    CHECK(memcmp(r[0], r[1], (size_t)33 * V * sizeof(float)) == 0);
+    CHECK(memcmp(r[0], r[2], (size_t)33 * V * sizeof(float)) == 0);
+    for (int i = 0; i < 3; i++) free(r[i]);
+}
+
+/* logits_indices {2, 5, 9}: output row j is input row idx[j], bit for bit;
+ * the neighbours (idx +- 1) are different rows, so an index shifted by one
+ * would be caught. */
+static void test_logits_indices_select_exact_rows(void) {
+    pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
+    int V = vocab_of(m), n = 12;
+    float *all = alone(m, PDL_KV_F32, QWEN_TOKENS, n);
+    pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
+    tseq s = {0};
+    ensure_blocks(kv, &s, n);
+    int32_t pos[12], slots[12], cu[2] = {0, n}, idx[3] = {2, 5, 9};
+    for (int i = 0; i < n; i++) pos[i] = i, slots[i] = s.blocks[i / BS] * BS + i % BS;
+    const int32_t *tables[1] = {s.blocks};
+    pdl_batch b = {.n_tokens = n, .token_ids = QWEN_TOKENS, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                   .cu_seqlens = cu, .block_tables = tables, .n_logits = 3, .logits_indices = idx};
+    float *sel = malloc((size_t)3 * V * sizeof *sel);
+    pdl_error err;
+    REQUIRE_MSG(pdl_forward(m, kv, &b, sel, &err) == 0, "%s", err.message);
+    for (int j = 0; j < 3; j++) {
+        CHECK_MSG(memcmp(sel + (size_t)j * V, all + (size_t)idx[j] * V, (size_t)V * sizeof(float)) == 0,
+                  "output row %d is not input row %d", j, idx[j]);
+        CHECK_MSG(memcmp(sel + (size_t)j * V, all + (size_t)(idx[j] + 1) * V, (size_t)V * sizeof(float)) != 0,
+                  "output row %d equals input row %d", j, idx[j] + 1);
+        CHECK_MSG(memcmp(sel + (size_t)j * V, all + (size_t)(idx[j] - 1) * V, (size_t)V * sizeof(float)) != 0,
+                  "output row %d equals input row %d", j, idx[j] - 1);
+    }
+    free(sel), free(all);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+}
+
+static void test_bad_batches_are_refused(void) {
+    pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 1);
+    int V = vocab_of(m);
+    pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
+    tseq s = {0};
+    ensure_blocks(kv, &s, 4);
+    int32_t ids[4] = {1, 2, 3, 4}, pos[4] = {0, 1, 2, 3}, slots[4], cu[2] = {0, 4}, idx[2] = {1, 3};
+    for (int i = 0; i < 4; i++) slots[i] = s.blocks[i / BS] * BS + i % BS;
+    const int32_t *tables[1] = {s.blocks};
+    float *out = malloc((size_t)4 * V * sizeof *out);
+    pdl_error err;
+#define BATCH() ((pdl_batch){.n_tokens = 4, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = 1, \
+                             .cu_seqlens = cu, .block_tables = tables, .n_logits = 2, .logits_indices = idx})
+    pdl_batch b = BATCH();
+    REQUIRE(pdl_forward(m, kv, &b, out, &err) == 0);
+
+    ids[2] = V;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "token id");
+    ids[2] = 3;
+
+    idx[0] = 3, idx[1] = 1;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "logits_indices");
+    idx[0] = 1, idx[1] = 4;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "logits_indices");
+    idx[0] = 1, idx[1] = 3;
+
+    slots[1] += 1;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "slot");
+    slots[1] -= 1;
+
+    pos[2] = 7;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "consecutive");
+    pos[2] = 2;
+
+    cu[1] = 3;
+    b = BATCH();
+    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK_CONTAINS(err.message, "cu_seqlens");
+#undef BATCH
+    free(out);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+}
+
+int main(void) {
+    RUN(test_packed_sequences_equal_each_alone_qwen3);
+    RUN(test_packed_sequences_equal_each_alone_stories);
+    RUN(test_chunked_prefill_is_bit_identical);
+    RUN(test_decode_row_beside_prefill_is_unchanged);
+    RUN(test_thread_count_does_not_change_bits);
+    RUN(test_logits_indices_select_exact_rows);
+    RUN(test_bad_batches_are_refused);
+    return test_summary();
+}

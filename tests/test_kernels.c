@@ -1,0 +1,308 @@
+/*
+ * test_kernels.c - the CPU kernels against straightforward references:
+ * half/bfloat16 conversions (exhaustive), dot products and matmul per weight
+ * dtype (against float64 sums), RoPE layouts, attention over a paged cache
+ * (against a contiguous float64 computation).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "format/tensor.h"
+#include "kernels/attention.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 0x1234567;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+/* Every half value converts exactly (compared with the compiler's _Float16)
+ * and converts back to itself. */
+static void test_f16_round_trip_is_exact_for_all_halves(void) {
+    pdl_fp16_init();
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pdl_f16_to_f32((uint16_t)h);
+        float g = pdl_f16_to_f32_exact((uint16_t)h);
+        _Float16 hv;
+        uint16_t hb = (uint16_t)h;
+        memcpy(&hv, &hb, 2);
+        float want = (float)hv;
+        bool nan = want != want;
+        if (nan ? (f == f || g == g) : (pdl_f32_to_bits(f) != pdl_f32_to_bits(want) || pdl_f32_to_bits(g) != pdl_f32_to_bits(want)))
+            bad++;
+        if (!nan && pdl_f32_to_f16(f) != (uint16_t)h) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* float -> half rounds to nearest even like the compiler's conversion, at
+ * and around every rounding boundary. */
+static void test_f32_to_f16_rounds_to_nearest_even(void) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        float lo = pdl_f16_to_f32_exact((uint16_t)h);
+        uint32_t b = pdl_f32_to_bits(lo);
+        uint32_t probes[] = {b, b + 1, b + 0xfff, b + 0x1000, b + 0x1001, b + 0x1fff, b - 1};
+        for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+            for (int sign = 0; sign < 2; sign++) {
+                float x = pdl_bits_to_f32(probes[i] | (sign ? 0x80000000u : 0));
+                _Float16 want = (_Float16)x;
+                uint16_t wb;
+                memcpy(&wb, &want, 2);
+                if (pdl_f32_to_f16(x) != wb) bad++;
+            }
+        }
+    }
+    float specials[] = {65504.0f, 65519.0f, 65520.0f, 1e6f, 1e-8f, 2.9802322e-08f, 5.9604645e-08f, 0.0f};
+    for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
+        _Float16 want = (_Float16)specials[i];
+        uint16_t wb;
+        memcpy(&wb, &want, 2);
+        if (pdl_f32_to_f16(specials[i]) != wb) bad++;
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+static void test_bf16_widens_exactly(void) {
+    CHECK(pdl_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(pdl_bf16_to_f32(0xc000) == -2.0f);
+    CHECK(pdl_bf16_to_f32(0x0000) == 0.0f);
+}
+
+/* Builds a (rows, cols) weight in `dtype` from random floats; returns the
+ * dequantized values in *ref (what the kernel must multiply by). */
+static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
+    size_t bytes = pdl_dtype_row_bytes(dtype, cols) * rows;
+    uint8_t *w = malloc(bytes);
+    float *r = malloc((size_t)rows * cols * sizeof *r);
+    for (int i = 0; i < rows; i++) {
+        uint8_t *row = w + pdl_dtype_row_bytes(dtype, cols) * i;
+        for (int j = 0; j < cols; j++) {
+            float x = frand();
+            switch (dtype) {
+            case PDL_DTYPE_F32: memcpy(row + 4 * j, &x, 4); break;
+            case PDL_DTYPE_F16: {
+                uint16_t h = pdl_f32_to_f16(x);
+                memcpy(row + 2 * j, &h, 2);
+                break;
+            }
+            case PDL_DTYPE_BF16: {
+                uint16_t h = (uint16_t)(pdl_f32_to_bits(x) >> 16);
+                memcpy(row + 2 * j, &h, 2);
+                break;
+            }
+            case PDL_DTYPE_Q8_0: {
+                uint8_t *blk = row + (j / 32) * 34;
+                if (j % 32 == 0) {
+                    uint16_t d = pdl_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
+                    memcpy(blk, &d, 2);
+                }
+                blk[2 + j % 32] = (uint8_t)(int8_t)(int)(x * 127.0f);
+                break;
+            }
+            default: break;
+            }
+        }
+        pdl_tensor t = {.dtype = dtype, .n_dims = 2, .shape = {rows, cols}, .data = w};
+        pdl_dequant_row(&t, i, r + (size_t)i * cols, cols);
+    }
+    *ref = r;
+    return w;
+}
+
+/* matmul (threaded, 1..n rows) against float64 sums of the dequantized
+ * weights: within float32 accumulation error (1e-5 relative to sum |w x|). */
+static void test_matmul_matches_float64_for_every_dtype(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(3);
+    REQUIRE(pool != NULL);
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
+    int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}};
+    for (size_t ti = 0; ti < 4; ti++) {
+        for (size_t si = 0; si < 3; si++) {
+            int out = shapes[si][0], in = shapes[si][1], rows = 7;
+            float *ref;
+            void *w = make_weight(types[ti], out, in, &ref);
+            pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
+            float *x = malloc((size_t)rows * in * sizeof *x), *y = malloc((size_t)rows * out * sizeof *y);
+            float *bias = malloc((size_t)out * sizeof *bias);
+            for (int i = 0; i < rows * in; i++) x[i] = frand();
+            for (int i = 0; i < out; i++) bias[i] = frand();
+            pdl_matmul(pool, y, out, x, rows, &t, bias, false);
+            double worst = 0;
+            for (int r = 0; r < rows; r++)
+                for (int o = 0; o < out; o++) {
+                    double s = 0, mag = 0;
+                    for (int i = 0; i < in; i++) {
+                        s += (double)ref[(size_t)o * in + i] * x[(size_t)r * in + i];
+                        mag += fabs((double)ref[(size_t)o * in + i] * x[(size_t)r * in + i]);
+                    }
+                    s += bias[o];
+                    double e = fabs(y[(size_t)r * out + o] - s) / (mag + 1e-30);
+                    if (e > worst) worst = e;
+                }
+            CHECK_MSG(worst < 1e-5, "%s %dx%d: relative error %.3g", pdl_dtype_name(types[ti]), out, in, worst);
+            /* accumulate adds onto what is there */
+            float *y2 = malloc((size_t)rows * out * sizeof *y2);
+            for (int i = 0; i < rows * out; i++) y2[i] = 1.0f;
+            pdl_matmul(pool, y2, out, x, rows, &t, bias, true);
+            int bad = 0;
+            for (int i = 0; i < rows * out; i++)
+                if (y2[i] != 1.0f + y[i]) bad++;
+            CHECK_EQ_INT(bad, 0);
+            /* a single row gives the bytes of the same row inside the batch */
+            float *y1 = malloc((size_t)out * sizeof *y1);
+            pdl_matmul(pool, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
+            CHECK(memcmp(y1, y + (size_t)3 * out, (size_t)out * sizeof(float)) == 0);
+            free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias);
+        }
+    }
+    pdl_threadpool_free(pool);
+}
+
+static void test_rmsnorm_matches_definition(void) {
+    float x[10], w[10], out[10];
+    double ss = 0;
+    for (int i = 0; i < 10; i++) x[i] = frand(), w[i] = frand(), ss += (double)x[i] * x[i];
+    pdl_rmsnorm(out, x, w, 10, 1e-5f);
+    double scale = 1.0 / sqrt(ss / 10 + 1e-5);
+    for (int i = 0; i < 10; i++) CHECK(fabs(out[i] - x[i] * scale * w[i]) < 1e-6);
+}
+
+/* GGUF llama permutes Q/K rows so that adjacent-pair RoPE on the permuted
+ * vector equals rotate-half RoPE on the original: the property that lets
+ * both layouts give the same logits. */
+static void test_rope_adjacent_pairs_equal_rotate_half_under_permutation(void) {
+    int d = 16;
+    float inv[8];
+    for (int i = 0; i < d / 2; i++) inv[i] = 1.0f / powf(10000.0f, (float)(2 * i) / d);
+    float orig[16], perm[16];
+    for (int i = 0; i < d; i++) orig[i] = frand();
+    /* llama.cpp's permute: row 2i <- i, row 2i+1 <- i + d/2 */
+    for (int i = 0; i < d / 2; i++) perm[2 * i] = orig[i], perm[2 * i + 1] = orig[i + d / 2];
+    pdl_rope(orig, d, 37, inv, 1);
+    pdl_rope(perm, d, 37, inv, 0);
+    for (int i = 0; i < d / 2; i++) {
+        CHECK(perm[2 * i] == orig[i]);
+        CHECK(perm[2 * i + 1] == orig[i + d / 2]);
+    }
+    /* position 0 is the identity */
+    float v[16], v0[16];
+    for (int i = 0; i < d; i++) v[i] = v0[i] = frand();
+    pdl_rope(v, d, 0, inv, 1);
+    CHECK(memcmp(v, v0, sizeof v) == 0);
+}
+
+/* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window)
+ * against a float64 computation over contiguous keys. */
+static void test_paged_attention_matches_contiguous_reference(void) {
+    pdl_fp16_init();
+    enum { HD = 8, NKV = 2, NH = 4, BSZ = 4, NPOS = 23, NBLK = 16 };
+    int32_t table[8] = {9, 2, 14, 0, 7, 11, 3, 5};
+    float keys[NPOS][NKV * HD], vals[NPOS][NKV * HD];
+    for (int p = 0; p < NPOS; p++)
+        for (int i = 0; i < NKV * HD; i++) keys[p][i] = frand(), vals[p][i] = frand();
+    for (int f16 = 0; f16 < 2; f16++) {
+        size_t elem = f16 ? 2 : 4;
+        uint8_t *kpool = calloc(NBLK * BSZ * NKV * HD, elem), *vpool = calloc(NBLK * BSZ * NKV * HD, elem);
+        for (int p = 0; p < NPOS; p++) {
+            size_t slot = (size_t)table[p / BSZ] * BSZ + p % BSZ;
+            for (int i = 0; i < NKV * HD; i++) {
+                if (f16) {
+                    uint16_t kh = pdl_f32_to_f16(keys[p][i]), vh = pdl_f32_to_f16(vals[p][i]);
+                    memcpy(kpool + (slot * NKV * HD + i) * 2, &kh, 2);
+                    memcpy(vpool + (slot * NKV * HD + i) * 2, &vh, 2);
+                } else {
+                    memcpy(kpool + (slot * NKV * HD + i) * 4, &keys[p][i], 4);
+                    memcpy(vpool + (slot * NKV * HD + i) * 4, &vals[p][i], 4);
+                }
+            }
+        }
+        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16, .kv_dim = NKV * HD, .block_table = table,
+                          .block_size = BSZ};
+        int windows[] = {0, 5};
+        for (int wi = 0; wi < 2; wi++) {
+            for (int pos = 0; pos < NPOS; pos += 3) {
+                for (int h = 0; h < NH; h++) {
+                    float q[HD], out[HD], scores[NPOS];
+                    for (int i = 0; i < HD; i++) q[i] = frand();
+                    int kvh = h / (NH / NKV);
+                    pdl_attention_head(out, q, HD, kvh, 0.35f, pos, windows[wi], &kv, scores);
+                    int first = windows[wi] && pos - windows[wi] + 1 > 0 ? pos - windows[wi] + 1 : 0;
+                    double s[NPOS], mx = -1e300, sum = 0;
+                    for (int j = first; j <= pos; j++) {
+                        double d = 0;
+                        for (int i = 0; i < HD; i++) {
+                            float k = f16 ? pdl_f16_to_f32(pdl_f32_to_f16(keys[j][kvh * HD + i])) : keys[j][kvh * HD + i];
+                            d += (double)q[i] * k;
+                        }
+                        s[j] = d * 0.35f;
+                        if (s[j] > mx) mx = s[j];
+                    }
+                    for (int j = first; j <= pos; j++) sum += (s[j] = exp(s[j] - mx));
+                    for (int i = 0; i < HD; i++) {
+                        double o = 0;
+                        for (int j = first; j <= pos; j++) {
+                            float v = f16 ? pdl_f16_to_f32(pdl_f32_to_f16(vals[j][kvh * HD + i])) : vals[j][kvh * HD + i];
+                            o += s[j] / sum * v;
+                        }
+                        CHECK_MSG(fabs(out[i] - o) < 1e-5, "f16=%d window=%d pos=%d head=%d dim=%d: %g vs %g", f16,
+                                  windows[wi], pos, h, i, out[i], o);
+                    }
+                }
+            }
+        }
+        free(kpool), free(vpool);
+    }
+}
+
+static void count_hit(void *ctx, int ith, int nth) {
+    int *hits = ctx;
+    __atomic_add_fetch(&hits[ith], 1, __ATOMIC_SEQ_CST);
+}
+
+static void test_threadpool_runs_every_share_once(void) {
+    for (int n = 1; n <= 4; n++) {
+        pdl_threadpool *p = pdl_threadpool_new(n);
+        REQUIRE(p != NULL);
+        CHECK_EQ_INT(pdl_threadpool_size(p), n);
+        for (int rep = 0; rep < 50; rep++) {
+            int hits[4] = {0};
+            pdl_threadpool_run(p, count_hit, hits);
+            for (int i = 0; i < n; i++) CHECK_EQ_INT(hits[i], 1);
+        }
+        pdl_threadpool_free(p);
+    }
+}
+
+static void test_split_range_covers_everything_once(void) {
+    for (long n = 0; n < 50; n++)
+        for (int nth = 1; nth <= 7; nth++) {
+            long next = 0;
+            for (int i = 0; i < nth; i++) {
+                long b, e;
+                pdl_split_range(n, i, nth, &b, &e);
+                CHECK(b == next && e >= b);
+                next = e;
+            }
+            CHECK(next == n);
+        }
+}
+
+int main(void) {
+    RUN(test_f16_round_trip_is_exact_for_all_halves);
+    RUN(test_f32_to_f16_rounds_to_nearest_even);
+    RUN(test_bf16_widens_exactly);
+    RUN(test_matmul_matches_float64_for_every_dtype);
+    RUN(test_rmsnorm_matches_definition);
+    RUN(test_rope_adjacent_pairs_equal_rotate_half_under_permutation);
+    RUN(test_paged_attention_matches_contiguous_reference);
+    RUN(test_threadpool_runs_every_share_once);
+    RUN(test_split_range_covers_everything_once);
+    return test_summary();
+}

@@ -1,0 +1,391 @@
+/*
+ * test_model_load.c - loading whole models, good and bad, from files the
+ * test writes: the same random-weight Llama written as GGUF (Q/K rows
+ * permuted as llama.cpp's converter does) and as a Hugging Face folder must
+ * give the same logits; every kind of broken model gives one clear error
+ * naming the file and the tensor or key at fault.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <sys/stat.h>
+
+#include "format/tensor.h"
+#include "gguf_writer.h"
+#include "kernels/fp16.h"
+#include "pagedlm.h"
+#include "st_writer.h"
+#include "test_util.h"
+
+/* The test model: hidden 32, 2 heads of 16, 1 KV head, ffn 64, vocab 40. */
+enum { HID = 32, NH = 2, NKV = 1, HD = 16, FFN = 64, VOC = 40, NL = 2 };
+
+static uint64_t seed;
+static float frand(void) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
+}
+
+typedef struct tensor_spec {
+    char hf[96], gg[96];
+    int n_dims;
+    int64_t shape[2];
+    float *data;
+    int permute_heads; /* >0: Q/K rows permuted for GGUF with this many heads */
+} tensor_spec;
+
+static tensor_spec specs[64];
+static int n_specs;
+
+static void spec(const char *hf, const char *gg, int64_t d0, int64_t d1, int permute_heads, bool ones) {
+    tensor_spec *t = &specs[n_specs++];
+    snprintf(t->hf, sizeof t->hf, "%s", hf);
+    snprintf(t->gg, sizeof t->gg, "%s", gg);
+    t->n_dims = d1 ? 2 : 1;
+    t->shape[0] = d0, t->shape[1] = d1;
+    int64_t n = d0 * (d1 ? d1 : 1);
+    t->data = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) t->data[i] = ones ? 1.0f + 0.1f * frand() : frand();
+    t->permute_heads = permute_heads;
+}
+
+static void make_specs(void) {
+    if (n_specs) return;
+    seed = 42;
+    spec("model.embed_tokens.weight", "token_embd.weight", VOC, HID, 0, false);
+    spec("model.norm.weight", "output_norm.weight", HID, 0, 0, true);
+    spec("lm_head.weight", "output.weight", VOC, HID, 0, false);
+    for (int l = 0; l < NL; l++) {
+        char hf[96], gg[96];
+#define L(h, g, d0, d1, p, ones)                                            \
+    snprintf(hf, sizeof hf, "model.layers.%d.%s", l, h);                    \
+    snprintf(gg, sizeof gg, "blk.%d.%s", l, g);                             \
+    spec(hf, gg, d0, d1, p, ones);
+        L("input_layernorm.weight", "attn_norm.weight", HID, 0, 0, true);
+        L("self_attn.q_proj.weight", "attn_q.weight", NH * HD, HID, NH, false);
+        L("self_attn.k_proj.weight", "attn_k.weight", NKV * HD, HID, NKV, false);
+        L("self_attn.v_proj.weight", "attn_v.weight", NKV * HD, HID, 0, false);
+        L("self_attn.o_proj.weight", "attn_output.weight", HID, NH * HD, 0, false);
+        L("post_attention_layernorm.weight", "ffn_norm.weight", HID, 0, 0, true);
+        L("mlp.gate_proj.weight", "ffn_gate.weight", FFN, HID, 0, false);
+        L("mlp.up_proj.weight", "ffn_up.weight", FFN, HID, 0, false);
+        L("mlp.down_proj.weight", "ffn_down.weight", HID, FFN, 0, false);
+#undef L
+    }
+}
+
+/* llama.cpp's permute: within each head, row 2i <- i and 2i+1 <- i + hd/2. */
+static float *permuted(const tensor_spec *t) {
+    int64_t rows = t->shape[0], cols = t->shape[1], hd = rows / t->permute_heads;
+    float *out = malloc((size_t)(rows * cols) * sizeof *out);
+    for (int64_t h = 0; h < t->permute_heads; h++)
+        for (int64_t i = 0; i < hd / 2; i++) {
+            memcpy(out + (h * hd + 2 * i) * cols, t->data + (h * hd + i) * cols, (size_t)cols * 4);
+            memcpy(out + (h * hd + 2 * i + 1) * cols, t->data + (h * hd + i + hd / 2) * cols, (size_t)cols * 4);
+        }
+    return out;
+}
+
+typedef struct build_opts {
+    const char *skip;        /* leave this tensor out (GGUF or HF name) */
+    const char *dup;         /* write this tensor twice */
+    const char *wrong_shape; /* write this tensor with one row fewer */
+    int f16_matrices;        /* GGUF: 1 = 2-D weights as F16; 2 = as F32 holding F16-rounded values */
+    const char *arch;        /* GGUF general.architecture (default llama) */
+} build_opts;
+
+static gguf_writer *gguf_model(const build_opts *o) {
+    make_specs();
+    gguf_writer *w = gguf_writer_new(3);
+    gguf_writer_add_str(w, "general.architecture", o->arch ? o->arch : "llama");
+    const char *a = o->arch ? o->arch : "llama";
+    char k[128];
+#define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+    gguf_writer_add_u32(w, KEY("block_count"), NL);
+    gguf_writer_add_u32(w, KEY("context_length"), 64);
+    gguf_writer_add_u32(w, KEY("embedding_length"), HID);
+    gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
+    gguf_writer_add_u32(w, KEY("attention.head_count"), NH);
+    gguf_writer_add_u32(w, KEY("attention.head_count_kv"), NKV);
+    gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+    gguf_writer_add_f32(w, KEY("rope.freq_base"), 10000.0f);
+#undef KEY
+    for (int i = 0; i < n_specs; i++) {
+        tensor_spec *t = &specs[i];
+        if (o->skip && strcmp(o->skip, t->gg) == 0) continue;
+        float *data = t->permute_heads ? permuted(t) : t->data;
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        if (o->wrong_shape && strcmp(o->wrong_shape, t->gg) == 0) shape[0] -= 1;
+        int reps = o->dup && strcmp(o->dup, t->gg) == 0 ? 2 : 1;
+        for (int r = 0; r < reps; r++) {
+            if (o->f16_matrices == 2 && t->n_dims == 2) {
+                size_t n = (size_t)(shape[0] * shape[1]);
+                float *r16 = malloc(n * sizeof *r16);
+                for (size_t j = 0; j < n; j++) r16[j] = pdl_f16_to_f32(pdl_f32_to_f16(data[j]));
+                gguf_writer_add_tensor_f32(w, t->gg, 2, shape, r16);
+                free(r16);
+            } else if (o->f16_matrices && t->n_dims == 2) {
+                size_t n = (size_t)(shape[0] * shape[1]);
+                uint16_t *h = malloc(n * 2);
+                for (size_t j = 0; j < n; j++) h[j] = pdl_f32_to_f16(data[j]);
+                uint64_t ne[2] = {(uint64_t)shape[1], (uint64_t)shape[0]};
+                gguf_writer_add_tensor(w, t->gg, GW_GGML_F16, 2, ne, h, n * 2);
+                free(h);
+            } else {
+                gguf_writer_add_tensor_f32(w, t->gg, t->n_dims, shape, data);
+            }
+        }
+        if (data != t->data) free(data);
+    }
+    return w;
+}
+
+static char *write_gguf(const char *name, const build_opts *o) {
+    gguf_writer *w = gguf_model(o);
+    char *path = test_tmp_path(name);
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    return path;
+}
+
+static const char *CONFIG =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+    " \"intermediate_size\": 64, \"vocab_size\": 40, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0,"
+    " \"max_position_embeddings\": 64, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}";
+
+/* A Hugging Face folder; config NULL means CONFIG. bf16: 1 = matrices as
+ * BF16, 2 = as F32 holding the BF16-truncated values. */
+static char *write_hf(const char *name, const build_opts *o, const char *config, int bf16) {
+    make_specs();
+    char *dir = test_tmp_path(name);
+    mkdir(dir, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    const char *cfg = config ? config : CONFIG;
+    test_write_file(path, cfg, strlen(cfg));
+    stw_writer *w = stw_new();
+    for (int i = 0; i < n_specs; i++) {
+        tensor_spec *t = &specs[i];
+        if (o->skip && strcmp(o->skip, t->hf) == 0) continue;
+        int64_t shape[2] = {t->shape[0], t->shape[1]};
+        if (o->wrong_shape && strcmp(o->wrong_shape, t->hf) == 0) shape[0] -= 1;
+        if (bf16 == 2 && t->n_dims == 2) {
+            size_t n = (size_t)(shape[0] * shape[1]);
+            float *rb = malloc(n * sizeof *rb);
+            for (size_t j = 0; j < n; j++) rb[j] = pdl_bits_to_f32(pdl_f32_to_bits(t->data[j]) & 0xffff0000u);
+            stw_add_f32(w, t->hf, 2, shape, rb);
+            free(rb);
+        } else if (bf16 && t->n_dims == 2) {
+            size_t n = (size_t)(shape[0] * shape[1]);
+            uint16_t *h = malloc(n * 2);
+            for (size_t j = 0; j < n; j++) h[j] = (uint16_t)(pdl_f32_to_bits(t->data[j]) >> 16);
+            stw_add(w, t->hf, "BF16", 2, shape, h);
+            free(h);
+        } else {
+            stw_add_f32(w, t->hf, t->n_dims, shape, t->data);
+        }
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(stw_write(w, path) == 0);
+    stw_free(w);
+    return dir;
+}
+
+static const int32_t TOKENS[9] = {3, 17, 0, 39, 22, 5, 5, 31, 12};
+
+static float *logits_of(const char *path, pdl_kv_dtype kvt) {
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, path, &mo, &err) == 0, "%s", err.message);
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, kvt, 4, 8, &err) == 0);
+    float *out = malloc(9 * VOC * sizeof *out);
+    pdl_seq seq = {0};
+    REQUIRE_MSG(pdl_seq_forward(m, kv, &seq, TOKENS, 9, PDL_LOGITS_ALL, out, &err) == 0, "%s", err.message);
+    pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+    return out;
+}
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double md = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(a[i] - b[i]) > md) md = fabs(a[i] - b[i]);
+    return md;
+}
+
+/* The permuted GGUF (adjacent-pair RoPE) and the rotate-half Hugging Face
+ * folder hold the same model: same logits up to float rounding (1e-5; a
+ * RoPE layout mix-up moves them by ~0.1 here). */
+static void test_gguf_and_hf_copies_give_the_same_logits(void) {
+    build_opts o = {0};
+    char *g = write_gguf("same.gguf", &o), *h = write_hf("same-hf", &o, NULL, 0);
+    float *a = logits_of(g, PDL_KV_F32), *b = logits_of(h, PDL_KV_F32);
+    double md = max_diff(a, b, 9 * VOC);
+    CHECK_MSG(md < 1e-5, "max |diff| %.3g", md);
+    double mag = 0;
+    for (int i = 0; i < 9 * VOC; i++) mag = fmax(mag, fabs(a[i]));
+    CHECK(mag > 0.05); /* the comparison is not between zeros */
+    free(a), free(b), free(g), free(h);
+}
+
+/* F16 GGUF and BF16 safetensors weights give the logits of an F32 model
+ * holding the same rounded values (1e-5: only the summation may differ;
+ * reading a half as bfloat16 or the reverse would be off by ~1). */
+static void test_f16_and_bf16_weights_load(void) {
+    build_opts o = {0}, of16 = {.f16_matrices = 1}, of16r = {.f16_matrices = 2};
+    char *g = write_gguf("f32.gguf", &o), *g16 = write_gguf("f16.gguf", &of16), *g16r = write_gguf("f16r.gguf", &of16r);
+    char *hb = write_hf("bf16-hf", &o, NULL, 1), *hbr = write_hf("bf16r-hf", &o, NULL, 2);
+    float *a = logits_of(g, PDL_KV_F32), *b = logits_of(g16, PDL_KV_F32), *br = logits_of(g16r, PDL_KV_F32);
+    float *c = logits_of(hb, PDL_KV_F32), *cr = logits_of(hbr, PDL_KV_F32);
+    double d16 = max_diff(br, b, 9 * VOC), dbf = max_diff(cr, c, 9 * VOC);
+    CHECK_MSG(d16 < 1e-5, "F16: %.3g", d16);
+    CHECK_MSG(dbf < 1e-5, "BF16: %.3g", dbf);
+    CHECK(max_diff(a, b, 9 * VOC) > 1e-5); /* the rounding is visible: the test compares real F16 data */
+    free(br), free(cr), free(g16r), free(hbr);
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE(pdl_model_load(&m, g16, NULL, &err) == 0);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK(strcmp(info.weight_types, "F16") == 0);
+    pdl_model_free(m);
+    free(a), free(b), free(c), free(g), free(g16), free(hb);
+}
+
+static void expect_load_error(const char *path, const char *part1, const char *part2) {
+    pdl_model *m = NULL;
+    pdl_error err = {{0}};
+    int rc = pdl_model_load(&m, path, NULL, &err);
+    CHECK_MSG(rc != 0, "%s loaded but should not", path);
+    CHECK(m == NULL);
+    if (rc == 0) {
+        pdl_model_free(m);
+        return;
+    }
+    if (part1) CHECK_CONTAINS(err.message, part1);
+    if (part2) CHECK_CONTAINS(err.message, part2);
+}
+
+static void test_missing_tensor_is_named(void) {
+    build_opts o = {.skip = "blk.1.ffn_up.weight"};
+    char *g = write_gguf("missing.gguf", &o);
+    expect_load_error(g, "blk.1.ffn_up.weight", "missing.gguf");
+    build_opts oh = {.skip = "model.layers.0.self_attn.k_proj.weight"};
+    char *h = write_hf("missing-hf", &oh, NULL, 0);
+    expect_load_error(h, "model.layers.0.self_attn.k_proj.weight", "missing");
+    build_opts oh2 = {.skip = "lm_head.weight"}; /* untied: the head is required */
+    char *h2 = write_hf("missing-head-hf", &oh2, NULL, 0);
+    expect_load_error(h2, "lm_head.weight", "missing");
+    free(g), free(h), free(h2);
+}
+
+static void test_shape_not_matching_config_is_named(void) {
+    build_opts o = {.wrong_shape = "blk.0.attn_k.weight"};
+    char *g = write_gguf("shape.gguf", &o);
+    expect_load_error(g, "blk.0.attn_k.weight", "[15, 32]");
+    build_opts oh = {.wrong_shape = "model.layers.1.mlp.down_proj.weight"};
+    char *h = write_hf("shape-hf", &oh, NULL, 0);
+    expect_load_error(h, "model.layers.1.mlp.down_proj.weight", "needs [32, 64]");
+    free(g), free(h);
+}
+
+static void test_duplicate_tensor_is_named(void) {
+    build_opts o = {.dup = "blk.0.ffn_norm.weight"};
+    char *g = write_gguf("dup.gguf", &o);
+    expect_load_error(g, "blk.0.ffn_norm.weight", "duplicate");
+    free(g);
+}
+
+static void test_truncated_model_file_fails_cleanly(void) {
+    build_opts o = {0};
+    gguf_writer *w = gguf_model(&o);
+    size_t size;
+    const uint8_t *bytes = gguf_writer_bytes(w, &size);
+    char *path = test_tmp_path("trunc.gguf");
+    /* header, metadata, tensor infos, and data: cut at several places */
+    size_t cuts[] = {3, 20, 100, size / 2, size - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        test_write_file(path, bytes, cuts[i]);
+        expect_load_error(path, "trunc.gguf", NULL);
+    }
+    gguf_writer_free(w);
+    free(path);
+}
+
+static void test_unsupported_architecture_is_named(void) {
+    build_opts o = {.arch = "gpt2"};
+    char *g = write_gguf("gpt2.gguf", &o);
+    expect_load_error(g, "gpt2", "not supported");
+    char *cfg = strdup(CONFIG);
+    char *p = strstr(cfg, "\"llama\"");
+    memcpy(p, "\"gpt2\" ", 7);
+    build_opts oh = {0};
+    char *h = write_hf("gpt2-hf", &oh, cfg, 0);
+    expect_load_error(h, "gpt2", "not supported");
+    free(cfg), free(g), free(h);
+}
+
+static void test_config_json_errors_name_file_and_field(void) {
+    build_opts o = {0};
+    char *h = write_hf("badjson-hf", &o, "{\"model_type\": \"llama\",\n \"hidden_size\": 32,,}", 0);
+    expect_load_error(h, "config.json", "line 2");
+    free(h);
+    h = write_hf("badtype-hf", &o,
+                 "{\"model_type\": \"llama\", \"hidden_size\": \"32\", \"num_hidden_layers\": 2,"
+                 " \"num_attention_heads\": 2, \"intermediate_size\": 64, \"vocab_size\": 40}",
+                 0);
+    expect_load_error(h, "config.json", "'hidden_size' must be an integer");
+    free(h);
+    h = write_hf("nofield-hf", &o, "{\"model_type\": \"llama\", \"hidden_size\": 32}", 0);
+    expect_load_error(h, "config.json", "num_hidden_layers");
+    free(h);
+    h = write_hf("yarn-hf", &o,
+                 "{\"model_type\": \"llama\", \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+                 " \"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"intermediate_size\": 64,"
+                 " \"vocab_size\": 40, \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}",
+                 0);
+    expect_load_error(h, "rope_scaling", "yarn");
+    free(h);
+    h = write_hf("array-hf", &o, "[1, 2, 3]", 0);
+    expect_load_error(h, "config.json", "not a JSON object");
+    free(h);
+}
+
+static void test_folder_without_config_is_explained(void) {
+    char *dir = test_tmp_path("empty-dir");
+    mkdir(dir, 0755);
+    expect_load_error(dir, "config.json", NULL);
+    expect_load_error("/nonexistent/path/x.gguf", "/nonexistent/path/x.gguf", NULL);
+    free(dir);
+}
+
+/* Head counts that do not divide, or a zero layer count, are caught before
+ * any weight is used. */
+static void test_inconsistent_hyperparameters_are_rejected(void) {
+    build_opts o = {0};
+    char *h = write_hf("heads-hf", &o,
+                       "{\"model_type\": \"llama\", \"hidden_size\": 32, \"num_hidden_layers\": 2,"
+                       " \"num_attention_heads\": 2, \"num_key_value_heads\": 3, \"intermediate_size\": 64,"
+                       " \"vocab_size\": 40}",
+                       0);
+    expect_load_error(h, "KV heads", NULL);
+    free(h);
+}
+
+int main(void) {
+    pdl_fp16_init();
+    RUN(test_gguf_and_hf_copies_give_the_same_logits);
+    RUN(test_f16_and_bf16_weights_load);
+    RUN(test_missing_tensor_is_named);
+    RUN(test_shape_not_matching_config_is_named);
+    RUN(test_duplicate_tensor_is_named);
+    RUN(test_truncated_model_file_fails_cleanly);
+    RUN(test_unsupported_architecture_is_named);
+    RUN(test_config_json_errors_name_file_and_field);
+    RUN(test_folder_without_config_is_explained);
+    RUN(test_inconsistent_hyperparameters_are_rejected);
+    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    return test_summary();
+}
