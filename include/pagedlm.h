@@ -72,6 +72,9 @@ void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
  * Tokenizer (the one that came with the model)
  * ------------------------------------------------------------------------- */
 
+/* Whether the model came with a usable tokenizer (text in and out). */
+bool pdl_model_has_tokenizer(const pdl_model *model);
+
 /* Encodes UTF-8 text. add_special: prepend BOS when the tokenizer does.
  * *ids is malloc'ed; the caller frees it. */
 int pdl_tokenize(const pdl_model *model, const char *text, size_t len,

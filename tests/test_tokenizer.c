@@ -658,6 +658,14 @@ static void test_decode_skips_control_and_strips_one_space(void) {
     free(s);
     CHECK(tok_is_control(t, 1) && tok_is_control(t, 2) && tok_is_control(t, 0));
     CHECK(!tok_is_control(t, 15043));
+    /* special tokens are not parsed from text: "<s>" is plain characters */
+    size_t n;
+    int32_t *ids = encode(t, "<s>hi</s>", 9, false, &n);
+    for (size_t i = 0; i < n; i++) CHECK(!tok_is_control(t, ids[i]));
+    s = decode(t, ids, n);
+    CHECK(strcmp(s, "<s>hi</s>") == 0);
+    free(s);
+    free(ids);
     tok_free(t);
 }
 
@@ -667,7 +675,7 @@ static void test_decode_repairs_invalid_bytes(void) {
     tok_tokenizer *t = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     int32_t e4 = tok_piece_to_id(t, "<0xE4>", 6), b8 = tok_piece_to_id(t, "<0xB8>", 6);
     int32_t ad = tok_piece_to_id(t, "<0xAD>", 6), ff = tok_piece_to_id(t, "<0xFF>", 6);
-    int32_t sp_a = tok_piece_to_id(t, "\xe2\x96\x81" "a", 4);
+    int32_t sp_a = tok_piece_to_id(t, "\342\226\201a", 4);
     REQUIRE(e4 >= 0 && b8 >= 0 && ad >= 0 && ff >= 0 && sp_a >= 0);
     struct {
         int32_t ids[6];
@@ -985,7 +993,7 @@ static void test_gguf_rejects_missing_or_bad_tokens(void) {
 static void test_gguf_minimal_vocab(void) {
     gguf_writer *w = gguf_writer_new(3);
     gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab"};
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "\342\226\201a", "ab"};
     gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 8);
     gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", false);
     char *path = test_tmp_path("minimal.gguf");
@@ -1003,6 +1011,32 @@ static void test_gguf_minimal_vocab(void) {
     char *s = decode(t, ids, 4);
     CHECK(strcmp(s, "ab") == 0);
     free(s);
+    tok_free(t);
+    free(path);
+}
+
+/* A vocabulary with a piece holding "▁" after a letter ("a▁b") merges across
+ * the space: "▁a▁b" -> "▁" + "a▁b" once "▁b" (the best pair) is formed. */
+static void test_gguf_merges_across_spaces_when_vocab_has_them(void) {
+    gguf_writer *w = gguf_writer_new(3);
+    gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    const char *toks[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
+                          "\342\226\201a", "ab", "\342\226\201b", "a\342\226\201b"};
+    float scores[] = {0, 0, 0, 0, 0, 0, -2, -3, -1, 0};
+    gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 10);
+    gguf_writer_add_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, 10);
+    char *path = test_tmp_path("across-spaces.gguf");
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    gguf_file *g = NULL;
+    REQUIRE_MSG(gguf_open(&g, path, &g_err) == 0, "%s", g_err.message);
+    tok_tokenizer *t = NULL;
+    REQUIRE_MSG(tok_load_gguf(&t, g, &g_err) == 0, "%s", g_err.message);
+    gguf_close(g);
+    static const int32_t want[] = {3, 9};
+    check_encode(t, "a b", false, want, 2);
+    static const int32_t want2[] = {6, 3, 9};  /* "▁a▁a▁b": ▁a, then ▁ + a▁b */
+    check_encode(t, "a a b", false, want2, 3);
     tok_free(t);
     free(path);
 }
@@ -1029,5 +1063,6 @@ int main(void) {
     RUN(test_hf_rejects_missing_model_or_vocab);
     RUN(test_gguf_rejects_missing_or_bad_tokens);
     RUN(test_gguf_minimal_vocab);
+    RUN(test_gguf_merges_across_spaces_when_vocab_has_them);
     return test_summary();
 }

@@ -31,6 +31,7 @@ static void run_usage(FILE *f) {
 
 typedef struct run_output {
     bool json;
+    bool ids_only;  /* no tokenizer: print token ids instead of text */
     char *text;     /* accumulated text for --json */
     size_t len, cap;
 } run_output;
@@ -38,6 +39,11 @@ typedef struct run_output {
 static bool on_token(int32_t token, const char *text, void *user) {
     run_output *o = user;
     size_t n = strlen(text);
+    if (o->ids_only) {
+        if (!o->json && token >= 0) printf("%d ", token);
+        fflush(stdout);
+        return true;
+    }
     if (!o->json) {
         fwrite(text, 1, n, stdout);
         fflush(stdout);
@@ -145,7 +151,8 @@ int cli_run(int argc, char **argv) {
             model_path, info.arch, info.weight_types, info.n_layers, info.hidden, info.vocab, info.ctx_len,
             t_load * 1e3, (unsigned long long)seed);
 
-    run_output out = {.json = json};
+    run_output out = {.json = json, .ids_only = !pdl_model_has_tokenizer(model)};
+    if (out.ids_only && rc == CLI_OK) fprintf(stderr, "pagedlm: no tokenizer for this model: printing token ids\n");
     int32_t *gen = NULL;
     size_t n_gen = 0;
     if (rc == CLI_OK) {

@@ -36,7 +36,9 @@ int pdl_generate(pdl_model *m, const int32_t *prompt, size_t n_prompt, const pdl
     size_t room = (size_t)m->ctx_size - n_prompt;
     if ((size_t)max_new > room) max_new = (int)room;
 
-    int n_blocks = (m->ctx_size + BLOCK_SIZE - 1) / BLOCK_SIZE;
+    /* KV for exactly the positions this request can reach, not the whole
+     * context (a 128k-context model would otherwise reserve gigabytes) */
+    int n_blocks = (int)((n_prompt + (size_t)max_new + BLOCK_SIZE - 1) / BLOCK_SIZE);
     pdl_kv_cache *kv = NULL;
     if (pdl_kv_cache_create(&kv, m, params->kv_dtype, BLOCK_SIZE, n_blocks, err)) return -1;
     pdl_sampler *sampler = pdl_sampler_new(&params->sampling, m->cfg.vocab);

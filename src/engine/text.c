@@ -12,6 +12,8 @@ struct pdl_detok {
     tok_stream *stream;
 };
 
+bool pdl_model_has_tokenizer(const pdl_model *m) { return m->tok != NULL; }
+
 static int need_tokenizer(const pdl_model *m, pdl_error *err) {
     if (m->tok) return 0;
     return pdl_fail(err, "this model has no usable tokenizer: %s", m->tok_error[0] ? m->tok_error : "none found");

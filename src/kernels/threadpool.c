@@ -1,26 +1,36 @@
 /*
  * threadpool.c - persistent workers woken per parallel region.
  *
- * Each region bumps a generation counter under a mutex and broadcasts; the
- * workers run their share and the last one to finish signals the caller.
+ * A decode step runs dozens of short regions, so waking must be cheap:
+ * workers spin briefly on an atomic generation counter before sleeping on a
+ * condition variable, and the caller spins (yielding after a while) until
+ * the workers' pending count drops to zero. Generation changes happen under
+ * the mutex, so a worker that checked the counter and went to sleep cannot
+ * miss a wake-up.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+/* Spin iterations before a worker sleeps / the caller starts yielding. */
+#define WORKER_SPINS 20000
+#define CALLER_SPINS 2000
+
 struct pdl_threadpool {
     int n_threads;
-    pthread_t *threads;      /* [n_threads - 1]; worker 0 is the caller */
+    pthread_t *threads;          /* [n_threads - 1]; worker 0 is the caller */
     pthread_mutex_t mu;
     pthread_cond_t start_cv;
-    pthread_cond_t done_cv;
-    unsigned long generation;/* bumped for every region */
-    int pending;             /* workers still running the current region */
-    int stop;
-    pdl_task_fn fn;
+    atomic_ulong generation;     /* bumped (under mu) for every region */
+    atomic_int pending;          /* workers still running the current region */
+    int sleepers;                /* workers waiting on start_cv (under mu) */
+    atomic_int stop;
+    pdl_task_fn fn;              /* published before generation is bumped */
     void *ctx;
 };
 
@@ -29,28 +39,35 @@ typedef struct worker_arg {
     int ith;
 } worker_arg;
 
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 static void *worker_main(void *p) {
     worker_arg a = *(worker_arg *)p;
     free(p);
     pdl_threadpool *pool = a.pool;
     unsigned long seen = 0;
     for (;;) {
-        pthread_mutex_lock(&pool->mu);
-        while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->start_cv, &pool->mu);
-        if (pool->stop) {
-            pthread_mutex_unlock(&pool->mu);
-            return NULL;
+        unsigned long g = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        for (int i = 0; i < WORKER_SPINS && g == seen && !atomic_load(&pool->stop); i++) {
+            cpu_relax();
+            g = atomic_load_explicit(&pool->generation, memory_order_acquire);
         }
-        seen = pool->generation;
-        pdl_task_fn fn = pool->fn;
-        void *ctx = pool->ctx;
-        pthread_mutex_unlock(&pool->mu);
-
-        fn(ctx, a.ith, pool->n_threads);
-
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done_cv);
-        pthread_mutex_unlock(&pool->mu);
+        if (g == seen) {
+            pthread_mutex_lock(&pool->mu);
+            pool->sleepers++;
+            while (!atomic_load(&pool->stop) && (g = atomic_load(&pool->generation)) == seen)
+                pthread_cond_wait(&pool->start_cv, &pool->mu);
+            pool->sleepers--;
+            pthread_mutex_unlock(&pool->mu);
+        }
+        if (atomic_load(&pool->stop)) return NULL;
+        seen = g;
+        pool->fn(pool->ctx, a.ith, pool->n_threads);
+        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
     }
 }
 
@@ -64,7 +81,9 @@ pdl_threadpool *pdl_threadpool_new(int n_threads) {
     pool->n_threads = n_threads;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->start_cv, NULL);
-    pthread_cond_init(&pool->done_cv, NULL);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->stop, 0);
     if (n_threads > 1) {
         pool->threads = calloc((size_t)n_threads - 1, sizeof *pool->threads);
         if (!pool->threads) {
@@ -91,13 +110,12 @@ pdl_threadpool *pdl_threadpool_new(int n_threads) {
 void pdl_threadpool_free(pdl_threadpool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->mu);
-    pool->stop = 1;
+    atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->start_cv);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i - 1], NULL);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->start_cv);
-    pthread_cond_destroy(&pool->done_cv);
     free(pool->threads);
     free(pool);
 }
@@ -109,17 +127,18 @@ void pdl_threadpool_run(pdl_threadpool *pool, pdl_task_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    pthread_mutex_lock(&pool->mu);
     pool->fn = fn;
     pool->ctx = ctx;
-    pool->pending = pool->n_threads - 1;
-    pool->generation++;
-    pthread_cond_broadcast(&pool->start_cv);
+    atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
+    pthread_mutex_lock(&pool->mu);
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    if (pool->sleepers > 0) pthread_cond_broadcast(&pool->start_cv);
     pthread_mutex_unlock(&pool->mu);
 
     fn(ctx, 0, pool->n_threads);
 
-    pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done_cv, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; i++) {
+        if (i < CALLER_SPINS) cpu_relax();
+        else sched_yield();
+    }
 }

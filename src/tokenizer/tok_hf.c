@@ -384,7 +384,6 @@ static int load_tokenizer_json(tok_tokenizer **out, const json_t *root, const ch
                      json_string_value(unk));
             goto fail;
         }
-        if (t->type[t->unk_id] == TOK_TYPE_NORMAL) t->type[t->unk_id] = TOK_TYPE_UNKNOWN;
     }
     parse_post_processor(json_object_get(root, "post_processor"), t, &t->bos_id, &t->eos_id);
     t->add_bos = t->bos_id >= 0;

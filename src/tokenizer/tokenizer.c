@@ -347,8 +347,7 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_sp
                int32_t **ids, size_t *n_ids, pdl_error *err) {
     *ids = NULL;
     *n_ids = 0;
-    if (len > (SIZE_MAX / 4 - 8) / sizeof(int32_t))
-        return pdl_fail(err, "tokenizer: text of %zu bytes is too long", len);
+    if (len > UINT32_MAX / 8) return pdl_fail(err, "tokenizer: text of %zu bytes is too long", len);
     char *norm = malloc(3 * (len + 1));
     if (!norm) return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", len);
     size_t n = spm_normalize(t, text, len, norm);

@@ -51,7 +51,10 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_sp
                int32_t **ids, size_t *n_ids, pdl_error *err);
 
 /* Decodes a whole sequence as Hugging Face's decode(skip_special_tokens=True)
- * does. Returns a malloc'ed NUL-terminated string, or NULL on error. */
+ * does. Returns a malloc'ed NUL-terminated string, or NULL on error (an id
+ * outside the vocabulary). Byte-fallback bytes that do not form UTF-8 become
+ * U+FFFD, one per maximal invalid subsequence (HF writes one per byte of an
+ * invalid run, which no streaming decoder can match; valid runs agree). */
 char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_error *err);
 /* The same, with the byte length in *len (the text holds a NUL byte where
  * the ids hold <0x00>). */
@@ -61,9 +64,11 @@ char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, siz
 /* Streaming decode: push ids one by one; each push returns the newly completed
  * text (only whole UTF-8 characters; byte-fallback bytes are held until their
  * character completes). The concatenation of every push and the final flush
- * equals tok_decode of the whole sequence. tok_stream_prime feeds context
- * (e.g. the prompt) without producing text, so that a continuation decodes as
- * it would after that context (no leading-space strip mid-sequence). */
+ * equals tok_decode of the whole sequence; ids outside the vocabulary are
+ * ignored. tok_stream_prime feeds context (e.g. the prompt) without producing
+ * text, so that a continuation decodes as it would after that context: the
+ * output is decode(context + ids) minus decode(context) (no leading-space
+ * strip once the context produced text; a context of only BOS keeps it). */
 typedef struct tok_stream tok_stream;
 tok_stream *tok_stream_new(const tok_tokenizer *t);
 void tok_stream_prime(tok_stream *s, const int32_t *ids, size_t n_ids);

@@ -1,8 +1,10 @@
 /*
  * test_util.c - the harness behind tests/test_util.h.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700
 #include "test_util.h"
+
+#include <ftw.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 int test_failures;
 jmp_buf test_abort_jmp;
 static int n_passed, n_failed;
+static char tmpdir_buf[512];
 
 void test_run(const char *name, void (*fn)(void)) {
     test_failures = 0;
@@ -23,7 +26,14 @@ void test_run(const char *name, void (*fn)(void)) {
     }
 }
 
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
 int test_summary(void) {
+    /* scratch files are removed unless PAGEDLM_KEEP_TMP is set */
+    if (tmpdir_buf[0] && !getenv("PAGEDLM_KEEP_TMP")) nftw(tmpdir_buf, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
 }
@@ -44,8 +54,6 @@ char *test_data_path(const char *rel) {
     }
     return p;
 }
-
-static char tmpdir_buf[512];
 
 const char *test_tmpdir(void) {
     if (!tmpdir_buf[0]) {
