@@ -22,21 +22,6 @@ static pdl_error g_err;
  * Helpers
  * ------------------------------------------------------------------------- */
 
-/* A fresh folder under the test tmpdir (malloc'ed path). */
-static char *make_dir(const char *name) {
-    char *p = test_tmp_path(name);
-    REQUIRE_MSG(mkdir(p, 0755) == 0, "mkdir %s", p);
-    return p;
-}
-
-static char *join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    REQUIRE(p != NULL);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 /* Opens bytes written to a scratch file; REQUIREs failure and returns the
  * message (which must name the file). */
 static const char *expect_fail_bytes(const uint8_t *bytes, size_t len) {
@@ -627,8 +612,8 @@ static void test_random_byte_flips_never_crash(void) {
  * ------------------------------------------------------------------------- */
 
 static void test_dir_with_single_file(void) {
-    char *dir = make_dir("single");
-    char *file = join(dir, "model.safetensors");
+    char *dir = test_make_dir("single");
+    char *file = test_join(dir, "model.safetensors");
     stw_writer *w = small_model();
     REQUIRE(stw_write(w, file) == 0);
     stw_free(w);
@@ -642,7 +627,7 @@ static void test_dir_with_single_file(void) {
 }
 
 static void test_dir_without_weights_fails(void) {
-    char *dir = make_dir("noweights");
+    char *dir = test_make_dir("noweights");
     const char *msg = expect_dir_fail(dir);
     CHECK_CONTAINS(msg, dir);
     CHECK_CONTAINS(msg, "neither model.safetensors.index.json nor model.safetensors was found");
@@ -655,9 +640,9 @@ static void test_dir_without_weights_fails(void) {
 /* Writes a two-shard folder: shard 1 holds embed + layer 0, shard 2 layer 1
  * + norm, with its own metadata. */
 static char *make_sharded(const char *name) {
-    char *dir = make_dir(name);
-    char *s1 = join(dir, "model-00001-of-00002.safetensors");
-    char *s2 = join(dir, "model-00002-of-00002.safetensors");
+    char *dir = test_make_dir(name);
+    char *s1 = test_join(dir, "model-00001-of-00002.safetensors");
+    char *s2 = test_join(dir, "model-00002-of-00002.safetensors");
     stw_writer *w = stw_new();
     stw_metadata(w, "format", "pt");
     stw_add(w, "model.embed_tokens.weight", "F32", 2, (const int64_t[]){8, 4}, NULL);
@@ -677,13 +662,13 @@ static char *make_sharded(const char *name) {
 
 static void write_index(const char *dir, size_t n, const char *const *names,
                         const char *const *shards) {
-    char *p = join(dir, "model.safetensors.index.json");
+    char *p = test_join(dir, "model.safetensors.index.json");
     REQUIRE(stw_write_index(p, n, names, shards) == 0);
     free(p);
 }
 
 static void write_index_text(const char *dir, const char *text) {
-    char *p = join(dir, "model.safetensors.index.json");
+    char *p = test_join(dir, "model.safetensors.index.json");
     test_write_file(p, text, strlen(text));
     free(p);
 }
@@ -698,13 +683,13 @@ static void test_sharded_dir_with_index(void) {
     char *dir = make_sharded("sharded");
     write_index(dir, 4, k_names, k_shards);
     /* A stray model.safetensors is ignored when the index exists. */
-    char *stray = join(dir, "model.safetensors");
+    char *stray = test_join(dir, "model.safetensors");
     test_write_file(stray, "junk", 4);
     st_model *m = open_dir_ok(dir);
     const pdl_tensor_set *ts = st_tensors(m);
     CHECK_EQ_INT(ts->count, 4);
-    char *s1 = join(dir, k_shards[0]);
-    char *s2 = join(dir, k_shards[2]);
+    char *s1 = test_join(dir, k_shards[0]);
+    char *s2 = test_join(dir, k_shards[2]);
     const pdl_tensor *e = pdl_tensor_set_find(ts, "model.embed_tokens.weight");
     REQUIRE(e != NULL);
     CHECK(strcmp(e->file, s1) == 0);
@@ -802,7 +787,7 @@ static void test_index_malformed_fails(void) {
 static void test_duplicate_names_across_shards_fail(void) {
     char *dir = make_sharded("dup");
     /* Rewrite shard 2 so it also holds the embedding. */
-    char *s2 = join(dir, k_shards[2]);
+    char *s2 = test_join(dir, k_shards[2]);
     stw_writer *w = stw_new();
     stw_add(w, "model.layers.1.w", "F16", 2, (const int64_t[]){4, 4}, NULL);
     stw_add(w, "model.norm.weight", "F32", 1, (const int64_t[]){4}, NULL);
@@ -819,7 +804,7 @@ static void test_duplicate_names_across_shards_fail(void) {
 
 static void test_corrupt_shard_error_names_the_shard(void) {
     char *dir = make_sharded("corrupt-shard");
-    char *s2 = join(dir, k_shards[2]);
+    char *s2 = test_join(dir, k_shards[2]);
     stw_writer *w = stw_new();
     stw_add(w, "model.layers.1.w", "F64", 2, (const int64_t[]){4, 4}, NULL);
     stw_add(w, "model.norm.weight", "F32", 1, (const int64_t[]){4}, NULL);
@@ -883,7 +868,7 @@ static void test_real_stories260k_hf(void) {
     st_close(m);
 
     /* The same file opened directly. */
-    char *file = join(dir, "model.safetensors");
+    char *file = test_join(dir, "model.safetensors");
     m = open_ok(file);
     CHECK_EQ_INT(st_tensors(m)->count, 47);
     st_close(m);

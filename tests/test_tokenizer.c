@@ -276,28 +276,14 @@ static bool contains_spm_space(const char *s, size_t n) {
     return false;
 }
 
-static char *make_dir(const char *name) {
-    char *p = test_tmp_path(name);
-    REQUIRE_MSG(mkdir(p, 0755) == 0, "mkdir %s", p);
-    return p;
-}
-
-static char *join(const char *dir, const char *name) {
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    REQUIRE(p != NULL);
-    snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
 /* Writes dir/tokenizer.json (and tokenizer_config.json when cfg != NULL). */
 static char *write_hf_dir(const char *name, const char *tokenizer_json, const char *cfg) {
-    char *dir = make_dir(name);
-    char *p = join(dir, "tokenizer.json");
+    char *dir = test_make_dir(name);
+    char *p = test_join(dir, "tokenizer.json");
     test_write_file(p, tokenizer_json, strlen(tokenizer_json));
     free(p);
     if (cfg) {
-        p = join(dir, "tokenizer_config.json");
+        p = test_join(dir, "tokenizer_config.json");
         test_write_file(p, cfg, strlen(cfg));
         free(p);
     }
@@ -910,9 +896,9 @@ static void test_hf_config_sets_bos_eos(void) {
 static void test_hf_rejects_invalid_json_with_line(void) {
     char *d = write_hf_dir("bad-json", "{\n  \"model\": {\n    \"vocab\": [1, 2,,]\n  }\n}\n", NULL);
     const char *msg = expect_hf_fail(d);
-    char *p = join(d, "tokenizer.json");
+    char *p = test_join(d, "tokenizer.json");
     CHECK_CONTAINS(msg, p);
-    CHECK_CONTAINS(msg, ":3:");
+    CHECK_CONTAINS(msg, "line 3");
     free(p);
     free(d);
 }
@@ -936,7 +922,7 @@ static void test_hf_rejects_missing_model_or_vocab(void) {
     free(j);
     free(d);
 
-    d = make_dir("no-tokenizer-json");
+    d = test_make_dir("no-tokenizer-json");
     msg = expect_hf_fail(d);
     CHECK_CONTAINS(msg, "tokenizer.json");
     free(d);
@@ -944,7 +930,7 @@ static void test_hf_rejects_missing_model_or_vocab(void) {
     j = spm_tokenizer_json(TINY_VOCAB, "[]");
     d = write_hf_dir("bad-config", j, "{\"add_bos_token\": tru}");
     msg = expect_hf_fail(d);
-    CHECK_CONTAINS(msg, "tokenizer_config.json:1:");
+    CHECK_CONTAINS(msg, "tokenizer_config.json: invalid JSON at line 1");
     free(j);
     free(d);
 }

@@ -90,6 +90,10 @@ char *test_data_path(const char *rel);
 const char *test_tmpdir(void);
 /* test_tmpdir()/name, malloc'ed. */
 char *test_tmp_path(const char *name);
+/* dir/name, malloc'ed. */
+char *test_join(const char *dir, const char *name);
+/* A fresh folder test_tmpdir()/name (malloc'ed path); REQUIREs success. */
+char *test_make_dir(const char *name);
 /* Writes len bytes to path; REQUIREs success. */
 void test_write_file(const char *path, const void *data, size_t len);
 

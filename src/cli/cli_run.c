@@ -170,6 +170,7 @@ int cli_run(int argc, char **argv) {
         } else {
             double dt = now_s() - t1;
             if (!json) fputc('\n', stdout);
+            fflush(stdout);
             fprintf(stderr, "pagedlm: %zu prompt tokens, %zu generated in %.3f s (%.1f tokens/s)\n", n_ids, n_gen, dt,
                     dt > 0 ? n_gen / dt : 0.0);
         }

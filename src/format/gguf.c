@@ -111,7 +111,7 @@ static int ggml_to_pdl_dtype(uint32_t id) {
 }
 
 /* Bytes of one scalar value of type t; 0 for STRING, ARRAY and unknown types. */
-static size_t scalar_size(uint32_t t) {
+size_t gguf_type_size(uint32_t t) {
     switch (t) {
     case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
     case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
@@ -341,7 +341,7 @@ static int parse_array(reader *r, gguf_kv *kv) {
         return 0;
     }
 
-    size_t es = scalar_size(et);
+    size_t es = gguf_type_size(et);
     if (count > left(r) / es)
         return rfail(r, count_at,
                      "array count %llu of %s (%zu bytes each) cannot fit in the %llu bytes left "
@@ -367,7 +367,7 @@ static int parse_value(reader *r, gguf_kv *kv) {
     case GGUF_TYPE_ARRAY: return parse_array(r, kv);
     default: break;
     }
-    size_t n = scalar_size(kv->type);
+    size_t n = gguf_type_size(kv->type);
     char what[48];
     snprintf(what, sizeof what, "the %s value", gguf_type_name(kv->type));
     if (need(r, n, what)) return -1;
@@ -845,7 +845,7 @@ int gguf_get_arr(const gguf_file *f, const char *key, gguf_array *out, pdl_error
  * ------------------------------------------------------------------------- */
 
 int64_t gguf_arr_i64(const gguf_array *a, uint64_t i) {
-    size_t n = scalar_size(a->elem_type);
+    size_t n = gguf_type_size(a->elem_type);
     if (i >= a->count || n == 0) return 0;
     const uint8_t *p = a->data + i * n;
     uint64_t raw = load_le(p, n);
@@ -860,7 +860,7 @@ int64_t gguf_arr_i64(const gguf_array *a, uint64_t i) {
 }
 
 double gguf_arr_f64(const gguf_array *a, uint64_t i) {
-    size_t n = scalar_size(a->elem_type);
+    size_t n = gguf_type_size(a->elem_type);
     if (i >= a->count || n == 0) return 0.0;
     const uint8_t *p = a->data + i * n;
     if (a->elem_type == GGUF_TYPE_FLOAT32) return load_f32(p);

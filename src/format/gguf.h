@@ -35,6 +35,8 @@ typedef enum gguf_type {
 } gguf_type;
 
 const char *gguf_type_name(gguf_type t);
+/* Bytes of one scalar value of type t; 0 for STRING, ARRAY and unknown types. */
+size_t gguf_type_size(uint32_t t);
 
 /* A string inside the mapping: not NUL-terminated, validated as UTF-8. */
 typedef struct gguf_str {

@@ -148,6 +148,13 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err);
 int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
                           pdl_tensor *dst, pdl_error *err);
 
+/* Takes every per-layer weight from set under either format's names
+ * (GGUF "blk.N.attn_q.weight" or Hugging Face
+ * "model.layers.N.self_attn.q_proj.weight"), allocating m->w.layers.
+ * Q/K/V biases found in the files switch cfg.qkv_bias on. */
+int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names, const char *where,
+                          pdl_error *err);
+
 /* After a loader: checks every weight against cfg (presence, shapes, dtypes)
  * with one clear error naming the tensor, its file and the expected shape;
  * makes vectors F32; computes RoPE frequencies (freq_factors: GGUF's

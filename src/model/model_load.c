@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,56 @@ int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool requ
         return 0;
     }
     *dst = *t;
+    return 0;
+}
+
+/* Where each per-layer weight is found in each format. */
+typedef enum layer_need { NEED_ALWAYS, NEED_IF_BIAS, NEED_IF_QK_NORM } layer_need;
+
+static const struct layer_tensor_name {
+    size_t offset;    /* offsetof(pdl_layer_weights, field) */
+    const char *gguf; /* after "blk.N." */
+    const char *hf;   /* after "model.layers.N." */
+    layer_need need;
+} LAYER_TENSORS[] = {
+    {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, wo), "attn_output.weight", "self_attn.o_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_ALWAYS},
+    {offsetof(pdl_layer_weights, bq), "attn_q.bias", "self_attn.q_proj.bias", NEED_IF_BIAS},
+    {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS},
+    {offsetof(pdl_layer_weights, bv), "attn_v.bias", "self_attn.v_proj.bias", NEED_IF_BIAS},
+    {offsetof(pdl_layer_weights, q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", NEED_IF_QK_NORM},
+    {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM},
+};
+
+int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names, const char *where,
+                          pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
+    if (!m->w.layers) return pdl_fail(err, "out of memory");
+    /* Biases present in the files are used even where the config is silent
+     * (some llama conversions carry them). */
+    char name[PDL_TENSOR_NAME_MAX];
+    snprintf(name, sizeof name, hf_names ? "model.layers.0.self_attn.q_proj.bias" : "blk.0.attn_q.bias");
+    if (pdl_tensor_set_find(set, name)) c->qkv_bias = true;
+    for (int l = 0; l < c->n_layers; l++) {
+        pdl_layer_weights *lw = &m->w.layers[l];
+        for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
+            const struct layer_tensor_name *t = &LAYER_TENSORS[i];
+            bool required = t->need == NEED_ALWAYS || (t->need == NEED_IF_BIAS && c->qkv_bias) ||
+                            (t->need == NEED_IF_QK_NORM && c->qk_norm);
+            if (hf_names) snprintf(name, sizeof name, "model.layers.%d.%s", l, t->hf);
+            else snprintf(name, sizeof name, "blk.%d.%s", l, t->gguf);
+            if (pdl_model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
+                return -1;
+        }
+    }
     return 0;
 }
 

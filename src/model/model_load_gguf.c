@@ -139,32 +139,7 @@ static int read_weights(pdl_model *m, const gguf_file *g, const pdl_tensor **fre
     if (rc < 0) return -1;
     if (rc > 0) c->vocab = (int)vs;
 
-    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
-    for (int l = 0; l < c->n_layers; l++) {
-        pdl_layer_weights *lw = &w->layers[l];
-        struct {
-            const char *suffix;
-            pdl_tensor *dst;
-            bool required;
-        } names[] = {
-            {"attn_norm.weight", &lw->attn_norm, true},   {"attn_q.weight", &lw->wq, true},
-            {"attn_k.weight", &lw->wk, true},             {"attn_v.weight", &lw->wv, true},
-            {"attn_output.weight", &lw->wo, true},        {"ffn_norm.weight", &lw->ffn_norm, true},
-            {"ffn_gate.weight", &lw->w_gate, true},       {"ffn_up.weight", &lw->w_up, true},
-            {"ffn_down.weight", &lw->w_down, true},       {"attn_q.bias", &lw->bq, c->qkv_bias},
-            {"attn_k.bias", &lw->bk, c->qkv_bias},        {"attn_v.bias", &lw->bv, c->qkv_bias},
-            {"attn_q_norm.weight", &lw->q_norm, c->qk_norm}, {"attn_k_norm.weight", &lw->k_norm, c->qk_norm},
-        };
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            char name[PDL_TENSOR_NAME_MAX];
-            snprintf(name, sizeof name, "blk.%d.%s", l, names[i].suffix);
-            if (pdl_model_take_tensor(ts, name, names[i].required, path, names[i].dst, err)) return -1;
-        }
-        if (l == 0 && lw->bq.data && !c->qkv_bias) c->qkv_bias = true; /* llama files may carry biases */
-        if (c->qkv_bias && (!lw->bq.data || !lw->bk.data || !lw->bv.data))
-            return pdl_fail(err, "%s: layer %d: attention biases must be all present or all absent", path, l);
-    }
+    if (pdl_model_take_layers(m, ts, false, path, err)) return -1;
     *freq_factors = pdl_tensor_set_find(ts, "rope_freqs.weight");
     if (*freq_factors) {
         if (c->rope_scaling != PDL_ROPE_SCALING_NONE)

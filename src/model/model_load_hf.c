@@ -15,19 +15,11 @@
 
 #include "model/model.h"
 #include "util/error.h"
-#include "util/file_map.h"
+#include "util/json_file.h"
 
-/* Parses a JSON file into *out; the error names the file, line and column. */
+/* Parses a JSON object file into *out. */
 static int load_json_file(const char *path, json_t **out, pdl_error *err) {
-    char *text = NULL;
-    size_t len = 0;
-    if (pdl_read_file(path, &text, &len, err)) return -1;
-    json_error_t je;
-    *out = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    free(text);
-    if (!*out)
-        return pdl_fail(err, "%s: invalid JSON at line %d, column %d (offset %d): %s", path, je.line, je.column,
-                        je.position, je.text);
+    if (pdl_json_load_file(path, JSON_REJECT_DUPLICATES, out, err)) return -1;
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
@@ -196,37 +188,7 @@ static int read_weights(pdl_model *m, const char *dir, pdl_error *err) {
         pdl_model_take_tensor(ts, "model.norm.weight", true, dir, &w->output_norm, err) ||
         pdl_model_take_tensor(ts, "lm_head.weight", !c->tied_embeddings, dir, &w->output, err))
         return -1;
-    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
-    for (int l = 0; l < c->n_layers; l++) {
-        pdl_layer_weights *lw = &w->layers[l];
-        struct {
-            const char *suffix;
-            pdl_tensor *dst;
-            bool required;
-        } names[] = {
-            {"input_layernorm.weight", &lw->attn_norm, true},
-            {"self_attn.q_proj.weight", &lw->wq, true},
-            {"self_attn.k_proj.weight", &lw->wk, true},
-            {"self_attn.v_proj.weight", &lw->wv, true},
-            {"self_attn.o_proj.weight", &lw->wo, true},
-            {"post_attention_layernorm.weight", &lw->ffn_norm, true},
-            {"mlp.gate_proj.weight", &lw->w_gate, true},
-            {"mlp.up_proj.weight", &lw->w_up, true},
-            {"mlp.down_proj.weight", &lw->w_down, true},
-            {"self_attn.q_proj.bias", &lw->bq, c->qkv_bias},
-            {"self_attn.k_proj.bias", &lw->bk, c->qkv_bias},
-            {"self_attn.v_proj.bias", &lw->bv, c->qkv_bias},
-            {"self_attn.q_norm.weight", &lw->q_norm, c->qk_norm},
-            {"self_attn.k_norm.weight", &lw->k_norm, c->qk_norm},
-        };
-        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-            char name[PDL_TENSOR_NAME_MAX];
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, names[i].suffix);
-            if (pdl_model_take_tensor(ts, name, names[i].required, dir, names[i].dst, err)) return -1;
-        }
-    }
-    return 0;
+    return pdl_model_take_layers(m, ts, true, dir, err);
 }
 
 static bool file_exists(const char *path) {

@@ -20,25 +20,10 @@
 #include "tokenizer/tok_internal.h"
 #include "util/error.h"
 #include "util/file_map.h"
+#include "util/json_file.h"
 
 /* Ids beyond this are refused (real vocabularies stay below 1M). */
 #define HF_MAX_VOCAB (1 << 24)
-
-/* flags: JSON_DECODE_INT_AS_REAL for tokenizer_config.json, whose
- * model_max_length can exceed 64 bits (1e30 in Mistral's). */
-static int load_json(const char *path, size_t flags, json_t **out, pdl_error *err) {
-    char *text;
-    size_t len;
-    *out = NULL;
-    if (pdl_read_file(path, &text, &len, err) != 0) return -1;
-    json_error_t je;
-    json_t *root = json_loadb(text, len, flags, &je);
-    free(text);
-    if (!root)
-        return pdl_fail(err, "%s:%d:%d: not valid JSON: %s", path, je.line, je.column, je.text);
-    *out = root;
-    return 0;
-}
 
 static bool str_is(const json_t *v, const char *s) {
     return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
@@ -404,7 +389,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     snprintf(path, n, "%s/tokenizer.json", dir);
     json_t *root;
     tok_tokenizer *t = NULL;
-    if (load_json(path, 0, &root, err) != 0) goto fail;
+    if (pdl_json_load_file(path, 0, &root, err) != 0) goto fail;
     int rc = load_tokenizer_json(&t, root, path, err);
     json_decref(root);
     if (rc != 0) goto fail;
@@ -416,7 +401,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     if (probe) {
         fclose(probe);
         json_t *cfg;
-        if (load_json(path, JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto fail;
+        if (pdl_json_load_file(path, JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto fail;
         int32_t id;
         int got = config_token(cfg, "bos_token", t, &id, path, err);
         if (got > 0) t->bos_id = id;

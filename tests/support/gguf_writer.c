@@ -124,16 +124,6 @@ static gw_buf *new_kv(gguf_writer *w, const char *key, uint32_t type) {
     return &kv->value;
 }
 
-static size_t elem_size(gguf_type t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64: case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Serializes one numeric element given in host representation. */
 static void put_elem(gw_buf *b, gguf_type t, const void *p) {
     switch (t) {
@@ -193,7 +183,7 @@ void gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_type elem_type,
     gw_buf *b = new_kv(w, key, GGUF_TYPE_ARRAY);
     buf_le(b, (uint32_t)elem_type, 4);
     buf_le(b, count, 8);
-    size_t es = elem_size(elem_type);
+    size_t es = gguf_type_size(elem_type);
     for (size_t i = 0; i < count; i++) put_elem(b, elem_type, (const uint8_t *)elems + i * es);
 }
 

@@ -68,12 +68,19 @@ const char *test_tmpdir(void) {
     return tmpdir_buf;
 }
 
-char *test_tmp_path(const char *name) {
-    const char *dir = test_tmpdir();
+char *test_join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *p = malloc(n);
     REQUIRE(p != NULL);
     snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+char *test_tmp_path(const char *name) { return test_join(test_tmpdir(), name); }
+
+char *test_make_dir(const char *name) {
+    char *p = test_tmp_path(name);
+    REQUIRE_MSG(mkdir(p, 0755) == 0, "mkdir %s", p);
     return p;
 }
 
