@@ -122,9 +122,9 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     pdl_threadpool *pool = pdl_threadpool_new(3);
     REQUIRE(pool != NULL);
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
-    int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}};
+    int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}, {300, 256}}; /* the last is large enough to use every thread */
     for (size_t ti = 0; ti < 4; ti++) {
-        for (size_t si = 0; si < 3; si++) {
+        for (size_t si = 0; si < 4; si++) {
             int out = shapes[si][0], in = shapes[si][1], rows = 7;
             float *ref;
             void *w = make_weight(types[ti], out, in, &ref);

@@ -120,5 +120,8 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         .bias = bias, .accumulate = accumulate,
     };
     if (n_rows == 0) return;
-    pdl_threadpool_run(pool, matmul_worker, &t);
+    /* ~64k multiply-adds per thread at least: below that a wake-up costs
+     * more than it saves */
+    double macs = (double)n_rows * (double)t.out * (double)t.in;
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), matmul_worker, &t);
 }

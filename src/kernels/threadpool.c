@@ -3,35 +3,38 @@
  *
  * A decode step runs dozens of short regions, so waking must be cheap:
  * workers spin briefly on an atomic generation counter before sleeping on a
- * condition variable, and the caller spins (yielding after a while) until
- * the workers' pending count drops to zero. Generation changes happen under
- * the mutex, so a worker that checked the counter and went to sleep cannot
- * miss a wake-up.
+ * condition variable, and the caller spins briefly on the workers' pending
+ * count before sleeping until the last worker signals. Both sleep after a
+ * short spin so that an oversubscribed machine (more threads than cores)
+ * hands the CPU over instead of burning it. Generation changes and the
+ * caller's sleep are both under the mutex, so no wake-up is lost.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/threadpool.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 /* Spin iterations before a worker sleeps / the caller starts yielding. */
-#define WORKER_SPINS 20000
-#define CALLER_SPINS 2000
+#define WORKER_SPINS 4000
+#define CALLER_SPINS 4000
 
 struct pdl_threadpool {
     int n_threads;
     pthread_t *threads;          /* [n_threads - 1]; worker 0 is the caller */
     pthread_mutex_t mu;
     pthread_cond_t start_cv;
+    pthread_cond_t done_cv;
+    int caller_waiting;          /* the caller sleeps on done_cv (under mu) */
     atomic_ulong generation;     /* bumped (under mu) for every region */
     atomic_int pending;          /* workers still running the current region */
     int sleepers;                /* workers waiting on start_cv (under mu) */
     atomic_int stop;
     pdl_task_fn fn;              /* published before generation is bumped */
     void *ctx;
+    int active;                  /* threads taking part in the current region */
 };
 
 typedef struct worker_arg {
@@ -66,8 +69,13 @@ static void *worker_main(void *p) {
         }
         if (atomic_load(&pool->stop)) return NULL;
         seen = g;
-        pool->fn(pool->ctx, a.ith, pool->n_threads);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
+        if (a.ith >= pool->active) continue; /* not needed for this region */
+        pool->fn(pool->ctx, a.ith, pool->active);
+        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&pool->mu);
+            if (pool->caller_waiting) pthread_cond_signal(&pool->done_cv);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
 }
 
@@ -81,6 +89,7 @@ pdl_threadpool *pdl_threadpool_new(int n_threads) {
     pool->n_threads = n_threads;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->start_cv, NULL);
+    pthread_cond_init(&pool->done_cv, NULL);
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->stop, 0);
@@ -116,6 +125,7 @@ void pdl_threadpool_free(pdl_threadpool *pool) {
     for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i - 1], NULL);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->start_cv);
+    pthread_cond_destroy(&pool->done_cv);
     free(pool->threads);
     free(pool);
 }
@@ -123,22 +133,39 @@ void pdl_threadpool_free(pdl_threadpool *pool) {
 int pdl_threadpool_size(const pdl_threadpool *pool) { return pool->n_threads; }
 
 void pdl_threadpool_run(pdl_threadpool *pool, pdl_task_fn fn, void *ctx) {
-    if (pool->n_threads == 1) {
+    pdl_threadpool_run_n(pool, pool->n_threads, fn, ctx);
+}
+
+int pdl_threads_for(const pdl_threadpool *pool, double work, double min_work_per_thread) {
+    double n = work / min_work_per_thread;
+    if (n < 1) return 1;
+    return n >= pool->n_threads ? pool->n_threads : (int)n;
+}
+
+void pdl_threadpool_run_n(pdl_threadpool *pool, int n, pdl_task_fn fn, void *ctx) {
+    if (n > pool->n_threads) n = pool->n_threads;
+    if (n <= 1) {
         fn(ctx, 0, 1);
         return;
     }
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store_explicit(&pool->pending, pool->n_threads - 1, memory_order_relaxed);
+    pool->active = n;
+    atomic_store_explicit(&pool->pending, n - 1, memory_order_relaxed);
     pthread_mutex_lock(&pool->mu);
     atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
     if (pool->sleepers > 0) pthread_cond_broadcast(&pool->start_cv);
     pthread_mutex_unlock(&pool->mu);
 
-    fn(ctx, 0, pool->n_threads);
+    fn(ctx, 0, n);
 
-    for (int i = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; i++) {
-        if (i < CALLER_SPINS) cpu_relax();
-        else sched_yield();
+    for (int i = 0; i < CALLER_SPINS; i++) {
+        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return;
+        cpu_relax();
     }
+    pthread_mutex_lock(&pool->mu);
+    pool->caller_waiting = 1;
+    while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done_cv, &pool->mu);
+    pool->caller_waiting = 0;
+    pthread_mutex_unlock(&pool->mu);
 }

@@ -226,7 +226,14 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     row_task t = {.m = m, .kv = kv, .b = b, .row_seq = row_seq};
 
-    pdl_threadpool_run(m->pool, embed_rows, &t);
+    /* element-wise stages: ~16k elements per thread at least */
+    int row_threads = pdl_threads_for(m->pool, (double)n * c->hidden, 16384.0);
+    int ffn_threads = pdl_threads_for(m->pool, (double)n * c->ffn, 16384.0);
+    pdl_threadpool_run_n(m->pool, row_threads, embed_rows, &t);
+
+    /* attention work: every row reads its whole prefix, for every head */
+    double attn_work = 0;
+    for (int r = 0; r < n; r++) attn_work += (double)(b->positions[r] + 1) * q_dim;
 
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
@@ -234,20 +241,20 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
 
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-        pdl_threadpool_run(m->pool, rmsnorm_rows, &t);
+        pdl_threadpool_run_n(m->pool, row_threads, rmsnorm_rows, &t);
         pdl_matmul(m->pool, s->q, q_dim, s->xn, n, &lw->wq, bias_or_null(&lw->bq), false);
         pdl_matmul(m->pool, s->k, kv_dim, s->xn, n, &lw->wk, bias_or_null(&lw->bk), false);
         pdl_matmul(m->pool, s->v, kv_dim, s->xn, n, &lw->wv, bias_or_null(&lw->bv), false);
-        pdl_threadpool_run(m->pool, qk_rope_store_rows, &t);
-        pdl_threadpool_run(m->pool, attention_rows, &t);
+        pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
+        pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
         pdl_matmul(m->pool, s->x, c->hidden, s->attn, n, &lw->wo, NULL, true);
 
         /* MLP block: x += W_down (silu(W_gate xn) * W_up xn) */
         t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
-        pdl_threadpool_run(m->pool, rmsnorm_rows, &t);
+        pdl_threadpool_run_n(m->pool, row_threads, rmsnorm_rows, &t);
         pdl_matmul(m->pool, s->gate, c->ffn, s->xn, n, &lw->w_gate, NULL, false);
         pdl_matmul(m->pool, s->up, c->ffn, s->xn, n, &lw->w_up, NULL, false);
-        pdl_threadpool_run(m->pool, silu_mul_rows, &t);
+        pdl_threadpool_run_n(m->pool, ffn_threads, silu_mul_rows, &t);
         pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
     }
 
