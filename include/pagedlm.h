@@ -60,6 +60,7 @@ typedef struct pdl_model_info {
     int eos_id;               /* -1 when none */
     bool add_bos;             /* the tokenizer prepends BOS by default */
     const char *weight_types; /* e.g. "F32" or "F16,F32" */
+    int probe_state;          /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */
@@ -107,9 +108,18 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model,
 void pdl_kv_cache_free(pdl_kv_cache *kv);
 int pdl_kv_cache_block_size(const pdl_kv_cache *kv);
 int pdl_kv_cache_free_blocks(const pdl_kv_cache *kv);
-/* Takes one free block, or returns -1 when none is left. */
+int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv);
+/* Takes one free block (reference count 1), or returns -1 when none is left. */
 int32_t pdl_kv_cache_alloc_block(pdl_kv_cache *kv);
+/* Another holder of a block (sequences sharing a prompt). */
+void pdl_kv_cache_ref_block(pdl_kv_cache *kv, int32_t block);
+/* Drops one reference; the block is free again when none is left. */
 void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block);
+int pdl_kv_cache_block_refs(const pdl_kv_cache *kv, int32_t block);
+/* Copies the first n_slots token slots of block src to block dst, every layer. */
+void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots);
+/* Bytes one block takes (K and V, all layers). */
+size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size);
 
 /*
  * One forward over a packed batch of sequences. Row i (0 <= i < n_tokens) is
@@ -123,6 +133,9 @@ void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block);
  * Only the rows in logits_indices (ascending) get the final norm and the LM
  * head: logits_out holds n_logits x vocab floats, row j for input row
  * logits_indices[j]. A row's result does not depend on the other rows.
+ * full_logits (measurement and the load-time probe only) runs the norm and
+ * the head over every row, as engines without selective logits do, and then
+ * copies the same rows out.
  */
 typedef struct pdl_batch {
     int n_tokens;
@@ -134,10 +147,22 @@ typedef struct pdl_batch {
     const int32_t *const *block_tables;  /* [n_seqs][blocks of that sequence] */
     int n_logits;
     const int32_t *logits_indices;       /* [n_logits] */
+    bool full_logits;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
                 float *logits_out, pdl_error *err);
+
+/*
+ * The load-time check that selective logits are safe for this model: a short
+ * sequence runs once through the full-logits path (every row through the
+ * complete head, post-processing included) and once through the selective
+ * path; the sampled rows must be bit-identical. *ok says whether they were;
+ * otherwise `reason` (reason_len bytes) says which rows and the largest
+ * difference. The result is remembered in the model (pdl_model_info).
+ */
+int pdl_model_probe_selective_logits(pdl_model *model, bool *ok, char *reason, size_t reason_len,
+                                     pdl_error *err);
 
 /*
  * One sequence's KV blocks, for callers that run sequences one at a time
@@ -166,15 +191,48 @@ void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
  * Sampling and generation
  * ------------------------------------------------------------------------- */
 
+/*
+ * Per-request sampling parameters. A zeroed struct means greedy with no
+ * filters and no penalties: every "off" value is 0.
+ * Order of application (as vLLM): penalties on the raw logits, then
+ * temperature, then min-p, top-k and top-p, then the draw.
+ */
 typedef struct pdl_sampling {
-    float temperature;   /* 0 = greedy (argmax, ties -> lowest id) */
-    uint64_t seed;
+    float temperature;        /* 0 = greedy (argmax after penalties, ties -> lowest id) */
+    int top_k;                /* keep the k most likely tokens; 0 = off */
+    float top_p;              /* nucleus: smallest set with mass >= p; 0 or >= 1 = off */
+    float min_p;              /* drop tokens with p < min_p * p_max; 0 = off */
+    float repetition_penalty; /* > 0, 1 or 0 = off: logits of prompt and generated tokens
+                                 divided by it when positive, multiplied when negative */
+    float presence_penalty;   /* subtracted once from each token generated so far; 0 = off */
+    float frequency_penalty;  /* subtracted per occurrence among generated tokens; 0 = off */
+    uint64_t seed;            /* the request's own random stream */
 } pdl_sampling;
 
+/* A token and its log-probability under the model's raw distribution
+ * (log-softmax of the logits before any sampling parameter). */
+typedef struct pdl_logprob {
+    int32_t token;
+    float logprob;
+} pdl_logprob;
+
 typedef struct pdl_sampler pdl_sampler;
+/* NULL when out of memory or when params are invalid (negative temperature,
+ * top_k < 0, top_p/min_p outside [0, 1], repetition_penalty < 0). */
 pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab);
+/* Checks params; on failure err names the field and the allowed range. */
+int pdl_sampling_validate(const pdl_sampling *params, pdl_error *err);
+/* Tokens the repetition penalty applies to besides the generated ones. */
+void pdl_sampler_add_prompt(pdl_sampler *s, const int32_t *ids, size_t n);
+/* Draws the next token from one row of logits (not modified), and records it
+ * as generated (for the penalties). Deterministic for a given seed and
+ * history, whatever other requests do. */
 int32_t pdl_sampler_sample(pdl_sampler *s, const float *logits);
 void pdl_sampler_free(pdl_sampler *s);
+
+/* Raw log-probabilities of one row: *chosen_logprob for `chosen`, and the n
+ * most likely tokens in top[0..n) (descending; ties -> lower id). */
+void pdl_logprobs(const float *logits, int vocab, int32_t chosen, float *chosen_logprob, pdl_logprob *top, int n);
 
 /* Called for each generated token; return false to stop early. */
 typedef bool (*pdl_token_callback)(int32_t token, const char *text, void *user);
@@ -191,6 +249,94 @@ typedef struct pdl_generate_params {
 int pdl_generate(pdl_model *model, const int32_t *prompt, size_t n_prompt,
                  const pdl_generate_params *params, pdl_token_callback cb,
                  void *user, int32_t **out_ids, size_t *n_out, pdl_error *err);
+
+/* ---------------------------------------------------------------------------
+ * The engine: continuous batching over a paged KV cache
+ * ------------------------------------------------------------------------- */
+
+typedef struct pdl_engine pdl_engine;
+
+typedef enum pdl_logits_mode {
+    PDL_LOGITS_AUTO = 0,   /* selective when the load-time probe passed */
+    PDL_LOGITS_FULL,       /* measurement: every row through the head */
+    PDL_LOGITS_SELECTIVE,  /* measurement: selective even if the probe failed */
+} pdl_logits_mode;
+
+typedef void (*pdl_log_fn)(const char *line, void *user);
+
+typedef struct pdl_engine_options {
+    int block_size;              /* tokens per KV block; 0 = 16 */
+    size_t kv_cache_memory;      /* bytes for K and V; 0 = min(4 GiB, half the available memory) */
+    pdl_kv_dtype kv_dtype;       /* F16 (default) or F32 */
+    int max_num_seqs;            /* running sequences at most; 0 = 256 */
+    int max_num_batched_tokens;  /* rows per step at most; 0 = 2048 */
+    int max_prefill_chunk;       /* prompt rows per request per step; 0 = no limit but the budget */
+    pdl_logits_mode logits_mode;
+    pdl_log_fn log;              /* one line per notable event; NULL = stderr */
+    void *log_user;
+} pdl_engine_options;
+
+typedef struct pdl_request_params {
+    pdl_sampling sampling;
+    int max_tokens;              /* new tokens at most; 0 = up to the context length */
+    bool ignore_eos;             /* keep going after EOS */
+    const int32_t *stop_ids;     /* extra token ids that end the sequence (included in tokens) */
+    int n_stop_ids;
+    const char *const *stop;     /* strings that end the sequence (not included in the text) */
+    int n_stop;
+    int logprobs;                /* top-N logprobs per generated token; -1 = none */
+    int prompt_logprobs;         /* top-N logprobs per prompt token; -1 = none */
+    int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */
+} pdl_request_params;
+
+typedef enum pdl_event_kind {
+    PDL_EVENT_TOKEN,             /* a generated token (text may be "" while held back) */
+    PDL_EVENT_PROMPT_LOGPROB,    /* logprobs of prompt token `position` (>= 1) */
+    PDL_EVENT_FINISHED,          /* the sequence ended: finish_reason says why */
+} pdl_event_kind;
+
+typedef struct pdl_event {
+    pdl_event_kind kind;
+    uint64_t request_id;
+    int index;                   /* which of the request's n sequences */
+    int32_t token;
+    int position;                /* position of `token` in prompt + output */
+    const char *text;            /* newly completed text (TOKEN, and FINISHED: the held-back rest) */
+    float logprob;               /* of `token`, when logprobs were asked */
+    const pdl_logprob *top;      /* [n_top] most likely tokens at this position */
+    int n_top;
+    const char *finish_reason;   /* FINISHED: "stop", "length" or "abort" */
+} pdl_event;
+
+/* Called from pdl_engine_step on the stepping thread. */
+typedef void (*pdl_event_fn)(const pdl_event *ev, void *user);
+
+typedef struct pdl_engine_stats {
+    int running, waiting;
+    int kv_blocks_total, kv_blocks_used;
+    uint64_t preemptions;
+    uint64_t steps;
+    uint64_t prompt_tokens, generation_tokens;
+    bool selective_logits;       /* the mode in effect */
+} pdl_engine_stats;
+
+/* The engine runs the probe (when logits_mode is AUTO) and sizes the KV pool. */
+int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_options *opts, pdl_error *err);
+void pdl_engine_free(pdl_engine *e);
+
+/* Queues a request; fails at once (with the reason) if it can never run:
+ * empty prompt, ids out of range, prompt plus one token beyond the context
+ * or beyond the whole KV pool, invalid sampling parameters. */
+int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt, const pdl_request_params *params,
+                           pdl_event_fn cb, void *user, uint64_t *id_out, pdl_error *err);
+/* Runs one scheduler step (one forward). *active gets the number of
+ * requests still running or waiting. */
+int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err);
+int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err);
+/* Ends a request now: its blocks are freed and it gets a FINISHED event with
+ * "abort". Returns -1 when no such request is active. */
+int pdl_engine_abort(pdl_engine *e, uint64_t request_id);
+void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include "engine/kv_cache.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/model.h"
 #include "util/error.h"
@@ -29,7 +30,8 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
     kv->k = calloc(1, bytes ? bytes : 1);
     kv->v = calloc(1, bytes ? bytes : 1);
     kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
-    if (!kv->k || !kv->v || !kv->free_list) {
+    kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
+    if (!kv->k || !kv->v || !kv->free_list || !kv->refs) {
         pdl_kv_cache_free(kv);
         return pdl_fail(err, "kv cache: out of memory for %d blocks of %d tokens (%zu bytes each for K and V)",
                         n_blocks, block_size, bytes);
@@ -46,18 +48,46 @@ void pdl_kv_cache_free(pdl_kv_cache *kv) {
     free(kv->k);
     free(kv->v);
     free(kv->free_list);
+    free(kv->refs);
     free(kv);
 }
 
 int pdl_kv_cache_block_size(const pdl_kv_cache *kv) { return kv->block_size; }
 int pdl_kv_cache_free_blocks(const pdl_kv_cache *kv) { return kv->n_free; }
 
+int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv) { return kv->n_blocks; }
+
 int32_t pdl_kv_cache_alloc_block(pdl_kv_cache *kv) {
     if (kv->n_free == 0) return -1;
-    return kv->free_list[--kv->n_free];
+    int32_t b = kv->free_list[--kv->n_free];
+    kv->refs[b] = 1;
+    return b;
+}
+
+void pdl_kv_cache_ref_block(pdl_kv_cache *kv, int32_t block) {
+    if (block >= 0 && block < kv->n_blocks && kv->refs[block] > 0) kv->refs[block]++;
 }
 
 void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block) {
-    if (block < 0 || block >= kv->n_blocks || kv->n_free >= kv->n_blocks) return;
-    kv->free_list[kv->n_free++] = block;
+    if (block < 0 || block >= kv->n_blocks || kv->refs[block] <= 0) return; /* not held: ignore */
+    if (--kv->refs[block] == 0) kv->free_list[kv->n_free++] = block;
+}
+
+int pdl_kv_cache_block_refs(const pdl_kv_cache *kv, int32_t block) {
+    return block >= 0 && block < kv->n_blocks ? kv->refs[block] : 0;
+}
+
+void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
+    size_t row = (size_t)kv->kv_dim * kv->elem_bytes;
+    for (int l = 0; l < kv->n_layers; l++) {
+        memcpy(pdl_kv_k_row(kv, l, (int64_t)dst * kv->block_size), pdl_kv_k_row(kv, l, (int64_t)src * kv->block_size),
+               row * (size_t)n_slots);
+        memcpy(pdl_kv_v_row(kv, l, (int64_t)dst * kv->block_size), pdl_kv_v_row(kv, l, (int64_t)src * kv->block_size),
+               row * (size_t)n_slots);
+    }
+}
+
+size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size) {
+    size_t kv_dim = (size_t)model->cfg.n_kv_heads * (size_t)model->cfg.head_dim;
+    return 2 * (size_t)model->cfg.n_layers * (size_t)block_size * kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
 }

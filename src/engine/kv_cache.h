@@ -6,8 +6,8 @@
  * owns a list of blocks (its block table, kept by the caller), so its
  * positions need not be contiguous in memory. Layout per layer:
  * k[layer][slot][n_kv_heads * head_dim], same for v, in F16 or F32.
- * Block reference counts, preemption and prefix sharing come with the
- * engine issue on top of this pool.
+ * Blocks are reference-counted so several sequences (the n samples of one
+ * prompt) can share the blocks of their common prefix.
  */
 #ifndef PDL_ENGINE_KV_CACHE_H
 #define PDL_ENGINE_KV_CACHE_H
@@ -28,6 +28,7 @@ struct pdl_kv_cache {
     void *v;             /* same shape as k */
     int32_t *free_list;  /* [n_blocks] stack of free block ids */
     int n_free;
+    int32_t *refs;       /* [n_blocks] holders of each block; 0 = free */
 };
 
 /* Address of the K (or V) row of `slot` in `layer`. */

@@ -207,6 +207,36 @@ static void silu_mul_rows(void *p, int ith, int nth) {
 
 static const float *bias_or_null(const pdl_tensor *t) { return t->data ? t->data : NULL; }
 
+/* ---- the head -------------------------------------------------------------- */
+
+/* Architecture-specific changes to the logits after the LM head. */
+static void head_postprocess(const pdl_model_config *c, float *logits, int n_rows) {
+    if (c->logit_scale != 1.0f)
+        for (size_t i = 0; i < (size_t)n_rows * c->vocab; i++) logits[i] *= c->logit_scale;
+}
+
+/* The full-logits path, kept for measurement and the probe: norm and head
+ * over every row into an (n_tokens, vocab) matrix, then the asked rows. */
+static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    pdl_forward_scratch *s = &m->scratch;
+    size_t n = (size_t)b->n_tokens;
+    if (n > s->full_cap) {
+        if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab))
+            return pdl_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
+        s->full_cap = n;
+    }
+    for (size_t r = 0; r < n; r++)
+        pdl_rmsnorm(s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data, c->hidden,
+                    c->rms_eps);
+    pdl_matmul(m->pool, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false);
+    head_postprocess(c, s->full_logits, (int)n);
+    for (int j = 0; j < b->n_logits; j++)
+        memcpy(logits_out + (size_t)j * c->vocab, s->full_logits + (size_t)b->logits_indices[j] * c->vocab,
+               (size_t)c->vocab * sizeof(float));
+    return 0;
+}
+
 /* ---- the forward ---------------------------------------------------------- */
 
 int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
@@ -258,6 +288,8 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
     }
 
+    if (b->full_logits) return full_head(m, b, logits_out, err);
+
     /* Final norm and LM head on the sampled rows only. */
     for (int j = 0; j < b->n_logits; j++) {
         int r = b->logits_indices[j];
@@ -265,5 +297,6 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
                     c->hidden, c->rms_eps);
     }
     pdl_matmul(m->pool, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false);
+    if (!c->head_post_full_only) head_postprocess(c, logits_out, b->n_logits);
     return 0;
 }

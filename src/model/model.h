@@ -62,6 +62,10 @@ typedef struct pdl_model_config {
     bool qk_norm;
     float attn_scale;    /* 1/sqrt(head_dim) unless the model says otherwise */
     int sliding_window;  /* attend to the last W positions only; 0 = all */
+    float logit_scale;   /* head post-processing: logits *= logit_scale (1 = none) */
+    /* Test hook: a port that applies the head post-processing only in the
+     * full-logits path (the bug the selective-logits probe exists to catch). */
+    bool head_post_full_only;
     int32_t bos_id;      /* from the model files; -1 when absent */
     int32_t eos_ids[PDL_MAX_EOS]; /* generation stops at any of these */
     int n_eos;
@@ -112,6 +116,9 @@ typedef struct pdl_forward_scratch {
     float *scores;     /* (n_threads, ctx) attention probabilities per worker */
     size_t scores_cap; /* floats per worker in `scores` */
     float *normed_out; /* (n_logits, hidden) rows gathered for the head */
+    size_t full_cap;   /* rows the two full-logits buffers hold */
+    float *full_normed;/* (rows, hidden) full-logits path only */
+    float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
     int32_t *row_seq;  /* (rows) the sequence index of each row */
 } pdl_forward_scratch;
 
@@ -133,6 +140,7 @@ struct pdl_model {
 
     pdl_threadpool *pool;
     pdl_forward_scratch scratch;
+    int probe_state;        /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
 
     void **owned;           /* buffers the model allocated (converted weights) */
     size_t n_owned;

@@ -300,6 +300,8 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     pdl_fp16_init();
     pdl_model *m = calloc(1, sizeof *m);
     if (!m) return pdl_fail(err, "out of memory");
+    m->probe_state = -1;
+    m->cfg.logit_scale = 1.0f;
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
@@ -332,6 +334,7 @@ void pdl_model_free(pdl_model *m) {
     pdl_forward_scratch *s = &m->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
+    free(s->full_normed), free(s->full_logits);
     free(m->w.layers);
     free(m->rope_inv_freq);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
@@ -358,4 +361,5 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->eos_id = c->n_eos > 0 ? c->eos_ids[0] : -1;
     info->add_bos = m->tok ? tok_add_bos(m->tok) : c->bos_id >= 0;
     info->weight_types = m->weight_types;
+    info->probe_state = m->probe_state;
 }

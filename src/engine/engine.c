@@ -1,0 +1,561 @@
+/*
+ * engine.c - the continuous-batching engine: requests in, one packed forward
+ * per step, sampled tokens and text out through each request's callback.
+ *
+ * A step: the scheduler plans (sched_schedule), the runner packs and runs
+ * the forward (runner_execute), then this file walks the plan: prompt
+ * logprobs, sampling, stop conditions, text with stop strings held back,
+ * forks for n > 1, and finished sequences leave and free their blocks.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/kv_cache.h"
+#include "engine/request.h"
+#include "engine/runner.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "util/error.h"
+
+#define MAX_TOP_LOGPROBS 20
+
+struct pdl_engine {
+    pdl_model *model;
+    pdl_engine_options opts;
+    pdl_kv_cache *kv;
+    sched sched;
+    runner runner;
+    bool selective;
+    uint64_t next_request_id, next_arrival;
+    eng_seq **seqs;            /* every live sequence */
+    int n_seqs, cap_seqs;
+    bool in_step;
+    uint64_t steps, prompt_tokens, generation_tokens;
+    pdl_logprob top[MAX_TOP_LOGPROBS];
+};
+
+static void engine_log(const pdl_engine *e, const char *fmt, ...) PDL_PRINTF(2, 3);
+static void engine_log(const pdl_engine *e, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (e->opts.log) e->opts.log(line, e->opts.log_user);
+    else fprintf(stderr, "pagedlm: %s\n", line);
+}
+
+/* ---- KV pool sizing ------------------------------------------------------ */
+
+static size_t available_memory(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    size_t kb = 0;
+    if (f) {
+        char key[64];
+        size_t v;
+        while (fscanf(f, "%63s %zu kB\n", key, &v) == 2)
+            if (strcmp(key, "MemAvailable:") == 0) {
+                kb = v;
+                break;
+            }
+        fclose(f);
+    }
+    if (kb == 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) return (size_t)pages * (size_t)page;
+    }
+    return kb * 1024;
+}
+
+static int pool_blocks(const pdl_engine *e, pdl_error *err) {
+    size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
+    size_t mem = e->opts.kv_cache_memory;
+    if (mem == 0) {
+        size_t avail = available_memory() / 2, cap = (size_t)4 << 30;
+        mem = avail && avail < cap ? avail : cap;
+    }
+    size_t blocks = mem / block_bytes;
+    /* more than every sequence at full context could use is wasted */
+    size_t per_seq = (size_t)(e->model->ctx_size + e->opts.block_size - 1) / (size_t)e->opts.block_size;
+    size_t useful = per_seq * (size_t)e->opts.max_num_seqs;
+    if (blocks > useful) blocks = useful;
+    if (blocks > INT32_MAX / (size_t)e->opts.block_size) blocks = INT32_MAX / (size_t)e->opts.block_size;
+    if (blocks < 1)
+        return pdl_fail(err, "KV cache memory of %zu bytes holds no block (one block of %d tokens needs %zu bytes)", mem,
+                        e->opts.block_size, block_bytes);
+    return (int)blocks;
+}
+
+/* ---- create / free -------------------------------------------------------- */
+
+int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
+    *out = NULL;
+    pdl_engine *e = calloc(1, sizeof *e);
+    if (!e) return pdl_fail(err, "engine: out of memory");
+    e->model = model;
+    if (opts) e->opts = *opts;
+    if (e->opts.block_size <= 0) e->opts.block_size = 16;
+    if (e->opts.max_num_seqs <= 0) e->opts.max_num_seqs = 256;
+    if (e->opts.max_num_batched_tokens <= 0) e->opts.max_num_batched_tokens = 2048;
+    e->next_request_id = 1;
+
+    int rc = 0;
+    int n_blocks = pool_blocks(e, err);
+    if (n_blocks < 0) rc = -1;
+    if (rc == 0) rc = pdl_kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, err);
+    if (rc == 0) {
+        sched_config sc = {.max_num_seqs = e->opts.max_num_seqs,
+                           .max_num_batched_tokens = e->opts.max_num_batched_tokens,
+                           .max_prefill_chunk = e->opts.max_prefill_chunk};
+        rc = sched_init(&e->sched, &sc, e->kv, err);
+    }
+    if (rc == 0) {
+        switch (e->opts.logits_mode) {
+        case PDL_LOGITS_FULL: e->selective = false; break;
+        case PDL_LOGITS_SELECTIVE: e->selective = true; break;
+        default: {
+            pdl_model_info info;
+            pdl_model_get_info(model, &info);
+            bool ok = info.probe_state == 1;
+            char why[512] = "";
+            if (info.probe_state < 0) rc = pdl_model_probe_selective_logits(model, &ok, why, sizeof why, err);
+            if (rc == 0 && !ok) engine_log(e, "%s", why[0] ? why : "selective logits rejected by the probe: using full logits");
+            e->selective = ok;
+        }
+        }
+    }
+    if (rc == 0) rc = runner_init(&e->runner, model, e->kv, !e->selective, err);
+    if (rc) {
+        pdl_engine_free(e);
+        return -1;
+    }
+    *out = e;
+    return 0;
+}
+
+static void seq_free(eng_seq *q) {
+    if (!q) return;
+    free(q->tokens);
+    free(q->blocks);
+    free(q->held);
+    pdl_sampler_free(q->sampler);
+    pdl_detok_free(q->detok);
+    free(q);
+}
+
+static void request_free(eng_request *r) {
+    for (int i = 0; i < r->params.n_stop; i++) free(r->stop_strings[i]);
+    free(r->stop_strings);
+    free(r->stop_ids);
+    free(r);
+}
+
+void pdl_engine_free(pdl_engine *e) {
+    if (!e) return;
+    for (int i = 0; i < e->n_seqs; i++) {
+        eng_request *r = e->seqs[i]->req;
+        if (--r->n_live == 0) request_free(r);
+        seq_free(e->seqs[i]);
+    }
+    free(e->seqs);
+    runner_free(&e->runner);
+    sched_free(&e->sched);
+    pdl_kv_cache_free(e->kv);
+    free(e);
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static int track(pdl_engine *e, eng_seq *q, pdl_error *err) {
+    if (e->n_seqs == e->cap_seqs) {
+        int cap = e->cap_seqs ? e->cap_seqs * 2 : 16;
+        eng_seq **p = realloc(e->seqs, (size_t)cap * sizeof *p);
+        if (!p) return pdl_fail(err, "engine: out of memory");
+        e->seqs = p;
+        e->cap_seqs = cap;
+    }
+    e->seqs[e->n_seqs++] = q;
+    return 0;
+}
+
+static void untrack(pdl_engine *e, eng_seq *q) {
+    for (int i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i] == q) {
+            e->seqs[i] = e->seqs[--e->n_seqs];
+            return;
+        }
+}
+
+/* Longest sequence (prompt + output) this request may reach. */
+static int max_len(const pdl_engine *e, const eng_seq *q) {
+    int limit = e->model->ctx_size;
+    int pool = e->kv->n_blocks * e->kv->block_size; /* a lone sequence must always fit */
+    if (pool < limit) limit = pool;
+    int mt = q->req->params.max_tokens;
+    if (mt > 0 && q->n_prompt + mt < limit) limit = q->n_prompt + mt;
+    return limit;
+}
+
+static eng_seq *seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *tokens, int n_tokens, int n_prompt) {
+    eng_seq *q = calloc(1, sizeof *q);
+    if (!q) return NULL;
+    q->req = r;
+    q->index = index;
+    q->arrival = e->next_arrival++;
+    q->cap_tokens = n_tokens + 16;
+    q->tokens = malloc((size_t)q->cap_tokens * sizeof *q->tokens);
+    pdl_sampling sp = r->params.sampling;
+    sp.seed += (uint64_t)index; /* sequence i of n draws from seed + i */
+    q->sampler = pdl_sampler_new(&sp, e->runner.vocab);
+    if (!q->tokens || !q->sampler) {
+        seq_free(q);
+        return NULL;
+    }
+    memcpy(q->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
+    q->n_tokens = n_tokens;
+    q->n_prompt = n_prompt;
+    q->prompt_logprobs_next = 1;
+    pdl_sampler_add_prompt(q->sampler, tokens, (size_t)n_prompt);
+    q->detok = pdl_detok_new(e->model, tokens, (size_t)n_tokens);
+    return q;
+}
+
+int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt, const pdl_request_params *params,
+                           pdl_event_fn cb, void *user, uint64_t *id_out, pdl_error *err) {
+    pdl_request_params p = {.logprobs = -1, .prompt_logprobs = -1};
+    if (params) p = *params;
+    const pdl_model_config *c = &e->model->cfg;
+    if (n_prompt == 0) return pdl_fail(err, "request: the prompt is empty");
+    for (size_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab)
+            return pdl_fail(err, "request: prompt token %zu: id %d out of range [0, %d)", i, prompt[i], c->vocab);
+    if (n_prompt + 1 > (size_t)e->model->ctx_size)
+        return pdl_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the context "
+                        "length %d", n_prompt, e->model->ctx_size);
+    size_t pool_tokens = (size_t)e->kv->n_blocks * (size_t)e->kv->block_size;
+    if (n_prompt + 1 > pool_tokens)
+        return pdl_fail(err, "request: the prompt has %zu tokens but the whole KV cache holds %zu (%d blocks of %d); "
+                        "raise --kv-cache-memory", n_prompt, pool_tokens, e->kv->n_blocks, e->kv->block_size);
+    if (pdl_sampling_validate(&p.sampling, err)) return pdl_fail_prefix(err, "request");
+    if (p.max_tokens < 0) return pdl_fail(err, "request: max_tokens %d must not be negative", p.max_tokens);
+    if (p.logprobs > MAX_TOP_LOGPROBS || p.prompt_logprobs > MAX_TOP_LOGPROBS)
+        return pdl_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
+    if (p.n < 0 || p.n > 64) return pdl_fail(err, "request: n = %d outside [1, 64]", p.n);
+    if (p.n == 0) p.n = 1;
+    if (p.n_stop < 0 || p.n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
+    for (int i = 0; i < p.n_stop; i++)
+        if (!p.stop[i] || !p.stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
+
+    eng_request *r = calloc(1, sizeof *r);
+    if (!r) return pdl_fail(err, "request: out of memory");
+    r->id = e->next_request_id++;
+    r->params = p;
+    r->n = p.n;
+    r->cb = cb;
+    r->user = user;
+    r->stop_strings = calloc((size_t)(p.n_stop ? p.n_stop : 1), sizeof *r->stop_strings);
+    r->stop_ids = malloc((size_t)(p.n_stop_ids ? p.n_stop_ids : 1) * sizeof *r->stop_ids);
+    bool oom = !r->stop_strings || !r->stop_ids;
+    for (int i = 0; !oom && i < p.n_stop; i++) oom = !(r->stop_strings[i] = strdup(p.stop[i]));
+    if (!oom && p.n_stop_ids) memcpy(r->stop_ids, p.stop_ids, (size_t)p.n_stop_ids * sizeof *r->stop_ids);
+    r->params.stop = (const char *const *)r->stop_strings;
+    r->params.stop_ids = r->stop_ids;
+    eng_seq *q = oom ? NULL : seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
+    if (!q) {
+        r->params.n_stop = 0;
+        request_free(r);
+        return pdl_fail(err, "request: out of memory");
+    }
+    r->n_live = 1;
+    q->fork_pending = r->n > 1;
+    if (track(e, q, err) || sched_add(&e->sched, q, err)) {
+        untrack(e, q);
+        seq_free(q);
+        request_free(r);
+        return -1;
+    }
+    e->prompt_tokens += n_prompt;
+    if (id_out) *id_out = r->id;
+    return 0;
+}
+
+/* ---- outputs -------------------------------------------------------------- */
+
+static void emit(eng_seq *q, pdl_event *ev) {
+    ev->request_id = q->req->id;
+    ev->index = q->index;
+    if (q->req->cb) q->req->cb(ev, q->req->user);
+}
+
+static int held_append(eng_seq *q, const char *s, size_t n) {
+    if (q->held_len + n + 1 > q->held_cap) {
+        size_t cap = (q->held_len + n + 1) * 2;
+        char *p = realloc(q->held, cap);
+        if (!p) return -1;
+        q->held = p;
+        q->held_cap = cap;
+    }
+    memcpy(q->held + q->held_len, s, n);
+    q->held_len += n;
+    q->held[q->held_len] = '\0';
+    return 0;
+}
+
+/* Adds new text to what is held; returns how many bytes of q->held can be
+ * released now, and sets *stopped when a stop string was found (the text
+ * from the stop string on is dropped). */
+static size_t text_release(eng_seq *q, const char *text, bool *stopped) {
+    *stopped = false;
+    if (held_append(q, text, strlen(text))) return q->held_len;
+    const eng_request *r = q->req;
+    size_t earliest = q->held_len;
+    for (int i = 0; i < r->params.n_stop; i++) {
+        const char *hit = strstr(q->held, r->stop_strings[i]);
+        if (hit && (size_t)(hit - q->held) < earliest) {
+            earliest = (size_t)(hit - q->held);
+            *stopped = true;
+        }
+    }
+    if (*stopped) {
+        q->held_len = earliest;
+        q->held[earliest] = '\0';
+        return earliest;
+    }
+    /* hold back the longest tail that could still begin a stop string */
+    size_t hold = 0;
+    for (int i = 0; i < r->params.n_stop; i++) {
+        size_t sl = strlen(r->stop_strings[i]);
+        for (size_t k = sl - 1; k > hold; k--)
+            if (k <= q->held_len && memcmp(q->held + q->held_len - k, r->stop_strings[i], k) == 0) {
+                hold = k;
+                break;
+            }
+    }
+    return q->held_len - hold;
+}
+
+/* Passes the first n held bytes on as ev->text (kept valid during emit). */
+static void release_into(eng_seq *q, size_t n, pdl_event *ev, char **tmp) {
+    *tmp = malloc(n + 1);
+    if (!*tmp) {
+        ev->text = "";
+        return;
+    }
+    memcpy(*tmp, q->held, n);
+    (*tmp)[n] = '\0';
+    memmove(q->held, q->held + n, q->held_len - n + 1);
+    q->held_len -= n;
+    ev->text = *tmp;
+}
+
+static void finish(pdl_engine *e, eng_seq *q, const char *reason) {
+    pdl_event ev = {.kind = PDL_EVENT_FINISHED, .token = -1, .finish_reason = reason};
+    if (strcmp(reason, "stop") != 0 || q->held_len) {
+        bool stopped;
+        const char *tail = pdl_detok_flush(q->detok);
+        if (strcmp(reason, "abort") != 0) text_release(q, tail, &stopped);
+    }
+    ev.text = strcmp(reason, "abort") == 0 ? "" : (q->held ? q->held : "");
+    ev.position = q->n_tokens - 1;
+    emit(q, &ev);
+    sched_remove(&e->sched, q);
+    untrack(e, q);
+    eng_request *r = q->req;
+    q->state = SEQ_FINISHED;
+    seq_free(q);
+    if (--r->n_live == 0) request_free(r);
+}
+
+static bool is_stop_token(const pdl_engine *e, const eng_seq *q, int32_t tok) {
+    const pdl_request_params *p = &q->req->params;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == tok) return true;
+    if (p->ignore_eos) return false;
+    const pdl_model_config *c = &e->model->cfg;
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == tok) return true;
+    return false;
+}
+
+static int append_token(eng_seq *q, int32_t tok) {
+    if (q->n_tokens == q->cap_tokens) {
+        int cap = q->cap_tokens * 2;
+        int32_t *t = realloc(q->tokens, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        q->tokens = t;
+        q->cap_tokens = cap;
+    }
+    q->tokens[q->n_tokens++] = tok;
+    return 0;
+}
+
+/* Samples the next token of q from its logits row and emits it; finishes q
+ * when a stop condition holds. Returns -1 on out-of-memory. */
+static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
+    int32_t tok = pdl_sampler_sample(q->sampler, row);
+    if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
+    e->generation_tokens++;
+    pdl_event ev = {.kind = PDL_EVENT_TOKEN, .token = tok, .position = q->n_tokens - 1, .text = ""};
+    int nl = q->req->params.logprobs;
+    if (nl >= 0) {
+        pdl_logprobs(row, e->runner.vocab, tok, &ev.logprob, e->top, nl);
+        ev.top = e->top;
+        ev.n_top = nl;
+    }
+    bool stop_tok = is_stop_token(e, q, tok);
+    bool stopped = false;
+    char *tmp = NULL;
+    /* the text of a stop token (EOS) is not part of the output */
+    const char *piece = stop_tok ? "" : pdl_detok_push(q->detok, tok);
+    size_t n = text_release(q, piece, &stopped);
+    release_into(q, n, &ev, &tmp);
+    emit(q, &ev);
+    free(tmp);
+    if (stop_tok || stopped) finish(e, q, "stop");
+    else if (q->n_tokens >= max_len(e, q)) finish(e, q, "length");
+    return 0;
+}
+
+/* n > 1: the other n - 1 sequences start from the finished prompt, sharing
+ * its full blocks and copying the partly filled last one. */
+static int fork_children(pdl_engine *e, eng_seq *parent, pdl_error *err) {
+    eng_request *r = parent->req;
+    parent->fork_pending = false;
+    int bs = e->kv->block_size;
+    int full = parent->n_computed / bs, partial = parent->n_computed % bs;
+    for (int i = 1; i < r->n; i++) {
+        eng_seq *c = seq_new(e, r, i, parent->tokens, parent->n_tokens, parent->n_prompt);
+        if (!c) return pdl_fail(err, "engine: out of memory");
+        c->prompt_logprobs_next = parent->n_prompt; /* prompt logprobs belong to sequence 0 */
+        r->n_live++;
+        if (track(e, c, err)) return -1;
+        c->blocks = malloc((size_t)(parent->n_blocks + 1) * sizeof *c->blocks);
+        bool ok = c->blocks != NULL;
+        if (ok) {
+            c->cap_blocks = parent->n_blocks + 1;
+            for (int b = 0; b < full; b++) {
+                pdl_kv_cache_ref_block(e->kv, parent->blocks[b]);
+                c->blocks[c->n_blocks++] = parent->blocks[b];
+            }
+            if (partial) {
+                int32_t nb = pdl_kv_cache_alloc_block(e->kv);
+                if (nb >= 0) {
+                    pdl_kv_cache_copy_block(e->kv, parent->blocks[full], nb, partial);
+                    c->blocks[c->n_blocks++] = nb;
+                } else {
+                    ok = false;
+                }
+            }
+        }
+        if (ok) {
+            c->n_computed = parent->n_computed;
+            if (sched_add_running(&e->sched, c, err)) return -1;
+        } else {
+            /* no block to copy into: it recomputes its prompt later */
+            sched_release_blocks(&e->sched, c);
+            if (sched_add(&e->sched, c, err)) return -1;
+        }
+    }
+    return 0;
+}
+
+static void emit_prompt_logprobs(pdl_engine *e, eng_seq *q, int row_pos, const float *row) {
+    int target = row_pos + 1; /* row r predicts prompt token r + 1 */
+    if (target >= q->n_prompt || target < q->prompt_logprobs_next) return;
+    pdl_event ev = {.kind = PDL_EVENT_PROMPT_LOGPROB, .token = q->tokens[target], .position = target, .text = ""};
+    int nl = q->req->params.prompt_logprobs;
+    pdl_logprobs(row, e->runner.vocab, ev.token, &ev.logprob, e->top, nl);
+    ev.top = e->top;
+    ev.n_top = nl;
+    emit(q, &ev);
+    q->prompt_logprobs_next = target + 1;
+}
+
+/* ---- the step ------------------------------------------------------------- */
+
+static void process_aborts(pdl_engine *e) {
+    for (int i = 0; i < e->n_seqs;) {
+        eng_seq *q = e->seqs[i];
+        if (q->abort_requested) finish(e, q, "abort"); /* untracks q: index i now holds another */
+        else i++;
+    }
+}
+
+int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
+    sched_output plan;
+    e->in_step = true;
+    int rc = sched_schedule(&e->sched, &plan, err);
+    if (rc == 0 && plan.n_entries > 0) rc = runner_execute(&e->runner, &plan, err);
+    if (rc == 0 && plan.n_entries > 0) {
+        e->steps++;
+        int32_t rows[4096];
+        int32_t *rowbuf = plan.n_tokens <= 4096 ? rows : malloc((size_t)plan.n_tokens * sizeof *rowbuf);
+        if (!rowbuf) rc = pdl_fail(err, "engine: out of memory");
+        for (int k = 0; rc == 0 && k < plan.n_entries; k++) {
+            sched_entry *en = &plan.entries[k];
+            eng_seq *q = en->seq;
+            int n = runner_logits_rows(en, rowbuf);
+            const float *lg = e->runner.logits + (size_t)e->runner.logits_cu_seqlens[k] * e->runner.vocab;
+            q->n_computed = en->start + en->n_new;
+            bool completes = q->n_computed == q->n_tokens;
+            for (int j = 0; j < n; j++)
+                if (q->req->params.prompt_logprobs >= 0) emit_prompt_logprobs(e, q, rowbuf[j], lg + (size_t)j * e->runner.vocab);
+            if (!completes || q->abort_requested) continue;
+            const float *last = lg + (size_t)(n - 1) * e->runner.vocab;
+            if (q->fork_pending) rc = fork_children(e, q, err);
+            /* forked children sample their first token from the same row
+             * (collected first: a finishing sequence leaves e->seqs) */
+            eng_seq *kids[64];
+            int n_kids = 0;
+            if (rc == 0 && q->req->n > 1 && q->index == 0)
+                for (int i = 0; i < e->n_seqs && n_kids < 64; i++) {
+                    eng_seq *c = e->seqs[i];
+                    if (c->req == q->req && c != q && c->n_tokens == q->n_tokens && c->n_computed == q->n_computed &&
+                        c->state == SEQ_RUNNING)
+                        kids[n_kids++] = c;
+                }
+            if (rc == 0) rc = sample_next(e, q, last, err);
+            for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
+        }
+        if (rowbuf != rows) free(rowbuf);
+    }
+    e->in_step = false;
+    process_aborts(e);
+    if (active) *active = e->sched.n_running + e->sched.n_waiting;
+    return rc;
+}
+
+int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err) {
+    int active = 1;
+    while (active > 0)
+        if (pdl_engine_step(e, &active, err)) return -1;
+    return 0;
+}
+
+int pdl_engine_abort(pdl_engine *e, uint64_t request_id) {
+    int found = 0;
+    for (int i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i]->req->id == request_id) {
+            e->seqs[i]->abort_requested = true;
+            found = 1;
+        }
+    if (found && !e->in_step) process_aborts(e);
+    return found ? 0 : -1;
+}
+
+void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
+    memset(st, 0, sizeof *st);
+    st->running = e->sched.n_running;
+    st->waiting = e->sched.n_waiting;
+    st->kv_blocks_total = e->kv->n_blocks;
+    st->kv_blocks_used = e->kv->n_blocks - e->kv->n_free;
+    st->preemptions = e->sched.preemptions;
+    st->steps = e->steps;
+    st->prompt_tokens = e->prompt_tokens;
+    st->generation_tokens = e->generation_tokens;
+    st->selective_logits = e->selective;
+}

@@ -1,0 +1,60 @@
+/*
+ * request.h - the engine's record of a request and of each sequence it
+ * samples: tokens so far, how many have K/V in the cache, the blocks holding
+ * them, the sampler and the text state.
+ *
+ * Shared by the scheduler (which reads and updates n_computed, blocks and
+ * state), the runner (which reads tokens and blocks to pack a batch) and
+ * the engine (which appends sampled tokens and emits events).
+ */
+#ifndef PDL_ENGINE_REQUEST_H
+#define PDL_ENGINE_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+typedef enum eng_seq_state {
+    SEQ_WAITING = 0,  /* queued (new, or preempted: n_computed back to 0) */
+    SEQ_RUNNING,      /* holds blocks; scheduled every step */
+    SEQ_FINISHED,
+} eng_seq_state;
+
+/* What all sequences of one request share. */
+typedef struct eng_request {
+    uint64_t id;
+    pdl_request_params params;  /* stop and stop_ids point into owned copies below */
+    char **stop_strings;        /* [params.n_stop] owned */
+    int32_t *stop_ids;          /* [params.n_stop_ids] owned */
+    int n;                      /* sequences asked for */
+    int n_live;                 /* sequences not finished yet */
+    pdl_event_fn cb;
+    void *user;
+} eng_request;
+
+typedef struct eng_seq {
+    eng_request *req;
+    int index;                  /* which of the request's n sequences */
+    uint64_t arrival;           /* admission order: FIFO and "newest" for preemption */
+    eng_seq_state state;
+
+    int32_t *tokens;            /* [n_tokens] prompt then output */
+    int n_tokens, cap_tokens;
+    int n_prompt;
+    int n_computed;             /* tokens 0 .. n_computed-1 have K/V in the cache */
+
+    int32_t *blocks;            /* [n_blocks] the block table */
+    int n_blocks, cap_blocks;
+
+    pdl_sampler *sampler;
+    pdl_detok *detok;
+    char *held;                 /* text held back while it may start a stop string */
+    size_t held_len, held_cap;
+
+    int prompt_logprobs_next;   /* next prompt position (>= 1) whose logprobs are due */
+    bool fork_pending;          /* index 0 of an n > 1 request: fork when the prompt is done */
+    bool abort_requested;
+} eng_seq;
+
+#endif
