@@ -101,3 +101,38 @@ int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out) {
     }
     return 0;
 }
+
+int cli_size(const char *opt, const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = 1;
+    if (end != s && *end) {
+        static const struct {
+            const char *suffix;
+            double mult;
+        } units[] = {{"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1e6}, {"MB", 1e6},
+                     {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1e12},
+                     {"TB", 1e12}, {"TiB", 1099511627776.0}};
+        mult = 0;
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (strcmp(end, units[i].suffix) == 0) mult = units[i].mult;
+    }
+    if (errno || end == s || mult == 0 || !(v > 0) || v * mult > 1e18) {
+        fprintf(stderr, "error: %s expects a size such as 2GiB, 512MiB or 1000000, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = (size_t)(v * mult);
+    return 0;
+}
+
+int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out) {
+    if (strcmp(s, "auto") == 0) *out = PDL_LOGITS_AUTO;
+    else if (strcmp(s, "full") == 0) *out = PDL_LOGITS_FULL;
+    else if (strcmp(s, "selective") == 0) *out = PDL_LOGITS_SELECTIVE;
+    else {
+        fprintf(stderr, "error: %s expects auto, full or selective, got '%s'\n", opt, s);
+        return -1;
+    }
+    return 0;
+}

@@ -23,6 +23,9 @@ int cli_u64(const char *opt, const char *s, uint64_t *out);
 /* "1,403,407" -> malloc'ed ids. */
 int cli_token_list(const char *opt, const char *s, int32_t **ids, size_t *n);
 int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out);
+/* "2GiB", "512MiB", "1G", "4096" -> bytes. */
+int cli_size(const char *opt, const char *s, size_t *out);
+int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
 
 /* Subcommands. */
 int cli_run(int argc, char **argv);

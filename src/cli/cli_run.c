@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli/cli_args.h"
+#include "cli/cli_batch.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -26,7 +27,20 @@ static void run_usage(FILE *f) {
             "  -c, --ctx-size N        context length (default: the model's)\n"
             "      --kv-cache-dtype T  f16 (default) or f32\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
-            "      --json              print {prompt_tokens, tokens, text} as one JSON object\n");
+            "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
+            "\n"
+            "  --batch-file FILE.jsonl serve every line as a request, all at once (continuous batching); one\n"
+            "                          line per request: {\"id\", \"prompt\": text or ids, \"max_tokens\", \"temperature\",\n"
+            "                          \"top_k\", \"top_p\", \"min_p\", \"seed\", \"repetition_penalty\", \"presence_penalty\",\n"
+            "                          \"frequency_penalty\", \"stop\", \"stop_token_ids\", \"ignore_eos\", \"logprobs\",\n"
+            "                          \"prompt_logprobs\", \"n\"}; prints one JSON line per request in input order\n"
+            "  engine options (with --batch-file):\n"
+            "      --max-num-seqs N            running sequences at most (default 256)\n"
+            "      --max-num-batched-tokens N  rows per step at most (default 2048)\n"
+            "      --max-prefill-chunk N       prompt rows per request per step (default: no limit)\n"
+            "      --block-size N              tokens per KV block (default 16)\n"
+            "      --kv-cache-memory SIZE      KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))\n"
+            "      --logits auto|full|selective  head over sampled rows only (auto: when the load-time probe passes)\n");
 }
 
 typedef struct run_output {
@@ -69,7 +83,9 @@ static double now_s(void) {
 }
 
 int cli_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL;
+    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
+    pdl_engine_options eo = {0};
+    long lv;
     long n_predict = 128, threads = 0, ctx = 0;
     float temp = 0.8f;
     uint64_t seed = 0;
@@ -109,14 +125,32 @@ int cli_run(int argc, char **argv) {
             if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
         } else if (strcmp(a, "--kv-cache-dtype") == 0) {
             if (cli_kv_dtype(a, v, &kv_dtype)) return CLI_USAGE;
+        } else if (strcmp(a, "--batch-file") == 0) {
+            batch_file = v;
+        } else if (strcmp(a, "--max-num-seqs") == 0) {
+            if (cli_int(a, v, 1, 1 << 20, &lv)) return CLI_USAGE;
+            eo.max_num_seqs = (int)lv;
+        } else if (strcmp(a, "--max-num-batched-tokens") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
+            eo.max_num_batched_tokens = (int)lv;
+        } else if (strcmp(a, "--max-prefill-chunk") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
+            eo.max_prefill_chunk = (int)lv;
+        } else if (strcmp(a, "--block-size") == 0) {
+            if (cli_int(a, v, 1, 1 << 16, &lv)) return CLI_USAGE;
+            eo.block_size = (int)lv;
+        } else if (strcmp(a, "--kv-cache-memory") == 0) {
+            if (cli_size(a, v, &eo.kv_cache_memory)) return CLI_USAGE;
+        } else if (strcmp(a, "--logits") == 0) {
+            if (cli_logits_mode(a, v, &eo.logits_mode)) return CLI_USAGE;
         } else {
             fprintf(stderr, "error: unknown option '%s' for run\n", a);
             run_usage(stderr);
             return CLI_USAGE;
         }
     }
-    if (!model_path || (!prompt && !tokens_arg) || (prompt && tokens_arg)) {
-        fprintf(stderr, "error: run needs -m MODEL and one of -p PROMPT or --tokens IDS\n");
+    if (!model_path || (!!prompt + !!tokens_arg + !!batch_file) != 1) {
+        fprintf(stderr, "error: run needs -m MODEL and one of -p PROMPT, --tokens IDS or --batch-file FILE\n");
         run_usage(stderr);
         return CLI_USAGE;
     }
@@ -133,6 +167,12 @@ int cli_run(int argc, char **argv) {
     double t_load = now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
+    if (batch_file) {
+        eo.kv_dtype = kv_dtype;
+        int brc = cli_run_batch(model, batch_file, &eo, (int)n_predict);
+        pdl_model_free(model);
+        return brc;
+    }
 
     int32_t *ids = NULL;
     size_t n_ids = 0;

@@ -1,0 +1,191 @@
+/*
+ * test_cli_batch.c - `pagedlm run --batch-file` as a user runs it: 16
+ * different requests served together give exactly the tokens each gives
+ * alone, for chunk sizes 1, 7 and 64 and block sizes 16 and 32, on
+ * stories260K and on qwen3-tiny; a pool too small for all at once still
+ * completes every request with the same output; bad lines are refused with
+ * the file, line and field.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/wait.h>
+
+#include "test_util.h"
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return strdup("");
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* Runs pagedlm with args; returns its exit status, stdout and stderr. */
+static int pagedlm(const char *args, char **out, char **errs) {
+    const char *bin = getenv("PAGEDLM_BIN");
+    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
+    char *op = test_tmp_path("out"), *ep = test_tmp_path("err");
+    size_t n = strlen(bin) + strlen(args) + strlen(op) + strlen(ep) + 32;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, op, ep);
+    int st = system(cmd);
+    *out = slurp(op);
+    *errs = slurp(ep);
+    free(cmd), free(op), free(ep);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static const int32_t STORY[65] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,
+                                  401, 396, 267, 337, 410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328,
+                                  432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335,
+                                  312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13, 438, 310};
+
+/* Request k as a JSON line: prompt ids of varied lengths, some sampled. */
+static void request_line(int k, int vocab, char *buf, size_t cap) {
+    int len = 1 + (k * 7) % 45, start = (k * 5) % 20;
+    size_t off = (size_t)snprintf(buf, cap, "{\"id\": %d, \"prompt\": [", k);
+    for (int i = 0; i < len; i++)
+        off += (size_t)snprintf(buf + off, cap - off, "%s%d", i ? ", " : "", (STORY[(start + i) % 65] * (k % 3 + 1)) % vocab);
+    off += (size_t)snprintf(buf + off, cap - off, "], \"max_tokens\": %d", 10 + k % 6);
+    if (k % 4 == 3) off += (size_t)snprintf(buf + off, cap - off, ", \"temperature\": 0.9, \"top_p\": 0.9, \"seed\": %d", 100 + k);
+    if (k % 5 == 1) off += (size_t)snprintf(buf + off, cap - off, ", \"logprobs\": 2");
+    snprintf(buf + off, cap - off, "}\n");
+}
+
+static char *write_batch(const char *name, const int *ks, int n, int vocab) {
+    char *path = test_tmp_path(name);
+    FILE *f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    char line[2048];
+    for (int i = 0; i < n; i++) {
+        request_line(ks[i], vocab, line, sizeof line);
+        fputs(line, f);
+    }
+    fclose(f);
+    return path;
+}
+
+/* The "tokens" and "text" of each output line, keyed by id. */
+static void parse_outputs(const char *out, json_t **by_id, int n) {
+    const char *p = out;
+    int lines = 0;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        json_t *o = json_loadb(p, len, 0, NULL);
+        REQUIRE_MSG(o != NULL, "output line is not JSON: %.*s", (int)len, p);
+        int id = (int)json_integer_value(json_object_get(o, "id"));
+        REQUIRE(id >= 0 && id < n);
+        by_id[id] = o;
+        lines++;
+        p += len + (nl ? 1 : 0);
+    }
+}
+
+static void check_batch_invariance(const char *model_rel, int vocab) {
+    char *model = test_data_path(model_rel);
+    enum { N = 16 };
+    json_t *alone[N] = {0};
+    char args[4096], *out, *errs;
+    for (int k = 0; k < N; k++) {
+        char name[32];
+        snprintf(name, sizeof name, "alone%d.jsonl", k);
+        char *f = write_batch(name, &k, 1, vocab);
+        snprintf(args, sizeof args, "run -m '%s' --batch-file '%s' --kv-cache-dtype f32", model, f);
+        int st = pagedlm(args, &out, &errs);
+        REQUIRE_MSG(st == 0, "alone %d: %s", k, errs);
+        json_t *one[N] = {0};
+        parse_outputs(out, one, N);
+        REQUIRE(one[k] != NULL);
+        alone[k] = one[k];
+        free(out), free(errs), free(f);
+    }
+    int ks[N];
+    for (int k = 0; k < N; k++) ks[k] = k;
+    char *all = write_batch("all.jsonl", ks, N, vocab);
+    int chunks[] = {1, 7, 64}, blocks[] = {16, 32};
+    for (int ci = 0; ci < 3; ci++)
+        for (int bi = 0; bi < 2; bi++) {
+            snprintf(args, sizeof args,
+                     "run -m '%s' --batch-file '%s' --kv-cache-dtype f32 --max-prefill-chunk %d --block-size %d", model,
+                     all, chunks[ci], blocks[bi]);
+            int st = pagedlm(args, &out, &errs);
+            REQUIRE_MSG(st == 0, "%s", errs);
+            json_t *together[N] = {0};
+            parse_outputs(out, together, N);
+            for (int k = 0; k < N; k++) {
+                REQUIRE(together[k] != NULL);
+                CHECK_MSG(json_equal(json_object_get(together[k], "tokens"), json_object_get(alone[k], "tokens")),
+                          "%s: request %d: tokens differ with chunk %d, block %d", model_rel, k, chunks[ci], blocks[bi]);
+                CHECK(json_equal(json_object_get(together[k], "logprobs"), json_object_get(alone[k], "logprobs")) ||
+                      (!json_object_get(together[k], "logprobs") && !json_object_get(alone[k], "logprobs")));
+                json_decref(together[k]);
+            }
+            free(out), free(errs);
+        }
+    for (int k = 0; k < N; k++) json_decref(alone[k]);
+    free(all), free(model);
+}
+
+static void test_batch_file_invariance_stories(void) {
+    check_batch_invariance("models/stories260K/stories260K.gguf", 512);
+}
+
+static void test_batch_file_invariance_qwen3(void) { check_batch_invariance("models/qwen3-tiny/model-f32.gguf", 1536); }
+
+static void test_batch_file_small_pool_completes_everything(void) {
+    char *model = test_data_path("models/stories260K/stories260K.gguf");
+    enum { N = 10 };
+    int ks[N];
+    for (int k = 0; k < N; k++) ks[k] = k;
+    char *all = write_batch("pool.jsonl", ks, N, 512);
+    char args[4096], *out1, *err1, *out2, *err2;
+    snprintf(args, sizeof args, "run -m '%s' --batch-file '%s' --kv-cache-dtype f32", model, all);
+    REQUIRE(pagedlm(args, &out1, &err1) == 0);
+    /* stories: 5 layers x 32 KV x 16 tokens x 2 x 4 bytes = 20 KiB a block; 8 blocks */
+    snprintf(args, sizeof args, "run -m '%s' --batch-file '%s' --kv-cache-dtype f32 --kv-cache-memory 163840", model, all);
+    REQUIRE(pagedlm(args, &out2, &err2) == 0);
+    CHECK_CONTAINS(err2, "preemptions");
+    CHECK(strstr(err2, " 0 preemptions") == NULL);
+    CHECK(strcmp(out1, out2) == 0);
+    free(out1), free(err1), free(out2), free(err2), free(all), free(model);
+}
+
+static void test_batch_file_errors_name_line_and_field(void) {
+    char *model = test_data_path("models/stories260K/stories260K.gguf");
+    struct {
+        const char *content, *expect;
+    } cases[] = {
+        {"{\"prompt\": [1, 2], \"max_tokens\": 4}\n{\"prompt\": [1], \"bogus\": 1}\n", ":2: unknown field 'bogus'"},
+        {"{\"prompt\": [1, 2], \"temperature\": \"hot\"}\n", ":1: field 'temperature' must be a number"},
+        {"{\"prompt\": 7}\n", "field 'prompt'"},
+        {"\n\n{\"prompt\": [1, 2]\n", ":3: invalid JSON"},
+        {"{\"prompt\": [1, 2], \"top_p\": 3}\n", "top_p"},
+        {"{\"prompt\": [1, 99999]}\n", "out of range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *f = test_tmp_path("bad.jsonl");
+        test_write_file(f, cases[i].content, strlen(cases[i].content));
+        char args[4096], *out, *errs;
+        snprintf(args, sizeof args, "run -m '%s' --batch-file '%s'", model, f);
+        CHECK_EQ_INT(pagedlm(args, &out, &errs), 1);
+        CHECK_CONTAINS(errs, cases[i].expect);
+        CHECK(out[0] == '\0');
+        free(out), free(errs), free(f);
+    }
+    free(model);
+}
+
+int main(void) {
+    RUN(test_batch_file_invariance_stories);
+    RUN(test_batch_file_invariance_qwen3);
+    RUN(test_batch_file_small_pool_completes_everything);
+    RUN(test_batch_file_errors_name_line_and_field);
+    return test_summary();
+}
