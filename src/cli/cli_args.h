@@ -31,5 +31,7 @@ int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
 int cli_run(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_info(int argc, char **argv);
+int cli_make_random_model(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

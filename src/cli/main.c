@@ -20,6 +20,10 @@ static void usage(FILE *f) {
             "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
             "  info    print a model's hyperparameters as JSON\n"
             "          pagedlm info -m MODEL\n"
+            "  bench   prompt processing (ppN) and generation (tgN) speed, like llama-bench\n"
+            "          pagedlm bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [--batch 1,4,16] [--json]\n"
+            "  make-random-model  write a random-weight GGUF in a real model's shape (for benchmarks)\n"
+            "          pagedlm make-random-model --preset qwen3-0.6b -o FILE.gguf [--dtype bf16]\n"
             "\n"
             "MODEL is a .gguf file or a Hugging Face folder (config.json + *.safetensors).\n"
             "Run 'pagedlm COMMAND --help' for the options of a command.\n");
@@ -34,6 +38,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
     if (strcmp(cmd, "logits") == 0) return cli_logits(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "make-random-model") == 0) return cli_make_random_model(argc - 1, argv + 1);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return CLI_OK;

@@ -1,0 +1,370 @@
+/*
+ * cli_bench.c - `pagedlm bench`: offline speed of a model, like llama.cpp's
+ * llama-bench. ppN: one prompt of N random tokens (one forward, logits only
+ * for the sampled row unless --logits full). tgN: N greedy tokens after a
+ * one-token prompt. --batch B: B sequences decoding together (aggregate
+ * tokens/s). Each test runs once to warm up, then -r times; the report has
+ * mean, standard deviation and median, achieved weight bandwidth for
+ * decode, and everything needed to reproduce it (commit, compiler, CPU,
+ * threads, model, weight types).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli_args.h"
+#include "model/model.h"
+
+#ifndef PDL_GIT_COMMIT
+#define PDL_GIT_COMMIT "unknown"
+#endif
+#ifndef PDL_C_FLAGS
+#define PDL_C_FLAGS "unknown"
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct bench_result {
+    char test[32];
+    int n_prompt, n_gen, batch;
+    double samples[64];
+    int n_samples;
+    double mean, sd, median;
+    double gbps; /* decode: weight bytes read per token x tokens/s (batch 1) */
+} bench_result;
+
+/* ---- timing one run through the engine ------------------------------------ */
+
+typedef struct run_clock {
+    int batch;
+    int firsts;           /* sequences that produced their first token */
+    double t_all_first;   /* when the last of them did */
+    double t_end;
+    long tokens_after;    /* tokens generated after t_all_first */
+    int finished;
+} run_clock;
+
+typedef struct seq_clock {
+    run_clock *rc;
+    int n_tokens;
+} seq_clock;
+
+static void on_seq_event(const pdl_event *ev, void *user) {
+    seq_clock *s = user;
+    run_clock *c = s->rc;
+    double t = now_s();
+    if (ev->kind == PDL_EVENT_TOKEN) {
+        if (s->n_tokens++ == 0) {
+            if (++c->firsts == c->batch) c->t_all_first = t;
+            } else if (c->firsts == c->batch) {
+            c->tokens_after++;
+        }
+    } else if (ev->kind == PDL_EVENT_FINISHED) {
+        c->finished++;
+        c->t_end = t;
+    }
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One run: batch sequences with n_prompt random tokens each, n_gen tokens.
+ * Returns tokens/s: prompt tokens per second of prefill when n_gen == 1,
+ * else aggregate generated tokens per second after every first token. */
+static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, double *tps) {
+    run_clock c = {.batch = batch};
+    seq_clock sc[256];
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    pdl_error err;
+    double t0 = now_s();
+    for (int b = 0; b < batch; b++) {
+        for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
+        sc[b] = (seq_clock){&c, 0};
+        pdl_request_params p = {.max_tokens = n_gen, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1};
+        if (pdl_engine_add_request(e, prompt, (size_t)n_prompt, &p, on_seq_event, &sc[b], NULL, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            free(prompt);
+            return -1;
+        }
+    }
+    free(prompt);
+    if (pdl_engine_run_until_idle(e, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return -1;
+    }
+    if (n_gen <= 1) *tps = (double)n_prompt * batch / (c.t_end - t0);
+    else *tps = c.tokens_after / (c.t_end - c.t_all_first);
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void summarize(bench_result *r) {
+    double s = 0, ss = 0;
+    for (int i = 0; i < r->n_samples; i++) s += r->samples[i];
+    r->mean = s / r->n_samples;
+    for (int i = 0; i < r->n_samples; i++) ss += (r->samples[i] - r->mean) * (r->samples[i] - r->mean);
+    r->sd = r->n_samples > 1 ? sqrt(ss / (r->n_samples - 1)) : 0;
+    double sorted[64];
+    memcpy(sorted, r->samples, (size_t)r->n_samples * sizeof(double));
+    qsort(sorted, (size_t)r->n_samples, sizeof(double), cmp_double);
+    r->median = r->n_samples % 2 ? sorted[r->n_samples / 2]
+                                 : (sorted[r->n_samples / 2 - 1] + sorted[r->n_samples / 2]) / 2;
+}
+
+/* ---- the machine ------------------------------------------------------------ */
+
+static void cpu_model(char *buf, size_t n) {
+    snprintf(buf, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            char *p = strchr(line, ':');
+            if (p) {
+                p++;
+                while (*p == ' ') p++;
+                p[strcspn(p, "\n")] = '\0';
+                snprintf(buf, n, "%s", p);
+            }
+            break;
+        }
+    fclose(f);
+}
+
+static void cpu_features(char *buf, size_t n) {
+    buf[0] = '\0';
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2", "fma", "f16c"};
+    int has[] = {__builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bw"),
+                 __builtin_cpu_supports("avx512vl"), __builtin_cpu_supports("avx512bf16"),
+                 __builtin_cpu_supports("avx512vnni"), __builtin_cpu_supports("avx2"), __builtin_cpu_supports("fma"),
+                 __builtin_cpu_supports("f16c")};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (has[i]) {
+            size_t l = strlen(buf);
+            snprintf(buf + l, n - l, "%s%s", l ? "," : "", names[i]);
+        }
+#endif
+    if (!buf[0]) snprintf(buf, n, "none detected");
+}
+
+/* Bytes of the weight matrices read once per decoded token. */
+static double weight_bytes_per_token(const pdl_model *m) {
+    double b = (double)m->w.output.nbytes;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const pdl_layer_weights *w = &m->w.layers[l];
+        b += (double)w->wq.nbytes + w->wk.nbytes + w->wv.nbytes + w->wo.nbytes + w->w_gate.nbytes + w->w_up.nbytes +
+             w->w_down.nbytes;
+    }
+    return b;
+}
+
+/* ---- command ------------------------------------------------------------------ */
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-r 5] [--batch 1,4,16] [--threads N]\n"
+               "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--json | --csv]\n"
+               "  -p LIST      prompt lengths for ppN tests (0 to skip)\n"
+               "  -n N         generated tokens for tgN tests (0 to skip)\n"
+               "  -r N         repetitions after one warm-up run (default 5)\n"
+               "  --batch LIST sequences decoding together in tgN tests (default 1)\n");
+}
+
+static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
+    int32_t *ids;
+    size_t cnt;
+    if (cli_token_list(opt, s, &ids, &cnt)) return -1;
+    if ((int)cnt > max) {
+        fprintf(stderr, "error: %s takes at most %d values\n", opt, max);
+        free(ids);
+        return -1;
+    }
+    for (size_t i = 0; i < cnt; i++) out[i] = ids[i];
+    *n = (int)cnt;
+    free(ids);
+    return 0;
+}
+
+int cli_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    int pp[8] = {512}, n_pp = 1, batches[8] = {1}, n_batches = 1;
+    long n_gen = 128, reps = 5, threads = 0;
+    bool json = false, csv = false;
+    pdl_engine_options eo = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--csv") == 0) {
+            csv = true;
+        } else if (!(v = cli_value(argc, argv, &i))) {
+            return CLI_USAGE;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            model_path = v;
+        } else if (strcmp(a, "-p") == 0) {
+            if (parse_list(a, v, pp, 8, &n_pp)) return CLI_USAGE;
+        } else if (strcmp(a, "-n") == 0) {
+            if (cli_int(a, v, 0, 1 << 20, &n_gen)) return CLI_USAGE;
+        } else if (strcmp(a, "-r") == 0) {
+            if (cli_int(a, v, 1, 64, &reps)) return CLI_USAGE;
+        } else if (strcmp(a, "--batch") == 0) {
+            if (parse_list(a, v, batches, 8, &n_batches)) return CLI_USAGE;
+            for (int k = 0; k < n_batches; k++)
+                if (batches[k] < 1 || batches[k] > 256) {
+                    fprintf(stderr, "error: --batch values must be in [1, 256]\n");
+                    return CLI_USAGE;
+                }
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
+        } else if (strcmp(a, "--logits") == 0) {
+            if (cli_logits_mode(a, v, &eo.logits_mode)) return CLI_USAGE;
+        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
+            if (cli_kv_dtype(a, v, &eo.kv_dtype)) return CLI_USAGE;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' for bench\n", a);
+            usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "error: bench needs -m MODEL\n");
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    pdl_error err;
+    pdl_model *model = NULL;
+    pdl_model_options mo = {.n_threads = (int)threads};
+    if (pdl_model_load(&model, model_path, &mo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return CLI_FAIL;
+    }
+    pdl_model_info info;
+    pdl_model_get_info(model, &info);
+    int max_pp = 1;
+    for (int k = 0; k < n_pp; k++) max_pp = pp[k] > max_pp ? pp[k] : max_pp;
+    eo.max_num_batched_tokens = max_pp > 256 ? max_pp : 256; /* each prompt in one forward */
+    eo.max_num_seqs = 256;
+    if (!eo.kv_cache_memory) {
+        /* enough for the largest test, not gigabytes of untouched pool */
+        int max_b = 1;
+        for (int k = 0; k < n_batches; k++) max_b = batches[k] > max_b ? batches[k] : max_b;
+        size_t tokens = (size_t)(max_pp > (int)n_gen + 1 ? max_pp : (int)n_gen + 1) * (size_t)max_b + 64;
+        eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, eo.kv_dtype, 16) * (tokens / 16 + 4);
+    }
+    pdl_engine *e = NULL;
+    if (pdl_engine_create(&e, model, &eo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        pdl_model_free(model);
+        return CLI_FAIL;
+    }
+    pdl_engine_stats st;
+    pdl_engine_get_stats(e, &st);
+
+    bench_result results[32];
+    int n_results = 0;
+    for (int k = 0; k < n_pp; k++)
+        if (pp[k] > 0) results[n_results++] = (bench_result){.n_prompt = pp[k], .n_gen = 1, .batch = 1};
+    for (int k = 0; n_gen > 0 && k < n_batches; k++)
+        results[n_results++] = (bench_result){.n_prompt = 1, .n_gen = (int)n_gen, .batch = batches[k]};
+    bool tty = isatty(2);
+    int total = n_results * (int)(reps + 1), done = 0;
+    int rc = CLI_OK;
+    double wbytes = weight_bytes_per_token(model);
+    for (int t = 0; t < n_results && rc == CLI_OK; t++) {
+        bench_result *r = &results[t];
+        if (r->n_gen == 1) snprintf(r->test, sizeof r->test, "pp%d", r->n_prompt);
+        else snprintf(r->test, sizeof r->test, "tg%d", r->n_gen);
+        for (int rep = 0; rep <= reps && rc == CLI_OK; rep++) {
+            double tps;
+            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, 1234 + (uint64_t)rep * 7, &tps)) rc = CLI_FAIL;
+            else if (rep > 0) r->samples[r->n_samples++] = tps; /* rep 0 warms up */
+            done++;
+            if (tty) {
+                int w = 30, fill = done * w / total;
+                fprintf(stderr, "\r[%.*s%*s] %d/%d %s", fill, "##############################", w - fill, "", done,
+                        total, r->test);
+                fflush(stderr);
+            }
+        }
+        if (rc == CLI_OK) {
+            summarize(r);
+            r->gbps = r->n_gen > 1 && r->batch == 1 ? wbytes * r->median / 1e9 : 0;
+        }
+    }
+    if (tty) fprintf(stderr, "\r%*s\r", 60, "");
+    if (rc == CLI_OK) {
+        char cpu[256], feats[256];
+        cpu_model(cpu, sizeof cpu);
+        cpu_features(feats, sizeof feats);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        const char *logits = st.selective_logits ? "selective" : "full";
+        const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
+        if (json) {
+            printf("[\n");
+            for (int t = 0; t < n_results; t++) {
+                bench_result *r = &results[t];
+                printf("  {\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"batch\": %d, \"tokens_per_s\": "
+                       "{\"mean\": %.3f, \"sd\": %.3f, \"median\": %.3f, \"samples\": [",
+                       r->test, r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
+                       r->median);
+                for (int i = 0; i < r->n_samples; i++) printf("%s%.3f", i ? ", " : "", r->samples[i]);
+                printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
+                       "\"cpu\": \"%s\", \"isa\": \"portable C\", \"cpu_features\": \"%s\", \"threads\": %d, "
+                       "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
+                       "\"peak_rss_mb\": %.1f}%s\n",
+                       r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, feats, nthreads, model_path,
+                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, t + 1 < n_results ? "," : "");
+            }
+            printf("]\n");
+        } else if (csv) {
+            printf("test,n_prompt,n_gen,batch,tps_mean,tps_sd,tps_median,samples,weight_gb_per_s,commit,cpu,threads,"
+                   "model,weight_types,logits,kv_cache_dtype\n");
+            for (int t = 0; t < n_results; t++) {
+                bench_result *r = &results[t];
+                printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s\n", r->test,
+                       r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
+                       r->median, r->n_samples, r->gbps, PDL_GIT_COMMIT, cpu, nthreads, model_path, info.weight_types,
+                       logits, kvd);
+            }
+        } else {
+            printf("| model | weights | threads | logits | test | batch | t/s (mean ± sd) | median | GB/s |\n");
+            printf("|---|---|---:|---|---|---:|---:|---:|---:|\n");
+            for (int t = 0; t < n_results; t++) {
+                bench_result *r = &results[t];
+                char gb[32] = "-";
+                if (r->gbps > 0) snprintf(gb, sizeof gb, "%.2f", r->gbps);
+                printf("| %s | %s | %d | %s | %s | %d | %.2f ± %.2f | %.2f | %s |\n", info.arch, info.weight_types,
+                       nthreads, logits, r->test, r->batch, r->mean, r->sd, r->median, gb);
+            }
+            printf("\ncommit %s, gcc %s (%s), %s [%s], peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu,
+                   feats, ru.ru_maxrss / 1024.0);
+        }
+    }
+    pdl_engine_free(e);
+    pdl_model_free(model);
+    return rc;
+}

@@ -1,0 +1,108 @@
+/*
+ * test_cli_bench.c - `pagedlm make-random-model` writes loadable models of
+ * every weight type, and `pagedlm bench` measures them and reports what it
+ * promises (JSON fields, the test names, positive speeds). Speeds are not
+ * asserted: benchmarks are measured, not tested.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <sys/wait.h>
+
+#include "pagedlm.h"
+#include "test_util.h"
+
+static int sh(const char *args, char **out) {
+    const char *bin = getenv("PAGEDLM_BIN");
+    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
+    char *op = test_tmp_path("bench-out");
+    size_t n = strlen(bin) + strlen(args) + strlen(op) + 32;
+    char *cmd = malloc(n);
+    snprintf(cmd, n, "'%s' %s >'%s' 2>&1", bin, args, op);
+    int st = system(cmd);
+    FILE *f = fopen(op, "rb");
+    REQUIRE(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)len + 1);
+    size_t got = fread(*out, 1, (size_t)len, f);
+    (*out)[got] = '\0';
+    fclose(f);
+    free(cmd), free(op);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void test_random_models_of_every_dtype_load_and_run(void) {
+    const char *dtypes[] = {"f32", "f16", "bf16", "q8_0"}, *names[] = {"F32", "F16", "BF16", "Q8_0"};
+    for (int i = 0; i < 4; i++) {
+        char name[64], args[1024], *out;
+        snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);
+        char *path = test_tmp_path(name);
+        snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 640 --dtype %s -o '%s'",
+                 dtypes[i], path);
+        CHECK_EQ_INT(sh(args, &out), 0);
+        free(out);
+        pdl_model *m = NULL;
+        pdl_error err;
+        REQUIRE_MSG(pdl_model_load(&m, path, NULL, &err) == 0, "%s", err.message);
+        pdl_model_info info;
+        pdl_model_get_info(m, &info);
+        CHECK(strcmp(info.weight_types, names[i]) == 0);
+        CHECK_EQ_INT(info.hidden, 1024);
+        CHECK_EQ_INT(info.head_dim, 128);
+        CHECK_EQ_INT(info.vocab, 640);
+        pdl_kv_cache *kv = NULL;
+        REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F16, 16, 1, &err) == 0);
+        int32_t toks[3] = {1, 2, 639};
+        float *logits = malloc(640 * sizeof *logits);
+        pdl_seq s = {0};
+        REQUIRE_MSG(pdl_seq_forward(m, kv, &s, toks, 3, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
+        int finite = 0;
+        for (int j = 0; j < 640; j++) finite += isfinite(logits[j]) && logits[j] != 0.0f;
+        CHECK_EQ_INT(finite, 640);
+        pdl_seq_release(kv, &s);
+        pdl_kv_cache_free(kv);
+        free(logits);
+        pdl_model_free(m);
+        free(path);
+    }
+}
+
+static void test_bench_reports_json_results(void) {
+    char *path = test_tmp_path("bench.gguf"), args[1024], *out;
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 512 --dtype f32 -o '%s'", path);
+    REQUIRE(sh(args, &out) == 0);
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16,32 -n 4 -r 2 --batch 1,3 --json", path);
+    int st = sh(args, &out);
+    CHECK_EQ_INT(st, 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    REQUIRE_MSG(j != NULL && json_is_array(j), "not a JSON array: %s", out);
+    CHECK_EQ_INT(json_array_size(j), 4);
+    const char *tests[] = {"pp16", "pp32", "tg4", "tg4"};
+    int batch[] = {1, 1, 1, 3};
+    for (size_t i = 0; i < json_array_size(j) && i < 4; i++) {
+        json_t *r = json_array_get(j, i);
+        CHECK(strcmp(json_string_value(json_object_get(r, "test")), tests[i]) == 0);
+        CHECK_EQ_INT(json_integer_value(json_object_get(r, "batch")), batch[i]);
+        json_t *tps = json_object_get(r, "tokens_per_s");
+        CHECK(json_number_value(json_object_get(tps, "median")) > 0);
+        CHECK_EQ_INT(json_array_size(json_object_get(tps, "samples")), 2);
+        const char *fields[] = {"commit", "cpu", "isa", "threads", "model", "weight_types", "n_prompt", "n_gen"};
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
+            CHECK_MSG(json_object_get(r, fields[f]) != NULL, "missing field %s", fields[f]);
+    }
+    json_decref(j);
+    free(out);
+    CHECK_EQ_INT(sh("bench", &out), 2);
+    CHECK_CONTAINS(out, "-m MODEL");
+    free(out);
+    free(path);
+}
+
+int main(void) {
+    RUN(test_random_models_of_every_dtype_load_and_run);
+    RUN(test_bench_reports_json_results);
+    return test_summary();
+}
