@@ -33,5 +33,6 @@ int cli_logits(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_make_random_model(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_bench_serve(int argc, char **argv);
 
 #endif

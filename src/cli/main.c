@@ -22,6 +22,8 @@ static void usage(FILE *f) {
             "          pagedlm info -m MODEL\n"
             "  bench   prompt processing (ppN) and generation (tgN) speed, like llama-bench\n"
             "          pagedlm bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [--batch 1,4,16] [--json]\n"
+            "  bench-serve  online benchmark of an OpenAI-compatible server, like vllm bench serve\n"
+            "          pagedlm bench-serve --model NAME --tokenizer MODEL [--base-url URL] [--num-prompts N]\n"
             "  make-random-model  write a random-weight GGUF in a real model's shape (for benchmarks)\n"
             "          pagedlm make-random-model --preset qwen3-0.6b -o FILE.gguf [--dtype bf16]\n"
             "\n"
@@ -39,6 +41,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "logits") == 0) return cli_logits(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench-serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "make-random-model") == 0) return cli_make_random_model(argc - 1, argv + 1);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);

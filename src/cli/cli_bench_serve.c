@@ -1,0 +1,311 @@
+/*
+ * cli_bench_serve.c - `pagedlm bench-serve`: an online benchmark of any
+ * OpenAI-compatible server (pagedlm serve, llama-server, vLLM) with vLLM's
+ * `vllm bench serve` options and metric definitions. Each request streams
+ * (SSE) and every content chunk is timed at arrival with a monotonic clock;
+ * failed requests are counted and reported, never dropped.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/http_client.h"
+#include "bench/serve_dataset.h"
+#include "bench/serve_metrics.h"
+#include "cli/cli_args.h"
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct bench_cfg {
+    http_url url;
+    const char *endpoint;
+    const char *model;
+    const char *api_key;
+    bool chat, ignore_eos;
+    sem_t *slots;          /* max concurrency, or NULL */
+} bench_cfg;
+
+typedef struct job {
+    const bench_cfg *cfg;
+    const bench_prompt *prompt;
+    request_record *rec;
+    double send_at;        /* absolute monotonic time */
+    sse_parser sse;
+    bool done;
+} job;
+
+static void on_sse(const char *data, size_t len, void *user) {
+    job *j = user;
+    request_record *r = j->rec;
+    double t = mono();
+    if (len == 6 && memcmp(data, "[DONE]", 6) == 0) {
+        j->done = true;
+        return;
+    }
+    json_t *o = json_loadb(data, len, 0, NULL);
+    if (!o) return;
+    json_t *err = json_object_get(o, "error");
+    if (err) {
+        json_t *m = json_object_get(err, "message");
+        snprintf(r->error, sizeof r->error, "%s", json_is_string(m) ? json_string_value(m) : "error event");
+        r->ok = false;
+    }
+    json_t *choice = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *text = j->cfg->chat ? json_object_get(json_object_get(choice, "delta"), "content")
+                                : json_object_get(choice, "text");
+    if (json_is_string(text) && json_string_length(text) > 0) record_chunk(r, t);
+    json_t *usage = json_object_get(o, "usage");
+    if (json_is_object(usage)) {
+        json_t *pt = json_object_get(usage, "prompt_tokens"), *ct = json_object_get(usage, "completion_tokens");
+        if (json_is_integer(pt)) r->prompt_tokens = (int)json_integer_value(pt);
+        if (json_is_integer(ct)) r->output_tokens = (int)json_integer_value(ct);
+    }
+    json_decref(o);
+}
+
+static int on_body(const char *data, size_t len, void *user) {
+    job *j = user;
+    return sse_feed(&j->sse, data, len, on_sse, j) != 0;
+}
+
+static void *run_job(void *p) {
+    job *j = p;
+    const bench_cfg *c = j->cfg;
+    double wait = j->send_at - mono();
+    if (wait > 0) {
+        struct timespec ts = {(time_t)wait, (long)((wait - floor(wait)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    if (c->slots) sem_wait(c->slots);
+    json_t *body = json_object();
+    json_object_set_new(body, "model", json_string(c->model));
+    if (c->chat) {
+        json_object_set_new(body, "messages",
+                            json_pack("[{s:s, s:s}]", "role", "user", "content", j->prompt->text));
+    } else {
+        json_object_set_new(body, "prompt", json_string(j->prompt->text));
+    }
+    json_object_set_new(body, "max_tokens", json_integer(j->prompt->output_len));
+    json_object_set_new(body, "temperature", json_real(0.0));
+    json_object_set_new(body, "stream", json_true());
+    json_object_set_new(body, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    if (c->ignore_eos) json_object_set_new(body, "ignore_eos", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    char auth[512] = "";
+    if (c->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", c->api_key);
+    request_record *r = j->rec;
+    r->ok = true;
+    r->start = mono();
+    int status = 0;
+    char err[256] = "";
+    int rc = text ? http_post(&c->url, c->endpoint, auth, text, strlen(text), on_body, j, &status, err, sizeof err) : -1;
+    r->end = mono();
+    if (rc != 0) {
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "%s", text ? err : "out of memory");
+    } else if (status != 200) {
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "HTTP %d: %.200s", status, j->sse.buf ? j->sse.buf : "");
+    } else if (!j->done && r->ok) {
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "stream ended without [DONE]");
+    }
+    if (r->ok && r->output_tokens == 0) r->output_tokens = r->n_chunks; /* no usage from the server */
+    if (r->ok && r->prompt_tokens == 0) r->prompt_tokens = j->prompt->prompt_len;
+    free(text);
+    sse_free(&j->sse);
+    if (c->slots) sem_post(c->slots);
+    return NULL;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: pagedlm bench-serve --model NAME [--base-url http://127.0.0.1:8000] [--endpoint /v1/completions]\n"
+            "       [--dataset-name random|jsonl] [--dataset-path FILE.jsonl] [--tokenizer MODEL_OR_DIR]\n"
+            "       [--input-len 1024] [--output-len 128] [--range-ratio 0] [--prefix-len 0]\n"
+            "       [--num-prompts 1000] [--request-rate inf] [--seed 0] [--max-concurrency N] [--ignore-eos]\n"
+            "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY]\n"
+            "  random dataset: random ids from the tokenizer's normal vocabulary (--tokenizer), decoded to text\n"
+            "  /v1/chat/completions sends the prompt as one user message\n");
+}
+
+int cli_bench_serve(int argc, char **argv) {
+    const char *base = "http://127.0.0.1:8000", *endpoint = "/v1/completions", *model = NULL, *dataset = "random";
+    const char *dataset_path = NULL, *tokenizer = NULL, *save = NULL, *api_key = NULL, *pcts_s = "99";
+    long input_len = 1024, output_len = 128, prefix_len = 0, num_prompts = 1000, max_conc = 0;
+    float range_ratio = 0, rate = INFINITY;
+    uint64_t seed = 0;
+    bool ignore_eos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--ignore-eos") == 0) {
+            ignore_eos = true;
+            continue;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return CLI_USAGE;
+        if (strcmp(a, "--base-url") == 0) base = v;
+        else if (strcmp(a, "--endpoint") == 0) endpoint = v;
+        else if (strcmp(a, "--model") == 0) model = v;
+        else if (strcmp(a, "--dataset-name") == 0) dataset = v;
+        else if (strcmp(a, "--dataset-path") == 0) dataset_path = v;
+        else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
+        else if (strcmp(a, "--save-result") == 0) save = v;
+        else if (strcmp(a, "--api-key") == 0) api_key = v;
+        else if (strcmp(a, "--metric-percentiles") == 0) pcts_s = v;
+        else if (strcmp(a, "--input-len") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &input_len)) return CLI_USAGE;
+        } else if (strcmp(a, "--output-len") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &output_len)) return CLI_USAGE;
+        } else if (strcmp(a, "--prefix-len") == 0) {
+            if (cli_int(a, v, 0, 1 << 24, &prefix_len)) return CLI_USAGE;
+        } else if (strcmp(a, "--num-prompts") == 0) {
+            if (cli_int(a, v, 1, 1 << 20, &num_prompts)) return CLI_USAGE;
+        } else if (strcmp(a, "--max-concurrency") == 0) {
+            if (cli_int(a, v, 1, 1 << 16, &max_conc)) return CLI_USAGE;
+        } else if (strcmp(a, "--range-ratio") == 0) {
+            if (cli_float(a, v, &range_ratio) || range_ratio < 0 || range_ratio >= 1) {
+                fprintf(stderr, "error: --range-ratio must be in [0, 1)\n");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--request-rate") == 0) {
+            if (strcmp(v, "inf") == 0) rate = INFINITY;
+            else if (cli_float(a, v, &rate) || !(rate > 0)) {
+                fprintf(stderr, "error: --request-rate must be positive or inf\n");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--seed") == 0) {
+            if (cli_u64(a, v, &seed)) return CLI_USAGE;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' for bench-serve\n", a);
+            usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    double pcts[8];
+    int n_pcts = 0;
+    for (const char *p = pcts_s; *p && n_pcts < 8;) {
+        char *end;
+        double q = strtod(p, &end);
+        if (end == p || q < 0 || q > 100) {
+            fprintf(stderr, "error: --metric-percentiles expects numbers in [0, 100], e.g. 50,90,99\n");
+            return CLI_USAGE;
+        }
+        pcts[n_pcts++] = q;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            fprintf(stderr, "error: --metric-percentiles expects comma-separated numbers\n");
+            return CLI_USAGE;
+        }
+    }
+    bench_cfg cfg = {.endpoint = endpoint, .model = model, .api_key = api_key, .ignore_eos = ignore_eos,
+                     .chat = strstr(endpoint, "chat") != NULL};
+    if (!model) {
+        fprintf(stderr, "error: bench-serve needs --model (the served model name)\n");
+        return CLI_USAGE;
+    }
+    if (http_parse_url(base, &cfg.url)) {
+        fprintf(stderr, "error: --base-url must look like http://host:port, got '%s'\n", base);
+        return CLI_USAGE;
+    }
+    pdl_error err;
+    bench_prompt *prompts = NULL;
+    int n = (int)num_prompts;
+    if (strcmp(dataset, "random") == 0) {
+        if (!tokenizer) {
+            fprintf(stderr, "error: the random dataset needs --tokenizer MODEL_OR_DIR (the served model's tokenizer)\n");
+            return CLI_USAGE;
+        }
+        pdl_model *tok = NULL;
+        pdl_model_options mo = {.n_threads = 1};
+        if (pdl_model_load(&tok, tokenizer, &mo, &err) ||
+            dataset_random(tok, n, (int)input_len, (int)output_len, range_ratio, (int)prefix_len, seed, &prompts, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            pdl_model_free(tok);
+            return CLI_FAIL;
+        }
+        pdl_model_free(tok);
+    } else if (strcmp(dataset, "jsonl") == 0) {
+        if (!dataset_path || dataset_jsonl(dataset_path, n, (int)output_len, &prompts, &err)) {
+            fprintf(stderr, "error: %s\n", dataset_path ? err.message : "the jsonl dataset needs --dataset-path");
+            return dataset_path ? CLI_FAIL : CLI_USAGE;
+        }
+    } else {
+        fprintf(stderr, "error: --dataset-name expects random or jsonl, got '%s'\n", dataset);
+        return CLI_USAGE;
+    }
+
+    sem_t slots;
+    if (max_conc > 0) {
+        sem_init(&slots, 0, (unsigned)max_conc);
+        cfg.slots = &slots;
+    }
+    double *offsets = malloc((size_t)n * sizeof *offsets);
+    request_record *recs = calloc((size_t)n, sizeof *recs);
+    job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = malloc((size_t)n * sizeof *th);
+    if (!offsets || !recs || !jobs || !th) {
+        fprintf(stderr, "error: out of memory\n");
+        return CLI_FAIL;
+    }
+    arrivals_poisson(isinf(rate) ? 0 : rate, n, seed, offsets);
+    fprintf(stderr, "pagedlm bench-serve: %d prompts to %s%s, request rate %s, max concurrency %s\n", n, base,
+            endpoint, isinf(rate) ? "inf" : "Poisson", max_conc ? "set" : "unlimited");
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    double t0 = mono();
+    int started = 0;
+    for (int k = 0; k < n; k++) {
+        jobs[k] = (job){.cfg = &cfg, .prompt = &prompts[k], .rec = &recs[k], .send_at = t0 + offsets[k]};
+        if (pthread_create(&th[k], &attr, run_job, &jobs[k]) != 0) {
+            recs[k].ok = false;
+            snprintf(recs[k].error, sizeof recs[k].error, "could not start a client thread");
+            continue;
+        }
+        th[started++] = th[k];
+    }
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    double duration = mono() - t0;
+    pthread_attr_destroy(&attr);
+
+    int shown = 0;
+    for (int k = 0; k < n; k++)
+        if (!recs[k].ok && shown++ < 5) fprintf(stderr, "request %d failed: %s\n", k, recs[k].error);
+    serve_summary sum;
+    serve_summarize(recs, n, duration, pcts, n_pcts, &sum);
+    serve_print(stdout, &sum);
+    int rc = CLI_OK;
+    if (save) {
+        char extra[1024];
+        snprintf(extra, sizeof extra,
+                 "{\"backend\": \"openai\", \"base_url\": \"%s\", \"endpoint\": \"%s\", \"model_id\": \"%s\", "
+                 "\"num_prompts\": %d, \"request_rate\": \"%s\", \"max_concurrency\": %ld}",
+                 base, endpoint, model, n, isinf(rate) ? "inf" : "poisson", max_conc);
+        char *js = serve_json(&sum, extra);
+        FILE *f = js ? fopen(save, "w") : NULL;
+        if (!f || fputs(js, f) < 0 || fclose(f) != 0) {
+            fprintf(stderr, "error: cannot write %s\n", save);
+            rc = CLI_FAIL;
+        }
+        free(js);
+    }
+    for (int k = 0; k < n; k++) record_free(&recs[k]);
+    free(offsets), free(recs), free(jobs), free(th);
+    dataset_free(prompts, n);
+    if (cfg.slots) sem_destroy(&slots);
+    return rc;
+}
