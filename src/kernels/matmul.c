@@ -2,16 +2,19 @@
  * matmul.c - portable dot-product kernels per weight dtype and the threaded
  * row-by-column driver.
  *
- * The dot products keep 16 independent partial sums and add them in a fixed
- * tree, which compilers vectorize without -ffast-math and which gives the
- * same bits on every ISA. Faster SIMD paths come with the kernels issue;
- * they must keep this contract (fixed order per output element).
+ * The portable dot products keep 16 independent partial sums and add them
+ * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
+ * matmul_avx2.c) are tested against. The family is chosen once per process
+ * (cpu_features.h); within it, every output element is computed by the same
+ * instruction sequence whatever the batch, so results are batch-invariant.
  */
 #include "kernels/matmul.h"
 
 #include <string.h>
 
+#include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
+#include "kernels/matmul_tiles.h"
 
 #define LANES 16
 
@@ -77,6 +80,7 @@ float pdl_dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in
 }
 
 typedef struct matmul_task {
+    const pdl_tile_kernels *tiles; /* NULL: the portable path */
     float *y;
     int64_t ldy;
     const float *x;
@@ -111,17 +115,63 @@ static void matmul_worker(void *p, int ith, int nth) {
     }
 }
 
+/* Rows are taken in blocks that stay in L2 while every column tile of the
+ * thread's share passes over them. */
+#define ROW_BLOCK 32
+
+static void matmul_tiled_worker(void *p, int ith, int nth) {
+    const matmul_task *t = p;
+    const pdl_tile_kernels *tk = t->tiles;
+    pdl_tile_fn tile = tk->fn[t->w->dtype];
+    int TR = tk->tile_rows, TC = tk->tile_cols;
+    long n_tiles = (long)((t->out + TC - 1) / TC);
+    long c0, c1;
+    pdl_split_range(n_tiles, ith, nth, &c0, &c1);
+    const uint8_t *wbase = t->w->data;
+    float tmp[64];
+    for (int64_t rb = 0; rb < t->n_rows; rb += ROW_BLOCK) {
+        int64_t re = rb + ROW_BLOCK < t->n_rows ? rb + ROW_BLOCK : t->n_rows;
+        for (long c = c0; c < c1; c++) {
+            int64_t o0 = c * TC;
+            int cols = (int)(t->out - o0 < TC ? t->out - o0 : TC);
+            for (int64_t r = rb; r < re; r += TR) {
+                int rows = (int)(re - r < TR ? re - r : TR);
+                tile(t->x + r * t->in, t->in, rows, wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in,
+                     tmp, TC);
+                for (int i = 0; i < rows; i++) {
+                    float *yr = t->y + (r + i) * t->ldy + o0;
+                    for (int j = 0; j < cols; j++) {
+                        float v = tmp[i * TC + j];
+                        if (t->bias) v += t->bias[o0 + j];
+                        yr[j] = t->accumulate ? yr[j] + v : v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
+    const pdl_tile_kernels *tk = NULL;
+    switch (pdl_isa_active()) {
+    case PDL_ISA_AVX512: tk = &pdl_tiles_avx512; break;
+    case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
+    default: return NULL;
+    }
+    return tk->fn[dtype] ? tk : NULL;
+}
+
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate) {
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
         .in = w->shape[1], .out = w->shape[0], .w = w,
         .w_row_bytes = pdl_dtype_row_bytes(w->dtype, w->shape[1]),
-        .bias = bias, .accumulate = accumulate,
+        .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
     };
     if (n_rows == 0) return;
     /* ~64k multiply-adds per thread at least: below that a wake-up costs
      * more than it saves */
     double macs = (double)n_rows * (double)t.out * (double)t.in;
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), matmul_worker, &t);
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), t.tiles ? matmul_tiled_worker : matmul_worker, &t);
 }

@@ -1,0 +1,122 @@
+/*
+ * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16 and Q8_0
+ * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
+ * called only when the CPU has them.
+ *
+ * Tile: 4 rows x 2 weight rows = 8 ymm accumulators of 8 lanes. A ragged
+ * end of k goes through a zero-padded copy, the same for every tile shape.
+ */
+#include "kernels/matmul_tiles.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#include <string.h>
+
+
+#define TR 4
+#define TC 2
+
+static inline __m256 w8_f32(const uint8_t *w, int64_t k) { return _mm256_loadu_ps((const float *)w + k); }
+static inline __m256 w8_f16(const uint8_t *w, int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
+}
+static inline __m256 w8_bf16(const uint8_t *w, int64_t k) {
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The tile body for nr <= TR rows and nc <= TC weight rows; inlined with
+ * constants for full tiles so the accumulators stay in registers. */
+#define DEFINE_TILE(NAME, W8, ELEM)                                                                              \
+    static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,           \
+                                                                  const uint8_t *w, size_t wrb, int nc,          \
+                                                                  int64_t in, float *out, int64_t ldo) {         \
+        __m256 acc[TR][TC];                                                                                     \
+        for (int r = 0; r < TR; r++)                                                                            \
+            for (int c = 0; c < TC; c++) acc[r][c] = _mm256_setzero_ps();                                       \
+        int64_t kf = in & ~(int64_t)7;                                                                          \
+        for (int64_t k = 0; k < kf; k += 8) {                                                                   \
+            __m256 v[TC];                                                                                       \
+            for (int c = 0; c < nc; c++) v[c] = W8(w + c * wrb, k);                                             \
+            for (int r = 0; r < nr; r++) {                                                                      \
+                __m256 b = _mm256_loadu_ps(x + r * ldx + k);                                                    \
+                for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(v[c], b, acc[r][c]);                   \
+            }                                                                                                   \
+        }                                                                                                       \
+        if (kf < in) { /* zero-padded last step */                                                              \
+            uint8_t wt[TC][8 * sizeof(ELEM)];                                                                   \
+            float xt[8];                                                                                        \
+            for (int c = 0; c < nc; c++) {                                                                      \
+                memset(wt[c], 0, sizeof wt[c]);                                                                 \
+                memcpy(wt[c], w + c * wrb + kf * sizeof(ELEM), (size_t)(in - kf) * sizeof(ELEM));              \
+            }                                                                                                   \
+            for (int r = 0; r < nr; r++) {                                                                      \
+                memset(xt, 0, sizeof xt);                                                                       \
+                memcpy(xt, x + r * ldx + kf, (size_t)(in - kf) * sizeof(float));                               \
+                __m256 b = _mm256_loadu_ps(xt);                                                                 \
+                for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(W8(wt[c], 0), b, acc[r][c]);           \
+            }                                                                                                   \
+        }                                                                                                       \
+        for (int r = 0; r < nr; r++)                                                                            \
+            for (int c = 0; c < nc; c++) out[r * ldo + c] = hsum8(acc[r][c]);                                   \
+    }                                                                                                           \
+    static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
+                     float *out, int64_t ldo) {                                                                 \
+        if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
+        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \
+    }
+
+DEFINE_TILE(tile_f32, w8_f32, float)
+DEFINE_TILE(tile_f16, w8_f16, uint16_t)
+DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
+
+static inline __m256 q8_quarter(const int8_t *q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+}
+
+/* Q8_0: per 32-block, p = sum of the four 8-wide products (mul, fma, fma,
+ * fma), then acc += d * p. */
+static void tile_q8_0(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
+                      float *out, int64_t ldo) {
+    int64_t nb = in / 32;
+    for (int r = 0; r < rows; r++) {
+        __m256 acc[TC];
+        for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + r * ldx + b * 32;
+            __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
+                   x3 = _mm256_loadu_ps(xb + 24);
+            for (int c = 0; c < cols; c++) {
+                const uint8_t *blk = w + c * wrb + b * 34;
+                uint16_t d16;
+                memcpy(&d16, blk, 2);
+                __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)d16));
+                const int8_t *q = (const int8_t *)blk + 2;
+                __m256 p = _mm256_mul_ps(q8_quarter(q), x0);
+                p = _mm256_fmadd_ps(q8_quarter(q + 8), x1, p);
+                p = _mm256_fmadd_ps(q8_quarter(q + 16), x2, p);
+                p = _mm256_fmadd_ps(q8_quarter(q + 24), x3, p);
+                acc[c] = _mm256_fmadd_ps(d, p, acc[c]);
+            }
+        }
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = hsum8(acc[c]);
+    }
+}
+
+const pdl_tile_kernels pdl_tiles_avx2 = {
+    .tile_rows = TR,
+    .tile_cols = TC,
+    .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16,
+           [PDL_DTYPE_Q8_0] = tile_q8_0},
+};
+#else
+/* Not built for this target: the family has no kernels. */
+const pdl_tile_kernels pdl_tiles_avx2 = {0};
+#endif
