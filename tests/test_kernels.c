@@ -13,6 +13,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_tiles.h"
 #include "test_util.h"
 
 static uint64_t rng_state = 0x1234567;
@@ -120,6 +121,7 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
  * weights: within float32 accumulation error (1e-5 relative to sum |w x|). */
 static void test_matmul_matches_float64_for_every_dtype(void) {
     pdl_fp16_init();
+    pdl_matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
     pdl_threadpool *pool = pdl_threadpool_new(3);
     REQUIRE(pool != NULL);
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
@@ -163,6 +165,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias);
         }
     }
+    pdl_matmul_set_bf16_activations(true);
     pdl_threadpool_free(pool);
 }
 
@@ -179,7 +182,11 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     fprintf(stderr, "  best instruction set here: %s\n", pdl_isa_name(best));
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}};
+    /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
+     * BF16 activations (VDPBF16PS) when the CPU has it */
+    for (int mode = 0; mode < 2; mode++)
     for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+        pdl_matmul_set_bf16_activations(mode == 1);
         for (size_t ti = 0; ti < 4; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
@@ -191,8 +198,18 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                 float *y0 = malloc((size_t)rows * out * sizeof *y0), *y1 = malloc((size_t)rows * out * sizeof *y1);
                 float *one = malloc((size_t)out * sizeof *one);
                 for (int i = 0; i < rows * in; i++) x[i] = frand();
+                /* with BF16 activations the reference multiplies the same
+                 * rounded activations (round to nearest even) */
+                bool act16 = mode == 1 && types[ti] == PDL_DTYPE_BF16 && isa == PDL_ISA_AVX512 &&
+                             pdl_cpu_features_get()->avx512bf16;
+                float *xr = malloc((size_t)rows * in * sizeof *xr);
+                for (int i = 0; i < rows * in; i++) {
+                    uint32_t b = pdl_f32_to_bits(x[i]);
+                    xr[i] = act16 ? pdl_bits_to_f32((b + 0x7fff + ((b >> 16) & 1)) & 0xffff0000u) : x[i];
+                }
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, y0, out, x, rows, &t, NULL, false);
+                pdl_matmul(pool, y0, out, xr, rows, &t, NULL, false);
+                free(xr);
                 pdl_isa_set((pdl_isa)isa);
                 pdl_matmul(pool, y1, out, x, rows, &t, NULL, false);
                 double worst = 0;
@@ -203,8 +220,8 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                         double e = fabs((double)y1[r * out + o] - y0[r * out + o]) / (mag + 1e-30);
                         if (e > worst) worst = e;
                     }
-                CHECK_MSG(worst < 1e-5, "%s %s %dx%dx%d: relative difference %.3g", pdl_isa_name((pdl_isa)isa),
-                          pdl_dtype_name(types[ti]), rows, out, in, worst);
+                CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", pdl_isa_name((pdl_isa)isa),
+                          act16 ? "+bf16" : "", pdl_dtype_name(types[ti]), rows, out, in, worst);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
                     pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
@@ -215,6 +232,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
             }
     }
     pdl_isa_set(best);
+    pdl_matmul_set_bf16_activations(true);
     pdl_threadpool_free(pool);
 }
 

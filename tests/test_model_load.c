@@ -11,6 +11,7 @@
 #include "format/tensor.h"
 #include "gguf_writer.h"
 #include "kernels/fp16.h"
+#include "kernels/matmul_tiles.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
@@ -232,8 +233,10 @@ static void test_gguf_and_hf_copies_give_the_same_logits(void) {
 
 /* F16 GGUF and BF16 safetensors weights give the logits of an F32 model
  * holding the same rounded values (1e-5: only the summation may differ;
- * reading a half as bfloat16 or the reverse would be off by ~1). */
+ * reading a half as bfloat16 or the reverse would be off by ~1). Exact F32
+ * products here; BF16 activations are checked below. */
 static void test_f16_and_bf16_weights_load(void) {
+    pdl_matmul_set_bf16_activations(false);
     build_opts o = {0}, of16 = {.f16_matrices = 1}, of16r = {.f16_matrices = 2};
     char *g = write_gguf("f32.gguf", &o), *g16 = write_gguf("f16.gguf", &of16), *g16r = write_gguf("f16r.gguf", &of16r);
     char *hb = write_hf("bf16-hf", &o, NULL, 1), *hbr = write_hf("bf16r-hf", &o, NULL, 2);
@@ -243,6 +246,16 @@ static void test_f16_and_bf16_weights_load(void) {
     CHECK_MSG(d16 < 1e-5, "F16: %.3g", d16);
     CHECK_MSG(dbf < 1e-5, "BF16: %.3g", dbf);
     CHECK(max_diff(a, b, 9 * VOC) > 1e-5); /* the rounding is visible: the test compares real F16 data */
+    /* With BF16 activations (VDPBF16PS, where the CPU has it) the logits
+     * move by the activation rounding only (2^-9 relative per value): under
+     * 1% of the largest logit here. */
+    pdl_matmul_set_bf16_activations(true);
+    float *c16 = logits_of(hb, PDL_KV_F32);
+    double d_act = max_diff(cr, c16, 9 * VOC), mag = 0;
+    for (int i = 0; i < 9 * VOC; i++) mag = fmax(mag, fabs(cr[i]));
+    CHECK_MSG(d_act < 1e-2 * mag, "BF16 activations moved logits by %.3g (largest logit %.3g)", d_act, mag);
+    fprintf(stderr, "  BF16 activations: max |logit change| %.3g, largest |logit| %.3g\n", d_act, mag);
+    free(c16);
     free(br), free(cr), free(g16r), free(hbr);
     pdl_model *m = NULL;
     pdl_error err;

@@ -10,6 +10,7 @@
  */
 #include "kernels/matmul.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_features.h"
@@ -81,6 +82,7 @@ float pdl_dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in
 
 typedef struct matmul_task {
     const pdl_tile_kernels *tiles; /* NULL: the portable path */
+    const uint16_t *x_bf16;        /* x rounded to BF16, for tiles that take it */
     float *y;
     int64_t ldy;
     const float *x;
@@ -128,6 +130,8 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     long c0, c1;
     pdl_split_range(n_tiles, ith, nth, &c0, &c1);
     const uint8_t *wbase = t->w->data;
+    const uint8_t *xbase = t->x_bf16 ? (const uint8_t *)t->x_bf16 : (const uint8_t *)t->x;
+    size_t xsize = t->x_bf16 ? 2 : 4;
     float tmp[64];
     for (int64_t rb = 0; rb < t->n_rows; rb += ROW_BLOCK) {
         int64_t re = rb + ROW_BLOCK < t->n_rows ? rb + ROW_BLOCK : t->n_rows;
@@ -136,7 +140,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
             int cols = (int)(t->out - o0 < TC ? t->out - o0 : TC);
             for (int64_t r = rb; r < re; r += TR) {
                 int rows = (int)(re - r < TR ? re - r : TR);
-                tile(t->x + r * t->in, t->in, rows, wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in,
+                tile((const float *)(const void *)(xbase + (size_t)r * (size_t)t->in * xsize), t->in, rows, wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in,
                      tmp, TC);
                 for (int i = 0; i < rows; i++) {
                     float *yr = t->y + (r + i) * t->ldy + o0;
@@ -151,10 +155,27 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     }
 }
 
+static int bf16_act = -1; /* -1: not decided yet (environment) */
+
+void pdl_matmul_set_bf16_activations(bool on) { bf16_act = on; }
+
+bool pdl_matmul_bf16_activations(void) {
+    if (bf16_act < 0) {
+        const char *e = getenv("PAGEDLM_BF16_ACTIVATIONS");
+        bf16_act = !(e && strcmp(e, "0") == 0);
+    }
+    return bf16_act;
+}
+
 static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
     const pdl_tile_kernels *tk = NULL;
     switch (pdl_isa_active()) {
-    case PDL_ISA_AVX512: tk = &pdl_tiles_avx512; break;
+    case PDL_ISA_AVX512:
+        if (dtype == PDL_DTYPE_BF16 && pdl_cpu_features_get()->avx512bf16 && pdl_tiles_avx512bf16.fn[dtype] &&
+            pdl_matmul_bf16_activations())
+            return &pdl_tiles_avx512bf16;
+        tk = &pdl_tiles_avx512;
+        break;
     case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
     default: return NULL;
     }
@@ -170,6 +191,25 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
     };
     if (n_rows == 0) return;
+    if (t.tiles && t.tiles->x_bf16) {
+        /* pack the activations once: every column tile reads them */
+        static _Thread_local uint16_t *buf;
+        static _Thread_local size_t cap;
+        size_t need = (size_t)(n_rows * t.in);
+        if (need > cap) {
+            uint16_t *nb = realloc(buf, need * sizeof *nb);
+            if (!nb) {
+                t.tiles = NULL; /* no memory: the portable path needs none */
+            } else {
+                buf = nb;
+                cap = need;
+            }
+        }
+        if (t.tiles) {
+            pdl_f32_to_bf16_avx512(x, buf, (int64_t)need);
+            t.x_bf16 = buf;
+        }
+    }
     /* ~64k multiply-adds per thread at least: below that a wake-up costs
      * more than it saves */
     double macs = (double)n_rows * (double)t.out * (double)t.in;

@@ -11,6 +11,7 @@
 #ifndef PDL_KERNELS_MATMUL_TILES_H
 #define PDL_KERNELS_MATMUL_TILES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,9 +23,20 @@ typedef void (*pdl_tile_fn)(const float *x, int64_t ldx, int rows, const uint8_t
 typedef struct pdl_tile_kernels {
     int tile_rows, tile_cols;
     pdl_tile_fn fn[PDL_DTYPE_COUNT]; /* NULL: the family lacks this dtype */
+    /* The tiles take activations rounded to BF16: x then points to uint16
+     * values and ldx counts them (matmul.c converts once per call). */
+    bool x_bf16;
 } pdl_tile_kernels;
 
 extern const pdl_tile_kernels pdl_tiles_avx512;
 extern const pdl_tile_kernels pdl_tiles_avx2;
+extern const pdl_tile_kernels pdl_tiles_avx512bf16;
+void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
+
+/* Whether BF16 weights may use BF16 activations (VDPBF16PS) when the CPU
+ * has it: on by default; off gives exact F32 products for BF16 weights.
+ * PAGEDLM_BF16_ACTIVATIONS=0 turns it off for a process. */
+void pdl_matmul_set_bf16_activations(bool on);
+bool pdl_matmul_bf16_activations(void);
 
 #endif
