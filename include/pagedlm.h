@@ -96,6 +96,35 @@ const char *pdl_detok_flush(pdl_detok *d);  /* pending incomplete bytes as U+FFF
 void pdl_detok_free(pdl_detok *d);
 
 /* ---------------------------------------------------------------------------
+ * Tokenizer on its own (no weights needed)
+ * ------------------------------------------------------------------------- */
+
+typedef struct pdl_tokenizer pdl_tokenizer;
+
+/* Loads the tokenizer of a .gguf file (its tokenizer.ggml.* metadata), or of
+ * a folder holding tokenizer.json (+ tokenizer_config.json): a Hugging Face
+ * model folder or one with only the tokenizer files. */
+int pdl_tokenizer_load(pdl_tokenizer **out, const char *path, pdl_error *err);
+void pdl_tokenizer_free(pdl_tokenizer *tok);
+int pdl_tokenizer_vocab_size(const pdl_tokenizer *tok);
+
+/* Flags of pdl_tokenizer_encode / pdl_tokenizer_decode. */
+enum {
+    PDL_TOK_ADD_SPECIAL = 1u << 0,   /* encode: add BOS/EOS as the tokenizer does (HF encode(text)) */
+    PDL_TOK_PARSE_SPECIAL = 1u << 1, /* encode: special-token text ("<|im_start|>") becomes its id */
+    PDL_TOK_KEEP_SPECIAL = 1u << 2,  /* decode: keep special tokens' text (skipped by default) */
+};
+
+/* UTF-8 text (any bytes) -> ids, exactly as Hugging Face tokenizers encodes;
+ * *ids is malloc'ed. */
+int pdl_tokenizer_encode(const pdl_tokenizer *tok, const char *text, size_t len, unsigned flags,
+                         int32_t **ids, size_t *n_ids, pdl_error *err);
+/* ids -> text (*text malloc'ed, NUL-terminated, *len bytes when len != NULL).
+ * Fails on an id outside the vocabulary. */
+int pdl_tokenizer_decode(const pdl_tokenizer *tok, const int32_t *ids, size_t n_ids, unsigned flags,
+                         char **text, size_t *len, pdl_error *err);
+
+/* ---------------------------------------------------------------------------
  * KV cache and the packed-batch forward
  * ------------------------------------------------------------------------- */
 
@@ -337,6 +366,32 @@ int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err);
  * "abort". Returns -1 when no such request is active. */
 int pdl_engine_abort(pdl_engine *e, uint64_t request_id);
 void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *stats);
+
+/* ---------------------------------------------------------------------------
+ * Chat templates (rendered as transformers' apply_chat_template does)
+ * ------------------------------------------------------------------------- */
+
+typedef struct pdl_chat_template pdl_chat_template;
+
+/* A model's chat template: path is a folder (chat_template.jinja, else
+ * chat_template.json, else tokenizer_config.json's chat_template; the
+ * special tokens from tokenizer_config.json / special_tokens_map.json) or a
+ * .gguf file (tokenizer.chat_template; special tokens from the vocabulary).
+ * A template with a syntax error is refused here, with its line. */
+int pdl_chat_template_load(pdl_chat_template **out, const char *path, pdl_error *err);
+/* A template from its source; bos_token / eos_token may be NULL (undefined). */
+int pdl_chat_template_from_source(pdl_chat_template **out, const char *source, const char *bos_token,
+                                  const char *eos_token, pdl_error *err);
+/* Renders with a JSON object: messages (content a string or a list of parts,
+ * tool_calls, reasoning_content), tools, documents, add_generation_prompt and
+ * any extra keys (enable_thinking, date_string, ...). Special tokens are
+ * defined first and the context's keys override them; tools and documents
+ * default to None, add_generation_prompt to false. *text is malloc'ed and
+ * NUL-terminated (*len bytes when len != NULL). A template error, e.g. its
+ * raise_exception, fails with "chat template line N: MESSAGE". */
+int pdl_chat_template_render(const pdl_chat_template *t, const char *context_json, char **text, size_t *len,
+                             pdl_error *err);
+void pdl_chat_template_free(pdl_chat_template *t);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,32 @@ static void test_random_models_of_every_dtype_load_and_run(void) {
     }
 }
 
+/* --format hf writes the same weights as the GGUF: identical logits. */
+static void test_random_model_hf_form_holds_the_gguf_weights(void) {
+    char *g = test_tmp_path("same.gguf"), *h = test_tmp_path("same-hf"), args[2048], *out;
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 300 --dtype bf16 --seed 9 -o '%s'",
+             g);
+    REQUIRE(sh(args, &out) == 0);
+    free(out);
+    snprintf(args, sizeof args,
+             "make-random-model --preset qwen3-0.6b --layers 1 --vocab 300 --dtype bf16 --seed 9 --format hf -o '%s'", h);
+    REQUIRE(sh(args, &out) == 0);
+    free(out);
+    char *la, *lb;
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,2,299 --all-rows --kv-cache-dtype f32", g);
+    REQUIRE(sh(args, &la) == 0);
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,2,299 --all-rows --kv-cache-dtype f32", h);
+    REQUIRE(sh(args, &lb) == 0);
+    CHECK(strcmp(la, lb) == 0);
+    CHECK(strstr(la, "\"logits\"") != NULL);
+    free(la), free(lb);
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --dtype q8_0 --format hf -o '%s'", h);
+    CHECK_EQ_INT(sh(args, &out), 2);
+    CHECK_CONTAINS(out, "Q8_0");
+    free(out);
+    free(g), free(h);
+}
+
 static void test_bench_reports_json_results(void) {
     char *path = test_tmp_path("bench.gguf"), args[1024], *out;
     snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 512 --dtype f32 -o '%s'", path);
@@ -103,6 +129,7 @@ static void test_bench_reports_json_results(void) {
 
 int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
+    RUN(test_random_model_hf_form_holds_the_gguf_weights);
     RUN(test_bench_reports_json_results);
     return test_summary();
 }

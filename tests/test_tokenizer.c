@@ -22,6 +22,7 @@
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file_map.h"
+#include "vocab_vectors.h"
 
 static pdl_error g_err;
 
@@ -110,87 +111,13 @@ static bool valid_utf8(const char *s, size_t n) {
     return true;
 }
 
-/* llama.cpp's vocab test vectors: NAME.inp strings separated by
- * "\n__ggml_vocab_test__\n", NAME.out one line of expected ids per string. */
-typedef struct vectors {
-    size_t n;
-    char **text;
-    size_t *text_len;
-    int32_t **ids;
-    size_t *n_ids;
-    char *inp, *out;  /* file contents the above point into (text) */
-} vectors;
-
-static void vectors_free(vectors *v) {
-    for (size_t i = 0; i < v->n; i++) free(v->ids[i]);
-    free(v->text);
-    free(v->text_len);
-    free(v->ids);
-    free(v->n_ids);
-    free(v->inp);
-    free(v->out);
-    memset(v, 0, sizeof *v);
-}
-
-static void load_vectors(vectors *v, const char *rel_inp, const char *rel_out) {
-    memset(v, 0, sizeof *v);
-    char *pi = test_data_path(rel_inp), *po = test_data_path(rel_out);
-    size_t li, lo;
-    REQUIRE_MSG(pdl_read_file(pi, &v->inp, &li, &g_err) == 0, "%s", g_err.message);
-    REQUIRE_MSG(pdl_read_file(po, &v->out, &lo, &g_err) == 0, "%s", g_err.message);
-    free(pi);
-    free(po);
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    size_t cap = 256;
-    v->text = calloc(cap, sizeof *v->text);
-    v->text_len = calloc(cap, sizeof *v->text_len);
-    v->ids = calloc(cap, sizeof *v->ids);
-    v->n_ids = calloc(cap, sizeof *v->n_ids);
-    REQUIRE(v->text && v->text_len && v->ids && v->n_ids);
-    char *p = v->inp, *end = v->inp + li;
-    while (p < end) {
-        char *s = strstr(p, sep);
-        REQUIRE_MSG(s != NULL, "%s: text after the last separator", rel_inp);
-        REQUIRE(v->n < cap);
-        *s = '\0';
-        v->text[v->n] = p;
-        v->text_len[v->n] = (size_t)(s - p);
-        v->n++;
-        p = s + strlen(sep);
-    }
-    size_t line = 0;
-    char *q = v->out;
-    while (*q) {
-        char *nl = strchr(q, '\n');
-        if (nl) *nl = '\0';
-        REQUIRE_MSG(line < v->n, "%s has more lines than %s has strings", rel_out, rel_inp);
-        int32_t *ids = malloc((strlen(q) / 2 + 1) * sizeof *ids);
-        REQUIRE(ids != NULL);
-        size_t k = 0;
-        char *tokp = q, *endp;
-        for (;;) {
-            long val = strtol(tokp, &endp, 10);
-            if (endp == tokp) break;
-            ids[k++] = (int32_t)val;
-            tokp = endp;
-        }
-        v->ids[line] = ids;
-        v->n_ids[line] = k;
-        line++;
-        if (!nl) break;
-        q = nl + 1;
-    }
-    REQUIRE_MSG(line == v->n, "%s: %zu lines for %zu strings", rel_out, line, v->n);
-}
-
-static void load_spm_vectors(vectors *v) {
-    load_vectors(v, "tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf.inp",
-                 "tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf.out");
+static void load_spm_vectors(vocab_vectors *v) {
+    vocab_vectors_load(v, "llama-spm");
     REQUIRE(v->n >= 40);
 }
 
 /* Every vector encodes (no BOS) to exactly its expected ids. */
-static void check_all_vectors(const tok_tokenizer *t, const vectors *v, const char *what) {
+static void check_all_vectors(const tok_tokenizer *t, const vocab_vectors *v, const char *what) {
     int bad = 0;
     for (size_t i = 0; i < v->n; i++) {
         size_t n;
@@ -405,7 +332,7 @@ static void test_stories_gguf_and_hf_agree(void) {
         CHECK_MSG(pa && pb && la == lb && memcmp(pa, pb, la) == 0, "piece %d", (int)id);
         CHECK_EQ_INT(tok_is_control(a, id), tok_is_control(b, id));
     }
-    vectors v;
+    vocab_vectors v;
     load_spm_vectors(&v);
     int differ = 0;
     for (size_t i = 0; i < v.n; i++) {
@@ -426,7 +353,7 @@ static void test_stories_gguf_and_hf_agree(void) {
         free(ib);
     }
     CHECK_EQ_INT(differ, 0);
-    vectors_free(&v);
+    vocab_vectors_free(&v);
 
     char *path = test_data_path("reference/stories260K-greedy.json");
     json_error_t je;
@@ -526,7 +453,7 @@ static void test_llama_spm_vectors_gguf(void) {
     CHECK_EQ_INT(tok_eos_id(t), 2);
     CHECK_EQ_INT(tok_unk_id(t), 0);
     CHECK(tok_add_bos(t));
-    vectors v;
+    vocab_vectors v;
     load_spm_vectors(&v);
     check_all_vectors(t, &v, "llama-spm");
     /* with add_special, BOS and nothing else is added (empty text: BOS only) */
@@ -534,7 +461,7 @@ static void test_llama_spm_vectors_gguf(void) {
     check_encode(t, "Hello world", true, hello, 3);
     check_encode(t, "", true, hello, 1);
     check_encode(t, "", false, NULL, 0);
-    vectors_free(&v);
+    vocab_vectors_free(&v);
     tok_free(t);
 }
 
@@ -542,10 +469,10 @@ static void test_llama_spm_vectors_gguf(void) {
 static void test_llama2_gguf_vocab_matches_spm_vectors(void) {
     tok_tokenizer *t = load_gguf("models/llama-2-tiny-random/llama-2-tiny-random.gguf");
     CHECK_EQ_INT(tok_vocab_size(t), 32000);
-    vectors v;
+    vocab_vectors v;
     load_spm_vectors(&v);
     check_all_vectors(t, &v, "llama-2-tiny-random");
-    vectors_free(&v);
+    vocab_vectors_free(&v);
     tok_free(t);
 }
 
@@ -599,7 +526,7 @@ static void test_decode_roundtrips_encode(void) {
     tok_tokenizer *h = load_hf("tokenizers/mistral-7b-v0.1");
     tok_tokenizer *s = load_hf("models/stories260K-hf");
     tok_tokenizer *all[] = {g, h, s};
-    vectors v;
+    vocab_vectors v;
     load_spm_vectors(&v);
     int checked = 0;
     for (size_t i = 0; i < v.n; i++) {
@@ -616,7 +543,7 @@ static void test_decode_roundtrips_encode(void) {
         checked++;
     }
     CHECK(checked >= 40);
-    vectors_free(&v);
+    vocab_vectors_free(&v);
     tok_free(g);
     tok_free(h);
     tok_free(s);
@@ -737,7 +664,7 @@ static void test_stream_holds_incomplete_characters(void) {
 static void test_stream_equals_decode_for_all_vectors(void) {
     tok_tokenizer *g = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     tok_tokenizer *h = load_hf("tokenizers/mistral-7b-v0.1");
-    vectors v;
+    vocab_vectors v;
     load_spm_vectors(&v);
     for (size_t i = 0; i < v.n; i++) {
         check_stream(g, v.ids[i], v.n_ids[i]);
@@ -749,7 +676,7 @@ static void test_stream_equals_decode_for_all_vectors(void) {
         check_stream(g, with_bos, v.n_ids[i] + 1);
         free(with_bos);
     }
-    vectors_free(&v);
+    vocab_vectors_free(&v);
     tok_free(g);
     tok_free(h);
 }
@@ -877,6 +804,92 @@ static void test_hf_merges_strings_and_pairs_agree(void) {
 }
 
 /* tokenizer_config.json decides add_bos/add_eos over the post-processor. */
+/* The SPM shape with a Metaspace pre-tokenizer instead of the
+ * Prepend/Replace normalizer. */
+static char *metaspace_tokenizer_json(const char *scheme) {
+    static const char fmt[] =
+        "{\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"special\": true},\n"
+        "                  {\"id\": 1, \"content\": \"<s>\", \"special\": true},\n"
+        "                  {\"id\": 2, \"content\": \"</s>\", \"special\": true}],\n"
+        " \"normalizer\": null,\n"
+        " \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\",\n"
+        "                   \"prepend_scheme\": \"%s\", \"split\": false},\n"
+        " \"post_processor\": null,\n"
+        " \"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"%s\",\n"
+        "             \"split\": false},\n"
+        " \"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true,\n"
+        "   \"vocab\": " TINY_VOCAB ",\n"
+        "   \"merges\": [\"a b\", \"\\u2581 ab\", \"\\u2581 a\"]}}\n";
+    size_t n = sizeof fmt + 2 * strlen(scheme);
+    char *s = malloc(n);
+    REQUIRE(s != NULL);
+    snprintf(s, n, fmt, scheme, scheme);
+    return s;
+}
+
+/* Metaspace prepends "▁" only when the text does not start with one, and
+ * with prepend_scheme "first" only at the very start of the text (not after
+ * a special token), as Hugging Face does; the Prepend normalizer always
+ * prepends. */
+static void test_hf_metaspace_prepend_rules(void) {
+    char *j = metaspace_tokenizer_json("always");
+    char *d = write_hf_dir("metaspace-always", j, NULL);
+    tok_tokenizer *t = NULL;
+    REQUIRE_MSG(tok_load_hf_dir(&t, d, &g_err) == 0, "%s", g_err.message);
+    static const int32_t ab[] = {11}, sp_ab[] = {1, 11};
+    size_t n;
+    int32_t *ids = NULL;
+    REQUIRE(tok_encode_ex(t, "ab", 2, false, false, &ids, &n, &g_err) == 0);
+    CHECK(n == 1 && ids[0] == ab[0]);
+    free(ids);
+    REQUIRE(tok_encode_ex(t, " ab", 3, false, false, &ids, &n, &g_err) == 0);
+    CHECK(n == 1 && ids[0] == ab[0]);
+    free(ids);
+    REQUIRE(tok_encode_ex(t, "<s>ab", 5, false, true, &ids, &n, &g_err) == 0);
+    CHECK(n == 2 && ids[0] == sp_ab[0] && ids[1] == sp_ab[1]);
+    free(ids);
+    tok_free(t);
+    free(j);
+    free(d);
+
+    j = metaspace_tokenizer_json("first");
+    d = write_hf_dir("metaspace-first", j, NULL);
+    REQUIRE_MSG(tok_load_hf_dir(&t, d, &g_err) == 0, "%s", g_err.message);
+    REQUIRE(tok_encode_ex(t, "ab<s>ab", 7, false, true, &ids, &n, &g_err) == 0);
+    CHECK(n == 3 && ids[0] == 11 && ids[1] == 1 && ids[2] == 10);
+    free(ids);
+    tok_free(t);
+    free(j);
+    free(d);
+
+    /* the Prepend normalizer prepends even before a space */
+    j = spm_tokenizer_json(TINY_VOCAB, "[\"a b\", \"\\u2581 ab\", \"\\u2581 a\"]");
+    d = write_hf_dir("prepend-space", j, NULL);
+    REQUIRE_MSG(tok_load_hf_dir(&t, d, &g_err) == 0, "%s", g_err.message);
+    REQUIRE(tok_encode_ex(t, " ab", 3, false, false, &ids, &n, &g_err) == 0);
+    CHECK(n == 2 && ids[0] == 6 && ids[1] == 11);
+    free(ids);
+    tok_free(t);
+    free(j);
+    free(d);
+}
+
+/* model.vocab values must be integer ids. */
+static void test_hf_rejects_non_integer_ids(void) {
+    char *j = spm_tokenizer_json("{\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"a\": 1.5}", "[]");
+    char *d = write_hf_dir("float-id", j, NULL);
+    const char *msg = expect_hf_fail(d);
+    CHECK_CONTAINS(msg, "model.vocab[\"a\"]");
+    free(j);
+    free(d);
+    j = spm_tokenizer_json("{\"<unk>\": 0, \"<s>\": 1, \"</s>\": 2, \"a\": \"3\"}", "[]");
+    d = write_hf_dir("string-id", j, NULL);
+    msg = expect_hf_fail(d);
+    CHECK_CONTAINS(msg, "model.vocab[\"a\"]");
+    free(j);
+    free(d);
+}
+
 static void test_hf_config_sets_bos_eos(void) {
     char *j = spm_tokenizer_json(TINY_VOCAB, "[\"a b\"]");
     char *d = write_hf_dir("config-eos", j,
@@ -970,7 +983,7 @@ static void test_gguf_rejects_missing_or_bad_tokens(void) {
     gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_add_str_arr(w, "tokenizer.ggml.tokens", toks, 4);
     msg = expect_gguf_fail(w, "gpt2.gguf");
-    CHECK_CONTAINS(msg, "gpt2");
+    CHECK_CONTAINS(msg, "tokenizer.ggml.merges");  /* a byte-level vocabulary needs merges */
     gguf_writer_free(w);
 }
 
@@ -1045,6 +1058,8 @@ int main(void) {
     RUN(test_random_bytes_never_crash);
     RUN(test_hf_merges_strings_and_pairs_agree);
     RUN(test_hf_config_sets_bos_eos);
+    RUN(test_hf_metaspace_prepend_rules);
+    RUN(test_hf_rejects_non_integer_ids);
     RUN(test_hf_rejects_invalid_json_with_line);
     RUN(test_hf_rejects_missing_model_or_vocab);
     RUN(test_gguf_rejects_missing_or_bad_tokens);

@@ -34,5 +34,9 @@ int cli_info(int argc, char **argv);
 int cli_make_random_model(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_bench_serve(int argc, char **argv);
+int cli_serve(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
+int cli_detokenize(int argc, char **argv);
+int cli_bench_tokenizer(int argc, char **argv);
 
 #endif

@@ -4,7 +4,10 @@
  * measured and compared (with llama.cpp on the same file) without
  * downloading weights. The text such a model writes is noise.
  */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
+#include <sys/stat.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 
 #include "cli/cli_args.h"
 #include "format/gguf_write.h"
+#include "format/safetensors_write.h"
 #include "kernels/fp16.h"
 
 typedef struct shape_preset {
@@ -26,9 +30,29 @@ static const shape_preset PRESETS[] = {
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: pagedlm make-random-model --preset NAME -o FILE.gguf [--dtype f32|f16|bf16|q8_0]\n"
+    fprintf(f, "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
                "       [--layers N] [--vocab N] [--seed S]\n"
-               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings)\n");
+               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings)\n"
+               "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
+               "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n");
+}
+
+/* Every tensor under both names: values are drawn from the GGUF name, so
+ * both formats hold the same weights. */
+typedef struct tensor_names {
+    char gguf[96], hf[96];
+    int n_dims;
+    int64_t shape[2];
+    bool vector; /* F32 norm weights */
+} tensor_names;
+
+static tensor_names *g_names;
+static int g_n_names;
+
+static const char *gguf_name_of(const char *name) {
+    for (int i = 0; i < g_n_names; i++)
+        if (strcmp(g_names[i].hf, name) == 0) return g_names[i].gguf;
+    return name;
 }
 
 static uint64_t mix(uint64_t z) {
@@ -45,7 +69,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
     (void)user;
     int64_t cols = t->shape[t->n_dims - 1];
     uint64_t h = g_seed;
-    for (const char *c = t->name; *c; c++) h = mix(h ^ (uint8_t)*c);
+    for (const char *c = gguf_name_of(t->name); *c; c++) h = mix(h ^ (uint8_t)*c);
     bool norm = strstr(t->name, "norm") != NULL;
     float *row = malloc((size_t)cols * sizeof *row);
     for (int64_t r = 0; r < rows; r++) {
@@ -88,7 +112,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 }
 
 int cli_make_random_model(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *dtype_s = "bf16";
+    const char *preset = NULL, *out = NULL, *dtype_s = "bf16", *format = "gguf";
     long layers = 0, vocab = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -101,6 +125,7 @@ int cli_make_random_model(int argc, char **argv) {
         if (strcmp(a, "--preset") == 0) preset = v;
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
         else if (strcmp(a, "--dtype") == 0) dtype_s = v;
+        else if (strcmp(a, "--format") == 0) format = v;
         else if (strcmp(a, "--layers") == 0) {
             if (cli_int(a, v, 1, 1000, &layers)) return CLI_USAGE;
         } else if (strcmp(a, "--vocab") == 0) {
@@ -129,57 +154,114 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n", dtype_s);
         return CLI_USAGE;
     }
+    bool hf = strcmp(format, "hf") == 0;
+    if (!hf && strcmp(format, "gguf") != 0) {
+        fprintf(stderr, "error: --format expects gguf or hf, got '%s'\n", format);
+        return CLI_USAGE;
+    }
+    if (hf && dt == PDL_DTYPE_Q8_0) {
+        fprintf(stderr, "error: safetensors has no Q8_0: use --dtype f32, f16 or bf16 with --format hf\n");
+        return CLI_USAGE;
+    }
     int L = layers ? (int)layers : p->layers, V = vocab ? (int)vocab : p->vocab;
     g_seed = seed;
     pdl_fp16_init();
-    gguf_out *g = gguf_out_new();
-    char key[128];
-    gguf_out_str(g, "general.architecture", "qwen3");
-    gguf_out_str(g, "general.name", p->name);
-#define K(s) (snprintf(key, sizeof key, "qwen3.%s", s), key)
-    gguf_out_u32(g, K("block_count"), (uint32_t)L);
-    gguf_out_u32(g, K("context_length"), 40960);
-    gguf_out_u32(g, K("embedding_length"), (uint32_t)p->hidden);
-    gguf_out_u32(g, K("feed_forward_length"), (uint32_t)p->ffn);
-    gguf_out_u32(g, K("attention.head_count"), (uint32_t)p->heads);
-    gguf_out_u32(g, K("attention.head_count_kv"), (uint32_t)p->kv_heads);
-    gguf_out_u32(g, K("attention.key_length"), (uint32_t)p->head_dim);
-    gguf_out_u32(g, K("attention.value_length"), (uint32_t)p->head_dim);
-    gguf_out_f32(g, K("rope.freq_base"), p->rope_theta);
-    gguf_out_f32(g, K("attention.layer_norm_rms_epsilon"), p->eps);
-#undef K
+    /* the tensor list, under both names */
+    g_names = calloc((size_t)(2 + 11 * L), sizeof *g_names);
+    if (!g_names) return CLI_FAIL;
+    g_n_names = 0;
     int64_t qd = (int64_t)p->heads * p->head_dim, kd = (int64_t)p->kv_heads * p->head_dim;
-    int64_t emb[2] = {V, p->hidden}, hid[1] = {p->hidden}, hd[1] = {p->head_dim};
-    gguf_out_tensor(g, "token_embd.weight", dt, 2, emb);
-    gguf_out_tensor(g, "output_norm.weight", PDL_DTYPE_F32, 1, hid);
+#define ADD(G, H, D0, D1, VEC)                                                                     \
+    do {                                                                                          \
+        tensor_names *tn = &g_names[g_n_names++];                                                 \
+        snprintf(tn->gguf, sizeof tn->gguf, "%s", G);                                             \
+        snprintf(tn->hf, sizeof tn->hf, "%s", H);                                                 \
+        tn->n_dims = (D1) ? 2 : 1, tn->shape[0] = (D0), tn->shape[1] = (D1), tn->vector = (VEC);   \
+    } while (0)
+    ADD("token_embd.weight", "model.embed_tokens.weight", V, p->hidden, false);
+    ADD("output_norm.weight", "model.norm.weight", p->hidden, 0, true);
     for (int l = 0; l < L; l++) {
-        char n[96];
+        char g[96], h[96];
         struct {
-            const char *suffix;
-            int64_t rows, cols;
-        } mats[] = {{"attn_q.weight", qd, p->hidden},     {"attn_k.weight", kd, p->hidden},
-                    {"attn_v.weight", kd, p->hidden},     {"attn_output.weight", p->hidden, qd},
-                    {"ffn_gate.weight", p->ffn, p->hidden}, {"ffn_up.weight", p->ffn, p->hidden},
-                    {"ffn_down.weight", p->hidden, p->ffn}};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            snprintf(n, sizeof n, "blk.%d.%s", l, mats[i].suffix);
-            int64_t sh[2] = {mats[i].rows, mats[i].cols};
-            gguf_out_tensor(g, n, dt, 2, sh);
-        }
-        const char *vecs[] = {"attn_norm.weight", "ffn_norm.weight"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(n, sizeof n, "blk.%d.%s", l, vecs[i]);
-            gguf_out_tensor(g, n, PDL_DTYPE_F32, 1, hid);
-        }
-        const char *hvecs[] = {"attn_q_norm.weight", "attn_k_norm.weight"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(n, sizeof n, "blk.%d.%s", l, hvecs[i]);
-            gguf_out_tensor(g, n, PDL_DTYPE_F32, 1, hd);
+            const char *gs, *hs;
+            int64_t d0, d1;
+            bool vec;
+        } items[] = {{"attn_norm.weight", "input_layernorm.weight", p->hidden, 0, true},
+                     {"attn_q.weight", "self_attn.q_proj.weight", qd, p->hidden, false},
+                     {"attn_k.weight", "self_attn.k_proj.weight", kd, p->hidden, false},
+                     {"attn_v.weight", "self_attn.v_proj.weight", kd, p->hidden, false},
+                     {"attn_output.weight", "self_attn.o_proj.weight", p->hidden, qd, false},
+                     {"attn_q_norm.weight", "self_attn.q_norm.weight", p->head_dim, 0, true},
+                     {"attn_k_norm.weight", "self_attn.k_norm.weight", p->head_dim, 0, true},
+                     {"ffn_norm.weight", "post_attention_layernorm.weight", p->hidden, 0, true},
+                     {"ffn_gate.weight", "mlp.gate_proj.weight", p->ffn, p->hidden, false},
+                     {"ffn_up.weight", "mlp.up_proj.weight", p->ffn, p->hidden, false},
+                     {"ffn_down.weight", "mlp.down_proj.weight", p->hidden, p->ffn, false}};
+        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+            snprintf(g, sizeof g, "blk.%d.%s", l, items[i].gs);
+            snprintf(h, sizeof h, "model.layers.%d.%s", l, items[i].hs);
+            ADD(g, h, items[i].d0, items[i].d1, items[i].vec);
         }
     }
+#undef ADD
     pdl_error err;
-    int rc = gguf_out_write(g, out, fill, NULL, &err);
-    gguf_out_free(g);
+    int rc;
+    if (hf) {
+        if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "error: %s: cannot create the folder: %s\n", out, strerror(errno));
+            free(g_names);
+            return CLI_FAIL;
+        }
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", out);
+        FILE *cf = fopen(path, "w");
+        if (!cf) {
+            fprintf(stderr, "error: %s: cannot create\n", path);
+            free(g_names);
+            return CLI_FAIL;
+        }
+        fprintf(cf,
+                "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+                "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+                "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+                "  \"vocab_size\": %d,\n  \"max_position_embeddings\": 40960,\n  \"rms_norm_eps\": %g,\n"
+                "  \"rope_theta\": %.1f,\n  \"rope_scaling\": null,\n  \"tie_word_embeddings\": true,\n"
+                "  \"hidden_act\": \"silu\",\n  \"attention_bias\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+                p->hidden, p->ffn, L, p->heads, p->kv_heads, p->head_dim, V, p->eps, p->rope_theta,
+                dt == PDL_DTYPE_F32 ? "float32" : dt == PDL_DTYPE_F16 ? "float16" : "bfloat16");
+        fclose(cf);
+        st_out *so = st_out_new();
+        for (int i = 0; i < g_n_names; i++)
+            st_out_tensor(so, g_names[i].hf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims, g_names[i].shape);
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        rc = st_out_write(so, path, fill, NULL, &err);
+        st_out_free(so);
+    } else {
+        gguf_out *g = gguf_out_new();
+        char key[128];
+        gguf_out_str(g, "general.architecture", "qwen3");
+        gguf_out_str(g, "general.name", p->name);
+#define K(s) (snprintf(key, sizeof key, "qwen3.%s", s), key)
+        gguf_out_u32(g, K("block_count"), (uint32_t)L);
+        gguf_out_u32(g, K("context_length"), 40960);
+        gguf_out_u32(g, K("embedding_length"), (uint32_t)p->hidden);
+        gguf_out_u32(g, K("feed_forward_length"), (uint32_t)p->ffn);
+        gguf_out_u32(g, K("attention.head_count"), (uint32_t)p->heads);
+        gguf_out_u32(g, K("attention.head_count_kv"), (uint32_t)p->kv_heads);
+        gguf_out_u32(g, K("attention.key_length"), (uint32_t)p->head_dim);
+        gguf_out_u32(g, K("attention.value_length"), (uint32_t)p->head_dim);
+        gguf_out_f32(g, K("rope.freq_base"), p->rope_theta);
+        gguf_out_f32(g, K("attention.layer_norm_rms_epsilon"), p->eps);
+#undef K
+        for (int i = 0; i < g_n_names; i++)
+            gguf_out_tensor(g, g_names[i].gguf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims,
+                            g_names[i].shape);
+        rc = gguf_out_write(g, out, fill, NULL, &err);
+        gguf_out_free(g);
+    }
+    free(g_names);
+    g_names = NULL;
+    g_n_names = 0;
     if (rc) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;

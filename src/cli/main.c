@@ -22,12 +22,21 @@ static void usage(FILE *f) {
             "          pagedlm info -m MODEL\n"
             "  bench   prompt processing (ppN) and generation (tgN) speed, like llama-bench\n"
             "          pagedlm bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [--batch 1,4,16] [--json]\n"
+            "  serve   OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)\n"
+            "          pagedlm serve -m MODEL [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--chat-template F]\n"
             "  bench-serve  online benchmark of an OpenAI-compatible server, like vllm bench serve\n"
             "          pagedlm bench-serve --model NAME --tokenizer MODEL [--base-url URL] [--num-prompts N]\n"
             "  make-random-model  write a random-weight GGUF in a real model's shape (for benchmarks)\n"
             "          pagedlm make-random-model --preset qwen3-0.6b -o FILE.gguf [--dtype bf16]\n"
+            "  tokenize    print the token ids of a text\n"
+            "          pagedlm tokenize -m MODEL_OR_DIR [--no-add-special] [--parse-special] [--json] TEXT\n"
+            "  detokenize  print the text of token ids\n"
+            "          pagedlm detokenize -m MODEL_OR_DIR [--keep-special] IDS...\n"
+            "  bench-tokenizer  tokenizer load time and encode/decode speed on one core\n"
+            "          pagedlm bench-tokenizer -m MODEL_OR_DIR [--file TEXT] [--repeat N]\n"
             "\n"
             "MODEL is a .gguf file or a Hugging Face folder (config.json + *.safetensors).\n"
+            "MODEL_OR_DIR may also be a folder with only tokenizer.json (+ tokenizer_config.json).\n"
             "Run 'pagedlm COMMAND --help' for the options of a command.\n");
 }
 
@@ -41,8 +50,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "logits") == 0) return cli_logits(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cli_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "bench-serve") == 0) return cli_bench_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "make-random-model") == 0) return cli_make_random_model(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "detokenize") == 0) return cli_detokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench-tokenizer") == 0) return cli_bench_tokenizer(argc - 1, argv + 1);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return CLI_OK;

@@ -3,10 +3,14 @@
  * llama.cpp's vocabulary loader reads it.
  *
  * What it is for: tokenizer.ggml.model "llama" (SentencePiece-style BPE:
- * pieces, scores, token types, special ids and the add_* flags with
- * llama.cpp's defaults). What it is not for: model hyperparameters, or the
- * byte-level "gpt2" model, which comes later behind the same interface.
+ * pieces, scores, token types) and "gpt2" (byte-level BPE: pieces, merges,
+ * token types, tokenizer.ggml.pre naming the pre-tokenizer), with the special
+ * ids and the add_* flags and llama.cpp's defaults for each. Control and
+ * unknown tokens become special added tokens (matched only with
+ * parse_special), user-defined tokens plain added tokens (always matched).
+ * What it is not for: model hyperparameters.
  */
+#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +37,87 @@ static int get_flag(const gguf_file *g, const char *key, bool *out, pdl_error *e
     return gguf_get_bool(g, key, out, err) < 0 ? -1 : 0;
 }
 
+/* "a b" (split at the first space after the first byte, as llama.cpp does)
+ * -> the pair's ids and the merged piece's id. */
+static int load_merges(tok_tokenizer *t, const gguf_file *g, pdl_error *err) {
+    const char *path = gguf_path(g);
+    gguf_array merges;
+    int rc = gguf_get_arr(g, "tokenizer.ggml.merges", &merges, err);
+    if (rc < 0) return -1;
+    if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.merges key (a gpt2 tokenizer needs merges)", path);
+    if (merges.elem_type != GGUF_TYPE_STRING)
+        return pdl_fail(err, "%s: tokenizer.ggml.merges is an array of %s, not of strings", path,
+                        gguf_type_name(merges.elem_type));
+    if (merges.count > (uint64_t)GGUF_MAX_VOCAB * 4)
+        return pdl_fail(err, "%s: tokenizer.ggml.merges has %llu entries", path,
+                        (unsigned long long)merges.count);
+    if (!tok_pairmap_init(&t->merges, (size_t)merges.count))
+        return pdl_fail(err, "%s: out of memory for merges", path);
+    char *joined = NULL;
+    size_t cap = 0;
+    for (uint64_t i = 0; i < merges.count; i++) {
+        const char *m = merges.strings[i].ptr;
+        size_t n = merges.strings[i].len;
+        const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
+        if (!sp) {
+            free(joined);
+            return pdl_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\" is not \"a b\"", path,
+                            (unsigned long long)i, (int)n, m);
+        }
+        size_t na = (size_t)(sp - m), nb = n - na - 1;
+        if (na + nb > cap) {
+            cap = 2 * (na + nb) + 16;
+            char *nj = realloc(joined, cap);
+            if (!nj) {
+                free(joined);
+                return pdl_fail(err, "%s: out of memory for merges", path);
+            }
+            joined = nj;
+        }
+        memcpy(joined, m, na);
+        memcpy(joined + na, sp + 1, nb);
+        int32_t ia = tok_strmap_get(&t->vocab, m, na);
+        int32_t ib = tok_strmap_get(&t->vocab, sp + 1, nb);
+        int32_t ir = tok_strmap_get(&t->vocab, joined, na + nb);
+        if (ia < 0 || ib < 0 || ir < 0) {
+            pdl_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\": \"%.*s\" is not in the vocabulary",
+                     path, (unsigned long long)i, (int)n, m, (int)(ia < 0 ? na : ib < 0 ? nb : na + nb),
+                     ia < 0 ? m : ib < 0 ? sp + 1 : joined);
+            free(joined);
+            return -1;
+        }
+        /* the first rank of a pair counts (llama.cpp's emplace keeps it) */
+        if (!tok_pairmap_get(&t->merges, ia, ib)) tok_pairmap_insert(&t->merges, ia, ib, (int32_t)i, ir);
+    }
+    free(joined);
+    return 0;
+}
+
+/* Control, unknown and user-defined tokens become added tokens. llama.cpp
+ * gives Phi-3's special tokens rstrip by model name (GGUF has no per-token
+ * flags); so do we. */
+static int add_gguf_added_tokens(tok_tokenizer *t, const gguf_file *g, pdl_error *err) {
+    const char *name = NULL;
+    char lower[128] = "";
+    if (gguf_get_str(g, "general.name", &name, err) < 0) return -1;
+    for (size_t i = 0; name && name[i] && i + 1 < sizeof lower; i++) {
+        lower[i] = (char)tolower((unsigned char)name[i]);
+        lower[i + 1] = '\0';
+    }
+    bool phi3 = strstr(lower, "phi-3") || strstr(lower, "phi3");
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        uint8_t ty = t->type[i];
+        if (ty != TOK_TYPE_CONTROL && ty != TOK_TYPE_UNKNOWN && ty != TOK_TYPE_USER_DEFINED) continue;
+        const char *p = t->pool + t->piece_off[i];
+        uint8_t flags = ty == TOK_TYPE_USER_DEFINED ? 0 : TOK_ADDED_SPECIAL;
+        if (phi3 && strcmp(p, "<unk>") != 0 && strcmp(p, "<s>") != 0 && strcmp(p, "<|endoftext|>") != 0)
+            flags |= TOK_ADDED_RSTRIP;
+        if (!tok_trie_add(&t->added_raw, p, t->piece_len[i], i, flags))
+            return pdl_fail(err, "%s: out of memory for added tokens", gguf_path(g));
+    }
+    return 0;
+}
+
 int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     *out = NULL;
     const char *path = gguf_path(g);
@@ -40,10 +125,10 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err);
     if (rc < 0) return -1;
     if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.model key", path);
-    if (strcmp(model, "llama") != 0)
-        return pdl_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\")", path,
-                        model);
-
+    bool bpe = strcmp(model, "gpt2") == 0;
+    if (!bpe && strcmp(model, "llama") != 0)
+        return pdl_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")",
+                        path, model);
     gguf_array toks, scores = {0}, types = {0};
     rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, err);
     if (rc < 0) return -1;
@@ -102,25 +187,42 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     free(lens);
     if (rc != 0) goto fail;
 
-    /* llama.cpp's defaults for a "llama" vocabulary */
-    t->model = TOK_MODEL_SPM;
-    t->merge_by_rank = false;
-    t->bos_id = n > 1 ? 1 : -1;
-    t->eos_id = n > 2 ? 2 : -1;
-    t->unk_id = 0;
-    t->add_bos = true;
-    t->add_eos = false;
-    t->add_space_prefix = true;
-    t->escape_spaces = true;
+    if (bpe) {
+        /* llama.cpp's defaults for a "gpt2" vocabulary; the pre-tokenizer
+         * decides add_bos (Llama 3: true) and ignore_merges */
+        const char *pre = "default";
+        if (gguf_get_str(g, "tokenizer.ggml.pre", &pre, err) < 0) goto fail;
+        t->model = TOK_MODEL_BPE;
+        t->merge_by_rank = true;
+        t->bos_id = n > 11 ? 11 : -1;
+        t->eos_id = n > 11 ? 11 : -1;
+        t->unk_id = -1;
+        t->add_eos = false;
+        if (tok_pre_from_gguf(t, pre, &t->add_bos, err) != 0) {
+            pdl_fail_prefix(err, "%s", path);
+            goto fail;
+        }
+    } else {
+        /* llama.cpp's defaults for a "llama" vocabulary */
+        t->model = TOK_MODEL_SPM;
+        t->merge_by_rank = false;
+        t->bos_id = n > 1 ? 1 : -1;
+        t->eos_id = n > 2 ? 2 : -1;
+        t->unk_id = 0;
+        t->add_bos = true;
+        t->add_eos = false;
+        t->add_space_prefix = true;
+        t->escape_spaces = true;
+    }
     if (special_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos_id, err) != 0 ||
         special_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos_id, err) != 0 ||
         special_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk_id, err) != 0 ||
         get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err) != 0 ||
         get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err) != 0 ||
-        get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err) != 0)
+        (!bpe && get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err) != 0))
         goto fail;
     /* llama.cpp drops the leading space on detokenize exactly when it added one */
-    t->strip_leading_space = t->add_space_prefix;
+    t->strip_leading_space = !bpe && t->add_space_prefix;
 
     if (!has_types) {
         /* without types: bytes by spelling, specials by their ids */
@@ -131,7 +233,9 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         if (t->eos_id >= 0) t->type[t->eos_id] = TOK_TYPE_CONTROL;
         if (t->unk_id >= 0) t->type[t->unk_id] = TOK_TYPE_UNKNOWN;
     }
-    if (tok_finish(t, err) != 0) goto fail;
+    if (tok_finish(t, err) != 0 || (bpe && load_merges(t, g, err) != 0) ||
+        add_gguf_added_tokens(t, g, err) != 0)
+        goto fail;
     *out = t;
     return 0;
 fail:

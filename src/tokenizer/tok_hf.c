@@ -4,12 +4,19 @@
  * and, when present, tokenizer_config.json (add_bos_token, add_eos_token,
  * bos_token, eos_token).
  *
- * What it is for: SentencePiece-converted BPE files (Llama 2, Mistral, the
- * stories models): model.type "BPE" with byte_fallback, normalizer
- * Prepend("▁") + Replace(" ", "▁") (or a Metaspace pre-tokenizer), decoder
- * Replace("▁", " ") + ByteFallback + Fuse + Strip(1). Any other normalizer,
- * pre-tokenizer or decoder is refused with its name rather than half-supported.
- * What it is not for: byte-level BPE (GPT-2 style), which comes later.
+ * What it is for: model.type "BPE" in its two shapes:
+ *   - SentencePiece-converted files (Llama 2, Mistral, the stories models):
+ *     byte_fallback, normalizer Prepend("▁") + Replace(" ", "▁") or a
+ *     Metaspace pre-tokenizer, decoder Replace("▁", " ") + ByteFallback +
+ *     Fuse + Strip(1);
+ *   - byte-level files (GPT-2, Llama 3, Qwen, StarCoder, Falcon...): a
+ *     ByteLevel pre-tokenizer, alone or in a Sequence with Split regexes,
+ *     Digits and Punctuation; NFC/NFD/NFKC/NFKD normalizers; ByteLevel
+ *     decoder; ignore_merges.
+ * Added tokens keep their special / lstrip / rstrip / single_word /
+ * normalized flags. Any other normalizer, pre-tokenizer or decoder is refused
+ * with its name rather than half-supported. model.vocab and model.merges are
+ * read by tok_json.c's scanner, the rest through jansson.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,7 @@
 #include <jansson.h>
 
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/tok_json.h"
 #include "util/error.h"
 #include "util/file_map.h"
 #include "util/json_file.h"
@@ -38,7 +46,8 @@ static bool is_replace(const json_t *step, const char *from, const char *to) {
 }
 
 /* Metaspace (pre-tokenizer or decoder): whether it adds / strips the prefix.
- * Older files say add_prefix_space, newer ones prepend_scheme. */
+ * Older files say add_prefix_space, newer ones prepend_scheme ("first": only
+ * to the text at the very start, not after an added token). */
 static bool metaspace_prepends(const json_t *m) {
     const json_t *scheme = json_object_get(m, "prepend_scheme");
     if (json_is_string(scheme)) return !str_is(scheme, "never");
@@ -84,6 +93,8 @@ static int parse_pre_tokenizer(tok_tokenizer *t, const json_t *pre, const char *
             return pdl_fail(err, "%s: pre_tokenizer Metaspace with split=true is not supported", path);
         t->escape_spaces = true;
         if (metaspace_prepends(pre)) t->add_space_prefix = true;
+        t->space_prefix_first = str_is(json_object_get(pre, "prepend_scheme"), "first");
+        t->space_prefix_if_absent = true;
         return 0;
     }
     return pdl_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a SentencePiece-style BPE",
@@ -138,17 +149,168 @@ static int parse_decoder(tok_tokenizer *t, const json_t *dec, const char *path, 
     return 0;
 }
 
+/* ---------------------------------------------------------------------------
+ * Byte-level BPE: normalizer, pre-tokenizer, decoder
+ * ------------------------------------------------------------------------- */
+
+static const char *type_name(const json_t *step) {
+    const json_t *type = json_object_get(step, "type");
+    return json_is_string(type) ? json_string_value(type) : "?";
+}
+
+static int parse_bl_normalizer(tok_tokenizer *t, const json_t *norm, const char *path, pdl_error *err) {
+    if (!norm || json_is_null(norm)) return 0;
+    if (str_is(json_object_get(norm, "type"), "Sequence")) {
+        const json_t *steps = json_object_get(norm, "normalizers");
+        if (!json_is_array(steps))
+            return pdl_fail(err, "%s: normalizer: Sequence without a \"normalizers\" list", path);
+        for (size_t i = 0; i < json_array_size(steps); i++)
+            if (parse_bl_normalizer(t, json_array_get(steps, i), path, err) != 0) return -1;
+        return 0;
+    }
+    static const struct { const char *name; tok_norm_form form; } forms[] = {
+        {"NFC", TOK_NORM_NFC}, {"NFD", TOK_NORM_NFD}, {"NFKC", TOK_NORM_NFKC}, {"NFKD", TOK_NORM_NFKD}};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        if (!str_is(json_object_get(norm, "type"), forms[i].name)) continue;
+        if (t->norm != TOK_NORM_NONE && t->norm != forms[i].form)
+            return pdl_fail(err, "%s: normalizer: two different Unicode forms in a row are not supported",
+                            path);
+        t->norm = forms[i].form;
+        return 0;
+    }
+    return pdl_fail(err, "%s: normalizer \"%s\" is not supported for a byte-level BPE (only NFC, NFD, NFKC, NFKD)",
+                    path, type_name(norm));
+}
+
+static bool parse_behavior(const json_t *b, tok_split_behavior *out) {
+    static const struct { const char *name; tok_split_behavior b; } names[] = {
+        {"Isolated", TOK_SPLIT_ISOLATED},          {"Removed", TOK_SPLIT_REMOVED},
+        {"MergedWithPrevious", TOK_SPLIT_MERGED_PREV}, {"MergedWithNext", TOK_SPLIT_MERGED_NEXT},
+        {"Contiguous", TOK_SPLIT_CONTIGUOUS}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (str_is(b, names[i].name)) {
+            *out = names[i].b;
+            return true;
+        }
+    return false;
+}
+
+/* Adds the steps of one pre-tokenizer; *mapped is set once a ByteLevel step
+ * has turned the text into its byte-level form. */
+static int parse_bl_pre(tok_tokenizer *t, const json_t *pre, bool *mapped, bool *byte_level,
+                        const char *path, pdl_error *err) {
+    const json_t *type = json_object_get(pre, "type");
+    int rc = 0;
+    if (str_is(type, "Sequence")) {
+        const json_t *steps = json_object_get(pre, "pretokenizers");
+        if (!json_is_array(steps))
+            return pdl_fail(err, "%s: pre_tokenizer: Sequence without a \"pretokenizers\" list", path);
+        for (size_t i = 0; i < json_array_size(steps); i++)
+            if (parse_bl_pre(t, json_array_get(steps, i), mapped, byte_level, path, err) != 0) return -1;
+        return 0;
+    }
+    if (str_is(type, "ByteLevel")) {
+        const json_t *aps = json_object_get(pre, "add_prefix_space");
+        const json_t *regex = json_object_get(pre, "use_regex");
+        if ((aps ? json_is_true(aps) : true)) rc = tok_pre_add_prefix_space(t, err);
+        if (rc == 0 && (regex ? json_is_true(regex) : true))
+            rc = tok_pre_add_split(t, TOK_RE_GPT2, strlen(TOK_RE_GPT2), false, TOK_SPLIT_ISOLATED, false,
+                                   *mapped, err);
+        *mapped = *byte_level = true;
+    } else if (str_is(type, "Split")) {
+        const json_t *pat = json_object_get(pre, "pattern");
+        const json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
+        tok_split_behavior b;
+        if (!json_is_string(re) && !json_is_string(lit))
+            return pdl_fail(err, "%s: pre_tokenizer Split needs a pattern {\"Regex\": ...} or {\"String\": ...}",
+                            path);
+        if (!parse_behavior(json_object_get(pre, "behavior"), &b))
+            return pdl_fail(err, "%s: pre_tokenizer Split: unknown behavior", path);
+        const json_t *ps = json_is_string(re) ? re : lit;
+        rc = tok_pre_add_split(t, json_string_value(ps), json_string_length(ps), !json_is_string(re), b,
+                               json_is_true(json_object_get(pre, "invert")), *mapped, err);
+    } else if (str_is(type, "Digits")) {
+        bool each = json_is_true(json_object_get(pre, "individual_digits"));
+        rc = tok_pre_add_split(t, "\\p{N}", 5, false, each ? TOK_SPLIT_ISOLATED : TOK_SPLIT_CONTIGUOUS, false,
+                               *mapped, err);
+    } else if (str_is(type, "Punctuation")) {
+        tok_split_behavior b = TOK_SPLIT_ISOLATED;
+        const json_t *beh = json_object_get(pre, "behavior");
+        if (beh && !parse_behavior(beh, &b))
+            return pdl_fail(err, "%s: pre_tokenizer Punctuation: unknown behavior", path);
+        rc = tok_pre_add_split(t, TOK_RE_PUNCT, strlen(TOK_RE_PUNCT), false, b, false, *mapped, err);
+    } else {
+        return pdl_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a byte-level BPE", path,
+                        type_name(pre));
+    }
+    if (rc != 0) return pdl_fail_prefix(err, "%s", path);
+    return 0;
+}
+
+/* Whether a pre-tokenizer (or a Sequence of them) holds ByteLevel. */
+static bool has_byte_level(const json_t *pre) {
+    if (str_is(json_object_get(pre, "type"), "ByteLevel")) return true;
+    const json_t *steps = json_object_get(pre, "pretokenizers");
+    for (size_t i = 0; i < json_array_size(steps); i++)
+        if (has_byte_level(json_array_get(steps, i))) return true;
+    return false;
+}
+
+static int check_bl_decoder(const json_t *dec, const char *path, pdl_error *err) {
+    bool ok = str_is(json_object_get(dec, "type"), "ByteLevel");
+    if (str_is(json_object_get(dec, "type"), "Sequence")) {
+        const json_t *steps = json_object_get(dec, "decoders");
+        ok = json_array_size(steps) > 0;
+        for (size_t i = 0; i < json_array_size(steps); i++) {
+            const json_t *st = json_array_get(steps, i);
+            if (!str_is(json_object_get(st, "type"), "ByteLevel") && !str_is(json_object_get(st, "type"), "Fuse"))
+                ok = false;
+        }
+    }
+    if (!ok)
+        return pdl_fail(err, "%s: decoder \"%s\" is not supported for a byte-level BPE (only ByteLevel)", path,
+                        dec ? type_name(dec) : "null");
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Post-processor, tokenizer_config.json
+ * ------------------------------------------------------------------------- */
+
 /* The special token name of a post-processor template item, or NULL. */
 static const char *template_special(const json_t *item) {
     const json_t *st = json_object_get(item, "SpecialToken");
     return st ? json_string_value(json_object_get(st, "id")) : NULL;
 }
 
-/* BOS / EOS as TemplateProcessing's "single" template adds them. */
+/* ["<s>", 0] of RobertaProcessing / BertProcessing. */
+static int32_t processing_id(const json_t *pair, const tok_tokenizer *t) {
+    json_int_t v = json_integer_value(json_array_get(pair, 1));
+    if (json_array_size(pair) == 2 && json_is_integer(json_array_get(pair, 1)) && v >= 0 && v < t->n_vocab)
+        return (int32_t)v;
+    const char *s = json_string_value(json_array_get(pair, 0));
+    return s ? tok_strmap_get(&t->vocab, s, strlen(s)) : -1;
+}
+
+/* BOS / EOS as the post-processor adds them to a single sequence:
+ * TemplateProcessing's "single" template (its first and last items when
+ * they are special tokens), RobertaProcessing / BertProcessing (cls, sep),
+ * ByteLevel (nothing), or a Sequence of those. */
 static void parse_post_processor(const json_t *pp, const tok_tokenizer *t, int32_t *bos,
                                  int32_t *eos) {
-    *bos = *eos = -1;
-    if (!str_is(json_object_get(pp, "type"), "TemplateProcessing")) return;
+    const json_t *type = json_object_get(pp, "type");
+    if (str_is(type, "Sequence")) {
+        const json_t *steps = json_object_get(pp, "processors");
+        for (size_t i = 0; i < json_array_size(steps); i++)
+            parse_post_processor(json_array_get(steps, i), t, bos, eos);
+        return;
+    }
+    if (str_is(type, "RobertaProcessing") || str_is(type, "BertProcessing")) {
+        *bos = processing_id(json_object_get(pp, "cls"), t);
+        *eos = processing_id(json_object_get(pp, "sep"), t);
+        return;
+    }
+    if (!str_is(type, "TemplateProcessing")) return;
     const json_t *single = json_object_get(pp, "single");
     const json_t *specials = json_object_get(pp, "special_tokens");
     size_t n = json_array_size(single);
@@ -183,49 +345,33 @@ static int config_token(const json_t *cfg, const char *key, const tok_tokenizer 
     return 1;
 }
 
-/* Reads "a b" or ["a", "b"]. */
-static bool merge_parts(const json_t *m, const char **a, size_t *na, const char **b, size_t *nb) {
-    if (json_is_string(m)) {
-        const char *s = json_string_value(m);
-        size_t n = json_string_length(m);
-        const char *sp = memchr(s, ' ', n);
-        if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) return false;
-        *a = s;
-        *na = (size_t)(sp - s);
-        *b = sp + 1;
-        *nb = n - *na - 1;
-        return true;
-    }
-    if (json_is_array(m) && json_array_size(m) == 2 && json_is_string(json_array_get(m, 0)) &&
-        json_is_string(json_array_get(m, 1))) {
-        *a = json_string_value(json_array_get(m, 0));
-        *na = json_string_length(json_array_get(m, 0));
-        *b = json_string_value(json_array_get(m, 1));
-        *nb = json_string_length(json_array_get(m, 1));
-        return true;
-    }
-    return false;
-}
+/* ---------------------------------------------------------------------------
+ * Vocabulary, merges, added tokens
+ * ------------------------------------------------------------------------- */
 
-static int parse_merges(tok_tokenizer *t, const json_t *merges, const char *path, pdl_error *err) {
-    size_t n = json_array_size(merges);
-    if (n > HF_MAX_VOCAB * (size_t)4) return pdl_fail(err, "%s: %zu merges is too many", path, n);
-    if (!tok_pairmap_init(&t->merges, n)) return pdl_fail(err, "%s: out of memory for merges", path);
+static int parse_merges(tok_tokenizer *t, const tok_json_doc *doc, const char *path, pdl_error *err) {
+    char *pool;
+    tok_json_merge *m;
+    size_t n;
+    if (tok_json_merges(doc, path, &pool, &m, &n, err) != 0) return -1;
+    int rc = 0;
     char *joined = NULL;
     size_t joined_cap = 0;
-    for (size_t i = 0; i < n; i++) {
-        const char *a, *b;
-        size_t na, nb;
-        if (!merge_parts(json_array_get(merges, i), &a, &na, &b, &nb)) {
-            free(joined);
-            return pdl_fail(err, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+    if (n > HF_MAX_VOCAB * (size_t)4) rc = pdl_fail(err, "%s: %zu merges is too many", path, n);
+    if (rc == 0 && !tok_pairmap_init(&t->merges, n)) rc = pdl_fail(err, "%s: out of memory for merges", path);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (m[i].a_off == UINT32_MAX) {
+            rc = pdl_fail(err, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+            break;
         }
+        const char *a = pool + m[i].a_off, *b = pool + m[i].b_off;
+        size_t na = m[i].a_len, nb = m[i].b_len;
         if (na + nb > joined_cap) {
             joined_cap = 2 * (na + nb) + 16;
             char *nj = realloc(joined, joined_cap);
             if (!nj) {
-                free(joined);
-                return pdl_fail(err, "%s: out of memory for merges", path);
+                rc = pdl_fail(err, "%s: out of memory for merges", path);
+                break;
             }
             joined = nj;
         }
@@ -237,42 +383,56 @@ static int parse_merges(tok_tokenizer *t, const json_t *merges, const char *path
         if (ia < 0 || ib < 0 || ir < 0) {
             const char *what = ia < 0 ? a : ib < 0 ? b : joined;
             int wn = (int)(ia < 0 ? na : ib < 0 ? nb : na + nb);
-            pdl_fail(err, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in the vocabulary",
-                     path, i, (int)na, a, (int)nb, b, wn, what);
-            free(joined);
-            return -1;
+            rc = pdl_fail(err, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in the vocabulary",
+                          path, i, (int)na, a, (int)nb, b, wn, what);
+            break;
         }
         tok_pairmap_insert(&t->merges, ia, ib, (int32_t)i, ir);
     }
     free(joined);
-    return 0;
+    free(pool);
+    free(m);
+    return rc;
 }
 
 /* Fills pieces from model.vocab and added_tokens. */
-static int parse_vocab(tok_tokenizer **out, const json_t *vocab, const json_t *added,
+static int parse_vocab(tok_tokenizer **out, const tok_json_doc *doc, const json_t *added,
                        const char *path, pdl_error *err) {
     *out = NULL;
-    json_int_t max_id = -1;
-    const char *key;
-    const json_t *val;
-    json_object_foreach((json_t *)vocab, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
-            json_integer_value(val) >= HF_MAX_VOCAB)
-            return pdl_fail(err, "%s: model.vocab[\"%s\"] is not an id in 0..%d", path, key,
-                            HF_MAX_VOCAB - 1);
-        if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
+    if (!doc->vocab.p || doc->vocab.p[0] != '{')
+        return pdl_fail(err, "%s: model.vocab is missing or not an object", path);
+    char *keys;
+    tok_json_vocab_entry *e;
+    size_t n_entries;
+    if (tok_json_vocab(doc, path, &keys, &e, &n_entries, err) != 0) return -1;
+    int rc = 0;
+    int64_t max_id = -1;
+    for (size_t i = 0; i < n_entries; i++) {
+        if (e[i].id < 0 || e[i].id >= HF_MAX_VOCAB) {
+            rc = pdl_fail(err, "%s: model.vocab[\"%s\"] is not an id in 0..%d", path, keys + e[i].off,
+                          HF_MAX_VOCAB - 1);
+            break;
+        }
+        if (e[i].id > max_id) max_id = e[i].id;
     }
     size_t n_added = json_array_size(added);
-    for (size_t i = 0; i < n_added; i++) {
+    for (size_t i = 0; rc == 0 && i < n_added; i++) {
         const json_t *a = json_array_get(added, i);
         const json_t *id = json_object_get(a, "id");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= HF_MAX_VOCAB || !json_is_string(json_object_get(a, "content")))
-            return pdl_fail(err, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\"",
-                            path, i, HF_MAX_VOCAB - 1);
+            json_integer_value(id) >= HF_MAX_VOCAB || !json_is_string(json_object_get(a, "content"))) {
+            rc = pdl_fail(err, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\"", path, i,
+                          HF_MAX_VOCAB - 1);
+            break;
+        }
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
-    if (max_id < 0) return pdl_fail(err, "%s: model.vocab is empty", path);
+    if (rc == 0 && max_id < 0) rc = pdl_fail(err, "%s: model.vocab is empty", path);
+    if (rc != 0) {
+        free(keys);
+        free(e);
+        return -1;
+    }
 
     int32_t n = (int32_t)max_id + 1;
     tok_tokenizer *t = tok_new(n);
@@ -282,18 +442,19 @@ static int parse_vocab(tok_tokenizer **out, const json_t *vocab, const json_t *a
         tok_free(t);
         free(ptrs);
         free(lens);
+        free(keys);
+        free(e);
         return pdl_fail(err, "%s: out of memory for %d tokens", path, n);
     }
-    int rc = 0;
-    json_object_foreach((json_t *)vocab, key, val) {
-        int32_t id = (int32_t)json_integer_value(val);
+    for (size_t i = 0; i < n_entries; i++) {
+        int32_t id = (int32_t)e[i].id;
         if (ptrs[id]) {
-            rc = pdl_fail(err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id,
-                          ptrs[id], key);
+            rc = pdl_fail(err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, ptrs[id],
+                          keys + e[i].off);
             break;
         }
-        ptrs[id] = key;
-        lens[id] = (uint32_t)strlen(key);
+        ptrs[id] = keys + e[i].off;
+        lens[id] = e[i].len;
     }
     for (size_t i = 0; rc == 0 && i < n_added; i++) {
         const json_t *a = json_array_get(added, i);
@@ -307,6 +468,8 @@ static int parse_vocab(tok_tokenizer **out, const json_t *vocab, const json_t *a
     if (rc == 0) rc = tok_set_pieces(t, ptrs, lens, err);
     free(ptrs);
     free(lens);
+    free(keys);
+    free(e);
     if (rc != 0) {
         tok_free(t);
         return -1;
@@ -315,51 +478,93 @@ static int parse_vocab(tok_tokenizer **out, const json_t *vocab, const json_t *a
     return 0;
 }
 
-static int load_tokenizer_json(tok_tokenizer **out, const json_t *root, const char *path,
+/* added_tokens into the tries: normalized ones are matched on normalized
+ * text (byte-level BPE; their content normalized the same way), the rest on
+ * the raw text. */
+static int add_added_tokens(tok_tokenizer *t, const json_t *added, const char *path, pdl_error *err) {
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        const json_t *a = json_array_get(added, i);
+        int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
+        const json_t *content = json_object_get(a, "content");
+        bool special = json_is_true(json_object_get(a, "special"));
+        const json_t *norm = json_object_get(a, "normalized");
+        bool normalized = norm ? json_is_true(norm) : !special;
+        uint8_t flags = (special ? TOK_ADDED_SPECIAL : 0) |
+                        (json_is_true(json_object_get(a, "lstrip")) ? TOK_ADDED_LSTRIP : 0) |
+                        (json_is_true(json_object_get(a, "rstrip")) ? TOK_ADDED_RSTRIP : 0) |
+                        (json_is_true(json_object_get(a, "single_word")) ? TOK_ADDED_SINGLE_WORD : 0);
+        const char *s = json_string_value(content);
+        size_t n = json_string_length(content);
+        bool ok;
+        if (normalized && t->model == TOK_MODEL_BPE) {
+            size_t nn;
+            char *ns = tok_normalize_alloc(t->norm, s, n, &nn);
+            ok = ns && tok_trie_add(&t->added_norm, ns, nn, id, flags | TOK_ADDED_NORMALIZED);
+            free(ns);
+        } else {
+            /* SPM: matched on the raw text (their "▁" form is not modelled) */
+            ok = tok_trie_add(&t->added_raw, s, n, id, flags);
+        }
+        if (!ok) return pdl_fail(err, "%s: out of memory for added tokens", path);
+    }
+    return 0;
+}
+
+static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, const char *path,
                                pdl_error *err) {
     *out = NULL;
+    const json_t *root = doc->root;
     const json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return pdl_fail(err, "%s: no \"model\" object", path);
     const json_t *mtype = json_object_get(model, "type");
-    const json_t *merges = json_object_get(model, "merges");
-    if (mtype ? !str_is(mtype, "BPE") : !merges)
+    if (mtype ? !str_is(mtype, "BPE") : !doc->merges.p)
         return pdl_fail(err, "%s: model.type \"%s\" is not supported (only BPE)", path,
                         json_is_string(mtype) ? json_string_value(mtype) : "?");
-    const json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_object(vocab)) return pdl_fail(err, "%s: model.vocab is missing or not an object", path);
-    if (merges && !json_is_array(merges)) return pdl_fail(err, "%s: model.merges is not a list", path);
+    if (doc->merges.p && doc->merges.p[0] != '[')
+        return pdl_fail(err, "%s: model.merges is not a list", path);
     const json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout))
         return pdl_fail(err, "%s: BPE dropout is not supported", path);
-    if (json_is_true(json_object_get(model, "ignore_merges")))
-        return pdl_fail(err, "%s: BPE ignore_merges is not supported for a SentencePiece-style BPE", path);
     const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const json_t *v = json_object_get(model, affixes[i]);
         if (v && !json_is_null(v) && !str_is(v, ""))
             return pdl_fail(err, "%s: BPE %s is not supported", path, affixes[i]);
     }
+    const json_t *pre = json_object_get(root, "pre_tokenizer");
+    bool byte_level = pre && has_byte_level(pre);
 
     tok_tokenizer *t;
-    if (parse_vocab(&t, vocab, json_object_get(root, "added_tokens"), path, err) != 0) return -1;
-    t->model = TOK_MODEL_SPM;
+    const json_t *added = json_object_get(root, "added_tokens");
+    if (parse_vocab(&t, doc, added, path, err) != 0) return -1;
+    t->model = byte_level ? TOK_MODEL_BPE : TOK_MODEL_SPM;
     t->merge_by_rank = true;
+    t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
     t->byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
     t->fuse_unk = json_is_true(json_object_get(model, "fuse_unk"));
-    bool dec_bytes = false;
-    if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err) != 0 ||
-        parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), path, err) != 0 ||
-        parse_decoder(t, json_object_get(root, "decoder"), path, &dec_bytes, err) != 0)
-        goto fail;
-    /* HF's ByteFallback decoder turns any piece spelled <0xXX> into its byte */
-    if (dec_bytes) {
-        for (int32_t i = 0; i < t->n_vocab; i++)
-            if (t->type[i] == TOK_TYPE_NORMAL &&
-                tok_parse_byte_piece(t->pool + t->piece_off[i], t->piece_len[i]) >= 0)
-                t->type[i] = TOK_TYPE_BYTE;
+    if (byte_level) {
+        bool mapped = false, seen = false;
+        if (parse_bl_normalizer(t, json_object_get(root, "normalizer"), path, err) != 0 ||
+            parse_bl_pre(t, pre, &mapped, &seen, path, err) != 0 ||
+            check_bl_decoder(json_object_get(root, "decoder"), path, err) != 0)
+            goto fail;
+    } else {
+        bool dec_bytes = false;
+        if (parse_normalizer(t, json_object_get(root, "normalizer"), path, err) != 0 ||
+            parse_pre_tokenizer(t, pre, path, err) != 0 ||
+            parse_decoder(t, json_object_get(root, "decoder"), path, &dec_bytes, err) != 0)
+            goto fail;
+        /* HF's ByteFallback decoder turns any piece spelled <0xXX> into its byte */
+        if (dec_bytes) {
+            for (int32_t i = 0; i < t->n_vocab; i++)
+                if (t->type[i] == TOK_TYPE_NORMAL &&
+                    tok_parse_byte_piece(t->pool + t->piece_off[i], t->piece_len[i]) >= 0)
+                    t->type[i] = TOK_TYPE_BYTE;
+        }
     }
     if (tok_finish(t, err) != 0) goto fail;
-    if (merges && parse_merges(t, merges, path, err) != 0) goto fail;
+    if (doc->merges.p && parse_merges(t, doc, path, err) != 0) goto fail;
+    if (add_added_tokens(t, added, path, err) != 0) goto fail;
 
     const json_t *unk = json_object_get(model, "unk_token");
     if (json_is_string(unk)) {
@@ -387,11 +592,11 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     if (!path) return pdl_fail(err, "%s: out of memory", dir);
 
     snprintf(path, n, "%s/tokenizer.json", dir);
-    json_t *root;
+    tok_json_doc doc;
     tok_tokenizer *t = NULL;
-    if (pdl_json_load_file(path, 0, &root, err) != 0) goto fail;
-    int rc = load_tokenizer_json(&t, root, path, err);
-    json_decref(root);
+    if (tok_json_load(&doc, path, err) != 0) goto fail;
+    int rc = load_tokenizer_json(&t, &doc, path, err);
+    tok_json_free(&doc);
     if (rc != 0) goto fail;
 
     /* tokenizer_config.json overrides the post-processor's choices (it is what

@@ -1,10 +1,12 @@
 /*
  * tokenizer.c - the model-independent half of the tokenizer: building the
- * tables after a loader filled the pieces, normalization and special tokens
- * around encode, whole and streamed decode.
+ * tables after a loader filled the pieces, the encode driver (added tokens,
+ * normalization, then the model's encoder, with the per-call state in a
+ * tok_ctx), whole and streamed decode.
  *
  * What it is not for: reading GGUF (tok_gguf.c) or tokenizer.json (tok_hf.c),
- * or the merge loop itself (spm.c).
+ * the text stages themselves (added.c, normalize.c, pretok.c) or the merge
+ * loops (spm.c, bpe.c).
  *
  * Decoding turns each id into bytes (tok_tokenizer.dec_*) and repairs the
  * byte stream into valid UTF-8: each maximal invalid subsequence (Unicode's
@@ -51,6 +53,17 @@ static bool utf8_cont_ok(uint8_t lead, int pos, uint8_t b) {
         }
     }
     return b >= 0x80 && b <= 0xBF;
+}
+
+uint32_t tok_utf8_decode(const uint8_t *s, size_t len) {
+    switch (len) {
+    case 1: return s[0];
+    case 2: return ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    case 3: return ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    default:
+        return ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+               ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    }
 }
 
 size_t tok_utf8_char_len(const uint8_t *s, size_t n) {
@@ -162,7 +175,7 @@ tok_tokenizer *tok_new(int32_t n_vocab) {
     }
     t->model = TOK_MODEL_SPM;
     t->bos_id = t->eos_id = t->unk_id = -1;
-    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = t->bl_byte_id[i] = -1;
     return t;
 }
 
@@ -220,24 +233,45 @@ static bool spm_space_after_other(const char *s, uint32_t n) {
     return false;
 }
 
+/* Appends the decoded form of byte-level piece s: its characters mapped
+ * back to bytes, or (some character outside the map, e.g. an added token
+ * holding a raw space) the piece as it is, as HF's ByteLevel decoder does. */
+static uint32_t bl_decoded_piece(const char *s, uint32_t n, char *out) {
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < n;) {
+        size_t cl = tok_utf8_char_len((const uint8_t *)s + i, n - i);
+        int b = cl ? tok_bl_byte(tok_utf8_decode((const uint8_t *)s + i, cl)) : -1;
+        if (b < 0) {
+            memcpy(out, s, n);
+            return n;
+        }
+        out[w++] = (char)b;
+        i += (uint32_t)cl;
+    }
+    return w;
+}
+
 int tok_finish(tok_tokenizer *t, pdl_error *err) {
     if (!tok_strmap_init(&t->vocab, (size_t)t->n_vocab, t->pool, t->piece_off, t->piece_len))
         return pdl_fail(err, "tokenizer: out of memory for the vocabulary table");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] != TOK_TYPE_MISSING) tok_strmap_insert(&t->vocab, i);
 
-    /* Word-by-word merging is exact when "▁" is a piece of its own and no
-     * piece holds a "▁" after another character (see spm.c). */
-    t->spm_split_words = tok_strmap_get(&t->vocab, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) >= 0;
-    for (int32_t i = 0; t->spm_split_words && i < t->n_vocab; i++)
-        if (t->type[i] != TOK_TYPE_MISSING &&
-            spm_space_after_other(t->pool + t->piece_off[i], t->piece_len[i]))
-            t->spm_split_words = false;
-
-    for (int b = 0; b < 256; b++) {
-        char name[8];
-        snprintf(name, sizeof name, "<0x%02X>", b);
-        t->byte_id[b] = tok_strmap_get(&t->vocab, name, 6);
+    if (t->model == TOK_MODEL_SPM) {
+        /* Word-by-word merging is exact when "▁" is a piece of its own and no
+         * piece holds a "▁" after another character (see spm.c). */
+        t->spm_split_words = tok_strmap_get(&t->vocab, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) >= 0;
+        for (int32_t i = 0; t->spm_split_words && i < t->n_vocab; i++)
+            if (t->type[i] != TOK_TYPE_MISSING &&
+                spm_space_after_other(t->pool + t->piece_off[i], t->piece_len[i]))
+                t->spm_split_words = false;
+        for (int b = 0; b < 256; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", b);
+            t->byte_id[b] = tok_strmap_get(&t->vocab, name, 6);
+        }
+    } else {
+        tok_bpe_init_bytes(t);
     }
 
     t->dec_pool = malloc(t->pool_len ? t->pool_len : 1);
@@ -248,25 +282,15 @@ int tok_finish(tok_tokenizer *t, pdl_error *err) {
         const char *piece = t->pool + t->piece_off[i];
         uint32_t n = t->piece_len[i];
         uint32_t w = 0;
-        switch ((tok_type)t->type[i]) {
-        case TOK_TYPE_MISSING:
-        case TOK_TYPE_UNKNOWN:
-        case TOK_TYPE_CONTROL:
-            break;  /* skipped, as HF's skip_special_tokens=True */
-        case TOK_TYPE_BYTE: {
-            int v = tok_parse_byte_piece(piece, n);
-            if (v >= 0) {
-                t->dec_pool[off] = (char)v;
-                w = 1;
-                break;
-            }
+        int v;
+        if (t->type[i] == TOK_TYPE_MISSING || t->type[i] == TOK_TYPE_UNUSED)
+            w = 0;  /* nothing, even when special tokens are kept */
+        else if (t->type[i] == TOK_TYPE_BYTE && (v = tok_parse_byte_piece(piece, n)) >= 0)
+            t->dec_pool[off] = (char)v, w = 1;
+        else if (t->model == TOK_MODEL_BPE)
+            w = bl_decoded_piece(piece, n, t->dec_pool + off);
+        else
             w = spm_decoded_piece(piece, n, t->dec_pool + off);
-            break;
-        }
-        default:
-            w = spm_decoded_piece(piece, n, t->dec_pool + off);
-            break;
-        }
         t->dec_off[i] = off;
         t->dec_len[i] = w;
         off += w;
@@ -279,6 +303,9 @@ void tok_free(tok_tokenizer *t) {
     if (!t) return;
     tok_strmap_free(&t->vocab);
     tok_pairmap_free(&t->merges);
+    tok_trie_free(&t->added_raw);
+    tok_trie_free(&t->added_norm);
+    tok_pre_free(t);
     free(t->pool);
     free(t->piece_off);
     free(t->piece_len);
@@ -319,16 +346,67 @@ bool tok_is_control(const tok_tokenizer *t, int32_t id) {
     return t->type[id] == TOK_TYPE_CONTROL || t->type[id] == TOK_TYPE_UNKNOWN;
 }
 
+bool tok_skipped_by_default(const tok_tokenizer *t, int32_t id) { return tok_is_control(t, id); }
+
+bool tok_is_byte_level(const tok_tokenizer *t) { return t->model == TOK_MODEL_BPE; }
+
 /* ---------------------------------------------------------------------------
  * Encode
  * ------------------------------------------------------------------------- */
 
-/* SPM normalization: "▁" in front of non-empty text, every " " as "▁".
- * out has room for 3 * (len + 1) bytes. */
-static size_t spm_normalize(const tok_tokenizer *t, const char *text, size_t len, char *out) {
+bool tok_buf_reserve(tok_buf *b, size_t n) {
+    if (n <= b->cap) return true;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < n) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return false;
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+bool tok_ctx_reserve(tok_ctx *c, size_t more) {
+    if (c->n_out + more <= c->out_cap) return true;
+    size_t cap = c->out_cap ? c->out_cap : 64;
+    while (cap < c->n_out + more) cap *= 2;
+    int32_t *p = realloc(c->out, cap * sizeof *p);
+    if (!p) {
+        pdl_fail(c->err, "tokenizer: out of memory for %zu ids", cap);
+        return false;
+    }
+    c->out = p;
+    c->out_cap = cap;
+    return true;
+}
+
+bool tok_ctx_push(tok_ctx *c, const int32_t *ids, size_t n) {
+    if (!tok_ctx_reserve(c, n)) return false;
+    memcpy(c->out + c->n_out, ids, n * sizeof *ids);
+    c->n_out += n;
+    return true;
+}
+
+static void ctx_free(tok_ctx *c) {
+    free(c->out);
+    free(c->norm.p);
+    free(c->spm.p);
+    free(c->ucs);
+    if (c->md) pcre2_match_data_free(c->md);
+    for (int i = 0; i < TOK_MAX_PRE_STEPS; i++) {
+        free(c->step_buf[i].p);
+        free(c->step_back[i]);
+        free(c->spans[i]);
+    }
+    tok_bpe_ctx_free(c);
+}
+
+/* SPM normalization of one fragment: "▁" in front (when the tokenizer adds
+ * one there), every " " as "▁". out has room for 3 * (len + 1) bytes. */
+static size_t spm_normalize(const tok_tokenizer *t, const char *text, size_t len, bool prefix,
+                            char *out) {
     size_t w = 0;
     if (len == 0) return 0;
-    if (t->add_space_prefix) {
+    if (prefix) {
         memcpy(out, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN);
         w += TOK_SPM_SPACE_LEN;
     }
@@ -343,39 +421,75 @@ static size_t spm_normalize(const tok_tokenizer *t, const char *text, size_t len
     return w;
 }
 
-int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
-               int32_t **ids, size_t *n_ids, pdl_error *err) {
+/* Normalized text between added tokens, into the model. */
+static int model_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
+    (void)offset;
+    const tok_tokenizer *t = c->t;
+    if (n == 0) return 0;
+    if (t->model == TOK_MODEL_BPE) return tok_pre_run(c, s, n);
+    if (t->ignore_merges) {
+        int32_t id = tok_strmap_get(&t->vocab, s, n);
+        if (id >= 0) return tok_ctx_push(c, &id, 1) ? 0 : -1;
+    }
+    if (!tok_ctx_reserve(c, n)) return -1;
+    size_t got = 0;
+    if (tok_spm_encode(t, s, n, c->out + c->n_out, &got, c->err) != 0) return -1;
+    c->n_out += got;
+    return 0;
+}
+
+/* Raw text between added tokens: normalize, then cut out the added tokens
+ * that match normalized text. */
+static int raw_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
+    const tok_tokenizer *t = c->t;
+    if (t->model == TOK_MODEL_SPM) {
+        if (!tok_buf_reserve(&c->spm, 3 * (n + 1))) return pdl_fail(c->err, "tokenizer: out of memory");
+        bool prefix = t->add_space_prefix && (!t->space_prefix_first || offset == 0) &&
+                      !(t->space_prefix_if_absent && n > 0 &&
+                        ((s[0] == ' ' && t->escape_spaces) ||
+                         (n >= TOK_SPM_SPACE_LEN && memcmp(s, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) == 0)));
+        c->spm.n = spm_normalize(t, s, n, prefix, c->spm.p);
+        s = c->spm.p;
+        n = c->spm.n;
+    } else if (t->norm != TOK_NORM_NONE) {
+        if (tok_normalize(c, t->norm, s, n, &c->norm) != 0) return -1;
+        s = c->norm.p;
+        n = c->norm.n;
+    }
+    if (t->added_norm.n_entries > 0)
+        return tok_added_split(c, &t->added_norm, s, n, c->parse_special, model_fragment);
+    return model_fragment(c, s, n, offset);
+}
+
+int tok_encode_ex(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, int32_t **ids, size_t *n_ids, pdl_error *err) {
     *ids = NULL;
     *n_ids = 0;
     if (len > UINT32_MAX / 8) return pdl_fail(err, "tokenizer: text of %zu bytes is too long", len);
-    char *norm = malloc(3 * (len + 1));
-    if (!norm) return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", len);
-    size_t n = spm_normalize(t, text, len, norm);
-    int32_t *out = malloc((n + 2) * sizeof *out);
-    if (!out) {
-        free(norm);
-        return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", len);
+    tok_ctx c = {.t = t, .err = err, .parse_special = parse_special, .text_len = len};
+    if (t->n_pre > 0) {
+        c.md = pcre2_match_data_create(1, NULL);
+        if (!c.md) return pdl_fail(err, "tokenizer: out of memory for regex match data");
     }
-    size_t k = 0;
-    if (add_special && tok_add_bos(t)) out[k++] = t->bos_id;
-    size_t got = 0;
-    int rc = 0;
-    switch (t->model) {
-    case TOK_MODEL_SPM:
-        rc = tok_spm_encode(t, norm, n, out + k, &got, err);
-        break;
-    }
-    free(norm);
-    if (rc != 0) {
-        free(out);
-        return -1;
-    }
-    k += got;
-    if (add_special && tok_add_eos(t)) out[k++] = t->eos_id;
-    int32_t *shrunk = realloc(out, (k ? k : 1) * sizeof *out);
-    *ids = shrunk ? shrunk : out;
-    *n_ids = k;
-    return 0;
+    int rc = -1;
+    if (!tok_ctx_reserve(&c, len / 2 + 8)) goto done;
+    if (add_special && tok_add_bos(t) && !tok_ctx_push(&c, &t->bos_id, 1)) goto done;
+    if (tok_added_split(&c, &t->added_raw, text, len, parse_special, raw_fragment) != 0) goto done;
+    if (add_special && tok_add_eos(t) && !tok_ctx_push(&c, &t->eos_id, 1)) goto done;
+    int32_t *shrunk = realloc(c.out, (c.n_out ? c.n_out : 1) * sizeof *c.out);
+    if (shrunk) c.out = shrunk;
+    *ids = c.out;
+    *n_ids = c.n_out;
+    c.out = NULL;
+    rc = 0;
+done:
+    ctx_free(&c);
+    return rc;
+}
+
+int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
+               int32_t **ids, size_t *n_ids, pdl_error *err) {
+    return tok_encode_ex(t, text, len, add_special, false, ids, n_ids, err);
 }
 
 /* ---------------------------------------------------------------------------
@@ -383,11 +497,21 @@ int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_sp
  * ------------------------------------------------------------------------- */
 
 char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_error *err) {
-    return tok_decode_n(t, ids, n_ids, NULL, err);
+    return tok_decode_ex(t, ids, n_ids, false, NULL, err);
 }
 
 char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, size_t *len,
                    pdl_error *err) {
+    return tok_decode_ex(t, ids, n_ids, false, len, err);
+}
+
+/* The bytes id contributes (before UTF-8 repair). */
+static uint32_t dec_len_of(const tok_tokenizer *t, int32_t id, bool keep_special) {
+    return !keep_special && tok_skipped_by_default(t, id) ? 0 : t->dec_len[id];
+}
+
+char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bool keep_special,
+                    size_t *len, pdl_error *err) {
     if (len) *len = 0;
     size_t total = 0;
     for (size_t i = 0; i < n_ids; i++) {
@@ -396,7 +520,7 @@ char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, siz
                      (int)ids[i], i, t->n_vocab - 1);
             return NULL;
         }
-        total += t->dec_len[ids[i]];
+        total += dec_len_of(t, ids[i], keep_special);
     }
     char *out = malloc(3 * total + 1);
     if (!out) {
@@ -406,7 +530,8 @@ char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, siz
     utf8_repair r = {.strip = t->strip_leading_space};
     size_t w = 0;
     for (size_t i = 0; i < n_ids; i++)
-        w += repair_feed(&r, out + w, t->dec_pool + t->dec_off[ids[i]], t->dec_len[ids[i]]);
+        w += repair_feed(&r, out + w, t->dec_pool + t->dec_off[ids[i]],
+                         dec_len_of(t, ids[i], keep_special));
     w += repair_finish(&r, out + w);
     out[w] = '\0';
     if (len) *len = w;
@@ -415,15 +540,19 @@ char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, siz
 
 struct tok_stream {
     const tok_tokenizer *t;
+    bool keep_special;
     utf8_repair r;
     char *buf;  /* [cap]: the text of the last push or flush */
     size_t len, cap;
 };
 
-tok_stream *tok_stream_new(const tok_tokenizer *t) {
+tok_stream *tok_stream_new(const tok_tokenizer *t) { return tok_stream_new_ex(t, false); }
+
+tok_stream *tok_stream_new_ex(const tok_tokenizer *t, bool keep_special) {
     tok_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->t = t;
+    s->keep_special = keep_special;
     s->r.strip = t->strip_leading_space;
     /* one push: up to 3 output bytes per input byte, plus U+FFFD for bytes
      * held from before */
@@ -441,7 +570,8 @@ const char *tok_stream_push(tok_stream *s, int32_t id) {
     const tok_tokenizer *t = s->t;
     size_t w = 0;
     if (id >= 0 && id < t->n_vocab)
-        w = repair_feed(&s->r, s->buf, t->dec_pool + t->dec_off[id], t->dec_len[id]);
+        w = repair_feed(&s->r, s->buf, t->dec_pool + t->dec_off[id],
+                        dec_len_of(t, id, s->keep_special));
     s->buf[w] = '\0';
     s->len = w;
     return s->buf;

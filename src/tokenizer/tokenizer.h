@@ -3,10 +3,19 @@
  *
  * What it is for: loading a tokenizer from GGUF metadata or a Hugging Face
  * tokenizer.json (+ tokenizer_config.json), encoding UTF-8 text to ids, and
- * decoding ids back to text, whole or streamed one id at a time.
- * Today: SentencePiece-style BPE with byte fallback (Llama 2, Mistral, the
- * stories models). Byte-level BPE and chat templates come with the tokenizer
- * issue behind the same interface.
+ * decoding ids back to text, whole or streamed one id at a time, token for
+ * token as Hugging Face tokenizers does. Two model families:
+ *   - SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Phi-3,
+ *     the stories models): GGUF "llama", tokenizer.json BPE + Metaspace or
+ *     Prepend/Replace;
+ *   - byte-level BPE (GPT-2, Llama 3, Qwen2/2.5/3, StarCoder, Falcon, MPT,
+ *     Phi-2): GGUF "gpt2" with tokenizer.ggml.pre naming the pre-tokenizer,
+ *     tokenizer.json BPE + ByteLevel / Split regexes (run on PCRE2) +
+ *     NFC/NFKC normalizers (utf8proc).
+ * Added tokens (tokenizer.json added_tokens; GGUF control and user-defined
+ * tokens) are cut out of the text before anything else: special ones only
+ * when the caller asks (parse_special), the others always.
+ * What it is not for: chat templates (src/template/).
  */
 #ifndef PDL_TOKENIZER_TOKENIZER_H
 #define PDL_TOKENIZER_TOKENIZER_H
@@ -44,22 +53,39 @@ int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece, size_t len);
  * skips them. */
 bool tok_is_control(const tok_tokenizer *t, int32_t id);
 
-/* Encodes len bytes of text (any bytes; invalid UTF-8 goes through byte
- * fallback). add_special: add BOS/EOS as the tokenizer's settings say.
+/* Whether this is a byte-level BPE tokenizer (else SentencePiece-style). */
+bool tok_is_byte_level(const tok_tokenizer *t);
+
+/* Encodes len bytes of text (any bytes: invalid UTF-8 goes through byte
+ * fallback or the byte-level map like any other byte). add_special: add
+ * BOS/EOS as the tokenizer's settings say (Hugging Face encode(text)).
+ * Special-token text is encoded as plain text (tok_encode_ex to parse it).
  * *ids is malloc'ed. */
 int tok_encode(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
                int32_t **ids, size_t *n_ids, pdl_error *err);
+/* The same; parse_special: the text of special tokens ("<|im_start|>",
+ * "<s>") becomes their ids, as Hugging Face does by default
+ * (split_special_tokens=False). Without it (HF split_special_tokens=True)
+ * only non-special added tokens are matched. */
+int tok_encode_ex(const tok_tokenizer *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, int32_t **ids, size_t *n_ids, pdl_error *err);
 
 /* Decodes a whole sequence as Hugging Face's decode(skip_special_tokens=True)
  * does. Returns a malloc'ed NUL-terminated string, or NULL on error (an id
- * outside the vocabulary). Byte-fallback bytes that do not form UTF-8 become
- * U+FFFD, one per maximal invalid subsequence (HF writes one per byte of an
- * invalid run, which no streaming decoder can match; valid runs agree). */
+ * outside the vocabulary). Bytes that do not form UTF-8 become U+FFFD, one
+ * per maximal invalid subsequence: exactly HF for byte-level BPE (its
+ * from_utf8_lossy); for SPM byte fallback HF writes one per byte of an
+ * invalid run, which no streaming decoder can match (valid runs agree).
+ * clean_up_tokenization_spaces (a transformers-side option) is not applied. */
 char *tok_decode(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, pdl_error *err);
 /* The same, with the byte length in *len (the text holds a NUL byte where
  * the ids hold <0x00>). */
 char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, size_t *len,
                    pdl_error *err);
+/* The same; keep_special: special tokens give their text
+ * (decode(skip_special_tokens=False)). */
+char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bool keep_special,
+                    size_t *len, pdl_error *err);
 
 /* Streaming decode: push ids one by one; each push returns the newly completed
  * text (only whole UTF-8 characters; byte-fallback bytes are held until their
@@ -71,6 +97,8 @@ char *tok_decode_n(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, siz
  * strip once the context produced text; a context of only BOS keeps it). */
 typedef struct tok_stream tok_stream;
 tok_stream *tok_stream_new(const tok_tokenizer *t);
+/* A stream that keeps the text of special tokens (as tok_decode_ex). */
+tok_stream *tok_stream_new_ex(const tok_tokenizer *t, bool keep_special);
 void tok_stream_prime(tok_stream *s, const int32_t *ids, size_t n_ids);
 const char *tok_stream_push(tok_stream *s, int32_t id);
 const char *tok_stream_flush(tok_stream *s);

@@ -1,0 +1,188 @@
+/*
+ * cli_serve.c - `pagedlm serve`: the OpenAI-compatible HTTP server
+ * (src/server/) from the command line, with vLLM's flag names.
+ *
+ * Signals: SIGINT and SIGTERM are blocked in every thread and taken here with
+ * sigtimedwait, so the server stops from ordinary code (no async handler):
+ * the first stops accepting and drains in-flight requests, a second one
+ * during the drain exits at once. Exit status 0 after a signal, 1 when the
+ * model does not load, 2 for bad usage.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli_args.h"
+#include "server/server.h"
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: pagedlm serve -m MODEL [options]\n"
+            "  -m, --model PATH               .gguf file or Hugging Face folder\n"
+            "      --host HOST                address to listen on (default 127.0.0.1)\n"
+            "      --port PORT                port (default 8000; 0 = any free port, printed on stderr)\n"
+            "      --served-model-name NAME   the model name clients use (default: MODEL as given)\n"
+            "      --api-key KEY              require 'Authorization: Bearer KEY' (or env PAGEDLM_API_KEY)\n"
+            "      --chat-template FILE       Jinja chat template (default: the model's own)\n"
+            "      --max-model-len N          context length (default: the model's)\n"
+            "      --max-num-seqs N           running sequences at most (default 256)\n"
+            "      --max-num-batched-tokens N rows per engine step at most (default 2048)\n"
+            "      --max-prefill-chunk N      prompt rows per request per step (default: no limit)\n"
+            "      --kv-cache-memory SIZE     KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))\n"
+            "      --block-size N             tokens per KV block (default 16)\n"
+            "      --kv-cache-dtype f16|f32   KV cache precision (default f16)\n"
+            "  -t, --threads N                worker threads (default: all cores)\n"
+            "      --logits auto|full|selective  LM head over sampled rows only (auto: when the probe passes)\n"
+            "      --max-body SIZE            request body limit (default 4MiB; larger bodies get 413)\n"
+            "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
+            "      --disable-log-requests     no log line per request\n"
+            "\n"
+            "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,\n"
+            "           POST /detokenize, GET /health, GET /metrics\n");
+}
+
+static void log_line(const char *line, void *user) {
+    (void)user;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    fprintf(stderr, "pagedlm: %02d:%02d:%02d.%03ld %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+            line);
+}
+
+/* After the first signal: a second one ends the process without draining. */
+static void *second_signal(void *arg) {
+    sigset_t *set = arg;
+    int sig;
+    if (sigwait(set, &sig) == 0) {
+        fprintf(stderr, "pagedlm: second signal %d: exiting without draining\n", sig);
+        _exit(1);
+    }
+    return NULL;
+}
+
+int cli_serve(int argc, char **argv) {
+    srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line};
+    long lv;
+    float fv;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            serve_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--disable-log-requests") == 0) {
+            o.log_requests = false;
+        } else if (!(v = cli_value(argc, argv, &i))) {
+            return CLI_USAGE;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            o.model_path = v;
+        } else if (strcmp(a, "--host") == 0) {
+            o.host = v;
+        } else if (strcmp(a, "--port") == 0) {
+            if (cli_int(a, v, 0, 65535, &lv)) return CLI_USAGE;
+            o.port = (int)lv;
+        } else if (strcmp(a, "--served-model-name") == 0) {
+            o.served_model_name = v;
+        } else if (strcmp(a, "--api-key") == 0) {
+            o.api_key = v;
+        } else if (strcmp(a, "--chat-template") == 0) {
+            o.chat_template = v;
+        } else if (strcmp(a, "--max-model-len") == 0 || strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
+            o.model.ctx_size = (int)lv;
+        } else if (strcmp(a, "--max-num-seqs") == 0) {
+            if (cli_int(a, v, 1, 1 << 20, &lv)) return CLI_USAGE;
+            o.engine.max_num_seqs = (int)lv;
+        } else if (strcmp(a, "--max-num-batched-tokens") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
+            o.engine.max_num_batched_tokens = (int)lv;
+        } else if (strcmp(a, "--max-prefill-chunk") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
+            o.engine.max_prefill_chunk = (int)lv;
+        } else if (strcmp(a, "--kv-cache-memory") == 0) {
+            if (cli_size(a, v, &o.engine.kv_cache_memory)) return CLI_USAGE;
+        } else if (strcmp(a, "--block-size") == 0) {
+            if (cli_int(a, v, 1, 1 << 16, &lv)) return CLI_USAGE;
+            o.engine.block_size = (int)lv;
+        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
+            if (cli_kv_dtype(a, v, &o.engine.kv_dtype)) return CLI_USAGE;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (cli_int(a, v, 1, 1024, &lv)) return CLI_USAGE;
+            o.model.n_threads = (int)lv;
+        } else if (strcmp(a, "--logits") == 0) {
+            if (cli_logits_mode(a, v, &o.engine.logits_mode)) return CLI_USAGE;
+        } else if (strcmp(a, "--max-body") == 0) {
+            if (cli_size(a, v, &o.max_body)) return CLI_USAGE;
+        } else if (strcmp(a, "--shutdown-grace") == 0) {
+            if (cli_float(a, v, &fv)) return CLI_USAGE;
+            if (fv < 0) {
+                fprintf(stderr, "error: --shutdown-grace must not be negative\n");
+                return CLI_USAGE;
+            }
+            o.shutdown_grace_s = fv;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' for serve\n", a);
+            serve_usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (!o.model_path) {
+        fprintf(stderr, "error: serve needs -m MODEL\n");
+        serve_usage(stderr);
+        return CLI_USAGE;
+    }
+    if (!o.api_key) o.api_key = getenv("PAGEDLM_API_KEY");
+
+    /* every thread started from here on inherits the blocked signals */
+    static sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    srv_server *s = NULL;
+    pdl_error err;
+    if (srv_start(&s, &o, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return CLI_FAIL;
+    }
+    const char *host = o.host ? o.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "pagedlm: listening on http://%s%s%s:%d (loading %s)\n", v6 ? "[" : "", host, v6 ? "]" : "",
+            srv_port(s), o.model_path);
+    int rc = CLI_OK;
+    bool ready = false;
+    for (;;) {
+        struct timespec tick = {.tv_sec = 0, .tv_nsec = 200 * 1000000L};
+        siginfo_t info;
+        int sig = sigtimedwait(&set, &info, &tick);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "pagedlm: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            pthread_t t;
+            if (pthread_create(&t, NULL, second_signal, &set) == 0) pthread_detach(t);
+            break;
+        }
+        if (sig < 0 && errno != EAGAIN && errno != EINTR) break;
+        srv_state st = srv_get_state(s, &err);
+        if (st == SRV_FAILED) {
+            fprintf(stderr, "error: %s\n", err.message);
+            rc = CLI_FAIL;
+            break;
+        }
+        if (st == SRV_READY && !ready) {
+            ready = true;
+            fprintf(stderr, "pagedlm: ready on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", srv_port(s));
+        }
+    }
+    srv_stop(s);
+    fprintf(stderr, "pagedlm: stopped\n");
+    return rc;
+}

@@ -1,0 +1,630 @@
+/*
+ * api_format.c - OpenAI / vLLM response objects and SSE chunks from engine
+ * events.
+ *
+ * Token strings: a generated token's string is the text the engine released
+ * with it, so the strings of a choice's logprobs join to its text. Other
+ * candidates (top_logprobs) and prompt tokens are decoded after the token
+ * before them, so " the" keeps the space it has in running text.
+ * Log-probabilities of -inf are written as -9999.0, as vLLM does (JSON has no
+ * infinity). Offsets in text_offset count characters, as Python does.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "server/api_format.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
+
+/* ---- small JSON helpers ------------------------------------------------------ */
+
+/* A JSON string of n bytes; bytes that are not UTF-8 become U+FFFD. */
+static json_t *jstrn(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    sbuf b = {0};
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && c != 0;
+        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
+        if (ok && len > 1) {
+            json_t *probe = json_stringn(s + i, len); /* overlong forms, surrogates */
+            ok = probe != NULL;
+            json_decref(probe);
+        }
+        if (ok) {
+            sbuf_append(&b, s + i, len);
+            i += len;
+        } else {
+            sbuf_puts(&b, "\xEF\xBF\xBD");
+            i++;
+        }
+    }
+    size_t len;
+    char *t = sbuf_take(&b, &len);
+    j = t ? json_stringn(t, len) : NULL;
+    free(t);
+    return j ? j : json_string("");
+}
+
+static json_t *jstr(const char *s) { return jstrn(s, strlen(s)); }
+
+static json_t *jlogprob(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
+
+static size_t utf8_chars(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s >> 6) != 2;
+    return n;
+}
+
+static char *dump(json_t *o, size_t *len) {
+    char *s = o ? json_dumps(o, JSON_FLAGS) : NULL;
+    json_decref(o);
+    if (len) *len = s ? strlen(s) : 0;
+    return s;
+}
+
+char *srv_error_body(const srv_api_error *e, size_t *len) {
+    json_t *err = json_object();
+    json_object_set_new(err, "message", jstr(e->message));
+    json_object_set_new(err, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(err, "param", e->param[0] ? jstr(e->param) : json_null());
+    json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
+    json_t *o = json_object();
+    json_object_set_new(o, "error", err);
+    return dump(o, len);
+}
+
+/* ---- the response state ------------------------------------------------------ */
+
+/* What the engine said about one prompt token (position >= 1). */
+typedef struct prompt_lp {
+    bool have;
+    float logprob;
+    int n_top;
+    pdl_logprob *top;
+} prompt_lp;
+
+typedef struct prompt_state {
+    char **piece;       /* [n_ids] each prompt token's text in running decode (lazily) */
+    prompt_lp *lp;      /* [n_ids] */
+} prompt_state;
+
+typedef struct choice {
+    int prompt;
+    sbuf text;          /* generated text (non-streaming) */
+    size_t chars;       /* characters of generated text so far (text_offset) */
+    int n_tokens;
+    int32_t prev;       /* the token before the next one (context for candidates) */
+    const char *finish;
+    json_t *lp;         /* generated logprobs so far (non-streaming): completions {tokens, ...}; chat [..] */
+    bool started;       /* streaming: echo chunk sent */
+} choice;
+
+struct srv_response {
+    const pdl_model *model;
+    const srv_gen_request *req;
+    char *model_name, *id;
+    long long created;
+    int n;               /* sequences per prompt */
+    int n_choices;
+    choice *choices;
+    prompt_state *prompts;
+    int prompt_tokens;
+    int completion_tokens;
+};
+
+srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
+                               const char *id, long long created) {
+    srv_response *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->model = model;
+    r->req = req;
+    r->created = created;
+    r->n = req->params.n > 0 ? req->params.n : 1;
+    r->n_choices = req->n_prompts * r->n;
+    r->model_name = strdup(model_name);
+    r->id = strdup(id);
+    r->choices = calloc((size_t)r->n_choices, sizeof *r->choices);
+    r->prompts = calloc((size_t)req->n_prompts, sizeof *r->prompts);
+    bool ok = r->model_name && r->id && r->choices && r->prompts;
+    for (int p = 0; ok && p < req->n_prompts; p++) {
+        r->prompt_tokens += (int)req->prompts[p].n_ids;
+        r->prompts[p].piece = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].piece);
+        r->prompts[p].lp = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].lp);
+        ok = r->prompts[p].piece && r->prompts[p].lp;
+    }
+    for (int i = 0; ok && i < r->n_choices; i++) {
+        choice *c = &r->choices[i];
+        c->prompt = i / r->n;
+        const srv_prompt *sp = &req->prompts[c->prompt];
+        c->prev = sp->n_ids ? sp->ids[sp->n_ids - 1] : -1;
+    }
+    if (!ok) {
+        srv_response_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void srv_response_free(srv_response *r) {
+    if (!r) return;
+    for (int i = 0; r->choices && i < r->n_choices; i++) {
+        sbuf_free(&r->choices[i].text);
+        json_decref(r->choices[i].lp);
+    }
+    for (int p = 0; r->prompts && p < r->req->n_prompts; p++) {
+        size_t n = r->req->prompts[p].n_ids;
+        for (size_t k = 0; k < n; k++) {
+            if (r->prompts[p].piece) free(r->prompts[p].piece[k]);
+            if (r->prompts[p].lp) free(r->prompts[p].lp[k].top);
+        }
+        free(r->prompts[p].piece);
+        free(r->prompts[p].lp);
+    }
+    free(r->prompts);
+    free(r->choices);
+    free(r->model_name);
+    free(r->id);
+    free(r);
+}
+
+/* The text `id` adds after `prev` (prev < 0: at the start), malloc'ed. */
+static char *token_text_after(const pdl_model *m, int32_t prev, int32_t id) {
+    pdl_detok *d = pdl_detok_new(m, prev >= 0 ? &prev : NULL, prev >= 0 ? 1 : 0);
+    if (!d) return strdup("");
+    sbuf b = {0};
+    sbuf_puts(&b, pdl_detok_push(d, id));
+    sbuf_puts(&b, pdl_detok_flush(d));
+    pdl_detok_free(d);
+    char *s = sbuf_take(&b, NULL);
+    return s ? s : strdup("");
+}
+
+/* Each prompt token's text as a running decode gives it (computed once). */
+static void prompt_pieces(srv_response *r, int p) {
+    prompt_state *ps = &r->prompts[p];
+    const srv_prompt *sp = &r->req->prompts[p];
+    if (sp->n_ids == 0 || ps->piece[0]) return;
+    pdl_detok *d = pdl_detok_new(r->model, NULL, 0);
+    for (size_t k = 0; k < sp->n_ids; k++) {
+        const char *s = d ? pdl_detok_push(d, sp->ids[k]) : "";
+        if (k + 1 == sp->n_ids && d) {
+            sbuf b = {0};
+            sbuf_puts(&b, s);
+            sbuf_puts(&b, pdl_detok_flush(d));
+            ps->piece[k] = sbuf_take(&b, NULL);
+        } else {
+            ps->piece[k] = strdup(s);
+        }
+        if (!ps->piece[k]) ps->piece[k] = calloc(1, 1);
+    }
+    pdl_detok_free(d);
+}
+
+static void add_prompt_logprob(srv_response *r, const srv_event *ev) {
+    const srv_prompt *sp = &r->req->prompts[ev->prompt];
+    if (ev->position < 1 || (size_t)ev->position >= sp->n_ids) return;
+    prompt_lp *lp = &r->prompts[ev->prompt].lp[ev->position];
+    if (lp->have) return;
+    lp->have = true;
+    lp->logprob = ev->logprob;
+    if (ev->n_top > 0 && (lp->top = malloc((size_t)ev->n_top * sizeof *lp->top))) {
+        memcpy(lp->top, ev->top, (size_t)ev->n_top * sizeof *lp->top);
+        lp->n_top = ev->n_top;
+    }
+}
+
+/* ---- logprobs in the two APIs' shapes ------------------------------------------ */
+
+static json_t *utf8_bytes(const char *s) {
+    json_t *a = json_array();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) json_array_append_new(a, json_integer(*p));
+    return a;
+}
+
+/* Completions: {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}. */
+static json_t *completion_lp_new(void) {
+    json_t *o = json_object();
+    json_object_set_new(o, "text_offset", json_array());
+    json_object_set_new(o, "token_logprobs", json_array());
+    json_object_set_new(o, "tokens", json_array());
+    json_object_set_new(o, "top_logprobs", json_array());
+    return o;
+}
+
+/* One position: token text s with logprob lp (have = false: the first prompt
+ * token, which has none), top candidates decoded after `prev`. */
+static void completion_lp_add(const srv_response *r, json_t *o, const char *s, size_t offset, bool have, int32_t token,
+                              float lp, const pdl_logprob *top, int n_top, int32_t prev) {
+    json_array_append_new(json_object_get(o, "text_offset"), json_integer((json_int_t)offset));
+    json_array_append_new(json_object_get(o, "token_logprobs"), have ? jlogprob(lp) : json_null());
+    json_array_append_new(json_object_get(o, "tokens"), jstr(s));
+    if (!have) {
+        json_array_append_new(json_object_get(o, "top_logprobs"), json_null());
+        return;
+    }
+    json_t *d = json_object();
+    bool chosen_in = false;
+    for (int k = 0; k < n_top; k++) {
+        char *t = token_text_after(r->model, prev, top[k].token);
+        if (!json_object_get(d, t)) json_object_set_new(d, t, jlogprob(top[k].logprob));
+        chosen_in |= top[k].token == token;
+        free(t);
+    }
+    if (!chosen_in && !json_object_get(d, s)) json_object_set_new(d, s, jlogprob(lp)); /* vLLM: the chosen one too */
+    json_array_append_new(json_object_get(o, "top_logprobs"), d);
+}
+
+static json_t *chat_lp_entry(const srv_response *r, const char *s, float lp, const pdl_logprob *top, int n_top,
+                             int32_t prev) {
+    json_t *e = json_object();
+    json_object_set_new(e, "token", jstr(s));
+    json_object_set_new(e, "logprob", jlogprob(lp));
+    json_object_set_new(e, "bytes", utf8_bytes(s));
+    json_t *tops = json_array();
+    for (int k = 0; k < n_top; k++) {
+        char *t = token_text_after(r->model, prev, top[k].token);
+        json_t *c = json_object();
+        json_object_set_new(c, "token", jstr(t));
+        json_object_set_new(c, "logprob", jlogprob(top[k].logprob));
+        json_object_set_new(c, "bytes", utf8_bytes(t));
+        json_array_append_new(tops, c);
+        free(t);
+    }
+    json_object_set_new(e, "top_logprobs", tops);
+    return e;
+}
+
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]. */
+static json_t *vllm_prompt_logprobs(srv_response *r, int p) {
+    const srv_prompt *sp = &r->req->prompts[p];
+    prompt_pieces(r, p);
+    int limit = r->req->prompt_logprobs;
+    json_t *a = json_array();
+    for (size_t k = 0; k < sp->n_ids; k++) {
+        const prompt_lp *lp = &r->prompts[p].lp[k];
+        if (k == 0 || !lp->have) {
+            json_array_append_new(a, json_null());
+            continue;
+        }
+        int32_t tok = sp->ids[k], prev = sp->ids[k - 1];
+        json_t *d = json_object();
+        json_t *rank = json_null();
+        for (int j = 0; j < lp->n_top; j++)
+            if (lp->top[j].token == tok) {
+                json_decref(rank);
+                rank = json_integer(j + 1);
+                break;
+            }
+        char key[16];
+        snprintf(key, sizeof key, "%d", tok);
+        json_t *own = json_object();
+        json_object_set_new(own, "logprob", jlogprob(lp->logprob));
+        json_object_set_new(own, "rank", rank);
+        json_object_set_new(own, "decoded_token", jstr(r->prompts[p].piece[k]));
+        json_object_set_new(d, key, own);
+        for (int j = 0; j < lp->n_top && j < limit; j++) {
+            snprintf(key, sizeof key, "%d", lp->top[j].token);
+            if (json_object_get(d, key)) continue;
+            char *t = token_text_after(r->model, prev, lp->top[j].token);
+            json_t *e = json_object();
+            json_object_set_new(e, "logprob", jlogprob(lp->top[j].logprob));
+            json_object_set_new(e, "rank", json_integer(j + 1));
+            json_object_set_new(e, "decoded_token", jstr(t));
+            json_object_set_new(d, key, e);
+            free(t);
+        }
+        json_array_append_new(a, d);
+    }
+    return a;
+}
+
+/* Completions with echo and logprobs: the prompt's positions first. */
+static void echo_logprobs(srv_response *r, int p, json_t *o) {
+    const srv_prompt *sp = &r->req->prompts[p];
+    prompt_pieces(r, p);
+    size_t offset = 0;
+    int limit = r->req->logprobs;
+    for (size_t k = 0; k < sp->n_ids; k++) {
+        const prompt_lp *lp = &r->prompts[p].lp[k];
+        const char *s = r->prompts[p].piece[k];
+        completion_lp_add(r, o, s, offset, k > 0 && lp->have, sp->ids[k], lp->logprob, lp->top,
+                          lp->n_top < limit ? lp->n_top : limit, k > 0 ? sp->ids[k - 1] : -1);
+        offset += utf8_chars(s);
+    }
+}
+
+static json_t *usage_json(const srv_response *r) {
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(r->prompt_tokens));
+    json_object_set_new(u, "total_tokens", json_integer(r->prompt_tokens + r->completion_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(r->completion_tokens));
+    return u;
+}
+
+/* ---- non-streaming ------------------------------------------------------------------ */
+
+static size_t echo_chars(const srv_response *r, int p) {
+    const char *t = r->req->echo ? r->req->prompts[p].text : NULL;
+    return t ? utf8_chars(t) : 0;
+}
+
+void srv_response_add(srv_response *r, const srv_event *ev) {
+    for (; ev; ev = ev->next) {
+        if (ev->prompt < 0 || ev->prompt >= r->req->n_prompts) continue;
+        if (ev->kind == PDL_EVENT_PROMPT_LOGPROB) {
+            add_prompt_logprob(r, ev);
+            continue;
+        }
+        choice *c = &r->choices[ev->prompt * r->n + ev->index];
+        if (r->req->discard_output) {
+            if (ev->kind == PDL_EVENT_FINISHED) c->finish = "length";
+            continue;
+        }
+        if (ev->kind == PDL_EVENT_TOKEN) {
+            c->n_tokens++;
+            r->completion_tokens++;
+            if (r->req->logprobs >= 0) {
+                if (!c->lp) c->lp = r->req->kind == SRV_API_CHAT ? json_array() : completion_lp_new();
+                if (r->req->kind == SRV_API_CHAT)
+                    json_array_append_new(c->lp, chat_lp_entry(r, ev->text, ev->logprob, ev->top, ev->n_top, c->prev));
+                else
+                    completion_lp_add(r, c->lp, ev->text, echo_chars(r, c->prompt) + c->chars, true, ev->token,
+                                      ev->logprob, ev->top, ev->n_top, c->prev);
+            }
+            c->prev = ev->token;
+        } else {
+            c->finish = ev->finish_reason;
+        }
+        sbuf_puts(&c->text, ev->text);
+        c->chars += utf8_chars(ev->text);
+    }
+}
+
+char *srv_response_body(srv_response *r, size_t *len) {
+    bool chat = r->req->kind == SRV_API_CHAT;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", jstr(r->model_name));
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n_choices; i++) {
+        choice *c = &r->choices[i];
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(i));
+        const char *gen = c->text.data ? c->text.data : "";
+        if (chat) {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", jstrn(gen, c->text.len));
+            json_object_set_new(ch, "message", msg);
+            json_object_set_new(ch, "logprobs", r->req->logprobs >= 0 ? json_pack("{s:o}", "content",
+                                c->lp ? json_incref(c->lp) : json_array()) : json_null());
+        } else {
+            const char *echo = r->req->echo ? r->req->prompts[c->prompt].text : NULL;
+            sbuf t = {0};
+            if (echo) sbuf_puts(&t, echo);
+            sbuf_append(&t, gen, c->text.len);
+            size_t tl;
+            char *text = sbuf_take(&t, &tl);
+            json_object_set_new(ch, "text", text ? jstrn(text, tl) : json_string(""));
+            free(text);
+            json_t *lp = json_null();
+            if (r->req->logprobs >= 0) {
+                lp = completion_lp_new();
+                if (r->req->echo) echo_logprobs(r, c->prompt, lp);
+                if (c->lp) {
+                    static const char *const keys[] = {"text_offset", "token_logprobs", "tokens", "top_logprobs"};
+                    for (int k = 0; k < 4; k++)
+                        json_array_extend(json_object_get(lp, keys[k]), json_object_get(c->lp, keys[k]));
+                }
+            }
+            json_object_set_new(ch, "logprobs", lp);
+        }
+        json_object_set_new(ch, "finish_reason", json_string(c->finish ? c->finish : "abort"));
+        if (!chat && r->req->prompt_logprobs >= 0 && i % r->n == 0)
+            json_object_set_new(ch, "prompt_logprobs", vllm_prompt_logprobs(r, c->prompt));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(r));
+    if (chat && r->req->prompt_logprobs >= 0) json_object_set_new(o, "prompt_logprobs", vllm_prompt_logprobs(r, 0));
+    return dump(o, len);
+}
+
+/* ---- streaming ------------------------------------------------------------------------ */
+
+static json_t *chunk_new(const srv_response *r) {
+    bool chat = r->req->kind == SRV_API_CHAT;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(r->id));
+    json_object_set_new(o, "object", json_string(chat ? "chat.completion.chunk" : "text_completion"));
+    json_object_set_new(o, "created", json_integer(r->created));
+    json_object_set_new(o, "model", jstr(r->model_name));
+    return o;
+}
+
+static void sse_send(const srv_response *r, json_t *chunk, json_t *choice, sbuf *out) {
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(chunk, "choices", choices);
+    if (r->req->include_usage)
+        json_object_set_new(chunk, "usage", r->req->continuous_usage ? usage_json(r) : json_null());
+    char *s = json_dumps(chunk, JSON_FLAGS);
+    json_decref(chunk);
+    if (!s) {
+        out->oom = true;
+        return;
+    }
+    sbuf_puts(out, "data: ");
+    sbuf_puts(out, s);
+    sbuf_puts(out, "\n\n");
+    free(s);
+}
+
+/* One chunk for choice i: text (may be ""), its logprobs (or NULL), and the
+ * finish reason (or NULL). */
+static void send_choice(const srv_response *r, int i, const char *text, json_t *lp, const char *finish, sbuf *out) {
+    json_t *ch = json_object();
+    json_object_set_new(ch, "index", json_integer(i));
+    if (r->req->kind == SRV_API_CHAT) {
+        json_t *delta = json_object();
+        if (text[0] || !finish) json_object_set_new(delta, "content", jstr(text));
+        json_object_set_new(ch, "delta", delta);
+    } else {
+        json_object_set_new(ch, "text", jstr(text));
+    }
+    json_object_set_new(ch, "logprobs", lp ? lp : json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    sse_send(r, chunk_new(r), ch, out);
+}
+
+void srv_response_stream_begin(srv_response *r, sbuf *out) {
+    if (r->req->kind != SRV_API_CHAT) return;
+    for (int i = 0; i < r->n_choices; i++) {
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(i));
+        json_object_set_new(ch, "delta", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
+        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "finish_reason", json_null());
+        sse_send(r, chunk_new(r), ch, out);
+    }
+}
+
+/* Completions with echo: the prompt (and its logprobs) before the first token. */
+static void stream_echo(srv_response *r, int i, sbuf *out) {
+    choice *c = &r->choices[i];
+    if (c->started) return;
+    c->started = true;
+    if (!r->req->echo || !r->req->prompts[c->prompt].text) return;
+    json_t *lp = NULL;
+    if (r->req->logprobs >= 0) {
+        lp = completion_lp_new();
+        echo_logprobs(r, c->prompt, lp);
+    }
+    send_choice(r, i, r->req->prompts[c->prompt].text, lp, NULL, out);
+}
+
+void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out) {
+    bool chat = r->req->kind == SRV_API_CHAT;
+    for (; ev; ev = ev->next) {
+        if (ev->prompt < 0 || ev->prompt >= r->req->n_prompts) continue;
+        if (ev->kind == PDL_EVENT_PROMPT_LOGPROB) {
+            add_prompt_logprob(r, ev);
+            continue;
+        }
+        int i = ev->prompt * r->n + ev->index;
+        choice *c = &r->choices[i];
+        if (!chat) stream_echo(r, i, out);
+        if (ev->kind == PDL_EVENT_TOKEN) {
+            c->n_tokens++;
+            r->completion_tokens++;
+            json_t *lp = NULL;
+            if (r->req->logprobs >= 0) {
+                if (chat) {
+                    lp = json_pack("{s:[o]}", "content",
+                                   chat_lp_entry(r, ev->text, ev->logprob, ev->top, ev->n_top, c->prev));
+                } else {
+                    lp = completion_lp_new();
+                    completion_lp_add(r, lp, ev->text, echo_chars(r, c->prompt) + c->chars, true, ev->token,
+                                      ev->logprob, ev->top, ev->n_top, c->prev);
+                }
+            }
+            c->prev = ev->token;
+            c->chars += utf8_chars(ev->text);
+            if (ev->text[0] || lp) send_choice(r, i, ev->text, lp, NULL, out);
+        } else {
+            c->finish = ev->finish_reason;
+            c->chars += utf8_chars(ev->text);
+            send_choice(r, i, ev->text, NULL, ev->finish_reason, out);
+        }
+    }
+}
+
+void srv_response_stream_end(srv_response *r, sbuf *out) {
+    if (r->req->include_usage) {
+        json_t *o = chunk_new(r);
+        json_object_set_new(o, "choices", json_array());
+        json_object_set_new(o, "usage", usage_json(r));
+        char *s = json_dumps(o, JSON_FLAGS);
+        json_decref(o);
+        if (s) {
+            sbuf_puts(out, "data: ");
+            sbuf_puts(out, s);
+            sbuf_puts(out, "\n\n");
+            free(s);
+        } else {
+            out->oom = true;
+        }
+    }
+    sbuf_puts(out, "data: [DONE]\n\n");
+}
+
+void srv_stream_error(const srv_api_error *e, sbuf *out) {
+    char *s = srv_error_body(e, NULL);
+    if (!s) {
+        out->oom = true;
+        return;
+    }
+    sbuf_puts(out, "data: ");
+    sbuf_puts(out, s);
+    sbuf_puts(out, "\n\n");
+    free(s);
+}
+
+/* ---- the small endpoints ------------------------------------------------------------ */
+
+static json_t *model_card(const char *name, const char *root, int ctx_len, long long created) {
+    json_t *m = json_object();
+    json_object_set_new(m, "id", jstr(name));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(created));
+    json_object_set_new(m, "owned_by", json_string("pagedlm"));
+    json_object_set_new(m, "root", jstr(root));
+    json_object_set_new(m, "parent", json_null());
+    json_object_set_new(m, "max_model_len", json_integer(ctx_len));
+    return m;
+}
+
+char *srv_models_body(const char *name, const char *root, int ctx_len, long long created, bool list, size_t *len) {
+    json_t *m = model_card(name, root, ctx_len, created);
+    if (!list) return dump(m, len);
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("list"));
+    json_t *data = json_array();
+    json_array_append_new(data, m);
+    json_object_set_new(o, "data", data);
+    return dump(o, len);
+}
+
+char *srv_tokenize_body(const pdl_model *model, const int32_t *ids, size_t n, int ctx_len, bool token_strs,
+                        size_t *len) {
+    json_t *o = json_object();
+    json_object_set_new(o, "count", json_integer((json_int_t)n));
+    json_object_set_new(o, "max_model_len", json_integer(ctx_len));
+    json_t *t = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(t, json_integer(ids[i]));
+    json_object_set_new(o, "tokens", t);
+    json_t *strs = json_null();
+    if (token_strs) {
+        strs = json_array();
+        pdl_detok *d = pdl_detok_new(model, NULL, 0);
+        for (size_t i = 0; i < n; i++) json_array_append_new(strs, jstr(d ? pdl_detok_push(d, ids[i]) : ""));
+        pdl_detok_free(d);
+    }
+    json_object_set_new(o, "token_strs", strs);
+    return dump(o, len);
+}
+
+char *srv_detokenize_body(const char *text, size_t *len) {
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt", jstr(text));
+    return dump(o, len);
+}

@@ -1,0 +1,58 @@
+/*
+ * api_format.h - response bodies and Server-Sent Events exactly as OpenAI
+ * and vLLM send them.
+ *
+ * What it is for: turning engine events into a completion / chat completion
+ * object (non-streaming) or into `data: {...}\n\n` chunks ending with
+ * `data: [DONE]\n\n` (streaming, with stream_options.include_usage), logprobs
+ * in both APIs' shapes (completions: tokens/token_logprobs/top_logprobs/
+ * text_offset; chat: content[{token, logprob, bytes, top_logprobs}]), vLLM's
+ * prompt_logprobs, error bodies, /v1/models, /tokenize and /detokenize.
+ * What it is not for: HTTP or deciding when to send (http.c).
+ *
+ * Choice i of prompt p has index p * n + i, as vLLM numbers them.
+ */
+#ifndef PDL_SERVER_API_FORMAT_H
+#define PDL_SERVER_API_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+#include "server/api_parse.h"
+#include "server/engine_loop.h"
+#include "server/sbuf.h"
+
+/* {"error": {"message", "type", "param", "code"}} (malloc'ed). */
+char *srv_error_body(const srv_api_error *e, size_t *len);
+
+typedef struct srv_response srv_response;
+
+/* The response under construction for req (which must outlive it). id is
+ * "cmpl-..." or "chatcmpl-..."; created is seconds since the epoch. */
+srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
+                               const char *id, long long created);
+void srv_response_free(srv_response *r);
+
+/* Non-streaming: fold events in, then take the whole body (malloc'ed). */
+void srv_response_add(srv_response *r, const srv_event *events);
+char *srv_response_body(srv_response *r, size_t *len);
+
+/* Streaming: the opening chunks (chat: the assistant role per choice), the
+ * chunks for a batch of events, and the end (usage chunk when asked, then
+ * [DONE]). An error after the stream began is one `data: {"error": ...}`. */
+void srv_response_stream_begin(srv_response *r, sbuf *out);
+void srv_response_stream_events(srv_response *r, const srv_event *events, sbuf *out);
+void srv_response_stream_end(srv_response *r, sbuf *out);
+void srv_stream_error(const srv_api_error *e, sbuf *out);
+
+/* GET /v1/models (one model) and GET /v1/models/{id}. */
+char *srv_models_body(const char *name, const char *root, int ctx_len, long long created, bool list, size_t *len);
+/* POST /tokenize: {"count", "max_model_len", "tokens", "token_strs"}. */
+char *srv_tokenize_body(const pdl_model *model, const int32_t *ids, size_t n, int ctx_len, bool token_strs,
+                        size_t *len);
+/* POST /detokenize: {"prompt": text}. */
+char *srv_detokenize_body(const char *text, size_t *len);
+
+#endif

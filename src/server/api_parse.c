@@ -1,0 +1,594 @@
+/*
+ * api_parse.c - request bodies -> validated generation requests or
+ * OpenAI-style errors.
+ *
+ * Defaults and limits follow vLLM's OpenAI server: completions default to
+ * max_tokens 16, chat to "whatever the context leaves"; temperature defaults
+ * to 1; a prompt that cannot fit the context with its max_tokens is a 400
+ * with code context_length_exceeded. Every message names the field (param)
+ * and the value that was refused.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "server/api_parse.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int srv_api_fail(srv_api_error *err, int status, const char *param, const char *fmt, ...) {
+    if (!err) return -1;
+    err->status = status;
+    err->type = status >= 500 ? "server_error" : "invalid_request_error";
+    err->code = NULL;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BAD(param, ...) srv_api_fail(err, 400, param, __VA_ARGS__)
+
+/* ---- JSON body ------------------------------------------------------------ */
+
+int srv_check_body_size(size_t len, size_t limit, srv_api_error *err) {
+    if (limit == 0) limit = SRV_MAX_BODY_DEFAULT;
+    if (len <= limit) return 0;
+    srv_api_fail(err, 413, NULL, "the request body has %zu bytes; the limit is %zu", len, limit);
+    err->code = "request_too_large";
+    return -1;
+}
+
+int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv_api_error *err) {
+    *out = NULL;
+    if (srv_check_body_size(len, limit, err)) return -1;
+    if (len == 0) return BAD(NULL, "the request body is empty; expected a JSON object");
+    json_error_t je;
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return BAD(NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return BAD(NULL, "the request body must be a JSON object");
+    }
+    *out = o;
+    return 0;
+}
+
+int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *err) {
+    const json_t *m = json_object_get(body, "model");
+    if (!m || json_is_null(m)) return 0;
+    if (!json_is_string(m)) return BAD("model", "'model' must be a string");
+    if (strcmp(json_string_value(m), c->model_name) == 0) return 0;
+    srv_api_fail(err, 404, "model", "The model `%.200s` does not exist. This server serves `%.200s`.",
+                 json_string_value(m), c->model_name);
+    err->code = "model_not_found";
+    return -1;
+}
+
+/* ---- typed fields ----------------------------------------------------------
+ * Each getter leaves *out alone when the field is absent or null, and
+ * returns -1 with a 400 naming the field when it has the wrong type or lies
+ * outside its range. */
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static const json_t *field(const json_t *o, const char *key) {
+    const json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int get_bool(const json_t *o, const char *key, bool *out, srv_api_error *err) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return BAD(key, "'%s' must be a boolean, got %s", key, type_name(v));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* An integer (a number with no fraction counts, as pydantic does). */
+static int get_int(const json_t *o, const char *key, long long lo, long long hi, long long *out, bool *given,
+                   srv_api_error *err) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9e18) {
+        x = (long long)json_real_value(v);
+    } else {
+        return BAD(key, "'%s' must be an integer, got %s", key, type_name(v));
+    }
+    if (x < lo || x > hi) return BAD(key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+    *out = x;
+    if (given) *given = true;
+    return 0;
+}
+
+static int get_num(const json_t *o, const char *key, double lo, double hi, bool lo_open, double *out,
+                   srv_api_error *err) {
+    const json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return BAD(key, "'%s' must be a number, got %s", key, type_name(v));
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return BAD(key, "'%s' must be %s %g and <= %g, got %g", key, lo_open ? ">" : ">=", lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+/* ---- prompts -------------------------------------------------------------- */
+
+static int tokenize_text(const srv_parse_ctx *c, const char *text, size_t len, bool add_special, int32_t **ids,
+                         size_t *n, const char *param, srv_api_error *err) {
+    pdl_error pe;
+    if (pdl_tokenize(c->model, text, len, add_special, ids, n, &pe)) return BAD(param, "%s", pe.message);
+    return 0;
+}
+
+static int ids_from_array(const srv_parse_ctx *c, const json_t *a, int32_t **ids, size_t *n, const char *param,
+                          srv_api_error *err) {
+    size_t len = json_array_size(a);
+    if (len == 0) return BAD(param, "'%s' holds an empty list of token ids", param);
+    int32_t *v = malloc(len * sizeof *v);
+    if (!v) return srv_api_fail(err, 500, NULL, "out of memory");
+    for (size_t i = 0; i < len; i++) {
+        const json_t *t = json_array_get(a, i);
+        if (!json_is_integer(t)) {
+            free(v);
+            return BAD(param, "'%s' must be a string, a list of strings, a list of token ids or a list of lists of "
+                       "token ids; item %zu is %s", param, i, type_name(t));
+        }
+        json_int_t x = json_integer_value(t);
+        if (x < 0 || x >= c->vocab) {
+            free(v);
+            return BAD(param, "token id %lld at position %zu is out of vocabulary (size %d)", (long long)x, i,
+                       c->vocab);
+        }
+        v[i] = (int32_t)x;
+    }
+    *ids = v;
+    *n = len;
+    return 0;
+}
+
+static int add_prompt(srv_gen_request *r, srv_api_error *err) {
+    srv_prompt *p = realloc(r->prompts, (size_t)(r->n_prompts + 1) * sizeof *p);
+    if (!p) return srv_api_fail(err, 500, NULL, "out of memory");
+    r->prompts = p;
+    memset(&p[r->n_prompts++], 0, sizeof *p);
+    return 0;
+}
+
+/* "prompt": a string, a list of strings, a list of ids, or a list of lists of ids. */
+static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (!p || json_is_null(p)) return BAD("prompt", "'prompt' is required");
+    if (json_is_string(p)) {
+        if (add_prompt(r, err)) return -1;
+        srv_prompt *sp = &r->prompts[0];
+        if (!(sp->text = strdup(json_string_value(p)))) return srv_api_fail(err, 500, NULL, "out of memory");
+        return tokenize_text(c, json_string_value(p), json_string_length(p), true, &sp->ids, &sp->n_ids, "prompt",
+                             err);
+    }
+    if (!json_is_array(p)) return BAD("prompt", "'prompt' must be a string, a list of strings or token ids, got %s",
+                                      type_name(p));
+    size_t n = json_array_size(p);
+    if (n == 0) return BAD("prompt", "'prompt' must not be an empty list");
+    const json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        if (add_prompt(r, err)) return -1;
+        return ids_from_array(c, p, &r->prompts[0].ids, &r->prompts[0].n_ids, "prompt", err);
+    }
+    if (n > SRV_MAX_SEQS) return BAD("prompt", "'prompt' holds %zu prompts; at most %d are allowed", n, SRV_MAX_SEQS);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(p, i);
+        if (add_prompt(r, err)) return -1;
+        srv_prompt *sp = &r->prompts[r->n_prompts - 1];
+        if (json_is_string(e) && json_is_string(first)) {
+            if (!(sp->text = strdup(json_string_value(e)))) return srv_api_fail(err, 500, NULL, "out of memory");
+            if (tokenize_text(c, json_string_value(e), json_string_length(e), true, &sp->ids, &sp->n_ids, "prompt",
+                              err))
+                return -1;
+        } else if (json_is_array(e) && json_is_array(first)) {
+            if (ids_from_array(c, e, &sp->ids, &sp->n_ids, "prompt", err)) return -1;
+        } else {
+            return BAD("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of "
+                       "lists of token ids; item %zu is %s", i, type_name(e));
+        }
+    }
+    return 0;
+}
+
+/* ---- chat messages -------------------------------------------------------- */
+
+/* The messages with every content reduced to a string (text parts joined by
+ * newlines, as vLLM's "string" content format), ready for a template. */
+static int normalize_messages(const json_t *body, json_t **out, srv_api_error *err) {
+    const json_t *msgs = json_object_get(body, "messages");
+    if (!msgs || json_is_null(msgs)) return BAD("messages", "'messages' is required");
+    if (!json_is_array(msgs)) return BAD("messages", "'messages' must be a list, got %s", type_name(msgs));
+    if (json_array_size(msgs) == 0) return BAD("messages", "'messages' must not be empty");
+    json_t *norm = json_array();
+    if (!norm) return srv_api_fail(err, 500, NULL, "out of memory");
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        char param[64];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        if (!json_is_object(m)) {
+            json_decref(norm);
+            return BAD(param, "'%s' must be an object with 'role' and 'content', got %s", param, type_name(m));
+        }
+        const json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role) || json_string_length(role) == 0) {
+            json_decref(norm);
+            return BAD(param, "'%s.role' must be a non-empty string", param);
+        }
+        json_t *copy = json_deep_copy(m);
+        if (!copy) {
+            json_decref(norm);
+            return srv_api_fail(err, 500, NULL, "out of memory");
+        }
+        json_array_append_new(norm, copy);
+        const json_t *content = json_object_get(m, "content");
+        if (!content || json_is_null(content) || json_is_string(content)) continue;
+        if (!json_is_array(content)) {
+            json_decref(norm);
+            return BAD(param, "'%s.content' must be a string or a list of content parts, got %s", param,
+                       type_name(content));
+        }
+        size_t k;
+        const json_t *part;
+        char *joined = NULL;
+        size_t jl = 0;
+        json_array_foreach(content, k, part) {
+            const json_t *type = json_object_get(part, "type");
+            const json_t *text = json_object_get(part, "text");
+            if (!json_is_object(part) || !json_is_string(type)) {
+                free(joined);
+                json_decref(norm);
+                return BAD(param, "'%s.content[%zu]' must be an object with a 'type'", param, k);
+            }
+            if (strcmp(json_string_value(type), "text") != 0) {
+                BAD(param, "'%s.content[%zu]': content parts of type '%.64s' are not supported; this server takes "
+                    "text only", param, k, json_string_value(type));
+                free(joined);
+                json_decref(norm);
+                return -1;
+            }
+            if (!json_is_string(text)) {
+                free(joined);
+                json_decref(norm);
+                return BAD(param, "'%s.content[%zu].text' must be a string", param, k);
+            }
+            size_t tl = json_string_length(text);
+            char *p = realloc(joined, jl + tl + 2);
+            if (!p) {
+                free(joined);
+                json_decref(norm);
+                return srv_api_fail(err, 500, NULL, "out of memory");
+            }
+            joined = p;
+            if (jl) joined[jl++] = '\n';
+            memcpy(joined + jl, json_string_value(text), tl);
+            jl += tl;
+        }
+        json_object_set_new(copy, "content", json_stringn(joined ? joined : "", jl));
+        free(joined);
+    }
+    *out = norm;
+    return 0;
+}
+
+static int chat_prompt(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n, char **text,
+                       srv_api_error *err) {
+    bool add_gen = true, cont = false;
+    if (get_bool(body, "add_generation_prompt", &add_gen, err) ||
+        get_bool(body, "continue_final_message", &cont, err))
+        return -1;
+    if (add_gen && cont)
+        return BAD("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be "
+                   "true");
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", type_name(kw));
+    json_t *msgs = NULL;
+    if (normalize_messages(body, &msgs, err)) return -1;
+    if (!c->chat_prompt) {
+        json_decref(msgs);
+        return BAD("messages", "this model has no chat template; start the server with --chat-template FILE");
+    }
+    int rc = c->chat_prompt(c->chat_user, msgs, body, ids, n, text, err);
+    json_decref(msgs);
+    return rc;
+}
+
+/* ---- the request ---------------------------------------------------------- */
+
+static int parse_stop(const json_t *body, srv_gen_request *r, int vocab, srv_api_error *err) {
+    const json_t *v = field(body, "stop");
+    if (v) {
+        size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+        if (!json_is_string(v) && !json_is_array(v))
+            return BAD("stop", "'stop' must be a string or a list of strings, got %s", type_name(v));
+        if (n > SRV_MAX_STOP) return BAD("stop", "'stop' holds %zu strings; at most %d are allowed", n, SRV_MAX_STOP);
+        r->stop = calloc(n ? n : 1, sizeof *r->stop);
+        if (!r->stop) return srv_api_fail(err, 500, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *s = json_is_string(v) ? v : json_array_get(v, i);
+            if (!json_is_string(s)) return BAD("stop", "'stop[%zu]' must be a string, got %s", i, type_name(s));
+            if (json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
+                return BAD("stop", "'stop[%zu]' must be a non-empty string without NUL characters", i);
+            if (!(r->stop[i] = strdup(json_string_value(s)))) return srv_api_fail(err, 500, NULL, "out of memory");
+            r->params.n_stop = (int)i + 1;
+        }
+        r->params.stop = (const char *const *)r->stop;
+    }
+    v = field(body, "stop_token_ids");
+    if (v) {
+        if (!json_is_array(v)) return BAD("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+        size_t n = json_array_size(v);
+        if (n > SRV_MAX_STOP)
+            return BAD("stop_token_ids", "'stop_token_ids' holds %zu ids; at most %d are allowed", n, SRV_MAX_STOP);
+        r->stop_ids = malloc((n ? n : 1) * sizeof *r->stop_ids);
+        if (!r->stop_ids) return srv_api_fail(err, 500, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *t = json_array_get(v, i);
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= vocab)
+                return BAD("stop_token_ids", "'stop_token_ids[%zu]' must be a token id in [0, %d)", i, vocab);
+            r->stop_ids[i] = (int32_t)json_integer_value(t);
+        }
+        r->params.stop_ids = r->stop_ids;
+        r->params.n_stop_ids = (int)n;
+    }
+    return 0;
+}
+
+/* Fields that vLLM and OpenAI accept but this engine cannot honour: refused
+ * with a message rather than ignored. */
+static int refuse_unsupported(const json_t *body, srv_api_kind kind, int n, srv_api_error *err) {
+    const json_t *v;
+    if ((v = field(body, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return BAD("logit_bias", "'logit_bias' is not supported");
+    if (kind == SRV_API_COMPLETION && (v = field(body, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+        return BAD("suffix", "'suffix' is not supported");
+    long long best_of = n, min_tokens = 0;
+    if (get_int(body, "best_of", 1, SRV_MAX_N, &best_of, NULL, err)) return -1;
+    if (best_of != n) return BAD("best_of", "'best_of' other than n is not supported");
+    if (get_int(body, "min_tokens", 0, 1 << 30, &min_tokens, NULL, err)) return -1;
+    if (min_tokens > 0) return BAD("min_tokens", "'min_tokens' is not supported");
+    if (kind == SRV_API_CHAT) {
+        if ((v = field(body, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+            return BAD("tools", "'tools' (function calling) is not supported");
+        if ((v = field(body, "tool_choice")) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
+            return BAD("tool_choice", "'tool_choice' other than \"none\" is not supported");
+        if ((v = field(body, "response_format"))) {
+            const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+            if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+                return BAD("response_format", "'response_format' other than {\"type\": \"text\"} is not supported");
+        }
+    }
+    return 0;
+}
+
+static int check_context(const srv_parse_ctx *c, const srv_gen_request *r, bool max_tokens_given,
+                         srv_api_error *err) {
+    for (int i = 0; i < r->n_prompts; i++) {
+        size_t np = r->prompts[i].n_ids;
+        const char *param = r->kind == SRV_API_CHAT ? "messages" : "prompt";
+        if (np == 0) return BAD(param, "the prompt is empty (it encodes to no tokens)");
+        if (!max_tokens_given) {
+            if (np >= (size_t)c->ctx_len) {
+                srv_api_fail(err, 400, param, "This model's maximum context length is %d tokens. However, your request "
+                             "has %zu input tokens. Please reduce the length of the input.", c->ctx_len, np);
+                err->code = "context_length_exceeded";
+                return -1;
+            }
+        } else if (np + (size_t)r->params.max_tokens > (size_t)c->ctx_len) {
+            srv_api_fail(err, 400, param, "This model's maximum context length is %d tokens. However, you requested %zu "
+                         "tokens (%zu in the %s, %d in the completion). Please reduce the length of the %s or "
+                         "completion.", c->ctx_len, np + (size_t)r->params.max_tokens, np,
+                         r->kind == SRV_API_CHAT ? "messages" : "prompt", r->params.max_tokens,
+                         r->kind == SRV_API_CHAT ? "messages" : "prompt");
+            err->code = "context_length_exceeded";
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    if (srv_check_model(c, body, err)) return -1;
+    pdl_request_params *p = &r->params;
+    double d;
+    long long ll;
+    bool given = false;
+
+    d = 1.0;
+    if (get_num(body, "temperature", 0, 100, false, &d, err)) return -1;
+    p->sampling.temperature = (float)d;
+    d = 1.0;
+    if (get_num(body, "top_p", 0, 1, true, &d, err)) return -1;
+    p->sampling.top_p = (float)d;
+    ll = -1;
+    if (get_int(body, "top_k", -1, 1 << 30, &ll, NULL, err)) return -1;
+    p->sampling.top_k = ll < 0 ? 0 : (int)ll; /* -1 = off (vLLM), 0 = off */
+    d = 0;
+    if (get_num(body, "min_p", 0, 1, false, &d, err)) return -1;
+    p->sampling.min_p = (float)d;
+    d = 0;
+    if (get_num(body, "presence_penalty", -2, 2, false, &d, err)) return -1;
+    p->sampling.presence_penalty = (float)d;
+    d = 0;
+    if (get_num(body, "frequency_penalty", -2, 2, false, &d, err)) return -1;
+    p->sampling.frequency_penalty = (float)d;
+    d = 1.0;
+    if (get_num(body, "repetition_penalty", 0, 10, true, &d, err)) return -1;
+    p->sampling.repetition_penalty = (float)d;
+    ll = 0;
+    if (get_int(body, "seed", INT64_MIN, INT64_MAX, &ll, &r->seed_given, err)) return -1;
+    p->sampling.seed = (uint64_t)ll;
+    ll = 1;
+    if (get_int(body, "n", 1, SRV_MAX_N, &ll, NULL, err)) return -1;
+    p->n = (int)ll;
+    if (refuse_unsupported(body, r->kind, p->n, err)) return -1;
+    if (get_bool(body, "ignore_eos", &p->ignore_eos, err)) return -1;
+    if (parse_stop(body, r, c->vocab, err)) return -1;
+
+    const json_t *user = field(body, "user");
+    if (user && !json_is_string(user)) return BAD("user", "'user' must be a string, got %s", type_name(user));
+
+    if (get_bool(body, "stream", &r->stream, err)) return -1;
+    const json_t *so = field(body, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object, got %s", type_name(so));
+        if (!r->stream) return BAD("stream_options", "'stream_options' is only allowed when 'stream' is true");
+        const json_t *iu = field(so, "include_usage"), *cu = field(so, "continuous_usage_stats");
+        if (iu && !json_is_boolean(iu)) return BAD("stream_options", "'stream_options.include_usage' must be a boolean");
+        if (cu && !json_is_boolean(cu))
+            return BAD("stream_options", "'stream_options.continuous_usage_stats' must be a boolean");
+        r->include_usage = iu && json_is_true(iu);
+        r->continuous_usage = cu && json_is_true(cu);
+    }
+    ll = -1;
+    given = false;
+    if (get_int(body, "prompt_logprobs", 0, SRV_MAX_LOGPROBS, &ll, &given, err)) return -1;
+    r->prompt_logprobs = (int)ll;
+    if (given && r->stream) return BAD("prompt_logprobs", "'prompt_logprobs' is not available when 'stream' is true");
+    return 0;
+}
+
+static void init_request(srv_gen_request *r, srv_api_kind kind) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->logprobs = r->prompt_logprobs = -1;
+    r->params.logprobs = r->params.prompt_logprobs = -1;
+}
+
+/* The sequence count and the engine's prompt logprobs, once everything is known. */
+static int finish_request(const srv_parse_ctx *c, srv_gen_request *r, bool max_tokens_given, srv_api_error *err) {
+    if ((long long)r->n_prompts * r->params.n > SRV_MAX_SEQS)
+        return BAD("n", "%d prompts with n = %d ask for %d sequences; at most %d are allowed per request",
+                   r->n_prompts, r->params.n, r->n_prompts * r->params.n, SRV_MAX_SEQS);
+    if (check_context(c, r, max_tokens_given, err)) return -1;
+    r->params.logprobs = r->logprobs;
+    int plp = r->prompt_logprobs;
+    if (r->echo && r->logprobs > plp) plp = r->logprobs;
+    r->params.prompt_logprobs = plp;
+    return 0;
+}
+
+int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    init_request(r, SRV_API_COMPLETION);
+    if (parse_common(c, body, r, err)) return -1;
+    if (get_bool(body, "echo", &r->echo, err)) return -1;
+    long long ll = -1;
+    if (get_int(body, "logprobs", 0, SRV_MAX_LOGPROBS, &ll, NULL, err)) return -1;
+    r->logprobs = (int)ll;
+    ll = 16;
+    bool given = false;
+    if (get_int(body, "max_tokens", 0, 1 << 30, &ll, &given, err)) return -1;
+    if (ll == 0 && !r->echo)
+        return BAD("max_tokens", "'max_tokens' must be at least 1 (0 is allowed only with echo)");
+    r->discard_output = ll == 0;
+    r->params.max_tokens = ll == 0 ? 1 : (int)ll;
+    if (r->discard_output && r->stream)
+        return BAD("max_tokens", "'max_tokens' 0 (echo only) is not available when 'stream' is true");
+    if (parse_prompts(c, body, r, err)) return -1;
+    if (r->echo)
+        for (int i = 0; i < r->n_prompts; i++) {
+            srv_prompt *p = &r->prompts[i];
+            if (p->text) continue;
+            pdl_error pe;
+            if (pdl_detokenize(c->model, p->ids, p->n_ids, &p->text, &pe)) return BAD("prompt", "%s", pe.message);
+        }
+    return finish_request(c, r, true, err);
+}
+
+int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    init_request(r, SRV_API_CHAT);
+    if (parse_common(c, body, r, err)) return -1;
+    const json_t *echo = field(body, "echo");
+    if (echo && !json_is_false(echo)) return BAD("echo", "'echo' is not supported for chat completions");
+    bool lp = false, given = false, top_given = false;
+    if (get_bool(body, "logprobs", &lp, err)) return -1;
+    long long top = 0;
+    if (get_int(body, "top_logprobs", 0, SRV_MAX_LOGPROBS, &top, &top_given, err)) return -1;
+    if (top_given && !lp) return BAD("top_logprobs", "when using 'top_logprobs', 'logprobs' must be set to true");
+    r->logprobs = lp ? (int)top : -1;
+    long long mt = 0;
+    if (get_int(body, "max_completion_tokens", 1, 1 << 30, &mt, &given, err)) return -1;
+    if (!given && get_int(body, "max_tokens", 1, 1 << 30, &mt, &given, err)) return -1;
+    r->params.max_tokens = (int)mt; /* 0: up to the context length */
+    if (add_prompt(r, err)) return -1;
+    srv_prompt *p = &r->prompts[0];
+    if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, err)) return -1;
+    return finish_request(c, r, given, err);
+}
+
+void srv_gen_request_free(srv_gen_request *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].ids);
+        free(r->prompts[i].text);
+    }
+    free(r->prompts);
+    if (r->stop)
+        for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- /tokenize and /detokenize -------------------------------------------- */
+
+int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_request *out, srv_api_error *err) {
+    memset(out, 0, sizeof *out);
+    if (srv_check_model(c, body, err)) return -1;
+    if (get_bool(body, "return_token_strs", &out->return_token_strs, err)) return -1;
+    const json_t *prompt = field(body, "prompt"), *msgs = field(body, "messages");
+    if (prompt && msgs) return BAD("prompt", "give either 'prompt' or 'messages', not both");
+    if (msgs) {
+        char *text = NULL;
+        int rc = chat_prompt(c, body, &out->ids, &out->n_ids, &text, err);
+        free(text);
+        return rc;
+    }
+    if (!prompt) return BAD("prompt", "'prompt' (or 'messages') is required");
+    if (!json_is_string(prompt)) return BAD("prompt", "'prompt' must be a string, got %s", type_name(prompt));
+    bool add_special = true;
+    if (get_bool(body, "add_special_tokens", &add_special, err)) return -1;
+    return tokenize_text(c, json_string_value(prompt), json_string_length(prompt), add_special, &out->ids,
+                         &out->n_ids, "prompt", err);
+}
+
+int srv_parse_detokenize(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n_ids,
+                         srv_api_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (srv_check_model(c, body, err)) return -1;
+    const json_t *t = field(body, "tokens");
+    if (!t) return BAD("tokens", "'tokens' is required");
+    if (!json_is_array(t)) return BAD("tokens", "'tokens' must be a list of token ids, got %s", type_name(t));
+    if (json_array_size(t) == 0) {
+        *ids = malloc(sizeof **ids);
+        return *ids ? 0 : srv_api_fail(err, 500, NULL, "out of memory");
+    }
+    return ids_from_array(c, t, ids, n_ids, "tokens", err);
+}

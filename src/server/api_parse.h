@@ -1,0 +1,118 @@
+/*
+ * api_parse.h - OpenAI / vLLM request bodies -> validated generation
+ * requests, or an OpenAI-style error (HTTP status, message, type, param,
+ * code).
+ *
+ * What it is for: every check the server makes on what a client sent, before
+ * anything reaches the engine: JSON syntax and size, field types, ranges,
+ * the model name, prompt forms (text, list of texts, token ids, lists of
+ * token ids), chat messages, and the context length. Pure functions of the
+ * body and a parse context, so they are unit-tested without HTTP
+ * (tests/test_server_parse.c).
+ * What it is not for: HTTP (http.c), running requests (engine_loop.c),
+ * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
+ * does; known fields the engine cannot honour (logit_bias, suffix, tools,
+ * best_of > n, ...) are refused rather than silently dropped.
+ */
+#ifndef PDL_SERVER_API_PARSE_H
+#define PDL_SERVER_API_PARSE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+#define SRV_MAX_BODY_DEFAULT ((size_t)4 << 20) /* 4 MiB */
+#define SRV_MAX_N 64                           /* sequences per prompt (the engine's limit) */
+#define SRV_MAX_SEQS 256                       /* prompts x n per HTTP request */
+#define SRV_MAX_LOGPROBS 20                    /* the engine's limit */
+#define SRV_MAX_STOP 64                        /* stop strings per request */
+
+/* What a client did wrong (or what went wrong for it), as an OpenAI error
+ * body {"error": {"message", "type", "param", "code"}} with an HTTP status. */
+typedef struct srv_api_error {
+    int status;        /* 400, 401, 404, 405, 413, 500, 503 */
+    const char *type;  /* "invalid_request_error", "server_error", ... */
+    const char *code;  /* "model_not_found", "context_length_exceeded", ...; NULL = null */
+    char param[64];    /* the field at fault; "" = null */
+    char message[PDL_ERROR_MAX];
+} srv_api_error;
+
+/* Fills err and returns -1. */
+int srv_api_fail(srv_api_error *err, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT } srv_api_kind;
+
+/* One prompt of a request. */
+typedef struct srv_prompt {
+    int32_t *ids;
+    size_t n_ids;
+    char *text; /* the prompt as text: as given, rendered (chat), or NULL when given as ids */
+} srv_prompt;
+
+/* A validated /v1/completions or /v1/chat/completions request. Every prompt
+ * becomes one engine request with `params` (n sequences each). */
+typedef struct srv_gen_request {
+    srv_api_kind kind;
+    srv_prompt *prompts;
+    int n_prompts;
+    pdl_request_params params; /* stop / stop_ids point into the owned arrays below */
+    char **stop;
+    int32_t *stop_ids;
+    bool seed_given;           /* else the server picks a random seed */
+    bool stream;
+    bool include_usage;        /* stream_options.include_usage */
+    bool continuous_usage;     /* stream_options.continuous_usage_stats (vLLM) */
+    bool echo;                 /* completions: the prompt is part of the text */
+    bool discard_output;       /* echo with max_tokens 0: one token is generated, then dropped */
+    int logprobs;              /* top-N per generated token; -1 = none (chat: top_logprobs when logprobs) */
+    int prompt_logprobs;       /* the prompt_logprobs field (vLLM): top-N per prompt token; -1 = none */
+} srv_gen_request;
+
+/* The chat template step: messages -> prompt ids (and the rendered text).
+ * request is the whole body (add_generation_prompt, chat_template_kwargs).
+ * Returns 0, or -1 with err filled. */
+typedef int (*srv_chat_prompt_fn)(void *user, const json_t *messages, const json_t *request, int32_t **ids,
+                                  size_t *n_ids, char **text, srv_api_error *err);
+
+typedef struct srv_parse_ctx {
+    const pdl_model *model;        /* tokenizer (text prompts, /tokenize, /detokenize) */
+    const char *model_name;        /* the name clients must use (or leave out) */
+    int ctx_len;                   /* context length in effect */
+    int vocab;
+    srv_chat_prompt_fn chat_prompt; /* NULL: the model has no chat template */
+    void *chat_user;
+} srv_parse_ctx;
+
+/* 413 when a body of len bytes exceeds limit (0 = the default 4 MiB). */
+int srv_check_body_size(size_t len, size_t limit, srv_api_error *err);
+
+/* The body as a JSON object: 413 beyond `limit` bytes, 400 for malformed
+ * JSON (with line and column) or a non-object. */
+int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv_api_error *err);
+
+/* The "model" field: absent/null = the served model; a string naming
+ * another model: 404 model_not_found; another type: 400. */
+int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *err);
+
+int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
+int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
+void srv_gen_request_free(srv_gen_request *r);
+
+/* POST /tokenize (vLLM): {"prompt": text, "add_special_tokens": true} or
+ * {"messages": [...], "add_generation_prompt": true}. */
+typedef struct srv_tokenize_request {
+    int32_t *ids;
+    size_t n_ids;
+    bool return_token_strs;
+} srv_tokenize_request;
+int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_request *out, srv_api_error *err);
+
+/* POST /detokenize (vLLM): {"tokens": [ids]} -> ids checked against the vocabulary. */
+int srv_parse_detokenize(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n_ids,
+                         srv_api_error *err);
+
+#endif

@@ -1,0 +1,491 @@
+/*
+ * http.c - libmicrohttpd glue: routing, API-key check, body limit, JSON
+ * responses and Server-Sent Events.
+ *
+ * MHD runs one thread per connection, so a handler may block: a
+ * non-streaming request waits for its call to finish; a streaming response
+ * is an MHD callback response whose reader waits for the next events and
+ * hands out SSE text. While waiting, the connection's socket is polled for a
+ * hang-up, so a client that goes away mid-stream (or while queued) has its
+ * request aborted in the engine at once, which frees its KV blocks.
+ * What it is not for: validation (api_parse.c), response shapes
+ * (api_format.c), the engine (engine_loop.c).
+ */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <microhttpd.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/api_format.h"
+#include "server/server_internal.h"
+#include "util/error.h"
+
+#define HARD_BODY_LIMIT ((uint64_t)64 << 20) /* beyond this the connection is dropped, not drained */
+#define WAIT_MS 100                          /* how often a waiting thread looks for a hang-up */
+#define SSE_BLOCK 16384
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Per HTTP request: the body as it arrives, and what to log at the end. */
+typedef struct req_ctx {
+    sbuf body;
+    uint64_t received;
+    bool too_large;
+    int status;
+    double t_start;
+    char method[12];
+    char path[96];
+} req_ctx;
+
+/* ---- plain responses ------------------------------------------------------------ */
+
+static enum MHD_Result send_owned(struct MHD_Connection *conn, req_ctx *rc, int status, const char *ctype,
+                                  char *body, size_t len, bool close) {
+    if (!body) {
+        body = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", \"param\": null, "
+                      "\"code\": null}}");
+        if (!body) return MHD_NO;
+        len = strlen(body);
+        status = 500;
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    rc->status = status;
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned int)status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, req_ctx *rc, int status, char *body, size_t len) {
+    return send_owned(conn, rc, status, "application/json", body, len, false);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, req_ctx *rc, const srv_api_error *e) {
+    size_t len;
+    char *body = srv_error_body(e, &len);
+    /* a body that was not read (413) cannot leave the connection reusable */
+    return send_owned(conn, rc, e->status, "application/json", body, len, e->status == 413 || e->status == 503);
+}
+
+static enum MHD_Result fail(struct MHD_Connection *conn, req_ctx *rc, int status, const char *type, const char *code,
+                            const char *fmt, const char *arg) {
+    srv_api_error e;
+    srv_api_fail(&e, status, NULL, fmt, arg);
+    if (type) e.type = type;
+    e.code = code;
+    return send_error(conn, rc, &e);
+}
+
+/* ---- client liveness -------------------------------------------------------------- */
+
+static int conn_fd(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+/* Whether the peer hung up (closed or reset): then nobody reads the answer. */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
+
+/* ---- authentication ---------------------------------------------------------------- */
+
+/* "Bearer KEY" against the key, in time that depends on the key's length
+ * only, never on where the first difference is. */
+static bool authorized(const srv_server *s, struct MHD_Connection *conn) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h) return false;
+    if (strncasecmp(h, "Bearer ", 7) != 0) return false;
+    const char *got = h + 7;
+    size_t klen = strlen(s->api_key), glen = strlen(got);
+    volatile unsigned char diff = (unsigned char)(klen != glen);
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char g = i < glen ? (unsigned char)got[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)s->api_key[i]);
+    }
+    return diff == 0;
+}
+
+/* ---- generation ---------------------------------------------------------------------- */
+
+static void make_id(srv_server *s, const char *prefix, char *out, size_t cap) {
+    snprintf(out, cap, "%s%016llx%016llx", prefix, (unsigned long long)srv_random(s),
+             (unsigned long long)srv_random(s));
+}
+
+typedef struct stream_ctx {
+    srv_server *server;
+    srv_call *call;
+    srv_response *resp;
+    sbuf out;
+    int fd;
+    double next_check;  /* when to look for a hang-up next */
+    bool ended;         /* the last bytes are in out */
+} stream_ctx;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream_ctx *st = cls;
+    while (st->out.len == 0) {
+        if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+        srv_event *evs;
+        srv_api_error err;
+        srv_call_state cs = srv_call_wait(st->call, WAIT_MS, &evs, &err);
+        if (evs) srv_response_stream_events(st->resp, evs, &st->out);
+        srv_events_free(evs);
+        if (cs == SRV_CALL_DONE) {
+            srv_response_stream_end(st->resp, &st->out);
+            st->ended = true;
+        } else if (cs == SRV_CALL_FAILED) {
+            srv_stream_error(&err, &st->out);
+            sbuf_puts(&st->out, "data: [DONE]\n\n");
+            st->ended = true;
+        } else if (now_s() >= st->next_check) {
+            /* events may be held back (stop strings) or the call queued:
+             * nothing is written, so look for a hang-up directly */
+            st->next_check = now_s() + WAIT_MS / 1000.0;
+            if (client_gone(st->fd)) return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free aborts the call */
+        }
+        if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = st->out.len < max ? st->out.len : max;
+    memcpy(buf, st->out.data, n);
+    sbuf_consume(&st->out, n);
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *st = cls;
+    srv_engine_cancel(st->server->engine, st->call); /* nothing when it already finished */
+    srv_call_release(st->call);
+    srv_response_free(st->resp);
+    sbuf_free(&st->out);
+    free(st);
+}
+
+/* Waits until the engine took the call (or refused it), or the client left.
+ * Returns the state; *events gets what already came. */
+static srv_call_state wait_started(srv_call *call, int fd, srv_event **events, srv_api_error *err, bool *gone) {
+    *gone = false;
+    for (;;) {
+        srv_call_state cs = srv_call_wait(call, WAIT_MS, events, err);
+        if (cs != SRV_CALL_QUEUED || *events) return cs;
+        if (client_gone(fd)) {
+            *gone = true;
+            return cs;
+        }
+    }
+}
+
+static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
+                                srv_api_kind kind) {
+    srv_gen_request req;
+    srv_api_error err;
+    int prc = kind == SRV_API_CHAT ? srv_parse_chat(&s->parse, body, &req, &err)
+                                   : srv_parse_completion(&s->parse, body, &req, &err);
+    if (prc) {
+        srv_gen_request_free(&req);
+        return send_error(conn, rc, &err);
+    }
+    if (!req.seed_given) req.params.sampling.seed = srv_random(s);
+    srv_call *call = srv_call_new(&req);
+    if (!call) {
+        srv_gen_request_free(&req);
+        return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+    }
+    const srv_gen_request *r = srv_call_request(call);
+    char id[64];
+    make_id(s, kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    srv_response *resp = srv_response_new(s->model, r, s->model_name, id, (long long)time(NULL));
+    if (!resp) {
+        srv_call_release(call);
+        return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+    }
+    /* a generation may take long: no idle timeout on this connection now */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)0);
+    int fd = conn_fd(conn);
+    srv_engine_submit(s->engine, call);
+
+    srv_event *evs = NULL;
+    bool gone;
+    srv_call_state cs = wait_started(call, fd, &evs, &err, &gone);
+    if (gone || cs == SRV_CALL_FAILED) {
+        srv_events_free(evs);
+        srv_engine_cancel(s->engine, call);
+        srv_call_release(call);
+        srv_response_free(resp);
+        if (gone) return MHD_NO; /* drop the connection */
+        return send_error(conn, rc, &err);
+    }
+
+    if (r->stream) {
+        stream_ctx *st = calloc(1, sizeof *st);
+        if (!st) {
+            srv_events_free(evs);
+            srv_engine_cancel(s->engine, call);
+            srv_call_release(call);
+            srv_response_free(resp);
+            return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+        }
+        st->server = s;
+        st->call = call;
+        st->resp = resp;
+        st->fd = fd;
+        srv_response_stream_begin(resp, &st->out);
+        srv_response_stream_events(resp, evs, &st->out);
+        srv_events_free(evs);
+        struct MHD_Response *mr = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, stream_read, st,
+                                                                    stream_free);
+        if (!mr) {
+            stream_free(st);
+            return MHD_NO;
+        }
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        rc->status = 200;
+        enum MHD_Result res = MHD_queue_response(conn, MHD_HTTP_OK, mr);
+        MHD_destroy_response(mr); /* stream_free runs when MHD is done with it */
+        return res;
+    }
+
+    /* non-streaming: collect everything, then answer */
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    double next_check = now_s() + WAIT_MS / 1000.0;
+    while (cs != SRV_CALL_DONE && cs != SRV_CALL_FAILED) {
+        cs = srv_call_wait(call, WAIT_MS, &evs, &err);
+        srv_response_add(resp, evs);
+        srv_events_free(evs);
+        if (cs == SRV_CALL_DONE || cs == SRV_CALL_FAILED || now_s() < next_check) continue;
+        next_check = now_s() + WAIT_MS / 1000.0;
+        if (client_gone(fd)) {
+            srv_engine_cancel(s->engine, call);
+            srv_call_release(call);
+            srv_response_free(resp);
+            return MHD_NO;
+        }
+    }
+    enum MHD_Result res;
+    if (cs == SRV_CALL_FAILED) {
+        res = send_error(conn, rc, &err);
+    } else {
+        size_t len;
+        char *out = srv_response_body(resp, &len);
+        res = send_json(conn, rc, 200, out, len);
+    }
+    srv_call_release(call);
+    srv_response_free(resp);
+    return res;
+}
+
+/* ---- the other endpoints ---------------------------------------------------------------- */
+
+static enum MHD_Result tokenize(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
+    srv_tokenize_request t;
+    srv_api_error err;
+    if (srv_parse_tokenize(&s->parse, body, &t, &err)) {
+        free(t.ids);
+        return send_error(conn, rc, &err);
+    }
+    size_t len;
+    char *out = srv_tokenize_body(s->model, t.ids, t.n_ids, s->parse.ctx_len, t.return_token_strs, &len);
+    free(t.ids);
+    return send_json(conn, rc, 200, out, len);
+}
+
+static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
+    int32_t *ids;
+    size_t n;
+    srv_api_error err;
+    if (srv_parse_detokenize(&s->parse, body, &ids, &n, &err)) return send_error(conn, rc, &err);
+    char *text = NULL;
+    pdl_error pe;
+    int drc = pdl_detokenize(s->model, ids, n, &text, &pe);
+    free(ids);
+    if (drc) return fail(conn, rc, 400, NULL, NULL, "%s", pe.message);
+    size_t len;
+    char *out = srv_detokenize_body(text, &len);
+    free(text);
+    return send_json(conn, rc, 200, out, len);
+}
+
+/* ---- routing ------------------------------------------------------------------------------ */
+
+typedef enum route {
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE
+} route;
+
+static route find_route(const char *url, const char **method_wanted) {
+    static const struct {
+        const char *path;
+        route r;
+        const char *method;
+    } table[] = {
+        {"/health", R_HEALTH, "GET"},           {"/metrics", R_METRICS, "GET"},
+        {"/v1/models", R_MODELS, "GET"},        {"/v1/completions", R_COMPLETIONS, "POST"},
+        {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
+        {"/detokenize", R_DETOKENIZE, "POST"},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(url, table[i].path) == 0) {
+            *method_wanted = table[i].method;
+            return table[i].r;
+        }
+    if (strncmp(url, "/v1/models/", 11) == 0 && url[11]) {
+        *method_wanted = "GET";
+        return R_MODEL;
+    }
+    return R_NONE;
+}
+
+static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const char *url,
+                                const char *method) {
+    const char *want = NULL;
+    route r = find_route(url, &want);
+    if (r == R_NONE) return fail(conn, rc, 404, NULL, NULL, "no such endpoint: %.200s", url);
+    bool head = strcmp(method, "HEAD") == 0 && strcmp(want, "GET") == 0;
+    if (strcmp(method, want) != 0 && !head) {
+        srv_api_error e;
+        srv_api_fail(&e, 405, NULL, "method %.16s is not allowed for %.200s; use %s", method, url, want);
+        return send_error(conn, rc, &e);
+    }
+    srv_state st = srv_state_now(s);
+    if (r == R_HEALTH)
+        return send_owned(conn, rc, st == SRV_READY ? 200 : 503, "text/plain", strdup(""), 0, st == SRV_STOPPING);
+    if (r == R_METRICS) {
+        size_t len;
+        char *text = srv_metrics_render(s->metrics, &len);
+        return send_owned(conn, rc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, false);
+    }
+    if (!authorized(s, conn)) {
+        srv_api_error e;
+        srv_api_fail(&e, 401, NULL, "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.");
+        e.code = "invalid_api_key";
+        return send_error(conn, rc, &e);
+    }
+    if (st != SRV_READY) {
+        const char *why = st == SRV_LOADING ? "the model is still loading" : st == SRV_STOPPING
+                                                                              ? "the server is shutting down"
+                                                                              : "the model failed to load";
+        return fail(conn, rc, 503, "service_unavailable", NULL, "%s", why);
+    }
+    srv_api_error e;
+    if (rc->too_large && srv_check_body_size((size_t)rc->received, s->max_body, &e))
+        return send_error(conn, rc, &e);
+    if (r == R_MODELS || r == R_MODEL) {
+        if (r == R_MODEL && strcmp(url + 11, s->model_name) != 0) {
+            srv_api_fail(&e, 404, "model", "The model `%.200s` does not exist.", url + 11);
+            e.code = "model_not_found";
+            return send_error(conn, rc, &e);
+        }
+        size_t len;
+        char *out = srv_models_body(s->model_name, s->model_path, s->parse.ctx_len, s->created, r == R_MODELS, &len);
+        return send_json(conn, rc, 200, out, len);
+    }
+    json_t *body;
+    if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e)) return send_error(conn, rc, &e);
+    enum MHD_Result res;
+    switch (r) {
+    case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION); break;
+    case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT); break;
+    case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
+    default: res = detokenize(s, conn, rc, body); break;
+    }
+    json_decref(body);
+    return res;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    srv_server *s = cls;
+    req_ctx *rc = *con_cls;
+    if (!rc) {
+        rc = calloc(1, sizeof *rc);
+        if (!rc) return MHD_NO;
+        rc->t_start = now_s();
+        snprintf(rc->method, sizeof rc->method, "%s", method);
+        snprintf(rc->path, sizeof rc->path, "%s", url);
+        *con_cls = rc;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > HARD_BODY_LIMIT) {
+            rc->received = strtoull(cl, NULL, 10);
+            rc->too_large = true;
+            srv_api_error e;
+            srv_check_body_size((size_t)rc->received, s->max_body, &e);
+            return send_error(conn, rc, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        rc->received += *upload_data_size;
+        if (rc->received > s->max_body) {
+            /* keep reading (and dropping) so that the client gets the 413 */
+            rc->too_large = true;
+            sbuf_free(&rc->body);
+            if (rc->received > HARD_BODY_LIMIT) return MHD_NO;
+        } else {
+            sbuf_append(&rc->body, upload_data, *upload_data_size);
+            if (rc->body.oom) return MHD_NO;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return dispatch(s, conn, rc, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode why) {
+    (void)conn;
+    srv_server *s = cls;
+    req_ctx *rc = *con_cls;
+    if (!rc) return;
+    if (s->log_requests)
+        srv_log(s, "%s %s %d %.1f ms%s", rc->method, rc->path, rc->status, (now_s() - rc->t_start) * 1e3,
+                why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection ended early)");
+    sbuf_free(&rc->body);
+    free(rc);
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    srv_server *s = cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    srv_log(s, "http: %s", line);
+}
+
+struct MHD_Daemon *srv_http_start(srv_server *s, const void *addr, bool ipv6, pdl_error *err) {
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
+                         MHD_USE_ERROR_LOG;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                                            MHD_OPTION_SOCK_ADDR, addr,
+                                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)300,
+                                            MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
+                                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)512,
+                                            MHD_OPTION_END);
+    if (!d) pdl_fail(err, "cannot listen (address in use, or not allowed?)");
+    return d;
+}

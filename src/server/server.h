@@ -1,0 +1,54 @@
+/*
+ * server.h - `pagedlm serve`: an OpenAI-compatible HTTP server over the
+ * engine (what the CLI calls).
+ *
+ * What it is for: starting the listener at once, loading the model and the
+ * chat template in the background (GET /health answers 503 until then),
+ * serving the OpenAI and vLLM endpoints, and stopping gracefully: no new
+ * connections, in-flight requests finish (or are aborted after a grace
+ * period), every thread joined and every byte freed.
+ * What it is not for: signals and the command line (src/cli/cli_serve.c).
+ */
+#ifndef PDL_SERVER_SERVER_H
+#define PDL_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "pagedlm.h"
+
+typedef struct srv_options {
+    const char *model_path;
+    const char *host;               /* NULL = 127.0.0.1 */
+    int port;                       /* 0 = a free port (srv_port says which) */
+    const char *served_model_name;  /* NULL = model_path */
+    const char *api_key;            /* NULL = no authentication */
+    const char *chat_template;      /* a Jinja file; NULL = the model's own */
+    size_t max_body;                /* request bytes at most; 0 = 4 MiB */
+    double shutdown_grace_s;        /* in-flight requests get this long to finish; < 0 = 0 */
+    bool log_requests;              /* one log line per request */
+    pdl_model_options model;
+    pdl_engine_options engine;      /* .log is set by the server */
+    pdl_log_fn log;                 /* NULL = no logging */
+    void *log_user;
+} srv_options;
+
+typedef enum srv_state {
+    SRV_LOADING = 0,
+    SRV_READY,
+    SRV_FAILED,   /* the model or the template did not load */
+    SRV_STOPPING,
+} srv_state;
+
+typedef struct srv_server srv_server;
+
+/* Binds host:port and starts serving; the model loads on another thread. */
+int srv_start(srv_server **out, const srv_options *opts, pdl_error *err);
+int srv_port(const srv_server *s);
+/* The state; for SRV_FAILED, err gets the reason. */
+srv_state srv_get_state(srv_server *s, pdl_error *err);
+/* Stops accepting, lets in-flight requests finish within the grace period,
+ * aborts the rest, and frees everything. */
+void srv_stop(srv_server *s);
+
+#endif

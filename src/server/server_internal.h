@@ -1,0 +1,60 @@
+/*
+ * server_internal.h - the server's shared state, for server.c (lifecycle)
+ * and http.c (requests). Not for other modules.
+ */
+#ifndef PDL_SERVER_INTERNAL_H
+#define PDL_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/api_parse.h"
+#include "server/chat.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+struct MHD_Daemon;
+
+struct srv_server {
+    /* fixed at start */
+    char *model_path, *model_name, *api_key, *chat_template_path;
+    size_t max_body;
+    double grace_s;
+    bool log_requests;
+    pdl_model_options model_opts;
+    pdl_engine_options engine_opts;
+    pdl_log_fn log;
+    void *log_user;
+    long long created;           /* seconds since the epoch, for /v1/models */
+    struct MHD_Daemon *daemon;
+    int port;
+    srv_metrics *metrics;
+
+    pthread_t loader;
+    bool loader_started;
+
+    /* guarded by mu */
+    pthread_mutex_t mu;
+    srv_state state;
+    char load_error[PDL_ERROR_MAX];
+    uint64_t rng;                /* ids and default seeds */
+
+    /* set once by the loader before state becomes SRV_READY; read-only after */
+    pdl_model *model;
+    srv_engine *engine;
+    srv_chat *chat;
+    srv_parse_ctx parse;
+};
+
+void srv_log(srv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The state, read under the lock. */
+srv_state srv_state_now(srv_server *s);
+/* A fresh random 64-bit value (request ids, seeds). */
+uint64_t srv_random(srv_server *s);
+
+/* http.c: the MHD daemon on addr (struct sockaddr *), serving s. */
+struct MHD_Daemon *srv_http_start(srv_server *s, const void *addr, bool ipv6, pdl_error *err);
+
+#endif
