@@ -84,6 +84,12 @@ int pdl_tokenize(const pdl_model *model, const char *text, size_t len,
 /* Decodes ids to text (special tokens skipped); *text is malloc'ed. */
 int pdl_detokenize(const pdl_model *model, const int32_t *ids, size_t n_ids, char **text, pdl_error *err);
 
+/* The same with PDL_TOK_* flags (below): PDL_TOK_PARSE_SPECIAL turns
+ * special-token text such as "<|im_start|>" into its id, as a rendered chat
+ * template needs. */
+int pdl_tokenize_ex(const pdl_model *model, const char *text, size_t len, unsigned flags, int32_t **ids,
+                    size_t *n_ids, pdl_error *err);
+
 /* Streaming detokenizer: feed ids one at a time, receive only complete UTF-8.
  * The concatenation of all outputs equals the whole sequence decoded at once.
  * context (e.g. the prompt) is decoded silently first, so a continuation

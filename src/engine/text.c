@@ -27,6 +27,15 @@ int pdl_tokenize(const pdl_model *m, const char *text, size_t len, bool add_spec
     return tok_encode(m->tok, text, len, add_special, ids, n_ids, err);
 }
 
+int pdl_tokenize_ex(const pdl_model *m, const char *text, size_t len, unsigned flags, int32_t **ids, size_t *n_ids,
+                    pdl_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (need_tokenizer(m, err)) return -1;
+    return tok_encode_ex(m->tok, text, len, (flags & PDL_TOK_ADD_SPECIAL) != 0, (flags & PDL_TOK_PARSE_SPECIAL) != 0,
+                         ids, n_ids, err);
+}
+
 int pdl_detokenize(const pdl_model *m, const int32_t *ids, size_t n_ids, char **text, pdl_error *err) {
     *text = NULL;
     if (need_tokenizer(m, err)) return -1;

@@ -92,6 +92,12 @@ static scope *scope_new(rt *r, scope *parent) {
     return s;
 }
 
+/* Empties a loop iteration's scope for the next iteration. */
+static void scope_reset(scope *s) {
+    s->vars.n = 0;
+    if (s->vars.index_cap) memset(s->vars.index, 0, s->vars.index_cap * sizeof *s->vars.index);
+}
+
 static void scope_set(rt *r, scope *s, const char *name, size_t n, tv v) { dict_set(r, &s->vars, tv_str(name, n), v); }
 
 static tv lookup(rt *r, const char *name, size_t n) {
@@ -551,6 +557,7 @@ static tv make_macro(rt *r, const tnode *def) {
     tmacro *m = rt_alloc(r, sizeof *m);
     m->def = def;
     m->closure = SC(r);
+    for (scope *s = SC(r); s && !s->captured; s = s->parent) s->captured = true;
     return (tv){.kind = TV_MACRO, .u.m = m};
 }
 
@@ -738,10 +745,14 @@ static int exec_for(rt *r, const tnode *n) {
     tloop *lp = rt_alloc(r, sizeof *lp);
     lp->items = items.u.l;
     tv loopv = {.kind = TV_LOOP, .u.lp = lp};
+    scope *s = NULL;
     for (size_t i = 0; i < items.u.l->n; i++) {
         rt_step(r);
         lp->i = i;
-        scope *s = scope_new(r, outer);
+        /* each iteration starts with a fresh scope; reuse the memory unless a
+         * macro defined in the last iteration still refers to it */
+        if (!s || s->captured) s = scope_new(r, outer);
+        else scope_reset(s);
         SC(r) = s;
         scope_set(r, s, "loop", 4, loopv);
         assign(r, n->a, items.u.l->items[i]);

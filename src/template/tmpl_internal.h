@@ -272,6 +272,7 @@ tnode *tmpl_parse_tokens(tparse_state *ps, const tlexed *lx);
 typedef struct scope {
     struct scope *parent;
     tdict vars;
+    bool captured; /* a macro closes over it: a loop must not reuse it */
 } scope;
 
 typedef struct sbuf {

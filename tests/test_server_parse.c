@@ -1,0 +1,501 @@
+/*
+ * test_server_parse.c - what `pagedlm serve` accepts and refuses, without
+ * HTTP: the body limit (413), malformed JSON, the model name (404
+ * model_not_found), every request field with its defaults, types and ranges
+ * (400 naming the field), the prompt forms, chat messages through a stand-in
+ * template, the context length (400 context_length_exceeded), and the
+ * /tokenize and /detokenize bodies. Uses stories260K's tokenizer
+ * (vocabulary 512, context 128).
+ */
+#include <jansson.h>
+#include <string.h>
+
+#include "server/api_parse.h"
+#include "test_util.h"
+
+static pdl_model *model;
+static srv_parse_ctx ctx;
+
+static void setup(void) {
+    if (model) return;
+    char *path = test_data_path("models/stories260K/stories260K.gguf");
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&model, path, NULL, &err) == 0, "%s", err.message);
+    free(path);
+    ctx = (srv_parse_ctx){.model = model, .model_name = "stories", .ctx_len = 128, .vocab = 512};
+}
+
+static json_t *body_of(const char *text) {
+    json_t *o = json_loads(text, 0, NULL);
+    REQUIRE_MSG(o != NULL, "test body is not JSON: %s", text);
+    return o;
+}
+
+/* Parses a completion request; returns the parse result. */
+static int completion(const char *text, srv_gen_request *r, srv_api_error *e) {
+    setup();
+    json_t *o = body_of(text);
+    memset(e, 0, sizeof *e);
+    int rc = srv_parse_completion(&ctx, o, r, e);
+    json_decref(o);
+    return rc;
+}
+
+/* A completion body that must be refused with status and param, the message
+ * containing `needle`. */
+static void refused(const char *text, int status, const char *param, const char *needle) {
+    srv_gen_request r;
+    srv_api_error e;
+    int rc = completion(text, &r, &e);
+    srv_gen_request_free(&r);
+    CHECK_MSG(rc == -1, "accepted: %s", text);
+    if (rc != -1) return;
+    CHECK_MSG(e.status == status, "%s: status %d, expected %d (%s)", text, e.status, status, e.message);
+    CHECK_MSG(strcmp(e.param, param) == 0, "%s: param '%s', expected '%s'", text, e.param, param);
+    CHECK_MSG(strstr(e.message, needle) != NULL, "%s: message '%s' lacks '%s'", text, e.message, needle);
+    CHECK(e.type && strcmp(e.type, "invalid_request_error") == 0);
+}
+
+/* ---- body and model ---------------------------------------------------------------- */
+
+static void test_body_limit_is_413(void) {
+    srv_api_error e;
+    json_t *o = NULL;
+    const char *ok = "{\"prompt\": \"hi\"}";
+    CHECK(srv_parse_json(ok, strlen(ok), 16, &o, &e) == 0);
+    json_decref(o);
+    CHECK(srv_parse_json(ok, strlen(ok), 15, &o, &e) == -1);
+    CHECK_EQ_INT(e.status, 413);
+    CHECK(e.code && strcmp(e.code, "request_too_large") == 0);
+    CHECK_CONTAINS(e.message, "limit is 15");
+    CHECK(o == NULL);
+    CHECK(srv_check_body_size(SRV_MAX_BODY_DEFAULT, 0, &e) == 0);
+    CHECK(srv_check_body_size(SRV_MAX_BODY_DEFAULT + 1, 0, &e) == -1);
+    CHECK_EQ_INT(e.status, 413);
+}
+
+static void test_malformed_json_is_400_with_position(void) {
+    const char *cases[] = {"{bad", "", "[1, 2]", "\"text\"", "{\"a\": 1,}", "{\"a\": 1, \"a\": 2}", "nul"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv_api_error e;
+        json_t *o = NULL;
+        CHECK_MSG(srv_parse_json(cases[i], strlen(cases[i]), 0, &o, &e) == -1, "accepted %s", cases[i]);
+        CHECK_EQ_INT(e.status, 400);
+        CHECK(e.param[0] == '\0');
+        CHECK(o == NULL);
+    }
+    srv_api_error e;
+    json_t *o;
+    CHECK(srv_parse_json("{\n  \"a\": }", 10, 0, &o, &e) == -1);
+    CHECK_CONTAINS(e.message, "line 2");
+}
+
+static void test_unknown_model_is_404_model_not_found(void) {
+    refused("{\"model\": \"gpt-4\", \"prompt\": \"hi\"}", 404, "model", "`gpt-4` does not exist");
+    srv_api_error e;
+    srv_gen_request r;
+    completion("{\"model\": \"gpt-4\", \"prompt\": \"hi\"}", &r, &e);
+    CHECK(e.code && strcmp(e.code, "model_not_found") == 0);
+    refused("{\"model\": 3, \"prompt\": \"hi\"}", 400, "model", "must be a string");
+    CHECK(completion("{\"model\": \"stories\", \"prompt\": \"hi\"}", &r, &e) == 0);
+    srv_gen_request_free(&r);
+    CHECK(completion("{\"model\": null, \"prompt\": \"hi\"}", &r, &e) == 0);
+    srv_gen_request_free(&r);
+}
+
+/* ---- completions ------------------------------------------------------------------- */
+
+static void test_completion_defaults(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE(completion("{\"prompt\": \"Once upon a time\"}", &r, &e) == 0);
+    CHECK_EQ_INT(r.kind, SRV_API_COMPLETION);
+    CHECK_EQ_INT(r.n_prompts, 1);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 5);
+    CHECK_EQ_INT(r.prompts[0].ids[0], 1); /* BOS */
+    CHECK(strcmp(r.prompts[0].text, "Once upon a time") == 0);
+    CHECK_EQ_INT(r.params.max_tokens, 16);
+    CHECK(r.params.sampling.temperature == 1.0f);
+    CHECK(r.params.sampling.top_p == 1.0f);
+    CHECK_EQ_INT(r.params.sampling.top_k, 0);
+    CHECK(r.params.sampling.min_p == 0.0f);
+    CHECK(r.params.sampling.repetition_penalty == 1.0f);
+    CHECK(r.params.sampling.presence_penalty == 0.0f && r.params.sampling.frequency_penalty == 0.0f);
+    CHECK_EQ_INT(r.params.n, 1);
+    CHECK_EQ_INT(r.params.n_stop, 0);
+    CHECK_EQ_INT(r.params.n_stop_ids, 0);
+    CHECK(!r.params.ignore_eos);
+    CHECK_EQ_INT(r.params.logprobs, -1);
+    CHECK_EQ_INT(r.params.prompt_logprobs, -1);
+    CHECK(!r.seed_given && !r.stream && !r.include_usage && !r.echo && !r.discard_output);
+    srv_gen_request_free(&r);
+}
+
+static void test_completion_every_field(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(completion("{\"model\": \"stories\", \"prompt\": \"Hi\", \"max_tokens\": 7, \"temperature\": 0.5, "
+                           "\"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05, \"presence_penalty\": 0.5, "
+                           "\"frequency_penalty\": -0.5, \"repetition_penalty\": 1.2, \"seed\": -3, \"n\": 3, "
+                           "\"stop\": [\"a\", \"bc\"], \"stop_token_ids\": [13, 2], \"ignore_eos\": true, "
+                           "\"logprobs\": 4, \"echo\": true, \"stream\": true, \"stream_options\": "
+                           "{\"include_usage\": true, \"continuous_usage_stats\": true}, \"user\": \"u1\", "
+                           "\"best_of\": 3, \"min_tokens\": 0, \"logit_bias\": {}, \"suffix\": null, "
+                           "\"some_future_field\": [1]}",
+                           &r, &e) == 0,
+                "%s", e.message);
+    CHECK_EQ_INT(r.params.max_tokens, 7);
+    CHECK(r.params.sampling.temperature == 0.5f);
+    CHECK(r.params.sampling.top_p == 0.9f);
+    CHECK_EQ_INT(r.params.sampling.top_k, 40);
+    CHECK(r.params.sampling.min_p == 0.05f);
+    CHECK(r.params.sampling.presence_penalty == 0.5f);
+    CHECK(r.params.sampling.frequency_penalty == -0.5f);
+    CHECK(r.params.sampling.repetition_penalty == 1.2f);
+    CHECK(r.seed_given);
+    CHECK(r.params.sampling.seed == (uint64_t)-3);
+    CHECK_EQ_INT(r.params.n, 3);
+    REQUIRE(r.params.n_stop == 2);
+    CHECK(strcmp(r.params.stop[0], "a") == 0 && strcmp(r.params.stop[1], "bc") == 0);
+    REQUIRE(r.params.n_stop_ids == 2);
+    CHECK(r.params.stop_ids[0] == 13 && r.params.stop_ids[1] == 2);
+    CHECK(r.params.ignore_eos);
+    CHECK_EQ_INT(r.logprobs, 4);
+    CHECK_EQ_INT(r.params.logprobs, 4);
+    CHECK(r.echo);
+    CHECK_EQ_INT(r.params.prompt_logprobs, 4); /* echo with logprobs scores the prompt */
+    CHECK_EQ_INT(r.prompt_logprobs, -1);
+    CHECK(r.stream && r.include_usage && r.continuous_usage);
+    srv_gen_request_free(&r);
+
+    REQUIRE(completion("{\"prompt\": \"Hi\", \"stop\": \"x\", \"top_k\": -1, \"prompt_logprobs\": 2, "
+                       "\"temperature\": 0, \"seed\": 5}", &r, &e) == 0);
+    CHECK(r.params.n_stop == 1 && strcmp(r.params.stop[0], "x") == 0);
+    CHECK_EQ_INT(r.params.sampling.top_k, 0);
+    CHECK_EQ_INT(r.params.prompt_logprobs, 2);
+    CHECK_EQ_INT(r.prompt_logprobs, 2);
+    CHECK(r.params.sampling.temperature == 0.0f);
+    CHECK(r.params.sampling.seed == 5);
+    srv_gen_request_free(&r);
+
+    /* integral numbers count as integers; null means "default" */
+    REQUIRE(completion("{\"prompt\": \"Hi\", \"max_tokens\": 8.0, \"n\": null, \"stop\": null}", &r, &e) == 0);
+    CHECK_EQ_INT(r.params.max_tokens, 8);
+    CHECK_EQ_INT(r.params.n, 1);
+    srv_gen_request_free(&r);
+}
+
+static void test_completion_prompt_forms(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE(completion("{\"prompt\": [1, 403, 407]}", &r, &e) == 0);
+    CHECK_EQ_INT(r.n_prompts, 1);
+    CHECK_EQ_INT(r.prompts[0].n_ids, 3);
+    CHECK(r.prompts[0].ids[1] == 403 && r.prompts[0].text == NULL);
+    srv_gen_request_free(&r);
+    REQUIRE(completion("{\"prompt\": [\"Once\", \"The dog\", \"\"]}", &r, &e) == 0);
+    CHECK_EQ_INT(r.n_prompts, 3);
+    CHECK(strcmp(r.prompts[1].text, "The dog") == 0);
+    CHECK_EQ_INT(r.prompts[2].n_ids, 1); /* "" is BOS alone */
+    srv_gen_request_free(&r);
+    REQUIRE(completion("{\"prompt\": [[1, 403], [1, 407, 261]], \"n\": 2}", &r, &e) == 0);
+    CHECK_EQ_INT(r.n_prompts, 2);
+    CHECK_EQ_INT(r.prompts[1].n_ids, 3);
+    srv_gen_request_free(&r);
+    /* echo of a token-id prompt: the prompt's text is decoded */
+    REQUIRE(completion("{\"prompt\": [1, 403, 407], \"echo\": true}", &r, &e) == 0);
+    CHECK(r.prompts[0].text && strcmp(r.prompts[0].text, "Once upon") == 0);
+    srv_gen_request_free(&r);
+
+    refused("{}", 400, "prompt", "'prompt' is required");
+    refused("{\"prompt\": null}", 400, "prompt", "required");
+    refused("{\"prompt\": 42}", 400, "prompt", "got an integer");
+    refused("{\"prompt\": {}}", 400, "prompt", "got an object");
+    refused("{\"prompt\": []}", 400, "prompt", "empty list");
+    refused("{\"prompt\": [1, \"a\"]}", 400, "prompt", "item 1 is a string");
+    refused("{\"prompt\": [\"a\", 1]}", 400, "prompt", "item 1 is an integer");
+    refused("{\"prompt\": [[1], []]}", 400, "prompt", "empty list of token ids");
+    refused("{\"prompt\": [1, 512]}", 400, "prompt", "token id 512 at position 1 is out of vocabulary");
+    refused("{\"prompt\": [-1]}", 400, "prompt", "out of vocabulary");
+    refused("{\"prompt\": [1.5]}", 400, "prompt", "a number");
+}
+
+static void test_completion_wrong_types_name_the_field(void) {
+    static const char *const fields[][2] = {
+        {"temperature", "\"hot\""}, {"top_p", "true"}, {"top_k", "1.5"}, {"min_p", "[]"},
+        {"presence_penalty", "\"x\""}, {"frequency_penalty", "{}"}, {"repetition_penalty", "\"1\""},
+        {"seed", "1.5"}, {"n", "\"2\""}, {"max_tokens", "\"ten\""}, {"logprobs", "true"},
+        {"prompt_logprobs", "\"1\""}, {"echo", "1"}, {"stream", "\"yes\""}, {"ignore_eos", "0"},
+        {"stop", "5"}, {"stop_token_ids", "3"}, {"user", "5"}, {"stream_options", "true"},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\": \"Hi\", \"%s\": %s}", fields[i][0], fields[i][1]);
+        refused(body, 400, fields[i][0], fields[i][0]);
+    }
+}
+
+static void test_completion_out_of_range_values(void) {
+    refused("{\"prompt\": \"Hi\", \"temperature\": -0.1}", 400, "temperature", "got -0.1");
+    refused("{\"prompt\": \"Hi\", \"temperature\": 1000}", 400, "temperature", "<= 100");
+    refused("{\"prompt\": \"Hi\", \"top_p\": 0}", 400, "top_p", "> 0");
+    refused("{\"prompt\": \"Hi\", \"top_p\": 1.01}", 400, "top_p", "<= 1");
+    refused("{\"prompt\": \"Hi\", \"top_k\": -2}", 400, "top_k", "between -1 and");
+    refused("{\"prompt\": \"Hi\", \"min_p\": 1.5}", 400, "min_p", "<= 1");
+    refused("{\"prompt\": \"Hi\", \"presence_penalty\": 2.5}", 400, "presence_penalty", "<= 2");
+    refused("{\"prompt\": \"Hi\", \"frequency_penalty\": -3}", 400, "frequency_penalty", ">= -2");
+    refused("{\"prompt\": \"Hi\", \"repetition_penalty\": 0}", 400, "repetition_penalty", "> 0");
+    refused("{\"prompt\": \"Hi\", \"n\": 0}", 400, "n", "between 1 and 64");
+    refused("{\"prompt\": \"Hi\", \"n\": 65}", 400, "n", "between 1 and 64");
+    refused("{\"prompt\": \"Hi\", \"max_tokens\": -1}", 400, "max_tokens", "between 0 and");
+    refused("{\"prompt\": \"Hi\", \"max_tokens\": 0}", 400, "max_tokens", "only with echo");
+    refused("{\"prompt\": \"Hi\", \"logprobs\": 21}", 400, "logprobs", "between 0 and 20");
+    refused("{\"prompt\": \"Hi\", \"logprobs\": -1}", 400, "logprobs", "between 0 and 20");
+    refused("{\"prompt\": \"Hi\", \"prompt_logprobs\": 21}", 400, "prompt_logprobs", "between 0 and 20");
+    refused("{\"prompt\": \"Hi\", \"stop\": [\"\"]}", 400, "stop", "non-empty");
+    refused("{\"prompt\": \"Hi\", \"stop\": [\"a\", 1]}", 400, "stop", "'stop[1]' must be a string");
+    refused("{\"prompt\": \"Hi\", \"stop_token_ids\": [512]}", 400, "stop_token_ids", "[0, 512)");
+    /* 64 prompts x n = 5 sequences is more than one request may ask */
+    char body[4096] = "{\"n\": 5, \"prompt\": [";
+    for (int i = 0; i < 64; i++) strcat(body, i ? ", \"a\"" : "\"a\"");
+    strcat(body, "]}");
+    refused(body, 400, "n", "at most 256");
+}
+
+static void test_completion_inconsistent_options(void) {
+    refused("{\"prompt\": \"Hi\", \"stream_options\": {\"include_usage\": true}}", 400, "stream_options",
+            "only allowed when 'stream' is true");
+    refused("{\"prompt\": \"Hi\", \"stream\": true, \"stream_options\": {\"include_usage\": 1}}", 400,
+            "stream_options", "include_usage");
+    refused("{\"prompt\": \"Hi\", \"stream\": true, \"prompt_logprobs\": 1}", 400, "prompt_logprobs",
+            "not available when 'stream' is true");
+    refused("{\"prompt\": \"Hi\", \"echo\": true, \"max_tokens\": 0, \"stream\": true}", 400, "max_tokens",
+            "not available when 'stream'");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"5\": 10}}", 400, "logit_bias", "not supported");
+    refused("{\"prompt\": \"Hi\", \"suffix\": \"end\"}", 400, "suffix", "not supported");
+    refused("{\"prompt\": \"Hi\", \"best_of\": 2}", 400, "best_of", "not supported");
+    refused("{\"prompt\": \"Hi\", \"min_tokens\": 3}", 400, "min_tokens", "not supported");
+
+    /* echo with max_tokens 0 scores the prompt: one token is generated and dropped */
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE(completion("{\"prompt\": \"Hi\", \"echo\": true, \"max_tokens\": 0, \"logprobs\": 1}", &r, &e) == 0);
+    CHECK(r.discard_output);
+    CHECK_EQ_INT(r.params.max_tokens, 1);
+    CHECK_EQ_INT(r.params.prompt_logprobs, 1);
+    srv_gen_request_free(&r);
+}
+
+static void test_prompt_longer_than_context_is_400(void) {
+    /* 127 prompt tokens + 1 fits the 128-token context; + 2 does not */
+    char body[2048] = "{\"max_tokens\": 1, \"prompt\": [1";
+    for (int i = 1; i < 127; i++) strcat(body, ", 403");
+    strcat(body, "]}");
+    srv_gen_request r;
+    srv_api_error e;
+    CHECK(completion(body, &r, &e) == 0);
+    srv_gen_request_free(&r);
+    body[15] = '2';
+    refused(body, 400, "prompt", "maximum context length is 128 tokens. However, you requested 129 tokens");
+    completion(body, &r, &e);
+    CHECK(e.code && strcmp(e.code, "context_length_exceeded") == 0);
+    /* the default max_tokens (16) counts too */
+    refused("{\"prompt\": \"Once upon a time there was a girl\", \"max_tokens\": 120}", 400, "prompt",
+            "maximum context length");
+}
+
+/* ---- chat ---------------------------------------------------------------------------- */
+
+/* A stand-in template: "<role>: <content>\n" per message, "assistant:" at the end. */
+static int fake_chat(void *user, const json_t *messages, const json_t *request, int32_t **ids, size_t *n_ids,
+                     char **text, srv_api_error *err) {
+    (void)user;
+    char buf[4096] = "";
+    size_t i;
+    const json_t *m;
+    json_array_foreach(messages, i, m) {
+        const json_t *c = json_object_get(m, "content");
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "%s: %s\n", json_string_value(json_object_get(m, "role")),
+                 json_is_string(c) ? json_string_value(c) : "");
+    }
+    const json_t *agp = json_object_get(request, "add_generation_prompt");
+    if (!agp || json_is_true(agp)) strcat(buf, "assistant:");
+    *text = strdup(buf);
+    pdl_error pe;
+    if (pdl_tokenize(model, buf, strlen(buf), true, ids, n_ids, &pe)) return srv_api_fail(err, 400, "messages", "%s", pe.message);
+    return 0;
+}
+
+static int chat(const char *text, srv_gen_request *r, srv_api_error *e, bool with_template) {
+    setup();
+    srv_parse_ctx c = ctx;
+    if (with_template) c.chat_prompt = fake_chat;
+    json_t *o = body_of(text);
+    memset(e, 0, sizeof *e);
+    int rc = srv_parse_chat(&c, o, r, e);
+    json_decref(o);
+    return rc;
+}
+
+static void chat_refused(const char *text, int status, const char *param, const char *needle) {
+    srv_gen_request r;
+    srv_api_error e;
+    int rc = chat(text, &r, &e, true);
+    srv_gen_request_free(&r);
+    CHECK_MSG(rc == -1, "accepted: %s", text);
+    if (rc != -1) return;
+    CHECK_MSG(e.status == status, "%s: status %d (%s)", text, e.status, e.message);
+    CHECK_MSG(strcmp(e.param, param) == 0, "%s: param '%s', expected '%s'", text, e.param, param);
+    CHECK_MSG(strstr(e.message, needle) != NULL, "%s: message '%s' lacks '%s'", text, e.message, needle);
+}
+
+static void test_chat_messages_through_the_template(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(chat("{\"model\": \"stories\", \"messages\": [{\"role\": \"system\", \"content\": \"Be kind.\"}, "
+                     "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"Hi\"}, "
+                     "{\"type\": \"text\", \"text\": \"there\"}]}]}", &r, &e, true) == 0,
+                "%s", e.message);
+    CHECK_EQ_INT(r.kind, SRV_API_CHAT);
+    CHECK_EQ_INT(r.n_prompts, 1);
+    CHECK(strcmp(r.prompts[0].text, "system: Be kind.\nuser: Hi\nthere\nassistant:") == 0);
+    CHECK(r.prompts[0].n_ids > 5);
+    CHECK_EQ_INT(r.params.max_tokens, 0); /* up to the context */
+    CHECK_EQ_INT(r.logprobs, -1);
+    srv_gen_request_free(&r);
+
+    REQUIRE(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"max_tokens\": 9, "
+                  "\"max_completion_tokens\": 5, \"logprobs\": true, \"top_logprobs\": 3, "
+                  "\"add_generation_prompt\": false}", &r, &e, true) == 0);
+    CHECK_EQ_INT(r.params.max_tokens, 5); /* max_completion_tokens wins */
+    CHECK_EQ_INT(r.logprobs, 3);
+    CHECK_EQ_INT(r.params.logprobs, 3);
+    CHECK(strcmp(r.prompts[0].text, "user: Hi\n") == 0);
+    srv_gen_request_free(&r);
+
+    REQUIRE(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"logprobs\": true}", &r, &e,
+                 true) == 0);
+    CHECK_EQ_INT(r.logprobs, 0);
+    srv_gen_request_free(&r);
+    REQUIRE(chat("{\"messages\": [{\"role\": \"assistant\", \"content\": null, \"name\": \"x\"}], "
+                 "\"tools\": [], \"tool_choice\": \"none\", \"response_format\": {\"type\": \"text\"}}",
+                 &r, &e, true) == 0);
+    srv_gen_request_free(&r);
+}
+
+static void test_chat_errors(void) {
+    chat_refused("{}", 400, "messages", "'messages' is required");
+    chat_refused("{\"messages\": \"hi\"}", 400, "messages", "must be a list");
+    chat_refused("{\"messages\": []}", 400, "messages", "must not be empty");
+    chat_refused("{\"messages\": [5]}", 400, "messages[0]", "must be an object");
+    chat_refused("{\"messages\": [{\"content\": \"x\"}]}", 400, "messages[0]", "role");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages[0]", "content");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
+                 400, "messages[0]", "'image_url' are not supported");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", 400, "messages[0]",
+                 "text' must be a string");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", 400,
+                 "top_logprobs", "'logprobs' must be set to true");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, \"top_logprobs\": 21}",
+                 400, "top_logprobs", "between 0 and 20");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": 3}", 400, "logprobs",
+                 "boolean");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 0}", 400, "max_tokens",
+                 "between 1 and");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"continue_final_message\": true}", 400,
+                 "continue_final_message", "cannot both be true");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": 1}", 400,
+                 "chat_template_kwargs", "object");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
+                 400, "tools", "not supported");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"auto\"}", 400,
+                 "tool_choice", "not supported");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": "
+                 "\"json_object\"}}", 400, "response_format", "not supported");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}", 400, "echo",
+                 "not supported");
+    chat_refused("{\"model\": \"other\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 404, "model",
+                 "does not exist");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 126}", 400, "messages",
+                 "maximum context length is 128");
+    /* no template at all */
+    srv_gen_request r;
+    srv_api_error e;
+    CHECK(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", &r, &e, false) == -1);
+    srv_gen_request_free(&r);
+    CHECK_EQ_INT(e.status, 400);
+    CHECK_CONTAINS(e.message, "--chat-template");
+}
+
+/* ---- /tokenize and /detokenize ---------------------------------------------------------- */
+
+static void test_tokenize_and_detokenize_bodies(void) {
+    setup();
+    srv_tokenize_request t;
+    srv_api_error e;
+    json_t *o = body_of("{\"model\": \"stories\", \"prompt\": \"Once upon\", \"return_token_strs\": true}");
+    REQUIRE(srv_parse_tokenize(&ctx, o, &t, &e) == 0);
+    json_decref(o);
+    CHECK_EQ_INT(t.n_ids, 3);
+    CHECK(t.ids[0] == 1 && t.ids[1] == 403 && t.ids[2] == 407);
+    CHECK(t.return_token_strs);
+    free(t.ids);
+    o = body_of("{\"prompt\": \"Once upon\", \"add_special_tokens\": false}");
+    REQUIRE(srv_parse_tokenize(&ctx, o, &t, &e) == 0);
+    json_decref(o);
+    CHECK_EQ_INT(t.n_ids, 2);
+    free(t.ids);
+    static const char *const bad_tok[][2] = {
+        {"{}", "prompt"}, {"{\"prompt\": 5}", "prompt"}, {"{\"prompt\": \"a\", \"messages\": []}", "prompt"},
+        {"{\"prompt\": \"a\", \"add_special_tokens\": 1}", "add_special_tokens"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", "messages"}, /* no template */
+    };
+    for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
+        o = body_of(bad_tok[i][0]);
+        CHECK_MSG(srv_parse_tokenize(&ctx, o, &t, &e) == -1, "accepted %s", bad_tok[i][0]);
+        json_decref(o);
+        free(t.ids);
+        CHECK_EQ_INT(e.status, 400);
+        CHECK_MSG(strcmp(e.param, bad_tok[i][1]) == 0, "%s: param %s", bad_tok[i][0], e.param);
+    }
+
+    int32_t *ids;
+    size_t n;
+    o = body_of("{\"tokens\": [1, 403, 407]}");
+    REQUIRE(srv_parse_detokenize(&ctx, o, &ids, &n, &e) == 0);
+    json_decref(o);
+    CHECK_EQ_INT(n, 3);
+    free(ids);
+    o = body_of("{\"tokens\": []}");
+    REQUIRE(srv_parse_detokenize(&ctx, o, &ids, &n, &e) == 0);
+    json_decref(o);
+    CHECK_EQ_INT(n, 0);
+    free(ids);
+    static const char *const bad_detok[] = {"{}", "{\"tokens\": \"1 2\"}", "{\"tokens\": [1, 512]}",
+                                            "{\"tokens\": [1, \"a\"]}", "{\"tokens\": [1], \"model\": \"x\"}"};
+    for (size_t i = 0; i < sizeof bad_detok / sizeof bad_detok[0]; i++) {
+        o = body_of(bad_detok[i]);
+        CHECK_MSG(srv_parse_detokenize(&ctx, o, &ids, &n, &e) == -1, "accepted %s", bad_detok[i]);
+        json_decref(o);
+        CHECK(ids == NULL);
+        CHECK(e.status == (i == 4 ? 404 : 400));
+    }
+}
+
+int main(void) {
+    RUN(test_body_limit_is_413);
+    RUN(test_malformed_json_is_400_with_position);
+    RUN(test_unknown_model_is_404_model_not_found);
+    RUN(test_completion_defaults);
+    RUN(test_completion_every_field);
+    RUN(test_completion_prompt_forms);
+    RUN(test_completion_wrong_types_name_the_field);
+    RUN(test_completion_out_of_range_values);
+    RUN(test_completion_inconsistent_options);
+    RUN(test_prompt_longer_than_context_is_400);
+    RUN(test_chat_messages_through_the_template);
+    RUN(test_chat_errors);
+    RUN(test_tokenize_and_detokenize_bodies);
+    pdl_model_free(model);
+    return test_summary();
+}
