@@ -137,13 +137,26 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             for (int i = 0; i < rows * in; i++) x[i] = frand();
             for (int i = 0; i < out; i++) bias[i] = frand();
             pdl_matmul(pool, y, out, x, rows, &t, bias, false);
+            /* Q8_0 weights multiply Q8_0-quantized activations: the reference
+             * uses the same quantized values */
+            float *xe = malloc((size_t)rows * in * sizeof *xe);
+            memcpy(xe, x, (size_t)rows * in * sizeof *xe);
+            if (types[ti] == PDL_DTYPE_Q8_0) {
+                int8_t *q = malloc((size_t)in);
+                float *d = malloc((size_t)(in / 32) * sizeof *d);
+                for (int r = 0; r < rows; r++) {
+                    pdl_quantize_row_q8_0(x + (size_t)r * in, in, q, d);
+                    for (int i = 0; i < in; i++) xe[(size_t)r * in + i] = d[i / 32] * (float)q[i];
+                }
+                free(q), free(d);
+            }
             double worst = 0;
             for (int r = 0; r < rows; r++)
                 for (int o = 0; o < out; o++) {
                     double s = 0, mag = 0;
                     for (int i = 0; i < in; i++) {
-                        s += (double)ref[(size_t)o * in + i] * x[(size_t)r * in + i];
-                        mag += fabs((double)ref[(size_t)o * in + i] * x[(size_t)r * in + i]);
+                        s += (double)ref[(size_t)o * in + i] * xe[(size_t)r * in + i];
+                        mag += fabs((double)ref[(size_t)o * in + i] * xe[(size_t)r * in + i]);
                     }
                     s += bias[o];
                     double e = fabs(y[(size_t)r * out + o] - s) / (mag + 1e-30);
@@ -162,7 +175,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             float *y1 = malloc((size_t)out * sizeof *y1);
             pdl_matmul(pool, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
             CHECK(memcmp(y1, y + (size_t)3 * out, (size_t)out * sizeof(float)) == 0);
-            free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias);
+            free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias), free(xe);
         }
     }
     pdl_matmul_set_bf16_activations(true);
@@ -222,6 +235,10 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     }
                 CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", pdl_isa_name((pdl_isa)isa),
                           act16 ? "+bf16" : "", pdl_dtype_name(types[ti]), rows, out, in, worst);
+                /* Q8_0 follows one float order on every family: same bits */
+                if (types[ti] == PDL_DTYPE_Q8_0)
+                    CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s Q8_0 %dx%dx%d differs from scalar",
+                              pdl_isa_name((pdl_isa)isa), rows, out, in);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
                     pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
@@ -234,6 +251,26 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     pdl_isa_set(best);
     pdl_matmul_set_bf16_activations(true);
     pdl_threadpool_free(pool);
+}
+
+/* Activations quantize per 32-block as GGUF's Q8_0: scale amax/127 kept as
+ * a half, values rounded to nearest (ties to even). */
+static void test_q8_0_activation_quantization(void) {
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)(i - 20) * 0.25f;
+    x[40] = 0; /* second block: a mix with a zero */
+    int8_t q[64];
+    float d[2];
+    pdl_quantize_row_q8_0(x, 64, q, d);
+    CHECK(d[0] == pdl_f16_to_f32(pdl_f32_to_f16(5.0f / 127.0f))); /* amax of block 0 is |-20 * 0.25| = 5 */
+    CHECK_EQ_INT(q[0], -127);
+    CHECK_EQ_INT(q[20], 0);
+    CHECK_EQ_INT(q[40], 0);
+    CHECK_EQ_INT(q[63], 127);
+    float z[32] = {0};
+    pdl_quantize_row_q8_0(z, 32, q, d);
+    CHECK(d[0] == 0.0f);
+    for (int i = 0; i < 32; i++) CHECK_EQ_INT(q[i], 0);
 }
 
 static void test_rmsnorm_matches_definition(void) {
@@ -371,6 +408,7 @@ int main(void) {
     RUN(test_bf16_widens_exactly);
     RUN(test_matmul_matches_float64_for_every_dtype);
     RUN(test_simd_matmul_matches_scalar_on_ragged_shapes);
+    RUN(test_q8_0_activation_quantization);
     RUN(test_rmsnorm_matches_definition);
     RUN(test_rope_adjacent_pairs_equal_rotate_half_under_permutation);
     RUN(test_paged_attention_matches_contiguous_reference);

@@ -10,6 +10,7 @@
  */
 #include "kernels/matmul.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,29 +54,49 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
     return reduce_lanes(acc);
 }
 
-/* Q8_0: per block of 32, sum(q * x) then times the block's scale. */
-static float dot_q8_0(const uint8_t *w, const float *x, int64_t n) {
-    float acc[LANES] = {0};
-    for (int64_t b = 0; b < n / 32; b++) {
+/* Q8_0 weights multiply activations quantized the same way (per 32-block,
+ * as llama.cpp does in every quantized matmul). The order of the float
+ * operations is llama.cpp's x86 one, and every SIMD family here follows it
+ * too, bit for bit: per block, 8 lanes each hold the exact integer sum of 4
+ * consecutive products; lane j accumulates fma(sum_j, d_w * d_x, acc_j);
+ * the 8 lanes are added as (a0+a4 + a2+a6) + (a1+a5 + a3+a7). The order
+ * matters more than usual: the next layer's activation quantization rounds
+ * to integers, so a last-bit difference can move a logit by ~1e-3. */
+static float dot_q8_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb) {
+    float acc[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * 34;
         uint16_t d16;
         memcpy(&d16, blk, 2);
-        const int8_t *q = (const int8_t *)(blk + 2);
-        const float *xb = x + b * 32;
-        float part[LANES];
-        for (int j = 0; j < LANES; j++) part[j] = (float)q[j] * xb[j] + (float)q[j + 16] * xb[j + 16];
-        float d = pdl_f16_to_f32(d16);
-        for (int j = 0; j < LANES; j++) acc[j] += d * part[j];
+        const int8_t *q = (const int8_t *)(blk + 2), *x = xq + b * 32;
+        float d = pdl_f16_to_f32(d16) * xd[b];
+        for (int j = 0; j < 8; j++) {
+            int32_t p = 0;
+            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
+            acc[j] = fmaf((float)p, d, acc[j]);
+        }
     }
-    return reduce_lanes(acc);
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
 }
 
-float pdl_dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in) {
+void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        for (int j = 0; j < 32; j++) qs[b * 32 + j] = (int8_t)lrintf(xb[j] * inv); /* nearest, ties to even */
+        d[b] = pdl_f16_to_f32(pdl_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
+    }
+}
+
+/* One portable dot product of a weight row with x[in] (not Q8_0). */
+static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in) {
     switch (dtype) {
     case PDL_DTYPE_F32: return dot_f32((const float *)w_row, x, in);
     case PDL_DTYPE_F16: return dot_f16((const uint16_t *)w_row, x, in);
     case PDL_DTYPE_BF16: return dot_bf16((const uint16_t *)w_row, x, in);
-    case PDL_DTYPE_Q8_0: return dot_q8_0((const uint8_t *)w_row, x, in);
     default: return 0.0f;
     }
 }
@@ -83,6 +104,8 @@ float pdl_dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t in
 typedef struct matmul_task {
     const pdl_tile_kernels *tiles; /* NULL: the portable path */
     const uint16_t *x_bf16;        /* x rounded to BF16, for tiles that take it */
+    const int8_t *xq;              /* Q8_0 weights: x quantized per 32-block [n_rows][in] */
+    const float *xd;               /* ... and its block scales [n_rows][in / 32] */
     float *y;
     int64_t ldy;
     const float *x;
@@ -109,7 +132,9 @@ static void matmul_worker(void *p, int ith, int nth) {
             const float *xr = t->x + r * t->in;
             float *yr = t->y + r * t->ldy;
             for (int64_t o = o0; o < o1; o++) {
-                float v = pdl_dot_row(t->w->dtype, wbase + (size_t)o * t->w_row_bytes, xr, t->in);
+                const uint8_t *wr = wbase + (size_t)o * t->w_row_bytes;
+                float v = t->xq ? dot_q8_0_q8(wr, t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32)
+                                : dot_row(t->w->dtype, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
             }
@@ -140,8 +165,12 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
             int cols = (int)(t->out - o0 < TC ? t->out - o0 : TC);
             for (int64_t r = rb; r < re; r += TR) {
                 int rows = (int)(re - r < TR ? re - r : TR);
-                tile((const float *)(const void *)(xbase + (size_t)r * (size_t)t->in * xsize), t->in, rows, wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in,
-                     tmp, TC);
+                if (t->xq)
+                    tk->q8(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
+                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
+                else
+                    tile((const float *)(const void *)(xbase + (size_t)r * (size_t)t->in * xsize), t->in, rows,
+                         wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC);
                 for (int i = 0; i < rows; i++) {
                     float *yr = t->y + (r + i) * t->ldy + o0;
                     for (int j = 0; j < cols; j++) {
@@ -167,6 +196,10 @@ bool pdl_matmul_bf16_activations(void) {
     return bf16_act;
 }
 
+static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
+    return dtype == PDL_DTYPE_Q8_0 ? tk->q8 != NULL : tk->fn[dtype] != NULL;
+}
+
 static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
     const pdl_tile_kernels *tk = NULL;
     switch (pdl_isa_active()) {
@@ -179,7 +212,7 @@ static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
     case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
     default: return NULL;
     }
-    return tk->fn[dtype] ? tk : NULL;
+    return family_has(tk, dtype) ? tk : NULL;
 }
 
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
@@ -191,6 +224,25 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
     };
     if (n_rows == 0) return;
+    if (w->dtype == PDL_DTYPE_Q8_0) {
+        /* quantize the activations once: every column tile reads them */
+        static _Thread_local int8_t *qbuf;
+        static _Thread_local float *dbuf;
+        static _Thread_local size_t qcap;
+        size_t need = (size_t)(n_rows * t.in);
+        if (need > qcap) {
+            int8_t *nq = realloc(qbuf, need);
+            if (nq) qbuf = nq;
+            float *nd = realloc(dbuf, (need / 32 + 1) * sizeof *nd);
+            if (nd) dbuf = nd;
+            if (!nq || !nd) return; /* out of memory: y is left as it was */
+            qcap = need;
+        }
+        for (int64_t r = 0; r < n_rows; r++)
+            pdl_quantize_row_q8_0(x + r * t.in, t.in, qbuf + r * t.in, dbuf + r * (t.in / 32));
+        t.xq = qbuf;
+        t.xd = dbuf;
+    }
     if (t.tiles && t.tiles->x_bf16) {
         /* pack the activations once: every column tile reads them */
         static _Thread_local uint16_t *buf;

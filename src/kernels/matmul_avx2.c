@@ -77,33 +77,26 @@ DEFINE_TILE(tile_f32, w8_f32, float)
 DEFINE_TILE(tile_f16, w8_f16, uint16_t)
 DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
 
-static inline __m256 q8_quarter(const int8_t *q) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
-}
-
-/* Q8_0: per 32-block, p = sum of the four 8-wide products (mul, fma, fma,
- * fma), then acc += d * p. */
-static void tile_q8_0(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
-                      float *out, int64_t ldo) {
-    int64_t nb = in / 32;
+/* Q8_0 x Q8_0, one 32-block per ymm: |w| times x with w's sign through
+ * maddubs + madd (8 exact int32 partial sums), converted and scaled by
+ * d_w * d_x lane-wise into one accumulator per element. */
+static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    const __m256i ones = _mm256_set1_epi16(1);
     for (int r = 0; r < rows; r++) {
         __m256 acc[TC];
         for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
-            const float *xb = x + r * ldx + b * 32;
-            __m256 x0 = _mm256_loadu_ps(xb), x1 = _mm256_loadu_ps(xb + 8), x2 = _mm256_loadu_ps(xb + 16),
-                   x3 = _mm256_loadu_ps(xb + 24);
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (r * nb + b) * 32));
+            float dx = xd[r * nb + b];
             for (int c = 0; c < cols; c++) {
                 const uint8_t *blk = w + c * wrb + b * 34;
                 uint16_t d16;
                 memcpy(&d16, blk, 2);
-                __m256 d = _mm256_cvtph_ps(_mm_set1_epi16((short)d16));
-                const int8_t *q = (const int8_t *)blk + 2;
-                __m256 p = _mm256_mul_ps(q8_quarter(q), x0);
-                p = _mm256_fmadd_ps(q8_quarter(q + 8), x1, p);
-                p = _mm256_fmadd_ps(q8_quarter(q + 16), x2, p);
-                p = _mm256_fmadd_ps(q8_quarter(q + 24), x3, p);
-                acc[c] = _mm256_fmadd_ps(d, p, acc[c]);
+                __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
+                __m256 s = _mm256_set1_ps(_cvtsh_ss(d16) * dx);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[c]);
             }
         }
         for (int c = 0; c < cols; c++) out[r * ldo + c] = hsum8(acc[c]);
@@ -113,8 +106,8 @@ static void tile_q8_0(const float *x, int64_t ldx, int rows, const uint8_t *w, s
 const pdl_tile_kernels pdl_tiles_avx2 = {
     .tile_rows = TR,
     .tile_cols = TC,
-    .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16,
-           [PDL_DTYPE_Q8_0] = tile_q8_0},
+    .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
+    .q8 = tile_q8_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

@@ -1,6 +1,6 @@
 /*
  * matmul_avx512.c - AVX-512 tiles for F32, F16 (F16C), BF16 (exact widening)
- * and Q8_0 weights with F32 activations. Compiled with AVX-512 flags (see
+ * and Q8_0 weights with F32 activations. Q8_0 weights take Q8_0-quantized activations. Compiled with AVX-512 flags (see
  * CMakeLists.txt); called only when the CPU has them.
  *
  * Tile: 4 rows x 4 weight rows = 16 zmm accumulators, each a 16-lane
@@ -75,49 +75,77 @@ DEFINE_TILE(tile_f32, load_f32, load_f32_m)
 DEFINE_TILE(tile_f16, load_f16, load_f16_m)
 DEFINE_TILE(tile_bf16, load_bf16, load_bf16_m)
 
-/* Q8_0: per 32-block, p = q_lo * x_lo + q_hi * x_hi (one multiply, one FMA),
- * then acc += d * p. */
-static inline __m512 q8_half(const int8_t *q) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+/* Q8_0 x Q8_0: two 32-blocks per zmm for the integer work (|w| times x with
+ * w's sign through maddubs + madd: 8 exact int32 lane sums per block), then
+ * the two blocks' lanes are folded into an 8-lane accumulator one block
+ * after the other, in the order of the portable reference (matmul.c), so
+ * Q8_0 results are the same bits on every instruction set. */
+static inline __m512i q8_pair(const uint8_t *blk0, bool two) {
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(blk0 + 2));
+    __m256i hi = two ? _mm256_loadu_si256((const __m256i *)(blk0 + 34 + 2)) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-static void tile_q8_0(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
-                      float *out, int64_t ldo) {
-    int64_t nb = in / 32;
-    for (int r0 = 0; r0 < rows; r0 += 2) {
-        int nr = rows - r0 < 2 ? rows - r0 : 2;
-        __m512 acc[2][TC];
-        for (int r = 0; r < 2; r++)
-            for (int c = 0; c < TC; c++) acc[r][c] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            __m512 xl[2], xh[2];
-            for (int r = 0; r < nr; r++) {
-                const float *xr = x + (r0 + r) * ldx + b * 32;
-                xl[r] = _mm512_loadu_ps(xr);
-                xh[r] = _mm512_loadu_ps(xr + 16);
-            }
-            for (int c = 0; c < cols; c++) {
-                const uint8_t *blk = w + c * wrb + b * 34;
-                uint16_t d16;
-                memcpy(&d16, blk, 2);
-                __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16((short)d16));
-                __m512 ql = q8_half((const int8_t *)blk + 2), qh = q8_half((const int8_t *)blk + 18);
-                for (int r = 0; r < nr; r++) {
-                    __m512 p = _mm512_fmadd_ps(qh, xh[r], _mm512_mul_ps(ql, xl[r]));
-                    acc[r][c] = _mm512_fmadd_ps(d, p, acc[r][c]);
-                }
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, const float *xd, int64_t nb, int nr,
+                                                          const uint8_t *w, size_t wrb, int nc, float *out,
+                                                          int64_t ldo) {
+    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+    __m256 acc[TR][TC];
+    for (int r = 0; r < TR; r++)
+        for (int c = 0; c < TC; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 2) {
+        bool two = b + 1 < nb;
+        __m512i wa[TC], wq[TC];
+        float dw0[TC], dw1[TC];
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 34;
+            wq[c] = q8_pair(blk, two);
+            wa[c] = _mm512_abs_epi8(wq[c]);
+            uint16_t d0, d1 = 0;
+            memcpy(&d0, blk, 2);
+            if (two) memcpy(&d1, blk + 34, 2);
+            dw0[c] = _cvtsh_ss(d0);
+            dw1[c] = _cvtsh_ss(d1);
+        }
+        for (int r = 0; r < nr; r++) {
+            const int8_t *xr = xq + (r * nb + b) * 32;
+            __m512i xv = two ? _mm512_loadu_si512(xr)
+                             : _mm512_inserti64x4(zero, _mm256_loadu_si256((const __m256i *)xr), 0);
+            const float *dr = xd + r * nb + b;
+            for (int c = 0; c < nc; c++) {
+                __mmask64 neg = _mm512_movepi8_mask(wq[c]);
+                __m512i sx = _mm512_mask_sub_epi8(xv, neg, zero, xv);
+                __m512 pf = _mm512_cvtepi32_ps(_mm512_madd_epi16(_mm512_maddubs_epi16(wa[c], sx), ones));
+                acc[r][c] = _mm256_fmadd_ps(_mm512_castps512_ps256(pf), _mm256_set1_ps(dw0[c] * dr[0]), acc[r][c]);
+                if (two)
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pf), 1)),
+                                                _mm256_set1_ps(dw1[c] * dr[1]), acc[r][c]);
             }
         }
-        for (int r = 0; r < nr; r++)
-            for (int c = 0; c < cols; c++) out[(r0 + r) * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
     }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r * ldo + c] = hsum8(acc[r][c]);
+}
+
+static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo);
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo);
 }
 
 const pdl_tile_kernels pdl_tiles_avx512 = {
     .tile_rows = TR,
     .tile_cols = TC,
-    .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16,
-           [PDL_DTYPE_Q8_0] = tile_q8_0},
+    .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
+    .q8 = tile_q8_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

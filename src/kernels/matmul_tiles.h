@@ -20,9 +20,15 @@
 typedef void (*pdl_tile_fn)(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t w_row_bytes, int cols,
                             int64_t in, float *out, int64_t ldo);
 
+/* Q8_0 weights x Q8_0-quantized activations: row r of x is xq + r*ldb*32
+ * int8 values with block scales xd + r*ldb; nb blocks per row. */
+typedef void (*pdl_tile_q8_fn)(const int8_t *xq, const float *xd, int64_t ldb, int rows, const uint8_t *w,
+                               size_t w_row_bytes, int cols, float *out, int64_t ldo);
+
 typedef struct pdl_tile_kernels {
     int tile_rows, tile_cols;
-    pdl_tile_fn fn[PDL_DTYPE_COUNT]; /* NULL: the family lacks this dtype */
+    pdl_tile_fn fn[PDL_DTYPE_COUNT]; /* float activations; NULL: the family lacks this dtype */
+    pdl_tile_q8_fn q8;               /* Q8_0 weights; NULL: lacks it */
     /* The tiles take activations rounded to BF16: x then points to uint16
      * values and ldx counts them (matmul.c converts once per call). */
     bool x_bf16;
