@@ -340,6 +340,14 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                     float q[HD], out[HD], scores[NPOS];
                     for (int i = 0; i < HD; i++) q[i] = frand();
                     int kvh = h / (NH / NKV);
+                    /* every build of the body: scalar, AVX2, AVX-512 (the SIMD ones only where the CPU has them) */
+                    typedef void (*head_fn)(float *, const float *, int, int, float, int, int, const pdl_attn_kv *, float *);
+                    head_fn fns[3] = {pdl_attention_head_scalar, pdl_attention_head_avx2, pdl_attention_head_avx512};
+                    float outs[3][HD];
+                    int n_fns = 1 + (pdl_isa_best() >= PDL_ISA_AVX2) + (pdl_isa_best() >= PDL_ISA_AVX512);
+                    for (int fi = 0; fi < n_fns; fi++) fns[fi](outs[fi], q, HD, kvh, 0.35f, pos, windows[wi], &kv, scores);
+                    for (int fi = 1; fi < n_fns; fi++)
+                        for (int i = 0; i < HD; i++) CHECK(fabs(outs[fi][i] - outs[0][i]) < 1e-5);
                     pdl_attention_head(out, q, HD, kvh, 0.35f, pos, windows[wi], &kv, scores);
                     int first = windows[wi] && pos - windows[wi] + 1 > 0 ? pos - windows[wi] + 1 : 0;
                     double s[NPOS], mx = -1e300, sum = 0;

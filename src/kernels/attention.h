@@ -29,4 +29,13 @@ typedef struct pdl_attn_kv {
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale,
                         int pos, int window, const pdl_attn_kv *kv, float *scores);
 
+/* The builds of the same body per instruction set (pdl_attention_head picks
+ * the process's); exposed for the tests that compare them. */
+void pdl_attention_head_scalar(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
+                               int window, const pdl_attn_kv *kv, float *scores);
+void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
+                             int window, const pdl_attn_kv *kv, float *scores);
+void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
+                               int window, const pdl_attn_kv *kv, float *scores);
+
 #endif
