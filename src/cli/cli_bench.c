@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/bench_roofline.h"
 #include "cli/cli_args.h"
 #include "model/model.h"
 
@@ -40,6 +41,7 @@ typedef struct bench_result {
     int n_samples;
     double mean, sd, median;
     double gbps; /* decode: weight bytes read per token x tokens/s (batch 1) */
+    double gflops; /* achieved: the test's floating-point work per second */
 } bench_result;
 
 /* ---- timing one run through the engine ------------------------------------ */
@@ -178,15 +180,32 @@ static double weight_bytes_per_token(const pdl_model *m) {
     return b;
 }
 
+/* Multiply-adds x 2 of one prompt of n tokens (matmuls, attention over the
+ * causal prefix, the head on the sampled row) or of one decoded token at
+ * context position ctx. */
+static double flops_prompt(const pdl_model *m, int n) {
+    const pdl_model_config *c = &m->cfg;
+    double per_tok = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const pdl_layer_weights *w = &m->w.layers[l];
+        per_tok += (double)pdl_tensor_nelems(&w->wq) + pdl_tensor_nelems(&w->wk) + pdl_tensor_nelems(&w->wv) +
+                   pdl_tensor_nelems(&w->wo) + pdl_tensor_nelems(&w->w_gate) + pdl_tensor_nelems(&w->w_up) +
+                   pdl_tensor_nelems(&w->w_down);
+    }
+    double attn = 2.0 * c->n_layers * c->n_heads * c->head_dim * ((double)n * (n + 1) / 2);
+    return 2.0 * (per_tok * n + attn + (double)c->vocab * c->hidden);
+}
+
 /* ---- command ------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
     fprintf(f, "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-r 5] [--batch 1,4,16] [--threads N]\n"
-               "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--json | --csv]\n"
+               "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--roofline] [--json | --csv]\n"
                "  -p LIST      prompt lengths for ppN tests (0 to skip)\n"
                "  -n N         generated tokens for tgN tests (0 to skip)\n"
                "  -r N         repetitions after one warm-up run (default 5)\n"
-               "  --batch LIST sequences decoding together in tgN tests (default 1)\n");
+               "  --batch LIST sequences decoding together in tgN tests (default 1)\n"
+               "  --roofline   also measure the machine's peak GFLOP/s and read bandwidth and report fractions\n");
 }
 
 static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
@@ -208,7 +227,7 @@ int cli_bench(int argc, char **argv) {
     const char *model_path = NULL;
     int pp[8] = {512}, n_pp = 1, batches[8] = {1}, n_batches = 1;
     long n_gen = 128, reps = 5, threads = 0;
-    bool json = false, csv = false;
+    bool json = false, csv = false, roofline = false;
     pdl_engine_options eo = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -219,6 +238,8 @@ int cli_bench(int argc, char **argv) {
             json = true;
         } else if (strcmp(a, "--csv") == 0) {
             csv = true;
+        } else if (strcmp(a, "--roofline") == 0) {
+            roofline = true;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -311,15 +332,25 @@ int cli_bench(int argc, char **argv) {
         if (rc == CLI_OK) {
             summarize(r);
             r->gbps = r->n_gen > 1 && r->batch == 1 ? wbytes * r->median / 1e9 : 0;
+            r->gflops = r->n_gen == 1 ? flops_prompt(model, r->n_prompt) * r->median / r->n_prompt / 1e9
+                                      : flops_prompt(model, 1) * r->median / 1e9;
         }
     }
     if (tty) fprintf(stderr, "\r%*s\r", 60, "");
+    struct rusage ru; /* before the roofline's 1 GiB buffer */
+    getrusage(RUSAGE_SELF, &ru);
+    bench_roofline roof = {0};
+    if (rc == CLI_OK && roofline) {
+        if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
+        bench_roofline_measure((int)threads, &roof);
+    }
+    /* the peak that bounds these weights: BF16 dot products for BF16 weights
+     * on CPUs that have them, F32 FMA otherwise */
+    double peak = strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 ? roof.bf16_gflops : roof.f32_gflops;
     if (rc == CLI_OK) {
         char cpu[256], feats[256];
         cpu_model(cpu, sizeof cpu);
         cpu_features(feats, sizeof feats);
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
         int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         const char *logits = st.selective_logits ? "selective" : "full";
         const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
@@ -335,9 +366,15 @@ int cli_bench(int argc, char **argv) {
                 printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
                        "\"cpu\": \"%s\", \"isa\": \"portable C\", \"cpu_features\": \"%s\", \"threads\": %d, "
                        "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
-                       "\"peak_rss_mb\": %.1f}%s\n",
+                       "\"peak_rss_mb\": %.1f, \"gflops\": %.1f",
                        r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, feats, nthreads, model_path,
-                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, t + 1 < n_results ? "," : "");
+                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops);
+                if (roofline)
+                    printf(", \"roofline\": {\"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, \"fraction_of_peak\": %.3f, "
+                           "\"fraction_of_bandwidth\": %.3f}",
+                           peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
+                           roof.read_gbs > 0 ? r->gbps / roof.read_gbs : 0);
+                printf("}%s\n", t + 1 < n_results ? "," : "");
             }
             printf("]\n");
         } else if (csv) {
@@ -362,6 +399,19 @@ int cli_bench(int argc, char **argv) {
             }
             printf("\ncommit %s, gcc %s (%s), %s [%s], peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu,
                    feats, ru.ru_maxrss / 1024.0);
+            if (roofline) {
+                printf("roofline: peak %.0f GFLOP/s (%s), read bandwidth %.1f GB/s\n", peak,
+                       peak == roof.bf16_gflops && peak > 0 ? "BF16 dot" : "F32 FMA", roof.read_gbs);
+                for (int t = 0; t < n_results; t++) {
+                    bench_result *r = &results[t];
+                    if (r->n_gen == 1)
+                        printf("  %s: %.1f GFLOP/s = %.0f%% of peak\n", r->test, r->gflops,
+                               peak > 0 ? 100 * r->gflops / peak : 0);
+                    else if (r->batch == 1)
+                        printf("  %s: %.1f GB/s of weights = %.0f%% of bandwidth\n", r->test, r->gbps,
+                               roof.read_gbs > 0 ? 100 * r->gbps / roof.read_gbs : 0);
+                }
+            }
         }
     }
     pdl_engine_free(e);

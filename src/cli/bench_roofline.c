@@ -1,0 +1,136 @@
+/*
+ * bench_roofline.c - the machine's measured limits for `pagedlm bench
+ * --roofline`: F32 FMA and BF16 dot-product peak GFLOP/s on every thread,
+ * and read bandwidth, so a result can be given as a fraction of what the
+ * hardware can do. Small kernels written for the measurement only.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli/bench_roofline.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/threadpool.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define ITERS 4000000L
+
+typedef struct peak_task {
+    int kind;        /* 0: F32 FMA, 1: BF16 dot */
+    double sink[64];
+} peak_task;
+
+#if defined(__x86_64__)
+/* 12 independent FMA chains: enough to hide the latency on current cores. */
+__attribute__((target("avx512f"))) static double fma_loop_avx512(void) {
+    __m512 a[12], m = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm512_fmadd_ps(a[i], m, c);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double bf16_loop_avx512(void) {
+    __m512 a[12];
+    __m512i x = _mm512_set1_epi16(0x3f80), y = _mm512_set1_epi16(0x3a80);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbf16_ps(a[i], (__m512bh)x, (__m512bh)y);
+    __m512 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
+    __m256 a[12], m = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-9f);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_fmadd_ps(a[i], m, c);
+    __m256 s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_ps(s, a[i]);
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    return t[0];
+}
+#endif
+
+static void peak_worker(void *p, int ith, int nth) {
+    peak_task *t = p;
+    double r = 0;
+#if defined(__x86_64__)
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
+    else r = f->avx512f ? fma_loop_avx512() : f->avx2 ? fma_loop_avx2() : 0;
+#endif
+    t->sink[ith % 64] = r;
+    (void)nth;
+}
+
+typedef struct bw_task {
+    const float *buf;
+    size_t n;
+    double sink[64];
+} bw_task;
+
+static void bw_worker(void *p, int ith, int nth) {
+    bw_task *t = p;
+    long b, e;
+    pdl_split_range((long)(t->n / 64), ith, nth, &b, &e);
+    float acc[16] = {0};
+    for (long i = b * 64; i < e * 64; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += t->buf[i + j];
+    double s = 0;
+    for (int j = 0; j < 16; j++) s += acc[j];
+    t->sink[ith % 64] = s;
+}
+
+int bench_roofline_measure(int n_threads, bench_roofline *out) {
+    memset(out, 0, sizeof *out);
+    pdl_threadpool *pool = pdl_threadpool_new(n_threads);
+    if (!pool) return -1;
+    int nth = pdl_threadpool_size(pool);
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    int lanes = f->avx512f ? 16 : f->avx2 ? 8 : 0;
+    peak_task pt = {.kind = 0};
+    double t0 = now_s();
+    pdl_threadpool_run(pool, peak_worker, &pt);
+    double dt = now_s() - t0;
+    if (lanes) out->f32_gflops = 2.0 * lanes * 12.0 * ITERS * nth / dt / 1e9;
+    if (f->avx512bf16) {
+        pt.kind = 1;
+        t0 = now_s();
+        pdl_threadpool_run(pool, peak_worker, &pt);
+        dt = now_s() - t0;
+        out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / dt / 1e9; /* 2 products + 2 adds per lane */
+    }
+    /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
+    size_t n = (size_t)1 << 28;
+    float *buf = malloc(n * sizeof *buf);
+    if (buf) {
+        for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
+        bw_task bt = {.buf = buf, .n = n};
+        for (int rep = 0; rep < 3; rep++) {
+            t0 = now_s();
+            pdl_threadpool_run(pool, bw_worker, &bt);
+            dt = now_s() - t0;
+            double gbs = (double)n * sizeof(float) / dt / 1e9;
+            if (gbs > out->read_gbs) out->read_gbs = gbs;
+        }
+        free(buf);
+    }
+    pdl_threadpool_free(pool);
+    return 0;
+}
