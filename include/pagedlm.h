@@ -394,7 +394,8 @@ int pdl_chat_template_from_source(pdl_chat_template **out, const char *source, c
  * defined first and the context's keys override them; tools and documents
  * default to None, add_generation_prompt to false. *text is malloc'ed and
  * NUL-terminated (*len bytes when len != NULL). A template error, e.g. its
- * raise_exception, fails with "chat template line N: MESSAGE". */
+ * raise_exception, fails with "chat template line N: MESSAGE". Several
+ * threads may render with one template at once. */
 int pdl_chat_template_render(const pdl_chat_template *t, const char *context_json, char **text, size_t *len,
                              pdl_error *err);
 void pdl_chat_template_free(pdl_chat_template *t);

@@ -7,6 +7,7 @@
  * /tokenize and /detokenize bodies. Uses stories260K's tokenizer
  * (vocabulary 512, context 128).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <string.h>
 
@@ -95,6 +96,7 @@ static void test_unknown_model_is_404_model_not_found(void) {
     srv_api_error e;
     srv_gen_request r;
     completion("{\"model\": \"gpt-4\", \"prompt\": \"hi\"}", &r, &e);
+    srv_gen_request_free(&r);
     CHECK(e.code && strcmp(e.code, "model_not_found") == 0);
     refused("{\"model\": 3, \"prompt\": \"hi\"}", 400, "model", "must be a string");
     CHECK(completion("{\"model\": \"stories\", \"prompt\": \"hi\"}", &r, &e) == 0);
@@ -298,6 +300,7 @@ static void test_prompt_longer_than_context_is_400(void) {
     body[15] = '2';
     refused(body, 400, "prompt", "maximum context length is 128 tokens. However, you requested 129 tokens");
     completion(body, &r, &e);
+    srv_gen_request_free(&r);
     CHECK(e.code && strcmp(e.code, "context_length_exceeded") == 0);
     /* the default max_tokens (16) counts too */
     refused("{\"prompt\": \"Once upon a time there was a girl\", \"max_tokens\": 120}", 400, "prompt",

@@ -91,6 +91,7 @@ typedef struct prompt_lp {
 } prompt_lp;
 
 typedef struct prompt_state {
+    size_t n;           /* prompt tokens */
     char **piece;       /* [n_ids] each prompt token's text in running decode (lazily) */
     prompt_lp *lp;      /* [n_ids] */
 } prompt_state;
@@ -112,6 +113,7 @@ struct srv_response {
     char *model_name, *id;
     long long created;
     int n;               /* sequences per prompt */
+    int n_prompts;
     int n_choices;
     choice *choices;
     prompt_state *prompts;
@@ -127,6 +129,7 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
     r->req = req;
     r->created = created;
     r->n = req->params.n > 0 ? req->params.n : 1;
+    r->n_prompts = req->n_prompts;
     r->n_choices = req->n_prompts * r->n;
     r->model_name = strdup(model_name);
     r->id = strdup(id);
@@ -135,6 +138,7 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
     bool ok = r->model_name && r->id && r->choices && r->prompts;
     for (int p = 0; ok && p < req->n_prompts; p++) {
         r->prompt_tokens += (int)req->prompts[p].n_ids;
+        r->prompts[p].n = req->prompts[p].n_ids;
         r->prompts[p].piece = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].piece);
         r->prompts[p].lp = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].lp);
         ok = r->prompts[p].piece && r->prompts[p].lp;
@@ -158,9 +162,8 @@ void srv_response_free(srv_response *r) {
         sbuf_free(&r->choices[i].text);
         json_decref(r->choices[i].lp);
     }
-    for (int p = 0; r->prompts && p < r->req->n_prompts; p++) {
-        size_t n = r->req->prompts[p].n_ids;
-        for (size_t k = 0; k < n; k++) {
+    for (int p = 0; r->prompts && p < r->n_prompts; p++) {
+        for (size_t k = 0; k < r->prompts[p].n; k++) {
             if (r->prompts[p].piece) free(r->prompts[p].piece[k]);
             if (r->prompts[p].lp) free(r->prompts[p].lp[k].top);
         }

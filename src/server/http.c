@@ -174,8 +174,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     stream_ctx *st = cls;
     srv_engine_cancel(st->server->engine, st->call); /* nothing when it already finished */
+    srv_response_free(st->resp); /* before the call: it reads the call's request */
     srv_call_release(st->call);
-    srv_response_free(st->resp);
     sbuf_free(&st->out);
     free(st);
 }
@@ -229,8 +229,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     if (gone || cs == SRV_CALL_FAILED) {
         srv_events_free(evs);
         srv_engine_cancel(s->engine, call);
-        srv_call_release(call);
         srv_response_free(resp);
+        srv_call_release(call);
         if (gone) return MHD_NO; /* drop the connection */
         return send_error(conn, rc, &err);
     }
@@ -240,8 +240,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         if (!st) {
             srv_events_free(evs);
             srv_engine_cancel(s->engine, call);
-            srv_call_release(call);
             srv_response_free(resp);
+            srv_call_release(call);
             return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
         }
         st->server = s;
@@ -277,8 +277,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         next_check = now_s() + WAIT_MS / 1000.0;
         if (client_gone(fd)) {
             srv_engine_cancel(s->engine, call);
-            srv_call_release(call);
             srv_response_free(resp);
+            srv_call_release(call);
             return MHD_NO;
         }
     }
@@ -290,8 +290,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         char *out = srv_response_body(resp, &len);
         res = send_json(conn, rc, 200, out, len);
     }
-    srv_call_release(call);
     srv_response_free(resp);
+    srv_call_release(call);
     return res;
 }
 

@@ -112,9 +112,8 @@ static void *loader_main(void *arg) {
                 info.n_layers, info.vocab, info.ctx_len, chat ? "chat template ready" : "no chat template",
                 s->model_name);
     } else {
-        srv_chat_free(chat);
+        srv_chat_free(chat); /* the caller reports the error (srv_get_state) */
         pdl_model_free(model);
-        srv_log(s, "error: %s", err.message);
     }
     return NULL;
 }

@@ -133,9 +133,10 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
         pdl_fail(err, "out of memory");
         goto done;
     }
-    if (file_exists(cfg_path) && pdl_json_load_file(cfg_path, 0, &cfg, err)) goto done;
+    /* JSON_DECODE_INT_AS_REAL: model_max_length is often too big for int64 */
+    if (file_exists(cfg_path) && pdl_json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &cfg, err)) goto done;
     if (cfg) add_specials_from(t->specials, cfg);
-    if (file_exists(stm) && pdl_json_load_file(stm, 0, &sm, err)) goto done;
+    if (file_exists(stm) && pdl_json_load_file(stm, JSON_DECODE_INT_AS_REAL, &sm, err)) goto done;
     if (sm) add_specials_from(t->specials, sm);
 
     if (file_exists(jinja)) {
@@ -147,7 +148,7 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
         if (r) goto done;
     }
     if (file_exists(cjson)) {
-        if (pdl_json_load_file(cjson, 0, &cj, err)) goto done;
+        if (pdl_json_load_file(cjson, JSON_DECODE_INT_AS_REAL, &cj, err)) goto done;
         if (add_from_json_field(t, json_object_get(cj, "chat_template"), cjson, err)) goto done;
     }
     if (cfg && add_from_json_field(t, json_object_get(cfg, "chat_template"), cfg_path, err)) goto done;

@@ -236,6 +236,9 @@ TMPL_NORETURN static void unsupported(rt *r, const char *op, tv a, tv b) {
     rt_fail(r, "unsupported operand type(s) for %s: '%s' and '%s'", op, tv_type_name(a), tv_type_name(b));
 }
 
+/* lists and tuples support + and *; ranges, generators and views do not */
+static bool is_repeatable(tv v) { return v.kind == TV_LIST && (v.sub == LIST_PLAIN || v.sub == LIST_TUPLE); }
+
 static tv concat_lists(rt *r, tv a, tv b) {
     tv out = tv_list_new(r, a.u.l->n + b.u.l->n, a.sub);
     if (a.u.l->n) memcpy(out.u.l->items, a.u.l->items, a.u.l->n * sizeof(tv));
@@ -332,11 +335,11 @@ tv rt_binop(rt *r, int op, tv a, tv b) {
         if (nums) return tv_float(tv_num(a) * tv_num(b));
         if (a.kind == TV_STR && is_intlike(b)) return str_repeat(r, a, as_int(b));
         if (b.kind == TV_STR && is_intlike(a)) return str_repeat(r, b, as_int(a));
-        if (a.kind == TV_LIST && (a.sub == LIST_PLAIN || a.sub == LIST_TUPLE) && is_intlike(b)) return repeat_list(r, a, as_int(b));
-        if (b.kind == TV_LIST && (b.sub == LIST_PLAIN || b.sub == LIST_TUPLE) && is_intlike(a)) return repeat_list(r, b, as_int(a));
-        if (a.kind == TV_STR || a.kind == TV_LIST)
+        if (is_repeatable(a) && is_intlike(b)) return repeat_list(r, a, as_int(b));
+        if (is_repeatable(b) && is_intlike(a)) return repeat_list(r, b, as_int(a));
+        if (a.kind == TV_STR || is_repeatable(a))
             rt_fail(r, "can't multiply sequence by non-int of type '%s'", tv_type_name(b));
-        if (b.kind == TV_STR || b.kind == TV_LIST)
+        if (b.kind == TV_STR || is_repeatable(b))
             rt_fail(r, "can't multiply sequence by non-int of type '%s'", tv_type_name(a));
         unsupported(r, "*", a, b);
     case BIN_DIV:
@@ -389,7 +392,6 @@ tv rt_binop(rt *r, int op, tv a, tv b) {
 static bool contains(rt *r, tv container, tv item) {
     switch (container.kind) {
     case TV_STR:
-        if (item.kind == TV_UNDEF) tv_undef_fail(r, item);
         if (item.kind != TV_STR) rt_fail(r, "'in <string>' requires string as left operand, not %s", tv_type_name(item));
         if (item.u.s.n == 0) return true;
         if (item.u.s.n > container.u.s.n) return false;
@@ -768,6 +770,18 @@ static int exec_for(rt *r, const tnode *n) {
     return CTL_NONE;
 }
 
+/* The output of a set or filter block's body, run in its own scope (its
+ * assignments and macros stay inside, as in Jinja2). */
+static tv capture_in_scope(rt *r, const tnode *body) {
+    scope *outer = SC(r);
+    SC(r) = scope_new(r, outer);
+    capture_begin(r);
+    exec(r, body);
+    tv v = capture_end(r);
+    SC(r) = outer;
+    return v;
+}
+
 static int exec_inner(rt *r, const tnode *n) {
     switch (n->kind) {
     case N_BODY: return exec_body(r, n);
@@ -784,9 +798,7 @@ static int exec_inner(rt *r, const tnode *n) {
         return CTL_NONE;
     }
     case N_SETBLOCK: {
-        capture_begin(r);
-        exec(r, n->d);
-        tv v = capture_end(r);
+        tv v = capture_in_scope(r, n->d);
         if (n->b) v = apply_filter_chain(r, n->b, v);
         r->line = n->line;
         assign(r, n->a, v);
@@ -795,9 +807,7 @@ static int exec_inner(rt *r, const tnode *n) {
     case N_MACRO: scope_set(r, SC(r), n->s, n->n, make_macro(r, n)); return CTL_NONE;
     case N_CALLBLOCK: output_value(r, eval_call(r, n->a, make_macro(r, n))); return CTL_NONE;
     case N_FILTERBLOCK: {
-        capture_begin(r);
-        exec(r, n->d);
-        tv v = capture_end(r);
+        tv v = capture_in_scope(r, n->d);
         output_value(r, apply_filter_chain(r, n->b, v));
         return CTL_NONE;
     }

@@ -280,7 +280,7 @@ static const char *const OPS[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", 
                                   "(", ")", "{", "}", ">", "<", "=", ".", ":", "|", ",", ";"};
 
 /* Tokens of one tag until its end; returns the end sign ('-', '+' or 0). */
-static char lex_tag(lexer *L, bool is_block, size_t tag_start) {
+static char lex_tag(lexer *L, bool is_block) {
     L->depth = 0;
     for (;;) {
         size_t i = L->pos;
@@ -335,15 +335,20 @@ static char lex_tag(lexer *L, bool is_block, size_t tag_start) {
                 advance(L, end);
                 continue;
             }
-            parse_fail(L->ps, line, "unexpected char '%c' at %zu", c, i);
+            if (c == '\'') parse_fail(L->ps, line, "unexpected char \"'\" at %zu", i);
+            parse_fail(L->ps, line, "unexpected char '\"' at %zu", i);
         }
         const char *op = NULL;
         for (size_t k = 0; k < sizeof OPS / sizeof *OPS; k++)
-            if (word_at(L, i, OPS[k])) {
+            if (OPS[k][0] == s[i] && (OPS[k][1] == '\0' || (i + 1 < L->len && OPS[k][1] == s[i + 1]))) {
                 op = OPS[k];
                 break;
             }
         if (!op) {
+            /* the character as Python's repr() writes it */
+            if (c == '\'') parse_fail(L->ps, line, "unexpected char \"'\" at %zu", i);
+            if (c == '\\') parse_fail(L->ps, line, "unexpected char '\\\\' at %zu", i);
+            if (!py_isprintable(cp)) parse_fail(L->ps, line, "unexpected char '\\x%02x' at %zu", cp & 0xff, i);
             parse_fail(L->ps, line, "unexpected char '%.*s' at %zu", (int)w, s + i, i);
         }
         if (strchr("([{", op[0])) {
@@ -361,7 +366,6 @@ static char lex_tag(lexer *L, bool is_block, size_t tag_start) {
         t->n = strlen(op);
         advance(L, i + t->n);
     }
-    (void)tag_start;
 }
 
 /* Normalizes \r\n and \r to \n and drops one trailing newline. */
@@ -443,7 +447,7 @@ void tmpl_lex(tparse_state *ps, const char *src, size_t len, tlexed *out) {
         }
         push_tok(&L, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, L.line);
         advance(&L, body);
-        char end_sign = lex_tag(&L, kind == '%', at);
+        char end_sign = lex_tag(&L, kind == '%');
         if (kind == '%') after_block_end(&L, end_sign);
         else if (end_sign == '-') after_block_end(&L, '-');
     }

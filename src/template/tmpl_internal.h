@@ -330,9 +330,7 @@ tv tv_func(rt *r, const char *name, tmpl_builtin fn, tv self);
 
 /* Raises the undefined value's error (for operations Undefined refuses). */
 TMPL_NORETURN void tv_undef_fail(rt *r, tv u);
-bool tv_is_str(tv v);
 bool tv_is_num(tv v);     /* int, float or bool */
-bool tv_is_seq(tv v);     /* list of any flavour */
 const char *tv_type_name(tv v); /* Python's type name: "str", "dict", "NoneType" */
 bool tv_truthy(rt *r, tv v);
 bool tv_equal(tv a, tv b);
@@ -419,7 +417,7 @@ tv str_repeat(rt *r, tv s, int64_t times);
 tv str_center(rt *r, tv s, int64_t width, const char *fill, size_t fill_n, int align); /* align: -1 left, 0 center, 1 right */
 
 /* ---------------------------------------------------------------------------
- * Filters, tests, methods, globals (filters.c, methods.c)
+ * Filters, tests, methods, globals, formatting (filters.c, methods.c, format.c)
  * ------------------------------------------------------------------------- */
 
 typedef tv (*tmpl_filter_fn)(rt *r, tv v, const targs *a);
@@ -442,8 +440,10 @@ void args_bind(rt *r, const char *fname, const targs *a, const char *const *name
 tv tmpl_method(rt *r, tv self, const char *name, size_t n);
 /* Fills the global scope: range, dict, namespace, raise_exception, ... */
 void tmpl_add_globals(rt *r, tdict *g);
-/* Python's "%" string formatting (also the `format` filter). */
+/* Python's "%" string formatting (also the `format` filter) and str.format
+ * (format.c). */
 tv py_percent_format(rt *r, tv fmt, tv args);
+tv py_str_format(rt *r, tv fmt, const targs *a);
 
 /* ---------------------------------------------------------------------------
  * JSON (json_value.c)

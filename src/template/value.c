@@ -113,9 +113,7 @@ void tv_undef_fail(rt *r, tv u) {
     }
 }
 
-bool tv_is_str(tv v) { return v.kind == TV_STR; }
 bool tv_is_num(tv v) { return v.kind == TV_INT || v.kind == TV_FLOAT || v.kind == TV_BOOL; }
-bool tv_is_seq(tv v) { return v.kind == TV_LIST; }
 double tv_num(tv v) { return v.kind == TV_FLOAT ? v.u.f : v.kind == TV_BOOL ? (double)v.u.b : (double)v.u.i; }
 
 /* ---- truth, equality, order, hash ---- */

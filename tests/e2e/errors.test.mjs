@@ -6,7 +6,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
-import { startServer, NAME } from './server.mjs';
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { startServer, BIN, NAME } from './server.mjs';
 
 const KEY = 'sk-test-0123456789';
 let srv;
@@ -145,4 +149,32 @@ test('405 for the wrong method', async () => {
   const r = await raw('/v1/completions', undefined, { method: 'GET' });
   assert.equal(r.status, 405);
   assertErrorShape(r.body);
+});
+
+test('503 while the model loads; a model that fails to load ends the server with status 1', async () => {
+  // a FIFO as the model file: loading blocks in open() until we write to it
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pagedlm-e2e-'));
+  const fifo = path.join(dir, 'model.gguf');
+  execFileSync('mkfifo', [fifo]);
+  const proc = spawn(BIN, ['serve', '-m', fifo, '--host', '127.0.0.1', '--port', '0'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const exited = new Promise((resolve) => proc.on('exit', (code) => resolve(code)));
+  try {
+    const port = await new Promise((resolve) => proc.stderr.on('data', (d) => {
+      log += d;
+      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+      if (m) resolve(Number(m[1]));
+    }));
+    const base = `http://127.0.0.1:${port}`;
+    assert.equal((await fetch(`${base}/health`)).status, 503);
+    const r = await fetch(`${base}/v1/completions`, { method: 'POST', body: '{"prompt": "Hi"}' });
+    assert.equal(r.status, 503);
+    assertErrorShape(await r.json());
+    assert.equal((await fetch(`${base}/v1/models`)).status, 503);
+  } finally {
+    fs.closeSync(fs.openSync(fifo, 'w')); // unblocks the loader: an empty, non-regular file fails to load
+  }
+  assert.equal(await exited, 1, log);
+  assert.match(log, /error: .*model\.gguf/);
+  fs.rmSync(dir, { recursive: true, force: true });
 });

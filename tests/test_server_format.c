@@ -1,0 +1,264 @@
+/*
+ * test_server_format.c - what `pagedlm serve` writes, without HTTP: error
+ * bodies, completion and chat objects, SSE chunks (role chunk, one chunk per
+ * token, finish chunk, usage chunk, [DONE]), logprobs in both APIs' shapes,
+ * and the Prometheus exposition (vLLM names, cumulative buckets, escaped
+ * labels). Events are made by hand; token texts come from stories260K.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <string.h>
+
+#include "server/api_format.h"
+#include "server/metrics.h"
+#include "test_util.h"
+
+static pdl_model *model;
+
+static void setup(void) {
+    if (model) return;
+    char *path = test_data_path("models/stories260K/stories260K.gguf");
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&model, path, NULL, &err) == 0, "%s", err.message);
+    free(path);
+}
+
+/* A request over prompt "Once upon" = [1, 403, 407] with n sequences. */
+static void make_request(srv_gen_request *r, srv_api_kind kind, int n) {
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->n_prompts = 1;
+    r->prompts = calloc(1, sizeof *r->prompts);
+    r->prompts[0].n_ids = 3;
+    r->prompts[0].ids = malloc(3 * sizeof(int32_t));
+    r->prompts[0].ids[0] = 1, r->prompts[0].ids[1] = 403, r->prompts[0].ids[2] = 407;
+    r->prompts[0].text = strdup("Once upon");
+    r->params.n = n;
+    r->logprobs = r->prompt_logprobs = -1;
+}
+
+static srv_event *event(pdl_event_kind kind, int index, int32_t token, const char *text, const char *finish) {
+    srv_event *e = calloc(1, sizeof *e);
+    e->kind = kind;
+    e->index = index;
+    e->token = token;
+    e->text = strdup(text);
+    e->finish_reason = finish;
+    e->logprob = -0.5f;
+    return e;
+}
+
+/* " a time" then the end: tokens 261 (" a") and 378 (" time"). */
+static srv_event *story_events(const char *finish) {
+    srv_event *a = event(PDL_EVENT_TOKEN, 0, 261, " a", NULL);
+    a->next = event(PDL_EVENT_TOKEN, 0, 378, " time", NULL);
+    a->next->next = event(PDL_EVENT_FINISHED, 0, -1, "", finish);
+    return a;
+}
+
+static json_t *parse(const char *s) {
+    json_t *o = json_loads(s, 0, NULL);
+    REQUIRE_MSG(o != NULL, "not JSON: %s", s);
+    return o;
+}
+
+static void test_error_body_has_the_openai_shape(void) {
+    srv_api_error e;
+    srv_api_fail(&e, 404, "model", "The model `x` does not exist.");
+    e.code = "model_not_found";
+    char *s = srv_error_body(&e, NULL);
+    CHECK(strcmp(s, "{\"error\":{\"message\":\"The model `x` does not exist.\",\"type\":\"invalid_request_error\","
+                    "\"param\":\"model\",\"code\":\"model_not_found\"}}") == 0);
+    free(s);
+    srv_api_fail(&e, 500, NULL, "boom");
+    s = srv_error_body(&e, NULL);
+    CHECK(strcmp(s, "{\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"param\":null,\"code\":null}}") == 0);
+    free(s);
+}
+
+static void test_completion_object_and_usage(void) {
+    setup();
+    srv_gen_request r;
+    make_request(&r, SRV_API_COMPLETION, 1);
+    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-1", 1700000000);
+    srv_event *evs = story_events("length");
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *s = srv_response_body(resp, NULL);
+    CHECK(strcmp(s, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"stories\","
+                    "\"choices\":[{\"index\":0,\"text\":\" a time\",\"logprobs\":null,\"finish_reason\":\"length\"}],"
+                    "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2}}") == 0);
+    free(s);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
+static void test_completion_stream_chunks_then_usage_then_done(void) {
+    setup();
+    srv_gen_request r;
+    make_request(&r, SRV_API_COMPLETION, 1);
+    r.stream = r.include_usage = true;
+    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-2", 7);
+    sbuf out = {0};
+    srv_response_stream_begin(resp, &out);
+    CHECK_EQ_INT(out.len, 0); /* completions have no opening chunk */
+    srv_event *evs = story_events("stop");
+    srv_response_stream_events(resp, evs, &out);
+    srv_events_free(evs);
+    srv_response_stream_end(resp, &out);
+    const char *expect =
+        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
+        "[{\"index\":0,\"text\":\" a\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n"
+        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
+        "[{\"index\":0,\"text\":\" time\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n"
+        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
+        "[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"
+        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":[],"
+        "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2}}\n\n"
+        "data: [DONE]\n\n";
+    CHECK_MSG(out.data && strcmp(out.data, expect) == 0, "got:\n%s", out.data ? out.data : "(null)");
+    sbuf_free(&out);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
+static void test_chat_stream_role_first_and_empty_finish_delta(void) {
+    setup();
+    srv_gen_request r;
+    make_request(&r, SRV_API_CHAT, 2);
+    r.stream = true;
+    srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-3", 9);
+    sbuf out = {0};
+    srv_response_stream_begin(resp, &out);
+    srv_event *evs = event(PDL_EVENT_TOKEN, 1, 261, " a", NULL);
+    evs->next = event(PDL_EVENT_FINISHED, 1, -1, "", "length");
+    srv_response_stream_events(resp, evs, &out);
+    srv_events_free(evs);
+    srv_response_stream_end(resp, &out);
+    const char *p = out.data;
+    const char *deltas[] = {"{\"role\":\"assistant\",\"content\":\"\"}", "{\"role\":\"assistant\",\"content\":\"\"}",
+                            "{\"content\":\" a\"}", "{}"};
+    const int index[] = {0, 1, 1, 1};
+    for (int i = 0; i < 4; i++) {
+        REQUIRE(strncmp(p, "data: ", 6) == 0);
+        const char *end = strstr(p, "\n\n");
+        REQUIRE(end != NULL);
+        char *line = strndup(p + 6, (size_t)(end - p - 6));
+        json_t *o = parse(line);
+        CHECK(strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk") == 0);
+        CHECK(json_object_get(o, "usage") == NULL); /* only with include_usage */
+        json_t *c = json_array_get(json_object_get(o, "choices"), 0);
+        CHECK_EQ_INT(json_integer_value(json_object_get(c, "index")), index[i]);
+        char *d = json_dumps(json_object_get(c, "delta"), JSON_COMPACT);
+        CHECK_MSG(strcmp(d, deltas[i]) == 0, "chunk %d delta %s", i, d);
+        json_t *fr = json_object_get(c, "finish_reason");
+        CHECK(i == 3 ? json_is_string(fr) : json_is_null(fr));
+        free(d);
+        json_decref(o);
+        free(line);
+        p = end + 2;
+    }
+    CHECK(strcmp(p, "data: [DONE]\n\n") == 0);
+    sbuf_free(&out);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
+static void test_logprobs_shapes(void) {
+    setup();
+    pdl_logprob top[2] = {{261, -0.5f}, {378, -2.0f}};
+    /* completions: tokens / token_logprobs / top_logprobs / text_offset */
+    srv_gen_request r;
+    make_request(&r, SRV_API_COMPLETION, 1);
+    r.logprobs = 2;
+    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-4", 1);
+    srv_event *evs = story_events("length");
+    evs->top = malloc(sizeof top);
+    memcpy(evs->top, top, sizeof top);
+    evs->n_top = 2;
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *s = srv_response_body(resp, NULL);
+    json_t *o = parse(s);
+    json_t *lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    char *d = json_dumps(lp, JSON_COMPACT | JSON_REAL_PRECISION(4));
+    CHECK_MSG(strcmp(d, "{\"text_offset\":[0,2],\"token_logprobs\":[-0.5,-0.5],\"tokens\":[\" a\",\" time\"],"
+                        "\"top_logprobs\":[{\" a\":-0.5,\" time\":-2.0},{\" time\":-0.5}]}") == 0,
+              "%s", d);
+    free(d), free(s);
+    json_decref(o);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+    /* chat: content [{token, logprob, bytes, top_logprobs}] */
+    make_request(&r, SRV_API_CHAT, 1);
+    r.logprobs = 1;
+    resp = srv_response_new(model, &r, "stories", "chatcmpl-5", 1);
+    evs = event(PDL_EVENT_TOKEN, 0, 261, " a", NULL);
+    evs->top = malloc(sizeof top);
+    memcpy(evs->top, top, sizeof top);
+    evs->n_top = 1;
+    evs->next = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    s = srv_response_body(resp, NULL);
+    o = parse(s);
+    lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
+    d = json_dumps(lp, JSON_COMPACT | JSON_REAL_PRECISION(4));
+    CHECK_MSG(strcmp(d, "{\"content\":[{\"token\":\" a\",\"logprob\":-0.5,\"bytes\":[32,97],\"top_logprobs\":"
+                        "[{\"token\":\" a\",\"logprob\":-0.5,\"bytes\":[32,97]}]}]}") == 0,
+              "%s", d);
+    free(d), free(s);
+    json_decref(o);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
+static void test_metrics_exposition(void) {
+    srv_metrics *m = srv_metrics_new("my \"model\"\n");
+    REQUIRE(m != NULL);
+    pdl_engine_stats st = {.running = 2, .waiting = 1, .kv_blocks_total = 8, .kv_blocks_used = 2,
+                           .prompt_tokens = 30, .generation_tokens = 12};
+    srv_metrics_set_engine(m, &st);
+    srv_metrics_observe_ttft(m, 0.003);
+    srv_metrics_observe_ttft(m, 0.5);
+    srv_metrics_observe_tpot(m, 0.02);
+    srv_metrics_observe_request(m, 1.2, 10, 6, "stop");
+    srv_metrics_observe_request(m, 0.1, 10, 1, "abort");
+    size_t len;
+    char *text = srv_metrics_render(m, &len);
+    REQUIRE(text != NULL);
+    CHECK_EQ_INT(strlen(text), len);
+    const char *L = "{model_name=\"my \\\"model\\\"\\n\"";
+    char want[512];
+    static const char *const lines[] = {
+        "vllm:num_requests_running%s} 2\n", "vllm:num_requests_waiting%s} 1\n", "vllm:kv_cache_usage_perc%s} 0.25\n",
+        "vllm:prompt_tokens_total%s} 30\n", "vllm:generation_tokens_total%s} 12\n",
+        "vllm:request_success_total%s,finished_reason=\"stop\"} 1\n",
+        "vllm:request_success_total%s,finished_reason=\"abort\"} 1\n",
+        "vllm:time_to_first_token_seconds_bucket%s,le=\"0.001\"} 0\n",
+        "vllm:time_to_first_token_seconds_bucket%s,le=\"0.005\"} 1\n",
+        "vllm:time_to_first_token_seconds_bucket%s,le=\"0.5\"} 2\n",
+        "vllm:time_to_first_token_seconds_bucket%s,le=\"+Inf\"} 2\n", "vllm:time_to_first_token_seconds_count%s} 2\n",
+        "vllm:time_per_output_token_seconds_count%s} 1\n", "vllm:e2e_request_latency_seconds_count%s} 1\n",
+        "vllm:e2e_request_latency_seconds_bucket%s,le=\"1.5\"} 1\n",
+        "# TYPE vllm:time_to_first_token_seconds histogram\n%s", "# TYPE vllm:prompt_tokens_total counter\n%s",
+        "# TYPE vllm:kv_cache_usage_perc gauge\n%s",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        snprintf(want, sizeof want, lines[i], lines[i][0] == '#' ? "" : L);
+        CHECK_CONTAINS(text, want);
+    }
+    free(text);
+    srv_metrics_free(m);
+}
+
+int main(void) {
+    RUN(test_error_body_has_the_openai_shape);
+    RUN(test_completion_object_and_usage);
+    RUN(test_completion_stream_chunks_then_usage_then_done);
+    RUN(test_chat_stream_role_first_and_empty_finish_delta);
+    RUN(test_logprobs_shapes);
+    RUN(test_metrics_exposition);
+    pdl_model_free(model);
+    return test_summary();
+}
