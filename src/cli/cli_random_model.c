@@ -16,6 +16,8 @@
 #include "cli/cli_args.h"
 #include "format/gguf_write.h"
 #include "format/safetensors_write.h"
+#include "util/file_map.h"
+#include "util/json_file.h"
 #include "kernels/fp16.h"
 
 typedef struct shape_preset {
@@ -34,7 +36,114 @@ static void usage(FILE *f) {
                "       [--layers N] [--vocab N] [--seed S]\n"
                "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings)\n"
                "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
-               "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n");
+               "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n"
+               "--tokenizer DIR gives the model a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's):\n"
+               "copied into the folder, or written as tokenizer.ggml.* metadata (--tokenizer-pre, default qwen2)\n");
+}
+
+/* The byte-level BPE tokenizer of DIR/tokenizer.json as GGUF metadata, the
+ * way llama.cpp's converter writes it (ids past the tokenizer are "[PADn]",
+ * unused). */
+static int add_gguf_tokenizer(gguf_out *g, const char *dir, const char *pre, int vocab) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    json_t *tj = NULL, *cfg = NULL;
+    pdl_error err;
+    if (pdl_json_load_file(path, 0, &tj, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (pdl_json_load_file(path, JSON_DECODE_INT_AS_REAL, &cfg, &err)) cfg = NULL;
+    json_t *model = json_object_get(tj, "model"), *vocab_j = json_object_get(model, "vocab");
+    json_t *merges = json_object_get(model, "merges"), *added = json_object_get(tj, "added_tokens");
+    int rc = -1;
+    char **tokens = calloc((size_t)vocab, sizeof *tokens);
+    int32_t *types = calloc((size_t)vocab, sizeof *types);
+    size_t n_merges = json_array_size(merges);
+    char **mstr = calloc(n_merges ? n_merges : 1, sizeof *mstr);
+    if (!json_is_object(vocab_j) || !tokens || !types || !mstr) {
+        fprintf(stderr, "error: %s/tokenizer.json: no model.vocab\n", dir);
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(vocab_j, key, v) {
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id >= vocab) {
+            fprintf(stderr, "error: %s/tokenizer.json: token id %lld does not fit a vocabulary of %d\n", dir,
+                    (long long)id, vocab);
+            goto done;
+        }
+        tokens[id] = strdup(key);
+        types[id] = 1; /* normal */
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        const char *content = json_string_value(json_object_get(v, "content"));
+        if (id < 0 || id >= vocab || !content) continue;
+        free(tokens[id]);
+        tokens[id] = strdup(content);
+        types[id] = json_is_true(json_object_get(v, "special")) ? 3 : 4; /* control : user-defined */
+    }
+    for (int k = 0; k < vocab; k++)
+        if (!tokens[k]) {
+            char pad[32];
+            snprintf(pad, sizeof pad, "[PAD%d]", k);
+            tokens[k] = strdup(pad);
+            types[k] = 5; /* unused */
+        }
+    json_array_foreach(merges, i, v) {
+        if (json_is_string(v)) {
+            mstr[i] = strdup(json_string_value(v));
+        } else {
+            const char *a = json_string_value(json_array_get(v, 0)), *b = json_string_value(json_array_get(v, 1));
+            size_t n = (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 2;
+            mstr[i] = malloc(n);
+            if (mstr[i]) snprintf(mstr[i], n, "%s %s", a ? a : "", b ? b : "");
+        }
+    }
+    /* special ids by their text in tokenizer_config.json */
+    int32_t eos = -1, bos = -1;
+    const char *eos_s = json_string_value(json_object_get(cfg, "eos_token"));
+    const char *bos_s = json_string_value(json_object_get(cfg, "bos_token"));
+    for (int k = 0; k < vocab; k++) {
+        if (eos_s && strcmp(tokens[k], eos_s) == 0) eos = k;
+        if (bos_s && strcmp(tokens[k], bos_s) == 0) bos = k;
+    }
+    gguf_out_str(g, "tokenizer.ggml.model", "gpt2");
+    gguf_out_str(g, "tokenizer.ggml.pre", pre);
+    gguf_out_str_arr(g, "tokenizer.ggml.tokens", (const char *const *)tokens, (size_t)vocab);
+    gguf_out_i32_arr(g, "tokenizer.ggml.token_type", types, (size_t)vocab);
+    gguf_out_str_arr(g, "tokenizer.ggml.merges", (const char *const *)mstr, n_merges);
+    if (eos >= 0) gguf_out_u32(g, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (bos >= 0 || eos >= 0) gguf_out_u32(g, "tokenizer.ggml.bos_token_id", (uint32_t)(bos >= 0 ? bos : eos));
+    gguf_out_bool(g, "tokenizer.ggml.add_bos_token", json_is_true(json_object_get(cfg, "add_bos_token")));
+    rc = 0;
+done:
+    for (int k = 0; tokens && k < vocab; k++) free(tokens[k]);
+    for (size_t k = 0; mstr && k < n_merges; k++) free(mstr[k]);
+    free(tokens), free(types), free(mstr);
+    json_decref(tj);
+    json_decref(cfg);
+    return rc;
+}
+
+static int copy_file(const char *from, const char *to) {
+    char *data;
+    size_t len;
+    pdl_error err;
+    if (pdl_read_file(from, &data, &len, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return -1;
+    }
+    FILE *f = fopen(to, "wb");
+    int bad = !f || fwrite(data, 1, len, f) != len;
+    if (f && fclose(f) != 0) bad = 1;
+    free(data);
+    if (bad) fprintf(stderr, "error: %s: cannot write\n", to);
+    return bad ? -1 : 0;
 }
 
 /* Every tensor under both names: values are drawn from the GGUF name, so
@@ -112,7 +221,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 }
 
 int cli_make_random_model(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *dtype_s = "bf16", *format = "gguf";
+    const char *preset = NULL, *out = NULL, *dtype_s = "bf16", *format = "gguf", *tok_dir = NULL, *tok_pre = "qwen2";
     long layers = 0, vocab = 0;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -126,6 +235,8 @@ int cli_make_random_model(int argc, char **argv) {
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
         else if (strcmp(a, "--dtype") == 0) dtype_s = v;
         else if (strcmp(a, "--format") == 0) format = v;
+        else if (strcmp(a, "--tokenizer") == 0) tok_dir = v;
+        else if (strcmp(a, "--tokenizer-pre") == 0) tok_pre = v;
         else if (strcmp(a, "--layers") == 0) {
             if (cli_int(a, v, 1, 1000, &layers)) return CLI_USAGE;
         } else if (strcmp(a, "--vocab") == 0) {
@@ -236,6 +347,16 @@ int cli_make_random_model(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/model.safetensors", out);
         rc = st_out_write(so, path, fill, NULL, &err);
         st_out_free(so);
+        const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
+        for (int i = 0; rc == 0 && tok_dir && i < 2; i++) {
+            char from[4096];
+            snprintf(from, sizeof from, "%s/%s", tok_dir, tok_files[i]);
+            snprintf(path, sizeof path, "%s/%s", out, tok_files[i]);
+            if (copy_file(from, path)) {
+                free(g_names);
+                return CLI_FAIL;
+            }
+        }
     } else {
         gguf_out *g = gguf_out_new();
         char key[128];
@@ -253,6 +374,11 @@ int cli_make_random_model(int argc, char **argv) {
         gguf_out_f32(g, K("rope.freq_base"), p->rope_theta);
         gguf_out_f32(g, K("attention.layer_norm_rms_epsilon"), p->eps);
 #undef K
+        if (tok_dir && add_gguf_tokenizer(g, tok_dir, tok_pre, V)) {
+            gguf_out_free(g);
+            free(g_names);
+            return CLI_FAIL;
+        }
         for (int i = 0; i < g_n_names; i++)
             gguf_out_tensor(g, g_names[i].gguf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims,
                             g_names[i].shape);

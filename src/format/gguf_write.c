@@ -20,6 +20,10 @@ typedef struct out_kv {
     uint64_t u;   /* u32 / bool */
     float f;
     char *s;
+    uint32_t elem_type; /* arrays */
+    size_t n;
+    char **strs;        /* [n] string arrays */
+    void *nums;         /* [n] 4-byte numbers */
 } out_kv;
 
 typedef struct out_tensor {
@@ -38,7 +42,12 @@ gguf_out *gguf_out_new(void) { return calloc(1, sizeof(gguf_out)); }
 
 void gguf_out_free(gguf_out *g) {
     if (!g) return;
-    for (int i = 0; i < g->n_kvs; i++) free(g->kvs[i].key), free(g->kvs[i].s);
+    for (int i = 0; i < g->n_kvs; i++) {
+        out_kv *kv = &g->kvs[i];
+        free(kv->key), free(kv->s), free(kv->nums);
+        for (size_t j = 0; kv->strs && j < kv->n; j++) free(kv->strs[j]);
+        free(kv->strs);
+    }
     free(g->kvs);
     free(g->tensors);
     free(g);
@@ -86,6 +95,37 @@ int gguf_out_str(gguf_out *g, const char *key, const char *v) {
     out_kv *kv = add_kv(g, key, GGUF_TYPE_STRING);
     if (!kv || !(kv->s = strdup(v))) return -1;
     return 0;
+}
+
+int gguf_out_str_arr(gguf_out *g, const char *key, const char *const *v, size_t n) {
+    out_kv *kv = add_kv(g, key, GGUF_TYPE_ARRAY);
+    if (!kv) return -1;
+    kv->elem_type = GGUF_TYPE_STRING;
+    kv->strs = calloc(n ? n : 1, sizeof *kv->strs);
+    if (!kv->strs) return -1;
+    kv->n = n;
+    for (size_t i = 0; i < n; i++)
+        if (!(kv->strs[i] = strdup(v[i]))) return -1;
+    return 0;
+}
+
+static int num_arr(gguf_out *g, const char *key, uint32_t type, const void *v, size_t n) {
+    out_kv *kv = add_kv(g, key, GGUF_TYPE_ARRAY);
+    if (!kv) return -1;
+    kv->elem_type = type;
+    kv->nums = malloc(n ? n * 4 : 1);
+    if (!kv->nums) return -1;
+    memcpy(kv->nums, v, n * 4);
+    kv->n = n;
+    return 0;
+}
+
+int gguf_out_i32_arr(gguf_out *g, const char *key, const int32_t *v, size_t n) {
+    return num_arr(g, key, GGUF_TYPE_INT32, v, n);
+}
+
+int gguf_out_f32_arr(gguf_out *g, const char *key, const float *v, size_t n) {
+    return num_arr(g, key, GGUF_TYPE_FLOAT32, v, n);
 }
 
 int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape) {
@@ -136,7 +176,14 @@ int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user,
         if (kv->type == GGUF_TYPE_UINT32) bad = put_u32(f, (uint32_t)kv->u);
         else if (kv->type == GGUF_TYPE_FLOAT32) bad = put(f, &kv->f, 4);
         else if (kv->type == GGUF_TYPE_BOOL) bad = put(f, &(uint8_t){(uint8_t)kv->u}, 1);
-        else bad = put_str(f, kv->s);
+        else if (kv->type == GGUF_TYPE_ARRAY) {
+            bad = put_u32(f, kv->elem_type) || put_u64(f, kv->n);
+            if (kv->elem_type == GGUF_TYPE_STRING)
+                for (size_t j = 0; !bad && j < kv->n; j++) bad = put_str(f, kv->strs[j]);
+            else if (!bad)
+                bad = put(f, kv->nums, kv->n * 4);
+        } else
+            bad = put_str(f, kv->s);
     }
     uint64_t off = 0;
     for (int i = 0; !bad && i < g->n_tensors; i++) {
