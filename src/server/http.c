@@ -422,6 +422,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rc = calloc(1, sizeof *rc);
         if (!rc) return MHD_NO;
         rc->t_start = now_s();
+        srv_request_begin(s);
         snprintf(rc->method, sizeof rc->method, "%s", method);
         snprintf(rc->path, sizeof rc->path, "%s", url);
         *con_cls = rc;
@@ -463,6 +464,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     sbuf_free(&rc->body);
     free(rc);
     *con_cls = NULL;
+    srv_request_end(s);
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {

@@ -19,6 +19,8 @@
 
 #include "util/error.h"
 
+#define SEND_GRACE_S 5 /* after the grace period, seconds the last responses get to be sent */
+
 void srv_log(srv_server *s, const char *fmt, ...) {
     if (!s->log) return;
     char line[PDL_ERROR_MAX + 256];
@@ -45,6 +47,28 @@ srv_state srv_get_state(srv_server *s, pdl_error *err) {
 }
 
 int srv_port(const srv_server *s) { return s->port; }
+
+void srv_request_begin(srv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->active_requests++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_request_end(srv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    s->active_requests--;
+    pthread_cond_broadcast(&s->requests_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits (at most until the CLOCK_MONOTONIC time `until`) for every response
+ * in flight to be sent completely, so that stopping MHD cuts no stream. */
+static void wait_requests_sent(srv_server *s, const struct timespec *until) {
+    pthread_mutex_lock(&s->mu);
+    while (s->active_requests > 0)
+        if (pthread_cond_timedwait(&s->requests_cv, &s->mu, until) != 0) break;
+    pthread_mutex_unlock(&s->mu);
+}
 
 uint64_t srv_random(srv_server *s) {
     pthread_mutex_lock(&s->mu);
@@ -119,6 +143,7 @@ static void *loader_main(void *arg) {
 }
 
 static void server_free(srv_server *s) {
+    pthread_cond_destroy(&s->requests_cv);
     free(s->model_path);
     free(s->model_name);
     free(s->api_key);
@@ -135,7 +160,19 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     if (!o->model_path) return pdl_fail(err, "serve: no model given");
     srv_server *s = calloc(1, sizeof *s);
     if (!s) return pdl_fail(err, "serve: out of memory");
+    pthread_condattr_t ca;
+    bool cv_ok = pthread_condattr_init(&ca) == 0;
+    if (cv_ok) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        cv_ok = pthread_cond_init(&s->requests_cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!cv_ok) {
+        free(s);
+        return pdl_fail(err, "serve: cannot create a condition variable");
+    }
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
+        pthread_cond_destroy(&s->requests_cv);
         free(s);
         return pdl_fail(err, "serve: cannot create a mutex");
     }
@@ -200,10 +237,15 @@ void srv_stop(srv_server *s) {
     MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
     if (lfd != MHD_INVALID_SOCKET) close(lfd);
     if (s->loader_started) pthread_join(s->loader, NULL);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)s->grace_s + SEND_GRACE_S;
     if (s->engine) {
         srv_log(s, "shutting down: waiting up to %.0f s for requests in flight", s->grace_s);
         srv_engine_drain(s->engine, s->grace_s);
     }
+    /* the engine is done; let the last chunks reach their clients */
+    wait_requests_sent(s, &until);
     MHD_stop_daemon(s->daemon); /* joins every connection thread */
     srv_engine_free(s->engine);
     srv_chat_free(s->chat);

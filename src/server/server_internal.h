@@ -37,6 +37,8 @@ struct srv_server {
 
     /* guarded by mu */
     pthread_mutex_t mu;
+    pthread_cond_t requests_cv;  /* active_requests went down */
+    int active_requests;         /* HTTP requests begun and not completed (responses still being sent) */
     srv_state state;
     char load_error[PDL_ERROR_MAX];
     uint64_t rng;                /* ids and default seeds */
@@ -51,6 +53,9 @@ struct srv_server {
 void srv_log(srv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The state, read under the lock. */
 srv_state srv_state_now(srv_server *s);
+/* An HTTP request begins / has been answered completely (http.c). */
+void srv_request_begin(srv_server *s);
+void srv_request_end(srv_server *s);
 /* A fresh random 64-bit value (request ids, seeds). */
 uint64_t srv_random(srv_server *s);
 
