@@ -122,6 +122,27 @@ static void test_run_seed_is_reproducible(void) {
     free(model);
 }
 
+/* --verbose prints the selective-logits probe's decision on stderr; the
+ * output itself is unchanged. */
+static void test_run_verbose_prints_probe_decision(void) {
+    const char *models[] = {"models/granite-tiny/model-f32.gguf", "models/cohere-tiny/hf",
+                            "models/gemma2-softcap-tiny/model-f32.gguf"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char *model = data(models[i]), args[4096];
+        snprintf(args, sizeof args, "run -m '%s' --tokens 1,2,3 -n 4 --temp 0 --verbose", model);
+        cmd_result r = pagedlm(args);
+        CHECK_EQ_INT(r.status, 0);
+        CHECK_CONTAINS(r.err, "selective-logits probe: accepted");
+        snprintf(args, sizeof args, "run -m '%s' --tokens 1,2,3 -n 4 --temp 0", model);
+        cmd_result q = pagedlm(args);
+        CHECK_EQ_INT(q.status, 0);
+        CHECK(strstr(q.err, "probe") == NULL);
+        CHECK(strcmp(q.out, r.out) == 0);
+        free_result(&r), free_result(&q);
+        free(model);
+    }
+}
+
 static void test_logits_prints_rows_as_json(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
     snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403,407,261,378 --all-rows --kv-cache-dtype f32", model);
@@ -205,6 +226,7 @@ int main(void) {
     RUN(test_run_hf_prints_reference_continuation);
     RUN(test_run_json_has_tokens_and_text);
     RUN(test_run_seed_is_reproducible);
+    RUN(test_run_verbose_prints_probe_decision);
     RUN(test_logits_prints_rows_as_json);
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_missing_or_bad_model_exits_1);

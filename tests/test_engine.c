@@ -542,6 +542,28 @@ static void test_probe_rejects_head_scaled_only_in_full_path(void) {
     pdl_model_free(m);
 }
 
+/* Granite's logits divide, Command-R's logit scale and Gemma 2's final
+ * soft-cap are applied in both head paths: the probe accepts them, for both
+ * file formats; applied in the full path only, the probe rejects them. */
+static void test_probe_accepts_granite_cohere_gemma2_heads(void) {
+    const char *models[] = {"models/granite-tiny/model-f32.gguf", "models/granite-tiny/hf",
+                            "models/cohere-tiny/model-f32.gguf", "models/cohere-tiny/hf",
+                            "models/gemma2-tiny/model-f32.gguf", "models/gemma2-softcap-tiny/hf"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        pdl_model *m = load(models[i]);
+        bool ok = false;
+        char why[512];
+        pdl_error err;
+        REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
+        CHECK_MSG(ok, "%s: %s", models[i], why);
+        m->cfg.head_post_full_only = true;
+        REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
+        CHECK_MSG(!ok, "%s: a head post-processing in the full path only went unnoticed", models[i]);
+        CHECK_CONTAINS(why, "full logits");
+        pdl_model_free(m);
+    }
+}
+
 int main(void) {
     RUN(test_logits_rows_per_entry);
     RUN(test_runner_packs_decodes_first_with_compacted_logits);
@@ -554,6 +576,7 @@ int main(void) {
     RUN(test_requests_that_cannot_run_are_rejected);
     RUN(test_selective_and_full_give_identical_tokens_and_logprobs);
     RUN(test_probe_rejects_head_scaled_only_in_full_path);
+    RUN(test_probe_accepts_granite_cohere_gemma2_heads);
     RUN(test_small_pool_preempts_and_output_is_unchanged);
     RUN(test_batch_invariance_stories);
     RUN(test_batch_invariance_qwen3);

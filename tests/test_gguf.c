@@ -1012,10 +1012,10 @@ static void test_unsupported_tensor_types_named(void) {
         uint32_t id;
         const char *name;
     } cases[] = {
-        {GW_GGML_Q4_0, "Q4_0"},   {GW_GGML_Q4_1, "Q4_1"},     {GW_GGML_Q4_K, "Q4_K"},
-        {GW_GGML_Q6_K, "Q6_K"},   {GW_GGML_IQ2_XXS, "IQ2_XXS"}, {GW_GGML_TQ2_0, "TQ2_0"},
+        {GW_GGML_Q8_K, "Q8_K"},   {GW_GGML_TQ1_0, "TQ1_0"},   {GW_GGML_I8, "I8"},
+        {GW_GGML_IQ2_XXS, "IQ2_XXS"}, {GW_GGML_TQ2_0, "TQ2_0"},
         {GW_GGML_I32, "I32"},     {GW_GGML_F64, "F64"},       {GW_GGML_Q8_1, "Q8_1"},
-        {GW_GGML_IQ4_XS, "IQ4_XS"},
+        {GW_GGML_IQ4_XS, "IQ4_XS"}, {39, "MXFP4"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         gguf_writer *w = gguf_writer_new(3);
@@ -1043,6 +1043,50 @@ static void test_unsupported_tensor_types_named(void) {
         CHECK_CONTAINS(msg, want);
         gguf_writer_free(w);
     }
+}
+
+/* Every GGUF block format the engine reads maps to its dtype with the
+ * block sizes of ggml's block_* structs; data is kept as stored. */
+static void test_quantized_tensor_types_accepted(void) {
+    struct {
+        uint32_t id;
+        pdl_dtype dtype;
+        size_t block_bytes;
+    } cases[] = {
+        {GW_GGML_Q4_0, PDL_DTYPE_Q4_0, 18}, {GW_GGML_Q4_1, PDL_DTYPE_Q4_1, 20}, {GW_GGML_Q5_0, PDL_DTYPE_Q5_0, 22},
+        {GW_GGML_Q5_1, PDL_DTYPE_Q5_1, 24}, {GW_GGML_Q8_0, PDL_DTYPE_Q8_0, 34}, {GW_GGML_Q2_K, PDL_DTYPE_Q2_K, 84},
+        {GW_GGML_Q3_K, PDL_DTYPE_Q3_K, 110}, {GW_GGML_Q4_K, PDL_DTYPE_Q4_K, 144}, {GW_GGML_Q5_K, PDL_DTYPE_Q5_K, 176},
+        {GW_GGML_Q6_K, PDL_DTYPE_Q6_K, 210},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        /* 512 x 3: 16 or 2 blocks per row */
+        size_t per_row = 512 / pdl_dtype_block_elems(cases[k].dtype), nbytes = 3 * per_row * cases[k].block_bytes;
+        uint8_t *data = malloc(nbytes);
+        for (size_t i = 0; i < nbytes; i++) data[i] = (uint8_t)(i * 7 + k);
+        gguf_writer *w = gguf_writer_new(3);
+        gguf_writer_add_tensor(w, "blk.0.ffn_down.weight", cases[k].id, 2, (const uint64_t[]){512, 3}, data, nbytes);
+        gguf_file *f = open_writer(w);
+        const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "blk.0.ffn_down.weight");
+        REQUIRE(t != NULL);
+        CHECK_MSG(t->dtype == cases[k].dtype, "ggml type %u", cases[k].id);
+        CHECK(t->shape[0] == 3 && t->shape[1] == 512);
+        CHECK_EQ_INT(t->nbytes, nbytes);
+        CHECK(memcmp(t->data, data, nbytes) == 0);
+        gguf_close(f);
+        gguf_writer_free(w);
+        free(data);
+    }
+}
+
+/* K-quant rows hold whole 256-element super-blocks. */
+static void test_k_quant_rows_must_be_whole_super_blocks(void) {
+    gguf_writer *w = gguf_writer_new(3);
+    gguf_writer_add_tensor(w, "k", GW_GGML_Q4_K, 2, (const uint64_t[]){384, 2}, NULL, 144 * 3);
+    const char *msg = expect_fail_writer(w);
+    CHECK_CONTAINS(msg, "'k'");
+    CHECK_CONTAINS(msg, "Q4_K row length ne[0] = 384");
+    CHECK_CONTAINS(msg, "multiple of the block size 256");
+    gguf_writer_free(w);
 }
 
 static void test_q8_0_rows_must_be_whole_blocks(void) {
@@ -1343,17 +1387,16 @@ static void test_real_qwen3_q8_0(void) {
     gguf_close(f);
 }
 
-static void test_real_qwen3_q4_0_rejected(void) {
-    char *path = test_data_path("models/qwen3-tiny/model-q4_0.gguf");
-    gguf_file *f = (gguf_file *)&g_err;
-    CHECK_EQ_INT(gguf_open(&f, path, &g_err), -1);
-    CHECK(f == NULL);
-    CHECK_CONTAINS(g_err.message, path);
-    CHECK_CONTAINS(g_err.message, "offset");
-    CHECK_CONTAINS(g_err.message, "tensor 'token_embd.weight'");
-    CHECK_CONTAINS(g_err.message, "Q4_0");
-    CHECK_CONTAINS(g_err.message, "not supported yet");
-    free(path);
+static void test_real_qwen3_q4_0(void) {
+    gguf_file *f = open_real("models/qwen3-tiny/model-q4_0.gguf");
+    CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_Q4_0), 22);
+    CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F32), 13);
+    const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "token_embd.weight");
+    REQUIRE(t != NULL);
+    CHECK(t->dtype == PDL_DTYPE_Q4_0);
+    CHECK(t->n_dims == 2 && t->shape[0] == 1536 && t->shape[1] == 128);
+    CHECK_EQ_INT(t->nbytes, 1536 * 4 * 18);
+    gguf_close(f);
 }
 
 static void test_real_files_all_open(void) {
@@ -1403,6 +1446,8 @@ int main(void) {
     RUN(test_bad_n_dims_rejected);
     RUN(test_bad_dims_rejected);
     RUN(test_unsupported_tensor_types_named);
+    RUN(test_quantized_tensor_types_accepted);
+    RUN(test_k_quant_rows_must_be_whole_super_blocks);
     RUN(test_q8_0_rows_must_be_whole_blocks);
     RUN(test_misaligned_offset_rejected);
     RUN(test_element_misaligned_data_rejected);
@@ -1413,7 +1458,7 @@ int main(void) {
     RUN(test_real_stories260K);
     RUN(test_real_llama2_tiny_random_f16);
     RUN(test_real_qwen3_q8_0);
-    RUN(test_real_qwen3_q4_0_rejected);
+    RUN(test_real_qwen3_q4_0);
     RUN(test_real_files_all_open);
     return test_summary();
 }

@@ -76,6 +76,32 @@ static void test_bf16_widens_exactly(void) {
     CHECK(pdl_bf16_to_f32(0x0000) == 0.0f);
 }
 
+/* Byte offsets of the f16 fields in a block of the formats filled with
+ * random bytes (every other bit pattern is a valid quant or scale). */
+static void random_blocks(pdl_dtype dtype, uint8_t *row, int cols) {
+    int halves[2] = {-1, -1};
+    switch (dtype) {
+    case PDL_DTYPE_Q4_1: case PDL_DTYPE_Q5_1: case PDL_DTYPE_Q4_K: case PDL_DTYPE_Q5_K:
+        halves[0] = 0, halves[1] = 2;
+        break;
+    case PDL_DTYPE_Q5_0: halves[0] = 0; break;
+    case PDL_DTYPE_Q2_K: halves[0] = 80, halves[1] = 82; break;
+    case PDL_DTYPE_Q3_K: halves[0] = 108; break;
+    case PDL_DTYPE_Q6_K: halves[0] = 208; break;
+    default: break;
+    }
+    size_t bb = pdl_dtype_block_bytes(dtype), nb = (size_t)cols / pdl_dtype_block_elems(dtype);
+    for (size_t b = 0; b < nb; b++) {
+        uint8_t *blk = row + b * bb;
+        for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+        for (int h = 0; h < 2; h++)
+            if (halves[h] >= 0) {
+                uint16_t v = pdl_f32_to_f16(0.002f * frand());
+                memcpy(blk + halves[h], &v, 2);
+            }
+    }
+}
+
 /* Builds a (rows, cols) weight in `dtype` from random floats; returns the
  * dequantized values in *ref (what the kernel must multiply by). */
 static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
@@ -107,9 +133,21 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
                 blk[2 + j % 32] = (uint8_t)(int8_t)(int)(x * 127.0f);
                 break;
             }
+            case PDL_DTYPE_Q4_0: {
+                uint8_t *blk = row + (j / 32) * 18;
+                if (j % 32 == 0) {
+                    uint16_t d = pdl_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
+                    memcpy(blk, &d, 2);
+                }
+                int q = (int)((x + 1.0f) * 8.0f) & 15, k = j % 32;
+                blk[2 + k % 16] = (uint8_t)(k < 16 ? (blk[2 + k % 16] & 0xF0) | q : (blk[2 + k % 16] & 0x0F) | q << 4);
+                break;
+            }
             default: break;
             }
         }
+        if (pdl_dtype_is_quantized(dtype) && dtype != PDL_DTYPE_Q8_0 && dtype != PDL_DTYPE_Q4_0)
+            random_blocks(dtype, row, cols);
         pdl_tensor t = {.dtype = dtype, .n_dims = 2, .shape = {rows, cols}, .data = w};
         pdl_dequant_row(&t, i, r + (size_t)i * cols, cols);
     }
@@ -124,11 +162,16 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     pdl_matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
     pdl_threadpool *pool = pdl_threadpool_new(3);
     REQUIRE(pool != NULL);
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
-    int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}, {300, 256}}; /* the last is large enough to use every thread */
-    for (size_t ti = 0; ti < 4; ti++) {
-        for (size_t si = 0; si < 4; si++) {
+    /* the block formats past Q4_0 take the slow path (rows expanded to F32) */
+    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
+                         PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
+                         PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K};
+    /* the last two are large enough to use every thread */
+    int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}, {300, 256}, {70, 512}};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             int out = shapes[si][0], in = shapes[si][1], rows = 7;
+            if (in % (int)pdl_dtype_block_elems(types[ti]) != 0) continue;
             float *ref;
             void *w = make_weight(types[ti], out, in, &ref);
             pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
@@ -141,7 +184,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
              * uses the same quantized values */
             float *xe = malloc((size_t)rows * in * sizeof *xe);
             memcpy(xe, x, (size_t)rows * in * sizeof *xe);
-            if (types[ti] == PDL_DTYPE_Q8_0) {
+            if (types[ti] == PDL_DTYPE_Q8_0 || types[ti] == PDL_DTYPE_Q4_0) {
                 int8_t *q = malloc((size_t)in);
                 float *d = malloc((size_t)(in / 32) * sizeof *d);
                 for (int r = 0; r < rows; r++) {
@@ -193,17 +236,17 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     REQUIRE(pool != NULL);
     pdl_isa best = pdl_isa_best();
     fprintf(stderr, "  best instruction set here: %s\n", pdl_isa_name(best));
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0};
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
     for (int mode = 0; mode < 2; mode++)
     for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
         pdl_matmul_set_bf16_activations(mode == 1);
-        for (size_t ti = 0; ti < 4; ti++)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
-                if (types[ti] != PDL_DTYPE_Q8_0 && si % 2 == 1) in += 3; /* ragged k */
+                if (!pdl_dtype_is_quantized(types[ti]) && si % 2 == 1) in += 3; /* ragged k */
                 float *ref;
                 void *w = make_weight(types[ti], out, in, &ref);
                 pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
@@ -235,10 +278,10 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     }
                 CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", pdl_isa_name((pdl_isa)isa),
                           act16 ? "+bf16" : "", pdl_dtype_name(types[ti]), rows, out, in, worst);
-                /* Q8_0 follows one float order on every family: same bits */
-                if (types[ti] == PDL_DTYPE_Q8_0)
-                    CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s Q8_0 %dx%dx%d differs from scalar",
-                              pdl_isa_name((pdl_isa)isa), rows, out, in);
+                /* Q8_0 and Q4_0 follow one float order on every family: same bits */
+                if (pdl_dtype_is_quantized(types[ti]))
+                    CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
+                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(types[ti]), rows, out, in);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
                     pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
@@ -306,7 +349,7 @@ static void test_rope_adjacent_pairs_equal_rotate_half_under_permutation(void) {
     CHECK(memcmp(v, v0, sizeof v) == 0);
 }
 
-/* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window)
+/* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window, tanh soft-cap)
  * against a float64 computation over contiguous keys. */
 static void test_paged_attention_matches_contiguous_reference(void) {
     pdl_fp16_init();
@@ -334,6 +377,8 @@ static void test_paged_attention_matches_contiguous_reference(void) {
         pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16, .kv_dim = NKV * HD, .block_table = table,
                           .block_size = BSZ};
         int windows[] = {0, 5};
+        float caps[] = {0.0f, 0.5f}; /* no soft-cap; Gemma 2's tanh soft-cap (small, so it bites) */
+        for (int ci = 0; ci < 2; ci++)
         for (int wi = 0; wi < 2; wi++) {
             for (int pos = 0; pos < NPOS; pos += 3) {
                 for (int h = 0; h < NH; h++) {
@@ -341,14 +386,15 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                     for (int i = 0; i < HD; i++) q[i] = frand();
                     int kvh = h / (NH / NKV);
                     /* every build of the body: scalar, AVX2, AVX-512 (the SIMD ones only where the CPU has them) */
-                    typedef void (*head_fn)(float *, const float *, int, int, float, int, int, const pdl_attn_kv *, float *);
+                    typedef void (*head_fn)(float *, const float *, int, int, float, float, int, int, const pdl_attn_kv *,
+                                            float *);
                     head_fn fns[3] = {pdl_attention_head_scalar, pdl_attention_head_avx2, pdl_attention_head_avx512};
                     float outs[3][HD];
                     int n_fns = 1 + (pdl_isa_best() >= PDL_ISA_AVX2) + (pdl_isa_best() >= PDL_ISA_AVX512);
-                    for (int fi = 0; fi < n_fns; fi++) fns[fi](outs[fi], q, HD, kvh, 0.35f, pos, windows[wi], &kv, scores);
+                    for (int fi = 0; fi < n_fns; fi++) fns[fi](outs[fi], q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
                     for (int fi = 1; fi < n_fns; fi++)
                         for (int i = 0; i < HD; i++) CHECK(fabs(outs[fi][i] - outs[0][i]) < 1e-5);
-                    pdl_attention_head(out, q, HD, kvh, 0.35f, pos, windows[wi], &kv, scores);
+                    pdl_attention_head(out, q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
                     int first = windows[wi] && pos - windows[wi] + 1 > 0 ? pos - windows[wi] + 1 : 0;
                     double s[NPOS], mx = -1e300, sum = 0;
                     for (int j = first; j <= pos; j++) {
@@ -358,6 +404,7 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                             d += (double)q[i] * k;
                         }
                         s[j] = d * 0.35f;
+                        if (caps[ci] > 0) s[j] = caps[ci] * tanh(s[j] / caps[ci]);
                         if (s[j] > mx) mx = s[j];
                     }
                     for (int j = first; j <= pos; j++) sum += (s[j] = exp(s[j] - mx));
@@ -367,8 +414,8 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                             float v = f16 ? pdl_f16_to_f32(pdl_f32_to_f16(vals[j][kvh * HD + i])) : vals[j][kvh * HD + i];
                             o += s[j] / sum * v;
                         }
-                        CHECK_MSG(fabs(out[i] - o) < 1e-5, "f16=%d window=%d pos=%d head=%d dim=%d: %g vs %g", f16,
-                                  windows[wi], pos, h, i, out[i], o);
+                        CHECK_MSG(fabs(out[i] - o) < 1e-5, "f16=%d cap=%g window=%d pos=%d head=%d dim=%d: %g vs %g",
+                                  f16, caps[ci], windows[wi], pos, h, i, out[i], o);
                     }
                 }
             }

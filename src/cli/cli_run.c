@@ -28,6 +28,8 @@ static void run_usage(FILE *f) {
             "      --kv-cache-dtype T  f16 (default) or f32\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
             "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
+            "      --verbose           also print on stderr the selective-logits probe's decision (accepted or\n"
+            "                          rejected, and why)\n"
             "\n"
             "  --batch-file FILE.jsonl serve every line as a request, all at once (continuous batching); one\n"
             "                          line per request: {\"id\", \"prompt\": text or ids, \"max_tokens\", \"temperature\",\n"
@@ -82,6 +84,22 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* --verbose: whether the selective head (norm + LM head on sampled rows only)
+ * reproduces the full head's bytes for this model, as the engine decides at
+ * load time. */
+static int print_probe(pdl_model *model) {
+    bool ok = false;
+    char reason[512];
+    pdl_error err;
+    if (pdl_model_probe_selective_logits(model, &ok, reason, sizeof reason, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return -1;
+    }
+    if (ok) fprintf(stderr, "pagedlm: selective-logits probe: accepted (selective logits equal full logits)\n");
+    else fprintf(stderr, "pagedlm: selective-logits probe: rejected: %s\n", reason);
+    return 0;
+}
+
 int cli_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
     pdl_engine_options eo = {0};
@@ -89,7 +107,7 @@ int cli_run(int argc, char **argv) {
     long n_predict = 128, threads = 0, ctx = 0;
     float temp = 0.8f;
     uint64_t seed = 0;
-    bool have_seed = false, json = false, ignore_eos = false;
+    bool have_seed = false, json = false, ignore_eos = false, verbose = false;
     pdl_kv_dtype kv_dtype = PDL_KV_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -100,6 +118,8 @@ int cli_run(int argc, char **argv) {
             json = true;
         } else if (strcmp(a, "--ignore-eos") == 0) {
             ignore_eos = true;
+        } else if (strcmp(a, "--verbose") == 0) {
+            verbose = true;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -167,6 +187,10 @@ int cli_run(int argc, char **argv) {
     double t_load = now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
+    if (verbose && print_probe(model)) {
+        pdl_model_free(model);
+        return CLI_FAIL;
+    }
     if (batch_file) {
         eo.kv_dtype = kv_dtype;
         int brc = cli_run_batch(model, batch_file, &eo, (int)n_predict);

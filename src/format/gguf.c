@@ -104,7 +104,16 @@ static int ggml_to_pdl_dtype(uint32_t id) {
     switch (id) {
     case 0: return PDL_DTYPE_F32;
     case 1: return PDL_DTYPE_F16;
+    case 2: return PDL_DTYPE_Q4_0;
+    case 3: return PDL_DTYPE_Q4_1;
+    case 6: return PDL_DTYPE_Q5_0;
+    case 7: return PDL_DTYPE_Q5_1;
     case 8: return PDL_DTYPE_Q8_0;
+    case 10: return PDL_DTYPE_Q2_K;
+    case 11: return PDL_DTYPE_Q3_K;
+    case 12: return PDL_DTYPE_Q4_K;
+    case 13: return PDL_DTYPE_Q5_K;
+    case 14: return PDL_DTYPE_Q6_K;
     case 30: return PDL_DTYPE_BF16;
     default: return -1;
     }
@@ -553,7 +562,8 @@ static int parse_tensor_info(gguf_file *f, reader *r, uint64_t i, uint64_t n_ten
     if (dt < 0) {
         const char *tn = ggml_type_name(type);
         if (!tn) return rfail(r, field, "unknown ggml type %u", type);
-        return rfail(r, field, "type %s (ggml type %u) is not supported yet (supported: F32, F16, BF16, Q8_0)",
+        return rfail(r, field, "type %s (ggml type %u) is not supported yet (supported: F32, F16, BF16, Q4_0, Q4_1, "
+                     "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
                      tn, type);
     }
     t->dtype = (pdl_dtype)dt;

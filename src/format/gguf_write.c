@@ -151,7 +151,16 @@ static uint32_t ggml_type_of(pdl_dtype t) {
     switch (t) {
     case PDL_DTYPE_F32: return 0;
     case PDL_DTYPE_F16: return 1;
+    case PDL_DTYPE_Q4_0: return 2;
+    case PDL_DTYPE_Q4_1: return 3;
+    case PDL_DTYPE_Q5_0: return 6;
+    case PDL_DTYPE_Q5_1: return 7;
     case PDL_DTYPE_Q8_0: return 8;
+    case PDL_DTYPE_Q2_K: return 10;
+    case PDL_DTYPE_Q3_K: return 11;
+    case PDL_DTYPE_Q4_K: return 12;
+    case PDL_DTYPE_Q5_K: return 13;
+    case PDL_DTYPE_Q6_K: return 14;
     case PDL_DTYPE_BF16: return 30;
     default: return 0;
     }

@@ -26,7 +26,7 @@ void st_out_free(st_out *s) {
 }
 
 int st_out_tensor(st_out *s, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape) {
-    if (dtype == PDL_DTYPE_Q8_0 || n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX)
+    if (pdl_dtype_is_quantized(dtype) || n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX)
         return -1;
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 64;

@@ -8,27 +8,29 @@
 
 #include "util/error.h"
 
-const char *pdl_dtype_name(pdl_dtype t) {
-    switch (t) {
-    case PDL_DTYPE_F32: return "F32";
-    case PDL_DTYPE_F16: return "F16";
-    case PDL_DTYPE_BF16: return "BF16";
-    case PDL_DTYPE_Q8_0: return "Q8_0";
-    default: return "?";
-    }
-}
+/* Name, elements per block and bytes per block of each dtype. */
+static const struct {
+    const char *name;
+    size_t elems, bytes;
+} dtype_info[PDL_DTYPE_COUNT] = {
+    [PDL_DTYPE_F32] = {"F32", 1, 4},      [PDL_DTYPE_F16] = {"F16", 1, 2},
+    [PDL_DTYPE_BF16] = {"BF16", 1, 2},    [PDL_DTYPE_Q8_0] = {"Q8_0", 32, 34},
+    [PDL_DTYPE_Q4_0] = {"Q4_0", 32, 18},  [PDL_DTYPE_Q4_1] = {"Q4_1", 32, 20},
+    [PDL_DTYPE_Q5_0] = {"Q5_0", 32, 22},  [PDL_DTYPE_Q5_1] = {"Q5_1", 32, 24},
+    [PDL_DTYPE_Q2_K] = {"Q2_K", 256, 84}, [PDL_DTYPE_Q3_K] = {"Q3_K", 256, 110},
+    [PDL_DTYPE_Q4_K] = {"Q4_K", 256, 144}, [PDL_DTYPE_Q5_K] = {"Q5_K", 256, 176},
+    [PDL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
+};
 
-size_t pdl_dtype_block_elems(pdl_dtype t) { return t == PDL_DTYPE_Q8_0 ? 32 : 1; }
+static int dtype_ok(pdl_dtype t) { return (unsigned)t < PDL_DTYPE_COUNT; }
 
-size_t pdl_dtype_block_bytes(pdl_dtype t) {
-    switch (t) {
-    case PDL_DTYPE_F32: return 4;
-    case PDL_DTYPE_F16: return 2;
-    case PDL_DTYPE_BF16: return 2;
-    case PDL_DTYPE_Q8_0: return 34;
-    default: return 0;
-    }
-}
+const char *pdl_dtype_name(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].name : "?"; }
+
+size_t pdl_dtype_block_elems(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].elems : 1; }
+
+size_t pdl_dtype_block_bytes(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].bytes : 0; }
+
+int pdl_dtype_is_quantized(pdl_dtype t) { return pdl_dtype_block_elems(t) > 1; }
 
 size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n) {
     return (size_t)n / pdl_dtype_block_elems(t) * pdl_dtype_block_bytes(t);

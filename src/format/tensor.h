@@ -22,12 +22,25 @@ typedef enum pdl_dtype {
     PDL_DTYPE_F16,
     PDL_DTYPE_BF16,
     PDL_DTYPE_Q8_0,   /* blocks of 32: f16 scale, 32 x int8 (34 bytes) */
+    /* GGUF's other block formats, byte layouts as ggml's block_* structs
+     * (dequantization in kernels/cpu_ops.c): */
+    PDL_DTYPE_Q4_0,   /* 32: f16 d, 16 bytes of nibbles (18) */
+    PDL_DTYPE_Q4_1,   /* 32: f16 d, f16 m, 16 bytes of nibbles (20) */
+    PDL_DTYPE_Q5_0,   /* 32: f16 d, u32 fifth bits, 16 bytes of nibbles (22) */
+    PDL_DTYPE_Q5_1,   /* 32: f16 d, f16 m, u32 fifth bits, nibbles (24) */
+    PDL_DTYPE_Q2_K,   /* 256: 16 scale/min bytes, 64 bytes of 2-bit q, f16 d, dmin (84) */
+    PDL_DTYPE_Q3_K,   /* 256: 32 high-bit bytes, 64 bytes of 2-bit q, 12 scale bytes, f16 d (110) */
+    PDL_DTYPE_Q4_K,   /* 256: f16 d, dmin, 12 scale/min bytes, 128 bytes of nibbles (144) */
+    PDL_DTYPE_Q5_K,   /* 256: f16 d, dmin, 12 scale/min bytes, 32 high-bit bytes, nibbles (176) */
+    PDL_DTYPE_Q6_K,   /* 256: 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, f16 d (210) */
     PDL_DTYPE_COUNT
 } pdl_dtype;
 
 const char *pdl_dtype_name(pdl_dtype t);
 size_t pdl_dtype_block_elems(pdl_dtype t);
 size_t pdl_dtype_block_bytes(pdl_dtype t);
+/* Whether t is a block format (Q*): such data is read bytewise. */
+int pdl_dtype_is_quantized(pdl_dtype t);
 /* Bytes of a row of n elements; n must be a multiple of the block size. */
 size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n);
 

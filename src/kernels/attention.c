@@ -35,16 +35,16 @@ static inline void axpy_scalar(float *out, float p, const char *vrow, int f16, i
 #define ATTN_AXPY axpy_scalar
 #include "kernels/attention_impl.h"
 
-void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos, int window,
-                        const pdl_attn_kv *kv, float *scores) {
+void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                        int pos, int window, const pdl_attn_kv *kv, float *scores) {
     switch (pdl_isa_active()) {
     case PDL_ISA_AVX512:
-        pdl_attention_head_avx512(out_h, q_h, head_dim, kv_head, scale, pos, window, kv, scores);
+        pdl_attention_head_avx512(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
         return;
     case PDL_ISA_AVX2:
-        pdl_attention_head_avx2(out_h, q_h, head_dim, kv_head, scale, pos, window, kv, scores);
+        pdl_attention_head_avx2(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
         return;
     default:
-        pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, pos, window, kv, scores);
+        pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
     }
 }

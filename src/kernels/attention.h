@@ -21,21 +21,22 @@ typedef struct pdl_attn_kv {
 } pdl_attn_kv;
 
 /*
- * out_h[head_dim] = softmax(q_h K^T * scale) V for one query head at position
- * pos, reading KV head kv_head, over keys at positions [first, pos], where
- * first = 0 or, with a sliding window W > 0, max(0, pos - W + 1).
+ * out_h[head_dim] = softmax(cap(q_h K^T * scale)) V for one query head at
+ * position pos, reading KV head kv_head, over keys at positions [first, pos],
+ * where first = 0 or, with a sliding window W > 0, max(0, pos - W + 1).
+ * cap(s) = softcap * tanh(s / softcap) when softcap > 0 (Gemma 2), else s.
  * scores is scratch of at least pos + 1 floats.
  */
-void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale,
+void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scores);
 
 /* The builds of the same body per instruction set (pdl_attention_head picks
  * the process's); exposed for the tests that compare them. */
-void pdl_attention_head_scalar(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
-                               int window, const pdl_attn_kv *kv, float *scores);
-void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
-                             int window, const pdl_attn_kv *kv, float *scores);
-void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
-                               int window, const pdl_attn_kv *kv, float *scores);
+void pdl_attention_head_scalar(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                               int pos, int window, const pdl_attn_kv *kv, float *scores);
+void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                             int pos, int window, const pdl_attn_kv *kv, float *scores);
+void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                               int pos, int window, const pdl_attn_kv *kv, float *scores);
 
 #endif

@@ -54,8 +54,8 @@ static inline void axpy8(float *out, float p, const char *vrow, int f16, int n) 
 #define ATTN_AXPY axpy8
 #include "kernels/attention_impl.h"
 #else
-void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos,
-                             int window, const pdl_attn_kv *kv, float *scores) {
-    pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, pos, window, kv, scores);
+void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                             int pos, int window, const pdl_attn_kv *kv, float *scores) {
+    pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
 }
 #endif

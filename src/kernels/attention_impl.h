@@ -17,14 +17,15 @@ static inline const char *attn_kv_row(const void *pool, const pdl_attn_kv *kv, i
     return (const char *)pool + (size_t)slot * (size_t)kv->kv_dim * elem;
 }
 
-void ATTN_FN(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, int pos, int window,
-             const pdl_attn_kv *kv, float *scores) {
+void ATTN_FN(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap, int pos,
+             int window, const pdl_attn_kv *kv, float *scores) {
     int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
     int f16 = kv->kv_is_f16;
     size_t koff_bytes = (size_t)kv_head * (size_t)head_dim * (f16 ? 2 : 4);
     float max = -INFINITY;
     for (int j = first; j <= pos; j++) {
         float s = ATTN_DOT(q_h, attn_kv_row(kv->k, kv, j) + koff_bytes, f16, head_dim) * scale;
+        if (softcap > 0.0f) s = tanhf(s / softcap) * softcap; /* Gemma 2: cap before the mask */
         scores[j - first] = s;
         if (s > max) max = s;
     }

@@ -1,9 +1,11 @@
 /*
- * cpu_ops.c - RMSNorm, RoPE, SiLU-gate and row dequantization (portable C).
+ * cpu_ops.c - RMSNorm, LayerNorm, RoPE, SiLU/GELU gates and row dequantization
+ * (portable C).
  */
 #include "kernels/cpu_ops.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/fp16.h"
 
@@ -14,6 +16,20 @@ void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
     float scale = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+}
+
+void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps) {
+    /* Mean and variance in double, as pdl_rmsnorm's sum of squares. */
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += x[i];
+    float mean = (float)(sum / n);
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) {
+        double d = (double)(x[i] - mean);
+        ss += d * d;
+    }
+    float scale = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++) out[i] = (x[i] - mean) * scale * w[i];
 }
 
 void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) {
@@ -36,35 +52,193 @@ void pdl_silu_mul(float *gate, const float *up, int n) {
     }
 }
 
-void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
-    const uint8_t *base = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
-    switch (t->dtype) {
-    case PDL_DTYPE_F32: {
-        const float *p = (const float *)(const void *)base;
-        for (int64_t i = 0; i < n; i++) out[i] = p[i];
-        break;
+void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
+    const double k = 0.79788456080286535588; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        double g = gate[i];
+        gate[i] = (float)(0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g)))) * up[i];
     }
-    case PDL_DTYPE_F16: {
-        const uint16_t *p = (const uint16_t *)(const void *)base;
-        for (int64_t i = 0; i < n; i++) out[i] = pdl_f16_to_f32(p[i]);
-        break;
+}
+
+/* ---- block formats ---------------------------------------------------------
+ * Each function expands nb blocks at src into out[nb * block elems], with
+ * the float operations in the order ggml's dequantize_row_* uses, so the
+ * values are the bits llama.cpp computes. */
+
+static float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pdl_f16_to_f32(h);
+}
+
+/* Q4_0 / Q4_1: byte j holds element j (low nibble) and j + 16 (high). */
+static void dequant_q4_0(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 18, out += 32) {
+        float d = half_at(src);
+        for (int j = 0; j < 16; j++) {
+            out[j] = (float)((src[2 + j] & 0xF) - 8) * d;
+            out[j + 16] = (float)((src[2 + j] >> 4) - 8) * d;
+        }
     }
-    case PDL_DTYPE_BF16: {
-        const uint16_t *p = (const uint16_t *)(const void *)base;
-        for (int64_t i = 0; i < n; i++) out[i] = pdl_bf16_to_f32(p[i]);
-        break;
+}
+
+static void dequant_q4_1(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 20, out += 32) {
+        float d = half_at(src), m = half_at(src + 2);
+        for (int j = 0; j < 16; j++) {
+            out[j] = (float)(src[4 + j] & 0xF) * d + m;
+            out[j + 16] = (float)(src[4 + j] >> 4) * d + m;
+        }
     }
+}
+
+/* Q5_0 / Q5_1: as Q4 with a fifth bit for element i at bit i of the u32. */
+static void dequant_q5(const uint8_t *src, float *out, int64_t nb, int with_min) {
+    size_t hdr = with_min ? 4 : 2, bytes = hdr + 4 + 16;
+    for (int64_t b = 0; b < nb; b++, src += bytes, out += 32) {
+        float d = half_at(src), m = with_min ? half_at(src + 2) : 0.0f;
+        uint32_t qh;
+        memcpy(&qh, src + hdr, 4);
+        const uint8_t *qs = src + hdr + 4;
+        for (int j = 0; j < 16; j++) {
+            int lo = (qs[j] & 0xF) | (int)((qh >> j) & 1) << 4;
+            int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
+            if (with_min) {
+                out[j] = (float)lo * d + m;
+                out[j + 16] = (float)hi * d + m;
+            } else {
+                out[j] = (float)(lo - 16) * d;
+                out[j + 16] = (float)(hi - 16) * d;
+            }
+        }
+    }
+}
+
+/* Q2_K: 16 sub-blocks of 16; scale byte s: low nibble scales d, high
+ * nibble scales dmin. Element e: byte qs[32 * (e / 128) + e % 32], bits
+ * 2 * ((e % 128) / 32), sub-block e / 16. */
+static void dequant_q2_k(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 84, out += 256) {
+        const uint8_t *sc = src, *qs = src + 16;
+        float d = half_at(src + 80), dmin = half_at(src + 82);
+        for (int e = 0; e < 256; e++) {
+            int s = sc[e / 16], q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            float dl = d * (float)(s & 0xF), ml = dmin * (float)(s >> 4);
+            out[e] = dl * (float)q - ml;
+        }
+    }
+}
+
+/* Q3_K: 2 low bits as Q2_K, the third bit in hmask[e % 32] bit e / 32
+ * (set: q, clear: q - 4); 16 six-bit scales (minus 32) packed in 12 bytes:
+ * low nibble in byte i (i < 8) or the high nibble of byte i - 8, the top 2
+ * bits in byte 8 + i % 4 at bit 2 * (i / 4). */
+static void dequant_q3_k(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 110, out += 256) {
+        const uint8_t *hm = src, *qs = src + 32, *sb = src + 96;
+        float d = half_at(src + 108);
+        for (int e = 0; e < 256; e++) {
+            int i = e / 16;
+            int lo = i < 8 ? sb[i] & 0xF : sb[i - 8] >> 4, top = (sb[8 + i % 4] >> (2 * (i / 4))) & 3;
+            int scale = (lo | top << 4) - 32;
+            int q = (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+            if (!(hm[e % 32] & (1 << (e / 32)))) q -= 4;
+            float dl = d * (float)scale;
+            out[e] = dl * (float)q;
+        }
+    }
+}
+
+/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins in 12 bytes:
+ * sub-block j < 4: scale = s[j] & 63, min = s[j + 4] & 63; j >= 4: the low
+ * nibble (scale) or high nibble (min) of s[j + 4], with the top 2 bits
+ * from s[j - 4] (scale) or s[j] (min) bits 6..7. */
+static void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+/* Element e: byte qs[32 * (e / 64) + e % 32], low nibble when (e / 32) is
+ * even; Q5_K's fifth bit is qh[e % 32] bit e / 32. */
+static void dequant_q45_k(const uint8_t *src, float *out, int64_t nb, int five) {
+    size_t bytes = five ? 176 : 144;
+    for (int64_t b = 0; b < nb; b++, src += bytes, out += 256) {
+        float d = half_at(src), dmin = half_at(src + 2);
+        const uint8_t *sb = src + 4, *qh = src + 16, *qs = src + (five ? 48 : 16);
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            scale_min_k4(sb, j, &sc, &mn);
+            float dl = d * (float)sc, ml = dmin * (float)mn;
+            for (int l = 0; l < 32; l++) {
+                int e = 32 * j + l;
+                int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+                if (five && (qh[l] & (1 << j))) q += 16;
+                out[e] = dl * (float)q - ml;
+            }
+        }
+    }
+}
+
+/* Q6_K: 16 sub-blocks of 16 with int8 scales. Element e in half h = e / 128,
+ * r = e % 128, quarter k = r / 32, l = r % 32: low 4 bits from
+ * ql[64h + l + 32 (k odd)] (high nibble when k >= 2), top 2 bits from
+ * qh[32h + l] bits 2k; value minus 32, scale scales[8h + l / 16 + 2k]. */
+static void dequant_q6_k(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 210, out += 256) {
+        const uint8_t *ql = src, *qh = src + 128;
+        const int8_t *sc = (const int8_t *)(src + 192);
+        float d = half_at(src + 208);
+        for (int e = 0; e < 256; e++) {
+            int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            int lo = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
+            int q = (lo | ((qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+            out[e] = d * (float)sc[8 * h + l / 16 + 2 * k] * (float)q;
+        }
+    }
+}
+
+void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
+    const uint8_t *p = src;
+    int64_t nb = n / (int64_t)pdl_dtype_block_elems(dtype);
+    switch (dtype) {
+    case PDL_DTYPE_F32: memcpy(out, src, (size_t)n * sizeof *out); break;
+    case PDL_DTYPE_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = half_at(p + 2 * i);
+        break;
+    case PDL_DTYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = pdl_bf16_to_f32(h);
+        }
+        break;
     case PDL_DTYPE_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++) {
-            const uint8_t *blk = base + b * 34;
-            uint16_t d16;
-            memcpy(&d16, blk, 2);
-            float d = pdl_f16_to_f32(d16);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = p + b * 34;
+            float d = half_at(blk);
             const int8_t *q = (const int8_t *)(blk + 2);
             for (int j = 0; j < 32; j++) out[b * 32 + j] = d * (float)q[j];
         }
         break;
-    default:
-        break;
+    case PDL_DTYPE_Q4_0: dequant_q4_0(p, out, nb); break;
+    case PDL_DTYPE_Q4_1: dequant_q4_1(p, out, nb); break;
+    case PDL_DTYPE_Q5_0: dequant_q5(p, out, nb, 0); break;
+    case PDL_DTYPE_Q5_1: dequant_q5(p, out, nb, 1); break;
+    case PDL_DTYPE_Q2_K: dequant_q2_k(p, out, nb); break;
+    case PDL_DTYPE_Q3_K: dequant_q3_k(p, out, nb); break;
+    case PDL_DTYPE_Q4_K: dequant_q45_k(p, out, nb, 0); break;
+    case PDL_DTYPE_Q5_K: dequant_q45_k(p, out, nb, 1); break;
+    case PDL_DTYPE_Q6_K: dequant_q6_k(p, out, nb); break;
+    default: break;
     }
+}
+
+void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    const uint8_t *base = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
+    pdl_dequant_blocks(t->dtype, base, out, n);
 }

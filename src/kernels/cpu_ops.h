@@ -1,6 +1,7 @@
 /*
  * cpu_ops.h - the element-wise and per-row operations of the forward pass
- * on the CPU: RMSNorm, RoPE, SiLU-gated product, embedding row lookup.
+ * on the CPU: RMSNorm, LayerNorm, RoPE, SiLU- and GELU-gated products,
+ * embedding row lookup.
  *
  * Pure functions over plain pointers and sizes. Each reduces in a fixed
  * order per row, so a row's result never depends on the rest of the batch.
@@ -15,6 +16,10 @@
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for i < n. out may be x. */
 void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
+/* out[i] = (x[i] - mean(x)) / sqrt(var(x) + eps) * w[i]: LayerNorm without
+ * a bias (Command-R). out may be x. */
+void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps);
+
 /* Rotates one head vector x[head_dim] in place for position pos.
  * neox: pairs (i, i + rope_dim/2); otherwise adjacent pairs (2i, 2i+1).
  * inv_freq[rope_dim/2] holds the per-pair angular frequencies. */
@@ -23,7 +28,14 @@ void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox);
 /* gate[i] = silu(gate[i]) * up[i]. */
 void pdl_silu_mul(float *gate, const float *up, int n);
 
+/* gate[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
+ * (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh). */
+void pdl_gelu_tanh_mul(float *gate, const float *up, int n);
+
 /* out[n] = row `row` of a (rows, n) matrix of any supported dtype, as F32. */
 void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
+/* out[n] = n elements of dtype stored at src (whole blocks), as F32 with
+ * ggml's dequantization arithmetic; src needs no alignment. */
+void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n);
 
 #endif

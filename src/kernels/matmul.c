@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/cpu_features.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul_tiles.h"
 
@@ -80,6 +81,43 @@ static float dot_q8_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
     return (s0 + s2) + (s1 + s3);
 }
 
+/* Q4_0 weights (nibble - 8) times Q8_0 activations, in the same order as
+ * dot_q8_0_q8 (llama.cpp's x86 ggml_vec_dot_q4_0_q8_0 has the same shape:
+ * 8 lanes of exact 4-product integer sums, fma with d_w * d_x, the same
+ * final tree). Byte j of a block's nibbles holds element j (low) and
+ * j + 16 (high). */
+static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb) {
+    float acc[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * 18;
+        uint16_t d16;
+        memcpy(&d16, blk, 2);
+        int8_t q[32];
+        for (int i = 0; i < 16; i++) {
+            q[i] = (int8_t)((blk[2 + i] & 0xF) - 8);
+            q[i + 16] = (int8_t)((blk[2 + i] >> 4) - 8);
+        }
+        const int8_t *x = xq + b * 32;
+        float d = pdl_f16_to_f32(d16) * xd[b];
+        for (int j = 0; j < 8; j++) {
+            int32_t p = 0;
+            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
+            acc[j] = fmaf((float)p, d, acc[j]);
+        }
+    }
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
+/* Weights with a dedicated kernel taking Q8_0-quantized activations. */
+static bool takes_q8_activations(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0; }
+
+/* Other block formats (Q4_1, Q5_*, k-quants) have no dot kernel yet: their
+ * weight rows are expanded to F32 once per call and use dot_f32. */
+static bool dequantized_first(pdl_dtype dtype) {
+    return pdl_dtype_is_quantized(dtype) && !takes_q8_activations(dtype);
+}
+
 void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
@@ -104,8 +142,9 @@ static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t
 typedef struct matmul_task {
     const pdl_tile_kernels *tiles; /* NULL: the portable path */
     const uint16_t *x_bf16;        /* x rounded to BF16, for tiles that take it */
-    const int8_t *xq;              /* Q8_0 weights: x quantized per 32-block [n_rows][in] */
+    const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
+    float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
     float *y;
     int64_t ldy;
     const float *x;
@@ -126,15 +165,26 @@ static void matmul_worker(void *p, int ith, int nth) {
     long c0, c1;
     pdl_split_range(n_chunks, ith, nth, &c0, &c1);
     const uint8_t *wbase = t->w->data;
+    pdl_dtype dt = t->w->dtype;
+    bool expand = dequantized_first(dt);
+    float *wf = expand ? t->wf + (size_t)ith * COL_CHUNK * (size_t)t->in : NULL;
     for (long c = c0; c < c1; c++) {
         int64_t o0 = c * COL_CHUNK, o1 = o0 + COL_CHUNK < t->out ? o0 + COL_CHUNK : t->out;
+        if (expand)
+            for (int64_t o = o0; o < o1; o++)
+                pdl_dequant_blocks(dt, wbase + (size_t)o * t->w_row_bytes, wf + (o - o0) * t->in, t->in);
         for (int64_t r = 0; r < t->n_rows; r++) {
             const float *xr = t->x + r * t->in;
             float *yr = t->y + r * t->ldy;
+            const int8_t *xq = t->xq ? t->xq + r * t->in : NULL;
+            const float *xd = t->xq ? t->xd + r * (t->in / 32) : NULL;
             for (int64_t o = o0; o < o1; o++) {
                 const uint8_t *wr = wbase + (size_t)o * t->w_row_bytes;
-                float v = t->xq ? dot_q8_0_q8(wr, t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32)
-                                : dot_row(t->w->dtype, wr, xr, t->in);
+                float v;
+                if (expand) v = dot_f32(wf + (o - o0) * t->in, xr, t->in);
+                else if (dt == PDL_DTYPE_Q8_0) v = dot_q8_0_q8(wr, xq, xd, t->in / 32);
+                else if (dt == PDL_DTYPE_Q4_0) v = dot_q4_0_q8(wr, xq, xd, t->in / 32);
+                else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
             }
@@ -166,7 +216,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
             for (int64_t r = rb; r < re; r += TR) {
                 int rows = (int)(re - r < TR ? re - r : TR);
                 if (t->xq)
-                    tk->q8(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
+                    (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
                            wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
                 else
                     tile((const float *)(const void *)(xbase + (size_t)r * (size_t)t->in * xsize), t->in, rows,
@@ -197,7 +247,9 @@ bool pdl_matmul_bf16_activations(void) {
 }
 
 static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
-    return dtype == PDL_DTYPE_Q8_0 ? tk->q8 != NULL : tk->fn[dtype] != NULL;
+    if (dtype == PDL_DTYPE_Q8_0) return tk->q8 != NULL;
+    if (dtype == PDL_DTYPE_Q4_0) return tk->q4 != NULL;
+    return tk->fn[dtype] != NULL;
 }
 
 static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
@@ -224,7 +276,7 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
     };
     if (n_rows == 0) return;
-    if (w->dtype == PDL_DTYPE_Q8_0) {
+    if (takes_q8_activations(w->dtype)) {
         /* quantize the activations once: every column tile reads them */
         static _Thread_local int8_t *qbuf;
         static _Thread_local float *dbuf;
@@ -265,5 +317,20 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
     /* ~64k multiply-adds per thread at least: below that a wake-up costs
      * more than it saves */
     double macs = (double)n_rows * (double)t.out * (double)t.in;
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), t.tiles ? matmul_tiled_worker : matmul_worker, &t);
+    int nth = pdl_threads_for(pool, macs, 65536.0);
+    if (dequantized_first(w->dtype)) {
+        /* scratch for each thread's expanded weight rows, owned by the
+         * calling thread (it outlives the call, not the workers) */
+        static _Thread_local float *wbuf;
+        static _Thread_local size_t wcap;
+        size_t need = (size_t)nth * COL_CHUNK * (size_t)t.in;
+        if (need > wcap) {
+            float *nw = realloc(wbuf, need * sizeof *nw);
+            if (!nw) return; /* out of memory: y is left as it was */
+            wbuf = nw;
+            wcap = need;
+        }
+        t.wf = wbuf;
+    }
+    pdl_threadpool_run_n(pool, nth, t.tiles ? matmul_tiled_worker : matmul_worker, &t);
 }

@@ -1,8 +1,11 @@
 /*
- * matmul.h - y = x W^T for F32 activations and F32/F16/BF16/Q8_0 weights.
+ * matmul.h - y = x W^T for F32 activations and F32/F16/BF16 or GGUF block
+ * format weights.
  *
  * x is (n_rows, in) F32, W is (out, in) in its stored dtype, used in place
- * (Q8_0 weights: x is quantized to Q8_0 first, see pdl_quantize_row_q8_0)
+ * (Q8_0 and Q4_0 weights: x is quantized to Q8_0 first, see
+ * pdl_quantize_row_q8_0; the other block formats are expanded to F32 a
+ * weight row at a time, a slow path until they have kernels)
  * from the mapping; y is (n_rows, out). Every y[r][o] is one dot product
  * computed by one thread in a fixed order, so it does not depend on n_rows,
  * on the other rows, or on the number of threads (batch invariance).
@@ -16,7 +19,7 @@
 #include "format/tensor.h"
 #include "kernels/threadpool.h"
 
-/* Q8_0 weights multiply Q8_0-quantized activations, as llama.cpp does:
+/* Q8_0 and Q4_0 weights multiply Q8_0-quantized activations, as llama.cpp does:
  * x[n] -> n/32 blocks of 32 int8 (nearest, ties to even) and a scale
  * amax/127 rounded through half precision. */
 void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d);

@@ -1,5 +1,5 @@
 /*
- * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16 and Q8_0
+ * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0 and Q4_0
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
@@ -79,10 +79,20 @@ DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
 
 /* Q8_0 x Q8_0, one 32-block per ymm: |w| times x with w's sign through
  * maddubs + madd (8 exact int32 partial sums), converted and scaled by
- * d_w * d_x lane-wise into one accumulator per element. */
-static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+ * d_w * d_x lane-wise into one accumulator per element. Q4_0 weights take
+ * the same path once a block's nibbles are unpacked to 32 int8 (w - 8):
+ * the order of matmul.c's dot_q4_0_q8, which is llama.cpp's. */
+static inline __m256i q4_0_unpack(const uint8_t *qs) {
+    __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0xF);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const float *xd, int64_t nb, int rows,
+                                                         const uint8_t *w, size_t wrb, int cols, float *out,
+                                                         int64_t ldo, int q4) {
     const __m256i ones = _mm256_set1_epi16(1);
+    const size_t bb = q4 ? 18 : 34;
     for (int r = 0; r < rows; r++) {
         __m256 acc[TC];
         for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
@@ -90,10 +100,10 @@ static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
             __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (r * nb + b) * 32));
             float dx = xd[r * nb + b];
             for (int c = 0; c < cols; c++) {
-                const uint8_t *blk = w + c * wrb + b * 34;
+                const uint8_t *blk = w + c * wrb + b * bb;
                 uint16_t d16;
                 memcpy(&d16, blk, 2);
-                __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                __m256i wq = q4 ? q4_0_unpack(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
                 __m256 s = _mm256_set1_ps(_cvtsh_ss(d16) * dx);
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[c]);
@@ -103,11 +113,22 @@ static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
     }
 }
 
+static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
+}
+
 const pdl_tile_kernels pdl_tiles_avx2 = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
+    .q4 = tile_q4_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

@@ -1,6 +1,7 @@
 /*
- * matmul_avx512.c - AVX-512 tiles for F32, F16 (F16C), BF16 (exact widening)
- * and Q8_0 weights with F32 activations. Q8_0 weights take Q8_0-quantized activations. Compiled with AVX-512 flags (see
+ * matmul_avx512.c - AVX-512 tiles for F32, F16 (F16C), BF16 (exact widening),
+ * Q8_0 and Q4_0 weights with F32 activations. Q8_0 and Q4_0 weights take
+ * Q8_0-quantized activations. Compiled with AVX-512 flags (see
  * CMakeLists.txt); called only when the CPU has them.
  *
  * Tile: 4 rows x 4 weight rows = 16 zmm accumulators, each a 16-lane
@@ -86,6 +87,19 @@ static inline __m512i q8_pair(const uint8_t *blk0, bool two) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+/* Q4_0: a block's 16 nibble bytes as 32 int8 (w - 8), low nibbles first. */
+static inline __m256i q4_unpack(const uint8_t *qs) {
+    __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0xF);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+static inline __m512i q4_pair(const uint8_t *blk0, bool two) {
+    __m256i lo = q4_unpack(blk0 + 2);
+    __m256i hi = two ? q4_unpack(blk0 + 18 + 2) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -93,9 +107,11 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* q4: Q4_0 weights (18-byte blocks) instead of Q8_0 (34); same order. */
 static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, const float *xd, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
-                                                          int64_t ldo) {
+                                                          int64_t ldo, int q4) {
+    const size_t bb = q4 ? 18 : 34;
     const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
     __m256 acc[TR][TC];
     for (int r = 0; r < TR; r++)
@@ -105,12 +121,12 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
         __m512i wa[TC], wq[TC];
         float dw0[TC], dw1[TC];
         for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 34;
-            wq[c] = q8_pair(blk, two);
+            const uint8_t *blk = w + c * wrb + b * bb;
+            wq[c] = q4 ? q4_pair(blk, two) : q8_pair(blk, two);
             wa[c] = _mm512_abs_epi8(wq[c]);
             uint16_t d0, d1 = 0;
             memcpy(&d0, blk, 2);
-            if (two) memcpy(&d1, blk + 34, 2);
+            if (two) memcpy(&d1, blk + bb, 2);
             dw0[c] = _cvtsh_ss(d0);
             dw1[c] = _cvtsh_ss(d1);
         }
@@ -136,9 +152,16 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                       int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo);
-    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 0);
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 1);
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 
 const pdl_tile_kernels pdl_tiles_avx512 = {
@@ -146,6 +169,7 @@ const pdl_tile_kernels pdl_tiles_avx512 = {
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
+    .q4 = tile_q4_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

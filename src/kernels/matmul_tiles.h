@@ -29,6 +29,7 @@ typedef struct pdl_tile_kernels {
     int tile_rows, tile_cols;
     pdl_tile_fn fn[PDL_DTYPE_COUNT]; /* float activations; NULL: the family lacks this dtype */
     pdl_tile_q8_fn q8;               /* Q8_0 weights; NULL: lacks it */
+    pdl_tile_q8_fn q4;               /* Q4_0 weights (same activations); NULL: lacks it */
     /* The tiles take activations rounded to BF16: x then points to uint16
      * values and ldx counts them (matmul.c converts once per call). */
     bool x_bf16;

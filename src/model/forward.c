@@ -4,8 +4,9 @@
  * Rows of several sequences are processed together: every matmul sees all
  * rows at once; attention reads each row's own sequence from the paged KV
  * cache. The final norm and LM head run only on batch->logits_indices.
- * Architecture differences (QKV bias, q/k norm, RoPE layout, window) are
- * read from pdl_model_config; there is one code path for all of them.
+ * Architecture differences (QKV bias, q/k norm, RoPE layout, window, norm
+ * kind, parallel block, sandwich norms, multipliers, soft-caps, activation)
+ * are read from pdl_model_config; there is one code path for all of them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -35,7 +36,7 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error
         size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
         if (grow(&s->x, rows * c->hidden) || grow(&s->xn, rows * c->hidden) || grow(&s->q, rows * q_dim) ||
             grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
-            grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn))
+            grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
         int32_t *rs = realloc(s->row_seq, rows * sizeof *rs);
         if (!rs)
@@ -115,17 +116,43 @@ static void embed_rows(void *p, int ith, int nth) {
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++)
-        pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], t->m->scratch.x + r * c->hidden, c->hidden);
+    for (long r = r0; r < r1; r++) {
+        float *x = t->m->scratch.x + r * c->hidden;
+        pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
+        if (c->embed_scale != 1.0f)
+            for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;
+    }
 }
 
-static void rmsnorm_rows(void *p, int ith, int nth) {
+/* The model's norm (RMS or Layer) of one (hidden) row. out may be x. */
+static void norm_row(const pdl_model_config *c, float *out, const float *x, const float *w) {
+    if (c->norm == PDL_NORM_LAYER) pdl_layernorm(out, x, w, c->hidden, c->rms_eps);
+    else pdl_rmsnorm(out, x, w, c->hidden, c->rms_eps);
+}
+
+static void norm_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++)
-        pdl_rmsnorm(t->dst + r * c->hidden, t->src + r * c->hidden, t->norm->data, c->hidden, c->rms_eps);
+    for (long r = r0; r < r1; r++) norm_row(c, t->dst + r * c->hidden, t->src + r * c->hidden, t->norm->data);
+}
+
+/* x += residual_scale * post_norm(branch), per row; t->norm may have no data
+ * (no post norm). */
+static void add_branch_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    long r0, r1;
+    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *br = t->m->scratch.branch + r * c->hidden, *x = t->m->scratch.x + r * c->hidden;
+        if (t->norm->data) norm_row(c, br, br, t->norm->data);
+        if (c->residual_scale != 1.0f)
+            for (int i = 0; i < c->hidden; i++) x[i] += br[i] * c->residual_scale;
+        else
+            for (int i = 0; i < c->hidden; i++) x[i] += br[i];
+    }
 }
 
 /* q/k norm, RoPE, and the K/V write into the cache, per row. */
@@ -185,6 +212,10 @@ static void attention_rows(void *p, int ith, int nth) {
         .block_size = t->kv->block_size,
     };
     (void)n_slots;
+    /* the window of this layer: windowed layers alternate with global ones
+     * when the model says so (swa_pattern) */
+    int window = c->sliding_window;
+    if (c->swa_pattern > 0 && t->layer % c->swa_pattern == c->swa_pattern - 1) window = 0;
     long i0, i1;
     pdl_split_range((long)b->n_tokens * c->n_heads, ith, nth, &i0, &i1);
     for (long i = i0; i < i1; i++) {
@@ -192,27 +223,37 @@ static void attention_rows(void *p, int ith, int nth) {
         int h = (int)(i % c->n_heads);
         akv.block_table = b->block_tables[t->row_seq[r]];
         pdl_attention_head(m->scratch.attn + r * q_dim + h * c->head_dim, m->scratch.q + r * q_dim + h * c->head_dim,
-                           c->head_dim, h / group, c->attn_scale, b->positions[r], c->sliding_window, &akv,
+                           c->head_dim, h / group, c->attn_scale, c->attn_softcap, b->positions[r], window, &akv,
                            scores);
     }
 }
 
-static void silu_mul_rows(void *p, int ith, int nth) {
+static void act_mul_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) pdl_silu_mul(t->m->scratch.gate + r * c->ffn, t->m->scratch.up + r * c->ffn, c->ffn);
+    for (long r = r0; r < r1; r++) {
+        float *g = t->m->scratch.gate + r * c->ffn, *u = t->m->scratch.up + r * c->ffn;
+        if (c->act == PDL_ACT_GELU_TANH) pdl_gelu_tanh_mul(g, u, c->ffn);
+        else pdl_silu_mul(g, u, c->ffn);
+    }
 }
 
 static const float *bias_or_null(const pdl_tensor *t) { return t->data ? t->data : NULL; }
 
 /* ---- the head -------------------------------------------------------------- */
 
-/* Architecture-specific changes to the logits after the LM head. */
+/* Architecture-specific changes to the logits after the LM head, the same
+ * in both head paths (the load-time probe compares them byte for byte). */
 static void head_postprocess(const pdl_model_config *c, float *logits, int n_rows) {
+    size_t n = (size_t)n_rows * c->vocab;
+    if (c->logit_div != 1.0f) /* a divide, as Granite's Hugging Face code does */
+        for (size_t i = 0; i < n; i++) logits[i] /= c->logit_div;
     if (c->logit_scale != 1.0f)
-        for (size_t i = 0; i < (size_t)n_rows * c->vocab; i++) logits[i] *= c->logit_scale;
+        for (size_t i = 0; i < n; i++) logits[i] *= c->logit_scale;
+    if (c->final_softcap > 0.0f)
+        for (size_t i = 0; i < n; i++) logits[i] = tanhf(logits[i] / c->final_softcap) * c->final_softcap;
 }
 
 /* The full-logits path, kept for measurement and the probe: norm and head
@@ -227,8 +268,7 @@ static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_er
         s->full_cap = n;
     }
     for (size_t r = 0; r < n; r++)
-        pdl_rmsnorm(s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data, c->hidden,
-                    c->rms_eps);
+        norm_row(c, s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data);
     pdl_matmul(m->pool, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false);
     head_postprocess(c, s->full_logits, (int)n);
     for (int j = 0; j < b->n_logits; j++)
@@ -265,27 +305,46 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
     double attn_work = 0;
     for (int r = 0; r < n; r++) attn_work += (double)(b->positions[r] + 1) * q_dim;
 
+    /* a branch is added with the matmul's accumulate unless it is scaled or
+     * normed first (Granite, Gemma 2): then it goes through `branch` */
+    bool direct_add = !c->post_norms && c->residual_scale == 1.0f;
+
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         t.layer = l;
 
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-        pdl_threadpool_run_n(m->pool, row_threads, rmsnorm_rows, &t);
+        pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
         pdl_matmul(m->pool, s->q, q_dim, s->xn, n, &lw->wq, bias_or_null(&lw->bq), false);
         pdl_matmul(m->pool, s->k, kv_dim, s->xn, n, &lw->wk, bias_or_null(&lw->bk), false);
         pdl_matmul(m->pool, s->v, kv_dim, s->xn, n, &lw->wv, bias_or_null(&lw->bv), false);
         pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
         pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
-        pdl_matmul(m->pool, s->x, c->hidden, s->attn, n, &lw->wo, NULL, true);
+        if (direct_add) {
+            pdl_matmul(m->pool, s->x, c->hidden, s->attn, n, &lw->wo, NULL, true);
+        } else {
+            pdl_matmul(m->pool, s->branch, c->hidden, s->attn, n, &lw->wo, NULL, false);
+            t.norm = &lw->post_attn_norm;
+            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+        }
 
-        /* MLP block: x += W_down (silu(W_gate xn) * W_up xn) */
-        t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
-        pdl_threadpool_run_n(m->pool, row_threads, rmsnorm_rows, &t);
+        /* MLP block: x += W_down (act(W_gate xn) * W_up xn); a parallel
+         * block reuses the attention's xn (normed before its add) */
+        if (!c->parallel_block) {
+            t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
+            pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
+        }
         pdl_matmul(m->pool, s->gate, c->ffn, s->xn, n, &lw->w_gate, NULL, false);
         pdl_matmul(m->pool, s->up, c->ffn, s->xn, n, &lw->w_up, NULL, false);
-        pdl_threadpool_run_n(m->pool, ffn_threads, silu_mul_rows, &t);
-        pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
+        pdl_threadpool_run_n(m->pool, ffn_threads, act_mul_rows, &t);
+        if (direct_add) {
+            pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
+        } else {
+            pdl_matmul(m->pool, s->branch, c->hidden, s->gate, n, &lw->w_down, NULL, false);
+            t.norm = &lw->post_ffn_norm;
+            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+        }
     }
 
     if (b->full_logits) return full_head(m, b, logits_out, err);
@@ -293,8 +352,7 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
     /* Final norm and LM head on the sampled rows only. */
     for (int j = 0; j < b->n_logits; j++) {
         int r = b->logits_indices[j];
-        pdl_rmsnorm(s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data,
-                    c->hidden, c->rms_eps);
+        norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
     pdl_matmul(m->pool, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false);
     if (!c->head_post_full_only) head_postprocess(c, logits_out, b->n_logits);

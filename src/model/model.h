@@ -24,6 +24,9 @@ typedef enum pdl_arch {
     PDL_ARCH_MISTRAL,
     PDL_ARCH_QWEN2,      /* + QKV bias */
     PDL_ARCH_QWEN3,      /* + per-head q/k RMSNorm, free head_dim */
+    PDL_ARCH_GRANITE,    /* + embedding / attention / residual / logit multipliers */
+    PDL_ARCH_COHERE,     /* Command-R: LayerNorm, parallel block, logit scale */
+    PDL_ARCH_GEMMA2,     /* sandwich norms, GELU, soft-caps, alternating window */
 } pdl_arch;
 
 const char *pdl_arch_name(pdl_arch a);
@@ -41,6 +44,16 @@ typedef enum pdl_rope_scaling {
     PDL_ROPE_SCALING_FREQS,    /* GGUF rope_freqs tensor: frequency i / freqs[i] */
 } pdl_rope_scaling;
 
+typedef enum pdl_norm_kind {
+    PDL_NORM_RMS = 0,    /* x / rms(x) * w */
+    PDL_NORM_LAYER,      /* (x - mean) / std(x) * w, no bias (Command-R) */
+} pdl_norm_kind;
+
+typedef enum pdl_activation {
+    PDL_ACT_SILU = 0,    /* silu(gate) * up */
+    PDL_ACT_GELU_TANH,   /* gelu_tanh(gate) * up (Gemma) */
+} pdl_activation;
+
 #define PDL_MAX_EOS 8
 
 typedef struct pdl_model_config {
@@ -53,16 +66,30 @@ typedef struct pdl_model_config {
     int ffn;             /* intermediate size */
     int vocab;
     int ctx_len;         /* context length the model declares */
-    float rms_eps;
+    float rms_eps;       /* epsilon of every norm, RMS or Layer */
+    pdl_norm_kind norm;  /* every norm of the model: blocks and final */
+    pdl_activation act;  /* the MLP's gate activation */
     float rope_theta;
     int rope_dim;        /* dimensions rotated per head (= head_dim here) */
     pdl_rope_style rope_style;
     bool tied_embeddings;/* LM head reuses token_embd */
     bool qkv_bias;
     bool qk_norm;
+    bool parallel_block; /* x + attn(n(x)) + mlp(n(x)), one norm (Command-R); no ffn_norm */
+    bool post_norms;     /* branch outputs normed before the add (Gemma 2: post_attn/post_ffn_norm) */
+    bool norm_plus_one;  /* load time only: the file holds w for norms applied as (1 + w)
+                          * (Hugging Face Gemma); pdl_model_finish folds the 1 in */
+    float embed_scale;   /* embeddings *= embed_scale (1 = none; Granite, Gemma sqrt(hidden)) */
+    float residual_scale;/* each branch *= residual_scale before the add (1 = none; Granite) */
     float attn_scale;    /* 1/sqrt(head_dim) unless the model says otherwise */
+    float attn_softcap;  /* scores = c * tanh(scores / c) before the mask; 0 = none (Gemma 2) */
     int sliding_window;  /* attend to the last W positions only; 0 = all */
-    float logit_scale;   /* head post-processing: logits *= logit_scale (1 = none) */
+    int swa_pattern;     /* with a window: layers l with l % p == p - 1 attend globally
+                          * (Gemma 2: p = 2, windowed even layers); 0 = every layer windowed */
+    /* Head post-processing, in this order, in both head paths (head_postprocess). */
+    float logit_div;     /* logits /= logit_div (1 = none; Granite logits_scaling) */
+    float logit_scale;   /* logits *= logit_scale (1 = none; Command-R) */
+    float final_softcap; /* logits = c * tanh(logits / c); 0 = none (Gemma 2) */
     /* Test hook: a port that applies the head post-processing only in the
      * full-logits path (the bug the selective-logits probe exists to catch). */
     bool head_post_full_only;
@@ -88,7 +115,9 @@ typedef struct pdl_layer_weights {
     pdl_tensor q_norm;     /* (head_dim): qk_norm */
     pdl_tensor k_norm;     /* (head_dim): qk_norm */
     pdl_tensor wo;         /* (hidden, n_heads * head_dim) */
-    pdl_tensor ffn_norm;   /* (hidden) */
+    pdl_tensor ffn_norm;   /* (hidden); absent with parallel_block */
+    pdl_tensor post_attn_norm; /* (hidden): post_norms */
+    pdl_tensor post_ffn_norm;  /* (hidden): post_norms */
     pdl_tensor w_gate;     /* (ffn, hidden) */
     pdl_tensor w_up;       /* (ffn, hidden) */
     pdl_tensor w_down;     /* (hidden, ffn) */
@@ -111,6 +140,7 @@ typedef struct pdl_forward_scratch {
     float *k;          /* (rows, n_kv * head_dim) */
     float *v;          /* (rows, n_kv * head_dim) */
     float *attn;       /* (rows, n_heads * head_dim) attention output */
+    float *branch;     /* (rows, hidden) a block's output before a scaled / normed add */
     float *gate;       /* (rows, ffn) */
     float *up;         /* (rows, ffn) */
     float *scores;     /* (n_threads, ctx) attention probabilities per worker */

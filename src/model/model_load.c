@@ -26,6 +26,9 @@ const char *pdl_arch_name(pdl_arch a) {
     case PDL_ARCH_MISTRAL: return "mistral";
     case PDL_ARCH_QWEN2: return "qwen2";
     case PDL_ARCH_QWEN3: return "qwen3";
+    case PDL_ARCH_GRANITE: return "granite";
+    case PDL_ARCH_COHERE: return "command-r";
+    case PDL_ARCH_GEMMA2: return "gemma2";
     }
     return "?";
 }
@@ -43,28 +46,43 @@ int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool requ
 }
 
 /* Where each per-layer weight is found in each format. */
-typedef enum layer_need { NEED_ALWAYS, NEED_IF_BIAS, NEED_IF_QK_NORM } layer_need;
+typedef enum layer_need {
+    NEED_ALWAYS,
+    NEED_IF_BIAS,
+    NEED_IF_QK_NORM,
+    NEED_UNLESS_PARALLEL, /* ffn_norm: not in a parallel block */
+    NEED_IF_POST_NORMS,
+} layer_need;
 
+/* Hugging Face's post_attention_layernorm is the MLP's input norm in Llama
+ * but the attention output's norm in Gemma 2 (post_norms), whose MLP input
+ * norm is pre_feedforward_layernorm: hf_post names the tensor there. */
 static const struct layer_tensor_name {
     size_t offset;    /* offsetof(pdl_layer_weights, field) */
     const char *gguf; /* after "blk.N." */
     const char *hf;   /* after "model.layers.N." */
     layer_need need;
+    const char *hf_post; /* the Hugging Face name with post_norms, when different */
 } LAYER_TENSORS[] = {
-    {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, wo), "attn_output.weight", "self_attn.o_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_ALWAYS},
-    {offsetof(pdl_layer_weights, bq), "attn_q.bias", "self_attn.q_proj.bias", NEED_IF_BIAS},
-    {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS},
-    {offsetof(pdl_layer_weights, bv), "attn_v.bias", "self_attn.v_proj.bias", NEED_IF_BIAS},
-    {offsetof(pdl_layer_weights, q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", NEED_IF_QK_NORM},
-    {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM},
+    {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, wo), "attn_output.weight", "self_attn.o_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_UNLESS_PARALLEL,
+     "pre_feedforward_layernorm.weight"},
+    {offsetof(pdl_layer_weights, post_attn_norm), "post_attention_norm.weight", "post_attention_layernorm.weight",
+     NEED_IF_POST_NORMS, NULL},
+    {offsetof(pdl_layer_weights, post_ffn_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight",
+     NEED_IF_POST_NORMS, NULL},
+    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, bq), "attn_q.bias", "self_attn.q_proj.bias", NEED_IF_BIAS, NULL},
+    {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS, NULL},
+    {offsetof(pdl_layer_weights, bv), "attn_v.bias", "self_attn.v_proj.bias", NEED_IF_BIAS, NULL},
+    {offsetof(pdl_layer_weights, q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", NEED_IF_QK_NORM, NULL},
+    {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM, NULL},
 };
 
 int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names, const char *where,
@@ -82,8 +100,14 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names
         for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
             const struct layer_tensor_name *t = &LAYER_TENSORS[i];
             bool required = t->need == NEED_ALWAYS || (t->need == NEED_IF_BIAS && c->qkv_bias) ||
-                            (t->need == NEED_IF_QK_NORM && c->qk_norm);
-            if (hf_names) snprintf(name, sizeof name, "model.layers.%d.%s", l, t->hf);
+                            (t->need == NEED_IF_QK_NORM && c->qk_norm) ||
+                            (t->need == NEED_UNLESS_PARALLEL && !c->parallel_block) ||
+                            (t->need == NEED_IF_POST_NORMS && c->post_norms);
+            /* a tensor the config does not use is not taken (a Gemma 2 HF
+             * post_attention_layernorm is not an ffn_norm) */
+            if (!required && (t->need == NEED_UNLESS_PARALLEL || t->need == NEED_IF_POST_NORMS)) continue;
+            const char *hf = c->post_norms && t->hf_post ? t->hf_post : t->hf;
+            if (hf_names) snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);
             else snprintf(name, sizeof name, "blk.%d.%s", l, t->gguf);
             if (pdl_model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
                 return -1;
@@ -163,6 +187,22 @@ static int align_matrix(pdl_model *m, pdl_tensor *t, pdl_error *err) {
         return pdl_fail(err, "out of memory aligning '%s'", t->name);
     }
     memcpy(buf, t->data, t->nbytes);
+    t->data = buf;
+    return 0;
+}
+
+/* An F32 norm vector w applied as (1 + w) becomes an owned copy holding
+ * 1 + w (rounded to F32, as Hugging Face's (1.0 + w.float()) is). */
+static int fold_plus_one(pdl_model *m, pdl_tensor *t, pdl_error *err) {
+    if (!t->data) return 0;
+    int64_t n = pdl_tensor_nelems(t);
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (!buf || own(m, buf)) {
+        free(buf);
+        return pdl_fail(err, "out of memory converting '%s'", t->name);
+    }
+    const float *src = t->data;
+    for (int64_t i = 0; i < n; i++) buf[i] = 1.0f + src[i];
     t->data = buf;
     return 0;
 }
@@ -262,7 +302,7 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
             check_matrix(m, &lw->wk, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wv, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wo, c->hidden, q_dim, why, err) ||
-            check_vector(m, &lw->ffn_norm, c->hidden, why, err) ||
+            (!c->parallel_block && check_vector(m, &lw->ffn_norm, c->hidden, why, err)) ||
             check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err) ||
             check_matrix(m, &lw->w_up, c->ffn, c->hidden, why, err) ||
             check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err))
@@ -273,6 +313,18 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
         if (c->qk_norm && (check_vector(m, &lw->q_norm, c->head_dim, why, err) ||
                            check_vector(m, &lw->k_norm, c->head_dim, why, err)))
             return -1;
+        if (c->post_norms && (check_vector(m, &lw->post_attn_norm, c->hidden, why, err) ||
+                              check_vector(m, &lw->post_ffn_norm, c->hidden, why, err)))
+            return -1;
+        if (c->norm_plus_one) {
+            pdl_tensor *norms[] = {&lw->attn_norm, &lw->ffn_norm, &lw->post_attn_norm, &lw->post_ffn_norm};
+            for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+                if (fold_plus_one(m, norms[i], err)) return -1;
+        }
+    }
+    if (c->norm_plus_one) {
+        if (fold_plus_one(m, &w->output_norm, err)) return -1;
+        c->norm_plus_one = false; /* done: the weights now hold 1 + w */
     }
 
     /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32". */
@@ -302,6 +354,9 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     if (!m) return pdl_fail(err, "out of memory");
     m->probe_state = -1;
     m->cfg.logit_scale = 1.0f;
+    m->cfg.logit_div = 1.0f;
+    m->cfg.embed_scale = 1.0f;
+    m->cfg.residual_scale = 1.0f;
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
@@ -332,7 +387,7 @@ void pdl_model_free(pdl_model *m) {
     if (!m) return;
     if (m->pool) pdl_threadpool_free(m->pool);
     pdl_forward_scratch *s = &m->scratch;
-    free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn);
+    free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
     free(s->full_normed), free(s->full_logits);
     free(m->w.layers);

@@ -3,9 +3,10 @@
  * `{arch}.*` hyperparameter keys and llama.cpp's tensor names
  * (token_embd, blk.N.attn_q, ...).
  *
- * GGUF `llama` files store Q and K rows permuted per head for adjacent-pair
- * RoPE, so they run with PDL_ROPE_NORM; qwen2/qwen3 keep Hugging Face's
- * rotate-half layout (PDL_ROPE_NEOX).
+ * GGUF `llama` and `granite` files store Q and K rows permuted per head for
+ * adjacent-pair RoPE, so they run with PDL_ROPE_NORM, as does `command-r`
+ * (interleaved RoPE in the original); qwen2/qwen3/gemma2 keep Hugging Face's
+ * rotate-half layout (PDL_ROPE_NEOX). gemma2 norm weights already hold 1 + w.
  */
 #include <math.h>
 #include <stdio.h>
@@ -59,8 +60,24 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         c->arch = PDL_ARCH_QWEN3;
         c->rope_style = PDL_ROPE_NEOX;
         c->qk_norm = true;
+    } else if (strcmp(arch, "granite") == 0) {
+        c->arch = PDL_ARCH_GRANITE;
+        c->rope_style = PDL_ROPE_NORM;
+    } else if (strcmp(arch, "command-r") == 0) {
+        c->arch = PDL_ARCH_COHERE;
+        c->rope_style = PDL_ROPE_NORM;
+        c->norm = PDL_NORM_LAYER;
+        c->parallel_block = true;
+    } else if (strcmp(arch, "gemma2") == 0) {
+        c->arch = PDL_ARCH_GEMMA2;
+        c->rope_style = PDL_ROPE_NEOX;
+        c->post_norms = true;
+        c->act = PDL_ACT_GELU_TANH;
+        c->swa_pattern = 2;
     } else {
-        return pdl_fail(err, "%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+        return pdl_fail(err,
+                        "%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, "
+                        "granite, command-r, gemma2)",
                         path, arch);
     }
 
@@ -84,7 +101,9 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     c->ctx_len = 0;
     if (arch_u32(g, arch, "context_length", false, &c->ctx_len, err)) return -1;
     c->rms_eps = 1e-5f;
-    if (arch_f32(g, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps, err)) return -1;
+    const char *eps_key =
+        c->norm == PDL_NORM_LAYER ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
+    if (arch_f32(g, arch, eps_key, &c->rms_eps, err)) return -1;
     c->rope_theta = 10000.0f;
     if (arch_f32(g, arch, "rope.freq_base", &c->rope_theta, err)) return -1;
 
@@ -101,8 +120,32 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
     }
     c->sliding_window = 0;
-    if (c->arch == PDL_ARCH_MISTRAL && arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err))
+    if ((c->arch == PDL_ARCH_MISTRAL || c->arch == PDL_ARCH_GEMMA2) &&
+        arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err))
         return -1;
+    /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
+     * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (arch_f32(g, arch, "attention.scale", &c->attn_scale, err)) return -1;
+    if (c->arch == PDL_ARCH_GRANITE) {
+        if (arch_f32(g, arch, "embedding_scale", &c->embed_scale, err) ||
+            arch_f32(g, arch, "residual_scale", &c->residual_scale, err) ||
+            arch_f32(g, arch, "logit_scale", &c->logit_div, err)) /* Granite divides by it */
+            return -1;
+    } else if (c->arch == PDL_ARCH_COHERE) {
+        if (arch_f32(g, arch, "logit_scale", &c->logit_scale, err)) return -1;
+    } else if (c->arch == PDL_ARCH_GEMMA2) {
+        c->embed_scale = sqrtf((float)c->hidden);
+        if (arch_f32(g, arch, "attn_logit_softcapping", &c->attn_softcap, err) ||
+            arch_f32(g, arch, "final_logit_softcapping", &c->final_softcap, err))
+            return -1;
+    }
+    if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0) ||
+        !(c->attn_softcap >= 0) || !(c->final_softcap >= 0))
+        return pdl_fail(err,
+                        "%s: invalid %s scales: attention %g, embedding %g, residual %g, logit %g, soft-caps %g / %g",
+                        path, arch, c->attn_scale, c->embed_scale, c->residual_scale, c->logit_div, c->attn_softcap,
+                        c->final_softcap);
 
     c->bos_id = -1;
     uint32_t id;
@@ -139,6 +182,8 @@ static int read_weights(pdl_model *m, const gguf_file *g, const pdl_tensor **fre
     if (rc < 0) return -1;
     if (rc > 0) c->vocab = (int)vs;
 
+    if (c->arch == PDL_ARCH_COHERE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
+        return pdl_fail(err, "%s: command-r with q/k LayerNorm (use_qk_norm) is not supported", path);
     if (pdl_model_take_layers(m, ts, false, path, err)) return -1;
     *freq_factors = pdl_tensor_set_find(ts, "rope_freqs.weight");
     if (*freq_factors) {
@@ -154,7 +199,6 @@ int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err) {
     snprintf(m->source, sizeof m->source, "gguf");
     const pdl_tensor *freq_factors = NULL;
     if (read_config(m, m->gguf, err) || read_weights(m, m->gguf, &freq_factors, err)) return -1;
-    m->cfg.attn_scale = 1.0f / sqrtf((float)m->cfg.head_dim);
     if (pdl_model_finish(m, freq_factors, err)) return -1;
     pdl_error terr;
     if (tok_load_gguf(&m->tok, m->gguf, &terr)) {

@@ -4,7 +4,9 @@
  * safetensors weights with transformers' names (model.layers.N.self_attn...).
  *
  * Hugging Face keeps Q/K in the rotate-half layout, so every architecture
- * loaded from here runs with PDL_ROPE_NEOX.
+ * loaded from here runs with PDL_ROPE_NEOX, except Cohere, whose RoPE is
+ * interleaved (adjacent pairs, PDL_ROPE_NORM). Gemma 2 applies its norms as
+ * (1 + w): the loader asks pdl_model_finish to fold the 1 in.
  */
 #include <jansson.h>
 #include <math.h>
@@ -111,6 +113,71 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model_config *c,
                     type);
 }
 
+/* A soft-cap field: a number, or null for none. */
+static int cfg_softcap(json_t *cfg, const char *path, const char *key, float *out, pdl_error *err) {
+    json_t *v = json_object_get(cfg, key);
+    if (v && json_is_null(v)) {
+        *out = 0.0f;
+        return 0;
+    }
+    if (cfg_float(cfg, path, key, out, err)) return -1;
+    if (!(*out >= 0)) return pdl_fail(err, "%s: field '%s' must not be negative", path, key);
+    return 0;
+}
+
+/* The multipliers, scales and soft-caps of Granite, Cohere and Gemma 2, with
+ * transformers' defaults. */
+static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (c->arch == PDL_ARCH_GRANITE) {
+        c->attn_scale = 1.0f;
+        if (cfg_float(cfg, path, "attention_multiplier", &c->attn_scale, err) ||
+            cfg_float(cfg, path, "embedding_multiplier", &c->embed_scale, err) ||
+            cfg_float(cfg, path, "residual_multiplier", &c->residual_scale, err) ||
+            cfg_float(cfg, path, "logits_scaling", &c->logit_div, err))
+            return -1;
+    } else if (c->arch == PDL_ARCH_COHERE) {
+        c->logit_scale = 0.0625f;
+        if (cfg_float(cfg, path, "logit_scale", &c->logit_scale, err)) return -1;
+        bool qk_norm = false;
+        if (cfg_bool(cfg, path, "use_qk_norm", &qk_norm, err)) return -1;
+        if (qk_norm) return pdl_fail(err, "%s: use_qk_norm = true is not supported for cohere", path);
+    } else if (c->arch == PDL_ARCH_GEMMA2) {
+        int qpas = 256;
+        if (cfg_int(cfg, path, "query_pre_attn_scalar", false, &qpas, err)) return -1;
+        if (qpas <= 0) return pdl_fail(err, "%s: field 'query_pre_attn_scalar' must be positive", path);
+        c->attn_scale = (float)pow((double)qpas, -0.5);
+        /* normalizer = hidden ** 0.5 as a tensor of the activations' dtype (F32) */
+        c->embed_scale = (float)sqrt((double)c->hidden);
+        c->attn_softcap = 50.0f;
+        c->final_softcap = 30.0f;
+        if (cfg_softcap(cfg, path, "attn_logit_softcapping", &c->attn_softcap, err) ||
+            cfg_softcap(cfg, path, "final_logit_softcapping", &c->final_softcap, err))
+            return -1;
+    }
+    if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0))
+        return pdl_fail(err, "%s: invalid scales: attention %g, embedding %g, residual %g, logits_scaling %g", path,
+                        c->attn_scale, c->embed_scale, c->residual_scale, c->logit_div);
+    return 0;
+}
+
+/* Gemma 2 alternates windowed (even) and global (odd) layers; a config that
+ * lists layer_types must say exactly that. */
+static int check_gemma2_layer_types(json_t *cfg, const char *path, const pdl_model_config *c, pdl_error *err) {
+    json_t *lt = json_object_get(cfg, "layer_types");
+    if (!lt || json_is_null(lt)) return 0;
+    if (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layers)
+        return pdl_fail(err, "%s: field 'layer_types' must list %d layers", path, c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        json_t *e = json_array_get(lt, (size_t)l);
+        const char *want = l % 2 == 0 ? "sliding_attention" : "full_attention";
+        if (!json_is_string(e) || strcmp(json_string_value(e), want) != 0)
+            return pdl_fail(err, "%s: layer_types[%d] must be \"%s\" (only Gemma 2's alternation is supported)",
+                            path, l, want);
+    }
+    return 0;
+}
+
 static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     json_t *mt = json_object_get(cfg, "model_type");
@@ -127,9 +194,24 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     } else if (strcmp(type, "qwen3") == 0) {
         c->arch = PDL_ARCH_QWEN3;
         c->qk_norm = true;
+    } else if (strcmp(type, "granite") == 0) {
+        c->arch = PDL_ARCH_GRANITE;
+    } else if (strcmp(type, "cohere") == 0) {
+        c->arch = PDL_ARCH_COHERE;
+        c->rope_style = PDL_ROPE_NORM;
+        c->norm = PDL_NORM_LAYER;
+        c->parallel_block = true;
+    } else if (strcmp(type, "gemma2") == 0) {
+        c->arch = PDL_ARCH_GEMMA2;
+        c->post_norms = true;
+        c->norm_plus_one = true;
+        c->act = PDL_ACT_GELU_TANH;
+        c->swa_pattern = 2;
     } else {
-        return pdl_fail(err, "%s: model_type '%s' is not supported (supported: llama, mistral, qwen2, qwen3)", path,
-                        type);
+        return pdl_fail(err,
+                        "%s: model_type '%s' is not supported (supported: llama, mistral, qwen2, qwen3, granite, "
+                        "cohere, gemma2)",
+                        path, type);
     }
     if (cfg_int(cfg, path, "hidden_size", true, &c->hidden, err) ||
         cfg_int(cfg, path, "num_hidden_layers", true, &c->n_layers, err) ||
@@ -146,15 +228,18 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         cfg_int(cfg, path, "max_position_embeddings", false, &c->ctx_len, err))
         return -1;
     c->rope_dim = c->head_dim;
-    c->rms_eps = 1e-6f;
+    c->rms_eps = c->arch == PDL_ARCH_COHERE ? 1e-5f : 1e-6f;
     c->rope_theta = 10000.0f;
-    if (cfg_float(cfg, path, "rms_norm_eps", &c->rms_eps, err) || cfg_float(cfg, path, "rope_theta", &c->rope_theta, err))
+    if (cfg_float(cfg, path, c->norm == PDL_NORM_LAYER ? "layer_norm_eps" : "rms_norm_eps", &c->rms_eps, err) ||
+        cfg_float(cfg, path, "rope_theta", &c->rope_theta, err))
         return -1;
-    /* transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config all
-     * default tie_word_embeddings to false */
-    c->tied_embeddings = false;
+    /* transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config and
+     * GraniteConfig default tie_word_embeddings to false, CohereConfig and
+     * Gemma2Config to true */
+    c->tied_embeddings = c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_GEMMA2;
     if (cfg_bool(cfg, path, "tie_word_embeddings", &c->tied_embeddings, err)) return -1;
-    if (c->arch == PDL_ARCH_LLAMA || c->arch == PDL_ARCH_MISTRAL || c->arch == PDL_ARCH_QWEN3) {
+    if (read_arch_numbers(cfg, path, c, err)) return -1;
+    if (c->arch != PDL_ARCH_QWEN2) {
         bool bias = false;
         if (cfg_bool(cfg, path, "attention_bias", &bias, err)) return -1;
         c->qkv_bias = bias;
@@ -162,11 +247,19 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         if (cfg_bool(cfg, path, "mlp_bias", &mlp_bias, err)) return -1;
         if (mlp_bias) return pdl_fail(err, "%s: mlp_bias = true is not supported", path);
     }
-    json_t *act = json_object_get(cfg, "hidden_act");
-    if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
-        return pdl_fail(err, "%s: hidden_act must be \"silu\" for %s", path, type);
+    /* Gemma's hidden_activation wins over its (legacy) hidden_act */
+    const char *want_act = c->act == PDL_ACT_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
+    json_t *act = json_object_get(cfg, "hidden_activation");
+    if (!act || json_is_null(act)) act = json_object_get(cfg, "hidden_act");
+    if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
+        return pdl_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
     c->sliding_window = 0;
-    if (c->arch == PDL_ARCH_MISTRAL) {
+    if (c->arch == PDL_ARCH_GEMMA2) {
+        c->sliding_window = 4096;
+        if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err) ||
+            check_gemma2_layer_types(cfg, path, c, err))
+            return -1;
+    } else if (c->arch == PDL_ARCH_MISTRAL) {
         if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err)) return -1;
     } else if (c->arch == PDL_ARCH_QWEN2 || c->arch == PDL_ARCH_QWEN3) {
         bool use = false;
@@ -220,7 +313,6 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     }
 
     if (st_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
-    m->cfg.attn_scale = 1.0f / sqrtf((float)m->cfg.head_dim);
     if (pdl_model_finish(m, NULL, err)) return -1;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);

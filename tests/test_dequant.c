@@ -1,0 +1,327 @@
+/*
+ * test_dequant.c - GGUF block formats expand to the values their layouts
+ * define (pdl_dequant_row, kernels/cpu_ops.c).
+ *
+ * Each test packs chosen integer quants and scales into a block the way
+ * ggml's block_* structs lay them out (the packers below walk the blocks in
+ * the order of ggml's dequantize_row_* loops, a different walk from the
+ * engine's per-element indexing), then checks every element exactly: the
+ * scales are powers of two and the quants small, so every product is exact
+ * in float. A few elements are also checked against literal values worked
+ * out by hand from the layout.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "format/tensor.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/fp16.h"
+#include "test_util.h"
+
+static uint32_t rng = 12345;
+static int rnd(int n) { /* uniform in [0, n) */
+    rng = rng * 1664525u + 1013904223u;
+    return (int)((rng >> 8) % (uint32_t)n);
+}
+
+static void put_half(uint8_t *p, float v) {
+    uint16_t h = pdl_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Expands one row of n elements of dtype from bytes. */
+static void dequant(pdl_dtype dtype, const uint8_t *bytes, float *out, int n) {
+    pdl_tensor t = {.dtype = dtype, .n_dims = 1, .shape = {n}, .data = bytes};
+    pdl_dequant_row(&t, 0, out, n);
+}
+
+static int count_bad(const float *got, const float *want, int n) {
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            if (bad < 3) fprintf(stderr, "  element %d: got %.9g, want %.9g\n", i, got[i], want[i]);
+            bad++;
+        }
+    return bad;
+}
+
+static void test_dtype_block_sizes(void) {
+    struct {
+        pdl_dtype t;
+        const char *name;
+        size_t elems, bytes;
+    } want[] = {
+        {PDL_DTYPE_Q4_0, "Q4_0", 32, 18},  {PDL_DTYPE_Q4_1, "Q4_1", 32, 20},  {PDL_DTYPE_Q5_0, "Q5_0", 32, 22},
+        {PDL_DTYPE_Q5_1, "Q5_1", 32, 24},  {PDL_DTYPE_Q8_0, "Q8_0", 32, 34},  {PDL_DTYPE_Q2_K, "Q2_K", 256, 84},
+        {PDL_DTYPE_Q3_K, "Q3_K", 256, 110}, {PDL_DTYPE_Q4_K, "Q4_K", 256, 144}, {PDL_DTYPE_Q5_K, "Q5_K", 256, 176},
+        {PDL_DTYPE_Q6_K, "Q6_K", 256, 210},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK(strcmp(pdl_dtype_name(want[i].t), want[i].name) == 0);
+        CHECK_EQ_INT(pdl_dtype_block_elems(want[i].t), want[i].elems);
+        CHECK_EQ_INT(pdl_dtype_block_bytes(want[i].t), want[i].bytes);
+        CHECK(pdl_dtype_is_quantized(want[i].t));
+        CHECK_EQ_INT(pdl_dtype_row_bytes(want[i].t, 2 * (int64_t)want[i].elems), 2 * want[i].bytes);
+    }
+    CHECK(!pdl_dtype_is_quantized(PDL_DTYPE_F32));
+}
+
+/* Q4_0: byte j of the nibbles is element j (low) and j + 16 (high). */
+static void test_q4_0_block(void) {
+    uint8_t blk[2 * 18];
+    float want[64], got[64];
+    for (int b = 0; b < 2; b++) {
+        uint8_t *p = blk + 18 * b;
+        float d = b ? -0.25f : 0.5f;
+        put_half(p, d);
+        int q[32];
+        for (int i = 0; i < 32; i++) q[i] = rnd(16);
+        for (int j = 0; j < 16; j++) p[2 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        for (int i = 0; i < 32; i++) want[32 * b + i] = (float)(q[i] - 8) * d;
+    }
+    dequant(PDL_DTYPE_Q4_0, blk, got, 64);
+    CHECK_EQ_INT(count_bad(got, want, 64), 0);
+    /* by hand: d = 2, byte 0 = 0xF1 -> element 0 = (1 - 8) * 2, element 16 = (15 - 8) * 2 */
+    memset(blk, 0x88, 18);
+    put_half(blk, 2.0f);
+    blk[2] = 0xF1;
+    dequant(PDL_DTYPE_Q4_0, blk, got, 32);
+    CHECK(got[0] == -14.0f && got[16] == 14.0f && got[1] == 0.0f && got[31] == 0.0f);
+}
+
+static void test_q4_1_block(void) {
+    uint8_t p[20];
+    float want[32], got[32];
+    put_half(p, 0.125f);
+    put_half(p + 2, -1.5f);
+    int q[32];
+    for (int i = 0; i < 32; i++) q[i] = rnd(16);
+    for (int j = 0; j < 16; j++) p[4 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+    for (int i = 0; i < 32; i++) want[i] = (float)q[i] * 0.125f - 1.5f;
+    dequant(PDL_DTYPE_Q4_1, p, got, 32);
+    CHECK_EQ_INT(count_bad(got, want, 32), 0);
+}
+
+/* Q5_0 / Q5_1: the fifth bit of element i is bit i of the little-endian u32. */
+static void pack_q5(uint8_t *qh, uint8_t *qs, const int *q) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 15) | (q[j + 16] & 15) << 4);
+        h |= (uint32_t)(q[j] >> 4) << j;
+        h |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+static void test_q5_0_block(void) {
+    uint8_t p[22];
+    float want[32], got[32];
+    put_half(p, 0.5f);
+    int q[32];
+    for (int i = 0; i < 32; i++) q[i] = rnd(32);
+    pack_q5(p + 2, p + 6, q);
+    for (int i = 0; i < 32; i++) want[i] = (float)(q[i] - 16) * 0.5f;
+    dequant(PDL_DTYPE_Q5_0, p, got, 32);
+    CHECK_EQ_INT(count_bad(got, want, 32), 0);
+    /* by hand: only element 17 has its fifth bit (qh byte 2 bit 1), nibbles 0 */
+    memset(p, 0, sizeof p);
+    put_half(p, 1.0f);
+    p[2 + 2] = 0x02;
+    dequant(PDL_DTYPE_Q5_0, p, got, 32);
+    CHECK(got[17] == 0.0f && got[16] == -16.0f && got[1] == -16.0f);
+}
+
+static void test_q5_1_block(void) {
+    uint8_t p[24];
+    float want[32], got[32];
+    put_half(p, 0.25f);
+    put_half(p + 2, 3.0f);
+    int q[32];
+    for (int i = 0; i < 32; i++) q[i] = rnd(32);
+    pack_q5(p + 4, p + 8, q);
+    for (int i = 0; i < 32; i++) want[i] = (float)q[i] * 0.25f + 3.0f;
+    dequant(PDL_DTYPE_Q5_1, p, got, 32);
+    CHECK_EQ_INT(count_bad(got, want, 32), 0);
+}
+
+/* Q2_K: scales[16] (low nibble: scale, high: min), qs[64], d, dmin. Each
+ * half of 128 elements uses 32 bytes; its 4 groups of 32 take bit pairs
+ * 0, 2, 4, 6; each group is two sub-blocks of 16 (bytes 0..15, 16..31). */
+static void test_q2_k_block(void) {
+    uint8_t p[84] = {0};
+    float want[256], got[256];
+    float d = 0.5f, dmin = 0.25f;
+    int sc[16], mn[16], q[256];
+    for (int i = 0; i < 16; i++) sc[i] = rnd(16), mn[i] = rnd(16), p[i] = (uint8_t)(sc[i] | mn[i] << 4);
+    for (int i = 0; i < 256; i++) q[i] = rnd(4);
+    int e = 0;
+    for (int half = 0; half < 2; half++)
+        for (int shift = 0; shift < 8; shift += 2)
+            for (int part = 0; part < 2; part++)
+                for (int l = 0; l < 16; l++, e++) p[16 + 32 * half + 16 * part + l] |= (uint8_t)(q[e] << shift);
+    put_half(p + 80, d);
+    put_half(p + 82, dmin);
+    for (int i = 0; i < 256; i++) want[i] = d * (float)sc[i / 16] * (float)q[i] - dmin * (float)mn[i / 16];
+    dequant(PDL_DTYPE_Q2_K, p, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+}
+
+/* Q3_K: hmask[32], qs[64], scales[12], d. Quant = low 2 bits (as Q2_K)
+ * minus 4 unless the high bit is set: group g (of 8, 32 elements each) uses
+ * bit g of hmask[0..31]. 16 six-bit scales biased by 32: low nibbles in
+ * bytes 0..7 (scales 0..7) and their high nibbles (scales 8..15), top bit
+ * pairs in bytes 8..11. */
+static void test_q3_k_block(void) {
+    uint8_t p[110] = {0};
+    float want[256], got[256];
+    float d = 0.125f;
+    int sc[16], q[256];
+    for (int i = 0; i < 16; i++) sc[i] = rnd(64);
+    for (int i = 0; i < 256; i++) q[i] = rnd(8) - 4;
+    uint8_t *hm = p, *qs = p + 32, *sb = p + 96;
+    int e = 0;
+    for (int half = 0; half < 2; half++)
+        for (int g = 0; g < 4; g++)
+            for (int part = 0; part < 2; part++)
+                for (int l = 0; l < 16; l++, e++) {
+                    int lo = q[e] < 0 ? q[e] + 4 : q[e];
+                    qs[32 * half + 16 * part + l] |= (uint8_t)(lo << (2 * g));
+                    if (q[e] >= 0) hm[16 * part + l] |= (uint8_t)(1 << (4 * half + g));
+                }
+    for (int i = 0; i < 16; i++) {
+        if (i < 8) sb[i] |= (uint8_t)(sc[i] & 15);
+        else sb[i - 8] |= (uint8_t)((sc[i] & 15) << 4);
+        sb[8 + i % 4] |= (uint8_t)((sc[i] >> 4) << (2 * (i / 4)));
+    }
+    put_half(p + 108, d);
+    for (int i = 0; i < 256; i++) want[i] = d * (float)(sc[i / 16] - 32) * (float)q[i];
+    dequant(PDL_DTYPE_Q3_K, p, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+    /* by hand: all quant bits 0 and high bits clear -> q = -4; scale bytes 0
+     * except byte 11 = 0xC0 (scale 15's top bits = 3, so 48 - 32 = 16)
+     * and byte 7 = 0x50 (scale 15's low nibble 5: 53 - 32 = 21; scale 7's
+     * low nibble 0: -32). Element 255: 1 * 21 * -4; element 112: -32 * -4. */
+    memset(p, 0, sizeof p);
+    p[96 + 11] = 0xC0;
+    p[96 + 7] = 0x50;
+    put_half(p + 108, 1.0f);
+    dequant(PDL_DTYPE_Q3_K, p, got, 256);
+    CHECK(got[255] == -84.0f && got[112] == 128.0f);
+}
+
+/* Q4_K / Q5_K scales: 8 six-bit scales and mins in 12 bytes. */
+static void pack_scale_min_k4(uint8_t *s, const int *sc, const int *mn) {
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+}
+
+/* Q4_K: d, dmin, scales[12], qs[128]: 4 chunks of 64 elements, each 32
+ * bytes: low nibbles are the first 32 (sub-block 2c), high the next 32. */
+static void check_q45_k(int five) {
+    uint8_t p[176] = {0};
+    float want[256], got[256];
+    float d = 0.0625f, dmin = 0.5f;
+    int sc[8], mn[8], q[256];
+    for (int i = 0; i < 8; i++) sc[i] = rnd(64), mn[i] = rnd(64);
+    for (int i = 0; i < 256; i++) q[i] = rnd(five ? 32 : 16);
+    put_half(p, d);
+    put_half(p + 2, dmin);
+    pack_scale_min_k4(p + 4, sc, mn);
+    uint8_t *qh = p + 16, *qs = p + (five ? 48 : 16);
+    int e = 0;
+    for (int c = 0; c < 4; c++)
+        for (int nib = 0; nib < 2; nib++)
+            for (int l = 0; l < 32; l++, e++) {
+                qs[32 * c + l] |= (uint8_t)((q[e] & 15) << (4 * nib));
+                if (five) qh[l] |= (uint8_t)((q[e] >> 4) << (2 * c + nib));
+            }
+    for (int i = 0; i < 256; i++) want[i] = d * (float)sc[i / 32] * (float)q[i] - dmin * (float)mn[i / 32];
+    dequant(five ? PDL_DTYPE_Q5_K : PDL_DTYPE_Q4_K, p, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+}
+
+static void test_q4_k_block(void) {
+    check_q45_k(0);
+    /* by hand: scale byte 0 = 0x41 -> sub-block 0 scale 1 and sub-block 4's
+     * scale top bits 01 (16 + low nibble of byte 8 = 2 -> 18); min bytes 0;
+     * d = 1, qs[0] = 0x0F, qs[64] = 0x03 */
+    uint8_t p[144] = {0};
+    put_half(p, 1.0f);
+    put_half(p + 2, 1.0f);
+    p[4] = 0x41;
+    p[4 + 8] = 0x02;
+    p[16] = 0x0F;
+    p[16 + 64] = 0x03;
+    float got[256];
+    dequant(PDL_DTYPE_Q4_K, p, got, 256);
+    CHECK(got[0] == 15.0f && got[128] == 54.0f && got[32] == 0.0f);
+}
+
+static void test_q5_k_block(void) { check_q45_k(1); }
+
+/* Q6_K: ql[128], qh[64], scales[16] (int8), d. Each half of 128 elements:
+ * element l (< 32) and l + 64 share ql[l] (low/high nibble), l + 32 and
+ * l + 96 share ql[l + 32]; qh[l] holds the top 2 bits of l, l + 32, l + 64,
+ * l + 96 at bits 0, 2, 4, 6. Quant minus 32; sub-block of 16 per scale. */
+static void test_q6_k_block(void) {
+    uint8_t p[210] = {0};
+    float want[256], got[256];
+    float d = 0.25f;
+    int q[256];
+    int8_t sc[16];
+    for (int i = 0; i < 16; i++) sc[i] = (int8_t)(rnd(256) - 128);
+    for (int i = 0; i < 256; i++) q[i] = rnd(64) - 32;
+    for (int h = 0; h < 2; h++) {
+        uint8_t *ql = p + 64 * h, *qh = p + 128 + 32 * h;
+        const int *qq = q + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            int u[4];
+            for (int k = 0; k < 4; k++) u[k] = qq[l + 32 * k] + 32;
+            ql[l] = (uint8_t)((u[0] & 15) | (u[2] & 15) << 4);
+            ql[l + 32] = (uint8_t)((u[1] & 15) | (u[3] & 15) << 4);
+            qh[l] = (uint8_t)((u[0] >> 4) | (u[1] >> 4) << 2 | (u[2] >> 4) << 4 | (u[3] >> 4) << 6);
+        }
+    }
+    memcpy(p + 192, sc, 16);
+    put_half(p + 208, d);
+    for (int i = 0; i < 256; i++) want[i] = d * (float)sc[i / 16] * (float)q[i];
+    dequant(PDL_DTYPE_Q6_K, p, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+    /* by hand: all bytes 0 -> q = -32 everywhere; scale 9 = -2, d = 0.5:
+     * element 144 (second half, sub-block 9) = 0.5 * -2 * -32 = 32 */
+    memset(p, 0, sizeof p);
+    p[192 + 9] = (uint8_t)(int8_t)-2;
+    put_half(p + 208, 0.5f);
+    dequant(PDL_DTYPE_Q6_K, p, got, 256);
+    CHECK(got[144] == 32.0f && got[143] == 0.0f);
+}
+
+/* Rows past the first start at row * the row's bytes. */
+static void test_dequant_row_offsets_by_whole_blocks(void) {
+    uint8_t p[2 * 210] = {0};
+    put_half(p + 210 + 208, 1.0f);
+    p[210 + 192] = 1; /* row 1, sub-block 0 scale 1: q = -32 */
+    float got[256];
+    pdl_tensor t = {.dtype = PDL_DTYPE_Q6_K, .n_dims = 2, .shape = {2, 256}, .data = p};
+    pdl_dequant_row(&t, 1, got, 256);
+    CHECK(got[0] == -32.0f && got[16] == 0.0f);
+}
+
+int main(void) {
+    pdl_fp16_init();
+    RUN(test_dtype_block_sizes);
+    RUN(test_q4_0_block);
+    RUN(test_q4_1_block);
+    RUN(test_q5_0_block);
+    RUN(test_q5_1_block);
+    RUN(test_q2_k_block);
+    RUN(test_q3_k_block);
+    RUN(test_q4_k_block);
+    RUN(test_q5_k_block);
+    RUN(test_q6_k_block);
+    RUN(test_dequant_row_offsets_by_whole_blocks);
+    return test_summary();
+}
