@@ -400,8 +400,10 @@ int cli_bench(int argc, char **argv) {
             printf("\ncommit %s, gcc %s (%s), %s [%s], peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu,
                    feats, ru.ru_maxrss / 1024.0);
             if (roofline) {
-                printf("roofline: peak %.0f GFLOP/s (%s), read bandwidth %.1f GB/s\n", peak,
-                       peak == roof.bf16_gflops && peak > 0 ? "BF16 dot" : "F32 FMA", roof.read_gbs);
+                printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s (this model: %s); read bandwidth "
+                       "%.1f GB/s\n",
+                       roof.f32_gflops, roof.bf16_gflops, peak == roof.bf16_gflops && peak > 0 ? "BF16" : "F32",
+                       roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)
