@@ -19,6 +19,8 @@
 
 #include "cli/bench_roofline.h"
 #include "cli/cli_args.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul_tiles.h"
 #include "model/model.h"
 
 #ifndef PDL_GIT_COMMIT
@@ -353,6 +355,13 @@ int cli_bench(int argc, char **argv) {
         cpu_features(feats, sizeof feats);
         int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         const char *logits = st.selective_logits ? "selective" : "full";
+        /* the kernel family in effect, and BF16 activations where they apply */
+        char isa[64];
+        snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(pdl_isa_active()),
+                 strstr(info.weight_types, "BF16") && pdl_isa_active() == PDL_ISA_AVX512 &&
+                         pdl_cpu_features_get()->avx512bf16 && pdl_matmul_bf16_activations()
+                     ? "+bf16-activations"
+                     : "");
         const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
         if (json) {
             printf("[\n");
@@ -364,10 +373,10 @@ int cli_bench(int argc, char **argv) {
                        r->median);
                 for (int i = 0; i < r->n_samples; i++) printf("%s%.3f", i ? ", " : "", r->samples[i]);
                 printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
-                       "\"cpu\": \"%s\", \"isa\": \"portable C\", \"cpu_features\": \"%s\", \"threads\": %d, "
+                       "\"cpu\": \"%s\", \"isa\": \"%s\", \"cpu_features\": \"%s\", \"threads\": %d, "
                        "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
                        "\"peak_rss_mb\": %.1f, \"gflops\": %.1f",
-                       r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, feats, nthreads, model_path,
+                       r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, model_path,
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops);
                 if (roofline)
                     printf(", \"roofline\": {\"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, \"fraction_of_peak\": %.3f, "
@@ -397,8 +406,8 @@ int cli_bench(int argc, char **argv) {
                 printf("| %s | %s | %d | %s | %s | %d | %.2f ± %.2f | %.2f | %s |\n", info.arch, info.weight_types,
                        nthreads, logits, r->test, r->batch, r->mean, r->sd, r->median, gb);
             }
-            printf("\ncommit %s, gcc %s (%s), %s [%s], peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu,
-                   feats, ru.ru_maxrss / 1024.0);
+            printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
+                   PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
             if (roofline) {
                 printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s (this model: %s); read bandwidth "
                        "%.1f GB/s\n",
