@@ -41,8 +41,8 @@ extern const pdl_tile_kernels pdl_tiles_avx512bf16;
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
 
 /* Whether BF16 weights may use BF16 activations (VDPBF16PS) when the CPU
- * has it: on by default; off gives exact F32 products for BF16 weights.
- * PAGEDLM_BF16_ACTIVATIONS=0 turns it off for a process. */
+ * has it. Off by default (exact F32 products, and faster with the current
+ * tiles); PAGEDLM_BF16_ACTIVATIONS=1 turns it on for a process. */
 void pdl_matmul_set_bf16_activations(bool on);
 bool pdl_matmul_bf16_activations(void);
 
