@@ -429,6 +429,52 @@ static void count_hit(void *ctx, int ith, int nth) {
     __atomic_add_fetch(&hits[ith], 1, __ATOMIC_SEQ_CST);
 }
 
+/* The register-resident AVX-512 attention (head_dim a multiple of 16) and
+ * the AVX2 build against the portable body, with wide heads, both KV types,
+ * a window and a soft-cap (1e-5: summation order and FMA only). */
+static void test_wide_head_attention_builds_agree(void) {
+    pdl_fp16_init();
+    enum { NKV = 2, BSZ = 16, NPOS = 70 };
+    int hds[] = {64, 128, 256, 48};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        int hd = hds[hi];
+        int32_t table[8] = {3, 0, 5, 1, 7};
+        for (int f16 = 0; f16 < 2; f16++) {
+            size_t elem = f16 ? 2 : 4, n = (size_t)8 * BSZ * NKV * hd;
+            uint8_t *kp = calloc(n, elem), *vp = calloc(n, elem);
+            for (size_t i = 0; i < n; i++) {
+                float a = frand(), b = frand();
+                if (f16) {
+                    uint16_t ha = pdl_f32_to_f16(a), hb = pdl_f32_to_f16(b);
+                    memcpy(kp + 2 * i, &ha, 2), memcpy(vp + 2 * i, &hb, 2);
+                } else {
+                    memcpy(kp + 4 * i, &a, 4), memcpy(vp + 4 * i, &b, 4);
+                }
+            }
+            pdl_attn_kv kv = {.k = kp, .v = vp, .kv_is_f16 = f16, .kv_dim = NKV * hd, .block_table = table,
+                              .block_size = BSZ};
+            float *q = malloc((size_t)hd * sizeof *q), *o0 = malloc((size_t)hd * sizeof *o0);
+            float *o1 = malloc((size_t)hd * sizeof *o1), scores[NPOS];
+            for (int i = 0; i < hd; i++) q[i] = frand();
+            for (int pos = 0; pos < NPOS; pos += 7)
+                for (int cfg = 0; cfg < 3; cfg++) {
+                    int window = cfg == 1 ? 9 : 0;
+                    float cap = cfg == 2 ? 0.5f : 0.0f;
+                    pdl_attention_head_scalar(o0, q, hd, 1, 0.2f, cap, pos, window, &kv, scores);
+                    for (int b = PDL_ISA_AVX2; b <= (int)pdl_isa_best(); b++) {
+                        if (b == PDL_ISA_AVX2) pdl_attention_head_avx2(o1, q, hd, 1, 0.2f, cap, pos, window, &kv, scores);
+                        else pdl_attention_head_avx512(o1, q, hd, 1, 0.2f, cap, pos, window, &kv, scores);
+                        double worst = 0;
+                        for (int i = 0; i < hd; i++) worst = fmax(worst, fabs((double)o1[i] - o0[i]));
+                        CHECK_MSG(worst < 1e-5, "%s head_dim %d f16=%d pos %d cfg %d: %.3g", pdl_isa_name((pdl_isa)b),
+                                  hd, f16, pos, cfg, worst);
+                    }
+                }
+            free(q), free(o0), free(o1), free(kp), free(vp);
+        }
+    }
+}
+
 static void test_threadpool_runs_every_share_once(void) {
     for (int n = 1; n <= 4; n++) {
         pdl_threadpool *p = pdl_threadpool_new(n);
@@ -467,6 +513,7 @@ int main(void) {
     RUN(test_rmsnorm_matches_definition);
     RUN(test_rope_adjacent_pairs_equal_rotate_half_under_permutation);
     RUN(test_paged_attention_matches_contiguous_reference);
+    RUN(test_wide_head_attention_builds_agree);
     RUN(test_threadpool_runs_every_share_once);
     RUN(test_split_range_covers_everything_once);
     return test_summary();

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/sampler_exp.h"
+#include "kernels/fast_exp.h"
 #include "engine/sampler_rank.h"
 #include "pagedlm.h"
 #include "test_util.h"

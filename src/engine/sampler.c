@@ -14,7 +14,7 @@
  * candidate copy, e^z, and for top-k / top-p one histogram each), no sort
  * and no allocation. Penalties touch only the tokens seen
  * (sampler_counts.h); top-k and top-p are radix selects (sampler_rank.h);
- * e^z is a vectorisable polynomial (sampler_exp.h). Not for:
+ * e^z is a vectorisable polynomial (kernels/fast_exp.h). Not for:
  * log-probabilities (sampler_logprobs.c), stop conditions (the caller's).
  */
 #include <float.h>
@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "engine/sampler_counts.h"
-#include "engine/sampler_exp.h"
+#include "kernels/fast_exp.h"
 #include "engine/sampler_rank.h"
 #include "pagedlm.h"
 #include "util/error.h"

@@ -1,6 +1,7 @@
 /*
- * sampler_exp.h - e^z for z <= 0 in plain float arithmetic, for turning a
- * whole row of max-subtracted logits into unnormalised probabilities.
+ * fast_exp.h - e^z for z <= 0 in plain float arithmetic, for turning a
+ * whole row of max-subtracted scores into unnormalised probabilities (the
+ * sampler's logits, attention's scores).
  *
  * libm's expf is a call per element; this is inline, branch-free and
  * vectorisable, and since it uses only +, *, conversions and bit moves
@@ -14,8 +15,8 @@
  * Not for: z > 0, or where libm's last-bit accuracy matters (logprobs use
  * float64 exp).
  */
-#ifndef PDL_ENGINE_SAMPLER_EXP_H
-#define PDL_ENGINE_SAMPLER_EXP_H
+#ifndef PDL_KERNELS_FAST_EXP_H
+#define PDL_KERNELS_FAST_EXP_H
 
 #include <stdint.h>
 #include <string.h>
