@@ -249,12 +249,10 @@ static void fake_stop(fake_server *s) {
 }
 
 static int run_bench(const char *args) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s >/dev/null 2>&1", bin, args);
-    int st = system(cmd);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    cmd_result r = test_pagedlm(args);
+    int st = r.status;
+    test_free_result(&r);
+    return st;
 }
 
 static void test_bench_serve_against_a_scripted_server(void) {

@@ -1163,43 +1163,6 @@ static void test_load_gguf_template(void) {
  * pagedlm template
  * ------------------------------------------------------------------------- */
 
-typedef struct cmd_result {
-    int status;
-    char *out, *err;
-    size_t out_len;
-} cmd_result;
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    if (len) *len = got;
-    return buf;
-}
-
-static cmd_result pagedlm(const char *args) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char *out_path = test_tmp_path("tmpl-stdout"), *err_path = test_tmp_path("tmpl-stderr");
-    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 32;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
-    int st = system(cmd);
-    cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128};
-    r.out = slurp(out_path, &r.out_len);
-    r.err = slurp(err_path, NULL);
-    free(cmd), free(out_path), free(err_path);
-    return r;
-}
-
-static void free_result(cmd_result *r) { free(r->out), free(r->err); }
-
 static char *write_context(const char *name, const char *json) {
     char *path = test_tmp_path(name);
     test_write_file(path, json, strlen(json));
@@ -1223,11 +1186,11 @@ static void test_cli_renders_folder_with_tokenizer_config(void) {
         char *ctx = write_context("cli-ctx.json", ctx_json);
         char args[2048];
         snprintf(args, sizeof args, "template -m '%s' --context '%s'", dir, ctx);
-        cmd_result r = pagedlm(args);
+        cmd_result r = test_pagedlm(args);
         CHECK_EQ_INT(r.status, 0);
         const char *want = json_string_value(json_object_get(c, "expected"));
         CHECK_MSG(r.out_len == strlen(want) && memcmp(r.out, want, r.out_len) == 0, "got:\n%s\nwant:\n%s", r.out, want);
-        free_result(&r);
+        test_free_result(&r);
         free(ctx), free(ctx_json);
         checked++;
     }
@@ -1243,11 +1206,11 @@ static void test_cli_renders_chat_template_jinja_folder_exactly(void) {
     char *ctx = write_context("cli-ctx2.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Übersetze 🌍\"}]}");
     char args[2048];
     snprintf(args, sizeof args, "template -m '%s' --context '%s'", dir, ctx);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     /* one trailing newline of the file is dropped, nothing is added */
     CHECK(r.out_len == strlen("Übersetze 🌍\n") && strcmp(r.out, "Übersetze 🌍\n") == 0);
-    free_result(&r);
+    test_free_result(&r);
     free(ctx), free(jf), free(dir);
 }
 
@@ -1259,29 +1222,29 @@ static void test_cli_template_error_exits_1_with_the_message(void) {
                                                "{\"role\": \"user\", \"content\": \"u\"}]}");
     char args[2048];
     snprintf(args, sizeof args, "template -m '%s' --context '%s'", dir, ctx);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "System role not supported");
     CHECK(r.out_len == 0);
-    free_result(&r);
+    test_free_result(&r);
     /* usage errors exit 2 */
     snprintf(args, sizeof args, "template -m '%s'", dir);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "--context");
-    free_result(&r);
+    test_free_result(&r);
     /* a folder without a template and a missing context file exit 1 */
     char *mistral = test_data_path("tokenizers/mistral-7b-v0.1");
     snprintf(args, sizeof args, "template -m '%s' --context '%s'", mistral, ctx);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "no chat template");
-    free_result(&r);
+    test_free_result(&r);
     snprintf(args, sizeof args, "template -m '%s' --context /nonexistent.json", dir);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "/nonexistent.json");
-    free_result(&r);
+    test_free_result(&r);
     free(mistral), free(ctx), free(src), free(jf), free(dir);
 }
 
@@ -1290,10 +1253,10 @@ static void test_cli_reads_context_from_stdin_and_gguf(void) {
     char *ctx = write_context("cli-ctx4.json", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}");
     char args[2048];
     snprintf(args, sizeof args, "template -m '%s' --context - < '%s'", phi3, ctx);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK(strcmp(r.out, "<s><|user|>\nHi<|end|>\n<|assistant|>\n") == 0);
-    free_result(&r);
+    test_free_result(&r);
     free(ctx), free(phi3);
 }
 

@@ -10,41 +10,6 @@
 
 #include "test_util.h"
 
-typedef struct cmd_result {
-    int status;   /* exit status */
-    char *out;    /* stdout */
-    char *err;    /* stderr */
-} cmd_result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
-/* Runs `pagedlm ARGS` through the shell. */
-static cmd_result pagedlm(const char *args) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char *out_path = test_tmp_path("stdout"), *err_path = test_tmp_path("stderr");
-    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 32;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
-    int st = system(cmd);
-    cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128, .out = slurp(out_path), .err = slurp(err_path)};
-    free(cmd), free(out_path), free(err_path);
-    return r;
-}
-
-static void free_result(cmd_result *r) { free(r->out), free(r->err); }
-
 static char *data(const char *rel) { return test_data_path(rel); }
 
 /* The reference continuation: llama2.c printed prompt + 60 tokens + "\n". */
@@ -67,16 +32,16 @@ static void check_run_prints_reference(const char *model_rel) {
     char *model = data(model_rel), args[4096];
     char *want = reference_continuation();
     snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 60 --temp 0", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK_MSG(strcmp(r.out, want) == 0, "%s: got\n%s\nwant\n%s", model_rel, r.out, want);
-    free_result(&r);
+    test_free_result(&r);
     /* -n 64 continues past the reference's 60 tokens: its start is the same */
     snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 64 --temp 0", model);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK(strncmp(r.out, want, strlen(want) - 1) == 0);
-    free_result(&r);
+    test_free_result(&r);
     free(want), free(model);
 }
 
@@ -89,7 +54,7 @@ static void test_run_hf_prints_reference_continuation(void) { check_run_prints_r
 static void test_run_json_has_tokens_and_text(void) {
     char *model = data("models/stories260K-hf"), args[4096];
     snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 60 --temp 0 --json --threads 1", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     json_error_t je;
     json_t *j = json_loads(r.out, 0, &je);
@@ -105,20 +70,20 @@ static void test_run_json_has_tokens_and_text(void) {
     CHECK(strcmp(json_string_value(json_object_get(j, "text")), want) == 0);
     json_decref(j);
     free(want), free(model);
-    free_result(&r);
+    test_free_result(&r);
 }
 
 /* Sampling with a seed is reproducible; another seed changes the text. */
 static void test_run_seed_is_reproducible(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
     snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 40 --temp 1 --seed 7", model);
-    cmd_result a = pagedlm(args), b = pagedlm(args);
+    cmd_result a = test_pagedlm(args), b = test_pagedlm(args);
     snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 40 --temp 1 --seed 8", model);
-    cmd_result c = pagedlm(args);
+    cmd_result c = test_pagedlm(args);
     CHECK(a.status == 0 && b.status == 0 && c.status == 0);
     CHECK(strcmp(a.out, b.out) == 0);
     CHECK(strcmp(a.out, c.out) != 0);
-    free_result(&a), free_result(&b), free_result(&c);
+    test_free_result(&a), test_free_result(&b), test_free_result(&c);
     free(model);
 }
 
@@ -130,15 +95,15 @@ static void test_run_verbose_prints_probe_decision(void) {
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         char *model = data(models[i]), args[4096];
         snprintf(args, sizeof args, "run -m '%s' --tokens 1,2,3 -n 4 --temp 0 --verbose", model);
-        cmd_result r = pagedlm(args);
+        cmd_result r = test_pagedlm(args);
         CHECK_EQ_INT(r.status, 0);
         CHECK_CONTAINS(r.err, "selective-logits probe: accepted");
         snprintf(args, sizeof args, "run -m '%s' --tokens 1,2,3 -n 4 --temp 0", model);
-        cmd_result q = pagedlm(args);
+        cmd_result q = test_pagedlm(args);
         CHECK_EQ_INT(q.status, 0);
         CHECK(strstr(q.err, "probe") == NULL);
         CHECK(strcmp(q.out, r.out) == 0);
-        free_result(&r), free_result(&q);
+        test_free_result(&r), test_free_result(&q);
         free(model);
     }
 }
@@ -146,7 +111,7 @@ static void test_run_verbose_prints_probe_decision(void) {
 static void test_logits_prints_rows_as_json(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
     snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403,407,261,378 --all-rows --kv-cache-dtype f32", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     json_t *j = json_loads(r.out, 0, NULL);
     REQUIRE_MSG(j != NULL, "not JSON");
@@ -160,64 +125,64 @@ static void test_logits_prints_rows_as_json(void) {
         if (json_number_value(json_array_get(r0, i)) > json_number_value(json_array_get(r0, best))) best = i;
     CHECK_EQ_INT(best, 403);
     json_decref(j);
-    free_result(&r);
+    test_free_result(&r);
     snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403", model);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     j = json_loads(r.out, 0, NULL);
     REQUIRE(j != NULL);
     CHECK_EQ_INT(json_array_size(json_object_get(j, "logits")), 1);
     json_decref(j);
-    free_result(&r);
+    test_free_result(&r);
     free(model);
 }
 
 static void test_bad_usage_exits_2_with_message(void) {
-    cmd_result r = pagedlm("run -p hello");
+    cmd_result r = test_pagedlm("run -p hello");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "-m MODEL");
-    free_result(&r);
-    r = pagedlm("run -m x -p y --bogus");
+    test_free_result(&r);
+    r = test_pagedlm("run -m x -p y --bogus");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "--bogus");
-    free_result(&r);
-    r = pagedlm("run -m x -p y -n lots");
+    test_free_result(&r);
+    r = test_pagedlm("run -m x -p y -n lots");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "-n");
-    free_result(&r);
-    r = pagedlm("logits -m x --tokens 1,a");
+    test_free_result(&r);
+    r = test_pagedlm("logits -m x --tokens 1,a");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "token ids");
-    free_result(&r);
-    r = pagedlm("frobnicate");
+    test_free_result(&r);
+    r = test_pagedlm("frobnicate");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "unknown command");
-    free_result(&r);
+    test_free_result(&r);
 }
 
 static void test_missing_or_bad_model_exits_1(void) {
-    cmd_result r = pagedlm("run -m /nonexistent/model.gguf -p hi");
+    cmd_result r = test_pagedlm("run -m /nonexistent/model.gguf -p hi");
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "/nonexistent/model.gguf");
-    free_result(&r);
+    test_free_result(&r);
     char *bad = test_tmp_path("not-a-model.gguf");
     test_write_file(bad, "hello world, not gguf", 21);
     char args[1024];
     snprintf(args, sizeof args, "run -m '%s' -p hi", bad);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, bad);
     CHECK(r.out[0] == '\0');
-    free_result(&r);
+    test_free_result(&r);
     free(bad);
 }
 
 static void test_out_of_range_token_is_an_error(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
     snprintf(args, sizeof args, "logits -m '%s' --tokens 1,512", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "512");
-    free_result(&r);
+    test_free_result(&r);
     free(model);
 }
 

@@ -13,32 +13,12 @@
 
 #include "test_util.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Runs pagedlm with args; returns its exit status, stdout and stderr. */
 static int pagedlm(const char *args, char **out, char **errs) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char *op = test_tmp_path("out"), *ep = test_tmp_path("err");
-    size_t n = strlen(bin) + strlen(args) + strlen(op) + strlen(ep) + 32;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, op, ep);
-    int st = system(cmd);
-    *out = slurp(op);
-    *errs = slurp(ep);
-    free(cmd), free(op), free(ep);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    cmd_result r = test_pagedlm(args);
+    *out = r.out;
+    *errs = r.err;
+    return r.status;
 }
 
 static const int32_t STORY[65] = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338,

@@ -11,25 +11,17 @@
 #include "pagedlm.h"
 #include "test_util.h"
 
+/* Runs pagedlm; *out gets stdout followed by stderr. */
 static int sh(const char *args, char **out) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char *op = test_tmp_path("bench-out");
-    size_t n = strlen(bin) + strlen(args) + strlen(op) + 32;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>&1", bin, args, op);
-    int st = system(cmd);
-    FILE *f = fopen(op, "rb");
-    REQUIRE(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = malloc((size_t)len + 1);
-    size_t got = fread(*out, 1, (size_t)len, f);
-    (*out)[got] = '\0';
-    fclose(f);
-    free(cmd), free(op);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    cmd_result r = test_pagedlm(args);
+    size_t a = strlen(r.out), b = strlen(r.err);
+    *out = malloc(a + b + 1);
+    REQUIRE(*out != NULL);
+    memcpy(*out, r.out, a);
+    memcpy(*out + a, r.err, b + 1);
+    int st = r.status;
+    test_free_result(&r);
+    return st;
 }
 
 static void test_random_models_of_every_dtype_load_and_run(void) {

@@ -12,50 +12,17 @@
 
 #include "test_util.h"
 
-typedef struct cmd_result {
-    int status;
-    char *out, *err;
-} cmd_result;
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    return buf;
-}
-
 /* Runs `pagedlm ARGS` through the shell (with stdin from /dev/null unless
  * ARGS redirects it). */
-static cmd_result pagedlm(const char *args) {
-    const char *bin = getenv("PAGEDLM_BIN");
-    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
-    char *out_path = test_tmp_path("stdout"), *err_path = test_tmp_path("stderr");
-    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 64;
-    char *cmd = malloc(n);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
-    int st = system(cmd);
-    cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128, .out = slurp(out_path), .err = slurp(err_path)};
-    free(cmd), free(out_path), free(err_path);
-    return r;
-}
-
-static void free_result(cmd_result *r) { free(r->out), free(r->err); }
-
 /* Runs `pagedlm CMD -m '<data>/MODEL' REST` and checks status and stdout. */
 static void expect(const char *cmd, const char *model_rel, const char *rest, int status, const char *out) {
     char *model = test_data_path(model_rel), args[4096];
     snprintf(args, sizeof args, "%s -m '%s' %s", cmd, model, rest);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_MSG(r.status == status, "%s %s: exit %d (want %d), stderr: %s", cmd, rest, r.status, status, r.err);
     if (out) CHECK_MSG(strcmp(r.out, out) == 0, "%s %s: got \"%s\", want \"%s\"", cmd, rest, r.out, out);
     if (status != 0) CHECK_CONTAINS(r.err, "error: ");
-    free_result(&r);
+    test_free_result(&r);
     free(model);
 }
 
@@ -71,17 +38,17 @@ static void test_tokenize_prints_hf_ids(void) {
 static void test_tokenize_reads_stdin(void) {
     char *model = test_data_path("tokenizers/qwen3"), args[4096];
     snprintf(args, sizeof args, "tokenize -m '%s' - < /dev/null", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK(strcmp(r.out, "\n") == 0);
-    free_result(&r);
+    test_free_result(&r);
     char *in = test_tmp_path("stdin.txt");
     test_write_file(in, "Hello world", 11);
     snprintf(args, sizeof args, "tokenize -m '%s' - < '%s'", model, in);
-    r = pagedlm(args);
+    r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK(strcmp(r.out, "9707 1879\n") == 0);
-    free_result(&r);
+    test_free_result(&r);
     free(in);
     free(model);
 }
@@ -111,10 +78,10 @@ static void test_detokenize_prints_text(void) {
 }
 
 static void test_bad_input_exit_codes(void) {
-    cmd_result r = pagedlm("tokenize 'Hello'");
+    cmd_result r = test_pagedlm("tokenize 'Hello'");
     CHECK_EQ_INT(r.status, 2);
     CHECK_CONTAINS(r.err, "-m");
-    free_result(&r);
+    test_free_result(&r);
     expect("tokenize", "tokenizers/qwen3", "", 2, NULL);
     expect("tokenize", "tokenizers/qwen3", "--frobnicate 'x'", 2, NULL);
     expect("tokenize", "tokenizers/qwen3", "'a' 'b'", 2, NULL);
@@ -122,23 +89,23 @@ static void test_bad_input_exit_codes(void) {
     expect("detokenize", "tokenizers/qwen3", "12 abc", 2, NULL);
     expect("detokenize", "tokenizers/qwen3", "999999999", 1, NULL);
     expect("tokenize", "models/stories260K", "'x'", 1, NULL); /* a folder without tokenizer.json */
-    r = pagedlm("tokenize -m /nonexistent/tokenizer 'x'");
+    r = test_pagedlm("tokenize -m /nonexistent/tokenizer 'x'");
     CHECK_EQ_INT(r.status, 1);
     CHECK_CONTAINS(r.err, "/nonexistent/tokenizer");
-    free_result(&r);
+    test_free_result(&r);
     expect("bench-tokenizer", "tokenizers/qwen3", "--repeat 0", 2, NULL);
 }
 
 static void test_bench_tokenizer_reports_speeds(void) {
     char *model = test_data_path("tokenizers/qwen3"), args[4096];
     snprintf(args, sizeof args, "bench-tokenizer -m '%s' --repeat 1 --size 20000", model);
-    cmd_result r = pagedlm(args);
+    cmd_result r = test_pagedlm(args);
     CHECK_EQ_INT(r.status, 0);
     CHECK_CONTAINS(r.out, "load:");
     CHECK_CONTAINS(r.out, "encode:");
     CHECK_CONTAINS(r.out, "MB/s");
     CHECK_CONTAINS(r.out, "decode:");
-    free_result(&r);
+    test_free_result(&r);
     free(model);
 }
 

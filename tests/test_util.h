@@ -94,6 +94,22 @@ char *test_tmp_path(const char *name);
 char *test_join(const char *dir, const char *name);
 /* A fresh folder test_tmpdir()/name (malloc'ed path); REQUIREs success. */
 char *test_make_dir(const char *name);
+/* A whole file, malloc'ed and NUL-terminated ("" when it cannot be read);
+ * *len (when len != NULL) gets its size. */
+char *test_slurp(const char *path, size_t *len);
+
+/* What `pagedlm ARGS` did: exit status, stdout (out_len bytes), stderr. */
+typedef struct cmd_result {
+    int status;
+    char *out, *err;
+    size_t out_len;
+} cmd_result;
+
+/* Runs `$PAGEDLM_BIN ARGS` through the shell (ARGS quoted by the caller);
+ * REQUIREs PAGEDLM_BIN, which ctest sets to the built program. */
+cmd_result test_pagedlm(const char *args);
+void test_free_result(cmd_result *r);
+
 /* Writes len bytes to path; REQUIREs success. */
 void test_write_file(const char *path, const void *data, size_t len);
 

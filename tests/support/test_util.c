@@ -5,6 +5,7 @@
 #include "test_util.h"
 
 #include <ftw.h>
+#include <sys/wait.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,4 +90,43 @@ void test_write_file(const char *path, const void *data, size_t len) {
     REQUIRE_MSG(f != NULL, "cannot write %s", path);
     REQUIRE(fwrite(data, 1, len, f) == len);
     REQUIRE(fclose(f) == 0);
+}
+
+char *test_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t got = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        buf = malloc(n > 0 ? (size_t)n + 1 : 1);
+        if (buf && n > 0) got = fread(buf, 1, (size_t)n, f);
+    }
+    if (f) fclose(f);
+    if (!buf) buf = malloc(1);
+    REQUIRE(buf != NULL);
+    buf[got] = '\0';
+    if (len) *len = got;
+    return buf;
+}
+
+cmd_result test_pagedlm(const char *args) {
+    const char *bin = getenv("PAGEDLM_BIN");
+    REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
+    char *out_path = test_tmp_path("cmd-stdout"), *err_path = test_tmp_path("cmd-stderr");
+    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 32;
+    char *cmd = malloc(n);
+    REQUIRE(cmd != NULL);
+    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
+    int st = system(cmd);
+    cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128};
+    r.out = test_slurp(out_path, &r.out_len);
+    r.err = test_slurp(err_path, NULL);
+    free(cmd), free(out_path), free(err_path);
+    return r;
+}
+
+void test_free_result(cmd_result *r) {
+    free(r->out), free(r->err);
+    r->out = r->err = NULL;
 }
