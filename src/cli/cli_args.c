@@ -136,3 +136,25 @@ int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out) {
     }
     return 0;
 }
+
+char *cli_read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, stdin);
+        n += got;
+        if (got == 0) break;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    if (buf) buf[n] = '\0';
+    if (len) *len = n;
+    return buf;
+}

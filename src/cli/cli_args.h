@@ -26,6 +26,9 @@ int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out);
 /* "2GiB", "512MiB", "1G", "4096" -> bytes. */
 int cli_size(const char *opt, const char *s, size_t *out);
 int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
+/* All of standard input, NUL-terminated (*len bytes when len != NULL);
+ * NULL when out of memory. */
+char *cli_read_stdin(size_t *len);
 
 /* Subcommands. */
 int cli_run(int argc, char **argv);

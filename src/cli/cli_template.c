@@ -21,27 +21,6 @@ static void template_usage(FILE *f) {
             "apply_chat_template does, and prints the text exactly.\n");
 }
 
-static char *read_stream(FILE *in) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, in);
-        n += got;
-        if (got == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = '\0';
-    return buf;
-}
-
 int cli_template(int argc, char **argv) {
     const char *model_path = NULL, *context_path = NULL;
     for (int i = 1; i < argc; i++) {
@@ -69,7 +48,7 @@ int cli_template(int argc, char **argv) {
     pdl_error err;
     char *context = NULL;
     if (strcmp(context_path, "-") == 0) {
-        if (!(context = read_stream(stdin))) {
+        if (!(context = cli_read_stdin(NULL))) {
             fprintf(stderr, "error: cannot read the context from standard input\n");
             return CLI_FAIL;
         }

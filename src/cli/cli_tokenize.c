@@ -27,29 +27,6 @@ static void tokenize_usage(FILE *f) {
             "  --parse-special   special-token text such as <|im_start|> becomes its id\n");
 }
 
-/* Reads all of standard input; *len bytes, NUL-terminated. */
-static char *read_stdin(size_t *len) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n - 1, stdin);
-        n += got;
-        if (got == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    if (buf) buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 static pdl_tokenizer *load_or_report(const char *path) {
     pdl_error err;
     pdl_tokenizer *tok = NULL;
@@ -97,7 +74,7 @@ int cli_tokenize(int argc, char **argv) {
     size_t len = strlen(text);
     char *input = NULL;
     if (strcmp(text, "-") == 0) {
-        input = read_stdin(&len);
+        input = cli_read_stdin(&len);
         if (!input) {
             fprintf(stderr, "error: out of memory reading standard input\n");
             return CLI_FAIL;
