@@ -76,7 +76,11 @@ void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
 /* Whether the model came with a usable tokenizer (text in and out). */
 bool pdl_model_has_tokenizer(const pdl_model *model);
 
-/* Encodes UTF-8 text. add_special: prepend BOS when the tokenizer does.
+/* A model's tokenizer is read-only once loaded: pdl_tokenize*, pdl_detokenize
+ * and separate pdl_detok streams may run on several threads at once, also
+ * while an engine steps on another thread.
+ *
+ * Encodes UTF-8 text. add_special: prepend BOS when the tokenizer does.
  * *ids is malloc'ed; the caller frees it. */
 int pdl_tokenize(const pdl_model *model, const char *text, size_t len,
                  bool add_special, int32_t **ids, size_t *n_ids, pdl_error *err);
@@ -368,8 +372,11 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
  * requests still running or waiting. */
 int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err);
 int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err);
-/* Ends a request now: its blocks are freed and it gets a FINISHED event with
- * "abort". Returns -1 when no such request is active. */
+/* Ends a request now: its blocks are freed and each of its live sequences
+ * gets a FINISHED event with "abort" (an n > 1 request aborted before its
+ * prompt finished has one sequence, hence one event). Returns -1 when no
+ * such request is active. The engine is not thread-safe: one thread calls
+ * every pdl_engine_* function of an engine. */
 int pdl_engine_abort(pdl_engine *e, uint64_t request_id);
 void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *stats);
 
