@@ -32,17 +32,32 @@ void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) out[i] = (x[i] - mean) * scale * w[i];
 }
 
-void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) {
+void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq) {
     int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         double theta = (double)pos * (double)inv_freq[i];
-        float c = (float)cos(theta), s = (float)sin(theta);
+        cs[i] = (float)cos(theta);
+        cs[half + i] = (float)sin(theta);
+    }
+}
+
+void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox) {
+    int half = rope_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[i], s = cs[half + i];
         int a = neox ? i : 2 * i;
         int b = neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
         x[a] = x0 * c - x1 * s;
         x[b] = x0 * s + x1 * c;
     }
+}
+
+void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) {
+    float cs[1024];
+    if (rope_dim > 1024) return; /* no model has heads this wide; the loader refuses them */
+    pdl_rope_angles(cs, rope_dim, pos, inv_freq);
+    pdl_rope_apply(x, rope_dim, cs, neox);
 }
 
 void pdl_silu_mul(float *gate, const float *up, int n) {

@@ -25,6 +25,13 @@ void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps)
  * inv_freq[rope_dim/2] holds the per-pair angular frequencies. */
 void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox);
 
+/* The same rotation split in two: the angles' cosines and sines of one
+ * position (cs[0..half) cos, cs[half..2*half) sin; computed once per row and
+ * shared by every head and layer), then their application. Same bits as
+ * pdl_rope. */
+void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq);
+void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox);
+
 /* gate[i] = silu(gate[i]) * up[i]. */
 void pdl_silu_mul(float *gate, const float *up, int n);
 

@@ -36,7 +36,8 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error
         size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
         if (grow(&s->x, rows * c->hidden) || grow(&s->xn, rows * c->hidden) || grow(&s->q, rows * q_dim) ||
             grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
-            grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn))
+            grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn) ||
+            grow(&s->rope_cs, rows * (size_t)c->rope_dim))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
         int32_t *rs = realloc(s->row_seq, rows * sizeof *rs);
         if (!rs)
@@ -116,6 +117,8 @@ static void embed_rows(void *p, int ith, int nth) {
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) /* each row's RoPE angles, shared by every head and layer */
+        pdl_rope_angles(t->m->scratch.rope_cs + r * c->rope_dim, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
     for (long r = r0; r < r1; r++) {
         float *x = t->m->scratch.x + r * c->hidden;
         pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
@@ -167,16 +170,16 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *q = m->scratch.q + r * q_dim, *k = m->scratch.k + r * kv_dim, *v = m->scratch.v + r * kv_dim;
-        int pos = t->b->positions[r];
+        const float *cs = m->scratch.rope_cs + r * c->rope_dim;
         for (int h = 0; h < c->n_heads; h++) {
             float *qh = q + h * c->head_dim;
             if (c->qk_norm) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
-            pdl_rope(qh, c->rope_dim, pos, m->rope_inv_freq, neox);
+            pdl_rope_apply(qh, c->rope_dim, cs, neox);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *kh = k + h * c->head_dim;
             if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
-            pdl_rope(kh, c->rope_dim, pos, m->rope_inv_freq, neox);
+            pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
         int32_t slot = t->b->slot_mapping[r];
         void *kd = pdl_kv_k_row(t->kv, t->layer, slot), *vd = pdl_kv_v_row(t->kv, t->layer, slot);

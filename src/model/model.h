@@ -150,6 +150,7 @@ typedef struct pdl_forward_scratch {
     float *full_normed;/* (rows, hidden) full-logits path only */
     float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
     int32_t *row_seq;  /* (rows) the sequence index of each row */
+    float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
 } pdl_forward_scratch;
 
 struct pdl_model {

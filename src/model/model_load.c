@@ -278,6 +278,7 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
                         c->n_kv_heads);
     if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
         return pdl_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
+    if (c->rope_dim > 1024) return pdl_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
     if (c->rope_dim != c->head_dim)
         return pdl_fail(err, "partial RoPE (rope_dim %d < head_dim %d) is not supported yet", c->rope_dim,
                         c->head_dim);
@@ -389,7 +390,7 @@ void pdl_model_free(pdl_model *m) {
     pdl_forward_scratch *s = &m->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
-    free(s->full_normed), free(s->full_logits);
+    free(s->full_normed), free(s->full_logits), free(s->rope_cs);
     free(m->w.layers);
     free(m->rope_inv_freq);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
