@@ -142,6 +142,8 @@ static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t
 typedef struct matmul_task {
     const pdl_tile_kernels *tiles; /* NULL: the portable path */
     const uint16_t *x_bf16;        /* x rounded to BF16, for tiles that take it */
+    const float *x_perm;           /* x in the x_perm32 order, for tiles that take it */
+    int64_t ldx_perm;              /* its row stride (in rounded up to 32) */
     const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
     float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
@@ -205,8 +207,11 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     long c0, c1;
     pdl_split_range(n_tiles, ith, nth, &c0, &c1);
     const uint8_t *wbase = t->w->data;
-    const uint8_t *xbase = t->x_bf16 ? (const uint8_t *)t->x_bf16 : (const uint8_t *)t->x;
+    const uint8_t *xbase = t->x_bf16 ? (const uint8_t *)t->x_bf16
+                           : t->x_perm ? (const uint8_t *)t->x_perm
+                                       : (const uint8_t *)t->x;
     size_t xsize = t->x_bf16 ? 2 : 4;
+    int64_t ldx = t->x_perm ? t->ldx_perm : t->in;
     float tmp[64];
     for (int64_t rb = 0; rb < t->n_rows; rb += ROW_BLOCK) {
         int64_t re = rb + ROW_BLOCK < t->n_rows ? rb + ROW_BLOCK : t->n_rows;
@@ -219,7 +224,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                     (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
                            wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
                 else
-                    tile((const float *)(const void *)(xbase + (size_t)r * (size_t)t->in * xsize), t->in, rows,
+                    tile((const float *)(const void *)(xbase + (size_t)r * (size_t)ldx * xsize), ldx, rows,
                          wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC);
                 for (int i = 0; i < rows; i++) {
                     float *yr = t->y + (r + i) * t->ldy + o0;
@@ -255,6 +260,17 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     return tk->fn[dtype] != NULL;
 }
 
+void pdl_pack_perm32(const float *x, int64_t n, float *dst) {
+    int64_t np = (n + 31) / 32 * 32;
+    for (int64_t b = 0; b < np; b += 32)
+        for (int g = 0; g < 4; g++)
+            for (int j = 0; j < 4; j++) {
+                int64_t lo = b + g * 8 + j, hi = lo + 4;
+                dst[b + g * 4 + j] = lo < n ? x[lo] : 0.0f;
+                dst[b + 16 + g * 4 + j] = hi < n ? x[hi] : 0.0f;
+            }
+}
+
 static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
     const pdl_tile_kernels *tk = NULL;
     switch (pdl_isa_active()) {
@@ -262,6 +278,7 @@ static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
         if (dtype == PDL_DTYPE_BF16 && pdl_cpu_features_get()->avx512bf16 && pdl_tiles_avx512bf16.fn[dtype] &&
             pdl_matmul_bf16_activations())
             return &pdl_tiles_avx512bf16;
+        if (dtype == PDL_DTYPE_BF16 && pdl_tiles_avx512_bf16w.fn[dtype]) return &pdl_tiles_avx512_bf16w;
         tk = &pdl_tiles_avx512;
         break;
     case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
@@ -315,6 +332,27 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         if (t.tiles) {
             pdl_f32_to_bf16_avx512(x, buf, (int64_t)need);
             t.x_bf16 = buf;
+        }
+    }
+    if (t.tiles && t.tiles->x_perm32) {
+        /* reorder the activations once: every column tile reads them */
+        static _Thread_local float *pbuf;
+        static _Thread_local size_t pcap;
+        int64_t ld = (t.in + 31) / 32 * 32;
+        size_t need = (size_t)(n_rows * ld);
+        if (need > pcap) {
+            float *nb = realloc(pbuf, need * sizeof *nb);
+            if (nb) {
+                pbuf = nb;
+                pcap = need;
+            }
+        }
+        if (need > pcap) {
+            t.tiles = NULL; /* no memory: the portable path needs none */
+        } else {
+            for (int64_t r = 0; r < n_rows; r++) pdl_pack_perm32(x + r * t.in, t.in, pbuf + r * ld);
+            t.x_perm = pbuf;
+            t.ldx_perm = ld;
         }
     }
     /* ~64k multiply-adds per thread at least: below that a wake-up costs

@@ -33,11 +33,19 @@ typedef struct pdl_tile_kernels {
     /* The tiles take activations rounded to BF16: x then points to uint16
      * values and ldx counts them (matmul.c converts once per call). */
     bool x_bf16;
+    /* The tiles take F32 activations reordered within each 32-block as
+     * VPUNPCK{L,H}WD lays out 16-bit weights (elements 0-3, 8-11, 16-19,
+     * 24-27, then 4-7, 12-15, 20-23, 28-31), rows zero-padded to a multiple
+     * of 32 (matmul.c packs them; see pdl_pack_perm32). */
+    bool x_perm32;
 } pdl_tile_kernels;
 
 extern const pdl_tile_kernels pdl_tiles_avx512;
 extern const pdl_tile_kernels pdl_tiles_avx2;
 extern const pdl_tile_kernels pdl_tiles_avx512bf16;
+extern const pdl_tile_kernels pdl_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
+/* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
+void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
 
 /* Whether BF16 weights may use BF16 activations (VDPBF16PS) when the CPU
