@@ -220,52 +220,6 @@ const pdl_tile_kernels pdl_tiles_avx512 = {
 };
 #else
 /* Not built for this target: the family has no kernels. */
-/* BF16 weights widened two vectors at a time: one 512-bit load of 32 values
- * and VPUNPCKLWD / VPUNPCKHWD with zero give their F32 bits in the
- * x_perm32 order, so the activations are packed in that order once per
- * matmul (matmul.c) instead of each weight being shuffled back. */
-static inline __attribute__((always_inline)) void bf16w_body(const float *x, int64_t ldx, int nr, const uint8_t *w,
-                                                            size_t wrb, int nc, int64_t in, float *out,
-                                                            int64_t ldo) {
-    const __m512i zero = _mm512_setzero_si512();
-    int64_t kf = in & ~(int64_t)31;
-    __mmask32 tail = (__mmask32)((1ull << (in - kf)) - 1);
-    __m512 acc[TR][TC];
-    for (int r = 0; r < TR; r++)
-        for (int c = 0; c < TC; c++) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < in; k += 32) {
-        __m512 lo[TC], hi[TC];
-        for (int c = 0; c < nc; c++) {
-            const uint16_t *wc = (const uint16_t *)(const void *)(w + c * wrb) + k;
-            __m512i v = k < kf ? _mm512_loadu_si512(wc) : _mm512_maskz_loadu_epi16(tail, wc);
-            lo[c] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v));
-            hi[c] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v));
-        }
-        for (int r = 0; r < nr; r++) {
-            __m512 xl = _mm512_loadu_ps(x + r * ldx + k), xh = _mm512_loadu_ps(x + r * ldx + k + 16);
-            for (int c = 0; c < nc; c++) {
-                acc[r][c] = _mm512_fmadd_ps(lo[c], xl, acc[r][c]);
-                acc[r][c] = _mm512_fmadd_ps(hi[c], xh, acc[r][c]);
-            }
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        for (int c = 0; c < nc; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);
-}
-
-static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
-                       float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo);
-    else if (cols == TC && rows == 1) bf16w_body(x, ldx, 1, w, wrb, TC, in, out, ldo);
-    else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo);
-}
-
-const pdl_tile_kernels pdl_tiles_avx512_bf16w = {
-    .tile_rows = TR,
-    .tile_cols = TC,
-    .fn = {[PDL_DTYPE_BF16] = tile_bf16w},
-    .x_perm32 = true,
-};
-
+const pdl_tile_kernels pdl_tiles_avx512_bf16w = {0};
 const pdl_tile_kernels pdl_tiles_avx512 = {0};
 #endif
