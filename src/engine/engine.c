@@ -142,6 +142,7 @@ static void seq_free(eng_seq *q) {
     free(q->tokens);
     free(q->blocks);
     free(q->held);
+    free(q->out);
     pdl_sampler_free(q->sampler);
     pdl_detok_free(q->detok);
     free(q);
@@ -338,18 +339,23 @@ static size_t text_release(eng_seq *q, const char *text, bool *stopped) {
     return q->held_len - hold;
 }
 
-/* Passes the first n held bytes on as ev->text (kept valid during emit). */
-static void release_into(eng_seq *q, size_t n, pdl_event *ev, char **tmp) {
-    *tmp = malloc(n + 1);
-    if (!*tmp) {
-        ev->text = "";
-        return;
+/* Passes the first n held bytes on as ev->text, through the sequence's own
+ * reusable buffer (valid during emit; no allocation per token once grown). */
+static void release_into(eng_seq *q, size_t n, pdl_event *ev) {
+    if (n + 1 > q->out_cap) {
+        char *p = realloc(q->out, n + 1 > 64 ? n + 1 : 64);
+        if (!p) {
+            ev->text = "";
+            return;
+        }
+        q->out = p;
+        q->out_cap = n + 1 > 64 ? n + 1 : 64;
     }
-    memcpy(*tmp, q->held, n);
-    (*tmp)[n] = '\0';
+    memcpy(q->out, q->held, n);
+    q->out[n] = '\0';
     memmove(q->held, q->held + n, q->held_len - n + 1);
     q->held_len -= n;
-    ev->text = *tmp;
+    ev->text = q->out;
 }
 
 static void finish(pdl_engine *e, eng_seq *q, const char *reason) {
@@ -408,13 +414,11 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
     }
     bool stop_tok = is_stop_token(e, q, tok);
     bool stopped = false;
-    char *tmp = NULL;
     /* the text of a stop token (EOS) is not part of the output */
     const char *piece = stop_tok ? "" : pdl_detok_push(q->detok, tok);
     size_t n = text_release(q, piece, &stopped);
-    release_into(q, n, &ev, &tmp);
+    release_into(q, n, &ev);
     emit(q, &ev);
-    free(tmp);
     if (stop_tok || stopped) finish(e, q, "stop");
     else if (q->n_tokens >= max_len(e, q)) finish(e, q, "length");
     return 0;

@@ -51,6 +51,8 @@ typedef struct eng_seq {
     pdl_detok *detok;
     char *held;                 /* text held back while it may start a stop string */
     size_t held_len, held_cap;
+    char *out;                  /* the text released with the current event */
+    size_t out_cap;
 
     int prompt_logprobs_next;   /* next prompt position (>= 1) whose logprobs are due */
     bool fork_pending;          /* index 0 of an n > 1 request: fork when the prompt is done */

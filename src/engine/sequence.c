@@ -35,8 +35,10 @@ static int seq_reserve(pdl_kv_cache *kv, pdl_seq *seq, int n_positions, pdl_erro
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq) {
     for (int i = 0; i < seq->n_blocks; i++) pdl_kv_cache_release_block(kv, seq->block_table[i]);
     free(seq->block_table);
+    free(seq->scratch);
     seq->block_table = NULL;
-    seq->n_blocks = seq->cap = seq->n_cached = 0;
+    seq->scratch = NULL;
+    seq->n_blocks = seq->cap = seq->n_cached = seq->scratch_cap = 0;
 }
 
 int pdl_seq_forward(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
@@ -46,8 +48,13 @@ int pdl_seq_forward(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t 
         return pdl_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
                         m->ctx_size);
     if (seq_reserve(kv, seq, seq->n_cached + n_tokens, err)) return -1;
-    int32_t *buf = malloc((size_t)n_tokens * 3 * sizeof *buf);
-    if (!buf) return pdl_fail(err, "out of memory");
+    if (n_tokens * 3 > seq->scratch_cap) {
+        int32_t *nb = realloc(seq->scratch, (size_t)n_tokens * 3 * sizeof *nb);
+        if (!nb) return pdl_fail(err, "out of memory");
+        seq->scratch = nb;
+        seq->scratch_cap = n_tokens * 3;
+    }
+    int32_t *buf = seq->scratch;
     int32_t *positions = buf, *slots = buf + n_tokens, *logits_idx = buf + 2 * n_tokens;
     for (int i = 0; i < n_tokens; i++) {
         int pos = seq->n_cached + i;
@@ -66,7 +73,6 @@ int pdl_seq_forward(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t 
         .n_logits = n_logits, .logits_indices = logits_idx,
     };
     int rc = pdl_forward(m, kv, &b, logits_out, err);
-    free(buf);
     if (rc == 0) seq->n_cached += n_tokens;
     return rc;
 }
