@@ -20,6 +20,7 @@
 #include "format/gguf.h"
 #include "support/gguf_writer.h"
 #include "test_util.h"
+#include "tok_test.h"
 #include "tokenizer/tokenizer.h"
 #include "util/file_map.h"
 #include "vocab_vectors.h"
@@ -29,38 +30,6 @@ static pdl_error g_err;
 /* ---------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------- */
-
-static tok_tokenizer *load_gguf(const char *rel) {
-    char *path = test_data_path(rel);
-    gguf_file *g = NULL;
-    int rc = gguf_open(&g, path, &g_err);
-    free(path);
-    REQUIRE_MSG(rc == 0, "%s", g_err.message);
-    tok_tokenizer *t = NULL;
-    rc = tok_load_gguf(&t, g, &g_err);
-    gguf_close(g);
-    REQUIRE_MSG(rc == 0, "%s", g_err.message);
-    return t;
-}
-
-static tok_tokenizer *load_hf(const char *rel) {
-    char *dir = test_data_path(rel);
-    tok_tokenizer *t = NULL;
-    int rc = tok_load_hf_dir(&t, dir, &g_err);
-    free(dir);
-    REQUIRE_MSG(rc == 0, "%s", g_err.message);
-    return t;
-}
-
-static bool ids_equal(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
-    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
-}
-
-static void print_ids(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "    %s:", label);
-    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", (int)ids[i]);
-    fputc('\n', stderr);
-}
 
 static int32_t *encode(const tok_tokenizer *t, const char *s, size_t len, bool special, size_t *n) {
     int32_t *ids = NULL;
@@ -80,10 +49,10 @@ static void check_encode(const tok_tokenizer *t, const char *text, bool special,
                          const int32_t *want, size_t n_want) {
     size_t n;
     int32_t *got = encode(t, text, strlen(text), special, &n);
-    CHECK_MSG(ids_equal(got, n, want, n_want), "encode(\"%s\")", text);
-    if (!ids_equal(got, n, want, n_want)) {
-        print_ids("got ", got, n);
-        print_ids("want", want, n_want);
+    CHECK_MSG(tt_ids_equal(got, n, want, n_want), "encode(\"%s\")", text);
+    if (!tt_ids_equal(got, n, want, n_want)) {
+        tt_print_ids("got ", got, n);
+        tt_print_ids("want", want, n_want);
     }
     free(got);
 }
@@ -122,10 +91,10 @@ static void check_all_vectors(const tok_tokenizer *t, const vocab_vectors *v, co
     for (size_t i = 0; i < v->n; i++) {
         size_t n;
         int32_t *got = encode(t, v->text[i], v->text_len[i], false, &n);
-        if (!ids_equal(got, n, v->ids[i], v->n_ids[i])) {
+        if (!tt_ids_equal(got, n, v->ids[i], v->n_ids[i])) {
             fprintf(stderr, "  %s: vector %zu \"%s\" differs\n", what, i, v->text[i]);
-            print_ids("got ", got, n);
-            print_ids("want", v->ids[i], v->n_ids[i]);
+            tt_print_ids("got ", got, n);
+            tt_print_ids("want", v->ids[i], v->n_ids[i]);
             bad++;
         }
         free(got);
@@ -297,7 +266,7 @@ static void check_stories_vectors(tok_tokenizer *t) {
     int32_t with_eos[8];
     memcpy(with_eos, ids, n * sizeof *ids);
     with_eos[n] = tok_eos_id(t);
-    CHECK(ids_equal(with_eos, n + 1, ONCE_COMMA_EOS, 7));
+    CHECK(tt_ids_equal(with_eos, n + 1, ONCE_COMMA_EOS, 7));
     free(ids);
     size_t pl;
     const char *piece = tok_id_to_piece(t, 300, &pl);
@@ -310,13 +279,13 @@ static void check_stories_vectors(tok_tokenizer *t) {
 }
 
 static void test_stories_gguf_encodes_llama2c_vectors(void) {
-    tok_tokenizer *t = load_gguf("models/stories260K/stories260K.gguf");
+    tok_tokenizer *t = tt_load_gguf("models/stories260K/stories260K.gguf");
     check_stories_vectors(t);
     tok_free(t);
 }
 
 static void test_stories_hf_encodes_llama2c_vectors(void) {
-    tok_tokenizer *t = load_hf("models/stories260K-hf");
+    tok_tokenizer *t = tt_load_hf("models/stories260K-hf");
     check_stories_vectors(t);
     tok_free(t);
 }
@@ -324,8 +293,8 @@ static void test_stories_hf_encodes_llama2c_vectors(void) {
 /* The greedy reference: its texts and the llama-spm strings encode to the same
  * ids through both loaders, and both decode the reference sequences alike. */
 static void test_stories_gguf_and_hf_agree(void) {
-    tok_tokenizer *a = load_gguf("models/stories260K/stories260K.gguf");
-    tok_tokenizer *b = load_hf("models/stories260K-hf");
+    tok_tokenizer *a = tt_load_gguf("models/stories260K/stories260K.gguf");
+    tok_tokenizer *b = tt_load_hf("models/stories260K-hf");
     for (int32_t id = 0; id < 512; id++) {
         size_t la, lb;
         const char *pa = tok_id_to_piece(a, id, &la), *pb = tok_id_to_piece(b, id, &lb);
@@ -339,10 +308,10 @@ static void test_stories_gguf_and_hf_agree(void) {
         size_t na, nb;
         int32_t *ia = encode(a, v.text[i], v.text_len[i], true, &na);
         int32_t *ib = encode(b, v.text[i], v.text_len[i], true, &nb);
-        if (!ids_equal(ia, na, ib, nb)) {
+        if (!tt_ids_equal(ia, na, ib, nb)) {
             fprintf(stderr, "  vector %zu \"%s\" differs\n", i, v.text[i]);
-            print_ids("gguf", ia, na);
-            print_ids("hf  ", ib, nb);
+            tt_print_ids("gguf", ia, na);
+            tt_print_ids("hf  ", ib, nb);
             differ++;
         }
         char *da = decode(a, ia, na), *db = decode(b, ib, nb);
@@ -374,7 +343,7 @@ static void test_stories_gguf_and_hf_agree(void) {
         size_t na, nb;
         int32_t *ea = encode(a, da, strlen(da), true, &na);
         int32_t *eb = encode(b, db, strlen(db), true, &nb);
-        CHECK(ids_equal(ea, na, eb, nb));
+        CHECK(tt_ids_equal(ea, na, eb, nb));
         free(ea);
         free(eb);
         free(da);
@@ -390,7 +359,7 @@ static void test_stories_gguf_and_hf_agree(void) {
 /* llama2.c prints each generated piece (its decode drops the space after BOS)
  * and a final newline: the reference text is decode(sequence) + "\n". */
 static void test_stories_decode_matches_llama2c_text(void) {
-    tok_tokenizer *t = load_gguf("models/stories260K/stories260K.gguf");
+    tok_tokenizer *t = tt_load_gguf("models/stories260K/stories260K.gguf");
     char *path = test_data_path("reference/stories260K-greedy.json");
     json_error_t je;
     json_t *ref = json_load_file(path, 0, &je);
@@ -447,7 +416,7 @@ static void test_stories_decode_matches_llama2c_text(void) {
  * ------------------------------------------------------------------------- */
 
 static void test_llama_spm_vectors_gguf(void) {
-    tok_tokenizer *t = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *t = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     CHECK_EQ_INT(tok_vocab_size(t), 32000);
     CHECK_EQ_INT(tok_bos_id(t), 1);
     CHECK_EQ_INT(tok_eos_id(t), 2);
@@ -467,7 +436,7 @@ static void test_llama_spm_vectors_gguf(void) {
 
 /* llama-2-tiny-random carries the real Llama 2 tokenizer: the same vectors. */
 static void test_llama2_gguf_vocab_matches_spm_vectors(void) {
-    tok_tokenizer *t = load_gguf("models/llama-2-tiny-random/llama-2-tiny-random.gguf");
+    tok_tokenizer *t = tt_load_gguf("models/llama-2-tiny-random/llama-2-tiny-random.gguf");
     CHECK_EQ_INT(tok_vocab_size(t), 32000);
     vocab_vectors v;
     load_spm_vectors(&v);
@@ -483,7 +452,7 @@ static void test_llama2_gguf_vocab_matches_spm_vectors(void) {
  * equal ranks left to right, and characters outside the vocabulary fall back
  * to bytes of different lengths back to back. */
 static void test_mistral_hf_encodes_known_vectors(void) {
-    tok_tokenizer *t = load_hf("tokenizers/mistral-7b-v0.1");
+    tok_tokenizer *t = tt_load_hf("tokenizers/mistral-7b-v0.1");
     CHECK_EQ_INT(tok_vocab_size(t), 32000);
     CHECK_EQ_INT(tok_bos_id(t), 1);
     CHECK_EQ_INT(tok_eos_id(t), 2);
@@ -522,9 +491,9 @@ static void test_mistral_hf_encodes_known_vectors(void) {
 /* Every vector without U+2581 (which decodes to a space) comes back exactly,
  * leading spaces included (encode prepends one, decode strips one). */
 static void test_decode_roundtrips_encode(void) {
-    tok_tokenizer *g = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
-    tok_tokenizer *h = load_hf("tokenizers/mistral-7b-v0.1");
-    tok_tokenizer *s = load_hf("models/stories260K-hf");
+    tok_tokenizer *g = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *h = tt_load_hf("tokenizers/mistral-7b-v0.1");
+    tok_tokenizer *s = tt_load_hf("models/stories260K-hf");
     tok_tokenizer *all[] = {g, h, s};
     vocab_vectors v;
     load_spm_vectors(&v);
@@ -550,7 +519,7 @@ static void test_decode_roundtrips_encode(void) {
 }
 
 static void test_decode_skips_control_and_strips_one_space(void) {
-    tok_tokenizer *t = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *t = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     /* <s> ▁Hello ▁world </s> */
     int32_t a[] = {1, 15043, 3186, 2};
     char *s = decode(t, a, 4);
@@ -585,7 +554,7 @@ static void test_decode_skips_control_and_strips_one_space(void) {
 /* Byte-fallback pieces that do not form UTF-8: each maximal invalid
  * subsequence becomes one U+FFFD, as does an incomplete tail. */
 static void test_decode_repairs_invalid_bytes(void) {
-    tok_tokenizer *t = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *t = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     int32_t e4 = tok_piece_to_id(t, "<0xE4>", 6), b8 = tok_piece_to_id(t, "<0xB8>", 6);
     int32_t ad = tok_piece_to_id(t, "<0xAD>", 6), ff = tok_piece_to_id(t, "<0xFF>", 6);
     int32_t sp_a = tok_piece_to_id(t, "\342\226\201a", 4);
@@ -613,7 +582,7 @@ static void test_decode_repairs_invalid_bytes(void) {
 }
 
 static void test_decode_rejects_out_of_range_ids(void) {
-    tok_tokenizer *t = load_gguf("models/stories260K/stories260K.gguf");
+    tok_tokenizer *t = tt_load_gguf("models/stories260K/stories260K.gguf");
     int32_t ids[] = {1, 403, 512};
     memset(&g_err, 0, sizeof g_err);
     CHECK(tok_decode(t, ids, 3, &g_err) == NULL);
@@ -635,7 +604,7 @@ static void test_decode_rejects_out_of_range_ids(void) {
 
 /* Multibyte characters spelled as byte tokens come out only when complete. */
 static void test_stream_holds_incomplete_characters(void) {
-    tok_tokenizer *t = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *t = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
     /* " this is 🦙.cpp": the llama is <0xF0><0x9F><0xA6><0x99> */
     static const int32_t ids[] = {29871, 445, 338, 29871, 243, 162, 169, 156, 29889, 8223};
     static const char *want[] = {"", " this", " is", " ", "", "", "", "\xf0\x9f\xa6\x99", ".", "cpp"};
@@ -662,8 +631,8 @@ static void test_stream_holds_incomplete_characters(void) {
 /* For every vector (with and without BOS, through GGUF and tokenizer.json):
  * one id at a time equals the whole decode, also when primed with any prefix. */
 static void test_stream_equals_decode_for_all_vectors(void) {
-    tok_tokenizer *g = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
-    tok_tokenizer *h = load_hf("tokenizers/mistral-7b-v0.1");
+    tok_tokenizer *g = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *h = tt_load_hf("tokenizers/mistral-7b-v0.1");
     vocab_vectors v;
     load_spm_vectors(&v);
     for (size_t i = 0; i < v.n; i++) {
@@ -684,7 +653,7 @@ static void test_stream_equals_decode_for_all_vectors(void) {
 /* Primed with a context that produced text, no leading space is stripped;
  * primed with BOS only, the first space still goes (as in decode). */
 static void test_stream_prime_keeps_mid_sequence_spaces(void) {
-    tok_tokenizer *t = load_gguf("models/stories260K/stories260K.gguf");
+    tok_tokenizer *t = tt_load_gguf("models/stories260K/stories260K.gguf");
     tok_stream *s = tok_stream_new(t);
     REQUIRE(s != NULL);
     tok_stream_prime(s, ONCE, 5);
@@ -715,8 +684,8 @@ static uint64_t rng_next(uint64_t *s) {
  * included): encode and decode never fail or crash, ids are in range, valid
  * text without U+2581 round-trips, and the stream equals the decode. */
 static void test_random_bytes_never_crash(void) {
-    tok_tokenizer *g = load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
-    tok_tokenizer *h = load_hf("models/stories260K-hf");
+    tok_tokenizer *g = tt_load_gguf("tokenizers/llama.cpp-vectors/ggml-vocab-llama-spm.gguf");
+    tok_tokenizer *h = tt_load_hf("models/stories260K-hf");
     tok_tokenizer *all[] = {g, h};
     static const char *frag[] = {" ", "a", "e", "the", "\n", "\t", "\xc3\xa9", "\xe4\xb8\xad",
                                  "\xf0\x9f\xa6\x99", "\xe2\x96\x81", "<s>", "<0x0A>", "  "};

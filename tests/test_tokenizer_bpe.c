@@ -21,6 +21,7 @@
 #include "format/gguf.h"
 #include "support/gguf_writer.h"
 #include "test_util.h"
+#include "tok_test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 #include "vocab_vectors.h"
@@ -31,42 +32,10 @@ static pdl_error g_err;
  * Helpers
  * ------------------------------------------------------------------------- */
 
-static tok_tokenizer *load_gguf(const char *rel) {
-    char *path = test_data_path(rel);
-    gguf_file *g = NULL;
-    int rc = gguf_open(&g, path, &g_err);
-    free(path);
-    REQUIRE_MSG(rc == 0, "%s", g_err.message);
-    tok_tokenizer *t = NULL;
-    rc = tok_load_gguf(&t, g, &g_err);
-    gguf_close(g);
-    REQUIRE_MSG(rc == 0, "%s: %s", rel, g_err.message);
-    return t;
-}
-
-static tok_tokenizer *load_hf(const char *rel) {
-    char *dir = test_data_path(rel);
-    tok_tokenizer *t = NULL;
-    int rc = tok_load_hf_dir(&t, dir, &g_err);
-    free(dir);
-    REQUIRE_MSG(rc == 0, "%s: %s", rel, g_err.message);
-    return t;
-}
-
 static tok_tokenizer *load_vocab(const char *name) {
     char rel[256];
     snprintf(rel, sizeof rel, "tokenizers/llama.cpp-vectors/ggml-vocab-%s.gguf", name);
-    return load_gguf(rel);
-}
-
-static bool ids_equal(const int32_t *a, size_t na, const int32_t *b, size_t nb) {
-    return na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
-}
-
-static void print_ids(const char *label, const int32_t *ids, size_t n) {
-    fprintf(stderr, "    %s:", label);
-    for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", (int)ids[i]);
-    fputc('\n', stderr);
+    return tt_load_gguf(rel);
 }
 
 static int32_t *encode_ex(const tok_tokenizer *t, const char *s, size_t len, bool add_special,
@@ -91,10 +60,10 @@ static void check_encode(const tok_tokenizer *t, const char *text, bool add_spec
                          const int32_t *want, size_t n_want) {
     size_t n;
     int32_t *got = encode_ex(t, text, strlen(text), add_special, parse_special, &n);
-    CHECK_MSG(ids_equal(got, n, want, n_want), "encode(\"%s\")", text);
-    if (!ids_equal(got, n, want, n_want)) {
-        print_ids("got ", got, n);
-        print_ids("want", want, n_want);
+    CHECK_MSG(tt_ids_equal(got, n, want, n_want), "encode(\"%s\")", text);
+    if (!tt_ids_equal(got, n, want, n_want)) {
+        tt_print_ids("got ", got, n);
+        tt_print_ids("want", want, n_want);
     }
     free(got);
 }
@@ -175,10 +144,10 @@ static int check_vectors(const tok_tokenizer *t, const char *vectors, const char
     for (size_t i = 0; i < v.n; i++) {
         size_t n;
         int32_t *got = encode(t, v.text[i], v.text_len[i], &n);
-        if (!ids_equal(got, n, v.ids[i], v.n_ids[i])) {
+        if (!tt_ids_equal(got, n, v.ids[i], v.n_ids[i])) {
             fprintf(stderr, "  %s: vector %zu \"%s\" differs\n", what, i, v.text[i]);
-            print_ids("got ", got, n);
-            print_ids("want", v.ids[i], v.n_ids[i]);
+            tt_print_ids("got ", got, n);
+            tt_print_ids("want", v.ids[i], v.n_ids[i]);
             bad++;
         }
         size_t dl, wl = v.text_len[i];
@@ -243,14 +212,14 @@ static void test_llama_spm_gguf_vectors(void) {
 }
 
 static void test_qwen2_vectors_through_qwen3_tokenizer_json(void) {
-    tok_tokenizer *t = load_hf("tokenizers/qwen3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/qwen3");
     CHECK(tok_is_byte_level(t));
     check_vectors(t, "qwen2", "qwen3 tokenizer.json", true);
     tok_free(t);
 }
 
 static void test_llama_bpe_vectors_through_llama3_tokenizer_json(void) {
-    tok_tokenizer *t = load_hf("tokenizers/llama3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/llama3");
     check_vectors(t, "llama-bpe", "llama3 tokenizer.json", false);
     tok_free(t);
 }
@@ -262,9 +231,9 @@ static void test_llama_bpe_vectors_through_llama3_tokenizer_json(void) {
 static void check_gguf_and_hf_agree(const char *model) {
     char rel[256];
     snprintf(rel, sizeof rel, "models/%s/model-f32.gguf", model);
-    tok_tokenizer *g = load_gguf(rel);
+    tok_tokenizer *g = tt_load_gguf(rel);
     snprintf(rel, sizeof rel, "models/%s/hf", model);
-    tok_tokenizer *h = load_hf(rel);
+    tok_tokenizer *h = tt_load_hf(rel);
     CHECK(tok_is_byte_level(g) && tok_is_byte_level(h));
     CHECK_EQ_INT(tok_add_bos(g), tok_add_bos(h));
     if (tok_add_bos(g)) CHECK_EQ_INT(tok_bos_id(g), tok_bos_id(h));
@@ -276,10 +245,10 @@ static void check_gguf_and_hf_agree(const char *model) {
             size_t na, nb;
             int32_t *a = encode_ex(g, v.text[i], v.text_len[i], special, false, &na);
             int32_t *b = encode_ex(h, v.text[i], v.text_len[i], special, false, &nb);
-            if (!ids_equal(a, na, b, nb)) {
+            if (!tt_ids_equal(a, na, b, nb)) {
                 fprintf(stderr, "  %s: vector %zu \"%s\" differs\n", model, i, v.text[i]);
-                print_ids("gguf", a, na);
-                print_ids("hf  ", b, nb);
+                tt_print_ids("gguf", a, na);
+                tt_print_ids("hf  ", b, nb);
                 differ++;
             }
             size_t la, lb;
@@ -309,7 +278,7 @@ static void test_cohere_tiny_gguf_and_hf_agree(void) { check_gguf_and_hf_agree("
 /* Qwen3: "<|im_start|>" is its id only with parse_special; "<think>"
  * (a non-special added token) always is. */
 static void test_qwen3_parse_special(void) {
-    tok_tokenizer *t = load_hf("tokenizers/qwen3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/qwen3");
     static const int32_t parsed[] = {151644, 872};
     check_encode(t, "<|im_start|>user", false, true, parsed, 2);
     size_t n;
@@ -336,7 +305,7 @@ static void test_qwen3_parse_special(void) {
 /* Decode skips special tokens by default and keeps them when asked; the
  * stream does the same. */
 static void test_decode_keeps_special_tokens_when_asked(void) {
-    tok_tokenizer *t = load_hf("tokenizers/qwen3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/qwen3");
     static const int32_t turn[] = {151644, 872, 198, 9707, 151645, 198};
     char *a = decode_n(t, turn, 6, false, NULL), *b = decode_n(t, turn, 6, true, NULL);
     CHECK(strcmp(a, "user\nHello\n") == 0);
@@ -351,7 +320,7 @@ static void test_decode_keeps_special_tokens_when_asked(void) {
 /* Llama 3: the special token text with parse_special; this tokenizer.json's
  * post-processor is ByteLevel alone, so HF encode(text) adds no BOS either. */
 static void test_llama3_parse_special_and_no_bos(void) {
-    tok_tokenizer *t = load_hf("tokenizers/llama3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/llama3");
     static const int32_t want[] = {128000, 9906};
     check_encode(t, "<|begin_of_text|>Hello", false, true, want, 2);
     CHECK(!tok_add_bos(t));
@@ -362,13 +331,13 @@ static void test_llama3_parse_special_and_no_bos(void) {
 
 /* llama31-tiny: BOS from GGUF add_bos_token and from the HF template. */
 static void test_bos_added_as_the_tokenizer_says(void) {
-    tok_tokenizer *g = load_gguf("models/llama31-tiny/model-f32.gguf");
-    tok_tokenizer *h = load_hf("models/llama31-tiny/hf");
+    tok_tokenizer *g = tt_load_gguf("models/llama31-tiny/model-f32.gguf");
+    tok_tokenizer *h = tt_load_hf("models/llama31-tiny/hf");
     size_t na, nb;
     int32_t *a = encode_ex(g, "Hi", 2, true, false, &na);
     int32_t *b = encode_ex(h, "Hi", 2, true, false, &nb);
     CHECK(na >= 2 && a[0] == tok_bos_id(g));
-    CHECK(ids_equal(a, na, b, nb));
+    CHECK(tt_ids_equal(a, na, b, nb));
     free(a), free(b);
     /* empty text: BOS only */
     a = encode_ex(g, "", 0, true, false, &na);
@@ -463,7 +432,7 @@ static void test_added_token_flags_as_hf(void) {
 /* Invalid bytes go through the byte-level map like any byte ("\xff" is the
  * piece "ÿ") and decode to U+FFFD; nothing is lost around them. */
 static void test_invalid_utf8_goes_through_byte_map(void) {
-    tok_tokenizer *t = load_hf("tokenizers/qwen3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/qwen3");
     int32_t y = tok_piece_to_id(t, "\xc3\xbf", 2);
     REQUIRE(y >= 0);
     check_encode(t, "\xff", false, false, &y, 1);
@@ -513,7 +482,7 @@ static uint64_t rng_next(uint64_t *s) {
 
 /* Long words merge on a heap, short ones by rescanning: same result. */
 static void test_long_and_short_merge_paths_agree(void) {
-    tok_tokenizer *t = load_hf("tokenizers/qwen3");
+    tok_tokenizer *t = tt_load_hf("tokenizers/qwen3");
     static const char letters[] = "etaoinshrdlucmfwypvbgkqjxz  ";
     uint64_t seed = 12345;
     int32_t a[200], b[200];
@@ -528,7 +497,7 @@ static void test_long_and_short_merge_paths_agree(void) {
         tok_ctx c = {.t = t, .err = &g_err};
         long na = tok_bpe_merge(&c, a, n, 1), nb = tok_bpe_merge(&c, b, n, 2);
         REQUIRE(na > 0 && nb > 0);
-        if (!ids_equal(a, (size_t)na, b, (size_t)nb)) differ++;
+        if (!tt_ids_equal(a, (size_t)na, b, (size_t)nb)) differ++;
         tok_bpe_ctx_free(&c);
     }
     CHECK_EQ_INT(differ, 0);
@@ -569,7 +538,7 @@ static void test_word_memo_changes_nothing(void) {
     }
     size_t n;
     int32_t *got = encode(t, text, len, &n);
-    CHECK(ids_equal(got, n, want, n_want));
+    CHECK(tt_ids_equal(got, n, want, n_want));
     free(got);
     free(want);
     free(text);
@@ -578,7 +547,7 @@ static void test_word_memo_changes_nothing(void) {
 
 /* Very long runs (spaces, one letter, digits) take the heap path and round-trip. */
 static void test_long_runs(void) {
-    tok_tokenizer *ts[] = {load_hf("tokenizers/qwen3"), load_vocab("gpt-2"), load_hf("tokenizers/llama3")};
+    tok_tokenizer *ts[] = {tt_load_hf("tokenizers/qwen3"), load_vocab("gpt-2"), tt_load_hf("tokenizers/llama3")};
     size_t len = 100000;
     char *text = malloc(len + 1);
     REQUIRE(text != NULL);
@@ -620,7 +589,7 @@ static void test_random_bytes_byte_level(void) {
     struct {
         tok_tokenizer *t;
         bool nfc;
-    } ts[] = {{load_hf("tokenizers/qwen3"), true},  {load_hf("tokenizers/llama3"), false},
+    } ts[] = {{tt_load_hf("tokenizers/qwen3"), true},  {tt_load_hf("tokenizers/llama3"), false},
               {load_vocab("gpt-2"), false},          {load_vocab("falcon"), false},
               {load_vocab("mpt"), false},            {load_vocab("starcoder"), false}};
     static const char *frag[] = {" ", "a", "the", "The", "\n", "\t", "  ", "    ", "3", "123", "'s", "'LL",

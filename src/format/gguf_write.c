@@ -174,6 +174,23 @@ static int put_str(FILE *f, const char *s) {
     return put_u64(f, n) || put(f, s, n);
 }
 
+int pdl_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void *user) {
+    int64_t cols = t->shape[t->n_dims - 1], rows = pdl_tensor_nelems(t) / cols;
+    size_t row_bytes = pdl_dtype_row_bytes(t->dtype, cols);
+    int64_t step = (int64_t)((16u << 20) / (row_bytes ? row_bytes : 1)); /* ~16 MB at a time */
+    if (step < 1) step = 1;
+    void *buf = malloc((size_t)(step < rows ? step : rows) * row_bytes + 1);
+    if (!buf) return -1;
+    int bad = 0;
+    for (int64_t r = 0; !bad && r < rows; r += step) {
+        int64_t n = rows - r < step ? rows - r : step;
+        fill(t, r, n, buf, user);
+        bad = put(f, buf, (size_t)n * row_bytes);
+    }
+    free(buf);
+    return bad ? -1 : 0;
+}
+
 int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user, pdl_error *err) {
     FILE *f = fopen(path, "wb");
     if (!f) return pdl_fail(err, "%s: cannot create: %s", path, strerror(errno));
@@ -209,21 +226,7 @@ int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user,
     /* data, in blocks of rows */
     for (int i = 0; !bad && i < g->n_tensors; i++) {
         const pdl_tensor *t = &g->tensors[i].t;
-        int64_t cols = t->shape[t->n_dims - 1], rows = pdl_tensor_nelems(t) / cols;
-        size_t row_bytes = pdl_dtype_row_bytes(t->dtype, cols);
-        int64_t step = (int64_t)((16u << 20) / (row_bytes ? row_bytes : 1));
-        if (step < 1) step = 1;
-        void *buf = malloc((size_t)(step < rows ? step : rows) * row_bytes + 1);
-        if (!buf) {
-            bad = 1;
-            break;
-        }
-        for (int64_t r = 0; !bad && r < rows; r += step) {
-            int64_t n = rows - r < step ? rows - r : step;
-            fill(t, r, n, buf, user);
-            bad = put(f, buf, (size_t)n * row_bytes);
-        }
-        free(buf);
+        bad = pdl_write_tensor_rows(f, t, fill, user) != 0;
         if (!bad && t->nbytes % ALIGN) bad = put(f, zeros, ALIGN - t->nbytes % ALIGN);
     }
     if (fclose(f) != 0) bad = 1;

@@ -73,21 +73,7 @@ int st_out_write(st_out *s, const char *path, gguf_fill_fn fill, void *user, pdl
     free(js);
     for (int i = 0; !bad && i < s->n; i++) {
         const pdl_tensor *t = &s->t[i];
-        int64_t cols = t->shape[t->n_dims - 1], rows = pdl_tensor_nelems(t) / cols;
-        size_t row_bytes = (size_t)cols * pdl_dtype_block_bytes(t->dtype);
-        int64_t step = (int64_t)((16u << 20) / (row_bytes ? row_bytes : 1));
-        if (step < 1) step = 1;
-        void *buf = malloc((size_t)(step < rows ? step : rows) * row_bytes + 1);
-        if (!buf) {
-            bad = 1;
-            break;
-        }
-        for (int64_t r = 0; !bad && r < rows; r += step) {
-            int64_t n = rows - r < step ? rows - r : step;
-            fill(t, r, n, buf, user);
-            bad = fwrite(buf, 1, (size_t)n * row_bytes, f) != (size_t)n * row_bytes;
-        }
-        free(buf);
+        bad = pdl_write_tensor_rows(f, t, fill, user) != 0;
     }
     if (fclose(f) != 0) bad = 1;
     if (bad) {
