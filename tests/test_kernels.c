@@ -12,6 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "kernels/kquant.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_tiles.h"
 #include "test_util.h"
@@ -162,7 +163,9 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     pdl_matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
     pdl_threadpool *pool = pdl_threadpool_new(3);
     REQUIRE(pool != NULL);
-    /* the block formats past Q4_0 take the slow path (rows expanded to F32) */
+    /* Q4_K and Q6_K have their own kernels (kquant.h, tested in
+     * test_kquant.c); the other block formats past Q4_0 take the slow path
+     * (rows expanded to F32) */
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
                          PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
                          PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K};
@@ -192,6 +195,15 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
                     for (int i = 0; i < in; i++) xe[(size_t)r * in + i] = d[i / 32] * (float)q[i];
                 }
                 free(q), free(d);
+            }
+            /* ... and Q4_K / Q6_K weights Q8_K-quantized ones */
+            if (types[ti] == PDL_DTYPE_Q4_K || types[ti] == PDL_DTYPE_Q6_K) {
+                pdl_block_q8k *q = malloc((size_t)(in / 256) * sizeof *q);
+                for (int r = 0; r < rows; r++) {
+                    pdl_quantize_row_q8_k(x + (size_t)r * in, in, q);
+                    for (int i = 0; i < in; i++) xe[(size_t)r * in + i] = q[i / 256].d * (float)q[i / 256].qs[i % 256];
+                }
+                free(q);
             }
             double worst = 0;
             for (int r = 0; r < rows; r++)

@@ -31,6 +31,7 @@ struct st_model {
     pdl_file_map *files;    /* [n_files] mappings; tensors point into them */
     size_t n_files;
     pdl_tensor_set tensors; /* names unique across files */
+    unsigned flags;         /* ST_ALLOW_* given at open */
     json_t *metadata;       /* the first file's __metadata__ object, or NULL */
 };
 
@@ -84,10 +85,11 @@ static const char *json_type_name(const json_t *v) {
     }
 }
 
-static int parse_dtype(const char *s, pdl_dtype *out) {
+static int parse_dtype(const char *s, unsigned flags, pdl_dtype *out) {
     if (strcmp(s, "F32") == 0) *out = PDL_DTYPE_F32;
     else if (strcmp(s, "F16") == 0) *out = PDL_DTYPE_F16;
     else if (strcmp(s, "BF16") == 0) *out = PDL_DTYPE_BF16;
+    else if ((flags & ST_ALLOW_U32) && strcmp(s, "U32") == 0) *out = PDL_DTYPE_U32;
     else return -1;
     return 0;
 }
@@ -110,7 +112,7 @@ static int get_uint(const json_t *v, uint64_t *out, const char *path, const char
  * data section and data_size its length; everything is checked against them. */
 static int parse_entry(pdl_tensor *t, const char *path, const char *name, const json_t *entry,
                        const uint8_t *base, uint64_t data_start, uint64_t data_size,
-                       pdl_error *err) {
+                       unsigned flags, pdl_error *err) {
     memset(t, 0, sizeof *t);
     if (!json_is_object(entry))
         return pdl_fail(err, "%s: tensor '%s': entry is %s, not an object", path, name,
@@ -126,9 +128,13 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
     if (!json_is_string(dtype))
         return pdl_fail(err, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name,
                         json_type_name(dtype));
-    if (parse_dtype(json_string_value(dtype), &t->dtype) != 0)
-        return pdl_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16)",
-                        path, name, json_string_value(dtype));
+    if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0)
+        return pdl_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16%s)",
+                        path, name, json_string_value(dtype),
+                        (flags & ST_ALLOW_U32) ? ", and U32 for MLX-quantized weights"
+                        : strcmp(json_string_value(dtype), "U32") == 0
+                            ? "; U32 only as MLX-quantized codes, with a \"quantization\" block in config.json"
+                            : "");
 
     /* shape */
     const json_t *shape = json_object_get(entry, "shape");
@@ -265,7 +271,8 @@ static int open_one(st_model *m, const char *path, pdl_error *err) {
             continue;
         }
         pdl_tensor t;
-        if (parse_entry(&t, p, name, entry, fm->data, data_start, data_size, err) != 0) goto fail;
+        if (parse_entry(&t, p, name, entry, fm->data, data_start, data_size, m->flags, err) != 0)
+            goto fail;
         if (pdl_tensor_set_add(&m->tensors, &t, err) != 0) goto fail;
     }
     json_decref(root);
@@ -433,6 +440,10 @@ done:
 }
 
 int st_open_dir(st_model **out, const char *dir, pdl_error *err) {
+    return st_open_dir_flags(out, dir, 0, err);
+}
+
+int st_open_dir_flags(st_model **out, const char *dir, unsigned flags, pdl_error *err) {
     *out = NULL;
     char *index_path = join_path(dir, "model.safetensors.index.json");
     char *single_path = join_path(dir, "model.safetensors");
@@ -442,6 +453,7 @@ int st_open_dir(st_model **out, const char *dir, pdl_error *err) {
         pdl_fail(err, "%s: out of memory", dir);
         goto done;
     }
+    m->flags = flags;
     if (file_exists(index_path)) {
         rc = open_index(m, dir, index_path, err);
     } else if (file_exists(single_path)) {
@@ -471,6 +483,8 @@ void st_close(st_model *m) {
 }
 
 const pdl_tensor_set *st_tensors(const st_model *m) { return &m->tensors; }
+
+pdl_tensor_set *st_tensors_mut(st_model *m) { return &m->tensors; }
 
 const char *st_metadata(const st_model *m, const char *key) {
     if (!m->metadata) return NULL;

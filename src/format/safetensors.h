@@ -20,11 +20,19 @@ int st_open_file(st_model **out, const char *path, pdl_error *err);
 /* Opens a model folder: model.safetensors, or every shard named by
  * model.safetensors.index.json (each index entry must exist in its shard). */
 int st_open_dir(st_model **out, const char *dir, pdl_error *err);
+/* st_open_dir with options: ST_ALLOW_U32 also accepts U32 tensors (MLX's
+ * packed quantized codes, for format/mlx_quant.c to fold). */
+#define ST_ALLOW_U32 1u
+int st_open_dir_flags(st_model **out, const char *dir, unsigned flags, pdl_error *err);
 void st_close(st_model *m);
 
 /* All tensors of all shards (names unique across shards). Only F32, F16 and
- * BF16 are accepted; another dtype fails at open with file, tensor, dtype. */
+ * BF16 are accepted (and U32 with ST_ALLOW_U32); another dtype fails at
+ * open with file, tensor, dtype. */
 const pdl_tensor_set *st_tensors(const st_model *m);
+/* The same set, for a pass that rewrites entries in place (names unchanged;
+ * format/mlx_quant.c). */
+pdl_tensor_set *st_tensors_mut(st_model *m);
 
 /* A value from the first file's __metadata__, or NULL. */
 const char *st_metadata(const st_model *m, const char *key);

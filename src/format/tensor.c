@@ -3,6 +3,7 @@
  */
 #include "format/tensor.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,8 @@ static const struct {
     [PDL_DTYPE_Q2_K] = {"Q2_K", 256, 84}, [PDL_DTYPE_Q3_K] = {"Q3_K", 256, 110},
     [PDL_DTYPE_Q4_K] = {"Q4_K", 256, 144}, [PDL_DTYPE_Q5_K] = {"Q5_K", 256, 176},
     [PDL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
+    [PDL_DTYPE_U32] = {"U32", 1, 4},      [PDL_DTYPE_MLX_Q4] = {"MLX_Q4", 8, 4},
+    [PDL_DTYPE_MLX_Q8] = {"MLX_Q8", 4, 4},
 };
 
 static int dtype_ok(pdl_dtype t) { return (unsigned)t < PDL_DTYPE_COUNT; }
@@ -32,6 +35,8 @@ size_t pdl_dtype_block_bytes(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].b
 
 int pdl_dtype_is_quantized(pdl_dtype t) { return pdl_dtype_block_elems(t) > 1; }
 
+int pdl_dtype_is_mlx(pdl_dtype t) { return t == PDL_DTYPE_MLX_Q4 || t == PDL_DTYPE_MLX_Q8; }
+
 size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n) {
     return (size_t)n / pdl_dtype_block_elems(t) * pdl_dtype_block_bytes(t);
 }
@@ -40,6 +45,21 @@ int64_t pdl_tensor_nelems(const pdl_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->n_dims; i++) n *= t->shape[i];
     return n;
+}
+
+const char *pdl_tensor_type_name(const pdl_tensor *t, char *buf, size_t n) {
+    if (pdl_dtype_is_mlx(t->dtype))
+        snprintf(buf, n, "%s(g%d)", pdl_dtype_name(t->dtype), (int)t->mlx.group);
+    else
+        snprintf(buf, n, "%s", pdl_dtype_name(t->dtype));
+    return buf;
+}
+
+void pdl_tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0) {
+    if (!pdl_dtype_is_mlx(t->dtype) || t->n_dims != 2 || t->mlx.group <= 0) return;
+    size_t row = (size_t)(t->shape[1] / t->mlx.group) * pdl_dtype_block_bytes(t->mlx.dtype);
+    t->mlx.scales = (const uint8_t *)t->mlx.scales + (size_t)r0 * row;
+    t->mlx.biases = (const uint8_t *)t->mlx.biases + (size_t)r0 * row;
 }
 
 static uint64_t name_hash(const char *s) { /* FNV-1a */

@@ -2,8 +2,9 @@
  * tensor.h - the weight tensor view shared by every file format.
  *
  * A pdl_tensor points into a memory-mapped file; the loaders (gguf.c,
- * safetensors.c) fill a pdl_tensor_set, the model loader looks weights up in
- * it by name. Shapes are in row-major order, outermost first, as PyTorch
+ * safetensors.c; mlx_quant.c then folds MLX-quantized triples into one
+ * tensor) fill a pdl_tensor_set, the model loader looks weights up in it by
+ * name. Shapes are in row-major order, outermost first, as PyTorch
  * writes them: a linear layer's weight is {out_features, in_features}, and a
  * row of in_features elements is contiguous (GGUF's ne[] reversed).
  */
@@ -33,14 +34,30 @@ typedef enum pdl_dtype {
     PDL_DTYPE_Q4_K,   /* 256: f16 d, dmin, 12 scale/min bytes, 128 bytes of nibbles (144) */
     PDL_DTYPE_Q5_K,   /* 256: f16 d, dmin, 12 scale/min bytes, 32 high-bit bytes, nibbles (176) */
     PDL_DTYPE_Q6_K,   /* 256: 128 low-nibble bytes, 64 high-bit bytes, 16 int8 scales, f16 d (210) */
+    /* Raw 32-bit words as safetensors' U32: only MLX's packed codes, which
+     * format/mlx_quant.c folds into one of the two types below; never a
+     * weight the forward pass reads. */
+    PDL_DTYPE_U32,
+    /* MLX affine quantization: a row's codes are packed little-endian from
+     * the least significant bits into u32 words (4-bit: element j is bits
+     * 4 (j % 8) .. +3 of word j / 8; 8-bit: byte j % 4 of word j / 4); the
+     * value is scale * q + bias with one scale and bias per group of
+     * `mlx.group` elements, held outside the data (pdl_tensor.mlx). A
+     * "block" here is one u32 word, so the row-byte helpers give the size
+     * of the packed codes only. */
+    PDL_DTYPE_MLX_Q4, /* 8 elements per 4-byte word */
+    PDL_DTYPE_MLX_Q8, /* 4 elements per 4-byte word */
     PDL_DTYPE_COUNT
 } pdl_dtype;
 
 const char *pdl_dtype_name(pdl_dtype t);
 size_t pdl_dtype_block_elems(pdl_dtype t);
 size_t pdl_dtype_block_bytes(pdl_dtype t);
-/* Whether t is a block format (Q*): such data is read bytewise. */
+/* Whether t is a block format (Q*, MLX_*): such data is read bytewise. */
 int pdl_dtype_is_quantized(pdl_dtype t);
+/* Whether t is one of the MLX affine types (scales and biases in
+ * pdl_tensor.mlx). */
+int pdl_dtype_is_mlx(pdl_dtype t);
 /* Bytes of a row of n elements; n must be a multiple of the block size. */
 size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n);
 
@@ -56,6 +73,15 @@ typedef struct pdl_tensor {
     size_t nbytes;
     const char *file;              /* path of the file holding it (for messages) */
     uint64_t file_offset;          /* absolute offset of data in that file */
+    /* MLX_Q4 / MLX_Q8 only (zero otherwise): row r's group g has scale
+     * scales[r * (shape[1] / group) + g] and bias biases[same], of dtype
+     * `dtype` (F32, F16 or BF16), each unaligned and possibly in another
+     * file of the folder. */
+    struct {
+        const void *scales, *biases;
+        pdl_dtype dtype;
+        int32_t group;             /* 32, 64 or 128 */
+    } mlx;
 } pdl_tensor;
 
 /* A growable list of tensors, with lookup by name through an
@@ -75,5 +101,13 @@ void pdl_tensor_set_free(pdl_tensor_set *set);
 
 /* Number of elements (product of the shape). */
 int64_t pdl_tensor_nelems(const pdl_tensor *t);
+
+/* For a view of t starting r0 rows in (data moved by r0 rows): moves the
+ * MLX scales and biases pointers by r0 rows too; a no-op for other types. */
+void pdl_tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0);
+
+/* The tensor's type as shown to users: the dtype name, with the group size
+ * for MLX types ("MLX_Q4(g64)"). Returns buf. */
+const char *pdl_tensor_type_name(const pdl_tensor *t, char *buf, size_t n);
 
 #endif

@@ -48,3 +48,22 @@ void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_hea
         pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
     }
 }
+
+/* Key tile of the AVX-512 build: 32 keys of up to 256 floats (32 KiB). */
+#define ATTN_TILE_FLOATS (32 * 256)
+
+size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim) {
+    (void)head_dim;
+    return (size_t)ATTN_TILE_FLOATS + (size_t)n_q * (size_t)span;
+}
+
+void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                           int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    if (pdl_isa_active() == PDL_ISA_AVX512) {
+        pdl_attention_queries_avx512(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+        return;
+    }
+    /* the other builds: one query at a time (same results by definition) */
+    for (int i = 0; i < n_q; i++)
+        pdl_attention_head(out[i], q[i], head_dim, kv_head, scale, softcap, pos[i], window, kv, scratch);
+}

@@ -9,6 +9,7 @@
 #ifndef PDL_KERNELS_ATTENTION_H
 #define PDL_KERNELS_ATTENTION_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct pdl_attn_kv {
@@ -29,6 +30,22 @@ typedef struct pdl_attn_kv {
  */
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scores);
+
+/*
+ * Several queries of one sequence against one KV head: out[i] is exactly
+ * (bit for bit) what pdl_attention_head gives for query q[i] at position
+ * pos[i], but K and V rows are read (and on AVX-512 widened from F16) once
+ * per tile of keys for all n_q queries (the rows of a prefill chunk and the
+ * heads of a GQA group), so a tile stays in L1 while every query uses it.
+ * scratch holds pdl_attention_queries_scratch(n_q, span, head_dim) floats,
+ * span = max pos[i] - min first[i] + 1 (first as in pdl_attention_head).
+ */
+void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                           int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
+size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
+void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                  float *scratch);
 
 /* The builds of the same body per instruction set (pdl_attention_head picks
  * the process's); exposed for the tests that compare them. */

@@ -12,6 +12,12 @@ static pdl_cpu_features features;
 static pdl_isa active;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+static pdl_isa best_of(const pdl_cpu_features *f) {
+    if (f->avx512f && f->avx512bw && f->avx512vl && f->f16c && f->fma) return PDL_ISA_AVX512;
+    if (f->avx2 && f->fma && f->f16c) return PDL_ISA_AVX2;
+    return PDL_ISA_SCALAR;
+}
+
 static void detect(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
@@ -24,7 +30,7 @@ static void detect(void) {
     features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     features.avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
-    active = pdl_isa_best();
+    active = best_of(&features);
     const char *env = getenv("PAGEDLM_ISA");
     if (env) {
         pdl_isa want = strcmp(env, "scalar") == 0 ? PDL_ISA_SCALAR
@@ -40,10 +46,8 @@ const pdl_cpu_features *pdl_cpu_features_get(void) {
 }
 
 pdl_isa pdl_isa_best(void) {
-    const pdl_cpu_features *f = &features;
-    if (f->avx512f && f->avx512bw && f->avx512vl && f->f16c && f->fma) return PDL_ISA_AVX512;
-    if (f->avx2 && f->fma && f->f16c) return PDL_ISA_AVX2;
-    return PDL_ISA_SCALAR;
+    pthread_once(&once, detect); /* the flags are read once, whoever asks first */
+    return best_of(&features);
 }
 
 pdl_isa pdl_isa_active(void) {
@@ -52,7 +56,6 @@ pdl_isa pdl_isa_active(void) {
 }
 
 pdl_isa pdl_isa_set(pdl_isa isa) {
-    pthread_once(&once, detect);
     pdl_isa best = pdl_isa_best();
     active = isa <= best ? isa : best;
     return active;

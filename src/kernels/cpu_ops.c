@@ -1,6 +1,6 @@
 /*
  * cpu_ops.c - RMSNorm, LayerNorm, RoPE, SiLU/GELU gates and row dequantization
- * (portable C).
+ * (GGUF block formats and MLX affine quantization; portable C).
  */
 #include "kernels/cpu_ops.h"
 
@@ -253,7 +253,62 @@ void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n)
     }
 }
 
+/* ---- MLX affine quantization ------------------------------------------------
+ * Row `row` of an MLX_Q4 / MLX_Q8 tensor of n columns: its packed codes are
+ * the row's n * bits / 8 bytes (u32 words are little-endian in the file, so
+ * reading bytes in order is reading each word from its least significant
+ * bits: 4-bit element j is the low nibble of byte j / 2 when j is even, the
+ * high one when odd; 8-bit element j is byte j), its scales and biases are
+ * entries row * (n / group) .. + n / group - 1 of t->mlx.
+ *
+ * The value is computed in float as (scale * q) + bias: a multiply, then an
+ * add (two roundings; -ffp-contract=off keeps them apart), the order of
+ * mlx's CPU quantized matmul (its SIMD path widens scale and bias to float,
+ * multiplies the codes by the scale, then adds the bias). With F16 or BF16
+ * scales, the usual case, the product of an 11- or 8-bit significand and a
+ * code below 256 is exact in float, so this equals fmaf(scale, q, bias): the
+ * one rounding is the add's. mx.dequantize itself rounds scale * q and the
+ * sum to the scale dtype (its output dtype); mlx's matmul kernels (CPU and
+ * Metal) accumulate in float and do not, and neither does this. */
+static float mlx_param_at(pdl_dtype dt, const uint8_t *p, int64_t i) {
+    uint16_t h;
+    switch (dt) {
+    case PDL_DTYPE_F32: {
+        float f;
+        memcpy(&f, p + 4 * i, 4);
+        return f;
+    }
+    case PDL_DTYPE_F16: return half_at(p + 2 * i);
+    case PDL_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return pdl_bf16_to_f32(h);
+    default: return 0.0f;
+    }
+}
+
+static void dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    int64_t group = t->mlx.group, n_groups = n / group;
+    const uint8_t *codes = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
+    const uint8_t *sc = t->mlx.scales, *bi = t->mlx.biases;
+    for (int64_t g = 0; g < n_groups; g++, out += group) {
+        float s = mlx_param_at(t->mlx.dtype, sc, row * n_groups + g);
+        float b = mlx_param_at(t->mlx.dtype, bi, row * n_groups + g);
+        if (t->dtype == PDL_DTYPE_MLX_Q4) {
+            const uint8_t *c = codes + g * (group / 2);
+            for (int64_t j = 0; j < group / 2; j++) {
+                out[2 * j] = s * (float)(c[j] & 0xF) + b;
+                out[2 * j + 1] = s * (float)(c[j] >> 4) + b;
+            }
+        } else {
+            const uint8_t *c = codes + g * group;
+            for (int64_t j = 0; j < group; j++) out[j] = s * (float)c[j] + b;
+        }
+    }
+}
+
 void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    if (pdl_dtype_is_mlx(t->dtype)) {
+        dequant_mlx_row(t, row, out, n);
+        return;
+    }
     const uint8_t *base = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
     pdl_dequant_blocks(t->dtype, base, out, n);
 }

@@ -4,7 +4,8 @@
  *
  * The portable dot products keep 16 independent partial sums and add them
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
- * matmul_avx2.c) are tested against. The family is chosen once per process
+ * matmul_avx2.c) are tested against. Q4_K and Q6_K weights have their
+ * reference and tiles in kquant*.c (order in kquant.h). The family is chosen once per process
  * (cpu_features.h); within it, every output element is computed by the same
  * instruction sequence whatever the batch, so results are batch-invariant.
  */
@@ -17,6 +18,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "kernels/kquant.h"
 #include "kernels/matmul_tiles.h"
 
 #define LANES 16
@@ -112,10 +114,16 @@ static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
 /* Weights with a dedicated kernel taking Q8_0-quantized activations. */
 static bool takes_q8_activations(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0; }
 
-/* Other block formats (Q4_1, Q5_*, k-quants) have no dot kernel yet: their
- * weight rows are expanded to F32 once per call and use dot_f32. */
+/* Weights with a dedicated kernel taking Q8_K-quantized activations
+ * (kquant.h). Named one by one: a new block dtype keeps the expand path
+ * below until it gets its own kernel. */
+static bool takes_q8k_activations(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q4_K || dtype == PDL_DTYPE_Q6_K; }
+
+/* Other block formats (Q4_1, Q5_*, Q2_K, Q3_K, Q5_K, ...) have no dot
+ * kernel yet: their weight rows are expanded to F32 once per call and use
+ * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
-    return pdl_dtype_is_quantized(dtype) && !takes_q8_activations(dtype);
+    return pdl_dtype_is_quantized(dtype) && !takes_q8_activations(dtype) && !takes_q8k_activations(dtype);
 }
 
 void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
@@ -146,6 +154,7 @@ typedef struct matmul_task {
     int64_t ldx_perm;              /* its row stride (in rounded up to 32) */
     const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
+    const pdl_block_q8k *xk;       /* Q4_K/Q6_K weights: x quantized per 256-block [n_rows][in / 256] */
     float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
     float *y;
     int64_t ldy;
@@ -174,18 +183,21 @@ static void matmul_worker(void *p, int ith, int nth) {
         int64_t o0 = c * COL_CHUNK, o1 = o0 + COL_CHUNK < t->out ? o0 + COL_CHUNK : t->out;
         if (expand)
             for (int64_t o = o0; o < o1; o++)
-                pdl_dequant_blocks(dt, wbase + (size_t)o * t->w_row_bytes, wf + (o - o0) * t->in, t->in);
+                pdl_dequant_row(t->w, o, wf + (o - o0) * t->in, t->in);
         for (int64_t r = 0; r < t->n_rows; r++) {
             const float *xr = t->x + r * t->in;
             float *yr = t->y + r * t->ldy;
             const int8_t *xq = t->xq ? t->xq + r * t->in : NULL;
             const float *xd = t->xq ? t->xd + r * (t->in / 32) : NULL;
+            const pdl_block_q8k *xk = t->xk ? t->xk + r * (t->in / PDL_QK_K) : NULL;
             for (int64_t o = o0; o < o1; o++) {
                 const uint8_t *wr = wbase + (size_t)o * t->w_row_bytes;
                 float v;
                 if (expand) v = dot_f32(wf + (o - o0) * t->in, xr, t->in);
                 else if (dt == PDL_DTYPE_Q8_0) v = dot_q8_0_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_Q4_0) v = dot_q4_0_q8(wr, xq, xd, t->in / 32);
+                else if (dt == PDL_DTYPE_Q4_K) v = pdl_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_Q6_K) v = pdl_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
@@ -220,7 +232,11 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
             int cols = (int)(t->out - o0 < TC ? t->out - o0 : TC);
             for (int64_t r = rb; r < re; r += TR) {
                 int rows = (int)(re - r < TR ? re - r : TR);
-                if (t->xq)
+                if (t->xk)
+                    (t->w->dtype == PDL_DTYPE_Q4_K ? tk->q4k : tk->q6k)(
+                        t->xk + r * (t->in / PDL_QK_K), t->in / PDL_QK_K, rows, wbase + (size_t)o0 * t->w_row_bytes,
+                        t->w_row_bytes, cols, tmp, TC);
+                else if (t->xq)
                     (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
                            wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
                 else
@@ -257,6 +273,8 @@ bool pdl_matmul_bf16_activations(void) {
 static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q8_0) return tk->q8 != NULL;
     if (dtype == PDL_DTYPE_Q4_0) return tk->q4 != NULL;
+    if (dtype == PDL_DTYPE_Q4_K) return tk->q4k != NULL;
+    if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
     return tk->fn[dtype] != NULL;
 }
 
@@ -279,12 +297,32 @@ static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
             pdl_matmul_bf16_activations())
             return &pdl_tiles_avx512bf16;
         if (dtype == PDL_DTYPE_BF16 && pdl_tiles_avx512_bf16w.fn[dtype]) return &pdl_tiles_avx512_bf16w;
+        if (takes_q8k_activations(dtype) && pdl_cpu_features_get()->avx512vnni && family_has(&pdl_tiles_avx512_vnni, dtype))
+            return &pdl_tiles_avx512_vnni;
         tk = &pdl_tiles_avx512;
         break;
     case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
     default: return NULL;
     }
     return family_has(tk, dtype) ? tk : NULL;
+}
+
+typedef struct q8k_task {
+    const float *x;
+    int64_t in, n_rows;
+    pdl_block_q8k *y;
+    bool simd; /* pdl_quantize_row_q8_k_avx512: the same bytes, faster */
+} q8k_task;
+
+static void q8k_worker(void *p, int ith, int nth) {
+    const q8k_task *t = p;
+    long r0, r1;
+    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    void (*quantize)(const float *, int64_t, pdl_block_q8k *) = pdl_quantize_row_q8_k;
+#if defined(__x86_64__) || defined(__i386__)
+    if (t->simd) quantize = pdl_quantize_row_q8_k_avx512;
+#endif
+    for (long r = r0; r < r1; r++) quantize(t->x + r * t->in, t->in, t->y + r * (t->in / PDL_QK_K));
 }
 
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
@@ -314,6 +352,22 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
             pdl_quantize_row_q8_0(x + r * t.in, t.in, qbuf + r * t.in, dbuf + r * (t.in / 32));
         t.xq = qbuf;
         t.xd = dbuf;
+    }
+    if (takes_q8k_activations(w->dtype)) {
+        /* the same for Q8_K */
+        static _Thread_local pdl_block_q8k *kbuf;
+        static _Thread_local size_t kcap;
+        size_t need = (size_t)(n_rows * (t.in / PDL_QK_K));
+        if (need > kcap) {
+            pdl_block_q8k *nk = realloc(kbuf, need * sizeof *nk);
+            if (!nk) return; /* out of memory: y is left as it was */
+            kbuf = nk;
+            kcap = need;
+        }
+        q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = kbuf, .simd = t.tiles && pdl_isa_active() == PDL_ISA_AVX512};
+        /* rows split over threads: done serially it took ~9% of a 512-token prompt */
+        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
+        t.xk = kbuf;
     }
     if (t.tiles && t.tiles->x_bf16) {
         /* pack the activations once: every column tile reads them */

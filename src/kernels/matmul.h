@@ -4,8 +4,9 @@
  *
  * x is (n_rows, in) F32, W is (out, in) in its stored dtype, used in place
  * (Q8_0 and Q4_0 weights: x is quantized to Q8_0 first, see
- * pdl_quantize_row_q8_0; the other block formats are expanded to F32 a
- * weight row at a time, a slow path until they have kernels)
+ * pdl_quantize_row_q8_0; Q4_K and Q6_K weights: to Q8_K, see kquant.h;
+ * the other block formats are expanded to F32 a weight row at a time, a
+ * slow path until they have kernels)
  * from the mapping; y is (n_rows, out). Every y[r][o] is one dot product
  * computed by one thread in a fixed order, so it does not depend on n_rows,
  * on the other rows, or on the number of threads (batch invariance).

@@ -217,6 +217,8 @@ const pdl_tile_kernels pdl_tiles_avx512 = {
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
+    .q4k = pdl_tile_q4_k_avx512, /* kquant_avx512.c */
+    .q6k = pdl_tile_q6_k_avx512,
 };
 #else
 /* Not built for this target: the family has no kernels. */

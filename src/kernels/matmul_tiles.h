@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/kquant.h"
 
 typedef void (*pdl_tile_fn)(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t w_row_bytes, int cols,
                             int64_t in, float *out, int64_t ldo);
@@ -30,6 +31,7 @@ typedef struct pdl_tile_kernels {
     pdl_tile_fn fn[PDL_DTYPE_COUNT]; /* float activations; NULL: the family lacks this dtype */
     pdl_tile_q8_fn q8;               /* Q8_0 weights; NULL: lacks it */
     pdl_tile_q8_fn q4;               /* Q4_0 weights (same activations); NULL: lacks it */
+    pdl_tile_kq_fn q4k, q6k;         /* Q4_K / Q6_K weights x Q8_K activations (kquant.h); NULL: lacks it */
     /* The tiles take activations rounded to BF16: x then points to uint16
      * values and ldx counts them (matmul.c converts once per call). */
     bool x_bf16;
@@ -44,6 +46,7 @@ extern const pdl_tile_kernels pdl_tiles_avx512;
 extern const pdl_tile_kernels pdl_tiles_avx2;
 extern const pdl_tile_kernels pdl_tiles_avx512bf16;
 extern const pdl_tile_kernels pdl_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
+extern const pdl_tile_kernels pdl_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with AVX512-VNNI */
 /* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
 void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);

@@ -29,6 +29,14 @@ static int grow(float **buf, size_t n) {
     return 0;
 }
 
+/* Queries per attention call: up to 16 (a tile of keys is reused by all of
+ * them), fewer for very long contexts so that their scores (queries x
+ * context floats per worker) stay within 4 MiB. */
+static int attn_max_queries(const pdl_model *m) {
+    int q = (1 << 20) / (m->ctx_size > 0 ? m->ctx_size : 1);
+    return q < 1 ? 1 : q > 16 ? 16 : q;
+}
+
 static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error *err) {
     pdl_forward_scratch *s = &m->scratch;
     const pdl_model_config *c = &m->cfg;
@@ -37,7 +45,8 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error
         if (grow(&s->x, rows * c->hidden) || grow(&s->xn, rows * c->hidden) || grow(&s->q, rows * q_dim) ||
             grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
             grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn) ||
-            grow(&s->rope_cs, rows * (size_t)c->rope_dim))
+            grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
+            (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
         int32_t *rs = realloc(s->row_seq, rows * sizeof *rs);
         if (!rs)
@@ -45,7 +54,7 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, pdl_error
         s->row_seq = rs;
         s->rows_cap = rows;
     }
-    size_t need_scores = (size_t)m->ctx_size;
+    size_t need_scores = pdl_attention_queries_scratch(attn_max_queries(m), m->ctx_size, c->head_dim);
     if (need_scores > s->scores_cap) {
         if (grow(&s->scores, need_scores * (size_t)pdl_threadpool_size(m->pool)))
             return pdl_fail(err, "forward: out of memory for attention scores");
@@ -117,8 +126,15 @@ static void embed_rows(void *p, int ith, int nth) {
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) /* each row's RoPE angles, shared by every head and layer */
-        pdl_rope_angles(t->m->scratch.rope_cs + r * c->rope_dim, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
+    for (long r = r0; r < r1; r++) { /* each row's RoPE angles, shared by every head and layer */
+        float *cs = t->m->scratch.rope_cs + r * c->rope_dim;
+        pdl_rope_angles(cs, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
+        if (c->rope_mscale != 1.0f) /* LongRoPE: cos and sin scaled, as transformers and llama.cpp do */
+            for (int i = 0; i < c->rope_dim; i++) cs[i] *= c->rope_mscale;
+        if (t->m->rope_inv_freq_local)
+            pdl_rope_angles(t->m->scratch.rope_cs_local + r * c->rope_dim, c->rope_dim, t->b->positions[r],
+                            t->m->rope_inv_freq_local);
+    }
     for (long r = r0; r < r1; r++) {
         float *x = t->m->scratch.x + r * c->hidden;
         pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
@@ -166,20 +182,25 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     const pdl_layer_weights *lw = &m->w.layers[t->layer];
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     int neox = c->rope_style == PDL_ROPE_NEOX;
+    /* this layer's RoPE: windowed layers may have their own base (Gemma 3);
+     * global layers may have none (Cohere2) */
+    bool windowed = pdl_layer_windowed(c, t->layer);
+    bool rope = windowed || !c->rope_global_none;
+    const float *cs_all = windowed && m->rope_inv_freq_local ? m->scratch.rope_cs_local : m->scratch.rope_cs;
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *q = m->scratch.q + r * q_dim, *k = m->scratch.k + r * kv_dim, *v = m->scratch.v + r * kv_dim;
-        const float *cs = m->scratch.rope_cs + r * c->rope_dim;
+        const float *cs = cs_all + r * c->rope_dim;
         for (int h = 0; h < c->n_heads; h++) {
             float *qh = q + h * c->head_dim;
             if (c->qk_norm) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
-            pdl_rope_apply(qh, c->rope_dim, cs, neox);
+            if (rope) pdl_rope_apply(qh, c->rope_dim, cs, neox);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *kh = k + h * c->head_dim;
             if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
-            pdl_rope_apply(kh, c->rope_dim, cs, neox);
+            if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
         int32_t slot = t->b->slot_mapping[r];
         void *kd = pdl_kv_k_row(t->kv, t->layer, slot), *vd = pdl_kv_v_row(t->kv, t->layer, slot);
@@ -196,8 +217,11 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     }
 }
 
-/* Attention tasks are (row, head) pairs so a single decode row still uses
- * every thread. */
+/* Attention tasks are (sequence, block of rows, KV head): the rows of a
+ * prefill chunk and the heads of a GQA group share each tile of keys
+ * (pdl_attention_queries). Tasks go to threads round-robin, which balances
+ * a prefill (later rows read more keys); each query's result is the same
+ * whichever task or thread computes it. */
 static void attention_rows(void *p, int ith, int nth) {
     row_task *t = p;
     pdl_model *m = t->m;
@@ -205,8 +229,7 @@ static void attention_rows(void *p, int ith, int nth) {
     const pdl_batch *b = t->b;
     int q_dim = c->n_heads * c->head_dim;
     int group = c->n_heads / c->n_kv_heads;
-    size_t n_slots = (size_t)t->kv->n_blocks * t->kv->block_size;
-    float *scores = m->scratch.scores + (size_t)ith * m->scratch.scores_cap;
+    float *scratch = m->scratch.scores + (size_t)ith * m->scratch.scores_cap;
     pdl_attn_kv akv = {
         .k = pdl_kv_k_row(t->kv, t->layer, 0),
         .v = pdl_kv_v_row(t->kv, t->layer, 0),
@@ -214,20 +237,38 @@ static void attention_rows(void *p, int ith, int nth) {
         .kv_dim = t->kv->kv_dim,
         .block_size = t->kv->block_size,
     };
-    (void)n_slots;
     /* the window of this layer: windowed layers alternate with global ones
      * when the model says so (swa_pattern) */
-    int window = c->sliding_window;
-    if (c->swa_pattern > 0 && t->layer % c->swa_pattern == c->swa_pattern - 1) window = 0;
-    long i0, i1;
-    pdl_split_range((long)b->n_tokens * c->n_heads, ith, nth, &i0, &i1);
-    for (long i = i0; i < i1; i++) {
-        long r = i / c->n_heads;
-        int h = (int)(i % c->n_heads);
-        akv.block_table = b->block_tables[t->row_seq[r]];
-        pdl_attention_head(m->scratch.attn + r * q_dim + h * c->head_dim, m->scratch.q + r * q_dim + h * c->head_dim,
-                           c->head_dim, h / group, c->attn_scale, c->attn_softcap, b->positions[r], window, &akv,
-                           scores);
+    int window = pdl_layer_windowed(c, t->layer) ? c->sliding_window : 0;
+    int max_q = attn_max_queries(m);
+    int rows_per_task = max_q / group > 0 ? max_q / group : 1;
+    float *outs[16];
+    const float *qs[16];
+    int poss[16];
+    long task = 0;
+    for (int sq = 0; sq < b->n_seqs; sq++) {
+        akv.block_table = b->block_tables[sq];
+        for (int rb = b->cu_seqlens[sq]; rb < b->cu_seqlens[sq + 1]; rb += rows_per_task) {
+            int re = rb + rows_per_task < b->cu_seqlens[sq + 1] ? rb + rows_per_task : b->cu_seqlens[sq + 1];
+            for (int g = 0; g < c->n_kv_heads; g++, task++) {
+                if (task % nth != ith) continue;
+                int nq = 0;
+                for (int r = rb; r < re; r++)
+                    for (int h = g * group; h < (g + 1) * group; h++) {
+                        outs[nq] = m->scratch.attn + (size_t)r * q_dim + (size_t)h * c->head_dim;
+                        qs[nq] = m->scratch.q + (size_t)r * q_dim + (size_t)h * c->head_dim;
+                        poss[nq] = b->positions[r];
+                        if (++nq == max_q) {
+                            pdl_attention_queries(outs, qs, poss, nq, c->head_dim, g, c->attn_scale, c->attn_softcap,
+                                                  window, &akv, scratch);
+                            nq = 0;
+                        }
+                    }
+                if (nq)
+                    pdl_attention_queries(outs, qs, poss, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window,
+                                          &akv, scratch);
+            }
+        }
     }
 }
 

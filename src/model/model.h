@@ -27,6 +27,9 @@ typedef enum pdl_arch {
     PDL_ARCH_GRANITE,    /* + embedding / attention / residual / logit multipliers */
     PDL_ARCH_COHERE,     /* Command-R: LayerNorm, parallel block, logit scale */
     PDL_ARCH_GEMMA2,     /* sandwich norms, GELU, soft-caps, alternating window */
+    PDL_ARCH_GEMMA3,     /* Gemma 2 without soft-caps, + (1 + w) q/k norms, 5:1 window, local RoPE base */
+    PDL_ARCH_PHI3,       /* fused qkv and gate_up, partial RoPE, LongRoPE */
+    PDL_ARCH_COHERE2,    /* Command-R + 3:1 window; RoPE on windowed layers only */
 } pdl_arch;
 
 const char *pdl_arch_name(pdl_arch a);
@@ -42,6 +45,8 @@ typedef enum pdl_rope_scaling {
     PDL_ROPE_SCALING_LINEAR,   /* positions divided by factor */
     PDL_ROPE_SCALING_LLAMA3,   /* Llama 3.1 frequency-dependent scaling */
     PDL_ROPE_SCALING_FREQS,    /* GGUF rope_freqs tensor: frequency i / freqs[i] */
+    PDL_ROPE_SCALING_LONGROPE, /* Phi-3: frequency i / long[i] when the context in effect exceeds
+                                * rope_orig_ctx, else / short[i]; cos and sin times rope_mscale */
 } pdl_rope_scaling;
 
 typedef enum pdl_norm_kind {
@@ -85,7 +90,13 @@ typedef struct pdl_model_config {
     float attn_softcap;  /* scores = c * tanh(scores / c) before the mask; 0 = none (Gemma 2) */
     int sliding_window;  /* attend to the last W positions only; 0 = all */
     int swa_pattern;     /* with a window: layers l with l % p == p - 1 attend globally
-                          * (Gemma 2: p = 2, windowed even layers); 0 = every layer windowed */
+                          * (Gemma 2: p = 2, windowed even layers; Gemma 3: 6; Cohere2: 4);
+                          * 0 = every layer windowed. See pdl_layer_windowed. */
+    float rope_theta_local; /* windowed layers' RoPE base, unscaled (Gemma 3); 0 = rope_theta */
+    bool rope_global_none;  /* layers that attend globally apply no RoPE (Cohere2) */
+    float rope_mscale;      /* RoPE cos and sin multiplied by this (LongRoPE attention factor); 1 = none */
+    bool fused_gate_up;     /* gate and up come from one (2 * ffn, hidden) matrix, gate rows
+                             * first (Phi-3 gate_up_proj / GGUF ffn_up) */
     /* Head post-processing, in this order, in both head paths (head_postprocess). */
     float logit_div;     /* logits /= logit_div (1 = none; Granite logits_scaling) */
     float logit_scale;   /* logits *= logit_scale (1 = none; Command-R) */
@@ -101,7 +112,7 @@ typedef struct pdl_model_config {
     float rope_factor;           /* linear / llama3 factor */
     float rope_low_freq_factor;  /* llama3 */
     float rope_high_freq_factor; /* llama3 */
-    int rope_orig_ctx;           /* llama3: original_max_position_embeddings */
+    int rope_orig_ctx;           /* llama3, longrope: original_max_position_embeddings */
 } pdl_model_config;
 
 /* Per-layer weights. Linear weights have shape {out, in}; biases and norm
@@ -151,12 +162,16 @@ typedef struct pdl_forward_scratch {
     float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
     int32_t *row_seq;  /* (rows) the sequence index of each row */
     float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
+    float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
 } pdl_forward_scratch;
 
 struct pdl_model {
     pdl_model_config cfg;
     pdl_model_weights w;
     float *rope_inv_freq;   /* [rope_dim / 2]: theta^(-2i/d), scaled (llama3) */
+    float *rope_inv_freq_local; /* [rope_dim / 2] of windowed layers (rope_theta_local), or NULL */
+    float *rope_factors;    /* [rope_dim / 2] frequency divisors: GGUF rope_freqs, or LongRoPE long */
+    float *rope_factors_short; /* [rope_dim / 2] LongRoPE short factors, or NULL */
     int ctx_size;           /* context in effect (option or cfg.ctx_len) */
     char source[16];        /* "gguf" or "safetensors" */
     char weight_types[64];  /* distinct dtypes of the matrices, e.g. "F16,F32" */
@@ -188,16 +203,32 @@ int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool requ
                           pdl_tensor *dst, pdl_error *err);
 
 /* Takes every per-layer weight from set under either format's names
- * (GGUF "blk.N.attn_q.weight" or Hugging Face
- * "model.layers.N.self_attn.q_proj.weight"), allocating m->w.layers.
- * Q/K/V biases found in the files switch cfg.qkv_bias on. */
-int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names, const char *where,
+ * (GGUF "blk.N.attn_q.weight" when hf_prefix is NULL, else Hugging Face
+ * "<hf_prefix>layers.N.self_attn.q_proj.weight", hf_prefix "model." or a
+ * multimodal checkpoint's "language_model.model."), allocating m->w.layers.
+ * Q/K/V biases found in the files switch cfg.qkv_bias on; fused qkv and
+ * gate_up matrices are split into row views. */
+int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err);
 
 /* After a loader: checks every weight against cfg (presence, shapes, dtypes)
  * with one clear error naming the tensor, its file and the expected shape;
- * makes vectors F32; computes RoPE frequencies (freq_factors: GGUF's
- * rope_freqs tensor or NULL). */
-int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err);
+ * makes vectors F32. RoPE frequencies are computed later, once the context
+ * in effect is known (LongRoPE picks its factors by it). */
+int pdl_model_finish(pdl_model *m, pdl_error *err);
+
+/* A malloc'ed F32 copy of a vector tensor of exactly n elements (RoPE factor
+ * tensors); a clear error naming it otherwise. */
+int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err);
+
+/* Rows [r0, r0 + rows) of a matrix as a view (fused Q/K/V, gate/up), named
+ * "<name>[what]" in messages. */
+void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out);
+
+/* Whether layer l attends through the sliding window (see swa_pattern). */
+static inline bool pdl_layer_windowed(const pdl_model_config *c, int l) {
+    if (c->sliding_window <= 0) return false;
+    return !(c->swa_pattern > 0 && l % c->swa_pattern == c->swa_pattern - 1);
+}
 
 #endif

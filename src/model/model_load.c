@@ -29,6 +29,9 @@ const char *pdl_arch_name(pdl_arch a) {
     case PDL_ARCH_GRANITE: return "granite";
     case PDL_ARCH_COHERE: return "command-r";
     case PDL_ARCH_GEMMA2: return "gemma2";
+    case PDL_ARCH_GEMMA3: return "gemma3";
+    case PDL_ARCH_PHI3: return "phi3";
+    case PDL_ARCH_COHERE2: return "cohere2";
     }
     return "?";
 }
@@ -45,6 +48,39 @@ int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool requ
     return 0;
 }
 
+void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out) {
+    *out = *t;
+    size_t row_bytes = pdl_dtype_row_bytes(t->dtype, t->shape[t->n_dims - 1]);
+    out->data = (const uint8_t *)t->data + (size_t)r0 * row_bytes;
+    out->file_offset = t->file_offset + (uint64_t)r0 * row_bytes;
+    out->nbytes = (size_t)rows * row_bytes;
+    out->shape[0] = rows;
+    pdl_tensor_mlx_skip_rows(out, r0); /* MLX: the scales and biases of those rows */
+    snprintf(out->name, sizeof out->name, "%.200s[%s]", t->name, what);
+}
+
+/* A fused matrix `name` split by rows into parts (each rows[i] long, named
+ * what[i]); its row count must be their sum. Absent: *found = false. */
+static int take_fused(const pdl_tensor_set *set, const char *name, const char *where, int n_parts,
+                      const int64_t *rows, const char *const *what, pdl_tensor *const *dst, bool *found,
+                      pdl_error *err) {
+    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+    *found = t != NULL;
+    if (!t) return 0;
+    int64_t total = 0;
+    for (int i = 0; i < n_parts; i++) total += rows[i];
+    if (t->n_dims != 2 || t->shape[0] != total)
+        return pdl_fail(err, "%s: fused tensor '%s' must have %lld rows (%s), got shape [%lld%s]", where, name,
+                        (long long)total, n_parts == 3 ? "q + k + v" : "gate + up", (long long)t->shape[0],
+                        t->n_dims == 2 ? ", ..." : "");
+    int64_t r0 = 0;
+    for (int i = 0; i < n_parts; i++) {
+        pdl_tensor_rows(t, r0, rows[i], what[i], dst[i]);
+        r0 += rows[i];
+    }
+    return 0;
+}
+
 /* Where each per-layer weight is found in each format. */
 typedef enum layer_need {
     NEED_ALWAYS,
@@ -52,6 +88,8 @@ typedef enum layer_need {
     NEED_IF_QK_NORM,
     NEED_UNLESS_PARALLEL, /* ffn_norm: not in a parallel block */
     NEED_IF_POST_NORMS,
+    NEED_UNLESS_FUSED_QKV,     /* wq, wk, wv: unless one fused qkv matrix holds them */
+    NEED_UNLESS_FUSED_GATE_UP, /* w_gate, w_up: unless cfg.fused_gate_up */
 } layer_need;
 
 /* Hugging Face's post_attention_layernorm is the MLP's input norm in Llama
@@ -65,9 +103,9 @@ static const struct layer_tensor_name {
     const char *hf_post; /* the Hugging Face name with post_norms, when different */
 } LAYER_TENSORS[] = {
     {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_ALWAYS, NULL},
-    {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_ALWAYS, NULL},
-    {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_ALWAYS, NULL},
-    {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
+    {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
+    {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
     {offsetof(pdl_layer_weights, wo), "attn_output.weight", "self_attn.o_proj.weight", NEED_ALWAYS, NULL},
     {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_UNLESS_PARALLEL,
      "pre_feedforward_layernorm.weight"},
@@ -75,8 +113,8 @@ static const struct layer_tensor_name {
      NEED_IF_POST_NORMS, NULL},
     {offsetof(pdl_layer_weights, post_ffn_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight",
      NEED_IF_POST_NORMS, NULL},
-    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_ALWAYS, NULL},
-    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_UNLESS_FUSED_GATE_UP, NULL},
+    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_UNLESS_FUSED_GATE_UP, NULL},
     {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_ALWAYS, NULL},
     {offsetof(pdl_layer_weights, bq), "attn_q.bias", "self_attn.q_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS, NULL},
@@ -85,7 +123,14 @@ static const struct layer_tensor_name {
     {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM, NULL},
 };
 
-int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names, const char *where,
+/* Layer l's tensor: GGUF "blk.N.<gguf>" (hf_prefix NULL) or Hugging Face
+ * "<hf_prefix>layers.N.<hf>". */
+static void layer_name(char *buf, size_t n, const char *hf_prefix, int l, const char *hf, const char *gguf) {
+    if (hf_prefix) snprintf(buf, n, "%slayers.%d.%s", hf_prefix, l, hf);
+    else snprintf(buf, n, "blk.%d.%s", l, gguf);
+}
+
+int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
@@ -93,13 +138,33 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names
     /* Biases present in the files are used even where the config is silent
      * (some llama conversions carry them). */
     char name[PDL_TENSOR_NAME_MAX];
-    snprintf(name, sizeof name, hf_names ? "model.layers.0.self_attn.q_proj.bias" : "blk.0.attn_q.bias");
+    layer_name(name, sizeof name, hf_prefix, 0, "self_attn.q_proj.bias", "attn_q.bias");
     if (pdl_tensor_set_find(set, name)) c->qkv_bias = true;
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &m->w.layers[l];
+        /* fused projections (Phi-3; GGUF attn_qkv), split into row views */
+        bool fused_qkv, fused_gate_up = false;
+        layer_name(name, sizeof name, hf_prefix, l, "self_attn.qkv_proj.weight", "attn_qkv.weight");
+        if (take_fused(set, name, where, 3, (const int64_t[]){q_dim, kv_dim, kv_dim},
+                       (const char *const[]){"q", "k", "v"}, (pdl_tensor *const[]){&lw->wq, &lw->wk, &lw->wv},
+                       &fused_qkv, err))
+            return -1;
+        if (c->fused_gate_up) {
+            layer_name(name, sizeof name, hf_prefix, l, "mlp.gate_up_proj.weight", "ffn_up.weight");
+            if (take_fused(set, name, where, 2, (const int64_t[]){c->ffn, c->ffn},
+                           (const char *const[]){"gate", "up"}, (pdl_tensor *const[]){&lw->w_gate, &lw->w_up},
+                           &fused_gate_up, err))
+                return -1;
+            if (!fused_gate_up) return pdl_fail(err, "%s: missing tensor '%s'", where, name);
+        }
         for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
             const struct layer_tensor_name *t = &LAYER_TENSORS[i];
-            bool required = t->need == NEED_ALWAYS || (t->need == NEED_IF_BIAS && c->qkv_bias) ||
+            if ((t->need == NEED_UNLESS_FUSED_QKV && fused_qkv) ||
+                (t->need == NEED_UNLESS_FUSED_GATE_UP && fused_gate_up))
+                continue;
+            bool required = t->need == NEED_ALWAYS || t->need == NEED_UNLESS_FUSED_QKV ||
+                            t->need == NEED_UNLESS_FUSED_GATE_UP || (t->need == NEED_IF_BIAS && c->qkv_bias) ||
                             (t->need == NEED_IF_QK_NORM && c->qk_norm) ||
                             (t->need == NEED_UNLESS_PARALLEL && !c->parallel_block) ||
                             (t->need == NEED_IF_POST_NORMS && c->post_norms);
@@ -107,8 +172,7 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, bool hf_names
              * post_attention_layernorm is not an ffn_norm) */
             if (!required && (t->need == NEED_UNLESS_PARALLEL || t->need == NEED_IF_POST_NORMS)) continue;
             const char *hf = c->post_norms && t->hf_post ? t->hf_post : t->hf;
-            if (hf_names) snprintf(name, sizeof name, "model.layers.%d.%s", l, hf);
-            else snprintf(name, sizeof name, "blk.%d.%s", l, t->gguf);
+            layer_name(name, sizeof name, hf_prefix, l, hf, t->gguf);
             if (pdl_model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
                 return -1;
         }
@@ -222,27 +286,30 @@ static int check_vector(pdl_model *m, pdl_tensor *t, int64_t n, const char *why,
 
 /* ---- RoPE ---------------------------------------------------------------- */
 
-static int rope_init(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err) {
-    pdl_model_config *c = &m->cfg;
+int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err) {
+    *out = NULL;
+    if (pdl_tensor_nelems(t) != n || pdl_dtype_is_quantized(t->dtype))
+        return pdl_fail(err, "%s: tensor '%s' must be a float vector of %lld elements (%s x %lld)", t->file, t->name,
+                        (long long)n, pdl_dtype_name(t->dtype), (long long)pdl_tensor_nelems(t));
+    float *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
+    if (!buf) return pdl_fail(err, "out of memory reading '%s'", t->name);
+    pdl_dequant_row(t, 0, buf, n); /* float types are read bytewise: no alignment needed */
+    *out = buf;
+    return 0;
+}
+
+/* theta^(-2i/d) in float32 for each pair, as Hugging Face and llama.cpp
+ * compute it, then the model's scaling. */
+static void rope_frequencies(const pdl_model_config *c, float theta, pdl_rope_scaling scaling, const float *ff,
+                             float *inv_freq) {
     int half = c->rope_dim / 2;
-    m->rope_inv_freq = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq);
-    if (!m->rope_inv_freq) return pdl_fail(err, "out of memory");
-    float ff[4096];
-    if (freq_factors) {
-        if (half > 4096 || pdl_tensor_nelems(freq_factors) != half)
-            return pdl_fail(err, "%s: tensor '%s' has %lld elements, RoPE needs %d (rope_dim / 2)",
-                            freq_factors->file, freq_factors->name, (long long)pdl_tensor_nelems(freq_factors), half);
-        pdl_tensor t = *freq_factors;
-        if (make_f32_vector(m, &t, err)) return -1;
-        memcpy(ff, t.data, (size_t)half * sizeof(float));
-    }
     for (int i = 0; i < half; i++) {
-        /* theta^(-2i/d) in float32, as Hugging Face and llama.cpp compute it */
-        float freq = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->rope_dim);
-        switch (c->rope_scaling) {
+        float freq = 1.0f / powf(theta, (float)(2 * i) / (float)c->rope_dim);
+        switch (scaling) {
         case PDL_ROPE_SCALING_NONE: break;
         case PDL_ROPE_SCALING_LINEAR: freq /= c->rope_factor; break;
-        case PDL_ROPE_SCALING_FREQS: freq /= ff[i]; break;
+        case PDL_ROPE_SCALING_FREQS:
+        case PDL_ROPE_SCALING_LONGROPE: freq /= ff[i]; break;
         case PDL_ROPE_SCALING_LLAMA3: {
             double low_wavelen = c->rope_orig_ctx / c->rope_low_freq_factor;
             double high_wavelen = c->rope_orig_ctx / c->rope_high_freq_factor;
@@ -259,14 +326,35 @@ static int rope_init(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
             break;
         }
         }
-        m->rope_inv_freq[i] = freq;
+        inv_freq[i] = freq;
+    }
+}
+
+/* Once the context in effect is known: LongRoPE uses its long factors when
+ * the context exceeds the original one (as llama.cpp decides, per model, so a
+ * sequence's RoPE never depends on its length or on the batch). */
+static int rope_init(pdl_model *m, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    int half = c->rope_dim / 2;
+    m->rope_inv_freq = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq);
+    if (!m->rope_inv_freq) return pdl_fail(err, "out of memory");
+    const float *ff = m->rope_factors;
+    if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && m->rope_factors_short && m->ctx_size <= c->rope_orig_ctx)
+        ff = m->rope_factors_short;
+    if ((c->rope_scaling == PDL_ROPE_SCALING_FREQS || c->rope_scaling == PDL_ROPE_SCALING_LONGROPE) && !ff)
+        return pdl_fail(err, "RoPE scaling needs frequency factors and the model has none");
+    rope_frequencies(c, c->rope_theta, c->rope_scaling, ff, m->rope_inv_freq);
+    if (c->rope_theta_local > 0) {
+        m->rope_inv_freq_local = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq_local);
+        if (!m->rope_inv_freq_local) return pdl_fail(err, "out of memory");
+        rope_frequencies(c, c->rope_theta_local, PDL_ROPE_SCALING_NONE, NULL, m->rope_inv_freq_local);
     }
     return 0;
 }
 
 /* ---- finish -------------------------------------------------------------- */
 
-int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *err) {
+int pdl_model_finish(pdl_model *m, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
         c->ffn <= 0 || c->vocab <= 0)
@@ -279,10 +367,11 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
     if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
         return pdl_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
     if (c->rope_dim > 1024) return pdl_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
-    if (c->rope_dim != c->head_dim)
-        return pdl_fail(err, "partial RoPE (rope_dim %d < head_dim %d) is not supported yet", c->rope_dim,
-                        c->head_dim);
-    if (!(c->rope_theta > 0)) return pdl_fail(err, "invalid RoPE theta %g", c->rope_theta);
+    if (!(c->rope_theta > 0) || !(c->rope_theta_local >= 0))
+        return pdl_fail(err, "invalid RoPE theta %g (local %g)", c->rope_theta, c->rope_theta_local);
+    if (!(c->rope_mscale > 0)) return pdl_fail(err, "invalid RoPE attention factor %g", c->rope_mscale);
+    if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && c->rope_orig_ctx <= 0)
+        return pdl_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
     if (!(c->rms_eps > 0)) return pdl_fail(err, "invalid RMSNorm epsilon %g", c->rms_eps);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
 
@@ -318,7 +407,8 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
                               check_vector(m, &lw->post_ffn_norm, c->hidden, why, err)))
             return -1;
         if (c->norm_plus_one) {
-            pdl_tensor *norms[] = {&lw->attn_norm, &lw->ffn_norm, &lw->post_attn_norm, &lw->post_ffn_norm};
+            pdl_tensor *norms[] = {&lw->attn_norm, &lw->ffn_norm, &lw->post_attn_norm, &lw->post_ffn_norm,
+                                   &lw->q_norm, &lw->k_norm};
             for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
                 if (fold_plus_one(m, norms[i], err)) return -1;
         }
@@ -328,22 +418,35 @@ int pdl_model_finish(pdl_model *m, const pdl_tensor *freq_factors, pdl_error *er
         c->norm_plus_one = false; /* done: the weights now hold 1 + w */
     }
 
-    /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32". */
-    bool seen[PDL_DTYPE_COUNT] = {false};
-    seen[w->tok_embd.dtype] = seen[w->output.dtype] = true;
+    /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32"; MLX types
+     * with their group sizes, e.g. "MLX_Q4(g64)" or "MLX_Q8(g32/g64)". */
+    unsigned seen[PDL_DTYPE_COUNT] = {0}; /* bit 0: seen; MLX: | group (32, 64, 128) */
+#define SEEN(t) (seen[(t).dtype] |= 1u | (pdl_dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u))
+    SEEN(w->tok_embd), SEEN(w->output);
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &w->layers[l];
-        seen[lw->wq.dtype] = seen[lw->wk.dtype] = seen[lw->wv.dtype] = seen[lw->wo.dtype] = true;
-        seen[lw->w_gate.dtype] = seen[lw->w_up.dtype] = seen[lw->w_down.dtype] = true;
+        SEEN(lw->wq), SEEN(lw->wk), SEEN(lw->wv), SEEN(lw->wo);
+        SEEN(lw->w_gate), SEEN(lw->w_up), SEEN(lw->w_down);
     }
+#undef SEEN
     m->weight_types[0] = '\0';
     for (int t = 0; t < PDL_DTYPE_COUNT; t++) {
         if (!seen[t]) continue;
         size_t len = strlen(m->weight_types);
         snprintf(m->weight_types + len, sizeof m->weight_types - len, "%s%s", len ? "," : "",
                  pdl_dtype_name((pdl_dtype)t));
+        for (unsigned g = 32, first = 1; pdl_dtype_is_mlx((pdl_dtype)t) && g <= 128; g *= 2) {
+            if (!(seen[t] & g)) continue;
+            len = strlen(m->weight_types);
+            snprintf(m->weight_types + len, sizeof m->weight_types - len, "%sg%u", first ? "(" : "/", g);
+            first = 0;
+        }
+        if (pdl_dtype_is_mlx((pdl_dtype)t)) {
+            len = strlen(m->weight_types);
+            snprintf(m->weight_types + len, sizeof m->weight_types - len, ")");
+        }
     }
-    return rope_init(m, freq_factors, err);
+    return 0;
 }
 
 /* ---- public -------------------------------------------------------------- */
@@ -358,6 +461,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     m->cfg.logit_div = 1.0f;
     m->cfg.embed_scale = 1.0f;
     m->cfg.residual_scale = 1.0f;
+    m->cfg.rope_mscale = 1.0f;
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
@@ -371,6 +475,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
         int req = opts ? opts->ctx_size : 0;
         if (req < 0) rc = pdl_fail(err, "context size %d must not be negative", req);
         m->ctx_size = req > 0 ? req : m->cfg.ctx_len;
+        if (rc == 0) rc = rope_init(m, err);
     }
     if (rc == 0) {
         m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
@@ -390,9 +495,9 @@ void pdl_model_free(pdl_model *m) {
     pdl_forward_scratch *s = &m->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
-    free(s->full_normed), free(s->full_logits), free(s->rope_cs);
+    free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
     free(m->w.layers);
-    free(m->rope_inv_freq);
+    free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     if (m->tok) tok_free(m->tok);

@@ -4,9 +4,12 @@
  * (token_embd, blk.N.attn_q, ...).
  *
  * GGUF `llama` and `granite` files store Q and K rows permuted per head for
- * adjacent-pair RoPE, so they run with PDL_ROPE_NORM, as does `command-r`
- * (interleaved RoPE in the original); qwen2/qwen3/gemma2 keep Hugging Face's
- * rotate-half layout (PDL_ROPE_NEOX). gemma2 norm weights already hold 1 + w.
+ * adjacent-pair RoPE, so they run with PDL_ROPE_NORM, as do `command-r` and
+ * `cohere2` (interleaved RoPE in the original); qwen2/qwen3/gemma2/gemma3/phi3
+ * keep Hugging Face's rotate-half layout (PDL_ROPE_NEOX). gemma2/gemma3 norm
+ * weights already hold 1 + w. Numbers llama.cpp hard-codes rather than reads
+ * (Gemma 3's window pattern 6 and local RoPE base 10000, Cohere2's pattern
+ * 4) are defaults here that the same keys override.
  */
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +42,35 @@ static int arch_f32(const gguf_file *g, const char *arch, const char *key, float
     return gguf_get_f32(g, full, out, err) < 0 ? -1 : 0;
 }
 
+/* attention.sliding_window_pattern: a period p (every p-th layer global) or,
+ * as newer converters write it, one BOOL per layer (true = windowed), which
+ * must follow some period. */
+static int read_window_pattern(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+    const gguf_kv *kv = gguf_find_kv(g, key);
+    if (!kv) return 0;
+    if (kv->type != GGUF_TYPE_ARRAY) return arch_u32(g, arch, "attention.sliding_window_pattern", false, &c->swa_pattern, err);
+    gguf_array a;
+    if (gguf_get_arr(g, key, &a, err) < 0) return -1;
+    if (a.elem_type != GGUF_TYPE_BOOL || a.count != (uint64_t)c->n_layers)
+        return pdl_fail(err, "%s: key '%s' must be %d BOOLs (one per layer) or a number", gguf_path(g), key,
+                        c->n_layers);
+    for (int p = 0; p <= c->n_layers + 1; p++) { /* p = 0: every layer windowed */
+        pdl_model_config t = *c;
+        t.swa_pattern = p;
+        t.sliding_window = 1;
+        bool ok = true;
+        for (int l = 0; l < c->n_layers && ok; l++) ok = (gguf_arr_i64(&a, (uint64_t)l) != 0) == pdl_layer_windowed(&t, l);
+        if (ok) {
+            c->swa_pattern = p;
+            return 0;
+        }
+    }
+    return pdl_fail(err, "%s: key '%s': windowed layers that do not repeat with a period (not supported)",
+                    gguf_path(g), key);
+}
+
 static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const char *path = gguf_path(g);
@@ -68,16 +100,30 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         c->rope_style = PDL_ROPE_NORM;
         c->norm = PDL_NORM_LAYER;
         c->parallel_block = true;
-    } else if (strcmp(arch, "gemma2") == 0) {
-        c->arch = PDL_ARCH_GEMMA2;
+    } else if (strcmp(arch, "cohere2") == 0) {
+        c->arch = PDL_ARCH_COHERE2;
+        c->rope_style = PDL_ROPE_NORM;
+        c->norm = PDL_NORM_LAYER;
+        c->parallel_block = true;
+        c->swa_pattern = 4;
+        c->rope_global_none = true;
+    } else if (strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0) {
+        bool g3 = arch[5] == '3';
+        c->arch = g3 ? PDL_ARCH_GEMMA3 : PDL_ARCH_GEMMA2;
         c->rope_style = PDL_ROPE_NEOX;
         c->post_norms = true;
         c->act = PDL_ACT_GELU_TANH;
-        c->swa_pattern = 2;
+        c->swa_pattern = g3 ? 6 : 2;
+        c->qk_norm = g3;
+        if (g3) c->rope_theta_local = 10000.0f;
+    } else if (strcmp(arch, "phi3") == 0) {
+        c->arch = PDL_ARCH_PHI3;
+        c->rope_style = PDL_ROPE_NEOX;
+        c->fused_gate_up = true;
     } else {
         return pdl_fail(err,
                         "%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, "
-                        "granite, command-r, gemma2)",
+                        "granite, command-r, cohere2, gemma2, gemma3, phi3)",
                         path, arch);
     }
 
@@ -120,9 +166,18 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
     }
     c->sliding_window = 0;
-    if ((c->arch == PDL_ARCH_MISTRAL || c->arch == PDL_ARCH_GEMMA2) &&
-        arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err))
+    if (arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err) ||
+        read_window_pattern(g, arch, c, err) ||
+        arch_f32(g, arch, "rope.freq_base_swa", &c->rope_theta_local, err))
         return -1;
+    if (c->arch == PDL_ARCH_COHERE2 && c->sliding_window <= 0)
+        return pdl_fail(err, "%s: cohere2 needs %s.attention.sliding_window", path, arch);
+    if (c->arch == PDL_ARCH_PHI3) {
+        /* LongRoPE: factor tensors, the original context and the attention factor */
+        if (arch_u32(g, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx, err) ||
+            arch_f32(g, arch, "rope.scaling.attn_factor", &c->rope_mscale, err))
+            return -1;
+    }
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
@@ -132,9 +187,9 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
             arch_f32(g, arch, "residual_scale", &c->residual_scale, err) ||
             arch_f32(g, arch, "logit_scale", &c->logit_div, err)) /* Granite divides by it */
             return -1;
-    } else if (c->arch == PDL_ARCH_COHERE) {
+    } else if (c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2) {
         if (arch_f32(g, arch, "logit_scale", &c->logit_scale, err)) return -1;
-    } else if (c->arch == PDL_ARCH_GEMMA2) {
+    } else if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3) {
         c->embed_scale = sqrtf((float)c->hidden);
         if (arch_f32(g, arch, "attn_logit_softcapping", &c->attn_softcap, err) ||
             arch_f32(g, arch, "final_logit_softcapping", &c->final_softcap, err))
@@ -163,7 +218,33 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     return 0;
 }
 
-static int read_weights(pdl_model *m, const gguf_file *g, const pdl_tensor **freq_factors, pdl_error *err) {
+/* RoPE frequency factors: rope_freqs (Llama 3.1), or LongRoPE's long and
+ * short pairs (Phi-3 128k). */
+static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    const char *path = gguf_path(m->gguf);
+    const pdl_tensor *freqs = pdl_tensor_set_find(ts, "rope_freqs.weight");
+    const pdl_tensor *lng = pdl_tensor_set_find(ts, "rope_factors_long.weight");
+    const pdl_tensor *shrt = pdl_tensor_set_find(ts, "rope_factors_short.weight");
+    if (!freqs && !lng && !shrt) return 0;
+    if (c->rope_scaling != PDL_ROPE_SCALING_NONE)
+        return pdl_fail(err, "%s: both RoPE factor tensors and a rope.scaling.type are given", path);
+    if (freqs && (lng || shrt))
+        return pdl_fail(err, "%s: both rope_freqs.weight and rope_factors_long/short.weight are given", path);
+    if (!freqs && !(lng && shrt))
+        return pdl_fail(err, "%s: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight", path);
+    int64_t half = c->rope_dim / 2;
+    if (freqs) {
+        c->rope_scaling = PDL_ROPE_SCALING_FREQS;
+        return pdl_model_vector_copy(freqs, half, &m->rope_factors, err);
+    }
+    c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
+    if (c->rope_orig_ctx <= 0) c->rope_orig_ctx = c->ctx_len;
+    return pdl_model_vector_copy(lng, half, &m->rope_factors, err) ||
+           pdl_model_vector_copy(shrt, half, &m->rope_factors_short, err);
+}
+
+static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const pdl_tensor_set *ts = gguf_tensors(g);
     const char *path = gguf_path(g);
@@ -184,22 +265,15 @@ static int read_weights(pdl_model *m, const gguf_file *g, const pdl_tensor **fre
 
     if (c->arch == PDL_ARCH_COHERE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
         return pdl_fail(err, "%s: command-r with q/k LayerNorm (use_qk_norm) is not supported", path);
-    if (pdl_model_take_layers(m, ts, false, path, err)) return -1;
-    *freq_factors = pdl_tensor_set_find(ts, "rope_freqs.weight");
-    if (*freq_factors) {
-        if (c->rope_scaling != PDL_ROPE_SCALING_NONE)
-            return pdl_fail(err, "%s: both rope_freqs.weight and a rope.scaling.type are given", path);
-        c->rope_scaling = PDL_ROPE_SCALING_FREQS;
-    }
-    return 0;
+    if (pdl_model_take_layers(m, ts, NULL, path, err)) return -1;
+    return read_rope_factors(m, ts, err);
 }
 
 int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err) {
     if (gguf_open(&m->gguf, path, err)) return -1;
     snprintf(m->source, sizeof m->source, "gguf");
-    const pdl_tensor *freq_factors = NULL;
-    if (read_config(m, m->gguf, err) || read_weights(m, m->gguf, &freq_factors, err)) return -1;
-    if (pdl_model_finish(m, freq_factors, err)) return -1;
+    if (read_config(m, m->gguf, err) || read_weights(m, m->gguf, err)) return -1;
+    if (pdl_model_finish(m, err)) return -1;
     pdl_error terr;
     if (tok_load_gguf(&m->tok, m->gguf, &terr)) {
         m->tok = NULL;

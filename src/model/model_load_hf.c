@@ -4,9 +4,9 @@
  * safetensors weights with transformers' names (model.layers.N.self_attn...).
  *
  * Hugging Face keeps Q/K in the rotate-half layout, so every architecture
- * loaded from here runs with PDL_ROPE_NEOX, except Cohere, whose RoPE is
- * interleaved (adjacent pairs, PDL_ROPE_NORM). Gemma 2 applies its norms as
- * (1 + w): the loader asks pdl_model_finish to fold the 1 in.
+ * loaded from here runs with PDL_ROPE_NEOX, except Cohere and Cohere2, whose
+ * RoPE is interleaved (adjacent pairs, PDL_ROPE_NORM). Gemma 2 and 3 apply
+ * their norms as (1 + w): the loader asks pdl_model_finish to fold the 1 in.
  */
 #include <jansson.h>
 #include <math.h>
@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "format/mlx_quant.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/json_file.h"
@@ -79,13 +80,45 @@ static int cfg_eos(json_t *cfg, const char *path, pdl_model_config *c, pdl_error
     return 0;
 }
 
-static int read_rope_scaling(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
+/* RoPE as transformers 4.x writes it (rope_theta + rope_scaling) or as 5.x
+ * does (rope_parameters holding rope_theta and the scaling; per layer type,
+ * full_attention / sliding_attention, for Gemma 3). */
+static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    const char *field = "rope_scaling";
     json_t *rs = json_object_get(cfg, "rope_scaling");
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (rp && !json_is_null(rp)) {
+        if (!json_is_object(rp)) return pdl_fail(err, "%s: field 'rope_parameters' must be an object", path);
+        field = "rope_parameters";
+        json_t *full = json_object_get(rp, "full_attention"), *slide = json_object_get(rp, "sliding_attention");
+        if (slide) {
+            if (!json_is_object(slide)) return pdl_fail(err, "%s: 'rope_parameters.sliding_attention' must be an object", path);
+            json_t *st = json_object_get(slide, "rope_type");
+            if (st && !(json_is_string(st) && strcmp(json_string_value(st), "default") == 0))
+                return pdl_fail(err, "%s: 'rope_parameters.sliding_attention.rope_type' must be \"default\"", path);
+            if (c->rope_theta_local <= 0)
+                return pdl_fail(err, "%s: 'rope_parameters.sliding_attention' is only supported for gemma3", path);
+            if (cfg_float(slide, path, "rope_theta", &c->rope_theta_local, err)) return -1;
+        }
+        if (full) {
+            if (!json_is_object(full)) return pdl_fail(err, "%s: 'rope_parameters.full_attention' must be an object", path);
+            rp = full;
+            field = "rope_parameters.full_attention";
+        }
+        float partial = 0;
+        if (cfg_float(rp, path, "rope_theta", &c->rope_theta, err) ||
+            cfg_float(rp, path, "partial_rotary_factor", &partial, err))
+            return -1;
+        if (partial > 0 && partial <= 1) c->rope_dim = (int)((float)c->head_dim * partial);
+        rs = rp;
+    }
     if (!rs || json_is_null(rs)) return 0;
-    if (!json_is_object(rs)) return pdl_fail(err, "%s: field 'rope_scaling' must be an object or null", path);
+    if (!json_is_object(rs)) return pdl_fail(err, "%s: field '%s' must be an object or null", path, field);
     json_t *t = json_object_get(rs, "rope_type");
     if (!t) t = json_object_get(rs, "type");
-    if (!t || !json_is_string(t)) return pdl_fail(err, "%s: field 'rope_scaling.rope_type' must be a string", path);
+    if (!t && rs == rp) return 0; /* rope_parameters with only rope_theta */
+    if (!t || !json_is_string(t)) return pdl_fail(err, "%s: field '%s.rope_type' must be a string", path, field);
     const char *type = json_string_value(t);
     c->rope_factor = 1.0f;
     if (cfg_float(rs, path, "factor", &c->rope_factor, err)) return -1;
@@ -109,8 +142,40 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model_config *c,
                             "original_max_position_embeddings", path);
         return 0;
     }
-    return pdl_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3)", path,
-                    type);
+    if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) {
+        /* Phi-3: factors per frequency pair, long beyond the original context */
+        c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
+        int half = c->rope_dim / 2;
+        const char *keys[2] = {"long_factor", "short_factor"};
+        float **dst[2] = {&m->rope_factors, &m->rope_factors_short};
+        for (int k = 0; k < 2; k++) {
+            json_t *a = json_object_get(rs, keys[k]);
+            if (!json_is_array(a) || (int)json_array_size(a) != half)
+                return pdl_fail(err, "%s: field 'rope_scaling.%s' must be a list of %d numbers (rope dimension / 2)",
+                                path, keys[k], half);
+            float *f = malloc((size_t)(half ? half : 1) * sizeof *f);
+            if (!f) return pdl_fail(err, "out of memory");
+            *dst[k] = f;
+            for (int i = 0; i < half; i++) {
+                json_t *e = json_array_get(a, (size_t)i);
+                if (!json_is_number(e) || !(json_number_value(e) > 0))
+                    return pdl_fail(err, "%s: field 'rope_scaling.%s[%d]' must be a positive number", path, keys[k], i);
+                f[i] = (float)json_number_value(e);
+            }
+        }
+        /* transformers: the attention factor from max / original context
+         * (Phi-3 keeps both), unless given */
+        c->rope_orig_ctx = c->ctx_len;
+        if (cfg_int(cfg, path, "original_max_position_embeddings", false, &c->rope_orig_ctx, err)) return -1;
+        if (c->rope_orig_ctx <= 0) return pdl_fail(err, "%s: LongRoPE needs original_max_position_embeddings", path);
+        double factor = (double)c->ctx_len / c->rope_orig_ctx;
+        if (json_object_get(rs, "factor") && !json_object_get(cfg, "original_max_position_embeddings"))
+            factor = c->rope_factor;
+        c->rope_mscale = factor <= 1.0 ? 1.0f : (float)sqrt(1.0 + log(factor) / log((double)c->rope_orig_ctx));
+        return cfg_float(rs, path, "attention_factor", &c->rope_mscale, err);
+    }
+    return pdl_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope)",
+                    path, type);
 }
 
 /* A soft-cap field: a number, or null for none. */
@@ -136,24 +201,30 @@ static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c,
             cfg_float(cfg, path, "residual_multiplier", &c->residual_scale, err) ||
             cfg_float(cfg, path, "logits_scaling", &c->logit_div, err))
             return -1;
-    } else if (c->arch == PDL_ARCH_COHERE) {
+    } else if (c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2) {
         c->logit_scale = 0.0625f;
         if (cfg_float(cfg, path, "logit_scale", &c->logit_scale, err)) return -1;
         bool qk_norm = false;
         if (cfg_bool(cfg, path, "use_qk_norm", &qk_norm, err)) return -1;
         if (qk_norm) return pdl_fail(err, "%s: use_qk_norm = true is not supported for cohere", path);
-    } else if (c->arch == PDL_ARCH_GEMMA2) {
+    } else if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3) {
         int qpas = 256;
         if (cfg_int(cfg, path, "query_pre_attn_scalar", false, &qpas, err)) return -1;
         if (qpas <= 0) return pdl_fail(err, "%s: field 'query_pre_attn_scalar' must be positive", path);
         c->attn_scale = (float)pow((double)qpas, -0.5);
         /* normalizer = hidden ** 0.5 as a tensor of the activations' dtype (F32) */
         c->embed_scale = (float)sqrt((double)c->hidden);
-        c->attn_softcap = 50.0f;
-        c->final_softcap = 30.0f;
+        /* Gemma2Config caps by default, Gemma3TextConfig does not */
+        bool g2 = c->arch == PDL_ARCH_GEMMA2;
+        c->attn_softcap = g2 ? 50.0f : 0.0f;
+        c->final_softcap = g2 ? 30.0f : 0.0f;
         if (cfg_softcap(cfg, path, "attn_logit_softcapping", &c->attn_softcap, err) ||
             cfg_softcap(cfg, path, "final_logit_softcapping", &c->final_softcap, err))
             return -1;
+        if (!g2) { /* windowed layers' RoPE: their own base, never scaled */
+            c->rope_theta_local = 10000.0f;
+            if (cfg_float(cfg, path, "rope_local_base_freq", &c->rope_theta_local, err)) return -1;
+        }
     }
     if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0))
         return pdl_fail(err, "%s: invalid scales: attention %g, embedding %g, residual %g, logits_scaling %g", path,
@@ -161,19 +232,25 @@ static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c,
     return 0;
 }
 
-/* Gemma 2 alternates windowed (even) and global (odd) layers; a config that
- * lists layer_types must say exactly that. */
-static int check_gemma2_layer_types(json_t *cfg, const char *path, const pdl_model_config *c, pdl_error *err) {
+/* The window layout: sliding_window, sliding_window_pattern (Gemma 3,
+ * Cohere2: every p-th layer global), and layer_types when listed, which must
+ * say exactly what the pattern says (other layouts are not supported). */
+static int read_window(json_t *cfg, const char *path, pdl_model_config *c, int default_window, pdl_error *err) {
+    c->sliding_window = default_window;
+    if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err) ||
+        cfg_int(cfg, path, "sliding_window_pattern", false, &c->swa_pattern, err))
+        return -1;
     json_t *lt = json_object_get(cfg, "layer_types");
     if (!lt || json_is_null(lt)) return 0;
     if (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layers)
         return pdl_fail(err, "%s: field 'layer_types' must list %d layers", path, c->n_layers);
     for (int l = 0; l < c->n_layers; l++) {
         json_t *e = json_array_get(lt, (size_t)l);
-        const char *want = l % 2 == 0 ? "sliding_attention" : "full_attention";
+        const char *want = pdl_layer_windowed(c, l) ? "sliding_attention" : "full_attention";
         if (!json_is_string(e) || strcmp(json_string_value(e), want) != 0)
-            return pdl_fail(err, "%s: layer_types[%d] must be \"%s\" (only Gemma 2's alternation is supported)",
-                            path, l, want);
+            return pdl_fail(err,
+                            "%s: layer_types[%d] must be \"%s\" (supported: every %d-th layer global, window %d)",
+                            path, l, want, c->swa_pattern, c->sliding_window);
     }
     return 0;
 }
@@ -196,47 +273,70 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         c->qk_norm = true;
     } else if (strcmp(type, "granite") == 0) {
         c->arch = PDL_ARCH_GRANITE;
-    } else if (strcmp(type, "cohere") == 0) {
-        c->arch = PDL_ARCH_COHERE;
+    } else if (strcmp(type, "cohere") == 0 || strcmp(type, "cohere2") == 0) {
+        c->arch = type[6] == '2' ? PDL_ARCH_COHERE2 : PDL_ARCH_COHERE;
         c->rope_style = PDL_ROPE_NORM;
         c->norm = PDL_NORM_LAYER;
         c->parallel_block = true;
-    } else if (strcmp(type, "gemma2") == 0) {
-        c->arch = PDL_ARCH_GEMMA2;
+        if (c->arch == PDL_ARCH_COHERE2) {
+            c->swa_pattern = 4;
+            c->rope_global_none = true;
+        }
+    } else if (strcmp(type, "gemma2") == 0 || strcmp(type, "gemma3_text") == 0) {
+        c->arch = type[5] == '2' ? PDL_ARCH_GEMMA2 : PDL_ARCH_GEMMA3;
         c->post_norms = true;
         c->norm_plus_one = true;
         c->act = PDL_ACT_GELU_TANH;
-        c->swa_pattern = 2;
+        c->swa_pattern = c->arch == PDL_ARCH_GEMMA2 ? 2 : 6;
+        c->qk_norm = c->arch == PDL_ARCH_GEMMA3;
+    } else if (strcmp(type, "phi3") == 0) {
+        c->arch = PDL_ARCH_PHI3;
+        c->fused_gate_up = true;
     } else {
         return pdl_fail(err,
                         "%s: model_type '%s' is not supported (supported: llama, mistral, qwen2, qwen3, granite, "
-                        "cohere, gemma2)",
+                        "cohere, cohere2, gemma2, gemma3_text, phi3)",
                         path, type);
     }
-    if (cfg_int(cfg, path, "hidden_size", true, &c->hidden, err) ||
-        cfg_int(cfg, path, "num_hidden_layers", true, &c->n_layers, err) ||
-        cfg_int(cfg, path, "num_attention_heads", true, &c->n_heads, err) ||
-        cfg_int(cfg, path, "intermediate_size", true, &c->ffn, err) ||
-        cfg_int(cfg, path, "vocab_size", true, &c->vocab, err))
+    /* Gemma3TextConfig's defaults (a multimodal checkpoint's text_config
+     * often lists only what differs); the other families need the fields */
+    bool g3 = c->arch == PDL_ARCH_GEMMA3;
+    if (g3) {
+        c->hidden = 2304, c->n_layers = 26, c->n_heads = 8, c->ffn = 9216, c->vocab = 262208;
+        c->n_kv_heads = 4, c->head_dim = 256, c->ctx_len = 131072;
+    }
+    if (cfg_int(cfg, path, "hidden_size", !g3, &c->hidden, err) ||
+        cfg_int(cfg, path, "num_hidden_layers", !g3, &c->n_layers, err) ||
+        cfg_int(cfg, path, "num_attention_heads", !g3, &c->n_heads, err) ||
+        cfg_int(cfg, path, "intermediate_size", !g3, &c->ffn, err) ||
+        cfg_int(cfg, path, "vocab_size", !g3, &c->vocab, err))
         return -1;
     if (c->n_heads <= 0) return pdl_fail(err, "%s: field 'num_attention_heads' must be positive", path);
-    c->n_kv_heads = c->n_heads;
-    c->head_dim = c->hidden / c->n_heads;
-    c->ctx_len = 0;
+    if (!g3) {
+        c->n_kv_heads = c->n_heads;
+        c->head_dim = c->hidden / c->n_heads;
+        c->ctx_len = 0;
+    }
     if (cfg_int(cfg, path, "num_key_value_heads", false, &c->n_kv_heads, err) ||
         cfg_int(cfg, path, "head_dim", false, &c->head_dim, err) ||
         cfg_int(cfg, path, "max_position_embeddings", false, &c->ctx_len, err))
         return -1;
     c->rope_dim = c->head_dim;
-    c->rms_eps = c->arch == PDL_ARCH_COHERE ? 1e-5f : 1e-6f;
-    c->rope_theta = 10000.0f;
+    float partial = 1.0f;
+    if (cfg_float(cfg, path, "partial_rotary_factor", &partial, err)) return -1;
+    if (!(partial > 0 && partial <= 1))
+        return pdl_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
+    c->rope_dim = (int)((float)c->head_dim * partial); /* int(head_dim * factor), as transformers */
+    c->rms_eps = c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
+    c->rope_theta = g3 ? 1e6f : 10000.0f;
     if (cfg_float(cfg, path, c->norm == PDL_NORM_LAYER ? "layer_norm_eps" : "rms_norm_eps", &c->rms_eps, err) ||
         cfg_float(cfg, path, "rope_theta", &c->rope_theta, err))
         return -1;
-    /* transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config and
-     * GraniteConfig default tie_word_embeddings to false, CohereConfig and
-     * Gemma2Config to true */
-    c->tied_embeddings = c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_GEMMA2;
+    /* transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+     * GraniteConfig and Phi3Config default tie_word_embeddings to false,
+     * Cohere(2)Config and Gemma2/3 configs to true */
+    c->tied_embeddings = c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2 || c->arch == PDL_ARCH_GEMMA2 ||
+                         c->arch == PDL_ARCH_GEMMA3;
     if (cfg_bool(cfg, path, "tie_word_embeddings", &c->tied_embeddings, err)) return -1;
     if (read_arch_numbers(cfg, path, c, err)) return -1;
     if (c->arch != PDL_ARCH_QWEN2) {
@@ -254,19 +354,16 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
         return pdl_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
     c->sliding_window = 0;
-    if (c->arch == PDL_ARCH_GEMMA2) {
-        c->sliding_window = 4096;
-        if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err) ||
-            check_gemma2_layer_types(cfg, path, c, err))
-            return -1;
-    } else if (c->arch == PDL_ARCH_MISTRAL) {
+    if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3 || c->arch == PDL_ARCH_COHERE2) {
+        if (read_window(cfg, path, c, 4096, err)) return -1;
+    } else if (c->arch == PDL_ARCH_MISTRAL || c->arch == PDL_ARCH_PHI3) {
         if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err)) return -1;
     } else if (c->arch == PDL_ARCH_QWEN2 || c->arch == PDL_ARCH_QWEN3) {
         bool use = false;
         if (cfg_bool(cfg, path, "use_sliding_window", &use, err)) return -1;
         if (use) return pdl_fail(err, "%s: use_sliding_window = true is not supported for %s", path, type);
     }
-    if (read_rope_scaling(cfg, path, c, err)) return -1;
+    if (read_rope_scaling(cfg, path, m, err)) return -1;
     c->bos_id = -1;
     c->n_eos = 0;
     if (cfg_int(cfg, path, "bos_token_id", false, &c->bos_id, err) || cfg_eos(cfg, path, c, err)) return -1;
@@ -277,11 +374,31 @@ static int read_weights(pdl_model *m, const char *dir, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const pdl_tensor_set *ts = st_tensors(m->st);
     pdl_model_weights *w = &m->w;
-    if (pdl_model_take_tensor(ts, "model.embed_tokens.weight", true, dir, &w->tok_embd, err) ||
-        pdl_model_take_tensor(ts, "model.norm.weight", true, dir, &w->output_norm, err) ||
-        pdl_model_take_tensor(ts, "lm_head.weight", !c->tied_embeddings, dir, &w->output, err))
+    /* the text model's tensors: "model.", or inside a multimodal checkpoint
+     * (Gemma 3): "language_model.model." as published, "model.language_model."
+     * as newer transformers save it */
+    static const char *const prefixes[][2] = {
+        {"model.", "lm_head.weight"},
+        {"language_model.model.", "language_model.lm_head.weight"},
+        {"model.language_model.", "lm_head.weight"},
+    };
+    size_t p = 0;
+    char name[PDL_TENSOR_NAME_MAX];
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i][0]);
+        if (pdl_tensor_set_find(ts, name)) {
+            p = i;
+            break;
+        }
+    }
+    const char *prefix = prefixes[p][0];
+    snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
+    if (pdl_model_take_tensor(ts, name, true, dir, &w->tok_embd, err)) return -1;
+    snprintf(name, sizeof name, "%snorm.weight", prefix);
+    if (pdl_model_take_tensor(ts, name, true, dir, &w->output_norm, err) ||
+        pdl_model_take_tensor(ts, prefixes[p][1], !c->tied_embeddings, dir, &w->output, err))
         return -1;
-    return pdl_model_take_layers(m, ts, true, dir, err);
+    return pdl_model_take_layers(m, ts, prefix, dir, err);
 }
 
 static bool file_exists(const char *path) {
@@ -298,7 +415,23 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
                         dir);
     json_t *cfg = NULL;
     if (load_json_file(path, &cfg, err)) return -1;
-    int rc = read_config(m, cfg, path, err);
+    /* multimodal Gemma 3 (Gemma3ForConditionalGeneration): the text model is
+     * text_config; token ids stay at the top level */
+    json_t *mt = json_object_get(cfg, "model_type"), *tc = json_object_get(cfg, "text_config");
+    json_t *use = cfg;
+    if (json_is_string(mt) && strcmp(json_string_value(mt), "gemma3") == 0) {
+        if (!json_is_object(tc)) {
+            json_decref(cfg);
+            return pdl_fail(err, "%s: model_type 'gemma3' needs a 'text_config' object", path);
+        }
+        use = tc;
+        json_object_set_new(tc, "model_type", json_string("gemma3_text"));
+        const char *ids[] = {"bos_token_id", "eos_token_id"};
+        for (int i = 0; i < 2; i++)
+            if (!json_object_get(tc, ids[i]) && json_object_get(cfg, ids[i]))
+                json_object_set(tc, ids[i], json_object_get(cfg, ids[i]));
+    }
+    int rc = read_config(m, use, path, err);
     json_decref(cfg);
     if (rc) return -1;
 
@@ -312,8 +445,10 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
         if (rc) return -1;
     }
 
-    if (st_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
-    if (pdl_model_finish(m, NULL, err)) return -1;
+    /* MLX-quantized folders: config.json's quantization block folds each
+     * X.weight/.scales/.biases triple into one tensor (format/mlx_quant.c) */
+    if (pdl_mlx_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
+    if (pdl_model_finish(m, err)) return -1;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path)) {

@@ -1,0 +1,119 @@
+/*
+ * kquant.c - Q8_K activation quantization and the portable Q4_K x Q8_K and
+ * Q6_K x Q8_K dot products: the reference the SIMD tiles are tested
+ * against. The definitions and the float order are in kquant.h; the weight
+ * layouts are those of kernels/cpu_ops.c's dequantizers.
+ */
+#include "kernels/kquant.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/fp16.h"
+
+/* nearest(v), ties to even, for |v| < 2^22: v + 1.5 * 2^23 lies where the
+ * float spacing is 1, so the addition rounds v as lrintf does (default
+ * rounding mode) and the integer is the low bits of the sum. Plain
+ * arithmetic, no float-to-int conversion: the compiler vectorizes it. */
+static inline int32_t round_even(float v) {
+    float f = v + 12582912.0f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (int32_t)(u - 0x4B400000u);
+}
+
+void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y) {
+    for (int64_t b = 0; b < n / PDL_QK_K; b++, x += PDL_QK_K, y++) {
+        /* amax through the bits of |x|: for non-NaN floats their order is
+         * the integers' order, and an integer max vectorizes */
+        uint32_t abits = 0;
+        for (int i = 0; i < PDL_QK_K; i++) {
+            uint32_t u;
+            memcpy(&u, &x[i], 4);
+            u &= 0x7fffffffu;
+            abits = u > abits ? u : abits;
+        }
+        float amax;
+        memcpy(&amax, &abits, 4);
+        if (amax == 0.0f || abits >= 0x7f800000u) { /* zero, or an infinity or NaN in the block */
+            memset(y, 0, sizeof *y);
+            y->d = amax;
+            continue;
+        }
+        float iscale = 127.0f / amax;
+        y->d = amax / 127.0f;
+        for (int i = 0; i < PDL_QK_K; i++) {
+            /* |x * iscale| <= 127 up to rounding; the clamp is a guard */
+            int32_t q = round_even(x[i] * iscale);
+            q = q > 127 ? 127 : q;
+            q = q < -127 ? -127 : q;
+            y->qs[i] = (int8_t)q;
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int i = 0; i < 16; i++) s += y->qs[16 * g + i];
+            y->bsum16[g] = (int16_t)s;
+        }
+        for (int j = 0; j < 8; j++) y->bsum32[j] = (int16_t)(y->bsum16[2 * j] + y->bsum16[2 * j + 1]);
+    }
+}
+
+static float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pdl_f16_to_f32(h);
+}
+
+/* Q4_K block (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and
+ * mins, 128 bytes of nibbles; element 32 j + l of sub-block j is the low
+ * (j even) or high (j odd) nibble of qs[32 (j / 2) + l]. */
+float pdl_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 144, x++) {
+        const uint8_t *s = w + 4, *qs = w + 16;
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            if (j < 4) {
+                sc = s[j] & 63;
+                mn = s[j + 4] & 63;
+            } else {
+                sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+            }
+            int32_t p = 0;
+            for (int l = 0; l < 32; l++) p += ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) * x->qs[32 * j + l];
+            isum += sc * p;
+            msum += mn * x->bsum32[j];
+        }
+        acc = fmaf(half_at(w) * x->d, (float)isum, acc);
+        acc = fmaf(-(half_at(w + 2) * x->d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* Q6_K block (210 bytes): 128 bytes of low nibbles ql, 64 bytes of high
+ * bit pairs qh, 16 int8 scales, f16 d. Element e, h = e / 128, k =
+ * (e % 128) / 32, l = e % 32: low 4 bits from ql[64 h + l + 32 (k % 2)]
+ * (high nibble when k >= 2), bits 4-5 from qh[32 h + l] bits 2k; value
+ * minus 32; scale scales[e / 16]. */
+float pdl_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 210, x++) {
+        const uint8_t *ql = w, *qh = w + 128;
+        const int8_t *sc = (const int8_t *)(w + 192);
+        int32_t isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t p = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+                int lo = (ql[64 * h + l + 32 * (k % 2)] >> (4 * (k / 2))) & 0xF;
+                int q = (lo | ((qh[32 * h + l] >> (2 * k)) & 3) << 4) - 32;
+                p += q * x->qs[e];
+            }
+            isum += sc[g] * p;
+        }
+        acc = fmaf(half_at(w + 208) * x->d, (float)isum, acc);
+    }
+    return acc;
+}

@@ -1,0 +1,67 @@
+/*
+ * kquant.h - Q8_K activations and the dot products of GGUF Q4_K and Q6_K
+ * weights with them: the portable reference (kquant.c) that every SIMD tile
+ * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
+ *
+ * Activation quantization (Q8_K), per 256-element block: d = amax / 127
+ * (amax = max |x|, d = 0 for an all-zero block), q = nearest(x * (127 /
+ * amax)) with ties to even, clamped to [-127, 127]; d is kept as a float
+ * (not rounded through half precision). A block holding an infinity or a
+ * NaN gets q = 0 and d = amax (that infinity or NaN), so it poisons the
+ * dot products as the float values would. The block also keeps the exact sums
+ * of q per 16 elements (Q6_K's -32 offset) and per 32 elements (Q4_K's
+ * min term).
+ *
+ * Float order of the dots (the reference and every tile): within a 256
+ * super-block all work is exact int32 arithmetic,
+ *   Q4_K: isum = sum_j sc_j * sum_{i in sub-block j} q_i * x_i,
+ *         msum = sum_j m_j * bsum32_j               (j = 0..7),
+ *   Q6_K: isum = sum_g sc_g * sum_{i in group g} (q_i - 32) * x_i (g = 0..15),
+ * then per super-block, in block order, into one float accumulator:
+ *   acc = fmaf(d_w * d_x, (float)isum, acc);
+ *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K only)
+ * starting from acc = 0. d_w * d_x and dmin_w * d_x are single float
+ * products. So a result depends only on its weight row and activation row.
+ */
+#ifndef PDL_KERNELS_KQUANT_H
+#define PDL_KERNELS_KQUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PDL_QK_K 256
+
+/* One quantized 256-block of an activation row. */
+typedef struct pdl_block_q8k {
+    int8_t qs[PDL_QK_K];
+    int16_t bsum16[16]; /* sum of qs[16 g .. 16 g + 15] */
+    int16_t bsum32[8];  /* sum of qs[32 j .. 32 j + 31] */
+    float d;
+} pdl_block_q8k;
+
+/* x[n] (n a multiple of 256) -> n / 256 blocks. */
+void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
+
+/* dot(weight row w of nb super-blocks, x[nb]) in the order above. */
+float pdl_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float pdl_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+
+/* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
+ * r < rows, c < cols (at most the family's tile size); activation row r is
+ * x + r * nb; weight row c starts at w + c * w_row_bytes. */
+typedef void (*pdl_tile_kq_fn)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w,
+                               size_t w_row_bytes, int cols, float *out, int64_t ldo);
+
+/* The SIMD tiles and quantizer (defined only where the compiler targets
+ * x86); the quantizer gives pdl_quantize_row_q8_k's bytes. */
+void pdl_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y);
+void pdl_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                          int cols, float *out, int64_t ldo);
+void pdl_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                          int cols, float *out, int64_t ldo);
+void pdl_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                        int cols, float *out, int64_t ldo);
+void pdl_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                        int cols, float *out, int64_t ldo);
+
+#endif

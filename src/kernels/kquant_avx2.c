@@ -1,0 +1,208 @@
+/*
+ * kquant_avx2.c - the AVX2 Q4_K / Q6_K x Q8_K tiles (VPMADDUBSW +
+ * VPMADDWD), same bits as the portable reference in kquant.c (order in
+ * kquant.h). Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt);
+ * called only when the CPU has them.
+ *
+ * Tile: 4 activation rows x 2 weight rows (the AVX2 family's shape). Per
+ * super-block each (row, column) pair gets an 8-lane int32 accumulator of
+ * scale-weighted products; they are summed across lanes into one vector
+ * of the 8 pairs (element 4 c + r), exact in any order, and the float part
+ * is done for the 8 pairs at once with the single-rounding FMA.
+ */
+#include "kernels/kquant.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#include <string.h>
+
+#define TR 4
+#define TC 2
+
+/* Each super-block step prefetches the same block of weight row c + 16,
+ * as the AVX-512 tiles do (see kquant_avx512_body.h); inlined, or GCC
+ * deletes it. */
+#define PF_ROWS 16
+static inline __attribute__((always_inline)) void prefetch(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+static inline float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Four vectors -> 128-bit half k lane i: the sum of half k's four lanes of
+ * vector i. */
+static inline __m256i red4(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(a0, a1), _mm256_hadd_epi32(a2, a3));
+}
+
+/* acc[r][c] (8 lanes each) -> lane 4 c + r: the sum of acc[r][c]. */
+static inline __m256i reduce_tile(__m256i acc[TR][TC]) {
+    __m128i v[TC];
+    for (int c = 0; c < TC; c++) {
+        __m256i t = red4(acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+        v[c] = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+    }
+    return _mm256_set_m128i(v[1], v[0]);
+}
+
+/* Lane 4 c + r: a[c] * b[r]. */
+static inline __m256 outer(const float a[TC], const float b[TR]) {
+    __m256 av = _mm256_set_m128(_mm_set1_ps(a[1]), _mm_set1_ps(a[0]));
+    __m256 bv = _mm256_broadcast_ps((const __m128 *)(const void *)b);
+    return _mm256_mul_ps(av, bv);
+}
+
+static inline void store(__m256 acc, int nr, int nc, float *out, int64_t ldo) {
+    float t[TR * TC];
+    _mm256_storeu_ps(t, acc);
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r * ldo + c] = t[4 * c + r];
+}
+
+/* Q4_K: sub-block j (32 elements) is the low (j even) or high nibbles of
+ * qs[32 (j / 2) .. + 31], scaled by 16-bit lane j of the decoded scales. */
+static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                           const uint8_t *w, size_t wrb, int nc, float *out,
+                                                           int64_t ldo) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC], scb[TC];
+        __m128i mins[TC];
+        float dw[TC] = {0}, dm[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) {
+            scb[c] = zero;
+            mins[c] = _mm_setzero_si128();
+        }
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 144;
+            uint32_t u[3];
+            memcpy(u, blk + 4, 12);
+            uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3f) |
+                          (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+            uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3f) |
+                          (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+            scb[c] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+            dw[c] = half_at(blk);
+            dm[c] = half_at(blk + 2);
+            prefetch(blk + PF_ROWS * wrb, 144);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int j = 0; j < 8; j++) {
+            const __m256i pick = _mm256_set1_epi16((short)((2 * j + 1) << 8 | 2 * j));
+            __m256i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(w + c * wrb + b * 144 + 16 + 32 * (j / 2)));
+                wq[c] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+                sv[c] = _mm256_shuffle_epi8(scb[c], pick);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * j));
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = _mm256_add_epi32(acc[r][c],
+                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
+            }
+        }
+        __m256i isum = reduce_tile(acc);
+        /* msum: half c of mz holds column c's 8 mins */
+        __m256i mz = _mm256_set_m128i(mins[1], mins[0]), p[TR];
+        for (int r = 0; r < TR; r++)
+            p[r] = r < nr ? _mm256_madd_epi16(mz, _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                                      (const __m128i *)x[r * nb + b].bsum32)))
+                          : zero;
+        __m256i msum = red4(p[0], p[1], p[2], p[3]);
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+        facc = _mm256_fnmadd_ps(outer(dm, dx), _mm256_cvtepi32_ps(msum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
+/* Q6_K: chunk t = 4 h + k holds elements 32 t .. 32 t + 31: nibble k / 2 of
+ * ql[64 h + 32 (k % 2) ..], bits 2k of qh[32 h ..]; its two 16-element
+ * groups use scales 2t and 2t + 1. The -32 offset is taken off at the end:
+ * isum = sum sc_g * sum q x - 32 sum sc_g * bsum16_g. */
+static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                           const uint8_t *w, size_t wrb, int nc, float *out,
+                                                           int64_t ldo) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+    /* within a 32-bit pair of scales: the low one for the lower 128 bits,
+     * the high one for the upper */
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3);
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC], scz[TC];
+        float dw[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) scz[c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 210;
+            scz[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+            dw[c] = half_at(blk + 208);
+            prefetch(blk + PF_ROWS * wrb, 210);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int t = 0; t < 8; t++) {
+            int h = t / 4, k = t % 4;
+            __m256i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w + c * wrb + b * 210;
+                __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k % 2)));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+                __m256i lo = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+                __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
+                wq[c] = _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
+                sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = _mm256_add_epi32(acc[r][c],
+                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
+            }
+        }
+        __m256i isum = reduce_tile(acc);
+        /* sum_g sc_g * bsum16_g: half c of lo / hi holds column c's scales
+         * 0-7 / 8-15 */
+        __m256i lo = _mm256_permute2x128_si256(scz[0], scz[1], 0x20);
+        __m256i hi = _mm256_permute2x128_si256(scz[0], scz[1], 0x31);
+        __m256i q[TR];
+        for (int r = 0; r < TR; r++) {
+            if (r < nr) {
+                const int16_t *bs = x[r * nb + b].bsum16;
+                q[r] = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
+                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+            } else {
+                q[r] = zero;
+            }
+        }
+        __m256i off = red4(q[0], q[1], q[2], q[3]);
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
+void pdl_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                        float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo);
+    else q4k_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+void pdl_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                        float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q6k_body(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) q6k_body(x, nb, 1, w, wrb, TC, out, ldo);
+    else q6k_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+#endif

@@ -1,0 +1,255 @@
+/*
+ * kquant_avx512_body.h - the AVX-512 Q4_K / Q6_K x Q8_K tiles, included by
+ * kquant_avx512.c (AVX-512BW: VPMADDUBSW + VPMADDWD + VPADDD) and by
+ * kquant_avx512vnni.c (the last two fused into VPDPWSSD); KQ_VNNI says
+ * which, KQ_NAME(x) names the functions. Both give the exact same int32
+ * sums, so the same bits.
+ *
+ * Tile: 4 activation rows x 4 weight rows. Per super-block each (row,
+ * column) pair gets a 16-lane int32 accumulator of scale-weighted products
+ * (unsigned weights times signed activations, pair sums times the 16-bit
+ * sub-block scale); the 16 accumulators are then summed across lanes into
+ * one vector of the 16 pairs (element 4 c + r), exact integer arithmetic
+ * in any order. The float part is kquant.h's, done for the 16 pairs at once
+ * with the same single-rounding FMA as fmaf.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/kquant.h"
+
+#define TR 4
+#define TC 4
+
+/* Weight rows are streamed from memory once per token in decode, and a
+ * tile's long integer body leaves too few loads in flight for the
+ * hardware prefetchers to keep up (measured: a 128 MB Q6_K matrix ran at 9
+ * GB/s without, 32-36 GB/s with, on one Zen 5 core): each super-block step
+ * also prefetches the same block of weight row c + 16 (four tiles ahead in
+ * the stream). Prefetches never fault, past the end included. The helper
+ * must be inlined: GCC deletes calls to a function that only prefetches. */
+#define KQ_PF_ROWS (4 * TC)
+static inline __attribute__((always_inline)) void KQ_NAME(prefetch)(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+static inline __m512i KQ_NAME(step)(__m512i acc, __m512i w_u8, __m512i x_s8, __m512i sc16) {
+#if KQ_VNNI
+    return _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(w_u8, x_s8), sc16);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(w_u8, x_s8), sc16));
+#endif
+}
+
+/* Four vectors -> one whose 128-bit chunk k holds, in lane i, the sum of
+ * chunk k's four lanes of vector i. */
+static inline __m512i KQ_NAME(red4)(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
+    __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
+    __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+}
+
+/* acc[r][c] (16 lanes each) -> lane 4 c + r: the sum of acc[r][c]. */
+static inline __m512i KQ_NAME(reduce_tile)(__m512i acc[TR][TC]) {
+    __m512i v[TC];
+    for (int c = 0; c < TC; c++) v[c] = KQ_NAME(red4)(acc[0][c], acc[1][c], acc[2][c], acc[3][c]);
+    /* v[c] chunk k lane r: partial sum of (r, c); add the four chunks */
+    __m512i x01 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512i x23 = _mm512_add_epi32(_mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_i32x4(v[2], v[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(x01, x23, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(x01, x23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+static inline float KQ_NAME(half)(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Lane 4 c + r of the result: a[c] * b[r] as the tile's float factor. */
+static inline __m512 KQ_NAME(outer)(const float a[TC], const float b[TR]) {
+    __m512 av = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                      _mm512_castps128_ps512(_mm_loadu_ps(a)));
+    __m512 bv = _mm512_broadcast_f32x4(_mm_loadu_ps(b));
+    return _mm512_mul_ps(av, bv);
+}
+
+static inline void KQ_NAME(store)(__m512 acc, int nr, int nc, float *out, int64_t ldo) {
+    float t[TR * TC];
+    _mm512_storeu_ps(t, acc);
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r * ldo + c] = t[4 * c + r];
+}
+
+/* 16-bit lane i of the result: (scale index base + i / span) */
+#define KQ_IDX(a, b) \
+    _mm512_setr_epi32((a) | (a) << 16, (a) | (a) << 16, (a) | (a) << 16, (a) | (a) << 16, (a) | (a) << 16,       \
+                      (a) | (a) << 16, (a) | (a) << 16, (a) | (a) << 16, (b) | (b) << 16, (b) | (b) << 16,       \
+                      (b) | (b) << 16, (b) | (b) << 16, (b) | (b) << 16, (b) | (b) << 16, (b) | (b) << 16,       \
+                      (b) | (b) << 16)
+
+/* Q4_K: a 64-byte slice g of the nibbles holds sub-blocks 4g (low nibbles
+ * of bytes 0-31), 4g+1 (their high nibbles), 4g+2 and 4g+3 (bytes 32-63);
+ * so a zmm of low nibbles pairs sub-blocks (4g, 4g+2), of high nibbles
+ * (4g+1, 4g+3), and the activations are loaded in the same pairs. */
+static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                                    const uint8_t *w, size_t wrb, int nc,
+                                                                    float *out, int64_t ldo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i idx[4] = {KQ_IDX(0, 2), KQ_IDX(1, 3), KQ_IDX(4, 6), KQ_IDX(5, 7)};
+    __m512 facc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i acc[TR][TC], scz[TC];
+        __m128i mins[TC];
+        float dw[TC] = {0}, dm[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) {
+            scz[c] = zero;
+            mins[c] = _mm_setzero_si128();
+        }
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 144;
+            uint32_t u[3];
+            memcpy(u, blk + 4, 12);
+            uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3f) |
+                          (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+            uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3f) |
+                          (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+            scz[c] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+            mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
+            dw[c] = KQ_NAME(half)(blk);
+            dm[c] = KQ_NAME(half)(blk + 2);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 144);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int s = 0; s < 4; s++) { /* slice g = s / 2, nibble s % 2 */
+            int g = s / 2, hi = s % 2;
+            __m512i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                __m512i v = _mm512_loadu_si512(w + c * wrb + b * 144 + 16 + 64 * g);
+                wq[c] = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, m4);
+                sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
+            }
+            for (int r = 0; r < nr; r++) {
+                const int8_t *xq = x[r * nb + b].qs + 128 * g + 32 * hi;
+                __m512i xv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xq)),
+                                                _mm256_loadu_si256((const __m256i *)(xq + 64)), 1);
+                for (int c = 0; c < nc; c++) acc[r][c] = KQ_NAME(step)(acc[r][c], wq[c], xv, sv[c]);
+            }
+        }
+        __m512i isum = KQ_NAME(reduce_tile)(acc);
+        /* msum: chunk c of M holds column c's 8 mins, broadcast row r's 8
+         * sub-block sums against it */
+        __m512i mz = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(mins[0]),
+                                                                              mins[1], 1), mins[2], 2), mins[3], 3);
+        __m512i p[TR];
+        for (int r = 0; r < TR; r++)
+            p[r] = r < nr ? _mm512_madd_epi16(mz, _mm512_broadcast_i32x4(_mm_loadu_si128(
+                                                      (const __m128i *)x[r * nb + b].bsum32)))
+                          : zero;
+        __m512i msum = KQ_NAME(red4)(p[0], p[1], p[2], p[3]);
+        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
+        facc = _mm512_fnmadd_ps(KQ_NAME(outer)(dm, dx), _mm512_cvtepi32_ps(msum), facc);
+    }
+    KQ_NAME(store)(facc, nr, nc, out, ldo);
+}
+
+/* Q6_K: a zmm holds 64 consecutive elements 128 h + 64 p + (0..63): the
+ * low (p = 0) or high (p = 1) nibbles of ql[64 h .. 64 h + 63] and bit
+ * pairs 4p, 4p + 2 of qh[32 h .. 32 h + 31] (one per 256-bit half); its
+ * 16-element groups use scales 8 h + 4 p + (0..3). The -32 offset is taken
+ * off at the end: isum = sum sc_g * sum q x - 32 sum sc_g * bsum16_g. */
+static inline __attribute__((always_inline)) void KQ_NAME(q6k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                                    const uint8_t *w, size_t wrb, int nc,
+                                                                    float *out, int64_t ldo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03), zero = _mm512_setzero_si512();
+    const __m512i shift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
+                              _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+    const __m512i idx[4] = {
+        _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002, 0x20002, 0x20002,
+                          0x30003, 0x30003, 0x30003, 0x30003),
+        _mm512_setr_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0x50005, 0x50005, 0x50005, 0x50005, 0x60006,
+                          0x60006, 0x60006, 0x60006, 0x70007, 0x70007, 0x70007, 0x70007),
+        _mm512_setr_epi32(0x80008, 0x80008, 0x80008, 0x80008, 0x90009, 0x90009, 0x90009, 0x90009, 0xa000a,
+                          0xa000a, 0xa000a, 0xa000a, 0xb000b, 0xb000b, 0xb000b, 0xb000b),
+        _mm512_setr_epi32(0xc000c, 0xc000c, 0xc000c, 0xc000c, 0xd000d, 0xd000d, 0xd000d, 0xd000d, 0xe000e,
+                          0xe000e, 0xe000e, 0xe000e, 0xf000f, 0xf000f, 0xf000f, 0xf000f)};
+    __m512 facc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i acc[TR][TC], scz[TC];
+        float dw[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) scz[c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 210;
+            scz[c] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+            dw[c] = KQ_NAME(half)(blk + 208);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 210);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int s = 0; s < 4; s++) { /* h = s / 2, p = s % 2 */
+            int h = s / 2, p = s % 2;
+            __m512i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w + c * wrb + b * 210;
+                __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+                __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+                __m512i lo = _mm512_and_si512(p ? _mm512_srli_epi16(ql, 4) : ql, m4);
+                __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, shift[p]), m2);
+                wq[c] = _mm512_or_si512(lo, _mm512_slli_epi16(top, 4));
+                sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m512i xv = _mm512_loadu_si512(x[r * nb + b].qs + 64 * s);
+                for (int c = 0; c < nc; c++) acc[r][c] = KQ_NAME(step)(acc[r][c], wq[c], xv, sv[c]);
+            }
+        }
+        __m512i isum = KQ_NAME(reduce_tile)(acc);
+        /* sum_g sc_g * bsum16_g per pair: chunk c of lo / hi holds column
+         * c's scales 0-7 / 8-15 */
+        __m128i sl[TC], sh[TC];
+        for (int c = 0; c < TC; c++) {
+            sl[c] = _mm512_castsi512_si128(scz[c]);
+            sh[c] = _mm512_extracti32x4_epi32(scz[c], 1);
+        }
+        __m512i lo = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sl[0]), sl[1], 1), sl[2], 2), sl[3], 3);
+        __m512i hi = _mm512_inserti32x4(
+            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sh[0]), sh[1], 1), sh[2], 2), sh[3], 3);
+        __m512i q[TR];
+        for (int r = 0; r < TR; r++) {
+            if (r < nr) {
+                const int16_t *bs = x[r * nb + b].bsum16;
+                q[r] = _mm512_add_epi32(
+                    _mm512_madd_epi16(lo, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs))),
+                    _mm512_madd_epi16(hi, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+            } else {
+                q[r] = zero;
+            }
+        }
+        __m512i off = KQ_NAME(red4)(q[0], q[1], q[2], q[3]);
+        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(off, 5));
+        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
+    }
+    KQ_NAME(store)(facc, nr, nc, out, ldo);
+}
+
+/* Constant shapes for the full tile and single-row decode, so the
+ * accumulators stay in registers; the sequence per element is the same. */
+static void KQ_NAME(tile_q4_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                               int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(q4k_body)(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) KQ_NAME(q4k_body)(x, nb, 1, w, wrb, TC, out, ldo);
+    else KQ_NAME(q4k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+static void KQ_NAME(tile_q6_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                               int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(q6k_body)(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) KQ_NAME(q6k_body)(x, nb, 1, w, wrb, TC, out, ldo);
+    else KQ_NAME(q6k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+}

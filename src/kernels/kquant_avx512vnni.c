@@ -1,0 +1,23 @@
+/*
+ * kquant_avx512vnni.c - the Q4_K / Q6_K x Q8_K tiles with AVX512-VNNI
+ * (VPDPWSSD; the body is kquant_avx512_body.h), as the kernel family
+ * pdl_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
+ * has VNNI. Compiled with AVX-512 + VNNI flags (CMakeLists.txt).
+ */
+#include "kernels/matmul_tiles.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define KQ_VNNI 1
+#define KQ_NAME(x) kq_vnni_##x
+#include "kernels/kquant_avx512_body.h"
+
+const pdl_tile_kernels pdl_tiles_avx512_vnni = {
+    .tile_rows = TR,
+    .tile_cols = TC,
+    .q4k = kq_vnni_tile_q4_k,
+    .q6k = kq_vnni_tile_q6_k,
+};
+#else
+/* Not built for this target: the family has no kernels. */
+const pdl_tile_kernels pdl_tiles_avx512_vnni = {0};
+#endif

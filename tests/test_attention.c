@@ -1,0 +1,112 @@
+/*
+ * test_attention.c - pdl_attention_queries (many queries of one sequence
+ * against one KV head, keys widened once per tile) gives each query exactly
+ * the bytes pdl_attention_head gives it alone.
+ *
+ * This is what keeps the forward batch-invariant while prefill rows and GQA
+ * heads share key tiles: a query's result must not depend on which other
+ * queries are in its call. Checked with memcmp over head sizes that take the
+ * register-resident AVX-512 path (64, 128, 256) and one that does not (40),
+ * F16 and F32 caches, windows, soft-caps, positions that straddle tiles, and
+ * calls of 1 to 40 queries (more than one tile and more than 16 queries).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
+#include "test_util.h"
+
+static uint32_t rng = 2024;
+static float frand(void) {
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+static void check_head_dim(int hd) {
+    enum { NKV = 2, BSZ = 16, NPOS = 150, NBLK = 16 };
+    int32_t table[NBLK];
+    for (int b = 0; b < NBLK; b++) table[b] = (b * 7 + 3) % NBLK; /* scattered blocks */
+    int kv_dim = NKV * hd;
+    for (int f16 = 0; f16 < 2; f16++) {
+        size_t elem = f16 ? 2 : 4, n = (size_t)NBLK * BSZ * kv_dim;
+        uint8_t *kpool = malloc(n * elem), *vpool = malloc(n * elem);
+        for (size_t i = 0; i < n; i++) {
+            float k = frand(), v = frand();
+            if (f16) {
+                uint16_t kh = pdl_f32_to_f16(k), vh = pdl_f32_to_f16(v);
+                memcpy(kpool + i * 2, &kh, 2), memcpy(vpool + i * 2, &vh, 2);
+            } else {
+                memcpy(kpool + i * 4, &k, 4), memcpy(vpool + i * 4, &v, 4);
+            }
+        }
+        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16, .kv_dim = kv_dim, .block_table = table,
+                          .block_size = BSZ};
+        enum { NQ = 40 };
+        float *q = malloc((size_t)NQ * hd * sizeof *q), *got = malloc((size_t)NQ * hd * sizeof *got);
+        float *want = malloc((size_t)NQ * hd * sizeof *want);
+        float *scratch = malloc(pdl_attention_queries_scratch(NQ, NPOS, hd) * sizeof *scratch);
+        for (int i = 0; i < NQ * hd; i++) q[i] = frand();
+        int windows[] = {0, 37};
+        float caps[] = {0.0f, 0.7f};
+        int counts[] = {1, 2, 5, 16, 40};
+        for (int wi = 0; wi < 2; wi++)
+            for (int ci = 0; ci < 2; ci++)
+                for (int k = 0; k < 5; k++) {
+                    int nq = counts[k], pos[NQ];
+                    float *outs[NQ];
+                    const float *qs[NQ];
+                    for (int i = 0; i < nq; i++) { /* consecutive rows, two heads each, as a prefill chunk */
+                        pos[i] = 100 + i / 2 + (k == 4 ? 0 : 3 * k) - (k == 0 ? 100 : 0);
+                        outs[i] = got + (size_t)i * hd;
+                        qs[i] = q + (size_t)i * hd;
+                    }
+                    pdl_attention_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    for (int i = 0; i < nq; i++)
+                        pdl_attention_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
+                                           &kv, scratch);
+                    CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                              "head_dim %d f16 %d window %d cap %g: %d queries differ from one at a time", hd, f16,
+                              windows[wi], caps[ci], nq);
+                }
+        free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
+    }
+}
+
+static void test_query_blocks_equal_single_queries(void) {
+    pdl_fp16_init();
+    int dims[] = {64, 128, 256, 40};
+    for (int i = 0; i < 4; i++) check_head_dim(dims[i]);
+}
+
+/* The AVX-512 build directly (the dispatcher picks it only on such CPUs). */
+static void test_avx512_build_equals_its_single_query_body(void) {
+    if (pdl_isa_best() < PDL_ISA_AVX512) {
+        fprintf(stderr, "  (no AVX-512 on this CPU: dispatcher checks only)\n");
+        return;
+    }
+    pdl_fp16_init();
+    enum { HD = 128, BSZ = 16, NPOS = 70 };
+    int32_t table[5] = {4, 0, 3, 1, 2};
+    float *k = malloc((size_t)5 * BSZ * HD * sizeof *k), *v = malloc((size_t)5 * BSZ * HD * sizeof *v);
+    for (int i = 0; i < 5 * BSZ * HD; i++) k[i] = frand(), v[i] = frand();
+    pdl_attn_kv kv = {.k = k, .v = v, .kv_is_f16 = 0, .kv_dim = HD, .block_table = table, .block_size = BSZ};
+    float q[3][HD], got[3][HD], want[3][HD];
+    float *scratch = malloc(pdl_attention_queries_scratch(3, NPOS, HD) * sizeof *scratch);
+    for (int i = 0; i < 3 * HD; i++) q[i / HD][i % HD] = frand();
+    int pos[3] = {69, 33, 0};
+    float *outs[3] = {got[0], got[1], got[2]};
+    const float *qs[3] = {q[0], q[1], q[2]};
+    pdl_attention_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+    for (int i = 0; i < 3; i++) pdl_attention_head_avx512(want[i], q[i], HD, 0, 0.1f, 0.0f, pos[i], 0, &kv, scratch);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    free(k), free(v), free(scratch);
+}
+
+int main(void) {
+    RUN(test_query_blocks_equal_single_queries);
+    RUN(test_avx512_build_equals_its_single_query_body);
+    return test_summary();
+}

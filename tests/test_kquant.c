@@ -1,0 +1,368 @@
+/*
+ * test_kquant.c - the Q4_K / Q6_K x Q8_K kernels (kernels/kquant.h): Q8_K
+ * activation quantization on a hand-checked block, the portable dots
+ * against float64 sums of the dequantized weights, every SIMD tile against
+ * the portable dot bit for bit, and batch invariance through pdl_matmul on
+ * every instruction set the CPU has.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "format/tensor.h"
+#include "kernels/cpu_features.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/fp16.h"
+#include "kernels/kquant.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_tiles.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+static float frand(void) { return (float)((rnd32() >> 8) / (double)(1u << 24)) * 2.0f - 1.0f; } /* [-1, 1) */
+
+/* Random Q4_K / Q6_K rows: every byte random (every bit pattern is a valid
+ * quant or scale), the f16 scales small and of either sign. */
+static uint8_t *random_rows(pdl_dtype dt, int rows, int in) {
+    size_t rb = pdl_dtype_row_bytes(dt, in), bb = pdl_dtype_block_bytes(dt);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)rnd32();
+    for (size_t b = 0; b < rb * (size_t)rows / bb; b++) {
+        uint8_t *blk = w + b * bb;
+        int offs[2] = {dt == PDL_DTYPE_Q4_K ? 0 : 208, dt == PDL_DTYPE_Q4_K ? 2 : -1};
+        for (int h = 0; h < 2; h++)
+            if (offs[h] >= 0) {
+                uint16_t v = pdl_f32_to_f16(0.003f * frand());
+                memcpy(blk + offs[h], &v, 2);
+            }
+    }
+    return w;
+}
+
+/* Activations with a spread of magnitudes per 256-block. */
+static float *random_x(int rows, int in) {
+    float *x = malloc((size_t)rows * in * sizeof *x);
+    for (int i = 0; i < rows * in; i++) x[i] = frand() * (1.0f + (float)((i / 256) % 5));
+    return x;
+}
+
+static float kq_dot(pdl_dtype dt, const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    return dt == PDL_DTYPE_Q4_K ? pdl_dot_q4_k_q8_k(w, x, nb) : pdl_dot_q6_k_q8_k(w, x, nb);
+}
+
+/* A hand-worked block: x[i] = (i - 128) / 4, so amax = 32, d = 32/127 and
+ * q_i = nearest((i - 128) * 127/128) = nearest(k - k/128) with k = i - 128. */
+static void test_q8_k_quantizes_a_hand_checked_block(void) {
+    float x[512];
+    for (int i = 0; i < 256; i++) x[i] = (float)(i - 128) * 0.25f;
+    for (int i = 256; i < 512; i++) x[i] = 0.0f; /* second block: all zero */
+    pdl_block_q8k y[2];
+    memset(y, 0x55, sizeof y);
+    pdl_quantize_row_q8_k(x, 512, y);
+    CHECK(y[0].d == 32.0f / 127.0f);
+    CHECK_EQ_INT(y[0].qs[0], -127);   /* k = -128: -127 exactly */
+    CHECK_EQ_INT(y[0].qs[1], -126);   /* -127 * 127/128 = -126.008 */
+    CHECK_EQ_INT(y[0].qs[64], -64);   /* -64 * 127/128 = -63.5: tie, to even */
+    CHECK_EQ_INT(y[0].qs[128], 0);
+    CHECK_EQ_INT(y[0].qs[129], 1);
+    CHECK_EQ_INT(y[0].qs[192], 64);   /* 63.5: tie, to even */
+    CHECK_EQ_INT(y[0].qs[193], 64);   /* 64.49 */
+    CHECK_EQ_INT(y[0].qs[255], 126);  /* 127 * 127/128 = 126.008 */
+    /* k = -128..-113 round to k + 1 (|k|/128 > 0.5): -127..-112 */
+    CHECK_EQ_INT(y[0].bsum16[0], -1912);
+    /* k = -112..-97 also round up: -111..-96 */
+    CHECK_EQ_INT(y[0].bsum16[1], -1656);
+    CHECK_EQ_INT(y[0].bsum32[0], -3568);
+    /* k = 0..15 round to k: 0 + 1 + ... + 15 */
+    CHECK_EQ_INT(y[0].bsum16[8], 120);
+    int bad = 0;
+    for (int g = 0; g < 16; g++) {
+        int s = 0;
+        for (int i = 0; i < 16; i++) s += y[0].qs[16 * g + i];
+        if (s != y[0].bsum16[g]) bad++;
+    }
+    for (int j = 0; j < 8; j++)
+        if (y[0].bsum32[j] != y[0].bsum16[2 * j] + y[0].bsum16[2 * j + 1]) bad++;
+    CHECK_EQ_INT(bad, 0);
+    CHECK(y[1].d == 0.0f);
+    for (int i = 0; i < 256; i++) bad += y[1].qs[i] != 0;
+    for (int g = 0; g < 16; g++) bad += y[1].bsum16[g] != 0;
+    CHECK_EQ_INT(bad, 0);
+    /* random blocks against the definition written with fabsf and lrintf;
+     * every other one has amax = 127 and half-integer values: exact ties */
+    for (int t = 0; t < 200; t++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 256; i++) {
+            x[i] = t % 2 ? frand() * 3.0f : (float)((int)(frand() * 254.0f)) * 0.5f;
+            if (t % 2 == 0 && i == 7) x[i] = -127.0f;
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        }
+        pdl_quantize_row_q8_k(x, 256, y);
+        float iscale = 127.0f / amax;
+        if (y[0].d != amax / 127.0f) bad++;
+        for (int i = 0; i < 256; i++) bad += y[0].qs[i] != (int8_t)lrintf(x[i] * iscale);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* The AVX-512 quantizer gives the portable one's bytes, on ordinary
+ * blocks, exact ties, zeros, and blocks holding an infinity or a NaN. */
+static void test_q8_k_avx512_quantizer_same_bytes(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    pdl_cpu_features_get(); /* detects the CPU (pdl_isa_best only reads the result) */
+    if (pdl_isa_best() < PDL_ISA_AVX512) {
+        fprintf(stderr, "  no AVX-512 here: nothing to compare\n");
+        return;
+    }
+    float x[8 * 256];
+    for (int i = 0; i < 8 * 256; i++) x[i] = frand() * (float)(1 + i / 256);
+    for (int i = 256; i < 512; i++) x[i] = (float)((int)(frand() * 254.0f)) * 0.5f; /* ties */
+    x[300] = 127.0f;
+    for (int i = 512; i < 768; i++) x[i] = 0.0f;
+    x[900] = INFINITY;
+    x[1100] = -INFINITY;
+    x[1300] = NAN;
+    x[1301] = -NAN;
+    for (int i = 1792; i < 2048; i++) x[i] *= 1e-38f; /* 127 / amax overflows */
+    pdl_block_q8k a[8], b[8];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    pdl_quantize_row_q8_k(x, 8 * 256, a);
+    pdl_quantize_row_q8_k_avx512(x, 8 * 256, b);
+    for (int k = 0; k < 8; k++)
+        CHECK_MSG(memcmp(&a[k], &b[k], sizeof a[k]) == 0, "block %d differs", k);
+#endif
+}
+
+/* The portable dots against float64 sums of the dequantized weights (the
+ * definition in cpu_ops.c), two ways:
+ * - with the activations the kernel really multiplies (d * q of the Q8_K
+ *   blocks): only float rounding differs, 1e-5 relative to sum |w x|;
+ * - with the original activations: Q8_K rounds each x_i by at most d/2 =
+ *   amax_block / 254, so the error is at most sum_i |w_i| amax_b(i) / 254
+ *   (plus the float rounding above). That bound catches a wrong sign or
+ *   scale of the min or -32 terms, which the first check could only catch
+ *   together with the dequantizer. */
+static void test_kquant_dots_match_float64(void) {
+    pdl_fp16_init();
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    int lens[] = {256, 512, 768, 1024, 2048};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            pdl_dtype dt = types[ti];
+            int in = lens[li], rows = 6, nb = in / 256;
+            uint8_t *w = random_rows(dt, rows, in);
+            float *x = random_x(rows, in), *wf = malloc((size_t)in * sizeof *wf);
+            pdl_block_q8k *xq = malloc((size_t)nb * sizeof *xq);
+            double worst_q = 0, worst_x = 0;
+            for (int r = 0; r < rows; r++) {
+                const float *xr = x + (size_t)r * in;
+                pdl_quantize_row_q8_k(xr, in, xq);
+                pdl_dequant_blocks(dt, w + (size_t)r * pdl_dtype_row_bytes(dt, in), wf, in);
+                double sq = 0, sx = 0, mag = 0, bound = 0;
+                for (int i = 0; i < in; i++) {
+                    const pdl_block_q8k *blk = &xq[i / 256];
+                    double xe = (double)blk->d * blk->qs[i % 256];
+                    sq += (double)wf[i] * xe;
+                    sx += (double)wf[i] * xr[i];
+                    mag += fabs((double)wf[i] * xe);
+                    bound += fabs((double)wf[i]) * (double)blk->d * 127.0 / 254.0;
+                }
+                double got = kq_dot(dt, w + (size_t)r * pdl_dtype_row_bytes(dt, in), xq, nb);
+                double eq = fabs(got - sq) / (mag + 1e-30);
+                double ex = fabs(got - sx) / (bound + 1e-5 * mag + 1e-30);
+                if (eq > worst_q) worst_q = eq;
+                if (ex > worst_x) worst_x = ex;
+            }
+            CHECK_MSG(worst_q < 1e-5, "%s in=%d: relative error %.3g with the quantized activations",
+                      pdl_dtype_name(dt), in, worst_q);
+            CHECK_MSG(worst_x <= 1.0, "%s in=%d: error %.3g of the Q8_K rounding bound", pdl_dtype_name(dt), in,
+                      worst_x);
+            free(w), free(x), free(wf), free(xq);
+        }
+}
+
+typedef struct family {
+    const char *name;
+    pdl_tile_kq_fn q4k, q6k;
+    int tr, tc;
+} family;
+
+/* The SIMD tile families this CPU can run. */
+static int families(family *f) {
+    const pdl_cpu_features *cf = pdl_cpu_features_get();
+    int n = 0;
+    if (pdl_isa_best() >= PDL_ISA_AVX2 && pdl_tiles_avx2.q4k)
+        f[n++] = (family){"avx2", pdl_tiles_avx2.q4k, pdl_tiles_avx2.q6k, pdl_tiles_avx2.tile_rows,
+                          pdl_tiles_avx2.tile_cols};
+    if (pdl_isa_best() >= PDL_ISA_AVX512 && pdl_tiles_avx512.q4k)
+        f[n++] = (family){"avx512bw", pdl_tiles_avx512.q4k, pdl_tiles_avx512.q6k, pdl_tiles_avx512.tile_rows,
+                          pdl_tiles_avx512.tile_cols};
+    if (pdl_isa_best() >= PDL_ISA_AVX512 && cf->avx512vnni && pdl_tiles_avx512_vnni.q4k)
+        f[n++] = (family){"avx512vnni", pdl_tiles_avx512_vnni.q4k, pdl_tiles_avx512_vnni.q6k,
+                          pdl_tiles_avx512_vnni.tile_rows, pdl_tiles_avx512_vnni.tile_cols};
+    return n;
+}
+
+/* Every tile, every shape up to its size (ragged rows and columns), on
+ * random blocks: the same bits as the portable dot. */
+static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_block_q8k *xq, int nb,
+                                        pdl_dtype dt, int *checked, int *bad) {
+    family f[3];
+    int nf = families(f);
+    for (int fi = 0; fi < nf; fi++) {
+        pdl_tile_kq_fn fn = dt == PDL_DTYPE_Q4_K ? f[fi].q4k : f[fi].q6k;
+        for (int rows = 1; rows <= f[fi].tr; rows++)
+            for (int cols = 1; cols <= f[fi].tc; cols++) {
+                float out[8 * 8];
+                for (int i = 0; i < 64; i++) out[i] = -999.0f;
+                fn(xq, nb, rows, w, rb, cols, out, 8);
+                for (int r = 0; r < 8; r++)
+                    for (int c = 0; c < 8; c++) {
+                        float v = out[r * 8 + c];
+                        if (r >= rows || c >= cols) { /* untouched outside the tile */
+                            if (v != -999.0f) (*bad)++;
+                            continue;
+                        }
+                        float want = kq_dot(dt, w + (size_t)c * rb, xq + (size_t)r * nb, nb);
+                        (*checked)++;
+                        if (memcmp(&v, &want, sizeof v) != 0) {
+                            if (*bad < 5)
+                                fprintf(stderr, "  %s %s nb=%d tile %dx%d (%d,%d): %.9g != %.9g\n", f[fi].name,
+                                        pdl_dtype_name(dt), nb, rows, cols, r, c, v, want);
+                            (*bad)++;
+                        }
+                    }
+            }
+    }
+}
+
+static void test_kquant_tiles_match_reference_bit_for_bit(void) {
+    pdl_fp16_init();
+    family f[3];
+    int nf = families(f);
+    fprintf(stderr, "  tile families here:");
+    for (int i = 0; i < nf; i++) fprintf(stderr, " %s", f[i].name);
+    fprintf(stderr, "%s\n", nf ? "" : " none");
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    int lens[] = {256, 512, 768, 2048};
+    int checked = 0, bad = 0;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            pdl_dtype dt = types[ti];
+            int in = lens[li], nb = in / 256;
+            size_t rb = pdl_dtype_row_bytes(dt, in);
+            uint8_t *w = random_rows(dt, 8, in);
+            float *x = random_x(8, in);
+            pdl_block_q8k *xq = malloc((size_t)8 * nb * sizeof *xq);
+            for (int r = 0; r < 8; r++) pdl_quantize_row_q8_k(x + (size_t)r * in, in, xq + (size_t)r * nb);
+            run_tiles_against_reference(w, rb, xq, nb, dt, &checked, &bad);
+            free(w), free(x), free(xq);
+        }
+    CHECK_EQ_INT(bad, 0);
+    if (nf) CHECK(checked > 0);
+}
+
+/* The largest magnitudes every stage must hold without saturating: all
+ * quants at their maximum (Q4_K 15 with scale and min 63; Q6_K 63 or 0,
+ * i.e. +31 / -32, with scales 127 and -128) against activations of +-127. */
+static void test_kquant_tiles_exact_at_extremes(void) {
+    pdl_fp16_init();
+    int in = 512, nb = 2, checked = 0, bad = 0;
+    float x[4 * 512];
+    for (int i = 0; i < 4 * 512; i++) x[i] = (i / 512) % 2 ? ((i % 3) ? 1.0f : -1.0f) : ((i / 512) == 0 ? 1.0f : -1.0f);
+    pdl_block_q8k xq[4 * 2];
+    for (int r = 0; r < 4; r++) pdl_quantize_row_q8_k(x + r * in, in, xq + r * nb);
+    CHECK_EQ_INT(xq[0].qs[0], 127);
+    CHECK_EQ_INT(xq[2 * nb].qs[0], -127);
+    for (int dti = 0; dti < 2; dti++) {
+        pdl_dtype dt = dti ? PDL_DTYPE_Q6_K : PDL_DTYPE_Q4_K;
+        size_t rb = pdl_dtype_row_bytes(dt, in);
+        uint8_t *w = malloc(rb * 4);
+        memset(w, 0xFF, rb * 4);
+        for (int b = 0; b < 4 * nb; b++) {
+            uint8_t *blk = w + b * pdl_dtype_block_bytes(dt);
+            uint16_t h = pdl_f32_to_f16(0.5f);
+            if (dt == PDL_DTYPE_Q4_K) {
+                memcpy(blk, &h, 2);
+                memcpy(blk + 2, &h, 2);
+            } else {
+                for (int g = 0; g < 16; g++) blk[192 + g] = (uint8_t)(int8_t)((b + g) % 2 ? 127 : -128);
+                if (b % 2) memset(blk, 0, 192); /* q = 0: -32 */
+                memcpy(blk + 208, &h, 2);
+            }
+        }
+        run_tiles_against_reference(w, rb, xq, nb, dt, &checked, &bad);
+        /* and the portable value against float64 (exact here up to float rounding) */
+        float wf[512];
+        for (int c = 0; c < 4; c++) {
+            pdl_dequant_blocks(dt, w + c * rb, wf, in);
+            for (int r = 0; r < 4; r++) {
+                double s = 0;
+                for (int i = 0; i < in; i++) s += (double)wf[i] * xq[r * nb + i / 256].d * xq[r * nb + i / 256].qs[i % 256];
+                double got = kq_dot(dt, w + c * rb, xq + r * nb, nb);
+                CHECK_MSG(fabs(got - s) <= 1e-6 * fabs(s) + 1e-6, "%s (%d,%d): %.9g vs %.9g", pdl_dtype_name(dt), r, c,
+                          got, s);
+            }
+        }
+        free(w);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* pdl_matmul on every instruction set against the portable one, bit for
+ * bit, for 1..9 rows and column counts off the tile sizes; and each row
+ * alone gives the bits it gets among 7 rows (batch invariance). */
+static void test_kquant_matmul_same_bits_on_every_isa(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(3);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    int shapes[][2] = {{1, 256}, {3, 512}, {5, 768}, {17, 1024}, {33, 2048}, {130, 256}};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            pdl_dtype dt = types[ti];
+            int out = shapes[si][0], in = shapes[si][1], maxrows = 9;
+            uint8_t *w = random_rows(dt, out, in);
+            pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+            float *x = random_x(maxrows, in);
+            float *y0 = malloc((size_t)maxrows * out * sizeof *y0), *y1 = malloc((size_t)maxrows * out * sizeof *y1);
+            for (int rows = 1; rows <= maxrows; rows++) {
+                pdl_isa_set(PDL_ISA_SCALAR);
+                pdl_matmul(pool, y0, out, x, rows, &t, NULL, false);
+                for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+                    pdl_isa_set((pdl_isa)isa);
+                    pdl_matmul(pool, y1, out, x, rows, &t, NULL, false);
+                    CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
+                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in);
+                }
+            }
+            for (int isa = PDL_ISA_SCALAR; isa <= (int)best; isa++) {
+                pdl_isa_set((pdl_isa)isa);
+                pdl_matmul(pool, y1, out, x, 7, &t, NULL, false);
+                for (int r = 0; r < 7; r++) {
+                    pdl_matmul(pool, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    CHECK_MSG(memcmp(y0, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
+                              "%s %s %dx%d: row %d alone differs from the batch of 7", pdl_isa_name((pdl_isa)isa),
+                              pdl_dtype_name(dt), out, in, r);
+                }
+            }
+            free(w), free(x), free(y0), free(y1);
+        }
+    pdl_isa_set(best);
+    pdl_threadpool_free(pool);
+}
+
+int main(void) {
+    RUN(test_q8_k_quantizes_a_hand_checked_block);
+    RUN(test_q8_k_avx512_quantizer_same_bytes);
+    RUN(test_kquant_dots_match_float64);
+    RUN(test_kquant_tiles_match_reference_bit_for_bit);
+    RUN(test_kquant_tiles_exact_at_extremes);
+    RUN(test_kquant_matmul_same_bits_on_every_isa);
+    return test_summary();
+}
