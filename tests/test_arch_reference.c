@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fp16.h"
 #include "pagedlm.h"
 #include "support/gguf_writer.h"
 #include "support/st_writer.h"
@@ -59,6 +60,7 @@ typedef struct spec {
     int orig_ctx;         /* Phi-3 LongRoPE original context; 0 = no LongRoPE */
     bool multimodal;      /* Gemma 3: the Hugging Face folder of Gemma3ForConditionalGeneration */
     bool rope_parameters; /* Gemma 3: RoPE as transformers 5 writes it (rope_parameters per layer type) */
+    bool bf16_embed;      /* the HF embedding stored as BF16 (values BF16-exact in both files) */
 } spec;
 
 typedef struct layer_w {
@@ -190,9 +192,11 @@ static void rope(double *x, int rot, int pos, double theta, const float *ext, do
 
 static double gelu_tanh(double g) { return 0.5 * g * (1.0 + tanh(0.79788456080286535588 /* sqrt(2 / pi) */ * (g + 0.044715 * g * g * g))); }
 
-/* logits[T][vocab] of tokens[T]; use_long: LongRoPE's long factors. */
-static void ref_forward(const spec *s, const weights *w, const int32_t *tok, int T, bool use_long, ref_bug bug,
-                        double *logits) {
+/* logits[T][vocab] of tokens[T]; use_long: LongRoPE's long factors;
+ * bf16_scale: Gemma's sqrt(hidden) rounded to BF16, as transformers does for
+ * BF16 embeddings. */
+static void ref_forward_scaled(const spec *s, const weights *w, const int32_t *tok, int T, bool use_long, ref_bug bug,
+                               bool bf16_scale, double *logits) {
     int H = s->hidden, q_dim = s->heads * s->head_dim, kv_dim = s->kv_heads * s->head_dim, hd = s->head_dim;
     bool gemma = s->arch == A_GEMMA3, phi = s->arch == A_PHI3, cohere = s->arch == A_COHERE2;
     double *x = calloc((size_t)T * H, sizeof *x), *h = calloc((size_t)H, sizeof *h);
@@ -203,6 +207,7 @@ static void ref_forward(const spec *s, const weights *w, const int32_t *tok, int
     double *p = calloc((size_t)T, sizeof *p), *hn = calloc((size_t)T * H, sizeof *hn);
     /* Gemma: embeddings times sqrt(hidden) as a float32 number */
     double es = gemma ? (double)(float)sqrt((double)H) : 1.0;
+    if (gemma && bf16_scale) es = pdl_bf16_to_f32(pdl_f32_to_bf16((float)es));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) x[(size_t)t * H + i] = w->embed[(size_t)tok[t] * H + i] * es;
     double mscale = 1.0;
@@ -297,6 +302,11 @@ static void ref_forward(const spec *s, const weights *w, const int32_t *tok, int
             for (int i = 0; i < s->vocab; i++) lt[i] *= s->logit_scale;
     }
     free(x), free(h), free(q), free(k), free(v), free(att), free(o), free(m), free(g), free(u), free(p), free(hn);
+}
+
+static void ref_forward(const spec *s, const weights *w, const int32_t *tok, int T, bool use_long, ref_bug bug,
+                        double *logits) {
+    ref_forward_scaled(s, w, tok, T, use_long, bug, false, logits);
 }
 
 /* ---- writing the model files ------------------------------------------------ */
@@ -431,7 +441,8 @@ static void write_gguf_keys(const spec *s, gguf_writer *gw) {
         gguf_writer_add_f32(gw, KEY("attention.layer_norm_rms_epsilon"), (float)s->eps);
     }
     if (s->arch == A_GEMMA3) {
-        /* llama.cpp's defaults: pattern 6, local base 10000 (the spec uses them) */
+        /* llama.cpp's defaults: pattern 6, local base 10000; another period as a number */
+        if (s->pattern != 6) gguf_writer_add_u32(gw, KEY("attention.sliding_window_pattern"), (uint32_t)s->pattern);
         gguf_writer_add_f32(gw, KEY("attention.scale"), (float)(1.0 / sqrt(s->qpas)));
         gguf_writer_add_str(gw, KEY("rope.scaling.type"), "linear");
         gguf_writer_add_f32(gw, KEY("rope.scaling.factor"), (float)s->linear_factor);
@@ -462,7 +473,16 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
     int H = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim, F = s->ffn;
     char top[128];
     snprintf(top, sizeof top, "%sembed_tokens.weight", s->multimodal ? "language_model.model." : "model.");
-    put_mat(st, gw, top, "token_embd.weight", s->vocab, H, w->embed);
+    if (s->bf16_embed) {
+        size_t n = (size_t)s->vocab * H;
+        uint16_t *b = malloc(n * sizeof *b);
+        for (size_t i = 0; i < n; i++) b[i] = pdl_f32_to_bf16(w->embed[i]);
+        stw_add_bytes(st, top, "BF16", 2, (const int64_t[]){s->vocab, H}, b, n * 2);
+        free(b);
+        put_mat(NULL, gw, top, "token_embd.weight", s->vocab, H, w->embed);
+    } else {
+        put_mat(st, gw, top, "token_embd.weight", s->vocab, H, w->embed);
+    }
     snprintf(top, sizeof top, "%snorm.weight", s->multimodal ? "language_model.model." : "model.");
     put_norm(st, gw, s, top, "output_norm.weight", H, w->final_norm);
     if (s->multimodal) /* a vision tower tensor the text model ignores */
@@ -562,6 +582,8 @@ static double max_diff_d(const double *a, const double *b, size_t n) {
 static void check_arch(const spec *s, const char *name, int T, int ctx_size, bool use_long, const ref_bug *bugs,
                        int n_bugs) {
     weights w = make_weights(s, 0x9E3779B97F4A7C15ull ^ (uint64_t)s->arch);
+    if (s->bf16_embed) /* values both files hold exactly */
+        for (size_t i = 0; i < (size_t)s->vocab * s->hidden; i++) w.embed[i] = pdl_bf16_to_f32(pdl_f32_to_bf16(w.embed[i]));
     char *hf = NULL, *gg = NULL;
     write_model(s, s, &w, name, &hf, &gg);
     int32_t *tok = malloc((size_t)T * sizeof *tok);
@@ -571,6 +593,9 @@ static void check_arch(const spec *s, const char *name, int T, int ctx_size, boo
     ref_forward(s, &w, tok, T, use_long, BUG_NONE, want);
     const char *paths[2] = {hf, gg};
     for (int i = 0; i < 2; i++) {
+        /* a BF16 HF embedding: transformers' scale is rounded to BF16 (the
+         * GGUF keeps llama.cpp's F32 sqrt) */
+        if (s->bf16_embed) ref_forward_scaled(s, &w, tok, T, use_long, BUG_NONE, i == 0, want);
         float *got = engine_logits(paths[i], ctx_size, tok, T, s->vocab);
         double d = max_diff(got, want, n);
         fprintf(stderr, "  %s %s: max |engine - float64| = %.3g\n", name, i ? "gguf" : "hf", d);
@@ -584,6 +609,12 @@ static void check_arch(const spec *s, const char *name, int T, int ctx_size, boo
         CHECK_EQ_INT(r.status, 0);
         CHECK_CONTAINS(r.err, "selective-logits probe: accepted");
         test_free_result(&r);
+    }
+    if (s->bf16_embed) { /* the rounding matters: an unrounded scale is outside the tolerance */
+        ref_forward_scaled(s, &w, tok, T, use_long, BUG_NONE, true, bad);
+        ref_forward_scaled(s, &w, tok, T, use_long, BUG_NONE, false, want);
+        double d = max_diff_d(bad, want, n);
+        CHECK_MSG(d > 100 * TOL, "%s: BF16 rounding of the embedding scale moves logits by only %g", name, d);
     }
     for (int b = 0; b < n_bugs; b++) {
         ref_forward(s, &w, tok, T, use_long, bugs[b], bad);
@@ -679,8 +710,18 @@ static void test_gemma3_multimodal_folder_runs_its_text_model(void) {
     free(hf);
 }
 
+/* A BF16 checkpoint: hidden 80, sqrt(80) = 8.944 is 8.9375 in BF16, the
+ * number transformers (and Gemma's training) multiplies by. */
+static void test_gemma3_bf16_embedding_scale_is_rounded(void) {
+    spec s = {.arch = A_GEMMA3, .layers = 2, .hidden = 80, .heads = 4, .kv_heads = 2, .head_dim = 32, .ffn = 96,
+              .vocab = 160, .ctx = 256, .window = 5, .pattern = 2, .rot = 32, .theta = 1e6, .theta_local = 10000,
+              .eps = 1e-6, .qpas = 32, .linear_factor = 1, .bf16_embed = true};
+    check_arch(&s, "gemma3-bf16", 10, 0, false, NULL, 0);
+}
+
 int main(void) {
     RUN(test_gemma3_matches_float64_reference);
+    RUN(test_gemma3_bf16_embedding_scale_is_rounded);
     RUN(test_gemma3_multimodal_folder_runs_its_text_model);
     RUN(test_phi3_longrope_matches_float64_reference);
     RUN(test_phi3_short_context_uses_short_factors);

@@ -74,6 +74,14 @@ static inline uint16_t pdl_f32_to_f16(float f) {
 
 static inline float pdl_bf16_to_f32(uint16_t b) { return pdl_bits_to_f32((uint32_t)b << 16); }
 
+/* float -> bfloat16, round to nearest even (NaN kept quiet), as PyTorch's .to(torch.bfloat16). */
+static inline uint16_t pdl_f32_to_bf16(float f) {
+    uint32_t u = pdl_f32_to_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
 /* The 65536-entry half -> float table, filled on first use. */
 extern float pdl_f16_table[65536];
 void pdl_fp16_init(void);

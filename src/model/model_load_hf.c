@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "format/mlx_quant.h"
+#include "kernels/fp16.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/json_file.h"
@@ -448,6 +449,16 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     /* MLX-quantized folders: config.json's quantization block folds each
      * X.weight/.scales/.biases triple into one tensor (format/mlx_quant.c) */
     if (pdl_mlx_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
+    if (m->cfg.arch == PDL_ARCH_GEMMA2 || m->cfg.arch == PDL_ARCH_GEMMA3) {
+        /* transformers multiplies by sqrt(hidden) as a tensor of the
+         * embeddings' dtype (as Gemma was trained): rounded to BF16 or F16
+         * with such weights (sqrt(2560) = 50.596 becomes 50.5) */
+        float sc = m->cfg.embed_scale;
+        pdl_dtype dt = m->w.tok_embd.dtype;
+        if (pdl_dtype_is_mlx(dt)) dt = m->w.tok_embd.mlx.dtype; /* mlx-lm rounds it to the scales' type */
+        if (dt == PDL_DTYPE_BF16) m->cfg.embed_scale = pdl_bf16_to_f32(pdl_f32_to_bf16(sc));
+        else if (dt == PDL_DTYPE_F16) m->cfg.embed_scale = pdl_f16_to_f32(pdl_f32_to_f16(sc));
+    }
     if (pdl_model_finish(m, err)) return -1;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
