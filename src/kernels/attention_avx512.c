@@ -111,10 +111,41 @@ static void widen_rows(float *dst, const pdl_attn_kv *kv, const void *pool, size
     }
 }
 
-static void attention_queries_avx512_fast(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
-                                          int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                          float *scratch) {
-    int nv = hd / 16, lo = pos[0], hi = pos[0];
+/* The sums of 16 vectors, r[k] = sum of a[k]'s lanes, each reduced by the
+ * tree _mm512_reduce_add_ps uses: (l + l+8), then (+4), (+2), (+1). So each
+ * key's score has the same bits as when reduced alone; the 16 reductions
+ * share their shuffles. */
+static inline __attribute__((always_inline)) __m512 reduce16(__m512 a[16]) {
+    const __m512i i1l = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i i1h = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m512i i2l = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i i2h = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    const __m512i i3l = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i i3h = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const __m512i i4l = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i i4h = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 b[8], c[4], d[2];
+    /* b[k]: key k's (l + l+8) in lanes 0-7, key k+8's in lanes 8-15 */
+    for (int k = 0; k < 8; k++)
+        b[k] = _mm512_add_ps(_mm512_permutex2var_ps(a[k], i1l, a[k + 8]), _mm512_permutex2var_ps(a[k], i1h, a[k + 8]));
+    /* c[k]: 4 lanes each of keys k, k+8, k+4, k+12 */
+    for (int k = 0; k < 4; k++)
+        c[k] = _mm512_add_ps(_mm512_permutex2var_ps(b[k], i2l, b[k + 4]), _mm512_permutex2var_ps(b[k], i2h, b[k + 4]));
+    /* d[k]: 2 lanes each of keys k, k+8, k+4, k+12, k+2, k+10, k+6, k+14 */
+    for (int k = 0; k < 2; k++)
+        d[k] = _mm512_add_ps(_mm512_permutex2var_ps(c[k], i3l, c[k + 2]), _mm512_permutex2var_ps(c[k], i3h, c[k + 2]));
+    /* e: keys 0 8 4 12 2 10 6 14 1 9 5 13 3 11 7 15 */
+    __m512 e = _mm512_add_ps(_mm512_permutex2var_ps(d[0], i4l, d[1]), _mm512_permutex2var_ps(d[0], i4h, d[1]));
+    const __m512i order = _mm512_setr_epi32(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
+    return _mm512_permutexvar_ps(order, e); /* lane k = key k (this order is its own inverse) */
+}
+
+/* nv = head_dim / 16, a constant in each caller below, so that q and the
+ * output stay in registers without a branch per vector */
+static inline __attribute__((always_inline)) void
+attention_queries_body(float *const *out, const float *const *q, const int *pos, int n_q, int hd, const int nv,
+                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    int lo = pos[0], hi = pos[0];
     int first[64], maxq = n_q < 64 ? n_q : 64;
     for (int i = 0; i < maxq; i++) {
         first[i] = (window > 0 && pos[i] - window + 1 > 0) ? pos[i] - window + 1 : 0;
@@ -137,6 +168,21 @@ static void attention_queries_avx512_fast(float *const *out, const float *const 
             for (int c = 0; c < nv; c++) qv[c] = _mm512_loadu_ps(q[i] + 16 * c);
             float *sc = scores + (size_t)i * span - lo, mx = maxs[i];
             int j = j0;
+            if (nv <= 8) /* 16 keys at a time: 16 FMA chains, one shared reduction */
+                for (; j + 16 <= j1 + 1; j += 16) {
+                    __m512 acc[16];
+                    for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
+                    for (int c = 0; c < nv; c++)
+                        for (int u = 0; u < 16; u++)
+                            acc[u] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(tile + (size_t)(j + u - t0) * hd + 16 * c),
+                                                     acc[u]);
+                    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
+                    _mm512_storeu_ps(sc + j, r);
+                    if (softcap > 0.0f)
+                        for (int u = 0; u < 16; u++) sc[j + u] = tanhf(sc[j + u] / softcap) * softcap;
+                    for (int u = 0; u < 16; u++)
+                        if (sc[j + u] > mx) mx = sc[j + u];
+                }
             for (; j + KEYS <= j1 + 1; j += KEYS) {
                 __m512 acc[KEYS];
                 for (int u = 0; u < KEYS; u++) acc[u] = _mm512_setzero_ps();
@@ -192,10 +238,23 @@ static void attention_queries_avx512_fast(float *const *out, const float *const 
             for (int c = 0; c < nv; c++) _mm512_storeu_ps(out[i] + 16 * c, o[c]);
         }
     }
-    /* beyond 64 queries: the rest in further calls */
-    if (n_q > maxq)
-        attention_queries_avx512_fast(out + maxq, q + maxq, pos + maxq, n_q - maxq, hd, kv_head, scale, softcap, window,
-                                      kv, scratch);
+}
+
+static void attention_queries_avx512_fast(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
+                                          int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                          float *scratch) {
+    for (int i0 = 0; i0 < n_q; i0 += 64) { /* 64 queries per pass at most */
+        int n = n_q - i0 < 64 ? n_q - i0 : 64;
+        float *const *o = out + i0;
+        const float *const *qq = q + i0;
+        const int *p = pos + i0;
+        switch (hd / 16) {
+        case 4: attention_queries_body(o, qq, p, n, hd, 4, kv_head, scale, softcap, window, kv, scratch); break;
+        case 8: attention_queries_body(o, qq, p, n, hd, 8, kv_head, scale, softcap, window, kv, scratch); break;
+        case 16: attention_queries_body(o, qq, p, n, hd, 16, kv_head, scale, softcap, window, kv, scratch); break;
+        default: attention_queries_body(o, qq, p, n, hd, hd / 16, kv_head, scale, softcap, window, kv, scratch);
+        }
+    }
 }
 
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,

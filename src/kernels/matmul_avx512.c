@@ -19,6 +19,24 @@
 #define TR 4
 #define TC 4
 
+/* Weight rows are streamed from memory once per token in decode, and the
+ * hardware prefetchers alone keep too few lines in flight for the four
+ * interleaved row streams of a tile (as for the Q4_K / Q6_K tiles, see
+ * kquant_avx512_body.h): every 64 bytes of a weight row also prefetch the
+ * same bytes of the row PF_ROWS ahead (four tiles ahead in the stream).
+ * Prefetches never fault, past the end included, and change no
+ * arithmetic. The helper must be inlined: GCC deletes calls to a function
+ * that only prefetches. */
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#ifndef PF_ROWS
+#define PF_ROWS (4 * TC)
+#endif
+static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p) {
+    _mm_prefetch((const char *)p, PF_HINT);
+}
+
 /* 16 weights from element k of a row, widened to F32. */
 static inline __m512 load_f32(const uint8_t *w, int64_t k) { return _mm512_loadu_ps((const float *)w + k); }
 static inline __m512 load_f32_m(const uint8_t *w, int64_t k, __mmask16 m) {
@@ -44,11 +62,12 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
  * constant sizes for the common shapes (full tiles; single-row decode) so
  * the accumulators stay in registers. Every element's sequence is the same
  * for any nr, nc. */
-#define DEFINE_TILE(NAME, LOAD, LOAD_M)                                                                            \
+#define DEFINE_TILE(NAME, LOAD, LOAD_M, ESIZE)                                                                     \
     static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,             \
                                                                   const uint8_t *w, size_t wrb, int nc,            \
                                                                   int64_t in, float *out, int64_t ldo) {           \
         int64_t kf = in & ~(int64_t)15;                                                                           \
+        const uint8_t *pf = w + PF_ROWS * wrb;                                                                    \
         __mmask16 tail = (__mmask16)((1u << (in - kf)) - 1);                                                       \
         __m512 acc[TR][TC];                                                                                       \
         for (int r = 0; r < TR; r++)                                                                              \
@@ -56,6 +75,8 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
         for (int64_t k = 0; k < in; k += 16) {                                                                    \
             __m512 v[TC];                                                                                         \
             bool full = k < kf;                                                                                   \
+            if ((k * ESIZE) % 64 == 0) /* once per cache line of each row */                                     \
+                for (int c = 0; c < nc; c++) prefetch_line(pf + c * wrb + k * ESIZE);                             \
             for (int c = 0; c < nc; c++) v[c] = full ? LOAD(w + c * wrb, k) : LOAD_M(w + c * wrb, k, tail);       \
             for (int r = 0; r < nr; r++) {                                                                        \
                 __m512 b = full ? _mm512_loadu_ps(x + r * ldx + k) : _mm512_maskz_loadu_ps(tail, x + r * ldx + k); \
@@ -72,9 +93,9 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
         else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                               \
     }
 
-DEFINE_TILE(tile_f32, load_f32, load_f32_m)
-DEFINE_TILE(tile_f16, load_f16, load_f16_m)
-DEFINE_TILE(tile_bf16, load_bf16, load_bf16_m)
+DEFINE_TILE(tile_f32, load_f32, load_f32_m, 4)
+DEFINE_TILE(tile_f16, load_f16, load_f16_m, 2)
+DEFINE_TILE(tile_bf16, load_bf16, load_bf16_m, 2)
 
 /* Q8_0 x Q8_0: two 32-blocks per zmm for the integer work (|w| times x with
  * w's sign through maddubs + madd: 8 exact int32 lane sums per block), then
@@ -122,6 +143,10 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
         float dw0[TC], dw1[TC];
         for (int c = 0; c < nc; c++) {
             const uint8_t *blk = w + c * wrb + b * bb;
+            /* a step reads 2 bb bytes from blk: Q8_0's 68 pass a line
+             * boundary more often than once, so its last byte too */
+            prefetch_line(blk + PF_ROWS * wrb);
+            if (!q4) prefetch_line(blk + PF_ROWS * wrb + 2 * bb - 1);
             wq[c] = q4 ? q4_pair(blk, two) : q8_pair(blk, two);
             wa[c] = _mm512_abs_epi8(wq[c]);
             uint16_t d0, d1 = 0;
@@ -181,6 +206,7 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
         __m512 lo[TC], hi[TC];
         for (int c = 0; c < nc; c++) {
             const uint16_t *wc = (const uint16_t *)(const void *)(w + c * wrb) + k;
+            prefetch_line((const uint8_t *)wc + PF_ROWS * wrb);
             __m512i v = k < kf ? _mm512_loadu_si512(wc) : _mm512_maskz_loadu_epi16(tail, wc);
             lo[c] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v));
             hi[c] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v));
@@ -200,6 +226,9 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
 static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
                        float *out, int64_t ldo) {
     if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo);
+#ifdef EXP_GROUP
+    else if (cols == TC && rows == 1) for (int c = 0; c < TC; c += EXP_GROUP) bf16w_body(x, ldx, 1, w + c * wrb, wrb, EXP_GROUP, in, out + c, ldo);
+#endif
     else if (cols == TC && rows == 1) bf16w_body(x, ldx, 1, w, wrb, TC, in, out, ldo);
     else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo);
 }

@@ -156,6 +156,7 @@ typedef struct pdl_forward_scratch {
     float *up;         /* (rows, ffn) */
     float *scores;     /* (n_threads, ctx) attention probabilities per worker */
     size_t scores_cap; /* floats per worker in `scores` */
+    int attn_max_q;    /* queries per attention call in this forward (attn_max_queries) */
     float *normed_out; /* (n_logits, hidden) rows gathered for the head */
     size_t full_cap;   /* rows the two full-logits buffers hold */
     float *full_normed;/* (rows, hidden) full-logits path only */
