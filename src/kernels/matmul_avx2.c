@@ -16,6 +16,15 @@
 #define TR 4
 #define TC 2
 
+/* Every 64 bytes of a weight row also prefetch the same bytes of the row
+ * PF_ROWS ahead in tiles of fewer than TR rows, as the AVX-512 tiles do
+ * (see matmul_avx512.c): decode streams each weight once per token.
+ * Inlined, or GCC deletes it. */
+#define PF_ROWS 16
+static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p) {
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+}
+
 static inline __m256 w8_f32(const uint8_t *w, int64_t k) { return _mm256_loadu_ps((const float *)w + k); }
 static inline __m256 w8_f16(const uint8_t *w, int64_t k) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
@@ -42,8 +51,11 @@ static inline float hsum8(__m256 v) {
         for (int r = 0; r < TR; r++)                                                                            \
             for (int c = 0; c < TC; c++) acc[r][c] = _mm256_setzero_ps();                                       \
         int64_t kf = in & ~(int64_t)7;                                                                          \
+        const uint8_t *pf = w + PF_ROWS * wrb;                                                                  \
         for (int64_t k = 0; k < kf; k += 8) {                                                                   \
             __m256 v[TC];                                                                                       \
+            if (nr < TR && (k * sizeof(ELEM)) % 64 == 0) /* decode: once per cache line of each row */          \
+                for (int c = 0; c < nc; c++) prefetch_line(pf + c * wrb + k * sizeof(ELEM));                    \
             for (int c = 0; c < nc; c++) v[c] = W8(w + c * wrb, k);                                             \
             for (int r = 0; r < nr; r++) {                                                                      \
                 __m256 b = _mm256_loadu_ps(x + r * ldx + k);                                                    \
@@ -70,6 +82,7 @@ static inline float hsum8(__m256 v) {
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
                      float *out, int64_t ldo) {                                                                 \
         if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
+        else if (rows == 1 && cols == TC) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                     \
         else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \
     }
 
@@ -80,12 +93,13 @@ DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
 /* Q8_0 x Q8_0, one 32-block per ymm: |w| times x with w's sign through
  * maddubs + madd (8 exact int32 partial sums), converted and scaled by
  * d_w * d_x lane-wise into one accumulator per element. Q4_0 weights take
- * the same path once a block's nibbles are unpacked to 32 int8 (w - 8):
- * the order of matmul.c's dot_q4_0_q8, which is llama.cpp's. */
-static inline __m256i q4_0_unpack(const uint8_t *qs) {
+ * the same path with a block's nibbles unpacked to 32 unsigned bytes
+ * (w + 8; pair sums of at most 2 * 15 * 127 do not saturate) and 8 times
+ * the activations' 4-sums subtracted: the order of matmul.c's dot_q4_0_q8,
+ * which is llama.cpp's. */
+static inline __m256i q4_0_nibbles(const uint8_t *qs) { /* the stored 0..15, w + 8 */
     __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0xF);
-    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
 static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const float *xd, int64_t nb, int rows,
@@ -98,13 +112,23 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
         for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (r * nb + b) * 32));
+            /* Q4_0: 8 times x's 4-sums, subtracted from the stored nibbles'
+             * (w + 8, unsigned) sums: the same exact int32 as (w - 8) * x */
+            __m256i x8 = q4 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), ones)
+                            : _mm256_setzero_si256();
             float dx = xd[r * nb + b];
             for (int c = 0; c < cols; c++) {
                 const uint8_t *blk = w + c * wrb + b * bb;
+                if (rows < TR && r == 0) prefetch_line(blk + PF_ROWS * wrb); /* bb < 64: every line */
                 uint16_t d16;
                 memcpy(&d16, blk, 2);
-                __m256i wq = q4 ? q4_0_unpack(blk + 2) : _mm256_loadu_si256((const __m256i *)(blk + 2));
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
+                __m256i p;
+                if (q4) {
+                    p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q4_0_nibbles(blk + 2), xv), ones), x8);
+                } else {
+                    __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                    p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
+                }
                 __m256 s = _mm256_set1_ps(_cvtsh_ss(d16) * dx);
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[c]);
             }
@@ -115,12 +139,14 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                       int cols, float *out, int64_t ldo) {
-    q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 0);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                       int cols, float *out, int64_t ldo) {
-    q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 
 const pdl_tile_kernels pdl_tiles_avx2 = {

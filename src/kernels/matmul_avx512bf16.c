@@ -17,6 +17,15 @@
 #define TR 4
 #define TC 4
 
+/* Every 64 bytes of a weight row also prefetch the same bytes of the row
+ * PF_ROWS ahead in tiles of fewer than TR rows, as matmul_avx512.c's tiles
+ * do (decode streams each weight once per token). Inlined, or GCC deletes
+ * it. */
+#define PF_ROWS (4 * TC)
+static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p) {
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+}
+
 static inline __attribute__((always_inline)) void body(const uint16_t *x, int64_t ldx, int nr, const uint8_t *w,
                                                        size_t wrb, int nc, int64_t in, float *out, int64_t ldo) {
     int64_t kf = in & ~(int64_t)31;
@@ -29,6 +38,7 @@ static inline __attribute__((always_inline)) void body(const uint16_t *x, int64_
         __m512i v[TC];
         for (int c = 0; c < nc; c++) {
             const uint16_t *wc = (const uint16_t *)(w + c * wrb) + k;
+            if (nr < TR) prefetch_line((const uint8_t *)wc + PF_ROWS * wrb);
             v[c] = full ? _mm512_loadu_si512(wc) : _mm512_maskz_loadu_epi16(tail, wc);
         }
         for (int r = 0; r < nr; r++) {

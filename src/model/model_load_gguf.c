@@ -181,6 +181,10 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    /* Gemma 3 27B (62 layers) has query_pre_attn_scalar = hidden / heads
+     * (168), not head_dim (128); its GGUF files do not say so and llama.cpp
+     * recognises it by its layer count: so do we */
+    if (c->arch == PDL_ARCH_GEMMA3 && c->n_layers == 62) c->attn_scale = 1.0f / sqrtf((float)(c->hidden / c->n_heads));
     if (arch_f32(g, arch, "attention.scale", &c->attn_scale, err)) return -1;
     if (c->arch == PDL_ARCH_GRANITE) {
         if (arch_f32(g, arch, "embedding_scale", &c->embed_scale, err) ||
