@@ -58,7 +58,10 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
 /* The tile body for nr <= TR rows and nc <= TC weight rows, inlined with
  * constant sizes for the common shapes (full tiles; single-row decode) so
  * the accumulators stay in registers. Every element's sequence is the same
- * for any nr, nc. */
+ * for any nr, nc. A single row (decode) takes its TC weight rows one after
+ * the other: one sequential stream per thread reads memory faster than TC
+ * rows side by side (measured, tg64 F32 15-22 -> 26 tok/s, F16 28 -> 31-49,
+ * BF16 25 -> 30), and each element's sum is the same either way. */
 #define DEFINE_TILE(NAME, LOAD, LOAD_M, ESIZE)                                                                     \
     static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,             \
                                                                   const uint8_t *w, size_t wrb, int nc,            \
@@ -86,7 +89,8 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,  \
                      float *out, int64_t ldo) {                                                                   \
         if (cols == TC && rows == TR) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                          \
-        else if (cols == TC && rows == 1) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                       \
+        else if (cols == TC && rows == 1) /* decode: one weight row at a time, a single stream (see above) */      \
+            for (int c = 0; c < TC; c++) NAME##_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo);           \
         else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                               \
     }
 
@@ -234,7 +238,8 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
 static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
                        float *out, int64_t ldo) {
     if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo);
-    else if (cols == TC && rows == 1) bf16w_body(x, ldx, 1, w, wrb, TC, in, out, ldo);
+    else if (cols == TC && rows == 1) /* decode: one weight row at a time (see the F32/F16 tiles) */
+        for (int c = 0; c < TC; c++) bf16w_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo);
     else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo);
 }
 
