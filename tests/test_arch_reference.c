@@ -539,18 +539,12 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
 
 /* ---- comparing ------------------------------------------------------------- */
 
-static float *engine_logits(const char *path, int ctx_size, const int32_t *tok, int T, int vocab) {
+static float *engine_logits(const char *path, int ctx_size, const int32_t *tok, int T) {
     pdl_model *m = NULL;
     pdl_error err;
     pdl_model_options o = {.n_threads = 2, .ctx_size = ctx_size};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
-    pdl_kv_cache *kv = NULL;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, T / 16 + 2, &err) == 0, "%s", err.message);
-    float *logits = malloc((size_t)T * vocab * sizeof *logits);
-    pdl_seq seq = {0};
-    int rc = pdl_seq_forward(m, kv, &seq, tok, T, PDL_LOGITS_ALL, logits, &err);
-    pdl_seq_release(kv, &seq);
-    pdl_kv_cache_free(kv);
+    float *logits = test_all_row_logits(m, tok, (size_t)T);
     /* the selective head is exact for these heads: the probe must accept */
     bool ok = false;
     char why[256] = "";
@@ -558,7 +552,6 @@ static float *engine_logits(const char *path, int ctx_size, const int32_t *tok, 
     CHECK_MSG(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &perr) == 0 && ok, "%s: probe: %s", path,
               why);
     pdl_model_free(m);
-    REQUIRE_MSG(rc == 0, "%s: %s", path, err.message);
     return logits;
 }
 
@@ -596,7 +589,7 @@ static void check_arch(const spec *s, const char *name, int T, int ctx_size, boo
         /* a BF16 HF embedding: transformers' scale is rounded to BF16 (the
          * GGUF keeps llama.cpp's F32 sqrt) */
         if (s->bf16_embed) ref_forward_scaled(s, &w, tok, T, use_long, BUG_NONE, i == 0, want);
-        float *got = engine_logits(paths[i], ctx_size, tok, T, s->vocab);
+        float *got = engine_logits(paths[i], ctx_size, tok, T);
         double d = max_diff(got, want, n);
         fprintf(stderr, "  %s %s: max |engine - float64| = %.3g\n", name, i ? "gguf" : "hf", d);
         CHECK_MSG(d <= TOL, "%s (%s): logits differ from the float64 reference by %g (tolerance %g)", name,

@@ -146,15 +146,8 @@ static float *logits_of(const char *path, int threads, const char *want_types) {
               info.weight_types, want_types);
     int32_t tok[T];
     for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 37 + 11) % VOCAB);
-    pdl_kv_cache *kv = NULL;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 2, &err) == 0, "%s", err.message);
-    float *logits = malloc((size_t)T * VOCAB * sizeof *logits);
-    pdl_seq seq = {0};
-    int rc = pdl_seq_forward(m, kv, &seq, tok, T, PDL_LOGITS_ALL, logits, &err);
-    pdl_seq_release(kv, &seq);
-    pdl_kv_cache_free(kv);
+    float *logits = test_all_row_logits(m, tok, T);
     pdl_model_free(m);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
     return logits;
 }
 

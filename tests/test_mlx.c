@@ -360,22 +360,6 @@ static pdl_model *load(const char *dir) {
     return m;
 }
 
-/* All-row logits of tokens (F32 KV), malloc'ed [n x vocab]. */
-static float *all_rows(pdl_model *m, const int32_t *tokens, size_t n) {
-    pdl_model_info info;
-    pdl_model_get_info(m, &info);
-    pdl_kv_cache *kv = NULL;
-    pdl_error err;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, (int)(n / 16 + 1), &err) == 0, "%s", err.message);
-    float *logits = malloc(n * (size_t)info.vocab * sizeof *logits);
-    pdl_seq seq = {0};
-    int rc = pdl_seq_forward(m, kv, &seq, tokens, (int)n, PDL_LOGITS_ALL, logits, &err);
-    pdl_seq_release(kv, &seq);
-    pdl_kv_cache_free(kv);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
-    return logits;
-}
-
 /* The reference cases: tokens and all-row logits. */
 typedef struct ref_case {
     int32_t *tokens;
@@ -437,7 +421,8 @@ static double compare_models(pdl_model *a, pdl_model *b, double *ref_diff) {
     size_t nc = load_cases(cases, 4, info.vocab);
     double md = 0, mr = 0;
     for (size_t i = 0; i < nc; i++) {
-        float *la = all_rows(a, cases[i].tokens, cases[i].n), *lb = all_rows(b, cases[i].tokens, cases[i].n);
+        float *la = test_all_row_logits(a, cases[i].tokens, cases[i].n);
+        float *lb = test_all_row_logits(b, cases[i].tokens, cases[i].n);
         size_t n = cases[i].n * (size_t)info.vocab;
         double d = max_diff(la, lb, n), r = max_diff(la, cases[i].logits, n);
         md = d > md ? d : md;

@@ -57,22 +57,6 @@ static int32_t *json_ids(json_t *arr, size_t *n) {
     return ids;
 }
 
-/* All-row logits of `tokens` (F32 KV), malloc'ed [n x vocab]. */
-static float *all_rows(pdl_model *m, const int32_t *tokens, size_t n) {
-    pdl_model_info info;
-    pdl_model_get_info(m, &info);
-    pdl_kv_cache *kv = NULL;
-    pdl_error err;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, (int)(n / 16 + 1), &err) == 0, "%s", err.message);
-    float *logits = malloc(n * (size_t)info.vocab * sizeof *logits);
-    pdl_seq seq = {0};
-    int rc = pdl_seq_forward(m, kv, &seq, tokens, (int)n, PDL_LOGITS_ALL, logits, &err);
-    pdl_seq_release(kv, &seq);
-    pdl_kv_cache_free(kv);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
-    return logits;
-}
-
 static double max_diff_rows(const float *got, json_t *want_rows, int vocab) {
     double md = 0;
     for (size_t r = 0; r < json_array_size(want_rows); r++) {
@@ -92,7 +76,7 @@ static void check_logits_case(const char *model_rel, json_t *tokens_j, json_t *r
     pdl_model_get_info(m, &info);
     size_t n;
     int32_t *tokens = json_ids(tokens_j, &n);
-    float *logits = all_rows(m, tokens, n);
+    float *logits = test_all_row_logits(m, tokens, n);
     double md = max_diff_rows(logits, rows_j, info.vocab);
     CHECK_MSG(md <= tol, "%s: %zu tokens: max |diff| %.3g > %.3g", model_rel, n, md, tol);
     fprintf(stderr, "  %s: %zu rows, max |diff| %.3g (tolerance %.0e)\n", model_rel, n, md, tol);

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <setjmp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,5 +113,10 @@ void test_free_result(cmd_result *r);
 
 /* Writes len bytes to path; REQUIREs success. */
 void test_write_file(const char *path, const void *data, size_t len);
+
+/* The logits of every row of tokens[n] run as one sequence from position 0
+ * (F32 KV cache), malloc'ed [n x vocab]; REQUIREs success. */
+struct pdl_model;
+float *test_all_row_logits(struct pdl_model *m, const int32_t *tokens, size_t n);
 
 #endif

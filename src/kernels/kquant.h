@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PDL_QK_K 256
 
@@ -38,6 +39,15 @@ typedef struct pdl_block_q8k {
     int16_t bsum32[8];  /* sum of qs[32 j .. 32 j + 31] */
     float d;
 } pdl_block_q8k;
+
+/* A Q4_K block's 8 six-bit scales and 8 six-bit mins (12 bytes at blk + 4),
+ * one byte each, sub-block j in byte j of *sc and *mn. */
+static inline void pdl_q4_k_scales_mins(const uint8_t *blk, uint64_t *sc, uint64_t *mn) {
+    uint32_t u[3];
+    memcpy(u, blk + 4, 12);
+    *sc = (uint64_t)(u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
+    *mn = (uint64_t)(u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+}
 
 /* x[n] (n a multiple of 256) -> n / 256 blocks. */
 void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);

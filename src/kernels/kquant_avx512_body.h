@@ -112,12 +112,8 @@ static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_bl
         }
         for (int c = 0; c < nc; c++) {
             const uint8_t *blk = w + c * wrb + b * 144;
-            uint32_t u[3];
-            memcpy(u, blk + 4, 12);
-            uint64_t sc = (uint64_t)(u[0] & 0x3f3f3f3f) |
-                          (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
-            uint64_t mn = (uint64_t)(u[1] & 0x3f3f3f3f) |
-                          (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
+            uint64_t sc, mn;
+            pdl_q4_k_scales_mins(blk, &sc, &mn);
             scz[c] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
             dw[c] = KQ_NAME(half)(blk);
