@@ -24,11 +24,13 @@
  * interleaved row streams of a tile (as for the Q4_K / Q6_K tiles, see
  * kquant_avx512_body.h): every 64 bytes of a weight row also prefetch the
  * same bytes of the row PF_ROWS ahead (four tiles ahead in the stream).
- * Only tiles of fewer than TR rows do (decode, small batches): a prompt
- * passes each weight tile once per TR rows from cache, and the extra
- * instructions cost its full tiles ~3% (pp512). Prefetches never fault, past the end included, and change no
- * arithmetic. The helper must be inlined: GCC deletes calls to a function
- * that only prefetches. */
+ * Tiles of fewer than TR rows do (decode), and full tiles when the whole
+ * matmul streams its weights once (pdl_tile_streaming: batched decode); a
+ * prompt passes each weight tile once per TR rows from cache, and the extra
+ * instructions would cost its full tiles ~3% (pp512), so there the body is
+ * built without them. Prefetches never fault, past the end included, and
+ * change no arithmetic. The helper must be inlined: GCC deletes calls to a
+ * function that only prefetches. */
 #define PF_ROWS (4 * TC)
 static inline __attribute__((always_inline)) void prefetch_line(const uint8_t *p) {
     _mm_prefetch((const char *)p, _MM_HINT_T0);
@@ -65,7 +67,8 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
 #define DEFINE_TILE(NAME, LOAD, LOAD_M, ESIZE)                                                                     \
     static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,             \
                                                                   const uint8_t *w, size_t wrb, int nc,            \
-                                                                  int64_t in, float *out, int64_t ldo) {           \
+                                                                  int64_t in, float *out, int64_t ldo,             \
+                                                                  const int stream) {                              \
         int64_t kf = in & ~(int64_t)15;                                                                           \
         const uint8_t *pf = w + PF_ROWS * wrb;                                                                    \
         __mmask16 tail = (__mmask16)((1u << (in - kf)) - 1);                                                       \
@@ -75,7 +78,7 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
         for (int64_t k = 0; k < in; k += 16) {                                                                    \
             __m512 v[TC];                                                                                         \
             bool full = k < kf;                                                                                   \
-            if (nr < TR && (k * ESIZE) % 64 == 0) /* decode: once per cache line of each row */                    \
+            if ((nr < TR || stream) && (k * ESIZE) % 64 == 0) /* decode: once per cache line of each row */                    \
                 for (int c = 0; c < nc; c++) prefetch_line(pf + c * wrb + k * ESIZE);                             \
             for (int c = 0; c < nc; c++) v[c] = full ? LOAD(w + c * wrb, k) : LOAD_M(w + c * wrb, k, tail);       \
             for (int r = 0; r < nr; r++) {                                                                        \
@@ -88,10 +91,11 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
     }                                                                                                             \
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,  \
                      float *out, int64_t ldo) {                                                                   \
-        if (cols == TC && rows == TR) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                          \
+        if (cols == TC && rows == TR && pdl_tile_streaming()) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1); \
+        else if (cols == TC && rows == TR) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 0);                  \
         else if (cols == TC && rows == 1) /* decode: one weight row at a time, a single stream (see above) */      \
-            for (int c = 0; c < TC; c++) NAME##_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo);           \
-        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                               \
+            for (int c = 0; c < TC; c++) NAME##_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo, 0);        \
+        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo, pdl_tile_streaming());                         \
     }
 
 DEFINE_TILE(tile_f32, load_f32, load_f32_m, 4)
@@ -134,7 +138,7 @@ static inline float hsum8(__m256 v) {
  * exact int32 sums as (w - 8) * x. */
 static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, const float *xd, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
-                                                          int64_t ldo, int q4) {
+                                                          int64_t ldo, int q4, const int stream) {
     const size_t bb = q4 ? 18 : 34;
     const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512(), eights = _mm512_set1_epi8(8);
     __m256 acc[TR][TC];
@@ -148,7 +152,7 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
             const uint8_t *blk = w + c * wrb + b * bb;
             /* a step reads 2 bb bytes from blk: Q8_0's 68 pass a line
              * boundary more often than once, so its last byte too */
-            if (nr < TR) {
+            if (nr < TR || stream) {
                 prefetch_line(blk + PF_ROWS * wrb);
                 if (!q4) prefetch_line(blk + PF_ROWS * wrb + 2 * bb - 1);
             }
@@ -189,16 +193,18 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                       int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0);
-    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 0);
-    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
+    if (cols == TC && rows == TR && pdl_tile_streaming()) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0, 1);
+    else if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0, 0);
+    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 0, 0);
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0, pdl_tile_streaming());
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                       int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1);
-    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 1);
-    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
+    if (cols == TC && rows == TR && pdl_tile_streaming()) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1, 1);
+    else if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1, 0);
+    else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 1, 0);
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1, pdl_tile_streaming());
 }
 
 /* BF16 weights widened two vectors at a time: one 512-bit load of 32 values
@@ -207,7 +213,7 @@ static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
  * matmul (matmul.c) instead of each weight being shuffled back. */
 static inline __attribute__((always_inline)) void bf16w_body(const float *x, int64_t ldx, int nr, const uint8_t *w,
                                                             size_t wrb, int nc, int64_t in, float *out,
-                                                            int64_t ldo) {
+                                                            int64_t ldo, const int stream) {
     const __m512i zero = _mm512_setzero_si512();
     int64_t kf = in & ~(int64_t)31;
     __mmask32 tail = (__mmask32)((1ull << (in - kf)) - 1);
@@ -218,7 +224,7 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
         __m512 lo[TC], hi[TC];
         for (int c = 0; c < nc; c++) {
             const uint16_t *wc = (const uint16_t *)(const void *)(w + c * wrb) + k;
-            if (nr < TR) prefetch_line((const uint8_t *)wc + PF_ROWS * wrb);
+            if (nr < TR || stream) prefetch_line((const uint8_t *)wc + PF_ROWS * wrb);
             __m512i v = k < kf ? _mm512_loadu_si512(wc) : _mm512_maskz_loadu_epi16(tail, wc);
             lo[c] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, v));
             hi[c] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, v));
@@ -237,10 +243,11 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
 
 static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
                        float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo);
+    if (cols == TC && rows == TR && pdl_tile_streaming()) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1);
+    else if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 0);
     else if (cols == TC && rows == 1) /* decode: one weight row at a time (see the F32/F16 tiles) */
-        for (int c = 0; c < TC; c++) bf16w_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo);
-    else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo);
+        for (int c = 0; c < TC; c++) bf16w_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo, 0);
+    else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo, pdl_tile_streaming());
 }
 
 const pdl_tile_kernels pdl_tiles_avx512_bf16w = {

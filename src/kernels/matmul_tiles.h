@@ -51,6 +51,12 @@ extern const pdl_tile_kernels pdl_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with 
 void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
 
+/* Whether the calling worker's matmul has few activation rows (decode,
+ * batched decode: at most one row block), so that even full tiles stream
+ * their weights from memory once and should prefetch them. Set by the
+ * driver (matmul.c) for each worker; tiles read it once per call. */
+int pdl_tile_streaming(void);
+
 /* Whether BF16 weights may use BF16 activations (VDPBF16PS) when the CPU
  * has it. Off by default (exact F32 products, and faster with the current
  * tiles); PAGEDLM_BF16_ACTIVATIONS=1 turns it on for a process. */
