@@ -23,9 +23,8 @@
 #include "kernels/matmul_tiles.h"
 #include "model/model.h"
 
-#ifndef PDL_GIT_COMMIT
-#define PDL_GIT_COMMIT "unknown"
-#endif
+extern const char pdl_build_commit[]; /* generated at build time (cmake/build_commit.cmake) */
+#define PDL_GIT_COMMIT pdl_build_commit
 #ifndef PDL_C_FLAGS
 #define PDL_C_FLAGS "unknown"
 #endif
