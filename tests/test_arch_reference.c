@@ -61,6 +61,8 @@ typedef struct spec {
     bool multimodal;      /* Gemma 3: the Hugging Face folder of Gemma3ForConditionalGeneration */
     bool rope_parameters; /* Gemma 3: RoPE as transformers 5 writes it (rope_parameters per layer type) */
     bool bf16_embed;      /* the HF embedding stored as BF16 (values BF16-exact in both files) */
+    bool drop_short;      /* broken files: the GGUF lacks rope_factors_short */
+    bool bad_pattern;     /* broken files: GGUF window pattern array with layer 0 flipped */
 } spec;
 
 typedef struct layer_w {
@@ -435,6 +437,7 @@ static void write_gguf_keys(const spec *s, gguf_writer *gw) {
         if (s->pattern != 4) { /* one BOOL per layer, as newer converters write it */
             bool sw[64];
             for (int l = 0; l < s->layers; l++) sw[l] = ref_windowed(s, l, BUG_NONE);
+            if (s->bad_pattern) sw[0] = !sw[0];
             gguf_writer_add_arr(gw, KEY("attention.sliding_window_pattern"), GGUF_TYPE_BOOL, sw, (size_t)s->layers);
         }
     } else {
@@ -490,7 +493,7 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
     if (w->lm_head) put_mat(st, gw, "lm_head.weight", "output.weight", s->vocab, H, w->lm_head);
     if (w->long_f) {
         put_mat(NULL, gw, "", "rope_factors_long.weight", s->rot / 2, 0, w->long_f);
-        put_mat(NULL, gw, "", "rope_factors_short.weight", s->rot / 2, 0, w->short_f);
+        if (!s->drop_short) put_mat(NULL, gw, "", "rope_factors_short.weight", s->rot / 2, 0, w->short_f);
     }
     char hn[256], gn[256];
     const char *pre = s->multimodal ? "language_model.model." : "model.";
@@ -712,6 +715,56 @@ static void test_gemma3_bf16_embedding_scale_is_rounded(void) {
     check_arch(&s, "gemma3-bf16", 10, 0, false, NULL, 0);
 }
 
+static void expect_load_error(const char *path, const char *part1, const char *part2) {
+    pdl_model *m = NULL;
+    pdl_error err;
+    CHECK_MSG(pdl_model_load(&m, path, NULL, &err) != 0, "%s loaded", path);
+    CHECK_CONTAINS(err.message, part1);
+    if (part2) CHECK_CONTAINS(err.message, part2);
+    pdl_model_free(m);
+}
+
+/* config.json with `from` replaced by `to` (which must be there) */
+static void edit_config(const char *dir, const char *from, const char *to) {
+    char *path = test_join(dir, "config.json");
+    char *text = test_slurp(path, NULL), *at = strstr(text, from);
+    REQUIRE_MSG(at != NULL, "'%s' not in %s", from, path);
+    size_t n = strlen(text) - strlen(from) + strlen(to) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    test_write_file(path, out, strlen(out));
+    free(path), free(text), free(out);
+}
+
+/* Broken descriptions of these families: each refused with the field named. */
+static void test_broken_family_files_are_named(void) {
+    spec phi = {.arch = A_PHI3, .layers = 2, .hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 96,
+                .vocab = 160, .ctx = 64, .window = 7, .rot = 8, .theta = 10000, .eps = 1e-5, .orig_ctx = 16,
+                .drop_short = true};
+    weights w = make_weights(&phi, 3);
+    char *hf = NULL, *gg = NULL;
+    write_model(&phi, &phi, &w, "broken-phi3", &hf, &gg);
+    expect_load_error(gg, "rope_factors_long.weight and rope_factors_short.weight", NULL);
+    edit_config(hf, "\"long_factor\": [", "\"long_factor\": [1.5, ");
+    expect_load_error(hf, "rope_scaling.long_factor", "list of 4 numbers");
+    edit_config(hf, "\"long_factor\": [1.5, ", "\"long_factor\": [");
+    edit_config(hf, "\"longrope\"", "\"yarn\"");
+    expect_load_error(hf, "rope_scaling type 'yarn' is not supported", NULL);
+    free(hf), free(gg);
+    free_weights(&phi, &w);
+
+    spec co = {.arch = A_COHERE2, .layers = 4, .hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 96,
+               .vocab = 160, .ctx = 256, .window = 5, .pattern = 2, .rot = 16, .theta = 50000, .eps = 1e-5,
+               .logit_scale = 0.25, .bad_pattern = true};
+    w = make_weights(&co, 4);
+    write_model(&co, &co, &w, "broken-cohere2", &hf, &gg);
+    expect_load_error(gg, "cohere2.attention.sliding_window_pattern", "do not repeat with a period");
+    edit_config(hf, "\"layer_types\": [\"sliding_attention\"", "\"layer_types\": [\"full_attention\"");
+    expect_load_error(hf, "layer_types[0] must be \"sliding_attention\"", NULL);
+    free(hf), free(gg);
+    free_weights(&co, &w);
+}
+
 int main(void) {
     RUN(test_gemma3_matches_float64_reference);
     RUN(test_gemma3_bf16_embedding_scale_is_rounded);
@@ -720,5 +773,6 @@ int main(void) {
     RUN(test_phi3_short_context_uses_short_factors);
     RUN(test_cohere2_matches_float64_reference);
     RUN(test_fused_qkv_of_wrong_height_is_refused);
+    RUN(test_broken_family_files_are_named);
     return test_summary();
 }
