@@ -3,7 +3,7 @@
 // lengths), and the engine holds no KV block afterwards.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, collect, metrics, metric, NAME } from './server.mjs';
+import { startServer, collect, settledMetrics, metric, NAME } from './server.mjs';
 
 let srv;
 let client;
@@ -36,7 +36,8 @@ test('32 concurrent streaming clients get the text each gets alone', async () =>
     assert.deepEqual(together[k].finish, alone[k].finish, `client ${k}`);
     assert.deepEqual(together[k].usage, alone[k].usage, `client ${k}`);
   }
-  const m = await metrics(srv.baseURL);
+  const m = await settledMetrics(srv.baseURL, (x) => metric(x, 'vllm:num_requests_running') === 0 &&
+    metric(x, 'vllm:kv_cache_usage_perc') === 0);
   assert.equal(metric(m, 'vllm:num_requests_running'), 0);
   assert.equal(metric(m, 'vllm:kv_cache_usage_perc'), 0);
   assert.ok(metric(m, 'vllm:time_to_first_token_seconds_count') >= 2 * N);

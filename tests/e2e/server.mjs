@@ -102,6 +102,18 @@ export async function metrics(baseURL) {
   return out;
 }
 
+// The metrics once `done(m)` holds, polled for up to `ms`: the engine thread
+// updates its gauges after the step whose events a client may already have
+// read (the last one is taken either way, for the test's assertions).
+export async function settledMetrics(baseURL, done, ms = 3000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const m = await metrics(baseURL);
+    if (done(m) || Date.now() > until) return m;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export function metric(m, name, extra = '') {
   const key = `${name}{model_name="${NAME}"${extra}}`;
   assert.ok(key in m, `no metric ${key}`);
