@@ -333,8 +333,34 @@ static void q8k_worker(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) quantize(t->x + r * t->in, t->in, t->y + r * (t->in / PDL_QK_K));
 }
 
+/* The activations prepared once per matmul for the kernels that read them
+ * so (Q8_0 quantization, the x_perm32 order, BF16 rounding), rows split
+ * over the threads: each row's bytes are the same whoever does it. */
+typedef struct prep_task {
+    const float *x;
+    int64_t in, n_rows;
+    int8_t *q;      /* Q8_0 values [n_rows][in], or NULL */
+    float *d;       /* ... and scales [n_rows][in / 32] */
+    float *perm;    /* x_perm32 rows of ld floats, or NULL */
+    int64_t ld;
+    uint16_t *bf16; /* BF16 rows [n_rows][in], or NULL */
+} prep_task;
+
+static void prep_worker(void *p, int ith, int nth) {
+    const prep_task *t = p;
+    long r0, r1;
+    pdl_split_range(t->n_rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        const float *xr = t->x + r * t->in;
+        if (t->q) pdl_quantize_row_q8_0(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32));
+        if (t->perm) pdl_pack_perm32(xr, t->in, t->perm + r * t->ld);
+        if (t->bf16) pdl_f32_to_bf16_avx512(xr, t->bf16 + r * t->in, t->in);
+    }
+}
+
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate) {
+    prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
         .in = w->shape[1], .out = w->shape[0], .w = w,
@@ -356,8 +382,7 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
             if (!nq || !nd) return; /* out of memory: y is left as it was */
             qcap = need;
         }
-        for (int64_t r = 0; r < n_rows; r++)
-            pdl_quantize_row_q8_0(x + r * t.in, t.in, qbuf + r * t.in, dbuf + r * (t.in / 32));
+        prep.q = qbuf, prep.d = dbuf;
         t.xq = qbuf;
         t.xd = dbuf;
     }
@@ -392,7 +417,7 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
             }
         }
         if (t.tiles) {
-            pdl_f32_to_bf16_avx512(x, buf, (int64_t)need);
+            prep.bf16 = buf;
             t.x_bf16 = buf;
         }
     }
@@ -412,11 +437,13 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         if (need > pcap) {
             t.tiles = NULL; /* no memory: the portable path needs none */
         } else {
-            for (int64_t r = 0; r < n_rows; r++) pdl_pack_perm32(x + r * t.in, t.in, pbuf + r * ld);
+            prep.perm = pbuf, prep.ld = ld;
             t.x_perm = pbuf;
             t.ldx_perm = ld;
         }
     }
+    if (prep.q || prep.perm || prep.bf16) /* done serially this took ~5-10% of a prompt */
+        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), prep_worker, &prep);
     /* ~64k multiply-adds per thread at least: below that a wake-up costs
      * more than it saves */
     double macs = (double)n_rows * (double)t.out * (double)t.in;
