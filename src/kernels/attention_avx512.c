@@ -145,6 +145,7 @@ static inline __attribute__((always_inline)) __m512 reduce16(__m512 a[16]) {
 static inline __attribute__((always_inline)) void
 attention_queries_body(float *const *out, const float *const *q, const int *pos, int n_q, int hd, const int nv,
                        int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    hd = 16 * nv; /* the same number, but a constant where nv is one */
     int lo = pos[0], hi = pos[0];
     int first[64], maxq = n_q < 64 ? n_q : 64;
     for (int i = 0; i < maxq; i++) {
@@ -170,18 +171,23 @@ attention_queries_body(float *const *out, const float *const *q, const int *pos,
             int j = j0;
             if (nv <= 8) /* 16 keys at a time: 16 FMA chains, one shared reduction */
                 for (; j + 16 <= j1 + 1; j += 16) {
+                    const float *kt = tile + (size_t)(j - t0) * (16 * nv); /* key u at kt + u * 16 * nv */
                     __m512 acc[16];
                     for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
                     for (int c = 0; c < nv; c++)
                         for (int u = 0; u < 16; u++)
-                            acc[u] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(tile + (size_t)(j + u - t0) * hd + 16 * c),
-                                                     acc[u]);
+                            acc[u] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + u * 16 * nv + 16 * c), acc[u]);
                     __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
                     _mm512_storeu_ps(sc + j, r);
-                    if (softcap > 0.0f)
-                        for (int u = 0; u < 16; u++) sc[j + u] = tanhf(sc[j + u] / softcap) * softcap;
-                    for (int u = 0; u < 16; u++)
-                        if (sc[j + u] > mx) mx = sc[j + u];
+                    if (softcap > 0.0f) {
+                        for (int u = 0; u < 16; u++) {
+                            sc[j + u] = tanhf(sc[j + u] / softcap) * softcap;
+                            if (sc[j + u] > mx) mx = sc[j + u];
+                        }
+                    } else { /* the max is exact in any order */
+                        float m16 = _mm512_reduce_max_ps(r);
+                        if (m16 > mx) mx = m16;
+                    }
                 }
             for (; j + KEYS <= j1 + 1; j += KEYS) {
                 __m512 acc[KEYS];
