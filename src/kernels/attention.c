@@ -49,12 +49,9 @@ void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_hea
     }
 }
 
-/* Key tile of the AVX-512 build: 32 keys of up to 256 floats (32 KiB). */
-#define ATTN_TILE_FLOATS (32 * 256)
-
 size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim) {
     (void)head_dim;
-    return (size_t)ATTN_TILE_FLOATS + (size_t)n_q * (size_t)span;
+    return (size_t)PDL_ATTN_TILE_FLOATS + (size_t)n_q * (size_t)span;
 }
 
 void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,

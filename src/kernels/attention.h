@@ -43,6 +43,9 @@ void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_hea
 void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
 size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
+/* The front of that scratch: one tile of 32 keys of up to 256 floats
+ * (widened K or V); the queries' scores follow it. */
+#define PDL_ATTN_TILE_FLOATS (32 * 256)
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch);

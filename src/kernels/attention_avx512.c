@@ -155,7 +155,7 @@ attention_queries_body(float *const *out, const float *const *q, const int *pos,
     }
     int span = hi - lo + 1;
     size_t koff = (size_t)kv_head * (size_t)hd * (kv->kv_is_f16 ? 2 : 4);
-    float *tile = scratch, *scores = scratch + 32 * 256;
+    float *tile = scratch, *scores = scratch + PDL_ATTN_TILE_FLOATS;
     float maxs[64];
     for (int i = 0; i < maxq; i++) maxs[i] = -INFINITY;
     /* scores: scores[i * span + (j - lo)] */

@@ -49,10 +49,6 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
-        int32_t *rs = realloc(s->row_seq, rows * sizeof *rs);
-        if (!rs)
-            return pdl_fail(err, "forward: out of memory for %zu rows", rows);
-        s->row_seq = rs;
         s->rows_cap = rows;
     }
     /* attention scratch for the longest sequence of this batch, grown on
@@ -118,7 +114,6 @@ typedef struct row_task {
     pdl_model *m;
     pdl_kv_cache *kv;
     const pdl_batch *b;
-    const int32_t *row_seq; /* [n_tokens] sequence index of each row */
     int layer;
     const pdl_tensor *norm; /* for rmsnorm_rows */
     const float *src;
@@ -340,14 +335,11 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         while (span < b->positions[r] + 1) span *= 2;
     if (scratch_reserve(m, (size_t)b->n_tokens, (size_t)b->n_logits, span, err)) return -1;
 
-    int32_t *row_seq = m->scratch.row_seq;
-    for (int sq = 0; sq < b->n_seqs; sq++)
-        for (int r = b->cu_seqlens[sq]; r < b->cu_seqlens[sq + 1]; r++) row_seq[r] = sq;
 
     pdl_forward_scratch *s = &m->scratch;
     int n = b->n_tokens;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    row_task t = {.m = m, .kv = kv, .b = b, .row_seq = row_seq};
+    row_task t = {.m = m, .kv = kv, .b = b};
 
     /* element-wise stages: ~16k elements per thread at least */
     int row_threads = pdl_threads_for(m->pool, (double)n * c->hidden, 16384.0);

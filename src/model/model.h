@@ -161,7 +161,6 @@ typedef struct pdl_forward_scratch {
     size_t full_cap;   /* rows the two full-logits buffers hold */
     float *full_normed;/* (rows, hidden) full-logits path only */
     float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
-    int32_t *row_seq;  /* (rows) the sequence index of each row */
     float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
     float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
 } pdl_forward_scratch;

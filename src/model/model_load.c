@@ -494,7 +494,7 @@ void pdl_model_free(pdl_model *m) {
     if (m->pool) pdl_threadpool_free(m->pool);
     pdl_forward_scratch *s = &m->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
-    free(s->gate), free(s->up), free(s->scores), free(s->normed_out), free(s->row_seq);
+    free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
     free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
     free(m->w.layers);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
