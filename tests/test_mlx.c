@@ -352,7 +352,11 @@ static char *write_folders(const char *name, const char *f32_name, const mlx_opt
     return dir;
 }
 
+/* Models are loaded without weight panels (kernels/weight_panels.h): the
+ * F32 twins then take the same F32 dot product as the expanded MLX rows,
+ * which the exact comparisons below need. */
 static pdl_model *load(const char *dir) {
+    setenv("PAGEDLM_WEIGHT_PANELS", "0", 1);
     pdl_model *m = NULL;
     pdl_error err;
     pdl_model_options mo = {.n_threads = 2};
@@ -442,7 +446,8 @@ static double compare_models(pdl_model *a, pdl_model *b, double *ref_diff) {
  * the same weights, only their expansion differs (the MLX rows are expanded
  * by pdl_dequant_row with the same float operations the test used to write
  * the F32 values), so on the portable kernels, where both go through the
- * same F32 dot product, the logits must be bit-identical. With the SIMD
+ * same F32 dot product (the test loads both without weight panels), the
+ * logits must be bit-identical. With the SIMD
  * kernels the F32 folder takes the tiled F32 matmul and the MLX one the
  * expand-then-dot path: the sums run in another order, so 1e-5 (logits
  * are below 1 in magnitude here; F32 reordering moves them by ~1e-7).

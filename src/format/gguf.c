@@ -722,6 +722,8 @@ int gguf_open(gguf_file **out, const char *path, pdl_error *err) {
     return 0;
 }
 
+void gguf_release(gguf_file *f, const void *data, size_t n) { pdl_file_map_release(&f->map, data, n); }
+
 void gguf_close(gguf_file *f) {
     if (!f) return;
     for (size_t i = 0; i < f->n_kv; i++)

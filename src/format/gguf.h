@@ -74,6 +74,9 @@ typedef struct gguf_file gguf_file;
  * are rejected with the tensor's name and type name. */
 int gguf_open(gguf_file **out, const char *path, pdl_error *err);
 void gguf_close(gguf_file *f);
+/* Gives back the resident pages of a tensor's data that was copied
+ * elsewhere (util/file_map.h); a range outside the file is left alone. */
+void gguf_release(gguf_file *f, const void *data, size_t n);
 
 const char *gguf_path(const gguf_file *f);
 uint32_t gguf_version(const gguf_file *f);

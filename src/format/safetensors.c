@@ -473,6 +473,11 @@ done:
     return 0;
 }
 
+void st_release(st_model *m, const void *data, size_t n) {
+    for (size_t i = 0; i < m->n_files; i++)
+        if (pdl_file_map_release(&m->files[i], data, n)) return;
+}
+
 void st_close(st_model *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n_files; i++) pdl_file_map_close(&m->files[i]);

@@ -25,6 +25,9 @@ int st_open_dir(st_model **out, const char *dir, pdl_error *err);
 #define ST_ALLOW_U32 1u
 int st_open_dir_flags(st_model **out, const char *dir, unsigned flags, pdl_error *err);
 void st_close(st_model *m);
+/* Gives back the resident pages of a tensor's data that was copied
+ * elsewhere (util/file_map.h), in whichever shard holds it. */
+void st_release(st_model *m, const void *data, size_t n);
 
 /* All tensors of all shards (names unique across shards). Only F32, F16 and
  * BF16 are accepted (and U32 with ST_ALLOW_U32); another dtype fails at

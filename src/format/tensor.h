@@ -73,6 +73,9 @@ typedef struct pdl_tensor {
     size_t nbytes;
     const char *file;              /* path of the file holding it (for messages) */
     uint64_t file_offset;          /* absolute offset of data in that file */
+    /* The same matrix copied into 16-row panels for the matmul
+     * (kernels/weight_panels.h), made at model load; NULL if not. */
+    const void *panels;
     /* MLX_Q4 / MLX_Q8 only (zero otherwise): row r's group g has scale
      * scales[r * (shape[1] / group) + g] and bias biases[same], of dtype
      * `dtype` (F32, F16 or BF16), each unaligned and possibly in another

@@ -9,6 +9,7 @@
  * x here points to BF16 activations and ldx counts BF16 values.
  */
 #include "kernels/matmul_tiles.h"
+#include "kernels/weight_panels.h"
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -72,6 +73,12 @@ void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
     }
 }
 
+/* The panel tile for BF16 weights x BF16 activation pairs (weight_panels.h):
+ * one VDPBF16PS per step and accumulator. */
+#include "kernels/weight_panels_avx512_body.h"
+DEFINE_PANEL_TILE(panel_bf16_dp, 3)
+const pdl_panel_fn pdl_panel_tile_bf16_dp = panel_bf16_dp;
+
 const pdl_tile_kernels pdl_tiles_avx512bf16 = {
     .tile_rows = TR,
     .tile_cols = TC,
@@ -80,6 +87,7 @@ const pdl_tile_kernels pdl_tiles_avx512bf16 = {
 };
 #else
 const pdl_tile_kernels pdl_tiles_avx512bf16 = {0};
+const pdl_panel_fn pdl_panel_tile_bf16_dp = NULL;
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
     (void)src, (void)dst, (void)n;
 }

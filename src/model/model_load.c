@@ -17,6 +17,7 @@
 
 #include "kernels/fp16.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/weight_panels.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -449,6 +450,34 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     return 0;
 }
 
+/* The matrices the forward pass multiplies by, copied into panels where
+ * this machine's kernels read them (kernels/weight_panels.h): once, here,
+ * with the model's threads. */
+static int make_panels(pdl_model *m, pdl_error *err) {
+    pdl_model_weights *w = &m->w;
+    for (int l = -1; l < m->cfg.n_layers; l++) {
+        pdl_layer_weights *lw = l >= 0 ? &w->layers[l] : NULL;
+        pdl_tensor *mats[] = {lw ? &lw->wq : &w->output, lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
+                              lw ? &lw->wo : NULL, lw ? &lw->w_gate : NULL, lw ? &lw->w_up : NULL,
+                              lw ? &lw->w_down : NULL};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            if (!mats[i] || !pdl_panels_wanted(mats[i])) continue;
+            void *buf = NULL;
+            if (pdl_panels_make(m->pool, mats[i], &buf) != 0 || own(m, buf) != 0) {
+                free(buf);
+                mats[i]->panels = NULL;
+                return pdl_fail(err, "out of memory copying '%s' into weight panels", mats[i]->name);
+            }
+            /* the mapped original is not read again (a tied embedding's
+             * few looked-up rows come back from the page cache): its pages
+             * leave the resident set */
+            if (m->gguf) gguf_release(m->gguf, mats[i]->data, mats[i]->nbytes);
+            if (m->st) st_release(m->st, mats[i]->data, mats[i]->nbytes);
+        }
+    }
+    return 0;
+}
+
 /* ---- public -------------------------------------------------------------- */
 
 int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *opts, pdl_error *err) {
@@ -481,6 +510,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
         m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
         if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");
     }
+    if (rc == 0) rc = make_panels(m, err);
     if (rc != 0) {
         pdl_model_free(m);
         return -1;

@@ -2,6 +2,7 @@
  * file_map.c - mmap of model files and whole-file reads of small ones.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* madvise */
 #include "util/file_map.h"
 
 #include <errno.h>
@@ -52,6 +53,16 @@ void pdl_file_map_close(pdl_file_map *map) {
     if (map->data) munmap((void *)map->data, map->size);
     free(map->path);
     memset(map, 0, sizeof *map);
+}
+
+int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n) {
+    const uint8_t *b = p;
+    if (!map->data || b < map->data || n > map->size || (size_t)(b - map->data) > map->size - n) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)b + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    uintptr_t hi = ((uintptr_t)b + n) / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    return 1;
 }
 
 int pdl_read_file(const char *path, char **out, size_t *len, pdl_error *err) {

@@ -19,6 +19,11 @@ typedef struct pdl_file_map {
 
 int pdl_file_map_open(pdl_file_map *map, const char *path, pdl_error *err);
 void pdl_file_map_close(pdl_file_map *map);
+/* When [p, p + n) lies inside the mapping: gives the whole pages inside it
+ * back to the kernel (they are read from the file again if touched), so a
+ * tensor copied elsewhere (weight panels) stops counting in the resident
+ * set. Returns whether the range was inside. */
+int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n);
 
 /* Reads a whole (small) file into a NUL-terminated malloc'ed buffer. */
 int pdl_read_file(const char *path, char **out, size_t *len, pdl_error *err);

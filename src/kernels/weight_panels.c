@@ -1,0 +1,253 @@
+/*
+ * weight_panels.c - making weight panels, the portable panel tiles (the
+ * reference for the order in weight_panels.h) and the threaded driver.
+ */
+#include "kernels/weight_panels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul_tiles.h"
+
+bool pdl_panels_wanted(const pdl_tensor *w) {
+    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
+    if (w->dtype != PDL_DTYPE_F32 && w->dtype != PDL_DTYPE_F16 && w->dtype != PDL_DTYPE_BF16) return false;
+    if (pdl_isa_active() != PDL_ISA_AVX512 || !pdl_panel_tiles_avx512[w->dtype]) return false;
+    const char *e = getenv("PAGEDLM_WEIGHT_PANELS");
+    return !(e && strcmp(e, "0") == 0);
+}
+
+int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) { return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in; }
+
+size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
+    size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
+    return (size_t)pdl_panel_steps(dtype, in) * step;
+}
+
+typedef struct pack_task {
+    const pdl_tensor *w;
+    uint8_t *dst;
+    int64_t n_panels;
+} pack_task;
+
+static void pack_worker(void *p, int ith, int nth) {
+    const pack_task *t = p;
+    long p0, p1;
+    pdl_split_range((long)t->n_panels, ith, nth, &p0, &p1);
+    int64_t out = t->w->shape[0], in = t->w->shape[1];
+    size_t pb = pdl_panel_bytes(t->w->dtype, in);
+    for (long pn = p0; pn < p1; pn++) {
+        uint8_t *dst = t->dst + (size_t)pn * pb;
+        for (int c = 0; c < PDL_PANEL_COLS; c++) {
+            int64_t o = pn * PDL_PANEL_COLS + c;
+            if (t->w->dtype == PDL_DTYPE_F32) {
+                const float *src = (const float *)t->w->data + o * in;
+                float *d = (float *)(void *)dst;
+                for (int64_t k = 0; k < in; k++) d[k * PDL_PANEL_COLS + c] = o < out ? src[k] : 0.0f;
+            } else if (t->w->dtype == PDL_DTYPE_F16) {
+                const uint16_t *src = (const uint16_t *)t->w->data + o * in;
+                uint16_t *d = (uint16_t *)(void *)dst;
+                for (int64_t k = 0; k < in; k++) d[k * PDL_PANEL_COLS + c] = o < out ? src[k] : 0;
+            } else {
+                const uint16_t *src = (const uint16_t *)t->w->data + o * in;
+                uint32_t *d = (uint32_t *)(void *)dst;
+                for (int64_t j = 0; j < (in + 1) / 2; j++) {
+                    uint32_t lo = o < out ? src[2 * j] : 0, hi = o < out && 2 * j + 1 < in ? src[2 * j + 1] : 0;
+                    d[j * PDL_PANEL_COLS + c] = lo | hi << 16;
+                }
+            }
+        }
+    }
+}
+
+int pdl_panels_make(pdl_threadpool *pool, pdl_tensor *w, void **buf) {
+    int64_t n_panels = (w->shape[0] + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
+    size_t bytes = (size_t)n_panels * pdl_panel_bytes(w->dtype, w->shape[1]);
+    uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst) return -1;
+    pack_task t = {.w = w, .dst = dst, .n_panels = n_panels};
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)bytes, 1 << 20), pack_worker, &t);
+    w->panels = dst;
+    *buf = dst;
+    return 0;
+}
+
+/* ---- portable tiles (the reference) ------------------------------------- */
+
+static float bf16_value(uint32_t h) { return pdl_bf16_to_f32((uint16_t)h); }
+
+/* VDPBF16PS treats denormal inputs as zero and flushes denormal results. */
+static float daz(float v) { return fabsf(v) < 1.17549435e-38f ? copysignf(0.0f, v) : v; }
+
+static void store(float *y, float acc, const float *bias, int c, bool accumulate) {
+    float v = acc;
+    if (bias) v += bias[c];
+    *y = accumulate ? *y + v : v;
+}
+
+/* One tile for every layout and activation kind: mode 0 F32 weights, 1 F16,
+ * 2 BF16 with F32 activations, 3 BF16 with BF16 activation pairs. */
+static void portable_tile(int mode, const void *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                          int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
+                          bool accumulate) {
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < panels; g++) {
+            const uint8_t *pp = panel + (size_t)g * pb;
+            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
+            for (int c = 0; c < cols; c++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < steps; k++) {
+                    if (mode == 0) {
+                        acc = fmaf(((const float *)(const void *)pp)[k * PDL_PANEL_COLS + c],
+                                   ((const float *)x)[r * ldx + k], acc);
+                    } else if (mode == 1) {
+                        acc = fmaf(pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * PDL_PANEL_COLS + c]),
+                                   ((const float *)x)[r * ldx + k], acc);
+                    } else {
+                        uint32_t wv = ((const uint32_t *)(const void *)pp)[k * PDL_PANEL_COLS + c];
+                        float w0 = bf16_value(wv & 0xFFFF), w1 = bf16_value(wv >> 16);
+                        if (mode == 2) {
+                            const float *xr = (const float *)x + r * ldx + 2 * k;
+                            acc = fmaf(w1, xr[1], acc);
+                            acc = fmaf(w0, xr[0], acc);
+                        } else {
+                            uint32_t xv = ((const uint32_t *)x)[r * ldx + k];
+                            acc = daz(fmaf(daz(w1), daz(bf16_value(xv >> 16)), acc));
+                            acc = daz(fmaf(daz(w0), daz(bf16_value(xv & 0xFFFF)), acc));
+                        }
+                    }
+                }
+                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
+                      accumulate);
+            }
+        }
+}
+
+#define PORTABLE(NAME, MODE)                                                                                    \
+    static void NAME(const void *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,        \
+                     int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) { \
+        portable_tile(MODE, x, ldx, rows, panel, pb, panels, steps, last_cols, y, ldy, bias, accumulate);      \
+    }
+PORTABLE(portable_f32, 0)
+PORTABLE(portable_f16, 1)
+PORTABLE(portable_bf16, 2)
+PORTABLE(portable_bf16_dp, 3)
+
+/* ---- driver --------------------------------------------------------------- */
+
+typedef struct panel_task {
+    pdl_panel_fn fn;
+    const uint8_t *x;
+    int64_t ldx, n_rows, row_block;
+    size_t xsize;
+    const uint8_t *panels;
+    size_t panel_bytes;
+    int64_t n_panels, steps;
+    int last_cols;
+    float *y;
+    int64_t ldy;
+    const float *bias;
+    bool accumulate;
+} panel_task;
+
+static void panel_worker(void *p, int ith, int nth) {
+    const panel_task *t = p;
+    long p0, p1;
+    pdl_split_range((long)t->n_panels, ith, nth, &p0, &p1);
+    /* rows in blocks whose activations stay in L2 while the thread's panels
+     * pass over them once */
+    for (int64_t rb = 0; rb < t->n_rows; rb += t->row_block) {
+        int64_t re = rb + t->row_block < t->n_rows ? rb + t->row_block : t->n_rows;
+        for (long g = p0; g < p1; g += PDL_PANEL_TILE_PANELS) {
+            int ng = (int)(p1 - g < PDL_PANEL_TILE_PANELS ? p1 - g : PDL_PANEL_TILE_PANELS);
+            int last = g + ng == t->n_panels ? t->last_cols : PDL_PANEL_COLS;
+            for (int64_t r = rb; r < re; r += PDL_PANEL_TILE_ROWS) {
+                int nr = (int)(re - r < PDL_PANEL_TILE_ROWS ? re - r : PDL_PANEL_TILE_ROWS);
+                t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, t->panels + (size_t)g * t->panel_bytes,
+                      t->panel_bytes, ng, t->steps, last, t->y + r * t->ldy + g * PDL_PANEL_COLS, t->ldy,
+                      t->bias ? t->bias + g * PDL_PANEL_COLS : NULL, t->accumulate);
+            }
+        }
+    }
+}
+
+/* Activations prepared once per matmul, rows split over the threads: BF16
+ * pairs (round to nearest even) for the BF16 activation mode, or F32 rows
+ * padded with a zero to an even length for BF16 weights of odd width. */
+typedef struct act_task {
+    const float *x;
+    int64_t in, n_rows, ld;
+    uint32_t *pairs;
+    float *padded;
+} act_task;
+
+static void act_worker(void *p, int ith, int nth) {
+    const act_task *t = p;
+    long r0, r1;
+    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        const float *xr = t->x + r * t->in;
+        if (t->pairs) {
+            uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
+            if (pdl_isa_active() == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16) {
+                pdl_f32_to_bf16_avx512(xr, d, t->in);
+            } else {
+                for (int64_t i = 0; i < t->in; i++) d[i] = pdl_f32_to_bf16(xr[i]);
+            }
+            if (t->in % 2) d[t->in] = 0;
+        } else {
+            float *d = t->padded + r * t->ld;
+            memcpy(d, xr, (size_t)t->in * sizeof *d);
+            d[t->in] = 0.0f;
+        }
+    }
+}
+
+void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
+                       const pdl_tensor *w, const float *bias, bool accumulate) {
+    if (n_rows == 0) return;
+    pdl_dtype dt = w->dtype;
+    int64_t in = w->shape[1], out = w->shape[0], steps = pdl_panel_steps(dt, in);
+    bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations();
+    bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
+    pdl_panel_fn fn = NULL;
+    if (avx512) fn = dp ? (pdl_cpu_features_get()->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
+    if (!fn)
+        fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
+
+    panel_task t = {
+        .fn = fn, .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
+        .panels = w->panels, .panel_bytes = pdl_panel_bytes(dt, in),
+        .n_panels = (out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS, .steps = steps,
+        .last_cols = (int)(out - (out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
+        .y = y, .ldy = ldy, .bias = bias, .accumulate = accumulate,
+    };
+    if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
+        /* one buffer per calling thread, kept between calls (no allocation
+         * per token) */
+        static _Thread_local void *abuf;
+        static _Thread_local size_t acap;
+        act_task a = {.x = x, .in = in, .n_rows = n_rows, .ld = dp ? steps : 2 * steps};
+        size_t need = (size_t)n_rows * (size_t)a.ld * (dp ? sizeof(uint32_t) : sizeof(float));
+        if (need > acap) {
+            void *nb = realloc(abuf, need);
+            if (!nb) return; /* out of memory: y is left as it was */
+            abuf = nb;
+            acap = need;
+        }
+        if (dp) a.pairs = abuf;
+        else a.padded = abuf;
+        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
+        t.x = abuf;
+        t.ldx = a.ld;
+        t.xsize = dp ? sizeof(uint32_t) : sizeof(float);
+    }
+    /* activation rows per block: about 512 KiB of them (half an L2) */
+    int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / PDL_PANEL_TILE_ROWS * PDL_PANEL_TILE_ROWS;
+    t.row_block = rb < PDL_PANEL_TILE_ROWS ? PDL_PANEL_TILE_ROWS : rb;
+    double macs = (double)n_rows * (double)out * (double)in;
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), panel_worker, &t);
+}

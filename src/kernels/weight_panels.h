@@ -1,0 +1,77 @@
+/*
+ * weight_panels.h - F32, F16 and BF16 weight matrices copied once, at model
+ * load, into panels of 16 output rows laid out k-major, and the matmul that
+ * reads them: each step loads one vector holding the same k of 16 outputs
+ * and multiplies it by one broadcast activation, so a tile of R rows x G
+ * panels keeps R*G accumulators that never need a horizontal sum, and
+ * every weight load serves R rows (the row-major tiles in matmul_tiles.h
+ * load both operands for every product).
+ *
+ * Layout of a matrix of `out` rows and `in` columns: ceil(out / 16) panels,
+ * panel p holding output rows 16p .. 16p + 15 (rows past `out` are zeros),
+ * each pdl_panel_bytes() long, one step after the other:
+ *   F32:  step k = 16 floats, w[16p + c][k] for c = 0..15;
+ *   F16:  step k = 16 halves, likewise;
+ *   BF16: step j = 16 32-bit words, word c holding w[16p + c][2j] in its low
+ *         half and w[16p + c][2j + 1] in its high half (a zero past `in`).
+ *
+ * Every output element is one accumulator, zero first, carried over the
+ * steps in order with one rounding per product (fused multiply-add):
+ *   F32, F16: acc = fma(w[k], x[k], acc) for k = 0, 1, ...;
+ *   BF16:     acc = fma(w[2j + 1], x[2j + 1], acc), then
+ *             acc = fma(w[2j], x[2j], acc) for j = 0, 1, ... (the odd
+ *             element first: the order of VDPBF16PS, which the BF16
+ *             activation mode uses with x rounded to BF16);
+ * then + bias, then += into y when accumulating. The sequence does not
+ * depend on the tile, the batch or the thread count, and the portable
+ * kernel here (the reference) and the AVX-512 ones give the same bits.
+ */
+#ifndef PDL_KERNELS_WEIGHT_PANELS_H
+#define PDL_KERNELS_WEIGHT_PANELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/tensor.h"
+#include "kernels/threadpool.h"
+
+#define PDL_PANEL_COLS 16
+
+/* Whether w (a 2-D F32, F16 or BF16 matrix) would be made into panels on
+ * this machine: the CPU has the AVX-512 panel kernels in use, and the
+ * environment does not say PAGEDLM_WEIGHT_PANELS=0. */
+bool pdl_panels_wanted(const pdl_tensor *w);
+
+/* Steps per panel and bytes per panel of w's layout. */
+int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in);
+size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in);
+
+/* Copies w into a new 64-byte aligned buffer of panels (threads of pool
+ * share the panels) and points w->panels at it; the caller frees *buf with
+ * free(). Returns -1 when out of memory (w unchanged). */
+int pdl_panels_make(pdl_threadpool *pool, pdl_tensor *w, void **buf);
+
+/* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul. */
+void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
+                       const pdl_tensor *w, const float *bias, bool accumulate);
+
+/* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
+ * floats per row) or, for BF16 weights in the BF16 activation mode, pairs
+ * of BF16 activations as 32-bit words (ldx words per row); last_cols is
+ * how many outputs of the last panel exist (1..16). */
+typedef void (*pdl_panel_fn)(const void *x, int64_t ldx, int rows, const uint8_t *panel, size_t panel_bytes,
+                             int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
+                             bool accumulate);
+
+/* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows and
+ * PDL_PANEL_TILE_PANELS panels per call. */
+#define PDL_PANEL_TILE_ROWS 8
+#define PDL_PANEL_TILE_PANELS 3
+
+/* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
+ * matmul_avx512bf16.c). NULL entries: not built for this target. */
+extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
+extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
+
+#endif

@@ -1,0 +1,204 @@
+/*
+ * test_weight_panels.c - F32, F16 and BF16 weights in panels
+ * (kernels/weight_panels.h): the order of operations the header documents,
+ * computed here straight from the row-major weights, equals the portable
+ * panel tiles and the AVX-512 ones bit for bit on ragged shapes (rows,
+ * outputs and k not multiples of the tile), with and without bias and
+ * accumulation, and for BF16 with F32 and with BF16 activations; a row
+ * alone gives the bytes it gets in a batch; and the results are within
+ * float32 accumulation error of float64 sums.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format/tensor.h"
+#include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_tiles.h"
+#include "kernels/weight_panels.h"
+#include "test_util.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+/* A random (out, in) matrix of dtype; *vals gets its values as floats. */
+static void *make_matrix(pdl_dtype dt, int out, int in, float **vals) {
+    size_t n = (size_t)out * in, es = dt == PDL_DTYPE_F32 ? 4 : 2;
+    uint8_t *w = malloc(n * es);
+    float *v = malloc(n * sizeof *v);
+    REQUIRE(w && v);
+    for (size_t i = 0; i < n; i++) {
+        float f = frand();
+        if (dt == PDL_DTYPE_F32) {
+            memcpy(w + i * 4, &f, 4);
+            v[i] = f;
+        } else {
+            uint16_t h = dt == PDL_DTYPE_F16 ? pdl_f32_to_f16(f) : pdl_f32_to_bf16(f);
+            memcpy(w + i * 2, &h, 2);
+            v[i] = dt == PDL_DTYPE_F16 ? pdl_f16_to_f32(h) : pdl_bf16_to_f32(h);
+        }
+    }
+    *vals = v;
+    return w;
+}
+
+/* The documented sequence for output (r, o), written from the header's
+ * description and the row-major values, not from the panels. */
+static float documented(pdl_dtype dt, bool bf16_act, const float *wv, const float *x, int in, int o,
+                        const float *bias, float y0, bool accumulate) {
+    const float *w = wv + (size_t)o * in;
+    float acc = 0.0f;
+    if (dt != PDL_DTYPE_BF16) {
+        for (int k = 0; k < in; k++) acc = fmaf(w[k], x[k], acc);
+    } else {
+        for (int j = 0; 2 * j < in; j++) {
+            float w1 = 2 * j + 1 < in ? w[2 * j + 1] : 0.0f, x1 = 2 * j + 1 < in ? x[2 * j + 1] : 0.0f;
+            float x0 = x[2 * j];
+            if (bf16_act) {
+                x1 = pdl_bf16_to_f32(pdl_f32_to_bf16(x1));
+                x0 = pdl_bf16_to_f32(pdl_f32_to_bf16(x0));
+            }
+            acc = fmaf(w1, x1, acc);
+            acc = fmaf(w[2 * j], x0, acc);
+        }
+    }
+    float v = bias ? acc + bias[o] : acc;
+    return accumulate ? y0 + v : v;
+}
+
+static void test_panels_follow_the_documented_order(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(2);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    bool has_dp = pdl_cpu_features_get()->avx512bf16;
+    fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), has_dp ? " + AVX512_BF16" : "");
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
+    /* rows, out, in: single rows, partial tiles of rows (8) and panels
+     * (16 outputs, 3 per tile), odd k for the BF16 pairs */
+    int shapes[][3] = {{1, 1, 1}, {1, 16, 32}, {3, 17, 31}, {8, 48, 64}, {9, 49, 97}, {17, 100, 130}, {1, 200, 255}};
+    int checked = 0;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int act = 0; act < (types[ti] == PDL_DTYPE_BF16 ? 2 : 1); act++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
+                    pdl_dtype dt = types[ti];
+                    int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
+                    float *wv;
+                    void *w = make_matrix(dt, out, in, &wv);
+                    pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+                    void *buf = NULL;
+                    REQUIRE(pdl_panels_make(pool, &t, &buf) == 0 && t.panels == buf);
+                    float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                    float *y0 = malloc((size_t)rows * out * sizeof *y0), *want = malloc((size_t)rows * out * sizeof *want);
+                    float *ys = malloc((size_t)rows * out * sizeof *ys), *yv = malloc((size_t)rows * out * sizeof *yv);
+                    float *one = malloc((size_t)out * sizeof *one);
+                    REQUIRE(x && bias && y0 && want && ys && yv && one);
+                    for (int i = 0; i < rows * in; i++) x[i] = frand();
+                    for (int i = 0; i < out; i++) bias[i] = frand();
+                    for (int i = 0; i < rows * out; i++) y0[i] = frand();
+                    const float *b = variant ? bias : NULL;
+                    bool accum = variant == 2;
+                    for (int r = 0; r < rows; r++)
+                        for (int o = 0; o < out; o++)
+                            want[r * out + o] = documented(dt, act, wv, x + (size_t)r * in, in, o, b,
+                                                           y0[r * out + o], accum);
+                    pdl_matmul_set_bf16_activations(act == 1);
+                    memcpy(ys, y0, (size_t)rows * out * sizeof *ys);
+                    pdl_isa_set(PDL_ISA_SCALAR);
+                    pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
+                    CHECK_MSG(memcmp(ys, want, (size_t)rows * out * sizeof *ys) == 0,
+                              "portable %s%s %dx%dx%d variant %d: not the documented order", pdl_dtype_name(dt),
+                              act ? "+bf16" : "", rows, out, in, variant);
+                    pdl_isa_set(best);
+                    if (best == PDL_ISA_AVX512) {
+                        memcpy(yv, y0, (size_t)rows * out * sizeof *yv);
+                        pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
+                        CHECK_MSG(memcmp(yv, want, (size_t)rows * out * sizeof *yv) == 0,
+                                  "avx512 %s%s %dx%dx%d variant %d: differs from the documented order",
+                                  pdl_dtype_name(dt), act ? "+bf16" : "", rows, out, in, variant);
+                        /* each row alone: the bytes it got in the batch */
+                        for (int r = 0; r < rows; r++) {
+                            memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
+                            pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, b, accum);
+                            CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
+                                      "%s row %d alone differs from the batch", pdl_dtype_name(dt), r);
+                        }
+                    }
+                    /* and the documented order is a dot product: float64 sums
+                     * of the same (rounded) operands within 1e-5 relative */
+                    double worst = 0;
+                    for (int r = 0; r < rows; r++)
+                        for (int o = 0; o < out; o++) {
+                            double s = 0, mag = 0;
+                            for (int k = 0; k < in; k++) {
+                                float xv = x[(size_t)r * in + k];
+                                if (act) xv = pdl_bf16_to_f32(pdl_f32_to_bf16(xv));
+                                s += (double)wv[(size_t)o * in + k] * xv;
+                                mag += fabs((double)wv[(size_t)o * in + k] * xv);
+                            }
+                            double e = fabs(s + (b ? b[o] : 0) + (accum ? y0[r * out + o] : 0) - ys[r * out + o]) /
+                                       (mag + fabs(b ? b[o] : 0) + fabs(accum ? y0[r * out + o] : 0) + 1e-30);
+                            if (e > worst) worst = e;
+                        }
+                    CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in,
+                              worst);
+                    checked++;
+                    free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv),
+                        free(one);
+                }
+    fprintf(stderr, "  %d cases\n", checked);
+    pdl_matmul_set_bf16_activations(false);
+    pdl_isa_set(best);
+    pdl_threadpool_free(pool);
+}
+
+/* The panel layout itself: element (o, k) of the matrix is where the
+ * header says, and rows past `out` (and BF16's pair past `in`) are zeros.
+ * A shifted index would put a neighbour's value there. */
+static void test_panel_layout(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    int out = 19, in = 5;
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
+    for (size_t ti = 0; ti < 3; ti++) {
+        float *wv;
+        void *w = make_matrix(types[ti], out, in, &wv);
+        pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
+        void *buf = NULL;
+        REQUIRE(pdl_panels_make(pool, &t, &buf) == 0);
+        CHECK_EQ_INT((int)pdl_panel_steps(types[ti], in), types[ti] == PDL_DTYPE_BF16 ? 3 : 5);
+        size_t pb = pdl_panel_bytes(types[ti], in);
+        int bad = 0;
+        for (int o = 0; o < 32; o++)
+            for (int k = 0; k < (types[ti] == PDL_DTYPE_BF16 ? 6 : in); k++) {
+                const uint8_t *pp = (const uint8_t *)buf + (size_t)(o / 16) * pb;
+                int c = o % 16;
+                float got;
+                if (types[ti] == PDL_DTYPE_F32) got = ((const float *)(const void *)pp)[k * 16 + c];
+                else if (types[ti] == PDL_DTYPE_F16) got = pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * 16 + c]);
+                else {
+                    uint32_t word = ((const uint32_t *)(const void *)pp)[(k / 2) * 16 + c];
+                    got = pdl_bf16_to_f32((uint16_t)(k % 2 ? word >> 16 : word & 0xFFFF));
+                }
+                float want = o < out && k < in ? wv[(size_t)o * in + k] : 0.0f;
+                if (pdl_f32_to_bits(got) != pdl_f32_to_bits(want)) bad++;
+            }
+        CHECK_MSG(bad == 0, "%s: %d elements misplaced", pdl_dtype_name(types[ti]), bad);
+        free(w), free(wv), free(buf);
+    }
+    pdl_threadpool_free(pool);
+}
+
+int main(void) {
+    RUN(test_panel_layout);
+    RUN(test_panels_follow_the_documented_order);
+    return test_summary();
+}
