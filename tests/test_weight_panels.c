@@ -6,7 +6,8 @@
  * outputs and k not multiples of the tile), with and without bias and
  * accumulation, and for BF16 with F32 and with BF16 activations; a row
  * alone gives the bytes it gets in a batch; and the results are within
- * float32 accumulation error of float64 sums.
+ * float32 accumulation error of float64 sums. The same for Q8_0 and Q4_0
+ * weights, whose activations are quantized to Q8_0.
  */
 #include <math.h>
 #include <stdint.h>
@@ -197,8 +198,142 @@ static void test_panel_layout(void) {
     pdl_threadpool_free(pool);
 }
 
+/* A random Q8_0 or Q4_0 matrix; *vals gets its dequantized values. */
+static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
+    bool q8 = dt == PDL_DTYPE_Q8_0;
+    size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
+    uint8_t *w = malloc((size_t)out * nb * bb);
+    float *v = malloc((size_t)out * in * sizeof *v);
+    REQUIRE(w && v);
+    for (int o = 0; o < out; o++)
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+            uint16_t d = pdl_f32_to_f16(0.002f + 0.01f * fabsf(frand()));
+            memcpy(blk, &d, 2);
+            for (int k = 0; k < 32; k++) {
+                int q;
+                if (q8) {
+                    q = (int)(frand() * 127.0f);
+                    blk[2 + k] = (uint8_t)(int8_t)q;
+                } else {
+                    int u = (int)((frand() + 1.0f) * 8.0f) & 15;
+                    q = u - 8;
+                    blk[2 + k % 16] = (uint8_t)(k < 16 ? (blk[2 + k % 16] & 0xF0) | u : (blk[2 + k % 16] & 0x0F) | u << 4);
+                }
+                v[(size_t)o * in + b * 32 + k] = pdl_f16_to_f32(d) * (float)q;
+            }
+        }
+    *vals = v;
+    return w;
+}
+
+/* The documented sequence for a Q8_0 / Q4_0 output, from the file's
+ * blocks: exact integer block sums, one fma per block. */
+static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const int8_t *xq, const float *xd,
+                          const float *bias, float y0, bool accumulate) {
+    bool q8 = dt == PDL_DTYPE_Q8_0;
+    size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
+    float acc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            int wk = q8 ? (int8_t)blk[2 + k] : (k < 16 ? blk[2 + k] & 0xF : blk[2 + k - 16] >> 4) - 8;
+            s += wk * xq[b * 32 + k];
+        }
+        uint16_t d;
+        memcpy(&d, blk, 2);
+        acc = fmaf((float)s, pdl_f16_to_f32(d) * xd[b], acc);
+    }
+    float v = bias ? acc + bias[o] : acc;
+    return accumulate ? y0 + v : v;
+}
+
+static void test_quantized_panels_follow_the_documented_order(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(2);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    bool vnni = pdl_cpu_features_get()->avx512vnni;
+    fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), vnni ? " + AVX512_VNNI" : "");
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    int shapes[][3] = {{1, 1, 32}, {1, 16, 64}, {3, 17, 96}, {4, 48, 128}, {5, 49, 32}, {9, 100, 160}, {1, 200, 256}};
+    int checked = 0;
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                pdl_dtype dt = types[ti];
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 32;
+                float *wv;
+                uint8_t *w = make_qmatrix(dt, out, in, &wv);
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = NULL;
+                REQUIRE(pdl_panels_make(pool, &t, &buf) == 0 && t.panels == buf);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *ys = malloc(ny * sizeof *ys);
+                float *yv = malloc(ny * sizeof *yv), *one = malloc((size_t)out * sizeof *one);
+                int8_t *xq = malloc((size_t)rows * in);
+                float *xd = malloc((size_t)rows * nb * sizeof *xd);
+                REQUIRE(x && bias && y0 && want && ys && yv && one && xq && xd);
+                for (int i = 0; i < rows * in; i++) x[i] = frand();
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++)
+                    pdl_quantize_row_q8_0(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                for (int r = 0; r < rows; r++)
+                    for (int o = 0; o < out; o++)
+                        want[r * out + o] = documented_q(dt, w, in, o, xq + (size_t)r * in, xd + (size_t)r * nb, b,
+                                                         y0[r * out + o], accum);
+                memcpy(ys, y0, ny * sizeof *ys);
+                pdl_isa_set(PDL_ISA_SCALAR);
+                pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
+                CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
+                          pdl_dtype_name(dt), rows, out, in, variant);
+                pdl_isa_set(best);
+                if (best == PDL_ISA_AVX512 && vnni) {
+                    memcpy(yv, y0, ny * sizeof *yv);
+                    pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
+                    CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
+                              "avx512-vnni %s %dx%dx%d variant %d: differs from the documented order",
+                              pdl_dtype_name(dt), rows, out, in, variant);
+                    for (int r = 0; r < rows; r++) {
+                        memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
+                        pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, b, accum);
+                        CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
+                                  "%s row %d alone differs from the batch", pdl_dtype_name(dt), r);
+                    }
+                }
+                /* float64 sums of the dequantized weights and activations */
+                double worst = 0;
+                for (int r = 0; r < rows; r++)
+                    for (int o = 0; o < out; o++) {
+                        double s = 0, mag = 0;
+                        for (int k = 0; k < in; k++) {
+                            double p = (double)wv[(size_t)o * in + k] * xd[r * nb + k / 32] * xq[(size_t)r * in + k];
+                            s += p;
+                            mag += fabs(p);
+                        }
+                        double extra = (b ? b[o] : 0) + (accum ? y0[r * out + o] : 0);
+                        double e = fabs(s + extra - ys[r * out + o]) /
+                                   (mag + fabs(b ? b[o] : 0) + fabs(accum ? y0[r * out + o] : 0) + 1e-30);
+                        if (e > worst) worst = e;
+                    }
+                CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in, worst);
+                checked++;
+                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv), free(one);
+                free(xq), free(xd);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    pdl_isa_set(best);
+    pdl_threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
+    RUN(test_quantized_panels_follow_the_documented_order);
     return test_summary();
 }

@@ -10,19 +10,39 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "kernels/matmul_tiles.h"
 
+static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
+
 bool pdl_panels_wanted(const pdl_tensor *w) {
-    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
-    if (w->dtype != PDL_DTYPE_F32 && w->dtype != PDL_DTYPE_F16 && w->dtype != PDL_DTYPE_BF16) return false;
-    if (pdl_isa_active() != PDL_ISA_AVX512 || !pdl_panel_tiles_avx512[w->dtype]) return false;
+    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0 || pdl_isa_active() != PDL_ISA_AVX512) return false;
+    switch (w->dtype) {
+    case PDL_DTYPE_F32:
+    case PDL_DTYPE_F16:
+    case PDL_DTYPE_BF16:
+        if (!pdl_panel_tiles_avx512[w->dtype]) return false;
+        break;
+    case PDL_DTYPE_Q8_0:
+    case PDL_DTYPE_Q4_0:
+        if (!pdl_cpu_features_get()->avx512vnni || !pdl_qpanel_tile_q8_0_vnni || w->shape[1] % 32) return false;
+        break;
+    default: return false;
+    }
     const char *e = getenv("PAGEDLM_WEIGHT_PANELS");
     return !(e && strcmp(e, "0") == 0);
 }
 
-int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) { return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in; }
+int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) {
+    if (quantized(dtype)) return in / 32;
+    return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in;
+}
+
+/* Bytes of one block's quants in a panel (the scales follow all blocks). */
+static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 512 : 256; }
 
 size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
+    if (quantized(dtype)) return ((size_t)(in / 32) * (quant_bytes(dtype) + 32) + 63) / 64 * 64; /* aligned loads */
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
     return (size_t)pdl_panel_steps(dtype, in) * step;
 }
@@ -41,9 +61,23 @@ static void pack_worker(void *p, int ith, int nth) {
     size_t pb = pdl_panel_bytes(t->w->dtype, in);
     for (long pn = p0; pn < p1; pn++) {
         uint8_t *dst = t->dst + (size_t)pn * pb;
+        memset(dst, 0, pb);
         for (int c = 0; c < PDL_PANEL_COLS; c++) {
             int64_t o = pn * PDL_PANEL_COLS + c;
-            if (t->w->dtype == PDL_DTYPE_F32) {
+            if (quantized(t->w->dtype)) {
+                if (o >= out) continue; /* zeros: scale 0 */
+                bool q8 = t->w->dtype == PDL_DTYPE_Q8_0;
+                size_t bb = q8 ? 34 : 18, qb = quant_bytes(t->w->dtype);
+                int64_t nb = in / 32;
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = src + b * bb;
+                    memcpy(dst + (size_t)nb * qb + b * 32 + c * 2, blk, 2);
+                    for (int q = 0; q < (q8 ? 8 : 4); q++)
+                        for (int i = 0; i < 4; i++)
+                            dst[b * qb + q * 64 + c * 4 + i] = q8 ? blk[2 + 4 * q + i] ^ 0x80 : blk[2 + 4 * q + i];
+                }
+            } else if (t->w->dtype == PDL_DTYPE_F32) {
                 const float *src = (const float *)t->w->data + o * in;
                 float *d = (float *)(void *)dst;
                 for (int64_t k = 0; k < in; k++) d[k * PDL_PANEL_COLS + c] = o < out ? src[k] : 0.0f;
@@ -136,10 +170,62 @@ PORTABLE(portable_f16, 1)
 PORTABLE(portable_bf16, 2)
 PORTABLE(portable_bf16_dp, 3)
 
+/* Q8_0 (q4 0) or Q4_0 (q4 1) weights in panels. */
+static void portable_qtile(int q4, const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                           int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                           float *y, int64_t ldy, const float *bias, bool accumulate) {
+    (void)xs;
+    size_t qb = q4 ? 256 : 512;
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < panels; g++) {
+            const uint8_t *pp = panel + (size_t)g * pb;
+            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
+            for (int c = 0; c < cols; c++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const int8_t *x = xq + r * ldx + b * 32;
+                    int32_t s = 0;
+                    for (int k = 0; k < 32; k++) {
+                        int wk;
+                        if (q4) {
+                            uint8_t byte = pp[b * qb + (k % 16 / 4) * 64 + c * 4 + k % 4];
+                            wk = (k < 16 ? byte & 0xF : byte >> 4) - 8;
+                        } else {
+                            wk = (int)pp[b * qb + (k / 4) * 64 + c * 4 + k % 4] - 128;
+                        }
+                        s += wk * x[k];
+                    }
+                    uint16_t d16;
+                    memcpy(&d16, pp + (size_t)nb * qb + b * 32 + c * 2, 2);
+                    acc = fmaf((float)s, pdl_f16_to_f32(d16) * xd[r * nbx + b], acc);
+                }
+                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
+                      accumulate);
+            }
+        }
+}
+
+static void portable_q8_0(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                          const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
+                          int64_t ldy, const float *bias, bool accumulate) {
+    portable_qtile(0, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void portable_q4_0(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                          const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
+                          int64_t ldy, const float *bias, bool accumulate) {
+    portable_qtile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
 /* ---- driver --------------------------------------------------------------- */
 
 typedef struct panel_task {
     pdl_panel_fn fn;
+    pdl_qpanel_fn qfn;     /* Q8_0 / Q4_0 (then fn is NULL) */
+    const int8_t *xq;      /* ... their quantized activations, */
+    const float *xd;       /* block scales */
+    const int32_t *xs;     /* and block sums */
+    int tile_rows;
     const uint8_t *x;
     int64_t ldx, n_rows, row_block;
     size_t xsize;
@@ -164,8 +250,16 @@ static void panel_worker(void *p, int ith, int nth) {
         for (long g = p0; g < p1; g += PDL_PANEL_TILE_PANELS) {
             int ng = (int)(p1 - g < PDL_PANEL_TILE_PANELS ? p1 - g : PDL_PANEL_TILE_PANELS);
             int last = g + ng == t->n_panels ? t->last_cols : PDL_PANEL_COLS;
-            for (int64_t r = rb; r < re; r += PDL_PANEL_TILE_ROWS) {
-                int nr = (int)(re - r < PDL_PANEL_TILE_ROWS ? re - r : PDL_PANEL_TILE_ROWS);
+            for (int64_t r = rb; r < re; r += t->tile_rows) {
+                int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
+                if (t->qfn) {
+                    int64_t nbx = t->ldx / 32;
+                    t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr,
+                           t->panels + (size_t)g * t->panel_bytes, t->panel_bytes, ng, t->steps, last,
+                           t->y + r * t->ldy + g * PDL_PANEL_COLS, t->ldy, t->bias ? t->bias + g * PDL_PANEL_COLS : NULL,
+                           t->accumulate);
+                    continue;
+                }
                 t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, t->panels + (size_t)g * t->panel_bytes,
                       t->panel_bytes, ng, t->steps, last, t->y + r * t->ldy + g * PDL_PANEL_COLS, t->ldy,
                       t->bias ? t->bias + g * PDL_PANEL_COLS : NULL, t->accumulate);
@@ -182,6 +276,9 @@ typedef struct act_task {
     int64_t in, n_rows, ld;
     uint32_t *pairs;
     float *padded;
+    int8_t *q;   /* Q8_0 / Q4_0 weights: Q8_0 activations [n_rows][in], */
+    float *d;    /* their scales [n_rows][in / 32] */
+    int32_t *s;  /* and block sums [n_rows][in / 32] */
 } act_task;
 
 static void act_worker(void *p, int ith, int nth) {
@@ -190,7 +287,15 @@ static void act_worker(void *p, int ith, int nth) {
     pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
-        if (t->pairs) {
+        if (t->q) {
+            int8_t *q = t->q + r * t->in;
+            pdl_quantize_row_q8_0(xr, t->in, q, t->d + r * (t->in / 32));
+            for (int64_t b = 0; b < t->in / 32; b++) {
+                int32_t s = 0;
+                for (int k = 0; k < 32; k++) s += q[b * 32 + k];
+                t->s[r * (t->in / 32) + b] = s;
+            }
+        } else if (t->pairs) {
             uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
             if (pdl_isa_active() == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16) {
                 pdl_f32_to_bf16_avx512(xr, d, t->in);
@@ -219,13 +324,40 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
         fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
 
     panel_task t = {
-        .fn = fn, .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
+        .fn = fn, .tile_rows = PDL_PANEL_TILE_ROWS, .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows,
+        .xsize = sizeof(float),
         .panels = w->panels, .panel_bytes = pdl_panel_bytes(dt, in),
         .n_panels = (out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS, .steps = steps,
         .last_cols = (int)(out - (out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
         .y = y, .ldy = ldy, .bias = bias, .accumulate = accumulate,
     };
-    if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
+    if (quantized(dt)) {
+        t.fn = NULL;
+        t.tile_rows = PDL_QPANEL_TILE_ROWS;
+        bool q8 = dt == PDL_DTYPE_Q8_0;
+        t.qfn = avx512 && pdl_cpu_features_get()->avx512vnni ? (q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni)
+                                                             : NULL;
+        if (!t.qfn) t.qfn = q8 ? portable_q8_0 : portable_q4_0;
+        /* quantized once per matmul into per-thread buffers kept between
+         * calls: values, then scales and block sums */
+        static _Thread_local void *qbuf;
+        static _Thread_local size_t qcap;
+        size_t nbt = (size_t)n_rows * (size_t)(in / 32);
+        size_t need = (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
+        if (need > qcap) {
+            void *nb = realloc(qbuf, need);
+            if (!nb) return; /* out of memory: y is left as it was */
+            qbuf = nb;
+            qcap = need;
+        }
+        act_task a = {.x = x, .in = in, .n_rows = n_rows};
+        a.d = qbuf;
+        a.s = (int32_t *)(void *)(a.d + nbt);
+        a.q = (int8_t *)(void *)(a.s + nbt);
+        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
+        t.xq = a.q, t.xd = a.d, t.xs = a.s;
+        t.xsize = 1;
+    } else if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
         /* one buffer per calling thread, kept between calls (no allocation
          * per token) */
         static _Thread_local void *abuf;
@@ -246,8 +378,8 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
         t.xsize = dp ? sizeof(uint32_t) : sizeof(float);
     }
     /* activation rows per block: about 512 KiB of them (half an L2) */
-    int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / PDL_PANEL_TILE_ROWS * PDL_PANEL_TILE_ROWS;
-    t.row_block = rb < PDL_PANEL_TILE_ROWS ? PDL_PANEL_TILE_ROWS : rb;
+    int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
+    t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
     double macs = (double)n_rows * (double)out * (double)in;
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), panel_worker, &t);
 }

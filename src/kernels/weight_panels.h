@@ -1,11 +1,12 @@
 /*
- * weight_panels.h - F32, F16 and BF16 weight matrices copied once, at model
- * load, into panels of 16 output rows laid out k-major, and the matmul that
- * reads them: each step loads one vector holding the same k of 16 outputs
- * and multiplies it by one broadcast activation, so a tile of R rows x G
- * panels keeps R*G accumulators that never need a horizontal sum, and
- * every weight load serves R rows (the row-major tiles in matmul_tiles.h
- * load both operands for every product).
+ * weight_panels.h - F32, F16, BF16, Q8_0 and Q4_0 weight matrices copied
+ * once, at model load, into panels of 16 output rows laid out k-major, and
+ * the matmul that reads them: each step loads one vector holding the same
+ * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
+ * (or 4 of them), so a tile of R rows x G panels keeps R*G accumulators
+ * that never need a horizontal sum, and every weight load serves R rows
+ * (the row-major tiles in matmul_tiles.h load both operands for every
+ * product).
  *
  * Layout of a matrix of `out` rows and `in` columns: ceil(out / 16) panels,
  * panel p holding output rows 16p .. 16p + 15 (rows past `out` are zeros),
@@ -14,6 +15,14 @@
  *   F16:  step k = 16 halves, likewise;
  *   BF16: step j = 16 32-bit words, word c holding w[16p + c][2j] in its low
  *         half and w[16p + c][2j + 1] in its high half (a zero past `in`).
+ *   Q8_0 and Q4_0 (blocks of 32): first the quants of every block, then
+ *         the scales of every block (16 halves per block, as in the file).
+ *         Q8_0's block b is 8 x 16 32-bit words, word (q, c) holding the 4
+ *         bytes 4q .. 4q + 3 of row 16p + c's block b, each plus 128 (an
+ *         unsigned byte); Q4_0's block b is 4 x 16 words, word (q, c)
+ *         holding the file's nibble bytes 4q .. 4q + 3 of that block (low
+ *         nibbles: elements 4q .. 4q + 3, high: 16 + 4q ..), each nibble
+ *         the value plus 8. A panel is padded to a multiple of 64 bytes.
  *
  * Every output element is one accumulator, zero first, carried over the
  * steps in order with one rounding per product (fused multiply-add):
@@ -22,6 +31,10 @@
  *             acc = fma(w[2j], x[2j], acc) for j = 0, 1, ... (the odd
  *             element first: the order of VDPBF16PS, which the BF16
  *             activation mode uses with x rounded to BF16);
+ *   Q8_0, Q4_0: x is quantized to Q8_0 per 32-block (pdl_quantize_row_q8_0:
+ *         int8 x[k], scale dx[b]); block b gives the exact integer sum
+ *         s = sum over its 32 k of w[k] x[k], then
+ *         acc = fma((float)s, dw[b] * dx[b], acc) for b = 0, 1, ...;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
  * kernel here (the reference) and the AVX-512 ones give the same bits.
@@ -38,9 +51,10 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16 or BF16 matrix) would be made into panels on
- * this machine: the CPU has the AVX-512 panel kernels in use, and the
- * environment does not say PAGEDLM_WEIGHT_PANELS=0. */
+/* Whether w (a 2-D F32, F16, BF16, Q8_0 or Q4_0 matrix) would be made into
+ * panels on this machine: the CPU has the AVX-512 panel kernels in use
+ * (for Q8_0 and Q4_0 with AVX512-VNNI), and the environment does not say
+ * PAGEDLM_WEIGHT_PANELS=0. */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
@@ -64,14 +78,24 @@ typedef void (*pdl_panel_fn)(const void *x, int64_t ldx, int rows, const uint8_t
                              int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
                              bool accumulate);
 
-/* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows and
+/* Q8_0 / Q4_0 weights: rows x (panels x 16) outputs from activations
+ * quantized to Q8_0 (xq: ldx int8 per row; xd: block scales and xs: block
+ * sums of xq, nbx per row). */
+typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                              int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
+                              int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
+
+/* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows (4 for
+ * Q8_0 / Q4_0: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
+#define PDL_QPANEL_TILE_ROWS 4
 #define PDL_PANEL_TILE_PANELS 3
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c). NULL entries: not built for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
+extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
 
 #endif
