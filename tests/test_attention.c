@@ -1,13 +1,15 @@
 /*
  * test_attention.c - pdl_attention_queries (many queries of one sequence
- * against one KV head, keys widened once per tile) gives each query exactly
- * the bytes pdl_attention_head gives it alone.
+ * against one KV head, keys read once per tile) gives each query exactly
+ * the bytes pdl_attention_head gives it alone, and every instruction-set
+ * build gives the portable body's bytes.
  *
  * This is what keeps the forward batch-invariant while prefill rows and GQA
  * heads share key tiles: a query's result must not depend on which other
  * queries are in its call. Checked with memcmp over head sizes that take the
- * register-resident AVX-512 path (64, 128, 256) and one that does not (40),
- * F16 and F32 caches, windows, soft-caps, positions that straddle tiles, and
+ * register-tiled AVX-512 path (64, 128, 256, 48) and one that does not (40),
+ * block sizes of 16 and 48 (tiled) and 8 (portable body), F16 and F32
+ * caches, windows, soft-caps, positions that straddle tiles and blocks, and
  * calls of 1 to 40 queries (more than one tile and more than 16 queries).
  */
 #include <stdint.h>
@@ -25,8 +27,8 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
 
-static void check_head_dim(int hd) {
-    enum { NKV = 2, BSZ = 16, NPOS = 150, NBLK = 16 };
+static void check_head_dim(int hd, int BSZ) {
+    enum { NKV = 2, NPOS = 150, NBLK = 20 };
     int32_t table[NBLK];
     for (int b = 0; b < NBLK; b++) table[b] = (b * 7 + 3) % NBLK; /* scattered blocks */
     int kv_dim = NKV * hd;
@@ -68,8 +70,15 @@ static void check_head_dim(int hd) {
                         pdl_attention_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
                                            &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
-                              "head_dim %d f16 %d window %d cap %g: %d queries differ from one at a time", hd, f16,
-                              windows[wi], caps[ci], nq);
+                              "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from one at a time", hd,
+                              BSZ, f16, windows[wi], caps[ci], nq);
+                    /* the portable body (the reference order) gives the same bytes */
+                    float *outw[NQ];
+                    for (int i = 0; i < nq; i++) outw[i] = want + (size_t)i * hd;
+                    pdl_attention_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                              "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
+                              hd, BSZ, f16, windows[wi], caps[ci], nq);
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
     }
@@ -77,8 +86,9 @@ static void check_head_dim(int hd) {
 
 static void test_query_blocks_equal_single_queries(void) {
     pdl_fp16_init();
-    int dims[] = {64, 128, 256, 40};
-    for (int i = 0; i < 4; i++) check_head_dim(dims[i]);
+    int dims[] = {64, 128, 256, 48, 40}, blocks[] = {16, 48, 8};
+    for (int i = 0; i < 5; i++)
+        for (int b = 0; b < 3; b++) check_head_dim(dims[i], blocks[b]);
 }
 
 /* The AVX-512 build directly (the dispatcher picks it only on such CPUs). */
@@ -100,7 +110,11 @@ static void test_avx512_build_equals_its_single_query_body(void) {
     float *outs[3] = {got[0], got[1], got[2]};
     const float *qs[3] = {q[0], q[1], q[2]};
     pdl_attention_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
-    for (int i = 0; i < 3; i++) pdl_attention_head_avx512(want[i], q[i], HD, 0, 0.1f, 0.0f, pos[i], 0, &kv, scratch);
+    for (int i = 0; i < 3; i++) {
+        float *o = want[i];
+        const float *qi = q[i];
+        pdl_attention_queries_avx512(&o, &qi, &pos[i], 1, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+    }
     CHECK(memcmp(got, want, sizeof got) == 0);
     free(k), free(v), free(scratch);
 }

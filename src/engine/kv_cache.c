@@ -78,10 +78,12 @@ int pdl_kv_cache_block_refs(const pdl_kv_cache *kv, int32_t block) {
 }
 
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
-    size_t row = (size_t)kv->kv_dim * kv->elem_bytes;
+    size_t row = (size_t)kv->kv_dim * kv->elem_bytes, kblock = row * (size_t)kv->block_size;
     for (int l = 0; l < kv->n_layers; l++) {
-        memcpy(pdl_kv_k_row(kv, l, (int64_t)dst * kv->block_size), pdl_kv_k_row(kv, l, (int64_t)src * kv->block_size),
-               row * (size_t)n_slots);
+        /* K is dimension-major within a block: the whole block (slots past
+         * n_slots are written before they are read) */
+        memcpy((char *)pdl_kv_k_pool(kv, l) + (size_t)dst * kblock, (char *)pdl_kv_k_pool(kv, l) + (size_t)src * kblock,
+               kblock);
         memcpy(pdl_kv_v_row(kv, l, (int64_t)dst * kv->block_size), pdl_kv_v_row(kv, l, (int64_t)src * kv->block_size),
                row * (size_t)n_slots);
     }

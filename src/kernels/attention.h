@@ -1,10 +1,30 @@
 /*
- * attention.h - causal attention of one query row over a paged KV cache.
+ * attention.h - causal attention of query rows over a paged KV cache.
  *
- * Pure function over plain pointers: the caller passes the layer's K and V
- * pools and the sequence's block table. Keys are read in position order and
- * the softmax is reduced in that order, so the result for a row depends only
- * on that row's query and its sequence's cached keys and values.
+ * Pure functions over plain pointers: the caller passes the layer's K and V
+ * pools and the sequence's block table.
+ *
+ * Cache layout (per layer): a block holds block_size slots; slot s is in
+ * block s / block_size at offset s % block_size. V is row-major,
+ * v[s * kv_dim + e]. K is dimension-major within each block: element e
+ * (= kv_head * head_dim + d) of the key in slot s is at
+ * pdl_attn_k_index(s, block_size, kv_dim, e), so for one dimension the
+ * keys of a block lie side by side and a vector load takes 16 of them.
+ *
+ * Order of operations (every build gives the same bits: the portable
+ * reference in attention_impl.h and the AVX-512 tiles follow it exactly),
+ * for a query q at position pos over keys j in [first, pos] (first = 0, or
+ * with a sliding window W > 0, max(0, pos - W + 1)):
+ *   score:   acc = fma(q[d], k_j[d], acc) for d = 0 .. head_dim - 1 from 0,
+ *            s_j = acc * scale, then s_j = softcap * tanh(s_j / softcap)
+ *            when softcap > 0 (Gemma 2);
+ *   softmax: m = max s_j; p_j = pdl_exp_nonpos(s_j - m); 16 partial sums,
+ *            lane l adding p_{first + l}, p_{first + l + 16}, ... in order
+ *            from 0, reduced as (l + l+8), then (+4), then
+ *            (0 + 2) + (1 + 3); p_j *= 1 / sum;
+ *   output:  out[d] = fma(p_j, v_j[d], out[d]) for j = first .. pos from 0.
+ * So a query's result depends only on its own query and its sequence's
+ * cache, never on the other queries of a call or on the batch.
  */
 #ifndef PDL_KERNELS_ATTENTION_H
 #define PDL_KERNELS_ATTENTION_H
@@ -13,7 +33,7 @@
 #include <stdint.h>
 
 typedef struct pdl_attn_kv {
-    const void *k;             /* layer's K pool: [slots][kv_dim] */
+    const void *k;             /* layer's K pool: blocks of [kv_dim][block_size] */
     const void *v;             /* layer's V pool: [slots][kv_dim] */
     int kv_is_f16;             /* element type of k and v: F16 or F32 */
     int kv_dim;                /* n_kv_heads * head_dim */
@@ -21,42 +41,41 @@ typedef struct pdl_attn_kv {
     int block_size;
 } pdl_attn_kv;
 
-/*
- * out_h[head_dim] = softmax(cap(q_h K^T * scale)) V for one query head at
- * position pos, reading KV head kv_head, over keys at positions [first, pos],
- * where first = 0 or, with a sliding window W > 0, max(0, pos - W + 1).
- * cap(s) = softcap * tanh(s / softcap) when softcap > 0 (Gemma 2), else s.
- * scores is scratch of at least pos + 1 floats.
- */
-void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                        int pos, int window, const pdl_attn_kv *kv, float *scores);
+/* Index (in elements) of element e of the key in `slot` in a K pool. */
+static inline size_t pdl_attn_k_index(int64_t slot, int block_size, int kv_dim, int e) {
+    int64_t block = slot / block_size;
+    return ((size_t)block * (size_t)kv_dim + (size_t)e) * (size_t)block_size + (size_t)(slot % block_size);
+}
 
 /*
- * Several queries of one sequence against one KV head: out[i] is exactly
- * (bit for bit) what pdl_attention_head gives for query q[i] at position
- * pos[i], but K and V rows are read (and on AVX-512 widened from F16) once
- * per tile of keys for all n_q queries (the rows of a prefill chunk and the
- * heads of a GQA group), so a tile stays in L1 while every query uses it.
- * scratch holds pdl_attention_queries_scratch(n_q, span, head_dim) floats,
- * span = max pos[i] - min first[i] + 1 (first as in pdl_attention_head).
+ * Several queries of one sequence against one KV head: out[i] (head_dim
+ * floats) for query q[i] at position pos[i], in the order above, with
+ * keys read once per tile for all n_q queries (the rows of a prefill chunk
+ * and the heads of a GQA group). scratch holds
+ * pdl_attention_queries_scratch(n_q, span, head_dim) floats, span =
+ * max pos[i] - min first[i] + 1.
  */
 void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
 size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
-/* The front of that scratch: one tile of 32 keys of up to 256 floats
- * (widened K or V); the queries' scores follow it. */
-#define PDL_ATTN_TILE_FLOATS (32 * 256)
+
+/* One query: pdl_attention_queries with n_q = 1 (scratch likewise). */
+void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+                        int pos, int window, const pdl_attn_kv *kv, float *scratch);
+
+/* The builds per instruction set (pdl_attention_queries picks the
+ * process's); exposed for the tests that compare them. */
+typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                 float *scratch);
+void pdl_attention_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                  float *scratch);
+void pdl_attention_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                float *scratch);
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch);
-
-/* The builds of the same body per instruction set (pdl_attention_head picks
- * the process's); exposed for the tests that compare them. */
-void pdl_attention_head_scalar(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                               int pos, int window, const pdl_attn_kv *kv, float *scores);
-void pdl_attention_head_avx2(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                             int pos, int window, const pdl_attn_kv *kv, float *scores);
-void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                               int pos, int window, const pdl_attn_kv *kv, float *scores);
 
 #endif

@@ -1,296 +1,255 @@
 /*
- * attention_avx512.c - the attention body (attention_impl.h) with 16-lane
- * AVX-512 dot products and value accumulation, F16 KV through F16C.
+ * attention_avx512.c - attention with AVX-512, in the order attention.h
+ * defines (the same bits as the portable body).
+ *
+ * Scores are a small matrix product: a tile of up to 8 queries x 2 groups
+ * of 16 keys (4 groups for a single query) keeps one accumulator per query
+ * and group; each step multiplies one broadcast query element by the same
+ * dimension of 16 keys, which K's block layout stores side by side (F16
+ * widened as it is loaded). No horizontal sums, and each key vector serves
+ * every query of the tile. Values: up to 4 queries (fewer for wide heads)
+ * share each loaded V row over the keys they have in common; each query
+ * still adds its keys in order. Block sizes or head sizes that are not a
+ * multiple of 16 (or heads over 256) take the portable body, built here.
  */
 #include "kernels/attention.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-static inline __m512 load16(const char *row, int f16, int i, __mmask16 m) {
-    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)(const void *)row + i));
-    return _mm512_maskz_loadu_ps(m, (const float *)(const void *)row + i);
-}
-
-static inline float dot16(const float *q, const char *krow, int f16, int n) {
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(krow, f16, i, m), acc);
-    }
-    return _mm512_reduce_add_ps(acc);
-}
-
-static inline void axpy16(float *out, float p, const char *vrow, int f16, int n) {
-    __m512 pv = _mm512_set1_ps(p);
-    for (int i = 0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
-        __m512 o = _mm512_maskz_loadu_ps(m, out + i);
-        _mm512_mask_storeu_ps(out + i, m, _mm512_fmadd_ps(pv, load16(vrow, f16, i, m), o));
-    }
-}
-
 #define ATTN_STORAGE static
-#define ATTN_FN attention_head_avx512_generic
-#define ATTN_DOT dot16
-#define ATTN_AXPY axpy16
+#define ATTN_QUERIES_FN attention_queries_avx512_generic
+#define ATTN_F16(h) _cvtsh_ss(h)
 #include "kernels/attention_impl.h"
 
-/* head_dim a multiple of 16, at most 256 (every model here): q and the
- * output stay in registers; keys are scored four at a time so that four
- * independent FMA chains hide the latency. Same maths as the generic body;
- * each row's result depends only on its own query and cache. */
-#define MAXV 16
-#define KEYS 4
+#define MAXV 16 /* head_dim / 16 at most */
+#define SR 8    /* queries per score tile */
+#define SG 2    /* groups of 16 keys per score tile; 4 for a single query */
+#define MAXQ 64 /* queries per pass */
 
-static inline __m512 row16(const char *row, int f16, int i) {
-    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)(const void *)row + i)));
-    return _mm512_loadu_ps((const float *)(const void *)row + i);
+static inline __m512 load16(const uint8_t *p, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
+    return _mm512_loadu_ps((const float *)(const void *)p);
 }
 
-static void attention_head_avx512_fast(float *out_h, const float *q_h, int hd, int kv_head, float scale,
-                                       float softcap, int pos, int window, const pdl_attn_kv *kv, float *scores) {
-    int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    int f16 = kv->kv_is_f16, nv = hd / 16, n = pos - first + 1;
-    size_t koff = (size_t)kv_head * (size_t)hd * (f16 ? 2 : 4);
-    __m512 qv[MAXV];
-    for (int i = 0; i < nv; i++) qv[i] = _mm512_loadu_ps(q_h + 16 * i);
-    float max = -INFINITY;
-    int j = 0;
-    for (; j + KEYS <= n; j += KEYS) {
-        const char *k[KEYS];
-        __m512 acc[KEYS];
-        for (int t = 0; t < KEYS; t++) {
-            k[t] = attn_kv_row(kv->k, kv, first + j + t) + koff;
-            acc[t] = _mm512_setzero_ps();
-        }
-        for (int i = 0; i < nv; i++)
-            for (int t = 0; t < KEYS; t++) acc[t] = _mm512_fmadd_ps(qv[i], row16(k[t], f16, 16 * i), acc[t]);
-        for (int t = 0; t < KEYS; t++) {
-            float sc = _mm512_reduce_add_ps(acc[t]) * scale;
-            if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
-            scores[j + t] = sc;
-            if (sc > max) max = sc;
+/* Scores of NR queries for NG groups of 16 keys: kp[g] points at element
+ * e0 of group g's keys, dimension d `step` bytes further per d; query r's
+ * scores go to sc + r * ld + 16 g. */
+static inline __attribute__((always_inline)) void score_tile(const int NR, const int NG, const float *const *q, int hd,
+                                                             const uint8_t *const *kp, size_t step, int f16,
+                                                             float scale, float *sc, size_t ld) {
+    __m512 acc[SR][4];
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int d = 0; d < hd; d++) {
+        __m512 k[4];
+        for (int g = 0; g < NG; g++) k[g] = load16(kp[g] + (size_t)d * step, f16);
+        for (int r = 0; r < NR; r++) {
+            __m512 qb = _mm512_set1_ps(q[r][d]);
+            for (int g = 0; g < NG; g++) acc[r][g] = _mm512_fmadd_ps(qb, k[g], acc[r][g]);
         }
     }
-    for (; j < n; j++) {
-        const char *k = attn_kv_row(kv->k, kv, first + j) + koff;
-        __m512 acc = _mm512_setzero_ps();
-        for (int i = 0; i < nv; i++) acc = _mm512_fmadd_ps(qv[i], row16(k, f16, 16 * i), acc);
-        float sc = _mm512_reduce_add_ps(acc) * scale;
-        if (softcap > 0.0f) sc = tanhf(sc / softcap) * softcap;
-        scores[j] = sc;
-        if (sc > max) max = sc;
-    }
-    for (j = 0; j < n; j++) scores[j] = pdl_exp_nonpos(scores[j] - max);
-    float sum = 0.0f;
-    for (j = 0; j < n; j++) sum += scores[j];
-    float inv = 1.0f / sum;
-    __m512 o[MAXV];
-    for (int i = 0; i < nv; i++) o[i] = _mm512_setzero_ps();
-    for (j = 0; j < n; j++) {
-        const char *v = attn_kv_row(kv->v, kv, first + j) + koff;
-        __m512 p = _mm512_set1_ps(scores[j] * inv);
-        for (int i = 0; i < nv; i++) o[i] = _mm512_fmadd_ps(p, row16(v, f16, 16 * i), o[i]);
-    }
-    for (int i = 0; i < nv; i++) _mm512_storeu_ps(out_h + 16 * i, o[i]);
+    __m512 s = _mm512_set1_ps(scale);
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) _mm512_storeu_ps(sc + r * ld + 16 * g, _mm512_mul_ps(acc[r][g], s));
 }
 
-/* Many queries, one KV head: the same arithmetic per query as
- * attention_head_avx512_fast (each key's score is the same FMA chain over
- * the same values, F16 widening being exact; the softmax and the value sum
- * run in key order), with each tile of TILE keys widened once into `tile`
- * and used by every query while it is in L1. */
-#define TILE 32
+#define SCORE_CASE(NR, NG) score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld)
 
-static void widen_rows(float *dst, const pdl_attn_kv *kv, const void *pool, size_t off, int j0, int n, int hd) {
-    int f16 = kv->kv_is_f16;
-    for (int t = 0; t < n; t++) {
-        const char *row = attn_kv_row(pool, kv, j0 + t) + off;
-        for (int i = 0; i < hd; i += 16) _mm512_storeu_ps(dst + (size_t)t * hd + i, row16(row, f16, i));
+static void score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp, size_t step,
+                           int f16, float scale, float *sc, size_t ld) {
+    if (ng == 2) {
+        switch (nr) {
+        case 8: SCORE_CASE(8, 2); return;
+        case 7: SCORE_CASE(7, 2); return;
+        case 6: SCORE_CASE(6, 2); return;
+        case 5: SCORE_CASE(5, 2); return;
+        case 4: SCORE_CASE(4, 2); return;
+        case 3: SCORE_CASE(3, 2); return;
+        case 2: SCORE_CASE(2, 2); return;
+        default: SCORE_CASE(1, 2); return;
+        }
+    }
+    if (nr == 1) {
+        switch (ng) {
+        case 4: SCORE_CASE(1, 4); return;
+        case 3: SCORE_CASE(1, 3); return;
+        default: SCORE_CASE(1, 1); return;
+        }
+    }
+    switch (nr) { /* one group left */
+    case 8: SCORE_CASE(8, 1); return;
+    case 7: SCORE_CASE(7, 1); return;
+    case 6: SCORE_CASE(6, 1); return;
+    case 5: SCORE_CASE(5, 1); return;
+    case 4: SCORE_CASE(4, 1); return;
+    case 3: SCORE_CASE(3, 1); return;
+    default: SCORE_CASE(2, 1); return;
     }
 }
 
-/* The sums of 16 vectors, r[k] = sum of a[k]'s lanes, each reduced by the
- * tree _mm512_reduce_add_ps uses: (l + l+8), then (+4), (+2), (+1). So each
- * key's score has the same bits as when reduced alone; the 16 reductions
- * share their shuffles. */
-static inline __attribute__((always_inline)) __m512 reduce16(__m512 a[16]) {
-    const __m512i i1l = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    const __m512i i1h = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-    const __m512i i2l = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-    const __m512i i2h = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-    const __m512i i3l = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-    const __m512i i3h = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
-    const __m512i i4l = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i i4h = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    __m512 b[8], c[4], d[2];
-    /* b[k]: key k's (l + l+8) in lanes 0-7, key k+8's in lanes 8-15 */
-    for (int k = 0; k < 8; k++)
-        b[k] = _mm512_add_ps(_mm512_permutex2var_ps(a[k], i1l, a[k + 8]), _mm512_permutex2var_ps(a[k], i1h, a[k + 8]));
-    /* c[k]: 4 lanes each of keys k, k+8, k+4, k+12 */
-    for (int k = 0; k < 4; k++)
-        c[k] = _mm512_add_ps(_mm512_permutex2var_ps(b[k], i2l, b[k + 4]), _mm512_permutex2var_ps(b[k], i2h, b[k + 4]));
-    /* d[k]: 2 lanes each of keys k, k+8, k+4, k+12, k+2, k+10, k+6, k+14 */
-    for (int k = 0; k < 2; k++)
-        d[k] = _mm512_add_ps(_mm512_permutex2var_ps(c[k], i3l, c[k + 2]), _mm512_permutex2var_ps(c[k], i3h, c[k + 2]));
-    /* e: keys 0 8 4 12 2 10 6 14 1 9 5 13 3 11 7 15 */
-    __m512 e = _mm512_add_ps(_mm512_permutex2var_ps(d[0], i4l, d[1]), _mm512_permutex2var_ps(d[0], i4h, d[1]));
-    const __m512i order = _mm512_setr_epi32(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
-    return _mm512_permutexvar_ps(order, e); /* lane k = key k (this order is its own inverse) */
+/* Walks the slots of consecutive positions without a division per key. */
+typedef struct slot_walk {
+    const pdl_attn_kv *kv;
+    int pos, off;
+    int64_t slot;
+} slot_walk;
+
+static inline void walk_start(slot_walk *w, const pdl_attn_kv *kv, int pos) {
+    w->kv = kv;
+    w->pos = pos;
+    w->off = pos % kv->block_size;
+    w->slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + w->off;
 }
 
-/* nv = head_dim / 16, a constant in each caller below, so that q and the
- * output stay in registers without a branch per vector */
-static inline __attribute__((always_inline)) void
-attention_queries_body(float *const *out, const float *const *q, const int *pos, int n_q, int hd, const int nv,
-                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
-    hd = 16 * nv; /* the same number, but a constant where nv is one */
-    int lo = pos[0], hi = pos[0];
-    int first[64], maxq = n_q < 64 ? n_q : 64;
-    for (int i = 0; i < maxq; i++) {
-        first[i] = (window > 0 && pos[i] - window + 1 > 0) ? pos[i] - window + 1 : 0;
+static inline void walk_next(slot_walk *w) {
+    w->pos++;
+    if (++w->off == w->kv->block_size) {
+        w->off = 0;
+        w->slot = (int64_t)w->kv->block_table[w->pos / w->kv->block_size] * w->kv->block_size;
+    } else {
+        w->slot++;
+    }
+}
+
+/* out[r] = sum over j in [a[r], b[r]] of p_r[j - base] v_j, keys in order
+ * for each query; the keys all NR queries have, [max a, min b], are read
+ * once for all of them. NV = head_dim / 16. */
+static inline __attribute__((always_inline)) void value_tile(const int NR, const int NV, float *const *out,
+                                                             const float *const *p, int base, const int *a,
+                                                             const int *b, const pdl_attn_kv *kv, size_t e0,
+                                                             int f16) {
+    size_t esize = f16 ? 2 : 4, row = (size_t)kv->kv_dim * esize;
+    const uint8_t *vpool = (const uint8_t *)kv->v + e0 * esize;
+    __m512 acc[4][MAXV];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NV; c++) acc[r][c] = _mm512_setzero_ps();
+    int F = a[0], L = b[0];
+    for (int r = 1; r < NR; r++) {
+        if (a[r] > F) F = a[r];
+        if (b[r] < L) L = b[r];
+    }
+    int common = F <= L; /* if not, every query alone */
+    slot_walk w;
+    /* each query's keys before the common ones */
+    for (int r = 0; r < NR; r++) {
+        int j1 = common ? F - 1 : b[r];
+        if (a[r] > j1) continue;
+        walk_start(&w, kv, a[r]);
+        for (int j = a[r]; j <= j1; j++, walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            __m512 pb = _mm512_set1_ps(p[r][j - base]);
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(pb, load16(v + 16 * c * esize, f16), acc[r][c]);
+        }
+    }
+    /* the common keys, each V row loaded once */
+    if (common) {
+        walk_start(&w, kv, F);
+        for (int j = F; j <= L; j++, walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            __m512 pb[4];
+            for (int r = 0; r < NR; r++) pb[r] = _mm512_set1_ps(p[r][j - base]);
+            for (int c = 0; c < NV; c++) {
+                __m512 vv = load16(v + 16 * c * esize, f16);
+                for (int r = 0; r < NR; r++) acc[r][c] = _mm512_fmadd_ps(pb[r], vv, acc[r][c]);
+            }
+        }
+    }
+    /* and the keys after them */
+    for (int r = 0; common && r < NR; r++) {
+        int j0 = L + 1;
+        if (j0 > b[r]) continue;
+        walk_start(&w, kv, j0);
+        for (int j = j0; j <= b[r]; j++, walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            __m512 pb = _mm512_set1_ps(p[r][j - base]);
+            for (int c = 0; c < NV; c++) acc[r][c] = _mm512_fmadd_ps(pb, load16(v + 16 * c * esize, f16), acc[r][c]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NV; c++) _mm512_storeu_ps(out[r] + 16 * c, acc[r][c]);
+}
+
+static void queries_fast(float *const *out, const float *const *q, const int *pos, int n_q, int hd, int kv_head,
+                         float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    int f16 = kv->kv_is_f16, bs = kv->block_size, nv = hd / 16;
+    size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = (size_t)bs * esize;
+    int first[MAXQ], lo = INT32_MAX, hi = -1;
+    for (int i = 0; i < n_q; i++) {
+        first[i] = attn_first(pos[i], window);
         if (first[i] < lo) lo = first[i];
         if (pos[i] > hi) hi = pos[i];
     }
-    int span = hi - lo + 1;
-    size_t koff = (size_t)kv_head * (size_t)hd * (kv->kv_is_f16 ? 2 : 4);
-    float *tile = scratch, *scores = scratch + PDL_ATTN_TILE_FLOATS;
-    float maxs[64];
-    for (int i = 0; i < maxq; i++) maxs[i] = -INFINITY;
-    /* scores: scores[i * span + (j - lo)] */
-    for (int t0 = lo; t0 <= hi; t0 += TILE) {
-        int nt = hi - t0 + 1 < TILE ? hi - t0 + 1 : TILE;
-        widen_rows(tile, kv, kv->k, koff, t0, nt, hd);
-        for (int i = 0; i < maxq; i++) {
-            int j0 = first[i] > t0 ? first[i] : t0, j1 = pos[i] < t0 + nt - 1 ? pos[i] : t0 + nt - 1;
-            if (j0 > j1) continue;
-            __m512 qv[MAXV];
-            for (int c = 0; c < nv; c++) qv[c] = _mm512_loadu_ps(q[i] + 16 * c);
-            float *sc = scores + (size_t)i * span - lo, mx = maxs[i];
-            int j = j0;
-            if (nv <= 8) /* 16 keys at a time: 16 FMA chains, one shared reduction */
-                for (; j + 16 <= j1 + 1; j += 16) {
-                    const float *kt = tile + (size_t)(j - t0) * (16 * nv); /* key u at kt + u * 16 * nv */
-                    __m512 acc[16];
-                    for (int u = 0; u < 16; u++) acc[u] = _mm512_setzero_ps();
-                    for (int c = 0; c < nv; c++)
-                        for (int u = 0; u < 16; u++)
-                            acc[u] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kt + u * 16 * nv + 16 * c), acc[u]);
-                    __m512 r = _mm512_mul_ps(reduce16(acc), _mm512_set1_ps(scale));
-                    _mm512_storeu_ps(sc + j, r);
-                    if (softcap > 0.0f) {
-                        for (int u = 0; u < 16; u++) {
-                            sc[j + u] = tanhf(sc[j + u] / softcap) * softcap;
-                            if (sc[j + u] > mx) mx = sc[j + u];
-                        }
-                    } else { /* the max is exact in any order */
-                        float m16 = _mm512_reduce_max_ps(r);
-                        if (m16 > mx) mx = m16;
-                    }
-                }
-            for (; j + KEYS <= j1 + 1; j += KEYS) {
-                __m512 acc[KEYS];
-                for (int u = 0; u < KEYS; u++) acc[u] = _mm512_setzero_ps();
-                for (int c = 0; c < nv; c++)
-                    for (int u = 0; u < KEYS; u++)
-                        acc[u] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(tile + (size_t)(j + u - t0) * hd + 16 * c), acc[u]);
-                for (int u = 0; u < KEYS; u++) {
-                    float s = _mm512_reduce_add_ps(acc[u]) * scale;
-                    if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
-                    sc[j + u] = s;
-                    if (s > mx) mx = s;
-                }
-            }
-            for (; j <= j1; j++) {
-                __m512 acc = _mm512_setzero_ps();
-                for (int c = 0; c < nv; c++)
-                    acc = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(tile + (size_t)(j - t0) * hd + 16 * c), acc);
-                float s = _mm512_reduce_add_ps(acc) * scale;
-                if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
-                sc[j] = s;
-                if (s > mx) mx = s;
-            }
-            maxs[i] = mx;
+    /* scores of whole groups of 16 positions: query i's row starts at base */
+    int base = lo & ~15, end = (hi | 15) + 1;
+    size_t ld = (size_t)(end - base);
+    int gmax = n_q == 1 ? 4 : SG;
+    for (int g0 = base; g0 < end; g0 += 16 * gmax) {
+        int ng = (end - g0) / 16 < gmax ? (end - g0) / 16 : gmax;
+        const uint8_t *kp[4];
+        for (int g = 0; g < ng; g++) {
+            int j16 = g0 + 16 * g;
+            int64_t slot = (int64_t)kv->block_table[j16 / bs] * bs + j16 % bs;
+            kp[g] = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+        }
+        for (int r0 = 0; r0 < n_q; r0 += SR) {
+            int nr = n_q - r0 < SR ? n_q - r0 : SR;
+            int needed = 0; /* a causal prompt's later key groups are past its early rows */
+            for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + 16 * ng && pos[r] >= g0;
+            if (!needed) continue;
+            score_tile_any(nr, ng, q + r0, hd, kp, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld);
         }
     }
-    /* softmax per query, in key order; probabilities times 1/sum in place */
-    for (int i = 0; i < maxq; i++) {
-        float *sc = scores + (size_t)i * span + (first[i] - lo);
+    const float *p[MAXQ];
+    for (int i = 0; i < n_q; i++) {
+        float *sc = scratch + (size_t)i * ld + (first[i] - base);
         int n = pos[i] - first[i] + 1;
-        for (int j = 0; j < n; j++) sc[j] = pdl_exp_nonpos(sc[j] - maxs[i]);
-        float sum = 0.0f;
-        for (int j = 0; j < n; j++) sum += sc[j];
-        float inv = 1.0f / sum;
-        maxs[i] = inv;
-        for (int c = 0; c < nv; c++) _mm512_storeu_ps(out[i] + 16 * c, _mm512_setzero_ps());
+        if (softcap > 0.0f)
+            for (int j = 0; j < n; j++) sc[j] = tanhf(sc[j] / softcap) * softcap;
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        int j = 0;
+        for (; j + 16 <= n; j += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sc + j));
+        if (j < n) mx = _mm512_mask_max_ps(mx, (__mmask16)((1u << (n - j)) - 1), mx, _mm512_loadu_ps(sc + j));
+        attn_softmax(sc, n, _mm512_reduce_max_ps(mx));
+        p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
     }
-    /* values: out += p_j v_j in key order, one tile of V at a time */
-    for (int t0 = lo; t0 <= hi; t0 += TILE) {
-        int nt = hi - t0 + 1 < TILE ? hi - t0 + 1 : TILE;
-        widen_rows(tile, kv, kv->v, koff, t0, nt, hd);
-        for (int i = 0; i < maxq; i++) {
-            int j0 = first[i] > t0 ? first[i] : t0, j1 = pos[i] < t0 + nt - 1 ? pos[i] : t0 + nt - 1;
-            if (j0 > j1) continue;
-            const float *sc = scores + (size_t)i * span - lo;
-            float inv = maxs[i];
-            __m512 o[MAXV];
-            for (int c = 0; c < nv; c++) o[c] = _mm512_loadu_ps(out[i] + 16 * c);
-            for (int j = j0; j <= j1; j++) {
-                __m512 p = _mm512_set1_ps(sc[j] * inv);
-                const float *vr = tile + (size_t)(j - t0) * hd;
-                for (int c = 0; c < nv; c++) o[c] = _mm512_fmadd_ps(p, _mm512_loadu_ps(vr + 16 * c), o[c]);
-            }
-            for (int c = 0; c < nv; c++) _mm512_storeu_ps(out[i] + 16 * c, o[c]);
-        }
-    }
-}
-
-static void attention_queries_avx512_fast(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
-                                          int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                          float *scratch) {
-    for (int i0 = 0; i0 < n_q; i0 += 64) { /* 64 queries per pass at most */
-        int n = n_q - i0 < 64 ? n_q - i0 : 64;
+    int vr = nv <= 4 ? 4 : nv <= 8 ? 2 : 1;
+    for (int i0 = 0; i0 < n_q; i0 += vr) {
+        int nr = n_q - i0 < vr ? n_q - i0 : vr;
+        const float *const *pp = p + i0;
+        const int *a = first + i0, *b = pos + i0;
         float *const *o = out + i0;
-        const float *const *qq = q + i0;
-        const int *p = pos + i0;
-        switch (hd / 16) {
-        case 4: attention_queries_body(o, qq, p, n, hd, 4, kv_head, scale, softcap, window, kv, scratch); break;
-        case 8: attention_queries_body(o, qq, p, n, hd, 8, kv_head, scale, softcap, window, kv, scratch); break;
-        case 16: attention_queries_body(o, qq, p, n, hd, 16, kv_head, scale, softcap, window, kv, scratch); break;
-        default: attention_queries_body(o, qq, p, n, hd, hd / 16, kv_head, scale, softcap, window, kv, scratch);
+#define VALUE_CASE(NR, NV) value_tile(NR, NV, o, pp, base, a, b, kv, e0, f16)
+        if (nv == 8 && nr == 2) VALUE_CASE(2, 8);
+        else if (nv == 8) VALUE_CASE(1, 8);
+        else if (nv == 4 && nr == 4) VALUE_CASE(4, 4);
+        else if (nv == 4 && nr == 3) VALUE_CASE(3, 4);
+        else if (nv == 4 && nr == 2) VALUE_CASE(2, 4);
+        else if (nv == 4) VALUE_CASE(1, 4);
+        else if (nv == 16) VALUE_CASE(1, 16);
+        else {
+            for (int r = 0; r < nr; r++) value_tile(1, nv, o + r, pp + r, base, a + r, b + r, kv, e0, f16);
         }
+#undef VALUE_CASE
     }
 }
 
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch) {
-    if (head_dim % 16 == 0 && head_dim <= 16 * MAXV) {
-        attention_queries_avx512_fast(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    if (head_dim % 16 != 0 || head_dim > 16 * MAXV || kv->block_size % 16 != 0) {
+        attention_queries_avx512_generic(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
         return;
     }
-    for (int i = 0; i < n_q; i++)
-        attention_head_avx512_generic(out[i], q[i], head_dim, kv_head, scale, softcap, pos[i], window, kv, scratch);
-}
-
-void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                               int pos, int window, const pdl_attn_kv *kv, float *scores) {
-    if (head_dim % 16 == 0 && head_dim <= 16 * MAXV)
-        attention_head_avx512_fast(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
-    else
-        attention_head_avx512_generic(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
+    for (int i0 = 0; i0 < n_q; i0 += MAXQ) { /* the scratch of MAXQ queries is reused */
+        int n = n_q - i0 < MAXQ ? n_q - i0 : MAXQ;
+        queries_fast(out + i0, q + i0, pos + i0, n, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    }
 }
 #else
-void pdl_attention_head_avx512(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                               int pos, int window, const pdl_attn_kv *kv, float *scores) {
-    pdl_attention_head_scalar(out_h, q_h, head_dim, kv_head, scale, softcap, pos, window, kv, scores);
-}
-
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch) {
-    for (int i = 0; i < n_q; i++)
-        pdl_attention_head_scalar(out[i], q[i], head_dim, kv_head, scale, softcap, pos[i], window, kv, scratch);
+    pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 #endif

@@ -1,48 +1,96 @@
 /*
- * attention_impl.h - the body of pdl_attention_head, written once and
- * compiled once per instruction set: the including file defines
- * ATTN_FN (the function's name; ATTN_STORAGE may make it static), ATTN_DOT(q, krow, f16, n) and
- * ATTN_AXPY(out, p, vrow, f16, n) (out += p * v) for its vector width.
- *
- * Keys are visited in position order, the softmax is reduced in that order,
- * and each value row is added in that order: a row's result depends only on
- * its own query and its sequence's cache.
+ * attention_impl.h - the portable attention body, in the order attention.h
+ * defines, written once and compiled once per instruction set: the
+ * including file defines ATTN_QUERIES_FN (the function's name;
+ * ATTN_STORAGE may make it static) and ATTN_F16(h) (a half's float value).
+ * Keys are scored a run at a time (up to 16 consecutive slots of a block,
+ * which lie side by side in K's layout), so the inner loops run over
+ * neighbouring keys and can be vectorised without reordering any sum.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "kernels/fast_exp.h"
 
-static inline const char *attn_kv_row(const void *pool, const pdl_attn_kv *kv, int pos) {
-    int64_t slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
-    size_t elem = kv->kv_is_f16 ? 2 : 4;
-    return (const char *)pool + (size_t)slot * (size_t)kv->kv_dim * elem;
+#ifndef PDL_KERNELS_ATTENTION_IMPL_COMMON
+#define PDL_KERNELS_ATTENTION_IMPL_COMMON
+static inline int64_t attn_slot(const pdl_attn_kv *kv, int pos) {
+    return (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
 }
+
+/* The softmax of n scores in place (attention.h: 16 partial sums, a fixed
+ * tree, then each p times 1 / sum). */
+static inline void attn_softmax(float *p, int n, float max) {
+    for (int j = 0; j < n; j++) p[j] = pdl_exp_nonpos(p[j] - max);
+    float lane[16] = {0};
+    int j0 = 0;
+    for (; j0 + 16 <= n; j0 += 16) /* a whole vector of lanes per step */
+        for (int l = 0; l < 16; l++) lane[l] += p[j0 + l];
+    for (int l = 0; j0 + l < n; l++) lane[l] += p[j0 + l];
+    float s8[8], s4[4];
+    for (int i = 0; i < 8; i++) s8[i] = lane[i] + lane[i + 8];
+    for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+    float inv = 1.0f / ((s4[0] + s4[2]) + (s4[1] + s4[3]));
+    for (int j = 0; j < n; j++) p[j] *= inv;
+}
+
+static inline int attn_first(int pos, int window) { return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0; }
+#endif
 
 #ifndef ATTN_STORAGE
 #define ATTN_STORAGE /* external */
 #endif
 
-ATTN_STORAGE void ATTN_FN(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap, int pos,
-             int window, const pdl_attn_kv *kv, float *scores) {
-    int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
-    int f16 = kv->kv_is_f16;
-    size_t koff_bytes = (size_t)kv_head * (size_t)head_dim * (f16 ? 2 : 4);
+#define ATTN_ONE_(fn) fn##_one
+#define ATTN_ONE(fn) ATTN_ONE_(fn)
+
+static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv_head, float scale, float softcap,
+                                      int pos, int window, const pdl_attn_kv *kv, float *scores) {
+    int first = attn_first(pos, window), bs = kv->block_size, f16 = kv->kv_is_f16;
+    int e0 = kv_head * hd;
     float max = -INFINITY;
-    for (int j = first; j <= pos; j++) {
-        float s = ATTN_DOT(q_h, attn_kv_row(kv->k, kv, j) + koff_bytes, f16, head_dim) * scale;
-        if (softcap > 0.0f) s = tanhf(s / softcap) * softcap; /* Gemma 2: cap before the mask */
-        scores[j - first] = s;
-        if (s > max) max = s;
+    for (int j = first; j <= pos;) {
+        int run = bs - j % bs; /* keys up to the end of j's block */
+        if (run > pos - j + 1) run = pos - j + 1;
+        if (run > 16) run = 16;
+        size_t k0 = pdl_attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
+        float acc[16] = {0};
+        for (int d = 0; d < hd; d++) {
+            size_t at = k0 + (size_t)d * (size_t)bs;
+            if (f16) {
+                const uint16_t *k = (const uint16_t *)kv->k + at;
+                for (int u = 0; u < run; u++) acc[u] = fmaf(q[d], ATTN_F16(k[u]), acc[u]);
+            } else {
+                const float *k = (const float *)kv->k + at;
+                for (int u = 0; u < run; u++) acc[u] = fmaf(q[d], k[u], acc[u]);
+            }
+        }
+        for (int u = 0; u < run; u++) {
+            float s = acc[u] * scale;
+            if (softcap > 0.0f) s = tanhf(s / softcap) * softcap;
+            scores[j - first + u] = s;
+            if (s > max) max = s;
+        }
+        j += run;
     }
-    /* e^(s - max) in a loop the compiler vectorises (same bits on every
-     * build: fast_exp.h uses no libm), then summed in key order */
-    int n = pos - first + 1;
-    for (int j = 0; j < n; j++) scores[j] = pdl_exp_nonpos(scores[j] - max);
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) sum += scores[j];
-    float inv = 1.0f / sum;
-    for (int i = 0; i < head_dim; i++) out_h[i] = 0.0f;
-    for (int j = first; j <= pos; j++)
-        ATTN_AXPY(out_h, scores[j - first] * inv, attn_kv_row(kv->v, kv, j) + koff_bytes, f16, head_dim);
+    attn_softmax(scores, pos - first + 1, max);
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int j = first; j <= pos; j++) {
+        float p = scores[j - first];
+        size_t v0 = (size_t)attn_slot(kv, j) * (size_t)kv->kv_dim + (size_t)e0;
+        if (f16) {
+            const uint16_t *v = (const uint16_t *)kv->v + v0;
+            for (int d = 0; d < hd; d++) out[d] = fmaf(p, ATTN_F16(v[d]), out[d]);
+        } else {
+            const float *v = (const float *)kv->v + v0;
+            for (int d = 0; d < hd; d++) out[d] = fmaf(p, v[d], out[d]);
+        }
+    }
+}
+
+ATTN_STORAGE void ATTN_QUERIES_FN(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
+                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                  float *scratch) {
+    for (int i = 0; i < n_q; i++)
+        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, pos[i], window, kv, scratch);
 }
