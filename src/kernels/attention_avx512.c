@@ -213,14 +213,15 @@ static void queries_fast(float *const *out, const float *const *q, const int *po
         attn_softmax(sc, n, _mm512_reduce_max_ps(mx));
         p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
     }
-    int vr = nv <= 4 ? 4 : nv <= 8 ? 2 : 1;
+    int vr = nv <= 4 ? 4 : nv <= 8 ? 3 : 1;
     for (int i0 = 0; i0 < n_q; i0 += vr) {
         int nr = n_q - i0 < vr ? n_q - i0 : vr;
         const float *const *pp = p + i0;
         const int *a = first + i0, *b = pos + i0;
         float *const *o = out + i0;
 #define VALUE_CASE(NR, NV) value_tile(NR, NV, o, pp, base, a, b, kv, e0, f16)
-        if (nv == 8 && nr == 2) VALUE_CASE(2, 8);
+        if (nv == 8 && nr == 3) VALUE_CASE(3, 8);
+        else if (nv == 8 && nr == 2) VALUE_CASE(2, 8);
         else if (nv == 8) VALUE_CASE(1, 8);
         else if (nv == 4 && nr == 4) VALUE_CASE(4, 4);
         else if (nv == 4 && nr == 3) VALUE_CASE(3, 4);
