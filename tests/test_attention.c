@@ -12,6 +12,7 @@
  * caches, windows, soft-caps, positions that straddle tiles and blocks, and
  * calls of 1 to 40 queries (more than one tile and more than 16 queries).
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +120,42 @@ static void test_avx512_build_equals_its_single_query_body(void) {
     free(k), free(v), free(scratch);
 }
 
+/* The cache write: the F16C build gives the portable one's bytes (round to
+ * nearest even, ties, subnormals, overflow, infinities, NaN), and each key
+ * element lands where pdl_attn_k_index says (the attention above reads it
+ * there). */
+static void test_cache_store_builds_agree(void) {
+    pdl_fp16_init();
+    enum { KVD = 75, BS = 16, SLOTS = 48 }; /* 75: a ragged end after 8-wide steps */
+    float k[KVD], v[KVD];
+    size_t n = (size_t)SLOTS * KVD;
+    uint16_t *k0 = calloc(n, 2), *v0 = calloc(n, 2), *k1 = calloc(n, 2), *v1 = calloc(n, 2);
+    REQUIRE(k0 && v0 && k1 && v1);
+    const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 2.9802326e-8f,
+                             6.1e-5f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f, INFINITY, -INFINITY, NAN};
+    int bad_place = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        for (int e = 0; e < KVD; e++) {
+            k[e] = (e + s) % 5 == 0 ? special[(e + s) % 15] : frand() * 8.0f;
+            v[e] = (e * 3 + s) % 7 == 0 ? special[(e * 7 + s) % 15] : frand() * 8.0f;
+        }
+        int64_t slot = (s * 7) % SLOTS;
+        pdl_attention_store_scalar(k0, v0, 1, KVD, BS, slot, k, v);
+        if (pdl_isa_best() >= PDL_ISA_AVX2) pdl_attention_store_f16c(k1, v1, 1, KVD, BS, slot, k, v);
+        for (int e = 0; e < KVD; e++)
+            if (k0[pdl_attn_k_index(slot, BS, KVD, e)] != pdl_f32_to_f16(k[e]) || v0[slot * KVD + e] != pdl_f32_to_f16(v[e]))
+                bad_place++;
+    }
+    CHECK_EQ_INT(bad_place, 0);
+    if (pdl_isa_best() >= PDL_ISA_AVX2) {
+        CHECK(memcmp(k0, k1, n * 2) == 0);
+        CHECK(memcmp(v0, v1, n * 2) == 0);
+    }
+    free(k0), free(v0), free(k1), free(v1);
+}
+
 int main(void) {
+    RUN(test_cache_store_builds_agree);
     RUN(test_query_blocks_equal_single_queries);
     RUN(test_avx512_build_equals_its_single_query_body);
     return test_summary();

@@ -30,6 +30,29 @@ void pdl_attention_queries(float *const *out, const float *const *q, const int *
     fn(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 
+void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                                const float *k, const float *v) {
+    size_t k0 = pdl_attn_k_index(slot, block_size, kv_dim, 0), v0 = (size_t)slot * (size_t)kv_dim;
+    for (int e = 0; e < kv_dim; e++) {
+        size_t ke = k0 + (size_t)e * (size_t)block_size; /* dimension-major blocks */
+        if (kv_is_f16) {
+            ((uint16_t *)kpool)[ke] = pdl_f32_to_f16(k[e]);
+            ((uint16_t *)vpool)[v0 + e] = pdl_f32_to_f16(v[e]);
+        } else {
+            ((float *)kpool)[ke] = k[e];
+            ((float *)vpool)[v0 + e] = v[e];
+        }
+    }
+}
+
+void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                         const float *k, const float *v) {
+    if (kv_is_f16 && pdl_isa_active() >= PDL_ISA_AVX2)
+        pdl_attention_store_f16c(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+    else
+        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+}
+
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_queries(&out_h, &q_h, &pos, 1, head_dim, kv_head, scale, softcap, window, kv, scratch);

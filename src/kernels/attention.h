@@ -47,6 +47,15 @@ static inline size_t pdl_attn_k_index(int64_t slot, int block_size, int kv_dim, 
     return ((size_t)block * (size_t)kv_dim + (size_t)e) * (size_t)block_size + (size_t)(slot % block_size);
 }
 
+/* Writes one slot's key and value (kv_dim floats each, F16 rounded to
+ * nearest even when kv_is_f16) into layer pools of the layout above. */
+void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                         const float *k, const float *v);
+void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                                const float *k, const float *v);
+void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                              const float *k, const float *v);
+
 /*
  * Several queries of one sequence against one KV head: out[i] (head_dim
  * floats) for query q[i] at position pos[i], in the order above, with

@@ -201,22 +201,8 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        int32_t slot = t->b->slot_mapping[r];
-        int bs = t->kv->block_size;
-        /* K element e of this slot at k0 + e * bs (dimension-major blocks) */
-        size_t k0 = pdl_attn_k_index(slot, bs, kv_dim, 0);
-        void *vd = pdl_kv_v_row(t->kv, t->layer, slot);
-        if (t->kv->dtype == PDL_KV_F16) {
-            uint16_t *k16 = (uint16_t *)pdl_kv_k_pool(t->kv, t->layer) + k0, *v16 = vd;
-            for (int i = 0; i < kv_dim; i++) {
-                k16[(size_t)i * bs] = pdl_f32_to_f16(k[i]);
-                v16[i] = pdl_f32_to_f16(v[i]);
-            }
-        } else {
-            float *k32 = (float *)pdl_kv_k_pool(t->kv, t->layer) + k0;
-            for (int i = 0; i < kv_dim; i++) k32[(size_t)i * bs] = k[i];
-            memcpy(vd, v, (size_t)kv_dim * sizeof(float));
-        }
+        pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_row(t->kv, t->layer, 0),
+                            t->kv->dtype == PDL_KV_F16, kv_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
 
