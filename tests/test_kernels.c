@@ -326,6 +326,34 @@ static void test_q8_0_activation_quantization(void) {
     pdl_quantize_row_q8_0(z, 32, q, d);
     CHECK(d[0] == 0.0f);
     for (int i = 0; i < 32; i++) CHECK_EQ_INT(q[i], 0);
+    /* every instruction set quantizes to the portable bytes, ties included
+     * (block 1: multiples of amax / 254, so x * inv lands on k + 0.5), and
+     * the block sums are the sums of the bytes */
+    enum { N = 32 * 40 };
+    static float xs[N];
+    static int8_t q0[N], q1[N];
+    float d0[N / 32], d1[N / 32];
+    int32_t s0[N / 32], s1[N / 32];
+    for (int i = 0; i < N; i++) xs[i] = frand() * (float)(1 + i % 7) * 3.0f;
+    for (int i = 32; i < 64; i++) xs[i] = (float)(i - 48) * (2.0f / 254.0f) + (i == 63 ? 0.5f / 127.0f : 0.0f);
+    for (int i = 64; i < 96; i++) xs[i] = 0.0f;
+    pdl_isa best = pdl_isa_best();
+    pdl_isa_set(PDL_ISA_SCALAR);
+    pdl_quantize_row_q8_0_sums(xs, N, q0, d0, s0);
+    for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+        pdl_isa_set((pdl_isa)isa);
+        pdl_quantize_row_q8_0_sums(xs, N, q1, d1, s1);
+        CHECK_MSG(memcmp(q0, q1, sizeof q0) == 0 && memcmp(d0, d1, sizeof d0) == 0 && memcmp(s0, s1, sizeof s0) == 0,
+                  "%s quantizes differently from the portable code", pdl_isa_name((pdl_isa)isa));
+    }
+    pdl_isa_set(best);
+    int bad = 0;
+    for (int b = 0; b < N / 32; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) s += q0[b * 32 + i];
+        bad += s != s0[b];
+    }
+    CHECK_EQ_INT(bad, 0);
 }
 
 static void test_rmsnorm_matches_definition(void) {

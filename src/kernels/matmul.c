@@ -127,15 +127,34 @@ static bool dequantized_first(pdl_dtype dtype) {
     return pdl_dtype_is_quantized(dtype) && !takes_q8_activations(dtype) && !takes_q8k_activations(dtype);
 }
 
-void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
+static void quantize_row_q8_0_portable(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
         float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-        for (int j = 0; j < 32; j++) qs[b * 32 + j] = (int8_t)lrintf(xb[j] * inv); /* nearest, ties to even */
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) {
+            qs[b * 32 + j] = (int8_t)lrintf(xb[j] * inv); /* nearest, ties to even */
+            s += qs[b * 32 + j];
+        }
         d[b] = pdl_f16_to_f32(pdl_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
+        if (sums) sums[b] = s;
     }
+}
+
+void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (pdl_isa_active() == PDL_ISA_AVX512) {
+        pdl_quantize_row_q8_0_avx512(x, n, qs, d, sums);
+        return;
+    }
+#endif
+    quantize_row_q8_0_portable(x, n, qs, d, sums);
+}
+
+void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
+    pdl_quantize_row_q8_0_sums(x, n, qs, d, NULL);
 }
 
 /* One portable dot product of a weight row with x[in] (not Q8_0). */

@@ -24,6 +24,9 @@
  * x[n] -> n/32 blocks of 32 int8 (nearest, ties to even) and a scale
  * amax/127 rounded through half precision. */
 void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d);
+/* The same, and each block's sum of its 32 quantized values in sums[n / 32]
+ * (NULL: not wanted). Same bytes on every instruction set. */
+void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
 /* y[r*ldy + o] (=, or += when accumulate) dot(W[o], x[r*in ...]) (+ bias[o]).
  * bias may be NULL. Work is split over output columns. */

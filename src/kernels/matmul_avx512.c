@@ -250,6 +250,24 @@ static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, 
     else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo, pdl_tile_streaming());
 }
 
+/* Q8_0 activation quantization (matmul.c has the portable one): the same
+ * float operations per element (|x| max, amax / 127, 1 / scale, x * inv
+ * rounded to nearest even by the default MXCSR mode, the scale through a
+ * half and back), 32 at a time. */
+void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+        float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        __m512 iv = _mm512_set1_ps(inv);
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, iv)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, iv));
+        _mm_storeu_si128((__m128i *)(void *)(qs + b * 32), _mm512_cvtepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(void *)(qs + b * 32 + 16), _mm512_cvtepi32_epi8(q1));
+        d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+        if (sums) sums[b] = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    }
+}
+
 const pdl_tile_kernels pdl_tiles_avx512_bf16w = {
     .tile_rows = TR,
     .tile_cols = TC,
@@ -268,6 +286,9 @@ const pdl_tile_kernels pdl_tiles_avx512 = {
 };
 #else
 /* Not built for this target: the family has no kernels. */
+void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    (void)x, (void)n, (void)qs, (void)d, (void)sums;
+}
 const pdl_tile_kernels pdl_tiles_avx512_bf16w = {0};
 const pdl_tile_kernels pdl_tiles_avx512 = {0};
 #endif

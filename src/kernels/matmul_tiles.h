@@ -50,6 +50,8 @@ extern const pdl_tile_kernels pdl_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with 
 /* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
 void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
+/* pdl_quantize_row_q8_0_sums with AVX-512 (matmul_avx512.c): the same bytes. */
+void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
 /* Whether the calling worker's matmul has few activation rows (decode,
  * batched decode: at most one row block), so that even full tiles stream

@@ -288,13 +288,7 @@ static void act_worker(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
         if (t->q) {
-            int8_t *q = t->q + r * t->in;
-            pdl_quantize_row_q8_0(xr, t->in, q, t->d + r * (t->in / 32));
-            for (int64_t b = 0; b < t->in / 32; b++) {
-                int32_t s = 0;
-                for (int k = 0; k < 32; k++) s += q[b * 32 + k];
-                t->s[r * (t->in / 32) + b] = s;
-            }
+            pdl_quantize_row_q8_0_sums(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
         } else if (t->pairs) {
             uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
             if (pdl_isa_active() == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16) {
