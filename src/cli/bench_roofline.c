@@ -1,6 +1,6 @@
 /*
  * bench_roofline.c - the machine's measured limits for `pagedlm bench
- * --roofline`: F32 FMA and BF16 dot-product peak GFLOP/s on every thread,
+ * --roofline`: F32 FMA, BF16 and INT8 dot-product peaks on every thread,
  * and read bandwidth, so a result can be given as a fraction of what the
  * hardware can do. Small kernels written for the measurement only.
  */
@@ -27,7 +27,7 @@ static double now_s(void) {
 #define ITERS 4000000L
 
 typedef struct peak_task {
-    int kind;        /* 0: F32 FMA, 1: BF16 dot */
+    int kind;        /* 0: F32 FMA, 1: BF16 dot, 2: INT8 dot */
     double sink[64];
 } peak_task;
 
@@ -54,6 +54,16 @@ __attribute__((target("avx512f,avx512bf16"))) static double bf16_loop_avx512(voi
     return _mm512_reduce_add_ps(s);
 }
 
+__attribute__((target("avx512f,avx512vnni"))) static double int8_loop_avx512(void) {
+    __m512i a[12], x = _mm512_set1_epi8(3), y = _mm512_set1_epi8(-2);
+    for (int i = 0; i < 12; i++) a[i] = _mm512_set1_epi32(i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm512_dpbusd_epi32(a[i], x, y);
+    __m512i s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm512_add_epi32(s, a[i]);
+    return (double)_mm512_reduce_add_epi32(s);
+}
+
 __attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
     __m256 a[12], m = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-9f);
     for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
@@ -73,6 +83,7 @@ static void peak_worker(void *p, int ith, int nth) {
 #if defined(__x86_64__)
     const pdl_cpu_features *f = pdl_cpu_features_get();
     if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
+    else if (t->kind == 2) r = f->avx512vnni ? int8_loop_avx512() : 0;
     else r = f->avx512f ? fma_loop_avx512() : f->avx2 ? fma_loop_avx2() : 0;
 #endif
     t->sink[ith % 64] = r;
@@ -115,6 +126,13 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
         pdl_threadpool_run(pool, peak_worker, &pt);
         dt = now_s() - t0;
         out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / dt / 1e9; /* 2 products + 2 adds per lane */
+    }
+    if (f->avx512vnni) {
+        pt.kind = 2;
+        t0 = now_s();
+        pdl_threadpool_run(pool, peak_worker, &pt);
+        dt = now_s() - t0;
+        out->int8_gops = 8.0 * 16 * 12.0 * ITERS * nth / dt / 1e9; /* 4 products + 4 adds per lane */
     }
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;

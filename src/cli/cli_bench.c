@@ -346,8 +346,19 @@ int cli_bench(int argc, char **argv) {
         bench_roofline_measure((int)threads, &roof);
     }
     /* the peak that bounds these weights: BF16 dot products for BF16 weights
-     * on CPUs that have them, F32 FMA otherwise */
-    double peak = strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 ? roof.bf16_gflops : roof.f32_gflops;
+     * on CPUs that have them (with BF16 activations), INT8 dot products for
+     * the block formats with VNNI kernels, F32 FMA otherwise */
+    const char *peak_name = "F32 FMA";
+    double peak = roof.f32_gflops;
+    if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && pdl_matmul_bf16_activations()) {
+        peak = roof.bf16_gflops;
+        peak_name = "BF16 dot";
+    } else if ((strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
+                strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K")) &&
+               roof.int8_gops > 0) {
+        peak = roof.int8_gops;
+        peak_name = "INT8 dot";
+    }
     if (rc == CLI_OK) {
         char cpu[256], feats[256];
         cpu_model(cpu, sizeof cpu);
@@ -378,9 +389,9 @@ int cli_bench(int argc, char **argv) {
                        r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, model_path,
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops);
                 if (roofline)
-                    printf(", \"roofline\": {\"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, \"fraction_of_peak\": %.3f, "
-                           "\"fraction_of_bandwidth\": %.3f}",
-                           peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
+                    printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
+                           "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",
+                           peak_name, peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
                            roof.read_gbs > 0 ? r->gbps / roof.read_gbs : 0);
                 printf("}%s\n", t + 1 < n_results ? "," : "");
             }
@@ -408,10 +419,9 @@ int cli_bench(int argc, char **argv) {
             printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
                    PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
             if (roofline) {
-                printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s (this model: %s); read bandwidth "
-                       "%.1f GB/s\n",
-                       roof.f32_gflops, roof.bf16_gflops, peak == roof.bf16_gflops && peak > 0 ? "BF16" : "F32",
-                       roof.read_gbs);
+                printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s (this model: "
+                       "%s); read bandwidth %.1f GB/s\n",
+                       roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name, roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)

@@ -7,9 +7,11 @@
  * pdl_quantize_row_q8_0; Q4_K and Q6_K weights: to Q8_K, see kquant.h;
  * the other block formats are expanded to F32 a weight row at a time, a
  * slow path until they have kernels)
- * from the mapping; y is (n_rows, out). Every y[r][o] is one dot product
- * computed by one thread in a fixed order, so it does not depend on n_rows,
- * on the other rows, or on the number of threads (batch invariance).
+ * from the mapping, or from the copy in weight panels the model loader
+ * made (w->panels; kernels/weight_panels.h, which defines that path's
+ * order); y is (n_rows, out). Every y[r][o] is one dot product computed by
+ * one thread in a fixed order, so it does not depend on n_rows, on the
+ * other rows, or on the number of threads (batch invariance).
  */
 #ifndef PDL_KERNELS_MATMUL_H
 #define PDL_KERNELS_MATMUL_H

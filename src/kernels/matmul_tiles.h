@@ -59,9 +59,10 @@ void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *
  * driver (matmul.c) for each worker; tiles read it once per call. */
 int pdl_tile_streaming(void);
 
-/* Whether BF16 weights may use BF16 activations (VDPBF16PS) when the CPU
- * has it. Off by default (exact F32 products, and faster with the current
- * tiles); PAGEDLM_BF16_ACTIVATIONS=1 turns it on for a process. */
+/* Whether BF16 weights use BF16 activations (VDPBF16PS, or its exact
+ * emulation in the portable panel tile). On by default where the CPU has
+ * AVX512_BF16, off elsewhere; PAGEDLM_BF16_ACTIVATIONS=0 or 1 decides for
+ * a process, and the tests set it. */
 void pdl_matmul_set_bf16_activations(bool on);
 bool pdl_matmul_bf16_activations(void);
 
