@@ -80,6 +80,13 @@ static void check_head_dim(int hd, int BSZ) {
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
+                    /* and so does the AVX2 build (its own 8-lane tiles) */
+                    if (pdl_isa_best() >= PDL_ISA_AVX2) {
+                        pdl_attention_queries_avx2(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                                  "head_dim %d block %d f16 %d window %d cap %g: %d queries: AVX2 build differs", hd,
+                                  BSZ, f16, windows[wi], caps[ci], nq);
+                    }
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
     }

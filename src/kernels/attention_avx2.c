@@ -1,16 +1,47 @@
 /*
- * attention_avx2.c - the attention body (attention_impl.h) built with AVX2,
- * FMA and F16C: the compiler vectorises its loops over neighbouring keys
- * and over dimensions without reordering any sum.
+ * attention_avx2.c - attention with AVX2, FMA and F16C: the register tiles
+ * of attention_tiles.h at 8 lanes (6 queries x 2 groups of 8 keys per
+ * score tile, 12 value accumulators), the portable body (attention_impl.h)
+ * built here for the shapes they do not take, and the F16 cache write.
+ * Same bits as every build.
  */
 #include "kernels/attention.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 
-#define ATTN_QUERIES_FN pdl_attention_queries_avx2
+#define ATTN_STORAGE static
+#define ATTN_QUERIES_FN attention_queries_avx2_generic
 #define ATTN_F16(h) _cvtsh_ss(h)
 #include "kernels/attention_impl.h"
+
+typedef __m256 at_v;
+#define AT_W 8
+#define AT_SR 6
+#define AT_SG 2
+#define AT_SG1 4
+#define AT_VACC 12
+#define AT_FN pdl_attention_queries_avx2
+#define AT_GENERIC attention_queries_avx2_generic
+static inline at_v at_zero(void) { return _mm256_setzero_ps(); }
+static inline at_v at_set1(float x) { return _mm256_set1_ps(x); }
+static inline at_v at_fmadd(at_v a, at_v b, at_v c) { return _mm256_fmadd_ps(a, b, c); }
+static inline at_v at_mul(at_v a, at_v b) { return _mm256_mul_ps(a, b); }
+static inline at_v at_loadu(const float *p) { return _mm256_loadu_ps(p); }
+static inline void at_storeu(float *p, at_v v) { _mm256_storeu_ps(p, v); }
+static inline at_v at_max(at_v a, at_v b) { return _mm256_max_ps(a, b); }
+static inline float at_hmax(at_v v) {
+    float t[8];
+    _mm256_storeu_ps(t, v);
+    float m = t[0];
+    for (int i = 1; i < 8; i++) m = t[i] > m ? t[i] : m;
+    return m;
+}
+static inline at_v at_load_kv(const uint8_t *p, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_loadu_ps((const float *)(const void *)p);
+}
+#include "kernels/attention_tiles.h"
 
 /* The F16 cache write with F16C's conversion (round to nearest even: the
  * bits of pdl_f32_to_f16), 8 values at a time. */

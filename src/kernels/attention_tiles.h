@@ -1,0 +1,254 @@
+/*
+ * attention_tiles.h - the register-tiled attention (order of operations in
+ * attention.h, so the same bits as the portable body), written once for any
+ * vector width and included by attention_avx512.c (16 lanes) and
+ * attention_avx2.c (8 lanes).
+ *
+ * Scores are a small matrix product: a tile of up to AT_SR queries x AT_SG
+ * groups of AT_W keys (AT_SG1 groups for a single query) keeps one
+ * accumulator per query and group; each step multiplies one broadcast
+ * query element by the same dimension of AT_W keys, which K's block layout
+ * stores side by side (F16 widened as it is loaded). No horizontal sums,
+ * and each key vector serves every query of the tile. Values: up to 3
+ * queries share each loaded V row over the keys they have in common (each
+ * query still adds its keys in order), a chunk of dimensions at a time so
+ * the accumulators stay in registers.
+ *
+ * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG,
+ * AT_SG1, AT_VACC (accumulators a value tile may hold), AT_FN (the
+ * function's name), AT_GENERIC (the portable body for the shapes the tiles
+ * do not take), and the operations at_zero, at_set1, at_fmadd (a * b + c),
+ * at_mul, at_loadu, at_storeu, at_max, at_hmax and at_load_kv (AT_W values
+ * of a cache row, F16 or F32).
+ */
+#include <math.h>
+#include <stdint.h>
+
+#define AT_MAXQ 64 /* queries per pass */
+
+/* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
+ * e0 of group g's keys, dimension d `step` bytes further per d; query r's
+ * scores go to sc + r * ld + AT_W g. */
+static inline __attribute__((always_inline)) void at_score_tile(const int NR, const int NG, const float *const *q,
+                                                                int hd, const uint8_t *const *kp, size_t step,
+                                                                int f16, float scale, float *sc, size_t ld) {
+    at_v acc[8][4];
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
+    for (int d = 0; d < hd; d++) {
+        at_v k[4];
+        for (int g = 0; g < NG; g++) k[g] = at_load_kv(kp[g] + (size_t)d * step, f16);
+        for (int r = 0; r < NR; r++) {
+            at_v qb = at_set1(q[r][d]);
+            for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
+        }
+    }
+    at_v s = at_set1(scale);
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) at_storeu(sc + r * ld + AT_W * g, at_mul(acc[r][g], s));
+}
+
+#define AT_SCORE(NR, NG) at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld)
+
+static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp, size_t step,
+                              int f16, float scale, float *sc, size_t ld) {
+    if (nr == 1) {
+        switch (ng) {
+        case 4: AT_SCORE(1, 4); return;
+        case 3: AT_SCORE(1, 3); return;
+        case 2: AT_SCORE(1, 2); return;
+        default: AT_SCORE(1, 1); return;
+        }
+    }
+    if (ng == 2) {
+        switch (nr) {
+        case 8: AT_SCORE(8, 2); return;
+        case 7: AT_SCORE(7, 2); return;
+        case 6: AT_SCORE(6, 2); return;
+        case 5: AT_SCORE(5, 2); return;
+        case 4: AT_SCORE(4, 2); return;
+        case 3: AT_SCORE(3, 2); return;
+        default: AT_SCORE(2, 2); return;
+        }
+    }
+    switch (nr) { /* one group left */
+    case 8: AT_SCORE(8, 1); return;
+    case 7: AT_SCORE(7, 1); return;
+    case 6: AT_SCORE(6, 1); return;
+    case 5: AT_SCORE(5, 1); return;
+    case 4: AT_SCORE(4, 1); return;
+    case 3: AT_SCORE(3, 1); return;
+    default: AT_SCORE(2, 1); return;
+    }
+}
+#undef AT_SCORE
+
+/* Walks the slots of consecutive positions without a division per key. */
+typedef struct at_walk {
+    const pdl_attn_kv *kv;
+    int pos, off;
+    int64_t slot;
+} at_walk;
+
+static inline void at_walk_start(at_walk *w, const pdl_attn_kv *kv, int pos) {
+    w->kv = kv;
+    w->pos = pos;
+    w->off = pos % kv->block_size;
+    w->slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + w->off;
+}
+
+static inline void at_walk_next(at_walk *w) {
+    w->pos++;
+    if (++w->off == w->kv->block_size) {
+        w->off = 0;
+        w->slot = (int64_t)w->kv->block_table[w->pos / w->kv->block_size] * w->kv->block_size;
+    } else {
+        w->slot++;
+    }
+}
+
+/* out[r][d0 ..] (NC vectors) = sum over j in [a[r], b[r]] of
+ * p[r][j - base] v_j[d0 ..], keys in order for each query; the keys all NR
+ * queries have, [max a, min b], are read once for all of them. */
+static inline __attribute__((always_inline)) void at_value_tile(const int NR, const int NC, float *const *out, int d0,
+                                                                const float *const *p, int base, const int *a,
+                                                                const int *b, const pdl_attn_kv *kv, size_t e0,
+                                                                int f16) {
+    size_t esize = f16 ? 2 : 4, row = (size_t)kv->kv_dim * esize;
+    const uint8_t *vpool = (const uint8_t *)kv->v + (e0 + (size_t)d0) * esize;
+    at_v acc[3][16];
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
+    int F = a[0], L = b[0];
+    for (int r = 1; r < NR; r++) {
+        if (a[r] > F) F = a[r];
+        if (b[r] < L) L = b[r];
+    }
+    int common = F <= L; /* if not, every query alone */
+    at_walk w;
+    /* each query's keys before the common ones (all of them if none) */
+    for (int r = 0; r < NR; r++) {
+        int j1 = common ? F - 1 : b[r];
+        if (a[r] > j1) continue;
+        at_walk_start(&w, kv, a[r]);
+        for (int j = a[r]; j <= j1; j++, at_walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            at_v pb = at_set1(p[r][j - base]);
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
+        }
+    }
+    /* the common keys, each V row loaded once */
+    if (common) {
+        at_walk_start(&w, kv, F);
+        for (int j = F; j <= L; j++, at_walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            at_v pb[3];
+            for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
+            for (int c = 0; c < NC; c++) {
+                at_v vv = at_load_kv(v + AT_W * c * esize, f16);
+                for (int r = 0; r < NR; r++) acc[r][c] = at_fmadd(pb[r], vv, acc[r][c]);
+            }
+        }
+    }
+    /* and the keys after them */
+    for (int r = 0; common && r < NR; r++) {
+        if (L + 1 > b[r]) continue;
+        at_walk_start(&w, kv, L + 1);
+        for (int j = L + 1; j <= b[r]; j++, at_walk_next(&w)) {
+            const uint8_t *v = vpool + (size_t)w.slot * row;
+            at_v pb = at_set1(p[r][j - base]);
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
+        }
+    }
+    for (int r = 0; r < NR; r++)
+        for (int c = 0; c < NC; c++) at_storeu(out[r] + d0 + AT_W * c, acc[r][c]);
+}
+
+#define AT_VALUE(NR, NC) at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, f16)
+
+static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const float *const *p, int base,
+                              const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int f16) {
+#define AT_VALUE_NC(NR)                                                                                            \
+    switch (nc) {                                                                                                  \
+    case 16: AT_VALUE(NR, 16); return;                                                                             \
+    case 8: AT_VALUE(NR, 8); return;                                                                               \
+    case 4: AT_VALUE(NR, 4); return;                                                                               \
+    case 2: AT_VALUE(NR, 2); return;                                                                               \
+    default: AT_VALUE(NR, 1); return;                                                                              \
+    }
+    if (nr == 3) AT_VALUE_NC(3)
+    if (nr == 2) AT_VALUE_NC(2)
+    AT_VALUE_NC(1)
+#undef AT_VALUE_NC
+}
+#undef AT_VALUE
+
+static void at_queries(float *const *out, const float *const *q, const int *pos, int n_q, int hd, int kv_head,
+                       float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    int f16 = kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
+    size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = (size_t)bs * esize;
+    int first[AT_MAXQ], lo = INT32_MAX, hi = -1;
+    for (int i = 0; i < n_q; i++) {
+        first[i] = attn_first(pos[i], window);
+        if (first[i] < lo) lo = first[i];
+        if (pos[i] > hi) hi = pos[i];
+    }
+    /* scores of whole groups of AT_W positions: query i's row starts at base */
+    int base = lo / AT_W * AT_W, end = (hi / AT_W + 1) * AT_W;
+    size_t ld = (size_t)(end - base);
+    int gmax = n_q == 1 ? AT_SG1 : AT_SG;
+    for (int g0 = base; g0 < end; g0 += AT_W * gmax) {
+        int ng = (end - g0) / AT_W < gmax ? (end - g0) / AT_W : gmax;
+        const uint8_t *kp[4];
+        for (int g = 0; g < ng; g++) {
+            int j = g0 + AT_W * g;
+            int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
+            kp[g] = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+        }
+        for (int r0 = 0; r0 < n_q; r0 += AT_SR) {
+            int nr = n_q - r0 < AT_SR ? n_q - r0 : AT_SR;
+            int needed = 0; /* a causal prompt's later key groups are past its early rows */
+            for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + AT_W * ng && pos[r] >= g0;
+            if (!needed) continue;
+            at_score_tile_any(nr, ng, q + r0, hd, kp, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld);
+        }
+    }
+    const float *p[AT_MAXQ];
+    for (int i = 0; i < n_q; i++) {
+        float *sc = scratch + (size_t)i * ld + (first[i] - base);
+        int n = pos[i] - first[i] + 1;
+        if (softcap > 0.0f)
+            for (int j = 0; j < n; j++) sc[j] = tanhf(sc[j] / softcap) * softcap;
+        float mx = -INFINITY; /* the max is exact in any order */
+        int j = 0;
+        if (n >= AT_W) {
+            at_v m = at_loadu(sc);
+            for (j = AT_W; j + AT_W <= n; j += AT_W) m = at_max(m, at_loadu(sc + j));
+            mx = at_hmax(m);
+        }
+        for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
+        attn_softmax(sc, n, mx);
+        p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
+    }
+    int vr = 3;           /* queries per value tile */
+    int nc = AT_VACC / 3; /* vectors per chunk of dimensions: a power of two dividing nv */
+    nc = nc >= 16 ? 16 : nc >= 8 ? 8 : nc >= 4 ? 4 : nc >= 2 ? 2 : 1;
+    while (nv % nc) nc /= 2;
+    for (int i0 = 0; i0 < n_q; i0 += vr) {
+        int nr = n_q - i0 < vr ? n_q - i0 : vr;
+        for (int d0 = 0; d0 < hd; d0 += nc * AT_W)
+            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, f16);
+    }
+}
+
+void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head, float scale,
+           float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
+    if (head_dim % AT_W != 0 || kv->block_size % AT_W != 0) {
+        AT_GENERIC(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+        return;
+    }
+    for (int i0 = 0; i0 < n_q; i0 += AT_MAXQ) { /* the scratch of AT_MAXQ queries is reused */
+        int n = n_q - i0 < AT_MAXQ ? n_q - i0 : AT_MAXQ;
+        at_queries(out + i0, q + i0, pos + i0, n, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    }
+}
