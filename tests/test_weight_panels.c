@@ -73,6 +73,22 @@ static float documented(pdl_dtype dt, bool bf16_act, const float *wv, const floa
     return accumulate ? y0 + v : v;
 }
 
+/* Each row alone gives the bytes it got in the batch yv (y0: what y held
+ * before, for accumulation). */
+static void check_rows_alone(pdl_threadpool *pool, const pdl_tensor *t, const float *x, int rows, const float *y0,
+                             const float *yv, const float *bias, bool accum) {
+    int out = (int)t->shape[0], in = (int)t->shape[1];
+    float *one = malloc((size_t)out * sizeof *one);
+    REQUIRE(one != NULL);
+    for (int r = 0; r < rows; r++) {
+        memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
+        pdl_matmul(pool, one, out, x + (size_t)r * in, 1, t, bias, accum);
+        CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
+                  "%s row %d alone differs from the batch", pdl_dtype_name(t->dtype), r);
+    }
+    free(one);
+}
+
 static void test_panels_follow_the_documented_order(void) {
     pdl_fp16_init();
     pdl_threadpool *pool = pdl_threadpool_new(2);
@@ -99,8 +115,7 @@ static void test_panels_follow_the_documented_order(void) {
                     float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
                     float *y0 = malloc((size_t)rows * out * sizeof *y0), *want = malloc((size_t)rows * out * sizeof *want);
                     float *ys = malloc((size_t)rows * out * sizeof *ys), *yv = malloc((size_t)rows * out * sizeof *yv);
-                    float *one = malloc((size_t)out * sizeof *one);
-                    REQUIRE(x && bias && y0 && want && ys && yv && one);
+                    REQUIRE(x && bias && y0 && want && ys && yv);
                     for (int i = 0; i < rows * in; i++) x[i] = frand();
                     for (int i = 0; i < out; i++) bias[i] = frand();
                     for (int i = 0; i < rows * out; i++) y0[i] = frand();
@@ -124,13 +139,7 @@ static void test_panels_follow_the_documented_order(void) {
                         CHECK_MSG(memcmp(yv, want, (size_t)rows * out * sizeof *yv) == 0,
                                   "avx512 %s%s %dx%dx%d variant %d: differs from the documented order",
                                   pdl_dtype_name(dt), act ? "+bf16" : "", rows, out, in, variant);
-                        /* each row alone: the bytes it got in the batch */
-                        for (int r = 0; r < rows; r++) {
-                            memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
-                            pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, b, accum);
-                            CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
-                                      "%s row %d alone differs from the batch", pdl_dtype_name(dt), r);
-                        }
+                        check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                     }
                     /* and the documented order is a dot product: float64 sums
                      * of the same (rounded) operands within 1e-5 relative */
@@ -151,8 +160,7 @@ static void test_panels_follow_the_documented_order(void) {
                     CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in,
                               worst);
                     checked++;
-                    free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv),
-                        free(one);
+                    free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv);
                 }
     fprintf(stderr, "  %d cases\n", checked);
     pdl_matmul_set_bf16_activations(false);
@@ -272,10 +280,10 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                 size_t ny = (size_t)rows * out;
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
                 float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *ys = malloc(ny * sizeof *ys);
-                float *yv = malloc(ny * sizeof *yv), *one = malloc((size_t)out * sizeof *one);
+                float *yv = malloc(ny * sizeof *yv);
                 int8_t *xq = malloc((size_t)rows * in);
                 float *xd = malloc((size_t)rows * nb * sizeof *xd);
-                REQUIRE(x && bias && y0 && want && ys && yv && one && xq && xd);
+                REQUIRE(x && bias && y0 && want && ys && yv && xq && xd);
                 for (int i = 0; i < rows * in; i++) x[i] = frand();
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (size_t i = 0; i < ny; i++) y0[i] = frand();
@@ -299,12 +307,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
                               "avx512-vnni %s %dx%dx%d variant %d: differs from the documented order",
                               pdl_dtype_name(dt), rows, out, in, variant);
-                    for (int r = 0; r < rows; r++) {
-                        memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
-                        pdl_matmul(pool, one, out, x + (size_t)r * in, 1, &t, b, accum);
-                        CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
-                                  "%s row %d alone differs from the batch", pdl_dtype_name(dt), r);
-                    }
+                    check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                 }
                 /* float64 sums of the dequantized weights and activations */
                 double worst = 0;
@@ -323,7 +326,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                     }
                 CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in, worst);
                 checked++;
-                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv), free(one);
+                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv);
                 free(xq), free(xd);
             }
     fprintf(stderr, "  %d cases\n", checked);

@@ -108,6 +108,14 @@ static void bw_worker(void *p, int ith, int nth) {
     t->sink[ith % 64] = s;
 }
 
+/* Seconds for every thread of pool to run peak loop `kind` once. */
+static double time_peak(pdl_threadpool *pool, int kind) {
+    peak_task pt = {.kind = kind};
+    double t0 = now_s();
+    pdl_threadpool_run(pool, peak_worker, &pt);
+    return now_s() - t0;
+}
+
 int bench_roofline_measure(int n_threads, bench_roofline *out) {
     memset(out, 0, sizeof *out);
     pdl_threadpool *pool = pdl_threadpool_new(n_threads);
@@ -115,25 +123,11 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
     int nth = pdl_threadpool_size(pool);
     const pdl_cpu_features *f = pdl_cpu_features_get();
     int lanes = f->avx512f ? 16 : f->avx2 ? 8 : 0;
-    peak_task pt = {.kind = 0};
-    double t0 = now_s();
-    pdl_threadpool_run(pool, peak_worker, &pt);
-    double dt = now_s() - t0;
-    if (lanes) out->f32_gflops = 2.0 * lanes * 12.0 * ITERS * nth / dt / 1e9;
-    if (f->avx512bf16) {
-        pt.kind = 1;
-        t0 = now_s();
-        pdl_threadpool_run(pool, peak_worker, &pt);
-        dt = now_s() - t0;
-        out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / dt / 1e9; /* 2 products + 2 adds per lane */
-    }
-    if (f->avx512vnni) {
-        pt.kind = 2;
-        t0 = now_s();
-        pdl_threadpool_run(pool, peak_worker, &pt);
-        dt = now_s() - t0;
-        out->int8_gops = 8.0 * 16 * 12.0 * ITERS * nth / dt / 1e9; /* 4 products + 4 adds per lane */
-    }
+    if (lanes) out->f32_gflops = 2.0 * lanes * 12.0 * ITERS * nth / time_peak(pool, 0) / 1e9;
+    if (f->avx512bf16) /* 2 products + 2 adds per lane */
+        out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 1) / 1e9;
+    if (f->avx512vnni) /* 4 products + 4 adds per lane */
+        out->int8_gops = 8.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;
     float *buf = malloc(n * sizeof *buf);
@@ -141,9 +135,9 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
         for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         bw_task bt = {.buf = buf, .n = n};
         for (int rep = 0; rep < 3; rep++) {
-            t0 = now_s();
+            double t0 = now_s();
             pdl_threadpool_run(pool, bw_worker, &bt);
-            dt = now_s() - t0;
+            double dt = now_s() - t0;
             double gbs = (double)n * sizeof(float) / dt / 1e9;
             if (gbs > out->read_gbs) out->read_gbs = gbs;
         }

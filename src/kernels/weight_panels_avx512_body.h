@@ -22,6 +22,17 @@
 #define PANEL_R PDL_PANEL_TILE_ROWS
 #define PANEL_G PDL_PANEL_TILE_PANELS
 
+/* y[0..15] (the first last_cols of them in a tile's last panel, else all)
+ * = acc (+ bias) (+ what y held when accumulating): the portable tile's
+ * sequence. */
+static inline __attribute__((always_inline)) void panel_store(float *y, __m512 acc, const float *bias,
+                                                              bool accumulate, bool last, int last_cols) {
+    __mmask16 m = last ? (__mmask16)((1u << last_cols) - 1) : (__mmask16)0xFFFF;
+    if (bias) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, bias));
+    if (accumulate) acc = _mm512_add_ps(_mm512_maskz_loadu_ps(m, y), acc);
+    _mm512_mask_storeu_ps(y, m, acc);
+}
+
 static inline __attribute__((always_inline)) void panel_body(const int mode, const void *xv, int64_t ldx, const int nr,
                                                              const uint8_t *panel, size_t pb, const int ng,
                                                              int64_t steps, int last_cols, float *y, int64_t ldy,
@@ -69,14 +80,9 @@ static inline __attribute__((always_inline)) void panel_body(const int mode, con
     }
     (void)xp, (void)high;
     for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++) {
-            __mmask16 m = g == ng - 1 ? (__mmask16)((1u << last_cols) - 1) : (__mmask16)0xFFFF;
-            float *yo = y + r * ldy + g * 16;
-            __m512 v = acc[r][g];
-            if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + g * 16));
-            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, yo), v);
-            _mm512_mask_storeu_ps(yo, m, v);
-        }
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
 }
 
 /* NAME(x, ...) as a pdl_panel_fn for one mode, with the accumulators in

@@ -17,6 +17,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/weight_panels_avx512_body.h" /* panel_store */
+
 #define R PDL_QPANEL_TILE_ROWS
 #define G PDL_PANEL_TILE_PANELS
 
@@ -71,14 +73,9 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
         }
     }
     for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++) {
-            __mmask16 m = g == ng - 1 ? (__mmask16)((1u << last_cols) - 1) : (__mmask16)0xFFFF;
-            float *yo = y + r * ldy + g * 16;
-            __m512 v = acc[r][g];
-            if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + g * 16));
-            if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(m, yo), v);
-            _mm512_mask_storeu_ps(yo, m, v);
-        }
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
 }
 
 #define DEFINE_QPANEL_TILE(NAME, Q4)                                                                             \
