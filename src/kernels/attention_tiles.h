@@ -83,10 +83,12 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
 }
 #undef AT_SCORE
 
-/* Walks the slots of consecutive positions without a division per key. */
+/* Walks the slots of consecutive positions without a division per key; a
+ * block's table entry is read when its first position is used (the walk
+ * steps one past the last key, whose block may not exist). */
 typedef struct at_walk {
     const pdl_attn_kv *kv;
-    int pos, off;
+    int pos, off, fresh;
     int64_t slot;
 } at_walk;
 
@@ -94,16 +96,23 @@ static inline void at_walk_start(at_walk *w, const pdl_attn_kv *kv, int pos) {
     w->kv = kv;
     w->pos = pos;
     w->off = pos % kv->block_size;
-    w->slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + w->off;
+    w->fresh = 1;
+}
+
+static inline int64_t at_walk_slot(at_walk *w) {
+    if (w->fresh) {
+        w->slot = (int64_t)w->kv->block_table[w->pos / w->kv->block_size] * w->kv->block_size + w->off;
+        w->fresh = 0;
+    }
+    return w->slot;
 }
 
 static inline void at_walk_next(at_walk *w) {
     w->pos++;
+    w->slot++;
     if (++w->off == w->kv->block_size) {
         w->off = 0;
-        w->slot = (int64_t)w->kv->block_table[w->pos / w->kv->block_size] * w->kv->block_size;
-    } else {
-        w->slot++;
+        w->fresh = 1;
     }
 }
 
@@ -132,7 +141,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         if (a[r] > j1) continue;
         at_walk_start(&w, kv, a[r]);
         for (int j = a[r]; j <= j1; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)w.slot * row;
+            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
             at_v pb = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
         }
@@ -141,7 +150,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     if (common) {
         at_walk_start(&w, kv, F);
         for (int j = F; j <= L; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)w.slot * row;
+            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
             at_v pb[3];
             for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) {
@@ -155,7 +164,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         if (L + 1 > b[r]) continue;
         at_walk_start(&w, kv, L + 1);
         for (int j = L + 1; j <= b[r]; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)w.slot * row;
+            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
             at_v pb = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
         }
