@@ -10,10 +10,16 @@
 #include "kernels/fp16.h"
 
 void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-    /* Sum of squares in double: exact enough to match float64 references and
-     * independent of vector width. */
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    /* Sum of squares in double: exact enough to match float64 references.
+     * Eight partial sums (lane l adds elements l, l + 8, ...) in a fixed
+     * tree, which the compiler vectorises: a single running sum waits for
+     * each add. */
+    double lane[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += (double)x[i + l] * (double)x[i + l];
+    for (int l = 0; i + l < n; l++) lane[l] += (double)x[i + l] * (double)x[i + l];
+    double ss = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
     float scale = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
