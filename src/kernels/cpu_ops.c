@@ -7,6 +7,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/cpu_features.h"
+#include "kernels/fast_exp.h"
 #include "kernels/fp16.h"
 
 void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -66,11 +68,18 @@ void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) 
     pdl_rope_apply(x, rope_dim, cs, neox);
 }
 
-void pdl_silu_mul(float *gate, const float *up, int n) {
+void pdl_silu_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
+        float e = pdl_exp_nonpos(-fabsf(g));
+        float num = g < 0.0f ? g * e : g;
+        gate[i] = num / (1.0f + e) * up[i];
     }
+}
+
+void pdl_silu_mul(float *gate, const float *up, int n) {
+    if (pdl_isa_active() == PDL_ISA_AVX512) pdl_silu_mul_avx512(gate, up, n);
+    else pdl_silu_mul_portable(gate, up, n);
 }
 
 void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {

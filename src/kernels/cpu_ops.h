@@ -32,8 +32,14 @@ void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox);
 void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq);
 void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox);
 
-/* gate[i] = silu(gate[i]) * up[i]. */
+/* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with e^-|g|
+ * from pdl_exp_nonpos (fast_exp.h: no libm call, the same bits on every
+ * build): g / (1 + e) for g >= 0, g e / (1 + e) below. The portable and
+ * AVX-512 builds (cpu_ops_avx512.c) give the same bits; pdl_silu_mul
+ * picks the process's. */
 void pdl_silu_mul(float *gate, const float *up, int n);
+void pdl_silu_mul_portable(float *gate, const float *up, int n);
+void pdl_silu_mul_avx512(float *gate, const float *up, int n);
 
 /* gate[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
  * (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh). */

@@ -1,0 +1,51 @@
+/*
+ * cpu_ops_avx512.c - AVX-512 builds of cpu_ops.c's element-wise operations
+ * (the SiLU gate), 16 lanes with the same float operations in the same
+ * order as the portable code, so the same bits. Compiled with AVX-512
+ * flags (see CMakeLists.txt); called only when the CPU has them.
+ */
+#include "kernels/cpu_ops.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* pdl_exp_nonpos (fast_exp.h) on 16 lanes: the same operations, each
+ * rounded once (no contraction into FMA). */
+static inline __m512 exp_nonpos16(__m512 z) {
+    __m512i u = _mm512_castps_si512(z);
+    __mmask16 under = _mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32((int)0xc2ae0000u)) |
+                      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                              _mm512_set1_epi32(0x7f800000));
+    __m512 zc = _mm512_castsi512_ps(_mm512_mask_mov_epi32(u, under, _mm512_set1_epi32((int)0xc2ae0000u)));
+    __m512 shifter = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(zc, _mm512_set1_ps(1.44269504088896341f)), shifter), shifter);
+    __m512 r = _mm512_sub_ps(_mm512_sub_ps(zc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
+                             _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512 out = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return _mm512_maskz_mov_ps((__mmask16)~under, out);
+}
+
+void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    int i = 0;
+    for (; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        __m512 e = exp_nonpos16(_mm512_sub_ps(zero, _mm512_abs_ps(g)));
+        __mmask16 neg = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
+        __m512 num = _mm512_mask_mul_ps(g, neg, g, e);
+        __m512 v = _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, up + i));
+        _mm512_mask_storeu_ps(gate + i, m, v);
+    }
+}
+#else
+void pdl_silu_mul_avx512(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
+#endif
