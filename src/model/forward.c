@@ -30,7 +30,7 @@ static int grow(float **buf, size_t n) {
 }
 
 /* Queries per attention call for keys spanning `span` positions: up to 16
- * (a tile of keys is widened once for all of them; measured: 32 is no
+ * (each group of keys is loaded once for all of them; measured: 32 is no
  * faster, 64 much slower as their scores leave L2), fewer when their scores
  * (queries x span floats per worker) would pass 4 MiB. */
 static int attn_max_queries(int span) {
