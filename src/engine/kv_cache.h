@@ -45,4 +45,7 @@ static inline void *pdl_kv_v_row(const pdl_kv_cache *kv, int layer, int64_t slot
     return (char *)kv->v + (((size_t)layer * n_slots + (size_t)slot) * (size_t)kv->kv_dim) * kv->elem_bytes;
 }
 
+/* Address of `layer`'s V pool. */
+static inline void *pdl_kv_v_pool(const pdl_kv_cache *kv, int layer) { return pdl_kv_v_row(kv, layer, 0); }
+
 #endif

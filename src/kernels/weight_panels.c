@@ -305,71 +305,73 @@ static void act_worker(void *p, int ith, int nth) {
     }
 }
 
+/* The tile for a dtype on this process's instruction set: the AVX-512
+ * one where the CPU has it, else the portable one (the same bits). dp:
+ * BF16 weights with BF16 activations. */
+static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn) {
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
+    *fn = NULL, *qfn = NULL;
+    if (quantized(dt)) {
+        bool q8 = dt == PDL_DTYPE_Q8_0;
+        if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
+        if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;
+        return;
+    }
+    if (avx512) *fn = dp ? (f->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
+    if (!*fn)
+        *fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
+}
+
 void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                        const pdl_tensor *w, const float *bias, bool accumulate) {
     if (n_rows == 0) return;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], out = w->shape[0], steps = pdl_panel_steps(dt, in);
     bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations();
-    bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
-    pdl_panel_fn fn = NULL;
-    if (avx512) fn = dp ? (pdl_cpu_features_get()->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
-    if (!fn)
-        fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
-
     panel_task t = {
-        .fn = fn, .tile_rows = PDL_PANEL_TILE_ROWS, .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows,
-        .xsize = sizeof(float),
+        .tile_rows = quantized(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
+        .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
         .panels = w->panels, .panel_bytes = pdl_panel_bytes(dt, in),
         .n_panels = (out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS, .steps = steps,
         .last_cols = (int)(out - (out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
         .y = y, .ldy = ldy, .bias = bias, .accumulate = accumulate,
     };
-    if (quantized(dt)) {
-        t.fn = NULL;
-        t.tile_rows = PDL_QPANEL_TILE_ROWS;
-        bool q8 = dt == PDL_DTYPE_Q8_0;
-        t.qfn = avx512 && pdl_cpu_features_get()->avx512vnni ? (q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni)
-                                                             : NULL;
-        if (!t.qfn) t.qfn = q8 ? portable_q8_0 : portable_q4_0;
-        /* quantized once per matmul into per-thread buffers kept between
-         * calls: values, then scales and block sums */
-        static _Thread_local void *qbuf;
-        static _Thread_local size_t qcap;
-        size_t nbt = (size_t)n_rows * (size_t)(in / 32);
-        size_t need = (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
-        if (need > qcap) {
-            void *nb = realloc(qbuf, need);
-            if (!nb) return; /* out of memory: y is left as it was */
-            qbuf = nb;
-            qcap = need;
-        }
-        act_task a = {.x = x, .in = in, .n_rows = n_rows};
-        a.d = qbuf;
-        a.s = (int32_t *)(void *)(a.d + nbt);
-        a.q = (int8_t *)(void *)(a.s + nbt);
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
-        t.xq = a.q, t.xd = a.d, t.xs = a.s;
-        t.xsize = 1;
-    } else if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
-        /* one buffer per calling thread, kept between calls (no allocation
-         * per token) */
+    pick_tile(dt, dp, &t.fn, &t.qfn);
+    /* activations prepared once per matmul (Q8_0 values, scales and block
+     * sums; BF16 pairs; or F32 rows padded to an even length) into one
+     * buffer per calling thread, kept between calls (no allocation per
+     * token) */
+    act_task a = {.x = x, .in = in, .n_rows = n_rows};
+    size_t need = 0, nbt = (size_t)n_rows * (size_t)(in / 32);
+    if (quantized(dt)) need = (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
+    else if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
+        a.ld = dp ? steps : 2 * steps;
+        need = (size_t)n_rows * (size_t)a.ld * (dp ? sizeof(uint32_t) : sizeof(float));
+    }
+    if (need) {
         static _Thread_local void *abuf;
         static _Thread_local size_t acap;
-        act_task a = {.x = x, .in = in, .n_rows = n_rows, .ld = dp ? steps : 2 * steps};
-        size_t need = (size_t)n_rows * (size_t)a.ld * (dp ? sizeof(uint32_t) : sizeof(float));
         if (need > acap) {
             void *nb = realloc(abuf, need);
             if (!nb) return; /* out of memory: y is left as it was */
             abuf = nb;
             acap = need;
         }
-        if (dp) a.pairs = abuf;
-        else a.padded = abuf;
+        if (quantized(dt)) {
+            a.d = abuf;
+            a.s = (int32_t *)(void *)(a.d + nbt);
+            a.q = (int8_t *)(void *)(a.s + nbt);
+            t.xq = a.q, t.xd = a.d, t.xs = a.s;
+            t.xsize = 1;
+        } else {
+            if (dp) a.pairs = abuf;
+            else a.padded = abuf;
+            t.x = abuf;
+            t.ldx = a.ld;
+            t.xsize = dp ? sizeof(uint32_t) : sizeof(float);
+        }
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
-        t.x = abuf;
-        t.ldx = a.ld;
-        t.xsize = dp ? sizeof(uint32_t) : sizeof(float);
     }
     /* activation rows per block: about 512 KiB of them (half an L2) */
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;

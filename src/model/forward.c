@@ -201,7 +201,7 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_row(t->kv, t->layer, 0),
+        pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer),
                             t->kv->dtype == PDL_KV_F16, kv_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
@@ -221,7 +221,7 @@ static void attention_rows(void *p, int ith, int nth) {
     float *scratch = m->scratch.scores + (size_t)ith * m->scratch.scores_cap;
     pdl_attn_kv akv = {
         .k = pdl_kv_k_pool(t->kv, t->layer),
-        .v = pdl_kv_v_row(t->kv, t->layer, 0),
+        .v = pdl_kv_v_pool(t->kv, t->layer),
         .kv_is_f16 = t->kv->dtype == PDL_KV_F16,
         .kv_dim = t->kv->kv_dim,
         .block_size = t->kv->block_size,
