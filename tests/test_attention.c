@@ -54,15 +54,15 @@ static void check_head_dim(int hd, int BSZ) {
         for (int i = 0; i < NQ * hd; i++) q[i] = frand();
         int windows[] = {0, 37};
         float caps[] = {0.0f, 0.7f};
-        int counts[] = {1, 2, 5, 16, 40};
+        int counts[] = {1, 2, 3, 5, 16, 40}; /* every value tile height, 1 to 6 queries */
         for (int wi = 0; wi < 2; wi++)
             for (int ci = 0; ci < 2; ci++)
-                for (int k = 0; k < 5; k++) {
+                for (int k = 0; k < 6; k++) {
                     int nq = counts[k], pos[NQ];
                     float *outs[NQ];
                     const float *qs[NQ];
                     for (int i = 0; i < nq; i++) { /* consecutive rows, two heads each, as a prefill chunk */
-                        pos[i] = 100 + i / 2 + (k == 4 ? 0 : 3 * k) - (k == 0 ? 100 : 0);
+                        pos[i] = 100 + i / 2 + (k == 5 ? 0 : 3 * k) - (k == 0 ? 100 : 0);
                         outs[i] = got + (size_t)i * hd;
                         qs[i] = q + (size_t)i * hd;
                     }

@@ -1,8 +1,9 @@
 /*
  * attention_avx2.c - attention with AVX2, FMA and F16C: the register tiles
  * of attention_tiles.h at 8 lanes (6 queries x 2 groups of 8 keys per
- * score tile, 12 value accumulators), the portable body (attention_impl.h)
- * built here for the shapes they do not take, and the F16 cache write.
+ * score tile; 3 queries x 4 vectors per value tile), the portable body
+ * (attention_impl.h) built here for the shapes they do not take, and the
+ * F16 cache write.
  * Same bits as every build.
  */
 #include "kernels/attention.h"
@@ -20,6 +21,7 @@ typedef __m256 at_v;
 #define AT_SR 6
 #define AT_SG 2
 #define AT_SG1 4
+#define AT_VR 3
 #define AT_VACC 12
 #define AT_FN pdl_attention_queries_avx2
 #define AT_GENERIC attention_queries_avx2_generic

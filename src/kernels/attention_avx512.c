@@ -1,7 +1,8 @@
 /*
  * attention_avx512.c - attention with AVX-512: the register tiles of
- * attention_tiles.h at 16 lanes (8 queries x 2 groups of 16 keys per score
- * tile, 24 value accumulators), and the portable body (attention_impl.h)
+ * attention_tiles.h at 16 lanes (8 queries x 3 groups of 16 keys per score
+ * tile; 6 queries x 4 vectors of dimensions per value tile), and the
+ * portable body (attention_impl.h)
  * built here for the shapes they do not take. Same bits as every build.
  */
 #include "kernels/attention.h"
@@ -17,8 +18,9 @@
 typedef __m512 at_v;
 #define AT_W 16
 #define AT_SR 8
-#define AT_SG 2
+#define AT_SG 3
 #define AT_SG1 4
+#define AT_VR 6
 #define AT_VACC 24
 #define AT_FN pdl_attention_queries_avx512
 #define AT_GENERIC attention_queries_avx512_generic

@@ -9,13 +9,14 @@
  * accumulator per query and group; each step multiplies one broadcast
  * query element by the same dimension of AT_W keys, which K's block layout
  * stores side by side (F16 widened as it is loaded). No horizontal sums,
- * and each key vector serves every query of the tile. Values: up to 3
+ * and each key vector serves every query of the tile. Values: up to AT_VR
  * queries share each loaded V row over the keys they have in common (each
  * query still adds its keys in order), a chunk of dimensions at a time so
  * the accumulators stay in registers.
  *
- * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG,
- * AT_SG1, AT_VACC (accumulators a value tile may hold), AT_FN (the
+ * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG
+ * (up to 3), AT_SG1, AT_VR (queries per value tile: 3 or 6), AT_VACC
+ * (accumulators a value tile may hold), AT_FN (the
  * function's name), AT_GENERIC (the portable body for the shapes the tiles
  * do not take), and the operations at_zero, at_set1, at_fmadd (a * b + c),
  * at_mul, at_loadu, at_storeu, at_max, at_hmax and at_load_kv (AT_W values
@@ -60,6 +61,19 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
         default: AT_SCORE(1, 1); return;
         }
     }
+#if AT_SG >= 3
+    if (ng == 3) {
+        switch (nr) {
+        case 8: AT_SCORE(8, 3); return;
+        case 7: AT_SCORE(7, 3); return;
+        case 6: AT_SCORE(6, 3); return;
+        case 5: AT_SCORE(5, 3); return;
+        case 4: AT_SCORE(4, 3); return;
+        case 3: AT_SCORE(3, 3); return;
+        default: AT_SCORE(2, 3); return;
+        }
+    }
+#endif
     if (ng == 2) {
         switch (nr) {
         case 8: AT_SCORE(8, 2); return;
@@ -125,7 +139,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
                                                                 int f16) {
     size_t esize = f16 ? 2 : 4, row = (size_t)kv->kv_dim * esize;
     const uint8_t *vpool = (const uint8_t *)kv->v + (e0 + (size_t)d0) * esize;
-    at_v acc[3][16];
+    at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
     int F = a[0], L = b[0];
@@ -151,7 +165,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         at_walk_start(&w, kv, F);
         for (int j = F; j <= L; j++, at_walk_next(&w)) {
             const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
-            at_v pb[3];
+            at_v pb[AT_VR];
             for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) {
                 at_v vv = at_load_kv(v + AT_W * c * esize, f16);
@@ -185,6 +199,11 @@ static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const f
     case 2: AT_VALUE(NR, 2); return;                                                                               \
     default: AT_VALUE(NR, 1); return;                                                                              \
     }
+#if AT_VR >= 6
+    if (nr == 6) AT_VALUE_NC(6)
+    if (nr == 5) AT_VALUE_NC(5)
+    if (nr == 4) AT_VALUE_NC(4)
+#endif
     if (nr == 3) AT_VALUE_NC(3)
     if (nr == 2) AT_VALUE_NC(2)
     AT_VALUE_NC(1)
@@ -239,8 +258,8 @@ static void at_queries(float *const *out, const float *const *q, const int *pos,
         attn_softmax(sc, n, mx);
         p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
     }
-    int vr = 3;           /* queries per value tile */
-    int nc = AT_VACC / 3; /* vectors per chunk of dimensions: a power of two dividing nv */
+    int vr = AT_VR;           /* queries per value tile */
+    int nc = AT_VACC / AT_VR; /* vectors per chunk of dimensions: a power of two dividing nv */
     nc = nc >= 16 ? 16 : nc >= 8 ? 8 : nc >= 4 ? 4 : nc >= 2 ? 2 : 1;
     while (nv % nc) nc /= 2;
     for (int i0 = 0; i0 < n_q; i0 += vr) {
