@@ -29,6 +29,16 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 /* A random (out, in) matrix of dtype; *vals gets its values as floats. */
+/* w's panels in a heap buffer of exactly pdl_panels_size bytes (so the
+ * sanitizers see a read past them), freed with free(). */
+static void *panels_of(pdl_threadpool *pool, pdl_tensor *t) {
+    void *buf = aligned_alloc(64, pdl_panels_size(t));
+    REQUIRE(buf);
+    pdl_panels_fill(pool, t, buf);
+    REQUIRE(t->panels == buf);
+    return buf;
+}
+
 static void *make_matrix(pdl_dtype dt, int out, int in, float **vals) {
     size_t n = (size_t)out * in, es = dt == PDL_DTYPE_F32 ? 4 : 2;
     uint8_t *w = malloc(n * es);
@@ -110,8 +120,7 @@ static void test_panels_follow_the_documented_order(void) {
                     float *wv;
                     void *w = make_matrix(dt, out, in, &wv);
                     pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
-                    void *buf = NULL;
-                    REQUIRE(pdl_panels_make(pool, &t, &buf) == 0 && t.panels == buf);
+                    void *buf = panels_of(pool, &t);
                     float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
                     float *y0 = malloc((size_t)rows * out * sizeof *y0), *want = malloc((size_t)rows * out * sizeof *want);
                     float *ys = malloc((size_t)rows * out * sizeof *ys), *yv = malloc((size_t)rows * out * sizeof *yv);
@@ -181,8 +190,7 @@ static void test_panel_layout(void) {
         float *wv;
         void *w = make_matrix(types[ti], out, in, &wv);
         pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
-        void *buf = NULL;
-        REQUIRE(pdl_panels_make(pool, &t, &buf) == 0);
+        void *buf = panels_of(pool, &t);
         CHECK_EQ_INT((int)pdl_panel_steps(types[ti], in), types[ti] == PDL_DTYPE_BF16 ? 3 : 5);
         size_t pb = pdl_panel_bytes(types[ti], in);
         int bad = 0;
@@ -275,8 +283,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                 float *wv;
                 uint8_t *w = make_qmatrix(dt, out, in, &wv);
                 pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = NULL;
-                REQUIRE(pdl_panels_make(pool, &t, &buf) == 0 && t.panels == buf);
+                void *buf = panels_of(pool, &t);
                 size_t ny = (size_t)rows * out;
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
                 float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *ys = malloc(ny * sizeof *ys);

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/threadpool.h"
+#include "util/huge_alloc.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -130,7 +131,7 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
         out->int8_gops = 8.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;
-    float *buf = malloc(n * sizeof *buf);
+    float *buf = pdl_huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */
     if (buf) {
         for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         bw_task bt = {.buf = buf, .n = n};
@@ -141,7 +142,7 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
             double gbs = (double)n * sizeof(float) / dt / 1e9;
             if (gbs > out->read_gbs) out->read_gbs = gbs;
         }
-        free(buf);
+        pdl_huge_free(buf);
     }
     pdl_threadpool_free(pool);
     return 0;

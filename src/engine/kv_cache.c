@@ -1,5 +1,8 @@
 /*
  * kv_cache.c - allocation of the block pool and of single blocks.
+ *
+ * The K and V pools are huge-page buffers (util/huge_alloc.h): attention
+ * reads them in long runs, and their pages are only backed once used.
  */
 #include "engine/kv_cache.h"
 
@@ -8,6 +11,7 @@
 
 #include "model/model.h"
 #include "util/error.h"
+#include "util/huge_alloc.h"
 
 int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dtype,
                         int block_size, int n_blocks, pdl_error *err) {
@@ -27,8 +31,8 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
     kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : 4;
     size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * (size_t)block_size * (size_t)kv->kv_dim *
                    kv->elem_bytes;
-    kv->k = calloc(1, bytes ? bytes : 1);
-    kv->v = calloc(1, bytes ? bytes : 1);
+    kv->k = pdl_huge_alloc(bytes);
+    kv->v = pdl_huge_alloc(bytes);
     kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
     kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
     if (!kv->k || !kv->v || !kv->free_list || !kv->refs) {
@@ -45,8 +49,8 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
 
 void pdl_kv_cache_free(pdl_kv_cache *kv) {
     if (!kv) return;
-    free(kv->k);
-    free(kv->v);
+    pdl_huge_free(kv->k);
+    pdl_huge_free(kv->v);
     free(kv->free_list);
     free(kv->refs);
     free(kv);

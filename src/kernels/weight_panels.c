@@ -97,16 +97,16 @@ static void pack_worker(void *p, int ith, int nth) {
     }
 }
 
-int pdl_panels_make(pdl_threadpool *pool, pdl_tensor *w, void **buf) {
+size_t pdl_panels_size(const pdl_tensor *w) {
     int64_t n_panels = (w->shape[0] + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
-    size_t bytes = (size_t)n_panels * pdl_panel_bytes(w->dtype, w->shape[1]);
-    uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!dst) return -1;
+    return ((size_t)n_panels * pdl_panel_bytes(w->dtype, w->shape[1]) + 63) / 64 * 64;
+}
+
+void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst) {
+    int64_t n_panels = (w->shape[0] + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
     pack_task t = {.w = w, .dst = dst, .n_panels = n_panels};
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)bytes, 1 << 20), pack_worker, &t);
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)pdl_panels_size(w), 1 << 20), pack_worker, &t);
     w->panels = dst;
-    *buf = dst;
-    return 0;
 }
 
 /* ---- portable tiles (the reference) ------------------------------------- */

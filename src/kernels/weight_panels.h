@@ -61,10 +61,13 @@ bool pdl_panels_wanted(const pdl_tensor *w);
 int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in);
 size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in);
 
-/* Copies w into a new 64-byte aligned buffer of panels (threads of pool
- * share the panels) and points w->panels at it; the caller frees *buf with
- * free(). Returns -1 when out of memory (w unchanged). */
-int pdl_panels_make(pdl_threadpool *pool, pdl_tensor *w, void **buf);
+/* Bytes of w's panels, a multiple of 64 (so the panels of several
+ * matrices can follow one another in one buffer). */
+size_t pdl_panels_size(const pdl_tensor *w);
+
+/* Copies w into panels at dst (64-byte aligned, pdl_panels_size(w) bytes;
+ * the threads of pool share the work) and points w->panels at it. */
+void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul. */
 void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,

@@ -20,6 +20,7 @@
 #include "kernels/weight_panels.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "util/huge_alloc.h"
 
 const char *pdl_arch_name(pdl_arch a) {
     switch (a) {
@@ -452,27 +453,38 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
 
 /* The matrices the forward pass multiplies by, copied into panels where
  * this machine's kernels read them (kernels/weight_panels.h): once, here,
- * with the model's threads. */
+ * with the model's threads, all into one buffer that the kernel may back
+ * with huge pages (util/huge_alloc.h). */
 static int make_panels(pdl_model *m, pdl_error *err) {
     pdl_model_weights *w = &m->w;
-    for (int l = -1; l < m->cfg.n_layers; l++) {
-        pdl_layer_weights *lw = l >= 0 ? &w->layers[l] : NULL;
-        pdl_tensor *mats[] = {lw ? &lw->wq : &w->output, lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
-                              lw ? &lw->wo : NULL, lw ? &lw->w_gate : NULL, lw ? &lw->w_up : NULL,
-                              lw ? &lw->w_down : NULL};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            if (!mats[i] || !pdl_panels_wanted(mats[i])) continue;
-            void *buf = NULL;
-            if (pdl_panels_make(m->pool, mats[i], &buf) != 0 || own(m, buf) != 0) {
-                free(buf);
-                mats[i]->panels = NULL;
-                return pdl_fail(err, "out of memory copying '%s' into weight panels", mats[i]->name);
+    size_t total = 0;
+    uint8_t *at = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
+        if (pass == 1) {
+            if (total == 0) return 0;
+            if (!(m->panels = pdl_huge_alloc(total)))
+                return pdl_fail(err, "out of memory copying %zu bytes of weights into panels", total);
+            at = m->panels;
+        }
+        for (int l = -1; l < m->cfg.n_layers; l++) {
+            pdl_layer_weights *lw = l >= 0 ? &w->layers[l] : NULL;
+            pdl_tensor *mats[] = {lw ? &lw->wq : &w->output, lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
+                                  lw ? &lw->wo : NULL, lw ? &lw->w_gate : NULL, lw ? &lw->w_up : NULL,
+                                  lw ? &lw->w_down : NULL};
+            for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+                if (!mats[i] || !pdl_panels_wanted(mats[i])) continue;
+                if (pass == 0) {
+                    total += pdl_panels_size(mats[i]);
+                    continue;
+                }
+                pdl_panels_fill(m->pool, mats[i], at);
+                at += pdl_panels_size(mats[i]);
+                /* the mapped original is not read again (a tied
+                 * embedding's few looked-up rows come back from the page
+                 * cache): its pages leave the resident set */
+                if (m->gguf) gguf_release(m->gguf, mats[i]->data, mats[i]->nbytes);
+                if (m->st) st_release(m->st, mats[i]->data, mats[i]->nbytes);
             }
-            /* the mapped original is not read again (a tied embedding's
-             * few looked-up rows come back from the page cache): its pages
-             * leave the resident set */
-            if (m->gguf) gguf_release(m->gguf, mats[i]->data, mats[i]->nbytes);
-            if (m->st) st_release(m->st, mats[i]->data, mats[i]->nbytes);
         }
     }
     return 0;
@@ -530,6 +542,7 @@ void pdl_model_free(pdl_model *m) {
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    pdl_huge_free(m->panels);
     if (m->tok) tok_free(m->tok);
     if (m->gguf) gguf_close(m->gguf);
     if (m->st) st_close(m->st);
