@@ -17,6 +17,7 @@
  * that it would fail. On each instruction set the thread
  * count does not change a byte.
  */
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "model/model.h"
 #include "pagedlm.h"
 #include "support/gguf_writer.h"
 #include "test_util.h"
@@ -196,8 +198,35 @@ static void test_k_quant_model_on_every_isa(void) {
     free(f), free(qp), free(fp), free(bp);
 }
 
+/* The loader copies matrices without panels byte for byte into its
+ * huge-page buffer (model_load.c): the copy gives the mapped file's logits
+ * exactly (a copy one byte off, or of the wrong length, would not), and
+ * PAGEDLM_WEIGHT_PANELS=0 leaves the matrices in the mapping. */
+static void test_copied_matrices_give_the_mapped_files_logits(void) {
+    pdl_fp16_init();
+    char *qp, *fp, *bp;
+    write_twins(&qp, &fp, &bp);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, qp, &o, &err) == 0, "%s", err.message);
+    const uint8_t *wq = m->w.layers[NL - 1].w_down.data, *buf = m->matrices;
+    CHECK_MSG(buf && wq > buf && ((uintptr_t)wq % 64) == 0, "the last matrix is not in the model's copy");
+    pdl_model_free(m);
+    float *copied = logits_of(qp, 2, "Q4_K,Q6_K");
+    setenv("PAGEDLM_WEIGHT_PANELS", "0", 1);
+    REQUIRE_MSG(pdl_model_load(&m, qp, &o, &err) == 0, "%s", err.message);
+    CHECK(m->matrices == NULL);
+    pdl_model_free(m);
+    float *mapped = logits_of(qp, 2, "Q4_K,Q6_K");
+    unsetenv("PAGEDLM_WEIGHT_PANELS");
+    CHECK(memcmp(copied, mapped, (size_t)T * VOCAB * sizeof *copied) == 0);
+    free(copied), free(mapped), free(qp), free(fp), free(bp);
+}
+
 int main(void) {
     RUN(test_q4_k_m_model_matches_its_f32_twin);
     RUN(test_k_quant_model_on_every_isa);
+    RUN(test_copied_matrices_give_the_mapped_files_logits);
     return test_summary();
 }

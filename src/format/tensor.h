@@ -69,7 +69,7 @@ typedef struct pdl_tensor {
     pdl_dtype dtype;
     int n_dims;
     int64_t shape[PDL_MAX_DIMS];   /* outermost first; shape[n_dims-1] is contiguous */
-    const void *data;              /* into the mapping of `file` */
+    const void *data;              /* into the mapping of `file`, or the model's copy (model_load.c) */
     size_t nbytes;
     const char *file;              /* path of the file holding it (for messages) */
     uint64_t file_offset;          /* absolute offset of data in that file */

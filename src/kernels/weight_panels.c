@@ -29,8 +29,7 @@ bool pdl_panels_wanted(const pdl_tensor *w) {
         break;
     default: return false;
     }
-    const char *e = getenv("PAGEDLM_WEIGHT_PANELS");
-    return !(e && strcmp(e, "0") == 0);
+    return true;
 }
 
 int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) {

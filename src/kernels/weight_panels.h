@@ -51,10 +51,10 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0 or Q4_0 matrix) would be made into
+/* Whether w (a 2-D F32, F16, BF16, Q8_0 or Q4_0 matrix) can be made into
  * panels on this machine: the CPU has the AVX-512 panel kernels in use
- * (for Q8_0 and Q4_0 with AVX512-VNNI), and the environment does not say
- * PAGEDLM_WEIGHT_PANELS=0. */
+ * (for Q8_0 and Q4_0 with AVX512-VNNI). The model loader makes them unless
+ * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */

@@ -190,7 +190,7 @@ struct pdl_model {
 
     void **owned;           /* buffers the model allocated (converted weights) */
     size_t n_owned;
-    void *panels;           /* every matrix's weight panels, one pdl_huge_alloc buffer */
+    void *matrices;         /* the weight matrices' copies (panels or bytes), one pdl_huge_alloc buffer */
 };
 
 /* Loaders: fill cfg and w from one source; the generic checks (shapes,

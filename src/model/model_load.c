@@ -451,20 +451,27 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     return 0;
 }
 
-/* The matrices the forward pass multiplies by, copied into panels where
- * this machine's kernels read them (kernels/weight_panels.h): once, here,
- * with the model's threads, all into one buffer that the kernel may back
- * with huge pages (util/huge_alloc.h). */
-static int make_panels(pdl_model *m, pdl_error *err) {
+/* The matrices the forward pass multiplies by are copied once, here, with
+ * the model's threads, into one buffer that the kernel may back with huge
+ * pages (util/huge_alloc.h; a decode step streams all of them, and 4 KiB
+ * file pages cost a TLB miss every 4 KiB): into panels where this
+ * machine's kernels read them (kernels/weight_panels.h), byte for byte
+ * otherwise. The mapped originals' pages then leave the resident set (a
+ * tied embedding's few looked-up rows come back from the page cache).
+ * PAGEDLM_WEIGHT_PANELS=0 leaves every matrix in the file mapping (shared
+ * with other processes using the file) and the row-major kernels. */
+static int copy_matrices(pdl_model *m, pdl_error *err) {
+    const char *env = getenv("PAGEDLM_WEIGHT_PANELS");
+    if (env && strcmp(env, "0") == 0) return 0;
     pdl_model_weights *w = &m->w;
     size_t total = 0;
     uint8_t *at = NULL;
     for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
         if (pass == 1) {
             if (total == 0) return 0;
-            if (!(m->panels = pdl_huge_alloc(total)))
-                return pdl_fail(err, "out of memory copying %zu bytes of weights into panels", total);
-            at = m->panels;
+            if (!(m->matrices = pdl_huge_alloc(total)))
+                return pdl_fail(err, "out of memory copying %zu bytes of weight matrices", total);
+            at = m->matrices;
         }
         for (int l = -1; l < m->cfg.n_layers; l++) {
             pdl_layer_weights *lw = l >= 0 ? &w->layers[l] : NULL;
@@ -472,18 +479,24 @@ static int make_panels(pdl_model *m, pdl_error *err) {
                                   lw ? &lw->wo : NULL, lw ? &lw->w_gate : NULL, lw ? &lw->w_up : NULL,
                                   lw ? &lw->w_down : NULL};
             for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-                if (!mats[i] || !pdl_panels_wanted(mats[i])) continue;
+                pdl_tensor *t = mats[i];
+                if (!t || !t->data) continue;
+                bool panels = pdl_panels_wanted(t);
+                size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
                 if (pass == 0) {
-                    total += pdl_panels_size(mats[i]);
+                    total += bytes;
                     continue;
                 }
-                pdl_panels_fill(m->pool, mats[i], at);
-                at += pdl_panels_size(mats[i]);
-                /* the mapped original is not read again (a tied
-                 * embedding's few looked-up rows come back from the page
-                 * cache): its pages leave the resident set */
-                if (m->gguf) gguf_release(m->gguf, mats[i]->data, mats[i]->nbytes);
-                if (m->st) st_release(m->st, mats[i]->data, mats[i]->nbytes);
+                const void *mapped = t->data;
+                if (panels) {
+                    pdl_panels_fill(m->pool, t, at);
+                } else {
+                    memcpy(at, mapped, t->nbytes);
+                    t->data = at;
+                }
+                at += bytes;
+                if (m->gguf) gguf_release(m->gguf, mapped, t->nbytes);
+                if (m->st) st_release(m->st, mapped, t->nbytes);
             }
         }
     }
@@ -522,7 +535,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
         m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
         if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");
     }
-    if (rc == 0) rc = make_panels(m, err);
+    if (rc == 0) rc = copy_matrices(m, err);
     if (rc != 0) {
         pdl_model_free(m);
         return -1;
@@ -542,7 +555,7 @@ void pdl_model_free(pdl_model *m) {
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
-    pdl_huge_free(m->panels);
+    pdl_huge_free(m->matrices);
     if (m->tok) tok_free(m->tok);
     if (m->gguf) gguf_close(m->gguf);
     if (m->st) st_close(m->st);
