@@ -341,9 +341,69 @@ static void test_quantized_panels_follow_the_documented_order(void) {
     pdl_threadpool_free(pool);
 }
 
+/* pdl_matmul_shared: matrices of different heights times the same rows
+ * give, each, pdl_matmul's bytes, whatever part of their panels each
+ * thread takes (the concatenated panels split at other places than each
+ * matrix alone), with bias and accumulation; a set it cannot take together
+ * (a matrix without panels) gives the same bytes one matmul at a time. */
+static void test_shared_activations_give_each_matmuls_bytes(void) {
+    pdl_fp16_init();
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    int heights[3] = {37, 16, 70}, rows_list[] = {1, 5, 17};
+    int checked = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        REQUIRE(pool != NULL);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++)
+                for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
+                    pdl_dtype dt = types[ti];
+                    bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0;
+                    int rows = rows_list[ri], in = q ? 64 : 63;
+                    pdl_matmul_set_bf16_activations(ti == 3);
+                    void *w[3], *buf[3];
+                    float *wv[3], *bias[3], *want[3], *got[3];
+                    pdl_tensor t[3];
+                    pdl_matmul_out o[3];
+                    float *x = malloc((size_t)rows * in * sizeof *x);
+                    REQUIRE(x);
+                    for (int i = 0; i < rows * in; i++) x[i] = frand();
+                    for (int m = 0; m < 3; m++) {
+                        int h = heights[m];
+                        w[m] = q ? (void *)make_qmatrix(dt, h, in, &wv[m]) : make_matrix(dt, h, in, &wv[m]);
+                        t[m] = (pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {h, in}, .data = w[m]};
+                        buf[m] = unpaneled && m == 1 ? NULL : panels_of(pool, &t[m]);
+                        bias[m] = malloc((size_t)h * sizeof *bias[m]);
+                        want[m] = malloc((size_t)rows * h * sizeof *want[m]);
+                        got[m] = malloc((size_t)rows * h * sizeof *got[m]);
+                        REQUIRE(bias[m] && want[m] && got[m]);
+                        for (int i = 0; i < h; i++) bias[m][i] = frand();
+                        for (int i = 0; i < rows * h; i++) want[m][i] = got[m][i] = frand();
+                        o[m] = (pdl_matmul_out){.y = got[m], .ldy = h, .w = &t[m], .bias = m == 1 ? NULL : bias[m],
+                                                .accumulate = m == 2};
+                        pdl_matmul(pool, want[m], h, x, rows, &t[m], o[m].bias, o[m].accumulate);
+                    }
+                    pdl_matmul_shared(pool, x, rows, o, 3);
+                    for (int m = 0; m < 3; m++) {
+                        CHECK_MSG(memcmp(got[m], want[m], (size_t)rows * heights[m] * sizeof *got[m]) == 0,
+                                  "%s%s, %d rows, matrix %d, %d threads%s", pdl_dtype_name(dt),
+                                  ti == 3 ? " (BF16 activations)" : "", rows, m, threads,
+                                  unpaneled ? ", one without panels" : "");
+                        checked++;
+                        free(w[m]), free(wv[m]), free(buf[m]), free(bias[m]), free(want[m]), free(got[m]);
+                    }
+                    free(x);
+                }
+        pdl_threadpool_free(pool);
+    }
+    pdl_matmul_set_bf16_activations(false);
+    fprintf(stderr, "  %d products\n", checked);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
+    RUN(test_shared_activations_give_each_matmuls_bytes);
     return test_summary();
 }

@@ -380,6 +380,19 @@ static void prep_worker(void *p, int ith, int nth) {
     }
 }
 
+void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
+    bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
+    for (int i = 0; i < n_outs && together; i++)
+        together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
+                   outs[i].w->shape[1] == outs[0].w->shape[1];
+    if (together) {
+        pdl_panels_matmul_shared(pool, x, n_rows, outs, n_outs);
+        return;
+    }
+    for (int i = 0; i < n_outs; i++)
+        pdl_matmul(pool, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate);
+}
+
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate) {
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};

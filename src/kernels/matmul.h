@@ -35,4 +35,22 @@ void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d,
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate);
 
+/* One product of pdl_matmul_shared, with pdl_matmul's arguments. */
+typedef struct pdl_matmul_out {
+    float *y;
+    int64_t ldy;
+    const pdl_tensor *w;
+    const float *bias;   /* may be NULL */
+    bool accumulate;
+} pdl_matmul_out;
+
+#define PDL_MATMUL_SHARED_MAX 4
+
+/* Up to PDL_MATMUL_SHARED_MAX matrices times the same activations (Q, K
+ * and V; gate and up): each output exactly as pdl_matmul gives it, but
+ * where all the matrices have weight panels of one dtype and width, the
+ * activations are prepared once and one parallel region splits all their
+ * panels over the threads (one wake-up instead of one per matrix). */
+void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
+
 #endif

@@ -218,6 +218,17 @@ static void portable_q4_0(const int8_t *xq, const float *xd, const int32_t *xs, 
 
 /* ---- driver --------------------------------------------------------------- */
 
+/* One matrix of a panel task: its panels and where its outputs go. */
+typedef struct panel_mat {
+    const uint8_t *panels;
+    int64_t n_panels, first; /* first: its first panel in the task's numbering */
+    int last_cols;
+    float *y;
+    int64_t ldy;
+    const float *bias;
+    bool accumulate;
+} panel_mat;
+
 typedef struct panel_task {
     pdl_panel_fn fn;
     pdl_qpanel_fn qfn;     /* Q8_0 / Q4_0 (then fn is NULL) */
@@ -228,15 +239,34 @@ typedef struct panel_task {
     const uint8_t *x;
     int64_t ldx, n_rows, row_block;
     size_t xsize;
-    const uint8_t *panels;
     size_t panel_bytes;
-    int64_t n_panels, steps;
-    int last_cols;
-    float *y;
-    int64_t ldy;
-    const float *bias;
-    bool accumulate;
+    int64_t steps;
+    panel_mat mats[PDL_MATMUL_SHARED_MAX]; /* matrices of the same dtype and width */
+    int n_mats;
+    int64_t n_panels;      /* of all of them */
 } panel_task;
+
+/* The tiles of panels [g0, g1) of one matrix over rows [rb, re). */
+static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, int64_t g1, int64_t rb, int64_t re) {
+    for (int64_t g = g0; g < g1; g += PDL_PANEL_TILE_PANELS) {
+        int ng = (int)(g1 - g < PDL_PANEL_TILE_PANELS ? g1 - g : PDL_PANEL_TILE_PANELS);
+        int last = g + ng == pm->n_panels ? pm->last_cols : PDL_PANEL_COLS;
+        const uint8_t *panels = pm->panels + (size_t)g * t->panel_bytes;
+        float *y = pm->y + g * PDL_PANEL_COLS;
+        const float *bias = pm->bias ? pm->bias + g * PDL_PANEL_COLS : NULL;
+        for (int64_t r = rb; r < re; r += t->tile_rows) {
+            int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
+            if (t->qfn) {
+                int64_t nbx = t->ldx / 32;
+                t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr, panels,
+                       t->panel_bytes, ng, t->steps, last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
+            } else {
+                t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, panels, t->panel_bytes, ng, t->steps,
+                      last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
+            }
+        }
+    }
+}
 
 static void panel_worker(void *p, int ith, int nth) {
     const panel_task *t = p;
@@ -246,23 +276,11 @@ static void panel_worker(void *p, int ith, int nth) {
      * pass over them once */
     for (int64_t rb = 0; rb < t->n_rows; rb += t->row_block) {
         int64_t re = rb + t->row_block < t->n_rows ? rb + t->row_block : t->n_rows;
-        for (long g = p0; g < p1; g += PDL_PANEL_TILE_PANELS) {
-            int ng = (int)(p1 - g < PDL_PANEL_TILE_PANELS ? p1 - g : PDL_PANEL_TILE_PANELS);
-            int last = g + ng == t->n_panels ? t->last_cols : PDL_PANEL_COLS;
-            for (int64_t r = rb; r < re; r += t->tile_rows) {
-                int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
-                if (t->qfn) {
-                    int64_t nbx = t->ldx / 32;
-                    t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr,
-                           t->panels + (size_t)g * t->panel_bytes, t->panel_bytes, ng, t->steps, last,
-                           t->y + r * t->ldy + g * PDL_PANEL_COLS, t->ldy, t->bias ? t->bias + g * PDL_PANEL_COLS : NULL,
-                           t->accumulate);
-                    continue;
-                }
-                t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, t->panels + (size_t)g * t->panel_bytes,
-                      t->panel_bytes, ng, t->steps, last, t->y + r * t->ldy + g * PDL_PANEL_COLS, t->ldy,
-                      t->bias ? t->bias + g * PDL_PANEL_COLS : NULL, t->accumulate);
-            }
+        for (int i = 0; i < t->n_mats; i++) { /* the part of each matrix in [p0, p1) */
+            const panel_mat *pm = &t->mats[i];
+            int64_t g0 = p0 > pm->first ? p0 - pm->first : 0, g1 = p1 - pm->first;
+            if (g1 > pm->n_panels) g1 = pm->n_panels;
+            if (g0 < g1) panel_range(t, pm, g0, g1, rb, re);
         }
     }
 }
@@ -324,18 +342,34 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
 
 void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                        const pdl_tensor *w, const float *bias, bool accumulate) {
-    if (n_rows == 0) return;
+    pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
+    pdl_panels_matmul_shared(pool, x, n_rows, &o, 1);
+}
+
+void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
+                              int n_outs) {
+    if (n_rows == 0 || n_outs <= 0) return;
+    const pdl_tensor *w = outs[0].w;
     pdl_dtype dt = w->dtype;
-    int64_t in = w->shape[1], out = w->shape[0], steps = pdl_panel_steps(dt, in);
+    int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
     bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations();
     panel_task t = {
         .tile_rows = quantized(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
-        .panels = w->panels, .panel_bytes = pdl_panel_bytes(dt, in),
-        .n_panels = (out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS, .steps = steps,
-        .last_cols = (int)(out - (out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
-        .y = y, .ldy = ldy, .bias = bias, .accumulate = accumulate,
+        .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
     };
+    double out = 0;
+    for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++) {
+        const pdl_matmul_out *o = &outs[i];
+        int64_t n_out = o->w->shape[0], np = (n_out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
+        t.mats[t.n_mats++] = (panel_mat){
+            .panels = o->w->panels, .n_panels = np, .first = t.n_panels,
+            .last_cols = (int)(n_out - (n_out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
+            .y = o->y, .ldy = o->ldy, .bias = o->bias, .accumulate = o->accumulate,
+        };
+        t.n_panels += np;
+        out += (double)n_out;
+    }
     pick_tile(dt, dp, &t.fn, &t.qfn);
     /* activations prepared once per matmul (Q8_0 values, scales and block
      * sums; BF16 pairs; or F32 rows padded to an even length) into one
@@ -375,6 +409,6 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
     /* activation rows per block: about 512 KiB of them (half an L2) */
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
-    double macs = (double)n_rows * (double)out * (double)in;
+    double macs = (double)n_rows * out * (double)in;
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), panel_worker, &t);
 }

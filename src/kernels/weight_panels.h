@@ -47,6 +47,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 
 #define PDL_PANEL_COLS 16
@@ -72,6 +73,11 @@ void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul. */
 void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                        const pdl_tensor *w, const float *bias, bool accumulate);
+
+/* pdl_matmul_shared for matrices that all have panels of one dtype and
+ * width (the caller checks). */
+void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
+                              int n_outs);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs

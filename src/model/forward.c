@@ -351,9 +351,12 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
         pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
-        pdl_matmul(m->pool, s->q, q_dim, s->xn, n, &lw->wq, bias_or_null(&lw->bq), false);
-        pdl_matmul(m->pool, s->k, kv_dim, s->xn, n, &lw->wk, bias_or_null(&lw->bk), false);
-        pdl_matmul(m->pool, s->v, kv_dim, s->xn, n, &lw->wv, bias_or_null(&lw->bv), false);
+        pdl_matmul_out qkv[3] = {
+            {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = bias_or_null(&lw->bq)},
+            {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = bias_or_null(&lw->bk)},
+            {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = bias_or_null(&lw->bv)},
+        };
+        pdl_matmul_shared(m->pool, s->xn, n, qkv, 3);
         pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
         pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
         if (direct_add) {
@@ -370,8 +373,11 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
             t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
             pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
         }
-        pdl_matmul(m->pool, s->gate, c->ffn, s->xn, n, &lw->w_gate, NULL, false);
-        pdl_matmul(m->pool, s->up, c->ffn, s->xn, n, &lw->w_up, NULL, false);
+        pdl_matmul_out gate_up[2] = {
+            {.y = s->gate, .ldy = c->ffn, .w = &lw->w_gate},
+            {.y = s->up, .ldy = c->ffn, .w = &lw->w_up},
+        };
+        pdl_matmul_shared(m->pool, s->xn, n, gate_up, 2);
         pdl_threadpool_run_n(m->pool, ffn_threads, act_mul_rows, &t);
         if (direct_add) {
             pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
