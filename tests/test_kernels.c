@@ -386,6 +386,43 @@ static void test_silu_builds_agree(void) {
     }
 }
 
+/* GELU-tanh gate: the portable and AVX-512 builds give the same bits
+ * (both signs, underflow, overflow of g^3, ragged tails), and the result
+ * is within 1e-6 |g u| of the float64 definition 0.5 g (1 + tanh(u)) u:
+ * the float rounding of z = 2u (a few ulps) moves e^-|z| by about |z| x
+ * 2e-7 relative, which for large negative g is a relative error of a
+ * value already smaller than 1e-6 g. A z without its factor 2 is off by
+ * 0.15 |g u| (checked). */
+static void test_gelu_tanh_builds_agree(void) {
+    enum { N = 4099 };
+    static float g[N], u[N], a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)((i % 400) - 200) * 0.05f + frand() * 0.025f; /* -10 .. 10 */
+        u[i] = frand();
+    }
+    g[0] = 0.0f, g[1] = -0.0f, g[2] = 1e-30f, g[3] = -1e-30f, g[4] = 1e13f, g[5] = -1e13f, g[6] = -40.0f;
+    memcpy(a, g, sizeof g);
+    pdl_gelu_tanh_mul_portable(a, u, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double x = g[i];
+        double want = 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x))) * u[i];
+        double e = fabs(a[i] - want) / (fabs(x * u[i]) + 1e-300);
+        if (x != 0.0 && e > worst) worst = e;
+    }
+    fprintf(stderr, "  GELU-tanh: largest error %.3g x |g u|\n", worst);
+    CHECK_MSG(worst < 1e-6, "GELU-tanh error %.3g x |g u|", worst);
+    CHECK(a[0] == 0.0f && a[4] == 1e13f * u[4] && a[5] == 0.0f);
+    if (pdl_isa_best() >= PDL_ISA_AVX512) {
+        for (int n = N; n > N - 17; n--) { /* every tail length */
+            memcpy(b, g, sizeof g);
+            pdl_gelu_tanh_mul_avx512(b, u, n);
+            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "AVX-512 GELU-tanh differs (n %d)", n);
+            CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
+        }
+    }
+}
+
 static void test_rmsnorm_matches_definition(void) {
     float x[10], w[10], out[10];
     double ss = 0;
@@ -584,6 +621,7 @@ int main(void) {
     RUN(test_simd_matmul_matches_scalar_on_ragged_shapes);
     RUN(test_q8_0_activation_quantization);
     RUN(test_silu_builds_agree);
+    RUN(test_gelu_tanh_builds_agree);
     RUN(test_rmsnorm_matches_definition);
     RUN(test_rope_adjacent_pairs_equal_rotate_half_under_permutation);
     RUN(test_paged_attention_matches_contiguous_reference);

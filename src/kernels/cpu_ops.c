@@ -82,12 +82,19 @@ void pdl_silu_mul(float *gate, const float *up, int n) {
     else pdl_silu_mul_portable(gate, up, n);
 }
 
-void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
-    const double k = 0.79788456080286535588; /* sqrt(2 / pi) */
+void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
-        double g = gate[i];
-        gate[i] = (float)(0.5 * g * (1.0 + tanh(k * (g + 0.044715 * g * g * g)))) * up[i];
+        float g = gate[i];
+        float z = PDL_GELU_2K * (g + PDL_GELU_C * (g * g * g));
+        float e = pdl_exp_nonpos(-fabsf(z));
+        float num = z < 0.0f ? g * e : g;
+        gate[i] = num / (1.0f + e) * up[i];
     }
+}
+
+void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
+    if (pdl_isa_active() == PDL_ISA_AVX512) pdl_gelu_tanh_mul_avx512(gate, up, n);
+    else pdl_gelu_tanh_mul_portable(gate, up, n);
 }
 
 /* ---- block formats ---------------------------------------------------------

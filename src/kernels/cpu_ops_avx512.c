@@ -1,6 +1,6 @@
 /*
  * cpu_ops_avx512.c - AVX-512 builds of cpu_ops.c's element-wise operations
- * (the SiLU gate), 16 lanes with the same float operations in the same
+ * (the SiLU and GELU-tanh gates), 16 lanes with the same float operations in the same
  * order as the portable code, so the same bits. Compiled with AVX-512
  * flags (see CMakeLists.txt); called only when the CPU has them.
  */
@@ -46,6 +46,23 @@ void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
         _mm512_mask_storeu_ps(gate + i, m, v);
     }
 }
+
+void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
+    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+    const __m512 k2 = _mm512_set1_ps(PDL_GELU_2K), c = _mm512_set1_ps(PDL_GELU_C);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+        __m512 cube = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
+        __m512 z = _mm512_mul_ps(k2, _mm512_add_ps(g, _mm512_mul_ps(c, cube)));
+        __m512 e = exp_nonpos16(_mm512_sub_ps(zero, _mm512_abs_ps(z)));
+        __mmask16 neg = _mm512_cmp_ps_mask(z, zero, _CMP_LT_OQ);
+        __m512 num = _mm512_mask_mul_ps(g, neg, g, e);
+        __m512 v = _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, up + i));
+        _mm512_mask_storeu_ps(gate + i, m, v);
+    }
+}
 #else
 void pdl_silu_mul_avx512(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
+void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }
 #endif
