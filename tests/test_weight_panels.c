@@ -27,8 +27,11 @@ static float frand(void) { /* uniform in [-1, 1) */
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
 }
+static uint8_t rand_byte(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint8_t)(rng_state >> 56);
+}
 
-/* A random (out, in) matrix of dtype; *vals gets its values as floats. */
 /* w's panels in a heap buffer of exactly pdl_panels_size bytes (so the
  * sanitizers see a read past them), freed with free(). */
 static void *panels_of(pdl_threadpool *pool, pdl_tensor *t) {
@@ -39,6 +42,7 @@ static void *panels_of(pdl_threadpool *pool, pdl_tensor *t) {
     return buf;
 }
 
+/* A random (out, in) matrix of dtype; *vals gets its values as floats. */
 static void *make_matrix(pdl_dtype dt, int out, int in, float **vals) {
     size_t n = (size_t)out * in, es = dt == PDL_DTYPE_F32 ? 4 : 2;
     uint8_t *w = malloc(n * es);
@@ -400,10 +404,71 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
     fprintf(stderr, "  %d products\n", checked);
 }
 
+/* Q4_K: random super-blocks (every byte pattern is a block once d and
+ * dmin are sane halves) in panels give, for every output, the bits of
+ * kquant.h's reference dot pdl_dot_q4_k_q8_k on the file's row (which
+ * decodes the scales itself), plus bias and accumulation, on the AVX-512
+ * VNNI tile and the portable one, for ragged shapes and every thread
+ * split. */
+static void test_q4_k_panels_give_the_reference_dots(void) {
+    pdl_fp16_init();
+    pdl_isa best = pdl_isa_best();
+    int shapes[][3] = {{1, 1, 256}, {4, 16, 256}, {5, 17, 512}, {9, 50, 256}, {1, 48, 768}, {13, 33, 512}};
+    int checked = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        REQUIRE(pool != NULL);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 256;
+                size_t row_bytes = (size_t)nb * 144;
+                uint8_t *w = malloc((size_t)out * row_bytes);
+                REQUIRE(w);
+                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
+                for (int i = 0; i < out * nb; i++) { /* d in [0.5, 1.5) / 500, dmin in [0, 1) / 100 */
+                    uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                    uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
+                    memcpy(w + (size_t)i * 144, &d, 2), memcpy(w + (size_t)i * 144 + 2, &m, 2);
+                }
+                pdl_tensor t = {.dtype = PDL_DTYPE_Q4_K, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *y0 = malloc((size_t)rows * out * sizeof *y0), *want = malloc((size_t)rows * out * sizeof *want);
+                float *got = malloc((size_t)rows * out * sizeof *got);
+                pdl_block_q8k *xk = malloc((size_t)rows * nb * sizeof *xk);
+                REQUIRE(x && bias && y0 && want && got && xk);
+                for (int i = 0; i < rows * in; i++) x[i] = frand();
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (int i = 0; i < rows * out; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++) pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nb);
+                for (int r = 0; r < rows; r++)
+                    for (int o = 0; o < out; o++) {
+                        float v = pdl_dot_q4_k_q8_k(w + (size_t)o * row_bytes, xk + (size_t)r * nb, nb);
+                        if (variant) v += bias[o];
+                        want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
+                    }
+                for (int isa = 0; isa < 2; isa++) { /* the process's tile, then the portable one */
+                    if (isa) pdl_isa_set(PDL_ISA_SCALAR);
+                    memcpy(got, y0, (size_t)rows * out * sizeof *got);
+                    pdl_panels_matmul(pool, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
+                    CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
+                              "Q4_K %dx%dx%d variant %d, %s tile, %d threads", rows, out, in, variant,
+                              isa ? "portable" : pdl_isa_name(best), threads);
+                    pdl_isa_set(best);
+                    checked++;
+                }
+                free(w), free(buf), free(x), free(bias), free(y0), free(want), free(got), free(xk);
+            }
+        pdl_threadpool_free(pool);
+    }
+    fprintf(stderr, "  %d cases\n", checked);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
     RUN(test_shared_activations_give_each_matmuls_bytes);
+    RUN(test_q4_k_panels_give_the_reference_dots);
     return test_summary();
 }

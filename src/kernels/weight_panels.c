@@ -14,6 +14,7 @@
 #include "kernels/matmul_tiles.h"
 
 static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
+static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K; }
 
 bool pdl_panels_wanted(const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0 || pdl_isa_active() != PDL_ISA_AVX512) return false;
@@ -27,6 +28,9 @@ bool pdl_panels_wanted(const pdl_tensor *w) {
     case PDL_DTYPE_Q4_0:
         if (!pdl_cpu_features_get()->avx512vnni || !pdl_qpanel_tile_q8_0_vnni || w->shape[1] % 32) return false;
         break;
+    case PDL_DTYPE_Q4_K:
+        if (!pdl_cpu_features_get()->avx512vnni || !pdl_kpanel_tile_q4_k_vnni || w->shape[1] % PDL_QK_K) return false;
+        break;
     default: return false;
     }
     return true;
@@ -34,6 +38,7 @@ bool pdl_panels_wanted(const pdl_tensor *w) {
 
 int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return in / 32;
+    if (kquant(dtype)) return in / PDL_QK_K;
     return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in;
 }
 
@@ -42,6 +47,7 @@ static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 51
 
 size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return ((size_t)(in / 32) * (quant_bytes(dtype) + 32) + 63) / 64 * 64; /* aligned loads */
+    if (kquant(dtype)) return (size_t)(in / PDL_QK_K) * PDL_Q4K_PANEL_BLOCK;
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
     return (size_t)pdl_panel_steps(dtype, in) * step;
 }
@@ -63,7 +69,25 @@ static void pack_worker(void *p, int ith, int nth) {
         memset(dst, 0, pb);
         for (int c = 0; c < PDL_PANEL_COLS; c++) {
             int64_t o = pn * PDL_PANEL_COLS + c;
-            if (quantized(t->w->dtype)) {
+            if (kquant(t->w->dtype)) {
+                if (o >= out) continue; /* zeros: scales 0 */
+                int64_t nb = in / PDL_QK_K;
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 144;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = src + b * 144;
+                    uint8_t *db = dst + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+                    for (int w4 = 0; w4 < 32; w4++) /* bytes 4 w4 .. 4 w4 + 3 of the nibbles */
+                        memcpy(db + w4 * 64 + c * 4, blk + 16 + 4 * w4, 4);
+                    uint64_t sc, mn;
+                    pdl_q4_k_scales_mins(blk, &sc, &mn);
+                    for (int j = 0; j < 8; j++) {
+                        db[2048 + j * 16 + c] = (uint8_t)(sc >> (8 * j));
+                        db[2176 + j * 16 + c] = (uint8_t)(mn >> (8 * j));
+                    }
+                    memcpy(db + 2304 + c * 2, blk, 2);     /* d */
+                    memcpy(db + 2336 + c * 2, blk + 2, 2); /* dmin */
+                }
+            } else if (quantized(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scale 0 */
                 bool q8 = t->w->dtype == PDL_DTYPE_Q8_0;
                 size_t bb = q8 ? 34 : 18, qb = quant_bytes(t->w->dtype);
@@ -216,6 +240,40 @@ static void portable_q4_0(const int8_t *xq, const float *xd, const int32_t *xs, 
     portable_qtile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
+/* Q4_K weights in panels, activations in Q8_K blocks (ldx per row). */
+static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < panels; g++) {
+            const uint8_t *pp = panel + (size_t)g * pb;
+            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
+            for (int c = 0; c < cols; c++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *db = pp + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+                    const pdl_block_q8k *xb = x + r * ldx + b;
+                    int32_t isum = 0, msum = 0;
+                    for (int j = 0; j < 8; j++) {
+                        int32_t s = 0;
+                        for (int k = 0; k < 32; k++) {
+                            uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
+                            s += (j % 2 ? byte >> 4 : byte & 0xF) * xb->qs[32 * j + k];
+                        }
+                        isum += db[2048 + j * 16 + c] * s;
+                        msum += db[2176 + j * 16 + c] * xb->bsum32[j];
+                    }
+                    uint16_t d16, m16;
+                    memcpy(&d16, db + 2304 + c * 2, 2);
+                    memcpy(&m16, db + 2336 + c * 2, 2);
+                    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
+                    acc = fmaf(-(pdl_f16_to_f32(m16) * xb->d), (float)msum, acc);
+                }
+                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
+                      accumulate);
+            }
+        }
+}
+
 /* ---- driver --------------------------------------------------------------- */
 
 /* One matrix of a panel task: its panels and where its outputs go. */
@@ -235,6 +293,8 @@ typedef struct panel_task {
     const int8_t *xq;      /* ... their quantized activations, */
     const float *xd;       /* block scales */
     const int32_t *xs;     /* and block sums */
+    pdl_kpanel_fn kfn;     /* Q4_K (then fn and qfn are NULL), */
+    const pdl_block_q8k *xk; /* its Q8_K activations */
     int tile_rows;
     const uint8_t *x;
     int64_t ldx, n_rows, row_block;
@@ -256,7 +316,10 @@ static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, in
         const float *bias = pm->bias ? pm->bias + g * PDL_PANEL_COLS : NULL;
         for (int64_t r = rb; r < re; r += t->tile_rows) {
             int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
-            if (t->qfn) {
+            if (t->kfn) {
+                t->kfn(t->xk + r * t->ldx, t->ldx, nr, panels, t->panel_bytes, ng, t->steps, last, y + r * pm->ldy,
+                       pm->ldy, bias, pm->accumulate);
+            } else if (t->qfn) {
                 int64_t nbx = t->ldx / 32;
                 t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr, panels,
                        t->panel_bytes, ng, t->steps, last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
@@ -296,6 +359,7 @@ typedef struct act_task {
     int8_t *q;   /* Q8_0 / Q4_0 weights: Q8_0 activations [n_rows][in], */
     float *d;    /* their scales [n_rows][in / 32] */
     int32_t *s;  /* and block sums [n_rows][in / 32] */
+    pdl_block_q8k *k; /* Q4_K weights: Q8_K activations [n_rows][in / 256] */
 } act_task;
 
 static void act_worker(void *p, int ith, int nth) {
@@ -304,7 +368,10 @@ static void act_worker(void *p, int ith, int nth) {
     pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
-        if (t->q) {
+        if (t->k) {
+            if (pdl_isa_active() == PDL_ISA_AVX512) pdl_quantize_row_q8_k_avx512(xr, t->in, t->k + r * (t->in / PDL_QK_K));
+            else pdl_quantize_row_q8_k(xr, t->in, t->k + r * (t->in / PDL_QK_K));
+        } else if (t->q) {
             pdl_quantize_row_q8_0_sums(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
         } else if (t->pairs) {
             uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
@@ -325,10 +392,14 @@ static void act_worker(void *p, int ith, int nth) {
 /* The tile for a dtype on this process's instruction set: the AVX-512
  * one where the CPU has it, else the portable one (the same bits). dp:
  * BF16 weights with BF16 activations. */
-static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn) {
+static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn, pdl_kpanel_fn *kfn) {
     const pdl_cpu_features *f = pdl_cpu_features_get();
     bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
-    *fn = NULL, *qfn = NULL;
+    *fn = NULL, *qfn = NULL, *kfn = NULL;
+    if (kquant(dt)) {
+        *kfn = avx512 && f->avx512vnni && pdl_kpanel_tile_q4_k_vnni ? pdl_kpanel_tile_q4_k_vnni : portable_q4_k;
+        return;
+    }
     if (quantized(dt)) {
         bool q8 = dt == PDL_DTYPE_Q8_0;
         if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
@@ -354,7 +425,7 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
     bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations();
     panel_task t = {
-        .tile_rows = quantized(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
+        .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
         .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
     };
@@ -370,7 +441,7 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
         t.n_panels += np;
         out += (double)n_out;
     }
-    pick_tile(dt, dp, &t.fn, &t.qfn);
+    pick_tile(dt, dp, &t.fn, &t.qfn, &t.kfn);
     /* activations prepared once per matmul (Q8_0 values, scales and block
      * sums; BF16 pairs; or F32 rows padded to an even length) into one
      * buffer per calling thread, kept between calls (no allocation per
@@ -378,6 +449,7 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
     act_task a = {.x = x, .in = in, .n_rows = n_rows};
     size_t need = 0, nbt = (size_t)n_rows * (size_t)(in / 32);
     if (quantized(dt)) need = (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
+    else if (kquant(dt)) need = (size_t)n_rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k);
     else if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
         a.ld = dp ? steps : 2 * steps;
         need = (size_t)n_rows * (size_t)a.ld * (dp ? sizeof(uint32_t) : sizeof(float));
@@ -391,7 +463,12 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
             abuf = nb;
             acap = need;
         }
-        if (quantized(dt)) {
+        if (kquant(dt)) {
+            a.k = abuf;
+            t.xk = a.k;
+            t.ldx = in / PDL_QK_K;
+            t.xsize = sizeof(pdl_block_q8k);
+        } else if (quantized(dt)) {
             a.d = abuf;
             a.s = (int32_t *)(void *)(a.d + nbt);
             a.q = (int8_t *)(void *)(a.s + nbt);

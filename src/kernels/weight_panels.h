@@ -1,5 +1,5 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0 and Q4_0 weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0 and Q4_K weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -23,6 +23,13 @@
  *         holding the file's nibble bytes 4q .. 4q + 3 of that block (low
  *         nibbles: elements 4q .. 4q + 3, high: 16 + 4q ..), each nibble
  *         the value plus 8. A panel is padded to a multiple of 64 bytes.
+ *   Q4_K (super-blocks of 256): PDL_Q4K_PANEL_BLOCK bytes per super-block
+ *         b, one after the other: 32 x 16 32-bit words, word (w4, c)
+ *         holding the file's nibble bytes 4 w4 .. 4 w4 + 3 of row 16p + c's
+ *         block b (byte 32 (j / 2) + k holds element 32 j + k of sub-block
+ *         j, low nibble for even j, high for odd); then the 8 six-bit
+ *         scales (byte 16 j + c: sub-block j of row c), the 8 six-bit mins
+ *         likewise, the 16 rows' d (halves) and their dmin (halves).
  *
  * Every output element is one accumulator, zero first, carried over the
  * steps in order with one rounding per product (fused multiply-add):
@@ -35,6 +42,10 @@
  *         int8 x[k], scale dx[b]); block b gives the exact integer sum
  *         s = sum over its 32 k of w[k] x[k], then
  *         acc = fma((float)s, dw[b] * dx[b], acc) for b = 0, 1, ...;
+ *   Q4_K: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *         super-block adds to acc exactly as kquant.h's Q4_K dot does (exact
+ *         integer sums, then two fused multiply-adds), so panels give the
+ *         bits of pdl_dot_q4_k_q8_k and of the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
  * kernel here (the reference) and the AVX-512 ones give the same bits.
@@ -47,14 +58,15 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/kquant.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0 or Q4_0 matrix) can be made into
- * panels on this machine: the CPU has the AVX-512 panel kernels in use
- * (for Q8_0 and Q4_0 with AVX512-VNNI). The model loader makes them unless
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0 or Q4_K matrix) can be made
+ * into panels on this machine: the CPU has the AVX-512 panel kernels in
+ * use (for Q8_0, Q4_0 and Q4_K with AVX512-VNNI). The model loader makes them unless
  * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
@@ -94,8 +106,18 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
+/* Q4_K weights: rows x (panels x 16) outputs from activations quantized
+ * to Q8_K (ldx blocks apart, `blocks` per row). */
+typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
+                              size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
+                              const float *bias, bool accumulate);
+
+/* Bytes of one Q4_K super-block of a panel: 2048 of nibbles, 128 of
+ * scales, 128 of mins, 32 of d and 32 of dmin. */
+#define PDL_Q4K_PANEL_BLOCK 2368
+
 /* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows (4 for
- * Q8_0 / Q4_0: their integer sums need registers too) and
+ * Q8_0 / Q4_0 / Q4_K: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
 #define PDL_QPANEL_TILE_ROWS 4
@@ -106,5 +128,6 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni;                              /* likewise */
 
 #endif
