@@ -404,33 +404,39 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
     fprintf(stderr, "  %d products\n", checked);
 }
 
-/* Q4_K: random super-blocks (every byte pattern is a block once d and
- * dmin are sane halves) in panels give, for every output, the bits of
- * kquant.h's reference dot pdl_dot_q4_k_q8_k on the file's row (which
- * decodes the scales itself), plus bias and accumulation, on the AVX-512
- * VNNI tile and the portable one, for ragged shapes and every thread
- * split. */
-static void test_q4_k_panels_give_the_reference_dots(void) {
+/* Q4_K and Q6_K: random super-blocks (every byte pattern is a block once
+ * the halves d and dmin are sane) in panels give, for every output, the
+ * bits of kquant.h's reference dots pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k
+ * on the file's row (which decode the blocks themselves), plus bias and
+ * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels)
+ * and the portable ones, for ragged shapes and every thread split. */
+static void test_k_quant_panels_give_the_reference_dots(void) {
     pdl_fp16_init();
     pdl_isa best = pdl_isa_best();
-    int shapes[][3] = {{1, 1, 256}, {4, 16, 256}, {5, 17, 512}, {9, 50, 256}, {1, 48, 768}, {13, 33, 512}};
+    int shapes[][3] = {{1, 1, 256}, {4, 16, 256}, {5, 17, 512}, {9, 50, 256}, {1, 48, 768}, {13, 33, 512}, {3, 40, 256}};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
         pdl_threadpool *pool = pdl_threadpool_new(threads);
         REQUIRE(pool != NULL);
+        for (int q6 = 0; q6 < 2; q6++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 256;
-                size_t row_bytes = (size_t)nb * 144;
+                size_t bb = q6 ? 210 : 144, row_bytes = (size_t)nb * bb;
                 uint8_t *w = malloc((size_t)out * row_bytes);
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
                 for (int i = 0; i < out * nb; i++) { /* d in [0.5, 1.5) / 500, dmin in [0, 1) / 100 */
                     uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
                     uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
-                    memcpy(w + (size_t)i * 144, &d, 2), memcpy(w + (size_t)i * 144 + 2, &m, 2);
+                    if (q6) {
+                        memcpy(w + (size_t)i * bb + 208, &d, 2);
+                    } else {
+                        memcpy(w + (size_t)i * bb, &d, 2), memcpy(w + (size_t)i * bb + 2, &m, 2);
+                    }
                 }
-                pdl_tensor t = {.dtype = PDL_DTYPE_Q4_K, .n_dims = 2, .shape = {out, in}, .data = w};
+                pdl_dtype dt = q6 ? PDL_DTYPE_Q6_K : PDL_DTYPE_Q4_K;
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
                 void *buf = panels_of(pool, &t);
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
                 float *y0 = malloc((size_t)rows * out * sizeof *y0), *want = malloc((size_t)rows * out * sizeof *want);
@@ -443,7 +449,9 @@ static void test_q4_k_panels_give_the_reference_dots(void) {
                 for (int r = 0; r < rows; r++) pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nb);
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
-                        float v = pdl_dot_q4_k_q8_k(w + (size_t)o * row_bytes, xk + (size_t)r * nb, nb);
+                        const uint8_t *wr = w + (size_t)o * row_bytes;
+                        float v = q6 ? pdl_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
+                                     : pdl_dot_q4_k_q8_k(wr, xk + (size_t)r * nb, nb);
                         if (variant) v += bias[o];
                         want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
                     }
@@ -452,7 +460,7 @@ static void test_q4_k_panels_give_the_reference_dots(void) {
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
                     pdl_panels_matmul(pool, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
-                              "Q4_K %dx%dx%d variant %d, %s tile, %d threads", rows, out, in, variant,
+                              "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
                               isa ? "portable" : pdl_isa_name(best), threads);
                     pdl_isa_set(best);
                     checked++;
@@ -469,6 +477,6 @@ int main(void) {
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
     RUN(test_shared_activations_give_each_matmuls_bytes);
-    RUN(test_q4_k_panels_give_the_reference_dots);
+    RUN(test_k_quant_panels_give_the_reference_dots);
     return test_summary();
 }

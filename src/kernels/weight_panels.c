@@ -14,7 +14,7 @@
 #include "kernels/matmul_tiles.h"
 
 static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
-static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K; }
+static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
 bool pdl_panels_wanted(const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0 || pdl_isa_active() != PDL_ISA_AVX512) return false;
@@ -29,6 +29,7 @@ bool pdl_panels_wanted(const pdl_tensor *w) {
         if (!pdl_cpu_features_get()->avx512vnni || !pdl_qpanel_tile_q8_0_vnni || w->shape[1] % 32) return false;
         break;
     case PDL_DTYPE_Q4_K:
+    case PDL_DTYPE_Q6_K:
         if (!pdl_cpu_features_get()->avx512vnni || !pdl_kpanel_tile_q4_k_vnni || w->shape[1] % PDL_QK_K) return false;
         break;
     default: return false;
@@ -47,7 +48,8 @@ static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 51
 
 size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return ((size_t)(in / 32) * (quant_bytes(dtype) + 32) + 63) / 64 * 64; /* aligned loads */
-    if (kquant(dtype)) return (size_t)(in / PDL_QK_K) * PDL_Q4K_PANEL_BLOCK;
+    if (kquant(dtype))
+        return (size_t)(in / PDL_QK_K) * (dtype == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK);
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
     return (size_t)pdl_panel_steps(dtype, in) * step;
 }
@@ -69,7 +71,24 @@ static void pack_worker(void *p, int ith, int nth) {
         memset(dst, 0, pb);
         for (int c = 0; c < PDL_PANEL_COLS; c++) {
             int64_t o = pn * PDL_PANEL_COLS + c;
-            if (kquant(t->w->dtype)) {
+            if (t->w->dtype == PDL_DTYPE_Q6_K) {
+                if (o >= out) continue; /* zeros: scales 0 */
+                int64_t nb = in / PDL_QK_K;
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 210;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = src + b * 210;
+                    uint8_t *db = dst + (size_t)b * PDL_Q6K_PANEL_BLOCK;
+                    for (int h = 0; h < 2; h++) /* per half and step of 4: ql, ql + 32, qh words */
+                        for (int l4 = 0; l4 < 8; l4++) {
+                            uint8_t *wd = db + (size_t)((h * 8 + l4) * 3) * 64 + c * 4;
+                            memcpy(wd, blk + 64 * h + 4 * l4, 4);
+                            memcpy(wd + 64, blk + 64 * h + 32 + 4 * l4, 4);
+                            memcpy(wd + 128, blk + 128 + 32 * h + 4 * l4, 4);
+                        }
+                    for (int g = 0; g < 16; g++) db[3072 + g * 16 + c] = blk[192 + g];                         /* scales */
+                    memcpy(db + 3328 + c * 2, blk + 208, 2);                                                  /* d */
+                }
+            } else if (kquant(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scales 0 */
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 144;
@@ -274,6 +293,45 @@ static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
         }
 }
 
+/* The 6-bit value of element e of row c in a Q6_K panel block (the
+ * file's ql / qh bit positions, weight_panels.h). */
+static int q6_panel_value(const uint8_t *db, int c, int e) {
+    int h = e / 128, quarter = (e % 128) / 32, l = e % 32;
+    const uint8_t *wd = db + (size_t)((h * 8 + l / 4) * 3) * 64 + c * 4 + l % 4;
+    int lo = (wd[(quarter % 2) * 64] >> (4 * (quarter / 2))) & 0xF;
+    int hi = (wd[128] >> (2 * quarter)) & 3;
+    return lo | hi << 4;
+}
+
+/* Q6_K weights in panels (kquant.h's order: per group of 16, the exact sum
+ * of (q - 32) x, times the group's scale, into isum; one fma per block). */
+static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    for (int r = 0; r < rows; r++)
+        for (int g = 0; g < panels; g++) {
+            const uint8_t *pp = panel + (size_t)g * pb;
+            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
+            for (int c = 0; c < cols; c++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *db = pp + (size_t)b * PDL_Q6K_PANEL_BLOCK;
+                    const pdl_block_q8k *xb = x + r * ldx + b;
+                    int32_t isum = 0;
+                    for (int gr = 0; gr < 16; gr++) {
+                        int32_t s = 0;
+                        for (int i = 0; i < 16; i++) s += (q6_panel_value(db, c, 16 * gr + i) - 32) * xb->qs[16 * gr + i];
+                        isum += (int8_t)db[3072 + gr * 16 + c] * s;
+                    }
+                    uint16_t d16;
+                    memcpy(&d16, db + 3328 + c * 2, 2);
+                    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
+                }
+                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
+                      accumulate);
+            }
+        }
+}
+
 /* ---- driver --------------------------------------------------------------- */
 
 /* One matrix of a panel task: its panels and where its outputs go. */
@@ -397,7 +455,9 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
     bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
     if (kquant(dt)) {
-        *kfn = avx512 && f->avx512vnni && pdl_kpanel_tile_q4_k_vnni ? pdl_kpanel_tile_q4_k_vnni : portable_q4_k;
+        bool q4 = dt == PDL_DTYPE_Q4_K;
+        if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
+        if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
         return;
     }
     if (quantized(dt)) {

@@ -1,5 +1,5 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0 and Q4_K weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -30,6 +30,14 @@
  *         j, low nibble for even j, high for odd); then the 8 six-bit
  *         scales (byte 16 j + c: sub-block j of row c), the 8 six-bit mins
  *         likewise, the 16 rows' d (halves) and their dmin (halves).
+ *   Q6_K (super-blocks of 256): PDL_Q6K_PANEL_BLOCK bytes per super-block:
+ *         for each half h (128 elements) and step l4 = 0..7, three vectors
+ *         of 16 words, word c holding 4 bytes of row c's block: ql bytes
+ *         64h + 4 l4 .., ql bytes 64h + 32 + 4 l4 .., qh bytes 32h + 4 l4
+ *         .. (all that elements 128h + 4 l4 + {0, 32, 64, 96} + 0..3 need,
+ *         in the file's bit positions, side by side in the order the
+ *         kernels read them); then the 16 int8 scales (byte 16 g + c), the
+ *         16 rows' d (halves) and 32 bytes of zeros.
  *
  * Every output element is one accumulator, zero first, carried over the
  * steps in order with one rounding per product (fused multiply-add):
@@ -42,10 +50,11 @@
  *         int8 x[k], scale dx[b]); block b gives the exact integer sum
  *         s = sum over its 32 k of w[k] x[k], then
  *         acc = fma((float)s, dw[b] * dx[b], acc) for b = 0, 1, ...;
- *   Q4_K: x is quantized to Q8_K per 256-block (kquant.h) and each
- *         super-block adds to acc exactly as kquant.h's Q4_K dot does (exact
- *         integer sums, then two fused multiply-adds), so panels give the
- *         bits of pdl_dot_q4_k_q8_k and of the row-major tiles;
+ *   Q4_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *         super-block adds to acc exactly as kquant.h's dots do (exact
+ *         integer sums, then one or two fused multiply-adds), so panels
+ *         give the bits of pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k and of
+ *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
  * kernel here (the reference) and the AVX-512 ones give the same bits.
@@ -64,9 +73,9 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0 or Q4_K matrix) can be made
- * into panels on this machine: the CPU has the AVX-512 panel kernels in
- * use (for Q8_0, Q4_0 and Q4_K with AVX512-VNNI). The model loader makes them unless
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
+ * made into panels on this machine: the CPU has the AVX-512 panel kernels
+ * in use (for the block formats with AVX512-VNNI). The model loader makes them unless
  * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
@@ -106,7 +115,7 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
-/* Q4_K weights: rows x (panels x 16) outputs from activations quantized
+/* Q4_K / Q6_K weights: rows x (panels x 16) outputs from activations quantized
  * to Q8_K (ldx blocks apart, `blocks` per row). */
 typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
                               size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
@@ -115,9 +124,12 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 /* Bytes of one Q4_K super-block of a panel: 2048 of nibbles, 128 of
  * scales, 128 of mins, 32 of d and 32 of dmin. */
 #define PDL_Q4K_PANEL_BLOCK 2368
+/* ... and of Q6_K: 3072 of ql and qh, 256 of scales, 32 of d, 32 of
+ * padding (64-byte alignment). */
+#define PDL_Q6K_PANEL_BLOCK 3392
 
 /* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows (4 for
- * Q8_0 / Q4_0 / Q4_K: their integer sums need registers too) and
+ * Q8_0 / Q4_0 / Q4_K / Q6_K: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
 #define PDL_QPANEL_TILE_ROWS 4
@@ -128,6 +140,6 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
-extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni;                              /* likewise */
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
 
 #endif
