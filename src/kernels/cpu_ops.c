@@ -68,13 +68,16 @@ void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) 
     pdl_rope_apply(x, rope_dim, cs, neox);
 }
 
+/* g / (1 + e^-z) * up, with e = e^-|z|: g / (1 + e) for z >= 0, g e /
+ * (1 + e) below (no overflow for either sign). SiLU: z = g. */
+static inline float sigmoid_gate(float g, float z, float up) {
+    float e = pdl_exp_nonpos(-fabsf(z));
+    float num = z < 0.0f ? g * e : g;
+    return num / (1.0f + e) * up;
+}
+
 void pdl_silu_mul_portable(float *gate, const float *up, int n) {
-    for (int i = 0; i < n; i++) {
-        float g = gate[i];
-        float e = pdl_exp_nonpos(-fabsf(g));
-        float num = g < 0.0f ? g * e : g;
-        gate[i] = num / (1.0f + e) * up[i];
-    }
+    for (int i = 0; i < n; i++) gate[i] = sigmoid_gate(gate[i], gate[i], up[i]);
 }
 
 void pdl_silu_mul(float *gate, const float *up, int n) {
@@ -85,10 +88,7 @@ void pdl_silu_mul(float *gate, const float *up, int n) {
 void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float g = gate[i];
-        float z = PDL_GELU_2K * (g + PDL_GELU_C * (g * g * g));
-        float e = pdl_exp_nonpos(-fabsf(z));
-        float num = z < 0.0f ? g * e : g;
-        gate[i] = num / (1.0f + e) * up[i];
+        gate[i] = sigmoid_gate(g, PDL_GELU_2K * (g + PDL_GELU_C * (g * g * g)), up[i]);
     }
 }
 

@@ -33,33 +33,31 @@ static inline __m512 exp_nonpos16(__m512 z) {
     return _mm512_maskz_mov_ps((__mmask16)~under, out);
 }
 
-void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
+/* cpu_ops.c's sigmoid_gate on 16 lanes: g / (1 + e^-z) * up. */
+static inline __m512 sigmoid_gate16(__m512 g, __m512 z, __m512 up) {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
-    int i = 0;
-    for (; i < n; i += 16) {
+    __m512 e = exp_nonpos16(_mm512_sub_ps(zero, _mm512_abs_ps(z)));
+    __mmask16 neg = _mm512_cmp_ps_mask(z, zero, _CMP_LT_OQ);
+    __m512 num = _mm512_mask_mul_ps(g, neg, g, e);
+    return _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), up);
+}
+
+void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
+    for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
-        __m512 e = exp_nonpos16(_mm512_sub_ps(zero, _mm512_abs_ps(g)));
-        __mmask16 neg = _mm512_cmp_ps_mask(g, zero, _CMP_LT_OQ);
-        __m512 num = _mm512_mask_mul_ps(g, neg, g, e);
-        __m512 v = _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, up + i));
-        _mm512_mask_storeu_ps(gate + i, m, v);
+        _mm512_mask_storeu_ps(gate + i, m, sigmoid_gate16(g, g, _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
 
 void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
-    const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     const __m512 k2 = _mm512_set1_ps(PDL_GELU_2K), c = _mm512_set1_ps(PDL_GELU_C);
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
         __m512 cube = _mm512_mul_ps(_mm512_mul_ps(g, g), g);
         __m512 z = _mm512_mul_ps(k2, _mm512_add_ps(g, _mm512_mul_ps(c, cube)));
-        __m512 e = exp_nonpos16(_mm512_sub_ps(zero, _mm512_abs_ps(z)));
-        __mmask16 neg = _mm512_cmp_ps_mask(z, zero, _CMP_LT_OQ);
-        __m512 num = _mm512_mask_mul_ps(g, neg, g, e);
-        __m512 v = _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), _mm512_maskz_loadu_ps(m, up + i));
-        _mm512_mask_storeu_ps(gate + i, m, v);
+        _mm512_mask_storeu_ps(gate + i, m, sigmoid_gate16(g, z, _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
 #else

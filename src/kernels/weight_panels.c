@@ -60,6 +60,33 @@ typedef struct pack_task {
     int64_t n_panels;
 } pack_task;
 
+/* Row c's super-block blk (the file's bytes) into its panel block db
+ * (weight_panels.h's layouts). */
+static void pack_q4_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int w4 = 0; w4 < 32; w4++) /* bytes 4 w4 .. 4 w4 + 3 of the nibbles */
+        memcpy(db + w4 * 64 + c * 4, blk + 16 + 4 * w4, 4);
+    uint64_t sc, mn;
+    pdl_q4_k_scales_mins(blk, &sc, &mn);
+    for (int j = 0; j < 8; j++) {
+        db[2048 + j * 16 + c] = (uint8_t)(sc >> (8 * j));
+        db[2176 + j * 16 + c] = (uint8_t)(mn >> (8 * j));
+    }
+    memcpy(db + 2304 + c * 2, blk, 2);     /* d */
+    memcpy(db + 2336 + c * 2, blk + 2, 2); /* dmin */
+}
+
+static void pack_q6_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int h = 0; h < 2; h++) /* per half and step of 4: ql, ql + 32, qh words */
+        for (int l4 = 0; l4 < 8; l4++) {
+            uint8_t *wd = db + (size_t)((h * 8 + l4) * 3) * 64 + c * 4;
+            memcpy(wd, blk + 64 * h + 4 * l4, 4);
+            memcpy(wd + 64, blk + 64 * h + 32 + 4 * l4, 4);
+            memcpy(wd + 128, blk + 128 + 32 * h + 4 * l4, 4);
+        }
+    for (int g = 0; g < 16; g++) db[3072 + g * 16 + c] = blk[192 + g]; /* scales */
+    memcpy(db + 3328 + c * 2, blk + 208, 2);                          /* d */
+}
+
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
@@ -71,41 +98,14 @@ static void pack_worker(void *p, int ith, int nth) {
         memset(dst, 0, pb);
         for (int c = 0; c < PDL_PANEL_COLS; c++) {
             int64_t o = pn * PDL_PANEL_COLS + c;
-            if (t->w->dtype == PDL_DTYPE_Q6_K) {
+            if (kquant(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scales 0 */
+                bool q6 = t->w->dtype == PDL_DTYPE_Q6_K;
+                size_t bb = q6 ? 210 : 144, pbb = q6 ? PDL_Q6K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
                 int64_t nb = in / PDL_QK_K;
-                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 210;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *blk = src + b * 210;
-                    uint8_t *db = dst + (size_t)b * PDL_Q6K_PANEL_BLOCK;
-                    for (int h = 0; h < 2; h++) /* per half and step of 4: ql, ql + 32, qh words */
-                        for (int l4 = 0; l4 < 8; l4++) {
-                            uint8_t *wd = db + (size_t)((h * 8 + l4) * 3) * 64 + c * 4;
-                            memcpy(wd, blk + 64 * h + 4 * l4, 4);
-                            memcpy(wd + 64, blk + 64 * h + 32 + 4 * l4, 4);
-                            memcpy(wd + 128, blk + 128 + 32 * h + 4 * l4, 4);
-                        }
-                    for (int g = 0; g < 16; g++) db[3072 + g * 16 + c] = blk[192 + g];                         /* scales */
-                    memcpy(db + 3328 + c * 2, blk + 208, 2);                                                  /* d */
-                }
-            } else if (kquant(t->w->dtype)) {
-                if (o >= out) continue; /* zeros: scales 0 */
-                int64_t nb = in / PDL_QK_K;
-                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 144;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *blk = src + b * 144;
-                    uint8_t *db = dst + (size_t)b * PDL_Q4K_PANEL_BLOCK;
-                    for (int w4 = 0; w4 < 32; w4++) /* bytes 4 w4 .. 4 w4 + 3 of the nibbles */
-                        memcpy(db + w4 * 64 + c * 4, blk + 16 + 4 * w4, 4);
-                    uint64_t sc, mn;
-                    pdl_q4_k_scales_mins(blk, &sc, &mn);
-                    for (int j = 0; j < 8; j++) {
-                        db[2048 + j * 16 + c] = (uint8_t)(sc >> (8 * j));
-                        db[2176 + j * 16 + c] = (uint8_t)(mn >> (8 * j));
-                    }
-                    memcpy(db + 2304 + c * 2, blk, 2);     /* d */
-                    memcpy(db + 2336 + c * 2, blk + 2, 2); /* dmin */
-                }
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
+                for (int64_t b = 0; b < nb; b++)
+                    (q6 ? pack_q6_k_block : pack_q4_k_block)(dst + (size_t)b * pbb, c, src + b * bb);
             } else if (quantized(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scale 0 */
                 bool q8 = t->w->dtype == PDL_DTYPE_Q8_0;
@@ -259,38 +259,26 @@ static void portable_q4_0(const int8_t *xq, const float *xd, const int32_t *xs, 
     portable_qtile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
-/* Q4_K weights in panels, activations in Q8_K blocks (ldx per row). */
-static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    for (int r = 0; r < rows; r++)
-        for (int g = 0; g < panels; g++) {
-            const uint8_t *pp = panel + (size_t)g * pb;
-            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
-            for (int c = 0; c < cols; c++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *db = pp + (size_t)b * PDL_Q4K_PANEL_BLOCK;
-                    const pdl_block_q8k *xb = x + r * ldx + b;
-                    int32_t isum = 0, msum = 0;
-                    for (int j = 0; j < 8; j++) {
-                        int32_t s = 0;
-                        for (int k = 0; k < 32; k++) {
-                            uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
-                            s += (j % 2 ? byte >> 4 : byte & 0xF) * xb->qs[32 * j + k];
-                        }
-                        isum += db[2048 + j * 16 + c] * s;
-                        msum += db[2176 + j * 16 + c] * xb->bsum32[j];
-                    }
-                    uint16_t d16, m16;
-                    memcpy(&d16, db + 2304 + c * 2, 2);
-                    memcpy(&m16, db + 2336 + c * 2, 2);
-                    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
-                    acc = fmaf(-(pdl_f16_to_f32(m16) * xb->d), (float)msum, acc);
-                }
-                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
-                      accumulate);
-            }
+/* One super-block of a k-quant panel for output row c: acc after it, in
+ * kquant.h's order. */
+typedef float (*kblock_fn)(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc);
+
+static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
+            s += (j % 2 ? byte >> 4 : byte & 0xF) * xb->qs[32 * j + k];
         }
+        isum += db[2048 + j * 16 + c] * s;
+        msum += db[2176 + j * 16 + c] * xb->bsum32[j];
+    }
+    uint16_t d16, m16;
+    memcpy(&d16, db + 2304 + c * 2, 2);
+    memcpy(&m16, db + 2336 + c * 2, 2);
+    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(-(pdl_f16_to_f32(m16) * xb->d), (float)msum, acc);
 }
 
 /* The 6-bit value of element e of row c in a Q6_K panel block (the
@@ -303,33 +291,47 @@ static int q6_panel_value(const uint8_t *db, int c, int e) {
     return lo | hi << 4;
 }
 
-/* Q6_K weights in panels (kquant.h's order: per group of 16, the exact sum
- * of (q - 32) x, times the group's scale, into isum; one fma per block). */
-static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+/* Per group of 16: the exact sum of (q - 32) x, times the group's scale,
+ * into isum; one fma per block. */
+static float q6_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0;
+    for (int gr = 0; gr < 16; gr++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) s += (q6_panel_value(db, c, 16 * gr + i) - 32) * xb->qs[16 * gr + i];
+        isum += (int8_t)db[3072 + gr * 16 + c] * s;
+    }
+    uint16_t d16;
+    memcpy(&d16, db + 3328 + c * 2, 2);
+    return fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
+}
+
+/* Q4_K / Q6_K weights in panels, activations in Q8_K blocks (ldx per row). */
+static void portable_ktile(kblock_fn block, size_t block_bytes, const pdl_block_q8k *x, int64_t ldx, int rows,
+                           const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
+                           int64_t ldy, const float *bias, bool accumulate) {
     for (int r = 0; r < rows; r++)
         for (int g = 0; g < panels; g++) {
             const uint8_t *pp = panel + (size_t)g * pb;
             int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
             for (int c = 0; c < cols; c++) {
                 float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *db = pp + (size_t)b * PDL_Q6K_PANEL_BLOCK;
-                    const pdl_block_q8k *xb = x + r * ldx + b;
-                    int32_t isum = 0;
-                    for (int gr = 0; gr < 16; gr++) {
-                        int32_t s = 0;
-                        for (int i = 0; i < 16; i++) s += (q6_panel_value(db, c, 16 * gr + i) - 32) * xb->qs[16 * gr + i];
-                        isum += (int8_t)db[3072 + gr * 16 + c] * s;
-                    }
-                    uint16_t d16;
-                    memcpy(&d16, db + 3328 + c * 2, 2);
-                    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
-                }
+                for (int64_t b = 0; b < nb; b++) acc = block(pp + (size_t)b * block_bytes, c, x + r * ldx + b, acc);
                 store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
                       accumulate);
             }
         }
+}
+
+static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q4_k_block, PDL_Q4K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q6_k_block, PDL_Q6K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
 }
 
 /* ---- driver --------------------------------------------------------------- */
