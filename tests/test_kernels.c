@@ -356,7 +356,7 @@ static void test_q8_0_activation_quantization(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
-/* SiLU gate: the portable and AVX-512 builds give the same bits over a wide
+/* SiLU gate: the portable, AVX2 and AVX-512 builds give the same bits over a wide
  * range (both sides of 0, past e^-87, ragged tails), and match the
  * definition g / (1 + e^-g) * u in float64 within 4e-7 relative. */
 static void test_silu_builds_agree(void) {
@@ -376,17 +376,16 @@ static void test_silu_builds_agree(void) {
         if (fabs(want) > 1e-30 && e > worst) worst = e;
     }
     CHECK_MSG(worst < 4e-7, "silu relative error %.3g", worst);
-    if (pdl_isa_best() >= PDL_ISA_AVX512) {
+    for (int isa = PDL_ISA_AVX2; isa <= (int)pdl_isa_best() && isa <= PDL_ISA_AVX512; isa++)
         for (int n = N; n > N - 17; n--) { /* every tail length */
             memcpy(b, g, sizeof g);
-            pdl_silu_mul_avx512(b, u, n);
-            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "AVX-512 SiLU differs (n %d)", n);
+            (isa == PDL_ISA_AVX512 ? pdl_silu_mul_avx512 : pdl_silu_mul_avx2)(b, u, n);
+            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s SiLU differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
-    }
 }
 
-/* GELU-tanh gate: the portable and AVX-512 builds give the same bits
+/* GELU-tanh gate: the portable, AVX2 and AVX-512 builds give the same bits
  * (both signs, underflow, overflow of g^3, ragged tails), and the result
  * is within 1e-6 |g u| of the float64 definition 0.5 g (1 + tanh(u)) u:
  * the float rounding of z = 2u (a few ulps) moves e^-|z| by about |z| x
@@ -413,14 +412,13 @@ static void test_gelu_tanh_builds_agree(void) {
     fprintf(stderr, "  GELU-tanh: largest error %.3g x |g u|\n", worst);
     CHECK_MSG(worst < 1e-6, "GELU-tanh error %.3g x |g u|", worst);
     CHECK(a[0] == 0.0f && a[4] == 1e13f * u[4] && a[5] == 0.0f);
-    if (pdl_isa_best() >= PDL_ISA_AVX512) {
+    for (int isa = PDL_ISA_AVX2; isa <= (int)pdl_isa_best() && isa <= PDL_ISA_AVX512; isa++)
         for (int n = N; n > N - 17; n--) { /* every tail length */
             memcpy(b, g, sizeof g);
-            pdl_gelu_tanh_mul_avx512(b, u, n);
-            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "AVX-512 GELU-tanh differs (n %d)", n);
+            (isa == PDL_ISA_AVX512 ? pdl_gelu_tanh_mul_avx512 : pdl_gelu_tanh_mul_avx2)(b, u, n);
+            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s GELU-tanh differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
-    }
 }
 
 static void test_rmsnorm_matches_definition(void) {
