@@ -380,6 +380,17 @@ static void prep_worker(void *p, int ith, int nth) {
     }
 }
 
+void *pdl_scratch_grow(void **buf, size_t *cap, size_t need) {
+    if (need <= *cap && *buf) return *buf;
+    size_t bytes = ((need ? need : 1) + 63) / 64 * 64;
+    void *p = aligned_alloc(64, bytes);
+    if (!p) return NULL;
+    free(*buf);
+    *buf = p;
+    *cap = bytes;
+    return p;
+}
+
 void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
@@ -409,33 +420,21 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
     }
     if (takes_q8_activations(w->dtype)) {
         /* quantize the activations once: every column tile reads them */
-        static _Thread_local int8_t *qbuf;
-        static _Thread_local float *dbuf;
-        static _Thread_local size_t qcap;
+        static _Thread_local void *qbuf, *dbuf;
+        static _Thread_local size_t qcap, dcap;
         size_t need = (size_t)(n_rows * t.in);
-        if (need > qcap) {
-            int8_t *nq = realloc(qbuf, need);
-            if (nq) qbuf = nq;
-            float *nd = realloc(dbuf, (need / 32 + 1) * sizeof *nd);
-            if (nd) dbuf = nd;
-            if (!nq || !nd) return; /* out of memory: y is left as it was */
-            qcap = need;
-        }
+        if (!pdl_scratch_grow(&qbuf, &qcap, need) || !pdl_scratch_grow(&dbuf, &dcap, (need / 32 + 1) * sizeof(float)))
+            return; /* out of memory: y is left as it was */
         prep.q = qbuf, prep.d = dbuf;
         t.xq = qbuf;
         t.xd = dbuf;
     }
     if (takes_q8k_activations(w->dtype)) {
         /* the same for Q8_K */
-        static _Thread_local pdl_block_q8k *kbuf;
+        static _Thread_local void *kbuf;
         static _Thread_local size_t kcap;
-        size_t need = (size_t)(n_rows * (t.in / PDL_QK_K));
-        if (need > kcap) {
-            pdl_block_q8k *nk = realloc(kbuf, need * sizeof *nk);
-            if (!nk) return; /* out of memory: y is left as it was */
-            kbuf = nk;
-            kcap = need;
-        }
+        size_t need = (size_t)(n_rows * (t.in / PDL_QK_K)) * sizeof(pdl_block_q8k);
+        if (!pdl_scratch_grow(&kbuf, &kcap, need)) return; /* out of memory: y is left as it was */
         q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = kbuf, .simd = t.tiles && pdl_isa_active() == PDL_ISA_AVX512};
         /* rows split over threads: done serially it took ~9% of a 512-token prompt */
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
@@ -443,18 +442,10 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
     }
     if (t.tiles && t.tiles->x_bf16) {
         /* pack the activations once: every column tile reads them */
-        static _Thread_local uint16_t *buf;
+        static _Thread_local void *buf;
         static _Thread_local size_t cap;
-        size_t need = (size_t)(n_rows * t.in);
-        if (need > cap) {
-            uint16_t *nb = realloc(buf, need * sizeof *nb);
-            if (!nb) {
-                t.tiles = NULL; /* no memory: the portable path needs none */
-            } else {
-                buf = nb;
-                cap = need;
-            }
-        }
+        if (!pdl_scratch_grow(&buf, &cap, (size_t)(n_rows * t.in) * sizeof(uint16_t)))
+            t.tiles = NULL; /* no memory: the portable path needs none */
         if (t.tiles) {
             prep.bf16 = buf;
             t.x_bf16 = buf;
@@ -462,18 +453,10 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
     }
     if (t.tiles && t.tiles->x_perm32) {
         /* reorder the activations once: every column tile reads them */
-        static _Thread_local float *pbuf;
+        static _Thread_local void *pbuf;
         static _Thread_local size_t pcap;
         int64_t ld = (t.in + 31) / 32 * 32;
-        size_t need = (size_t)(n_rows * ld);
-        if (need > pcap) {
-            float *nb = realloc(pbuf, need * sizeof *nb);
-            if (nb) {
-                pbuf = nb;
-                pcap = need;
-            }
-        }
-        if (need > pcap) {
+        if (!pdl_scratch_grow(&pbuf, &pcap, (size_t)(n_rows * ld) * sizeof(float))) {
             t.tiles = NULL; /* no memory: the portable path needs none */
         } else {
             prep.perm = pbuf, prep.ld = ld;
@@ -490,15 +473,10 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
     if (dequantized_first(w->dtype)) {
         /* scratch for each thread's expanded weight rows, owned by the
          * calling thread (it outlives the call, not the workers) */
-        static _Thread_local float *wbuf;
+        static _Thread_local void *wbuf;
         static _Thread_local size_t wcap;
-        size_t need = (size_t)nth * COL_CHUNK * (size_t)t.in;
-        if (need > wcap) {
-            float *nw = realloc(wbuf, need * sizeof *nw);
-            if (!nw) return; /* out of memory: y is left as it was */
-            wbuf = nw;
-            wcap = need;
-        }
+        if (!pdl_scratch_grow(&wbuf, &wcap, (size_t)nth * COL_CHUNK * (size_t)t.in * sizeof(float)))
+            return; /* out of memory: y is left as it was */
         t.wf = wbuf;
     }
     pdl_threadpool_run_n(pool, nth, t.tiles ? matmul_tiled_worker : matmul_worker, &t);

@@ -30,6 +30,13 @@ void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d);
  * (NULL: not wanted). Same bytes on every instruction set. */
 void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
+/* A calling thread's activation scratch of at least `need` bytes, kept
+ * between calls in *buf (capacity *cap) and on a cache line (a heap
+ * address 16 mod 64 splits every other vector load of a row across two
+ * lines); grown without keeping the old contents. NULL when out of memory
+ * (*buf is left as it was). */
+void *pdl_scratch_grow(void **buf, size_t *cap, size_t need);
+
 /* y[r*ldy + o] (=, or += when accumulate) dot(W[o], x[r*in ...]) (+ bias[o]).
  * bias may be NULL. Work is split over output columns. */
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,

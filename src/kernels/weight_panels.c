@@ -519,12 +519,7 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
     if (need) {
         static _Thread_local void *abuf;
         static _Thread_local size_t acap;
-        if (need > acap) {
-            void *nb = realloc(abuf, need);
-            if (!nb) return; /* out of memory: y is left as it was */
-            abuf = nb;
-            acap = need;
-        }
+        if (!pdl_scratch_grow(&abuf, &acap, need)) return; /* out of memory: y is left as it was */
         if (kquant(dt)) {
             a.k = abuf;
             t.xk = a.k;
