@@ -11,7 +11,21 @@
 #if defined(__AVX2__)
 #include <immintrin.h>
 
-/* pdl_exp_nonpos (fast_exp.h) on 8 lanes. */
+typedef __m256 fe_v;
+typedef __m256i fe_vi;
+#define fe_set1 _mm256_set1_ps
+#define fe_add _mm256_add_ps
+#define fe_sub _mm256_sub_ps
+#define fe_mul _mm256_mul_ps
+#define fe_cvtt _mm256_cvttps_epi32
+#define fe_add_i32 _mm256_add_epi32
+#define fe_set1_i32 _mm256_set1_epi32
+#define fe_shl23(v) _mm256_slli_epi32((v), 23)
+#define fe_as_float _mm256_castsi256_ps
+#include "kernels/fast_exp_vec.h"
+
+/* pdl_exp_nonpos (fast_exp.h) on 8 lanes: the clamp below -87 (and NaN)
+ * with vector masks around the shared core. */
 static inline __m256 exp_nonpos8(__m256 z) {
     __m256i u = _mm256_castps_si256(z);
     const __m256i sign = _mm256_set1_epi32((int)0x80000000u), limit = _mm256_set1_epi32((int)0xc2ae0000u);
@@ -20,20 +34,7 @@ static inline __m256 exp_nonpos8(__m256 z) {
         _mm256_cmpgt_epi32(_mm256_xor_si256(u, sign), _mm256_xor_si256(limit, sign)),
         _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000)));
     __m256 zc = _mm256_castsi256_ps(_mm256_blendv_epi8(u, limit, under));
-    __m256 shifter = _mm256_set1_ps(12582912.0f);
-    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(zc, _mm256_set1_ps(1.44269504088896341f)), shifter), shifter);
-    __m256 r = _mm256_sub_ps(_mm256_sub_ps(zc, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))),
-                             _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-    __m256 out = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-    return _mm256_andnot_ps(_mm256_castsi256_ps(under), out);
+    return _mm256_andnot_ps(_mm256_castsi256_ps(under), exp_nonpos_core(zc));
 }
 
 /* cpu_ops.c's sigmoid_gate on 8 lanes: g / (1 + e^-z) * up. */

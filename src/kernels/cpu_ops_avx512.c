@@ -9,28 +9,28 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-/* pdl_exp_nonpos (fast_exp.h) on 16 lanes: the same operations, each
- * rounded once (no contraction into FMA). */
+typedef __m512 fe_v;
+typedef __m512i fe_vi;
+#define fe_set1 _mm512_set1_ps
+#define fe_add _mm512_add_ps
+#define fe_sub _mm512_sub_ps
+#define fe_mul _mm512_mul_ps
+#define fe_cvtt _mm512_cvttps_epi32
+#define fe_add_i32 _mm512_add_epi32
+#define fe_set1_i32 _mm512_set1_epi32
+#define fe_shl23(v) _mm512_slli_epi32((v), 23)
+#define fe_as_float _mm512_castsi512_ps
+#include "kernels/fast_exp_vec.h"
+
+/* pdl_exp_nonpos (fast_exp.h) on 16 lanes: the clamp below -87 (and NaN)
+ * with mask registers around the shared core. */
 static inline __m512 exp_nonpos16(__m512 z) {
     __m512i u = _mm512_castps_si512(z);
     __mmask16 under = _mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32((int)0xc2ae0000u)) |
                       _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                               _mm512_set1_epi32(0x7f800000));
     __m512 zc = _mm512_castsi512_ps(_mm512_mask_mov_epi32(u, under, _mm512_set1_epi32((int)0xc2ae0000u)));
-    __m512 shifter = _mm512_set1_ps(12582912.0f);
-    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(zc, _mm512_set1_ps(1.44269504088896341f)), shifter), shifter);
-    __m512 r = _mm512_sub_ps(_mm512_sub_ps(zc, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f))),
-                             _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-    __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-    __m512 out = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
-    return _mm512_maskz_mov_ps((__mmask16)~under, out);
+    return _mm512_maskz_mov_ps((__mmask16)~under, exp_nonpos_core(zc));
 }
 
 /* cpu_ops.c's sigmoid_gate on 16 lanes: g / (1 + e^-z) * up. */
