@@ -16,6 +16,7 @@
 
 #include "format/tensor.h"
 #include "kernels/cpu_features.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_tiles.h"
@@ -472,11 +473,63 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
     fprintf(stderr, "  %d cases\n", checked);
 }
 
+/* pdl_matmul_gated: the gate tile, the up tile and the activation per
+ * tile give, for every dtype with panels (and for a pair it must take one
+ * matmul at a time), the bytes of the two matmuls followed by the
+ * activation over whole rows, for SiLU and GELU-tanh, ragged shapes and
+ * every thread split. */
+static void test_gated_matmul_gives_the_unfused_bytes(void) {
+    pdl_fp16_init();
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    int shapes[][2] = {{1, 37}, {9, 70}, {17, 48}}; /* rows, outputs (in = 64) */
+    pdl_gate_fn acts[2] = {pdl_silu_mul, pdl_gelu_tanh_mul};
+    int checked = 0;
+    for (int threads = 1; threads <= 2; threads++) {
+        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        REQUIRE(pool != NULL);
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (int ai = 0; ai < 2; ai++)
+                    for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
+                        pdl_dtype dt = types[ti];
+                        bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0;
+                        int rows = shapes[si][0], out = shapes[si][1], in = 64;
+                        float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
+                        void *w[2], *buf[2];
+                        pdl_tensor t[2];
+                        REQUIRE(x);
+                        for (int i = 0; i < rows * in; i++) x[i] = frand() * 3.0f;
+                        for (int m = 0; m < 2; m++) {
+                            w[m] = q ? (void *)make_qmatrix(dt, out, in, &wv[m]) : make_matrix(dt, out, in, &wv[m]);
+                            t[m] = (pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w[m]};
+                            buf[m] = unpaneled && m == 1 ? NULL : panels_of(pool, &t[m]);
+                        }
+                        size_t ny = (size_t)rows * out;
+                        float *g0 = malloc(ny * sizeof *g0), *u0 = malloc(ny * sizeof *u0);
+                        float *g1 = malloc(ny * sizeof *g1), *u1 = malloc(ny * sizeof *u1);
+                        REQUIRE(g0 && u0 && g1 && u1);
+                        pdl_matmul(pool, g0, out, x, rows, &t[0], NULL, false);
+                        pdl_matmul(pool, u0, out, x, rows, &t[1], NULL, false);
+                        for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
+                        pdl_matmul_gated(pool, g1, out, u1, x, rows, &t[0], &t[1], acts[ai]);
+                        CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
+                                  pdl_dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
+                                  unpaneled ? ", up without panels" : "");
+                        checked++;
+                        for (int m = 0; m < 2; m++) free(w[m]), free(wv[m]), free(buf[m]);
+                        free(x), free(g0), free(u0), free(g1), free(u1);
+                    }
+        pdl_threadpool_free(pool);
+    }
+    fprintf(stderr, "  %d cases\n", checked);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
     RUN(test_shared_activations_give_each_matmuls_bytes);
     RUN(test_k_quant_panels_give_the_reference_dots);
+    RUN(test_gated_matmul_gives_the_unfused_bytes);
     return test_summary();
 }

@@ -404,6 +404,35 @@ void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, con
         pdl_matmul(pool, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate);
 }
 
+typedef struct gate_task {
+    float *gate;
+    const float *up;
+    int64_t ld, n_rows;
+    int n;
+    pdl_gate_fn act;
+} gate_task;
+
+static void gate_worker(void *p, int ith, int nth) {
+    const gate_task *t = p;
+    long r0, r1;
+    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) t->act(t->gate + r * t->ld, t->up + r * t->ld, t->n);
+}
+
+void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up, const float *x, int64_t n_rows,
+                      const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+    if (n_rows == 0) return;
+    if (w_gate->panels && w_up->panels && w_gate->dtype == w_up->dtype && w_gate->shape[0] == w_up->shape[0] &&
+        w_gate->shape[1] == w_up->shape[1]) {
+        pdl_panels_matmul_gated(pool, gate, ldg, x, n_rows, w_gate, w_up, act);
+        return;
+    }
+    pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
+    pdl_matmul_shared(pool, x, n_rows, o, 2);
+    gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
+}
+
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate) {
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};

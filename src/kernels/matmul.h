@@ -60,4 +60,17 @@ typedef struct pdl_matmul_out {
  * panels over the threads (one wake-up instead of one per matrix). */
 void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
+/* A gated MLP's activation: gate[i] = act(gate[i]) * up[i] for i < n
+ * (pdl_silu_mul, pdl_gelu_tanh_mul). */
+typedef void (*pdl_gate_fn)(float *gate, const float *up, int n);
+
+/* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
+ * scratch of the same shape): the gated MLP's two products and its
+ * activation, exactly as pdl_matmul_shared and then act over each row give
+ * it. Where both matrices have panels of one dtype and shape, each tile of
+ * the up product is made right after the gate's and combined while both
+ * are in L1, so `up` is not written at all. */
+void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up, const float *x, int64_t n_rows,
+                      const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+
 #endif

@@ -363,29 +363,46 @@ typedef struct panel_task {
     int64_t steps;
     panel_mat mats[PDL_MATMUL_SHARED_MAX]; /* matrices of the same dtype and width */
     int n_mats;
+    pdl_gate_fn act;             /* gated: mats[0] is the gate, y = act(gate, up) */
+    const uint8_t *up_panels;    /* ... and these the up matrix's panels */
     int64_t n_panels;      /* of all of them */
 } panel_task;
 
 /* The tiles of panels [g0, g1) of one matrix over rows [rb, re). */
+/* One tile: rows [r, r + nr) x ng panels at `panels` into y (ldy). */
+static void run_tile(const panel_task *t, int64_t r, int nr, const uint8_t *panels, int ng, int last, float *y,
+                     int64_t ldy, const float *bias, bool accumulate) {
+    if (t->kfn) {
+        t->kfn(t->xk + r * t->ldx, t->ldx, nr, panels, t->panel_bytes, ng, t->steps, last, y, ldy, bias, accumulate);
+    } else if (t->qfn) {
+        int64_t nbx = t->ldx / 32;
+        t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr, panels, t->panel_bytes, ng,
+               t->steps, last, y, ldy, bias, accumulate);
+    } else {
+        t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, panels, t->panel_bytes, ng, t->steps, last, y, ldy,
+              bias, accumulate);
+    }
+}
+
+/* The tiles of panels [g0, g1) of one matrix over rows [rb, re); in a
+ * gated task each gate tile is followed by the same tile of the up
+ * matrix, into a buffer on the stack, and the activation combines them
+ * while both are in L1. */
 static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, int64_t g1, int64_t rb, int64_t re) {
     for (int64_t g = g0; g < g1; g += PDL_PANEL_TILE_PANELS) {
         int ng = (int)(g1 - g < PDL_PANEL_TILE_PANELS ? g1 - g : PDL_PANEL_TILE_PANELS);
         int last = g + ng == pm->n_panels ? pm->last_cols : PDL_PANEL_COLS;
-        const uint8_t *panels = pm->panels + (size_t)g * t->panel_bytes;
+        size_t at = (size_t)g * t->panel_bytes;
         float *y = pm->y + g * PDL_PANEL_COLS;
         const float *bias = pm->bias ? pm->bias + g * PDL_PANEL_COLS : NULL;
         for (int64_t r = rb; r < re; r += t->tile_rows) {
             int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
-            if (t->kfn) {
-                t->kfn(t->xk + r * t->ldx, t->ldx, nr, panels, t->panel_bytes, ng, t->steps, last, y + r * pm->ldy,
-                       pm->ldy, bias, pm->accumulate);
-            } else if (t->qfn) {
-                int64_t nbx = t->ldx / 32;
-                t->qfn(t->xq + r * t->ldx, t->xd + r * nbx, t->xs + r * nbx, t->ldx, nbx, nr, panels,
-                       t->panel_bytes, ng, t->steps, last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
-            } else {
-                t->fn(t->x + (size_t)(r * t->ldx) * t->xsize, t->ldx, nr, panels, t->panel_bytes, ng, t->steps,
-                      last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
+            run_tile(t, r, nr, pm->panels + at, ng, last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
+            if (t->act) {
+                float up[PDL_PANEL_TILE_ROWS * PDL_PANEL_TILE_PANELS * PDL_PANEL_COLS];
+                int cols = (ng - 1) * PDL_PANEL_COLS + last, ldu = ng * PDL_PANEL_COLS;
+                run_tile(t, r, nr, t->up_panels + at, ng, last, up, ldu, NULL, false);
+                for (int i = 0; i < nr; i++) t->act(y + (r + i) * pm->ldy, up + i * ldu, cols);
             }
         }
     }
@@ -479,8 +496,24 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
     pdl_panels_matmul_shared(pool, x, n_rows, &o, 1);
 }
 
+static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs,
+                       const pdl_tensor *w_up, pdl_gate_fn act);
+
 void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
                               int n_outs) {
+    panels_run(pool, x, n_rows, outs, n_outs, NULL, NULL);
+}
+
+void pdl_panels_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, const float *x, int64_t n_rows,
+                             const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+    pdl_matmul_out o = {.y = gate, .ldy = ldg, .w = w_gate};
+    panels_run(pool, x, n_rows, &o, 1, w_up, act);
+}
+
+/* Prepares the activations once and runs the panel tiles of every output
+ * (with w_up and act: one gated pair) in one parallel region. */
+static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs,
+                       const pdl_tensor *w_up, pdl_gate_fn act) {
     if (n_rows == 0 || n_outs <= 0) return;
     const pdl_tensor *w = outs[0].w;
     pdl_dtype dt = w->dtype;
@@ -490,6 +523,7 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
         .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
         .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
+        .act = act, .up_panels = w_up ? w_up->panels : NULL,
     };
     double out = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++) {
@@ -543,6 +577,6 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
     /* activation rows per block: about 512 KiB of them (half an L2) */
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
-    double macs = (double)n_rows * out * (double)in;
+    double macs = (double)n_rows * out * (double)in * (act ? 2 : 1);
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), panel_worker, &t);
 }

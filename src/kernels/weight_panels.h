@@ -100,6 +100,11 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
 void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
                               int n_outs);
 
+/* pdl_matmul_gated for a gate and an up matrix with panels of one dtype
+ * and shape (the caller checks). */
+void pdl_panels_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, const float *x, int64_t n_rows,
+                             const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs
  * of BF16 activations as 32-bit words (ldx words per row); last_cols is

@@ -267,18 +267,6 @@ static void attention_rows(void *p, int ith, int nth) {
     }
 }
 
-static void act_mul_rows(void *p, int ith, int nth) {
-    row_task *t = p;
-    const pdl_model_config *c = &t->m->cfg;
-    long r0, r1;
-    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) {
-        float *g = t->m->scratch.gate + r * c->ffn, *u = t->m->scratch.up + r * c->ffn;
-        if (c->act == PDL_ACT_GELU_TANH) pdl_gelu_tanh_mul(g, u, c->ffn);
-        else pdl_silu_mul(g, u, c->ffn);
-    }
-}
-
 static const float *bias_or_null(const pdl_tensor *t) { return t->data ? t->data : NULL; }
 
 /* ---- the head -------------------------------------------------------------- */
@@ -339,7 +327,6 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
 
     /* element-wise stages: ~16k elements per thread at least */
     int row_threads = pdl_threads_for(m->pool, (double)n * c->hidden, 16384.0);
-    int ffn_threads = pdl_threads_for(m->pool, (double)n * c->ffn, 16384.0);
     pdl_threadpool_run_n(m->pool, row_threads, embed_rows, &t);
 
     /* attention work: every row reads its whole prefix, for every head */
@@ -379,12 +366,8 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
             t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
             pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
         }
-        pdl_matmul_out gate_up[2] = {
-            {.y = s->gate, .ldy = c->ffn, .w = &lw->w_gate},
-            {.y = s->up, .ldy = c->ffn, .w = &lw->w_up},
-        };
-        pdl_matmul_shared(m->pool, s->xn, n, gate_up, 2);
-        pdl_threadpool_run_n(m->pool, ffn_threads, act_mul_rows, &t);
+        pdl_matmul_gated(m->pool, s->gate, c->ffn, s->up, s->xn, n, &lw->w_gate, &lw->w_up,
+                         c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul);
         if (direct_add) {
             pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
         } else {
