@@ -20,6 +20,7 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "util/error.h"
+#include "util/huge_alloc.h"
 
 #define MAX_TOP_LOGPROBS 20
 
@@ -51,31 +52,11 @@ static void engine_log(const pdl_engine *e, const char *fmt, ...) {
 
 /* ---- KV pool sizing ------------------------------------------------------ */
 
-static size_t available_memory(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    size_t kb = 0;
-    if (f) {
-        char key[64];
-        size_t v;
-        while (fscanf(f, "%63s %zu kB\n", key, &v) == 2)
-            if (strcmp(key, "MemAvailable:") == 0) {
-                kb = v;
-                break;
-            }
-        fclose(f);
-    }
-    if (kb == 0) {
-        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        if (pages > 0 && page > 0) return (size_t)pages * (size_t)page;
-    }
-    return kb * 1024;
-}
-
 static int pool_blocks(const pdl_engine *e, pdl_error *err) {
     size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
     size_t mem = e->opts.kv_cache_memory;
     if (mem == 0) {
-        size_t avail = available_memory() / 2, cap = (size_t)4 << 30;
+        size_t avail = pdl_available_memory() / 2, cap = (size_t)4 << 30;
         mem = avail && avail < cap ? avail : cap;
     }
     size_t blocks = mem / block_bytes;

@@ -459,7 +459,9 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
  * otherwise. The mapped originals' pages then leave the resident set (a
  * tied embedding's few looked-up rows come back from the page cache).
  * PAGEDLM_WEIGHT_PANELS=0 leaves every matrix in the file mapping (shared
- * with other processes using the file) and the row-major kernels. */
+ * with other processes using the file) and the row-major kernels, and so
+ * does a model whose copies would not fit in the memory available (the
+ * mapping can page; anonymous copies cannot without swap). */
 static int copy_matrices(pdl_model *m, pdl_error *err) {
     const char *env = getenv("PAGEDLM_WEIGHT_PANELS");
     if (env && strcmp(env, "0") == 0) return 0;
@@ -469,6 +471,13 @@ static int copy_matrices(pdl_model *m, pdl_error *err) {
     for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
         if (pass == 1) {
             if (total == 0) return 0;
+            size_t avail = pdl_available_memory();
+            if (avail && total > avail - avail / 8) { /* the mapping pages in what it needs; copies could not */
+                fprintf(stderr, "pagedlm: weights used from the file mapping: copying %.2f GiB of matrices "
+                                "would leave too little of the %.2f GiB available\n",
+                        total / 1073741824.0, avail / 1073741824.0);
+                return 0;
+            }
             if (!(m->matrices = pdl_huge_alloc(total)))
                 return pdl_fail(err, "out of memory copying %zu bytes of weight matrices", total);
             at = m->matrices;

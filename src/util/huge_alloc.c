@@ -11,7 +11,9 @@
 #include "util/huge_alloc.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -64,3 +66,23 @@ void pdl_huge_free(void *p) {
     munmap(head, *(size_t *)(void *)head + page);
 }
 #endif
+
+size_t pdl_available_memory(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    size_t kb = 0;
+    if (f) {
+        char key[64];
+        size_t v;
+        while (fscanf(f, "%63s %zu kB\n", key, &v) == 2)
+            if (strcmp(key, "MemAvailable:") == 0) {
+                kb = v;
+                break;
+            }
+        fclose(f);
+    }
+    if (kb == 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) return (size_t)pages * (size_t)page;
+    }
+    return kb * 1024;
+}

@@ -1,6 +1,7 @@
 /*
  * huge_alloc.h - large, long-lived buffers the kernel may back with 2 MiB
- * pages: the weight panels and the KV cache pools.
+ * pages (the weight matrices' copies and the KV cache pools), and how much
+ * memory there is for them.
  *
  * A decode step streams every weight once; through 4 KiB pages that is a
  * TLB miss every 4 KiB (about 300,000 per token for a 1.2 GB model).
@@ -22,5 +23,10 @@ void *pdl_huge_alloc(size_t bytes);
 
 /* Frees a pdl_huge_alloc buffer; NULL is ignored. */
 void pdl_huge_free(void *p);
+
+/* Bytes the system can still give without swapping (Linux MemAvailable;
+ * else the free physical pages; 0 when unknown), for deciding whether a
+ * large buffer should be made at all. */
+size_t pdl_available_memory(void);
 
 #endif
