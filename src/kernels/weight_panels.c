@@ -446,8 +446,12 @@ static void act_worker(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
         if (t->k) {
-            if (pdl_isa_active() == PDL_ISA_AVX512) pdl_quantize_row_q8_k_avx512(xr, t->in, t->k + r * (t->in / PDL_QK_K));
-            else pdl_quantize_row_q8_k(xr, t->in, t->k + r * (t->in / PDL_QK_K));
+            pdl_block_q8k *kr = t->k + r * (t->in / PDL_QK_K);
+#if defined(__x86_64__) || defined(__i386__) /* the AVX-512 quantizer exists only there (kquant.h) */
+            if (pdl_isa_active() == PDL_ISA_AVX512) pdl_quantize_row_q8_k_avx512(xr, t->in, kr);
+            else
+#endif
+                pdl_quantize_row_q8_k(xr, t->in, kr);
         } else if (t->q) {
             pdl_quantize_row_q8_0_sums(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
         } else if (t->pairs) {
