@@ -1,5 +1,6 @@
 /*
- * test_util.c - the harness behind tests/test_util.h.
+ * test_util.c - the harness behind tests/test_util.h (all but the model
+ * helper, test_model_util.c, so kernel tests link with the kernels alone).
  */
 #define _XOPEN_SOURCE 700
 #include "test_util.h"
@@ -131,19 +132,4 @@ cmd_result test_pagedlm(const char *args) {
 void test_free_result(cmd_result *r) {
     free(r->out), free(r->err);
     r->out = r->err = NULL;
-}
-
-float *test_all_row_logits(pdl_model *m, const int32_t *tokens, size_t n) {
-    pdl_model_info info;
-    pdl_model_get_info(m, &info);
-    pdl_kv_cache *kv = NULL;
-    pdl_error err;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, (int)(n / 16 + 1), &err) == 0, "%s", err.message);
-    float *logits = malloc(n * (size_t)info.vocab * sizeof *logits);
-    pdl_seq seq = {0};
-    int rc = pdl_seq_forward(m, kv, &seq, tokens, (int)n, PDL_LOGITS_ALL, logits, &err);
-    pdl_seq_release(kv, &seq);
-    pdl_kv_cache_free(kv);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
-    return logits;
 }
