@@ -164,42 +164,65 @@ static void store(float *y, float acc, const float *bias, int c, bool accumulate
     *y = accumulate ? *y + v : v;
 }
 
-/* One tile for every layout and activation kind: mode 0 F32 weights, 1 F16,
- * 2 BF16 with F32 activations, 3 BF16 with BF16 activation pairs. */
-static void portable_tile(int mode, const void *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
-                          int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
-                          bool accumulate) {
+/* The loop every portable tile shares: for each row r, panel g and output
+ * column c of the tile, acc = out(ctx, r, panel g, c), then bias and
+ * accumulation as the AVX-512 tiles store them. */
+typedef float (*output_fn)(const void *ctx, int r, const uint8_t *pp, int c);
+
+static void portable_outputs(output_fn out, const void *ctx, int rows, const uint8_t *panel, size_t pb, int panels,
+                             int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     for (int r = 0; r < rows; r++)
         for (int g = 0; g < panels; g++) {
             const uint8_t *pp = panel + (size_t)g * pb;
             int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
-            for (int c = 0; c < cols; c++) {
-                float acc = 0.0f;
-                for (int64_t k = 0; k < steps; k++) {
-                    if (mode == 0) {
-                        acc = fmaf(((const float *)(const void *)pp)[k * PDL_PANEL_COLS + c],
-                                   ((const float *)x)[r * ldx + k], acc);
-                    } else if (mode == 1) {
-                        acc = fmaf(pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * PDL_PANEL_COLS + c]),
-                                   ((const float *)x)[r * ldx + k], acc);
-                    } else {
-                        uint32_t wv = ((const uint32_t *)(const void *)pp)[k * PDL_PANEL_COLS + c];
-                        float w0 = bf16_value(wv & 0xFFFF), w1 = bf16_value(wv >> 16);
-                        if (mode == 2) {
-                            const float *xr = (const float *)x + r * ldx + 2 * k;
-                            acc = fmaf(w1, xr[1], acc);
-                            acc = fmaf(w0, xr[0], acc);
-                        } else {
-                            uint32_t xv = ((const uint32_t *)x)[r * ldx + k];
-                            acc = daz(fmaf(daz(w1), daz(bf16_value(xv >> 16)), acc));
-                            acc = daz(fmaf(daz(w0), daz(bf16_value(xv & 0xFFFF)), acc));
-                        }
-                    }
-                }
-                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
-                      accumulate);
+            for (int c = 0; c < cols; c++)
+                store(y + r * ldy + g * PDL_PANEL_COLS + c, out(ctx, r, pp, c),
+                      bias ? bias + g * PDL_PANEL_COLS : NULL, c, accumulate);
+        }
+}
+
+/* F32 / F16 / BF16 panels: mode 0 F32 weights, 1 F16, 2 BF16 with F32
+ * activations, 3 BF16 with BF16 activation pairs. */
+typedef struct float_ctx {
+    int mode;
+    const void *x;
+    int64_t ldx, steps;
+} float_ctx;
+
+static float float_output(const void *ctx, int r, const uint8_t *pp, int c) {
+    const float_ctx *t = ctx;
+    int mode = t->mode;
+    const void *x = t->x;
+    int64_t ldx = t->ldx;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < t->steps; k++) {
+        if (mode == 0) {
+            acc = fmaf(((const float *)(const void *)pp)[k * PDL_PANEL_COLS + c], ((const float *)x)[r * ldx + k], acc);
+        } else if (mode == 1) {
+            acc = fmaf(pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * PDL_PANEL_COLS + c]),
+                       ((const float *)x)[r * ldx + k], acc);
+        } else {
+            uint32_t wv = ((const uint32_t *)(const void *)pp)[k * PDL_PANEL_COLS + c];
+            float w0 = bf16_value(wv & 0xFFFF), w1 = bf16_value(wv >> 16);
+            if (mode == 2) {
+                const float *xr = (const float *)x + r * ldx + 2 * k;
+                acc = fmaf(w1, xr[1], acc);
+                acc = fmaf(w0, xr[0], acc);
+            } else {
+                uint32_t xv = ((const uint32_t *)x)[r * ldx + k];
+                acc = daz(fmaf(daz(w1), daz(bf16_value(xv >> 16)), acc));
+                acc = daz(fmaf(daz(w0), daz(bf16_value(xv & 0xFFFF)), acc));
             }
         }
+    }
+    return acc;
+}
+
+static void portable_tile(int mode, const void *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                          int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
+                          bool accumulate) {
+    float_ctx t = {.mode = mode, .x = x, .ldx = ldx, .steps = steps};
+    portable_outputs(float_output, &t, rows, panel, pb, panels, last_cols, y, ldy, bias, accumulate);
 }
 
 #define PORTABLE(NAME, MODE)                                                                                    \
@@ -212,39 +235,44 @@ PORTABLE(portable_f16, 1)
 PORTABLE(portable_bf16, 2)
 PORTABLE(portable_bf16_dp, 3)
 
-/* Q8_0 (q4 0) or Q4_0 (q4 1) weights in panels. */
+/* Q8_0 (q4 0) or Q4_0 (q4 1) panels with Q8_0 activations. */
+typedef struct q_ctx {
+    int q4;
+    const int8_t *xq;
+    const float *xd;
+    int64_t ldx, nbx, nb;
+} q_ctx;
+
+static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
+    const q_ctx *t = ctx;
+    size_t qb = t->q4 ? 256 : 512;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < t->nb; b++) {
+        const int8_t *x = t->xq + r * t->ldx + b * 32;
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            int wk;
+            if (t->q4) {
+                uint8_t byte = pp[b * qb + (k % 16 / 4) * 64 + c * 4 + k % 4];
+                wk = (k < 16 ? byte & 0xF : byte >> 4) - 8;
+            } else {
+                wk = (int)pp[b * qb + (k / 4) * 64 + c * 4 + k % 4] - 128;
+            }
+            s += wk * x[k];
+        }
+        uint16_t d16;
+        memcpy(&d16, pp + (size_t)t->nb * qb + b * 32 + c * 2, 2);
+        acc = fmaf((float)s, pdl_f16_to_f32(d16) * t->xd[r * t->nbx + b], acc);
+    }
+    return acc;
+}
+
 static void portable_qtile(int q4, const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
                            int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
                            float *y, int64_t ldy, const float *bias, bool accumulate) {
     (void)xs;
-    size_t qb = q4 ? 256 : 512;
-    for (int r = 0; r < rows; r++)
-        for (int g = 0; g < panels; g++) {
-            const uint8_t *pp = panel + (size_t)g * pb;
-            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
-            for (int c = 0; c < cols; c++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const int8_t *x = xq + r * ldx + b * 32;
-                    int32_t s = 0;
-                    for (int k = 0; k < 32; k++) {
-                        int wk;
-                        if (q4) {
-                            uint8_t byte = pp[b * qb + (k % 16 / 4) * 64 + c * 4 + k % 4];
-                            wk = (k < 16 ? byte & 0xF : byte >> 4) - 8;
-                        } else {
-                            wk = (int)pp[b * qb + (k / 4) * 64 + c * 4 + k % 4] - 128;
-                        }
-                        s += wk * x[k];
-                    }
-                    uint16_t d16;
-                    memcpy(&d16, pp + (size_t)nb * qb + b * 32 + c * 2, 2);
-                    acc = fmaf((float)s, pdl_f16_to_f32(d16) * xd[r * nbx + b], acc);
-                }
-                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
-                      accumulate);
-            }
-        }
+    q_ctx t = {.q4 = q4, .xq = xq, .xd = xd, .ldx = ldx, .nbx = nbx, .nb = nb};
+    portable_outputs(q_output, &t, rows, panel, pb, panels, last_cols, y, ldy, bias, accumulate);
 }
 
 static void portable_q8_0(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
@@ -305,21 +333,26 @@ static float q6_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
-/* Q4_K / Q6_K weights in panels, activations in Q8_K blocks (ldx per row). */
+/* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
+typedef struct k_ctx {
+    kblock_fn block;
+    size_t block_bytes;
+    const pdl_block_q8k *x;
+    int64_t ldx, nb;
+} k_ctx;
+
+static float k_output(const void *ctx, int r, const uint8_t *pp, int c) {
+    const k_ctx *t = ctx;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < t->nb; b++) acc = t->block(pp + (size_t)b * t->block_bytes, c, t->x + r * t->ldx + b, acc);
+    return acc;
+}
+
 static void portable_ktile(kblock_fn block, size_t block_bytes, const pdl_block_q8k *x, int64_t ldx, int rows,
                            const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
                            int64_t ldy, const float *bias, bool accumulate) {
-    for (int r = 0; r < rows; r++)
-        for (int g = 0; g < panels; g++) {
-            const uint8_t *pp = panel + (size_t)g * pb;
-            int cols = g == panels - 1 ? last_cols : PDL_PANEL_COLS;
-            for (int c = 0; c < cols; c++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) acc = block(pp + (size_t)b * block_bytes, c, x + r * ldx + b, acc);
-                store(y + r * ldy + g * PDL_PANEL_COLS + c, acc, bias ? bias + g * PDL_PANEL_COLS : NULL, c,
-                      accumulate);
-            }
-        }
+    k_ctx t = {.block = block, .block_bytes = block_bytes, .x = x, .ldx = ldx, .nb = nb};
+    portable_outputs(k_output, &t, rows, panel, pb, panels, last_cols, y, ldy, bias, accumulate);
 }
 
 static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,

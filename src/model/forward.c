@@ -22,15 +22,13 @@
 
 /* ---- scratch ------------------------------------------------------------ */
 
-/* A scratch buffer of n floats, on a cache line (the kernels' vector
- * loads of a row then never straddle two lines where the row length
- * allows; a heap address 16 mod 64 made the AVX2 BF16 matmul 13% slower).
- * The old contents are not kept: scratch is filled after it is reserved. */
+/* A scratch buffer of n floats on a cache line (pdl_scratch_grow: a heap
+ * address 16 mod 64 made the AVX2 BF16 matmul 13% slower). The old
+ * contents are not kept: scratch is filled after it is reserved. */
 static int grow(float **buf, size_t n) {
-    size_t bytes = ((n ? n : 1) * sizeof **buf + 63) / 64 * 64;
-    float *p = aligned_alloc(64, bytes);
-    if (!p) return -1;
-    free(*buf);
+    void *p = *buf;
+    size_t cap = 0; /* the callers track what each buffer holds */
+    if (!pdl_scratch_grow(&p, &cap, n * sizeof **buf)) return -1;
     *buf = p;
     return 0;
 }
