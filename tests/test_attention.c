@@ -28,6 +28,15 @@ static float frand(void) {
     return (float)((rng >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
 
+static const struct {
+    pdl_isa isa;
+    pdl_attention_fn fn;
+} simd_builds[] = {
+    {PDL_ISA_AVX2, pdl_attention_queries_avx2},
+    {PDL_ISA_AVX512, pdl_attention_queries_avx512},
+    {PDL_ISA_NEON, pdl_attention_queries_neon},
+};
+
 static void check_head_dim(int hd, int BSZ) {
     enum { NKV = 2, NPOS = 150, NBLK = 20 };
     int32_t table[NBLK];
@@ -80,12 +89,14 @@ static void check_head_dim(int hd, int BSZ) {
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
-                    /* and so does the AVX2 build (its own 8-lane tiles) */
-                    if (pdl_isa_best() >= PDL_ISA_AVX2) {
-                        pdl_attention_queries_avx2(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    /* and so does every SIMD build the CPU has (the dispatcher above
+                     * took the best: AVX-512 or NEON; AVX2 has its own 8-lane tiles) */
+                    for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
+                        if (!pdl_isa_supported(simd_builds[bi].isa)) continue;
+                        simd_builds[bi].fn(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
-                                  "head_dim %d block %d f16 %d window %d cap %g: %d queries: AVX2 build differs", hd,
-                                  BSZ, f16, windows[wi], caps[ci], nq);
+                                  "head_dim %d block %d f16 %d window %d cap %g: %d queries: %s build differs", hd,
+                                  BSZ, f16, windows[wi], caps[ci], nq, pdl_isa_name(simd_builds[bi].isa));
                     }
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
@@ -101,7 +112,7 @@ static void test_query_blocks_equal_single_queries(void) {
 
 /* The AVX-512 build directly (the dispatcher picks it only on such CPUs). */
 static void test_avx512_build_equals_its_single_query_body(void) {
-    if (pdl_isa_best() < PDL_ISA_AVX512) {
+    if (!pdl_isa_supported(PDL_ISA_AVX512)) {
         fprintf(stderr, "  (no AVX-512 on this CPU: dispatcher checks only)\n");
         return;
     }
@@ -127,7 +138,7 @@ static void test_avx512_build_equals_its_single_query_body(void) {
     free(k), free(v), free(scratch);
 }
 
-/* The cache write: the F16C build gives the portable one's bytes (round to
+/* The cache write: the F16C and NEON builds give the portable one's bytes (round to
  * nearest even, ties, subnormals, overflow, infinities, NaN), and each key
  * element lands where pdl_attn_k_index says (the attention above reads it
  * there). */
@@ -138,6 +149,10 @@ static void test_cache_store_builds_agree(void) {
     size_t n = (size_t)SLOTS * KVD;
     uint16_t *k0 = calloc(n, 2), *v0 = calloc(n, 2), *k1 = calloc(n, 2), *v1 = calloc(n, 2);
     REQUIRE(k0 && v0 && k1 && v1);
+    /* the build this CPU has (none: the portable one against itself) */
+    void (*store)(void *, void *, int, int, int, int64_t, const float *, const float *) = pdl_attention_store_scalar;
+    if (pdl_isa_supported(PDL_ISA_AVX2)) store = pdl_attention_store_f16c;
+    if (pdl_isa_supported(PDL_ISA_NEON)) store = pdl_attention_store_neon;
     const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 2.9802326e-8f,
                              6.1e-5f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f, INFINITY, -INFINITY, NAN};
     int bad_place = 0;
@@ -148,16 +163,14 @@ static void test_cache_store_builds_agree(void) {
         }
         int64_t slot = (s * 7) % SLOTS;
         pdl_attention_store_scalar(k0, v0, 1, KVD, BS, slot, k, v);
-        if (pdl_isa_best() >= PDL_ISA_AVX2) pdl_attention_store_f16c(k1, v1, 1, KVD, BS, slot, k, v);
+        store(k1, v1, 1, KVD, BS, slot, k, v);
         for (int e = 0; e < KVD; e++)
             if (k0[pdl_attn_k_index(slot, BS, KVD, e)] != pdl_f32_to_f16(k[e]) || v0[slot * KVD + e] != pdl_f32_to_f16(v[e]))
                 bad_place++;
     }
     CHECK_EQ_INT(bad_place, 0);
-    if (pdl_isa_best() >= PDL_ISA_AVX2) {
-        CHECK(memcmp(k0, k1, n * 2) == 0);
-        CHECK(memcmp(v0, v1, n * 2) == 0);
-    }
+    CHECK(memcmp(k0, k1, n * 2) == 0);
+    CHECK(memcmp(v0, v1, n * 2) == 0);
     free(k0), free(v0), free(k1), free(v1);
 }
 

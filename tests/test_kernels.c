@@ -247,13 +247,15 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     pdl_threadpool *pool = pdl_threadpool_new(2);
     REQUIRE(pool != NULL);
     pdl_isa best = pdl_isa_best();
-    fprintf(stderr, "  best instruction set here: %s\n", pdl_isa_name(best));
+    fprintf(stderr, "  best instruction set here: %s%s\n", pdl_isa_name(best),
+            pdl_cpu_features_get()->neon_dotprod ? " + SDOT" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
     for (int mode = 0; mode < 2; mode++)
-    for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+    for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
+        if (!pdl_isa_supported((pdl_isa)isa)) continue;
         pdl_matmul_set_bf16_activations(mode == 1);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -327,7 +329,8 @@ static void test_q8_0_activation_quantization(void) {
     CHECK(d[0] == 0.0f);
     for (int i = 0; i < 32; i++) CHECK_EQ_INT(q[i], 0);
     /* every instruction set quantizes to the portable bytes, ties included
-     * (block 1: multiples of amax / 254, so x * inv lands on k + 0.5), and
+     * (block 1: multiples of amax / 254, so x * inv lands on k + 0.5 at two
+     * places; block 3 at every place but one), and
      * the block sums are the sums of the bytes */
     enum { N = 32 * 40 };
     static float xs[N];
@@ -337,10 +340,14 @@ static void test_q8_0_activation_quantization(void) {
     for (int i = 0; i < N; i++) xs[i] = frand() * (float)(1 + i % 7) * 3.0f;
     for (int i = 32; i < 64; i++) xs[i] = (float)(i - 48) * (2.0f / 254.0f) + (i == 63 ? 0.5f / 127.0f : 0.0f);
     for (int i = 64; i < 96; i++) xs[i] = 0.0f;
+    /* block 3: amax 127, so the scale is 1 and every other value a tie */
+    for (int i = 96; i < 128; i++) xs[i] = (float)(i % 29) * (i % 2 ? 1.0f : -1.0f) * 3.0f + 0.5f;
+    xs[96] = 127.0f;
     pdl_isa best = pdl_isa_best();
     pdl_isa_set(PDL_ISA_SCALAR);
     pdl_quantize_row_q8_0_sums(xs, N, q0, d0, s0);
-    for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+    for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
+        if (!pdl_isa_supported((pdl_isa)isa)) continue;
         pdl_isa_set((pdl_isa)isa);
         pdl_quantize_row_q8_0_sums(xs, N, q1, d1, s1);
         CHECK_MSG(memcmp(q0, q1, sizeof q0) == 0 && memcmp(d0, d1, sizeof d0) == 0 && memcmp(s0, s1, sizeof s0) == 0,
@@ -356,7 +363,17 @@ static void test_q8_0_activation_quantization(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
-/* SiLU gate: the portable, AVX2 and AVX-512 builds give the same bits over a wide
+/* The SIMD builds of the gates, each run where the CPU has its family. */
+static const struct {
+    pdl_isa isa;
+    void (*silu)(float *, const float *, int), (*gelu)(float *, const float *, int);
+} gate_builds[] = {
+    {PDL_ISA_AVX2, pdl_silu_mul_avx2, pdl_gelu_tanh_mul_avx2},
+    {PDL_ISA_AVX512, pdl_silu_mul_avx512, pdl_gelu_tanh_mul_avx512},
+    {PDL_ISA_NEON, pdl_silu_mul_neon, pdl_gelu_tanh_mul_neon},
+};
+
+/* SiLU gate: the portable, AVX2, AVX-512 and NEON builds give the same bits over a wide
  * range (both sides of 0, past e^-87, ragged tails), and match the
  * definition g / (1 + e^-g) * u in float64 within 4e-7 relative. */
 static void test_silu_builds_agree(void) {
@@ -376,16 +393,17 @@ static void test_silu_builds_agree(void) {
         if (fabs(want) > 1e-30 && e > worst) worst = e;
     }
     CHECK_MSG(worst < 4e-7, "silu relative error %.3g", worst);
-    for (int isa = PDL_ISA_AVX2; isa <= (int)pdl_isa_best() && isa <= PDL_ISA_AVX512; isa++)
-        for (int n = N; n > N - 17; n--) { /* every tail length */
+    for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
+        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) { /* every tail length */
+            pdl_isa isa = gate_builds[bi].isa;
             memcpy(b, g, sizeof g);
-            (isa == PDL_ISA_AVX512 ? pdl_silu_mul_avx512 : pdl_silu_mul_avx2)(b, u, n);
+            gate_builds[bi].silu(b, u, n);
             CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s SiLU differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
 }
 
-/* GELU-tanh gate: the portable, AVX2 and AVX-512 builds give the same bits
+/* GELU-tanh gate: the portable, AVX2, AVX-512 and NEON builds give the same bits
  * (both signs, underflow, overflow of g^3, ragged tails), and the result
  * is within 1e-6 |g u| of the float64 definition 0.5 g (1 + tanh(u)) u:
  * the float rounding of z = 2u (a few ulps) moves e^-|z| by about |z| x
@@ -412,10 +430,11 @@ static void test_gelu_tanh_builds_agree(void) {
     fprintf(stderr, "  GELU-tanh: largest error %.3g x |g u|\n", worst);
     CHECK_MSG(worst < 1e-6, "GELU-tanh error %.3g x |g u|", worst);
     CHECK(a[0] == 0.0f && a[4] == 1e13f * u[4] && a[5] == 0.0f);
-    for (int isa = PDL_ISA_AVX2; isa <= (int)pdl_isa_best() && isa <= PDL_ISA_AVX512; isa++)
-        for (int n = N; n > N - 17; n--) { /* every tail length */
+    for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
+        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) { /* every tail length */
+            pdl_isa isa = gate_builds[bi].isa;
             memcpy(b, g, sizeof g);
-            (isa == PDL_ISA_AVX512 ? pdl_gelu_tanh_mul_avx512 : pdl_gelu_tanh_mul_avx2)(b, u, n);
+            gate_builds[bi].gelu(b, u, n);
             CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s GELU-tanh differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
@@ -454,6 +473,19 @@ static void test_rope_adjacent_pairs_equal_rotate_half_under_permutation(void) {
     CHECK(memcmp(v, v0, sizeof v) == 0);
 }
 
+/* The attention builds, the portable one first; each SIMD one runs where
+ * the CPU has its family. */
+#define ATTN_BUILDS 4
+static const struct {
+    pdl_isa isa;
+    pdl_attention_fn fn;
+} attn_builds[ATTN_BUILDS] = {
+    {PDL_ISA_SCALAR, pdl_attention_queries_scalar},
+    {PDL_ISA_AVX2, pdl_attention_queries_avx2},
+    {PDL_ISA_AVX512, pdl_attention_queries_avx512},
+    {PDL_ISA_NEON, pdl_attention_queries_neon},
+};
+
 /* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window, tanh soft-cap)
  * against a float64 computation over contiguous keys. */
 static void test_paged_attention_matches_contiguous_reference(void) {
@@ -490,16 +522,15 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                     float q[HD], out[HD], scores[NPOS + 32];
                     for (int i = 0; i < HD; i++) q[i] = frand();
                     int kvh = h / (NH / NKV);
-                    /* every build of the body: scalar, AVX2, AVX-512 (the SIMD ones only where the CPU has
-                     * them) follow one order of operations (attention.h): the same bits */
-                    pdl_attention_fn fns[3] = {pdl_attention_queries_scalar, pdl_attention_queries_avx2,
-                                               pdl_attention_queries_avx512};
-                    float outs[3][HD];
-                    int n_fns = 1 + (pdl_isa_best() >= PDL_ISA_AVX2) + (pdl_isa_best() >= PDL_ISA_AVX512);
-                    for (int fi = 0; fi < n_fns; fi++) {
-                        float *o = outs[fi];
+                    /* every build of the body: scalar, AVX2, AVX-512, NEON (the SIMD ones only where the CPU
+                     * has them) follow one order of operations (attention.h): the same bits */
+                    float outs[ATTN_BUILDS][HD];
+                    int n_fns = 0;
+                    for (int fi = 0; fi < ATTN_BUILDS; fi++) {
+                        if (!pdl_isa_supported(attn_builds[fi].isa)) continue;
+                        float *o = outs[n_fns++];
                         const float *qp = q;
-                        fns[fi](&o, &qp, &pos, 1, HD, kvh, 0.35f, caps[ci], windows[wi], &kv, scores);
+                        attn_builds[fi].fn(&o, &qp, &pos, 1, HD, kvh, 0.35f, caps[ci], windows[wi], &kv, scores);
                     }
                     for (int fi = 1; fi < n_fns; fi++) CHECK(memcmp(outs[fi], outs[0], sizeof outs[0]) == 0);
                     pdl_attention_head(out, q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
@@ -571,11 +602,11 @@ static void test_wide_head_attention_builds_agree(void) {
                     float cap = cfg == 2 ? 0.5f : 0.0f;
                     const float *qp = q;
                     pdl_attention_queries_scalar(&o0, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
-                    for (int b = PDL_ISA_AVX2; b <= (int)pdl_isa_best(); b++) {
-                        if (b == PDL_ISA_AVX2) pdl_attention_queries_avx2(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
-                        else pdl_attention_queries_avx512(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
+                    for (int b = 1; b < ATTN_BUILDS; b++) {
+                        if (!pdl_isa_supported(attn_builds[b].isa)) continue;
+                        attn_builds[b].fn(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
                         CHECK_MSG(memcmp(o0, o1, (size_t)hd * sizeof *o0) == 0, "%s head_dim %d f16=%d pos %d cfg %d differs",
-                                  pdl_isa_name((pdl_isa)b), hd, f16, pos, cfg);
+                                  pdl_isa_name(attn_builds[b].isa), hd, f16, pos, cfg);
                     }
                 }
             free(q), free(o0), free(o1), free(kp), free(vp);

@@ -113,7 +113,7 @@ static void test_q8_k_quantizes_a_hand_checked_block(void) {
 static void test_q8_k_avx512_quantizer_same_bytes(void) {
 #if defined(__x86_64__) || defined(__i386__)
     pdl_cpu_features_get(); /* detects the CPU (pdl_isa_best only reads the result) */
-    if (pdl_isa_best() < PDL_ISA_AVX512) {
+    if (!pdl_isa_supported(PDL_ISA_AVX512)) {
         fprintf(stderr, "  no AVX-512 here: nothing to compare\n");
         return;
     }
@@ -195,15 +195,21 @@ typedef struct family {
 static int families(family *f) {
     const pdl_cpu_features *cf = pdl_cpu_features_get();
     int n = 0;
-    if (pdl_isa_best() >= PDL_ISA_AVX2 && pdl_tiles_avx2.q4k)
+    if (pdl_isa_supported(PDL_ISA_AVX2) && pdl_tiles_avx2.q4k)
         f[n++] = (family){"avx2", pdl_tiles_avx2.q4k, pdl_tiles_avx2.q6k, pdl_tiles_avx2.tile_rows,
                           pdl_tiles_avx2.tile_cols};
-    if (pdl_isa_best() >= PDL_ISA_AVX512 && pdl_tiles_avx512.q4k)
+    if (pdl_isa_supported(PDL_ISA_AVX512) && pdl_tiles_avx512.q4k)
         f[n++] = (family){"avx512bw", pdl_tiles_avx512.q4k, pdl_tiles_avx512.q6k, pdl_tiles_avx512.tile_rows,
                           pdl_tiles_avx512.tile_cols};
-    if (pdl_isa_best() >= PDL_ISA_AVX512 && cf->avx512vnni && pdl_tiles_avx512_vnni.q4k)
+    if (pdl_isa_supported(PDL_ISA_AVX512) && cf->avx512vnni && pdl_tiles_avx512_vnni.q4k)
         f[n++] = (family){"avx512vnni", pdl_tiles_avx512_vnni.q4k, pdl_tiles_avx512_vnni.q6k,
                           pdl_tiles_avx512_vnni.tile_rows, pdl_tiles_avx512_vnni.tile_cols};
+    if (pdl_isa_supported(PDL_ISA_NEON) && pdl_tiles_neon.q4k)
+        f[n++] = (family){"neon", pdl_tiles_neon.q4k, pdl_tiles_neon.q6k, pdl_tiles_neon.tile_rows,
+                          pdl_tiles_neon.tile_cols};
+    if (pdl_isa_supported(PDL_ISA_NEON) && cf->neon_dotprod && pdl_tiles_neon_dotprod.q4k)
+        f[n++] = (family){"neon+sdot", pdl_tiles_neon_dotprod.q4k, pdl_tiles_neon_dotprod.q6k,
+                          pdl_tiles_neon_dotprod.tile_rows, pdl_tiles_neon_dotprod.tile_cols};
     return n;
 }
 
@@ -211,7 +217,7 @@ static int families(family *f) {
  * random blocks: the same bits as the portable dot. */
 static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_block_q8k *xq, int nb,
                                         pdl_dtype dt, int *checked, int *bad) {
-    family f[3];
+    family f[5];
     int nf = families(f);
     for (int fi = 0; fi < nf; fi++) {
         pdl_tile_kq_fn fn = dt == PDL_DTYPE_Q4_K ? f[fi].q4k : f[fi].q6k;
@@ -242,7 +248,7 @@ static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_b
 
 static void test_kquant_tiles_match_reference_bit_for_bit(void) {
     pdl_fp16_init();
-    family f[3];
+    family f[5];
     int nf = families(f);
     fprintf(stderr, "  tile families here:");
     for (int i = 0; i < nf; i++) fprintf(stderr, " %s", f[i].name);
@@ -334,14 +340,16 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             for (int rows = 1; rows <= maxrows; rows++) {
                 pdl_isa_set(PDL_ISA_SCALAR);
                 pdl_matmul(pool, y0, out, x, rows, &t, NULL, false);
-                for (int isa = PDL_ISA_AVX2; isa <= (int)best; isa++) {
+                for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
+                    if (!pdl_isa_supported((pdl_isa)isa)) continue;
                     pdl_isa_set((pdl_isa)isa);
                     pdl_matmul(pool, y1, out, x, rows, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in);
                 }
             }
-            for (int isa = PDL_ISA_SCALAR; isa <= (int)best; isa++) {
+            for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
+                if (!pdl_isa_supported((pdl_isa)isa)) continue;
                 pdl_isa_set((pdl_isa)isa);
                 pdl_matmul(pool, y1, out, x, 7, &t, NULL, false);
                 for (int r = 0; r < 7; r++) {

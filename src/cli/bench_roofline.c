@@ -1,6 +1,7 @@
 /*
  * bench_roofline.c - the machine's measured limits for `pagedlm bench
- * --roofline`: F32 FMA, BF16 and INT8 dot-product peaks on every thread,
+ * --roofline`: F32 FMA, BF16 and INT8 dot-product peaks on every thread
+ * (AVX-512 / AVX2 on x86; NEON and SDOT on aarch64),
  * and read bandwidth, so a result can be given as a fraction of what the
  * hardware can do. Small kernels written for the measurement only.
  */
@@ -17,6 +18,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 static double now_s(void) {
@@ -78,6 +82,31 @@ __attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
 }
 #endif
 
+#if defined(__aarch64__)
+/* NEON: 16 chains (4 lanes; cores with four FMA pipes of latency 4). */
+#define NEON_CHAINS 16
+static double fma_loop_neon(void) {
+    float32x4_t a[NEON_CHAINS], m = vdupq_n_f32(1.0000001f), c = vdupq_n_f32(1e-9f);
+    for (int i = 0; i < NEON_CHAINS; i++) a[i] = vdupq_n_f32((float)i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < NEON_CHAINS; i++) a[i] = vfmaq_f32(c, a[i], m);
+    float32x4_t s = a[0];
+    for (int i = 1; i < NEON_CHAINS; i++) s = vaddq_f32(s, a[i]);
+    return vaddvq_f32(s);
+}
+
+__attribute__((target("arch=armv8.2-a+dotprod"))) static double int8_loop_neon(void) {
+    int32x4_t a[NEON_CHAINS];
+    int8x16_t x = vdupq_n_s8(3), y = vdupq_n_s8(-2);
+    for (int i = 0; i < NEON_CHAINS; i++) a[i] = vdupq_n_s32(i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < NEON_CHAINS; i++) a[i] = vdotq_s32(a[i], x, y);
+    int32x4_t s = a[0];
+    for (int i = 1; i < NEON_CHAINS; i++) s = vaddq_s32(s, a[i]);
+    return (double)vaddvq_s32(s);
+}
+#endif
+
 static void peak_worker(void *p, int ith, int nth) {
     peak_task *t = p;
     double r = 0;
@@ -86,6 +115,10 @@ static void peak_worker(void *p, int ith, int nth) {
     if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
     else if (t->kind == 2) r = f->avx512vnni ? int8_loop_avx512() : 0;
     else r = f->avx512f ? fma_loop_avx512() : f->avx2 ? fma_loop_avx2() : 0;
+#elif defined(__aarch64__)
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    if (t->kind == 2) r = f->neon_dotprod ? int8_loop_neon() : 0;
+    else if (t->kind == 0) r = fma_loop_neon();
 #endif
     t->sink[ith % 64] = r;
     (void)nth;
@@ -125,12 +158,13 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
     if (!pool) return -1;
     int nth = pdl_threadpool_size(pool);
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    int lanes = f->avx512f ? 16 : f->avx2 ? 8 : 0;
-    if (lanes) out->f32_gflops = 2.0 * lanes * 12.0 * ITERS * nth / time_peak(pool, 0) / 1e9;
+    /* vector lanes and independent chains of the peak loops above */
+    int lanes = f->avx512f ? 16 : f->avx2 ? 8 : f->neon ? 4 : 0, chains = f->neon ? 16 : 12;
+    if (lanes) out->f32_gflops = 2.0 * lanes * chains * ITERS * nth / time_peak(pool, 0) / 1e9;
     if (f->avx512bf16) /* 2 products + 2 adds per lane */
         out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 1) / 1e9;
-    if (f->avx512vnni) /* 4 products + 4 adds per lane */
-        out->int8_gops = 8.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 2) / 1e9;
+    if (f->avx512vnni || f->neon_dotprod) /* 4 products + 4 adds per lane */
+        out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;
     float *buf = pdl_huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */

@@ -154,19 +154,16 @@ static void cpu_model(char *buf, size_t n) {
 
 static void cpu_features(char *buf, size_t n) {
     buf[0] = '\0';
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2", "fma", "f16c"};
-    int has[] = {__builtin_cpu_supports("avx512f"), __builtin_cpu_supports("avx512bw"),
-                 __builtin_cpu_supports("avx512vl"), __builtin_cpu_supports("avx512bf16"),
-                 __builtin_cpu_supports("avx512vnni"), __builtin_cpu_supports("avx2"), __builtin_cpu_supports("fma"),
-                 __builtin_cpu_supports("f16c")};
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2",
+                           "fma",     "f16c",     "neon",     "dotprod"};
+    bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni,
+                  f->avx2,    f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (has[i]) {
             size_t l = strlen(buf);
             snprintf(buf + l, n - l, "%s%s", l ? "," : "", names[i]);
         }
-#endif
     if (!buf[0]) snprintf(buf, n, "none detected");
 }
 

@@ -1,7 +1,8 @@
 /*
  * attention.c - paged causal attention: the portable build of the body
  * (attention_impl.h, the reference), and the dispatch to the SIMD builds
- * (attention_avx512.c, attention_avx2.c) by the process's instruction set.
+ * (attention_avx512.c, attention_avx2.c, attention_neon.c) by the process's
+ * instruction set.
  */
 #include "kernels/attention.h"
 
@@ -25,6 +26,7 @@ void pdl_attention_queries(float *const *out, const float *const *q, const int *
     switch (pdl_isa_active()) {
     case PDL_ISA_AVX512: fn = pdl_attention_queries_avx512; break;
     case PDL_ISA_AVX2: fn = pdl_attention_queries_avx2; break;
+    case PDL_ISA_NEON: fn = pdl_attention_queries_neon; break;
     default: fn = pdl_attention_queries_scalar;
     }
     fn(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
@@ -47,8 +49,11 @@ void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_
 
 void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
                          const float *k, const float *v) {
-    if (kv_is_f16 && pdl_isa_active() >= PDL_ISA_AVX2)
+    pdl_isa isa = pdl_isa_active();
+    if (kv_is_f16 && (isa == PDL_ISA_AVX2 || isa == PDL_ISA_AVX512))
         pdl_attention_store_f16c(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+    else if (kv_is_f16 && isa == PDL_ISA_NEON)
+        pdl_attention_store_neon(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
     else
         pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
 }

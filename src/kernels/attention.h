@@ -12,7 +12,8 @@
  * keys of a block lie side by side and a vector load takes 16 of them.
  *
  * Order of operations (every build gives the same bits: the portable
- * reference in attention_impl.h and the AVX-512 tiles follow it exactly),
+ * reference in attention_impl.h and the AVX-512, AVX2 and NEON tiles follow
+ * it exactly),
  * for a query q at position pos over keys j in [first, pos] (first = 0, or
  * with a sliding window W > 0, max(0, pos - W + 1)):
  *   score:   acc = fma(q[d], k_j[d], acc) for d = 0 .. head_dim - 1 from 0,
@@ -55,6 +56,8 @@ void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_
                                 const float *k, const float *v);
 void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
                               const float *k, const float *v);
+void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                              const float *k, const float *v);
 
 /*
  * Several queries of one sequence against one KV head: out[i] (head_dim
@@ -86,5 +89,8 @@ void pdl_attention_queries_avx2(float *const *out, const float *const *q, const 
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch);
+void pdl_attention_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                float *scratch);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * attention_tiles.h - the register-tiled attention (order of operations in
  * attention.h, so the same bits as the portable body), written once for any
- * vector width and included by attention_avx512.c (16 lanes) and
- * attention_avx2.c (8 lanes).
+ * vector width and included by attention_avx512.c (16 lanes),
+ * attention_avx2.c (8 lanes) and attention_neon.c (4 lanes).
  *
  * Scores are a small matrix product: a tile of up to AT_SR queries x AT_SG
  * groups of AT_W keys (AT_SG1 groups for a single query) keeps one

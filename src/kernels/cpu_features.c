@@ -1,6 +1,6 @@
 /*
- * cpu_features.c - CPUID through the compiler's builtins, and the kernel
- * family choice.
+ * cpu_features.c - CPUID through the compiler's builtins (x86), the
+ * kernel's hardware capability bits (aarch64), and the kernel family choice.
  */
 #include "kernels/cpu_features.h"
 
@@ -8,14 +8,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20) /* the kernel's bit for SDOT/UDOT */
+#endif
+#endif
+
 static pdl_cpu_features features;
 static pdl_isa active;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static pdl_isa best_of(const pdl_cpu_features *f) {
+    if (f->neon) return PDL_ISA_NEON;
     if (f->avx512f && f->avx512bw && f->avx512vl && f->f16c && f->fma) return PDL_ISA_AVX512;
     if (f->avx2 && f->fma && f->f16c) return PDL_ISA_AVX2;
     return PDL_ISA_SCALAR;
+}
+
+static bool supported(const pdl_cpu_features *f, pdl_isa isa) {
+    switch (isa) {
+    case PDL_ISA_SCALAR: return true;
+    case PDL_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case PDL_ISA_AVX512: return best_of(f) == PDL_ISA_AVX512;
+    case PDL_ISA_NEON: return f->neon;
+    default: return false;
+    }
 }
 
 static void detect(void) {
@@ -30,13 +48,19 @@ static void detect(void) {
     features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     features.avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
+#if defined(__aarch64__)
+    features.neon = true; /* Advanced SIMD is part of the aarch64 base */
+#if defined(__linux__)
+    features.neon_dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
+#endif
     active = best_of(&features);
     const char *env = getenv("PAGEDLM_ISA");
     if (env) {
-        pdl_isa want = strcmp(env, "scalar") == 0 ? PDL_ISA_SCALAR
-                       : strcmp(env, "avx2") == 0 ? PDL_ISA_AVX2
-                                                  : PDL_ISA_AVX512;
-        if (want < active) active = want;
+        pdl_isa want = PDL_ISA_COUNT; /* unknown: the best */
+        for (int i = 0; i < PDL_ISA_COUNT; i++)
+            if (strcmp(env, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
+        if (want != PDL_ISA_COUNT && supported(&features, want)) active = want;
     }
 }
 
@@ -55,9 +79,13 @@ pdl_isa pdl_isa_active(void) {
     return active;
 }
 
+bool pdl_isa_supported(pdl_isa isa) {
+    pthread_once(&once, detect);
+    return supported(&features, isa);
+}
+
 pdl_isa pdl_isa_set(pdl_isa isa) {
-    pdl_isa best = pdl_isa_best();
-    active = isa <= best ? isa : best;
+    active = pdl_isa_supported(isa) ? isa : pdl_isa_best();
     return active;
 }
 
@@ -65,6 +93,7 @@ const char *pdl_isa_name(pdl_isa isa) {
     switch (isa) {
     case PDL_ISA_AVX512: return "avx512";
     case PDL_ISA_AVX2: return "avx2";
+    case PDL_ISA_NEON: return "neon";
     default: return "scalar";
     }
 }

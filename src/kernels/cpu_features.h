@@ -2,8 +2,10 @@
  * cpu_features.h - which instruction sets this CPU has, and which kernel
  * family the process uses (chosen once, at run time).
  *
- * PAGEDLM_ISA=scalar|avx2|avx512 forces a family (for tests and A/B
+ * PAGEDLM_ISA=scalar|avx2|avx512|neon forces a family (for tests and A/B
  * measurements); a family the CPU lacks falls back to the best it has.
+ * The x86 families (AVX2, AVX-512) and NEON never meet in one process:
+ * loops over the families ask pdl_isa_supported, not the enum's order.
  */
 #ifndef PDL_KERNELS_CPU_FEATURES_H
 #define PDL_KERNELS_CPU_FEATURES_H
@@ -14,15 +16,20 @@ typedef enum pdl_isa {
     PDL_ISA_SCALAR = 0,  /* portable C, the reference */
     PDL_ISA_AVX2,        /* AVX2 + FMA + F16C */
     PDL_ISA_AVX512,      /* AVX-512 F/BW/VL + F16C */
+    PDL_ISA_NEON,        /* aarch64 Advanced SIMD (every aarch64 CPU has it) */
+    PDL_ISA_COUNT
 } pdl_isa;
 
 typedef struct pdl_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+    bool neon, neon_dotprod; /* aarch64: Advanced SIMD; SDOT/UDOT (Armv8.2 DotProd) */
 } pdl_cpu_features;
 
 const pdl_cpu_features *pdl_cpu_features_get(void);
 /* The best family the CPU supports. */
 pdl_isa pdl_isa_best(void);
+/* Whether this CPU (and this build) can run the family. */
+bool pdl_isa_supported(pdl_isa isa);
 /* The family in effect (PAGEDLM_ISA or the best). */
 pdl_isa pdl_isa_active(void);
 /* Overrides the family (tests); returns the one actually set. */

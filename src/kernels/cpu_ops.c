@@ -84,6 +84,7 @@ void pdl_silu_mul(float *gate, const float *up, int n) {
     pdl_isa isa = pdl_isa_active();
     if (isa == PDL_ISA_AVX512) pdl_silu_mul_avx512(gate, up, n);
     else if (isa == PDL_ISA_AVX2) pdl_silu_mul_avx2(gate, up, n);
+    else if (isa == PDL_ISA_NEON) pdl_silu_mul_neon(gate, up, n);
     else pdl_silu_mul_portable(gate, up, n);
 }
 
@@ -98,6 +99,7 @@ void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
     pdl_isa isa = pdl_isa_active();
     if (isa == PDL_ISA_AVX512) pdl_gelu_tanh_mul_avx512(gate, up, n);
     else if (isa == PDL_ISA_AVX2) pdl_gelu_tanh_mul_avx2(gate, up, n);
+    else if (isa == PDL_ISA_NEON) pdl_gelu_tanh_mul_neon(gate, up, n);
     else pdl_gelu_tanh_mul_portable(gate, up, n);
 }
 

@@ -35,12 +35,13 @@ void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox);
 /* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with e^-|g|
  * from pdl_exp_nonpos (fast_exp.h: no libm call, the same bits on every
  * build): g / (1 + e) for g >= 0, g e / (1 + e) below. The portable,
- * AVX2 (cpu_ops_avx2.c) and AVX-512 (cpu_ops_avx512.c) builds give the
- * same bits; pdl_silu_mul picks the process's. */
+ * AVX2 (cpu_ops_avx2.c), AVX-512 (cpu_ops_avx512.c) and NEON
+ * (cpu_ops_neon.c) builds give the same bits; pdl_silu_mul picks the process's. */
 void pdl_silu_mul(float *gate, const float *up, int n);
 void pdl_silu_mul_portable(float *gate, const float *up, int n);
 void pdl_silu_mul_avx512(float *gate, const float *up, int n);
 void pdl_silu_mul_avx2(float *gate, const float *up, int n);
+void pdl_silu_mul_neon(float *gate, const float *up, int n);
 
 /* gate[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation
  * (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh):
@@ -48,8 +49,8 @@ void pdl_silu_mul_avx2(float *gate, const float *up, int n);
  * equal g / (1 + e^-2u) (1 + tanh(u) = 2 / (1 + e^-2u)), so the SiLU
  * gate's form with z = 2u: z = 2 sqrt(2/pi) * (g + 0.044715 * (g * g * g))
  * in float, e = e^-|z| from pdl_exp_nonpos, then g / (1 + e) for z >= 0
- * and g e / (1 + e) below, times up. No libm call; the portable, AVX2
- * and AVX-512 builds give the same bits; within 2e-6 relative of the float64
+ * and g e / (1 + e) below, times up. No libm call; the portable, AVX2,
+ * AVX-512 and NEON builds give the same bits; within 2e-6 relative of the float64
  * definition (the rounding of z, amplified by |z| in e^-|z|). */
 #define PDL_GELU_2K 1.59576912160573071176f /* 2 sqrt(2 / pi) */
 #define PDL_GELU_C 0.044715f
@@ -57,6 +58,7 @@ void pdl_gelu_tanh_mul(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n);
+void pdl_gelu_tanh_mul_neon(float *gate, const float *up, int n);
 
 /* out[n] = row `row` of a (rows, n) matrix of any supported dtype, as F32
  * (MLX types: scale * q + bias per group, from t->mlx). */

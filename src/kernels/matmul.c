@@ -5,7 +5,8 @@
  * The portable dot products keep 16 independent partial sums and add them
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
  * matmul_avx2.c) are tested against. Q4_K and Q6_K weights have their
- * reference and tiles in kquant*.c (order in kquant.h). The family is chosen once per process
+ * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
+ * in matmul_neon*.c. The family is chosen once per process
  * (cpu_features.h); within it, every output element is computed by the same
  * instruction sequence whatever the batch, so results are batch-invariant.
  */
@@ -147,6 +148,12 @@ void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d,
 #if defined(__x86_64__) || defined(__i386__)
     if (pdl_isa_active() == PDL_ISA_AVX512) {
         pdl_quantize_row_q8_0_avx512(x, n, qs, d, sums);
+        return;
+    }
+#endif
+#if defined(__aarch64__)
+    if (pdl_isa_active() == PDL_ISA_NEON) {
+        pdl_quantize_row_q8_0_neon(x, n, qs, d, sums);
         return;
     }
 #endif
@@ -332,6 +339,12 @@ static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
         tk = &pdl_tiles_avx512;
         break;
     case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
+    case PDL_ISA_NEON:
+        if ((takes_q8_activations(dtype) || takes_q8k_activations(dtype)) && pdl_cpu_features_get()->neon_dotprod &&
+            family_has(&pdl_tiles_neon_dotprod, dtype))
+            return &pdl_tiles_neon_dotprod;
+        tk = &pdl_tiles_neon;
+        break;
     default: return NULL;
     }
     return family_has(tk, dtype) ? tk : NULL;

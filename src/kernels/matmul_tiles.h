@@ -1,7 +1,7 @@
 /*
  * matmul_tiles.h - the register-tiled inner kernels behind pdl_matmul, one
- * family per instruction set (matmul_avx512.c, matmul_avx2.c; the portable
- * reference is in matmul.c).
+ * family per instruction set (matmul_avx512.c, matmul_avx2.c,
+ * matmul_neon.c; the portable reference is in matmul.c).
  *
  * A tile computes out[r * ldo + c] = dot(W row c, x row r) for r < rows and
  * c < cols (at most tile_rows x tile_cols). Every element is one
@@ -47,11 +47,15 @@ extern const pdl_tile_kernels pdl_tiles_avx2;
 extern const pdl_tile_kernels pdl_tiles_avx512bf16;
 extern const pdl_tile_kernels pdl_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
 extern const pdl_tile_kernels pdl_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with AVX512-VNNI */
+extern const pdl_tile_kernels pdl_tiles_neon;
+extern const pdl_tile_kernels pdl_tiles_neon_dotprod; /* Q8_0 / Q4_0 / Q4_K / Q6_K only, with SDOT */
 /* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
 void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
 /* pdl_quantize_row_q8_0_sums with AVX-512 (matmul_avx512.c): the same bytes. */
 void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+/* The same with NEON (matmul_neon.c; aarch64 only): the same bytes. */
+void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
 /* Whether the calling worker's matmul has few activation rows (decode,
  * batched decode: at most one row block), so that even full tiles stream

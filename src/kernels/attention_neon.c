@@ -1,0 +1,89 @@
+/*
+ * attention_neon.c - attention with aarch64 Advanced SIMD: the register
+ * tiles of attention_tiles.h at 4 lanes (8 queries x 3 groups of 4 keys
+ * per score tile; 6 queries x 4 vectors per value tile: 24 of the 32
+ * vector registers), the portable body (attention_impl.h) built here for
+ * the shapes they do not take, and the F16 cache write. F16 caches are
+ * widened with FCVTL, exact. Same bits as every build.
+ */
+#include "kernels/attention.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <string.h>
+
+static inline float neon_f16(uint16_t h) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+#define ATTN_STORAGE static
+#define ATTN_QUERIES_FN attention_queries_neon_generic
+#define ATTN_F16(h) neon_f16(h)
+#include "kernels/attention_impl.h"
+
+typedef float32x4_t at_v;
+#define AT_W 4
+#define AT_SR 8
+#define AT_SG 3
+#define AT_SG1 4
+#define AT_VR 6
+#define AT_VACC 24
+#define AT_FN pdl_attention_queries_neon
+#define AT_GENERIC attention_queries_neon_generic
+static inline at_v at_zero(void) { return vdupq_n_f32(0.0f); }
+static inline at_v at_set1(float x) { return vdupq_n_f32(x); }
+static inline at_v at_fmadd(at_v a, at_v b, at_v c) { return vfmaq_f32(c, a, b); }
+static inline at_v at_mul(at_v a, at_v b) { return vmulq_f32(a, b); }
+static inline at_v at_loadu(const float *p) { return vld1q_f32(p); }
+static inline void at_storeu(float *p, at_v v) { vst1q_f32(p, v); }
+static inline at_v at_max(at_v a, at_v b) { return vmaxq_f32(a, b); }
+static inline float at_hmax(at_v v) { return vmaxvq_f32(v); }
+static inline at_v at_load_kv(const uint8_t *p, int f16) {
+    if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)p)));
+    return vld1q_f32((const float *)(const void *)p);
+}
+#include "kernels/attention_tiles.h"
+
+/* The F16 cache write with FCVTN (the default rounding mode, nearest even:
+ * the bits of pdl_f32_to_f16), 4 values at a time. */
+void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                              const float *k, const float *v) {
+    if (!kv_is_f16) {
+        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+        return;
+    }
+    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0);
+    uint16_t *vd = (uint16_t *)vpool + (size_t)slot * (size_t)kv_dim;
+    int e = 0;
+    for (; e + 4 <= kv_dim; e += 4) {
+        vst1_u16(vd + e, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(v + e))));
+        uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(k + e)));
+        kd[(size_t)(e + 0) * (size_t)block_size] = vget_lane_u16(h, 0); /* dimension-major */
+        kd[(size_t)(e + 1) * (size_t)block_size] = vget_lane_u16(h, 1);
+        kd[(size_t)(e + 2) * (size_t)block_size] = vget_lane_u16(h, 2);
+        kd[(size_t)(e + 3) * (size_t)block_size] = vget_lane_u16(h, 3);
+    }
+    if (e < kv_dim) { /* the last 1-3 through a padded vector */
+        float kt[4] = {0}, vt[4] = {0};
+        memcpy(kt, k + e, (size_t)(kv_dim - e) * sizeof(float));
+        memcpy(vt, v + e, (size_t)(kv_dim - e) * sizeof(float));
+        uint16_t kh[4], vh[4];
+        vst1_u16(kh, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(kt))));
+        vst1_u16(vh, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(vt))));
+        for (int i = 0; e + i < kv_dim; i++) {
+            vd[e + i] = vh[i];
+            kd[(size_t)(e + i) * (size_t)block_size] = kh[i];
+        }
+    }
+}
+#else
+void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
+                              const float *k, const float *v) {
+    pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+}
+void pdl_attention_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                float *scratch) {
+    pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+}
+#endif

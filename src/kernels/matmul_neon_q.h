@@ -1,0 +1,187 @@
+/*
+ * matmul_neon_q.h - the integer-weight tile bodies of the NEON families
+ * (Q8_0, Q4_0, Q4_K, Q6_K), written once and included by matmul_neon.c
+ * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
+ * (by SDOT, Armv8.2). Both builds compute the same integers, so every
+ * build gives the portable bits.
+ *
+ * Q8_0 / Q4_0: the order is matmul.c's dot_q8_0_q8 (llama.cpp's): per
+ * 32-block, lane j of two 4-lane vectors holds the exact int32 sum of
+ * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
+ * multiply-add each into 8 accumulators, which are added as
+ * (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
+ * Q4_K / Q6_K: kquant.h's order: per super-block, a weight row's 256
+ * values are unpacked once to int8 (Q6_K's already minus 32) and serve
+ * every activation row of the tile; isum = sum over the 16 groups of 16
+ * of scale x (exact int32 dot), then one fmaf per term per element.
+ *
+ * The including file defines TR, TC, PF_ROWS and
+ *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
+ *   and 16-31 (hi) of a block, w and x as int8x16 halves;
+ * and gets tile_q8_0, tile_q4_0 (pdl_tile_q8_fn), tile_q4_k and tile_q6_k
+ * (pdl_tile_kq_fn).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/kquant.h"
+
+static inline float neon_half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* The accumulators' final tree: s = lo + hi lane-wise (a0+a4, ..., a3+a7),
+ * then (s0 + s2) + (s1 + s3). */
+static inline float q_reduce(float32x4_t lo, float32x4_t hi) {
+    float32x4_t s = vaddq_f32(lo, hi);
+    float32x2_t t = vadd_f32(vget_low_f32(s), vget_high_f32(s));
+    return vget_lane_f32(t, 0) + vget_lane_f32(t, 1);
+}
+
+static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const float *xd, int64_t nb, int rows,
+                                                         const uint8_t *w, size_t wrb, int cols, float *out,
+                                                         int64_t ldo, int q4) {
+    const size_t bb = q4 ? 18 : 34;
+    for (int r = 0; r < rows; r++) {
+        float32x4_t lo_acc[TC], hi_acc[TC];
+        for (int c = 0; c < TC; c++) lo_acc[c] = hi_acc[c] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; b++) {
+            int8x16_t x0 = vld1q_s8(xq + (r * nb + b) * 32), x1 = vld1q_s8(xq + (r * nb + b) * 32 + 16);
+            float dx = xd[r * nb + b];
+            for (int c = 0; c < cols; c++) {
+                const uint8_t *blk = w + c * wrb + b * bb;
+                if (rows < TR && r == 0) __builtin_prefetch(blk + PF_ROWS * wrb); /* bb < 64: every line */
+                int8x16_t w0, w1;
+                if (q4) { /* byte j: element j (low nibble) and j + 16 (high), stored + 8 */
+                    uint8x16_t n = vld1q_u8(blk + 2);
+                    w0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(n, vdupq_n_u8(0xF))), vdupq_n_s8(8));
+                    w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(n, 4)), vdupq_n_s8(8));
+                } else {
+                    w0 = vld1q_s8((const int8_t *)(blk + 2));
+                    w1 = vld1q_s8((const int8_t *)(blk + 18));
+                }
+                int32x4_t lo, hi;
+                q_sums(w0, w1, x0, x1, &lo, &hi);
+                float32x4_t d = vdupq_n_f32(neon_half(blk) * dx);
+                lo_acc[c] = vfmaq_f32(lo_acc[c], vcvtq_f32_s32(lo), d);
+                hi_acc[c] = vfmaq_f32(hi_acc[c], vcvtq_f32_s32(hi), d);
+            }
+        }
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = q_reduce(lo_acc[c], hi_acc[c]);
+    }
+}
+
+static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 0);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                      int cols, float *out, int64_t ldo) {
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
+}
+
+/* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:
+ * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64) and Q6_K (|q| <= 32, |sc| <= 128). */
+static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t sc[16]) {
+    int32x4_t acc = vdupq_n_s32(0);
+    for (int g = 0; g < 16; g += 2) {
+        int32x4_t lo, hi;
+        q_sums(vld1q_s8(wq + 16 * g), vld1q_s8(wq + 16 * g + 16), vld1q_s8(xq + 16 * g), vld1q_s8(xq + 16 * g + 16),
+               &lo, &hi);
+        acc = vmlaq_n_s32(acc, lo, sc[g]);
+        acc = vmlaq_n_s32(acc, hi, sc[g + 1]);
+    }
+    return vaddvq_s32(acc);
+}
+
+/* A Q4_K block's 256 nibbles as int8 (sub-block j: the low, j even, or
+ * high nibbles of qs[32 (j / 2) ..]), its 8 scales per 16-group and mins. */
+static inline void q4k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16], int32_t mn[8]) {
+    uint64_t s8, m8;
+    pdl_q4_k_scales_mins(blk, &s8, &m8);
+    for (int j = 0; j < 8; j++) {
+        sc[2 * j] = sc[2 * j + 1] = (int32_t)((s8 >> (8 * j)) & 0xFF);
+        mn[j] = (int32_t)((m8 >> (8 * j)) & 0xFF);
+    }
+    const uint8_t *qs = blk + 16;
+    for (int i = 0; i < 4; i++)
+        for (int h = 0; h < 2; h++) {
+            uint8x16_t v = vld1q_u8(qs + 32 * i + 16 * h);
+            vst1q_s8(wq + 64 * i + 16 * h, vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0xF))));
+            vst1q_s8(wq + 64 * i + 32 + 16 * h, vreinterpretq_s8_u8(vshrq_n_u8(v, 4)));
+        }
+}
+
+/* A Q6_K block's 256 values minus 32 as int8 (chunk t = 4 h + k: nibble
+ * k / 2 of ql[64 h + 32 (k % 2) ..], bits 2k of qh[32 h ..]), its 16 scales. */
+static inline void q6k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]) {
+    for (int g = 0; g < 16; g++) sc[g] = ((const int8_t *)(blk + 192))[g];
+    for (int t = 0; t < 8; t++) {
+        int h = t / 4, k = t % 4;
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t ql = vld1q_u8(blk + 64 * h + 32 * (k % 2) + 16 * half);
+            uint8x16_t qh = vld1q_u8(blk + 128 + 32 * h + 16 * half);
+            uint8x16_t lo = k / 2 ? vshrq_n_u8(ql, 4) : vandq_u8(ql, vdupq_n_u8(0xF));
+            uint8x16_t top = vandq_u8(vshlq_u8(qh, vdupq_n_s8((int8_t)(-2 * k))), vdupq_n_u8(3));
+            uint8x16_t q = vorrq_u8(lo, vshlq_n_u8(top, 4));
+            vst1q_s8(wq + 32 * t + 16 * half, vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(32)));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                          const uint8_t *w, size_t wrb, int nc, float *out,
+                                                          int64_t ldo, int q6) {
+    const size_t bb = q6 ? 210 : 144;
+    float acc[TR][TC];
+    for (int r = 0; r < TR; r++)
+        for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * bb;
+            for (size_t o = 0; o < bb; o += 64) __builtin_prefetch(blk + PF_ROWS * wrb + o);
+            int8_t wq[256];
+            int32_t sc[16], mn[8];
+            float dw, dm = 0.0f;
+            if (q6) {
+                q6k_unpack(blk, wq, sc);
+                dw = neon_half(blk + 208);
+            } else {
+                q4k_unpack(blk, wq, sc, mn);
+                dw = neon_half(blk);
+                dm = neon_half(blk + 2);
+            }
+            for (int r = 0; r < nr; r++) {
+                const pdl_block_q8k *xb = x + r * nb + b;
+                int32_t isum = kq_isum(wq, xb->qs, sc);
+                acc[r][c] = fmaf(dw * xb->d, (float)isum, acc[r][c]);
+                if (!q6) {
+                    int32_t msum = 0;
+                    for (int j = 0; j < 8; j++) msum += mn[j] * xb->bsum32[j];
+                    acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r * ldo + c] = acc[r][c];
+}
+
+static void tile_q4_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                      float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                      float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
+}
