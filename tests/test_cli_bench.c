@@ -1,13 +1,15 @@
 /*
  * test_cli_bench.c - `pagedlm make-random-model` writes loadable models of
  * every weight type, and `pagedlm bench` measures them and reports what it
- * promises (JSON fields, the test names, positive speeds). Speeds are not
+ * promises (JSON fields, the test names, positive speeds, the kernel family
+ * PAGEDLM_ISA asked for). Speeds are not
  * asserted: benchmarks are measured, not tested.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <sys/wait.h>
 
+#include "kernels/cpu_features.h"
 #include "pagedlm.h"
 #include "test_util.h"
 
@@ -119,9 +121,43 @@ static void test_bench_reports_json_results(void) {
     free(path);
 }
 
+/* The kernel family named in the report: PAGEDLM_ISA=scalar is taken; an
+ * unknown name, or a family of another architecture, is said on stderr and
+ * the CPU's best family runs. */
+static void test_bench_reports_the_kernel_family(void) {
+    char *path = test_tmp_path("isa.gguf"), args[1024], *out;
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 512 --dtype f16 -o '%s'", path);
+    REQUIRE(sh(args, &out) == 0);
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 2 -r 1 --json", path);
+    const char *best = pdl_isa_name(pdl_isa_best());
+    const char *other = pdl_isa_supported(PDL_ISA_NEON) ? "avx512" : "neon"; /* another architecture's */
+    struct {
+        const char *env, *isa, *said;
+    } cases[] = {
+        {"scalar", "scalar", NULL},
+        {"avx-512", best, "PAGEDLM_ISA=avx-512 is not one of scalar, avx2, avx512, neon"},
+        {other, best, "is not supported by this CPU"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("PAGEDLM_ISA", cases[i].env, 1);
+        int st = sh(args, &out);
+        unsetenv("PAGEDLM_ISA");
+        CHECK_EQ_INT(st, 0);
+        char want[64];
+        snprintf(want, sizeof want, "\"isa\": \"%s\"", cases[i].isa);
+        CHECK_CONTAINS(out, want);
+        if (cases[i].said) CHECK_CONTAINS(out, cases[i].said);
+        else CHECK(strstr(out, "PAGEDLM_ISA") == NULL);
+        free(out);
+    }
+    free(path);
+}
+
 int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
     RUN(test_bench_reports_json_results);
+    RUN(test_bench_reports_the_kernel_family);
     return test_summary();
 }

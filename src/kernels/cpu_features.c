@@ -5,6 +5,7 @@
 #include "kernels/cpu_features.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,10 @@ static void detect(void) {
         for (int i = 0; i < PDL_ISA_COUNT; i++)
             if (strcmp(env, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
         if (want != PDL_ISA_COUNT && supported(&features, want)) active = want;
+        else /* a typo or another machine's family: say which one runs */
+            fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s is %s; using %s\n", env,
+                    want == PDL_ISA_COUNT ? "not one of scalar, avx2, avx512, neon" : "not supported by this CPU",
+                    pdl_isa_name(active));
     }
 }
 

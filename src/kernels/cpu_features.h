@@ -3,7 +3,8 @@
  * family the process uses (chosen once, at run time).
  *
  * PAGEDLM_ISA=scalar|avx2|avx512|neon forces a family (for tests and A/B
- * measurements); a family the CPU lacks falls back to the best it has.
+ * measurements); a family the CPU lacks, or an unknown name, falls back to
+ * the best it has (said on stderr).
  * The x86 families (AVX2, AVX-512) and NEON never meet in one process:
  * loops over the families ask pdl_isa_supported, not the enum's order.
  */
