@@ -1,8 +1,8 @@
 /*
  * cpu_ops_avx2.c - AVX2 builds of cpu_ops.c's element-wise gates (SiLU,
- * GELU-tanh), 8 lanes with the same float operations in the same order as
- * the portable code (no fused multiply-adds), so the same bits; the
- * elements past the last whole vector go through the portable code.
+ * GELU-tanh): gates_vec.h at 8 lanes, the same float operations in the
+ * same order as the portable code (no fused multiply-adds), so the same
+ * bits.
  * Compiled with AVX2 flags (see CMakeLists.txt); called only when the CPU
  * has them.
  */
@@ -37,36 +37,16 @@ static inline __m256 exp_nonpos8(__m256 z) {
     return _mm256_andnot_ps(_mm256_castsi256_ps(under), exp_nonpos_core(zc));
 }
 
-/* cpu_ops.c's sigmoid_gate on 8 lanes: g / (1 + e^-z) * up. */
-static inline __m256 sigmoid_gate8(__m256 g, __m256 z, __m256 up) {
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    __m256 absz = _mm256_and_ps(z, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
-    __m256 e = exp_nonpos8(_mm256_sub_ps(zero, absz));
-    __m256 neg = _mm256_cmp_ps(z, zero, _CMP_LT_OQ);
-    __m256 num = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), neg);
-    return _mm256_mul_ps(_mm256_div_ps(num, _mm256_add_ps(one, e)), up);
-}
-
-void pdl_silu_mul_avx2(float *gate, const float *up, int n) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        _mm256_storeu_ps(gate + i, sigmoid_gate8(g, g, _mm256_loadu_ps(up + i)));
-    }
-    pdl_silu_mul_portable(gate + i, up + i, n - i);
-}
-
-void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n) {
-    const __m256 k2 = _mm256_set1_ps(PDL_GELU_2K), c = _mm256_set1_ps(PDL_GELU_C);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 cube = _mm256_mul_ps(_mm256_mul_ps(g, g), g);
-        __m256 z = _mm256_mul_ps(k2, _mm256_add_ps(g, _mm256_mul_ps(c, cube)));
-        _mm256_storeu_ps(gate + i, sigmoid_gate8(g, z, _mm256_loadu_ps(up + i)));
-    }
-    pdl_gelu_tanh_mul_portable(gate + i, up + i, n - i);
-}
+#define FE_W 8
+#define exp_nonpos_v exp_nonpos8
+#define fe_load _mm256_loadu_ps
+#define fe_store _mm256_storeu_ps
+#define fe_div _mm256_div_ps
+#define fe_abs(v) _mm256_and_ps((v), _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))
+#define fe_neg_select(z, a, b) _mm256_blendv_ps((b), (a), _mm256_cmp_ps((z), _mm256_setzero_ps(), _CMP_LT_OQ))
+#define GATE_SILU_FN pdl_silu_mul_avx2
+#define GATE_GELU_FN pdl_gelu_tanh_mul_avx2
+#include "kernels/gates_vec.h"
 #else
 void pdl_silu_mul_avx2(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
 void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }

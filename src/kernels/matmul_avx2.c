@@ -3,8 +3,9 @@
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
- * Tile: 4 rows x 2 weight rows = 8 ymm accumulators of 8 lanes. A ragged
- * end of k goes through a zero-padded copy, the same for every tile shape.
+ * Float tile (matmul_float_tile.h at 8 lanes): 4 rows x 2 weight rows = 8
+ * ymm accumulators. A ragged end of k goes through a zero-padded copy, the
+ * same for every tile shape.
  */
 #include "kernels/matmul_tiles.h"
 
@@ -41,50 +42,14 @@ static inline float hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* The tile body for nr <= TR rows and nc <= TC weight rows; inlined with
- * constants for full tiles so the accumulators stay in registers. */
-#define DEFINE_TILE(NAME, W8, ELEM)                                                                              \
-    static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,           \
-                                                                  const uint8_t *w, size_t wrb, int nc,          \
-                                                                  int64_t in, float *out, int64_t ldo) {         \
-        __m256 acc[TR][TC];                                                                                     \
-        for (int r = 0; r < TR; r++)                                                                            \
-            for (int c = 0; c < TC; c++) acc[r][c] = _mm256_setzero_ps();                                       \
-        int64_t kf = in & ~(int64_t)7;                                                                          \
-        const uint8_t *pf = w + PF_ROWS * wrb;                                                                  \
-        for (int64_t k = 0; k < kf; k += 8) {                                                                   \
-            __m256 v[TC];                                                                                       \
-            if (nr < TR && (k * sizeof(ELEM)) % 64 == 0) /* decode: once per cache line of each row */          \
-                for (int c = 0; c < nc; c++) prefetch_line(pf + c * wrb + k * sizeof(ELEM));                    \
-            for (int c = 0; c < nc; c++) v[c] = W8(w + c * wrb, k);                                             \
-            for (int r = 0; r < nr; r++) {                                                                      \
-                __m256 b = _mm256_loadu_ps(x + r * ldx + k);                                                    \
-                for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(v[c], b, acc[r][c]);                   \
-            }                                                                                                   \
-        }                                                                                                       \
-        if (kf < in) { /* zero-padded last step */                                                              \
-            uint8_t wt[TC][8 * sizeof(ELEM)];                                                                   \
-            float xt[8];                                                                                        \
-            for (int c = 0; c < nc; c++) {                                                                      \
-                memset(wt[c], 0, sizeof wt[c]);                                                                 \
-                memcpy(wt[c], w + c * wrb + kf * sizeof(ELEM), (size_t)(in - kf) * sizeof(ELEM));              \
-            }                                                                                                   \
-            for (int r = 0; r < nr; r++) {                                                                      \
-                memset(xt, 0, sizeof xt);                                                                       \
-                memcpy(xt, x + r * ldx + kf, (size_t)(in - kf) * sizeof(float));                               \
-                __m256 b = _mm256_loadu_ps(xt);                                                                 \
-                for (int c = 0; c < nc; c++) acc[r][c] = _mm256_fmadd_ps(W8(wt[c], 0), b, acc[r][c]);           \
-            }                                                                                                   \
-        }                                                                                                       \
-        for (int r = 0; r < nr; r++)                                                                            \
-            for (int c = 0; c < nc; c++) out[r * ldo + c] = hsum8(acc[r][c]);                                   \
-    }                                                                                                           \
-    static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
-                     float *out, int64_t ldo) {                                                                 \
-        if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
-        else if (rows == 1 && cols == TC) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                     \
-        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \
-    }
+typedef __m256 mt_v;
+#define MT_W 8
+static inline mt_v mt_zero(void) { return _mm256_setzero_ps(); }
+static inline mt_v mt_loadx(const float *p) { return _mm256_loadu_ps(p); }
+static inline mt_v mt_fmadd(mt_v a, mt_v b, mt_v c) { return _mm256_fmadd_ps(a, b, c); }
+#define mt_hsum hsum8
+#define mt_prefetch prefetch_line
+#include "kernels/matmul_float_tile.h"
 
 DEFINE_TILE(tile_f32, w8_f32, float)
 DEFINE_TILE(tile_f16, w8_f16, uint16_t)

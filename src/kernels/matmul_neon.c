@@ -5,11 +5,10 @@
  * integer-weight tiles with SDOT are in matmul_neon_dotprod.c (same bits;
  * both builds of them in matmul_neon_q.h).
  *
- * Float tiles: 4 rows x 4 weight rows = 16 accumulators of 4 lanes (of the
- * 32 vector registers), each element one accumulator carried over k in
- * steps of 4 (F16 widened by FCVTL, BF16 by a 16-bit shift: both exact),
- * a ragged end of k through a zero-padded copy, reduced by FADDP: the same
- * instruction sequence per element whatever the tile's shape.
+ * Float tiles (matmul_float_tile.h at 4 lanes): 4 rows x 4 weight rows = 16
+ * accumulators (of the 32 vector registers), each element one accumulator
+ * carried over k in steps of 4 (F16 widened by FCVTL, BF16 by a 16-bit
+ * shift: both exact), reduced by FADDP.
  */
 #include "kernels/matmul_tiles.h"
 
@@ -35,50 +34,14 @@ static inline float32x4_t w4_bf16(const uint8_t *w, int64_t k) {
     return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16((const uint16_t *)(const void *)w + k), 16));
 }
 
-/* The tile body for nr <= TR rows and nc <= TC weight rows; inlined with
- * constants for full tiles so the accumulators stay in registers. */
-#define DEFINE_TILE(NAME, W4, ELEM)                                                                              \
-    static inline __attribute__((always_inline)) void NAME##_body(const float *x, int64_t ldx, int nr,           \
-                                                                  const uint8_t *w, size_t wrb, int nc,          \
-                                                                  int64_t in, float *out, int64_t ldo) {         \
-        float32x4_t acc[TR][TC];                                                                                \
-        for (int r = 0; r < TR; r++)                                                                            \
-            for (int c = 0; c < TC; c++) acc[r][c] = vdupq_n_f32(0.0f);                                         \
-        int64_t kf = in & ~(int64_t)3;                                                                          \
-        const uint8_t *pf = w + PF_ROWS * wrb;                                                                  \
-        for (int64_t k = 0; k < kf; k += 4) {                                                                   \
-            float32x4_t v[TC];                                                                                  \
-            if (nr < TR && (k * sizeof(ELEM)) % 64 == 0) /* decode: once per cache line of each row */          \
-                for (int c = 0; c < nc; c++) __builtin_prefetch(pf + c * wrb + k * sizeof(ELEM));               \
-            for (int c = 0; c < nc; c++) v[c] = W4(w + c * wrb, k);                                             \
-            for (int r = 0; r < nr; r++) {                                                                      \
-                float32x4_t b = vld1q_f32(x + r * ldx + k);                                                     \
-                for (int c = 0; c < nc; c++) acc[r][c] = vfmaq_f32(acc[r][c], v[c], b);                         \
-            }                                                                                                   \
-        }                                                                                                       \
-        if (kf < in) { /* zero-padded last step */                                                              \
-            uint8_t wt[TC][4 * sizeof(ELEM)];                                                                   \
-            float xt[4];                                                                                        \
-            for (int c = 0; c < nc; c++) {                                                                      \
-                memset(wt[c], 0, sizeof wt[c]);                                                                 \
-                memcpy(wt[c], w + c * wrb + kf * sizeof(ELEM), (size_t)(in - kf) * sizeof(ELEM));              \
-            }                                                                                                   \
-            for (int r = 0; r < nr; r++) {                                                                      \
-                memset(xt, 0, sizeof xt);                                                                       \
-                memcpy(xt, x + r * ldx + kf, (size_t)(in - kf) * sizeof(float));                               \
-                float32x4_t b = vld1q_f32(xt);                                                                  \
-                for (int c = 0; c < nc; c++) acc[r][c] = vfmaq_f32(acc[r][c], W4(wt[c], 0), b);                 \
-            }                                                                                                   \
-        }                                                                                                       \
-        for (int r = 0; r < nr; r++)                                                                            \
-            for (int c = 0; c < nc; c++) out[r * ldo + c] = vaddvq_f32(acc[r][c]);                              \
-    }                                                                                                           \
-    static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
-                     float *out, int64_t ldo) {                                                                 \
-        if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
-        else if (rows == 1 && cols == TC) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                     \
-        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \
-    }
+typedef float32x4_t mt_v;
+#define MT_W 4
+static inline mt_v mt_zero(void) { return vdupq_n_f32(0.0f); }
+static inline mt_v mt_loadx(const float *p) { return vld1q_f32(p); }
+static inline mt_v mt_fmadd(mt_v a, mt_v b, mt_v c) { return vfmaq_f32(c, a, b); }
+static inline float mt_hsum(mt_v v) { return vaddvq_f32(v); }
+static inline __attribute__((always_inline)) void mt_prefetch(const uint8_t *p) { __builtin_prefetch(p); }
+#include "kernels/matmul_float_tile.h"
 
 DEFINE_TILE(tile_f32, w4_f32, float)
 DEFINE_TILE(tile_f16, w4_f16, uint16_t)
