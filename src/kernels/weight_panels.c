@@ -17,7 +17,9 @@ static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_D
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
 bool pdl_panels_wanted(const pdl_tensor *w) {
-    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0 || pdl_isa_active() != PDL_ISA_AVX512) return false;
+    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
+    if (pdl_isa_active() == PDL_ISA_AVX2) return pdl_panel_tiles_avx2[w->dtype] != NULL; /* F32, F16, BF16 */
+    if (pdl_isa_active() != PDL_ISA_AVX512) return false;
     switch (w->dtype) {
     case PDL_DTYPE_F32:
     case PDL_DTYPE_F16:
@@ -504,8 +506,8 @@ static void act_worker(void *p, int ith, int nth) {
 }
 
 /* The tile for a dtype on this process's instruction set: the AVX-512
- * one where the CPU has it, else the portable one (the same bits). dp:
- * BF16 weights with BF16 activations. */
+ * or AVX2 one where the CPU has it, else the portable one (the same bits).
+ * dp: BF16 weights with BF16 activations. */
 static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn, pdl_kpanel_fn *kfn) {
     const pdl_cpu_features *f = pdl_cpu_features_get();
     bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
@@ -523,6 +525,7 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
         return;
     }
     if (avx512) *fn = dp ? (f->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
+    else if (pdl_isa_active() == PDL_ISA_AVX2 && !dp) *fn = pdl_panel_tiles_avx2[dt];
     if (!*fn)
         *fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
 }
@@ -555,7 +558,9 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
     const pdl_tensor *w = outs[0].w;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
-    bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations();
+    /* BF16 activations where the family has a BF16 dot product (or its
+     * portable emulation); the AVX2 family multiplies F32 activations */
+    bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations() && pdl_isa_active() != PDL_ISA_AVX2;
     panel_task t = {
         .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),

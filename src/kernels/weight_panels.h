@@ -57,7 +57,10 @@
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
- * kernel here (the reference) and the AVX-512 ones give the same bits.
+ * kernel here (the reference), the AVX-512 and the AVX2 ones give the same
+ * bits. (BF16 activations need a BF16 dot product: the AVX2 family, which
+ * has none, multiplies F32 activations whatever pdl_matmul_bf16_activations
+ * says.)
  */
 #ifndef PDL_KERNELS_WEIGHT_PANELS_H
 #define PDL_KERNELS_WEIGHT_PANELS_H
@@ -74,9 +77,10 @@
 #define PDL_PANEL_COLS 16
 
 /* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
- * made into panels on this machine: the CPU has the AVX-512 panel kernels
- * in use (for the block formats with AVX512-VNNI). The model loader makes them unless
- * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
+ * made into panels on this machine: the process uses the AVX-512 panel
+ * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (F32,
+ * F16, BF16). The model loader makes them unless PAGEDLM_WEIGHT_PANELS=0
+ * (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
@@ -141,8 +145,10 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 #define PDL_PANEL_TILE_PANELS 3
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
- * matmul_avx512bf16.c). NULL entries: not built for this target. */
+ * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
+ * (weight_panels_avx2.c). NULL entries: not built for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
+extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
