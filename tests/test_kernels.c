@@ -250,7 +250,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     fprintf(stderr, "  best instruction set here: %s%s\n", pdl_isa_name(best),
             pdl_cpu_features_get()->neon_dotprod ? " + SDOT" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
-    int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}};
+    int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}, {3, 64, 4096}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
     for (int mode = 0; mode < 2; mode++)
