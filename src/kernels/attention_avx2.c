@@ -43,30 +43,11 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_loadu_ps((const float *)(const void *)p);
 }
-#include "kernels/attention_tiles.h"
-
-/* The F16 cache write with F16C's conversion (round to nearest even: the
- * bits of pdl_f32_to_f16), 8 values at a time. */
-void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                              const float *k, const float *v) {
-    if (!kv_is_f16) {
-        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
-        return;
-    }
-    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0);
-    uint16_t *vd = (uint16_t *)vpool + (size_t)slot * (size_t)kv_dim;
-    int e = 0;
-    for (; e + 8 <= kv_dim; e += 8) {
-        _mm_storeu_si128((__m128i *)(void *)(vd + e), _mm256_cvtps_ph(_mm256_loadu_ps(v + e), _MM_FROUND_TO_NEAREST_INT));
-        uint16_t h[8];
-        _mm_storeu_si128((__m128i *)(void *)h, _mm256_cvtps_ph(_mm256_loadu_ps(k + e), _MM_FROUND_TO_NEAREST_INT));
-        for (int i = 0; i < 8; i++) kd[(size_t)(e + i) * (size_t)block_size] = h[i]; /* dimension-major */
-    }
-    for (; e < kv_dim; e++) {
-        vd[e] = _cvtss_sh(v[e], _MM_FROUND_TO_NEAREST_INT);
-        kd[(size_t)e * (size_t)block_size] = _cvtss_sh(k[e], _MM_FROUND_TO_NEAREST_INT);
-    }
+static inline void at_to_f16(const float *src, uint16_t *dst) {
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT));
 }
+#define AT_STORE_FN pdl_attention_store_f16c
+#include "kernels/attention_tiles.h"
 #else
 void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
                               const float *k, const float *v) {

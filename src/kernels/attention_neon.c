@@ -10,7 +10,6 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
-#include <string.h>
 
 static inline float neon_f16(uint16_t h) {
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
@@ -42,40 +41,12 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)p)));
     return vld1q_f32((const float *)(const void *)p);
 }
-#include "kernels/attention_tiles.h"
-
-/* The F16 cache write with FCVTN (the default rounding mode, nearest even:
- * the bits of pdl_f32_to_f16), 4 values at a time. */
-void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                              const float *k, const float *v) {
-    if (!kv_is_f16) {
-        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
-        return;
-    }
-    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0);
-    uint16_t *vd = (uint16_t *)vpool + (size_t)slot * (size_t)kv_dim;
-    int e = 0;
-    for (; e + 4 <= kv_dim; e += 4) {
-        vst1_u16(vd + e, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(v + e))));
-        uint16x4_t h = vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(k + e)));
-        kd[(size_t)(e + 0) * (size_t)block_size] = vget_lane_u16(h, 0); /* dimension-major */
-        kd[(size_t)(e + 1) * (size_t)block_size] = vget_lane_u16(h, 1);
-        kd[(size_t)(e + 2) * (size_t)block_size] = vget_lane_u16(h, 2);
-        kd[(size_t)(e + 3) * (size_t)block_size] = vget_lane_u16(h, 3);
-    }
-    if (e < kv_dim) { /* the last 1-3 through a padded vector */
-        float kt[4] = {0}, vt[4] = {0};
-        memcpy(kt, k + e, (size_t)(kv_dim - e) * sizeof(float));
-        memcpy(vt, v + e, (size_t)(kv_dim - e) * sizeof(float));
-        uint16_t kh[4], vh[4];
-        vst1_u16(kh, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(kt))));
-        vst1_u16(vh, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(vt))));
-        for (int i = 0; e + i < kv_dim; i++) {
-            vd[e + i] = vh[i];
-            kd[(size_t)(e + i) * (size_t)block_size] = kh[i];
-        }
-    }
+/* FCVTN in the default rounding mode (nearest even) */
+static inline void at_to_f16(const float *src, uint16_t *dst) {
+    vst1_u16(dst, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src))));
 }
+#define AT_STORE_FN pdl_attention_store_neon
+#include "kernels/attention_tiles.h"
 #else
 void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
                               const float *k, const float *v) {

@@ -20,10 +20,12 @@
  * function's name), AT_GENERIC (the portable body for the shapes the tiles
  * do not take), and the operations at_zero, at_set1, at_fmadd (a * b + c),
  * at_mul, at_loadu, at_storeu, at_max, at_hmax and at_load_kv (AT_W values
- * of a cache row, F16 or F32).
+ * of a cache row, F16 or F32). With AT_STORE_FN (a name) and at_to_f16
+ * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #define AT_MAXQ 64 /* queries per pass */
 
@@ -280,3 +282,36 @@ void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, in
         at_queries(out + i0, q + i0, pos + i0, n, head_dim, kv_head, scale, softcap, window, kv, scratch);
     }
 }
+
+#ifdef AT_STORE_FN
+/* The cache write (attention.h's pdl_attention_store) with the vector
+ * conversion: V rows AT_W halves at a time, K elements to their
+ * dimension-major places, the last kv_dim % AT_W through a padded vector;
+ * the bits of pdl_f32_to_f16. F32 caches take the portable copy. */
+void AT_STORE_FN(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot, const float *k,
+                 const float *v) {
+    if (!kv_is_f16) {
+        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+        return;
+    }
+    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0);
+    uint16_t *vd = (uint16_t *)vpool + (size_t)slot * (size_t)kv_dim;
+    uint16_t h[AT_W];
+    for (int e = 0; e < kv_dim; e += AT_W) {
+        int n = kv_dim - e < AT_W ? kv_dim - e : AT_W;
+        if (n == AT_W) {
+            at_to_f16(v + e, vd + e);
+            at_to_f16(k + e, h);
+        } else {
+            float kt[AT_W] = {0}, vt[AT_W] = {0};
+            uint16_t vh[AT_W];
+            memcpy(kt, k + e, (size_t)n * sizeof(float));
+            memcpy(vt, v + e, (size_t)n * sizeof(float));
+            at_to_f16(vt, vh);
+            at_to_f16(kt, h);
+            memcpy(vd + e, vh, (size_t)n * sizeof(uint16_t));
+        }
+        for (int i = 0; i < n; i++) kd[(size_t)(e + i) * (size_t)block_size] = h[i];
+    }
+}
+#endif
