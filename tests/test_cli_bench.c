@@ -26,16 +26,23 @@ static int sh(const char *args, char **out) {
     return st;
 }
 
+/* A one-layer random model of Qwen3-0.6B's widths in the test folder. */
+static char *random_model(const char *name, const char *dtype, int vocab) {
+    char *path = test_tmp_path(name), args[1024], *out;
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab %d --dtype %s -o '%s'", vocab,
+             dtype, path);
+    int st = sh(args, &out);
+    free(out);
+    REQUIRE_MSG(st == 0, "make-random-model %s failed", dtype);
+    return path;
+}
+
 static void test_random_models_of_every_dtype_load_and_run(void) {
     const char *dtypes[] = {"f32", "f16", "bf16", "q8_0"}, *names[] = {"F32", "F16", "BF16", "Q8_0"};
     for (int i = 0; i < 4; i++) {
-        char name[64], args[1024], *out;
+        char name[64];
         snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);
-        char *path = test_tmp_path(name);
-        snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 640 --dtype %s -o '%s'",
-                 dtypes[i], path);
-        CHECK_EQ_INT(sh(args, &out), 0);
-        free(out);
+        char *path = random_model(name, dtypes[i], 640);
         pdl_model *m = NULL;
         pdl_error err;
         REQUIRE_MSG(pdl_model_load(&m, path, NULL, &err) == 0, "%s", err.message);
@@ -89,10 +96,7 @@ static void test_random_model_hf_form_holds_the_gguf_weights(void) {
 }
 
 static void test_bench_reports_json_results(void) {
-    char *path = test_tmp_path("bench.gguf"), args[1024], *out;
-    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 512 --dtype f32 -o '%s'", path);
-    REQUIRE(sh(args, &out) == 0);
-    free(out);
+    char *path = random_model("bench.gguf", "f32", 512), args[1024], *out;
     snprintf(args, sizeof args, "bench -m '%s' -p 16,32 -n 4 -r 2 --batch 1,3 --json", path);
     int st = sh(args, &out);
     CHECK_EQ_INT(st, 0);
@@ -125,10 +129,7 @@ static void test_bench_reports_json_results(void) {
  * unknown name, or a family of another architecture, is said on stderr and
  * the CPU's best family runs. */
 static void test_bench_reports_the_kernel_family(void) {
-    char *path = test_tmp_path("isa.gguf"), args[1024], *out;
-    snprintf(args, sizeof args, "make-random-model --preset qwen3-0.6b --layers 1 --vocab 512 --dtype f16 -o '%s'", path);
-    REQUIRE(sh(args, &out) == 0);
-    free(out);
+    char *path = random_model("isa.gguf", "f16", 512), args[1024], *out;
     snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 2 -r 1 --json", path);
     const char *best = pdl_isa_name(pdl_isa_best());
     const char *other = pdl_isa_supported(PDL_ISA_NEON) ? "avx512" : "neon"; /* another architecture's */

@@ -373,6 +373,20 @@ static const struct {
     {PDL_ISA_NEON, pdl_silu_mul_neon, pdl_gelu_tanh_mul_neon},
 };
 
+/* Every SIMD build the CPU has of gate 0 (SiLU) or 1 (GELU-tanh) on g[n]
+ * and u[n] gives want's bytes (the portable build's) for every tail
+ * length, and writes nothing past n (b: scratch of N floats). */
+static void check_gate_builds(int gelu, const float *g, const float *u, const float *want, float *b, int N) {
+    for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
+        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) {
+            memcpy(b, g, (size_t)N * sizeof *b);
+            (gelu ? gate_builds[bi].gelu : gate_builds[bi].silu)(b, u, n);
+            CHECK_MSG(memcmp(want, b, (size_t)n * sizeof *b) == 0, "%s %s differs (n %d)",
+                      pdl_isa_name(gate_builds[bi].isa), gelu ? "GELU-tanh" : "SiLU", n);
+            CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
+        }
+}
+
 /* SiLU gate: the portable, AVX2, AVX-512 and NEON builds give the same bits over a wide
  * range (both sides of 0, past e^-87, ragged tails), and match the
  * definition g / (1 + e^-g) * u in float64 within 4e-7 relative. */
@@ -393,14 +407,7 @@ static void test_silu_builds_agree(void) {
         if (fabs(want) > 1e-30 && e > worst) worst = e;
     }
     CHECK_MSG(worst < 4e-7, "silu relative error %.3g", worst);
-    for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
-        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) { /* every tail length */
-            pdl_isa isa = gate_builds[bi].isa;
-            memcpy(b, g, sizeof g);
-            gate_builds[bi].silu(b, u, n);
-            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s SiLU differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
-            CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
-        }
+    check_gate_builds(0, g, u, a, b, N);
 }
 
 /* GELU-tanh gate: the portable, AVX2, AVX-512 and NEON builds give the same bits
@@ -430,14 +437,7 @@ static void test_gelu_tanh_builds_agree(void) {
     fprintf(stderr, "  GELU-tanh: largest error %.3g x |g u|\n", worst);
     CHECK_MSG(worst < 1e-6, "GELU-tanh error %.3g x |g u|", worst);
     CHECK(a[0] == 0.0f && a[4] == 1e13f * u[4] && a[5] == 0.0f);
-    for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
-        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) { /* every tail length */
-            pdl_isa isa = gate_builds[bi].isa;
-            memcpy(b, g, sizeof g);
-            gate_builds[bi].gelu(b, u, n);
-            CHECK_MSG(memcmp(a, b, (size_t)n * sizeof *a) == 0, "%s GELU-tanh differs (n %d)", pdl_isa_name((pdl_isa)isa), n);
-            CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
-        }
+    check_gate_builds(1, g, u, a, b, N);
 }
 
 static void test_rmsnorm_matches_definition(void) {

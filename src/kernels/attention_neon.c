@@ -11,13 +11,11 @@
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
-static inline float neon_f16(uint16_t h) {
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
+#include "kernels/fp16.h"
 
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_neon_generic
-#define ATTN_F16(h) neon_f16(h)
+#define ATTN_F16(h) pdl_f16_to_f32_hw(h)
 #include "kernels/attention_impl.h"
 
 typedef float32x4_t at_v;

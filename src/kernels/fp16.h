@@ -88,4 +88,14 @@ void pdl_fp16_init(void);
 
 static inline float pdl_f16_to_f32(uint16_t h) { return pdl_f16_table[h]; }
 
+#if defined(__aarch64__)
+/* The same value with one FCVT (half precision conversion is part of the
+ * aarch64 base), for the NEON kernels: no table to fill first. */
+static inline float pdl_f16_to_f32_hw(uint16_t h) {
+    __fp16 f;
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
+}
+#endif
+
 #endif

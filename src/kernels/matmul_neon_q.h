@@ -24,12 +24,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/fp16.h"
 #include "kernels/kquant.h"
 
 static inline float neon_half(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+    return pdl_f16_to_f32_hw(h);
 }
 
 /* The accumulators' final tree: s = lo + hi lane-wise (a0+a4, ..., a3+a7),
