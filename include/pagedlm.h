@@ -85,8 +85,11 @@ bool pdl_model_has_tokenizer(const pdl_model *model);
 int pdl_tokenize(const pdl_model *model, const char *text, size_t len,
                  bool add_special, int32_t **ids, size_t *n_ids, pdl_error *err);
 
-/* Decodes ids to text (special tokens skipped); *text is malloc'ed. */
-int pdl_detokenize(const pdl_model *model, const int32_t *ids, size_t n_ids, char **text, pdl_error *err);
+/* Decodes ids to text (special tokens skipped); *text is malloc'ed and
+ * NUL-terminated, *len (when not NULL) its length in bytes: the text itself
+ * may hold NUL bytes (token <0x00>), so callers that keep it carry *len. */
+int pdl_detokenize(const pdl_model *model, const int32_t *ids, size_t n_ids, char **text, size_t *len,
+                   pdl_error *err);
 
 /* The same with PDL_TOK_* flags (below): PDL_TOK_PARSE_SPECIAL turns
  * special-token text such as "<|im_start|>" into its id, as a rendered chat
@@ -100,9 +103,11 @@ int pdl_tokenize_ex(const pdl_model *model, const char *text, size_t len, unsign
  * reads as it does after that context. NULL when the model has no tokenizer. */
 typedef struct pdl_detok pdl_detok;
 pdl_detok *pdl_detok_new(const pdl_model *model, const int32_t *context, size_t n_context);
-/* The newly completed text for `id` (possibly ""), valid until the next call. */
+/* The newly completed text for `id` (possibly ""), valid until the next call;
+ * pdl_detok_len gives its length in bytes (it may hold NUL bytes). */
 const char *pdl_detok_push(pdl_detok *d, int32_t id);
 const char *pdl_detok_flush(pdl_detok *d);  /* pending incomplete bytes as U+FFFD */
+size_t pdl_detok_len(const pdl_detok *d);   /* bytes of the last push or flush */
 void pdl_detok_free(pdl_detok *d);
 
 /* ---------------------------------------------------------------------------
@@ -248,7 +253,17 @@ typedef struct pdl_sampling {
     float presence_penalty;   /* subtracted once from each token generated so far; 0 = off */
     float frequency_penalty;  /* subtracted per occurrence among generated tokens; 0 = off */
     uint64_t seed;            /* the request's own random stream */
+    const struct pdl_logit_bias *logit_bias; /* [n_logit_bias] added to the raw logits first (OpenAI's
+                                                logit_bias); copied by pdl_sampler_new */
+    int n_logit_bias;
 } pdl_sampling;
+
+/* One entry of OpenAI's logit_bias: added to the token's logit before the
+ * penalties and every other step (finite; the server allows -100 .. 100). */
+typedef struct pdl_logit_bias {
+    int32_t token;
+    float bias;
+} pdl_logit_bias;
 
 /* A token and its log-probability under the model's raw distribution
  * (log-softmax of the logits before any sampling parameter). */
@@ -259,16 +274,22 @@ typedef struct pdl_logprob {
 
 typedef struct pdl_sampler pdl_sampler;
 /* NULL when out of memory or when params are invalid (negative temperature,
- * top_k < 0, top_p/min_p outside [0, 1], repetition_penalty < 0). */
+ * top_k < 0, top_p/min_p outside [0, 1], repetition_penalty < 0, a logit
+ * bias that is not finite or names a token outside the vocabulary). */
 pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab);
-/* Checks params; on failure err names the field and the allowed range. */
-int pdl_sampling_validate(const pdl_sampling *params, pdl_error *err);
+/* Checks params; on failure err names the field and the allowed range.
+ * vocab > 0 also checks the logit bias's token ids against it. */
+int pdl_sampling_validate(const pdl_sampling *params, int vocab, pdl_error *err);
 /* Tokens the repetition penalty applies to besides the generated ones. */
 void pdl_sampler_add_prompt(pdl_sampler *s, const int32_t *ids, size_t n);
 /* Draws the next token from one row of logits (not modified), and records it
  * as generated (for the penalties). Deterministic for a given seed and
  * history, whatever other requests do. */
 int32_t pdl_sampler_sample(pdl_sampler *s, const float *logits);
+/* The same with the n_banned tokens in banned[] excluded from this draw (as
+ * if their logits were -inf after the logit bias and the penalties): the
+ * engine bans EOS and the stop tokens until min_tokens are out. */
+int32_t pdl_sampler_sample_ex(pdl_sampler *s, const float *logits, const int32_t *banned, int n_banned);
 void pdl_sampler_free(pdl_sampler *s);
 
 /* Raw log-probabilities of one row: *chosen_logprob for `chosen`, and the n
@@ -312,6 +333,9 @@ typedef struct pdl_engine_options {
     int max_num_seqs;            /* running sequences at most; 0 = 256 */
     int max_num_batched_tokens;  /* rows per step at most; 0 = 2048 */
     int max_prefill_chunk;       /* prompt rows per request per step; 0 = no limit but the budget */
+    int max_model_len;           /* longest prompt + output; 0 = the model's context length, lowered (with a
+                                    log line) to what the KV pool holds; > 0 = it must not exceed the model's
+                                    context length, and creation fails when the pool cannot hold it */
     pdl_logits_mode logits_mode;
     pdl_log_fn log;              /* one line per notable event; NULL = stderr */
     void *log_user;
@@ -320,6 +344,8 @@ typedef struct pdl_engine_options {
 typedef struct pdl_request_params {
     pdl_sampling sampling;
     int max_tokens;              /* new tokens at most; 0 = up to the context length */
+    int min_tokens;              /* EOS and stop tokens are banned, and stop strings not looked for, until
+                                    this many tokens are out (vLLM's min_tokens); <= max_tokens */
     bool ignore_eos;             /* keep going after EOS */
     const int32_t *stop_ids;     /* extra token ids that end the sequence (included in tokens) */
     int n_stop_ids;
@@ -343,10 +369,13 @@ typedef struct pdl_event {
     int32_t token;
     int position;                /* position of `token` in prompt + output */
     const char *text;            /* newly completed text (TOKEN, and FINISHED: the held-back rest) */
+    size_t text_len;             /* its bytes: text may hold NUL bytes (token <0x00>) */
     float logprob;               /* of `token`, when logprobs were asked */
     const pdl_logprob *top;      /* [n_top] most likely tokens at this position */
     int n_top;
     const char *finish_reason;   /* FINISHED: "stop", "length" or "abort" */
+    const char *stop_string;     /* FINISHED by a stop string: which one (NUL-terminated); else NULL */
+    int32_t stop_token;          /* FINISHED by a stop_ids token: its id; else -1 (EOS gives -1, as vLLM) */
 } pdl_event;
 
 /* Called from pdl_engine_step on the stepping thread. */
@@ -381,6 +410,9 @@ int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err);
  * every pdl_engine_* function of an engine. */
 int pdl_engine_abort(pdl_engine *e, uint64_t request_id);
 void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *stats);
+/* The longest prompt + output a request may reach (engine option
+ * max_model_len as settled at creation). */
+int pdl_engine_max_model_len(const pdl_engine *e);
 
 /* ---------------------------------------------------------------------------
  * Chat templates (rendered as transformers' apply_chat_template does)

@@ -58,7 +58,7 @@ static void parse_outputs(const char *out, json_t **by_id, int n) {
     while (*p) {
         const char *nl = strchr(p, '\n');
         size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        json_t *o = json_loadb(p, len, 0, NULL);
+        json_t *o = json_loadb(p, len, JSON_ALLOW_NUL, NULL);
         REQUIRE_MSG(o != NULL, "output line is not JSON: %.*s", (int)len, p);
         int id = (int)json_integer_value(json_object_get(o, "id"));
         REQUIRE(id >= 0 && id < n);

@@ -19,6 +19,9 @@ typedef struct collected {
     int n_tokens[4];
     char text[4][8192];
     char finish[4][16];
+    char stop_string[4][64];    /* FINISHED's stop_string ("" for NULL) */
+    int32_t stop_token[4];      /* FINISHED's stop_token */
+    size_t text_bytes[4];       /* event text bytes, NULs included */
     int finished;
     float logprob[512];         /* sequence 0 */
     pdl_logprob top[512][4];
@@ -43,9 +46,12 @@ static void on_event(const pdl_event *ev, void *user) {
         c->prompt_positions++;
     } else {
         snprintf(c->finish[i], sizeof c->finish[i], "%s", ev->finish_reason);
+        snprintf(c->stop_string[i], sizeof c->stop_string[i], "%s", ev->stop_string ? ev->stop_string : "");
+        c->stop_token[i] = ev->stop_token;
         c->finished++;
     }
     if (ev->text) strncat(c->text[i], ev->text, sizeof c->text[i] - strlen(c->text[i]) - 1);
+    if (ev->text) c->text_bytes[i] += ev->text_len;
 }
 
 static pdl_model *load(const char *rel) {
@@ -228,6 +234,8 @@ static void test_stop_string_split_across_tokens_is_not_emitted(void) {
     run(e);
     CHECK(strcmp(c.text[0], ", there was a") == 0);
     CHECK(strcmp(c.finish[0], "stop") == 0);
+    CHECK(strcmp(c.stop_string[0], " little girl") == 0);
+    CHECK_EQ_INT(c.stop_token[0], -1);
     /* the text is exactly what precedes the stop string: nothing of it leaked */
     CHECK(strstr(c.text[0], "little") == NULL);
     pdl_engine_free(e);
@@ -251,9 +259,132 @@ static void test_stop_token_ids_and_max_tokens(void) {
     CHECK_EQ_INT(a.tokens[0][10], 426);
     CHECK(strcmp(a.finish[0], "stop") == 0);
     CHECK(strcmp(a.text[0], ", there was a little girl named Lily") == 0); /* the stop token's text is not output */
+    CHECK_EQ_INT(a.stop_token[0], 426); /* vLLM's stop_reason */
+    CHECK(a.stop_string[0][0] == '\0');
     CHECK_EQ_INT(b.n_tokens[0], 3);
     CHECK(strcmp(b.finish[0], "length") == 0);
+    CHECK_EQ_INT(b.stop_token[0], -1);
     pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
+/* min_tokens (vLLM's): stop tokens are banned while fewer than min_tokens
+ * are out, and a stop string counts only when it completes in a token past
+ * min_tokens. Both boundaries are checked one token either side. */
+static void test_min_tokens_holds_back_stop_tokens_and_strings(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    int32_t stop_id = 426; /* "." : the 11th generated token */
+    for (int min = 10; min <= 11; min++) {
+        pdl_engine *e = engine(m, 16, 0, 0, PDL_LOGITS_AUTO);
+        static collected c;
+        memset(&c, 0, sizeof c);
+        pdl_request_params p = {.max_tokens = 30, .min_tokens = min, .logprobs = -1, .prompt_logprobs = -1,
+                                .stop_ids = &stop_id, .n_stop_ids = 1};
+        add(e, STORY, 5, &p, &c);
+        run(e);
+        if (min == 10) { /* the 11th token may stop */
+            CHECK_EQ_INT(c.n_tokens[0], 11);
+            CHECK(strcmp(c.finish[0], "stop") == 0);
+        } else { /* banned at the 11th: something else comes, and the output goes on */
+            CHECK(c.n_tokens[0] > 11);
+            for (int t = 0; t < 11; t++) CHECK_MSG(c.tokens[0][t] != stop_id, "stop token at %d", t);
+        }
+        pdl_engine_free(e);
+    }
+    /* " girl" completes with the 8th token (", there was a little" + " g" "ir" "l") */
+    const char *stops[] = {" girl"};
+    for (int min = 7; min <= 8; min++) {
+        pdl_engine *e = engine(m, 16, 0, 0, PDL_LOGITS_AUTO);
+        static collected c;
+        memset(&c, 0, sizeof c);
+        pdl_request_params p = {.max_tokens = 20, .min_tokens = min, .logprobs = -1, .prompt_logprobs = -1,
+                                .stop = stops, .n_stop = 1};
+        add(e, STORY, 5, &p, &c);
+        run(e);
+        if (min == 7) {
+            CHECK(strcmp(c.text[0], ", there was a little") == 0);
+            CHECK(strcmp(c.stop_string[0], " girl") == 0);
+        } else {
+            CHECK_CONTAINS(c.text[0], ", there was a little girl named Lily");
+        }
+        pdl_engine_free(e);
+    }
+    pdl_engine *e = engine(m, 16, 0, 0, PDL_LOGITS_AUTO);
+    pdl_error err;
+    pdl_request_params bad = {.max_tokens = 4, .min_tokens = 5, .logprobs = -1, .prompt_logprobs = -1};
+    CHECK(pdl_engine_add_request(e, STORY, 5, &bad, NULL, NULL, NULL, &err) != 0);
+    CHECK_CONTAINS(err.message, "min_tokens 5 must be in [0, max_tokens = 4]");
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
+/* logit_bias shifts raw logits before anything else: -100 on the greedy
+ * choice gives the runner-up; +100 on byte token <0x00> makes the text NUL
+ * bytes, which events carry by length. Reported logprobs stay raw. */
+static void test_logit_bias_moves_the_choice_and_nul_text_keeps_its_length(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    pdl_engine *e = engine(m, 16, 0, 0, PDL_LOGITS_AUTO);
+    static collected plain, down, nul;
+    memset(&plain, 0, sizeof plain);
+    memset(&down, 0, sizeof down);
+    memset(&nul, 0, sizeof nul);
+    pdl_request_params p = {.max_tokens = 1, .logprobs = 2, .prompt_logprobs = -1};
+    add(e, STORY, 5, &p, &plain);
+    pdl_logit_bias away = {.token = STORY[5], .bias = -100.0f};
+    pdl_request_params q = p;
+    q.sampling.logit_bias = &away;
+    q.sampling.n_logit_bias = 1;
+    add(e, STORY, 5, &q, &down);
+    pdl_logit_bias zero = {.token = 3, .bias = 100.0f}; /* <0x00> */
+    pdl_request_params z = {.max_tokens = 4, .logprobs = -1, .prompt_logprobs = -1};
+    z.sampling.logit_bias = &zero;
+    z.sampling.n_logit_bias = 1;
+    add(e, STORY, 5, &z, &nul);
+    run(e);
+    CHECK_EQ_INT(plain.tokens[0][0], STORY[5]);
+    CHECK_EQ_INT(down.tokens[0][0], plain.top[0][1].token); /* the runner-up */
+    CHECK(down.logprob[0] == plain.top[0][1].logprob);     /* raw, before the bias */
+    for (int t = 0; t < 4; t++) CHECK_EQ_INT(nul.tokens[0][t], 3);
+    CHECK_EQ_INT(nul.text_bytes[0], 4); /* four NUL bytes, none lost */
+    pdl_logit_bias outside = {.token = 512, .bias = 1.0f};
+    pdl_request_params o = {.max_tokens = 1, .logprobs = -1, .prompt_logprobs = -1};
+    o.sampling.logit_bias = &outside;
+    o.sampling.n_logit_bias = 1;
+    pdl_error err;
+    CHECK(pdl_engine_add_request(e, STORY, 5, &o, NULL, NULL, NULL, &err) != 0);
+    CHECK_CONTAINS(err.message, "token 512, outside the vocabulary [0, 512)");
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
+/* A max_model_len the KV pool cannot hold is refused at creation with both
+ * numbers (vLLM's behaviour); left unset, it is lowered to the pool. */
+static void test_max_model_len_must_fit_the_kv_pool(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    size_t bb = pdl_kv_cache_block_bytes(m, PDL_KV_F32, 16);
+    pdl_engine_options o = {.block_size = 16, .kv_cache_memory = bb * 4, .kv_dtype = PDL_KV_F32,
+                            .max_model_len = 65};
+    pdl_engine *e = NULL;
+    pdl_error err;
+    CHECK(pdl_engine_create(&e, m, &o, &err) != 0);
+    CHECK_CONTAINS(err.message, "max seq len (65)");
+    CHECK_CONTAINS(err.message, "stored in the KV cache (64:");
+    CHECK_CONTAINS(err.message, "--kv-cache-memory");
+    o.max_model_len = 64; /* exactly what 4 blocks hold */
+    REQUIRE_MSG(pdl_engine_create(&e, m, &o, &err) == 0, "%s", err.message);
+    CHECK_EQ_INT(pdl_engine_max_model_len(e), 64);
+    static collected c;
+    memset(&c, 0, sizeof c);
+    pdl_request_params p = {.logprobs = -1, .prompt_logprobs = -1, .ignore_eos = true}; /* up to the length */
+    add(e, STORY, 20, &p, &c);
+    run(e);
+    CHECK_EQ_INT(c.n_tokens[0], 44);
+    CHECK(strcmp(c.finish[0], "length") == 0);
+    pdl_engine_free(e);
+    o.max_model_len = 129; /* beyond the model's context length (128) */
+    o.kv_cache_memory = 0;
+    CHECK(pdl_engine_create(&e, m, &o, &err) != 0);
+    CHECK_CONTAINS(err.message, "exceeds the model's context length 128");
     pdl_model_free(m);
 }
 
@@ -381,8 +512,12 @@ static void test_requests_that_cannot_run_are_rejected(void) {
     pdl_error err;
     int32_t big[40];
     for (int i = 0; i < 40; i++) big[i] = STORY[i];
+    /* the pool holds 32 tokens: the engine's max model length was lowered to it */
+    CHECK_EQ_INT(pdl_engine_max_model_len(e), 32);
     CHECK(pdl_engine_add_request(e, big, 40, NULL, NULL, NULL, NULL, &err) != 0);
-    CHECK_CONTAINS(err.message, "KV cache");
+    CHECK_CONTAINS(err.message, "exceeds the maximum model length 32");
+    CHECK(pdl_engine_add_request(e, big, 31, NULL, NULL, NULL, NULL, &err) == 0);
+    CHECK(pdl_engine_add_request(e, big, 32, NULL, NULL, NULL, NULL, &err) != 0);
     CHECK(pdl_engine_add_request(e, big, 0, NULL, NULL, NULL, NULL, &err) != 0);
     CHECK_CONTAINS(err.message, "empty");
     int32_t bad = 512;
@@ -570,6 +705,9 @@ int main(void) {
     RUN(test_engine_greedy_matches_llama2c);
     RUN(test_stop_string_split_across_tokens_is_not_emitted);
     RUN(test_stop_token_ids_and_max_tokens);
+    RUN(test_min_tokens_holds_back_stop_tokens_and_strings);
+    RUN(test_logit_bias_moves_the_choice_and_nul_text_keeps_its_length);
+    RUN(test_max_model_len_must_fit_the_kv_pool);
     RUN(test_logprobs_and_prompt_logprobs_match_the_forward);
     RUN(test_n_samples_share_prompt_blocks);
     RUN(test_abort_frees_blocks_at_once);

@@ -699,7 +699,7 @@ static void test_exp_nonpos_is_within_1e_7_of_float64(void) {
 
 static void check_rejected(pdl_sampling p, const char *field, const char *range) {
     pdl_error err = {{0}};
-    CHECK(pdl_sampling_validate(&p, &err) != 0);
+    CHECK(pdl_sampling_validate(&p, 0, &err) != 0);
     CHECK_CONTAINS(err.message, field);
     CHECK_CONTAINS(err.message, range);
     CHECK(pdl_sampler_new(&p, 10) == NULL);
@@ -719,14 +719,14 @@ static void test_validation_names_the_field_and_the_allowed_range(void) {
     check_rejected((pdl_sampling){.frequency_penalty = NAN}, "frequency_penalty", "finite");
 
     pdl_error err = {{0}};
-    CHECK(pdl_sampling_validate(NULL, &err) != 0);
+    CHECK(pdl_sampling_validate(NULL, 0, &err) != 0);
     pdl_sampling edges[] = {
         {0},
         {.temperature = 1e-6f, .top_k = 1, .top_p = 1.0f, .min_p = 1.0f},
         {.temperature = 100.0f, .repetition_penalty = 0.0f, .presence_penalty = -2.5f, .frequency_penalty = 3.0f},
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
-        CHECK(pdl_sampling_validate(&edges[i], &err) == 0);
+        CHECK(pdl_sampling_validate(&edges[i], 0, &err) == 0);
         pdl_sampler *s = pdl_sampler_new(&edges[i], 10);
         CHECK(s != NULL);
         pdl_sampler_free(s);

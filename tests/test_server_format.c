@@ -33,6 +33,7 @@ static void make_request(srv_gen_request *r, srv_api_kind kind, int n) {
     r->prompts[0].ids = malloc(3 * sizeof(int32_t));
     r->prompts[0].ids[0] = 1, r->prompts[0].ids[1] = 403, r->prompts[0].ids[2] = 407;
     r->prompts[0].text = strdup("Once upon");
+    r->prompts[0].text_len = strlen("Once upon");
     r->params.n = n;
     r->logprobs = r->prompt_logprobs = -1;
 }
@@ -43,7 +44,9 @@ static srv_event *event(pdl_event_kind kind, int index, int32_t token, const cha
     e->index = index;
     e->token = token;
     e->text = strdup(text);
+    e->text_len = strlen(text);
     e->finish_reason = finish;
+    e->stop_token = -1;
     e->logprob = -0.5f;
     return e;
 }
@@ -86,8 +89,9 @@ static void test_completion_object_and_usage(void) {
     srv_events_free(evs);
     char *s = srv_response_body(resp, NULL);
     CHECK(strcmp(s, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"stories\","
-                    "\"choices\":[{\"index\":0,\"text\":\" a time\",\"logprobs\":null,\"finish_reason\":\"length\"}],"
-                    "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2}}") == 0);
+                    "\"choices\":[{\"index\":0,\"text\":\" a time\",\"logprobs\":null,\"finish_reason\":\"length\","
+                    "\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2,"
+                    "\"prompt_tokens_details\":{\"cached_tokens\":0}}}") == 0);
     free(s);
     srv_response_free(resp);
     srv_gen_request_free(&r);
@@ -108,13 +112,14 @@ static void test_completion_stream_chunks_then_usage_then_done(void) {
     srv_response_stream_end(resp, &out);
     const char *expect =
         "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\" a\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n"
+        "[{\"index\":0,\"text\":\" a\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
         "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\" time\",\"logprobs\":null,\"finish_reason\":null}],\"usage\":null}\n\n"
+        "[{\"index\":0,\"text\":\" time\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
         "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\"}],\"usage\":null}\n\n"
+        "[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":null}],\"usage\":null}\n\n"
         "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":[],"
-        "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2}}\n\n"
+        "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2,\"prompt_tokens_details\":"
+        "{\"cached_tokens\":0}}}\n\n"
         "data: [DONE]\n\n";
     CHECK_MSG(out.data && strcmp(out.data, expect) == 0, "got:\n%s", out.data ? out.data : "(null)");
     sbuf_free(&out);

@@ -273,10 +273,10 @@ static void test_completion_inconsistent_options(void) {
             "not available when 'stream' is true");
     refused("{\"prompt\": \"Hi\", \"echo\": true, \"max_tokens\": 0, \"stream\": true}", 400, "max_tokens",
             "not available when 'stream'");
-    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"5\": 10}}", 400, "logit_bias", "not supported");
     refused("{\"prompt\": \"Hi\", \"suffix\": \"end\"}", 400, "suffix", "not supported");
     refused("{\"prompt\": \"Hi\", \"best_of\": 2}", 400, "best_of", "not supported");
-    refused("{\"prompt\": \"Hi\", \"min_tokens\": 3}", 400, "min_tokens", "not supported");
+    refused("{\"prompt\": \"Hi\", \"max_tokens\": 4, \"min_tokens\": 5}", 400, "min_tokens",
+            "must not exceed max_tokens (4)");
 
     /* echo with max_tokens 0 scores the prompt: one token is generated and dropped */
     srv_gen_request r;
@@ -286,6 +286,91 @@ static void test_completion_inconsistent_options(void) {
     CHECK_EQ_INT(r.params.max_tokens, 1);
     CHECK_EQ_INT(r.params.prompt_logprobs, 1);
     srv_gen_request_free(&r);
+}
+
+static void test_logit_bias_min_tokens_and_the_newer_names(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(completion("{\"prompt\": \"Hi\", \"logit_bias\": {\"400\": -100, \"5\": 2.5, \"0\": 100}, "
+                           "\"min_tokens\": 3, \"max_completion_tokens\": 7, \"metadata\": {\"k\": \"v\"}, "
+                           "\"user\": \"u\"}", &r, &e) == 0, "%s", e.message);
+    CHECK_EQ_INT(r.params.min_tokens, 3);
+    CHECK_EQ_INT(r.params.max_tokens, 7); /* max_completion_tokens is max_tokens */
+    REQUIRE(r.params.sampling.n_logit_bias == 3 && r.params.sampling.logit_bias == r.logit_bias);
+    /* sorted by token id */
+    CHECK(r.logit_bias[0].token == 0 && r.logit_bias[0].bias == 100.0f);
+    CHECK(r.logit_bias[1].token == 5 && r.logit_bias[1].bias == 2.5f);
+    CHECK(r.logit_bias[2].token == 400 && r.logit_bias[2].bias == -100.0f);
+    srv_gen_request_free(&r);
+    /* LangChain sends an empty object */
+    REQUIRE(completion("{\"prompt\": \"Hi\", \"logit_bias\": {}}", &r, &e) == 0);
+    CHECK_EQ_INT(r.params.sampling.n_logit_bias, 0);
+    srv_gen_request_free(&r);
+
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"512\": 1}}", 400, "logit_bias", "'512' must be a token id in [0, 512)");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"-1\": 1}}", 400, "logit_bias", "must be a token id");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"a\": 1}}", 400, "logit_bias", "'a' must be a token id");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"7\": 100.5}}", 400, "logit_bias", "between -100 and 100");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"7\": \"1\"}}", 400, "logit_bias", "must be a number");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": {\"7\": 1, \"07\": 2}}", 400, "logit_bias", "token 7 twice");
+    refused("{\"prompt\": \"Hi\", \"logit_bias\": [1]}", 400, "logit_bias", "must be an object");
+    refused("{\"prompt\": \"Hi\", \"metadata\": 3}", 400, "metadata", "must be an object");
+    refused("{\"prompt\": \"Hi\", \"min_tokens\": -1}", 400, "min_tokens", "between 0 and");
+}
+
+static void test_stop_strings_are_capped_in_number_and_length(void) {
+    /* 64 strings of 4096 bytes are fine; one byte or one string more is a 400 */
+    size_t cap = 70 * 4200 + 256;
+    char *body = malloc(cap);
+    for (int extra_len = 0; extra_len < 2; extra_len++) {
+        strcpy(body, "{\"prompt\": \"Hi\", \"stop\": [");
+        for (int i = 0; i < 64; i++) {
+            size_t at = strlen(body);
+            body[at++] = i ? ',' : ' ';
+            body[at++] = '"';
+            int len = 4096 + (i == 63 ? extra_len : 0);
+            for (int k = 0; k < len; k++) body[at++] = (char)('a' + (i + k) % 26);
+            body[at++] = '"';
+            body[at] = '\0';
+        }
+        strcat(body, "]}");
+        if (extra_len == 0) {
+            srv_gen_request r;
+            srv_api_error e;
+            CHECK_MSG(completion(body, &r, &e) == 0, "%s", e.message);
+            CHECK_EQ_INT(r.params.n_stop, 64);
+            srv_gen_request_free(&r);
+        } else {
+            refused(body, 400, "stop", "'stop[63]' has 4097 bytes; stop strings are limited to 4096 bytes");
+        }
+    }
+    strcpy(body, "{\"prompt\": \"Hi\", \"stop\": [");
+    for (int i = 0; i < 65; i++) strcat(body, i ? ", \"x\"" : "\"x\"");
+    strcat(body, "]}");
+    refused(body, 400, "stop", "65 strings; at most 64");
+    free(body);
+}
+
+static void test_prompt_logprobs_are_bounded_per_request(void) {
+    /* entries = prompt tokens x (top-N + 1): 100 tokens x 21 fit, 13000 x 21 do not */
+    char *body = malloc(13000 * 6 + 128);
+    for (int n_tok = 100; n_tok <= 13000; n_tok += 12900) {
+        strcpy(body, "{\"max_tokens\": 1, \"prompt_logprobs\": 20, \"prompt\": [1");
+        size_t at = strlen(body);
+        for (int i = 1; i < n_tok; i++) at += (size_t)sprintf(body + at, ",403");
+        strcpy(body + at, "]}");
+        ctx.ctx_len = 1 << 20;
+        if (n_tok == 100) {
+            srv_gen_request r;
+            srv_api_error e;
+            CHECK_MSG(completion(body, &r, &e) == 0, "%s", e.message);
+            srv_gen_request_free(&r);
+        } else {
+            refused(body, 400, "prompt_logprobs", "13000 prompt tokens with 20 alternatives each would be 273000 entries");
+        }
+        ctx.ctx_len = 128;
+    }
+    free(body);
 }
 
 static void test_prompt_longer_than_context_is_400(void) {
@@ -495,6 +580,9 @@ int main(void) {
     RUN(test_completion_wrong_types_name_the_field);
     RUN(test_completion_out_of_range_values);
     RUN(test_completion_inconsistent_options);
+    RUN(test_logit_bias_min_tokens_and_the_newer_names);
+    RUN(test_stop_strings_are_capped_in_number_and_length);
+    RUN(test_prompt_logprobs_are_bounded_per_request);
     RUN(test_prompt_longer_than_context_is_400);
     RUN(test_chat_messages_through_the_template);
     RUN(test_chat_errors);

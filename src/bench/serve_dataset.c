@@ -36,7 +36,7 @@ int dataset_normal_vocab(const pdl_model *tok, int32_t **ids, size_t *n, pdl_err
     size_t k = 0;
     for (int32_t id = 0; id < info.vocab; id++) {
         char *text = NULL;
-        if (pdl_detokenize(tok, &id, 1, &text, err)) {
+        if (pdl_detokenize(tok, &id, 1, &text, NULL, err)) {
             free(v);
             return -1;
         }
@@ -75,7 +75,7 @@ int dataset_random(const pdl_model *tok, int n, int input_len, int output_len, d
         p[k].output_len = out_lo + (int)(bench_rng(&s) % (uint64_t)(out_hi - out_lo + 1));
         for (int i = 0; i < len; i++) ids[prefix_len + i] = vocab[bench_rng(&s) % nv];
         p[k].prompt_len = prefix_len + len;
-        rc = pdl_detokenize(tok, ids, (size_t)(prefix_len + len), &p[k].text, err);
+        rc = pdl_detokenize(tok, ids, (size_t)(prefix_len + len), &p[k].text, NULL, err);
     }
     free(ids);
     free(vocab);

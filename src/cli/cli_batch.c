@@ -69,7 +69,7 @@ static void on_event(const pdl_event *ev, void *user) {
     } else {
         it->finish[i] = ev->finish_reason; /* static strings */
     }
-    size_t n = ev->text ? strlen(ev->text) : 0;
+    size_t n = ev->text ? ev->text_len : 0;
     if (n) {
         char *p = realloc(it->text[i], it->text_len[i] + n + 1);
         if (!p) return;

@@ -291,6 +291,9 @@ int cli_bench(int argc, char **argv) {
         for (int k = 0; k < n_batches; k++) max_b = batches[k] > max_b ? batches[k] : max_b;
         size_t tokens = (size_t)(max_pp > (int)n_gen + 1 ? max_pp : (int)n_gen + 1) * (size_t)max_b + 64;
         eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, eo.kv_dtype, 16) * (tokens / 16 + 4);
+        /* the longest sequence a test runs, which that pool holds */
+        int need = (max_pp > (int)n_gen + 1 ? max_pp : (int)n_gen + 1) + 16;
+        eo.max_model_len = need < info.ctx_len ? need : info.ctx_len;
     }
     pdl_engine *e = NULL;
     if (pdl_engine_create(&e, model, &eo, &err)) {

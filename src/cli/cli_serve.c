@@ -97,6 +97,7 @@ int cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--max-model-len") == 0 || strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
             o.model.ctx_size = (int)lv;
+            o.engine.max_model_len = (int)lv; /* the KV pool must hold it, or the server refuses to start */
         } else if (strcmp(a, "--max-num-seqs") == 0) {
             if (cli_int(a, v, 1, 1 << 20, &lv)) return CLI_USAGE;
             o.engine.max_num_seqs = (int)lv;

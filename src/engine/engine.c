@@ -31,6 +31,7 @@ struct pdl_engine {
     sched sched;
     runner runner;
     bool selective;
+    int max_model_len;         /* longest prompt + output (options.max_model_len as settled) */
     uint64_t next_request_id, next_arrival;
     eng_seq **seqs;            /* every live sequence */
     int n_seqs, cap_seqs;
@@ -52,16 +53,17 @@ static void engine_log(const pdl_engine *e, const char *fmt, ...) {
 
 /* ---- KV pool sizing ------------------------------------------------------ */
 
-static int pool_blocks(const pdl_engine *e, pdl_error *err) {
+static int pool_blocks(const pdl_engine *e, size_t *mem_out, pdl_error *err) {
     size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
     size_t mem = e->opts.kv_cache_memory;
     if (mem == 0) {
         size_t avail = pdl_available_memory() / 2, cap = (size_t)4 << 30;
         mem = avail && avail < cap ? avail : cap;
     }
+    *mem_out = mem;
     size_t blocks = mem / block_bytes;
-    /* more than every sequence at full context could use is wasted */
-    size_t per_seq = (size_t)(e->model->ctx_size + e->opts.block_size - 1) / (size_t)e->opts.block_size;
+    /* more than every sequence at full length could use is wasted */
+    size_t per_seq = (size_t)(e->max_model_len + e->opts.block_size - 1) / (size_t)e->opts.block_size;
     size_t useful = per_seq * (size_t)e->opts.max_num_seqs;
     if (blocks > useful) blocks = useful;
     if (blocks > INT32_MAX / (size_t)e->opts.block_size) blocks = INT32_MAX / (size_t)e->opts.block_size;
@@ -69,6 +71,24 @@ static int pool_blocks(const pdl_engine *e, pdl_error *err) {
         return pdl_fail(err, "KV cache memory of %zu bytes holds no block (one block of %d tokens needs %zu bytes)", mem,
                         e->opts.block_size, block_bytes);
     return (int)blocks;
+}
+
+/* The longest sequence the engine admits: what the user asked for, which
+ * must fit the pool (vLLM refuses to start otherwise), or else the model's
+ * context length, lowered to what the pool holds with a log line. */
+static int settle_model_len(pdl_engine *e, size_t mem, pdl_error *err) {
+    long long pool = (long long)e->kv->n_blocks * e->kv->block_size;
+    if (pool >= e->max_model_len) return 0;
+    if (e->opts.max_model_len > 0)
+        return pdl_fail(err, "the model's max seq len (%d) is larger than the maximum number of tokens that can be "
+                        "stored in the KV cache (%lld: %d blocks of %d tokens in %zu bytes); raise the KV cache "
+                        "memory (--kv-cache-memory) or lower max_model_len (--max-model-len)",
+                        e->max_model_len, pool, e->kv->n_blocks, e->kv->block_size, mem);
+    engine_log(e, "the KV cache holds %lld tokens (%d blocks of %d), fewer than the model's context length %d: "
+               "max_model_len lowered to %lld (raise --kv-cache-memory, or set --max-model-len)", pool,
+               e->kv->n_blocks, e->kv->block_size, e->max_model_len, pool);
+    e->max_model_len = (int)pool;
+    return 0;
 }
 
 /* ---- create / free -------------------------------------------------------- */
@@ -85,9 +105,17 @@ int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_optio
     e->next_request_id = 1;
 
     int rc = 0;
-    int n_blocks = pool_blocks(e, err);
+    e->max_model_len = model->ctx_size;
+    if (e->opts.max_model_len > model->ctx_size)
+        rc = pdl_fail(err, "max_model_len %d exceeds the model's context length %d (load the model with a larger "
+                      "context: --max-model-len sets both)", e->opts.max_model_len, model->ctx_size);
+    else if (e->opts.max_model_len > 0)
+        e->max_model_len = e->opts.max_model_len;
+    size_t mem = 0;
+    int n_blocks = rc ? -1 : pool_blocks(e, &mem, err);
     if (n_blocks < 0) rc = -1;
     if (rc == 0) rc = pdl_kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, err);
+    if (rc == 0) rc = settle_model_len(e, mem, err);
     if (rc == 0) {
         sched_config sc = {.max_num_seqs = e->opts.max_num_seqs,
                            .max_num_batched_tokens = e->opts.max_num_batched_tokens,
@@ -130,9 +158,12 @@ static void seq_free(eng_seq *q) {
 }
 
 static void request_free(eng_request *r) {
-    for (int i = 0; i < r->params.n_stop; i++) free(r->stop_strings[i]);
+    for (int i = 0; r->stop_strings && i < r->params.n_stop; i++) free(r->stop_strings[i]);
     free(r->stop_strings);
+    stop_matcher_free(r->stops);
     free(r->stop_ids);
+    free(r->logit_bias);
+    free(r->min_banned);
     free(r);
 }
 
@@ -174,9 +205,7 @@ static void untrack(pdl_engine *e, eng_seq *q) {
 
 /* Longest sequence (prompt + output) this request may reach. */
 static int max_len(const pdl_engine *e, const eng_seq *q) {
-    int limit = e->model->ctx_size;
-    int pool = e->kv->n_blocks * e->kv->block_size; /* a lone sequence must always fit */
-    if (pool < limit) limit = pool;
+    int limit = e->max_model_len; /* a lone sequence of it fits the pool (settle_model_len) */
     int mt = q->req->params.max_tokens;
     if (mt > 0 && q->n_prompt + mt < limit) limit = q->n_prompt + mt;
     return limit;
@@ -215,15 +244,13 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab)
             return pdl_fail(err, "request: prompt token %zu: id %d out of range [0, %d)", i, prompt[i], c->vocab);
-    if (n_prompt + 1 > (size_t)e->model->ctx_size)
-        return pdl_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the context "
-                        "length %d", n_prompt, e->model->ctx_size);
-    size_t pool_tokens = (size_t)e->kv->n_blocks * (size_t)e->kv->block_size;
-    if (n_prompt + 1 > pool_tokens)
-        return pdl_fail(err, "request: the prompt has %zu tokens but the whole KV cache holds %zu (%d blocks of %d); "
-                        "raise --kv-cache-memory", n_prompt, pool_tokens, e->kv->n_blocks, e->kv->block_size);
-    if (pdl_sampling_validate(&p.sampling, err)) return pdl_fail_prefix(err, "request");
+    if (n_prompt + 1 > (size_t)e->max_model_len)
+        return pdl_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the maximum "
+                        "model length %d", n_prompt, e->max_model_len);
+    if (pdl_sampling_validate(&p.sampling, c->vocab, err)) return pdl_fail_prefix(err, "request");
     if (p.max_tokens < 0) return pdl_fail(err, "request: max_tokens %d must not be negative", p.max_tokens);
+    if (p.min_tokens < 0 || (p.max_tokens > 0 && p.min_tokens > p.max_tokens))
+        return pdl_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p.min_tokens, p.max_tokens);
     if (p.logprobs > MAX_TOP_LOGPROBS || p.prompt_logprobs > MAX_TOP_LOGPROBS)
         return pdl_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
     if (p.n < 0 || p.n > 64) return pdl_fail(err, "request: n = %d outside [1, 64]", p.n);
@@ -239,16 +266,29 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     r->n = p.n;
     r->cb = cb;
     r->user = user;
+    int n_bias = p.sampling.n_logit_bias;
     r->stop_strings = calloc((size_t)(p.n_stop ? p.n_stop : 1), sizeof *r->stop_strings);
     r->stop_ids = malloc((size_t)(p.n_stop_ids ? p.n_stop_ids : 1) * sizeof *r->stop_ids);
-    bool oom = !r->stop_strings || !r->stop_ids;
+    r->logit_bias = malloc((size_t)(n_bias ? n_bias : 1) * sizeof *r->logit_bias);
+    r->min_banned = malloc((size_t)(p.n_stop_ids + c->n_eos + 1) * sizeof *r->min_banned);
+    bool oom = !r->stop_strings || !r->stop_ids || !r->logit_bias || !r->min_banned;
     for (int i = 0; !oom && i < p.n_stop; i++) oom = !(r->stop_strings[i] = strdup(p.stop[i]));
     if (!oom && p.n_stop_ids) memcpy(r->stop_ids, p.stop_ids, (size_t)p.n_stop_ids * sizeof *r->stop_ids);
+    if (!oom && n_bias) memcpy(r->logit_bias, p.sampling.logit_bias, (size_t)n_bias * sizeof *r->logit_bias);
     r->params.stop = (const char *const *)r->stop_strings;
     r->params.stop_ids = r->stop_ids;
+    r->params.sampling.logit_bias = r->logit_bias;
+    if (!oom) {
+        /* what min_tokens holds back: the tokens that would end the sequence */
+        for (int i = 0; i < p.n_stop_ids; i++) r->min_banned[r->n_min_banned++] = p.stop_ids[i];
+        for (int i = 0; !p.ignore_eos && i < c->n_eos; i++) r->min_banned[r->n_min_banned++] = c->eos_ids[i];
+    }
+    if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
+        request_free(r);
+        return pdl_fail_prefix(err, "request");
+    }
     eng_seq *q = oom ? NULL : seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
     if (!q) {
-        r->params.n_stop = 0;
         request_free(r);
         return pdl_fail(err, "request: out of memory");
     }
@@ -287,37 +327,35 @@ static int held_append(eng_seq *q, const char *s, size_t n) {
     return 0;
 }
 
-/* Adds new text to what is held; returns how many bytes of q->held can be
- * released now, and sets *stopped when a stop string was found (the text
- * from the stop string on is dropped). */
-static size_t text_release(eng_seq *q, const char *text, bool *stopped) {
-    *stopped = false;
-    if (held_append(q, text, strlen(text))) return q->held_len;
+/* Generated tokens of q so far. */
+static int n_generated(const eng_seq *q) { return q->n_tokens - q->n_prompt; }
+
+/* Adds len bytes of new text to what is held; returns how many bytes of
+ * q->held can be released now. A stop string completed by the new text
+ * (looked for once more than min_tokens tokens are out, as vLLM does) sets
+ * *stop to its index (else -1) and drops the text from it on. Work per call
+ * is proportional to len (stop_match.h), whatever the stop strings. */
+static size_t text_release(eng_seq *q, const char *text, size_t len, int *stop) {
+    *stop = -1;
     const eng_request *r = q->req;
-    size_t earliest = q->held_len;
-    for (int i = 0; i < r->params.n_stop; i++) {
-        const char *hit = strstr(q->held, r->stop_strings[i]);
-        if (hit && (size_t)(hit - q->held) < earliest) {
-            earliest = (size_t)(hit - q->held);
-            *stopped = true;
-        }
+    size_t before = q->held_len;
+    if (held_append(q, text, len)) return q->held_len;
+    if (!r->stops) return q->held_len;
+    bool look = n_generated(q) > r->params.min_tokens;
+    size_t fed = 0;
+    stop_hit hit;
+    while (fed < len && stop_matcher_feed(r->stops, &q->stop_state, text + fed, len - fed, &hit, NULL)) {
+        fed += hit.end;
+        if (!look) continue;
+        /* the stop string starts inside the held text (a prefix of it was held) */
+        size_t end = before + fed;
+        q->held_len = end >= hit.len ? end - hit.len : 0;
+        q->held[q->held_len] = '\0';
+        *stop = hit.stop;
+        return q->held_len;
     }
-    if (*stopped) {
-        q->held_len = earliest;
-        q->held[earliest] = '\0';
-        return earliest;
-    }
-    /* hold back the longest tail that could still begin a stop string */
-    size_t hold = 0;
-    for (int i = 0; i < r->params.n_stop; i++) {
-        size_t sl = strlen(r->stop_strings[i]);
-        for (size_t k = sl - 1; k > hold; k--)
-            if (k <= q->held_len && memcmp(q->held + q->held_len - k, r->stop_strings[i], k) == 0) {
-                hold = k;
-                break;
-            }
-    }
-    return q->held_len - hold;
+    size_t hold = stop_matcher_hold(r->stops, q->stop_state);
+    return hold < q->held_len ? q->held_len - hold : 0;
 }
 
 /* Passes the first n held bytes on as ev->text, through the sequence's own
@@ -327,6 +365,7 @@ static void release_into(eng_seq *q, size_t n, pdl_event *ev) {
         char *p = realloc(q->out, n + 1 > 64 ? n + 1 : 64);
         if (!p) {
             ev->text = "";
+            ev->text_len = 0;
             return;
         }
         q->out = p;
@@ -337,16 +376,33 @@ static void release_into(eng_seq *q, size_t n, pdl_event *ev) {
     memmove(q->held, q->held + n, q->held_len - n + 1);
     q->held_len -= n;
     ev->text = q->out;
+    ev->text_len = n;
 }
 
-static void finish(pdl_engine *e, eng_seq *q, const char *reason) {
-    pdl_event ev = {.kind = PDL_EVENT_FINISHED, .token = -1, .finish_reason = reason};
-    if (strcmp(reason, "stop") != 0 || q->held_len) {
-        bool stopped;
+/* How a sequence ended by a stop condition: the stop string's index or the
+ * stop token (-1 each when neither, e.g. EOS). */
+typedef struct stop_cause {
+    int string;
+    int32_t token;
+} stop_cause;
+
+static void finish(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cause) {
+    pdl_event ev = {.kind = PDL_EVENT_FINISHED, .token = -1, .finish_reason = reason, .stop_token = cause.token};
+    bool aborted = strcmp(reason, "abort") == 0;
+    if (!aborted && cause.string < 0) {
+        /* the end of the text: incomplete UTF-8 as U+FFFD; a stop string it
+         * completes still ends the text there */
         const char *tail = pdl_detok_flush(q->detok);
-        if (strcmp(reason, "abort") != 0) text_release(q, tail, &stopped);
+        int stop;
+        text_release(q, tail, pdl_detok_len(q->detok), &stop);
+        if (stop >= 0 && cause.token < 0) {
+            ev.finish_reason = "stop";
+            cause.string = stop;
+        }
     }
-    ev.text = strcmp(reason, "abort") == 0 ? "" : (q->held ? q->held : "");
+    if (cause.string >= 0) ev.stop_string = q->req->stop_strings[cause.string];
+    ev.text = aborted || !q->held ? "" : q->held;
+    ev.text_len = aborted ? 0 : q->held_len;
     ev.position = q->n_tokens - 1;
     emit(q, &ev);
     sched_remove(&e->sched, q);
@@ -357,14 +413,19 @@ static void finish(pdl_engine *e, eng_seq *q, const char *reason) {
     if (--r->n_live == 0) request_free(r);
 }
 
-static bool is_stop_token(const pdl_engine *e, const eng_seq *q, int32_t tok) {
+/* Whether tok ends the sequence: EOS first (no stop reason, as vLLM), then
+ * the request's stop tokens (*cause_token = tok). */
+static bool is_stop_token(const pdl_engine *e, const eng_seq *q, int32_t tok, int32_t *cause_token) {
     const pdl_request_params *p = &q->req->params;
-    for (int i = 0; i < p->n_stop_ids; i++)
-        if (p->stop_ids[i] == tok) return true;
-    if (p->ignore_eos) return false;
+    *cause_token = -1;
     const pdl_model_config *c = &e->model->cfg;
-    for (int i = 0; i < c->n_eos; i++)
+    for (int i = 0; !p->ignore_eos && i < c->n_eos; i++)
         if (c->eos_ids[i] == tok) return true;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == tok) {
+            *cause_token = tok;
+            return true;
+        }
     return false;
 }
 
@@ -383,7 +444,9 @@ static int append_token(eng_seq *q, int32_t tok) {
 /* Samples the next token of q from its logits row and emits it; finishes q
  * when a stop condition holds. Returns -1 on out-of-memory. */
 static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
-    int32_t tok = pdl_sampler_sample(q->sampler, row);
+    const eng_request *r = q->req;
+    bool hold_stops = n_generated(q) < r->params.min_tokens;
+    int32_t tok = pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
     if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
     e->generation_tokens++;
     pdl_event ev = {.kind = PDL_EVENT_TOKEN, .token = tok, .position = q->n_tokens - 1, .text = ""};
@@ -393,15 +456,15 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
         ev.top = e->top;
         ev.n_top = nl;
     }
-    bool stop_tok = is_stop_token(e, q, tok);
-    bool stopped = false;
+    stop_cause cause = {-1, -1};
+    bool stop_tok = is_stop_token(e, q, tok, &cause.token);
     /* the text of a stop token (EOS) is not part of the output */
     const char *piece = stop_tok ? "" : pdl_detok_push(q->detok, tok);
-    size_t n = text_release(q, piece, &stopped);
+    size_t n = text_release(q, piece, stop_tok ? 0 : pdl_detok_len(q->detok), &cause.string);
     release_into(q, n, &ev);
     emit(q, &ev);
-    if (stop_tok || stopped) finish(e, q, "stop");
-    else if (q->n_tokens >= max_len(e, q)) finish(e, q, "length");
+    if (stop_tok || cause.string >= 0) finish(e, q, "stop", cause);
+    else if (q->n_tokens >= max_len(e, q)) finish(e, q, "length", cause);
     return 0;
 }
 
@@ -465,7 +528,7 @@ static void emit_prompt_logprobs(pdl_engine *e, eng_seq *q, int row_pos, const f
 static void process_aborts(pdl_engine *e) {
     for (int i = 0; i < e->n_seqs;) {
         eng_seq *q = e->seqs[i];
-        if (q->abort_requested) finish(e, q, "abort"); /* untracks q: index i now holds another */
+        if (q->abort_requested) finish(e, q, "abort", (stop_cause){-1, -1}); /* untracks q: index i now holds another */
         else i++;
     }
 }
@@ -544,3 +607,5 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     st->generation_tokens = e->generation_tokens;
     st->selective_logits = e->selective;
 }
+
+int pdl_engine_max_model_len(const pdl_engine *e) { return e->max_model_len; }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/stop_match.h"
 #include "pagedlm.h"
 
 typedef enum eng_seq_state {
@@ -24,9 +25,13 @@ typedef enum eng_seq_state {
 /* What all sequences of one request share. */
 typedef struct eng_request {
     uint64_t id;
-    pdl_request_params params;  /* stop and stop_ids point into owned copies below */
+    pdl_request_params params;  /* stop, stop_ids and sampling.logit_bias point into owned copies below */
     char **stop_strings;        /* [params.n_stop] owned */
+    stop_matcher *stops;        /* over stop_strings; NULL when there are none */
     int32_t *stop_ids;          /* [params.n_stop_ids] owned */
+    pdl_logit_bias *logit_bias; /* [params.sampling.n_logit_bias] owned */
+    int32_t *min_banned;        /* [n_min_banned] EOS and stop ids, banned until min_tokens are out */
+    int n_min_banned;
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;
@@ -51,6 +56,7 @@ typedef struct eng_seq {
     pdl_detok *detok;
     char *held;                 /* text held back while it may start a stop string */
     size_t held_len, held_cap;
+    int32_t stop_state;         /* the stop matcher's state after all text so far */
     char *out;                  /* the text released with the current event */
     size_t out_cap;
 

@@ -2,8 +2,10 @@
  * sampler.c - picking the next token of one request from a row of logits.
  *
  * The pipeline, in vLLM v1's order:
- *   1. penalties on the raw logits (repetition over prompt + generated tokens,
- *      presence and frequency over generated tokens only);
+ *   0. the logit bias added to the raw logits, and the tokens the caller bans
+ *      for this draw (EOS and stop tokens before min_tokens) made -inf;
+ *   1. penalties (repetition over prompt + generated tokens, presence and
+ *      frequency over generated tokens only);
  *   2. temperature 0: argmax, ties -> lowest id; otherwise
  *   3. logits / T, then min-p, top-k, top-p, and one draw from what is left
  *      with the request's own random stream (splitmix64-seeded xoshiro256**).
@@ -35,6 +37,7 @@ struct pdl_sampler {
     bool repetition;         /* repetition_penalty is on: prompt tokens count too */
     uint64_t rng[4];         /* xoshiro256** state */
     pdl_token_counts counts; /* token -> occurrences, when penalized */
+    pdl_logit_bias *bias;    /* [params.n_logit_bias] own copy (params.logit_bias points here) */
     float *val;              /* [vocab] scratch: penalised logits, then candidates' logits or weights */
     int32_t *ids;            /* [vocab] scratch: the token of each candidate in val */
     double *block;           /* [vocab / 64 + 1] scratch: the draw's block sums */
@@ -73,8 +76,16 @@ static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) 
  * Parameters
  * ------------------------------------------------------------------------- */
 
-int pdl_sampling_validate(const pdl_sampling *p, pdl_error *err) {
+int pdl_sampling_validate(const pdl_sampling *p, int vocab, pdl_error *err) {
     if (!p) return pdl_fail(err, "sampling parameters missing");
+    if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
+        return pdl_fail(err, "logit_bias: %d entries without an array", p->n_logit_bias);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        const pdl_logit_bias *b = &p->logit_bias[i];
+        if (!isfinite(b->bias)) return pdl_fail(err, "logit_bias of token %d must be a finite number", b->token);
+        if (b->token < 0 || (vocab > 0 && b->token >= vocab))
+            return pdl_fail(err, "logit_bias names token %d, outside the vocabulary [0, %d)", b->token, vocab);
+    }
     if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
         return pdl_fail(err, "temperature %g must be a finite number >= 0 (0 = greedy)", p->temperature);
     if (p->top_k < 0) return pdl_fail(err, "top_k %d must be >= 0 (0 = off)", p->top_k);
@@ -95,10 +106,19 @@ int pdl_sampling_validate(const pdl_sampling *p, pdl_error *err) {
 }
 
 pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab) {
-    if (vocab <= 0 || pdl_sampling_validate(params, NULL) != 0) return NULL;
+    if (vocab <= 0 || pdl_sampling_validate(params, vocab, NULL) != 0) return NULL;
     pdl_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->params = *params;
+    if (params->n_logit_bias > 0) {
+        s->bias = malloc((size_t)params->n_logit_bias * sizeof *s->bias);
+        if (!s->bias) {
+            free(s);
+            return NULL;
+        }
+        memcpy(s->bias, params->logit_bias, (size_t)params->n_logit_bias * sizeof *s->bias);
+    }
+    s->params.logit_bias = s->bias;
     s->vocab = vocab;
     s->repetition = params->repetition_penalty > 0.0f && params->repetition_penalty != 1.0f;
     s->penalized = s->repetition || params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f;
@@ -119,6 +139,7 @@ pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab) {
 void pdl_sampler_free(pdl_sampler *s) {
     if (!s) return;
     pdl_token_counts_free(&s->counts);
+    free(s->bias);
     free(s->val);
     free(s->ids);
     free(s->block);
@@ -147,12 +168,11 @@ static void record_generated(pdl_sampler *s, int32_t token) {
     if (c) c->generated++;
 }
 
-/* out = logits with the penalties applied, as vLLM's apply_penalties:
+/* The penalties applied to out in place, as vLLM's apply_penalties:
  * repetition (divide positive logits by r, multiply the others), then
  * - frequency * count, then - presence once. Only seen tokens change. */
-static void apply_penalties(const pdl_sampler *s, const float *logits, float *out) {
+static void apply_penalties(const pdl_sampler *s, float *out) {
     const pdl_sampling *p = &s->params;
-    memcpy(out, logits, (size_t)s->vocab * sizeof *out);
     for (size_t i = 0; i < s->counts.cap; i++) {
         const pdl_token_count *c = &s->counts.slots[i];
         if (c->token < 0) continue;
@@ -286,10 +306,17 @@ static int32_t sample_random(pdl_sampler *s, const float *logits) {
     return ids ? ids[j] : (int32_t)j;
 }
 
-int32_t pdl_sampler_sample(pdl_sampler *s, const float *logits) {
+int32_t pdl_sampler_sample(pdl_sampler *s, const float *logits) { return pdl_sampler_sample_ex(s, logits, NULL, 0); }
+
+int32_t pdl_sampler_sample_ex(pdl_sampler *s, const float *logits, const int32_t *banned, int n_banned) {
     const float *row = logits;
-    if (s->penalized && s->counts.used > 0) {
-        apply_penalties(s, logits, s->val);
+    bool penalize = s->penalized && s->counts.used > 0;
+    if (penalize || s->params.n_logit_bias > 0 || n_banned > 0) {
+        memcpy(s->val, logits, (size_t)s->vocab * sizeof *s->val);
+        for (int i = 0; i < s->params.n_logit_bias; i++) s->val[s->bias[i].token] += s->bias[i].bias;
+        if (penalize) apply_penalties(s, s->val);
+        for (int i = 0; i < n_banned; i++)
+            if (banned[i] >= 0 && banned[i] < s->vocab) s->val[banned[i]] = -INFINITY;
         row = s->val;
     }
     int32_t token = s->params.temperature > 0.0f ? sample_random(s, row) : argmax(row, s->vocab);

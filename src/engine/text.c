@@ -36,10 +36,11 @@ int pdl_tokenize_ex(const pdl_model *m, const char *text, size_t len, unsigned f
                          ids, n_ids, err);
 }
 
-int pdl_detokenize(const pdl_model *m, const int32_t *ids, size_t n_ids, char **text, pdl_error *err) {
+int pdl_detokenize(const pdl_model *m, const int32_t *ids, size_t n_ids, char **text, size_t *len, pdl_error *err) {
     *text = NULL;
+    if (len) *len = 0;
     if (need_tokenizer(m, err)) return -1;
-    *text = tok_decode(m->tok, ids, n_ids, err);
+    *text = tok_decode_n(m->tok, ids, n_ids, len, err);
     return *text ? 0 : -1;
 }
 
@@ -58,6 +59,7 @@ pdl_detok *pdl_detok_new(const pdl_model *m, const int32_t *context, size_t n_co
 
 const char *pdl_detok_push(pdl_detok *d, int32_t id) { return d ? tok_stream_push(d->stream, id) : ""; }
 const char *pdl_detok_flush(pdl_detok *d) { return d ? tok_stream_flush(d->stream) : ""; }
+size_t pdl_detok_len(const pdl_detok *d) { return d ? tok_stream_len(d->stream) : 0; }
 
 void pdl_detok_free(pdl_detok *d) {
     if (!d) return;

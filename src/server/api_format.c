@@ -30,7 +30,7 @@ static json_t *jstrn(const char *s, size_t n) {
     while (i < n) {
         unsigned char c = (unsigned char)s[i];
         size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        bool ok = len > 0 && i + len <= n && c != 0;
+        bool ok = len > 0 && i + len <= n;
         for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
         if (ok && len > 1) {
             json_t *probe = json_stringn(s + i, len); /* overlong forms, surrogates */
@@ -56,10 +56,32 @@ static json_t *jstr(const char *s) { return jstrn(s, strlen(s)); }
 
 static json_t *jlogprob(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
 
-static size_t utf8_chars(const char *s) {
-    size_t n = 0;
-    for (; *s; s++) n += ((unsigned char)*s >> 6) != 2;
-    return n;
+/* Characters (code points) in n bytes of UTF-8, as Python's len() counts. */
+static size_t utf8_chars(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] >> 6) != 2;
+    return c;
+}
+
+/* A JSON number as jansson writes a real (JSON_REAL_PRECISION(9)). */
+static void put_real(sbuf *b, double v) {
+    char t[40];
+    int n = snprintf(t, sizeof t, "%.9g", v);
+    if (n > 0 && !strpbrk(t, ".eEn")) sbuf_printf(b, "%s.0", t);
+    else sbuf_puts(b, t);
+}
+
+/* n bytes as a quoted JSON string (invalid UTF-8 as U+FFFD). */
+static void put_string(sbuf *b, const char *s, size_t n) {
+    json_t *j = jstrn(s, n);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_FLAGS) : NULL;
+    json_decref(j);
+    if (!t) {
+        b->oom = true;
+        return;
+    }
+    sbuf_puts(b, t);
+    free(t);
 }
 
 static char *dump(json_t *o, size_t *len) {
@@ -93,6 +115,7 @@ typedef struct prompt_lp {
 typedef struct prompt_state {
     size_t n;           /* prompt tokens */
     char **piece;       /* [n_ids] each prompt token's text in running decode (lazily) */
+    size_t *piece_len;  /* [n_ids] its bytes */
     prompt_lp *lp;      /* [n_ids] */
 } prompt_state;
 
@@ -103,6 +126,8 @@ typedef struct choice {
     int n_tokens;
     int32_t prev;       /* the token before the next one (context for candidates) */
     const char *finish;
+    char *stop_string;  /* what ended the choice (stop_reason): a stop string, */
+    int32_t stop_token; /* or a stop token id (-1 = neither) */
     json_t *lp;         /* generated logprobs so far (non-streaming): completions {tokens, ...}; chat [..] */
     bool started;       /* streaming: echo chunk sent */
 } choice;
@@ -119,6 +144,7 @@ struct srv_response {
     prompt_state *prompts;
     int prompt_tokens;
     int completion_tokens;
+    int cached_tokens;   /* prompt tokens whose K/V came from the prefix cache */
 };
 
 srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
@@ -140,14 +166,16 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
         r->prompt_tokens += (int)req->prompts[p].n_ids;
         r->prompts[p].n = req->prompts[p].n_ids;
         r->prompts[p].piece = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].piece);
+        r->prompts[p].piece_len = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].piece_len);
         r->prompts[p].lp = calloc(req->prompts[p].n_ids, sizeof *r->prompts[p].lp);
-        ok = r->prompts[p].piece && r->prompts[p].lp;
+        ok = r->prompts[p].piece && r->prompts[p].piece_len && r->prompts[p].lp;
     }
     for (int i = 0; ok && i < r->n_choices; i++) {
         choice *c = &r->choices[i];
         c->prompt = i / r->n;
         const srv_prompt *sp = &req->prompts[c->prompt];
         c->prev = sp->n_ids ? sp->ids[sp->n_ids - 1] : -1;
+        c->stop_token = -1;
     }
     if (!ok) {
         srv_response_free(r);
@@ -160,6 +188,7 @@ void srv_response_free(srv_response *r) {
     if (!r) return;
     for (int i = 0; r->choices && i < r->n_choices; i++) {
         sbuf_free(&r->choices[i].text);
+        free(r->choices[i].stop_string);
         json_decref(r->choices[i].lp);
     }
     for (int p = 0; r->prompts && p < r->n_prompts; p++) {
@@ -168,6 +197,7 @@ void srv_response_free(srv_response *r) {
             if (r->prompts[p].lp) free(r->prompts[p].lp[k].top);
         }
         free(r->prompts[p].piece);
+        free(r->prompts[p].piece_len);
         free(r->prompts[p].lp);
     }
     free(r->prompts);
@@ -177,16 +207,19 @@ void srv_response_free(srv_response *r) {
     free(r);
 }
 
-/* The text `id` adds after `prev` (prev < 0: at the start), malloc'ed. */
-static char *token_text_after(const pdl_model *m, int32_t prev, int32_t id) {
+/* The text `id` adds after `prev` (prev < 0: at the start), malloc'ed
+ * (*len bytes; NULL when out of memory). */
+static char *token_text_after(const pdl_model *m, int32_t prev, int32_t id, size_t *len) {
     pdl_detok *d = pdl_detok_new(m, prev >= 0 ? &prev : NULL, prev >= 0 ? 1 : 0);
-    if (!d) return strdup("");
     sbuf b = {0};
-    sbuf_puts(&b, pdl_detok_push(d, id));
-    sbuf_puts(&b, pdl_detok_flush(d));
-    pdl_detok_free(d);
-    char *s = sbuf_take(&b, NULL);
-    return s ? s : strdup("");
+    if (d) {
+        const char *t = pdl_detok_push(d, id);
+        sbuf_append(&b, t, pdl_detok_len(d));
+        t = pdl_detok_flush(d);
+        sbuf_append(&b, t, pdl_detok_len(d));
+        pdl_detok_free(d);
+    }
+    return sbuf_take(&b, len);
 }
 
 /* Each prompt token's text as a running decode gives it (computed once). */
@@ -196,16 +229,20 @@ static void prompt_pieces(srv_response *r, int p) {
     if (sp->n_ids == 0 || ps->piece[0]) return;
     pdl_detok *d = pdl_detok_new(r->model, NULL, 0);
     for (size_t k = 0; k < sp->n_ids; k++) {
-        const char *s = d ? pdl_detok_push(d, sp->ids[k]) : "";
-        if (k + 1 == sp->n_ids && d) {
-            sbuf b = {0};
-            sbuf_puts(&b, s);
-            sbuf_puts(&b, pdl_detok_flush(d));
-            ps->piece[k] = sbuf_take(&b, NULL);
-        } else {
-            ps->piece[k] = strdup(s);
+        sbuf b = {0};
+        if (d) {
+            const char *s = pdl_detok_push(d, sp->ids[k]);
+            sbuf_append(&b, s, pdl_detok_len(d));
+            if (k + 1 == sp->n_ids) {
+                s = pdl_detok_flush(d);
+                sbuf_append(&b, s, pdl_detok_len(d));
+            }
         }
-        if (!ps->piece[k]) ps->piece[k] = calloc(1, 1);
+        ps->piece[k] = sbuf_take(&b, &ps->piece_len[k]);
+        if (!ps->piece[k]) {
+            ps->piece[k] = calloc(1, 1);
+            ps->piece_len[k] = 0;
+        }
     }
     pdl_detok_free(d);
 }
@@ -225,9 +262,9 @@ static void add_prompt_logprob(srv_response *r, const srv_event *ev) {
 
 /* ---- logprobs in the two APIs' shapes ------------------------------------------ */
 
-static json_t *utf8_bytes(const char *s) {
+static json_t *utf8_bytes(const char *s, size_t n) {
     json_t *a = json_array();
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) json_array_append_new(a, json_integer(*p));
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
     return a;
 }
 
@@ -241,13 +278,25 @@ static json_t *completion_lp_new(void) {
     return o;
 }
 
-/* One position: token text s with logprob lp (have = false: the first prompt
- * token, which has none), top candidates decoded after `prev`. */
-static void completion_lp_add(const srv_response *r, json_t *o, const char *s, size_t offset, bool have, int32_t token,
-                              float lp, const pdl_logprob *top, int n_top, int32_t prev) {
+/* A dict key for token text t (n bytes): keys are JSON strings, so bytes
+ * that are not UTF-8 become U+FFFD as in values. */
+static void dict_set_new(json_t *d, const char *t, size_t n, json_t *v, bool keep_first) {
+    json_t *k = jstrn(t, n);
+    const char *key = k ? json_string_value(k) : "";
+    size_t kl = k ? json_string_length(k) : 0;
+    if (!(keep_first && json_object_getn(d, key, kl))) json_object_setn_new(d, key, kl, v);
+    else json_decref(v);
+    json_decref(k);
+}
+
+/* One position: token text s (slen bytes) with logprob lp (have = false:
+ * the first prompt token, which has none), top candidates decoded after
+ * `prev`. */
+static void completion_lp_add(const srv_response *r, json_t *o, const char *s, size_t slen, size_t offset, bool have,
+                              int32_t token, float lp, const pdl_logprob *top, int n_top, int32_t prev) {
     json_array_append_new(json_object_get(o, "text_offset"), json_integer((json_int_t)offset));
     json_array_append_new(json_object_get(o, "token_logprobs"), have ? jlogprob(lp) : json_null());
-    json_array_append_new(json_object_get(o, "tokens"), jstr(s));
+    json_array_append_new(json_object_get(o, "tokens"), jstrn(s, slen));
     if (!have) {
         json_array_append_new(json_object_get(o, "top_logprobs"), json_null());
         return;
@@ -255,28 +304,30 @@ static void completion_lp_add(const srv_response *r, json_t *o, const char *s, s
     json_t *d = json_object();
     bool chosen_in = false;
     for (int k = 0; k < n_top; k++) {
-        char *t = token_text_after(r->model, prev, top[k].token);
-        if (!json_object_get(d, t)) json_object_set_new(d, t, jlogprob(top[k].logprob));
+        size_t tl;
+        char *t = token_text_after(r->model, prev, top[k].token, &tl);
+        if (t) dict_set_new(d, t, tl, jlogprob(top[k].logprob), true);
         chosen_in |= top[k].token == token;
         free(t);
     }
-    if (!chosen_in && !json_object_get(d, s)) json_object_set_new(d, s, jlogprob(lp)); /* vLLM: the chosen one too */
+    if (!chosen_in) dict_set_new(d, s, slen, jlogprob(lp), true); /* vLLM: the chosen one too */
     json_array_append_new(json_object_get(o, "top_logprobs"), d);
 }
 
-static json_t *chat_lp_entry(const srv_response *r, const char *s, float lp, const pdl_logprob *top, int n_top,
-                             int32_t prev) {
+static json_t *chat_lp_entry(const srv_response *r, const char *s, size_t slen, float lp, const pdl_logprob *top,
+                             int n_top, int32_t prev) {
     json_t *e = json_object();
-    json_object_set_new(e, "token", jstr(s));
+    json_object_set_new(e, "token", jstrn(s, slen));
     json_object_set_new(e, "logprob", jlogprob(lp));
-    json_object_set_new(e, "bytes", utf8_bytes(s));
+    json_object_set_new(e, "bytes", utf8_bytes(s, slen));
     json_t *tops = json_array();
     for (int k = 0; k < n_top; k++) {
-        char *t = token_text_after(r->model, prev, top[k].token);
+        size_t tl = 0;
+        char *t = token_text_after(r->model, prev, top[k].token, &tl);
         json_t *c = json_object();
-        json_object_set_new(c, "token", jstr(t));
+        json_object_set_new(c, "token", jstrn(t ? t : "", tl));
         json_object_set_new(c, "logprob", jlogprob(top[k].logprob));
-        json_object_set_new(c, "bytes", utf8_bytes(t));
+        json_object_set_new(c, "bytes", utf8_bytes(t ? t : "", tl));
         json_array_append_new(tops, c);
         free(t);
     }
@@ -284,48 +335,47 @@ static json_t *chat_lp_entry(const srv_response *r, const char *s, float lp, con
     return e;
 }
 
-/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...]. */
-static json_t *vllm_prompt_logprobs(srv_response *r, int p) {
+/* One entry of vLLM's prompt logprobs: "id": {"logprob", "rank", "decoded_token"}. */
+static void put_prompt_entry(sbuf *b, bool first, int32_t id, float lp, int rank, const char *t, size_t tl) {
+    sbuf_printf(b, "%s\"%d\":{\"logprob\":", first ? "" : ",", id);
+    put_real(b, isfinite(lp) ? (double)lp : -9999.0);
+    if (rank > 0) sbuf_printf(b, ",\"rank\":%d,\"decoded_token\":", rank);
+    else sbuf_puts(b, ",\"rank\":null,\"decoded_token\":");
+    put_string(b, t, tl);
+    sbuf_puts(b, "}");
+}
+
+/* vLLM's prompt_logprobs: [null, {"<id>": {"logprob", "rank", "decoded_token"}, ...}, ...],
+ * written as text straight into b: a long prompt's list would cost a JSON
+ * tree of a few hundred bytes per entry. */
+static void put_vllm_prompt_logprobs(srv_response *r, int p, sbuf *b) {
     const srv_prompt *sp = &r->req->prompts[p];
     prompt_pieces(r, p);
     int limit = r->req->prompt_logprobs;
-    json_t *a = json_array();
-    for (size_t k = 0; k < sp->n_ids; k++) {
+    sbuf_puts(b, "[");
+    for (size_t k = 0; k < sp->n_ids && !b->oom; k++) {
         const prompt_lp *lp = &r->prompts[p].lp[k];
+        if (k) sbuf_puts(b, ",");
         if (k == 0 || !lp->have) {
-            json_array_append_new(a, json_null());
+            sbuf_puts(b, "null");
             continue;
         }
         int32_t tok = sp->ids[k], prev = sp->ids[k - 1];
-        json_t *d = json_object();
-        json_t *rank = json_null();
-        for (int j = 0; j < lp->n_top; j++)
-            if (lp->top[j].token == tok) {
-                json_decref(rank);
-                rank = json_integer(j + 1);
-                break;
-            }
-        char key[16];
-        snprintf(key, sizeof key, "%d", tok);
-        json_t *own = json_object();
-        json_object_set_new(own, "logprob", jlogprob(lp->logprob));
-        json_object_set_new(own, "rank", rank);
-        json_object_set_new(own, "decoded_token", jstr(r->prompts[p].piece[k]));
-        json_object_set_new(d, key, own);
+        int rank = 0;
+        for (int j = 0; j < lp->n_top && !rank; j++)
+            if (lp->top[j].token == tok) rank = j + 1;
+        sbuf_puts(b, "{");
+        put_prompt_entry(b, true, tok, lp->logprob, rank, r->prompts[p].piece[k], r->prompts[p].piece_len[k]);
         for (int j = 0; j < lp->n_top && j < limit; j++) {
-            snprintf(key, sizeof key, "%d", lp->top[j].token);
-            if (json_object_get(d, key)) continue;
-            char *t = token_text_after(r->model, prev, lp->top[j].token);
-            json_t *e = json_object();
-            json_object_set_new(e, "logprob", jlogprob(lp->top[j].logprob));
-            json_object_set_new(e, "rank", json_integer(j + 1));
-            json_object_set_new(e, "decoded_token", jstr(t));
-            json_object_set_new(d, key, e);
+            if (lp->top[j].token == tok) continue;
+            size_t tl = 0;
+            char *t = token_text_after(r->model, prev, lp->top[j].token, &tl);
+            put_prompt_entry(b, false, lp->top[j].token, lp->top[j].logprob, j + 1, t ? t : "", tl);
             free(t);
         }
-        json_array_append_new(a, d);
+        sbuf_puts(b, "}");
     }
-    return a;
+    sbuf_puts(b, "]");
 }
 
 /* Completions with echo and logprobs: the prompt's positions first. */
@@ -337,9 +387,10 @@ static void echo_logprobs(srv_response *r, int p, json_t *o) {
     for (size_t k = 0; k < sp->n_ids; k++) {
         const prompt_lp *lp = &r->prompts[p].lp[k];
         const char *s = r->prompts[p].piece[k];
-        completion_lp_add(r, o, s, offset, k > 0 && lp->have, sp->ids[k], lp->logprob, lp->top,
+        size_t sl = r->prompts[p].piece_len[k];
+        completion_lp_add(r, o, s, sl, offset, k > 0 && lp->have, sp->ids[k], lp->logprob, lp->top,
                           lp->n_top < limit ? lp->n_top : limit, k > 0 ? sp->ids[k - 1] : -1);
-        offset += utf8_chars(s);
+        offset += utf8_chars(s, sl);
     }
 }
 
@@ -348,14 +399,29 @@ static json_t *usage_json(const srv_response *r) {
     json_object_set_new(u, "prompt_tokens", json_integer(r->prompt_tokens));
     json_object_set_new(u, "total_tokens", json_integer(r->prompt_tokens + r->completion_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(r->completion_tokens));
+    json_object_set_new(u, "prompt_tokens_details", json_pack("{s:i}", "cached_tokens", r->cached_tokens));
     return u;
+}
+
+/* vLLM's stop_reason: the stop string or stop token id that ended a
+ * choice, null otherwise (EOS, length, abort). */
+static json_t *stop_reason_json(const choice *c) {
+    if (c->stop_string) return jstr(c->stop_string);
+    if (c->stop_token >= 0) return json_integer(c->stop_token);
+    return json_null();
+}
+
+static void take_stop_reason(choice *c, const srv_event *ev) {
+    free(c->stop_string);
+    c->stop_string = ev->stop_string ? strdup(ev->stop_string) : NULL;
+    c->stop_token = ev->stop_token;
 }
 
 /* ---- non-streaming ------------------------------------------------------------------ */
 
 static size_t echo_chars(const srv_response *r, int p) {
-    const char *t = r->req->echo ? r->req->prompts[p].text : NULL;
-    return t ? utf8_chars(t) : 0;
+    const srv_prompt *sp = &r->req->prompts[p];
+    return r->req->echo && sp->text ? utf8_chars(sp->text, sp->text_len) : 0;
 }
 
 void srv_response_add(srv_response *r, const srv_event *ev) {
@@ -376,18 +442,35 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
             if (r->req->logprobs >= 0) {
                 if (!c->lp) c->lp = r->req->kind == SRV_API_CHAT ? json_array() : completion_lp_new();
                 if (r->req->kind == SRV_API_CHAT)
-                    json_array_append_new(c->lp, chat_lp_entry(r, ev->text, ev->logprob, ev->top, ev->n_top, c->prev));
+                    json_array_append_new(c->lp, chat_lp_entry(r, ev->text, ev->text_len, ev->logprob, ev->top,
+                                                               ev->n_top, c->prev));
                 else
-                    completion_lp_add(r, c->lp, ev->text, echo_chars(r, c->prompt) + c->chars, true, ev->token,
-                                      ev->logprob, ev->top, ev->n_top, c->prev);
+                    completion_lp_add(r, c->lp, ev->text, ev->text_len, echo_chars(r, c->prompt) + c->chars, true,
+                                      ev->token, ev->logprob, ev->top, ev->n_top, c->prev);
             }
             c->prev = ev->token;
         } else {
             c->finish = ev->finish_reason;
+            take_stop_reason(c, ev);
         }
-        sbuf_puts(&c->text, ev->text);
-        c->chars += utf8_chars(ev->text);
+        sbuf_append(&c->text, ev->text, ev->text_len);
+        c->chars += utf8_chars(ev->text, ev->text_len);
     }
+}
+
+/* Appends o's JSON text to b without its closing brace, so that members
+ * written as text can follow; o is consumed. */
+static void put_object_open(sbuf *b, json_t *o) {
+    char *t = o ? json_dumps(o, JSON_FLAGS) : NULL;
+    json_decref(o);
+    size_t n = t ? strlen(t) : 0;
+    if (n < 2 || t[n - 1] != '}') {
+        free(t);
+        b->oom = true;
+        return;
+    }
+    sbuf_append(b, t, n - 1);
+    free(t);
 }
 
 char *srv_response_body(srv_response *r, size_t *len) {
@@ -397,7 +480,9 @@ char *srv_response_body(srv_response *r, size_t *len) {
     json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
     json_object_set_new(o, "created", json_integer(r->created));
     json_object_set_new(o, "model", jstr(r->model_name));
-    json_t *choices = json_array();
+    sbuf b = {0};
+    put_object_open(&b, o);
+    sbuf_puts(&b, ",\"choices\":[");
     for (int i = 0; i < r->n_choices; i++) {
         choice *c = &r->choices[i];
         json_t *ch = json_object();
@@ -411,9 +496,9 @@ char *srv_response_body(srv_response *r, size_t *len) {
             json_object_set_new(ch, "logprobs", r->req->logprobs >= 0 ? json_pack("{s:o}", "content",
                                 c->lp ? json_incref(c->lp) : json_array()) : json_null());
         } else {
-            const char *echo = r->req->echo ? r->req->prompts[c->prompt].text : NULL;
+            const srv_prompt *sp = &r->req->prompts[c->prompt];
             sbuf t = {0};
-            if (echo) sbuf_puts(&t, echo);
+            if (r->req->echo && sp->text) sbuf_append(&t, sp->text, sp->text_len);
             sbuf_append(&t, gen, c->text.len);
             size_t tl;
             char *text = sbuf_take(&t, &tl);
@@ -432,14 +517,26 @@ char *srv_response_body(srv_response *r, size_t *len) {
             json_object_set_new(ch, "logprobs", lp);
         }
         json_object_set_new(ch, "finish_reason", json_string(c->finish ? c->finish : "abort"));
-        if (!chat && r->req->prompt_logprobs >= 0 && i % r->n == 0)
-            json_object_set_new(ch, "prompt_logprobs", vllm_prompt_logprobs(r, c->prompt));
-        json_array_append_new(choices, ch);
+        json_object_set_new(ch, "stop_reason", stop_reason_json(c));
+        if (i) sbuf_puts(&b, ",");
+        put_object_open(&b, ch);
+        if (!chat && r->req->prompt_logprobs >= 0 && i % r->n == 0) {
+            sbuf_puts(&b, ",\"prompt_logprobs\":");
+            put_vllm_prompt_logprobs(r, c->prompt, &b);
+        }
+        sbuf_puts(&b, "}");
     }
-    json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(r));
-    if (chat && r->req->prompt_logprobs >= 0) json_object_set_new(o, "prompt_logprobs", vllm_prompt_logprobs(r, 0));
-    return dump(o, len);
+    sbuf_puts(&b, "],\"usage\":");
+    char *u = dump(usage_json(r), NULL);
+    if (u) sbuf_puts(&b, u);
+    else b.oom = true;
+    free(u);
+    if (chat && r->req->prompt_logprobs >= 0) {
+        sbuf_puts(&b, ",\"prompt_logprobs\":");
+        put_vllm_prompt_logprobs(r, 0, &b);
+    }
+    sbuf_puts(&b, "}");
+    return sbuf_take(&b, len);
 }
 
 /* ---- streaming ------------------------------------------------------------------------ */
@@ -472,20 +569,22 @@ static void sse_send(const srv_response *r, json_t *chunk, json_t *choice, sbuf 
     free(s);
 }
 
-/* One chunk for choice i: text (may be ""), its logprobs (or NULL), and the
- * finish reason (or NULL). */
-static void send_choice(const srv_response *r, int i, const char *text, json_t *lp, const char *finish, sbuf *out) {
+/* One chunk for choice i: text (len bytes, may be none), its logprobs (or
+ * NULL), and the finish reason (or NULL; then stop_reason is null too). */
+static void send_choice(const srv_response *r, int i, const char *text, size_t len, json_t *lp, const char *finish,
+                        sbuf *out) {
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
     if (r->req->kind == SRV_API_CHAT) {
         json_t *delta = json_object();
-        if (text[0] || !finish) json_object_set_new(delta, "content", jstr(text));
+        if (len || !finish) json_object_set_new(delta, "content", jstrn(text, len));
         json_object_set_new(ch, "delta", delta);
     } else {
-        json_object_set_new(ch, "text", jstr(text));
+        json_object_set_new(ch, "text", jstrn(text, len));
     }
     json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(ch, "stop_reason", finish ? stop_reason_json(&r->choices[i]) : json_null());
     sse_send(r, chunk_new(r), ch, out);
 }
 
@@ -512,7 +611,7 @@ static void stream_echo(srv_response *r, int i, sbuf *out) {
         lp = completion_lp_new();
         echo_logprobs(r, c->prompt, lp);
     }
-    send_choice(r, i, r->req->prompts[c->prompt].text, lp, NULL, out);
+    send_choice(r, i, r->req->prompts[c->prompt].text, r->req->prompts[c->prompt].text_len, lp, NULL, out);
 }
 
 void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out) {
@@ -533,20 +632,21 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
             if (r->req->logprobs >= 0) {
                 if (chat) {
                     lp = json_pack("{s:[o]}", "content",
-                                   chat_lp_entry(r, ev->text, ev->logprob, ev->top, ev->n_top, c->prev));
+                                   chat_lp_entry(r, ev->text, ev->text_len, ev->logprob, ev->top, ev->n_top, c->prev));
                 } else {
                     lp = completion_lp_new();
-                    completion_lp_add(r, lp, ev->text, echo_chars(r, c->prompt) + c->chars, true, ev->token,
-                                      ev->logprob, ev->top, ev->n_top, c->prev);
+                    completion_lp_add(r, lp, ev->text, ev->text_len, echo_chars(r, c->prompt) + c->chars, true,
+                                      ev->token, ev->logprob, ev->top, ev->n_top, c->prev);
                 }
             }
             c->prev = ev->token;
-            c->chars += utf8_chars(ev->text);
-            if (ev->text[0] || lp) send_choice(r, i, ev->text, lp, NULL, out);
+            c->chars += utf8_chars(ev->text, ev->text_len);
+            if (ev->text_len || lp) send_choice(r, i, ev->text, ev->text_len, lp, NULL, out);
         } else {
             c->finish = ev->finish_reason;
-            c->chars += utf8_chars(ev->text);
-            send_choice(r, i, ev->text, NULL, ev->finish_reason, out);
+            take_stop_reason(c, ev);
+            c->chars += utf8_chars(ev->text, ev->text_len);
+            send_choice(r, i, ev->text, ev->text_len, NULL, ev->finish_reason, out);
         }
     }
 }
@@ -619,15 +719,18 @@ char *srv_tokenize_body(const pdl_model *model, const int32_t *ids, size_t n, in
     if (token_strs) {
         strs = json_array();
         pdl_detok *d = pdl_detok_new(model, NULL, 0);
-        for (size_t i = 0; i < n; i++) json_array_append_new(strs, jstr(d ? pdl_detok_push(d, ids[i]) : ""));
+        for (size_t i = 0; i < n; i++) {
+            const char *t = d ? pdl_detok_push(d, ids[i]) : "";
+            json_array_append_new(strs, jstrn(t, pdl_detok_len(d)));
+        }
         pdl_detok_free(d);
     }
     json_object_set_new(o, "token_strs", strs);
     return dump(o, len);
 }
 
-char *srv_detokenize_body(const char *text, size_t *len) {
+char *srv_detokenize_body(const char *text, size_t text_len, size_t *len) {
     json_t *o = json_object();
-    json_object_set_new(o, "prompt", jstr(text));
+    json_object_set_new(o, "prompt", jstrn(text, text_len));
     return dump(o, len);
 }

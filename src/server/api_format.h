@@ -52,7 +52,7 @@ char *srv_models_body(const char *name, const char *root, int ctx_len, long long
 /* POST /tokenize: {"count", "max_model_len", "tokens", "token_strs"}. */
 char *srv_tokenize_body(const pdl_model *model, const int32_t *ids, size_t n, int ctx_len, bool token_strs,
                         size_t *len);
-/* POST /detokenize: {"prompt": text}. */
-char *srv_detokenize_body(const char *text, size_t *len);
+/* POST /detokenize: {"prompt": text} (text_len bytes, NUL bytes included). */
+char *srv_detokenize_body(const char *text, size_t text_len, size_t *len);
 
 #endif

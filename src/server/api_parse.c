@@ -175,6 +175,16 @@ static int add_prompt(srv_gen_request *r, srv_api_error *err) {
     return 0;
 }
 
+/* The prompt's text, NUL bytes included. */
+static int copy_text(const json_t *str, srv_prompt *sp) {
+    size_t n = json_string_length(str);
+    if (!(sp->text = malloc(n + 1))) return -1;
+    memcpy(sp->text, json_string_value(str), n);
+    sp->text[n] = '\0';
+    sp->text_len = n;
+    return 0;
+}
+
 /* "prompt": a string, a list of strings, a list of ids, or a list of lists of ids. */
 static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
     const json_t *p = json_object_get(body, "prompt");
@@ -182,7 +192,7 @@ static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     if (json_is_string(p)) {
         if (add_prompt(r, err)) return -1;
         srv_prompt *sp = &r->prompts[0];
-        if (!(sp->text = strdup(json_string_value(p)))) return srv_api_fail(err, 500, NULL, "out of memory");
+        if (copy_text(p, sp)) return srv_api_fail(err, 500, NULL, "out of memory");
         return tokenize_text(c, json_string_value(p), json_string_length(p), true, &sp->ids, &sp->n_ids, "prompt",
                              err);
     }
@@ -201,7 +211,7 @@ static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_req
         if (add_prompt(r, err)) return -1;
         srv_prompt *sp = &r->prompts[r->n_prompts - 1];
         if (json_is_string(e) && json_is_string(first)) {
-            if (!(sp->text = strdup(json_string_value(e)))) return srv_api_fail(err, 500, NULL, "out of memory");
+            if (copy_text(e, sp)) return srv_api_fail(err, 500, NULL, "out of memory");
             if (tokenize_text(c, json_string_value(e), json_string_length(e), true, &sp->ids, &sp->n_ids, "prompt",
                               err))
                 return -1;
@@ -335,6 +345,9 @@ static int parse_stop(const json_t *body, srv_gen_request *r, int vocab, srv_api
             if (!json_is_string(s)) return BAD("stop", "'stop[%zu]' must be a string, got %s", i, type_name(s));
             if (json_string_length(s) == 0 || strlen(json_string_value(s)) != json_string_length(s))
                 return BAD("stop", "'stop[%zu]' must be a non-empty string without NUL characters", i);
+            if (json_string_length(s) > SRV_MAX_STOP_LEN)
+                return BAD("stop", "'stop[%zu]' has %zu bytes; stop strings are limited to %d bytes", i,
+                           json_string_length(s), SRV_MAX_STOP_LEN);
             if (!(r->stop[i] = strdup(json_string_value(s)))) return srv_api_fail(err, 500, NULL, "out of memory");
             r->params.n_stop = (int)i + 1;
         }
@@ -360,19 +373,57 @@ static int parse_stop(const json_t *body, srv_gen_request *r, int vocab, srv_api
     return 0;
 }
 
+static int bias_cmp(const void *a, const void *b) {
+    const pdl_logit_bias *x = a, *y = b;
+    return (x->token > y->token) - (x->token < y->token);
+}
+
+/* "logit_bias": {"token id": bias in [-100, 100], ...} (OpenAI; an empty
+ * object is no bias). */
+static int parse_logit_bias(const json_t *body, srv_gen_request *r, int vocab, srv_api_error *err) {
+    const json_t *v = field(body, "logit_bias");
+    if (!v) return 0;
+    if (!json_is_object(v)) return BAD("logit_bias", "'logit_bias' must be an object mapping token ids to biases, got %s",
+                                       type_name(v));
+    size_t n = json_object_size(v);
+    if (n == 0) return 0;
+    if (n > SRV_MAX_LOGIT_BIAS)
+        return BAD("logit_bias", "'logit_bias' has %zu entries; at most %d are allowed", n, SRV_MAX_LOGIT_BIAS);
+    r->logit_bias = malloc(n * sizeof *r->logit_bias);
+    if (!r->logit_bias) return srv_api_fail(err, 500, NULL, "out of memory");
+    const char *key;
+    const json_t *val;
+    size_t i = 0;
+    json_object_foreach((json_t *)v, key, val) {
+        char *end;
+        long long id = strtoll(key, &end, 10);
+        if (!key[0] || *end || key[0] == '+' || key[0] == '-' || key[0] == ' ' || id < 0 || id >= vocab)
+            return BAD("logit_bias", "'logit_bias' key '%.64s' must be a token id in [0, %d)", key, vocab);
+        if (!json_is_number(val))
+            return BAD("logit_bias", "'logit_bias[\"%.64s\"]' must be a number, got %s", key, type_name(val));
+        double b = json_number_value(val);
+        if (!(b >= -100 && b <= 100))
+            return BAD("logit_bias", "'logit_bias[\"%.64s\"]' must be between -100 and 100, got %g", key, b);
+        r->logit_bias[i++] = (pdl_logit_bias){.token = (int32_t)id, .bias = (float)b};
+    }
+    qsort(r->logit_bias, n, sizeof *r->logit_bias, bias_cmp);
+    for (size_t k = 1; k < n; k++)
+        if (r->logit_bias[k].token == r->logit_bias[k - 1].token)
+            return BAD("logit_bias", "'logit_bias' names token %d twice", r->logit_bias[k].token);
+    r->params.sampling.logit_bias = r->logit_bias;
+    r->params.sampling.n_logit_bias = (int)n;
+    return 0;
+}
+
 /* Fields that vLLM and OpenAI accept but this engine cannot honour: refused
  * with a message rather than ignored. */
 static int refuse_unsupported(const json_t *body, srv_api_kind kind, int n, srv_api_error *err) {
     const json_t *v;
-    if ((v = field(body, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        return BAD("logit_bias", "'logit_bias' is not supported");
     if (kind == SRV_API_COMPLETION && (v = field(body, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         return BAD("suffix", "'suffix' is not supported");
-    long long best_of = n, min_tokens = 0;
+    long long best_of = n;
     if (get_int(body, "best_of", 1, SRV_MAX_N, &best_of, NULL, err)) return -1;
     if (best_of != n) return BAD("best_of", "'best_of' other than n is not supported");
-    if (get_int(body, "min_tokens", 0, 1 << 30, &min_tokens, NULL, err)) return -1;
-    if (min_tokens > 0) return BAD("min_tokens", "'min_tokens' is not supported");
     if (kind == SRV_API_CHAT) {
         if ((v = field(body, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
             return BAD("tools", "'tools' (function calling) is not supported");
@@ -450,9 +501,16 @@ static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_requ
     if (refuse_unsupported(body, r->kind, p->n, err)) return -1;
     if (get_bool(body, "ignore_eos", &p->ignore_eos, err)) return -1;
     if (parse_stop(body, r, c->vocab, err)) return -1;
+    if (parse_logit_bias(body, r, c->vocab, err)) return -1;
+    ll = 0;
+    if (get_int(body, "min_tokens", 0, 1 << 30, &ll, NULL, err)) return -1;
+    p->min_tokens = (int)ll;
 
+    /* accepted and ignored, as OpenAI's server does with them */
     const json_t *user = field(body, "user");
     if (user && !json_is_string(user)) return BAD("user", "'user' must be a string, got %s", type_name(user));
+    const json_t *meta = field(body, "metadata");
+    if (meta && !json_is_object(meta)) return BAD("metadata", "'metadata' must be an object, got %s", type_name(meta));
 
     if (get_bool(body, "stream", &r->stream, err)) return -1;
     const json_t *so = field(body, "stream_options");
@@ -487,10 +545,23 @@ static int finish_request(const srv_parse_ctx *c, srv_gen_request *r, bool max_t
         return BAD("n", "%d prompts with n = %d ask for %d sequences; at most %d are allowed per request",
                    r->n_prompts, r->params.n, r->n_prompts * r->params.n, SRV_MAX_SEQS);
     if (check_context(c, r, max_tokens_given, err)) return -1;
+    if (r->params.min_tokens > 0 && r->params.max_tokens > 0 && r->params.min_tokens > r->params.max_tokens)
+        return BAD("min_tokens", "'min_tokens' (%d) must not exceed max_tokens (%d)", r->params.min_tokens,
+                   r->params.max_tokens);
     r->params.logprobs = r->logprobs;
     int plp = r->prompt_logprobs;
     if (r->echo && r->logprobs > plp) plp = r->logprobs;
     r->params.prompt_logprobs = plp;
+    if (plp >= 0) {
+        /* every prompt position becomes up to plp + 1 entries of the response */
+        size_t entries = 0;
+        for (int i = 0; i < r->n_prompts; i++) entries += r->prompts[i].n_ids * (size_t)(plp + 1);
+        if (entries > SRV_MAX_PROMPT_LOGPROBS)
+            return BAD(r->prompt_logprobs >= 0 ? "prompt_logprobs" : "logprobs",
+                       "prompt logprobs for %zu prompt tokens with %d alternatives each would be %zu entries; a "
+                       "request may ask for at most %d (prompt tokens x (alternatives + 1))",
+                       entries / (size_t)(plp + 1), plp, entries, SRV_MAX_PROMPT_LOGPROBS);
+    }
     return 0;
 }
 
@@ -503,7 +574,9 @@ int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     r->logprobs = (int)ll;
     ll = 16;
     bool given = false;
-    if (get_int(body, "max_tokens", 0, 1 << 30, &ll, &given, err)) return -1;
+    /* max_completion_tokens: OpenAI's newer name, also taken here */
+    if (get_int(body, "max_completion_tokens", 0, 1 << 30, &ll, &given, err)) return -1;
+    if (!given && get_int(body, "max_tokens", 0, 1 << 30, &ll, &given, err)) return -1;
     if (ll == 0 && !r->echo)
         return BAD("max_tokens", "'max_tokens' must be at least 1 (0 is allowed only with echo)");
     r->discard_output = ll == 0;
@@ -516,7 +589,8 @@ int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_req
             srv_prompt *p = &r->prompts[i];
             if (p->text) continue;
             pdl_error pe;
-            if (pdl_detokenize(c->model, p->ids, p->n_ids, &p->text, &pe)) return BAD("prompt", "%s", pe.message);
+            if (pdl_detokenize(c->model, p->ids, p->n_ids, &p->text, &p->text_len, &pe))
+                return BAD("prompt", "%s", pe.message);
         }
     return finish_request(c, r, true, err);
 }
@@ -539,6 +613,7 @@ int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *
     if (add_prompt(r, err)) return -1;
     srv_prompt *p = &r->prompts[0];
     if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, err)) return -1;
+    p->text_len = p->text ? strlen(p->text) : 0;
     return finish_request(c, r, given, err);
 }
 
@@ -553,6 +628,7 @@ void srv_gen_request_free(srv_gen_request *r) {
         for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->stop_ids);
+    free(r->logit_bias);
     memset(r, 0, sizeof *r);
 }
 

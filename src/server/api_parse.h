@@ -11,8 +11,9 @@
  * (tests/test_server_parse.c).
  * What it is not for: HTTP (http.c), running requests (engine_loop.c),
  * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
- * does; known fields the engine cannot honour (logit_bias, suffix, tools,
- * best_of > n, ...) are refused rather than silently dropped.
+ * does (`user`, `metadata` are checked for type and ignored); known fields
+ * the engine cannot honour (suffix, tools, best_of > n, ...) are refused
+ * rather than silently dropped.
  */
 #ifndef PDL_SERVER_API_PARSE_H
 #define PDL_SERVER_API_PARSE_H
@@ -28,7 +29,11 @@
 #define SRV_MAX_N 64                           /* sequences per prompt (the engine's limit) */
 #define SRV_MAX_SEQS 256                       /* prompts x n per HTTP request */
 #define SRV_MAX_LOGPROBS 20                    /* the engine's limit */
-#define SRV_MAX_STOP 64                        /* stop strings per request */
+#define SRV_MAX_STOP 64                        /* stop strings (and stop token ids) per request */
+#define SRV_MAX_STOP_LEN 4096                  /* bytes per stop string */
+#define SRV_MAX_LOGIT_BIAS 4096                /* logit_bias entries per request */
+#define SRV_MAX_PROMPT_LOGPROBS (1 << 18)      /* prompt logprob entries per request: sum over prompts of
+                                                  tokens x (top-N + 1); the response holds each */
 
 /* What a client did wrong (or what went wrong for it), as an OpenAI error
  * body {"error": {"message", "type", "param", "code"}} with an HTTP status. */
@@ -50,7 +55,8 @@ typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT } srv_api_kind;
 typedef struct srv_prompt {
     int32_t *ids;
     size_t n_ids;
-    char *text; /* the prompt as text: as given, rendered (chat), or NULL when given as ids */
+    char *text;      /* the prompt as text: as given, rendered (chat), or NULL when given as ids */
+    size_t text_len; /* bytes of text (it may hold NUL bytes) */
 } srv_prompt;
 
 /* A validated /v1/completions or /v1/chat/completions request. Every prompt
@@ -62,6 +68,7 @@ typedef struct srv_gen_request {
     pdl_request_params params; /* stop / stop_ids point into the owned arrays below */
     char **stop;
     int32_t *stop_ids;
+    pdl_logit_bias *logit_bias; /* params.sampling.logit_bias points here */
     bool seed_given;           /* else the server picks a random seed */
     bool stream;
     bool include_usage;        /* stream_options.include_usage */

@@ -85,6 +85,7 @@ void srv_events_free(srv_event *ev) {
         srv_event *next = ev->next;
         free(ev->top);
         free(ev->text);
+        free(ev->stop_string);
         free(ev);
         ev = next;
     }
@@ -257,6 +258,7 @@ static void on_event(const pdl_event *ev, void *user) {
     double t = now_s();
     srv_event *out = calloc(1, sizeof *out);
     const char *text = ev->text ? ev->text : "";
+    size_t text_len = ev->text ? ev->text_len : 0;
     if (out) {
         out->kind = ev->kind;
         out->prompt = p->prompt;
@@ -265,7 +267,17 @@ static void on_event(const pdl_event *ev, void *user) {
         out->position = ev->position;
         out->logprob = ev->logprob;
         out->finish_reason = ev->finish_reason;
-        out->text = strdup(text);
+        out->stop_token = ev->stop_token;
+        out->text = malloc(text_len + 1);
+        if (out->text) {
+            memcpy(out->text, text, text_len);
+            out->text[text_len] = '\0';
+            out->text_len = text_len;
+        }
+        if (ev->stop_string && !(out->stop_string = strdup(ev->stop_string))) {
+            free(out->text);
+            out->text = NULL;
+        }
         if (ev->n_top > 0 && ev->top) {
             out->top = malloc((size_t)ev->n_top * sizeof *out->top);
             if (out->top) {
@@ -484,6 +496,8 @@ static void push_command(srv_engine *e, command *cmd) {
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
+
+int srv_engine_max_model_len(const srv_engine *e) { return pdl_engine_max_model_len(e->engine); }
 
 void srv_engine_submit(srv_engine *e, srv_call *c) {
     command *cmd = calloc(1, sizeof *cmd);

@@ -35,8 +35,11 @@ typedef struct srv_event {
     float logprob;
     int n_top;
     pdl_logprob *top;          /* [n_top] owned */
-    char *text;                /* owned, NUL-terminated ("" when none) */
+    char *text;                /* owned, NUL-terminated ("" when none); may hold NUL bytes */
+    size_t text_len;           /* bytes of text */
     const char *finish_reason; /* FINISHED: "stop", "length", "abort" (static) */
+    char *stop_string;         /* FINISHED by a stop string: it (owned); else NULL */
+    int32_t stop_token;        /* FINISHED by a stop token: its id; else -1 */
 } srv_event;
 
 void srv_events_free(srv_event *list);
@@ -68,6 +71,8 @@ typedef struct srv_engine srv_engine;
 /* Creates the engine over model (which must outlive it) and starts its thread. */
 int srv_engine_start(srv_engine **out, pdl_model *model, const pdl_engine_options *opts, srv_metrics *metrics,
                      pdl_error *err);
+/* The longest prompt + output a request may have (pdl_engine_max_model_len). */
+int srv_engine_max_model_len(const srv_engine *e);
 /* Queues the call for the engine (which takes its own reference). */
 void srv_engine_submit(srv_engine *e, srv_call *c);
 /* Ends the call's requests in the engine if they are still there (a client

@@ -316,12 +316,13 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
     srv_api_error err;
     if (srv_parse_detokenize(&s->parse, body, &ids, &n, &err)) return send_error(conn, rc, &err);
     char *text = NULL;
+    size_t text_len = 0;
     pdl_error pe;
-    int drc = pdl_detokenize(s->model, ids, n, &text, &pe);
+    int drc = pdl_detokenize(s->model, ids, n, &text, &text_len, &pe);
     free(ids);
     if (drc) return fail(conn, rc, 400, NULL, NULL, "%s", pe.message);
     size_t len;
-    char *out = srv_detokenize_body(text, &len);
+    char *out = srv_detokenize_body(text, text_len, &len);
     free(text);
     return send_json(conn, rc, 200, out, len);
 }

@@ -119,7 +119,7 @@ static void *loader_main(void *arg) {
         s->chat = chat;
         s->parse = (srv_parse_ctx){.model = model,
                                    .model_name = s->model_name,
-                                   .ctx_len = info.ctx_len,
+                                   .ctx_len = srv_engine_max_model_len(engine),
                                    .vocab = info.vocab,
                                    .chat_prompt = chat ? srv_chat_prompt : NULL,
                                    .chat_user = chat};
@@ -132,8 +132,8 @@ static void *loader_main(void *arg) {
     if (rc == 0) {
         pdl_model_info info;
         pdl_model_get_info(model, &info);
-        srv_log(s, "model %s loaded (%s, %d layers, vocab %d, context %d); %s; serving '%s'", s->model_path, info.arch,
-                info.n_layers, info.vocab, info.ctx_len, chat ? "chat template ready" : "no chat template",
+        srv_log(s, "model %s loaded (%s, %d layers, vocab %d, max model len %d); %s; serving '%s'", s->model_path,
+                info.arch, info.n_layers, info.vocab, s->parse.ctx_len, chat ? "chat template ready" : "no chat template",
                 s->model_name);
     } else {
         srv_chat_free(chat); /* the caller reports the error (srv_get_state) */

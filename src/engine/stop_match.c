@@ -1,0 +1,209 @@
+/*
+ * stop_match.c - the Aho-Corasick automaton over a request's stop strings.
+ *
+ * Nodes are the trie of the stop strings (node 0 the root, the empty
+ * prefix); a node's depth is the length of the prefix it stands for. Each
+ * node's edges lie sorted by byte in one flat array (binary search per
+ * move); a node's fail link is the longest proper suffix of its prefix that
+ * is also a node. Moving on a byte follows fail links until an edge exists,
+ * so the depth grows by at most one per byte and every fail link taken
+ * shortens it: at most two moves per byte over the whole stream.
+ */
+#include "engine/stop_match.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+struct stop_matcher {
+    int n_nodes;
+    int32_t *depth;       /* [n_nodes] */
+    int32_t *fail;        /* [n_nodes] */
+    int32_t *out;         /* [n_nodes] the longest stop string ending at this node's prefix, or -1 */
+    int32_t *edge_start;  /* [n_nodes + 1] node v's edges: edge_start[v] .. edge_start[v + 1] */
+    uint8_t *edge_byte;   /* [n_nodes - 1] sorted within a node */
+    int32_t *edge_to;     /* [n_nodes - 1] */
+    size_t *len;          /* [n_stops] */
+};
+
+/* The child of v on byte c, or -1. */
+static int32_t child(const stop_matcher *m, int32_t v, uint8_t c) {
+    int32_t lo = m->edge_start[v], hi = m->edge_start[v + 1];
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (m->edge_byte[mid] < c) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < m->edge_start[v + 1] && m->edge_byte[lo] == c ? m->edge_to[lo] : -1;
+}
+
+/* ---- building ---------------------------------------------------------------- */
+
+/* The trie while it grows: (parent, byte) -> child in an open-addressed table. */
+typedef struct build_table {
+    uint64_t *key;   /* parent * 256 + byte + 1; 0 = empty */
+    int32_t *val;
+    size_t mask;
+} build_table;
+
+static size_t slot_of(const build_table *t, uint64_t key) {
+    size_t h = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & t->mask;
+    while (t->key[h] && t->key[h] != key) h = (h + 1) & t->mask;
+    return h;
+}
+
+typedef struct edge_rec {
+    int32_t parent, to;
+    uint8_t byte;
+} edge_rec;
+
+static int edge_cmp(const void *a, const void *b) {
+    const edge_rec *x = a, *y = b;
+    if (x->parent != y->parent) return x->parent < y->parent ? -1 : 1;
+    return (int)x->byte - (int)y->byte;
+}
+
+void stop_matcher_free(stop_matcher *m) {
+    if (!m) return;
+    free(m->depth);
+    free(m->fail);
+    free(m->out);
+    free(m->edge_start);
+    free(m->edge_byte);
+    free(m->edge_to);
+    free(m->len);
+    free(m);
+}
+
+int stop_matcher_new(stop_matcher **out, const char *const *stops, const size_t *lens, int n, pdl_error *err) {
+    *out = NULL;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        size_t l = lens ? lens[i] : strlen(stops[i]);
+        if (l == 0) return pdl_fail(err, "stop string %d is empty", i);
+        total += l;
+    }
+    if (total >= INT32_MAX / 2) return pdl_fail(err, "stop strings: %zu bytes in all is too many", total);
+    size_t cap = total + 1;
+    stop_matcher *m = calloc(1, sizeof *m);
+    build_table t = {0};
+    edge_rec *edges = NULL;
+    int32_t *queue = NULL;
+    size_t tcap = 16;
+    while (tcap < 2 * cap) tcap *= 2;
+    if (m) {
+        m->depth = malloc(cap * sizeof *m->depth);
+        m->fail = malloc(cap * sizeof *m->fail);
+        m->out = malloc(cap * sizeof *m->out);
+        m->edge_start = calloc(cap + 1, sizeof *m->edge_start);
+        m->edge_byte = malloc(cap * sizeof *m->edge_byte);
+        m->edge_to = malloc(cap * sizeof *m->edge_to);
+        m->len = malloc((size_t)(n ? n : 1) * sizeof *m->len);
+        t.key = calloc(tcap, sizeof *t.key);
+        t.val = malloc(tcap * sizeof *t.val);
+        t.mask = tcap - 1;
+        edges = malloc(cap * sizeof *edges);
+        queue = malloc(cap * sizeof *queue);
+    }
+    if (!m || !m->depth || !m->fail || !m->out || !m->edge_start || !m->edge_byte || !m->edge_to || !m->len ||
+        !t.key || !t.val || !edges || !queue) {
+        stop_matcher_free(m);
+        free(t.key), free(t.val), free(edges), free(queue);
+        return pdl_fail(err, "stop strings: out of memory");
+    }
+
+    /* the trie */
+    m->n_nodes = 1;
+    m->depth[0] = 0;
+    m->out[0] = -1;
+    for (int i = 0; i < n; i++) {
+        size_t l = lens ? lens[i] : strlen(stops[i]);
+        m->len[i] = l;
+        int32_t v = 0;
+        for (size_t k = 0; k < l; k++) {
+            uint8_t c = (uint8_t)stops[i][k];
+            uint64_t key = (uint64_t)v * 256 + c + 1;
+            size_t h = slot_of(&t, key);
+            if (!t.key[h]) {
+                int32_t w = m->n_nodes++;
+                t.key[h] = key;
+                t.val[h] = w;
+                m->depth[w] = m->depth[v] + 1;
+                m->out[w] = -1;
+                edges[w - 1] = (edge_rec){.parent = v, .to = w, .byte = c};
+            }
+            v = t.val[h];
+        }
+        if (m->out[v] < 0) m->out[v] = i; /* a repeated stop string keeps its first index */
+    }
+    free(t.key);
+    free(t.val);
+
+    /* edges sorted by (node, byte) */
+    int n_edges = m->n_nodes - 1;
+    qsort(edges, (size_t)n_edges, sizeof *edges, edge_cmp);
+    for (int e = 0; e < n_edges; e++) {
+        m->edge_byte[e] = edges[e].byte;
+        m->edge_to[e] = edges[e].to;
+        m->edge_start[edges[e].parent + 1]++;
+    }
+    for (int v = 0; v < m->n_nodes; v++) m->edge_start[v + 1] += m->edge_start[v];
+    free(edges);
+
+    /* fail links and outputs, breadth first (a fail link is shallower) */
+    int head = 0, tail = 0;
+    m->fail[0] = 0;
+    queue[tail++] = 0;
+    while (head < tail) {
+        int32_t u = queue[head++];
+        for (int32_t e = m->edge_start[u]; e < m->edge_start[u + 1]; e++) {
+            int32_t v = m->edge_to[e];
+            uint8_t c = m->edge_byte[e];
+            int32_t f = 0;
+            if (u != 0) {
+                f = m->fail[u];
+                int32_t w;
+                while ((w = child(m, f, c)) < 0 && f != 0) f = m->fail[f];
+                f = w >= 0 ? w : 0;
+            }
+            m->fail[v] = f;
+            if (m->out[v] < 0) m->out[v] = m->out[f];
+            queue[tail++] = v;
+        }
+    }
+    free(queue);
+    *out = m;
+    return 0;
+}
+
+/* ---- matching ------------------------------------------------------------------ */
+
+bool stop_matcher_feed(const stop_matcher *m, int32_t *state, const char *text, size_t n, stop_hit *hit,
+                       uint64_t *steps) {
+    int32_t s = *state;
+    uint64_t moves = 0;
+    bool found = false;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = (uint8_t)text[i];
+        int32_t w;
+        while ((w = child(m, s, c)) < 0 && s != 0) {
+            s = m->fail[s];
+            moves++;
+        }
+        s = w >= 0 ? w : 0;
+        moves++;
+        if (m->out[s] >= 0) {
+            hit->stop = m->out[s];
+            hit->len = m->len[hit->stop];
+            hit->end = i + 1;
+            found = true;
+            break;
+        }
+    }
+    *state = s;
+    if (steps) *steps += moves;
+    return found;
+}
+
+size_t stop_matcher_hold(const stop_matcher *m, int32_t state) { return (size_t)m->depth[state]; }
