@@ -6,7 +6,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -176,6 +178,72 @@ static void test_missing_or_bad_model_exits_1(void) {
     free(bad);
 }
 
+/* Paths given by the operator must name regular files: a FIFO used to hang
+ * in open(), /dev/zero to be read until the kernel killed the process. */
+static void test_non_regular_files_are_refused_without_hanging(void) {
+    char *fifo = test_tmp_path("model.fifo"), args[4096];
+    unlink(fifo);
+    REQUIRE(mkfifo(fifo, 0600) == 0);
+    snprintf(args, sizeof args, "info -m '%s'", fifo);
+    cmd_result r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "not a regular file (a FIFO)");
+    test_free_result(&r);
+    char *model = data("models/stories260K/stories260K.gguf");
+    snprintf(args, sizeof args, "run -m '%s' --batch-file /dev/zero", model);
+    r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "/dev/zero: not a regular file (a device)");
+    test_free_result(&r);
+    snprintf(args, sizeof args, "template -m '%s' --context /dev/zero", model);
+    r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "not a regular file");
+    test_free_result(&r);
+    snprintf(args, sizeof args, "serve -m '%s' --port 0 --chat-template '%s'", model, fifo);
+    r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "not a regular file (a FIFO)");
+    test_free_result(&r);
+    unlink(fifo);
+    free(fifo), free(model);
+}
+
+/* What is read into memory has a limit per kind of file (sparse files:
+ * nothing is written to disk). */
+static void test_oversized_files_are_refused_by_size(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    char *big = test_tmp_path("big.jinja");
+    FILE *f = fopen(big, "wb");
+    REQUIRE(f && ftruncate(fileno(f), (4 << 20) + 1) == 0);
+    fclose(f);
+    snprintf(args, sizeof args, "serve -m '%s' --port 0 --chat-template '%s'", model, big);
+    cmd_result r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "4194305 bytes; a file of this kind may have at most 4194304");
+    test_free_result(&r);
+    snprintf(args, sizeof args, "template -m '%s' --context '%s'", model, big); /* contexts: 8 MiB */
+    f = fopen(big, "r+b");
+    REQUIRE(f && ftruncate(fileno(f), (8 << 20) + 1) == 0);
+    fclose(f);
+    r = test_pagedlm_within(20, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "at most 8388608");
+    test_free_result(&r);
+    /* a batch file is read line by line: one endless line is an error at line 1 */
+    char *lines = test_tmp_path("long.jsonl");
+    f = fopen(lines, "wb");
+    REQUIRE(f && ftruncate(fileno(f), (64 << 20) + 2) == 0);
+    fclose(f);
+    snprintf(args, sizeof args, "run -m '%s' --batch-file '%s'", model, lines);
+    r = test_pagedlm_within(60, args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, ":1: the line is longer than 67108864 bytes");
+    test_free_result(&r);
+    unlink(big), unlink(lines);
+    free(big), free(lines), free(model);
+}
+
 static void test_out_of_range_token_is_an_error(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
     snprintf(args, sizeof args, "logits -m '%s' --tokens 1,512", model);
@@ -196,5 +264,7 @@ int main(void) {
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_missing_or_bad_model_exits_1);
     RUN(test_out_of_range_token_is_an_error);
+    RUN(test_non_regular_files_are_refused_without_hanging);
+    RUN(test_oversized_files_are_refused_by_size);
     return test_summary();
 }

@@ -109,6 +109,8 @@ typedef struct cmd_result {
 /* Runs `$PAGEDLM_BIN ARGS` through the shell (ARGS quoted by the caller);
  * REQUIREs PAGEDLM_BIN, which ctest sets to the built program. */
 cmd_result test_pagedlm(const char *args);
+/* The same, killed after `seconds` (status 137 then): for what could hang. */
+cmd_result test_pagedlm_within(int seconds, const char *args);
 void test_free_result(cmd_result *r);
 
 /* Writes len bytes to path; REQUIREs success. */

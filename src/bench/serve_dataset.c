@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "util/file_map.h"
 
 uint64_t bench_rng(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -88,15 +89,20 @@ int dataset_random(const pdl_model *tok, int n, int input_len, int output_len, d
 }
 
 int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, pdl_error *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return pdl_fail(err, "%s: cannot open", path);
+    FILE *f = pdl_fopen_regular(path, err);
+    if (!f) return -1;
     bench_prompt *all = NULL;
     int count = 0, cap = 0, line_no = 0;
     char *line = NULL;
     size_t lcap = 0;
     int rc = 0;
-    while (getline(&line, &lcap, f) >= 0) {
+    long long got;
+    while ((got = pdl_read_line(f, &line, &lcap, PDL_READ_MAX_LINE)) != 0) {
         line_no++;
+        if (got < 0) {
+            rc = pdl_fail(err, "%s:%d: the line is longer than %zu bytes", path, line_no, (size_t)PDL_READ_MAX_LINE);
+            break;
+        }
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
         json_error_t je;
         json_t *o = json_loads(line, 0, &je);

@@ -137,10 +137,14 @@ int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out) {
     return 0;
 }
 
-char *cli_read_stdin(size_t *len) {
+char *cli_read_stdin(size_t *len, size_t max) {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     while (buf) {
+        if (n > max) {
+            free(buf);
+            return NULL;
+        }
         size_t got = fread(buf + n, 1, cap - n - 1, stdin);
         n += got;
         if (got == 0) break;

@@ -27,8 +27,8 @@ int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out);
 int cli_size(const char *opt, const char *s, size_t *out);
 int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
 /* All of standard input, NUL-terminated (*len bytes when len != NULL);
- * NULL when out of memory. */
-char *cli_read_stdin(size_t *len);
+ * NULL when out of memory or longer than max bytes. */
+char *cli_read_stdin(size_t *len, size_t max);
 
 /* Subcommands. */
 int cli_run(int argc, char **argv);

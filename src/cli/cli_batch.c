@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/file_map.h"
+
 /* What one request line asked for and what came back. */
 typedef struct batch_item {
     json_t *id;
@@ -218,18 +220,25 @@ static int parse_item(pdl_model *model, json_t *o, int default_max_tokens, batch
 /* ---- the command ------------------------------------------------------------ */
 
 int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *eo, int default_max_tokens) {
-    FILE *f = fopen(path, "r");
+    pdl_error ferr;
+    FILE *f = pdl_fopen_regular(path, &ferr);
     if (!f) {
-        fprintf(stderr, "error: %s: cannot open: %s\n", path, strerror(errno));
+        fprintf(stderr, "error: %s\n", ferr.message);
         return CLI_FAIL;
     }
     batch_item *items = NULL;
     int n_items = 0, cap = 0, rc = CLI_OK, line = 0;
     char *buf = NULL;
     size_t buf_cap = 0;
-    ssize_t len;
-    while (rc == CLI_OK && (len = getline(&buf, &buf_cap, f)) >= 0) {
+    long long len;
+    while (rc == CLI_OK && (len = pdl_read_line(f, &buf, &buf_cap, PDL_READ_MAX_LINE)) != 0) {
         line++;
+        if (len < 0) {
+            fprintf(stderr, "error: %s:%d: the line is longer than %zu bytes (or memory ran out)\n", path, line,
+                    (size_t)PDL_READ_MAX_LINE);
+            rc = CLI_FAIL;
+            break;
+        }
         size_t i = 0;
         while (i < (size_t)len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n')) i++;
         if (i == (size_t)len) continue; /* blank */

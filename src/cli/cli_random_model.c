@@ -134,7 +134,7 @@ static int copy_file(const char *from, const char *to) {
     char *data;
     size_t len;
     pdl_error err;
-    if (pdl_read_file(from, &data, &len, &err)) {
+    if (pdl_read_file(from, PDL_READ_MAX_TOKENIZER, &data, &len, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return -1;
     }

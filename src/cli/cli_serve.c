@@ -41,6 +41,7 @@ static void serve_usage(FILE *f) {
             "      --logits auto|full|selective  LM head over sampled rows only (auto: when the probe passes)\n"
             "      --max-body SIZE            request body limit (default 4MiB; larger bodies get 413)\n"
             "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
+            "      --timeout-keep-alive SECONDS  an idle connection closes after this long (default 5)\n"
             "      --disable-log-requests     no log line per request\n"
             "\n"
             "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,\n"
@@ -121,6 +122,9 @@ int cli_serve(int argc, char **argv) {
             if (cli_logits_mode(a, v, &o.engine.logits_mode)) return CLI_USAGE;
         } else if (strcmp(a, "--max-body") == 0) {
             if (cli_size(a, v, &o.max_body)) return CLI_USAGE;
+        } else if (strcmp(a, "--timeout-keep-alive") == 0) {
+            if (cli_int(a, v, 1, 86400, &lv)) return CLI_USAGE;
+            o.timeout_keep_alive_s = (int)lv;
         } else if (strcmp(a, "--shutdown-grace") == 0) {
             if (cli_float(a, v, &fv)) return CLI_USAGE;
             if (fv < 0) {
@@ -140,6 +144,9 @@ int cli_serve(int argc, char **argv) {
         return CLI_USAGE;
     }
     if (!o.api_key) o.api_key = getenv("PAGEDLM_API_KEY");
+    /* for the e2e test of the loading state (GET /health 503): not a user option */
+    const char *delay = getenv("PAGEDLM_TEST_LOAD_DELAY_MS");
+    if (delay) o.test_load_delay_ms = atoi(delay);
 
     /* every thread started from here on inherits the blocked signals */
     static sigset_t set;

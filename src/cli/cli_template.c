@@ -48,13 +48,14 @@ int cli_template(int argc, char **argv) {
     pdl_error err;
     char *context = NULL;
     if (strcmp(context_path, "-") == 0) {
-        if (!(context = cli_read_stdin(NULL))) {
-            fprintf(stderr, "error: cannot read the context from standard input\n");
+        if (!(context = cli_read_stdin(NULL, PDL_READ_MAX_CONTEXT))) {
+            fprintf(stderr, "error: cannot read the context from standard input (at most %zu bytes)\n",
+                    (size_t)PDL_READ_MAX_CONTEXT);
             return CLI_FAIL;
         }
     } else {
         size_t len;
-        if (pdl_read_file(context_path, &context, &len, &err)) {
+        if (pdl_read_file(context_path, PDL_READ_MAX_CONTEXT, &context, &len, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             return CLI_FAIL;
         }

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cli/cli_args.h"
+#include "util/file_map.h"
 
 /* ---------------------------------------------------------------------------
  * tokenize
@@ -74,7 +75,7 @@ int cli_tokenize(int argc, char **argv) {
     size_t len = strlen(text);
     char *input = NULL;
     if (strcmp(text, "-") == 0) {
-        input = cli_read_stdin(&len);
+        input = cli_read_stdin(&len, PDL_READ_MAX_TOKENIZER);
         if (!input) {
             fprintf(stderr, "error: out of memory reading standard input\n");
             return CLI_FAIL;
@@ -309,17 +310,11 @@ int cli_bench_tokenizer(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if (file) {
-        FILE *f = fopen(file, "rb");
-        if (!f) {
-            fprintf(stderr, "error: %s: cannot open\n", file);
+        pdl_error err;
+        if (pdl_read_file(file, PDL_READ_MAX_TOKENIZER, &text, &len, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
             return CLI_FAIL;
         }
-        fseek(f, 0, SEEK_END);
-        long fl = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        text = malloc(fl > 0 ? (size_t)fl : 1);
-        len = text && fl > 0 ? fread(text, 1, (size_t)fl, f) : 0;
-        fclose(f);
     } else {
         text = malloc(size);
         for (size_t k = 0; text && k < size; k += sizeof PROSE - 1) {

@@ -658,6 +658,7 @@ static int parse_tensors(gguf_file *f, reader *r, uint64_t n_tensors) {
      * writes vocab-only files without the final padding). */
     f->data_offset = (r->pos + f->alignment - 1) / f->alignment * f->alignment;
     rc = place_tensors(f, r, info_at);
+    if (rc == 0) rc = pdl_tensor_set_check_disjoint(&f->tensors, r->err);
 done:
     free(info_at);
     return rc;

@@ -276,7 +276,7 @@ static int open_one(st_model *m, const char *path, pdl_error *err) {
         if (pdl_tensor_set_add(&m->tensors, &t, err) != 0) goto fail;
     }
     json_decref(root);
-    return 0;
+    return pdl_tensor_set_check_disjoint(&m->tensors, err);
 fail:
     json_decref(root);
     return -1;

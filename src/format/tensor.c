@@ -41,6 +41,34 @@ size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n) {
     return (size_t)n / pdl_dtype_block_elems(t) * pdl_dtype_block_bytes(t);
 }
 
+static int by_data(const void *a, const void *b) {
+    const pdl_tensor *x = *(const pdl_tensor *const *)a, *y = *(const pdl_tensor *const *)b;
+    uintptr_t p = (uintptr_t)x->data, q = (uintptr_t)y->data;
+    return (p > q) - (p < q);
+}
+
+int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err) {
+    if (set->count < 2) return 0;
+    const pdl_tensor **order = malloc(set->count * sizeof *order);
+    if (!order) return pdl_fail(err, "out of memory checking %zu tensors", set->count);
+    size_t n = 0;
+    for (size_t i = 0; i < set->count; i++)
+        if (set->items[i].nbytes > 0) order[n++] = &set->items[i];
+    qsort(order, n, sizeof *order, by_data);
+    int rc = 0;
+    for (size_t i = 1; i < n && rc == 0; i++) {
+        const pdl_tensor *a = order[i - 1], *b = order[i];
+        /* different files are different mappings: their ranges never meet */
+        if ((const char *)a->data + a->nbytes > (const char *)b->data)
+            rc = pdl_fail(err, "%s: tensors '%s' (bytes %llu..%llu) and '%s' (bytes %llu..%llu) overlap",
+                          a->file ? a->file : "model", a->name, (unsigned long long)a->file_offset,
+                          (unsigned long long)(a->file_offset + a->nbytes), b->name,
+                          (unsigned long long)b->file_offset, (unsigned long long)(b->file_offset + b->nbytes));
+    }
+    free(order);
+    return rc;
+}
+
 int64_t pdl_tensor_nelems(const pdl_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->n_dims; i++) n *= t->shape[i];

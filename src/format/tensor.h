@@ -102,6 +102,12 @@ int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err)
 const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name);
 void pdl_tensor_set_free(pdl_tensor_set *set);
 
+/* Fails when two tensors' data overlap (the same offset included), naming
+ * both and their file offsets: safetensors forbids it and llama.cpp writes
+ * tensors one after the other, so overlap means a corrupt or crafted file
+ * (one weight's bytes read as another's). Empty tensors are ignored. */
+int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err);
+
 /* Number of elements (product of the shape). */
 int64_t pdl_tensor_nelems(const pdl_tensor *t);
 

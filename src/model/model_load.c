@@ -132,6 +132,26 @@ static void layer_name(char *buf, size_t n, const char *hf_prefix, int l, const 
     else snprintf(buf, n, "blk.%d.%s", l, gguf);
 }
 
+/* A layer's tensor beyond the layer count means the count is wrong (a
+ * 5-layer file read as 4 layers would run without its last layer). */
+static int check_no_stray_layers(const pdl_model_config *c, const pdl_tensor_set *set, const char *hf_prefix,
+                                 const char *where, pdl_error *err) {
+    char prefix[PDL_TENSOR_NAME_MAX];
+    if (hf_prefix) snprintf(prefix, sizeof prefix, "%slayers.", hf_prefix);
+    else snprintf(prefix, sizeof prefix, "blk.");
+    size_t pl = strlen(prefix);
+    for (size_t i = 0; i < set->count; i++) {
+        const char *name = set->items[i].name;
+        if (strncmp(name, prefix, pl) != 0 || name[pl] < '0' || name[pl] > '9') continue;
+        char *end;
+        long l = strtol(name + pl, &end, 10);
+        if (*end == '.' && l >= c->n_layers)
+            return pdl_fail(err, "%s: tensor '%s' belongs to layer %ld, but the model declares %d layers (%s)", where,
+                            name, l, c->n_layers, hf_prefix ? "num_hidden_layers" : "block_count");
+    }
+    return 0;
+}
+
 int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err) {
     pdl_model_config *c = &m->cfg;
@@ -179,7 +199,7 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *h
                 return -1;
         }
     }
-    return 0;
+    return check_no_stray_layers(c, set, hf_prefix, where, err);
 }
 
 /* ---- shape checks ------------------------------------------------------- */
@@ -369,12 +389,34 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
         return pdl_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
     if (c->rope_dim > 1024) return pdl_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
-    if (!(c->rope_theta > 0) || !(c->rope_theta_local >= 0))
-        return pdl_fail(err, "invalid RoPE theta %g (local %g)", c->rope_theta, c->rope_theta_local);
-    if (!(c->rope_mscale > 0)) return pdl_fail(err, "invalid RoPE attention factor %g", c->rope_mscale);
+    if (!(c->rope_theta > 0 && isfinite(c->rope_theta)) || !(c->rope_theta_local >= 0 && isfinite(c->rope_theta_local)))
+        return pdl_fail(err, "invalid RoPE theta %g (local %g): rope.freq_base / rope_theta must be a finite positive "
+                        "number", c->rope_theta, c->rope_theta_local);
+    if (!(c->rope_mscale > 0 && isfinite(c->rope_mscale)))
+        return pdl_fail(err, "invalid RoPE attention factor %g", c->rope_mscale);
+    if (!isfinite(c->rope_factor) || !isfinite(c->rope_low_freq_factor) || !isfinite(c->rope_high_freq_factor))
+        return pdl_fail(err, "invalid RoPE scaling factors %g / %g / %g (must be finite)", c->rope_factor,
+                        c->rope_low_freq_factor, c->rope_high_freq_factor);
+    const float scales[] = {c->embed_scale, c->residual_scale, c->attn_scale, c->attn_softcap,
+                            c->logit_div, c->logit_scale, c->final_softcap};
+    for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++)
+        if (!isfinite(scales[i]))
+            return pdl_fail(err, "invalid scales: embedding %g, residual %g, attention %g, attention soft-cap %g, logit "
+                            "divisor %g, logit scale %g, final soft-cap %g (all must be finite)", c->embed_scale,
+                            c->residual_scale, c->attn_scale, c->attn_softcap, c->logit_div, c->logit_scale,
+                            c->final_softcap);
     if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && c->rope_orig_ctx <= 0)
         return pdl_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
-    if (!(c->rms_eps > 0)) return pdl_fail(err, "invalid RMSNorm epsilon %g", c->rms_eps);
+    if (!(c->rms_eps > 0 && isfinite(c->rms_eps)))
+        return pdl_fail(err, "invalid norm epsilon %g (rms_norm_eps / layer_norm_rms_epsilon must be a finite positive "
+                        "number)", c->rms_eps);
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
+            return pdl_fail(err, "end-of-sequence token id %d (eos_token_id, or tokenizer.ggml.eos_token_id / "
+                            "eot_token_id) is outside the vocabulary [0, %d)", c->eos_ids[i], c->vocab);
+    if (c->bos_id < -1 || c->bos_id >= c->vocab)
+        return pdl_fail(err, "beginning-of-sequence token id %d (bos_token_id) is outside the vocabulary [0, %d)",
+                        c->bos_id, c->vocab);
     if (c->ctx_len <= 0) c->ctx_len = 2048;
 
     char why[160];

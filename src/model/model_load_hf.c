@@ -62,21 +62,33 @@ static int cfg_bool(json_t *cfg, const char *path, const char *key, bool *out, p
     return 0;
 }
 
+/* One token id of a config: a vocabulary entry (c->vocab is known by now). */
+static int cfg_token_id(const json_t *v, const char *path, const char *key, const pdl_model_config *c, int32_t *out,
+                        pdl_error *err) {
+    if (!json_is_integer(v)) return pdl_fail(err, "%s: field '%s' must be an integer", path, key);
+    json_int_t id = json_integer_value(v);
+    if (id < 0 || (c->vocab > 0 && id >= c->vocab))
+        return pdl_fail(err, "%s: field '%s' is %lld, outside the vocabulary [0, %d)", path, key, (long long)id,
+                        c->vocab);
+    *out = (int32_t)id;
+    return 0;
+}
+
 /* eos_token_id may be an integer or a list of integers. */
 static int cfg_eos(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
     json_t *v = json_object_get(cfg, "eos_token_id");
     if (!v || json_is_null(v)) return 0;
     c->n_eos = 0;
-    if (json_is_integer(v)) {
-        c->eos_ids[c->n_eos++] = (int32_t)json_integer_value(v);
-        return 0;
-    }
+    if (json_is_integer(v)) return cfg_token_id(v, path, "eos_token_id", c, &c->eos_ids[c->n_eos++], err);
     if (!json_is_array(v)) return pdl_fail(err, "%s: field 'eos_token_id' must be an integer or a list", path);
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) {
-        if (!json_is_integer(e)) return pdl_fail(err, "%s: field 'eos_token_id[%zu]' must be an integer", path, i);
-        if (c->n_eos < PDL_MAX_EOS) c->eos_ids[c->n_eos++] = (int32_t)json_integer_value(e);
+        char key[48];
+        snprintf(key, sizeof key, "eos_token_id[%zu]", i);
+        int32_t id = -1;
+        if (cfg_token_id(e, path, key, c, &id, err)) return -1;
+        if (c->n_eos < PDL_MAX_EOS) c->eos_ids[c->n_eos++] = id;
     }
     return 0;
 }

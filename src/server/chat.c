@@ -38,7 +38,7 @@ int srv_chat_load(srv_chat **out, const pdl_model *model, const char *model_path
     if (template_path) {
         char *src = NULL;
         size_t len = 0;
-        if (pdl_read_file(template_path, &src, &len, err)) return -1;
+        if (pdl_read_file(template_path, PDL_READ_MAX_TEMPLATE, &src, &len, err)) return -1;
         pdl_model_info info;
         pdl_model_get_info(model, &info);
         pdl_tokenizer *tok = NULL;

@@ -8,12 +8,27 @@
  * hands out SSE text. While waiting, the connection's socket is polled for a
  * hang-up, so a client that goes away mid-stream (or while queued) has its
  * request aborted in the engine at once, which frees its KV blocks.
+ *
+ * A peer that shut down only its sending side (a half-close: "I am done
+ * sending, still reading") looks like one that closed until something is
+ * written to it, so it is probed rather than dropped: an SSE comment line
+ * on a stream, an interim "102 Processing" before a non-streaming answer
+ * (HTTP/1.1 clients skip 1xx responses). A closed peer answers the probe
+ * with a reset, which the next poll sees.
+ *
+ * Idle connections: every connection closes after --timeout-keep-alive
+ * seconds without traffic (uvicorn's keep-alive timeout, 5 s by default). A
+ * generation request lifts the limit while the engine works on it and puts
+ * it back (its timer restarted) when the answer is queued; a stream counts
+ * as traffic whenever it sends.
  * What it is not for: validation (api_parse.c), response shapes
  * (api_format.c), the engine (engine_loop.c).
  */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <microhttpd.h>
 #include <poll.h>
+#include <strings.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +50,7 @@ static double now_s(void) {
 
 /* Per HTTP request: the body as it arrives, and what to log at the end. */
 typedef struct req_ctx {
+    bool http11;    /* the request said HTTP/1.1 (1xx interim responses allowed) */
     sbuf body;
     uint64_t received;
     bool too_large;
@@ -96,12 +112,36 @@ static int conn_fd(struct MHD_Connection *conn) {
     return ci ? (int)ci->connect_fd : -1;
 }
 
-/* Whether the peer hung up (closed or reset): then nobody reads the answer. */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
+typedef enum peer_state {
+    PEER_OK = 0,
+    PEER_SENT_EOF,  /* shut down its sending side, or closed: a probe tells which */
+    PEER_GONE,      /* reset or closed both ways: nobody reads the answer */
+} peer_state;
+
+static peer_state peer(int fd) {
+    if (fd < 0) return PEER_OK;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    if (poll(&p, 1, 0) <= 0) return PEER_OK;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_SENT_EOF : PEER_OK;
+}
+
+/* Liveness of a client that waits for a non-streaming answer (or for its
+ * stream to start): whether it is gone. At its first EOF an HTTP/1.1 client
+ * gets "102 Processing" written to the socket (MHD writes nothing while the
+ * handler runs); a closed one answers with a reset. */
+static bool client_gone(int fd, bool http11, bool *probed) {
+    peer_state ps = peer(fd);
+    if (ps == PEER_GONE) return true;
+    if (ps != PEER_SENT_EOF) return false;
+    if (!http11) return true; /* no interim responses in HTTP/1.0: take EOF as gone */
+    if (!*probed) {
+        static const char interim[] = "HTTP/1.1 102 Processing\r\n\r\n";
+        *probed = true;
+        if (send(fd, interim, sizeof interim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)(sizeof interim - 1))
+            return true;
+    }
+    return false;
 }
 
 /* ---- authentication ---------------------------------------------------------------- */
@@ -137,8 +177,11 @@ typedef struct stream_ctx {
     sbuf out;
     int fd;
     double next_check;  /* when to look for a hang-up next */
+    double next_probe;  /* when a half-closed peer may get the next SSE comment */
     bool ended;         /* the last bytes are in out */
 } stream_ctx;
+
+#define PROBE_EVERY_S 1.0
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
@@ -160,8 +203,15 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         } else if (now_s() >= st->next_check) {
             /* events may be held back (stop strings) or the call queued:
              * nothing is written, so look for a hang-up directly */
-            st->next_check = now_s() + WAIT_MS / 1000.0;
-            if (client_gone(st->fd)) return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free aborts the call */
+            double t = now_s();
+            st->next_check = t + WAIT_MS / 1000.0;
+            peer_state ps = peer(st->fd);
+            if (ps == PEER_GONE) return MHD_CONTENT_READER_END_WITH_ERROR; /* stream_free aborts the call */
+            if (ps == PEER_SENT_EOF && t >= st->next_probe) {
+                /* half-closed, or closed: an SSE comment (ignored by clients) tells */
+                st->next_probe = t + PROBE_EVERY_S;
+                sbuf_puts(&st->out, ": ping\n\n");
+            }
         }
         if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
@@ -182,16 +232,23 @@ static void stream_free(void *cls) {
 
 /* Waits until the engine took the call (or refused it), or the client left.
  * Returns the state; *events gets what already came. */
-static srv_call_state wait_started(srv_call *call, int fd, srv_event **events, srv_api_error *err, bool *gone) {
+static srv_call_state wait_started(srv_call *call, int fd, bool http11, bool *probed, srv_event **events,
+                                   srv_api_error *err, bool *gone) {
     *gone = false;
     for (;;) {
         srv_call_state cs = srv_call_wait(call, WAIT_MS, events, err);
         if (cs != SRV_CALL_QUEUED || *events) return cs;
-        if (client_gone(fd)) {
+        if (client_gone(fd, http11, probed)) {
             *gone = true;
             return cs;
         }
     }
+}
+
+/* The idle limit back on a connection whose answer is queued (its timer
+ * restarts: it was 0). */
+static void restore_idle_timeout(const srv_server *s, struct MHD_Connection *conn) {
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->keep_alive_s);
 }
 
 static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
@@ -224,14 +281,15 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     srv_engine_submit(s->engine, call);
 
     srv_event *evs = NULL;
-    bool gone;
-    srv_call_state cs = wait_started(call, fd, &evs, &err, &gone);
+    bool gone, probed = false;
+    srv_call_state cs = wait_started(call, fd, rc->http11, &probed, &evs, &err, &gone);
     if (gone || cs == SRV_CALL_FAILED) {
         srv_events_free(evs);
         srv_engine_cancel(s->engine, call);
         srv_response_free(resp);
         srv_call_release(call);
         if (gone) return MHD_NO; /* drop the connection */
+        restore_idle_timeout(s, conn);
         return send_error(conn, rc, &err);
     }
 
@@ -248,6 +306,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         st->call = call;
         st->resp = resp;
         st->fd = fd;
+        st->next_probe = probed ? now_s() + PROBE_EVERY_S : 0; /* a 102 went out already */
         srv_response_stream_begin(resp, &st->out);
         srv_response_stream_events(resp, evs, &st->out);
         srv_events_free(evs);
@@ -262,6 +321,9 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         rc->status = 200;
         enum MHD_Result res = MHD_queue_response(conn, MHD_HTTP_OK, mr);
         MHD_destroy_response(mr); /* stream_free runs when MHD is done with it */
+        /* MHD checks it only between sends, each of which restarts it: a
+         * stream lives as long as it produces data */
+        restore_idle_timeout(s, conn);
         return res;
     }
 
@@ -275,7 +337,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         srv_events_free(evs);
         if (cs == SRV_CALL_DONE || cs == SRV_CALL_FAILED || now_s() < next_check) continue;
         next_check = now_s() + WAIT_MS / 1000.0;
-        if (client_gone(fd)) {
+        if (client_gone(fd, rc->http11, &probed)) {
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
@@ -290,6 +352,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         char *out = srv_response_body(resp, &len);
         res = send_json(conn, rc, 200, out, len);
     }
+    restore_idle_timeout(s, conn);
     srv_response_free(resp);
     srv_call_release(call);
     return res;
@@ -413,10 +476,40 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     return res;
 }
 
+/* Counts the request's framing headers (MHD keeps every copy of a header). */
+typedef struct framing {
+    int content_length;      /* Content-Length fields */
+    bool lengths_differ;     /* with different values */
+    const char *first_length;
+    bool transfer_encoding;
+} framing;
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->content_length++ == 0) f->first_length = value;
+        else if (strcmp(value ? value : "", f->first_length ? f->first_length : "") != 0) f->lengths_differ = true;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->transfer_encoding = true;
+    }
+    return MHD_YES;
+}
+
+/* RFC 9112 section 6.3: a request whose body length is ambiguous (Content-
+ * Length fields that disagree, or one beside Transfer-Encoding) cannot be
+ * framed; it gets 400 and the connection closes (no request smuggling). */
+static const char *ambiguous_framing(struct MHD_Connection *conn) {
+    framing f = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
+    if (f.lengths_differ) return "the request has Content-Length fields with different values";
+    if (f.content_length > 0 && f.transfer_encoding) return "the request has both Content-Length and Transfer-Encoding";
+    return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    (void)version;
     srv_server *s = cls;
     req_ctx *rc = *con_cls;
     if (!rc) {
@@ -426,7 +519,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         srv_request_begin(s);
         snprintf(rc->method, sizeof rc->method, "%s", method);
         snprintf(rc->path, sizeof rc->path, "%s", url);
+        rc->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         *con_cls = rc;
+        const char *bad = ambiguous_framing(conn);
+        if (bad) {
+            srv_api_error e;
+            srv_api_fail(&e, 400, NULL, "%s", bad);
+            size_t len;
+            char *body = srv_error_body(&e, &len);
+            return send_owned(conn, rc, 400, "application/json", body, len, true);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > HARD_BODY_LIMIT) {
             rc->received = strtoull(cl, NULL, 10);
@@ -485,7 +587,7 @@ struct MHD_Daemon *srv_http_start(srv_server *s, const void *addr, bool ipv6, pd
                                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                             MHD_OPTION_SOCK_ADDR, addr,
                                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)300,
+                                            MHD_OPTION_CONNECTION_TIMEOUT, s->keep_alive_s,
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
                                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)512,
                                             MHD_OPTION_END);

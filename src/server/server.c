@@ -99,6 +99,10 @@ static void *loader_main(void *arg) {
     pdl_model *model = NULL;
     srv_engine *engine = NULL;
     srv_chat *chat = NULL;
+    if (s->test_load_delay_ms > 0) {
+        struct timespec d = {.tv_sec = s->test_load_delay_ms / 1000, .tv_nsec = (s->test_load_delay_ms % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
     int rc = pdl_model_load(&model, s->model_path, &s->model_opts, &err);
     if (rc == 0 && !pdl_model_has_tokenizer(model)) {
         pdl_error te;
@@ -182,6 +186,8 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->chat_template_path = dup_or_null(o->chat_template);
     s->max_body = o->max_body ? o->max_body : SRV_MAX_BODY_DEFAULT;
     s->grace_s = o->shutdown_grace_s > 0 ? o->shutdown_grace_s : 0;
+    s->keep_alive_s = o->timeout_keep_alive_s > 0 ? (unsigned int)o->timeout_keep_alive_s : 5;
+    s->test_load_delay_ms = o->test_load_delay_ms;
     s->log_requests = o->log_requests;
     s->model_opts = o->model;
     s->engine_opts = o->engine;

@@ -26,6 +26,8 @@ typedef struct srv_options {
     const char *chat_template;      /* a Jinja file; NULL = the model's own */
     size_t max_body;                /* request bytes at most; 0 = 4 MiB */
     double shutdown_grace_s;        /* in-flight requests get this long to finish; < 0 = 0 */
+    int timeout_keep_alive_s;       /* an idle connection closes after this long; 0 = 5 s (uvicorn's) */
+    int test_load_delay_ms;         /* tests only: the loader waits this long first (the 503 window) */
     bool log_requests;              /* one log line per request */
     pdl_model_options model;
     pdl_engine_options engine;      /* .log is set by the server */

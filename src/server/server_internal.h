@@ -22,6 +22,8 @@ struct srv_server {
     char *model_path, *model_name, *api_key, *chat_template_path;
     size_t max_body;
     double grace_s;
+    unsigned int keep_alive_s;   /* idle connections close after this long */
+    int test_load_delay_ms;      /* the loader waits this long first (tests of the loading state) */
     bool log_requests;
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;

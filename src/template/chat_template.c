@@ -142,7 +142,7 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
     if (file_exists(jinja)) {
         char *src;
         size_t len;
-        if (pdl_read_file(jinja, &src, &len, err)) goto done;
+        if (pdl_read_file(jinja, PDL_READ_MAX_TEMPLATE, &src, &len, err)) goto done;
         int r = add_template(t, "default", src, len, jinja, err);
         free(src);
         if (r) goto done;
@@ -159,7 +159,7 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
             if (n <= 6 || strcmp(e->d_name + n - 6, ".jinja") != 0) continue;
             char *path = join_path(extra_dir, e->d_name), *src = NULL;
             size_t len;
-            int r = path ? pdl_read_file(path, &src, &len, err) : pdl_fail(err, "out of memory");
+            int r = path ? pdl_read_file(path, PDL_READ_MAX_TEMPLATE, &src, &len, err) : pdl_fail(err, "out of memory");
             if (!r) {
                 e->d_name[n - 6] = '\0';
                 r = add_template(t, e->d_name, src, len, path, err);

@@ -24,6 +24,8 @@
 
 #include <jansson.h>
 
+#include <unistd.h>
+
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tok_json.h"
 #include "util/error.h"
@@ -602,9 +604,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     /* tokenizer_config.json overrides the post-processor's choices (it is what
      * transformers rebuilds the post-processor from). */
     snprintf(path, n, "%s/tokenizer_config.json", dir);
-    FILE *probe = fopen(path, "rb");
-    if (probe) {
-        fclose(probe);
+    if (access(path, F_OK) == 0) {
         json_t *cfg;
         if (pdl_json_load_file(path, JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto fail;
         int32_t id;

@@ -334,7 +334,7 @@ void tok_json_free(tok_json_doc *d) {
 
 int tok_json_load(tok_json_doc *d, const char *path, pdl_error *err) {
     memset(d, 0, sizeof *d);
-    if (pdl_read_file(path, &d->text, &d->len, err) != 0) return -1;
+    if (pdl_read_file(path, PDL_READ_MAX_TOKENIZER, &d->text, &d->len, err) != 0) return -1;
     d->root = json_object();
     doc_state st = {.d = d, .model = json_object()};
     if (!d->root || !st.model) {

@@ -12,7 +12,7 @@ int pdl_json_load_file(const char *path, size_t flags, json_t **out, pdl_error *
     char *text = NULL;
     size_t len = 0;
     *out = NULL;
-    if (pdl_read_file(path, &text, &len, err)) return -1;
+    if (pdl_read_file(path, PDL_READ_MAX_JSON, &text, &len, err)) return -1;
     json_error_t je;
     *out = json_loadb(text, len, flags, &je);
     free(text);

@@ -105,3 +105,11 @@ test('chat errors: template exception, bad messages, unsupported content', async
   await bad({ messages: MESSAGES, top_logprobs: 2 }, 'top_logprobs');
   await bad({ messages: MESSAGES, max_tokens: 200 }, 'messages');
 });
+
+test('chat: logit_bias and max_completion_tokens through the SDK', async () => {
+  const r = await client.chat.completions.create({ model: NAME, messages: [{ role: 'user', content: 'Hi' }],
+    max_completion_tokens: 3, temperature: 0, logit_bias: { 3: 100 } });
+  assert.equal(r.choices[0].message.content, '\u0000\u0000\u0000'); // <0x00> three times
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.choices[0].stop_reason, null);
+});

@@ -171,3 +171,48 @@ test('/v1/models lists the served model; /health answers', async () => {
   assert.equal(m.id, NAME);
   assert.equal((await fetch(`${srv.baseURL}/health`)).status, 200);
 });
+
+test('logit_bias, min_tokens, max_completion_tokens and stop_reason through the SDK', async () => {
+  const plain = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 1, temperature: 0,
+    logprobs: 2 });
+  const first = plain.choices[0].logprobs.tokens[0];
+  const tops = Object.entries(plain.choices[0].logprobs.top_logprobs[0]).sort((a, b) => b[1] - a[1]);
+  assert.equal(tops[0][0], first);
+  // -100 on the greedy token: the runner-up comes instead (token ids from /tokenize)
+  const ids = (await (await fetch(`${srv.baseURL}/tokenize`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: PROMPT, add_special_tokens: true }) })).json()).tokens;
+  const withFirst = (await (await fetch(`${srv.baseURL}/tokenize`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: PROMPT + first, add_special_tokens: true }) })).json()).tokens;
+  const firstId = withFirst[ids.length];
+  const biased = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 1, temperature: 0,
+    logit_bias: { [firstId]: -100 } });
+  assert.equal(biased.choices[0].text, tops[1][0]);
+  // an empty logit_bias is no bias (LangChain sends one)
+  const empty = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 1, temperature: 0,
+    logit_bias: {} });
+  assert.equal(empty.choices[0].text, first);
+
+  // max_completion_tokens is max_tokens; stop_reason names the stop string, null at the length limit
+  const capped = await client.completions.create({ model: NAME, prompt: PROMPT, max_completion_tokens: 5,
+    temperature: 0 });
+  assert.equal(capped.usage.completion_tokens, 5);
+  assert.equal(capped.choices[0].finish_reason, 'length');
+  assert.equal(capped.choices[0].stop_reason, null);
+  const stopped = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 40, temperature: 0,
+    stop: [' Lily'] });
+  assert.equal(stopped.choices[0].finish_reason, 'stop');
+  assert.equal(stopped.choices[0].stop_reason, ' Lily');
+  // in a stream, the final chunk carries it
+  const stream = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 40, temperature: 0,
+    stop: [' Lily'], stream: true });
+  let last = null;
+  for await (const c of stream) if (c.choices[0]?.finish_reason) last = c.choices[0];
+  assert.equal(last.stop_reason, ' Lily');
+  // min_tokens holds the stop string back until past min_tokens tokens
+  const held = await client.completions.create({ model: NAME, prompt: PROMPT, max_tokens: 40, temperature: 0,
+    stop: [' Lily'], min_tokens: 12 });
+  assert.ok(held.choices[0].text.startsWith(stopped.choices[0].text + ' Lily'), held.choices[0].text);
+  assert.equal(held.usage.prompt_tokens_details.cached_tokens, 0);
+});

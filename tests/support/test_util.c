@@ -113,14 +113,18 @@ char *test_slurp(const char *path, size_t *len) {
     return buf;
 }
 
-cmd_result test_pagedlm(const char *args) {
+cmd_result test_pagedlm(const char *args) { return test_pagedlm_within(0, args); }
+
+cmd_result test_pagedlm_within(int seconds, const char *args) {
     const char *bin = getenv("PAGEDLM_BIN");
     REQUIRE_MSG(bin && *bin, "PAGEDLM_BIN is not set (run the tests through ctest)");
     char *out_path = test_tmp_path("cmd-stdout"), *err_path = test_tmp_path("cmd-stderr");
-    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 32;
+    size_t n = strlen(bin) + strlen(args) + strlen(out_path) + strlen(err_path) + 64;
     char *cmd = malloc(n);
     REQUIRE(cmd != NULL);
-    snprintf(cmd, n, "'%s' %s >'%s' 2>'%s'", bin, args, out_path, err_path);
+    char limit[32] = "";
+    if (seconds > 0) snprintf(limit, sizeof limit, "timeout -s KILL %d ", seconds);
+    snprintf(cmd, n, "%s'%s' %s >'%s' 2>'%s'", limit, bin, args, out_path, err_path);
     int st = system(cmd);
     cmd_result r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128};
     r.out = test_slurp(out_path, &r.out_len);

@@ -1,0 +1,132 @@
+// http.test.mjs - the server at the HTTP level, with raw sockets: idle
+// keep-alive connections close after --timeout-keep-alive (a connection
+// that made a generation request too), request framing that is ambiguous
+// gets 400 and a closed connection, a client that half-closes after its
+// request still gets the whole answer (streaming or not), text with NUL
+// bytes survives /detokenize and echo, and a KV pool that cannot hold
+// --max-model-len stops the server at start with both numbers.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { spawnSync } from 'node:child_process';
+import { startServer, BIN, MODEL, NAME } from './server.mjs';
+
+let srv;
+let port;
+before(async () => {
+  srv = await startServer(['--timeout-keep-alive', '1']);
+  port = Number(new URL(srv.baseURL).port);
+});
+after(async () => srv && srv.stop());
+
+// Sends raw bytes on a new connection; resolves with everything the server
+// sent and when (ms after the send) it closed its side. halfClose: shut down
+// our sending side right after the request, still reading.
+function exchange(bytes, { halfClose = false, limitMs = 8000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1');
+    const chunks = [];
+    let endedAt = null;
+    const t0 = Date.now();
+    s.on('data', (d) => chunks.push(d));
+    s.on('end', () => { endedAt = Date.now() - t0; });
+    s.on('error', reject);
+    const timer = setTimeout(() => s.destroy(), limitMs);
+    s.on('close', () => {
+      clearTimeout(timer);
+      resolve({ text: Buffer.concat(chunks).toString('utf8'), endedAt });
+    });
+    s.write(bytes);
+    if (halfClose) s.end();
+  });
+}
+
+function post(path, body, extraHeaders = '') {
+  const b = JSON.stringify(body);
+  return `POST ${path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(b)}\r\n${extraHeaders}\r\n${b}`;
+}
+
+test('an idle keep-alive connection closes after --timeout-keep-alive, also after a generation', async () => {
+  for (const body of [{ model: NAME, prompt: 'Once', max_tokens: 1 },
+    { model: NAME, prompt: 'Once', max_tokens: 4, stream: true }]) {
+    const r = await exchange(post('/v1/completions', body));
+    assert.match(r.text, /^HTTP\/1\.1 200 /);
+    assert.ok(r.endedAt !== null, `the server never closed the idle connection (${JSON.stringify(body)})`);
+    assert.ok(r.endedAt >= 900 && r.endedAt < 4000, `closed after ${r.endedAt} ms, expected about 1000`);
+  }
+});
+
+test('many idle connections after generations do not exhaust the server', async () => {
+  const N = 40;
+  const all = [];
+  for (let i = 0; i < N; i++) all.push(exchange(post('/v1/completions', { model: NAME, prompt: 'Hi', max_tokens: 1 })));
+  const rs = await Promise.all(all);
+  for (const r of rs) {
+    assert.match(r.text, /^HTTP\/1\.1 200 /);
+    assert.ok(r.endedAt !== null && r.endedAt < 5000, 'an idle connection stayed open');
+  }
+  const h = await fetch(`${srv.baseURL}/health`);
+  assert.equal(h.status, 200);
+});
+
+test('conflicting Content-Length, or Content-Length beside Transfer-Encoding, is 400 and the connection closes', async () => {
+  const b = JSON.stringify({ model: NAME, prompt: 'Hi', max_tokens: 1 });
+  const head = 'POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n';
+  for (const framing of [`Content-Length: ${b.length}\r\nContent-Length: ${b.length + 5}\r\n`,
+    `Content-Length: ${b.length}\r\nTransfer-Encoding: chunked\r\n`]) {
+    const r = await exchange(`${head}${framing}\r\n${b}`);
+    assert.match(r.text, /^HTTP\/1\.1 400 /, r.text.slice(0, 200));
+    assert.match(r.text, /Connection: close/i);
+    assert.match(r.text, /Content-Length|Transfer-Encoding/);
+    assert.ok(r.endedAt !== null && r.endedAt < 900, 'the connection stayed open after ambiguous framing');
+  }
+  // the same value twice is not ambiguous
+  const same = await exchange(`${head}Content-Length: ${b.length}\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
+  assert.match(same.text, /^HTTP\/1\.1 200 /);
+});
+
+test('a client that half-closes after its request gets the whole answer', async () => {
+  const stream = await exchange(post('/v1/completions', { model: NAME, prompt: 'Once upon a time', max_tokens: 60,
+    stream: true, temperature: 0 }), { halfClose: true });
+  assert.match(stream.text, /^HTTP\/1\.1 200 /);
+  assert.match(stream.text, /data: \[DONE\]/, 'the stream was cut');
+  const tokens = (stream.text.match(/"text":/g) ?? []).length;
+  assert.ok(tokens >= 10, `only ${tokens} chunks`);
+  // long enough (64 x 100 tokens) that the server looks at the socket while it works
+  const whole = await exchange(post('/v1/completions', { model: NAME, prompt: 'Once', max_tokens: 100, n: 64,
+    ignore_eos: true }), { halfClose: true, limitMs: 60000 });
+  const i = whole.text.indexOf('HTTP/1.1 200 ');
+  assert.ok(i >= 0, whole.text.slice(0, 300));
+  // before the answer, at most an interim 102
+  assert.match(whole.text.slice(0, i), /^(HTTP\/1\.1 102 Processing\r\n\r\n)?$/);
+  const body = JSON.parse(whole.text.slice(whole.text.indexOf('\r\n\r\n', i) + 4));
+  assert.equal(body.choices.length, 64);
+  assert.equal(body.usage.completion_tokens, 6400);
+});
+
+test('NUL bytes in text survive /detokenize and echo', async () => {
+  // token 3 is <0x00>
+  const d = await (await fetch(`${srv.baseURL}/detokenize`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify({ tokens: [403, 3, 407] }) })).json();
+  assert.equal(d.prompt, 'Once\u0000 upon');
+  const c = await (await fetch(`${srv.baseURL}/v1/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: NAME, prompt: [403, 3, 407], echo: true, max_tokens: 1, temperature: 0 }) })).json();
+  assert.ok(c.choices[0].text.startsWith('Once\u0000 upon'), JSON.stringify(c.choices[0].text));
+  // generated NULs (logit_bias on <0x00>) reach the client too
+  const g = await (await fetch(`${srv.baseURL}/v1/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: NAME, prompt: 'Once', max_tokens: 3, temperature: 0, logit_bias: { 3: 100 } }) }))
+    .json();
+  assert.equal(g.choices[0].text, '\u0000\u0000\u0000');
+});
+
+test('a KV pool that cannot hold --max-model-len stops the server at start, naming both numbers', () => {
+  const r = spawnSync(BIN, ['serve', '-m', MODEL, '--port', '0', '--max-model-len', '128', '--kv-cache-memory',
+    '40KiB'], { encoding: 'utf8', timeout: 30000 });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /max seq len \(128\) is larger than the maximum number of tokens that can be stored in the KV cache \(\d+/);
+  assert.match(r.stderr, /--kv-cache-memory/);
+  assert.match(r.stderr, /--max-model-len/);
+});
