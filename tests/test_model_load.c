@@ -6,6 +6,7 @@
  * naming the file and the tensor or key at fault.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <sys/stat.h>
 
 #include "format/tensor.h"
@@ -91,6 +92,8 @@ typedef struct build_opts {
     const char *wrong_shape; /* write this tensor with one row fewer */
     int f16_matrices;        /* GGUF: 1 = 2-D weights as F16; 2 = as F32 holding F16-rounded values */
     const char *arch;        /* GGUF general.architecture (default llama) */
+    int block_count;         /* GGUF block_count written (0: the true NL) */
+    float rms_eps, freq_base;/* GGUF values written (0: 1e-5 and 10000) */
 } build_opts;
 
 static gguf_writer *gguf_model(const build_opts *o) {
@@ -100,14 +103,14 @@ static gguf_writer *gguf_model(const build_opts *o) {
     const char *a = o->arch ? o->arch : "llama";
     char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
-    gguf_writer_add_u32(w, KEY("block_count"), NL);
+    gguf_writer_add_u32(w, KEY("block_count"), o->block_count ? (uint32_t)o->block_count : NL);
     gguf_writer_add_u32(w, KEY("context_length"), 64);
     gguf_writer_add_u32(w, KEY("embedding_length"), HID);
     gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
     gguf_writer_add_u32(w, KEY("attention.head_count"), NH);
     gguf_writer_add_u32(w, KEY("attention.head_count_kv"), NKV);
-    gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-    gguf_writer_add_f32(w, KEY("rope.freq_base"), 10000.0f);
+    gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->rms_eps != 0 ? o->rms_eps : 1e-5f);
+    gguf_writer_add_f32(w, KEY("rope.freq_base"), o->freq_base != 0 ? o->freq_base : 10000.0f);
 #undef KEY
     for (int i = 0; i < n_specs; i++) {
         tensor_spec *t = &specs[i];
@@ -311,6 +314,94 @@ static void test_duplicate_tensor_is_named(void) {
     free(g);
 }
 
+/* The offset field of tensor `name`'s info in a GGUF image: after the name
+ * (u64 length + bytes), n_dims (u32), n_dims u64 dimensions and the type (u32). */
+static uint8_t *tensor_offset_field(uint8_t *img, size_t size, const char *name) {
+    size_t nl = strlen(name);
+    for (size_t i = 8; i + nl < size; i++) {
+        uint64_t len;
+        memcpy(&len, img + i - 8, 8);
+        if (len != nl || memcmp(img + i, name, nl) != 0) continue;
+        uint32_t n_dims;
+        memcpy(&n_dims, img + i + nl, 4);
+        return img + i + nl + 4 + 8 * (size_t)n_dims + 4;
+    }
+    return NULL;
+}
+
+/* Tensors sharing bytes (llama.cpp writes them one after the other): two at
+ * the same offset, and one starting inside another. */
+static void test_overlapping_gguf_tensors_are_named(void) {
+    build_opts o = {0};
+    gguf_writer *w = gguf_model(&o);
+    size_t size;
+    const uint8_t *bytes = gguf_writer_bytes(w, &size);
+    uint8_t *img = malloc(size);
+    char *path = test_tmp_path("overlap.gguf");
+    for (int shift = 0; shift < 2; shift++) {
+        memcpy(img, bytes, size);
+        uint8_t *a = tensor_offset_field(img, size, "blk.0.ffn_gate.weight");
+        uint8_t *b = tensor_offset_field(img, size, "blk.0.ffn_up.weight");
+        REQUIRE(a && b);
+        uint64_t off;
+        memcpy(&off, a, 8);
+        off += shift ? 32 * 4 : 0; /* 32 floats in: still inside the gate's 64 x 32 */
+        memcpy(b, &off, 8);
+        test_write_file(path, img, size);
+        expect_load_error(path, "'blk.0.ffn_gate.weight'", "'blk.0.ffn_up.weight'");
+        expect_load_error(path, "overlap", "overlap.gguf");
+    }
+    free(img), free(path);
+    gguf_writer_free(w);
+}
+
+/* A layer's tensors beyond block_count, or non-finite norm epsilon / RoPE
+ * base, are errors naming the key; not a model run with a layer missing. */
+static void test_layer_count_and_non_finite_values_are_checked(void) {
+    build_opts o = {.block_count = NL - 1};
+    char *g = write_gguf("stray.gguf", &o);
+    expect_load_error(g, "'blk.1.", "declares 1 layers (block_count)");
+    free(g);
+    build_opts e = {.rms_eps = INFINITY};
+    g = write_gguf("eps.gguf", &e);
+    expect_load_error(g, "epsilon inf", NULL);
+    free(g);
+    build_opts f = {.freq_base = INFINITY};
+    g = write_gguf("freq.gguf", &f);
+    expect_load_error(g, "RoPE theta inf", NULL);
+    free(g);
+    char *cfg = strdup(CONFIG);
+    char *p = strstr(cfg, "\"num_hidden_layers\": 2");
+    p[strlen("\"num_hidden_layers\": ")] = '1';
+    build_opts oh = {0};
+    char *h = write_hf("stray-hf", &oh, cfg, 0);
+    expect_load_error(h, "'model.layers.1.", "declares 1 layers (num_hidden_layers)");
+    free(h), free(cfg);
+}
+
+/* eos_token_id / bos_token_id outside the vocabulary (40 here), in
+ * config.json or generation_config.json, are refused with file and field. */
+static void test_token_ids_outside_the_vocabulary_are_refused(void) {
+    build_opts o = {0};
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%.*s, \"eos_token_id\": 40}", (int)strlen(CONFIG) - 1, CONFIG);
+    char *h = write_hf("eos-hf", &o, cfg, 0);
+    expect_load_error(h, "config.json: field 'eos_token_id' is 40, outside the vocabulary [0, 40)", NULL);
+    free(h);
+    snprintf(cfg, sizeof cfg, "%.*s, \"eos_token_id\": [2, -1]}", (int)strlen(CONFIG) - 1, CONFIG);
+    h = write_hf("eos-list-hf", &o, cfg, 0);
+    expect_load_error(h, "'eos_token_id[1]' is -1", NULL);
+    free(h);
+    snprintf(cfg, sizeof cfg, "%.*s, \"eos_token_id\": 39}", (int)strlen(CONFIG) - 1, CONFIG);
+    h = write_hf("gen-hf", &o, cfg, 0); /* 39 is the last id: fine */
+    free(logits_of(h, PDL_KV_F32));
+    char path[1024];
+    snprintf(path, sizeof path, "%s/generation_config.json", h);
+    test_write_file(path, "{\"eos_token_id\": [1, 4000]}", strlen("{\"eos_token_id\": [1, 4000]}"));
+    expect_load_error(h, "generation_config.json: field 'eos_token_id[1]' is 4000", NULL);
+    free(h);
+}
+
 static void test_truncated_model_file_fails_cleanly(void) {
     build_opts o = {0};
     gguf_writer *w = gguf_model(&o);
@@ -399,6 +490,9 @@ int main(void) {
     RUN(test_config_json_errors_name_file_and_field);
     RUN(test_folder_without_config_is_explained);
     RUN(test_inconsistent_hyperparameters_are_rejected);
+    RUN(test_overlapping_gguf_tensors_are_named);
+    RUN(test_layer_count_and_non_finite_values_are_checked);
+    RUN(test_token_ids_outside_the_vocabulary_are_refused);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     return test_summary();
 }

@@ -283,6 +283,29 @@ static void test_rejects_header_length_over_100mb(void) {
     CHECK_CONTAINS(expect_fail_bytes(bytes, sizeof bytes), "header length 18446744073709551615");
 }
 
+/* The format forbids overlapping data: one tensor's bytes read as another's
+ * is a corrupt or crafted file. The same offsets, a one-element overlap,
+ * and (the boundary) tensors that touch without overlapping. */
+static void test_rejects_overlapping_tensors(void) {
+    float data[4] = {1, 2, 3, 4};
+    const char *msg = expect_fail_header(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8);
+    CHECK_CONTAINS(msg, "tensors 'a' (bytes");
+    CHECK_CONTAINS(msg, "and 'b'");
+    CHECK_CONTAINS(msg, "overlap");
+    msg = expect_fail_header("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", data, 12);
+    CHECK_CONTAINS(msg, "overlap");
+    char *path = test_tmp_path("touching.safetensors");
+    const char *h = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}";
+    REQUIRE(stw_write_raw(path, h, strlen(h), data, 16) == 0);
+    st_model *m = open_ok(path);
+    st_close(m);
+    free(path);
+}
+
 static void test_rejects_invalid_json(void) {
     const char *msg = expect_fail_header("{\"w\": {\"dtype\": \"F32\",", NULL, 0);
     CHECK_CONTAINS(msg, "not valid JSON");
@@ -925,6 +948,7 @@ int main(void) {
     RUN(test_rejects_header_length_past_file);
     RUN(test_rejects_header_length_over_100mb);
     RUN(test_rejects_invalid_json);
+    RUN(test_rejects_overlapping_tensors);
     RUN(test_rejects_invalid_utf8);
     RUN(test_rejects_top_level_not_object);
     RUN(test_rejects_deeply_nested_header);
