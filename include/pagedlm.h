@@ -39,9 +39,16 @@ typedef enum pdl_kv_dtype {
     PDL_KV_F32 = 1,  /* exact; used by the reference tests */
 } pdl_kv_dtype;
 
+/* Loading progress: done goes from 0 to 1 (reached once, at the end) as the
+ * weight matrices are read and laid out for the kernels, the slow part of a
+ * load. Called on the loading thread. */
+typedef void (*pdl_load_progress_fn)(double done, void *user);
+
 typedef struct pdl_model_options {
     int n_threads;        /* 0 = all online cores */
     int ctx_size;         /* 0 = the model's own context length */
+    pdl_load_progress_fn progress; /* NULL = none */
+    void *progress_user;
 } pdl_model_options;
 
 /* Hyperparameters as the engine uses them, whatever the source format. */

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -294,6 +295,85 @@ static void test_bench_serve_against_a_scripted_server(void) {
     free(model), free(result);
 }
 
+static int ignore_body(const char *data, size_t len, void *user) {
+    (void)data, (void)len, (void)user;
+    return 0;
+}
+
+/* `pagedlm serve` on a free port; returns its pid and port. */
+static pid_t start_pagedlm_server(int *port) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    char *model = test_data_path("models/stories260K/stories260K.gguf");
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        execl(getenv("PAGEDLM_BIN"), "pagedlm", "serve", "-m", model, "--port", "0", "--served-model-name", "s",
+              "--disable-log-requests", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    char log[4096] = "";
+    size_t len = 0;
+    *port = 0;
+    while (!*port && len < sizeof log - 1) {
+        ssize_t n = read(fds[0], log + len, sizeof log - 1 - len);
+        REQUIRE_MSG(n > 0, "the server ended before listening: %s", log);
+        len += (size_t)n;
+        log[len] = '\0';
+        const char *m = strstr(log, "listening on http://127.0.0.1:");
+        if (m) *port = atoi(m + strlen("listening on http://127.0.0.1:"));
+    }
+    close(fds[0]); /* later lines go nowhere (the server ignores SIGPIPE) */
+    free(model);
+    /* ready once the model is loaded (503 until then) */
+    http_url url;
+    char base[64];
+    snprintf(base, sizeof base, "http://127.0.0.1:%d", *port);
+    REQUIRE(http_parse_url(base, &url) == 0);
+    for (int i = 0; i < 600; i++) {
+        int status = 0;
+        char err[128];
+        const char *body = "{\"prompt\": \"a\"}";
+        if (http_post(&url, "/tokenize", "", body, strlen(body), ignore_body, NULL, &status, err, sizeof err) == 0 &&
+            status == 200)
+            return pid;
+        struct timespec d = {.tv_sec = 0, .tv_nsec = 50 * 1000000L};
+        nanosleep(&d, NULL);
+    }
+    REQUIRE_MSG(0, "the server did not become ready in 30 s");
+    return pid;
+}
+
+/* Without --tokenizer the random dataset is made through the server's own
+ * /tokenize and /detokenize, with vLLM's --random-* spellings; each prompt
+ * comes within a token of the drawn length (a decode/encode round trip is
+ * not always exact), BOS added by the server. */
+static void test_bench_serve_without_a_tokenizer_uses_the_server(void) {
+    int port;
+    pid_t pid = start_pagedlm_server(&port);
+    char *result = test_tmp_path("remote.json"), args[2048];
+    snprintf(args, sizeof args,
+             "bench-serve --base-url http://127.0.0.1:%d --model s --random-input-len 40 --random-output-len 4 "
+             "--random-range-ratio 0 --random-prefix-len 0 --num-prompts 10 --ignore-eos --save-result '%s'",
+             port, result);
+    int st = run_bench(args);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    CHECK_EQ_INT(st, 0);
+    json_t *j = json_load_file(result, 0, NULL);
+    REQUIRE(j != NULL);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "completed")), 10);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "failed")), 0);
+    CHECK_EQ_INT(json_integer_value(json_object_get(j, "total_output_tokens")), 40);
+    long long in = json_integer_value(json_object_get(j, "total_input_tokens"));
+    CHECK_MSG(in >= 10 * 41 - 10 && in <= 10 * 41 + 10, "total input tokens %lld, expected 410 +- 10", in);
+    json_decref(j);
+    free(result);
+}
+
 int main(void) {
     RUN(test_metrics_on_a_scripted_stream);
     RUN(test_percentiles_interpolate_like_numpy);
@@ -301,5 +381,6 @@ int main(void) {
     RUN(test_poisson_arrivals_are_seeded);
     RUN(test_sse_and_chunked_decoding_across_splits);
     RUN(test_bench_serve_against_a_scripted_server);
+    RUN(test_bench_serve_without_a_tokenizer_uses_the_server);
     return test_summary();
 }

@@ -89,6 +89,8 @@ int test_summary(void);
 char *test_data_path(const char *rel);
 /* A fresh temporary folder for this process (created once). */
 const char *test_tmpdir(void);
+/* A file of the source tree (e.g. "tests/e2e/fixtures/x"), malloc'ed. */
+char *test_source_path(const char *rel);
 /* test_tmpdir()/name, malloc'ed. */
 char *test_tmp_path(const char *name);
 /* dir/name, malloc'ed. */

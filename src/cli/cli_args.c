@@ -1,12 +1,16 @@
 /*
- * cli_args.c - parsing numbers, token lists and enums from the command line.
+ * cli_args.c - parsing numbers, token lists and enums from the command line,
+ * and the model load with a progress line that the commands share.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "cli/cli_args.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
@@ -161,4 +165,51 @@ char *cli_read_stdin(size_t *len, size_t max) {
     if (buf) buf[n] = '\0';
     if (len) *len = n;
     return buf;
+}
+
+/* ---- model loading with progress ---------------------------------------------- */
+
+typedef struct load_progress {
+    const char *path;
+    double t0;
+    int shown;      /* percent last printed + 1; 0 = nothing printed yet */
+} load_progress;
+
+static load_progress g_progress;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void on_load_progress(double done, void *user) {
+    load_progress *p = user;
+    double t = mono_s() - p->t0;
+    if (!p->shown && t < 1.0) return; /* quick loads stay quiet */
+    int pct = (int)(done * 100.0);
+    if (done >= 1.0) {
+        fprintf(stderr, "\rloading %s: done in %.1f s\n", p->path, t);
+        p->shown = 0;
+        p->t0 = mono_s(); /* nothing more for this load */
+        return;
+    }
+    if (pct + 1 == p->shown) return;
+    p->shown = pct + 1;
+    fprintf(stderr, "\rloading %s: %3d%% (%.1f s)", p->path, pct, t);
+    fflush(stderr);
+}
+
+void cli_show_load_progress(pdl_model_options *mo, const char *path) {
+    if (!isatty(STDERR_FILENO)) return;
+    g_progress = (load_progress){.path = path, .t0 = mono_s()};
+    mo->progress = on_load_progress;
+    mo->progress_user = &g_progress;
+}
+
+int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl_error *err) {
+    cli_show_load_progress(mo, path);
+    int rc = pdl_model_load(out, path, mo, err);
+    if (rc && g_progress.shown) fputc('\n', stderr); /* end the progress line before the error */
+    return rc;
 }

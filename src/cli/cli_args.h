@@ -30,7 +30,16 @@ int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
  * NULL when out of memory or longer than max bytes. */
 char *cli_read_stdin(size_t *len, size_t max);
 
+/* pdl_model_load with a progress line on stderr when stderr is a terminal
+ * and the load takes more than a second. */
+int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl_error *err);
+/* The same progress display for loads that run elsewhere (the server's
+ * loader thread): sets mo->progress when stderr is a terminal. The state
+ * lives in static storage (one load at a time). */
+void cli_show_load_progress(pdl_model_options *mo, const char *path);
+
 /* Subcommands. */
+int cli_chat(int argc, char **argv);
 int cli_run(int argc, char **argv);
 int cli_logits(int argc, char **argv);
 int cli_info(int argc, char **argv);

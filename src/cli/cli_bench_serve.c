@@ -30,7 +30,7 @@ typedef struct bench_cfg {
     http_url url;
     const char *endpoint;
     const char *model;
-    const char *api_key;
+    char auth[512];        /* "Authorization: Bearer KEY\r\n" or "" */
     bool chat, ignore_eos;
     sem_t *slots;          /* max concurrency, or NULL */
 } bench_cfg;
@@ -102,14 +102,12 @@ static void *run_job(void *p) {
     if (c->ignore_eos) json_object_set_new(body, "ignore_eos", json_true());
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    char auth[512] = "";
-    if (c->api_key) snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", c->api_key);
     request_record *r = j->rec;
     r->ok = true;
     r->start = mono();
     int status = 0;
     char err[256] = "";
-    int rc = text ? http_post(&c->url, c->endpoint, auth, text, strlen(text), on_body, j, &status, err, sizeof err) : -1;
+    int rc = text ? http_post(&c->url, c->endpoint, c->auth, text, strlen(text), on_body, j, &status, err, sizeof err) : -1;
     r->end = mono();
     if (rc != 0) {
         r->ok = false;
@@ -134,9 +132,13 @@ static void usage(FILE *f) {
             "usage: pagedlm bench-serve --model NAME [--base-url http://127.0.0.1:8000] [--endpoint /v1/completions]\n"
             "       [--dataset-name random|jsonl] [--dataset-path FILE.jsonl] [--tokenizer MODEL_OR_DIR]\n"
             "       [--input-len 1024] [--output-len 128] [--range-ratio 0] [--prefix-len 0]\n"
+            "       (vLLM's spellings too: --random-input-len, --random-output-len, --random-range-ratio,\n"
+            "        --random-prefix-len)\n"
             "       [--num-prompts 1000] [--request-rate inf] [--seed 0] [--max-concurrency N] [--ignore-eos]\n"
             "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY]\n"
-            "  random dataset: random ids from the tokenizer's normal vocabulary (--tokenizer), decoded to text\n"
+            "  random dataset: random ids from the tokenizer's normal vocabulary (--tokenizer), decoded to text;\n"
+            "  without --tokenizer, through the server's own /tokenize and /detokenize (ids decoded, the text\n"
+            "  encoded again and cut to the drawn length)\n"
             "  /v1/chat/completions sends the prompt as one user message\n");
 }
 
@@ -166,17 +168,17 @@ int cli_bench_serve(int argc, char **argv) {
         else if (strcmp(a, "--save-result") == 0) save = v;
         else if (strcmp(a, "--api-key") == 0) api_key = v;
         else if (strcmp(a, "--metric-percentiles") == 0) pcts_s = v;
-        else if (strcmp(a, "--input-len") == 0) {
+        else if (strcmp(a, "--input-len") == 0 || strcmp(a, "--random-input-len") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &input_len)) return CLI_USAGE;
-        } else if (strcmp(a, "--output-len") == 0) {
+        } else if (strcmp(a, "--output-len") == 0 || strcmp(a, "--random-output-len") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &output_len)) return CLI_USAGE;
-        } else if (strcmp(a, "--prefix-len") == 0) {
+        } else if (strcmp(a, "--prefix-len") == 0 || strcmp(a, "--random-prefix-len") == 0) {
             if (cli_int(a, v, 0, 1 << 24, &prefix_len)) return CLI_USAGE;
         } else if (strcmp(a, "--num-prompts") == 0) {
             if (cli_int(a, v, 1, 1 << 20, &num_prompts)) return CLI_USAGE;
         } else if (strcmp(a, "--max-concurrency") == 0) {
             if (cli_int(a, v, 1, 1 << 16, &max_conc)) return CLI_USAGE;
-        } else if (strcmp(a, "--range-ratio") == 0) {
+        } else if (strcmp(a, "--range-ratio") == 0 || strcmp(a, "--random-range-ratio") == 0) {
             if (cli_float(a, v, &range_ratio) || range_ratio < 0 || range_ratio >= 1) {
                 fprintf(stderr, "error: --range-ratio must be in [0, 1)\n");
                 return CLI_USAGE;
@@ -211,8 +213,9 @@ int cli_bench_serve(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    bench_cfg cfg = {.endpoint = endpoint, .model = model, .api_key = api_key, .ignore_eos = ignore_eos,
+    bench_cfg cfg = {.endpoint = endpoint, .model = model, .ignore_eos = ignore_eos,
                      .chat = strstr(endpoint, "chat") != NULL};
+    if (api_key) snprintf(cfg.auth, sizeof cfg.auth, "Authorization: Bearer %s\r\n", api_key);
     if (!model) {
         fprintf(stderr, "error: bench-serve needs --model (the served model name)\n");
         return CLI_USAGE;
@@ -224,11 +227,15 @@ int cli_bench_serve(int argc, char **argv) {
     pdl_error err;
     bench_prompt *prompts = NULL;
     int n = (int)num_prompts;
-    if (strcmp(dataset, "random") == 0) {
-        if (!tokenizer) {
-            fprintf(stderr, "error: the random dataset needs --tokenizer MODEL_OR_DIR (the served model's tokenizer)\n");
-            return CLI_USAGE;
+    if (strcmp(dataset, "random") == 0 && !tokenizer) {
+        fprintf(stderr, "pagedlm bench-serve: no --tokenizer: making the prompts with the server's /tokenize and "
+                        "/detokenize\n");
+        if (dataset_random_remote(&cfg.url, cfg.auth, n, (int)input_len, (int)output_len, range_ratio, (int)prefix_len,
+                                  seed, &prompts, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            return CLI_FAIL;
         }
+    } else if (strcmp(dataset, "random") == 0) {
         pdl_model *tok = NULL;
         pdl_model_options mo = {.n_threads = 1};
         if (pdl_model_load(&tok, tokenizer, &mo, &err) ||

@@ -180,7 +180,7 @@ int cli_run(int argc, char **argv) {
     pdl_model *model = NULL;
     pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
     double t0 = now_s();
-    if (pdl_model_load(&model, model_path, &mo, &err)) {
+    if (cli_load_model(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }

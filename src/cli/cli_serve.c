@@ -156,6 +156,7 @@ int cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    cli_show_load_progress(&o.model, o.model_path);
     srv_server *s = NULL;
     pdl_error err;
     if (srv_start(&s, &o, &err)) {

@@ -16,6 +16,8 @@ static void usage(FILE *f) {
             "commands:\n"
             "  run     generate text from a prompt\n"
             "          pagedlm run -m MODEL -p PROMPT [-n N] [--temp T] [--seed S] [--threads N] [--json]\n"
+            "  chat    an interactive chat in the terminal (the model's chat template, history, streaming)\n"
+            "          pagedlm chat -m MODEL [--chat-template F] [--system TEXT] [--temp T]\n"
             "  logits  print the logits of a token sequence as JSON\n"
             "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
             "  info    print a model's hyperparameters as JSON\n"
@@ -49,6 +51,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "chat") == 0) return cli_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "logits") == 0) return cli_logits(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0) return cli_info(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cli_bench(argc - 1, argv + 1);

@@ -504,9 +504,10 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
  * with other processes using the file) and the row-major kernels, and so
  * does a model whose copies would not fit in the memory available (the
  * mapping can page; anonymous copies cannot without swap). */
-static int copy_matrices(pdl_model *m, pdl_error *err) {
+static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error *err) {
     const char *env = getenv("PAGEDLM_WEIGHT_PANELS");
     if (env && strcmp(env, "0") == 0) return 0;
+    pdl_load_progress_fn progress = opts ? opts->progress : NULL;
     pdl_model_weights *w = &m->w;
     size_t total = 0;
     uint8_t *at = NULL;
@@ -548,6 +549,8 @@ static int copy_matrices(pdl_model *m, pdl_error *err) {
                 at += bytes;
                 if (m->gguf) gguf_release(m->gguf, mapped, t->nbytes);
                 if (m->st) st_release(m->st, mapped, t->nbytes);
+                if (progress && at < (uint8_t *)m->matrices + total)
+                    progress((double)(at - (uint8_t *)m->matrices) / (double)total, opts->progress_user);
             }
         }
     }
@@ -586,11 +589,12 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
         m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
         if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");
     }
-    if (rc == 0) rc = copy_matrices(m, err);
+    if (rc == 0) rc = copy_matrices(m, opts, err);
     if (rc != 0) {
         pdl_model_free(m);
         return -1;
     }
+    if (opts && opts->progress) opts->progress(1.0, opts->progress_user);
     *out = m;
     return 0;
 }

@@ -137,3 +137,11 @@ void test_free_result(cmd_result *r) {
     free(r->out), free(r->err);
     r->out = r->err = NULL;
 }
+
+char *test_source_path(const char *rel) {
+    size_t n = strlen(PDL_SOURCE_DIR) + strlen(rel) + 2;
+    char *p = malloc(n);
+    REQUIRE(p != NULL);
+    snprintf(p, n, "%s/%s", PDL_SOURCE_DIR, rel);
+    return p;
+}

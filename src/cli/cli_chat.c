@@ -1,0 +1,360 @@
+/*
+ * cli_chat.c - `pagedlm chat`: an interactive chat in the terminal, as
+ * `llama-cli -cnv` and `ollama run` give one.
+ *
+ * Each turn renders the whole conversation with the model's chat template
+ * (or --chat-template FILE), runs it as one request through the engine and
+ * streams the answer as it comes. The conversation is kept across turns;
+ * when it no longer fits the model length, the oldest turns are dropped (a
+ * system prompt stays) and the user is told. Commands: /clear forgets the
+ * conversation, /exit (or end of input) quits; a line ending in '\' goes
+ * on on the next line. Ctrl-C stops the answer being written (the part
+ * written so far stays in the conversation) and returns to the prompt; at
+ * the prompt it says how to quit.
+ *
+ * What it is not for: serving many users (`pagedlm serve`), scripting
+ * (`pagedlm run`). Prompts and notes go to stderr, the answers to stdout.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli_args.h"
+#include "server/chat.h"
+#include "util/file_map.h"
+
+static void chat_usage(FILE *f) {
+    fprintf(f,
+            "usage: pagedlm chat -m MODEL [options]\n"
+            "  -m, --model PATH         .gguf file or Hugging Face folder\n"
+            "      --chat-template FILE Jinja chat template (default: the model's own)\n"
+            "  -s, --system TEXT        a system prompt for the conversation\n"
+            "  -n, --n-predict N        tokens per answer at most (default: up to the model length)\n"
+            "      --temp T             temperature; 0 = greedy (default 0.7)\n"
+            "      --top-p P            nucleus sampling (default 0.95)\n"
+            "      --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"
+            "      --seed S             random seed (default: from the clock)\n"
+            "  -t, --threads N          worker threads (default: all cores)\n"
+            "  -c, --ctx-size N         model length (default: the model's)\n"
+            "      --ignore-eos         keep writing after the end-of-sequence token (up to -n)\n"
+            "      --verbose            after each answer, the prompt and answer token counts and speed\n"
+            "\n"
+            "In the chat: /clear forgets the conversation, /exit or Ctrl-D quits, a line ending in '\\'\n"
+            "continues on the next line, Ctrl-C stops the answer being written.\n");
+}
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    interrupted = 1;
+}
+
+typedef struct answer {
+    char *text;
+    size_t len, cap;
+    int tokens;
+    bool done;
+    const char *finish;
+} answer;
+
+static void on_event(const pdl_event *ev, void *user) {
+    answer *a = user;
+    if (ev->kind == PDL_EVENT_TOKEN) a->tokens++;
+    if (ev->kind == PDL_EVENT_FINISHED) {
+        a->done = true;
+        a->finish = ev->finish_reason;
+    }
+    if (!ev->text_len) return;
+    fwrite(ev->text, 1, ev->text_len, stdout);
+    fflush(stdout);
+    if (a->len + ev->text_len + 1 > a->cap) {
+        size_t cap = (a->len + ev->text_len + 1) * 2;
+        char *p = realloc(a->text, cap);
+        if (!p) return;
+        a->text = p;
+        a->cap = cap;
+    }
+    memcpy(a->text + a->len, ev->text, ev->text_len);
+    a->len += ev->text_len;
+    a->text[a->len] = '\0';
+}
+
+/* One line of input (continued lines joined with '\n'); NULL at the end of
+ * input. *again is set when Ctrl-C interrupted the reading. */
+static char *read_message(bool tty, bool *again) {
+    char *msg = NULL, *line = NULL;
+    size_t msg_len = 0, cap = 0;
+    *again = false;
+    for (;;) {
+        if (tty) fputs(msg_len ? ". " : "> ", stderr);
+        errno = 0;
+        long long n = pdl_read_line(stdin, &line, &cap, PDL_READ_MAX_CONTEXT);
+        if (n <= 0) {
+            if (interrupted || errno == EINTR) {
+                clearerr(stdin);
+                interrupted = 0;
+                *again = true;
+            }
+            free(line);
+            if (*again || msg_len == 0) {
+                free(msg);
+                return NULL;
+            }
+            return msg; /* the end of input after a continued line */
+        }
+        if (line[n - 1] == '\n') line[--n] = '\0';
+        bool more = n > 0 && line[n - 1] == '\\';
+        if (more) line[--n] = '\0';
+        char *p = realloc(msg, msg_len + (size_t)n + 2);
+        if (!p) {
+            free(line), free(msg);
+            return NULL;
+        }
+        msg = p;
+        if (msg_len) msg[msg_len++] = '\n';
+        memcpy(msg + msg_len, line, (size_t)n + 1);
+        msg_len += (size_t)n;
+        if (!more) break;
+    }
+    free(line);
+    return msg;
+}
+
+static void add_message(json_t *history, const char *role, const char *content) {
+    json_array_append_new(history, json_pack("{s:s, s:s%}", "role", role, "content", content, strlen(content)));
+}
+
+/* The conversation rendered and tokenized; oldest turns (after a system
+ * message) are dropped while it leaves fewer than `room` tokens for the
+ * answer. Returns 0, or -1 with the reason printed. */
+static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_t **ids, size_t *n) {
+    json_t *request = json_object();
+    bool dropped = false;
+    for (;;) {
+        char *text = NULL;
+        srv_api_error e;
+        int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &e);
+        free(text);
+        if (rc) {
+            fprintf(stderr, "error: %s\n", e.message);
+            json_decref(request);
+            return -1;
+        }
+        if ((long long)*n + room <= max_len) break;
+        size_t first = json_array_size(history) > 0 &&
+                               strcmp(json_string_value(json_object_get(json_array_get(history, 0), "role")),
+                                      "system") == 0
+                           ? 1
+                           : 0;
+        if (json_array_size(history) <= first + 1) { /* only the new message is left */
+            fprintf(stderr, "error: the message takes %zu tokens; the model length is %d\n", *n, max_len);
+            free(*ids);
+            *ids = NULL;
+            json_decref(request);
+            return -1;
+        }
+        free(*ids);
+        *ids = NULL;
+        /* drop the oldest exchange: a user message and what answered it */
+        json_array_remove(history, first);
+        while (json_array_size(history) > first + 1 &&
+               strcmp(json_string_value(json_object_get(json_array_get(history, first), "role")), "user") != 0)
+            json_array_remove(history, first);
+        dropped = true;
+    }
+    if (dropped) fprintf(stderr, "[the oldest turns were dropped to fit the model length %d]\n", max_len);
+    json_decref(request);
+    return 0;
+}
+
+int cli_chat(int argc, char **argv) {
+    const char *model_path = NULL, *template_path = NULL, *system = NULL;
+    long n_predict = 0, threads = 0, ctx = 0, top_k = 40;
+    float temp = 0.7f, top_p = 0.95f;
+    uint64_t seed = 0;
+    bool have_seed = false, verbose = false, ignore_eos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            chat_usage(stdout);
+            return CLI_OK;
+        } else if (strcmp(a, "--verbose") == 0) {
+            verbose = true;
+        } else if (strcmp(a, "--ignore-eos") == 0) {
+            ignore_eos = true;
+        } else if (!(v = cli_value(argc, argv, &i))) {
+            return CLI_USAGE;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+            model_path = v;
+        } else if (strcmp(a, "--chat-template") == 0) {
+            template_path = v;
+        } else if (strcmp(a, "-s") == 0 || strcmp(a, "--system") == 0) {
+            system = v;
+        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
+            if (cli_int(a, v, 1, 1 << 30, &n_predict)) return CLI_USAGE;
+        } else if (strcmp(a, "--temp") == 0) {
+            if (cli_float(a, v, &temp)) return CLI_USAGE;
+            if (temp < 0) {
+                fprintf(stderr, "error: --temp must not be negative\n");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--top-p") == 0) {
+            if (cli_float(a, v, &top_p)) return CLI_USAGE;
+            if (!(top_p >= 0 && top_p <= 1)) {
+                fprintf(stderr, "error: --top-p must be in [0, 1]\n");
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (cli_int(a, v, 0, 1 << 30, &top_k)) return CLI_USAGE;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (cli_u64(a, v, &seed)) return CLI_USAGE;
+            have_seed = true;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
+        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
+            if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
+        } else {
+            fprintf(stderr, "error: unknown option '%s' for chat\n", a);
+            chat_usage(stderr);
+            return CLI_USAGE;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "error: chat needs -m MODEL\n");
+        chat_usage(stderr);
+        return CLI_USAGE;
+    }
+    if (!have_seed) seed = (uint64_t)time(NULL);
+
+    pdl_error err;
+    pdl_model *model = NULL;
+    pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+    if (cli_load_model(&model, model_path, &mo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        return CLI_FAIL;
+    }
+    srv_chat *chat = NULL;
+    pdl_engine *engine = NULL;
+    int rc = CLI_OK;
+    if (srv_chat_load(&chat, model, model_path, template_path, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        rc = CLI_FAIL;
+    } else if (!chat) {
+        fprintf(stderr, "error: %s has no chat template; give one with --chat-template FILE\n", model_path);
+        rc = CLI_FAIL;
+    }
+    pdl_engine_options eo = {.max_num_seqs = 1};
+    if (rc == CLI_OK && pdl_engine_create(&engine, model, &eo, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        rc = CLI_FAIL;
+    }
+    if (rc != CLI_OK) {
+        srv_chat_free(chat);
+        pdl_model_free(model);
+        return rc;
+    }
+    int max_len = pdl_engine_max_model_len(engine);
+
+    /* Ctrl-C interrupts reading (no SA_RESTART) and is polled between steps */
+    struct sigaction sa = {.sa_handler = on_sigint};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    bool tty = isatty(STDIN_FILENO);
+    if (tty)
+        fprintf(stderr, "pagedlm chat: %s (model length %d). /clear forgets, /exit quits, Ctrl-C stops an answer.\n",
+                model_path, max_len);
+
+    json_t *history = json_array();
+    if (system) add_message(history, "system", system);
+    int turn = 0;
+    for (;;) {
+        bool again;
+        char *msg = read_message(tty, &again);
+        if (!msg) {
+            if (again) {
+                fputs("\n(Ctrl-D or /exit to quit)\n", stderr);
+                continue;
+            }
+            break;
+        }
+        if (strcmp(msg, "/exit") == 0 || strcmp(msg, "/quit") == 0 || strcmp(msg, "/bye") == 0) {
+            free(msg);
+            break;
+        }
+        if (strcmp(msg, "/clear") == 0) {
+            json_array_clear(history);
+            if (system) add_message(history, "system", system);
+            fputs("[conversation cleared]\n", stderr);
+            free(msg);
+            continue;
+        }
+        if (msg[0] == '/' && msg[1] && !strchr(msg, ' ')) {
+            fprintf(stderr, "unknown command %s: /clear forgets the conversation, /exit quits\n", msg);
+            free(msg);
+            continue;
+        }
+        add_message(history, "user", msg);
+        free(msg);
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        int room = n_predict > 0 && n_predict < max_len / 2 ? (int)n_predict : 1;
+        if (render(chat, history, max_len, room, &ids, &n_ids)) {
+            json_array_remove(history, json_array_size(history) - 1);
+            continue;
+        }
+        answer a = {0};
+        pdl_request_params p = {.sampling = {.temperature = temp, .top_p = top_p, .top_k = (int)top_k,
+                                             .seed = seed + (uint64_t)turn++},
+                                .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .logprobs = -1,
+                                .prompt_logprobs = -1};
+        uint64_t id;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (pdl_engine_add_request(engine, ids, n_ids, &p, on_event, &a, &id, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            free(ids);
+            json_array_remove(history, json_array_size(history) - 1);
+            continue;
+        }
+        interrupted = 0;
+        int active = 1;
+        while (active > 0 && !a.done) {
+            if (interrupted) {
+                pdl_engine_abort(engine, id);
+                interrupted = 0;
+                break;
+            }
+            if (pdl_engine_step(engine, &active, &err)) {
+                fprintf(stderr, "\nerror: %s\n", err.message);
+                rc = CLI_FAIL;
+                break;
+            }
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        fputc('\n', stdout);
+        fflush(stdout);
+        if (a.finish && strcmp(a.finish, "abort") == 0) fputs("[stopped]\n", stderr);
+        else if (a.finish && strcmp(a.finish, "length") == 0) fputs("[the answer reached its length limit]\n", stderr);
+        if (verbose) {
+            double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            fprintf(stderr, "[prompt %zu tokens, answer %d tokens, %.1f tokens/s]\n", n_ids, a.tokens,
+                    dt > 0 ? a.tokens / dt : 0.0);
+        }
+        add_message(history, "assistant", a.text ? a.text : "");
+        free(a.text);
+        free(ids);
+        if (rc != CLI_OK) break;
+    }
+    json_decref(history);
+    pdl_engine_free(engine);
+    srv_chat_free(chat);
+    pdl_model_free(model);
+    return rc;
+}
