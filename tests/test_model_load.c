@@ -402,6 +402,38 @@ static void test_token_ids_outside_the_vocabulary_are_refused(void) {
     free(h);
 }
 
+typedef struct progress_log {
+    double last;
+    int calls, ends;
+    bool backwards;
+} progress_log;
+
+static void on_progress(double done, void *user) {
+    progress_log *p = user;
+    if (done < p->last) p->backwards = true;
+    p->last = done;
+    p->calls++;
+    p->ends += done == 1.0;
+}
+
+/* The load reports progress from 0 towards 1 as the matrices are laid out
+ * (one call per matrix here), and 1 exactly once, at the end. */
+static void test_load_progress_goes_to_one_once(void) {
+    build_opts o = {0};
+    char *g = write_gguf("progress.gguf", &o);
+    progress_log p = {0};
+    pdl_model_options mo = {.n_threads = 1, .progress = on_progress, .progress_user = &p};
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, g, &mo, &err) == 0, "%s", err.message);
+    pdl_model_free(m);
+    CHECK(!p.backwards);
+    CHECK_EQ_INT(p.ends, 1);
+    CHECK(p.last == 1.0);
+    CHECK_MSG(p.calls >= 2 * 7, "%d calls: expected one per matrix (7 per layer, 2 layers) and the end", p.calls);
+    free(g);
+}
+
 static void test_truncated_model_file_fails_cleanly(void) {
     build_opts o = {0};
     gguf_writer *w = gguf_model(&o);
@@ -493,6 +525,7 @@ int main(void) {
     RUN(test_overlapping_gguf_tensors_are_named);
     RUN(test_layer_count_and_non_finite_values_are_checked);
     RUN(test_token_ids_outside_the_vocabulary_are_refused);
+    RUN(test_load_progress_goes_to_one_once);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     return test_summary();
 }
