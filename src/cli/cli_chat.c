@@ -49,10 +49,20 @@ static void chat_usage(FILE *f) {
             "continues on the next line, Ctrl-C stops the answer being written.\n");
 }
 
-static volatile sig_atomic_t interrupted;
+/* Ctrl-C while an answer is written stops it (the step loop polls the
+ * flag); at the prompt the handler itself says how to quit, so no reading
+ * has to be interrupted (a signal between a check and a blocking read
+ * would be lost) and the terminal has already dropped the line typed. */
+static volatile sig_atomic_t interrupted, at_prompt;
 
 static void on_sigint(int sig) {
     (void)sig;
+    if (at_prompt) {
+        static const char msg[] = "\n(Ctrl-D or /exit to quit)\n> ";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        return;
+    }
     interrupted = 1;
 }
 
@@ -87,23 +97,18 @@ static void on_event(const pdl_event *ev, void *user) {
 }
 
 /* One line of input (continued lines joined with '\n'); NULL at the end of
- * input. *again is set when Ctrl-C interrupted the reading. */
-static char *read_message(bool tty, bool *again) {
+ * input. */
+static char *read_message(bool tty) {
     char *msg = NULL, *line = NULL;
     size_t msg_len = 0, cap = 0;
-    *again = false;
     for (;;) {
         if (tty) fputs(msg_len ? ". " : "> ", stderr);
-        errno = 0;
+        at_prompt = 1;
         long long n = pdl_read_line(stdin, &line, &cap, PDL_READ_MAX_CONTEXT);
+        at_prompt = 0;
         if (n <= 0) {
-            if (interrupted || errno == EINTR) {
-                clearerr(stdin);
-                interrupted = 0;
-                *again = true;
-            }
             free(line);
-            if (*again || msg_len == 0) {
+            if (msg_len == 0) {
                 free(msg);
                 return NULL;
             }
@@ -262,8 +267,7 @@ int cli_chat(int argc, char **argv) {
     }
     int max_len = pdl_engine_max_model_len(engine);
 
-    /* Ctrl-C interrupts reading (no SA_RESTART) and is polled between steps */
-    struct sigaction sa = {.sa_handler = on_sigint};
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     bool tty = isatty(STDIN_FILENO);
@@ -275,15 +279,8 @@ int cli_chat(int argc, char **argv) {
     if (system) add_message(history, "system", system);
     int turn = 0;
     for (;;) {
-        bool again;
-        char *msg = read_message(tty, &again);
-        if (!msg) {
-            if (again) {
-                fputs("\n(Ctrl-D or /exit to quit)\n", stderr);
-                continue;
-            }
-            break;
-        }
+        char *msg = read_message(tty);
+        if (!msg) break;
         if (strcmp(msg, "/exit") == 0 || strcmp(msg, "/quit") == 0 || strcmp(msg, "/bye") == 0) {
             free(msg);
             break;

@@ -138,6 +138,10 @@ void test_free_result(cmd_result *r) {
     r->out = r->err = NULL;
 }
 
+#ifndef PDL_SOURCE_DIR /* builds outside CMake (scripts/test-aarch64) run from the source tree */
+#define PDL_SOURCE_DIR "."
+#endif
+
 char *test_source_path(const char *rel) {
     size_t n = strlen(PDL_SOURCE_DIR) + strlen(rel) + 2;
     char *p = malloc(n);
