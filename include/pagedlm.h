@@ -152,21 +152,15 @@ int pdl_tokenizer_decode(const pdl_tokenizer *tok, const int32_t *ids, size_t n_
 
 typedef struct pdl_kv_cache pdl_kv_cache;
 
-/* A pool of n_blocks blocks of block_size tokens for every layer. */
+/* K/V storage for n_blocks blocks of block_size tokens, every layer. Who
+ * holds which block is the caller's business: the engine has its own block
+ * pool; a pdl_seq takes blocks 0, 1, ... of a cache of its own. */
 int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model,
                         pdl_kv_dtype dtype, int block_size, int n_blocks,
                         pdl_error *err);
 void pdl_kv_cache_free(pdl_kv_cache *kv);
 int pdl_kv_cache_block_size(const pdl_kv_cache *kv);
-int pdl_kv_cache_free_blocks(const pdl_kv_cache *kv);
 int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv);
-/* Takes one free block (reference count 1), or returns -1 when none is left. */
-int32_t pdl_kv_cache_alloc_block(pdl_kv_cache *kv);
-/* Another holder of a block (sequences sharing a prompt). */
-void pdl_kv_cache_ref_block(pdl_kv_cache *kv, int32_t block);
-/* Drops one reference; the block is free again when none is left. */
-void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block);
-int pdl_kv_cache_block_refs(const pdl_kv_cache *kv, int32_t block);
 /* Copies the first n_slots token slots of block src to block dst, every layer. */
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots);
 /* Bytes one block takes (K and V, all layers). */
@@ -216,11 +210,12 @@ int pdl_model_probe_selective_logits(pdl_model *model, bool *ok, char *reason, s
                                      pdl_error *err);
 
 /*
- * One sequence's KV blocks, for callers that run sequences one at a time
- * (pdl_generate, `pagedlm logits`). The engine's scheduler keeps its own.
+ * One sequence over a KV cache of its own, for callers that run a single
+ * sequence step by step (`pagedlm logits`, tests): its positions live in
+ * blocks 0, 1, ... of the cache in order. The engine keeps its own tables.
  */
 typedef struct pdl_seq {
-    int32_t *block_table; /* [n_blocks] blocks holding positions in order */
+    int32_t *block_table; /* [n_blocks] blocks holding positions in order (0, 1, ...) */
     int n_blocks, cap;
     int n_cached;         /* positions 0 .. n_cached-1 are in the cache */
     int32_t *scratch;     /* the batch arrays of one call, reused (no allocation per token) */
@@ -233,11 +228,12 @@ typedef enum pdl_logits_rows {
     PDL_LOGITS_ALL,       /* every row: n_logits = n_tokens */
 } pdl_logits_rows;
 
-/* Appends tokens at positions n_cached.. to the sequence (taking blocks from
- * kv as needed) in one forward, with logits for the rows asked. */
+/* Appends tokens at positions n_cached.. to the sequence (taking the
+ * cache's next blocks as needed) in one forward, with logits for the rows
+ * asked. */
 int pdl_seq_forward(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
                     pdl_logits_rows rows, float *logits_out, pdl_error *err);
-/* Gives the sequence's blocks back to kv and empties it. */
+/* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 
 /* ---------------------------------------------------------------------------
@@ -344,8 +340,15 @@ typedef struct pdl_engine_options {
                                     log line) to what the KV pool holds; > 0 = it must not exceed the model's
                                     context length, and creation fails when the pool cannot hold it */
     pdl_logits_mode logits_mode;
+    bool no_prefix_caching;      /* prefix caching is on unless this is set (vLLM's
+                                    --no-enable-prefix-caching) */
     pdl_log_fn log;              /* one line per notable event; NULL = stderr */
     void *log_user;
+    /* tests and debugging: called on the stepping thread with each row of
+     * logits the engine samples from (the raw row, before any sampling
+     * parameter); NULL = none */
+    void (*on_logits)(uint64_t request_id, int index, int position, const float *row, int vocab, void *user);
+    void *on_logits_user;
 } pdl_engine_options;
 
 typedef struct pdl_request_params {
@@ -361,6 +364,8 @@ typedef struct pdl_request_params {
     int logprobs;                /* top-N logprobs per generated token; -1 = none */
     int prompt_logprobs;         /* top-N logprobs per prompt token; -1 = none */
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */
+    const char *cache_salt;      /* prefix-cache isolation (vLLM's cache_salt): requests share cached
+                                    blocks only with requests of the same salt; NULL = none (copied) */
 } pdl_request_params;
 
 typedef enum pdl_event_kind {
@@ -383,6 +388,8 @@ typedef struct pdl_event {
     const char *finish_reason;   /* FINISHED: "stop", "length" or "abort" */
     const char *stop_string;     /* FINISHED by a stop string: which one (NUL-terminated); else NULL */
     int32_t stop_token;          /* FINISHED by a stop_ids token: its id; else -1 (EOS gives -1, as vLLM) */
+    int cached_tokens;           /* FINISHED: prompt tokens whose K/V came from the prefix cache (at the
+                                    sequence's first admission) */
 } pdl_event;
 
 /* Called from pdl_engine_step on the stepping thread. */
@@ -390,7 +397,11 @@ typedef void (*pdl_event_fn)(const pdl_event *ev, void *user);
 
 typedef struct pdl_engine_stats {
     int running, waiting;
-    int kv_blocks_total, kv_blocks_used;
+    int kv_blocks_total, kv_blocks_used;  /* used: held by a sequence */
+    int kv_blocks_cached;        /* free blocks that still hold a cached prefix (reused by a hit, else
+                                    evicted when needed) */
+    uint64_t prefix_cache_queries; /* prompt tokens looked up in the prefix cache (vLLM's counter) */
+    uint64_t prefix_cache_hits;  /* of those, found cached */
     uint64_t preemptions;
     uint64_t steps;
     uint64_t prompt_tokens, generation_tokens;

@@ -3,9 +3,11 @@
  * per step, sampled tokens and text out through each request's callback.
  *
  * A step: the scheduler plans (sched_schedule), the runner packs and runs
- * the forward (runner_execute), then this file walks the plan: prompt
- * logprobs, sampling, stop conditions, text with stop strings held back,
- * forks for n > 1, and finished sequences leave and free their blocks.
+ * the forward (runner_execute), then this file walks the plan: blocks that
+ * filled go to the prefix cache, prompt logprobs, sampling, stop
+ * conditions, text with stop strings held back, forks for n > 1 (blocks
+ * through the scheduler), and finished sequences leave and free their
+ * blocks.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -14,7 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/kv_cache.h"
+#include "engine/block_pool.h"
+#include "engine/engine_hooks.h"
+#include "model/kv_cache.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
@@ -27,7 +31,8 @@
 struct pdl_engine {
     pdl_model *model;
     pdl_engine_options opts;
-    pdl_kv_cache *kv;
+    pdl_kv_cache *kv;          /* K/V storage */
+    block_pool pool;           /* who holds which block; the prefix cache */
     sched sched;
     runner runner;
     bool selective;
@@ -116,11 +121,12 @@ int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_optio
     if (n_blocks < 0) rc = -1;
     if (rc == 0) rc = pdl_kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, err);
     if (rc == 0) rc = settle_model_len(e, mem, err);
+    if (rc == 0) rc = bpool_init(&e->pool, n_blocks, e->opts.block_size, !e->opts.no_prefix_caching, err);
     if (rc == 0) {
         sched_config sc = {.max_num_seqs = e->opts.max_num_seqs,
                            .max_num_batched_tokens = e->opts.max_num_batched_tokens,
                            .max_prefill_chunk = e->opts.max_prefill_chunk};
-        rc = sched_init(&e->sched, &sc, e->kv, err);
+        rc = sched_init(&e->sched, &sc, &e->pool, e->kv, err);
     }
     if (rc == 0) {
         switch (e->opts.logits_mode) {
@@ -150,6 +156,7 @@ static void seq_free(eng_seq *q) {
     if (!q) return;
     free(q->tokens);
     free(q->blocks);
+    free(q->block_hashes);
     free(q->held);
     free(q->out);
     pdl_sampler_free(q->sampler);
@@ -164,6 +171,7 @@ static void request_free(eng_request *r) {
     free(r->stop_ids);
     free(r->logit_bias);
     free(r->min_banned);
+    free(r->cache_salt);
     free(r);
 }
 
@@ -177,6 +185,7 @@ void pdl_engine_free(pdl_engine *e) {
     free(e->seqs);
     runner_free(&e->runner);
     sched_free(&e->sched);
+    bpool_free(&e->pool);
     pdl_kv_cache_free(e->kv);
     free(e);
 }
@@ -230,6 +239,8 @@ static eng_seq *seq_new(pdl_engine *e, eng_request *r, int index, const int32_t 
     q->n_tokens = n_tokens;
     q->n_prompt = n_prompt;
     q->prompt_logprobs_next = 1;
+    q->canon_last = -1;
+    q->n_cached_prompt = -1;
     pdl_sampler_add_prompt(q->sampler, tokens, (size_t)n_prompt);
     q->detok = pdl_detok_new(e->model, tokens, (size_t)n_tokens);
     return q;
@@ -283,6 +294,11 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
         for (int i = 0; i < p.n_stop_ids; i++) r->min_banned[r->n_min_banned++] = p.stop_ids[i];
         for (int i = 0; !p.ignore_eos && i < c->n_eos; i++) r->min_banned[r->n_min_banned++] = c->eos_ids[i];
     }
+    if (!oom && p.cache_salt) oom = !(r->cache_salt = strdup(p.cache_salt));
+    r->params.cache_salt = r->cache_salt;
+    r->root_hash = bpool_root_hash(r->cache_salt);
+    r->salt_check = bpool_extra_check(r->cache_salt);
+    r->no_prefix_cache = p.prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
     if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
         request_free(r);
         return pdl_fail_prefix(err, "request");
@@ -401,6 +417,7 @@ static void finish(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cau
         }
     }
     if (cause.string >= 0) ev.stop_string = q->req->stop_strings[cause.string];
+    ev.cached_tokens = q->n_cached_prompt > 0 ? q->n_cached_prompt : 0;
     ev.text = aborted || !q->held ? "" : q->held;
     ev.text_len = aborted ? 0 : q->held_len;
     ev.position = q->n_tokens - 1;
@@ -445,6 +462,7 @@ static int append_token(eng_seq *q, int32_t tok) {
  * when a stop condition holds. Returns -1 on out-of-memory. */
 static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
     const eng_request *r = q->req;
+    if (e->opts.on_logits) e->opts.on_logits(r->id, q->index, q->n_tokens - 1, row, e->runner.vocab, e->opts.on_logits_user);
     bool hold_stops = n_generated(q) < r->params.min_tokens;
     int32_t tok = pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
     if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
@@ -468,46 +486,26 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
     return 0;
 }
 
-/* n > 1: the other n - 1 sequences start from the finished prompt, sharing
- * its full blocks and copying the partly filled last one. */
-static int fork_children(pdl_engine *e, eng_seq *parent, pdl_error *err) {
+/* n > 1: the other n - 1 sequences start from the finished prompt (blocks
+ * shared through the scheduler); *kids gets the ones that run now (they
+ * sample their first token from the parent's row), *n_kids their count. */
+static int fork_children(pdl_engine *e, eng_seq *parent, eng_seq **kids, int *n_kids, pdl_error *err) {
     eng_request *r = parent->req;
     parent->fork_pending = false;
-    int bs = e->kv->block_size;
-    int full = parent->n_computed / bs, partial = parent->n_computed % bs;
+    *n_kids = 0;
+    int made = 0;
     for (int i = 1; i < r->n; i++) {
         eng_seq *c = seq_new(e, r, i, parent->tokens, parent->n_tokens, parent->n_prompt);
         if (!c) return pdl_fail(err, "engine: out of memory");
         c->prompt_logprobs_next = parent->n_prompt; /* prompt logprobs belong to sequence 0 */
+        c->n_cached_prompt = parent->n_cached_prompt;
         r->n_live++;
         if (track(e, c, err)) return -1;
-        c->blocks = malloc((size_t)(parent->n_blocks + 1) * sizeof *c->blocks);
-        bool ok = c->blocks != NULL;
-        if (ok) {
-            c->cap_blocks = parent->n_blocks + 1;
-            for (int b = 0; b < full; b++) {
-                pdl_kv_cache_ref_block(e->kv, parent->blocks[b]);
-                c->blocks[c->n_blocks++] = parent->blocks[b];
-            }
-            if (partial) {
-                int32_t nb = pdl_kv_cache_alloc_block(e->kv);
-                if (nb >= 0) {
-                    pdl_kv_cache_copy_block(e->kv, parent->blocks[full], nb, partial);
-                    c->blocks[c->n_blocks++] = nb;
-                } else {
-                    ok = false;
-                }
-            }
-        }
-        if (ok) {
-            c->n_computed = parent->n_computed;
-            if (sched_add_running(&e->sched, c, err)) return -1;
-        } else {
-            /* no block to copy into: it recomputes its prompt later */
-            sched_release_blocks(&e->sched, c);
-            if (sched_add(&e->sched, c, err)) return -1;
-        }
+        kids[made++] = c;
     }
+    int running = sched_fork(&e->sched, parent, kids, made, err);
+    if (running < 0) return -1;
+    *n_kids = running;
     return 0;
 }
 
@@ -549,23 +547,16 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
             int n = runner_logits_rows(en, rowbuf);
             const float *lg = e->runner.logits + (size_t)e->runner.logits_cu_seqlens[k] * e->runner.vocab;
             q->n_computed = en->start + en->n_new;
+            sched_cache_full_blocks(&e->sched, q);
             bool completes = q->n_computed == q->n_tokens;
             for (int j = 0; j < n; j++)
                 if (q->req->params.prompt_logprobs >= 0) emit_prompt_logprobs(e, q, rowbuf[j], lg + (size_t)j * e->runner.vocab);
             if (!completes || q->abort_requested) continue;
             const float *last = lg + (size_t)(n - 1) * e->runner.vocab;
-            if (q->fork_pending) rc = fork_children(e, q, err);
-            /* forked children sample their first token from the same row
-             * (collected first: a finishing sequence leaves e->seqs) */
+            /* forked children sample their first token from the same row */
             eng_seq *kids[64];
             int n_kids = 0;
-            if (rc == 0 && q->req->n > 1 && q->index == 0)
-                for (int i = 0; i < e->n_seqs && n_kids < 64; i++) {
-                    eng_seq *c = e->seqs[i];
-                    if (c->req == q->req && c != q && c->n_tokens == q->n_tokens && c->n_computed == q->n_computed &&
-                        c->state == SEQ_RUNNING)
-                        kids[n_kids++] = c;
-                }
+            if (q->fork_pending) rc = fork_children(e, q, kids, &n_kids, err);
             if (rc == 0) rc = sample_next(e, q, last, err);
             for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
         }
@@ -599,8 +590,11 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     memset(st, 0, sizeof *st);
     st->running = e->sched.n_running;
     st->waiting = e->sched.n_waiting;
-    st->kv_blocks_total = e->kv->n_blocks;
-    st->kv_blocks_used = e->kv->n_blocks - e->kv->n_free;
+    st->kv_blocks_total = e->pool.n_blocks;
+    st->kv_blocks_used = bpool_used(&e->pool);
+    st->kv_blocks_cached = e->pool.n_cached_free;
+    st->prefix_cache_queries = e->pool.queries;
+    st->prefix_cache_hits = e->pool.hits;
     st->preemptions = e->sched.preemptions;
     st->steps = e->steps;
     st->prompt_tokens = e->prompt_tokens;
@@ -609,3 +603,5 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
 }
 
 int pdl_engine_max_model_len(const pdl_engine *e) { return e->max_model_len; }
+
+block_pool *eng_block_pool(pdl_engine *e) { return &e->pool; }

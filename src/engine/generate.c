@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>
 
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/error.h"
 

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/block_pool.h"
 #include "engine/stop_match.h"
 #include "pagedlm.h"
 
@@ -32,6 +33,10 @@ typedef struct eng_request {
     pdl_logit_bias *logit_bias; /* [params.sampling.n_logit_bias] owned */
     int32_t *min_banned;        /* [n_min_banned] EOS and stop ids, banned until min_tokens are out */
     int n_min_banned;
+    char *cache_salt;           /* owned copy of params.cache_salt, or NULL */
+    bpool_hash root_hash;       /* the chain value before the first block (salt folded in) */
+    uint64_t salt_check;        /* bpool_extra_check of the salt, kept beside first blocks */
+    bool no_prefix_cache;       /* prompt logprobs: every prompt row is computed */
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;
@@ -51,6 +56,11 @@ typedef struct eng_seq {
 
     int32_t *blocks;            /* [n_blocks] the block table */
     int n_blocks, cap_blocks;
+    bpool_hash *block_hashes;   /* [n_block_hashes] chain hashes of the full blocks of `tokens` so far */
+    int n_block_hashes, cap_block_hashes;
+    int n_registered;           /* blocks [0, n_registered) are known to the prefix cache (taken or offered) */
+    int32_t canon_last;         /* the cached block standing for block n_registered - 1 (-1 = none) */
+    int n_cached_prompt;        /* prompt tokens the prefix cache gave at the first admission (-1 = not yet) */
 
     pdl_sampler *sampler;
     pdl_detok *detok;

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 #include "util/error.h"
 
 int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err) {

@@ -1,12 +1,15 @@
 /*
- * scheduler.c - continuous batching with chunked prefill and preemption by
- * recomputation (vLLM v1's policy, one step at a time).
+ * scheduler.c - continuous batching with chunked prefill, prefix caching and
+ * preemption by recomputation (vLLM v1's policy, one step at a time).
  *
  * Each step: every running sequence gets its next tokens (1 for a decode,
  * the next chunk for a prompt still being prefilled), oldest first, then
  * waiting sequences are admitted in order while the token budget, the
- * sequence limit and the block pool allow. A sequence whose blocks cannot
- * be found causes the newest running sequence to be preempted.
+ * sequence limit and the block pool allow. A sequence admitted with nothing
+ * computed first takes the cached blocks of its prompt's prefix (walking the
+ * block hashes from the start, stopping at the first miss, leaving at least
+ * its last token to compute: that row gives the logits). A sequence whose
+ * blocks cannot be found causes the newest running sequence to be preempted.
  */
 #include "engine/scheduler.h"
 
@@ -14,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 #include "util/error.h"
 
 static int grow_ptrs(eng_seq ***arr, int *cap, int need) {
@@ -28,9 +31,10 @@ static int grow_ptrs(eng_seq ***arr, int *cap, int need) {
     return 0;
 }
 
-int sched_init(sched *s, const sched_config *cfg, pdl_kv_cache *kv, pdl_error *err) {
+int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache *kv, pdl_error *err) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
+    s->pool = pool;
     s->kv = kv;
     if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0)
         return pdl_fail(err, "scheduler: max_num_seqs (%d) and max_num_batched_tokens (%d) must be positive",
@@ -65,29 +69,135 @@ static int insert_running(sched *s, eng_seq *seq, pdl_error *err) {
     return 0;
 }
 
-int sched_add_running(sched *s, eng_seq *seq, pdl_error *err) { return insert_running(s, seq, err); }
 
 void sched_release_blocks(sched *s, eng_seq *seq) {
-    for (int i = 0; i < seq->n_blocks; i++) pdl_kv_cache_release_block(s->kv, seq->blocks[i]);
+    bpool_release_all(s->pool, seq->blocks, seq->n_blocks);
     seq->n_blocks = 0;
     seq->n_computed = 0;
+    seq->n_registered = 0;
+    seq->canon_last = -1;
+}
+
+static int grow_blocks(eng_seq *seq, int n) {
+    if (n <= seq->cap_blocks) return 0;
+    int cap = seq->cap_blocks ? seq->cap_blocks : 8;
+    while (cap < n) cap *= 2;
+    int32_t *b = realloc(seq->blocks, (size_t)cap * sizeof *b);
+    if (!b) return -1;
+    seq->blocks = b;
+    seq->cap_blocks = cap;
+    return 0;
 }
 
 int sched_reserve(sched *s, eng_seq *seq, int n_positions) {
-    int bs = s->kv->block_size;
+    int bs = s->pool->block_size;
     int need = (n_positions + bs - 1) / bs - seq->n_blocks;
     if (need <= 0) return 0;
-    if (need > s->kv->n_free) return -1;
-    if (seq->n_blocks + need > seq->cap_blocks) {
-        int cap = seq->cap_blocks ? seq->cap_blocks : 8;
-        while (cap < seq->n_blocks + need) cap *= 2;
-        int32_t *b = realloc(seq->blocks, (size_t)cap * sizeof *b);
-        if (!b) return -1;
-        seq->blocks = b;
-        seq->cap_blocks = cap;
-    }
-    for (int i = 0; i < need; i++) seq->blocks[seq->n_blocks++] = pdl_kv_cache_alloc_block(s->kv);
+    if (!bpool_can_alloc(s->pool, need) || grow_blocks(seq, seq->n_blocks + need)) return -1;
+    for (int i = 0; i < need; i++) seq->blocks[seq->n_blocks++] = bpool_alloc(s->pool);
     return 0;
+}
+
+/* ---- prefix caching ------------------------------------------------------ */
+
+/* The chain hash of seq's full block b (computed once per sequence). */
+static int block_hash(sched *s, eng_seq *q, int b, bpool_hash *out) {
+    int bs = s->pool->block_size;
+    if (b >= q->cap_block_hashes) {
+        int cap = q->cap_block_hashes ? q->cap_block_hashes : 8;
+        while (cap <= b) cap *= 2;
+        bpool_hash *h = realloc(q->block_hashes, (size_t)cap * sizeof *h);
+        if (!h) return -1;
+        q->block_hashes = h;
+        q->cap_block_hashes = cap;
+    }
+    while (q->n_block_hashes <= b) {
+        int k = q->n_block_hashes;
+        bpool_hash parent = k ? q->block_hashes[k - 1] : q->req->root_hash;
+        q->block_hashes[k] = bpool_block_hash(s->pool, parent, q->tokens + (size_t)k * (size_t)bs);
+        q->n_block_hashes++;
+    }
+    *out = q->block_hashes[b];
+    return 0;
+}
+
+/* Takes the cached blocks of q's known tokens from the start, up to the
+ * first miss and never its last token; returns the tokens covered. */
+static int take_prefix(sched *s, eng_seq *q) {
+    block_pool *p = s->pool;
+    int bs = p->block_size;
+    if (!p->caching || q->req->no_prefix_cache || q->n_blocks > 0) return 0;
+    int max_blocks = (q->n_tokens - 1) / bs;
+    if (grow_blocks(q, max_blocks)) return 0;
+    int32_t parent = -1;
+    for (int b = 0; b < max_blocks; b++) {
+        bpool_hash h;
+        if (block_hash(s, q, b, &h)) break;
+        int32_t blk = bpool_take_cached(p, h, q->tokens + (size_t)b * (size_t)bs, parent,
+                                        b == 0 ? q->req->salt_check : 0);
+        if (blk < 0) break;
+        q->blocks[q->n_blocks++] = blk;
+        parent = blk;
+    }
+    q->n_computed = q->n_blocks * bs;
+    q->n_registered = q->n_blocks;
+    q->canon_last = parent;
+    return q->n_computed;
+}
+
+void sched_cache_full_blocks(sched *s, eng_seq *q) {
+    block_pool *p = s->pool;
+    int bs = p->block_size;
+    if (!p->caching) return;
+    while ((q->n_registered + 1) * bs <= q->n_computed && q->n_registered < q->n_blocks) {
+        int b = q->n_registered;
+        bpool_hash h;
+        if (block_hash(s, q, b, &h)) return;
+        int32_t canon = bpool_cache(p, q->blocks[b], h, q->tokens + (size_t)b * (size_t)bs, q->canon_last,
+                                    b == 0 ? q->req->salt_check : 0);
+        q->canon_last = canon >= 0 ? canon : q->blocks[b];
+        q->n_registered++;
+    }
+}
+
+/* ---- forks ----------------------------------------------------------------- */
+
+int sched_fork(sched *s, eng_seq *parent, eng_seq **children, int n, pdl_error *err) {
+    int bs = s->pool->block_size;
+    int full = parent->n_computed / bs, partial = parent->n_computed % bs;
+    int running = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq *c = children[i];
+        bool ok = grow_blocks(c, parent->n_blocks + 1) == 0;
+        for (int b = 0; ok && b < full; b++) {
+            bpool_ref(s->pool, parent->blocks[b]);
+            c->blocks[c->n_blocks++] = parent->blocks[b];
+        }
+        if (ok && partial) {
+            int32_t nb = bpool_alloc(s->pool);
+            if (nb >= 0) {
+                pdl_kv_cache_copy_block(s->kv, parent->blocks[full], nb, partial);
+                c->blocks[c->n_blocks++] = nb;
+            } else {
+                ok = false;
+            }
+        }
+        if (ok) {
+            c->n_computed = parent->n_computed;
+            c->n_registered = parent->n_registered < full ? parent->n_registered : full;
+            c->canon_last = c->n_registered == parent->n_registered ? parent->canon_last : -1;
+            if (c->n_registered && c->canon_last < 0) c->canon_last = c->blocks[c->n_registered - 1];
+            if (insert_running(s, c, err)) return -1;
+            /* the running ones first: they sample their first token now */
+            children[i] = children[running];
+            children[running++] = c;
+        } else {
+            /* no block to copy into: it recomputes its prompt later */
+            sched_release_blocks(s, c);
+            if (sched_add(s, c, err)) return -1;
+        }
+    }
+    return running;
 }
 
 static void remove_at(eng_seq **arr, int *n, int i) {
@@ -185,9 +295,18 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     /* 2. waiting sequences, in order, while everything allows */
     while (s->n_waiting > 0 && budget > 0 && s->n_running < s->cfg.max_num_seqs) {
         eng_seq *q = s->waiting[0];
+        int cached = take_prefix(s, q);
         int n = wanted(s, q);
         if (n > budget) n = budget;
-        if (sched_reserve(s, q, q->n_computed + n) != 0) break; /* wait for blocks */
+        if (sched_reserve(s, q, q->n_computed + n) != 0) {
+            sched_release_blocks(s, q); /* the cached blocks too: it waits for room */
+            break;
+        }
+        if (s->pool->caching && !q->req->no_prefix_cache) {
+            s->pool->queries += (uint64_t)q->n_tokens;
+            s->pool->hits += (uint64_t)cached;
+        }
+        if (q->n_cached_prompt < 0) q->n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
         if (insert_running(s, q, err) || push_entry(s, q, n, err)) return -1;
         s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};

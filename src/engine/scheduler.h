@@ -2,10 +2,13 @@
  * scheduler.h - deciding what runs in each step: which sequences, how many
  * new tokens each, under the token budget and the KV block pool.
  *
- * The scheduler owns the waiting queue, the running list and the KV block
- * allocation; its decision for a step is one plain struct (sched_output)
- * that the runner turns into a packed batch. It never looks at tensors,
- * logits or text.
+ * The scheduler owns the waiting queue and the running list, and takes
+ * every sequence's blocks from the block pool (block_pool.h): at admission
+ * it first takes the prompt's cached prefix blocks (prefix caching), after
+ * each step it offers the blocks that filled to the cache, and it forks the
+ * n samples of a prompt. Its decision for a step is one plain struct
+ * (sched_output) that the runner turns into a packed batch. It never looks
+ * at tensors, logits or text.
  */
 #ifndef PDL_ENGINE_SCHEDULER_H
 #define PDL_ENGINE_SCHEDULER_H
@@ -39,7 +42,8 @@ typedef struct sched_output {
 
 typedef struct sched {
     sched_config cfg;
-    pdl_kv_cache *kv;
+    block_pool *pool;
+    pdl_kv_cache *kv;           /* storage: a forked partial block is copied there */
     eng_seq **waiting;          /* FIFO; preempted sequences go to the front */
     int n_waiting, cap_waiting;
     eng_seq **running;          /* in admission order (oldest first) */
@@ -49,14 +53,11 @@ typedef struct sched {
     uint64_t preemptions;
 } sched;
 
-int sched_init(sched *s, const sched_config *cfg, pdl_kv_cache *kv, pdl_error *err);
+int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache *kv, pdl_error *err);
 void sched_free(sched *s);
 
 /* Queues a new (or forked) sequence at the back of the waiting queue. */
 int sched_add(sched *s, eng_seq *seq, pdl_error *err);
-/* Puts an already running sequence (a fork that got its blocks) in the
- * running list. */
-int sched_add_running(sched *s, eng_seq *seq, pdl_error *err);
 
 /* Builds this step's plan in *out (valid until the next call). Running
  * sequences are served first, oldest first; then waiting ones while the
@@ -75,5 +76,16 @@ void sched_release_blocks(sched *s, eng_seq *seq);
 /* Makes room for positions [0, n_positions) in seq's block table; -1 when
  * the pool has too few free blocks (nothing is taken then). */
 int sched_reserve(sched *s, eng_seq *seq, int n_positions);
+
+/* After a step: offers the blocks of seq that are now full (its first
+ * n_computed tokens) to the prefix cache. */
+void sched_cache_full_blocks(sched *s, eng_seq *seq);
+
+/* n > 1: children[0 .. n) start where parent (its prompt just computed)
+ * is: the full blocks shared, the partly filled last one copied. A child
+ * that gets no block for the copy waits to recompute its prompt. Returns
+ * how many children run now (they come first in children[]), or -1 (out of
+ * memory). */
+int sched_fork(sched *s, eng_seq *parent, eng_seq **children, int n, pdl_error *err);
 
 #endif

@@ -1,14 +1,15 @@
 /*
- * sequence.c - running one sequence through the packed-batch forward:
- * block allocation, slot mapping and logits rows for a single segment.
+ * sequence.c - running one sequence through the packed-batch forward over
+ * a KV cache of its own: blocks taken in order, slot mapping and logits
+ * rows for a single segment.
  *
- * The multi-sequence scheduler (engine issue) builds the same pdl_batch for
- * many sequences at once; this is the one-sequence case used by
- * pdl_generate and `pagedlm logits`.
+ * The engine builds the same pdl_batch for many sequences at once, with
+ * blocks from its block pool; this is the one-sequence case of `pagedlm
+ * logits` and the tests.
  */
 #include <stdlib.h>
 
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -22,18 +23,15 @@ static int seq_reserve(pdl_kv_cache *kv, pdl_seq *seq, int n_positions, pdl_erro
         seq->block_table = bt;
         seq->cap = cap;
     }
-    while (seq->n_blocks < need) {
-        int32_t b = pdl_kv_cache_alloc_block(kv);
-        if (b < 0)
-            return pdl_fail(err, "KV cache full: %d positions need %d blocks of %d tokens, %d blocks in the pool",
-                            n_positions, need, kv->block_size, kv->n_blocks);
-        seq->block_table[seq->n_blocks++] = b;
-    }
+    if (need > kv->n_blocks)
+        return pdl_fail(err, "KV cache full: %d positions need %d blocks of %d tokens, %d blocks in the cache",
+                        n_positions, need, kv->block_size, kv->n_blocks);
+    while (seq->n_blocks < need) seq->block_table[seq->n_blocks] = seq->n_blocks, seq->n_blocks++;
     return 0;
 }
 
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq) {
-    for (int i = 0; i < seq->n_blocks; i++) pdl_kv_cache_release_block(kv, seq->block_table[i]);
+    (void)kv;
     free(seq->block_table);
     free(seq->scratch);
     seq->block_table = NULL;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 #include "kernels/attention.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"

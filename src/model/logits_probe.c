@@ -33,7 +33,7 @@ int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_
     if (n == 1) rows[0] = 0;
     pdl_kv_cache *kv = NULL;
     if (pdl_kv_cache_create(&kv, m, PDL_KV_F32, n, 1, err)) return -1;
-    int32_t block0 = pdl_kv_cache_alloc_block(kv);
+    int32_t block0 = 0; /* the cache is this sequence's own */
     const int32_t *tables[1] = {&block0};
     int32_t cu[2] = {0, n};
     float *full = malloc((size_t)2 * n_rows * c->vocab * sizeof *full);

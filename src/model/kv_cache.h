@@ -1,18 +1,21 @@
 /*
- * kv_cache.h - the paged key/value store the forward writes and attends over.
+ * kv_cache.h - the paged key/value storage the forward writes and attends
+ * over: layout and addresses, nothing else.
  *
  * Memory is one pool of blocks; a block holds block_size token slots for
- * every layer, K and V. Slot s = block * block_size + offset. A sequence
- * owns a list of blocks (its block table, kept by the caller), so its
- * positions need not be contiguous in memory. Layout per layer, F16 or
- * F32: v[layer][slot][kv_dim]; k[layer][block][kv_dim][block_size], each
- * block dimension-major so that one dimension of a block's keys is one
- * vector load (kernels/attention.h, pdl_attn_k_index).
- * Blocks are reference-counted so several sequences (the n samples of one
- * prompt) can share the blocks of their common prefix.
+ * every layer, K and V. Slot s = block * block_size + offset. A sequence's
+ * blocks are listed in its block table, so its positions need not be
+ * contiguous in memory. Layout per layer, F16 or F32:
+ * v[layer][slot][kv_dim]; k[layer][block][kv_dim][block_size], each block
+ * dimension-major so that one dimension of a block's keys is one vector
+ * load (kernels/attention.h, pdl_attn_k_index).
+ * What it is not for: deciding who holds which block. The engine's block
+ * pool (src/engine/block_pool.h) allocates, shares, caches and evicts
+ * blocks; a pdl_seq (one sequence over a cache of its own) takes them in
+ * order from block 0.
  */
-#ifndef PDL_ENGINE_KV_CACHE_H
-#define PDL_ENGINE_KV_CACHE_H
+#ifndef PDL_MODEL_KV_CACHE_H
+#define PDL_MODEL_KV_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -28,9 +31,6 @@ struct pdl_kv_cache {
     size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
     void *k;             /* [n_layers][n_blocks][kv_dim][block_size] */
     void *v;             /* [n_layers][n_blocks * block_size][kv_dim] */
-    int32_t *free_list;  /* [n_blocks] stack of free block ids */
-    int n_free;
-    int32_t *refs;       /* [n_blocks] holders of each block; 0 = free */
 };
 
 /* Address of `layer`'s K pool (blocks laid out as above). */

@@ -1,10 +1,10 @@
 /*
- * kv_cache.c - allocation of the block pool and of single blocks.
+ * kv_cache.c - the K/V storage: its memory, and copying a block.
  *
  * The K and V pools are huge-page buffers (util/huge_alloc.h): attention
  * reads them in long runs, and their pages are only backed once used.
  */
-#include "engine/kv_cache.h"
+#include "model/kv_cache.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -33,16 +33,11 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
                    kv->elem_bytes;
     kv->k = pdl_huge_alloc(bytes);
     kv->v = pdl_huge_alloc(bytes);
-    kv->free_list = malloc((size_t)n_blocks * sizeof *kv->free_list);
-    kv->refs = calloc((size_t)n_blocks, sizeof *kv->refs);
-    if (!kv->k || !kv->v || !kv->free_list || !kv->refs) {
+    if (!kv->k || !kv->v) {
         pdl_kv_cache_free(kv);
         return pdl_fail(err, "kv cache: out of memory for %d blocks of %d tokens (%zu bytes each for K and V)",
                         n_blocks, block_size, bytes);
     }
-    /* Hand out low block ids first. */
-    for (int i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
-    kv->n_free = n_blocks;
     *out = kv;
     return 0;
 }
@@ -51,35 +46,11 @@ void pdl_kv_cache_free(pdl_kv_cache *kv) {
     if (!kv) return;
     pdl_huge_free(kv->k);
     pdl_huge_free(kv->v);
-    free(kv->free_list);
-    free(kv->refs);
     free(kv);
 }
 
 int pdl_kv_cache_block_size(const pdl_kv_cache *kv) { return kv->block_size; }
-int pdl_kv_cache_free_blocks(const pdl_kv_cache *kv) { return kv->n_free; }
-
 int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv) { return kv->n_blocks; }
-
-int32_t pdl_kv_cache_alloc_block(pdl_kv_cache *kv) {
-    if (kv->n_free == 0) return -1;
-    int32_t b = kv->free_list[--kv->n_free];
-    kv->refs[b] = 1;
-    return b;
-}
-
-void pdl_kv_cache_ref_block(pdl_kv_cache *kv, int32_t block) {
-    if (block >= 0 && block < kv->n_blocks && kv->refs[block] > 0) kv->refs[block]++;
-}
-
-void pdl_kv_cache_release_block(pdl_kv_cache *kv, int32_t block) {
-    if (block < 0 || block >= kv->n_blocks || kv->refs[block] <= 0) return; /* not held: ignore */
-    if (--kv->refs[block] == 0) kv->free_list[kv->n_free++] = block;
-}
-
-int pdl_kv_cache_block_refs(const pdl_kv_cache *kv, int32_t block) {
-    return block >= 0 && block < kv->n_blocks ? kv->refs[block] : 0;
-}
 
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
     size_t row = (size_t)kv->kv_dim * kv->elem_bytes, kblock = row * (size_t)kv->block_size;
