@@ -299,22 +299,6 @@ void pdl_sampler_free(pdl_sampler *s);
  * most likely tokens in top[0..n) (descending; ties -> lower id). */
 void pdl_logprobs(const float *logits, int vocab, int32_t chosen, float *chosen_logprob, pdl_logprob *top, int n);
 
-/* Called for each generated token; return false to stop early. */
-typedef bool (*pdl_token_callback)(int32_t token, const char *text, void *user);
-
-typedef struct pdl_generate_params {
-    int max_tokens;
-    pdl_sampling sampling;
-    pdl_kv_dtype kv_dtype;
-    bool stop_at_eos;
-} pdl_generate_params;
-
-/* Greedy or sampled continuation of one prompt; *out_ids (malloc'ed) holds
- * the generated ids. Stops at max_tokens, EOS, or the context length. */
-int pdl_generate(pdl_model *model, const int32_t *prompt, size_t n_prompt,
-                 const pdl_generate_params *params, pdl_token_callback cb,
-                 void *user, int32_t **out_ids, size_t *n_out, pdl_error *err);
-
 /* ---------------------------------------------------------------------------
  * The engine: continuous batching over a paged KV cache
  * ------------------------------------------------------------------------- */

@@ -200,8 +200,19 @@ static void test_stories_logits_match_float64_reference(void) {
     json_decref(ref);
 }
 
-/* Greedy generation through pdl_generate (F16 KV, the default) against
- * llama2.c's tokens: the prompt case (60 new tokens) and 200 from BOS. */
+typedef struct greedy_out {
+    int32_t tokens[512];
+    size_t n;
+} greedy_out;
+
+static void on_greedy(const pdl_event *ev, void *user) {
+    greedy_out *g = user;
+    if (ev->kind == PDL_EVENT_TOKEN && g->n < 512) g->tokens[g->n++] = ev->token;
+}
+
+/* Greedy generation through the engine (`pagedlm run`'s path; F16 KV, the
+ * default, and F32) against llama2.c's tokens: the prompt case (60 new
+ * tokens) and 200 from BOS. */
 static void check_stories_greedy(const char *model_rel) {
     json_t *ref = load_json("reference/stories260K-greedy.json");
     json_t *cases = json_object_get(ref, "cases");
@@ -216,12 +227,18 @@ static void check_stories_greedy(const char *model_rel) {
         pdl_model_options o = {.ctx_size = 512};
         REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s", err.message);
         for (int kvt = 0; kvt < 2; kvt++) {
-            pdl_generate_params gp = {.max_tokens = (int)(n_all - n_prompt), .sampling = {.temperature = 0},
-                                      .kv_dtype = kvt ? PDL_KV_F32 : PDL_KV_F16, .stop_at_eos = true};
-            int32_t *gen = NULL;
-            size_t n_gen = 0;
-            REQUIRE_MSG(pdl_generate(m, prompt, n_prompt, &gp, NULL, NULL, &gen, &n_gen, &err) == 0, "%s",
+            pdl_engine_options eo = {.kv_dtype = kvt ? PDL_KV_F32 : PDL_KV_F16, .max_num_seqs = 1};
+            pdl_engine *e = NULL;
+            REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+            pdl_request_params rp = {.max_tokens = (int)(n_all - n_prompt), .logprobs = -1, .prompt_logprobs = -1};
+            static greedy_out out;
+            out.n = 0;
+            REQUIRE_MSG(pdl_engine_add_request(e, prompt, n_prompt, &rp, on_greedy, &out, NULL, &err) == 0, "%s",
                         err.message);
+            REQUIRE_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+            pdl_engine_free(e);
+            const int32_t *gen = out.tokens;
+            size_t n_gen = out.n;
             CHECK_EQ_INT(n_gen, n_all - n_prompt);
             size_t first_diff = n_gen;
             for (size_t k = 0; k < n_gen && k < n_all - n_prompt; k++)
@@ -231,7 +248,6 @@ static void check_stories_greedy(const char *model_rel) {
                 }
             CHECK_MSG(first_diff == n_gen, "%s (%s KV): %zu-token prompt: first differing token at %zu", model_rel,
                       kvt ? "F32" : "F16", n_prompt, first_diff);
-            free(gen);
         }
         pdl_model_free(m);
         free(path);

@@ -30,11 +30,14 @@ typedef struct batch_item {
     char **text;              /* [n] */
     size_t *text_len;
     const char **finish;      /* [n] */
+    int cached_tokens;        /* prompt tokens the prefix cache gave */
+    char *cache_salt;
 } batch_item;
 
 static void item_free(batch_item *it) {
     json_decref(it->id);
     free(it->prompt);
+    free(it->cache_salt);
     for (int i = 0; i < it->params.n_stop; i++) free(it->stop[i]);
     free(it->stop);
     free(it->stop_ids);
@@ -70,6 +73,7 @@ static void on_event(const pdl_event *ev, void *user) {
         if (it->logprobs) json_array_append_new(it->logprobs[i], logprob_entry(ev->token, ev->logprob, ev->top, ev->n_top));
     } else {
         it->finish[i] = ev->finish_reason; /* static strings */
+        if (i == 0) it->cached_tokens = ev->cached_tokens;
     }
     size_t n = ev->text ? ev->text_len : 0;
     if (n) {
@@ -105,7 +109,7 @@ static int get_int(json_t *o, const char *key, long lo, long hi, int *out, const
 static const char *const KNOWN_FIELDS[] = {
     "id", "prompt", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repetition_penalty",
     "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos", "logprobs",
-    "prompt_logprobs", "n", NULL};
+    "prompt_logprobs", "n", "cache_salt", NULL};
 
 static int parse_item(pdl_model *model, json_t *o, int default_max_tokens, batch_item *it, const char *path,
                       int line) {
@@ -169,6 +173,12 @@ static int parse_item(pdl_model *model, json_t *o, int default_max_tokens, batch
     it->n = 1;
     if (get_int(o, "n", 1, 64, &it->n, path, line) < 0) return -1;
     rp->n = it->n;
+    v = json_object_get(o, "cache_salt");
+    if (v && !json_is_null(v)) {
+        if (!json_is_string(v) || json_string_length(v) == 0) return LINE_ERR("field 'cache_salt' must be a non-empty string");
+        if (!(it->cache_salt = strdup(json_string_value(v)))) return LINE_ERR("out of memory");
+        rp->cache_salt = it->cache_salt;
+    }
     v = json_object_get(o, "ignore_eos");
     if (v && !json_is_null(v)) {
         if (!json_is_boolean(v)) return LINE_ERR("field 'ignore_eos' must be true or false");
@@ -291,9 +301,11 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
         pdl_engine_stats st;
         pdl_engine_get_stats(engine, &st);
         fprintf(stderr, "pagedlm: %d requests, %llu prompt + %llu generated tokens in %llu steps, %llu preemptions, "
-                "%s logits\n", n_items, (unsigned long long)st.prompt_tokens,
-                (unsigned long long)st.generation_tokens, (unsigned long long)st.steps,
-                (unsigned long long)st.preemptions, st.selective_logits ? "selective" : "full");
+                "%s logits, %llu of %llu prompt tokens from the prefix cache\n", n_items,
+                (unsigned long long)st.prompt_tokens, (unsigned long long)st.generation_tokens,
+                (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+                st.selective_logits ? "selective" : "full", (unsigned long long)st.prefix_cache_hits,
+                (unsigned long long)st.prefix_cache_queries);
         for (int k = 0; k < n_items; k++) {
             batch_item *it = &items[k];
             for (int i = 0; i < it->n; i++) {
@@ -306,6 +318,7 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
                 json_object_set(o, "tokens", it->tokens[i]);
                 json_object_set_new(o, "text", json_stringn(it->text[i] ? it->text[i] : "", it->text_len[i]));
                 json_object_set_new(o, "finish_reason", json_string(it->finish[i] ? it->finish[i] : "abort"));
+                json_object_set_new(o, "cached_tokens", json_integer(it->cached_tokens));
                 if (it->logprobs) json_object_set(o, "logprobs", it->logprobs[i]);
                 if (it->prompt_logprobs && i == 0) json_object_set(o, "prompt_logprobs", it->prompt_logprobs);
                 char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));

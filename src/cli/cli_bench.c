@@ -43,6 +43,7 @@ typedef struct bench_result {
     double mean, sd, median;
     double gbps; /* decode: weight bytes read per token x tokens/s (batch 1) */
     double gflops; /* achieved: the test's floating-point work per second */
+    long cached;   /* prompt tokens served by the prefix cache over the runs (random prompts: 0) */
 } bench_result;
 
 /* ---- timing one run through the engine ------------------------------------ */
@@ -54,6 +55,7 @@ typedef struct run_clock {
     double t_end;
     long tokens_after;    /* tokens generated after t_all_first */
     int finished;
+    long cached;          /* prompt tokens the prefix cache gave (0 unless prompts repeat) */
 } run_clock;
 
 typedef struct seq_clock {
@@ -74,6 +76,7 @@ static void on_seq_event(const pdl_event *ev, void *user) {
     } else if (ev->kind == PDL_EVENT_FINISHED) {
         c->finished++;
         c->t_end = t;
+        c->cached += ev->cached_tokens;
     }
 }
 
@@ -87,7 +90,8 @@ static uint64_t rng_next(uint64_t *s) {
 /* One run: batch sequences with n_prompt random tokens each, n_gen tokens.
  * Returns tokens/s: prompt tokens per second of prefill when n_gen == 1,
  * else aggregate generated tokens per second after every first token. */
-static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, double *tps) {
+static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, double *tps,
+                    long *cached) {
     run_clock c = {.batch = batch};
     seq_clock sc[256];
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
@@ -110,6 +114,7 @@ static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch
     }
     if (n_gen <= 1) *tps = (double)n_prompt * batch / (c.t_end - t0);
     else *tps = c.tokens_after / (c.t_end - c.t_all_first);
+    *cached += c.cached;
     return 0;
 }
 
@@ -320,7 +325,10 @@ int cli_bench(int argc, char **argv) {
         else snprintf(r->test, sizeof r->test, "tg%d", r->n_gen);
         for (int rep = 0; rep <= reps && rc == CLI_OK; rep++) {
             double tps;
-            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, 1234 + (uint64_t)rep * 7, &tps)) rc = CLI_FAIL;
+            /* every run's prompts are new (a seed per test and run): the prefix
+             * cache must not serve a prompt the bench measures as computed */
+            uint64_t seed = 1234 + (uint64_t)t * 1000003 + (uint64_t)rep * 7;
+            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, seed, &tps, &r->cached)) rc = CLI_FAIL;
             else if (rep > 0) r->samples[r->n_samples++] = tps; /* rep 0 warms up */
             done++;
             if (tty) {
@@ -385,9 +393,9 @@ int cli_bench(int argc, char **argv) {
                 printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
                        "\"cpu\": \"%s\", \"isa\": \"%s\", \"cpu_features\": \"%s\", \"threads\": %d, "
                        "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
-                       "\"peak_rss_mb\": %.1f, \"gflops\": %.1f",
+                       "\"peak_rss_mb\": %.1f, \"gflops\": %.1f, \"cached_tokens\": %ld",
                        r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, model_path,
-                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops);
+                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached);
                 if (roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
                            "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",

@@ -1,5 +1,7 @@
 /*
- * cli_run.c - `pagedlm run`: generate a continuation of one prompt.
+ * cli_run.c - `pagedlm run`: generate a continuation of one prompt, as one
+ * request through the engine (the same path as the server's: stop strings,
+ * n samples, logprobs and the prefix cache come with it).
  *
  * Streams the continuation to stdout as it is produced (or prints one JSON
  * object with --json); model information and speed go to stderr.
@@ -22,10 +24,15 @@ static void run_usage(FILE *f) {
             "      --tokens IDS        prompt as comma-separated token ids instead of text\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
             "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+            "      --top-k K, --top-p P, --min-p P   sampling filters (default off)\n"
             "      --seed S            random seed (default: from the clock, printed on stderr)\n"
+            "      --stop TEXT         end the text at this string (repeatable; not printed)\n"
+            "      --samples N         N continuations of the prompt (sharing its KV blocks; default 1)\n"
+            "      --logprobs N        with --json: the top-N log-probabilities of every generated token\n"
             "  -t, --threads N         worker threads (default: all cores)\n"
             "  -c, --ctx-size N        context length (default: the model's)\n"
             "      --kv-cache-dtype T  f16 (default) or f32\n"
+            "      --no-enable-prefix-caching  with --batch-file: recompute every prompt\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
             "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
             "      --verbose           also print on stderr the selective-logits probe's decision (accepted or\n"
@@ -45,37 +52,61 @@ static void run_usage(FILE *f) {
             "      --logits auto|full|selective  head over sampled rows only (auto: when the load-time probe passes)\n");
 }
 
+#define MAX_SAMPLES 64
+
+/* What the request produced, per sample. */
 typedef struct run_output {
-    bool json;
-    bool ids_only;  /* no tokenizer: print token ids instead of text */
-    char *text;     /* accumulated text for --json */
-    size_t len, cap;
+    bool json, stream;  /* stream: print sample 0's text as it comes */
+    bool ids_only;      /* no tokenizer: token ids instead of text */
+    int n;
+    json_t *tokens[MAX_SAMPLES], *logprobs[MAX_SAMPLES];
+    char *text[MAX_SAMPLES];
+    size_t len[MAX_SAMPLES];
+    const char *finish[MAX_SAMPLES];
+    size_t n_generated;
 } run_output;
 
-static bool on_token(int32_t token, const char *text, void *user) {
+static void on_event(const pdl_event *ev, void *user) {
     run_output *o = user;
-    size_t n = strlen(text);
-    if (o->ids_only) {
-        if (!o->json && token >= 0) printf("%d ", token);
+    int i = ev->index;
+    if (i < 0 || i >= o->n) return;
+    if (ev->kind == PDL_EVENT_TOKEN) {
+        o->n_generated++;
+        json_array_append_new(o->tokens[i], json_integer(ev->token));
+        if (o->logprobs[i]) {
+            json_t *top = json_array();
+            for (int k = 0; k < ev->n_top; k++)
+                json_array_append_new(top, json_pack("{s:i, s:f}", "token", ev->top[k].token, "logprob",
+                                                     (double)ev->top[k].logprob));
+            json_array_append_new(o->logprobs[i], json_pack("{s:i, s:f, s:o}", "token", ev->token, "logprob",
+                                                            (double)ev->logprob, "top", top));
+        }
+        if (o->ids_only && o->stream) {
+            printf("%d ", ev->token);
+            fflush(stdout);
+        }
+    } else if (ev->kind == PDL_EVENT_FINISHED) {
+        o->finish[i] = ev->finish_reason;
+    }
+    if (!ev->text_len) return;
+    if (o->stream && i == 0) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
         fflush(stdout);
-        return true;
     }
-    if (!o->json) {
-        fwrite(text, 1, n, stdout);
-        fflush(stdout);
-        return true;
-    }
-    if (o->len + n + 1 > o->cap) {
-        size_t cap = (o->len + n + 1) * 2;
-        char *p = realloc(o->text, cap);
-        if (!p) return false;
-        o->text = p;
-        o->cap = cap;
-    }
-    memcpy(o->text + o->len, text, n);
-    o->len += n;
-    o->text[o->len] = '\0';
-    return true;
+    char *p = realloc(o->text[i], o->len[i] + ev->text_len + 1);
+    if (!p) return;
+    memcpy(p + o->len[i], ev->text, ev->text_len);
+    o->len[i] += ev->text_len;
+    p[o->len[i]] = '\0';
+    o->text[i] = p;
+}
+
+/* The sample as JSON: {"tokens", "text", "finish_reason"[, "logprobs"]}. */
+static json_t *sample_json(run_output *o, int i) {
+    json_t *c = json_pack("{s:O, s:s%, s:s}", "tokens", o->tokens[i], "text", o->text[i] ? o->text[i] : "", o->len[i],
+                          "finish_reason", o->finish[i] ? o->finish[i] : "abort");
+    if (o->logprobs[i]) json_object_set(c, "logprobs", o->logprobs[i]);
+    return c;
 }
 
 static double now_s(void) {
@@ -102,10 +133,12 @@ static int print_probe(pdl_model *model) {
 
 int cli_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
+    const char *stops[64];
+    int n_stops = 0;
     pdl_engine_options eo = {0};
     long lv;
-    long n_predict = 128, threads = 0, ctx = 0;
-    float temp = 0.8f;
+    long n_predict = 128, threads = 0, ctx = 0, n_samples = 1, n_logprobs = -1, top_k = 0;
+    float temp = 0.8f, top_p = 0, min_p = 0;
     uint64_t seed = 0;
     bool have_seed = false, json = false, ignore_eos = false, verbose = false;
     pdl_kv_dtype kv_dtype = PDL_KV_F16;
@@ -120,6 +153,10 @@ int cli_run(int argc, char **argv) {
             ignore_eos = true;
         } else if (strcmp(a, "--verbose") == 0) {
             verbose = true;
+        } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
+            eo.no_prefix_caching = true;
+        } else if (strcmp(a, "--enable-prefix-caching") == 0) {
+            eo.no_prefix_caching = false;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -139,6 +176,24 @@ int cli_run(int argc, char **argv) {
         } else if (strcmp(a, "--seed") == 0) {
             if (cli_u64(a, v, &seed)) return CLI_USAGE;
             have_seed = true;
+        } else if (strcmp(a, "--top-k") == 0) {
+            if (cli_int(a, v, 0, 1 << 30, &top_k)) return CLI_USAGE;
+        } else if (strcmp(a, "--top-p") == 0 || strcmp(a, "--min-p") == 0) {
+            float *f = a[2] == 't' ? &top_p : &min_p;
+            if (cli_float(a, v, f) || !(*f >= 0 && *f <= 1)) {
+                fprintf(stderr, "error: %s must be in [0, 1]\n", a);
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--stop") == 0) {
+            if (n_stops == 64 || !v[0]) {
+                fprintf(stderr, "error: --stop takes a non-empty string, at most 64 times\n");
+                return CLI_USAGE;
+            }
+            stops[n_stops++] = v;
+        } else if (strcmp(a, "--samples") == 0) {
+            if (cli_int(a, v, 1, MAX_SAMPLES, &n_samples)) return CLI_USAGE;
+        } else if (strcmp(a, "--logprobs") == 0) {
+            if (cli_int(a, v, 0, 20, &n_logprobs)) return CLI_USAGE;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
         } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
@@ -215,44 +270,82 @@ int cli_run(int argc, char **argv) {
             model_path, info.arch, info.weight_types, info.n_layers, info.hidden, info.vocab, info.ctx_len,
             t_load * 1e3, (unsigned long long)seed);
 
-    run_output out = {.json = json, .ids_only = !pdl_model_has_tokenizer(model)};
+    run_output out = {.json = json, .stream = !json, .ids_only = !pdl_model_has_tokenizer(model), .n = (int)n_samples};
     if (out.ids_only && rc == CLI_OK) fprintf(stderr, "pagedlm: no tokenizer for this model: printing token ids\n");
-    int32_t *gen = NULL;
-    size_t n_gen = 0;
-    if (rc == CLI_OK) {
-        pdl_generate_params gp = {
-            .max_tokens = (int)n_predict,
-            .sampling = {.temperature = temp, .seed = seed},
-            .kv_dtype = kv_dtype,
-            .stop_at_eos = !ignore_eos,
-        };
+    for (int i = 0; i < out.n; i++) {
+        out.tokens[i] = json_array();
+        if (n_logprobs >= 0) out.logprobs[i] = json_array();
+    }
+    /* one request through the engine, its KV sized for this request alone */
+    pdl_engine *engine = NULL;
+    if (rc == CLI_OK && n_predict > 0) {
+        long need = (long)n_ids + n_predict;
+        eo.kv_dtype = kv_dtype;
+        eo.max_num_seqs = (int)n_samples;
+        eo.max_model_len = need < info.ctx_len ? (int)need : info.ctx_len;
+        if (pdl_engine_create(&engine, model, &eo, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            rc = CLI_FAIL;
+        }
+    }
+    if (rc == CLI_OK && engine) {
+        pdl_request_params rp = {.sampling = {.temperature = temp, .top_k = (int)top_k, .top_p = top_p,
+                                              .min_p = min_p, .seed = seed},
+                                 .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .stop = stops,
+                                 .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
+                                 .n = (int)n_samples};
         double t1 = now_s();
-        if (pdl_generate(model, ids, n_ids, &gp, on_token, &out, &gen, &n_gen, &err)) {
+        if (pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err) ||
+            pdl_engine_run_until_idle(engine, &err)) {
             if (!json) fputc('\n', stdout);
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
         } else {
             double dt = now_s() - t1;
-            if (!json) fputc('\n', stdout);
+            if (!json) {
+                /* the other samples after the first, which streamed */
+                for (int i = 1; i < out.n; i++) {
+                    printf("\n--- sample %d\n", i);
+                    if (out.ids_only) {
+                        for (size_t k = 0; k < json_array_size(out.tokens[i]); k++)
+                            printf("%lld ", (long long)json_integer_value(json_array_get(out.tokens[i], k)));
+                    } else if (out.text[i]) {
+                        fwrite(out.text[i], 1, out.len[i], stdout);
+                    }
+                }
+                fputc('\n', stdout);
+            }
             fflush(stdout);
-            fprintf(stderr, "pagedlm: %zu prompt tokens, %zu generated in %.3f s (%.1f tokens/s)\n", n_ids, n_gen, dt,
-                    dt > 0 ? n_gen / dt : 0.0);
+            fprintf(stderr, "pagedlm: %zu prompt tokens, %zu generated in %.3f s (%.1f tokens/s)\n", n_ids,
+                    out.n_generated, dt, dt > 0 ? out.n_generated / dt : 0.0);
         }
+    } else if (rc == CLI_OK && !json) {
+        fputc('\n', stdout); /* -n 0: nothing to generate */
     }
     if (rc == CLI_OK && json) {
-        json_t *o = json_object(), *pt = json_array(), *tk = json_array();
+        json_t *o = json_object(), *pt = json_array();
         for (size_t i = 0; i < n_ids; i++) json_array_append_new(pt, json_integer(ids[i]));
-        for (size_t i = 0; i < n_gen; i++) json_array_append_new(tk, json_integer(gen[i]));
         json_object_set_new(o, "prompt_tokens", pt);
-        json_object_set_new(o, "tokens", tk);
-        json_object_set_new(o, "text", json_stringn(out.text ? out.text : "", out.len));
-        char *s = json_dumps(o, JSON_COMPACT);
-        if (s) printf("%s\n", s);
-        free(s);
+        if (out.n == 1) {
+            json_t *c = sample_json(&out, 0);
+            json_object_update(o, c);
+            json_decref(c);
+        } else {
+            json_t *samples = json_array();
+            for (int i = 0; i < out.n; i++) json_array_append_new(samples, sample_json(&out, i));
+            json_object_set_new(o, "samples", samples);
+        }
+        char *js = json_dumps(o, JSON_COMPACT);
+        if (js) printf("%s\n", js);
+        free(js);
         json_decref(o);
     }
-    free(out.text);
-    free(gen);
+    for (int i = 0; i < out.n; i++) {
+        json_decref(out.tokens[i]);
+        json_decref(out.logprobs[i]);
+        free(out.text[i]);
+    }
+    pdl_engine_free(engine);
     free(ids);
     pdl_model_free(model);
     return rc;

@@ -39,6 +39,8 @@ static void serve_usage(FILE *f) {
             "      --kv-cache-dtype f16|f32   KV cache precision (default f16)\n"
             "  -t, --threads N                worker threads (default: all cores)\n"
             "      --logits auto|full|selective  LM head over sampled rows only (auto: when the probe passes)\n"
+            "      --no-enable-prefix-caching  recompute every prompt (prefix caching is on by default;\n"
+            "                                 --enable-prefix-caching is accepted)\n"
             "      --max-body SIZE            request body limit (default 4MiB; larger bodies get 413)\n"
             "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
             "      --timeout-keep-alive SECONDS  an idle connection closes after this long (default 5)\n"
@@ -80,6 +82,10 @@ int cli_serve(int argc, char **argv) {
             return CLI_OK;
         } else if (strcmp(a, "--disable-log-requests") == 0) {
             o.log_requests = false;
+        } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
+            o.engine.no_prefix_caching = true;
+        } else if (strcmp(a, "--enable-prefix-caching") == 0) {
+            o.engine.no_prefix_caching = false;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {

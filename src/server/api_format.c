@@ -433,7 +433,10 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
         }
         choice *c = &r->choices[ev->prompt * r->n + ev->index];
         if (r->req->discard_output) {
-            if (ev->kind == PDL_EVENT_FINISHED) c->finish = "length";
+            if (ev->kind == PDL_EVENT_FINISHED) {
+                c->finish = "length";
+                if (ev->index == 0) r->cached_tokens += ev->cached_tokens;
+            }
             continue;
         }
         if (ev->kind == PDL_EVENT_TOKEN) {
@@ -452,6 +455,7 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
         } else {
             c->finish = ev->finish_reason;
             take_stop_reason(c, ev);
+            if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
         }
         sbuf_append(&c->text, ev->text, ev->text_len);
         c->chars += utf8_chars(ev->text, ev->text_len);
@@ -645,6 +649,7 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
         } else {
             c->finish = ev->finish_reason;
             take_stop_reason(c, ev);
+            if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
             c->chars += utf8_chars(ev->text, ev->text_len);
             send_choice(r, i, ev->text, ev->text_len, NULL, ev->finish_reason, out);
         }

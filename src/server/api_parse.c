@@ -511,6 +511,14 @@ static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_requ
     if (user && !json_is_string(user)) return BAD("user", "'user' must be a string, got %s", type_name(user));
     const json_t *meta = field(body, "metadata");
     if (meta && !json_is_object(meta)) return BAD("metadata", "'metadata' must be an object, got %s", type_name(meta));
+    const json_t *salt = field(body, "cache_salt");
+    if (salt) {
+        if (!json_is_string(salt) || json_string_length(salt) == 0 ||
+            strlen(json_string_value(salt)) != json_string_length(salt) || json_string_length(salt) > 1024)
+            return BAD("cache_salt", "'cache_salt' must be a non-empty string of at most 1024 bytes without NUL");
+        if (!(r->cache_salt = strdup(json_string_value(salt)))) return srv_api_fail(err, 500, NULL, "out of memory");
+        p->cache_salt = r->cache_salt;
+    }
 
     if (get_bool(body, "stream", &r->stream, err)) return -1;
     const json_t *so = field(body, "stream_options");
@@ -629,6 +637,7 @@ void srv_gen_request_free(srv_gen_request *r) {
     free(r->stop);
     free(r->stop_ids);
     free(r->logit_bias);
+    free(r->cache_salt);
     memset(r, 0, sizeof *r);
 }
 

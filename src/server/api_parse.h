@@ -69,6 +69,7 @@ typedef struct srv_gen_request {
     char **stop;
     int32_t *stop_ids;
     pdl_logit_bias *logit_bias; /* params.sampling.logit_bias points here */
+    char *cache_salt;          /* params.cache_salt points here */
     bool seed_given;           /* else the server picks a random seed */
     bool stream;
     bool include_usage;        /* stream_options.include_usage */

@@ -208,9 +208,37 @@ struct srv_engine {
     /* engine thread only */
     srv_call *live;
     int n_live;
+    double stats_at;         /* when the last periodic stats line was logged */
+    pdl_engine_stats stats_last;
 };
 
+#define STATS_EVERY_S 10.0
+
 static void engine_log(srv_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Every STATS_EVERY_S seconds while there is work, one line as vLLM's stats
+ * logger prints it: throughputs since the last line, queue, KV usage and
+ * the prefix cache's hit rate. */
+static void log_stats(srv_engine *e, const pdl_engine_stats *st) {
+    double t = now_s(), dt = t - e->stats_at;
+    const pdl_engine_stats *o = &e->stats_last;
+    if (dt < STATS_EVERY_S) return;
+    bool moved = st->prompt_tokens != o->prompt_tokens || st->generation_tokens != o->generation_tokens ||
+                 st->running || st->waiting;
+    if (moved && e->stats_at > 0) {
+        uint64_t q = st->prefix_cache_queries - o->prefix_cache_queries, h = st->prefix_cache_hits - o->prefix_cache_hits;
+        engine_log(e, "avg prompt throughput: %.1f tokens/s, avg generation throughput: %.1f tokens/s, running: %d, "
+                   "waiting: %d, KV cache usage: %.1f%% (%d cached blocks free), prefix cache hit rate: %.1f%% "
+                   "(%llu of %llu tokens)",
+                   (double)(st->prompt_tokens - o->prompt_tokens) / dt,
+                   (double)(st->generation_tokens - o->generation_tokens) / dt, st->running, st->waiting,
+                   st->kv_blocks_total ? 100.0 * st->kv_blocks_used / st->kv_blocks_total : 0.0, st->kv_blocks_cached,
+                   q ? 100.0 * (double)h / (double)q : 0.0, (unsigned long long)h, (unsigned long long)q);
+    }
+    e->stats_at = t;
+    e->stats_last = *st;
+}
+
 static void engine_log(srv_engine *e, const char *fmt, ...) {
     char line[PDL_ERROR_MAX + 128];
     va_list ap;
@@ -268,6 +296,7 @@ static void on_event(const pdl_event *ev, void *user) {
         out->logprob = ev->logprob;
         out->finish_reason = ev->finish_reason;
         out->stop_token = ev->stop_token;
+        out->cached_tokens = ev->cached_tokens;
         out->text = malloc(text_len + 1);
         if (out->text) {
             memcpy(out->text, text, text_len);
@@ -438,6 +467,7 @@ static void *engine_main(void *arg) {
         pdl_engine_stats st;
         pdl_engine_get_stats(e->engine, &st);
         srv_metrics_set_engine(e->metrics, &st);
+        log_stats(e, &st);
         if (stopping && e->n_live == 0) {
             pthread_mutex_lock(&e->mu);
             bool more = e->head != NULL;

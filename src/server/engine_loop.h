@@ -40,6 +40,7 @@ typedef struct srv_event {
     const char *finish_reason; /* FINISHED: "stop", "length", "abort" (static) */
     char *stop_string;         /* FINISHED by a stop string: it (owned); else NULL */
     int32_t stop_token;        /* FINISHED by a stop token: its id; else -1 */
+    int cached_tokens;         /* FINISHED: prompt tokens from the prefix cache */
 } srv_event;
 
 void srv_events_free(srv_event *list);

@@ -182,6 +182,12 @@ char *srv_metrics_render(srv_metrics *m, size_t *len) {
     counter(&b, L, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", st->prompt_tokens);
     counter(&b, L, "vllm:generation_tokens_total", "Number of generation tokens processed.", st->generation_tokens);
     counter(&b, L, "pagedlm:engine_steps_total", "Engine steps (one packed forward each).", st->steps);
+    counter(&b, L, "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.", st->prefix_cache_queries);
+    counter(&b, L, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+            st->prefix_cache_hits);
+    gauge(&b, L, "pagedlm:kv_cache_blocks_cached", "Free KV-cache blocks that still hold a cached prefix.",
+          st->kv_blocks_cached);
     header(&b, "vllm:request_success_total", "Count of finished sequences by finish reason.", "counter");
     for (int i = 0; i < N_FIN; i++)
         sbuf_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", L, FIN_NAMES[i],
