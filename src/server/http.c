@@ -19,8 +19,12 @@
  * Idle connections: every connection closes after --timeout-keep-alive
  * seconds without traffic (uvicorn's keep-alive timeout, 5 s by default). A
  * generation request lifts the limit while the engine works on it and puts
- * it back (its timer restarted) when the answer is queued; a stream counts
- * as traffic whenever it sends.
+ * it back (its timer restarted) when the answer is queued. A stream counts
+ * as traffic whenever it sends, and while it has nothing to send (queued,
+ * a long prompt, text held back by a stop string) it sends an SSE comment
+ * line every half limit, which clients skip; a client that stops reading
+ * therefore has its stream closed (and its request aborted) after the
+ * limit.
  * What it is not for: validation (api_parse.c), response shapes
  * (api_format.c), the engine (engine_loop.c).
  */
@@ -178,6 +182,8 @@ typedef struct stream_ctx {
     int fd;
     double next_check;  /* when to look for a hang-up next */
     double next_probe;  /* when a half-closed peer may get the next SSE comment */
+    double last_sent;   /* when bytes last went out */
+    double heartbeat_s; /* a comment line after this long without bytes */
     bool ended;         /* the last bytes are in out */
 } stream_ctx;
 
@@ -212,9 +218,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 st->next_probe = t + PROBE_EVERY_S;
                 sbuf_puts(&st->out, ": ping\n\n");
             }
+            /* nothing to send for a while: keep the connection's idle timer
+             * from firing while the server works */
+            if (st->out.len == 0 && t - st->last_sent >= st->heartbeat_s) sbuf_puts(&st->out, ": keep-alive\n\n");
         }
         if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
+    st->last_sent = now_s();
     size_t n = st->out.len < max ? st->out.len : max;
     memcpy(buf, st->out.data, n);
     sbuf_consume(&st->out, n);
@@ -307,6 +317,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         st->resp = resp;
         st->fd = fd;
         st->next_probe = probed ? now_s() + PROBE_EVERY_S : 0; /* a 102 went out already */
+        st->last_sent = now_s();
+        st->heartbeat_s = s->keep_alive_s / 2.0;
         srv_response_stream_begin(resp, &st->out);
         srv_response_stream_events(resp, evs, &st->out);
         srv_events_free(evs);
@@ -321,8 +333,8 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         rc->status = 200;
         enum MHD_Result res = MHD_queue_response(conn, MHD_HTTP_OK, mr);
         MHD_destroy_response(mr); /* stream_free runs when MHD is done with it */
-        /* MHD checks it only between sends, each of which restarts it: a
-         * stream lives as long as it produces data */
+        /* each send restarts it, and the reader sends at least a comment
+         * line every heartbeat_s: a stream lives as long as its client reads */
         restore_idle_timeout(s, conn);
         return res;
     }

@@ -70,6 +70,38 @@ test('many idle connections after generations do not exhaust the server', async 
   assert.equal(h.status, 200);
 });
 
+test('a stream that waits longer than the keep-alive limit for its first token is kept alive', async () => {
+  // one sequence at a time: the stream waits behind a 2500-token answer (seconds on qwen3-tiny)
+  const TESTDATA = process.env.PAGEDLM_TESTDATA;
+  const slow = await startServer(['--timeout-keep-alive', '1', '--max-num-seqs', '1', '-m',
+    `${TESTDATA}/models/qwen3-tiny/model-f32.gguf`]);
+  try {
+    const port2 = Number(new URL(slow.baseURL).port);
+    const long = fetch(`${slow.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 2500, ignore_eos: true, temperature: 0 }) });
+    await new Promise((r) => setTimeout(r, 100));
+    const t0 = Date.now();
+    const r = await new Promise((resolve, reject) => {
+      const sock = net.connect(port2, '127.0.0.1');
+      const chunks = [];
+      sock.on('data', (d) => chunks.push(d));
+      sock.on('error', reject);
+      sock.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
+      const b = JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 5, stream: true });
+      sock.write(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${b.length}\r\n\r\n${b}`);
+      setTimeout(() => sock.destroy(), 60000).unref();
+    });
+    const waited = Date.now() - t0;
+    assert.ok(waited > 1500, `the stream got its answer after ${waited} ms: it did not wait`);
+    assert.match(r, /data: \[DONE\]/, 'the stream was cut while it waited');
+    assert.match(r, /: keep-alive/);
+    assert.equal((await long).status, 200);
+  } finally {
+    await slow.stop();
+  }
+});
+
 test('conflicting Content-Length, or Content-Length beside Transfer-Encoding, is 400 and the connection closes', async () => {
   const b = JSON.stringify({ model: NAME, prompt: 'Hi', max_tokens: 1 });
   const head = 'POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n';
