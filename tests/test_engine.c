@@ -485,7 +485,7 @@ static void test_abort_frees_blocks_at_once(void) {
     uint64_t ida, idb;
     pdl_error err;
     REQUIRE(pdl_engine_add_request(e, STORY, 40, &p, on_event, &a, &ida, &err) == 0);
-    REQUIRE(pdl_engine_add_request(e, STORY, 20, &p, on_event, &b, &idb, &err) == 0);
+    REQUIRE(pdl_engine_add_request(e, STORY + 40, 20, &p, on_event, &b, &idb, &err) == 0); /* shares no block */
     int active;
     for (int i = 0; i < 3; i++) REQUIRE(pdl_engine_step(e, &active, &err) == 0);
     pdl_engine_stats before, after;

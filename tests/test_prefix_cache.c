@@ -406,6 +406,41 @@ static void test_small_pool_evicts_and_outputs_stay_the_same(void) {
     pdl_model_free(m);
 }
 
+/* Requests that arrive together with one new prefix: the first computes it,
+ * the others wait a step and take it from the cache instead of computing it
+ * alongside (the engine then computes 64 + 3 x 16 prompt rows, not 4 x 64),
+ * and every output is what it is alone. */
+static void test_requests_arriving_together_compute_a_shared_prefix_once(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    enum { N = 4 };
+    int32_t p[N][72];
+    capture alone[N], together[N];
+    for (int k = 0; k < N; k++) {
+        prompt_of(p[k], 64, 512, 77);             /* the shared 64 tokens */
+        prompt_of(p[k] + 64, 8, 512, 600 + (uint32_t)k); /* and 8 of their own */
+        pdl_engine *e = engine(m, 0, PDL_KV_F32);
+        memset(&alone[k], 0, sizeof alone[k]);
+        add(e, p[k], 72, 6, NULL, &alone[k]);
+        run(e);
+        pdl_engine_free(e);
+    }
+    pdl_engine *e = engine(m, 0, PDL_KV_F32); /* a step takes 96 rows: all four would fit at once */
+    for (int k = 0; k < N; k++) {
+        memset(&together[k], 0, sizeof together[k]);
+        add(e, p[k], 72, 6, NULL, &together[k]);
+    }
+    run(e);
+    for (int k = 0; k < N; k++) {
+        CHECK_MSG(together[k].cached == (k ? 64 : 0), "request %d: %d cached", k, together[k].cached);
+        CHECK_MSG(memcmp(together[k].tokens, alone[k].tokens, 6 * sizeof(int32_t)) == 0, "request %d differs", k);
+    }
+    pdl_engine_stats st;
+    pdl_engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.prefix_cache_hits, 3 * 64);
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
 /* A prompt of whole blocks: its last block is computed again (the last
  * token's row gives the logits), so 32 tokens give 16 from the cache. */
 static void test_the_last_prompt_token_is_always_computed(void) {
@@ -454,6 +489,7 @@ int main(void) {
     RUN(test_cache_salt_isolates_tenants);
     RUN(test_forced_hash_collisions_do_not_change_outputs);
     RUN(test_small_pool_evicts_and_outputs_stay_the_same);
+    RUN(test_requests_arriving_together_compute_a_shared_prefix_once);
     RUN(test_the_last_prompt_token_is_always_computed);
     RUN(test_prompt_logprobs_requests_compute_every_row);
     return test_summary();

@@ -102,8 +102,8 @@ static char *read_message(bool tty) {
     char *msg = NULL, *line = NULL;
     size_t msg_len = 0, cap = 0;
     for (;;) {
+        at_prompt = 1; /* before the prompt shows: a Ctrl-C right after it is the prompt's */
         if (tty) fputs(msg_len ? ". " : "> ", stderr);
-        at_prompt = 1;
         long long n = pdl_read_line(stdin, &line, &cap, PDL_READ_MAX_CONTEXT);
         at_prompt = 0;
         if (n <= 0) {

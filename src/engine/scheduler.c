@@ -121,6 +121,24 @@ static int block_hash(sched *s, eng_seq *q, int b, bpool_hash *out) {
     return 0;
 }
 
+/* Whether q's block b (its first cache miss) is the same block a running
+ * sequence is computing: it would be a hit once that sequence's step is
+ * done, so admitting q now computes it twice (two requests with one new
+ * system prompt arriving together). Same hash, same index, not yet offered
+ * to the cache by the runner. */
+static bool prefix_in_flight(sched *s, eng_seq *q, int b) {
+    int bs = s->pool->block_size;
+    bpool_hash h;
+    if (b >= (q->n_tokens - 1) / bs || block_hash(s, q, b, &h)) return false;
+    for (int i = 0; i < s->n_running; i++) {
+        eng_seq *o = s->running[i];
+        if (o->req->salt_check != q->req->salt_check || o->n_registered > b || (b + 1) * bs > o->n_tokens) continue;
+        bpool_hash oh;
+        if (block_hash(s, o, b, &oh) == 0 && oh.lo == h.lo && oh.hi == h.hi) return true;
+    }
+    return false;
+}
+
 /* Takes the cached blocks of q's known tokens from the start, up to the
  * first miss and never its last token; returns the tokens covered. */
 static int take_prefix(sched *s, eng_seq *q) {
@@ -296,6 +314,11 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     while (s->n_waiting > 0 && budget > 0 && s->n_running < s->cfg.max_num_seqs) {
         eng_seq *q = s->waiting[0];
         int cached = take_prefix(s, q);
+        if (s->pool->caching && !q->req->no_prefix_cache && prefix_in_flight(s, q, q->n_blocks)) {
+            /* wait a step: the prefix it misses is being computed right now */
+            sched_release_blocks(s, q);
+            break;
+        }
         int n = wanted(s, q);
         if (n > budget) n = budget;
         if (sched_reserve(s, q, q->n_computed + n) != 0) {
