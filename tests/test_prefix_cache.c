@@ -441,6 +441,39 @@ static void test_requests_arriving_together_compute_a_shared_prefix_once(void) {
     pdl_model_free(m);
 }
 
+/* Aborting a request whose prefix blocks another running request shares
+ * frees only what was its own: the other goes on to the output it has
+ * alone, and at the end no block is held. */
+static void test_abort_with_shared_blocks_keeps_the_other_request_whole(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    int32_t p1[48], p2[48];
+    prompt_of(p1, 48, 512, 91);
+    memcpy(p2, p1, 32 * sizeof *p1);
+    prompt_of(p2 + 32, 16, 512, 92);
+    capture alone = {0}, a = {0}, b = {0};
+    pdl_engine *e = engine(m, 0, PDL_KV_F32);
+    add(e, p2, 48, 20, NULL, &alone);
+    run(e);
+    pdl_engine_free(e);
+    e = engine(m, 0, PDL_KV_F32);
+    uint64_t ida = add(e, p1, 48, 40, NULL, &a);
+    pdl_error err;
+    int active;
+    REQUIRE(pdl_engine_step(e, &active, &err) == 0);
+    add(e, p2, 48, 20, NULL, &b);
+    for (int i = 0; i < 3; i++) REQUIRE(pdl_engine_step(e, &active, &err) == 0);
+    CHECK_EQ_INT(pdl_engine_abort(e, ida), 0);
+    run(e);
+    CHECK_EQ_INT(b.cached, 32);
+    CHECK_EQ_INT(b.n_tokens, 20);
+    CHECK(memcmp(b.tokens, alone.tokens, 20 * sizeof(int32_t)) == 0);
+    pdl_engine_stats st;
+    pdl_engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.kv_blocks_used, 0);
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
 /* A prompt of whole blocks: its last block is computed again (the last
  * token's row gives the logits), so 32 tokens give 16 from the cache. */
 static void test_the_last_prompt_token_is_always_computed(void) {
@@ -490,6 +523,7 @@ int main(void) {
     RUN(test_forced_hash_collisions_do_not_change_outputs);
     RUN(test_small_pool_evicts_and_outputs_stay_the_same);
     RUN(test_requests_arriving_together_compute_a_shared_prefix_once);
+    RUN(test_abort_with_shared_blocks_keeps_the_other_request_whole);
     RUN(test_the_last_prompt_token_is_always_computed);
     RUN(test_prompt_logprobs_requests_compute_every_row);
     return test_summary();
