@@ -313,6 +313,16 @@ typedef enum pdl_logits_mode {
 
 typedef void (*pdl_log_fn)(const char *line, void *user);
 
+/* Speculative decoding: who proposes draft tokens (verified k + 1 rows at a
+ * time in the normal batch; the output is the same tokens as without). */
+typedef enum pdl_spec_method {
+    PDL_SPEC_NONE = 0,
+    PDL_SPEC_NGRAM,        /* prompt lookup: what followed the longest earlier match of the sequence's end */
+    PDL_SPEC_DRAFT_MODEL,  /* a smaller model with the same vocabulary drafts greedily */
+} pdl_spec_method;
+
+#define PDL_MAX_SPEC_TOKENS 16
+
 typedef struct pdl_engine_options {
     int block_size;              /* tokens per KV block; 0 = 16 */
     size_t kv_cache_memory;      /* bytes for K and V; 0 = min(4 GiB, half the available memory) */
@@ -326,6 +336,12 @@ typedef struct pdl_engine_options {
     pdl_logits_mode logits_mode;
     bool no_prefix_caching;      /* prefix caching is on unless this is set (vLLM's
                                     --no-enable-prefix-caching) */
+    pdl_spec_method spec_method; /* speculative decoding (vLLM's --speculative-config) */
+    int num_speculative_tokens;  /* drafts per step, 1 .. PDL_MAX_SPEC_TOKENS */
+    int prompt_lookup_min;       /* n-gram: shortest match (default 1) */
+    int prompt_lookup_max;       /* n-gram: longest match (default 5, and at least prompt_lookup_min) */
+    pdl_model *draft_model;      /* PDL_SPEC_DRAFT_MODEL: loaded by the caller, outlives the engine */
+    int spec_max_batch;          /* no drafts when more sequences than this decode at once; 0 = 4 */
     pdl_log_fn log;              /* one line per notable event; NULL = stderr */
     void *log_user;
     /* tests and debugging: called on the stepping thread with each row of
@@ -386,6 +402,10 @@ typedef struct pdl_engine_stats {
                                     evicted when needed) */
     uint64_t prefix_cache_queries; /* prompt tokens looked up in the prefix cache (vLLM's counter) */
     uint64_t prefix_cache_hits;  /* of those, found cached */
+    uint64_t spec_drafts;        /* speculative decoding: proposals verified (vLLM's num_drafts) */
+    uint64_t spec_draft_tokens;  /* draft tokens verified */
+    uint64_t spec_accepted_tokens; /* of those, accepted */
+    uint64_t spec_accepted_per_pos[PDL_MAX_SPEC_TOKENS]; /* accepted at draft position i */
     uint64_t preemptions;
     uint64_t steps;
     uint64_t prompt_tokens, generation_tokens;

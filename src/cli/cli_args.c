@@ -5,6 +5,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli/cli_args.h"
 
+#include <jansson.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,5 +213,63 @@ int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl
     cli_show_load_progress(mo, path);
     int rc = pdl_model_load(out, path, mo, err);
     if (rc && g_progress.shown) fputc('\n', stderr); /* end the progress line before the error */
+    return rc;
+}
+
+/* ---- speculative decoding ------------------------------------------------------ */
+
+int cli_spec_config(const char *opt, const char *text, pdl_engine_options *eo, char **draft_path) {
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    int rc = -1;
+    if (!o || !json_is_object(o)) {
+        fprintf(stderr, "error: %s must be a JSON object%s%s\n", opt, o ? "" : ": ", o ? "" : je.text);
+        goto done;
+    }
+    const char *key;
+    json_t *v;
+    const char *method = NULL, *model = NULL;
+    long k = 0, lmin = 0, lmax = 0;
+    *draft_path = NULL;
+    json_object_foreach(o, key, v) {
+        if (strcmp(key, "method") == 0 && json_is_string(v)) method = json_string_value(v);
+        else if (strcmp(key, "model") == 0 && json_is_string(v)) model = json_string_value(v);
+        else if (strcmp(key, "num_speculative_tokens") == 0 && json_is_integer(v)) k = (long)json_integer_value(v);
+        else if (strcmp(key, "prompt_lookup_min") == 0 && json_is_integer(v)) lmin = (long)json_integer_value(v);
+        else if (strcmp(key, "prompt_lookup_max") == 0 && json_is_integer(v)) lmax = (long)json_integer_value(v);
+        else {
+            fprintf(stderr, "error: %s: unknown key or wrong type: '%s' (keys: method, model, num_speculative_tokens, "
+                            "prompt_lookup_min, prompt_lookup_max)\n", opt, key);
+            goto done;
+        }
+    }
+    if (!method) method = model ? "draft_model" : "ngram";
+    if (strcmp(method, "ngram") == 0 && !model) {
+        eo->spec_method = PDL_SPEC_NGRAM;
+    } else if ((strcmp(method, "draft_model") == 0 || strcmp(method, "draft") == 0) && model) {
+        eo->spec_method = PDL_SPEC_DRAFT_MODEL;
+    } else {
+        fprintf(stderr, "error: %s: method '%s' %s (methods: ngram, or a draft \"model\": PATH)\n", opt, method,
+                model ? "does not take a model" : "needs a \"model\"");
+        goto done;
+    }
+    if (k < 1 || k > PDL_MAX_SPEC_TOKENS) {
+        fprintf(stderr, "error: %s: num_speculative_tokens must be in [1, %d]\n", opt, PDL_MAX_SPEC_TOKENS);
+        goto done;
+    }
+    if (lmin < 0 || lmax < 0 || (lmin && lmax && lmax < lmin)) {
+        fprintf(stderr, "error: %s: prompt_lookup_min/max must be positive, min <= max\n", opt);
+        goto done;
+    }
+    eo->num_speculative_tokens = (int)k;
+    eo->prompt_lookup_min = (int)lmin;
+    eo->prompt_lookup_max = (int)lmax;
+    if (model && !(*draft_path = strdup(model))) { /* outlives the JSON; the caller frees it */
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+    rc = 0;
+done:
+    json_decref(o);
     return rc;
 }

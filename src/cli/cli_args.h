@@ -30,6 +30,13 @@ int cli_logits_mode(const char *opt, const char *s, pdl_logits_mode *out);
  * NULL when out of memory or longer than max bytes. */
 char *cli_read_stdin(size_t *len, size_t max);
 
+/* vLLM's --speculative-config JSON into eo: {"method": "ngram",
+ * "num_speculative_tokens": K, "prompt_lookup_min": A, "prompt_lookup_max":
+ * B} or {"model": PATH, "num_speculative_tokens": K} (*draft_path gets a
+ * malloc'ed PATH, for the caller to load into eo->draft_model and free;
+ * NULL otherwise). A message on stderr and -1 for anything else. */
+int cli_spec_config(const char *opt, const char *json, pdl_engine_options *eo, char **draft_path);
+
 /* pdl_model_load with a progress line on stderr when stderr is a terminal
  * and the load takes more than a second. */
 int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl_error *err);

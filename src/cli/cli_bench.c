@@ -199,6 +199,48 @@ static double flops_prompt(const pdl_model *m, int n) {
     return 2.0 * (per_tok * n + attn + (double)c->vocab * c->hidden);
 }
 
+/* ---- speculative decoding: plain against speculative decode ---------------------- */
+
+/* tgN with one sequence, alternating a plain engine and a speculating one
+ * (A, B, A, B, ...: the machine's drift hits both), same prompts for both
+ * in each round; prints the medians, their ratio and the acceptance rate. */
+static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen, int reps, const char *label,
+                      bool json) {
+    double a[64], b[64];
+    pdl_engine_stats s0, s1;
+    pdl_engine_get_stats(spec, &s0);
+    for (int rep = 0; rep <= reps; rep++) {
+        uint64_t seed = 777 + (uint64_t)rep * 13;
+        double tps_a = 0, tps_b = 0;
+        long cached = 0;
+        /* 16 random prompt tokens: what a speculator has to work with besides its own output */
+        if (run_once(plain, vocab, 16, n_gen, 1, seed, &tps_a, &cached) ||
+            run_once(spec, vocab, 16, n_gen, 1, seed, &tps_b, &cached))
+            return -1;
+        if (rep > 0) a[rep - 1] = tps_a, b[rep - 1] = tps_b; /* rep 0 warms up */
+    }
+    pdl_engine_get_stats(spec, &s1);
+    bench_result ra = {.n_samples = reps}, rb = {.n_samples = reps};
+    memcpy(ra.samples, a, (size_t)reps * sizeof *a);
+    memcpy(rb.samples, b, (size_t)reps * sizeof *b);
+    summarize(&ra), summarize(&rb);
+    uint64_t drafted = s1.spec_draft_tokens - s0.spec_draft_tokens, accepted = s1.spec_accepted_tokens - s0.spec_accepted_tokens;
+    double acc = drafted ? (double)accepted / (double)drafted : 0;
+    if (json)
+        printf("{\"test\": \"tg%d-spec\", \"spec\": \"%s\", \"plain_tokens_per_s\": {\"median\": %.3f, \"mean\": %.3f}, "
+               "\"spec_tokens_per_s\": {\"median\": %.3f, \"mean\": %.3f}, \"ratio\": %.3f, \"draft_tokens\": %llu, "
+               "\"accepted_tokens\": %llu, \"acceptance\": %.3f, \"drafts\": %llu}\n",
+               n_gen, label, ra.median, ra.mean, rb.median, rb.mean, ra.median > 0 ? rb.median / ra.median : 0,
+               (unsigned long long)drafted, (unsigned long long)accepted, acc,
+               (unsigned long long)(s1.spec_drafts - s0.spec_drafts));
+    else
+        printf("tg%d with %s: plain %.2f tok/s, speculative %.2f tok/s (medians of %d alternating runs): %.2fx; "
+               "%llu of %llu draft tokens accepted (%.1f%%)\n",
+               n_gen, label, ra.median, rb.median, reps, ra.median > 0 ? rb.median / ra.median : 0,
+               (unsigned long long)accepted, (unsigned long long)drafted, 100 * acc);
+    return 0;
+}
+
 /* ---- command ------------------------------------------------------------------ */
 
 static void usage(FILE *f) {
@@ -208,7 +250,9 @@ static void usage(FILE *f) {
                "  -n N         generated tokens for tgN tests (0 to skip)\n"
                "  -r N         repetitions after one warm-up run (default 5)\n"
                "  --batch LIST sequences decoding together in tgN tests (default 1)\n"
-               "  --roofline   also measure the machine's peak GFLOP/s and read bandwidth and report fractions\n");
+               "  --roofline   also measure the machine's peak GFLOP/s and read bandwidth and report fractions\n"
+               "  --spec-ngram K      also tgN with n-gram speculative decoding (K drafts), against plain decode\n"
+               "  --spec-model PATH   also tgN with a draft model drafting (--spec-k drafts, default 4)\n");
 }
 
 static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
@@ -232,6 +276,8 @@ int cli_bench(int argc, char **argv) {
     long n_gen = 128, reps = 5, threads = 0;
     bool json = false, csv = false, roofline = false;
     pdl_engine_options eo = {0};
+    long spec_ngram = 0, spec_k = 4;
+    const char *spec_model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -266,6 +312,12 @@ int cli_bench(int argc, char **argv) {
             if (cli_logits_mode(a, v, &eo.logits_mode)) return CLI_USAGE;
         } else if (strcmp(a, "--kv-cache-dtype") == 0) {
             if (cli_kv_dtype(a, v, &eo.kv_dtype)) return CLI_USAGE;
+        } else if (strcmp(a, "--spec-ngram") == 0) {
+            if (cli_int(a, v, 1, PDL_MAX_SPEC_TOKENS, &spec_ngram)) return CLI_USAGE;
+        } else if (strcmp(a, "--spec-model") == 0) {
+            spec_model = v;
+        } else if (strcmp(a, "--spec-k") == 0) {
+            if (cli_int(a, v, 1, PDL_MAX_SPEC_TOKENS, &spec_k)) return CLI_USAGE;
         } else {
             fprintf(stderr, "error: unknown option '%s' for bench\n", a);
             usage(stderr);
@@ -441,6 +493,37 @@ int cli_bench(int argc, char **argv) {
                 }
             }
         }
+    }
+    /* speculative decoding against plain decode, one sequence */
+    if (rc == CLI_OK && n_gen > 0 && (spec_ngram || spec_model)) {
+        pdl_model *draft = NULL;
+        for (int which = 0; which < 2 && rc == CLI_OK; which++) {
+            if ((which == 0 && !spec_ngram) || (which == 1 && !spec_model)) continue;
+            pdl_engine_options so = eo;
+            so.spec_method = which == 0 ? PDL_SPEC_NGRAM : PDL_SPEC_DRAFT_MODEL;
+            so.num_speculative_tokens = which == 0 ? (int)spec_ngram : (int)spec_k;
+            char label[512];
+            if (which == 1) {
+                if (pdl_model_load(&draft, spec_model, &mo, &err)) {
+                    fprintf(stderr, "error: draft model: %s\n", err.message);
+                    rc = CLI_FAIL;
+                    break;
+                }
+                so.draft_model = draft;
+                snprintf(label, sizeof label, "draft model %s, k %ld", spec_model, spec_k);
+            } else {
+                snprintf(label, sizeof label, "n-gram, k %ld", spec_ngram);
+            }
+            pdl_engine *es = NULL;
+            if (pdl_engine_create(&es, model, &so, &err)) {
+                fprintf(stderr, "error: %s\n", err.message);
+                rc = CLI_FAIL;
+            } else if (bench_spec(e, es, info.vocab, (int)n_gen, (int)reps, label, json)) {
+                rc = CLI_FAIL;
+            }
+            pdl_engine_free(es);
+        }
+        pdl_model_free(draft);
     }
     pdl_engine_free(e);
     pdl_model_free(model);

@@ -33,6 +33,9 @@ static void run_usage(FILE *f) {
             "  -c, --ctx-size N        context length (default: the model's)\n"
             "      --kv-cache-dtype T  f16 (default) or f32\n"
             "      --no-enable-prefix-caching  with --batch-file: recompute every prompt\n"
+            "      --speculative-config JSON   speculative decoding, vLLM's spelling: {\"method\": \"ngram\",\n"
+            "                          \"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
+            "                          or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
             "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
             "      --verbose           also print on stderr the selective-logits probe's decision (accepted or\n"
@@ -135,6 +138,7 @@ int cli_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
     const char *stops[64];
     int n_stops = 0;
+    char *draft_path = NULL;
     pdl_engine_options eo = {0};
     long lv;
     long n_predict = 128, threads = 0, ctx = 0, n_samples = 1, n_logprobs = -1, top_k = 0;
@@ -194,6 +198,9 @@ int cli_run(int argc, char **argv) {
             if (cli_int(a, v, 1, MAX_SAMPLES, &n_samples)) return CLI_USAGE;
         } else if (strcmp(a, "--logprobs") == 0) {
             if (cli_int(a, v, 0, 20, &n_logprobs)) return CLI_USAGE;
+        } else if (strcmp(a, "--speculative-config") == 0) {
+            free(draft_path);
+            if (cli_spec_config(a, v, &eo, &draft_path)) return CLI_USAGE;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
             if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
         } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
@@ -239,16 +246,30 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
+    pdl_model *draft = NULL;
+    if (draft_path) {
+        pdl_model_options dmo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+        if (cli_load_model(&draft, draft_path, &dmo, &err)) {
+            fprintf(stderr, "error: draft model: %s\n", err.message);
+            free(draft_path);
+            pdl_model_free(model);
+            return CLI_FAIL;
+        }
+        eo.draft_model = draft;
+    }
+    free(draft_path);
     double t_load = now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     if (verbose && print_probe(model)) {
+        pdl_model_free(draft);
         pdl_model_free(model);
         return CLI_FAIL;
     }
     if (batch_file) {
         eo.kv_dtype = kv_dtype;
         int brc = cli_run_batch(model, batch_file, &eo, (int)n_predict);
+        pdl_model_free(draft);
         pdl_model_free(model);
         return brc;
     }
@@ -318,6 +339,12 @@ int cli_run(int argc, char **argv) {
             fflush(stdout);
             fprintf(stderr, "pagedlm: %zu prompt tokens, %zu generated in %.3f s (%.1f tokens/s)\n", n_ids,
                     out.n_generated, dt, dt > 0 ? out.n_generated / dt : 0.0);
+            pdl_engine_stats st;
+            pdl_engine_get_stats(engine, &st);
+            if (eo.spec_method != PDL_SPEC_NONE)
+                fprintf(stderr, "pagedlm: speculative decoding: %llu drafts, %llu of %llu draft tokens accepted\n",
+                        (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_accepted_tokens,
+                        (unsigned long long)st.spec_draft_tokens);
         }
     } else if (rc == CLI_OK && !json) {
         fputc('\n', stdout); /* -n 0: nothing to generate */
@@ -347,6 +374,7 @@ int cli_run(int argc, char **argv) {
     }
     pdl_engine_free(engine);
     free(ids);
+    pdl_model_free(draft);
     pdl_model_free(model);
     return rc;
 }

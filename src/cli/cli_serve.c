@@ -41,6 +41,9 @@ static void serve_usage(FILE *f) {
             "      --logits auto|full|selective  LM head over sampled rows only (auto: when the probe passes)\n"
             "      --no-enable-prefix-caching  recompute every prompt (prefix caching is on by default;\n"
             "                                 --enable-prefix-caching is accepted)\n"
+            "      --speculative-config JSON  {\"method\": \"ngram\", \"num_speculative_tokens\": 4,\n"
+            "                                 \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or\n"
+            "                                 {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
             "      --max-body SIZE            request body limit (default 4MiB; larger bodies get 413)\n"
             "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
             "      --timeout-keep-alive SECONDS  an idle connection closes after this long (default 5)\n"
@@ -73,6 +76,7 @@ static void *second_signal(void *arg) {
 
 int cli_serve(int argc, char **argv) {
     srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line};
+    char *draft_path = NULL;
     long lv;
     float fv;
     for (int i = 1; i < argc; i++) {
@@ -126,6 +130,10 @@ int cli_serve(int argc, char **argv) {
             o.model.n_threads = (int)lv;
         } else if (strcmp(a, "--logits") == 0) {
             if (cli_logits_mode(a, v, &o.engine.logits_mode)) return CLI_USAGE;
+        } else if (strcmp(a, "--speculative-config") == 0) {
+            free(draft_path);
+            if (cli_spec_config(a, v, &o.engine, &draft_path)) return CLI_USAGE;
+            o.draft_model_path = draft_path;
         } else if (strcmp(a, "--max-body") == 0) {
             if (cli_size(a, v, &o.max_body)) return CLI_USAGE;
         } else if (strcmp(a, "--timeout-keep-alive") == 0) {
@@ -167,6 +175,7 @@ int cli_serve(int argc, char **argv) {
     pdl_error err;
     if (srv_start(&s, &o, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
+        free(draft_path);
         return CLI_FAIL;
     }
     const char *host = o.host ? o.host : "127.0.0.1";
@@ -198,6 +207,7 @@ int cli_serve(int argc, char **argv) {
         }
     }
     srv_stop(s);
+    free(draft_path);
     fprintf(stderr, "pagedlm: stopped\n");
     return rc;
 }

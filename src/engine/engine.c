@@ -18,10 +18,12 @@
 
 #include "engine/block_pool.h"
 #include "engine/engine_hooks.h"
+#include "kernels/attention.h"
 #include "model/kv_cache.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/scheduler.h"
+#include "engine/spec_decode.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
@@ -33,6 +35,9 @@ struct pdl_engine {
     pdl_engine_options opts;
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
+    spec_state spec;           /* speculative decoding's proposers */
+    int *max_lens;             /* [cap_max_lens] scratch: each sequence's max_len, for the proposers */
+    int cap_max_lens;
     sched sched;
     runner runner;
     bool selective;
@@ -122,6 +127,7 @@ int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_optio
     if (rc == 0) rc = pdl_kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, err);
     if (rc == 0) rc = settle_model_len(e, mem, err);
     if (rc == 0) rc = bpool_init(&e->pool, n_blocks, e->opts.block_size, !e->opts.no_prefix_caching, err);
+    if (rc == 0) rc = spec_init(&e->spec, &e->opts, model, e->opts.block_size, n_blocks, err);
     if (rc == 0) {
         sched_config sc = {.max_num_seqs = e->opts.max_num_seqs,
                            .max_num_batched_tokens = e->opts.max_num_batched_tokens,
@@ -156,6 +162,7 @@ static void seq_free(eng_seq *q) {
     if (!q) return;
     free(q->tokens);
     free(q->blocks);
+    free(q->draft_blocks);
     free(q->block_hashes);
     free(q->held);
     free(q->out);
@@ -186,6 +193,8 @@ void pdl_engine_free(pdl_engine *e) {
     runner_free(&e->runner);
     sched_free(&e->sched);
     bpool_free(&e->pool);
+    spec_free(&e->spec);
+    free(e->max_lens);
     pdl_kv_cache_free(e->kv);
     free(e);
 }
@@ -423,6 +432,7 @@ static void finish(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cau
     ev.position = q->n_tokens - 1;
     emit(q, &ev);
     sched_remove(&e->sched, q);
+    spec_release(&e->spec, q);
     untrack(e, q);
     eng_request *r = q->req;
     q->state = SEQ_FINISHED;
@@ -460,11 +470,24 @@ static int append_token(eng_seq *q, int32_t tok) {
 
 /* Samples the next token of q from its logits row and emits it; finishes q
  * when a stop condition holds. Returns -1 on out-of-memory. */
-static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
+/* Draws the token at q's position n_tokens + ahead from its row of logits
+ * (ahead > 0: a row past drafts that were accepted before it; the sampler
+ * has recorded them). One draw of the request's random stream, as without
+ * speculation. */
+static int32_t draw_token(pdl_engine *e, eng_seq *q, const float *row, int ahead) {
     const eng_request *r = q->req;
-    if (e->opts.on_logits) e->opts.on_logits(r->id, q->index, q->n_tokens - 1, row, e->runner.vocab, e->opts.on_logits_user);
-    bool hold_stops = n_generated(q) < r->params.min_tokens;
-    int32_t tok = pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
+    if (e->opts.on_logits)
+        e->opts.on_logits(r->id, q->index, q->n_tokens - 1 + ahead, row, e->runner.vocab, e->opts.on_logits_user);
+    bool hold_stops = n_generated(q) + ahead < r->params.min_tokens;
+    return pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
+}
+
+/* Appends tok (drawn from row) to q and emits it: logprobs, text with stop
+ * strings held back. *reason gets why q must now finish ("stop", "length")
+ * or NULL; the caller finishes it (after anything that still needs q). */
+static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, const char **reason, stop_cause *why,
+                      pdl_error *err) {
+    *reason = NULL;
     if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
     e->generation_tokens++;
     pdl_event ev = {.kind = PDL_EVENT_TOKEN, .token = tok, .position = q->n_tokens - 1, .text = ""};
@@ -481,8 +504,52 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
     size_t n = text_release(q, piece, stop_tok ? 0 : pdl_detok_len(q->detok), &cause.string);
     release_into(q, n, &ev);
     emit(q, &ev);
-    if (stop_tok || cause.string >= 0) finish(e, q, "stop", cause);
-    else if (q->n_tokens >= max_len(e, q)) finish(e, q, "length", cause);
+    *why = cause;
+    if (stop_tok || cause.string >= 0) *reason = "stop";
+    else if (q->n_tokens >= max_len(e, q)) *reason = "length";
+    return 0;
+}
+
+/* Samples q's next token from its row, emits it, and finishes q when a
+ * stop condition holds. */
+static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
+    const char *reason;
+    stop_cause why;
+    if (emit_token(e, q, row, draw_token(e, q, row, 0), &reason, &why, err)) return -1;
+    if (reason) finish(e, q, reason, why);
+    return 0;
+}
+
+/* A decode with n_draft speculative drafts, its rows[0 .. n_draft] from
+ * the forward: each row's token is drawn as without speculation, and the
+ * drafts are accepted while they equal the drawn tokens (for these one-hot
+ * proposals, vLLM's rejection sampling; spec_decode.h). The tokens before
+ * the first disagreement, and the token drawn there (or the bonus token
+ * after the last draft), are emitted in order, stopping at a stop
+ * condition; the K/V of rejected drafts is left behind (n_computed covers
+ * the accepted ones only, and later rows overwrite the rest before any row
+ * reads it). */
+static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows, pdl_error *err) {
+    int nd = q->n_draft, V = e->runner.vocab, accepted = 0;
+    int32_t drawn[PDL_MAX_SPEC_TOKENS + 1];
+    int n_drawn = 0;
+    for (int j = 0; j <= nd; j++) {
+        drawn[n_drawn++] = draw_token(e, q, rows + (size_t)j * (size_t)V, j);
+        if (j == nd || drawn[j] != q->draft[j]) break;
+        accepted++;
+    }
+    spec_verified(&e->spec, q, accepted); /* before emitting: the sequence may end in it */
+    const char *reason = NULL;
+    stop_cause why = {-1, -1};
+    int emitted = 0;
+    while (emitted < n_drawn && !reason) {
+        if (emit_token(e, q, rows + (size_t)emitted * (size_t)V, drawn[emitted], &reason, &why, err)) return -1;
+        emitted++;
+    }
+    int valid = accepted < emitted - 1 ? accepted : emitted - 1; /* accepted drafts now in tokens */
+    q->n_computed = start + 1 + valid;
+    sched_cache_full_blocks(&e->sched, q);
+    if (reason) finish(e, q, reason, why);
     return 0;
 }
 
@@ -531,10 +598,24 @@ static void process_aborts(pdl_engine *e) {
     }
 }
 
+/* Drafts for the sequences that speculate this step (spec_decode.h). */
+static int propose_drafts(pdl_engine *e, pdl_error *err) {
+    if (e->spec.method == PDL_SPEC_NONE || e->n_seqs == 0) return 0;
+    if (e->n_seqs > e->cap_max_lens) {
+        int *p = realloc(e->max_lens, (size_t)e->n_seqs * sizeof *p);
+        if (!p) return pdl_fail(err, "engine: out of memory");
+        e->max_lens = p;
+        e->cap_max_lens = e->n_seqs;
+    }
+    for (int i = 0; i < e->n_seqs; i++) e->max_lens[i] = max_len(e, e->seqs[i]);
+    return spec_propose(&e->spec, e->seqs, e->max_lens, e->n_seqs, err);
+}
+
 int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     sched_output plan;
     e->in_step = true;
-    int rc = sched_schedule(&e->sched, &plan, err);
+    int rc = propose_drafts(e, err);
+    if (rc == 0) rc = sched_schedule(&e->sched, &plan, err);
     if (rc == 0 && plan.n_entries > 0) rc = runner_execute(&e->runner, &plan, err);
     if (rc == 0 && plan.n_entries > 0) {
         e->steps++;
@@ -546,6 +627,10 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
             eng_seq *q = en->seq;
             int n = runner_logits_rows(en, rowbuf);
             const float *lg = e->runner.logits + (size_t)e->runner.logits_cu_seqlens[k] * e->runner.vocab;
+            if (en->start == q->n_tokens - 1 && en->n_new > 1) { /* a decode with drafts */
+                if (!q->abort_requested) rc = verify_drafts(e, q, en->start, lg, err);
+                continue;
+            }
             q->n_computed = en->start + en->n_new;
             sched_cache_full_blocks(&e->sched, q);
             bool completes = q->n_computed == q->n_tokens;
@@ -595,6 +680,10 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     st->kv_blocks_cached = e->pool.n_cached_free;
     st->prefix_cache_queries = e->pool.queries;
     st->prefix_cache_hits = e->pool.hits;
+    st->spec_drafts = e->spec.drafts;
+    st->spec_draft_tokens = e->spec.draft_tokens;
+    st->spec_accepted_tokens = e->spec.accepted;
+    memcpy(st->spec_accepted_per_pos, e->spec.accepted_per_pos, sizeof st->spec_accepted_per_pos);
     st->preemptions = e->sched.preemptions;
     st->steps = e->steps;
     st->prompt_tokens = e->prompt_tokens;
@@ -605,3 +694,28 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
 int pdl_engine_max_model_len(const pdl_engine *e) { return e->max_model_len; }
 
 block_pool *eng_block_pool(pdl_engine *e) { return &e->pool; }
+
+void eng_poison_uncomputed_kv(pdl_engine *e) {
+    pdl_kv_cache *kv = e->kv;
+    int bs = kv->block_size;
+    for (int i = 0; i < e->n_seqs; i++) {
+        const eng_seq *q = e->seqs[i];
+        for (int pos = q->n_computed; pos < q->n_blocks * bs; pos++) {
+            int32_t b = q->blocks[pos / bs];
+            for (int l = 0; l < kv->n_layers; l++) {
+                char *v = pdl_kv_v_row(kv, l, (int64_t)b * bs + pos % bs);
+                char *kpool = pdl_kv_k_pool(kv, l);
+                for (int d = 0; d < kv->kv_dim; d++) {
+                    char *k = kpool + pdl_attn_k_index((int64_t)b * bs + pos % bs, bs, kv->kv_dim, d) * kv->elem_bytes;
+                    if (kv->elem_bytes == 4) {
+                        const uint32_t nan = 0x7fc00000u;
+                        memcpy(k, &nan, 4), memcpy(v + (size_t)d * 4, &nan, 4);
+                    } else {
+                        const uint16_t nan = 0x7e00u;
+                        memcpy(k, &nan, 2), memcpy(v + (size_t)d * 2, &nan, 2);
+                    }
+                }
+            }
+        }
+    }
+}

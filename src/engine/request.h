@@ -70,6 +70,14 @@ typedef struct eng_seq {
     char *out;                  /* the text released with the current event */
     size_t out_cap;
 
+    int32_t draft[PDL_MAX_SPEC_TOKENS]; /* speculative tokens proposed for this step (never in `tokens`, never hashed) */
+    int n_draft;
+    int spec_wait;              /* steps to go before proposing again (after rejected drafts) */
+    int spec_backoff;           /* the next wait after a rejection: 1, 2, 4, ... 32 */
+    int32_t *draft_blocks;      /* draft model's block table */
+    int n_draft_blocks, cap_draft_blocks;
+    int draft_computed;         /* tokens with K/V in the draft model's cache */
+
     int prompt_logprobs_next;   /* next prompt position (>= 1) whose logprobs are due */
     bool fork_pending;          /* index 0 of an n > 1 request: fork when the prompt is done */
     bool abort_requested;

@@ -31,6 +31,11 @@ void runner_free(runner *r) {
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
     const eng_seq *q = e->seq;
     int end = e->start + e->n_new, n = 0;
+    if (e->start == q->n_tokens - 1 && e->n_new > 1) {
+        /* a decode with drafts: its last token and every draft predict */
+        for (int r = e->start; r < end; r++) rows_out[n++] = r;
+        return n;
+    }
     if (q->req->params.prompt_logprobs >= 0) {
         /* row r predicts prompt token r + 1 */
         int first = q->prompt_logprobs_next - 1;
@@ -72,7 +77,8 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         const eng_seq *q = e->seq;
         for (int i = 0; i < e->n_new; i++, row++) {
             int pos = e->start + i;
-            r->token_ids[row] = q->tokens[pos];
+            /* past the known tokens: speculative drafts */
+            r->token_ids[row] = pos < q->n_tokens ? q->tokens[pos] : q->draft[pos - q->n_tokens];
             r->positions[row] = pos;
             r->slot_mapping[row] = q->blocks[pos / bs] * bs + pos % bs;
         }

@@ -41,10 +41,12 @@ void runner_free(runner *r);
 
 /*
  * Which rows of an entry need logits: the last row when the entry completes
- * everything known of its sequence (then the next token is sampled), and,
- * for a sequence that asked for prompt logprobs, every row r whose next
- * prompt token (r + 1 < n_prompt) still has its logprobs due. Writes the
- * rows (absolute positions, ascending) to rows_out and returns their count.
+ * everything known of its sequence (then the next token is sampled); every
+ * row of a decode with speculative drafts (its last token and each draft:
+ * k + 1 rows to verify k drafts); and, for a sequence that asked for prompt
+ * logprobs, every row r whose next prompt token (r + 1 < n_prompt) still
+ * has its logprobs due. Writes the rows (absolute positions, ascending) to
+ * rows_out and returns their count.
  */
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out);
 

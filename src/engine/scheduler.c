@@ -243,6 +243,7 @@ static eng_seq *preempt_newest(sched *s, pdl_error *err) {
     eng_seq *victim = s->running[s->n_running - 1];
     s->n_running--;
     sched_release_blocks(s, victim);
+    victim->n_draft = 0;
     if (grow_ptrs(&s->waiting, &s->cap_waiting, s->n_waiting + 1)) {
         pdl_fail(err, "scheduler: out of memory");
         return NULL;
@@ -255,8 +256,13 @@ static eng_seq *preempt_newest(sched *s, pdl_error *err) {
     return victim;
 }
 
-/* New tokens a sequence wants this step, before the budget. */
+/* Whether q is decoding: prompt done, its last token to compute. */
+static bool decoding(const eng_seq *q) { return q->n_computed >= q->n_prompt && q->n_computed + 1 == q->n_tokens; }
+
+/* New tokens a sequence wants this step, before the budget: a decode with
+ * speculative drafts wants its last token and the drafts. */
 static int wanted(const sched *s, const eng_seq *q) {
+    if (decoding(q)) return 1 + q->n_draft;
     int n = q->n_tokens - q->n_computed;
     bool prefill = n > 1 || q->n_computed < q->n_prompt;
     if (prefill && s->cfg.max_prefill_chunk > 0 && n > s->cfg.max_prefill_chunk) n = s->cfg.max_prefill_chunk;
@@ -287,6 +293,11 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         int n = wanted(s, q);
         if (n > budget) n = budget;
         if (n <= 0) continue;
+        if (q->n_draft > 0) {
+            /* drafts are the first thing to give up: for the budget, then for blocks */
+            if (n < 1 + q->n_draft) q->n_draft = n - 1;
+            if (q->n_draft > 0 && sched_reserve(s, q, q->n_computed + n) != 0) q->n_draft = 0, n = 1;
+        }
         bool preempted_self = false;
         while (sched_reserve(s, q, q->n_computed + n) != 0) {
             /* out of blocks: preempt the newest running sequence (the last,
@@ -336,12 +347,12 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         budget -= n;
     }
 
-    /* decodes first, then prefill chunks, each group in scheduling order */
+    /* decodes (with their drafts) first, then prefill chunks, each group in
+     * scheduling order */
     int n_decode = 0;
     for (int k = 0; k < n_entries; k++) {
         const eng_seq *q = s->entries[k].seq;
-        bool decode = s->entries[k].n_new == 1 && q->n_computed >= q->n_prompt && q->n_computed + 1 == q->n_tokens;
-        if (decode) {
+        if (decoding(q)) {
             sched_entry e = s->entries[k];
             memmove(s->entries + n_decode + 1, s->entries + n_decode, (size_t)(k - n_decode) * sizeof *s->entries);
             s->entries[n_decode++] = e;

@@ -35,7 +35,8 @@ typedef struct sched_entry {
 typedef struct sched_output {
     sched_entry *entries;       /* decodes first, then prefill chunks */
     int n_entries;
-    int n_decode;               /* entries[0 .. n_decode) are single-row decodes */
+    int n_decode;               /* entries[0 .. n_decode) are decodes: one row, or with speculative drafts
+                                   1 + seq->n_draft rows */
     int n_tokens;               /* rows in the step */
     int n_preempted;            /* sequences preempted while scheduling this step */
 } sched_output;

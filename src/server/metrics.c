@@ -188,6 +188,13 @@ char *srv_metrics_render(srv_metrics *m, size_t *len) {
             st->prefix_cache_hits);
     gauge(&b, L, "pagedlm:kv_cache_blocks_cached", "Free KV-cache blocks that still hold a cached prefix.",
           st->kv_blocks_cached);
+    counter(&b, L, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", st->spec_drafts);
+    counter(&b, L, "vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.", st->spec_draft_tokens);
+    counter(&b, L, "vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.", st->spec_accepted_tokens);
+    header(&b, "vllm:spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position.", "counter");
+    for (int i = 0; i < PDL_MAX_SPEC_TOKENS; i++)
+        sbuf_printf(&b, "vllm:spec_decode_num_accepted_tokens_per_pos_total{%s,position=\"%d\"} %llu\n", L, i,
+                    (unsigned long long)st->spec_accepted_per_pos[i]);
     header(&b, "vllm:request_success_total", "Count of finished sequences by finish reason.", "counter");
     for (int i = 0; i < N_FIN; i++)
         sbuf_printf(&b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", L, FIN_NAMES[i],

@@ -113,12 +113,18 @@ static void *loader_main(void *arg) {
         rc = pdl_fail(&err, "%s: the server needs text in and out: %s", s->model_path, te.message);
     }
     if (rc == 0) rc = srv_chat_load(&chat, model, s->model_path, s->chat_template_path, &err);
+    pdl_model *draft = NULL;
+    if (rc == 0 && s->draft_model_path) {
+        if (pdl_model_load(&draft, s->draft_model_path, &s->model_opts, &err)) rc = pdl_fail_prefix(&err, "draft model");
+        s->engine_opts.draft_model = draft;
+    }
     if (rc == 0) rc = srv_engine_start(&engine, model, &s->engine_opts, s->metrics, &err);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
         pdl_model_info info;
         pdl_model_get_info(model, &info);
         s->model = model;
+        s->draft = draft;
         s->engine = engine;
         s->chat = chat;
         s->parse = (srv_parse_ctx){.model = model,
@@ -141,6 +147,7 @@ static void *loader_main(void *arg) {
                 s->model_name);
     } else {
         srv_chat_free(chat); /* the caller reports the error (srv_get_state) */
+        pdl_model_free(draft);
         pdl_model_free(model);
     }
     return NULL;
@@ -152,6 +159,7 @@ static void server_free(srv_server *s) {
     free(s->model_name);
     free(s->api_key);
     free(s->chat_template_path);
+    free(s->draft_model_path);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -188,6 +196,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->grace_s = o->shutdown_grace_s > 0 ? o->shutdown_grace_s : 0;
     s->keep_alive_s = o->timeout_keep_alive_s > 0 ? (unsigned int)o->timeout_keep_alive_s : 5;
     s->test_load_delay_ms = o->test_load_delay_ms;
+    s->draft_model_path = dup_or_null(o->draft_model_path);
     s->log_requests = o->log_requests;
     s->model_opts = o->model;
     s->engine_opts = o->engine;
@@ -255,6 +264,7 @@ void srv_stop(srv_server *s) {
     MHD_stop_daemon(s->daemon); /* joins every connection thread */
     srv_engine_free(s->engine);
     srv_chat_free(s->chat);
+    pdl_model_free(s->draft);
     pdl_model_free(s->model);
     server_free(s);
 }

@@ -28,6 +28,7 @@ typedef struct srv_options {
     double shutdown_grace_s;        /* in-flight requests get this long to finish; < 0 = 0 */
     int timeout_keep_alive_s;       /* an idle connection closes after this long; 0 = 5 s (uvicorn's) */
     int test_load_delay_ms;         /* tests only: the loader waits this long first (the 503 window) */
+    const char *draft_model_path;   /* speculative decoding with a draft model (engine.spec_method) */
     bool log_requests;              /* one log line per request */
     pdl_model_options model;
     pdl_engine_options engine;      /* .log is set by the server */

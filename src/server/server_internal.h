@@ -24,6 +24,7 @@ struct srv_server {
     double grace_s;
     unsigned int keep_alive_s;   /* idle connections close after this long */
     int test_load_delay_ms;      /* the loader waits this long first (tests of the loading state) */
+    char *draft_model_path;      /* loaded beside the model; NULL = none */
     bool log_requests;
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
@@ -47,6 +48,7 @@ struct srv_server {
 
     /* set once by the loader before state becomes SRV_READY; read-only after */
     pdl_model *model;
+    pdl_model *draft;            /* speculative decoding's draft model, or NULL */
     srv_engine *engine;
     srv_chat *chat;
     srv_parse_ctx parse;

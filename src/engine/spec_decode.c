@@ -1,0 +1,272 @@
+/*
+ * spec_decode.c - the proposers (n-gram lookup, draft model) and the
+ * adaptive policy of speculative decoding; verification is the engine's.
+ *
+ * The draft model keeps, per sequence, a block table of its own and how
+ * many of the sequence's tokens it has in its cache (draft_computed). To
+ * propose k drafts it catches up on the tokens it has not seen (all of the
+ * prompt the first time, usually one or two after a verification) and then
+ * runs k - 1 single-row steps, every step one forward over all speculating
+ * sequences, each draft the argmax of its row. After verification its
+ * cache counts only the accepted tokens; rows past them are written again
+ * before anything reads them.
+ */
+#include "engine/spec_decode.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "util/error.h"
+
+#define MAX_BACKOFF 32
+
+/* ---- n-gram lookup ------------------------------------------------------------ */
+
+int spec_ngram_propose(const int32_t *tokens, int n_tokens, int lookup_min, int lookup_max, int k, int32_t *out) {
+    if (lookup_min < 1) lookup_min = 1;
+    if (lookup_max > n_tokens - 1) lookup_max = n_tokens - 1;
+    for (int n = lookup_max; n >= lookup_min; n--) {
+        const int32_t *pat = tokens + n_tokens - n;
+        /* earliest i with tokens[i .. i + n) == pat, i + n < n_tokens (something follows) */
+        for (int i = 0; i + n < n_tokens; i++) {
+            if (tokens[i] != pat[0] || memcmp(tokens + i, pat, (size_t)n * sizeof *tokens) != 0) continue;
+            int m = 0;
+            while (m < k && i + n + m < n_tokens) {
+                out[m] = tokens[i + n + m];
+                m++;
+            }
+            return m;
+        }
+    }
+    return 0;
+}
+
+/* ---- setup -------------------------------------------------------------------- */
+
+int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *target, int block_size, int n_blocks,
+              pdl_error *err) {
+    memset(s, 0, sizeof *s);
+    s->method = o->spec_method;
+    if (s->method == PDL_SPEC_NONE) return 0;
+    if (s->method != PDL_SPEC_NGRAM && s->method != PDL_SPEC_DRAFT_MODEL)
+        return pdl_fail(err, "speculative decoding: unknown method %d", (int)s->method);
+    s->k = o->num_speculative_tokens;
+    if (s->k < 1 || s->k > PDL_MAX_SPEC_TOKENS)
+        return pdl_fail(err, "speculative decoding: num_speculative_tokens %d must be in [1, %d]", s->k,
+                        PDL_MAX_SPEC_TOKENS);
+    s->lookup_min = o->prompt_lookup_min > 0 ? o->prompt_lookup_min : 1;
+    s->lookup_max = o->prompt_lookup_max > 0 ? o->prompt_lookup_max : 5;
+    if (s->lookup_max < s->lookup_min)
+        return pdl_fail(err, "speculative decoding: prompt_lookup_max %d is below prompt_lookup_min %d", s->lookup_max,
+                        s->lookup_min);
+    s->max_batch = o->spec_max_batch > 0 ? o->spec_max_batch : 4;
+    if (s->method == PDL_SPEC_NGRAM) return 0;
+    s->draft = o->draft_model;
+    if (!s->draft) return pdl_fail(err, "speculative decoding: the draft-model method needs a draft model");
+    if (s->draft->cfg.vocab != target->cfg.vocab)
+        return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
+                        s->draft->cfg.vocab, target->cfg.vocab);
+    if (pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
+        bpool_init(&s->pool, n_blocks, block_size, false, err)) {
+        spec_free(s);
+        return pdl_fail_prefix(err, "speculative decoding: the draft model's KV cache");
+    }
+    return 0;
+}
+
+void spec_free(spec_state *s) {
+    pdl_kv_cache_free(s->kv);
+    if (s->pool.blocks) bpool_free(&s->pool);
+    free(s->rows);
+    free(s->tables);
+    free(s->logits);
+    memset(s, 0, sizeof *s);
+}
+
+void spec_release(spec_state *s, eng_seq *q) {
+    if (q->n_draft_blocks) bpool_release_all(&s->pool, q->draft_blocks, q->n_draft_blocks);
+    q->n_draft_blocks = 0;
+    q->draft_computed = 0;
+    q->n_draft = 0;
+}
+
+/* ---- the draft model -------------------------------------------------------------- */
+
+/* Room in the draft cache for positions [0, n) of q; -1 when the pool is short. */
+static int draft_reserve(spec_state *s, eng_seq *q, int n) {
+    int bs = s->pool.block_size, need = (n + bs - 1) / bs;
+    if (need > q->cap_draft_blocks) {
+        int cap = q->cap_draft_blocks ? q->cap_draft_blocks : 8;
+        while (cap < need) cap *= 2;
+        int32_t *b = realloc(q->draft_blocks, (size_t)cap * sizeof *b);
+        if (!b) return -1;
+        q->draft_blocks = b;
+        q->cap_draft_blocks = cap;
+    }
+    if (!bpool_can_alloc(&s->pool, need - q->n_draft_blocks)) return -1;
+    while (q->n_draft_blocks < need) q->draft_blocks[q->n_draft_blocks++] = bpool_alloc(&s->pool);
+    return 0;
+}
+
+static int grow(spec_state *s, int rows, int seqs) {
+    if (rows > s->rows_cap) {
+        int32_t *r = realloc(s->rows, (size_t)rows * 5 * sizeof *r);
+        if (!r) return -1;
+        s->rows = r;
+        s->rows_cap = rows;
+    }
+    if (seqs > s->tables_cap) {
+        const int32_t **t = realloc(s->tables, (size_t)seqs * sizeof *t);
+        float *l = realloc(s->logits, (size_t)seqs * (size_t)s->draft->cfg.vocab * sizeof *l);
+        if (t) s->tables = t;
+        if (l) s->logits = l;
+        if (!t || !l) return -1;
+        s->tables_cap = seqs;
+    }
+    return 0;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* One draft-model forward: for each of the n sequences, its tokens from
+ * draft_computed to `upto[i]` (the last one its proposal's input); the
+ * argmax of each sequence's last row goes to next[i]. */
+static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32_t *next, pdl_error *err) {
+    int rows = 0;
+    for (int i = 0; i < n; i++) rows += upto[i] - qs[i]->draft_computed + 1;
+    if (grow(s, rows + n + 1, n)) return pdl_fail(err, "speculative decoding: out of memory");
+    int32_t *ids = s->rows, *pos = ids + s->rows_cap, *slots = pos + s->rows_cap, *lrows = slots + s->rows_cap,
+            *cu = lrows + s->rows_cap;
+    int bs = s->pool.block_size, r = 0;
+    cu[0] = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq *q = qs[i];
+        for (int p = q->draft_computed; p <= upto[i]; p++, r++) {
+            ids[r] = p < q->n_tokens ? q->tokens[p] : q->draft[p - q->n_tokens];
+            pos[r] = p;
+            slots[r] = q->draft_blocks[p / bs] * bs + p % bs;
+        }
+        cu[i + 1] = r;
+        lrows[i] = r - 1;
+        s->tables[i] = q->draft_blocks;
+    }
+    pdl_batch b = {.n_tokens = rows, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n,
+                   .cu_seqlens = cu, .block_tables = s->tables, .n_logits = n, .logits_indices = lrows};
+    if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    for (int i = 0; i < n; i++) {
+        qs[i]->draft_computed = upto[i] + 1;
+        next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
+    }
+    return 0;
+}
+
+/* k greedy drafts for each of the n sequences (their want[i] <= k). */
+static int draft_model_propose(spec_state *s, eng_seq **qs, const int *want, int n, pdl_error *err) {
+    int *upto = malloc((size_t)n * sizeof *upto), *act_want = malloc((size_t)n * sizeof *act_want);
+    int32_t *next = malloc((size_t)n * sizeof *next);
+    eng_seq **act = malloc((size_t)n * sizeof *act);
+    if (!upto || !act_want || !next || !act) {
+        free(upto), free(act_want), free(next), free(act);
+        return pdl_fail(err, "speculative decoding: out of memory");
+    }
+    int rc = 0, m = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq *q = qs[i];
+        q->n_draft = 0;
+        if (q->draft_computed > q->n_tokens - 1) q->draft_computed = q->n_tokens - 1;
+        if (draft_reserve(s, q, q->n_tokens + want[i])) continue; /* the draft cache is full: no drafts */
+        act[m] = q;
+        act_want[m] = want[i];
+        upto[m] = q->n_tokens - 1;
+        m++;
+    }
+    while (rc == 0 && m > 0) {
+        rc = draft_step(s, act, upto, m, next, err);
+        int keep = 0;
+        for (int i = 0; rc == 0 && i < m; i++) {
+            eng_seq *q = act[i];
+            q->draft[q->n_draft++] = next[i];
+            if (q->n_draft < act_want[i]) { /* the next step feeds this draft */
+                act[keep] = q;
+                act_want[keep] = act_want[i];
+                upto[keep] = q->n_tokens + q->n_draft - 1;
+                keep++;
+            }
+        }
+        m = keep;
+    }
+    free(upto), free(act_want), free(next), free(act);
+    return rc;
+}
+
+/* ---- the policy ------------------------------------------------------------------- */
+
+int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err) {
+    for (int i = 0; i < n; i++) seqs[i]->n_draft = 0;
+    if (s->method == PDL_SPEC_NONE) return 0;
+    /* decoding sequences (prompt done, one token to compute) */
+    int decoding = 0;
+    for (int i = 0; i < n; i++) {
+        const eng_seq *q = seqs[i];
+        decoding += q->state == SEQ_RUNNING && q->n_computed == q->n_tokens - 1 && q->n_tokens > q->n_prompt;
+    }
+    if (decoding == 0 || decoding > s->max_batch) return 0;
+    eng_seq **cand = malloc((size_t)n * sizeof *cand);
+    int *want = malloc((size_t)n * sizeof *want);
+    if (!cand || !want) {
+        free(cand), free(want);
+        return pdl_fail(err, "speculative decoding: out of memory");
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        eng_seq *q = seqs[i];
+        if (q->state != SEQ_RUNNING || q->n_computed != q->n_tokens - 1 || q->n_tokens <= q->n_prompt ||
+            q->fork_pending || q->abort_requested)
+            continue;
+        if (q->spec_wait > 0) {
+            q->spec_wait--;
+            continue;
+        }
+        /* never past the sequence's end: the last draft's row predicts position n_tokens + k */
+        int room = max_len[i] - q->n_tokens - 1;
+        int k = s->k < room ? s->k : room;
+        if (k <= 0) continue;
+        if (s->method == PDL_SPEC_NGRAM) {
+            q->n_draft = spec_ngram_propose(q->tokens, q->n_tokens, s->lookup_min, s->lookup_max, k, q->draft);
+        } else {
+            cand[m] = q;
+            want[m] = k;
+            m++;
+        }
+    }
+    int rc = m ? draft_model_propose(s, cand, want, m, err) : 0;
+    free(cand), free(want);
+    return rc;
+}
+
+void spec_verified(spec_state *s, eng_seq *q, int accepted) {
+    if (q->n_draft == 0) return;
+    s->drafts++;
+    s->draft_tokens += (uint64_t)q->n_draft;
+    s->accepted += (uint64_t)accepted;
+    for (int j = 0; j < accepted && j < PDL_MAX_SPEC_TOKENS; j++) s->accepted_per_pos[j]++;
+    if (accepted == 0) {
+        q->spec_wait = q->spec_backoff ? q->spec_backoff : 1;
+        q->spec_backoff = q->spec_wait * 2 > MAX_BACKOFF ? MAX_BACKOFF : q->spec_wait * 2;
+    } else {
+        q->spec_wait = q->spec_backoff = 0;
+    }
+    /* the draft cache keeps the accepted drafts (positions n_tokens ..
+     * n_tokens + accepted - 1, the tokens not appended yet) and nothing
+     * past them */
+    int keep = q->n_tokens + accepted;
+    if (q->draft_computed > keep) q->draft_computed = keep;
+    q->n_draft = 0;
+}

@@ -1,0 +1,87 @@
+/*
+ * spec_decode.h - speculative decoding: who proposes draft tokens, and when.
+ *
+ * Proposers: n-gram prompt lookup (vLLM's "ngram": the longest suffix of a
+ * sequence, prompt_lookup_max .. prompt_lookup_min tokens, that occurred
+ * earlier; its earliest occurrence; the tokens that followed it) and a
+ * draft model (a second, smaller model with the same vocabulary, with its
+ * own paged KV; it drafts greedily, k forwards per step batched over the
+ * speculating sequences, and its cache follows the target's accepted
+ * length). The engine verifies the drafts in the normal packed batch: a
+ * speculating sequence gets k + 1 rows, all of them logits rows.
+ *
+ * Verification (in engine.c): the drafts are one-hot proposals (n-gram, and
+ * greedy drafts), for which vLLM's rejection sampler (accept draft d with
+ * probability min(1, p_target(d) / p_draft(d)) = p_target(d), else draw from
+ * the normalised residual, a bonus token when every draft passes) is the
+ * same as drawing each position's token from the target distribution and
+ * accepting the draft when they agree: P(d) = p_target(d) and, for x != d,
+ * P(x) = p_target(x), the residual's mass. Drawing with the request's own
+ * random stream, one draw per position as without speculation, makes the
+ * output the same tokens as without speculation, greedy or sampled, for a
+ * given seed.
+ *
+ * Policy (adaptive): no drafts when more than `max_batch` sequences are
+ * decoding (verification rows then cost more than they save: llama.cpp's
+ * lookup decoding loses from 4 concurrent slots); a sequence whose drafts
+ * were all rejected waits 1, 2, 4, ... up to 32 steps before it proposes
+ * again (a proposer that never hits costs a verification step in 32), and
+ * the wait resets when a draft is accepted.
+ */
+#ifndef PDL_ENGINE_SPEC_DECODE_H
+#define PDL_ENGINE_SPEC_DECODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "engine/block_pool.h"
+#include "engine/request.h"
+#include "pagedlm.h"
+
+/* The n-gram proposer on its own (pure; tested): the longest n in
+ * [lookup_min, lookup_max] whose last-n-tokens pattern occurs earlier in
+ * tokens[0 .. n_tokens), its earliest occurrence, and up to k tokens that
+ * followed it. Returns how many were written to out. */
+int spec_ngram_propose(const int32_t *tokens, int n_tokens, int lookup_min, int lookup_max, int k, int32_t *out);
+
+typedef struct spec_state {
+    pdl_spec_method method;
+    int k;                      /* drafts per step at most */
+    int lookup_min, lookup_max; /* n-gram */
+    int max_batch;              /* no drafts beyond this many decoding sequences */
+    /* draft model */
+    pdl_model *draft;
+    pdl_kv_cache *kv;
+    block_pool pool;
+    int32_t *rows;              /* packing scratch: ids, positions, slots, logits rows, cu_seqlens [rows] */
+    int rows_cap;
+    const int32_t **tables;
+    int tables_cap;
+    float *logits;              /* [seqs][draft vocab] */
+    int logits_cap;
+    /* statistics (vLLM's spec_decode counters) */
+    uint64_t drafts, draft_tokens, accepted;
+    uint64_t accepted_per_pos[PDL_MAX_SPEC_TOKENS];
+} spec_state;
+
+/* From the engine options; method PDL_SPEC_NONE makes an inert state.
+ * block_size and n_blocks size the draft model's KV like the target's. */
+int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *target, int block_size, int n_blocks,
+              pdl_error *err);
+void spec_free(spec_state *s);
+
+/* Fills seq->draft for the running sequences that should speculate this
+ * step (decoding, not backing off, under the batch limit, room before
+ * max_len[i]); clears it for the others. */
+int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err);
+
+/* After verification, before the accepted tokens are appended: `accepted`
+ * of seq->n_draft drafts were accepted. The draft model's cache goes back
+ * to the accepted length; statistics and the back-off follow. */
+void spec_verified(spec_state *s, eng_seq *seq, int accepted);
+
+/* The sequence left the running set (finished, aborted, preempted):
+ * its draft-model blocks go back. */
+void spec_release(spec_state *s, eng_seq *seq);
+
+#endif
