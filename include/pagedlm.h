@@ -342,6 +342,7 @@ typedef struct pdl_engine_options {
     int prompt_lookup_max;       /* n-gram: longest match (default 5, and at least prompt_lookup_min) */
     pdl_model *draft_model;      /* PDL_SPEC_DRAFT_MODEL: loaded by the caller, outlives the engine */
     int spec_max_batch;          /* no drafts when more sequences than this decode at once; 0 = 4 */
+    bool spec_no_pause;          /* keep speculating when the measured cost says it does not pay (tests) */
     pdl_log_fn log;              /* one line per notable event; NULL = stderr */
     void *log_user;
     /* tests and debugging: called on the stepping thread with each row of

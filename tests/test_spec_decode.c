@@ -134,6 +134,28 @@ static void test_backoff_doubles_after_rejections_and_resets_on_acceptance(void)
     CHECK_EQ_INT(s.accepted_per_pos[2], 0);
 }
 
+/* The cost model: decode steps that take 5 times as long with drafts and
+ * gain 1.2 tokens do not pay (pause); 1.03 times as long for 2.5 tokens do. */
+static void test_speculation_pauses_when_it_does_not_pay(void) {
+    spec_state s = {.method = PDL_SPEC_NGRAM, .k = 4};
+    for (int i = 0; i < 5; i++) spec_step_done(&s, 1e-3, true, false, 0, 0);
+    spec_step_done(&s, 1e-2, false, true, 6, 1); /* a step with prefill rows: not measured */
+    for (int i = 0; i < 3; i++) spec_step_done(&s, 1.03e-3, true, true, 5, 2);
+    CHECK_EQ_INT(s.pause, 0);
+    for (int i = 0; i < 12; i++) spec_step_done(&s, 5e-3, true, true, 6, 5);
+    CHECK_EQ_INT(s.pause, 64);
+    /* paused: no drafts for 64 steps */
+    int32_t toks[6] = {1, 2, 3, 1, 2, 3};
+    eng_seq q = {.state = SEQ_RUNNING, .tokens = toks, .n_tokens = 6, .n_prompt = 2, .n_computed = 5};
+    eng_seq *ptr = &q;
+    int max_len = 100;
+    pdl_error err;
+    s.lookup_min = 1, s.lookup_max = 3, s.max_batch = 4;
+    REQUIRE(spec_propose(&s, &ptr, &max_len, 1, &err) == 0);
+    CHECK_EQ_INT(q.n_draft, 0);
+    CHECK_EQ_INT(s.pause, 63);
+}
+
 static void test_no_drafts_beyond_the_batch_limit(void) {
     spec_state s = {.method = PDL_SPEC_NGRAM, .k = 4, .lookup_min = 1, .lookup_max = 3, .max_batch = 4};
     int32_t toks[6] = {1, 2, 3, 1, 2, 3};
@@ -205,7 +227,8 @@ static pdl_engine_stats run_all(pdl_model *m, const spec_opts *so, int n_req, in
     pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .kv_cache_memory = so->kv_bytes, .spec_method = so->method,
                              .num_speculative_tokens = so->k, .draft_model = so->draft,
                              .prompt_lookup_min = so->lookup_min ? so->lookup_min : 1,
-                             .prompt_lookup_max = so->lookup_max ? so->lookup_max : 4, .spec_max_batch = 64};
+                             .prompt_lookup_max = so->lookup_max ? so->lookup_max : 4, .spec_max_batch = 64,
+                             .spec_no_pause = true /* tiny models: the cost model would stop speculating */};
     pdl_engine *e = NULL;
     pdl_error err;
     REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
@@ -453,6 +476,7 @@ int main(void) {
     RUN(test_verification_rows_are_packed_with_logits_on_every_draft);
     RUN(test_backoff_doubles_after_rejections_and_resets_on_acceptance);
     RUN(test_no_drafts_beyond_the_batch_limit);
+    RUN(test_speculation_pauses_when_it_does_not_pay);
     RUN(test_ngram_output_equals_plain_decoding);
     RUN(test_draft_model_output_equals_plain_decoding);
     RUN(test_stops_inside_an_accepted_run);

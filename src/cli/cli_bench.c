@@ -90,8 +90,8 @@ static uint64_t rng_next(uint64_t *s) {
 /* One run: batch sequences with n_prompt random tokens each, n_gen tokens.
  * Returns tokens/s: prompt tokens per second of prefill when n_gen == 1,
  * else aggregate generated tokens per second after every first token. */
-static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, double *tps,
-                    long *cached) {
+static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, float temp,
+                    double *tps, long *cached) {
     run_clock c = {.batch = batch};
     seq_clock sc[256];
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
@@ -101,6 +101,8 @@ static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch
         for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
         sc[b] = (seq_clock){&c, 0};
         pdl_request_params p = {.max_tokens = n_gen, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1};
+        p.sampling.temperature = temp;
+        p.sampling.seed = seed + (uint64_t)b;
         if (pdl_engine_add_request(e, prompt, (size_t)n_prompt, &p, on_seq_event, &sc[b], NULL, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             free(prompt);
@@ -204,8 +206,8 @@ static double flops_prompt(const pdl_model *m, int n) {
 /* tgN with one sequence, alternating a plain engine and a speculating one
  * (A, B, A, B, ...: the machine's drift hits both), same prompts for both
  * in each round; prints the medians, their ratio and the acceptance rate. */
-static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen, int reps, const char *label,
-                      bool json) {
+static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen, int reps, float temp,
+                      const char *label, bool json) {
     double a[64], b[64];
     pdl_engine_stats s0, s1;
     pdl_engine_get_stats(spec, &s0);
@@ -214,8 +216,8 @@ static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen,
         double tps_a = 0, tps_b = 0;
         long cached = 0;
         /* 16 random prompt tokens: what a speculator has to work with besides its own output */
-        if (run_once(plain, vocab, 16, n_gen, 1, seed, &tps_a, &cached) ||
-            run_once(spec, vocab, 16, n_gen, 1, seed, &tps_b, &cached))
+        if (run_once(plain, vocab, 16, n_gen, 1, seed, temp, &tps_a, &cached) ||
+            run_once(spec, vocab, 16, n_gen, 1, seed, temp, &tps_b, &cached))
             return -1;
         if (rep > 0) a[rep - 1] = tps_a, b[rep - 1] = tps_b; /* rep 0 warms up */
     }
@@ -252,7 +254,8 @@ static void usage(FILE *f) {
                "  --batch LIST sequences decoding together in tgN tests (default 1)\n"
                "  --roofline   also measure the machine's peak GFLOP/s and read bandwidth and report fractions\n"
                "  --spec-ngram K      also tgN with n-gram speculative decoding (K drafts), against plain decode\n"
-               "  --spec-model PATH   also tgN with a draft model drafting (--spec-k drafts, default 4)\n");
+               "  --spec-model PATH   also tgN with a draft model drafting (--spec-k drafts, default 4)\n"
+               "  --spec-temp T       sampling temperature of those runs (default 0: greedy; the same seeds both ways)\n");
 }
 
 static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
@@ -277,6 +280,7 @@ int cli_bench(int argc, char **argv) {
     bool json = false, csv = false, roofline = false;
     pdl_engine_options eo = {0};
     long spec_ngram = 0, spec_k = 4;
+    float spec_temp = 0;
     const char *spec_model = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -318,6 +322,8 @@ int cli_bench(int argc, char **argv) {
             spec_model = v;
         } else if (strcmp(a, "--spec-k") == 0) {
             if (cli_int(a, v, 1, PDL_MAX_SPEC_TOKENS, &spec_k)) return CLI_USAGE;
+        } else if (strcmp(a, "--spec-temp") == 0) {
+            if (cli_float(a, v, &spec_temp) || spec_temp < 0) return CLI_USAGE;
         } else {
             fprintf(stderr, "error: unknown option '%s' for bench\n", a);
             usage(stderr);
@@ -380,7 +386,7 @@ int cli_bench(int argc, char **argv) {
             /* every run's prompts are new (a seed per test and run): the prefix
              * cache must not serve a prompt the bench measures as computed */
             uint64_t seed = 1234 + (uint64_t)t * 1000003 + (uint64_t)rep * 7;
-            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, seed, &tps, &r->cached)) rc = CLI_FAIL;
+            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, seed, 0.0f, &tps, &r->cached)) rc = CLI_FAIL;
             else if (rep > 0) r->samples[r->n_samples++] = tps; /* rep 0 warms up */
             done++;
             if (tty) {
@@ -518,7 +524,7 @@ int cli_bench(int argc, char **argv) {
             if (pdl_engine_create(&es, model, &so, &err)) {
                 fprintf(stderr, "error: %s\n", err.message);
                 rc = CLI_FAIL;
-            } else if (bench_spec(e, es, info.vocab, (int)n_gen, (int)reps, label, json)) {
+            } else if (bench_spec(e, es, info.vocab, (int)n_gen, (int)reps, spec_temp, label, json)) {
                 rc = CLI_FAIL;
             }
             pdl_engine_free(es);

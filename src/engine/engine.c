@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/block_pool.h"
@@ -611,11 +612,21 @@ static int propose_drafts(pdl_engine *e, pdl_error *err) {
     return spec_propose(&e->spec, e->seqs, e->max_lens, e->n_seqs, err);
 }
 
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     sched_output plan;
     e->in_step = true;
+    double t0 = e->spec.method != PDL_SPEC_NONE ? mono_s() : 0;
+    uint64_t gen0 = e->generation_tokens;
     int rc = propose_drafts(e, err);
     if (rc == 0) rc = sched_schedule(&e->sched, &plan, err);
+    int n_spec = 0;
+    for (int k = 0; rc == 0 && k < plan.n_entries; k++) n_spec += plan.entries[k].n_new > 1 && k < plan.n_decode;
     if (rc == 0 && plan.n_entries > 0) rc = runner_execute(&e->runner, &plan, err);
     if (rc == 0 && plan.n_entries > 0) {
         e->steps++;
@@ -646,6 +657,11 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
             for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
         }
         if (rowbuf != rows) free(rowbuf);
+        if (rc == 0 && e->spec.method != PDL_SPEC_NONE) {
+            /* tokens beyond one per decode: what the drafts gained */
+            int extra = (int)(e->generation_tokens - gen0) - plan.n_decode;
+            spec_step_done(&e->spec, mono_s() - t0, plan.n_decode == plan.n_entries, n_spec > 0, n_spec + extra, n_spec);
+        }
     }
     e->in_step = false;
     process_aborts(e);

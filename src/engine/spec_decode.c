@@ -21,6 +21,9 @@
 #include "util/error.h"
 
 #define MAX_BACKOFF 32
+#define PAUSE_STEPS 64
+#define EMA 0.2
+#define TRUST 3 /* samples before an average is used */
 
 /* ---- n-gram lookup ------------------------------------------------------------ */
 
@@ -62,6 +65,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
         return pdl_fail(err, "speculative decoding: prompt_lookup_max %d is below prompt_lookup_min %d", s->lookup_max,
                         s->lookup_min);
     s->max_batch = o->spec_max_batch > 0 ? o->spec_max_batch : 4;
+    s->no_pause = o->spec_no_pause;
     if (s->method == PDL_SPEC_NGRAM) return 0;
     s->draft = o->draft_model;
     if (!s->draft) return pdl_fail(err, "speculative decoding: the draft-model method needs a draft model");
@@ -208,9 +212,30 @@ static int draft_model_propose(spec_state *s, eng_seq **qs, const int *want, int
 
 /* ---- the policy ------------------------------------------------------------------- */
 
+void spec_step_done(spec_state *s, double seconds, bool decode_only, bool drafted, int spec_tokens, int n_spec) {
+    if (s->method == PDL_SPEC_NONE || !decode_only) return;
+    if (!drafted) {
+        s->t_plain = s->n_plain++ ? s->t_plain + EMA * (seconds - s->t_plain) : seconds;
+        return;
+    }
+    double g = n_spec ? (double)spec_tokens / n_spec : 1;
+    s->t_spec = s->n_spec ? s->t_spec + EMA * (seconds - s->t_spec) : seconds;
+    s->gain = s->n_spec ? s->gain + EMA * (g - s->gain) : g;
+    s->n_spec++;
+    /* time per token with drafts against without: pause when they do not pay */
+    if (!s->no_pause && s->n_plain >= TRUST && s->n_spec >= TRUST && s->t_spec / s->t_plain > s->gain) {
+        s->pause = PAUSE_STEPS;
+        s->n_spec = 0; /* measured afresh when tried again */
+    }
+}
+
 int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err) {
     for (int i = 0; i < n; i++) seqs[i]->n_draft = 0;
     if (s->method == PDL_SPEC_NONE) return 0;
+    if (s->pause > 0) {
+        s->pause--;
+        return 0;
+    }
     /* decoding sequences (prompt done, one token to compute) */
     int decoding = 0;
     for (int i = 0; i < n; i++) {

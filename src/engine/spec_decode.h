@@ -26,7 +26,12 @@
  * lookup decoding loses from 4 concurrent slots); a sequence whose drafts
  * were all rejected waits 1, 2, 4, ... up to 32 steps before it proposes
  * again (a proposer that never hits costs a verification step in 32), and
- * the wait resets when a draft is accepted.
+ * the wait resets when a draft is accepted. And it measures: decode-only
+ * steps are timed with and without drafts (moving averages, drafting
+ * included), and when a speculative step's time over a plain one's exceeds
+ * the tokens a speculating sequence gains per step, speculation pauses for
+ * 64 steps and is tried again (a model so small that k + 1 rows cost k + 1
+ * times one row, or drafts that do not pay for themselves).
  */
 #ifndef PDL_ENGINE_SPEC_DECODE_H
 #define PDL_ENGINE_SPEC_DECODE_H
@@ -59,6 +64,12 @@ typedef struct spec_state {
     int tables_cap;
     float *logits;              /* [seqs][draft vocab] */
     int logits_cap;
+    /* the cost model: moving averages over decode-only steps */
+    double t_plain, t_spec;     /* seconds per step without / with drafts */
+    double gain;                /* tokens per speculating sequence per step */
+    int n_plain, n_spec;        /* samples in each (the first few are not trusted) */
+    int pause;                  /* steps left without drafts */
+    bool no_pause;              /* options.spec_no_pause */
     /* statistics (vLLM's spec_decode counters) */
     uint64_t drafts, draft_tokens, accepted;
     uint64_t accepted_per_pos[PDL_MAX_SPEC_TOKENS];
@@ -79,6 +90,11 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
  * of seq->n_draft drafts were accepted. The draft model's cache goes back
  * to the accepted length; statistics and the back-off follow. */
 void spec_verified(spec_state *s, eng_seq *seq, int accepted);
+
+/* One engine step done: its time (drafting included), whether it only
+ * decoded, whether any sequence had drafts, and how many tokens the
+ * speculating sequences emitted (n_spec of them). */
+void spec_step_done(spec_state *s, double seconds, bool decode_only, bool drafted, int spec_tokens, int n_spec);
 
 /* The sequence left the running set (finished, aborted, preempted):
  * its draft-model blocks go back. */
