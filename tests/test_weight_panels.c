@@ -317,15 +317,18 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                 pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
                 CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
                           pdl_dtype_name(dt), rows, out, in, variant);
-                pdl_isa_set(best);
-                if (best == PDL_ISA_AVX512 && vnni) {
+                /* the SIMD tiles: AVX-512 VNNI and AVX2 (VPMADDUBSW sums) */
+                for (int isa = PDL_ISA_AVX2; isa <= PDL_ISA_AVX512; isa++) {
+                    if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
+                    pdl_isa_set((pdl_isa)isa);
                     memcpy(yv, y0, ny * sizeof *yv);
                     pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
-                              "avx512-vnni %s %dx%dx%d variant %d: differs from the documented order",
-                              pdl_dtype_name(dt), rows, out, in, variant);
+                              "%s %s %dx%dx%d variant %d: differs from the documented order",
+                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in, variant);
                     check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                 }
+                pdl_isa_set(best);
                 /* float64 sums of the dequantized weights and activations */
                 double worst = 0;
                 for (int r = 0; r < rows; r++)

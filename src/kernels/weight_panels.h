@@ -141,6 +141,7 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
  * Q8_0 / Q4_0 / Q4_K / Q6_K: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
+#define PDL_PANEL_TILE_ROWS_AVX2 6 /* the AVX2 F32 / F16 tiles' piece */
 #define PDL_QPANEL_TILE_ROWS 4
 #define PDL_PANEL_TILE_PANELS 3
 
@@ -152,5 +153,8 @@ extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
+/* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
+ * weight_panels_avx2.c) */
+extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
 
 #endif
