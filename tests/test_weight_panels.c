@@ -417,8 +417,9 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
  * the halves d and dmin are sane) in panels give, for every output, the
  * bits of kquant.h's reference dots pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k
  * on the file's row (which decode the blocks themselves), plus bias and
- * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels)
- * and the portable ones, for ragged shapes and every thread split. */
+ * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
+ * the AVX2 ones and the portable ones, for ragged shapes and every thread
+ * split. */
 static void test_k_quant_panels_give_the_reference_dots(void) {
     pdl_fp16_init();
     pdl_isa best = pdl_isa_best();
@@ -464,13 +465,18 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         if (variant) v += bias[o];
                         want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
                     }
-                for (int isa = 0; isa < 2; isa++) { /* the process's tile, then the portable one */
-                    if (isa) pdl_isa_set(PDL_ISA_SCALAR);
+                /* the AVX-512 VNNI tile, the AVX2 one (VPMADDUBSW) and the portable one */
+                pdl_isa families[] = {PDL_ISA_AVX512, PDL_ISA_AVX2, PDL_ISA_SCALAR};
+                for (int fi = 0; fi < 3; fi++) {
+                    pdl_isa isa = families[fi];
+                    if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni))
+                        continue;
+                    pdl_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
                     pdl_panels_matmul(pool, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
-                              isa ? "portable" : pdl_isa_name(best), threads);
+                              pdl_isa_name(isa), threads);
                     pdl_isa_set(best);
                     checked++;
                 }
@@ -532,6 +538,94 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
     fprintf(stderr, "  %d cases\n", checked);
 }
 
+/* The integer sums at their bounds, which random weights never reach: every
+ * weight at the extreme of its format (Q8_0 127 and -128, Q4_0 nibbles 15
+ * and 0, Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
+ * with scales 127 and -128) times activations that quantize to +-127
+ * (all one sign, and alternating). The AVX2 tiles keep partial sums in
+ * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
+ * one step too many wraps, and the output leaves the portable tile's. */
+static void test_integer_sums_at_their_bounds(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    int rows = 5, out = 33, in = 512, checked = 0;
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
+    float *got = malloc((size_t)rows * out * sizeof *got);
+    REQUIRE(x && want && got);
+    for (int r = 0; r < rows; r++) /* rows 0, 1: all +1 / all -1; then alternating signs per 1, 2, 4 */
+        for (int k = 0; k < in; k++)
+            x[r * in + k] = r == 0 ? 1.0f : r == 1 ? -1.0f : ((k >> (r - 2)) & 1) ? -1.0f : 1.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int extreme = 0; extreme < 2; extreme++) { /* the top of the range, then the bottom */
+            pdl_dtype dt = types[ti];
+            size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+            uint8_t *w = malloc((size_t)out * row_bytes);
+            REQUIRE(w);
+            uint16_t d = pdl_f32_to_f16(0.01f), dmin = pdl_f32_to_f16(0.002f);
+            for (int o = 0; o < out; o++) {
+                uint8_t *wr = w + (size_t)o * row_bytes;
+                if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
+                    bool q8 = dt == PDL_DTYPE_Q8_0;
+                    size_t bb = q8 ? 34 : 18;
+                    for (int b = 0; b < in / 32; b++) {
+                        memcpy(wr + b * bb, &d, 2);
+                        memset(wr + b * bb + 2, q8 ? (extreme ? 0x80 : 0x7F) : (extreme ? 0x00 : 0xFF), bb - 2);
+                    }
+                } else if (dt == PDL_DTYPE_Q4_K) {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 144;
+                        memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
+                        memset(blk + 4, 0xFF, 12);                     /* six-bit scales and mins 63 */
+                        memset(blk + 16, extreme ? 0x00 : 0xFF, 128); /* nibbles */
+                    }
+                } else {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 210;
+                        memset(blk, extreme ? 0x00 : 0xFF, 192);                 /* ql, qh: values 0 / 63 */
+                        memset(blk + 192, extreme ? 0x80 : 0x7F, 16);           /* scales -128 / 127 */
+                        memcpy(blk + 208, &d, 2);
+                    }
+                }
+            }
+            pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+            pdl_isa_set(PDL_ISA_SCALAR);
+            pdl_matmul(pool, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
+            void *buf = panels_of(pool, &t);
+            pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
+            for (int fi = 0; fi < 3; fi++) {
+                pdl_isa isa = families[fi];
+                if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni)) continue;
+                pdl_isa_set(isa);
+                pdl_panels_matmul(pool, got, out, x, rows, &t, NULL, false);
+                /* Q8_0 / Q4_0 panels have their own order (one fma per block),
+                 * the row-major dots another: compare with the portable panels
+                 * bit for bit, and with the dots within float rounding */
+                if (fi == 0) {
+                    double worst = 0;
+                    for (int i = 0; i < rows * out; i++) {
+                        double e = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + 1e-3);
+                        if (e > worst) worst = e;
+                    }
+                    CHECK_MSG(worst < 1e-5, "%s extreme %d: portable panels %.3g from the dots", pdl_dtype_name(dt),
+                              extreme, worst);
+                    memcpy(want, got, (size_t)rows * out * sizeof *want);
+                } else {
+                    CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0, "%s extreme %d: %s tile differs",
+                              pdl_dtype_name(dt), extreme, pdl_isa_name(isa));
+                }
+                checked++;
+            }
+            pdl_isa_set(best);
+            free(w), free(buf);
+        }
+    fprintf(stderr, "  %d cases\n", checked);
+    free(x), free(want), free(got);
+    pdl_threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
@@ -539,5 +633,6 @@ int main(void) {
     RUN(test_shared_activations_give_each_matmuls_bytes);
     RUN(test_k_quant_panels_give_the_reference_dots);
     RUN(test_gated_matmul_gives_the_unfused_bytes);
+    RUN(test_integer_sums_at_their_bounds);
     return test_summary();
 }

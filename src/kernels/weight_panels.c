@@ -20,6 +20,7 @@ bool pdl_panels_wanted(const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
     if (pdl_isa_active() == PDL_ISA_AVX2) {
         if (quantized(w->dtype)) return pdl_qpanel_tile_q8_0_avx2 && w->shape[1] % 32 == 0;
+        if (kquant(w->dtype)) return pdl_kpanel_tile_q4_k_avx2 && w->shape[1] % PDL_QK_K == 0;
         return pdl_panel_tiles_avx2[w->dtype] != NULL; /* F32, F16, BF16 */
     }
     if (pdl_isa_active() != PDL_ISA_AVX512) return false;
@@ -518,6 +519,7 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
     if (kquant(dt)) {
         bool q4 = dt == PDL_DTYPE_Q4_K;
         if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
+        else if (pdl_isa_active() == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
         if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
         return;
     }

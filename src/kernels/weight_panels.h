@@ -156,5 +156,6 @@ extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni;
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
 
 #endif

@@ -169,8 +169,12 @@ const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT] = {
 
 const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2 = ipanel_avx2_q8_0;
 const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avx2 = ipanel_avx2_q4_0;
+const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2 = ipanel_avx2_q4_k;
+const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avx2 = ipanel_avx2_q6_k;
 #else
 const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT] = {0};
 const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2 = NULL;
 const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avx2 = NULL;
+const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2 = NULL;
+const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avx2 = NULL;
 #endif
