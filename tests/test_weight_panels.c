@@ -22,6 +22,7 @@
 #include "kernels/matmul_tiles.h"
 #include "kernels/weight_panels.h"
 #include "test_util.h"
+#include "vnni256/evex_twin.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -626,6 +627,108 @@ static void test_integer_sums_at_their_bounds(void) {
     pdl_threadpool_free(pool);
 }
 
+/* The AVX-VNNI tiles (VPDPBUSD, 256 bits) give the portable panel tiles'
+ * bytes for Q8_0, Q4_0, Q4_K and Q6_K, ragged shapes, 1 to 4 rows and 1 to
+ * 3 panels per call, bias and accumulation: the library's tiles where the
+ * CPU has AVX-VNNI, and the same body built with EVEX encoding where it has
+ * AVX512-VNNI + AVX512VL (tests/vnni256/evex_twin.c). */
+static void test_vnni256_tiles_give_the_portable_bits(void) {
+    pdl_fp16_init();
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    pdl_qpanel_fn q8 = NULL, q4 = NULL;
+    pdl_kpanel_fn k4 = NULL, k6 = NULL;
+    const char *which = "none";
+    if (f->avxvnni && pdl_qpanel_tile_q8_0_avxvnni) {
+        q8 = pdl_qpanel_tile_q8_0_avxvnni, q4 = pdl_qpanel_tile_q4_0_avxvnni;
+        k4 = pdl_kpanel_tile_q4_k_avxvnni, k6 = pdl_kpanel_tile_q6_k_avxvnni, which = "AVX-VNNI";
+    } else if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && test_qpanel_q8_0_vnni256_evex) {
+        q8 = test_qpanel_q8_0_vnni256_evex, q4 = test_qpanel_q4_0_vnni256_evex;
+        k4 = test_kpanel_q4_k_vnni256_evex, k6 = test_kpanel_q6_k_vnni256_evex, which = "EVEX twin";
+    }
+    fprintf(stderr, "  256-bit VNNI tiles here: %s\n", which);
+    if (!q8) return; /* neither instruction: nothing of this body can run here */
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    int checked = 0;
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                pdl_dtype dt = types[ti];
+                bool kq = dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K;
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
+                size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+                uint8_t *w = NULL;
+                float *wv = NULL;
+                if (kq) {
+                    w = malloc((size_t)out * row_bytes);
+                    REQUIRE(w);
+                    for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
+                    size_t bb = dt == PDL_DTYPE_Q6_K ? 210 : 144, dpos = dt == PDL_DTYPE_Q6_K ? 208 : 0;
+                    for (int i = 0; i < out * (in / 256); i++) {
+                        uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                        uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
+                        memcpy(w + (size_t)i * bb + dpos, &d, 2);
+                        if (dt == PDL_DTYPE_Q4_K) memcpy(w + (size_t)i * bb + 2, &m, 2);
+                    }
+                } else {
+                    w = make_qmatrix(dt, out, in, &wv);
+                }
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
+                int nb32 = in / 32, nbk = in / 256;
+                int8_t *xq = malloc((size_t)rows * in);
+                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
+                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
+                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
+                REQUIRE(x && bias && want && got && xq && xd && xs && xk);
+                for (int i = 0; i < rows * in; i++) x[i] = frand();
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) want[i] = got[i] = frand();
+                for (int r = 0; r < rows; r++) {
+                    pdl_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                                               xs + (size_t)r * nb32);
+                    pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                }
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                pdl_isa_set(PDL_ISA_SCALAR);
+                pdl_panels_matmul(pool, want, out, x, rows, &t, b, accum);
+                pdl_isa_set(best);
+                /* the driver's walk: tiles of up to 4 rows x 3 panels */
+                size_t pb = pdl_panel_bytes(dt, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                    for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                        int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                        int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                        const uint8_t *pp = (const uint8_t *)buf + (size_t)g * pb;
+                        float *yy = got + (size_t)r0 * out + g * 16;
+                        const float *bb = b ? b + g * 16 : NULL;
+                        int lc = g + ng == np ? last : 16;
+                        if (kq)
+                            (dt == PDL_DTYPE_Q4_K ? k4 : k6)(xk + (size_t)r0 * nbk, nbk, nr, pp, pb, ng, nbk, lc, yy, out,
+                                                             bb, accum);
+                        else
+                            (dt == PDL_DTYPE_Q8_0 ? q8 : q4)(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32,
+                                                             xs + (size_t)r0 * nb32, in, nb32, nr, pp, pb, ng, nb32,
+                                                             lc, yy, out, bb, accum);
+                    }
+                CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0, "%s %s %dx%dx%d variant %d: not the portable bits",
+                          which, pdl_dtype_name(dt), rows, out, in, variant);
+                checked++;
+                free(w), free(wv), free(buf), free(x), free(bias), free(want), free(got);
+                free(xq), free(xd), free(xs), free(xk);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    pdl_threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
@@ -634,5 +737,6 @@ int main(void) {
     RUN(test_k_quant_panels_give_the_reference_dots);
     RUN(test_gated_matmul_gives_the_unfused_bytes);
     RUN(test_integer_sums_at_their_bounds);
+    RUN(test_vnni256_tiles_give_the_portable_bits);
     return test_summary();
 }

@@ -156,9 +156,9 @@ static void cpu_features(char *buf, size_t n) {
     buf[0] = '\0';
     const pdl_cpu_features *f = pdl_cpu_features_get();
     const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2",
-                           "fma",     "f16c",     "neon",     "dotprod"};
-    bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni,
-                  f->avx2,    f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
+                           "avxvnni", "fma",      "f16c",     "neon",       "dotprod"};
+    bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni, f->avx2,
+                  f->avxvnni, f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (has[i]) {
             size_t l = strlen(buf);
@@ -364,10 +364,14 @@ int cli_bench(int argc, char **argv) {
         const char *logits = st.selective_logits ? "selective" : "full";
         /* the kernel family in effect, and BF16 activations where they apply */
         char isa[64];
+        bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
+                           strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
         snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(pdl_isa_active()),
                  strstr(info.weight_types, "BF16") && pdl_isa_active() == PDL_ISA_AVX512 &&
                          pdl_cpu_features_get()->avx512bf16 && pdl_matmul_bf16_activations()
                      ? "+bf16-activations"
+                 : int_weights && pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni
+                     ? "+avx-vnni" /* weight_panels.c's choice for the integer panels */
                      : "");
         const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
         if (json) {

@@ -154,8 +154,10 @@ extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activat
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
- * weight_panels_avx2.c) */
+ * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
+extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
 
 #endif
