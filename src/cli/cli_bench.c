@@ -342,9 +342,10 @@ int cli_bench(int argc, char **argv) {
         if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
         bench_roofline_measure((int)threads, &roof);
     }
-    /* the peak that bounds these weights: BF16 dot products for BF16 weights
-     * on CPUs that have them (with BF16 activations), INT8 dot products for
-     * the block formats with VNNI kernels, F32 FMA otherwise */
+    /* the peak that bounds these weights, for the family in effect: BF16
+     * dot products for BF16 weights on CPUs that have them (with BF16
+     * activations), INT8 dot products for the block formats (VNNI, or AVX2's
+     * VPMADDUBSW step), F32 FMA otherwise */
     const char *peak_name = "F32 FMA";
     double peak = roof.f32_gflops;
     if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && pdl_matmul_bf16_activations()) {
@@ -420,9 +421,10 @@ int cli_bench(int argc, char **argv) {
             printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
                    PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
             if (roofline) {
-                printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s (this model: "
-                       "%s); read bandwidth %.1f GB/s\n",
-                       roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name, roof.read_gbs);
+                printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
+                       "(this model: %s); read bandwidth %.1f GB/s\n",
+                       pdl_isa_name(pdl_isa_active()), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
+                       roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)
