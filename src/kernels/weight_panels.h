@@ -78,9 +78,10 @@
 
 /* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
  * made into panels on this machine: the process uses the AVX-512 panel
- * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (F32,
- * F16, BF16). The model loader makes them unless PAGEDLM_WEIGHT_PANELS=0
- * (model_load.c). */
+ * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
+ * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
+ * where the CPU has it). The model loader makes them unless
+ * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
@@ -147,7 +148,8 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
- * (weight_panels_avx2.c). NULL entries: not built for this target. */
+ * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /
+ * F16). NULL entries: not built for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
