@@ -159,7 +159,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
                     if (IB_PF && nr == 1 && pass == 0 && grp[v].half == 0)
                         _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
                     if (q4) {
-                        w[v] = raw;
+                        w[v] = _mm256_and_si256(raw, low);
                         w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                     } else {
 #if defined(PANEL_VNNI256)
