@@ -22,6 +22,7 @@
 #include "kernels/matmul_tiles.h"
 #include "kernels/weight_panels.h"
 #include "test_util.h"
+#include "vnni256/evex_twin.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -317,15 +318,18 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                 pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
                 CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
                           pdl_dtype_name(dt), rows, out, in, variant);
-                pdl_isa_set(best);
-                if (best == PDL_ISA_AVX512 && vnni) {
+                /* the SIMD tiles: AVX-512 VNNI and AVX2 (VPMADDUBSW sums) */
+                for (int isa = PDL_ISA_AVX2; isa <= PDL_ISA_AVX512; isa++) {
+                    if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
+                    pdl_isa_set((pdl_isa)isa);
                     memcpy(yv, y0, ny * sizeof *yv);
                     pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
-                              "avx512-vnni %s %dx%dx%d variant %d: differs from the documented order",
-                              pdl_dtype_name(dt), rows, out, in, variant);
+                              "%s %s %dx%dx%d variant %d: differs from the documented order",
+                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in, variant);
                     check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                 }
+                pdl_isa_set(best);
                 /* float64 sums of the dequantized weights and activations */
                 double worst = 0;
                 for (int r = 0; r < rows; r++)
@@ -414,8 +418,9 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
  * the halves d and dmin are sane) in panels give, for every output, the
  * bits of kquant.h's reference dots pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k
  * on the file's row (which decode the blocks themselves), plus bias and
- * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels)
- * and the portable ones, for ragged shapes and every thread split. */
+ * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
+ * the AVX2 ones and the portable ones, for ragged shapes and every thread
+ * split. */
 static void test_k_quant_panels_give_the_reference_dots(void) {
     pdl_fp16_init();
     pdl_isa best = pdl_isa_best();
@@ -461,13 +466,18 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         if (variant) v += bias[o];
                         want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
                     }
-                for (int isa = 0; isa < 2; isa++) { /* the process's tile, then the portable one */
-                    if (isa) pdl_isa_set(PDL_ISA_SCALAR);
+                /* the AVX-512 VNNI tile, the AVX2 one (VPMADDUBSW) and the portable one */
+                pdl_isa families[] = {PDL_ISA_AVX512, PDL_ISA_AVX2, PDL_ISA_SCALAR};
+                for (int fi = 0; fi < 3; fi++) {
+                    pdl_isa isa = families[fi];
+                    if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni))
+                        continue;
+                    pdl_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
                     pdl_panels_matmul(pool, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
-                              isa ? "portable" : pdl_isa_name(best), threads);
+                              pdl_isa_name(isa), threads);
                     pdl_isa_set(best);
                     checked++;
                 }
@@ -529,6 +539,196 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
     fprintf(stderr, "  %d cases\n", checked);
 }
 
+/* The integer sums at their bounds, which random weights never reach: every
+ * weight at the extreme of its format (Q8_0 127 and -128, Q4_0 nibbles 15
+ * and 0, Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
+ * with scales 127 and -128) times activations that quantize to +-127
+ * (all one sign, and alternating). The AVX2 tiles keep partial sums in
+ * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
+ * one step too many wraps, and the output leaves the portable tile's. */
+static void test_integer_sums_at_their_bounds(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    int rows = 5, out = 33, in = 512, checked = 0;
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
+    float *got = malloc((size_t)rows * out * sizeof *got);
+    REQUIRE(x && want && got);
+    for (int r = 0; r < rows; r++) /* rows 0, 1: all +1 / all -1; then alternating signs per 1, 2, 4 */
+        for (int k = 0; k < in; k++)
+            x[r * in + k] = r == 0 ? 1.0f : r == 1 ? -1.0f : ((k >> (r - 2)) & 1) ? -1.0f : 1.0f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int extreme = 0; extreme < 2; extreme++) { /* the top of the range, then the bottom */
+            pdl_dtype dt = types[ti];
+            size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+            uint8_t *w = malloc((size_t)out * row_bytes);
+            REQUIRE(w);
+            uint16_t d = pdl_f32_to_f16(0.01f), dmin = pdl_f32_to_f16(0.002f);
+            for (int o = 0; o < out; o++) {
+                uint8_t *wr = w + (size_t)o * row_bytes;
+                if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
+                    bool q8 = dt == PDL_DTYPE_Q8_0;
+                    size_t bb = q8 ? 34 : 18;
+                    for (int b = 0; b < in / 32; b++) {
+                        memcpy(wr + b * bb, &d, 2);
+                        memset(wr + b * bb + 2, q8 ? (extreme ? 0x80 : 0x7F) : (extreme ? 0x00 : 0xFF), bb - 2);
+                    }
+                } else if (dt == PDL_DTYPE_Q4_K) {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 144;
+                        memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
+                        memset(blk + 4, 0xFF, 12);                     /* six-bit scales and mins 63 */
+                        memset(blk + 16, extreme ? 0x00 : 0xFF, 128); /* nibbles */
+                    }
+                } else {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 210;
+                        memset(blk, extreme ? 0x00 : 0xFF, 192);                 /* ql, qh: values 0 / 63 */
+                        memset(blk + 192, extreme ? 0x80 : 0x7F, 16);           /* scales -128 / 127 */
+                        memcpy(blk + 208, &d, 2);
+                    }
+                }
+            }
+            pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+            pdl_isa_set(PDL_ISA_SCALAR);
+            pdl_matmul(pool, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
+            void *buf = panels_of(pool, &t);
+            pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
+            for (int fi = 0; fi < 3; fi++) {
+                pdl_isa isa = families[fi];
+                if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni)) continue;
+                pdl_isa_set(isa);
+                pdl_panels_matmul(pool, got, out, x, rows, &t, NULL, false);
+                /* Q8_0 / Q4_0 panels have their own order (one fma per block),
+                 * the row-major dots another: compare with the portable panels
+                 * bit for bit, and with the dots within float rounding */
+                if (fi == 0) {
+                    double worst = 0;
+                    for (int i = 0; i < rows * out; i++) {
+                        double e = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + 1e-3);
+                        if (e > worst) worst = e;
+                    }
+                    CHECK_MSG(worst < 1e-5, "%s extreme %d: portable panels %.3g from the dots", pdl_dtype_name(dt),
+                              extreme, worst);
+                    memcpy(want, got, (size_t)rows * out * sizeof *want);
+                } else {
+                    CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0, "%s extreme %d: %s tile differs",
+                              pdl_dtype_name(dt), extreme, pdl_isa_name(isa));
+                }
+                checked++;
+            }
+            pdl_isa_set(best);
+            free(w), free(buf);
+        }
+    fprintf(stderr, "  %d cases\n", checked);
+    free(x), free(want), free(got);
+    pdl_threadpool_free(pool);
+}
+
+/* The AVX-VNNI tiles (VPDPBUSD, 256 bits) give the portable panel tiles'
+ * bytes for Q8_0, Q4_0, Q4_K and Q6_K, ragged shapes, 1 to 4 rows and 1 to
+ * 3 panels per call, bias and accumulation: the library's tiles where the
+ * CPU has AVX-VNNI, and the same body built with EVEX encoding where it has
+ * AVX512-VNNI + AVX512VL (tests/vnni256/evex_twin.c). */
+static void test_vnni256_tiles_give_the_portable_bits(void) {
+    pdl_fp16_init();
+    const pdl_cpu_features *f = pdl_cpu_features_get();
+    pdl_qpanel_fn q8 = NULL, q4 = NULL;
+    pdl_kpanel_fn k4 = NULL, k6 = NULL;
+    const char *which = "none";
+    if (f->avxvnni && pdl_qpanel_tile_q8_0_avxvnni) {
+        q8 = pdl_qpanel_tile_q8_0_avxvnni, q4 = pdl_qpanel_tile_q4_0_avxvnni;
+        k4 = pdl_kpanel_tile_q4_k_avxvnni, k6 = pdl_kpanel_tile_q6_k_avxvnni, which = "AVX-VNNI";
+    } else if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && test_qpanel_q8_0_vnni256_evex) {
+        q8 = test_qpanel_q8_0_vnni256_evex, q4 = test_qpanel_q4_0_vnni256_evex;
+        k4 = test_kpanel_q4_k_vnni256_evex, k6 = test_kpanel_q6_k_vnni256_evex, which = "EVEX twin";
+    }
+    fprintf(stderr, "  256-bit VNNI tiles here: %s\n", which);
+    if (!q8) return; /* neither instruction: nothing of this body can run here */
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = pdl_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    int checked = 0;
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                pdl_dtype dt = types[ti];
+                bool kq = dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K;
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
+                size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+                uint8_t *w = NULL;
+                float *wv = NULL;
+                if (kq) {
+                    w = malloc((size_t)out * row_bytes);
+                    REQUIRE(w);
+                    for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
+                    size_t bb = dt == PDL_DTYPE_Q6_K ? 210 : 144, dpos = dt == PDL_DTYPE_Q6_K ? 208 : 0;
+                    for (int i = 0; i < out * (in / 256); i++) {
+                        uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                        uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
+                        memcpy(w + (size_t)i * bb + dpos, &d, 2);
+                        if (dt == PDL_DTYPE_Q4_K) memcpy(w + (size_t)i * bb + 2, &m, 2);
+                    }
+                } else {
+                    w = make_qmatrix(dt, out, in, &wv);
+                }
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
+                int nb32 = in / 32, nbk = in / 256;
+                int8_t *xq = malloc((size_t)rows * in);
+                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
+                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
+                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
+                REQUIRE(x && bias && want && got && xq && xd && xs && xk);
+                for (int i = 0; i < rows * in; i++) x[i] = frand();
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) want[i] = got[i] = frand();
+                for (int r = 0; r < rows; r++) {
+                    pdl_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                                               xs + (size_t)r * nb32);
+                    pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                }
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                pdl_isa_set(PDL_ISA_SCALAR);
+                pdl_panels_matmul(pool, want, out, x, rows, &t, b, accum);
+                pdl_isa_set(best);
+                /* the driver's walk: tiles of up to 4 rows x 3 panels */
+                size_t pb = pdl_panel_bytes(dt, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                    for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                        int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                        int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                        const uint8_t *pp = (const uint8_t *)buf + (size_t)g * pb;
+                        float *yy = got + (size_t)r0 * out + g * 16;
+                        const float *bb = b ? b + g * 16 : NULL;
+                        int lc = g + ng == np ? last : 16;
+                        if (kq)
+                            (dt == PDL_DTYPE_Q4_K ? k4 : k6)(xk + (size_t)r0 * nbk, nbk, nr, pp, pb, ng, nbk, lc, yy, out,
+                                                             bb, accum);
+                        else
+                            (dt == PDL_DTYPE_Q8_0 ? q8 : q4)(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32,
+                                                             xs + (size_t)r0 * nb32, in, nb32, nr, pp, pb, ng, nb32,
+                                                             lc, yy, out, bb, accum);
+                    }
+                CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0, "%s %s %dx%dx%d variant %d: not the portable bits",
+                          which, pdl_dtype_name(dt), rows, out, in, variant);
+                checked++;
+                free(w), free(wv), free(buf), free(x), free(bias), free(want), free(got);
+                free(xq), free(xd), free(xs), free(xk);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    pdl_threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_panels_follow_the_documented_order);
@@ -536,5 +736,7 @@ int main(void) {
     RUN(test_shared_activations_give_each_matmuls_bytes);
     RUN(test_k_quant_panels_give_the_reference_dots);
     RUN(test_gated_matmul_gives_the_unfused_bytes);
+    RUN(test_integer_sums_at_their_bounds);
+    RUN(test_vnni256_tiles_give_the_portable_bits);
     return test_summary();
 }

@@ -1,7 +1,10 @@
 /*
  * bench_roofline.c - the machine's measured limits for `pagedlm bench
  * --roofline`: F32 FMA, BF16 and INT8 dot-product peaks on every thread
- * (AVX-512 / AVX2 on x86; NEON and SDOT on aarch64),
+ * for the kernel family in effect (AVX-512: zmm FMA, VDPBF16PS, VPDPBUSD;
+ * AVX2: ymm FMA and, for INT8, AVX-VNNI's VPDPBUSD where the CPU has it,
+ * else VPMADDUBSW + VPADDW, the AVX2 integer panels' step; NEON and SDOT
+ * on aarch64),
  * and read bandwidth, so a result can be given as a fraction of what the
  * hardware can do. Small kernels written for the measurement only.
  */
@@ -69,6 +72,30 @@ __attribute__((target("avx512f,avx512vnni"))) static double int8_loop_avx512(voi
     return (double)_mm512_reduce_add_epi32(s);
 }
 
+/* VPMADDUBSW + VPADDW, each chain through its own sums (so neither can be
+ * hoisted): 32 products and 32 additions per pair of instructions. */
+__attribute__((target("avx2"))) static double int8_loop_avx2(void) {
+    __m256i a[12], w = _mm256_set1_epi8(3);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_epi16((short)i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_add_epi16(a[i], _mm256_maddubs_epi16(w, a[i]));
+    __m256i s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_epi16(s, a[i]);
+    return (double)_mm256_extract_epi16(s, 0);
+}
+
+#if defined(PDL_HAVE_AVXVNNI)
+__attribute__((target("avx2,avxvnni"))) static double int8_loop_avxvnni(void) {
+    __m256i a[12], x = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+    for (int i = 0; i < 12; i++) a[i] = _mm256_set1_epi32(i);
+    for (long n = 0; n < ITERS; n++)
+        for (int i = 0; i < 12; i++) a[i] = _mm256_dpbusd_avx_epi32(a[i], x, y);
+    __m256i s = a[0];
+    for (int i = 1; i < 12; i++) s = _mm256_add_epi32(s, a[i]);
+    return (double)_mm256_extract_epi32(s, 0);
+}
+#endif
+
 __attribute__((target("avx2,fma"))) static double fma_loop_avx2(void) {
     __m256 a[12], m = _mm256_set1_ps(1.0000001f), c = _mm256_set1_ps(1e-9f);
     for (int i = 0; i < 12; i++) a[i] = _mm256_set1_ps((float)i);
@@ -112,9 +139,22 @@ static void peak_worker(void *p, int ith, int nth) {
     double r = 0;
 #if defined(__x86_64__)
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
-    else if (t->kind == 2) r = f->avx512vnni ? int8_loop_avx512() : 0;
-    else r = f->avx512f ? fma_loop_avx512() : f->avx2 ? fma_loop_avx2() : 0;
+    pdl_isa isa = pdl_isa_active();
+    if (isa == PDL_ISA_AVX512) {
+        if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
+        else if (t->kind == 2) r = f->avx512vnni ? int8_loop_avx512() : 0;
+        else r = fma_loop_avx512();
+    } else if (isa == PDL_ISA_AVX2) {
+        if (t->kind == 2) {
+#if defined(PDL_HAVE_AVXVNNI)
+            if (f->avxvnni) r = int8_loop_avxvnni();
+            else
+#endif
+                r = int8_loop_avx2();
+        } else if (t->kind == 0) {
+            r = fma_loop_avx2();
+        }
+    }
 #elif defined(__aarch64__)
     const pdl_cpu_features *f = pdl_cpu_features_get();
     if (t->kind == 2) r = f->neon_dotprod ? int8_loop_neon() : 0;
@@ -158,12 +198,16 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
     if (!pool) return -1;
     int nth = pdl_threadpool_size(pool);
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    /* vector lanes and independent chains of the peak loops above */
-    int lanes = f->avx512f ? 16 : f->avx2 ? 8 : f->neon ? 4 : 0, chains = f->neon ? 16 : 12;
+    pdl_isa isa = pdl_isa_active();
+    /* vector lanes (32-bit) and independent chains of the family's peak loops above */
+    int lanes = isa == PDL_ISA_AVX512 ? 16 : isa == PDL_ISA_AVX2 ? 8 : isa == PDL_ISA_NEON ? 4 : 0;
+    int chains = isa == PDL_ISA_NEON ? 16 : 12;
     if (lanes) out->f32_gflops = 2.0 * lanes * chains * ITERS * nth / time_peak(pool, 0) / 1e9;
-    if (f->avx512bf16) /* 2 products + 2 adds per lane */
+    if (isa == PDL_ISA_AVX512 && f->avx512bf16) /* 2 products + 2 adds per lane */
         out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 1) / 1e9;
-    if (f->avx512vnni || f->neon_dotprod) /* 4 products + 4 adds per lane */
+    /* 4 products + 4 adds per 32-bit lane: VPDPBUSD, SDOT, and the AVX2
+     * pair VPMADDUBSW + VPADDW (two instructions, counted as one step) */
+    if ((isa == PDL_ISA_AVX512 && f->avx512vnni) || (isa == PDL_ISA_NEON && f->neon_dotprod) || isa == PDL_ISA_AVX2)
         out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;

@@ -163,9 +163,9 @@ static void cpu_features(char *buf, size_t n) {
     buf[0] = '\0';
     const pdl_cpu_features *f = pdl_cpu_features_get();
     const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2",
-                           "fma",     "f16c",     "neon",     "dotprod"};
-    bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni,
-                  f->avx2,    f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
+                           "avxvnni", "fma",      "f16c",     "neon",       "dotprod"};
+    bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni, f->avx2,
+                  f->avxvnni, f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (has[i]) {
             size_t l = strlen(buf);
@@ -411,9 +411,10 @@ int cli_bench(int argc, char **argv) {
         if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
         bench_roofline_measure((int)threads, &roof);
     }
-    /* the peak that bounds these weights: BF16 dot products for BF16 weights
-     * on CPUs that have them (with BF16 activations), INT8 dot products for
-     * the block formats with VNNI kernels, F32 FMA otherwise */
+    /* the peak that bounds these weights, for the family in effect: BF16
+     * dot products for BF16 weights on CPUs that have them (with BF16
+     * activations), INT8 dot products for the block formats (VNNI, or AVX2's
+     * VPMADDUBSW step), F32 FMA otherwise */
     const char *peak_name = "F32 FMA";
     double peak = roof.f32_gflops;
     if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && pdl_matmul_bf16_activations()) {
@@ -433,10 +434,14 @@ int cli_bench(int argc, char **argv) {
         const char *logits = st.selective_logits ? "selective" : "full";
         /* the kernel family in effect, and BF16 activations where they apply */
         char isa[64];
+        bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
+                           strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
         snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(pdl_isa_active()),
                  strstr(info.weight_types, "BF16") && pdl_isa_active() == PDL_ISA_AVX512 &&
                          pdl_cpu_features_get()->avx512bf16 && pdl_matmul_bf16_activations()
                      ? "+bf16-activations"
+                 : int_weights && pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni
+                     ? "+avx-vnni" /* weight_panels.c's choice for the integer panels */
                      : "");
         const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
         if (json) {
@@ -485,9 +490,10 @@ int cli_bench(int argc, char **argv) {
             printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
                    PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
             if (roofline) {
-                printf("roofline: peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s (this model: "
-                       "%s); read bandwidth %.1f GB/s\n",
-                       roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name, roof.read_gbs);
+                printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
+                       "(this model: %s); read bandwidth %.1f GB/s\n",
+                       pdl_isa_name(pdl_isa_active()), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
+                       roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)

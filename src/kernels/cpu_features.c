@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -48,6 +51,10 @@ static void detect(void) {
     features.avx512vl = __builtin_cpu_supports("avx512vl");
     features.avx512bf16 = __builtin_cpu_supports("avx512bf16");
     features.avx512vnni = __builtin_cpu_supports("avx512vnni");
+    /* AVX-VNNI is leaf 7 subleaf 1 (EAX bit 4), which this compiler's
+     * __builtin_cpu_supports may not know; its ymm state is AVX2's */
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (features.avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) features.avxvnni = (a >> 4) & 1;
 #endif
 #if defined(__aarch64__)
     features.neon = true; /* Advanced SIMD is part of the aarch64 base */

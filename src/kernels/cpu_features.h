@@ -23,6 +23,7 @@ typedef enum pdl_isa {
 
 typedef struct pdl_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
+    bool avxvnni; /* AVX-VNNI: 256-bit VPDPBUSD in VEX form (CPUID 7.1 EAX bit 4), used by the AVX2 family */
     bool neon, neon_dotprod; /* aarch64: Advanced SIMD; SDOT/UDOT (Armv8.2 DotProd) */
 } pdl_cpu_features;
 

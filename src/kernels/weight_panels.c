@@ -18,7 +18,11 @@ static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYP
 
 bool pdl_panels_wanted(const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
-    if (pdl_isa_active() == PDL_ISA_AVX2) return pdl_panel_tiles_avx2[w->dtype] != NULL; /* F32, F16, BF16 */
+    if (pdl_isa_active() == PDL_ISA_AVX2) {
+        if (quantized(w->dtype)) return pdl_qpanel_tile_q8_0_avx2 && w->shape[1] % 32 == 0;
+        if (kquant(w->dtype)) return pdl_kpanel_tile_q4_k_avx2 && w->shape[1] % PDL_QK_K == 0;
+        return pdl_panel_tiles_avx2[w->dtype] != NULL; /* F32, F16, BF16 */
+    }
     if (pdl_isa_active() != PDL_ISA_AVX512) return false;
     switch (w->dtype) {
     case PDL_DTYPE_F32:
@@ -515,12 +519,18 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
     if (kquant(dt)) {
         bool q4 = dt == PDL_DTYPE_Q4_K;
         if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
+        else if (pdl_isa_active() == PDL_ISA_AVX2 && f->avxvnni && pdl_kpanel_tile_q4_k_avxvnni)
+            *kfn = q4 ? pdl_kpanel_tile_q4_k_avxvnni : pdl_kpanel_tile_q6_k_avxvnni;
+        else if (pdl_isa_active() == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
         if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
         return;
     }
     if (quantized(dt)) {
         bool q8 = dt == PDL_DTYPE_Q8_0;
         if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
+        else if (pdl_isa_active() == PDL_ISA_AVX2 && f->avxvnni && pdl_qpanel_tile_q8_0_avxvnni)
+            *qfn = q8 ? pdl_qpanel_tile_q8_0_avxvnni : pdl_qpanel_tile_q4_0_avxvnni;
+        else if (pdl_isa_active() == PDL_ISA_AVX2) *qfn = q8 ? pdl_qpanel_tile_q8_0_avx2 : pdl_qpanel_tile_q4_0_avx2;
         if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;
         return;
     }
@@ -580,6 +590,9 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
         out += (double)n_out;
     }
     pick_tile(dt, dp, &t.fn, &t.qfn, &t.kfn);
+    /* the AVX2 F32 / F16 tiles work in pieces of 6 rows (weight_panels_avx2.c) */
+    if (t.fn && pdl_isa_active() == PDL_ISA_AVX2 && dt != PDL_DTYPE_BF16 && t.fn == pdl_panel_tiles_avx2[dt])
+        t.tile_rows = PDL_PANEL_TILE_ROWS_AVX2;
     /* activations prepared once per matmul (Q8_0 values, scales and block
      * sums; BF16 pairs; or F32 rows padded to an even length) into one
      * buffer per calling thread, kept between calls (no allocation per

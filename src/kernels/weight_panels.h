@@ -78,9 +78,10 @@
 
 /* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
  * made into panels on this machine: the process uses the AVX-512 panel
- * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (F32,
- * F16, BF16). The model loader makes them unless PAGEDLM_WEIGHT_PANELS=0
- * (model_load.c). */
+ * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
+ * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
+ * where the CPU has it). The model loader makes them unless
+ * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
 bool pdl_panels_wanted(const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
@@ -141,16 +142,24 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
  * Q8_0 / Q4_0 / Q4_K / Q6_K: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
+#define PDL_PANEL_TILE_ROWS_AVX2 6 /* the AVX2 F32 / F16 tiles' piece */
 #define PDL_QPANEL_TILE_ROWS 4
 #define PDL_PANEL_TILE_PANELS 3
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
- * (weight_panels_avx2.c). NULL entries: not built for this target. */
+ * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /
+ * F16). NULL entries: not built for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
+/* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
+ * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
+extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
+extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
+extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
 
 #endif

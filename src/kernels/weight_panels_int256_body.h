@@ -1,0 +1,520 @@
+/*
+ * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
+ * Q4_0, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
+ * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
+ * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
+ * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
+ *
+ * A panel's 16 outputs are two "column groups" of 8 (one ymm of int32 or
+ * float lanes each; the second half of a panel's 64-byte step is the
+ * second group). A piece is NR activation rows x NV column groups; every
+ * step of 4 k multiplies one vector of unsigned weight bytes (8 columns x
+ * 4 k) by 4 broadcast signed activation bytes per row.
+ *
+ * The exact integer sums, two ways (the including file defines
+ * PANEL_VNNI256 as its VPDPBUSD intrinsic, or nothing):
+ *   VNNI: VPDPBUSD adds the 4 products of each lane into int32 directly.
+ *   AVX2: VPMADDUBSW gives int16 sums of 2 products, added up in int16
+ *         lanes over as many steps as cannot overflow, then VPMADDWD folds
+ *         lane pairs into int32 (times a scale where the format has one).
+ *         Unsigned weights of at most 15 times activations of at most 127
+ *         in magnitude: a pair is at most 3810, 8 steps at most 30480 <
+ *         32767. So Q4_0 and Q4_K nibbles sum a whole 32-block in int16;
+ *         Q8_0's byte (value + 128) is split into its two nibbles, each
+ *         summed so (the high one weighted 16 when folded); Q6_K's 6-bit
+ *         values (at most 63: 16002 a pair) fold every 2 steps.
+ * Integer sums are exact in any order, so both give the portable tile's
+ * integers, and the float part (one conversion, one or two fused
+ * multiply-adds per block, as weight_panels.h says) gives its bits.
+ *
+ * The including file defines PANEL_PREFIX(name), the prefix of the four
+ * tile functions this body defines (static; it exports them).
+ */
+#ifndef PDL_KERNELS_WEIGHT_PANELS_INT256_BODY_H
+#define PDL_KERNELS_WEIGHT_PANELS_INT256_BODY_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels/weight_panels.h"
+
+/* Column groups of 8 per piece at most, and rows. */
+#define IB_MAX_V 6
+#define IB_MAX_R 4
+
+/* Decode pieces (one row) prefetch each panel this far ahead of the line
+ * they read (as the AVX-512 single-row bodies do). */
+#define IB_AHEAD 4096
+#ifndef IB_PF
+#define IB_PF 1
+#endif
+
+/* Loops over registers unrolled before GCC decides where an array of
+ * vectors lives (else it keeps sums in memory, stored at every step). */
+#define IB_UNROLL _Pragma("GCC unroll 16")
+
+static inline int32_t ib_load4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline __m256i ib_bcast4(const void *p) { return _mm256_set1_epi32(ib_load4(p)); }
+
+/* One column group of a tile: its panel, which half of the panel's 16
+ * columns (its bytes are at + 32 half in every 64-byte step, its halves
+ * and scale bytes at + 16 half / + 8 half), where its outputs go and how
+ * many of its 8 columns are real (1..8). */
+typedef struct ib_group {
+    const uint8_t *panel; /* the panel's start */
+    int half;             /* 0: columns 0-7, 1: 8-15 */
+    float *y;
+    const float *bias;
+    int cols;
+} ib_group;
+
+/* y[0..cols) = acc (+ bias) (+ what y held when accumulating): the
+ * portable tile's sequence, lane by lane. */
+static inline __attribute__((always_inline)) void ib_store(float *y, __m256 acc, const float *bias, bool accumulate,
+                                                           int cols) {
+    if (cols == 8) {
+        if (bias) acc = _mm256_add_ps(acc, _mm256_loadu_ps(bias));
+        if (accumulate) acc = _mm256_add_ps(_mm256_loadu_ps(y), acc);
+        _mm256_storeu_ps(y, acc);
+        return;
+    }
+    float t[8];
+    _mm256_storeu_ps(t, acc);
+    for (int c = 0; c < cols; c++) {
+        float v = t[c];
+        if (bias) v += bias[c];
+        y[c] = accumulate ? y[c] + v : v;
+    }
+}
+
+/* 8 halves at p -> 8 floats. */
+static inline __m256 ib_halves(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
+
+/* Lane c: the unsigned (u8) or signed (i8) byte p[c] in both of its 16-bit
+ * halves (a VPMADDWD scale). */
+static inline __m256i ib_scale16_u8(const uint8_t *p) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+/* Lane c: a[c] in its low 16 bits, b[c] in its high (signed bytes, or
+ * unsigned when u). */
+static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
+    __m128i la = _mm_loadl_epi64((const __m128i *)(const void *)a), lb = _mm_loadl_epi64((const __m128i *)(const void *)b);
+    __m256i va = u ? _mm256_cvtepu8_epi32(la) : _mm256_cvtepi8_epi32(la);
+    __m256i vb = u ? _mm256_cvtepu8_epi32(lb) : _mm256_cvtepi8_epi32(lb);
+    return _mm256_blend_epi16(va, _mm256_slli_epi32(vb, 16), 0xAA);
+}
+
+#if defined(PANEL_VNNI256)
+#define IB_DOT(acc, w, x) PANEL_VNNI256(acc, w, x)
+#else
+#define IB_DOT(acc, w, x) _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x))
+#endif
+
+/* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
+
+/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0). */
+static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const int8_t *xq, const float *xd,
+                                                             const int32_t *xs, int64_t ldx, int64_t nbx, const int nr,
+                                                             const ib_group *grp, const int nv, int64_t nb,
+                                                             int64_t ldy, bool accumulate) {
+    const size_t qbytes = q4 ? 256 : 512;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    /* AVX2 Q8_0: the low nibbles' pass, then the high nibbles' (weighted
+     * 16); everything else: one pass over the bytes as stored */
+#if defined(PANEL_VNNI256)
+    const int passes = 1;
+#else
+    const int passes = q4 ? 1 : 2;
+    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
+#endif
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * qbytes + 32 * grp[v].half;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            /* the stored bytes are value + offset: start at -offset x sum(x) */
+            __m256i start = _mm256_set1_epi32(-(q4 ? 8 : 128) * xs[r * nbx + b]);
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = start;
+        }
+        IB_UNROLL for (int pass = 0; pass < passes; pass++) {
+            __m256i s[IB_MAX_R][IB_MAX_V];
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+            /* Q4_0: step q's bytes give elements 4q.. (low nibbles) and
+             * 16 + 4q.. (high), one load for both */
+            for (int q = 0; q < (q4 ? 4 : 8); q++) {
+                __m256i w[IB_MAX_V], w2[IB_MAX_V];
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
+                    if (IB_PF && nr == 1 && pass == 0 && grp[v].half == 0)
+                        _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                    if (q4) {
+                        w[v] = _mm256_and_si256(raw, low);
+                        w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    } else {
+#if defined(PANEL_VNNI256)
+                        w[v] = raw;
+#else
+                        w[v] = _mm256_and_si256(pass ? _mm256_srli_epi16(raw, 4) : raw, low);
+#endif
+                    }
+                }
+                IB_UNROLL for (int r = 0; r < nr; r++) {
+                    __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
+                    IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                    if (q4) {
+                        __m256i xb2 = ib_bcast4(xq + r * ldx + b * 32 + 16 + 4 * q);
+                        IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w2[v], xb2);
+                    }
+                }
+            }
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+#if defined(PANEL_VNNI256)
+                    isum[r][v] = _mm256_add_epi32(isum[r][v], s[r][v]);
+#else
+                    isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(s[r][v], pass ? sixteen : ones));
+#endif
+                }
+        }
+        __m256 dw[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            dw[v] = ib_halves(grp[v].panel + (size_t)nb * qbytes + (size_t)b * 32 + 16 * grp[v].half);
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
+            IB_UNROLL for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(dw[v], dx), acc[r][v]);
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* The column groups of a driver tile (panels x 16 outputs, last_cols of
+ * the last panel real), rows r0.. of y; groups with no real column are
+ * left out. */
+static inline int ib_groups(const uint8_t *panel, size_t pb, int panels, int last_cols, float *y, const float *bias,
+                            ib_group *g) {
+    int n = 0;
+    for (int p = 0; p < panels; p++)
+        for (int h = 0; h < 2; h++) {
+            int cols = p == panels - 1 ? last_cols - 8 * h : 8;
+            if (cols > 8) cols = 8;
+            if (cols <= 0) continue;
+            g[n++] = (ib_group){.panel = panel + (size_t)p * pb, .half = h, .y = y + p * 16 + 8 * h,
+                                .bias = bias ? bias + p * 16 + 8 * h : NULL, .cols = cols};
+        }
+    return n;
+}
+
+/* Column groups per piece: IB_V with several rows, IB_V1 with one
+ * (decode: more panels side by side keep more loads in flight). */
+#define IB_V 2
+#define IB_V1 6
+#if defined(PANEL_VNNI256)
+#define IB_V_Q8 2
+#else
+#define IB_V_Q8 2 /* Q8_0's two int16 sums per lane fill the registers */
+#endif
+
+/* Pieces of nr (1..IB_MAX_R) rows: groups IB_V (IB_V1) at a time, each
+ * piece's sizes constants in its copy of the body. */
+static inline __attribute__((always_inline)) void ib_q_rows(const int q4, const int8_t *xq, const float *xd,
+                                                            const int32_t *xs, int64_t ldx, int64_t nbx, int nr,
+                                                            const ib_group *g, int n, int64_t nb, int64_t ldy,
+                                                            bool accumulate) {
+    int step = nr == 1 ? IB_V1 : q4 ? IB_V : IB_V_Q8;
+    for (int i = 0; i < n; i += step) {
+        int nv = n - i < step ? n - i : step;
+        const ib_group *gi = g + i;
+#define IB_Q(NR, NV) ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)
+        switch (nr * 8 + nv) {
+        case 8 + 1: IB_Q(1, 1); break;
+        case 8 + 2: IB_Q(1, 2); break;
+        case 8 + 3: IB_Q(1, 3); break;
+        case 8 + 4: IB_Q(1, 4); break;
+        case 8 + 5: IB_Q(1, 5); break;
+        case 8 + 6: IB_Q(1, 6); break;
+        case 16 + 1: IB_Q(2, 1); break;
+        case 16 + 2: IB_Q(2, 2); break;
+        case 24 + 1: IB_Q(3, 1); break;
+        case 24 + 2: IB_Q(3, 2); break;
+        case 32 + 1: IB_Q(4, 1); break;
+        default: IB_Q(4, 2); break;
+        }
+#undef IB_Q
+    }
+}
+
+/* A driver tile (rows <= PDL_QPANEL_TILE_ROWS, panels <= 3) in pieces. */
+static inline __attribute__((always_inline)) void ib_q_tile(const int q4, const int8_t *xq, const float *xd,
+                                                            const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                                                            const uint8_t *panel, size_t pb, int panels, int64_t nb,
+                                                            int last_cols, float *y, int64_t ldy, const float *bias,
+                                                            bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        ib_q_rows(q4, xq + r0 * ldx, xd + r0 * nbx, xs + r0 * nbx, ldx, nbx, nr, gr, n, nb, ldy, accumulate);
+    }
+}
+
+static void PANEL_PREFIX(q8_0)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                               int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                               float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_q_tile(0, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void PANEL_PREFIX(q4_0)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                               int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                               float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_q_tile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+/* ---- Q4_K and Q6_K ------------------------------------------------------------ */
+
+/* A sub-sum of 4-product steps times a scale per lane into int32: VNNI
+ * sums are int32 already (times the scale's int32 lanes); AVX2 sums are
+ * int16 lane pairs, which VPMADDWD multiplies by the scale in both halves
+ * and adds (ib_scale16_*). */
+#if defined(PANEL_VNNI256)
+static inline __m256i ib_scaled(__m256i s, __m256i sc32) { return _mm256_mullo_epi32(s, sc32); }
+static inline __m256i ib_scale_u8(const uint8_t *p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+static inline __m256i ib_scale_i8(const uint8_t *p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+#else
+static inline __m256i ib_scaled(__m256i s, __m256i sc16) { return _mm256_madd_epi16(s, sc16); }
+static inline __m256i ib_scale_u8(const uint8_t *p) { return ib_scale16_u8(p); }
+static inline __m256i ib_scale_i8(const uint8_t *p) {
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+}
+#endif
+
+/* Q4_K, NR rows x NV groups: per sub-block j the nibbles times the
+ * activations (8 steps), times the lanes' six-bit scale, into isum; msum
+ * is the mins times the activation sums per 32 (pairs of sub-blocks per
+ * VPMADDWD); then kquant.h's two fused multiply-adds. */
+static inline __attribute__((always_inline)) void ib_q4k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                               const ib_group *grp, const int nv, int64_t nb,
+                                                               int64_t ldy, bool accumulate) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i s[IB_MAX_R][IB_MAX_V];
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+            for (int kk = 0; kk < 8; kk++) {
+                __m256i w[IB_MAX_V];
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    const uint8_t *line = blk[v] + ((j / 2) * 8 + kk) * 64;
+                    __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
+                    w[v] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, low);
+                    if (nr == 1 && grp[v].half == 0 && j % 2 == 0)
+                        _mm_prefetch((const char *)(line + IB_AHEAD), _MM_HINT_T0);
+                }
+                IB_UNROLL for (int r = 0; r < nr; r++) {
+                    __m256i xb = ib_bcast4(x[r * ldx + b].qs + 32 * j + 4 * kk);
+                    IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                }
+            }
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+                __m256i sc = ib_scale_u8(blk[v] + 2048 + j * 16 + 8 * grp[v].half);
+                IB_UNROLL for (int r = 0; r < nr; r++) isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(s[r][v], sc));
+            }
+        }
+        IB_UNROLL for (int v = 0; v < nv; v++) {
+            const uint8_t *mn = blk[v] + 2176 + 8 * grp[v].half;
+            __m256i mp[4]; /* lane c: mins 2 jj and 2 jj + 1 of column c */
+            IB_UNROLL for (int jj = 0; jj < 4; jj++) mp[jj] = ib_pair16(mn + 32 * jj, mn + 32 * jj + 16, true);
+            __m256 dw = ib_halves(blk[v] + 2304 + 16 * grp[v].half), dm = ib_halves(blk[v] + 2336 + 16 * grp[v].half);
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                const pdl_block_q8k *xb = &x[r * ldx + b];
+                __m256i msum = _mm256_setzero_si256();
+                IB_UNROLL for (int jj = 0; jj < 4; jj++)
+                    msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mp[jj], ib_bcast4(xb->bsum32 + 2 * jj)));
+                __m256 dx = _mm256_set1_ps(xb->d);
+                acc[r][v] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[r][v]), acc[r][v]);
+                __m256 mdx = _mm256_xor_ps(_mm256_mul_ps(dm, dx), _mm256_set1_ps(-0.0f));
+                acc[r][v] = _mm256_fmadd_ps(mdx, _mm256_cvtepi32_ps(msum), acc[r][v]);
+            }
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Q6_K: the 6-bit values of 4 elements of 8 columns, for quarter Q (0..3)
+ * of a 128-element half: low nibbles of ql vector A (quarters 0, 2 from
+ * the first 32 ql bytes, 1, 3 from the next 32) and two bits of qh vector
+ * H, in the file's positions (weight_panels.h). */
+static inline __attribute__((always_inline)) __m256i ib_q6_values(const int quarter, __m256i a, __m256i h) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x30);
+    __m256i lo = quarter < 2 ? _mm256_and_si256(a, m4) : _mm256_and_si256(_mm256_srli_epi16(a, 4), m4);
+    __m256i hi;
+    switch (quarter) {
+    case 0: hi = _mm256_and_si256(_mm256_slli_epi16(h, 4), m2); break;
+    case 1: hi = _mm256_and_si256(_mm256_slli_epi16(h, 2), m2); break;
+    case 2: hi = _mm256_and_si256(h, m2); break;
+    default: hi = _mm256_and_si256(_mm256_srli_epi16(h, 2), m2); break;
+    }
+    return _mm256_or_si256(lo, hi);
+}
+
+/* Q6_K, NR rows x NV groups: per group of 16 elements the values (q + 32,
+ * unsigned) times the activations, times the group's scale, into isum (on
+ * AVX2 folded every 2 steps: 6-bit values would overflow int16 in 3);
+ * then 32 x the scaled activation sums per 16 are taken off (pairs of
+ * groups per VPMADDWD) and one fused multiply-add, as kquant.h. */
+static inline __attribute__((always_inline)) void ib_q6k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                               const ib_group *grp, const int nv, int64_t nb,
+                                                               int64_t ldy, bool accumulate) {
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++)
+            IB_UNROLL for (int quarter = 0; quarter < 4; quarter++) /* a constant in each copy */
+                for (int gs = 0; gs < 2; gs++) {
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m256i sc[IB_MAX_V];
+                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_i8(blk[v] + 3072 + group * 16 + 8 * grp[v].half);
+#if defined(PANEL_VNNI256)
+                    const int fold = 4; /* steps per int32 sum */
+#else
+                    const int fold = 2;
+#endif
+                    IB_UNROLL for (int l0 = 4 * gs; l0 < 4 * gs + 4; l0 += fold) {
+                        __m256i s[IB_MAX_R][IB_MAX_V];
+                        IB_UNROLL for (int r = 0; r < nr; r++)
+                            IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+                        IB_UNROLL for (int l4 = l0; l4 < l0 + fold; l4++) {
+                            __m256i w[IB_MAX_V];
+                            IB_UNROLL for (int v = 0; v < nv; v++) {
+                                const uint8_t *wd = blk[v] + (size_t)((8 * half + l4) * 3) * 64 + 32 * grp[v].half;
+                                __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + (quarter % 2) * 64));
+                                __m256i h = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
+                                w[v] = ib_q6_values(quarter, a, h);
+                                if (nr == 1 && grp[v].half == 0 && quarter == 0) {
+                                    _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                                    _mm_prefetch((const char *)(wd + 64 + IB_AHEAD), _MM_HINT_T0);
+                                    _mm_prefetch((const char *)(wd + 128 + IB_AHEAD), _MM_HINT_T0);
+                                }
+                            }
+                            IB_UNROLL for (int r = 0; r < nr; r++) {
+                                __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4);
+                                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                            }
+                        }
+                        IB_UNROLL for (int r = 0; r < nr; r++)
+                            IB_UNROLL for (int v = 0; v < nv; v++)
+                                isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(s[r][v], sc[v]));
+                    }
+                }
+        IB_UNROLL for (int v = 0; v < nv; v++) {
+            const uint8_t *scb = blk[v] + 3072 + 8 * grp[v].half;
+            __m256i sp[8]; /* lane c: scales 2 gg and 2 gg + 1 of column c */
+            IB_UNROLL for (int gg = 0; gg < 8; gg++) sp[gg] = ib_pair16(scb + 32 * gg, scb + 32 * gg + 16, false);
+            __m256 dw = ib_halves(blk[v] + 3328 + 16 * grp[v].half);
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                const pdl_block_q8k *xb = &x[r * ldx + b];
+                __m256i off = _mm256_setzero_si256();
+                IB_UNROLL for (int gg = 0; gg < 8; gg++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(sp[gg], ib_bcast4(xb->bsum16 + 2 * gg)));
+                __m256i is = _mm256_sub_epi32(isum[r][v], _mm256_slli_epi32(off, 5));
+                acc[r][v] = _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(is), acc[r][v]);
+            }
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Groups per piece of several rows for the k-quants (their per-block sums
+ * take registers too). */
+#define IB_V_K 1
+
+static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const pdl_block_q8k *x, int64_t ldx,
+                                                            int rows, const uint8_t *panel, size_t pb, int panels,
+                                                            int64_t nb, int last_cols, float *y, int64_t ldy,
+                                                            const float *bias, bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        const pdl_block_q8k *xr = x + r0 * ldx;
+        int step = nr == 1 ? IB_V1 : IB_V_K;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            const ib_group *gi = gr + i;
+#define IB_K(NR, NV)                                                                                             \
+    (q6 ? ib_q6k_piece(xr, ldx, NR, gi, NV, nb, ldy, accumulate) : ib_q4k_piece(xr, ldx, NR, gi, NV, nb, ldy, accumulate))
+            switch (nr * 8 + nv) {
+            case 8 + 1: IB_K(1, 1); break;
+            case 8 + 2: IB_K(1, 2); break;
+            case 8 + 3: IB_K(1, 3); break;
+            case 8 + 4: IB_K(1, 4); break;
+            case 8 + 5: IB_K(1, 5); break;
+            case 8 + 6: IB_K(1, 6); break;
+            case 16 + 1: IB_K(2, 1); break;
+            case 24 + 1: IB_K(3, 1); break;
+            default: IB_K(4, 1); break;
+            }
+#undef IB_K
+        }
+    }
+}
+
+static void PANEL_PREFIX(q4_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                               bool accumulate) {
+    ib_k_tile(0, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void PANEL_PREFIX(q6_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                               bool accumulate) {
+    ib_k_tile(1, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+#endif
