@@ -92,6 +92,67 @@ static void test_gbnf_syntax_repetitions_classes_escapes_and_comments(void) {
     gram_vocab_free(v);
 }
 
+/* An inlined rule used twice with different continuations (and once in a
+ * loop): each use must continue where it was used. */
+static void test_gbnf_rule_used_in_several_places(void) {
+    gram_vocab *v = gt_byte_vocab(NULL, 0);
+    gram_grammar *g = gt_compile(v, GRAM_GBNF, "root ::= ab \"1\" ab \"2\" (ab \",\")* ab\nab ::= \"a\" | \"b\" \"b\"?\n");
+    CHECK(ACCEPTS(g, "a1bb2a"));
+    CHECK(ACCEPTS(g, "b1a2a,bb,b"));
+    CHECK(!ACCEPTS(g, "a1a1a"));
+    CHECK(!ACCEPTS(g, "a1a"));
+    CHECK(!ACCEPTS(g, "a2a1a"));
+    CHECK(!ACCEPTS(g, "a1a2a,"));
+    gram_grammar_free(g);
+    gram_vocab_free(v);
+}
+
+/* Code point classes with boundaries inside UTF-8 lead-byte blocks, checked
+ * for every code point of the BMP and a sample beyond: the byte sequences
+ * must encode exactly the class. */
+static void test_character_classes_match_exactly_their_code_points(void) {
+    gram_vocab *v = gt_byte_vocab(NULL, 0);
+    static const struct {
+        const char *gbnf;
+        uint32_t ranges[8]; /* lo, hi pairs; 0, 0 ends */
+        bool negate;
+    } cases[] = {
+        {"root ::= [\\u00e9-\\u0151]", {0xE9, 0x151}, false},
+        {"root ::= [\\u07fe-\\u0801\\u30a1-\\u30f6]", {0x7FE, 0x801, 0x30A1, 0x30F6}, false},
+        {"root ::= [^\\x00-\\x7f\\ud7ff-\\ue001\\U00010000-\\U0001ffff]", {0, 0x7F, 0xD7FF, 0xE001, 0x10000, 0x1FFFF}, true},
+        {"root ::= [\\u0fff-\\u1000\\uffc0-\\U00010040]", {0xFFF, 0x1000, 0xFFC0, 0x10040}, false},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gram_grammar *g = gt_compile(v, GRAM_GBNF, cases[c].gbnf);
+        gram_matcher *m = gram_matcher_new(g);
+        int wrong = 0;
+        for (uint32_t cp = 0; cp <= 0x10FFFF; cp += cp < 0x20000 ? 1 : 97) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            bool in = false;
+            for (int k = 0; k < 8 && (cases[c].ranges[k] || cases[c].ranges[k + 1]); k += 2)
+                in |= cp >= cases[c].ranges[k] && cp <= cases[c].ranges[k + 1];
+            if (cases[c].negate) in = !in && !(cp >= 0xD800 && cp <= 0xDFFF);
+            unsigned char b[4];
+            int n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+            if (n == 1) b[0] = (unsigned char)cp;
+            else if (n == 2) b[0] = (unsigned char)(0xC0 | cp >> 6), b[1] = (unsigned char)(0x80 | (cp & 0x3F));
+            else if (n == 3)
+                b[0] = (unsigned char)(0xE0 | cp >> 12), b[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)),
+                b[2] = (unsigned char)(0x80 | (cp & 0x3F));
+            else
+                b[0] = (unsigned char)(0xF0 | cp >> 18), b[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3F)),
+                b[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3F)), b[3] = (unsigned char)(0x80 | (cp & 0x3F));
+            bool got = gram_matcher_accept_bytes(m, (const char *)b, (size_t)n) && gram_matcher_is_accepting(m);
+            gram_matcher_reset(m);
+            if (got != in && wrong++ < 3) fprintf(stderr, "  %s: U+%04X %s\n", cases[c].gbnf, cp, in ? "rejected" : "accepted");
+        }
+        CHECK_EQ_INT(wrong, 0);
+        gram_matcher_free(m);
+        gram_grammar_free(g);
+    }
+    gram_vocab_free(v);
+}
+
 static void test_gbnf_errors_name_the_line_and_what_is_wrong(void) {
     gram_vocab *v = gt_byte_vocab(NULL, 0);
     const char *e;
@@ -348,6 +409,37 @@ static void test_masks_agree_with_token_by_token_acceptance(void) {
     }
 }
 
+/* A vocabulary of single bytes and tokens that run across the end of a
+ * rule (a string's closing quote and the punctuation after it, a number and
+ * the comma after it), sharing prefixes: the mask's uncertain tokens and
+ * their prefix-sharing walk, checked against every token at every step. */
+static void test_masks_on_tokens_that_cross_rule_ends(void) {
+    static const char *const extra[] = {
+        "\"}", "\"},", "\"}]", "\"}}", "\"],", "\"]", "\",", "\", \"", "\":", "\": \"", "\":\"", "\": {", "\":[",
+        "1,", "1}", "1]", "12,", "0}", "0]}", "5)", "5)*", "2+", "e}", "e,", "l}", "l]", "ll,", "rue}", "alse]",
+        "}]", "]}", "},{", "}, {", "],[", "}}", "]]", ",\"", ", \"", "{\"", "[{", "[[", "[\"", "\"a", "\"ab",
+        "a\"", "a\",", "a\"}", "ab\":", "\\\"", "\\\"}", "))", ")+", "*(", "(1", "((", "1.5,", "-1}", "null}",
+        "null,", "true,", "{}", "[]", "{},", "[],", " \"", " {", " [", " 1", "\n ", "\n  \"", "\t\"",
+    };
+    gram_vocab *v = gt_byte_vocab(extra, (int)(sizeof extra / sizeof extra[0]));
+    gram_grammar *gs[4] = {gt_compile(v, GRAM_JSON_VALUE, NULL), gt_compile(v, GRAM_GBNF, JSON_GBNF),
+                           gt_compile(v, GRAM_GBNF, ARITH_GBNF),
+                           gt_compile(v, GRAM_JSON_SCHEMA,
+                                      "{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
+                                      "\"k\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}}, "
+                                      "\"required\": [\"a\", \"k\"]}}, \"$ref\": \"#/$defs/n\"}")};
+    for (int k = 0; k < 4; k++) {
+        for (uint64_t seed = 1; seed <= 25; seed++) {
+            size_t len;
+            char *s = gt_generate(gs[k], seed * 7 + (uint64_t)k, 300, 1, &len);
+            CHECK(gt_accepts(gs[k], s, len));
+            free(s);
+        }
+        gram_grammar_free(gs[k]);
+    }
+    gram_vocab_free(v);
+}
+
 /* stories260K has 512 pieces and <0xNN> byte tokens: a non-ASCII character
  * can only be written byte by byte, and in the middle of one only
  * continuation bytes (and no end token) may follow. */
@@ -479,6 +571,8 @@ int main(void) {
     RUN(test_gbnf_json_fixture_accepts_json_and_rejects_the_rest);
     RUN(test_gbnf_arithmetic_fixture_nests_through_parentheses);
     RUN(test_gbnf_syntax_repetitions_classes_escapes_and_comments);
+    RUN(test_gbnf_rule_used_in_several_places);
+    RUN(test_character_classes_match_exactly_their_code_points);
     RUN(test_gbnf_errors_name_the_line_and_what_is_wrong);
     RUN(test_regex_cases_match_whole_strings);
     RUN(test_regex_errors_give_the_offset);
@@ -489,6 +583,7 @@ int main(void) {
     RUN(test_a_rejected_token_leaves_the_state_unchanged);
     RUN(test_forced_bytes_and_bytes_to_end);
     RUN(test_masks_agree_with_token_by_token_acceptance);
+    RUN(test_masks_on_tokens_that_cross_rule_ends);
     RUN(test_byte_fallback_tokens_write_characters_byte_by_byte);
     RUN(test_utf8_character_split_over_byte_level_tokens);
     RUN(test_vocabulary_leaves_out_special_tokens);

@@ -31,6 +31,11 @@ static void test_type_keywords(void) {
     NO(g, "\"\\ud83d\""); /* a lone surrogate escape */
     NO(g, "\"a\nb\"");
     NO(g, "1");
+    for (int c = 0; c < 0x20; c++) { /* raw control characters are never JSON */
+        char s[4] = {'"', (char)c, '"', 0};
+        CHECK_MSG(!gt_accepts(g, s, 3), "control character %d accepted in a string", c);
+    }
+    YES(g, "\"\x7f\"");
     gram_grammar_free(g);
     g = schema("{\"type\": \"integer\"}");
     YES(g, "0");
@@ -109,7 +114,12 @@ static void test_object_properties_required_and_additional(void) {
     NO(g, "{\"b\": \"s\"}");
     NO(g, "{\"a\": 1}");
     gram_grammar_free(g);
-    g = schema("{\"type\": \"object\", \"required\": [\"k\"]}"); /* required, not described: any value */
+    g = schema("{\"type\": \"object\"}"); /* no property described: any object */
+    YES(g, "{}");
+    YES(g, "{\"x\": [1, {\"y\": null}], \"z\": \"w\"}");
+    NO(g, "[]");
+    gram_grammar_free(g);
+        g = schema("{\"type\": \"object\", \"required\": [\"k\"]}"); /* required, not described: any value */
     YES(g, "{\"k\": [true]}");
     NO(g, "{}");
     gram_grammar_free(g);
@@ -146,7 +156,8 @@ static void test_string_lengths_count_characters_not_bytes(void) {
     gram_grammar *g = schema("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}");
     YES(g, "\"ab\"");
     YES(g, "\"\xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80\""); /* three characters, nine bytes */
-    YES(g, "\"\\u00e9\\n\"");                           /* escapes are one character each */
+    YES(g, "\"\\u001f\\n\"");                           /* escapes are one character each */
+    NO(g, "\"\\u00e9\"");  /* in a bounded string only control characters are written as \\u escapes */
     NO(g, "\"a\"");
     NO(g, "\"abcd\"");
     gram_grammar_free(g);
@@ -265,23 +276,31 @@ static void test_integer_ranges_match_numeric_comparison(void) {
 
 /* Decimals written with up to three fraction digits (and some with more),
  * compared numerically (exactly: values are k/1000). */
+static void check_dec_value(gram_grammar *g, const char *schema_text, long k, long lo, int lo_kind, long hi, int hi_kind,
+                            int *wrong) {
+    long a = labs(k);
+    char s[48];
+    for (int form = 0; form < 3; form++) {
+        if (form == 0) snprintf(s, sizeof s, "%s%ld.%03ld", k < 0 ? "-" : "", a / 1000, a % 1000);
+        else if (form == 1) snprintf(s, sizeof s, "%s%ld.%03ld000", k < 0 ? "-" : "", a / 1000, a % 1000);
+        else if (a % 1000 == 0) snprintf(s, sizeof s, "%s%ld", k < 0 ? "-" : "", a / 1000);
+        else continue;
+        bool want = (lo_kind == 0 || (lo_kind == 1 ? k >= lo : k > lo)) && (hi_kind == 0 || (hi_kind == 1 ? k <= hi : k < hi));
+        if (ok(g, s) != want && (*wrong)++ < 3) fprintf(stderr, "  %s: %s %s\n", schema_text, s, want ? "rejected" : "accepted");
+    }
+}
+
+/* Decimals written with three fraction digits (also padded with zeros, and
+ * whole ones without a fraction), compared numerically (exactly: values are
+ * k/1000): a grid, and every value within 3/1000 of a bound or of zero. */
 static void check_dec_range(const char *schema_text, long lo, int lo_kind, long hi, int hi_kind) {
     /* kind: 0 none, 1 inclusive, 2 exclusive; bounds in thousandths */
     gram_grammar *g = schema(schema_text);
     int wrong = 0;
-    for (long k = -3200; k <= 3200; k += 7) {
-        char s[48];
-        long a = labs(k);
-        for (int form = 0; form < 3; form++) {
-            if (form == 0) snprintf(s, sizeof s, "%s%ld.%03ld", k < 0 ? "-" : "", a / 1000, a % 1000);
-            else if (form == 1) snprintf(s, sizeof s, "%s%ld.%03ld000", k < 0 ? "-" : "", a / 1000, a % 1000);
-            else if (a % 1000 == 0) snprintf(s, sizeof s, "%s%ld", k < 0 ? "-" : "", a / 1000);
-            else continue;
-            bool want = (lo_kind == 0 || (lo_kind == 1 ? k >= lo : k > lo)) && (hi_kind == 0 || (hi_kind == 1 ? k <= hi : k < hi));
-            if (a == 0 && k == 0 && s[0] == '-') continue;
-            if (ok(g, s) != want && wrong++ < 3) fprintf(stderr, "  %s: %s %s\n", schema_text, s, want ? "rejected" : "accepted");
-        }
-    }
+    for (long k = -3200; k <= 3200; k += 7) check_dec_value(g, schema_text, k, lo, lo_kind, hi, hi_kind, &wrong);
+    long centers[3] = {lo, hi, 0};
+    for (int c = 0; c < 3; c++)
+        for (long d = -3; d <= 3; d++) check_dec_value(g, schema_text, centers[c] + d, lo, lo_kind, hi, hi_kind, &wrong);
     CHECK_EQ_INT(wrong, 0);
     gram_grammar_free(g);
 }

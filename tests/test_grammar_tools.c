@@ -166,6 +166,10 @@ static void test_hermes_outputs(void) {
     parse_all_ways(GRAM_TOOLS_HERMES, "Use <tool> or <tool_cal, not a call. <", &r);
     expect_content(&r, "Use <tool> or <tool_cal, not a call. <");
     CHECK_EQ_INT(r.n_calls, 0);
+    /* a tag right after a character that started a false one */
+    parse_all_ways(GRAM_TOOLS_HERMES, "a <<tool_call>{\"name\": \"x\", \"arguments\": {}}</tool_call>", &r);
+    expect_content(&r, "a <");
+    expect_call(&r, 0, "x", "{}", true);
 
     /* malformed call JSON: given back as content */
     parse_all_ways(GRAM_TOOLS_HERMES, "<tool_call>\nnot json\n</tool_call> done", &r);
@@ -228,6 +232,9 @@ static void test_mistral_outputs(void) {
     expect_call(&r, 1, "b", "{}", true);
     parse_all_ways(GRAM_TOOLS_MISTRAL, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", &r);
     expect_call(&r, 0, "get_weather", "{\"city\": \"Paris\"}", true);
+    parse_all_ways(GRAM_TOOLS_MISTRAL, "[[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}]", &r);
+    expect_content(&r, "[");
+    expect_call(&r, 0, "a", "{}", true);
     parse_all_ways(GRAM_TOOLS_MISTRAL, "No tools needed [TOOL] here [TOOL_CALL", &r);
     expect_content(&r, "No tools needed [TOOL] here [TOOL_CALL");
     CHECK_EQ_INT(r.n_calls, 0);

@@ -210,7 +210,7 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
                st.class_walk_ms, apply_us);
     } else {
         printf("%s  (vocab %d)  %s\n", tok_path, n, bc->name);
-        printf("  compile %.2f ms, %d DFA states, %d rules\n", compile_ms, st.n_states, st.n_rules);
+        printf("  compile %.2f ms, %d DFA states (%d walk classes), %d rules\n", compile_ms, st.n_states, st.n_walk_classes, st.n_rules);
         printf("  %d masks over %ld sequences (%d ended by an end token)\n", sa.n, runs, ended);
         printf("  all    mean %8.1f us  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", sa.mean * 1e6, sa.p50 * 1e6,
                sa.p99 * 1e6, sa.max * 1e6);

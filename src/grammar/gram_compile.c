@@ -32,6 +32,7 @@
 /* A rule whose NFA (times the repetitions around its uses) is larger stays
  * a rule instead of being copied into its callers. */
 #define INLINE_MAX_STATES 30000
+#define INLINE_REPEATED_MAX 64
 
 /* ---------------------------------------------------------------------------
  * Small growable arrays
@@ -620,74 +621,90 @@ static int prune_dead(gram_auto *a, pdl_error *err) {
     return rc;
 }
 
-/* Merges states with the same future (Moore's partition refinement over
- * byte classes and calls): fewer states, so fewer token classifications to
- * compute (a JSON string's first and later characters, for one). Skipped
- * when the work would exceed a bound; the automaton stays correct either way. */
-static int minimize(gram_auto *a, pdl_error *err) {
+/* Moore's partition refinement: block[s] ends as the class of s among the
+ * states that behave alike for max_rounds steps (a byte or a call each;
+ * unbounded: until nothing splits, i.e. the same future). Signature of a
+ * state: its class, end flag, rule, the classes its byte classes lead to, and
+ * its calls (callee, class of the return state; exact_ret[callee]: the return
+ * state itself, for callees that may read nothing, whose return state is
+ * then reached within the same step). Returns 1 when max_work (states and
+ * edges visited) cut it short (block[] is then unusable), 0 done, -1 out of
+ * memory. */
+static int refine(const gram_auto *a, int64_t max_rounds, int64_t max_work, const uint8_t *exact_ret, int32_t *block,
+                  int32_t *n_out, pdl_error *err) {
     int32_t S = a->n_states, C = a->n_classes;
-    int32_t *block = malloc((size_t)S * sizeof *block), *next = malloc((size_t)S * sizeof *next);
-    int32_t *table = NULL, *table_sig_state = NULL;
+    int32_t *next = malloc((size_t)S * sizeof *next);
+    int32_t *table = NULL, *table_state = NULL;
+    int32_t *row_off = malloc((size_t)(S + 1) * sizeof *row_off);
+    int32_t *row_cls = NULL, *row_to = NULL;
     uint32_t cap = 1;
     while (cap < (uint32_t)S * 2) cap *= 2;
     table = malloc(cap * sizeof *table);
-    table_sig_state = malloc((size_t)S * sizeof *table_sig_state);
+    table_state = malloc((size_t)S * sizeof *table_state);
     int rc = 0;
-    if (!block || !next || !table || !table_sig_state) {
+    if (!next || !table || !table_state || !row_off) {
         rc = pdl_fail(err, "grammar: out of memory");
         goto done;
     }
-    /* calls in a canonical order (by callee), so equal states compare equal */
-    for (int32_t s = 0; s < S; s++)
-        for (int32_t k = a->ref_off[s] + 1; k < a->ref_off[s + 1]; k++)
-            for (int32_t q = k; q > a->ref_off[s] && a->refs[q - 1].rule > a->refs[q].rule; q--) {
-                gram_ref t = a->refs[q];
-                a->refs[q] = a->refs[q - 1];
-                a->refs[q - 1] = t;
-            }
+    /* the transitions that exist, row by row: most states have a few */
+    row_off[0] = 0;
+    for (int32_t s = 0; s < S; s++) {
+        int32_t k = 0;
+        for (int32_t c = 0; c < C; c++) k += a->trans[(size_t)s * C + c] >= 0;
+        row_off[s + 1] = row_off[s] + k;
+    }
+    row_cls = malloc((size_t)(row_off[S] ? row_off[S] : 1) * sizeof *row_cls);
+    row_to = malloc((size_t)(row_off[S] ? row_off[S] : 1) * sizeof *row_to);
+    if (!row_cls || !row_to) {
+        rc = pdl_fail(err, "grammar: out of memory");
+        goto done;
+    }
+    for (int32_t s = 0, w = 0; s < S; s++)
+        for (int32_t c = 0; c < C; c++) {
+            int32_t t = a->trans[(size_t)s * C + c];
+            if (t >= 0) row_cls[w] = c, row_to[w++] = t;
+        }
     for (int32_t s = 0; s < S; s++) block[s] = 0;
     int32_t n_blocks = 1;
-    int64_t work = 0;
-    for (;;) {
-        work += (int64_t)S * (C + 4);
-        if (work > 300000000) goto done; /* too much: keep the automaton as it is */
+    int64_t work = 0, per_round = (int64_t)S * 4 + row_off[S] + a->ref_off[S];
+    for (int64_t round = 0; round < max_rounds; round++) {
+        work += per_round;
+        if (work > max_work) {
+            rc = 1; /* too much: the caller keeps what it has */
+            goto done;
+        }
         for (uint32_t i = 0; i < cap; i++) table[i] = -1;
         int32_t n_new = 0;
+#define RET_ID(r) (exact_ret && exact_ret[(r).rule] ? S + (r).ret : block[(r).ret])
         for (int32_t s = 0; s < S; s++) {
-            if (a->ref_off[s + 1] - a->ref_off[s] > 32) {
-                next[s] = n_new++; /* many calls: leave it alone */
-                continue;
-            }
-            /* hash of the signature: block, end flag, rule, successors' blocks, calls */
             uint64_t h = 1469598103934665603ULL;
 #define MIX(x) (h = (h ^ (uint32_t)(x)) * 1099511628211ULL)
             MIX(block[s]);
             MIX(a->flags[s] & GS_FINAL);
             MIX(a->state_rule[s]);
-            for (int32_t c = 0; c < C; c++) {
-                int32_t t = a->trans[(size_t)s * C + c];
-                MIX(t < 0 ? -1 : block[t]);
+            for (int32_t k = row_off[s]; k < row_off[s + 1]; k++) {
+                MIX(row_cls[k]);
+                MIX(block[row_to[k]]);
             }
             for (int32_t k = a->ref_off[s]; k < a->ref_off[s + 1]; k++) {
                 MIX(a->refs[k].rule);
-                MIX(block[a->refs[k].ret]);
+                MIX(RET_ID(a->refs[k]));
             }
 #undef MIX
             uint32_t i = (uint32_t)h & (cap - 1);
             int32_t found = -1;
             while (table[i] >= 0) {
-                int32_t o = table_sig_state[table[i]];
-                /* compare o's signature with s's */
+                int32_t o = table_state[table[i]];
                 bool same = block[o] == block[s] && ((a->flags[o] ^ a->flags[s]) & GS_FINAL) == 0 &&
                             a->state_rule[o] == a->state_rule[s] &&
+                            row_off[o + 1] - row_off[o] == row_off[s + 1] - row_off[s] &&
                             a->ref_off[o + 1] - a->ref_off[o] == a->ref_off[s + 1] - a->ref_off[s];
-                for (int32_t c = 0; same && c < C; c++) {
-                    int32_t x = a->trans[(size_t)o * C + c], y = a->trans[(size_t)s * C + c];
-                    same = (x < 0 ? -1 : block[x]) == (y < 0 ? -1 : block[y]);
-                }
+                for (int32_t k = 0; same && k < row_off[s + 1] - row_off[s]; k++)
+                    same = row_cls[row_off[o] + k] == row_cls[row_off[s] + k] &&
+                           block[row_to[row_off[o] + k]] == block[row_to[row_off[s] + k]];
                 for (int32_t k = 0; same && k < a->ref_off[s + 1] - a->ref_off[s]; k++) {
                     const gram_ref *p = &a->refs[a->ref_off[o] + k], *q = &a->refs[a->ref_off[s] + k];
-                    same = p->rule == q->rule && block[p->ret] == block[q->ret];
+                    same = p->rule == q->rule && RET_ID(*p) == RET_ID(*q);
                 }
                 if (same) {
                     found = table[i];
@@ -695,36 +712,72 @@ static int minimize(gram_auto *a, pdl_error *err) {
                 }
                 i = (i + 1) & (cap - 1);
             }
+#undef RET_ID
             if (found < 0) {
                 found = n_new++;
                 table[i] = found;
-                table_sig_state[found] = s;
+                table_state[found] = s;
             }
             next[s] = found;
         }
         memcpy(block, next, (size_t)S * sizeof *block);
-        if (n_new == n_blocks) break;
+        bool stable = n_new == n_blocks;
         n_blocks = n_new;
+        if (stable) break;
     }
-    if (n_blocks == S) goto done;
+    *n_out = n_blocks;
+done:
+    free(next);
+    free(table);
+    free(table_state);
+    free(row_off);
+    free(row_cls);
+    free(row_to);
+    return rc;
+}
 
-    /* the quotient automaton: each block's first state stands for it */
-    int32_t *rep = table_sig_state; /* block -> a state of it (the first met) */
-    for (int32_t s = S - 1; s >= 0; s--) rep[block[s]] = s;
+/* Calls in a canonical order (by callee), so equal states compare equal. */
+static void sort_refs(gram_auto *a) {
+    for (int32_t s = 0; s < a->n_states; s++)
+        for (int32_t k = a->ref_off[s] + 1; k < a->ref_off[s + 1]; k++)
+            for (int32_t q = k; q > a->ref_off[s] && a->refs[q - 1].rule > a->refs[q].rule; q--) {
+                gram_ref t = a->refs[q];
+                a->refs[q] = a->refs[q - 1];
+                a->refs[q - 1] = t;
+            }
+}
+
+/* Merges states with the same future: fewer states, so fewer token
+ * classifications to compute (a JSON string's first and later characters,
+ * for one). Skipped when the work would exceed a bound. */
+static int minimize(gram_auto *a, pdl_error *err) {
+    int32_t S = a->n_states, C = a->n_classes;
+    sort_refs(a);
+    int32_t *block = malloc((size_t)S * sizeof *block), n_blocks = S;
+    if (!block) return pdl_fail(err, "grammar: out of memory");
+    int r = refine(a, INT64_MAX, 30000000, NULL, block, &n_blocks, err);
+    if (r != 0 || n_blocks == S) {
+        free(block);
+        return r < 0 ? -1 : 0;
+    }
+    /* the quotient automaton: each block's smallest state stands for it */
+    int32_t *rep = malloc((size_t)n_blocks * sizeof *rep);
     int32_t *trans = malloc((size_t)n_blocks * (size_t)C * sizeof *trans);
     uint8_t *flags = malloc((size_t)n_blocks);
     int32_t *state_rule = malloc((size_t)n_blocks * sizeof *state_rule);
     int32_t *ref_off = malloc((size_t)(n_blocks + 1) * sizeof *ref_off);
     gram_ref *refs = malloc((size_t)(a->ref_off[S] ? a->ref_off[S] : 1) * sizeof *refs);
-    if (!trans || !flags || !state_rule || !ref_off || !refs) {
+    if (!rep || !trans || !flags || !state_rule || !ref_off || !refs) {
+        free(rep);
         free(trans);
         free(flags);
         free(state_rule);
         free(ref_off);
         free(refs);
-        rc = pdl_fail(err, "grammar: out of memory");
-        goto done;
+        free(block);
+        return pdl_fail(err, "grammar: out of memory");
     }
+    for (int32_t s = S - 1; s >= 0; s--) rep[block[s]] = s;
     int32_t w = 0;
     for (int32_t b = 0; b < n_blocks; b++) {
         int32_t s = rep[b];
@@ -739,7 +792,7 @@ static int minimize(gram_auto *a, pdl_error *err) {
             refs[w++] = (gram_ref){a->refs[k].rule, block[a->refs[k].ret]};
     }
     ref_off[n_blocks] = w;
-    for (int32_t r = 0; r < a->n_rules; r++) a->rule_start[r] = block[a->rule_start[r]];
+    for (int32_t r2 = 0; r2 < a->n_rules; r2++) a->rule_start[r2] = block[a->rule_start[r2]];
     free(a->trans);
     free(a->flags);
     free(a->state_rule);
@@ -751,12 +804,19 @@ static int minimize(gram_auto *a, pdl_error *err) {
     a->ref_off = ref_off;
     a->refs = refs;
     a->n_states = n_blocks;
-done:
+    free(rep);
     free(block);
-    free(next);
-    free(table);
-    free(table_sig_state);
-    return rc;
+    return 0;
+}
+
+int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, pdl_error *err) {
+    int r = refine(a, depth, 200000000, a->rule_nullable, cls, n_cls, err);
+    if (r < 0) return -1;
+    if (r > 0) { /* too much work: every state its own class */
+        for (int32_t s = 0; s < a->n_states; s++) cls[s] = s;
+        *n_cls = a->n_states;
+    }
+    return 0;
 }
 
 /* nullable[r]: rule r can match the empty string; null_state[s]: from s the
@@ -1039,8 +1099,11 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
         }
         c.size[r] = probe.n_states;
         nfa_free(&probe);
+        /* a rule repeated by a counted repetition (array items) stays a rule
+         * unless tiny: each inlined copy would be its own states, each needing
+         * its own token classification */
         int64_t cost = (int64_t)c.size[r] * (c.mult[r] > 0 ? c.mult[r] : 1);
-        c.inlined[r] = !big && cost <= INLINE_MAX_STATES;
+        c.inlined[r] = !big && cost <= INLINE_MAX_STATES && (c.mult[r] <= 1 || c.size[r] <= INLINE_REPEATED_MAX);
     }
 
     /* the NFA of every kept rule */
@@ -1172,6 +1235,15 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
         goto done;
     }
     nullability(a, nullable, null_state);
+    a->rule_nullable = malloc((size_t)(n_kept ? n_kept : 1));
+    if (!a->rule_nullable) {
+        free(nullable);
+        free(null_state);
+        free(first);
+        pdl_fail(err, "grammar: out of memory");
+        goto done;
+    }
+    for (int32_t r = 0; r < n_kept; r++) a->rule_nullable[r] = nullable[r];
     int lr = check_left_recursion(a, nullable, err);
     if (lr == 0) compute_follow(a, nullable, null_state, first);
     free(nullable);
@@ -1244,5 +1316,6 @@ void gram_auto_free(gram_auto *a) {
     free(a->rule_name);
     free(a->follow);
     free(a->dist);
+    free(a->rule_nullable);
     memset(a, 0, sizeof *a);
 }

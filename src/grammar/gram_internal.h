@@ -157,8 +157,12 @@ typedef struct gram_json_rules {
  * GRAM_JSON_MAX_INDENT spaces or tabs (bounded so a model cannot loop on it). */
 #define GRAM_JSON_MAX_INDENT 20
 int gram_json_rules_init(gram_ir *ir, gram_json_rules *j);
-/* One character of a JSON string's inside: a raw character or an escape. */
-int32_t gram_json_char(gram_ir *ir);
+/* One character of a JSON string's inside: a raw character or an escape;
+ * any_unicode_escape: \uXXXX for any character (else only for the control
+ * characters, which have no raw form: length-bounded strings count
+ * characters position by position, and the shorter automaton per position
+ * keeps them small). */
+int32_t gram_json_char(gram_ir *ir, bool any_unicode_escape);
 /* Any JSON number. */
 int32_t gram_json_any_number(gram_ir *ir);
 /* A JSON string literal for the bytes s[0..n) (escaped as JSON does). */
@@ -211,9 +215,14 @@ typedef struct gram_auto {
     char **rule_name;            /* [n_rules] */
     uint8_t (*follow)[32];       /* [n_rules] bytes that may follow a completed rule */
     int32_t *dist;               /* [n_states] fewest bytes to the rule's end (calls included) */
+    uint8_t *rule_nullable;      /* [n_rules] the rule can match the empty string */
 } gram_auto;
 
 int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err);
+/* cls[s]: the class of s among the states that behave alike on every string
+ * of up to depth bytes (calls included): such states sort every token of up
+ * to depth bytes the same way, so they share one classification. */
+int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, pdl_error *err);
 void gram_auto_free(gram_auto *a);
 
 /* ---------------------------------------------------------------------------
@@ -249,7 +258,16 @@ struct gram_vocab {
     int32_t n_nodes;
     gram_trie_node *nodes;       /* [n_nodes + 1] */
     int32_t max_depth;
+    /* Tokens of at most short_max bytes are classified per walk class (states
+     * alike over that many bytes share one trie walk); the few longer ones
+     * per state, by a walk over their list. short_max is the smallest length
+     * (>= 16) that leaves at most GRAM_LONG_TOKENS longer tokens. */
+    int32_t short_max;
+    int32_t n_long;
+    int32_t *long_ids;           /* [n_long] in trie order */
 };
+
+#define GRAM_LONG_TOKENS 512
 
 enum {
     GRAM_TOKEN_TEXT = 0,    /* in the trie */
@@ -334,17 +352,29 @@ typedef struct gram_special {
     size_t len;
 } gram_special;
 
+/* Per-depth parser sets of a walk over token bytes. */
+typedef struct gram_levels {
+    gram_elems e;         /* level d is e.e[lo[d] .. lo[d] + n[d]) */
+    int32_t *lo, *n;      /* [cap] */
+    uint8_t *flags;       /* [cap] what the classification walk notes at each depth */
+    int32_t cap;
+} gram_levels;
+
 struct gram_grammar {
     atomic_int refs;
     const gram_vocab *vocab;
     gram_auto a;
     gram_special *specials;          /* [n_specials] control tokens usable as text */
     int32_t n_specials;
-    _Atomic(gram_class *) *cls;      /* [a.n_states] NULL until first needed */
+    int32_t *walk_class;             /* [a.n_states] states alike over the vocabulary's short tokens */
+    int32_t n_walk_classes;
+    _Atomic(gram_class *) *cls;      /* [n_walk_classes] short tokens; NULL until first needed */
+    _Atomic(gram_class *) *long_cls; /* [a.n_states] long tokens; NULL until first needed */
     pthread_mutex_t mu;              /* serializes cache fills */
     gram_pool walk_pool;             /* scratch of cache walks (under mu) */
     gram_stepper walk_step;
     gram_elems walk_buf;
+    gram_levels walk_lv;
     uint64_t *walk_bits;             /* [n_words] */
     int32_t *walk_unc;
     int32_t walk_unc_cap;
@@ -355,7 +385,7 @@ struct gram_grammar {
 /* A recently computed mask, keyed by the parser state it was computed for
  * (elements sorted; the stack below a state without uncertain tokens does
  * not change its mask and is left out of the key). */
-#define GRAM_MASK_CACHE 16
+#define GRAM_MASK_CACHE 8
 typedef struct gram_mask_entry {
     uint64_t hash, tick;
     gram_elem *key;
@@ -363,12 +393,6 @@ typedef struct gram_mask_entry {
     uint64_t *bits;       /* [n_words] */
 } gram_mask_entry;
 
-/* Per-depth parser sets of a walk over token bytes. */
-typedef struct gram_levels {
-    gram_elems e;         /* level d is e.e[lo[d] .. lo[d] + n[d]) */
-    int32_t *lo, *n;      /* [cap] */
-    int32_t cap;
-} gram_levels;
 
 struct gram_matcher {
     gram_grammar *g;
@@ -397,9 +421,12 @@ bool gram_elems_accept(gram_matcher *m, const gram_elem *e, int32_t n, const cha
 void gram_mask_cache_clear(gram_matcher *m);
 void gram_mask_cache_free(gram_matcher *m);
 
-/* The classification of state s, computed on first use. NULL: out of memory. */
-const gram_class *gram_class_get(gram_grammar *g, int32_t s);
-/* Computes every state's classification now (what gram_grammar_warm does). */
+/* The classifications that apply to state s, computed on first use: short
+ * tokens (shared by s's walk class) and long tokens (s's own). NULL: out of
+ * memory. */
+const gram_class *gram_class_short(gram_grammar *g, int32_t s);
+const gram_class *gram_class_long(gram_grammar *g, int32_t s);
+/* Computes every state's classifications now (what gram_grammar_warm does). */
 int gram_class_all(gram_grammar *g, pdl_error *err);
 void gram_class_free(gram_class *c);
 

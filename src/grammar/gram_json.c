@@ -36,7 +36,7 @@ static int32_t chars(gram_ir *ir, const char *set) {
     return gx_byteset(ir, s);
 }
 
-int32_t gram_json_char(gram_ir *ir) {
+int32_t gram_json_char(gram_ir *ir, bool any_unicode_escape) {
     gram_cpset raw = {0};
     gram_cpset_add(&raw, 0x20, 0x21);
     gram_cpset_add(&raw, 0x23, 0x5B);
@@ -44,15 +44,20 @@ int32_t gram_json_char(gram_ir *ir) {
     int32_t r = gx_cpset(ir, &raw);
     gram_cpset_free(&raw);
     int32_t hex = hex_digit(ir);
-    /* \uXXXX outside the surrogates; a high surrogate must pair with a low one */
-    int32_t plain = gx_altv(ir, gx_seqv(ir, chars(ir, "0123456789abcABCefEF"), hex, hex, hex, GX_END),
-                            gx_seqv(ir, chars(ir, "dD"), chars(ir, "01234567"), hex, hex, GX_END), GX_END);
-    int32_t pair = gx_seqv(ir, chars(ir, "dD"), chars(ir, "89abAB"), hex, hex, gx_str(ir, "\\u"), chars(ir, "dD"),
-                           chars(ir, "cdefCDEF"), hex, hex, GX_END);
+    int32_t u;
+    if (any_unicode_escape) {
+        /* \uXXXX outside the surrogates; a high surrogate must pair with a low one */
+        int32_t plain = gx_altv(ir, gx_seqv(ir, chars(ir, "0123456789abcABCefEF"), hex, hex, hex, GX_END),
+                                gx_seqv(ir, chars(ir, "dD"), chars(ir, "01234567"), hex, hex, GX_END), GX_END);
+        int32_t pair = gx_seqv(ir, chars(ir, "dD"), chars(ir, "89abAB"), hex, hex, gx_str(ir, "\\u"), chars(ir, "dD"),
+                               chars(ir, "cdefCDEF"), hex, hex, GX_END);
+        u = gx_altv(ir, plain, pair, GX_END);
+    } else {
+        /* control characters only (\u0000-\u001f): everything else is written raw */
+        u = gx_seqv(ir, gx_str(ir, "00"), chars(ir, "01"), hex, GX_END);
+    }
     int32_t esc = gx_seqv(ir, gx_str(ir, "\\"),
-                          gx_altv(ir, chars(ir, "\"\\/bfnrt"), gx_seqv(ir, gx_str(ir, "u"), gx_altv(ir, plain, pair, GX_END), GX_END),
-                                  GX_END),
-                          GX_END);
+                          gx_altv(ir, chars(ir, "\"\\/bfnrt"), gx_seqv(ir, gx_str(ir, "u"), u, GX_END), GX_END), GX_END);
     return gx_altv(ir, r, esc, GX_END);
 }
 
@@ -108,7 +113,7 @@ int gram_json_rules_init(gram_ir *ir, gram_json_rules *j) {
                     gx_seqv(ir, gx_str(ir, "\n"), gx_repeat(ir, chars(ir, " \t"), 0, GRAM_JSON_MAX_INDENT), GX_END),
                     GX_END);
     j->string = gram_ir_rule_def(ir, "json-string", GX_RULE_NOINLINE,
-                                 gx_seqv(ir, gx_str(ir, "\""), gx_star(ir, gram_json_char(ir)), gx_str(ir, "\""), GX_END));
+                                 gx_seqv(ir, gx_str(ir, "\""), gx_star(ir, gram_json_char(ir, true)), gx_str(ir, "\""), GX_END));
     j->value = gram_ir_rule(ir, "json-value", 0);
     j->object = gram_ir_rule(ir, "json-object", 0);
     int32_t array = gram_ir_rule(ir, "json-array", 0);

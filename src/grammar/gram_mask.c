@@ -1,32 +1,34 @@
 /*
- * gram_mask.c - which tokens may come next: the per-state token
- * classification cache and the mask of a matcher's current state.
+ * gram_mask.c - which tokens may come next: the token classification cache
+ * and the mask of a matcher's current state.
  *
- * For a DFA state s, a walk over the token trie starting from the stack
- * "s above an unknown frame" sorts every token into
- *   accepted:  some path reads all its bytes without leaving s's rule frame
- *              (valid whatever the stack below holds),
- *   uncertain: no such path, but one completes s's rule after reading part
- *              of the token and the next byte may follow the rule (FOLLOW),
- *              so the real stack decides,
+ * A walk from the stack "DFA state s above an unknown frame" sorts tokens:
+ *   accepted:  some path reads all the token's bytes without leaving s's
+ *              rule frame (valid whatever the stack below holds),
+ *   uncertain: no such path, but one completes s's rule after part of the
+ *              token and the next byte may follow the rule (FOLLOW): the
+ *              real stack decides,
  *   rejected:  the rest.
- * The walk prunes a whole subtree as soon as no path is alive, and copies
- * one element forward without any set work while the state is a plain byte
- * state (the common case inside strings and literals), so a state costs the
- * number of trie nodes its live prefixes reach. Classifications are computed
- * once per grammar and state (on first use, under the grammar's mutex) and
- * shared by every matcher of the grammar.
+ * Short tokens (at most vocab->short_max bytes, nearly all of them) are
+ * sorted by one walk over the token trie, shared by every state of a walk
+ * class (states alike on every string of that length: the positions of a
+ * long length-bounded string, say). The walk prunes a subtree as soon as no
+ * path is alive, and while the state is a plain byte state (inside strings,
+ * literals) it moves one element along with a single table load per node.
+ * The few long tokens are sorted per state by a walk over their list.
+ * Both are computed on first use under the grammar's mutex and shared by
+ * every matcher of the grammar.
  *
- * A matcher's mask is then the union of its stacks' accepted sets, plus the
- * uncertain tokens that a walk with the real stack accepts (a walk over the
- * sorted uncertain list, sharing prefixes), plus the grammar's specials and
- * the end tokens when accepting. Masks of recent states are kept per matcher:
- * inside a JSON string every token leads back to the same state.
+ * A matcher's mask is the union of its stacks' accepted sets, plus the
+ * uncertain tokens that a walk with the real stack accepts, plus the
+ * grammar's specials and the end tokens when accepting. Masks of recent
+ * states are kept per matcher: inside a JSON string every token leads back
+ * to the same state.
  *
  * What it is not for: applying the mask inside sampling (the sampler calls
  * gram_mask_apply on the rows it samples).
  */
-#define _POSIX_C_SOURCE 200809L /* strdup, clock_gettime */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,6 +37,8 @@
 #include "util/error.h"
 
 static inline bool follow_has(const uint8_t *f, uint8_t b) { return f[b >> 3] >> (b & 7) & 1; }
+static inline void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= 1ull << (id & 63); }
+static inline bool get_bit(const uint64_t *bits, int32_t id) { return bits[id >> 6] >> (id & 63) & 1; }
 
 bool gram_levels_reserve(gram_levels *l, int32_t depth) {
     if (depth < l->cap) return true;
@@ -44,7 +48,9 @@ bool gram_levels_reserve(gram_levels *l, int32_t depth) {
     if (lo) l->lo = lo;
     int32_t *n = realloc(l->n, (size_t)c * sizeof *n);
     if (n) l->n = n;
-    if (!lo || !n) return false;
+    uint8_t *f = realloc(l->flags, (size_t)c);
+    if (f) l->flags = f;
+    if (!lo || !n || !f) return false;
     l->cap = c;
     return true;
 }
@@ -53,6 +59,7 @@ void gram_levels_free(gram_levels *l) {
     gram_elems_free(&l->e);
     free(l->lo);
     free(l->n);
+    free(l->flags);
     memset(l, 0, sizeof *l);
 }
 
@@ -64,7 +71,7 @@ void gram_class_free(gram_class *c) {
     free(c);
 }
 
-static bool unc_push_range(gram_grammar *g, int32_t *n_unc, const int32_t *ids, int32_t n) {
+static bool unc_push(gram_grammar *g, int32_t *n_unc, const int32_t *ids, int32_t n, int32_t max_len) {
     if (*n_unc + n > g->walk_unc_cap) {
         int32_t c = g->walk_unc_cap ? g->walk_unc_cap : 1024;
         while (c < *n_unc + n) c *= 2;
@@ -73,23 +80,140 @@ static bool unc_push_range(gram_grammar *g, int32_t *n_unc, const int32_t *ids, 
         g->walk_unc = p;
         g->walk_unc_cap = c;
     }
-    memcpy(g->walk_unc + *n_unc, ids, (size_t)n * sizeof *ids);
-    *n_unc += n;
+    /* only the tokens this walk sorts (a subtree also holds longer ones) */
+    const uint32_t *len = g->vocab->len;
+    for (int32_t k = 0; k < n; k++)
+        if ((int32_t)len[ids[k]] <= max_len) g->walk_unc[(*n_unc)++] = ids[k];
     return true;
 }
 
 enum { LV_SINGLE = 1, LV_UNC = 2, LV_ENDED = 4 };
 
-/* The trie walk described above, from (s, GRAM_BOTTOM). Caller holds g->mu.
+/* ---------------------------------------------------------------------------
+ * Walking a sorted list of tokens (long tokens; uncertain tokens at mask time)
+ * ------------------------------------------------------------------------- */
+
+enum { TOK_REJ = 0, TOK_ACC = 1, TOK_UNC = 2 };
+
+typedef void (*tok_result_fn)(void *user, int32_t id, int result);
+
+/* Walks ids[0..n) (in trie order) from the stack `start`, sharing the sets
+ * of common prefixes between consecutive tokens. follow: NULL when the stack
+ * is real (then a token is accepted or rejected); else the FOLLOW set of the
+ * rule above GRAM_BOTTOM (then a token may also be uncertain, as in the trie
+ * walk). skip(user, id): a token already decided. */
+static bool list_walk(gram_stepper *st, gram_levels *lv, const gram_vocab *v, const int32_t *ids, int32_t n,
+                      gram_elem start, const uint8_t *follow, bool (*skip)(void *, int32_t), tok_result_fn out,
+                      void *user) {
+    if (!gram_levels_reserve(lv, v->max_depth + 1) || !gram_elems_reserve(&lv->e, 64)) return false;
+    lv->e.e[0] = start;
+    lv->lo[0] = 0;
+    lv->n[0] = 1;
+    lv->flags[0] = 0;
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    int32_t valid = 0;      /* levels 0..valid hold the sets after prev's first bytes */
+    int32_t dead_at = -1;   /* prev stopped with an empty set at this depth, */
+    int dead_res = TOK_REJ; /* with this result for every token sharing dead_at + 1 bytes */
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = ids[k];
+        if (skip && skip(user, id)) continue;
+        const char *b = v->bytes + v->off[id];
+        uint32_t len = v->len[id], l = 0;
+        if (prev)
+            while (l < prev_len && l < len && prev[l] == b[l]) l++;
+        if (dead_at >= 0 && (int32_t)l > dead_at) {
+            out(user, id, dead_res);
+            continue;
+        }
+        int32_t d = (int32_t)l < valid ? (int32_t)l : valid;
+        int res = TOK_ACC;
+        dead_at = -1;
+        for (; d < (int32_t)len; d++) {
+            uint8_t pf = lv->flags[d], by = (uint8_t)b[d];
+            bool u = follow && ((pf & LV_UNC) || ((pf & LV_ENDED) && follow_has(follow, by)));
+            bool end_here = false;
+            gram_step_byte(st, lv->e.e + lv->lo[d], lv->n[d], by, &end_here);
+            int32_t base = lv->lo[d] + lv->n[d];
+            if (st->oom || !gram_elems_reserve(&lv->e, base + st->res.n)) return false;
+            memcpy(lv->e.e + base, st->res.e, (size_t)st->res.n * sizeof *lv->e.e);
+            lv->lo[d + 1] = base;
+            lv->n[d + 1] = st->res.n;
+            lv->flags[d + 1] = (uint8_t)((u ? LV_UNC : 0) | (end_here && follow ? LV_ENDED : 0));
+            if (st->res.n == 0 && d + 1 < (int32_t)len) {
+                /* nothing alive: the rest of the token cannot change the result */
+                res = u ? TOK_UNC : (end_here && follow && follow_has(follow, (uint8_t)b[d + 1])) ? TOK_UNC : TOK_REJ;
+                dead_at = d + 1;
+                dead_res = res;
+                break;
+            }
+        }
+        if (dead_at < 0) {
+            uint8_t f = lv->flags[len];
+            res = (lv->n[len] > 0 || (f & LV_ENDED)) ? TOK_ACC : (f & LV_UNC) ? TOK_UNC : TOK_REJ;
+            valid = (int32_t)len;
+        } else {
+            valid = dead_at;
+        }
+        out(user, id, res);
+        prev = b;
+        prev_len = len;
+    }
+    return true;
+}
+
+/* ---------------------------------------------------------------------------
+ * Classifications
+ * ------------------------------------------------------------------------- */
+
+/* Packs the walk's results (g->walk_bits, g->walk_unc) into a class. */
+static gram_class *pack_class(gram_grammar *g, int32_t n_acc, int32_t n_unc) {
+    const gram_vocab *v = g->vocab;
+    uint64_t *bits = g->walk_bits;
+    gram_class *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->n_acc = n_acc;
+    if (n_acc <= v->n_words / 2) {
+        /* sparse: a list is smaller than the bitset and quicker to apply */
+        c->acc = malloc((size_t)(n_acc ? n_acc : 1) * sizeof *c->acc);
+        if (!c->acc) {
+            gram_class_free(c);
+            return NULL;
+        }
+        int32_t w = 0;
+        for (int32_t k = 0; k < v->n_words && w < n_acc; k++)
+            for (uint64_t x = bits[k]; x; x &= x - 1) c->acc[w++] = k * 64 + __builtin_ctzll(x);
+    } else {
+        c->acc_bits = malloc((size_t)v->n_words * sizeof *c->acc_bits);
+        if (!c->acc_bits) {
+            gram_class_free(c);
+            return NULL;
+        }
+        memcpy(c->acc_bits, bits, (size_t)v->n_words * sizeof *bits);
+    }
+    c->n_unc = n_unc;
+    if (n_unc) {
+        c->unc = malloc((size_t)n_unc * sizeof *c->unc);
+        if (!c->unc) {
+            gram_class_free(c);
+            return NULL;
+        }
+        memcpy(c->unc, g->walk_unc, (size_t)n_unc * sizeof *c->unc);
+    }
+    return c;
+}
+
+/* The trie walk over short tokens from (s, GRAM_BOTTOM). Caller holds g->mu.
  * Per depth d the walk keeps the set after the path's first d bytes: one
  * element in st/nd (LV_SINGLE), or several in g->walk_buf[lo .. lo + cnt);
  * LV_UNC: tokens through here with no live path are uncertain; LV_ENDED: a
  * path completed s's rule exactly here. */
-static gram_class *classify(gram_grammar *g, int32_t s) {
+static gram_class *classify_short(gram_grammar *g, int32_t s) {
     const gram_vocab *v = g->vocab;
     const gram_auto *a = &g->a;
     const size_t C = (size_t)a->n_classes;
     const uint8_t *follow = a->follow[a->state_rule[s]];
+    const int32_t K = v->short_max;
     uint64_t *bits = g->walk_bits;
     memset(bits, 0, (size_t)v->n_words * sizeof *bits);
     int32_t n_acc = 0, n_unc = 0;
@@ -97,7 +221,7 @@ static gram_class *classify(gram_grammar *g, int32_t s) {
 
     gram_elems *buf = &g->walk_buf;
     gram_stepper *step = &g->walk_step;
-    size_t D = (size_t)v->max_depth + 2;
+    size_t D = (size_t)K + 2;
     int32_t *st = malloc(D * sizeof *st), *nd = malloc(D * sizeof *nd);
     int32_t *lo = malloc(D * sizeof *lo), *cnt = malloc(D * sizeof *cnt), *top = malloc(D * sizeof *top);
     uint8_t *fl = malloc(D);
@@ -120,6 +244,10 @@ static gram_class *classify(gram_grammar *g, int32_t s) {
     for (int32_t i = 1; i < N;) {
         const gram_trie_node *x = &T[i];
         int32_t d = x->depth, p = d - 1;
+        if (d > K) { /* only long tokens below */
+            i = x->end;
+            continue;
+        }
         uint8_t b = x->byte, pf = fl[p];
         if (pf == LV_SINGLE) {
             /* the fast path: one stack, a plain byte state */
@@ -133,8 +261,13 @@ static gram_class *classify(gram_grammar *g, int32_t s) {
                 nd[d] = nd[p];
                 fl[d] = LV_SINGLE;
                 top[d] = top[p];
-                for (int32_t k = x->tok, e = x->tok + x->nend; k < e; k++) {
-                    int32_t id = order[k];
+                /* the token ending here (if any) without a branch: order[tok]
+                 * is always a real token of the subtree, set with a zero mask
+                 * when none ends here */
+                int32_t id = order[x->tok];
+                bits[id >> 6] |= (uint64_t)(x->nend != 0) << (id & 63);
+                for (int32_t k = x->tok + 1, e = x->tok + x->nend; k < e; k++) {
+                    id = order[k];
                     bits[id >> 6] |= 1ull << (id & 63);
                 }
                 n_acc += x->nend;
@@ -164,21 +297,21 @@ static gram_class *classify(gram_grammar *g, int32_t s) {
                 bits[id >> 6] |= 1ull << (id & 63);
             }
             n_acc += t1 - t0;
-        } else if (u && !unc_push_range(g, &n_unc, order + t0, t1 - t0)) {
+        } else if (u && !unc_push(g, &n_unc, order + t0, t1 - t0, K)) {
             ok = false;
             break;
         }
         if (n_new == 0) {
             /* nothing alive below: the subtree is uncertain or rejected */
             if (u) {
-                if (!unc_push_range(g, &n_unc, order + t1, T[x->end].tok - t1)) {
+                if (!unc_push(g, &n_unc, order + t1, T[x->end].tok - t1, K)) {
                     ok = false;
                     break;
                 }
             } else if (end_here) {
                 for (int32_t c = i + 1; c < x->end; c = T[c].end)
                     if (follow_has(follow, T[c].byte) &&
-                        !unc_push_range(g, &n_unc, order + T[c].tok, T[T[c].end].tok - T[c].tok)) {
+                        !unc_push(g, &n_unc, order + T[c].tok, T[T[c].end].tok - T[c].tok, K)) {
                         ok = false;
                         break;
                     }
@@ -214,38 +347,35 @@ out:
     free(top);
     free(fl);
     gram_pool_truncate(&g->walk_pool, 0);
-    if (!ok) return NULL;
-    gram_class *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->n_acc = n_acc;
-    if (n_acc <= v->n_words / 2) {
-        /* sparse: a list is smaller than the bitset and quicker to apply */
-        c->acc = malloc((size_t)(n_acc ? n_acc : 1) * sizeof *c->acc);
-        if (!c->acc) {
-            gram_class_free(c);
-            return NULL;
-        }
-        int32_t w = 0;
-        for (int32_t k = 0; k < v->n_words && w < n_acc; k++)
-            for (uint64_t x = bits[k]; x; x &= x - 1) c->acc[w++] = k * 64 + __builtin_ctzll(x);
-    } else {
-        c->acc_bits = malloc((size_t)v->n_words * sizeof *c->acc_bits);
-        if (!c->acc_bits) {
-            gram_class_free(c);
-            return NULL;
-        }
-        memcpy(c->acc_bits, bits, (size_t)v->n_words * sizeof *bits);
+    return ok ? pack_class(g, n_acc, n_unc) : NULL;
+}
+
+typedef struct long_sink {
+    gram_grammar *g;
+    int32_t n_acc, n_unc;
+    bool oom;
+} long_sink;
+
+static void long_result(void *user, int32_t id, int res) {
+    long_sink *k = user;
+    if (res == TOK_ACC) {
+        set_bit(k->g->walk_bits, id);
+        k->n_acc++;
+    } else if (res == TOK_UNC && !unc_push(k->g, &k->n_unc, &id, 1, INT32_MAX)) {
+        k->oom = true;
     }
-    c->n_unc = n_unc;
-    if (n_unc) {
-        c->unc = malloc((size_t)n_unc * sizeof *c->unc);
-        if (!c->unc) {
-            gram_class_free(c);
-            return NULL;
-        }
-        memcpy(c->unc, g->walk_unc, (size_t)n_unc * sizeof *c->unc);
-    }
-    return c;
+}
+
+/* The long tokens from (s, GRAM_BOTTOM). Caller holds g->mu. */
+static gram_class *classify_long(gram_grammar *g, int32_t s) {
+    const gram_vocab *v = g->vocab;
+    memset(g->walk_bits, 0, (size_t)v->n_words * sizeof *g->walk_bits);
+    long_sink k = {.g = g};
+    gram_pool_truncate(&g->walk_pool, 0);
+    bool ok = list_walk(&g->walk_step, &g->walk_lv, v, v->long_ids, v->n_long, (gram_elem){s, GRAM_BOTTOM},
+                        g->a.follow[g->a.state_rule[s]], NULL, long_result, &k);
+    gram_pool_truncate(&g->walk_pool, 0);
+    return ok && !k.oom ? pack_class(g, k.n_acc, k.n_unc) : NULL;
 }
 
 static double now_ns(void) {
@@ -254,25 +384,31 @@ static double now_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-const gram_class *gram_class_get(gram_grammar *g, int32_t s) {
-    gram_class *c = atomic_load_explicit(&g->cls[s], memory_order_acquire);
+static const gram_class *cached(gram_grammar *g, _Atomic(gram_class *) *slot, int32_t s, bool is_long) {
+    gram_class *c = atomic_load_explicit(slot, memory_order_acquire);
     if (c) return c;
     pthread_mutex_lock(&g->mu);
-    c = atomic_load_explicit(&g->cls[s], memory_order_relaxed);
+    c = atomic_load_explicit(slot, memory_order_relaxed);
     if (!c) {
         double t0 = now_ns();
-        c = classify(g, s);
-        atomic_fetch_add(&g->n_class_walks, 1);
+        c = is_long ? classify_long(g, s) : classify_short(g, s);
+        if (!is_long) atomic_fetch_add(&g->n_class_walks, 1);
         atomic_fetch_add(&g->class_walk_ns, (long)(now_ns() - t0));
-        if (c) atomic_store_explicit(&g->cls[s], c, memory_order_release);
+        if (c) atomic_store_explicit(slot, c, memory_order_release);
     }
     pthread_mutex_unlock(&g->mu);
     return c;
 }
 
+const gram_class *gram_class_short(gram_grammar *g, int32_t s) {
+    return cached(g, &g->cls[g->walk_class[s]], s, false);
+}
+
+const gram_class *gram_class_long(gram_grammar *g, int32_t s) { return cached(g, &g->long_cls[s], s, true); }
+
 int gram_class_all(gram_grammar *g, pdl_error *err) {
     for (int32_t s = 0; s < g->a.n_states; s++)
-        if ((g->a.flags[s] & GS_BYTES) && !gram_class_get(g, s))
+        if ((g->a.flags[s] & GS_BYTES) && (!gram_class_short(g, s) || !gram_class_long(g, s)))
             return pdl_fail(err, "grammar: out of memory for the token cache");
     return 0;
 }
@@ -281,52 +417,15 @@ int gram_class_all(gram_grammar *g, pdl_error *err) {
  * A matcher's mask
  * ------------------------------------------------------------------------- */
 
-static inline void set_bit(uint64_t *bits, int32_t id) { bits[id >> 6] |= 1ull << (id & 63); }
-static inline bool get_bit(const uint64_t *bits, int32_t id) { return bits[id >> 6] >> (id & 63) & 1; }
+typedef struct bits_sink {
+    uint64_t *bits;
+} bits_sink;
 
-/* Sets the bits of the uncertain tokens of class c that the stack e really
- * accepts: a walk over the (trie-ordered) list that keeps the sets of the
- * shared prefix of consecutive tokens. */
-static void walk_uncertain(gram_matcher *m, const gram_class *c, gram_elem e, uint64_t *bits) {
-    const gram_vocab *v = m->g->vocab;
-    gram_levels *lv = &m->lv;
-    if (!gram_levels_reserve(lv, v->max_depth + 1) || !gram_elems_reserve(&lv->e, 64)) return;
-    lv->e.e[0] = e;
-    lv->lo[0] = 0;
-    lv->n[0] = 1;
-    const char *prev = NULL;
-    uint32_t prev_len = 0;
-    int32_t valid = 0;       /* levels 0..valid hold the sets of prev's first bytes */
-    int32_t dead_at = -1;    /* prev died at this depth (its set there was empty) */
-    for (int32_t k = 0; k < c->n_unc; k++) {
-        int32_t id = c->unc[k];
-        if (get_bit(bits, id)) continue;
-        const char *b = m->g->vocab->bytes + v->off[id];
-        uint32_t len = v->len[id], l = 0;
-        if (prev)
-            while (l < prev_len && l < len && prev[l] == b[l]) l++;
-        if (dead_at >= 0 && (int32_t)l >= dead_at) continue; /* same dead prefix */
-        int32_t d = (int32_t)l < valid ? (int32_t)l : valid;
-        dead_at = -1;
-        for (; d < (int32_t)len; d++) {
-            bool can_end = false;
-            gram_step_byte(&m->step, lv->e.e + lv->lo[d], lv->n[d], (uint8_t)b[d], &can_end);
-            int32_t base = lv->lo[d] + lv->n[d];
-            if (m->step.oom || !gram_elems_reserve(&lv->e, base + m->step.res.n)) return;
-            memcpy(lv->e.e + base, m->step.res.e, (size_t)m->step.res.n * sizeof *lv->e.e);
-            lv->lo[d + 1] = base;
-            lv->n[d + 1] = m->step.res.n;
-            if (m->step.res.n == 0) {
-                dead_at = d + 1;
-                break;
-            }
-        }
-        valid = dead_at >= 0 ? dead_at - 1 : (int32_t)len;
-        if (dead_at < 0) set_bit(bits, id);
-        prev = b;
-        prev_len = len;
-    }
+static void bits_result(void *user, int32_t id, int res) {
+    if (res == TOK_ACC) set_bit(((bits_sink *)user)->bits, id);
 }
+
+static bool bits_skip(void *user, int32_t id) { return get_bit(((bits_sink *)user)->bits, id); }
 
 static uint64_t key_hash(const gram_elem *e, int32_t n) {
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
@@ -359,6 +458,15 @@ void gram_mask_cache_free(gram_matcher *m) {
 
 #define KEY_ANY_BELOW (-3) /* the stack below does not change the mask */
 
+static void or_class(uint64_t *bits, const gram_class *c, size_t words) {
+    if (!c) return;
+    if (c->acc_bits) {
+        for (size_t k = 0; k < words; k++) bits[k] |= c->acc_bits[k];
+    } else {
+        for (int32_t k = 0; k < c->n_acc; k++) set_bit(bits, c->acc[k]);
+    }
+}
+
 void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     gram_grammar *g = m->g;
     const gram_vocab *v = g->vocab;
@@ -376,12 +484,15 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     bool key_ok = gram_elems_reserve(&m->keybuf, n);
     bool accepting = false;
     for (int32_t i = 0; i < n; i++) {
-        const gram_class *c = (a->flags[e[i].state] & GS_BYTES) ? gram_class_get(g, e[i].state) : NULL;
+        bool reads = a->flags[e[i].state] & GS_BYTES;
+        const gram_class *cs = reads ? gram_class_short(g, e[i].state) : NULL;
+        const gram_class *cl = reads ? gram_class_long(g, e[i].state) : NULL;
         bool root_final = e[i].node == GRAM_NIL && (a->flags[e[i].state] & GS_FINAL);
         accepting |= root_final;
         if (key_ok) {
             int32_t node = e[i].node;
-            if (!specials && (!c || c->n_unc == 0) && !root_final) node = KEY_ANY_BELOW;
+            bool stack_free = (!cs || cs->n_unc == 0) && (!cl || cl->n_unc == 0);
+            if (!specials && stack_free && !root_final) node = KEY_ANY_BELOW;
             m->keybuf.e[i] = (gram_elem){e[i].state, node};
         }
     }
@@ -405,20 +516,17 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     memset(bits, 0, words * sizeof *bits);
     for (int32_t i = 0; i < n; i++) {
         if (!(a->flags[e[i].state] & GS_BYTES)) continue;
-        const gram_class *c = gram_class_get(g, e[i].state);
-        if (!c) continue;
-        if (c->acc_bits) {
-            for (size_t k = 0; k < words; k++) bits[k] |= c->acc_bits[k];
-        } else {
-            for (int32_t k = 0; k < c->n_acc; k++) set_bit(bits, c->acc[k]);
-        }
+        or_class(bits, gram_class_short(g, e[i].state), words);
+        or_class(bits, gram_class_long(g, e[i].state), words);
     }
     int32_t mark = m->pool.n;
+    bits_sink sink = {bits};
     for (int32_t i = 0; i < n; i++) {
         if (!(a->flags[e[i].state] & GS_BYTES)) continue;
-        const gram_class *c = gram_class_get(g, e[i].state);
-        if (c && c->n_unc) walk_uncertain(m, c, e[i], bits);
-        e = gram_matcher_top(m, &n); /* (the history does not move, but stay safe) */
+        const gram_class *cs[2] = {gram_class_short(g, e[i].state), gram_class_long(g, e[i].state)};
+        for (int q = 0; q < 2; q++)
+            if (cs[q] && cs[q]->n_unc)
+                list_walk(&m->step, &m->lv, v, cs[q]->unc, cs[q]->n_unc, e[i], NULL, bits_skip, bits_result, &sink);
     }
     gram_pool_truncate(&m->pool, mark);
     for (int32_t i = 0; i < g->n_specials; i++)

@@ -24,7 +24,8 @@
  * Choices made for generation (all outputs still validate):
  *   - properties come in the schema's order; a property not listed is only
  *     generated when additionalProperties is true or a schema (a key that
- *     differs from every listed name, written without escapes);
+ *     differs from every listed name, written without escapes), or when the
+ *     object schema names no property at all ({"type": "object"}: any object);
  *   - oneOf is generated like anyOf (valid when its branches do not overlap,
  *     as in discriminated unions);
  *   - pattern must match the whole string (a stricter reading of JSON
@@ -347,7 +348,7 @@ static int32_t compile_string(sc *c, json_t *s) {
         snprintf(name, sizeof name, "json-string{%lld,%lld}", (long long)min, (long long)max);
         for (int32_t r = 0; r < ir->n_rules; r++)
             if (strcmp(ir->rules[r].name, name) == 0) return gx_ref(ir, r);
-        int32_t body = gx_seqv(ir, quote, gx_repeat(ir, gram_json_char(ir), (int32_t)min, has_max ? (int32_t)max : GX_INF),
+        int32_t body = gx_seqv(ir, quote, gx_repeat(ir, gram_json_char(ir, false), (int32_t)min, has_max ? (int32_t)max : GX_INF),
                                gx_str(ir, "\""), GX_END);
         return gx_ref(ir, gram_ir_rule_def(ir, name, GX_RULE_NOINLINE, body));
     }
@@ -610,6 +611,8 @@ static int32_t compile_object(sc *c, json_t *s) {
     json_t *props = json_object_get(s, "properties"), *required = json_object_get(s, "required");
     json_t *additional = json_object_get(s, "additionalProperties");
     if (props && !json_is_object(props)) return sc_fail(c, "'properties' must be an object (at %s)%s", ptr_of(c, "properties", pb, sizeof pb), "");
+    /* an object schema that describes no property at all: any object */
+    if (!props && !required && !additional) return gx_ref(ir, c->j->object);
     if (required && !json_is_array(required)) return sc_fail(c, "'required' must be a list (at %s)%s", ptr_of(c, "required", pb, sizeof pb), "");
     size_t n_props = props ? json_object_size(props) : 0, n_req = required ? json_array_size(required) : 0;
     size_t cap = n_props + n_req + 1;

@@ -23,6 +23,7 @@ void gram_vocab_free(gram_vocab *v) {
     free(v->end_ids);
     free(v->order);
     free(v->nodes);
+    free(v->long_ids);
     free(v);
 }
 
@@ -129,6 +130,23 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
     t[nn].end = nn + 1;
     v->max_depth = (int32_t)maxlen;
     free(path);
+
+    /* short_max: the smallest length >= 16 with at most GRAM_LONG_TOKENS longer tokens */
+    int32_t *count = calloc((size_t)maxlen + 2, sizeof *count);
+    if (!count) return pdl_fail(err, "grammar vocabulary: out of memory");
+    for (int32_t k = 0; k < n; k++) count[v->len[v->order[k]]]++;
+    int32_t longer = n, k_max = 0;
+    for (k_max = 0; k_max <= (int32_t)maxlen; k_max++) {
+        longer -= count[k_max];
+        if (k_max >= 16 && longer <= GRAM_LONG_TOKENS) break;
+    }
+    free(count);
+    v->short_max = k_max > (int32_t)maxlen ? (int32_t)maxlen : k_max;
+    v->n_long = 0;
+    v->long_ids = malloc((size_t)(longer > 0 ? longer : 1) * sizeof *v->long_ids);
+    if (!v->long_ids) return pdl_fail(err, "grammar vocabulary: out of memory");
+    for (int32_t k = 0; k < n; k++)
+        if ((int32_t)v->len[v->order[k]] > v->short_max) v->long_ids[v->n_long++] = v->order[k];
     return 0;
 }
 

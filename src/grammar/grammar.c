@@ -122,11 +122,20 @@ int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec,
         }
     }
     gram_ir_free(&ir);
-    g->cls = calloc((size_t)g->a.n_states, sizeof *g->cls);
-    g->walk_bits = malloc((size_t)v->n_words * sizeof *g->walk_bits);
     gram_pool_init(&g->walk_pool);
     gram_stepper_init(&g->walk_step, &g->a, &g->walk_pool);
-    if (oom || !g->cls || !g->walk_bits) {
+    /* states alike over the short tokens' bytes share their classification
+     * (two more rounds: the end flag and the closure after the last byte) */
+    g->walk_class = malloc((size_t)g->a.n_states * sizeof *g->walk_class);
+    if (!oom && g->walk_class &&
+        gram_auto_walk_classes(&g->a, v->short_max + 2, g->walk_class, &g->n_walk_classes, err) != 0) {
+        gram_grammar_free(g);
+        return -1;
+    }
+    g->cls = calloc((size_t)(g->n_walk_classes ? g->n_walk_classes : 1), sizeof *g->cls);
+    g->long_cls = calloc((size_t)g->a.n_states, sizeof *g->long_cls);
+    g->walk_bits = malloc((size_t)v->n_words * sizeof *g->walk_bits);
+    if (oom || !g->walk_class || !g->cls || !g->long_cls || !g->walk_bits) {
         gram_grammar_free(g);
         return pdl_fail(err, "grammar: out of memory");
     }
@@ -141,8 +150,12 @@ gram_grammar *gram_grammar_ref(gram_grammar *g) {
 
 void gram_grammar_free(gram_grammar *g) {
     if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
-    for (int32_t s = 0; g->cls && s < g->a.n_states; s++) gram_class_free(atomic_load(&g->cls[s]));
+    for (int32_t c = 0; g->cls && c < g->n_walk_classes; c++) gram_class_free(atomic_load(&g->cls[c]));
+    for (int32_t s = 0; g->long_cls && s < g->a.n_states; s++) gram_class_free(atomic_load(&g->long_cls[s]));
     free(g->cls);
+    free(g->long_cls);
+    free(g->walk_class);
+    gram_levels_free(&g->walk_lv);
     for (int32_t i = 0; i < g->n_specials; i++) free(g->specials[i].text);
     free(g->specials);
     gram_stepper_free(&g->walk_step);
@@ -161,6 +174,7 @@ int gram_grammar_warm(gram_grammar *g, pdl_error *err) { return gram_class_all(g
 
 void gram_grammar_stats(const gram_grammar *g, gram_stats *st) {
     st->n_states = g->a.n_states;
+    st->n_walk_classes = g->n_walk_classes;
     st->n_rules = g->a.n_rules;
     st->n_classes = g->a.n_classes;
     st->class_walks = atomic_load(&((gram_grammar *)g)->n_class_walks);

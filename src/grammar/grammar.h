@@ -125,6 +125,7 @@ int gram_grammar_warm(gram_grammar *g, pdl_error *err);
 
 typedef struct gram_stats {
     int n_states;      /* DFA states over all rules */
+    int n_walk_classes; /* classes of states that share one token classification */
     int n_rules;       /* rules left after inlining */
     int n_classes;     /* byte classes */
     long class_walks;  /* states whose token classification was computed */

@@ -115,19 +115,34 @@ bool gt_prefix_ok(gram_grammar *g, const char *s, size_t n) {
     return ok;
 }
 
+/* Tokens with JSON or arithmetic punctuation: the ones that can cross a
+ * rule's end, where the mask's uncertain tokens live. */
+static bool punct_token(const gram_vocab *v, int32_t id) {
+    size_t l;
+    const char *b = gram_vocab_token(v, id, &l);
+    for (size_t i = 0; b && i < l; i++)
+        if (memchr("\"{}[],:()+-*/0123456789", b[i], 24)) return true;
+    return false;
+}
+
 int gt_check_mask(gram_matcher *m, const uint64_t *bits, bool all, uint64_t *rng) {
-    int n = gram_vocab_size(gram_grammar_vocab(gram_matcher_grammar(m)));
+    const gram_vocab *v = gram_grammar_vocab(gram_matcher_grammar(m));
+    int n = gram_vocab_size(v);
     int bad = 0;
-    /* every token (small vocabularies), or a sample of the vocabulary and a
-     * sample of the allowed tokens */
-    int32_t *allowed = malloc((size_t)n * sizeof *allowed);
-    int na = 0;
-    for (int32_t id = 0; id < n; id++)
+    /* every token (small vocabularies), or samples: of the vocabulary, of
+     * the allowed tokens, and of tokens with punctuation */
+    int32_t *allowed = malloc((size_t)n * sizeof *allowed), *punct = malloc((size_t)n * sizeof *punct);
+    int na = 0, np = 0;
+    for (int32_t id = 0; id < n; id++) {
         if (bit(bits, id)) allowed[na++] = id;
-    int count = all ? n : 3000;
+        if (!all && punct_token(v, id)) punct[np++] = id;
+    }
+    int count = all ? n : 4500;
     for (int k = 0; k < count; k++) {
-        int32_t id = all ? k : (k % 2 == 0 || na == 0) ? (int32_t)(gt_rand(rng) % (uint64_t)n)
-                                                     : allowed[gt_rand(rng) % (uint64_t)na];
+        int32_t id = all ? k
+                   : (k % 3 == 0 || na == 0) ? (int32_t)(gt_rand(rng) % (uint64_t)n)
+                   : (k % 3 == 1 || np == 0) ? allowed[gt_rand(rng) % (uint64_t)na]
+                                             : punct[gt_rand(rng) % (uint64_t)np];
         bool ok = gram_matcher_accept_token(m, id);
         if (ok) gram_matcher_rollback(m, 1);
         if (ok != bit(bits, id)) {
@@ -136,6 +151,7 @@ int gt_check_mask(gram_matcher *m, const uint64_t *bits, bool all, uint64_t *rng
         }
     }
     free(allowed);
+    free(punct);
     return bad;
 }
 
