@@ -35,6 +35,28 @@ static const char ARITH_GBNF[] =
     "number ::= [0-9]+ (\".\" [0-9]+)?\n"
     "ws     ::= \" \"?\n";
 
+/* A grammar in the layout of llama.cpp's grammar files: bodies over several
+ * lines inside parentheses (outside them a newline ends the rule), comments
+ * after elements, a rule continued after '|', a right-recursive
+ * whitespace rule. */
+static const char RECIPE_GBNF[] =
+    "# a recipe card\n"
+    "root ::= (\n"
+    "  \"Title: \" line\n"
+    "  \"Serves: \" [1-9] [0-9]? \"\\n\"\n"
+    "  (\n"
+    "    \"- \" qty ws unit? ws line   # one ingredient per line\n"
+    "  )+\n"
+    "  step{1,3}\n"
+    ")\n"
+    "\n"
+    "line ::= [^\\n\\x00-\\x1f]+ \"\\n\"\n"
+    "qty  ::= [0-9]+ (\"/\" [1-9])? |\n"
+    "         \"a pinch of\"\n"
+    "unit ::= \"g\" | \"ml\" | \"cup\" \"s\"?\n"
+    "step ::= [1-9] \". \" line\n"
+    "ws   ::= ([ \\t] ws)?\n";
+
 #define ACCEPTS(g, s) gt_accepts(g, s, strlen(s))
 
 static void test_gbnf_json_fixture_accepts_json_and_rejects_the_rest(void) {
@@ -64,6 +86,21 @@ static void test_gbnf_arithmetic_fixture_nests_through_parentheses(void) {
     CHECK(!ACCEPTS(g, "(1"));
     CHECK(!ACCEPTS(g, "1 + + 2"));
     CHECK(!ACCEPTS(g, "1.+2"));
+    gram_grammar_free(g);
+    gram_vocab_free(v);
+}
+
+static void test_gbnf_file_layout_with_multiline_rules(void) {
+    gram_vocab *v = gt_byte_vocab(NULL, 0);
+    gram_grammar *g = gt_compile(v, GRAM_GBNF, RECIPE_GBNF);
+    CHECK(ACCEPTS(g, "Title: Pancakes\nServes: 4\n- 200 g flour\n- 1/2 cup  milk\n- a pinch of salt\n1. Mix.\n2. Fry.\n"));
+    CHECK(ACCEPTS(g, "Title: Tea\nServes: 12\n- 1 \t cups water\n1. Boil \xe2\x80\x94 then steep.\n"));
+    CHECK(!ACCEPTS(g, "Title: Tea\nServes: 0\n- 1 cup water\n1. Boil.\n"));          /* [1-9] */
+    CHECK(!ACCEPTS(g, "Title: Tea\nServes: 1\n1. Boil.\n"));                           /* no ingredient */
+    CHECK(!ACCEPTS(g, "Title: Tea\nServes: 1\n- 1 cup x\n1. a\n2. b\n3. c\n4. d\n")); /* step{1,3} */
+    gram_stats st;
+    gram_grammar_stats(g, &st);
+    CHECK(st.n_rules >= 2); /* ws is right-recursive: it stays a rule */
     gram_grammar_free(g);
     gram_vocab_free(v);
 }
@@ -420,6 +457,12 @@ static void test_masks_on_tokens_that_cross_rule_ends(void) {
         "}]", "]}", "},{", "}, {", "],[", "}}", "]]", ",\"", ", \"", "{\"", "[{", "[[", "[\"", "\"a", "\"ab",
         "a\"", "a\",", "a\"}", "ab\":", "\\\"", "\\\"}", "))", ")+", "*(", "(1", "((", "1.5,", "-1}", "null}",
         "null,", "true,", "{}", "[]", "{},", "[],", " \"", " {", " [", " 1", "\n ", "\n  \"", "\t\"",
+        /* longer than 16 bytes: sorted per state by the long-token walk */
+        "\"}, {\"a\": \"bbbbbbbb", "\"}, {\"a\": \"bbbbbbbbb\"}", "1, 2, 3, 4, 5, 6, 7]", "1, 2, 3, 4, 5, 6, 7],",
+        "\"xxxxxxxxxxxxxxxxx\"}", "\"xxxxxxxxxxxxxxxxx\",", "{\"a\": [1, 2], \"b\": \"c\"}", "{\"a\": [1, 2], \"b\": \"c\"}]",
+        "))))))))))))))))))", ")))))))))))))))))+", "+1+2+3+4+5+6+7+8+9", "(((((((((((((((((1", "\"aaaaaaaaaaaaaaaaaaaa",
+        "nullnullnullnullnull", "null, null, null, null]", "\"xxxxxxxxxxxxxxxxx\"!", "\"xxxxxxxxxxxxxxxxx\"A", "\"xxxxxxxxxxxxxxxxx\"}}",
+        "\"xxxxxxxxxxxxxxxxx\"]}",
     };
     gram_vocab *v = gt_byte_vocab(extra, (int)(sizeof extra / sizeof extra[0]));
     gram_grammar *gs[4] = {gt_compile(v, GRAM_JSON_VALUE, NULL), gt_compile(v, GRAM_GBNF, JSON_GBNF),
@@ -428,6 +471,17 @@ static void test_masks_on_tokens_that_cross_rule_ends(void) {
                                       "{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\"}, "
                                       "\"k\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/n\"}}}, "
                                       "\"required\": [\"a\", \"k\"]}}, \"$ref\": \"#/$defs/n\"}")};
+    /* nested places, where tokens that close several rules at once fit */
+    static const char *const prefixes[] = {"{\"k\":{\"j\":", "{\"k\": [", "[[", "[{\"a\": [1, {\"b\":", "{\"a\":\"x"};
+    uint64_t bits[8], rng = 1;
+    for (int k = 0; k < 2; k++)
+        for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++) {
+            gram_matcher *m = gram_matcher_new(gs[k]);
+            REQUIRE(gram_matcher_accept_bytes(m, prefixes[p], strlen(prefixes[p])));
+            gram_matcher_fill_mask(m, bits);
+            CHECK_MSG(gt_check_mask(m, bits, true, &rng) == 0, "after %s", prefixes[p]);
+            gram_matcher_free(m);
+        }
     for (int k = 0; k < 4; k++) {
         for (uint64_t seed = 1; seed <= 25; seed++) {
             size_t len;
@@ -437,6 +491,34 @@ static void test_masks_on_tokens_that_cross_rule_ends(void) {
         }
         gram_grammar_free(gs[k]);
     }
+    gram_vocab_free(v);
+}
+
+/* States whose futures differ only after several calls of a rule that may
+ * match nothing must not share a classification: after "a" the token "qxy1"
+ * fits, after "b" only "qxy2" does (behind three such calls). */
+static void test_walk_classes_see_through_empty_calls(void) {
+    const char *extra[] = {"qxy1", "qxy2", "q()x"};
+    gram_vocab *v = gt_byte_vocab(extra, 3);
+    gram_grammar *g =
+        gt_compile(v, GRAM_GBNF, "root ::= \"a\" \"q\" n n n \"xy1\" | \"b\" \"q\" n n n \"xy2\"\nn ::= \"\" | \"(\" n \")\"\n");
+    gram_matcher *m = gram_matcher_new(g);
+    uint64_t bits[5];
+    for (int k = 0; k < 2; k++) {
+        CHECK(gram_matcher_accept_bytes(m, k ? "b" : "a", 1));
+        gram_matcher_fill_mask(m, bits);
+        CHECK_EQ_INT(bit(bits, 256), k == 0);
+        CHECK_EQ_INT(bit(bits, 257), k == 1);
+        CHECK(bit(bits, 258));
+        gram_matcher_reset(m);
+    }
+    for (uint64_t seed = 1; seed <= 10; seed++) {
+        size_t len;
+        char *s = gt_generate(g, seed, 100, 1, &len);
+        free(s);
+    }
+    gram_matcher_free(m);
+    gram_grammar_free(g);
     gram_vocab_free(v);
 }
 
@@ -570,6 +652,7 @@ static void test_padded_vocabulary_never_allows_the_padding(void) {
 int main(void) {
     RUN(test_gbnf_json_fixture_accepts_json_and_rejects_the_rest);
     RUN(test_gbnf_arithmetic_fixture_nests_through_parentheses);
+    RUN(test_gbnf_file_layout_with_multiline_rules);
     RUN(test_gbnf_syntax_repetitions_classes_escapes_and_comments);
     RUN(test_gbnf_rule_used_in_several_places);
     RUN(test_character_classes_match_exactly_their_code_points);
@@ -584,6 +667,7 @@ int main(void) {
     RUN(test_forced_bytes_and_bytes_to_end);
     RUN(test_masks_agree_with_token_by_token_acceptance);
     RUN(test_masks_on_tokens_that_cross_rule_ends);
+    RUN(test_walk_classes_see_through_empty_calls);
     RUN(test_byte_fallback_tokens_write_characters_byte_by_byte);
     RUN(test_utf8_character_split_over_byte_level_tokens);
     RUN(test_vocabulary_leaves_out_special_tokens);
