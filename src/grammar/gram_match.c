@@ -120,6 +120,8 @@ void gram_stepper_init(gram_stepper *s, const gram_auto *a, gram_pool *pool) {
     memset(s, 0, sizeof *s);
     s->a = a;
     s->pool = pool;
+    /* allocated up front: an empty result is still a valid array to copy from */
+    if (!gram_elems_reserve(&s->res, 64) || !gram_elems_reserve(&s->work, 64)) s->oom = true;
 }
 
 void gram_stepper_free(gram_stepper *s) {
