@@ -7,6 +7,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -622,6 +623,83 @@ static void test_vocabulary_leaves_out_special_tokens(void) {
     gram_grammar_free(g);
 }
 
+/* Matchers of one grammar on several threads: the grammar's token cache
+ * fills under its mutex, and every thread sees the masks a lone matcher sees
+ * (compared by a hash of each step's mask along a fixed token path). */
+typedef struct replay {
+    gram_grammar *g;
+    const int32_t *path;
+    int n;
+    uint64_t hash; /* of every mask along the path */
+    bool ok;
+} replay;
+
+static void *replay_path(void *arg) {
+    replay *r = arg;
+    const gram_vocab *v = gram_grammar_vocab(r->g);
+    size_t words = gram_mask_words(v);
+    uint64_t *bits = malloc(words * sizeof *bits);
+    gram_matcher *m = gram_matcher_new(r->g);
+    r->ok = bits && m;
+    r->hash = 1469598103934665603ULL;
+    for (int i = 0; r->ok && i < r->n; i++) {
+        gram_matcher_fill_mask(m, bits);
+        for (size_t k = 0; k < words; k++) r->hash = (r->hash ^ bits[k]) * 1099511628211ULL;
+        r->ok = gram_matcher_accept_token(m, r->path[i]);
+    }
+    gram_matcher_free(m);
+    free(bits);
+    return NULL;
+}
+
+static void test_matchers_on_several_threads_share_one_grammar(void) {
+    const gram_vocab *v = gt_vocab("qwen3");
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"tags\":{\"type\":\"array\","
+                         "\"items\":{\"type\":\"string\",\"maxLength\":30}},\"n\":{\"type\":\"integer\"}},"
+                         "\"required\":[\"name\",\"tags\",\"n\"]}";
+    /* a path: the tokens of a text that fits, encoded greedily by the matcher's own mask */
+    static const char text[] = "{\"name\": \"Ada Lovelace\", \"tags\": [\"math\", \"engines\", \"notes\"], \"n\": 1843}";
+    gram_grammar *g0 = gt_compile(v, GRAM_JSON_SCHEMA, schema);
+    int32_t path[128];
+    int n = 0;
+    size_t at = 0, len = strlen(text);
+    gram_matcher *m = gram_matcher_new(g0);
+    while (at < len && n < 128) {
+        /* the longest token that is a prefix of the rest */
+        int32_t best = -1;
+        size_t best_len = 0;
+        for (int32_t id = 0; id < gram_vocab_size(v); id++) {
+            size_t l;
+            const char *b = gram_vocab_token(v, id, &l);
+            if (b && l > best_len && l <= len - at && memcmp(b, text + at, l) == 0) best = id, best_len = l;
+        }
+        REQUIRE(best >= 0 && gram_matcher_accept_token(m, best));
+        path[n++] = best;
+        at += best_len;
+    }
+    gram_matcher_free(m);
+    gram_grammar_free(g0);
+    /* alone, on a fresh grammar */
+    replay alone = {gt_compile(v, GRAM_JSON_SCHEMA, schema), path, n, 0, false};
+    replay_path(&alone);
+    REQUIRE(alone.ok);
+    /* four threads on another fresh grammar (cold cache, filled concurrently) */
+    gram_grammar *g = gt_compile(v, GRAM_JSON_SCHEMA, schema);
+    replay rs[4];
+    pthread_t th[4];
+    for (int t = 0; t < 4; t++) {
+        rs[t] = (replay){g, path, n, 0, false};
+        pthread_create(&th[t], NULL, replay_path, &rs[t]);
+    }
+    for (int t = 0; t < 4; t++) {
+        pthread_join(th[t], NULL);
+        CHECK(rs[t].ok);
+        CHECK(rs[t].hash == alone.hash);
+    }
+    gram_grammar_free(g);
+    gram_grammar_free(alone.g);
+}
+
 /* The logits row may be longer than the tokenizer (Qwen3: 151936 rows for
  * 151669 tokens): the padding ids are never allowed. */
 static void test_padded_vocabulary_never_allows_the_padding(void) {
@@ -672,5 +750,6 @@ int main(void) {
     RUN(test_utf8_character_split_over_byte_level_tokens);
     RUN(test_vocabulary_leaves_out_special_tokens);
     RUN(test_padded_vocabulary_never_allows_the_padding);
+    RUN(test_matchers_on_several_threads_share_one_grammar);
     return test_summary();
 }

@@ -142,8 +142,12 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
         }
         for (long step = 0; step < max_tokens; step++) {
             double a = now_s();
-            gram_matcher_fill_mask(m, bits);
+            int fill = gram_matcher_fill_mask(m, bits);
             double dt = now_s() - a;
+            if (fill != 0) {
+                fprintf(stderr, "error: out of memory computing a mask\n");
+                return CLI_FAIL;
+            }
             for (int i = 0; i < n; i++) logits[i] = (float)(i & 7); /* a fresh row, as the LM head leaves it */
             a = now_s();
             gram_mask_apply(bits, logits, n);

@@ -467,17 +467,18 @@ static void or_class(uint64_t *bits, const gram_class *c, size_t words) {
     }
 }
 
-void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
+int gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     gram_grammar *g = m->g;
     const gram_vocab *v = g->vocab;
     const gram_auto *a = &g->a;
     size_t words = (size_t)v->n_words;
     if (m->hended[m->n_hist - 1]) {
         memset(bits, 0, words * sizeof *bits);
-        return;
+        return 0;
     }
     int32_t n;
     const gram_elem *e = gram_matcher_top(m, &n);
+    bool ok = true;
 
     /* the cache key: the elements, with the stack dropped where it cannot matter */
     bool specials = g->n_specials > 0;
@@ -487,6 +488,7 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
         bool reads = a->flags[e[i].state] & GS_BYTES;
         const gram_class *cs = reads ? gram_class_short(g, e[i].state) : NULL;
         const gram_class *cl = reads ? gram_class_long(g, e[i].state) : NULL;
+        if (reads && (!cs || !cl)) ok = false;
         bool root_final = e[i].node == GRAM_NIL && (a->flags[e[i].state] & GS_FINAL);
         accepting |= root_final;
         if (key_ok) {
@@ -507,7 +509,7 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
                 memcpy(bits, ce->bits, words * sizeof *bits);
                 ce->tick = ++m->tick;
                 m->mask_hits++;
-                return;
+                return 0;
             }
         }
     }
@@ -525,16 +527,18 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
         if (!(a->flags[e[i].state] & GS_BYTES)) continue;
         const gram_class *cs[2] = {gram_class_short(g, e[i].state), gram_class_long(g, e[i].state)};
         for (int q = 0; q < 2; q++)
-            if (cs[q] && cs[q]->n_unc)
-                list_walk(&m->step, &m->lv, v, cs[q]->unc, cs[q]->n_unc, e[i], NULL, bits_skip, bits_result, &sink);
+            if (cs[q] && cs[q]->n_unc &&
+                !list_walk(&m->step, &m->lv, v, cs[q]->unc, cs[q]->n_unc, e[i], NULL, bits_skip, bits_result, &sink))
+                ok = false;
     }
     gram_pool_truncate(&m->pool, mark);
     for (int32_t i = 0; i < g->n_specials; i++)
         if (gram_elems_accept(m, e, n, g->specials[i].text, g->specials[i].len)) set_bit(bits, g->specials[i].id);
     if (accepting)
         for (int32_t i = 0; i < v->n_end; i++) set_bit(bits, v->end_ids[i]);
+    if (!ok) return -1; /* a classification or walk ran out of memory: the mask is incomplete */
 
-    if (!key_ok) return;
+    if (!key_ok) return 0;
     gram_mask_entry *slot = &m->cache[0];
     for (int i = 0; i < GRAM_MASK_CACHE; i++) {
         gram_mask_entry *ce = &m->cache[i];
@@ -544,12 +548,12 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
         }
         if (ce->tick < slot->tick) slot = ce;
     }
-    if (!slot->bits && !(slot->bits = malloc(words * sizeof *bits))) return;
+    if (!slot->bits && !(slot->bits = malloc(words * sizeof *bits))) return 0;
     if (slot->cap_key < n) {
         gram_elem *k = realloc(slot->key, (size_t)n * sizeof *k);
         if (!k) {
             slot->n_key = -1;
-            return;
+            return 0;
         }
         slot->key = k;
         slot->cap_key = n;
@@ -559,6 +563,7 @@ void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     slot->n_key = n;
     slot->hash = h;
     slot->tick = ++m->tick;
+    return 0;
 }
 
 void gram_mask_apply(const uint64_t *bits, float *logits, int n_vocab) {

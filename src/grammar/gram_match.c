@@ -134,6 +134,7 @@ void gram_stepper_free(gram_stepper *s) {
 
 void gram_step_begin(gram_stepper *s) {
     s->res.n = 0;
+    s->oom = false; /* each step reports its own failure; callers check after every step */
     s->seen_used = 0;
     if (++s->stamp == 0) {
         if (s->seen_stamp) memset(s->seen_stamp, 0, s->seen_cap * sizeof *s->seen_stamp);

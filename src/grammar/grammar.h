@@ -148,7 +148,8 @@ gram_grammar *gram_matcher_grammar(const gram_matcher *m);
 void gram_matcher_reset(gram_matcher *m);
 
 /* Advances by one token. An end token is accepted only in an accepting
- * state and terminates the matcher. false (state unchanged): not allowed. */
+ * state and terminates the matcher. false (state unchanged): not allowed
+ * (or out of memory). */
 bool gram_matcher_accept_token(gram_matcher *m, int32_t id);
 /* Advances by raw bytes (e.g. a prefix the engine forces); one history step. */
 bool gram_matcher_accept_bytes(gram_matcher *m, const char *bytes, size_t len);
@@ -164,8 +165,9 @@ bool gram_matcher_is_accepting(const gram_matcher *m);
 bool gram_matcher_is_terminated(const gram_matcher *m);
 
 /* The allowed tokens of the next step: bits[gram_mask_words(v)], bit i set
- * when token i may come next. End tokens are set exactly when accepting. */
-void gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits);
+ * when token i may come next. End tokens are set exactly when accepting.
+ * -1: out of memory, the mask is incomplete (fail the request). */
+int gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits);
 /* Sets logits[i] = -INFINITY for every token i whose bit is clear. */
 void gram_mask_apply(const uint64_t *bits, float *logits, int n_vocab);
 /* The bytes every continuation must start with (up to cap), e.g. a JSON

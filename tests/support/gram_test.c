@@ -167,7 +167,7 @@ char *gt_generate(gram_grammar *g, uint64_t seed, int max_steps, int check_every
     uint64_t rng = seed * 0x2545F4914F6CDD1DULL + 1;
     bool ended = false;
     for (int step = 0; step < max_steps; step++) {
-        gram_matcher_fill_mask(m, bits);
+        REQUIRE(gram_matcher_fill_mask(m, bits) == 0);
         int na = 0, end_bits = 0;
         for (int32_t i = 0; i < n; i++) {
             if (!bit(bits, i)) continue;
