@@ -57,6 +57,7 @@ int cli_serve(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_detokenize(int argc, char **argv);
 int cli_bench_tokenizer(int argc, char **argv);
+int cli_bench_grammar(int argc, char **argv);
 int cli_template(int argc, char **argv);
 
 #endif

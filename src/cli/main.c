@@ -36,6 +36,8 @@ static void usage(FILE *f) {
             "          pagedlm detokenize -m MODEL_OR_DIR [--keep-special] IDS...\n"
             "  bench-tokenizer  tokenizer load time and encode/decode speed on one core\n"
             "          pagedlm bench-tokenizer -m MODEL_OR_DIR [--file TEXT] [--repeat N]\n"
+            "  bench-grammar  token-mask time of constrained decoding (JSON schema, any JSON)\n"
+            "          pagedlm bench-grammar -t TOKENIZER [-t TOKENIZER] [--schema FILE] [--tokens N] [--runs R]\n"
             "  template    render the chat template with a JSON context (messages, tools, ...)\n"
             "          pagedlm template -m MODEL_OR_DIR --context FILE.json\n"
             "\n"
@@ -61,6 +63,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "detokenize") == 0) return cli_detokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "bench-tokenizer") == 0) return cli_bench_tokenizer(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench-grammar") == 0) return cli_bench_grammar(argc - 1, argv + 1);
     if (strcmp(cmd, "template") == 0) return cli_template(argc - 1, argv + 1);
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);

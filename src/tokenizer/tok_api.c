@@ -19,20 +19,22 @@ struct pdl_tokenizer {
     tok_tokenizer *tok;
 };
 
-int pdl_tokenizer_load(pdl_tokenizer **out, const char *path, pdl_error *err) {
+int tok_load_path(tok_tokenizer **out, const char *path, pdl_error *err) {
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0) return pdl_fail(err, "%s: no such file or folder", path);
+    if (S_ISDIR(st.st_mode)) return tok_load_hf_dir(out, path, err);
+    gguf_file *g = NULL;
+    if (gguf_open(&g, path, err) != 0) return -1;
+    int rc = tok_load_gguf(out, g, err);
+    gguf_close(g);
+    return rc;
+}
+
+int pdl_tokenizer_load(pdl_tokenizer **out, const char *path, pdl_error *err) {
+    *out = NULL;
     tok_tokenizer *tok = NULL;
-    if (S_ISDIR(st.st_mode)) {
-        if (tok_load_hf_dir(&tok, path, err) != 0) return -1;
-    } else {
-        gguf_file *g = NULL;
-        if (gguf_open(&g, path, err) != 0) return -1;
-        int rc = tok_load_gguf(&tok, g, err);
-        gguf_close(g);
-        if (rc != 0) return -1;
-    }
+    if (tok_load_path(&tok, path, err) != 0) return -1;
     pdl_tokenizer *t = malloc(sizeof *t);
     if (!t) {
         tok_free(tok);

@@ -337,6 +337,15 @@ const char *tok_id_to_piece(const tok_tokenizer *t, int32_t id, size_t *len) {
     return t->pool + t->piece_off[id];
 }
 
+const char *tok_id_bytes(const tok_tokenizer *t, int32_t id, size_t *len) {
+    if (id < 0 || id >= t->n_vocab) {
+        if (len) *len = 0;
+        return NULL;
+    }
+    if (len) *len = t->dec_len[id];
+    return t->dec_pool + t->dec_off[id];
+}
+
 int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece, size_t len) {
     return tok_strmap_get(&t->vocab, piece, len);
 }

@@ -35,6 +35,8 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err);
 /* From dir/tokenizer.json, with add_bos_token / add_eos_token from
  * dir/tokenizer_config.json when present. */
 int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err);
+/* Either of the above by what path is: a folder (tokenizer.json) or a .gguf file. */
+int tok_load_path(tok_tokenizer **out, const char *path, pdl_error *err);
 void tok_free(tok_tokenizer *t);
 
 int tok_vocab_size(const tok_tokenizer *t);
@@ -47,6 +49,12 @@ int32_t tok_unk_id(const tok_tokenizer *t);   /* -1 when none */
 /* The vocabulary entry of id as stored ("\xe2\x96\x81Hello", "<0x0A>", "<s>"),
  * NUL-terminated, with its length in *len; NULL for an id outside the vocabulary. */
 const char *tok_id_to_piece(const tok_tokenizer *t, int32_t id, size_t *len);
+/* The bytes id adds to decoded text when special tokens are kept (before
+ * any UTF-8 repair): one raw byte for <0xXX>, an SPM piece with "\xe2\x96\x81"
+ * as " ", a byte-level piece mapped back through GPT-2's byte map, a control
+ * token's text. *len is 0 for missing and unused ids; NULL outside the
+ * vocabulary. Constrained decoding (src/grammar/) matches these bytes. */
+const char *tok_id_bytes(const tok_tokenizer *t, int32_t id, size_t *len);
 /* The id whose stored piece is exactly piece[0..len), or -1. */
 int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece, size_t len);
 /* Control and unknown ids (<s>, </s>, <unk>, special added tokens): decode

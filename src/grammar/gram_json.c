@@ -1,0 +1,139 @@
+/*
+ * gram_json.c - the JSON pieces every JSON front end shares: whitespace
+ * policy, string characters and escapes, numbers, and the recursive rules of
+ * any JSON value, object and array (response_format json_object, schemas
+ * that allow anything, additionalProperties: true).
+ *
+ * Whitespace between JSON tokens is nothing, one space, or a newline and at
+ * most GRAM_JSON_MAX_INDENT spaces/tabs: compact, spaced and pretty-printed
+ * output are all allowed, but a model cannot run away on whitespace. There
+ * is no whitespace before or after the top-level value.
+ *
+ * Strings exclude what JSON forbids (raw control characters U+0000..U+001F,
+ * '"' and '\' unescaped) and lone surrogates in \u escapes (a \uD800-\uDBFF
+ * escape must be followed by a \uDC00-\uDFFF one), so every string parses
+ * under strict JSON parsers.
+ *
+ * What it is not for: JSON Schema keywords (gram_schema.c) and numeric
+ * ranges (gram_numrange.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/gram_internal.h"
+
+static int32_t hex_digit(gram_ir *ir) {
+    uint8_t s[32] = {0};
+    const char *d = "0123456789abcdefABCDEF";
+    for (const char *p = d; *p; p++) s[(unsigned char)*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    return gx_byteset(ir, s);
+}
+
+static int32_t chars(gram_ir *ir, const char *set) {
+    uint8_t s[32] = {0};
+    for (const char *p = set; *p; p++) s[(unsigned char)*p >> 3] |= (uint8_t)(1u << (*p & 7));
+    return gx_byteset(ir, s);
+}
+
+int32_t gram_json_char(gram_ir *ir, bool any_unicode_escape) {
+    gram_cpset raw = {0};
+    gram_cpset_add(&raw, 0x20, 0x21);
+    gram_cpset_add(&raw, 0x23, 0x5B);
+    gram_cpset_add(&raw, 0x5D, 0x10FFFF);
+    int32_t r = gx_cpset(ir, &raw);
+    gram_cpset_free(&raw);
+    int32_t hex = hex_digit(ir);
+    int32_t u;
+    if (any_unicode_escape) {
+        /* \uXXXX outside the surrogates; a high surrogate must pair with a low one */
+        int32_t plain = gx_altv(ir, gx_seqv(ir, chars(ir, "0123456789abcABCefEF"), hex, hex, hex, GX_END),
+                                gx_seqv(ir, chars(ir, "dD"), chars(ir, "01234567"), hex, hex, GX_END), GX_END);
+        int32_t pair = gx_seqv(ir, chars(ir, "dD"), chars(ir, "89abAB"), hex, hex, gx_str(ir, "\\u"), chars(ir, "dD"),
+                               chars(ir, "cdefCDEF"), hex, hex, GX_END);
+        u = gx_altv(ir, plain, pair, GX_END);
+    } else {
+        /* control characters only (\u0000-\u001f): everything else is written raw */
+        u = gx_seqv(ir, gx_str(ir, "00"), chars(ir, "01"), hex, GX_END);
+    }
+    int32_t esc = gx_seqv(ir, gx_str(ir, "\\"),
+                          gx_altv(ir, chars(ir, "\"\\/bfnrt"), gx_seqv(ir, gx_str(ir, "u"), u, GX_END), GX_END), GX_END);
+    return gx_altv(ir, r, esc, GX_END);
+}
+
+/* Appends the JSON escape of one byte (a control character, '"' or '\'). */
+static size_t escape_byte(unsigned char c, char *out) {
+    switch (c) {
+    case '"': return (size_t)snprintf(out, 8, "\\\"");
+    case '\\': return (size_t)snprintf(out, 8, "\\\\");
+    case '\b': return (size_t)snprintf(out, 8, "\\b");
+    case '\f': return (size_t)snprintf(out, 8, "\\f");
+    case '\n': return (size_t)snprintf(out, 8, "\\n");
+    case '\r': return (size_t)snprintf(out, 8, "\\r");
+    case '\t': return (size_t)snprintf(out, 8, "\\t");
+    default: return (size_t)snprintf(out, 8, "\\u%04x", c);
+    }
+}
+
+int32_t gram_json_string_literal(gram_ir *ir, const char *s, size_t n) {
+    /* worst case 6 bytes a byte, plus the quotes */
+    char stack[512];
+    size_t cap = n * 6 + 2;
+    char *buf = cap <= sizeof stack ? stack : malloc(cap);
+    if (!buf) {
+        ir->oom = true;
+        return -1;
+    }
+    size_t w = 0;
+    buf[w++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == '"' || c == '\\')
+            w += escape_byte(c, buf + w);
+        else
+            buf[w++] = (char)c;
+    }
+    buf[w++] = '"';
+    int32_t r = gx_literal(ir, buf, w);
+    if (buf != stack) free(buf);
+    return r;
+}
+
+static int32_t number(gram_ir *ir) {
+    int32_t digit = gx_byte_range(ir, '0', '9');
+    int32_t integer = gx_altv(ir, gx_str(ir, "0"), gx_seqv(ir, gx_byte_range(ir, '1', '9'), gx_star(ir, digit), GX_END),
+                              GX_END);
+    int32_t frac = gx_seqv(ir, gx_str(ir, "."), gx_plus(ir, digit), GX_END);
+    int32_t exp = gx_seqv(ir, chars(ir, "eE"), gx_opt(ir, chars(ir, "+-")), gx_plus(ir, digit), GX_END);
+    return gx_seqv(ir, gx_opt(ir, gx_str(ir, "-")), integer, gx_opt(ir, frac), gx_opt(ir, exp), GX_END);
+}
+
+int gram_json_rules_init(gram_ir *ir, gram_json_rules *j) {
+    j->ws = gx_altv(ir, gx_empty(ir), gx_str(ir, " "),
+                    gx_seqv(ir, gx_str(ir, "\n"), gx_repeat(ir, chars(ir, " \t"), 0, GRAM_JSON_MAX_INDENT), GX_END),
+                    GX_END);
+    j->string = gram_ir_rule_def(ir, "json-string", GX_RULE_NOINLINE,
+                                 gx_seqv(ir, gx_str(ir, "\""), gx_star(ir, gram_json_char(ir, true)), gx_str(ir, "\""), GX_END));
+    j->value = gram_ir_rule(ir, "json-value", 0);
+    j->object = gram_ir_rule(ir, "json-object", 0);
+    int32_t array = gram_ir_rule(ir, "json-array", 0);
+    if (j->value < 0 || j->object < 0 || array < 0 || j->string < 0) return -1;
+    int32_t ws = j->ws;
+    int32_t member = gx_seqv(ir, gx_ref(ir, j->string), ws, gx_str(ir, ":"), ws, gx_ref(ir, j->value), ws, GX_END);
+    int32_t obj = gx_seqv(ir, gx_str(ir, "{"), ws,
+                          gx_opt(ir, gx_seqv(ir, member, gx_star(ir, gx_seqv(ir, gx_str(ir, ","), ws, member, GX_END)), GX_END)),
+                          gx_str(ir, "}"), GX_END);
+    int32_t elem = gx_seqv(ir, gx_ref(ir, j->value), ws, GX_END);
+    int32_t arr = gx_seqv(ir, gx_str(ir, "["), ws,
+                          gx_opt(ir, gx_seqv(ir, elem, gx_star(ir, gx_seqv(ir, gx_str(ir, ","), ws, elem, GX_END)), GX_END)),
+                          gx_str(ir, "]"), GX_END);
+    int32_t val = gx_altv(ir, gx_ref(ir, j->object), gx_ref(ir, array), gx_ref(ir, j->string), number(ir), gx_str(ir, "true"),
+                          gx_str(ir, "false"), gx_str(ir, "null"), GX_END);
+    if (obj < 0 || arr < 0 || val < 0) return -1;
+    ir->rules[j->object].body = obj;
+    ir->rules[array].body = arr;
+    ir->rules[j->value].body = val;
+    return 0;
+}
+
+int32_t gram_json_any_number(gram_ir *ir) { return number(ir); }

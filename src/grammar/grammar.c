@@ -1,0 +1,182 @@
+/*
+ * grammar.c - gram_compile: a request's spec -> intermediate form (through
+ * the front end its kind names) -> automaton, plus the compiled grammar's
+ * lifetime (reference counts, the token cache, statistics).
+ *
+ * What it is not for: any front end's syntax, matching, masks.
+ */
+#define _POSIX_C_SOURCE 200809L /* strdup, clock_gettime */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/gram_internal.h"
+#include "util/error.h"
+
+/* GRAM_CHOICE: a JSON array of strings, one of which is the whole output. */
+static int choice_expr(gram_ir *ir, const char *text, size_t len, int32_t *out, pdl_error *err) {
+    json_error_t je;
+    json_t *arr = json_loadb(text, len, 0, &je);
+    if (!arr) return pdl_fail(err, "choice: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    int rc = 0;
+    if (!json_is_array(arr) || json_array_size(arr) == 0) {
+        rc = pdl_fail(err, "choice: expected a non-empty JSON array of strings");
+    } else {
+        size_t n = json_array_size(arr);
+        int32_t *kids = malloc(n * sizeof *kids);
+        if (!kids) {
+            rc = pdl_fail(err, "choice: out of memory");
+        } else {
+            for (size_t i = 0; i < n && rc == 0; i++) {
+                json_t *s = json_array_get(arr, i);
+                if (!json_is_string(s))
+                    rc = pdl_fail(err, "choice: element %zu is not a string", i);
+                else
+                    kids[i] = gx_literal(ir, json_string_value(s), json_string_length(s));
+            }
+            if (rc == 0) *out = gx_alt(ir, kids, (int)n);
+            free(kids);
+        }
+    }
+    json_decref(arr);
+    return rc;
+}
+
+static int build_ir(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
+    const char *text = spec->text ? spec->text : "";
+    size_t len = spec->len ? spec->len : strlen(text);
+    int32_t expr = -1;
+    gram_json_rules j;
+    switch (spec->kind) {
+    case GRAM_GBNF: return gram_gbnf_parse(ir, text, len, err);
+    case GRAM_JSON_OBJECT:
+    case GRAM_JSON_VALUE:
+        if (gram_json_rules_init(ir, &j) != 0) break;
+        expr = gx_ref(ir, spec->kind == GRAM_JSON_OBJECT ? j.object : j.value);
+        break;
+    case GRAM_JSON_SCHEMA:
+        if (gram_json_rules_init(ir, &j) != 0) break;
+        if (gram_schema_compile(ir, &j, text, len, "schema", &expr, err) != 0) return -1;
+        break;
+    case GRAM_REGEX:
+        if (gram_regex_parse(ir, text, len, GRAM_RE_PLAIN, &expr, err) != 0) return -1;
+        break;
+    case GRAM_CHOICE:
+        if (choice_expr(ir, text, len, &expr, err) != 0) return -1;
+        break;
+    case GRAM_TOOL_CALL:
+        if (gram_tools_grammar(ir, spec, &expr, err) != 0) return -1;
+        break;
+    default: return pdl_fail(err, "grammar: unknown kind %d", (int)spec->kind);
+    }
+    if (ir->oom || expr < 0) return pdl_fail(err, "grammar: out of memory");
+    ir->root = gram_ir_rule_def(ir, "root", 0, expr);
+    return ir->root < 0 ? pdl_fail(err, "grammar: out of memory") : 0;
+}
+
+int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, pdl_error *err) {
+    *out = NULL;
+    gram_ir ir;
+    gram_ir_init(&ir);
+    if (build_ir(&ir, spec, err) != 0) {
+        gram_ir_free(&ir);
+        return -1;
+    }
+    if (ir.oom) {
+        gram_ir_free(&ir);
+        return pdl_fail(err, "grammar: out of memory");
+    }
+    gram_grammar *g = calloc(1, sizeof *g);
+    if (!g) {
+        gram_ir_free(&ir);
+        return pdl_fail(err, "grammar: out of memory");
+    }
+    atomic_init(&g->refs, 1);
+    g->vocab = v;
+    pthread_mutex_init(&g->mu, NULL);
+    if (gram_auto_build(&g->a, &ir, err) != 0) {
+        gram_ir_free(&ir);
+        pthread_mutex_destroy(&g->mu);
+        free(g);
+        return -1;
+    }
+    /* specials: control tokens whose text the grammar may produce */
+    g->specials = calloc((size_t)(ir.n_specials ? ir.n_specials : 1), sizeof *g->specials);
+    bool oom = !g->specials;
+    for (int32_t i = 0; !oom && i < ir.n_specials; i++) {
+        size_t l = strlen(ir.specials[i]);
+        for (int32_t id = 0; id < v->n_vocab; id++) {
+            if (v->kind[id] != GRAM_TOKEN_SPECIAL || v->len[id] != l ||
+                memcmp(v->bytes + v->off[id], ir.specials[i], l) != 0)
+                continue;
+            gram_special *sp = &g->specials[g->n_specials];
+            sp->text = strdup(ir.specials[i]);
+            if (!sp->text) {
+                oom = true;
+                break;
+            }
+            sp->id = id;
+            sp->len = l;
+            g->n_specials++;
+            break;
+        }
+    }
+    gram_ir_free(&ir);
+    gram_pool_init(&g->walk_pool);
+    gram_stepper_init(&g->walk_step, &g->a, &g->walk_pool);
+    /* states alike over the short tokens' bytes share their classification
+     * (two more rounds: the end flag and the closure after the last byte) */
+    g->walk_class = malloc((size_t)g->a.n_states * sizeof *g->walk_class);
+    if (!oom && g->walk_class &&
+        gram_auto_walk_classes(&g->a, v->short_max + 2, g->walk_class, &g->n_walk_classes, err) != 0) {
+        gram_grammar_free(g);
+        return -1;
+    }
+    g->cls = calloc((size_t)(g->n_walk_classes ? g->n_walk_classes : 1), sizeof *g->cls);
+    g->long_cls = calloc((size_t)g->a.n_states, sizeof *g->long_cls);
+    g->walk_bits = malloc((size_t)v->n_words * sizeof *g->walk_bits);
+    if (oom || !g->walk_class || !g->cls || !g->long_cls || !g->walk_bits) {
+        gram_grammar_free(g);
+        return pdl_fail(err, "grammar: out of memory");
+    }
+    *out = g;
+    return 0;
+}
+
+gram_grammar *gram_grammar_ref(gram_grammar *g) {
+    atomic_fetch_add(&g->refs, 1);
+    return g;
+}
+
+void gram_grammar_free(gram_grammar *g) {
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    for (int32_t c = 0; g->cls && c < g->n_walk_classes; c++) gram_class_free(atomic_load(&g->cls[c]));
+    for (int32_t s = 0; g->long_cls && s < g->a.n_states; s++) gram_class_free(atomic_load(&g->long_cls[s]));
+    free(g->cls);
+    free(g->long_cls);
+    free(g->walk_class);
+    gram_levels_free(&g->walk_lv);
+    for (int32_t i = 0; i < g->n_specials; i++) free(g->specials[i].text);
+    free(g->specials);
+    gram_stepper_free(&g->walk_step);
+    gram_pool_free(&g->walk_pool);
+    gram_elems_free(&g->walk_buf);
+    free(g->walk_bits);
+    free(g->walk_unc);
+    gram_auto_free(&g->a);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+const gram_vocab *gram_grammar_vocab(const gram_grammar *g) { return g->vocab; }
+
+int gram_grammar_warm(gram_grammar *g, pdl_error *err) { return gram_class_all(g, err); }
+
+void gram_grammar_stats(const gram_grammar *g, gram_stats *st) {
+    st->n_states = g->a.n_states;
+    st->n_walk_classes = g->n_walk_classes;
+    st->n_rules = g->a.n_rules;
+    st->n_classes = g->a.n_classes;
+    st->class_walks = atomic_load(&((gram_grammar *)g)->n_class_walks);
+    st->class_walk_ms = (double)atomic_load(&((gram_grammar *)g)->class_walk_ns) / 1e6;
+}
