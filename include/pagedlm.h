@@ -275,6 +275,13 @@ typedef struct pdl_logprob {
     float logprob;
 } pdl_logprob;
 
+/* Structured output: the model's grammar vocabulary (every token's bytes
+ * and their trie, the model's end tokens), made once per model by the
+ * caller (about 0.1 s for a 150k vocabulary) and shared read-only by
+ * every grammar compiled for it (src/grammar/grammar.h). */
+struct gram_vocab;
+int pdl_model_grammar_vocab(const pdl_model *model, struct gram_vocab **out, pdl_error *err);
+
 typedef struct pdl_sampler pdl_sampler;
 /* NULL when out of memory or when params are invalid (negative temperature,
  * top_k < 0, top_p/min_p outside [0, 1], repetition_penalty < 0, a logit
@@ -352,6 +359,8 @@ typedef struct pdl_engine_options {
     void *on_logits_user;
 } pdl_engine_options;
 
+struct gram_grammar; /* src/grammar/grammar.h */
+
 typedef struct pdl_request_params {
     pdl_sampling sampling;
     int max_tokens;              /* new tokens at most; 0 = up to the context length */
@@ -367,6 +376,11 @@ typedef struct pdl_request_params {
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */
     const char *cache_salt;      /* prefix-cache isolation (vLLM's cache_salt): requests share cached
                                     blocks only with requests of the same salt; NULL = none (copied) */
+    struct gram_grammar *grammar; /* structured output: every sampled row is masked to the tokens this
+                                    grammar allows next (src/grammar/grammar.h), EOS only where it may
+                                    end, and the sequence stops ("stop") once the grammar is complete;
+                                    compiled for pdl_model_grammar_vocab(model); the engine keeps its own
+                                    reference; NULL = none */
 } pdl_request_params;
 
 typedef enum pdl_event_kind {

@@ -138,6 +138,63 @@ static void test_logits_prints_rows_as_json(void) {
     free(model);
 }
 
+/* Structured output on the command line: the sampled output is one of the
+ * choices, a JSON Schema from a file gives JSON that parses with the
+ * required keys; a grammar that does not compile exits 1 naming its line;
+ * two constraints exit 2. */
+static void test_run_structured_output(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    for (int seed = 1; seed <= 3; seed++) {
+        snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 30 --temp 1 --seed %d --json --choice "
+                 "'[\"a red ball\", \"the park\"]'", model, seed);
+        cmd_result r = test_pagedlm(args);
+        CHECK_EQ_INT(r.status, 0);
+        json_t *j = json_loads(r.out, 0, NULL);
+        REQUIRE_MSG(j, "not JSON: %s", r.out);
+        const char *t = json_string_value(json_object_get(j, "text"));
+        CHECK_MSG(t && (strcmp(t, "a red ball") == 0 || strcmp(t, "the park") == 0), "'%s'", t ? t : "");
+        CHECK(strcmp(json_string_value(json_object_get(j, "finish_reason")), "stop") == 0);
+        json_decref(j);
+        test_free_result(&r);
+    }
+    char dir[] = "/tmp/pdl-cli-XXXXXX", schema[256];
+    REQUIRE(mkdtemp(dir));
+    snprintf(schema, sizeof schema, "%s/schema.json", dir);
+    FILE *f = fopen(schema, "w");
+    REQUIRE(f);
+    fputs("{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\",\"minimum\":3,\"maximum\":7},"
+          "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"n\",\"ok\"],\"additionalProperties\":false}", f);
+    fclose(f);
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 100 --temp 1 --seed 4 --json --json-schema-file '%s'", model,
+             schema);
+    cmd_result r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    json_t *j = json_loads(r.out, 0, NULL);
+    REQUIRE(j);
+    json_t *v = json_loads(json_string_value(json_object_get(j, "text")), 0, NULL);
+    CHECK_MSG(v && json_is_integer(json_object_get(v, "n")) && json_is_boolean(json_object_get(v, "ok")) &&
+                  json_object_size(v) == 2,
+              "%s", json_string_value(json_object_get(j, "text")));
+    long long n = json_integer_value(json_object_get(v, "n"));
+    CHECK(n >= 3 && n <= 7);
+    json_decref(v), json_decref(j);
+    test_free_result(&r);
+    remove(schema);
+    rmdir(dir);
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 5 --grammar 'root ::= \"a\" missing'", model);
+    r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "line 1");
+    CHECK_CONTAINS(r.err, "missing");
+    test_free_result(&r);
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' --regex a --choice '[\"a\"]'", model);
+    r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 2);
+    CHECK_CONTAINS(r.err, "one structured-output option");
+    test_free_result(&r);
+    free(model);
+}
+
 static void test_bad_usage_exits_2_with_message(void) {
     cmd_result r = test_pagedlm("run -p hello");
     CHECK_EQ_INT(r.status, 2);
@@ -261,6 +318,7 @@ int main(void) {
     RUN(test_run_seed_is_reproducible);
     RUN(test_run_verbose_prints_probe_decision);
     RUN(test_logits_prints_rows_as_json);
+    RUN(test_run_structured_output);
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_missing_or_bad_model_exits_1);
     RUN(test_out_of_range_token_is_an_error);

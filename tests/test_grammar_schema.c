@@ -321,6 +321,40 @@ static void test_number_ranges_match_numeric_comparison(void) {
     gram_grammar_free(g);
 }
 
+/* Generated numbers have at most 16 integer and 16 fraction digits (a
+ * random-weight model otherwise writes zeros until max_tokens), except the
+ * digits a bound itself needs. */
+static void test_number_digits_are_capped(void) {
+    const char *d16 = "1234567890123456", *d17 = "12345678901234567";
+    char buf[128];
+    const char *schemas[] = {"{\"type\":\"number\"}", "{\"type\":\"number\",\"minimum\":0}",
+                             "{\"type\":\"integer\"}", "{\"type\":\"integer\",\"minimum\":5}"};
+    for (int i = 0; i < 4; i++) {
+        gram_grammar *g = schema(schemas[i]);
+        bool integer = i >= 2;
+        YES(g, d16);
+        NO(g, d17);
+        if (!integer) {
+            snprintf(buf, sizeof buf, "0.%s", d16);
+            YES(g, buf);
+            snprintf(buf, sizeof buf, "0.%s", d17);
+            NO(g, buf);
+        }
+        gram_grammar_free(g);
+    }
+    gram_grammar *g = schema("{\"type\":\"number\"}");
+    YES(g, "1e308");
+    NO(g, "1e3080");
+    gram_grammar_free(g);
+    /* a bound with 20 fraction digits stays reachable, 16 digits past it too */
+    g = schema("{\"type\":\"number\",\"minimum\":0.00000000000000000001,\"maximum\":1}");
+    YES(g, "0.00000000000000000001");
+    NO(g, "0.00000000000000000000");
+    YES(g, "0.000000000000000000011234567890123456");
+    NO(g, "0.0000000000000000000112345678901234567");
+    gram_grammar_free(g);
+}
+
 /* ---- errors ---- */
 
 static void test_unsupported_keywords_are_errors_naming_keyword_and_pointer(void) {
@@ -457,6 +491,7 @@ int main(void) {
     RUN(test_combinators_refs_and_inferred_types);
     RUN(test_integer_ranges_match_numeric_comparison);
     RUN(test_number_ranges_match_numeric_comparison);
+    RUN(test_number_digits_are_capped);
     RUN(test_unsupported_keywords_are_errors_naming_keyword_and_pointer);
     RUN(test_keywords_that_do_not_constrain_are_accepted);
     RUN(test_validator_format_checks);

@@ -169,6 +169,114 @@ static void test_chat_stream_role_first_and_empty_finish_delta(void) {
     srv_gen_request_free(&r);
 }
 
+/* Tool calls parsed out of the text (hermes): a whole response has
+ * message.tool_calls with content before the call; a stream split into one
+ * event per byte gives delta.tool_calls chunks that add up to the same
+ * call, and finish_reason "tool_calls". */
+static const char TOOL_TEXT[] = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                                "\"days\": [1, 2]}}\n</tool_call>";
+
+static srv_event *tool_events(size_t piece) {
+    srv_event *head = NULL, **tail = &head;
+    size_t n = strlen(TOOL_TEXT);
+    for (size_t i = 0; i < n; i += piece) {
+        char buf[64];
+        size_t len = n - i < piece ? n - i : piece;
+        memcpy(buf, TOOL_TEXT + i, len);
+        buf[len] = 0;
+        *tail = event(PDL_EVENT_TOKEN, 0, 300, buf, NULL);
+        tail = &(*tail)->next;
+    }
+    *tail = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+    return head;
+}
+
+static void tool_request(srv_gen_request *r) {
+    make_request(r, SRV_API_CHAT, 1);
+    r->parse_tools = true;
+    r->tool_format = GRAM_TOOLS_HERMES;
+    r->tool_calls_finish = true;
+}
+
+static void test_tool_calls_whole_and_streamed(void) {
+    setup();
+    srv_gen_request r;
+    tool_request(&r);
+    srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-t", 9);
+    srv_event *evs = tool_events(7);
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *body = srv_response_body(resp, NULL);
+    json_t *o = parse(body);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+    CHECK(strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(msg, "content")), "Sure.") == 0);
+    json_t *calls = json_object_get(msg, "tool_calls");
+    REQUIRE(json_array_size(calls) == 1);
+    json_t *call = json_array_get(calls, 0), *fn = json_object_get(call, "function");
+    CHECK(strncmp(json_string_value(json_object_get(call, "id")), "call_", 5) == 0);
+    CHECK(strcmp(json_string_value(json_object_get(call, "type")), "function") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(fn, "name")), "get_weather") == 0);
+    json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+    json_t *want = parse("{\"city\": \"Paris\", \"days\": [1, 2]}");
+    CHECK(args && json_equal(args, want));
+    json_decref(args), json_decref(want);
+    char *whole_args = strdup(json_string_value(json_object_get(fn, "arguments")));
+    json_decref(o);
+    free(body);
+    srv_response_free(resp);
+
+    /* streamed, one byte per event: the deltas add up to the same message */
+    resp = srv_response_new(model, &r, "stories", "chatcmpl-t", 9);
+    sbuf out = {0};
+    srv_response_stream_begin(resp, &out);
+    evs = tool_events(1);
+    srv_response_stream_events(resp, evs, &out);
+    srv_events_free(evs);
+    srv_response_stream_end(resp, &out);
+    sbuf content = {0}, arguments = {0};
+    int begins = 0;
+    const char *finish = NULL;
+    for (const char *p = out.data; strncmp(p, "data: {", 7) == 0;) {
+        const char *end = strstr(p, "\n\n");
+        REQUIRE(end);
+        char *line = strndup(p + 6, (size_t)(end - p - 6));
+        json_t *chunk = parse(line), *ch = json_array_get(json_object_get(chunk, "choices"), 0);
+        json_t *d = json_object_get(ch, "delta");
+        const json_t *t = json_object_get(d, "content");
+        if (json_is_string(t)) sbuf_append(&content, json_string_value(t), json_string_length(t));
+        json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+        if (tc) {
+            CHECK_EQ_INT(json_integer_value(json_object_get(tc, "index")), 0);
+            json_t *f = json_object_get(tc, "function");
+            if (json_object_get(tc, "id")) {
+                begins++;
+                CHECK(strcmp(json_string_value(json_object_get(f, "name")), "get_weather") == 0);
+            }
+            const json_t *a = json_object_get(f, "arguments");
+            if (json_is_string(a)) sbuf_append(&arguments, json_string_value(a), json_string_length(a));
+        }
+        const json_t *fr = json_object_get(ch, "finish_reason");
+        if (json_is_string(fr)) {
+            CHECK(strcmp(json_string_value(fr), "tool_calls") == 0);
+            finish = "tool_calls";
+        }
+        json_decref(chunk);
+        free(line);
+        p = end + 2;
+    }
+    CHECK_EQ_INT(begins, 1);
+    CHECK(finish != NULL);
+    CHECK_MSG(content.len == 5 && memcmp(content.data, "Sure.", 5) == 0, "content '%.*s'", (int)content.len,
+              content.data ? content.data : "");
+    CHECK_MSG(arguments.len == strlen(whole_args) && memcmp(arguments.data, whole_args, arguments.len) == 0,
+              "streamed arguments '%.*s' vs '%s'", (int)arguments.len, arguments.data ? arguments.data : "", whole_args);
+    free(whole_args);
+    sbuf_free(&content), sbuf_free(&arguments), sbuf_free(&out);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
 static void test_logprobs_shapes(void) {
     setup();
     pdl_logprob top[2] = {{261, -0.5f}, {378, -2.0f}};
@@ -262,6 +370,7 @@ int main(void) {
     RUN(test_completion_object_and_usage);
     RUN(test_completion_stream_chunks_then_usage_then_done);
     RUN(test_chat_stream_role_first_and_empty_finish_delta);
+    RUN(test_tool_calls_whole_and_streamed);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);
     pdl_model_free(model);

@@ -495,11 +495,7 @@ static void test_chat_errors(void) {
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"chat_template_kwargs\": 1}", 400,
                  "chat_template_kwargs", "object");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\"}]}",
-                 400, "tools", "not supported");
-    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"auto\"}", 400,
-                 "tool_choice", "not supported");
-    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": "
-                 "\"json_object\"}}", 400, "response_format", "not supported");
+                 400, "tools", "tools[0]");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}", 400, "echo",
                  "not supported");
     chat_refused("{\"model\": \"other\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 404, "model",
@@ -516,6 +512,116 @@ static void test_chat_errors(void) {
 }
 
 /* ---- /tokenize and /detokenize ---------------------------------------------------------- */
+
+/* ---- structured output and tools (api_structured.c) ------------------------------------ */
+
+static gram_vocab *grammar_vocab_made;
+static const struct gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
+    (void)user;
+    if (!grammar_vocab_made && pdl_model_grammar_vocab(model, (struct gram_vocab **)&grammar_vocab_made, err)) return NULL;
+    return grammar_vocab_made;
+}
+
+#define USER_X "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
+#define TOOL_A "{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": {\"type\": \"object\"}}}"
+
+/* Parses a body (chat when it has messages) with structured output available. */
+static int parse_structured(const char *text, srv_gen_request *r, srv_api_error *e, bool auto_tools) {
+    setup();
+    srv_parse_ctx c = ctx;
+    c.chat_prompt = fake_chat;
+    c.grammar_vocab = test_grammar_vocab;
+    c.auto_tool_choice = auto_tools;
+    json_t *o = body_of(text);
+    memset(e, 0, sizeof *e);
+    memset(r, 0, sizeof *r);
+    int rc = json_object_get(o, "messages") ? srv_parse_chat(&c, o, r, e) : srv_parse_completion(&c, o, r, e);
+    json_decref(o);
+    return rc;
+}
+
+static void structured_ok(const char *text, bool want_grammar, bool want_parse_tools, bool auto_tools) {
+    srv_gen_request r;
+    srv_api_error e;
+    int rc = parse_structured(text, &r, &e, auto_tools);
+    CHECK_MSG(rc == 0, "%s: refused: %s", text, e.message);
+    if (rc == 0) {
+        CHECK_MSG((r.grammar != NULL) == want_grammar, "%s: grammar %s", text, r.grammar ? "set" : "not set");
+        CHECK(r.params.grammar == r.grammar);
+        CHECK_MSG(r.parse_tools == want_parse_tools, "%s: parse_tools %d", text, r.parse_tools);
+    }
+    srv_gen_request_free(&r);
+}
+
+static void structured_refused(const char *text, const char *param, const char *needle, bool auto_tools) {
+    srv_gen_request r;
+    srv_api_error e;
+    int rc = parse_structured(text, &r, &e, auto_tools);
+    srv_gen_request_free(&r);
+    CHECK_MSG(rc == -1, "accepted: %s", text);
+    if (rc != -1) return;
+    CHECK_MSG(e.status == 400, "%s: status %d (%s)", text, e.status, e.message);
+    CHECK_MSG(strcmp(e.param, param) == 0, "%s: param '%s', expected '%s'", text, e.param, param);
+    CHECK_MSG(strstr(e.message, needle) != NULL, "%s: message '%s' lacks '%s'", text, e.message, needle);
+}
+
+static void test_structured_output_fields(void) {
+    /* every spelling clients send compiles into the request's grammar */
+    structured_ok("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                  "{\"name\": \"n\", \"schema\": {\"type\": \"integer\"}, \"strict\": true}}}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", false, false, false);
+    structured_ok("{\"prompt\": \"x\", \"structured_outputs\": {\"choice\": [\"a\", \"b\"]}}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"[a-c]+\"}}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"structured_outputs\": {\"json\": \"{\\\"type\\\": \\\"null\\\"}\"}}", true,
+                  false, false);
+    structured_ok("{\"prompt\": \"x\", \"guided_json\": {\"type\": \"boolean\"}}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"grammar\": \"root ::= [a-z]+\"}", true, false, false);
+    structured_ok("{\"prompt\": \"x\", \"json_schema\": {\"enum\": [1, 2]}}", true, false, false);
+    structured_ok("{" USER_X ", \"response_format\": {\"type\": \"json_object\"}}", true, false, false);
+    /* what is wrong is named */
+    structured_refused("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+                       "{\"name\": \"n\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"not\": {}}}}}}}",
+                       "response_format", "'not' (at #/properties/a/not)", false);
+    structured_refused("{\"prompt\": \"x\", \"response_format\": {\"type\": \"xml\"}}", "response_format", "type",
+                       false);
+    structured_refused("{\"prompt\": \"x\", \"grammar\": \"root ::= \\\"a\\\" b\"}", "grammar", "'b'", false);
+    structured_refused("{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_object\"}, \"grammar\": \"root ::= "
+                       "[a]\"}", "grammar", "only one", false);
+    structured_refused("{\"prompt\": \"x\", \"structured_outputs\": {\"choice\": []}}", "structured_outputs.choice",
+                       "non-empty", false);
+    structured_refused("{\"prompt\": \"x\", \"tools\": [" TOOL_A "]}", "tools", "chat", false);
+}
+
+static void test_tools_and_tool_choice(void) {
+    /* tools alone: "none" unless the server parses calls ("auto" is then the default) */
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "]}", false, false, false);
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "]}", false, true, true);
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"none\"}", false, false, true);
+    /* "required" and a named function force a call with a grammar */
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"required\"}", true, true, false);
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": {\"type\": \"function\", \"function\": "
+                  "{\"name\": \"a\"}}}", true, true, false);
+    /* "auto" beside a constraint: the constraint's grammar, calls parsed from its output */
+    structured_ok("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"auto\", \"structured_outputs\": "
+                  "{\"regex\": \"a\"}}", true, true, true);
+    structured_refused("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"auto\"}", "tool_choice",
+                       "--enable-auto-tool-choice", false);
+    structured_refused("{" USER_X ", \"tool_choice\": \"required\"}", "tool_choice", "'tools' must be set", false);
+    structured_refused("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": {\"type\": \"function\", \"function\": "
+                       "{\"name\": \"b\"}}}", "tool_choice", "'b'", false);
+    structured_refused("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"sometimes\"}", "tool_choice",
+                       "\"required\"", false);
+    structured_refused("{" USER_X ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
+                       "\"parameters\": {\"type\": \"object\", \"properties\": {\"p\": {\"if\": {}}}}}}], "
+                       "\"tool_choice\": \"required\"}", "tool_choice", "'if'", false);
+    structured_refused("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"required\", \"response_format\": "
+                       "{\"type\": \"json_object\"}}", "tool_choice", "only one", false);
+    /* an earlier assistant call's arguments must be JSON text */
+    structured_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
+                       "\"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"a\", "
+                       "\"arguments\": \"{oops\"}}]}]}", "messages[1]", "not valid JSON", false);
+}
 
 static void test_tokenize_and_detokenize_bodies(void) {
     setup();
@@ -586,7 +692,10 @@ int main(void) {
     RUN(test_prompt_longer_than_context_is_400);
     RUN(test_chat_messages_through_the_template);
     RUN(test_chat_errors);
+    RUN(test_structured_output_fields);
+    RUN(test_tools_and_tool_choice);
     RUN(test_tokenize_and_detokenize_bodies);
+    gram_vocab_free(grammar_vocab_made);
     pdl_model_free(model);
     return test_summary();
 }

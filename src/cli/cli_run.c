@@ -15,6 +15,8 @@
 
 #include "cli/cli_args.h"
 #include "cli/cli_batch.h"
+#include "grammar/grammar.h"
+#include "util/file_map.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -37,6 +39,11 @@ static void run_usage(FILE *f) {
             "                          \"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
             "                          or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
+            "  structured output (one of; the output is constrained to it and ends when it is complete):\n"
+            "      --json-schema JSON  a JSON Schema (llama.cpp's -j); --json-schema-file FILE\n"
+            "      --grammar GBNF      a GBNF grammar (llama.cpp's format, rule root); --grammar-file FILE\n"
+            "      --regex RE          the whole output matches RE\n"
+            "      --choice JSON       a JSON list of strings: the output is one of them\n"
             "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
             "      --verbose           also print on stderr the selective-logits probe's decision (accepted or\n"
             "                          rejected, and why)\n"
@@ -56,6 +63,44 @@ static void run_usage(FILE *f) {
 }
 
 #define MAX_SAMPLES 64
+
+/* The one structured-output option given (NULL text: none). */
+typedef struct run_constraint {
+    const char *flag;
+    gram_kind kind;
+    const char *text;  /* the option's value, or a file's path when from_file */
+    bool from_file;
+} run_constraint;
+
+static int take_constraint(run_constraint *c, const char *flag, gram_kind kind, const char *v, bool from_file) {
+    if (c->text) {
+        fprintf(stderr, "error: %s and %s: give one structured-output option\n", c->flag, flag);
+        return -1;
+    }
+    *c = (run_constraint){flag, kind, v, from_file};
+    return 0;
+}
+
+/* Compiles the constraint for model's vocabulary (*out NULL when none). */
+static int compile_constraint(const run_constraint *c, const pdl_model *model, gram_vocab **vocab, gram_grammar **out) {
+    *out = NULL;
+    if (!c->text) return 0;
+    pdl_error err;
+    char *file = NULL;
+    size_t len = 0;
+    if (c->from_file && pdl_read_file(c->text, PDL_READ_MAX_JSON, &file, &len, &err)) {
+        fprintf(stderr, "error: %s: %s\n", c->flag, err.message);
+        return -1;
+    }
+    gram_spec spec = {.kind = c->kind, .text = file ? file : c->text, .len = file ? len : 0};
+    int rc = 0;
+    if (pdl_model_grammar_vocab(model, vocab, &err) || gram_compile(out, *vocab, &spec, &err)) {
+        fprintf(stderr, "error: %s: %s\n", c->flag, err.message);
+        rc = -1;
+    }
+    free(file);
+    return rc;
+}
 
 /* What the request produced, per sample. */
 typedef struct run_output {
@@ -146,6 +191,7 @@ int cli_run(int argc, char **argv) {
     uint64_t seed = 0;
     bool have_seed = false, json = false, ignore_eos = false, verbose = false;
     pdl_kv_dtype kv_dtype = PDL_KV_F16;
+    run_constraint constraint = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -194,6 +240,18 @@ int cli_run(int argc, char **argv) {
                 return CLI_USAGE;
             }
             stops[n_stops++] = v;
+        } else if (strcmp(a, "--json-schema") == 0 || strcmp(a, "-j") == 0) {
+            if (take_constraint(&constraint, a, GRAM_JSON_SCHEMA, v, false)) return CLI_USAGE;
+        } else if (strcmp(a, "--json-schema-file") == 0) {
+            if (take_constraint(&constraint, a, GRAM_JSON_SCHEMA, v, true)) return CLI_USAGE;
+        } else if (strcmp(a, "--grammar") == 0) {
+            if (take_constraint(&constraint, a, GRAM_GBNF, v, false)) return CLI_USAGE;
+        } else if (strcmp(a, "--grammar-file") == 0) {
+            if (take_constraint(&constraint, a, GRAM_GBNF, v, true)) return CLI_USAGE;
+        } else if (strcmp(a, "--regex") == 0) {
+            if (take_constraint(&constraint, a, GRAM_REGEX, v, false)) return CLI_USAGE;
+        } else if (strcmp(a, "--choice") == 0) {
+            if (take_constraint(&constraint, a, GRAM_CHOICE, v, false)) return CLI_USAGE;
         } else if (strcmp(a, "--samples") == 0) {
             if (cli_int(a, v, 1, MAX_SAMPLES, &n_samples)) return CLI_USAGE;
         } else if (strcmp(a, "--logprobs") == 0) {
@@ -266,6 +324,12 @@ int cli_run(int argc, char **argv) {
         pdl_model_free(model);
         return CLI_FAIL;
     }
+    if (batch_file && constraint.text) {
+        fprintf(stderr, "error: %s applies to -p / --tokens, not to --batch-file\n", constraint.flag);
+        pdl_model_free(draft);
+        pdl_model_free(model);
+        return CLI_USAGE;
+    }
     if (batch_file) {
         eo.kv_dtype = kv_dtype;
         int brc = cli_run_batch(model, batch_file, &eo, (int)n_predict);
@@ -277,7 +341,11 @@ int cli_run(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     int rc = CLI_OK;
-    if (tokens_arg) {
+    gram_vocab *gvocab = NULL;
+    gram_grammar *grammar = NULL;
+    if (compile_constraint(&constraint, model, &gvocab, &grammar)) rc = CLI_FAIL;
+    if (rc != CLI_OK) {
+    } else if (tokens_arg) {
         if (cli_token_list("--tokens", tokens_arg, &ids, &n_ids)) rc = CLI_USAGE;
     } else if (pdl_tokenize(model, prompt, strlen(prompt), true, &ids, &n_ids, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
@@ -314,7 +382,7 @@ int cli_run(int argc, char **argv) {
                                               .min_p = min_p, .seed = seed},
                                  .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .stop = stops,
                                  .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
-                                 .n = (int)n_samples};
+                                 .n = (int)n_samples, .grammar = grammar};
         double t1 = now_s();
         if (pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err) ||
             pdl_engine_run_until_idle(engine, &err)) {
@@ -373,6 +441,8 @@ int cli_run(int argc, char **argv) {
         free(out.text[i]);
     }
     pdl_engine_free(engine);
+    if (grammar) gram_grammar_free(grammar);
+    gram_vocab_free(gvocab);
     free(ids);
     pdl_model_free(draft);
     pdl_model_free(model);

@@ -48,6 +48,10 @@ static void serve_usage(FILE *f) {
             "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
             "      --timeout-keep-alive SECONDS  an idle connection closes after this long (default 5)\n"
             "      --disable-log-requests     no log line per request\n"
+            "      --enable-auto-tool-choice  tool_choice \"auto\" (the default with tools): tool calls are parsed\n"
+            "                                 out of the output; without it the model's text is returned as is\n"
+            "      --tool-call-parser NAME    hermes|llama3_json|mistral: the model's tool-call format (default: from\n"
+            "                                 the model's tokens: <tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)\n"
             "\n"
             "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,\n"
             "           POST /detokenize, GET /health, GET /metrics\n");
@@ -90,10 +94,14 @@ int cli_serve(int argc, char **argv) {
             o.engine.no_prefix_caching = true;
         } else if (strcmp(a, "--enable-prefix-caching") == 0) {
             o.engine.no_prefix_caching = false;
+        } else if (strcmp(a, "--enable-auto-tool-choice") == 0) {
+            o.enable_auto_tool_choice = true;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             o.model_path = v;
+        } else if (strcmp(a, "--tool-call-parser") == 0) {
+            o.tool_call_parser = v;
         } else if (strcmp(a, "--host") == 0) {
             o.host = v;
         } else if (strcmp(a, "--port") == 0) {

@@ -25,6 +25,7 @@
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
+#include "engine/structured.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
@@ -37,6 +38,7 @@ struct pdl_engine {
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
     spec_state spec;           /* speculative decoding's proposers */
+    so_rows masked;            /* structured output: masked copies of the rows constrained sequences sample */
     int *max_lens;             /* [cap_max_lens] scratch: each sequence's max_len, for the proposers */
     int cap_max_lens;
     sched sched;
@@ -168,6 +170,7 @@ static void seq_free(eng_seq *q) {
     free(q->held);
     free(q->out);
     pdl_sampler_free(q->sampler);
+    gram_matcher_free(q->matcher);
     pdl_detok_free(q->detok);
     free(q);
 }
@@ -180,6 +183,7 @@ static void request_free(eng_request *r) {
     free(r->logit_bias);
     free(r->min_banned);
     free(r->cache_salt);
+    if (r->grammar) gram_grammar_free(r->grammar);
     free(r);
 }
 
@@ -195,6 +199,7 @@ void pdl_engine_free(pdl_engine *e) {
     sched_free(&e->sched);
     bpool_free(&e->pool);
     spec_free(&e->spec);
+    so_rows_free(&e->masked);
     free(e->max_lens);
     pdl_kv_cache_free(e->kv);
     free(e);
@@ -241,7 +246,8 @@ static eng_seq *seq_new(pdl_engine *e, eng_request *r, int index, const int32_t 
     pdl_sampling sp = r->params.sampling;
     sp.seed += (uint64_t)index; /* sequence i of n draws from seed + i */
     q->sampler = pdl_sampler_new(&sp, e->runner.vocab);
-    if (!q->tokens || !q->sampler) {
+    if (r->grammar) q->matcher = gram_matcher_new(r->grammar);
+    if (!q->tokens || !q->sampler || (r->grammar && !q->matcher)) {
         seq_free(q);
         return NULL;
     }
@@ -279,6 +285,9 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     if (p.n_stop < 0 || p.n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
     for (int i = 0; i < p.n_stop; i++)
         if (!p.stop[i] || !p.stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
+    if (p.grammar && gram_vocab_size(gram_grammar_vocab(p.grammar)) != e->runner.vocab)
+        return pdl_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
+                        gram_vocab_size(gram_grammar_vocab(p.grammar)), e->runner.vocab);
 
     eng_request *r = calloc(1, sizeof *r);
     if (!r) return pdl_fail(err, "request: out of memory");
@@ -309,6 +318,7 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     r->root_hash = bpool_root_hash(r->cache_salt);
     r->salt_check = bpool_extra_check(r->cache_salt);
     r->no_prefix_cache = p.prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
+    if (p.grammar) r->grammar = gram_grammar_ref(p.grammar);
     if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
         request_free(r);
         return pdl_fail_prefix(err, "request");
@@ -469,23 +479,26 @@ static int append_token(eng_seq *q, int32_t tok) {
     return 0;
 }
 
-/* Samples the next token of q from its logits row and emits it; finishes q
- * when a stop condition holds. Returns -1 on out-of-memory. */
 /* Draws the token at q's position n_tokens + ahead from its row of logits
  * (ahead > 0: a row past drafts that were accepted before it; the sampler
  * has recorded them). One draw of the request's random stream, as without
- * speculation. */
-static int32_t draw_token(pdl_engine *e, eng_seq *q, const float *row, int ahead) {
+ * speculation. Under a grammar the draw is from a masked copy of the row
+ * (in scratch slot `ahead`); *used gets the row drawn from, for its
+ * logprobs. -1 (err set) when the grammar cannot go on. */
+static int32_t draw_token(pdl_engine *e, eng_seq *q, const float *row, int ahead, const float **used, pdl_error *err) {
     const eng_request *r = q->req;
     if (e->opts.on_logits)
         e->opts.on_logits(r->id, q->index, q->n_tokens - 1 + ahead, row, e->runner.vocab, e->opts.on_logits_user);
+    if (q->matcher && !(row = so_masked_row(&e->masked, q->matcher, row, ahead, err))) return -1;
+    *used = row;
     bool hold_stops = n_generated(q) + ahead < r->params.min_tokens;
     return pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
 }
 
 /* Appends tok (drawn from row) to q and emits it: logprobs, text with stop
- * strings held back. *reason gets why q must now finish ("stop", "length")
- * or NULL; the caller finishes it (after anything that still needs q). */
+ * strings held back. *reason gets why q must now finish ("stop", "length",
+ * "abort" when the grammar refused the token) or NULL; the caller finishes
+ * it (after anything that still needs q). */
 static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, const char **reason, stop_cause *why,
                       pdl_error *err) {
     *reason = NULL;
@@ -506,9 +519,27 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
     release_into(q, n, &ev);
     emit(q, &ev);
     *why = cause;
+    bool grammar_ok = true, grammar_done = false;
+    if (q->matcher) {
+        /* the draw came from the masked row: only an all -inf row (every
+         * allowed token banned) can give a token the grammar refuses */
+        grammar_ok = gram_matcher_accept_token(q->matcher, tok);
+        grammar_done = grammar_ok && gram_matcher_is_terminated(q->matcher);
+        if (!grammar_ok) engine_log(e, "request %llu: token %d is not allowed by its grammar: ending it",
+                                    (unsigned long long)q->req->id, tok);
+    }
     if (stop_tok || cause.string >= 0) *reason = "stop";
+    else if (!grammar_ok) *reason = "abort";
+    else if (grammar_done) *reason = "stop"; /* the grammar is complete: nothing but EOS could follow */
     else if (q->n_tokens >= max_len(e, q)) *reason = "length";
     return 0;
+}
+
+/* The grammar of q cannot go on (no token continues it) or ran out of
+ * memory: q ends ("abort"), the engine goes on. */
+static void grammar_failed(pdl_engine *e, eng_seq *q, const pdl_error *why) {
+    engine_log(e, "request %llu: %s", (unsigned long long)q->req->id, why->message);
+    finish(e, q, "abort", (stop_cause){-1, -1});
 }
 
 /* Samples q's next token from its row, emits it, and finishes q when a
@@ -516,7 +547,14 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
 static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
     const char *reason;
     stop_cause why;
-    if (emit_token(e, q, row, draw_token(e, q, row, 0), &reason, &why, err)) return -1;
+    const float *used;
+    pdl_error gerr;
+    int32_t tok = draw_token(e, q, row, 0, &used, &gerr);
+    if (tok < 0) {
+        grammar_failed(e, q, &gerr);
+        return 0;
+    }
+    if (emit_token(e, q, used, tok, &reason, &why, err)) return -1;
     if (reason) finish(e, q, reason, why);
     return 0;
 }
@@ -529,28 +567,45 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
  * after the last draft), are emitted in order, stopping at a stop
  * condition; the K/V of rejected drafts is left behind (n_computed covers
  * the accepted ones only, and later rows overwrite the rest before any row
- * reads it). */
+ * reads it). Under a grammar, row j is masked by the matcher's state after
+ * drafts 0 .. j-1 (k + 1 masks), and the matcher is rolled back before the
+ * emitted tokens are fed to it again one by one. */
 static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows, pdl_error *err) {
     int nd = q->n_draft, V = e->runner.vocab, accepted = 0;
     int32_t drawn[PDL_MAX_SPEC_TOKENS + 1];
-    int n_drawn = 0;
+    const float *used[PDL_MAX_SPEC_TOKENS + 1];
+    int n_drawn = 0, fed = 0; /* fed: drafts given to the matcher to mask the rows after them */
+    pdl_error gerr;
+    bool failed = false;
     for (int j = 0; j <= nd; j++) {
-        drawn[n_drawn++] = draw_token(e, q, rows + (size_t)j * (size_t)V, j);
+        int32_t tok = draw_token(e, q, rows + (size_t)j * (size_t)V, j, &used[n_drawn], &gerr);
+        if (tok < 0) {
+            failed = true;
+            break;
+        }
+        drawn[n_drawn++] = tok;
         if (j == nd || drawn[j] != q->draft[j]) break;
         accepted++;
+        if (q->matcher) {
+            if (!gram_matcher_accept_token(q->matcher, tok)) break; /* cannot happen: drawn from the mask */
+            fed++;
+        }
     }
+    if (fed) gram_matcher_rollback(q->matcher, fed);
     spec_verified(&e->spec, q, accepted); /* before emitting: the sequence may end in it */
     const char *reason = NULL;
     stop_cause why = {-1, -1};
     int emitted = 0;
     while (emitted < n_drawn && !reason) {
-        if (emit_token(e, q, rows + (size_t)emitted * (size_t)V, drawn[emitted], &reason, &why, err)) return -1;
+        if (emit_token(e, q, used[emitted], drawn[emitted], &reason, &why, err)) return -1;
         emitted++;
     }
     int valid = accepted < emitted - 1 ? accepted : emitted - 1; /* accepted drafts now in tokens */
+    if (valid < 0) valid = 0;
     q->n_computed = start + 1 + valid;
     sched_cache_full_blocks(&e->sched, q);
     if (reason) finish(e, q, reason, why);
+    else if (failed) grammar_failed(e, q, &gerr);
     return 0;
 }
 

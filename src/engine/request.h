@@ -15,6 +15,7 @@
 
 #include "engine/block_pool.h"
 #include "engine/stop_match.h"
+#include "grammar/grammar.h"
 #include "pagedlm.h"
 
 typedef enum eng_seq_state {
@@ -37,6 +38,7 @@ typedef struct eng_request {
     bpool_hash root_hash;       /* the chain value before the first block (salt folded in) */
     uint64_t salt_check;        /* bpool_extra_check of the salt, kept beside first blocks */
     bool no_prefix_cache;       /* prompt logprobs: every prompt row is computed */
+    gram_grammar *grammar;      /* structured output (a reference of our own), or NULL */
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;
@@ -63,6 +65,7 @@ typedef struct eng_seq {
     int n_cached_prompt;        /* prompt tokens the prefix cache gave at the first admission (-1 = not yet) */
 
     pdl_sampler *sampler;
+    gram_matcher *matcher;      /* where the output is in the request's grammar (NULL = none) */
     pdl_detok *detok;
     char *held;                 /* text held back while it may start a stop string */
     size_t held_len, held_cap;

@@ -164,6 +164,9 @@ int gram_json_rules_init(gram_ir *ir, gram_json_rules *j);
  * keeps them small). */
 int32_t gram_json_char(gram_ir *ir, bool any_unicode_escape);
 /* Any JSON number. */
+/* Digits a generated number may have in its integer part and in its
+ * fraction (beyond those a schema's bounds need): gram_json.c, gram_numrange.c. */
+#define GRAM_NUM_MAX_DIGITS 16
 int32_t gram_json_any_number(gram_ir *ir);
 /* A JSON string literal for the bytes s[0..n) (escaped as JSON does). */
 int32_t gram_json_string_literal(gram_ir *ir, const char *s, size_t n);

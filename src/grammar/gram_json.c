@@ -99,12 +99,16 @@ int32_t gram_json_string_literal(gram_ir *ir, const char *s, size_t n) {
     return r;
 }
 
+/* Generated numbers have at most GRAM_NUM_MAX_DIGITS integer digits and as
+ * many fraction digits, and at most 3 exponent digits (llama.cpp's JSON
+ * grammars cap them alike): more is never needed for a double, and a model
+ * cannot run away on digits (a random-weight model writes zeros forever). */
 static int32_t number(gram_ir *ir) {
     int32_t digit = gx_byte_range(ir, '0', '9');
-    int32_t integer = gx_altv(ir, gx_str(ir, "0"), gx_seqv(ir, gx_byte_range(ir, '1', '9'), gx_star(ir, digit), GX_END),
-                              GX_END);
-    int32_t frac = gx_seqv(ir, gx_str(ir, "."), gx_plus(ir, digit), GX_END);
-    int32_t exp = gx_seqv(ir, chars(ir, "eE"), gx_opt(ir, chars(ir, "+-")), gx_plus(ir, digit), GX_END);
+    int32_t integer = gx_altv(ir, gx_str(ir, "0"), gx_seqv(ir, gx_byte_range(ir, '1', '9'),
+                              gx_repeat(ir, digit, 0, GRAM_NUM_MAX_DIGITS - 1), GX_END), GX_END);
+    int32_t frac = gx_seqv(ir, gx_str(ir, "."), gx_repeat(ir, digit, 1, GRAM_NUM_MAX_DIGITS), GX_END);
+    int32_t exp = gx_seqv(ir, chars(ir, "eE"), gx_opt(ir, chars(ir, "+-")), gx_repeat(ir, digit, 1, 3), GX_END);
     return gx_seqv(ir, gx_opt(ir, gx_str(ir, "-")), integer, gx_opt(ir, frac), gx_opt(ir, exp), GX_END);
 }
 

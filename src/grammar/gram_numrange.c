@@ -168,9 +168,9 @@ static int32_t pos_range(gram_ir *ir, const char *a, const char *b) {
         else memset(hi, '9', len), hi[len] = 0;
         kids[k++] = same_len(ir, lo, hi);
     }
-    if (!b) /* longer than a: any digits */
-        kids[k++] = gx_seqv(ir, digit_range(ir, '1', '9'), gx_repeat(ir, digit_range(ir, '0', '9'), (int32_t)la, GX_INF),
-                            GX_END);
+    if (!b && la < GRAM_NUM_MAX_DIGITS) /* longer than a: any digits, up to the cap */
+        kids[k++] = gx_seqv(ir, digit_range(ir, '1', '9'),
+                            gx_repeat(ir, digit_range(ir, '0', '9'), (int32_t)la, GRAM_NUM_MAX_DIGITS - 1), GX_END);
     return gx_alt(ir, kids, k);
 }
 
@@ -188,25 +188,35 @@ static int32_t nonneg_int_range(gram_ir *ir, const char *a, const char *b) {
  * ------------------------------------------------------------------------- */
 
 /* The fraction digits after one prefix: whether no more digits is allowed
- * (the rest is zero) and the expression of a non-empty rest. lo / hi: the
- * bounds' remaining digits (NULL: no bound on that side any more). */
-static void frac(gram_ir *ir, const char *lo, bool ls, const char *hi, bool hs, bool *empty_ok, int32_t *nonempty) {
+ * (the rest is zero) and the expression of a non-empty rest of at most left
+ * digits. lo / hi: the bounds' remaining digits (NULL: no bound on that side
+ * any more). */
+static void frac(gram_ir *ir, const char *lo, bool ls, const char *hi, bool hs, int left, bool *empty_ok,
+                 int32_t *nonempty) {
     int32_t digit = digit_range(ir, '0', '9');
     if (!lo && !hi) {
         *empty_ok = true;
-        *nonempty = gx_plus(ir, digit);
+        *nonempty = left > 0 ? gx_repeat(ir, digit, 1, left) : gx_none(ir);
         return;
     }
     if (lo && !*lo && !hi) {
         *empty_ok = !ls;
-        *nonempty = ls ? gx_seqv(ir, gx_star(ir, digit), digit_range(ir, '1', '9'), gx_star(ir, digit), GX_END)
-                       : gx_plus(ir, digit);
+        if (left <= 0) *nonempty = gx_none(ir);
+        else if (ls) /* some digit must be non-zero: zeros, that digit, any digits */
+            *nonempty = gx_seqv(ir, gx_repeat(ir, gx_str(ir, "0"), 0, left - 1), digit_range(ir, '1', '9'),
+                                gx_repeat(ir, digit, 0, left - 1), GX_END);
+        else *nonempty = gx_repeat(ir, digit, 1, left);
         return;
     }
     if (hi && !*hi && (!lo || !*lo)) {
         bool ok = !hs && !(lo && ls);
         *empty_ok = ok;
-        *nonempty = ok ? gx_plus(ir, gx_str(ir, "0")) : gx_none(ir);
+        *nonempty = ok && left > 0 ? gx_repeat(ir, gx_str(ir, "0"), 1, left) : gx_none(ir);
+        return;
+    }
+    if (left <= 0) {
+        *empty_ok = (!lo || (!*lo && !ls)) && (!hi || *hi || !hs);
+        *nonempty = gx_none(ir);
         return;
     }
     bool lower_ok = !lo || (!*lo && !ls);
@@ -226,24 +236,26 @@ static void frac(gram_ir *ir, const char *lo, bool ls, const char *hi, bool hs, 
         }
         if ((!free_digit || c == '9') && run_lo) {
             char run_hi = free_digit ? c : (char)(c - 1);
-            kids[k++] = gx_seqv(ir, digit_range(ir, run_lo, run_hi), gx_star(ir, digit), GX_END);
+            kids[k++] = gx_seqv(ir, digit_range(ir, run_lo, run_hi), gx_repeat(ir, digit, 0, left - 1), GX_END);
             run_lo = 0;
         }
         if (excluded || free_digit) continue;
         bool e;
         int32_t ne;
-        frac(ir, nlo, ls, nhi, hs, &e, &ne);
+        frac(ir, nlo, ls, nhi, hs, left - 1, &e, &ne);
         int32_t rest = e ? gx_altv(ir, gx_empty(ir), ne, GX_END) : ne;
         kids[k++] = gx_seqv(ir, digit_range(ir, c, c), rest, GX_END);
     }
     *nonempty = gx_alt(ir, kids, k);
 }
 
-/* "" or "." digits, per frac(). */
+/* "" or "." digits, per frac(): at most GRAM_NUM_MAX_DIGITS past the
+ * bounds' own digits (so every bound stays reachable). */
 static int32_t frac_part(gram_ir *ir, const char *lo, bool ls, const char *hi, bool hs) {
     bool e;
     int32_t ne;
-    frac(ir, lo, ls, hi, hs, &e, &ne);
+    size_t bl = lo ? strlen(lo) : 0, bh = hi ? strlen(hi) : 0;
+    frac(ir, lo, ls, hi, hs, GRAM_NUM_MAX_DIGITS + (int)(bl > bh ? bl : bh), &e, &ne);
     int32_t dot = gx_seqv(ir, gx_str(ir, "."), ne, GX_END);
     return e ? gx_altv(ir, gx_empty(ir), dot, GX_END) : dot;
 }

@@ -411,10 +411,11 @@ static int32_t compile_number(sc *c, json_t *s, bool integer) {
     }
     if (!has_lo && !has_hi) {
         if (!integer) return gram_json_any_number(c->ir);
-        /* 0, or an optional minus and no leading zero ("-0" is left out) */
+        /* 0, or an optional minus and no leading zero ("-0" is left out); at
+         * most GRAM_NUM_MAX_DIGITS digits */
         return gx_altv(c->ir, gx_str(c->ir, "0"),
                        gx_seqv(c->ir, gx_opt(c->ir, gx_str(c->ir, "-")), gx_byte_range(c->ir, '1', '9'),
-                               gx_star(c->ir, gx_byte_range(c->ir, '0', '9')), GX_END),
+                               gx_repeat(c->ir, gx_byte_range(c->ir, '0', '9'), 0, GRAM_NUM_MAX_DIGITS - 1), GX_END),
                        GX_END);
     }
     int32_t out;

@@ -17,12 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/api_tools.h"
+
 #define JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
 /* ---- small JSON helpers ------------------------------------------------------ */
 
-/* A JSON string of n bytes; bytes that are not UTF-8 become U+FFFD. */
-static json_t *jstrn(const char *s, size_t n) {
+json_t *srv_json_text(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
     sbuf b = {0};
@@ -52,6 +53,7 @@ static json_t *jstrn(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
+static json_t *jstrn(const char *s, size_t n) { return srv_json_text(s, n); }
 static json_t *jstr(const char *s) { return jstrn(s, strlen(s)); }
 
 static json_t *jlogprob(float lp) { return json_real(isfinite(lp) ? (double)lp : -9999.0); }
@@ -129,6 +131,7 @@ typedef struct choice {
     char *stop_string;  /* what ended the choice (stop_reason): a stop string, */
     int32_t stop_token; /* or a stop token id (-1 = neither) */
     json_t *lp;         /* generated logprobs so far (non-streaming): completions {tokens, ...}; chat [..] */
+    srv_tool_output *tools; /* chat with tool calls parsed out of the text (req->parse_tools), else NULL */
     bool started;       /* streaming: echo chunk sent */
 } choice;
 
@@ -176,6 +179,11 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
         const srv_prompt *sp = &req->prompts[c->prompt];
         c->prev = sp->n_ids ? sp->ids[sp->n_ids - 1] : -1;
         c->stop_token = -1;
+        if (req->parse_tools && req->kind == SRV_API_CHAT) {
+            uint64_t seed = 0xcbf29ce484222325ull; /* call ids from the response id and the choice (FNV-1a) */
+            for (const char *q = id; *q; q++) seed = (seed ^ (unsigned char)*q) * 0x100000001b3ull;
+            ok = (c->tools = srv_tool_output_new(req, seed + (uint64_t)i)) != NULL;
+        }
     }
     if (!ok) {
         srv_response_free(r);
@@ -190,6 +198,7 @@ void srv_response_free(srv_response *r) {
         sbuf_free(&r->choices[i].text);
         free(r->choices[i].stop_string);
         json_decref(r->choices[i].lp);
+        srv_tool_output_free(r->choices[i].tools);
     }
     for (int p = 0; r->prompts && p < r->n_prompts; p++) {
         for (size_t k = 0; k < r->prompts[p].n; k++) {
@@ -459,6 +468,12 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
         }
         sbuf_append(&c->text, ev->text, ev->text_len);
         c->chars += utf8_chars(ev->text, ev->text_len);
+        if (c->tools) {
+            if (srv_tool_output_feed(c->tools, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text, ev->text_len,
+                                     NULL) ||
+                (ev->kind == PDL_EVENT_FINISHED && srv_tool_output_finish(c->tools, NULL)))
+                c->text.oom = true;
+        }
     }
 }
 
@@ -495,7 +510,8 @@ char *srv_response_body(srv_response *r, size_t *len) {
         if (chat) {
             json_t *msg = json_object();
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", jstrn(gen, c->text.len));
+            if (c->tools) srv_tool_output_message(c->tools, msg);
+            else json_object_set_new(msg, "content", jstrn(gen, c->text.len));
             json_object_set_new(ch, "message", msg);
             json_object_set_new(ch, "logprobs", r->req->logprobs >= 0 ? json_pack("{s:o}", "content",
                                 c->lp ? json_incref(c->lp) : json_array()) : json_null());
@@ -520,7 +536,9 @@ char *srv_response_body(srv_response *r, size_t *len) {
             }
             json_object_set_new(ch, "logprobs", lp);
         }
-        json_object_set_new(ch, "finish_reason", json_string(c->finish ? c->finish : "abort"));
+        const char *finish = c->finish ? c->finish : "abort";
+        if (c->tools) finish = srv_tool_output_finish_reason(c->tools, finish);
+        json_object_set_new(ch, "finish_reason", json_string(finish));
         json_object_set_new(ch, "stop_reason", stop_reason_json(c));
         if (i) sbuf_puts(&b, ",");
         put_object_open(&b, ch);
@@ -573,23 +591,42 @@ static void sse_send(const srv_response *r, json_t *chunk, json_t *choice, sbuf 
     free(s);
 }
 
-/* One chunk for choice i: text (len bytes, may be none), its logprobs (or
- * NULL), and the finish reason (or NULL; then stop_reason is null too). */
-static void send_choice(const srv_response *r, int i, const char *text, size_t len, json_t *lp, const char *finish,
-                        sbuf *out) {
+/* One chunk for choice i: a chat delta, or completion text (len bytes, may
+ * be none), its logprobs (or NULL), and the finish reason (or NULL; then
+ * stop_reason is null too). delta and lp are consumed. */
+static void send_chunk(const srv_response *r, int i, json_t *delta, const char *text, size_t len, json_t *lp,
+                       const char *finish, sbuf *out) {
     json_t *ch = json_object();
     json_object_set_new(ch, "index", json_integer(i));
-    if (r->req->kind == SRV_API_CHAT) {
-        json_t *delta = json_object();
-        if (len || !finish) json_object_set_new(delta, "content", jstrn(text, len));
-        json_object_set_new(ch, "delta", delta);
-    } else {
-        json_object_set_new(ch, "text", jstrn(text, len));
-    }
+    if (r->req->kind == SRV_API_CHAT) json_object_set_new(ch, "delta", delta ? delta : json_object());
+    else json_object_set_new(ch, "text", jstrn(text, len));
     json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(ch, "stop_reason", finish ? stop_reason_json(&r->choices[i]) : json_null());
     sse_send(r, chunk_new(r), ch, out);
+}
+
+static void send_choice(const srv_response *r, int i, const char *text, size_t len, json_t *lp, const char *finish,
+                        sbuf *out) {
+    json_t *delta = NULL;
+    if (r->req->kind == SRV_API_CHAT) {
+        delta = json_object();
+        if (len || !finish) json_object_set_new(delta, "content", jstrn(text, len));
+    }
+    send_chunk(r, i, delta, text, len, lp, finish, out);
+}
+
+/* Tool-call parsing: the deltas one piece of text gave, one chunk each (the
+ * first carries the token's logprobs; with none, a chunk with an empty delta
+ * does). */
+static void send_tool_deltas(srv_response *r, int i, json_t *deltas, json_t *lp, sbuf *out) {
+    size_t n = json_array_size(deltas);
+    for (size_t k = 0; k < n; k++) {
+        send_chunk(r, i, json_incref(json_array_get(deltas, k)), NULL, 0, lp, NULL, out);
+        lp = NULL;
+    }
+    if (lp) send_chunk(r, i, NULL, NULL, 0, lp, NULL, out);
+    json_decref(deltas);
 }
 
 void srv_response_stream_begin(srv_response *r, sbuf *out) {
@@ -645,13 +682,28 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
             }
             c->prev = ev->token;
             c->chars += utf8_chars(ev->text, ev->text_len);
-            if (ev->text_len || lp) send_choice(r, i, ev->text, ev->text_len, lp, NULL, out);
+            if (c->tools) {
+                json_t *deltas = json_array();
+                if (srv_tool_output_feed(c->tools, ev->token, ev->text, ev->text_len, deltas)) out->oom = true;
+                send_tool_deltas(r, i, deltas, lp, out);
+            } else if (ev->text_len || lp) {
+                send_choice(r, i, ev->text, ev->text_len, lp, NULL, out);
+            }
         } else {
             c->finish = ev->finish_reason;
             take_stop_reason(c, ev);
             if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
             c->chars += utf8_chars(ev->text, ev->text_len);
-            send_choice(r, i, ev->text, ev->text_len, NULL, ev->finish_reason, out);
+            if (c->tools) {
+                json_t *deltas = json_array();
+                if (srv_tool_output_feed(c->tools, -1, ev->text, ev->text_len, deltas) ||
+                    srv_tool_output_finish(c->tools, deltas))
+                    out->oom = true;
+                send_tool_deltas(r, i, deltas, NULL, out);
+                send_chunk(r, i, NULL, NULL, 0, NULL, srv_tool_output_finish_reason(c->tools, ev->finish_reason), out);
+            } else {
+                send_choice(r, i, ev->text, ev->text_len, NULL, ev->finish_reason, out);
+            }
         }
     }
 }

@@ -24,6 +24,10 @@
 #include "server/engine_loop.h"
 #include "server/sbuf.h"
 
+/* A JSON string of n bytes (NUL bytes kept); bytes that are not UTF-8
+ * become U+FFFD. Never NULL ("" when out of memory). */
+json_t *srv_json_text(const char *s, size_t n);
+
 /* {"error": {"message", "type", "param", "code"}} (malloc'ed). */
 char *srv_error_body(const srv_api_error *e, size_t *len);
 

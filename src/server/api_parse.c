@@ -227,6 +227,32 @@ static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_req
 
 /* ---- chat messages -------------------------------------------------------- */
 
+/* An assistant message's tool_calls: each call's "arguments" JSON text
+ * becomes the object it encodes, as chat templates expect (they write it
+ * with tojson), as vLLM does. */
+static int tool_call_arguments_as_objects(json_t *msg, const char *param, srv_api_error *err) {
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (!calls || json_is_null(calls)) return 0;
+    if (!json_is_array(calls)) return BAD(param, "'%s.tool_calls' must be a list", param);
+    size_t i;
+    json_t *call;
+    json_array_foreach(calls, i, call) {
+        json_t *fn = json_is_object(call) ? json_object_get(call, "function") : NULL;
+        if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name")))
+            return BAD(param, "'%s.tool_calls[%zu]' must be {\"id\", \"type\": \"function\", \"function\": "
+                       "{\"name\", \"arguments\"}}", param, i);
+        json_t *args = json_object_get(fn, "arguments");
+        if (!json_is_string(args)) continue;
+        json_error_t je;
+        json_t *obj = json_loadb(json_string_value(args), json_string_length(args), JSON_DECODE_ANY, &je);
+        if (!obj)
+            return BAD(param, "'%s.tool_calls[%zu].function.arguments' is not valid JSON: %s (column %d)", param, i,
+                       je.text, je.column);
+        json_object_set_new(fn, "arguments", obj);
+    }
+    return 0;
+}
+
 /* The messages with every content reduced to a string (text parts joined by
  * newlines, as vLLM's "string" content format), ready for a template. */
 static int normalize_messages(const json_t *body, json_t **out, srv_api_error *err) {
@@ -256,6 +282,10 @@ static int normalize_messages(const json_t *body, json_t **out, srv_api_error *e
             return srv_api_fail(err, 500, NULL, "out of memory");
         }
         json_array_append_new(norm, copy);
+        if (tool_call_arguments_as_objects(copy, param, err)) {
+            json_decref(norm);
+            return -1;
+        }
         const json_t *content = json_object_get(m, "content");
         if (!content || json_is_null(content) || json_is_string(content)) continue;
         if (!json_is_array(content)) {
@@ -424,17 +454,6 @@ static int refuse_unsupported(const json_t *body, srv_api_kind kind, int n, srv_
     long long best_of = n;
     if (get_int(body, "best_of", 1, SRV_MAX_N, &best_of, NULL, err)) return -1;
     if (best_of != n) return BAD("best_of", "'best_of' other than n is not supported");
-    if (kind == SRV_API_CHAT) {
-        if ((v = field(body, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-            return BAD("tools", "'tools' (function calling) is not supported");
-        if ((v = field(body, "tool_choice")) && !(json_is_string(v) && strcmp(json_string_value(v), "none") == 0))
-            return BAD("tool_choice", "'tool_choice' other than \"none\" is not supported");
-        if ((v = field(body, "response_format"))) {
-            const json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-            if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-                return BAD("response_format", "'response_format' other than {\"type\": \"text\"} is not supported");
-        }
-    }
     return 0;
 }
 
@@ -500,6 +519,7 @@ static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_requ
     p->n = (int)ll;
     if (refuse_unsupported(body, r->kind, p->n, err)) return -1;
     if (get_bool(body, "ignore_eos", &p->ignore_eos, err)) return -1;
+    if (srv_parse_structured(c, body, r, err)) return -1;
     if (parse_stop(body, r, c->vocab, err)) return -1;
     if (parse_logit_bias(body, r, c->vocab, err)) return -1;
     ll = 0;
@@ -638,6 +658,8 @@ void srv_gen_request_free(srv_gen_request *r) {
     free(r->stop_ids);
     free(r->logit_bias);
     free(r->cache_salt);
+    free(r->tool_name);
+    if (r->grammar) gram_grammar_free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

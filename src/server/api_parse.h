@@ -12,8 +12,8 @@
  * What it is not for: HTTP (http.c), running requests (engine_loop.c),
  * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
  * does (`user`, `metadata` are checked for type and ignored); known fields
- * the engine cannot honour (suffix, tools, best_of > n, ...) are refused
- * rather than silently dropped.
+ * the engine cannot honour (suffix, best_of > n, ...) are refused rather
+ * than silently dropped. Structured output and tools: api_structured.c.
  */
 #ifndef PDL_SERVER_API_PARSE_H
 #define PDL_SERVER_API_PARSE_H
@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grammar/grammar.h"
 #include "pagedlm.h"
 
 #define SRV_MAX_BODY_DEFAULT ((size_t)4 << 20) /* 4 MiB */
@@ -78,6 +79,14 @@ typedef struct srv_gen_request {
     bool discard_output;       /* echo with max_tokens 0: one token is generated, then dropped */
     int logprobs;              /* top-N per generated token; -1 = none (chat: top_logprobs when logprobs) */
     int prompt_logprobs;       /* the prompt_logprobs field (vLLM): top-N per prompt token; -1 = none */
+    /* structured output and tools (api_structured.c) */
+    gram_grammar *grammar;     /* the compiled constraint (params.grammar), or NULL */
+    bool parse_tools;          /* the output is parsed for tool calls in tool_format */
+    gram_tool_format tool_format;
+    bool tool_calls_finish;    /* finish_reason "tool_calls" when calls came out ("auto", "required") */
+    bool tool_parallel;        /* "required": one or more calls (parallel_tool_calls) */
+    char *tool_name;           /* a named tool_choice, or NULL */
+    const gram_vocab *tool_vocab; /* parse_tools: the model's grammar vocabulary (control tokens' text) */
 } srv_gen_request;
 
 /* The chat template step: messages -> prompt ids (and the rendered text).
@@ -93,6 +102,13 @@ typedef struct srv_parse_ctx {
     int vocab;
     srv_chat_prompt_fn chat_prompt; /* NULL: the model has no chat template */
     void *chat_user;
+    /* structured output: the model's grammar vocabulary, made on first use
+     * (NULL with *err when it cannot be); NULL fn = not available */
+    const struct gram_vocab *(*grammar_vocab)(void *user, pdl_error *err);
+    void *grammar_user;
+    bool auto_tool_choice;         /* --enable-auto-tool-choice */
+    bool tool_parser_set;          /* --tool-call-parser NAME given: tool_format */
+    gram_tool_format tool_format;
 } srv_parse_ctx;
 
 /* 413 when a body of len bytes exceeds limit (0 = the default 4 MiB). */
@@ -109,6 +125,13 @@ int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *e
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
 int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
 void srv_gen_request_free(srv_gen_request *r);
+
+/* The structured-output fields (response_format, structured_outputs,
+ * guided_*, grammar, json_schema) and, for chat, tools / tool_choice /
+ * parallel_tool_calls: compiles the one constraint into r->grammar and sets
+ * the tool-call fields of r. 400 naming the field for what is wrong
+ * (api_structured.c). */
+int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err);
 
 /* POST /tokenize (vLLM): {"prompt": text, "add_special_tokens": true} or
  * {"messages": [...], "add_generation_prompt": true}. */

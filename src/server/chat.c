@@ -104,6 +104,9 @@ int srv_chat_prompt(void *user, const json_t *messages, const json_t *request, i
         return srv_api_fail(err, 500, NULL, "out of memory");
     }
     json_object_set(ctx, "messages", (json_t *)messages);
+    /* the tools go to the template whatever tool_choice says (vLLM's default) */
+    const json_t *tools = json_object_get(request, "tools");
+    if (json_is_array(tools) && json_array_size(tools) > 0) json_object_set(ctx, "tools", (json_t *)tools);
     json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_gen && !continue_final));
     char *json = json_dumps(ctx, JSON_COMPACT | JSON_ENCODE_ANY);
     json_decref(ctx);

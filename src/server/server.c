@@ -93,6 +93,47 @@ static uint64_t entropy(void) {
 
 static void engine_log(const char *line, void *user) { srv_log(user, "%s", line); }
 
+/* srv_parse_ctx.grammar_vocab: the model's grammar vocabulary, made by the
+ * first request that needs one; later requests share it read-only. */
+static const struct gram_vocab *grammar_vocab(void *user, pdl_error *err) {
+    srv_server *s = user;
+    pthread_mutex_lock(&s->grammar_mu);
+    if (!s->grammar_vocab_tried) {
+        s->grammar_vocab_tried = true;
+        pdl_error e;
+        if (pdl_model_grammar_vocab(s->model, &s->grammar_vocab, &e))
+            snprintf(s->grammar_vocab_error, sizeof s->grammar_vocab_error, "%s", e.message);
+    }
+    const struct gram_vocab *v = s->grammar_vocab;
+    if (!v) snprintf(err->message, sizeof err->message, "%s", s->grammar_vocab_error);
+    pthread_mutex_unlock(&s->grammar_mu);
+    return v;
+}
+
+/* The model's tool-call format when its vocabulary makes it plain: a single
+ * token <tool_call> (Qwen, Hermes), [TOOL_CALLS] (Mistral) or
+ * <|python_tag|> (Llama 3.1+). false when none of them is one token. */
+static bool tool_format_from_tokens(const pdl_model *model, gram_tool_format *out) {
+    static const struct {
+        const char *text;
+        gram_tool_format fmt;
+    } marks[] = {{"<tool_call>", GRAM_TOOLS_HERMES}, {"[TOOL_CALLS]", GRAM_TOOLS_MISTRAL},
+                 {"<|python_tag|>", GRAM_TOOLS_LLAMA3_JSON}};
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        pdl_error e;
+        bool one = pdl_tokenize_ex(model, marks[i].text, strlen(marks[i].text), PDL_TOK_PARSE_SPECIAL, &ids, &n,
+                                   &e) == 0 && n == 1;
+        free(ids);
+        if (one) {
+            *out = marks[i].fmt;
+            return true;
+        }
+    }
+    return false;
+}
+
 static void *loader_main(void *arg) {
     srv_server *s = arg;
     pdl_error err = {{0}};
@@ -127,12 +168,19 @@ static void *loader_main(void *arg) {
         s->draft = draft;
         s->engine = engine;
         s->chat = chat;
+        gram_tool_format fmt = s->tool_format;
+        bool fmt_known = s->tool_parser_set || tool_format_from_tokens(model, &fmt);
         s->parse = (srv_parse_ctx){.model = model,
                                    .model_name = s->model_name,
                                    .ctx_len = srv_engine_max_model_len(engine),
                                    .vocab = info.vocab,
                                    .chat_prompt = chat ? srv_chat_prompt : NULL,
-                                   .chat_user = chat};
+                                   .chat_user = chat,
+                                   .grammar_vocab = grammar_vocab,
+                                   .grammar_user = s,
+                                   .auto_tool_choice = s->auto_tool_choice,
+                                   .tool_parser_set = fmt_known,
+                                   .tool_format = fmt};
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
         snprintf(s->load_error, sizeof s->load_error, "%s", err.message);
@@ -155,6 +203,8 @@ static void *loader_main(void *arg) {
 
 static void server_free(srv_server *s) {
     pthread_cond_destroy(&s->requests_cv);
+    pthread_mutex_destroy(&s->grammar_mu);
+    gram_vocab_free(s->grammar_vocab);
     free(s->model_path);
     free(s->model_name);
     free(s->api_key);
@@ -188,6 +238,12 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
         free(s);
         return pdl_fail(err, "serve: cannot create a mutex");
     }
+    if (pthread_mutex_init(&s->grammar_mu, NULL) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->requests_cv);
+        free(s);
+        return pdl_fail(err, "serve: cannot create a mutex");
+    }
     s->model_path = strdup(o->model_path);
     s->model_name = strdup(o->served_model_name ? o->served_model_name : o->model_path);
     s->api_key = dup_or_null(o->api_key && o->api_key[0] ? o->api_key : NULL);
@@ -198,6 +254,15 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->test_load_delay_ms = o->test_load_delay_ms;
     s->draft_model_path = dup_or_null(o->draft_model_path);
     s->log_requests = o->log_requests;
+    s->auto_tool_choice = o->enable_auto_tool_choice;
+    if (o->tool_call_parser) {
+        if (gram_tool_format_parse(o->tool_call_parser, &s->tool_format)) {
+            server_free(s);
+            return pdl_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral)",
+                            o->tool_call_parser);
+        }
+        s->tool_parser_set = true;
+    }
     s->model_opts = o->model;
     s->engine_opts = o->engine;
     s->engine_opts.log = engine_log;

@@ -30,6 +30,8 @@ typedef struct srv_options {
     int test_load_delay_ms;         /* tests only: the loader waits this long first (the 503 window) */
     const char *draft_model_path;   /* speculative decoding with a draft model (engine.spec_method) */
     bool log_requests;              /* one log line per request */
+    bool enable_auto_tool_choice;   /* tool_choice "auto" parses tool calls out of the output (vLLM's flag) */
+    const char *tool_call_parser;   /* "hermes" | "llama3_json" | "mistral"; NULL = from the model's tokens */
     pdl_model_options model;
     pdl_engine_options engine;      /* .log is set by the server */
     pdl_log_fn log;                 /* NULL = no logging */

@@ -26,6 +26,9 @@ struct srv_server {
     int test_load_delay_ms;      /* the loader waits this long first (tests of the loading state) */
     char *draft_model_path;      /* loaded beside the model; NULL = none */
     bool log_requests;
+    bool auto_tool_choice;       /* --enable-auto-tool-choice */
+    bool tool_parser_set;        /* --tool-call-parser given */
+    gram_tool_format tool_format;
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
     pdl_log_fn log;
@@ -52,6 +55,13 @@ struct srv_server {
     srv_engine *engine;
     srv_chat *chat;
     srv_parse_ctx parse;
+
+    /* structured output: the model's grammar vocabulary, made on first use
+     * (about 0.1 s for a 150k vocabulary) under grammar_mu */
+    pthread_mutex_t grammar_mu;
+    struct gram_vocab *grammar_vocab;
+    bool grammar_vocab_tried;
+    char grammar_vocab_error[PDL_ERROR_MAX];
 };
 
 void srv_log(srv_server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,36 @@
+/*
+ * structured.h - structured output inside the engine: one grammar matcher
+ * per sequence, and the masked copy of each row it samples from.
+ *
+ * The forward and the rest of the batch never see a grammar: only the rows
+ * a sequence samples (its decode row, its completing prefill row, the k + 1
+ * rows of a verification) are copied and masked, so a constrained request
+ * costs the others nothing and its own logits rows are those of an
+ * unconstrained one. The sampler then runs on the masked row with every
+ * parameter as usual, and logprobs are computed from it (they are
+ * log-probabilities after masking).
+ */
+#ifndef PDL_ENGINE_STRUCTURED_H
+#define PDL_ENGINE_STRUCTURED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "grammar/grammar.h"
+#include "pagedlm.h"
+
+/* The engine's scratch for masked rows: one per row of a verification. */
+typedef struct so_rows {
+    float *rows;     /* [PDL_MAX_SPEC_TOKENS + 1][vocab], allocated on first use */
+    uint64_t *bits;  /* [mask words] */
+    int vocab;
+} so_rows;
+
+void so_rows_free(so_rows *s);
+
+/* The tokens m allows next applied to a copy of row, in scratch slot `slot`
+ * (0 .. PDL_MAX_SPEC_TOKENS). NULL (with err) when out of memory, or when no
+ * token may follow: the grammar cannot be continued with this vocabulary. */
+const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int slot, pdl_error *err);
+
+#endif
