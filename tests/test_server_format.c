@@ -277,6 +277,52 @@ static void test_tool_calls_whole_and_streamed(void) {
     srv_gen_request_free(&r);
 }
 
+/* Mistral: [TOOL_CALLS] is a control token, so the detokenized text leaves
+ * it out (its event has no text); the parser is given its bytes from the
+ * grammar vocabulary, and the call is found. */
+static void test_mistral_marker_token_reaches_the_parser(void) {
+    setup();
+    const char *bytes[3] = {"[TOOL_CALLS]", "x", "</s>"};
+    uint32_t lens[3] = {12, 1, 4};
+    bool special[3] = {true, false, true};
+    int32_t end = 2;
+    gram_vocab *v = NULL;
+    pdl_error err;
+    REQUIRE(gram_vocab_new(&v, 3, bytes, lens, special, &end, 1, &err) == 0);
+    for (int with_marker = 0; with_marker < 2; with_marker++) {
+        srv_gen_request r;
+        make_request(&r, SRV_API_CHAT, 1);
+        r.parse_tools = true;
+        r.tool_format = GRAM_TOOLS_MISTRAL;
+        r.tool_calls_finish = true;
+        r.tool_vocab = v;
+        srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-m", 9);
+        srv_event *evs = event(PDL_EVENT_TOKEN, 0, with_marker ? 0 : 1, "", NULL);
+        evs->next = event(PDL_EVENT_TOKEN, 0, 1, "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", NULL);
+        evs->next->next = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+        srv_response_add(resp, evs);
+        srv_events_free(evs);
+        char *body = srv_response_body(resp, NULL);
+        json_t *o = parse(body);
+        json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+        json_t *calls = json_object_get(msg, "tool_calls");
+        if (with_marker) {
+            CHECK_MSG(json_array_size(calls) == 1, "%s", body);
+            CHECK(strcmp(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"),
+                                                           "name")), "f") == 0);
+            CHECK(strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") == 0);
+        } else { /* without the marker the text is content */
+            CHECK_MSG(calls == NULL, "%s", body);
+            CHECK(json_is_string(json_object_get(msg, "content")));
+        }
+        json_decref(o);
+        free(body);
+        srv_response_free(resp);
+        srv_gen_request_free(&r);
+    }
+    gram_vocab_free(v);
+}
+
 static void test_logprobs_shapes(void) {
     setup();
     pdl_logprob top[2] = {{261, -0.5f}, {378, -2.0f}};
@@ -371,6 +417,7 @@ int main(void) {
     RUN(test_completion_stream_chunks_then_usage_then_done);
     RUN(test_chat_stream_role_first_and_empty_finish_delta);
     RUN(test_tool_calls_whole_and_streamed);
+    RUN(test_mistral_marker_token_reaches_the_parser);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);
     pdl_model_free(model);
