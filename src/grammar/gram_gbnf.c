@@ -258,8 +258,7 @@ static bool read_int(gbnf *g, int32_t *v) {
 }
 
 static int32_t parse_sequence(gbnf *g, bool nested) {
-    int32_t *items = NULL;
-    int n = 0, cap = 0;
+    gx_list items = {0};
     int32_t last = -1;
     while (g->p < g->end && !g->failed) {
         char c = *g->p;
@@ -330,8 +329,8 @@ static int32_t parse_sequence(gbnf *g, bool nested) {
                         item = fail_at(g, at, "repetition count above 100000");
                 }
                 if (item == -2) {
-                    items[n - 1] = gx_repeat(g->ir, items[n - 1], min, max);
-                    last = items[n - 1];
+                    items.ids[items.n - 1] = gx_repeat(g->ir, items.ids[items.n - 1], min, max);
+                    last = items.ids[items.n - 1];
                     skip_space(g, nested);
                     continue;
                 }
@@ -339,46 +338,23 @@ static int32_t parse_sequence(gbnf *g, bool nested) {
         } else {
             break;
         }
-        if (item < 0) break;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int32_t *q = realloc(items, (size_t)cap * sizeof *q);
-            if (!q) {
-                g->ir->oom = true;
-                free(items);
-                return -1;
-            }
-            items = q;
-        }
-        items[n++] = item;
+        if (item < 0 || !gx_list_push(g->ir, &items, item)) break;
         last = item;
         skip_space(g, nested);
     }
-    int32_t r = g->failed || g->ir->oom ? -1 : gx_seq(g->ir, items, n);
-    free(items);
+    int32_t r = g->failed || g->ir->oom ? -1 : gx_seq(g->ir, items.ids, items.n);
+    free(items.ids);
     return r;
 }
 
 static int32_t parse_alternates(gbnf *g, bool nested) {
-    int32_t *alts = NULL;
-    int n = 0, cap = 0;
+    gx_list alts = {0};
     for (;;) {
         int32_t s = parse_sequence(g, nested);
-        if (s < 0) {
-            free(alts);
+        if (s < 0 || !gx_list_push(g->ir, &alts, s)) {
+            free(alts.ids);
             return -1;
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            int32_t *q = realloc(alts, (size_t)cap * sizeof *q);
-            if (!q) {
-                g->ir->oom = true;
-                free(alts);
-                return -1;
-            }
-            alts = q;
-        }
-        alts[n++] = s;
         if (g->p < g->end && *g->p == '|') {
             g->p++;
             skip_space(g, true);
@@ -386,8 +362,8 @@ static int32_t parse_alternates(gbnf *g, bool nested) {
         }
         break;
     }
-    int32_t r = gx_alt(g->ir, alts, n);
-    free(alts);
+    int32_t r = gx_alt(g->ir, alts.ids, alts.n);
+    free(alts.ids);
     return r;
 }
 

@@ -90,6 +90,14 @@ int32_t gx_byteset(gram_ir *ir, const uint8_t set[32]);
 int32_t gx_byte_range(gram_ir *ir, unsigned lo, unsigned hi);
 int32_t gx_literal(gram_ir *ir, const char *s, size_t n);
 int32_t gx_str(gram_ir *ir, const char *s); /* NUL-terminated literal */
+/* A growing list of expression ids (the kids of a sequence or alternation
+ * being parsed): appends x; false (ir->oom set, the list kept) when out of
+ * memory. */
+typedef struct gx_list {
+    int32_t *ids;
+    int n, cap;
+} gx_list;
+bool gx_list_push(gram_ir *ir, gx_list *l, int32_t x);
 int32_t gx_seq(gram_ir *ir, const int32_t *kids, int n);
 int32_t gx_alt(gram_ir *ir, const int32_t *kids, int n);
 int32_t gx_seqv(gram_ir *ir, ...); /* kids ..., GX_END */

@@ -133,6 +133,21 @@ static int32_t list_node(gram_ir *ir, uint8_t kind, const int32_t *kids, int n) 
     return new_node(ir, kind, first, n, 0);
 }
 
+bool gx_list_push(gram_ir *ir, gx_list *l, int32_t x) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? l->cap * 2 : 16;
+        int32_t *q = realloc(l->ids, (size_t)cap * sizeof *q);
+        if (!q) {
+            ir->oom = true;
+            return false;
+        }
+        l->ids = q;
+        l->cap = cap;
+    }
+    l->ids[l->n++] = x;
+    return true;
+}
+
 int32_t gx_seq(gram_ir *ir, const int32_t *kids, int n) { return list_node(ir, GX_SEQ, kids, n); }
 int32_t gx_alt(gram_ir *ir, const int32_t *kids, int n) { return list_node(ir, GX_ALT, kids, n); }
 

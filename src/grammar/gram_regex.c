@@ -441,12 +441,11 @@ static bool parse_quant(re *r, int32_t *min, int32_t *max) {
 }
 
 static int32_t parse_concat(re *r, bool top) {
-    int32_t *items = NULL;
-    int n = 0, cap = 0;
+    gx_list items = {0};
     bool leading = top;
     while (r->p < r->end && !r->failed) {
         if (*r->p == '^') {
-            if (!(leading && n == 0)) {
+            if (!(leading && items.n == 0)) {
                 re_fail(r, r->p, "'^' is only supported at the start of the pattern");
                 break;
             }
@@ -467,51 +466,29 @@ static int32_t parse_concat(re *r, bool top) {
         if (x < 0) break;
         int32_t min, max;
         if (parse_quant(r, &min, &max)) x = gx_repeat(r->ir, x, min, max);
-        if (r->failed) break;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            int32_t *q = realloc(items, (size_t)cap * sizeof *q);
-            if (!q) {
-                r->ir->oom = true;
-                break;
-            }
-            items = q;
-        }
-        items[n++] = x;
+        if (r->failed || !gx_list_push(r->ir, &items, x)) break;
     }
-    int32_t out = r->failed || r->ir->oom ? -1 : gx_seq(r->ir, items, n);
-    free(items);
+    int32_t out = r->failed || r->ir->oom ? -1 : gx_seq(r->ir, items.ids, items.n);
+    free(items.ids);
     return out;
 }
 
 static int32_t parse_alt(re *r, bool top) {
-    int32_t *alts = NULL;
-    int n = 0, cap = 0;
+    gx_list alts = {0};
     for (;;) {
         int32_t x = parse_concat(r, top);
-        if (x < 0) {
-            free(alts);
+        if (x < 0 || !gx_list_push(r->ir, &alts, x)) {
+            free(alts.ids);
             return -1;
         }
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            int32_t *q = realloc(alts, (size_t)cap * sizeof *q);
-            if (!q) {
-                r->ir->oom = true;
-                free(alts);
-                return -1;
-            }
-            alts = q;
-        }
-        alts[n++] = x;
         if (r->p < r->end && *r->p == '|') {
             r->p++;
             continue;
         }
         break;
     }
-    int32_t out = gx_alt(r->ir, alts, n);
-    free(alts);
+    int32_t out = gx_alt(r->ir, alts.ids, alts.n);
+    free(alts.ids);
     return out;
 }
 
