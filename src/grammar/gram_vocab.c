@@ -180,6 +180,25 @@ static int set_end_ids(gram_vocab *v, const int32_t *ids, int n, int32_t eos, pd
     return 0;
 }
 
+/* The end ids (plus tokenizer_eos when >= 0) and the trie of a vocabulary
+ * whose bytes are filled in; *out = v, or v is freed on failure. An end
+ * token is never text, even when its piece decodes to some. */
+static int vocab_finish(gram_vocab *v, const int32_t *end_ids, int n_end_ids, int32_t tokenizer_eos, gram_vocab **out,
+                        pdl_error *err) {
+    if (set_end_ids(v, end_ids, n_end_ids, tokenizer_eos, err) != 0) {
+        gram_vocab_free(v);
+        return -1;
+    }
+    for (int32_t i = 0; i < v->n_end; i++)
+        if (v->kind[v->end_ids[i]] == GRAM_TOKEN_TEXT) v->kind[v->end_ids[i]] = GRAM_TOKEN_SPECIAL;
+    if (build_trie(v, err) != 0) {
+        gram_vocab_free(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int gram_vocab_new(gram_vocab **out, int n_vocab, const char *const *bytes, const uint32_t *lens,
                    const bool *special, const int32_t *end_ids, int n_end_ids, pdl_error *err) {
     *out = NULL;
@@ -197,18 +216,7 @@ int gram_vocab_new(gram_vocab **out, int n_vocab, const char *const *bytes, cons
         w += l;
         v->kind[i] = l == 0 ? GRAM_TOKEN_NONE : (special && special[i]) ? GRAM_TOKEN_SPECIAL : GRAM_TOKEN_TEXT;
     }
-    if (set_end_ids(v, end_ids, n_end_ids, -1, err) != 0) {
-        gram_vocab_free(v);
-        return -1;
-    }
-    for (int32_t i = 0; i < v->n_end; i++)
-        if (v->kind[v->end_ids[i]] == GRAM_TOKEN_TEXT) v->kind[v->end_ids[i]] = GRAM_TOKEN_SPECIAL;
-    if (build_trie(v, err) != 0) {
-        gram_vocab_free(v);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return vocab_finish(v, end_ids, n_end_ids, -1, out, err);
 }
 
 int gram_vocab_from_tokenizer(gram_vocab **out, const struct tok_tokenizer *tok, int n_vocab, const int32_t *end_ids,
@@ -236,17 +244,5 @@ int gram_vocab_from_tokenizer(gram_vocab **out, const struct tok_tokenizer *tok,
         w += l;
         v->kind[i] = l == 0 ? GRAM_TOKEN_NONE : tok_is_control(tok, i) ? GRAM_TOKEN_SPECIAL : GRAM_TOKEN_TEXT;
     }
-    if (set_end_ids(v, end_ids, n_end_ids, tok_eos_id(tok), err) != 0) {
-        gram_vocab_free(v);
-        return -1;
-    }
-    /* an end token is never text, even when its piece decodes to some */
-    for (int32_t i = 0; i < v->n_end; i++)
-        if (v->kind[v->end_ids[i]] == GRAM_TOKEN_TEXT) v->kind[v->end_ids[i]] = GRAM_TOKEN_SPECIAL;
-    if (build_trie(v, err) != 0) {
-        gram_vocab_free(v);
-        return -1;
-    }
-    *out = v;
-    return 0;
+    return vocab_finish(v, end_ids, n_end_ids, tok_eos_id(tok), out, err);
 }
