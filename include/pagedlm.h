@@ -53,14 +53,16 @@ typedef struct pdl_model_options {
 
 /* Hyperparameters as the engine uses them, whatever the source format. */
 typedef struct pdl_model_info {
-    const char *arch;         /* "llama", "mistral", "qwen2", "qwen3" */
+    const char *arch;         /* the family (src/model/arch.c): "llama", "qwen3", "mixtral", ... */
     const char *source;       /* "gguf" or "safetensors" */
     int n_layers;
     int hidden;               /* hidden size (embedding width) */
     int n_heads;
     int n_kv_heads;
     int head_dim;
-    int ffn;                  /* intermediate size */
+    int ffn;                  /* intermediate size (an expert's, with experts) */
+    int n_experts;            /* 0 for a dense MLP */
+    int n_experts_used;       /* experts each token runs */
     int vocab;
     int ctx_len;              /* context length in effect */
     int bos_id;               /* -1 when none */
