@@ -78,6 +78,18 @@ int pdl_model_load(pdl_model **out, const char *path,
 void pdl_model_free(pdl_model *model);
 void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
 
+/* One model family the loaders know (a row of the architecture table). */
+typedef struct pdl_arch_info {
+    const char *name;           /* as pdl_model_info.arch names it */
+    const char *hf_model_types; /* config.json model_type values, space-separated; NULL: none */
+    const char *gguf_arch;      /* GGUF general.architecture; NULL: none */
+    const char *about;          /* one line: what sets the family apart */
+    bool experts;               /* a mixture-of-experts family */
+} pdl_arch_info;
+
+/* Row i of the table into *out; false when i is past its end. */
+bool pdl_architecture(size_t i, pdl_arch_info *out);
+
 /* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)
  * ------------------------------------------------------------------------- */

@@ -51,13 +51,14 @@ static const pdl_arch_desc ARCHS[] = {
      .scalings = PDL_SCALE_GEMMA, .gguf_qpas_layers = 62, .hf_defaults = &GEMMA3_HF},
     {.name = "phi3", .hf_types = "phi3", .gguf_arch = "phi3",
      .about = "fused qkv and gate_up, partial RoPE, LongRoPE", .window = PDL_WINDOW_UNIFORM,
-     .fused_gate_up = true},
+     .fused_gate_up = true, .hf_eps = 1e-5f},
     {.name = "olmo2", .hf_types = "olmo2", .gguf_arch = "olmo2",
      .about = "norms after each branch only, q/k RMSNorm over the whole projection",
-     .block = PDL_BLOCK_POST_NORM, .qk_norm = PDL_QK_NORM_WHOLE},
+     .block = PDL_BLOCK_POST_NORM, .qk_norm = PDL_QK_NORM_WHOLE, .hf_eps = 1e-5f},
     {.name = "mixtral", .hf_types = "mixtral", .gguf_arch = "llama",
      .about = "Mistral with experts: softmax top-k, renormalized", .rope_gguf = PDL_ROPE_NORM,
-     .window = PDL_WINDOW_UNIFORM, .moe = PDL_MOE_BLOCK_SPARSE, .hf_moe_norm = true, .gguf_moe_norm = true},
+     .window = PDL_WINDOW_UNIFORM, .moe = PDL_MOE_BLOCK_SPARSE, .hf_moe_norm = true, .gguf_moe_norm = true,
+     .hf_eps = 1e-5f},
     {.name = "qwen2moe", .hf_types = "qwen2_moe", .gguf_arch = "qwen2moe",
      .about = "Qwen2 with experts and a sigmoid-gated shared expert", .qkv_bias = true,
      .window = PDL_WINDOW_REFUSED, .moe = PDL_MOE_MLP, .shared_expert_gate = true},
@@ -66,7 +67,7 @@ static const pdl_arch_desc ARCHS[] = {
      .window = PDL_WINDOW_REFUSED, .moe = PDL_MOE_MLP, .gguf_moe_norm = true},
     {.name = "olmoe", .hf_types = "olmoe", .gguf_arch = "olmoe",
      .about = "q/k RMSNorm over the whole projection, experts: softmax top-k, not renormalized",
-     .qk_norm = PDL_QK_NORM_WHOLE, .moe = PDL_MOE_MLP},
+     .qk_norm = PDL_QK_NORM_WHOLE, .moe = PDL_MOE_MLP, .hf_eps = 1e-5f},
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
@@ -134,4 +135,11 @@ void pdl_arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->router_norm = gguf ? a->gguf_moe_norm : a->hf_moe_norm;
 }
 
-const pdl_arch_desc *pdl_arch_at(size_t i) { return i < N_ARCHS ? &ARCHS[i] : NULL; }
+
+bool pdl_architecture(size_t i, pdl_arch_info *out) {
+    if (i >= N_ARCHS) return false;
+    const pdl_arch_desc *a = &ARCHS[i];
+    *out = (pdl_arch_info){.name = a->name, .hf_model_types = a->hf_types, .gguf_arch = a->gguf_arch,
+                           .about = a->about, .experts = a->moe != PDL_MOE_NONE};
+    return true;
+}

@@ -108,6 +108,7 @@ typedef struct pdl_arch_desc {
     bool rope_global_none;   /* global layers apply no RoPE (Cohere2) */
     float rope_theta_local;  /* windowed layers' default RoPE base, unscaled; 0 = the global one (Gemma 3) */
     bool hf_tied;            /* transformers' default of tie_word_embeddings */
+    float hf_eps;            /* transformers' default norm epsilon; 0: 1e-6 (RMSNorm), 1e-5 (LayerNorm) */
     unsigned scalings;       /* PDL_SCALE_* */
     float hf_attn_softcap, hf_final_softcap; /* PDL_SCALE_GEMMA: Hugging Face defaults (Gemma 2: 50, 30) */
     int gguf_qpas_layers;    /* GGUF: with this many layers q.k is scaled by (hidden / heads)^-0.5, which
@@ -138,7 +139,6 @@ void pdl_arch_supported(bool gguf, char *buf, size_t cap);
 struct pdl_model_config;
 void pdl_arch_apply(const pdl_arch_desc *a, bool gguf, struct pdl_model_config *c);
 
-/* The table, for listing: row i, or NULL past the end. */
-const pdl_arch_desc *pdl_arch_at(size_t i);
+/* Listing the table: pdl_architecture (pagedlm.h). */
 
 #endif

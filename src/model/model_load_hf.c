@@ -334,7 +334,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (!(partial > 0 && partial <= 1))
         return pdl_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
     c->rope_dim = (int)((float)c->head_dim * partial); /* int(head_dim * factor), as transformers */
-    c->rms_eps = c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
+    c->rms_eps = a->hf_eps > 0 ? a->hf_eps : c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
     c->rope_theta = d ? d->rope_theta : 10000.0f;
     if (cfg_float(cfg, path, c->norm == PDL_NORM_LAYER ? "layer_norm_eps" : "rms_norm_eps", &c->rms_eps, err) ||
         cfg_float(cfg, path, "rope_theta", &c->rope_theta, err))
