@@ -133,6 +133,7 @@ void pdl_arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->fused_gate_up = a->fused_gate_up;
     c->router = a->router;
     c->router_norm = gguf ? a->gguf_moe_norm : a->hf_moe_norm;
+    c->shared_gate = a->shared_expert_gate;
 }
 
 
