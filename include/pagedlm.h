@@ -53,14 +53,16 @@ typedef struct pdl_model_options {
 
 /* Hyperparameters as the engine uses them, whatever the source format. */
 typedef struct pdl_model_info {
-    const char *arch;         /* "llama", "mistral", "qwen2", "qwen3" */
+    const char *arch;         /* the family (src/model/arch.c): "llama", "qwen3", "mixtral", ... */
     const char *source;       /* "gguf" or "safetensors" */
     int n_layers;
     int hidden;               /* hidden size (embedding width) */
     int n_heads;
     int n_kv_heads;
     int head_dim;
-    int ffn;                  /* intermediate size */
+    int ffn;                  /* intermediate size (an expert's, with experts) */
+    int n_experts;            /* 0 for a dense MLP */
+    int n_experts_used;       /* experts each token runs */
     int vocab;
     int ctx_len;              /* context length in effect */
     int bos_id;               /* -1 when none */
@@ -75,6 +77,18 @@ int pdl_model_load(pdl_model **out, const char *path,
                    const pdl_model_options *opts, pdl_error *err);
 void pdl_model_free(pdl_model *model);
 void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
+
+/* One model family the loaders know (a row of the architecture table). */
+typedef struct pdl_arch_info {
+    const char *name;           /* as pdl_model_info.arch names it */
+    const char *hf_model_types; /* config.json model_type values, space-separated; NULL: none */
+    const char *gguf_arch;      /* GGUF general.architecture; NULL: none */
+    const char *about;          /* one line: what sets the family apart */
+    bool experts;               /* a mixture-of-experts family */
+} pdl_arch_info;
+
+/* Row i of the table into *out; false when i is past its end. */
+bool pdl_architecture(size_t i, pdl_arch_info *out);
 
 /* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)

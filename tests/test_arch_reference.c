@@ -13,6 +13,10 @@
  * against every earlier one, each family's differences written out where its
  * description puts them, no code shared with src/.
  *
+ * OLMo 2 is the table's proof: a Llama-like family added as one row of
+ * src/model/arch.c (norms after each branch only, q/k RMSNorm over the
+ * whole projection), checked here like the others (modeling_olmo2.py).
+ *
  * Tolerance: 1e-5 absolute on logits of magnitude ~1-5. The engine computes
  * in float32 (F32 weights, F32 KV cache); over these 4-6 layer models the
  * observed difference from float64 is at most 1.7e-6. Each test also runs the
@@ -36,7 +40,7 @@
 
 #define TOL 1e-5
 
-typedef enum ref_arch { A_GEMMA3, A_PHI3, A_COHERE2 } ref_arch;
+typedef enum ref_arch { A_GEMMA3, A_PHI3, A_COHERE2, A_OLMO2 } ref_arch;
 
 /* One deliberate mistake in the reference, to show the comparison can fail. */
 typedef enum ref_bug {
@@ -47,6 +51,8 @@ typedef enum ref_bug {
     BUG_OTHER_FACTORS,  /* LongRoPE: the other factor set */
     BUG_NO_MSCALE,      /* LongRoPE: no attention factor on cos and sin */
     BUG_QK_NORM_NO_ONE, /* Gemma 3: q/k norms as w instead of (1 + w) */
+    BUG_QK_NORM_PER_HEAD, /* OLMo 2: q/k norms per head instead of over the whole projection */
+    BUG_NORM_BEFORE,    /* OLMo 2: its norms before each branch (Llama's place) instead of after */
 } ref_bug;
 
 typedef struct spec {
@@ -102,11 +108,12 @@ static weights make_weights(const spec *s, uint64_t seed) {
     double nc = gemma ? 0.0 : 1.0; /* norm weights around 1 as applied */
     w.embed = rand_vec((size_t)s->vocab * s->hidden, 0.0, gemma ? 0.15 : 1.0);
     w.final_norm = rand_vec((size_t)s->hidden, nc, 0.3);
-    if (s->arch == A_PHI3) w.lm_head = rand_mat(s->vocab, s->hidden);
+    bool olmo = s->arch == A_OLMO2;
+    if (s->arch == A_PHI3 || olmo) w.lm_head = rand_mat(s->vocab, s->hidden);
     w.l = calloc((size_t)s->layers, sizeof *w.l);
     for (int l = 0; l < s->layers; l++) {
         layer_w *L = &w.l[l];
-        L->in_norm = rand_vec((size_t)s->hidden, nc, 0.3);
+        if (!olmo) L->in_norm = rand_vec((size_t)s->hidden, nc, 0.3);
         L->wq = rand_mat(q, s->hidden), L->wk = rand_mat(kv, s->hidden), L->wv = rand_mat(kv, s->hidden);
         L->wo = rand_mat(s->hidden, q);
         L->wg = rand_mat(s->ffn, s->hidden), L->wu = rand_mat(s->ffn, s->hidden), L->wd = rand_mat(s->hidden, s->ffn);
@@ -116,6 +123,11 @@ static weights make_weights(const spec *s, uint64_t seed) {
             L->post_ffn_norm = rand_vec((size_t)s->hidden, nc, 0.3);
             L->q_norm = rand_vec((size_t)s->head_dim, 0.0, 0.5);
             L->k_norm = rand_vec((size_t)s->head_dim, 0.0, 0.5);
+        }
+        if (olmo) { /* post-branch norms and whole-projection q/k norms, around 1 */
+            L->post_ffn_norm = rand_vec((size_t)s->hidden, 1.0, 0.3);
+            L->q_norm = rand_vec((size_t)q, 1.0, 0.5);
+            L->k_norm = rand_vec((size_t)kv, 1.0, 0.5);
         }
     }
     if (s->orig_ctx > 0) {
@@ -202,6 +214,7 @@ static void ref_forward_scaled(const spec *s, const weights *w, const int32_t *t
                                bool bf16_scale, double *logits) {
     int H = s->hidden, q_dim = s->heads * s->head_dim, kv_dim = s->kv_heads * s->head_dim, hd = s->head_dim;
     bool gemma = s->arch == A_GEMMA3, phi = s->arch == A_PHI3, cohere = s->arch == A_COHERE2;
+    bool olmo = s->arch == A_OLMO2;
     double *x = calloc((size_t)T * H, sizeof *x), *h = calloc((size_t)H, sizeof *h);
     double *q = calloc((size_t)T * q_dim, sizeof *q), *k = calloc((size_t)T * kv_dim, sizeof *k);
     double *v = calloc((size_t)T * kv_dim, sizeof *v), *att = calloc((size_t)q_dim, sizeof *att);
@@ -227,16 +240,26 @@ static void ref_forward_scaled(const spec *s, const weights *w, const int32_t *t
         for (int t = 0; t < T; t++) {
             double *ht = hn + (size_t)t * H;
             if (cohere) layernorm(ht, x + (size_t)t * H, L->in_norm, H, s->eps);
+            else if (olmo && bug == BUG_NORM_BEFORE) rmsnorm(ht, x + (size_t)t * H, L->post_attn_norm, H, s->eps, false);
+            else if (olmo) memcpy(ht, x + (size_t)t * H, (size_t)H * sizeof *ht); /* no norm before the branch */
             else rmsnorm(ht, x + (size_t)t * H, L->in_norm, H, s->eps, gemma);
             linear(q + (size_t)t * q_dim, L->wq, ht, q_dim, H);
             linear(k + (size_t)t * kv_dim, L->wk, ht, kv_dim, H);
             linear(v + (size_t)t * kv_dim, L->wv, ht, kv_dim, H);
+            if (olmo && bug != BUG_QK_NORM_PER_HEAD) { /* q_norm over all heads' q, k_norm over all k */
+                rmsnorm(q + (size_t)t * q_dim, q + (size_t)t * q_dim, L->q_norm, q_dim, s->eps, false);
+                rmsnorm(k + (size_t)t * kv_dim, k + (size_t)t * kv_dim, L->k_norm, kv_dim, s->eps, false);
+            }
             for (int hh = 0; hh < s->heads + s->kv_heads; hh++) {
                 bool isq = hh < s->heads;
                 double *vec = isq ? q + (size_t)t * q_dim + hh * hd : k + (size_t)t * kv_dim + (hh - s->heads) * hd;
                 if (gemma) { /* q_norm / k_norm over head_dim, (1 + w) */
                     const float *nw = isq ? L->q_norm : L->k_norm;
                     rmsnorm(vec, vec, nw, hd, s->eps, bug != BUG_QK_NORM_NO_ONE);
+                }
+                if (olmo && bug == BUG_QK_NORM_PER_HEAD) { /* the mistake: each head alone */
+                    const float *nw = isq ? L->q_norm + hh * hd : L->k_norm + (hh - s->heads) * hd;
+                    rmsnorm(vec, vec, nw, hd, s->eps, false);
                 }
                 if (cohere) { /* RoPE only where the window applies */
                     if (win || bug == BUG_ROPE_ON_GLOBAL) rope(vec, s->rot, t, s->theta, NULL, 0, 1.0, true);
@@ -281,6 +304,19 @@ static void ref_forward_scaled(const spec *s, const weights *w, const int32_t *t
                 for (int i = 0; i < s->ffn; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
                 linear(m, L->wd, g, H, s->ffn);
                 for (int i = 0; i < H; i++) xt[i] += o[i] + m[i];
+                continue;
+            }
+            if (olmo) { /* x += n_post(attn(x)); x += n_post(mlp(x)) */
+                if (bug != BUG_NORM_BEFORE) rmsnorm(o, o, L->post_attn_norm, H, s->eps, false);
+                for (int i = 0; i < H; i++) xt[i] += o[i];
+                if (bug == BUG_NORM_BEFORE) rmsnorm(h, xt, L->post_ffn_norm, H, s->eps, false);
+                else memcpy(h, xt, (size_t)H * sizeof *h);
+                linear(g, L->wg, h, s->ffn, H);
+                linear(u, L->wu, h, s->ffn, H);
+                for (int i = 0; i < s->ffn; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+                linear(m, L->wd, g, H, s->ffn);
+                if (bug != BUG_NORM_BEFORE) rmsnorm(m, m, L->post_ffn_norm, H, s->eps, false);
+                for (int i = 0; i < H; i++) xt[i] += m[i];
                 continue;
             }
             if (gemma) rmsnorm(o, o, L->post_attn_norm, H, s->eps, true);
@@ -356,7 +392,8 @@ static void write_config(const spec *s, const weights *w, const char *dir) {
                                     ref_windowed(s, l, BUG_NONE) ? "sliding_attention" : "full_attention");
         snprintf(lt + off, sizeof lt - off, "]");
     }
-    const char *type = s->arch == A_GEMMA3 ? "gemma3_text" : s->arch == A_PHI3 ? "phi3" : "cohere2";
+    const char *type = s->arch == A_GEMMA3 ? "gemma3_text" : s->arch == A_PHI3 ? "phi3"
+                       : s->arch == A_OLMO2 ? "olmo2" : "cohere2";
     if (s->arch == A_GEMMA3 && s->rope_parameters) {
         snprintf(extra, sizeof extra,
                  "  \"rms_norm_eps\": %g, \"query_pre_attn_scalar\": %g,\n"
@@ -384,6 +421,9 @@ static void write_config(const spec *s, const weights *w, const char *dir) {
                  "  \"original_max_position_embeddings\": %d, \"hidden_act\": \"silu\", \"tie_word_embeddings\": "
                  "false,\n  \"rope_scaling\": %s",
                  s->eps, (double)s->rot / s->head_dim, s->window, s->orig_ctx > 0 ? s->orig_ctx : s->ctx, rs);
+    } else if (s->arch == A_OLMO2) {
+        snprintf(extra, sizeof extra, "  \"rms_norm_eps\": %g, \"hidden_act\": \"silu\", \"attention_bias\": false",
+                 s->eps);
     } else {
         snprintf(extra, sizeof extra,
                  "  \"layer_norm_eps\": %g, \"logit_scale\": %g, \"sliding_window\": %d, \"sliding_window_pattern\": "
@@ -417,7 +457,8 @@ static void write_config(const spec *s, const weights *w, const char *dir) {
 }
 
 static void write_gguf_keys(const spec *s, gguf_writer *gw) {
-    const char *a = s->arch == A_GEMMA3 ? "gemma3" : s->arch == A_PHI3 ? "phi3" : "cohere2";
+    const char *a = s->arch == A_GEMMA3 ? "gemma3" : s->arch == A_PHI3 ? "phi3" : s->arch == A_OLMO2 ? "olmo2"
+                    : "cohere2";
     char k[128];
 #define KEY(name) (snprintf(k, sizeof k, "%s.%s", a, name), k)
     gguf_writer_add_str(gw, "general.architecture", a);
@@ -502,7 +543,7 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
 #define GG(x) (snprintf(gn, sizeof gn, "blk.%d.%s", l, x), gn)
     for (int l = 0; l < s->layers; l++) {
         const layer_w *L = &w->l[l];
-        put_norm(st, gw, s, HF("input_layernorm.weight"), GG("attn_norm.weight"), H, L->in_norm);
+        if (L->in_norm) put_norm(st, gw, s, HF("input_layernorm.weight"), GG("attn_norm.weight"), H, L->in_norm);
         if (s->arch == A_PHI3) {
             float *qkv = concat_rows(L->wq, q, L->wk, kv, L->wv, kv, H);
             put_mat(st, gw, HF("self_attn.qkv_proj.weight"), GG("attn_qkv.weight"), q + 2 * kv, H, qkv);
@@ -528,6 +569,14 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
                      L->post_ffn_norm);
             put_norm(st, gw, s, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), s->head_dim, L->q_norm);
             put_norm(st, gw, s, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), s->head_dim, L->k_norm);
+        }
+        if (s->arch == A_OLMO2) {
+            put_norm(st, gw, s, HF("post_attention_layernorm.weight"), GG("post_attention_norm.weight"), H,
+                     L->post_attn_norm);
+            put_norm(st, gw, s, HF("post_feedforward_layernorm.weight"), GG("post_ffw_norm.weight"), H,
+                     L->post_ffn_norm);
+            put_norm(st, gw, s, HF("self_attn.q_norm.weight"), GG("attn_q_norm.weight"), q, L->q_norm);
+            put_norm(st, gw, s, HF("self_attn.k_norm.weight"), GG("attn_k_norm.weight"), kv, L->k_norm);
         }
     }
 #undef HF
@@ -664,6 +713,16 @@ static void test_cohere2_matches_float64_reference(void) {
     check_arch(&s, "cohere2", 20, 0, false, bugs, 2);
 }
 
+/* OLMo 2: no norm before either branch, each branch's output normed
+ * before its add, q and k RMS-normed over the whole projection (4 heads,
+ * 2 KV heads) before rotate-half RoPE; untied head. */
+static void test_olmo2_matches_float64_reference(void) {
+    spec s = {.arch = A_OLMO2, .layers = 4, .hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 96,
+              .vocab = 160, .ctx = 256, .rot = 16, .theta = 500000, .eps = 1e-6};
+    ref_bug bugs[] = {BUG_QK_NORM_PER_HEAD, BUG_NORM_BEFORE};
+    check_arch(&s, "olmo2", 20, 0, false, bugs, 2);
+}
+
 /* A fused qkv matrix of the wrong height is refused with its name. */
 static void test_fused_qkv_of_wrong_height_is_refused(void) {
     spec s = {.arch = A_PHI3, .layers = 1, .hidden = 64, .heads = 4, .kv_heads = 2, .head_dim = 16, .ffn = 96,
@@ -766,6 +825,65 @@ static void test_broken_family_files_are_named(void) {
     free_weights(&co, &w);
 }
 
+/* The names a loader accepts and `pagedlm info --architectures` both come
+ * from the architecture table: an unknown family is refused with every
+ * name of its format listed (GGUF `llama` once, though Llama and Mixtral
+ * share it), and the listing shows every row. */
+static void test_supported_names_come_from_the_table(void) {
+    char *dir = test_make_dir("unknown-family");
+    char *gg = test_join(dir, "bogus.gguf");
+    gguf_writer *gw = gguf_writer_new(3);
+    gguf_writer_add_str(gw, "general.architecture", "bogus");
+    REQUIRE(gguf_writer_write(gw, gg) == 0);
+    gguf_writer_free(gw);
+    char *hf = test_join(dir, "hf");
+    free(test_make_dir("unknown-family/hf"));
+    char *cfg = test_join(hf, "config.json");
+    test_write_file(cfg, "{\"model_type\": \"bogus\"}", 23);
+    pdl_model *m = NULL;
+    pdl_error err, err_hf;
+    CHECK(pdl_model_load(&m, gg, NULL, &err) != 0);
+    CHECK_CONTAINS(err.message, "general.architecture 'bogus' is not supported");
+    CHECK(pdl_model_load(&m, hf, NULL, &err_hf) != 0);
+    CHECK_CONTAINS(err_hf.message, "model_type 'bogus' is not supported");
+    cmd_result r = test_pagedlm("info --architectures");
+    CHECK_EQ_INT(r.status, 0);
+    pdl_arch_info a;
+    size_t n = 0;
+    for (; pdl_architecture(n, &a); n++) {
+        char want[160];
+        snprintf(want, sizeof want, "\"name\": \"%s\"", a.name);
+        CHECK_CONTAINS(r.out, want);
+        if (a.gguf_arch) {
+            snprintf(want, sizeof want, " %s,", a.gguf_arch); /* ", name," or ": name," in the list */
+            char list[1024];
+            snprintf(list, sizeof list, " %s,", strstr(err.message, "supported:") + 10);
+            char *close = strrchr(list, ')');
+            if (close) *close = ','; /* the last name ends with ")" */
+            CHECK_MSG(strstr(list, want) != NULL, "GGUF list lacks %s: %s", a.gguf_arch, err.message);
+        }
+        if (a.hf_model_types) {
+            char types[128], *save = NULL;
+            snprintf(types, sizeof types, "%s", a.hf_model_types);
+            for (char *t = strtok_r(types, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+                char list[1024];
+                snprintf(list, sizeof list, " %s", strstr(err_hf.message, "supported:") + 10);
+                char *close = strrchr(list, ')');
+                if (close) *close = ',';
+                snprintf(want, sizeof want, " %s,", t);
+                CHECK_MSG(strstr(list, want) != NULL, "HF list lacks %s: %s", t, err_hf.message);
+            }
+        }
+    }
+    CHECK(n >= 15);
+    CHECK_CONTAINS(r.out, "\"name\": \"olmo2\"");
+    /* `llama` once in the GGUF list */
+    const char *first = strstr(err.message, " llama,");
+    CHECK(first != NULL && strstr(first + 1, " llama,") == NULL && strstr(first + 1, " llama)") == NULL);
+    test_free_result(&r);
+    free(dir), free(gg), free(hf), free(cfg);
+}
+
 int main(void) {
     /* exact products: the float64 reference multiplies unrounded
      * activations, and the BF16 checkpoint's tied head is BF16 (with BF16
@@ -778,6 +896,8 @@ int main(void) {
     RUN(test_phi3_longrope_matches_float64_reference);
     RUN(test_phi3_short_context_uses_short_factors);
     RUN(test_cohere2_matches_float64_reference);
+    RUN(test_olmo2_matches_float64_reference);
+    RUN(test_supported_names_come_from_the_table);
     RUN(test_fused_qkv_of_wrong_height_is_refused);
     RUN(test_broken_family_files_are_named);
     return test_summary();

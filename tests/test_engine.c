@@ -634,9 +634,52 @@ static void test_selective_and_full_give_identical_tokens_and_logprobs(void) {
 static char probe_log[1024];
 static void capture_log(const char *line, void *user) { snprintf(probe_log, sizeof probe_log, "%s", line); }
 
+/* The rows the probe compares (an inner row and the last of a 12-token
+ * sequence), through the full head or the selective one. */
+static const int32_t PROBE_ROWS[2] = {6, 11};
+
+static void probe_rows(pdl_model *m, bool full, float *out) {
+    int32_t tokens[12], pos[12], slots[12], block0 = 0, cu[2] = {0, 12};
+    for (int i = 0; i < 12; i++) tokens[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab), pos[i] = i, slots[i] = i;
+    const int32_t *tables[1] = {&block0};
+    pdl_kv_cache *kv = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 12, 1, &err) == 0, "%s", err.message);
+    pdl_batch b = {.n_tokens = 12, .token_ids = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
+                   .cu_seqlens = cu, .block_tables = tables, .n_logits = 2, .logits_indices = PROBE_ROWS,
+                   .full_logits = full};
+    REQUIRE_MSG(pdl_forward(m, kv, &b, out, &err) == 0, "%s", err.message);
+    pdl_kv_cache_free(kv);
+}
+
+/* A port that applies the head's post-processing only in the full path:
+ * the selective rows are the unprocessed ones. The probe's comparison must
+ * reject them, naming the rows. */
+static void expect_probe_rejects_unprocessed_selective(pdl_model *m, const char *what) {
+    size_t n = (size_t)2 * m->cfg.vocab;
+    float *full = malloc(n * sizeof *full), *sel = malloc(n * sizeof *sel);
+    probe_rows(m, true, full);
+    pdl_model_config keep = m->cfg;
+    m->cfg.logit_div = 1.0f, m->cfg.logit_scale = 1.0f, m->cfg.final_softcap = 0.0f; /* the bug */
+    probe_rows(m, false, sel);
+    m->cfg = keep;
+    bool ok = true;
+    char why[512];
+    pdl_probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
+    CHECK_MSG(!ok, "%s: a head post-processing in the full path only went unnoticed", what);
+    CHECK_CONTAINS(why, "rows 6 and 11 of a 12-token probe");
+    CHECK_CONTAINS(why, "full logits");
+    /* with the post-processing in both paths the same comparison accepts */
+    probe_rows(m, false, sel);
+    pdl_probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
+    CHECK_MSG(ok, "%s: %s", what, why);
+    free(full), free(sel);
+}
+
 /* A head that scales its logits (as Granite's logits_scaling and Cohere's
- * logit_scale do) implemented only in the full path: the probe must see the
- * selective path disagree, and the engine must fall back to full logits. */
+ * logit_scale do): the probe accepts it scaled in both paths and its
+ * comparison rejects it scaled in the full path only; an engine over a
+ * model whose probe rejected the selective head uses full logits. */
 static void test_probe_rejects_head_scaled_only_in_full_path(void) {
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf");
     bool ok = false;
@@ -647,12 +690,8 @@ static void test_probe_rejects_head_scaled_only_in_full_path(void) {
     m->cfg.logit_scale = 0.5f; /* scaled in both paths: still passes */
     REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
     CHECK(ok);
-    m->cfg.head_post_full_only = true; /* the bug: only the full path scales */
-    REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
-    CHECK(!ok);
-    CHECK_CONTAINS(why, "rows 6 and 11");
-    CHECK_CONTAINS(why, "full logits");
-    m->probe_state = -1; /* let the engine run the probe itself */
+    expect_probe_rejects_unprocessed_selective(m, "qwen3-tiny with logit_scale 0.5");
+    m->probe_state = 0; /* as the probe leaves a model it rejected */
     probe_log[0] = '\0';
     pdl_engine_options o = {.kv_dtype = PDL_KV_F32, .log = capture_log};
     pdl_engine *e = NULL;
@@ -660,8 +699,8 @@ static void test_probe_rejects_head_scaled_only_in_full_path(void) {
     pdl_engine_stats st;
     pdl_engine_get_stats(e, &st);
     CHECK(!st.selective_logits);
-    CHECK_CONTAINS(probe_log, "selective logits differ");
-    /* and what it samples is the scaled (correct) model's output */
+    CHECK_CONTAINS(probe_log, "using full logits");
+    /* and what it samples is the scaled model's output, as a full-logits engine's */
     static collected c, ref;
     memset(&c, 0, sizeof c);
     memset(&ref, 0, sizeof ref);
@@ -679,7 +718,7 @@ static void test_probe_rejects_head_scaled_only_in_full_path(void) {
 
 /* Granite's logits divide, Command-R's logit scale and Gemma 2's final
  * soft-cap are applied in both head paths: the probe accepts them, for both
- * file formats; applied in the full path only, the probe rejects them. */
+ * file formats; applied in the full path only, its comparison rejects them. */
 static void test_probe_accepts_granite_cohere_gemma2_heads(void) {
     const char *models[] = {"models/granite-tiny/model-f32.gguf", "models/granite-tiny/hf",
                             "models/cohere-tiny/model-f32.gguf", "models/cohere-tiny/hf",
@@ -691,10 +730,7 @@ static void test_probe_accepts_granite_cohere_gemma2_heads(void) {
         pdl_error err;
         REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
         CHECK_MSG(ok, "%s: %s", models[i], why);
-        m->cfg.head_post_full_only = true;
-        REQUIRE(pdl_model_probe_selective_logits(m, &ok, why, sizeof why, &err) == 0);
-        CHECK_MSG(!ok, "%s: a head post-processing in the full path only went unnoticed", models[i]);
-        CHECK_CONTAINS(why, "full logits");
+        expect_probe_rejects_unprocessed_selective(m, models[i]);
         pdl_model_free(m);
     }
 }

@@ -100,14 +100,33 @@ int cli_logits(int argc, char **argv) {
     return rc;
 }
 
+/* The families the loaders know, from the architecture table: one JSON
+ * object per family (name, Hugging Face model_type values, GGUF name, what
+ * sets it apart, whether it has experts). */
+static int print_architectures(void) {
+    json_t *list = json_array();
+    pdl_arch_info a;
+    for (size_t i = 0; list && pdl_architecture(i, &a); i++)
+        json_array_append_new(list, json_pack("{s:s, s:s?, s:s?, s:s, s:b}", "name", a.name, "hf_model_types",
+                                              a.hf_model_types, "gguf", a.gguf_arch, "about", a.about, "experts",
+                                              a.experts));
+    char *s = list ? json_dumps(list, JSON_INDENT(1)) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    json_decref(list);
+    return s ? CLI_OK : CLI_FAIL;
+}
+
 int cli_info(int argc, char **argv) {
     const char *model_path = NULL;
     for (int i = 1; i < argc; i++) {
         const char *v;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: pagedlm info -m MODEL\n");
+            printf("usage: pagedlm info -m MODEL\n"
+                   "       pagedlm info --architectures   (the model families this build loads)\n");
             return CLI_OK;
         }
+        if (strcmp(argv[i], "--architectures") == 0) return print_architectures();
         if (strcmp(argv[i], "-m") != 0 && strcmp(argv[i], "--model") != 0) {
             fprintf(stderr, "error: unknown option '%s' for info\n", argv[i]);
             return CLI_USAGE;
@@ -128,9 +147,10 @@ int cli_info(int argc, char **argv) {
     }
     pdl_model_info in;
     pdl_model_get_info(model, &in);
-    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s}", "arch", in.arch,
-                          "source", in.source, "n_layers", in.n_layers, "hidden", in.hidden, "n_heads", in.n_heads,
-                          "n_kv_heads", in.n_kv_heads, "head_dim", in.head_dim, "ffn", in.ffn, "vocab", in.vocab,
+    json_t *o = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:s}", "arch",
+                          in.arch, "source", in.source, "n_layers", in.n_layers, "hidden", in.hidden, "n_heads",
+                          in.n_heads, "n_kv_heads", in.n_kv_heads, "head_dim", in.head_dim, "ffn", in.ffn,
+                          "n_experts", in.n_experts, "n_experts_used", in.n_experts_used, "vocab", in.vocab,
                           "ctx_len", in.ctx_len, "bos_id", in.bos_id, "eos_id", in.eos_id, "add_bos", in.add_bos,
                           "weight_types", in.weight_types);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;

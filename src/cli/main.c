@@ -21,7 +21,7 @@ static void usage(FILE *f) {
             "  logits  print the logits of a token sequence as JSON\n"
             "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
             "  info    print a model's hyperparameters as JSON\n"
-            "          pagedlm info -m MODEL\n"
+            "          pagedlm info -m MODEL | pagedlm info --architectures\n"
             "  bench   prompt processing (ppN) and generation (tgN) speed, like llama-bench\n"
             "          pagedlm bench -m MODEL [-p 512,2048] [-n 128] [-r 5] [--batch 1,4,16] [--json]\n"
             "  serve   OpenAI-compatible HTTP server (completions, chat, streaming, /metrics)\n"

@@ -5,8 +5,9 @@
  * rows at once; attention reads each row's own sequence from the paged KV
  * cache. The final norm and LM head run only on batch->logits_indices.
  * Architecture differences (QKV bias, q/k norm, RoPE layout, window, norm
- * kind, parallel block, sandwich norms, multipliers, soft-caps, activation)
- * are read from pdl_model_config; there is one code path for all of them.
+ * kind, where a block's norms sit, multipliers, soft-caps, activation,
+ * experts) are read from pdl_model_config; there is one code path for all
+ * of them (a mixture-of-experts MLP is moe.c's).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -47,9 +48,11 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
     const pdl_model_config *c = &m->cfg;
     if (rows > s->rows_cap) {
         size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+        /* the dense MLP's width, or the shared expert's (experts have their own, moe.c) */
+        size_t mlp = c->n_experts > 0 ? (size_t)c->ffn_shared : (size_t)c->ffn;
         if (grow(&s->x, rows * c->hidden) || grow(&s->xn, rows * c->hidden) || grow(&s->q, rows * q_dim) ||
             grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
-            grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * c->ffn) || grow(&s->up, rows * c->ffn) ||
+            grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * mlp + 1) || grow(&s->up, rows * mlp + 1) ||
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
@@ -195,14 +198,19 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) {
         float *q = m->scratch.q + r * q_dim, *k = m->scratch.k + r * kv_dim, *v = m->scratch.v + r * kv_dim;
         const float *cs = cs_all + r * c->rope_dim;
+        bool per_head = c->qk_norm == PDL_QK_NORM_HEAD;
+        if (c->qk_norm == PDL_QK_NORM_WHOLE) {
+            pdl_rmsnorm(q, q, lw->q_norm.data, q_dim, c->rms_eps);
+            pdl_rmsnorm(k, k, lw->k_norm.data, kv_dim, c->rms_eps);
+        }
         for (int h = 0; h < c->n_heads; h++) {
             float *qh = q + h * c->head_dim;
-            if (c->qk_norm) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
+            if (per_head) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(qh, c->rope_dim, cs, neox);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *kh = k + h * c->head_dim;
-            if (c->qk_norm) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
+            if (per_head) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
         pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer),
@@ -265,8 +273,6 @@ static void attention_rows(void *p, int ith, int nth) {
     }
 }
 
-static const float *bias_or_null(const pdl_tensor *t) { return t->data ? t->data : NULL; }
-
 /* ---- the head -------------------------------------------------------------- */
 
 /* Architecture-specific changes to the logits after the LM head, the same
@@ -317,7 +323,6 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         while (span < b->positions[r] + 1) span *= 2;
     if (scratch_reserve(m, (size_t)b->n_tokens, (size_t)b->n_logits, span, err)) return -1;
 
-
     pdl_forward_scratch *s = &m->scratch;
     int n = b->n_tokens;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
@@ -332,22 +337,30 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
     for (int r = 0; r < n; r++) attn_work += (double)(b->positions[r] + 1) * q_dim;
 
     /* a branch is added with the matmul's accumulate unless it is scaled or
-     * normed first (Granite, Gemma 2): then it goes through `branch` */
-    bool direct_add = !c->post_norms && c->residual_scale == 1.0f;
+     * normed first (Granite, Gemma 2, OLMo 2) or comes from the experts: then
+     * it goes through `branch` */
+    bool pre_norm = c->block != PDL_BLOCK_POST_NORM;
+    bool post_norm = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
+    bool direct_add = !post_norm && c->residual_scale == 1.0f;
+    /* without a norm before a branch its input is x itself, read before x
+     * changes: the branch is never added directly then (post_norm) */
+    const float *branch_in = pre_norm ? s->xn : s->x;
 
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         t.layer = l;
 
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
-        t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-        pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
+        if (pre_norm) {
+            t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
+            pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
+        }
         pdl_matmul_out qkv[3] = {
-            {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = bias_or_null(&lw->bq)},
-            {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = bias_or_null(&lw->bk)},
-            {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = bias_or_null(&lw->bv)},
+            {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = lw->bq.data},
+            {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
+            {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
-        pdl_matmul_shared(m->pool, s->xn, n, qkv, 3);
+        pdl_matmul_shared(m->pool, branch_in, n, qkv, 3);
         pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
         pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
         if (direct_add) {
@@ -358,13 +371,20 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
             pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
         }
 
-        /* MLP block: x += W_down (act(W_gate xn) * W_up xn); a parallel
-         * block reuses the attention's xn (normed before its add) */
-        if (!c->parallel_block) {
+        /* MLP block: x += W_down (act(W_gate xn) * W_up xn), or the experts'
+         * sum; a parallel block reuses the attention's xn (normed before its
+         * add) */
+        if (c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH) {
             t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
             pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
         }
-        pdl_matmul_gated(m->pool, s->gate, c->ffn, s->up, s->xn, n, &lw->w_gate, &lw->w_up,
+        if (c->n_experts > 0) {
+            if (pdl_moe_ffn(m, lw, branch_in, n, s->branch, err)) return -1;
+            t.norm = &lw->post_ffn_norm;
+            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+            continue;
+        }
+        pdl_matmul_gated(m->pool, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
                          c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul);
         if (direct_add) {
             pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
@@ -383,6 +403,6 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
     pdl_matmul(m->pool, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false);
-    if (!c->head_post_full_only) head_postprocess(c, logits_out, b->n_logits);
+    head_postprocess(c, logits_out, b->n_logits);
     return 0;
 }

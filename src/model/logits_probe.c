@@ -17,6 +17,23 @@
 
 #define PROBE_TOKENS 12
 
+void pdl_probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
+                       bool *ok, char *reason, size_t reason_len) {
+    size_t n = (size_t)n_rows * vocab;
+    *ok = memcmp(full, sel, n * sizeof(float)) == 0;
+    if (reason && reason_len) reason[0] = '\0';
+    if (*ok || !reason || !reason_len) return;
+    double md = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)full[i] - (double)sel[i]);
+        if (d > md || d != d) md = d;
+    }
+    snprintf(reason, reason_len,
+             "selective logits differ from full logits on sampled rows %d and %d of a %d-token probe "
+             "(max |difference| %.3g): using full logits",
+             rows[0], rows[n_rows - 1], n_tokens, md);
+}
+
 int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
     int n = PROBE_TOKENS < m->ctx_size ? PROBE_TOKENS : m->ctx_size;
@@ -55,19 +72,7 @@ int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_
         free(full);
         return pdl_fail_prefix(err, "selective-logits probe");
     }
-    *ok = memcmp(full, sel, (size_t)n_rows * c->vocab * sizeof(float)) == 0;
-    if (reason && reason_len) reason[0] = '\0';
-    if (!*ok && reason && reason_len) {
-        double md = 0;
-        for (size_t i = 0; i < (size_t)n_rows * c->vocab; i++) {
-            double d = fabs((double)full[i] - (double)sel[i]);
-            if (d > md || d != d) md = d;
-        }
-        snprintf(reason, reason_len,
-                 "selective logits differ from full logits on sampled rows %d and %d of a %d-token probe "
-                 "(max |difference| %.3g): using full logits",
-                 rows[0], rows[n_rows - 1], n, md);
-    }
+    pdl_probe_compare(full, sel, n_rows, c->vocab, rows, n, ok, reason, reason_len);
     m->probe_state = *ok ? 1 : 0;
     free(full);
     return 0;

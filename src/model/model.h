@@ -16,29 +16,9 @@
 #include "format/safetensors.h"
 #include "format/tensor.h"
 #include "kernels/threadpool.h"
+#include "model/arch.h"
 #include "pagedlm.h"
 #include "tokenizer/tokenizer.h"
-
-typedef enum pdl_arch {
-    PDL_ARCH_LLAMA = 0,  /* Llama 2, Llama 3.x, and Mistral (same graph) */
-    PDL_ARCH_MISTRAL,
-    PDL_ARCH_QWEN2,      /* + QKV bias */
-    PDL_ARCH_QWEN3,      /* + per-head q/k RMSNorm, free head_dim */
-    PDL_ARCH_GRANITE,    /* + embedding / attention / residual / logit multipliers */
-    PDL_ARCH_COHERE,     /* Command-R: LayerNorm, parallel block, logit scale */
-    PDL_ARCH_GEMMA2,     /* sandwich norms, GELU, soft-caps, alternating window */
-    PDL_ARCH_GEMMA3,     /* Gemma 2 without soft-caps, + (1 + w) q/k norms, 5:1 window, local RoPE base */
-    PDL_ARCH_PHI3,       /* fused qkv and gate_up, partial RoPE, LongRoPE */
-    PDL_ARCH_COHERE2,    /* Command-R + 3:1 window; RoPE on windowed layers only */
-} pdl_arch;
-
-const char *pdl_arch_name(pdl_arch a);
-
-/* How RoPE pairs dimensions within a head of head_dim values. */
-typedef enum pdl_rope_style {
-    PDL_ROPE_NEOX = 0,   /* rotate-half: (i, i + d/2); Hugging Face layout */
-    PDL_ROPE_NORM,       /* adjacent pairs (2i, 2i+1); GGUF llama's permuted Q/K */
-} pdl_rope_style;
 
 typedef enum pdl_rope_scaling {
     PDL_ROPE_SCALING_NONE = 0,
@@ -49,39 +29,29 @@ typedef enum pdl_rope_scaling {
                                 * rope_orig_ctx, else / short[i]; cos and sin times rope_mscale */
 } pdl_rope_scaling;
 
-typedef enum pdl_norm_kind {
-    PDL_NORM_RMS = 0,    /* x / rms(x) * w */
-    PDL_NORM_LAYER,      /* (x - mean) / std(x) * w, no bias (Command-R) */
-} pdl_norm_kind;
-
-typedef enum pdl_activation {
-    PDL_ACT_SILU = 0,    /* silu(gate) * up */
-    PDL_ACT_GELU_TANH,   /* gelu_tanh(gate) * up (Gemma) */
-} pdl_activation;
-
 #define PDL_MAX_EOS 8
 
 typedef struct pdl_model_config {
-    pdl_arch arch;
+    const pdl_arch_desc *arch; /* the family's row (arch.c): name and traits */
     int n_layers;
     int hidden;          /* d_model */
     int n_heads;
     int n_kv_heads;
     int head_dim;        /* may differ from hidden / n_heads (qwen3) */
-    int ffn;             /* intermediate size */
+    int ffn;             /* intermediate size of a dense MLP */
     int vocab;
     int ctx_len;         /* context length the model declares */
     float rms_eps;       /* epsilon of every norm, RMS or Layer */
     pdl_norm_kind norm;  /* every norm of the model: blocks and final */
-    pdl_activation act;  /* the MLP's gate activation */
+    pdl_activation act;  /* the MLP's gate activation (experts' too) */
     float rope_theta;
-    int rope_dim;        /* dimensions rotated per head (= head_dim here) */
+    int rope_dim;        /* dimensions rotated per head (<= head_dim; Phi-3 partial) */
     pdl_rope_style rope_style;
     bool tied_embeddings;/* LM head reuses token_embd */
     bool qkv_bias;
-    bool qk_norm;
-    bool parallel_block; /* x + attn(n(x)) + mlp(n(x)), one norm (Command-R); no ffn_norm */
-    bool post_norms;     /* branch outputs normed before the add (Gemma 2: post_attn/post_ffn_norm) */
+    pdl_qk_norm qk_norm; /* q/k RMSNorm per head or over the whole projection */
+    pdl_block_kind block;/* where the norms sit: before the branch, one shared (parallel),
+                          * before and after (sandwich), after only */
     bool norm_plus_one;  /* load time only: the file holds w for norms applied as (1 + w)
                           * (Hugging Face Gemma); pdl_model_finish folds the 1 in */
     float embed_scale;   /* embeddings *= embed_scale (1 = none; Granite, Gemma sqrt(hidden)) */
@@ -97,13 +67,19 @@ typedef struct pdl_model_config {
     float rope_mscale;      /* RoPE cos and sin multiplied by this (LongRoPE attention factor); 1 = none */
     bool fused_gate_up;     /* gate and up come from one (2 * ffn, hidden) matrix, gate rows
                              * first (Phi-3 gate_up_proj / GGUF ffn_up) */
+    /* Mixture of experts (every layer's MLP when n_experts > 0; moe.c). */
+    int n_experts;          /* 0 = a dense MLP */
+    int n_experts_used;     /* k: experts each row runs (top-k of the router) */
+    int ffn_expert;         /* an expert's intermediate size */
+    pdl_router_kind router; /* softmax over all experts, or sigmoid of each, then top-k */
+    bool router_norm;       /* the k weights renormalized to sum 1 (Mixtral, Qwen3-MoE) */
+    float router_scale;     /* the k weights times this (1 = none) */
+    int ffn_shared;         /* the shared expert's intermediate size; 0 = none (Qwen2-MoE) */
+    bool shared_gate;       /* the shared expert's output times sigmoid(w . x) (Qwen2-MoE) */
     /* Head post-processing, in this order, in both head paths (head_postprocess). */
     float logit_div;     /* logits /= logit_div (1 = none; Granite logits_scaling) */
     float logit_scale;   /* logits *= logit_scale (1 = none; Command-R) */
     float final_softcap; /* logits = c * tanh(logits / c); 0 = none (Gemma 2) */
-    /* Test hook: a port that applies the head post-processing only in the
-     * full-logits path (the bug the selective-logits probe exists to catch). */
-    bool head_post_full_only;
     int32_t bos_id;      /* from the model files; -1 when absent */
     int32_t eos_ids[PDL_MAX_EOS]; /* generation stops at any of these */
     int n_eos;
@@ -118,20 +94,29 @@ typedef struct pdl_model_config {
 /* Per-layer weights. Linear weights have shape {out, in}; biases and norm
  * weights are F32 vectors. A weight a model lacks has data == NULL. */
 typedef struct pdl_layer_weights {
-    pdl_tensor attn_norm;  /* (hidden) */
+    pdl_tensor attn_norm;  /* (hidden); absent with PDL_BLOCK_POST_NORM */
     pdl_tensor wq;         /* (n_heads * head_dim, hidden) */
     pdl_tensor wk;         /* (n_kv_heads * head_dim, hidden) */
     pdl_tensor wv;         /* (n_kv_heads * head_dim, hidden) */
     pdl_tensor bq, bk, bv; /* (n_heads * head_dim), (n_kv * head_dim) x2: qkv_bias */
-    pdl_tensor q_norm;     /* (head_dim): qk_norm */
-    pdl_tensor k_norm;     /* (head_dim): qk_norm */
+    pdl_tensor q_norm;     /* (head_dim), or (n_heads * head_dim) with PDL_QK_NORM_WHOLE */
+    pdl_tensor k_norm;     /* (head_dim), or (n_kv_heads * head_dim) with PDL_QK_NORM_WHOLE */
     pdl_tensor wo;         /* (hidden, n_heads * head_dim) */
-    pdl_tensor ffn_norm;   /* (hidden); absent with parallel_block */
-    pdl_tensor post_attn_norm; /* (hidden): post_norms */
-    pdl_tensor post_ffn_norm;  /* (hidden): post_norms */
-    pdl_tensor w_gate;     /* (ffn, hidden) */
+    pdl_tensor ffn_norm;   /* (hidden); absent with PDL_BLOCK_PARALLEL and _POST_NORM */
+    pdl_tensor post_attn_norm; /* (hidden): PDL_BLOCK_SANDWICH and _POST_NORM */
+    pdl_tensor post_ffn_norm;  /* (hidden): likewise */
+    pdl_tensor w_gate;     /* (ffn, hidden): a dense MLP */
     pdl_tensor w_up;       /* (ffn, hidden) */
     pdl_tensor w_down;     /* (hidden, ffn) */
+    /* Mixture of experts (n_experts > 0): */
+    pdl_tensor router;     /* (n_experts, hidden) */
+    pdl_tensor *exp_gate;  /* [n_experts] of (ffn_expert, hidden): views of one stacked
+                            * GGUF tensor, or one Hugging Face tensor each */
+    pdl_tensor *exp_up;    /* [n_experts] of (ffn_expert, hidden) */
+    pdl_tensor *exp_down;  /* [n_experts] of (hidden, ffn_expert) */
+    pdl_tensor sh_gate, sh_up; /* (ffn_shared, hidden): the shared expert, when ffn_shared > 0 */
+    pdl_tensor sh_down;    /* (hidden, ffn_shared) */
+    pdl_tensor sh_gate_w;  /* (hidden): shared_gate's w */
 } pdl_layer_weights;
 
 typedef struct pdl_model_weights {
@@ -139,6 +124,7 @@ typedef struct pdl_model_weights {
     pdl_tensor output_norm;  /* (hidden) */
     pdl_tensor output;       /* (vocab, hidden); == tok_embd when tied */
     pdl_layer_weights *layers; /* [n_layers] */
+    pdl_tensor *experts;     /* [n_layers][3][n_experts]: every layer's exp_gate, exp_up, exp_down */
 } pdl_model_weights;
 
 /* Scratch buffers of the forward, grown on demand (never per token). */
@@ -163,6 +149,17 @@ typedef struct pdl_forward_scratch {
     float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
     float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
     float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
+    /* mixture of experts (moe.c), for moe_rows_cap rows: */
+    size_t moe_rows_cap;
+    float *router;      /* (rows, n_experts) router logits */
+    int32_t *sel;       /* (rows, k) each row's experts, in rank order (best first) */
+    float *sel_w;       /* (rows, k) their weights */
+    int32_t *exp_start; /* (n_experts + 1) where expert e's assignments begin in exp_rows */
+    int32_t *exp_rows;  /* (rows * k) assignments row * k + rank, grouped by expert, rows ascending */
+    int32_t *out_at;    /* (rows * k) assignment row * k + rank -> its row in `ye` */
+    float *xe;          /* (rows, hidden) one expert's gathered input rows */
+    float *he, *ue;     /* (rows, ffn_expert) its gate (then activation) and up */
+    float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
 } pdl_forward_scratch;
 
 struct pdl_model {
@@ -187,6 +184,8 @@ struct pdl_model {
     pdl_threadpool *pool;
     pdl_forward_scratch scratch;
     int probe_state;        /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
+    uint64_t moe_expert_runs; /* expert MLPs run (one per expert with rows, per layer and step): a
+                               * prefill reads each chosen expert once, a decode step only k */
 
     void **owned;           /* buffers the model allocated (converted weights) */
     size_t n_owned;
@@ -225,6 +224,28 @@ int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error
 /* Rows [r0, r0 + rows) of a matrix as a view (fused Q/K/V, gate/up), named
  * "<name>[what]" in messages. */
 void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out);
+
+/* The selective-logits probe's verdict (logits_probe.c): the sampled rows'
+ * logits through the full head and through the selective head (n_rows x
+ * vocab each) must be equal bit for bit; otherwise *ok is false and reason
+ * names the rows (rows[0], rows[n_rows - 1] of an n_tokens probe) and the
+ * largest difference. */
+void pdl_probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
+                       bool *ok, char *reason, size_t reason_len);
+
+/* The MLP of a mixture-of-experts layer over rows [0, n) of xn (hidden
+ * wide): router, top-k, each chosen expert once over its gathered rows,
+ * the shared expert; out (n, hidden) = the k outputs summed in rank order
+ * (moe.c). */
+int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err);
+
+/* One row's routing: its k experts of the (n_experts) logits, best first
+ * (the lower id on a tie), and their weights (softmax over all experts or
+ * sigmoid, then renormalized and scaled as the config says). */
+void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
+
+/* Frees the MoE scratch (pdl_model_free). */
+void pdl_moe_scratch_free(pdl_forward_scratch *s);
 
 /* Whether layer l attends through the sliding window (see swa_pattern). */
 static inline bool pdl_layer_windowed(const pdl_model_config *c, int l) {

@@ -22,22 +22,6 @@
 #include "util/error.h"
 #include "util/huge_alloc.h"
 
-const char *pdl_arch_name(pdl_arch a) {
-    switch (a) {
-    case PDL_ARCH_LLAMA: return "llama";
-    case PDL_ARCH_MISTRAL: return "mistral";
-    case PDL_ARCH_QWEN2: return "qwen2";
-    case PDL_ARCH_QWEN3: return "qwen3";
-    case PDL_ARCH_GRANITE: return "granite";
-    case PDL_ARCH_COHERE: return "command-r";
-    case PDL_ARCH_GEMMA2: return "gemma2";
-    case PDL_ARCH_GEMMA3: return "gemma3";
-    case PDL_ARCH_PHI3: return "phi3";
-    case PDL_ARCH_COHERE2: return "cohere2";
-    }
-    return "?";
-}
-
 int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
                           pdl_tensor *dst, pdl_error *err) {
     const pdl_tensor *t = pdl_tensor_set_find(set, name);
@@ -88,42 +72,61 @@ typedef enum layer_need {
     NEED_ALWAYS,
     NEED_IF_BIAS,
     NEED_IF_QK_NORM,
-    NEED_UNLESS_PARALLEL, /* ffn_norm: not in a parallel block */
-    NEED_IF_POST_NORMS,
+    NEED_IF_PRE_NORM,     /* attn_norm: unless norms come after the branches only */
+    NEED_IF_FFN_NORM,     /* ffn_norm: pre-norm and sandwich blocks */
+    NEED_IF_POST_NORMS,   /* sandwich and post-norm blocks */
     NEED_UNLESS_FUSED_QKV,     /* wq, wk, wv: unless one fused qkv matrix holds them */
-    NEED_UNLESS_FUSED_GATE_UP, /* w_gate, w_up: unless cfg.fused_gate_up */
+    NEED_IF_DENSE,             /* w_down: a dense MLP */
+    NEED_IF_DENSE_UNFUSED,     /* w_gate, w_up: a dense MLP, unless cfg.fused_gate_up */
 } layer_need;
 
 /* Hugging Face's post_attention_layernorm is the MLP's input norm in Llama
- * but the attention output's norm in Gemma 2 (post_norms), whose MLP input
- * norm is pre_feedforward_layernorm: hf_post names the tensor there. */
+ * but the attention output's norm in Gemma 2 and OLMo 2, whose MLP input
+ * norm (Gemma) is pre_feedforward_layernorm: hf_post names the tensor there. */
 static const struct layer_tensor_name {
     size_t offset;    /* offsetof(pdl_layer_weights, field) */
     const char *gguf; /* after "blk.N." */
     const char *hf;   /* after "model.layers.N." */
     layer_need need;
-    const char *hf_post; /* the Hugging Face name with post_norms, when different */
+    const char *hf_post; /* the Hugging Face name with post norms, when different */
 } LAYER_TENSORS[] = {
-    {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, attn_norm), "attn_norm.weight", "input_layernorm.weight", NEED_IF_PRE_NORM, NULL},
     {offsetof(pdl_layer_weights, wq), "attn_q.weight", "self_attn.q_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
     {offsetof(pdl_layer_weights, wk), "attn_k.weight", "self_attn.k_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
     {offsetof(pdl_layer_weights, wv), "attn_v.weight", "self_attn.v_proj.weight", NEED_UNLESS_FUSED_QKV, NULL},
     {offsetof(pdl_layer_weights, wo), "attn_output.weight", "self_attn.o_proj.weight", NEED_ALWAYS, NULL},
-    {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_UNLESS_PARALLEL,
+    {offsetof(pdl_layer_weights, ffn_norm), "ffn_norm.weight", "post_attention_layernorm.weight", NEED_IF_FFN_NORM,
      "pre_feedforward_layernorm.weight"},
     {offsetof(pdl_layer_weights, post_attn_norm), "post_attention_norm.weight", "post_attention_layernorm.weight",
      NEED_IF_POST_NORMS, NULL},
     {offsetof(pdl_layer_weights, post_ffn_norm), "post_ffw_norm.weight", "post_feedforward_layernorm.weight",
      NEED_IF_POST_NORMS, NULL},
-    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_UNLESS_FUSED_GATE_UP, NULL},
-    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_UNLESS_FUSED_GATE_UP, NULL},
-    {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_ALWAYS, NULL},
+    {offsetof(pdl_layer_weights, w_gate), "ffn_gate.weight", "mlp.gate_proj.weight", NEED_IF_DENSE_UNFUSED, NULL},
+    {offsetof(pdl_layer_weights, w_up), "ffn_up.weight", "mlp.up_proj.weight", NEED_IF_DENSE_UNFUSED, NULL},
+    {offsetof(pdl_layer_weights, w_down), "ffn_down.weight", "mlp.down_proj.weight", NEED_IF_DENSE, NULL},
     {offsetof(pdl_layer_weights, bq), "attn_q.bias", "self_attn.q_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, bv), "attn_v.bias", "self_attn.v_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", NEED_IF_QK_NORM, NULL},
     {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM, NULL},
 };
+
+/* Whether a weight of this kind is part of the model the config describes. */
+static bool layer_needs(const pdl_model_config *c, layer_need need) {
+    bool dense = c->n_experts == 0;
+    switch (need) {
+    case NEED_ALWAYS: return true;
+    case NEED_IF_BIAS: return c->qkv_bias;
+    case NEED_IF_QK_NORM: return c->qk_norm != PDL_QK_NORM_NONE;
+    case NEED_IF_PRE_NORM: return c->block != PDL_BLOCK_POST_NORM;
+    case NEED_IF_FFN_NORM: return c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH;
+    case NEED_IF_POST_NORMS: return c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
+    case NEED_UNLESS_FUSED_QKV: return true;
+    case NEED_IF_DENSE: return dense;
+    case NEED_IF_DENSE_UNFUSED: return dense && !c->fused_gate_up;
+    }
+    return false;
+}
 
 /* Layer l's tensor: GGUF "blk.N.<gguf>" (hf_prefix NULL) or Hugging Face
  * "<hf_prefix>layers.N.<hf>". */
@@ -152,11 +155,99 @@ static int check_no_stray_layers(const pdl_model_config *c, const pdl_tensor_set
     return 0;
 }
 
+/* Expert e of a stacked (n_experts, rows, cols) GGUF tensor as a (rows,
+ * cols) view, named "<name>[e<e>]". */
+static void expert_view(const pdl_tensor *stack, int e, pdl_tensor *out) {
+    pdl_tensor flat = *stack;
+    flat.n_dims = 2;
+    flat.shape[0] = stack->shape[0] * stack->shape[1];
+    flat.shape[1] = stack->shape[2];
+    char what[24];
+    snprintf(what, sizeof what, "e%d", e);
+    pdl_tensor_rows(&flat, (int64_t)e * stack->shape[1], stack->shape[1], what, out);
+}
+
+/* The router, the experts and the shared expert of layer l. GGUF stacks
+ * each projection of every expert in one (n_experts, rows, cols) tensor;
+ * Hugging Face keeps one tensor per expert and projection, under the
+ * family's names (arch.h: pdl_moe_layout). */
+static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l, const char *where,
+                        pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    pdl_layer_weights *lw = &m->w.layers[l];
+    int E = c->n_experts;
+    pdl_tensor *base = m->w.experts + (size_t)l * 3 * E;
+    lw->exp_gate = base, lw->exp_up = base + E, lw->exp_down = base + 2 * E;
+    pdl_tensor *const dst[3] = {lw->exp_gate, lw->exp_up, lw->exp_down};
+    char name[PDL_TENSOR_NAME_MAX];
+    bool mixtral = c->arch->moe == PDL_MOE_BLOCK_SPARSE;
+    layer_name(name, sizeof name, hf_prefix, l, mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight",
+               "ffn_gate_inp.weight");
+    if (pdl_model_take_tensor(set, name, true, where, &lw->router, err)) return -1;
+    if (!hf_prefix) {
+        static const char *const stacked[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+        for (int p = 0; p < 3; p++) {
+            pdl_tensor t;
+            layer_name(name, sizeof name, NULL, l, NULL, stacked[p]);
+            if (pdl_model_take_tensor(set, name, true, where, &t, err)) return -1;
+            int64_t rows = p < 2 ? c->ffn_expert : c->hidden, cols = p < 2 ? c->hidden : c->ffn_expert;
+            if (t.n_dims != 3 || t.shape[0] != E || t.shape[1] != rows || t.shape[2] != cols)
+                return pdl_fail(err, "%s: tensor '%s' must be [%d, %lld, %lld] (experts, rows, columns) for %d experts "
+                                "of intermediate size %d", where, name, E, (long long)rows, (long long)cols, E,
+                                c->ffn_expert);
+            for (int e = 0; e < E; e++) expert_view(&t, e, &dst[p][e]);
+        }
+    } else {
+        static const char *const per_expert[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
+        for (int e = 0; e < E; e++)
+            for (int p = 0; p < 3; p++) {
+                char hf[96];
+                snprintf(hf, sizeof hf, "%s.experts.%d.%s.weight", mixtral ? "block_sparse_moe" : "mlp", e,
+                         per_expert[mixtral][p]);
+                layer_name(name, sizeof name, hf_prefix, l, hf, NULL);
+                if (pdl_model_take_tensor(set, name, true, where, &dst[p][e], err)) return -1;
+            }
+    }
+    if (c->ffn_shared <= 0) return 0;
+    static const struct {
+        size_t offset;
+        const char *gguf, *hf;
+    } shared[] = {
+        {offsetof(pdl_layer_weights, sh_gate), "ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+        {offsetof(pdl_layer_weights, sh_up), "ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+        {offsetof(pdl_layer_weights, sh_down), "ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+        {offsetof(pdl_layer_weights, sh_gate_w), "ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    };
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+        if (i == 3 && !c->shared_gate) continue;
+        layer_name(name, sizeof name, hf_prefix, l, shared[i].hf, shared[i].gguf);
+        pdl_tensor *t = (pdl_tensor *)((char *)lw + shared[i].offset);
+        if (pdl_model_take_tensor(set, name, true, where, t, err)) return -1;
+    }
+    /* Hugging Face's gate is a (1, hidden) Linear; GGUF's a (hidden) vector */
+    if (lw->sh_gate_w.n_dims == 2 && lw->sh_gate_w.shape[0] == 1) {
+        lw->sh_gate_w.n_dims = 1;
+        lw->sh_gate_w.shape[0] = lw->sh_gate_w.shape[1];
+    }
+    return 0;
+}
+
 int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err) {
     pdl_model_config *c = &m->cfg;
+    if (c->n_layers <= 0 || c->n_layers > 4096)
+        return pdl_fail(err, "%s: %d layers (must be 1 to 4096)", where, c->n_layers);
+    if (c->n_experts > 0 && (c->n_experts > 4096 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
+                             c->ffn_expert <= 0 || c->ffn_shared < 0))
+        return pdl_fail(err, "%s: invalid experts: %d experts, %d used per token, intermediate size %d, shared %d "
+                        "(need 1 <= used <= experts <= 4096 and positive sizes)", where, c->n_experts,
+                        c->n_experts_used, c->ffn_expert, c->ffn_shared);
     m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
     if (!m->w.layers) return pdl_fail(err, "out of memory");
+    if (c->n_experts > 0) {
+        m->w.experts = calloc((size_t)c->n_layers * 3 * (size_t)c->n_experts, sizeof *m->w.experts);
+        if (!m->w.experts) return pdl_fail(err, "out of memory for %d layers of %d experts", c->n_layers, c->n_experts);
+    }
     /* Biases present in the files are used even where the config is silent
      * (some llama conversions carry them). */
     char name[PDL_TENSOR_NAME_MAX];
@@ -183,21 +274,19 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *h
         for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
             const struct layer_tensor_name *t = &LAYER_TENSORS[i];
             if ((t->need == NEED_UNLESS_FUSED_QKV && fused_qkv) ||
-                (t->need == NEED_UNLESS_FUSED_GATE_UP && fused_gate_up))
+                (t->need == NEED_IF_DENSE_UNFUSED && fused_gate_up))
                 continue;
-            bool required = t->need == NEED_ALWAYS || t->need == NEED_UNLESS_FUSED_QKV ||
-                            t->need == NEED_UNLESS_FUSED_GATE_UP || (t->need == NEED_IF_BIAS && c->qkv_bias) ||
-                            (t->need == NEED_IF_QK_NORM && c->qk_norm) ||
-                            (t->need == NEED_UNLESS_PARALLEL && !c->parallel_block) ||
-                            (t->need == NEED_IF_POST_NORMS && c->post_norms);
-            /* a tensor the config does not use is not taken (a Gemma 2 HF
-             * post_attention_layernorm is not an ffn_norm) */
-            if (!required && (t->need == NEED_UNLESS_PARALLEL || t->need == NEED_IF_POST_NORMS)) continue;
-            const char *hf = c->post_norms && t->hf_post ? t->hf_post : t->hf;
+            bool required = layer_needs(c, t->need);
+            /* a norm or MLP matrix the config does not use is not taken (a
+             * Gemma 2 HF post_attention_layernorm is not an ffn_norm); an
+             * optional bias or q/k norm is */
+            if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
+            const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
             layer_name(name, sizeof name, hf_prefix, l, hf, t->gguf);
             if (pdl_model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
                 return -1;
         }
+        if (c->n_experts > 0 && take_experts(m, set, hf_prefix, l, where, err)) return -1;
     }
     return check_no_stray_layers(c, set, hf_prefix, where, err);
 }
@@ -374,6 +463,26 @@ static int rope_init(pdl_model *m, pdl_error *err) {
     return 0;
 }
 
+/* A MoE layer's router, experts and shared expert against the config. */
+static int check_experts(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    char why[160];
+    snprintf(why, sizeof why, "hidden %d, %d experts of intermediate size %d, shared %d", c->hidden, c->n_experts,
+             c->ffn_expert, c->ffn_shared);
+    if (check_matrix(m, &lw->router, c->n_experts, c->hidden, why, err)) return -1;
+    for (int e = 0; e < c->n_experts; e++)
+        if (check_matrix(m, &lw->exp_gate[e], c->ffn_expert, c->hidden, why, err) ||
+            check_matrix(m, &lw->exp_up[e], c->ffn_expert, c->hidden, why, err) ||
+            check_matrix(m, &lw->exp_down[e], c->hidden, c->ffn_expert, why, err))
+            return -1;
+    if (c->ffn_shared > 0 && (check_matrix(m, &lw->sh_gate, c->ffn_shared, c->hidden, why, err) ||
+                              check_matrix(m, &lw->sh_up, c->ffn_shared, c->hidden, why, err) ||
+                              check_matrix(m, &lw->sh_down, c->hidden, c->ffn_shared, why, err)))
+        return -1;
+    if (c->shared_gate && check_vector(m, &lw->sh_gate_w, c->hidden, why, err)) return -1;
+    return 0;
+}
+
 /* ---- finish -------------------------------------------------------------- */
 
 int pdl_model_finish(pdl_model *m, pdl_error *err) {
@@ -429,26 +538,33 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     if (c->tied_embeddings) w->output = w->tok_embd;
     else if (check_matrix(m, &w->output, c->vocab, c->hidden, why, err)) return -1;
 
+    int64_t qn = c->qk_norm == PDL_QK_NORM_WHOLE ? q_dim : c->head_dim;
+    int64_t kn = c->qk_norm == PDL_QK_NORM_WHOLE ? kv_dim : c->head_dim;
+    bool pre = c->block != PDL_BLOCK_POST_NORM;
+    bool ffn_norm = c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH;
+    bool post = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &w->layers[l];
-        if (check_vector(m, &lw->attn_norm, c->hidden, why, err) ||
+        if ((pre && check_vector(m, &lw->attn_norm, c->hidden, why, err)) ||
             check_matrix(m, &lw->wq, q_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wk, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wv, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wo, c->hidden, q_dim, why, err) ||
-            (!c->parallel_block && check_vector(m, &lw->ffn_norm, c->hidden, why, err)) ||
-            check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err) ||
-            check_matrix(m, &lw->w_up, c->ffn, c->hidden, why, err) ||
-            check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err))
+            (ffn_norm && check_vector(m, &lw->ffn_norm, c->hidden, why, err)))
             return -1;
+        if (c->n_experts == 0 && (check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err) ||
+                                  check_matrix(m, &lw->w_up, c->ffn, c->hidden, why, err) ||
+                                  check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err)))
+            return -1;
+        if (c->n_experts > 0 && check_experts(m, lw, err)) return -1;
         if (c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
                             check_vector(m, &lw->bv, kv_dim, why, err)))
             return -1;
-        if (c->qk_norm && (check_vector(m, &lw->q_norm, c->head_dim, why, err) ||
-                           check_vector(m, &lw->k_norm, c->head_dim, why, err)))
+        if (c->qk_norm != PDL_QK_NORM_NONE &&
+            (check_vector(m, &lw->q_norm, qn, why, err) || check_vector(m, &lw->k_norm, kn, why, err)))
             return -1;
-        if (c->post_norms && (check_vector(m, &lw->post_attn_norm, c->hidden, why, err) ||
-                              check_vector(m, &lw->post_ffn_norm, c->hidden, why, err)))
+        if (post && (check_vector(m, &lw->post_attn_norm, c->hidden, why, err) ||
+                     check_vector(m, &lw->post_ffn_norm, c->hidden, why, err)))
             return -1;
         if (c->norm_plus_one) {
             pdl_tensor *norms[] = {&lw->attn_norm, &lw->ffn_norm, &lw->post_attn_norm, &lw->post_ffn_norm,
@@ -470,7 +586,10 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &w->layers[l];
         SEEN(lw->wq), SEEN(lw->wk), SEEN(lw->wv), SEEN(lw->wo);
-        SEEN(lw->w_gate), SEEN(lw->w_up), SEEN(lw->w_down);
+        if (c->n_experts == 0) SEEN(lw->w_gate), SEEN(lw->w_up), SEEN(lw->w_down);
+        if (c->n_experts > 0) SEEN(lw->router);
+        for (int e = 0; e < c->n_experts; e++) SEEN(lw->exp_gate[e]), SEEN(lw->exp_up[e]), SEEN(lw->exp_down[e]);
+        if (c->ffn_shared > 0) SEEN(lw->sh_gate), SEEN(lw->sh_up), SEEN(lw->sh_down);
     }
 #undef SEEN
     m->weight_types[0] = '\0';
@@ -509,52 +628,64 @@ static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error 
     if (env && strcmp(env, "0") == 0) return 0;
     pdl_load_progress_fn progress = opts ? opts->progress : NULL;
     pdl_model_weights *w = &m->w;
+    const pdl_model_config *c = &m->cfg;
+    /* every matrix: the head, then each layer's (absent ones have no data) */
+    size_t per_layer = 11 + 3 * (size_t)c->n_experts, n_mats = 1 + (size_t)c->n_layers * per_layer, k = 0;
+    pdl_tensor **mats = malloc(n_mats * sizeof *mats);
+    if (!mats) return pdl_fail(err, "out of memory");
+    mats[k++] = &w->output;
+    for (int l = 0; l < c->n_layers; l++) {
+        pdl_layer_weights *lw = &w->layers[l];
+        pdl_tensor *fixed[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down,
+                               &lw->router, &lw->sh_gate, &lw->sh_up, &lw->sh_down};
+        for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) mats[k++] = fixed[i];
+        for (int e = 0; e < c->n_experts; e++)
+            mats[k++] = &lw->exp_gate[e], mats[k++] = &lw->exp_up[e], mats[k++] = &lw->exp_down[e];
+    }
     size_t total = 0;
     uint8_t *at = NULL;
-    for (int pass = 0; pass < 2; pass++) { /* sizes, then copies */
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* sizes, then copies */
         if (pass == 1) {
-            if (total == 0) return 0;
+            if (total == 0) break;
             size_t avail = pdl_available_memory();
             if (avail && total > avail - avail / 8) { /* the mapping pages in what it needs; copies could not */
                 fprintf(stderr, "pagedlm: weights used from the file mapping: copying %.2f GiB of matrices "
                                 "would leave too little of the %.2f GiB available\n",
                         total / 1073741824.0, avail / 1073741824.0);
-                return 0;
+                break;
             }
-            if (!(m->matrices = pdl_huge_alloc(total)))
-                return pdl_fail(err, "out of memory copying %zu bytes of weight matrices", total);
+            if (!(m->matrices = pdl_huge_alloc(total))) {
+                rc = pdl_fail(err, "out of memory copying %zu bytes of weight matrices", total);
+                break;
+            }
             at = m->matrices;
         }
-        for (int l = -1; l < m->cfg.n_layers; l++) {
-            pdl_layer_weights *lw = l >= 0 ? &w->layers[l] : NULL;
-            pdl_tensor *mats[] = {lw ? &lw->wq : &w->output, lw ? &lw->wk : NULL, lw ? &lw->wv : NULL,
-                                  lw ? &lw->wo : NULL, lw ? &lw->w_gate : NULL, lw ? &lw->w_up : NULL,
-                                  lw ? &lw->w_down : NULL};
-            for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-                pdl_tensor *t = mats[i];
-                if (!t || !t->data) continue;
-                bool panels = pdl_panels_wanted(t);
-                size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
-                if (pass == 0) {
-                    total += bytes;
-                    continue;
-                }
-                const void *mapped = t->data;
-                if (panels) {
-                    pdl_panels_fill(m->pool, t, at);
-                } else {
-                    memcpy(at, mapped, t->nbytes);
-                    t->data = at;
-                }
-                at += bytes;
-                if (m->gguf) gguf_release(m->gguf, mapped, t->nbytes);
-                if (m->st) st_release(m->st, mapped, t->nbytes);
-                if (progress && at < (uint8_t *)m->matrices + total)
-                    progress((double)(at - (uint8_t *)m->matrices) / (double)total, opts->progress_user);
+        for (size_t i = 0; i < k; i++) {
+            pdl_tensor *t = mats[i];
+            if (!t->data) continue;
+            bool panels = pdl_panels_wanted(t);
+            size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
+            if (pass == 0) {
+                total += bytes;
+                continue;
             }
+            const void *mapped = t->data;
+            if (panels) {
+                pdl_panels_fill(m->pool, t, at);
+            } else {
+                memcpy(at, mapped, t->nbytes);
+                t->data = at;
+            }
+            at += bytes;
+            if (m->gguf) gguf_release(m->gguf, mapped, t->nbytes);
+            if (m->st) st_release(m->st, mapped, t->nbytes);
+            if (progress && at < (uint8_t *)m->matrices + total)
+                progress((double)(at - (uint8_t *)m->matrices) / (double)total, opts->progress_user);
         }
     }
-    return 0;
+    free(mats);
+    return rc;
 }
 
 /* ---- public -------------------------------------------------------------- */
@@ -570,6 +701,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     m->cfg.embed_scale = 1.0f;
     m->cfg.residual_scale = 1.0f;
     m->cfg.rope_mscale = 1.0f;
+    m->cfg.router_scale = 1.0f;
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
@@ -607,6 +739,8 @@ void pdl_model_free(pdl_model *m) {
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
     free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
     free(m->w.layers);
+    free(m->w.experts);
+    pdl_moe_scratch_free(s);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
@@ -619,14 +753,16 @@ void pdl_model_free(pdl_model *m) {
 
 void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     const pdl_model_config *c = &m->cfg;
-    info->arch = pdl_arch_name(c->arch);
+    info->arch = c->arch->name;
     info->source = m->source;
     info->n_layers = c->n_layers;
     info->hidden = c->hidden;
     info->n_heads = c->n_heads;
     info->n_kv_heads = c->n_kv_heads;
     info->head_dim = c->head_dim;
-    info->ffn = c->ffn;
+    info->ffn = c->n_experts > 0 ? c->ffn_expert : c->ffn;
+    info->n_experts = c->n_experts;
+    info->n_experts_used = c->n_experts_used;
     info->vocab = c->vocab;
     info->ctx_len = m->ctx_size;
     info->bos_id = c->bos_id;

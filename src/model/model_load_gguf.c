@@ -3,13 +3,15 @@
  * `{arch}.*` hyperparameter keys and llama.cpp's tensor names
  * (token_embd, blk.N.attn_q, ...).
  *
- * GGUF `llama` and `granite` files store Q and K rows permuted per head for
- * adjacent-pair RoPE, so they run with PDL_ROPE_NORM, as do `command-r` and
- * `cohere2` (interleaved RoPE in the original); qwen2/qwen3/gemma2/gemma3/phi3
- * keep Hugging Face's rotate-half layout (PDL_ROPE_NEOX). gemma2/gemma3 norm
- * weights already hold 1 + w. Numbers llama.cpp hard-codes rather than reads
- * (Gemma 3's window pattern 6 and local RoPE base 10000, Cohere2's pattern
- * 4) are defaults here that the same keys override.
+ * The family and its traits (RoPE layout included: GGUF `llama` files hold
+ * Q and K permuted for adjacent pairs) come from the architecture table
+ * (arch.c), looked up by general.architecture and, for `llama`, by whether
+ * the file has experts (Mixtral). Numbers llama.cpp hard-codes rather than
+ * reads (Gemma 3's window pattern 6 and local RoPE base 10000, Cohere2's
+ * pattern 4, a family's expert-weight normalization) are the table's
+ * defaults, which the same keys override. Experts are stacked: one
+ * (n_experts, rows, cols) tensor per projection, taken as per-expert views
+ * (model_load.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -71,6 +73,39 @@ static int read_window_pattern(const gguf_file *g, const char *arch, pdl_model_c
                     gguf_path(g), key);
 }
 
+/* The experts of a MoE family: counts and sizes under llama.cpp's keys,
+ * the router's gating function and normalization when the file says. */
+static int read_experts(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
+    const char *path = gguf_path(g);
+    if (c->arch->moe == PDL_MOE_NONE) {
+        if (c->n_experts > 0)
+            return pdl_fail(err, "%s: %s.expert_count = %d, but %s has no experts (not supported)", path, arch,
+                            c->n_experts, arch);
+        return 0;
+    }
+    if (c->n_experts <= 0) return pdl_fail(err, "%s: %s needs %s.expert_count", path, c->arch->name, arch);
+    c->ffn_expert = c->ffn;
+    if (arch_u32(g, arch, "expert_used_count", true, &c->n_experts_used, err) ||
+        arch_u32(g, arch, "expert_feed_forward_length", false, &c->ffn_expert, err))
+        return -1;
+    if (c->arch->shared_expert_gate) {
+        c->ffn_shared = c->ffn;
+        if (arch_u32(g, arch, "expert_shared_feed_forward_length", false, &c->ffn_shared, err)) return -1;
+    }
+    int gating = 0;
+    if (arch_u32(g, arch, "expert_gating_func", false, &gating, err)) return -1;
+    if (gating > 2) return pdl_fail(err, "%s: %s.expert_gating_func = %d is not supported (1 softmax, 2 sigmoid)", path,
+                                    arch, gating);
+    if (gating) c->router = gating == 2 ? PDL_ROUTER_SIGMOID : PDL_ROUTER_SOFTMAX;
+    char key[160];
+    snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
+    bool norm = c->router_norm;
+    int rc = gguf_get_bool(g, key, &norm, err);
+    if (rc < 0) return -1;
+    c->router_norm = norm;
+    return arch_f32(g, arch, "expert_weights_scale", &c->router_scale, err);
+}
+
 static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const char *path = gguf_path(g);
@@ -78,54 +113,14 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     int rc = gguf_get_str(g, "general.architecture", &arch, err);
     if (rc < 0) return -1;
     if (rc == 0) return pdl_fail(err, "%s: missing metadata key 'general.architecture'", path);
-    if (strcmp(arch, "llama") == 0) {
-        c->arch = PDL_ARCH_LLAMA;
-        c->rope_style = PDL_ROPE_NORM;
-    } else if (strcmp(arch, "mistral") == 0) {
-        c->arch = PDL_ARCH_MISTRAL;
-        c->rope_style = PDL_ROPE_NORM;
-    } else if (strcmp(arch, "qwen2") == 0) {
-        c->arch = PDL_ARCH_QWEN2;
-        c->rope_style = PDL_ROPE_NEOX;
-        c->qkv_bias = true;
-    } else if (strcmp(arch, "qwen3") == 0) {
-        c->arch = PDL_ARCH_QWEN3;
-        c->rope_style = PDL_ROPE_NEOX;
-        c->qk_norm = true;
-    } else if (strcmp(arch, "granite") == 0) {
-        c->arch = PDL_ARCH_GRANITE;
-        c->rope_style = PDL_ROPE_NORM;
-    } else if (strcmp(arch, "command-r") == 0) {
-        c->arch = PDL_ARCH_COHERE;
-        c->rope_style = PDL_ROPE_NORM;
-        c->norm = PDL_NORM_LAYER;
-        c->parallel_block = true;
-    } else if (strcmp(arch, "cohere2") == 0) {
-        c->arch = PDL_ARCH_COHERE2;
-        c->rope_style = PDL_ROPE_NORM;
-        c->norm = PDL_NORM_LAYER;
-        c->parallel_block = true;
-        c->swa_pattern = 4;
-        c->rope_global_none = true;
-    } else if (strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0) {
-        bool g3 = arch[5] == '3';
-        c->arch = g3 ? PDL_ARCH_GEMMA3 : PDL_ARCH_GEMMA2;
-        c->rope_style = PDL_ROPE_NEOX;
-        c->post_norms = true;
-        c->act = PDL_ACT_GELU_TANH;
-        c->swa_pattern = g3 ? 6 : 2;
-        c->qk_norm = g3;
-        if (g3) c->rope_theta_local = 10000.0f;
-    } else if (strcmp(arch, "phi3") == 0) {
-        c->arch = PDL_ARCH_PHI3;
-        c->rope_style = PDL_ROPE_NEOX;
-        c->fused_gate_up = true;
-    } else {
-        return pdl_fail(err,
-                        "%s: general.architecture '%s' is not supported (supported: llama, mistral, qwen2, qwen3, "
-                        "granite, command-r, cohere2, gemma2, gemma3, phi3)",
-                        path, arch);
+    if (arch_u32(g, arch, "expert_count", false, &c->n_experts, err)) return -1;
+    const pdl_arch_desc *a = pdl_arch_by_gguf(arch, c->n_experts > 0);
+    if (!a) {
+        char list[512];
+        pdl_arch_supported(true, list, sizeof list);
+        return pdl_fail(err, "%s: general.architecture '%s' is not supported (supported: %s)", path, arch, list);
     }
+    pdl_arch_apply(a, true, c);
 
     if (arch_u32(g, arch, "block_count", true, &c->n_layers, err) ||
         arch_u32(g, arch, "embedding_length", true, &c->hidden, err) ||
@@ -170,30 +165,26 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         read_window_pattern(g, arch, c, err) ||
         arch_f32(g, arch, "rope.freq_base_swa", &c->rope_theta_local, err))
         return -1;
-    if (c->arch == PDL_ARCH_COHERE2 && c->sliding_window <= 0)
-        return pdl_fail(err, "%s: cohere2 needs %s.attention.sliding_window", path, arch);
-    if (c->arch == PDL_ARCH_PHI3) {
-        /* LongRoPE: factor tensors, the original context and the attention factor */
-        if (arch_u32(g, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx, err) ||
-            arch_f32(g, arch, "rope.scaling.attn_factor", &c->rope_mscale, err))
-            return -1;
-    }
+    if (a->gguf_window_required && c->sliding_window <= 0)
+        return pdl_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
+    if (read_experts(g, arch, c, err)) return -1;
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     /* Gemma 3 27B (62 layers) has query_pre_attn_scalar = hidden / heads
      * (168), not head_dim (128); its GGUF files do not say so and llama.cpp
      * recognises it by its layer count: so do we */
-    if (c->arch == PDL_ARCH_GEMMA3 && c->n_layers == 62) c->attn_scale = 1.0f / sqrtf((float)(c->hidden / c->n_heads));
+    if (a->gguf_qpas_layers && c->n_layers == a->gguf_qpas_layers)
+        c->attn_scale = 1.0f / sqrtf((float)(c->hidden / c->n_heads));
     if (arch_f32(g, arch, "attention.scale", &c->attn_scale, err)) return -1;
-    if (c->arch == PDL_ARCH_GRANITE) {
+    if (a->scalings & PDL_SCALE_MULTIPLIERS) {
         if (arch_f32(g, arch, "embedding_scale", &c->embed_scale, err) ||
             arch_f32(g, arch, "residual_scale", &c->residual_scale, err) ||
             arch_f32(g, arch, "logit_scale", &c->logit_div, err)) /* Granite divides by it */
             return -1;
-    } else if (c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2) {
-        if (arch_f32(g, arch, "logit_scale", &c->logit_scale, err)) return -1;
-    } else if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3) {
+    }
+    if ((a->scalings & PDL_SCALE_LOGIT) && arch_f32(g, arch, "logit_scale", &c->logit_scale, err)) return -1;
+    if (a->scalings & PDL_SCALE_GEMMA) {
         c->embed_scale = sqrtf((float)c->hidden);
         if (arch_f32(g, arch, "attn_logit_softcapping", &c->attn_softcap, err) ||
             arch_f32(g, arch, "final_logit_softcapping", &c->final_softcap, err))
@@ -243,6 +234,11 @@ static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *
         return pdl_model_vector_copy(freqs, half, &m->rope_factors, err);
     }
     c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
+    /* the original context and the attention factor (cos and sin times it) */
+    const char *arch = c->arch->gguf_arch;
+    if (arch_u32(m->gguf, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx, err) ||
+        arch_f32(m->gguf, arch, "rope.scaling.attn_factor", &c->rope_mscale, err))
+        return -1;
     if (c->rope_orig_ctx <= 0) c->rope_orig_ctx = c->ctx_len;
     return pdl_model_vector_copy(lng, half, &m->rope_factors, err) ||
            pdl_model_vector_copy(shrt, half, &m->rope_factors_short, err);
@@ -261,14 +257,15 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     /* The vocabulary size is the embedding's row count unless a key says so. */
     c->vocab = w->tok_embd.n_dims == 2 ? (int)w->tok_embd.shape[0] : 0;
     char key[160];
-    snprintf(key, sizeof key, "%s.vocab_size", pdl_arch_name(c->arch));
+    snprintf(key, sizeof key, "%s.vocab_size", c->arch->gguf_arch);
     uint32_t vs;
     int rc = gguf_get_u32(g, key, &vs, err);
     if (rc < 0) return -1;
     if (rc > 0) c->vocab = (int)vs;
 
-    if (c->arch == PDL_ARCH_COHERE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
-        return pdl_fail(err, "%s: command-r with q/k LayerNorm (use_qk_norm) is not supported", path);
+    if (c->qk_norm == PDL_QK_NORM_NONE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
+        return pdl_fail(err, "%s: %s with q/k norms (blk.0.attn_q_norm.weight) is not supported", path,
+                        c->arch->gguf_arch);
     if (pdl_model_take_layers(m, ts, NULL, path, err)) return -1;
     return read_rope_factors(m, ts, err);
 }

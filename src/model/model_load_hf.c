@@ -3,10 +3,12 @@
  * config.json (+ generation_config.json) for the hyperparameters and
  * safetensors weights with transformers' names (model.layers.N.self_attn...).
  *
- * Hugging Face keeps Q/K in the rotate-half layout, so every architecture
- * loaded from here runs with PDL_ROPE_NEOX, except Cohere and Cohere2, whose
- * RoPE is interleaved (adjacent pairs, PDL_ROPE_NORM). Gemma 2 and 3 apply
- * their norms as (1 + w): the loader asks pdl_model_finish to fold the 1 in.
+ * The family and its traits come from the architecture table (arch.c),
+ * looked up by model_type; here are transformers' names and defaults for
+ * the numbers. Hugging Face keeps Q/K in the rotate-half layout (Cohere's
+ * RoPE is interleaved: the table says so). Gemma 2 and 3 apply their norms
+ * as (1 + w): pdl_model_finish folds the 1 in. Experts are one tensor each
+ * (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1, ...).
  */
 #include <jansson.h>
 #include <math.h>
@@ -203,45 +205,68 @@ static int cfg_softcap(json_t *cfg, const char *path, const char *key, float *ou
     return 0;
 }
 
-/* The multipliers, scales and soft-caps of Granite, Cohere and Gemma 2, with
- * transformers' defaults. */
+/* The multipliers, scales and soft-caps a family has (its table row's
+ * scalings), with transformers' defaults. */
 static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
+    const pdl_arch_desc *a = c->arch;
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
-    if (c->arch == PDL_ARCH_GRANITE) {
+    if (a->scalings & PDL_SCALE_MULTIPLIERS) {
         c->attn_scale = 1.0f;
         if (cfg_float(cfg, path, "attention_multiplier", &c->attn_scale, err) ||
             cfg_float(cfg, path, "embedding_multiplier", &c->embed_scale, err) ||
             cfg_float(cfg, path, "residual_multiplier", &c->residual_scale, err) ||
             cfg_float(cfg, path, "logits_scaling", &c->logit_div, err))
             return -1;
-    } else if (c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2) {
+    }
+    if (a->scalings & PDL_SCALE_LOGIT) {
         c->logit_scale = 0.0625f;
         if (cfg_float(cfg, path, "logit_scale", &c->logit_scale, err)) return -1;
-        bool qk_norm = false;
-        if (cfg_bool(cfg, path, "use_qk_norm", &qk_norm, err)) return -1;
-        if (qk_norm) return pdl_fail(err, "%s: use_qk_norm = true is not supported for cohere", path);
-    } else if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3) {
+    }
+    if (a->scalings & PDL_SCALE_GEMMA) {
         int qpas = 256;
         if (cfg_int(cfg, path, "query_pre_attn_scalar", false, &qpas, err)) return -1;
         if (qpas <= 0) return pdl_fail(err, "%s: field 'query_pre_attn_scalar' must be positive", path);
         c->attn_scale = (float)pow((double)qpas, -0.5);
         /* normalizer = hidden ** 0.5 as a tensor of the activations' dtype (F32) */
         c->embed_scale = (float)sqrt((double)c->hidden);
-        /* Gemma2Config caps by default, Gemma3TextConfig does not */
-        bool g2 = c->arch == PDL_ARCH_GEMMA2;
-        c->attn_softcap = g2 ? 50.0f : 0.0f;
-        c->final_softcap = g2 ? 30.0f : 0.0f;
+        c->attn_softcap = a->hf_attn_softcap;
+        c->final_softcap = a->hf_final_softcap;
         if (cfg_softcap(cfg, path, "attn_logit_softcapping", &c->attn_softcap, err) ||
             cfg_softcap(cfg, path, "final_logit_softcapping", &c->final_softcap, err))
             return -1;
-        if (!g2) { /* windowed layers' RoPE: their own base, never scaled */
-            c->rope_theta_local = 10000.0f;
-            if (cfg_float(cfg, path, "rope_local_base_freq", &c->rope_theta_local, err)) return -1;
-        }
     }
+    if (c->rope_theta_local > 0 && cfg_float(cfg, path, "rope_local_base_freq", &c->rope_theta_local, err))
+        return -1; /* windowed layers' RoPE: their own base, never scaled */
     if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0))
         return pdl_fail(err, "%s: invalid scales: attention %g, embedding %g, residual %g, logits_scaling %g", path,
                         c->attn_scale, c->embed_scale, c->residual_scale, c->logit_div);
+    return 0;
+}
+
+/* The experts of a MoE family: transformers' names for their count, k and
+ * sizes (num_experts or Mixtral's num_local_experts; moe_intermediate_size,
+ * else intermediate_size), norm_topk_prob, and the layouts it cannot run
+ * (dense layers between sparse ones). */
+static int read_experts(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
+    if (c->arch->moe == PDL_MOE_NONE) return 0;
+    if (cfg_int(cfg, path, "num_experts", false, &c->n_experts, err) ||
+        cfg_int(cfg, path, "num_local_experts", false, &c->n_experts, err) ||
+        cfg_int(cfg, path, "num_experts_per_tok", true, &c->n_experts_used, err))
+        return -1;
+    if (c->n_experts <= 0) return pdl_fail(err, "%s: field 'num_experts' (or 'num_local_experts') missing or 0", path);
+    c->ffn_expert = c->ffn;
+    if (cfg_int(cfg, path, "moe_intermediate_size", false, &c->ffn_expert, err) ||
+        cfg_bool(cfg, path, "norm_topk_prob", &c->router_norm, err))
+        return -1;
+    if (c->arch->shared_expert_gate &&
+        cfg_int(cfg, path, "shared_expert_intermediate_size", true, &c->ffn_shared, err))
+        return -1;
+    int step = 1;
+    if (cfg_int(cfg, path, "decoder_sparse_step", false, &step, err)) return -1;
+    json_t *dense = json_object_get(cfg, "mlp_only_layers");
+    if (step != 1 || (dense && !json_is_null(dense) && (!json_is_array(dense) || json_array_size(dense) > 0)))
+        return pdl_fail(err, "%s: dense layers between sparse ones (decoder_sparse_step %d, mlp_only_layers) are not "
+                        "supported", path, step);
     return 0;
 }
 
@@ -273,59 +298,28 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     json_t *mt = json_object_get(cfg, "model_type");
     if (!mt || !json_is_string(mt)) return pdl_fail(err, "%s: field 'model_type' missing or not a string", path);
     const char *type = json_string_value(mt);
-    c->rope_style = PDL_ROPE_NEOX;
-    if (strcmp(type, "llama") == 0) {
-        c->arch = PDL_ARCH_LLAMA;
-    } else if (strcmp(type, "mistral") == 0) {
-        c->arch = PDL_ARCH_MISTRAL;
-    } else if (strcmp(type, "qwen2") == 0) {
-        c->arch = PDL_ARCH_QWEN2;
-        c->qkv_bias = true;
-    } else if (strcmp(type, "qwen3") == 0) {
-        c->arch = PDL_ARCH_QWEN3;
-        c->qk_norm = true;
-    } else if (strcmp(type, "granite") == 0) {
-        c->arch = PDL_ARCH_GRANITE;
-    } else if (strcmp(type, "cohere") == 0 || strcmp(type, "cohere2") == 0) {
-        c->arch = type[6] == '2' ? PDL_ARCH_COHERE2 : PDL_ARCH_COHERE;
-        c->rope_style = PDL_ROPE_NORM;
-        c->norm = PDL_NORM_LAYER;
-        c->parallel_block = true;
-        if (c->arch == PDL_ARCH_COHERE2) {
-            c->swa_pattern = 4;
-            c->rope_global_none = true;
-        }
-    } else if (strcmp(type, "gemma2") == 0 || strcmp(type, "gemma3_text") == 0) {
-        c->arch = type[5] == '2' ? PDL_ARCH_GEMMA2 : PDL_ARCH_GEMMA3;
-        c->post_norms = true;
-        c->norm_plus_one = true;
-        c->act = PDL_ACT_GELU_TANH;
-        c->swa_pattern = c->arch == PDL_ARCH_GEMMA2 ? 2 : 6;
-        c->qk_norm = c->arch == PDL_ARCH_GEMMA3;
-    } else if (strcmp(type, "phi3") == 0) {
-        c->arch = PDL_ARCH_PHI3;
-        c->fused_gate_up = true;
-    } else {
-        return pdl_fail(err,
-                        "%s: model_type '%s' is not supported (supported: llama, mistral, qwen2, qwen3, granite, "
-                        "cohere, cohere2, gemma2, gemma3_text, phi3)",
-                        path, type);
+    const pdl_arch_desc *a = pdl_arch_by_hf(type);
+    if (!a) {
+        char list[512];
+        pdl_arch_supported(false, list, sizeof list);
+        return pdl_fail(err, "%s: model_type '%s' is not supported (supported: %s)", path, type, list);
     }
-    /* Gemma3TextConfig's defaults (a multimodal checkpoint's text_config
-     * often lists only what differs); the other families need the fields */
-    bool g3 = c->arch == PDL_ARCH_GEMMA3;
-    if (g3) {
-        c->hidden = 2304, c->n_layers = 26, c->n_heads = 8, c->ffn = 9216, c->vocab = 262208;
-        c->n_kv_heads = 4, c->head_dim = 256, c->ctx_len = 131072;
+    pdl_arch_apply(a, false, c);
+    /* a family whose configs may leave sizes out (Gemma 3's text_config)
+     * starts from transformers' defaults; the others must give them */
+    const pdl_hf_defaults *d = a->hf_defaults;
+    if (d) {
+        c->hidden = d->hidden, c->n_layers = d->n_layers, c->n_heads = d->n_heads, c->ffn = d->ffn;
+        c->vocab = d->vocab, c->n_kv_heads = d->n_kv_heads, c->head_dim = d->head_dim, c->ctx_len = d->ctx_len;
     }
-    if (cfg_int(cfg, path, "hidden_size", !g3, &c->hidden, err) ||
-        cfg_int(cfg, path, "num_hidden_layers", !g3, &c->n_layers, err) ||
-        cfg_int(cfg, path, "num_attention_heads", !g3, &c->n_heads, err) ||
-        cfg_int(cfg, path, "intermediate_size", !g3, &c->ffn, err) ||
-        cfg_int(cfg, path, "vocab_size", !g3, &c->vocab, err))
+    if (cfg_int(cfg, path, "hidden_size", !d, &c->hidden, err) ||
+        cfg_int(cfg, path, "num_hidden_layers", !d, &c->n_layers, err) ||
+        cfg_int(cfg, path, "num_attention_heads", !d, &c->n_heads, err) ||
+        cfg_int(cfg, path, "intermediate_size", !d, &c->ffn, err) ||
+        cfg_int(cfg, path, "vocab_size", !d, &c->vocab, err))
         return -1;
     if (c->n_heads <= 0) return pdl_fail(err, "%s: field 'num_attention_heads' must be positive", path);
-    if (!g3) {
+    if (!d) {
         c->n_kv_heads = c->n_heads;
         c->head_dim = c->hidden / c->n_heads;
         c->ctx_len = 0;
@@ -340,26 +334,28 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (!(partial > 0 && partial <= 1))
         return pdl_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
     c->rope_dim = (int)((float)c->head_dim * partial); /* int(head_dim * factor), as transformers */
-    c->rms_eps = c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
-    c->rope_theta = g3 ? 1e6f : 10000.0f;
+    c->rms_eps = a->hf_eps > 0 ? a->hf_eps : c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
+    c->rope_theta = d ? d->rope_theta : 10000.0f;
     if (cfg_float(cfg, path, c->norm == PDL_NORM_LAYER ? "layer_norm_eps" : "rms_norm_eps", &c->rms_eps, err) ||
         cfg_float(cfg, path, "rope_theta", &c->rope_theta, err))
         return -1;
-    /* transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
-     * GraniteConfig and Phi3Config default tie_word_embeddings to false,
-     * Cohere(2)Config and Gemma2/3 configs to true */
-    c->tied_embeddings = c->arch == PDL_ARCH_COHERE || c->arch == PDL_ARCH_COHERE2 || c->arch == PDL_ARCH_GEMMA2 ||
-                         c->arch == PDL_ARCH_GEMMA3;
+    /* the table holds transformers' default of tie_word_embeddings */
     if (cfg_bool(cfg, path, "tie_word_embeddings", &c->tied_embeddings, err)) return -1;
-    if (read_arch_numbers(cfg, path, c, err)) return -1;
-    if (c->arch != PDL_ARCH_QWEN2) {
+    if (read_arch_numbers(cfg, path, c, err) || read_experts(cfg, path, c, err)) return -1;
+    if (!a->qkv_bias) {
         bool bias = false;
         if (cfg_bool(cfg, path, "attention_bias", &bias, err)) return -1;
         c->qkv_bias = bias;
-        bool mlp_bias = false;
-        if (cfg_bool(cfg, path, "mlp_bias", &mlp_bias, err)) return -1;
-        if (mlp_bias) return pdl_fail(err, "%s: mlp_bias = true is not supported", path);
     }
+    bool flag = false;
+    if (cfg_bool(cfg, path, "mlp_bias", &flag, err)) return -1;
+    if (flag) return pdl_fail(err, "%s: mlp_bias = true is not supported", path);
+    flag = false;
+    if (cfg_bool(cfg, path, "use_qk_norm", &flag, err)) return -1;
+    if (flag && c->qk_norm == PDL_QK_NORM_NONE)
+        return pdl_fail(err, "%s: use_qk_norm = true is not supported for %s", path, type);
+    json_t *clip = json_object_get(cfg, "clip_qkv");
+    if (clip && !json_is_null(clip)) return pdl_fail(err, "%s: clip_qkv is not supported", path);
     /* Gemma's hidden_activation wins over its (legacy) hidden_act */
     const char *want_act = c->act == PDL_ACT_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
     json_t *act = json_object_get(cfg, "hidden_activation");
@@ -367,11 +363,11 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
         return pdl_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
     c->sliding_window = 0;
-    if (c->arch == PDL_ARCH_GEMMA2 || c->arch == PDL_ARCH_GEMMA3 || c->arch == PDL_ARCH_COHERE2) {
+    if (a->window == PDL_WINDOW_PATTERN) {
         if (read_window(cfg, path, c, 4096, err)) return -1;
-    } else if (c->arch == PDL_ARCH_MISTRAL || c->arch == PDL_ARCH_PHI3) {
+    } else if (a->window == PDL_WINDOW_UNIFORM) {
         if (cfg_int(cfg, path, "sliding_window", false, &c->sliding_window, err)) return -1;
-    } else if (c->arch == PDL_ARCH_QWEN2 || c->arch == PDL_ARCH_QWEN3) {
+    } else if (a->window == PDL_WINDOW_REFUSED) {
         bool use = false;
         if (cfg_bool(cfg, path, "use_sliding_window", &use, err)) return -1;
         if (use) return pdl_fail(err, "%s: use_sliding_window = true is not supported for %s", path, type);
@@ -461,7 +457,7 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     /* MLX-quantized folders: config.json's quantization block folds each
      * X.weight/.scales/.biases triple into one tensor (format/mlx_quant.c) */
     if (pdl_mlx_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
-    if (m->cfg.arch == PDL_ARCH_GEMMA2 || m->cfg.arch == PDL_ARCH_GEMMA3) {
+    if (m->cfg.arch->scalings & PDL_SCALE_GEMMA) {
         /* transformers multiplies by sqrt(hidden) as a tensor of the
          * embeddings' dtype (as Gemma was trained): rounded to BF16 or F16
          * with such weights (sqrt(2560) = 50.596 becomes 50.5) */

@@ -1,0 +1,186 @@
+/*
+ * moe.c - the MLP of a mixture-of-experts layer over a packed batch:
+ * router, top-k, the chosen experts, the shared expert.
+ *
+ * For n rows of xn (n, hidden):
+ *   1. router logits (n, E) = xn W_r^T;
+ *   2. each row takes its k best experts, highest logit first, the lower id
+ *      on a tie (softmax and sigmoid are increasing, so these are the top k
+ *      of either), weighted by softmax over all E logits or by each one's
+ *      sigmoid, then optionally renormalized to sum 1 and scaled
+ *      (pdl_moe_route);
+ *   3. the (row, rank) choices are grouped by expert (a counting sort:
+ *      experts in id order, rows ascending within one), and every expert
+ *      with rows runs once over its gathered rows, y = W_down (act(W_gate x)
+ *      * W_up x), through the matmul entry points: an expert's weights are
+ *      read once per step however many rows chose it, and a decode step
+ *      reads only its k experts;
+ *   4. each row sums its k outputs in rank order (then adds the shared
+ *      expert, whose down projection accumulates into the sum).
+ *
+ * Batch invariance: a matmul's row does not depend on the other rows in the
+ * call (matmul.h), and a row's sum runs over its own ranking, never in the
+ * order experts or rows arrive, so a row's bytes depend only on the row.
+ *
+ * What it is not for: the attention half of the layer, norms and the
+ * residual add (forward.c).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu_ops.h"
+#include "kernels/matmul.h"
+#include "model/model.h"
+#include "util/error.h"
+
+void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w) {
+    int E = c->n_experts, k = c->n_experts_used;
+    /* top k by insertion: a later expert passes an earlier one only when
+     * strictly larger, so ties keep the lower id first */
+    for (int j = 0; j < k; j++) sel[j] = -1;
+    for (int e = 0; e < E; e++) {
+        float v = logits[e];
+        int at = k;
+        while (at > 0 && (sel[at - 1] < 0 || v > logits[sel[at - 1]])) at--;
+        if (at == k) continue;
+        for (int j = k - 1; j > at; j--) sel[j] = sel[j - 1];
+        sel[at] = e;
+    }
+    double sum = 0;
+    if (c->router == PDL_ROUTER_SOFTMAX) {
+        float mx = logits[sel[0]];
+        double all = 0;
+        for (int e = 0; e < E; e++) all += exp((double)logits[e] - mx);
+        for (int j = 0; j < k; j++) sum += (w[j] = (float)(exp((double)logits[sel[j]] - mx) / all));
+    } else {
+        for (int j = 0; j < k; j++) sum += (w[j] = (float)(1.0 / (1.0 + exp(-(double)logits[sel[j]]))));
+    }
+    for (int j = 0; j < k; j++) {
+        if (c->router_norm) w[j] = (float)(w[j] / sum);
+        w[j] *= c->router_scale;
+    }
+}
+
+/* ---- scratch -------------------------------------------------------------- */
+
+static int grow(void **buf, size_t bytes) {
+    size_t cap = 0; /* moe_rows_cap tracks what the buffers hold */
+    return pdl_scratch_grow(buf, &cap, bytes ? bytes : 1) ? 0 : -1;
+}
+
+static int reserve(pdl_model *m, int n, pdl_error *err) {
+    pdl_forward_scratch *s = &m->scratch;
+    const pdl_model_config *c = &m->cfg;
+    if (s->exp_start == NULL &&
+        grow((void **)&s->exp_start, (size_t)(c->n_experts + 1) * sizeof *s->exp_start))
+        return pdl_fail(err, "forward: out of memory for the experts' groups");
+    if ((size_t)n <= s->moe_rows_cap) return 0;
+    size_t rows = (size_t)n, k = (size_t)c->n_experts_used;
+    if (grow((void **)&s->router, rows * c->n_experts * sizeof(float)) ||
+        grow((void **)&s->sel, rows * k * sizeof(int32_t)) || grow((void **)&s->sel_w, rows * k * sizeof(float)) ||
+        grow((void **)&s->exp_rows, rows * k * sizeof(int32_t)) ||
+        grow((void **)&s->out_at, rows * k * sizeof(int32_t)) ||
+        grow((void **)&s->xe, rows * c->hidden * sizeof(float)) ||
+        grow((void **)&s->he, rows * c->ffn_expert * sizeof(float)) ||
+        grow((void **)&s->ue, rows * c->ffn_expert * sizeof(float)) ||
+        grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)))
+        return pdl_fail(err, "forward: out of memory for the experts of %d rows", n);
+    s->moe_rows_cap = rows;
+    return 0;
+}
+
+void pdl_moe_scratch_free(pdl_forward_scratch *s) {
+    free(s->router), free(s->sel), free(s->sel_w), free(s->exp_start), free(s->exp_rows), free(s->out_at);
+    free(s->xe), free(s->he), free(s->ue), free(s->ye);
+}
+
+/* ---- the layer ------------------------------------------------------------ */
+
+typedef struct combine_task {
+    const pdl_model *m;
+    const pdl_layer_weights *lw;
+    const float *xn;
+    float *out;
+    float *shared_gate; /* (n) sigmoid(w . x) per row, or NULL */
+    int n;
+} combine_task;
+
+/* out[r] = sum over rank j of w[r][j] * ye[out_at[r][j]], j = 0, 1, ..;
+ * with a gated shared expert, its gate per row. */
+static void combine_rows(void *p, int ith, int nth) {
+    combine_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    const pdl_forward_scratch *s = &t->m->scratch;
+    int H = c->hidden, k = c->n_experts_used;
+    long r0, r1;
+    pdl_split_range(t->n, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *o = t->out + (size_t)r * H;
+        for (int j = 0; j < k; j++) {
+            float w = s->sel_w[r * k + j];
+            const float *y = s->ye + (size_t)s->out_at[r * k + j] * H;
+            if (j == 0)
+                for (int i = 0; i < H; i++) o[i] = w * y[i];
+            else
+                for (int i = 0; i < H; i++) o[i] += w * y[i];
+        }
+        if (t->shared_gate) {
+            const float *x = t->xn + (size_t)r * H, *g = t->lw->sh_gate_w.data;
+            double d = 0;
+            for (int i = 0; i < H; i++) d += (double)g[i] * x[i];
+            t->shared_gate[r] = (float)(1.0 / (1.0 + exp(-d)));
+        }
+    }
+}
+
+int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    pdl_forward_scratch *s = &m->scratch;
+    if (reserve(m, n, err)) return -1;
+    int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
+    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul;
+
+    pdl_matmul(m->pool, s->router, E, xn, n, &lw->router, NULL, false);
+    for (int r = 0; r < n; r++) pdl_moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
+
+    /* group the choices by expert, rows ascending within each */
+    memset(s->exp_start, 0, (size_t)(E + 1) * sizeof *s->exp_start);
+    for (int a = 0; a < n * k; a++) s->exp_start[s->sel[a] + 1]++;
+    for (int e = 0; e < E; e++) s->exp_start[e + 1] += s->exp_start[e];
+    for (int a = 0; a < n * k; a++) { /* a = row * k + rank, in row order */
+        int at = s->exp_start[s->sel[a]]++;
+        s->exp_rows[at] = a;
+        s->out_at[a] = at;
+    }
+    for (int e = E; e > 0; e--) s->exp_start[e] = s->exp_start[e - 1]; /* the increments moved each start to the next */
+    s->exp_start[0] = 0;
+
+    for (int e = 0; e < E; e++) {
+        int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
+        if (cnt == 0) continue;
+        for (int i = 0; i < cnt; i++)
+            memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
+        pdl_matmul_gated(m->pool, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e], &lw->exp_up[e], act);
+        pdl_matmul(m->pool, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false);
+        m->moe_expert_runs++;
+    }
+
+    /* the router's logits are spent: its buffer takes the shared gate of each row */
+    combine_task t = {.m = m, .lw = lw, .xn = xn, .out = out, .n = n, .shared_gate = c->shared_gate ? s->router : NULL};
+    pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, (double)n * H * k, 16384.0), combine_rows, &t);
+
+    if (c->ffn_shared > 0) {
+        /* out += W_down (g * act(W_gate x) * W_up x): the gate g scales the
+         * activation before the down projection (a linear map), which then
+         * accumulates into the routed sum */
+        pdl_matmul_gated(m->pool, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act);
+        if (t.shared_gate)
+            for (int r = 0; r < n; r++) {
+                float *h = s->gate + (size_t)r * c->ffn_shared;
+                for (int i = 0; i < c->ffn_shared; i++) h[i] *= t.shared_gate[r];
+            }
+        pdl_matmul(m->pool, out, H, s->gate, n, &lw->sh_down, NULL, true);
+    }
+    return 0;
+}
