@@ -77,6 +77,88 @@ void pdl_model_free(pdl_model *model);
 void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
 
 /* ---------------------------------------------------------------------------
+ * Images and vision-language models
+ * ------------------------------------------------------------------------- */
+
+/* A decoded image: 8-bit RGB pixels and a 128-bit hash of the bytes it was
+ * decoded from (which keys the encoder cache and the prefix cache). */
+typedef struct pdl_image pdl_image;
+
+/* PNG, JPEG or WebP bytes (told by their signature); `what` names the
+ * image in messages (a path, "image 2"). Corrupt or truncated data fails
+ * with the decoder's reason; images over 8192 x 8192 pixels are refused. */
+int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *what, pdl_error *err);
+int pdl_image_load(pdl_image **out, const char *path, pdl_error *err);
+/* An image URL as OpenAI's image_url.url: "data:image/...;base64,..." or,
+ * when allowed_dir is not NULL, "file:///path" resolving to a file under
+ * allowed_dir. http(s) URLs are refused (nothing is fetched), with a
+ * message saying that only data URLs are accepted. */
+int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char *allowed_dir, pdl_error *err);
+void pdl_image_free(pdl_image *img);
+int pdl_image_width(const pdl_image *img);
+int pdl_image_height(const pdl_image *img);
+
+/* The vision tower, projector and image processor of a vision-language
+ * model. */
+typedef struct pdl_vision pdl_vision;
+
+/* Loads it from a Hugging Face folder (LlavaForConditionalGeneration,
+ * LlavaNextForConditionalGeneration, Gemma3ForConditionalGeneration: the
+ * folder of the text model) or a llama.cpp mmproj GGUF (projector types
+ * mlp and gemma3). text is the text model (loaded from the same folder, or
+ * from its own GGUF): its width, tokenizer and threads; it must outlive the
+ * vision model. */
+int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err);
+void pdl_vision_free(pdl_vision *v);
+
+typedef struct pdl_vision_info {
+    const char *family;       /* "llava", "llava_next", "gemma3" */
+    const char *tower;        /* "clip", "siglip" */
+    const char *source;       /* "safetensors", "gguf" */
+    int image_size, patch_size, hidden, n_layers, n_layers_run, n_heads, ffn;
+    int rows_per_image;       /* prompt rows per image; -1: it depends on the image's size (LLaVA 1.6) */
+    int32_t image_token_id;   /* the token id image rows carry in the prompt (-1: none in the vocabulary) */
+    const char *placeholder;  /* what a chat template writes per image: "<image>", "<start_of_image>" */
+    bool bidirectional;       /* an image's rows attend to each other both ways (Gemma 3) */
+} pdl_vision_info;
+void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info);
+
+/* Rows an image takes in the prompt. */
+int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img);
+/* Processor, tower and projector: *rows (n_rows x the text model's hidden
+ * size, malloc'ed) are the image's prompt rows. Uses the text model's
+ * threads: not while a forward runs on them. */
+int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
+
+/* One image of a prompt: its rows are prompt positions [position, position
+ * + pdl_vision_image_rows). */
+typedef struct pdl_mm_input {
+    const pdl_image *image;
+    int position;
+} pdl_mm_input;
+
+/* A prompt with images: token ids (image rows carry the image token id, or
+ * 0 when the vocabulary has none) and where each image's rows start. */
+typedef struct pdl_mm_prompt {
+    int32_t *ids;
+    size_t n_ids;
+    pdl_mm_input *images;     /* [n_images], image pointers as given */
+    int n_images;
+} pdl_mm_prompt;
+
+/* Tokenizes text whose images sit where `marker` occurs (e.g. "<__media__>",
+ * llama.cpp's, or the model's own placeholder from a chat template), laying
+ * out each image as the model's processor does (LLaVA: the image token
+ * repeated once per row; Gemma 3: "\n\n<start_of_image>", the rows,
+ * "<end_of_image>\n\n"). With no marker in the text, the images go first.
+ * The number of markers must equal n_images. flags: PDL_TOK_* (special-token
+ * text is always parsed). */
+int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, size_t len, const char *marker,
+                    const pdl_image *const *images, int n_images, unsigned flags, pdl_mm_prompt *out,
+                    pdl_error *err);
+void pdl_mm_prompt_free(pdl_mm_prompt *p);
+
+/* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)
  * ------------------------------------------------------------------------- */
 
