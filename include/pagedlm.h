@@ -275,6 +275,10 @@ typedef struct pdl_batch {
     int n_logits;
     const int32_t *logits_indices;       /* [n_logits] */
     bool full_logits;
+    /* Embedding rows (images): NULL, or [n_tokens] where embd[i], when not
+     * NULL, is row i's input vector (hidden floats, taken as it is: no
+     * embedding scale) in place of token_ids[i]'s embedding. */
+    const float *const *embd;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -315,6 +319,11 @@ typedef enum pdl_logits_rows {
  * asked. */
 int pdl_seq_forward(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
                     pdl_logits_rows rows, float *logits_out, pdl_error *err);
+/* pdl_seq_forward with embedding rows: embd NULL, or [n_tokens] as
+ * pdl_batch's embd. */
+int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                         const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                         pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 

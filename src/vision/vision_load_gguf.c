@@ -9,10 +9,15 @@
  * The text model comes from its own GGUF; an mmproj file says nothing
  * about image tokens, so those are looked up by their text in the text
  * model's vocabulary ("<image>", "<start_of_image>", "<image_soft_token>").
- * Conventions of llama.cpp's files honoured here: the feature layer is the
- * second to last unless clip.vision.feature_layer says otherwise; old LLaVA
- * converters swapped the names of ffn_up and ffn_down (told by their
- * shapes); Gemma 3's soft-embedding norm is stored as 1 + w.
+ * Conventions of llama.cpp's files honoured here: LLaVA's converter
+ * (legacy-models/convert_image_encoder_to_gguf.py) already drops the tower's
+ * last layer and writes block_count = layers - 1, so every stored block runs
+ * and the result is transformers' hidden_states[-2] (llama.cpp's clip.cpp
+ * subtracts one layer again and runs block_count - 1: we follow the
+ * published model, not that); clip.vision.feature_layer, when present,
+ * says how many blocks to run; that converter names fc1 "ffn_down" and fc2
+ * "ffn_up" (told apart here by their shapes); Gemma 3's soft-embedding norm
+ * is stored as 1 + w.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
@@ -135,8 +140,8 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
     } else {
         p->shortest_edge = true, p->size = c->image_size, p->resample = PDL_RESAMPLE_BICUBIC;
         c->class_token = true, c->pre_ln = true, c->patch_bias = false;
-        c->post_ln = false; /* hidden_states[-2] is taken before any post-norm */
-        c->n_layers_run = c->n_layers - 1;
+        c->post_ln = false; /* hidden_states[-2] is taken before the post-norm */
+        c->n_layers_run = c->n_layers;
         gguf_array fl;
         rc = gguf_get_arr(g, "clip.vision.feature_layer", &fl, err);
         if (rc < 0) return -1;
