@@ -441,6 +441,11 @@ typedef struct pdl_engine_options {
      * parameter); NULL = none */
     void (*on_logits)(uint64_t request_id, int index, int position, const float *row, int vocab, void *user);
     void *on_logits_user;
+    /* images: the vision model (loaded by the caller, outlives the engine;
+     * NULL = text only). Each request's images are encoded once, when it is
+     * added, on the calling thread (with the text model's threads: not
+     * while a step runs). */
+    pdl_vision *vision;
 } pdl_engine_options;
 
 typedef struct pdl_request_params {
@@ -458,6 +463,12 @@ typedef struct pdl_request_params {
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */
     const char *cache_salt;      /* prefix-cache isolation (vLLM's cache_salt): requests share cached
                                     blocks only with requests of the same salt; NULL = none (copied) */
+    const pdl_mm_input *images;  /* [n_images] the prompt's images (pdl_mm_tokenize's layout; needs the
+                                    engine's vision model): each takes pdl_vision_image_rows prompt rows from
+                                    its position. Encoded when the request is added (the images need not
+                                    outlive pdl_engine_add_request); prefix-cache blocks holding image rows
+                                    are keyed by the image's hash as well as the ids */
+    int n_images;
 } pdl_request_params;
 
 typedef enum pdl_event_kind {

@@ -609,10 +609,146 @@ static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
     free(good);
 }
 
+/* ---- the engine -------------------------------------------------------------- */
+
+enum { GEN = 8, MAX_REQ = 8 };
+
+typedef struct collected {
+    int32_t tokens[MAX_REQ][GEN];
+    int n[MAX_REQ];
+    float first_logits[MAX_REQ][VOC]; /* the first sampled row (the prompt's last) */
+    bool have_logits[MAX_REQ];
+    int cached[MAX_REQ];
+} collected;
+
+static void on_event(const pdl_event *ev, void *user) {
+    collected *c = user;
+    int r = (int)ev->request_id - 1;
+    if (r < 0 || r >= MAX_REQ) return;
+    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
+    if (ev->kind == PDL_EVENT_FINISHED) c->cached[r] = ev->cached_tokens;
+}
+
+static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
+    collected *c = user;
+    int r = (int)id - 1;
+    (void)index, (void)position;
+    if (r < 0 || r >= MAX_REQ || c->have_logits[r] || vocab != VOC) return;
+    memcpy(c->first_logits[r], row, sizeof c->first_logits[r]);
+    c->have_logits[r] = true;
+}
+
+typedef struct engine_req {
+    const char *image;   /* reference file name, or NULL: text only */
+    int n_text;          /* text-only: prompt length */
+} engine_req;
+
+/* Runs the requests through one engine over the GGUF pair, greedy, GEN
+ * tokens each: all added before the first step, or (sequential) each run to
+ * its end before the next is added. */
+static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool sequential, collected *out) {
+    memset(out, 0, sizeof *out);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&v, mmproj_gguf, m, &err) == 0, "%s", err.message);
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !prefix_caching,
+                             .on_logits = on_logits, .on_logits_user = out, .max_model_len = 64};
+    pdl_engine *e = NULL;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+    for (int i = 0; i < n; i++) {
+        int32_t ids[64];
+        int n_ids;
+        pdl_image *img = NULL;
+        pdl_mm_input in = {0};
+        if (reqs[i].image) {
+            char *path = test_join(ref_dir, reqs[i].image);
+            REQUIRE_MSG(pdl_image_load(&img, path, &err) == 0, "%s", err.message);
+            free(path);
+            prompt_ids(ids, 0);
+            n_ids = N_PROMPT;
+            in = (pdl_mm_input){.image = img, .position = IMG_AT};
+        } else {
+            n_ids = reqs[i].n_text;
+            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % (VOC - 1);
+        }
+        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
+                                 .images = img ? &in : NULL, .n_images = img ? 1 : 0};
+        uint64_t id = 0;
+        CHECK_MSG(pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) == 0, "%s",
+                  err.message);
+        CHECK_EQ_INT(id, i + 1);
+        pdl_image_free(img); /* the engine keeps the rows, not the image */
+        if (sequential) CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+    }
+    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+    pdl_engine_free(e);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+}
+
+/* The engine's first sampled row of the image prompt is the reference's
+ * last row: image rows go through the runner's packed batch. */
+static void test_the_engine_puts_image_rows_into_the_packed_batch(void) {
+    need_files();
+    engine_req r = {.image = "rgb_png.png"};
+    collected c;
+    run_engine(&r, 1, true, false, &c);
+    REQUIRE(c.have_logits[0]);
+    double *want = reference_logits(BUG_NONE);
+    double d = 0;
+    for (int j = 0; j < VOC; j++) d = fmax(d, fabs(c.first_logits[0][j] - want[(size_t)(N_PROMPT - 1) * VOC + j]));
+    CHECK_MSG(d < TOL, "%.3g", d);
+    CHECK_EQ_INT(c.n[0], GEN);
+    free(want);
+}
+
+/* Batch invariance with images: the text+image request gives the same
+ * greedy tokens and the same logits bytes alone and beside text-only
+ * requests of other lengths. */
+static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void) {
+    need_files();
+    engine_req alone[1] = {{.image = "rgb_png.png"}};
+    engine_req batch[4] = {{.n_text = 5}, {.image = "rgb_png.png"}, {.n_text = 19}, {.n_text = 2}};
+    collected a, b;
+    run_engine(alone, 1, false, false, &a);
+    run_engine(batch, 4, false, false, &b);
+    CHECK_EQ_INT(a.n[0], GEN);
+    CHECK_EQ_INT(b.n[1], GEN);
+    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
+    CHECK(a.have_logits[0] && b.have_logits[1] &&
+          memcmp(a.first_logits[0], b.first_logits[1], sizeof a.first_logits[0]) == 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+}
+
+/* Prefix caching keys image rows by the image: the same ids with another
+ * image miss the cache (and give that image's own output); the same image
+ * again hits it. */
+static void test_the_prefix_cache_keys_image_blocks_by_the_image(void) {
+    need_files();
+    engine_req seq[3] = {{.image = "rgb_png.png"}, {.image = "big_jpeg.jpg"}, {.image = "rgb_png.png"}};
+    engine_req other[1] = {{.image = "big_jpeg.jpg"}};
+    collected s, o;
+    run_engine(seq, 3, true, true, &s);
+    run_engine(other, 1, true, false, &o);
+    CHECK_EQ_INT(s.cached[0], 0);
+    CHECK_EQ_INT(s.cached[1], 0);  /* another image: the first one's block is not reused */
+    CHECK_EQ_INT(s.cached[2], 16); /* the first image again: its full block */
+    CHECK(s.have_logits[1] && o.have_logits[0] &&
+          memcmp(s.first_logits[1], o.first_logits[0], sizeof o.first_logits[0]) == 0);
+    CHECK(memcmp(s.first_logits[0], s.first_logits[2], sizeof s.first_logits[0]) == 0);
+    CHECK(memcmp(s.first_logits[0], s.first_logits[1], sizeof s.first_logits[0]) != 0);
+}
+
 int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_reference_tells_class_token_order_and_feature_layer);
+    RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
+    RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
+    RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
