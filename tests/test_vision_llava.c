@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "format/gguf.h"
 #include "gguf_writer.h"
 #include "pagedlm.h"
 #include "st_writer.h"
@@ -48,7 +49,8 @@
 enum { VH = 32, VNH = 2, VHD = VH / VNH, VFFN = 64, VL = 3, IMG = 28, PATCH = 7, SIDE = IMG / PATCH };
 enum { NP = SIDE * SIDE, NPOS = NP + 1, PP = 3 * PATCH * PATCH };
 /* text */
-enum { TH = 48, NH = 3, HD = 16, NKV = 1, FFN = 96, VOC = 64, NL = 2, IMAGE_TOKEN = 63 };
+/* vocabulary: stories260K's 512 tokens and "<image>" (as LLaVA adds it after Llama's) */
+enum { TH = 48, NH = 3, HD = 16, NKV = 1, FFN = 96, VOC = 513, NL = 2, IMAGE_TOKEN = 512 };
 static const double VEPS = 1e-5, TEPS = 1e-5, THETA = 10000.0;
 static const float CLIP_MEAN[3] = {0.48145466f, 0.4578275f, 0.40821073f};
 static const float CLIP_STD[3] = {0.26862954f, 0.26130258f, 0.27577711f};
@@ -169,12 +171,12 @@ static void make_weights(void) {
 
 static const char *CONFIG =
     "{\"architectures\": [\"LlavaForConditionalGeneration\"], \"model_type\": \"llava\","
-    " \"image_token_index\": 63, \"projector_hidden_act\": \"gelu\", \"vision_feature_layer\": -2,"
+    " \"image_token_index\": 512, \"projector_hidden_act\": \"gelu\", \"vision_feature_layer\": -2,"
     " \"vision_feature_select_strategy\": \"default\","
     " \"text_config\": {\"model_type\": \"llama\", \"hidden_size\": 48, \"num_hidden_layers\": 2,"
-    "  \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"intermediate_size\": 96, \"vocab_size\": 64,"
+    "  \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"intermediate_size\": 96, \"vocab_size\": 513,"
     "  \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"max_position_embeddings\": 128,"
-    "  \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"},"
+    "  \"tie_word_embeddings\": false, \"hidden_act\": \"silu\", \"bos_token_id\": 1, \"eos_token_id\": 2},"
     " \"vision_config\": {\"model_type\": \"clip_vision_model\", \"hidden_size\": 32, \"intermediate_size\": 64,"
     "  \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"image_size\": 28, \"patch_size\": 7,"
     "  \"layer_norm_eps\": 1e-05, \"hidden_act\": \"quick_gelu\", \"projection_dim\": 16}}";
@@ -196,6 +198,24 @@ static void write_hf(void) {
     p = test_join(hf_dir, "preprocessor_config.json");
     test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
     free(p);
+    /* stories260K's tokenizer with LLaVA's "<image>" added after it */
+    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
+    json_error_t je;
+    json_t *tok = json_load_file(src, 0, &je);
+    REQUIRE_MSG(tok, "%s: %s", src, je.text);
+    json_array_append_new(json_object_get(tok, "added_tokens"),
+                          json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", IMAGE_TOKEN, "content", "<image>",
+                                    "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    p = test_join(hf_dir, "tokenizer.json");
+    REQUIRE(json_dump_file(tok, p, 0) == 0);
+    free(p), free(src);
+    json_decref(tok);
+    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
+    size_t n = 0;
+    char *d = test_slurp(src, &n);
+    p = test_join(hf_dir, "tokenizer_config.json");
+    test_write_file(p, d, n);
+    free(p), free(d), free(src);
     stw_writer *w = stw_new();
     for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].hf, specs[i].n_dims, specs[i].shape, specs[i].data);
     p = test_join(hf_dir, "model.safetensors");
@@ -216,6 +236,48 @@ static float *permuted(const wspec *t) {
     return out;
 }
 
+/* The tokenizer.* keys of stories260K.gguf (no "<image>": llama.cpp's GGUF
+ * text models of LLaVA have none either). */
+static void copy_tokenizer(gguf_writer *w) {
+    char *src = test_data_path("models/stories260K/stories260K.gguf");
+    gguf_file *g = NULL;
+    pdl_error err;
+    REQUIRE_MSG(gguf_open(&g, src, &err) == 0, "%s", err.message);
+    for (size_t i = 0; i < gguf_kv_count(g); i++) {
+        const gguf_kv *kv = gguf_kv_at(g, i);
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (strncmp(key, "tokenizer.", 10) != 0) continue;
+        if (kv->type == GGUF_TYPE_ARRAY && kv->v.arr.elem_type == GGUF_TYPE_STRING) {
+            size_t n = (size_t)kv->v.arr.count;
+            char **s = malloc(n * sizeof *s);
+            for (size_t k = 0; k < n; k++) s[k] = strndup(kv->v.arr.strings[k].ptr, (size_t)kv->v.arr.strings[k].len);
+            gguf_writer_add_str_arr(w, key, (const char *const *)s, n);
+            for (size_t k = 0; k < n; k++) free(s[k]);
+            free(s);
+        } else if (kv->type == GGUF_TYPE_ARRAY) {
+            size_t bytes = (size_t)kv->v.arr.count * gguf_type_size(kv->v.arr.elem_type);
+            void *buf = malloc(bytes ? bytes : 1);
+            memcpy(buf, kv->v.arr.data, bytes);
+            gguf_writer_add_arr(w, key, kv->v.arr.elem_type, buf, (size_t)kv->v.arr.count);
+            free(buf);
+        } else if (kv->type == GGUF_TYPE_STRING) {
+            gguf_writer_add_strn(w, key, kv->v.str.ptr, (size_t)kv->v.str.len);
+        } else if (kv->type == GGUF_TYPE_BOOL) {
+            gguf_writer_add_bool(w, key, kv->v.b);
+        } else if (kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64) {
+            gguf_writer_add_f32(w, key, (float)kv->v.f64);
+        } else if (kv->type == GGUF_TYPE_INT32 || kv->type == GGUF_TYPE_INT64 || kv->type == GGUF_TYPE_INT8 ||
+                   kv->type == GGUF_TYPE_INT16) {
+            gguf_writer_add_i32(w, key, (int32_t)kv->v.i64);
+        } else {
+            gguf_writer_add_u32(w, key, (uint32_t)kv->v.u64);
+        }
+    }
+    gguf_close(g);
+    free(src);
+}
+
 static void write_ggufs(void) {
     gguf_writer *t = gguf_writer_new(3);
     gguf_writer_add_str(t, "general.architecture", "llama");
@@ -227,6 +289,7 @@ static void write_ggufs(void) {
     gguf_writer_add_u32(t, "llama.attention.head_count_kv", NKV);
     gguf_writer_add_f32(t, "llama.attention.layer_norm_rms_epsilon", (float)TEPS);
     gguf_writer_add_f32(t, "llama.rope.freq_base", (float)THETA);
+    copy_tokenizer(t);
     gguf_writer *v = gguf_writer_new(3);
     gguf_writer_add_str(v, "general.architecture", "clip");
     gguf_writer_add_bool(v, "clip.has_text_encoder", false);
@@ -478,16 +541,22 @@ static void prompt_ids(int32_t *ids, int32_t image_id) {
     memcpy(ids + IMG_AT + NP, TEXT_AFTER, sizeof TEXT_AFTER);
 }
 
-static double *reference_logits(ref_bug bug) {
+/* The reference over any ids with the image's rows from img_at. */
+static double *reference_logits_of(ref_bug bug, const int32_t *ids, int n, int img_at) {
     static double rows[NP * TH];
     ref_image_rows(bug, rows);
+    const double **embd = calloc((size_t)n, sizeof *embd);
+    for (int i = 0; i < NP; i++) embd[img_at + i] = rows + (size_t)i * TH;
+    double *logits = malloc((size_t)n * VOC * sizeof *logits);
+    ref_text_logits(ids, (const double *const *)embd, n, logits);
+    free(embd);
+    return logits;
+}
+
+static double *reference_logits(ref_bug bug) {
     int32_t ids[N_PROMPT];
     prompt_ids(ids, 0);
-    const double *embd[N_PROMPT] = {0};
-    for (int i = 0; i < NP; i++) embd[IMG_AT + i] = rows + (size_t)i * TH;
-    double *logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
-    ref_text_logits(ids, embd, N_PROMPT, logits);
-    return logits;
+    return reference_logits_of(bug, ids, N_PROMPT, IMG_AT);
 }
 
 /* ---- the engine ------------------------------------------------------------------ */
@@ -742,6 +811,114 @@ static void test_the_prefix_cache_keys_image_blocks_by_the_image(void) {
     CHECK(memcmp(s.first_logits[0], s.first_logits[1], sizeof s.first_logits[0]) != 0);
 }
 
+/* ---- the command line ---------------------------------------------------------- */
+
+#define PROMPT "Once upon a time <__media__> there was a cat"
+
+/* `pagedlm logits ... --all-rows` with the image, against the reference
+ * over the ids it reports. */
+static void check_cli_logits(const char *what, const char *model_args, int32_t want_image_id) {
+    char args[8192];
+    snprintf(args, sizeof args, "logits %s --image '%s/rgb_png.png' -p '%s' --all-rows --kv-cache-dtype f32 -t 2",
+             model_args, ref_dir, PROMPT);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s: %s", what, r.err);
+    json_error_t je;
+    json_t *o = r.status == 0 ? json_loads(r.out, 0, &je) : NULL;
+    if (o) {
+        json_t *toks = json_object_get(o, "tokens"), *imgs = json_object_get(o, "images");
+        json_t *lg = json_object_get(o, "logits");
+        int n = (int)json_array_size(toks);
+        int at = (int)json_integer_value(json_object_get(json_array_get(imgs, 0), "position"));
+        CHECK_EQ_INT(json_array_size(imgs), 1);
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(imgs, 0), "rows")), NP);
+        CHECK_EQ_INT(json_integer_value(json_array_get(toks, 0)), 1); /* BOS */
+        CHECK_MSG(at > 1 && at + NP < n, "%s: image at %d of %d", what, at, n);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
+        for (int i = 0; i < NP && at + NP <= n; i++) CHECK_EQ_INT(ids[at + i], want_image_id);
+        REQUIRE((int)json_array_size(lg) == n);
+        if (at > 1 && at + NP < n) {
+            double *want = reference_logits_of(BUG_NONE, ids, n, at), d = 0;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < VOC; j++)
+                    d = fmax(d, fabs(json_number_value(json_array_get(json_array_get(lg, (size_t)i), (size_t)j)) -
+                                     want[(size_t)i * VOC + j]));
+            fprintf(stderr, "  %s: %d rows, image at %d: max difference %.3g\n", what, n, at, d);
+            CHECK_MSG(d < TOL, "%s: %.3g", what, d);
+            free(want);
+        }
+        free(ids);
+        json_decref(o);
+    } else {
+        CHECK_MSG(r.status != 0, "%s: output is not JSON: %s", what, je.text);
+    }
+    test_free_result(&r);
+}
+
+static void test_logits_takes_an_image_at_the_media_marker(void) {
+    need_files();
+    char args[4096];
+    snprintf(args, sizeof args, "-m '%s'", hf_dir);
+    check_cli_logits("HF folder", args, IMAGE_TOKEN);
+    /* the GGUF vocabulary has no <image>: its rows carry id 0, as llama.cpp's */
+    snprintf(args, sizeof args, "-m '%s' --mmproj '%s'", text_gguf, mmproj_gguf);
+    check_cli_logits("GGUF + mmproj", args, 0);
+}
+
+/* `pagedlm run` greedy: the first token is the argmax of `logits`' last row. */
+static void test_run_generates_from_a_text_and_image_prompt(void) {
+    need_files();
+    char args[8192];
+    snprintf(args, sizeof args,
+             "run -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' -n 6 --temp 0 --ignore-eos --json "
+             "--kv-cache-dtype f32 -t 2",
+             text_gguf, mmproj_gguf, ref_dir, PROMPT);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' --kv-cache-dtype f32 -t 2",
+             text_gguf, mmproj_gguf, ref_dir, PROMPT);
+    cmd_result l = test_pagedlm(args);
+    CHECK_MSG(l.status == 0, "%s", l.err);
+    json_t *ro = json_loads(r.out, 0, NULL), *lo = json_loads(l.out, 0, NULL);
+    REQUIRE(ro && lo);
+    json_t *gen = json_object_get(ro, "tokens"), *row = json_array_get(json_object_get(lo, "logits"), 0);
+    CHECK_EQ_INT(json_array_size(gen), 6);
+    CHECK(json_equal(json_object_get(ro, "prompt_tokens"), json_object_get(lo, "tokens")));
+    int best = 0;
+    for (int j = 1; j < VOC; j++)
+        if (json_number_value(json_array_get(row, (size_t)j)) > json_number_value(json_array_get(row, (size_t)best)))
+            best = j;
+    CHECK_EQ_INT(json_integer_value(json_array_get(gen, 0)), best);
+    json_decref(ro), json_decref(lo);
+    test_free_result(&r), test_free_result(&l);
+}
+
+static void expect_cli_error(const char *args, const char *needle) {
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status != 0, "%s: succeeded", args);
+    CHECK_CONTAINS(r.err, needle);
+    test_free_result(&r);
+}
+
+static void test_image_options_fail_with_clear_messages(void) {
+    need_files();
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/rgb_png.png' -p 'a <__media__> b <__media__>'", hf_dir,
+             ref_dir);
+    expect_cli_error(args, "2 image markers ('<__media__>') for 1 image");
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' -p 'a <__media__> b'", text_gguf, ref_dir);
+    expect_cli_error(args, "needs --mmproj FILE");
+    snprintf(args, sizeof args, "run -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p 'a'", text_gguf, text_gguf,
+             ref_dir);
+    expect_cli_error(args, "expected 'clip'");
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/manifest.json' -p 'a'", text_gguf,
+             mmproj_gguf, ref_dir);
+    expect_cli_error(args, "not a PNG, JPEG or WebP image");
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' --tokens 1,2,3", hf_dir, ref_dir);
+    expect_cli_error(args, "--image needs -p");
+}
+
 int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
@@ -749,6 +926,9 @@ int main(void) {
     RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
+    RUN(test_logits_takes_an_image_at_the_media_marker);
+    RUN(test_run_generates_from_a_text_and_image_prompt);
+    RUN(test_image_options_fail_with_clear_messages);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
