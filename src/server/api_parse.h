@@ -78,6 +78,9 @@ typedef struct srv_gen_request {
     bool discard_output;       /* echo with max_tokens 0: one token is generated, then dropped */
     int logprobs;              /* top-N per generated token; -1 = none (chat: top_logprobs when logprobs) */
     int prompt_logprobs;       /* the prompt_logprobs field (vLLM): top-N per prompt token; -1 = none */
+    pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
+    pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
+    int n_images;
 } srv_gen_request;
 
 /* The chat template step: messages -> prompt ids (and the rendered text).
@@ -93,6 +96,9 @@ typedef struct srv_parse_ctx {
     int vocab;
     srv_chat_prompt_fn chat_prompt; /* NULL: the model has no chat template */
     void *chat_user;
+    pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
+    const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
+                                      --allowed-local-media-path); NULL: only data URLs */
 } srv_parse_ctx;
 
 /* 413 when a body of len bytes exceeds limit (0 = the default 4 MiB). */

@@ -25,6 +25,8 @@ struct srv_server {
     unsigned int keep_alive_s;   /* idle connections close after this long */
     int test_load_delay_ms;      /* the loader waits this long first (tests of the loading state) */
     char *draft_model_path;      /* loaded beside the model; NULL = none */
+    char *mmproj_path;           /* the vision model's file; NULL = the model's own folder, if it has one */
+    char *allowed_media_path;    /* file:// image URLs under it; NULL = none */
     bool log_requests;
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
@@ -51,6 +53,7 @@ struct srv_server {
     pdl_model *draft;            /* speculative decoding's draft model, or NULL */
     srv_engine *engine;
     srv_chat *chat;
+    pdl_vision *vision;          /* images in chat requests; NULL = text only */
     srv_parse_ctx parse;
 };
 
