@@ -91,6 +91,88 @@ typedef struct pdl_arch_info {
 bool pdl_architecture(size_t i, pdl_arch_info *out);
 
 /* ---------------------------------------------------------------------------
+ * Images and vision-language models
+ * ------------------------------------------------------------------------- */
+
+/* A decoded image: 8-bit RGB pixels and a 128-bit hash of the bytes it was
+ * decoded from (which keys the encoder cache and the prefix cache). */
+typedef struct pdl_image pdl_image;
+
+/* PNG, JPEG or WebP bytes (told by their signature); `what` names the
+ * image in messages (a path, "image 2"). Corrupt or truncated data fails
+ * with the decoder's reason; images over 8192 x 8192 pixels are refused. */
+int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *what, pdl_error *err);
+int pdl_image_load(pdl_image **out, const char *path, pdl_error *err);
+/* An image URL as OpenAI's image_url.url: "data:image/...;base64,..." or,
+ * when allowed_dir is not NULL, "file:///path" resolving to a file under
+ * allowed_dir. http(s) URLs are refused (nothing is fetched), with a
+ * message saying that only data URLs are accepted. */
+int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char *allowed_dir, pdl_error *err);
+void pdl_image_free(pdl_image *img);
+int pdl_image_width(const pdl_image *img);
+int pdl_image_height(const pdl_image *img);
+
+/* The vision tower, projector and image processor of a vision-language
+ * model. */
+typedef struct pdl_vision pdl_vision;
+
+/* Loads it from a Hugging Face folder (LlavaForConditionalGeneration,
+ * LlavaNextForConditionalGeneration, Gemma3ForConditionalGeneration: the
+ * folder of the text model) or a llama.cpp mmproj GGUF (projector types
+ * mlp and gemma3). text is the text model (loaded from the same folder, or
+ * from its own GGUF): its width, tokenizer and threads; it must outlive the
+ * vision model. */
+int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err);
+void pdl_vision_free(pdl_vision *v);
+
+typedef struct pdl_vision_info {
+    const char *family;       /* "llava", "llava_next", "gemma3" */
+    const char *tower;        /* "clip", "siglip" */
+    const char *source;       /* "safetensors", "gguf" */
+    int image_size, patch_size, hidden, n_layers, n_layers_run, n_heads, ffn;
+    int rows_per_image;       /* prompt rows per image; -1: it depends on the image's size (LLaVA 1.6) */
+    int32_t image_token_id;   /* the token id image rows carry in the prompt (-1: none in the vocabulary) */
+    const char *placeholder;  /* what a chat template writes per image: "<image>", "<start_of_image>" */
+    bool bidirectional;       /* an image's rows attend to each other both ways (Gemma 3) */
+} pdl_vision_info;
+void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info);
+
+/* Rows an image takes in the prompt. */
+int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img);
+/* Processor, tower and projector: *rows (n_rows x the text model's hidden
+ * size, malloc'ed) are the image's prompt rows. Uses the text model's
+ * threads: not while a forward runs on them. */
+int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
+
+/* One image of a prompt: its rows are prompt positions [position, position
+ * + pdl_vision_image_rows). */
+typedef struct pdl_mm_input {
+    const pdl_image *image;
+    int position;
+} pdl_mm_input;
+
+/* A prompt with images: token ids (image rows carry the image token id, or
+ * 0 when the vocabulary has none) and where each image's rows start. */
+typedef struct pdl_mm_prompt {
+    int32_t *ids;
+    size_t n_ids;
+    pdl_mm_input *images;     /* [n_images], image pointers as given */
+    int n_images;
+} pdl_mm_prompt;
+
+/* Tokenizes text whose images sit where `marker` occurs (e.g. "<__media__>",
+ * llama.cpp's, or the model's own placeholder from a chat template), laying
+ * out each image as the model's processor does (LLaVA: the image token
+ * repeated once per row; Gemma 3: "\n\n<start_of_image>", the rows,
+ * "<end_of_image>\n\n"). With no marker in the text, the images go first.
+ * The number of markers must equal n_images. flags: PDL_TOK_* (special-token
+ * text is always parsed). */
+int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, size_t len, const char *marker,
+                    const pdl_image *const *images, int n_images, unsigned flags, pdl_mm_prompt *out,
+                    pdl_error *err);
+void pdl_mm_prompt_free(pdl_mm_prompt *p);
+
+/* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)
  * ------------------------------------------------------------------------- */
 
@@ -207,6 +289,10 @@ typedef struct pdl_batch {
     int n_logits;
     const int32_t *logits_indices;       /* [n_logits] */
     bool full_logits;
+    /* Embedding rows (images): NULL, or [n_tokens] where embd[i], when not
+     * NULL, is row i's input vector (hidden floats, taken as it is: no
+     * embedding scale) in place of token_ids[i]'s embedding. */
+    const float *const *embd;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -247,6 +333,11 @@ typedef enum pdl_logits_rows {
  * asked. */
 int pdl_seq_forward(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
                     pdl_logits_rows rows, float *logits_out, pdl_error *err);
+/* pdl_seq_forward with embedding rows: embd NULL, or [n_tokens] as
+ * pdl_batch's embd. */
+int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                         const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                         pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 
@@ -371,6 +462,11 @@ typedef struct pdl_engine_options {
      * parameter); NULL = none */
     void (*on_logits)(uint64_t request_id, int index, int position, const float *row, int vocab, void *user);
     void *on_logits_user;
+    /* images: the vision model (loaded by the caller, outlives the engine;
+     * NULL = text only). Each request's images are encoded once, when it is
+     * added, on the calling thread (with the text model's threads: not
+     * while a step runs). */
+    pdl_vision *vision;
 } pdl_engine_options;
 
 struct gram_grammar; /* src/grammar/grammar.h */
@@ -395,6 +491,12 @@ typedef struct pdl_request_params {
                                     end, and the sequence stops ("stop") once the grammar is complete;
                                     compiled for pdl_model_grammar_vocab(model); the engine keeps its own
                                     reference; NULL = none */
+    const pdl_mm_input *images;  /* [n_images] the prompt's images (pdl_mm_tokenize's layout; needs the
+                                    engine's vision model): each takes pdl_vision_image_rows prompt rows from
+                                    its position. Encoded when the request is added (the images need not
+                                    outlive pdl_engine_add_request); prefix-cache blocks holding image rows
+                                    are keyed by the image's hash as well as the ids */
+    int n_images;
 } pdl_request_params;
 
 typedef enum pdl_event_kind {

@@ -8,16 +8,23 @@
 #include <string.h>
 
 #include "cli/cli_args.h"
+#include "cli/cli_vision.h"
 
 static void logits_usage(FILE *f) {
     fprintf(f,
-            "usage: pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16]\n"
-            "       [--threads N] [--ctx-size N]\n"
-            "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n");
+            "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16]\n"
+            "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
+            "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n"
+            "  -p TEXT          the prompt as text (BOS as the tokenizer says; special-token text parsed)\n"
+            "  --image FILE     an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
+            "                   (llama.cpp's marker), or first; \"images\": [{\"position\", \"rows\"}] is added\n"
+            "  --mmproj FILE    the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging Face\n"
+            "                   LLaVA folder brings its own\n");
 }
 
 int cli_logits(int argc, char **argv) {
-    const char *model_path = NULL, *tokens_arg = NULL;
+    const char *model_path = NULL, *tokens_arg = NULL, *prompt = NULL;
+    cli_images ci = {0};
     bool all_rows = false;
     long threads = 0, ctx = 0;
     pdl_kv_dtype kv_dtype = PDL_KV_F16;
@@ -34,6 +41,12 @@ int cli_logits(int argc, char **argv) {
             model_path = v;
         } else if (strcmp(a, "--tokens") == 0) {
             tokens_arg = v;
+        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
+            prompt = v;
+        } else if (strcmp(a, "--image") == 0) {
+            if (cli_images_add(&ci, v)) return CLI_USAGE;
+        } else if (strcmp(a, "--mmproj") == 0) {
+            ci.mmproj = v;
         } else if (strcmp(a, "--kv-cache-dtype") == 0) {
             if (cli_kv_dtype(a, v, &kv_dtype)) return CLI_USAGE;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
@@ -46,14 +59,18 @@ int cli_logits(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    if (!model_path || !tokens_arg) {
-        fprintf(stderr, "error: logits needs -m MODEL and --tokens IDS\n");
+    if (!model_path || !!tokens_arg + !!prompt != 1) {
+        fprintf(stderr, "error: logits needs -m MODEL and one of --tokens IDS or -p TEXT\n");
         logits_usage(stderr);
+        return CLI_USAGE;
+    }
+    if (ci.n_paths && !prompt) {
+        fprintf(stderr, "error: --image needs -p TEXT (its place marked with %s)\n", CLI_MEDIA_MARKER);
         return CLI_USAGE;
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    if (cli_token_list("--tokens", tokens_arg, &ids, &n)) return CLI_USAGE;
+    if (tokens_arg && cli_token_list("--tokens", tokens_arg, &ids, &n)) return CLI_USAGE;
 
     pdl_error err;
     pdl_model *model = NULL;
@@ -65,6 +82,53 @@ int cli_logits(int argc, char **argv) {
     }
     pdl_model_info info;
     pdl_model_get_info(model, &info);
+    /* -p: the text's ids, with each image's rows (their vectors in embd) */
+    pdl_mm_prompt mm = {0};
+    float **image_rows = NULL;
+    const float **embd = NULL;
+    if (prompt) {
+        if (cli_images_open(&ci, model, model_path)) {
+            cli_images_close(&ci);
+            pdl_model_free(model);
+            return CLI_FAIL;
+        }
+        int prc = 0;
+        if (ci.n_images) {
+            prc = cli_images_prompt(&ci, model, prompt, &mm);
+            if (prc == 0) ids = mm.ids, n = mm.n_ids, mm.ids = NULL;
+        } else if (pdl_tokenize_ex(model, prompt, strlen(prompt), PDL_TOK_ADD_SPECIAL | PDL_TOK_PARSE_SPECIAL, &ids,
+                                   &n, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            prc = -1;
+        }
+        if (prc == 0 && n == 0) {
+            fprintf(stderr, "error: the prompt encodes to no tokens\n");
+            prc = -1;
+        }
+        image_rows = calloc((size_t)(ci.n_images ? ci.n_images : 1), sizeof *image_rows);
+        embd = calloc(n ? n : 1, sizeof *embd);
+        if (prc == 0 && (!image_rows || !embd)) {
+            fprintf(stderr, "error: out of memory\n");
+            prc = -1;
+        }
+        for (int i = 0; prc == 0 && i < mm.n_images; i++) {
+            int rows = 0;
+            if (pdl_vision_encode(ci.vision, mm.images[i].image, &image_rows[i], &rows, &err)) {
+                fprintf(stderr, "error: image %d (%s): %s\n", i, ci.paths[i], err.message);
+                prc = -1;
+                break;
+            }
+            for (int k = 0; k < rows; k++) embd[mm.images[i].position + k] = image_rows[i] + (size_t)k * info.hidden;
+        }
+        if (prc) {
+            for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
+            free(image_rows), free(embd), free(ids);
+            pdl_mm_prompt_free(&mm);
+            cli_images_close(&ci);
+            pdl_model_free(model);
+            return CLI_FAIL;
+        }
+    }
     int rc = CLI_OK;
     pdl_kv_cache *kv = NULL;
     size_t rows = all_rows ? n : 1;
@@ -75,8 +139,8 @@ int cli_logits(int argc, char **argv) {
         fprintf(stderr, "error: out of memory\n");
         rc = CLI_FAIL;
     } else if (pdl_kv_cache_create(&kv, model, kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
-               pdl_seq_forward(model, kv, &seq, ids, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST, logits,
-                               &err)) {
+               pdl_seq_forward_embd(model, kv, &seq, ids, mm.n_images ? embd : NULL, (int)n,
+                                    all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST, logits, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     }
@@ -84,7 +148,15 @@ int cli_logits(int argc, char **argv) {
         /* %.9g round-trips every float exactly */
         printf("{\"tokens\": [");
         for (size_t i = 0; i < n; i++) printf("%s%d", i ? ", " : "", ids[i]);
-        printf("], \"logits\": [");
+        printf("]");
+        if (mm.n_images) {
+            printf(", \"images\": [");
+            for (int i = 0; i < mm.n_images; i++)
+                printf("%s{\"position\": %d, \"rows\": %d}", i ? ", " : "", mm.images[i].position,
+                       pdl_vision_image_rows(ci.vision, mm.images[i].image));
+            printf("]");
+        }
+        printf(", \"logits\": [");
         for (size_t r = 0; r < rows; r++) {
             printf("%s[", r ? ", " : "");
             for (int j = 0; j < info.vocab; j++) printf("%s%.9g", j ? ", " : "", logits[r * info.vocab + j]);
@@ -96,6 +168,10 @@ int cli_logits(int argc, char **argv) {
     pdl_kv_cache_free(kv);
     free(logits);
     free(ids);
+    for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
+    free(image_rows), free(embd);
+    pdl_mm_prompt_free(&mm);
+    cli_images_close(&ci);
     pdl_model_free(model);
     return rc;
 }

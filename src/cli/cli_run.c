@@ -17,6 +17,7 @@
 #include "cli/cli_batch.h"
 #include "grammar/grammar.h"
 #include "util/file_map.h"
+#include "cli/cli_vision.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -24,6 +25,10 @@ static void run_usage(FILE *f) {
             "  -m, --model PATH        .gguf file or Hugging Face folder\n"
             "  -p, --prompt TEXT       prompt text (BOS added as the model's tokenizer says)\n"
             "      --tokens IDS        prompt as comma-separated token ids instead of text\n"
+            "      --image FILE        an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
+            "                          (llama.cpp's marker), or first\n"
+            "      --mmproj FILE       the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging\n"
+            "                          Face LLaVA folder brings its own\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
             "      --temp T            temperature; 0 = greedy (default 0.8)\n"
             "      --top-k K, --top-p P, --min-p P   sampling filters (default off)\n"
@@ -181,6 +186,7 @@ static int print_probe(pdl_model *model) {
 
 int cli_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
+    cli_images ci = {0};
     const char *stops[64];
     int n_stops = 0;
     char *draft_path = NULL;
@@ -215,6 +221,10 @@ int cli_run(int argc, char **argv) {
             prompt = v;
         } else if (strcmp(a, "--tokens") == 0) {
             tokens_arg = v;
+        } else if (strcmp(a, "--image") == 0) {
+            if (cli_images_add(&ci, v)) return CLI_USAGE;
+        } else if (strcmp(a, "--mmproj") == 0) {
+            ci.mmproj = v;
         } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
             if (cli_int(a, v, 0, 1 << 30, &n_predict)) return CLI_USAGE;
         } else if (strcmp(a, "--temp") == 0) {
@@ -294,6 +304,10 @@ int cli_run(int argc, char **argv) {
         run_usage(stderr);
         return CLI_USAGE;
     }
+    if (ci.n_paths && !prompt) {
+        fprintf(stderr, "error: --image needs -p PROMPT (its place marked with %s)\n", CLI_MEDIA_MARKER);
+        return CLI_USAGE;
+    }
     if (!have_seed) seed = (uint64_t)time(NULL);
 
     pdl_error err;
@@ -343,8 +357,15 @@ int cli_run(int argc, char **argv) {
     int rc = CLI_OK;
     gram_vocab *gvocab = NULL;
     gram_grammar *grammar = NULL;
-    if (compile_constraint(&constraint, model, &gvocab, &grammar)) rc = CLI_FAIL;
-    if (rc != CLI_OK) {
+    pdl_mm_prompt mm = {0};
+    if (compile_constraint(&constraint, model, &gvocab, &grammar)) {
+        rc = CLI_FAIL;
+    } else if (cli_images_open(&ci, model, model_path)) {
+        rc = CLI_FAIL;
+    } else if (ci.n_images) {
+        if (cli_images_prompt(&ci, model, prompt, &mm)) rc = CLI_FAIL;
+        else ids = mm.ids, n_ids = mm.n_ids, mm.ids = NULL;
+        eo.vision = ci.vision;
     } else if (tokens_arg) {
         if (cli_token_list("--tokens", tokens_arg, &ids, &n_ids)) rc = CLI_USAGE;
     } else if (pdl_tokenize(model, prompt, strlen(prompt), true, &ids, &n_ids, &err)) {
@@ -382,7 +403,8 @@ int cli_run(int argc, char **argv) {
                                               .min_p = min_p, .seed = seed},
                                  .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .stop = stops,
                                  .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
-                                 .n = (int)n_samples, .grammar = grammar};
+                                 .n = (int)n_samples, .grammar = grammar, .images = mm.images,
+                                 .n_images = mm.n_images};
         double t1 = now_s();
         if (pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err) ||
             pdl_engine_run_until_idle(engine, &err)) {
@@ -444,6 +466,8 @@ int cli_run(int argc, char **argv) {
     if (grammar) gram_grammar_free(grammar);
     gram_vocab_free(gvocab);
     free(ids);
+    pdl_mm_prompt_free(&mm);
+    cli_images_close(&ci);
     pdl_model_free(draft);
     pdl_model_free(model);
     return rc;

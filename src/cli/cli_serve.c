@@ -33,6 +33,9 @@ static void serve_usage(FILE *f) {
             "                                 for a wildcard HOST such as 0.0.0.0)\n"
             "      --api-key KEY              require 'Authorization: Bearer KEY' (or env PAGEDLM_API_KEY)\n"
             "      --chat-template FILE       Jinja chat template (default: the model's own)\n"
+            "      --mmproj FILE              vision model of a GGUF model (llama.cpp's mmproj GGUF): chat content\n"
+            "                                 parts of type image_url (a Hugging Face LLaVA folder brings its own)\n"
+            "      --allowed-local-media-path DIR  file:// image URLs under DIR are read (default: data URLs only)\n"
             "      --max-model-len N          context length (default: the model's)\n"
             "      --max-num-seqs N           running sequences at most (default 256)\n"
             "      --max-num-batched-tokens N rows per engine step at most (default 2048)\n"
@@ -123,6 +126,10 @@ int cli_serve(int argc, char **argv) {
             o.api_key = v;
         } else if (strcmp(a, "--chat-template") == 0) {
             o.chat_template = v;
+        } else if (strcmp(a, "--mmproj") == 0) {
+            o.mmproj_path = v;
+        } else if (strcmp(a, "--allowed-local-media-path") == 0) {
+            o.allowed_media_path = v;
         } else if (strcmp(a, "--max-model-len") == 0 || strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
             o.model.ctx_size = (int)lv;

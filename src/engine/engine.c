@@ -10,6 +10,7 @@
  * blocks.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "vision/image.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,7 +185,56 @@ static void request_free(eng_request *r) {
     free(r->min_banned);
     free(r->cache_salt);
     if (r->grammar) gram_grammar_free(r->grammar);
+    for (int i = 0; r->image_rows && i < r->n_images; i++) free(r->image_rows[i]);
+    free(r->image_rows);
+    free(r->row_embd);
+    free(r->hash_ids);
     free(r);
+}
+
+/* The prefix-cache stand-in for row k of an image with this hash: a
+ * negative int32 (token ids are not), different per row and per image. */
+static int32_t image_row_key(const pdl_image *img, int k) {
+    uint64_t h = img->hash_lo ^ (img->hash_hi * 0x9e3779b97f4a7c15ull) ^
+                 ((uint64_t)(k + 1) * 0xc2b2ae3d27d4eb4full);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    return (int32_t)(0x80000000u | (uint32_t)(h & 0x7fffffffu));
+}
+
+/* Encodes the request's images and lays their rows over the prompt. */
+static int request_images(pdl_engine *e, eng_request *r, const pdl_request_params *p, const int32_t *prompt,
+                          size_t n_prompt, pdl_error *err) {
+    if (p->n_images <= 0) return 0;
+    if (!e->opts.vision) return pdl_fail(err, "request: %d image%s given but the engine has no vision model", p->n_images,
+                                         p->n_images == 1 ? "" : "s");
+    if (!p->images) return pdl_fail(err, "request: n_images %d with no images", p->n_images);
+    r->image_rows = calloc((size_t)p->n_images, sizeof *r->image_rows);
+    r->row_embd = calloc(n_prompt, sizeof *r->row_embd);
+    r->hash_ids = malloc(n_prompt * sizeof *r->hash_ids);
+    if (!r->image_rows || !r->row_embd || !r->hash_ids) return pdl_fail(err, "request: out of memory");
+    r->n_images = p->n_images;
+    memcpy(r->hash_ids, prompt, n_prompt * sizeof *prompt);
+    int end = 0; /* the previous image's last row + 1 */
+    for (int i = 0; i < p->n_images; i++) {
+        const pdl_mm_input *in = &p->images[i];
+        if (!in->image) return pdl_fail(err, "request: image %d is NULL", i);
+        int n_rows = pdl_vision_image_rows(e->opts.vision, in->image);
+        if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
+            return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
+                            "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
+        int got = 0;
+        if (pdl_vision_encode(e->opts.vision, in->image, &r->image_rows[i], &got, err))
+            return pdl_fail_prefix(err, "request: image %d", i);
+        if (got != n_rows) return pdl_fail(err, "request: image %d encoded to %d rows, expected %d", i, got, n_rows);
+        for (int k = 0; k < n_rows; k++) {
+            r->row_embd[in->position + k] = r->image_rows[i] + (size_t)k * e->model->cfg.hidden;
+            r->hash_ids[in->position + k] = image_row_key(in->image, k);
+        }
+        end = in->position + n_rows;
+    }
+    return 0;
 }
 
 void pdl_engine_free(pdl_engine *e) {
@@ -319,6 +369,11 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     r->salt_check = bpool_extra_check(r->cache_salt);
     r->no_prefix_cache = p.prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
     if (p.grammar) r->grammar = gram_grammar_ref(p.grammar);
+    if (!oom && request_images(e, r, &p, prompt, n_prompt, err)) {
+        request_free(r);
+        return -1;
+    }
+    r->params.images = NULL; /* not kept: the rows are */
     if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
         request_free(r);
         return pdl_fail_prefix(err, "request");

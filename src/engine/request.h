@@ -39,6 +39,13 @@ typedef struct eng_request {
     uint64_t salt_check;        /* bpool_extra_check of the salt, kept beside first blocks */
     bool no_prefix_cache;       /* prompt logprobs: every prompt row is computed */
     gram_grammar *grammar;      /* structured output (a reference of our own), or NULL */
+    float **image_rows;         /* [n_images] owned: each image's encoded rows (rows x hidden) */
+    int n_images;
+    const float **row_embd;     /* [n_prompt] the input vector of each prompt row: NULL for a token row, else a
+                                   row of image_rows; NULL when the prompt has no image */
+    int32_t *hash_ids;          /* [n_prompt] what the prefix cache hashes for prompt rows: the ids, with
+                                   image rows replaced by a value of the image's hash and the row's index
+                                   (negative, so never a token id: vLLM's extra keys); NULL without images */
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;

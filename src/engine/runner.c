@@ -23,6 +23,7 @@ int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits,
 
 void runner_free(runner *r) {
     free(r->token_ids), free(r->positions), free(r->slot_mapping), free(r->logits_indices);
+    free(r->embd);
     free(r->cu_seqlens), free(r->logits_cu_seqlens), free(r->block_tables);
     free(r->logits);
     memset(r, 0, sizeof *r);
@@ -59,6 +60,9 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         if (grow_i32(&r->token_ids, rows) || grow_i32(&r->positions, rows) || grow_i32(&r->slot_mapping, rows) ||
             grow_i32(&r->logits_indices, rows))
             return pdl_fail(err, "runner: out of memory for %d rows", rows);
+        const float **em = realloc(r->embd, (size_t)rows * sizeof *em);
+        if (!em) return pdl_fail(err, "runner: out of memory for %d rows", rows);
+        r->embd = em;
         r->rows_cap = rows;
     }
     if (ents + 1 > r->entries_cap) {
@@ -70,6 +74,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         r->entries_cap = ents + 1;
     }
     int bs = r->kv->block_size, row = 0, n_logits = 0;
+    bool any_embd = false;
     r->cu_seqlens[0] = 0;
     r->logits_cu_seqlens[0] = 0;
     for (int k = 0; k < ents; k++) {
@@ -81,6 +86,9 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             r->token_ids[row] = pos < q->n_tokens ? q->tokens[pos] : q->draft[pos - q->n_tokens];
             r->positions[row] = pos;
             r->slot_mapping[row] = q->blocks[pos / bs] * bs + pos % bs;
+            /* an image row: its encoded vector instead of the token's embedding */
+            r->embd[row] = q->req->row_embd && pos < q->n_prompt ? q->req->row_embd[pos] : NULL;
+            any_embd |= r->embd[row] != NULL;
         }
         r->cu_seqlens[k + 1] = row;
         r->block_tables[k] = q->blocks;
@@ -94,6 +102,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         .n_tokens = rows, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
         .n_seqs = ents, .cu_seqlens = r->cu_seqlens, .block_tables = r->block_tables,
         .n_logits = n_logits, .logits_indices = r->logits_indices, .full_logits = r->full_logits,
+        .embd = any_embd ? r->embd : NULL,
     };
     return 0;
 }

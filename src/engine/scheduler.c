@@ -39,6 +39,8 @@ int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache
     if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0)
         return pdl_fail(err, "scheduler: max_num_seqs (%d) and max_num_batched_tokens (%d) must be positive",
                         cfg->max_num_seqs, cfg->max_num_batched_tokens);
+    s->key_ids = malloc((size_t)pool->block_size * sizeof *s->key_ids);
+    if (!s->key_ids) return pdl_fail(err, "scheduler: out of memory");
     return 0;
 }
 
@@ -46,6 +48,7 @@ void sched_free(sched *s) {
     free(s->waiting);
     free(s->running);
     free(s->entries);
+    free(s->key_ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -100,9 +103,22 @@ int sched_reserve(sched *s, eng_seq *seq, int n_positions) {
 
 /* ---- prefix caching ------------------------------------------------------ */
 
+/* What the prefix cache keys q's block b by: its ids, or (a block holding
+ * image rows) the ids with each image row's extra key (eng_request.hash_ids)
+ * in s->key_ids, valid until the next call. */
+static const int32_t *block_key(sched *s, const eng_seq *q, int b) {
+    int bs = s->pool->block_size;
+    const int32_t *ids = q->tokens + (size_t)b * (size_t)bs;
+    if (!q->req->hash_ids || b * bs >= q->n_prompt) return ids;
+    for (int i = 0; i < bs; i++) {
+        int pos = b * bs + i;
+        s->key_ids[i] = pos < q->n_prompt ? q->req->hash_ids[pos] : q->tokens[pos];
+    }
+    return s->key_ids;
+}
+
 /* The chain hash of seq's full block b (computed once per sequence). */
 static int block_hash(sched *s, eng_seq *q, int b, bpool_hash *out) {
-    int bs = s->pool->block_size;
     if (b >= q->cap_block_hashes) {
         int cap = q->cap_block_hashes ? q->cap_block_hashes : 8;
         while (cap <= b) cap *= 2;
@@ -114,7 +130,7 @@ static int block_hash(sched *s, eng_seq *q, int b, bpool_hash *out) {
     while (q->n_block_hashes <= b) {
         int k = q->n_block_hashes;
         bpool_hash parent = k ? q->block_hashes[k - 1] : q->req->root_hash;
-        q->block_hashes[k] = bpool_block_hash(s->pool, parent, q->tokens + (size_t)k * (size_t)bs);
+        q->block_hashes[k] = bpool_block_hash(s->pool, parent, block_key(s, q, k));
         q->n_block_hashes++;
     }
     *out = q->block_hashes[b];
@@ -151,7 +167,7 @@ static int take_prefix(sched *s, eng_seq *q) {
     for (int b = 0; b < max_blocks; b++) {
         bpool_hash h;
         if (block_hash(s, q, b, &h)) break;
-        int32_t blk = bpool_take_cached(p, h, q->tokens + (size_t)b * (size_t)bs, parent,
+        int32_t blk = bpool_take_cached(p, h, block_key(s, q, b), parent,
                                         b == 0 ? q->req->salt_check : 0);
         if (blk < 0) break;
         q->blocks[q->n_blocks++] = blk;
@@ -171,7 +187,7 @@ void sched_cache_full_blocks(sched *s, eng_seq *q) {
         int b = q->n_registered;
         bpool_hash h;
         if (block_hash(s, q, b, &h)) return;
-        int32_t canon = bpool_cache(p, q->blocks[b], h, q->tokens + (size_t)b * (size_t)bs, q->canon_last,
+        int32_t canon = bpool_cache(p, q->blocks[b], h, block_key(s, q, b), q->canon_last,
                                     b == 0 ? q->req->salt_check : 0);
         q->canon_last = canon >= 0 ? canon : q->blocks[b];
         q->n_registered++;

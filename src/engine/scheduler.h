@@ -52,6 +52,7 @@ typedef struct sched {
     sched_entry *entries;       /* storage behind sched_output */
     int cap_entries;
     uint64_t preemptions;
+    int32_t *key_ids;           /* [block_size] scratch: a block's ids with image rows' extra keys */
 } sched;
 
 int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache *kv, pdl_error *err);

@@ -143,6 +143,10 @@ static void embed_rows(void *p, int ith, int nth) {
     }
     for (long r = r0; r < r1; r++) {
         float *x = t->m->scratch.x + r * c->hidden;
+        if (t->b->embd && t->b->embd[r]) {
+            memcpy(x, t->b->embd[r], (size_t)c->hidden * sizeof *x);
+            continue;
+        }
         pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
         if (c->embed_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;

@@ -424,17 +424,22 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
                         dir);
     json_t *cfg = NULL;
     if (load_json_file(path, &cfg, err)) return -1;
-    /* multimodal Gemma 3 (Gemma3ForConditionalGeneration): the text model is
-     * text_config; token ids stay at the top level */
+    /* multimodal folders (Gemma3ForConditionalGeneration,
+     * LlavaForConditionalGeneration, LlavaNextForConditionalGeneration): the
+     * text model is text_config (LlavaConfig's default type: llama); token
+     * ids may stay at the top level. The vision half: src/vision/. */
     json_t *mt = json_object_get(cfg, "model_type"), *tc = json_object_get(cfg, "text_config");
     json_t *use = cfg;
-    if (json_is_string(mt) && strcmp(json_string_value(mt), "gemma3") == 0) {
+    const char *mts = json_is_string(mt) ? json_string_value(mt) : "";
+    bool gemma3 = strcmp(mts, "gemma3") == 0, llava = strcmp(mts, "llava") == 0 || strcmp(mts, "llava_next") == 0;
+    if (gemma3 || llava) {
         if (!json_is_object(tc)) {
             json_decref(cfg);
-            return pdl_fail(err, "%s: model_type 'gemma3' needs a 'text_config' object", path);
+            return pdl_fail(err, "%s: model_type '%s' needs a 'text_config' object", path, mts);
         }
         use = tc;
-        json_object_set_new(tc, "model_type", json_string("gemma3_text"));
+        if (gemma3) json_object_set_new(tc, "model_type", json_string("gemma3_text"));
+        else if (!json_is_string(json_object_get(tc, "model_type"))) json_object_set_new(tc, "model_type", json_string("llama"));
         const char *ids[] = {"bos_token_id", "eos_token_id"};
         for (int i = 0; i < 2; i++)
             if (!json_object_get(tc, ids[i]) && json_object_get(cfg, ids[i]))

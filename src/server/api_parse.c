@@ -253,9 +253,50 @@ static int tool_call_arguments_as_objects(json_t *msg, const char *param, srv_ap
     return 0;
 }
 
+/* The images of a chat request's image_url parts, in order. */
+typedef struct chat_images {
+    pdl_image **img;
+    int n;
+} chat_images;
+
+static void chat_images_free(chat_images *ci) {
+    for (int i = 0; i < ci->n; i++) pdl_image_free(ci->img[i]);
+    free(ci->img);
+    ci->img = NULL, ci->n = 0;
+}
+
+/* An image_url part: its image decoded into ci; the model's placeholder
+ * text (what its chat template writes per image) in *placeholder. */
+static int image_part(const srv_parse_ctx *c, const json_t *part, const char *param, size_t k, chat_images *ci,
+                      const char **placeholder, srv_api_error *err) {
+    if (!c->vision)
+        return BAD(param, "'%s.content[%zu]': this model takes no images (start the server with a vision-language "
+                   "model, or --mmproj FILE beside a GGUF model)", param, k);
+    const json_t *iu = json_object_get(part, "image_url");
+    const json_t *url = json_is_object(iu) ? json_object_get(iu, "url") : iu;
+    if (!json_is_string(url))
+        return BAD(param, "'%s.content[%zu].image_url' must be {\"url\": \"data:image/...;base64,...\"}", param, k);
+    if (ci->n >= 16) return BAD(param, "'%s.content[%zu]': at most 16 images per request", param, k);
+    pdl_image **grown = realloc(ci->img, (size_t)(ci->n + 1) * sizeof *grown);
+    if (!grown) return srv_api_fail(err, 500, NULL, "out of memory");
+    ci->img = grown;
+    pdl_error pe;
+    if (pdl_image_from_url(&ci->img[ci->n], json_string_value(url), json_string_length(url), c->allowed_media_path,
+                           &pe))
+        return BAD(param, "'%s.content[%zu].image_url': %s", param, k, pe.message);
+    ci->n++;
+    pdl_vision_info vi;
+    pdl_vision_get_info(c->vision, &vi);
+    *placeholder = vi.placeholder;
+    return 0;
+}
+
 /* The messages with every content reduced to a string (text parts joined by
- * newlines, as vLLM's "string" content format), ready for a template. */
-static int normalize_messages(const json_t *body, json_t **out, srv_api_error *err) {
+ * newlines, as vLLM's "string" content format), ready for a template; an
+ * image_url part becomes the model's image placeholder ("<image>") in the
+ * text and its image goes to ci (NULL: image parts are refused). */
+static int normalize_messages(const srv_parse_ctx *c, const json_t *body, json_t **out, chat_images *ci,
+                              srv_api_error *err) {
     const json_t *msgs = json_object_get(body, "messages");
     if (!msgs || json_is_null(msgs)) return BAD("messages", "'messages' is required");
     if (!json_is_array(msgs)) return BAD("messages", "'messages' must be a list, got %s", type_name(msgs));
@@ -305,19 +346,28 @@ static int normalize_messages(const json_t *body, json_t **out, srv_api_error *e
                 json_decref(norm);
                 return BAD(param, "'%s.content[%zu]' must be an object with a 'type'", param, k);
             }
-            if (strcmp(json_string_value(type), "text") != 0) {
+            const char *placeholder = NULL;
+            if (strcmp(json_string_value(type), "image_url") == 0 && ci) {
+                if (image_part(c, part, param, k, ci, &placeholder, err)) {
+                    free(joined);
+                    json_decref(norm);
+                    return -1;
+                }
+                text = NULL;
+            } else if (strcmp(json_string_value(type), "text") != 0) {
                 BAD(param, "'%s.content[%zu]': content parts of type '%.64s' are not supported; this server takes "
-                    "text only", param, k, json_string_value(type));
+                    "text and image_url", param, k, json_string_value(type));
                 free(joined);
                 json_decref(norm);
                 return -1;
             }
-            if (!json_is_string(text)) {
+            if (!placeholder && !json_is_string(text)) {
                 free(joined);
                 json_decref(norm);
                 return BAD(param, "'%s.content[%zu].text' must be a string", param, k);
             }
-            size_t tl = json_string_length(text);
+            const char *ts = placeholder ? placeholder : json_string_value(text);
+            size_t tl = placeholder ? strlen(placeholder) : json_string_length(text);
             char *p = realloc(joined, jl + tl + 2);
             if (!p) {
                 free(joined);
@@ -326,7 +376,7 @@ static int normalize_messages(const json_t *body, json_t **out, srv_api_error *e
             }
             joined = p;
             if (jl) joined[jl++] = '\n';
-            memcpy(joined + jl, json_string_value(text), tl);
+            memcpy(joined + jl, ts, tl);
             jl += tl;
         }
         json_object_set_new(copy, "content", json_stringn(joined ? joined : "", jl));
@@ -336,8 +386,11 @@ static int normalize_messages(const json_t *body, json_t **out, srv_api_error *e
     return 0;
 }
 
+/* The chat prompt's ids; with images (ci not NULL), the rendered text is
+ * tokenized again with each image's rows where its placeholder is, and
+ * ci / positions get the images and where their rows start. */
 static int chat_prompt(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n, char **text,
-                       srv_api_error *err) {
+                       chat_images *ci, pdl_mm_input **positions, srv_api_error *err) {
     bool add_gen = true, cont = false;
     if (get_bool(body, "add_generation_prompt", &add_gen, err) ||
         get_bool(body, "continue_final_message", &cont, err))
@@ -349,14 +402,25 @@ static int chat_prompt(const srv_parse_ctx *c, const json_t *body, int32_t **ids
     if (kw && !json_is_null(kw) && !json_is_object(kw))
         return BAD("chat_template_kwargs", "'chat_template_kwargs' must be an object, got %s", type_name(kw));
     json_t *msgs = NULL;
-    if (normalize_messages(body, &msgs, err)) return -1;
+    if (normalize_messages(c, body, &msgs, ci, err)) return -1;
     if (!c->chat_prompt) {
         json_decref(msgs);
         return BAD("messages", "this model has no chat template; start the server with --chat-template FILE");
     }
     int rc = c->chat_prompt(c->chat_user, msgs, body, ids, n, text, err);
     json_decref(msgs);
-    return rc;
+    if (rc || !ci || ci->n == 0) return rc;
+    pdl_vision_info vi;
+    pdl_vision_get_info(c->vision, &vi);
+    pdl_mm_prompt mm;
+    pdl_error pe;
+    if (pdl_mm_tokenize(c->model, c->vision, *text, strlen(*text), vi.placeholder,
+                        (const pdl_image *const *)ci->img, ci->n, 0, &mm, &pe))
+        return BAD("messages", "%s", pe.message);
+    free(*ids);
+    *ids = mm.ids, *n = mm.n_ids;
+    *positions = mm.images;
+    return 0;
 }
 
 /* ---- the request ---------------------------------------------------------- */
@@ -645,7 +709,13 @@ int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *
     r->params.max_tokens = (int)mt; /* 0: up to the context length */
     if (add_prompt(r, err)) return -1;
     srv_prompt *p = &r->prompts[0];
-    if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, err)) return -1;
+    chat_images ci = {0};
+    if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, &ci, &r->image_inputs, err)) {
+        chat_images_free(&ci);
+        return -1;
+    }
+    r->images = ci.img, r->n_images = ci.n;
+    if (r->n_images) r->params.images = r->image_inputs, r->params.n_images = r->n_images;
     p->text_len = p->text ? strlen(p->text) : 0;
     return finish_request(c, r, given, err);
 }
@@ -665,6 +735,9 @@ void srv_gen_request_free(srv_gen_request *r) {
     free(r->cache_salt);
     free(r->tool_name);
     if (r->grammar) gram_grammar_free(r->grammar);
+    for (int i = 0; i < r->n_images; i++) pdl_image_free(r->images[i]);
+    free(r->images);
+    free(r->image_inputs);
     memset(r, 0, sizeof *r);
 }
 
@@ -678,7 +751,7 @@ int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_
     if (prompt && msgs) return BAD("prompt", "give either 'prompt' or 'messages', not both");
     if (msgs) {
         char *text = NULL;
-        int rc = chat_prompt(c, body, &out->ids, &out->n_ids, &text, err);
+        int rc = chat_prompt(c, body, &out->ids, &out->n_ids, &text, NULL, NULL, err);
         free(text);
         return rc;
     }

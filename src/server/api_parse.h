@@ -88,6 +88,9 @@ typedef struct srv_gen_request {
     bool tool_parallel;        /* "required": one or more calls (parallel_tool_calls) */
     char *tool_name;           /* a named tool_choice, or NULL */
     const gram_vocab *tool_vocab; /* parse_tools: the model's grammar vocabulary (control tokens' text) */
+    pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
+    pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
+    int n_images;
 } srv_gen_request;
 
 /* The chat template step: messages -> prompt ids (and the rendered text).
@@ -110,6 +113,9 @@ typedef struct srv_parse_ctx {
     bool auto_tool_choice;         /* --enable-auto-tool-choice */
     bool tool_parser_set;          /* --tool-call-parser NAME given: tool_format */
     gram_tool_format tool_format;
+    pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
+    const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
+                                      --allowed-local-media-path); NULL: only data URLs */
 } srv_parse_ctx;
 
 /* 413 when a body of len bytes exceeds limit (0 = the default 4 MiB). */

@@ -7,6 +7,7 @@
 #include "server/server_internal.h"
 
 #include <fcntl.h>
+#include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -172,6 +173,17 @@ static bool tool_format_from_tokens(const pdl_model *model, gram_tool_format *ou
     return false;
 }
 
+/* Whether path is a Hugging Face folder of a vision-language model
+ * (config.json with a vision_config). */
+static bool has_vision_config(const char *path) {
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    json_t *j = json_load_file(cfg, 0, NULL);
+    bool yes = j && json_is_object(json_object_get(j, "vision_config"));
+    json_decref(j);
+    return yes;
+}
+
 static void *loader_main(void *arg) {
     srv_server *s = arg;
     pdl_error err = {{0}};
@@ -192,6 +204,12 @@ static void *loader_main(void *arg) {
         rc = pdl_fail(&err, "%s: the server needs text in and out: %s", s->model_path, te.message);
     }
     if (rc == 0) rc = srv_chat_load(&chat, model, s->model_path, s->chat_template_path, &err);
+    pdl_vision *vision = NULL;
+    if (rc == 0 && (s->mmproj_path || has_vision_config(s->model_path))) {
+        if (pdl_vision_load(&vision, s->mmproj_path ? s->mmproj_path : s->model_path, model, &err))
+            rc = pdl_fail_prefix(&err, "vision model");
+        s->engine_opts.vision = vision;
+    }
     pdl_model *draft = NULL;
     if (rc == 0 && s->draft_model_path) {
         if (pdl_model_load(&draft, s->draft_model_path, &s->model_opts, &err)) rc = pdl_fail_prefix(&err, "draft model");
@@ -218,7 +236,10 @@ static void *loader_main(void *arg) {
                                    .grammar_user = s,
                                    .auto_tool_choice = s->auto_tool_choice,
                                    .tool_parser_set = fmt_known,
-                                   .tool_format = fmt};
+                                   .tool_format = fmt,
+                                   .vision = vision,
+                                   .allowed_media_path = s->allowed_media_path};
+        s->vision = vision;
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
         snprintf(s->load_error, sizeof s->load_error, "%s", err.message);
@@ -233,6 +254,7 @@ static void *loader_main(void *arg) {
                 s->model_name);
     } else {
         srv_chat_free(chat); /* the caller reports the error (srv_get_state) */
+        pdl_vision_free(vision);
         pdl_model_free(draft);
         pdl_model_free(model);
     }
@@ -249,6 +271,8 @@ static void server_free(srv_server *s) {
     free(s->api_key);
     free(s->chat_template_path);
     free(s->draft_model_path);
+    free(s->mmproj_path);
+    free(s->allowed_media_path);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -293,6 +317,8 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->keep_alive_s = o->timeout_keep_alive_s > 0 ? (unsigned int)o->timeout_keep_alive_s : 5;
     s->test_load_delay_ms = o->test_load_delay_ms;
     s->draft_model_path = dup_or_null(o->draft_model_path);
+    s->mmproj_path = dup_or_null(o->mmproj_path);
+    s->allowed_media_path = dup_or_null(o->allowed_media_path);
     s->log_requests = o->log_requests;
     s->auto_tool_choice = o->enable_auto_tool_choice;
     if (o->tool_call_parser) {
@@ -378,6 +404,7 @@ void srv_stop(srv_server *s) {
     MHD_stop_daemon(s->daemon); /* joins every connection thread */
     srv_engine_free(s->engine);
     srv_chat_free(s->chat);
+    pdl_vision_free(s->vision);
     pdl_model_free(s->draft);
     pdl_model_free(s->model);
     server_free(s);

@@ -34,6 +34,9 @@ typedef struct srv_options {
     int timeout_keep_alive_s;       /* an idle connection closes after this long; 0 = 5 s (uvicorn's) */
     int test_load_delay_ms;         /* tests only: the loader waits this long first (the 503 window) */
     const char *draft_model_path;   /* speculative decoding with a draft model (engine.spec_method) */
+    const char *mmproj_path;        /* the vision model of a GGUF model (llama.cpp's mmproj GGUF); a Hugging
+                                       Face folder with a vision_config brings its own */
+    const char *allowed_media_path; /* file:// image URLs under this folder are read; NULL = data URLs only */
     bool log_requests;              /* one log line per request */
     bool enable_auto_tool_choice;   /* tool_choice "auto" parses tool calls out of the output (vLLM's flag) */
     const char *tool_call_parser;   /* "hermes" | "llama3_json" | "mistral"; NULL = from the model's tokens */

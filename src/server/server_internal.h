@@ -26,6 +26,8 @@ struct srv_server {
     unsigned int keep_alive_s;   /* idle connections close after this long */
     int test_load_delay_ms;      /* the loader waits this long first (tests of the loading state) */
     char *draft_model_path;      /* loaded beside the model; NULL = none */
+    char *mmproj_path;           /* the vision model's file; NULL = the model's own folder, if it has one */
+    char *allowed_media_path;    /* file:// image URLs under it; NULL = none */
     bool log_requests;
     bool auto_tool_choice;       /* --enable-auto-tool-choice */
     bool tool_parser_set;        /* --tool-call-parser given */
@@ -55,6 +57,7 @@ struct srv_server {
     pdl_model *draft;            /* speculative decoding's draft model, or NULL */
     srv_engine *engine;
     srv_chat *chat;
+    pdl_vision *vision;          /* images in chat requests; NULL = text only */
     srv_parse_ctx parse;
 
     /* structured output: the model's grammar vocabulary, made on first use

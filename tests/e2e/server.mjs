@@ -17,8 +17,8 @@ export const NAME = 'stories';
 
 const SANITIZER = /AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:/;
 
-export async function startServer(extra = [], { env = {} } = {}) {
-  const args = ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '--served-model-name', NAME,
+export async function startServer(extra = [], { env = {}, model = MODEL } = {}) {
+  const args = ['serve', '-m', model, '--host', '127.0.0.1', '--port', '0', '--served-model-name', NAME,
     '--kv-cache-memory', '64MiB', '--disable-log-requests', ...extra];
   const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';

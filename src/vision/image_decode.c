@@ -1,0 +1,336 @@
+/*
+ * image_decode.c - PNG, JPEG and WebP bytes -> pdl_image (8-bit RGB), with
+ * Debian's libpng, libjpeg-turbo and libwebp.
+ *
+ * The format is told by its signature, never by a name or a MIME type.
+ * Corrupt or truncated input fails with the library's reason and, where the
+ * reader knows it, the byte offset; a truncated JPEG (which libjpeg would
+ * finish in grey with a warning) is an error, as in PIL. Pixels with alpha
+ * are composited onto white, as transformers' convert_to_rgb does; 16-bit
+ * channels keep their high byte (PIL's conversion to 8-bit RGB). Images
+ * beyond PDL_IMAGE_MAX_PIXELS are refused from their header, before their
+ * pixels are allocated.
+ *
+ * What it is not for: resizing or normalising (image_preprocess.c).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdio.h> /* before jpeglib.h, which needs FILE and size_t */
+#include <stdlib.h>
+#include <jpeglib.h>
+#include <jerror.h>
+#include <png.h>
+#include <string.h>
+#include <webp/decode.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "util/error.h"
+#include "util/file_map.h"
+#include "vision/image.h"
+
+/* Largest encoded image read from a file or a URL. */
+#define IMAGE_MAX_BYTES ((size_t)64 << 20)
+
+void pdl_image_free(pdl_image *img) {
+    if (!img) return;
+    free(img->rgb);
+    free(img);
+}
+
+int pdl_image_width(const pdl_image *img) { return img->width; }
+int pdl_image_height(const pdl_image *img) { return img->height; }
+
+static int check_size(const char *what, const char *fmt, long long w, long long h, pdl_error *err) {
+    if (w <= 0 || h <= 0) return pdl_fail(err, "%s: %s image of %lld x %lld pixels is empty", what, fmt, w, h);
+    if (w * h > PDL_IMAGE_MAX_PIXELS)
+        return pdl_fail(err, "%s: %s image of %lld x %lld pixels exceeds the limit of %lld pixels", what, fmt, w, h,
+                        (long long)PDL_IMAGE_MAX_PIXELS);
+    return 0;
+}
+
+static pdl_image *image_new(int w, int h) {
+    pdl_image *img = calloc(1, sizeof *img);
+    if (!img) return NULL;
+    img->width = w;
+    img->height = h;
+    img->rgb = malloc((size_t)w * (size_t)h * 3);
+    if (!img->rgb) {
+        free(img);
+        return NULL;
+    }
+    return img;
+}
+
+int pdl_image_from_rgb(pdl_image **out, const uint8_t *rgb, int w, int h, uint64_t hash_lo, uint64_t hash_hi,
+                       pdl_error *err) {
+    *out = NULL;
+    if (check_size("image", "RGB", w, h, err)) return -1;
+    pdl_image *img = image_new(w, h);
+    if (!img) return pdl_fail(err, "out of memory for a %d x %d image", w, h);
+    memcpy(img->rgb, rgb, (size_t)w * (size_t)h * 3);
+    img->hash_lo = hash_lo, img->hash_hi = hash_hi;
+    *out = img;
+    return 0;
+}
+
+/* RGBA -> RGB over white: c a / 255 + 255 (1 - a / 255), rounded. */
+static void rgba_onto_white(uint8_t *dst, const uint8_t *src, size_t n_pixels) {
+    for (size_t i = 0; i < n_pixels; i++) {
+        unsigned a = src[4 * i + 3];
+        for (int c = 0; c < 3; c++) dst[3 * i + c] = (uint8_t)((src[4 * i + c] * a + 255u * (255u - a) + 127u) / 255u);
+    }
+}
+
+/* ---- PNG ------------------------------------------------------------------ */
+
+typedef struct png_reader {
+    const uint8_t *data;
+    size_t size, pos;
+    char message[512];
+    jmp_buf jmp;
+} png_reader;
+
+static void png_read_mem(png_structp png, png_bytep out, png_size_t n) {
+    png_reader *r = png_get_io_ptr(png);
+    if (n > r->size - r->pos) {
+        snprintf(r->message, sizeof r->message, "truncated: %zu bytes needed at offset %zu, the data ends at %zu",
+                 (size_t)n, r->pos, r->size);
+        longjmp(r->jmp, 1);
+    }
+    memcpy(out, r->data + r->pos, n);
+    r->pos += n;
+}
+
+static void png_on_error(png_structp png, png_const_charp msg) {
+    png_reader *r = png_get_error_ptr(png);
+    if (!r->message[0]) snprintf(r->message, sizeof r->message, "%s (near offset %zu)", msg, r->pos);
+    longjmp(r->jmp, 1);
+}
+
+static void png_on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
+
+static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char *what, pdl_error *err) {
+    /* the size from IHDR (always the first chunk) before libpng reads on */
+    if (n >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
+        uint32_t w = (uint32_t)data[16] << 24 | (uint32_t)data[17] << 16 | (uint32_t)data[18] << 8 | data[19];
+        uint32_t h = (uint32_t)data[20] << 24 | (uint32_t)data[21] << 16 | (uint32_t)data[22] << 8 | data[23];
+        if (check_size(what, "PNG", (long long)w, (long long)h, err)) return -1;
+    }
+    png_reader r = {.data = data, .size = n};
+    png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &r, png_on_error, png_on_warning);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!png || !info) {
+        png_destroy_read_struct(&png, NULL, NULL);
+        return pdl_fail(err, "%s: out of memory for the PNG decoder", what);
+    }
+    /* volatile: changed after setjmp, read after a longjmp */
+    uint8_t *volatile rgba = NULL;
+    png_bytep *volatile rows = NULL;
+    pdl_image *volatile img = NULL;
+    if (setjmp(r.jmp)) {
+        png_destroy_read_struct(&png, &info, NULL);
+        free(rgba), free(rows);
+        pdl_image_free(img);
+        return pdl_fail(err, "%s: corrupt PNG: %s", what, r.message);
+    }
+    png_set_read_fn(png, &r, png_read_mem);
+    png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
+    png_read_info(png, info);
+    png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+    if (check_size(what, "PNG", (long long)w, (long long)h, err)) {
+        png_destroy_read_struct(&png, &info, NULL);
+        return -1;
+    }
+    int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+    /* everything to 8-bit RGBA */
+    if (depth == 16) png_set_strip_16(png);
+    if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+    if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
+    if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
+    if (!(color & PNG_COLOR_MASK_ALPHA) && !png_get_valid(png, info, PNG_INFO_tRNS))
+        png_set_filler(png, 0xff, PNG_FILLER_AFTER);
+    png_set_interlace_handling(png);
+    png_read_update_info(png, info);
+    if (png_get_rowbytes(png, info) != (size_t)w * 4) {
+        snprintf(r.message, sizeof r.message, "unexpected row size %zu after conversion to RGBA",
+                 (size_t)png_get_rowbytes(png, info));
+        longjmp(r.jmp, 1);
+    }
+    rgba = malloc((size_t)w * h * 4);
+    rows = malloc((size_t)h * sizeof *rows);
+    img = image_new((int)w, (int)h);
+    if (!rgba || !rows || !img) {
+        snprintf(r.message, sizeof r.message, "out of memory for %u x %u pixels", (unsigned)w, (unsigned)h);
+        longjmp(r.jmp, 1);
+    }
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = rgba + (size_t)y * w * 4;
+    png_read_image(png, rows);
+    png_read_end(png, NULL);
+    png_destroy_read_struct(&png, &info, NULL);
+    rgba_onto_white(img->rgb, rgba, (size_t)w * h);
+    free(rgba), free(rows);
+    *out = img;
+    return 0;
+}
+
+/* ---- JPEG ----------------------------------------------------------------- */
+
+typedef struct jpeg_err {
+    struct jpeg_error_mgr mgr;
+    jmp_buf jmp;
+    char message[JMSG_LENGTH_MAX + 64];
+    bool truncated;
+} jpeg_err;
+
+static void jpeg_on_error(j_common_ptr cinfo) {
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    char buf[JMSG_LENGTH_MAX];
+    e->mgr.format_message(cinfo, buf);
+    snprintf(e->message, sizeof e->message, "%s", buf);
+    longjmp(e->jmp, 1);
+}
+
+/* Warnings: a premature end of data is a truncated file (libjpeg would
+ * finish it in grey); other warnings (extraneous bytes) pass, as in PIL. */
+static void jpeg_on_message(j_common_ptr cinfo, int level) {
+    jpeg_err *e = (jpeg_err *)cinfo->err;
+    if (level < 0 && e->mgr.msg_code == JWRN_JPEG_EOF) e->truncated = true;
+}
+
+static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const char *what, pdl_error *err) {
+    struct jpeg_decompress_struct cinfo;
+    jpeg_err je;
+    memset(&je, 0, sizeof je);
+    cinfo.err = jpeg_std_error(&je.mgr);
+    je.mgr.error_exit = jpeg_on_error;
+    je.mgr.emit_message = jpeg_on_message;
+    pdl_image *volatile img = NULL;
+    if (setjmp(je.jmp)) {
+        jpeg_destroy_decompress(&cinfo);
+        pdl_image_free(img);
+        return pdl_fail(err, "%s: corrupt JPEG: %s", what, je.message);
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, data, (unsigned long)n);
+    jpeg_read_header(&cinfo, TRUE);
+    if (je.truncated) {
+        jpeg_destroy_decompress(&cinfo);
+        return pdl_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends inside the header", what, n);
+    }
+    if (check_size(what, "JPEG", cinfo.image_width, cinfo.image_height, err)) {
+        jpeg_destroy_decompress(&cinfo);
+        return -1;
+    }
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        jpeg_destroy_decompress(&cinfo);
+        return pdl_fail(err, "%s: CMYK JPEG images are not supported; convert it to RGB", what);
+    }
+    cinfo.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    int w = (int)cinfo.output_width, h = (int)cinfo.output_height;
+    if (cinfo.output_components != 3) {
+        snprintf(je.message, sizeof je.message, "%d output components, expected 3", cinfo.output_components);
+        longjmp(je.jmp, 1);
+    }
+    img = image_new(w, h);
+    if (!img) {
+        snprintf(je.message, sizeof je.message, "out of memory for %d x %d pixels", w, h);
+        longjmp(je.jmp, 1);
+    }
+    while (cinfo.output_scanline < cinfo.output_height) {
+        JSAMPROW row = img->rgb + (size_t)cinfo.output_scanline * (size_t)w * 3;
+        jpeg_read_scanlines(&cinfo, &row, 1);
+        if (je.truncated) break;
+    }
+    if (je.truncated) {
+        int line = (int)cinfo.output_scanline;
+        jpeg_destroy_decompress(&cinfo);
+        pdl_image_free(img);
+        return pdl_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends at pixel row %d of %d", what, n, line, h);
+    }
+    jpeg_finish_decompress(&cinfo);
+    jpeg_destroy_decompress(&cinfo);
+    *out = img;
+    return 0;
+}
+
+/* ---- WebP ----------------------------------------------------------------- */
+
+static const char *webp_status(VP8StatusCode s) {
+    switch (s) {
+    case VP8_STATUS_OUT_OF_MEMORY: return "out of memory";
+    case VP8_STATUS_INVALID_PARAM: return "invalid parameter";
+    case VP8_STATUS_BITSTREAM_ERROR: return "bitstream error";
+    case VP8_STATUS_UNSUPPORTED_FEATURE: return "unsupported feature";
+    case VP8_STATUS_SUSPENDED: return "suspended";
+    case VP8_STATUS_USER_ABORT: return "aborted";
+    case VP8_STATUS_NOT_ENOUGH_DATA: return "truncated: not enough data";
+    default: return "error";
+    }
+}
+
+static int decode_webp(pdl_image **out, const uint8_t *data, size_t n, const char *what, pdl_error *err) {
+    WebPBitstreamFeatures f;
+    VP8StatusCode st = WebPGetFeatures(data, n, &f);
+    if (st != VP8_STATUS_OK) return pdl_fail(err, "%s: corrupt WebP: %s (in the header)", what, webp_status(st));
+    if (f.has_animation) return pdl_fail(err, "%s: animated WebP images are not supported", what);
+    if (check_size(what, "WebP", f.width, f.height, err)) return -1;
+    WebPDecoderConfig cfg;
+    if (!WebPInitDecoderConfig(&cfg)) return pdl_fail(err, "%s: WebP decoder version mismatch", what);
+    uint8_t *rgba = malloc((size_t)f.width * (size_t)f.height * 4);
+    pdl_image *img = image_new(f.width, f.height);
+    if (!rgba || !img) {
+        free(rgba), pdl_image_free(img);
+        return pdl_fail(err, "%s: out of memory for %d x %d pixels", what, f.width, f.height);
+    }
+    cfg.output.colorspace = MODE_RGBA;
+    cfg.output.is_external_memory = 1;
+    cfg.output.u.RGBA.rgba = rgba;
+    cfg.output.u.RGBA.stride = f.width * 4;
+    cfg.output.u.RGBA.size = (size_t)f.width * (size_t)f.height * 4;
+    st = WebPDecode(data, n, &cfg);
+    WebPFreeDecBuffer(&cfg.output);
+    if (st != VP8_STATUS_OK) {
+        free(rgba), pdl_image_free(img);
+        return pdl_fail(err, "%s: corrupt WebP: %s (%zu bytes)", what, webp_status(st), n);
+    }
+    rgba_onto_white(img->rgb, rgba, (size_t)f.width * (size_t)f.height);
+    free(rgba);
+    *out = img;
+    return 0;
+}
+
+/* ---- the entry points ------------------------------------------------------- */
+
+int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *what, pdl_error *err) {
+    *out = NULL;
+    const uint8_t *d = bytes;
+    if (!what) what = "image";
+    static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    int rc;
+    if (n >= 8 && memcmp(d, png_sig, 8) == 0) rc = decode_png(out, d, n, what, err);
+    else if (n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) rc = decode_jpeg(out, d, n, what, err);
+    else if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) rc = decode_webp(out, d, n, what, err);
+    else if (n == 0) return pdl_fail(err, "%s: the image is empty (0 bytes)", what);
+    else
+        return pdl_fail(err, "%s: not a PNG, JPEG or WebP image (the first bytes are %02x %02x %02x %02x)", what,
+                        d[0], n > 1 ? d[1] : 0, n > 2 ? d[2] : 0, n > 3 ? d[3] : 0);
+    if (rc) return -1;
+    XXH128_hash_t h = XXH3_128bits(bytes, n);
+    (*out)->hash_lo = h.low64;
+    (*out)->hash_hi = h.high64;
+    return 0;
+}
+
+int pdl_image_load(pdl_image **out, const char *path, pdl_error *err) {
+    *out = NULL;
+    char *data = NULL;
+    size_t len = 0;
+    if (pdl_read_file(path, IMAGE_MAX_BYTES, &data, &len, err)) return -1;
+    int rc = pdl_image_decode(out, data, len, path, err);
+    free(data);
+    return rc;
+}

@@ -1,0 +1,73 @@
+/*
+ * image_preprocess.h - what a model's image processor does to an image
+ * before the vision tower sees it: resize with the processor's filter,
+ * center crop, rescale to [0, 1] and normalise with its mean and std, as
+ * transformers' image processors (CLIPImageProcessor for LLaVA 1.5,
+ * LlavaNextImageProcessor's any-resolution tiling for LLaVA 1.6,
+ * Gemma3ImageProcessor) do it with PIL.
+ *
+ * Pixel tensors are float (3, height, width), channel-major, as the
+ * processors return them (pixel_values).
+ */
+#ifndef PDL_VISION_IMAGE_PREPROCESS_H
+#define PDL_VISION_IMAGE_PREPROCESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pagedlm.h"
+
+/* PIL's filters, with PIL's numbers (the processors' `resample`). */
+typedef enum pdl_resample {
+    PDL_RESAMPLE_BILINEAR = 2, /* triangle, support 1 */
+    PDL_RESAMPLE_BICUBIC = 3,  /* Keys cubic with a = -0.5, support 2 */
+} pdl_resample;
+
+#define PDL_MAX_PINPOINTS 32
+
+typedef struct pdl_image_proc {
+    bool shortest_edge;    /* resize so the shorter side is `size` (aspect kept), then center crop to crop_w x
+                            * crop_h (CLIP); else resize to crop_w x crop_h exactly (Gemma 3) */
+    int size;              /* shortest_edge */
+    int crop_w, crop_h;    /* the tile the tower takes */
+    pdl_resample resample;
+    double rescale;        /* 1 / 255 */
+    float mean[3], std[3];
+    int n_pinpoints;       /* LLaVA 1.6 any-resolution: candidate (height, width) grids; 0 = one tile */
+    int pinpoints[PDL_MAX_PINPOINTS][2];
+} pdl_image_proc;
+
+/* PIL's Image.resize of 8-bit RGB: separable convolution, horizontal pass
+ * then vertical, each with PIL's filter support widened by the scale when
+ * shrinking (antialiasing), coefficients in 22-bit fixed point, 8-bit
+ * results between and after the passes. dst is (oh, ow, 3). */
+void pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample filter);
+
+/* The processor's output size for a shortest-edge resize of w x h
+ * (transformers' get_resize_output_image_size, default_to_square=False). */
+void pdl_shortest_edge_size(int w, int h, int size, int *ow, int *oh);
+
+/* One tile through the processor: resize, center crop (zero padding where
+ * the image is smaller than the crop), rescale, normalise. out is
+ * (3, crop_h, crop_w). */
+int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_error *err);
+
+/* LLaVA 1.6: the grid (height, width) in pixels that select_best_resolution
+ * picks for an image of h x w. */
+void pdl_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *best_w);
+
+/* LLaVA 1.6: the tiles of an image: first the whole image resized to a
+ * square crop_h x crop_w tile, then the best grid's tiles in row-major order
+ * (the image resized into the grid keeping its aspect, padded with black to
+ * the grid's size, cut into crop-sized tiles). *tiles is malloc'ed,
+ * n_tiles x (3, crop_h, crop_w); *grid_h, *grid_w the grid in tiles. */
+int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
+                     int *grid_h, int *grid_w, pdl_error *err);
+
+/* LLaVA 1.6: rows and columns of patch features kept after unpadding the
+ * grid of grid_h x grid_w tiles of side `patches` patches each (what
+ * unpad_image keeps for an image of h x w). */
+void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
+                         int *col0);
+
+#endif

@@ -1,0 +1,255 @@
+/*
+ * vision_load.c - pdl_vision_load and what both formats share after
+ * parsing: choosing the loader, checking every weight against the config
+ * (one message naming the tensor, its file and the expected shape), F32
+ * vectors, the Gemma 3 projection transposed to (out, in), info and freeing.
+ *
+ * Format-specific parsing lives in vision_load_hf.c (a Hugging Face folder)
+ * and vision_load_gguf.c (llama.cpp's mmproj GGUF).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kernels/cpu_ops.h"
+#include "model/model.h"
+#include "util/error.h"
+#include "vision/vision_model.h"
+
+void pdl_vision_scratch_free(pdl_vision_scratch *s);
+
+int pdl_vision_own(pdl_vision *v, void *p) {
+    void **o = realloc(v->owned, (v->n_owned + 1) * sizeof *o);
+    if (!o) {
+        free(p);
+        return -1;
+    }
+    v->owned = o;
+    v->owned[v->n_owned++] = p;
+    return 0;
+}
+
+static int check_tensor(const pdl_tensor *t, int n_dims, const int64_t *shape, const char *what, pdl_error *err) {
+    if (!t->data) return pdl_fail(err, "vision model: missing tensor for %s", what);
+    bool ok = t->n_dims == n_dims;
+    for (int i = 0; ok && i < n_dims; i++) ok = t->shape[i] == shape[i];
+    if (ok) return 0;
+    char got[96] = "", want[96] = "";
+    for (int i = 0; i < t->n_dims; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < n_dims; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    return pdl_fail(err, "%s: tensor '%s' (%s) has shape [%s], expected [%s]", t->file, t->name, what, got, want);
+}
+
+/* A vector made F32 (an owned copy when stored otherwise). */
+static int vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err) {
+    if (check_tensor(t, 1, &n, what, err)) return -1;
+    if (t->dtype == PDL_DTYPE_F32 && (uintptr_t)t->data % 4 == 0) return 0;
+    float *buf = malloc((size_t)n * sizeof *buf);
+    if (!buf || pdl_vision_own(v, buf)) return pdl_fail(err, "out of memory converting '%s'", t->name);
+    if (pdl_dtype_is_quantized(t->dtype))
+        return pdl_fail(err, "%s: tensor '%s' is %s; vision vectors must be F32, F16 or BF16", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
+    void *tmp = malloc(t->nbytes ? t->nbytes : 1); /* the data may be unaligned */
+    if (!tmp) return pdl_fail(err, "out of memory");
+    memcpy(tmp, t->data, t->nbytes);
+    pdl_tensor c = *t;
+    c.data = tmp;
+    pdl_dequant_row(&c, 0, buf, n);
+    free(tmp);
+    t->data = buf, t->dtype = PDL_DTYPE_F32, t->nbytes = (size_t)n * 4;
+    return 0;
+}
+
+static int matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err) {
+    int64_t s[2] = {rows, cols};
+    if (check_tensor(t, 2, s, what, err)) return -1;
+    if (t->dtype != PDL_DTYPE_F32 && t->dtype != PDL_DTYPE_F16 && t->dtype != PDL_DTYPE_BF16 &&
+        t->dtype != PDL_DTYPE_Q8_0)
+        return pdl_fail(err, "%s: tensor '%s' is %s; vision matrices must be F32, F16, BF16 or Q8_0", t->file,
+                        t->name, pdl_dtype_name(t->dtype));
+    if (cols % (int64_t)pdl_dtype_block_elems(t->dtype) != 0)
+        return pdl_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block", t->file, t->name,
+                        (long long)cols, pdl_dtype_name(t->dtype));
+    size_t need = t->dtype == PDL_DTYPE_F32 ? 4 : t->dtype == PDL_DTYPE_Q8_0 ? 1 : 2;
+    if ((uintptr_t)t->data % need) {
+        void *buf = malloc(t->nbytes);
+        if (!buf || pdl_vision_own(v, buf)) return pdl_fail(err, "out of memory aligning '%s'", t->name);
+        memcpy(buf, t->data, t->nbytes);
+        t->data = buf;
+    }
+    return 0;
+}
+
+int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
+    pdl_vision_config *c = &v->cfg;
+    pdl_vision_weights *w = &v->w;
+    if (c->channels <= 0) c->channels = 3;
+    if (c->hidden <= 0 || c->n_heads <= 0 || c->hidden % c->n_heads || c->ffn <= 0 || c->n_layers <= 0 ||
+        c->patch_size <= 0 || c->image_size <= 0 || c->image_size % c->patch_size || c->text_hidden <= 0)
+        return pdl_fail(err, "vision model: invalid shape: hidden %d, heads %d, ffn %d, layers %d, image %d, patch %d, "
+                        "text hidden %d", c->hidden, c->n_heads, c->ffn, c->n_layers, c->image_size, c->patch_size,
+                        c->text_hidden);
+    if (c->n_layers_run <= 0 || c->n_layers_run > c->n_layers)
+        return pdl_fail(err, "vision model: the feature layer asks for %d of %d layers", c->n_layers_run, c->n_layers);
+    if (!(c->ln_eps > 0 && isfinite(c->ln_eps))) return pdl_fail(err, "vision model: invalid layer norm epsilon %g", c->ln_eps);
+    int hd = c->hidden / c->n_heads;
+    if (hd > 256) return pdl_fail(err, "vision model: head dimension %d is larger than 256", hd);
+    int side = pdl_vision_side(c);
+    if (side * side + 1 > 65536) return pdl_fail(err, "vision model: %d patches per tile is too many", side * side);
+    int64_t h = c->hidden, pp = (int64_t)c->channels * c->patch_size * c->patch_size;
+    /* the convolution as a matrix (hidden, c * p * p) */
+    int64_t conv[4] = {h, c->channels, c->patch_size, c->patch_size};
+    if (check_tensor(&w->patch_w, 4, conv, "the patch embedding", err)) return -1;
+    w->patch_w.n_dims = 2, w->patch_w.shape[1] = pp;
+    if (matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
+    if (c->patch_bias && vector(v, &w->patch_b, h, "the patch embedding bias", err)) return -1;
+    if (c->class_token && vector(v, &w->class_embd, h, "the class embedding", err)) return -1;
+    int64_t n_pos = side * side + (c->class_token ? 1 : 0);
+    {
+        int64_t s[2] = {n_pos, h};
+        if (check_tensor(&w->pos_embd, 2, s, "the position embedding", err)) return -1;
+        int64_t n = n_pos * h;
+        pdl_tensor flat = w->pos_embd;
+        flat.n_dims = 1, flat.shape[0] = n;
+        if (vector(v, &flat, n, "the position embedding", err)) return -1;
+        w->pos_embd.data = flat.data, w->pos_embd.dtype = flat.dtype, w->pos_embd.nbytes = flat.nbytes;
+    }
+    if (c->pre_ln && (vector(v, &w->pre_ln_w, h, "pre_layrnorm", err) || vector(v, &w->pre_ln_b, h, "pre_layrnorm bias", err)))
+        return -1;
+    if (c->post_ln &&
+        (vector(v, &w->post_ln_w, h, "post_layernorm", err) || vector(v, &w->post_ln_b, h, "post_layernorm bias", err)))
+        return -1;
+    for (int l = 0; l < c->n_layers_run; l++) {
+        pdl_vision_layer *L = &w->layers[l];
+        char what[64];
+        snprintf(what, sizeof what, "vision layer %d", l);
+        if (vector(v, &L->ln1_w, h, what, err) || vector(v, &L->ln1_b, h, what, err) ||
+            matrix(v, &L->wq, h, h, what, err) || matrix(v, &L->wk, h, h, what, err) ||
+            matrix(v, &L->wv, h, h, what, err) || matrix(v, &L->wo, h, h, what, err) ||
+            vector(v, &L->bq, h, what, err) || vector(v, &L->bk, h, what, err) || vector(v, &L->bv, h, what, err) ||
+            vector(v, &L->bo, h, what, err) || vector(v, &L->ln2_w, h, what, err) ||
+            vector(v, &L->ln2_b, h, what, err) || matrix(v, &L->fc1_w, c->ffn, h, what, err) ||
+            vector(v, &L->fc1_b, c->ffn, what, err) || matrix(v, &L->fc2_w, h, c->ffn, what, err) ||
+            vector(v, &L->fc2_b, h, what, err))
+            return -1;
+    }
+    if (c->family == PDL_VLM_GEMMA3) {
+        int tps = (int)lround(sqrt((double)c->mm_tokens));
+        if (c->mm_tokens <= 0 || tps * tps != c->mm_tokens || side % tps != 0)
+            return pdl_fail(err, "vision model: %d image tokens (mm_tokens_per_image) do not pool a %d x %d patch grid "
+                            "into a square", c->mm_tokens, side, side);
+        if (vector(v, &w->mm_norm_w, h, "the soft-embedding norm", err)) return -1;
+        /* the projection, (hidden, text_hidden) used as x W, as (out, in) F32 */
+        int64_t s[2] = {h, c->text_hidden};
+        if (check_tensor(&w->mm_proj_w, 2, s, "the input projection", err)) return -1;
+        if (pdl_dtype_is_quantized(w->mm_proj_w.dtype))
+            return pdl_fail(err, "%s: tensor '%s' is %s; expected F32, F16 or BF16", w->mm_proj_w.file,
+                            w->mm_proj_w.name, pdl_dtype_name(w->mm_proj_w.dtype));
+        float *tr = malloc((size_t)h * c->text_hidden * sizeof *tr), *row = malloc((size_t)c->text_hidden * sizeof *row);
+        void *src = malloc(w->mm_proj_w.nbytes);
+        if (!tr || !row || !src || pdl_vision_own(v, tr)) {
+            free(row), free(src);
+            return pdl_fail(err, "out of memory transposing '%s'", w->mm_proj_w.name);
+        }
+        memcpy(src, w->mm_proj_w.data, w->mm_proj_w.nbytes);
+        pdl_tensor a = w->mm_proj_w;
+        a.data = src;
+        for (int64_t i = 0; i < h; i++) {
+            pdl_dequant_row(&a, i, row, c->text_hidden);
+            for (int64_t o = 0; o < c->text_hidden; o++) tr[(size_t)o * h + i] = row[o];
+        }
+        free(row), free(src);
+        w->mm_proj_w.data = tr, w->mm_proj_w.dtype = PDL_DTYPE_F32;
+        w->mm_proj_w.shape[0] = c->text_hidden, w->mm_proj_w.shape[1] = h;
+        w->mm_proj_w.nbytes = (size_t)h * c->text_hidden * 4;
+    } else {
+        if (c->proj_hidden <= 0) c->proj_hidden = c->text_hidden;
+        if (matrix(v, &w->mm1_w, c->proj_hidden, h, "the projector's linear_1", err) ||
+            vector(v, &w->mm1_b, c->proj_hidden, "the projector's linear_1 bias", err) ||
+            matrix(v, &w->mm2_w, c->text_hidden, c->proj_hidden, "the projector's linear_2", err) ||
+            vector(v, &w->mm2_b, c->text_hidden, "the projector's linear_2 bias", err))
+            return -1;
+        c->mm_tokens = side * side;
+        if (c->family == PDL_VLM_LLAVA_NEXT) {
+            if (vector(v, &w->image_newline, c->text_hidden, "image_newline", err)) return -1;
+            if (c->proc.n_pinpoints <= 0)
+                return pdl_fail(err, "vision model: LLaVA-NeXT needs image_grid_pinpoints");
+            for (int i = 0; i < c->proc.n_pinpoints; i++)
+                if (c->proc.pinpoints[i][0] <= 0 || c->proc.pinpoints[i][1] <= 0 ||
+                    c->proc.pinpoints[i][0] % c->proc.crop_h || c->proc.pinpoints[i][1] % c->proc.crop_w)
+                    return pdl_fail(err, "vision model: grid pinpoint %d (%d x %d) is not a multiple of the tile %d x %d",
+                                    i, c->proc.pinpoints[i][0], c->proc.pinpoints[i][1], c->proc.crop_h, c->proc.crop_w);
+        }
+    }
+    if (c->proc.crop_w != c->image_size || c->proc.crop_h != c->image_size)
+        return pdl_fail(err, "vision model: the processor makes %d x %d tiles but the tower takes %d x %d",
+                        c->proc.crop_w, c->proc.crop_h, c->image_size, c->image_size);
+    for (int i = 0; i < 3; i++)
+        if (!(c->proc.std[i] > 0) || !isfinite(c->proc.mean[i]))
+            return pdl_fail(err, "vision model: invalid image_mean / image_std (channel %d: %g / %g)", i,
+                            c->proc.mean[i], c->proc.std[i]);
+    return 0;
+}
+
+int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err) {
+    *out = NULL;
+    pdl_vision *v = calloc(1, sizeof *v);
+    if (!v) return pdl_fail(err, "out of memory");
+    v->pool = text->pool;
+    struct stat st;
+    int rc;
+    if (stat(path, &st) != 0) rc = pdl_fail(err, "%s: no such file or folder", path);
+    else if (S_ISDIR(st.st_mode)) rc = pdl_vision_load_hf(v, path, text, err);
+    else rc = pdl_vision_load_gguf(v, path, text, err);
+    if (rc == 0) rc = pdl_vision_finish(v, err);
+    if (rc) {
+        pdl_vision_free(v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void pdl_vision_free(pdl_vision *v) {
+    if (!v) return;
+    pdl_vision_scratch_free(&v->scratch);
+    free(v->w.layers);
+    for (size_t i = 0; i < v->n_owned; i++) free(v->owned[i]);
+    free(v->owned);
+    if (v->gguf) gguf_close(v->gguf);
+    if (v->st) st_close(v->st);
+    free(v);
+}
+
+static const char *family_name(pdl_vision_family f) {
+    switch (f) {
+    case PDL_VLM_LLAVA: return "llava";
+    case PDL_VLM_LLAVA_NEXT: return "llava_next";
+    case PDL_VLM_GEMMA3: return "gemma3";
+    }
+    return "?";
+}
+
+void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info) {
+    const pdl_vision_config *c = &v->cfg;
+    memset(info, 0, sizeof *info);
+    info->family = family_name(c->family);
+    info->tower = c->family == PDL_VLM_GEMMA3 ? "siglip" : "clip";
+    info->source = v->source;
+    info->image_size = c->image_size;
+    info->patch_size = c->patch_size;
+    info->hidden = c->hidden;
+    info->n_layers = c->n_layers;
+    info->n_layers_run = c->n_layers_run;
+    info->n_heads = c->n_heads;
+    info->ffn = c->ffn;
+    info->rows_per_image = c->family == PDL_VLM_LLAVA_NEXT ? -1 : c->mm_tokens;
+    info->image_token_id = c->image_token_id;
+    info->placeholder = c->placeholder;
+    info->bidirectional = c->bidirectional;
+}

@@ -1,0 +1,935 @@
+/*
+ * test_vision_llava.c - LLaVA 1.5 (CLIP ViT tower, 2-layer MLP projector,
+ * Llama text model) against a float64 forward written from the published
+ * model descriptions (transformers' modeling_clip.py, modeling_llava.py and
+ * modeling_llama.py), image preprocessing included.
+ *
+ * ../shared holds no vision model, so the test makes a tiny random-weight
+ * LLaVA (tower: 3 layers of width 32, 28 x 28 pixels in 7 x 7 patches;
+ * text: 2 Llama layers of width 48) and writes it twice:
+ *   - as a Hugging Face LlavaForConditionalGeneration folder (config.json
+ *     with text_config and vision_config, preprocessor_config.json,
+ *     language_model.* / vision_tower.* / multi_modal_projector.* tensors);
+ *   - as llama.cpp's pair: a text GGUF (Q/K rows permuted as its converter
+ *     permutes them) and an mmproj GGUF as its LLaVA converter writes one
+ *     (the tower's last layer dropped and block_count = layers - 1, fc1 and
+ *     fc2 under the names ffn_down and ffn_up).
+ * The engine decodes the PNG, preprocesses it, runs the tower and the
+ * projector and puts the rows into the prompt; the reference starts from
+ * pixel values made by PIL and numpy (scripts/vision-reference-pixels) and
+ * runs the rest in float64: patch convolution, [class token, patches] +
+ * positions, pre-LayerNorm, encoder layers up to hidden_states[-2],
+ * class token dropped, linear_1, GELU, linear_2, then the Llama forward
+ * with the image rows in place of the image token's embeddings.
+ *
+ * Tolerance: 1e-4 absolute on logits of magnitude ~1-3. The engine runs in
+ * float32 (F32 weights and KV cache); the observed difference from float64
+ * is ~1e-5. The reference with the class token after the patches (llama.cpp
+ * b10573's order, its issue 25814), with the tower's last layer run too, or
+ * with one layer fewer (llama.cpp's double skip) lands far outside it, so
+ * the comparison can fail where it matters.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "format/gguf.h"
+#include "gguf_writer.h"
+#include "pagedlm.h"
+#include "st_writer.h"
+#include "test_util.h"
+
+#define TOL 1e-4
+
+/* tower */
+enum { VH = 32, VNH = 2, VHD = VH / VNH, VFFN = 64, VL = 3, IMG = 28, PATCH = 7, SIDE = IMG / PATCH };
+enum { NP = SIDE * SIDE, NPOS = NP + 1, PP = 3 * PATCH * PATCH };
+/* text */
+/* vocabulary: stories260K's 512 tokens and "<image>" (as LLaVA adds it after Llama's) */
+enum { TH = 48, NH = 3, HD = 16, NKV = 1, FFN = 96, VOC = 513, NL = 2, IMAGE_TOKEN = 512 };
+static const double VEPS = 1e-5, TEPS = 1e-5, THETA = 10000.0;
+static const float CLIP_MEAN[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+static const float CLIP_STD[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+
+/* ---- the random weights ------------------------------------------------------- */
+
+static uint64_t seed;
+static float frand(void) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
+}
+
+typedef enum { IN_TEXT, IN_TOWER, IN_TOWER_LAST } where_t; /* IN_TOWER_LAST: not in the mmproj */
+
+typedef struct wspec {
+    char hf[128], gg[64];
+    where_t where;
+    int n_dims;
+    int64_t shape[4];
+    float *data;
+    int permute_heads;
+} wspec;
+
+static wspec specs[160];
+static int n_specs;
+
+static float *W(const char *hf) {
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].hf, hf) == 0) return specs[i].data;
+    fprintf(stderr, "no weight %s\n", hf);
+    abort();
+}
+
+static void add(const char *hf, const char *gg, where_t where, int n_dims, int64_t d0, int64_t d1, int64_t d2,
+                int64_t d3, int permute, int kind /* 0 random, 1 near one, 2 small */) {
+    wspec *t = &specs[n_specs++];
+    snprintf(t->hf, sizeof t->hf, "%s", hf);
+    snprintf(t->gg, sizeof t->gg, "%s", gg);
+    t->where = where, t->n_dims = n_dims, t->permute_heads = permute;
+    int64_t d[4] = {d0, d1, d2, d3}, n = 1;
+    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], n *= d[i];
+    t->data = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        t->data[i] = kind == 1 ? 1.0f + 0.2f * frand() : kind == 2 ? 0.2f * frand() : frand();
+}
+
+static void make_weights(void) {
+    if (n_specs) return;
+    seed = 2222;
+    const char *vm = "vision_tower.vision_model";
+    char hf[128], gg[64];
+    snprintf(hf, sizeof hf, "%s.embeddings.patch_embedding.weight", vm);
+    add(hf, "v.patch_embd.weight", IN_TOWER, 4, VH, 3, PATCH, PATCH, 0, 0);
+    snprintf(hf, sizeof hf, "%s.embeddings.class_embedding", vm);
+    add(hf, "v.class_embd", IN_TOWER, 1, VH, 0, 0, 0, 0, 0);
+    snprintf(hf, sizeof hf, "%s.embeddings.position_embedding.weight", vm);
+    add(hf, "v.position_embd.weight", IN_TOWER, 2, NPOS, VH, 0, 0, 0, 0);
+    snprintf(hf, sizeof hf, "%s.pre_layrnorm.weight", vm);
+    add(hf, "v.pre_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, 1);
+    snprintf(hf, sizeof hf, "%s.pre_layrnorm.bias", vm);
+    add(hf, "v.pre_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, 2);
+    for (int l = 0; l < VL; l++) {
+        where_t wh = l == VL - 1 ? IN_TOWER_LAST : IN_TOWER;
+#define VT(h, g, nd, a, b, kind)                                                   \
+    snprintf(hf, sizeof hf, "%s.encoder.layers.%d.%s", vm, l, h);                 \
+    snprintf(gg, sizeof gg, "v.blk.%d.%s", l, g);                                  \
+    add(hf, gg, wh, nd, a, b, 0, 0, 0, kind);
+        VT("layer_norm1.weight", "ln1.weight", 1, VH, 0, 1);
+        VT("layer_norm1.bias", "ln1.bias", 1, VH, 0, 2);
+        VT("self_attn.q_proj.weight", "attn_q.weight", 2, VH, VH, 0);
+        VT("self_attn.q_proj.bias", "attn_q.bias", 1, VH, 0, 2);
+        VT("self_attn.k_proj.weight", "attn_k.weight", 2, VH, VH, 0);
+        VT("self_attn.k_proj.bias", "attn_k.bias", 1, VH, 0, 2);
+        VT("self_attn.v_proj.weight", "attn_v.weight", 2, VH, VH, 0);
+        VT("self_attn.v_proj.bias", "attn_v.bias", 1, VH, 0, 2);
+        VT("self_attn.out_proj.weight", "attn_out.weight", 2, VH, VH, 0);
+        VT("self_attn.out_proj.bias", "attn_out.bias", 1, VH, 0, 2);
+        VT("layer_norm2.weight", "ln2.weight", 1, VH, 0, 1);
+        VT("layer_norm2.bias", "ln2.bias", 1, VH, 0, 2);
+        /* llama.cpp's LLaVA converter: fc1 -> ffn_down, fc2 -> ffn_up */
+        VT("mlp.fc1.weight", "ffn_down.weight", 2, VFFN, VH, 0);
+        VT("mlp.fc1.bias", "ffn_down.bias", 1, VFFN, 0, 2);
+        VT("mlp.fc2.weight", "ffn_up.weight", 2, VH, VFFN, 0);
+        VT("mlp.fc2.bias", "ffn_up.bias", 1, VH, 0, 2);
+#undef VT
+    }
+    snprintf(hf, sizeof hf, "%s.post_layernorm.weight", vm);
+    add(hf, "v.post_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, 1);
+    snprintf(hf, sizeof hf, "%s.post_layernorm.bias", vm);
+    add(hf, "v.post_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, 2);
+    add("multi_modal_projector.linear_1.weight", "mm.0.weight", IN_TOWER, 2, TH, VH, 0, 0, 0, 0);
+    add("multi_modal_projector.linear_1.bias", "mm.0.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, 2);
+    add("multi_modal_projector.linear_2.weight", "mm.2.weight", IN_TOWER, 2, TH, TH, 0, 0, 0, 0);
+    add("multi_modal_projector.linear_2.bias", "mm.2.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, 2);
+    /* the text model */
+    add("language_model.model.embed_tokens.weight", "token_embd.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, 0);
+    add("language_model.model.norm.weight", "output_norm.weight", IN_TEXT, 1, TH, 0, 0, 0, 0, 1);
+    add("language_model.lm_head.weight", "output.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, 0);
+    for (int l = 0; l < NL; l++) {
+#define TT(h, g, nd, a, b, p, kind)                                             \
+    snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, h);        \
+    snprintf(gg, sizeof gg, "blk.%d.%s", l, g);                                 \
+    add(hf, gg, IN_TEXT, nd, a, b, 0, 0, p, kind);
+        TT("input_layernorm.weight", "attn_norm.weight", 1, TH, 0, 0, 1);
+        TT("self_attn.q_proj.weight", "attn_q.weight", 2, NH * HD, TH, NH, 0);
+        TT("self_attn.k_proj.weight", "attn_k.weight", 2, NKV * HD, TH, NKV, 0);
+        TT("self_attn.v_proj.weight", "attn_v.weight", 2, NKV * HD, TH, 0, 0);
+        TT("self_attn.o_proj.weight", "attn_output.weight", 2, TH, NH * HD, 0, 0);
+        TT("post_attention_layernorm.weight", "ffn_norm.weight", 1, TH, 0, 0, 1);
+        TT("mlp.gate_proj.weight", "ffn_gate.weight", 2, FFN, TH, 0, 0);
+        TT("mlp.up_proj.weight", "ffn_up.weight", 2, FFN, TH, 0, 0);
+        TT("mlp.down_proj.weight", "ffn_down.weight", 2, TH, FFN, 0, 0);
+#undef TT
+    }
+}
+
+/* ---- writing the two forms ------------------------------------------------------ */
+
+static const char *CONFIG =
+    "{\"architectures\": [\"LlavaForConditionalGeneration\"], \"model_type\": \"llava\","
+    " \"image_token_index\": 512, \"projector_hidden_act\": \"gelu\", \"vision_feature_layer\": -2,"
+    " \"vision_feature_select_strategy\": \"default\","
+    " \"text_config\": {\"model_type\": \"llama\", \"hidden_size\": 48, \"num_hidden_layers\": 2,"
+    "  \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"intermediate_size\": 96, \"vocab_size\": 513,"
+    "  \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"max_position_embeddings\": 128,"
+    "  \"tie_word_embeddings\": false, \"hidden_act\": \"silu\", \"bos_token_id\": 1, \"eos_token_id\": 2},"
+    " \"vision_config\": {\"model_type\": \"clip_vision_model\", \"hidden_size\": 32, \"intermediate_size\": 64,"
+    "  \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"image_size\": 28, \"patch_size\": 7,"
+    "  \"layer_norm_eps\": 1e-05, \"hidden_act\": \"quick_gelu\", \"projection_dim\": 16}}";
+
+static const char *PREPROCESSOR =
+    "{\"image_processor_type\": \"CLIPImageProcessor\", \"do_resize\": true, \"size\": {\"shortest_edge\": 28},"
+    " \"do_center_crop\": true, \"crop_size\": {\"height\": 28, \"width\": 28}, \"resample\": 3,"
+    " \"do_rescale\": true, \"rescale_factor\": 0.00392156862745098, \"do_normalize\": true,"
+    " \"image_mean\": [0.48145466, 0.4578275, 0.40821073], \"image_std\": [0.26862954, 0.26130258, 0.27577711],"
+    " \"do_convert_rgb\": true}";
+
+static char *hf_dir, *text_gguf, *mmproj_gguf;
+
+static void write_hf(void) {
+    hf_dir = test_make_dir("llava-hf");
+    char *p = test_join(hf_dir, "config.json");
+    test_write_file(p, CONFIG, strlen(CONFIG));
+    free(p);
+    p = test_join(hf_dir, "preprocessor_config.json");
+    test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
+    free(p);
+    /* stories260K's tokenizer with LLaVA's "<image>" added after it */
+    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
+    json_error_t je;
+    json_t *tok = json_load_file(src, 0, &je);
+    REQUIRE_MSG(tok, "%s: %s", src, je.text);
+    json_array_append_new(json_object_get(tok, "added_tokens"),
+                          json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", IMAGE_TOKEN, "content", "<image>",
+                                    "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    p = test_join(hf_dir, "tokenizer.json");
+    REQUIRE(json_dump_file(tok, p, 0) == 0);
+    free(p), free(src);
+    json_decref(tok);
+    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
+    size_t n = 0;
+    char *d = test_slurp(src, &n);
+    p = test_join(hf_dir, "tokenizer_config.json");
+    test_write_file(p, d, n);
+    free(p), free(d), free(src);
+    stw_writer *w = stw_new();
+    for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].hf, specs[i].n_dims, specs[i].shape, specs[i].data);
+    p = test_join(hf_dir, "model.safetensors");
+    REQUIRE(stw_write(w, p) == 0);
+    free(p);
+    stw_free(w);
+}
+
+/* llama.cpp's permute: within each head, row 2i <- i and 2i+1 <- i + hd/2. */
+static float *permuted(const wspec *t) {
+    int64_t rows = t->shape[0], cols = t->shape[1], hd = rows / t->permute_heads;
+    float *out = malloc((size_t)(rows * cols) * sizeof *out);
+    for (int64_t h = 0; h < t->permute_heads; h++)
+        for (int64_t i = 0; i < hd / 2; i++) {
+            memcpy(out + (h * hd + 2 * i) * cols, t->data + (h * hd + i) * cols, (size_t)cols * 4);
+            memcpy(out + (h * hd + 2 * i + 1) * cols, t->data + (h * hd + i + hd / 2) * cols, (size_t)cols * 4);
+        }
+    return out;
+}
+
+/* The tokenizer.* keys of stories260K.gguf (no "<image>": llama.cpp's GGUF
+ * text models of LLaVA have none either). */
+static void copy_tokenizer(gguf_writer *w) {
+    char *src = test_data_path("models/stories260K/stories260K.gguf");
+    gguf_file *g = NULL;
+    pdl_error err;
+    REQUIRE_MSG(gguf_open(&g, src, &err) == 0, "%s", err.message);
+    for (size_t i = 0; i < gguf_kv_count(g); i++) {
+        const gguf_kv *kv = gguf_kv_at(g, i);
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (strncmp(key, "tokenizer.", 10) != 0) continue;
+        if (kv->type == GGUF_TYPE_ARRAY && kv->v.arr.elem_type == GGUF_TYPE_STRING) {
+            size_t n = (size_t)kv->v.arr.count;
+            char **s = malloc(n * sizeof *s);
+            for (size_t k = 0; k < n; k++) s[k] = strndup(kv->v.arr.strings[k].ptr, (size_t)kv->v.arr.strings[k].len);
+            gguf_writer_add_str_arr(w, key, (const char *const *)s, n);
+            for (size_t k = 0; k < n; k++) free(s[k]);
+            free(s);
+        } else if (kv->type == GGUF_TYPE_ARRAY) {
+            size_t bytes = (size_t)kv->v.arr.count * gguf_type_size(kv->v.arr.elem_type);
+            void *buf = malloc(bytes ? bytes : 1);
+            memcpy(buf, kv->v.arr.data, bytes);
+            gguf_writer_add_arr(w, key, kv->v.arr.elem_type, buf, (size_t)kv->v.arr.count);
+            free(buf);
+        } else if (kv->type == GGUF_TYPE_STRING) {
+            gguf_writer_add_strn(w, key, kv->v.str.ptr, (size_t)kv->v.str.len);
+        } else if (kv->type == GGUF_TYPE_BOOL) {
+            gguf_writer_add_bool(w, key, kv->v.b);
+        } else if (kv->type == GGUF_TYPE_FLOAT32 || kv->type == GGUF_TYPE_FLOAT64) {
+            gguf_writer_add_f32(w, key, (float)kv->v.f64);
+        } else if (kv->type == GGUF_TYPE_INT32 || kv->type == GGUF_TYPE_INT64 || kv->type == GGUF_TYPE_INT8 ||
+                   kv->type == GGUF_TYPE_INT16) {
+            gguf_writer_add_i32(w, key, (int32_t)kv->v.i64);
+        } else {
+            gguf_writer_add_u32(w, key, (uint32_t)kv->v.u64);
+        }
+    }
+    gguf_close(g);
+    free(src);
+}
+
+static void write_ggufs(void) {
+    gguf_writer *t = gguf_writer_new(3);
+    gguf_writer_add_str(t, "general.architecture", "llama");
+    gguf_writer_add_u32(t, "llama.block_count", NL);
+    gguf_writer_add_u32(t, "llama.context_length", 128);
+    gguf_writer_add_u32(t, "llama.embedding_length", TH);
+    gguf_writer_add_u32(t, "llama.feed_forward_length", FFN);
+    gguf_writer_add_u32(t, "llama.attention.head_count", NH);
+    gguf_writer_add_u32(t, "llama.attention.head_count_kv", NKV);
+    gguf_writer_add_f32(t, "llama.attention.layer_norm_rms_epsilon", (float)TEPS);
+    gguf_writer_add_f32(t, "llama.rope.freq_base", (float)THETA);
+    copy_tokenizer(t);
+    gguf_writer *v = gguf_writer_new(3);
+    gguf_writer_add_str(v, "general.architecture", "clip");
+    gguf_writer_add_bool(v, "clip.has_text_encoder", false);
+    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
+    gguf_writer_add_bool(v, "clip.has_llava_projector", true);
+    gguf_writer_add_str(v, "clip.projector_type", "mlp");
+    gguf_writer_add_u32(v, "clip.vision.image_size", IMG);
+    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
+    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
+    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
+    gguf_writer_add_u32(v, "clip.vision.projection_dim", 16);
+    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
+    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", (float)VEPS);
+    gguf_writer_add_u32(v, "clip.vision.block_count", VL - 1);
+    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, CLIP_MEAN, 3);
+    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, CLIP_STD, 3);
+    gguf_writer_add_bool(v, "clip.use_gelu", false);
+    for (int i = 0; i < n_specs; i++) {
+        wspec *s = &specs[i];
+        if (s->where == IN_TOWER_LAST) continue;
+        float *d = s->permute_heads ? permuted(s) : s->data;
+        gguf_writer_add_tensor_f32(s->where == IN_TEXT ? t : v, s->gg, s->n_dims, s->shape, d);
+        if (d != s->data) free(d);
+    }
+    text_gguf = test_tmp_path("llava-text.gguf");
+    mmproj_gguf = test_tmp_path("llava-mmproj.gguf");
+    REQUIRE(gguf_writer_write(t, text_gguf) == 0);
+    REQUIRE(gguf_writer_write(v, mmproj_gguf) == 0);
+    gguf_writer_free(t), gguf_writer_free(v);
+}
+
+/* ---- the reference pixels (PIL) ------------------------------------------------------ */
+
+static char *ref_dir;
+static float ref_pixels[3 * IMG * IMG];
+
+static void need_files(void) {
+    if (ref_dir) return;
+    make_weights();
+    ref_dir = test_make_dir("ref");
+    char *script = test_source_path("scripts/vision-reference-pixels");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
+    int rc = system(cmd);
+    free(script);
+    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    /* rgb_png through CLIPImageProcessor at shortest edge 28, crop 28 x 28 */
+    char *p = test_join(ref_dir, "rgb_png.clip28.f32");
+    size_t n = 0;
+    char *d = test_slurp(p, &n);
+    REQUIRE(n == sizeof ref_pixels);
+    memcpy(ref_pixels, d, n);
+    free(d), free(p);
+    write_hf();
+    write_ggufs();
+}
+
+/* ---- the float64 reference ---------------------------------------------------------- */
+
+typedef enum ref_bug {
+    BUG_NONE,
+    BUG_CLASS_LAST,      /* class token after the patches, positions shifted (llama.cpp b10573) */
+    BUG_ALL_LAYERS,      /* hidden_states[-1]: the tower's last layer run too */
+    BUG_ONE_LAYER_FEWER, /* llama.cpp's double skip: block_count - 1 of the converted file */
+} ref_bug;
+
+static void layernorm(double *x, int n, const float *w, const float *b, double eps) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
+    var /= n;
+    double inv = 1.0 / sqrt(var + eps);
+    for (int i = 0; i < n; i++) x[i] = (x[i] - mean) * inv * w[i] + b[i];
+}
+
+/* y (rows) = W (rows, cols) x + b */
+static void linear(double *y, const float *w, const float *b, const double *x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double s = b ? b[r] : 0;
+        for (int c = 0; c < cols; c++) s += (double)w[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+/* The tower and projector: (NP, TH) image rows. */
+static void ref_image_rows(ref_bug bug, double *rows) {
+    const char *vm = "vision_tower.vision_model";
+    char n[160];
+#define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), W(n))
+    static double x[NPOS][VH];
+    const float *conv = VW("%s", "embeddings.patch_embedding.weight");
+    const float *cls = VW("%s", "embeddings.class_embedding");
+    const float *pos = VW("%s", "embeddings.position_embedding.weight");
+    int cls_row = bug == BUG_CLASS_LAST ? NP : 0, patch0 = bug == BUG_CLASS_LAST ? 0 : 1;
+    for (int p = 0; p < NP; p++) {
+        int py = p / SIDE, px = p % SIDE;
+        for (int o = 0; o < VH; o++) {
+            double s = 0;
+            for (int c = 0; c < 3; c++)
+                for (int ky = 0; ky < PATCH; ky++)
+                    for (int kx = 0; kx < PATCH; kx++)
+                        s += (double)conv[((o * 3 + c) * PATCH + ky) * PATCH + kx] *
+                             ref_pixels[(c * IMG + py * PATCH + ky) * IMG + px * PATCH + kx];
+            x[patch0 + p][o] = s;
+        }
+    }
+    for (int o = 0; o < VH; o++) x[cls_row][o] = cls[o];
+    for (int r = 0; r < NPOS; r++)
+        for (int o = 0; o < VH; o++) x[r][o] += pos[r * VH + o];
+    for (int r = 0; r < NPOS; r++)
+        layernorm(x[r], VH, VW("%s", "pre_layrnorm.weight"), VW("%s", "pre_layrnorm.bias"), VEPS);
+    int layers = bug == BUG_ALL_LAYERS ? VL : bug == BUG_ONE_LAYER_FEWER ? VL - 2 : VL - 1;
+    static double h[NPOS][VH], q[NPOS][VH], k[NPOS][VH], v[NPOS][VH], a[NPOS][VH], f[VFFN], t[VH];
+    for (int l = 0; l < layers; l++) {
+        for (int r = 0; r < NPOS; r++) {
+            memcpy(h[r], x[r], sizeof h[r]);
+            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm1.weight", l), VW("encoder.layers.%d.layer_norm1.bias", l),
+                      VEPS);
+            linear(q[r], VW("encoder.layers.%d.self_attn.q_proj.weight", l), VW("encoder.layers.%d.self_attn.q_proj.bias", l),
+                   h[r], VH, VH);
+            linear(k[r], VW("encoder.layers.%d.self_attn.k_proj.weight", l), VW("encoder.layers.%d.self_attn.k_proj.bias", l),
+                   h[r], VH, VH);
+            linear(v[r], VW("encoder.layers.%d.self_attn.v_proj.weight", l), VW("encoder.layers.%d.self_attn.v_proj.bias", l),
+                   h[r], VH, VH);
+        }
+        /* every row attends to every row (no mask), per head */
+        for (int r = 0; r < NPOS; r++)
+            for (int hh = 0; hh < VNH; hh++) {
+                double s[NPOS], mx = -1e300, z = 0;
+                for (int j = 0; j < NPOS; j++) {
+                    double d = 0;
+                    for (int i = 0; i < VHD; i++) d += q[r][hh * VHD + i] * k[j][hh * VHD + i];
+                    s[j] = d / sqrt((double)VHD);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j < NPOS; j++) z += s[j] = exp(s[j] - mx);
+                for (int i = 0; i < VHD; i++) {
+                    double o = 0;
+                    for (int j = 0; j < NPOS; j++) o += s[j] / z * v[j][hh * VHD + i];
+                    a[r][hh * VHD + i] = o;
+                }
+            }
+        for (int r = 0; r < NPOS; r++) {
+            linear(t, VW("encoder.layers.%d.self_attn.out_proj.weight", l), VW("encoder.layers.%d.self_attn.out_proj.bias", l),
+                   a[r], VH, VH);
+            for (int i = 0; i < VH; i++) x[r][i] += t[i];
+            memcpy(h[r], x[r], sizeof h[r]);
+            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm2.weight", l), VW("encoder.layers.%d.layer_norm2.bias", l),
+                      VEPS);
+            linear(f, VW("encoder.layers.%d.mlp.fc1.weight", l), VW("encoder.layers.%d.mlp.fc1.bias", l), h[r], VFFN, VH);
+            for (int i = 0; i < VFFN; i++) f[i] = f[i] / (1.0 + exp(-1.702 * f[i])); /* quick_gelu */
+            linear(t, VW("encoder.layers.%d.mlp.fc2.weight", l), VW("encoder.layers.%d.mlp.fc2.bias", l), f, VH, VFFN);
+            for (int i = 0; i < VH; i++) x[r][i] += t[i];
+        }
+    }
+#undef VW
+    /* vision_feature_select_strategy "default": the class token dropped */
+    for (int p = 0; p < NP; p++) {
+        double mid[TH];
+        linear(mid, W("multi_modal_projector.linear_1.weight"), W("multi_modal_projector.linear_1.bias"), x[patch0 + p],
+               TH, VH);
+        for (int i = 0; i < TH; i++) mid[i] = 0.5 * mid[i] * (1.0 + erf(mid[i] / sqrt(2.0)));
+        linear(rows + (size_t)p * TH, W("multi_modal_projector.linear_2.weight"),
+               W("multi_modal_projector.linear_2.bias"), mid, TH, TH);
+    }
+}
+
+static void rmsnorm(double *o, const double *x, const float *w, int n) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double inv = 1.0 / sqrt(ss / n + TEPS);
+    for (int i = 0; i < n; i++) o[i] = x[i] * inv * w[i];
+}
+
+/* Llama with rotate-half RoPE (transformers' layout) over n rows; image
+ * rows (embd[i] != NULL) take their vector instead of the token's. */
+static void ref_text_logits(const int32_t *ids, const double *const *embd, int n, double *logits) {
+    double (*x)[TH] = calloc((size_t)n, sizeof *x), (*xn)[TH] = calloc((size_t)n, sizeof *xn);
+    double (*q)[NH * HD] = calloc((size_t)n, sizeof *q), (*k)[NKV * HD] = calloc((size_t)n, sizeof *k);
+    double (*v)[NKV * HD] = calloc((size_t)n, sizeof *v), (*a)[NH * HD] = calloc((size_t)n, sizeof *a);
+    const float *emb = W("language_model.model.embed_tokens.weight");
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < TH; i++) x[r][i] = embd[r] ? embd[r][i] : emb[(size_t)ids[r] * TH + i];
+    char nm[128];
+#define TW(fmt, l) (snprintf(nm, sizeof nm, "language_model.model.layers.%d." fmt, l), W(nm))
+    for (int l = 0; l < NL; l++) {
+        for (int r = 0; r < n; r++) {
+            rmsnorm(xn[r], x[r], TW("input_layernorm.weight", l), TH);
+            linear(q[r], TW("self_attn.q_proj.weight", l), NULL, xn[r], NH * HD, TH);
+            linear(k[r], TW("self_attn.k_proj.weight", l), NULL, xn[r], NKV * HD, TH);
+            linear(v[r], TW("self_attn.v_proj.weight", l), NULL, xn[r], NKV * HD, TH);
+            /* rotate_half: pairs (i, i + HD/2) at angle pos * theta^(-2i/HD) */
+            for (int hh = 0; hh < NH + NKV; hh++) {
+                double *vec = hh < NH ? q[r] + hh * HD : k[r] + (hh - NH) * HD;
+                for (int i = 0; i < HD / 2; i++) {
+                    double ang = r * pow(THETA, -2.0 * i / HD), c = cos(ang), s = sin(ang);
+                    double x0 = vec[i], x1 = vec[i + HD / 2];
+                    vec[i] = x0 * c - x1 * s;
+                    vec[i + HD / 2] = x1 * c + x0 * s;
+                }
+            }
+        }
+        for (int r = 0; r < n; r++)
+            for (int hh = 0; hh < NH; hh++) {
+                int kh = hh / (NH / NKV);
+                double *s = malloc((size_t)(r + 1) * sizeof *s), mx = -1e300, z = 0;
+                for (int j = 0; j <= r; j++) {
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += q[r][hh * HD + i] * k[j][kh * HD + i];
+                    s[j] = d / sqrt((double)HD);
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= r; j++) z += s[j] = exp(s[j] - mx);
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int j = 0; j <= r; j++) o += s[j] / z * v[j][kh * HD + i];
+                    a[r][hh * HD + i] = o;
+                }
+                free(s);
+            }
+        for (int r = 0; r < n; r++) {
+            double t[TH], g[FFN], u[FFN];
+            linear(t, TW("self_attn.o_proj.weight", l), NULL, a[r], TH, NH * HD);
+            for (int i = 0; i < TH; i++) x[r][i] += t[i];
+            rmsnorm(xn[r], x[r], TW("post_attention_layernorm.weight", l), TH);
+            linear(g, TW("mlp.gate_proj.weight", l), NULL, xn[r], FFN, TH);
+            linear(u, TW("mlp.up_proj.weight", l), NULL, xn[r], FFN, TH);
+            for (int i = 0; i < FFN; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
+            linear(t, TW("mlp.down_proj.weight", l), NULL, g, TH, FFN);
+            for (int i = 0; i < TH; i++) x[r][i] += t[i];
+        }
+    }
+#undef TW
+    for (int r = 0; r < n; r++) {
+        rmsnorm(xn[r], x[r], W("language_model.model.norm.weight"), TH);
+        linear(logits + (size_t)r * VOC, W("language_model.lm_head.weight"), NULL, xn[r], VOC, TH);
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(a);
+}
+
+/* The prompt: 3 text tokens, the image's 16 rows, 4 text tokens. */
+enum { IMG_AT = 3, N_PROMPT = IMG_AT + NP + 4 };
+static const int32_t TEXT_BEFORE[IMG_AT] = {1, 17, 40}, TEXT_AFTER[4] = {9, 33, 2, 51};
+
+static void prompt_ids(int32_t *ids, int32_t image_id) {
+    memcpy(ids, TEXT_BEFORE, sizeof TEXT_BEFORE);
+    for (int i = 0; i < NP; i++) ids[IMG_AT + i] = image_id;
+    memcpy(ids + IMG_AT + NP, TEXT_AFTER, sizeof TEXT_AFTER);
+}
+
+/* The reference over any ids with the image's rows from img_at. */
+static double *reference_logits_of(ref_bug bug, const int32_t *ids, int n, int img_at) {
+    static double rows[NP * TH];
+    ref_image_rows(bug, rows);
+    const double **embd = calloc((size_t)n, sizeof *embd);
+    for (int i = 0; i < NP; i++) embd[img_at + i] = rows + (size_t)i * TH;
+    double *logits = malloc((size_t)n * VOC * sizeof *logits);
+    ref_text_logits(ids, (const double *const *)embd, n, logits);
+    free(embd);
+    return logits;
+}
+
+static double *reference_logits(ref_bug bug) {
+    int32_t ids[N_PROMPT];
+    prompt_ids(ids, 0);
+    return reference_logits_of(bug, ids, N_PROMPT, IMG_AT);
+}
+
+/* ---- the engine ------------------------------------------------------------------ */
+
+/* All-row logits of the prompt with the image from the PNG, through the
+ * model at text_path and the vision model at vision_path. */
+static float *engine_logits(const char *text_path, const char *vision_path, pdl_vision_info *info_out) {
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
+    int rc = pdl_vision_load(&v, vision_path, m, &err);
+    if (rc) pdl_model_free(m);
+    REQUIRE_MSG(rc == 0, "%s", err.message);
+    pdl_vision_get_info(v, info_out);
+    pdl_image *img = NULL;
+    char *png = test_join(ref_dir, "rgb_png.png");
+    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    free(png);
+    float *rows = NULL;
+    int n_rows = 0;
+    rc = pdl_vision_encode(v, img, &rows, &n_rows, &err);
+    CHECK_MSG(rc == 0, "%s", err.message);
+    CHECK_EQ_INT(n_rows, NP);
+    CHECK_EQ_INT(pdl_vision_image_rows(v, img), NP);
+    float *logits = NULL;
+    if (rc == 0 && n_rows == NP) {
+        int32_t ids[N_PROMPT];
+        prompt_ids(ids, info_out->image_token_id >= 0 ? info_out->image_token_id : 0);
+        const float *embd[N_PROMPT] = {0};
+        for (int i = 0; i < NP; i++) embd[IMG_AT + i] = rows + (size_t)i * TH;
+        pdl_kv_cache *kv = NULL;
+        REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
+        logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
+        pdl_seq seq = {0};
+        rc = pdl_seq_forward_embd(m, kv, &seq, ids, embd, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
+        CHECK_MSG(rc == 0, "%s", err.message);
+        pdl_seq_release(kv, &seq);
+        pdl_kv_cache_free(kv);
+        if (rc) free(logits), logits = NULL;
+    }
+    free(rows);
+    pdl_image_free(img);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+    return logits;
+}
+
+static double max_diff(const float *a, const double *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(a[i] - b[i]) > d || isnan(a[i])) d = isnan(a[i]) ? INFINITY : fabs(a[i] - b[i]);
+    return d;
+}
+
+static double max_diff_d(const double *a, const double *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(a[i] - b[i]) > d) d = fabs(a[i] - b[i]);
+    return d;
+}
+
+static void check_against_reference(const char *what, const float *got) {
+    double *want = reference_logits(BUG_NONE);
+    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    fprintf(stderr, "  %s: max |engine - float64 reference| = %.3g over %d rows\n", what, d, N_PROMPT);
+    CHECK_MSG(d < TOL, "%s: %.3g", what, d);
+    /* the rows before the image cannot see it; those after must */
+    double before = max_diff(got, want, (size_t)IMG_AT * VOC);
+    CHECK(before < TOL);
+    free(want);
+}
+
+static void test_llava_hf_folder_matches_the_float64_reference(void) {
+    need_files();
+    pdl_vision_info info;
+    float *got = engine_logits(hf_dir, hf_dir, &info);
+    REQUIRE(got);
+    CHECK(strcmp(info.family, "llava") == 0 && strcmp(info.tower, "clip") == 0);
+    CHECK(strcmp(info.source, "safetensors") == 0);
+    CHECK_EQ_INT(info.n_layers, VL);
+    CHECK_EQ_INT(info.n_layers_run, VL - 1);
+    CHECK_EQ_INT(info.rows_per_image, NP);
+    check_against_reference("HF folder", got);
+    free(got);
+}
+
+static void test_llava_gguf_and_mmproj_match_the_float64_reference(void) {
+    need_files();
+    pdl_vision_info info;
+    float *got = engine_logits(text_gguf, mmproj_gguf, &info);
+    REQUIRE(got);
+    CHECK(strcmp(info.source, "gguf") == 0);
+    CHECK_EQ_INT(info.n_layers, VL - 1); /* the converter dropped the last layer */
+    CHECK_EQ_INT(info.n_layers_run, VL - 1);
+    check_against_reference("GGUF + mmproj", got);
+    free(got);
+}
+
+/* The details the comparison guards: each wrong variant of the reference
+ * lands far outside the tolerance. */
+static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
+    need_files();
+    double *good = reference_logits(BUG_NONE);
+    static const struct {
+        ref_bug bug;
+        const char *name;
+    } bugs[] = {{BUG_CLASS_LAST, "class token last"},
+                {BUG_ALL_LAYERS, "last layer run"},
+                {BUG_ONE_LAYER_FEWER, "one layer fewer"}};
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        double *bad = reference_logits(bugs[i].bug);
+        double d = max_diff_d(good, bad, (size_t)N_PROMPT * VOC);
+        fprintf(stderr, "  %s: the reference moves by %.3g\n", bugs[i].name, d);
+        CHECK_MSG(d > 100 * TOL, "%s: %.3g", bugs[i].name, d);
+        free(bad);
+    }
+    free(good);
+}
+
+/* ---- the engine -------------------------------------------------------------- */
+
+enum { GEN = 8, MAX_REQ = 8 };
+
+typedef struct collected {
+    int32_t tokens[MAX_REQ][GEN];
+    int n[MAX_REQ];
+    float first_logits[MAX_REQ][VOC]; /* the first sampled row (the prompt's last) */
+    bool have_logits[MAX_REQ];
+    int cached[MAX_REQ];
+} collected;
+
+static void on_event(const pdl_event *ev, void *user) {
+    collected *c = user;
+    int r = (int)ev->request_id - 1;
+    if (r < 0 || r >= MAX_REQ) return;
+    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
+    if (ev->kind == PDL_EVENT_FINISHED) c->cached[r] = ev->cached_tokens;
+}
+
+static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
+    collected *c = user;
+    int r = (int)id - 1;
+    (void)index, (void)position;
+    if (r < 0 || r >= MAX_REQ || c->have_logits[r] || vocab != VOC) return;
+    memcpy(c->first_logits[r], row, sizeof c->first_logits[r]);
+    c->have_logits[r] = true;
+}
+
+typedef struct engine_req {
+    const char *image;   /* reference file name, or NULL: text only */
+    int n_text;          /* text-only: prompt length */
+} engine_req;
+
+/* Runs the requests through one engine over the GGUF pair, greedy, GEN
+ * tokens each: all added before the first step, or (sequential) each run to
+ * its end before the next is added. */
+static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool sequential, collected *out) {
+    memset(out, 0, sizeof *out);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&v, mmproj_gguf, m, &err) == 0, "%s", err.message);
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !prefix_caching,
+                             .on_logits = on_logits, .on_logits_user = out, .max_model_len = 64};
+    pdl_engine *e = NULL;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+    for (int i = 0; i < n; i++) {
+        int32_t ids[64];
+        int n_ids;
+        pdl_image *img = NULL;
+        pdl_mm_input in = {0};
+        if (reqs[i].image) {
+            char *path = test_join(ref_dir, reqs[i].image);
+            REQUIRE_MSG(pdl_image_load(&img, path, &err) == 0, "%s", err.message);
+            free(path);
+            prompt_ids(ids, 0);
+            n_ids = N_PROMPT;
+            in = (pdl_mm_input){.image = img, .position = IMG_AT};
+        } else {
+            n_ids = reqs[i].n_text;
+            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % (VOC - 1);
+        }
+        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
+                                 .images = img ? &in : NULL, .n_images = img ? 1 : 0};
+        uint64_t id = 0;
+        CHECK_MSG(pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) == 0, "%s",
+                  err.message);
+        CHECK_EQ_INT(id, i + 1);
+        pdl_image_free(img); /* the engine keeps the rows, not the image */
+        if (sequential) CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+    }
+    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+    pdl_engine_free(e);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+}
+
+/* The engine's first sampled row of the image prompt is the reference's
+ * last row: image rows go through the runner's packed batch. */
+static void test_the_engine_puts_image_rows_into_the_packed_batch(void) {
+    need_files();
+    engine_req r = {.image = "rgb_png.png"};
+    collected c;
+    run_engine(&r, 1, true, false, &c);
+    REQUIRE(c.have_logits[0]);
+    double *want = reference_logits(BUG_NONE);
+    double d = 0;
+    for (int j = 0; j < VOC; j++) d = fmax(d, fabs(c.first_logits[0][j] - want[(size_t)(N_PROMPT - 1) * VOC + j]));
+    CHECK_MSG(d < TOL, "%.3g", d);
+    CHECK_EQ_INT(c.n[0], GEN);
+    free(want);
+}
+
+/* Batch invariance with images: the text+image request gives the same
+ * greedy tokens and the same logits bytes alone and beside text-only
+ * requests of other lengths. */
+static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void) {
+    need_files();
+    engine_req alone[1] = {{.image = "rgb_png.png"}};
+    engine_req batch[4] = {{.n_text = 5}, {.image = "rgb_png.png"}, {.n_text = 19}, {.n_text = 2}};
+    collected a, b;
+    run_engine(alone, 1, false, false, &a);
+    run_engine(batch, 4, false, false, &b);
+    CHECK_EQ_INT(a.n[0], GEN);
+    CHECK_EQ_INT(b.n[1], GEN);
+    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
+    CHECK(a.have_logits[0] && b.have_logits[1] &&
+          memcmp(a.first_logits[0], b.first_logits[1], sizeof a.first_logits[0]) == 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+}
+
+/* Prefix caching keys image rows by the image: the same ids with another
+ * image miss the cache (and give that image's own output); the same image
+ * again hits it. */
+static void test_the_prefix_cache_keys_image_blocks_by_the_image(void) {
+    need_files();
+    engine_req seq[3] = {{.image = "rgb_png.png"}, {.image = "big_jpeg.jpg"}, {.image = "rgb_png.png"}};
+    engine_req other[1] = {{.image = "big_jpeg.jpg"}};
+    collected s, o;
+    run_engine(seq, 3, true, true, &s);
+    run_engine(other, 1, true, false, &o);
+    CHECK_EQ_INT(s.cached[0], 0);
+    CHECK_EQ_INT(s.cached[1], 0);  /* another image: the first one's block is not reused */
+    CHECK_EQ_INT(s.cached[2], 16); /* the first image again: its full block */
+    CHECK(s.have_logits[1] && o.have_logits[0] &&
+          memcmp(s.first_logits[1], o.first_logits[0], sizeof o.first_logits[0]) == 0);
+    CHECK(memcmp(s.first_logits[0], s.first_logits[2], sizeof s.first_logits[0]) == 0);
+    CHECK(memcmp(s.first_logits[0], s.first_logits[1], sizeof s.first_logits[0]) != 0);
+}
+
+/* ---- the command line ---------------------------------------------------------- */
+
+#define PROMPT "Once upon a time <__media__> there was a cat"
+
+/* `pagedlm logits ... --all-rows` with the image, against the reference
+ * over the ids it reports. */
+static void check_cli_logits(const char *what, const char *model_args, int32_t want_image_id) {
+    char args[8192];
+    snprintf(args, sizeof args, "logits %s --image '%s/rgb_png.png' -p '%s' --all-rows --kv-cache-dtype f32 -t 2",
+             model_args, ref_dir, PROMPT);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s: %s", what, r.err);
+    json_error_t je;
+    json_t *o = r.status == 0 ? json_loads(r.out, 0, &je) : NULL;
+    if (o) {
+        json_t *toks = json_object_get(o, "tokens"), *imgs = json_object_get(o, "images");
+        json_t *lg = json_object_get(o, "logits");
+        int n = (int)json_array_size(toks);
+        int at = (int)json_integer_value(json_object_get(json_array_get(imgs, 0), "position"));
+        CHECK_EQ_INT(json_array_size(imgs), 1);
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(imgs, 0), "rows")), NP);
+        CHECK_EQ_INT(json_integer_value(json_array_get(toks, 0)), 1); /* BOS */
+        CHECK_MSG(at > 1 && at + NP < n, "%s: image at %d of %d", what, at, n);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
+        for (int i = 0; i < NP && at + NP <= n; i++) CHECK_EQ_INT(ids[at + i], want_image_id);
+        REQUIRE((int)json_array_size(lg) == n);
+        if (at > 1 && at + NP < n) {
+            double *want = reference_logits_of(BUG_NONE, ids, n, at), d = 0;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < VOC; j++)
+                    d = fmax(d, fabs(json_number_value(json_array_get(json_array_get(lg, (size_t)i), (size_t)j)) -
+                                     want[(size_t)i * VOC + j]));
+            fprintf(stderr, "  %s: %d rows, image at %d: max difference %.3g\n", what, n, at, d);
+            CHECK_MSG(d < TOL, "%s: %.3g", what, d);
+            free(want);
+        }
+        free(ids);
+        json_decref(o);
+    } else {
+        CHECK_MSG(r.status != 0, "%s: output is not JSON: %s", what, je.text);
+    }
+    test_free_result(&r);
+}
+
+static void test_logits_takes_an_image_at_the_media_marker(void) {
+    need_files();
+    char args[4096];
+    snprintf(args, sizeof args, "-m '%s'", hf_dir);
+    check_cli_logits("HF folder", args, IMAGE_TOKEN);
+    /* the GGUF vocabulary has no <image>: its rows carry id 0, as llama.cpp's */
+    snprintf(args, sizeof args, "-m '%s' --mmproj '%s'", text_gguf, mmproj_gguf);
+    check_cli_logits("GGUF + mmproj", args, 0);
+}
+
+/* `pagedlm run` greedy: the first token is the argmax of `logits`' last row. */
+static void test_run_generates_from_a_text_and_image_prompt(void) {
+    need_files();
+    char args[8192];
+    snprintf(args, sizeof args,
+             "run -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' -n 6 --temp 0 --ignore-eos --json "
+             "--kv-cache-dtype f32 -t 2",
+             text_gguf, mmproj_gguf, ref_dir, PROMPT);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' --kv-cache-dtype f32 -t 2",
+             text_gguf, mmproj_gguf, ref_dir, PROMPT);
+    cmd_result l = test_pagedlm(args);
+    CHECK_MSG(l.status == 0, "%s", l.err);
+    json_t *ro = json_loads(r.out, 0, NULL), *lo = json_loads(l.out, 0, NULL);
+    REQUIRE(ro && lo);
+    json_t *gen = json_object_get(ro, "tokens"), *row = json_array_get(json_object_get(lo, "logits"), 0);
+    CHECK_EQ_INT(json_array_size(gen), 6);
+    CHECK(json_equal(json_object_get(ro, "prompt_tokens"), json_object_get(lo, "tokens")));
+    int best = 0;
+    for (int j = 1; j < VOC; j++)
+        if (json_number_value(json_array_get(row, (size_t)j)) > json_number_value(json_array_get(row, (size_t)best)))
+            best = j;
+    CHECK_EQ_INT(json_integer_value(json_array_get(gen, 0)), best);
+    json_decref(ro), json_decref(lo);
+    test_free_result(&r), test_free_result(&l);
+}
+
+static void expect_cli_error(const char *args, const char *needle) {
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status != 0, "%s: succeeded", args);
+    CHECK_CONTAINS(r.err, needle);
+    test_free_result(&r);
+}
+
+static void test_image_options_fail_with_clear_messages(void) {
+    need_files();
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/rgb_png.png' -p 'a <__media__> b <__media__>'", hf_dir,
+             ref_dir);
+    expect_cli_error(args, "2 image markers ('<__media__>') for 1 image");
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' -p 'a <__media__> b'", text_gguf, ref_dir);
+    expect_cli_error(args, "needs --mmproj FILE");
+    snprintf(args, sizeof args, "run -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p 'a'", text_gguf, text_gguf,
+             ref_dir);
+    expect_cli_error(args, "expected 'clip'");
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/manifest.json' -p 'a'", text_gguf,
+             mmproj_gguf, ref_dir);
+    expect_cli_error(args, "not a PNG, JPEG or WebP image");
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' --tokens 1,2,3", hf_dir, ref_dir);
+    expect_cli_error(args, "--image needs -p");
+}
+
+int main(void) {
+    RUN(test_llava_hf_folder_matches_the_float64_reference);
+    RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
+    RUN(test_the_reference_tells_class_token_order_and_feature_layer);
+    RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
+    RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
+    RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
+    RUN(test_logits_takes_an_image_at_the_media_marker);
+    RUN(test_run_generates_from_a_text_and_image_prompt);
+    RUN(test_image_options_fail_with_clear_messages);
+    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
+    return test_summary();
+}
