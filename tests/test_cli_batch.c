@@ -137,17 +137,60 @@ static void test_batch_file_small_pool_completes_everything(void) {
     free(out1), free(err1), free(out2), free(err2), free(all), free(model);
 }
 
+/* A line means what the same body means to POST /v1/completions (the
+ * server's parser): logit_bias, min_tokens, structured output and the
+ * server's field names work in batch lines too. */
+static void test_batch_lines_take_the_server_fields(void) {
+    char *model = test_data_path("models/stories260K/stories260K.gguf");
+    const char *content =
+        "{\"id\": 0, \"prompt\": [1, 403], \"max_tokens\": 1, \"logit_bias\": {\"261\": 100}}\n"
+        "{\"id\": 1, \"prompt\": \"Once\", \"max_tokens\": 20, \"temperature\": 1, \"seed\": 3, "
+        "\"structured_outputs\": {\"choice\": [\"a red ball\", \"the park\"]}}\n"
+        "{\"id\": 2, \"prompt\": \"Once\", \"max_completion_tokens\": 80, \"temperature\": 1, \"seed\": 4, "
+        "\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", \"schema\": "
+        "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 9}}, "
+        "\"required\": [\"n\"], \"additionalProperties\": false}}}}\n"
+        "{\"id\": 3, \"prompt\": [1, 403], \"max_tokens\": 3, \"min_tokens\": 3, \"stop_token_ids\": [261], "
+        "\"logit_bias\": {\"261\": 100}}\n";
+    char *f = test_tmp_path("fields.jsonl");
+    test_write_file(f, content, strlen(content));
+    char args[4096], *out, *errs;
+    snprintf(args, sizeof args, "run -m '%s' --batch-file '%s'", model, f);
+    REQUIRE_MSG(pagedlm(args, &out, &errs) == 0, "%s", errs);
+    json_t *lines[4] = {0};
+    parse_outputs(out, lines, 4);
+    for (int k = 0; k < 4; k++) REQUIRE(lines[k]);
+    json_t *tk = json_object_get(lines[0], "tokens");
+    CHECK(json_array_size(tk) == 1 && json_integer_value(json_array_get(tk, 0)) == 261);
+    const char *t = json_string_value(json_object_get(lines[1], "text"));
+    CHECK_MSG(strcmp(t, "a red ball") == 0 || strcmp(t, "the park") == 0, "'%s'", t);
+    json_t *v = json_loads(json_string_value(json_object_get(lines[2], "text")), 0, NULL);
+    CHECK_MSG(v && json_is_integer(json_object_get(v, "n")) && json_object_size(v) == 1, "%s",
+              json_string_value(json_object_get(lines[2], "text")));
+    json_decref(v);
+    /* min_tokens: the stop id 261 is banned for 3 tokens, so the bias cannot end the sequence early */
+    tk = json_object_get(lines[3], "tokens");
+    CHECK_EQ_INT((int)json_array_size(tk), 3);
+    for (size_t i = 0; i < json_array_size(tk); i++) CHECK(json_integer_value(json_array_get(tk, i)) != 261);
+    for (int k = 0; k < 4; k++) json_decref(lines[k]);
+    free(out), free(errs), free(f), free(model);
+}
+
 static void test_batch_file_errors_name_line_and_field(void) {
     char *model = test_data_path("models/stories260K/stories260K.gguf");
     struct {
         const char *content, *expect;
     } cases[] = {
         {"{\"prompt\": [1, 2], \"max_tokens\": 4}\n{\"prompt\": [1], \"bogus\": 1}\n", ":2: unknown field 'bogus'"},
-        {"{\"prompt\": [1, 2], \"temperature\": \"hot\"}\n", ":1: field 'temperature' must be a number"},
-        {"{\"prompt\": 7}\n", "field 'prompt'"},
+        {"{\"prompt\": [1, 2], \"temperature\": \"hot\"}\n", ":1: 'temperature' must be a number"},
+        {"{\"prompt\": 7}\n", ":1: 'prompt' must be"},
+        {"{\"prompt\": [\"a\", \"b\"]}\n", ":1: 'prompt' must be one prompt"},
+        {"{\"prompt\": [1], \"logit_bias\": {\"7\": 500}}\n", ":1: 'logit_bias"},
+        {"{\"prompt\": [1], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"x\", "
+         "\"schema\": {\"type\": \"string\", \"not\": {}}}}}\n", ":1: 'response_format': schema: unsupported keyword 'not'"},
         {"\n\n{\"prompt\": [1, 2]\n", ":3: invalid JSON"},
         {"{\"prompt\": [1, 2], \"top_p\": 3}\n", "top_p"},
-        {"{\"prompt\": [1, 99999]}\n", "out of range"},
+        {"{\"prompt\": [1, 99999]}\n", "out of vocabulary"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *f = test_tmp_path("bad.jsonl");
@@ -166,6 +209,7 @@ int main(void) {
     RUN(test_batch_file_invariance_stories);
     RUN(test_batch_file_invariance_qwen3);
     RUN(test_batch_file_small_pool_completes_everything);
+    RUN(test_batch_lines_take_the_server_fields);
     RUN(test_batch_file_errors_name_line_and_field);
     return test_summary();
 }

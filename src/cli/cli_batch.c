@@ -2,7 +2,9 @@
  * cli_batch.c - `pagedlm run --batch-file FILE.jsonl`: every line is a
  * request; all are submitted at once and served concurrently by the engine;
  * one JSON line per request (per sequence when n > 1) is printed in input
- * order when all are done.
+ * order when all are done. A line is read by the server's request parser
+ * (src/server/api_parse.c), so it takes every completion field the server
+ * takes, with the same checks and messages.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli/cli_batch.h"
@@ -13,16 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
+#include "server/api_parse.h"
 #include "util/file_map.h"
 
 /* What one request line asked for and what came back. */
 typedef struct batch_item {
     json_t *id;
-    int32_t *prompt;
+    srv_gen_request req;      /* the line parsed as a completion request (the server's parser) */
+    int32_t *prompt;          /* req.prompts[0] */
     size_t n_prompt;
-    pdl_request_params params;
-    char **stop;
-    int32_t *stop_ids;
     int n;                    /* sequences */
     json_t **tokens;          /* [n] arrays of ids */
     json_t **logprobs;        /* [n] arrays (when asked) */
@@ -31,16 +33,11 @@ typedef struct batch_item {
     size_t *text_len;
     const char **finish;      /* [n] */
     int cached_tokens;        /* prompt tokens the prefix cache gave */
-    char *cache_salt;
 } batch_item;
 
 static void item_free(batch_item *it) {
     json_decref(it->id);
-    free(it->prompt);
-    free(it->cache_salt);
-    for (int i = 0; i < it->params.n_stop; i++) free(it->stop[i]);
-    free(it->stop);
-    free(it->stop_ids);
+    srv_gen_request_free(&it->req);
     for (int i = 0; i < it->n; i++) {
         if (it->tokens) json_decref(it->tokens[i]);
         if (it->logprobs) json_decref(it->logprobs[i]);
@@ -89,32 +86,40 @@ static void on_event(const pdl_event *ev, void *user) {
 
 #define LINE_ERR(...) (fprintf(stderr, "error: %s:%d: ", path, line), fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), -1)
 
-static int get_number(json_t *o, const char *key, double *out, const char *path, int line) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return LINE_ERR("field '%s' must be a number", key);
-    *out = json_number_value(v);
-    return 1;
-}
-
-static int get_int(json_t *o, const char *key, long lo, long hi, int *out, const char *path, int line) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return LINE_ERR("field '%s' must be an integer in [%ld, %ld]", key, lo, hi);
-    *out = (int)json_integer_value(v);
-    return 1;
-}
-
+/* The fields a line may have: the completion request's (parsed by the
+ * server's parser, src/server/api_parse.c, so a line means what the same
+ * body means to POST /v1/completions) and the line's "id". A field outside
+ * the list is refused, naming it: a typo here would otherwise be a silently
+ * different run. */
 static const char *const KNOWN_FIELDS[] = {
-    "id", "prompt", "max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "repetition_penalty",
-    "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos", "logprobs",
-    "prompt_logprobs", "n", "cache_salt", NULL};
+    "id", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_k", "top_p", "min_p", "seed",
+    "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids", "ignore_eos",
+    "logprobs", "prompt_logprobs", "n", "cache_salt", "logit_bias", "min_tokens", "response_format",
+    "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema",
+    NULL};
 
-static int parse_item(pdl_model *model, json_t *o, int default_max_tokens, batch_item *it, const char *path,
+/* The model's grammar vocabulary, made by the first line that needs one. */
+typedef struct batch_grammar {
+    const pdl_model *model;
+    struct gram_vocab *vocab;
+    bool tried;
+    char error[PDL_ERROR_MAX];
+} batch_grammar;
+
+static const struct gram_vocab *batch_grammar_vocab(void *user, pdl_error *err) {
+    batch_grammar *g = user;
+    if (!g->tried) {
+        g->tried = true;
+        pdl_error e;
+        if (pdl_model_grammar_vocab(g->model, &g->vocab, &e)) snprintf(g->error, sizeof g->error, "%s", e.message);
+    }
+    if (!g->vocab) snprintf(err->message, sizeof err->message, "%s", g->error);
+    return g->vocab;
+}
+
+static int parse_item(const srv_parse_ctx *ctx, json_t *o, int default_max_tokens, batch_item *it, const char *path,
                       int line) {
     memset(it, 0, sizeof *it);
-    it->params.logprobs = it->params.prompt_logprobs = -1;
     if (!json_is_object(o)) return LINE_ERR("a request must be a JSON object");
     const char *key;
     json_t *v;
@@ -125,93 +130,17 @@ static int parse_item(pdl_model *model, json_t *o, int default_max_tokens, batch
     }
     v = json_object_get(o, "id");
     it->id = v ? json_incref(v) : json_integer(line);
-    /* prompt: text (tokenized with the model's special tokens) or ids */
-    json_t *p = json_object_get(o, "prompt");
-    pdl_error err;
-    if (json_is_string(p)) {
-        if (pdl_tokenize(model, json_string_value(p), json_string_length(p), true, &it->prompt, &it->n_prompt, &err))
-            return LINE_ERR("%s", err.message);
-    } else if (json_is_array(p) && json_array_size(p) > 0) {
-        it->n_prompt = json_array_size(p);
-        it->prompt = malloc(it->n_prompt * sizeof *it->prompt);
-        if (!it->prompt) return LINE_ERR("out of memory");
-        for (size_t i = 0; i < it->n_prompt; i++) {
-            json_t *t = json_array_get(p, i);
-            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
-                return LINE_ERR("prompt[%zu] must be a token id", i);
-            it->prompt[i] = (int32_t)json_integer_value(t);
-        }
-    } else {
-        return LINE_ERR("field 'prompt' must be a string or a non-empty array of token ids");
-    }
-    pdl_request_params *rp = &it->params;
-    rp->max_tokens = default_max_tokens;
-    double d;
-    int r;
-    if (get_int(o, "max_tokens", 1, 1 << 30, &rp->max_tokens, path, line) < 0) return -1;
-    if ((r = get_number(o, "temperature", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.temperature = (float)d;
-    if (get_int(o, "top_k", -1, 1 << 30, &rp->sampling.top_k, path, line) < 0) return -1;
-    if (rp->sampling.top_k < 0) rp->sampling.top_k = 0; /* -1 = off, as vLLM */
-    if ((r = get_number(o, "top_p", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.top_p = (float)d;
-    if ((r = get_number(o, "min_p", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.min_p = (float)d;
-    if ((r = get_number(o, "repetition_penalty", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.repetition_penalty = (float)d;
-    if ((r = get_number(o, "presence_penalty", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.presence_penalty = (float)d;
-    if ((r = get_number(o, "frequency_penalty", &d, path, line)) < 0) return -1;
-    if (r) rp->sampling.frequency_penalty = (float)d;
-    v = json_object_get(o, "seed");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v)) return LINE_ERR("field 'seed' must be an integer");
-        rp->sampling.seed = (uint64_t)json_integer_value(v);
-    }
-    if (get_int(o, "logprobs", 0, 20, &rp->logprobs, path, line) < 0) return -1;
-    if (get_int(o, "prompt_logprobs", 0, 20, &rp->prompt_logprobs, path, line) < 0) return -1;
-    it->n = 1;
-    if (get_int(o, "n", 1, 64, &it->n, path, line) < 0) return -1;
-    rp->n = it->n;
-    v = json_object_get(o, "cache_salt");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v) || json_string_length(v) == 0) return LINE_ERR("field 'cache_salt' must be a non-empty string");
-        if (!(it->cache_salt = strdup(json_string_value(v)))) return LINE_ERR("out of memory");
-        rp->cache_salt = it->cache_salt;
-    }
-    v = json_object_get(o, "ignore_eos");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v)) return LINE_ERR("field 'ignore_eos' must be true or false");
-        rp->ignore_eos = json_is_true(v);
-    }
-    v = json_object_get(o, "stop");
-    if (v && !json_is_null(v)) {
-        size_t n = json_is_string(v) ? 1 : json_is_array(v) ? json_array_size(v) : (size_t)-1;
-        if (n == (size_t)-1) return LINE_ERR("field 'stop' must be a string or a list of strings");
-        it->stop = calloc(n ? n : 1, sizeof *it->stop);
-        if (!it->stop) return LINE_ERR("out of memory");
-        for (size_t i = 0; i < n; i++) {
-            json_t *s = json_is_string(v) ? v : json_array_get(v, i);
-            if (!json_is_string(s) || json_string_length(s) == 0) return LINE_ERR("stop[%zu] must be a non-empty string", i);
-            it->stop[i] = strdup(json_string_value(s));
-            rp->n_stop = (int)i + 1;
-        }
-        rp->stop = (const char *const *)it->stop;
-    }
-    v = json_object_get(o, "stop_token_ids");
-    if (v && !json_is_null(v)) {
-        if (!json_is_array(v)) return LINE_ERR("field 'stop_token_ids' must be a list of token ids");
-        size_t n = json_array_size(v);
-        it->stop_ids = malloc((n ? n : 1) * sizeof *it->stop_ids);
-        if (!it->stop_ids) return LINE_ERR("out of memory");
-        for (size_t i = 0; i < n; i++) {
-            json_t *t = json_array_get(v, i);
-            if (!json_is_integer(t)) return LINE_ERR("stop_token_ids[%zu] must be a token id", i);
-            it->stop_ids[i] = (int32_t)json_integer_value(t);
-        }
-        rp->stop_ids = it->stop_ids;
-        rp->n_stop_ids = (int)n;
-    }
+    srv_api_error e;
+    if (srv_parse_completion(ctx, o, &it->req, &e)) return LINE_ERR("%s", e.message);
+    if (it->req.n_prompts != 1) return LINE_ERR("'prompt' must be one prompt (a string or a list of token ids)");
+    it->prompt = it->req.prompts[0].ids;
+    it->n_prompt = it->req.prompts[0].n_ids;
+    pdl_request_params *rp = &it->req.params;
+    /* what a line leaves out: greedy, and -n tokens at most (the server's defaults are 1.0 and 16) */
+    if (!json_object_get(o, "temperature")) rp->sampling.temperature = 0.0f;
+    if (!json_object_get(o, "max_tokens") && !json_object_get(o, "max_completion_tokens"))
+        rp->max_tokens = default_max_tokens;
+    it->n = rp->n > 0 ? rp->n : 1;
     it->tokens = calloc((size_t)it->n, sizeof *it->tokens);
     it->text = calloc((size_t)it->n, sizeof *it->text);
     it->text_len = calloc((size_t)it->n, sizeof *it->text_len);
@@ -241,6 +170,11 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
     char *buf = NULL;
     size_t buf_cap = 0;
     long long len;
+    pdl_model_info info;
+    pdl_model_get_info(model, &info);
+    batch_grammar grammar = {.model = model};
+    srv_parse_ctx ctx = {.model = model, .model_name = "", .ctx_len = info.ctx_len, .vocab = info.vocab,
+                         .grammar_vocab = batch_grammar_vocab, .grammar_user = &grammar};
     while (rc == CLI_OK && (len = pdl_read_line(f, &buf, &buf_cap, PDL_READ_MAX_LINE)) != 0) {
         line++;
         if (len < 0) {
@@ -269,7 +203,7 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
             }
             items = p;
         }
-        if (parse_item(model, o, default_max_tokens, &items[n_items], path, line)) rc = CLI_FAIL;
+        if (parse_item(&ctx, o, default_max_tokens, &items[n_items], path, line)) rc = CLI_FAIL;
         n_items++;
         json_decref(o);
     }
@@ -286,7 +220,7 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
         rc = CLI_FAIL;
     }
     for (int k = 0; rc == CLI_OK && k < n_items; k++)
-        if (pdl_engine_add_request(engine, items[k].prompt, items[k].n_prompt, &items[k].params, on_event, &items[k],
+        if (pdl_engine_add_request(engine, items[k].prompt, items[k].n_prompt, &items[k].req.params, on_event, &items[k],
                                    NULL, &err)) {
             char *id = json_dumps(items[k].id, JSON_ENCODE_ANY);
             fprintf(stderr, "error: %s: request %s: %s\n", path, id ? id : "?", err.message);
@@ -331,5 +265,6 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
     pdl_engine_free(engine);
     for (int k = 0; k < n_items; k++) item_free(&items[k]);
     free(items);
+    gram_vocab_free(grammar.vocab); /* after the requests' grammars */
     return rc;
 }
