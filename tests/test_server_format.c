@@ -1,7 +1,8 @@
 /*
  * test_server_format.c - what `pagedlm serve` writes, without HTTP: error
  * bodies, completion and chat objects, SSE chunks (role chunk, one chunk per
- * token, finish chunk, usage chunk, [DONE]), logprobs in both APIs' shapes,
+ * token, finish chunk, usage chunk, [DONE]), system_fingerprint (the
+ * replica's name) in objects and chunks, logprobs in both APIs' shapes,
  * and the Prometheus exposition (vLLM names, cumulative buckets, escaped
  * labels). Events are made by hand; token texts come from stories260K.
  */
@@ -83,12 +84,13 @@ static void test_completion_object_and_usage(void) {
     setup();
     srv_gen_request r;
     make_request(&r, SRV_API_COMPLETION, 1);
-    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-1", 1700000000);
+    srv_response *resp = srv_response_new(model, &r, "stories", "127.0.0.1:8001", "cmpl-1", 1700000000);
     srv_event *evs = story_events("length");
     srv_response_add(resp, evs);
     srv_events_free(evs);
     char *s = srv_response_body(resp, NULL);
     CHECK(strcmp(s, "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":\"stories\","
+                    "\"system_fingerprint\":\"127.0.0.1:8001\","
                     "\"choices\":[{\"index\":0,\"text\":\" a time\",\"logprobs\":null,\"finish_reason\":\"length\","
                     "\"stop_reason\":null}],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2,"
                     "\"prompt_tokens_details\":{\"cached_tokens\":0}}}") == 0);
@@ -102,7 +104,7 @@ static void test_completion_stream_chunks_then_usage_then_done(void) {
     srv_gen_request r;
     make_request(&r, SRV_API_COMPLETION, 1);
     r.stream = r.include_usage = true;
-    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-2", 7);
+    srv_response *resp = srv_response_new(model, &r, "stories", "r2", "cmpl-2", 7);
     sbuf out = {0};
     srv_response_stream_begin(resp, &out);
     CHECK_EQ_INT(out.len, 0); /* completions have no opening chunk */
@@ -110,18 +112,21 @@ static void test_completion_stream_chunks_then_usage_then_done(void) {
     srv_response_stream_events(resp, evs, &out);
     srv_events_free(evs);
     srv_response_stream_end(resp, &out);
+    /* every chunk names the replica, as OpenAI's carry system_fingerprint */
+#define HEAD "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\"," \
+             "\"system_fingerprint\":\"r2\",\"choices\":"
     const char *expect =
-        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\" a\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
-        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\" time\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],\"usage\":null}\n\n"
-        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":"
-        "[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":null}],\"usage\":null}\n\n"
-        "data: {\"id\":\"cmpl-2\",\"object\":\"text_completion\",\"created\":7,\"model\":\"stories\",\"choices\":[],"
-        "\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2,\"prompt_tokens_details\":"
+        HEAD "[{\"index\":0,\"text\":\" a\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],"
+        "\"usage\":null}\n\n"
+        HEAD "[{\"index\":0,\"text\":\" time\",\"logprobs\":null,\"finish_reason\":null,\"stop_reason\":null}],"
+        "\"usage\":null}\n\n"
+        HEAD "[{\"index\":0,\"text\":\"\",\"logprobs\":null,\"finish_reason\":\"stop\",\"stop_reason\":null}],"
+        "\"usage\":null}\n\n"
+        HEAD "[],\"usage\":{\"prompt_tokens\":3,\"total_tokens\":5,\"completion_tokens\":2,\"prompt_tokens_details\":"
         "{\"cached_tokens\":0}}}\n\n"
         "data: [DONE]\n\n";
     CHECK_MSG(out.data && strcmp(out.data, expect) == 0, "got:\n%s", out.data ? out.data : "(null)");
+#undef HEAD
     sbuf_free(&out);
     srv_response_free(resp);
     srv_gen_request_free(&r);
@@ -132,7 +137,7 @@ static void test_chat_stream_role_first_and_empty_finish_delta(void) {
     srv_gen_request r;
     make_request(&r, SRV_API_CHAT, 2);
     r.stream = true;
-    srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-3", 9);
+    srv_response *resp = srv_response_new(model, &r, "stories", "r3", "chatcmpl-3", 9);
     sbuf out = {0};
     srv_response_stream_begin(resp, &out);
     srv_event *evs = event(PDL_EVENT_TOKEN, 1, 261, " a", NULL);
@@ -151,6 +156,7 @@ static void test_chat_stream_role_first_and_empty_finish_delta(void) {
         char *line = strndup(p + 6, (size_t)(end - p - 6));
         json_t *o = parse(line);
         CHECK(strcmp(json_string_value(json_object_get(o, "object")), "chat.completion.chunk") == 0);
+        CHECK(strcmp(json_string_value(json_object_get(o, "system_fingerprint")), "r3") == 0);
         CHECK(json_object_get(o, "usage") == NULL); /* only with include_usage */
         json_t *c = json_array_get(json_object_get(o, "choices"), 0);
         CHECK_EQ_INT(json_integer_value(json_object_get(c, "index")), index[i]);
@@ -330,7 +336,7 @@ static void test_logprobs_shapes(void) {
     srv_gen_request r;
     make_request(&r, SRV_API_COMPLETION, 1);
     r.logprobs = 2;
-    srv_response *resp = srv_response_new(model, &r, "stories", "cmpl-4", 1);
+    srv_response *resp = srv_response_new(model, &r, "stories", NULL, "cmpl-4", 1);
     srv_event *evs = story_events("length");
     evs->top = malloc(sizeof top);
     memcpy(evs->top, top, sizeof top);
@@ -339,6 +345,8 @@ static void test_logprobs_shapes(void) {
     srv_events_free(evs);
     char *s = srv_response_body(resp, NULL);
     json_t *o = parse(s);
+    /* no replica name: null, as vLLM sends it */
+    CHECK(json_is_null(json_object_get(o, "system_fingerprint")));
     json_t *lp = json_object_get(json_array_get(json_object_get(o, "choices"), 0), "logprobs");
     char *d = json_dumps(lp, JSON_COMPACT | JSON_REAL_PRECISION(4));
     CHECK_MSG(strcmp(d, "{\"text_offset\":[0,2],\"token_logprobs\":[-0.5,-0.5],\"tokens\":[\" a\",\" time\"],"
@@ -351,7 +359,7 @@ static void test_logprobs_shapes(void) {
     /* chat: content [{token, logprob, bytes, top_logprobs}] */
     make_request(&r, SRV_API_CHAT, 1);
     r.logprobs = 1;
-    resp = srv_response_new(model, &r, "stories", "chatcmpl-5", 1);
+    resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-5", 1);
     evs = event(PDL_EVENT_TOKEN, 0, 261, " a", NULL);
     evs->top = malloc(sizeof top);
     memcpy(evs->top, top, sizeof top);

@@ -3,9 +3,10 @@
  * HTTP: the body limit (413), malformed JSON, the model name (404
  * model_not_found), every request field with its defaults, types and ranges
  * (400 naming the field), the prompt forms, chat messages through a stand-in
- * template, the context length (400 context_length_exceeded), and the
- * /tokenize and /detokenize bodies. Uses stories260K's tokenizer
- * (vocabulary 512, context 128).
+ * template, the context length (400 context_length_exceeded),
+ * prompt_cache_key (checked, then ignored), and the /tokenize and
+ * /detokenize bodies. Uses stories260K's tokenizer (vocabulary 512,
+ * context 128).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
@@ -623,6 +624,33 @@ static void test_tools_and_tool_choice(void) {
                        "\"arguments\": \"{oops\"}}]}]}", "messages[1]", "not valid JSON", false);
 }
 
+/* OpenAI's prompt_cache_key: a routing hint for the balancer in front; a
+ * replica checks it and otherwise ignores it (1024 bytes pass, 1025 do
+ * not), in both APIs. */
+static void test_prompt_cache_key_is_a_bounded_string(void) {
+    char key[SRV_MAX_PROMPT_CACHE_KEY + 2];
+    memset(key, 'k', sizeof key - 1);
+    key[SRV_MAX_PROMPT_CACHE_KEY] = '\0';
+    char body[2 * SRV_MAX_PROMPT_CACHE_KEY + 128];
+    srv_gen_request r;
+    srv_api_error e;
+    snprintf(body, sizeof body, "{\"prompt\": \"Hi\", \"prompt_cache_key\": \"%s\"}", key);
+    CHECK_MSG(completion(body, &r, &e) == 0, "%s", e.message);
+    srv_gen_request_free(&r);
+    REQUIRE(completion("{\"prompt\": \"Hi\", \"prompt_cache_key\": \"\"}", &r, &e) == 0);
+    srv_gen_request_free(&r);
+    REQUIRE_MSG(chat("{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"prompt_cache_key\": \"s-1\"}", &r, &e,
+                     true) == 0, "%s", e.message);
+    srv_gen_request_free(&r);
+    key[SRV_MAX_PROMPT_CACHE_KEY] = 'k';
+    key[SRV_MAX_PROMPT_CACHE_KEY + 1] = '\0';
+    snprintf(body, sizeof body, "{\"prompt\": \"Hi\", \"prompt_cache_key\": \"%s\"}", key);
+    refused(body, 400, "prompt_cache_key", "at most 1024 bytes, got a longer one");
+    refused("{\"prompt\": \"Hi\", \"prompt_cache_key\": 7}", 400, "prompt_cache_key", "must be a string");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"prompt_cache_key\": {}}", 400,
+                 "prompt_cache_key", "got an object");
+}
+
 static void test_tokenize_and_detokenize_bodies(void) {
     setup();
     srv_tokenize_request t;
@@ -694,6 +722,7 @@ int main(void) {
     RUN(test_chat_errors);
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
+    RUN(test_prompt_cache_key_is_a_bounded_string);
     RUN(test_tokenize_and_detokenize_bodies);
     gram_vocab_free(grammar_vocab_made);
     pdl_model_free(model);

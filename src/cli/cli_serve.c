@@ -28,6 +28,9 @@ static void serve_usage(FILE *f) {
             "      --host HOST                address to listen on (default 127.0.0.1)\n"
             "      --port PORT                port (default 8000; 0 = any free port, printed on stderr)\n"
             "      --served-model-name NAME   the model name clients use (default: MODEL as given)\n"
+            "      --replica-name NAME        this server's name in the X-Pagedlm-Replica header and in\n"
+            "                                 system_fingerprint (default HOST:PORT; the machine's name\n"
+            "                                 for a wildcard HOST such as 0.0.0.0)\n"
             "      --api-key KEY              require 'Authorization: Bearer KEY' (or env PAGEDLM_API_KEY)\n"
             "      --chat-template FILE       Jinja chat template (default: the model's own)\n"
             "      --max-model-len N          context length (default: the model's)\n"
@@ -109,6 +112,13 @@ int cli_serve(int argc, char **argv) {
             o.port = (int)lv;
         } else if (strcmp(a, "--served-model-name") == 0) {
             o.served_model_name = v;
+        } else if (strcmp(a, "--replica-name") == 0) {
+            pdl_error e;
+            if (srv_check_replica_name(v, &e)) {
+                fprintf(stderr, "error: %s\n", e.message);
+                return CLI_USAGE;
+            }
+            o.replica_name = v;
         } else if (strcmp(a, "--api-key") == 0) {
             o.api_key = v;
         } else if (strcmp(a, "--chat-template") == 0) {
@@ -211,7 +221,8 @@ int cli_serve(int argc, char **argv) {
         }
         if (st == SRV_READY && !ready) {
             ready = true;
-            fprintf(stderr, "pagedlm: ready on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", srv_port(s));
+            fprintf(stderr, "pagedlm: ready on http://%s%s%s:%d (replica %s)\n", v6 ? "[" : "", host, v6 ? "]" : "",
+                    srv_port(s), srv_replica_name(s));
         }
     }
     srv_stop(s);

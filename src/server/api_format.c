@@ -139,6 +139,7 @@ struct srv_response {
     const pdl_model *model;
     const srv_gen_request *req;
     char *model_name, *id;
+    char *fingerprint;   /* system_fingerprint: the replica's name; NULL = null */
     long long created;
     int n;               /* sequences per prompt */
     int n_prompts;
@@ -151,7 +152,7 @@ struct srv_response {
 };
 
 srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
-                               const char *id, long long created) {
+                               const char *fingerprint, const char *id, long long created) {
     srv_response *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->model = model;
@@ -162,9 +163,10 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
     r->n_choices = req->n_prompts * r->n;
     r->model_name = strdup(model_name);
     r->id = strdup(id);
+    r->fingerprint = fingerprint ? strdup(fingerprint) : NULL;
     r->choices = calloc((size_t)r->n_choices, sizeof *r->choices);
     r->prompts = calloc((size_t)req->n_prompts, sizeof *r->prompts);
-    bool ok = r->model_name && r->id && r->choices && r->prompts;
+    bool ok = r->model_name && r->id && (r->fingerprint || !fingerprint) && r->choices && r->prompts;
     for (int p = 0; ok && p < req->n_prompts; p++) {
         r->prompt_tokens += (int)req->prompts[p].n_ids;
         r->prompts[p].n = req->prompts[p].n_ids;
@@ -213,6 +215,7 @@ void srv_response_free(srv_response *r) {
     free(r->choices);
     free(r->model_name);
     free(r->id);
+    free(r->fingerprint);
     free(r);
 }
 
@@ -499,6 +502,7 @@ char *srv_response_body(srv_response *r, size_t *len) {
     json_object_set_new(o, "object", json_string(chat ? "chat.completion" : "text_completion"));
     json_object_set_new(o, "created", json_integer(r->created));
     json_object_set_new(o, "model", jstr(r->model_name));
+    json_object_set_new(o, "system_fingerprint", r->fingerprint ? jstr(r->fingerprint) : json_null());
     sbuf b = {0};
     put_object_open(&b, o);
     sbuf_puts(&b, ",\"choices\":[");
@@ -570,6 +574,7 @@ static json_t *chunk_new(const srv_response *r) {
     json_object_set_new(o, "object", json_string(chat ? "chat.completion.chunk" : "text_completion"));
     json_object_set_new(o, "created", json_integer(r->created));
     json_object_set_new(o, "model", jstr(r->model_name));
+    json_object_set_new(o, "system_fingerprint", r->fingerprint ? jstr(r->fingerprint) : json_null());
     return o;
 }
 

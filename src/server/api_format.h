@@ -34,9 +34,11 @@ char *srv_error_body(const srv_api_error *e, size_t *len);
 typedef struct srv_response srv_response;
 
 /* The response under construction for req (which must outlive it). id is
- * "cmpl-..." or "chatcmpl-..."; created is seconds since the epoch. */
+ * "cmpl-..." or "chatcmpl-..."; created is seconds since the epoch;
+ * fingerprint is the system_fingerprint of the object and of every chunk
+ * (the replica's name; NULL = null). */
 srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
-                               const char *id, long long created);
+                               const char *fingerprint, const char *id, long long created);
 void srv_response_free(srv_response *r);
 
 /* Non-streaming: fold events in, then take the whole body (malloc'ed). */

@@ -11,9 +11,10 @@
  * (tests/test_server_parse.c).
  * What it is not for: HTTP (http.c), running requests (engine_loop.c),
  * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
- * does (`user`, `metadata` are checked for type and ignored); known fields
- * the engine cannot honour (suffix, best_of > n, ...) are refused rather
- * than silently dropped. Structured output and tools: api_structured.c.
+ * does (`user`, `metadata` and `prompt_cache_key` are checked for type and
+ * ignored); known fields the engine cannot honour (suffix, best_of > n, ...)
+ * are refused rather than silently dropped. Structured output and tools:
+ * api_structured.c.
  */
 #ifndef PDL_SERVER_API_PARSE_H
 #define PDL_SERVER_API_PARSE_H
@@ -33,6 +34,7 @@
 #define SRV_MAX_STOP 64                        /* stop strings (and stop token ids) per request */
 #define SRV_MAX_STOP_LEN 4096                  /* bytes per stop string */
 #define SRV_MAX_LOGIT_BIAS 4096                /* logit_bias entries per request */
+#define SRV_MAX_PROMPT_CACHE_KEY 1024          /* bytes of prompt_cache_key */
 #define SRV_MAX_PROMPT_LOGPROBS (1 << 18)      /* prompt logprob entries per request: sum over prompts of
                                                   tokens x (top-N + 1); the response holds each */
 

@@ -1,6 +1,8 @@
 /*
  * http.c - libmicrohttpd glue: routing, API-key check, body limit, JSON
- * responses and Server-Sent Events.
+ * responses and Server-Sent Events. Every answer carries the header
+ * X-Pagedlm-Replica (the replica's name), so that a client or a test behind
+ * a load balancer sees where its request went.
  *
  * MHD runs one thread per connection, so a handler may block: a
  * non-streaming request waits for its call to finish; a streaming response
@@ -66,8 +68,10 @@ typedef struct req_ctx {
 
 /* ---- plain responses ------------------------------------------------------------ */
 
-static enum MHD_Result send_owned(struct MHD_Connection *conn, req_ctx *rc, int status, const char *ctype,
-                                  char *body, size_t len, bool close) {
+#define REPLICA_HEADER "X-Pagedlm-Replica"
+
+static enum MHD_Result send_owned(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, int status,
+                                  const char *ctype, char *body, size_t len, bool close) {
     if (!body) {
         body = strdup("{\"error\": {\"message\": \"out of memory\", \"type\": \"server_error\", \"param\": null, "
                       "\"code\": null}}");
@@ -81,6 +85,7 @@ static enum MHD_Result send_owned(struct MHD_Connection *conn, req_ctx *rc, int 
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, REPLICA_HEADER, s->replica_name);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     rc->status = status;
@@ -89,24 +94,25 @@ static enum MHD_Result send_owned(struct MHD_Connection *conn, req_ctx *rc, int 
     return r;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *conn, req_ctx *rc, int status, char *body, size_t len) {
-    return send_owned(conn, rc, status, "application/json", body, len, false);
+static enum MHD_Result send_json(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, int status, char *body,
+                                 size_t len) {
+    return send_owned(s, conn, rc, status, "application/json", body, len, false);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *conn, req_ctx *rc, const srv_api_error *e) {
+static enum MHD_Result send_error(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const srv_api_error *e) {
     size_t len;
     char *body = srv_error_body(e, &len);
     /* a body that was not read (413) cannot leave the connection reusable */
-    return send_owned(conn, rc, e->status, "application/json", body, len, e->status == 413 || e->status == 503);
+    return send_owned(s, conn, rc, e->status, "application/json", body, len, e->status == 413 || e->status == 503);
 }
 
-static enum MHD_Result fail(struct MHD_Connection *conn, req_ctx *rc, int status, const char *type, const char *code,
-                            const char *fmt, const char *arg) {
+static enum MHD_Result fail(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, int status, const char *type,
+                            const char *code, const char *fmt, const char *arg) {
     srv_api_error e;
     srv_api_fail(&e, status, NULL, fmt, arg);
     if (type) e.type = type;
     e.code = code;
-    return send_error(conn, rc, &e);
+    return send_error(s, conn, rc, &e);
 }
 
 /* ---- client liveness -------------------------------------------------------------- */
@@ -269,21 +275,21 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
                                    : srv_parse_completion(&s->parse, body, &req, &err);
     if (prc) {
         srv_gen_request_free(&req);
-        return send_error(conn, rc, &err);
+        return send_error(s, conn, rc, &err);
     }
     if (!req.seed_given) req.params.sampling.seed = srv_random(s);
     srv_call *call = srv_call_new(&req);
     if (!call) {
         srv_gen_request_free(&req);
-        return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+        return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     const srv_gen_request *r = srv_call_request(call);
     char id[64];
     make_id(s, kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
-    srv_response *resp = srv_response_new(s->model, r, s->model_name, id, (long long)time(NULL));
+    srv_response *resp = srv_response_new(s->model, r, s->model_name, s->replica_name, id, (long long)time(NULL));
     if (!resp) {
         srv_call_release(call);
-        return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+        return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     /* a generation may take long: no idle timeout on this connection now */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)0);
@@ -300,7 +306,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         srv_call_release(call);
         if (gone) return MHD_NO; /* drop the connection */
         restore_idle_timeout(s, conn);
-        return send_error(conn, rc, &err);
+        return send_error(s, conn, rc, &err);
     }
 
     if (r->stream) {
@@ -310,7 +316,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
-            return fail(conn, rc, 500, NULL, NULL, "%s", "out of memory");
+            return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
         }
         st->server = s;
         st->call = call;
@@ -330,6 +336,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         }
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(mr, REPLICA_HEADER, s->replica_name);
         rc->status = 200;
         enum MHD_Result res = MHD_queue_response(conn, MHD_HTTP_OK, mr);
         MHD_destroy_response(mr); /* stream_free runs when MHD is done with it */
@@ -358,11 +365,11 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     }
     enum MHD_Result res;
     if (cs == SRV_CALL_FAILED) {
-        res = send_error(conn, rc, &err);
+        res = send_error(s, conn, rc, &err);
     } else {
         size_t len;
         char *out = srv_response_body(resp, &len);
-        res = send_json(conn, rc, 200, out, len);
+        res = send_json(s, conn, rc, 200, out, len);
     }
     restore_idle_timeout(s, conn);
     srv_response_free(resp);
@@ -377,29 +384,29 @@ static enum MHD_Result tokenize(srv_server *s, struct MHD_Connection *conn, req_
     srv_api_error err;
     if (srv_parse_tokenize(&s->parse, body, &t, &err)) {
         free(t.ids);
-        return send_error(conn, rc, &err);
+        return send_error(s, conn, rc, &err);
     }
     size_t len;
     char *out = srv_tokenize_body(s->model, t.ids, t.n_ids, s->parse.ctx_len, t.return_token_strs, &len);
     free(t.ids);
-    return send_json(conn, rc, 200, out, len);
+    return send_json(s, conn, rc, 200, out, len);
 }
 
 static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
     int32_t *ids;
     size_t n;
     srv_api_error err;
-    if (srv_parse_detokenize(&s->parse, body, &ids, &n, &err)) return send_error(conn, rc, &err);
+    if (srv_parse_detokenize(&s->parse, body, &ids, &n, &err)) return send_error(s, conn, rc, &err);
     char *text = NULL;
     size_t text_len = 0;
     pdl_error pe;
     int drc = pdl_detokenize(s->model, ids, n, &text, &text_len, &pe);
     free(ids);
-    if (drc) return fail(conn, rc, 400, NULL, NULL, "%s", pe.message);
+    if (drc) return fail(s, conn, rc, 400, NULL, NULL, "%s", pe.message);
     size_t len;
     char *out = srv_detokenize_body(text, text_len, &len);
     free(text);
-    return send_json(conn, rc, 200, out, len);
+    return send_json(s, conn, rc, 200, out, len);
 }
 
 /* ---- routing ------------------------------------------------------------------------------ */
@@ -435,48 +442,48 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
                                 const char *method) {
     const char *want = NULL;
     route r = find_route(url, &want);
-    if (r == R_NONE) return fail(conn, rc, 404, NULL, NULL, "no such endpoint: %.200s", url);
+    if (r == R_NONE) return fail(s, conn, rc, 404, NULL, NULL, "no such endpoint: %.200s", url);
     bool head = strcmp(method, "HEAD") == 0 && strcmp(want, "GET") == 0;
     if (strcmp(method, want) != 0 && !head) {
         srv_api_error e;
         srv_api_fail(&e, 405, NULL, "method %.16s is not allowed for %.200s; use %s", method, url, want);
-        return send_error(conn, rc, &e);
+        return send_error(s, conn, rc, &e);
     }
     srv_state st = srv_state_now(s);
     if (r == R_HEALTH)
-        return send_owned(conn, rc, st == SRV_READY ? 200 : 503, "text/plain", strdup(""), 0, st == SRV_STOPPING);
+        return send_owned(s, conn, rc, st == SRV_READY ? 200 : 503, "text/plain", strdup(""), 0, st == SRV_STOPPING);
     if (r == R_METRICS) {
         size_t len;
         char *text = srv_metrics_render(s->metrics, &len);
-        return send_owned(conn, rc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, false);
+        return send_owned(s, conn, rc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, false);
     }
     if (!authorized(s, conn)) {
         srv_api_error e;
         srv_api_fail(&e, 401, NULL, "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.");
         e.code = "invalid_api_key";
-        return send_error(conn, rc, &e);
+        return send_error(s, conn, rc, &e);
     }
     if (st != SRV_READY) {
         const char *why = st == SRV_LOADING ? "the model is still loading" : st == SRV_STOPPING
                                                                               ? "the server is shutting down"
                                                                               : "the model failed to load";
-        return fail(conn, rc, 503, "service_unavailable", NULL, "%s", why);
+        return fail(s, conn, rc, 503, "service_unavailable", NULL, "%s", why);
     }
     srv_api_error e;
     if (rc->too_large && srv_check_body_size((size_t)rc->received, s->max_body, &e))
-        return send_error(conn, rc, &e);
+        return send_error(s, conn, rc, &e);
     if (r == R_MODELS || r == R_MODEL) {
         if (r == R_MODEL && strcmp(url + 11, s->model_name) != 0) {
             srv_api_fail(&e, 404, "model", "The model `%.200s` does not exist.", url + 11);
             e.code = "model_not_found";
-            return send_error(conn, rc, &e);
+            return send_error(s, conn, rc, &e);
         }
         size_t len;
         char *out = srv_models_body(s->model_name, s->model_path, s->parse.ctx_len, s->created, r == R_MODELS, &len);
-        return send_json(conn, rc, 200, out, len);
+        return send_json(s, conn, rc, 200, out, len);
     }
     json_t *body;
-    if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e)) return send_error(conn, rc, &e);
+    if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e)) return send_error(s, conn, rc, &e);
     enum MHD_Result res;
     switch (r) {
     case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION); break;
@@ -539,7 +546,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             srv_api_fail(&e, 400, NULL, "%s", bad);
             size_t len;
             char *body = srv_error_body(&e, &len);
-            return send_owned(conn, rc, 400, "application/json", body, len, true);
+            return send_owned(s, conn, rc, 400, "application/json", body, len, true);
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > HARD_BODY_LIMIT) {
@@ -547,7 +554,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             rc->too_large = true;
             srv_api_error e;
             srv_check_body_size((size_t)rc->received, s->max_body, &e);
-            return send_error(conn, rc, &e);
+            return send_error(s, conn, rc, &e);
         }
         return MHD_YES;
     }

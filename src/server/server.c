@@ -48,6 +48,44 @@ srv_state srv_get_state(srv_server *s, pdl_error *err) {
 
 int srv_port(const srv_server *s) { return s->port; }
 
+const char *srv_replica_name(const srv_server *s) { return s->replica_name; }
+
+/* A name goes out as an HTTP header value and in JSON: printable ASCII,
+ * without spaces at either end. Returns NULL or what is wrong. */
+static const char *bad_replica_name(const char *name) {
+    size_t n = strlen(name);
+    if (n == 0) return "it is empty";
+    if (n > SRV_MAX_REPLICA_NAME) return "it is longer than 128 bytes";
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || (unsigned char)name[i] > 0x7e)
+            return "it may hold printable ASCII characters only";
+    if (name[0] == ' ' || name[n - 1] == ' ') return "it starts or ends with a space";
+    return NULL;
+}
+
+int srv_check_replica_name(const char *name, pdl_error *err) {
+    const char *why = bad_replica_name(name);
+    return why ? pdl_fail(err, "--replica-name '%.200s': %s", name, why) : 0;
+}
+
+/* host:port as bound ([host]:port for IPv6); for a wildcard host (every
+ * address) the machine's name, which tells replicas on several machines (or
+ * pods) apart. */
+static char *default_replica_name(const char *host, int port) {
+    char name[300];
+    bool wildcard = strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 || host[0] == '\0';
+    char machine[256];
+    if (wildcard && gethostname(machine, sizeof machine) == 0) {
+        machine[sizeof machine - 1] = '\0';
+        snprintf(name, sizeof name, "%s:%d", machine, port);
+    } else if (strchr(host, ':')) {
+        snprintf(name, sizeof name, "[%s]:%d", host, port);
+    } else {
+        snprintf(name, sizeof name, "%s:%d", host, port);
+    }
+    return strdup(name);
+}
+
 void srv_request_begin(srv_server *s) {
     pthread_mutex_lock(&s->mu);
     s->active_requests++;
@@ -207,6 +245,7 @@ static void server_free(srv_server *s) {
     gram_vocab_free(s->grammar_vocab);
     free(s->model_path);
     free(s->model_name);
+    free(s->replica_name);
     free(s->api_key);
     free(s->chat_template_path);
     free(s->draft_model_path);
@@ -220,6 +259,7 @@ static char *dup_or_null(const char *v) { return v ? strdup(v) : NULL; }
 int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     *out = NULL;
     if (!o->model_path) return pdl_fail(err, "serve: no model given");
+    if (o->replica_name && srv_check_replica_name(o->replica_name, err)) return pdl_fail_prefix(err, "serve");
     srv_server *s = calloc(1, sizeof *s);
     if (!s) return pdl_fail(err, "serve: out of memory");
     pthread_condattr_t ca;
@@ -298,6 +338,15 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+    s->replica_name = o->replica_name ? strdup(o->replica_name) : default_replica_name(host, s->port);
+    const char *why = s->replica_name ? bad_replica_name(s->replica_name) : "out of memory";
+    if (why) {
+        MHD_stop_daemon(s->daemon);
+        pdl_fail(err, "serve: the replica name '%.200s' (from the host name): %s; give --replica-name",
+                 s->replica_name ? s->replica_name : "", why);
+        server_free(s);
+        return -1;
+    }
     if (pthread_create(&s->loader, NULL, loader_main, s) != 0) {
         MHD_stop_daemon(s->daemon);
         server_free(s);

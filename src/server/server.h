@@ -4,7 +4,8 @@
  *
  * What it is for: starting the listener at once, loading the model and the
  * chat template in the background (GET /health answers 503 until then),
- * serving the OpenAI and vLLM endpoints, and stopping gracefully: no new
+ * serving the OpenAI and vLLM endpoints, naming the replica in every answer
+ * (for a load balancer's routing to be seen), and stopping gracefully: no new
  * connections, in-flight requests finish (or are aborted after a grace
  * period), every thread joined and every byte freed.
  * What it is not for: signals and the command line (src/cli/cli_serve.c).
@@ -17,11 +18,15 @@
 
 #include "pagedlm.h"
 
+#define SRV_MAX_REPLICA_NAME 128 /* bytes */
+
 typedef struct srv_options {
     const char *model_path;
     const char *host;               /* NULL = 127.0.0.1 */
     int port;                       /* 0 = a free port (srv_port says which) */
     const char *served_model_name;  /* NULL = model_path */
+    const char *replica_name;       /* X-Pagedlm-Replica and system_fingerprint; NULL = host:port (the
+                                       machine's name for a wildcard host such as 0.0.0.0) */
     const char *api_key;            /* NULL = no authentication */
     const char *chat_template;      /* a Jinja file; NULL = the model's own */
     size_t max_body;                /* request bytes at most; 0 = 4 MiB */
@@ -50,6 +55,11 @@ typedef struct srv_server srv_server;
 /* Binds host:port and starts serving; the model loads on another thread. */
 int srv_start(srv_server **out, const srv_options *opts, pdl_error *err);
 int srv_port(const srv_server *s);
+/* 0, or -1 when name cannot be a replica name (printable ASCII, 1 to
+ * SRV_MAX_REPLICA_NAME bytes, no space at either end), with why in err. */
+int srv_check_replica_name(const char *name, pdl_error *err);
+/* The name this replica answers with (X-Pagedlm-Replica). */
+const char *srv_replica_name(const srv_server *s);
 /* The state; for SRV_FAILED, err gets the reason. */
 srv_state srv_get_state(srv_server *s, pdl_error *err);
 /* Stops accepting, lets in-flight requests finish within the grace period,

@@ -20,6 +20,7 @@ struct MHD_Daemon;
 struct srv_server {
     /* fixed at start */
     char *model_path, *model_name, *api_key, *chat_template_path;
+    char *replica_name;          /* X-Pagedlm-Replica, system_fingerprint */
     size_t max_body;
     double grace_s;
     unsigned int keep_alive_s;   /* idle connections close after this long */
