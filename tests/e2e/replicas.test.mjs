@@ -101,7 +101,8 @@ async function startReplicas({ balance = 'affinity' } = {}) {
     log: () => log,
     // HAProxy's "Server pagedlm/r1 is DOWN, reason: ..." lines so far
     transitions: () => [...log.matchAll(/^\[haproxy\] (Server pagedlm\/.*)$/gm)].map((m) => m[1]).join('\n'),
-    client: () => new OpenAI({ baseURL: `${lb[2]}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 }),
+    client: new OpenAI({ baseURL: `${lb[2]}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 }),
+    background: 0, // requests a test holds open through the balancer (see settled)
     async stop() {
       proc.kill('SIGTERM');
       const r = await exited;
@@ -121,6 +122,22 @@ async function serverStatus(dep, name) {
     if (f[0] === 'pagedlm' && f[1] === name) return f[17];
   }
   throw new Error(`no server ${name} in the stats:\n${csv}`);
+}
+
+// Resolves once HAProxy counts at most d.background requests in flight. It
+// counts a request until its stream closes, a moment after the client has
+// the answer, and the bounded load (hash-balance-factor) reads that count:
+// with one request counted on a replica, the next one for it goes to the next
+// replica on the ring (1.5 x (1 + 1) / 3 rounds down to 1 slot each). Traffic
+// meant to be one request at a time waits for this first.
+async function settled(d) {
+  for (let i = 0; ; i++) {
+    const csv = await (await fetch(d.stats)).text();
+    const row = csv.split('\n').map((l) => l.split(',')).find((f) => f[0] === 'pagedlm' && f[1] === 'BACKEND');
+    if (Number(row[4]) <= d.background) return; // scur
+    assert.ok(i < 500, `HAProxy still counts ${row[4]} requests in flight`);
+    await sleep(2);
+  }
 }
 
 async function hitsAndQueries(dep) {
@@ -145,9 +162,12 @@ const TURNS = 4;
 const system = (k) => `Once upon a time there was a ${ANIMALS[k % 10]} named ${NAMES[(k * 3) % 10]} who ` +
   `lived in story number ${k}. Every day ${NAMES[(k * 3) % 10]} went out to play with a friend.`;
 
-// One chat completion; streamed when asked. Returns the reply, its replica
-// (header) and the usage; checks that system_fingerprint names the same replica.
-async function ask(client, messages, { stream = false, headers = {}, extra = {} } = {}) {
+// One chat completion through deployment d, once the previous one is closed;
+// streamed when asked. Returns the reply, its replica (header) and the usage;
+// checks that system_fingerprint names the same replica.
+async function ask(d, messages, { stream = false, headers = {}, extra = {} } = {}) {
+  await settled(d);
+  const client = d.client;
   const body = { model: NAME, messages, max_tokens: 12, temperature: 0, ...extra };
   if (stream) {
     const { data, response } = await client.chat.completions
@@ -174,7 +194,7 @@ async function ask(client, messages, { stream = false, headers = {}, extra = {} 
 // 20 chats x 4 turns, turn-major (turn 1 of every chat, then turn 2, ...),
 // every other turn streamed. `script` replays the replies of an earlier run
 // so that two deployments see exactly the same prompts.
-async function converse(client, script = null) {
+async function converse(d, script = null) {
   const chats = [];
   for (let k = 0; k < CHATS; k++) chats.push({ messages: [{ role: 'system', content: system(k) }], replicas: [] });
   let cached = 0;
@@ -182,7 +202,7 @@ async function converse(client, script = null) {
     for (let k = 0; k < CHATS; k++) {
       const c = chats[k];
       c.messages.push({ role: 'user', content: QUESTIONS[t] });
-      const r = await ask(client, c.messages, { stream: t % 2 === 1 });
+      const r = await ask(d, c.messages, { stream: t % 2 === 1 });
       c.replicas.push(r.replica);
       cached += r.usage.prompt_tokens_details.cached_tokens;
       c.messages.push({ role: 'assistant', content: script ? script[k].messages[2 + 2 * t].content : r.text });
@@ -194,7 +214,6 @@ async function converse(client, script = null) {
 // ---- the tests ---------------------------------------------------------------------------
 
 let dep;
-let client;
 let affinity; // the first deployment's traffic: chats, replicas, cache hits
 before(async () => {
   const hv = spawnSync('haproxy', ['-v'], { encoding: 'utf8' });
@@ -203,14 +222,13 @@ before(async () => {
   assert.equal(check.status, 0, check.stdout + check.stderr);
   assert.doesNotMatch(check.stdout + check.stderr, /WARNING|ALERT/, 'the shipped configuration parses cleanly');
   dep = await startReplicas();
-  client = dep.client();
 });
 after(async () => dep && dep.stop());
 
 test('every chat stays on one replica, and affinity finds more cached prefixes than round robin', { timeout: 60000 },
   async (t) => {
     const m0 = await hitsAndQueries(dep);
-    const run = await converse(client);
+    const run = await converse(dep);
     const m1 = await hitsAndQueries(dep);
     const used = new Set();
     for (const [k, c] of run.chats.entries()) {
@@ -226,7 +244,7 @@ test('every chat stays on one replica, and affinity finds more cached prefixes t
     const rr = await startReplicas({ balance: 'roundrobin' });
     try {
       const r0 = await hitsAndQueries(rr);
-      const run2 = await converse(rr.client(), run.chats);
+      const run2 = await converse(rr, run.chats);
       const r1 = await hitsAndQueries(rr);
       const rrHits = r1.hits - r0.hits;
       assert.equal(r1.queries - r0.queries, affinity.queries, 'both deployments saw the same prompts');
@@ -242,7 +260,7 @@ test('every chat stays on one replica, and affinity finds more cached prefixes t
 test('the key is X-Session-Id, then prompt_cache_key, then the start of the first message or prompt', async () => {
   const msgs = (s) => [{ role: 'system', content: s }, { role: 'user', content: 'Hi' }];
   const where = async (opts, messages = msgs('Once upon a time')) =>
-    (await ask(client, messages, { ...opts, extra: { max_tokens: 1, ...(opts.extra ?? {}) } })).replica;
+    (await ask(dep, messages, { ...opts, extra: { max_tokens: 1, ...(opts.extra ?? {}) } })).replica;
   const keys = Array.from({ length: 12 }, (_, i) => `key-${i}`);
   // 12 keys land on more than one replica; one key with 12 bodies on one
   const bySession = new Set();
@@ -266,7 +284,8 @@ test('the key is X-Session-Id, then prompt_cache_key, then the start of the firs
   const head = 'Once upon a time there was a little girl named Lily. '.repeat(6).slice(0, 256);
   const byPrompt = new Set();
   for (const k of keys) {
-    const { response } = await client.completions.create({ model: NAME, prompt: `${head} ${k}`, max_tokens: 1 })
+    await settled(dep);
+    const { response } = await dep.client.completions.create({ model: NAME, prompt: `${head} ${k}`, max_tokens: 1 })
       .withResponse();
     byPrompt.add(response.headers.get('x-pagedlm-replica'));
   }
@@ -312,8 +331,10 @@ test('killing a replica moves only its chats; nothing fails once it is marked do
 
   // a long stream in flight on the victim (a plain request would be
   // replayed on another replica: retry-on empty-response)
-  const stream = await client.chat.completions.create({ model: NAME, messages: prompt(victimChat), temperature: 0,
+  await settled(dep);
+  const stream = await dep.client.chat.completions.create({ model: NAME, messages: prompt(victimChat), temperature: 0,
     max_tokens: 3000, ignore_eos: true, stream: true });
+  dep.background = 1; // the other requests need not wait for it
   const it = stream[Symbol.asyncIterator]();
   for (let i = 0; i < 3; i++) await it.next();
   const inflight = (async () => { for (;;) if ((await it.next()).done) return; })().then(() => null, (e) => String(e));
@@ -328,7 +349,7 @@ test('killing a replica moves only its chats; nothing fails once it is marked do
       const k = i % CHATS;
       const start = Date.now();
       try {
-        const r = await ask(client, prompt(k), { extra: { max_tokens: 4 } });
+        const r = await ask(dep, prompt(k), { extra: { max_tokens: 4 } });
         log.push({ k, start, replica: r.replica });
       } catch (e) {
         log.push({ k, start, error: String(e) });
@@ -350,6 +371,7 @@ test('killing a replica moves only its chats; nothing fails once it is marked do
   await worker;
   assert.ok(log.filter((e) => e.start > downAt).length >= 2 * CHATS, 'the chats did not go on');
   const lost = (await inflight) === null ? 0 : 1;
+  dep.background = 0;
 
   const after = log.filter((e) => e.start > downAt);
   const between = log.filter((e) => e.start <= downAt && e.start >= killedAt);
