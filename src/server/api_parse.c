@@ -534,9 +534,8 @@ static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_requ
     /* OpenAI's routing hint: a load balancer in front reads it (see
      * deploy/haproxy/pagedlm.cfg); one replica has nothing to route */
     const json_t *pck = field(body, "prompt_cache_key");
-    if (pck && (!json_is_string(pck) || json_string_length(pck) > SRV_MAX_PROMPT_CACHE_KEY))
-        return BAD("prompt_cache_key", "'prompt_cache_key' must be a string of at most %d bytes, got %s",
-                   SRV_MAX_PROMPT_CACHE_KEY, json_is_string(pck) ? "a longer one" : type_name(pck));
+    if (pck && !json_is_string(pck))
+        return BAD("prompt_cache_key", "'prompt_cache_key' must be a string, got %s", type_name(pck));
     const json_t *salt = field(body, "cache_salt");
     if (salt) {
         if (!json_is_string(salt) || json_string_length(salt) == 0 ||
