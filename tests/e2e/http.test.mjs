@@ -71,14 +71,15 @@ test('many idle connections after generations do not exhaust the server', async 
 });
 
 test('a stream that waits longer than the keep-alive limit for its first token is kept alive', async () => {
-  // one sequence at a time: the stream waits behind a 2500-token answer (seconds on qwen3-tiny)
+  // one sequence at a time: the stream waits behind an 8000-token answer (a few seconds on qwen3-tiny;
+  // 2500 took only 1.2 s on an idle 2-core machine, under the 1.5 s asserted below)
   const TESTDATA = process.env.PAGEDLM_TESTDATA;
   const slow = await startServer(['--timeout-keep-alive', '1', '--max-num-seqs', '1', '-m',
     `${TESTDATA}/models/qwen3-tiny/model-f32.gguf`]);
   try {
     const port2 = Number(new URL(slow.baseURL).port);
     const long = fetch(`${slow.baseURL}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 2500, ignore_eos: true, temperature: 0 }) });
+      body: JSON.stringify({ model: NAME, prompt: [1, 2, 3], max_tokens: 8000, ignore_eos: true, temperature: 0 }) });
     await new Promise((r) => setTimeout(r, 100));
     const t0 = Date.now();
     const r = await new Promise((resolve, reject) => {
@@ -161,4 +162,49 @@ test('a KV pool that cannot hold --max-model-len stops the server at start, nami
   assert.match(r.stderr, /max seq len \(128\) is larger than the maximum number of tokens that can be stored in the KV cache \(\d+/);
   assert.match(r.stderr, /--kv-cache-memory/);
   assert.match(r.stderr, /--max-model-len/);
+});
+
+test('every answer names its replica, host:port by default: health, metrics, errors, objects and streams', async () => {
+  const name = `127.0.0.1:${port}`;
+  for (const [path, init, status] of [['/health', {}, 200], ['/metrics', {}, 200], ['/v1/nothing', {}, 404],
+    ['/v1/completions', { method: 'POST', body: '{"prompt": 7}' }, 400]]) {
+    const r = await fetch(`${srv.baseURL}${path}`, { headers: { 'content-type': 'application/json' }, ...init });
+    assert.equal(r.status, status, path);
+    assert.equal(r.headers.get('x-pagedlm-replica'), name, path);
+    await r.text();
+  }
+  const client = srv.client();
+  const { data, response } = await client.completions.create({ model: NAME, prompt: 'Hi', max_tokens: 2 })
+    .withResponse();
+  assert.equal(response.headers.get('x-pagedlm-replica'), name);
+  assert.equal(data.system_fingerprint, name);
+  const s = await client.completions.create({ model: NAME, prompt: 'Hi', max_tokens: 2, stream: true })
+    .withResponse();
+  assert.equal(s.response.headers.get('x-pagedlm-replica'), name);
+  let chunks = 0;
+  for await (const c of s.data) {
+    assert.equal(c.system_fingerprint, name);
+    chunks++;
+  }
+  assert.ok(chunks >= 2);
+});
+
+test('a --replica-name that cannot be a header value is refused at start (exit 2, naming why)', async () => {
+  for (const [bad, why] of [['', /it is empty/], [' r1', /starts or ends with a space/], ['r1 ', /starts or ends/],
+    ['r\t1', /printable ASCII/], ['r\u00e91', /printable ASCII/], ['r'.repeat(129), /longer than 128 bytes/]]) {
+    const r = spawnSync(BIN, ['serve', '-m', MODEL, '--port', '0', '--replica-name', bad],
+      { encoding: 'utf8', timeout: 30000 });
+    assert.equal(r.status, 2, `${JSON.stringify(bad)}: ${r.stderr}`);
+    assert.match(r.stderr, /--replica-name/);
+    assert.match(r.stderr, why, JSON.stringify(bad));
+  }
+  // 128 bytes with inner spaces are fine
+  const name = `node a ${'r'.repeat(121)}`;
+  const ok = await startServer(['--replica-name', name]);
+  try {
+    const r = await fetch(`${ok.baseURL}/health`);
+    assert.equal(r.headers.get('x-pagedlm-replica'), name);
+  } finally {
+    await ok.stop();
+  }
 });
