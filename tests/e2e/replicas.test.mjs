@@ -108,6 +108,8 @@ async function startReplicas({ balance = 'affinity' } = {}) {
       const r = await exited;
       assert.equal(r.code, 0, `serve-replicas exited with ${r.code} (${r.signal}):\n${log.slice(-4000)}`);
       assert.match(log, /serve-replicas: stopped/);
+      assert.doesNotMatch(log, /AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:/,
+        'sanitizer report in a replica\'s log (make test-asan)');
       for (const p of [Number(lb[1]), ...Object.values(replicas).map((x) => x.pid)])
         assert.ok(!alive(p), `process ${p} outlived serve-replicas`);
     },
