@@ -208,7 +208,7 @@ static void test_tool_calls_whole_and_streamed(void) {
     setup();
     srv_gen_request r;
     tool_request(&r);
-    srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-t", 9);
+    srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-t", 9);
     srv_event *evs = tool_events(7);
     srv_response_add(resp, evs);
     srv_events_free(evs);
@@ -233,7 +233,7 @@ static void test_tool_calls_whole_and_streamed(void) {
     srv_response_free(resp);
 
     /* streamed, one byte per event: the deltas add up to the same message */
-    resp = srv_response_new(model, &r, "stories", "chatcmpl-t", 9);
+    resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-t", 9);
     sbuf out = {0};
     srv_response_stream_begin(resp, &out);
     evs = tool_events(1);
@@ -302,7 +302,7 @@ static void test_mistral_marker_token_reaches_the_parser(void) {
         r.tool_format = GRAM_TOOLS_MISTRAL;
         r.tool_calls_finish = true;
         r.tool_vocab = v;
-        srv_response *resp = srv_response_new(model, &r, "stories", "chatcmpl-m", 9);
+        srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-m", 9);
         srv_event *evs = event(PDL_EVENT_TOKEN, 0, with_marker ? 0 : 1, "", NULL);
         evs->next = event(PDL_EVENT_TOKEN, 0, 1, "[{\"name\": \"f\", \"arguments\": {\"a\": 1}}]", NULL);
         evs->next->next = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");

@@ -34,7 +34,6 @@
 #define SRV_MAX_STOP 64                        /* stop strings (and stop token ids) per request */
 #define SRV_MAX_STOP_LEN 4096                  /* bytes per stop string */
 #define SRV_MAX_LOGIT_BIAS 4096                /* logit_bias entries per request */
-#define SRV_MAX_PROMPT_CACHE_KEY 1024          /* bytes of prompt_cache_key */
 #define SRV_MAX_PROMPT_LOGPROBS (1 << 18)      /* prompt logprob entries per request: sum over prompts of
                                                   tokens x (top-N + 1); the response holds each */
 
