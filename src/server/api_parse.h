@@ -11,7 +11,7 @@
  * (tests/test_server_parse.c).
  * What it is not for: HTTP (http.c), running requests (engine_loop.c),
  * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
- * does (`user`, `metadata`, `prompt_cache_key` are checked for type and
+ * does (`user`, `metadata` and `prompt_cache_key` are checked for type and
  * ignored); known fields the engine cannot honour (suffix, best_of > n, ...)
  * are refused rather than silently dropped. Structured output and tools:
  * api_structured.c.
