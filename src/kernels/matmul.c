@@ -446,6 +446,33 @@ void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up,
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
 }
 
+void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
+                        int n_groups, pdl_gate_fn act, float *up) {
+    if (n_groups <= 0) return;
+    int64_t in = groups[0].w->shape[1];
+    for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
+        int n = n_groups - at < PDL_MATMUL_GROUP_MAX ? n_groups - at : PDL_MATMUL_GROUP_MAX;
+        const pdl_matmul_group *g = groups + at;
+        bool together = true;
+        for (int i = 0; i < n && together; i++) {
+            const pdl_tensor *w = g[i].w, *u = g[i].w_up;
+            together = w->panels && w->dtype == g[0].w->dtype && w->shape[1] == in &&
+                       (!act || (u && u->panels && u->dtype == w->dtype && u->shape[0] == w->shape[0] &&
+                                 u->shape[1] == in));
+        }
+        if (together) {
+            pdl_panels_matmul_grouped(pool, x, n_rows, g, n, act);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (g[i].n_rows <= 0) continue;
+            const float *xi = x + g[i].r0 * in;
+            if (act) pdl_matmul_gated(pool, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows, g[i].w, g[i].w_up, act);
+            else pdl_matmul(pool, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+        }
+    }
+}
+
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
                 const pdl_tensor *w, const float *bias, bool accumulate) {
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};
