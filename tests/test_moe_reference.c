@@ -765,7 +765,9 @@ static void test_broken_moe_files_are_named(void) {
 
 int main(void) {
     /* exact F32 products: the reference multiplies unrounded activations */
-    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
+    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1); /* for the pagedlm runs */
+    pdl_error kerr;
+    REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_route_orders_ties_and_weights);
     RUN(test_qwen3moe_matches_float64_reference);
     RUN(test_mixtral_matches_float64_reference);

@@ -290,7 +290,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     }
 }
 
-static int bf16_act = -1; /* -1: not decided yet (environment) */
+static int bf16_act = -1; /* -1: not decided yet (the CPU's default) */
 
 void pdl_matmul_set_bf16_activations(bool on) { bf16_act = on; }
 
@@ -300,9 +300,8 @@ bool pdl_matmul_bf16_activations(void) {
          * BF16 weights: with weight panels a 512-token prompt runs 1.5x as
          * fast as with exact F32 products (weight_panels.h), for a rounding
          * of each activation by at most 2^-9 relative;
-         * PAGEDLM_BF16_ACTIVATIONS=0 keeps exact products */
-        const char *e = getenv("PAGEDLM_BF16_ACTIVATIONS");
-        bf16_act = e && *e ? strcmp(e, "0") != 0 : pdl_cpu_features_get()->avx512bf16;
+         * pdl_set_kernels(NULL, 0, ..) keeps exact products */
+        bf16_act = pdl_cpu_features_get()->avx512bf16;
     }
     return bf16_act;
 }
