@@ -44,12 +44,27 @@ typedef enum pdl_kv_dtype {
  * load. Called on the loading thread. */
 typedef void (*pdl_load_progress_fn)(double done, void *user);
 
+/* One line of a notice (no newline), for a log the caller keeps. */
+typedef void (*pdl_log_fn)(const char *line, void *user);
+
 typedef struct pdl_model_options {
     int n_threads;        /* 0 = all online cores */
     int ctx_size;         /* 0 = the model's own context length */
     pdl_load_progress_fn progress; /* NULL = none */
     void *progress_user;
+    bool weights_mapped;  /* leave every matrix in the file mapping (shared with other processes) instead of
+                           * copying it into weight panels for the kernels (the default) */
+    pdl_log_fn log;       /* the loader's notices, one line each; NULL = none */
+    void *log_user;
 } pdl_model_options;
+
+/* Process-wide kernel choices, before models are loaded: the kernel family
+ * ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it is, at first the
+ * best this CPU has) and whether BF16 weights multiply activations rounded
+ * to BF16 (1), exact F32 products (0), or leave it as it is (-1; at first:
+ * where the CPU has VDPBF16PS). -1 with err "NAME is not ...; using BEST"
+ * when the family is unknown or not supported here (the best one runs). */
+int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err);
 
 /* Hyperparameters as the engine uses them, whatever the source format. */
 typedef struct pdl_model_info {
@@ -423,8 +438,6 @@ typedef enum pdl_logits_mode {
     PDL_LOGITS_SELECTIVE,  /* measurement: selective even if the probe failed */
 } pdl_logits_mode;
 
-typedef void (*pdl_log_fn)(const char *line, void *user);
-
 /* Speculative decoding: who proposes draft tokens (verified k + 1 rows at a
  * time in the normal batch; the output is the same tokens as without). */
 typedef enum pdl_spec_method {
@@ -455,7 +468,7 @@ typedef struct pdl_engine_options {
     pdl_model *draft_model;      /* PDL_SPEC_DRAFT_MODEL: loaded by the caller, outlives the engine */
     int spec_max_batch;          /* no drafts when more sequences than this decode at once; 0 = 4 */
     bool spec_no_pause;          /* keep speculating when the measured cost says it does not pay (tests) */
-    pdl_log_fn log;              /* one line per notable event; NULL = stderr */
+    pdl_log_fn log;              /* one line per notable event; NULL = none */
     void *log_user;
     /* tests and debugging: called on the stepping thread with each row of
      * logits the engine samples from (the raw row, before any sampling

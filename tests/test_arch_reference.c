@@ -889,7 +889,9 @@ int main(void) {
      * activations, and the BF16 checkpoint's tied head is BF16 (with BF16
      * activations, the default where the CPU has VDPBF16PS, its logits move
      * by ~5e-3 here) */
-    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
+    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1); /* for the pagedlm runs */
+    pdl_error kerr;
+    REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_gemma3_matches_float64_reference);
     RUN(test_gemma3_bf16_embedding_scale_is_rounded);
     RUN(test_gemma3_multimodal_folder_runs_its_text_model);

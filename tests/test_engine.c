@@ -632,7 +632,10 @@ static void test_selective_and_full_give_identical_tokens_and_logprobs(void) {
 }
 
 static char probe_log[1024];
-static void capture_log(const char *line, void *user) { snprintf(probe_log, sizeof probe_log, "%s", line); }
+static void capture_log(const char *line, void *user) {
+    (void)user;
+    snprintf(probe_log, sizeof probe_log, "%s", line);
+}
 
 /* The rows the probe compares (an inner row and the last of a 12-token
  * sequence), through the full head or the selective one. */

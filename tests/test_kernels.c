@@ -564,6 +564,7 @@ static void test_paged_attention_matches_contiguous_reference(void) {
 }
 
 static void count_hit(void *ctx, int ith, int nth) {
+    (void)nth;
     int *hits = ctx;
     __atomic_add_fetch(&hits[ith], 1, __ATOMIC_SEQ_CST);
 }

@@ -137,10 +137,12 @@ static void write_twins(char **qpath, char **fpath, char **badpath) {
     gguf_writer_free(t.q), gguf_writer_free(t.f), gguf_writer_free(t.bad);
 }
 
+static bool g_weights_mapped; /* the next loads leave matrices in the file mapping */
+
 static float *logits_of(const char *path, int threads, const char *want_types) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = threads};
+    pdl_model_options o = {.n_threads = threads, .weights_mapped = g_weights_mapped};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
     pdl_model_info info;
     pdl_model_get_info(m, &info);
@@ -202,7 +204,7 @@ static void test_k_quant_model_on_every_isa(void) {
 /* The loader copies matrices without panels byte for byte into its
  * huge-page buffer (model_load.c): the copy gives the mapped file's logits
  * exactly (a copy one byte off, or of the wrong length, would not), and
- * PAGEDLM_WEIGHT_PANELS=0 leaves the matrices in the mapping. */
+ * weights_mapped leaves the matrices in the mapping. */
 static void test_copied_matrices_give_the_mapped_files_logits(void) {
     pdl_fp16_init();
     char *qp, *fp, *bp;
@@ -215,12 +217,13 @@ static void test_copied_matrices_give_the_mapped_files_logits(void) {
     CHECK_MSG(buf && wq > buf && ((uintptr_t)wq % 64) == 0, "the last matrix is not in the model's copy");
     pdl_model_free(m);
     float *copied = logits_of(qp, 2, "Q4_K,Q6_K");
-    setenv("PAGEDLM_WEIGHT_PANELS", "0", 1);
+    o.weights_mapped = true;
     REQUIRE_MSG(pdl_model_load(&m, qp, &o, &err) == 0, "%s", err.message);
     CHECK(m->matrices == NULL);
     pdl_model_free(m);
+    g_weights_mapped = true;
     float *mapped = logits_of(qp, 2, "Q4_K,Q6_K");
-    unsetenv("PAGEDLM_WEIGHT_PANELS");
+    g_weights_mapped = false;
     CHECK(memcmp(copied, mapped, (size_t)T * VOCAB * sizeof *copied) == 0);
     free(copied), free(mapped), free(qp), free(fp), free(bp);
 }

@@ -356,10 +356,9 @@ static char *write_folders(const char *name, const char *f32_name, const mlx_opt
  * F32 twins then take the same F32 dot product as the expanded MLX rows,
  * which the exact comparisons below need. */
 static pdl_model *load(const char *dir) {
-    setenv("PAGEDLM_WEIGHT_PANELS", "0", 1);
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options mo = {.n_threads = 2};
+    pdl_model_options mo = {.n_threads = 2, .weights_mapped = true};
     REQUIRE_MSG(pdl_model_load(&m, dir, &mo, &err) == 0, "%s: %s", dir, err.message);
     return m;
 }

@@ -608,8 +608,9 @@ static void run_packed(pdl_model *m, pdl_kv_cache *kv, int n_seqs, const int32_t
 /* Three prompts alone, then packed in one batch in two orders: each row's
  * logits are the same bytes (a row's expert sums keep their own order
  * whichever other rows chose the same experts); then one decode row beside
- * another sequence's prefill equals that decode row alone, and a decode
- * step runs exactly k experts per layer. */
+ * another sequence's prefill (experts run one by one) or beside another
+ * decode row (experts grouped in one region) equals that decode row alone
+ * (grouped too), and a decode step runs exactly k experts per layer. */
 static void check_batch_invariance(const char *path, const spec *s) {
     pdl_model *m = load(path, 2);
     int V = s->vocab;
@@ -646,13 +647,22 @@ static void check_batch_invariance(const char *path, const spec *s) {
     /* decode: sequence 0's 7 cached, its 8th token alone, then beside
      * sequence 2's prefill */
     float *dec_alone = malloc((size_t)V * sizeof(float)), *dec_mixed = malloc((size_t)31 * V * sizeof(float));
-    for (int mixed = 0; mixed < 2; mixed++) {
+    for (int mixed = 0; mixed < 3; mixed++) {
         pdl_kv_cache *kv = NULL;
         REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, BS, 32, &err) == 0, "%s", err.message);
         int base[2] = {0, 8}, one = 1, cached[2] = {7, 0};
         run_packed(m, kv, 1, &toks[0], &n[0], zero, base, packed);
         const int32_t *dec_tok = all + 7;
-        if (!mixed) {
+        if (mixed == 2) {
+            /* two decode rows in one step (the grouped experts' path with
+             * gathered rows): sequence 0's row as alone */
+            run_packed(m, kv, 1, &toks[1], &n[1], zero, base + 1, packed);
+            const int32_t *t2[2] = {dec_tok, all + 40};
+            int n2[2] = {1, 1}, cached2[2] = {7, n[1]};
+            run_packed(m, kv, 2, t2, n2, cached2, base, dec_mixed);
+            CHECK_MSG(memcmp(dec_mixed, dec_alone, (size_t)V * sizeof(float)) == 0,
+                      "%s: a decode row beside another decode row differs from the row alone", path);
+        } else if (!mixed) {
             uint64_t runs0 = m->moe_expert_runs;
             run_packed(m, kv, 1, &dec_tok, &one, cached, base, dec_alone);
             CHECK_EQ_INT((int)(m->moe_expert_runs - runs0), s->layers * s->k);
@@ -755,7 +765,9 @@ static void test_broken_moe_files_are_named(void) {
 
 int main(void) {
     /* exact F32 products: the reference multiplies unrounded activations */
-    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
+    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1); /* for the pagedlm runs */
+    pdl_error kerr;
+    REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_route_orders_ties_and_weights);
     RUN(test_qwen3moe_matches_float64_reference);
     RUN(test_mixtral_matches_float64_reference);

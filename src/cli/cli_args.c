@@ -209,6 +209,24 @@ void cli_show_load_progress(pdl_model_options *mo, const char *path) {
     mo->progress_user = &g_progress;
 }
 
+void cli_log_stderr(const char *line, void *user) {
+    (void)user;
+    fprintf(stderr, "pagedlm: %s\n", line);
+}
+
+void cli_apply_kernel_env(void) {
+    const char *isa = getenv("PAGEDLM_ISA"), *bf16 = getenv("PAGEDLM_BF16_ACTIVATIONS");
+    int act = bf16 && *bf16 ? strcmp(bf16, "0") != 0 : -1;
+    pdl_error err;
+    if (pdl_set_kernels(isa, act, &err)) fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s\n", err.message);
+}
+
+pdl_model_options cli_model_options(int n_threads, int ctx_size) {
+    const char *panels = getenv("PAGEDLM_WEIGHT_PANELS");
+    return (pdl_model_options){.n_threads = n_threads, .ctx_size = ctx_size,
+                               .weights_mapped = panels && strcmp(panels, "0") == 0, .log = cli_log_stderr};
+}
+
 int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl_error *err) {
     cli_show_load_progress(mo, path);
     int rc = pdl_model_load(out, path, mo, err);

@@ -40,6 +40,19 @@ int cli_spec_config(const char *opt, const char *json, pdl_engine_options *eo, c
 /* pdl_model_load with a progress line on stderr when stderr is a terminal
  * and the load takes more than a second. */
 int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl_error *err);
+
+/* The environment the programs read (the library reads none): PAGEDLM_ISA
+ * and PAGEDLM_BF16_ACTIVATIONS into pdl_set_kernels, once at start (a bad
+ * family is said on stderr and the best one runs). */
+void cli_apply_kernel_env(void);
+
+/* Model options for n_threads and ctx_size with what the environment says
+ * (PAGEDLM_WEIGHT_PANELS=0: matrices left in the file mapping) and the
+ * loader's notices on stderr. */
+pdl_model_options cli_model_options(int n_threads, int ctx_size);
+
+/* A pdl_log_fn writing "pagedlm: LINE" to stderr. */
+void cli_log_stderr(const char *line, void *user);
 /* The same progress display for loads that run elsewhere (the server's
  * loader thread): sets mo->progress when stderr is a terminal. The state
  * lives in static storage (one load at a time). */

@@ -278,7 +278,7 @@ int cli_bench(int argc, char **argv) {
     int pp[8] = {512}, n_pp = 1, batches[8] = {1}, n_batches = 1;
     long n_gen = 128, reps = 5, threads = 0;
     bool json = false, csv = false, roofline = false;
-    pdl_engine_options eo = {0};
+    pdl_engine_options eo = {.log = cli_log_stderr};
     long spec_ngram = 0, spec_k = 4;
     float spec_temp = 0;
     const char *spec_model = NULL;
@@ -337,7 +337,7 @@ int cli_bench(int argc, char **argv) {
     }
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = {.n_threads = (int)threads};
+    pdl_model_options mo = cli_model_options((int)threads, 0);
     if (pdl_model_load(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;

@@ -237,7 +237,7 @@ int cli_bench_serve(int argc, char **argv) {
         }
     } else if (strcmp(dataset, "random") == 0) {
         pdl_model *tok = NULL;
-        pdl_model_options mo = {.n_threads = 1};
+        pdl_model_options mo = cli_model_options(1, 0);
         if (pdl_model_load(&tok, tokenizer, &mo, &err) ||
             dataset_random(tok, n, (int)input_len, (int)output_len, range_ratio, (int)prefix_len, seed, &prompts, &err)) {
             fprintf(stderr, "error: %s\n", err.message);

@@ -240,7 +240,7 @@ int cli_chat(int argc, char **argv) {
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
     if (cli_load_model(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
@@ -255,7 +255,7 @@ int cli_chat(int argc, char **argv) {
         fprintf(stderr, "error: %s has no chat template; give one with --chat-template FILE\n", model_path);
         rc = CLI_FAIL;
     }
-    pdl_engine_options eo = {.max_num_seqs = 1};
+    pdl_engine_options eo = {.max_num_seqs = 1, .log = cli_log_stderr};
     if (rc == CLI_OK && pdl_engine_create(&engine, model, &eo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;

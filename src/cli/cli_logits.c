@@ -74,7 +74,7 @@ int cli_logits(int argc, char **argv) {
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
     if (pdl_model_load(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         free(ids);
@@ -216,7 +216,7 @@ int cli_info(int argc, char **argv) {
     }
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = {.n_threads = 1};
+    pdl_model_options mo = cli_model_options(1, 0);
     if (pdl_model_load(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;

@@ -2,7 +2,10 @@
  * cli_random_model.c - `pagedlm make-random-model`: writes a GGUF with
  * random weights in the exact shape of a real model, so speed can be
  * measured and compared (with llama.cpp on the same file) without
- * downloading weights. The text such a model writes is noise.
+ * downloading weights. The text such a model writes is noise. Presets of
+ * mixture-of-experts models (Qwen3-30B-A3B, OLMoE-1B-7B) write GGUF's
+ * stacked experts (ffn_{gate,up,down}_exps) and an F32 router; their layer
+ * count is usually cut with --layers to fit memory.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -22,19 +25,27 @@
 
 typedef struct shape_preset {
     const char *name;
+    const char *arch; /* GGUF general.architecture */
     int hidden, layers, heads, kv_heads, head_dim, ffn, vocab;
     float rope_theta, eps;
+    int n_experts, n_experts_used, ffn_expert; /* 0 experts: a dense MLP */
+    bool untied;      /* its own output.weight */
+    bool qk_whole;    /* q/k norms over the whole projection (OLMoE), else per head */
 } shape_preset;
 
 static const shape_preset PRESETS[] = {
-    {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, 1e-6f},
-    {"qwen3-1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 1000000.0f, 1e-6f},
+    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
+    {"qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 128, 6144, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
+    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 1000000.0f, 1e-6f, 128, 8, 768, true, false},
+    {"olmoe-1b-7b", "olmoe", 2048, 16, 16, 16, 128, 1024, 50304, 10000.0f, 1e-5f, 64, 8, 1024, true, true},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
                "       [--layers N] [--vocab N] [--seed S]\n"
-               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings)\n"
+               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings);\n"
+               "         qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
+               "         token): mixtures of experts, GGUF only, usually with fewer --layers\n"
                "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
                "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n"
                "--tokenizer DIR gives the model a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's):\n"
@@ -151,8 +162,8 @@ static int copy_file(const char *from, const char *to) {
 typedef struct tensor_names {
     char gguf[96], hf[96];
     int n_dims;
-    int64_t shape[2];
-    bool vector; /* F32 norm weights */
+    int64_t shape[3];
+    bool vector; /* kept in F32: norm weights, a MoE router */
 } tensor_names;
 
 static tensor_names *g_names;
@@ -253,7 +264,8 @@ int cli_make_random_model(int argc, char **argv) {
     for (size_t i = 0; preset && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (strcmp(PRESETS[i].name, preset) == 0) p = &PRESETS[i];
     if (!p || !out) {
-        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b or qwen3-1.7b) and -o FILE\n");
+        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-30b-a3b or "
+                        "olmoe-1b-7b) and -o FILE\n");
         return CLI_USAGE;
     }
     pdl_dtype dt;
@@ -270,6 +282,10 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: --format expects gguf or hf, got '%s'\n", format);
         return CLI_USAGE;
     }
+    if (hf && p->n_experts > 0) {
+        fprintf(stderr, "error: the %s preset is written as GGUF only\n", p->name);
+        return CLI_USAGE;
+    }
     if (hf && dt == PDL_DTYPE_Q8_0) {
         fprintf(stderr, "error: safetensors has no Q8_0: use --dtype f32, f16 or bf16 with --format hf\n");
         return CLI_USAGE;
@@ -278,7 +294,7 @@ int cli_make_random_model(int argc, char **argv) {
     g_seed = seed;
     pdl_fp16_init();
     /* the tensor list, under both names */
-    g_names = calloc((size_t)(2 + 11 * L), sizeof *g_names);
+    g_names = calloc((size_t)(3 + 12 * L), sizeof *g_names);
     if (!g_names) return CLI_FAIL;
     g_n_names = 0;
     int64_t qd = (int64_t)p->heads * p->head_dim, kd = (int64_t)p->kv_heads * p->head_dim;
@@ -291,7 +307,36 @@ int cli_make_random_model(int argc, char **argv) {
     } while (0)
     ADD("token_embd.weight", "model.embed_tokens.weight", V, p->hidden, false);
     ADD("output_norm.weight", "model.norm.weight", p->hidden, 0, true);
-    for (int l = 0; l < L; l++) {
+    if (p->untied) ADD("output.weight", "lm_head.weight", V, p->hidden, false);
+    for (int l = 0; p->n_experts > 0 && l < L; l++) {
+        /* a mixture of experts: attention as qwen3's, then router and stacked experts */
+        int64_t E = p->n_experts, F = p->ffn_expert, H = p->hidden;
+        struct {
+            const char *gs;
+            int64_t d0, d1, d2;
+            bool vec;
+        } items[] = {{"attn_norm.weight", H, 0, 0, true},
+                     {"attn_q.weight", qd, H, 0, false},
+                     {"attn_k.weight", kd, H, 0, false},
+                     {"attn_v.weight", kd, H, 0, false},
+                     {"attn_output.weight", H, qd, 0, false},
+                     {"attn_q_norm.weight", p->qk_whole ? qd : p->head_dim, 0, 0, true},
+                     {"attn_k_norm.weight", p->qk_whole ? kd : p->head_dim, 0, 0, true},
+                     {"ffn_norm.weight", H, 0, 0, true},
+                     {"ffn_gate_inp.weight", E, H, 0, true},
+                     {"ffn_gate_exps.weight", E, F, H, false},
+                     {"ffn_up_exps.weight", E, F, H, false},
+                     {"ffn_down_exps.weight", E, H, F, false}};
+        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+            tensor_names *tn = &g_names[g_n_names++];
+            snprintf(tn->gguf, sizeof tn->gguf, "blk.%d.%s", l, items[i].gs);
+            snprintf(tn->hf, sizeof tn->hf, "%s", tn->gguf);
+            tn->n_dims = items[i].d2 ? 3 : items[i].d1 ? 2 : 1;
+            tn->shape[0] = items[i].d0, tn->shape[1] = items[i].d1, tn->shape[2] = items[i].d2;
+            tn->vector = items[i].vec;
+        }
+    }
+    for (int l = 0; p->n_experts == 0 && l < L; l++) {
         char g[96], h[96];
         struct {
             const char *gs, *hs;
@@ -360,9 +405,9 @@ int cli_make_random_model(int argc, char **argv) {
     } else {
         gguf_out *g = gguf_out_new();
         char key[128];
-        gguf_out_str(g, "general.architecture", "qwen3");
+        gguf_out_str(g, "general.architecture", p->arch);
         gguf_out_str(g, "general.name", p->name);
-#define K(s) (snprintf(key, sizeof key, "qwen3.%s", s), key)
+#define K(s) (snprintf(key, sizeof key, "%s.%s", p->arch, s), key)
         gguf_out_u32(g, K("block_count"), (uint32_t)L);
         gguf_out_u32(g, K("context_length"), 40960);
         gguf_out_u32(g, K("embedding_length"), (uint32_t)p->hidden);
@@ -373,6 +418,12 @@ int cli_make_random_model(int argc, char **argv) {
         gguf_out_u32(g, K("attention.value_length"), (uint32_t)p->head_dim);
         gguf_out_f32(g, K("rope.freq_base"), p->rope_theta);
         gguf_out_f32(g, K("attention.layer_norm_rms_epsilon"), p->eps);
+        gguf_out_u32(g, K("rope.dimension_count"), (uint32_t)p->head_dim);
+        if (p->n_experts > 0) {
+            gguf_out_u32(g, K("expert_count"), (uint32_t)p->n_experts);
+            gguf_out_u32(g, K("expert_used_count"), (uint32_t)p->n_experts_used);
+            gguf_out_u32(g, K("expert_feed_forward_length"), (uint32_t)p->ffn_expert);
+        }
 #undef K
         if (tok_dir && add_gguf_tokenizer(g, tok_dir, tok_pre, V)) {
             gguf_out_free(g);

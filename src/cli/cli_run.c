@@ -190,7 +190,7 @@ int cli_run(int argc, char **argv) {
     const char *stops[64];
     int n_stops = 0;
     char *draft_path = NULL;
-    pdl_engine_options eo = {0};
+    pdl_engine_options eo = {.log = cli_log_stderr};
     long lv;
     long n_predict = 128, threads = 0, ctx = 0, n_samples = 1, n_logprobs = -1, top_k = 0;
     float temp = 0.8f, top_p = 0, min_p = 0;
@@ -312,7 +312,7 @@ int cli_run(int argc, char **argv) {
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
     double t0 = now_s();
     if (cli_load_model(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
@@ -320,7 +320,7 @@ int cli_run(int argc, char **argv) {
     }
     pdl_model *draft = NULL;
     if (draft_path) {
-        pdl_model_options dmo = {.n_threads = (int)threads, .ctx_size = (int)ctx};
+        pdl_model_options dmo = cli_model_options((int)threads, (int)ctx);
         if (cli_load_model(&draft, draft_path, &dmo, &err)) {
             fprintf(stderr, "error: draft model: %s\n", err.message);
             free(draft_path);

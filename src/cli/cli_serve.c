@@ -86,6 +86,7 @@ static void *second_signal(void *arg) {
 
 int cli_serve(int argc, char **argv) {
     srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line};
+    o.model = cli_model_options(0, 0);
     char *draft_path = NULL;
     long lv;
     float fv;

@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
         usage(stderr);
         return CLI_USAGE;
     }
+    cli_apply_kernel_env();
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0) return cli_run(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0) return cli_chat(argc - 1, argv + 1);

@@ -62,7 +62,6 @@ static void engine_log(const pdl_engine *e, const char *fmt, ...) {
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     if (e->opts.log) e->opts.log(line, e->opts.log_user);
-    else fprintf(stderr, "pagedlm: %s\n", line);
 }
 
 /* ---- KV pool sizing ------------------------------------------------------ */

@@ -285,7 +285,9 @@ static int wanted(const sched *s, const eng_seq *q) {
     return n;
 }
 
-static int push_entry(sched *s, eng_seq *q, int n_new, pdl_error *err) {
+/* Room for an entry per sequence the scheduler holds (entries are filled in
+ * place as the step is planned). */
+static int reserve_entries(sched *s, pdl_error *err) {
     if (s->cap_entries < s->n_running + s->n_waiting + 1) {
         int cap = (s->n_running + s->n_waiting + 1) * 2;
         sched_entry *e = realloc(s->entries, (size_t)cap * sizeof *e);
@@ -301,7 +303,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     int budget = s->cfg.max_num_batched_tokens;
     int n_entries = 0;
     uint64_t preempted_before = s->preemptions;
-    if (push_entry(s, NULL, 0, err)) return -1;
+    if (reserve_entries(s, err)) return -1;
 
     /* 1. running sequences, oldest first */
     for (int i = 0; i < s->n_running && budget > 0; i++) {
@@ -358,7 +360,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         }
         if (q->n_cached_prompt < 0) q->n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
-        if (insert_running(s, q, err) || push_entry(s, q, n, err)) return -1;
+        if (insert_running(s, q, err) || reserve_entries(s, err)) return -1;
         s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};
         budget -= n;
     }

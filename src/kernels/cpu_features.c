@@ -5,8 +5,6 @@
 #include "kernels/cpu_features.h"
 
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -18,6 +16,10 @@
 #define HWCAP_ASIMDDP (1UL << 20) /* the kernel's bit for SDOT/UDOT */
 #endif
 #endif
+
+#include "kernels/matmul_tiles.h"
+#include "pagedlm.h"
+#include "util/error.h"
 
 static pdl_cpu_features features;
 static pdl_isa active;
@@ -63,17 +65,24 @@ static void detect(void) {
 #endif
 #endif
     active = best_of(&features);
-    const char *env = getenv("PAGEDLM_ISA");
-    if (env) {
-        pdl_isa want = PDL_ISA_COUNT; /* unknown: the best */
-        for (int i = 0; i < PDL_ISA_COUNT; i++)
-            if (strcmp(env, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
-        if (want != PDL_ISA_COUNT && supported(&features, want)) active = want;
-        else /* a typo or another machine's family: say which one runs */
-            fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s is %s; using %s\n", env,
+}
+
+int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err) {
+    pthread_once(&once, detect);
+    if (bf16_activations >= 0) pdl_matmul_set_bf16_activations(bf16_activations != 0);
+    if (!isa) return 0;
+    pdl_isa want = PDL_ISA_COUNT; /* unknown */
+    for (int i = 0; i < PDL_ISA_COUNT; i++)
+        if (strcmp(isa, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
+    if (want != PDL_ISA_COUNT && supported(&features, want)) {
+        active = want;
+        return 0;
+    }
+    /* a typo or another machine's family: the best runs, and the caller says so */
+    active = best_of(&features);
+    return pdl_fail(err, "%s is %s; using %s", isa,
                     want == PDL_ISA_COUNT ? "not one of scalar, avx2, avx512, neon" : "not supported by this CPU",
                     pdl_isa_name(active));
-    }
 }
 
 const pdl_cpu_features *pdl_cpu_features_get(void) {

@@ -2,9 +2,10 @@
  * cpu_features.h - which instruction sets this CPU has, and which kernel
  * family the process uses (chosen once, at run time).
  *
- * PAGEDLM_ISA=scalar|avx2|avx512|neon forces a family (for tests and A/B
- * measurements); a family the CPU lacks, or an unknown name, falls back to
- * the best it has (said on stderr).
+ * pdl_set_kernels (pagedlm.h) forces a family (the programs pass
+ * PAGEDLM_ISA=scalar|avx2|avx512|neon, for tests and A/B measurements); a
+ * family the CPU lacks, or an unknown name, falls back to the best it has
+ * (the error says so; the library itself reads no environment).
  * The x86 families (AVX2, AVX-512) and NEON never meet in one process:
  * loops over the families ask pdl_isa_supported, not the enum's order.
  */
@@ -32,7 +33,7 @@ const pdl_cpu_features *pdl_cpu_features_get(void);
 pdl_isa pdl_isa_best(void);
 /* Whether this CPU (and this build) can run the family. */
 bool pdl_isa_supported(pdl_isa isa);
-/* The family in effect (PAGEDLM_ISA or the best). */
+/* The family in effect (pdl_set_kernels' or the best). */
 pdl_isa pdl_isa_active(void);
 /* Overrides the family (tests); returns the one actually set. */
 pdl_isa pdl_isa_set(pdl_isa isa);

@@ -290,7 +290,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     }
 }
 
-static int bf16_act = -1; /* -1: not decided yet (environment) */
+static int bf16_act = -1; /* -1: not decided yet (the CPU's default) */
 
 void pdl_matmul_set_bf16_activations(bool on) { bf16_act = on; }
 
@@ -300,9 +300,8 @@ bool pdl_matmul_bf16_activations(void) {
          * BF16 weights: with weight panels a 512-token prompt runs 1.5x as
          * fast as with exact F32 products (weight_panels.h), for a rounding
          * of each activation by at most 2^-9 relative;
-         * PAGEDLM_BF16_ACTIVATIONS=0 keeps exact products */
-        const char *e = getenv("PAGEDLM_BF16_ACTIVATIONS");
-        bf16_act = e && *e ? strcmp(e, "0") != 0 : pdl_cpu_features_get()->avx512bf16;
+         * pdl_set_kernels(NULL, 0, ..) keeps exact products */
+        bf16_act = pdl_cpu_features_get()->avx512bf16;
     }
     return bf16_act;
 }
@@ -444,6 +443,33 @@ void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up,
     pdl_matmul_shared(pool, x, n_rows, o, 2);
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
+}
+
+void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
+                        int n_groups, pdl_gate_fn act, float *up) {
+    if (n_groups <= 0) return;
+    int64_t in = groups[0].w->shape[1];
+    for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
+        int n = n_groups - at < PDL_MATMUL_GROUP_MAX ? n_groups - at : PDL_MATMUL_GROUP_MAX;
+        const pdl_matmul_group *g = groups + at;
+        bool together = true;
+        for (int i = 0; i < n && together; i++) {
+            const pdl_tensor *w = g[i].w, *u = g[i].w_up;
+            together = w->panels && w->dtype == g[0].w->dtype && w->shape[1] == in &&
+                       (!act || (u && u->panels && u->dtype == w->dtype && u->shape[0] == w->shape[0] &&
+                                 u->shape[1] == in));
+        }
+        if (together) {
+            pdl_panels_matmul_grouped(pool, x, n_rows, g, n, act);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (g[i].n_rows <= 0) continue;
+            const float *xi = x + g[i].r0 * in;
+            if (act) pdl_matmul_gated(pool, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows, g[i].w, g[i].w_up, act);
+            else pdl_matmul(pool, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+        }
+    }
 }
 
 void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,

@@ -64,6 +64,28 @@ void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, con
  * (pdl_silu_mul, pdl_gelu_tanh_mul). */
 typedef void (*pdl_gate_fn)(float *gate, const float *up, int n);
 
+/* One matrix of pdl_matmul_grouped: rows [r0, r0 + n_rows) of the shared
+ * activations times w (gated: act(x w^T, x w_up^T)), output row r0 + i at
+ * y + i * ldy. */
+typedef struct pdl_matmul_group {
+    const pdl_tensor *w, *w_up;
+    float *y;
+    int64_t ldy;
+    int64_t r0, n_rows;
+} pdl_matmul_group;
+
+#define PDL_MATMUL_GROUP_MAX 64
+
+/* Several matrices, each over its own rows of x (n_rows, in): a MoE layer's
+ * experts, each over the rows routed to it. Each output row exactly as
+ * pdl_matmul (pdl_matmul_gated with act) gives it for that row; where all
+ * the matrices have weight panels of one dtype and width, x is prepared
+ * once and one parallel region runs them all (at most PDL_MATMUL_GROUP_MAX
+ * per call; more run in several). up: scratch (n_rows, w's rows) for the
+ * gated fallback, or NULL without act. */
+void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
+                        int n_groups, pdl_gate_fn act, float *up);
+
 /* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
  * scratch of the same shape): the gated MLP's two products and its
  * activation, exactly as pdl_matmul_shared and then act over each row give

@@ -375,10 +375,14 @@ static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
 
 /* ---- driver --------------------------------------------------------------- */
 
-/* One matrix of a panel task: its panels and where its outputs go. */
+/* One matrix of a panel task: its panels, the activation rows it takes
+ * ([r0, r1) of the task's), and where its outputs go (row r at y + (r -
+ * r0) * ldy). */
 typedef struct panel_mat {
     const uint8_t *panels;
+    const uint8_t *up_panels; /* gated tasks: the up matrix's panels */
     int64_t n_panels, first; /* first: its first panel in the task's numbering */
+    int64_t r0, r1;
     int last_cols;
     float *y;
     int64_t ldy;
@@ -400,10 +404,9 @@ typedef struct panel_task {
     size_t xsize;
     size_t panel_bytes;
     int64_t steps;
-    panel_mat mats[PDL_MATMUL_SHARED_MAX]; /* matrices of the same dtype and width */
+    panel_mat *mats;       /* matrices of the same dtype and width */
     int n_mats;
-    pdl_gate_fn act;             /* gated: mats[0] is the gate, y = act(gate, up) */
-    const uint8_t *up_panels;    /* ... and these the up matrix's panels */
+    pdl_gate_fn act;       /* gated: each mat is a gate, y = act(gate, up) with its up_panels */
     int64_t n_panels;      /* of all of them */
 } panel_task;
 
@@ -428,20 +431,22 @@ static void run_tile(const panel_task *t, int64_t r, int nr, const uint8_t *pane
  * matrix, into a buffer on the stack, and the activation combines them
  * while both are in L1. */
 static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, int64_t g1, int64_t rb, int64_t re) {
-    for (int64_t g = g0; g < g1; g += PDL_PANEL_TILE_PANELS) {
+    if (rb < pm->r0) rb = pm->r0;
+    if (re > pm->r1) re = pm->r1;
+    for (int64_t g = g0; g < g1 && rb < re; g += PDL_PANEL_TILE_PANELS) {
         int ng = (int)(g1 - g < PDL_PANEL_TILE_PANELS ? g1 - g : PDL_PANEL_TILE_PANELS);
         int last = g + ng == pm->n_panels ? pm->last_cols : PDL_PANEL_COLS;
         size_t at = (size_t)g * t->panel_bytes;
-        float *y = pm->y + g * PDL_PANEL_COLS;
+        float *y = pm->y + g * PDL_PANEL_COLS; /* row r of the task at y + (r - r0) * ldy */
         const float *bias = pm->bias ? pm->bias + g * PDL_PANEL_COLS : NULL;
         for (int64_t r = rb; r < re; r += t->tile_rows) {
             int nr = (int)(re - r < t->tile_rows ? re - r : t->tile_rows);
-            run_tile(t, r, nr, pm->panels + at, ng, last, y + r * pm->ldy, pm->ldy, bias, pm->accumulate);
+            run_tile(t, r, nr, pm->panels + at, ng, last, y + (r - pm->r0) * pm->ldy, pm->ldy, bias, pm->accumulate);
             if (t->act) {
                 float up[PDL_PANEL_TILE_ROWS * PDL_PANEL_TILE_PANELS * PDL_PANEL_COLS];
                 int cols = (ng - 1) * PDL_PANEL_COLS + last, ldu = ng * PDL_PANEL_COLS;
-                run_tile(t, r, nr, t->up_panels + at, ng, last, up, ldu, NULL, false);
-                for (int i = 0; i < nr; i++) t->act(y + (r + i) * pm->ldy, up + i * ldu, cols);
+                run_tile(t, r, nr, pm->up_panels + at, ng, last, up, ldu, NULL, false);
+                for (int i = 0; i < nr; i++) t->act(y + (r - pm->r0 + i) * pm->ldy, up + i * ldu, cols);
             }
         }
     }
@@ -546,26 +551,53 @@ void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float 
     pdl_panels_matmul_shared(pool, x, n_rows, &o, 1);
 }
 
-static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs,
-                       const pdl_tensor *w_up, pdl_gate_fn act);
+static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_tensor *w, panel_mat *mats,
+                       int n_mats, pdl_gate_fn act);
+
+/* The panel_mat of one output over activation rows [r0, r1). */
+static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, int64_t ldy, const float *bias,
+                        bool accumulate, int64_t r0, int64_t r1) {
+    int64_t n_out = w->shape[0];
+    return (panel_mat){
+        .panels = w->panels, .up_panels = w_up ? w_up->panels : NULL,
+        .n_panels = (n_out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS, .r0 = r0, .r1 = r1,
+        .last_cols = (int)(n_out - (n_out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
+        .y = y, .ldy = ldy, .bias = bias, .accumulate = accumulate,
+    };
+}
 
 void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
                               int n_outs) {
-    panels_run(pool, x, n_rows, outs, n_outs, NULL, NULL);
+    panel_mat mats[PDL_MATMUL_SHARED_MAX];
+    int n = 0;
+    for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
+        mats[n++] = mat_of(outs[i].w, NULL, outs[i].y, outs[i].ldy, outs[i].bias, outs[i].accumulate, 0, n_rows);
+    if (n) panels_run(pool, x, n_rows, outs[0].w, mats, n, NULL);
 }
 
 void pdl_panels_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, const float *x, int64_t n_rows,
                              const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
-    pdl_matmul_out o = {.y = gate, .ldy = ldg, .w = w_gate};
-    panels_run(pool, x, n_rows, &o, 1, w_up, act);
+    panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
+    panels_run(pool, x, n_rows, w_gate, &m, 1, act);
 }
 
-/* Prepares the activations once and runs the panel tiles of every output
- * (with w_up and act: one gated pair) in one parallel region. */
-static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs,
-                       const pdl_tensor *w_up, pdl_gate_fn act) {
-    if (n_rows == 0 || n_outs <= 0) return;
-    const pdl_tensor *w = outs[0].w;
+void pdl_panels_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
+                               int n_groups, pdl_gate_fn act) {
+    panel_mat mats[PDL_MATMUL_GROUP_MAX];
+    int n = 0;
+    for (int i = 0; i < n_groups && i < PDL_MATMUL_GROUP_MAX; i++) {
+        const pdl_matmul_group *g = &groups[i];
+        if (g->n_rows > 0) mats[n++] = mat_of(g->w, act ? g->w_up : NULL, g->y, g->ldy, NULL, false, g->r0, g->r0 + g->n_rows);
+    }
+    if (n) panels_run(pool, x, n_rows, groups[0].w, mats, n, act);
+}
+
+/* Prepares the activations once and runs the panel tiles of every matrix
+ * (gated: each with its up matrix) in one parallel region; w is one of
+ * them (its dtype and width are all of theirs). */
+static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_tensor *w, panel_mat *mats,
+                       int n_mats, pdl_gate_fn act) {
+    if (n_rows == 0 || n_mats <= 0) return;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
     /* BF16 activations where the family has a BF16 dot product (or its
@@ -575,19 +607,13 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
         .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
         .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
-        .act = act, .up_panels = w_up ? w_up->panels : NULL,
+        .act = act, .mats = mats, .n_mats = n_mats,
     };
-    double out = 0;
-    for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++) {
-        const pdl_matmul_out *o = &outs[i];
-        int64_t n_out = o->w->shape[0], np = (n_out + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
-        t.mats[t.n_mats++] = (panel_mat){
-            .panels = o->w->panels, .n_panels = np, .first = t.n_panels,
-            .last_cols = (int)(n_out - (n_out - 1) / PDL_PANEL_COLS * PDL_PANEL_COLS),
-            .y = o->y, .ldy = o->ldy, .bias = o->bias, .accumulate = o->accumulate,
-        };
-        t.n_panels += np;
-        out += (double)n_out;
+    double macs = 0; /* multiply-adds of every matrix over its rows */
+    for (int i = 0; i < n_mats; i++) {
+        mats[i].first = t.n_panels;
+        t.n_panels += mats[i].n_panels;
+        macs += (double)(mats[i].r1 - mats[i].r0) * (double)mats[i].n_panels * PDL_PANEL_COLS * (double)in;
     }
     pick_tile(dt, dp, &t.fn, &t.qfn, &t.kfn);
     /* the AVX2 F32 / F16 tiles work in pieces of 6 rows (weight_panels_avx2.c) */
@@ -632,6 +658,5 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
     /* activation rows per block: about 512 KiB of them (half an L2) */
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
-    double macs = (double)n_rows * out * (double)in * (act ? 2 : 1);
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs, 65536.0), panel_worker, &t);
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0), panel_worker, &t);
 }

@@ -110,6 +110,11 @@ void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_ro
 void pdl_panels_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, const float *x, int64_t n_rows,
                              const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
 
+/* pdl_matmul_grouped for matrices (and up matrices) that all have panels
+ * of one dtype and width (the caller checks). */
+void pdl_panels_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
+                               int n_groups, pdl_gate_fn act);
+
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs
  * of BF16 activations as 32-bit words (ldx words per row); last_cols is

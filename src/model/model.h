@@ -157,8 +157,8 @@ typedef struct pdl_forward_scratch {
     int32_t *exp_start; /* (n_experts + 1) where expert e's assignments begin in exp_rows */
     int32_t *exp_rows;  /* (rows * k) assignments row * k + rank, grouped by expert, rows ascending */
     int32_t *out_at;    /* (rows * k) assignment row * k + rank -> its row in `ye` */
-    float *xe;          /* (rows, hidden) one expert's gathered input rows */
-    float *he, *ue;     /* (rows, ffn_expert) its gate (then activation) and up */
+    float *xe;          /* (rows * k, hidden) gathered input rows: one expert's, or every assignment's (grouped) */
+    float *he, *ue;     /* (rows * k, ffn_expert) gate (then activation) and up, likewise */
     float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
 } pdl_forward_scratch;
 

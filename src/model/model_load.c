@@ -619,13 +619,12 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
  * machine's kernels read them (kernels/weight_panels.h), byte for byte
  * otherwise. The mapped originals' pages then leave the resident set (a
  * tied embedding's few looked-up rows come back from the page cache).
- * PAGEDLM_WEIGHT_PANELS=0 leaves every matrix in the file mapping (shared
- * with other processes using the file) and the row-major kernels, and so
- * does a model whose copies would not fit in the memory available (the
- * mapping can page; anonymous copies cannot without swap). */
+ * opts->weights_mapped leaves every matrix in the file mapping (shared with
+ * other processes using the file) and the row-major kernels, and so does a
+ * model whose copies would not fit in the memory available (the mapping can
+ * page; anonymous copies cannot without swap; opts->log says so). */
 static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error *err) {
-    const char *env = getenv("PAGEDLM_WEIGHT_PANELS");
-    if (env && strcmp(env, "0") == 0) return 0;
+    if (opts && opts->weights_mapped) return 0;
     pdl_load_progress_fn progress = opts ? opts->progress : NULL;
     pdl_model_weights *w = &m->w;
     const pdl_model_config *c = &m->cfg;
@@ -650,9 +649,13 @@ static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error 
             if (total == 0) break;
             size_t avail = pdl_available_memory();
             if (avail && total > avail - avail / 8) { /* the mapping pages in what it needs; copies could not */
-                fprintf(stderr, "pagedlm: weights used from the file mapping: copying %.2f GiB of matrices "
-                                "would leave too little of the %.2f GiB available\n",
-                        total / 1073741824.0, avail / 1073741824.0);
+                if (opts && opts->log) {
+                    char line[256];
+                    snprintf(line, sizeof line, "weights used from the file mapping: copying %.2f GiB of matrices "
+                             "would leave too little of the %.2f GiB available",
+                             total / 1073741824.0, avail / 1073741824.0);
+                    opts->log(line, opts->log_user);
+                }
                 break;
             }
             if (!(m->matrices = pdl_huge_alloc(total))) {

@@ -81,9 +81,9 @@ static int reserve(pdl_model *m, int n, pdl_error *err) {
         grow((void **)&s->sel, rows * k * sizeof(int32_t)) || grow((void **)&s->sel_w, rows * k * sizeof(float)) ||
         grow((void **)&s->exp_rows, rows * k * sizeof(int32_t)) ||
         grow((void **)&s->out_at, rows * k * sizeof(int32_t)) ||
-        grow((void **)&s->xe, rows * c->hidden * sizeof(float)) ||
-        grow((void **)&s->he, rows * c->ffn_expert * sizeof(float)) ||
-        grow((void **)&s->ue, rows * c->ffn_expert * sizeof(float)) ||
+        grow((void **)&s->xe, rows * k * c->hidden * sizeof(float)) ||
+        grow((void **)&s->he, rows * k * c->ffn_expert * sizeof(float)) ||
+        grow((void **)&s->ue, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)))
         return pdl_fail(err, "forward: out of memory for the experts of %d rows", n);
     s->moe_rows_cap = rows;
@@ -96,6 +96,50 @@ void pdl_moe_scratch_free(pdl_forward_scratch *s) {
 }
 
 /* ---- the layer ------------------------------------------------------------ */
+
+/* Experts with at most this many rows each run grouped: one parallel region
+ * for all gate/up products and one for all down products, instead of two
+ * per expert (a decode step's k experts are each too small to be worth a
+ * region of their own). More rows per expert run expert by expert, each a
+ * balanced region over its gathered rows. */
+#define GROUPED_MAX_ROWS 4
+
+/* Every chosen expert of the step through pdl_matmul_grouped: the gathered
+ * inputs xe (assignment order, n * k rows; a single row's k experts all read
+ * xn's one row instead), he = act(gate, up) per assignment, then ye = the
+ * down projections of he. */
+static void moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
+    const pdl_model_config *c = &m->cfg;
+    pdl_forward_scratch *s = &m->scratch;
+    int E = c->n_experts, k = c->n_experts_used, H = c->hidden, F = c->ffn_expert;
+    const float *x = xn;
+    if (n > 1) {
+        for (int a = 0; a < n * k; a++)
+            memcpy(s->xe + (size_t)a * H, xn + (size_t)(s->exp_rows[a] / k) * H, (size_t)H * sizeof(float));
+        x = s->xe;
+    }
+    pdl_matmul_group g[PDL_MATMUL_GROUP_MAX];
+    for (int pass = 0; pass < 2; pass++) { /* gate and up, then down */
+        int ng = 0;
+        for (int e = 0; e < E; e++) {
+            int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
+            if (cnt == 0) continue;
+            if (pass == 0)
+                g[ng++] = (pdl_matmul_group){.w = &lw->exp_gate[e], .w_up = &lw->exp_up[e], .y = s->he + (size_t)a0 * F,
+                                             .ldy = F, .r0 = n > 1 ? a0 : 0, .n_rows = cnt};
+            else
+                g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
+                                             .n_rows = cnt};
+            if (ng == PDL_MATMUL_GROUP_MAX) {
+                if (pass == 0) pdl_matmul_grouped(m->pool, x, n > 1 ? n * k : 1, g, ng, act, s->ue);
+                else pdl_matmul_grouped(m->pool, s->he, n * k, g, ng, NULL, NULL);
+                ng = 0;
+            }
+        }
+        if (pass == 0) pdl_matmul_grouped(m->pool, x, n > 1 ? n * k : 1, g, ng, act, s->ue);
+        else pdl_matmul_grouped(m->pool, s->he, n * k, g, ng, NULL, NULL);
+    }
+}
 
 typedef struct combine_task {
     const pdl_model *m;
@@ -156,14 +200,27 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
     for (int e = E; e > 0; e--) s->exp_start[e] = s->exp_start[e - 1]; /* the increments moved each start to the next */
     s->exp_start[0] = 0;
 
+    int max_rows = 0, n_active = 0;
     for (int e = 0; e < E; e++) {
-        int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
-        if (cnt == 0) continue;
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-        pdl_matmul_gated(m->pool, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e], &lw->exp_up[e], act);
-        pdl_matmul(m->pool, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false);
-        m->moe_expert_runs++;
+        int cnt = s->exp_start[e + 1] - s->exp_start[e];
+        max_rows = cnt > max_rows ? cnt : max_rows;
+        n_active += cnt > 0;
+    }
+    if (max_rows <= GROUPED_MAX_ROWS) {
+        /* decode-sized: every chosen expert's gate and up in one parallel
+         * region, then every down projection in another (moe_grouped) */
+        moe_grouped(m, lw, xn, n, act);
+        m->moe_expert_runs += (uint64_t)n_active;
+    } else {
+        for (int e = 0; e < E; e++) {
+            int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
+            if (cnt == 0) continue;
+            for (int i = 0; i < cnt; i++)
+                memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
+            pdl_matmul_gated(m->pool, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e], &lw->exp_up[e], act);
+            pdl_matmul(m->pool, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false);
+            m->moe_expert_runs++;
+        }
     }
 
     /* the router's logits are spent: its buffer takes the shared gate of each row */

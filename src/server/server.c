@@ -333,6 +333,8 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->engine_opts = o->engine;
     s->engine_opts.log = engine_log;
     s->engine_opts.log_user = s;
+    s->model_opts.log = engine_log; /* the loader's notices into the server's log too */
+    s->model_opts.log_user = s;
     s->log = o->log;
     s->log_user = o->log_user;
     s->created = (long long)time(NULL);

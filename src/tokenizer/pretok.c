@@ -48,6 +48,66 @@ const char TOK_RE_PUNCT[] = "[\\p{P}!-/:-@\\[-`{-~]";
 /* llama.cpp's default list (no Hugging Face tokenizer.json corresponds). */
 static const char RE_DEFAULT_PUNCT[] = "[\\p{P}\\$\\+<=>\\^~\\|]+";
 static const char RE_DEFAULT_WORDS[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)";
+/* The families below: each model's tokenizer.json regexes (as llama.cpp's
+ * llama-vocab.cpp records them, its comments giving the originals where it
+ * rewrote them for its own engine). */
+static const char RE_CJK_DEEPSEEK[] = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+";
+static const char RE_DEEPSEEK_LLM_LATIN[] =
+    "\\s?[A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+    "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
+    "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+    "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-\u1f7d"
+    "\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4"
+    "\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139"
+    "\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3\ua640-\ua66d"
+    "\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a"
+    "\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2"
+    "\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943]+";
+static const char RE_DEEPSEEK_LLM_PUNCT[] = "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+";
+static const char RE_DEEPSEEK3[] =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+"
+    "| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_GPT4O[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_TEKKEN[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*"
+    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_YOUTU_CJK[] =
+    "[\uac00-\ud7a3\u3131-\u318e]+|[\uff01\u2026\u201c\u201d\u2018\u2019\u2014\uff1a\uff1b\uff0c\u3001-\u303f"
+    "\ufe30-\ufe4f]+|[\u3105-\u312f]+|[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+";
+static const char RE_YOUTU[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_QWEN35[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*"
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_JAIS2[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+"
+    "|\\s{512}(?!\\S)|\\s{256}(?!\\S)|\\s{128}(?!\\S)|\\s{64}(?!\\S)|\\s{32}(?!\\S)|\\s{16}(?!\\S)|\\s{8}(?!\\S)"
+    "|\\s{4}(?!\\S)|\\s{1,2}(?!\\S)|\\s{1}";
+/* BLOOM's " ?[^(\s|[.,!?…。，、।۔،])]+" with Oniguruma's nested class flattened */
+static const char RE_BLOOM[] = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+";
+static const char RE_SEED_CODER[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+"
+    "|\\s+(?!\\S)|\\s+";
+static const char RE_BAILING[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)"
+    "|\\s+";
+static const char RE_EXAONE_MOE[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?(?:\\p{L}\\p{M}*(?: \\p{L}\\p{M}*)*)+|\\p{N}"
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]?|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+";
+static const char RE_MINICPM5[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+"
+    "|\\s+(?!\\S)|\\s+";
+static const char RE_GRANITE_EMB_MULTI[] =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))*((?=[\\p{L}\\p{M}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]"
+    "|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]"
+    "|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+"
+    "|\\s+(?!\\S)|\\s+";
 
 typedef struct pre_step_def {
     const char *re;
@@ -57,7 +117,7 @@ typedef struct pre_step_def {
 
 typedef struct pre_def {
     const char *names;  /* space-separated tokenizer.ggml.pre values */
-    pre_step_def steps[4];
+    pre_step_def steps[6];
     bool ignore_merges;
     bool add_bos;
 } pre_def;
@@ -67,16 +127,62 @@ typedef struct pre_def {
  * engine). */
 static const pre_def PRE_DEFS[] = {
     {"gpt-2 phi-2 mpt olmo jina-es jina-de jina-v1-en jina-v2-es jina-v2-de jina-v2-code roberta-bpe "
-     "gigachat exaone4 a.x-4.0 mellum trillion granite-docling jais",
+     "gigachat exaone4 a.x-4.0 mellum trillion granite-docling jais modern-bert",
      {{TOK_RE_GPT2, TOK_SPLIT_ISOLATED, false}}, false, false},
-    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2",
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
      {{RE_LLAMA3, TOK_SPLIT_ISOLATED, false}}, true, true},
-    {"dbrx smaug-bpe", {{RE_LLAMA3, TOK_SPLIT_ISOLATED, false}}, false, false},
-    {"qwen2 deepseek-r1-qwen stablelm2 megrez hunyuan kormo", {{RE_QWEN2, TOK_SPLIT_ISOLATED, false}},
-     false, false},
+    {"dbrx smaug-bpe glm4 chatglm-bpe", {{RE_LLAMA3, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"qwen2 deepseek-r1-qwen stablelm2 megrez hunyuan kormo f2llmv2 solar-open grok-2",
+     {{RE_QWEN2, TOK_SPLIT_ISOLATED, false}}, false, false},
     /* Digits(individual_digits) + ByteLevel(use_regex) */
-    {"starcoder refact command-r smollm codeshell exaone minerva-7b",
+    {"starcoder refact command-r smollm codeshell exaone minerva-7b mellum2",
      {{"\\p{N}", TOK_SPLIT_ISOLATED, false}, {TOK_RE_GPT2, TOK_SPLIT_ISOLATED, false}}, false, false},
+    /* a Sequence of Splits, then ByteLevel without its regex */
+    {"deepseek-llm",
+     {{"[\\r\\n]", TOK_SPLIT_ISOLATED, false},
+      {RE_DEEPSEEK_LLM_LATIN, TOK_SPLIT_ISOLATED, false},
+      {RE_DEEPSEEK_LLM_PUNCT, TOK_SPLIT_ISOLATED, false},
+      {"\\s+$", TOK_SPLIT_ISOLATED, false},
+      {RE_CJK_DEEPSEEK, TOK_SPLIT_ISOLATED, false},
+      {"\\p{N}+", TOK_SPLIT_ISOLATED, false}},
+     false, false},
+    {"deepseek-coder",
+     {{"[\\r\\n]", TOK_SPLIT_ISOLATED, false},
+      {"\\s?\\p{L}+", TOK_SPLIT_ISOLATED, false},
+      {"\\s?\\p{P}+", TOK_SPLIT_ISOLATED, false},
+      {RE_CJK_DEEPSEEK, TOK_SPLIT_ISOLATED, false},
+      {"\\p{N}", TOK_SPLIT_ISOLATED, false}},
+     false, false},
+    {"deepseek-v3 hunyuan-dense joyai-llm",
+     {{"\\p{N}{1,3}", TOK_SPLIT_ISOLATED, false},
+      {"[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+", TOK_SPLIT_ISOLATED, false},
+      {RE_DEEPSEEK3, TOK_SPLIT_ISOLATED, false}},
+     false, false},
+    {"youtu", {{RE_YOUTU_CJK, TOK_SPLIT_ISOLATED, false}, {RE_YOUTU, TOK_SPLIT_ISOLATED, false}}, true, false},
+    {"gpt-4o llama4 kanana2 talkie minimax-m2", {{RE_GPT4O, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"granite-embed-multi-97m", {{RE_GRANITE_EMB_MULTI, TOK_SPLIT_ISOLATED, false}}, true, false},
+    {"tiny_aya cohere2moe",
+     {{"\\d{1,3}(?=(?:\\d{3})*\\b)", TOK_SPLIT_ISOLATED, false}, {RE_GPT4O, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"tekken", {{RE_TEKKEN, TOK_SPLIT_ISOLATED, false}}, true, true},
+    {"qwen35", {{RE_QWEN35, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"jais-2", {{RE_JAIS2, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"poro-chat bloom gpt3-finnish", {{RE_BLOOM, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"viking", {{RE_BLOOM, TOK_SPLIT_ISOLATED, false}, {"\\p{N}", TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"chameleon",
+     {{"<sentinel:[0-9]+>", TOK_SPLIT_ISOLATED, false},
+      {"(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", TOK_SPLIT_ISOLATED, false},
+      {"([\\t\\n]|    |  )", TOK_SPLIT_ISOLATED, false},
+      {"\\p{N}", TOK_SPLIT_ISOLATED, false},
+      {TOK_RE_PUNCT, TOK_SPLIT_ISOLATED, false},
+      {TOK_RE_GPT2, TOK_SPLIT_ISOLATED, false}},
+     false, true},
+    {"superbpe", {{"\\p{N}+", TOK_SPLIT_ISOLATED, false}, {"(?=(\\d{3})+(?!\\d))", TOK_SPLIT_ISOLATED, false}},
+     false, false},
+    {"bailingmoe bailingmoe2 llada-moe", {{RE_BAILING, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"seed-coder", {{RE_SEED_CODER, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"exaone-moe", {{RE_EXAONE_MOE, TOK_SPLIT_ISOLATED, false}}, false, false},
+    {"minicpm5", {{"\\p{N}{1,3}", TOK_SPLIT_ISOLATED, false}, {RE_MINICPM5, TOK_SPLIT_ISOLATED, false}}, true, false},
+    {"laguna", {{"[^\\n]+|[\\n]+", TOK_SPLIT_ISOLATED, false}, {RE_QWEN2, TOK_SPLIT_ISOLATED, false}}, false, false},
     /* Punctuation(contiguous) + ByteLevel(use_regex) + Digits + Split("[0-9][0-9][0-9]") */
     {"falcon",
      {{TOK_RE_PUNCT, TOK_SPLIT_CONTIGUOUS, false},
@@ -108,7 +214,7 @@ int tok_pre_from_gguf(tok_tokenizer *t, const char *name, bool *add_bos, pdl_err
     for (size_t i = 0; i < sizeof PRE_DEFS / sizeof PRE_DEFS[0]; i++) {
         const pre_def *d = &PRE_DEFS[i];
         if (!name_in(d->names, name)) continue;
-        for (int k = 0; k < 4 && d->steps[k].re; k++)
+        for (int k = 0; k < 6 && d->steps[k].re; k++)
             if (tok_pre_add_split(t, d->steps[k].re, strlen(d->steps[k].re), false, d->steps[k].behavior,
                                   false, d->steps[k].mapped, err) != 0)
                 return -1;
@@ -116,6 +222,11 @@ int tok_pre_from_gguf(tok_tokenizer *t, const char *name, bool *add_bos, pdl_err
         *add_bos = d->add_bos;
         return 0;
     }
+    /* llama.cpp's names whose tokenizers are not byte-level BPE over regex
+     * splits (raw UTF-8 with U+2581 spaces, or hand-written splitters) */
+    if (name_in("gemma4 granite-embed-multi-311m sarvam-moe whitespace kimi-k2 afmoe", name))
+        return pdl_fail(err, "tokenizer.ggml.pre \"%s\" is not supported yet (not a byte-level regex pre-tokenizer)",
+                        name);
     return pdl_fail(err, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", name);
 }
 

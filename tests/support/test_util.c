@@ -13,6 +13,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* The environment the programs read, applied before a test's main (the
+ * library reads none): ctest runs the model tests once per kernel family
+ * with PAGEDLM_ISA set. */
+__attribute__((constructor)) static void apply_kernel_env(void) {
+    const char *isa = getenv("PAGEDLM_ISA"), *bf16 = getenv("PAGEDLM_BF16_ACTIVATIONS");
+    pdl_error err;
+    if ((isa || bf16) && pdl_set_kernels(isa, bf16 && *bf16 ? strcmp(bf16, "0") != 0 : -1, &err) != 0)
+        fprintf(stderr, "PAGEDLM_ISA=%s\n", err.message);
+}
+
 int test_failures;
 jmp_buf test_abort_jmp;
 static int n_passed, n_failed;
