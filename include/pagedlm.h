@@ -132,11 +132,12 @@ int pdl_image_height(const pdl_image *img);
 typedef struct pdl_vision pdl_vision;
 
 /* Loads it from a Hugging Face folder (LlavaForConditionalGeneration,
- * LlavaNextForConditionalGeneration, Gemma3ForConditionalGeneration: the
- * folder of the text model) or a llama.cpp mmproj GGUF (projector types
- * mlp and gemma3). text is the text model (loaded from the same folder, or
- * from its own GGUF): its width, tokenizer and threads; it must outlive the
- * vision model. */
+ * LlavaNextForConditionalGeneration: the folder of the text model) or a
+ * llama.cpp mmproj GGUF (projector type mlp). Gemma 3 (its folder, or
+ * projector type gemma3) is parsed but refused: its image rows' two-way
+ * attention in the text model is not implemented. text is the text model
+ * (loaded from the same folder, or from its own GGUF): its width, tokenizer
+ * and threads; it must outlive the vision model. */
 int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err);
 void pdl_vision_free(pdl_vision *v);
 

@@ -480,7 +480,9 @@ static void test_chat_errors(void) {
     chat_refused("{\"messages\": [{\"content\": \"x\"}]}", 400, "messages[0]", "role");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400, "messages[0]", "content");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]}",
-                 400, "messages[0]", "takes no images");
+                 400, "messages[0]", "this model takes no images");
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\"}]}]}", 400,
+                 "messages[0]", "'input_audio' are not supported");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\"}]}]}", 400, "messages[0]",
                  "text' must be a string");
     chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}", 400,

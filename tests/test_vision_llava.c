@@ -375,8 +375,9 @@ static void linear(double *y, const float *w, const float *b, const double *x, i
     }
 }
 
-/* The tower and projector: (NP, TH) image rows. */
-static void ref_image_rows(ref_bug bug, double *rows) {
+/* The tower and projector over one tile of pixel values (3, IMG, IMG):
+ * (NP, TH) image rows. */
+static void ref_tile_rows(ref_bug bug, const float *ref_pixels, double *rows) {
     const char *vm = "vision_tower.vision_model";
     char n[160];
 #define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), W(n))
@@ -541,6 +542,8 @@ static void prompt_ids(int32_t *ids, int32_t image_id) {
     memcpy(ids + IMG_AT + NP, TEXT_AFTER, sizeof TEXT_AFTER);
 }
 
+static void ref_image_rows(ref_bug bug, double *rows) { ref_tile_rows(bug, ref_pixels, rows); }
+
 /* The reference over any ids with the image's rows from img_at. */
 static double *reference_logits_of(ref_bug bug, const int32_t *ids, int n, int img_at) {
     static double rows[NP * TH];
@@ -573,6 +576,11 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     if (rc) pdl_model_free(m);
     REQUIRE_MSG(rc == 0, "%s", err.message);
     pdl_vision_get_info(v, info_out);
+    /* the info's strings live in v: checked here, then cleared */
+    CHECK(strcmp(info_out->family, "llava") == 0 && strcmp(info_out->tower, "clip") == 0);
+    CHECK(strcmp(info_out->source, strstr(vision_path, ".gguf") ? "gguf" : "safetensors") == 0);
+    CHECK(strcmp(info_out->placeholder, "<image>") == 0);
+    info_out->source = info_out->placeholder = NULL;
     pdl_image *img = NULL;
     char *png = test_join(ref_dir, "rgb_png.png");
     REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
@@ -636,8 +644,6 @@ static void test_llava_hf_folder_matches_the_float64_reference(void) {
     pdl_vision_info info;
     float *got = engine_logits(hf_dir, hf_dir, &info);
     REQUIRE(got);
-    CHECK(strcmp(info.family, "llava") == 0 && strcmp(info.tower, "clip") == 0);
-    CHECK(strcmp(info.source, "safetensors") == 0);
     CHECK_EQ_INT(info.n_layers, VL);
     CHECK_EQ_INT(info.n_layers_run, VL - 1);
     CHECK_EQ_INT(info.rows_per_image, NP);
@@ -650,7 +656,6 @@ static void test_llava_gguf_and_mmproj_match_the_float64_reference(void) {
     pdl_vision_info info;
     float *got = engine_logits(text_gguf, mmproj_gguf, &info);
     REQUIRE(got);
-    CHECK(strcmp(info.source, "gguf") == 0);
     CHECK_EQ_INT(info.n_layers, VL - 1); /* the converter dropped the last layer */
     CHECK_EQ_INT(info.n_layers_run, VL - 1);
     check_against_reference("GGUF + mmproj", got);
@@ -676,6 +681,165 @@ static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
         free(bad);
     }
     free(good);
+}
+
+/* ---- LLaVA 1.6 (any resolution) ------------------------------------------------- */
+
+/* The same weights with image_newline, as a LlavaNextForConditionalGeneration
+ * folder whose grid pinpoints are scripts/vision-reference-pixels' anyres28
+ * case (tiles of 28: 1 x 2, 2 x 1, 2 x 2, 1 x 3, 3 x 1). */
+static char *next_dir;
+static float newline[TH];
+
+static void write_next(void) {
+    if (next_dir) return;
+    need_files();
+    next_dir = test_make_dir("llava-next-hf");
+    const char *names[] = {"tokenizer.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        char *a = test_join(hf_dir, names[i]), *b = test_join(next_dir, names[i]);
+        size_t n = 0;
+        char *d = test_slurp(a, &n);
+        test_write_file(b, d, n);
+        free(a), free(b), free(d);
+    }
+    json_t *cfg = json_loads(CONFIG, 0, NULL);
+    REQUIRE(cfg);
+    json_object_set_new(cfg, "model_type", json_string("llava_next"));
+    json_object_set_new(cfg, "architectures", json_pack("[s]", "LlavaNextForConditionalGeneration"));
+    json_object_set_new(cfg, "image_grid_pinpoints", json_pack("[[i,i],[i,i],[i,i],[i,i],[i,i]]", 28, 56, 56, 28, 56,
+                                                               56, 28, 84, 84, 28));
+    char *p = test_join(next_dir, "config.json");
+    REQUIRE(json_dump_file(cfg, p, 0) == 0);
+    free(p);
+    json_decref(cfg);
+    json_t *pre = json_loads(PREPROCESSOR, 0, NULL);
+    json_object_set_new(pre, "image_processor_type", json_string("LlavaNextImageProcessor"));
+    json_object_set_new(pre, "image_grid_pinpoints", json_pack("[[i,i],[i,i],[i,i],[i,i],[i,i]]", 28, 56, 56, 28, 56,
+                                                               56, 28, 84, 84, 28));
+    p = test_join(next_dir, "preprocessor_config.json");
+    REQUIRE(json_dump_file(pre, p, 0) == 0);
+    free(p);
+    json_decref(pre);
+    for (int i = 0; i < TH; i++) newline[i] = frand();
+    stw_writer *w = stw_new();
+    for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].hf, specs[i].n_dims, specs[i].shape, specs[i].data);
+    int64_t shape[1] = {TH};
+    stw_add_f32(w, "image_newline", 1, shape, newline);
+    p = test_join(next_dir, "model.safetensors");
+    REQUIRE(stw_write(w, p) == 0);
+    free(p);
+    stw_free(w);
+}
+
+typedef enum next_bug { NEXT_OK, NEXT_NO_UNPAD, NEXT_NO_NEWLINE, NEXT_TILES_COLUMN_MAJOR } next_bug;
+
+/* modeling_llava_next.py's pack_image_features for one image of h x w in a
+ * grid of gh x gw tiles: the whole-image tile's rows, then the grid's
+ * feature map (gh * SIDE, gw * SIDE) cut back by unpad_image, row by row,
+ * each row followed by image_newline. Returns the row count. */
+static int ref_next_rows(next_bug bug, const float *tiles, int n_tiles, int gh, int gw, int h, int w, double *rows) {
+    double (*feat)[NP * TH] = malloc((size_t)n_tiles * sizeof *feat);
+    for (int t = 0; t < n_tiles; t++) ref_tile_rows(BUG_NONE, tiles + (size_t)t * 3 * IMG * IMG, feat[t]);
+    int n = 0;
+    memcpy(rows, feat[0], sizeof feat[0]);
+    n += NP;
+    int H = gh * SIDE, Wd = gw * SIDE, r0 = 0, r1 = H, c0 = 0, c1 = Wd;
+    if (bug != NEXT_NO_UNPAD) {
+        /* unpad_image: int(round(x, 7)) */
+        if ((double)w / h > (double)Wd / H) {
+            int nh = (int)(nearbyint(h * ((double)Wd / w) * 1e7) / 1e7), pad = (H - nh) / 2;
+            r0 = pad, r1 = H - pad;
+        } else {
+            int nw = (int)(nearbyint(w * ((double)H / h) * 1e7) / 1e7), pad = (Wd - nw) / 2;
+            c0 = pad, c1 = Wd - pad;
+        }
+    }
+    for (int y = r0; y < r1; y++) {
+        for (int x = c0; x < c1; x++) {
+            int tile = bug == NEXT_TILES_COLUMN_MAJOR ? 1 + (x / SIDE) * gh + y / SIDE : 1 + (y / SIDE) * gw + x / SIDE;
+            memcpy(rows + (size_t)n++ * TH, feat[tile] + (size_t)((y % SIDE) * SIDE + x % SIDE) * TH, TH * sizeof(double));
+        }
+        if (bug != NEXT_NO_NEWLINE) {
+            for (int i = 0; i < TH; i++) rows[(size_t)n * TH + i] = newline[i];
+            n++;
+        }
+    }
+    free(feat);
+    return n;
+}
+
+static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
+    write_next();
+    /* rgb_png (131 x 90) in the anyres28 case: a 2 x 2 grid whose map loses a row at each edge */
+    char *p = test_join(ref_dir, "rgb_png.anyres28.f32");
+    size_t nb = 0;
+    float *tiles = (float *)test_slurp(p, &nb);
+    free(p);
+    REQUIRE(nb == 5 * sizeof ref_pixels);
+    double *ref_rows = malloc((size_t)(NP + 8 * 9) * TH * sizeof *ref_rows);
+    int n_img = ref_next_rows(NEXT_OK, tiles, 5, 2, 2, 90, 131, ref_rows);
+    CHECK_EQ_INT(n_img, NP + 6 * 9);
+    /* the engine: load, encode, run */
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, next_dir, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&v, next_dir, m, &err) == 0, "%s", err.message);
+    pdl_vision_info info;
+    pdl_vision_get_info(v, &info);
+    CHECK(strcmp(info.family, "llava_next") == 0); /* a static string */
+    CHECK_EQ_INT(info.rows_per_image, -1);
+    pdl_image *img = NULL;
+    p = test_join(ref_dir, "rgb_png.png");
+    REQUIRE(pdl_image_load(&img, p, &err) == 0);
+    free(p);
+    CHECK_EQ_INT(pdl_vision_image_rows(v, img), n_img);
+    float *rows = NULL;
+    int n_rows = 0;
+    REQUIRE_MSG(pdl_vision_encode(v, img, &rows, &n_rows, &err) == 0, "%s", err.message);
+    CHECK_EQ_INT(n_rows, n_img);
+    int n = IMG_AT + n_img + 4;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    memcpy(ids, TEXT_BEFORE, sizeof TEXT_BEFORE);
+    for (int i = 0; i < n_img; i++) ids[IMG_AT + i] = IMAGE_TOKEN;
+    memcpy(ids + IMG_AT + n_img, TEXT_AFTER, sizeof TEXT_AFTER);
+    const float **embd = calloc((size_t)n, sizeof *embd);
+    const double **dembd = calloc((size_t)n, sizeof *dembd);
+    for (int i = 0; i < n_img && i < n_rows; i++) {
+        embd[IMG_AT + i] = rows + (size_t)i * TH;
+        dembd[IMG_AT + i] = ref_rows + (size_t)i * TH;
+    }
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 8, &err) == 0);
+    float *got = malloc((size_t)n * VOC * sizeof *got);
+    double *want = malloc((size_t)n * VOC * sizeof *want);
+    pdl_seq seq = {0};
+    int rc = n_rows == n_img ? pdl_seq_forward_embd(m, kv, &seq, ids, embd, n, PDL_LOGITS_ALL, got, &err) : -1;
+    CHECK_MSG(rc == 0, "%s", err.message);
+    ref_text_logits(ids, (const double *const *)dembd, n, want);
+    if (rc == 0) {
+        double d = max_diff(got, want, (size_t)n * VOC);
+        fprintf(stderr, "  LLaVA 1.6: %d image rows, max |engine - float64 reference| = %.3g\n", n_img, d);
+        CHECK_MSG(d < TOL, "%.3g", d);
+    }
+    /* the layout details the comparison guards */
+    static const next_bug bugs[] = {NEXT_NO_UNPAD, NEXT_NO_NEWLINE, NEXT_TILES_COLUMN_MAJOR};
+    double *bad_rows = malloc((size_t)(NP + 8 * 9) * TH * sizeof *bad_rows);
+    for (int b = 0; b < 3; b++) {
+        int nbad = ref_next_rows(bugs[b], tiles, 5, 2, 2, 90, 131, bad_rows);
+        double d = nbad != n_img ? INFINITY : 0;
+        for (size_t i = 0; nbad == n_img && i < (size_t)n_img * TH; i++) d = fmax(d, fabs(bad_rows[i] - ref_rows[i]));
+        CHECK_MSG(d > 100 * TOL, "layout variant %d moves the rows by %.3g only", b, d);
+    }
+    free(bad_rows);
+    pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    free(got), free(want), free(ids), free(embd), free(dembd), free(rows), free(ref_rows), free(tiles);
+    pdl_image_free(img);
+    pdl_vision_free(v);
+    pdl_model_free(m);
 }
 
 /* ---- the engine -------------------------------------------------------------- */
@@ -923,6 +1087,7 @@ int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_reference_tells_class_token_order_and_feature_layer);
+    RUN(test_llava_next_any_resolution_matches_the_float64_reference);
     RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
@@ -930,6 +1095,6 @@ int main(void) {
     RUN(test_run_generates_from_a_text_and_image_prompt);
     RUN(test_image_options_fail_with_clear_messages);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
-    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
+    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir);
     return test_summary();
 }

@@ -117,7 +117,10 @@ typedef struct run_output {
     size_t len[MAX_SAMPLES];
     const char *finish[MAX_SAMPLES];
     size_t n_generated;
+    double t_first;     /* when the first token came (the prompt's prefill done); 0 = not yet */
 } run_output;
+
+static double now_s(void);
 
 static void on_event(const pdl_event *ev, void *user) {
     run_output *o = user;
@@ -125,6 +128,7 @@ static void on_event(const pdl_event *ev, void *user) {
     if (i < 0 || i >= o->n) return;
     if (ev->kind == PDL_EVENT_TOKEN) {
         o->n_generated++;
+        if (o->t_first == 0) o->t_first = now_s();
         json_array_append_new(o->tokens[i], json_integer(ev->token));
         if (o->logprobs[i]) {
             json_t *top = json_array();
@@ -406,8 +410,12 @@ int cli_run(int argc, char **argv) {
                                  .n = (int)n_samples, .grammar = grammar, .images = mm.images,
                                  .n_images = mm.n_images};
         double t1 = now_s();
-        if (pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err) ||
-            pdl_engine_run_until_idle(engine, &err)) {
+        int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
+        double t_added = now_s();
+        if (arc == 0 && mm.n_images) /* the engine encodes a request's images when it takes it */
+            fprintf(stderr, "pagedlm: %d image%s encoded in %.1f ms\n", mm.n_images, mm.n_images == 1 ? "" : "s",
+                    (t_added - t1) * 1e3);
+        if (arc || pdl_engine_run_until_idle(engine, &err)) {
             if (!json) fputc('\n', stdout);
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
@@ -429,6 +437,9 @@ int cli_run(int argc, char **argv) {
             fflush(stdout);
             fprintf(stderr, "pagedlm: %zu prompt tokens, %zu generated in %.3f s (%.1f tokens/s)\n", n_ids,
                     out.n_generated, dt, dt > 0 ? out.n_generated / dt : 0.0);
+            if (out.t_first > t_added)
+                fprintf(stderr, "pagedlm: prefill of %zu tokens in %.1f ms (%.1f tokens/s)\n", n_ids,
+                        (out.t_first - t_added) * 1e3, n_ids / (out.t_first - t_added));
             pdl_engine_stats st;
             pdl_engine_get_stats(engine, &st);
             if (eo.spec_method != PDL_SPEC_NONE)
