@@ -466,8 +466,12 @@ static inline __attribute__((always_inline)) void ib_q6k_piece(const pdl_block_q
 }
 
 /* Groups per piece of several rows for the k-quants (their per-block sums
- * take registers too). */
+ * take registers too), and of one row for Q6_K: its values, scales and
+ * sums of 6 groups (IB_V1) need more than 16 registers, and the spilled
+ * piece ran at half the memory rate (decode of a 151936 x 1024 matrix on
+ * 2 threads: 14-17 GB/s with 6 groups, 18-31 GB/s with 2). */
 #define IB_V_K 1
+#define IB_V1_Q6 2
 
 static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const pdl_block_q8k *x, int64_t ldx,
                                                             int rows, const uint8_t *panel, size_t pb, int panels,
@@ -483,7 +487,7 @@ static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const 
             gr[i].y += r0 * ldy;
         }
         const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? IB_V1 : IB_V_K;
+        int step = nr == 1 ? (q6 ? IB_V1_Q6 : IB_V1) : IB_V_K;
         for (int i = 0; i < n; i += step) {
             int nv = n - i < step ? n - i : step;
             const ib_group *gi = gr + i;
