@@ -4,6 +4,7 @@
  * dtype (against float64 sums), RoPE layouts, attention over a paged cache
  * (against a contiguous float64 computation).
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -629,6 +630,47 @@ static void test_threadpool_runs_every_share_once(void) {
     }
 }
 
+/* Regions of different widths in turn on an oversubscribed pool (4
+ * threads on this machine's cores): each region's every share runs exactly
+ * once, with the region's own width, and has finished when run_n returns. A
+ * worker left out of one region must not take the next region's width or
+ * task for the one it skipped (it ran a region's share twice, so run_n
+ * returned while a share still ran: wrong matmul results 1-2 times in 200
+ * runs of test_kquant, and a crash when the region's task had left the
+ * stack). */
+typedef struct region_check {
+    atomic_int hits[4];
+    atomic_int bad_width;
+    int width;
+} region_check;
+
+static void region_hit(void *p, int ith, int nth) {
+    region_check *r = p;
+    if (nth != r->width) atomic_fetch_add(&r->bad_width, 1);
+    for (volatile int spin = 0; spin < (ith * 37) % 200; spin++) {
+    }
+    atomic_fetch_add(&r->hits[ith], 1);
+}
+
+static void test_threadpool_regions_of_changing_width(void) {
+    pdl_threadpool *p = pdl_threadpool_new(4);
+    REQUIRE(p != NULL);
+    long wrong = 0;
+    for (int rep = 0; rep < 200000 && wrong < 5; rep++) {
+        static const int widths[] = {2, 4, 3, 2, 2, 4};
+        region_check r = {.width = widths[rep % 6]};
+        for (int i = 0; i < 4; i++) atomic_init(&r.hits[i], 0);
+        atomic_init(&r.bad_width, 0);
+        pdl_threadpool_run_n(p, r.width, region_hit, &r);
+        bool ok = atomic_load(&r.bad_width) == 0;
+        for (int i = 0; i < 4; i++) ok = ok && atomic_load(&r.hits[i]) == (i < r.width ? 1 : 0);
+        if (!ok) wrong++;
+    }
+    CHECK_MSG(wrong == 0, "%ld regions ran a share twice, with another width, or returned before a share finished",
+              wrong);
+    pdl_threadpool_free(p);
+}
+
 static void test_split_range_covers_everything_once(void) {
     for (long n = 0; n < 50; n++)
         for (int nth = 1; nth <= 7; nth++) {
@@ -657,6 +699,7 @@ int main(void) {
     RUN(test_paged_attention_matches_contiguous_reference);
     RUN(test_wide_head_attention_builds_agree);
     RUN(test_threadpool_runs_every_share_once);
+    RUN(test_threadpool_regions_of_changing_width);
     RUN(test_split_range_covers_everything_once);
     return test_summary();
 }

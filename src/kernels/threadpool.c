@@ -8,6 +8,15 @@
  * short spin so that an oversubscribed machine (more threads than cores)
  * hands the CPU over instead of burning it. Generation changes and the
  * caller's sleep are both under the mutex, so no wake-up is lost.
+ *
+ * A region's width travels in the generation word itself (the low bits), so
+ * a worker reads the number of threads of the region it saw, never the next
+ * one's: a worker left out of a region may see that region's generation late,
+ * after the caller has already set up the next region; had it read the width
+ * from a separate field it would have run the next region's share, then run
+ * it again on seeing the new generation, and the caller would have returned
+ * with a share still running. The task and its context are read only by
+ * workers that take part, and a region cannot end without them.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "kernels/threadpool.h"
@@ -18,6 +27,8 @@
 #include <unistd.h>
 
 /* Spin iterations before a worker sleeps / the caller starts yielding. */
+#define WIDTH_BITS 16 /* generation = (region sequence << WIDTH_BITS) | threads taking part */
+#define WIDTH_MASK ((1ul << WIDTH_BITS) - 1)
 #define WORKER_SPINS 4000
 #define CALLER_SPINS 4000
 
@@ -28,13 +39,12 @@ struct pdl_threadpool {
     pthread_cond_t start_cv;
     pthread_cond_t done_cv;
     int caller_waiting;          /* the caller sleeps on done_cv (under mu) */
-    atomic_ulong generation;     /* bumped (under mu) for every region */
+    atomic_ulong generation;     /* (sequence << WIDTH_BITS) | width, changed (under mu) for every region */
     atomic_int pending;          /* workers still running the current region */
     int sleepers;                /* workers waiting on start_cv (under mu) */
     atomic_int stop;
-    pdl_task_fn fn;              /* published before generation is bumped */
+    pdl_task_fn fn;              /* published before generation is bumped; read only by the threads taking part */
     void *ctx;
-    int active;                  /* threads taking part in the current region */
 };
 
 typedef struct worker_arg {
@@ -69,8 +79,9 @@ static void *worker_main(void *p) {
         }
         if (atomic_load(&pool->stop)) return NULL;
         seen = g;
-        if (a.ith >= pool->active) continue; /* not needed for this region */
-        pool->fn(pool->ctx, a.ith, pool->active);
+        int width = (int)(g & WIDTH_MASK); /* this region's, whatever the caller does next */
+        if (a.ith >= width) continue;      /* not needed for this region */
+        pool->fn(pool->ctx, a.ith, width);
         if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&pool->mu);
             if (pool->caller_waiting) pthread_cond_signal(&pool->done_cv);
@@ -84,6 +95,7 @@ pdl_threadpool *pdl_threadpool_new(int n_threads) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
     }
+    if (n_threads > (int)WIDTH_MASK) n_threads = (int)WIDTH_MASK;
     pdl_threadpool *pool = calloc(1, sizeof *pool);
     if (!pool) return NULL;
     pool->n_threads = n_threads;
@@ -150,10 +162,10 @@ void pdl_threadpool_run_n(pdl_threadpool *pool, int n, pdl_task_fn fn, void *ctx
     }
     pool->fn = fn;
     pool->ctx = ctx;
-    pool->active = n;
     atomic_store_explicit(&pool->pending, n - 1, memory_order_relaxed);
     pthread_mutex_lock(&pool->mu);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    unsigned long seq = (atomic_load_explicit(&pool->generation, memory_order_relaxed) >> WIDTH_BITS) + 1;
+    atomic_store_explicit(&pool->generation, (seq << WIDTH_BITS) | (unsigned long)n, memory_order_release);
     if (pool->sleepers > 0) pthread_cond_broadcast(&pool->start_cv);
     pthread_mutex_unlock(&pool->mu);
 
