@@ -656,7 +656,7 @@ static void test_threadpool_regions_of_changing_width(void) {
     pdl_threadpool *p = pdl_threadpool_new(4);
     REQUIRE(p != NULL);
     long wrong = 0;
-    for (int rep = 0; rep < 200000 && wrong < 5; rep++) {
+    for (int rep = 0; rep < 40000 && wrong < 5; rep++) {
         static const int widths[] = {2, 4, 3, 2, 2, 4};
         region_check r = {.width = widths[rep % 6]};
         for (int i = 0; i < 4; i++) atomic_init(&r.hits[i], 0);
