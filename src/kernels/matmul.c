@@ -150,6 +150,10 @@ void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d,
         pdl_quantize_row_q8_0_avx512(x, n, qs, d, sums);
         return;
     }
+    if (pdl_isa_active() == PDL_ISA_AVX2) {
+        pdl_quantize_row_q8_0_avx2(x, n, qs, d, sums);
+        return;
+    }
 #endif
 #if defined(__aarch64__)
     if (pdl_isa_active() == PDL_ISA_NEON) {

@@ -114,6 +114,43 @@ static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 
+/* Q8_0 activation quantization (matmul.c has the portable one): the same
+ * float operations per element (|x| max, amax / 127, 1 / scale, x * inv
+ * rounded to nearest even by the default MXCSR mode, the scale through a
+ * half and back), 32 at a time: the portable bytes. */
+void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + b * 32;
+        __m256 v[4], m;
+        for (int i = 0; i < 4; i++) v[i] = _mm256_loadu_ps(xb + 8 * i);
+        m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float amax = _mm_cvtss_f32(h);
+        float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        __m256 iv = _mm256_set1_ps(inv);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], iv));
+        /* int32 -> int8 in element order: packs interleave 128-bit lanes,
+         * the permute puts them back */
+        __m256i p16 = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p8 = _mm256_packs_epi16(p16, p16b);
+        p8 = _mm256_permutevar8x32_epi32(p8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(void *)(qs + b * 32), p8);
+        d[b] = _cvtsh_ss(_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+        if (sums) {
+            __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+            sums[b] = _mm_cvtsi128_si32(s4);
+        }
+    }
+}
+
 const pdl_tile_kernels pdl_tiles_avx2 = {
     .tile_rows = TR,
     .tile_cols = TC,
@@ -125,5 +162,8 @@ const pdl_tile_kernels pdl_tiles_avx2 = {
 };
 #else
 /* Not built for this target: the family has no kernels. */
+void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    (void)x, (void)n, (void)qs, (void)d, (void)sums;
+}
 const pdl_tile_kernels pdl_tiles_avx2 = {0};
 #endif

@@ -54,6 +54,8 @@ void pdl_pack_perm32(const float *x, int64_t n, float *dst);
 void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
 /* pdl_quantize_row_q8_0_sums with AVX-512 (matmul_avx512.c): the same bytes. */
 void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+/* The same with AVX2 (matmul_avx2.c): the same bytes. */
+void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 /* The same with NEON (matmul_neon.c; aarch64 only): the same bytes. */
 void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 

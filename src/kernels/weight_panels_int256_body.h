@@ -20,9 +20,9 @@
  *         Unsigned weights of at most 15 times activations of at most 127
  *         in magnitude: a pair is at most 3810, 8 steps at most 30480 <
  *         32767. So Q4_0 and Q4_K nibbles sum a whole 32-block in int16;
- *         Q8_0's byte (value + 128) is split into its two nibbles, each
- *         summed so (the high one weighted 16 when folded); Q6_K's 6-bit
- *         values (at most 63: 16002 a pair) fold every 2 steps.
+ *         Q6_K's 6-bit values (at most 63: 16002 a pair) fold every 2
+ *         steps; Q8_0 takes the sign trick (|w| times x with w's sign, a
+ *         pair at most 32512) and folds every step (ib_q8_piece).
  * Integer sums are exact in any order, so both give the portable tile's
  * integers, and the float part (one conversion, one or two fused
  * multiply-adds per block, as weight_panels.h says) gives its bits.
@@ -119,73 +119,63 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
-/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0). */
+/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0; on AVX2
+ * without VNNI, Q8_0 is ib_q8_piece's) in one pass over the bytes as
+ * stored: step q's sums start at -offset x sum(x) (the stored bytes are
+ * value + offset) and add the products (AVX2: int16 pairs, folded into
+ * int32 once per block). */
 static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const int8_t *xq, const float *xd,
                                                              const int32_t *xs, int64_t ldx, int64_t nbx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
     const size_t qbytes = q4 ? 256 : 512;
     const __m256i low = _mm256_set1_epi8(0x0F);
+#if !defined(PANEL_VNNI256)
+    const __m256i ones = _mm256_set1_epi16(1);
+#endif
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    /* AVX2 Q8_0: the low nibbles' pass, then the high nibbles' (weighted
-     * 16); everything else: one pass over the bytes as stored */
-#if defined(PANEL_VNNI256)
-    const int passes = 1;
-#else
-    const int passes = q4 ? 1 : 2;
-    const __m256i ones = _mm256_set1_epi16(1), sixteen = _mm256_set1_epi16(16);
-#endif
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * qbytes + 32 * grp[v].half;
-        __m256i isum[IB_MAX_R][IB_MAX_V];
-        IB_UNROLL for (int r = 0; r < nr; r++) {
-            /* the stored bytes are value + offset: start at -offset x sum(x) */
-            __m256i start = _mm256_set1_epi32(-(q4 ? 8 : 128) * xs[r * nbx + b]);
-            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = start;
-        }
-        IB_UNROLL for (int pass = 0; pass < passes; pass++) {
-            __m256i s[IB_MAX_R][IB_MAX_V];
-            IB_UNROLL for (int r = 0; r < nr; r++)
-                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
-            /* Q4_0: step q's bytes give elements 4q.. (low nibbles) and
-             * 16 + 4q.. (high), one load for both */
-            for (int q = 0; q < (q4 ? 4 : 8); q++) {
-                __m256i w[IB_MAX_V], w2[IB_MAX_V];
-                IB_UNROLL for (int v = 0; v < nv; v++) {
-                    __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
-                    if (IB_PF && nr == 1 && pass == 0 && grp[v].half == 0)
-                        _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
-                    if (q4) {
-                        w[v] = _mm256_and_si256(raw, low);
-                        w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                    } else {
-#if defined(PANEL_VNNI256)
-                        w[v] = raw;
-#else
-                        w[v] = _mm256_and_si256(pass ? _mm256_srli_epi16(raw, 4) : raw, low);
-#endif
-                    }
-                }
-                IB_UNROLL for (int r = 0; r < nr; r++) {
-                    __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
-                    IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
-                    if (q4) {
-                        __m256i xb2 = ib_bcast4(xq + r * ldx + b * 32 + 16 + 4 * q);
-                        IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w2[v], xb2);
-                    }
+        __m256i s[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+        /* Q4_0: step q's bytes give elements 4q.. (low nibbles) and
+         * 16 + 4q.. (high), one load for both */
+        for (int q = 0; q < (q4 ? 4 : 8); q++) {
+            __m256i w[IB_MAX_V], w2[IB_MAX_V];
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+                __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
+                if (IB_PF && nr == 1 && grp[v].half == 0)
+                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                if (q4) {
+                    w[v] = _mm256_and_si256(raw, low);
+                    w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                } else {
+                    w[v] = raw;
                 }
             }
-            IB_UNROLL for (int r = 0; r < nr; r++)
-                IB_UNROLL for (int v = 0; v < nv; v++) {
-#if defined(PANEL_VNNI256)
-                    isum[r][v] = _mm256_add_epi32(isum[r][v], s[r][v]);
-#else
-                    isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(s[r][v], pass ? sixteen : ones));
-#endif
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
+                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                if (q4) {
+                    __m256i xb2 = ib_bcast4(xq + r * ldx + b * 32 + 16 + 4 * q);
+                    IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w2[v], xb2);
                 }
+            }
+        }
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            __m256i start = _mm256_set1_epi32(-(q4 ? 8 : 128) * xs[r * nbx + b]);
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+#if defined(PANEL_VNNI256)
+                isum[r][v] = _mm256_add_epi32(start, s[r][v]);
+#else
+                isum[r][v] = _mm256_add_epi32(start, _mm256_madd_epi16(s[r][v], ones));
+#endif
+            }
         }
         __m256 dw[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++)
@@ -200,6 +190,58 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
         IB_UNROLL for (int v = 0; v < nv; v++)
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
+
+#if !defined(PANEL_VNNI256)
+/* AVX2 Q8_0 (no VNNI): the sign trick. A stored byte is value + 128, so
+ * XOR 0x80 gives the signed value w; VPMADDUBSW multiplies |w| (unsigned,
+ * at most 128) by x with w's sign moved onto it (VPSIGNB; |x| <= 127, the
+ * quantizer's bound), so a pair is at most 32512 and each step's int16
+ * pair sums go to int32 at once (VPMADDWD by ones): 4 operations per row
+ * and step, half the int16 work of splitting the bytes into nibbles, and
+ * NR x NV int32 sums instead of three sets of registers (which spilled). */
+static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, const float *xd, int64_t ldx,
+                                                              int64_t nbx, const int nr, const ib_group *grp,
+                                                              const int nv, int64_t nb, int64_t ldy,
+                                                              bool accumulate) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * 512 + 32 * grp[v].half;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        IB_UNROLL for (int q = 0; q < 8; q++) {
+            __m256i w[IB_MAX_V], aw[IB_MAX_V];
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+                w[v] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64)), flip);
+                if (IB_PF && nr == 1 && grp[v].half == 0)
+                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                aw[v] = _mm256_abs_epi8(w[v]);
+            }
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    __m256i p = _mm256_maddubs_epi16(aw[v], _mm256_sign_epi8(xb, w[v]));
+                    isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(p, ones));
+                }
+            }
+        }
+        __m256 dw[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) dw[v] = ib_halves(grp[v].panel + (size_t)nb * 512 + (size_t)b * 32 + 16 * grp[v].half);
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
+            IB_UNROLL for (int v = 0; v < nv; v++)
+                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(dw[v], dx), acc[r][v]);
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+#endif
 
 /* The column groups of a driver tile (panels x 16 outputs, last_cols of
  * the last panel real), rows r0.. of y; groups with no real column are
@@ -222,11 +264,6 @@ static inline int ib_groups(const uint8_t *panel, size_t pb, int panels, int las
  * (decode: more panels side by side keep more loads in flight). */
 #define IB_V 2
 #define IB_V1 6
-#if defined(PANEL_VNNI256)
-#define IB_V_Q8 2
-#else
-#define IB_V_Q8 2 /* Q8_0's two int16 sums per lane fill the registers */
-#endif
 
 /* Pieces of nr (1..IB_MAX_R) rows: groups IB_V (IB_V1) at a time, each
  * piece's sizes constants in its copy of the body. */
@@ -234,11 +271,17 @@ static inline __attribute__((always_inline)) void ib_q_rows(const int q4, const 
                                                             const int32_t *xs, int64_t ldx, int64_t nbx, int nr,
                                                             const ib_group *g, int n, int64_t nb, int64_t ldy,
                                                             bool accumulate) {
-    int step = nr == 1 ? IB_V1 : q4 ? IB_V : IB_V_Q8;
+    int step = nr == 1 ? IB_V1 : IB_V;
     for (int i = 0; i < n; i += step) {
         int nv = n - i < step ? n - i : step;
         const ib_group *gi = g + i;
+#if defined(PANEL_VNNI256)
 #define IB_Q(NR, NV) ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)
+#else
+#define IB_Q(NR, NV)                                                                                                   \
+    (q4 ? ib_q_piece(1, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)                                       \
+        : ib_q8_piece(xq, xd, ldx, nbx, NR, gi, NV, nb, ldy, accumulate))
+#endif
         switch (nr * 8 + nv) {
         case 8 + 1: IB_Q(1, 1); break;
         case 8 + 2: IB_Q(1, 2); break;
