@@ -119,6 +119,32 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
+/* The end of block b of a Q8_0 / Q4_0 piece: acc += (float)isum x dw x dx
+ * (the block's weight scales, after the panel's quants_bytes of quants,
+ * times the row's activation scale). */
+static inline __attribute__((always_inline)) void ib_q_block_end(__m256 acc[IB_MAX_R][IB_MAX_V],
+                                                                 __m256i isum[IB_MAX_R][IB_MAX_V], const float *xd,
+                                                                 int64_t nbx, const int nr, const ib_group *grp,
+                                                                 const int nv, size_t quants_bytes, int64_t b) {
+    __m256 dw[IB_MAX_V];
+    IB_UNROLL for (int v = 0; v < nv; v++)
+        dw[v] = ib_halves(grp[v].panel + quants_bytes + (size_t)b * 32 + 16 * grp[v].half);
+    IB_UNROLL for (int r = 0; r < nr; r++) {
+        __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(dw[v], dx), acc[r][v]);
+    }
+}
+
+/* A piece's sums into its rows of y. */
+static inline __attribute__((always_inline)) void ib_q_store(__m256 acc[IB_MAX_R][IB_MAX_V], const int nr,
+                                                             const ib_group *grp, const int nv, int64_t ldy,
+                                                             bool accumulate) {
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
 /* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0; on AVX2
  * without VNNI, Q8_0 is ib_q8_piece's) in one pass over the bytes as
  * stored: step q's sums start at -offset x sum(x) (the stored bytes are
@@ -177,18 +203,9 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
 #endif
             }
         }
-        __m256 dw[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++)
-            dw[v] = ib_halves(grp[v].panel + (size_t)nb * qbytes + (size_t)b * 32 + 16 * grp[v].half);
-        IB_UNROLL for (int r = 0; r < nr; r++) {
-            __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
-            IB_UNROLL for (int v = 0; v < nv; v++)
-                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(dw[v], dx), acc[r][v]);
-        }
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, nb * qbytes, b);
     }
-    IB_UNROLL for (int r = 0; r < nr; r++)
-        IB_UNROLL for (int v = 0; v < nv; v++)
-            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+    ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
 
 #if !defined(PANEL_VNNI256)
@@ -229,17 +246,9 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
                 }
             }
         }
-        __m256 dw[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) dw[v] = ib_halves(grp[v].panel + (size_t)nb * 512 + (size_t)b * 32 + 16 * grp[v].half);
-        IB_UNROLL for (int r = 0; r < nr; r++) {
-            __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
-            IB_UNROLL for (int v = 0; v < nv; v++)
-                acc[r][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(dw[v], dx), acc[r][v]);
-        }
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, nb * 512, b);
     }
-    IB_UNROLL for (int r = 0; r < nr; r++)
-        IB_UNROLL for (int v = 0; v < nv; v++)
-            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+    ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
 #endif
 
