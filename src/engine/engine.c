@@ -188,6 +188,7 @@ static void request_free(eng_request *r) {
     free(r->image_rows);
     free(r->row_embd);
     free(r->hash_ids);
+    free(r->span_first), free(r->span_last);
     free(r);
 }
 
@@ -232,6 +233,23 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
             r->hash_ids[in->position + k] = image_row_key(in->image, k);
         }
         end = in->position + n_rows;
+    }
+    /* two-way spans (Gemma 3): computed whole in one step, so one image's
+     * rows must fit a step's token budget */
+    r->span_first = malloc(n_prompt * sizeof *r->span_first);
+    r->span_last = malloc(n_prompt * sizeof *r->span_last);
+    if (!r->span_first || !r->span_last) return pdl_fail(err, "request: out of memory");
+    if (!pdl_mm_spans(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->span_first, r->span_last)) {
+        free(r->span_first), free(r->span_last);
+        r->span_first = r->span_last = NULL;
+        return 0;
+    }
+    for (int i = 0; i < p->n_images; i++) {
+        int n_rows = pdl_vision_image_rows(e->opts.vision, p->images[i].image);
+        if (n_rows > e->opts.max_num_batched_tokens)
+            return pdl_fail(err, "request: image %d's %d rows attend to each other both ways and are computed in "
+                            "one step, but a step holds %d tokens (max_num_batched_tokens)", i, n_rows,
+                            e->opts.max_num_batched_tokens);
     }
     return 0;
 }
