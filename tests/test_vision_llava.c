@@ -1083,6 +1083,79 @@ static void test_image_options_fail_with_clear_messages(void) {
     expect_cli_error(args, "--image needs -p");
 }
 
+/* ---- sparse text_config (llava-hf's published form) ------------------------------ */
+
+/* A folder beside hf_dir with this config.json and hf_dir's other files. */
+static char *folder_with_config(const char *name, const char *config) {
+    char *dir = test_make_dir(name);
+    const char *files[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *from = test_join(hf_dir, files[i]), *to = test_join(dir, files[i]);
+        size_t n = 0;
+        char *d = test_slurp(from, &n);
+        test_write_file(to, d, n);
+        free(d), free(from), free(to);
+    }
+    char *p = test_join(dir, "config.json");
+    test_write_file(p, config, strlen(config));
+    free(p);
+    return dir;
+}
+
+#define LLAVA_TOP                                                                                                \
+    "{\"architectures\": [\"LlavaForConditionalGeneration\"], \"model_type\": \"llava\", \"image_token_index\": 512," \
+    " \"projector_hidden_act\": \"gelu\", \"vision_feature_layer\": -2, \"vision_feature_select_strategy\": \"default\"," \
+    " \"vision_config\": {\"model_type\": \"clip_vision_model\", \"hidden_size\": 32, \"intermediate_size\": 64,"        \
+    "  \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"image_size\": 28, \"patch_size\": 7,"                    \
+    "  \"layer_norm_eps\": 1e-05, \"hidden_act\": \"quick_gelu\"},"
+
+/* llava-1.5-7b-hf's text_config lists 5 fields and relies on LlamaConfig's
+ * defaults for the rest (hidden 4096, 32 layers and heads, 11008, ...).
+ * The tiny model in that form (its sizes given, RoPE base, context, head
+ * tying and activation left to the defaults) matches the reference; the
+ * published text_config itself is read as a 7B Llama (the tiny tensors
+ * then disagree with it by name and shape, not by a missing field). */
+static void test_a_sparse_llava_text_config_takes_llama_defaults(void) {
+    need_files();
+    char *dir = folder_with_config(
+        "llava-sparse", LLAVA_TOP
+        " \"text_config\": {\"model_type\": \"llama\", \"hidden_size\": 48, \"num_hidden_layers\": 2,"
+        "  \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"intermediate_size\": 96, \"vocab_size\": 513,"
+        "  \"rms_norm_eps\": 1e-05, \"torch_dtype\": \"float32\"}}");
+    pdl_vision_info info;
+    float *got = engine_logits(dir, dir, &info);
+    REQUIRE(got);
+    check_against_reference("sparse text_config", got);
+    free(got);
+    free(dir);
+    /* the published text_config, verbatim; then with 2 layers and no model_type (LlavaConfig's default: llama) */
+    static const char *text_configs[] = {
+        "{\"_name_or_path\": \"lmsys/vicuna-7b-v1.5\", \"architectures\": [\"LlamaForCausalLM\"],"
+        " \"max_position_embeddings\": 4096, \"model_type\": \"llama\", \"rms_norm_eps\": 1e-05,"
+        " \"torch_dtype\": \"float16\", \"vocab_size\": 32064}",
+        "{\"num_hidden_layers\": 2, \"vocab_size\": 32064}",
+    };
+    for (int i = 0; i < 2; i++) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s \"text_config\": %s}", LLAVA_TOP, text_configs[i]);
+        char name[32];
+        snprintf(name, sizeof name, "llava-published-%d", i);
+        dir = folder_with_config(name, cfg);
+        pdl_model *m = NULL;
+        pdl_error err = {0};
+        CHECK(pdl_model_load(&m, dir, NULL, &err) != 0);
+        if (i == 0) { /* 32 layers: the tiny file's third is the first missing */
+            CHECK_CONTAINS(err.message, "missing tensor 'language_model.model.layers.2.");
+        } else { /* 2 layers given, width 4096 */
+            CHECK_CONTAINS(err.message, "needs [");
+            CHECK_CONTAINS(err.message, "4096");
+        }
+        CHECK_MSG(!strstr(err.message, "missing field"), "%s", err.message);
+        pdl_model_free(m);
+        free(dir);
+    }
+}
+
 int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
@@ -1094,6 +1167,7 @@ int main(void) {
     RUN(test_logits_takes_an_image_at_the_media_marker);
     RUN(test_run_generates_from_a_text_and_image_prompt);
     RUN(test_image_options_fail_with_clear_messages);
+    RUN(test_a_sparse_llava_text_config_takes_llama_defaults);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir);
     return test_summary();
