@@ -501,6 +501,11 @@ typedef struct pdl_engine_options {
      * added, on the calling thread (with the text model's threads: not
      * while a step runs). */
     pdl_vision *vision;
+    /* Encoded image rows kept across requests by the hash of the image's
+     * bytes, least recently used evicted first: the budget in bytes (0 =
+     * 256 MiB); no_encoder_cache keeps none (every image encoded). */
+    size_t encoder_cache_bytes;
+    bool no_encoder_cache;
 } pdl_engine_options;
 
 struct gram_grammar; /* src/grammar/grammar.h */
@@ -567,6 +572,12 @@ typedef struct pdl_engine_stats {
                                     evicted when needed) */
     uint64_t prefix_cache_queries; /* prompt tokens looked up in the prefix cache (vLLM's counter) */
     uint64_t prefix_cache_hits;  /* of those, found cached */
+    uint64_t encoder_cache_queries; /* images looked up in the encoder cache (vLLM's mm_cache_queries) */
+    uint64_t encoder_cache_hits; /* of those, found: their tower run saved */
+    uint64_t encoder_cache_evictions; /* images dropped from it for room */
+    uint64_t images_encoded;     /* images run through the vision tower (the cache's misses, or every image
+                                    without it) */
+    size_t encoder_cache_bytes;  /* rows it holds now */
     uint64_t spec_drafts;        /* speculative decoding: proposals verified (vLLM's num_drafts) */
     uint64_t spec_draft_tokens;  /* draft tokens verified */
     uint64_t spec_accepted_tokens; /* of those, accepted */

@@ -596,12 +596,15 @@ static void on_logits(uint64_t id, int index, int position, const float *row, in
 }
 
 typedef struct run_opts {
-    bool prefix_caching, sequential;
+    bool prefix_caching, sequential, no_encoder_cache;
     int max_prefill_chunk, max_num_batched_tokens;
+    size_t encoder_cache_bytes;
+    pdl_engine_stats stats; /* out: the engine's at the end */
 } run_opts;
 
-/* Requests with n_text == 0 carry the image prompt; others n_text text ids. */
-static void run_engine(const int *n_text, int n, const run_opts *o, collected *out) {
+/* Requests with n_text == 0 carry the image prompt with rgb_png.png, -1 the
+ * same prompt with big_jpeg.jpg; others n_text text ids. */
+static void run_engine(const int *n_text, int n, run_opts *o, collected *out) {
     memset(out, 0, sizeof *out);
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
@@ -610,22 +613,26 @@ static void run_engine(const int *n_text, int n, const run_opts *o, collected *o
     pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !o->prefix_caching,
                              .on_logits = on_logits, .on_logits_user = out, .max_model_len = 64,
                              .max_prefill_chunk = o->max_prefill_chunk,
-                             .max_num_batched_tokens = o->max_num_batched_tokens};
+                             .max_num_batched_tokens = o->max_num_batched_tokens,
+                             .encoder_cache_bytes = o->encoder_cache_bytes, .no_encoder_cache = o->no_encoder_cache};
     pdl_engine *e = NULL;
     REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
-    pdl_image *img = load_png();
+    pdl_image *img = load_png(), *jpg = NULL;
+    char *jpath = test_join(ref_dir, "big_jpeg.jpg");
+    REQUIRE_MSG(pdl_image_load(&jpg, jpath, &err) == 0, "%s", err.message);
+    free(jpath);
     for (int i = 0; i < n; i++) {
         int32_t ids[64];
         int n_ids = n_text[i];
-        pdl_mm_input in = {.image = img, .position = IMG_AT};
-        if (n_ids == 0) {
+        pdl_mm_input in = {.image = n_ids < 0 ? jpg : img, .position = IMG_AT};
+        if (n_ids <= 0) {
             prompt_ids(ids);
             n_ids = N_PROMPT;
         } else {
             for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % 96;
         }
         pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
-                                 .images = n_text[i] == 0 ? &in : NULL, .n_images = n_text[i] == 0 ? 1 : 0};
+                                 .images = n_text[i] <= 0 ? &in : NULL, .n_images = n_text[i] <= 0 ? 1 : 0};
         uint64_t id = 0;
         if (pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) != 0) {
             out->failed[i] = true;
@@ -635,7 +642,8 @@ static void run_engine(const int *n_text, int n, const run_opts *o, collected *o
         if (o->sequential) CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
     }
     CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
-    pdl_image_free(img);
+    pdl_engine_get_stats(e, &o->stats);
+    pdl_image_free(img), pdl_image_free(jpg);
     pdl_engine_free(e);
     pdl_vision_free(v);
     pdl_model_free(m);
@@ -707,12 +715,52 @@ static void test_a_cache_hit_inside_the_image_gives_the_same_bytes(void) {
     CHECK(memcmp(c.tokens[0], c.tokens[1], sizeof c.tokens[0]) == 0);
 }
 
+/* The encoder cache: the same image again is found (its tower run saved)
+ * and gives the same bytes as encoding it; with room for one image only,
+ * a second image evicts the first, which is then encoded again; with the
+ * cache off every image is encoded. */
+static void test_the_encoder_cache_hits_misses_and_evicts(void) {
+    need_files();
+    int same[2] = {0, 0}, abab[3] = {0, -1, 0};
+    run_opts o = {.sequential = true};
+    collected c, d;
+    run_engine(same, 2, &o, &c);
+    CHECK_EQ_INT(o.stats.encoder_cache_queries, 2);
+    CHECK_EQ_INT(o.stats.encoder_cache_hits, 1);
+    CHECK_EQ_INT(o.stats.images_encoded, 1); /* the tower ran once */
+    CHECK_EQ_INT(o.stats.encoder_cache_bytes, (size_t)MM * TH * sizeof(float));
+    CHECK(c.have_logits[0] && c.have_logits[1] &&
+          memcmp(c.first_logits[0], c.first_logits[1], sizeof c.first_logits[0]) == 0);
+    run_opts off = {.sequential = true, .no_encoder_cache = true};
+    run_engine(same, 2, &off, &d);
+    CHECK_EQ_INT(off.stats.encoder_cache_hits, 0);
+    CHECK_EQ_INT(off.stats.images_encoded, 2);
+    CHECK_EQ_INT(off.stats.encoder_cache_bytes, 0);
+    CHECK(memcmp(c.first_logits[1], d.first_logits[1], sizeof c.first_logits[0]) == 0);
+    /* room for one image's rows (and a byte): png, jpeg (evicts png), png (a miss, evicts jpeg) */
+    run_opts one = {.sequential = true, .encoder_cache_bytes = (size_t)MM * TH * sizeof(float) + 1};
+    run_engine(abab, 3, &one, &c);
+    CHECK_EQ_INT(one.stats.encoder_cache_queries, 3);
+    CHECK_EQ_INT(one.stats.encoder_cache_hits, 0);
+    CHECK_EQ_INT(one.stats.encoder_cache_evictions, 2);
+    CHECK_EQ_INT(one.stats.images_encoded, 3);
+    CHECK(memcmp(c.first_logits[0], c.first_logits[2], sizeof c.first_logits[0]) == 0);
+    CHECK(memcmp(c.first_logits[0], c.first_logits[1], sizeof c.first_logits[0]) != 0);
+    /* room for both: the third is a hit */
+    run_opts two = {.sequential = true, .encoder_cache_bytes = (size_t)2 * MM * TH * sizeof(float)};
+    run_engine(abab, 3, &two, &c);
+    CHECK_EQ_INT(two.stats.encoder_cache_hits, 1);
+    CHECK_EQ_INT(two.stats.encoder_cache_evictions, 0);
+    CHECK_EQ_INT(two.stats.images_encoded, 2);
+}
+
 int main(void) {
     RUN(test_gemma3_image_prompt_matches_the_float64_reference);
     RUN(test_the_reference_tells_the_mask_and_the_pooling);
     RUN(test_the_engine_keeps_an_image_whole_across_chunks);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_a_cache_hit_inside_the_image_gives_the_same_bytes);
+    RUN(test_the_encoder_cache_hits_misses_and_evicts);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir);
     return test_summary();
