@@ -15,6 +15,10 @@
  * windowed causal mask, so an image row sees its whole image and the
  * window's keys before it).
  *
+ * The same weights are also written as llama.cpp's pair (a gemma3 text
+ * GGUF with Gemma's norms stored as 1 + w, and an mmproj GGUF with projector
+ * type gemma3, SigLIP's tensors under v.*, mm.soft_emb_norm as 1 + w).
+ *
  * The reference starts from pixel values made by PIL and numpy
  * (scripts/vision-reference-pixels: Gemma3ImageProcessor's bilinear resize
  * to 32 x 32, rescale, normalise with mean = std = 0.5) and runs the rest in
@@ -32,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gguf_writer.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
@@ -452,11 +457,129 @@ static double max_diff(const float *a, const double *b, size_t n) {
 
 /* ---- the engine ---------------------------------------------------------------- */
 
+/* ---- llama.cpp's pair: the text GGUF and the gemma3 mmproj ------------------------------ */
+
+static char *text_gguf, *mmproj_gguf;
+
+/* a norm Gemma applies as (1 + w): llama.cpp's converters store 1 + w */
+static void put_plus_one(gguf_writer *g, const char *gg, const char *hf) {
+    const wspec *t = NULL;
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].name, hf) == 0) t = &specs[i];
+    REQUIRE_MSG(t, "no weight %s", hf);
+    float *d = malloc((size_t)t->shape[0] * sizeof *d);
+    for (int64_t i = 0; i < t->shape[0]; i++) d[i] = 1.0f + t->data[i];
+    gguf_writer_add_tensor_f32(g, gg, 1, t->shape, d);
+    free(d);
+}
+
+static void put(gguf_writer *g, const char *gg, const char *hf) {
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].name, hf) == 0) {
+            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, specs[i].shape, specs[i].data);
+            return;
+        }
+    REQUIRE_MSG(0, "no weight %s", hf);
+}
+
+static void write_ggufs(void) {
+    if (text_gguf) return;
+    need_files();
+    gguf_writer *t = gguf_writer_new(3);
+    gguf_writer_add_str(t, "general.architecture", "gemma3");
+    gguf_writer_add_u32(t, "gemma3.context_length", 256);
+    gguf_writer_add_u32(t, "gemma3.embedding_length", TH);
+    gguf_writer_add_u32(t, "gemma3.feed_forward_length", FFN);
+    gguf_writer_add_u32(t, "gemma3.block_count", NL);
+    gguf_writer_add_u32(t, "gemma3.attention.head_count", NH);
+    gguf_writer_add_u32(t, "gemma3.attention.head_count_kv", NKV);
+    gguf_writer_add_u32(t, "gemma3.attention.key_length", HD);
+    gguf_writer_add_u32(t, "gemma3.attention.value_length", HD);
+    gguf_writer_add_u32(t, "gemma3.rope.dimension_count", HD);
+    gguf_writer_add_f32(t, "gemma3.rope.freq_base", (float)THETA);
+    gguf_writer_add_u32(t, "gemma3.attention.sliding_window", WINDOW);
+    gguf_writer_add_f32(t, "gemma3.attention.layer_norm_rms_epsilon", (float)TEPS);
+    gguf_writer_add_u32(t, "gemma3.attention.sliding_window_pattern", PATTERN);
+    gguf_writer_add_f32(t, "gemma3.attention.scale", (float)(1.0 / sqrt(QPAS)));
+    gguf_writer_add_str(t, "gemma3.rope.scaling.type", "linear");
+    gguf_writer_add_f32(t, "gemma3.rope.scaling.factor", (float)LINEAR);
+    put(t, "token_embd.weight", "language_model.model.embed_tokens.weight");
+    put_plus_one(t, "output_norm.weight", "language_model.model.norm.weight");
+    char hf[160], gg[64];
+    static const char *const mats[][2] = {
+        {"self_attn.q_proj.weight", "attn_q.weight"}, {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"}, {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},  {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"}};
+    static const char *const norms[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"}, {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+        {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+        {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+        {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+        {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"}};
+    for (int l = 0; l < NL; l++) {
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, mats[i][0]);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, mats[i][1]);
+            put(t, gg, hf);
+        }
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
+            snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, norms[i][0]);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, norms[i][1]);
+            put_plus_one(t, gg, hf);
+        }
+    }
+    gguf_writer *v = gguf_writer_new(3);
+    static const float half[3] = {0.5f, 0.5f, 0.5f};
+    gguf_writer_add_str(v, "general.architecture", "clip");
+    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
+    gguf_writer_add_str(v, "clip.projector_type", "gemma3");
+    gguf_writer_add_u32(v, "clip.vision.image_size", IMG);
+    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
+    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
+    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
+    gguf_writer_add_u32(v, "clip.vision.block_count", VL);
+    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
+    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", (float)VEPS);
+    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, half, 3);
+    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, half, 3);
+    gguf_writer_add_bool(v, "clip.use_gelu", true);
+    gguf_writer_add_u32(v, "clip.vision.projector.scale_factor", POOL);
+    const char *vm = "vision_tower.vision_model";
+#define VN(fmt, ...) (snprintf(hf, sizeof hf, "%s." fmt, vm, __VA_ARGS__), hf)
+    put(v, "v.patch_embd.weight", VN("%s", "embeddings.patch_embedding.weight"));
+    put(v, "v.patch_embd.bias", VN("%s", "embeddings.patch_embedding.bias"));
+    put(v, "v.position_embd.weight", VN("%s", "embeddings.position_embedding.weight"));
+    static const char *const blk[][2] = {
+        {"layer_norm1", "ln1"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
+        {"self_attn.v_proj", "attn_v"}, {"self_attn.out_proj", "attn_out"}, {"layer_norm2", "ln2"},
+        {"mlp.fc1", "ffn_up"}, {"mlp.fc2", "ffn_down"}}; /* convert_hf_to_gguf's names for SigLIP */
+    for (int l = 0; l < VL; l++)
+        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
+            for (int b = 0; b < 2; b++) {
+                snprintf(gg, sizeof gg, "v.blk.%d.%s.%s", l, blk[i][1], b ? "bias" : "weight");
+                put(v, gg, VN("encoder.layers.%d.%s.%s", l, blk[i][0], b ? "bias" : "weight"));
+            }
+    put(v, "v.post_ln.weight", VN("%s", "post_layernorm.weight"));
+    put(v, "v.post_ln.bias", VN("%s", "post_layernorm.bias"));
+#undef VN
+    put_plus_one(v, "mm.soft_emb_norm.weight", "multi_modal_projector.mm_soft_emb_norm.weight");
+    put(v, "mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight");
+    text_gguf = test_tmp_path("gemma3-text.gguf");
+    mmproj_gguf = test_tmp_path("gemma3-mmproj.gguf");
+    REQUIRE(gguf_writer_write(t, text_gguf) == 0);
+    REQUIRE(gguf_writer_write(v, mmproj_gguf) == 0);
+    gguf_writer_free(t), gguf_writer_free(v);
+}
+
+static const char *load_text_path, *load_vision_path; /* NULL: the HF folder */
+
 static void load(pdl_model **m, pdl_vision **v) {
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(m, hf_dir, &mo, &err) == 0, "%s", err.message);
-    int rc = pdl_vision_load(v, hf_dir, *m, &err);
+    const char *tp = load_text_path ? load_text_path : hf_dir, *vp = load_vision_path ? load_vision_path : hf_dir;
+    REQUIRE_MSG(pdl_model_load(m, tp, &mo, &err) == 0, "%s", err.message);
+    int rc = pdl_vision_load(v, vp, *m, &err);
     if (rc) pdl_model_free(*m);
     REQUIRE_MSG(rc == 0, "%s", err.message);
 }
@@ -481,7 +604,7 @@ static float *engine_logits(bool spans) {
     CHECK(strcmp(info.family, "gemma3") == 0 && strcmp(info.tower, "siglip") == 0);
     CHECK(info.bidirectional);
     CHECK_EQ_INT(info.rows_per_image, MM);
-    CHECK_EQ_INT(info.image_token_id, IMAGE_TOKEN);
+    if (!load_text_path) CHECK_EQ_INT(info.image_token_id, IMAGE_TOKEN); /* the GGUF has no vocabulary here */
     pdl_error err = {0};
     pdl_image *img = load_png();
     float *rows = NULL;
@@ -754,14 +877,30 @@ static void test_the_encoder_cache_hits_misses_and_evicts(void) {
     CHECK_EQ_INT(two.stats.images_encoded, 2);
 }
 
+/* The same model as llama.cpp's pair (text GGUF with Gemma's norms as
+ * 1 + w, mmproj with projector type gemma3 and scale factor 2). */
+static void test_gemma3_gguf_and_mmproj_match_the_float64_reference(void) {
+    write_ggufs();
+    load_text_path = text_gguf, load_vision_path = mmproj_gguf;
+    float *got = engine_logits(true);
+    load_text_path = load_vision_path = NULL;
+    REQUIRE(got);
+    double *want = reference_logits(BUG_NONE);
+    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    fprintf(stderr, "  Gemma 3 GGUF + mmproj: max |engine - float64 reference| = %.3g\n", d);
+    CHECK_MSG(d < TOL, "%.3g", d);
+    free(got), free(want);
+}
+
 int main(void) {
     RUN(test_gemma3_image_prompt_matches_the_float64_reference);
     RUN(test_the_reference_tells_the_mask_and_the_pooling);
+    RUN(test_gemma3_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_engine_keeps_an_image_whole_across_chunks);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_a_cache_hit_inside_the_image_gives_the_same_bytes);
     RUN(test_the_encoder_cache_hits_misses_and_evicts);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
-    free(ref_dir), free(hf_dir);
+    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
 }

@@ -13,7 +13,8 @@
  *   - as llama.cpp's pair: a text GGUF (Q/K rows permuted as its converter
  *     permutes them) and an mmproj GGUF as its LLaVA converter writes one
  *     (the tower's last layer dropped and block_count = layers - 1, fc1 and
- *     fc2 under the names ffn_down and ffn_up).
+ *     fc2 under the names ffn_down and ffn_up); LLaVA 1.6 likewise, its
+ *     mmproj with the grid pinpoints and model.image_newline.
  * The engine decodes the PNG, preprocesses it, runs the tower and the
  * projector and puts the rows into the prompt; the reference starts from
  * pixel values made by PIL and numpy (scripts/vision-reference-pixels) and
@@ -769,8 +770,47 @@ static int ref_next_rows(next_bug bug, const float *tiles, int n_tiles, int gh, 
     return n;
 }
 
-static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
+/* llama.cpp's mmproj of the same LLaVA 1.6 (its converter's keys: grid
+ * pinpoints flattened as (height, width) pairs, anyres, spatial_unpad; the
+ * tower's last layer dropped; model.image_newline) beside the text GGUF. */
+static char *next_mmproj;
+
+static void write_next_mmproj(void) {
+    if (next_mmproj) return;
     write_next();
+    gguf_writer *v = gguf_writer_new(3);
+    gguf_writer_add_str(v, "general.architecture", "clip");
+    gguf_writer_add_bool(v, "clip.has_text_encoder", false);
+    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
+    gguf_writer_add_bool(v, "clip.has_llava_projector", true);
+    gguf_writer_add_str(v, "clip.projector_type", "mlp");
+    gguf_writer_add_u32(v, "clip.vision.image_size", IMG);
+    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
+    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
+    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
+    gguf_writer_add_u32(v, "clip.vision.projection_dim", 16);
+    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
+    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", (float)VEPS);
+    gguf_writer_add_u32(v, "clip.vision.block_count", VL - 1);
+    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, CLIP_MEAN, 3);
+    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, CLIP_STD, 3);
+    gguf_writer_add_bool(v, "clip.use_gelu", false);
+    static const int32_t pins[10] = {28, 56, 56, 28, 56, 56, 28, 84, 84, 28};
+    gguf_writer_add_arr(v, "clip.vision.image_grid_pinpoints", GGUF_TYPE_INT32, pins, 10);
+    gguf_writer_add_str(v, "clip.vision.image_aspect_ratio", "anyres");
+    gguf_writer_add_str(v, "clip.vision.mm_patch_merge_type", "spatial_unpad");
+    gguf_writer_add_u32(v, "clip.vision.image_crop_resolution", IMG);
+    for (int i = 0; i < n_specs; i++)
+        if (specs[i].where == IN_TOWER)
+            gguf_writer_add_tensor_f32(v, specs[i].gg, specs[i].n_dims, specs[i].shape, specs[i].data);
+    int64_t shape[1] = {TH};
+    gguf_writer_add_tensor_f32(v, "model.image_newline", 1, shape, newline);
+    next_mmproj = test_tmp_path("llava-next-mmproj.gguf");
+    REQUIRE(gguf_writer_write(v, next_mmproj) == 0);
+    gguf_writer_free(v);
+}
+
+static void check_next(const char *what, const char *text_path, const char *vision_path, int32_t image_id) {
     /* rgb_png (131 x 90) in the anyres28 case: a 2 x 2 grid whose map loses a row at each edge */
     char *p = test_join(ref_dir, "rgb_png.anyres28.f32");
     size_t nb = 0;
@@ -785,8 +825,8 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     pdl_vision *v = NULL;
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(&m, next_dir, &mo, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_vision_load(&v, next_dir, m, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&v, vision_path, m, &err) == 0, "%s", err.message);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "llava_next") == 0); /* a static string */
@@ -803,7 +843,7 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     int n = IMG_AT + n_img + 4;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     memcpy(ids, TEXT_BEFORE, sizeof TEXT_BEFORE);
-    for (int i = 0; i < n_img; i++) ids[IMG_AT + i] = IMAGE_TOKEN;
+    for (int i = 0; i < n_img; i++) ids[IMG_AT + i] = image_id;
     memcpy(ids + IMG_AT + n_img, TEXT_AFTER, sizeof TEXT_AFTER);
     const float **embd = calloc((size_t)n, sizeof *embd);
     const double **dembd = calloc((size_t)n, sizeof *dembd);
@@ -821,8 +861,8 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     ref_text_logits(ids, (const double *const *)dembd, n, want);
     if (rc == 0) {
         double d = max_diff(got, want, (size_t)n * VOC);
-        fprintf(stderr, "  LLaVA 1.6: %d image rows, max |engine - float64 reference| = %.3g\n", n_img, d);
-        CHECK_MSG(d < TOL, "%.3g", d);
+        fprintf(stderr, "  LLaVA 1.6 (%s): %d image rows, max |engine - float64 reference| = %.3g\n", what, n_img, d);
+        CHECK_MSG(d < TOL, "%s: %.3g", what, d);
     }
     /* the layout details the comparison guards */
     static const next_bug bugs[] = {NEXT_NO_UNPAD, NEXT_NO_NEWLINE, NEXT_TILES_COLUMN_MAJOR};
@@ -840,6 +880,26 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     pdl_image_free(img);
     pdl_vision_free(v);
     pdl_model_free(m);
+}
+
+static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
+    write_next();
+    check_next("HF folder", next_dir, next_dir, IMAGE_TOKEN);
+}
+
+/* The same from llama.cpp's pair: the text GGUF (no <image> in its
+ * vocabulary: id 0 under the rows) and the LLaVA 1.6 mmproj. */
+static void test_llava_next_gguf_and_mmproj_match_the_float64_reference(void) {
+    write_next_mmproj();
+    check_next("GGUF + mmproj", text_gguf, next_mmproj, 0);
+    /* `logits` takes the pair: the image's 70 rows at the marker */
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' --kv-cache-dtype f32 -t 2",
+             text_gguf, next_mmproj, ref_dir, "Once upon a time <__media__> there was a cat");
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\"rows\": 70}");
+    test_free_result(&r);
 }
 
 /* ---- the engine -------------------------------------------------------------- */
@@ -1161,6 +1221,7 @@ int main(void) {
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_reference_tells_class_token_order_and_feature_layer);
     RUN(test_llava_next_any_resolution_matches_the_float64_reference);
+    RUN(test_llava_next_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
@@ -1169,6 +1230,6 @@ int main(void) {
     RUN(test_image_options_fail_with_clear_messages);
     RUN(test_a_sparse_llava_text_config_takes_llama_defaults);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
-    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir);
+    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir), free(next_mmproj);
     return test_summary();
 }
