@@ -892,6 +892,39 @@ static void test_gemma3_gguf_and_mmproj_match_the_float64_reference(void) {
     free(got), free(want);
 }
 
+/* A processor asking for pan and scan (not implemented) is refused by name. */
+static void test_pan_and_scan_is_refused(void) {
+    need_files();
+    char *dir = test_make_dir("gemma3-pan");
+    const char *files[] = {"config.json", "model.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char *from = test_join(hf_dir, files[i]), *to = test_join(dir, files[i]);
+        size_t n = 0;
+        char *d = test_slurp(from, &n);
+        test_write_file(to, d, n);
+        free(d), free(from), free(to);
+    }
+    char pre[1024];
+    snprintf(pre, sizeof pre, "%s", PREPROCESSOR);
+    char *at = strstr(pre, "\"do_pan_and_scan\": null");
+    REQUIRE(at);
+    memcpy(at + strlen("\"do_pan_and_scan\": "), "true}", 6);
+    char *p = test_join(dir, "preprocessor_config.json");
+    test_write_file(p, pre, strlen(pre));
+    free(p);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, dir, &mo, &err) == 0, "%s", err.message);
+    CHECK(pdl_vision_load(&v, dir, m, &err) != 0);
+    CHECK_CONTAINS(err.message, "do_pan_and_scan");
+    CHECK_CONTAINS(err.message, "preprocessor_config.json");
+    pdl_vision_free(v);
+    pdl_model_free(m);
+    free(dir);
+}
+
 int main(void) {
     RUN(test_gemma3_image_prompt_matches_the_float64_reference);
     RUN(test_the_reference_tells_the_mask_and_the_pooling);
@@ -900,6 +933,7 @@ int main(void) {
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_a_cache_hit_inside_the_image_gives_the_same_bytes);
     RUN(test_the_encoder_cache_hits_misses_and_evicts);
+    RUN(test_pan_and_scan_is_refused);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
