@@ -132,10 +132,9 @@ int pdl_image_height(const pdl_image *img);
 typedef struct pdl_vision pdl_vision;
 
 /* Loads it from a Hugging Face folder (LlavaForConditionalGeneration,
- * LlavaNextForConditionalGeneration: the folder of the text model) or a
- * llama.cpp mmproj GGUF (projector type mlp). Gemma 3 (its folder, or
- * projector type gemma3) is parsed but refused: its image rows' two-way
- * attention in the text model is not implemented. text is the text model
+ * LlavaNextForConditionalGeneration, Gemma3ForConditionalGeneration: the
+ * folder of the text model) or a llama.cpp mmproj GGUF (projector type mlp
+ * or gemma3). text is the text model
  * (loaded from the same folder, or from its own GGUF): its width, tokenizer
  * and threads; it must outlive the vision model. */
 int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err);
@@ -187,6 +186,13 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
                     const pdl_image *const *images, int n_images, unsigned flags, pdl_mm_prompt *out,
                     pdl_error *err);
 void pdl_mm_prompt_free(pdl_mm_prompt *p);
+/* The two-way spans of a prompt's n positions (pdl_batch's span_first /
+ * span_last): each image's rows form one span when the model attends both
+ * ways within an image (pdl_vision_info.bidirectional: Gemma 3), every
+ * other position is its own. Returns whether there is any span (false:
+ * the arrays hold the positions only, and callers may pass NULL). */
+bool pdl_mm_spans(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *span_first,
+                  int32_t *span_last);
 
 /* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)
@@ -309,6 +315,15 @@ typedef struct pdl_batch {
      * NULL, is row i's input vector (hidden floats, taken as it is: no
      * embedding scale) in place of token_ids[i]'s embedding. */
     const float *const *embd;
+    /* Two-way spans (Gemma 3's images, whose rows attend to each other both
+     * ways): NULL, or both [n_tokens], the positions of the first and last
+     * row of the span row i belongs to; a row outside any span holds its own
+     * position in both. Row i attends to the keys of the causal rule (its
+     * layer's window included) and to every key of its span:
+     * [min(causal first, span_first[i]), max(positions[i], span_last[i])].
+     * The span's rows from row i on must be in the batch (span_last[i] at
+     * most the last position of i's segment): a span is computed whole. */
+    const int32_t *span_first, *span_last;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -354,6 +369,11 @@ int pdl_seq_forward(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int3
 int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
                          const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
                          pdl_error *err);
+/* pdl_seq_forward_embd with two-way spans: span_first / span_last NULL, or
+ * [n_tokens] positions as pdl_batch's (pdl_mm_spans fills them). */
+int pdl_seq_forward_spans(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                          const float *const *embd, const int32_t *span_first, const int32_t *span_last,
+                          int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 
@@ -481,6 +501,11 @@ typedef struct pdl_engine_options {
      * added, on the calling thread (with the text model's threads: not
      * while a step runs). */
     pdl_vision *vision;
+    /* Encoded image rows kept across requests by the hash of the image's
+     * bytes, least recently used evicted first: the budget in bytes (0 =
+     * 256 MiB); no_encoder_cache keeps none (every image encoded). */
+    size_t encoder_cache_bytes;
+    bool no_encoder_cache;
 } pdl_engine_options;
 
 struct gram_grammar; /* src/grammar/grammar.h */
@@ -547,6 +572,12 @@ typedef struct pdl_engine_stats {
                                     evicted when needed) */
     uint64_t prefix_cache_queries; /* prompt tokens looked up in the prefix cache (vLLM's counter) */
     uint64_t prefix_cache_hits;  /* of those, found cached */
+    uint64_t encoder_cache_queries; /* images looked up in the encoder cache (vLLM's mm_cache_queries) */
+    uint64_t encoder_cache_hits; /* of those, found: their tower run saved */
+    uint64_t encoder_cache_evictions; /* images dropped from it for room */
+    uint64_t images_encoded;     /* images run through the vision tower (the cache's misses, or every image
+                                    without it) */
+    size_t encoder_cache_bytes;  /* rows it holds now */
     uint64_t spec_drafts;        /* speculative decoding: proposals verified (vLLM's num_drafts) */
     uint64_t spec_draft_tokens;  /* draft tokens verified */
     uint64_t spec_accepted_tokens; /* of those, accepted */

@@ -13,6 +13,7 @@
  * calls of 1 to 40 queries (more than one tile and more than 16 queries).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +32,42 @@ static float frand(void) {
 static const struct {
     pdl_isa isa;
     pdl_attention_fn fn;
+    pdl_attention_ranges_fn ranges;
 } simd_builds[] = {
-    {PDL_ISA_AVX2, pdl_attention_queries_avx2},
-    {PDL_ISA_AVX512, pdl_attention_queries_avx512},
-    {PDL_ISA_NEON, pdl_attention_queries_neon},
+    {PDL_ISA_AVX2, pdl_attention_queries_avx2, pdl_attention_queries_avx2_ranges},
+    {PDL_ISA_AVX512, pdl_attention_queries_avx512, pdl_attention_queries_avx512_ranges},
+    {PDL_ISA_NEON, pdl_attention_queries_neon, pdl_attention_queries_neon_ranges},
 };
+
+static double kv_at(const pdl_attn_kv *kv, int pos, int e, bool value) {
+    int64_t slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
+    size_t i = value ? (size_t)slot * kv->kv_dim + e : pdl_attn_k_index(slot, kv->block_size, kv->kv_dim, e);
+    const void *p = value ? kv->v : kv->k;
+    return kv->kv_is_f16 ? pdl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* One query over keys [first, last] in float64 (softmax of the scaled,
+ * soft-capped dot products, then the values): the largest difference from
+ * got. */
+static double ref_range(const float *q, const float *got, int hd, int kv_head, double scale, double cap, int first,
+                        int last, const pdl_attn_kv *kv) {
+    double s[512], mx = -INFINITY, z = 0, d = 0;
+    for (int j = first; j <= last; j++) {
+        double a = 0;
+        for (int e = 0; e < hd; e++) a += q[e] * kv_at(kv, j, kv_head * hd + e, false);
+        a *= scale;
+        if (cap > 0) a = tanh(a / cap) * cap;
+        s[j - first] = a;
+        mx = fmax(mx, a);
+    }
+    for (int j = first; j <= last; j++) z += s[j - first] = exp(s[j - first] - mx);
+    for (int e = 0; e < hd; e++) {
+        double o = 0;
+        for (int j = first; j <= last; j++) o += s[j - first] / z * kv_at(kv, j, kv_head * hd + e, true);
+        d = fmax(d, fabs(o - got[e]));
+    }
+    return d;
+}
 
 static void check_head_dim(int hd, int BSZ) {
     enum { NKV = 2, NPOS = 150, NBLK = 20 };
@@ -97,6 +129,42 @@ static void check_head_dim(int hd, int BSZ) {
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                                   "head_dim %d block %d f16 %d window %d cap %g: %d queries: %s build differs", hd,
                                   BSZ, f16, windows[wi], caps[ci], nq, pdl_isa_name(simd_builds[bi].isa));
+                    }
+                    /* ranges: the causal ranges give the same bytes; any ranges
+                     * (keys past the query's position: two-way spans) give every
+                     * build the portable body's bytes and the float64 value */
+                    int first[NQ], last[NQ];
+                    for (int i = 0; i < nq; i++)
+                        first[i] = windows[wi] && pos[i] - windows[wi] + 1 > 0 ? pos[i] - windows[wi] + 1 : 0,
+                        last[i] = pos[i];
+                    pdl_attention_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                              "head_dim %d block %d: causal ranges differ from pdl_attention_queries", hd, BSZ);
+                    for (int i = 0; i < nq; i++) { /* spans reaching up to 20 keys past the row, down to 9 before */
+                        last[i] = pos[i] + (i * 7) % 21;
+                        if (last[i] >= NPOS) last[i] = NPOS - 1;
+                        int span_first = pos[i] - (i * 5) % 10;
+                        if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
+                    }
+                    pdl_attention_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    for (int i = 0; i < nq; i++) {
+                        double d = ref_range(qs[i], outs[i], hd, 1, 0.3, caps[ci], first[i], last[i], &kv);
+                        CHECK_MSG(d < 1e-5, "head_dim %d block %d query %d over [%d, %d]: %.3g from float64", hd,
+                                  BSZ, i, first[i], last[i], d);
+                        if (d >= 1e-5) break;
+                    }
+                    for (int i = 0; i < nq; i++)
+                        outw[i] = want + (size_t)i * hd;
+                    pdl_attention_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv,
+                                                        scratch);
+                    CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                              "head_dim %d block %d: ranges differ from the portable body", hd, BSZ);
+                    for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
+                        if (!pdl_isa_supported(simd_builds[bi].isa)) continue;
+                        simd_builds[bi].ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                                  "head_dim %d block %d: ranges: %s build differs", hd, BSZ,
+                                  pdl_isa_name(simd_builds[bi].isa));
                     }
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);

@@ -13,7 +13,8 @@
  *   - as llama.cpp's pair: a text GGUF (Q/K rows permuted as its converter
  *     permutes them) and an mmproj GGUF as its LLaVA converter writes one
  *     (the tower's last layer dropped and block_count = layers - 1, fc1 and
- *     fc2 under the names ffn_down and ffn_up).
+ *     fc2 under the names ffn_down and ffn_up); LLaVA 1.6 likewise, its
+ *     mmproj with the grid pinpoints and model.image_newline.
  * The engine decodes the PNG, preprocesses it, runs the tower and the
  * projector and puts the rows into the prompt; the reference starts from
  * pixel values made by PIL and numpy (scripts/vision-reference-pixels) and
@@ -769,8 +770,47 @@ static int ref_next_rows(next_bug bug, const float *tiles, int n_tiles, int gh, 
     return n;
 }
 
-static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
+/* llama.cpp's mmproj of the same LLaVA 1.6 (its converter's keys: grid
+ * pinpoints flattened as (height, width) pairs, anyres, spatial_unpad; the
+ * tower's last layer dropped; model.image_newline) beside the text GGUF. */
+static char *next_mmproj;
+
+static void write_next_mmproj(void) {
+    if (next_mmproj) return;
     write_next();
+    gguf_writer *v = gguf_writer_new(3);
+    gguf_writer_add_str(v, "general.architecture", "clip");
+    gguf_writer_add_bool(v, "clip.has_text_encoder", false);
+    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
+    gguf_writer_add_bool(v, "clip.has_llava_projector", true);
+    gguf_writer_add_str(v, "clip.projector_type", "mlp");
+    gguf_writer_add_u32(v, "clip.vision.image_size", IMG);
+    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
+    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
+    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
+    gguf_writer_add_u32(v, "clip.vision.projection_dim", 16);
+    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
+    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", (float)VEPS);
+    gguf_writer_add_u32(v, "clip.vision.block_count", VL - 1);
+    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, CLIP_MEAN, 3);
+    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, CLIP_STD, 3);
+    gguf_writer_add_bool(v, "clip.use_gelu", false);
+    static const int32_t pins[10] = {28, 56, 56, 28, 56, 56, 28, 84, 84, 28};
+    gguf_writer_add_arr(v, "clip.vision.image_grid_pinpoints", GGUF_TYPE_INT32, pins, 10);
+    gguf_writer_add_str(v, "clip.vision.image_aspect_ratio", "anyres");
+    gguf_writer_add_str(v, "clip.vision.mm_patch_merge_type", "spatial_unpad");
+    gguf_writer_add_u32(v, "clip.vision.image_crop_resolution", IMG);
+    for (int i = 0; i < n_specs; i++)
+        if (specs[i].where == IN_TOWER)
+            gguf_writer_add_tensor_f32(v, specs[i].gg, specs[i].n_dims, specs[i].shape, specs[i].data);
+    int64_t shape[1] = {TH};
+    gguf_writer_add_tensor_f32(v, "model.image_newline", 1, shape, newline);
+    next_mmproj = test_tmp_path("llava-next-mmproj.gguf");
+    REQUIRE(gguf_writer_write(v, next_mmproj) == 0);
+    gguf_writer_free(v);
+}
+
+static void check_next(const char *what, const char *text_path, const char *vision_path, int32_t image_id) {
     /* rgb_png (131 x 90) in the anyres28 case: a 2 x 2 grid whose map loses a row at each edge */
     char *p = test_join(ref_dir, "rgb_png.anyres28.f32");
     size_t nb = 0;
@@ -785,8 +825,8 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     pdl_vision *v = NULL;
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(&m, next_dir, &mo, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_vision_load(&v, next_dir, m, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&v, vision_path, m, &err) == 0, "%s", err.message);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "llava_next") == 0); /* a static string */
@@ -803,7 +843,7 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     int n = IMG_AT + n_img + 4;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     memcpy(ids, TEXT_BEFORE, sizeof TEXT_BEFORE);
-    for (int i = 0; i < n_img; i++) ids[IMG_AT + i] = IMAGE_TOKEN;
+    for (int i = 0; i < n_img; i++) ids[IMG_AT + i] = image_id;
     memcpy(ids + IMG_AT + n_img, TEXT_AFTER, sizeof TEXT_AFTER);
     const float **embd = calloc((size_t)n, sizeof *embd);
     const double **dembd = calloc((size_t)n, sizeof *dembd);
@@ -821,8 +861,8 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     ref_text_logits(ids, (const double *const *)dembd, n, want);
     if (rc == 0) {
         double d = max_diff(got, want, (size_t)n * VOC);
-        fprintf(stderr, "  LLaVA 1.6: %d image rows, max |engine - float64 reference| = %.3g\n", n_img, d);
-        CHECK_MSG(d < TOL, "%.3g", d);
+        fprintf(stderr, "  LLaVA 1.6 (%s): %d image rows, max |engine - float64 reference| = %.3g\n", what, n_img, d);
+        CHECK_MSG(d < TOL, "%s: %.3g", what, d);
     }
     /* the layout details the comparison guards */
     static const next_bug bugs[] = {NEXT_NO_UNPAD, NEXT_NO_NEWLINE, NEXT_TILES_COLUMN_MAJOR};
@@ -840,6 +880,26 @@ static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
     pdl_image_free(img);
     pdl_vision_free(v);
     pdl_model_free(m);
+}
+
+static void test_llava_next_any_resolution_matches_the_float64_reference(void) {
+    write_next();
+    check_next("HF folder", next_dir, next_dir, IMAGE_TOKEN);
+}
+
+/* The same from llama.cpp's pair: the text GGUF (no <image> in its
+ * vocabulary: id 0 under the rows) and the LLaVA 1.6 mmproj. */
+static void test_llava_next_gguf_and_mmproj_match_the_float64_reference(void) {
+    write_next_mmproj();
+    check_next("GGUF + mmproj", text_gguf, next_mmproj, 0);
+    /* `logits` takes the pair: the image's 70 rows at the marker */
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --mmproj '%s' --image '%s/rgb_png.png' -p '%s' --kv-cache-dtype f32 -t 2",
+             text_gguf, next_mmproj, ref_dir, "Once upon a time <__media__> there was a cat");
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    CHECK_CONTAINS(r.out, "\"rows\": 70}");
+    test_free_result(&r);
 }
 
 /* ---- the engine -------------------------------------------------------------- */
@@ -1083,18 +1143,93 @@ static void test_image_options_fail_with_clear_messages(void) {
     expect_cli_error(args, "--image needs -p");
 }
 
+/* ---- sparse text_config (llava-hf's published form) ------------------------------ */
+
+/* A folder beside hf_dir with this config.json and hf_dir's other files. */
+static char *folder_with_config(const char *name, const char *config) {
+    char *dir = test_make_dir(name);
+    const char *files[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char *from = test_join(hf_dir, files[i]), *to = test_join(dir, files[i]);
+        size_t n = 0;
+        char *d = test_slurp(from, &n);
+        test_write_file(to, d, n);
+        free(d), free(from), free(to);
+    }
+    char *p = test_join(dir, "config.json");
+    test_write_file(p, config, strlen(config));
+    free(p);
+    return dir;
+}
+
+#define LLAVA_TOP                                                                                                \
+    "{\"architectures\": [\"LlavaForConditionalGeneration\"], \"model_type\": \"llava\", \"image_token_index\": 512," \
+    " \"projector_hidden_act\": \"gelu\", \"vision_feature_layer\": -2, \"vision_feature_select_strategy\": \"default\"," \
+    " \"vision_config\": {\"model_type\": \"clip_vision_model\", \"hidden_size\": 32, \"intermediate_size\": 64,"        \
+    "  \"num_hidden_layers\": 3, \"num_attention_heads\": 2, \"image_size\": 28, \"patch_size\": 7,"                    \
+    "  \"layer_norm_eps\": 1e-05, \"hidden_act\": \"quick_gelu\"},"
+
+/* llava-1.5-7b-hf's text_config lists 5 fields and relies on LlamaConfig's
+ * defaults for the rest (hidden 4096, 32 layers and heads, 11008, ...).
+ * The tiny model in that form (its sizes given, RoPE base, context, head
+ * tying and activation left to the defaults) matches the reference; the
+ * published text_config itself is read as a 7B Llama (the tiny tensors
+ * then disagree with it by name and shape, not by a missing field). */
+static void test_a_sparse_llava_text_config_takes_llama_defaults(void) {
+    need_files();
+    char *dir = folder_with_config(
+        "llava-sparse", LLAVA_TOP
+        " \"text_config\": {\"model_type\": \"llama\", \"hidden_size\": 48, \"num_hidden_layers\": 2,"
+        "  \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"intermediate_size\": 96, \"vocab_size\": 513,"
+        "  \"rms_norm_eps\": 1e-05, \"torch_dtype\": \"float32\"}}");
+    pdl_vision_info info;
+    float *got = engine_logits(dir, dir, &info);
+    REQUIRE(got);
+    check_against_reference("sparse text_config", got);
+    free(got);
+    free(dir);
+    /* the published text_config, verbatim; then with 2 layers and no model_type (LlavaConfig's default: llama) */
+    static const char *text_configs[] = {
+        "{\"_name_or_path\": \"lmsys/vicuna-7b-v1.5\", \"architectures\": [\"LlamaForCausalLM\"],"
+        " \"max_position_embeddings\": 4096, \"model_type\": \"llama\", \"rms_norm_eps\": 1e-05,"
+        " \"torch_dtype\": \"float16\", \"vocab_size\": 32064}",
+        "{\"num_hidden_layers\": 2, \"vocab_size\": 32064}",
+    };
+    for (int i = 0; i < 2; i++) {
+        char cfg[4096];
+        snprintf(cfg, sizeof cfg, "%s \"text_config\": %s}", LLAVA_TOP, text_configs[i]);
+        char name[32];
+        snprintf(name, sizeof name, "llava-published-%d", i);
+        dir = folder_with_config(name, cfg);
+        pdl_model *m = NULL;
+        pdl_error err = {0};
+        CHECK(pdl_model_load(&m, dir, NULL, &err) != 0);
+        if (i == 0) { /* 32 layers: the tiny file's third is the first missing */
+            CHECK_CONTAINS(err.message, "missing tensor 'language_model.model.layers.2.");
+        } else { /* 2 layers given, width 4096 */
+            CHECK_CONTAINS(err.message, "needs [");
+            CHECK_CONTAINS(err.message, "4096");
+        }
+        CHECK_MSG(!strstr(err.message, "missing field"), "%s", err.message);
+        pdl_model_free(m);
+        free(dir);
+    }
+}
+
 int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_reference_tells_class_token_order_and_feature_layer);
     RUN(test_llava_next_any_resolution_matches_the_float64_reference);
+    RUN(test_llava_next_gguf_and_mmproj_match_the_float64_reference);
     RUN(test_the_engine_puts_image_rows_into_the_packed_batch);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_prefix_cache_keys_image_blocks_by_the_image);
     RUN(test_logits_takes_an_image_at_the_media_marker);
     RUN(test_run_generates_from_a_text_and_image_prompt);
     RUN(test_image_options_fail_with_clear_messages);
+    RUN(test_a_sparse_llava_text_config_takes_llama_defaults);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
-    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir);
+    free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir), free(next_mmproj);
     return test_summary();
 }

@@ -138,9 +138,24 @@ int cli_logits(int argc, char **argv) {
     if (!logits) {
         fprintf(stderr, "error: out of memory\n");
         rc = CLI_FAIL;
+    }
+    /* Gemma 3: each image's rows attend to each other both ways */
+    int32_t *span_first = NULL, *span_last = NULL;
+    bool spans = false;
+    if (rc == CLI_OK && mm.n_images) {
+        span_first = malloc(n * sizeof *span_first), span_last = malloc(n * sizeof *span_last);
+        if (!span_first || !span_last) {
+            fprintf(stderr, "error: out of memory\n");
+            rc = CLI_FAIL;
+        } else {
+            spans = pdl_mm_spans(ci.vision, mm.images, mm.n_images, (int)n, span_first, span_last);
+        }
+    }
+    if (rc != CLI_OK) {
     } else if (pdl_kv_cache_create(&kv, model, kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
-               pdl_seq_forward_embd(model, kv, &seq, ids, mm.n_images ? embd : NULL, (int)n,
-                                    all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST, logits, &err)) {
+               pdl_seq_forward_spans(model, kv, &seq, ids, mm.n_images ? embd : NULL, spans ? span_first : NULL,
+                                     spans ? span_last : NULL, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
+                                     logits, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     }
@@ -167,6 +182,7 @@ int cli_logits(int argc, char **argv) {
     if (kv) pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
     free(logits);
+    free(span_first), free(span_last);
     free(ids);
     for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
     free(image_rows), free(embd);

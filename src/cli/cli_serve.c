@@ -36,6 +36,9 @@ static void serve_usage(FILE *f) {
             "      --mmproj FILE              vision model of a GGUF model (llama.cpp's mmproj GGUF): chat content\n"
             "                                 parts of type image_url (a Hugging Face LLaVA folder brings its own)\n"
             "      --allowed-local-media-path DIR  file:// image URLs under DIR are read (default: data URLs only)\n"
+            "      --encoder-cache-size SIZE  encoded images kept across requests by image hash, least recently\n"
+            "                                 used dropped first (default 256MiB)\n"
+            "      --no-encoder-cache         encode every image (no cache across requests)\n"
             "      --max-model-len N          context length (default: the model's)\n"
             "      --max-num-seqs N           running sequences at most (default 256)\n"
             "      --max-num-batched-tokens N rows per engine step at most (default 2048)\n"
@@ -97,6 +100,8 @@ int cli_serve(int argc, char **argv) {
             return CLI_OK;
         } else if (strcmp(a, "--disable-log-requests") == 0) {
             o.log_requests = false;
+        } else if (strcmp(a, "--no-encoder-cache") == 0) {
+            o.engine.no_encoder_cache = true;
         } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
             o.engine.no_prefix_caching = true;
         } else if (strcmp(a, "--enable-prefix-caching") == 0) {
@@ -144,6 +149,8 @@ int cli_serve(int argc, char **argv) {
         } else if (strcmp(a, "--max-prefill-chunk") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
             o.engine.max_prefill_chunk = (int)lv;
+        } else if (strcmp(a, "--encoder-cache-size") == 0) {
+            if (cli_size(a, v, &o.engine.encoder_cache_bytes)) return CLI_USAGE;
         } else if (strcmp(a, "--kv-cache-memory") == 0) {
             if (cli_size(a, v, &o.engine.kv_cache_memory)) return CLI_USAGE;
         } else if (strcmp(a, "--block-size") == 0) {

@@ -30,6 +30,7 @@
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
+#include "vision/encoder_cache.h"
 
 #define MAX_TOP_LOGPROBS 20
 
@@ -38,6 +39,7 @@ struct pdl_engine {
     pdl_engine_options opts;
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
+    enc_cache encoder_cache;   /* images' encoded rows across requests, by image hash */
     spec_state spec;           /* speculative decoding's proposers */
     so_rows masked;            /* structured output: masked copies of the rows constrained sequences sample */
     int *max_lens;             /* [cap_max_lens] scratch: each sequence's max_len, for the proposers */
@@ -51,6 +53,7 @@ struct pdl_engine {
     int n_seqs, cap_seqs;
     bool in_step;
     uint64_t steps, prompt_tokens, generation_tokens;
+    uint64_t images_encoded;   /* tower runs (pdl_engine_stats) */
     pdl_logprob top[MAX_TOP_LOGPROBS];
 };
 
@@ -115,6 +118,8 @@ int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_optio
     if (e->opts.block_size <= 0) e->opts.block_size = 16;
     if (e->opts.max_num_seqs <= 0) e->opts.max_num_seqs = 256;
     if (e->opts.max_num_batched_tokens <= 0) e->opts.max_num_batched_tokens = 2048;
+    if (e->opts.encoder_cache_bytes == 0) e->opts.encoder_cache_bytes = (size_t)256 << 20;
+    enc_cache_init(&e->encoder_cache, e->opts.no_encoder_cache ? 0 : e->opts.encoder_cache_bytes);
     e->next_request_id = 1;
 
     int rc = 0;
@@ -188,6 +193,7 @@ static void request_free(eng_request *r) {
     free(r->image_rows);
     free(r->row_embd);
     free(r->hash_ids);
+    free(r->span_first), free(r->span_last);
     free(r);
 }
 
@@ -223,15 +229,47 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
         if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
             return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
                             "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
-        int got = 0;
-        if (pdl_vision_encode(e->opts.vision, in->image, &r->image_rows[i], &got, err))
-            return pdl_fail_prefix(err, "request: image %d", i);
+        int got = 0, width = e->model->cfg.hidden;
+        const enc_entry *hit = e->opts.no_encoder_cache
+                                   ? NULL
+                                   : enc_cache_get(&e->encoder_cache, in->image->hash_lo, in->image->hash_hi);
+        if (hit && hit->width == width) { /* the same bytes encoded before: the same rows */
+            r->image_rows[i] = malloc((size_t)hit->n_rows * (size_t)width * sizeof(float));
+            if (!r->image_rows[i]) return pdl_fail(err, "request: out of memory");
+            memcpy(r->image_rows[i], hit->rows, (size_t)hit->n_rows * (size_t)width * sizeof(float));
+            got = hit->n_rows;
+        } else {
+            if (pdl_vision_encode(e->opts.vision, in->image, &r->image_rows[i], &got, err))
+                return pdl_fail_prefix(err, "request: image %d", i);
+            e->images_encoded++;
+            if (!e->opts.no_encoder_cache &&
+                enc_cache_put(&e->encoder_cache, in->image->hash_lo, in->image->hash_hi, r->image_rows[i], got,
+                              width))
+                return pdl_fail(err, "request: out of memory");
+        }
         if (got != n_rows) return pdl_fail(err, "request: image %d encoded to %d rows, expected %d", i, got, n_rows);
         for (int k = 0; k < n_rows; k++) {
             r->row_embd[in->position + k] = r->image_rows[i] + (size_t)k * e->model->cfg.hidden;
             r->hash_ids[in->position + k] = image_row_key(in->image, k);
         }
         end = in->position + n_rows;
+    }
+    /* two-way spans (Gemma 3): computed whole in one step, so one image's
+     * rows must fit a step's token budget */
+    r->span_first = malloc(n_prompt * sizeof *r->span_first);
+    r->span_last = malloc(n_prompt * sizeof *r->span_last);
+    if (!r->span_first || !r->span_last) return pdl_fail(err, "request: out of memory");
+    if (!pdl_mm_spans(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->span_first, r->span_last)) {
+        free(r->span_first), free(r->span_last);
+        r->span_first = r->span_last = NULL;
+        return 0;
+    }
+    for (int i = 0; i < p->n_images; i++) {
+        int n_rows = pdl_vision_image_rows(e->opts.vision, p->images[i].image);
+        if (n_rows > e->opts.max_num_batched_tokens)
+            return pdl_fail(err, "request: image %d's %d rows attend to each other both ways and are computed in "
+                            "one step, but a step holds %d tokens (max_num_batched_tokens)", i, n_rows,
+                            e->opts.max_num_batched_tokens);
     }
     return 0;
 }
@@ -251,6 +289,7 @@ void pdl_engine_free(pdl_engine *e) {
     so_rows_free(&e->masked);
     free(e->max_lens);
     pdl_kv_cache_free(e->kv);
+    enc_cache_free(&e->encoder_cache);
     free(e);
 }
 
@@ -805,6 +844,11 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     st->kv_blocks_cached = e->pool.n_cached_free;
     st->prefix_cache_queries = e->pool.queries;
     st->prefix_cache_hits = e->pool.hits;
+    st->encoder_cache_queries = e->encoder_cache.queries;
+    st->encoder_cache_hits = e->encoder_cache.hits;
+    st->encoder_cache_evictions = e->encoder_cache.evictions;
+    st->encoder_cache_bytes = e->encoder_cache.bytes;
+    st->images_encoded = e->images_encoded;
     st->spec_drafts = e->spec.drafts;
     st->spec_draft_tokens = e->spec.draft_tokens;
     st->spec_accepted_tokens = e->spec.accepted;

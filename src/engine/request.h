@@ -46,6 +46,9 @@ typedef struct eng_request {
     int32_t *hash_ids;          /* [n_prompt] what the prefix cache hashes for prompt rows: the ids, with
                                    image rows replaced by a value of the image's hash and the row's index
                                    (negative, so never a token id: vLLM's extra keys); NULL without images */
+    int32_t *span_first, *span_last; /* [n_prompt] the two-way span of each prompt row (pdl_batch's; a row
+                                   outside one: its position), or NULL: Gemma 3's images, whose rows the
+                                   scheduler never splits across steps */
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;

@@ -24,6 +24,7 @@ int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits,
 void runner_free(runner *r) {
     free(r->token_ids), free(r->positions), free(r->slot_mapping), free(r->logits_indices);
     free(r->embd);
+    free(r->span_first), free(r->span_last);
     free(r->cu_seqlens), free(r->logits_cu_seqlens), free(r->block_tables);
     free(r->logits);
     memset(r, 0, sizeof *r);
@@ -58,7 +59,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
     int rows = plan->n_tokens, ents = plan->n_entries;
     if (rows > r->rows_cap) {
         if (grow_i32(&r->token_ids, rows) || grow_i32(&r->positions, rows) || grow_i32(&r->slot_mapping, rows) ||
-            grow_i32(&r->logits_indices, rows))
+            grow_i32(&r->logits_indices, rows) || grow_i32(&r->span_first, rows) || grow_i32(&r->span_last, rows))
             return pdl_fail(err, "runner: out of memory for %d rows", rows);
         const float **em = realloc(r->embd, (size_t)rows * sizeof *em);
         if (!em) return pdl_fail(err, "runner: out of memory for %d rows", rows);
@@ -74,7 +75,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         r->entries_cap = ents + 1;
     }
     int bs = r->kv->block_size, row = 0, n_logits = 0;
-    bool any_embd = false;
+    bool any_embd = false, any_span = false;
     r->cu_seqlens[0] = 0;
     r->logits_cu_seqlens[0] = 0;
     for (int k = 0; k < ents; k++) {
@@ -89,6 +90,11 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             /* an image row: its encoded vector instead of the token's embedding */
             r->embd[row] = q->req->row_embd && pos < q->n_prompt ? q->req->row_embd[pos] : NULL;
             any_embd |= r->embd[row] != NULL;
+            /* a row of a two-way span (the scheduler keeps the span's rest in this step) */
+            bool span = q->req->span_first && pos < q->n_prompt;
+            r->span_first[row] = span ? q->req->span_first[pos] : pos;
+            r->span_last[row] = span ? q->req->span_last[pos] : pos;
+            any_span |= span;
         }
         r->cu_seqlens[k + 1] = row;
         r->block_tables[k] = q->blocks;
@@ -103,6 +109,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         .n_seqs = ents, .cu_seqlens = r->cu_seqlens, .block_tables = r->block_tables,
         .n_logits = n_logits, .logits_indices = r->logits_indices, .full_logits = r->full_logits,
         .embd = any_embd ? r->embd : NULL,
+        .span_first = any_span ? r->span_first : NULL, .span_last = any_span ? r->span_last : NULL,
     };
     return 0;
 }

@@ -285,6 +285,22 @@ static int wanted(const sched *s, const eng_seq *q) {
     return n;
 }
 
+/* n new tokens from q's n_computed, cut so that no two-way span (Gemma 3's
+ * image rows, which attend to each other both ways) is split across steps:
+ * a chunk ending inside a span ends before it instead, or, starting in it
+ * (or at its first row), runs to its end when the budget allows (past
+ * max_prefill_chunk: the span is one unit) and waits (0) otherwise. A
+ * chunk may start inside a span when the prefix cache gave its first rows:
+ * their K/V were computed with the whole span, and the rest sees them. */
+static int whole_spans(const eng_seq *q, int n, int budget) {
+    const eng_request *r = q->req;
+    int start = q->n_computed, end = start + n;
+    if (!r->span_first || n <= 0 || end >= q->n_prompt || r->span_first[end] == end) return n;
+    int first = r->span_first[end], last = r->span_last[end];
+    if (first > start) return first - start;
+    return last + 1 - start <= budget ? last + 1 - start : 0;
+}
+
 /* Room for an entry per sequence the scheduler holds (entries are filled in
  * place as the step is planned). */
 static int reserve_entries(sched *s, pdl_error *err) {
@@ -310,6 +326,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         eng_seq *q = s->running[i];
         int n = wanted(s, q);
         if (n > budget) n = budget;
+        n = whole_spans(q, n, budget);
         if (n <= 0) continue;
         if (q->n_draft > 0) {
             /* drafts are the first thing to give up: for the budget, then for blocks */
@@ -350,6 +367,11 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         }
         int n = wanted(s, q);
         if (n > budget) n = budget;
+        n = whole_spans(q, n, budget);
+        if (n <= 0) {
+            sched_release_blocks(s, q); /* its span waits for a step with room */
+            break;
+        }
         if (sched_reserve(s, q, q->n_computed + n) != 0) {
             sched_release_blocks(s, q); /* the cached blocks too: it waits for room */
             break;

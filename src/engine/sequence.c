@@ -47,6 +47,12 @@ int pdl_seq_forward(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t 
 int pdl_seq_forward_embd(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
                          const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
                          pdl_error *err) {
+    return pdl_seq_forward_spans(m, kv, seq, tokens, embd, NULL, NULL, n_tokens, rows, logits_out, err);
+}
+
+int pdl_seq_forward_spans(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                          const float *const *embd, const int32_t *span_first, const int32_t *span_last,
+                          int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err) {
     if (n_tokens <= 0) return pdl_fail(err, "no tokens to run");
     if (seq->n_cached + n_tokens > m->ctx_size)
         return pdl_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
@@ -75,6 +81,7 @@ int pdl_seq_forward_embd(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int
         .n_tokens = n_tokens, .token_ids = tokens, .positions = positions, .slot_mapping = slots,
         .n_seqs = 1, .cu_seqlens = cu, .block_tables = tables,
         .n_logits = n_logits, .logits_indices = logits_idx, .embd = embd,
+        .span_first = span_first, .span_last = span_last,
     };
     int rc = pdl_forward(m, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;

@@ -32,6 +32,18 @@ void pdl_attention_queries(float *const *out, const float *const *q, const int *
     fn(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 
+void pdl_attention_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
+                          int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch) {
+    pdl_attention_ranges_fn fn;
+    switch (pdl_isa_active()) {
+    case PDL_ISA_AVX512: fn = pdl_attention_queries_avx512_ranges; break;
+    case PDL_ISA_AVX2: fn = pdl_attention_queries_avx2_ranges; break;
+    case PDL_ISA_NEON: fn = pdl_attention_queries_neon_ranges; break;
+    default: fn = pdl_attention_queries_scalar_ranges;
+    }
+    fn(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+}
+
 void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
                                 const float *k, const float *v) {
     size_t k0 = pdl_attn_k_index(slot, block_size, kv_dim, 0), v0 = (size_t)slot * (size_t)kv_dim;

@@ -15,7 +15,8 @@
  * reference in attention_impl.h and the AVX-512, AVX2 and NEON tiles follow
  * it exactly),
  * for a query q at position pos over keys j in [first, pos] (first = 0, or
- * with a sliding window W > 0, max(0, pos - W + 1)):
+ * with a sliding window W > 0, max(0, pos - W + 1); pdl_attention_ranges
+ * takes any [first, last] per query):
  *   score:   acc = fma(q[d], k_j[d], acc) for d = 0 .. head_dim - 1 from 0,
  *            s_j = acc * scale, then s_j = softcap * tanh(s_j / softcap)
  *            when softcap > 0 (Gemma 2);
@@ -71,6 +72,18 @@ void pdl_attention_queries(float *const *out, const float *const *q, const int *
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
 size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
 
+/*
+ * The same with each query's keys given as a range [first[i], last[i]]
+ * (first <= last; every key in it already stored), in the same order of
+ * operations with j running over the range: for rows that see keys past
+ * their own position (Gemma 3's image rows, which attend to every row of
+ * their image both ways). With first = max(0, pos - W + 1) (or 0) and
+ * last = pos it gives pdl_attention_queries' bits. Scratch as above with
+ * span = max last[i] - min first[i] + 1.
+ */
+void pdl_attention_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
+                          int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch);
+
 /* One query: pdl_attention_queries with n_q = 1 (scratch likewise). */
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scratch);
@@ -92,5 +105,20 @@ void pdl_attention_queries_avx512(float *const *out, const float *const *q, cons
 void pdl_attention_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                 float *scratch);
+typedef void (*pdl_attention_ranges_fn)(float *const *out, const float *const *q, const int *first, const int *last,
+                                        int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                        const pdl_attn_kv *kv, float *scratch);
+void pdl_attention_queries_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                         const pdl_attn_kv *kv, float *scratch);
+void pdl_attention_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                       int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                       const pdl_attn_kv *kv, float *scratch);
+void pdl_attention_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                         const pdl_attn_kv *kv, float *scratch);
+void pdl_attention_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                       int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                       const pdl_attn_kv *kv, float *scratch);
 
 #endif

@@ -43,4 +43,9 @@ void pdl_attention_queries_avx512(float *const *out, const float *const *q, cons
                                   float *scratch) {
     pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
+void pdl_attention_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                     int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                     const pdl_attn_kv *kv, float *scratch) {
+    pdl_attention_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+}
 #endif

@@ -43,10 +43,13 @@ static inline int attn_first(int pos, int window) { return window > 0 && pos - w
 
 #define ATTN_ONE_(fn) fn##_one
 #define ATTN_ONE(fn) ATTN_ONE_(fn)
+#define ATTN_RANGES_(fn) fn##_ranges
+#define ATTN_RANGES(fn) ATTN_RANGES_(fn)
 
+/* One query over keys [first, pos]. */
 static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv_head, float scale, float softcap,
-                                      int pos, int window, const pdl_attn_kv *kv, float *scores) {
-    int first = attn_first(pos, window), bs = kv->block_size, f16 = kv->kv_is_f16;
+                                      int first, int pos, const pdl_attn_kv *kv, float *scores) {
+    int bs = kv->block_size, f16 = kv->kv_is_f16;
     int e0 = kv_head * hd;
     float max = -INFINITY;
     for (int j = first; j <= pos;) {
@@ -92,5 +95,13 @@ ATTN_STORAGE void ATTN_QUERIES_FN(float *const *out, const float *const *q, cons
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch) {
     for (int i = 0; i < n_q; i++)
-        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, pos[i], window, kv, scratch);
+        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_first(pos[i], window), pos[i], kv,
+                                  scratch);
+}
+
+ATTN_STORAGE void ATTN_RANGES(ATTN_QUERIES_FN)(float *const *out, const float *const *q, const int *first,
+                                               const int *last, int n_q, int hd, int kv_head, float scale,
+                                               float softcap, const pdl_attn_kv *kv, float *scratch) {
+    for (int i = 0; i < n_q; i++)
+        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, first[i], last[i], kv, scratch);
 }

@@ -106,6 +106,16 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
                                 b->slot_mapping[r], expect);
         }
     }
+    if (!b->span_first != !b->span_last) return pdl_fail(err, "forward: span_first and span_last come together");
+    for (int s = 0; b->span_first && s < b->n_seqs; s++) {
+        int r0 = b->cu_seqlens[s], r1 = b->cu_seqlens[s + 1], end = b->positions[r1 - 1];
+        for (int r = r0; r < r1; r++)
+            if (b->span_first[r] < 0 || b->span_first[r] > b->positions[r] || b->span_last[r] < b->positions[r] ||
+                b->span_last[r] > end)
+                return pdl_fail(err, "forward: row %d (position %d): two-way span [%d, %d] must hold the row and end "
+                                "in the batch (its segment ends at position %d)", r, b->positions[r], b->span_first[r],
+                                b->span_last[r], end);
+    }
     for (int j = 0; j < b->n_logits; j++) {
         int32_t r = b->logits_indices[j];
         if (r < 0 || r >= b->n_tokens || (j > 0 && r <= b->logits_indices[j - 1]))
@@ -222,6 +232,17 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     }
 }
 
+/* One call of the attention kernel: queries over [first, last] when first
+ * is given (two-way spans), else causal up to last with the window. */
+static void attend(float *const *outs, const float *const *qs, const int *first, const int *last, int nq,
+                   const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv, float *scratch) {
+    if (first)
+        pdl_attention_ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
+    else
+        pdl_attention_queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv,
+                              scratch);
+}
+
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
  * prefill chunk and the heads of a GQA group share each tile of keys
  * (pdl_attention_queries). Tasks go to threads round-robin, which balances
@@ -249,8 +270,10 @@ static void attention_rows(void *p, int ith, int nth) {
     int rows_per_task = max_q / group > 0 ? max_q / group : 1;
     float *outs[16];
     const float *qs[16];
-    int poss[16];
+    int poss[16], firsts[16];
     long task = 0;
+    /* two-way spans: every query over [first, last] (pdl_attention_ranges) */
+    bool ranges = b->span_first != NULL;
     for (int sq = 0; sq < b->n_seqs; sq++) {
         akv.block_table = b->block_tables[sq];
         for (int rb = b->cu_seqlens[sq]; rb < b->cu_seqlens[sq + 1]; rb += rows_per_task) {
@@ -263,15 +286,17 @@ static void attention_rows(void *p, int ith, int nth) {
                         outs[nq] = m->scratch.attn + (size_t)r * q_dim + (size_t)h * c->head_dim;
                         qs[nq] = m->scratch.q + (size_t)r * q_dim + (size_t)h * c->head_dim;
                         poss[nq] = b->positions[r];
+                        if (ranges) {
+                            int causal = window > 0 && poss[nq] - window + 1 > 0 ? poss[nq] - window + 1 : 0;
+                            firsts[nq] = b->span_first[r] < causal ? b->span_first[r] : causal;
+                            poss[nq] = b->span_last[r];
+                        }
                         if (++nq == max_q) {
-                            pdl_attention_queries(outs, qs, poss, nq, c->head_dim, g, c->attn_scale, c->attn_softcap,
-                                                  window, &akv, scratch);
+                            attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
                             nq = 0;
                         }
                     }
-                if (nq)
-                    pdl_attention_queries(outs, qs, poss, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window,
-                                          &akv, scratch);
+                if (nq) attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
             }
         }
     }

@@ -415,6 +415,33 @@ static bool file_exists(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* LLaVA's text_config as llava-hf publishes it lists only what differs
+ * from transformers' LlamaConfig / MistralConfig (llava-1.5-7b-hf: model
+ * type, vocabulary, context, epsilon): the defaults those classes fill in,
+ * for the fields left out. */
+static void llava_text_defaults(json_t *tc) {
+    const char *type = json_string_value(json_object_get(tc, "model_type"));
+    bool mistral = type && strcmp(type, "mistral") == 0;
+    if (!mistral && !(type && strcmp(type, "llama") == 0)) return; /* other text models must be complete */
+    static const struct {
+        const char *key;
+        long llama, mistral; /* -1: no default here (the loader's own applies) */
+    } ints[] = {
+        {"vocab_size", 32000, 32000},           {"hidden_size", 4096, 4096},
+        {"intermediate_size", 11008, 14336},    {"num_hidden_layers", 32, 32},
+        {"num_attention_heads", 32, 32},        {"num_key_value_heads", -1, 8}, /* llama: = heads */
+        {"max_position_embeddings", 2048, 4096 * 32}, {"sliding_window", -1, 4096},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        long v = mistral ? ints[i].mistral : ints[i].llama;
+        if (v >= 0 && !json_object_get(tc, ints[i].key)) json_object_set_new(tc, ints[i].key, json_integer(v));
+    }
+    if (!json_object_get(tc, "rms_norm_eps")) json_object_set_new(tc, "rms_norm_eps", json_real(1e-6));
+    if (!json_object_get(tc, "rope_theta")) json_object_set_new(tc, "rope_theta", json_real(10000.0));
+    if (!json_object_get(tc, "hidden_act")) json_object_set_new(tc, "hidden_act", json_string("silu"));
+    if (!json_object_get(tc, "tie_word_embeddings")) json_object_set_new(tc, "tie_word_embeddings", json_false());
+}
+
 int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     char path[4096];
     snprintf(m->source, sizeof m->source, "safetensors");
@@ -440,6 +467,7 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
         use = tc;
         if (gemma3) json_object_set_new(tc, "model_type", json_string("gemma3_text"));
         else if (!json_is_string(json_object_get(tc, "model_type"))) json_object_set_new(tc, "model_type", json_string("llama"));
+        if (llava) llava_text_defaults(tc);
         const char *ids[] = {"bos_token_id", "eos_token_id"};
         for (int i = 0; i < 2; i++)
             if (!json_object_get(tc, ids[i]) && json_object_get(cfg, ids[i]))

@@ -186,6 +186,15 @@ char *srv_metrics_render(srv_metrics *m, size_t *len) {
             "Prefix cache queries, in terms of number of queried tokens.", st->prefix_cache_queries);
     counter(&b, L, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
             st->prefix_cache_hits);
+    counter(&b, L, "vllm:mm_cache_queries_total", "Multi-modal (encoder) cache queries, in terms of number of "
+            "queried images.", st->encoder_cache_queries);
+    counter(&b, L, "vllm:mm_cache_hits_total", "Multi-modal (encoder) cache hits, in terms of number of cached "
+            "images.", st->encoder_cache_hits);
+    counter(&b, L, "pagedlm:images_encoded_total", "Images run through the vision tower.", st->images_encoded);
+    counter(&b, L, "pagedlm:encoder_cache_evictions_total", "Images dropped from the encoder cache for room.",
+            st->encoder_cache_evictions);
+    gauge(&b, L, "pagedlm:encoder_cache_bytes", "Bytes of encoded image rows the encoder cache holds.",
+          (double)st->encoder_cache_bytes);
     gauge(&b, L, "pagedlm:kv_cache_blocks_cached", "Free KV-cache blocks that still hold a cached prefix.",
           st->kv_blocks_cached);
     counter(&b, L, "vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.", st->spec_drafts);

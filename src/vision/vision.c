@@ -8,6 +8,10 @@
  * features as one (grid_h * side) x (grid_w * side) map, cut back to the
  * image's aspect (unpad_image), row by row, each row followed by
  * image_newline.
+ *
+ * Gemma 3's rows of one image attend to each other both ways in the text
+ * model (transformers' token_type_ids mask: causal, or both rows image rows
+ * of the same run): pdl_mm_spans marks them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,20 @@ int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img) {
     pdl_anyres_best(&c->proc, img->height, img->width, &bh, &bw);
     pdl_anyres_unpadded(img->height, img->width, bh / c->proc.crop_h, bw / c->proc.crop_w, side, &rows, &cols, &r0, &c0);
     return side * side + rows * (cols + 1);
+}
+
+bool pdl_mm_spans(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *span_first,
+                  int32_t *span_last) {
+    for (int i = 0; i < n; i++) span_first[i] = span_last[i] = i;
+    if (!v->cfg.bidirectional) return false;
+    bool any = false;
+    for (int k = 0; k < n_images; k++) {
+        int at = images[k].position, rows = pdl_vision_image_rows(v, images[k].image);
+        if (at < 0 || rows <= 0 || at + rows > n) continue; /* the caller's layout checks say why */
+        for (int i = at; i < at + rows; i++) span_first[i] = at, span_last[i] = at + rows - 1;
+        any |= rows > 1;
+    }
+    return any;
 }
 
 int pdl_vision_preprocess(const pdl_vision *v, const pdl_image *img, float **tiles, int *n_tiles, int *grid_h,

@@ -207,12 +207,6 @@ int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_err
     else if (S_ISDIR(st.st_mode)) rc = pdl_vision_load_hf(v, path, text, err);
     else rc = pdl_vision_load_gguf(v, path, text, err);
     if (rc == 0) rc = pdl_vision_finish(v, err);
-    /* Gemma 3's image rows attend to each other both ways inside the text
-     * model; the forward has no such mask yet, and images without it give
-     * wrong output, so they are refused rather than run */
-    if (rc == 0 && v->cfg.family == PDL_VLM_GEMMA3)
-        rc = pdl_fail(err, "%s: Gemma 3 images are not supported yet (their rows' bidirectional attention in the "
-                      "text model is not implemented)", path);
     if (rc) {
         pdl_vision_free(v);
         return -1;

@@ -2,7 +2,9 @@
  * vision_load_gguf.c - the vision half from a llama.cpp multimodal
  * projector file (mmproj GGUF, general.architecture "clip"), as llama.cpp's
  * converters write it: clip.projector_type "mlp" (LLaVA 1.5; with
- * clip.vision.image_grid_pinpoints and v.image_newline, LLaVA 1.6) or
+ * clip.vision.image_grid_pinpoints, flattened (height, width) pairs in the
+ * order of the Hugging Face config, and v.image_newline or
+ * model.image_newline, LLaVA 1.6) or
  * "gemma3"; hyperparameters under clip.vision.*; tensors v.* (tower) and
  * mm.* (projector).
  *
@@ -154,6 +156,12 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
         snprintf(c->placeholder, sizeof c->placeholder, "<image>");
         snprintf(c->image_token_text, sizeof c->image_token_text, "<image>");
         if (c->family == PDL_VLM_LLAVA_NEXT) {
+            /* LLaVA 1.6 as modeling_llava_next.py packs it: unpadded, a newline per row */
+            const char *merge = NULL;
+            if (gguf_get_str(g, "clip.vision.mm_patch_merge_type", &merge, err) < 0) return -1;
+            if (merge && strcmp(merge, "spatial_unpad") != 0)
+                return pdl_fail(err, "%s: clip.vision.mm_patch_merge_type '%s' is not supported (spatial_unpad)", path,
+                                merge);
             if (pins.count % 2 || pins.count / 2 > PDL_MAX_PINPOINTS)
                 return pdl_fail(err, "%s: clip.vision.image_grid_pinpoints must hold (height, width) pairs, at most %d",
                                 path, PDL_MAX_PINPOINTS);

@@ -110,6 +110,13 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         pdl_fail(err, "%s: field 'size' must be an object", path);
         goto done;
     }
+    /* Gemma3ImageProcessor's pan and scan (extra crops of a wide image, each
+     * its own image sequence in the prompt) is not implemented: refused
+     * rather than silently left out */
+    if (json_is_true(json_object_get(j, "do_pan_and_scan"))) {
+        pdl_fail(err, "%s: do_pan_and_scan = true is not supported (Gemma 3's pan-and-scan crops)", path);
+        goto done;
+    }
     json_t *dcc = json_object_get(j, "do_center_crop");
     bool center_crop = p->shortest_edge && !(dcc && json_is_false(dcc));
     if (p->shortest_edge && !center_crop) {

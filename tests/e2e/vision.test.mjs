@@ -4,7 +4,8 @@
 // --allowed-local-media-path; greedy output equal to `pagedlm run` with the
 // same image at <__media__>; another image changes the logprobs; streaming
 // equals non-streaming; http URLs, file:// URLs outside the folder, bad
-// base64 and images sent to a text-only model are 400s with a message.
+// base64 and images sent to a text-only model are 400s with a message; the
+// encoder cache's counters on /metrics (the same image again skips the tower).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -13,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { startServer, collect, BIN, TESTDATA, NAME } from './server.mjs';
+import { startServer, collect, metrics, metric, BIN, TESTDATA, NAME } from './server.mjs';
 import { writeLlava, png } from './vlm_model.mjs';
 
 const TEMPLATE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/chat_template.jinja');
@@ -57,6 +58,20 @@ test('a data URL image: greedy output equals pagedlm run with the image at <__me
   assert.equal(chat.usage.prompt_tokens, cli.prompt_tokens.length);
   assert.equal(chat.usage.completion_tokens, cli.tokens.length);
   assert.equal(chat.choices[0].message.content, cli.text);
+});
+
+test('the same image again is found in the encoder cache; another is encoded', async () => {
+  const PNG_C = png(21, 19, 3); // sent by no other test
+  const m0 = await metrics(srv.baseURL);
+  const a = await ask(dataUrl(PNG_C));
+  const b = await ask(dataUrl(PNG_C));
+  const m1 = await metrics(srv.baseURL);
+  assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+  const d = (name) => metric(m1, name) - metric(m0, name);
+  assert.equal(d('vllm:mm_cache_queries_total'), 2);
+  assert.equal(d('vllm:mm_cache_hits_total'), 1);
+  assert.equal(d('pagedlm:images_encoded_total'), 1);
+  assert.ok(metric(m1, 'pagedlm:encoder_cache_bytes') > 0);
 });
 
 test('a file:// URL under --allowed-local-media-path is the same image', async () => {
