@@ -744,6 +744,7 @@ void pdl_model_free(pdl_model *m) {
     free(m->w.layers);
     free(m->w.experts);
     pdl_moe_scratch_free(s);
+    pdl_scratch_free(&s->kernel);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
