@@ -490,7 +490,7 @@ static void write_model(const spec *s, const weights *w, const char *name, char 
 static pdl_model *load(const char *path, int threads) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = threads};
+    pdl_model_options o = {.n_threads = threads, .log = test_log_no_unused_tensors, .log_user = (void *)path};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
     return m;
 }

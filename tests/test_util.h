@@ -132,4 +132,9 @@ float *test_all_row_logits(struct pdl_model *m, const int32_t *tokens, size_t n)
  * scratch). */
 int test_forward_fails_at_every_scratch_take(struct pdl_model *m, const int32_t *tokens, size_t n);
 
+/* A pdl_model_options log that fails the test on the loader's notice of
+ * tensors the model does not use (user: the path, for the message): a
+ * reference model's loader must take every tensor it wrote. */
+void test_log_no_unused_tensors(const char *line, void *user);
+
 #endif

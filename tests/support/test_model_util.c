@@ -90,3 +90,7 @@ int test_forward_fails_at_every_scratch_take(pdl_model *m, const int32_t *tokens
     pdl_kv_cache_free(kv);
     return checked;
 }
+
+void test_log_no_unused_tensors(const char *line, void *user) {
+    CHECK_MSG(strstr(line, "not used") == NULL, "%s: %s", user ? (const char *)user : "", line);
+}
