@@ -277,8 +277,6 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model,
                         pdl_kv_dtype dtype, int block_size, int n_blocks,
                         pdl_error *err);
 void pdl_kv_cache_free(pdl_kv_cache *kv);
-int pdl_kv_cache_block_size(const pdl_kv_cache *kv);
-int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv);
 /* Copies the first n_slots token slots of block src to block dst, every layer. */
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots);
 /* Bytes one block takes (K and V, all layers). */

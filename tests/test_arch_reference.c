@@ -595,7 +595,8 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
 static float *engine_logits(const char *path, int ctx_size, const int32_t *tok, int T) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = 2, .ctx_size = ctx_size};
+    pdl_model_options o = {.n_threads = 2, .ctx_size = ctx_size, .log = test_log_no_unused_tensors,
+                           .log_user = (void *)path};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
     float *logits = test_all_row_logits(m, tok, (size_t)T);
     /* the selective head is exact for these heads: the probe must accept */

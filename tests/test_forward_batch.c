@@ -42,13 +42,15 @@ typedef struct tseq {
 } tseq;
 
 /* Blocks of the cache handed out in order (reset when a cache is made):
- * the test is the only holder, as a caller of pdl_forward is. */
+ * the test is the only holder, as a caller of pdl_forward is. Every cache
+ * here has N_BLOCKS blocks. */
+#define N_BLOCKS 256
 static int32_t next_block;
 
-static void ensure_blocks(pdl_kv_cache *kv, tseq *s, int n_positions) {
+static void ensure_blocks(tseq *s, int n_positions) {
     while (s->n_blocks * BS < n_positions) {
         int32_t b = next_block++;
-        REQUIRE(b < pdl_kv_cache_n_blocks(kv) && s->n_blocks < 64);
+        REQUIRE(b < N_BLOCKS && s->n_blocks < 64);
         s->blocks[s->n_blocks++] = b;
     }
 }
@@ -68,7 +70,7 @@ static void run_batch(pdl_model *m, pdl_kv_cache *kv, segment *segs, int n_segs,
     cu[0] = 0;
     for (int s = 0; s < n_segs; s++) {
         tseq *q = segs[s].seq;
-        ensure_blocks(kv, q, q->n_cached + segs[s].n);
+        ensure_blocks(q, q->n_cached + segs[s].n);
         for (int i = 0; i < segs[s].n; i++, n++) {
             int p = q->n_cached + i;
             ids[n] = segs[s].tokens[i];
@@ -89,7 +91,7 @@ static void run_batch(pdl_model *m, pdl_kv_cache *kv, segment *segs, int n_segs,
 static pdl_kv_cache *new_cache(pdl_model *m, pdl_kv_dtype dt) {
     pdl_kv_cache *kv = NULL;
     pdl_error err;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, dt, BS, 256, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, dt, BS, N_BLOCKS, &err) == 0, "%s", err.message);
     next_block = 0;
     return kv;
 }
@@ -220,7 +222,7 @@ static void test_logits_indices_select_exact_rows(void) {
     float *all = alone(m, PDL_KV_F32, QWEN_TOKENS, n);
     pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
     tseq s = {0};
-    ensure_blocks(kv, &s, n);
+    ensure_blocks(&s, n);
     int32_t pos[12], slots[12], cu[2] = {0, n}, idx[3] = {2, 5, 9};
     for (int i = 0; i < n; i++) pos[i] = i, slots[i] = s.blocks[i / BS] * BS + i % BS;
     const int32_t *tables[1] = {s.blocks};
@@ -247,7 +249,7 @@ static void test_bad_batches_are_refused(void) {
     int V = vocab_of(m);
     pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
     tseq s = {0};
-    ensure_blocks(kv, &s, 4);
+    ensure_blocks(&s, 4);
     int32_t ids[4] = {1, 2, 3, 4}, pos[4] = {0, 1, 2, 3}, slots[4], cu[2] = {0, 4}, idx[2] = {1, 3};
     for (int i = 0; i < 4; i++) slots[i] = s.blocks[i / BS] * BS + i % BS;
     const int32_t *tables[1] = {s.blocks};

@@ -228,9 +228,31 @@ static void test_copied_matrices_give_the_mapped_files_logits(void) {
     free(copied), free(mapped), free(qp), free(fp), free(bp);
 }
 
+/* A dense forward whose matmuls cannot have their scratch (the Q8_K
+ * activations of every k-quant matmul) returns an error and reports no
+ * logits, at each of them in turn: q/k/v, the attention output, gate/up,
+ * down, the head (test_util.h). */
+static void test_forward_reports_scratch_failure(void) {
+    pdl_fp16_init();
+    char *qp, *fp, *bp;
+    write_twins(&qp, &fp, &bp);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, qp, &o, &err) == 0, "%s", err.message);
+    int32_t tok[T];
+    for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 37 + 11) % VOCAB);
+    int n = test_forward_fails_at_every_scratch_take(m, tok, T);
+    fprintf(stderr, "  %d failing forwards checked\n", n);
+    CHECK_MSG(n >= 2 * (NL * 4 + 1), "%d failing forwards: fewer than the model's matmuls", n);
+    pdl_model_free(m);
+    free(qp), free(fp), free(bp);
+}
+
 int main(void) {
     RUN(test_q4_k_m_model_matches_its_f32_twin);
     RUN(test_k_quant_model_on_every_isa);
     RUN(test_copied_matrices_give_the_mapped_files_logits);
+    RUN(test_forward_reports_scratch_failure);
     return test_summary();
 }

@@ -358,7 +358,8 @@ static char *write_folders(const char *name, const char *f32_name, const mlx_opt
 static pdl_model *load(const char *dir) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options mo = {.n_threads = 2, .weights_mapped = true};
+    pdl_model_options mo = {.n_threads = 2, .weights_mapped = true, .log = test_log_no_unused_tensors,
+                            .log_user = (void *)dir};
     REQUIRE_MSG(pdl_model_load(&m, dir, &mo, &err) == 0, "%s: %s", dir, err.message);
     return m;
 }

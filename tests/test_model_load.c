@@ -94,7 +94,16 @@ typedef struct build_opts {
     const char *arch;        /* GGUF general.architecture (default llama) */
     int block_count;         /* GGUF block_count written (0: the true NL) */
     float rms_eps, freq_base;/* GGUF values written (0: 1e-5 and 10000) */
+    const char *const *extra;/* NULL-ended names of (HID) tensors the model has no use for, written last */
 } build_opts;
+
+/* o->extra's tensors: HID floats each */
+static void add_extra_gguf(gguf_writer *w, const build_opts *o) {
+    for (int i = 0; o->extra && o->extra[i]; i++) gguf_writer_add_tensor_f32(w, o->extra[i], 1, (int64_t[]){HID}, specs[1].data);
+}
+static void add_extra_hf(stw_writer *w, const build_opts *o) {
+    for (int i = 0; o->extra && o->extra[i]; i++) stw_add_f32(w, o->extra[i], 1, (int64_t[]){HID}, specs[1].data);
+}
 
 static gguf_writer *gguf_model(const build_opts *o) {
     make_specs();
@@ -139,6 +148,7 @@ static gguf_writer *gguf_model(const build_opts *o) {
         }
         if (data != t->data) free(data);
     }
+    add_extra_gguf(w, o);
     return w;
 }
 
@@ -188,6 +198,7 @@ static char *write_hf(const char *name, const build_opts *o, const char *config,
             stw_add_f32(w, t->hf, t->n_dims, shape, t->data);
         }
     }
+    add_extra_hf(w, o);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     REQUIRE(stw_write(w, path) == 0);
     stw_free(w);
@@ -434,6 +445,69 @@ static void test_load_progress_goes_to_one_once(void) {
     free(g);
 }
 
+typedef struct lines_log {
+    char text[4096];
+    int n;
+} lines_log;
+
+static void on_log(const char *line, void *user) {
+    lines_log *l = user;
+    size_t at = strlen(l->text);
+    snprintf(l->text + at, sizeof l->text - at, "%s\n", line);
+    l->n++;
+}
+
+/* What the loader logs for path (every line, one after the other). */
+static void load_log(const char *path, lines_log *l) {
+    memset(l, 0, sizeof *l);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options opts = {.n_threads = 1, .log = on_log, .log_user = l};
+    REQUIRE_MSG(pdl_model_load(&m, path, &opts, &err) == 0, "%s", err.message);
+    pdl_model_free(m);
+}
+
+/* Tensors the model does not take are counted in one log line naming the
+ * first four in file order, in both formats; a file whose every tensor is
+ * used logs nothing of the kind; a multimodal checkpoint's vision tensors
+ * (the vision loader's) are not counted. */
+static void test_unused_tensors_are_logged(void) {
+    lines_log l;
+    build_opts clean = {0};
+    char *g = write_gguf("all-used.gguf", &clean), *h = write_hf("all-used-hf", &clean, NULL, 0);
+    load_log(g, &l);
+    CHECK_MSG(!strstr(l.text, "not used"), "a file with every tensor used logs: %s", l.text);
+    load_log(h, &l);
+    CHECK_MSG(!strstr(l.text, "not used"), "a folder with every tensor used logs: %s", l.text);
+    free(g), free(h);
+
+    const char *const gx[] = {"blk.1.attn_sinks.weight", "blk.0.ffn_extra.weight", "a.weight", "b.weight",
+                              "c.weight", NULL};
+    build_opts og = {.extra = gx};
+    g = write_gguf("unused.gguf", &og);
+    load_log(g, &l);
+    CHECK_CONTAINS(l.text, "5 of its 26 tensors are not used by the model: blk.1.attn_sinks.weight, "
+                           "blk.0.ffn_extra.weight, a.weight, b.weight, ...");
+    CHECK_MSG(!strstr(l.text, "c.weight"), "past the first four: %s", l.text);
+    CHECK_EQ_INT(l.n, 1);
+    free(g);
+    og.extra = gx + 1; /* exactly four: all named, no "..." */
+    g = write_gguf("unused4.gguf", &og);
+    load_log(g, &l);
+    CHECK_CONTAINS(l.text, "4 of its 25 tensors are not used by the model: blk.0.ffn_extra.weight, a.weight, "
+                           "b.weight, c.weight\n");
+
+    const char *const hx[] = {"model.layers.0.self_attn.rotary_emb.inv_freq", "vision_tower.vision_model.x.weight",
+                              "multi_modal_projector.linear_1.weight", NULL};
+    build_opts oh = {.extra = hx};
+    h = write_hf("unused-hf", &oh, NULL, 0);
+    load_log(h, &l);
+    CHECK_CONTAINS(l.text, "1 of its 22 tensors are not used by the model: "
+                           "model.layers.0.self_attn.rotary_emb.inv_freq\n");
+    CHECK_MSG(!strstr(l.text, "vision_tower") && !strstr(l.text, "multi_modal"), "vision tensors counted: %s", l.text);
+    free(g), free(h);
+}
+
 static void test_truncated_model_file_fails_cleanly(void) {
     build_opts o = {0};
     gguf_writer *w = gguf_model(&o);
@@ -513,6 +587,7 @@ static void test_inconsistent_hyperparameters_are_rejected(void) {
 int main(void) {
     pdl_fp16_init();
     RUN(test_gguf_and_hf_copies_give_the_same_logits);
+    RUN(test_unused_tensors_are_logged);
     RUN(test_f16_and_bf16_weights_load);
     RUN(test_missing_tensor_is_named);
     RUN(test_shape_not_matching_config_is_named);

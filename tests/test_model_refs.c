@@ -43,7 +43,7 @@ static pdl_model *load_model(const char *rel, int threads) {
     char *path = test_data_path(rel);
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = threads};
+    pdl_model_options o = {.n_threads = threads, .log = test_log_no_unused_tensors, .log_user = (void *)path};
     int rc = pdl_model_load(&m, path, &o, &err);
     REQUIRE_MSG(rc == 0, "%s: %s", path, err.message);
     free(path);

@@ -36,6 +36,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 #include "pagedlm.h"
 #include "support/gguf_writer.h"
@@ -287,10 +289,36 @@ static void ref_forward(const spec *s, const weights *w, const int32_t *tok, int
 
 /* ---- writing the model files ------------------------------------------------ */
 
+/* GGUF matrices in Q8_0 (every matmul then quantizes its activations into
+ * the kernels' scratch: the failing-scratch test) */
+static bool g_gguf_q8_0;
+
+/* data (rows, in) as Q8_0 blocks: a half scale, then 32 int8 */
+static void add_q8_0(gguf_writer *gw, const char *name, int n_dims, const int64_t *shape, const float *data) {
+    int64_t in = shape[n_dims - 1], rows = 1;
+    for (int i = 0; i < n_dims - 1; i++) rows *= shape[i];
+    REQUIRE(in % 32 == 0);
+    size_t nb = (size_t)(rows * in / 32);
+    uint8_t *blocks = malloc(nb * 34);
+    int8_t qs[32];
+    for (size_t b = 0; b < nb; b++) {
+        float d;
+        pdl_quantize_row_q8_0(data + b * 32, 32, qs, &d);
+        uint16_t h = pdl_f32_to_f16(d);
+        memcpy(blocks + b * 34, &h, 2);
+        memcpy(blocks + b * 34 + 2, qs, 32);
+    }
+    uint64_t ne[3];
+    for (int i = 0; i < n_dims; i++) ne[i] = (uint64_t)shape[n_dims - 1 - i];
+    gguf_writer_add_tensor(gw, name, GW_GGML_Q8_0, (uint32_t)n_dims, ne, blocks, nb * 34);
+    free(blocks);
+}
+
 static void put(stw_writer *st, gguf_writer *gw, const char *hf, const char *gg, int n_dims, const int64_t *shape,
                 const float *data) {
     if (st && hf) stw_add_f32(st, hf, n_dims, shape, data);
-    if (gw && gg) gguf_writer_add_tensor_f32(gw, gg, n_dims, shape, data);
+    if (gw && gg && g_gguf_q8_0 && n_dims >= 2) add_q8_0(gw, gg, n_dims, shape, data);
+    else if (gw && gg) gguf_writer_add_tensor_f32(gw, gg, n_dims, shape, data);
 }
 
 /* llama.cpp's permutation of Q/K rows for GGUF `llama`: within each head,
@@ -462,7 +490,7 @@ static void write_model(const spec *s, const weights *w, const char *name, char 
 static pdl_model *load(const char *path, int threads) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = threads};
+    pdl_model_options o = {.n_threads = threads, .log = test_log_no_unused_tensors, .log_user = (void *)path};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
     return m;
 }
@@ -693,6 +721,35 @@ static void test_moe_rows_are_batch_invariant(void) {
     free_weights(&s, &w);
 }
 
+/* A MoE forward whose matmuls cannot have their scratch returns an error
+ * and reports no logits, at every matmul of the layer (router, experts run
+ * one by one in a prefill and grouped in a decode, the shared expert) and
+ * of attention and the head (test_util.h). Q8_0 weights, so that every
+ * matmul takes scratch on every instruction set. */
+static void test_moe_forward_reports_scratch_failure(void) {
+    pdl_fp16_init();
+    spec s = family_spec(F_QWEN2MOE);
+    s.S = 64; /* Q8_0 rows are whole blocks of 32 */
+    weights w = make_weights(&s, 7);
+    char *hf = NULL, *gg = NULL;
+    g_gguf_q8_0 = true;
+    write_model(&s, &w, "moe-scratch", &hf, &gg);
+    g_gguf_q8_0 = false;
+    pdl_model *m = load(gg, 2);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK_CONTAINS(info.weight_types, "Q8_0");
+    int32_t tok[24];
+    make_tokens(&s, tok, 24, 31);
+    uint64_t runs0 = m->moe_expert_runs;
+    int n = test_forward_fails_at_every_scratch_take(m, tok, 24);
+    fprintf(stderr, "  %d failing forwards checked\n", n);
+    CHECK(m->moe_expert_runs > runs0);
+    pdl_model_free(m);
+    free(hf), free(gg);
+    free_weights(&s, &w);
+}
+
 /* ---- routing ------------------------------------------------------------------ */
 
 /* pdl_moe_route on hand-made logits: the order, ties to the lower id, the
@@ -774,6 +831,7 @@ int main(void) {
     RUN(test_olmoe_matches_float64_reference);
     RUN(test_qwen2moe_shared_expert_matches_float64_reference);
     RUN(test_moe_rows_are_batch_invariant);
+    RUN(test_moe_forward_reports_scratch_failure);
     RUN(test_broken_moe_files_are_named);
     return test_summary();
 }

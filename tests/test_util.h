@@ -123,4 +123,18 @@ void test_write_file(const char *path, const void *data, size_t len);
 struct pdl_model;
 float *test_all_row_logits(struct pdl_model *m, const int32_t *tokens, size_t n);
 
+/* Every take of the kernels' scratch in a prefill of tokens[0, n - 1) and
+ * then in a decode of tokens[n - 1] fails in turn (the model's scratch
+ * hook, kernels/scratch.h): each such forward must return an error naming
+ * the kernel scratch and leave the logits buffer as it was, and the same
+ * forward run again gives the clean run's logits byte for byte. Returns
+ * how many failing forwards were checked (0 fails the test: nothing took
+ * scratch). */
+int test_forward_fails_at_every_scratch_take(struct pdl_model *m, const int32_t *tokens, size_t n);
+
+/* A pdl_model_options log that fails the test on the loader's notice of
+ * tensors the model does not use (user: the path, for the message): a
+ * reference model's loader must take every tensor it wrote. */
+void test_log_no_unused_tensors(const char *line, void *user);
+
 #endif

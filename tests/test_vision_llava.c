@@ -571,7 +571,7 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     pdl_error err = {0};
-    pdl_model_options mo = {.n_threads = 2};
+    pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
     REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
     int rc = pdl_vision_load(&v, vision_path, m, &err);
     if (rc) pdl_model_free(m);
@@ -824,7 +824,7 @@ static void check_next(const char *what, const char *text_path, const char *visi
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     pdl_error err = {0};
-    pdl_model_options mo = {.n_threads = 2};
+    pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
     REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
     REQUIRE_MSG(pdl_vision_load(&v, vision_path, m, &err) == 0, "%s", err.message);
     pdl_vision_info info;
@@ -944,7 +944,7 @@ static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool 
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     pdl_error err = {0};
-    pdl_model_options mo = {.n_threads = 2};
+    pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_gguf};
     REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
     REQUIRE_MSG(pdl_vision_load(&v, mmproj_gguf, m, &err) == 0, "%s", err.message);
     pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !prefix_caching,

@@ -24,6 +24,9 @@
 #include "test_util.h"
 #include "vnni256/evex_twin.h"
 
+/* the matmuls' scratch (scratch.h), shared by every test here */
+static pdl_scratch scratch;
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static float frand(void) { /* uniform in [-1, 1) */
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
@@ -98,7 +101,7 @@ static void check_rows_alone(pdl_threadpool *pool, const pdl_tensor *t, const fl
     REQUIRE(one != NULL);
     for (int r = 0; r < rows; r++) {
         memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
-        pdl_matmul(pool, one, out, x + (size_t)r * in, 1, t, bias, accum);
+        pdl_matmul(pool, &scratch, one, out, x + (size_t)r * in, 1, t, bias, accum);
         CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
                   "%s row %d alone differs from the batch", pdl_dtype_name(t->dtype), r);
     }
@@ -143,7 +146,7 @@ static void test_panels_follow_the_documented_order(void) {
                     pdl_matmul_set_bf16_activations(act == 1);
                     memcpy(ys, y0, (size_t)rows * out * sizeof *ys);
                     pdl_isa_set(PDL_ISA_SCALAR);
-                    pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
+                    pdl_matmul(pool, &scratch, ys, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(ys, want, (size_t)rows * out * sizeof *ys) == 0,
                               "portable %s%s %dx%dx%d variant %d: not the documented order", pdl_dtype_name(dt),
                               act ? "+bf16" : "", rows, out, in, variant);
@@ -153,7 +156,7 @@ static void test_panels_follow_the_documented_order(void) {
                         if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX2 && act)) continue;
                         pdl_isa_set((pdl_isa)isa);
                         memcpy(yv, y0, (size_t)rows * out * sizeof *yv);
-                        pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
+                        pdl_matmul(pool, &scratch, yv, out, x, rows, &t, b, accum);
                         CHECK_MSG(memcmp(yv, want, (size_t)rows * out * sizeof *yv) == 0,
                                   "%s %s%s %dx%dx%d variant %d: differs from the documented order",
                                   pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), act ? "+bf16" : "", rows, out, in,
@@ -315,7 +318,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                                                          y0[r * out + o], accum);
                 memcpy(ys, y0, ny * sizeof *ys);
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, ys, out, x, rows, &t, b, accum);
+                pdl_matmul(pool, &scratch, ys, out, x, rows, &t, b, accum);
                 CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
                           pdl_dtype_name(dt), rows, out, in, variant);
                 /* the SIMD tiles: AVX-512 VNNI and AVX2 (VPMADDUBSW sums) */
@@ -323,7 +326,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                     if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
                     pdl_isa_set((pdl_isa)isa);
                     memcpy(yv, y0, ny * sizeof *yv);
-                    pdl_matmul(pool, yv, out, x, rows, &t, b, accum);
+                    pdl_matmul(pool, &scratch, yv, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
                               "%s %s %dx%dx%d variant %d: differs from the documented order",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in, variant);
@@ -395,9 +398,9 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                         for (int i = 0; i < rows * h; i++) want[m][i] = got[m][i] = frand();
                         o[m] = (pdl_matmul_out){.y = got[m], .ldy = h, .w = &t[m], .bias = m == 1 ? NULL : bias[m],
                                                 .accumulate = m == 2};
-                        pdl_matmul(pool, want[m], h, x, rows, &t[m], o[m].bias, o[m].accumulate);
+                        pdl_matmul(pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias, o[m].accumulate);
                     }
-                    pdl_matmul_shared(pool, x, rows, o, 3);
+                    pdl_matmul_shared(pool, &scratch, x, rows, o, 3);
                     for (int m = 0; m < 3; m++) {
                         CHECK_MSG(memcmp(got[m], want[m], (size_t)rows * heights[m] * sizeof *got[m]) == 0,
                                   "%s%s, %d rows, matrix %d, %d threads%s", pdl_dtype_name(dt),
@@ -474,7 +477,7 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         continue;
                     pdl_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
-                    pdl_panels_matmul(pool, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
+                    pdl_panels_matmul(pool, &scratch, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
                               pdl_isa_name(isa), threads);
@@ -523,10 +526,10 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                         float *g0 = malloc(ny * sizeof *g0), *u0 = malloc(ny * sizeof *u0);
                         float *g1 = malloc(ny * sizeof *g1), *u1 = malloc(ny * sizeof *u1);
                         REQUIRE(g0 && u0 && g1 && u1);
-                        pdl_matmul(pool, g0, out, x, rows, &t[0], NULL, false);
-                        pdl_matmul(pool, u0, out, x, rows, &t[1], NULL, false);
+                        pdl_matmul(pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
+                        pdl_matmul(pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
                         for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
-                        pdl_matmul_gated(pool, g1, out, u1, x, rows, &t[0], &t[1], acts[ai]);
+                        pdl_matmul_gated(pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1], acts[ai]);
                         CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
                                   pdl_dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
                                   unpaneled ? ", up without panels" : "");
@@ -537,6 +540,95 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
         pdl_threadpool_free(pool);
     }
     fprintf(stderr, "  %d cases\n", checked);
+}
+
+/* Every matmul entry point, with and without panels, for a dtype whose
+ * activations are prepared in scratch (Q8_0 everywhere; BF16 of odd width
+ * with panels): when the caller's scratch cannot be had it returns -1 and
+ * writes no output; pdl_matmul_scratch_bytes is what a call takes, so a
+ * scratch reserved to it is never grown by the call (no allocation on the
+ * hot path); and the next call succeeds with the bytes of a fresh scratch. */
+static void test_matmuls_report_scratch_they_cannot_have(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(2);
+    REQUIRE(pool != NULL);
+    struct { pdl_dtype dt; int in; } cases[] = {{PDL_DTYPE_Q8_0, 64}, {PDL_DTYPE_BF16, 63}};
+    int rows = 5, out = 40, checked = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int paneled = 0; paneled < 2; paneled++) {
+            pdl_dtype dt = cases[ci].dt;
+            int in = cases[ci].in;
+            if (dt == PDL_DTYPE_BF16 && !paneled) continue; /* row-major BF16 may read x as it is */
+            if (paneled && !pdl_panels_wanted(&(pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}})) continue;
+            float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
+            REQUIRE(x);
+            for (int i = 0; i < rows * in; i++) x[i] = frand();
+            pdl_tensor t[2];
+            void *w[2], *buf[2] = {NULL, NULL};
+            for (int m = 0; m < 2; m++) {
+                w[m] = dt == PDL_DTYPE_Q8_0 ? (void *)make_qmatrix(dt, out, in, &wv[m]) : make_matrix(dt, out, in, &wv[m]);
+                t[m] = (pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w[m]};
+                if (paneled) buf[m] = panels_of(pool, &t[m]);
+            }
+            size_t need = pdl_matmul_scratch_bytes(pool, &t[0], rows), ny = (size_t)rows * out;
+            CHECK_MSG(need > 0, "%s %s: takes no scratch", pdl_dtype_name(dt), paneled ? "panels" : "rows");
+            float *want = malloc(2 * ny * sizeof *want), *got = malloc(2 * ny * sizeof *got), *up = malloc(ny * sizeof *up);
+            REQUIRE(want && got && up);
+            pdl_scratch fresh = {0};
+            REQUIRE(pdl_matmul(pool, &fresh, want, out, x, rows, &t[0], NULL, false) == 0);
+            REQUIRE(pdl_matmul(pool, &fresh, want + ny, out, x, rows, &t[1], NULL, false) == 0);
+            pdl_scratch_free(&fresh);
+            pdl_scratch s = {0};
+            REQUIRE(pdl_scratch_reserve(&s, need) == 0);
+            void *held = s.buf;
+            for (int entry = 0; entry < 4; entry++) { /* pdl_matmul, _shared, _gated, _grouped */
+                const char *name[] = {"pdl_matmul", "pdl_matmul_shared", "pdl_matmul_gated", "pdl_matmul_grouped"};
+                pdl_matmul_out o[2] = {{.y = got, .ldy = out, .w = &t[0]}, {.y = got + ny, .ldy = out, .w = &t[1]}};
+                pdl_matmul_group g[2] = {{.w = &t[0], .y = got, .ldy = out, .r0 = 0, .n_rows = 2},
+                                         {.w = &t[1], .y = got + 2 * out, .ldy = out, .r0 = 2, .n_rows = rows - 2}};
+                for (int fail = 1; fail >= 0; fail--) {
+                    memset(got, 0xA5, 2 * ny * sizeof *got);
+                    s.fail_in = fail;
+                    long takes = s.takes;
+                    int rc = entry == 0   ? pdl_matmul(pool, &s, got, out, x, rows, &t[0], NULL, false)
+                             : entry == 1 ? pdl_matmul_shared(pool, &s, x, rows, o, 2)
+                             : entry == 2 ? pdl_matmul_gated(pool, &s, got, out, up, x, rows, &t[0], &t[1], pdl_silu_mul)
+                                          : pdl_matmul_grouped(pool, &s, x, rows, g, 2, NULL, NULL);
+                    bool untouched = true;
+                    for (size_t i = 0; i < 2 * ny * sizeof *got; i++) untouched &= ((uint8_t *)got)[i] == 0xA5;
+                    if (fail) {
+                        CHECK_MSG(rc == -1 && untouched && s.failed > 0, "%s, %s %s: rc %d with no scratch%s", name[entry],
+                                  pdl_dtype_name(dt), paneled ? "panels" : "rows", rc,
+                                  untouched ? "" : ", and the output was written");
+                        continue;
+                    }
+                    CHECK_MSG(rc == 0 && s.takes > takes, "%s: rc %d, %ld takes", name[entry], rc, s.takes - takes);
+                    CHECK_MSG(s.buf == held, "%s, %s %s: the reserved scratch was grown", name[entry],
+                              pdl_dtype_name(dt), paneled ? "panels" : "rows");
+                    if (entry == 2) { /* the gate's rows: act(gate, up) of the two products */
+                        float *g0 = malloc(ny * sizeof *g0);
+                        REQUIRE(g0);
+                        memcpy(g0, want, ny * sizeof *g0);
+                        for (int r = 0; r < rows; r++) pdl_silu_mul(g0 + (size_t)r * out, want + ny + (size_t)r * out, out);
+                        CHECK_MSG(memcmp(got, g0, ny * sizeof *g0) == 0, "%s: bytes differ", name[entry]);
+                        free(g0);
+                    } else if (entry == 3) { /* rows 0-1 times t[0], rows 2.. times t[1] */
+                        CHECK_MSG(memcmp(got, want, 2 * (size_t)out * sizeof *got) == 0 &&
+                                      memcmp(got + 2 * out, want + ny + 2 * out, (ny - 2 * out) * sizeof *got) == 0,
+                                  "%s: bytes differ", name[entry]);
+                    } else {
+                        CHECK_MSG(memcmp(got, want, (entry ? 2 : 1) * ny * sizeof *got) == 0, "%s: bytes differ",
+                                  name[entry]);
+                    }
+                    checked++;
+                }
+            }
+            pdl_scratch_free(&s);
+            for (int m = 0; m < 2; m++) free(w[m]), free(wv[m]), free(buf[m]);
+            free(x), free(want), free(got), free(up);
+        }
+    pdl_threadpool_free(pool);
+    CHECK_MSG(checked >= 4, "only %d cases", checked);
 }
 
 /* The integer sums at their bounds, which random weights never reach: every
@@ -593,14 +685,14 @@ static void test_integer_sums_at_their_bounds(void) {
             }
             pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
             pdl_isa_set(PDL_ISA_SCALAR);
-            pdl_matmul(pool, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
+            pdl_matmul(pool, &scratch, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
             void *buf = panels_of(pool, &t);
             pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
             for (int fi = 0; fi < 3; fi++) {
                 pdl_isa isa = families[fi];
                 if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni)) continue;
                 pdl_isa_set(isa);
-                pdl_panels_matmul(pool, got, out, x, rows, &t, NULL, false);
+                pdl_panels_matmul(pool, &scratch, got, out, x, rows, &t, NULL, false);
                 /* Q8_0 / Q4_0 panels have their own order (one fma per block),
                  * the row-major dots another: compare with the portable panels
                  * bit for bit, and with the dots within float rounding */
@@ -698,7 +790,7 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                 const float *b = variant ? bias : NULL;
                 bool accum = variant == 2;
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_panels_matmul(pool, want, out, x, rows, &t, b, accum);
+                pdl_panels_matmul(pool, &scratch, want, out, x, rows, &t, b, accum);
                 pdl_isa_set(best);
                 /* the driver's walk: tiles of up to 4 rows x 3 panels */
                 size_t pb = pdl_panel_bytes(dt, in);
@@ -736,7 +828,9 @@ int main(void) {
     RUN(test_shared_activations_give_each_matmuls_bytes);
     RUN(test_k_quant_panels_give_the_reference_dots);
     RUN(test_gated_matmul_gives_the_unfused_bytes);
+    RUN(test_matmuls_report_scratch_they_cannot_have);
     RUN(test_integer_sums_at_their_bounds);
     RUN(test_vnni256_tiles_give_the_portable_bits);
+    pdl_scratch_free(&scratch);
     return test_summary();
 }

@@ -49,7 +49,8 @@ static void usage(FILE *f) {
                "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
                "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n"
                "--tokenizer DIR gives the model a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's):\n"
-               "copied into the folder, or written as tokenizer.ggml.* metadata (--tokenizer-pre, default qwen2)\n");
+               "copied into the folder, or written as tokenizer.ggml.* metadata (--tokenizer-pre, default qwen2);\n"
+               "without it a GGUF is llama.cpp's no-vocabulary model (tokenizer.ggml.model \"none\"), for benchmarks\n");
 }
 
 /* The byte-level BPE tokenizer of DIR/tokenizer.json as GGUF metadata, the
@@ -423,6 +424,13 @@ int cli_make_random_model(int argc, char **argv) {
             gguf_out_u32(g, K("expert_count"), (uint32_t)p->n_experts);
             gguf_out_u32(g, K("expert_used_count"), (uint32_t)p->n_experts_used);
             gguf_out_u32(g, K("expert_feed_forward_length"), (uint32_t)p->ffn_expert);
+        }
+        /* no tokenizer: llama.cpp's "no vocabulary" model (its tokenizer
+         * model "none" and the vocabulary's size), which llama-bench runs
+         * with the preset's own vocabulary; pagedlm loads it without text */
+        if (!tok_dir) {
+            gguf_out_str(g, "tokenizer.ggml.model", "none");
+            gguf_out_u32(g, K("vocab_size"), (uint32_t)V);
         }
 #undef K
         if (tok_dir && add_gguf_tokenizer(g, tok_dir, tok_pre, V)) {

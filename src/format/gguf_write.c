@@ -124,10 +124,6 @@ int gguf_out_i32_arr(gguf_out *g, const char *key, const int32_t *v, size_t n) {
     return num_arr(g, key, GGUF_TYPE_INT32, v, n);
 }
 
-int gguf_out_f32_arr(gguf_out *g, const char *key, const float *v, size_t n) {
-    return num_arr(g, key, GGUF_TYPE_FLOAT32, v, n);
-}
-
 int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape) {
     if (n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX) return -1;
     if (g->n_tensors == g->cap_tensors) {

@@ -28,7 +28,6 @@ int gguf_out_str(gguf_out *g, const char *key, const char *v);
 /* Arrays: strings (copied) and 32-bit integers / floats. */
 int gguf_out_str_arr(gguf_out *g, const char *key, const char *const *v, size_t n);
 int gguf_out_i32_arr(gguf_out *g, const char *key, const int32_t *v, size_t n);
-int gguf_out_f32_arr(gguf_out *g, const char *key, const float *v, size_t n);
 /* A tensor with pdl_tensor shape order (outermost first) and dtype. */
 int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape);
 /* Streams one tensor's data to f in blocks of rows from fill; 0 or -1

@@ -121,6 +121,10 @@ int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err)
         pdl_tensor *items = realloc(set->items, cap * sizeof *items);
         if (!items) return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
         set->items = items;
+        bool *taken = realloc(set->taken, cap * sizeof *taken);
+        if (!taken) return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
+        memset(taken + set->cap, 0, (cap - set->cap) * sizeof *taken);
+        set->taken = taken;
         set->cap = cap;
     }
     set->items[set->count++] = *t;
@@ -148,8 +152,15 @@ const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *nam
     return NULL;
 }
 
+const pdl_tensor *pdl_tensor_set_take(const pdl_tensor_set *set, const char *name) {
+    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+    if (t) set->taken[t - set->items] = true;
+    return t;
+}
+
 void pdl_tensor_set_free(pdl_tensor_set *set) {
     free(set->items);
+    free(set->taken);
     free(set->index);
     memset(set, 0, sizeof *set);
 }

@@ -95,11 +95,16 @@ typedef struct pdl_tensor_set {
     size_t count, cap;
     uint32_t *index;     /* [index_cap] item number + 1; 0 = empty */
     size_t index_cap;    /* a power of two, at least twice count */
+    bool *taken;         /* [cap] items[i] was looked up with pdl_tensor_set_take */
 } pdl_tensor_set;
 
 /* Appends a copy of t; fails on a duplicate name (message names both). */
 int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err);
 const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name);
+/* pdl_tensor_set_find for a tensor the caller uses (the model loader's
+ * weights): also records it as taken (set->taken), so that what no one
+ * took can be reported. Only that record changes. */
+const pdl_tensor *pdl_tensor_set_take(const pdl_tensor_set *set, const char *name);
 void pdl_tensor_set_free(pdl_tensor_set *set);
 
 /* Fails when two tensors' data overlap (the same offset included), naming

@@ -105,7 +105,6 @@ int32_t gx_altv(gram_ir *ir, ...);
 int32_t gx_repeat(gram_ir *ir, int32_t x, int32_t min, int32_t max);
 int32_t gx_opt(gram_ir *ir, int32_t x);
 int32_t gx_star(gram_ir *ir, int32_t x);
-int32_t gx_plus(gram_ir *ir, int32_t x);
 int32_t gx_ref(gram_ir *ir, int32_t rule);
 
 /* A new rule (body -1) named name; -1 when out of memory. */
@@ -127,7 +126,6 @@ void gram_cpset_add(gram_cpset *s, uint32_t lo, uint32_t hi);
 void gram_cpset_normalize(gram_cpset *s);
 /* The complement within U+0000..U+10FFFF (normalized input). */
 void gram_cpset_negate(gram_cpset *s);
-bool gram_cpset_has(const gram_cpset *s, uint32_t cp);
 void gram_cpset_free(gram_cpset *s);
 /* The UTF-8 encodings of the set's code points, surrogates left out. */
 int32_t gx_cpset(gram_ir *ir, const gram_cpset *s);
@@ -437,8 +435,6 @@ void gram_mask_cache_free(gram_matcher *m);
  * memory. */
 const gram_class *gram_class_short(gram_grammar *g, int32_t s);
 const gram_class *gram_class_long(gram_grammar *g, int32_t s);
-/* Computes every state's classifications now (what gram_grammar_warm does). */
-int gram_class_all(gram_grammar *g, pdl_error *err);
 void gram_class_free(gram_class *c);
 
 #endif

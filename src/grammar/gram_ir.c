@@ -213,7 +213,6 @@ int32_t gx_repeat(gram_ir *ir, int32_t x, int32_t min, int32_t max) {
 
 int32_t gx_opt(gram_ir *ir, int32_t x) { return gx_repeat(ir, x, 0, 1); }
 int32_t gx_star(gram_ir *ir, int32_t x) { return gx_repeat(ir, x, 0, GX_INF); }
-int32_t gx_plus(gram_ir *ir, int32_t x) { return gx_repeat(ir, x, 1, GX_INF); }
 
 int32_t gx_ref(gram_ir *ir, int32_t rule) {
     if (rule < 0) return -1;
@@ -320,20 +319,6 @@ void gram_cpset_negate(gram_cpset *s) {
     free(s->r);
     *s = out;
     s->oom = oom;
-}
-
-bool gram_cpset_has(const gram_cpset *s, uint32_t cp) {
-    int lo = 0, hi = s->n - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cp < s->r[2 * mid])
-            hi = mid - 1;
-        else if (cp > s->r[2 * mid + 1])
-            lo = mid + 1;
-        else
-            return true;
-    }
-    return false;
 }
 
 void gram_cpset_free(gram_cpset *s) {

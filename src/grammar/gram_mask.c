@@ -406,13 +406,6 @@ const gram_class *gram_class_short(gram_grammar *g, int32_t s) {
 
 const gram_class *gram_class_long(gram_grammar *g, int32_t s) { return cached(g, &g->long_cls[s], s, true); }
 
-int gram_class_all(gram_grammar *g, pdl_error *err) {
-    for (int32_t s = 0; s < g->a.n_states; s++)
-        if ((g->a.flags[s] & GS_BYTES) && (!gram_class_short(g, s) || !gram_class_long(g, s)))
-            return pdl_fail(err, "grammar: out of memory for the token cache");
-    return 0;
-}
-
 /* ---------------------------------------------------------------------------
  * A matcher's mask
  * ------------------------------------------------------------------------- */

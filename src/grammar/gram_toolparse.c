@@ -669,5 +669,3 @@ int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *us
     flush_out(p);
     return p->oom ? -1 : 0;
 }
-
-int gram_tool_parser_calls(const gram_tool_parser *p) { return p->n_calls; }

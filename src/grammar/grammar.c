@@ -170,8 +170,6 @@ void gram_grammar_free(gram_grammar *g) {
 
 const gram_vocab *gram_grammar_vocab(const gram_grammar *g) { return g->vocab; }
 
-int gram_grammar_warm(gram_grammar *g, pdl_error *err) { return gram_class_all(g, err); }
-
 void gram_grammar_stats(const gram_grammar *g, gram_stats *st) {
     st->n_states = g->a.n_states;
     st->n_walk_classes = g->n_walk_classes;

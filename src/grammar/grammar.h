@@ -119,9 +119,6 @@ gram_grammar *gram_grammar_ref(gram_grammar *g);
 void gram_grammar_free(gram_grammar *g);
 /* The vocabulary g was compiled for. */
 const gram_vocab *gram_grammar_vocab(const gram_grammar *g);
-/* Fills the whole token cache now instead of on first use (slower start,
- * no first-visit cost later). */
-int gram_grammar_warm(gram_grammar *g, pdl_error *err);
 
 typedef struct gram_stats {
     int n_states;      /* DFA states over all rules */
@@ -220,8 +217,6 @@ int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gra
                           void *user);
 /* End of the text: releases what was held back. */
 int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *user);
-/* Calls reported so far. */
-int gram_tool_parser_calls(const gram_tool_parser *p);
 
 /* "hermes", "llama3_json", "mistral" (vLLM's --tool-call-parser names). */
 int gram_tool_format_parse(const char *name, gram_tool_format *out);

@@ -396,28 +396,17 @@ static void prep_worker(void *p, int ith, int nth) {
     }
 }
 
-void *pdl_scratch_grow(void **buf, size_t *cap, size_t need) {
-    if (need <= *cap && *buf) return *buf;
-    size_t bytes = ((need ? need : 1) + 63) / 64 * 64;
-    void *p = aligned_alloc(64, bytes);
-    if (!p) return NULL;
-    free(*buf);
-    *buf = p;
-    *cap = bytes;
-    return p;
-}
-
-void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
+int pdl_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                      const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
                    outs[i].w->shape[1] == outs[0].w->shape[1];
-    if (together) {
-        pdl_panels_matmul_shared(pool, x, n_rows, outs, n_outs);
-        return;
-    }
+    if (together) return pdl_panels_matmul_shared(pool, scratch, x, n_rows, outs, n_outs);
     for (int i = 0; i < n_outs; i++)
-        pdl_matmul(pool, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate);
+        if (pdl_matmul(pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate))
+            return -1;
+    return 0;
 }
 
 typedef struct gate_task {
@@ -435,23 +424,25 @@ static void gate_worker(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) t->act(t->gate + r * t->ld, t->up + r * t->ld, t->n);
 }
 
-void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up, const float *x, int64_t n_rows,
-                      const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
-    if (n_rows == 0) return;
-    if (w_gate->panels && w_up->panels && w_gate->dtype == w_up->dtype && w_gate->shape[0] == w_up->shape[0] &&
-        w_gate->shape[1] == w_up->shape[1]) {
-        pdl_panels_matmul_gated(pool, gate, ldg, x, n_rows, w_gate, w_up, act);
-        return;
-    }
-    pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
-    pdl_matmul_shared(pool, x, n_rows, o, 2);
-    gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
+static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
+    return w_gate->panels && w_up->panels && w_gate->dtype == w_up->dtype && w_gate->shape[0] == w_up->shape[0] &&
+           w_gate->shape[1] == w_up->shape[1];
 }
 
-void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
-                        int n_groups, pdl_gate_fn act, float *up) {
-    if (n_groups <= 0) return;
+int pdl_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
+                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+    if (n_rows == 0) return 0;
+    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(pool, scratch, gate, ldg, x, n_rows, w_gate, w_up, act);
+    pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
+    if (pdl_matmul_shared(pool, scratch, x, n_rows, o, 2)) return -1;
+    gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
+    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
+    return 0;
+}
+
+int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
+    if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
     for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
         int n = n_groups - at < PDL_MATMUL_GROUP_MAX ? n_groups - at : PDL_MATMUL_GROUP_MAX;
@@ -464,20 +455,63 @@ void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, co
                                  u->shape[1] == in));
         }
         if (together) {
-            pdl_panels_matmul_grouped(pool, x, n_rows, g, n, act);
+            if (pdl_panels_matmul_grouped(pool, scratch, x, n_rows, g, n, act)) return -1;
             continue;
         }
         for (int i = 0; i < n; i++) {
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
-            if (act) pdl_matmul_gated(pool, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows, g[i].w, g[i].w_up, act);
-            else pdl_matmul(pool, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+            int rc = act ? pdl_matmul_gated(pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows,
+                                            g[i].w, g[i].w_up, act)
+                         : pdl_matmul(pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+            if (rc) return -1;
         }
     }
+    return 0;
 }
 
-void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
-                const pdl_tensor *w, const float *bias, bool accumulate) {
+/* The scratch one pdl_matmul call without panels takes, in pieces of whole
+ * cache lines: Q8_0 activations and their scales, Q8_K activations, BF16
+ * or x_perm32 activations for the tiles that read them, and each thread's
+ * expanded weight rows for the block formats without kernels. */
+typedef struct matmul_pieces {
+    size_t q, d, k, bf16, perm, wf;
+    int64_t ld_perm;
+} matmul_pieces;
+
+static size_t matmul_pieces_of(const pdl_tile_kernels *tiles, pdl_dtype dt, int64_t in, int64_t n_rows, int nth,
+                               matmul_pieces *p) {
+    *p = (matmul_pieces){0};
+    size_t rows = (size_t)n_rows;
+    if (takes_q8_activations(dt)) {
+        p->q = pdl_scratch_piece(rows * (size_t)in);
+        p->d = pdl_scratch_piece((rows * (size_t)in / 32 + 1) * sizeof(float));
+    }
+    if (takes_q8k_activations(dt)) p->k = pdl_scratch_piece(rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k));
+    if (tiles && tiles->x_bf16) p->bf16 = pdl_scratch_piece(rows * (size_t)in * sizeof(uint16_t));
+    if (tiles && tiles->x_perm32) {
+        p->ld_perm = (in + 31) / 32 * 32;
+        p->perm = pdl_scratch_piece(rows * (size_t)p->ld_perm * sizeof(float));
+    }
+    if (dequantized_first(dt)) p->wf = pdl_scratch_piece((size_t)nth * COL_CHUNK * (size_t)in * sizeof(float));
+    return p->q + p->d + p->k + p->bf16 + p->perm + p->wf;
+}
+
+/* ~64k multiply-adds per thread at least: below that a wake-up costs more
+ * than it saves */
+static int matmul_threads(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
+    return pdl_threads_for(pool, (double)n_rows * (double)w->shape[0] * (double)w->shape[1], 65536.0);
+}
+
+size_t pdl_matmul_scratch_bytes(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
+    if (n_rows <= 0) return 0;
+    if (w->panels) return pdl_panels_scratch_bytes(w, n_rows);
+    matmul_pieces p;
+    return matmul_pieces_of(active_tiles(w->dtype), w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
+}
+
+int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
+               const pdl_tensor *w, const float *bias, bool accumulate) {
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
@@ -485,71 +519,48 @@ void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int
         .w_row_bytes = pdl_dtype_row_bytes(w->dtype, w->shape[1]),
         .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
     };
-    if (n_rows == 0) return;
-    if (w->panels) {
-        pdl_panels_matmul(pool, y, ldy, x, n_rows, w, bias, accumulate);
-        return;
+    if (n_rows == 0) return 0;
+    if (w->panels) return pdl_panels_matmul(pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
+    int nth = matmul_threads(pool, w, n_rows);
+    matmul_pieces pc;
+    size_t need = matmul_pieces_of(t.tiles, w->dtype, t.in, n_rows, nth, &pc);
+    uint8_t *at = NULL;
+    if (need) {
+        at = pdl_scratch_take(scratch, need);
+        if (!at) return -1; /* y is left as it was; the caller reports it */
     }
-    if (takes_q8_activations(w->dtype)) {
+    if (pc.q) {
         /* quantize the activations once: every column tile reads them */
-        static _Thread_local void *qbuf, *dbuf;
-        static _Thread_local size_t qcap, dcap;
-        size_t need = (size_t)(n_rows * t.in);
-        if (!pdl_scratch_grow(&qbuf, &qcap, need) || !pdl_scratch_grow(&dbuf, &dcap, (need / 32 + 1) * sizeof(float)))
-            return; /* out of memory: y is left as it was */
-        prep.q = qbuf, prep.d = dbuf;
-        t.xq = qbuf;
-        t.xd = dbuf;
+        prep.q = (int8_t *)at, prep.d = (float *)(void *)(at + pc.q);
+        t.xq = prep.q;
+        t.xd = prep.d;
+        at += pc.q + pc.d;
     }
-    if (takes_q8k_activations(w->dtype)) {
+    if (pc.k) {
         /* the same for Q8_K */
-        static _Thread_local void *kbuf;
-        static _Thread_local size_t kcap;
-        size_t need = (size_t)(n_rows * (t.in / PDL_QK_K)) * sizeof(pdl_block_q8k);
-        if (!pdl_scratch_grow(&kbuf, &kcap, need)) return; /* out of memory: y is left as it was */
-        q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = kbuf, .simd = t.tiles && pdl_isa_active() == PDL_ISA_AVX512};
+        q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = (pdl_block_q8k *)(void *)at,
+                       .simd = t.tiles && pdl_isa_active() == PDL_ISA_AVX512};
         /* rows split over threads: done serially it took ~9% of a 512-token prompt */
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
-        t.xk = kbuf;
+        t.xk = qt.y;
+        at += pc.k;
     }
-    if (t.tiles && t.tiles->x_bf16) {
+    if (pc.bf16) {
         /* pack the activations once: every column tile reads them */
-        static _Thread_local void *buf;
-        static _Thread_local size_t cap;
-        if (!pdl_scratch_grow(&buf, &cap, (size_t)(n_rows * t.in) * sizeof(uint16_t)))
-            t.tiles = NULL; /* no memory: the portable path needs none */
-        if (t.tiles) {
-            prep.bf16 = buf;
-            t.x_bf16 = buf;
-        }
+        prep.bf16 = (uint16_t *)(void *)at;
+        t.x_bf16 = prep.bf16;
+        at += pc.bf16;
     }
-    if (t.tiles && t.tiles->x_perm32) {
+    if (pc.perm) {
         /* reorder the activations once: every column tile reads them */
-        static _Thread_local void *pbuf;
-        static _Thread_local size_t pcap;
-        int64_t ld = (t.in + 31) / 32 * 32;
-        if (!pdl_scratch_grow(&pbuf, &pcap, (size_t)(n_rows * ld) * sizeof(float))) {
-            t.tiles = NULL; /* no memory: the portable path needs none */
-        } else {
-            prep.perm = pbuf, prep.ld = ld;
-            t.x_perm = pbuf;
-            t.ldx_perm = ld;
-        }
+        prep.perm = (float *)(void *)at, prep.ld = pc.ld_perm;
+        t.x_perm = prep.perm;
+        t.ldx_perm = pc.ld_perm;
+        at += pc.perm;
     }
     if (prep.q || prep.perm || prep.bf16) /* done serially this took ~5-10% of a prompt */
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), prep_worker, &prep);
-    /* ~64k multiply-adds per thread at least: below that a wake-up costs
-     * more than it saves */
-    double macs = (double)n_rows * (double)t.out * (double)t.in;
-    int nth = pdl_threads_for(pool, macs, 65536.0);
-    if (dequantized_first(w->dtype)) {
-        /* scratch for each thread's expanded weight rows, owned by the
-         * calling thread (it outlives the call, not the workers) */
-        static _Thread_local void *wbuf;
-        static _Thread_local size_t wcap;
-        if (!pdl_scratch_grow(&wbuf, &wcap, (size_t)nth * COL_CHUNK * (size_t)t.in * sizeof(float)))
-            return; /* out of memory: y is left as it was */
-        t.wf = wbuf;
-    }
+    if (pc.wf) t.wf = (float *)(void *)at; /* each thread's expanded weight rows */
     pdl_threadpool_run_n(pool, nth, t.tiles ? matmul_tiled_worker : matmul_worker, &t);
+    return 0;
 }

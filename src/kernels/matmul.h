@@ -12,6 +12,12 @@
  * order); y is (n_rows, out). Every y[r][o] is one dot product computed by
  * one thread in a fixed order, so it does not depend on n_rows, on the
  * other rows, or on the number of threads (batch invariance).
+ *
+ * Every entry point takes the caller's scratch (scratch.h) for the
+ * activations it prepares once per call and returns 0, or -1 when that
+ * scratch cannot be had: then its outputs are not written (or, for a call
+ * of several products, not all of them) and the caller must report the
+ * failure, never use them.
  */
 #ifndef PDL_KERNELS_MATMUL_H
 #define PDL_KERNELS_MATMUL_H
@@ -20,6 +26,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/scratch.h"
 #include "kernels/threadpool.h"
 
 /* Q8_0 and Q4_0 weights multiply Q8_0-quantized activations, as llama.cpp does:
@@ -30,17 +37,16 @@ void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d);
  * (NULL: not wanted). Same bytes on every instruction set. */
 void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
-/* A calling thread's activation scratch of at least `need` bytes, kept
- * between calls in *buf (capacity *cap) and on a cache line (a heap
- * address 16 mod 64 splits every other vector load of a row across two
- * lines); grown without keeping the old contents. NULL when out of memory
- * (*buf is left as it was). */
-void *pdl_scratch_grow(void **buf, size_t *cap, size_t need);
-
 /* y[r*ldy + o] (=, or += when accumulate) dot(W[o], x[r*in ...]) (+ bias[o]).
  * bias may be NULL. Work is split over output columns. */
-void pdl_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
-                const pdl_tensor *w, const float *bias, bool accumulate);
+int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
+               const pdl_tensor *w, const float *bias, bool accumulate);
+
+/* Bytes of scratch pdl_matmul takes for n_rows rows times w (and each
+ * product of pdl_matmul_shared / _gated / _grouped, whose activations are
+ * those rows): a caller reserves the largest of its matrices' ahead of its
+ * hot path. Grows with n_rows. */
+size_t pdl_matmul_scratch_bytes(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows);
 
 /* One product of pdl_matmul_shared, with pdl_matmul's arguments. */
 typedef struct pdl_matmul_out {
@@ -58,7 +64,8 @@ typedef struct pdl_matmul_out {
  * where all the matrices have weight panels of one dtype and width, the
  * activations are prepared once and one parallel region splits all their
  * panels over the threads (one wake-up instead of one per matrix). */
-void pdl_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
+int pdl_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                      const pdl_matmul_out *outs, int n_outs);
 
 /* A gated MLP's activation: gate[i] = act(gate[i]) * up[i] for i < n
  * (pdl_silu_mul, pdl_gelu_tanh_mul). */
@@ -83,8 +90,8 @@ typedef struct pdl_matmul_group {
  * once and one parallel region runs them all (at most PDL_MATMUL_GROUP_MAX
  * per call; more run in several). up: scratch (n_rows, w's rows) for the
  * gated fallback, or NULL without act. */
-void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
-                        int n_groups, pdl_gate_fn act, float *up);
+int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
 
 /* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
  * scratch of the same shape): the gated MLP's two products and its
@@ -92,7 +99,7 @@ void pdl_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, co
  * it. Where both matrices have panels of one dtype and shape, each tile of
  * the up product is made right after the gate's and combined while both
  * are in L1, so `up` is not written at all. */
-void pdl_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, float *up, const float *x, int64_t n_rows,
-                      const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+int pdl_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
+                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
 
 #endif

@@ -545,14 +545,42 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
         *fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
 }
 
-void pdl_panels_matmul(pdl_threadpool *pool, float *y, int64_t ldy, const float *x, int64_t n_rows,
-                       const pdl_tensor *w, const float *bias, bool accumulate) {
-    pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
-    pdl_panels_matmul_shared(pool, x, n_rows, &o, 1);
+/* BF16 activations where the family has a BF16 dot product (or its
+ * portable emulation); the AVX2 family multiplies F32 activations. */
+static bool bf16_pairs(pdl_dtype dt) {
+    return dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations() && pdl_isa_active() != PDL_ISA_AVX2;
 }
 
-static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_tensor *w, panel_mat *mats,
-                       int n_mats, pdl_gate_fn act);
+/* Bytes of the activations prepared once for n_rows rows times a matrix of
+ * dtype dt and width in (0: the tiles read x as it is); *ld: their row
+ * stride in elements for BF16 pairs or padded F32 rows. */
+static size_t act_bytes(pdl_dtype dt, int64_t in, int64_t n_rows, bool dp, int64_t *ld) {
+    size_t nbt = (size_t)n_rows * (size_t)(in / 32);
+    int64_t steps = pdl_panel_steps(dt, in);
+    *ld = 0;
+    if (quantized(dt)) return (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
+    if (kquant(dt)) return (size_t)n_rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k);
+    if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
+        *ld = dp ? steps : 2 * steps;
+        return (size_t)n_rows * (size_t)*ld * (dp ? sizeof(uint32_t) : sizeof(float));
+    }
+    return 0;
+}
+
+size_t pdl_panels_scratch_bytes(const pdl_tensor *w, int64_t n_rows) {
+    int64_t ld;
+    size_t need = act_bytes(w->dtype, w->shape[1], n_rows, bf16_pairs(w->dtype), &ld);
+    return need ? pdl_scratch_piece(need) : 0;
+}
+
+int pdl_panels_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
+                      int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
+    pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
+    return pdl_panels_matmul_shared(pool, scratch, x, n_rows, &o, 1);
+}
+
+static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
+                      panel_mat *mats, int n_mats, pdl_gate_fn act);
 
 /* The panel_mat of one output over activation rows [r0, r1). */
 static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, int64_t ldy, const float *bias,
@@ -566,43 +594,41 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
     };
 }
 
-void pdl_panels_matmul_shared(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_out *outs,
-                              int n_outs) {
+int pdl_panels_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                             const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
         mats[n++] = mat_of(outs[i].w, NULL, outs[i].y, outs[i].ldy, outs[i].bias, outs[i].accumulate, 0, n_rows);
-    if (n) panels_run(pool, x, n_rows, outs[0].w, mats, n, NULL);
+    return n ? panels_run(pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
 }
 
-void pdl_panels_matmul_gated(pdl_threadpool *pool, float *gate, int64_t ldg, const float *x, int64_t n_rows,
-                             const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+int pdl_panels_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
+                            int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
-    panels_run(pool, x, n_rows, w_gate, &m, 1, act);
+    return panels_run(pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
-void pdl_panels_matmul_grouped(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_matmul_group *groups,
-                               int n_groups, pdl_gate_fn act) {
+int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+                              const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
     for (int i = 0; i < n_groups && i < PDL_MATMUL_GROUP_MAX; i++) {
         const pdl_matmul_group *g = &groups[i];
         if (g->n_rows > 0) mats[n++] = mat_of(g->w, act ? g->w_up : NULL, g->y, g->ldy, NULL, false, g->r0, g->r0 + g->n_rows);
     }
-    if (n) panels_run(pool, x, n_rows, groups[0].w, mats, n, act);
+    return n ? panels_run(pool, scratch, x, n_rows, groups[0].w, mats, n, act) : 0;
 }
 
 /* Prepares the activations once and runs the panel tiles of every matrix
  * (gated: each with its up matrix) in one parallel region; w is one of
  * them (its dtype and width are all of theirs). */
-static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, const pdl_tensor *w, panel_mat *mats,
-                       int n_mats, pdl_gate_fn act) {
-    if (n_rows == 0 || n_mats <= 0) return;
+static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
+                      panel_mat *mats, int n_mats, pdl_gate_fn act) {
+    if (n_rows == 0 || n_mats <= 0) return 0;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
-    /* BF16 activations where the family has a BF16 dot product (or its
-     * portable emulation); the AVX2 family multiplies F32 activations */
-    bool dp = dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations() && pdl_isa_active() != PDL_ISA_AVX2;
+    bool dp = bf16_pairs(dt);
     panel_task t = {
         .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
@@ -620,21 +646,15 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
     if (t.fn && pdl_isa_active() == PDL_ISA_AVX2 && dt != PDL_DTYPE_BF16 && t.fn == pdl_panel_tiles_avx2[dt])
         t.tile_rows = PDL_PANEL_TILE_ROWS_AVX2;
     /* activations prepared once per matmul (Q8_0 values, scales and block
-     * sums; BF16 pairs; or F32 rows padded to an even length) into one
-     * buffer per calling thread, kept between calls (no allocation per
+     * sums; BF16 pairs; or F32 rows padded to an even length) into the
+     * caller's scratch (reserved ahead by the forward: no allocation per
      * token) */
     act_task a = {.x = x, .in = in, .n_rows = n_rows};
-    size_t need = 0, nbt = (size_t)n_rows * (size_t)(in / 32);
-    if (quantized(dt)) need = (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
-    else if (kquant(dt)) need = (size_t)n_rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k);
-    else if (dp || (dt == PDL_DTYPE_BF16 && in % 2)) {
-        a.ld = dp ? steps : 2 * steps;
-        need = (size_t)n_rows * (size_t)a.ld * (dp ? sizeof(uint32_t) : sizeof(float));
-    }
+    size_t nbt = (size_t)n_rows * (size_t)(in / 32);
+    size_t need = act_bytes(dt, in, n_rows, dp, &a.ld);
     if (need) {
-        static _Thread_local void *abuf;
-        static _Thread_local size_t acap;
-        if (!pdl_scratch_grow(&abuf, &acap, need)) return; /* out of memory: y is left as it was */
+        void *abuf = pdl_scratch_take(scratch, need);
+        if (!abuf) return -1; /* y is left as it was; the caller reports it */
         if (kquant(dt)) {
             a.k = abuf;
             t.xk = a.k;
@@ -659,4 +679,5 @@ static void panels_run(pdl_threadpool *pool, const float *x, int64_t n_rows, con
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0), panel_worker, &t);
+    return 0;
 }

@@ -43,6 +43,30 @@ static int attn_max_queries(int span) {
     return q < 1 ? 1 : q > 16 ? 16 : q;
 }
 
+/* The kernels' scratch the matmuls of a layer take for `rows` rows, the
+ * largest over every layer (a file may mix dtypes across layers); the
+ * experts' are moe.c's, the head's are reserved with the logits rows. */
+static size_t layer_matmul_scratch(const pdl_model *m, size_t rows) {
+    size_t most = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const pdl_layer_weights *lw = &m->w.layers[l];
+        const pdl_tensor *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            if (!ws[i]->data) continue; /* no dense MLP in a MoE layer */
+            size_t b = pdl_matmul_scratch_bytes(m->pool, ws[i], (int64_t)rows);
+            most = b > most ? b : most;
+        }
+    }
+    return most;
+}
+
+int pdl_forward_kernel_failed(pdl_model *m, int layer, const char *what, pdl_error *err) {
+    if (layer < 0)
+        return pdl_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, m->scratch.kernel.failed);
+    return pdl_fail(err, "forward: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
+                    m->scratch.kernel.failed);
+}
+
 static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span, pdl_error *err) {
     pdl_forward_scratch *s = &m->scratch;
     const pdl_model_config *c = &m->cfg;
@@ -56,6 +80,9 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
+        /* the matmuls' scratch for these rows, now rather than in the layers */
+        if (pdl_scratch_reserve(&s->kernel, layer_matmul_scratch(m, rows)))
+            return pdl_fail(err, "forward: out of memory for %zu bytes of kernel scratch", s->kernel.failed);
         s->rows_cap = rows;
     }
     /* attention scratch for the longest sequence of this batch, grown on
@@ -68,7 +95,8 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
         s->scores_cap = need_scores;
     }
     if (n_logits > s->logits_cap) {
-        if (grow(&s->normed_out, n_logits * c->hidden))
+        if (grow(&s->normed_out, n_logits * c->hidden) ||
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(m->pool, &m->w.output, (int64_t)n_logits)))
             return pdl_fail(err, "forward: out of memory for %zu logits rows", n_logits);
         s->logits_cap = n_logits;
     }
@@ -323,13 +351,15 @@ static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_er
     pdl_forward_scratch *s = &m->scratch;
     size_t n = (size_t)b->n_tokens;
     if (n > s->full_cap) {
-        if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab))
+        if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab) ||
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(m->pool, &m->w.output, (int64_t)n)))
             return pdl_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
         s->full_cap = n;
     }
     for (size_t r = 0; r < n; r++)
         norm_row(c, s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data);
-    pdl_matmul(m->pool, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false);
+    if (pdl_matmul(m->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false))
+        return pdl_forward_kernel_failed(m, -1, "full logits head", err);
     head_postprocess(c, s->full_logits, (int)n);
     for (int j = 0; j < b->n_logits; j++)
         memcpy(logits_out + (size_t)j * c->vocab, s->full_logits + (size_t)b->logits_indices[j] * c->vocab,
@@ -389,13 +419,14 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
             {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
             {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
-        pdl_matmul_shared(m->pool, branch_in, n, qkv, 3);
+        if (pdl_matmul_shared(m->pool, &s->kernel, branch_in, n, qkv, 3))
+            return pdl_forward_kernel_failed(m, l, "q/k/v projections", err);
         pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
         pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
-        if (direct_add) {
-            pdl_matmul(m->pool, s->x, c->hidden, s->attn, n, &lw->wo, NULL, true);
-        } else {
-            pdl_matmul(m->pool, s->branch, c->hidden, s->attn, n, &lw->wo, NULL, false);
+        if (pdl_matmul(m->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n, &lw->wo, NULL,
+                       direct_add))
+            return pdl_forward_kernel_failed(m, l, "attention output", err);
+        if (!direct_add) {
             t.norm = &lw->post_attn_norm;
             pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
         }
@@ -413,12 +444,13 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
             pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
             continue;
         }
-        pdl_matmul_gated(m->pool, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
-                         c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul);
-        if (direct_add) {
-            pdl_matmul(m->pool, s->x, c->hidden, s->gate, n, &lw->w_down, NULL, true);
-        } else {
-            pdl_matmul(m->pool, s->branch, c->hidden, s->gate, n, &lw->w_down, NULL, false);
+        if (pdl_matmul_gated(m->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
+                             c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul))
+            return pdl_forward_kernel_failed(m, l, "MLP gate/up", err);
+        if (pdl_matmul(m->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n, &lw->w_down, NULL,
+                       direct_add))
+            return pdl_forward_kernel_failed(m, l, "MLP down", err);
+        if (!direct_add) {
             t.norm = &lw->post_ffn_norm;
             pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
         }
@@ -431,7 +463,8 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         int r = b->logits_indices[j];
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
-    pdl_matmul(m->pool, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false);
+    if (pdl_matmul(m->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false))
+        return pdl_forward_kernel_failed(m, -1, "LM head", err);
     head_postprocess(c, logits_out, b->n_logits);
     return 0;
 }

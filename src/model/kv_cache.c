@@ -49,9 +49,6 @@ void pdl_kv_cache_free(pdl_kv_cache *kv) {
     free(kv);
 }
 
-int pdl_kv_cache_block_size(const pdl_kv_cache *kv) { return kv->block_size; }
-int pdl_kv_cache_n_blocks(const pdl_kv_cache *kv) { return kv->n_blocks; }
-
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
     size_t row = (size_t)kv->kv_dim * kv->elem_bytes, kblock = row * (size_t)kv->block_size;
     for (int l = 0; l < kv->n_layers; l++) {

@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "format/tensor.h"
+#include "kernels/scratch.h"
 #include "kernels/threadpool.h"
 #include "model/arch.h"
 #include "pagedlm.h"
@@ -160,6 +161,9 @@ typedef struct pdl_forward_scratch {
     float *xe;          /* (rows * k, hidden) gathered input rows: one expert's, or every assignment's (grouped) */
     float *he, *ue;     /* (rows * k, ffn_expert) gate (then activation) and up, likewise */
     float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
+    /* what the matmuls take for the activations they prepare (scratch.h),
+     * reserved when the row capacities above grow */
+    pdl_scratch kernel;
 } pdl_forward_scratch;
 
 struct pdl_model {
@@ -243,6 +247,10 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
  * (the lower id on a tie), and their weights (softmax over all experts or
  * sigmoid, then renormalized and scaled as the config says). */
 void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
+
+/* A matmul of the forward (layer, or -1 for the head) could not have its
+ * scratch: the error to return (the forward then reports no logits). */
+int pdl_forward_kernel_failed(pdl_model *m, int layer, const char *what, pdl_error *err);
 
 /* Frees the MoE scratch (pdl_model_free). */
 void pdl_moe_scratch_free(pdl_forward_scratch *s);

@@ -22,9 +22,25 @@
 #include "util/error.h"
 #include "util/huge_alloc.h"
 
+/* Takes t from the set and, for an MLX-quantized "X.weight", the X.scales
+ * and X.biases folded into it (mlx_quant.h), so none is reported unused. */
+static const pdl_tensor *take_with_parts(const pdl_tensor_set *set, const char *name) {
+    const pdl_tensor *t = pdl_tensor_set_take(set, name);
+    size_t n = strlen(name);
+    if (t && (t->dtype == PDL_DTYPE_MLX_Q4 || t->dtype == PDL_DTYPE_MLX_Q8) && n > 7 &&
+        strcmp(name + n - 7, ".weight") == 0) {
+        char part[PDL_TENSOR_NAME_MAX + 8];
+        snprintf(part, sizeof part, "%.*s.scales", (int)(n - 7), name);
+        pdl_tensor_set_take(set, part);
+        snprintf(part, sizeof part, "%.*s.biases", (int)(n - 7), name);
+        pdl_tensor_set_take(set, part);
+    }
+    return t;
+}
+
 int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
                           pdl_tensor *dst, pdl_error *err) {
-    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+    const pdl_tensor *t = take_with_parts(set, name);
     if (!t) {
         memset(dst, 0, sizeof *dst);
         if (required) return pdl_fail(err, "%s: missing tensor '%s'", where, name);
@@ -50,7 +66,7 @@ void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *
 static int take_fused(const pdl_tensor_set *set, const char *name, const char *where, int n_parts,
                       const int64_t *rows, const char *const *what, pdl_tensor *const *dst, bool *found,
                       pdl_error *err) {
-    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+    const pdl_tensor *t = take_with_parts(set, name);
     *found = t != NULL;
     if (!t) return 0;
     int64_t total = 0;
@@ -691,6 +707,42 @@ static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error 
     return rc;
 }
 
+/* Whether a tensor of a multimodal checkpoint belongs to its vision half,
+ * which pdl_vision_load takes from the same folder (vision_load_hf.c), not
+ * the text model. */
+static bool vision_tensor(const char *name) {
+    return strstr(name, "vision_tower.") || strstr(name, "multi_modal_projector.") || strstr(name, "image_newline");
+}
+
+/* Says through the log how many of the file's tensors the model did not
+ * take (every weight it uses is looked up with pdl_tensor_set_take), and
+ * the first few: a tensor the architecture does not know, or a name the
+ * loader misses, would otherwise be ignored without a word. */
+static void log_unused_tensors(const pdl_model *m, const char *path, const pdl_model_options *opts) {
+    if (!opts || !opts->log) return;
+    const pdl_tensor_set *set = m->gguf ? gguf_tensors(m->gguf) : st_tensors(m->st);
+    enum { SHOWN = 4 };
+    const char *shown[SHOWN];
+    size_t n = 0, n_vision = 0;
+    for (size_t i = 0; i < set->count; i++) {
+        if (set->taken[i]) continue;
+        if (vision_tensor(set->items[i].name)) {
+            n_vision++;
+            continue;
+        }
+        if (n < SHOWN) shown[n] = set->items[i].name;
+        n++;
+    }
+    if (n == 0) return;
+    char line[1024];
+    int at = snprintf(line, sizeof line, "%s: %zu of its %zu tensors are not used by the model:", path, n,
+                      set->count - n_vision);
+    for (size_t i = 0; i < n && i < SHOWN && at > 0 && (size_t)at < sizeof line; i++)
+        at += snprintf(line + at, sizeof line - (size_t)at, "%s %s", i ? "," : "", shown[i]);
+    if (n > SHOWN && at > 0 && (size_t)at < sizeof line) snprintf(line + at, sizeof line - (size_t)at, ", ...");
+    opts->log(line, opts->log_user);
+}
+
 /* ---- public -------------------------------------------------------------- */
 
 int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *opts, pdl_error *err) {
@@ -714,6 +766,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     } else {
         rc = pdl_model_load_gguf(m, path, err);
     }
+    if (rc == 0) log_unused_tensors(m, path, opts);
     if (rc == 0) {
         int req = opts ? opts->ctx_size : 0;
         if (req < 0) rc = pdl_fail(err, "context size %d must not be negative", req);
@@ -744,6 +797,7 @@ void pdl_model_free(pdl_model *m) {
     free(m->w.layers);
     free(m->w.experts);
     pdl_moe_scratch_free(s);
+    pdl_scratch_free(&s->kernel);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

@@ -218,9 +218,9 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
 static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const char *path = gguf_path(m->gguf);
-    const pdl_tensor *freqs = pdl_tensor_set_find(ts, "rope_freqs.weight");
-    const pdl_tensor *lng = pdl_tensor_set_find(ts, "rope_factors_long.weight");
-    const pdl_tensor *shrt = pdl_tensor_set_find(ts, "rope_factors_short.weight");
+    const pdl_tensor *freqs = pdl_tensor_set_take(ts, "rope_freqs.weight");
+    const pdl_tensor *lng = pdl_tensor_set_take(ts, "rope_factors_long.weight");
+    const pdl_tensor *shrt = pdl_tensor_set_take(ts, "rope_factors_short.weight");
     if (!freqs && !lng && !shrt) return 0;
     if (c->rope_scaling != PDL_ROPE_SCALING_NONE)
         return pdl_fail(err, "%s: both RoPE factor tensors and a rope.scaling.type are given", path);

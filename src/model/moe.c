@@ -69,6 +69,35 @@ static int grow(void **buf, size_t bytes) {
     return pdl_scratch_grow(buf, &cap, bytes ? bytes : 1) ? 0 : -1;
 }
 
+/* The kernels' scratch a MoE layer's matmuls take for n rows: the router
+ * and the shared expert over n, the experts over up to n * k gathered rows
+ * (pdl_matmul_grouped prepares all of them at once), the largest over
+ * every layer and expert. */
+static size_t matmul_scratch(const pdl_model *m, size_t n) {
+    const pdl_model_config *c = &m->cfg;
+    int64_t rows = (int64_t)n, gathered = rows * c->n_experts_used;
+    size_t most = 0;
+#define MOST(w, r)                                                                  \
+    do {                                                                            \
+        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(m->pool, (w), (r)) : 0;    \
+        most = b_ > most ? b_ : most;                                               \
+    } while (0)
+    for (int l = 0; l < c->n_layers; l++) {
+        const pdl_layer_weights *lw = &m->w.layers[l];
+        MOST(&lw->router, rows);
+        MOST(&lw->sh_gate, rows);
+        MOST(&lw->sh_up, rows);
+        MOST(&lw->sh_down, rows);
+        for (int e = 0; e < c->n_experts; e++) {
+            MOST(&lw->exp_gate[e], gathered);
+            MOST(&lw->exp_up[e], gathered);
+            MOST(&lw->exp_down[e], gathered);
+        }
+    }
+#undef MOST
+    return most;
+}
+
 static int reserve(pdl_model *m, int n, pdl_error *err) {
     pdl_forward_scratch *s = &m->scratch;
     const pdl_model_config *c = &m->cfg;
@@ -84,7 +113,8 @@ static int reserve(pdl_model *m, int n, pdl_error *err) {
         grow((void **)&s->xe, rows * k * c->hidden * sizeof(float)) ||
         grow((void **)&s->he, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ue, rows * k * c->ffn_expert * sizeof(float)) ||
-        grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)))
+        grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)) ||
+        pdl_scratch_reserve(&s->kernel, matmul_scratch(m, rows)))
         return pdl_fail(err, "forward: out of memory for the experts of %d rows", n);
     s->moe_rows_cap = rows;
     return 0;
@@ -108,7 +138,7 @@ void pdl_moe_scratch_free(pdl_forward_scratch *s) {
  * inputs xe (assignment order, n * k rows; a single row's k experts all read
  * xn's one row instead), he = act(gate, up) per assignment, then ye = the
  * down projections of he. */
-static void moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
+static int moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
     const pdl_model_config *c = &m->cfg;
     pdl_forward_scratch *s = &m->scratch;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden, F = c->ffn_expert;
@@ -131,14 +161,17 @@ static void moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
                                              .n_rows = cnt};
             if (ng == PDL_MATMUL_GROUP_MAX) {
-                if (pass == 0) pdl_matmul_grouped(m->pool, x, n > 1 ? n * k : 1, g, ng, act, s->ue);
-                else pdl_matmul_grouped(m->pool, s->he, n * k, g, ng, NULL, NULL);
+                int rc = pass == 0 ? pdl_matmul_grouped(m->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
+                                   : pdl_matmul_grouped(m->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+                if (rc) return -1;
                 ng = 0;
             }
         }
-        if (pass == 0) pdl_matmul_grouped(m->pool, x, n > 1 ? n * k : 1, g, ng, act, s->ue);
-        else pdl_matmul_grouped(m->pool, s->he, n * k, g, ng, NULL, NULL);
+        int rc = pass == 0 ? pdl_matmul_grouped(m->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
+                           : pdl_matmul_grouped(m->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+        if (rc) return -1;
     }
+    return 0;
 }
 
 typedef struct combine_task {
@@ -178,6 +211,11 @@ static void combine_rows(void *p, int ith, int nth) {
     }
 }
 
+/* The layer's index for the message: lw is one of m->w.layers. */
+static int moe_failed(pdl_model *m, const pdl_layer_weights *lw, const char *what, pdl_error *err) {
+    return pdl_forward_kernel_failed(m, (int)(lw - m->w.layers), what, err);
+}
+
 int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
     pdl_forward_scratch *s = &m->scratch;
@@ -185,7 +223,8 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
     pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul;
 
-    pdl_matmul(m->pool, s->router, E, xn, n, &lw->router, NULL, false);
+    if (pdl_matmul(m->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
+        return moe_failed(m, lw, "router", err);
     for (int r = 0; r < n; r++) pdl_moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
 
     /* group the choices by expert, rows ascending within each */
@@ -209,7 +248,7 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
     if (max_rows <= GROUPED_MAX_ROWS) {
         /* decode-sized: every chosen expert's gate and up in one parallel
          * region, then every down projection in another (moe_grouped) */
-        moe_grouped(m, lw, xn, n, act);
+        if (moe_grouped(m, lw, xn, n, act)) return moe_failed(m, lw, "experts", err);
         m->moe_expert_runs += (uint64_t)n_active;
     } else {
         for (int e = 0; e < E; e++) {
@@ -217,8 +256,10 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
             if (cnt == 0) continue;
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-            pdl_matmul_gated(m->pool, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e], &lw->exp_up[e], act);
-            pdl_matmul(m->pool, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false);
+            if (pdl_matmul_gated(m->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e],
+                                 &lw->exp_up[e], act) ||
+                pdl_matmul(m->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false))
+                return moe_failed(m, lw, "experts", err);
             m->moe_expert_runs++;
         }
     }
@@ -231,13 +272,15 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
         /* out += W_down (g * act(W_gate x) * W_up x): the gate g scales the
          * activation before the down projection (a linear map), which then
          * accumulates into the routed sum */
-        pdl_matmul_gated(m->pool, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act);
+        if (pdl_matmul_gated(m->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act))
+            return moe_failed(m, lw, "shared expert", err);
         if (t.shared_gate)
             for (int r = 0; r < n; r++) {
                 float *h = s->gate + (size_t)r * c->ffn_shared;
                 for (int i = 0; i < c->ffn_shared; i++) h[i] *= t.shared_gate[r];
             }
-        pdl_matmul(m->pool, out, H, s->gate, n, &lw->sh_down, NULL, true);
+        if (pdl_matmul(m->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
+            return moe_failed(m, lw, "shared expert", err);
     }
     return 0;
 }

@@ -139,8 +139,6 @@ int srv_tool_output_finish(srv_tool_output *t, json_t *deltas) {
     return rc || t->oom || t->content.oom ? -1 : 0;
 }
 
-int srv_tool_output_calls(const srv_tool_output *t) { return t->n_calls; }
-
 const char *srv_tool_output_finish_reason(const srv_tool_output *t, const char *engine_reason) {
     if (!t->finish_tool_calls || t->n_calls == 0) return engine_reason;
     if (!t->calls[t->n_calls - 1].complete) return engine_reason; /* cut off inside a call ("length") */

@@ -36,8 +36,6 @@ int srv_tool_output_feed(srv_tool_output *t, int32_t token, const char *text, si
 /* The end of the text: what was held back comes out (into deltas). */
 int srv_tool_output_finish(srv_tool_output *t, json_t *deltas);
 
-/* Calls found so far. */
-int srv_tool_output_calls(const srv_tool_output *t);
 /* The finish_reason of the choice given the engine's: "tool_calls" when
  * calls came out and the request's tool_choice ("auto", "required") says so,
  * and the output did not end in the middle of one. */

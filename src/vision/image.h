@@ -24,9 +24,4 @@ struct pdl_image {
  * its pixels are allocated): 8192 x 8192. */
 #define PDL_IMAGE_MAX_PIXELS ((int64_t)8192 * 8192)
 
-/* An image of w x h from pixels (copied; hash given by the caller): for
- * tests and tools. */
-int pdl_image_from_rgb(pdl_image **out, const uint8_t *rgb, int w, int h, uint64_t hash_lo, uint64_t hash_hi,
-                       pdl_error *err);
-
 #endif

@@ -63,18 +63,6 @@ static pdl_image *image_new(int w, int h) {
     return img;
 }
 
-int pdl_image_from_rgb(pdl_image **out, const uint8_t *rgb, int w, int h, uint64_t hash_lo, uint64_t hash_hi,
-                       pdl_error *err) {
-    *out = NULL;
-    if (check_size("image", "RGB", w, h, err)) return -1;
-    pdl_image *img = image_new(w, h);
-    if (!img) return pdl_fail(err, "out of memory for a %d x %d image", w, h);
-    memcpy(img->rgb, rgb, (size_t)w * (size_t)h * 3);
-    img->hash_lo = hash_lo, img->hash_hi = hash_hi;
-    *out = img;
-    return 0;
-}
-
 /* RGBA -> RGB over white: c a / 255 + 255 (1 - a / 255), rounded. */
 static void rgba_onto_white(uint8_t *dst, const uint8_t *src, size_t n_pixels) {
     for (size_t i = 0; i < n_pixels; i++) {

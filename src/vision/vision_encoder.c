@@ -35,6 +35,25 @@ static int grow(void **buf, size_t bytes) {
     return pdl_scratch_grow(buf, &cap, bytes) ? 0 : -1;
 }
 
+/* The kernels' scratch the tower's matmuls take for `rows` rows. */
+static size_t matmul_scratch(const pdl_vision *v, size_t rows) {
+    size_t most = pdl_matmul_scratch_bytes(v->pool, &v->w.patch_w, (int64_t)rows);
+    for (int l = 0; l < v->cfg.n_layers_run; l++) {
+        const pdl_vision_layer *L = &v->w.layers[l];
+        const pdl_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->fc1_w, &L->fc2_w};
+        for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
+            size_t b = pdl_matmul_scratch_bytes(v->pool, ws[i], (int64_t)rows);
+            most = b > most ? b : most;
+        }
+    }
+    return most;
+}
+
+static int kernel_failed(pdl_vision *v, int layer, const char *what, pdl_error *err) {
+    return pdl_fail(err, "vision encoder: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
+                    v->scratch.kernel.failed);
+}
+
 static int scratch_reserve(pdl_vision *v, int rows, pdl_error *err) {
     pdl_vision_scratch *s = &v->scratch;
     const pdl_vision_config *c = &v->cfg;
@@ -49,7 +68,8 @@ static int scratch_reserve(pdl_vision *v, int rows, pdl_error *err) {
         grow((void **)&s->attn, r * h * 4) || grow((void **)&s->ff, r * ff * 4) ||
         grow(&s->kv_k, blocks * KV_BLOCK * h * 4) || grow(&s->kv_v, blocks * KV_BLOCK * h * 4) ||
         grow((void **)&s->blocks, blocks * sizeof *s->blocks) ||
-        grow((void **)&s->scores, (size_t)threads * s->scores_cap * 4))
+        grow((void **)&s->scores, (size_t)threads * s->scores_cap * 4) ||
+        pdl_scratch_reserve(&s->kernel, matmul_scratch(v, r)))
         return pdl_fail(err, "vision encoder: out of memory for %d rows", rows);
     for (size_t b = 0; b < blocks; b++) s->blocks[b] = (int32_t)b;
     s->rows_cap = r;
@@ -195,7 +215,9 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
     /* embeddings: [class, patches] + positions */
     vtask t = {.v = v, .pixels = pixels, .rows = rows};
     pdl_threadpool_run_n(pool, row_threads, gather_patches, &t);
-    pdl_matmul(pool, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w, bias_of(&w->patch_b), false);
+    if (pdl_matmul(pool, &s->kernel, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w,
+                   bias_of(&w->patch_b), false))
+        return kernel_failed(v, -1, "patch embedding", err);
     if (cls) memcpy(s->x, w->class_embd.data, (size_t)h * sizeof *s->x);
     const float *pos = w->pos_embd.data;
     for (size_t i = 0; i < (size_t)rows * h; i++) s->x[i] += pos[i];
@@ -209,16 +231,19 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
             {.y = s->k, .ldy = h, .w = &L->wk, .bias = bias_of(&L->bk)},
             {.y = s->v, .ldy = h, .w = &L->wv, .bias = bias_of(&L->bv)},
         };
-        pdl_matmul_shared(pool, s->xn, rows, qkv, 3);
+        if (pdl_matmul_shared(pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v", err);
         pdl_threadpool_run_n(pool, row_threads, store_kv_rows, &t);
         double attn_work = (double)rows * rows * h;
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, attn_work, 65536.0), attention_rows, &t);
-        pdl_matmul(pool, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true);
+        if (pdl_matmul(pool, &s->kernel, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true))
+            return kernel_failed(v, l, "attention output", err);
 
         layernorm(v, &L->ln2_w, &L->ln2_b, s->x, s->xn, rows);
-        pdl_matmul(pool, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false);
+        if (pdl_matmul(pool, &s->kernel, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false))
+            return kernel_failed(v, l, "MLP fc1", err);
         pdl_vision_activation(v, s->ff, rows, c->ffn, c->act);
-        pdl_matmul(pool, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true);
+        if (pdl_matmul(pool, &s->kernel, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true))
+            return kernel_failed(v, l, "MLP fc2", err);
     }
     if (c->post_ln) layernorm(v, &w->post_ln_w, &w->post_ln_b, s->x, s->x, rows);
     memcpy(out, s->x + (size_t)cls * h, (size_t)n_patches * h * sizeof *out);
@@ -228,5 +253,6 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
 void pdl_vision_scratch_free(pdl_vision_scratch *s) {
     free(s->patches), free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->ff);
     free(s->kv_k), free(s->kv_v), free(s->blocks), free(s->scores);
+    pdl_scratch_free(&s->kernel);
     memset(s, 0, sizeof *s);
 }

@@ -19,6 +19,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "format/tensor.h"
+#include "kernels/scratch.h"
 #include "kernels/threadpool.h"
 #include "pagedlm.h"
 #include "vision/image_preprocess.h"
@@ -105,6 +106,7 @@ typedef struct pdl_vision_scratch {
     int32_t *blocks;  /* [rows / 16 + 1] the identity block table */
     float *scores;    /* (threads, span) */
     size_t scores_cap;
+    pdl_scratch kernel; /* the matmuls' (scratch.h), reserved for rows_cap rows */
 } pdl_vision_scratch;
 
 struct pdl_vision {
