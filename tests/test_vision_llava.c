@@ -39,10 +39,12 @@
 #include <sys/stat.h>
 
 #include "format/gguf.h"
+#include "kernels/fp16.h"
 #include "gguf_writer.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
+#include "vision/vision_model.h" /* the encoder's kernel scratch, to make it fail */
 
 #define TOL 1e-4
 
@@ -279,18 +281,9 @@ static void copy_tokenizer(gguf_writer *w) {
     free(src);
 }
 
-static void write_ggufs(void) {
-    gguf_writer *t = gguf_writer_new(3);
-    gguf_writer_add_str(t, "general.architecture", "llama");
-    gguf_writer_add_u32(t, "llama.block_count", NL);
-    gguf_writer_add_u32(t, "llama.context_length", 128);
-    gguf_writer_add_u32(t, "llama.embedding_length", TH);
-    gguf_writer_add_u32(t, "llama.feed_forward_length", FFN);
-    gguf_writer_add_u32(t, "llama.attention.head_count", NH);
-    gguf_writer_add_u32(t, "llama.attention.head_count_kv", NKV);
-    gguf_writer_add_f32(t, "llama.attention.layer_norm_rms_epsilon", (float)TEPS);
-    gguf_writer_add_f32(t, "llama.rope.freq_base", (float)THETA);
-    copy_tokenizer(t);
+/* A LLaVA 1.5 mmproj's keys, as llama.cpp's converter writes them; the
+ * tensors (and any further keys) are the caller's. */
+static gguf_writer *mmproj_writer(void) {
     gguf_writer *v = gguf_writer_new(3);
     gguf_writer_add_str(v, "general.architecture", "clip");
     gguf_writer_add_bool(v, "clip.has_text_encoder", false);
@@ -308,6 +301,22 @@ static void write_ggufs(void) {
     gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, CLIP_MEAN, 3);
     gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, CLIP_STD, 3);
     gguf_writer_add_bool(v, "clip.use_gelu", false);
+    return v;
+}
+
+static void write_ggufs(void) {
+    gguf_writer *t = gguf_writer_new(3);
+    gguf_writer_add_str(t, "general.architecture", "llama");
+    gguf_writer_add_u32(t, "llama.block_count", NL);
+    gguf_writer_add_u32(t, "llama.context_length", 128);
+    gguf_writer_add_u32(t, "llama.embedding_length", TH);
+    gguf_writer_add_u32(t, "llama.feed_forward_length", FFN);
+    gguf_writer_add_u32(t, "llama.attention.head_count", NH);
+    gguf_writer_add_u32(t, "llama.attention.head_count_kv", NKV);
+    gguf_writer_add_f32(t, "llama.attention.layer_norm_rms_epsilon", (float)TEPS);
+    gguf_writer_add_f32(t, "llama.rope.freq_base", (float)THETA);
+    copy_tokenizer(t);
+    gguf_writer *v = mmproj_writer();
     for (int i = 0; i < n_specs; i++) {
         wspec *s = &specs[i];
         if (s->where == IN_TOWER_LAST) continue;
@@ -778,23 +787,7 @@ static char *next_mmproj;
 static void write_next_mmproj(void) {
     if (next_mmproj) return;
     write_next();
-    gguf_writer *v = gguf_writer_new(3);
-    gguf_writer_add_str(v, "general.architecture", "clip");
-    gguf_writer_add_bool(v, "clip.has_text_encoder", false);
-    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
-    gguf_writer_add_bool(v, "clip.has_llava_projector", true);
-    gguf_writer_add_str(v, "clip.projector_type", "mlp");
-    gguf_writer_add_u32(v, "clip.vision.image_size", IMG);
-    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
-    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
-    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
-    gguf_writer_add_u32(v, "clip.vision.projection_dim", 16);
-    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
-    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", (float)VEPS);
-    gguf_writer_add_u32(v, "clip.vision.block_count", VL - 1);
-    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, CLIP_MEAN, 3);
-    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, CLIP_STD, 3);
-    gguf_writer_add_bool(v, "clip.use_gelu", false);
+    gguf_writer *v = mmproj_writer();
     static const int32_t pins[10] = {28, 56, 56, 28, 56, 56, 28, 84, 84, 28};
     gguf_writer_add_arr(v, "clip.vision.image_grid_pinpoints", GGUF_TYPE_INT32, pins, 10);
     gguf_writer_add_str(v, "clip.vision.image_aspect_ratio", "anyres");
@@ -1175,6 +1168,96 @@ static char *folder_with_config(const char *name, const char *config) {
  * tying and activation left to the defaults) matches the reference; the
  * published text_config itself is read as a 7B Llama (the tiny tensors
  * then disagree with it by name and shape, not by a missing field). */
+/* ---- the encoder reports scratch its matmuls cannot have ---------------------------- */
+
+/* x[n] (n a multiple of 32) as GGUF Q8_0 blocks: a half scale amax / 127
+ * and 32 int8 values rounded to nearest, as llama.cpp quantizes. */
+static uint8_t *q8_0_blocks(const float *x, int64_t n, size_t *bytes) {
+    *bytes = (size_t)(n / 32) * 34;
+    uint8_t *out = malloc(*bytes);
+    REQUIRE(out);
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint16_t h = pdl_f32_to_f16(d);
+        memcpy(out + b * 34, &h, 2);
+        for (int j = 0; j < 32; j++) out[b * 34 + 2 + j] = (uint8_t)(int8_t)lrintf(x[b * 32 + j] * id);
+    }
+    return out;
+}
+
+/* The LLaVA 1.5 mmproj again with every tower and projector matrix whose
+ * rows are whole Q8_0 blocks stored as Q8_0 (the patch and position
+ * embeddings stay F32): Q8_0 matmuls take kernel scratch on every
+ * instruction set (F32 panels take none), so each take can be made to
+ * fail. The encoder must then return an error naming the scratch, hand
+ * back no rows, and encode the same bytes when run again. */
+static void test_the_encoder_reports_scratch_it_cannot_have(void) {
+    pdl_error err = {0};
+    gguf_writer *v = mmproj_writer();
+    int quantized = 0;
+    for (int i = 0; i < n_specs; i++) {
+        wspec *s = &specs[i];
+        if (s->where != IN_TOWER) continue;
+        bool q8 = s->n_dims == 2 && s->shape[1] % 32 == 0 && strstr(s->gg, "embd") == NULL;
+        if (!q8) {
+            gguf_writer_add_tensor_f32(v, s->gg, s->n_dims, s->shape, s->data);
+            continue;
+        }
+        size_t nbytes;
+        uint8_t *blocks = q8_0_blocks(s->data, s->shape[0] * s->shape[1], &nbytes);
+        const uint64_t ne[2] = {(uint64_t)s->shape[1], (uint64_t)s->shape[0]};
+        gguf_writer_add_tensor(v, s->gg, GW_GGML_Q8_0, 2, ne, blocks, nbytes);
+        free(blocks);
+        quantized++;
+    }
+    CHECK_MSG(quantized >= 4 * (VL - 1), "only %d matrices stored as Q8_0", quantized);
+    char *q8_mmproj = test_tmp_path("llava-mmproj-q8_0.gguf");
+    REQUIRE(gguf_writer_write(v, q8_mmproj) == 0);
+    gguf_writer_free(v);
+
+    pdl_model *m = NULL;
+    pdl_vision *vis = NULL;
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_vision_load(&vis, q8_mmproj, m, &err) == 0, "%s", err.message);
+    pdl_image *img = NULL;
+    char *png = test_join(ref_dir, "rgb_png.png");
+    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    float *want = NULL, *rows = NULL;
+    int n_want = 0, n_rows = 0;
+    pdl_scratch *ks = &vis->scratch.kernel;
+    long t0 = ks->takes;
+    REQUIRE_MSG(pdl_vision_encode(vis, img, &want, &n_want, &err) == 0, "%s", err.message);
+    long takes = ks->takes - t0;
+    CHECK_MSG(takes > 0, "the encoder took no kernel scratch: nothing was tested");
+    for (long k = 1; k <= takes; k++) {
+        ks->fail_in = k;
+        err.message[0] = 0;
+        int rc = pdl_vision_encode(vis, img, &rows, &n_rows, &err);
+        CHECK_MSG(rc != 0, "take %ld of %ld failed, yet the encoder reported success", k, takes);
+        CHECK_MSG(rows == NULL && n_rows == 0, "take %ld failed, yet rows came back", k);
+        CHECK_MSG(strstr(err.message, "kernel scratch") != NULL, "take %ld: error '%s' does not name the scratch", k,
+                  err.message);
+        CHECK_MSG(ks->fail_in == 0, "take %ld: the failure was not reached", k);
+        free(rows);
+        rows = NULL;
+        REQUIRE_MSG(pdl_vision_encode(vis, img, &rows, &n_rows, &err) == 0, "%s", err.message);
+        CHECK_MSG(n_rows == n_want && memcmp(rows, want, (size_t)n_want * TH * sizeof *rows) == 0,
+                  "after a failure at take %ld the rows differ", k);
+        free(rows);
+        rows = NULL;
+    }
+    printf("  %ld scratch takes, each failed once\n", takes);
+    free(want);
+    free(png);
+    free(q8_mmproj);
+    pdl_image_free(img);
+    pdl_vision_free(vis);
+    pdl_model_free(m);
+}
+
 static void test_a_sparse_llava_text_config_takes_llama_defaults(void) {
     need_files();
     char *dir = folder_with_config(
@@ -1229,6 +1312,7 @@ int main(void) {
     RUN(test_run_generates_from_a_text_and_image_prompt);
     RUN(test_image_options_fail_with_clear_messages);
     RUN(test_a_sparse_llava_text_config_takes_llama_defaults);
+    RUN(test_the_encoder_reports_scratch_it_cannot_have);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir), free(next_mmproj);
     return test_summary();
