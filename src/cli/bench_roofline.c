@@ -18,6 +18,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/threadpool.h"
 #include "util/huge_alloc.h"
+#include "util/clock.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -25,12 +26,6 @@
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 #define ITERS 4000000L
 
@@ -187,9 +182,9 @@ static void bw_worker(void *p, int ith, int nth) {
 /* Seconds for every thread of pool to run peak loop `kind` once. */
 static double time_peak(pdl_threadpool *pool, int kind) {
     peak_task pt = {.kind = kind};
-    double t0 = now_s();
+    double t0 = pdl_now_s();
     pdl_threadpool_run(pool, peak_worker, &pt);
-    return now_s() - t0;
+    return pdl_now_s() - t0;
 }
 
 int bench_roofline_measure(int n_threads, bench_roofline *out) {
@@ -216,9 +211,9 @@ int bench_roofline_measure(int n_threads, bench_roofline *out) {
         for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         bw_task bt = {.buf = buf, .n = n};
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = now_s();
+            double t0 = pdl_now_s();
             pdl_threadpool_run(pool, bw_worker, &bt);
-            double dt = now_s() - t0;
+            double dt = pdl_now_s() - t0;
             double gbs = (double)n * sizeof(float) / dt / 1e9;
             if (gbs > out->read_gbs) out->read_gbs = gbs;
         }

@@ -22,18 +22,13 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_tiles.h"
 #include "model/model.h"
+#include "util/clock.h"
 
 extern const char pdl_build_commit[]; /* generated at build time (cmake/build_commit.cmake) */
 #define PDL_GIT_COMMIT pdl_build_commit
 #ifndef PDL_C_FLAGS
 #define PDL_C_FLAGS "unknown"
 #endif
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct bench_result {
     char test[32];
@@ -66,7 +61,7 @@ typedef struct seq_clock {
 static void on_seq_event(const pdl_event *ev, void *user) {
     seq_clock *s = user;
     run_clock *c = s->rc;
-    double t = now_s();
+    double t = pdl_now_s();
     if (ev->kind == PDL_EVENT_TOKEN) {
         if (s->n_tokens++ == 0) {
             if (++c->firsts == c->batch) c->t_all_first = t;
@@ -96,7 +91,7 @@ static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch
     seq_clock sc[256];
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
     pdl_error err;
-    double t0 = now_s();
+    double t0 = pdl_now_s();
     for (int b = 0; b < batch; b++) {
         for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
         sc[b] = (seq_clock){&c, 0};

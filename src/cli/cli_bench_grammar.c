@@ -24,6 +24,7 @@
 #include "cli/cli_args.h"
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
+#include "util/clock.h"
 
 /* Nested objects, arrays of objects, enums, bounded numbers, formats. */
 static const char NESTED_SCHEMA[] =
@@ -43,12 +44,6 @@ static const char NESTED_SCHEMA[] =
     "\"notes\": {\"type\": [\"string\", \"null\"]},"
     "\"created\": {\"type\": \"string\", \"format\": \"date-time\"}},"
     "\"required\": [\"id\", \"customer\", \"items\", \"status\"]}";
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -110,13 +105,13 @@ typedef struct bench_case {
 static int run_case(const char *tok_path, const gram_vocab *v, const bench_case *bc, long max_tokens, long runs,
                     uint64_t seed, bool json) {
     pdl_error err;
-    double t0 = now_s();
+    double t0 = pdl_now_s();
     gram_grammar *g = NULL;
     if (gram_compile(&g, v, &bc->spec, &err) != 0) {
         fprintf(stderr, "error: %s: %s\n", bc->name, err.message);
         return CLI_FAIL;
     }
-    double compile_ms = (now_s() - t0) * 1e3;
+    double compile_ms = (pdl_now_s() - t0) * 1e3;
     int n = gram_vocab_size(v);
     size_t words = gram_mask_words(v);
     uint64_t *bits = malloc(words * sizeof *bits);
@@ -141,17 +136,17 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
             return CLI_FAIL;
         }
         for (long step = 0; step < max_tokens; step++) {
-            double a = now_s();
+            double a = pdl_now_s();
             int fill = gram_matcher_fill_mask(m, bits);
-            double dt = now_s() - a;
+            double dt = pdl_now_s() - a;
             if (fill != 0) {
                 fprintf(stderr, "error: out of memory computing a mask\n");
                 return CLI_FAIL;
             }
             for (int i = 0; i < n; i++) logits[i] = (float)(i & 7); /* a fresh row, as the LM head leaves it */
-            a = now_s();
+            a = pdl_now_s();
             gram_mask_apply(bits, logits, n);
-            apply_s += now_s() - a;
+            apply_s += pdl_now_s() - a;
             all[n_all++] = dt;
             if (r == 0) cold[n_cold++] = dt;
             else warm[n_warm++] = dt;
@@ -310,7 +305,7 @@ int cli_bench_grammar(int argc, char **argv) {
         pdl_error err;
         tok_tokenizer *tok = NULL;
         gram_vocab *v = NULL;
-        double t0 = now_s();
+        double t0 = pdl_now_s();
         if (tok_load_path(&tok, toks[t], &err) != 0 || gram_vocab_from_tokenizer(&v, tok, (int)n_logits, NULL, 0, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             tok_free(tok);
@@ -319,7 +314,7 @@ int cli_bench_grammar(int argc, char **argv) {
         }
         if (!json)
             printf("%s: vocabulary of %d tokens (%d in the tokenizer), trie of %d nodes, loaded in %.0f ms\n", toks[t],
-                   gram_vocab_size(v), tok_vocab_size(tok), gram_vocab_trie_nodes(v), (now_s() - t0) * 1e3);
+                   gram_vocab_size(v), tok_vocab_size(tok), gram_vocab_trie_nodes(v), (pdl_now_s() - t0) * 1e3);
         for (int c = 0; c < n_cases && rc == CLI_OK; c++)
             rc = run_case(toks[t], v, &cases[c], max_tokens, runs, seed, json);
         gram_vocab_free(v);

@@ -18,6 +18,7 @@
 #include "grammar/grammar.h"
 #include "util/file_map.h"
 #include "cli/cli_vision.h"
+#include "util/clock.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -120,7 +121,6 @@ typedef struct run_output {
     double t_first;     /* when the first token came (the prompt's prefill done); 0 = not yet */
 } run_output;
 
-static double now_s(void);
 
 static void on_event(const pdl_event *ev, void *user) {
     run_output *o = user;
@@ -128,7 +128,7 @@ static void on_event(const pdl_event *ev, void *user) {
     if (i < 0 || i >= o->n) return;
     if (ev->kind == PDL_EVENT_TOKEN) {
         o->n_generated++;
-        if (o->t_first == 0) o->t_first = now_s();
+        if (o->t_first == 0) o->t_first = pdl_now_s();
         json_array_append_new(o->tokens[i], json_integer(ev->token));
         if (o->logprobs[i]) {
             json_t *top = json_array();
@@ -164,12 +164,6 @@ static json_t *sample_json(run_output *o, int i) {
                           "finish_reason", o->finish[i] ? o->finish[i] : "abort");
     if (o->logprobs[i]) json_object_set(c, "logprobs", o->logprobs[i]);
     return c;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* --verbose: whether the selective head (norm + LM head on sampled rows only)
@@ -317,7 +311,7 @@ int cli_run(int argc, char **argv) {
     pdl_error err;
     pdl_model *model = NULL;
     pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
-    double t0 = now_s();
+    double t0 = pdl_now_s();
     if (cli_load_model(&model, model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
@@ -334,7 +328,7 @@ int cli_run(int argc, char **argv) {
         eo.draft_model = draft;
     }
     free(draft_path);
-    double t_load = now_s() - t0;
+    double t_load = pdl_now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     if (verbose && print_probe(model)) {
@@ -409,9 +403,9 @@ int cli_run(int argc, char **argv) {
                                  .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
                                  .n = (int)n_samples, .grammar = grammar, .images = mm.images,
                                  .n_images = mm.n_images};
-        double t1 = now_s();
+        double t1 = pdl_now_s();
         int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
-        double t_added = now_s();
+        double t_added = pdl_now_s();
         if (arc == 0 && mm.n_images) /* the engine encodes a request's images when it takes it */
             fprintf(stderr, "pagedlm: %d image%s encoded in %.1f ms\n", mm.n_images, mm.n_images == 1 ? "" : "s",
                     (t_added - t1) * 1e3);
@@ -420,7 +414,7 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
         } else {
-            double dt = now_s() - t1;
+            double dt = pdl_now_s() - t1;
             if (!json) {
                 /* the other samples after the first, which streamed */
                 for (int i = 1; i < out.n; i++) {

@@ -15,6 +15,7 @@
 
 #include "cli/cli_args.h"
 #include "util/file_map.h"
+#include "util/clock.h"
 
 /* ---------------------------------------------------------------------------
  * tokenize
@@ -260,12 +261,6 @@ static void bench_usage(FILE *f) {
             "1 MiB) and decoding the ids on one core; prints the median of N runs (default 5).\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -338,35 +333,35 @@ int cli_bench_tokenizer(int argc, char **argv) {
     int rc = CLI_OK;
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         pdl_tokenizer_free(tok);
-        double t0 = now_s();
+        double t0 = pdl_now_s();
         if (pdl_tokenizer_load(&tok, model_path, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             tok = NULL;
             rc = CLI_FAIL;
             break;
         }
-        t_load[r] = now_s() - t0;
+        t_load[r] = pdl_now_s() - t0;
     }
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         free(ids);
         ids = NULL;
-        double t0 = now_s();
+        double t0 = pdl_now_s();
         if (pdl_tokenizer_encode(tok, text, len, 0, &ids, &n_ids, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
             break;
         }
-        t_enc[r] = now_s() - t0;
+        t_enc[r] = pdl_now_s() - t0;
     }
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         char *out = NULL;
-        double t0 = now_s();
+        double t0 = pdl_now_s();
         if (pdl_tokenizer_decode(tok, ids, n_ids, 0, &out, &dec_len, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
             break;
         }
-        t_dec[r] = now_s() - t0;
+        t_dec[r] = pdl_now_s() - t0;
         free(out);
     }
     if (rc == CLI_OK) {
