@@ -117,8 +117,11 @@ static void test_panels_follow_the_documented_order(void) {
     fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), has_dp ? " + AVX512_BF16" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
     /* rows, out, in: single rows, partial tiles of rows (8) and panels
-     * (16 outputs, 3 per tile), odd k for the BF16 pairs */
-    int shapes[][3] = {{1, 1, 1}, {1, 16, 32}, {3, 17, 31}, {8, 48, 64}, {9, 49, 97}, {17, 100, 130}, {1, 200, 255}};
+     * (16 outputs, 3 per tile), odd k for the BF16 pairs; the last, a
+     * decode row over 126 panels, is worth both threads, which take its
+     * panels in chunks */
+    int shapes[][3] = {{1, 1, 1},     {1, 16, 32},    {3, 17, 31},  {8, 48, 64},
+                       {9, 49, 97},   {17, 100, 130}, {1, 200, 255}, {1, 2001, 70}};
     int checked = 0;
     for (size_t ti = 0; ti < 3; ti++)
         for (int act = 0; act < (types[ti] == PDL_DTYPE_BF16 ? 2 : 1); act++)
@@ -287,7 +290,8 @@ static void test_quantized_panels_follow_the_documented_order(void) {
     bool vnni = pdl_cpu_features_get()->avx512vnni;
     fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), vnni ? " + AVX512_VNNI" : "");
     pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
-    int shapes[][3] = {{1, 1, 32}, {1, 16, 64}, {3, 17, 96}, {4, 48, 128}, {5, 49, 32}, {9, 100, 160}, {1, 200, 256}};
+    int shapes[][3] = {{1, 1, 32},    {1, 16, 64},    {3, 17, 96},   {4, 48, 128},
+                       {5, 49, 32},   {9, 100, 160},  {1, 200, 256}, {1, 1001, 256}}; /* the last: chunks */
     int checked = 0;
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -427,7 +431,8 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
 static void test_k_quant_panels_give_the_reference_dots(void) {
     pdl_fp16_init();
     pdl_isa best = pdl_isa_best();
-    int shapes[][3] = {{1, 1, 256}, {4, 16, 256}, {5, 17, 512}, {9, 50, 256}, {1, 48, 768}, {13, 33, 512}, {3, 40, 256}};
+    int shapes[][3] = {{1, 1, 256},  {4, 16, 256},  {5, 17, 512}, {9, 50, 256},
+                       {1, 48, 768}, {13, 33, 512}, {3, 40, 256}, {1, 521, 256}}; /* the last: chunks */
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
         pdl_threadpool *pool = pdl_threadpool_new(threads);

@@ -5,6 +5,7 @@
 #include "kernels/weight_panels.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -408,6 +409,8 @@ typedef struct panel_task {
     int n_mats;
     pdl_gate_fn act;       /* gated: each mat is a gate, y = act(gate, up) with its up_panels */
     int64_t n_panels;      /* of all of them */
+    int64_t chunk;         /* one row block: panels per chunk handed out as threads finish, else 0 */
+    atomic_long next_chunk; /* the next chunk nobody has taken */
 } panel_task;
 
 /* The tiles of panels [g0, g1) of one matrix over rows [rb, re). */
@@ -452,20 +455,42 @@ static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, in
     }
 }
 
+/* Panels [p0, p1) of the task's matrices (counted across them) over rows
+ * [rb, re): the part of each matrix in that span. */
+#ifndef CHUNKS_PER_THREAD
+#define CHUNKS_PER_THREAD 4
+#endif
+
+static void panel_span(const panel_task *t, int64_t p0, int64_t p1, int64_t rb, int64_t re) {
+    for (int i = 0; i < t->n_mats; i++) {
+        const panel_mat *pm = &t->mats[i];
+        int64_t g0 = p0 > pm->first ? p0 - pm->first : 0, g1 = p1 - pm->first;
+        if (g1 > pm->n_panels) g1 = pm->n_panels;
+        if (g0 < g1) panel_range(t, pm, g0, g1, rb, re);
+    }
+}
+
+/* With one row block (decode, short prompts) the panels go out in chunks,
+ * each thread taking the next as it finishes its last: a thread slowed by
+ * the machine leaves its share to the others instead of holding the region
+ * open. Every output's sum runs inside one tile whichever thread runs it,
+ * so the bytes do not depend on who took which chunk. More row blocks
+ * split the panels evenly, each thread walking its panels over every
+ * block (its activation rows stay in L2 meanwhile). */
 static void panel_worker(void *p, int ith, int nth) {
-    const panel_task *t = p;
+    panel_task *t = p;
+    if (t->chunk > 0) {
+        for (long c = ith;; c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed)) {
+            int64_t p0 = (int64_t)c * t->chunk;
+            if (p0 >= t->n_panels) return;
+            panel_span(t, p0, p0 + t->chunk < t->n_panels ? p0 + t->chunk : t->n_panels, 0, t->n_rows);
+        }
+    }
     long p0, p1;
     pdl_split_range((long)t->n_panels, ith, nth, &p0, &p1);
-    /* rows in blocks whose activations stay in L2 while the thread's panels
-     * pass over them once */
     for (int64_t rb = 0; rb < t->n_rows; rb += t->row_block) {
         int64_t re = rb + t->row_block < t->n_rows ? rb + t->row_block : t->n_rows;
-        for (int i = 0; i < t->n_mats; i++) { /* the part of each matrix in [p0, p1) */
-            const panel_mat *pm = &t->mats[i];
-            int64_t g0 = p0 > pm->first ? p0 - pm->first : 0, g1 = p1 - pm->first;
-            if (g1 > pm->n_panels) g1 = pm->n_panels;
-            if (g0 < g1) panel_range(t, pm, g0, g1, rb, re);
-        }
+        panel_span(t, p0, p1, rb, re);
     }
 }
 
@@ -678,6 +703,14 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
     /* activation rows per block: about 512 KiB of them (half an L2) */
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0), panel_worker, &t);
+    int nth = pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0);
+    if (nth > 1 && t.row_block >= n_rows) {
+        /* about CHUNKS_PER_THREAD chunks each, whole driver tiles; the first
+         * nth go to the threads by number */
+        int64_t per = (t.n_panels + (int64_t)nth * CHUNKS_PER_THREAD - 1) / ((int64_t)nth * CHUNKS_PER_THREAD);
+        t.chunk = (per + PDL_PANEL_TILE_PANELS - 1) / PDL_PANEL_TILE_PANELS * PDL_PANEL_TILE_PANELS;
+        atomic_init(&t.next_chunk, nth);
+    }
+    pdl_threadpool_run_n(pool, nth, panel_worker, &t);
     return 0;
 }

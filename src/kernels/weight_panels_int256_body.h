@@ -518,12 +518,15 @@ static inline __attribute__((always_inline)) void ib_q6k_piece(const pdl_block_q
 }
 
 /* Groups per piece of several rows for the k-quants (their per-block sums
- * take registers too), and of one row for Q6_K: its values, scales and
- * sums of 6 groups (IB_V1) need more than 16 registers, and the spilled
- * piece ran at half the memory rate (decode of a 151936 x 1024 matrix on
- * 2 threads: 14-17 GB/s with 6 groups, 18-31 GB/s with 2). */
+ * take registers too), and of one row for Q6_K and Q4_K: 6 groups' values,
+ * scales and sums need more than 16 registers, and the spilled piece ran
+ * at half the memory rate (Q6_K decode of a 151936 x 1024 matrix on 2
+ * threads: 14-17 GB/s with 6 groups, 18-31 GB/s with 2; Q4_K_M
+ * Qwen3-0.6B decode with AVX2 kernels, 4 interleaved pairs: 2 groups 8-15%
+ * faster than 6, 1 group slower than 2). */
 #define IB_V_K 1
 #define IB_V1_Q6 2
+#define IB_V1_Q4K 2
 
 static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const pdl_block_q8k *x, int64_t ldx,
                                                             int rows, const uint8_t *panel, size_t pb, int panels,
@@ -539,7 +542,7 @@ static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const 
             gr[i].y += r0 * ldy;
         }
         const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? (q6 ? IB_V1_Q6 : IB_V1) : IB_V_K;
+        int step = nr == 1 ? (q6 ? IB_V1_Q6 : IB_V1_Q4K) : IB_V_K;
         for (int i = 0; i < n; i += step) {
             int nv = n - i < step ? n - i : step;
             const ib_group *gi = gr + i;
