@@ -322,6 +322,12 @@ typedef struct pdl_batch {
      * The span's rows from row i on must be in the batch (span_last[i] at
      * most the last position of i's segment): a span is computed whole. */
     const int32_t *span_first, *span_last;
+    /* M-RoPE positions (a model whose config gives mrope_section: Qwen2-VL,
+     * Qwen2.5-VL): NULL, or [n_tokens][3], row i's temporal, height and
+     * width positions, which turn its RoPE sections in place of
+     * positions[i]. positions[i] stays the row's index in its sequence (its
+     * KV slot and the causal rule); NULL: all three are positions[i]. */
+    const int32_t *rope_pos3;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -372,6 +378,18 @@ int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const
 int pdl_seq_forward_spans(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
                           const float *const *embd, const int32_t *span_first, const int32_t *span_last,
                           int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err);
+/* What a sequence's rows bring besides their token ids, each NULL or
+ * [n_tokens] as pdl_batch's: embedding rows, two-way spans, and M-RoPE
+ * positions ([n_tokens][3]; pdl_mm_rope_positions fills them). */
+typedef struct pdl_row_inputs {
+    const float *const *embd;
+    const int32_t *span_first, *span_last;
+    const int32_t *rope_pos3;
+} pdl_row_inputs;
+/* pdl_seq_forward with the rows' other inputs (in may be NULL). */
+int pdl_seq_forward_rows(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                         const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                         pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 

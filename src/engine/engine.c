@@ -194,6 +194,7 @@ static void request_free(eng_request *r) {
     free(r->row_embd);
     free(r->hash_ids);
     free(r->span_first), free(r->span_last);
+    free(r->rope_pos3);
     free(r);
 }
 
