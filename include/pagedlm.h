@@ -141,8 +141,8 @@ int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_err
 void pdl_vision_free(pdl_vision *v);
 
 typedef struct pdl_vision_info {
-    const char *family;       /* "llava", "llava_next", "gemma3" */
-    const char *tower;        /* "clip", "siglip" */
+    const char *family;       /* "llava", "llava_next", "gemma3", "qwen2_5_vl" */
+    const char *tower;        /* "clip", "siglip", "qwen2_5_vit" */
     const char *source;       /* "safetensors", "gguf" */
     int image_size, patch_size, hidden, n_layers, n_layers_run, n_heads, ffn;
     int rows_per_image;       /* prompt rows per image; -1: it depends on the image's size (LLaVA 1.6) */
@@ -193,6 +193,14 @@ void pdl_mm_prompt_free(pdl_mm_prompt *p);
  * the arrays hold the positions only, and callers may pass NULL). */
 bool pdl_mm_spans(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *span_first,
                   int32_t *span_last);
+/* M-RoPE positions of a prompt of n rows with images (Qwen2.5-VL; its
+ * processor's get_rope_index): pos3 [n][3] (t, h, w) per row, text rows
+ * all three equal and counting on from the previous row's largest + 1, an
+ * image's rows (s, s + row, s + col) over its merged grid; *delta is what
+ * rows past the prompt add to their index (all three components). Returns
+ * whether the model uses them (false: nothing written, *delta 0). */
+bool pdl_mm_rope_positions(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *pos3,
+                           int32_t *delta);
 
 /* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)

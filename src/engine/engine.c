@@ -255,6 +255,13 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
         }
         end = in->position + n_rows;
     }
+    /* M-RoPE (Qwen2.5-VL): the prompt's 3-component positions and the delta of the rows after it */
+    r->rope_pos3 = malloc(n_prompt * 3 * sizeof *r->rope_pos3);
+    if (!r->rope_pos3) return pdl_fail(err, "request: out of memory");
+    if (!pdl_mm_rope_positions(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->rope_pos3, &r->rope_delta)) {
+        free(r->rope_pos3);
+        r->rope_pos3 = NULL;
+    }
     /* two-way spans (Gemma 3): computed whole in one step, so one image's
      * rows must fit a step's token budget */
     r->span_first = malloc(n_prompt * sizeof *r->span_first);
