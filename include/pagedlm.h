@@ -179,7 +179,9 @@ typedef struct pdl_mm_prompt {
  * llama.cpp's, or the model's own placeholder from a chat template), laying
  * out each image as the model's processor does (LLaVA: the image token
  * repeated once per row; Gemma 3: "\n\n<start_of_image>", the rows,
- * "<end_of_image>\n\n"). With no marker in the text, the images go first.
+ * "<end_of_image>\n\n"; Qwen2.5-VL: <|vision_start|>, <|image_pad|> per row,
+ * <|vision_end|>, in place of the marker, which may be the whole triple its
+ * chat template writes). With no marker in the text, the images go first.
  * The number of markers must equal n_images. flags: PDL_TOK_* (special-token
  * text is always parsed). */
 int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, size_t len, const char *marker,

@@ -38,6 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
@@ -49,8 +51,9 @@
 enum { VH = 32, VNH = 2, VHD = VH / VNH, VFFN = 48, VL = 3, FULL_LAYER = 1, PATCH = 4, MERGE = 2, TEMP = 2, WIN = 2 };
 enum { PP = 3 * TEMP * PATCH * PATCH, MHID = VH * MERGE * MERGE };
 /* text */
-enum { TH = 48, NH = 3, NKV = 1, HD = 16, FFN = 96, VOC = 160, NL = 2 };
-enum { VSTART = 152, VEND = 153, IMAGE_TOKEN = 155 };
+enum { TH = 48, NH = 3, NKV = 1, HD = 16, FFN = 96, VOC = 520, NL = 2 };
+/* stories260K's 512 tokens, then the image tokens the test's tokenizer adds */
+enum { VSTART = 512, VEND = 513, IMAGE_TOKEN = 514 };
 static const int SECTION[3] = {2, 3, 3}; /* frequency pairs per t, h, w: sum HD / 2 */
 static const double TEPS = 1e-6, THETA = 1e6;
 
@@ -147,10 +150,10 @@ static void make_weights(void) {
 static const char *CONFIG =
     "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"model_type\": \"qwen2_5_vl\","
     " \"hidden_size\": 48, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 3,"
-    " \"num_key_value_heads\": 1, \"vocab_size\": 160, \"max_position_embeddings\": 256,"
+    " \"num_key_value_heads\": 1, \"vocab_size\": 520, \"max_position_embeddings\": 256,"
     " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
     " \"tie_word_embeddings\": false, \"use_sliding_window\": false, \"sliding_window\": 32768,"
-    " \"bos_token_id\": 150, \"eos_token_id\": 151,"
+    " \"bos_token_id\": 1, \"eos_token_id\": 2,"
     " \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [2, 3, 3]},"
     " \"torch_dtype\": \"float32\"}";
 
@@ -159,10 +162,10 @@ static const char *CONFIG =
  * pixel budget [256, 2560] */
 static const char *CONFIG_VL =
     "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"model_type\": \"qwen2_5_vl\","
-    " \"image_token_id\": 155, \"video_token_id\": 156, \"vision_start_token_id\": 152,"
-    " \"vision_end_token_id\": 153, \"bos_token_id\": 150, \"eos_token_id\": 151,"
+    " \"image_token_id\": 514, \"video_token_id\": 515, \"vision_start_token_id\": 512,"
+    " \"vision_end_token_id\": 513, \"bos_token_id\": 1, \"eos_token_id\": 2,"
     " \"text_config\": {\"model_type\": \"qwen2_5_vl_text\", \"hidden_size\": 48, \"intermediate_size\": 96,"
-    "   \"num_hidden_layers\": 2, \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 160,"
+    "   \"num_hidden_layers\": 2, \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 520,"
     "   \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0,"
     "   \"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"use_sliding_window\": false,"
     "   \"rope_scaling\": {\"rope_type\": \"default\", \"type\": \"default\", \"mrope_section\": [2, 3, 3]}},"
@@ -517,6 +520,25 @@ static void need_vl_files(void) {
     p = test_join(vl_dir, "preprocessor_config.json");
     test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
     free(p);
+    /* stories260K's tokenizer with Qwen2.5-VL's image tokens added after it */
+    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
+    json_error_t je;
+    json_t *tok = json_load_file(src, 0, &je);
+    REQUIRE_MSG(tok, "%s: %s", src, je.text);
+    const char *names[3] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(json_object_get(tok, "added_tokens"),
+                              json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", VSTART + i, "content", names[i],
+                                        "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    p = test_join(vl_dir, "tokenizer.json");
+    REQUIRE(json_dump_file(tok, p, 0) == 0);
+    free(p), free(src);
+    json_decref(tok);
+    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
+    d = test_slurp(src, &n);
+    p = test_join(vl_dir, "tokenizer_config.json");
+    test_write_file(p, d, n);
+    free(p), free(d), free(src);
 }
 
 typedef enum vbug {
@@ -630,32 +652,39 @@ static void prompt_ids(int32_t *ids) {
     for (int j = 0; j < N_AFTER; j++) ids[i++] = AFTER[j];
 }
 
-/* get_rope_index for one image at IMG_AT over n rows (n >= N_PROMPT: rows
- * past the prompt continue as text); delta_bug shifts those by one. */
-static void ref_positions(int32_t *pos3, int n, int delta_bug) {
+/* get_rope_index for one image at `at` over n rows (rows from n_prompt on
+ * continue as text); delta_bug shifts those by one. */
+static void ref_positions_at(int32_t *pos3, int n, int at, int n_prompt, int delta_bug) {
     int i = 0;
-    for (; i < IMG_AT; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
-    int st = IMG_AT;
+    for (; i < at; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
+    int st = at;
     for (int r = 0; r < MH; r++)
         for (int c = 0; c < MW; c++, i++) pos3[3 * i] = st, pos3[3 * i + 1] = st + r, pos3[3 * i + 2] = st + c;
     int next = st + (MH > MW ? MH : MW); /* the image's largest position + 1 */
     for (int t = 0; i < n; i++, t++) {
-        int pp = next + t + (i >= N_PROMPT ? delta_bug : 0);
+        int pp = next + t + (i >= n_prompt ? delta_bug : 0);
         pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = pp;
     }
 }
 
-/* Reference logits of ids (n rows: the prompt, then any generated tokens). */
-static double *reference_logits(vbug bug, const int32_t *ids, int n, int delta_bug) {
+static void ref_positions(int32_t *pos3, int n, int delta_bug) { ref_positions_at(pos3, n, IMG_AT, N_PROMPT, delta_bug); }
+
+/* Reference logits of ids with the image's rows at `at` (n rows: the
+ * prompt of n_prompt, then any generated tokens). */
+static double *reference_logits_at(vbug bug, const int32_t *ids, int n, int at, int n_prompt, int delta_bug) {
     double *img = malloc(sizeof(double) * CELLS * TH), *logits = malloc(sizeof(double) * (size_t)n * VOC);
     ref_image_rows(bug, img);
     const double **embd = calloc((size_t)n, sizeof *embd);
-    for (int c = 0; c < CELLS; c++) embd[IMG_AT + c] = img + (size_t)c * TH;
+    for (int c = 0; c < CELLS; c++) embd[at + c] = img + (size_t)c * TH;
     int32_t *pos3 = malloc(sizeof(int32_t) * 3 * (size_t)n);
-    ref_positions(pos3, n, delta_bug);
+    ref_positions_at(pos3, n, at, n_prompt, delta_bug);
     ref_text_logits(BUG_NONE, ids, embd, pos3, n, logits);
     free(img), free(embd), free(pos3);
     return logits;
+}
+
+static double *reference_logits(vbug bug, const int32_t *ids, int n, int delta_bug) {
+    return reference_logits_at(bug, ids, n, IMG_AT, N_PROMPT, delta_bug);
 }
 
 static void load_vl(pdl_model **m, pdl_vision **v) {
@@ -846,6 +875,86 @@ static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void
     for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
 }
 
+/* ---- the command line ---------------------------------------------------------- */
+
+/* `pagedlm logits --all-rows` with the image where -p has <__media__>:
+ * <|vision_start|>, one <|image_pad|> per merged cell, <|vision_end|>, and
+ * every row's logits against the reference over the ids it reports; `run`
+ * generates from the same prompt. */
+static void test_the_command_line_takes_an_image(void) {
+    need_vl_files();
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there was a "
+             "cat' --all-rows --kv-cache-dtype f32 -t 2", vl_dir, ref_dir);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    json_error_t je;
+    json_t *o = r.status == 0 ? json_loads(r.out, 0, &je) : NULL;
+    CHECK(o != NULL);
+    if (o) {
+        json_t *toks = json_object_get(o, "tokens"), *imgs = json_object_get(o, "images"), *lg = json_object_get(o, "logits");
+        int n = (int)json_array_size(toks);
+        int at = (int)json_integer_value(json_object_get(json_array_get(imgs, 0), "position"));
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(imgs, 0), "rows")), CELLS);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
+        bool laid_out = at > 1 && at + CELLS < n && ids[at - 1] == VSTART && ids[at + CELLS] == VEND;
+        for (int i = 0; laid_out && i < CELLS; i++) laid_out = ids[at + i] == IMAGE_TOKEN;
+        CHECK_MSG(laid_out, "image at %d of %d tokens", at, n);
+        REQUIRE((int)json_array_size(lg) == n);
+        if (laid_out) {
+            double *want = reference_logits_at(VBUG_NONE, ids, n, at, n, 0), d = 0;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < VOC; j++)
+                    d = fmax(d, fabs(json_number_value(json_array_get(json_array_get(lg, (size_t)i), (size_t)j)) -
+                                     want[(size_t)i * VOC + j]));
+            fprintf(stderr, "  pagedlm logits: %d rows vs reference %.3g\n", n, d);
+            CHECK_MSG(d < TOL, "%.3g", d);
+            free(want);
+        }
+        free(ids);
+        json_decref(o);
+    }
+    test_free_result(&r);
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there' -n 4 "
+             "--temp 0 -t 2", vl_dir, ref_dir);
+    r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    test_free_result(&r);
+}
+
+/* The server's path: an image part becomes the placeholder the chat
+ * template writes (<|vision_start|><|image_pad|><|vision_end|>), which
+ * expands to the same ids as <__media__> does. */
+static void test_the_template_placeholder_expands_like_the_marker(void) {
+    need_vl_files();
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    pdl_vision_info info;
+    pdl_vision_get_info(v, &info);
+    CHECK(strcmp(info.placeholder, "<|vision_start|><|image_pad|><|vision_end|>") == 0);
+    pdl_image *img = load_png();
+    const pdl_image *imgs[1] = {img};
+    char text[256];
+    snprintf(text, sizeof text, "Once upon a time %s there", info.placeholder);
+    const char *media = "Once upon a time <__media__> there";
+    pdl_mm_prompt a, b;
+    pdl_error err = {0};
+    REQUIRE_MSG(pdl_mm_tokenize(m, v, text, strlen(text), info.placeholder, imgs, 1, 0, &a, &err) == 0, "%s",
+                err.message);
+    REQUIRE_MSG(pdl_mm_tokenize(m, v, media, strlen(media), "<__media__>", imgs, 1, 0, &b, &err) == 0, "%s",
+                err.message);
+    CHECK(a.n_ids == b.n_ids && memcmp(a.ids, b.ids, a.n_ids * sizeof *a.ids) == 0);
+    CHECK_EQ_INT(a.images[0].position, b.images[0].position);
+    int at = a.images[0].position;
+    CHECK(at > 0 && a.ids[at - 1] == VSTART && (size_t)(at + CELLS) < a.n_ids && a.ids[at + CELLS] == VEND);
+    pdl_mm_prompt_free(&a), pdl_mm_prompt_free(&b);
+    pdl_image_free(img);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+}
+
 int main(void) {
     RUN(test_mrope_rows_match_the_float64_reference);
     RUN(test_equal_components_are_plain_rope);
@@ -853,6 +962,8 @@ int main(void) {
     RUN(test_image_prompt_matches_the_float64_reference);
     RUN(test_decode_rows_match_the_float64_reference);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
+    RUN(test_the_command_line_takes_an_image);
+    RUN(test_the_template_placeholder_expands_like_the_marker);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(hf_dir), free(vl_dir), free(ref_dir);
     return test_summary();

@@ -5,8 +5,7 @@
  * As transformers' processors do, each marker is replaced in the text by the
  * model's image sequence (LLaVA: the image token's text once per image row;
  * Gemma 3: "\n\n" <start_of_image> rows <end_of_image> "\n\n"; Qwen2.5-VL:
- * <|image_pad|> once per row, inside <|vision_start|> .. <|vision_end|>
- * unless the marker is the template's own <|image_pad|>), the whole
+ * <|vision_start|>, <|image_pad|> once per row, <|vision_end|>), the whole
  * text is tokenized with special tokens parsed, and the image token's runs
  * are the images' rows. A vocabulary without an image token (a GGUF text
  * model converted without it) falls back to llama.cpp's way: the text
@@ -152,9 +151,9 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
             if (s && l < sizeof eoi) memcpy(eoi, s, l), eoi[l] = 0;
             rc |= sb_add(&b, "\n\n", 2) | sb_add(&b, boi, strlen(boi));
         }
-        /* Qwen2.5-VL: the chat template writes <|vision_start|><|image_pad|><|vision_end|>
-         * and the pad is expanded; any other marker (<__media__>) gets the pair around */
-        bool qwen_wrap = c->family == PDL_VLM_QWEN25VL && strcmp(marker, c->placeholder) != 0;
+        /* Qwen2.5-VL: the marker (<__media__>, or the placeholder the chat
+         * template writes per image) becomes <|vision_start|> pads <|vision_end|> */
+        bool qwen_wrap = c->family == PDL_VLM_QWEN25VL;
         if (qwen_wrap) {
             size_t l;
             const char *s = tok_id_to_piece(m->tok, c->boi_id, &l);

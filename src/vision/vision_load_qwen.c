@@ -183,8 +183,15 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
         return -1;
     c->image_token_id = image_id, c->boi_id = start_id, c->eoi_id = end_id;
     token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
-    /* the chat template writes <|vision_start|><|image_pad|><|vision_end|> per image */
-    snprintf(c->placeholder, sizeof c->placeholder, "%s", c->image_token_text[0] ? c->image_token_text : "<|image_pad|>");
+    /* what the chat template writes per image (an image part of a message) */
+    char start[24], end[24];
+    token_text(text, c->boi_id, start, sizeof start);
+    token_text(text, c->eoi_id, end, sizeof end);
+    const char *parts[3] = {start[0] ? start : "<|vision_start|>",
+                            c->image_token_text[0] ? c->image_token_text : "<|image_pad|>", end[0] ? end : "<|vision_end|>"};
+    c->placeholder[0] = 0;
+    for (int i = 0; i < 3; i++)
+        if (strlen(c->placeholder) + strlen(parts[i]) < sizeof c->placeholder) strcat(c->placeholder, parts[i]);
     if (read_processor(v, dir, err)) return -1;
 
     if (st_open_dir(&v->st, dir, err)) return -1;
