@@ -955,6 +955,40 @@ static void test_the_template_placeholder_expands_like_the_marker(void) {
     pdl_model_free(m);
 }
 
+/* An image smart_resize refuses (aspect ratio over 200) is refused with the
+ * reason by the prompt builder and by the engine. */
+static void test_an_image_too_thin_is_refused(void) {
+    need_vl_files();
+    char *png = test_join(ref_dir, "thin.png"), cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"from PIL import Image; Image.new('RGB', (402, 2), (9, 8, 7))"
+             ".save('%s')\"", png);
+    REQUIRE(system(cmd) == 0);
+    pdl_image *img = NULL;
+    pdl_error err = {0};
+    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    const pdl_image *imgs[1] = {img};
+    pdl_mm_prompt mm;
+    CHECK(pdl_mm_tokenize(m, v, "a <__media__>", 13, "<__media__>", imgs, 1, 0, &mm, &err) != 0);
+    CHECK_CONTAINS(err.message, "image 0 (402 x 2 pixels) has an aspect ratio over 200");
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .max_model_len = 96};
+    pdl_engine *e = NULL;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+    int32_t ids[8] = {3, 4, IMAGE_TOKEN, 5};
+    pdl_mm_input in = {.image = img, .position = 2};
+    pdl_request_params rp = {.max_tokens = 2, .logprobs = -1, .prompt_logprobs = -1, .images = &in, .n_images = 1};
+    uint64_t id = 0;
+    CHECK(pdl_engine_add_request(e, ids, 4, &rp, NULL, NULL, &id, &err) != 0);
+    CHECK_CONTAINS(err.message, "image 0 (402 x 2 pixels) has an aspect ratio over 200");
+    pdl_engine_free(e);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+    pdl_image_free(img);
+    free(png);
+}
+
 int main(void) {
     RUN(test_mrope_rows_match_the_float64_reference);
     RUN(test_equal_components_are_plain_rope);
@@ -964,6 +998,7 @@ int main(void) {
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_command_line_takes_an_image);
     RUN(test_the_template_placeholder_expands_like_the_marker);
+    RUN(test_an_image_too_thin_is_refused);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     free(hf_dir), free(vl_dir), free(ref_dir);
     return test_summary();

@@ -227,6 +227,9 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
         const pdl_mm_input *in = &p->images[i];
         if (!in->image) return pdl_fail(err, "request: image %d is NULL", i);
         int n_rows = pdl_vision_image_rows(e->opts.vision, in->image);
+        if (n_rows < 0)
+            return pdl_fail(err, "request: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
+                            "processor refuses", i, in->image->width, in->image->height);
         if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
             return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
                             "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
