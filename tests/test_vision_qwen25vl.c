@@ -425,7 +425,7 @@ static void test_equal_components_are_plain_rope(void) {
     REQUIRE_MSG(pdl_model_load(&m, hf_dir, &mo, &err) == 0, "%s", err.message);
     pdl_kv_cache *kv = NULL;
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
-    int32_t ids[N_PRE], pos3[3 * N_PRE];
+    int32_t ids[N_ALL], pos3[3 * N_PRE];
     stage1_ids(ids);
     for (int i = 0; i < N_PRE; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
     float *a = malloc(sizeof(float) * N_PRE * VOC), *b = malloc(sizeof(float) * N_PRE * VOC);
