@@ -141,8 +141,8 @@ int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_err
 void pdl_vision_free(pdl_vision *v);
 
 typedef struct pdl_vision_info {
-    const char *family;       /* "llava", "llava_next", "gemma3" */
-    const char *tower;        /* "clip", "siglip" */
+    const char *family;       /* "llava", "llava_next", "gemma3", "qwen2_5_vl" */
+    const char *tower;        /* "clip", "siglip", "qwen2_5_vit" */
     const char *source;       /* "safetensors", "gguf" */
     int image_size, patch_size, hidden, n_layers, n_layers_run, n_heads, ffn;
     int rows_per_image;       /* prompt rows per image; -1: it depends on the image's size (LLaVA 1.6) */
@@ -179,7 +179,9 @@ typedef struct pdl_mm_prompt {
  * llama.cpp's, or the model's own placeholder from a chat template), laying
  * out each image as the model's processor does (LLaVA: the image token
  * repeated once per row; Gemma 3: "\n\n<start_of_image>", the rows,
- * "<end_of_image>\n\n"). With no marker in the text, the images go first.
+ * "<end_of_image>\n\n"; Qwen2.5-VL: <|vision_start|>, <|image_pad|> per row,
+ * <|vision_end|>, in place of the marker, which may be the whole triple its
+ * chat template writes). With no marker in the text, the images go first.
  * The number of markers must equal n_images. flags: PDL_TOK_* (special-token
  * text is always parsed). */
 int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, size_t len, const char *marker,
@@ -193,6 +195,14 @@ void pdl_mm_prompt_free(pdl_mm_prompt *p);
  * the arrays hold the positions only, and callers may pass NULL). */
 bool pdl_mm_spans(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *span_first,
                   int32_t *span_last);
+/* M-RoPE positions of a prompt of n rows with images (Qwen2.5-VL; its
+ * processor's get_rope_index): pos3 [n][3] (t, h, w) per row, text rows
+ * all three equal and counting on from the previous row's largest + 1, an
+ * image's rows (s, s + row, s + col) over its merged grid; *delta is what
+ * rows past the prompt add to their index (all three components). Returns
+ * whether the model uses them (false: nothing written, *delta 0). */
+bool pdl_mm_rope_positions(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *pos3,
+                           int32_t *delta);
 
 /* ---------------------------------------------------------------------------
  * Tokenizer (the one that came with the model)
@@ -322,6 +332,12 @@ typedef struct pdl_batch {
      * The span's rows from row i on must be in the batch (span_last[i] at
      * most the last position of i's segment): a span is computed whole. */
     const int32_t *span_first, *span_last;
+    /* M-RoPE positions (a model whose config gives mrope_section: Qwen2-VL,
+     * Qwen2.5-VL): NULL, or [n_tokens][3], row i's temporal, height and
+     * width positions, which turn its RoPE sections in place of
+     * positions[i]. positions[i] stays the row's index in its sequence (its
+     * KV slot and the causal rule); NULL: all three are positions[i]. */
+    const int32_t *rope_pos3;
 } pdl_batch;
 
 int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -372,6 +388,18 @@ int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const
 int pdl_seq_forward_spans(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
                           const float *const *embd, const int32_t *span_first, const int32_t *span_last,
                           int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err);
+/* What a sequence's rows bring besides their token ids, each NULL or
+ * [n_tokens] as pdl_batch's: embedding rows, two-way spans, and M-RoPE
+ * positions ([n_tokens][3]; pdl_mm_rope_positions fills them). */
+typedef struct pdl_row_inputs {
+    const float *const *embd;
+    const int32_t *span_first, *span_last;
+    const int32_t *rope_pos3;
+} pdl_row_inputs;
+/* pdl_seq_forward with the rows' other inputs (in may be NULL). */
+int pdl_seq_forward_rows(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                         const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                         pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 

@@ -123,7 +123,7 @@ static uint64_t touch_everything(const gguf_file *f, size_t file_size) {
     for (size_t i = 0; i < ts->count; i++) {
         const pdl_tensor *t = &ts->items[i];
         CHECK(t->file_offset + t->nbytes <= file_size);
-        CHECK(t->n_dims >= 1 && t->n_dims <= PDL_MAX_DIMS);
+        CHECK(t->n_dims >= 1 && t->n_dims <= PDL_GGUF_MAX_DIMS);
         CHECK(strlen(t->name) < PDL_TENSOR_NAME_MAX);
         const uint8_t *d = t->data;
         for (size_t k = 0; k < t->nbytes; k++) sum += d[k];

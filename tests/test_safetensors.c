@@ -414,7 +414,7 @@ static void test_rejects_bad_dims(void) {
         {"[2, -3]", "shape[1] is negative (-3)"},
         {"[1.5]", "shape[0] is a real number, not an integer"},
         {"[2.0]", "shape[0] is a real number"},
-        {"[1, 1, 1, 1, 1]", "5 dimensions"},
+        {"[1, 1, 1, 1, 1, 1]", "6 dimensions"},
         {"[4294967296, 4294967296]", "element count overflows at shape[1]"},
         {"[4294967296, 4294967296, 0]", "element count overflows"},
         {"[4611686018427387904]", "byte size of 4611686018427387904 elements overflows"},

@@ -81,6 +81,10 @@ static void proc_of(json_t *c, pdl_image_proc *p) {
         p->mean[i] = (float)json_number_value(json_array_get(json_object_get(c, "mean"), (size_t)i));
         p->std[i] = (float)json_number_value(json_array_get(json_object_get(c, "std"), (size_t)i));
     }
+    if (strcmp(kind, "qwen") == 0) {
+        p->patch = jint(c, "patch"), p->merge = jint(c, "merge"), p->temporal = jint(c, "temporal");
+        p->min_pixels = jint(c, "min_pixels"), p->max_pixels = jint(c, "max_pixels");
+    }
     json_t *pins = json_object_get(c, "pinpoints");
     for (size_t i = 0; pins && i < json_array_size(pins); i++) {
         p->pinpoints[i][0] = (int)json_integer_value(json_array_get(json_array_get(pins, i), 0));
@@ -351,11 +355,22 @@ static void test_processors_give_the_reference_pixel_values(void) {
             snprintf(what, sizeof what, "%s %s", name, json_string_value(json_object_get(c, "name")));
             size_t wn = 0;
             float *want = read_ref(json_string_value(json_object_get(c, "out")), &wn);
-            size_t tile = (size_t)3 * p.crop_h * p.crop_w;
+            size_t tile = p.patch ? (size_t)3 * p.temporal * p.patch * p.patch : (size_t)3 * p.crop_h * p.crop_w;
             int tiles = jint(c, "tiles");
             CHECK_MSG(wn == tiles * tile * sizeof(float), "%s: reference of %zu bytes", what, wn);
             pdl_error err = {0};
-            if (p.n_pinpoints) {
+            if (p.patch) { /* Qwen2-VL: one row per patch */
+                float *got = NULL;
+                int gh = 0, gw = 0;
+                int rc = pdl_qwen_patches(&p, rgb, w, h, &got, &gh, &gw, &err);
+                CHECK_MSG(rc == 0, "%s: %s", what, err.message);
+                json_t *grid = json_object_get(c, "grid");
+                CHECK_MSG(gh == (int)json_integer_value(json_array_get(grid, 0)) &&
+                              gw == (int)json_integer_value(json_array_get(grid, 1)),
+                          "%s: a %d x %d grid of patches", what, gh, gw);
+                if (rc == 0 && gh * gw == tiles) compare_pixels(what, got, want, (size_t)tiles * tile);
+                free(got);
+            } else if (p.n_pinpoints) {
                 float *got = NULL;
                 int nt = 0, gh = 0, gw = 0;
                 int rc = pdl_anyres_tiles(&p, rgb, w, h, &got, &nt, &gh, &gw, &err);
@@ -378,7 +393,8 @@ static void test_processors_give_the_reference_pixel_values(void) {
         }
         free(rgb);
     }
-    CHECK_EQ_INT(n_cases, 82); /* 16 images x 5 settings + LLaVA 1.5's 336 on two */
+    /* 16 images x 7 settings + LLaVA 1.5's 336 and Qwen2-VL's 14-pixel patches on two */
+    CHECK_EQ_INT(n_cases, 116);
 }
 
 int main(void) {

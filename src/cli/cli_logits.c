@@ -140,22 +140,27 @@ int cli_logits(int argc, char **argv) {
         rc = CLI_FAIL;
     }
     /* Gemma 3: each image's rows attend to each other both ways */
-    int32_t *span_first = NULL, *span_last = NULL;
-    bool spans = false;
+    /* Qwen2.5-VL: M-RoPE positions */
+    int32_t *span_first = NULL, *span_last = NULL, *pos3 = NULL, delta = 0;
+    bool spans = false, mrope = false;
     if (rc == CLI_OK && mm.n_images) {
         span_first = malloc(n * sizeof *span_first), span_last = malloc(n * sizeof *span_last);
-        if (!span_first || !span_last) {
+        pos3 = malloc(n * 3 * sizeof *pos3);
+        if (!span_first || !span_last || !pos3) {
             fprintf(stderr, "error: out of memory\n");
             rc = CLI_FAIL;
         } else {
             spans = pdl_mm_spans(ci.vision, mm.images, mm.n_images, (int)n, span_first, span_last);
+            mrope = pdl_mm_rope_positions(ci.vision, mm.images, mm.n_images, (int)n, pos3, &delta);
         }
     }
+    pdl_row_inputs in = {.embd = mm.n_images ? (const float *const *)embd : NULL,
+                         .span_first = spans ? span_first : NULL, .span_last = spans ? span_last : NULL,
+                         .rope_pos3 = mrope ? pos3 : NULL};
     if (rc != CLI_OK) {
     } else if (pdl_kv_cache_create(&kv, model, kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
-               pdl_seq_forward_spans(model, kv, &seq, ids, mm.n_images ? embd : NULL, spans ? span_first : NULL,
-                                     spans ? span_last : NULL, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
-                                     logits, &err)) {
+               pdl_seq_forward_rows(model, kv, &seq, ids, &in, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
+                                    logits, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     }
@@ -182,7 +187,7 @@ int cli_logits(int argc, char **argv) {
     if (kv) pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
     free(logits);
-    free(span_first), free(span_last);
+    free(span_first), free(span_last), free(pos3);
     free(ids);
     for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
     free(image_rows), free(embd);

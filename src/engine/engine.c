@@ -194,6 +194,7 @@ static void request_free(eng_request *r) {
     free(r->row_embd);
     free(r->hash_ids);
     free(r->span_first), free(r->span_last);
+    free(r->rope_pos3);
     free(r);
 }
 
@@ -226,6 +227,9 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
         const pdl_mm_input *in = &p->images[i];
         if (!in->image) return pdl_fail(err, "request: image %d is NULL", i);
         int n_rows = pdl_vision_image_rows(e->opts.vision, in->image);
+        if (n_rows < 0)
+            return pdl_fail(err, "request: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
+                            "processor refuses", i, in->image->width, in->image->height);
         if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
             return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
                             "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
@@ -253,6 +257,13 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
             r->hash_ids[in->position + k] = image_row_key(in->image, k);
         }
         end = in->position + n_rows;
+    }
+    /* M-RoPE (Qwen2.5-VL): the prompt's 3-component positions and the delta of the rows after it */
+    r->rope_pos3 = malloc(n_prompt * 3 * sizeof *r->rope_pos3);
+    if (!r->rope_pos3) return pdl_fail(err, "request: out of memory");
+    if (!pdl_mm_rope_positions(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->rope_pos3, &r->rope_delta)) {
+        free(r->rope_pos3);
+        r->rope_pos3 = NULL;
     }
     /* two-way spans (Gemma 3): computed whole in one step, so one image's
      * rows must fit a step's token budget */

@@ -49,6 +49,10 @@ typedef struct eng_request {
     int32_t *span_first, *span_last; /* [n_prompt] the two-way span of each prompt row (pdl_batch's; a row
                                    outside one: its position), or NULL: Gemma 3's images, whose rows the
                                    scheduler never splits across steps */
+    int32_t *rope_pos3;         /* [n_prompt][3] M-RoPE positions of the prompt rows (pdl_batch's), or NULL:
+                                   an image prompt of a model with M-RoPE (Qwen2.5-VL) */
+    int32_t rope_delta;         /* rows past the prompt turn by (index + rope_delta) in all three components
+                                   (vLLM's mrope_position_delta: the image's rows used fewer positions) */
     int n;                      /* sequences asked for */
     int n_live;                 /* sequences not finished yet */
     pdl_event_fn cb;

@@ -24,7 +24,7 @@ int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits,
 void runner_free(runner *r) {
     free(r->token_ids), free(r->positions), free(r->slot_mapping), free(r->logits_indices);
     free(r->embd);
-    free(r->span_first), free(r->span_last);
+    free(r->span_first), free(r->span_last), free(r->rope_pos3);
     free(r->cu_seqlens), free(r->logits_cu_seqlens), free(r->block_tables);
     free(r->logits);
     memset(r, 0, sizeof *r);
@@ -59,7 +59,8 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
     int rows = plan->n_tokens, ents = plan->n_entries;
     if (rows > r->rows_cap) {
         if (grow_i32(&r->token_ids, rows) || grow_i32(&r->positions, rows) || grow_i32(&r->slot_mapping, rows) ||
-            grow_i32(&r->logits_indices, rows) || grow_i32(&r->span_first, rows) || grow_i32(&r->span_last, rows))
+            grow_i32(&r->logits_indices, rows) || grow_i32(&r->span_first, rows) || grow_i32(&r->span_last, rows) ||
+            grow_i32(&r->rope_pos3, (size_t)rows * 3))
             return pdl_fail(err, "runner: out of memory for %d rows", rows);
         const float **em = realloc(r->embd, (size_t)rows * sizeof *em);
         if (!em) return pdl_fail(err, "runner: out of memory for %d rows", rows);
@@ -75,7 +76,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         r->entries_cap = ents + 1;
     }
     int bs = r->kv->block_size, row = 0, n_logits = 0;
-    bool any_embd = false, any_span = false;
+    bool any_embd = false, any_span = false, any_pos3 = false;
     r->cu_seqlens[0] = 0;
     r->logits_cu_seqlens[0] = 0;
     for (int k = 0; k < ents; k++) {
@@ -95,6 +96,15 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             r->span_first[row] = span ? q->req->span_first[pos] : pos;
             r->span_last[row] = span ? q->req->span_last[pos] : pos;
             any_span |= span;
+            /* M-RoPE: the prompt's rows as the request laid them out, later
+             * rows (decode, drafts) at index + delta in all three */
+            int32_t *p3 = r->rope_pos3 + 3 * row;
+            if (q->req->rope_pos3 && pos < q->n_prompt) {
+                memcpy(p3, q->req->rope_pos3 + 3 * pos, 3 * sizeof *p3);
+            } else {
+                p3[0] = p3[1] = p3[2] = pos + q->req->rope_delta;
+            }
+            any_pos3 |= q->req->rope_pos3 != NULL;
         }
         r->cu_seqlens[k + 1] = row;
         r->block_tables[k] = q->blocks;
@@ -110,6 +120,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         .n_logits = n_logits, .logits_indices = r->logits_indices, .full_logits = r->full_logits,
         .embd = any_embd ? r->embd : NULL,
         .span_first = any_span ? r->span_first : NULL, .span_last = any_span ? r->span_last : NULL,
+        .rope_pos3 = any_pos3 ? r->rope_pos3 : NULL,
     };
     return 0;
 }

@@ -27,6 +27,7 @@ typedef struct runner {
     int32_t *logits_indices;                       /* [rows] */
     const float **embd;                            /* [rows] image rows' input vectors (NULL: token rows) */
     int32_t *span_first, *span_last;               /* [rows] two-way spans (Gemma 3's images) */
+    int32_t *rope_pos3;                            /* [rows][3] M-RoPE positions (Qwen2.5-VL's images) */
     int rows_cap;
     int32_t *cu_seqlens;                           /* [entries + 1] */
     int32_t *logits_cu_seqlens;                    /* [entries + 1]: output rows per entry */

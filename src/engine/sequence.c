@@ -53,6 +53,15 @@ int pdl_seq_forward_embd(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int
 int pdl_seq_forward_spans(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
                           const float *const *embd, const int32_t *span_first, const int32_t *span_last,
                           int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err) {
+    pdl_row_inputs in = {.embd = embd, .span_first = span_first, .span_last = span_last};
+    return pdl_seq_forward_rows(m, kv, seq, tokens, &in, n_tokens, rows, logits_out, err);
+}
+
+int pdl_seq_forward_rows(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                         const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                         pdl_error *err) {
+    static const pdl_row_inputs none;
+    if (!in) in = &none;
     if (n_tokens <= 0) return pdl_fail(err, "no tokens to run");
     if (seq->n_cached + n_tokens > m->ctx_size)
         return pdl_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
@@ -80,8 +89,8 @@ int pdl_seq_forward_spans(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const in
     pdl_batch b = {
         .n_tokens = n_tokens, .token_ids = tokens, .positions = positions, .slot_mapping = slots,
         .n_seqs = 1, .cu_seqlens = cu, .block_tables = tables,
-        .n_logits = n_logits, .logits_indices = logits_idx, .embd = embd,
-        .span_first = span_first, .span_last = span_last,
+        .n_logits = n_logits, .logits_indices = logits_idx, .embd = in->embd,
+        .span_first = in->span_first, .span_last = in->span_last, .rope_pos3 = in->rope_pos3,
     };
     int rc = pdl_forward(m, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;

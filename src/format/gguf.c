@@ -541,9 +541,9 @@ static int parse_tensor_info(gguf_file *f, reader *r, uint64_t i, uint64_t n_ten
     uint64_t field = r->pos;
     uint32_t n_dims;
     if (rd_u32(r, &n_dims, "n_dims")) return -1;
-    if (n_dims < 1 || n_dims > PDL_MAX_DIMS)
-        return rfail(r, field, "n_dims %u is not in 1..%d", n_dims, PDL_MAX_DIMS);
-    uint64_t ne[PDL_MAX_DIMS];
+    if (n_dims < 1 || n_dims > PDL_GGUF_MAX_DIMS)
+        return rfail(r, field, "n_dims %u is not in 1..%d", n_dims, PDL_GGUF_MAX_DIMS);
+    uint64_t ne[PDL_GGUF_MAX_DIMS];
     uint64_t nelems = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         field = r->pos;

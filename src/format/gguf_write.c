@@ -125,7 +125,7 @@ int gguf_out_i32_arr(gguf_out *g, const char *key, const int32_t *v, size_t n) {
 }
 
 int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape) {
-    if (n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX) return -1;
+    if (n_dims < 1 || n_dims > PDL_GGUF_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX) return -1;
     if (g->n_tensors == g->cap_tensors) {
         int cap = g->cap_tensors ? g->cap_tensors * 2 : 64;
         out_tensor *p = realloc(g->tensors, (size_t)cap * sizeof *p);

@@ -61,7 +61,10 @@ int pdl_dtype_is_mlx(pdl_dtype t);
 /* Bytes of a row of n elements; n must be a multiple of the block size. */
 size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n);
 
-#define PDL_MAX_DIMS 4
+/* 5: safetensors holds PyTorch's Conv3d weights (Qwen2.5-VL's patch
+ * embedding); GGUF allows 4 (PDL_GGUF_MAX_DIMS) */
+#define PDL_MAX_DIMS 5
+#define PDL_GGUF_MAX_DIMS 4
 #define PDL_TENSOR_NAME_MAX 256
 
 typedef struct pdl_tensor {

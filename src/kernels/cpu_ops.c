@@ -49,6 +49,17 @@ void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq) {
     }
 }
 
+void pdl_rope_angles_sections(float *cs, int rope_dim, const int32_t pos3[3], const int sections[3],
+                              const float *inv_freq) {
+    int half = rope_dim / 2, section = 0, section_end = sections[0];
+    for (int i = 0; i < half; i++) {
+        while (i >= section_end && section < 2) section_end += sections[++section];
+        double theta = (double)pos3[section] * (double)inv_freq[i];
+        cs[i] = (float)cos(theta);
+        cs[half + i] = (float)sin(theta);
+    }
+}
+
 void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox) {
     int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {

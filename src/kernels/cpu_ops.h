@@ -32,6 +32,15 @@ void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox);
 void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq);
 void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox);
 
+/* pdl_rope_angles for M-RoPE (Qwen2-VL, Qwen2.5-VL): the rope_dim/2
+ * frequency pairs are cut into three consecutive sections of
+ * sections[0], sections[1], sections[2] pairs (their sum rope_dim/2), and
+ * pair i of section j turns by pos3[j] (the row's temporal, height, width
+ * position) instead of one position. Equal components give pdl_rope_angles'
+ * bits. */
+void pdl_rope_angles_sections(float *cs, int rope_dim, const int32_t pos3[3], const int sections[3],
+                              const float *inv_freq);
+
 /* gate[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + e^-g) with e^-|g|
  * from pdl_exp_nonpos (fast_exp.h: no libm call, the same bits on every
  * build): g / (1 + e) for g >= 0, g e / (1 + e) below. The portable,

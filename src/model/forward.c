@@ -144,6 +144,15 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
                                 "in the batch (its segment ends at position %d)", r, b->positions[r], b->span_first[r],
                                 b->span_last[r], end);
     }
+    if (b->rope_pos3) {
+        if (!(m->cfg.mrope_section[0] + m->cfg.mrope_section[1] + m->cfg.mrope_section[2]))
+            return pdl_fail(err, "forward: rope_pos3 given but the model has no M-RoPE sections (mrope_section)");
+        for (int r = 0; r < b->n_tokens; r++)
+            for (int k = 0; k < 3; k++)
+                if (b->rope_pos3[3 * r + k] < 0)
+                    return pdl_fail(err, "forward: row %d: M-RoPE position %d of component %d is negative", r,
+                                    b->rope_pos3[3 * r + k], k);
+    }
     for (int j = 0; j < b->n_logits; j++) {
         int32_t r = b->logits_indices[j];
         if (r < 0 || r >= b->n_tokens || (j > 0 && r <= b->logits_indices[j - 1]))
@@ -172,7 +181,10 @@ static void embed_rows(void *p, int ith, int nth) {
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) { /* each row's RoPE angles, shared by every head and layer */
         float *cs = t->m->scratch.rope_cs + r * c->rope_dim;
-        pdl_rope_angles(cs, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
+        if (t->b->rope_pos3) /* M-RoPE: each section turned by its own position */
+            pdl_rope_angles_sections(cs, c->rope_dim, t->b->rope_pos3 + 3 * r, c->mrope_section, t->m->rope_inv_freq);
+        else
+            pdl_rope_angles(cs, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
         if (c->rope_mscale != 1.0f) /* LongRoPE: cos and sin scaled, as transformers and llama.cpp do */
             for (int i = 0; i < c->rope_dim; i++) cs[i] *= c->rope_mscale;
         if (t->m->rope_inv_freq_local)

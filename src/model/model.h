@@ -90,6 +90,9 @@ typedef struct pdl_model_config {
     float rope_low_freq_factor;  /* llama3 */
     float rope_high_freq_factor; /* llama3 */
     int rope_orig_ctx;           /* llama3, longrope: original_max_position_embeddings */
+    int mrope_section[3];        /* M-RoPE (Qwen2-VL, Qwen2.5-VL): frequency pairs turned by a row's
+                                  * temporal, height and width position (pdl_batch's rope_pos3), summing
+                                  * to rope_dim / 2; all 0: one position per row */
 } pdl_model_config;
 
 /* Per-layer weights. Linear weights have shape {out, in}; biases and norm

@@ -530,6 +530,12 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
                             "divisor %g, logit scale %g, final soft-cap %g (all must be finite)", c->embed_scale,
                             c->residual_scale, c->attn_scale, c->attn_softcap, c->logit_div, c->logit_scale,
                             c->final_softcap);
+    int mrope = c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2];
+    if (mrope && (mrope != c->rope_dim / 2 || c->mrope_section[0] < 0 || c->mrope_section[1] < 0 ||
+                  c->mrope_section[2] < 0 || c->rope_theta_local > 0 || c->rope_scaling != PDL_ROPE_SCALING_NONE))
+        return pdl_fail(err, "invalid M-RoPE sections [%d, %d, %d]: they must be non-negative and sum to rope "
+                        "dimension / 2 = %d, without other RoPE scaling or a local base", c->mrope_section[0],
+                        c->mrope_section[1], c->mrope_section[2], c->rope_dim / 2);
     if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && c->rope_orig_ctx <= 0)
         return pdl_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
     if (!(c->rms_eps > 0 && isfinite(c->rms_eps)))

@@ -135,7 +135,23 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
     if (!t && rs == rp) return 0; /* rope_parameters with only rope_theta */
     if (!t || !json_is_string(t)) return pdl_fail(err, "%s: field '%s.rope_type' must be a string", path, field);
     const char *type = json_string_value(t);
+    /* M-RoPE: Qwen2-VL's configs say type "mrope"; transformers rewrites it
+     * to "default" and keeps mrope_section */
+    json_t *ms = json_object_get(rs, "mrope_section");
+    if (ms) {
+        if (!json_is_array(ms) || json_array_size(ms) != 3)
+            return pdl_fail(err, "%s: field '%s.mrope_section' must be a list of 3 integers", path, field);
+        for (int i = 0; i < 3; i++) {
+            json_t *e = json_array_get(ms, (size_t)i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 4096)
+                return pdl_fail(err, "%s: field '%s.mrope_section[%d]' must be a non-negative integer", path, field, i);
+            c->mrope_section[i] = (int)json_integer_value(e);
+        }
+    } else if (strcmp(type, "mrope") == 0) {
+        return pdl_fail(err, "%s: rope_scaling type 'mrope' needs 'mrope_section'", path);
+    }
     c->rope_factor = 1.0f;
+    if (strcmp(type, "mrope") == 0) return 0;
     if (cfg_float(rs, path, "factor", &c->rope_factor, err)) return -1;
     if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: field 'rope_scaling.factor' must be positive", path);
     if (strcmp(type, "default") == 0) return 0;
@@ -189,7 +205,7 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
         c->rope_mscale = factor <= 1.0 ? 1.0f : (float)sqrt(1.0 + log(factor) / log((double)c->rope_orig_ctx));
         return cfg_float(rs, path, "attention_factor", &c->rope_mscale, err);
     }
-    return pdl_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope)",
+    return pdl_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope, mrope)",
                     path, type);
 }
 
@@ -459,6 +475,16 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     json_t *use = cfg;
     const char *mts = json_is_string(mt) ? json_string_value(mt) : "";
     bool gemma3 = strcmp(mts, "gemma3") == 0, llava = strcmp(mts, "llava") == 0 || strcmp(mts, "llava_next") == 0;
+    /* Qwen2.5-VL: the text model's fields at the top level (transformers
+     * 4.49-4.51), or also in text_config (later versions); either is read */
+    if (strcmp(mts, "qwen2_5_vl") == 0 && json_is_object(tc)) {
+        use = tc;
+        json_object_set_new(tc, "model_type", json_string("qwen2_5_vl_text"));
+        const char *keep[] = {"bos_token_id", "eos_token_id", "rope_scaling", "rope_theta", "tie_word_embeddings"};
+        for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+            if (!json_object_get(tc, keep[i]) && json_object_get(cfg, keep[i]))
+                json_object_set(tc, keep[i], json_object_get(cfg, keep[i]));
+    }
     if (gemma3 || llava) {
         if (!json_is_object(tc)) {
             json_decref(cfg);

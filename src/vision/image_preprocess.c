@@ -4,7 +4,8 @@
  * filter weights centred on (x + 0.5) * scale, support widened by the scale
  * when shrinking, weights normalised to sum 1 and stored in 22-bit fixed
  * point; horizontal pass first, 8-bit between the passes), center crop,
- * rescale and normalise, and LLaVA 1.6's any-resolution tiling.
+ * rescale and normalise, LLaVA 1.6's any-resolution tiling, and Qwen2-VL's
+ * dynamic resolution (smart_resize and its flattened patches).
  */
 #include "vision/image_preprocess.h"
 
@@ -244,4 +245,67 @@ void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int 
         int pad = (cw - nw) / 2;
         *col0 = pad, *cols = cw - 2 * pad;
     }
+}
+
+/* ---- Qwen2-VL dynamic resolution ----------------------------------------------- */
+
+int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
+                     pdl_error *err) {
+    if (h <= 0 || w <= 0 || factor <= 0) return pdl_fail(err, "image of %d x %d pixels: nothing to resize", w, h);
+    double big = h > w ? h : w, small = h > w ? w : h;
+    if (big / small > 200)
+        return pdl_fail(err, "image of %d x %d pixels: aspect ratio %.1f is over 200 (Qwen2-VL's limit)", w, h,
+                        big / small);
+    /* nearbyint in the default rounding mode: half to even, as Python's round */
+    double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
+    if (hb * wb > (double)max_pixels) {
+        double beta = sqrt((double)h * w / (double)max_pixels);
+        hb = floor((double)h / beta / factor) * factor;
+        wb = floor((double)w / beta / factor) * factor;
+        if (hb < factor) hb = factor;
+        if (wb < factor) wb = factor;
+    } else if (hb * wb < (double)min_pixels) {
+        double beta = sqrt((double)min_pixels / ((double)h * w));
+        hb = ceil((double)h * beta / factor) * factor;
+        wb = ceil((double)w * beta / factor) * factor;
+    }
+    if (hb > 65536 || wb > 65536)
+        return pdl_fail(err, "image of %d x %d pixels resizes to %.0f x %.0f: too large", w, h, wb, hb);
+    *out_h = (int)hb, *out_w = (int)wb;
+    return 0;
+}
+
+int pdl_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
+                     int *grid_w, pdl_error *err) {
+    *patches = NULL;
+    int ps = p->patch, m = p->merge, tp = p->temporal, rh, rw;
+    if (ps <= 0 || m <= 0 || tp <= 0) return pdl_fail(err, "Qwen2-VL processor: patch, merge and temporal sizes must be positive");
+    if (pdl_smart_resize(h, w, ps * m, p->min_pixels, p->max_pixels, &rh, &rw, err)) return -1;
+    uint8_t *r = malloc((size_t)rw * rh * 3);
+    float *norm = malloc((size_t)rw * rh * 3 * sizeof *norm);
+    int gh = rh / ps, gw = rw / ps;
+    size_t row = (size_t)3 * tp * ps * ps;
+    float *out = malloc((size_t)gh * gw * row * sizeof *out);
+    if (!r || !norm || !out) {
+        free(r), free(norm), free(out);
+        return pdl_fail(err, "out of memory resizing an image to %d x %d", rw, rh);
+    }
+    pdl_resize_rgb8(rgb, w, h, r, rw, rh, p->resample);
+    normalize_tile(p, r, rw, rh, 0, 0, rw, rh, norm); /* (3, rh, rw) */
+    /* the processor's reshape (t, T, c, gh/m, m, ps, gw/m, m, ps) permuted to
+     * (t, gh/m, gw/m, m, m, c, T, ps, ps) */
+    float *o = out;
+    for (int bh = 0; bh < gh / m; bh++)
+        for (int bw = 0; bw < gw / m; bw++)
+            for (int mh = 0; mh < m; mh++)
+                for (int mw = 0; mw < m; mw++) {
+                    int y0 = (bh * m + mh) * ps, x0 = (bw * m + mw) * ps;
+                    for (int c = 0; c < 3; c++)
+                        for (int t = 0; t < tp; t++)
+                            for (int y = 0; y < ps; y++, o += ps)
+                                memcpy(o, norm + ((size_t)c * rh + y0 + y) * rw + x0, (size_t)ps * sizeof *o);
+                }
+    free(r), free(norm);
+    *patches = out, *grid_h = gh, *grid_w = gw;
+    return 0;
 }

@@ -35,6 +35,12 @@ typedef struct pdl_image_proc {
     float mean[3], std[3];
     int n_pinpoints;       /* LLaVA 1.6 any-resolution: candidate (height, width) grids; 0 = one tile */
     int pinpoints[PDL_MAX_PINPOINTS][2];
+    /* Qwen2-VL's dynamic resolution (Qwen2VLImageProcessor; patch > 0): the
+     * image resized by smart_resize to multiples of patch * merge within
+     * [min_pixels, max_pixels], cut into patch x patch patches repeated
+     * `temporal` times in time */
+    int patch, merge, temporal;
+    long min_pixels, max_pixels;
 } pdl_image_proc;
 
 /* PIL's Image.resize of 8-bit RGB: separable convolution, horizontal pass
@@ -69,5 +75,24 @@ int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, 
  * unpad_image keeps for an image of h x w). */
 void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
                          int *col0);
+
+/* Qwen2-VL's smart_resize: height and width rounded (half to even, as
+ * Python's round) to multiples of factor; when their product passes
+ * max_pixels both are scaled down by sqrt(h * w / max_pixels) and floored
+ * to multiples (at least factor), when it is under min_pixels scaled up by
+ * sqrt(min_pixels / (h * w)) and ceiled. Fails for an aspect ratio over 200. */
+int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
+                     pdl_error *err);
+
+/* Qwen2-VL's pixel patches of an image: smart_resize (factor patch * merge),
+ * PIL's resize with p->resample, rescale, normalise; then the patches in
+ * the processor's flattened order: merge windows (merge x merge
+ * neighbouring patches) in row-major order over the image, the patches of
+ * a window row-major inside it, each patch (3, temporal, patch, patch) with
+ * the still image repeated in time. *patches is malloc'ed,
+ * (grid_h * grid_w, 3 * temporal * patch * patch); grid_h, grid_w count
+ * patches. */
+int pdl_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
+                     int *grid_w, pdl_error *err);
 
 #endif

@@ -4,7 +4,8 @@
  *
  * As transformers' processors do, each marker is replaced in the text by the
  * model's image sequence (LLaVA: the image token's text once per image row;
- * Gemma 3: "\n\n" <start_of_image> rows <end_of_image> "\n\n"), the whole
+ * Gemma 3: "\n\n" <start_of_image> rows <end_of_image> "\n\n"; Qwen2.5-VL:
+ * <|vision_start|>, <|image_pad|> once per row, <|vision_end|>), the whole
  * text is tokenized with special tokens parsed, and the image token's runs
  * are the images' rows. A vocabulary without an image token (a GGUF text
  * model converted without it) falls back to llama.cpp's way: the text
@@ -77,9 +78,9 @@ static int tokenize_pieces(const pdl_model *m, const pdl_vision *v, const char *
                            int markers, const pdl_image *const *images, int n_images, unsigned flags,
                            pdl_mm_prompt *out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
-    if (c->family == PDL_VLM_GEMMA3)
-        return pdl_fail(err, "images: the text model's vocabulary has no '%s' token (Gemma 3's image token)",
-                        c->image_token_text);
+    if (c->family == PDL_VLM_GEMMA3 || c->family == PDL_VLM_QWEN25VL)
+        return pdl_fail(err, "images: the text model's vocabulary has no '%s' token (the model's image token)",
+                        c->image_token_text[0] ? c->image_token_text : "image");
     size_t cap = 0, ml = strlen(marker);
     const char *p = text, *end = text + len;
     for (int i = 0; i <= n_images; i++) {
@@ -119,6 +120,12 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
     out->images = calloc((size_t)(n_images ? n_images : 1), sizeof *out->images);
     if (!out->images) return pdl_fail(err, "out of memory");
     out->n_images = n_images;
+    for (int i = 0; i < n_images; i++)
+        if (pdl_vision_image_rows(v, images[i]) < 0) {
+            pdl_mm_prompt_free(out);
+            return pdl_fail(err, "images: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
+                            "processor refuses", i, images[i]->width, images[i]->height);
+        }
     if (!image_token_usable(m, c)) {
         if (tokenize_pieces(m, v, text, len, marker, markers, images, n_images, flags, out, err)) {
             pdl_mm_prompt_free(out);
@@ -144,8 +151,20 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
             if (s && l < sizeof eoi) memcpy(eoi, s, l), eoi[l] = 0;
             rc |= sb_add(&b, "\n\n", 2) | sb_add(&b, boi, strlen(boi));
         }
+        /* Qwen2.5-VL: the marker (<__media__>, or the placeholder the chat
+         * template writes per image) becomes <|vision_start|> pads <|vision_end|> */
+        bool qwen_wrap = c->family == PDL_VLM_QWEN25VL;
+        if (qwen_wrap) {
+            size_t l;
+            const char *s = tok_id_to_piece(m->tok, c->boi_id, &l);
+            if (s && l < sizeof boi) memcpy(boi, s, l), boi[l] = 0;
+            s = tok_id_to_piece(m->tok, c->eoi_id, &l);
+            if (s && l < sizeof eoi) memcpy(eoi, s, l), eoi[l] = 0;
+            rc |= sb_add(&b, boi, strlen(boi));
+        }
         for (int r = 0; r < rows && rc == 0; r++) rc |= sb_add(&b, c->image_token_text, strlen(c->image_token_text));
         if (c->family == PDL_VLM_GEMMA3) rc |= sb_add(&b, eoi, strlen(eoi)) | sb_add(&b, "\n\n", 2);
+        if (qwen_wrap) rc |= sb_add(&b, eoi, strlen(eoi));
         p = markers ? at + strlen(marker) : p;
     }
     if (rc) {

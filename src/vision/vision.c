@@ -9,6 +9,9 @@
  * image's aspect (unpad_image), row by row, each row followed by
  * image_newline.
  *
+ * Qwen2.5-VL's rows come from qwen_vision.c, one per merged cell, and turn
+ * by 3-component positions in the text model (pdl_mm_rope_positions).
+ *
  * Gemma 3's rows of one image attend to each other both ways in the text
  * model (transformers' token_type_ids mask: causal, or both rows image rows
  * of the same run): pdl_mm_spans marks them.
@@ -22,6 +25,10 @@
 
 int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img) {
     const pdl_vision_config *c = &v->cfg;
+    if (c->family == PDL_VLM_QWEN25VL) {
+        int gh, gw;
+        return pdl_qwen_grid(v, img, &gh, &gw) ? -1 : gh * gw;
+    }
     if (c->family != PDL_VLM_LLAVA_NEXT) return c->mm_tokens;
     int bh, bw, rows, cols, r0, c0, side = pdl_vision_side(c);
     pdl_anyres_best(&c->proc, img->height, img->width, &bh, &bw);
@@ -41,6 +48,30 @@ bool pdl_mm_spans(const pdl_vision *v, const pdl_mm_input *images, int n_images,
         any |= rows > 1;
     }
     return any;
+}
+
+bool pdl_mm_rope_positions(const pdl_vision *v, const pdl_mm_input *images, int n_images, int n, int32_t *pos3,
+                           int32_t *delta) {
+    *delta = 0;
+    if (v->cfg.family != PDL_VLM_QWEN25VL) return false;
+    /* get_rope_index: text rows count on from the last position + 1; an
+     * image's rows are (start, start + row, start + col) over its merged
+     * grid, and the text after it starts at start + max(rows, cols) */
+    int i = 0, next = 0;
+    for (int k = 0; k <= n_images; k++) {
+        int at = n, gh = 0, gw = 0;
+        if (k < n_images) {
+            at = images[k].position;
+            if (pdl_qwen_grid(v, images[k].image, &gh, &gw) || at < i || at + gh * gw > n) continue;
+        }
+        for (; i < at; i++, next++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = next;
+        if (k == n_images) break;
+        for (int r = 0; r < gh * gw; r++, i++)
+            pos3[3 * i] = next, pos3[3 * i + 1] = next + r / gw, pos3[3 * i + 2] = next + r % gw;
+        next += gh > gw ? gh : gw;
+    }
+    *delta = next - n;
+    return true;
 }
 
 int pdl_vision_preprocess(const pdl_vision *v, const pdl_image *img, float **tiles, int *n_tiles, int *grid_h,
@@ -63,6 +94,7 @@ int pdl_vision_preprocess(const pdl_vision *v, const pdl_image *img, float **til
 
 int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
+    if (c->family == PDL_VLM_QWEN25VL) return pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
     *rows_out = NULL;
     *n_rows_out = 0;
     float *tiles = NULL, *feat = NULL, *proj = NULL, *rows = NULL;

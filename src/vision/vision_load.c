@@ -85,9 +85,70 @@ static int matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, cons
     return 0;
 }
 
+/* Row view [r0, r0 + rows) of a matrix (or of a vector as (n, 1)). */
+static pdl_tensor rows_view(const pdl_tensor *t, int64_t r0, int64_t rows) {
+    pdl_tensor v = *t;
+    int64_t cols = t->n_dims == 2 ? t->shape[1] : 1;
+    size_t row_bytes = pdl_dtype_row_bytes(t->dtype, cols);
+    v.data = (char *)t->data + (size_t)r0 * row_bytes;
+    v.shape[0] = rows;
+    v.nbytes = (size_t)rows * row_bytes;
+    return v;
+}
+
+int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err) {
+    pdl_vision_config *c = &v->cfg;
+    pdl_vision_weights *w = &v->w;
+    const pdl_image_proc *p = &c->proc;
+    if (c->hidden <= 0 || c->n_heads <= 0 || c->hidden % c->n_heads || (c->hidden / c->n_heads) % 4 ||
+        c->ffn <= 0 || c->n_layers <= 0 || c->n_layers > 128 || c->channels != 3 || p->patch <= 0 || p->merge <= 0 ||
+        p->temporal <= 0 || c->window_cells <= 0 || c->text_hidden <= 0)
+        return pdl_fail(err, "vision model: invalid Qwen2.5-VL shape: hidden %d, heads %d (head dimension a multiple "
+                        "of 4), ffn %d, layers %d (at most 128), channels %d, patch %d, merge %d, temporal %d, window "
+                        "%d cells", c->hidden, c->n_heads, c->ffn, c->n_layers, c->channels, p->patch, p->merge,
+                        p->temporal, c->window_cells);
+    if (c->hidden / c->n_heads > 256) return pdl_fail(err, "vision model: head dimension %d is larger than 256", c->hidden / c->n_heads);
+    if (p->min_pixels > p->max_pixels)
+        return pdl_fail(err, "vision model: min_pixels %ld is above max_pixels %ld", p->min_pixels, p->max_pixels);
+    for (int i = 0; i < 3; i++)
+        if (!(p->std[i] > 0) || !isfinite(p->mean[i]))
+            return pdl_fail(err, "vision model: invalid image_mean / image_std (channel %d: %g / %g)", i, p->mean[i],
+                            p->std[i]);
+    int64_t h = c->hidden, pp = (int64_t)c->channels * p->temporal * p->patch * p->patch;
+    int64_t conv[5] = {h, c->channels, p->temporal, p->patch, p->patch};
+    if (check_tensor(&w->patch_w, 5, conv, "the patch embedding (Conv3d)", err)) return -1;
+    w->patch_w.n_dims = 2, w->patch_w.shape[1] = pp;
+    if (matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        pdl_vision_layer *L = &w->layers[l];
+        char what[64];
+        snprintf(what, sizeof what, "vision layer %d", l);
+        if (vector(v, &L->ln1_w, h, what, err) || vector(v, &L->ln2_w, h, what, err) ||
+            matrix(v, &L->wq, 3 * h, h, what, err) || vector(v, &L->bq, 3 * h, what, err) ||
+            matrix(v, &L->wo, h, h, what, err) || vector(v, &L->bo, h, what, err) ||
+            matrix(v, &L->fc1_w, c->ffn, h, what, err) || vector(v, &L->fc1_b, c->ffn, what, err) ||
+            matrix(v, &L->up_w, c->ffn, h, what, err) || vector(v, &L->up_b, c->ffn, what, err) ||
+            matrix(v, &L->fc2_w, h, c->ffn, what, err) || vector(v, &L->fc2_b, h, what, err))
+            return -1;
+        /* the fused qkv: q, k, v rows in that order */
+        pdl_tensor qkv = L->wq, bqkv = L->bq;
+        L->wq = rows_view(&qkv, 0, h), L->wk = rows_view(&qkv, h, h), L->wv = rows_view(&qkv, 2 * h, h);
+        L->bq = rows_view(&bqkv, 0, h), L->bk = rows_view(&bqkv, h, h), L->bv = rows_view(&bqkv, 2 * h, h);
+        L->bq.n_dims = L->bk.n_dims = L->bv.n_dims = 1;
+    }
+    int64_t mh = c->proj_hidden;
+    if (vector(v, &w->mm_norm_w, h, "the merger's ln_q", err) ||
+        matrix(v, &w->mm1_w, mh, mh, "the merger's mlp.0", err) || vector(v, &w->mm1_b, mh, "the merger's mlp.0", err) ||
+        matrix(v, &w->mm2_w, c->text_hidden, mh, "the merger's mlp.2", err) ||
+        vector(v, &w->mm2_b, c->text_hidden, "the merger's mlp.2", err))
+        return -1;
+    return 0;
+}
+
 int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     pdl_vision_weights *w = &v->w;
+    if (c->family == PDL_VLM_QWEN25VL) return pdl_vision_finish_qwen(v, err);
     if (c->channels <= 0) c->channels = 3;
     if (c->hidden <= 0 || c->n_heads <= 0 || c->hidden % c->n_heads || c->ffn <= 0 || c->n_layers <= 0 ||
         c->patch_size <= 0 || c->image_size <= 0 || c->image_size % c->patch_size || c->text_hidden <= 0)
@@ -231,6 +292,7 @@ static const char *family_name(pdl_vision_family f) {
     case PDL_VLM_LLAVA: return "llava";
     case PDL_VLM_LLAVA_NEXT: return "llava_next";
     case PDL_VLM_GEMMA3: return "gemma3";
+    case PDL_VLM_QWEN25VL: return "qwen2_5_vl";
     }
     return "?";
 }
@@ -239,7 +301,7 @@ void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info) {
     const pdl_vision_config *c = &v->cfg;
     memset(info, 0, sizeof *info);
     info->family = family_name(c->family);
-    info->tower = c->family == PDL_VLM_GEMMA3 ? "siglip" : "clip";
+    info->tower = c->family == PDL_VLM_GEMMA3 ? "siglip" : c->family == PDL_VLM_QWEN25VL ? "qwen2_5_vit" : "clip";
     info->source = v->source;
     info->image_size = c->image_size;
     info->patch_size = c->patch_size;
@@ -248,7 +310,7 @@ void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info) {
     info->n_layers_run = c->n_layers_run;
     info->n_heads = c->n_heads;
     info->ffn = c->ffn;
-    info->rows_per_image = c->family == PDL_VLM_LLAVA_NEXT ? -1 : c->mm_tokens;
+    info->rows_per_image = c->family == PDL_VLM_LLAVA_NEXT || c->family == PDL_VLM_QWEN25VL ? -1 : c->mm_tokens;
     info->image_token_id = c->image_token_id;
     info->placeholder = c->placeholder;
     info->bidirectional = c->bidirectional;

@@ -203,8 +203,12 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
     if (strcmp(type, "llava") == 0) c->family = PDL_VLM_LLAVA;
     else if (strcmp(type, "llava_next") == 0) c->family = PDL_VLM_LLAVA_NEXT;
     else if (strcmp(type, "gemma3") == 0) c->family = PDL_VLM_GEMMA3;
-    else {
-        pdl_fail(err, "%s: model_type '%s' has no vision model here (supported: llava, llava_next, gemma3)", path, type);
+    else if (strcmp(type, "qwen2_5_vl") == 0) {
+        rc = pdl_vision_load_qwen_hf(v, cfg, path, dir, text, err);
+        goto done;
+    } else {
+        pdl_fail(err, "%s: model_type '%s' has no vision model here (supported: llava, llava_next, gemma3, qwen2_5_vl)",
+                 path, type);
         goto done;
     }
     if (!json_is_object(vc)) {

@@ -24,16 +24,21 @@
 #include "pagedlm.h"
 #include "vision/image_preprocess.h"
 
+struct json_t;
+
 typedef enum pdl_vision_family {
     PDL_VLM_LLAVA = 0,   /* LLaVA 1.5: CLIP ViT, class token, 2-layer MLP projector */
     PDL_VLM_LLAVA_NEXT,  /* LLaVA 1.6: LLaVA 1.5's tower and projector over any-resolution tiles */
     PDL_VLM_GEMMA3,      /* Gemma 3: SigLIP, average pool to mm_tokens, soft-embedding norm, projection */
+    PDL_VLM_QWEN25VL,    /* Qwen2.5-VL: dynamic-resolution ViT with 2-D RoPE and window attention, the
+                          * patch merger; rows per image follow its size (qwen_vision.c) */
 } pdl_vision_family;
 
 typedef enum pdl_vision_act {
     PDL_VACT_QUICK_GELU = 0, /* x sigmoid(1.702 x): CLIP (hidden_act quick_gelu) */
     PDL_VACT_GELU_TANH,      /* GELU, tanh approximation: SigLIP (gelu_pytorch_tanh) */
     PDL_VACT_GELU_ERF,       /* GELU, exact: LLaVA's projector (projector_hidden_act gelu) */
+    PDL_VACT_SILU,           /* SwiGLU's gate: Qwen2.5-VL's tower */
 } pdl_vision_act;
 
 typedef struct pdl_vision_config {
@@ -65,6 +70,12 @@ typedef struct pdl_vision_config {
     char image_token_text[64];/* the placeholder token's text ("<image>", "<image_soft_token>") */
     bool bidirectional;       /* Gemma 3: an image's rows attend to each other both ways in the text model */
     pdl_image_proc proc;
+    /* Qwen2.5-VL (proc.patch, proc.merge, proc.temporal give the patch
+     * layout): window attention over window_cells x window_cells merged
+     * cells except in the layers whose bit is set in full_attn */
+    int window_cells;         /* window_size / merge / patch (112 / 2 / 14 = 4) */
+    uint64_t full_attn[2];    /* fullatt_block_indexes as bits (layers < 128) */
+    float rope_theta;         /* the tower's 2-D RoPE base (10000) */
 } pdl_vision_config;
 
 typedef struct pdl_vision_layer {
@@ -74,6 +85,7 @@ typedef struct pdl_vision_layer {
     pdl_tensor ln2_w, ln2_b;      /* (hidden) */
     pdl_tensor fc1_w, fc1_b;      /* (ffn, hidden), (ffn) */
     pdl_tensor fc2_w, fc2_b;      /* (hidden, ffn), (hidden) */
+    pdl_tensor up_w, up_b;        /* Qwen2.5-VL's SwiGLU: fc1 the gate, up, fc2 down (RMSNorms: ln1_w, ln2_w) */
 } pdl_vision_layer;
 
 typedef struct pdl_vision_weights {
@@ -91,6 +103,9 @@ typedef struct pdl_vision_weights {
     /* Gemma 3 */
     pdl_tensor mm_norm_w;         /* (hidden): soft_emb_norm as applied (1 + w folded in) */
     pdl_tensor mm_proj_w;         /* (text_hidden, hidden): the projection as (out, in), transposed at load */
+    /* Qwen2.5-VL's merger: ln_q (RMSNorm over hidden) in mm_norm_w, then mm1 (4 hidden, 4 hidden) and mm2
+     * (text_hidden, 4 hidden) with biases, GELU between */
+    pdl_tensor qkv_w, qkv_b;      /* per layer views come from these at load (unused after) */
 } pdl_vision_weights;
 
 /* Scratch of the encoder, grown on demand. */
@@ -136,6 +151,18 @@ static inline int pdl_vision_side(const pdl_vision_config *c) { return c->image_
  * feature rows it hands the projector, (n_out, hidden), class token
  * dropped; n_out = side^2. out is caller-sized. */
 int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err);
+
+/* Qwen2.5-VL (qwen_vision.c): the loader of its vision half, its checks,
+ * and an image through processor, tower and merger: *rows (n_rows,
+ * text_hidden) in the merged grid's row-major order; *grid_h, *grid_w the
+ * merged grid. */
+int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir, const pdl_model *text,
+                            pdl_error *err);
+int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err);
+int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
+/* The merged grid an image gets (rows = grid_h * grid_w), or -1 (an image
+ * smart_resize refuses). */
+int pdl_qwen_grid(const pdl_vision *v, const pdl_image *img, int *grid_h, int *grid_w);
 
 /* The projector over n rows of tower features (n, hidden) -> rows of the
  * text model (n_out, text_hidden): LLaVA n_out = n, Gemma 3 mm_tokens. */

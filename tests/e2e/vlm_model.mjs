@@ -123,6 +123,90 @@ export function writeLlava(dir, testdata) {
   fs.writeFileSync(path.join(dir, 'model.safetensors'), safetensors(tensors()));
 }
 
+// A tiny random-weight Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration) in the
+// shapes of tests/test_vision_qwen25vl.c: tower 3 layers of width 32 (layer 1
+// full attention, windows of 2 x 2 merged cells), patches of 4 px merged 2 x 2,
+// pixel budget [256, 2560]; Qwen2 text model with mrope_section [2, 3, 3];
+// stories260K's tokenizer with <|vision_start|>, <|vision_end|>, <|image_pad|>
+// added as ids 512, 513, 514.
+export function writeQwen25vl(dir, testdata) {
+  fs.mkdirSync(dir, { recursive: true });
+  const r = rng(25);
+  const list = [];
+  const add = (name, shape, kind = 0) => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const data = new Float32Array(n);
+    for (let i = 0; i < n; i++) data[i] = kind === 1 ? 1 + 0.2 * r() : kind === 2 ? 0.2 * r() : r();
+    list.push({ name, shape, data });
+  };
+  const QVH = 32, QFFN = 48, QVL = 3, QP = 4, QVOC = 520;
+  add('visual.patch_embed.proj.weight', [QVH, 3, 2, QP, QP]);
+  for (let l = 0; l < QVL; l++) {
+    const p = `visual.blocks.${l}`;
+    add(`${p}.norm1.weight`, [QVH], 1);
+    add(`${p}.norm2.weight`, [QVH], 1);
+    add(`${p}.attn.qkv.weight`, [3 * QVH, QVH]);
+    add(`${p}.attn.qkv.bias`, [3 * QVH], 2);
+    add(`${p}.attn.proj.weight`, [QVH, QVH]);
+    add(`${p}.attn.proj.bias`, [QVH], 2);
+    for (const m of ['gate_proj', 'up_proj']) {
+      add(`${p}.mlp.${m}.weight`, [QFFN, QVH]);
+      add(`${p}.mlp.${m}.bias`, [QFFN], 2);
+    }
+    add(`${p}.mlp.down_proj.weight`, [QVH, QFFN]);
+    add(`${p}.mlp.down_proj.bias`, [QVH], 2);
+  }
+  add('visual.merger.ln_q.weight', [QVH], 1);
+  add('visual.merger.mlp.0.weight', [4 * QVH, 4 * QVH]);
+  add('visual.merger.mlp.0.bias', [4 * QVH], 2);
+  add('visual.merger.mlp.2.weight', [TH, 4 * QVH]);
+  add('visual.merger.mlp.2.bias', [TH], 2);
+  add('model.embed_tokens.weight', [QVOC, TH]);
+  add('model.norm.weight', [TH], 1);
+  add('lm_head.weight', [QVOC, TH]);
+  for (let l = 0; l < NL; l++) {
+    const p = `model.layers.${l}`;
+    add(`${p}.input_layernorm.weight`, [TH], 1);
+    add(`${p}.self_attn.q_proj.weight`, [NH * HD, TH]);
+    add(`${p}.self_attn.q_proj.bias`, [NH * HD], 2);
+    add(`${p}.self_attn.k_proj.weight`, [NKV * HD, TH]);
+    add(`${p}.self_attn.k_proj.bias`, [NKV * HD], 2);
+    add(`${p}.self_attn.v_proj.weight`, [NKV * HD, TH]);
+    add(`${p}.self_attn.v_proj.bias`, [NKV * HD], 2);
+    add(`${p}.self_attn.o_proj.weight`, [TH, NH * HD]);
+    add(`${p}.post_attention_layernorm.weight`, [TH], 1);
+    add(`${p}.mlp.gate_proj.weight`, [FFN, TH]);
+    add(`${p}.mlp.up_proj.weight`, [FFN, TH]);
+    add(`${p}.mlp.down_proj.weight`, [TH, FFN]);
+  }
+  const config = {
+    architectures: ['Qwen2_5_VLForConditionalGeneration'], model_type: 'qwen2_5_vl',
+    image_token_id: 514, vision_start_token_id: 512, vision_end_token_id: 513, bos_token_id: 1, eos_token_id: 2,
+    hidden_size: TH, num_hidden_layers: NL, num_attention_heads: NH, num_key_value_heads: NKV, intermediate_size: FFN,
+    vocab_size: QVOC, rms_norm_eps: 1e-6, rope_theta: 1000000.0, max_position_embeddings: 256,
+    tie_word_embeddings: false, hidden_act: 'silu', use_sliding_window: false,
+    rope_scaling: { type: 'mrope', mrope_section: [2, 3, 3] },
+    vision_config: {
+      depth: QVL, hidden_size: QVH, intermediate_size: QFFN, num_heads: 2, in_chans: 3, patch_size: QP,
+      spatial_merge_size: 2, temporal_patch_size: 2, window_size: 16, fullatt_block_indexes: [1], out_hidden_size: TH,
+      hidden_act: 'silu',
+    },
+  };
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
+  fs.writeFileSync(path.join(dir, 'preprocessor_config.json'), JSON.stringify({
+    image_processor_type: 'Qwen2VLImageProcessor', min_pixels: 256, max_pixels: 2560, patch_size: QP,
+    temporal_patch_size: 2, merge_size: 2, resample: 3, rescale_factor: 1 / 255,
+    image_mean: [0.48145466, 0.4578275, 0.40821073], image_std: [0.26862954, 0.26130258, 0.27577711],
+  }));
+  const src = path.join(testdata, 'models/stories260K-hf');
+  const tok = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
+  ['<|vision_start|>', '<|vision_end|>', '<|image_pad|>'].forEach((content, i) => tok.added_tokens.push({
+    id: 512 + i, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
+  fs.copyFileSync(path.join(src, 'tokenizer_config.json'), path.join(dir, 'tokenizer_config.json'));
+  fs.writeFileSync(path.join(dir, 'model.safetensors'), safetensors(list));
+}
+
 function crc32(buf) {
   let c = ~0;
   for (const b of buf) {

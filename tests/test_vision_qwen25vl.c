@@ -1,0 +1,1005 @@
+/*
+ * test_vision_qwen25vl.c - Qwen2.5-VL (Qwen2_5_VLForConditionalGeneration)
+ * against a float64 forward written from the published description
+ * (transformers' modeling_qwen2_5_vl.py: the vision tower with its 2-D
+ * rotary embedding, window attention and fullatt_block_indexes, the patch
+ * merger, get_rope_index, the Qwen2 decoder with
+ * apply_multimodal_rotary_pos_emb; vLLM's mrope_position_delta for the
+ * decode rows), image preprocessing included.
+ *
+ * The model is a tiny random-weight folder written here: the text part 2
+ * layers of width 48, 3 query heads and one KV head of 16, Q/K/V biases,
+ * mrope_section [2, 3, 3] over the 8 frequency pairs (as [16, 24, 24] cuts
+ * Qwen2.5-VL's 64); the tower 3 layers of width 32 (layer 1 full
+ * attention, 0 and 2 in windows of 2 x 2 merged cells), patches of 4 px,
+ * merged 2 x 2. The image is rgb_png (131 x 90, not square) from
+ * scripts/vision-reference-pixels, whose PIL/numpy Qwen2VLImageProcessor
+ * steps (smart_resize to 56 x 40 under the [256, 2560] pixel budget,
+ * bicubic, rescale, normalise, the flattened patches) give the reference's
+ * input: 14 x 10 patches, 7 x 5 merged cells, windows cut by the grid's
+ * right and bottom edges.
+ *
+ * The references follow transformers' layouts literally and share no code
+ * with src/: M-RoPE as cos/sin of cat(freqs, freqs) cut into mrope_section
+ * * 2 chunks, chunk j from component j % 3; the tower in the processor's
+ * row order with windows as a mask (rows of the same window see each
+ * other) where the engine regroups rows by window and attends over ranges.
+ *
+ * Tolerance: 1e-4 absolute on logits of magnitude ~1-5. The engine runs in
+ * float32 (F32 weights and KV cache); the observed difference from float64
+ * is ~3e-6. The reference variants with the text's height and width
+ * sections swapped, with plain RoPE, with the decode rows' delta one off,
+ * without the tower's windows, or with the tower's rotary halves swapped
+ * land far outside it (each printed), so the comparison sees each.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "pagedlm.h"
+#include "st_writer.h"
+#include "test_util.h"
+
+#define TOL 1e-4
+
+/* tower: 32 wide, 2 heads of 16, 3 layers (layer 1 full attention, 0 and 2
+ * in windows of 2 x 2 merged cells = 16 px), patches of 4 px merged 2 x 2 */
+enum { VH = 32, VNH = 2, VHD = VH / VNH, VFFN = 48, VL = 3, FULL_LAYER = 1, PATCH = 4, MERGE = 2, TEMP = 2, WIN = 2 };
+enum { PP = 3 * TEMP * PATCH * PATCH, MHID = VH * MERGE * MERGE };
+/* text */
+enum { TH = 48, NH = 3, NKV = 1, HD = 16, FFN = 96, VOC = 520, NL = 2 };
+/* stories260K's 512 tokens, then the image tokens the test's tokenizer adds */
+enum { VSTART = 512, VEND = 513, IMAGE_TOKEN = 514 };
+static const int SECTION[3] = {2, 3, 3}; /* frequency pairs per t, h, w: sum HD / 2 */
+static const double TEPS = 1e-6, THETA = 1e6;
+
+/* ---- random weights ------------------------------------------------------------ */
+
+static uint64_t seed;
+static float frand(void) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
+}
+
+typedef struct wspec {
+    char name[160];
+    int n_dims;
+    int64_t shape[5];
+    float *data;
+} wspec;
+
+static wspec specs[256];
+static int n_specs;
+
+static float *W(const char *name) {
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].name, name) == 0) return specs[i].data;
+    fprintf(stderr, "no weight %s\n", name);
+    abort();
+}
+
+/* kind 0: uniform [-0.5, 0.5) * scale; 1: around 1 (norm weights); 2: small (biases) */
+static void add(const char *name, int n_dims, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int kind,
+                double scale) {
+    wspec *t = &specs[n_specs++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    int64_t d[4] = {d0, d1, d2, d3}, n = 1;
+    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], n *= d[i];
+    t->data = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++)
+        t->data[i] = kind == 1 ? 1.0f + 0.2f * frand() : kind == 2 ? 0.2f * frand() : (float)(scale * frand());
+}
+
+static void make_weights(void) {
+    if (n_specs) return;
+    seed = 2525;
+    char n[160];
+    /* the Conv3d (VH, 3, TEMP, PATCH, PATCH): made 2-D here, written 5-D */
+    add("visual.patch_embed.proj.weight", 2, VH, PP, 0, 0, 0, 0.5);
+    for (int l = 0; l < VL; l++) {
+#define B(fmt) (snprintf(n, sizeof n, "visual.blocks.%d." fmt, l), n)
+        add(B("norm1.weight"), 1, VH, 0, 0, 0, 1, 0);
+        add(B("norm2.weight"), 1, VH, 0, 0, 0, 1, 0);
+        add(B("attn.qkv.weight"), 2, 3 * VH, VH, 0, 0, 0, 0.8);
+        add(B("attn.qkv.bias"), 1, 3 * VH, 0, 0, 0, 2, 0);
+        add(B("attn.proj.weight"), 2, VH, VH, 0, 0, 0, 0.6);
+        add(B("attn.proj.bias"), 1, VH, 0, 0, 0, 2, 0);
+        add(B("mlp.gate_proj.weight"), 2, VFFN, VH, 0, 0, 0, 0.6);
+        add(B("mlp.gate_proj.bias"), 1, VFFN, 0, 0, 0, 2, 0);
+        add(B("mlp.up_proj.weight"), 2, VFFN, VH, 0, 0, 0, 0.6);
+        add(B("mlp.up_proj.bias"), 1, VFFN, 0, 0, 0, 2, 0);
+        add(B("mlp.down_proj.weight"), 2, VH, VFFN, 0, 0, 0, 0.5);
+        add(B("mlp.down_proj.bias"), 1, VH, 0, 0, 0, 2, 0);
+#undef B
+    }
+    add("visual.merger.ln_q.weight", 1, VH, 0, 0, 0, 1, 0);
+    add("visual.merger.mlp.0.weight", 2, MHID, MHID, 0, 0, 0, 0.3);
+    add("visual.merger.mlp.0.bias", 1, MHID, 0, 0, 0, 2, 0);
+    add("visual.merger.mlp.2.weight", 2, TH, MHID, 0, 0, 0, 0.3);
+    add("visual.merger.mlp.2.bias", 1, TH, 0, 0, 0, 2, 0);
+    add("model.embed_tokens.weight", 2, VOC, TH, 0, 0, 0, 1.0);
+    add("model.norm.weight", 1, TH, 0, 0, 0, 1, 0);
+    add("lm_head.weight", 2, VOC, TH, 0, 0, 0, 0.6);
+    for (int l = 0; l < NL; l++) {
+#define T(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
+        add(T("input_layernorm.weight"), 1, TH, 0, 0, 0, 1, 0);
+        add(T("self_attn.q_proj.weight"), 2, NH * HD, TH, 0, 0, 0, 0.6);
+        add(T("self_attn.q_proj.bias"), 1, NH * HD, 0, 0, 0, 2, 0);
+        add(T("self_attn.k_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.6);
+        add(T("self_attn.k_proj.bias"), 1, NKV * HD, 0, 0, 0, 2, 0);
+        add(T("self_attn.v_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.6);
+        add(T("self_attn.v_proj.bias"), 1, NKV * HD, 0, 0, 0, 2, 0);
+        add(T("self_attn.o_proj.weight"), 2, TH, NH * HD, 0, 0, 0, 0.5);
+        add(T("post_attention_layernorm.weight"), 1, TH, 0, 0, 0, 1, 0);
+        add(T("mlp.gate_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
+        add(T("mlp.up_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
+        add(T("mlp.down_proj.weight"), 2, TH, FFN, 0, 0, 0, 0.5);
+#undef T
+    }
+}
+
+/* ---- the folder ---------------------------------------------------------------- */
+
+/* transformers 4.49's layout: the text model's fields at the top level,
+ * rope_scaling as the published checkpoints write it */
+static const char *CONFIG =
+    "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"model_type\": \"qwen2_5_vl\","
+    " \"hidden_size\": 48, \"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 3,"
+    " \"num_key_value_heads\": 1, \"vocab_size\": 520, \"max_position_embeddings\": 256,"
+    " \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, \"hidden_act\": \"silu\","
+    " \"tie_word_embeddings\": false, \"use_sliding_window\": false, \"sliding_window\": 32768,"
+    " \"bos_token_id\": 1, \"eos_token_id\": 2,"
+    " \"rope_scaling\": {\"type\": \"mrope\", \"mrope_section\": [2, 3, 3]},"
+    " \"torch_dtype\": \"float32\"}";
+
+/* the same with the vision half (transformers 4.5x's layout: text_config
+ * too) and Qwen2VLImageProcessor's settings, small: patches of 4 px, the
+ * pixel budget [256, 2560] */
+static const char *CONFIG_VL =
+    "{\"architectures\": [\"Qwen2_5_VLForConditionalGeneration\"], \"model_type\": \"qwen2_5_vl\","
+    " \"image_token_id\": 514, \"video_token_id\": 515, \"vision_start_token_id\": 512,"
+    " \"vision_end_token_id\": 513, \"bos_token_id\": 1, \"eos_token_id\": 2,"
+    " \"text_config\": {\"model_type\": \"qwen2_5_vl_text\", \"hidden_size\": 48, \"intermediate_size\": 96,"
+    "   \"num_hidden_layers\": 2, \"num_attention_heads\": 3, \"num_key_value_heads\": 1, \"vocab_size\": 520,"
+    "   \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0,"
+    "   \"hidden_act\": \"silu\", \"tie_word_embeddings\": false, \"use_sliding_window\": false,"
+    "   \"rope_scaling\": {\"rope_type\": \"default\", \"type\": \"default\", \"mrope_section\": [2, 3, 3]}},"
+    " \"vision_config\": {\"model_type\": \"qwen2_5_vl\", \"depth\": 3, \"hidden_size\": 32,"
+    "   \"intermediate_size\": 48, \"num_heads\": 2, \"in_chans\": 3, \"patch_size\": 4,"
+    "   \"spatial_merge_size\": 2, \"temporal_patch_size\": 2, \"window_size\": 16,"
+    "   \"fullatt_block_indexes\": [1], \"out_hidden_size\": 48, \"hidden_act\": \"silu\","
+    "   \"tokens_per_second\": 2},"
+    " \"torch_dtype\": \"float32\"}";
+
+static const char *PREPROCESSOR =
+    "{\"image_processor_type\": \"Qwen2VLImageProcessor\", \"min_pixels\": 256, \"max_pixels\": 2560,"
+    " \"patch_size\": 4, \"temporal_patch_size\": 2, \"merge_size\": 2, \"do_resize\": true,"
+    " \"resample\": 3, \"do_rescale\": true, \"rescale_factor\": 0.00392156862745098, \"do_normalize\": true,"
+    " \"image_mean\": [0.48145466, 0.4578275, 0.40821073], \"image_std\": [0.26862954, 0.26130258, 0.27577711],"
+    " \"processor_class\": \"Qwen2_5_VLProcessor\"}";
+
+static char *hf_dir;
+
+static void write_folder(const char *dir, const char *config) {
+    char *p = test_join(dir, "config.json");
+    test_write_file(p, config, strlen(config));
+    free(p);
+    stw_writer *w = stw_new();
+    for (int i = 0; i < n_specs; i++) {
+        if (strcmp(specs[i].name, "visual.patch_embed.proj.weight") == 0) { /* as PyTorch stores a Conv3d */
+            int64_t conv[5] = {VH, 3, TEMP, PATCH, PATCH};
+            stw_add_f32(w, specs[i].name, 5, conv, specs[i].data);
+            continue;
+        }
+        stw_add_f32(w, specs[i].name, specs[i].n_dims, specs[i].shape, specs[i].data);
+    }
+    p = test_join(dir, "model.safetensors");
+    REQUIRE(stw_write(w, p) == 0);
+    free(p);
+    stw_free(w);
+}
+
+static void need_files(void) {
+    if (hf_dir) return;
+    make_weights();
+    hf_dir = test_make_dir("qwen25vl");
+    write_folder(hf_dir, CONFIG);
+}
+
+/* ---- the float64 reference ------------------------------------------------------------ */
+
+typedef enum ref_bug {
+    BUG_NONE,
+    BUG_SWAP_HW,     /* the height and width sections' components swapped */
+    BUG_PLAIN_ROPE,  /* every row turned by its index (no M-RoPE) */
+} ref_bug;
+
+static void rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
+}
+
+static void linear(double *y, const float *w, const float *b, const double *x, int rows, int cols) {
+    for (int r = 0; r < rows; r++) {
+        double s = b ? b[r] : 0.0;
+        for (int c = 0; c < cols; c++) s += (double)w[(size_t)r * cols + c] * x[c];
+        y[r] = s;
+    }
+}
+
+/* apply_multimodal_rotary_pos_emb on one head: cos/sin of each component
+ * as cat(freqs, freqs) over head_dim, the head_dim cut into chunks
+ * mrope_section * 2 = [s0, s1, s2, s0, s1, s2], chunk j from component
+ * j % 3; then x * cos + rotate_half(x) * sin. */
+static void mrope(double *x, const int32_t pos3[3], ref_bug bug) {
+    double cosv[HD], sinv[HD], out[HD];
+    int chunk[6] = {SECTION[0], SECTION[1], SECTION[2], SECTION[0], SECTION[1], SECTION[2]};
+    int d = 0;
+    for (int j = 0; j < 6; j++) {
+        int comp = j % 3;
+        if (bug == BUG_SWAP_HW && comp) comp = 3 - comp;
+        for (int k = 0; k < chunk[j]; k++, d++) {
+            int i = d % (HD / 2); /* cat(freqs, freqs): index d holds frequency d mod HD/2 */
+            double ang = pos3[comp] * pow(THETA, -2.0 * i / HD);
+            cosv[d] = cos(ang), sinv[d] = sin(ang);
+        }
+    }
+    for (int e = 0; e < HD; e++) {
+        double rot = e < HD / 2 ? -x[e + HD / 2] : x[e - HD / 2];
+        out[e] = x[e] * cosv[e] + rot * sinv[e];
+    }
+    memcpy(x, out, sizeof out);
+}
+
+/* The Qwen2 decoder over n rows (row i: token ids[i], or the vector embd[i]
+ * when given), causal, rows turned by pos3[i]; logits of every row. With
+ * BUG_PLAIN_ROPE every row turns by its index instead. */
+static void ref_text_logits(ref_bug bug, const int32_t *ids, const double *const *embd, const int32_t *pos3, int n,
+                            double *logits) {
+    double *x = calloc((size_t)n * TH, sizeof *x), *xn = malloc(sizeof(double) * TH);
+    double *q = malloc(sizeof(double) * (size_t)n * NH * HD), *k = malloc(sizeof(double) * (size_t)n * NKV * HD);
+    double *v = malloc(sizeof(double) * (size_t)n * NKV * HD), *att = malloc(sizeof(double) * NH * HD);
+    double *g = malloc(sizeof(double) * FFN), *u = malloc(sizeof(double) * FFN), *o = malloc(sizeof(double) * TH);
+    double *sc = malloc(sizeof(double) * (size_t)n);
+    const float *emb = W("model.embed_tokens.weight");
+    for (int i = 0; i < n; i++)
+        for (int c = 0; c < TH; c++) x[(size_t)i * TH + c] = embd && embd[i] ? embd[i][c] : emb[(size_t)ids[i] * TH + c];
+    char nm[160];
+    for (int l = 0; l < NL; l++) {
+#define L(s) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s), W(nm))
+        for (int i = 0; i < n; i++) {
+            rmsnorm(xn, x + (size_t)i * TH, L("input_layernorm.weight"), TH, TEPS);
+            linear(q + (size_t)i * NH * HD, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"), xn, NH * HD, TH);
+            linear(k + (size_t)i * NKV * HD, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"), xn, NKV * HD, TH);
+            linear(v + (size_t)i * NKV * HD, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"), xn, NKV * HD, TH);
+            int32_t idx3[3] = {i, i, i};
+            const int32_t *p = bug == BUG_PLAIN_ROPE ? idx3 : pos3 + 3 * i;
+            ref_bug b = bug == BUG_PLAIN_ROPE ? BUG_NONE : bug;
+            for (int h = 0; h < NH; h++) mrope(q + ((size_t)i * NH + h) * HD, p, b);
+            for (int h = 0; h < NKV; h++) mrope(k + ((size_t)i * NKV + h) * HD, p, b);
+        }
+        for (int i = 0; i < n; i++) {
+            for (int h = 0; h < NH; h++) {
+                const double *qh = q + ((size_t)i * NH + h) * HD;
+                int kvh = h / (NH / NKV);
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int e = 0; e < HD; e++) s += qh[e] * k[((size_t)j * NKV + kvh) * HD + e];
+                    sc[j] = s / sqrt((double)HD);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j <= i; j++) sum += sc[j] = exp(sc[j] - mx);
+                for (int e = 0; e < HD; e++) {
+                    double a = 0;
+                    for (int j = 0; j <= i; j++) a += sc[j] * v[((size_t)j * NKV + kvh) * HD + e];
+                    att[h * HD + e] = a / sum;
+                }
+            }
+            linear(o, L("self_attn.o_proj.weight"), NULL, att, TH, NH * HD);
+            for (int c = 0; c < TH; c++) x[(size_t)i * TH + c] += o[c];
+        }
+        for (int i = 0; i < n; i++) {
+            double *xi = x + (size_t)i * TH;
+            rmsnorm(xn, xi, L("post_attention_layernorm.weight"), TH, TEPS);
+            linear(g, L("mlp.gate_proj.weight"), NULL, xn, FFN, TH);
+            linear(u, L("mlp.up_proj.weight"), NULL, xn, FFN, TH);
+            for (int f = 0; f < FFN; f++) g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+            linear(o, L("mlp.down_proj.weight"), NULL, g, TH, FFN);
+            for (int c = 0; c < TH; c++) xi[c] += o[c];
+        }
+#undef L
+    }
+    for (int i = 0; i < n; i++) {
+        rmsnorm(xn, x + (size_t)i * TH, W("model.norm.weight"), TH, TEPS);
+        linear(logits + (size_t)i * VOC, W("lm_head.weight"), NULL, xn, VOC, TH);
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(o), free(sc);
+}
+
+static double max_diff(const float *a, const double *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (!(d <= m)) m = d; /* NaN counts as the largest */
+    }
+    return m;
+}
+
+/* ---- stage 1: M-RoPE through the batch ---------------------------------------------- */
+
+/* Made-up positions as an image prompt lays them out: 3 text rows, a
+ * 2 x 3 grid of image rows at start 3 ((3, 3 + row, 3 + col)), then text
+ * from max + 1 = 6; then 3 decode rows at index + delta (delta = 6 - 9). */
+enum { N_PRE = 12, N_DEC = 3, N_ALL = N_PRE + N_DEC };
+static void made_up_positions(int32_t *pos3, int32_t *delta) {
+    int i = 0;
+    for (; i < 3; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
+    for (int r = 0; r < 2; r++)
+        for (int c = 0; c < 3; c++, i++) pos3[3 * i] = 3, pos3[3 * i + 1] = 3 + r, pos3[3 * i + 2] = 3 + c;
+    int next = 3 + 2 + 1; /* the image's largest component (3 + col 2) + 1 */
+    for (int t = 0; i < N_PRE; i++, t++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = next + t;
+    *delta = next - 9; /* row 9 (the first text row after the image) is at position 6 */
+    for (; i < N_ALL; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i + *delta;
+}
+
+static void stage1_ids(int32_t *ids) {
+    for (int i = 0; i < N_ALL; i++) ids[i] = (int32_t)((i * 37 + 11) % 150);
+}
+
+/* The engine's logits of all N_ALL rows: the prompt in one call with its
+ * positions, then each decode row alone at index + delta. */
+static float *stage1_engine_logits(int32_t delta_error) {
+    pdl_error err = {0};
+    pdl_model *m = NULL;
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, hf_dir, &mo, &err) == 0, "%s", err.message);
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
+    int32_t ids[N_ALL], pos3[3 * N_ALL], delta;
+    stage1_ids(ids);
+    made_up_positions(pos3, &delta);
+    float *logits = malloc((size_t)N_ALL * VOC * sizeof *logits);
+    pdl_seq seq = {0};
+    pdl_row_inputs in = {.rope_pos3 = pos3};
+    int rc = pdl_seq_forward_rows(m, kv, &seq, ids, &in, N_PRE, PDL_LOGITS_ALL, logits, &err);
+    CHECK_MSG(rc == 0, "%s", err.message);
+    for (int i = N_PRE; rc == 0 && i < N_ALL; i++) {
+        int32_t p3[3] = {i + delta + delta_error, i + delta + delta_error, i + delta + delta_error};
+        pdl_row_inputs d = {.rope_pos3 = p3};
+        rc = pdl_seq_forward_rows(m, kv, &seq, ids + i, &d, 1, PDL_LOGITS_ALL, logits + (size_t)i * VOC, &err);
+        CHECK_MSG(rc == 0, "%s", err.message);
+    }
+    pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+    if (rc) free(logits), logits = NULL;
+    return logits;
+}
+
+static void test_mrope_rows_match_the_float64_reference(void) {
+    need_files();
+    int32_t ids[N_ALL], pos3[3 * N_ALL], delta;
+    stage1_ids(ids);
+    made_up_positions(pos3, &delta);
+    double *want = malloc(sizeof(double) * N_ALL * VOC), *bad = malloc(sizeof(double) * N_ALL * VOC);
+    ref_text_logits(BUG_NONE, ids, NULL, pos3, N_ALL, want);
+    float *got = stage1_engine_logits(0);
+    REQUIRE(got);
+    double d = max_diff(got, want, (size_t)N_ALL * VOC);
+    fprintf(stderr, "  M-RoPE text model: max |engine - float64 reference| = %.3g over %d rows\n", d, N_ALL);
+    CHECK_MSG(d < TOL, "%.3g", d);
+    /* the reference can tell: h/w swapped, plain RoPE, the delta one off */
+    ref_text_logits(BUG_SWAP_HW, ids, NULL, pos3, N_ALL, bad);
+    double d_swap = max_diff(got, bad, (size_t)N_ALL * VOC);
+    ref_text_logits(BUG_PLAIN_ROPE, ids, NULL, pos3, N_ALL, bad);
+    double d_plain = max_diff(got, bad, (size_t)N_ALL * VOC);
+    fprintf(stderr, "  variants: h/w swapped %.3g, plain RoPE %.3g\n", d_swap, d_plain);
+    CHECK_MSG(d_swap > 100 * TOL, "%.3g", d_swap);
+    CHECK_MSG(d_plain > 100 * TOL, "%.3g", d_plain);
+    free(got);
+    got = stage1_engine_logits(1);
+    REQUIRE(got);
+    /* the prompt rows agree, the decode rows do not */
+    CHECK(max_diff(got, want, (size_t)N_PRE * VOC) < TOL);
+    double d_delta = max_diff(got + (size_t)N_PRE * VOC, want + (size_t)N_PRE * VOC, (size_t)N_DEC * VOC);
+    fprintf(stderr, "  decode rows with the delta one off: %.3g\n", d_delta);
+    CHECK_MSG(d_delta > 100 * TOL, "%.3g", d_delta);
+    free(got), free(want), free(bad);
+}
+
+/* Equal components are plain RoPE, to the bit; a model without M-RoPE
+ * refuses 3-component positions. */
+static void test_equal_components_are_plain_rope(void) {
+    need_files();
+    pdl_error err = {0};
+    pdl_model *m = NULL;
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, hf_dir, &mo, &err) == 0, "%s", err.message);
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
+    int32_t ids[N_ALL], pos3[3 * N_PRE];
+    stage1_ids(ids);
+    for (int i = 0; i < N_PRE; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
+    float *a = malloc(sizeof(float) * N_PRE * VOC), *b = malloc(sizeof(float) * N_PRE * VOC);
+    pdl_seq s1 = {0}, s2 = {0};
+    pdl_row_inputs in = {.rope_pos3 = pos3};
+    CHECK(pdl_seq_forward_rows(m, kv, &s1, ids, NULL, N_PRE, PDL_LOGITS_ALL, a, &err) == 0);
+    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
+    CHECK(memcmp(a, b, sizeof(float) * N_PRE * VOC) == 0);
+    /* shifted by one in one component: different */
+    pdl_seq_release(kv, &s2);
+    pos3[3 * 5 + 2] += 1;
+    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
+    CHECK(memcmp(a + 5 * VOC, b + 5 * VOC, sizeof(float) * VOC) != 0);
+    CHECK(memcmp(a, b, sizeof(float) * 5 * VOC) == 0);
+    pdl_seq_release(kv, &s1), pdl_seq_release(kv, &s2);
+    /* negative components are refused */
+    pos3[3 * 2 + 1] = -1;
+    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
+    CHECK_CONTAINS(err.message, "row 2: M-RoPE position -1 of component 1 is negative");
+    pdl_seq_release(kv, &s2);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+
+    /* a plain Qwen2 folder (no mrope_section) refuses them */
+    char *dir = test_make_dir("qwen2-plain");
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg, "%s", CONFIG);
+    char *at = strstr(cfg, "\"rope_scaling\"");
+    REQUIRE(at);
+    memcpy(at, "\"rope_scalinX\"", 14); /* an unknown key: no rope scaling */
+    write_folder(dir, cfg);
+    REQUIRE_MSG(pdl_model_load(&m, dir, &mo, &err) == 0, "%s", err.message);
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
+    for (int i = 0; i < N_PRE; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
+    CHECK(pdl_seq_forward_rows(m, kv, &s1, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
+    CHECK_CONTAINS(err.message, "no M-RoPE sections");
+    pdl_seq_release(kv, &s1);
+    pdl_kv_cache_free(kv);
+    pdl_model_free(m);
+    free(dir), free(a), free(b);
+}
+
+/* Sections that do not sum to rope_dim / 2 are refused at load, naming them. */
+static void test_bad_sections_are_refused(void) {
+    need_files();
+    char *dir = test_make_dir("qwen25vl-bad-sections");
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg, "%s", CONFIG);
+    char *at = strstr(cfg, "[2, 3, 3]");
+    REQUIRE(at);
+    memcpy(at, "[2, 3, 4]", 9);
+    write_folder(dir, cfg);
+    pdl_error err = {0};
+    pdl_model *m = NULL;
+    pdl_model_options mo = {.n_threads = 1};
+    CHECK(pdl_model_load(&m, dir, &mo, &err) != 0);
+    CHECK_CONTAINS(err.message, "M-RoPE sections [2, 3, 4]");
+    free(dir);
+}
+
+/* ---- stages 3 and 4: the image ------------------------------------------------------ */
+
+/* rgb_png (131 x 90) through the processor: smart_resize to 56 x 40, a
+ * grid of 14 x 10 patches, 7 x 5 merged cells (windows of 2 x 2 cells cut
+ * by the right and bottom edges) */
+enum { GW = 14, GH = 10, NPATCH = GW * GH, MW = GW / MERGE, MH = GH / MERGE, CELLS = MW * MH };
+enum { IMG_AT = 5, N_BEFORE = 4, N_AFTER = 5, N_PROMPT = N_BEFORE + 1 + CELLS + 1 + N_AFTER };
+static const int32_t BEFORE[N_BEFORE] = {2, 17, 40, 9}, AFTER[N_AFTER] = {9, 33, 21, 51, 7};
+
+static char *vl_dir, *ref_dir;
+static float ref_patches[NPATCH * PP];
+
+static void need_vl_files(void) {
+    if (vl_dir) return;
+    need_files();
+    ref_dir = test_make_dir("ref");
+    char *script = test_source_path("scripts/vision-reference-pixels");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
+    int rc = system(cmd);
+    free(script);
+    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    /* rgb_png through Qwen2VLImageProcessor's steps (patch 4, merge 2, budget [256, 2560]) */
+    char *p = test_join(ref_dir, "rgb_png.qwen8.f32");
+    size_t n = 0;
+    char *d = test_slurp(p, &n);
+    REQUIRE(n == sizeof ref_patches);
+    memcpy(ref_patches, d, n);
+    free(d), free(p);
+    vl_dir = test_make_dir("qwen25vl-vlm");
+    write_folder(vl_dir, CONFIG_VL);
+    p = test_join(vl_dir, "preprocessor_config.json");
+    test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
+    free(p);
+    /* stories260K's tokenizer with Qwen2.5-VL's image tokens added after it */
+    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
+    json_error_t je;
+    json_t *tok = json_load_file(src, 0, &je);
+    REQUIRE_MSG(tok, "%s: %s", src, je.text);
+    const char *names[3] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
+    for (int i = 0; i < 3; i++)
+        json_array_append_new(json_object_get(tok, "added_tokens"),
+                              json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", VSTART + i, "content", names[i],
+                                        "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    p = test_join(vl_dir, "tokenizer.json");
+    REQUIRE(json_dump_file(tok, p, 0) == 0);
+    free(p), free(src);
+    json_decref(tok);
+    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
+    d = test_slurp(src, &n);
+    p = test_join(vl_dir, "tokenizer_config.json");
+    test_write_file(p, d, n);
+    free(p), free(d), free(src);
+}
+
+typedef enum vbug {
+    VBUG_NONE,
+    VBUG_NO_WINDOWS,   /* every layer over the whole image (windows skipped) */
+    VBUG_ROPE_HW_SWAP, /* the tower's rotary halves by (col, row) instead of (row, col) */
+} vbug;
+
+/* Qwen2_5_VisionTransformerPretrainedModel over the processor's patches, in
+ * float64, in the processor's row order: window attention as a mask (two
+ * rows see each other when their merged cells lie in the same
+ * WIN x WIN window of the merged grid), full attention in FULL_LAYER;
+ * then the merger. rows: (CELLS, TH), row-major over the merged grid. */
+static void ref_image_rows(vbug bug, double *rows) {
+    double *x = calloc((size_t)NPATCH * VH, sizeof *x), *xn = malloc(sizeof(double) * NPATCH * VH);
+    double *q = malloc(sizeof(double) * NPATCH * VH), *k = malloc(sizeof(double) * NPATCH * VH);
+    double *v = malloc(sizeof(double) * NPATCH * VH), *att = malloc(sizeof(double) * VH);
+    double *g = malloc(sizeof(double) * VFFN), *u = malloc(sizeof(double) * VFFN), *o = malloc(sizeof(double) * VH);
+    double *sc = malloc(sizeof(double) * NPATCH), *pat = malloc(sizeof(double) * PP);
+    int hpos[NPATCH], wpos[NPATCH], win[NPATCH];
+    for (int r = 0; r < NPATCH; r++) {
+        /* rot_pos_emb: the row and column of patch r in the processor's order */
+        int cell = r / (MERGE * MERGE), j = r % (MERGE * MERGE), cy = cell / MW, cx = cell % MW;
+        hpos[r] = cy * MERGE + j / MERGE, wpos[r] = cx * MERGE + j % MERGE;
+        win[r] = (cy / WIN) * ((MW + WIN - 1) / WIN) + cx / WIN;
+        for (int i = 0; i < PP; i++) pat[i] = ref_patches[(size_t)r * PP + i];
+        linear(x + (size_t)r * VH, W("visual.patch_embed.proj.weight"), NULL, pat, VH, PP);
+    }
+    char nm[160];
+    for (int l = 0; l < VL; l++) {
+#define L(s_) (snprintf(nm, sizeof nm, "visual.blocks.%d.%s", l, s_), W(nm))
+        const float *wqkv = L("attn.qkv.weight"), *bqkv = L("attn.qkv.bias");
+        for (int r = 0; r < NPATCH; r++) {
+            rmsnorm(xn, x + (size_t)r * VH, L("norm1.weight"), VH, 1e-6);
+            linear(q + (size_t)r * VH, wqkv, bqkv, xn, VH, VH);
+            linear(k + (size_t)r * VH, wqkv + VH * VH, bqkv + VH, xn, VH, VH);
+            linear(v + (size_t)r * VH, wqkv + 2 * VH * VH, bqkv + 2 * VH, xn, VH, VH);
+            /* emb = cat(freqs(hpos), freqs(wpos)), freqs over dim = VHD / 2:
+             * inv_freq_j = 10000^(-2j / dim); cos/sin of cat(emb, emb) */
+            double ang[VHD / 2];
+            int a = bug == VBUG_ROPE_HW_SWAP ? wpos[r] : hpos[r], b = bug == VBUG_ROPE_HW_SWAP ? hpos[r] : wpos[r];
+            for (int j = 0; j < VHD / 4; j++) {
+                double inv = pow(10000.0, -2.0 * j / (VHD / 2));
+                ang[j] = a * inv, ang[VHD / 4 + j] = b * inv;
+            }
+            for (int hh = 0; hh < VNH; hh++) {
+                double *vecs[2] = {q + (size_t)r * VH + hh * VHD, k + (size_t)r * VH + hh * VHD};
+                for (int z = 0; z < 2; z++) { /* x cos + rotate_half(x) sin */
+                    double *xx = vecs[z], out[VHD];
+                    for (int e = 0; e < VHD; e++) {
+                        double rot = e < VHD / 2 ? -xx[e + VHD / 2] : xx[e - VHD / 2];
+                        out[e] = xx[e] * cos(ang[e % (VHD / 2)]) + rot * sin(ang[e % (VHD / 2)]);
+                    }
+                    memcpy(xx, out, sizeof out);
+                }
+            }
+        }
+        bool full = l == FULL_LAYER || bug == VBUG_NO_WINDOWS;
+        double *add = calloc((size_t)NPATCH * VH, sizeof *add);
+        for (int r = 0; r < NPATCH; r++) {
+            for (int hh = 0; hh < VNH; hh++) {
+                double mx = -1e300, sum = 0;
+                for (int j = 0; j < NPATCH; j++) {
+                    sc[j] = -1e300;
+                    if (!full && win[j] != win[r]) continue;
+                    double d = 0;
+                    for (int e = 0; e < VHD; e++) d += q[(size_t)r * VH + hh * VHD + e] * k[(size_t)j * VH + hh * VHD + e];
+                    sc[j] = d / sqrt((double)VHD);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j < NPATCH; j++) sum += sc[j] = sc[j] > -1e299 ? exp(sc[j] - mx) : 0.0;
+                for (int e = 0; e < VHD; e++) {
+                    double acc = 0;
+                    for (int j = 0; j < NPATCH; j++) acc += sc[j] * v[(size_t)j * VH + hh * VHD + e];
+                    att[hh * VHD + e] = acc / sum;
+                }
+            }
+            linear(add + (size_t)r * VH, L("attn.proj.weight"), L("attn.proj.bias"), att, VH, VH);
+        }
+        for (size_t i = 0; i < (size_t)NPATCH * VH; i++) x[i] += add[i];
+        free(add);
+        for (int r = 0; r < NPATCH; r++) {
+            double *xr = x + (size_t)r * VH;
+            rmsnorm(xn, xr, L("norm2.weight"), VH, 1e-6);
+            linear(g, L("mlp.gate_proj.weight"), L("mlp.gate_proj.bias"), xn, VFFN, VH);
+            linear(u, L("mlp.up_proj.weight"), L("mlp.up_proj.bias"), xn, VFFN, VH);
+            for (int f = 0; f < VFFN; f++) g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
+            linear(o, L("mlp.down_proj.weight"), L("mlp.down_proj.bias"), g, VH, VFFN);
+            for (int c = 0; c < VH; c++) xr[c] += o[c];
+        }
+#undef L
+    }
+    /* the merger: ln_q per row, a cell's 4 rows (consecutive) side by side */
+    double cat[MHID], mid[MHID];
+    for (int cell = 0; cell < CELLS; cell++) {
+        for (int j = 0; j < MERGE * MERGE; j++)
+            rmsnorm(cat + j * VH, x + ((size_t)cell * MERGE * MERGE + j) * VH, W("visual.merger.ln_q.weight"), VH, 1e-6);
+        linear(mid, W("visual.merger.mlp.0.weight"), W("visual.merger.mlp.0.bias"), cat, MHID, MHID);
+        for (int i = 0; i < MHID; i++) mid[i] = 0.5 * mid[i] * (1.0 + erf(mid[i] / sqrt(2.0)));
+        linear(rows + (size_t)cell * TH, W("visual.merger.mlp.2.weight"), W("visual.merger.mlp.2.bias"), mid, TH, MHID);
+    }
+    free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(o), free(sc), free(pat);
+}
+
+static void prompt_ids(int32_t *ids) {
+    int i = 0;
+    for (int j = 0; j < N_BEFORE; j++) ids[i++] = BEFORE[j];
+    ids[i++] = VSTART;
+    for (int j = 0; j < CELLS; j++) ids[i++] = IMAGE_TOKEN;
+    ids[i++] = VEND;
+    for (int j = 0; j < N_AFTER; j++) ids[i++] = AFTER[j];
+}
+
+/* get_rope_index for one image at `at` over n rows (rows from n_prompt on
+ * continue as text); delta_bug shifts those by one. */
+static void ref_positions_at(int32_t *pos3, int n, int at, int n_prompt, int delta_bug) {
+    int i = 0;
+    for (; i < at; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
+    int st = at;
+    for (int r = 0; r < MH; r++)
+        for (int c = 0; c < MW; c++, i++) pos3[3 * i] = st, pos3[3 * i + 1] = st + r, pos3[3 * i + 2] = st + c;
+    int next = st + (MH > MW ? MH : MW); /* the image's largest position + 1 */
+    for (int t = 0; i < n; i++, t++) {
+        int pp = next + t + (i >= n_prompt ? delta_bug : 0);
+        pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = pp;
+    }
+}
+
+static void ref_positions(int32_t *pos3, int n, int delta_bug) { ref_positions_at(pos3, n, IMG_AT, N_PROMPT, delta_bug); }
+
+/* Reference logits of ids with the image's rows at `at` (n rows: the
+ * prompt of n_prompt, then any generated tokens). */
+static double *reference_logits_at(vbug bug, const int32_t *ids, int n, int at, int n_prompt, int delta_bug) {
+    double *img = malloc(sizeof(double) * CELLS * TH), *logits = malloc(sizeof(double) * (size_t)n * VOC);
+    ref_image_rows(bug, img);
+    const double **embd = calloc((size_t)n, sizeof *embd);
+    for (int c = 0; c < CELLS; c++) embd[at + c] = img + (size_t)c * TH;
+    int32_t *pos3 = malloc(sizeof(int32_t) * 3 * (size_t)n);
+    ref_positions_at(pos3, n, at, n_prompt, delta_bug);
+    ref_text_logits(BUG_NONE, ids, embd, pos3, n, logits);
+    free(img), free(embd), free(pos3);
+    return logits;
+}
+
+static double *reference_logits(vbug bug, const int32_t *ids, int n, int delta_bug) {
+    return reference_logits_at(bug, ids, n, IMG_AT, N_PROMPT, delta_bug);
+}
+
+static void load_vl(pdl_model **m, pdl_vision **v) {
+    pdl_error err = {0};
+    pdl_model_options mo = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(m, vl_dir, &mo, &err) == 0, "%s", err.message);
+    int rc = pdl_vision_load(v, vl_dir, *m, &err);
+    if (rc) pdl_model_free(*m);
+    REQUIRE_MSG(rc == 0, "%s", err.message);
+}
+
+static pdl_image *load_png(void) {
+    pdl_image *img = NULL;
+    pdl_error err = {0};
+    char *png = test_join(ref_dir, "rgb_png.png");
+    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    free(png);
+    return img;
+}
+
+/* The prompt's all-row logits through pdl_seq_forward_rows, with the
+ * positions pdl_mm_rope_positions gives. */
+static float *engine_prompt_logits(void) {
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    pdl_vision_info info;
+    pdl_vision_get_info(v, &info);
+    CHECK(strcmp(info.family, "qwen2_5_vl") == 0 && strcmp(info.tower, "qwen2_5_vit") == 0);
+    CHECK_EQ_INT(info.rows_per_image, -1);
+    pdl_error err = {0};
+    pdl_image *img = load_png();
+    CHECK_EQ_INT(pdl_vision_image_rows(v, img), CELLS);
+    float *rows = NULL;
+    int n_rows = 0;
+    REQUIRE_MSG(pdl_vision_encode(v, img, &rows, &n_rows, &err) == 0, "%s", err.message);
+    REQUIRE(n_rows == CELLS);
+    int32_t ids[N_PROMPT], pos3[3 * N_PROMPT], want3[3 * N_PROMPT], delta = 0;
+    prompt_ids(ids);
+    const float *embd[N_PROMPT] = {0};
+    for (int i = 0; i < CELLS; i++) embd[IMG_AT + i] = rows + (size_t)i * TH;
+    pdl_mm_input in = {.image = img, .position = IMG_AT};
+    CHECK(pdl_mm_rope_positions(v, &in, 1, N_PROMPT, pos3, &delta));
+    ref_positions(want3, N_PROMPT, 0);
+    CHECK(memcmp(pos3, want3, sizeof pos3) == 0);
+    CHECK_EQ_INT(delta, IMG_AT + MW - (IMG_AT + CELLS)); /* the text after the image starts at 5 + 7, row 40 */
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 8, &err) == 0);
+    float *logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
+    pdl_seq seq = {0};
+    pdl_row_inputs ri = {.embd = embd, .rope_pos3 = pos3};
+    int rc = pdl_seq_forward_rows(m, kv, &seq, ids, &ri, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
+    CHECK_MSG(rc == 0, "%s", err.message);
+    pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    free(rows);
+    pdl_image_free(img);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+    if (rc) free(logits), logits = NULL;
+    return logits;
+}
+
+static void test_image_prompt_matches_the_float64_reference(void) {
+    need_vl_files();
+    int32_t ids[N_PROMPT];
+    prompt_ids(ids);
+    float *got = engine_prompt_logits();
+    REQUIRE(got);
+    double *want = reference_logits(VBUG_NONE, ids, N_PROMPT, 0);
+    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    fprintf(stderr, "  Qwen2.5-VL + image: max |engine - float64 reference| = %.3g over %d rows\n", d, N_PROMPT);
+    CHECK_MSG(d < TOL, "%.3g", d);
+    /* the reference tells the windows and the tower's rotary order apart */
+    vbug bugs[2] = {VBUG_NO_WINDOWS, VBUG_ROPE_HW_SWAP};
+    for (int b = 0; b < 2; b++) {
+        double *bad = reference_logits(bugs[b], ids, N_PROMPT, 0);
+        double db = max_diff(got, bad, (size_t)N_PROMPT * VOC);
+        fprintf(stderr, "  variant %d: %.3g\n", b, db);
+        CHECK_MSG(db > 100 * TOL, "variant %d: %.3g", b, db);
+        free(bad);
+    }
+    free(got), free(want);
+}
+
+/* ---- through the engine ------------------------------------------------------------- */
+
+enum { GEN = 5, MAX_REQ = 4 };
+
+typedef struct collected {
+    int32_t tokens[MAX_REQ][GEN];
+    int n[MAX_REQ];
+    float logits[MAX_REQ][GEN][VOC]; /* each sampled row's logits, in order */
+    int n_logits[MAX_REQ];
+} collected;
+
+static void on_event(const pdl_event *ev, void *user) {
+    collected *c = user;
+    int r = (int)ev->request_id - 1;
+    if (r < 0 || r >= MAX_REQ) return;
+    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
+}
+
+static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
+    collected *c = user;
+    int r = (int)id - 1;
+    (void)index, (void)position;
+    if (r < 0 || r >= MAX_REQ || c->n_logits[r] >= GEN || vocab != VOC) return;
+    memcpy(c->logits[r][c->n_logits[r]++], row, sizeof c->logits[r][0]);
+}
+
+/* Requests with n_text[i] == 0 carry the image prompt; others n_text text ids. */
+static void run_engine(const int *n_text, int n, int max_prefill_chunk, collected *out) {
+    memset(out, 0, sizeof *out);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    pdl_error err = {0};
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .on_logits = on_logits, .on_logits_user = out,
+                             .max_model_len = 96, .max_prefill_chunk = max_prefill_chunk};
+    pdl_engine *e = NULL;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+    pdl_image *img = load_png();
+    for (int i = 0; i < n; i++) {
+        int32_t ids[N_PROMPT];
+        int n_ids = n_text[i];
+        pdl_mm_input in = {.image = img, .position = IMG_AT};
+        if (n_ids == 0) {
+            prompt_ids(ids);
+            n_ids = N_PROMPT;
+        } else {
+            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % 140;
+        }
+        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
+                                 .images = n_text[i] == 0 ? &in : NULL, .n_images = n_text[i] == 0 ? 1 : 0};
+        uint64_t id = 0;
+        CHECK_MSG(pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) == 0, "%s",
+                  err.message);
+    }
+    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
+    pdl_image_free(img);
+    pdl_engine_free(e);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+}
+
+/* The engine's sampled rows (the prompt's last, then each decode row at
+ * index + delta) against the reference over the prompt and the generated
+ * tokens; with the decode rows' delta one off the reference lands far. */
+static void test_decode_rows_match_the_float64_reference(void) {
+    need_vl_files();
+    int text[1] = {0};
+    int chunks[2] = {0, 7};
+    for (int c = 0; c < 2; c++) {
+        collected got;
+        run_engine(text, 1, chunks[c], &got);
+        REQUIRE(got.n[0] == GEN && got.n_logits[0] == GEN);
+        int32_t ids[N_PROMPT + GEN];
+        prompt_ids(ids);
+        for (int g = 0; g < GEN - 1; g++) ids[N_PROMPT + g] = got.tokens[0][g];
+        int n = N_PROMPT + GEN - 1;
+        double *want = reference_logits(VBUG_NONE, ids, n, 0), *off = reference_logits(VBUG_NONE, ids, n, 1);
+        double d = 0, d_off = 0;
+        for (int g = 0; g < GEN; g++) {
+            d = fmax(d, max_diff(got.logits[0][g], want + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
+            d_off = fmax(d_off, max_diff(got.logits[0][g], off + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
+        }
+        fprintf(stderr, "  engine (prefill chunk %d): %d sampled rows vs reference %.3g; delta one off %.3g\n",
+                chunks[c], GEN, d, d_off);
+        CHECK_MSG(d < TOL, "%.3g", d);
+        CHECK_MSG(d_off > 100 * TOL, "%.3g", d_off);
+        free(want), free(off);
+    }
+}
+
+/* Batch invariance with the image: the same tokens and logits bytes alone
+ * and beside text-only requests. */
+static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void) {
+    need_vl_files();
+    int alone[1] = {0}, batch[4] = {5, 0, 19, 2};
+    collected a, b;
+    run_engine(alone, 1, 0, &a);
+    run_engine(batch, 4, 0, &b);
+    CHECK_EQ_INT(a.n[0], GEN);
+    CHECK_EQ_INT(b.n[1], GEN);
+    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
+    CHECK(a.n_logits[0] == GEN && b.n_logits[1] == GEN && memcmp(a.logits[0], b.logits[1], sizeof a.logits[0]) == 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+}
+
+/* ---- the command line ---------------------------------------------------------- */
+
+/* `pagedlm logits --all-rows` with the image where -p has <__media__>:
+ * <|vision_start|>, one <|image_pad|> per merged cell, <|vision_end|>, and
+ * every row's logits against the reference over the ids it reports; `run`
+ * generates from the same prompt. */
+static void test_the_command_line_takes_an_image(void) {
+    need_vl_files();
+    char args[8192];
+    snprintf(args, sizeof args, "logits -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there was a "
+             "cat' --all-rows --kv-cache-dtype f32 -t 2", vl_dir, ref_dir);
+    cmd_result r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    json_error_t je;
+    json_t *o = r.status == 0 ? json_loads(r.out, 0, &je) : NULL;
+    CHECK(o != NULL);
+    if (o) {
+        json_t *toks = json_object_get(o, "tokens"), *imgs = json_object_get(o, "images"), *lg = json_object_get(o, "logits");
+        int n = (int)json_array_size(toks);
+        int at = (int)json_integer_value(json_object_get(json_array_get(imgs, 0), "position"));
+        CHECK_EQ_INT(json_integer_value(json_object_get(json_array_get(imgs, 0), "rows")), CELLS);
+        int32_t *ids = malloc((size_t)n * sizeof *ids);
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(toks, (size_t)i));
+        bool laid_out = at > 1 && at + CELLS < n && ids[at - 1] == VSTART && ids[at + CELLS] == VEND;
+        for (int i = 0; laid_out && i < CELLS; i++) laid_out = ids[at + i] == IMAGE_TOKEN;
+        CHECK_MSG(laid_out, "image at %d of %d tokens", at, n);
+        REQUIRE((int)json_array_size(lg) == n);
+        if (laid_out) {
+            double *want = reference_logits_at(VBUG_NONE, ids, n, at, n, 0), d = 0;
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < VOC; j++)
+                    d = fmax(d, fabs(json_number_value(json_array_get(json_array_get(lg, (size_t)i), (size_t)j)) -
+                                     want[(size_t)i * VOC + j]));
+            fprintf(stderr, "  pagedlm logits: %d rows vs reference %.3g\n", n, d);
+            CHECK_MSG(d < TOL, "%.3g", d);
+            free(want);
+        }
+        free(ids);
+        json_decref(o);
+    }
+    test_free_result(&r);
+    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there' -n 4 "
+             "--temp 0 -t 2", vl_dir, ref_dir);
+    r = test_pagedlm(args);
+    CHECK_MSG(r.status == 0, "%s", r.err);
+    test_free_result(&r);
+}
+
+/* The server's path: an image part becomes the placeholder the chat
+ * template writes (<|vision_start|><|image_pad|><|vision_end|>), which
+ * expands to the same ids as <__media__> does. */
+static void test_the_template_placeholder_expands_like_the_marker(void) {
+    need_vl_files();
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    pdl_vision_info info;
+    pdl_vision_get_info(v, &info);
+    CHECK(strcmp(info.placeholder, "<|vision_start|><|image_pad|><|vision_end|>") == 0);
+    pdl_image *img = load_png();
+    const pdl_image *imgs[1] = {img};
+    char text[256];
+    snprintf(text, sizeof text, "Once upon a time %s there", info.placeholder);
+    const char *media = "Once upon a time <__media__> there";
+    pdl_mm_prompt a, b;
+    pdl_error err = {0};
+    REQUIRE_MSG(pdl_mm_tokenize(m, v, text, strlen(text), info.placeholder, imgs, 1, 0, &a, &err) == 0, "%s",
+                err.message);
+    REQUIRE_MSG(pdl_mm_tokenize(m, v, media, strlen(media), "<__media__>", imgs, 1, 0, &b, &err) == 0, "%s",
+                err.message);
+    CHECK(a.n_ids == b.n_ids && memcmp(a.ids, b.ids, a.n_ids * sizeof *a.ids) == 0);
+    CHECK_EQ_INT(a.images[0].position, b.images[0].position);
+    int at = a.images[0].position;
+    CHECK(at > 0 && a.ids[at - 1] == VSTART && (size_t)(at + CELLS) < a.n_ids && a.ids[at + CELLS] == VEND);
+    pdl_mm_prompt_free(&a), pdl_mm_prompt_free(&b);
+    pdl_image_free(img);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+}
+
+/* An image smart_resize refuses (aspect ratio over 200) is refused with the
+ * reason by the prompt builder and by the engine. */
+static void test_an_image_too_thin_is_refused(void) {
+    need_vl_files();
+    char *png = test_join(ref_dir, "thin.png"), cmd[4096];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"from PIL import Image; Image.new('RGB', (402, 2), (9, 8, 7))"
+             ".save('%s')\"", png);
+    REQUIRE(system(cmd) == 0);
+    pdl_image *img = NULL;
+    pdl_error err = {0};
+    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    pdl_model *m = NULL;
+    pdl_vision *v = NULL;
+    load_vl(&m, &v);
+    const pdl_image *imgs[1] = {img};
+    pdl_mm_prompt mm;
+    CHECK(pdl_mm_tokenize(m, v, "a <__media__>", 13, "<__media__>", imgs, 1, 0, &mm, &err) != 0);
+    CHECK_CONTAINS(err.message, "image 0 (402 x 2 pixels) has an aspect ratio over 200");
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .max_model_len = 96};
+    pdl_engine *e = NULL;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+    int32_t ids[8] = {3, 4, IMAGE_TOKEN, 5};
+    pdl_mm_input in = {.image = img, .position = 2};
+    pdl_request_params rp = {.max_tokens = 2, .logprobs = -1, .prompt_logprobs = -1, .images = &in, .n_images = 1};
+    uint64_t id = 0;
+    CHECK(pdl_engine_add_request(e, ids, 4, &rp, NULL, NULL, &id, &err) != 0);
+    CHECK_CONTAINS(err.message, "image 0 (402 x 2 pixels) has an aspect ratio over 200");
+    pdl_engine_free(e);
+    pdl_vision_free(v);
+    pdl_model_free(m);
+    pdl_image_free(img);
+    free(png);
+}
+
+int main(void) {
+    RUN(test_mrope_rows_match_the_float64_reference);
+    RUN(test_equal_components_are_plain_rope);
+    RUN(test_bad_sections_are_refused);
+    RUN(test_image_prompt_matches_the_float64_reference);
+    RUN(test_decode_rows_match_the_float64_reference);
+    RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
+    RUN(test_the_command_line_takes_an_image);
+    RUN(test_the_template_placeholder_expands_like_the_marker);
+    RUN(test_an_image_too_thin_is_refused);
+    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    free(hf_dir), free(vl_dir), free(ref_dir);
+    return test_summary();
+}
