@@ -97,7 +97,7 @@ void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
 typedef struct pdl_arch_info {
     const char *name;           /* as pdl_model_info.arch names it */
     const char *hf_model_types; /* config.json model_type values, space-separated; NULL: none */
-    const char *gguf_arch;      /* GGUF general.architecture; NULL: none */
+    const char *gguf_arch;      /* GGUF general.architecture values, space-separated; NULL: none */
     const char *about;          /* one line: what sets the family apart */
     bool experts;               /* a mixture-of-experts family */
 } pdl_arch_info;

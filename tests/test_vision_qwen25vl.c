@@ -25,6 +25,11 @@
  * row order with windows as a mask (rows of the same window see each
  * other) where the engine regroups rows by window and attends over ranges.
  *
+ * The same model is also written as llama.cpp's pair (text GGUF with
+ * architecture qwen2vl, mmproj with projector type qwen2.5vl_merger, as
+ * convert_hf_to_gguf.py lays them out) and must give the folder's logits to
+ * the bit; malformed pairs are refused by name.
+ *
  * Tolerance: 1e-4 absolute on logits of magnitude ~1-5. The engine runs in
  * float32 (F32 weights and KV cache); the observed difference from float64
  * is ~3e-6. The reference variants with the text's height and width
@@ -40,8 +45,11 @@
 
 #include <jansson.h>
 
+#include "format/gguf.h"
+#include "gguf_writer.h"
 #include "pagedlm.h"
 #include "st_writer.h"
+#include "vision/vision_model.h"
 #include "test_util.h"
 
 #define TOL 1e-4
@@ -541,6 +549,187 @@ static void need_vl_files(void) {
     free(p), free(d), free(src);
 }
 
+
+/* ---- llama.cpp's pair: the text GGUF (qwen2vl) and the qwen2.5vl_merger mmproj ---------------- */
+
+/* What a malformed pair lacks or gets wrong (each refused by name). */
+typedef enum gguf_fault {
+    GF_NONE,
+    GF_NO_SECOND_FRAME,  /* v.patch_embd.weight.1 missing */
+    GF_NO_WA_PATTERN,    /* clip.vision.n_wa_pattern missing */
+    GF_WA_PATTERN_ZERO,  /* clip.vision.n_wa_pattern = 0 */
+    GF_BAD_WINDOW,       /* clip.vision.window_size 12 px: not a multiple of 4 * 2 */
+    GF_NO_SECTIONS,      /* qwen2vl.rope.dimension_sections missing */
+    GF_FOURTH_SECTION,   /* sections [2, 3, 3, 1] */
+} gguf_fault;
+
+static void put(gguf_writer *g, const char *gg, const char *hf) {
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].name, hf) == 0) {
+            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, specs[i].shape, specs[i].data);
+            return;
+        }
+    REQUIRE_MSG(0, "no weight %s", hf);
+}
+
+/* rows [r0, r0 + rows) of a matrix or vector, as llama.cpp's converter
+ * splits the fused qkv */
+static void put_rows(gguf_writer *g, const char *gg, const char *hf, int64_t r0, int64_t rows) {
+    for (int i = 0; i < n_specs; i++)
+        if (strcmp(specs[i].name, hf) == 0) {
+            int64_t cols = specs[i].n_dims == 2 ? specs[i].shape[1] : 1, shape[2] = {rows, cols};
+            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, shape, specs[i].data + r0 * cols);
+            return;
+        }
+    REQUIRE_MSG(0, "no weight %s", hf);
+}
+
+/* stories260K's vocabulary (llama.cpp's llama tokenizer keys) with the
+ * three image tokens after it, as control tokens */
+static void put_tokenizer(gguf_writer *t) {
+    char *src = test_data_path("models/stories260K/stories260K.gguf");
+    gguf_file *g = NULL;
+    pdl_error err = {0};
+    REQUIRE_MSG(gguf_open(&g, src, &err) == 0, "%s", err.message);
+    gguf_array toks, scores, types;
+    REQUIRE(gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, &err) > 0 && toks.count == VSTART);
+    REQUIRE(gguf_get_arr(g, "tokenizer.ggml.scores", &scores, &err) > 0 && scores.count == VSTART);
+    REQUIRE(gguf_get_arr(g, "tokenizer.ggml.token_type", &types, &err) > 0 && types.count == VSTART);
+    enum { NT = VSTART + 3 };
+    char *names[NT];
+    float sc[NT];
+    int32_t ty[NT];
+    for (int i = 0; i < VSTART; i++) {
+        names[i] = malloc(toks.strings[i].len + 1);
+        memcpy(names[i], toks.strings[i].ptr, toks.strings[i].len), names[i][toks.strings[i].len] = 0;
+        sc[i] = (float)gguf_arr_f64(&scores, (uint64_t)i), ty[i] = (int32_t)gguf_arr_i64(&types, (uint64_t)i);
+    }
+    const char *extra[3] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
+    for (int i = 0; i < 3; i++) names[VSTART + i] = strdup(extra[i]), sc[VSTART + i] = 0, ty[VSTART + i] = 3;
+    gguf_writer_add_str(t, "tokenizer.ggml.model", "llama");
+    gguf_writer_add_str_arr(t, "tokenizer.ggml.tokens", (const char *const *)names, NT);
+    gguf_writer_add_arr(t, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc, NT);
+    gguf_writer_add_arr(t, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, ty, NT);
+    gguf_writer_add_u32(t, "tokenizer.ggml.bos_token_id", 1);
+    gguf_writer_add_u32(t, "tokenizer.ggml.eos_token_id", 2);
+    for (int i = 0; i < NT; i++) free(names[i]);
+    gguf_close(g);
+    free(src);
+}
+
+/* The test's model as the pair llama.cpp's convert_hf_to_gguf.py writes
+ * (--mmproj for the vision half): names, shapes and keys as it gives them;
+ * the Conv3d as two Conv2d kernels (frame 0, frame 1), the qkv split in
+ * q, k, v, the merger's ln_q as v.post_ln. The window size and pixel budget,
+ * which that converter does not write (llama.cpp assumes 112 px and its own
+ * budget), are given as keys llama.cpp's clip loader knows, since this
+ * test's model differs from the published sizes. */
+static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmproj_path) {
+    need_vl_files();
+    gguf_writer *t = gguf_writer_new(3);
+    gguf_writer_add_str(t, "general.architecture", "qwen2vl");
+    gguf_writer_add_u32(t, "qwen2vl.context_length", 256);
+    gguf_writer_add_u32(t, "qwen2vl.embedding_length", TH);
+    gguf_writer_add_u32(t, "qwen2vl.feed_forward_length", FFN);
+    gguf_writer_add_u32(t, "qwen2vl.block_count", NL);
+    gguf_writer_add_u32(t, "qwen2vl.attention.head_count", NH);
+    gguf_writer_add_u32(t, "qwen2vl.attention.head_count_kv", NKV);
+    gguf_writer_add_f32(t, "qwen2vl.rope.freq_base", (float)THETA);
+    gguf_writer_add_f32(t, "qwen2vl.attention.layer_norm_rms_epsilon", (float)TEPS);
+    int32_t sections[4] = {SECTION[0], SECTION[1], SECTION[2], fault == GF_FOURTH_SECTION ? 1 : 0};
+    if (fault != GF_NO_SECTIONS) gguf_writer_add_arr(t, "qwen2vl.rope.dimension_sections", GGUF_TYPE_INT32, sections, 4);
+    put_tokenizer(t);
+    put(t, "token_embd.weight", "model.embed_tokens.weight");
+    put(t, "output_norm.weight", "model.norm.weight");
+    put(t, "output.weight", "lm_head.weight");
+    char hf[160], gg[64];
+    static const char *const names[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},  {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"}, {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},         {"mlp.down_proj.weight", "ffn_down.weight"}};
+    for (int l = 0; l < NL; l++)
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            snprintf(hf, sizeof hf, "model.layers.%d.%s", l, names[i][0]);
+            snprintf(gg, sizeof gg, "blk.%d.%s", l, names[i][1]);
+            put(t, gg, hf);
+        }
+
+    gguf_writer *v = gguf_writer_new(3);
+    static const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, stdv[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    gguf_writer_add_str(v, "general.architecture", "clip");
+    gguf_writer_add_bool(v, "clip.has_vision_encoder", true);
+    gguf_writer_add_str(v, "clip.projector_type", "qwen2.5vl_merger");
+    gguf_writer_add_u32(v, "clip.vision.projection_dim", TH);
+    gguf_writer_add_u32(v, "clip.vision.image_size", 560);
+    gguf_writer_add_u32(v, "clip.vision.patch_size", PATCH);
+    gguf_writer_add_u32(v, "clip.vision.embedding_length", VH);
+    gguf_writer_add_u32(v, "clip.vision.feed_forward_length", VFFN);
+    gguf_writer_add_u32(v, "clip.vision.block_count", VL);
+    gguf_writer_add_u32(v, "clip.vision.attention.head_count", VNH);
+    gguf_writer_add_arr(v, "clip.vision.image_mean", GGUF_TYPE_FLOAT32, mean, 3);
+    gguf_writer_add_arr(v, "clip.vision.image_std", GGUF_TYPE_FLOAT32, stdv, 3);
+    gguf_writer_add_bool(v, "clip.use_silu", true);
+    /* fullatt_block_indexes [1]: n_wa_pattern = 1 + 1 */
+    if (fault != GF_NO_WA_PATTERN) gguf_writer_add_u32(v, "clip.vision.n_wa_pattern", fault == GF_WA_PATTERN_ZERO ? 0 : FULL_LAYER + 1);
+    gguf_writer_add_f32(v, "clip.vision.attention.layer_norm_epsilon", 1e-6f);
+    gguf_writer_add_u32(v, "clip.vision.window_size", fault == GF_BAD_WINDOW ? 12 : WIN * PATCH * MERGE);
+    gguf_writer_add_u32(v, "clip.vision.spatial_merge_size", MERGE);
+    gguf_writer_add_u32(v, "clip.vision.image_min_pixels", 256);
+    gguf_writer_add_u32(v, "clip.vision.image_max_pixels", 2560);
+    /* the Conv3d (VH, 3, TEMP, PATCH, PATCH) as two (VH, 3, PATCH, PATCH) kernels */
+    const float *conv = W("visual.patch_embed.proj.weight");
+    float *kern = malloc(sizeof(float) * VH * 3 * PATCH * PATCH);
+    for (int f = 0; f < TEMP; f++) {
+        if (f == 1 && fault == GF_NO_SECOND_FRAME) break;
+        for (int o = 0; o < VH * 3; o++)
+            memcpy(kern + (size_t)o * PATCH * PATCH, conv + ((size_t)o * TEMP + f) * PATCH * PATCH,
+                   sizeof(float) * PATCH * PATCH);
+        int64_t shape[4] = {VH, 3, PATCH, PATCH};
+        gguf_writer_add_tensor_f32(v, f ? "v.patch_embd.weight.1" : "v.patch_embd.weight", 4, shape, kern);
+    }
+    free(kern);
+    static const char *const blk[][2] = {
+        {"norm1.weight", "ln1.weight"}, {"norm2.weight", "ln2.weight"},
+        {"attn.proj.weight", "attn_out.weight"}, {"attn.proj.bias", "attn_out.bias"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"}, {"mlp.gate_proj.bias", "ffn_gate.bias"},
+        {"mlp.up_proj.weight", "ffn_up.weight"}, {"mlp.up_proj.bias", "ffn_up.bias"},
+        {"mlp.down_proj.weight", "ffn_down.weight"}, {"mlp.down_proj.bias", "ffn_down.bias"}};
+    for (int l = 0; l < VL; l++) {
+        for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
+            snprintf(hf, sizeof hf, "visual.blocks.%d.%s", l, blk[i][0]);
+            snprintf(gg, sizeof gg, "v.blk.%d.%s", l, blk[i][1]);
+            put(v, gg, hf);
+        }
+        const char *part[3] = {"q", "k", "v"};
+        for (int k = 0; k < 3; k++)
+            for (int b = 0; b < 2; b++) {
+                snprintf(hf, sizeof hf, "visual.blocks.%d.attn.qkv.%s", l, b ? "bias" : "weight");
+                snprintf(gg, sizeof gg, "v.blk.%d.attn_%s.%s", l, part[k], b ? "bias" : "weight");
+                put_rows(v, gg, hf, (int64_t)k * VH, VH);
+            }
+    }
+    put(v, "v.post_ln.weight", "visual.merger.ln_q.weight");
+    put(v, "mm.0.weight", "visual.merger.mlp.0.weight");
+    put(v, "mm.0.bias", "visual.merger.mlp.0.bias");
+    put(v, "mm.2.weight", "visual.merger.mlp.2.weight");
+    put(v, "mm.2.bias", "visual.merger.mlp.2.bias");
+    REQUIRE(gguf_writer_write(t, text_path) == 0);
+    REQUIRE(gguf_writer_write(v, mmproj_path) == 0);
+    gguf_writer_free(t), gguf_writer_free(v);
+}
+
+static char *text_gguf, *mmproj_gguf;
+
+static void need_ggufs(void) {
+    if (text_gguf) return;
+    text_gguf = test_tmp_path("qwen25vl-text.gguf");
+    mmproj_gguf = test_tmp_path("qwen25vl-mmproj.gguf");
+    write_ggufs(GF_NONE, text_gguf, mmproj_gguf);
+}
+
 typedef enum vbug {
     VBUG_NONE,
     VBUG_NO_WINDOWS,   /* every layer over the whole image (windows skipped) */
@@ -687,11 +876,14 @@ static double *reference_logits(vbug bug, const int32_t *ids, int n, int delta_b
     return reference_logits_at(bug, ids, n, IMG_AT, N_PROMPT, delta_bug);
 }
 
+static const char *load_text_path, *load_vision_path; /* NULL: the Hugging Face folder */
+
 static void load_vl(pdl_model **m, pdl_vision **v) {
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(m, vl_dir, &mo, &err) == 0, "%s", err.message);
-    int rc = pdl_vision_load(v, vl_dir, *m, &err);
+    const char *tp = load_text_path ? load_text_path : vl_dir, *vp = load_vision_path ? load_vision_path : vl_dir;
+    REQUIRE_MSG(pdl_model_load(m, tp, &mo, &err) == 0, "%s", err.message);
+    int rc = pdl_vision_load(v, vp, *m, &err);
     if (rc) pdl_model_free(*m);
     REQUIRE_MSG(rc == 0, "%s", err.message);
 }
@@ -881,11 +1073,10 @@ static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void
  * <|vision_start|>, one <|image_pad|> per merged cell, <|vision_end|>, and
  * every row's logits against the reference over the ids it reports; `run`
  * generates from the same prompt. */
-static void test_the_command_line_takes_an_image(void) {
-    need_vl_files();
+static void command_line_image_logits(const char *model_args) {
     char args[8192];
-    snprintf(args, sizeof args, "logits -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there was a "
-             "cat' --all-rows --kv-cache-dtype f32 -t 2", vl_dir, ref_dir);
+    snprintf(args, sizeof args, "logits %s --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there was a "
+             "cat' --all-rows --kv-cache-dtype f32 -t 2", model_args, ref_dir);
     cmd_result r = test_pagedlm(args);
     CHECK_MSG(r.status == 0, "%s", r.err);
     json_error_t je;
@@ -916,11 +1107,110 @@ static void test_the_command_line_takes_an_image(void) {
         json_decref(o);
     }
     test_free_result(&r);
-    snprintf(args, sizeof args, "run -m '%s' --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there' -n 4 "
-             "--temp 0 -t 2", vl_dir, ref_dir);
+    snprintf(args, sizeof args, "run %s --image '%s/rgb_png.png' -p 'Once upon a time <__media__> there' -n 4 "
+             "--temp 0 -t 2", model_args, ref_dir);
     r = test_pagedlm(args);
     CHECK_MSG(r.status == 0, "%s", r.err);
     test_free_result(&r);
+}
+
+static void test_the_command_line_takes_an_image(void) {
+    need_vl_files();
+    char model[4200];
+    snprintf(model, sizeof model, "-m '%s'", vl_dir);
+    command_line_image_logits(model);
+}
+
+/* The same model as llama.cpp's pair gives the folder's logits to the bit
+ * (both F32, the same kernels: the two temporal kernels joined back into
+ * the Conv3d, q/k/v apart instead of views of one qkv) and so the float64
+ * reference's; through the API and the command line. */
+static void test_the_gguf_pair_matches_the_folder_and_the_reference(void) {
+    need_vl_files();
+    need_ggufs();
+    float *hf = engine_prompt_logits();
+    load_text_path = text_gguf, load_vision_path = mmproj_gguf;
+    float *gg = engine_prompt_logits();
+    pdl_model *m = NULL, *hm = NULL;
+    pdl_vision *v = NULL, *hv = NULL;
+    load_vl(&m, &v);
+    pdl_vision_info info;
+    pdl_vision_get_info(v, &info);
+    CHECK(strcmp(info.placeholder, "<|vision_start|><|image_pad|><|vision_end|>") == 0);
+    CHECK(strcmp(info.family, "qwen2_5_vl") == 0);
+    CHECK_EQ_INT(v->cfg.image_token_id, IMAGE_TOKEN);
+    CHECK_EQ_INT(v->cfg.boi_id, VSTART);
+    CHECK_EQ_INT(v->cfg.eoi_id, VEND);
+    load_text_path = load_vision_path = NULL;
+    /* For an image both temporal frames are the same picture, so only the
+     * sum of the two kernels reaches the logits: the joined Conv3d is
+     * compared with the folder's byte for byte (frames in order), as are
+     * q, k and v */
+    load_vl(&hm, &hv);
+    const pdl_tensor *a = &v->w.patch_w, *b = &hv->w.patch_w;
+    CHECK(a->n_dims == b->n_dims && memcmp(a->shape, b->shape, sizeof a->shape) == 0 && a->nbytes == b->nbytes);
+    CHECK(a->nbytes == b->nbytes && memcmp(a->data, b->data, a->nbytes) == 0);
+    for (int l = 0; l < VL; l++) {
+        const pdl_vision_layer *x = &v->w.layers[l], *y = &hv->w.layers[l];
+        CHECK(memcmp(x->wq.data, y->wq.data, sizeof(float) * VH * VH) == 0);
+        CHECK(memcmp(x->wk.data, y->wk.data, sizeof(float) * VH * VH) == 0);
+        CHECK(memcmp(x->wv.data, y->wv.data, sizeof(float) * VH * VH) == 0);
+        CHECK(memcmp(x->bk.data, y->bk.data, sizeof(float) * VH) == 0);
+        CHECK_EQ_INT((int)((v->cfg.full_attn[0] >> l) & 1), (int)((hv->cfg.full_attn[0] >> l) & 1));
+    }
+    CHECK_EQ_INT(v->cfg.window_cells, hv->cfg.window_cells);
+    pdl_vision_free(v), pdl_vision_free(hv);
+    pdl_model_free(m), pdl_model_free(hm);
+    REQUIRE(hf && gg);
+    CHECK(memcmp(hf, gg, sizeof(float) * N_PROMPT * VOC) == 0);
+    int32_t ids[N_PROMPT];
+    prompt_ids(ids);
+    double *want = reference_logits(VBUG_NONE, ids, N_PROMPT, 0);
+    double d = max_diff(gg, want, (size_t)N_PROMPT * VOC), dh = 0;
+    for (size_t i = 0; i < (size_t)N_PROMPT * VOC; i++) dh = fmax(dh, fabs((double)hf[i] - gg[i]));
+    fprintf(stderr, "  GGUF pair: max |engine - float64 reference| = %.3g, |GGUF - folder| = %.3g\n", d, dh);
+    CHECK_MSG(d < TOL, "%.3g", d);
+    free(hf), free(gg), free(want);
+    char model[8400];
+    snprintf(model, sizeof model, "-m '%s' --mmproj '%s'", text_gguf, mmproj_gguf);
+    command_line_image_logits(model);
+}
+
+/* A pair with a part missing or wrong is refused, naming the file and what. */
+static void test_a_malformed_gguf_pair_is_refused(void) {
+    need_vl_files();
+    struct {
+        gguf_fault fault;
+        bool text; /* the text GGUF is the one refused */
+        const char *says;
+    } cases[] = {
+        {GF_NO_SECOND_FRAME, false, "missing tensor 'v.patch_embd.weight.1' (the Conv3d's second temporal frame"},
+        {GF_NO_WA_PATTERN, false, "missing key 'clip.vision.n_wa_pattern'"},
+        {GF_WA_PATTERN_ZERO, false, "clip.vision.n_wa_pattern = 0 must be between 1 and the 3 layers"},
+        {GF_BAD_WINDOW, false, "clip.vision.window_size 12 px is not a positive multiple of patch_size * "
+                               "spatial_merge_size (4 * 2)"},
+        {GF_NO_SECTIONS, true, "missing metadata key 'qwen2vl.rope.dimension_sections'"},
+        {GF_FOURTH_SECTION, true, "'qwen2vl.rope.dimension_sections'[3] = 1: a fourth M-RoPE section is not supported"},
+    };
+    char *tp = test_tmp_path("qwen25vl-bad-text.gguf"), *vp = test_tmp_path("qwen25vl-bad-mmproj.gguf");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_ggufs(cases[i].fault, tp, vp);
+        pdl_model *m = NULL;
+        pdl_vision *v = NULL;
+        pdl_error err = {0};
+        pdl_model_options mo = {.n_threads = 1};
+        int rc = pdl_model_load(&m, tp, &mo, &err);
+        if (!cases[i].text) {
+            REQUIRE_MSG(rc == 0, "%s", err.message);
+            rc = pdl_vision_load(&v, vp, m, &err);
+            pdl_vision_free(v);
+            pdl_model_free(m);
+        }
+        CHECK_MSG(rc != 0, "case %zu loaded", i);
+        CHECK_CONTAINS(err.message, cases[i].says);
+        CHECK_CONTAINS(err.message, cases[i].text ? tp : vp);
+    }
+    free(tp), free(vp);
 }
 
 /* The server's path: an image part becomes the placeholder the chat
@@ -997,9 +1287,11 @@ int main(void) {
     RUN(test_decode_rows_match_the_float64_reference);
     RUN(test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch);
     RUN(test_the_command_line_takes_an_image);
+    RUN(test_the_gguf_pair_matches_the_folder_and_the_reference);
+    RUN(test_a_malformed_gguf_pair_is_refused);
     RUN(test_the_template_placeholder_expands_like_the_marker);
     RUN(test_an_image_too_thin_is_refused);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
-    free(hf_dir), free(vl_dir), free(ref_dir);
+    free(hf_dir), free(vl_dir), free(ref_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
 }

@@ -24,8 +24,8 @@ static const pdl_arch_desc ARCHS[] = {
      .rope_gguf = PDL_ROPE_NORM},
     {.name = "mistral", .hf_types = "mistral", .gguf_arch = "mistral", .about = "a window on every layer",
      .rope_gguf = PDL_ROPE_NORM, .window = PDL_WINDOW_UNIFORM},
-    {.name = "qwen2", .hf_types = "qwen2 qwen2_5_vl qwen2_5_vl_text", .gguf_arch = "qwen2",
-     .about = "Q/K/V biases (Qwen2.5-VL's text model: M-RoPE)", .qkv_bias = true,
+    {.name = "qwen2", .hf_types = "qwen2 qwen2_5_vl qwen2_5_vl_text", .gguf_arch = "qwen2 qwen2vl",
+     .gguf_mrope = "qwen2vl", .about = "Q/K/V biases (Qwen2.5-VL's text model: M-RoPE)", .qkv_bias = true,
      .window = PDL_WINDOW_REFUSED},
     {.name = "qwen3", .hf_types = "qwen3", .gguf_arch = "qwen3", .about = "per-head q/k RMSNorm",
      .qk_norm = PDL_QK_NORM_HEAD, .window = PDL_WINDOW_REFUSED},
@@ -93,11 +93,15 @@ const pdl_arch_desc *pdl_arch_by_hf(const char *model_type) {
 const pdl_arch_desc *pdl_arch_by_gguf(const char *name, bool has_experts) {
     const pdl_arch_desc *first = NULL;
     for (size_t i = 0; i < N_ARCHS; i++) {
-        if (!ARCHS[i].gguf_arch || strcmp(ARCHS[i].gguf_arch, name) != 0) continue;
+        if (!ARCHS[i].gguf_arch || !word_in(ARCHS[i].gguf_arch, name)) continue;
         if ((ARCHS[i].moe != PDL_MOE_NONE) == has_experts) return &ARCHS[i];
         if (!first) first = &ARCHS[i];
     }
     return first;
+}
+
+bool pdl_arch_gguf_mrope(const pdl_arch_desc *a, const char *name) {
+    return a->gguf_mrope && word_in(a->gguf_mrope, name);
 }
 
 void pdl_arch_supported(bool gguf, char *buf, size_t cap) {
@@ -110,8 +114,10 @@ void pdl_arch_supported(bool gguf, char *buf, size_t cap) {
             const char *sp = strchr(p, ' ');
             int len = sp ? (int)(sp - p) : (int)strlen(p);
             /* a GGUF name shared by two rows (llama: Llama, Mixtral) once */
+            char word[64];
+            snprintf(word, sizeof word, "%.*s", len, p);
             bool seen = false;
-            for (size_t j = 0; gguf && j < i; j++) seen |= ARCHS[j].gguf_arch && strcmp(ARCHS[j].gguf_arch, names) == 0;
+            for (size_t j = 0; gguf && j < i; j++) seen |= ARCHS[j].gguf_arch && word_in(ARCHS[j].gguf_arch, word);
             if (!seen) off += (size_t)snprintf(buf + off, cap - off, "%s%.*s", off ? ", " : "", len, p);
             p = sp ? sp + 1 : p + len;
         }

@@ -93,7 +93,9 @@ typedef struct pdl_hf_defaults {
 typedef struct pdl_arch_desc {
     const char *name;        /* the family as pdl_model_info.arch names it */
     const char *hf_types;    /* config.json model_type values, space-separated; NULL: none */
-    const char *gguf_arch;   /* general.architecture; NULL: none */
+    const char *gguf_arch;   /* general.architecture values, space-separated; NULL: none */
+    const char *gguf_mrope;  /* of those, the ones whose files give {arch}.rope.dimension_sections
+                              * (M-RoPE: llama.cpp's qwen2vl); NULL: none */
     const char *about;       /* one line: what sets it apart (pagedlm info --architectures) */
     pdl_norm_kind norm;
     pdl_activation act;
@@ -130,6 +132,10 @@ const pdl_arch_desc *pdl_arch_by_hf(const char *model_type);
  * whose MoE layout agrees with has_experts wins, else the first of that
  * name. NULL when no row has it. */
 const pdl_arch_desc *pdl_arch_by_gguf(const char *name, bool has_experts);
+
+/* Whether a GGUF of this family under general.architecture `name` must
+ * give M-RoPE sections (gguf_mrope lists name). */
+bool pdl_arch_gguf_mrope(const pdl_arch_desc *a, const char *name);
 
 /* "llama, mistral, ..." - every name of one format, for error messages. */
 void pdl_arch_supported(bool gguf, char *buf, size_t cap);

@@ -106,6 +106,42 @@ static int read_experts(const gguf_file *g, const char *arch, pdl_model_config *
     return arch_f32(g, arch, "expert_weights_scale", &c->router_scale, err);
 }
 
+/* M-RoPE (llama.cpp's qwen2vl): {arch}.rope.dimension_sections, 4 integers
+ * (frequency pairs turned by the temporal, height and width positions, and
+ * a fourth section llama.cpp's converter pads with 0); the files of a
+ * gguf_mrope architecture must give it, others may. */
+static int read_mrope_sections(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", arch);
+    gguf_array a;
+    int rc = gguf_get_arr(g, key, &a, err);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+        if (pdl_arch_gguf_mrope(c->arch, arch))
+            return pdl_fail(err, "%s: missing metadata key '%s' (%s's M-RoPE sections)", gguf_path(g), key, arch);
+        return 0;
+    }
+    if (a.count != 4 || (a.elem_type != GGUF_TYPE_INT32 && a.elem_type != GGUF_TYPE_UINT32))
+        return pdl_fail(err, "%s: metadata key '%s' must be an array of 4 integers", gguf_path(g), key);
+    for (int i = 0; i < 4; i++) {
+        int64_t v = gguf_arr_i64(&a, (uint64_t)i);
+        if (v < 0 || v > 4096)
+            return pdl_fail(err, "%s: metadata key '%s'[%d] = %lld is out of range", gguf_path(g), key, i, (long long)v);
+        if (i == 3 && v != 0)
+            return pdl_fail(err, "%s: metadata key '%s'[3] = %lld: a fourth M-RoPE section is not supported (Qwen2-VL "
+                            "and Qwen2.5-VL give 0)", gguf_path(g), key, (long long)v);
+        if (i < 3) c->mrope_section[i] = (int)v;
+    }
+    return 0;
+}
+
+/* general.architecture as the file gives it (read_config checked it). */
+static const char *file_arch(const gguf_file *g) {
+    const char *arch = NULL;
+    pdl_error err;
+    return gguf_get_str(g, "general.architecture", &arch, &err) > 0 && arch ? arch : "";
+}
+
 static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const char *path = gguf_path(g);
@@ -167,7 +203,7 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         return -1;
     if (a->gguf_window_required && c->sliding_window <= 0)
         return pdl_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
-    if (read_experts(g, arch, c, err)) return -1;
+    if (read_experts(g, arch, c, err) || read_mrope_sections(g, arch, c, err)) return -1;
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
@@ -235,7 +271,7 @@ static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *
     }
     c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
     /* the original context and the attention factor (cos and sin times it) */
-    const char *arch = c->arch->gguf_arch;
+    const char *arch = file_arch(m->gguf);
     if (arch_u32(m->gguf, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx, err) ||
         arch_f32(m->gguf, arch, "rope.scaling.attn_factor", &c->rope_mscale, err))
         return -1;
@@ -257,7 +293,7 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     /* The vocabulary size is the embedding's row count unless a key says so. */
     c->vocab = w->tok_embd.n_dims == 2 ? (int)w->tok_embd.shape[0] : 0;
     char key[160];
-    snprintf(key, sizeof key, "%s.vocab_size", c->arch->gguf_arch);
+    snprintf(key, sizeof key, "%s.vocab_size", file_arch(g));
     uint32_t vs;
     int rc = gguf_get_u32(g, key, &vs, err);
     if (rc < 0) return -1;
@@ -265,7 +301,7 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
 
     if (c->qk_norm == PDL_QK_NORM_NONE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
         return pdl_fail(err, "%s: %s with q/k norms (blk.0.attn_q_norm.weight) is not supported", path,
-                        c->arch->gguf_arch);
+                        file_arch(g));
     if (pdl_model_take_layers(m, ts, NULL, path, err)) return -1;
     return read_rope_factors(m, ts, err);
 }

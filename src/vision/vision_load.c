@@ -124,12 +124,19 @@ int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err) {
         char what[64];
         snprintf(what, sizeof what, "vision layer %d", l);
         if (vector(v, &L->ln1_w, h, what, err) || vector(v, &L->ln2_w, h, what, err) ||
-            matrix(v, &L->wq, 3 * h, h, what, err) || vector(v, &L->bq, 3 * h, what, err) ||
             matrix(v, &L->wo, h, h, what, err) || vector(v, &L->bo, h, what, err) ||
             matrix(v, &L->fc1_w, c->ffn, h, what, err) || vector(v, &L->fc1_b, c->ffn, what, err) ||
             matrix(v, &L->up_w, c->ffn, h, what, err) || vector(v, &L->up_b, c->ffn, what, err) ||
             matrix(v, &L->fc2_w, h, c->ffn, what, err) || vector(v, &L->fc2_b, h, what, err))
             return -1;
+        if (L->wk.data) { /* llama.cpp's mmproj: q, k and v apart */
+            if (matrix(v, &L->wq, h, h, what, err) || vector(v, &L->bq, h, what, err) ||
+                matrix(v, &L->wk, h, h, what, err) || vector(v, &L->bk, h, what, err) ||
+                matrix(v, &L->wv, h, h, what, err) || vector(v, &L->bv, h, what, err))
+                return -1;
+            continue;
+        }
+        if (matrix(v, &L->wq, 3 * h, h, what, err) || vector(v, &L->bq, 3 * h, what, err)) return -1;
         /* the fused qkv: q, k, v rows in that order */
         pdl_tensor qkv = L->wq, bqkv = L->bq;
         L->wq = rows_view(&qkv, 0, h), L->wk = rows_view(&qkv, h, h), L->wv = rows_view(&qkv, 2 * h, h);

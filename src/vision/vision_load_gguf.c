@@ -6,7 +6,8 @@
  * order of the Hugging Face config, and v.image_newline or
  * model.image_newline, LLaVA 1.6) or
  * "gemma3"; hyperparameters under clip.vision.*; tensors v.* (tower) and
- * mm.* (projector).
+ * mm.* (projector). "qwen2.5vl_merger" (Qwen2.5-VL) is read by
+ * vision_load_qwen_gguf.c.
  *
  * The text model comes from its own GGUF; an mmproj file says nothing
  * about image tokens, so those are looked up by their text in the text
@@ -86,12 +87,14 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
     if (gguf_get_str(g, "clip.vision.projector_type", &proj, err) < 0) return -1;
     if (!proj && gguf_get_str(g, "clip.projector_type", &proj, err) < 0) return -1;
     if (!proj) return pdl_fail(err, "%s: missing key 'clip.projector_type'", path);
+    if (strcmp(proj, "qwen2.5vl_merger") == 0) return pdl_vision_load_qwen_gguf(v, path, text, err);
     gguf_array pins = {0};
     int has_pins = gguf_get_arr(g, "clip.vision.image_grid_pinpoints", &pins, err);
     if (has_pins < 0) return -1;
     if (strcmp(proj, "mlp") == 0) c->family = has_pins ? PDL_VLM_LLAVA_NEXT : PDL_VLM_LLAVA;
     else if (strcmp(proj, "gemma3") == 0) c->family = PDL_VLM_GEMMA3;
-    else return pdl_fail(err, "%s: projector type '%s' is not supported (supported: mlp (LLaVA), gemma3)", path, proj);
+    else return pdl_fail(err, "%s: projector type '%s' is not supported (supported: mlp (LLaVA), gemma3, qwen2.5vl_merger "
+                             "(Qwen2.5-VL))", path, proj);
     bool gemma = c->family == PDL_VLM_GEMMA3;
 
     if (req_u32(g, "clip.vision.embedding_length", &c->hidden, err) ||

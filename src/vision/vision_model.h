@@ -159,6 +159,8 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
 int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir, const pdl_model *text,
                             pdl_error *err);
 int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err);
+/* From llama.cpp's mmproj (projector type qwen2.5vl_merger), v->gguf open. */
+int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
 int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
 /* The merged grid an image gets (rows = grid_h * grid_w), or -1 (an image
  * smart_resize refuses). */
