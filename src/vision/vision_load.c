@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,10 +17,35 @@
 
 #include "kernels/cpu_ops.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "vision/vision_model.h"
 
 void pdl_vision_scratch_free(pdl_vision_scratch *s);
+
+int pdl_vision_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
+                    const char *fmt, ...) {
+    char name[PDL_TENSOR_NAME_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    return pdl_model_take_tensor(ts, name, required, where, dst, err);
+}
+
+int pdl_vision_gguf_u32(const gguf_file *g, bool required, const char *key, int *out, pdl_error *err) {
+    uint32_t v;
+    int rc = gguf_get_u32(g, key, &v, err);
+    if (rc < 0) return -1;
+    if (rc == 0) return required ? pdl_fail(err, "%s: missing key '%s'", gguf_path(g), key) : 0;
+    if (v > (1u << 30)) return pdl_fail(err, "%s: key '%s' = %u is out of range", gguf_path(g), key, v);
+    *out = (int)v;
+    return 0;
+}
+
+int32_t pdl_vision_token_id(const pdl_model *text, const char *s) {
+    return text->tok ? tok_piece_to_id(text->tok, s, strlen(s)) : -1;
+}
 
 int pdl_vision_own(pdl_vision *v, void *p) {
     void **o = realloc(v->owned, (v->n_owned + 1) * sizeof *o);

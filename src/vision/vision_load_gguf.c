@@ -23,37 +23,13 @@
  * is stored as 1 + w.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "vision/vision_model.h"
-
-static int take(const pdl_tensor_set *ts, const char *path, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int take(const pdl_tensor_set *ts, const char *path, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) {
-    char name[PDL_TENSOR_NAME_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    return pdl_model_take_tensor(ts, name, required, path, dst, err);
-}
-
-static int req_u32(const gguf_file *g, const char *key, int *out, pdl_error *err) {
-    uint32_t v;
-    int rc = gguf_get_u32(g, key, &v, err);
-    if (rc < 0) return -1;
-    if (rc == 0) return pdl_fail(err, "%s: missing key '%s'", gguf_path(g), key);
-    if (v > (1u << 30)) return pdl_fail(err, "%s: key '%s' = %u is out of range", gguf_path(g), key, v);
-    *out = (int)v;
-    return 0;
-}
 
 static int f32_triple(const gguf_file *g, const char *key, float *out, pdl_error *err) {
     gguf_array a;
@@ -64,11 +40,6 @@ static int f32_triple(const gguf_file *g, const char *key, float *out, pdl_error
         return pdl_fail(err, "%s: key '%s' must be an array of 3 floats", gguf_path(g), key);
     for (int i = 0; i < 3; i++) out[i] = (float)gguf_arr_f64(&a, (uint64_t)i);
     return 0;
-}
-
-/* The id of a token by its text in the text model's vocabulary, or -1. */
-static int32_t token_id(const pdl_model *text, const char *s) {
-    return text->tok ? tok_piece_to_id(text->tok, s, strlen(s)) : -1;
 }
 
 int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err) {
@@ -97,12 +68,12 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
                              "(Qwen2.5-VL))", path, proj);
     bool gemma = c->family == PDL_VLM_GEMMA3;
 
-    if (req_u32(g, "clip.vision.embedding_length", &c->hidden, err) ||
-        req_u32(g, "clip.vision.feed_forward_length", &c->ffn, err) ||
-        req_u32(g, "clip.vision.block_count", &c->n_layers, err) ||
-        req_u32(g, "clip.vision.attention.head_count", &c->n_heads, err) ||
-        req_u32(g, "clip.vision.image_size", &c->image_size, err) ||
-        req_u32(g, "clip.vision.patch_size", &c->patch_size, err))
+    if (pdl_vision_gguf_u32(g, true, "clip.vision.embedding_length", &c->hidden, err) ||
+        pdl_vision_gguf_u32(g, true, "clip.vision.feed_forward_length", &c->ffn, err) ||
+        pdl_vision_gguf_u32(g, true, "clip.vision.block_count", &c->n_layers, err) ||
+        pdl_vision_gguf_u32(g, true, "clip.vision.attention.head_count", &c->n_heads, err) ||
+        pdl_vision_gguf_u32(g, true, "clip.vision.image_size", &c->image_size, err) ||
+        pdl_vision_gguf_u32(g, true, "clip.vision.patch_size", &c->patch_size, err))
         return -1;
     int rc = gguf_get_f32(g, "clip.vision.attention.layer_norm_epsilon", &c->ln_eps, err);
     if (rc < 0) return -1;
@@ -140,8 +111,8 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
         c->bidirectional = true;
         snprintf(c->placeholder, sizeof c->placeholder, "<start_of_image>");
         snprintf(c->image_token_text, sizeof c->image_token_text, "<image_soft_token>");
-        c->boi_id = token_id(text, "<start_of_image>");
-        c->eoi_id = token_id(text, "<end_of_image>");
+        c->boi_id = pdl_vision_token_id(text, "<start_of_image>");
+        c->eoi_id = pdl_vision_token_id(text, "<end_of_image>");
     } else {
         p->shortest_edge = true, p->size = c->image_size, p->resample = PDL_RESAMPLE_BICUBIC;
         c->class_token = true, c->pre_ln = true, c->patch_bias = false;
@@ -175,7 +146,7 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
             }
         }
     }
-    c->image_token_id = token_id(text, c->image_token_text);
+    c->image_token_id = pdl_vision_token_id(text, c->image_token_text);
     if (c->n_layers_run <= 0 || c->n_layers_run > c->n_layers)
         return pdl_fail(err, "%s: the feature layer selects %d of %d layers", path, c->n_layers_run, c->n_layers);
 
@@ -183,14 +154,14 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
     pdl_vision_weights *w = &v->w;
     w->layers = calloc((size_t)c->n_layers_run, sizeof *w->layers);
     if (!w->layers) return pdl_fail(err, "out of memory");
-    if (take(ts, path, true, &w->patch_w, err, "v.patch_embd.weight") ||
-        take(ts, path, c->patch_bias, &w->patch_b, err, "v.patch_embd.bias") ||
-        take(ts, path, c->class_token, &w->class_embd, err, "v.class_embd") ||
-        take(ts, path, true, &w->pos_embd, err, "v.position_embd.weight") ||
-        take(ts, path, c->pre_ln, &w->pre_ln_w, err, "v.pre_ln.weight") ||
-        take(ts, path, c->pre_ln, &w->pre_ln_b, err, "v.pre_ln.bias") ||
-        take(ts, path, c->post_ln, &w->post_ln_w, err, "v.post_ln.weight") ||
-        take(ts, path, c->post_ln, &w->post_ln_b, err, "v.post_ln.bias"))
+    if (pdl_vision_take(ts, path, true, &w->patch_w, err, "v.patch_embd.weight") ||
+        pdl_vision_take(ts, path, c->patch_bias, &w->patch_b, err, "v.patch_embd.bias") ||
+        pdl_vision_take(ts, path, c->class_token, &w->class_embd, err, "v.class_embd") ||
+        pdl_vision_take(ts, path, true, &w->pos_embd, err, "v.position_embd.weight") ||
+        pdl_vision_take(ts, path, c->pre_ln, &w->pre_ln_w, err, "v.pre_ln.weight") ||
+        pdl_vision_take(ts, path, c->pre_ln, &w->pre_ln_b, err, "v.pre_ln.bias") ||
+        pdl_vision_take(ts, path, c->post_ln, &w->post_ln_w, err, "v.post_ln.weight") ||
+        pdl_vision_take(ts, path, c->post_ln, &w->post_ln_b, err, "v.post_ln.bias"))
         return -1;
     for (int l = 0; l < c->n_layers_run; l++) {
         pdl_vision_layer *L = &w->layers[l];
@@ -208,7 +179,7 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
             {&L->fc2_w, "ffn_down.weight"}, {&L->fc2_b, "ffn_down.bias"},
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
+            if (pdl_vision_take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
         /* old converters: "ffn_down" holds fc1 (ffn, hidden) and "ffn_up" fc2 */
         if (L->fc2_w.n_dims == 2 && L->fc2_w.shape[0] == c->ffn && L->fc2_w.shape[1] == c->hidden &&
             c->ffn != c->hidden) {
@@ -218,18 +189,18 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
         }
     }
     if (gemma) {
-        if (take(ts, path, true, &w->mm_norm_w, err, "mm.soft_emb_norm.weight") ||
-            take(ts, path, true, &w->mm_proj_w, err, "mm.input_projection.weight"))
+        if (pdl_vision_take(ts, path, true, &w->mm_norm_w, err, "mm.soft_emb_norm.weight") ||
+            pdl_vision_take(ts, path, true, &w->mm_proj_w, err, "mm.input_projection.weight"))
             return -1;
     } else {
-        if (take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
-            take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
+        if (pdl_vision_take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || pdl_vision_take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
+            pdl_vision_take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || pdl_vision_take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
             return -1;
         if (w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
         if (c->family == PDL_VLM_LLAVA_NEXT) {
             /* llama.cpp reads v.image_newline; its legacy converter wrote model.image_newline */
-            if (take(ts, path, false, &w->image_newline, err, "v.image_newline")) return -1;
-            if (!w->image_newline.data && take(ts, path, true, &w->image_newline, err, "model.image_newline"))
+            if (pdl_vision_take(ts, path, false, &w->image_newline, err, "v.image_newline")) return -1;
+            if (!w->image_newline.data && pdl_vision_take(ts, path, true, &w->image_newline, err, "model.image_newline"))
                 return pdl_fail(err, "%s: missing tensor 'v.image_newline' (LLaVA 1.6's row end)", path);
         }
     }

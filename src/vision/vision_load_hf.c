@@ -9,7 +9,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,18 +177,6 @@ static const char *tensor_prefix(const pdl_tensor_set *ts) {
     return "";
 }
 
-static int take(const pdl_tensor_set *ts, const char *dir, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int take(const pdl_tensor_set *ts, const char *dir, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) {
-    char name[PDL_TENSOR_NAME_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    return pdl_model_take_tensor(ts, name, required, dir, dst, err);
-}
-
 int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     snprintf(v->source, sizeof v->source, "safetensors");
@@ -297,14 +284,14 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
         pdl_fail(err, "out of memory");
         goto done;
     }
-    if (take(ts, dir, true, &w->patch_w, err, "%s%s.embeddings.patch_embedding.weight", pre, vm) ||
-        take(ts, dir, c->patch_bias, &w->patch_b, err, "%s%s.embeddings.patch_embedding.bias", pre, vm) ||
-        take(ts, dir, c->class_token, &w->class_embd, err, "%s%s.embeddings.class_embedding", pre, vm) ||
-        take(ts, dir, true, &w->pos_embd, err, "%s%s.embeddings.position_embedding.weight", pre, vm) ||
-        take(ts, dir, c->pre_ln, &w->pre_ln_w, err, "%s%s.pre_layrnorm.weight", pre, vm) ||
-        take(ts, dir, c->pre_ln, &w->pre_ln_b, err, "%s%s.pre_layrnorm.bias", pre, vm) ||
-        take(ts, dir, c->post_ln, &w->post_ln_w, err, "%s%s.post_layernorm.weight", pre, vm) ||
-        take(ts, dir, c->post_ln, &w->post_ln_b, err, "%s%s.post_layernorm.bias", pre, vm))
+    if (pdl_vision_take(ts, dir, true, &w->patch_w, err, "%s%s.embeddings.patch_embedding.weight", pre, vm) ||
+        pdl_vision_take(ts, dir, c->patch_bias, &w->patch_b, err, "%s%s.embeddings.patch_embedding.bias", pre, vm) ||
+        pdl_vision_take(ts, dir, c->class_token, &w->class_embd, err, "%s%s.embeddings.class_embedding", pre, vm) ||
+        pdl_vision_take(ts, dir, true, &w->pos_embd, err, "%s%s.embeddings.position_embedding.weight", pre, vm) ||
+        pdl_vision_take(ts, dir, c->pre_ln, &w->pre_ln_w, err, "%s%s.pre_layrnorm.weight", pre, vm) ||
+        pdl_vision_take(ts, dir, c->pre_ln, &w->pre_ln_b, err, "%s%s.pre_layrnorm.bias", pre, vm) ||
+        pdl_vision_take(ts, dir, c->post_ln, &w->post_ln_w, err, "%s%s.post_layernorm.weight", pre, vm) ||
+        pdl_vision_take(ts, dir, c->post_ln, &w->post_ln_b, err, "%s%s.post_layernorm.bias", pre, vm))
         goto done;
     for (int l = 0; l < c->n_layers_run; l++) {
         pdl_vision_layer *L = &w->layers[l];
@@ -322,23 +309,23 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
             {&L->fc2_w, "mlp.fc2.weight"}, {&L->fc2_b, "mlp.fc2.bias"},
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (take(ts, dir, true, items[i].t, err, "%s%s.encoder.layers.%d.%s", pre, vm, l, items[i].name))
+            if (pdl_vision_take(ts, dir, true, items[i].t, err, "%s%s.encoder.layers.%d.%s", pre, vm, l, items[i].name))
                 goto done;
     }
     const char *mp = "multi_modal_projector";
     if (gemma) {
-        if (take(ts, dir, true, &w->mm_norm_w, err, "%s%s.mm_soft_emb_norm.weight", pre, mp) ||
-            take(ts, dir, true, &w->mm_proj_w, err, "%s%s.mm_input_projection_weight", pre, mp))
+        if (pdl_vision_take(ts, dir, true, &w->mm_norm_w, err, "%s%s.mm_soft_emb_norm.weight", pre, mp) ||
+            pdl_vision_take(ts, dir, true, &w->mm_proj_w, err, "%s%s.mm_input_projection_weight", pre, mp))
             goto done;
     } else {
-        if (take(ts, dir, true, &w->mm1_w, err, "%s%s.linear_1.weight", pre, mp) ||
-            take(ts, dir, true, &w->mm1_b, err, "%s%s.linear_1.bias", pre, mp) ||
-            take(ts, dir, true, &w->mm2_w, err, "%s%s.linear_2.weight", pre, mp) ||
-            take(ts, dir, true, &w->mm2_b, err, "%s%s.linear_2.bias", pre, mp))
+        if (pdl_vision_take(ts, dir, true, &w->mm1_w, err, "%s%s.linear_1.weight", pre, mp) ||
+            pdl_vision_take(ts, dir, true, &w->mm1_b, err, "%s%s.linear_1.bias", pre, mp) ||
+            pdl_vision_take(ts, dir, true, &w->mm2_w, err, "%s%s.linear_2.weight", pre, mp) ||
+            pdl_vision_take(ts, dir, true, &w->mm2_b, err, "%s%s.linear_2.bias", pre, mp))
             goto done;
         if (w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
         if (c->family == PDL_VLM_LLAVA_NEXT &&
-            take(ts, dir, true, &w->image_newline, err, "%simage_newline", pre))
+            pdl_vision_take(ts, dir, true, &w->image_newline, err, "%simage_newline", pre))
             goto done;
     }
     rc = 0;

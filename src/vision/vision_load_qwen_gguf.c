@@ -28,42 +28,13 @@
  * Image tokens are found by their text in the text model's vocabulary.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/model.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 #include "vision/vision_model.h"
-
-static int take(const pdl_tensor_set *ts, const char *path, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int take(const pdl_tensor_set *ts, const char *path, bool required, pdl_tensor *dst, pdl_error *err,
-                const char *fmt, ...) {
-    char name[PDL_TENSOR_NAME_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    return pdl_model_take_tensor(ts, name, required, path, dst, err);
-}
-
-/* An optional u32 key; absent keeps *out. */
-static int opt_u32(const gguf_file *g, const char *key, int *out, pdl_error *err) {
-    uint32_t v;
-    int rc = gguf_get_u32(g, key, &v, err);
-    if (rc < 0) return -1;
-    if (rc == 0) return 0;
-    if (v > (1u << 30)) return pdl_fail(err, "%s: key '%s' = %u is out of range", gguf_path(g), key, v);
-    *out = (int)v;
-    return 0;
-}
-
-static int32_t token_id(const pdl_model *text, const char *s) {
-    return text->tok ? tok_piece_to_id(text->tok, s, strlen(s)) : -1;
-}
 
 /* The two Conv2d kernels (hidden, 3, p, p) as one Conv3d (hidden, 3, 2, p, p):
  * each (row, channel)'s p * p slice of frame 0, then of frame 1. */
@@ -129,10 +100,10 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
         if ((l + 1) % wa_pattern == 0) c->full_attn[l / 64] |= 1ull << (l % 64);
     long min_px = 3136, max_px = 12845056;
     int min_i = -1, max_i = -1;
-    if (opt_u32(g, "clip.vision.window_size", &window_px, err) ||
-        opt_u32(g, "clip.vision.spatial_merge_size", &p->merge, err) ||
-        opt_u32(g, "clip.vision.image_min_pixels", &min_i, err) ||
-        opt_u32(g, "clip.vision.image_max_pixels", &max_i, err))
+    if (pdl_vision_gguf_u32(g, false, "clip.vision.window_size", &window_px, err) ||
+        pdl_vision_gguf_u32(g, false, "clip.vision.spatial_merge_size", &p->merge, err) ||
+        pdl_vision_gguf_u32(g, false, "clip.vision.image_min_pixels", &min_i, err) ||
+        pdl_vision_gguf_u32(g, false, "clip.vision.image_max_pixels", &max_i, err))
         return -1;
     if (min_i >= 0) min_px = min_i;
     if (max_i >= 0) max_px = max_i;
@@ -163,7 +134,7 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
     pdl_model_get_info(text, &ti);
     c->text_hidden = ti.hidden;
     int proj_dim = ti.hidden;
-    if (opt_u32(g, "clip.vision.projection_dim", &proj_dim, err)) return -1;
+    if (pdl_vision_gguf_u32(g, false, "clip.vision.projection_dim", &proj_dim, err)) return -1;
     if (proj_dim != ti.hidden)
         return pdl_fail(err, "%s: clip.vision.projection_dim %d differs from the text model's hidden size %d", path,
                         proj_dim, ti.hidden);
@@ -171,25 +142,25 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
     /* the prompt: <|vision_start|> <|image_pad|> x rows <|vision_end|> */
     snprintf(c->image_token_text, sizeof c->image_token_text, "<|image_pad|>");
     snprintf(c->placeholder, sizeof c->placeholder, "<|vision_start|><|image_pad|><|vision_end|>");
-    c->image_token_id = token_id(text, "<|image_pad|>");
-    c->boi_id = token_id(text, "<|vision_start|>");
-    c->eoi_id = token_id(text, "<|vision_end|>");
+    c->image_token_id = pdl_vision_token_id(text, "<|image_pad|>");
+    c->boi_id = pdl_vision_token_id(text, "<|vision_start|>");
+    c->eoi_id = pdl_vision_token_id(text, "<|vision_end|>");
 
     const pdl_tensor_set *ts = gguf_tensors(g);
     pdl_vision_weights *w = &v->w;
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers) return pdl_fail(err, "out of memory");
     pdl_tensor k0 = {0}, k1 = {0};
-    if (take(ts, path, true, &k0, err, "v.patch_embd.weight") ||
-        take(ts, path, false, &k1, err, "v.patch_embd.weight.1"))
+    if (pdl_vision_take(ts, path, true, &k0, err, "v.patch_embd.weight") ||
+        pdl_vision_take(ts, path, false, &k1, err, "v.patch_embd.weight.1"))
         return -1;
     if (!k1.data)
         return pdl_fail(err, "%s: missing tensor 'v.patch_embd.weight.1' (the Conv3d's second temporal frame; "
                         "Qwen2.5-VL's patch embedding is stored as two kernels)", path);
     if (join_patch_kernels(v, &k0, &k1, c->hidden, p->patch, err)) return -1;
-    if (take(ts, path, true, &w->mm_norm_w, err, "v.post_ln.weight") ||
-        take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
-        take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
+    if (pdl_vision_take(ts, path, true, &w->mm_norm_w, err, "v.post_ln.weight") ||
+        pdl_vision_take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || pdl_vision_take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
+        pdl_vision_take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || pdl_vision_take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
         return -1;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_vision_layer *L = &w->layers[l];
@@ -210,7 +181,7 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
             {&L->fc2_w, "ffn_down.weight", true},    {&L->fc2_b, "ffn_down.bias", true},
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (items[i].needed && take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
+            if (items[i].needed && pdl_vision_take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
         /* old files name up "ffn_down" and down "ffn_up" (llama.cpp swaps them back by shape) */
         if (L->fc2_w.n_dims == 2 && L->fc2_w.shape[0] == c->ffn && L->fc2_w.shape[1] == c->hidden &&
             c->ffn != c->hidden) {
