@@ -106,14 +106,6 @@ done:
     return rc;
 }
 
-static int take(const pdl_tensor_set *ts, const char *dir, pdl_tensor *dst, pdl_error *err, const char *pre,
-                const char *name, int layer) {
-    char full[PDL_TENSOR_NAME_MAX];
-    if (layer >= 0) snprintf(full, sizeof full, "%sblocks.%d.%s", pre, layer, name);
-    else snprintf(full, sizeof full, "%s%s", pre, name);
-    return pdl_model_take_tensor(ts, full, true, dir, dst, err);
-}
-
 /* The token id of a special token's text in the text model's vocabulary
  * (the config's id when the vocabulary lacks it). */
 static void token_text(const pdl_model *text, int32_t id, char *out, size_t n) {
@@ -200,12 +192,12 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
     pdl_vision_weights *w = &v->w;
     w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
     if (!w->layers) return pdl_fail(err, "out of memory");
-    if (take(ts, dir, &w->patch_w, err, pre, "patch_embed.proj.weight", -1) ||
-        take(ts, dir, &w->mm_norm_w, err, pre, "merger.ln_q.weight", -1) ||
-        take(ts, dir, &w->mm1_w, err, pre, "merger.mlp.0.weight", -1) ||
-        take(ts, dir, &w->mm1_b, err, pre, "merger.mlp.0.bias", -1) ||
-        take(ts, dir, &w->mm2_w, err, pre, "merger.mlp.2.weight", -1) ||
-        take(ts, dir, &w->mm2_b, err, pre, "merger.mlp.2.bias", -1))
+    if (pdl_vision_take(ts, dir, true, &w->patch_w, err, "%spatch_embed.proj.weight", pre) ||
+        pdl_vision_take(ts, dir, true, &w->mm_norm_w, err, "%smerger.ln_q.weight", pre) ||
+        pdl_vision_take(ts, dir, true, &w->mm1_w, err, "%smerger.mlp.0.weight", pre) ||
+        pdl_vision_take(ts, dir, true, &w->mm1_b, err, "%smerger.mlp.0.bias", pre) ||
+        pdl_vision_take(ts, dir, true, &w->mm2_w, err, "%smerger.mlp.2.weight", pre) ||
+        pdl_vision_take(ts, dir, true, &w->mm2_b, err, "%smerger.mlp.2.bias", pre))
         return -1;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_vision_layer *L = &w->layers[l];
@@ -221,7 +213,7 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
             {&L->fc2_w, "mlp.down_proj.weight"},  {&L->fc2_b, "mlp.down_proj.bias"},
         };
         for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (take(ts, dir, items[i].t, err, pre, items[i].name, l)) return -1;
+            if (pdl_vision_take(ts, dir, true, items[i].t, err, "%sblocks.%d.%s", pre, l, items[i].name)) return -1;
     }
     return 0;
 }
