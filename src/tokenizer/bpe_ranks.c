@@ -16,7 +16,8 @@
  * characters, one per byte), keeping the rank of every adjacent pair and
  * looking up only the two pairs around a merge, as bpe.c's short words do:
  * O(L^2) comparisons and O(L) lookups for a token of L bytes, linear in the
- * vocabulary (a 151k vocabulary, tokens up to 128 bytes, takes tens of ms).
+ * vocabulary (Qwen3's 151k tokens, up to 128 bytes: about 65 ms of the
+ * load, measured with farm-bench on a 2-core EPYC).
  *
  * What it is not for: encoding (bpe.c), reading merges a file has
  * (tok_gguf.c).
