@@ -108,6 +108,20 @@ static const char RE_GRANITE_EMB_MULTI[] =
     "|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}\\p{M}])([^a-z]))+((?=[\\p{L}\\p{M}])([^A-Z]))*(?:'[sS]"
     "|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+"
     "|\\s+(?!\\S)|\\s+";
+/* Kimi-K2 (tokenization_kimi.py, run by tiktoken on Rust's fancy-regex):
+ * Han runs apart, then GPT-4o's words over letters that are not Han.
+ * PCRE2 has no class intersection: [X&&[^\p{Han}]] is written as one
+ * character of X that is not Han, (?:(?!Han)[X]). "Han" is the Script
+ * property, as Rust's bare \p{Han} is; PCRE2's bare \p{Han} means
+ * Script_Extensions, which would also take 、 and 。 into Han runs. */
+#define KIMI_HAN "\\p{sc:Han}"
+#define KIMI_UPPER "(?:(?!" KIMI_HAN ")[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])"
+#define KIMI_LOWER "(?:(?!" KIMI_HAN ")[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])"
+static const char RE_KIMI_K2[] =
+    "[" KIMI_HAN "]+"
+    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UPPER "*" KIMI_LOWER "+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?" KIMI_UPPER "+" KIMI_LOWER "*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 typedef struct pre_step_def {
     const char *re;
@@ -160,6 +174,9 @@ static const pre_def PRE_DEFS[] = {
      false, false},
     {"youtu", {{RE_YOUTU_CJK, TOK_SPLIT_ISOLATED, false}, {RE_YOUTU, TOK_SPLIT_ISOLATED, false}}, true, false},
     {"gpt-4o llama4 kanana2 talkie minimax-m2", {{RE_GPT4O, TOK_SPLIT_ISOLATED, false}}, false, false},
+    /* llama.cpp keeps merges on (tiktoken takes a word in the vocabulary
+     * whole; the merges derived from its ranks rebuild such a word) */
+    {"kimi-k2", {{RE_KIMI_K2, TOK_SPLIT_ISOLATED, false}}, false, false},
     {"granite-embed-multi-97m", {{RE_GRANITE_EMB_MULTI, TOK_SPLIT_ISOLATED, false}}, true, false},
     {"tiny_aya cohere2moe",
      {{"\\d{1,3}(?=(?:\\d{3})*\\b)", TOK_SPLIT_ISOLATED, false}, {RE_GPT4O, TOK_SPLIT_ISOLATED, false}}, false, false},
@@ -222,12 +239,6 @@ int tok_pre_from_gguf(tok_tokenizer *t, const char *name, bool *add_bos, pdl_err
         *add_bos = d->add_bos;
         return 0;
     }
-    /* Kimi-K2: byte-level, but its split (tokenization_kimi.py: Han runs
-     * apart, letter classes intersected with not-Han) is not written here,
-     * and its GGUF may carry tiktoken ranks instead of BPE merges */
-    if (strcmp(name, "kimi-k2") == 0)
-        return pdl_fail(err, "tokenizer.ggml.pre \"%s\" is not supported yet (its Han-aware split and merges "
-                        "from tiktoken ranks are not implemented)", name);
     /* llama.cpp's names whose tokenizers are not byte-level BPE over regex
      * splits (raw UTF-8 with U+2581 spaces, or hand-written splitters) */
     if (name_in("gemma4 granite-embed-multi-311m sarvam-moe whitespace afmoe", name))

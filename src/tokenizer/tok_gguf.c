@@ -5,8 +5,9 @@
  * What it is for: tokenizer.ggml.model "llama" (SentencePiece-style BPE:
  * pieces, scores, token types) and "gpt2" (byte-level BPE: pieces, merges,
  * token types, tokenizer.ggml.pre naming the pre-tokenizer), with the special
- * ids and the add_* flags and llama.cpp's defaults for each. Control and
- * unknown tokens become special added tokens (matched only with
+ * ids and the add_* flags and llama.cpp's defaults for each (a kimi-k2
+ * vocabulary without merges gets them derived from its ranks, bpe_ranks.c).
+ * Control and unknown tokens become special added tokens (matched only with
  * parse_special), user-defined tokens plain added tokens (always matched).
  * What it is not for: model hyperparameters.
  */
@@ -39,11 +40,13 @@ static int get_flag(const gguf_file *g, const char *key, bool *out, pdl_error *e
 
 /* "a b" (split at the first space after the first byte, as llama.cpp does)
  * -> the pair's ids and the merged piece's id. */
-static int load_merges(tok_tokenizer *t, const gguf_file *g, pdl_error *err) {
+static int load_merges(tok_tokenizer *t, const gguf_file *g, const char *pre, pdl_error *err) {
     const char *path = gguf_path(g);
     gguf_array merges;
     int rc = gguf_get_arr(g, "tokenizer.ggml.merges", &merges, err);
     if (rc < 0) return -1;
+    /* llama.cpp reads a kimi-k2 file without merges; its ids are tiktoken ranks */
+    if (rc == 0 && strcmp(pre, "kimi-k2") == 0) return tok_bpe_merges_from_ranks(t, path, err);
     if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.merges key (a gpt2 tokenizer needs merges)", path);
     if (merges.elem_type != GGUF_TYPE_STRING)
         return pdl_fail(err, "%s: tokenizer.ggml.merges is an array of %s, not of strings", path,
@@ -159,6 +162,7 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         return pdl_fail(err, "%s: tokenizer.ggml.token_type has %llu entries, tokens has %d", path,
                         (unsigned long long)types.count, n);
 
+    const char *pre = "default";  /* tokenizer.ggml.pre of a gpt2 vocabulary */
     tok_tokenizer *t = tok_new(n);
     const char **ptrs = calloc((size_t)n, sizeof *ptrs);
     uint32_t *lens = calloc((size_t)n, sizeof *lens);
@@ -190,7 +194,6 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     if (bpe) {
         /* llama.cpp's defaults for a "gpt2" vocabulary; the pre-tokenizer
          * decides add_bos (Llama 3: true) and ignore_merges */
-        const char *pre = "default";
         if (gguf_get_str(g, "tokenizer.ggml.pre", &pre, err) < 0) goto fail;
         t->model = TOK_MODEL_BPE;
         t->merge_by_rank = true;
@@ -233,7 +236,7 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         if (t->eos_id >= 0) t->type[t->eos_id] = TOK_TYPE_CONTROL;
         if (t->unk_id >= 0) t->type[t->unk_id] = TOK_TYPE_UNKNOWN;
     }
-    if (tok_finish(t, err) != 0 || (bpe && load_merges(t, g, err) != 0) ||
+    if (tok_finish(t, err) != 0 || (bpe && load_merges(t, g, pre, err) != 0) ||
         add_gguf_added_tokens(t, g, err) != 0)
         goto fail;
     *out = t;

@@ -198,6 +198,10 @@ int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t n, int32_t *
 /* The code point of the valid character at s[0..len) (len from
  * tok_utf8_char_len). */
 uint32_t tok_utf8_decode(const uint8_t *s, size_t len);
+/* Merges of a byte-level vocabulary whose ids are tiktoken ranks, into
+ * t->merges (bpe_ranks.c); path names the file in errors. */
+int tok_bpe_merges_from_ranks(tok_tokenizer *t, const char *path, pdl_error *err);
+
 /* Unicode White_Space (Rust's char::is_whitespace) and alphanumeric
  * (char::is_alphanumeric: letters and numbers). */
 bool tok_cp_is_space(uint32_t cp);
