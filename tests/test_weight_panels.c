@@ -117,11 +117,12 @@ static void test_panels_follow_the_documented_order(void) {
     fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), has_dp ? " + AVX512_BF16" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
     /* rows, out, in: single rows, partial tiles of rows (8) and panels
-     * (16 outputs, 3 per tile), odd k for the BF16 pairs; the last, a
-     * decode row over 126 panels, is worth both threads, which take its
-     * panels in chunks */
-    int shapes[][3] = {{1, 1, 1},     {1, 16, 32},    {3, 17, 31},  {8, 48, 64},
-                       {9, 49, 97},   {17, 100, 130}, {1, 200, 255}, {1, 2001, 70}};
+     * (16 outputs, 3 per tile), odd k for the BF16 pairs; a decode row
+     * over 126 panels, worth both threads, which take its panels in
+     * chunks; and 260 rows of 512 F32 activations, two row blocks of
+     * (half an L2) with two chunks of panels each */
+    int shapes[][3] = {{1, 1, 1},   {1, 16, 32},    {3, 17, 31},   {8, 48, 64},   {9, 49, 97},
+                       {17, 100, 130}, {1, 200, 255}, {1, 2001, 70}, {260, 70, 512}};
     int checked = 0;
     for (size_t ti = 0; ti < 3; ti++)
         for (int act = 0; act < (types[ti] == PDL_DTYPE_BF16 ? 2 : 1); act++)

@@ -409,8 +409,9 @@ typedef struct panel_task {
     int n_mats;
     pdl_gate_fn act;       /* gated: each mat is a gate, y = act(gate, up) with its up_panels */
     int64_t n_panels;      /* of all of them */
-    int64_t chunk;         /* one row block: panels per chunk handed out as threads finish, else 0 */
-    atomic_long next_chunk; /* the next chunk nobody has taken */
+    int64_t chunk;         /* panels per chunk handed out as threads finish */
+    int64_t chunks_per_block; /* chunks of one row block's panels */
+    atomic_long next_chunk; /* the next chunk nobody has taken (row block major) */
 } panel_task;
 
 /* The tiles of panels [g0, g1) of one matrix over rows [rb, re). */
@@ -470,27 +471,24 @@ static void panel_span(const panel_task *t, int64_t p0, int64_t p1, int64_t rb, 
     }
 }
 
-/* With one row block (decode, short prompts) the panels go out in chunks,
- * each thread taking the next as it finishes its last: a thread slowed by
- * the machine leaves its share to the others instead of holding the region
- * open. Every output's sum runs inside one tile whichever thread runs it,
- * so the bytes do not depend on who took which chunk. More row blocks
- * split the panels evenly, each thread walking its panels over every
- * block (its activation rows stay in L2 meanwhile). */
+/* The panels go out in chunks, each thread taking the next as it finishes
+ * its last: a thread slowed by the machine (a VM's other tenants, a core
+ * that is interrupted) leaves its share to the others instead of holding
+ * the region open. Chunks run row block by row block (all the chunks of
+ * block 0, then of block 1, ...), so the threads work on the same
+ * activation rows at a time and each row block's rows stay in L2 while a
+ * thread's chunks of it run. Every output's sum runs inside one tile
+ * whichever thread runs it, so the bytes do not depend on who took which
+ * chunk. */
 static void panel_worker(void *p, int ith, int nth) {
     panel_task *t = p;
-    if (t->chunk > 0) {
-        for (long c = ith;; c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed)) {
-            int64_t p0 = (int64_t)c * t->chunk;
-            if (p0 >= t->n_panels) return;
-            panel_span(t, p0, p0 + t->chunk < t->n_panels ? p0 + t->chunk : t->n_panels, 0, t->n_rows);
-        }
-    }
-    long p0, p1;
-    pdl_split_range((long)t->n_panels, ith, nth, &p0, &p1);
-    for (int64_t rb = 0; rb < t->n_rows; rb += t->row_block) {
+    (void)nth;
+    for (long c = ith;; c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed)) {
+        int64_t block = (int64_t)c / t->chunks_per_block, p0 = (int64_t)c % t->chunks_per_block * t->chunk;
+        int64_t rb = block * t->row_block;
+        if (rb >= t->n_rows) return;
         int64_t re = rb + t->row_block < t->n_rows ? rb + t->row_block : t->n_rows;
-        panel_span(t, p0, p1, rb, re);
+        panel_span(t, p0, p0 + t->chunk < t->n_panels ? p0 + t->chunk : t->n_panels, rb, re);
     }
 }
 
@@ -704,13 +702,12 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
     int64_t rb = (int64_t)(512 * 1024 / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
     int nth = pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0);
-    if (nth > 1 && t.row_block >= n_rows) {
-        /* about CHUNKS_PER_THREAD chunks each, whole driver tiles; the first
-         * nth go to the threads by number */
-        int64_t per = (t.n_panels + (int64_t)nth * CHUNKS_PER_THREAD - 1) / ((int64_t)nth * CHUNKS_PER_THREAD);
-        t.chunk = (per + PDL_PANEL_TILE_PANELS - 1) / PDL_PANEL_TILE_PANELS * PDL_PANEL_TILE_PANELS;
-        atomic_init(&t.next_chunk, nth);
-    }
+    /* about CHUNKS_PER_THREAD chunks each per row block, whole driver
+     * tiles; the first nth go to the threads by number */
+    int64_t per = (t.n_panels + (int64_t)nth * CHUNKS_PER_THREAD - 1) / ((int64_t)nth * CHUNKS_PER_THREAD);
+    t.chunk = (per + PDL_PANEL_TILE_PANELS - 1) / PDL_PANEL_TILE_PANELS * PDL_PANEL_TILE_PANELS;
+    t.chunks_per_block = (t.n_panels + t.chunk - 1) / t.chunk;
+    atomic_init(&t.next_chunk, nth);
     pdl_threadpool_run_n(pool, nth, panel_worker, &t);
     return 0;
 }
