@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/sorted.h"
+
 int record_chunk(request_record *r, double t) {
     if (r->n_chunks == r->cap_chunks) {
         int cap = r->cap_chunks ? r->cap_chunks * 2 : 64;
@@ -27,11 +29,6 @@ void record_free(request_record *r) {
     r->n_chunks = r->cap_chunks = 0;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 double percentile_sorted(const double *v, size_t n, double q) {
     if (n == 0) return 0;
     double pos = q / 100.0 * (double)(n - 1);
@@ -42,7 +39,7 @@ double percentile_sorted(const double *v, size_t n, double q) {
 void summarize_values(double *v, size_t n, const double *pcts, int n_pcts, stat_summary *out) {
     memset(out, 0, sizeof *out);
     if (n == 0) return;
-    qsort(v, n, sizeof *v, cmp_d);
+    pdl_sort_doubles(v, n);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += v[i];
     out->mean = s / (double)n;

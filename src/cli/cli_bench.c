@@ -23,6 +23,7 @@
 #include "kernels/matmul_tiles.h"
 #include "model/model.h"
 #include "util/clock.h"
+#include "util/sorted.h"
 
 extern const char pdl_build_commit[]; /* generated at build time (cmake/build_commit.cmake) */
 #define PDL_GIT_COMMIT pdl_build_commit
@@ -115,11 +116,6 @@ static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void summarize(bench_result *r) {
     double s = 0, ss = 0;
     for (int i = 0; i < r->n_samples; i++) s += r->samples[i];
@@ -128,9 +124,8 @@ static void summarize(bench_result *r) {
     r->sd = r->n_samples > 1 ? sqrt(ss / (r->n_samples - 1)) : 0;
     double sorted[64];
     memcpy(sorted, r->samples, (size_t)r->n_samples * sizeof(double));
-    qsort(sorted, (size_t)r->n_samples, sizeof(double), cmp_double);
-    r->median = r->n_samples % 2 ? sorted[r->n_samples / 2]
-                                 : (sorted[r->n_samples / 2 - 1] + sorted[r->n_samples / 2]) / 2;
+    pdl_sort_doubles(sorted, (size_t)r->n_samples);
+    r->median = pdl_median_sorted(sorted, (size_t)r->n_samples);
 }
 
 /* ---- the machine ------------------------------------------------------------ */

@@ -25,6 +25,7 @@
 #include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 #include "util/clock.h"
+#include "util/sorted.h"
 
 /* Nested objects, arrays of objects, enums, bounded numbers, formats. */
 static const char NESTED_SCHEMA[] =
@@ -45,11 +46,6 @@ static const char NESTED_SCHEMA[] =
     "\"created\": {\"type\": \"string\", \"format\": \"date-time\"}},"
     "\"required\": [\"id\", \"customer\", \"items\", \"status\"]}";
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct stats {
     double mean, p50, p99, max;
     int n;
@@ -61,7 +57,7 @@ static stats summarize(double *t, int n) {
     if (n == 0) return s;
     double sum = 0;
     for (int i = 0; i < n; i++) sum += t[i];
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    pdl_sort_doubles(t, (size_t)n);
     s.mean = sum / n;
     s.p50 = t[n / 2];
     s.p99 = t[(int)((double)(n - 1) * 0.99 + 0.5)];

@@ -16,6 +16,7 @@
 #include "cli/cli_args.h"
 #include "util/file_map.h"
 #include "util/clock.h"
+#include "util/sorted.h"
 
 /* ---------------------------------------------------------------------------
  * tokenize
@@ -261,14 +262,9 @@ static void bench_usage(FILE *f) {
             "1 MiB) and decoding the ids on one core; prints the median of N runs (default 5).\n");
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    pdl_sort_doubles(v, (size_t)n);
+    return pdl_median_sorted(v, (size_t)n);
 }
 
 int cli_bench_tokenizer(int argc, char **argv) {
