@@ -25,6 +25,7 @@
 #include "pretok_expected.h"
 #include "support/gguf_writer.h"
 #include "test_util.h"
+#include "tok_test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 
@@ -113,17 +114,9 @@ static int load_word_vocab(const char *pre, const char *const *words, tok_tokeni
     gguf_writer_add_u32(gw, "tokenizer.ggml.eos_token_id", (uint32_t)(toks.n - 1));
     char name[128];
     snprintf(name, sizeof name, "pretok-%s.gguf", pre);
-    char *path = test_tmp_path(name);
-    REQUIRE(gguf_writer_write(gw, path) == 0);
-    gguf_writer_free(gw);
+    int rc = tt_load_written_gguf(gw, name, out, &g_err);
     free(types);
     free_list(&toks), free_list(&merges);
-    gguf_file *g = NULL;
-    REQUIRE_MSG(gguf_open(&g, path, &g_err) == 0, "%s", g_err.message);
-    free(path);
-    *out = NULL;
-    int rc = tok_load_gguf(out, g, &g_err);
-    gguf_close(g);
     if (rc == 0) (*out)->ignore_merges = true;
     return rc;
 }

@@ -663,16 +663,7 @@ static int load_small_gpt2(const char *name, const char *pre, bool with_merges, 
     gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 5);
     if (with_merges) gguf_writer_add_str_arr(w, "tokenizer.ggml.merges", &merge, 1);
     gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 4);
-    char *path = test_tmp_path(name);
-    REQUIRE(gguf_writer_write(w, path) == 0);
-    gguf_writer_free(w);
-    gguf_file *g = NULL;
-    REQUIRE_MSG(gguf_open(&g, path, &g_err) == 0, "%s", g_err.message);
-    free(path);
-    *out = NULL;
-    int rc = tok_load_gguf(out, g, &g_err);
-    gguf_close(g);
-    return rc;
+    return tt_load_written_gguf(w, name, out, &g_err);
 }
 
 static void test_gguf_gpt2_vocabularies(void) {

@@ -80,17 +80,10 @@ static tok_tokenizer *kimi_gguf(const tok_tokenizer *t, const char *pre, bool wi
         for (size_t i = 0; i < n; i++) free(m[i]);
         free(m);
     }
-    char *path = test_tmp_path(name);
-    REQUIRE(gguf_writer_write(gw, path) == 0);
-    gguf_writer_free(gw);
+    tok_tokenizer *out = NULL;
+    int rc = tt_load_written_gguf(gw, name, &out, &g_err);
     free(pieces);
     free(types);
-    gguf_file *g = NULL;
-    REQUIRE_MSG(gguf_open(&g, path, &g_err) == 0, "%s", g_err.message);
-    free(path);
-    tok_tokenizer *out = NULL;
-    int rc = tok_load_gguf(&out, g, &g_err);
-    gguf_close(g);
     return rc == 0 ? out : NULL;
 }
 
@@ -211,16 +204,8 @@ static void test_rank_limit_order_and_types(void) {
     gguf_writer_add_str(gw, "tokenizer.ggml.pre", "kimi-k2");
     gguf_writer_add_str_arr(gw, "tokenizer.ggml.tokens", pieces, N);
     gguf_writer_add_arr(gw, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, N);
-    char *path = test_tmp_path("kimi-hand.gguf");
-    REQUIRE(gguf_writer_write(gw, path) == 0);
-    gguf_writer_free(gw);
-    gguf_file *g = NULL;
-    REQUIRE_MSG(gguf_open(&g, path, &g_err) == 0, "%s", g_err.message);
-    free(path);
     tok_tokenizer *t = NULL;
-    int rc = tok_load_gguf(&t, g, &g_err);
-    gguf_close(g);
-    REQUIRE_MSG(rc == 0, "%s", g_err.message);
+    REQUIRE_MSG(tt_load_written_gguf(gw, "kimi-hand.gguf", &t, &g_err) == 0, "%s", g_err.message);
     static const struct {
         const char *left, *right;
         int32_t result;

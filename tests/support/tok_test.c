@@ -4,6 +4,7 @@
 #include "tok_test.h"
 
 #include "format/gguf.h"
+#include "gguf_writer.h"
 #include "test_util.h"
 
 tok_tokenizer *tt_load_gguf(const char *rel) {
@@ -18,6 +19,19 @@ tok_tokenizer *tt_load_gguf(const char *rel) {
     gguf_close(g);
     REQUIRE_MSG(rc == 0, "%s: %s", rel, err.message);
     return t;
+}
+
+int tt_load_written_gguf(gguf_writer *w, const char *name, tok_tokenizer **out, pdl_error *err) {
+    char *path = test_tmp_path(name);
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    gguf_file *g = NULL;
+    REQUIRE_MSG(gguf_open(&g, path, err) == 0, "%s", err->message);
+    free(path);
+    *out = NULL;
+    int rc = tok_load_gguf(out, g, err);
+    gguf_close(g);
+    return rc;
 }
 
 tok_tokenizer *tt_load_hf(const char *rel) {
