@@ -40,6 +40,7 @@
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
+#include "vision_test.h"
 
 #define TOL 1e-4
 
@@ -53,89 +54,53 @@ static const double VEPS = 1e-6, TEPS = 1e-6, THETA = 1e6, THETA_LOCAL = 10000.0
 
 /* ---- random weights ------------------------------------------------------------ */
 
-static uint64_t seed;
-static float frand(void) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
-}
-
-typedef struct wspec {
-    char name[160];
-    int n_dims;
-    int64_t shape[4];
-    float *data;
-} wspec;
-
-static wspec specs[128];
-static int n_specs;
-
-static float *W(const char *name) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, name) == 0) return specs[i].data;
-    fprintf(stderr, "no weight %s\n", name);
-    abort();
-}
-
-/* kind 0: uniform [-0.5, 0.5) * scale; 1: around 1 (LayerNorm weights); 2: small */
-static void add(const char *name, int n_dims, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int kind,
-                double scale) {
-    wspec *t = &specs[n_specs++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = n_dims;
-    int64_t d[4] = {d0, d1, d2, d3}, n = 1;
-    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], n *= d[i];
-    t->data = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        t->data[i] = kind == 1 ? 1.0f + 0.2f * frand() : kind == 2 ? 0.2f * frand() : (float)(scale * frand());
-}
-
 static void make_weights(void) {
-    if (n_specs) return;
-    seed = 3333;
+    if (vt_count()) return;
+    vt_seed(3333);
     char n[160];
     const char *vm = "vision_tower.vision_model";
 #define V(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), n)
-    add(V("%s", "embeddings.patch_embedding.weight"), 4, VH, 3, PATCH, PATCH, 0, 0.5);
-    add(V("%s", "embeddings.patch_embedding.bias"), 1, VH, 0, 0, 0, 2, 0);
-    add(V("%s", "embeddings.position_embedding.weight"), 2, NP, VH, 0, 0, 0, 1.0);
+    vt_add(V("%s", "embeddings.patch_embedding.weight"), 4, VH, 3, PATCH, PATCH, VT_UNIFORM, 0.5);
+    vt_add(V("%s", "embeddings.patch_embedding.bias"), 1, VH, 0, 0, 0, VT_SMALL, 0);
+    vt_add(V("%s", "embeddings.position_embedding.weight"), 2, NP, VH, 0, 0, VT_UNIFORM, 1.0);
     for (int l = 0; l < VL; l++) {
-        add(V("encoder.layers.%d.layer_norm1.weight", l), 1, VH, 0, 0, 0, 1, 0);
-        add(V("encoder.layers.%d.layer_norm1.bias", l), 1, VH, 0, 0, 0, 2, 0);
+        vt_add(V("encoder.layers.%d.layer_norm1.weight", l), 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(V("encoder.layers.%d.layer_norm1.bias", l), 1, VH, 0, 0, 0, VT_SMALL, 0);
         const char *proj[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
         for (int p = 0; p < 4; p++) {
-            add(V("encoder.layers.%d.self_attn.%s.weight", l, proj[p]), 2, VH, VH, 0, 0, 0, 0.6);
-            add(V("encoder.layers.%d.self_attn.%s.bias", l, proj[p]), 1, VH, 0, 0, 0, 2, 0);
+            vt_add(V("encoder.layers.%d.self_attn.%s.weight", l, proj[p]), 2, VH, VH, 0, 0, VT_UNIFORM, 0.6);
+            vt_add(V("encoder.layers.%d.self_attn.%s.bias", l, proj[p]), 1, VH, 0, 0, 0, VT_SMALL, 0);
         }
-        add(V("encoder.layers.%d.layer_norm2.weight", l), 1, VH, 0, 0, 0, 1, 0);
-        add(V("encoder.layers.%d.layer_norm2.bias", l), 1, VH, 0, 0, 0, 2, 0);
-        add(V("encoder.layers.%d.mlp.fc1.weight", l), 2, VFFN, VH, 0, 0, 0, 0.6);
-        add(V("encoder.layers.%d.mlp.fc1.bias", l), 1, VFFN, 0, 0, 0, 2, 0);
-        add(V("encoder.layers.%d.mlp.fc2.weight", l), 2, VH, VFFN, 0, 0, 0, 0.4);
-        add(V("encoder.layers.%d.mlp.fc2.bias", l), 1, VH, 0, 0, 0, 2, 0);
+        vt_add(V("encoder.layers.%d.layer_norm2.weight", l), 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(V("encoder.layers.%d.layer_norm2.bias", l), 1, VH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(V("encoder.layers.%d.mlp.fc1.weight", l), 2, VFFN, VH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(V("encoder.layers.%d.mlp.fc1.bias", l), 1, VFFN, 0, 0, 0, VT_SMALL, 0);
+        vt_add(V("encoder.layers.%d.mlp.fc2.weight", l), 2, VH, VFFN, 0, 0, VT_UNIFORM, 0.4);
+        vt_add(V("encoder.layers.%d.mlp.fc2.bias", l), 1, VH, 0, 0, 0, VT_SMALL, 0);
     }
-    add(V("%s", "post_layernorm.weight"), 1, VH, 0, 0, 0, 1, 0);
-    add(V("%s", "post_layernorm.bias"), 1, VH, 0, 0, 0, 2, 0);
+    vt_add(V("%s", "post_layernorm.weight"), 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+    vt_add(V("%s", "post_layernorm.bias"), 1, VH, 0, 0, 0, VT_SMALL, 0);
 #undef V
     /* Gemma3RMSNorm weights are applied as 1 + w: around 0 */
-    add("multi_modal_projector.mm_soft_emb_norm.weight", 1, VH, 0, 0, 0, 2, 0);
-    add("multi_modal_projector.mm_input_projection_weight", 2, VH, TH, 0, 0, 0, 0.8);
-    add("language_model.model.embed_tokens.weight", 2, VOC, TH, 0, 0, 0, 0.3);
-    add("language_model.model.norm.weight", 1, TH, 0, 0, 0, 2, 0);
+    vt_add("multi_modal_projector.mm_soft_emb_norm.weight", 1, VH, 0, 0, 0, VT_SMALL, 0);
+    vt_add("multi_modal_projector.mm_input_projection_weight", 2, VH, TH, 0, 0, VT_UNIFORM, 0.8);
+    vt_add("language_model.model.embed_tokens.weight", 2, VOC, TH, 0, 0, VT_UNIFORM, 0.3);
+    vt_add("language_model.model.norm.weight", 1, TH, 0, 0, 0, VT_SMALL, 0);
     for (int l = 0; l < NL; l++) {
 #define T(fmt) (snprintf(n, sizeof n, "language_model.model.layers.%d." fmt, l), n)
-        add(T("input_layernorm.weight"), 1, TH, 0, 0, 0, 2, 0);
-        add(T("self_attn.q_proj.weight"), 2, NH * HD, TH, 0, 0, 0, 0.5);
-        add(T("self_attn.k_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.5);
-        add(T("self_attn.v_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.5);
-        add(T("self_attn.o_proj.weight"), 2, TH, NH * HD, 0, 0, 0, 0.5);
-        add(T("self_attn.q_norm.weight"), 1, HD, 0, 0, 0, 2, 0);
-        add(T("self_attn.k_norm.weight"), 1, HD, 0, 0, 0, 2, 0);
-        add(T("post_attention_layernorm.weight"), 1, TH, 0, 0, 0, 2, 0);
-        add(T("pre_feedforward_layernorm.weight"), 1, TH, 0, 0, 0, 2, 0);
-        add(T("post_feedforward_layernorm.weight"), 1, TH, 0, 0, 0, 2, 0);
-        add(T("mlp.gate_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
-        add(T("mlp.up_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
-        add(T("mlp.down_proj.weight"), 2, TH, FFN, 0, 0, 0, 0.5);
+        vt_add(T("input_layernorm.weight"), 1, TH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("self_attn.q_proj.weight"), 2, NH * HD, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("self_attn.k_proj.weight"), 2, NKV * HD, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("self_attn.v_proj.weight"), 2, NKV * HD, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("self_attn.o_proj.weight"), 2, TH, NH * HD, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("self_attn.q_norm.weight"), 1, HD, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("self_attn.k_norm.weight"), 1, HD, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("post_attention_layernorm.weight"), 1, TH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("pre_feedforward_layernorm.weight"), 1, TH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("post_feedforward_layernorm.weight"), 1, TH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("mlp.gate_proj.weight"), 2, FFN, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("mlp.up_proj.weight"), 2, FFN, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("mlp.down_proj.weight"), 2, TH, FFN, 0, 0, VT_UNIFORM, 0.5);
 #undef T
     }
 }
@@ -170,30 +135,19 @@ static float ref_pixels[3 * IMG * IMG];
 static void need_files(void) {
     if (hf_dir) return;
     make_weights();
-    ref_dir = test_make_dir("ref");
-    char *script = test_source_path("scripts/vision-reference-pixels");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
-    int rc = system(cmd);
-    free(script);
-    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    ref_dir = vt_reference_dir();
     /* rgb_png through Gemma3ImageProcessor's steps at 32 x 32 (bilinear, mean = std = 0.5) */
-    char *p = test_join(ref_dir, "rgb_png.fixed32.f32");
-    size_t n = 0;
-    char *d = test_slurp(p, &n);
-    REQUIRE(n == sizeof ref_pixels);
-    memcpy(ref_pixels, d, n);
-    free(d), free(p);
+    vt_read_f32(ref_dir, "rgb_png.fixed32.f32", ref_pixels, sizeof ref_pixels);
 
     hf_dir = test_make_dir("gemma3-vlm");
-    p = test_join(hf_dir, "config.json");
+    char *p = test_join(hf_dir, "config.json");
     test_write_file(p, CONFIG, strlen(CONFIG));
     free(p);
     p = test_join(hf_dir, "preprocessor_config.json");
     test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
     free(p);
     stw_writer *w = stw_new();
-    for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].name, specs[i].n_dims, specs[i].shape, specs[i].data);
+    vt_put_all_st(w);
     p = test_join(hf_dir, "model.safetensors");
     REQUIRE(stw_write(w, p) == 0);
     free(p);
@@ -209,33 +163,6 @@ typedef enum ref_bug {
     BUG_POOL_SHIFT,     /* the pooling windows one patch to the right (wrapping) */
 } ref_bug;
 
-static void layernorm(double *x, int n, const float *w, const float *b, double eps) {
-    double mean = 0, var = 0;
-    for (int i = 0; i < n; i++) mean += x[i];
-    mean /= n;
-    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    var /= n;
-    double inv = 1.0 / sqrt(var + eps);
-    for (int i = 0; i < n; i++) x[i] = (x[i] - mean) * inv * w[i] + b[i];
-}
-
-/* Gemma3RMSNorm: x / rms(x) * (1 + w) */
-static void rmsnorm1(double *o, const double *x, const float *w, int n, double eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double inv = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) o[i] = x[i] * inv * (1.0 + w[i]);
-}
-
-/* y (rows) = W (rows, cols) x + b */
-static void linear(double *y, const float *w, const float *b, const double *x, int rows, int cols) {
-    for (int r = 0; r < rows; r++) {
-        double s = b ? b[r] : 0;
-        for (int c = 0; c < cols; c++) s += (double)w[(size_t)r * cols + c] * x[c];
-        y[r] = s;
-    }
-}
-
 static double gelu_tanh(double g) {
     return 0.5 * g * (1.0 + tanh(0.79788456080286535588 * (g + 0.044715 * g * g * g)));
 }
@@ -244,8 +171,8 @@ static double gelu_tanh(double g) {
 static void ref_image_rows(ref_bug bug, double *rows) {
     const char *vm = "vision_tower.vision_model";
     char n[160];
-#define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), W(n))
-    static double x[NP][VH], h[NP][VH], q[NP][VH], k[NP][VH], v[NP][VH], a[NP][VH];
+#define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), vt_w(n))
+    static double x[NP][VH];
     const float *conv = VW("%s", "embeddings.patch_embedding.weight");
     const float *cb = VW("%s", "embeddings.patch_embedding.bias");
     const float *pos = VW("%s", "embeddings.position_embedding.weight");
@@ -263,54 +190,17 @@ static void ref_image_rows(ref_bug bug, double *rows) {
         }
     }
     for (int l = 0; l < VL; l++) {
-        for (int r = 0; r < NP; r++) {
-            memcpy(h[r], x[r], sizeof h[r]);
-            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm1.weight", l),
-                      VW("encoder.layers.%d.layer_norm1.bias", l), VEPS);
-            linear(q[r], VW("encoder.layers.%d.self_attn.q_proj.weight", l),
-                   VW("encoder.layers.%d.self_attn.q_proj.bias", l), h[r], VH, VH);
-            linear(k[r], VW("encoder.layers.%d.self_attn.k_proj.weight", l),
-                   VW("encoder.layers.%d.self_attn.k_proj.bias", l), h[r], VH, VH);
-            linear(v[r], VW("encoder.layers.%d.self_attn.v_proj.weight", l),
-                   VW("encoder.layers.%d.self_attn.v_proj.bias", l), h[r], VH, VH);
-        }
-        for (int r = 0; r < NP; r++) /* no mask */
-            for (int hh = 0; hh < VNH; hh++) {
-                double s[NP], mx = -1e300, z = 0;
-                for (int j = 0; j < NP; j++) {
-                    double d = 0;
-                    for (int i = 0; i < VHD; i++) d += q[r][hh * VHD + i] * k[j][hh * VHD + i];
-                    s[j] = d / sqrt((double)VHD);
-                    mx = fmax(mx, s[j]);
-                }
-                for (int j = 0; j < NP; j++) z += s[j] = exp(s[j] - mx);
-                for (int i = 0; i < VHD; i++) {
-                    double o = 0;
-                    for (int j = 0; j < NP; j++) o += s[j] / z * v[j][hh * VHD + i];
-                    a[r][hh * VHD + i] = o;
-                }
-            }
-        for (int r = 0; r < NP; r++) {
-            double t[VH], f[VFFN];
-            linear(t, VW("encoder.layers.%d.self_attn.out_proj.weight", l),
-                   VW("encoder.layers.%d.self_attn.out_proj.bias", l), a[r], VH, VH);
-            for (int i = 0; i < VH; i++) x[r][i] += t[i];
-            memcpy(h[r], x[r], sizeof h[r]);
-            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm2.weight", l),
-                      VW("encoder.layers.%d.layer_norm2.bias", l), VEPS);
-            linear(f, VW("encoder.layers.%d.mlp.fc1.weight", l), VW("encoder.layers.%d.mlp.fc1.bias", l), h[r], VFFN,
-                   VH);
-            for (int i = 0; i < VFFN; i++) f[i] = gelu_tanh(f[i]);
-            linear(t, VW("encoder.layers.%d.mlp.fc2.weight", l), VW("encoder.layers.%d.mlp.fc2.bias", l), f, VH, VFFN);
-            for (int i = 0; i < VH; i++) x[r][i] += t[i];
-        }
+        char layer[160];
+        snprintf(layer, sizeof layer, "%s.encoder.layers.%d", vm, l);
+        vt_vit_layer(&x[0][0], NP, VH, VNH, VFFN, layer, VEPS, gelu_tanh);
     }
-    for (int r = 0; r < NP; r++) layernorm(x[r], VH, VW("%s", "post_layernorm.weight"), VW("%s", "post_layernorm.bias"), VEPS);
+    for (int r = 0; r < NP; r++)
+        vt_layernorm(x[r], VH, VW("%s", "post_layernorm.weight"), VW("%s", "post_layernorm.bias"), VEPS);
 #undef VW
     /* Gemma3MultiModalProjector: (hidden, SIDE, SIDE) -> AvgPool2d(POOL) -> (hidden, TPS, TPS) -> flatten, transpose
      * -> RMSNorm (1 + w) -> x @ mm_input_projection_weight (VH, TH) */
-    const float *nw = W("multi_modal_projector.mm_soft_emb_norm.weight");
-    const float *pw = W("multi_modal_projector.mm_input_projection_weight");
+    const float *nw = vt_w("multi_modal_projector.mm_soft_emb_norm.weight");
+    const float *pw = vt_w("multi_modal_projector.mm_input_projection_weight");
     int shift = bug == BUG_POOL_SHIFT ? 1 : 0;
     for (int ty = 0; ty < TPS; ty++)
         for (int tx = 0; tx < TPS; tx++) {
@@ -320,7 +210,7 @@ static void ref_image_rows(ref_bug bug, double *rows) {
                     int py = ty * POOL + y, px = (tx * POOL + xx + shift) % SIDE;
                     for (int d = 0; d < VH; d++) pooled[d] += x[py * SIDE + px][d] / (POOL * POOL);
                 }
-            rmsnorm1(normed, pooled, nw, VH, VEPS);
+            vt_rmsnorm_plus_one(normed, pooled, nw, VH, VEPS);
             double *o = rows + (size_t)(ty * TPS + tx) * TH;
             for (int c = 0; c < TH; c++) {
                 double s = 0;
@@ -353,22 +243,23 @@ static void ref_text_logits(ref_bug bug, const int32_t *ids, const double *const
     double (*q)[NH * HD] = calloc((size_t)n, sizeof *q), (*k)[NKV * HD] = calloc((size_t)n, sizeof *k);
     double (*v)[NKV * HD] = calloc((size_t)n, sizeof *v), (*a)[NH * HD] = calloc((size_t)n, sizeof *a);
     double *s = malloc((size_t)n * sizeof *s);
-    const float *emb = W("language_model.model.embed_tokens.weight");
+    const float *emb = vt_w("language_model.model.embed_tokens.weight");
     double es = (double)(float)sqrt((double)TH); /* Gemma's embedding scale, a float32 number */
     for (int r = 0; r < n; r++)
         for (int i = 0; i < TH; i++) x[r][i] = embd[r] ? embd[r][i] : emb[(size_t)ids[r] * TH + i] * es;
     char nm[128];
-#define TW(fmt) (snprintf(nm, sizeof nm, "language_model.model.layers.%d." fmt, l), W(nm))
+#define TW(fmt) (snprintf(nm, sizeof nm, "language_model.model.layers.%d." fmt, l), vt_w(nm))
     for (int l = 0; l < NL; l++) {
         bool win = windowed(l);
         for (int r = 0; r < n; r++) {
-            rmsnorm1(xn[r], x[r], TW("input_layernorm.weight"), TH, TEPS);
-            linear(q[r], TW("self_attn.q_proj.weight"), NULL, xn[r], NH * HD, TH);
-            linear(k[r], TW("self_attn.k_proj.weight"), NULL, xn[r], NKV * HD, TH);
-            linear(v[r], TW("self_attn.v_proj.weight"), NULL, xn[r], NKV * HD, TH);
+            vt_rmsnorm_plus_one(xn[r], x[r], TW("input_layernorm.weight"), TH, TEPS);
+            vt_linear(q[r], TW("self_attn.q_proj.weight"), NULL, xn[r], NH * HD, TH);
+            vt_linear(k[r], TW("self_attn.k_proj.weight"), NULL, xn[r], NKV * HD, TH);
+            vt_linear(v[r], TW("self_attn.v_proj.weight"), NULL, xn[r], NKV * HD, TH);
             for (int hh = 0; hh < NH + NKV; hh++) {
                 double *vec = hh < NH ? q[r] + hh * HD : k[r] + (hh - NH) * HD;
-                rmsnorm1(vec, vec, hh < NH ? TW("self_attn.q_norm.weight") : TW("self_attn.k_norm.weight"), HD, TEPS);
+                const float *nw = hh < NH ? TW("self_attn.q_norm.weight") : TW("self_attn.k_norm.weight");
+                vt_rmsnorm_plus_one(vec, vec, nw, HD, TEPS);
                 if (win) rope(vec, r, THETA_LOCAL, 1.0);
                 else rope(vec, r, THETA, LINEAR);
             }
@@ -401,22 +292,22 @@ static void ref_text_logits(ref_bug bug, const int32_t *ids, const double *const
             }
         for (int r = 0; r < n; r++) {
             double t[TH], g[FFN], u[FFN], h[TH];
-            linear(t, TW("self_attn.o_proj.weight"), NULL, a[r], TH, NH * HD);
-            rmsnorm1(t, t, TW("post_attention_layernorm.weight"), TH, TEPS);
+            vt_linear(t, TW("self_attn.o_proj.weight"), NULL, a[r], TH, NH * HD);
+            vt_rmsnorm_plus_one(t, t, TW("post_attention_layernorm.weight"), TH, TEPS);
             for (int i = 0; i < TH; i++) x[r][i] += t[i];
-            rmsnorm1(h, x[r], TW("pre_feedforward_layernorm.weight"), TH, TEPS);
-            linear(g, TW("mlp.gate_proj.weight"), NULL, h, FFN, TH);
-            linear(u, TW("mlp.up_proj.weight"), NULL, h, FFN, TH);
+            vt_rmsnorm_plus_one(h, x[r], TW("pre_feedforward_layernorm.weight"), TH, TEPS);
+            vt_linear(g, TW("mlp.gate_proj.weight"), NULL, h, FFN, TH);
+            vt_linear(u, TW("mlp.up_proj.weight"), NULL, h, FFN, TH);
             for (int i = 0; i < FFN; i++) g[i] = gelu_tanh(g[i]) * u[i];
-            linear(t, TW("mlp.down_proj.weight"), NULL, g, TH, FFN);
-            rmsnorm1(t, t, TW("post_feedforward_layernorm.weight"), TH, TEPS);
+            vt_linear(t, TW("mlp.down_proj.weight"), NULL, g, TH, FFN);
+            vt_rmsnorm_plus_one(t, t, TW("post_feedforward_layernorm.weight"), TH, TEPS);
             for (int i = 0; i < TH; i++) x[r][i] += t[i];
         }
     }
 #undef TW
     for (int r = 0; r < n; r++) { /* tied head */
-        rmsnorm1(xn[r], x[r], W("language_model.model.norm.weight"), TH, TEPS);
-        linear(logits + (size_t)r * VOC, emb, NULL, xn[r], VOC, TH);
+        vt_rmsnorm_plus_one(xn[r], x[r], vt_w("language_model.model.norm.weight"), TH, TEPS);
+        vt_linear(logits + (size_t)r * VOC, emb, NULL, xn[r], VOC, TH);
     }
     free(x), free(xn), free(q), free(k), free(v), free(a), free(s);
 }
@@ -446,15 +337,6 @@ static double *reference_logits(ref_bug bug) {
     return logits;
 }
 
-static double max_diff(const float *a, const double *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - b[i]);
-        if (!(e <= d)) d = e; /* NaN counts as the largest */
-    }
-    return d;
-}
-
 /* ---- the engine ---------------------------------------------------------------- */
 
 /* ---- llama.cpp's pair: the text GGUF and the gemma3 mmproj ------------------------------ */
@@ -463,23 +345,12 @@ static char *text_gguf, *mmproj_gguf;
 
 /* a norm Gemma applies as (1 + w): llama.cpp's converters store 1 + w */
 static void put_plus_one(gguf_writer *g, const char *gg, const char *hf) {
-    const wspec *t = NULL;
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, hf) == 0) t = &specs[i];
+    const vt_tensor *t = vt_find(hf);
     REQUIRE_MSG(t, "no weight %s", hf);
     float *d = malloc((size_t)t->shape[0] * sizeof *d);
     for (int64_t i = 0; i < t->shape[0]; i++) d[i] = 1.0f + t->data[i];
     gguf_writer_add_tensor_f32(g, gg, 1, t->shape, d);
     free(d);
-}
-
-static void put(gguf_writer *g, const char *gg, const char *hf) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, hf) == 0) {
-            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, specs[i].shape, specs[i].data);
-            return;
-        }
-    REQUIRE_MSG(0, "no weight %s", hf);
 }
 
 static void write_ggufs(void) {
@@ -503,7 +374,7 @@ static void write_ggufs(void) {
     gguf_writer_add_f32(t, "gemma3.attention.scale", (float)(1.0 / sqrt(QPAS)));
     gguf_writer_add_str(t, "gemma3.rope.scaling.type", "linear");
     gguf_writer_add_f32(t, "gemma3.rope.scaling.factor", (float)LINEAR);
-    put(t, "token_embd.weight", "language_model.model.embed_tokens.weight");
+    vt_put_gguf(t, "token_embd.weight", "language_model.model.embed_tokens.weight");
     put_plus_one(t, "output_norm.weight", "language_model.model.norm.weight");
     char hf[160], gg[64];
     static const char *const mats[][2] = {
@@ -521,7 +392,7 @@ static void write_ggufs(void) {
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, mats[i][0]);
             snprintf(gg, sizeof gg, "blk.%d.%s", l, mats[i][1]);
-            put(t, gg, hf);
+            vt_put_gguf(t, gg, hf);
         }
         for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++) {
             snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, norms[i][0]);
@@ -547,9 +418,9 @@ static void write_ggufs(void) {
     gguf_writer_add_u32(v, "clip.vision.projector.scale_factor", POOL);
     const char *vm = "vision_tower.vision_model";
 #define VN(fmt, ...) (snprintf(hf, sizeof hf, "%s." fmt, vm, __VA_ARGS__), hf)
-    put(v, "v.patch_embd.weight", VN("%s", "embeddings.patch_embedding.weight"));
-    put(v, "v.patch_embd.bias", VN("%s", "embeddings.patch_embedding.bias"));
-    put(v, "v.position_embd.weight", VN("%s", "embeddings.position_embedding.weight"));
+    vt_put_gguf(v, "v.patch_embd.weight", VN("%s", "embeddings.patch_embedding.weight"));
+    vt_put_gguf(v, "v.patch_embd.bias", VN("%s", "embeddings.patch_embedding.bias"));
+    vt_put_gguf(v, "v.position_embd.weight", VN("%s", "embeddings.position_embedding.weight"));
     static const char *const blk[][2] = {
         {"layer_norm1", "ln1"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
         {"self_attn.v_proj", "attn_v"}, {"self_attn.out_proj", "attn_out"}, {"layer_norm2", "ln2"},
@@ -558,13 +429,13 @@ static void write_ggufs(void) {
         for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++)
             for (int b = 0; b < 2; b++) {
                 snprintf(gg, sizeof gg, "v.blk.%d.%s.%s", l, blk[i][1], b ? "bias" : "weight");
-                put(v, gg, VN("encoder.layers.%d.%s.%s", l, blk[i][0], b ? "bias" : "weight"));
+                vt_put_gguf(v, gg, VN("encoder.layers.%d.%s.%s", l, blk[i][0], b ? "bias" : "weight"));
             }
-    put(v, "v.post_ln.weight", VN("%s", "post_layernorm.weight"));
-    put(v, "v.post_ln.bias", VN("%s", "post_layernorm.bias"));
+    vt_put_gguf(v, "v.post_ln.weight", VN("%s", "post_layernorm.weight"));
+    vt_put_gguf(v, "v.post_ln.bias", VN("%s", "post_layernorm.bias"));
 #undef VN
     put_plus_one(v, "mm.soft_emb_norm.weight", "multi_modal_projector.mm_soft_emb_norm.weight");
-    put(v, "mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight");
+    vt_put_gguf(v, "mm.input_projection.weight", "multi_modal_projector.mm_input_projection_weight");
     text_gguf = test_tmp_path("gemma3-text.gguf");
     mmproj_gguf = test_tmp_path("gemma3-mmproj.gguf");
     REQUIRE(gguf_writer_write(t, text_gguf) == 0);
@@ -575,22 +446,7 @@ static void write_ggufs(void) {
 static const char *load_text_path, *load_vision_path; /* NULL: the HF folder */
 
 static void load(pdl_model **m, pdl_vision **v) {
-    pdl_error err = {0};
-    pdl_model_options mo = {.n_threads = 2};
-    const char *tp = load_text_path ? load_text_path : hf_dir, *vp = load_vision_path ? load_vision_path : hf_dir;
-    REQUIRE_MSG(pdl_model_load(m, tp, &mo, &err) == 0, "%s", err.message);
-    int rc = pdl_vision_load(v, vp, *m, &err);
-    if (rc) pdl_model_free(*m);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
-}
-
-static pdl_image *load_png(void) {
-    pdl_image *img = NULL;
-    pdl_error err = {0};
-    char *png = test_join(ref_dir, "rgb_png.png");
-    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
-    free(png);
-    return img;
+    vt_load(m, v, load_text_path ? load_text_path : hf_dir, load_vision_path ? load_vision_path : hf_dir, NULL);
 }
 
 /* All-row logits of the prompt through pdl_seq_forward_spans in chunks of
@@ -606,7 +462,7 @@ static float *engine_logits(bool spans) {
     CHECK_EQ_INT(info.rows_per_image, MM);
     if (!load_text_path) CHECK_EQ_INT(info.image_token_id, IMAGE_TOKEN); /* the GGUF has no vocabulary here */
     pdl_error err = {0};
-    pdl_image *img = load_png();
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     float *rows = NULL;
     int n_rows = 0;
     REQUIRE_MSG(pdl_vision_encode(v, img, &rows, &n_rows, &err) == 0, "%s", err.message);
@@ -653,14 +509,14 @@ static void test_gemma3_image_prompt_matches_the_float64_reference(void) {
     float *got = engine_logits(true);
     REQUIRE(got);
     double *want = reference_logits(BUG_NONE);
-    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    double d = vt_max_diff(got, want, (size_t)N_PROMPT * VOC);
     fprintf(stderr, "  Gemma 3 + image: max |engine - float64 reference| = %.3g over %d rows\n", d, N_PROMPT);
     CHECK_MSG(d < TOL, "%.3g", d);
     /* without the spans the image rows are causal: far off from the image on */
     float *causal = engine_logits(false);
     REQUIRE(causal);
-    double dc = max_diff(causal, want, (size_t)N_PROMPT * VOC);
-    double before = max_diff(causal, want, (size_t)IMG_AT * VOC);
+    double dc = vt_max_diff(causal, want, (size_t)N_PROMPT * VOC);
+    double before = vt_max_diff(causal, want, (size_t)IMG_AT * VOC);
     CHECK_MSG(dc > 100 * TOL, "a causal image moves logits by %.3g only", dc);
     CHECK(before < TOL); /* the rows before the image do not see it either way */
     free(got), free(causal), free(want);
@@ -690,84 +546,40 @@ static void test_the_reference_tells_the_mask_and_the_pooling(void) {
 
 /* ---- through the engine ------------------------------------------------------------- */
 
-enum { GEN = 6, MAX_REQ = 6 };
-
-typedef struct collected {
-    int32_t tokens[MAX_REQ][GEN];
-    int n[MAX_REQ];
-    float first_logits[MAX_REQ][VOC];
-    bool have_logits[MAX_REQ];
-    int cached[MAX_REQ];
-    bool failed[MAX_REQ];
-} collected;
-
-static void on_event(const pdl_event *ev, void *user) {
-    collected *c = user;
-    int r = (int)ev->request_id - 1;
-    if (r < 0 || r >= MAX_REQ) return;
-    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
-    if (ev->kind == PDL_EVENT_FINISHED) c->cached[r] = ev->cached_tokens;
-}
-
-static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
-    collected *c = user;
-    int r = (int)id - 1;
-    (void)index, (void)position;
-    if (r < 0 || r >= MAX_REQ || c->have_logits[r] || vocab != VOC) return;
-    memcpy(c->first_logits[r], row, sizeof c->first_logits[r]);
-    c->have_logits[r] = true;
-}
+enum { GEN = 6 };
 
 typedef struct run_opts {
     bool prefix_caching, sequential, no_encoder_cache;
     int max_prefill_chunk, max_num_batched_tokens;
     size_t encoder_cache_bytes;
-    pdl_engine_stats stats; /* out: the engine's at the end */
 } run_opts;
 
 /* Requests with n_text == 0 carry the image prompt with rgb_png.png, -1 the
- * same prompt with big_jpeg.jpg; others n_text text ids. */
-static void run_engine(const int *n_text, int n, run_opts *o, collected *out) {
-    memset(out, 0, sizeof *out);
+ * same prompt with big_jpeg.jpg; others n_text text ids. A request the
+ * engine refuses must say max_num_batched_tokens. */
+static void run_engine(const int *n_text, int n, const run_opts *o, vt_collected *out) {
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     load(&m, &v);
-    pdl_error err = {0};
     pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !o->prefix_caching,
-                             .on_logits = on_logits, .on_logits_user = out, .max_model_len = 64,
-                             .max_prefill_chunk = o->max_prefill_chunk,
+                             .max_model_len = 64, .max_prefill_chunk = o->max_prefill_chunk,
                              .max_num_batched_tokens = o->max_num_batched_tokens,
                              .encoder_cache_bytes = o->encoder_cache_bytes, .no_encoder_cache = o->no_encoder_cache};
-    pdl_engine *e = NULL;
-    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
-    pdl_image *img = load_png(), *jpg = NULL;
-    char *jpath = test_join(ref_dir, "big_jpeg.jpg");
-    REQUIRE_MSG(pdl_image_load(&jpg, jpath, &err) == 0, "%s", err.message);
-    free(jpath);
+    int32_t ids[VT_MAX_REQ][64];
+    vt_request reqs[VT_MAX_REQ];
     for (int i = 0; i < n; i++) {
-        int32_t ids[64];
-        int n_ids = n_text[i];
-        pdl_mm_input in = {.image = n_ids < 0 ? jpg : img, .position = IMG_AT};
-        if (n_ids <= 0) {
-            prompt_ids(ids);
-            n_ids = N_PROMPT;
+        reqs[i] = (vt_request){.ids = ids[i], .n_ids = n_text[i]};
+        if (n_text[i] <= 0) {
+            prompt_ids(ids[i]);
+            reqs[i].n_ids = N_PROMPT;
+            reqs[i].image = n_text[i] < 0 ? "big_jpeg.jpg" : "rgb_png.png", reqs[i].position = IMG_AT;
         } else {
-            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % 96;
+            vt_text_ids(ids[i], n_text[i], i, 96);
         }
-        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
-                                 .images = n_text[i] <= 0 ? &in : NULL, .n_images = n_text[i] <= 0 ? 1 : 0};
-        uint64_t id = 0;
-        if (pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) != 0) {
-            out->failed[i] = true;
-            CHECK_CONTAINS(err.message, "max_num_batched_tokens");
-            continue;
-        }
-        if (o->sequential) CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
     }
-    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
-    pdl_engine_get_stats(e, &o->stats);
-    pdl_image_free(img), pdl_image_free(jpg);
-    pdl_engine_free(e);
+    vt_run run = {.gen = GEN, .vocab = VOC, .image_dir = ref_dir, .sequential = o->sequential,
+                  .may_refuse = "max_num_batched_tokens"};
+    vt_run_engine(m, &eo, reqs, n, &run, out);
     pdl_vision_free(v);
     pdl_model_free(m);
 }
@@ -789,17 +601,17 @@ static void test_the_engine_keeps_an_image_whole_across_chunks(void) {
     int chunks[3] = {0, 3, 7};
     for (int c = 0; c < 3; c++) {
         run_opts o = {.max_prefill_chunk = chunks[c]};
-        collected got;
+        vt_collected got;
         run_engine(text, 1, &o, &got);
-        REQUIRE(got.have_logits[0]);
-        double d = last_row_diff(got.first_logits[0], want);
+        REQUIRE(got.n_logits[0] > 0);
+        double d = last_row_diff(got.logits[0][0], want);
         fprintf(stderr, "  engine, prefill chunk %d: last row vs reference %.3g\n", chunks[c], d);
         CHECK_MSG(d < TOL, "chunk %d: %.3g", chunks[c], d);
         CHECK_EQ_INT(got.n[0], GEN);
     }
     /* a step too small for the image: refused with a reason */
     run_opts small = {.max_num_batched_tokens = MM - 1};
-    collected r;
+    vt_collected r;
     run_engine(text, 1, &small, &r);
     CHECK(r.failed[0]);
     free(want);
@@ -811,15 +623,10 @@ static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void
     need_files();
     int alone[1] = {0}, batch[4] = {5, 0, 19, 2};
     run_opts o = {0};
-    collected a, b;
+    vt_collected a, b;
     run_engine(alone, 1, &o, &a);
     run_engine(batch, 4, &o, &b);
-    CHECK_EQ_INT(a.n[0], GEN);
-    CHECK_EQ_INT(b.n[1], GEN);
-    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
-    CHECK(a.have_logits[0] && b.have_logits[1] &&
-          memcmp(a.first_logits[0], b.first_logits[1], sizeof a.first_logits[0]) == 0);
-    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+    vt_check_same_output(&a, &b, 1, 4, 1);
 }
 
 /* A prefix-cache hit ending inside the image (its first block holds rows 5
@@ -829,12 +636,11 @@ static void test_a_cache_hit_inside_the_image_gives_the_same_bytes(void) {
     need_files();
     int two[2] = {0, 0};
     run_opts o = {.prefix_caching = true, .sequential = true};
-    collected c;
+    vt_collected c;
     run_engine(two, 2, &o, &c);
     CHECK_EQ_INT(c.cached[0], 0);
     CHECK_EQ_INT(c.cached[1], 16);
-    CHECK(c.have_logits[0] && c.have_logits[1] &&
-          memcmp(c.first_logits[0], c.first_logits[1], sizeof c.first_logits[0]) == 0);
+    CHECK(c.n_logits[0] > 0 && c.n_logits[1] > 0 && memcmp(c.logits[0][0], c.logits[1][0], sizeof(float) * VOC) == 0);
     CHECK(memcmp(c.tokens[0], c.tokens[1], sizeof c.tokens[0]) == 0);
 }
 
@@ -846,35 +652,34 @@ static void test_the_encoder_cache_hits_misses_and_evicts(void) {
     need_files();
     int same[2] = {0, 0}, abab[3] = {0, -1, 0};
     run_opts o = {.sequential = true};
-    collected c, d;
+    vt_collected c, d;
     run_engine(same, 2, &o, &c);
-    CHECK_EQ_INT(o.stats.encoder_cache_queries, 2);
-    CHECK_EQ_INT(o.stats.encoder_cache_hits, 1);
-    CHECK_EQ_INT(o.stats.images_encoded, 1); /* the tower ran once */
-    CHECK_EQ_INT(o.stats.encoder_cache_bytes, (size_t)MM * TH * sizeof(float));
-    CHECK(c.have_logits[0] && c.have_logits[1] &&
-          memcmp(c.first_logits[0], c.first_logits[1], sizeof c.first_logits[0]) == 0);
+    CHECK_EQ_INT(c.stats.encoder_cache_queries, 2);
+    CHECK_EQ_INT(c.stats.encoder_cache_hits, 1);
+    CHECK_EQ_INT(c.stats.images_encoded, 1); /* the tower ran once */
+    CHECK_EQ_INT(c.stats.encoder_cache_bytes, (size_t)MM * TH * sizeof(float));
+    CHECK(c.n_logits[0] > 0 && c.n_logits[1] > 0 && memcmp(c.logits[0][0], c.logits[1][0], sizeof(float) * VOC) == 0);
     run_opts off = {.sequential = true, .no_encoder_cache = true};
     run_engine(same, 2, &off, &d);
-    CHECK_EQ_INT(off.stats.encoder_cache_hits, 0);
-    CHECK_EQ_INT(off.stats.images_encoded, 2);
-    CHECK_EQ_INT(off.stats.encoder_cache_bytes, 0);
-    CHECK(memcmp(c.first_logits[1], d.first_logits[1], sizeof c.first_logits[0]) == 0);
+    CHECK_EQ_INT(d.stats.encoder_cache_hits, 0);
+    CHECK_EQ_INT(d.stats.images_encoded, 2);
+    CHECK_EQ_INT(d.stats.encoder_cache_bytes, 0);
+    CHECK(memcmp(c.logits[1][0], d.logits[1][0], sizeof(float) * VOC) == 0);
     /* room for one image's rows (and a byte): png, jpeg (evicts png), png (a miss, evicts jpeg) */
     run_opts one = {.sequential = true, .encoder_cache_bytes = (size_t)MM * TH * sizeof(float) + 1};
     run_engine(abab, 3, &one, &c);
-    CHECK_EQ_INT(one.stats.encoder_cache_queries, 3);
-    CHECK_EQ_INT(one.stats.encoder_cache_hits, 0);
-    CHECK_EQ_INT(one.stats.encoder_cache_evictions, 2);
-    CHECK_EQ_INT(one.stats.images_encoded, 3);
-    CHECK(memcmp(c.first_logits[0], c.first_logits[2], sizeof c.first_logits[0]) == 0);
-    CHECK(memcmp(c.first_logits[0], c.first_logits[1], sizeof c.first_logits[0]) != 0);
+    CHECK_EQ_INT(c.stats.encoder_cache_queries, 3);
+    CHECK_EQ_INT(c.stats.encoder_cache_hits, 0);
+    CHECK_EQ_INT(c.stats.encoder_cache_evictions, 2);
+    CHECK_EQ_INT(c.stats.images_encoded, 3);
+    CHECK(memcmp(c.logits[0][0], c.logits[2][0], sizeof(float) * VOC) == 0);
+    CHECK(memcmp(c.logits[0][0], c.logits[1][0], sizeof(float) * VOC) != 0);
     /* room for both: the third is a hit */
     run_opts two = {.sequential = true, .encoder_cache_bytes = (size_t)2 * MM * TH * sizeof(float)};
     run_engine(abab, 3, &two, &c);
-    CHECK_EQ_INT(two.stats.encoder_cache_hits, 1);
-    CHECK_EQ_INT(two.stats.encoder_cache_evictions, 0);
-    CHECK_EQ_INT(two.stats.images_encoded, 2);
+    CHECK_EQ_INT(c.stats.encoder_cache_hits, 1);
+    CHECK_EQ_INT(c.stats.encoder_cache_evictions, 0);
+    CHECK_EQ_INT(c.stats.images_encoded, 2);
 }
 
 /* The same model as llama.cpp's pair (text GGUF with Gemma's norms as
@@ -886,7 +691,7 @@ static void test_gemma3_gguf_and_mmproj_match_the_float64_reference(void) {
     load_text_path = load_vision_path = NULL;
     REQUIRE(got);
     double *want = reference_logits(BUG_NONE);
-    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    double d = vt_max_diff(got, want, (size_t)N_PROMPT * VOC);
     fprintf(stderr, "  Gemma 3 GGUF + mmproj: max |engine - float64 reference| = %.3g\n", d);
     CHECK_MSG(d < TOL, "%.3g", d);
     free(got), free(want);
@@ -934,7 +739,7 @@ int main(void) {
     RUN(test_a_cache_hit_inside_the_image_gives_the_same_bytes);
     RUN(test_the_encoder_cache_hits_misses_and_evicts);
     RUN(test_pan_and_scan_is_refused);
-    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    vt_free_weights();
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
 }

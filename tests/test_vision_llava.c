@@ -45,6 +45,7 @@
 #include "st_writer.h"
 #include "test_util.h"
 #include "vision/vision_model.h" /* the encoder's kernel scratch, to make it fail */
+#include "vision_test.h"
 
 #define TOL 1e-4
 
@@ -60,112 +61,92 @@ static const float CLIP_STD[3] = {0.26862954f, 0.26130258f, 0.27577711f};
 
 /* ---- the random weights ------------------------------------------------------- */
 
-static uint64_t seed;
-static float frand(void) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
-}
-
 typedef enum { IN_TEXT, IN_TOWER, IN_TOWER_LAST } where_t; /* IN_TOWER_LAST: not in the mmproj */
 
-typedef struct wspec {
-    char hf[128], gg[64];
+/* Where tensor i of the registry goes in llama.cpp's pair: its name there,
+ * its file, and (Q/K) the heads its rows are permuted over. */
+typedef struct gguf_place {
+    char gg[64];
     where_t where;
-    int n_dims;
-    int64_t shape[4];
-    float *data;
     int permute_heads;
-} wspec;
+} gguf_place;
 
-static wspec specs[160];
-static int n_specs;
-
-static float *W(const char *hf) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].hf, hf) == 0) return specs[i].data;
-    fprintf(stderr, "no weight %s\n", hf);
-    abort();
-}
+static gguf_place places[160];
 
 static void add(const char *hf, const char *gg, where_t where, int n_dims, int64_t d0, int64_t d1, int64_t d2,
-                int64_t d3, int permute, int kind /* 0 random, 1 near one, 2 small */) {
-    wspec *t = &specs[n_specs++];
-    snprintf(t->hf, sizeof t->hf, "%s", hf);
-    snprintf(t->gg, sizeof t->gg, "%s", gg);
-    t->where = where, t->n_dims = n_dims, t->permute_heads = permute;
-    int64_t d[4] = {d0, d1, d2, d3}, n = 1;
-    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], n *= d[i];
-    t->data = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        t->data[i] = kind == 1 ? 1.0f + 0.2f * frand() : kind == 2 ? 0.2f * frand() : frand();
+                int64_t d3, int permute, vt_init init) {
+    int i = vt_add(hf, n_dims, d0, d1, d2, d3, init, 1.0);
+    REQUIRE(i < (int)(sizeof places / sizeof places[0]));
+    snprintf(places[i].gg, sizeof places[i].gg, "%s", gg);
+    places[i].where = where, places[i].permute_heads = permute;
 }
 
 static void make_weights(void) {
-    if (n_specs) return;
-    seed = 2222;
+    if (vt_count()) return;
+    vt_seed(2222);
     const char *vm = "vision_tower.vision_model";
     char hf[128], gg[64];
     snprintf(hf, sizeof hf, "%s.embeddings.patch_embedding.weight", vm);
-    add(hf, "v.patch_embd.weight", IN_TOWER, 4, VH, 3, PATCH, PATCH, 0, 0);
+    add(hf, "v.patch_embd.weight", IN_TOWER, 4, VH, 3, PATCH, PATCH, 0, VT_UNIFORM);
     snprintf(hf, sizeof hf, "%s.embeddings.class_embedding", vm);
-    add(hf, "v.class_embd", IN_TOWER, 1, VH, 0, 0, 0, 0, 0);
+    add(hf, "v.class_embd", IN_TOWER, 1, VH, 0, 0, 0, 0, VT_UNIFORM);
     snprintf(hf, sizeof hf, "%s.embeddings.position_embedding.weight", vm);
-    add(hf, "v.position_embd.weight", IN_TOWER, 2, NPOS, VH, 0, 0, 0, 0);
+    add(hf, "v.position_embd.weight", IN_TOWER, 2, NPOS, VH, 0, 0, 0, VT_UNIFORM);
     snprintf(hf, sizeof hf, "%s.pre_layrnorm.weight", vm);
-    add(hf, "v.pre_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, 1);
+    add(hf, "v.pre_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, VT_NEAR_ONE);
     snprintf(hf, sizeof hf, "%s.pre_layrnorm.bias", vm);
-    add(hf, "v.pre_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, 2);
+    add(hf, "v.pre_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, VT_SMALL);
     for (int l = 0; l < VL; l++) {
         where_t wh = l == VL - 1 ? IN_TOWER_LAST : IN_TOWER;
-#define VT(h, g, nd, a, b, kind)                                                   \
+#define VT(h, g, nd, a, b, init)                                                   \
     snprintf(hf, sizeof hf, "%s.encoder.layers.%d.%s", vm, l, h);                 \
     snprintf(gg, sizeof gg, "v.blk.%d.%s", l, g);                                  \
-    add(hf, gg, wh, nd, a, b, 0, 0, 0, kind);
-        VT("layer_norm1.weight", "ln1.weight", 1, VH, 0, 1);
-        VT("layer_norm1.bias", "ln1.bias", 1, VH, 0, 2);
-        VT("self_attn.q_proj.weight", "attn_q.weight", 2, VH, VH, 0);
-        VT("self_attn.q_proj.bias", "attn_q.bias", 1, VH, 0, 2);
-        VT("self_attn.k_proj.weight", "attn_k.weight", 2, VH, VH, 0);
-        VT("self_attn.k_proj.bias", "attn_k.bias", 1, VH, 0, 2);
-        VT("self_attn.v_proj.weight", "attn_v.weight", 2, VH, VH, 0);
-        VT("self_attn.v_proj.bias", "attn_v.bias", 1, VH, 0, 2);
-        VT("self_attn.out_proj.weight", "attn_out.weight", 2, VH, VH, 0);
-        VT("self_attn.out_proj.bias", "attn_out.bias", 1, VH, 0, 2);
-        VT("layer_norm2.weight", "ln2.weight", 1, VH, 0, 1);
-        VT("layer_norm2.bias", "ln2.bias", 1, VH, 0, 2);
+    add(hf, gg, wh, nd, a, b, 0, 0, 0, init);
+        VT("layer_norm1.weight", "ln1.weight", 1, VH, 0, VT_NEAR_ONE);
+        VT("layer_norm1.bias", "ln1.bias", 1, VH, 0, VT_SMALL);
+        VT("self_attn.q_proj.weight", "attn_q.weight", 2, VH, VH, VT_UNIFORM);
+        VT("self_attn.q_proj.bias", "attn_q.bias", 1, VH, 0, VT_SMALL);
+        VT("self_attn.k_proj.weight", "attn_k.weight", 2, VH, VH, VT_UNIFORM);
+        VT("self_attn.k_proj.bias", "attn_k.bias", 1, VH, 0, VT_SMALL);
+        VT("self_attn.v_proj.weight", "attn_v.weight", 2, VH, VH, VT_UNIFORM);
+        VT("self_attn.v_proj.bias", "attn_v.bias", 1, VH, 0, VT_SMALL);
+        VT("self_attn.out_proj.weight", "attn_out.weight", 2, VH, VH, VT_UNIFORM);
+        VT("self_attn.out_proj.bias", "attn_out.bias", 1, VH, 0, VT_SMALL);
+        VT("layer_norm2.weight", "ln2.weight", 1, VH, 0, VT_NEAR_ONE);
+        VT("layer_norm2.bias", "ln2.bias", 1, VH, 0, VT_SMALL);
         /* llama.cpp's LLaVA converter: fc1 -> ffn_down, fc2 -> ffn_up */
-        VT("mlp.fc1.weight", "ffn_down.weight", 2, VFFN, VH, 0);
-        VT("mlp.fc1.bias", "ffn_down.bias", 1, VFFN, 0, 2);
-        VT("mlp.fc2.weight", "ffn_up.weight", 2, VH, VFFN, 0);
-        VT("mlp.fc2.bias", "ffn_up.bias", 1, VH, 0, 2);
+        VT("mlp.fc1.weight", "ffn_down.weight", 2, VFFN, VH, VT_UNIFORM);
+        VT("mlp.fc1.bias", "ffn_down.bias", 1, VFFN, 0, VT_SMALL);
+        VT("mlp.fc2.weight", "ffn_up.weight", 2, VH, VFFN, VT_UNIFORM);
+        VT("mlp.fc2.bias", "ffn_up.bias", 1, VH, 0, VT_SMALL);
 #undef VT
     }
     snprintf(hf, sizeof hf, "%s.post_layernorm.weight", vm);
-    add(hf, "v.post_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, 1);
+    add(hf, "v.post_ln.weight", IN_TOWER, 1, VH, 0, 0, 0, 0, VT_NEAR_ONE);
     snprintf(hf, sizeof hf, "%s.post_layernorm.bias", vm);
-    add(hf, "v.post_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, 2);
-    add("multi_modal_projector.linear_1.weight", "mm.0.weight", IN_TOWER, 2, TH, VH, 0, 0, 0, 0);
-    add("multi_modal_projector.linear_1.bias", "mm.0.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, 2);
-    add("multi_modal_projector.linear_2.weight", "mm.2.weight", IN_TOWER, 2, TH, TH, 0, 0, 0, 0);
-    add("multi_modal_projector.linear_2.bias", "mm.2.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, 2);
+    add(hf, "v.post_ln.bias", IN_TOWER, 1, VH, 0, 0, 0, 0, VT_SMALL);
+    add("multi_modal_projector.linear_1.weight", "mm.0.weight", IN_TOWER, 2, TH, VH, 0, 0, 0, VT_UNIFORM);
+    add("multi_modal_projector.linear_1.bias", "mm.0.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, VT_SMALL);
+    add("multi_modal_projector.linear_2.weight", "mm.2.weight", IN_TOWER, 2, TH, TH, 0, 0, 0, VT_UNIFORM);
+    add("multi_modal_projector.linear_2.bias", "mm.2.bias", IN_TOWER, 1, TH, 0, 0, 0, 0, VT_SMALL);
     /* the text model */
-    add("language_model.model.embed_tokens.weight", "token_embd.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, 0);
-    add("language_model.model.norm.weight", "output_norm.weight", IN_TEXT, 1, TH, 0, 0, 0, 0, 1);
-    add("language_model.lm_head.weight", "output.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, 0);
+    add("language_model.model.embed_tokens.weight", "token_embd.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, VT_UNIFORM);
+    add("language_model.model.norm.weight", "output_norm.weight", IN_TEXT, 1, TH, 0, 0, 0, 0, VT_NEAR_ONE);
+    add("language_model.lm_head.weight", "output.weight", IN_TEXT, 2, VOC, TH, 0, 0, 0, VT_UNIFORM);
     for (int l = 0; l < NL; l++) {
-#define TT(h, g, nd, a, b, p, kind)                                             \
+#define TT(h, g, nd, a, b, p, init)                                             \
     snprintf(hf, sizeof hf, "language_model.model.layers.%d.%s", l, h);        \
     snprintf(gg, sizeof gg, "blk.%d.%s", l, g);                                 \
-    add(hf, gg, IN_TEXT, nd, a, b, 0, 0, p, kind);
-        TT("input_layernorm.weight", "attn_norm.weight", 1, TH, 0, 0, 1);
-        TT("self_attn.q_proj.weight", "attn_q.weight", 2, NH * HD, TH, NH, 0);
-        TT("self_attn.k_proj.weight", "attn_k.weight", 2, NKV * HD, TH, NKV, 0);
-        TT("self_attn.v_proj.weight", "attn_v.weight", 2, NKV * HD, TH, 0, 0);
-        TT("self_attn.o_proj.weight", "attn_output.weight", 2, TH, NH * HD, 0, 0);
-        TT("post_attention_layernorm.weight", "ffn_norm.weight", 1, TH, 0, 0, 1);
-        TT("mlp.gate_proj.weight", "ffn_gate.weight", 2, FFN, TH, 0, 0);
-        TT("mlp.up_proj.weight", "ffn_up.weight", 2, FFN, TH, 0, 0);
-        TT("mlp.down_proj.weight", "ffn_down.weight", 2, TH, FFN, 0, 0);
+    add(hf, gg, IN_TEXT, nd, a, b, 0, 0, p, init);
+        TT("input_layernorm.weight", "attn_norm.weight", 1, TH, 0, 0, VT_NEAR_ONE);
+        TT("self_attn.q_proj.weight", "attn_q.weight", 2, NH * HD, TH, NH, VT_UNIFORM);
+        TT("self_attn.k_proj.weight", "attn_k.weight", 2, NKV * HD, TH, NKV, VT_UNIFORM);
+        TT("self_attn.v_proj.weight", "attn_v.weight", 2, NKV * HD, TH, 0, VT_UNIFORM);
+        TT("self_attn.o_proj.weight", "attn_output.weight", 2, TH, NH * HD, 0, VT_UNIFORM);
+        TT("post_attention_layernorm.weight", "ffn_norm.weight", 1, TH, 0, 0, VT_NEAR_ONE);
+        TT("mlp.gate_proj.weight", "ffn_gate.weight", 2, FFN, TH, 0, VT_UNIFORM);
+        TT("mlp.up_proj.weight", "ffn_up.weight", 2, FFN, TH, 0, VT_UNIFORM);
+        TT("mlp.down_proj.weight", "ffn_down.weight", 2, TH, FFN, 0, VT_UNIFORM);
 #undef TT
     }
 }
@@ -202,25 +183,10 @@ static void write_hf(void) {
     test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
     free(p);
     /* stories260K's tokenizer with LLaVA's "<image>" added after it */
-    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
-    json_error_t je;
-    json_t *tok = json_load_file(src, 0, &je);
-    REQUIRE_MSG(tok, "%s: %s", src, je.text);
-    json_array_append_new(json_object_get(tok, "added_tokens"),
-                          json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", IMAGE_TOKEN, "content", "<image>",
-                                    "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
-    p = test_join(hf_dir, "tokenizer.json");
-    REQUIRE(json_dump_file(tok, p, 0) == 0);
-    free(p), free(src);
-    json_decref(tok);
-    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
-    size_t n = 0;
-    char *d = test_slurp(src, &n);
-    p = test_join(hf_dir, "tokenizer_config.json");
-    test_write_file(p, d, n);
-    free(p), free(d), free(src);
+    const char *image[1] = {"<image>"};
+    vt_write_tokenizer(hf_dir, IMAGE_TOKEN, image, 1);
     stw_writer *w = stw_new();
-    for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].hf, specs[i].n_dims, specs[i].shape, specs[i].data);
+    vt_put_all_st(w);
     p = test_join(hf_dir, "model.safetensors");
     REQUIRE(stw_write(w, p) == 0);
     free(p);
@@ -228,10 +194,10 @@ static void write_hf(void) {
 }
 
 /* llama.cpp's permute: within each head, row 2i <- i and 2i+1 <- i + hd/2. */
-static float *permuted(const wspec *t) {
-    int64_t rows = t->shape[0], cols = t->shape[1], hd = rows / t->permute_heads;
+static float *permuted(const vt_tensor *t, int heads) {
+    int64_t rows = t->shape[0], cols = t->shape[1], hd = rows / heads;
     float *out = malloc((size_t)(rows * cols) * sizeof *out);
-    for (int64_t h = 0; h < t->permute_heads; h++)
+    for (int64_t h = 0; h < heads; h++)
         for (int64_t i = 0; i < hd / 2; i++) {
             memcpy(out + (h * hd + 2 * i) * cols, t->data + (h * hd + i) * cols, (size_t)cols * 4);
             memcpy(out + (h * hd + 2 * i + 1) * cols, t->data + (h * hd + i + hd / 2) * cols, (size_t)cols * 4);
@@ -317,11 +283,12 @@ static void write_ggufs(void) {
     gguf_writer_add_f32(t, "llama.rope.freq_base", (float)THETA);
     copy_tokenizer(t);
     gguf_writer *v = mmproj_writer();
-    for (int i = 0; i < n_specs; i++) {
-        wspec *s = &specs[i];
-        if (s->where == IN_TOWER_LAST) continue;
-        float *d = s->permute_heads ? permuted(s) : s->data;
-        gguf_writer_add_tensor_f32(s->where == IN_TEXT ? t : v, s->gg, s->n_dims, s->shape, d);
+    for (int i = 0; i < vt_count(); i++) {
+        const vt_tensor *s = vt_at(i);
+        const gguf_place *pl = &places[i];
+        if (pl->where == IN_TOWER_LAST) continue;
+        float *d = pl->permute_heads ? permuted(s, pl->permute_heads) : s->data;
+        gguf_writer_add_tensor_f32(pl->where == IN_TEXT ? t : v, pl->gg, s->n_dims, s->shape, d);
         if (d != s->data) free(d);
     }
     text_gguf = test_tmp_path("llava-text.gguf");
@@ -339,20 +306,9 @@ static float ref_pixels[3 * IMG * IMG];
 static void need_files(void) {
     if (ref_dir) return;
     make_weights();
-    ref_dir = test_make_dir("ref");
-    char *script = test_source_path("scripts/vision-reference-pixels");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
-    int rc = system(cmd);
-    free(script);
-    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    ref_dir = vt_reference_dir();
     /* rgb_png through CLIPImageProcessor at shortest edge 28, crop 28 x 28 */
-    char *p = test_join(ref_dir, "rgb_png.clip28.f32");
-    size_t n = 0;
-    char *d = test_slurp(p, &n);
-    REQUIRE(n == sizeof ref_pixels);
-    memcpy(ref_pixels, d, n);
-    free(d), free(p);
+    vt_read_f32(ref_dir, "rgb_png.clip28.f32", ref_pixels, sizeof ref_pixels);
     write_hf();
     write_ggufs();
 }
@@ -366,31 +322,14 @@ typedef enum ref_bug {
     BUG_ONE_LAYER_FEWER, /* llama.cpp's double skip: block_count - 1 of the converted file */
 } ref_bug;
 
-static void layernorm(double *x, int n, const float *w, const float *b, double eps) {
-    double mean = 0, var = 0;
-    for (int i = 0; i < n; i++) mean += x[i];
-    mean /= n;
-    for (int i = 0; i < n; i++) var += (x[i] - mean) * (x[i] - mean);
-    var /= n;
-    double inv = 1.0 / sqrt(var + eps);
-    for (int i = 0; i < n; i++) x[i] = (x[i] - mean) * inv * w[i] + b[i];
-}
-
-/* y (rows) = W (rows, cols) x + b */
-static void linear(double *y, const float *w, const float *b, const double *x, int rows, int cols) {
-    for (int r = 0; r < rows; r++) {
-        double s = b ? b[r] : 0;
-        for (int c = 0; c < cols; c++) s += (double)w[(size_t)r * cols + c] * x[c];
-        y[r] = s;
-    }
-}
+static double quick_gelu(double x) { return x / (1.0 + exp(-1.702 * x)); }
 
 /* The tower and projector over one tile of pixel values (3, IMG, IMG):
  * (NP, TH) image rows. */
 static void ref_tile_rows(ref_bug bug, const float *ref_pixels, double *rows) {
     const char *vm = "vision_tower.vision_model";
     char n[160];
-#define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), W(n))
+#define VW(fmt, ...) (snprintf(n, sizeof n, "%s." fmt, vm, __VA_ARGS__), vt_w(n))
     static double x[NPOS][VH];
     const float *conv = VW("%s", "embeddings.patch_embedding.weight");
     const float *cls = VW("%s", "embeddings.class_embedding");
@@ -412,68 +351,23 @@ static void ref_tile_rows(ref_bug bug, const float *ref_pixels, double *rows) {
     for (int r = 0; r < NPOS; r++)
         for (int o = 0; o < VH; o++) x[r][o] += pos[r * VH + o];
     for (int r = 0; r < NPOS; r++)
-        layernorm(x[r], VH, VW("%s", "pre_layrnorm.weight"), VW("%s", "pre_layrnorm.bias"), VEPS);
+        vt_layernorm(x[r], VH, VW("%s", "pre_layrnorm.weight"), VW("%s", "pre_layrnorm.bias"), VEPS);
     int layers = bug == BUG_ALL_LAYERS ? VL : bug == BUG_ONE_LAYER_FEWER ? VL - 2 : VL - 1;
-    static double h[NPOS][VH], q[NPOS][VH], k[NPOS][VH], v[NPOS][VH], a[NPOS][VH], f[VFFN], t[VH];
     for (int l = 0; l < layers; l++) {
-        for (int r = 0; r < NPOS; r++) {
-            memcpy(h[r], x[r], sizeof h[r]);
-            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm1.weight", l), VW("encoder.layers.%d.layer_norm1.bias", l),
-                      VEPS);
-            linear(q[r], VW("encoder.layers.%d.self_attn.q_proj.weight", l), VW("encoder.layers.%d.self_attn.q_proj.bias", l),
-                   h[r], VH, VH);
-            linear(k[r], VW("encoder.layers.%d.self_attn.k_proj.weight", l), VW("encoder.layers.%d.self_attn.k_proj.bias", l),
-                   h[r], VH, VH);
-            linear(v[r], VW("encoder.layers.%d.self_attn.v_proj.weight", l), VW("encoder.layers.%d.self_attn.v_proj.bias", l),
-                   h[r], VH, VH);
-        }
-        /* every row attends to every row (no mask), per head */
-        for (int r = 0; r < NPOS; r++)
-            for (int hh = 0; hh < VNH; hh++) {
-                double s[NPOS], mx = -1e300, z = 0;
-                for (int j = 0; j < NPOS; j++) {
-                    double d = 0;
-                    for (int i = 0; i < VHD; i++) d += q[r][hh * VHD + i] * k[j][hh * VHD + i];
-                    s[j] = d / sqrt((double)VHD);
-                    if (s[j] > mx) mx = s[j];
-                }
-                for (int j = 0; j < NPOS; j++) z += s[j] = exp(s[j] - mx);
-                for (int i = 0; i < VHD; i++) {
-                    double o = 0;
-                    for (int j = 0; j < NPOS; j++) o += s[j] / z * v[j][hh * VHD + i];
-                    a[r][hh * VHD + i] = o;
-                }
-            }
-        for (int r = 0; r < NPOS; r++) {
-            linear(t, VW("encoder.layers.%d.self_attn.out_proj.weight", l), VW("encoder.layers.%d.self_attn.out_proj.bias", l),
-                   a[r], VH, VH);
-            for (int i = 0; i < VH; i++) x[r][i] += t[i];
-            memcpy(h[r], x[r], sizeof h[r]);
-            layernorm(h[r], VH, VW("encoder.layers.%d.layer_norm2.weight", l), VW("encoder.layers.%d.layer_norm2.bias", l),
-                      VEPS);
-            linear(f, VW("encoder.layers.%d.mlp.fc1.weight", l), VW("encoder.layers.%d.mlp.fc1.bias", l), h[r], VFFN, VH);
-            for (int i = 0; i < VFFN; i++) f[i] = f[i] / (1.0 + exp(-1.702 * f[i])); /* quick_gelu */
-            linear(t, VW("encoder.layers.%d.mlp.fc2.weight", l), VW("encoder.layers.%d.mlp.fc2.bias", l), f, VH, VFFN);
-            for (int i = 0; i < VH; i++) x[r][i] += t[i];
-        }
+        char layer[160];
+        snprintf(layer, sizeof layer, "%s.encoder.layers.%d", vm, l);
+        vt_vit_layer(&x[0][0], NPOS, VH, VNH, VFFN, layer, VEPS, quick_gelu);
     }
 #undef VW
     /* vision_feature_select_strategy "default": the class token dropped */
     for (int p = 0; p < NP; p++) {
         double mid[TH];
-        linear(mid, W("multi_modal_projector.linear_1.weight"), W("multi_modal_projector.linear_1.bias"), x[patch0 + p],
-               TH, VH);
-        for (int i = 0; i < TH; i++) mid[i] = 0.5 * mid[i] * (1.0 + erf(mid[i] / sqrt(2.0)));
-        linear(rows + (size_t)p * TH, W("multi_modal_projector.linear_2.weight"),
-               W("multi_modal_projector.linear_2.bias"), mid, TH, TH);
+        vt_linear(mid, vt_w("multi_modal_projector.linear_1.weight"), vt_w("multi_modal_projector.linear_1.bias"),
+                  x[patch0 + p], TH, VH);
+        for (int i = 0; i < TH; i++) mid[i] = vt_gelu_erf(mid[i]);
+        vt_linear(rows + (size_t)p * TH, vt_w("multi_modal_projector.linear_2.weight"),
+                  vt_w("multi_modal_projector.linear_2.bias"), mid, TH, TH);
     }
-}
-
-static void rmsnorm(double *o, const double *x, const float *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double inv = 1.0 / sqrt(ss / n + TEPS);
-    for (int i = 0; i < n; i++) o[i] = x[i] * inv * w[i];
 }
 
 /* Llama with rotate-half RoPE (transformers' layout) over n rows; image
@@ -482,17 +376,17 @@ static void ref_text_logits(const int32_t *ids, const double *const *embd, int n
     double (*x)[TH] = calloc((size_t)n, sizeof *x), (*xn)[TH] = calloc((size_t)n, sizeof *xn);
     double (*q)[NH * HD] = calloc((size_t)n, sizeof *q), (*k)[NKV * HD] = calloc((size_t)n, sizeof *k);
     double (*v)[NKV * HD] = calloc((size_t)n, sizeof *v), (*a)[NH * HD] = calloc((size_t)n, sizeof *a);
-    const float *emb = W("language_model.model.embed_tokens.weight");
+    const float *emb = vt_w("language_model.model.embed_tokens.weight");
     for (int r = 0; r < n; r++)
         for (int i = 0; i < TH; i++) x[r][i] = embd[r] ? embd[r][i] : emb[(size_t)ids[r] * TH + i];
     char nm[128];
-#define TW(fmt, l) (snprintf(nm, sizeof nm, "language_model.model.layers.%d." fmt, l), W(nm))
+#define TW(fmt, l) (snprintf(nm, sizeof nm, "language_model.model.layers.%d." fmt, l), vt_w(nm))
     for (int l = 0; l < NL; l++) {
         for (int r = 0; r < n; r++) {
-            rmsnorm(xn[r], x[r], TW("input_layernorm.weight", l), TH);
-            linear(q[r], TW("self_attn.q_proj.weight", l), NULL, xn[r], NH * HD, TH);
-            linear(k[r], TW("self_attn.k_proj.weight", l), NULL, xn[r], NKV * HD, TH);
-            linear(v[r], TW("self_attn.v_proj.weight", l), NULL, xn[r], NKV * HD, TH);
+            vt_rmsnorm(xn[r], x[r], TW("input_layernorm.weight", l), TH, TEPS);
+            vt_linear(q[r], TW("self_attn.q_proj.weight", l), NULL, xn[r], NH * HD, TH);
+            vt_linear(k[r], TW("self_attn.k_proj.weight", l), NULL, xn[r], NKV * HD, TH);
+            vt_linear(v[r], TW("self_attn.v_proj.weight", l), NULL, xn[r], NKV * HD, TH);
             /* rotate_half: pairs (i, i + HD/2) at angle pos * theta^(-2i/HD) */
             for (int hh = 0; hh < NH + NKV; hh++) {
                 double *vec = hh < NH ? q[r] + hh * HD : k[r] + (hh - NH) * HD;
@@ -524,20 +418,20 @@ static void ref_text_logits(const int32_t *ids, const double *const *embd, int n
             }
         for (int r = 0; r < n; r++) {
             double t[TH], g[FFN], u[FFN];
-            linear(t, TW("self_attn.o_proj.weight", l), NULL, a[r], TH, NH * HD);
+            vt_linear(t, TW("self_attn.o_proj.weight", l), NULL, a[r], TH, NH * HD);
             for (int i = 0; i < TH; i++) x[r][i] += t[i];
-            rmsnorm(xn[r], x[r], TW("post_attention_layernorm.weight", l), TH);
-            linear(g, TW("mlp.gate_proj.weight", l), NULL, xn[r], FFN, TH);
-            linear(u, TW("mlp.up_proj.weight", l), NULL, xn[r], FFN, TH);
-            for (int i = 0; i < FFN; i++) g[i] = g[i] / (1.0 + exp(-g[i])) * u[i];
-            linear(t, TW("mlp.down_proj.weight", l), NULL, g, TH, FFN);
+            vt_rmsnorm(xn[r], x[r], TW("post_attention_layernorm.weight", l), TH, TEPS);
+            vt_linear(g, TW("mlp.gate_proj.weight", l), NULL, xn[r], FFN, TH);
+            vt_linear(u, TW("mlp.up_proj.weight", l), NULL, xn[r], FFN, TH);
+            for (int i = 0; i < FFN; i++) g[i] = vt_silu(g[i]) * u[i];
+            vt_linear(t, TW("mlp.down_proj.weight", l), NULL, g, TH, FFN);
             for (int i = 0; i < TH; i++) x[r][i] += t[i];
         }
     }
 #undef TW
     for (int r = 0; r < n; r++) {
-        rmsnorm(xn[r], x[r], W("language_model.model.norm.weight"), TH);
-        linear(logits + (size_t)r * VOC, W("language_model.lm_head.weight"), NULL, xn[r], VOC, TH);
+        vt_rmsnorm(xn[r], x[r], vt_w("language_model.model.norm.weight"), TH, TEPS);
+        vt_linear(logits + (size_t)r * VOC, vt_w("language_model.lm_head.weight"), NULL, xn[r], VOC, TH);
     }
     free(x), free(xn), free(q), free(k), free(v), free(a);
 }
@@ -581,23 +475,17 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     pdl_vision *v = NULL;
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
-    REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
-    int rc = pdl_vision_load(&v, vision_path, m, &err);
-    if (rc) pdl_model_free(m);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
+    vt_load(&m, &v, text_path, vision_path, &mo);
     pdl_vision_get_info(v, info_out);
     /* the info's strings live in v: checked here, then cleared */
     CHECK(strcmp(info_out->family, "llava") == 0 && strcmp(info_out->tower, "clip") == 0);
     CHECK(strcmp(info_out->source, strstr(vision_path, ".gguf") ? "gguf" : "safetensors") == 0);
     CHECK(strcmp(info_out->placeholder, "<image>") == 0);
     info_out->source = info_out->placeholder = NULL;
-    pdl_image *img = NULL;
-    char *png = test_join(ref_dir, "rgb_png.png");
-    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
-    free(png);
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     float *rows = NULL;
     int n_rows = 0;
-    rc = pdl_vision_encode(v, img, &rows, &n_rows, &err);
+    int rc = pdl_vision_encode(v, img, &rows, &n_rows, &err);
     CHECK_MSG(rc == 0, "%s", err.message);
     CHECK_EQ_INT(n_rows, NP);
     CHECK_EQ_INT(pdl_vision_image_rows(v, img), NP);
@@ -624,27 +512,13 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     return logits;
 }
 
-static double max_diff(const float *a, const double *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        if (fabs(a[i] - b[i]) > d || isnan(a[i])) d = isnan(a[i]) ? INFINITY : fabs(a[i] - b[i]);
-    return d;
-}
-
-static double max_diff_d(const double *a, const double *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++)
-        if (fabs(a[i] - b[i]) > d) d = fabs(a[i] - b[i]);
-    return d;
-}
-
 static void check_against_reference(const char *what, const float *got) {
     double *want = reference_logits(BUG_NONE);
-    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    double d = vt_max_diff(got, want, (size_t)N_PROMPT * VOC);
     fprintf(stderr, "  %s: max |engine - float64 reference| = %.3g over %d rows\n", what, d, N_PROMPT);
     CHECK_MSG(d < TOL, "%s: %.3g", what, d);
     /* the rows before the image cannot see it; those after must */
-    double before = max_diff(got, want, (size_t)IMG_AT * VOC);
+    double before = vt_max_diff(got, want, (size_t)IMG_AT * VOC);
     CHECK(before < TOL);
     free(want);
 }
@@ -685,7 +559,7 @@ static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
                 {BUG_ONE_LAYER_FEWER, "one layer fewer"}};
     for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
         double *bad = reference_logits(bugs[i].bug);
-        double d = max_diff_d(good, bad, (size_t)N_PROMPT * VOC);
+        double d = vt_max_diff_d(good, bad, (size_t)N_PROMPT * VOC);
         fprintf(stderr, "  %s: the reference moves by %.3g\n", bugs[i].name, d);
         CHECK_MSG(d > 100 * TOL, "%s: %.3g", bugs[i].name, d);
         free(bad);
@@ -731,9 +605,9 @@ static void write_next(void) {
     REQUIRE(json_dump_file(pre, p, 0) == 0);
     free(p);
     json_decref(pre);
-    for (int i = 0; i < TH; i++) newline[i] = frand();
+    for (int i = 0; i < TH; i++) newline[i] = vt_frand();
     stw_writer *w = stw_new();
-    for (int i = 0; i < n_specs; i++) stw_add_f32(w, specs[i].hf, specs[i].n_dims, specs[i].shape, specs[i].data);
+    vt_put_all_st(w);
     int64_t shape[1] = {TH};
     stw_add_f32(w, "image_newline", 1, shape, newline);
     p = test_join(next_dir, "model.safetensors");
@@ -793,9 +667,9 @@ static void write_next_mmproj(void) {
     gguf_writer_add_str(v, "clip.vision.image_aspect_ratio", "anyres");
     gguf_writer_add_str(v, "clip.vision.mm_patch_merge_type", "spatial_unpad");
     gguf_writer_add_u32(v, "clip.vision.image_crop_resolution", IMG);
-    for (int i = 0; i < n_specs; i++)
-        if (specs[i].where == IN_TOWER)
-            gguf_writer_add_tensor_f32(v, specs[i].gg, specs[i].n_dims, specs[i].shape, specs[i].data);
+    for (int i = 0; i < vt_count(); i++)
+        if (places[i].where == IN_TOWER)
+            gguf_writer_add_tensor_f32(v, places[i].gg, vt_at(i)->n_dims, vt_at(i)->shape, vt_at(i)->data);
     int64_t shape[1] = {TH};
     gguf_writer_add_tensor_f32(v, "model.image_newline", 1, shape, newline);
     next_mmproj = test_tmp_path("llava-next-mmproj.gguf");
@@ -818,16 +692,12 @@ static void check_next(const char *what, const char *text_path, const char *visi
     pdl_vision *v = NULL;
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
-    REQUIRE_MSG(pdl_model_load(&m, text_path, &mo, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_vision_load(&v, vision_path, m, &err) == 0, "%s", err.message);
+    vt_load(&m, &v, text_path, vision_path, &mo);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "llava_next") == 0); /* a static string */
     CHECK_EQ_INT(info.rows_per_image, -1);
-    pdl_image *img = NULL;
-    p = test_join(ref_dir, "rgb_png.png");
-    REQUIRE(pdl_image_load(&img, p, &err) == 0);
-    free(p);
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     CHECK_EQ_INT(pdl_vision_image_rows(v, img), n_img);
     float *rows = NULL;
     int n_rows = 0;
@@ -853,7 +723,7 @@ static void check_next(const char *what, const char *text_path, const char *visi
     CHECK_MSG(rc == 0, "%s", err.message);
     ref_text_logits(ids, (const double *const *)dembd, n, want);
     if (rc == 0) {
-        double d = max_diff(got, want, (size_t)n * VOC);
+        double d = vt_max_diff(got, want, (size_t)n * VOC);
         fprintf(stderr, "  LLaVA 1.6 (%s): %d image rows, max |engine - float64 reference| = %.3g\n", what, n_img, d);
         CHECK_MSG(d < TOL, "%s: %.3g", what, d);
     }
@@ -897,32 +767,7 @@ static void test_llava_next_gguf_and_mmproj_match_the_float64_reference(void) {
 
 /* ---- the engine -------------------------------------------------------------- */
 
-enum { GEN = 8, MAX_REQ = 8 };
-
-typedef struct collected {
-    int32_t tokens[MAX_REQ][GEN];
-    int n[MAX_REQ];
-    float first_logits[MAX_REQ][VOC]; /* the first sampled row (the prompt's last) */
-    bool have_logits[MAX_REQ];
-    int cached[MAX_REQ];
-} collected;
-
-static void on_event(const pdl_event *ev, void *user) {
-    collected *c = user;
-    int r = (int)ev->request_id - 1;
-    if (r < 0 || r >= MAX_REQ) return;
-    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
-    if (ev->kind == PDL_EVENT_FINISHED) c->cached[r] = ev->cached_tokens;
-}
-
-static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
-    collected *c = user;
-    int r = (int)id - 1;
-    (void)index, (void)position;
-    if (r < 0 || r >= MAX_REQ || c->have_logits[r] || vocab != VOC) return;
-    memcpy(c->first_logits[r], row, sizeof c->first_logits[r]);
-    c->have_logits[r] = true;
-}
+enum { GEN = 8 };
 
 typedef struct engine_req {
     const char *image;   /* reference file name, or NULL: text only */
@@ -932,45 +777,26 @@ typedef struct engine_req {
 /* Runs the requests through one engine over the GGUF pair, greedy, GEN
  * tokens each: all added before the first step, or (sequential) each run to
  * its end before the next is added. */
-static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool sequential, collected *out) {
-    memset(out, 0, sizeof *out);
+static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool sequential, vt_collected *out) {
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
-    pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_gguf};
-    REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_vision_load(&v, mmproj_gguf, m, &err) == 0, "%s", err.message);
+    vt_load(&m, &v, text_gguf, mmproj_gguf, &mo);
     pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .no_prefix_caching = !prefix_caching,
-                             .on_logits = on_logits, .on_logits_user = out, .max_model_len = 64};
-    pdl_engine *e = NULL;
-    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
+                             .max_model_len = 64};
+    int32_t ids[VT_MAX_REQ][64];
+    vt_request r[VT_MAX_REQ];
     for (int i = 0; i < n; i++) {
-        int32_t ids[64];
-        int n_ids;
-        pdl_image *img = NULL;
-        pdl_mm_input in = {0};
+        r[i] = (vt_request){.ids = ids[i], .n_ids = reqs[i].n_text, .image = reqs[i].image};
         if (reqs[i].image) {
-            char *path = test_join(ref_dir, reqs[i].image);
-            REQUIRE_MSG(pdl_image_load(&img, path, &err) == 0, "%s", err.message);
-            free(path);
-            prompt_ids(ids, 0);
-            n_ids = N_PROMPT;
-            in = (pdl_mm_input){.image = img, .position = IMG_AT};
+            prompt_ids(ids[i], 0);
+            r[i].n_ids = N_PROMPT, r[i].position = IMG_AT;
         } else {
-            n_ids = reqs[i].n_text;
-            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % (VOC - 1);
+            vt_text_ids(ids[i], reqs[i].n_text, i, VOC - 1);
         }
-        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
-                                 .images = img ? &in : NULL, .n_images = img ? 1 : 0};
-        uint64_t id = 0;
-        CHECK_MSG(pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) == 0, "%s",
-                  err.message);
-        CHECK_EQ_INT(id, i + 1);
-        pdl_image_free(img); /* the engine keeps the rows, not the image */
-        if (sequential) CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
     }
-    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
-    pdl_engine_free(e);
+    vt_run run = {.gen = GEN, .vocab = VOC, .image_dir = ref_dir, .sequential = sequential};
+    vt_run_engine(m, &eo, r, n, &run, out);
     pdl_vision_free(v);
     pdl_model_free(m);
 }
@@ -980,12 +806,12 @@ static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool 
 static void test_the_engine_puts_image_rows_into_the_packed_batch(void) {
     need_files();
     engine_req r = {.image = "rgb_png.png"};
-    collected c;
+    vt_collected c;
     run_engine(&r, 1, true, false, &c);
-    REQUIRE(c.have_logits[0]);
+    REQUIRE(c.n_logits[0] > 0);
     double *want = reference_logits(BUG_NONE);
     double d = 0;
-    for (int j = 0; j < VOC; j++) d = fmax(d, fabs(c.first_logits[0][j] - want[(size_t)(N_PROMPT - 1) * VOC + j]));
+    for (int j = 0; j < VOC; j++) d = fmax(d, fabs(c.logits[0][0][j] - want[(size_t)(N_PROMPT - 1) * VOC + j]));
     CHECK_MSG(d < TOL, "%.3g", d);
     CHECK_EQ_INT(c.n[0], GEN);
     free(want);
@@ -998,15 +824,10 @@ static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void
     need_files();
     engine_req alone[1] = {{.image = "rgb_png.png"}};
     engine_req batch[4] = {{.n_text = 5}, {.image = "rgb_png.png"}, {.n_text = 19}, {.n_text = 2}};
-    collected a, b;
+    vt_collected a, b;
     run_engine(alone, 1, false, false, &a);
     run_engine(batch, 4, false, false, &b);
-    CHECK_EQ_INT(a.n[0], GEN);
-    CHECK_EQ_INT(b.n[1], GEN);
-    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
-    CHECK(a.have_logits[0] && b.have_logits[1] &&
-          memcmp(a.first_logits[0], b.first_logits[1], sizeof a.first_logits[0]) == 0);
-    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+    vt_check_same_output(&a, &b, 1, 4, 1);
 }
 
 /* Prefix caching keys image rows by the image: the same ids with another
@@ -1016,16 +837,15 @@ static void test_the_prefix_cache_keys_image_blocks_by_the_image(void) {
     need_files();
     engine_req seq[3] = {{.image = "rgb_png.png"}, {.image = "big_jpeg.jpg"}, {.image = "rgb_png.png"}};
     engine_req other[1] = {{.image = "big_jpeg.jpg"}};
-    collected s, o;
+    vt_collected s, o;
     run_engine(seq, 3, true, true, &s);
     run_engine(other, 1, true, false, &o);
     CHECK_EQ_INT(s.cached[0], 0);
     CHECK_EQ_INT(s.cached[1], 0);  /* another image: the first one's block is not reused */
     CHECK_EQ_INT(s.cached[2], 16); /* the first image again: its full block */
-    CHECK(s.have_logits[1] && o.have_logits[0] &&
-          memcmp(s.first_logits[1], o.first_logits[0], sizeof o.first_logits[0]) == 0);
-    CHECK(memcmp(s.first_logits[0], s.first_logits[2], sizeof s.first_logits[0]) == 0);
-    CHECK(memcmp(s.first_logits[0], s.first_logits[1], sizeof s.first_logits[0]) != 0);
+    CHECK(s.n_logits[1] > 0 && o.n_logits[0] > 0 && memcmp(s.logits[1][0], o.logits[0][0], sizeof(float) * VOC) == 0);
+    CHECK(memcmp(s.logits[0][0], s.logits[2][0], sizeof(float) * VOC) == 0);
+    CHECK(memcmp(s.logits[0][0], s.logits[1][0], sizeof(float) * VOC) != 0);
 }
 
 /* ---- the command line ---------------------------------------------------------- */
@@ -1197,18 +1017,19 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
     pdl_error err = {0};
     gguf_writer *v = mmproj_writer();
     int quantized = 0;
-    for (int i = 0; i < n_specs; i++) {
-        wspec *s = &specs[i];
-        if (s->where != IN_TOWER) continue;
-        bool q8 = s->n_dims == 2 && s->shape[1] % 32 == 0 && strstr(s->gg, "embd") == NULL;
+    for (int i = 0; i < vt_count(); i++) {
+        const vt_tensor *s = vt_at(i);
+        const char *gg = places[i].gg;
+        if (places[i].where != IN_TOWER) continue;
+        bool q8 = s->n_dims == 2 && s->shape[1] % 32 == 0 && strstr(gg, "embd") == NULL;
         if (!q8) {
-            gguf_writer_add_tensor_f32(v, s->gg, s->n_dims, s->shape, s->data);
+            gguf_writer_add_tensor_f32(v, gg, s->n_dims, s->shape, s->data);
             continue;
         }
         size_t nbytes;
         uint8_t *blocks = q8_0_blocks(s->data, s->shape[0] * s->shape[1], &nbytes);
         const uint64_t ne[2] = {(uint64_t)s->shape[1], (uint64_t)s->shape[0]};
-        gguf_writer_add_tensor(v, s->gg, GW_GGML_Q8_0, 2, ne, blocks, nbytes);
+        gguf_writer_add_tensor(v, gg, GW_GGML_Q8_0, 2, ne, blocks, nbytes);
         free(blocks);
         quantized++;
     }
@@ -1219,12 +1040,8 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
 
     pdl_model *m = NULL;
     pdl_vision *vis = NULL;
-    pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(&m, text_gguf, &mo, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_vision_load(&vis, q8_mmproj, m, &err) == 0, "%s", err.message);
-    pdl_image *img = NULL;
-    char *png = test_join(ref_dir, "rgb_png.png");
-    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
+    vt_load(&m, &vis, text_gguf, q8_mmproj, NULL);
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     float *want = NULL, *rows = NULL;
     int n_want = 0, n_rows = 0;
     pdl_scratch *ks = &vis->scratch.kernel;
@@ -1251,7 +1068,6 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
     }
     printf("  %ld scratch takes, each failed once\n", takes);
     free(want);
-    free(png);
     free(q8_mmproj);
     pdl_image_free(img);
     pdl_vision_free(vis);
@@ -1313,7 +1129,7 @@ int main(void) {
     RUN(test_image_options_fail_with_clear_messages);
     RUN(test_a_sparse_llava_text_config_takes_llama_defaults);
     RUN(test_the_encoder_reports_scratch_it_cannot_have);
-    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    vt_free_weights();
     free(ref_dir), free(hf_dir), free(text_gguf), free(mmproj_gguf), free(next_dir), free(next_mmproj);
     return test_summary();
 }

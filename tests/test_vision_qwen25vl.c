@@ -49,8 +49,9 @@
 #include "gguf_writer.h"
 #include "pagedlm.h"
 #include "st_writer.h"
-#include "vision/vision_model.h"
 #include "test_util.h"
+#include "vision/vision_model.h"
+#include "vision_test.h"
 
 #define TOL 1e-4
 
@@ -67,86 +68,50 @@ static const double TEPS = 1e-6, THETA = 1e6;
 
 /* ---- random weights ------------------------------------------------------------ */
 
-static uint64_t seed;
-static float frand(void) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((seed >> 40) / (double)(1ull << 24)) - 0.5f;
-}
-
-typedef struct wspec {
-    char name[160];
-    int n_dims;
-    int64_t shape[5];
-    float *data;
-} wspec;
-
-static wspec specs[256];
-static int n_specs;
-
-static float *W(const char *name) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, name) == 0) return specs[i].data;
-    fprintf(stderr, "no weight %s\n", name);
-    abort();
-}
-
-/* kind 0: uniform [-0.5, 0.5) * scale; 1: around 1 (norm weights); 2: small (biases) */
-static void add(const char *name, int n_dims, int64_t d0, int64_t d1, int64_t d2, int64_t d3, int kind,
-                double scale) {
-    wspec *t = &specs[n_specs++];
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = n_dims;
-    int64_t d[4] = {d0, d1, d2, d3}, n = 1;
-    for (int i = 0; i < n_dims; i++) t->shape[i] = d[i], n *= d[i];
-    t->data = malloc((size_t)n * sizeof(float));
-    for (int64_t i = 0; i < n; i++)
-        t->data[i] = kind == 1 ? 1.0f + 0.2f * frand() : kind == 2 ? 0.2f * frand() : (float)(scale * frand());
-}
-
 static void make_weights(void) {
-    if (n_specs) return;
-    seed = 2525;
+    if (vt_count()) return;
+    vt_seed(2525);
     char n[160];
     /* the Conv3d (VH, 3, TEMP, PATCH, PATCH): made 2-D here, written 5-D */
-    add("visual.patch_embed.proj.weight", 2, VH, PP, 0, 0, 0, 0.5);
+    vt_add("visual.patch_embed.proj.weight", 2, VH, PP, 0, 0, VT_UNIFORM, 0.5);
     for (int l = 0; l < VL; l++) {
 #define B(fmt) (snprintf(n, sizeof n, "visual.blocks.%d." fmt, l), n)
-        add(B("norm1.weight"), 1, VH, 0, 0, 0, 1, 0);
-        add(B("norm2.weight"), 1, VH, 0, 0, 0, 1, 0);
-        add(B("attn.qkv.weight"), 2, 3 * VH, VH, 0, 0, 0, 0.8);
-        add(B("attn.qkv.bias"), 1, 3 * VH, 0, 0, 0, 2, 0);
-        add(B("attn.proj.weight"), 2, VH, VH, 0, 0, 0, 0.6);
-        add(B("attn.proj.bias"), 1, VH, 0, 0, 0, 2, 0);
-        add(B("mlp.gate_proj.weight"), 2, VFFN, VH, 0, 0, 0, 0.6);
-        add(B("mlp.gate_proj.bias"), 1, VFFN, 0, 0, 0, 2, 0);
-        add(B("mlp.up_proj.weight"), 2, VFFN, VH, 0, 0, 0, 0.6);
-        add(B("mlp.up_proj.bias"), 1, VFFN, 0, 0, 0, 2, 0);
-        add(B("mlp.down_proj.weight"), 2, VH, VFFN, 0, 0, 0, 0.5);
-        add(B("mlp.down_proj.bias"), 1, VH, 0, 0, 0, 2, 0);
+        vt_add(B("norm1.weight"), 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(B("norm2.weight"), 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(B("attn.qkv.weight"), 2, 3 * VH, VH, 0, 0, VT_UNIFORM, 0.8);
+        vt_add(B("attn.qkv.bias"), 1, 3 * VH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(B("attn.proj.weight"), 2, VH, VH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(B("attn.proj.bias"), 1, VH, 0, 0, 0, VT_SMALL, 0);
+        vt_add(B("mlp.gate_proj.weight"), 2, VFFN, VH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(B("mlp.gate_proj.bias"), 1, VFFN, 0, 0, 0, VT_SMALL, 0);
+        vt_add(B("mlp.up_proj.weight"), 2, VFFN, VH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(B("mlp.up_proj.bias"), 1, VFFN, 0, 0, 0, VT_SMALL, 0);
+        vt_add(B("mlp.down_proj.weight"), 2, VH, VFFN, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(B("mlp.down_proj.bias"), 1, VH, 0, 0, 0, VT_SMALL, 0);
 #undef B
     }
-    add("visual.merger.ln_q.weight", 1, VH, 0, 0, 0, 1, 0);
-    add("visual.merger.mlp.0.weight", 2, MHID, MHID, 0, 0, 0, 0.3);
-    add("visual.merger.mlp.0.bias", 1, MHID, 0, 0, 0, 2, 0);
-    add("visual.merger.mlp.2.weight", 2, TH, MHID, 0, 0, 0, 0.3);
-    add("visual.merger.mlp.2.bias", 1, TH, 0, 0, 0, 2, 0);
-    add("model.embed_tokens.weight", 2, VOC, TH, 0, 0, 0, 1.0);
-    add("model.norm.weight", 1, TH, 0, 0, 0, 1, 0);
-    add("lm_head.weight", 2, VOC, TH, 0, 0, 0, 0.6);
+    vt_add("visual.merger.ln_q.weight", 1, VH, 0, 0, 0, VT_NEAR_ONE, 0);
+    vt_add("visual.merger.mlp.0.weight", 2, MHID, MHID, 0, 0, VT_UNIFORM, 0.3);
+    vt_add("visual.merger.mlp.0.bias", 1, MHID, 0, 0, 0, VT_SMALL, 0);
+    vt_add("visual.merger.mlp.2.weight", 2, TH, MHID, 0, 0, VT_UNIFORM, 0.3);
+    vt_add("visual.merger.mlp.2.bias", 1, TH, 0, 0, 0, VT_SMALL, 0);
+    vt_add("model.embed_tokens.weight", 2, VOC, TH, 0, 0, VT_UNIFORM, 1.0);
+    vt_add("model.norm.weight", 1, TH, 0, 0, 0, VT_NEAR_ONE, 0);
+    vt_add("lm_head.weight", 2, VOC, TH, 0, 0, VT_UNIFORM, 0.6);
     for (int l = 0; l < NL; l++) {
 #define T(fmt) (snprintf(n, sizeof n, "model.layers.%d." fmt, l), n)
-        add(T("input_layernorm.weight"), 1, TH, 0, 0, 0, 1, 0);
-        add(T("self_attn.q_proj.weight"), 2, NH * HD, TH, 0, 0, 0, 0.6);
-        add(T("self_attn.q_proj.bias"), 1, NH * HD, 0, 0, 0, 2, 0);
-        add(T("self_attn.k_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.6);
-        add(T("self_attn.k_proj.bias"), 1, NKV * HD, 0, 0, 0, 2, 0);
-        add(T("self_attn.v_proj.weight"), 2, NKV * HD, TH, 0, 0, 0, 0.6);
-        add(T("self_attn.v_proj.bias"), 1, NKV * HD, 0, 0, 0, 2, 0);
-        add(T("self_attn.o_proj.weight"), 2, TH, NH * HD, 0, 0, 0, 0.5);
-        add(T("post_attention_layernorm.weight"), 1, TH, 0, 0, 0, 1, 0);
-        add(T("mlp.gate_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
-        add(T("mlp.up_proj.weight"), 2, FFN, TH, 0, 0, 0, 0.5);
-        add(T("mlp.down_proj.weight"), 2, TH, FFN, 0, 0, 0, 0.5);
+        vt_add(T("input_layernorm.weight"), 1, TH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(T("self_attn.q_proj.weight"), 2, NH * HD, TH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(T("self_attn.q_proj.bias"), 1, NH * HD, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("self_attn.k_proj.weight"), 2, NKV * HD, TH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(T("self_attn.k_proj.bias"), 1, NKV * HD, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("self_attn.v_proj.weight"), 2, NKV * HD, TH, 0, 0, VT_UNIFORM, 0.6);
+        vt_add(T("self_attn.v_proj.bias"), 1, NKV * HD, 0, 0, 0, VT_SMALL, 0);
+        vt_add(T("self_attn.o_proj.weight"), 2, TH, NH * HD, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("post_attention_layernorm.weight"), 1, TH, 0, 0, 0, VT_NEAR_ONE, 0);
+        vt_add(T("mlp.gate_proj.weight"), 2, FFN, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("mlp.up_proj.weight"), 2, FFN, TH, 0, 0, VT_UNIFORM, 0.5);
+        vt_add(T("mlp.down_proj.weight"), 2, TH, FFN, 0, 0, VT_UNIFORM, 0.5);
 #undef T
     }
 }
@@ -198,13 +163,14 @@ static void write_folder(const char *dir, const char *config) {
     test_write_file(p, config, strlen(config));
     free(p);
     stw_writer *w = stw_new();
-    for (int i = 0; i < n_specs; i++) {
-        if (strcmp(specs[i].name, "visual.patch_embed.proj.weight") == 0) { /* as PyTorch stores a Conv3d */
+    for (int i = 0; i < vt_count(); i++) {
+        const vt_tensor *t = vt_at(i);
+        if (strcmp(t->name, "visual.patch_embed.proj.weight") == 0) { /* as PyTorch stores a Conv3d */
             int64_t conv[5] = {VH, 3, TEMP, PATCH, PATCH};
-            stw_add_f32(w, specs[i].name, 5, conv, specs[i].data);
+            stw_add_f32(w, t->name, 5, conv, t->data);
             continue;
         }
-        stw_add_f32(w, specs[i].name, specs[i].n_dims, specs[i].shape, specs[i].data);
+        stw_add_f32(w, t->name, t->n_dims, t->shape, t->data);
     }
     p = test_join(dir, "model.safetensors");
     REQUIRE(stw_write(w, p) == 0);
@@ -226,21 +192,6 @@ typedef enum ref_bug {
     BUG_SWAP_HW,     /* the height and width sections' components swapped */
     BUG_PLAIN_ROPE,  /* every row turned by its index (no M-RoPE) */
 } ref_bug;
-
-static void rmsnorm(double *o, const double *x, const float *w, int n, double eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double r = 1.0 / sqrt(ss / n + eps);
-    for (int i = 0; i < n; i++) o[i] = x[i] * r * w[i];
-}
-
-static void linear(double *y, const float *w, const float *b, const double *x, int rows, int cols) {
-    for (int r = 0; r < rows; r++) {
-        double s = b ? b[r] : 0.0;
-        for (int c = 0; c < cols; c++) s += (double)w[(size_t)r * cols + c] * x[c];
-        y[r] = s;
-    }
-}
 
 /* apply_multimodal_rotary_pos_emb on one head: cos/sin of each component
  * as cat(freqs, freqs) over head_dim, the head_dim cut into chunks
@@ -276,17 +227,20 @@ static void ref_text_logits(ref_bug bug, const int32_t *ids, const double *const
     double *v = malloc(sizeof(double) * (size_t)n * NKV * HD), *att = malloc(sizeof(double) * NH * HD);
     double *g = malloc(sizeof(double) * FFN), *u = malloc(sizeof(double) * FFN), *o = malloc(sizeof(double) * TH);
     double *sc = malloc(sizeof(double) * (size_t)n);
-    const float *emb = W("model.embed_tokens.weight");
+    const float *emb = vt_w("model.embed_tokens.weight");
     for (int i = 0; i < n; i++)
         for (int c = 0; c < TH; c++) x[(size_t)i * TH + c] = embd && embd[i] ? embd[i][c] : emb[(size_t)ids[i] * TH + c];
     char nm[160];
     for (int l = 0; l < NL; l++) {
-#define L(s) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s), W(nm))
+#define L(s) (snprintf(nm, sizeof nm, "model.layers.%d.%s", l, s), vt_w(nm))
         for (int i = 0; i < n; i++) {
-            rmsnorm(xn, x + (size_t)i * TH, L("input_layernorm.weight"), TH, TEPS);
-            linear(q + (size_t)i * NH * HD, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"), xn, NH * HD, TH);
-            linear(k + (size_t)i * NKV * HD, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"), xn, NKV * HD, TH);
-            linear(v + (size_t)i * NKV * HD, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"), xn, NKV * HD, TH);
+            vt_rmsnorm(xn, x + (size_t)i * TH, L("input_layernorm.weight"), TH, TEPS);
+            vt_linear(q + (size_t)i * NH * HD, L("self_attn.q_proj.weight"), L("self_attn.q_proj.bias"), xn,
+                      NH * HD, TH);
+            vt_linear(k + (size_t)i * NKV * HD, L("self_attn.k_proj.weight"), L("self_attn.k_proj.bias"), xn,
+                      NKV * HD, TH);
+            vt_linear(v + (size_t)i * NKV * HD, L("self_attn.v_proj.weight"), L("self_attn.v_proj.bias"), xn,
+                      NKV * HD, TH);
             int32_t idx3[3] = {i, i, i};
             const int32_t *p = bug == BUG_PLAIN_ROPE ? idx3 : pos3 + 3 * i;
             ref_bug b = bug == BUG_PLAIN_ROPE ? BUG_NONE : bug;
@@ -311,34 +265,25 @@ static void ref_text_logits(ref_bug bug, const int32_t *ids, const double *const
                     att[h * HD + e] = a / sum;
                 }
             }
-            linear(o, L("self_attn.o_proj.weight"), NULL, att, TH, NH * HD);
+            vt_linear(o, L("self_attn.o_proj.weight"), NULL, att, TH, NH * HD);
             for (int c = 0; c < TH; c++) x[(size_t)i * TH + c] += o[c];
         }
         for (int i = 0; i < n; i++) {
             double *xi = x + (size_t)i * TH;
-            rmsnorm(xn, xi, L("post_attention_layernorm.weight"), TH, TEPS);
-            linear(g, L("mlp.gate_proj.weight"), NULL, xn, FFN, TH);
-            linear(u, L("mlp.up_proj.weight"), NULL, xn, FFN, TH);
-            for (int f = 0; f < FFN; f++) g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
-            linear(o, L("mlp.down_proj.weight"), NULL, g, TH, FFN);
+            vt_rmsnorm(xn, xi, L("post_attention_layernorm.weight"), TH, TEPS);
+            vt_linear(g, L("mlp.gate_proj.weight"), NULL, xn, FFN, TH);
+            vt_linear(u, L("mlp.up_proj.weight"), NULL, xn, FFN, TH);
+            for (int f = 0; f < FFN; f++) g[f] = vt_silu(g[f]) * u[f];
+            vt_linear(o, L("mlp.down_proj.weight"), NULL, g, TH, FFN);
             for (int c = 0; c < TH; c++) xi[c] += o[c];
         }
 #undef L
     }
     for (int i = 0; i < n; i++) {
-        rmsnorm(xn, x + (size_t)i * TH, W("model.norm.weight"), TH, TEPS);
-        linear(logits + (size_t)i * VOC, W("lm_head.weight"), NULL, xn, VOC, TH);
+        vt_rmsnorm(xn, x + (size_t)i * TH, vt_w("model.norm.weight"), TH, TEPS);
+        vt_linear(logits + (size_t)i * VOC, vt_w("lm_head.weight"), NULL, xn, VOC, TH);
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(o), free(sc);
-}
-
-static double max_diff(const float *a, const double *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m)) m = d; /* NaN counts as the largest */
-    }
-    return m;
 }
 
 /* ---- stage 1: M-RoPE through the batch ---------------------------------------------- */
@@ -401,14 +346,14 @@ static void test_mrope_rows_match_the_float64_reference(void) {
     ref_text_logits(BUG_NONE, ids, NULL, pos3, N_ALL, want);
     float *got = stage1_engine_logits(0);
     REQUIRE(got);
-    double d = max_diff(got, want, (size_t)N_ALL * VOC);
+    double d = vt_max_diff(got, want, (size_t)N_ALL * VOC);
     fprintf(stderr, "  M-RoPE text model: max |engine - float64 reference| = %.3g over %d rows\n", d, N_ALL);
     CHECK_MSG(d < TOL, "%.3g", d);
     /* the reference can tell: h/w swapped, plain RoPE, the delta one off */
     ref_text_logits(BUG_SWAP_HW, ids, NULL, pos3, N_ALL, bad);
-    double d_swap = max_diff(got, bad, (size_t)N_ALL * VOC);
+    double d_swap = vt_max_diff(got, bad, (size_t)N_ALL * VOC);
     ref_text_logits(BUG_PLAIN_ROPE, ids, NULL, pos3, N_ALL, bad);
-    double d_plain = max_diff(got, bad, (size_t)N_ALL * VOC);
+    double d_plain = vt_max_diff(got, bad, (size_t)N_ALL * VOC);
     fprintf(stderr, "  variants: h/w swapped %.3g, plain RoPE %.3g\n", d_swap, d_plain);
     CHECK_MSG(d_swap > 100 * TOL, "%.3g", d_swap);
     CHECK_MSG(d_plain > 100 * TOL, "%.3g", d_plain);
@@ -416,8 +361,8 @@ static void test_mrope_rows_match_the_float64_reference(void) {
     got = stage1_engine_logits(1);
     REQUIRE(got);
     /* the prompt rows agree, the decode rows do not */
-    CHECK(max_diff(got, want, (size_t)N_PRE * VOC) < TOL);
-    double d_delta = max_diff(got + (size_t)N_PRE * VOC, want + (size_t)N_PRE * VOC, (size_t)N_DEC * VOC);
+    CHECK(vt_max_diff(got, want, (size_t)N_PRE * VOC) < TOL);
+    double d_delta = vt_max_diff(got + (size_t)N_PRE * VOC, want + (size_t)N_PRE * VOC, (size_t)N_DEC * VOC);
     fprintf(stderr, "  decode rows with the delta one off: %.3g\n", d_delta);
     CHECK_MSG(d_delta > 100 * TOL, "%.3g", d_delta);
     free(got), free(want), free(bad);
@@ -509,44 +454,17 @@ static float ref_patches[NPATCH * PP];
 static void need_vl_files(void) {
     if (vl_dir) return;
     need_files();
-    ref_dir = test_make_dir("ref");
-    char *script = test_source_path("scripts/vision-reference-pixels");
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
-    int rc = system(cmd);
-    free(script);
-    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    ref_dir = vt_reference_dir();
     /* rgb_png through Qwen2VLImageProcessor's steps (patch 4, merge 2, budget [256, 2560]) */
-    char *p = test_join(ref_dir, "rgb_png.qwen8.f32");
-    size_t n = 0;
-    char *d = test_slurp(p, &n);
-    REQUIRE(n == sizeof ref_patches);
-    memcpy(ref_patches, d, n);
-    free(d), free(p);
+    vt_read_f32(ref_dir, "rgb_png.qwen8.f32", ref_patches, sizeof ref_patches);
     vl_dir = test_make_dir("qwen25vl-vlm");
     write_folder(vl_dir, CONFIG_VL);
-    p = test_join(vl_dir, "preprocessor_config.json");
+    char *p = test_join(vl_dir, "preprocessor_config.json");
     test_write_file(p, PREPROCESSOR, strlen(PREPROCESSOR));
     free(p);
     /* stories260K's tokenizer with Qwen2.5-VL's image tokens added after it */
-    char *src = test_data_path("models/stories260K-hf/tokenizer.json");
-    json_error_t je;
-    json_t *tok = json_load_file(src, 0, &je);
-    REQUIRE_MSG(tok, "%s: %s", src, je.text);
     const char *names[3] = {"<|vision_start|>", "<|vision_end|>", "<|image_pad|>"};
-    for (int i = 0; i < 3; i++)
-        json_array_append_new(json_object_get(tok, "added_tokens"),
-                              json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", VSTART + i, "content", names[i],
-                                        "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
-    p = test_join(vl_dir, "tokenizer.json");
-    REQUIRE(json_dump_file(tok, p, 0) == 0);
-    free(p), free(src);
-    json_decref(tok);
-    src = test_data_path("models/stories260K-hf/tokenizer_config.json");
-    d = test_slurp(src, &n);
-    p = test_join(vl_dir, "tokenizer_config.json");
-    test_write_file(p, d, n);
-    free(p), free(d), free(src);
+    vt_write_tokenizer(vl_dir, VSTART, names, 3);
 }
 
 
@@ -563,25 +481,13 @@ typedef enum gguf_fault {
     GF_FOURTH_SECTION,   /* sections [2, 3, 3, 1] */
 } gguf_fault;
 
-static void put(gguf_writer *g, const char *gg, const char *hf) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, hf) == 0) {
-            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, specs[i].shape, specs[i].data);
-            return;
-        }
-    REQUIRE_MSG(0, "no weight %s", hf);
-}
-
 /* rows [r0, r0 + rows) of a matrix or vector, as llama.cpp's converter
  * splits the fused qkv */
 static void put_rows(gguf_writer *g, const char *gg, const char *hf, int64_t r0, int64_t rows) {
-    for (int i = 0; i < n_specs; i++)
-        if (strcmp(specs[i].name, hf) == 0) {
-            int64_t cols = specs[i].n_dims == 2 ? specs[i].shape[1] : 1, shape[2] = {rows, cols};
-            gguf_writer_add_tensor_f32(g, gg, specs[i].n_dims, shape, specs[i].data + r0 * cols);
-            return;
-        }
-    REQUIRE_MSG(0, "no weight %s", hf);
+    const vt_tensor *t = vt_find(hf);
+    REQUIRE_MSG(t, "no weight %s", hf);
+    int64_t cols = t->n_dims == 2 ? t->shape[1] : 1, shape[2] = {rows, cols};
+    gguf_writer_add_tensor_f32(g, gg, t->n_dims, shape, t->data + r0 * cols);
 }
 
 /* stories260K's vocabulary (llama.cpp's llama tokenizer keys) with the
@@ -639,9 +545,9 @@ static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmp
     int32_t sections[4] = {SECTION[0], SECTION[1], SECTION[2], fault == GF_FOURTH_SECTION ? 1 : 0};
     if (fault != GF_NO_SECTIONS) gguf_writer_add_arr(t, "qwen2vl.rope.dimension_sections", GGUF_TYPE_INT32, sections, 4);
     put_tokenizer(t);
-    put(t, "token_embd.weight", "model.embed_tokens.weight");
-    put(t, "output_norm.weight", "model.norm.weight");
-    put(t, "output.weight", "lm_head.weight");
+    vt_put_gguf(t, "token_embd.weight", "model.embed_tokens.weight");
+    vt_put_gguf(t, "output_norm.weight", "model.norm.weight");
+    vt_put_gguf(t, "output.weight", "lm_head.weight");
     char hf[160], gg[64];
     static const char *const names[][2] = {
         {"input_layernorm.weight", "attn_norm.weight"},  {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -654,7 +560,7 @@ static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmp
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             snprintf(hf, sizeof hf, "model.layers.%d.%s", l, names[i][0]);
             snprintf(gg, sizeof gg, "blk.%d.%s", l, names[i][1]);
-            put(t, gg, hf);
+            vt_put_gguf(t, gg, hf);
         }
 
     gguf_writer *v = gguf_writer_new(3);
@@ -680,7 +586,7 @@ static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmp
     gguf_writer_add_u32(v, "clip.vision.image_min_pixels", 256);
     gguf_writer_add_u32(v, "clip.vision.image_max_pixels", 2560);
     /* the Conv3d (VH, 3, TEMP, PATCH, PATCH) as two (VH, 3, PATCH, PATCH) kernels */
-    const float *conv = W("visual.patch_embed.proj.weight");
+    const float *conv = vt_w("visual.patch_embed.proj.weight");
     float *kern = malloc(sizeof(float) * VH * 3 * PATCH * PATCH);
     for (int f = 0; f < TEMP; f++) {
         if (f == 1 && fault == GF_NO_SECOND_FRAME) break;
@@ -701,7 +607,7 @@ static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmp
         for (size_t i = 0; i < sizeof blk / sizeof blk[0]; i++) {
             snprintf(hf, sizeof hf, "visual.blocks.%d.%s", l, blk[i][0]);
             snprintf(gg, sizeof gg, "v.blk.%d.%s", l, blk[i][1]);
-            put(v, gg, hf);
+            vt_put_gguf(v, gg, hf);
         }
         const char *part[3] = {"q", "k", "v"};
         for (int k = 0; k < 3; k++)
@@ -711,11 +617,11 @@ static void write_ggufs(gguf_fault fault, const char *text_path, const char *mmp
                 put_rows(v, gg, hf, (int64_t)k * VH, VH);
             }
     }
-    put(v, "v.post_ln.weight", "visual.merger.ln_q.weight");
-    put(v, "mm.0.weight", "visual.merger.mlp.0.weight");
-    put(v, "mm.0.bias", "visual.merger.mlp.0.bias");
-    put(v, "mm.2.weight", "visual.merger.mlp.2.weight");
-    put(v, "mm.2.bias", "visual.merger.mlp.2.bias");
+    vt_put_gguf(v, "v.post_ln.weight", "visual.merger.ln_q.weight");
+    vt_put_gguf(v, "mm.0.weight", "visual.merger.mlp.0.weight");
+    vt_put_gguf(v, "mm.0.bias", "visual.merger.mlp.0.bias");
+    vt_put_gguf(v, "mm.2.weight", "visual.merger.mlp.2.weight");
+    vt_put_gguf(v, "mm.2.bias", "visual.merger.mlp.2.bias");
     REQUIRE(gguf_writer_write(t, text_path) == 0);
     REQUIRE(gguf_writer_write(v, mmproj_path) == 0);
     gguf_writer_free(t), gguf_writer_free(v);
@@ -754,17 +660,17 @@ static void ref_image_rows(vbug bug, double *rows) {
         hpos[r] = cy * MERGE + j / MERGE, wpos[r] = cx * MERGE + j % MERGE;
         win[r] = (cy / WIN) * ((MW + WIN - 1) / WIN) + cx / WIN;
         for (int i = 0; i < PP; i++) pat[i] = ref_patches[(size_t)r * PP + i];
-        linear(x + (size_t)r * VH, W("visual.patch_embed.proj.weight"), NULL, pat, VH, PP);
+        vt_linear(x + (size_t)r * VH, vt_w("visual.patch_embed.proj.weight"), NULL, pat, VH, PP);
     }
     char nm[160];
     for (int l = 0; l < VL; l++) {
-#define L(s_) (snprintf(nm, sizeof nm, "visual.blocks.%d.%s", l, s_), W(nm))
+#define L(s_) (snprintf(nm, sizeof nm, "visual.blocks.%d.%s", l, s_), vt_w(nm))
         const float *wqkv = L("attn.qkv.weight"), *bqkv = L("attn.qkv.bias");
         for (int r = 0; r < NPATCH; r++) {
-            rmsnorm(xn, x + (size_t)r * VH, L("norm1.weight"), VH, 1e-6);
-            linear(q + (size_t)r * VH, wqkv, bqkv, xn, VH, VH);
-            linear(k + (size_t)r * VH, wqkv + VH * VH, bqkv + VH, xn, VH, VH);
-            linear(v + (size_t)r * VH, wqkv + 2 * VH * VH, bqkv + 2 * VH, xn, VH, VH);
+            vt_rmsnorm(xn, x + (size_t)r * VH, L("norm1.weight"), VH, 1e-6);
+            vt_linear(q + (size_t)r * VH, wqkv, bqkv, xn, VH, VH);
+            vt_linear(k + (size_t)r * VH, wqkv + VH * VH, bqkv + VH, xn, VH, VH);
+            vt_linear(v + (size_t)r * VH, wqkv + 2 * VH * VH, bqkv + 2 * VH, xn, VH, VH);
             /* emb = cat(freqs(hpos), freqs(wpos)), freqs over dim = VHD / 2:
              * inv_freq_j = 10000^(-2j / dim); cos/sin of cat(emb, emb) */
             double ang[VHD / 2];
@@ -805,17 +711,17 @@ static void ref_image_rows(vbug bug, double *rows) {
                     att[hh * VHD + e] = acc / sum;
                 }
             }
-            linear(add + (size_t)r * VH, L("attn.proj.weight"), L("attn.proj.bias"), att, VH, VH);
+            vt_linear(add + (size_t)r * VH, L("attn.proj.weight"), L("attn.proj.bias"), att, VH, VH);
         }
         for (size_t i = 0; i < (size_t)NPATCH * VH; i++) x[i] += add[i];
         free(add);
         for (int r = 0; r < NPATCH; r++) {
             double *xr = x + (size_t)r * VH;
-            rmsnorm(xn, xr, L("norm2.weight"), VH, 1e-6);
-            linear(g, L("mlp.gate_proj.weight"), L("mlp.gate_proj.bias"), xn, VFFN, VH);
-            linear(u, L("mlp.up_proj.weight"), L("mlp.up_proj.bias"), xn, VFFN, VH);
-            for (int f = 0; f < VFFN; f++) g[f] = g[f] / (1.0 + exp(-g[f])) * u[f];
-            linear(o, L("mlp.down_proj.weight"), L("mlp.down_proj.bias"), g, VH, VFFN);
+            vt_rmsnorm(xn, xr, L("norm2.weight"), VH, 1e-6);
+            vt_linear(g, L("mlp.gate_proj.weight"), L("mlp.gate_proj.bias"), xn, VFFN, VH);
+            vt_linear(u, L("mlp.up_proj.weight"), L("mlp.up_proj.bias"), xn, VFFN, VH);
+            for (int f = 0; f < VFFN; f++) g[f] = vt_silu(g[f]) * u[f];
+            vt_linear(o, L("mlp.down_proj.weight"), L("mlp.down_proj.bias"), g, VH, VFFN);
             for (int c = 0; c < VH; c++) xr[c] += o[c];
         }
 #undef L
@@ -824,10 +730,12 @@ static void ref_image_rows(vbug bug, double *rows) {
     double cat[MHID], mid[MHID];
     for (int cell = 0; cell < CELLS; cell++) {
         for (int j = 0; j < MERGE * MERGE; j++)
-            rmsnorm(cat + j * VH, x + ((size_t)cell * MERGE * MERGE + j) * VH, W("visual.merger.ln_q.weight"), VH, 1e-6);
-        linear(mid, W("visual.merger.mlp.0.weight"), W("visual.merger.mlp.0.bias"), cat, MHID, MHID);
-        for (int i = 0; i < MHID; i++) mid[i] = 0.5 * mid[i] * (1.0 + erf(mid[i] / sqrt(2.0)));
-        linear(rows + (size_t)cell * TH, W("visual.merger.mlp.2.weight"), W("visual.merger.mlp.2.bias"), mid, TH, MHID);
+            vt_rmsnorm(cat + j * VH, x + ((size_t)cell * MERGE * MERGE + j) * VH, vt_w("visual.merger.ln_q.weight"), VH,
+                       1e-6);
+        vt_linear(mid, vt_w("visual.merger.mlp.0.weight"), vt_w("visual.merger.mlp.0.bias"), cat, MHID, MHID);
+        for (int i = 0; i < MHID; i++) mid[i] = vt_gelu_erf(mid[i]);
+        vt_linear(rows + (size_t)cell * TH, vt_w("visual.merger.mlp.2.weight"), vt_w("visual.merger.mlp.2.bias"), mid, TH,
+                  MHID);
     }
     free(x), free(xn), free(q), free(k), free(v), free(att), free(g), free(u), free(o), free(sc), free(pat);
 }
@@ -879,22 +787,7 @@ static double *reference_logits(vbug bug, const int32_t *ids, int n, int delta_b
 static const char *load_text_path, *load_vision_path; /* NULL: the Hugging Face folder */
 
 static void load_vl(pdl_model **m, pdl_vision **v) {
-    pdl_error err = {0};
-    pdl_model_options mo = {.n_threads = 2};
-    const char *tp = load_text_path ? load_text_path : vl_dir, *vp = load_vision_path ? load_vision_path : vl_dir;
-    REQUIRE_MSG(pdl_model_load(m, tp, &mo, &err) == 0, "%s", err.message);
-    int rc = pdl_vision_load(v, vp, *m, &err);
-    if (rc) pdl_model_free(*m);
-    REQUIRE_MSG(rc == 0, "%s", err.message);
-}
-
-static pdl_image *load_png(void) {
-    pdl_image *img = NULL;
-    pdl_error err = {0};
-    char *png = test_join(ref_dir, "rgb_png.png");
-    REQUIRE_MSG(pdl_image_load(&img, png, &err) == 0, "%s", err.message);
-    free(png);
-    return img;
+    vt_load(m, v, load_text_path ? load_text_path : vl_dir, load_vision_path ? load_vision_path : vl_dir, NULL);
 }
 
 /* The prompt's all-row logits through pdl_seq_forward_rows, with the
@@ -908,7 +801,7 @@ static float *engine_prompt_logits(void) {
     CHECK(strcmp(info.family, "qwen2_5_vl") == 0 && strcmp(info.tower, "qwen2_5_vit") == 0);
     CHECK_EQ_INT(info.rows_per_image, -1);
     pdl_error err = {0};
-    pdl_image *img = load_png();
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     CHECK_EQ_INT(pdl_vision_image_rows(v, img), CELLS);
     float *rows = NULL;
     int n_rows = 0;
@@ -947,14 +840,14 @@ static void test_image_prompt_matches_the_float64_reference(void) {
     float *got = engine_prompt_logits();
     REQUIRE(got);
     double *want = reference_logits(VBUG_NONE, ids, N_PROMPT, 0);
-    double d = max_diff(got, want, (size_t)N_PROMPT * VOC);
+    double d = vt_max_diff(got, want, (size_t)N_PROMPT * VOC);
     fprintf(stderr, "  Qwen2.5-VL + image: max |engine - float64 reference| = %.3g over %d rows\n", d, N_PROMPT);
     CHECK_MSG(d < TOL, "%.3g", d);
     /* the reference tells the windows and the tower's rotary order apart */
     vbug bugs[2] = {VBUG_NO_WINDOWS, VBUG_ROPE_HW_SWAP};
     for (int b = 0; b < 2; b++) {
         double *bad = reference_logits(bugs[b], ids, N_PROMPT, 0);
-        double db = max_diff(got, bad, (size_t)N_PROMPT * VOC);
+        double db = vt_max_diff(got, bad, (size_t)N_PROMPT * VOC);
         fprintf(stderr, "  variant %d: %.3g\n", b, db);
         CHECK_MSG(db > 100 * TOL, "variant %d: %.3g", b, db);
         free(bad);
@@ -964,61 +857,28 @@ static void test_image_prompt_matches_the_float64_reference(void) {
 
 /* ---- through the engine ------------------------------------------------------------- */
 
-enum { GEN = 5, MAX_REQ = 4 };
-
-typedef struct collected {
-    int32_t tokens[MAX_REQ][GEN];
-    int n[MAX_REQ];
-    float logits[MAX_REQ][GEN][VOC]; /* each sampled row's logits, in order */
-    int n_logits[MAX_REQ];
-} collected;
-
-static void on_event(const pdl_event *ev, void *user) {
-    collected *c = user;
-    int r = (int)ev->request_id - 1;
-    if (r < 0 || r >= MAX_REQ) return;
-    if (ev->kind == PDL_EVENT_TOKEN && c->n[r] < GEN) c->tokens[r][c->n[r]++] = ev->token;
-}
-
-static void on_logits(uint64_t id, int index, int position, const float *row, int vocab, void *user) {
-    collected *c = user;
-    int r = (int)id - 1;
-    (void)index, (void)position;
-    if (r < 0 || r >= MAX_REQ || c->n_logits[r] >= GEN || vocab != VOC) return;
-    memcpy(c->logits[r][c->n_logits[r]++], row, sizeof c->logits[r][0]);
-}
+enum { GEN = 5 };
 
 /* Requests with n_text[i] == 0 carry the image prompt; others n_text text ids. */
-static void run_engine(const int *n_text, int n, int max_prefill_chunk, collected *out) {
-    memset(out, 0, sizeof *out);
+static void run_engine(const int *n_text, int n, int max_prefill_chunk, vt_collected *out) {
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     load_vl(&m, &v);
-    pdl_error err = {0};
-    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .on_logits = on_logits, .on_logits_user = out,
-                             .max_model_len = 96, .max_prefill_chunk = max_prefill_chunk};
-    pdl_engine *e = NULL;
-    REQUIRE_MSG(pdl_engine_create(&e, m, &eo, &err) == 0, "%s", err.message);
-    pdl_image *img = load_png();
+    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .vision = v, .max_model_len = 96,
+                             .max_prefill_chunk = max_prefill_chunk};
+    int32_t ids[VT_MAX_REQ][N_PROMPT];
+    vt_request reqs[VT_MAX_REQ];
     for (int i = 0; i < n; i++) {
-        int32_t ids[N_PROMPT];
-        int n_ids = n_text[i];
-        pdl_mm_input in = {.image = img, .position = IMG_AT};
-        if (n_ids == 0) {
-            prompt_ids(ids);
-            n_ids = N_PROMPT;
+        reqs[i] = (vt_request){.ids = ids[i], .n_ids = n_text[i]};
+        if (n_text[i] == 0) {
+            prompt_ids(ids[i]);
+            reqs[i].n_ids = N_PROMPT, reqs[i].image = "rgb_png.png", reqs[i].position = IMG_AT;
         } else {
-            for (int k = 0; k < n_ids; k++) ids[k] = (k * 7 + i * 3 + 1) % 140;
+            vt_text_ids(ids[i], n_text[i], i, 140);
         }
-        pdl_request_params rp = {.max_tokens = GEN, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
-                                 .images = n_text[i] == 0 ? &in : NULL, .n_images = n_text[i] == 0 ? 1 : 0};
-        uint64_t id = 0;
-        CHECK_MSG(pdl_engine_add_request(e, ids, (size_t)n_ids, &rp, on_event, out, &id, &err) == 0, "%s",
-                  err.message);
     }
-    CHECK_MSG(pdl_engine_run_until_idle(e, &err) == 0, "%s", err.message);
-    pdl_image_free(img);
-    pdl_engine_free(e);
+    vt_run run = {.gen = GEN, .vocab = VOC, .image_dir = ref_dir};
+    vt_run_engine(m, &eo, reqs, n, &run, out);
     pdl_vision_free(v);
     pdl_model_free(m);
 }
@@ -1031,7 +891,7 @@ static void test_decode_rows_match_the_float64_reference(void) {
     int text[1] = {0};
     int chunks[2] = {0, 7};
     for (int c = 0; c < 2; c++) {
-        collected got;
+        vt_collected got;
         run_engine(text, 1, chunks[c], &got);
         REQUIRE(got.n[0] == GEN && got.n_logits[0] == GEN);
         int32_t ids[N_PROMPT + GEN];
@@ -1041,8 +901,8 @@ static void test_decode_rows_match_the_float64_reference(void) {
         double *want = reference_logits(VBUG_NONE, ids, n, 0), *off = reference_logits(VBUG_NONE, ids, n, 1);
         double d = 0, d_off = 0;
         for (int g = 0; g < GEN; g++) {
-            d = fmax(d, max_diff(got.logits[0][g], want + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
-            d_off = fmax(d_off, max_diff(got.logits[0][g], off + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
+            d = fmax(d, vt_max_diff(got.logits[0][g], want + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
+            d_off = fmax(d_off, vt_max_diff(got.logits[0][g], off + (size_t)(N_PROMPT - 1 + g) * VOC, VOC));
         }
         fprintf(stderr, "  engine (prefill chunk %d): %d sampled rows vs reference %.3g; delta one off %.3g\n",
                 chunks[c], GEN, d, d_off);
@@ -1057,14 +917,10 @@ static void test_decode_rows_match_the_float64_reference(void) {
 static void test_an_image_prompt_gives_the_same_output_alone_and_in_a_batch(void) {
     need_vl_files();
     int alone[1] = {0}, batch[4] = {5, 0, 19, 2};
-    collected a, b;
+    vt_collected a, b;
     run_engine(alone, 1, 0, &a);
     run_engine(batch, 4, 0, &b);
-    CHECK_EQ_INT(a.n[0], GEN);
-    CHECK_EQ_INT(b.n[1], GEN);
-    CHECK(memcmp(a.tokens[0], b.tokens[1], sizeof a.tokens[0]) == 0);
-    CHECK(a.n_logits[0] == GEN && b.n_logits[1] == GEN && memcmp(a.logits[0], b.logits[1], sizeof a.logits[0]) == 0);
-    for (int i = 0; i < 4; i++) CHECK_EQ_INT(b.n[i], GEN);
+    vt_check_same_output(&a, &b, 1, 4, GEN);
 }
 
 /* ---- the command line ---------------------------------------------------------- */
@@ -1166,7 +1022,7 @@ static void test_the_gguf_pair_matches_the_folder_and_the_reference(void) {
     int32_t ids[N_PROMPT];
     prompt_ids(ids);
     double *want = reference_logits(VBUG_NONE, ids, N_PROMPT, 0);
-    double d = max_diff(gg, want, (size_t)N_PROMPT * VOC), dh = 0;
+    double d = vt_max_diff(gg, want, (size_t)N_PROMPT * VOC), dh = 0;
     for (size_t i = 0; i < (size_t)N_PROMPT * VOC; i++) dh = fmax(dh, fabs((double)hf[i] - gg[i]));
     fprintf(stderr, "  GGUF pair: max |engine - float64 reference| = %.3g, |GGUF - folder| = %.3g\n", d, dh);
     CHECK_MSG(d < TOL, "%.3g", d);
@@ -1224,7 +1080,7 @@ static void test_the_template_placeholder_expands_like_the_marker(void) {
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.placeholder, "<|vision_start|><|image_pad|><|vision_end|>") == 0);
-    pdl_image *img = load_png();
+    pdl_image *img = vt_load_image(ref_dir, "rgb_png.png");
     const pdl_image *imgs[1] = {img};
     char text[256];
     snprintf(text, sizeof text, "Once upon a time %s there", info.placeholder);
@@ -1291,7 +1147,7 @@ int main(void) {
     RUN(test_a_malformed_gguf_pair_is_refused);
     RUN(test_the_template_placeholder_expands_like_the_marker);
     RUN(test_an_image_too_thin_is_refused);
-    for (int i = 0; i < n_specs; i++) free(specs[i].data);
+    vt_free_weights();
     free(hf_dir), free(vl_dir), free(ref_dir), free(text_gguf), free(mmproj_gguf);
     return test_summary();
 }
