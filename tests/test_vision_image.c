@@ -27,6 +27,7 @@
 #include "test_util.h"
 #include "vision/image.h"
 #include "vision/image_preprocess.h"
+#include "vision_test.h"
 
 /* PNG's CRC-32 (ISO 3309), for hand-made chunks. */
 static uint32_t crc32(uint32_t crc, const uint8_t *p, size_t n) {
@@ -44,15 +45,7 @@ static json_t *manifest;
 /* Makes the reference data once per process. */
 static void need_reference(void) {
     if (manifest) return;
-    ref_dir = test_make_dir("ref");
-    char *script = test_source_path("scripts/vision-reference-pixels");
-    char cmd[4096];
-    /* Debian's interpreter: the one apt's python3-numpy and python3-pil are for */
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, ref_dir);
-    int rc = system(cmd);
-    free(script);
-    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed "
-                "(scripts/install-deps)", rc);
+    ref_dir = vt_reference_dir();
     char *mpath = test_join(ref_dir, "manifest.json");
     json_error_t je;
     manifest = json_load_file(mpath, 0, &je);

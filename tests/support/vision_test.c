@@ -194,7 +194,8 @@ char *vt_reference_dir(void) {
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s'", script, dir);
     int rc = system(cmd);
     free(script);
-    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed", rc);
+    REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed "
+                "(scripts/install-deps)", rc);
     return dir;
 }
 
