@@ -47,6 +47,14 @@ int32_t pdl_vision_token_id(const pdl_model *text, const char *s) {
     return text->tok ? tok_piece_to_id(text->tok, s, strlen(s)) : -1;
 }
 
+void pdl_vision_token_text(const pdl_model *text, int32_t id, char *out, size_t n) {
+    out[0] = 0;
+    if (!text->tok || id < 0 || id >= tok_vocab_size(text->tok)) return;
+    size_t len = 0;
+    const char *p = tok_id_to_piece(text->tok, id, &len);
+    if (p && len < n) memcpy(out, p, len), out[len] = 0;
+}
+
 int pdl_vision_own(pdl_vision *v, void *p) {
     void **o = realloc(v->owned, (v->n_owned + 1) * sizeof *o);
     if (!o) {

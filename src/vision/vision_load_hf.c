@@ -162,15 +162,6 @@ done:
     return rc;
 }
 
-/* The token text of id in the text model's vocabulary, or "". */
-static void token_text(const pdl_model *text, int32_t id, char *out, size_t n) {
-    out[0] = 0;
-    if (!text->tok || id < 0 || id >= tok_vocab_size(text->tok)) return;
-    size_t len = 0;
-    const char *p = tok_id_to_piece(text->tok, id, &len);
-    if (p && len < n) memcpy(out, p, len), out[len] = 0;
-}
-
 static const char *tensor_prefix(const pdl_tensor_set *ts) {
     if (pdl_tensor_set_find(ts, "model.vision_tower.vision_model.encoder.layers.0.layer_norm1.weight"))
         return "model.";
@@ -232,7 +223,7 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
             jint(cfg, path, "boi_token_index", &c->boi_id, false, err) ||
             jint(cfg, path, "eoi_token_index", &c->eoi_id, false, err))
             goto done;
-        token_text(text, c->boi_id, c->placeholder, sizeof c->placeholder);
+        pdl_vision_token_text(text, c->boi_id, c->placeholder, sizeof c->placeholder);
         if (!c->placeholder[0]) snprintf(c->placeholder, sizeof c->placeholder, "<start_of_image>");
     } else {
         c->class_token = true, c->pre_ln = true, c->post_ln = false, c->patch_bias = false;
@@ -256,7 +247,7 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
         c->n_layers_run = layer < 0 ? c->n_layers + 1 + layer : layer;
         snprintf(c->placeholder, sizeof c->placeholder, "<image>");
     }
-    token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
+    pdl_vision_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
     if (read_processor(v, dir, err)) goto done;
     if (c->family == PDL_VLM_LLAVA_NEXT && c->proc.n_pinpoints == 0) {
         json_t *pins = json_object_get(cfg, "image_grid_pinpoints");

@@ -106,16 +106,6 @@ done:
     return rc;
 }
 
-/* The token id of a special token's text in the text model's vocabulary
- * (the config's id when the vocabulary lacks it). */
-static void token_text(const pdl_model *text, int32_t id, char *out, size_t n) {
-    out[0] = 0;
-    if (!text->tok || id < 0 || id >= tok_vocab_size(text->tok)) return;
-    size_t len = 0;
-    const char *p = tok_id_to_piece(text->tok, id, &len);
-    if (p && len < n) memcpy(out, p, len), out[len] = 0;
-}
-
 int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir,
                             const pdl_model *text, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
@@ -174,11 +164,11 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
         jint(cfg, path, "vision_end_token_id", &end_id, err))
         return -1;
     c->image_token_id = image_id, c->boi_id = start_id, c->eoi_id = end_id;
-    token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
+    pdl_vision_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
     /* what the chat template writes per image (an image part of a message) */
     char start[24], end[24];
-    token_text(text, c->boi_id, start, sizeof start);
-    token_text(text, c->eoi_id, end, sizeof end);
+    pdl_vision_token_text(text, c->boi_id, start, sizeof start);
+    pdl_vision_token_text(text, c->eoi_id, end, sizeof end);
     const char *parts[3] = {start[0] ? start : "<|vision_start|>",
                             c->image_token_text[0] ? c->image_token_text : "<|image_pad|>", end[0] ? end : "<|vision_end|>"};
     c->placeholder[0] = 0;

@@ -147,11 +147,13 @@ int pdl_vision_own(pdl_vision *v, void *p);
  * (pdl_model_take_tensor's rules, `where` the file or folder in its
  * messages); a u32 key of an mmproj GGUF (required: missing is an error;
  * else absent keeps *out; over 2^30 is refused); a token's id by its text
- * in the text model's vocabulary, or -1. */
+ * in the text model's vocabulary, or -1; and id's text there into out (n
+ * bytes), or "" when the vocabulary lacks it or it does not fit. */
 int pdl_vision_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 int pdl_vision_gguf_u32(const gguf_file *g, bool required, const char *key, int *out, pdl_error *err);
 int32_t pdl_vision_token_id(const pdl_model *text, const char *s);
+void pdl_vision_token_text(const pdl_model *text, int32_t id, char *out, size_t n);
 
 /* Patches per tile side (image_size / patch_size). */
 static inline int pdl_vision_side(const pdl_vision_config *c) { return c->image_size / c->patch_size; }

@@ -24,8 +24,11 @@ function rng(seed) {
   };
 }
 
-function tensors() {
-  const r = rng(22);
+// A list of random tensors and the function that adds one: values uniform in
+// [-0.5, 0.5), or (kind 1) 1 + 0.2 of that (norm weights), or (kind 2) 0.2 of
+// it (biases).
+function randomTensors(seed) {
+  const r = rng(seed);
   const list = [];
   const add = (name, shape, kind = 0) => {
     const n = shape.reduce((a, b) => a * b, 1);
@@ -33,6 +36,11 @@ function tensors() {
     for (let i = 0; i < n; i++) data[i] = kind === 1 ? 1 + 0.2 * r() : kind === 2 ? 0.2 * r() : r();
     list.push({ name, shape, data });
   };
+  return { list, add };
+}
+
+function tensors() {
+  const { list, add } = randomTensors(22);
   const vm = 'vision_tower.vision_model';
   add(`${vm}.embeddings.patch_embedding.weight`, [VH, 3, PATCH, PATCH]);
   add(`${vm}.embeddings.class_embedding`, [VH]);
@@ -131,14 +139,7 @@ export function writeLlava(dir, testdata) {
 // added as ids 512, 513, 514.
 export function writeQwen25vl(dir, testdata) {
   fs.mkdirSync(dir, { recursive: true });
-  const r = rng(25);
-  const list = [];
-  const add = (name, shape, kind = 0) => {
-    const n = shape.reduce((a, b) => a * b, 1);
-    const data = new Float32Array(n);
-    for (let i = 0; i < n; i++) data[i] = kind === 1 ? 1 + 0.2 * r() : kind === 2 ? 0.2 * r() : r();
-    list.push({ name, shape, data });
-  };
+  const { list, add } = randomTensors(25);
   const QVH = 32, QFFN = 48, QVL = 3, QP = 4, QVOC = 520;
   add('visual.patch_embed.proj.weight', [QVH, 3, 2, QP, QP]);
   for (let l = 0; l < QVL; l++) {
