@@ -39,9 +39,15 @@ static const struct {
     {PDL_ISA_NEON, pdl_attention_queries_neon, pdl_attention_queries_neon_ranges},
 };
 
-static double kv_at(const pdl_attn_kv *kv, int pos, int e, bool value) {
-    int64_t slot = (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
-    size_t i = value ? (size_t)slot * kv->kv_dim + e : pdl_attn_k_index(slot, kv->block_size, kv->kv_dim, e);
+/* Element e of position pos's key or value, at the place attention.h's
+ * layout gives (written out here, not through the index helpers, so a
+ * helper that moved an element would be caught): each block holds every
+ * head's keys dimension-major, then (V) every head's values slot-major. */
+static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
+    int bs = kv->block_size;
+    size_t block = (size_t)kv->block_table[pos / bs], off = (size_t)(pos % bs), head = (size_t)(e / hd);
+    size_t d = (size_t)(e % hd), at_head = (block * kv->kv_dim + head * hd) * bs;
+    size_t i = value ? at_head + off * hd + d : at_head + d * bs + off;
     const void *p = value ? kv->v : kv->k;
     return kv->kv_is_f16 ? pdl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
@@ -54,7 +60,7 @@ static double ref_range(const float *q, const float *got, int hd, int kv_head, d
     double s[512], mx = -INFINITY, z = 0, d = 0;
     for (int j = first; j <= last; j++) {
         double a = 0;
-        for (int e = 0; e < hd; e++) a += q[e] * kv_at(kv, j, kv_head * hd + e, false);
+        for (int e = 0; e < hd; e++) a += q[e] * kv_at(kv, hd, j, kv_head * hd + e, false);
         a *= scale;
         if (cap > 0) a = tanh(a / cap) * cap;
         s[j - first] = a;
@@ -63,7 +69,7 @@ static double ref_range(const float *q, const float *got, int hd, int kv_head, d
     for (int j = first; j <= last; j++) z += s[j - first] = exp(s[j - first] - mx);
     for (int e = 0; e < hd; e++) {
         double o = 0;
-        for (int j = first; j <= last; j++) o += s[j - first] / z * kv_at(kv, j, kv_head * hd + e, true);
+        for (int j = first; j <= last; j++) o += s[j - first] / z * kv_at(kv, hd, j, kv_head * hd + e, true);
         d = fmax(d, fabs(o - got[e]));
     }
     return d;
@@ -208,17 +214,18 @@ static void test_avx512_build_equals_its_single_query_body(void) {
 
 /* The cache write: the F16C and NEON builds give the portable one's bytes (round to
  * nearest even, ties, subnormals, overflow, infinities, NaN), and each key
- * element lands where pdl_attn_k_index says (the attention above reads it
- * there). */
+ * element lands where attention.h's layout says (the attention above reads
+ * it there): keys dimension-major, values slot-major, head by head within a
+ * block (written out here, not through the index helpers). */
 static void test_cache_store_builds_agree(void) {
     pdl_fp16_init();
-    enum { KVD = 75, BS = 16, SLOTS = 48 }; /* 75: a ragged end after 8-wide steps */
+    enum { KVD = 75, HD = 15, BS = 16, SLOTS = 48 }; /* 5 heads of 15: ragged ends after 8-wide steps */
     float k[KVD], v[KVD];
     size_t n = (size_t)SLOTS * KVD;
     uint16_t *k0 = calloc(n, 2), *v0 = calloc(n, 2), *k1 = calloc(n, 2), *v1 = calloc(n, 2);
     REQUIRE(k0 && v0 && k1 && v1);
     /* the build this CPU has (none: the portable one against itself) */
-    void (*store)(void *, void *, int, int, int, int64_t, const float *, const float *) = pdl_attention_store_scalar;
+    pdl_attention_store_fn store = pdl_attention_store_scalar;
     if (pdl_isa_supported(PDL_ISA_AVX2)) store = pdl_attention_store_f16c;
     if (pdl_isa_supported(PDL_ISA_NEON)) store = pdl_attention_store_neon;
     const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 2.9802326e-8f,
@@ -230,11 +237,15 @@ static void test_cache_store_builds_agree(void) {
             v[e] = (e * 3 + s) % 7 == 0 ? special[(e * 7 + s) % 15] : frand() * 8.0f;
         }
         int64_t slot = (s * 7) % SLOTS;
-        pdl_attention_store_scalar(k0, v0, 1, KVD, BS, slot, k, v);
-        store(k1, v1, 1, KVD, BS, slot, k, v);
-        for (int e = 0; e < KVD; e++)
-            if (k0[pdl_attn_k_index(slot, BS, KVD, e)] != pdl_f32_to_f16(k[e]) || v0[slot * KVD + e] != pdl_f32_to_f16(v[e]))
+        pdl_attention_store_scalar(k0, v0, 1, KVD, HD, BS, slot, k, v);
+        store(k1, v1, 1, KVD, HD, BS, slot, k, v);
+        size_t block = (size_t)slot / BS, off = (size_t)slot % BS;
+        for (int e = 0; e < KVD; e++) {
+            size_t at_head = (block * KVD + (size_t)(e / HD) * HD) * BS;
+            if (k0[at_head + (size_t)(e % HD) * BS + off] != pdl_f32_to_f16(k[e]) ||
+                v0[at_head + off * HD + (size_t)(e % HD)] != pdl_f32_to_f16(v[e]))
                 bad_place++;
+        }
     }
     CHECK_EQ_INT(bad_place, 0);
     CHECK(memcmp(k0, k1, n * 2) == 0);

@@ -492,6 +492,14 @@ static const struct {
 
 /* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window, tanh soft-cap)
  * against a float64 computation over contiguous keys. */
+/* Where element e of slot's value lies in a V pool (attention.h: within a
+ * block, head after head, each head's values slot-major), written out here
+ * rather than through pdl_attn_v_index. */
+static size_t v_place(size_t slot, int bs, int kv_dim, int hd, int e) {
+    return (slot / (size_t)bs * (size_t)kv_dim + (size_t)(e / hd) * (size_t)hd) * (size_t)bs +
+           slot % (size_t)bs * (size_t)hd + (size_t)(e % hd);
+}
+
 static void test_paged_attention_matches_contiguous_reference(void) {
     pdl_fp16_init();
     enum { HD = 8, NKV = 2, NH = 4, BSZ = 4, NPOS = 23, NBLK = 16 };
@@ -508,10 +516,10 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                 if (f16) {
                     uint16_t kh = pdl_f32_to_f16(keys[p][i]), vh = pdl_f32_to_f16(vals[p][i]);
                     memcpy(kpool + pdl_attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 2, &kh, 2);
-                    memcpy(vpool + (slot * NKV * HD + i) * 2, &vh, 2);
+                    memcpy(vpool + v_place(slot, BSZ, NKV * HD, HD, i) * 2, &vh, 2);
                 } else {
                     memcpy(kpool + pdl_attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 4, &keys[p][i], 4);
-                    memcpy(vpool + (slot * NKV * HD + i) * 4, &vals[p][i], 4);
+                    memcpy(vpool + v_place(slot, BSZ, NKV * HD, HD, i) * 4, &vals[p][i], 4);
                 }
             }
         }

@@ -883,16 +883,17 @@ void eng_poison_uncomputed_kv(pdl_engine *e) {
         for (int pos = q->n_computed; pos < q->n_blocks * bs; pos++) {
             int32_t b = q->blocks[pos / bs];
             for (int l = 0; l < kv->n_layers; l++) {
-                char *v = pdl_kv_v_row(kv, l, (int64_t)b * bs + pos % bs);
-                char *kpool = pdl_kv_k_pool(kv, l);
+                char *kpool = pdl_kv_k_pool(kv, l), *vpool = pdl_kv_v_pool(kv, l);
+                int64_t slot = (int64_t)b * bs + pos % bs;
                 for (int d = 0; d < kv->kv_dim; d++) {
-                    char *k = kpool + pdl_attn_k_index((int64_t)b * bs + pos % bs, bs, kv->kv_dim, d) * kv->elem_bytes;
+                    char *k = kpool + pdl_attn_k_index(slot, bs, kv->kv_dim, d) * kv->elem_bytes;
+                    char *v = vpool + pdl_attn_v_index(slot, bs, kv->kv_dim, kv->head_dim, d) * kv->elem_bytes;
                     if (kv->elem_bytes == 4) {
                         const uint32_t nan = 0x7fc00000u;
-                        memcpy(k, &nan, 4), memcpy(v + (size_t)d * 4, &nan, 4);
+                        memcpy(k, &nan, 4), memcpy(v, &nan, 4);
                     } else {
                         const uint16_t nan = 0x7e00u;
-                        memcpy(k, &nan, 2), memcpy(v + (size_t)d * 2, &nan, 2);
+                        memcpy(k, &nan, 2), memcpy(v, &nan, 2);
                     }
                 }
             }

@@ -44,30 +44,28 @@ void pdl_attention_ranges(float *const *out, const float *const *q, const int *f
     fn(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 
-void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                                const float *k, const float *v) {
-    size_t k0 = pdl_attn_k_index(slot, block_size, kv_dim, 0), v0 = (size_t)slot * (size_t)kv_dim;
+void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                                int64_t slot, const float *k, const float *v) {
     for (int e = 0; e < kv_dim; e++) {
-        size_t ke = k0 + (size_t)e * (size_t)block_size; /* dimension-major blocks */
+        size_t ke = pdl_attn_k_index(slot, block_size, kv_dim, e);
+        size_t ve = pdl_attn_v_index(slot, block_size, kv_dim, head_dim, e);
         if (kv_is_f16) {
             ((uint16_t *)kpool)[ke] = pdl_f32_to_f16(k[e]);
-            ((uint16_t *)vpool)[v0 + e] = pdl_f32_to_f16(v[e]);
+            ((uint16_t *)vpool)[ve] = pdl_f32_to_f16(v[e]);
         } else {
             ((float *)kpool)[ke] = k[e];
-            ((float *)vpool)[v0 + e] = v[e];
+            ((float *)vpool)[ve] = v[e];
         }
     }
 }
 
-void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                         const float *k, const float *v) {
+void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                         int64_t slot, const float *k, const float *v) {
+    pdl_attention_store_fn fn = pdl_attention_store_scalar;
     pdl_isa isa = pdl_isa_active();
-    if (kv_is_f16 && (isa == PDL_ISA_AVX2 || isa == PDL_ISA_AVX512))
-        pdl_attention_store_f16c(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
-    else if (kv_is_f16 && isa == PDL_ISA_NEON)
-        pdl_attention_store_neon(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
-    else
-        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+    if (kv_is_f16 && (isa == PDL_ISA_AVX2 || isa == PDL_ISA_AVX512)) fn = pdl_attention_store_f16c;
+    else if (kv_is_f16 && isa == PDL_ISA_NEON) fn = pdl_attention_store_neon;
+    fn(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,

@@ -5,11 +5,17 @@
  * pools and the sequence's block table.
  *
  * Cache layout (per layer): a block holds block_size slots; slot s is in
- * block s / block_size at offset s % block_size. V is row-major,
- * v[s * kv_dim + e]. K is dimension-major within each block: element e
- * (= kv_head * head_dim + d) of the key in slot s is at
- * pdl_attn_k_index(s, block_size, kv_dim, e), so for one dimension the
- * keys of a block lie side by side and a vector load takes 16 of them.
+ * block s / block_size at offset s % block_size, and each block is
+ * kv_dim * block_size elements of K and as many of V, head after head.
+ * K is dimension-major within a head: element e (= kv_head * head_dim + d)
+ * of the key in slot s is at pdl_attn_k_index(s, block_size, kv_dim, e),
+ * so for one dimension the keys of a block lie side by side and a vector
+ * load takes 16 of them. V is slot-major within a head: the value of slot
+ * s for element e is at pdl_attn_v_index(s, block_size, kv_dim, head_dim,
+ * e), so one head's values of a block are one run of block_size * head_dim
+ * elements and the value products read them in order (a row of every
+ * head, kv_dim apart, put each head's rows a power of two apart, which
+ * keeps few of them in a set-associative cache).
  *
  * Order of operations (every build gives the same bits: the portable
  * reference in attention_impl.h and the AVX-512, AVX2 and NEON tiles follow
@@ -49,16 +55,28 @@ static inline size_t pdl_attn_k_index(int64_t slot, int block_size, int kv_dim, 
     return ((size_t)block * (size_t)kv_dim + (size_t)e) * (size_t)block_size + (size_t)(slot % block_size);
 }
 
-/* Writes one slot's key and value (kv_dim floats each, F16 rounded to
- * nearest even when kv_is_f16) into layer pools of the layout above. */
-void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                         const float *k, const float *v);
-void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                                const float *k, const float *v);
-void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                              const float *k, const float *v);
-void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                              const float *k, const float *v);
+/* Index (in elements) of element e (= kv_head * head_dim + d) of the
+ * value in `slot` in a V pool. */
+static inline size_t pdl_attn_v_index(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    int64_t block = slot / block_size;
+    int head = e / head_dim;
+    return ((size_t)block * (size_t)kv_dim + (size_t)head * (size_t)head_dim) * (size_t)block_size +
+           (size_t)(slot % block_size) * (size_t)head_dim + (size_t)(e % head_dim);
+}
+
+/* Writes one slot's key and value (kv_dim floats each, heads of head_dim,
+ * F16 rounded to nearest even when kv_is_f16) into layer pools of the
+ * layout above. */
+typedef void (*pdl_attention_store_fn)(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim,
+                                       int block_size, int64_t slot, const float *k, const float *v);
+void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                         int64_t slot, const float *k, const float *v);
+void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                                int64_t slot, const float *k, const float *v);
+void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                              int64_t slot, const float *k, const float *v);
+void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                              int64_t slot, const float *k, const float *v);
 
 /*
  * Several queries of one sequence against one KV head: out[i] (head_dim

@@ -49,9 +49,9 @@ static inline void at_to_f16(const float *src, uint16_t *dst) {
 #define AT_STORE_FN pdl_attention_store_f16c
 #include "kernels/attention_tiles.h"
 #else
-void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot,
-                              const float *k, const float *v) {
-    pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                              int64_t slot, const float *k, const float *v) {
+    pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 void pdl_attention_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,

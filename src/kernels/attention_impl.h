@@ -80,7 +80,7 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int j = first; j <= pos; j++) {
         float p = scores[j - first];
-        size_t v0 = (size_t)attn_slot(kv, j) * (size_t)kv->kv_dim + (size_t)e0;
+        size_t v0 = pdl_attn_v_index(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
         if (f16) {
             const uint16_t *v = (const uint16_t *)kv->v + v0;
             for (int d = 0; d < hd; d++) out[d] = fmaf(p, ATTN_F16(v[d]), out[d]);

@@ -99,33 +99,42 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
 }
 #undef AT_SCORE
 
-/* Walks the slots of consecutive positions without a division per key; a
- * block's table entry is read when its first position is used (the walk
- * steps one past the last key, whose block may not exist). */
+/* Walks the V rows of consecutive positions without a division per key:
+ * within a block one head's rows follow each other (attention.h), so the
+ * next is `step` bytes on; a block's table entry is read when its first
+ * position is used (the walk steps one past the last key, whose block may
+ * not exist). head: the V pool at the head's element d0 of slot 0;
+ * block_bytes: one block of the pool. */
 typedef struct at_walk {
     const pdl_attn_kv *kv;
+    const uint8_t *head, *row;
+    size_t step, block_bytes;
     int pos, off, fresh;
-    int64_t slot;
 } at_walk;
 
-static inline void at_walk_start(at_walk *w, const pdl_attn_kv *kv, int pos) {
+static inline void at_walk_start(at_walk *w, const pdl_attn_kv *kv, const uint8_t *head, size_t step,
+                                 size_t block_bytes, int pos) {
     w->kv = kv;
+    w->head = head;
+    w->step = step;
+    w->block_bytes = block_bytes;
     w->pos = pos;
     w->off = pos % kv->block_size;
     w->fresh = 1;
 }
 
-static inline int64_t at_walk_slot(at_walk *w) {
+static inline const uint8_t *at_walk_row(at_walk *w) {
     if (w->fresh) {
-        w->slot = (int64_t)w->kv->block_table[w->pos / w->kv->block_size] * w->kv->block_size + w->off;
+        w->row = w->head + (size_t)w->kv->block_table[w->pos / w->kv->block_size] * w->block_bytes +
+                 (size_t)w->off * w->step;
         w->fresh = 0;
     }
-    return w->slot;
+    return w->row;
 }
 
 static inline void at_walk_next(at_walk *w) {
     w->pos++;
-    w->slot++;
+    w->row += w->step;
     if (++w->off == w->kv->block_size) {
         w->off = 0;
         w->fresh = 1;
@@ -138,9 +147,10 @@ static inline void at_walk_next(at_walk *w) {
 static inline __attribute__((always_inline)) void at_value_tile(const int NR, const int NC, float *const *out, int d0,
                                                                 const float *const *p, int base, const int *a,
                                                                 const int *b, const pdl_attn_kv *kv, size_t e0,
-                                                                int f16) {
-    size_t esize = f16 ? 2 : 4, row = (size_t)kv->kv_dim * esize;
-    const uint8_t *vpool = (const uint8_t *)kv->v + (e0 + (size_t)d0) * esize;
+                                                                int hd, int f16) {
+    /* the head's rows: element d0 of slot 0, hd elements from row to row */
+    size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * kv->block_size * esize;
+    const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)kv->block_size + (size_t)d0) * esize;
     at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
@@ -155,18 +165,18 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     for (int r = 0; r < NR; r++) {
         int j1 = common ? F - 1 : b[r];
         if (a[r] > j1) continue;
-        at_walk_start(&w, kv, a[r]);
+        at_walk_start(&w, kv, vhead, step, block_bytes, a[r]);
         for (int j = a[r]; j <= j1; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
+            const uint8_t *v = at_walk_row(&w);
             at_v pb = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
         }
     }
     /* the common keys, each V row loaded once */
     if (common) {
-        at_walk_start(&w, kv, F);
+        at_walk_start(&w, kv, vhead, step, block_bytes, F);
         for (int j = F; j <= L; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
+            const uint8_t *v = at_walk_row(&w);
             at_v pb[AT_VR];
             for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) {
@@ -178,9 +188,9 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     /* and the keys after them */
     for (int r = 0; common && r < NR; r++) {
         if (L + 1 > b[r]) continue;
-        at_walk_start(&w, kv, L + 1);
+        at_walk_start(&w, kv, vhead, step, block_bytes, L + 1);
         for (int j = L + 1; j <= b[r]; j++, at_walk_next(&w)) {
-            const uint8_t *v = vpool + (size_t)at_walk_slot(&w) * row;
+            const uint8_t *v = at_walk_row(&w);
             at_v pb = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
         }
@@ -189,10 +199,10 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         for (int c = 0; c < NC; c++) at_storeu(out[r] + d0 + AT_W * c, acc[r][c]);
 }
 
-#define AT_VALUE(NR, NC) at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, f16)
+#define AT_VALUE(NR, NC) at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, f16)
 
 static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const float *const *p, int base,
-                              const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int f16) {
+                              const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int hd, int f16) {
 #define AT_VALUE_NC(NR)                                                                                            \
     switch (nc) {                                                                                                  \
     case 16: AT_VALUE(NR, 16); return;                                                                             \
@@ -267,7 +277,7 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     for (int i0 = 0; i0 < n_q; i0 += vr) {
         int nr = n_q - i0 < vr ? n_q - i0 : vr;
         for (int d0 = 0; d0 < hd; d0 += nc * AT_W)
-            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, f16);
+            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, hd, f16);
     }
 }
 
@@ -299,33 +309,39 @@ void AT_RANGES(AT_FN)(float *const *out, const float *const *q, const int *first
 }
 
 #ifdef AT_STORE_FN
-/* The cache write (attention.h's pdl_attention_store) with the vector
- * conversion: V rows AT_W halves at a time, K elements to their
- * dimension-major places, the last kv_dim % AT_W through a padded vector;
- * the bits of pdl_f32_to_f16. F32 caches take the portable copy. */
-void AT_STORE_FN(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int block_size, int64_t slot, const float *k,
-                 const float *v) {
-    if (!kv_is_f16) {
-        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, block_size, slot, k, v);
+/* n (up to AT_W) floats to halves at dst, through a padded vector when
+ * n < AT_W. */
+static inline void at_store_f16(const float *src, uint16_t *dst, int n) {
+    if (n == AT_W) {
+        at_to_f16(src, dst);
         return;
     }
-    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0);
-    uint16_t *vd = (uint16_t *)vpool + (size_t)slot * (size_t)kv_dim;
+    float t[AT_W] = {0};
     uint16_t h[AT_W];
+    memcpy(t, src, (size_t)n * sizeof(float));
+    at_to_f16(t, h);
+    memcpy(dst, h, (size_t)n * sizeof(uint16_t));
+}
+
+/* The cache write (attention.h's pdl_attention_store) with the vector
+ * conversion: each head's V row AT_W halves at a time, K elements to their
+ * dimension-major places, the last of a run through a padded vector; the
+ * bits of pdl_f32_to_f16. F32 caches take the portable copy. */
+void AT_STORE_FN(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size, int64_t slot,
+                 const float *k, const float *v) {
+    if (!kv_is_f16) {
+        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+        return;
+    }
+    for (int e0 = 0; e0 < kv_dim; e0 += head_dim) {
+        uint16_t *vd = (uint16_t *)vpool + pdl_attn_v_index(slot, block_size, kv_dim, head_dim, e0);
+        for (int d = 0; d < head_dim; d += AT_W)
+            at_store_f16(v + e0 + d, vd + d, head_dim - d < AT_W ? head_dim - d : AT_W);
+    }
+    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0), h[AT_W];
     for (int e = 0; e < kv_dim; e += AT_W) {
         int n = kv_dim - e < AT_W ? kv_dim - e : AT_W;
-        if (n == AT_W) {
-            at_to_f16(v + e, vd + e);
-            at_to_f16(k + e, h);
-        } else {
-            float kt[AT_W] = {0}, vt[AT_W] = {0};
-            uint16_t vh[AT_W];
-            memcpy(kt, k + e, (size_t)n * sizeof(float));
-            memcpy(vt, v + e, (size_t)n * sizeof(float));
-            at_to_f16(vt, vh);
-            at_to_f16(kt, h);
-            memcpy(vd + e, vh, (size_t)n * sizeof(uint16_t));
-        }
+        at_store_f16(k + e, h, n);
         for (int i = 0; i < n; i++) kd[(size_t)(e + i) * (size_t)block_size] = h[i];
     }
 }

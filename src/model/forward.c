@@ -268,7 +268,8 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
         pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer),
-                            t->kv->dtype == PDL_KV_F16, kv_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
+                            t->kv->dtype == PDL_KV_F16, kv_dim, c->head_dim, t->kv->block_size,
+                            t->b->slot_mapping[r], k, v);
     }
 }
 
@@ -383,9 +384,11 @@ static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_er
 
 int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
-    if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim)
-        return pdl_fail(err, "forward: KV cache was made for another model (%d layers x %d, model %d x %d)",
-                        kv->n_layers, kv->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
+    if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
+        return pdl_fail(err,
+                        "forward: KV cache was made for another model (%d layers x %d in heads of %d, model %d x %d "
+                        "in heads of %d)",
+                        kv->n_layers, kv->kv_dim, kv->head_dim, c->n_layers, c->n_kv_heads * c->head_dim, c->head_dim);
     if (validate_batch(m, kv, b, err)) return -1;
     /* keys the longest sequence reads, rounded up to a power of two so that
      * decoding grows the attention scratch only log(context) times */

@@ -26,6 +26,7 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
     kv->dtype = dtype;
     kv->n_layers = model->cfg.n_layers;
     kv->kv_dim = model->cfg.n_kv_heads * model->cfg.head_dim;
+    kv->head_dim = model->cfg.head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
     kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : 4;
@@ -50,14 +51,17 @@ void pdl_kv_cache_free(pdl_kv_cache *kv) {
 }
 
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
-    size_t row = (size_t)kv->kv_dim * kv->elem_bytes, kblock = row * (size_t)kv->block_size;
+    size_t block = (size_t)kv->kv_dim * (size_t)kv->block_size * kv->elem_bytes;
+    size_t head = (size_t)kv->head_dim * (size_t)kv->block_size * kv->elem_bytes; /* one head of V */
+    size_t rows = (size_t)kv->head_dim * (size_t)n_slots * kv->elem_bytes;
     for (int l = 0; l < kv->n_layers; l++) {
         /* K is dimension-major within a block: the whole block (slots past
-         * n_slots are written before they are read) */
-        memcpy((char *)pdl_kv_k_pool(kv, l) + (size_t)dst * kblock, (char *)pdl_kv_k_pool(kv, l) + (size_t)src * kblock,
-               kblock);
-        memcpy(pdl_kv_v_row(kv, l, (int64_t)dst * kv->block_size), pdl_kv_v_row(kv, l, (int64_t)src * kv->block_size),
-               row * (size_t)n_slots);
+         * n_slots are written before they are read); V is slot-major within
+         * each head: each head's first n_slots rows */
+        char *k = pdl_kv_k_pool(kv, l), *v = pdl_kv_v_pool(kv, l);
+        memcpy(k + (size_t)dst * block, k + (size_t)src * block, block);
+        for (int h = 0; h < kv->kv_dim / kv->head_dim; h++)
+            memcpy(v + (size_t)dst * block + (size_t)h * head, v + (size_t)src * block + (size_t)h * head, rows);
     }
 }
 

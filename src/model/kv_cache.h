@@ -26,11 +26,12 @@ struct pdl_kv_cache {
     pdl_kv_dtype dtype;
     int n_layers;
     int kv_dim;          /* n_kv_heads * head_dim */
+    int head_dim;
     int block_size;      /* token slots per block */
     int n_blocks;
     size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
     void *k;             /* [n_layers][n_blocks][kv_dim][block_size] */
-    void *v;             /* [n_layers][n_blocks * block_size][kv_dim] */
+    void *v;             /* [n_layers][n_blocks][n_kv_heads][block_size][head_dim] */
 };
 
 /* Address of `layer`'s K pool (blocks laid out as above). */
@@ -39,13 +40,10 @@ static inline void *pdl_kv_k_pool(const pdl_kv_cache *kv, int layer) {
     return (char *)kv->k + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }
 
-/* Address of the V row of `slot` in `layer`. */
-static inline void *pdl_kv_v_row(const pdl_kv_cache *kv, int layer, int64_t slot) {
+/* Address of `layer`'s V pool (blocks laid out as above). */
+static inline void *pdl_kv_v_pool(const pdl_kv_cache *kv, int layer) {
     size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
-    return (char *)kv->v + (((size_t)layer * n_slots + (size_t)slot) * (size_t)kv->kv_dim) * kv->elem_bytes;
+    return (char *)kv->v + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }
-
-/* Address of `layer`'s V pool. */
-static inline void *pdl_kv_v_pool(const pdl_kv_cache *kv, int layer) { return pdl_kv_v_row(kv, layer, 0); }
 
 #endif

@@ -84,7 +84,7 @@ static void rope_store_rows(void *p, int ith, int nth) {
             pdl_rope_apply(t->q + r * h + hh * hd, hd, t->cs + r * hd, 1);
             pdl_rope_apply(t->k + r * h + hh * hd, hd, t->cs + r * hd, 1);
         }
-        pdl_attention_store(t->kv_k, t->kv_v, 0, h, KV_BLOCK, (int)r, t->k + r * h, t->vv + r * h);
+        pdl_attention_store(t->kv_k, t->kv_v, 0, h, hd, KV_BLOCK, (int)r, t->k + r * h, t->vv + r * h);
     }
 }
 

@@ -159,11 +159,11 @@ void pdl_vision_activation(pdl_vision *v, float *x, int rows, int width, pdl_vis
 static void store_kv_rows(void *p, int ith, int nth) {
     vtask *t = p;
     pdl_vision_scratch *s = &t->v->scratch;
-    int h = t->v->cfg.hidden;
+    int h = t->v->cfg.hidden, hd = h / t->v->cfg.n_heads;
     long r0, r1;
     pdl_split_range(t->rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++)
-        pdl_attention_store(s->kv_k, s->kv_v, 0, h, KV_BLOCK, r, s->k + (size_t)r * h, s->v + (size_t)r * h);
+        pdl_attention_store(s->kv_k, s->kv_v, 0, h, hd, KV_BLOCK, r, s->k + (size_t)r * h, s->v + (size_t)r * h);
 }
 
 /* Tasks are (block of up to 16 rows, head), dealt round-robin. */
