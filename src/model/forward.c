@@ -10,6 +10,7 @@
  * of them (a mixture-of-experts MLP is moe.c's).
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,7 @@ typedef struct row_task {
     const pdl_tensor *norm; /* for rmsnorm_rows */
     const float *src;
     float *dst;
+    atomic_long next_task; /* attention_rows: the next task nobody has taken */
 } row_task;
 
 static void embed_rows(void *p, int ith, int nth) {
@@ -286,9 +288,10 @@ static void attend(float *const *outs, const float *const *qs, const int *first,
 
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
  * prefill chunk and the heads of a GQA group share each tile of keys
- * (pdl_attention_queries). Tasks go to threads round-robin, which balances
- * a prefill (later rows read more keys); each query's result is the same
- * whichever task or thread computes it. */
+ * (pdl_attention_queries). Each thread takes the next task as it finishes
+ * its last, so a prefill's later rows (which read more keys) and a thread
+ * slowed by the machine leave their share to the others; each query's
+ * result is the same whichever task or thread computes it. */
 static void attention_rows(void *p, int ith, int nth) {
     row_task *t = p;
     pdl_model *m = t->m;
@@ -312,7 +315,8 @@ static void attention_rows(void *p, int ith, int nth) {
     float *outs[16];
     const float *qs[16];
     int poss[16], firsts[16];
-    long task = 0;
+    (void)nth;
+    long task = 0, mine = atomic_fetch_add_explicit(&t->next_task, 1, memory_order_relaxed);
     /* two-way spans: every query over [first, last] (pdl_attention_ranges) */
     bool ranges = b->span_first != NULL;
     for (int sq = 0; sq < b->n_seqs; sq++) {
@@ -320,7 +324,8 @@ static void attention_rows(void *p, int ith, int nth) {
         for (int rb = b->cu_seqlens[sq]; rb < b->cu_seqlens[sq + 1]; rb += rows_per_task) {
             int re = rb + rows_per_task < b->cu_seqlens[sq + 1] ? rb + rows_per_task : b->cu_seqlens[sq + 1];
             for (int g = 0; g < c->n_kv_heads; g++, task++) {
-                if (task % nth != ith) continue;
+                if (task != mine) continue; /* tasks are taken in this order */
+                mine = atomic_fetch_add_explicit(&t->next_task, 1, memory_order_relaxed);
                 int nq = 0;
                 for (int r = rb; r < re; r++)
                     for (int h = g * group; h < (g + 1) * group; h++) {
@@ -437,6 +442,7 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         if (pdl_matmul_shared(m->pool, &s->kernel, branch_in, n, qkv, 3))
             return pdl_forward_kernel_failed(m, l, "q/k/v projections", err);
         pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
+        atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
         pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
         if (pdl_matmul(m->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n, &lw->wo, NULL,
                        direct_add))
