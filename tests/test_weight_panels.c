@@ -261,6 +261,51 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     return w;
 }
 
+/* The Q8_0 / Q4_0 panel layout, written out here (not through the
+ * header's helpers): blocks in pairs, a pair the quants of its two blocks
+ * (512 bytes each for Q8_0, 256 for Q4_0) and then their 16 scales each
+ * (32 bytes a block); quant word (q, c) of a block at 64 q + 4 c; Q8_0
+ * bytes the value plus 128, Q4_0 the file's nibble bytes. 3 blocks (an odd
+ * count: the last pair padded) and 19 rows (the second panel's last 13
+ * zeros). A shifted offset would read a neighbour's byte. */
+static void test_quantized_panel_layout(void) {
+    pdl_fp16_init();
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool != NULL);
+    int out = 19, in = 96, nb = 3;
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    for (int ti = 0; ti < 2; ti++) {
+        bool q8 = types[ti] == PDL_DTYPE_Q8_0;
+        size_t qb = q8 ? 512 : 256, bb = q8 ? 34 : 18, pair = 2 * qb + 64;
+        float *wv;
+        uint8_t *w = make_qmatrix(types[ti], out, in, &wv);
+        pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
+        uint8_t *buf = panels_of(pool, &t);
+        size_t pb = pdl_panel_bytes(types[ti], in);
+        CHECK_EQ_INT((int)pb, (int)(2 * pair));
+        int bad = 0;
+        for (int o = 0; o < 32; o++)
+            for (int b = 0; b < 4; b++) { /* block 3: the padding of the second pair */
+                const uint8_t *pp = buf + (size_t)(o / 16) * pb + (size_t)(b / 2) * pair;
+                int c = o % 16;
+                bool real = o < out && b < nb;
+                const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+                uint16_t d;
+                memcpy(&d, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
+                if (d != (real ? (uint16_t)(blk[0] | blk[1] << 8) : 0)) bad++;
+                for (int q = 0; q < (q8 ? 8 : 4); q++)
+                    for (int i = 0; i < 4; i++) {
+                        uint8_t got = pp[(b % 2) * qb + q * 64 + c * 4 + i];
+                        uint8_t want = real ? (q8 ? (uint8_t)(blk[2 + 4 * q + i] ^ 0x80) : blk[2 + 4 * q + i]) : 0;
+                        if (got != want) bad++;
+                    }
+            }
+        CHECK_MSG(bad == 0, "%s: %d bytes misplaced", pdl_dtype_name(types[ti]), bad);
+        free(w), free(wv), free(buf);
+    }
+    pdl_threadpool_free(pool);
+}
+
 /* The documented sequence for a Q8_0 / Q4_0 output, from the file's
  * blocks: exact integer block sums, one fma per block. */
 static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const int8_t *xq, const float *xd,
@@ -829,6 +874,7 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
 
 int main(void) {
     RUN(test_panel_layout);
+    RUN(test_quantized_panel_layout);
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
     RUN(test_shared_activations_give_each_matmuls_bytes);

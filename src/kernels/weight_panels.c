@@ -50,11 +50,11 @@ int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) {
     return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in;
 }
 
-/* Bytes of one block's quants in a panel (the scales follow all blocks). */
+/* Bytes of one block's quants in a panel (pdl_qpanel_quants_at). */
 static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 512 : 256; }
 
 size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
-    if (quantized(dtype)) return ((size_t)(in / 32) * (quant_bytes(dtype) + 32) + 63) / 64 * 64; /* aligned loads */
+    if (quantized(dtype)) return (size_t)((in / 32 + 1) / 2) * pdl_qpanel_pair_bytes(quant_bytes(dtype));
     if (kquant(dtype))
         return (size_t)(in / PDL_QK_K) * (dtype == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK);
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
@@ -121,10 +121,11 @@ static void pack_worker(void *p, int ith, int nth) {
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++) {
                     const uint8_t *blk = src + b * bb;
-                    memcpy(dst + (size_t)nb * qb + b * 32 + c * 2, blk, 2);
+                    memcpy(dst + pdl_qpanel_scales_at(qb, b) + c * 2, blk, 2);
+                    uint8_t *dq = dst + pdl_qpanel_quants_at(qb, b);
                     for (int q = 0; q < (q8 ? 8 : 4); q++)
                         for (int i = 0; i < 4; i++)
-                            dst[b * qb + q * 64 + c * 4 + i] = q8 ? blk[2 + 4 * q + i] ^ 0x80 : blk[2 + 4 * q + i];
+                            dq[q * 64 + c * 4 + i] = q8 ? blk[2 + 4 * q + i] ^ 0x80 : blk[2 + 4 * q + i];
                 }
             } else if (t->w->dtype == PDL_DTYPE_F32) {
                 const float *src = (const float *)t->w->data + o * in;
@@ -256,19 +257,20 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
     float acc = 0.0f;
     for (int64_t b = 0; b < t->nb; b++) {
         const int8_t *x = t->xq + r * t->ldx + b * 32;
+        const uint8_t *bq = pp + pdl_qpanel_quants_at(qb, b);
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
             int wk;
             if (t->q4) {
-                uint8_t byte = pp[b * qb + (k % 16 / 4) * 64 + c * 4 + k % 4];
+                uint8_t byte = bq[(k % 16 / 4) * 64 + c * 4 + k % 4];
                 wk = (k < 16 ? byte & 0xF : byte >> 4) - 8;
             } else {
-                wk = (int)pp[b * qb + (k / 4) * 64 + c * 4 + k % 4] - 128;
+                wk = (int)bq[(k / 4) * 64 + c * 4 + k % 4] - 128;
             }
             s += wk * x[k];
         }
         uint16_t d16;
-        memcpy(&d16, pp + (size_t)t->nb * qb + b * 32 + c * 2, 2);
+        memcpy(&d16, pp + pdl_qpanel_scales_at(qb, b) + c * 2, 2);
         acc = fmaf((float)s, pdl_f16_to_f32(d16) * t->xd[r * t->nbx + b], acc);
     }
     return acc;

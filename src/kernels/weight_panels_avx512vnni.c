@@ -45,7 +45,8 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
     __m512 acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b), carried from block to block */
+    for (int64_t b = 0; b < nb; at += qbytes + ((size_t)b & 1) * 64, b++) {
         __m512i isum[R][G];
         for (int r = 0; r < nr; r++) {
             __m512i start = _mm512_set1_epi32(-offset * xs[r * nbx + b]);
@@ -54,7 +55,7 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
         for (int q = 0; q < 8; q++) {
             __m512i w[G];
             for (int g = 0; g < ng; g++) {
-                const uint8_t *blk = panel + (size_t)g * pb + (size_t)b * qbytes;
+                const uint8_t *blk = panel + (size_t)g * pb + at;
                 if (q4) {
                     __m512i v = _mm512_load_si512((const void *)(blk + (q & 3) * 64));
                     w[g] = q < 4 ? _mm512_and_si512(v, low) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
@@ -69,9 +70,9 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
             }
         }
         __m512 dw[G];
+        size_t scales_at = at + ((size_t)b & 1 ? qbytes + 32 : 2 * qbytes);
         for (int g = 0; g < ng; g++)
-            dw[g] = _mm512_cvtph_ps(
-                _mm256_loadu_si256((const __m256i *)(const void *)(panel + (size_t)g * pb + nb * qbytes + b * 32)));
+            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(panel + (size_t)g * pb + scales_at)));
         for (int r = 0; r < nr; r++) {
             __m512 dx = _mm512_set1_ps(xd[r * nbx + b]);
             for (int g = 0; g < ng; g++)
@@ -90,8 +91,10 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
                      int64_t ldy, const float *bias, bool accumulate) {                                         \
         if (rows == R && panels == G)                                                                           \
             qbody(Q4, xq, xd, xs, ldx, nbx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
-        else if (rows == 1 && panels == G)                                                                      \
-            qbody(Q4, xq, xd, xs, ldx, nbx, 1, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
+        else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */                       \
+            for (int g = 0; g < panels; g++)                                                                    \
+                qbody(Q4, xq, xd, xs, ldx, nbx, 1, panel + (size_t)g * pb, pb, 1, nb,                           \
+                      g == panels - 1 ? last_cols : 16, y + g * 16, ldy, bias ? bias + g * 16 : NULL, accumulate); \
         else if (panels == 1)                                                                                   \
             qbody(Q4, xq, xd, xs, ldx, nbx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);       \
         else if (panels == 2)                                                                                   \

@@ -120,15 +120,14 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
 /* The end of block b of a Q8_0 / Q4_0 piece: acc += (float)isum x dw x dx
- * (the block's weight scales, after the panel's quants_bytes of quants,
- * times the row's activation scale). */
+ * (the block's weight scales, pdl_qpanel_scales_at for qbytes of quants
+ * per block, times the row's activation scale). */
 static inline __attribute__((always_inline)) void ib_q_block_end(__m256 acc[IB_MAX_R][IB_MAX_V],
                                                                  __m256i isum[IB_MAX_R][IB_MAX_V], const float *xd,
                                                                  int64_t nbx, const int nr, const ib_group *grp,
-                                                                 const int nv, size_t quants_bytes, int64_t b) {
+                                                                 const int nv, size_t scales_at, int64_t b) {
     __m256 dw[IB_MAX_V];
-    IB_UNROLL for (int v = 0; v < nv; v++)
-        dw[v] = ib_halves(grp[v].panel + quants_bytes + (size_t)b * 32 + 16 * grp[v].half);
+    IB_UNROLL for (int v = 0; v < nv; v++) dw[v] = ib_halves(grp[v].panel + scales_at + 16 * grp[v].half);
     IB_UNROLL for (int r = 0; r < nr; r++) {
         __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
         IB_UNROLL for (int v = 0; v < nv; v++)
@@ -162,9 +161,10 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b), carried from block to block */
+    for (int64_t b = 0; b < nb; at += qbytes + ((size_t)b & 1) * 64, b++) {
         const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * qbytes + 32 * grp[v].half;
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i s[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
             IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
@@ -203,7 +203,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
 #endif
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, nb * qbytes, b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, at + ((size_t)b & 1 ? qbytes + 32 : 2 * qbytes), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -224,9 +224,10 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+    size_t at = 0; /* pdl_qpanel_quants_at(512, b), carried from block to block */
+    for (int64_t b = 0; b < nb; at += 512 + ((size_t)b & 1) * 64, b++) {
         const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * 512 + 32 * grp[v].half;
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
             IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
@@ -246,7 +247,7 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
                 }
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, nb * 512, b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, at + ((size_t)b & 1 ? 512 + 32 : 2 * 512), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -270,9 +271,13 @@ static inline int ib_groups(const uint8_t *panel, size_t pb, int panels, int las
 }
 
 /* Column groups per piece: IB_V with several rows, IB_V1 with one
- * (decode: more panels side by side keep more loads in flight). */
+ * (decode): one panel, so a piece reads its bytes as one stream in
+ * memory order (pdl_qpanel_quants_at). Three panels side by side were
+ * slower: Qwen3-0.6B decode on a Zen 4 VM with these kernels, 3
+ * interleaved pairs each, Q4_0 1.26-1.28x and Q8_0 1.29-1.56x with one
+ * panel and the blocks' scales beside them. */
 #define IB_V 2
-#define IB_V1 6
+#define IB_V1 2
 
 /* Pieces of nr (1..IB_MAX_R) rows: groups IB_V (IB_V1) at a time, each
  * piece's sizes constants in its copy of the body. */
