@@ -411,9 +411,8 @@ typedef struct panel_task {
     int n_mats;
     pdl_gate_fn act;       /* gated: each mat is a gate, y = act(gate, up) with its up_panels */
     int64_t n_panels;      /* of all of them */
-    int64_t chunk;         /* panels per chunk handed out as threads finish */
-    int64_t chunks_per_block; /* chunks of one row block's panels */
-    atomic_long next_chunk; /* the next chunk nobody has taken (row block major) */
+    int nth;               /* threads sharing the panels */
+    atomic_long next_panel; /* the first panel nobody has taken: block x n_panels + panel */
 } panel_task;
 
 /* The tiles of panels [g0, g1) of one matrix over rows [rb, re). */
@@ -460,10 +459,6 @@ static void panel_range(const panel_task *t, const panel_mat *pm, int64_t g0, in
 
 /* Panels [p0, p1) of the task's matrices (counted across them) over rows
  * [rb, re): the part of each matrix in that span. */
-#ifndef CHUNKS_PER_THREAD
-#define CHUNKS_PER_THREAD 4
-#endif
-
 static void panel_span(const panel_task *t, int64_t p0, int64_t p1, int64_t rb, int64_t re) {
     for (int i = 0; i < t->n_mats; i++) {
         const panel_mat *pm = &t->mats[i];
@@ -476,21 +471,40 @@ static void panel_span(const panel_task *t, int64_t p0, int64_t p1, int64_t rb, 
 /* The panels go out in chunks, each thread taking the next as it finishes
  * its last: a thread slowed by the machine (a VM's other tenants, a core
  * that is interrupted) leaves its share to the others instead of holding
- * the region open. Chunks run row block by row block (all the chunks of
- * block 0, then of block 1, ...), so the threads work on the same
- * activation rows at a time and each row block's rows stay in L2 while a
- * thread's chunks of it run. Every output's sum runs inside one tile
- * whichever thread runs it, so the bytes do not depend on who took which
- * chunk. */
+ * the region open. A chunk is a share of the row block's panels nobody
+ * has taken yet (1 / (2 x threads) of them, whole driver tiles, at least
+ * one): long chunks first, each read as one stream, and short ones at the
+ * end, so the thread that finishes first waits little for the others.
+ * Chunks run row block by row block (all of block 0, then of block 1,
+ * ...), so the threads work on the same activation rows at a time and
+ * each row block's rows stay in L2 while a thread's chunks of it run.
+ * Every output's sum runs inside one tile whichever thread runs it, so
+ * the bytes do not depend on who took which chunk. */
+static bool take_chunk(panel_task *t, int64_t *block, int64_t *p0, int64_t *p1) {
+    long at = atomic_load_explicit(&t->next_panel, memory_order_relaxed);
+    for (;;) {
+        int64_t b = at / t->n_panels, p = at % t->n_panels, left = t->n_panels - p;
+        if (b * t->row_block >= t->n_rows) return false;
+        int64_t n = left / (2 * (int64_t)t->nth);
+        n = (n + PDL_PANEL_TILE_PANELS - 1) / PDL_PANEL_TILE_PANELS * PDL_PANEL_TILE_PANELS;
+        if (n < PDL_PANEL_TILE_PANELS) n = PDL_PANEL_TILE_PANELS;
+        if (n > left) n = left;
+        if (atomic_compare_exchange_weak_explicit(&t->next_panel, &at, at + n, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *block = b, *p0 = p, *p1 = p + n;
+            return true;
+        }
+    }
+}
+
 static void panel_worker(void *p, int ith, int nth) {
     panel_task *t = p;
-    (void)nth;
-    for (long c = ith;; c = atomic_fetch_add_explicit(&t->next_chunk, 1, memory_order_relaxed)) {
-        int64_t block = (int64_t)c / t->chunks_per_block, p0 = (int64_t)c % t->chunks_per_block * t->chunk;
+    (void)ith, (void)nth;
+    int64_t block, p0, p1;
+    while (take_chunk(t, &block, &p0, &p1)) {
         int64_t rb = block * t->row_block;
-        if (rb >= t->n_rows) return;
         int64_t re = rb + t->row_block < t->n_rows ? rb + t->row_block : t->n_rows;
-        panel_span(t, p0, p0 + t->chunk < t->n_panels ? p0 + t->chunk : t->n_panels, rb, re);
+        panel_span(t, p0, p1, rb, re);
     }
 }
 
@@ -708,12 +722,8 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
     int64_t rb = (int64_t)(block_bytes / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
     int nth = pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0);
-    /* about CHUNKS_PER_THREAD chunks each per row block, whole driver
-     * tiles; the first nth go to the threads by number */
-    int64_t per = (t.n_panels + (int64_t)nth * CHUNKS_PER_THREAD - 1) / ((int64_t)nth * CHUNKS_PER_THREAD);
-    t.chunk = (per + PDL_PANEL_TILE_PANELS - 1) / PDL_PANEL_TILE_PANELS * PDL_PANEL_TILE_PANELS;
-    t.chunks_per_block = (t.n_panels + t.chunk - 1) / t.chunk;
-    atomic_init(&t.next_chunk, nth);
+    t.nth = nth;
+    atomic_init(&t.next_panel, 0);
     pdl_threadpool_run_n(pool, nth, panel_worker, &t);
     return 0;
 }
