@@ -19,7 +19,8 @@
  *         quants of its two blocks and then their scales (16 halves per
  *         block, as in the file; 64 bytes, so every pair starts 64-byte
  *         aligned), at pdl_qpanel_quants_at / pdl_qpanel_scales_at; an odd
- *         last block's pair is padded with zeros. Q8_0's block b is 8 x 16 32-bit words, word (q, c) holding the 4
+ *         last block's pair is padded with zeros. Q8_0's block b is 8 x 16
+ *         32-bit words, word (q, c) holding the 4
  *         bytes 4q .. 4q + 3 of row 16p + c's block b, each plus 128 (an
  *         unsigned byte); Q4_0's block b is 4 x 16 words, word (q, c)
  *         holding the file's nibble bytes 4q .. 4q + 3 of that block (low
@@ -161,6 +162,15 @@ static inline size_t pdl_qpanel_quants_at(size_t qb, int64_t b) {
 }
 static inline size_t pdl_qpanel_scales_at(size_t qb, int64_t b) {
     return ((size_t)b >> 1) * pdl_qpanel_pair_bytes(qb) + 2 * qb + ((size_t)b & 1) * 32;
+}
+/* The same, carried from block to block in a tile's loop (a multiply per
+ * block cost the AVX2 prefill tile about 6%): block b + 1's quants from
+ * block b's at `at`, and block b's scales from it. */
+static inline size_t pdl_qpanel_next_quants(size_t qb, size_t at, int64_t b) {
+    return at + qb + ((size_t)b & 1) * 64;
+}
+static inline size_t pdl_qpanel_scales_near(size_t qb, size_t at, int64_t b) {
+    return at + ((size_t)b & 1 ? qb + 32 : 2 * qb);
 }
 
 /* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows (4 for

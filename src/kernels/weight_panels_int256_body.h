@@ -161,8 +161,8 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b), carried from block to block */
-    for (int64_t b = 0; b < nb; at += qbytes + ((size_t)b & 1) * 64, b++) {
+    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b) */
+    for (int64_t b = 0; b < nb; at = pdl_qpanel_next_quants(qbytes, at, b), b++) {
         const uint8_t *blk[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i s[IB_MAX_R][IB_MAX_V];
@@ -203,7 +203,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
 #endif
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, at + ((size_t)b & 1 ? qbytes + 32 : 2 * qbytes), b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, pdl_qpanel_scales_near(qbytes, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -224,8 +224,8 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    size_t at = 0; /* pdl_qpanel_quants_at(512, b), carried from block to block */
-    for (int64_t b = 0; b < nb; at += 512 + ((size_t)b & 1) * 64, b++) {
+    size_t at = 0; /* pdl_qpanel_quants_at(512, b) */
+    for (int64_t b = 0; b < nb; at = pdl_qpanel_next_quants(512, at, b), b++) {
         const uint8_t *blk[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i isum[IB_MAX_R][IB_MAX_V];
@@ -247,7 +247,7 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
                 }
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, at + ((size_t)b & 1 ? 512 + 32 : 2 * 512), b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, pdl_qpanel_scales_near(512, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
