@@ -14,6 +14,14 @@
  * query still adds its keys in order), a chunk of dimensions at a time so
  * the accumulators stay in registers.
  *
+ * A block of the paged cache is its own few KiB (K: one head's keys of the
+ * block dimension-major; V: their rows), and the next block is anywhere,
+ * so the hardware prefetchers stop at every block and the first loads of
+ * each missed (perf: about 40% of the score tiles' and half of the value
+ * tiles' samples on those loads). So both prefetch the next block's data
+ * while they compute on this one: the first score tile of a group of keys
+ * fetches the next group's keys a dimension per step, and the value walk
+ * fetches each key's row of the next block as it uses this block's.
  * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG
  * (up to 3), AT_SG1, AT_VR (queries per value tile: 3 or 6), AT_VACC
  * (accumulators a value tile may hold), AT_FN (the
@@ -31,16 +39,19 @@
 
 /* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
  * e0 of group g's keys, dimension d `step` bytes further per d; query r's
- * scores go to sc + r * ld + AT_W g. */
+ * scores go to sc + r * ld + AT_W g. pf (or NULL): the next group's keys,
+ * laid out as kp[0]'s, prefetched a dimension per step. */
 static inline __attribute__((always_inline)) void at_score_tile(const int NR, const int NG, const float *const *q,
                                                                 int hd, const uint8_t *const *kp, size_t step,
-                                                                int f16, float scale, float *sc, size_t ld) {
+                                                                int f16, float scale, float *sc, size_t ld,
+                                                                const uint8_t *pf) {
     at_v acc[8][4];
     for (int r = 0; r < NR; r++)
         for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
     for (int d = 0; d < hd; d++) {
         at_v k[4];
         for (int g = 0; g < NG; g++) k[g] = at_load_kv(kp[g] + (size_t)d * step, f16);
+        if (pf) __builtin_prefetch(pf + (size_t)d * step);
         for (int r = 0; r < NR; r++) {
             at_v qb = at_set1(q[r][d]);
             for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
@@ -51,10 +62,10 @@ static inline __attribute__((always_inline)) void at_score_tile(const int NR, co
         for (int g = 0; g < NG; g++) at_storeu(sc + r * ld + AT_W * g, at_mul(acc[r][g], s));
 }
 
-#define AT_SCORE(NR, NG) at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld)
+#define AT_SCORE(NR, NG) at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf)
 
 static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp, size_t step,
-                              int f16, float scale, float *sc, size_t ld) {
+                              int f16, float scale, float *sc, size_t ld, const uint8_t *pf) {
     if (nr == 1) {
         switch (ng) {
         case 4: AT_SCORE(1, 4); return;
@@ -99,47 +110,25 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
 }
 #undef AT_SCORE
 
-/* Walks the V rows of consecutive positions without a division per key:
- * within a block one head's rows follow each other (attention.h), so the
- * next is `step` bytes on; a block's table entry is read when its first
- * position is used (the walk steps one past the last key, whose block may
- * not exist). head: the V pool at the head's element d0 of slot 0;
- * block_bytes: one block of the pool. */
-typedef struct at_walk {
-    const pdl_attn_kv *kv;
-    const uint8_t *head, *row;
-    size_t step, block_bytes;
-    int pos, off, fresh;
-} at_walk;
-
-static inline void at_walk_start(at_walk *w, const pdl_attn_kv *kv, const uint8_t *head, size_t step,
-                                 size_t block_bytes, int pos) {
-    w->kv = kv;
-    w->head = head;
-    w->step = step;
-    w->block_bytes = block_bytes;
-    w->pos = pos;
-    w->off = pos % kv->block_size;
-    w->fresh = 1;
-}
-
-static inline const uint8_t *at_walk_row(at_walk *w) {
-    if (w->fresh) {
-        w->row = w->head + (size_t)w->kv->block_table[w->pos / w->kv->block_size] * w->block_bytes +
-                 (size_t)w->off * w->step;
-        w->fresh = 0;
+/* The V rows of keys [j0, j1] (positions) block by block, in at_value_tile
+ * (its vhead, step, block_bytes, bs and chunk): BODY runs for each key j in
+ * order with `row` at its V row (the head's element d0); within a block the
+ * rows follow each other (attention.h), and the key's row of the next
+ * block (the same offset, `chunk` bytes of it) is prefetched as the key is
+ * used, so the next block's rows arrive a block ahead. A block's table
+ * entry is read only if one of its keys is walked. */
+#define AT_V_ROWS(j0, j1, BODY)                                                                                    \
+    for (int j = (j0), jl_ = (j1); j <= jl_;) {                                                                    \
+        int blk_ = j / bs, jend_ = (blk_ + 1) * bs - 1 < jl_ ? (blk_ + 1) * bs - 1 : jl_;                           \
+        const uint8_t *row = vhead + (size_t)kv->block_table[blk_] * block_bytes + (size_t)(j - blk_ * bs) * step;  \
+        const uint8_t *nxt = jend_ < jl_ ? vhead + (size_t)kv->block_table[blk_ + 1] * block_bytes +               \
+                                               (size_t)(j - blk_ * bs) * step                                      \
+                                         : row; /* nothing after: the row itself, harmless */                      \
+        for (; j <= jend_; j++, row += step, nxt += step) {                                                        \
+            for (size_t o_ = 0; o_ < chunk; o_ += 64) __builtin_prefetch(nxt + o_);         \
+            BODY                                                                                                   \
+        }                                                                                                          \
     }
-    return w->row;
-}
-
-static inline void at_walk_next(at_walk *w) {
-    w->pos++;
-    w->row += w->step;
-    if (++w->off == w->kv->block_size) {
-        w->off = 0;
-        w->fresh = 1;
-    }
-}
 
 /* out[r][d0 ..] (NC vectors) = sum over j in [a[r], b[r]] of
  * p[r][j - base] v_j[d0 ..], keys in order for each query; the keys all NR
@@ -149,8 +138,10 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
                                                                 const int *b, const pdl_attn_kv *kv, size_t e0,
                                                                 int hd, int f16) {
     /* the head's rows: element d0 of slot 0, hd elements from row to row */
-    size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * kv->block_size * esize;
-    const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)kv->block_size + (size_t)d0) * esize;
+    int bs = kv->block_size;
+    size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * bs * esize;
+    size_t chunk = (size_t)NC * AT_W * esize;
+    const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)bs + (size_t)d0) * esize;
     at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
@@ -160,46 +151,39 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         if (b[r] < L) L = b[r];
     }
     int common = F <= L; /* if not, every query alone */
-    at_walk w;
     /* each query's keys before the common ones (all of them if none) */
     for (int r = 0; r < NR; r++) {
         int j1 = common ? F - 1 : b[r];
-        if (a[r] > j1) continue;
-        at_walk_start(&w, kv, vhead, step, block_bytes, a[r]);
-        for (int j = a[r]; j <= j1; j++, at_walk_next(&w)) {
-            const uint8_t *v = at_walk_row(&w);
+        AT_V_ROWS(a[r], j1, {
             at_v pb = at_set1(p[r][j - base]);
-            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
-        }
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(row + AT_W * c * esize, f16), acc[r][c]);
+        })
     }
     /* the common keys, each V row loaded once */
     if (common) {
-        at_walk_start(&w, kv, vhead, step, block_bytes, F);
-        for (int j = F; j <= L; j++, at_walk_next(&w)) {
-            const uint8_t *v = at_walk_row(&w);
+        AT_V_ROWS(F, L, {
             at_v pb[AT_VR];
             for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) {
-                at_v vv = at_load_kv(v + AT_W * c * esize, f16);
+                at_v vv = at_load_kv(row + AT_W * c * esize, f16);
                 for (int r = 0; r < NR; r++) acc[r][c] = at_fmadd(pb[r], vv, acc[r][c]);
             }
-        }
+        })
     }
     /* and the keys after them */
     for (int r = 0; common && r < NR; r++) {
-        if (L + 1 > b[r]) continue;
-        at_walk_start(&w, kv, vhead, step, block_bytes, L + 1);
-        for (int j = L + 1; j <= b[r]; j++, at_walk_next(&w)) {
-            const uint8_t *v = at_walk_row(&w);
+        AT_V_ROWS(L + 1, b[r], {
             at_v pb = at_set1(p[r][j - base]);
-            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(v + AT_W * c * esize, f16), acc[r][c]);
-        }
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(row + AT_W * c * esize, f16), acc[r][c]);
+        })
     }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) at_storeu(out[r] + d0 + AT_W * c, acc[r][c]);
 }
 
-#define AT_VALUE(NR, NC) at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, f16)
+/* each shape built for F16 and for F32 caches: its loads and prefetches of
+ * constant size */
+#define AT_VALUE(NR, NC) (f16 ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 1) : at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 0))
 
 static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const float *const *p, int base,
                               const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int hd, int f16) {
@@ -245,12 +229,19 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
             kp[g] = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
         }
+        const uint8_t *pf = NULL;
+        if (g0 + AT_W * gmax < end) {
+            int j = g0 + AT_W * gmax;
+            int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
+            pf = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+        }
         for (int r0 = 0; r0 < n_q; r0 += AT_SR) {
             int nr = n_q - r0 < AT_SR ? n_q - r0 : AT_SR;
             int needed = 0; /* a causal prompt's later key groups are past its early rows */
             for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + AT_W * ng && pos[r] >= g0;
             if (!needed) continue;
-            at_score_tile_any(nr, ng, q + r0, hd, kp, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld);
+            at_score_tile_any(nr, ng, q + r0, hd, kp, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld, pf);
+            pf = NULL; /* the first tile of a group fetches the next group's keys */
         }
     }
     const float *p[AT_MAXQ];
