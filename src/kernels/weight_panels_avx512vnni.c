@@ -237,10 +237,10 @@ static void kpanel_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uin
                         int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     if (rows == R && panels == G)
         kbody(x, ldx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);
-    else if (rows == 1 && panels == G)
-        kbody1(x, panel, pb, G, nb, last_cols, y, bias, accumulate);
-    else if (rows == 1)
-        kbody1(x, panel, pb, panels, nb, last_cols, y, bias, accumulate);
+    else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            kbody1(x, panel + (size_t)g * pb, pb, 1, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                   bias ? bias + g * 16 : NULL, accumulate);
     else if (panels == 1)
         kbody(x, ldx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);
     else if (panels == 2)
@@ -391,9 +391,10 @@ static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x
 /* 4-row tiles take 2 panels at a time (their sums fill the registers). */
 static void kpanel_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                         int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    if (rows == 1) {
-        if (panels == G) q6body1(x, panel, pb, G, nb, last_cols, y, bias, accumulate);
-        else q6body1(x, panel, pb, panels, nb, last_cols, y, bias, accumulate);
+    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            q6body1(x, panel + (size_t)g * pb, pb, 1, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                    bias ? bias + g * 16 : NULL, accumulate);
         return;
     }
     for (int g0 = 0; g0 < panels; g0 += 2) {
