@@ -20,9 +20,9 @@
  *         block, as in the file; 64 bytes, so every pair starts 64-byte
  *         aligned), at pdl_qpanel_quants_at / pdl_qpanel_scales_at; an odd
  *         last block's pair is padded with zeros. Q8_0's block b is 8 x 16
- *         32-bit words, word (q, c) holding the 4
- *         bytes 4q .. 4q + 3 of row 16p + c's block b, each plus 128 (an
- *         unsigned byte); Q4_0's block b is 4 x 16 words, word (q, c)
+ *         32-bit words, word (q, c) holding the 4 bytes 4q .. 4q + 3 of
+ *         row 16p + c's block b, each plus 128 (an unsigned byte); Q4_0's
+ *         block b is 4 x 16 words, word (q, c)
  *         holding the file's nibble bytes 4q .. 4q + 3 of that block (low
  *         nibbles: elements 4q .. 4q + 3, high: 16 + 4q ..), each nibble
  *         the value plus 8.
