@@ -681,9 +681,9 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
         macs += (double)(mats[i].r1 - mats[i].r0) * (double)mats[i].n_panels * PDL_PANEL_COLS * (double)in;
     }
     pick_tile(dt, dp, &t.fn, &t.qfn, &t.kfn);
-    /* the AVX2 F32 / F16 tiles work in pieces of 6 rows (weight_panels_avx2.c) */
-    bool avx2_float = t.fn && pdl_isa_active() == PDL_ISA_AVX2 && dt != PDL_DTYPE_BF16 && t.fn == pdl_panel_tiles_avx2[dt];
-    if (avx2_float) t.tile_rows = PDL_PANEL_TILE_ROWS_AVX2;
+    /* the AVX2 float tiles work in pieces of 6 rows, 5 for BF16 (weight_panels_avx2.c) */
+    bool avx2_float = t.fn && pdl_isa_active() == PDL_ISA_AVX2 && t.fn == pdl_panel_tiles_avx2[dt];
+    if (avx2_float) t.tile_rows = dt == PDL_DTYPE_BF16 ? PDL_PANEL_TILE_ROWS_AVX2_BF16 : PDL_PANEL_TILE_ROWS_AVX2;
     /* activations prepared once per matmul (Q8_0 values, scales and block
      * sums; BF16 pairs; or F32 rows padded to an even length) into the
      * caller's scratch (reserved ahead by the forward: no allocation per
@@ -715,9 +715,10 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
     }
     /* activation rows per block: about 512 KiB of them (half an L2); 2 MiB
-     * for the AVX2 F32 / F16 tiles, whose pieces read one panel at a time
+     * for the AVX2 float tiles, whose pieces read one panel at a time
      * (measured on a Zen 4 core: 512 rows x 3072 -> 1024 at 73-85 GFLOP/s with 512
-     * KiB, 79-98 with 2 MiB; Qwen3-0.6B F16 pp512 on one thread +5-13%) */
+     * KiB, 79-98 with 2 MiB; Qwen3-0.6B F16 pp512 on one thread +5-13%,
+     * BF16 pp512 on two +1%) */
     size_t block_bytes = avx2_float ? (size_t)2048 * 1024 : (size_t)512 * 1024;
     int64_t rb = (int64_t)(block_bytes / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;

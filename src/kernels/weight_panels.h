@@ -178,13 +178,14 @@ static inline size_t pdl_qpanel_scales_near(size_t qb, size_t at, int64_t b) {
  * PDL_PANEL_TILE_PANELS panels per call. */
 #define PDL_PANEL_TILE_ROWS 8
 #define PDL_PANEL_TILE_ROWS_AVX2 6 /* the AVX2 F32 / F16 tiles' piece */
+#define PDL_PANEL_TILE_ROWS_AVX2_BF16 5 /* and the AVX2 BF16 one's */
 #define PDL_QPANEL_TILE_ROWS 4
 #define PDL_PANEL_TILE_PANELS 3
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
  * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /
- * F16). NULL entries: not built for this target. */
+ * F16, PDL_PANEL_TILE_ROWS_AVX2_BF16 for BF16). NULL entries: not built for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */

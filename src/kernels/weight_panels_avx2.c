@@ -9,7 +9,7 @@
  * step loads the panel's two weight vectors (F16 widened once per step,
  * for all the piece's rows) and broadcasts one activation (BF16: the odd
  * element's, then the even's) per row. With 16 ymm registers a piece is 6
- * rows x 1 panel (4 for BF16) or, for a single row (decode), 1 row x 3
+ * rows x 1 panel (5 for BF16) or, for a single row (decode), 1 row x 3
  * panels; the driver's larger tiles are walked in those pieces, and every
  * accumulator's sequence of roundings is the same whatever the piece.
  * Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt); called only when
@@ -103,11 +103,14 @@ typedef void (*piece_fn)(const float *x, int64_t ldx, const uint8_t *panel, size
 /* Pieces per mode: up to PR rows x 1 panel (F32, F16: 6 rows, 12
  * accumulators, enough independent chains for both FMA pipes, with 2
  * weight vectors and a broadcast in the 16 registers, and F16 converts
- * each weight vector once for 6 rows; BF16: 4 rows, its two weight
- * vectors per half and two broadcasts need the rest), 1 row x 1..3 panels
+ * each weight vector once for 6 rows; BF16: 5 rows, 10 accumulators, its
+ * two weight vectors per half and a broadcast taking the rest: each
+ * accumulator takes two dependent FMAs per step, so 4 rows (8 chains of
+ * 2 x 4 cycles in a step of 8) left the pipes waiting: Qwen3-0.6B BF16
+ * pp512 on a 2-core Zen 4 VM 1.11x, pp2048 1.085x), 1 row x 1..3 panels
  * (decode) and the rows a tile has left. */
-#define PR 6
-#define PR_BF16 4
+#define PR PDL_PANEL_TILE_ROWS_AVX2
+#define PR_BF16 PDL_PANEL_TILE_ROWS_AVX2_BF16
 #define DEFINE_PIECES(MODE, P)                                                                                      \
     DEFINE_PIECE(P##_r1g1, MODE, 1, 1)                                                                             \
     DEFINE_PIECE(P##_r1g2, MODE, 1, 2)                                                                             \
