@@ -21,6 +21,7 @@
 #include "cli/cli_args.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_tiles.h"
+#include "kernels/weight_panels.h"
 #include "model/model.h"
 #include "util/clock.h"
 #include "util/sorted.h"
@@ -430,8 +431,7 @@ int cli_bench(int argc, char **argv) {
                  strstr(info.weight_types, "BF16") && pdl_isa_active() == PDL_ISA_AVX512 &&
                          pdl_cpu_features_get()->avx512bf16 && pdl_matmul_bf16_activations()
                      ? "+bf16-activations"
-                 : int_weights && pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni
-                     ? "+avx-vnni" /* weight_panels.c's choice for the integer panels */
+                 : int_weights && pdl_panels_use_avxvnni() ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
         const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
         if (json) {

@@ -553,6 +553,11 @@ static void act_worker(void *p, int ith, int nth) {
     }
 }
 
+bool pdl_panels_use_avxvnni(void) {
+    return pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni &&
+           pdl_qpanel_tile_q4_0_avxvnni && pdl_kpanel_tile_q4_k_avxvnni && pdl_kpanel_tile_q6_k_avxvnni;
+}
+
 /* The tile for a dtype on this process's instruction set: the AVX-512
  * or AVX2 one where the CPU has it, else the portable one (the same bits).
  * dp: BF16 weights with BF16 activations. */
@@ -563,7 +568,7 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
     if (kquant(dt)) {
         bool q4 = dt == PDL_DTYPE_Q4_K;
         if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
-        else if (pdl_isa_active() == PDL_ISA_AVX2 && f->avxvnni && pdl_kpanel_tile_q4_k_avxvnni)
+        else if (pdl_panels_use_avxvnni())
             *kfn = q4 ? pdl_kpanel_tile_q4_k_avxvnni : pdl_kpanel_tile_q6_k_avxvnni;
         else if (pdl_isa_active() == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
         if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
@@ -572,7 +577,7 @@ static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qf
     if (quantized(dt)) {
         bool q8 = dt == PDL_DTYPE_Q8_0;
         if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
-        else if (pdl_isa_active() == PDL_ISA_AVX2 && f->avxvnni && pdl_qpanel_tile_q8_0_avxvnni)
+        else if (pdl_panels_use_avxvnni())
             *qfn = q8 ? pdl_qpanel_tile_q8_0_avxvnni : pdl_qpanel_tile_q4_0_avxvnni;
         else if (pdl_isa_active() == PDL_ISA_AVX2) *qfn = q8 ? pdl_qpanel_tile_q8_0_avx2 : pdl_qpanel_tile_q4_0_avx2;
         if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;

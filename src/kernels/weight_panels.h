@@ -198,4 +198,10 @@ extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
 
+/* Whether the integer panels (Q8_0, Q4_0, Q4_K, Q6_K) take the AVX-VNNI
+ * tiles now: the AVX2 family is in effect, the CPU has AVX-VNNI and this
+ * build has the tiles (a compiler without -mavxvnni builds none). `bench`
+ * names the kernel family by it. */
+bool pdl_panels_use_avxvnni(void);
+
 #endif
