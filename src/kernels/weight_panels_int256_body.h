@@ -23,6 +23,11 @@
  *         Q6_K's 6-bit values (at most 63: 16002 a pair) fold every 2
  *         steps; Q8_0 takes the sign trick (|w| times x with w's sign, a
  *         pair at most 32512) and folds every step (ib_q8_piece).
+ *   With VNNI, one-row (decode) Q8_0 pieces take that sign trick too:
+ *   Qwen3-0.6B Q8_0 tg64 on a Zen 5 VM, 5 alternating pairs, 1.07x
+ *   (1.00-1.10x) over VPDPBUSD's one-row piece, whose decode was 0.86-1.01x
+ *   the VPMADDUBSW build's (two chains of VPDPBUSD per sum: no better).
+ *   Pieces of several rows keep VPDPBUSD (prefill 1.85-1.89x).
  * Integer sums are exact in any order, so both give the portable tile's
  * integers, and the float part (one conversion, one or two fused
  * multiply-adds per block, as weight_panels.h says) gives its bits.
@@ -208,8 +213,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
 
-#if !defined(PANEL_VNNI256)
-/* AVX2 Q8_0 (no VNNI): the sign trick. A stored byte is value + 128, so
+/* Q8_0 without VNNI, and one-row Q8_0 with it (above): the sign trick. A stored byte is value + 128, so
  * XOR 0x80 gives the signed value w; VPMADDUBSW multiplies |w| (unsigned,
  * at most 128) by x with w's sign moved onto it (VPSIGNB; |x| <= 127, the
  * quantizer's bound), so a pair is at most 32512 and each step's int16
@@ -251,7 +255,6 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
-#endif
 
 /* The column groups of a driver tile (panels x 16 outputs, last_cols of
  * the last panel real), rows r0.. of y; groups with no real column are
@@ -290,7 +293,9 @@ static inline __attribute__((always_inline)) void ib_q_rows(const int q4, const 
         int nv = n - i < step ? n - i : step;
         const ib_group *gi = g + i;
 #if defined(PANEL_VNNI256)
-#define IB_Q(NR, NV) ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)
+#define IB_Q(NR, NV)                                                                                                   \
+    (q4 || NR > 1 ? ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)                            \
+                  : ib_q8_piece(xq, xd, ldx, nbx, NR, gi, NV, nb, ldy, accumulate))
 #else
 #define IB_Q(NR, NV)                                                                                                   \
     (q4 ? ib_q_piece(1, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)                                       \
