@@ -149,11 +149,11 @@ static inline __attribute__((always_inline)) void ib_q_store(__m256 acc[IB_MAX_R
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0; on AVX2
- * without VNNI, Q8_0 is ib_q8_piece's) in one pass over the bytes as
- * stored: step q's sums start at -offset x sum(x) (the stored bytes are
- * value + offset) and add the products (AVX2: int16 pairs, folded into
- * int32 once per block). */
+/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0; Q8_0
+ * without VNNI, and one row of it with VNNI, is ib_q8_piece's) in one
+ * pass over the bytes as stored: step q's sums start at -offset x sum(x)
+ * (the stored bytes are value + offset) and add the products (AVX2: int16
+ * pairs, folded into int32 once per block). */
 static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const int8_t *xq, const float *xd,
                                                              const int32_t *xs, int64_t ldx, int64_t nbx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
@@ -213,13 +213,14 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
 
-/* Q8_0 without VNNI, and one-row Q8_0 with it (above): the sign trick. A stored byte is value + 128, so
- * XOR 0x80 gives the signed value w; VPMADDUBSW multiplies |w| (unsigned,
- * at most 128) by x with w's sign moved onto it (VPSIGNB; |x| <= 127, the
- * quantizer's bound), so a pair is at most 32512 and each step's int16
- * pair sums go to int32 at once (VPMADDWD by ones): 4 operations per row
- * and step, half the int16 work of splitting the bytes into nibbles, and
- * NR x NV int32 sums instead of three sets of registers (which spilled). */
+/* Q8_0 without VNNI, and one-row Q8_0 with it (see the top): the sign
+ * trick. A stored byte is value + 128, so XOR 0x80 gives the signed value
+ * w; VPMADDUBSW multiplies |w| (unsigned, at most 128) by x with w's sign
+ * moved onto it (VPSIGNB; |x| <= 127, the quantizer's bound), so a pair is
+ * at most 32512 and each step's int16 pair sums go to int32 at once
+ * (VPMADDWD by ones): 4 operations per row and step, half the int16 work
+ * of splitting the bytes into nibbles, and NR x NV int32 sums instead of
+ * three sets of registers (which spilled). */
 static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, const float *xd, int64_t ldx,
                                                               int64_t nbx, const int nr, const ib_group *grp,
                                                               const int nv, int64_t nb, int64_t ldy,
