@@ -554,8 +554,8 @@ static void act_worker(void *p, int ith, int nth) {
 }
 
 bool pdl_panels_use_avxvnni(void) {
-    return pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni &&
-           pdl_qpanel_tile_q4_0_avxvnni && pdl_kpanel_tile_q4_k_avxvnni && pdl_kpanel_tile_q6_k_avxvnni;
+    /* the four AVX-VNNI tiles are built together or not at all */
+    return pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni;
 }
 
 /* The tile for a dtype on this process's instruction set: the AVX-512

@@ -22,10 +22,9 @@
  *         last block's pair is padded with zeros. Q8_0's block b is 8 x 16
  *         32-bit words, word (q, c) holding the 4 bytes 4q .. 4q + 3 of
  *         row 16p + c's block b, each plus 128 (an unsigned byte); Q4_0's
- *         block b is 4 x 16 words, word (q, c)
- *         holding the file's nibble bytes 4q .. 4q + 3 of that block (low
- *         nibbles: elements 4q .. 4q + 3, high: 16 + 4q ..), each nibble
- *         the value plus 8.
+ *         block b is 4 x 16 words, word (q, c) holding the file's nibble
+ *         bytes 4q .. 4q + 3 of that block (low nibbles: elements
+ *         4q .. 4q + 3, high: 16 + 4q ..), each nibble the value plus 8.
  *   Q4_K (super-blocks of 256): PDL_Q4K_PANEL_BLOCK bytes per super-block
  *         b, one after the other: 32 x 16 32-bit words, word (w4, c)
  *         holding the file's nibble bytes 4 w4 .. 4 w4 + 3 of row 16p + c's
@@ -185,7 +184,8 @@ static inline size_t pdl_qpanel_scales_near(size_t qb, size_t at, int64_t b) {
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
  * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /
- * F16, PDL_PANEL_TILE_ROWS_AVX2_BF16 for BF16). NULL entries: not built for this target. */
+ * F16, PDL_PANEL_TILE_ROWS_AVX2_BF16 for BF16). NULL entries: not built
+ * for this target. */
 extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */

@@ -283,6 +283,14 @@ static inline int ib_groups(const uint8_t *panel, size_t pb, int panels, int las
 #define IB_V 2
 #define IB_V1 2
 
+/* Which Q8_0 pieces of NR rows take the sign trick (ib_q8_piece): all
+ * without VNNI, the one-row ones with it (see the top). */
+#if defined(PANEL_VNNI256)
+#define IB_Q8_SIGN_TRICK(NR) ((NR) == 1)
+#else
+#define IB_Q8_SIGN_TRICK(NR) 1
+#endif
+
 /* Pieces of nr (1..IB_MAX_R) rows: groups IB_V (IB_V1) at a time, each
  * piece's sizes constants in its copy of the body. */
 static inline __attribute__((always_inline)) void ib_q_rows(const int q4, const int8_t *xq, const float *xd,
@@ -293,15 +301,9 @@ static inline __attribute__((always_inline)) void ib_q_rows(const int q4, const 
     for (int i = 0; i < n; i += step) {
         int nv = n - i < step ? n - i : step;
         const ib_group *gi = g + i;
-#if defined(PANEL_VNNI256)
 #define IB_Q(NR, NV)                                                                                                   \
-    (q4 || NR > 1 ? ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)                            \
-                  : ib_q8_piece(xq, xd, ldx, nbx, NR, gi, NV, nb, ldy, accumulate))
-#else
-#define IB_Q(NR, NV)                                                                                                   \
-    (q4 ? ib_q_piece(1, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)                                       \
-        : ib_q8_piece(xq, xd, ldx, nbx, NR, gi, NV, nb, ldy, accumulate))
-#endif
+    (q4 || !IB_Q8_SIGN_TRICK(NR) ? ib_q_piece(q4, xq, xd, xs, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)             \
+                                 : ib_q8_piece(xq, xd, ldx, nbx, NR, gi, NV, nb, ldy, accumulate))
         switch (nr * 8 + nv) {
         case 8 + 1: IB_Q(1, 1); break;
         case 8 + 2: IB_Q(1, 2); break;
