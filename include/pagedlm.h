@@ -546,6 +546,10 @@ typedef struct pdl_request_params {
     int n_stop_ids;
     const char *const *stop;     /* strings that end the sequence (not included in the text) */
     int n_stop;
+    struct stop_matcher *stop_matcher; /* the automaton of stop[0 .. n_stop) made beforehand
+                                    (src/engine/stop_match.h), so that a server builds it while it parses
+                                    the request rather than on the engine's thread; the engine keeps its
+                                    own reference; NULL = the engine builds it */
     int logprobs;                /* top-N logprobs per generated token; -1 = none */
     int prompt_logprobs;         /* top-N logprobs per prompt token; -1 = none */
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */

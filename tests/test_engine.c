@@ -8,6 +8,7 @@
 
 #include "engine/request.h"
 #include "engine/runner.h"
+#include "engine/stop_match.h"
 #include "model/model.h"
 #include "pagedlm.h"
 #include "test_util.h"
@@ -238,6 +239,35 @@ static void test_stop_string_split_across_tokens_is_not_emitted(void) {
     CHECK_EQ_INT(c.stop_token[0], -1);
     /* the text is exactly what precedes the stop string: nothing of it leaked */
     CHECK(strstr(c.text[0], "little") == NULL);
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
+/* A stop matcher made beforehand (the server makes it while parsing, off
+ * the engine's thread): the engine keeps its own reference, so the caller
+ * may drop its one at once, and stops exactly as with the strings alone; a
+ * matcher made for another number of strings is refused. */
+static void test_a_stop_matcher_made_beforehand_is_used_and_kept(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    pdl_engine *e = engine(m, 16, 0, 0, PDL_LOGITS_AUTO);
+    static collected c;
+    memset(&c, 0, sizeof c);
+    const char *stops[] = {"zzz", " little girl"};
+    stop_matcher *sm = NULL;
+    pdl_error err;
+    REQUIRE(stop_matcher_new(&sm, stops, NULL, 2, &err) == 0);
+    pdl_request_params p = {.max_tokens = 60, .logprobs = -1, .prompt_logprobs = -1, .stop = stops, .n_stop = 2,
+                            .stop_matcher = sm};
+    add(e, STORY, 5, &p, &c);
+    stop_matcher_free(sm); /* the engine's reference keeps it */
+    run(e);
+    CHECK(strcmp(c.text[0], ", there was a") == 0);
+    CHECK(strcmp(c.stop_string[0], " little girl") == 0);
+    REQUIRE(stop_matcher_new(&sm, stops, NULL, 1, &err) == 0);
+    p.stop_matcher = sm;
+    CHECK(pdl_engine_add_request(e, STORY, 5, &p, NULL, NULL, NULL, &err) != 0);
+    CHECK_CONTAINS(err.message, "made for 1 stop strings, the request has 2");
+    stop_matcher_free(sm);
     pdl_engine_free(e);
     pdl_model_free(m);
 }
@@ -743,6 +773,7 @@ int main(void) {
     RUN(test_runner_packs_decodes_first_with_compacted_logits);
     RUN(test_engine_greedy_matches_llama2c);
     RUN(test_stop_string_split_across_tokens_is_not_emitted);
+    RUN(test_a_stop_matcher_made_beforehand_is_used_and_kept);
     RUN(test_stop_token_ids_and_max_tokens);
     RUN(test_min_tokens_holds_back_stop_tokens_and_strings);
     RUN(test_logit_bias_moves_the_choice_and_nul_text_keeps_its_length);

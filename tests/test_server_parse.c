@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "engine/stop_match.h"
 #include "server/api_parse.h"
 #include "test_util.h"
 
@@ -126,6 +127,7 @@ static void test_completion_defaults(void) {
     CHECK(r.params.sampling.presence_penalty == 0.0f && r.params.sampling.frequency_penalty == 0.0f);
     CHECK_EQ_INT(r.params.n, 1);
     CHECK_EQ_INT(r.params.n_stop, 0);
+    CHECK(r.params.stop_matcher == NULL);
     CHECK_EQ_INT(r.params.n_stop_ids, 0);
     CHECK(!r.params.ignore_eos);
     CHECK_EQ_INT(r.params.logprobs, -1);
@@ -160,6 +162,9 @@ static void test_completion_every_field(void) {
     CHECK_EQ_INT(r.params.n, 3);
     REQUIRE(r.params.n_stop == 2);
     CHECK(strcmp(r.params.stop[0], "a") == 0 && strcmp(r.params.stop[1], "bc") == 0);
+    /* the stop matcher is made here, while parsing, not on the engine's thread */
+    REQUIRE(r.params.stop_matcher);
+    CHECK_EQ_INT(stop_matcher_count(r.params.stop_matcher), 2);
     REQUIRE(r.params.n_stop_ids == 2);
     CHECK(r.params.stop_ids[0] == 13 && r.params.stop_ids[1] == 2);
     CHECK(r.params.ignore_eos);
@@ -528,10 +533,14 @@ static const struct gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
 #define USER_X "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
 #define TOOL_A "{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": {\"type\": \"object\"}}}"
 
+/* The compile limits parse_structured gives (zero: the defaults). */
+static gram_limits structured_limits;
+
 /* Parses a body (chat when it has messages) with structured output available. */
 static int parse_structured(const char *text, srv_gen_request *r, srv_api_error *e, bool auto_tools) {
     setup();
     srv_parse_ctx c = ctx;
+    c.grammar_limits = structured_limits;
     c.chat_prompt = fake_chat;
     c.grammar_vocab = test_grammar_vocab;
     c.auto_tool_choice = auto_tools;
@@ -554,6 +563,13 @@ static void structured_ok(const char *text, bool want_grammar, bool want_parse_t
         CHECK_MSG(r.parse_tools == want_parse_tools, "%s: parse_tools %d", text, r.parse_tools);
     }
     srv_gen_request_free(&r);
+}
+
+static int hook_calls;
+static bool client_left(void *user) {
+    (void)user;
+    hook_calls++;
+    return true;
 }
 
 static void structured_refused(const char *text, const char *param, const char *needle, bool auto_tools) {
@@ -617,13 +633,50 @@ static void test_tools_and_tool_choice(void) {
                        "\"required\"", false);
     structured_refused("{" USER_X ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
                        "\"parameters\": {\"type\": \"object\", \"properties\": {\"p\": {\"if\": {}}}}}}], "
-                       "\"tool_choice\": \"required\"}", "tool_choice", "'if'", false);
+                       "\"tool_choice\": \"required\"}", "tools", "'if'", false);
     structured_refused("{" USER_X ", \"tools\": [" TOOL_A "], \"tool_choice\": \"required\", \"response_format\": "
                        "{\"type\": \"json_object\"}}", "tool_choice", "only one", false);
     /* an earlier assistant call's arguments must be JSON text */
     structured_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
                        "\"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"a\", "
                        "\"arguments\": \"{oops\"}}]}]}", "messages[1]", "not valid JSON", false);
+}
+
+/* A grammar whose automaton explodes (issue 33: a few bytes of regex took
+ * the server to 24 GB) is a 400 naming the field it came in, whichever
+ * spelling; the work limit stops it while it compiles. */
+static void test_explosive_grammars_are_a_400_naming_the_field(void) {
+    structured_limits = (gram_limits){.max_work = 2000000, .max_seconds = -1};
+    static const char *const P = "\"pattern\": \"^((a{1,100}){1,100}){1,100}$\"";
+    char body[1024];
+    struct {
+        const char *fmt, *param;
+    } cases[] = {
+        {"{\"prompt\": \"x\", \"guided_regex\": \"((a{1,100}){1,100}){1,100}\"}", "guided_regex"},
+        {"{\"prompt\": \"x\", \"structured_outputs\": {\"regex\": \"(a{1,1000}){1,1000}\"}}",
+         "structured_outputs.regex"},
+        {"{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"n\", "
+         "\"schema\": {\"type\": \"string\", %s}}}}", "response_format"},
+        {"{\"prompt\": \"x\", \"json_schema\": {\"type\": \"string\", %s}}", "json_schema"},
+        {"{\"prompt\": \"x\", \"grammar\": \"root ::= ((\\\"a\\\"){1,100}){1,100} \\\"b\\\"\"}", "grammar"},
+        {"{" USER_X ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": "
+         "{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", %s}}}}}], \"tool_choice\": \"required\"}",
+         "tools"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body, cases[i].fmt, P);
+        structured_refused(body, cases[i].param, "grammar too complex", false);
+    }
+    /* the hook the server sets per request: its client has gone */
+    hook_calls = 0;
+    structured_limits = (gram_limits){.max_work = (int64_t)1 << 40, .max_seconds = -1, .cancelled = client_left};
+    srv_gen_request r;
+    srv_api_error e;
+    CHECK(parse_structured("{\"prompt\": \"x\", \"guided_regex\": \"((a{1,100}){1,100}){1,100}\"}", &r, &e, false) == -1);
+    srv_gen_request_free(&r);
+    CHECK_CONTAINS(e.message, "cancelled");
+    CHECK(hook_calls == 1);
+    structured_limits = (gram_limits){0};
 }
 
 /* OpenAI's prompt_cache_key: a routing hint for the balancer in front
@@ -718,6 +771,7 @@ int main(void) {
     RUN(test_chat_errors);
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
+    RUN(test_explosive_grammars_are_a_400_naming_the_field);
     RUN(test_prompt_cache_key_is_a_string);
     RUN(test_tokenize_and_detokenize_bodies);
     gram_vocab_free(grammar_vocab_made);

@@ -116,6 +116,35 @@ static void test_longest_stop_wins_at_the_same_end_and_the_earliest_end_wins(voi
     stop_matcher_free(m);
 }
 
+/* The trie is built from the strings in sorted order: a string that begins
+ * another, strings given in any order, and a repeated string (which keeps
+ * its first index) must come out as given. */
+static void test_prefixes_order_and_repeats_do_not_change_the_answer(void) {
+    const char *stops[] = {"abd", "ab", "zz", "abc", "ab", "a\xff", "a\x01"};
+    stop_matcher *m;
+    pdl_error err;
+    REQUIRE(stop_matcher_new(&m, stops, NULL, 7, &err) == 0);
+    CHECK_EQ_INT(stop_matcher_count(m), 7);
+    static const struct {
+        const char *text;
+        int stop;
+        size_t end;
+    } cases[] = {{"xxab", 1, 4}, {"zabc", 1, 3}, {"xzz", 2, 3}, {"a\xff", 5, 2}, {"qa\x01", 6, 3}, {"aab", 1, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t st = STOP_STATE_START;
+        stop_hit hit;
+        REQUIRE_MSG(stop_matcher_feed(m, &st, cases[i].text, strlen(cases[i].text), &hit, NULL), "%zu", i);
+        CHECK_MSG(hit.stop == cases[i].stop, "case %zu: stop %d", i, hit.stop);
+        CHECK_EQ_INT(hit.end, cases[i].end);
+    }
+    /* "a" alone may begin four of them: held */
+    int32_t st = STOP_STATE_START;
+    stop_hit hit;
+    CHECK(!stop_matcher_feed(m, &st, "xa", 2, &hit, NULL));
+    CHECK_EQ_INT(stop_matcher_hold(m, st), 1);
+    stop_matcher_free(m);
+}
+
 static void test_hold_follows_partial_matches_and_drops_on_a_mismatch(void) {
     const char *stops[] = {"</answer>", "\n\n"};
     stop_matcher *m;
@@ -191,6 +220,7 @@ static void test_work_per_byte_is_bounded_whatever_the_stop_strings(void) {
 int main(void) {
     RUN(test_matches_the_naive_reference_on_random_text);
     RUN(test_longest_stop_wins_at_the_same_end_and_the_earliest_end_wins);
+    RUN(test_prefixes_order_and_repeats_do_not_change_the_answer);
     RUN(test_hold_follows_partial_matches_and_drops_on_a_mismatch);
     RUN(test_nul_and_high_bytes_are_ordinary_bytes);
     RUN(test_work_per_byte_is_bounded_whatever_the_stop_strings);

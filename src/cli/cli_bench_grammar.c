@@ -196,16 +196,17 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
     stats sc = summarize(cold, n_cold), sw = summarize(warm, n_warm), sa = summarize(all, n_all);
     double apply_us = n_all ? apply_s / n_all * 1e6 : 0;
     if (json) {
-        printf("{\"tokenizer\": \"%s\", \"vocab\": %d, \"case\": \"%s\", \"compile_ms\": %.2f, \"states\": %d, "
+        printf("{\"tokenizer\": \"%s\", \"vocab\": %d, \"case\": \"%s\", \"compile_ms\": %.2f, \"compile_work\": %lld, \"states\": %d, "
                "\"masks\": %d, \"sequences\": %ld, \"ended\": %d, \"mean_us\": %.2f, \"p50_us\": %.2f, \"p99_us\": %.2f, "
                "\"max_us\": %.2f, \"cold_mean_us\": %.2f, \"cold_p99_us\": %.2f, \"warm_mean_us\": %.2f, "
                "\"warm_p99_us\": %.2f, \"state_walks\": %ld, \"state_walk_ms\": %.2f, \"apply_us\": %.2f}\n",
-               tok_path, n, bc->name, compile_ms, st.n_states, sa.n, runs, ended, sa.mean * 1e6, sa.p50 * 1e6,
+               tok_path, n, bc->name, compile_ms, st.compile_work, st.n_states, sa.n, runs, ended, sa.mean * 1e6, sa.p50 * 1e6,
                sa.p99 * 1e6, sa.max * 1e6, sc.mean * 1e6, sc.p99 * 1e6, sw.mean * 1e6, sw.p99 * 1e6, st.class_walks,
                st.class_walk_ms, apply_us);
     } else {
         printf("%s  (vocab %d)  %s\n", tok_path, n, bc->name);
-        printf("  compile %.2f ms, %d DFA states (%d walk classes), %d rules\n", compile_ms, st.n_states, st.n_walk_classes, st.n_rules);
+        printf("  compile %.2f ms (%lld steps of work), %d DFA states (%d walk classes), %d rules\n", compile_ms,
+               st.compile_work, st.n_states, st.n_walk_classes, st.n_rules);
         printf("  %d masks over %ld sequences (%d ended by an end token)\n", sa.n, runs, ended);
         printf("  all    mean %8.1f us  p50 %8.1f us  p99 %8.1f us  max %8.1f us\n", sa.mean * 1e6, sa.p50 * 1e6,
                sa.p99 * 1e6, sa.max * 1e6);

@@ -61,6 +61,10 @@ static void serve_usage(FILE *f) {
             "                                 out of the output; without it the model's text is returned as is\n"
             "      --tool-call-parser NAME    hermes|llama3_json|mistral: the model's tool-call format (default: from\n"
             "                                 the model's tokens: <tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)\n"
+            "      --grammar-timeout SECONDS  a request's regex, JSON schema, GBNF grammar or forced tool call must\n"
+            "                                 compile within this long, or it gets a 400 (default 5)\n"
+            "      --grammar-max-work STEPS   ... and within this many steps of work (default 100000000, about\n"
+            "                                 0.5-1 s of one core; deterministic, unlike the clock)\n"
             "\n"
             "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,\n"
             "           POST /detokenize, GET /health, GET /metrics\n");
@@ -167,6 +171,16 @@ int cli_serve(int argc, char **argv) {
             free(draft_path);
             if (cli_spec_config(a, v, &o.engine, &draft_path)) return CLI_USAGE;
             o.draft_model_path = draft_path;
+        } else if (strcmp(a, "--grammar-timeout") == 0) {
+            if (cli_float(a, v, &fv)) return CLI_USAGE;
+            if (!(fv > 0)) {
+                fprintf(stderr, "error: --grammar-timeout must be positive\n");
+                return CLI_USAGE;
+            }
+            o.grammar_timeout_s = fv;
+        } else if (strcmp(a, "--grammar-max-work") == 0) {
+            if (cli_int(a, v, 1, (long)1 << 40, &lv)) return CLI_USAGE;
+            o.grammar_max_work = lv;
         } else if (strcmp(a, "--max-body") == 0) {
             if (cli_size(a, v, &o.max_body)) return CLI_USAGE;
         } else if (strcmp(a, "--timeout-keep-alive") == 0) {

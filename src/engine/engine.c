@@ -423,10 +423,18 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
         return -1;
     }
     r->params.images = NULL; /* not kept: the rows are */
-    if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
+    if (!oom && p.stop_matcher) {
+        if (stop_matcher_count(p.stop_matcher) != p.n_stop) {
+            request_free(r);
+            return pdl_fail(err, "request: the stop matcher was made for %d stop strings, the request has %d",
+                            stop_matcher_count(p.stop_matcher), p.n_stop);
+        }
+        r->stops = stop_matcher_ref(p.stop_matcher);
+    } else if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
         request_free(r);
         return pdl_fail_prefix(err, "request");
     }
+    r->params.stop_matcher = NULL; /* r->stops holds it */
     eng_seq *q = oom ? NULL : seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
     if (!q) {
         request_free(r);
@@ -629,8 +637,11 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
          * allowed token banned) can give a token the grammar refuses */
         grammar_ok = gram_matcher_accept_token(q->matcher, tok);
         grammar_done = grammar_ok && gram_matcher_is_terminated(q->matcher);
-        if (!grammar_ok) engine_log(e, "request %llu: token %d is not allowed by its grammar: ending it",
-                                    (unsigned long long)q->req->id, tok);
+        if (!grammar_ok) {
+            const char *why = gram_matcher_error(q->matcher);
+            engine_log(e, "request %llu: token %d %s: ending it", (unsigned long long)q->req->id, tok,
+                       why ? why : "is not allowed by its grammar");
+        }
     }
     if (stop_tok || cause.string >= 0) *reason = "stop";
     else if (!grammar_ok) *reason = "abort";

@@ -11,12 +11,15 @@
  */
 #include "engine/stop_match.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
 
 struct stop_matcher {
+    atomic_int refs;
+    int n_stops;
     int n_nodes;
     int32_t *depth;       /* [n_nodes] */
     int32_t *fail;        /* [n_nodes] */
@@ -40,17 +43,20 @@ static int32_t child(const stop_matcher *m, int32_t v, uint8_t c) {
 
 /* ---- building ---------------------------------------------------------------- */
 
-/* The trie while it grows: (parent, byte) -> child in an open-addressed table. */
-typedef struct build_table {
-    uint64_t *key;   /* parent * 256 + byte + 1; 0 = empty */
-    int32_t *val;
-    size_t mask;
-} build_table;
+/* The stop strings in byte order (a shorter one before the strings it
+ * begins; equal ones by index), for building the trie in one pass. */
+typedef struct sorted_stop {
+    const uint8_t *s;
+    size_t len;
+    int index;
+} sorted_stop;
 
-static size_t slot_of(const build_table *t, uint64_t key) {
-    size_t h = (size_t)((key * 0x9e3779b97f4a7c15ull) >> 17) & t->mask;
-    while (t->key[h] && t->key[h] != key) h = (h + 1) & t->mask;
-    return h;
+static int stop_cmp(const void *pa, const void *pb) {
+    const sorted_stop *a = pa, *b = pb;
+    int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+    if (c) return c;
+    if (a->len != b->len) return a->len < b->len ? -1 : 1;
+    return a->index - b->index;
 }
 
 typedef struct edge_rec {
@@ -58,14 +64,8 @@ typedef struct edge_rec {
     uint8_t byte;
 } edge_rec;
 
-static int edge_cmp(const void *a, const void *b) {
-    const edge_rec *x = a, *y = b;
-    if (x->parent != y->parent) return x->parent < y->parent ? -1 : 1;
-    return (int)x->byte - (int)y->byte;
-}
-
 void stop_matcher_free(stop_matcher *m) {
-    if (!m) return;
+    if (!m || atomic_fetch_sub(&m->refs, 1) != 1) return;
     free(m->depth);
     free(m->fail);
     free(m->out);
@@ -76,79 +76,96 @@ void stop_matcher_free(stop_matcher *m) {
     free(m);
 }
 
+stop_matcher *stop_matcher_ref(stop_matcher *m) {
+    atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+int stop_matcher_count(const stop_matcher *m) { return m->n_stops; }
+
 int stop_matcher_new(stop_matcher **out, const char *const *stops, const size_t *lens, int n, pdl_error *err) {
     *out = NULL;
-    size_t total = 0;
+    size_t total = 0, longest = 0;
     for (int i = 0; i < n; i++) {
         size_t l = lens ? lens[i] : strlen(stops[i]);
         if (l == 0) return pdl_fail(err, "stop string %d is empty", i);
         total += l;
+        if (l > longest) longest = l;
     }
     if (total >= INT32_MAX / 2) return pdl_fail(err, "stop strings: %zu bytes in all is too many", total);
     size_t cap = total + 1;
     stop_matcher *m = calloc(1, sizeof *m);
-    build_table t = {0};
+    sorted_stop *sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
+    int32_t *path = malloc((longest + 1) * sizeof *path);
     edge_rec *edges = NULL;
     int32_t *queue = NULL;
-    size_t tcap = 16;
-    while (tcap < 2 * cap) tcap *= 2;
     if (m) {
+        atomic_init(&m->refs, 1);
+        m->n_stops = n;
         m->depth = malloc(cap * sizeof *m->depth);
-        m->fail = malloc(cap * sizeof *m->fail);
+        m->fail = calloc(cap, sizeof *m->fail);
         m->out = malloc(cap * sizeof *m->out);
         m->edge_start = calloc(cap + 1, sizeof *m->edge_start);
         m->edge_byte = malloc(cap * sizeof *m->edge_byte);
         m->edge_to = malloc(cap * sizeof *m->edge_to);
         m->len = malloc((size_t)(n ? n : 1) * sizeof *m->len);
-        t.key = calloc(tcap, sizeof *t.key);
-        t.val = malloc(tcap * sizeof *t.val);
-        t.mask = tcap - 1;
         edges = malloc(cap * sizeof *edges);
         queue = malloc(cap * sizeof *queue);
     }
-    if (!m || !m->depth || !m->fail || !m->out || !m->edge_start || !m->edge_byte || !m->edge_to || !m->len ||
-        !t.key || !t.val || !edges || !queue) {
+    if (!m || !sorted || !path || !m->depth || !m->fail || !m->out || !m->edge_start || !m->edge_byte ||
+        !m->edge_to || !m->len || !edges || !queue) {
         stop_matcher_free(m);
-        free(t.key), free(t.val), free(edges), free(queue);
+        free(sorted), free(path), free(edges), free(queue);
         return pdl_fail(err, "stop strings: out of memory");
     }
 
-    /* the trie */
-    m->n_nodes = 1;
-    m->depth[0] = 0;
-    m->out[0] = -1;
+    /* the trie, from the strings in order: string i shares its first
+     * lcp(i - 1, i) nodes with the string before it (path[] holds that
+     * string's nodes by depth) and adds the rest; time linear in the bytes
+     * (a hash table of (node, byte) missed the cache on every byte) */
     for (int i = 0; i < n; i++) {
         size_t l = lens ? lens[i] : strlen(stops[i]);
         m->len[i] = l;
-        int32_t v = 0;
-        for (size_t k = 0; k < l; k++) {
-            uint8_t c = (uint8_t)stops[i][k];
-            uint64_t key = (uint64_t)v * 256 + c + 1;
-            size_t h = slot_of(&t, key);
-            if (!t.key[h]) {
-                int32_t w = m->n_nodes++;
-                t.key[h] = key;
-                t.val[h] = w;
-                m->depth[w] = m->depth[v] + 1;
-                m->out[w] = -1;
-                edges[w - 1] = (edge_rec){.parent = v, .to = w, .byte = c};
-            }
-            v = t.val[h];
+        sorted[i] = (sorted_stop){(const uint8_t *)stops[i], l, i};
+    }
+    qsort(sorted, (size_t)n, sizeof *sorted, stop_cmp);
+    m->n_nodes = 1;
+    m->depth[0] = 0;
+    m->out[0] = -1;
+    path[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const sorted_stop *x = &sorted[i];
+        size_t common = 0;
+        if (i > 0) {
+            const sorted_stop *p = &sorted[i - 1];
+            size_t lim = p->len < x->len ? p->len : x->len;
+            while (common < lim && p->s[common] == x->s[common]) common++;
         }
-        if (m->out[v] < 0) m->out[v] = i; /* a repeated stop string keeps its first index */
+        for (size_t k = common; k < x->len; k++) {
+            int32_t v = path[k], w = m->n_nodes++;
+            m->depth[w] = m->depth[v] + 1;
+            m->out[w] = -1;
+            edges[w - 1] = (edge_rec){.parent = v, .to = w, .byte = x->s[k]};
+            path[k + 1] = w;
+        }
+        int32_t v = path[x->len];
+        if (m->out[v] < 0) m->out[v] = x->index; /* a repeated stop string keeps its first index */
     }
-    free(t.key);
-    free(t.val);
+    free(sorted);
+    free(path);
 
-    /* edges sorted by (node, byte) */
+    /* edges by node: nodes were made in the strings' order, so a node's
+     * children came out in byte order; a stable counting sort by parent
+     * keeps it */
     int n_edges = m->n_nodes - 1;
-    qsort(edges, (size_t)n_edges, sizeof *edges, edge_cmp);
-    for (int e = 0; e < n_edges; e++) {
-        m->edge_byte[e] = edges[e].byte;
-        m->edge_to[e] = edges[e].to;
-        m->edge_start[edges[e].parent + 1]++;
-    }
+    for (int e = 0; e < n_edges; e++) m->edge_start[edges[e].parent + 1]++;
     for (int v = 0; v < m->n_nodes; v++) m->edge_start[v + 1] += m->edge_start[v];
+    for (int e = 0; e < n_edges; e++) {
+        int32_t v = edges[e].parent;
+        int32_t slot = m->edge_start[v] + m->fail[v]++; /* fail[] counts the edges placed (zeroed; set below) */
+        m->edge_byte[slot] = edges[e].byte;
+        m->edge_to[slot] = edges[e].to;
+    }
     free(edges);
 
     /* fail links and outputs, breadth first (a fail link is shallower) */

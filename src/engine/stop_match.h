@@ -4,7 +4,8 @@
  * strings' number and length (an Aho-Corasick automaton over them).
  *
  * The matcher is built once per request and shared, read-only, by its
- * sequences; each sequence keeps one int32 state. After any text, the state's
+ * sequences (and, as it is read-only, by threads); each sequence keeps one
+ * int32 state. After any text, the state's
  * depth is the length of the longest tail of the output that is still the
  * start of some stop string: exactly the bytes the engine must hold back
  * (they may yet turn into a stop string), and everything before them can be
@@ -30,9 +31,15 @@
 typedef struct stop_matcher stop_matcher;
 
 /* A matcher for n non-empty stop strings (byte strings; lens[i] bytes, or
- * strlen when lens is NULL). */
+ * strlen when lens is NULL), in time linear in their bytes (plus sorting n
+ * strings). Reference counted: the server builds it while it parses a
+ * request, off the engine thread, and the engine keeps a reference. */
 int stop_matcher_new(stop_matcher **out, const char *const *stops, const size_t *lens, int n, pdl_error *err);
+/* Another reference; stop_matcher_free drops one. */
+stop_matcher *stop_matcher_ref(stop_matcher *m);
 void stop_matcher_free(stop_matcher *m);
+/* The n it was built for. */
+int stop_matcher_count(const stop_matcher *m);
 
 /* The state before any text. */
 #define STOP_STATE_START 0

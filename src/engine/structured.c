@@ -44,7 +44,8 @@ const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int sl
     const gram_vocab *v = gram_grammar_vocab(gram_matcher_grammar(m));
     if (so_rows_ready(s, v, err)) return NULL;
     if (gram_matcher_fill_mask(m, s->bits) != 0) {
-        pdl_fail(err, "structured output: out of memory computing the token mask");
+        const char *why = gram_matcher_error(m);
+        pdl_fail(err, "structured output: %s", why ? why : "the token mask could not be computed");
         return NULL;
     }
     size_t words = gram_mask_words(v);

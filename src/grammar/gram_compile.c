@@ -26,9 +26,11 @@
 #include "util/error.h"
 
 /* Size limits: beyond them a grammar is refused with a message rather than
- * using unbounded memory. */
+ * using unbounded memory (the work budget, gram_budget.c, bounds the time on
+ * the way; these bound the arrays whatever the budget is set to). */
 #define NFA_MAX_STATES 4000000
-#define DFA_MAX_STATES 400000
+/* Transition table cells (states x byte classes): 64 MiB per table. */
+#define DFA_MAX_CELLS ((int64_t)16 << 20)
 /* A rule whose NFA (times the repetitions around its uses) is larger stays
  * a rule instead of being copied into its callers. */
 #define INLINE_MAX_STATES 30000
@@ -79,8 +81,13 @@ typedef struct nfa {
     uint64_t *memo_key;
     int32_t *memo_val;
     uint32_t memo_cap, memo_n;
+    gram_budget *budget;
     bool oom, too_big;
 } nfa;
+
+/* The NFA under construction must stop: out of memory, too big, or out of
+ * budget. */
+static bool nfa_done(const nfa *f) { return f->oom || f->too_big || f->budget->stop != GRAM_BUDGET_OK; }
 
 typedef struct compiler {
     const gram_ir *ir;
@@ -98,11 +105,12 @@ static int32_t nfa_state(nfa *f) {
         f->too_big = true;
         return 0;
     }
+    gram_spend(f->budget, 1);
     return f->n_states++;
 }
 
 static void nfa_edge_add(nfa *f, int32_t from, int32_t to, int32_t kind, int32_t arg) {
-    if (f->oom || f->too_big) return;
+    if (nfa_done(f) || !gram_spend(f->budget, 1)) return;
     if (f->n_e == f->cap_e) {
         int32_t c = f->cap_e ? f->cap_e * 2 : 1024;
         nfa_edge *p = realloc(f->e, (size_t)c * sizeof *p);
@@ -177,7 +185,7 @@ static void nfa_free(nfa *f) {
 /* Adds edges so that from --L(node)--> to. Only edges out of `from`, into
  * `to` and among fresh states are added, so siblings may share both ends. */
 static void build(compiler *c, nfa *f, int32_t node, int32_t from, int32_t to) {
-    if (f->oom || f->too_big) return;
+    if (nfa_done(f)) return;
     const gx_node *n = &c->ir->nodes[node];
     switch (n->kind) {
     case GX_EMPTY: nfa_edge_add(f, from, to, NE_EPS, 0); break;
@@ -201,7 +209,7 @@ static void build(compiler *c, nfa *f, int32_t node, int32_t from, int32_t to) {
             int32_t nxt = (i == min - 1 && max == min) ? to : nfa_state(f);
             build(c, f, n->a, cur, nxt);
             cur = nxt;
-            if (f->oom || f->too_big) return;
+            if (nfa_done(f)) return;
         }
         if (max == min) {
             if (min == 0) nfa_edge_add(f, from, to, NE_EPS, 0);
@@ -219,7 +227,7 @@ static void build(compiler *c, nfa *f, int32_t node, int32_t from, int32_t to) {
             int32_t nxt = i == max - 1 ? to : nfa_state(f);
             build(c, f, n->a, cur, nxt);
             cur = nxt;
-            if (f->oom || f->too_big) return;
+            if (nfa_done(f)) return;
         }
         break;
     }
@@ -370,6 +378,8 @@ typedef struct dfa_builder {
     uint32_t *stamp;          /* [n_nfa] */
     uint32_t cur_stamp;
     ivec stack, tmp;
+    gram_budget *budget;
+    int32_t max_states;       /* the budget's, or fewer when the byte classes are many (DFA_MAX_CELLS) */
     /* DFA state sets */
     int32_t *set_pool;
     int64_t set_pool_n, set_pool_cap;
@@ -387,17 +397,22 @@ typedef struct dfa_builder {
     bool oom, too_big;
 } dfa_builder;
 
+/* set (NFA states, duplicates allowed) -> its epsilon closure, sorted and
+ * without duplicates: the identity of a DFA state. */
 static void closure(dfa_builder *b, ivec *set) {
     b->cur_stamp++;
     b->stack.n = 0;
     for (int32_t i = 0; i < set->n; i++) {
+        if (b->stamp[set->v[i]] == b->cur_stamp) continue; /* two edges into one state: once */
         b->stamp[set->v[i]] = b->cur_stamp;
         if (!ivec_push(&b->stack, set->v[i])) b->oom = true;
     }
+    gram_spend(b->budget, set->n);
     set->n = 0;
     while (b->stack.n > 0) {
         int32_t s = b->stack.v[--b->stack.n];
         if (!ivec_push(set, s)) b->oom = true;
+        gram_spend(b->budget, 1 + b->out_off[s + 1] - b->out_off[s]);
         for (int32_t k = b->out_off[s]; k < b->out_off[s + 1]; k++) {
             const nfa_edge *e = b->out[k];
             if (e->kind == NE_EPS && b->stamp[e->to] != b->cur_stamp) {
@@ -407,6 +422,9 @@ static void closure(dfa_builder *b, ivec *set) {
         }
     }
     qsort(set->v, (size_t)set->n, sizeof *set->v, cmp_i32);
+    int64_t lg = 1;
+    while (((int64_t)1 << lg) < set->n) lg++;
+    gram_spend(b->budget, (int64_t)set->n * lg);
 }
 
 static uint32_t hash_set(const int32_t *v, int32_t n) {
@@ -418,6 +436,7 @@ static uint32_t hash_set(const int32_t *v, int32_t n) {
 /* The DFA state of a closed, sorted NFA set (added when new). */
 static int32_t dfa_lookup(dfa_builder *b, const ivec *set, int32_t rule, int32_t accept, bool *added) {
     *added = false;
+    gram_spend(b->budget, set->n);
     uint32_t h = hash_set(set->v, set->n);
     if (b->hash_cap && (uint32_t)(b->n_dfa + 1) * 2 <= b->hash_cap) {
         uint32_t i = h & (b->hash_cap - 1);
@@ -447,8 +466,9 @@ static int32_t dfa_lookup(dfa_builder *b, const ivec *set, int32_t rule, int32_t
         b->hash_cap = cap;
         return dfa_lookup(b, set, rule, accept, added);
     }
-    if (b->n_dfa >= DFA_MAX_STATES) {
+    if (b->n_dfa >= b->max_states) {
         b->too_big = true;
+        if (b->budget->stop == GRAM_BUDGET_OK) b->budget->stop = GRAM_BUDGET_STATES;
         return -1;
     }
     if (b->n_dfa == b->cap_dfa) {
@@ -511,6 +531,7 @@ static int32_t determinize(dfa_builder *b, int32_t start, int32_t accept, int32_
     int32_t first = b->n_dfa;
     int32_t d0 = dfa_lookup(b, &set, rule, accept, &added);
     for (int32_t d = first; d < b->n_dfa && !b->oom && !b->too_big; d++) {
+        if (b->budget->stop != GRAM_BUDGET_OK) break;
         /* the byte and call edges leaving the set */
         edges.n = 0;
         for (int64_t k = b->set_off[d]; k < b->set_off[d + 1]; k++) {
@@ -518,6 +539,8 @@ static int32_t determinize(dfa_builder *b, int32_t start, int32_t accept, int32_
             for (int32_t j = b->out_off[s]; j < b->out_off[s + 1]; j++)
                 if (b->out[j]->kind != NE_EPS && !ivec_push(&edges, j)) b->oom = true;
         }
+        /* each class looks at every edge */
+        if (!gram_spend(b->budget, (int64_t)(edges.n + 1) * b->n_classes)) break;
         for (int32_t cl = 0; cl < b->n_classes; cl++) {
             unsigned by = b->class_byte[cl];
             set.n = 0;
@@ -567,7 +590,7 @@ static bool has_byte(const uint8_t *set, unsigned b) { return set[b >> 3] >> (b 
 
 /* Drops states that cannot reach their rule's end and calls of rules that
  * derive nothing, so every state the matcher keeps can still be completed. */
-static int prune_dead(gram_auto *a, pdl_error *err) {
+static int prune_dead(gram_auto *a, gram_budget *budget, pdl_error *err) {
     int32_t S = a->n_states, C = a->n_classes;
     bool *live = calloc((size_t)S, 1);
     bool *prod = calloc((size_t)a->n_rules, 1);
@@ -578,6 +601,11 @@ static int prune_dead(gram_auto *a, pdl_error *err) {
     }
     for (bool changed = true; changed;) {
         changed = false;
+        if (!gram_spend(budget, (int64_t)S * C + a->ref_off[S])) {
+            free(live);
+            free(prod);
+            return gram_budget_fail(budget, err);
+        }
         for (int32_t s = S - 1; s >= 0; s--) {
             if (live[s]) continue;
             bool l = a->flags[s] & GS_FINAL;
@@ -629,9 +657,9 @@ static int prune_dead(gram_auto *a, pdl_error *err) {
  * state itself, for callees that may read nothing, whose return state is
  * then reached within the same step). Returns 1 when max_work (states and
  * edges visited) cut it short (block[] is then unusable), 0 done, -1 out of
- * memory. */
+ * memory or budget (the budget is charged the same work). */
 static int refine(const gram_auto *a, int64_t max_rounds, int64_t max_work, const uint8_t *exact_ret, int32_t *block,
-                  int32_t *n_out, pdl_error *err) {
+                  int32_t *n_out, gram_budget *budget, pdl_error *err) {
     int32_t S = a->n_states, C = a->n_classes;
     int32_t *next = malloc((size_t)S * sizeof *next);
     int32_t *table = NULL, *table_state = NULL;
@@ -671,6 +699,10 @@ static int refine(const gram_auto *a, int64_t max_rounds, int64_t max_work, cons
         work += per_round;
         if (work > max_work) {
             rc = 1; /* too much: the caller keeps what it has */
+            goto done;
+        }
+        if (!gram_spend(budget, per_round)) {
+            rc = gram_budget_fail(budget, err);
             goto done;
         }
         for (uint32_t i = 0; i < cap; i++) table[i] = -1;
@@ -750,12 +782,12 @@ static void sort_refs(gram_auto *a) {
 /* Merges states with the same future: fewer states, so fewer token
  * classifications to compute (a JSON string's first and later characters,
  * for one). Skipped when the work would exceed a bound. */
-static int minimize(gram_auto *a, pdl_error *err) {
+static int minimize(gram_auto *a, gram_budget *budget, pdl_error *err) {
     int32_t S = a->n_states, C = a->n_classes;
     sort_refs(a);
     int32_t *block = malloc((size_t)S * sizeof *block), n_blocks = S;
     if (!block) return pdl_fail(err, "grammar: out of memory");
-    int r = refine(a, INT64_MAX, 30000000, NULL, block, &n_blocks, err);
+    int r = refine(a, INT64_MAX, 30000000, NULL, block, &n_blocks, budget, err);
     if (r != 0 || n_blocks == S) {
         free(block);
         return r < 0 ? -1 : 0;
@@ -809,8 +841,10 @@ static int minimize(gram_auto *a, pdl_error *err) {
     return 0;
 }
 
-int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, pdl_error *err) {
-    int r = refine(a, depth, 200000000, a->rule_nullable, cls, n_cls, err);
+int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, gram_budget *budget,
+                           pdl_error *err) {
+    budget->stage = "grouping states that classify tokens alike";
+    int r = refine(a, depth, 200000000, a->rule_nullable, cls, n_cls, budget, err);
     if (r < 0) return -1;
     if (r > 0) { /* too much work: every state its own class */
         for (int32_t s = 0; s < a->n_states; s++) cls[s] = s;
@@ -821,9 +855,10 @@ int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t 
 
 /* nullable[r]: rule r can match the empty string; null_state[s]: from s the
  * rule can end without a byte. */
-static void nullability(const gram_auto *a, bool *nullable, bool *null_state) {
+static bool nullability(const gram_auto *a, bool *nullable, bool *null_state, gram_budget *budget) {
     for (bool changed = true; changed;) {
         changed = false;
+        if (!gram_spend(budget, (int64_t)a->n_states + a->ref_off[a->n_states])) return false;
         for (int32_t s = a->n_states - 1; s >= 0; s--) {
             if (null_state[s]) continue;
             bool n = a->flags[s] & GS_FINAL;
@@ -837,101 +872,116 @@ static void nullability(const gram_auto *a, bool *nullable, bool *null_state) {
             }
         }
     }
+    return true;
 }
 
 /* A rule that can call itself before reading a byte would grow the stack
- * forever; such grammars are refused, naming the cycle. */
-static int check_left_recursion(const gram_auto *a, const bool *nullable, pdl_error *err) {
+ * forever; such grammars are refused, naming the cycle. The calls a rule
+ * makes before its first byte are found per rule (a walk over its own
+ * states through callees that may read nothing), then a depth-first search
+ * looks for a cycle among them: time and memory in the states and calls,
+ * never rules squared. */
+static int check_left_recursion(const gram_auto *a, const bool *nullable, gram_budget *budget, pdl_error *err) {
     int32_t R = a->n_rules, S = a->n_states;
-    bool *calls = calloc((size_t)R * (size_t)R, 1); /* calls[r * R + c]: r calls c before any byte */
     uint32_t *seen = calloc((size_t)S, sizeof *seen);
-    ivec stack = {0};
+    int32_t *off = calloc((size_t)R + 1, sizeof *off);
+    ivec stack = {0}, from = {0}, to = {0};
+    int32_t *adj = NULL, *fill = NULL, *path = NULL, *iter = NULL;
+    uint8_t *colour = NULL;
     int rc = 0;
-    if (!calls || !seen) {
-        rc = pdl_fail(err, "grammar: out of memory");
-        goto done;
-    }
+    if (!seen || !off) goto oom;
     for (int32_t r = 0; r < R; r++) {
         stack.n = 0;
-        ivec_push(&stack, a->rule_start[r]);
+        if (!ivec_push(&stack, a->rule_start[r])) goto oom;
         seen[a->rule_start[r]] = (uint32_t)r + 1;
         while (stack.n > 0) {
             int32_t s = stack.v[--stack.n];
+            if (!gram_spend(budget, 1 + a->ref_off[s + 1] - a->ref_off[s])) {
+                rc = gram_budget_fail(budget, err);
+                goto done;
+            }
             for (int32_t k = a->ref_off[s]; k < a->ref_off[s + 1]; k++) {
-                calls[(size_t)r * R + a->refs[k].rule] = 1;
+                if (!ivec_push(&from, r) || !ivec_push(&to, a->refs[k].rule)) goto oom;
                 int32_t t = a->refs[k].ret;
                 if (nullable[a->refs[k].rule] && seen[t] != (uint32_t)r + 1) {
                     seen[t] = (uint32_t)r + 1;
-                    if (!ivec_push(&stack, t)) {
-                        rc = pdl_fail(err, "grammar: out of memory");
-                        goto done;
-                    }
+                    if (!ivec_push(&stack, t)) goto oom;
                 }
             }
         }
     }
-    /* a cycle in calls: depth-first search with colours */
-    uint8_t *colour = calloc((size_t)R, 1);
-    int32_t *path = malloc((size_t)(R + 1) * sizeof *path);
-    int32_t *iter = calloc((size_t)R, sizeof *iter);
-    if (!colour || !path || !iter) {
-        free(colour);
-        free(path);
-        free(iter);
-        rc = pdl_fail(err, "grammar: out of memory");
-        goto done;
-    }
+    /* the calls by caller (CSR) */
+    adj = malloc((size_t)(from.n ? from.n : 1) * sizeof *adj);
+    fill = malloc((size_t)R * sizeof *fill);
+    colour = calloc((size_t)R, 1);
+    path = malloc((size_t)(R + 1) * sizeof *path);
+    iter = calloc((size_t)R, sizeof *iter);
+    if (!adj || !fill || !colour || !path || !iter) goto oom;
+    for (int32_t k = 0; k < from.n; k++) off[from.v[k] + 1]++;
+    for (int32_t r = 0; r < R; r++) off[r + 1] += off[r];
+    memcpy(fill, off, (size_t)R * sizeof *fill);
+    for (int32_t k = 0; k < from.n; k++) adj[fill[from.v[k]]++] = to.v[k];
+    /* a cycle: depth-first search with colours */
     for (int32_t r0 = 0; r0 < R && rc == 0; r0++) {
         if (colour[r0]) continue;
         int32_t depth = 0;
         path[depth++] = r0;
         colour[r0] = 1;
-        iter[r0] = 0;
+        iter[r0] = off[r0];
         while (depth > 0 && rc == 0) {
             int32_t u = path[depth - 1];
-            if (iter[u] >= R) {
+            if (iter[u] >= off[u + 1]) {
                 colour[u] = 2;
                 depth--;
                 continue;
             }
-            int32_t v = iter[u]++;
-            if (!calls[(size_t)u * R + v]) continue;
+            int32_t v = adj[iter[u]++];
             if (colour[v] == 1) {
                 char msg[512];
                 size_t w = 0;
-                int32_t from = 0;
-                while (path[from] != v) from++;
-                for (int32_t k = from; k < depth && w < sizeof msg - 64; k++)
+                int32_t first = 0;
+                while (path[first] != v) first++;
+                for (int32_t k = first; k < depth && w < sizeof msg - 64; k++)
                     w += (size_t)snprintf(msg + w, sizeof msg - w, "%s -> ", a->rule_name[path[k]]);
                 snprintf(msg + w, sizeof msg - w, "%s", a->rule_name[v]);
                 rc = pdl_fail(err, "grammar: left recursion (a rule reaches itself before reading anything): %s",
                               msg);
             } else if (colour[v] == 0) {
                 colour[v] = 1;
-                iter[v] = 0;
+                iter[v] = off[v];
                 path[depth++] = v;
             }
         }
     }
+    goto done;
+oom:
+    rc = pdl_fail(err, "grammar: out of memory");
+done:
+    free(seen);
+    free(off);
+    free(adj);
+    free(fill);
     free(colour);
     free(path);
     free(iter);
-done:
-    free(calls);
-    free(seen);
     free(stack.v);
+    free(from.v);
+    free(to.v);
     return rc;
 }
 
-static void compute_follow(gram_auto *a, const bool *nullable, const bool *null_state, uint8_t (*first)[32]) {
+static bool compute_follow(gram_auto *a, const bool *nullable, const bool *null_state, uint8_t (*first)[32],
+                           gram_budget *budget) {
     int32_t S = a->n_states, C = a->n_classes;
     for (int32_t s = 0; s < S; s++) {
         memset(first[s], 0, 32);
         for (int b = 0; b < 256; b++)
             if (a->trans[(size_t)s * C + a->byte_class[b]] >= 0) first[s][b >> 3] |= (uint8_t)(1u << (b & 7));
     }
+    if (!gram_spend(budget, (int64_t)S * 256)) return false;
     for (bool changed = true; changed;) {
         changed = false;
+        if (!gram_spend(budget, (int64_t)S + a->ref_off[S] * 16)) return false;
         for (int32_t s = S - 1; s >= 0; s--) {
             for (int32_t k = a->ref_off[s]; k < a->ref_off[s + 1]; k++) {
                 const uint8_t *src[2] = {first[a->rule_start[a->refs[k].rule]],
@@ -952,6 +1002,7 @@ static void compute_follow(gram_auto *a, const bool *nullable, const bool *null_
     memset(a->follow, 0, (size_t)a->n_rules * 32);
     for (bool changed = true; changed;) {
         changed = false;
+        if (!gram_spend(budget, (int64_t)S + a->ref_off[S] * 16)) return false;
         for (int32_t s = 0; s < S; s++) {
             for (int32_t k = a->ref_off[s]; k < a->ref_off[s + 1]; k++) {
                 uint8_t *f = a->follow[a->refs[k].rule];
@@ -966,16 +1017,18 @@ static void compute_follow(gram_auto *a, const bool *nullable, const bool *null_
             }
         }
     }
+    return true;
 }
 
 /* dist[s]: fewest bytes from s to the end of its rule, calls counted by
  * their callee's shortest string (Bellman-Ford to a fixed point). */
-static void compute_dist(gram_auto *a) {
+static bool compute_dist(gram_auto *a, gram_budget *budget) {
     int32_t S = a->n_states, C = a->n_classes;
     const int32_t INF = INT32_MAX / 4;
     for (int32_t s = 0; s < S; s++) a->dist[s] = (a->flags[s] & GS_FINAL) ? 0 : INF;
     for (bool changed = true; changed;) {
         changed = false;
+        if (!gram_spend(budget, (int64_t)S * C + a->ref_off[S])) return false;
         for (int32_t s = S - 1; s >= 0; s--) {
             int32_t best = a->dist[s];
             for (int32_t k = 0; k < C; k++) {
@@ -992,6 +1045,7 @@ static void compute_dist(gram_auto *a) {
             }
         }
     }
+    return true;
 }
 
 /* ---------------------------------------------------------------------------
@@ -1021,7 +1075,7 @@ static int32_t byte_classes(const gram_ir *ir, uint8_t *cls, uint8_t *rep) {
     return n;
 }
 
-int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
+int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_error *err) {
     memset(a, 0, sizeof *a);
     if (ir->oom) return pdl_fail(err, "grammar: out of memory");
     if (ir->root < 0 || ir->root >= ir->n_rules) return pdl_fail(err, "grammar: no root rule");
@@ -1040,9 +1094,10 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
     bool *on_stack = calloc((size_t)R, 1);
     int32_t *stk = malloc((size_t)R * sizeof *stk), *order = malloc((size_t)R * sizeof *order);
     int32_t *rule_map = malloc((size_t)R * sizeof *rule_map);
-    nfa f = {0};
-    dfa_builder b = {0};
+    nfa f = {.budget = budget};
+    dfa_builder b = {.budget = budget};
     int rc = -1;
+    budget->stage = "building the automaton";
     if (!out || !c.reachable || !c.recursive || !c.inlined || !c.size || !c.mult || !index || !low || !on_stack ||
         !stk || !order || !rule_map) {
         pdl_fail(err, "grammar: out of memory");
@@ -1088,13 +1143,14 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
     for (int32_t i = 0; i < sc.n_order; i++) {
         int32_t r = order[i];
         if (r == ir->root || c.recursive[r] || (ir->rules[r].flags & GX_RULE_NOINLINE)) continue;
-        nfa probe = {0};
+        nfa probe = {.budget = budget};
         int32_t s0 = nfa_state(&probe), s1 = nfa_state(&probe);
         build(&c, &probe, ir->rules[r].body, s0, s1);
         bool big = probe.too_big;
-        if (probe.oom) {
+        if (probe.oom || budget->stop != GRAM_BUDGET_OK) {
             nfa_free(&probe);
-            pdl_fail(err, "grammar: out of memory");
+            if (budget->stop != GRAM_BUDGET_OK) gram_budget_fail(budget, err);
+            else pdl_fail(err, "grammar: out of memory");
             goto done;
         }
         c.size[r] = probe.n_states;
@@ -1123,6 +1179,12 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
         nfa_start[rule_map[r]] = s0;
         nfa_accept[rule_map[r]] = s1;
         build(&c, &f, ir->rules[r].body, s0, s1);
+        if (budget->stop != GRAM_BUDGET_OK) {
+            free(nfa_start);
+            free(nfa_accept);
+            gram_budget_fail(budget, err);
+            goto done;
+        }
         if (f.too_big) {
             free(nfa_start);
             free(nfa_accept);
@@ -1139,9 +1201,21 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
     }
 
     /* subset construction */
+    budget->stage = "determinizing the automaton";
     b.f = &f;
     b.ir = ir;
+    if (!gram_spend(budget, (int64_t)ir->n_sets * 256)) {
+        free(nfa_start);
+        free(nfa_accept);
+        gram_budget_fail(budget, err);
+        goto done;
+    }
     b.n_classes = byte_classes(ir, a->byte_class, a->class_byte);
+    b.max_states = budget->max_states;
+    if ((int64_t)b.max_states * b.n_classes > DFA_MAX_CELLS) {
+        b.max_states = (int32_t)(DFA_MAX_CELLS / b.n_classes);
+        budget->max_states = b.max_states; /* the message names the limit that applied */
+    }
     b.class_byte = a->class_byte;
     b.out_off = calloc((size_t)f.n_states + 1, sizeof *b.out_off);
     b.out = malloc((size_t)(f.n_e ? f.n_e : 1) * sizeof *b.out);
@@ -1180,11 +1254,10 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
         int32_t k = rule_map[r];
         a->rule_name[k] = strdup(ir->rules[r].name);
         a->rule_start[k] = determinize(&b, nfa_start[k], nfa_accept[k], k);
-        if (b.too_big) {
+        if (budget->stop != GRAM_BUDGET_OK) {
             free(nfa_start);
             free(nfa_accept);
-            pdl_fail(err, "grammar too large: more than %d automaton states (at rule '%s')", DFA_MAX_STATES,
-                     ir->rules[r].name);
+            gram_budget_fail(budget, err);
             goto done;
         }
         if (b.oom || !a->rule_name[k]) break;
@@ -1221,9 +1294,11 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
     for (int32_t k = 0; k < b.ref_from.n; k++)
         a->refs[k] = (gram_ref){rule_map[b.ref_rule.v[k]], b.ref_ret.v[k]};
 
-    if (prune_dead(a, err) != 0) goto done;
-    if (minimize(a, err) != 0) goto done;
+    budget->stage = "minimizing the automaton";
+    if (prune_dead(a, budget, err) != 0) goto done;
+    if (minimize(a, budget, err) != 0) goto done;
     S = a->n_states;
+    budget->stage = "analysing the automaton";
 
     bool *nullable = calloc((size_t)n_kept, 1), *null_state = calloc((size_t)S, 1);
     uint8_t(*first)[32] = malloc((size_t)S * 32);
@@ -1234,23 +1309,27 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err) {
         pdl_fail(err, "grammar: out of memory");
         goto done;
     }
-    nullability(a, nullable, null_state);
+    bool within = nullability(a, nullable, null_state, budget);
     a->rule_nullable = malloc((size_t)(n_kept ? n_kept : 1));
-    if (!a->rule_nullable) {
+    if (!within || !a->rule_nullable) {
         free(nullable);
         free(null_state);
         free(first);
-        pdl_fail(err, "grammar: out of memory");
+        if (!within) gram_budget_fail(budget, err);
+        else pdl_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t r = 0; r < n_kept; r++) a->rule_nullable[r] = nullable[r];
-    int lr = check_left_recursion(a, nullable, err);
-    if (lr == 0) compute_follow(a, nullable, null_state, first);
+    int lr = check_left_recursion(a, nullable, budget, err);
+    if (lr == 0 && !compute_follow(a, nullable, null_state, first, budget)) lr = gram_budget_fail(budget, err);
     free(nullable);
     free(null_state);
     free(first);
     if (lr != 0) goto done;
-    compute_dist(a);
+    if (!compute_dist(a, budget)) {
+        gram_budget_fail(budget, err);
+        goto done;
+    }
 
     for (int32_t s = 0; s < S; s++) {
         bool bytes = false;

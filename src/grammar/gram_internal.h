@@ -193,6 +193,41 @@ int gram_schema_compile_json(gram_ir *ir, const gram_json_rules *j, struct json_
 int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out_expr, pdl_error *err);
 
 /* ---------------------------------------------------------------------------
+ * The work budget of one compilation (gram_budget.c; grammar.h: gram_limits)
+ * ------------------------------------------------------------------------- */
+
+enum {
+    GRAM_BUDGET_OK = 0,
+    GRAM_BUDGET_WORK,      /* max_work steps spent */
+    GRAM_BUDGET_STATES,    /* max_states automaton states */
+    GRAM_BUDGET_TIME,      /* max_seconds passed */
+    GRAM_BUDGET_CANCELLED, /* the cancelled hook said so */
+};
+
+typedef struct gram_budget {
+    int64_t used, max_work;
+    int64_t next_poll;     /* `used` at which the clock and the hook are read next */
+    int32_t max_states;
+    double deadline;       /* CLOCK_MONOTONIC seconds; 0: none */
+    double max_seconds;
+    bool (*cancelled)(void *user);
+    void *user;
+    int stop;              /* GRAM_BUDGET_*: why the compilation must stop */
+    const char *stage;     /* what was being done when it stopped (for the message) */
+} gram_budget;
+
+void gram_budget_init(gram_budget *b, const gram_limits *lim);
+/* Reads the clock and the hook; false once the budget is exhausted. */
+bool gram_budget_poll(gram_budget *b);
+/* Spends n steps: false once the budget is exhausted (then b->stop says why). */
+static inline bool gram_spend(gram_budget *b, int64_t n) {
+    b->used += n;
+    return b->stop == GRAM_BUDGET_OK && (b->used < b->next_poll || gram_budget_poll(b));
+}
+/* The refusal of a grammar the budget stopped: "grammar too complex: ..." */
+int gram_budget_fail(const gram_budget *b, pdl_error *err);
+
+/* ---------------------------------------------------------------------------
  * The automaton (gram_compile.c)
  * ------------------------------------------------------------------------- */
 
@@ -227,11 +262,13 @@ typedef struct gram_auto {
     uint8_t *rule_nullable;      /* [n_rules] the rule can match the empty string */
 } gram_auto;
 
-int gram_auto_build(gram_auto *a, const gram_ir *ir, pdl_error *err);
+/* Stops with an error when budget (which it charges) runs out. */
+int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_error *err);
 /* cls[s]: the class of s among the states that behave alike on every string
  * of up to depth bytes (calls included): such states sort every token of up
  * to depth bytes the same way, so they share one classification. */
-int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, pdl_error *err);
+int gram_auto_walk_classes(const gram_auto *a, int depth, int32_t *cls, int32_t *n_cls, gram_budget *budget,
+                           pdl_error *err);
 void gram_auto_free(gram_auto *a);
 
 /* ---------------------------------------------------------------------------
@@ -310,6 +347,25 @@ typedef struct gram_elems {
     int32_t n, cap;
 } gram_elems;
 
+/* Bounds on a matcher's work at run time, where a grammar the compiler
+ * accepted may still be ambiguous enough for its set of stacks to double
+ * with every byte (root ::= a "b"; a ::= "x" a | "x" a a | ""): a step's
+ * closure may visit at most GRAM_MAX_STACKS (state, stack) pairs, one
+ * call of the matcher (a token accepted, a mask filled) at most
+ * GRAM_STEP_FUEL over all its steps, and one state's token classification
+ * (a walk over the vocabulary's trie, cached) at most GRAM_WALK_FUEL. A
+ * deterministic grammar (JSON, a schema, a tool call) visits a few pairs a
+ * step and, for a 150k vocabulary, some 10^5 per classification. Beyond
+ * them the call fails and the request ends with the reason. Frames in a
+ * matcher's pool are bounded too (they are kept for rollback). */
+#define GRAM_MAX_STACKS 4096
+#define GRAM_STEP_FUEL ((int64_t)1000000)
+#define GRAM_WALK_FUEL ((int64_t)8000000)
+#define GRAM_MAX_FRAMES (1 << 22)
+#define GRAM_ERROR_TOO_COMPLEX                                                                                   \
+    "the grammar is too ambiguous to follow here (its parser would track more than the bound of stacks or "    \
+    "work per token)"
+
 /* Scratch for advancing sets: the closure's worklist and seen-set, and the
  * result of the last step. */
 typedef struct gram_stepper {
@@ -320,7 +376,9 @@ typedef struct gram_stepper {
     uint64_t *seen_key;   /* [seen_cap] */
     uint32_t *seen_stamp; /* [seen_cap] */
     uint32_t seen_cap, seen_used, stamp;
-    bool oom;
+    int64_t fuel;         /* (state, stack) pairs the steps may still visit (gram_step_fuel) */
+    bool oom;             /* the last step failed: out of memory or out of bounds (then too_complex) */
+    bool too_complex;     /* a bound above was reached (kept until gram_step_fuel) */
 } gram_stepper;
 
 void gram_pool_init(gram_pool *p);
@@ -329,6 +387,8 @@ int32_t gram_pool_intern(gram_pool *p, int32_t state, int32_t parent); /* -1: ou
 void gram_pool_truncate(gram_pool *p, int32_t n);
 
 void gram_stepper_init(gram_stepper *s, const gram_auto *a, gram_pool *pool);
+/* Grants the steps that follow `fuel` pair visits (and clears too_complex). */
+void gram_step_fuel(gram_stepper *s, int64_t fuel);
 void gram_stepper_free(gram_stepper *s);
 /* Starts a fresh result (empties res and the seen-set). */
 void gram_step_begin(gram_stepper *s);
@@ -387,7 +447,10 @@ struct gram_grammar {
     uint64_t *walk_bits;             /* [n_words] */
     int32_t *walk_unc;
     int32_t walk_unc_cap;
-    atomic_long n_class_walks;       /* statistics */
+    int64_t compile_work;            /* statistics: the budget's steps spent compiling */
+    atomic_bool walk_too_complex;    /* a classification ran out of GRAM_WALK_FUEL: the grammar cannot
+                                        go on from that state (kept: a retry would cost as much) */
+    atomic_long n_class_walks;
     atomic_long class_walk_ns;
 };
 
@@ -417,6 +480,7 @@ struct gram_matcher {
     gram_elems keybuf;
     gram_mask_entry cache[GRAM_MASK_CACHE];
     uint64_t tick;
+    const char *error;    /* why the last call failed (gram_matcher_error), or NULL */
     long mask_hits, mask_misses;
 };
 

@@ -389,9 +389,11 @@ static const gram_class *cached(gram_grammar *g, _Atomic(gram_class *) *slot, in
     if (c) return c;
     pthread_mutex_lock(&g->mu);
     c = atomic_load_explicit(slot, memory_order_relaxed);
-    if (!c) {
+    if (!c && !atomic_load(&g->walk_too_complex)) {
         double t0 = now_ns();
+        gram_step_fuel(&g->walk_step, GRAM_WALK_FUEL);
         c = is_long ? classify_long(g, s) : classify_short(g, s);
+        if (g->walk_step.too_complex) atomic_store(&g->walk_too_complex, true);
         if (!is_long) atomic_fetch_add(&g->n_class_walks, 1);
         atomic_fetch_add(&g->class_walk_ns, (long)(now_ns() - t0));
         if (c) atomic_store_explicit(slot, c, memory_order_release);
@@ -465,6 +467,8 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
     const gram_vocab *v = g->vocab;
     const gram_auto *a = &g->a;
     size_t words = (size_t)v->n_words;
+    m->error = NULL;
+    gram_step_fuel(&m->step, GRAM_STEP_FUEL);
     if (m->hended[m->n_hist - 1]) {
         memset(bits, 0, words * sizeof *bits);
         return 0;
@@ -529,7 +533,11 @@ int gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits) {
         if (gram_elems_accept(m, e, n, g->specials[i].text, g->specials[i].len)) set_bit(bits, g->specials[i].id);
     if (accepting)
         for (int32_t i = 0; i < v->n_end; i++) set_bit(bits, v->end_ids[i]);
-    if (!ok) return -1; /* a classification or walk ran out of memory: the mask is incomplete */
+    if (!ok) { /* a classification or walk failed: the mask is incomplete */
+        m->error = m->step.too_complex || atomic_load(&g->walk_too_complex) ? GRAM_ERROR_TOO_COMPLEX
+                                                                             : "out of memory";
+        return -1;
+    }
 
     if (!key_ok) return 0;
     gram_mask_entry *slot = &m->cache[0];

@@ -120,6 +120,7 @@ void gram_stepper_init(gram_stepper *s, const gram_auto *a, gram_pool *pool) {
     memset(s, 0, sizeof *s);
     s->a = a;
     s->pool = pool;
+    s->fuel = GRAM_STEP_FUEL;
     /* allocated up front: an empty result is still a valid array to copy from */
     if (!gram_elems_reserve(&s->res, 64) || !gram_elems_reserve(&s->work, 64)) s->oom = true;
 }
@@ -130,6 +131,11 @@ void gram_stepper_free(gram_stepper *s) {
     free(s->seen_key);
     free(s->seen_stamp);
     memset(s, 0, sizeof *s);
+}
+
+void gram_step_fuel(gram_stepper *s, int64_t fuel) {
+    s->fuel = fuel;
+    s->too_complex = false;
 }
 
 void gram_step_begin(gram_stepper *s) {
@@ -148,8 +154,14 @@ static inline uint32_t seen_slot(uint64_t key, uint32_t mask) {
     return (uint32_t)(key >> 32) & mask;
 }
 
-/* Marks (state, node) seen in this step; false when it already was. */
+/* Marks (state, node) seen in this step; false when it already was, or
+ * when the step or the call is out of bounds (s->oom and s->too_complex
+ * set). */
 static bool seen_add(gram_stepper *s, int32_t state, int32_t node) {
+    if (s->seen_used >= GRAM_MAX_STACKS || --s->fuel < 0) {
+        s->oom = s->too_complex = true;
+        return false;
+    }
     uint64_t key = ((uint64_t)(uint32_t)state << 32) | (uint32_t)node;
     if ((s->seen_used + 1) * 2 > s->seen_cap) {
         uint32_t cap = s->seen_cap ? s->seen_cap * 2 : 64;
@@ -204,6 +216,10 @@ void gram_step_close(gram_stepper *s, int32_t state, int32_t node, bool *can_end
         }
         if (fl & GS_REFS) {
             for (int32_t k = a->ref_off[e.state]; k < a->ref_off[e.state + 1]; k++) {
+                if (s->pool->n >= GRAM_MAX_FRAMES) {
+                    s->oom = s->too_complex = true;
+                    return;
+                }
                 int32_t n = gram_pool_intern(s->pool, a->refs[k].ret, e.node);
                 if (n < 0) {
                     s->oom = true;
@@ -266,6 +282,7 @@ gram_matcher *gram_matcher_new(gram_grammar *g) {
     m->hoff[0] = 0;
     m->n_hist = 0;
     bool can_end = false;
+    gram_step_fuel(&m->step, GRAM_STEP_FUEL);
     gram_step_begin(&m->step);
     gram_step_close(&m->step, g->a.rule_start[g->a.root], GRAM_NIL, &can_end);
     if (m->step.oom || !hist_push(m, m->step.res.e, m->step.res.n, false)) goto fail;
@@ -325,20 +342,28 @@ bool gram_elems_accept(gram_matcher *m, const gram_elem *e, int32_t n, const cha
 }
 
 bool gram_matcher_accept_bytes(gram_matcher *m, const char *bytes, size_t len) {
+    m->error = NULL;
     if (m->hended[m->n_hist - 1]) return false;
     int32_t n;
     const gram_elem *e = gram_matcher_top(m, &n);
     int32_t mark = m->pool.n;
-    if (!advance(m, e, n, bytes, len) || !hist_push(m, m->tmp.e, m->tmp.n, false)) {
+    gram_step_fuel(&m->step, GRAM_STEP_FUEL);
+    bool advanced = advance(m, e, n, bytes, len);
+    if (!advanced || !hist_push(m, m->tmp.e, m->tmp.n, false)) {
+        if (m->step.too_complex) m->error = GRAM_ERROR_TOO_COMPLEX;
+        else if (m->step.oom || advanced) m->error = "out of memory";
         gram_pool_truncate(&m->pool, mark);
         return false;
     }
     return true;
 }
 
+const char *gram_matcher_error(const gram_matcher *m) { return m->error; }
+
 bool gram_matcher_accept_token(gram_matcher *m, int32_t id) {
     const gram_grammar *g = m->g;
     const gram_vocab *v = g->vocab;
+    m->error = NULL;
     if (id < 0 || id >= v->n_vocab || m->hended[m->n_hist - 1]) return false;
     if (gram_vocab_is_end(v, id)) {
         if (!gram_matcher_is_accepting(m)) return false;
@@ -393,6 +418,7 @@ size_t gram_matcher_forced_bytes(gram_matcher *m, char *buf, size_t cap) {
     if (!gram_elems_reserve(&m->tmp, n)) return 0;
     memcpy(m->tmp.e, e, (size_t)n * sizeof *e);
     m->tmp.n = n;
+    gram_step_fuel(&m->step, GRAM_STEP_FUEL);
     size_t w = 0;
     while (w < cap) {
         int only = -1;

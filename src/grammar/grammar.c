@@ -75,7 +75,14 @@ static int build_ir(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
 }
 
 int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, pdl_error *err) {
+    return gram_compile_limited(out, v, spec, NULL, err);
+}
+
+int gram_compile_limited(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, const gram_limits *lim,
+                         pdl_error *err) {
     *out = NULL;
+    gram_budget budget;
+    gram_budget_init(&budget, lim);
     gram_ir ir;
     gram_ir_init(&ir);
     if (build_ir(&ir, spec, err) != 0) {
@@ -92,9 +99,10 @@ int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec,
         return pdl_fail(err, "grammar: out of memory");
     }
     atomic_init(&g->refs, 1);
+    atomic_init(&g->walk_too_complex, false);
     g->vocab = v;
     pthread_mutex_init(&g->mu, NULL);
-    if (gram_auto_build(&g->a, &ir, err) != 0) {
+    if (gram_auto_build(&g->a, &ir, &budget, err) != 0) {
         gram_ir_free(&ir);
         pthread_mutex_destroy(&g->mu);
         free(g);
@@ -128,7 +136,7 @@ int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec,
      * (two more rounds: the end flag and the closure after the last byte) */
     g->walk_class = malloc((size_t)g->a.n_states * sizeof *g->walk_class);
     if (!oom && g->walk_class &&
-        gram_auto_walk_classes(&g->a, v->short_max + 2, g->walk_class, &g->n_walk_classes, err) != 0) {
+        gram_auto_walk_classes(&g->a, v->short_max + 2, g->walk_class, &g->n_walk_classes, &budget, err) != 0) {
         gram_grammar_free(g);
         return -1;
     }
@@ -139,6 +147,7 @@ int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec,
         gram_grammar_free(g);
         return pdl_fail(err, "grammar: out of memory");
     }
+    g->compile_work = budget.used;
     *out = g;
     return 0;
 }
@@ -175,6 +184,7 @@ void gram_grammar_stats(const gram_grammar *g, gram_stats *st) {
     st->n_walk_classes = g->n_walk_classes;
     st->n_rules = g->a.n_rules;
     st->n_classes = g->a.n_classes;
+    st->compile_work = g->compile_work;
     st->class_walks = atomic_load(&((gram_grammar *)g)->n_class_walks);
     st->class_walk_ms = (double)atomic_load(&((gram_grammar *)g)->class_walk_ns) / 1e6;
 }

@@ -109,11 +109,42 @@ typedef struct gram_spec {
 
 typedef struct gram_grammar gram_grammar;
 
-/* Compiles spec for vocabulary v (which must outlive the grammar). Errors
- * name what is wrong and where: a GBNF line and column, a regex offset, a
- * schema keyword and its JSON pointer ("unsupported keyword 'not' at
- * /properties/a"). */
+/* What one compilation may cost. A grammar is untrusted input (a request's
+ * regex, schema or GBNF): a few bytes such as "(a{1,100}){1,100}" or a
+ * nested ambiguous repetition can ask for millions of automaton states, so
+ * the compiler counts its work as it goes (each step about one memory
+ * access: an automaton state or edge made, an NFA state visited by a subset
+ * closure, a state examined by a fixed-point pass; llguidance's "fuel") and
+ * stops at the first limit reached, with a message that says which. */
+typedef struct gram_limits {
+    int64_t max_work;   /* steps; 0: GRAM_DEFAULT_MAX_WORK */
+    int32_t max_states; /* DFA states over all rules; 0: GRAM_DEFAULT_MAX_STATES */
+    double max_seconds; /* wall-clock time; 0: GRAM_DEFAULT_MAX_SECONDS; < 0: none */
+    /* Asked every GRAM_POLL_WORK steps or so (and at every stage): true
+     * stops the compilation (e.g. the client that sent it has gone); the
+     * error then says "cancelled". NULL: never. */
+    bool (*cancelled)(void *user);
+    void *user;
+} gram_limits;
+
+/* About 0.5-1 s of work on one core of a 2-core VM; the largest grammar of
+ * the tests (a 24-tool call schema) takes ~2% of it. */
+#define GRAM_DEFAULT_MAX_WORK ((int64_t)100000000)
+/* Each state costs a transition row (4 bytes per byte class, twice) and,
+ * once the matcher reaches it, a token classification. */
+#define GRAM_DEFAULT_MAX_STATES 200000
+#define GRAM_DEFAULT_MAX_SECONDS 5.0
+#define GRAM_POLL_WORK 200000
+
+/* Compiles spec for vocabulary v (which must outlive the grammar) within the
+ * default limits. Errors name what is wrong and where: a GBNF line and
+ * column, a regex offset, a schema keyword and its JSON pointer
+ * ("unsupported keyword 'not' at /properties/a"), or the limit a grammar
+ * too complex to compile reached. */
 int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, pdl_error *err);
+/* The same within lim (NULL: the defaults). */
+int gram_compile_limited(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, const gram_limits *lim,
+                         pdl_error *err);
 /* Another reference; gram_grammar_free drops one. */
 gram_grammar *gram_grammar_ref(gram_grammar *g);
 void gram_grammar_free(gram_grammar *g);
@@ -125,6 +156,7 @@ typedef struct gram_stats {
     int n_walk_classes; /* classes of states that share one token classification */
     int n_rules;       /* rules left after inlining */
     int n_classes;     /* byte classes */
+    long long compile_work; /* steps of work the compilation took (gram_limits.max_work) */
     long class_walks;  /* states whose token classification was computed */
     double class_walk_ms;
 } gram_stats;
@@ -145,8 +177,8 @@ gram_grammar *gram_matcher_grammar(const gram_matcher *m);
 void gram_matcher_reset(gram_matcher *m);
 
 /* Advances by one token. An end token is accepted only in an accepting
- * state and terminates the matcher. false (state unchanged): not allowed
- * (or out of memory). */
+ * state and terminates the matcher. false (state unchanged): not allowed,
+ * or the matcher could not go on (gram_matcher_error says why). */
 bool gram_matcher_accept_token(gram_matcher *m, int32_t id);
 /* Advances by raw bytes (e.g. a prefix the engine forces); one history step. */
 bool gram_matcher_accept_bytes(gram_matcher *m, const char *bytes, size_t len);
@@ -163,8 +195,14 @@ bool gram_matcher_is_terminated(const gram_matcher *m);
 
 /* The allowed tokens of the next step: bits[gram_mask_words(v)], bit i set
  * when token i may come next. End tokens are set exactly when accepting.
- * -1: out of memory, the mask is incomplete (fail the request). */
+ * -1: the mask is incomplete (fail the request): out of memory, or a
+ * grammar too ambiguous to follow (gram_matcher_error says which). */
 int gram_matcher_fill_mask(gram_matcher *m, uint64_t *bits);
+/* Why the last accept or fill_mask failed: a message, or NULL when it did
+ * not fail or only refused a token the grammar does not allow. A matcher's
+ * work per call is bounded (a grammar's ambiguity can make its stacks
+ * double with each byte); past the bound it fails with this reason. */
+const char *gram_matcher_error(const gram_matcher *m);
 /* Sets logits[i] = -INFINITY for every token i whose bit is clear. */
 void gram_mask_apply(const uint64_t *bits, float *logits, int n_vocab);
 /* The bytes every continuation must start with (up to cap), e.g. a JSON

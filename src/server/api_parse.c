@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/stop_match.h"
+
 int srv_api_fail(srv_api_error *err, int status, const char *param, const char *fmt, ...) {
     if (!err) return -1;
     err->status = status;
@@ -446,6 +448,11 @@ static int parse_stop(const json_t *body, srv_gen_request *r, int vocab, srv_api
             r->params.n_stop = (int)i + 1;
         }
         r->params.stop = (const char *const *)r->stop;
+        /* the matcher is built here, on the connection's thread, not on the
+         * engine's (64 stop strings of 4 KiB are 256k trie nodes) */
+        pdl_error pe;
+        if (n > 0 && stop_matcher_new(&r->params.stop_matcher, r->params.stop, NULL, r->params.n_stop, &pe))
+            return srv_api_fail(err, 500, NULL, "%s", pe.message);
     }
     v = field(body, "stop_token_ids");
     if (v) {
@@ -730,6 +737,7 @@ void srv_gen_request_free(srv_gen_request *r) {
     if (r->stop)
         for (int i = 0; i < r->params.n_stop; i++) free(r->stop[i]);
     free(r->stop);
+    stop_matcher_free(r->params.stop_matcher);
     free(r->stop_ids);
     free(r->logit_bias);
     free(r->cache_salt);

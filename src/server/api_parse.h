@@ -113,6 +113,9 @@ typedef struct srv_parse_ctx {
     bool auto_tool_choice;         /* --enable-auto-tool-choice */
     bool tool_parser_set;          /* --tool-call-parser NAME given: tool_format */
     gram_tool_format tool_format;
+    /* what compiling a request's grammar may cost (grammar.h); the server
+     * sets .cancelled per request: the client is gone */
+    gram_limits grammar_limits;
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
     const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
                                       --allowed-local-media-path); NULL: only data URLs */

@@ -244,9 +244,11 @@ int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_req
             return srv_api_fail(err, 500, NULL, "out of memory");
         spec.text = text;
     }
-    int rc = gram_compile(&r->grammar, v, &spec, &pe);
+    int rc = gram_compile_limited(&r->grammar, v, &spec, &c->grammar_limits, &pe);
     free(text);
-    if (rc) return BAD(f.param, "'%s': %s", f.param, pe.message);
+    /* a forced call's grammar is made of the tools' parameter schemas: they are what failed */
+    const char *at = f.kind == GRAM_TOOL_CALL ? "tools" : f.param;
+    if (rc) return BAD(at, "'%s': %s", at, pe.message);
     r->params.grammar = r->grammar;
     return 0;
 }

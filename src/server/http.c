@@ -154,6 +154,20 @@ static bool client_gone(int fd, bool http11, bool *probed) {
     return false;
 }
 
+/* The client of a request being parsed, for the grammar compiler's cancel
+ * hook (gram_limits.cancelled): a request whose client leaves while its
+ * grammar compiles stops compiling within a few milliseconds. */
+typedef struct parse_liveness {
+    int fd;
+    bool http11, probed, gone;
+} parse_liveness;
+
+static bool parse_client_gone(void *user) {
+    parse_liveness *l = user;
+    if (!l->gone) l->gone = client_gone(l->fd, l->http11, &l->probed);
+    return l->gone;
+}
+
 /* ---- authentication ---------------------------------------------------------------- */
 
 /* "Bearer KEY" against the key, in time that depends on the key's length
@@ -271,10 +285,18 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
                                 srv_api_kind kind) {
     srv_gen_request req;
     srv_api_error err;
-    int prc = kind == SRV_API_CHAT ? srv_parse_chat(&s->parse, body, &req, &err)
-                                   : srv_parse_completion(&s->parse, body, &req, &err);
+    int fd = conn_fd(conn);
+    parse_liveness live = {.fd = fd, .http11 = rc->http11};
+    srv_parse_ctx pc = s->parse; /* this request's copy: its grammar stops when its client leaves */
+    pc.grammar_limits.cancelled = parse_client_gone;
+    pc.grammar_limits.user = &live;
+    int prc = kind == SRV_API_CHAT ? srv_parse_chat(&pc, body, &req, &err) : srv_parse_completion(&pc, body, &req, &err);
     if (prc) {
         srv_gen_request_free(&req);
+        if (live.gone) { /* nobody to answer: drop the connection */
+            srv_log(s, "request dropped: its client left while the request was parsed (%s)", err.message);
+            return MHD_NO;
+        }
         return send_error(s, conn, rc, &err);
     }
     if (!req.seed_given) req.params.sampling.seed = srv_random(s);
@@ -293,11 +315,10 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     }
     /* a generation may take long: no idle timeout on this connection now */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned int)0);
-    int fd = conn_fd(conn);
     srv_engine_submit(s->engine, call);
 
     srv_event *evs = NULL;
-    bool gone, probed = false;
+    bool gone, probed = live.probed;
     srv_call_state cs = wait_started(call, fd, rc->http11, &probed, &evs, &err, &gone);
     if (gone || cs == SRV_CALL_FAILED) {
         srv_events_free(evs);

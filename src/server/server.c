@@ -237,6 +237,7 @@ static void *loader_main(void *arg) {
                                    .auto_tool_choice = s->auto_tool_choice,
                                    .tool_parser_set = fmt_known,
                                    .tool_format = fmt,
+                                   .grammar_limits = s->grammar_limits,
                                    .vision = vision,
                                    .allowed_media_path = s->allowed_media_path};
         s->vision = vision;
@@ -329,6 +330,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
         }
         s->tool_parser_set = true;
     }
+    s->grammar_limits = (gram_limits){.max_work = o->grammar_max_work, .max_seconds = o->grammar_timeout_s};
     s->model_opts = o->model;
     s->engine_opts = o->engine;
     s->engine_opts.log = engine_log;

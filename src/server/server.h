@@ -40,6 +40,9 @@ typedef struct srv_options {
     bool log_requests;              /* one log line per request */
     bool enable_auto_tool_choice;   /* tool_choice "auto" parses tool calls out of the output (vLLM's flag) */
     const char *tool_call_parser;   /* "hermes" | "llama3_json" | "mistral"; NULL = from the model's tokens */
+    double grammar_timeout_s;       /* a request's grammar (regex, schema, GBNF, forced tool call) must compile
+                                       within this long; 0 = GRAM_DEFAULT_MAX_SECONDS */
+    long long grammar_max_work;     /* ... and within this many steps of work; 0 = GRAM_DEFAULT_MAX_WORK */
     pdl_model_options model;
     pdl_engine_options engine;      /* .log is set by the server */
     pdl_log_fn log;                 /* NULL = no logging */

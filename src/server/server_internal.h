@@ -32,6 +32,7 @@ struct srv_server {
     bool auto_tool_choice;       /* --enable-auto-tool-choice */
     bool tool_parser_set;        /* --tool-call-parser given */
     gram_tool_format tool_format;
+    gram_limits grammar_limits;  /* every request's grammar compiles within these */
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
     pdl_log_fn log;

@@ -164,6 +164,55 @@ test('what cannot be compiled is a 400 naming the field, the keyword and where',
     'tool_choice', /nope/);
 });
 
+test('a grammar whose automaton explodes is a 400 naming the field, and the server keeps serving', async () => {
+  // issue 33: a few bytes of regex made the compiler grow without bound (24 GB, then the OOM killer)
+  const msgs = [{ role: 'user', content: 'hi' }];
+  const nested = '((a{1,100}){1,100}){1,100}';
+  const pattern = { type: 'string', pattern: `^${nested}$` };
+  await expect400({ model: NAME, messages: msgs, guided_regex: nested }, 'guided_regex', /grammar too complex/);
+  await expect400({ model: NAME, messages: msgs, structured_outputs: { regex: '(a{1,1000}){1,1000}' } },
+    'structured_outputs.regex', /grammar too complex/);
+  await expect400({ model: NAME, messages: msgs, response_format: { type: 'json_schema', json_schema: { name: 'p',
+    schema: pattern } } }, 'response_format', /grammar too complex/);
+  await expect400({ model: NAME, messages: msgs, grammar: 'root ::= (("a"){1,100}){1,100} "b"' }, 'grammar',
+    /grammar too complex/);
+  await expect400({ model: NAME, messages: msgs, tool_choice: 'required', tools: [{ type: 'function', function: {
+    name: 'f', parameters: { type: 'object', properties: { s: pattern }, required: ['s'] } } }] }, 'tools',
+  /grammar too complex/);
+  // duplicate alternatives are the small automaton they denote
+  for (const [field, value] of [['guided_regex', '(a|a)*b'], ['grammar', 'root ::= ("a" | "a")* "b"']]) {
+    const r = await client.completions.create({ model: NAME, prompt: 'Once', max_tokens: 8, temperature: 1, seed: 1,
+      [field]: value });
+    const t = r.choices[0].text;
+    assert.match(t, r.choices[0].finish_reason === 'stop' ? /^a*b$/ : /^a*$/, `${field}: ${t}`);
+  }
+  const ok = await client.completions.create({ model: NAME, prompt: 'Once', max_tokens: 4 });
+  assert.equal(ok.choices[0].finish_reason, 'length');
+});
+
+test('a grammar still compiling when its client leaves stops compiling', async () => {
+  // limits raised so that only the client's leaving can stop the compilation
+  const big = await startServer(['--grammar-max-work', '1000000000000', '--grammar-timeout', '120']);
+  try {
+    const ctl = new AbortController();
+    const pending = fetch(`${big.baseURL}/v1/completions`, { method: 'POST', signal: ctl.signal,
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: NAME, prompt: 'Once', max_tokens: 8, guided_regex: '((a{1,100}){1,100}){1,100}' }) });
+    await new Promise((res) => setTimeout(res, 500));
+    ctl.abort();
+    await assert.rejects(pending);
+    const t0 = Date.now();
+    while (!/its client left while the request was parsed \(.*compilation cancelled/.test(big.log())) {
+      assert.ok(Date.now() - t0 < 10000, `no cancellation in the log:\n${big.log().slice(-2000)}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+    const r = await big.client().completions.create({ model: NAME, prompt: 'Once', max_tokens: 4 });
+    assert.equal(r.choices[0].finish_reason, 'length');
+  } finally {
+    await big.stop();
+  }
+});
+
 const TOOLS = [
   { type: 'function', function: { name: 'get_weather', description: 'The weather in a city',
     parameters: { type: 'object', properties: { city: S(20), unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
