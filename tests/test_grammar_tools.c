@@ -183,12 +183,26 @@ static void test_hermes_outputs(void) {
                    &r);
     expect_call(&r, 0, "translate", "{\"text\": \"\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\", \"to\": \"en\"}", true);
 
-    /* cut off by max_tokens: the call ends incomplete */
+    /* cut off by max_tokens: a begun call ends incomplete, an unnamed one
+     * is dropped; neither comes back as content */
     parse_all_ways(GRAM_TOOLS_HERMES, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1", &r);
     expect_call(&r, 0, "f", "{\"a\": 1", false);
+    expect_content(&r, "");
     parse_all_ways(GRAM_TOOLS_HERMES, "Hi <tool_call>\n{\"nam", &r);
-    expect_content(&r, "Hi <tool_call>\n{\"nam");
+    expect_content(&r, "Hi ");
     CHECK_EQ_INT(r.n_calls, 0);
+    parse_all_ways(GRAM_TOOLS_HERMES,
+                   "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n<tool_call>\n{\"name\": \"b\", \"argu", &r);
+    CHECK_EQ_INT(r.n_calls, 2);
+    expect_call(&r, 0, "a", "{}", true);
+    expect_call(&r, 1, "b", "", false);
+    expect_content(&r, "");
+    parse_all_ways(GRAM_TOOLS_LLAMA3_JSON, "{\"name\": \"get_weath", &r);
+    expect_content(&r, "");
+    CHECK_EQ_INT(r.n_calls, 0);
+    parse_all_ways(GRAM_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\"", &r);
+    expect_content(&r, "");
+    expect_call(&r, 0, "f", "{\"x\"", false);
 
     /* text after the calls is content again */
     parse_all_ways(GRAM_TOOLS_HERMES, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\nDone.", &r);

@@ -182,20 +182,23 @@ static void test_chat_stream_role_first_and_empty_finish_delta(void) {
 static const char TOOL_TEXT[] = "Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
                                 "\"days\": [1, 2]}}\n</tool_call>";
 
-static srv_event *tool_events(size_t piece) {
+/* text in events of `piece` bytes, then FINISHED with finish. */
+static srv_event *text_events(const char *text, size_t piece, const char *finish) {
     srv_event *head = NULL, **tail = &head;
-    size_t n = strlen(TOOL_TEXT);
+    size_t n = strlen(text);
     for (size_t i = 0; i < n; i += piece) {
         char buf[64];
         size_t len = n - i < piece ? n - i : piece;
-        memcpy(buf, TOOL_TEXT + i, len);
+        memcpy(buf, text + i, len);
         buf[len] = 0;
         *tail = event(PDL_EVENT_TOKEN, 0, 300, buf, NULL);
         tail = &(*tail)->next;
     }
-    *tail = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+    *tail = event(PDL_EVENT_FINISHED, 0, -1, "", finish);
     return head;
 }
+
+static srv_event *tool_events(size_t piece) { return text_events(TOOL_TEXT, piece, "stop"); }
 
 static void tool_request(srv_gen_request *r) {
     make_request(r, SRV_API_CHAT, 1);
@@ -203,6 +206,47 @@ static void tool_request(srv_gen_request *r) {
     r->tool_format = GRAM_TOOLS_HERMES;
     r->tool_calls_finish = true;
 }
+
+/* max_tokens cut the output inside a call (issue 33): finish_reason
+ * "length", the complete calls before it kept, the cut one dropped and
+ * none of its text in content; a forced call cut before its end gives no
+ * call at all (not one with arguments ""). */
+static void test_a_call_cut_by_max_tokens_is_dropped_and_the_finish_is_length(void) {
+    setup();
+    srv_gen_request r;
+    tool_request(&r);
+    static const struct {
+        const char *text;
+        int calls;
+        const char *content; /* NULL: null */
+    } cases[] = {
+        {"Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_time\", \"argu", 1, "Sure."},
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa", 0, ""},
+        {"<tool_call>\n{\"na", 0, ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-t", 9);
+        srv_event *evs = text_events(cases[i].text, 5, "length");
+        srv_response_add(resp, evs);
+        srv_events_free(evs);
+        char *body = srv_response_body(resp, NULL);
+        json_t *o = parse(body);
+        json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+        CHECK_MSG(strcmp(json_string_value(json_object_get(c, "finish_reason")), "length") == 0, "case %zu", i);
+        json_t *calls = json_object_get(msg, "tool_calls");
+        CHECK_MSG((int)json_array_size(calls) == cases[i].calls, "case %zu: %zu calls", i, json_array_size(calls));
+        const char *content = json_string_value(json_object_get(msg, "content"));
+        CHECK_MSG(content && strcmp(content, cases[i].content) == 0, "case %zu: content '%s'", i,
+                  content ? content : "(null)");
+        CHECK_MSG(!strstr(body, "<tool_call>"), "case %zu: %s", i, body);
+        json_decref(o);
+        free(body);
+        srv_response_free(resp);
+    }
+    srv_gen_request_free(&r);
+}
+
 
 static void test_tool_calls_whole_and_streamed(void) {
     setup();
@@ -425,6 +469,7 @@ int main(void) {
     RUN(test_completion_stream_chunks_then_usage_then_done);
     RUN(test_chat_stream_role_first_and_empty_finish_delta);
     RUN(test_tool_calls_whole_and_streamed);
+    RUN(test_a_call_cut_by_max_tokens_is_dropped_and_the_finish_is_length);
     RUN(test_mistral_marker_token_reaches_the_parser);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);

@@ -391,6 +391,15 @@ static bool scan_marker(gram_tool_parser *p, char c, const char *tag) {
     }
 }
 
+/* The text ended inside a call (max_tokens, or an end token the model
+ * chose there): the call is dropped, neither a call nor content (a begun
+ * one, whose start was reported, ends incomplete). */
+static void drop_unfinished(gram_tool_parser *p) {
+    if (p->begun) end_call(p, false);
+    p->raw.n = 0;
+    p->mode = M_CONTENT;
+}
+
 static void feed_call(gram_tool_parser *p, char c, int next_mode, int bad_mode) {
     if (!buf_byte(&p->raw, c)) p->oom = true;
     int st = cs_feed(p, c);
@@ -656,12 +665,12 @@ int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *us
             call_finished(p); /* bare scalar arguments ended by the text's end */
             break;
         }
-        give_back(p, M_CONTENT);
+        drop_unfinished(p);
         break;
     case M_AFTER_TAG:
     case M_ARRAY_ELEM:
     case M_NAME:
-    case M_ARGS_TAG: give_back(p, M_CONTENT); break;
+    case M_ARGS_TAG: drop_unfinished(p); break;
     default: break; /* after complete calls: held whitespace or a partial closing tag is dropped */
     }
     p->pend.n = 0;

@@ -224,7 +224,9 @@ int gram_matcher_bytes_to_end(gram_matcher *m);
  * Whatever the pieces, the concatenated deltas are the same. Text that looks
  * like the start of a call is held back until it is decided; a call whose
  * JSON turns out malformed is given back as content (unless its start was
- * already reported, then it ends incomplete).
+ * already reported, then it ends incomplete). A call the text ends inside
+ * (cut by max_tokens) is dropped: never content; if its start was reported
+ * it ends incomplete.
  */
 typedef enum gram_tool_event_kind {
     GRAM_TOOL_CONTENT = 0, /* text: content */

@@ -139,21 +139,29 @@ int srv_tool_output_finish(srv_tool_output *t, json_t *deltas) {
     return rc || t->oom || t->content.oom ? -1 : 0;
 }
 
+static int complete_calls(const srv_tool_output *t) {
+    int n = 0;
+    for (int i = 0; i < t->n_calls; i++) n += t->calls[i].complete;
+    return n;
+}
+
 const char *srv_tool_output_finish_reason(const srv_tool_output *t, const char *engine_reason) {
-    if (!t->finish_tool_calls || t->n_calls == 0) return engine_reason;
-    if (!t->calls[t->n_calls - 1].complete) return engine_reason; /* cut off inside a call ("length") */
-    return "tool_calls";
+    /* "length" (or "abort") says the output was cut, whatever calls came before */
+    if (!t->finish_tool_calls || !engine_reason || strcmp(engine_reason, "stop") != 0) return engine_reason;
+    return complete_calls(t) > 0 ? "tool_calls" : engine_reason;
 }
 
 void srv_tool_output_message(const srv_tool_output *t, json_t *msg) {
-    if (t->content.len || t->n_calls == 0)
+    int n_complete = complete_calls(t);
+    if (t->content.len || n_complete == 0)
         json_object_set_new(msg, "content", jstrn(t->content.data, t->content.len));
     else
         json_object_set_new(msg, "content", json_null());
-    if (t->n_calls == 0) return;
+    if (n_complete == 0) return;
     json_t *calls = json_array();
     for (int i = 0; i < t->n_calls; i++) {
         const tool_call *c = &t->calls[i];
+        if (!c->complete) continue; /* cut off: its arguments are not JSON */
         json_array_append_new(calls, json_pack("{s:s, s:s, s:{s:s, s:o}}", "id", c->id, "type", "function",
                                                "function", "name", c->name, "arguments",
                                                jstrn(c->args.data, c->args.len)));

@@ -37,11 +37,16 @@ int srv_tool_output_feed(srv_tool_output *t, int32_t token, const char *text, si
 int srv_tool_output_finish(srv_tool_output *t, json_t *deltas);
 
 /* The finish_reason of the choice given the engine's: "tool_calls" when
- * calls came out and the request's tool_choice ("auto", "required") says so,
- * and the output did not end in the middle of one. */
+ * the engine stopped ("stop") after complete calls and the request's
+ * tool_choice ("auto", "required") says so; otherwise the engine's
+ * ("length" when max_tokens cut the output, calls or not). */
 const char *srv_tool_output_finish_reason(const srv_tool_output *t, const char *engine_reason);
 /* Whole responses (after srv_tool_output_finish): sets msg's "content"
- * (null when there is none besides calls, as OpenAI) and "tool_calls". */
+ * (null when there is none besides calls, as OpenAI) and "tool_calls", the
+ * complete calls only: a call the output was cut inside is dropped (its
+ * arguments are not JSON), and never comes back as content. A stream has
+ * sent such a call's start already; its finish_reason "length" says it was
+ * cut. */
 void srv_tool_output_message(const srv_tool_output *t, json_t *msg);
 
 #endif
