@@ -533,14 +533,23 @@ static const struct gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
 #define USER_X "\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]"
 #define TOOL_A "{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": {\"type\": \"object\"}}}"
 
-/* The compile limits parse_structured gives (zero: the defaults). */
+/* The compile limits parse_structured gives (zero: the defaults), and the
+ * turn it takes (NULL: none). */
 static gram_limits structured_limits;
+static int (*structured_turn)(void *user, const gram_limits *lim);
+static int turns_taken, turns_given;
+static void turn_give(void *user) {
+    (void)user;
+    turns_given++;
+}
 
 /* Parses a body (chat when it has messages) with structured output available. */
 static int parse_structured(const char *text, srv_gen_request *r, srv_api_error *e, bool auto_tools) {
     setup();
     srv_parse_ctx c = ctx;
     c.grammar_limits = structured_limits;
+    c.grammar_turn_take = structured_turn;
+    c.grammar_turn_give = structured_turn ? turn_give : NULL;
     c.chat_prompt = fake_chat;
     c.grammar_vocab = test_grammar_vocab;
     c.auto_tool_choice = auto_tools;
@@ -679,6 +688,37 @@ static void test_explosive_grammars_are_a_400_naming_the_field(void) {
     structured_limits = (gram_limits){0};
 }
 
+static int turn_ok(void *user, const gram_limits *lim) {
+    (void)user, (void)lim;
+    turns_taken++;
+    return SRV_TURN_OK;
+}
+static int turn_busy(void *user, const gram_limits *lim) {
+    (void)user, (void)lim;
+    turns_taken++;
+    return SRV_TURN_BUSY;
+}
+
+/* A grammar compiles in a turn the server hands out (a few at once): one
+ * taken and given back per compiled grammar; none left means 503. */
+static void test_a_grammar_compiles_in_a_turn(void) {
+    turns_taken = turns_given = 0;
+    structured_turn = turn_ok;
+    structured_ok("{\"prompt\": \"x\", \"guided_regex\": \"[a-c]+\"}", true, false, false);
+    CHECK(turns_taken == 1 && turns_given == 1);
+    structured_ok("{\"prompt\": \"x\"}", false, false, false); /* no grammar: no turn */
+    CHECK(turns_taken == 1);
+    structured_turn = turn_busy;
+    srv_gen_request r;
+    srv_api_error e;
+    CHECK(parse_structured("{\"prompt\": \"x\", \"guided_regex\": \"[a-c]+\"}", &r, &e, false) == -1);
+    srv_gen_request_free(&r);
+    CHECK_EQ_INT(e.status, 503);
+    CHECK(strcmp(e.param, "guided_regex") == 0);
+    CHECK(turns_taken == 2 && turns_given == 1);
+    structured_turn = NULL;
+}
+
 /* OpenAI's prompt_cache_key: a routing hint for the balancer in front
  * (deploy/haproxy/pagedlm.cfg); a replica checks its type and otherwise
  * ignores it, in both APIs. */
@@ -772,6 +812,7 @@ int main(void) {
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
     RUN(test_explosive_grammars_are_a_400_naming_the_field);
+    RUN(test_a_grammar_compiles_in_a_turn);
     RUN(test_prompt_cache_key_is_a_string);
     RUN(test_tokenize_and_detokenize_bodies);
     gram_vocab_free(grammar_vocab_made);

@@ -116,10 +116,20 @@ typedef struct srv_parse_ctx {
     /* what compiling a request's grammar may cost (grammar.h); the server
      * sets .cancelled per request: the client is gone */
     gram_limits grammar_limits;
+    /* A turn to compile: the server lets few grammars compile at once, so
+     * that a flood of them holds a bounded memory and few cores. Waits for
+     * a turn and returns SRV_TURN_OK, or SRV_TURN_CANCELLED (lim->cancelled
+     * said so while waiting), or SRV_TURN_BUSY (no turn within the grammar
+     * time limit). NULL: no limit. */
+    int (*grammar_turn_take)(void *user, const gram_limits *lim);
+    void (*grammar_turn_give)(void *user);
+    void *grammar_turn_user;
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
     const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
                                       --allowed-local-media-path); NULL: only data URLs */
 } srv_parse_ctx;
+
+enum { SRV_TURN_OK = 0, SRV_TURN_CANCELLED, SRV_TURN_BUSY };
 
 /* 413 when a body of len bytes exceeds limit (0 = the default 4 MiB). */
 int srv_check_body_size(size_t len, size_t limit, srv_api_error *err);

@@ -244,10 +244,18 @@ int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_req
             return srv_api_fail(err, 500, NULL, "out of memory");
         spec.text = text;
     }
-    int rc = gram_compile_limited(&r->grammar, v, &spec, &c->grammar_limits, &pe);
-    free(text);
     /* a forced call's grammar is made of the tools' parameter schemas: they are what failed */
     const char *at = f.kind == GRAM_TOOL_CALL ? "tools" : f.param;
+    int turn = c->grammar_turn_take ? c->grammar_turn_take(c->grammar_turn_user, &c->grammar_limits) : SRV_TURN_OK;
+    if (turn != SRV_TURN_OK) {
+        free(text);
+        if (turn == SRV_TURN_CANCELLED) return BAD(at, "'%s': grammar: compilation cancelled (the client left)", at);
+        return srv_api_fail(err, 503, at, "the server is compiling as many grammars as it compiles at once; its "
+                            "queue did not move within the grammar time limit: retry later");
+    }
+    int rc = gram_compile_limited(&r->grammar, v, &spec, &c->grammar_limits, &pe);
+    if (c->grammar_turn_give) c->grammar_turn_give(c->grammar_turn_user);
+    free(text);
     if (rc) return BAD(at, "'%s': %s", at, pe.message);
     r->params.grammar = r->grammar;
     return 0;

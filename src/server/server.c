@@ -8,6 +8,9 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -149,6 +152,38 @@ static const struct gram_vocab *grammar_vocab(void *user, pdl_error *err) {
     return v;
 }
 
+/* srv_parse_ctx.grammar_turn_take / give: at most half the cores' worth of
+ * request grammars compile at once (each may hold its work budget's memory,
+ * ~75 MB at the default); the others wait, looking every 100 ms whether
+ * their client is still there, for at most the grammar time limit. */
+static int grammar_turn_take(void *user, const gram_limits *lim) {
+    srv_server *s = user;
+    double wait_s = lim->max_seconds > 0 ? lim->max_seconds : GRAM_DEFAULT_MAX_SECONDS;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (sem_timedwait(&s->grammar_turns, &until) == 0) return SRV_TURN_OK;
+        if (lim->cancelled && lim->cancelled(lim->user)) return SRV_TURN_CANCELLED;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) * 1e-9 > wait_s) return SRV_TURN_BUSY;
+    }
+}
+
+static void grammar_turn_give(void *user) {
+#ifdef __GLIBC__
+    /* the compilation's memory is free, but in this connection thread's
+     * malloc arena, which keeps it: hand it back, or a flood of grammars
+     * compiled on many threads holds a budget's worth per thread */
+    malloc_trim(0);
+#endif
+    sem_post(&((srv_server *)user)->grammar_turns);
+}
+
 /* The model's tool-call format when its vocabulary makes it plain: a single
  * token <tool_call> (Qwen, Hermes), [TOOL_CALLS] (Mistral) or
  * <|python_tag|> (Llama 3.1+). false when none of them is one token. */
@@ -238,6 +273,9 @@ static void *loader_main(void *arg) {
                                    .tool_parser_set = fmt_known,
                                    .tool_format = fmt,
                                    .grammar_limits = s->grammar_limits,
+                                   .grammar_turn_take = grammar_turn_take,
+                                   .grammar_turn_give = grammar_turn_give,
+                                   .grammar_turn_user = s,
                                    .vision = vision,
                                    .allowed_media_path = s->allowed_media_path};
         s->vision = vision;
@@ -265,6 +303,7 @@ static void *loader_main(void *arg) {
 static void server_free(srv_server *s) {
     pthread_cond_destroy(&s->requests_cv);
     pthread_mutex_destroy(&s->grammar_mu);
+    if (s->grammar_turns_made) sem_destroy(&s->grammar_turns);
     gram_vocab_free(s->grammar_vocab);
     free(s->model_path);
     free(s->model_name);
@@ -309,6 +348,12 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
         free(s);
         return pdl_fail(err, "serve: cannot create a mutex");
     }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (sem_init(&s->grammar_turns, 0, cores >= 4 ? (unsigned)(cores / 2) : 1) != 0) {
+        server_free(s);
+        return pdl_fail(err, "serve: cannot create a semaphore");
+    }
+    s->grammar_turns_made = true;
     s->model_path = strdup(o->model_path);
     s->model_name = strdup(o->served_model_name ? o->served_model_name : o->model_path);
     s->api_key = dup_or_null(o->api_key && o->api_key[0] ? o->api_key : NULL);

@@ -6,6 +6,7 @@
 #define PDL_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +65,8 @@ struct srv_server {
     /* structured output: the model's grammar vocabulary, made on first use
      * (about 0.1 s for a 150k vocabulary) under grammar_mu */
     pthread_mutex_t grammar_mu;
+    sem_t grammar_turns;         /* request grammars that may compile now (srv_parse_ctx.grammar_turn_take) */
+    bool grammar_turns_made;
     struct gram_vocab *grammar_vocab;
     bool grammar_vocab_tried;
     char grammar_vocab_error[PDL_ERROR_MAX];
