@@ -1012,7 +1012,8 @@ static uint8_t *q8_0_blocks(const float *x, int64_t n, size_t *bytes) {
  * embeddings stay F32): Q8_0 matmuls take kernel scratch on every
  * instruction set (F32 panels take none), so each take can be made to
  * fail. The encoder must then return an error naming the scratch, hand
- * back no rows, and encode the same bytes when run again. */
+ * back no rows, and encode the same bytes when run again; so must it when
+ * the image processor's take fails. */
 static void test_the_encoder_reports_scratch_it_cannot_have(void) {
     pdl_error err = {0};
     gguf_writer *v = mmproj_writer();
@@ -1067,6 +1068,14 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
         rows = NULL;
     }
     printf("  %ld scratch takes, each failed once\n", takes);
+    /* the processor's own scratch (resize and crop) the same way */
+    vis->scratch.image.fail_in = 1;
+    int rc = pdl_vision_encode(vis, img, &rows, &n_rows, &err);
+    CHECK_MSG(rc != 0 && rows == NULL && n_rows == 0, "the processor's scratch failed, yet the encoder went on");
+    CHECK_CONTAINS(err.message, "bytes of image scratch (resize and crop)");
+    REQUIRE_MSG(pdl_vision_encode(vis, img, &rows, &n_rows, &err) == 0, "%s", err.message);
+    CHECK(n_rows == n_want && memcmp(rows, want, (size_t)n_want * TH * sizeof *rows) == 0);
+    free(rows);
     free(want);
     free(q8_mmproj);
     pdl_image_free(img);

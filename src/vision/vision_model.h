@@ -122,6 +122,7 @@ typedef struct pdl_vision_scratch {
     float *scores;    /* (threads, span) */
     size_t scores_cap;
     pdl_scratch kernel; /* the matmuls' (scratch.h), reserved for rows_cap rows */
+    pdl_scratch image;  /* the image processor's working memory (image_preprocess.h) */
 } pdl_vision_scratch;
 
 struct pdl_vision {
