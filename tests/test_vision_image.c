@@ -135,6 +135,9 @@ static void proc_of(json_t *c, pdl_image_proc *p) {
         p->mean[i] = (float)json_number_value(json_array_get(json_object_get(c, "mean"), (size_t)i));
         p->std[i] = (float)json_number_value(json_array_get(json_object_get(c, "std"), (size_t)i));
     }
+    p->pad_square = json_is_true(json_object_get(c, "pad_square"));
+    for (int i = 0; p->pad_square && i < 3; i++)
+        p->pad_color[i] = (uint8_t)json_integer_value(json_array_get(json_object_get(c, "pad_color"), (size_t)i));
     if (strcmp(kind, "qwen") == 0) {
         p->patch = jint(c, "patch"), p->merge = jint(c, "merge"), p->temporal = jint(c, "temporal");
         p->min_pixels = jint(c, "min_pixels"), p->max_pixels = jint(c, "max_pixels");
@@ -472,6 +475,12 @@ static void test_processors_give_the_reference_pixel_values(void) {
             proc_of(c, &p);
             char what[300];
             snprintf(what, sizeof what, "%s %s", name, json_string_value(json_object_get(c, "name")));
+            if (p.pad_square) { /* the loaders' colour from the mean: Python's int(x * 255) */
+                uint8_t mine[3];
+                pdl_pad_color_of_mean(p.mean, mine);
+                CHECK_MSG(memcmp(mine, p.pad_color, 3) == 0, "%s: pad colour (%d, %d, %d), the script's (%d, %d, %d)",
+                          what, mine[0], mine[1], mine[2], p.pad_color[0], p.pad_color[1], p.pad_color[2]);
+            }
             size_t wn = 0;
             float *want = read_ref(json_string_value(json_object_get(c, "out")), &wn);
             size_t tile = p.patch ? (size_t)3 * p.temporal * p.patch * p.patch : (size_t)3 * p.crop_h * p.crop_w;
@@ -512,16 +521,18 @@ static void test_processors_give_the_reference_pixel_values(void) {
         }
         free(rgb);
     }
-    /* 16 images x 7 settings + LLaVA 1.5's 336 and Qwen2-VL's 14-pixel patches on two */
-    CHECK_EQ_INT(n_cases, 116);
+    /* 16 images x 9 settings + LLaVA 1.5's 336 (cropped and padded) and
+     * Qwen2-VL's 14-pixel patches on two */
+    CHECK_EQ_INT(n_cases, 150);
     pdl_scratch_free(&scratch);
 }
 
-/* LLaVA 1.5's processor at its real size. */
-static pdl_image_proc llava_proc(void) {
+/* LLaVA 1.5's processor at its real size, cropping or padding. */
+static pdl_image_proc llava_proc(bool pad) {
     pdl_image_proc p = {.shortest_edge = true, .size = 336, .crop_w = 336, .crop_h = 336,
-                        .resample = PDL_RESAMPLE_BICUBIC, .rescale = 1.0 / 255.0,
+                        .resample = PDL_RESAMPLE_BICUBIC, .rescale = 1.0 / 255.0, .pad_square = pad,
                         .mean = {0.48145466f, 0.4578275f, 0.40821073f}, .std = {0.26862954f, 0.26130258f, 0.27577711f}};
+    pdl_pad_color_of_mean(p.mean, p.pad_color);
     return p;
 }
 
@@ -544,36 +555,48 @@ static size_t tile_differs(const pdl_image_proc *p, const float *t, int x0, int 
 /* The processor is a library function any caller may hand a strip the
  * decoder would refuse: a center crop computes only its window of the
  * resize, so 300000 x 1 (resized to 100800000 x 336 before) costs the
- * 336 x 336 crop, not 101 GB, and 16384 x 82 not 67 MB. Memory grows with
- * the image's side (the filter's taps), never with an area. The resize of a
+ * 336 x 336 crop, not 101 GB, and 16384 x 82 not 67 MB; padded to a square,
+ * a strip costs its own rows, not the square's. Memory grows with the
+ * canvas's side (the filter's taps), never with an area. The resize of a
  * single colour is that colour, so every value is known. */
 static void test_a_center_crop_resizes_only_its_window(void) {
     static const int shapes[][2] = {{300000, 1}, {1, 300000}, {16384, 82}, {82, 16384}};
     const uint8_t colour[3] = {200, 100, 50};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        int w = shapes[i][0], h = shapes[i][1];
-        size_t npx = (size_t)w * h;
-        uint8_t *rgb = malloc(npx * 3);
-        REQUIRE(rgb);
-        for (size_t k = 0; k < npx; k++) memcpy(rgb + 3 * k, colour, 3);
-        pdl_image_proc p = llava_proc();
-        float *out = malloc((size_t)3 * 336 * 336 * sizeof *out);
-        pdl_scratch s = {0};
-        pdl_error err = {0};
-        double t0 = now_s();
-        int rc = pdl_preprocess_tile(&p, rgb, w, h, out, &s, &err);
-        double dt = now_s() - t0;
-        CHECK_MSG(rc == 0, "%d x %d: %s", w, h, err.message);
-        /* the crop's 339 KB, and the filter weights: 4 x (side / 336) taps for 336 outputs on each axis, 4
-         * bytes each */
-        int side = w > h ? w : h;
-        size_t bound = ((size_t)1 << 20) + (size_t)40 * side;
-        fprintf(stderr, "  %d x %d: %.3f s, %zu bytes of scratch\n", w, h, dt, s.cap);
-        CHECK_MSG(s.cap <= bound, "%d x %d: %zu bytes of scratch, over %zu", w, h, s.cap, bound);
-        if (rc == 0) CHECK_EQ_INT((int)tile_differs(&p, out, 0, 336, 0, 336, colour), 0);
-        pdl_scratch_free(&s);
-        free(out), free(rgb);
-    }
+    for (int pad = 0; pad < 2; pad++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            int w = shapes[i][0], h = shapes[i][1];
+            if (pad && w == 1) continue; /* (its every row an image row: a second of PIL's arithmetic) */
+            size_t npx = (size_t)w * h;
+            uint8_t *rgb = malloc(npx * 3);
+            REQUIRE(rgb);
+            for (size_t k = 0; k < npx; k++) memcpy(rgb + 3 * k, colour, 3);
+            pdl_image_proc p = llava_proc(pad);
+            float *out = malloc((size_t)3 * 336 * 336 * sizeof *out);
+            pdl_scratch s = {0};
+            pdl_error err = {0};
+            double t0 = now_s();
+            int rc = pdl_preprocess_tile(&p, rgb, w, h, out, &s, &err);
+            double dt = now_s() - t0;
+            CHECK_MSG(rc == 0, "%d x %d%s: %s", w, h, pad ? " padded" : "", err.message);
+            /* the crop's 339 KB, and the filter weights: 4 x (canvas side / 336) taps for 336 outputs on
+             * each axis, 4 bytes each */
+            int side = w > h ? w : h;
+            size_t bound = ((size_t)1 << 20) + (size_t)40 * side;
+            fprintf(stderr, "  %d x %d%s: %.3f s, %zu bytes of scratch\n", w, h, pad ? " padded" : "", dt, s.cap);
+            CHECK_MSG(s.cap <= bound, "%d x %d%s: %zu bytes of scratch, over %zu", w, h, pad ? " padded" : "", s.cap,
+                      bound);
+            if (rc == 0 && !pad) CHECK_EQ_INT((int)tile_differs(&p, out, 0, 336, 0, 336, colour), 0);
+            if (rc == 0 && pad) {
+                /* the square's bands away from the strip are the pad's colour; the strip (1.7 pixels wide
+                 * at 336 for 82 of 16384) shows in the middle */
+                bool wide = w > h;
+                CHECK_EQ_INT((int)tile_differs(&p, out, 0, wide ? 336 : 160, 0, wide ? 160 : 336, p.pad_color), 0);
+                CHECK_EQ_INT((int)tile_differs(&p, out, wide ? 0 : 176, 336, wide ? 176 : 0, 336, p.pad_color), 0);
+                if (side < 100000) CHECK(out[168 * 336 + 168] != normalized(&p, 0, p.pad_color[0]));
+            }
+            pdl_scratch_free(&s);
+            free(out), free(rgb);
+        }
 }
 
 /* Every processor takes its working memory in one take of the caller's

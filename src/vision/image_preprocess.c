@@ -3,14 +3,17 @@
  * PIL's resampling (Resample.c's algorithm: per output pixel a window of
  * filter weights centred on (x + 0.5) * scale, support widened by the scale
  * when shrinking, weights normalised to sum 1 and stored in 22-bit fixed
- * point; horizontal pass first, 8-bit between the passes), center crop,
- * rescale and normalise, LLaVA 1.6's any-resolution tiling, and Qwen2-VL's
- * dynamic resolution (smart_resize and its flattened patches).
+ * point; horizontal pass first, 8-bit between the passes), LLaVA 1.5's pad
+ * to a square, center crop, rescale and normalise, LLaVA 1.6's
+ * any-resolution tiling, and Qwen2-VL's dynamic resolution (smart_resize
+ * and its flattened patches).
  *
  * Every output pixel of PIL's resize depends on its own weights and input
  * window only, so a center crop resizes just the crop's window (the same
- * bytes as resizing the whole image, then cropping): the work and memory
- * follow the crop and the image, never the resized area.
+ * bytes as resizing the whole image, then cropping), and a pad's pixels,
+ * all one colour, enter each sum as the colour times their weights' sum
+ * (integer sums are exact in any order): the work and memory follow the
+ * crop and the image, never the resized or padded area.
  */
 #include "vision/image_preprocess.h"
 
@@ -94,15 +97,23 @@ static uint8_t clip8(int32_t v) {
     return v < 0 ? 0 : v > 255 ? 255 : (uint8_t)v;
 }
 
-/* What a resize reads: an image of w x h 8-bit RGB pixels. */
+/* What a resize reads: an image of w x h 8-bit RGB pixels at (x0, y0) on a
+ * canvas of cw x ch whose other pixels are `fill` (LLaVA's pad to a
+ * square); without padding the canvas is the image. */
 typedef struct canvas {
     const uint8_t *rgb; /* (h, w, 3) */
     int w, h;
+    int cw, ch, x0, y0;
+    uint8_t fill[3];
 } canvas;
 
-static canvas canvas_of(const uint8_t *rgb, int w, int h) { return (canvas){.rgb = rgb, .w = w, .h = h}; }
+static canvas canvas_of(const uint8_t *rgb, int w, int h) {
+    return (canvas){.rgb = rgb, .w = w, .h = h, .cw = w, .ch = h};
+}
 
-/* What part of the image resized to ow x oh is wanted: columns
+static bool canvas_padded(const canvas *c) { return c->cw != c->w || c->ch != c->h; }
+
+/* What part of the canvas resized to ow x oh is wanted: columns
  * [wx, wx + ww), rows [wy, wy + wh). A center crop needs only its window,
  * so a shortest-edge resize of a thin strip (300000 x 1 to 100800000 x 336
  * for a crop of 336) costs what the crop costs. */
@@ -112,44 +123,63 @@ typedef struct window {
 
 /* A resize's working memory, each piece on its own cache lines. Its size
  * grows with the window and the filter's taps (4 times the shrink factor
- * of each axis), never with the resized area: the horizontal pass keeps
- * only the rows that the vertical pass's current taps read (a ring of at
- * most ksize rows). */
+ * of each axis: the canvas's sides over the output's), never with the
+ * canvas's area: the horizontal pass keeps only the image rows that the
+ * vertical pass's current taps read (a ring of at most ksize rows), and the
+ * pad's rows and columns, all alike, enter the sums as one weight each. */
 typedef struct resize_plan {
     axis ax, ay;
     bool need_h, need_v;      /* PIL resamples an axis only when its size changes */
-    int ring_rows, ring_first;/* rows held at once; the first row the window reads */
-    size_t bx, kx;            /* horizontal: bounds, weights (bytes) */
-    size_t by, ky;            /* vertical: the same */
-    size_t w, ring;           /* the filter's doubles, the ring of rows */
+    int ring_rows, ring_first;/* image rows held at once; the canvas row of the first one the window reads */
+    size_t bx, kx, kfx;       /* horizontal: bounds, weights, weight on the pad per output (bytes) */
+    size_t by, ky, kfy;       /* vertical: the same */
+    size_t w, ring, fill;     /* the filter's doubles, the ring of image rows, a pad row's result */
 } resize_plan;
 
 static resize_plan plan_resize(const canvas *c, const window *win, pdl_resample f) {
-    resize_plan p = {.need_h = win->ow != c->w, .need_v = win->oh != c->h};
-    p.ax = axis_of(c->w, win->ow, f), p.ay = axis_of(c->h, win->oh, f);
+    resize_plan p = {.need_h = win->ow != c->cw, .need_v = win->oh != c->ch};
+    p.ax = axis_of(c->cw, win->ow, f), p.ay = axis_of(c->ch, win->oh, f);
     size_t ks = 0, line = (size_t)win->ww * 3;
     if (p.need_h) {
         p.bx = pdl_scratch_piece((size_t)win->ww * 2 * sizeof(int));
         p.kx = pdl_scratch_piece((size_t)win->ww * p.ax.ksize * sizeof(int32_t));
+        p.kfx = pdl_scratch_piece((size_t)win->ww * sizeof(int32_t));
         ks = (size_t)p.ax.ksize;
     }
     if (p.need_v) {
         p.by = pdl_scratch_piece((size_t)win->wh * 2 * sizeof(int));
         p.ky = pdl_scratch_piece((size_t)win->wh * p.ay.ksize * sizeof(int32_t));
+        p.kfy = pdl_scratch_piece((size_t)win->wh * sizeof(int32_t));
         if ((size_t)p.ay.ksize > ks) ks = (size_t)p.ay.ksize;
-        /* the rows the window's taps read: [a, b + m) */
+        /* the image rows the window's taps read: [a, b + m) on the canvas, cut to the image */
         int a, n, b, m;
         axis_span(&p.ay, win->wy, &a, &n);
         axis_span(&p.ay, win->wy + win->wh - 1, &b, &m);
-        p.ring_first = a;
-        p.ring_rows = b + m - a < p.ay.ksize ? b + m - a : p.ay.ksize;
+        int lo = a > c->y0 ? a : c->y0, hi = b + m < c->y0 + c->h ? b + m : c->y0 + c->h;
+        p.ring_first = lo;
+        p.ring_rows = hi > lo ? (hi - lo < p.ay.ksize ? hi - lo : p.ay.ksize) : 0;
         p.ring = pdl_scratch_piece((size_t)p.ring_rows * line);
     }
     p.w = pdl_scratch_piece(ks * sizeof(double));
+    if (canvas_padded(c)) p.fill = pdl_scratch_piece(line);
     return p;
 }
 
-static size_t plan_bytes(const resize_plan *p) { return p->bx + p->kx + p->by + p->ky + p->w + p->ring; }
+static size_t plan_bytes(const resize_plan *p) {
+    return p->bx + p->kx + p->kfx + p->by + p->ky + p->kfy + p->w + p->ring + p->fill;
+}
+
+/* Each output's weight on taps outside [first, first + n) (the pad). */
+static void pad_weights(const int *bounds, const int32_t *kk, int ksize, int count, int first, int n, int32_t *kf) {
+    for (int i = 0; i < count; i++) {
+        int32_t sum = 0;
+        for (int t = 0; t < bounds[2 * i + 1]; t++) {
+            int at = bounds[2 * i] + t;
+            if (at < first || at >= first + n) sum += kk[(size_t)i * ksize + t];
+        }
+        kf[i] = sum;
+    }
+}
 
 /* The resize's state over its working memory. */
 typedef struct resizer {
@@ -157,28 +187,37 @@ typedef struct resizer {
     const window *win;
     resize_plan p;
     int *bx, *by;
-    int32_t *kx, *ky;
-    uint8_t *ring;
-    int next; /* the next row to enter the ring */
+    int32_t *kx, *ky, *kfx, *kfy;
+    uint8_t *ring, *fill; /* fill: a pad row through the horizontal pass (ww, 3) */
+    int next;             /* the next canvas row to enter the ring */
 } resizer;
 
-/* Row y through the horizontal pass into out (ww, 3). */
+/* Canvas row y, an image row, through the horizontal pass into out (ww, 3).
+ * Integer sums are exact in any order, so the pad's taps enter as
+ * fill * (their weights' sum), as PIL's per-tap sum would have it. */
 static void horizontal_row(const resizer *r, int y, uint8_t *out) {
     const canvas *c = r->c;
     const window *win = r->win;
-    const uint8_t *src = c->rgb + (size_t)y * c->w * 3;
-    if (!r->p.need_h) {
-        memcpy(out, src + (size_t)win->wx * 3, (size_t)win->ww * 3);
-        return;
-    }
+    const uint8_t *src = c->rgb + (size_t)(y - c->y0) * c->w * 3;
     for (int x = 0; x < win->ww; x++) {
-        const int32_t *k = r->kx + (size_t)x * r->p.ax.ksize;
-        const uint8_t *in = src + (size_t)r->bx[2 * x] * 3;
-        int n = r->bx[2 * x + 1];
+        uint8_t *o = out + (size_t)x * 3;
+        if (!r->p.need_h) {
+            int col = win->wx + x - c->x0;
+            memcpy(o, col >= 0 && col < c->w ? src + (size_t)col * 3 : c->fill, 3);
+            continue;
+        }
+        int b = r->bx[2 * x], n = r->bx[2 * x + 1];
+        int lo = b > c->x0 ? b : c->x0, hi = b + n < c->x0 + c->w ? b + n : c->x0 + c->w;
+        if (lo >= hi) { /* all pad */
+            memcpy(o, r->fill + (size_t)x * 3, 3);
+            continue;
+        }
+        const int32_t *k = r->kx + (size_t)x * r->p.ax.ksize + (lo - b);
+        const uint8_t *in = src + (size_t)(lo - c->x0) * 3;
         for (int ch = 0; ch < 3; ch++) {
-            int32_t ss = 1 << (PRECISION_BITS - 1);
-            for (int i = 0; i < n; i++) ss += in[(size_t)i * 3 + ch] * k[i];
-            out[(size_t)x * 3 + ch] = clip8(ss);
+            int32_t ss = (1 << (PRECISION_BITS - 1)) + c->fill[ch] * r->kfx[x];
+            for (int i = 0; i < hi - lo; i++) ss += in[(size_t)i * 3 + ch] * k[i];
+            o[ch] = clip8(ss);
         }
     }
 }
@@ -187,7 +226,7 @@ static uint8_t *ring_row(const resizer *r, int y) {
     return r->ring + (size_t)((y - r->p.ring_first) % r->p.ring_rows) * r->win->ww * 3;
 }
 
-/* The window of PIL's Image.resize of the image into dst (wh, ww, 3), with
+/* The window of PIL's Image.resize of the canvas into dst (wh, ww, 3), with
  * working memory `work` of plan_bytes: the horizontal pass first, over the
  * rows the vertical pass reads (as PIL does), 8-bit between the passes. */
 static void resize_window(const canvas *c, const window *win, pdl_resample f, uint8_t *dst, uint8_t *work) {
@@ -195,33 +234,61 @@ static void resize_window(const canvas *c, const window *win, pdl_resample f, ui
     uint8_t *at = work;
     r.bx = (int *)at, at += r.p.bx;
     r.kx = (int32_t *)at, at += r.p.kx;
+    r.kfx = (int32_t *)at, at += r.p.kfx;
     r.by = (int *)at, at += r.p.by;
     r.ky = (int32_t *)at, at += r.p.ky;
+    r.kfy = (int32_t *)at, at += r.p.kfy;
     double *w = (double *)at;
     at += r.p.w;
-    r.ring = at;
+    r.ring = at, at += r.p.ring;
+    r.fill = at;
     size_t line = (size_t)win->ww * 3;
-    if (r.p.need_h) coefficients(&r.p.ax, win->wx, win->ww, r.bx, r.kx, w);
-    if (r.p.need_v) coefficients(&r.p.ay, win->wy, win->wh, r.by, r.ky, w);
-    if (!r.p.need_v) { /* the window's rows, horizontally resampled */
-        for (int y = 0; y < win->wh; y++) horizontal_row(&r, win->wy + y, dst + (size_t)y * line);
+    if (r.p.need_h) {
+        coefficients(&r.p.ax, win->wx, win->ww, r.bx, r.kx, w);
+        pad_weights(r.bx, r.kx, r.p.ax.ksize, win->ww, c->x0, c->w, r.kfx);
+    }
+    if (r.p.need_v) {
+        coefficients(&r.p.ay, win->wy, win->wh, r.by, r.ky, w);
+        pad_weights(r.by, r.ky, r.p.ay.ksize, win->wh, c->y0, c->h, r.kfy);
+    }
+    if (canvas_padded(c)) /* a pad row: every tap the fill */
+        for (int x = 0; x < win->ww; x++)
+            for (int ch = 0; ch < 3; ch++) {
+                int32_t all = 0;
+                for (int t = 0; r.p.need_h && t < r.bx[2 * x + 1]; t++) all += r.kx[(size_t)x * r.p.ax.ksize + t];
+                r.fill[(size_t)x * 3 + ch] =
+                    r.p.need_h ? clip8((1 << (PRECISION_BITS - 1)) + c->fill[ch] * all) : c->fill[ch];
+            }
+    if (!r.p.need_v) { /* the window's canvas rows, horizontally resampled */
+        for (int y = 0; y < win->wh; y++) {
+            int cy = win->wy + y;
+            if (cy >= c->y0 && cy < c->y0 + c->h) horizontal_row(&r, cy, dst + (size_t)y * line);
+            else memcpy(dst + (size_t)y * line, r.fill, line);
+        }
         return;
     }
     r.next = r.p.ring_first;
     for (int y = 0; y < win->wh; y++) {
         const int32_t *k = r.ky + (size_t)y * r.p.ay.ksize;
         int b = r.by[2 * y], n = r.by[2 * y + 1];
+        int lo = b > c->y0 ? b : c->y0, hi = b + n < c->y0 + c->h ? b + n : c->y0 + c->h;
         uint8_t *o = dst + (size_t)y * line;
-        for (; r.next < b + n; r.next++) horizontal_row(&r, r.next, ring_row(&r, r.next));
+        if (lo >= hi) { /* all pad */
+            for (size_t i = 0; i < line; i++)
+                o[i] = clip8((1 << (PRECISION_BITS - 1)) + r.fill[i] * r.kfy[y]);
+            continue;
+        }
+        for (; r.next < hi; r.next++) horizontal_row(&r, r.next, ring_row(&r, r.next));
         for (size_t i = 0; i < line; i++) {
             int32_t ss = 1 << (PRECISION_BITS - 1);
-            for (int t = 0; t < n; t++) ss += ring_row(&r, b + t)[i] * k[t];
+            if (r.kfy[y]) ss += r.fill[i] * r.kfy[y];
+            for (int t = lo; t < hi; t++) ss += ring_row(&r, t)[i] * k[t - b];
             o[i] = clip8(ss);
         }
     }
 }
 
-/* A whole resize: its window is everything. */
+/* A whole resize of a canvas: its window is everything. */
 static window whole(int ow, int oh) { return (window){.ow = ow, .oh = oh, .ww = ow, .wh = oh}; }
 
 /* Takes `need` bytes of s, or fails saying what they were for. */
@@ -268,6 +335,13 @@ static void normalize_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, i
             }
 }
 
+void pdl_pad_color_of_mean(const float mean[3], uint8_t color[3]) {
+    for (int c = 0; c < 3; c++) {
+        double v = (double)mean[c] * 255.0;
+        color[c] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : (int)v);
+    }
+}
+
 /* transformers' center_crop origin: (size - crop) // 2, floor also when
  * negative (the crop is larger: padding). */
 static int crop_origin(int size, int crop) {
@@ -279,12 +353,17 @@ int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int 
                         pdl_error *err) {
     if (w <= 0 || h <= 0) return pdl_fail(err, "image of %d x %d pixels is empty", w, h);
     canvas c = canvas_of(rgb, w, h);
+    if (p->pad_square && w != h) { /* pad_to_square / expand2square: centred on the longer side's square */
+        int side = w > h ? w : h;
+        c.cw = c.ch = side, c.x0 = (side - w) / 2, c.y0 = (side - h) / 2;
+        memcpy(c.fill, p->pad_color, 3);
+    }
     int rw, rh;
     if (p->shortest_edge) {
-        int shorter = w <= h ? w : h, longer = w <= h ? h : w;
+        int shorter = c.cw <= c.ch ? c.cw : c.ch, longer = c.cw <= c.ch ? c.ch : c.cw;
         if ((double)p->size * longer / shorter > (double)(INT_MAX / 4))
             return pdl_fail(err, "image of %d x %d pixels: its shortest-edge resize to %d is too large", w, h, p->size);
-        pdl_shortest_edge_size(w, h, p->size, &rw, &rh);
+        pdl_shortest_edge_size(c.cw, c.ch, p->size, &rw, &rh);
     } else {
         rw = p->crop_w, rh = p->crop_h;
     }

@@ -38,6 +38,12 @@ typedef struct pdl_image_proc {
     int size;              /* shortest_edge */
     int crop_w, crop_h;    /* the tile the tower takes */
     pdl_resample resample;
+    /* LLaVA 1.5's pad to a square before the resize (the original's
+     * image_aspect_ratio "pad", transformers' LlavaImageProcessor do_pad,
+     * llama.cpp for mmproj LLaVA): the image centred on a square of its
+     * longer side filled with pad_color (int(mean * 255) per channel) */
+    bool pad_square;
+    uint8_t pad_color[3];
     double rescale;        /* 1 / 255 */
     float mean[3], std[3];
     int n_pinpoints;       /* LLaVA 1.6 any-resolution: candidate (height, width) grids; 0 = one tile */
@@ -62,7 +68,13 @@ int pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int 
  * (transformers' get_resize_output_image_size, default_to_square=False). */
 void pdl_shortest_edge_size(int w, int h, int size, int *ow, int *oh);
 
-/* One tile through the processor: resize, center crop (zero padding where the image is smaller than the crop),
+/* The colour of LLaVA's square pad: int(x * 255) of each channel's mean, as
+ * transformers and the original LLaVA write it (truncated; (122, 116, 104)
+ * for CLIP's mean, llama.cpp's constant), held to [0, 255]. */
+void pdl_pad_color_of_mean(const float mean[3], uint8_t color[3]);
+
+/* One tile through the processor: pad to a square (pad_square), resize,
+ * center crop (zero padding where the image is smaller than the crop),
  * rescale, normalise. out is (3, crop_h, crop_w). Only the crop's window
  * of the resize is computed. */
 int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
