@@ -28,8 +28,10 @@ struct pdl_image {
  *     (Qwen2-VL's processor refuses more; a thinner strip has nothing a
  *     square tile could show, and its resize would be all intermediate).
  * So a decoded image holds at most 201 MB of RGB; decoding takes at most 4
- * bytes a pixel for it (RGBA before compositing), plus libjpeg's 6 of
- * coefficients for a progressive JPEG (image_decode.c). */
+ * bytes a pixel for it (RGBA before compositing), plus what a library needs
+ * of its own: libjpeg's coefficients of a progressive JPEG (6 bytes a
+ * pixel, held to that), libwebp's ARGB of a lossless WebP (4)
+ * (image_decode.c). */
 #define PDL_IMAGE_MAX_PIXELS ((int64_t)8192 * 8192)
 #define PDL_IMAGE_MAX_SIDE 16384
 #define PDL_IMAGE_MAX_ASPECT 200
