@@ -1139,6 +1139,8 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
     CHECK_CONTAINS(err.message, "bytes of image scratch (resize and crop)");
     REQUIRE_MSG(pdl_vision_encode(vis, img, &rows, &n_rows, &err) == 0, "%s", err.message);
     CHECK(n_rows == n_want && memcmp(rows, want, (size_t)n_want * TH * sizeof *rows) == 0);
+    CHECK_MSG(vis->scratch.image.buf == NULL && vis->scratch.image.cap == 0,
+              "the processor's scratch (%zu bytes) is kept after the image", vis->scratch.image.cap);
     free(rows);
     free(want);
     free(q8_mmproj);

@@ -95,13 +95,19 @@ static int vision_preprocess(pdl_vision *v, const pdl_image *img, float **tiles,
 
 int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
-    if (c->family == PDL_VLM_QWEN25VL) return pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
+    if (c->family == PDL_VLM_QWEN25VL) {
+        int rc = pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
+        pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+        return rc;
+    }
     *rows_out = NULL;
     *n_rows_out = 0;
     float *tiles = NULL, *feat = NULL, *proj = NULL, *rows = NULL;
     int n_tiles = 0, gh = 0, gw = 0, side = pdl_vision_side(c), np = side * side, th = c->text_hidden;
     int rc = -1;
-    if (vision_preprocess(v, img, &tiles, &n_tiles, &gh, &gw, err)) return -1;
+    int pre = vision_preprocess(v, img, &tiles, &n_tiles, &gh, &gw, err);
+    pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+    if (pre) return -1;
     size_t tile = (size_t)3 * c->image_size * c->image_size;
     feat = malloc((size_t)np * c->hidden * sizeof *feat);
     int per_tile = c->family == PDL_VLM_GEMMA3 ? c->mm_tokens : np;
