@@ -23,6 +23,15 @@
  * class token dropped, linear_1, GELU, linear_2, then the Llama forward
  * with the image rows in place of the image token's embeddings.
  *
+ * The image (131 x 90) is not square, so how the processor makes it one
+ * shows: the folder whose preprocessor_config.json is CLIPImageProcessor's
+ * resizes and center-crops (rgb_png.clip28); llama.cpp's pair, like the
+ * original LLaVA 1.5 (image_aspect_ratio "pad") and a LlavaImageProcessor
+ * folder with do_pad, first pads it to a square of the mean colour
+ * (rgb_png.clip28_square: transformers' pad_to_square, then the same
+ * resize). The two references move the logits by far more than the
+ * tolerance, so a route that crops where it should pad fails.
+ *
  * Tolerance: 1e-4 absolute on logits of magnitude ~1-3. The engine runs in
  * float32 (F32 weights and KV cache); the observed difference from float64
  * is ~1e-5. The reference with the class token after the patches (llama.cpp
@@ -37,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/gguf.h"
 #include "kernels/fp16.h"
@@ -301,14 +311,16 @@ static void write_ggufs(void) {
 /* ---- the reference pixels (PIL) ------------------------------------------------------ */
 
 static char *ref_dir;
-static float ref_pixels[3 * IMG * IMG];
+static float ref_crop[3 * IMG * IMG], ref_pad[3 * IMG * IMG];
 
 static void need_files(void) {
     if (ref_dir) return;
     make_weights();
     ref_dir = vt_reference_dir();
     /* rgb_png through CLIPImageProcessor at shortest edge 28, crop 28 x 28 */
-    vt_read_f32(ref_dir, "rgb_png.clip28.f32", ref_pixels, sizeof ref_pixels);
+    vt_read_f32(ref_dir, "rgb_png.clip28.f32", ref_crop, sizeof ref_crop);
+    /* the same after LlavaImageProcessor's pad_to_square with the mean colour */
+    vt_read_f32(ref_dir, "rgb_png.clip28_square.f32", ref_pad, sizeof ref_pad);
     write_hf();
     write_ggufs();
 }
@@ -446,12 +458,11 @@ static void prompt_ids(int32_t *ids, int32_t image_id) {
     memcpy(ids + IMG_AT + NP, TEXT_AFTER, sizeof TEXT_AFTER);
 }
 
-static void ref_image_rows(ref_bug bug, double *rows) { ref_tile_rows(bug, ref_pixels, rows); }
-
-/* The reference over any ids with the image's rows from img_at. */
-static double *reference_logits_of(ref_bug bug, const int32_t *ids, int n, int img_at) {
+/* The reference over any ids with the image's rows (from its pixel values)
+ * at img_at. */
+static double *reference_logits_of(ref_bug bug, const float *pixels, const int32_t *ids, int n, int img_at) {
     static double rows[NP * TH];
-    ref_image_rows(bug, rows);
+    ref_tile_rows(bug, pixels, rows);
     const double **embd = calloc((size_t)n, sizeof *embd);
     for (int i = 0; i < NP; i++) embd[img_at + i] = rows + (size_t)i * TH;
     double *logits = malloc((size_t)n * VOC * sizeof *logits);
@@ -460,10 +471,10 @@ static double *reference_logits_of(ref_bug bug, const int32_t *ids, int n, int i
     return logits;
 }
 
-static double *reference_logits(ref_bug bug) {
+static double *reference_logits(ref_bug bug, const float *pixels) {
     int32_t ids[N_PROMPT];
     prompt_ids(ids, 0);
-    return reference_logits_of(bug, ids, N_PROMPT, IMG_AT);
+    return reference_logits_of(bug, pixels, ids, N_PROMPT, IMG_AT);
 }
 
 /* ---- the engine ------------------------------------------------------------------ */
@@ -512,8 +523,8 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     return logits;
 }
 
-static void check_against_reference(const char *what, const float *got) {
-    double *want = reference_logits(BUG_NONE);
+static void check_against_reference(const char *what, const float *got, const float *pixels) {
+    double *want = reference_logits(BUG_NONE, pixels);
     double d = vt_max_diff(got, want, (size_t)N_PROMPT * VOC);
     fprintf(stderr, "  %s: max |engine - float64 reference| = %.3g over %d rows\n", what, d, N_PROMPT);
     CHECK_MSG(d < TOL, "%s: %.3g", what, d);
@@ -531,7 +542,7 @@ static void test_llava_hf_folder_matches_the_float64_reference(void) {
     CHECK_EQ_INT(info.n_layers, VL);
     CHECK_EQ_INT(info.n_layers_run, VL - 1);
     CHECK_EQ_INT(info.rows_per_image, NP);
-    check_against_reference("HF folder", got);
+    check_against_reference("HF folder (CLIPImageProcessor: crop)", got, ref_crop);
     free(got);
 }
 
@@ -542,15 +553,67 @@ static void test_llava_gguf_and_mmproj_match_the_float64_reference(void) {
     REQUIRE(got);
     CHECK_EQ_INT(info.n_layers, VL - 1); /* the converter dropped the last layer */
     CHECK_EQ_INT(info.n_layers_run, VL - 1);
-    check_against_reference("GGUF + mmproj", got);
+    check_against_reference("GGUF + mmproj (pad, as llama.cpp)", got, ref_pad);
     free(got);
+}
+
+/* A folder whose processor asks for the pad: LlavaImageProcessor's do_pad,
+ * or the original LLaVA's image_aspect_ratio "pad". do_pad: false, or no
+ * word of it, keeps the crop. */
+static void test_llava_hf_folder_pads_where_its_processor_says_so(void) {
+    need_files();
+    static const struct {
+        const char *extra, *what;
+        bool pad;
+    } cases[] = {
+        {"\"do_pad\": true", "do_pad true", true},
+        {"\"image_aspect_ratio\": \"pad\"", "image_aspect_ratio pad", true},
+        {"\"do_pad\": false", "do_pad false", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* the folder's files again, its processor with one more key */
+        char name[32];
+        snprintf(name, sizeof name, "llava-hf-pad%zu", i);
+        char *dir = test_make_dir(name);
+        const char *files[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"};
+        for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+            char *src = test_join(hf_dir, files[f]), *dst = test_join(dir, files[f]);
+            REQUIRE(symlink(src, dst) == 0);
+            free(src), free(dst);
+        }
+        char pre[2048];
+        snprintf(pre, sizeof pre, "{%s, %s", cases[i].extra, PREPROCESSOR + 1);
+        char *p = test_join(dir, "preprocessor_config.json");
+        test_write_file(p, pre, strlen(pre));
+        free(p);
+        pdl_vision_info info;
+        float *got = engine_logits(dir, dir, &info);
+        REQUIRE(got);
+        char what[96];
+        snprintf(what, sizeof what, "HF folder, %s", cases[i].what);
+        check_against_reference(what, got, cases[i].pad ? ref_pad : ref_crop);
+        free(got);
+        free(dir);
+    }
+}
+
+/* The pad's reference is far from the crop's: a route that crops where it
+ * should pad (or pads where it should crop) fails the comparisons above. */
+static void test_the_reference_tells_pad_from_crop(void) {
+    need_files();
+    double *crop = reference_logits(BUG_NONE, ref_crop), *pad = reference_logits(BUG_NONE, ref_pad);
+    double d = vt_max_diff_d(crop, pad, (size_t)N_PROMPT * VOC);
+    double last = vt_max_diff_d(crop + (size_t)(N_PROMPT - 1) * VOC, pad + (size_t)(N_PROMPT - 1) * VOC, VOC);
+    fprintf(stderr, "  crop against pad: the reference moves by %.3g (the last row by %.3g)\n", d, last);
+    CHECK_MSG(last > 100 * TOL, "%.3g", last);
+    free(crop), free(pad);
 }
 
 /* The details the comparison guards: each wrong variant of the reference
  * lands far outside the tolerance. */
 static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
     need_files();
-    double *good = reference_logits(BUG_NONE);
+    double *good = reference_logits(BUG_NONE, ref_crop);
     static const struct {
         ref_bug bug;
         const char *name;
@@ -558,7 +621,7 @@ static void test_the_reference_tells_class_token_order_and_feature_layer(void) {
                 {BUG_ALL_LAYERS, "last layer run"},
                 {BUG_ONE_LAYER_FEWER, "one layer fewer"}};
     for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
-        double *bad = reference_logits(bugs[i].bug);
+        double *bad = reference_logits(bugs[i].bug, ref_crop);
         double d = vt_max_diff_d(good, bad, (size_t)N_PROMPT * VOC);
         fprintf(stderr, "  %s: the reference moves by %.3g\n", bugs[i].name, d);
         CHECK_MSG(d > 100 * TOL, "%s: %.3g", bugs[i].name, d);
@@ -683,7 +746,7 @@ static void check_next(const char *what, const char *text_path, const char *visi
     size_t nb = 0;
     float *tiles = (float *)test_slurp(p, &nb);
     free(p);
-    REQUIRE(nb == 5 * sizeof ref_pixels);
+    REQUIRE(nb == 5 * sizeof ref_crop);
     double *ref_rows = malloc((size_t)(NP + 8 * 9) * TH * sizeof *ref_rows);
     int n_img = ref_next_rows(NEXT_OK, tiles, 5, 2, 2, 90, 131, ref_rows);
     CHECK_EQ_INT(n_img, NP + 6 * 9);
@@ -802,14 +865,15 @@ static void run_engine(const engine_req *reqs, int n, bool prefix_caching, bool 
 }
 
 /* The engine's first sampled row of the image prompt is the reference's
- * last row: image rows go through the runner's packed batch. */
+ * last row: image rows go through the runner's packed batch (the GGUF
+ * pair's: padded). */
 static void test_the_engine_puts_image_rows_into_the_packed_batch(void) {
     need_files();
     engine_req r = {.image = "rgb_png.png"};
     vt_collected c;
     run_engine(&r, 1, true, false, &c);
     REQUIRE(c.n_logits[0] > 0);
-    double *want = reference_logits(BUG_NONE);
+    double *want = reference_logits(BUG_NONE, ref_pad);
     double d = 0;
     for (int j = 0; j < VOC; j++) d = fmax(d, fabs(c.logits[0][0][j] - want[(size_t)(N_PROMPT - 1) * VOC + j]));
     CHECK_MSG(d < TOL, "%.3g", d);
@@ -854,7 +918,7 @@ static void test_the_prefix_cache_keys_image_blocks_by_the_image(void) {
 
 /* `pagedlm logits ... --all-rows` with the image, against the reference
  * over the ids it reports. */
-static void check_cli_logits(const char *what, const char *model_args, int32_t want_image_id) {
+static void check_cli_logits(const char *what, const char *model_args, int32_t want_image_id, const float *pixels) {
     char args[8192];
     snprintf(args, sizeof args, "logits %s --image '%s/rgb_png.png' -p '%s' --all-rows --kv-cache-dtype f32 -t 2",
              model_args, ref_dir, PROMPT);
@@ -876,7 +940,7 @@ static void check_cli_logits(const char *what, const char *model_args, int32_t w
         for (int i = 0; i < NP && at + NP <= n; i++) CHECK_EQ_INT(ids[at + i], want_image_id);
         REQUIRE((int)json_array_size(lg) == n);
         if (at > 1 && at + NP < n) {
-            double *want = reference_logits_of(BUG_NONE, ids, n, at), d = 0;
+            double *want = reference_logits_of(BUG_NONE, pixels, ids, n, at), d = 0;
             for (int i = 0; i < n; i++)
                 for (int j = 0; j < VOC; j++)
                     d = fmax(d, fabs(json_number_value(json_array_get(json_array_get(lg, (size_t)i), (size_t)j)) -
@@ -897,10 +961,10 @@ static void test_logits_takes_an_image_at_the_media_marker(void) {
     need_files();
     char args[4096];
     snprintf(args, sizeof args, "-m '%s'", hf_dir);
-    check_cli_logits("HF folder", args, IMAGE_TOKEN);
+    check_cli_logits("HF folder", args, IMAGE_TOKEN, ref_crop);
     /* the GGUF vocabulary has no <image>: its rows carry id 0, as llama.cpp's */
     snprintf(args, sizeof args, "-m '%s' --mmproj '%s'", text_gguf, mmproj_gguf);
-    check_cli_logits("GGUF + mmproj", args, 0);
+    check_cli_logits("GGUF + mmproj", args, 0, ref_pad);
 }
 
 /* `pagedlm run` greedy: the first token is the argmax of `logits`' last row. */
@@ -1012,7 +1076,8 @@ static uint8_t *q8_0_blocks(const float *x, int64_t n, size_t *bytes) {
  * embeddings stay F32): Q8_0 matmuls take kernel scratch on every
  * instruction set (F32 panels take none), so each take can be made to
  * fail. The encoder must then return an error naming the scratch, hand
- * back no rows, and encode the same bytes when run again. */
+ * back no rows, and encode the same bytes when run again; so must it when
+ * the image processor's take fails. */
 static void test_the_encoder_reports_scratch_it_cannot_have(void) {
     pdl_error err = {0};
     gguf_writer *v = mmproj_writer();
@@ -1067,6 +1132,16 @@ static void test_the_encoder_reports_scratch_it_cannot_have(void) {
         rows = NULL;
     }
     printf("  %ld scratch takes, each failed once\n", takes);
+    /* the processor's own scratch (resize and crop) the same way */
+    vis->scratch.image.fail_in = 1;
+    int rc = pdl_vision_encode(vis, img, &rows, &n_rows, &err);
+    CHECK_MSG(rc != 0 && rows == NULL && n_rows == 0, "the processor's scratch failed, yet the encoder went on");
+    CHECK_CONTAINS(err.message, "bytes of image scratch (resize and crop)");
+    REQUIRE_MSG(pdl_vision_encode(vis, img, &rows, &n_rows, &err) == 0, "%s", err.message);
+    CHECK(n_rows == n_want && memcmp(rows, want, (size_t)n_want * TH * sizeof *rows) == 0);
+    CHECK_MSG(vis->scratch.image.buf == NULL && vis->scratch.image.cap == 0,
+              "the processor's scratch (%zu bytes) is kept after the image", vis->scratch.image.cap);
+    free(rows);
     free(want);
     free(q8_mmproj);
     pdl_image_free(img);
@@ -1084,7 +1159,7 @@ static void test_a_sparse_llava_text_config_takes_llama_defaults(void) {
     pdl_vision_info info;
     float *got = engine_logits(dir, dir, &info);
     REQUIRE(got);
-    check_against_reference("sparse text_config", got);
+    check_against_reference("sparse text_config", got, ref_crop);
     free(got);
     free(dir);
     /* the published text_config, verbatim; then with 2 layers and no model_type (LlavaConfig's default: llama) */
@@ -1118,6 +1193,8 @@ static void test_a_sparse_llava_text_config_takes_llama_defaults(void) {
 int main(void) {
     RUN(test_llava_hf_folder_matches_the_float64_reference);
     RUN(test_llava_gguf_and_mmproj_match_the_float64_reference);
+    RUN(test_llava_hf_folder_pads_where_its_processor_says_so);
+    RUN(test_the_reference_tells_pad_from_crop);
     RUN(test_the_reference_tells_class_token_order_and_feature_layer);
     RUN(test_llava_next_any_resolution_matches_the_float64_reference);
     RUN(test_llava_next_gguf_and_mmproj_match_the_float64_reference);

@@ -7,9 +7,16 @@
  * reader knows it, the byte offset; a truncated JPEG (which libjpeg would
  * finish in grey with a warning) is an error, as in PIL. Pixels with alpha
  * are composited onto white, as transformers' convert_to_rgb does; 16-bit
- * channels keep their high byte (PIL's conversion to 8-bit RGB). Images
- * beyond PDL_IMAGE_MAX_PIXELS are refused from their header, before their
- * pixels are allocated.
+ * channels keep their high byte (PIL's conversion to 8-bit RGB).
+ *
+ * Memory is bounded from the header. Images outside image.h's limits
+ * (pixels, side, aspect ratio) are refused before anything is allocated for
+ * their pixels. Pixels without alpha are decoded straight into the image's
+ * RGB; pixels with alpha into an RGBA buffer that is composited in place and
+ * shrunk to RGB, so the peak is 4 bytes a pixel. libpng is held to the side
+ * limit and 8 MB per ancillary chunk; libjpeg's one large allocation (the
+ * coefficients of a progressive file) to what three components of the
+ * header's size need; every allocation is checked and fails as an error.
  *
  * What it is not for: resizing or normalising (image_preprocess.c).
  */
@@ -42,20 +49,30 @@ void pdl_image_free(pdl_image *img) {
 int pdl_image_width(const pdl_image *img) { return img->width; }
 int pdl_image_height(const pdl_image *img) { return img->height; }
 
+/* image.h's limits on a size read from a header. */
 static int check_size(const char *what, const char *fmt, long long w, long long h, pdl_error *err) {
     if (w <= 0 || h <= 0) return pdl_fail(err, "%s: %s image of %lld x %lld pixels is empty", what, fmt, w, h);
     if (w * h > PDL_IMAGE_MAX_PIXELS)
         return pdl_fail(err, "%s: %s image of %lld x %lld pixels exceeds the limit of %lld pixels", what, fmt, w, h,
                         (long long)PDL_IMAGE_MAX_PIXELS);
+    long long lo = w < h ? w : h, hi = w < h ? h : w;
+    if (hi > (long long)PDL_IMAGE_MAX_ASPECT * lo)
+        return pdl_fail(err, "%s: %s image of %lld x %lld pixels: its aspect ratio %.1f:1 is over the limit of %d:1",
+                        what, fmt, w, h, (double)hi / (double)lo, PDL_IMAGE_MAX_ASPECT);
+    if (hi > PDL_IMAGE_MAX_SIDE)
+        return pdl_fail(err, "%s: %s image of %lld x %lld pixels: a side of %lld pixels exceeds the limit of %d", what,
+                        fmt, w, h, hi, PDL_IMAGE_MAX_SIDE);
     return 0;
 }
 
-static pdl_image *image_new(int w, int h) {
+/* An image of w x h pixels with room for `channels` bytes a pixel (4: RGBA
+ * to be composited in place by image_rgba_to_rgb). NULL when out of memory. */
+static pdl_image *image_new(int w, int h, int channels) {
     pdl_image *img = calloc(1, sizeof *img);
     if (!img) return NULL;
     img->width = w;
     img->height = h;
-    img->rgb = malloc((size_t)w * (size_t)h * 3);
+    img->rgb = malloc((size_t)w * (size_t)h * (size_t)channels);
     if (!img->rgb) {
         free(img);
         return NULL;
@@ -63,12 +80,21 @@ static pdl_image *image_new(int w, int h) {
     return img;
 }
 
-/* RGBA -> RGB over white: c a / 255 + 255 (1 - a / 255), rounded. */
-static void rgba_onto_white(uint8_t *dst, const uint8_t *src, size_t n_pixels) {
-    for (size_t i = 0; i < n_pixels; i++) {
-        unsigned a = src[4 * i + 3];
-        for (int c = 0; c < 3; c++) dst[3 * i + c] = (uint8_t)((src[4 * i + c] * a + 255u * (255u - a) + 127u) / 255u);
+/* The image's RGBA pixels -> RGB over white (c a / 255 + 255 (1 - a / 255),
+ * rounded), in place: pixel i is read whole before bytes [3i, 3i + 3) are
+ * written, and later pixels lie at 4j > 3i + 2. Then the buffer shrinks to
+ * RGB. */
+static void image_rgba_to_rgb(pdl_image *img) {
+    uint8_t *p = img->rgb;
+    size_t n = (size_t)img->width * (size_t)img->height;
+    for (size_t i = 0; i < n; i++) {
+        unsigned r = p[4 * i], g = p[4 * i + 1], b = p[4 * i + 2], a = p[4 * i + 3], bg = 255u * (255u - a) + 127u;
+        p[3 * i] = (uint8_t)((r * a + bg) / 255u);
+        p[3 * i + 1] = (uint8_t)((g * a + bg) / 255u);
+        p[3 * i + 2] = (uint8_t)((b * a + bg) / 255u);
     }
+    uint8_t *shrunk = realloc(p, n * 3); /* a shrink: when it fails, the larger buffer is as good */
+    if (shrunk) img->rgb = shrunk;
 }
 
 /* ---- PNG ------------------------------------------------------------------ */
@@ -99,6 +125,11 @@ static void png_on_error(png_structp png, png_const_charp msg) {
 
 static void png_on_warning(png_structp png, png_const_charp msg) { (void)png, (void)msg; }
 
+/* Ancillary chunks (iCCP, zTXt, ...) are read into memory whole: at most
+ * this many bytes each, and this many of them. */
+#define PNG_CHUNK_MAX_BYTES ((png_alloc_size_t)8 << 20)
+#define PNG_CHUNK_MAX_COUNT 1000
+
 static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char *what, pdl_error *err) {
     /* the size from IHDR (always the first chunk) before libpng reads on */
     if (n >= 24 && memcmp(data + 12, "IHDR", 4) == 0) {
@@ -114,17 +145,19 @@ static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char
         return pdl_fail(err, "%s: out of memory for the PNG decoder", what);
     }
     /* volatile: changed after setjmp, read after a longjmp */
-    uint8_t *volatile rgba = NULL;
     png_bytep *volatile rows = NULL;
     pdl_image *volatile img = NULL;
     if (setjmp(r.jmp)) {
         png_destroy_read_struct(&png, &info, NULL);
-        free(rgba), free(rows);
+        free(rows);
         pdl_image_free(img);
         return pdl_fail(err, "%s: corrupt PNG: %s", what, r.message);
     }
     png_set_read_fn(png, &r, png_read_mem);
     png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
+    png_set_user_limits(png, PDL_IMAGE_MAX_SIDE, PDL_IMAGE_MAX_SIDE);
+    png_set_chunk_malloc_max(png, PNG_CHUNK_MAX_BYTES);
+    png_set_chunk_cache_max(png, PNG_CHUNK_MAX_COUNT);
     png_read_info(png, info);
     png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
     if (check_size(what, "PNG", (long long)w, (long long)h, err)) {
@@ -132,34 +165,33 @@ static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char
         return -1;
     }
     int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
-    /* everything to 8-bit RGBA */
+    bool alpha = (color & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, info, PNG_INFO_tRNS);
+    /* everything to 8-bit RGB, or RGBA when there is alpha to composite */
     if (depth == 16) png_set_strip_16(png);
     if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
     if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
     if (png_get_valid(png, info, PNG_INFO_tRNS)) png_set_tRNS_to_alpha(png);
     if (color == PNG_COLOR_TYPE_GRAY || color == PNG_COLOR_TYPE_GRAY_ALPHA) png_set_gray_to_rgb(png);
-    if (!(color & PNG_COLOR_MASK_ALPHA) && !png_get_valid(png, info, PNG_INFO_tRNS))
-        png_set_filler(png, 0xff, PNG_FILLER_AFTER);
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
-    if (png_get_rowbytes(png, info) != (size_t)w * 4) {
-        snprintf(r.message, sizeof r.message, "unexpected row size %zu after conversion to RGBA",
-                 (size_t)png_get_rowbytes(png, info));
+    int channels = alpha ? 4 : 3;
+    if (png_get_rowbytes(png, info) != (size_t)w * channels) {
+        snprintf(r.message, sizeof r.message, "unexpected row size %zu after conversion to %s",
+                 (size_t)png_get_rowbytes(png, info), alpha ? "RGBA" : "RGB");
         longjmp(r.jmp, 1);
     }
-    rgba = malloc((size_t)w * h * 4);
     rows = malloc((size_t)h * sizeof *rows);
-    img = image_new((int)w, (int)h);
-    if (!rgba || !rows || !img) {
+    img = image_new((int)w, (int)h, channels);
+    if (!rows || !img) {
         snprintf(r.message, sizeof r.message, "out of memory for %u x %u pixels", (unsigned)w, (unsigned)h);
         longjmp(r.jmp, 1);
     }
-    for (png_uint_32 y = 0; y < h; y++) rows[y] = rgba + (size_t)y * w * 4;
+    for (png_uint_32 y = 0; y < h; y++) rows[y] = img->rgb + (size_t)y * w * channels;
     png_read_image(png, rows);
     png_read_end(png, NULL);
     png_destroy_read_struct(&png, &info, NULL);
-    rgba_onto_white(img->rgb, rgba, (size_t)w * h);
-    free(rgba), free(rows);
+    free(rows);
+    if (alpha) image_rgba_to_rgb(img);
     *out = img;
     return 0;
 }
@@ -216,6 +248,11 @@ static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const cha
         jpeg_destroy_decompress(&cinfo);
         return pdl_fail(err, "%s: CMYK JPEG images are not supported; convert it to RGB", what);
     }
+    /* libjpeg's large allocation is the whole-image coefficient buffer of a
+     * progressive (or multi-scan) file: 2 bytes a sample, 3 components at
+     * full resolution at most, plus MCU padding. Beyond that it stops with
+     * "Backing store not supported" instead of allocating. */
+    cinfo.mem->max_memory_to_use = (long)((size_t)cinfo.image_width * cinfo.image_height * 6 + ((size_t)16 << 20));
     cinfo.out_color_space = JCS_RGB;
     jpeg_start_decompress(&cinfo);
     int w = (int)cinfo.output_width, h = (int)cinfo.output_height;
@@ -223,7 +260,7 @@ static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const cha
         snprintf(je.message, sizeof je.message, "%d output components, expected 3", cinfo.output_components);
         longjmp(je.jmp, 1);
     }
-    img = image_new(w, h);
+    img = image_new(w, h, 3);
     if (!img) {
         snprintf(je.message, sizeof je.message, "out of memory for %d x %d pixels", w, h);
         longjmp(je.jmp, 1);
@@ -268,25 +305,21 @@ static int decode_webp(pdl_image **out, const uint8_t *data, size_t n, const cha
     if (check_size(what, "WebP", f.width, f.height, err)) return -1;
     WebPDecoderConfig cfg;
     if (!WebPInitDecoderConfig(&cfg)) return pdl_fail(err, "%s: WebP decoder version mismatch", what);
-    uint8_t *rgba = malloc((size_t)f.width * (size_t)f.height * 4);
-    pdl_image *img = image_new(f.width, f.height);
-    if (!rgba || !img) {
-        free(rgba), pdl_image_free(img);
-        return pdl_fail(err, "%s: out of memory for %d x %d pixels", what, f.width, f.height);
-    }
-    cfg.output.colorspace = MODE_RGBA;
+    int channels = f.has_alpha ? 4 : 3;
+    pdl_image *img = image_new(f.width, f.height, channels);
+    if (!img) return pdl_fail(err, "%s: out of memory for %d x %d pixels", what, f.width, f.height);
+    cfg.output.colorspace = f.has_alpha ? MODE_RGBA : MODE_RGB;
     cfg.output.is_external_memory = 1;
-    cfg.output.u.RGBA.rgba = rgba;
-    cfg.output.u.RGBA.stride = f.width * 4;
-    cfg.output.u.RGBA.size = (size_t)f.width * (size_t)f.height * 4;
+    cfg.output.u.RGBA.rgba = img->rgb;
+    cfg.output.u.RGBA.stride = f.width * channels;
+    cfg.output.u.RGBA.size = (size_t)f.width * (size_t)f.height * (size_t)channels;
     st = WebPDecode(data, n, &cfg);
     WebPFreeDecBuffer(&cfg.output);
     if (st != VP8_STATUS_OK) {
-        free(rgba), pdl_image_free(img);
+        pdl_image_free(img);
         return pdl_fail(err, "%s: corrupt WebP: %s (%zu bytes)", what, webp_status(st), n);
     }
-    rgba_onto_white(img->rgb, rgba, (size_t)f.width * (size_t)f.height);
-    free(rgba);
+    if (f.has_alpha) image_rgba_to_rgb(img);
     *out = img;
     return 0;
 }

@@ -8,6 +8,12 @@
  *
  * Pixel tensors are float (3, height, width), channel-major, as the
  * processors return them (pixel_values).
+ *
+ * Working memory (filter weights, the resize's intermediate rows, the
+ * resized pixels) is one take of a caller's scratch (kernels/scratch.h):
+ * bounded by what the output needs, never by an intermediate size (a
+ * center crop computes only its window of the resize), and a take that
+ * fails is an error. Output tensors the functions return are malloc'ed.
  */
 #ifndef PDL_VISION_IMAGE_PREPROCESS_H
 #define PDL_VISION_IMAGE_PREPROCESS_H
@@ -15,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/scratch.h"
 #include "pagedlm.h"
 
 /* PIL's filters, with PIL's numbers (the processors' `resample`). */
@@ -31,6 +38,12 @@ typedef struct pdl_image_proc {
     int size;              /* shortest_edge */
     int crop_w, crop_h;    /* the tile the tower takes */
     pdl_resample resample;
+    /* LLaVA 1.5's pad to a square before the resize (the original's
+     * image_aspect_ratio "pad", transformers' LlavaImageProcessor do_pad,
+     * llama.cpp for mmproj LLaVA): the image centred on a square of its
+     * longer side filled with pad_color (int(mean * 255) per channel) */
+    bool pad_square;
+    uint8_t pad_color[3];
     double rescale;        /* 1 / 255 */
     float mean[3], std[3];
     int n_pinpoints;       /* LLaVA 1.6 any-resolution: candidate (height, width) grids; 0 = one tile */
@@ -46,17 +59,26 @@ typedef struct pdl_image_proc {
 /* PIL's Image.resize of 8-bit RGB: separable convolution, horizontal pass
  * then vertical, each with PIL's filter support widened by the scale when
  * shrinking (antialiasing), coefficients in 22-bit fixed point, 8-bit
- * results between and after the passes. dst is (oh, ow, 3). */
-void pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample filter);
+ * results between and after the passes. dst is (oh, ow, 3). -1 when the
+ * scratch cannot be had. */
+int pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample filter,
+                    pdl_scratch *s, pdl_error *err);
 
 /* The processor's output size for a shortest-edge resize of w x h
  * (transformers' get_resize_output_image_size, default_to_square=False). */
 void pdl_shortest_edge_size(int w, int h, int size, int *ow, int *oh);
 
-/* One tile through the processor: resize, center crop (zero padding where
- * the image is smaller than the crop), rescale, normalise. out is
- * (3, crop_h, crop_w). */
-int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_error *err);
+/* The colour of LLaVA's square pad: int(x * 255) of each channel's mean, as
+ * transformers and the original LLaVA write it (truncated; (122, 116, 104)
+ * for CLIP's mean, llama.cpp's constant), held to [0, 255]. */
+void pdl_pad_color_of_mean(const float mean[3], uint8_t color[3]);
+
+/* One tile through the processor: pad to a square (pad_square), resize,
+ * center crop (zero padding where the image is smaller than the crop),
+ * rescale, normalise. out is (3, crop_h, crop_w). Only the crop's window
+ * of the resize is computed. */
+int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
+                        pdl_error *err);
 
 /* LLaVA 1.6: the grid (height, width) in pixels that select_best_resolution
  * picks for an image of h x w. */
@@ -68,7 +90,7 @@ void pdl_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *be
  * the grid's size, cut into crop-sized tiles). *tiles is malloc'ed,
  * n_tiles x (3, crop_h, crop_w); *grid_h, *grid_w the grid in tiles. */
 int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
-                     int *grid_h, int *grid_w, pdl_error *err);
+                     int *grid_h, int *grid_w, pdl_scratch *s, pdl_error *err);
 
 /* LLaVA 1.6: rows and columns of patch features kept after unpadding the
  * grid of grid_h x grid_w tiles of side `patches` patches each (what
@@ -93,6 +115,6 @@ int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels,
  * (grid_h * grid_w, 3 * temporal * patch * patch); grid_h, grid_w count
  * patches. */
 int pdl_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
-                     int *grid_w, pdl_error *err);
+                     int *grid_w, pdl_scratch *s, pdl_error *err);
 
 #endif

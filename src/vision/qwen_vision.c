@@ -141,7 +141,8 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
     *rows_out = NULL, *n_rows_out = 0;
     float *patches = NULL;
     int gh, gw;
-    if (pdl_qwen_patches(pr, img->rgb, img->width, img->height, &patches, &gh, &gw, err)) return -1;
+    if (pdl_qwen_patches(pr, img->rgb, img->width, img->height, &patches, &gh, &gw, &v->scratch.image, err))
+        return -1;
     int m = pr->merge, unit = m * m, mh = gh / m, mw = gw / m, cells = mh * mw, n = gh * gw;
     int h = c->hidden, hd = h / c->n_heads, th = c->text_hidden, mhid = c->proj_hidden;
     size_t blocks = ((size_t)n + KV_BLOCK - 1) / KV_BLOCK;

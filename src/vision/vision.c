@@ -74,16 +74,17 @@ bool pdl_mm_rope_positions(const pdl_vision *v, const pdl_mm_input *images, int 
     return true;
 }
 
-int pdl_vision_preprocess(const pdl_vision *v, const pdl_image *img, float **tiles, int *n_tiles, int *grid_h,
-                          int *grid_w, pdl_error *err) {
+static int vision_preprocess(pdl_vision *v, const pdl_image *img, float **tiles, int *n_tiles, int *grid_h,
+                             int *grid_w, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     *tiles = NULL;
     *grid_h = *grid_w = 0;
     if (c->family == PDL_VLM_LLAVA_NEXT)
-        return pdl_anyres_tiles(&c->proc, img->rgb, img->width, img->height, tiles, n_tiles, grid_h, grid_w, err);
+        return pdl_anyres_tiles(&c->proc, img->rgb, img->width, img->height, tiles, n_tiles, grid_h, grid_w,
+                                &v->scratch.image, err);
     float *t = malloc((size_t)3 * c->proc.crop_w * c->proc.crop_h * sizeof *t);
     if (!t) return pdl_fail(err, "out of memory for an image tile");
-    if (pdl_preprocess_tile(&c->proc, img->rgb, img->width, img->height, t, err)) {
+    if (pdl_preprocess_tile(&c->proc, img->rgb, img->width, img->height, t, &v->scratch.image, err)) {
         free(t);
         return -1;
     }
@@ -94,13 +95,19 @@ int pdl_vision_preprocess(const pdl_vision *v, const pdl_image *img, float **til
 
 int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
-    if (c->family == PDL_VLM_QWEN25VL) return pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
+    if (c->family == PDL_VLM_QWEN25VL) {
+        int rc = pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
+        pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+        return rc;
+    }
     *rows_out = NULL;
     *n_rows_out = 0;
     float *tiles = NULL, *feat = NULL, *proj = NULL, *rows = NULL;
     int n_tiles = 0, gh = 0, gw = 0, side = pdl_vision_side(c), np = side * side, th = c->text_hidden;
     int rc = -1;
-    if (pdl_vision_preprocess(v, img, &tiles, &n_tiles, &gh, &gw, err)) return -1;
+    int pre = vision_preprocess(v, img, &tiles, &n_tiles, &gh, &gw, err);
+    pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+    if (pre) return -1;
     size_t tile = (size_t)3 * c->image_size * c->image_size;
     feat = malloc((size_t)np * c->hidden * sizeof *feat);
     int per_tile = c->family == PDL_VLM_GEMMA3 ? c->mm_tokens : np;

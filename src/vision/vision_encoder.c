@@ -254,5 +254,6 @@ void pdl_vision_scratch_free(pdl_vision_scratch *s) {
     free(s->patches), free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->ff);
     free(s->kv_k), free(s->kv_v), free(s->blocks), free(s->scores);
     pdl_scratch_free(&s->kernel);
+    pdl_scratch_free(&s->image);
     memset(s, 0, sizeof *s);
 }

@@ -115,6 +115,12 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
         c->eoi_id = pdl_vision_token_id(text, "<end_of_image>");
     } else {
         p->shortest_edge = true, p->size = c->image_size, p->resample = PDL_RESAMPLE_BICUBIC;
+        /* LLaVA 1.5 was trained on images padded to a square with the mean
+         * colour (image_aspect_ratio "pad"), and llama.cpp pads them: so
+         * does this route, as transformers' do_pad then the processor's
+         * resize (1.6 tiles instead) */
+        p->pad_square = c->family == PDL_VLM_LLAVA;
+        pdl_pad_color_of_mean(p->mean, p->pad_color);
         c->class_token = true, c->pre_ln = true, c->patch_bias = false;
         c->post_ln = false; /* hidden_states[-2] is taken before the post-norm */
         c->n_layers_run = c->n_layers;

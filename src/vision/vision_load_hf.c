@@ -116,9 +116,27 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         pdl_fail(err, "%s: do_pan_and_scan = true is not supported (Gemma 3's pan-and-scan crops)", path);
         goto done;
     }
+    /* LLaVA 1.5's pad to a square, where the processor asks for it:
+     * LlavaImageProcessor's do_pad, or the original LLaVA's
+     * image_aspect_ratio "pad" (CLIPImageProcessor crops). Other families'
+     * do_pad means something else (LLaVA 1.6's tiles batch). */
+    json_t *do_pad = json_object_get(j, "do_pad"), *aspect = json_object_get(j, "image_aspect_ratio");
+    if (do_pad && !json_is_boolean(do_pad) && !json_is_null(do_pad)) {
+        pdl_fail(err, "%s: field 'do_pad' must be true or false", path);
+        goto done;
+    }
+    if (aspect && !json_is_string(aspect) && !json_is_null(aspect)) {
+        pdl_fail(err, "%s: field 'image_aspect_ratio' must be a string", path);
+        goto done;
+    }
+    bool aspect_pad = json_is_string(aspect) && strcmp(json_string_value(aspect), "pad") == 0;
+    p->pad_square = c->family == PDL_VLM_LLAVA && (json_is_true(do_pad) || aspect_pad);
     json_t *dcc = json_object_get(j, "do_center_crop");
     bool center_crop = p->shortest_edge && !(dcc && json_is_false(dcc));
-    if (p->shortest_edge && !center_crop) {
+    if (p->shortest_edge && !center_crop && p->pad_square) {
+        /* a square resized by its shortest edge is size x size: the tile */
+        p->crop_w = p->crop_h = p->size;
+    } else if (p->shortest_edge && !center_crop) {
         pdl_fail(err, "%s: a shortest-edge resize without center crop gives tiles of varying size (not supported)",
                  path);
         goto done;
@@ -139,6 +157,7 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         goto done;
     /* keep 1/255 exact unless the file says something else */
     if (rescale != (float)(1.0 / 255.0)) p->rescale = rescale;
+    pdl_pad_color_of_mean(p->mean, p->pad_color); /* the file's own image_mean, as LlavaImageProcessor takes it */
     json_t *pins = json_object_get(j, "image_grid_pinpoints");
     if (c->family == PDL_VLM_LLAVA_NEXT && json_is_array(pins)) {
         size_t i;

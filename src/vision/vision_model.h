@@ -122,6 +122,8 @@ typedef struct pdl_vision_scratch {
     float *scores;    /* (threads, span) */
     size_t scores_cap;
     pdl_scratch kernel; /* the matmuls' (scratch.h), reserved for rows_cap rows */
+    pdl_scratch image;  /* the image processor's working memory (image_preprocess.h), released after each
+                         * image: it grows with the image (Qwen2.5-VL's up to max_pixels x 15 bytes) */
 } pdl_vision_scratch;
 
 struct pdl_vision {

@@ -4,8 +4,9 @@
 // --allowed-local-media-path; greedy output equal to `pagedlm run` with the
 // same image at <__media__>; another image changes the logprobs; streaming
 // equals non-streaming; http URLs, file:// URLs outside the folder, bad
-// base64 and images sent to a text-only model are 400s with a message; the
-// encoder cache's counters on /metrics (the same image again skips the tower).
+// base64, strips thinner than 200:1 and images sent to a text-only model
+// are 400s with a message; the encoder cache's counters on /metrics (the
+// same image again skips the tower).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -100,12 +101,17 @@ async function expect400(url, needle) {
   });
 }
 
-test('http URLs, file:// URLs outside the folder and bad data are 400s saying why', async () => {
+test('http URLs, file:// URLs outside the folder, bad data and thin strips are 400s saying why', async () => {
   await expect400('https://example.com/cat.png', /only data URLs/);
   await expect400(`file://${path.join(tmp, 'outside.png')}`, /outside the allowed local media path/);
   await expect400('data:image/png;base64,iVBO*w0K', /bad base64/);
   await expect400(dataUrl(Buffer.from('not an image at all')), /not a PNG, JPEG or WebP image/);
+  // a thin strip (a few hundred bytes of PNG) is refused from its header, for every model family
+  await expect400(dataUrl(png(300000, 1, 0, { flat: true })), /300000 x 1 pixels: its aspect ratio 300000.0:1 is over the limit of 200:1/);
+  await expect400(dataUrl(png(1, 30000, 0, { flat: true })), /1 x 30000 pixels: its aspect ratio 30000.0:1 is over the limit of 200:1/);
   // the server still answers
+  const strip = await ask(dataUrl(png(400, 2, 0, { flat: true }))); // 200:1, the limit
+  assert.equal(strip.choices.length, 1);
   const ok = await ask(dataUrl(PNG_A));
   assert.equal(ok.choices.length, 1);
 });

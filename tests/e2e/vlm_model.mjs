@@ -217,13 +217,15 @@ function crc32(buf) {
   return ~c >>> 0;
 }
 
-// An 8-bit RGB PNG of w x h pixels whose colours follow `seed`.
-export function png(w, h, seed) {
+// An 8-bit RGB PNG of w x h pixels whose colours follow `seed` (flat: all
+// grey 128, which deflates to a few hundred bytes at any size).
+export function png(w, h, seed, { flat = false } = {}) {
   const r = rng(seed);
   const rows = [];
   for (let y = 0; y < h; y++) {
-    const row = Buffer.alloc(1 + 3 * w);
-    for (let i = 1; i < row.length; i++) row[i] = Math.floor((r() + 0.5) * 256);
+    const row = Buffer.alloc(1 + 3 * w, flat ? 128 : 0);
+    row[0] = 0;
+    for (let i = 1; !flat && i < row.length; i++) row[i] = Math.floor((r() + 0.5) * 256);
     rows.push(row);
   }
   const chunk = (type, data) => {
