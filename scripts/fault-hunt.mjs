@@ -172,8 +172,9 @@ const imageChat = (url, extra = {}) => ({ model: 'm', max_tokens: 4, ...extra,
 // ---- the cases ------------------------------------------------------------------------------
 
 // expect: a status, a list of statuses, or a function (result) -> true/string (the failure).
+// prep (optional): makes the request's payload before the clock starts; run(server, payload).
 const cases = [];
-const add = (server, name, expect, run) => cases.push({ server, name, expect, run });
+const add = (server, name, expect, run, prep) => cases.push({ server, name, expect, run, prep });
 const chat = (content, extra = {}) => ({ model: 'm', max_tokens: 8, messages: [{ role: 'user', content }], ...extra });
 const NESTED = '((a{1,100}){1,100}){1,100}';
 const AMBIGUOUS_GBNF = 'root ::= a "b"\na ::= "x" a | "x" a a | ""';
@@ -302,7 +303,8 @@ add('text', 'tools: tool_call_id matching no earlier call', [200, 400], (s) => p
 
 // 2, 5, 8. images (a tiny random LLaVA)
 for (const [w, h] of [[300000, 1], [1, 300000], [1, 30000], [30000, 1], [67000000, 1], [20000, 20000]])
-  add('vision', `image: ${w} x ${h} grey PNG`, 400, (s) => post(s, '/v1/chat/completions', imageChat(dataUrl(greyPng(w, h)))));
+  add('vision', `image: ${w} x ${h} grey PNG`, 400, (s, body) => post(s, '/v1/chat/completions', body),
+    () => imageChat(dataUrl(greyPng(w, h))));
 add('vision', 'image: 80 x 60 RGB PNG', 200, (s) => post(s, '/v1/chat/completions', imageChat(dataUrl(png(80, 60, 3)))));
 add('vision', 'image: truncated PNG', 400, (s) => post(s, '/v1/chat/completions',
   imageChat(dataUrl(png(40, 30, 4).subarray(0, 100)))));
@@ -354,10 +356,11 @@ async function main() {
       if (!servers[c.server] || !(await alive(servers[c.server]))) servers[c.server] = await specs[c.server]();
       s = servers[c.server];
     }
+    const payload = c.prep ? c.prep() : undefined;
     const t0 = Date.now();
     let r;
     try {
-      r = await Promise.race([c.run(s), sleep(90000).then(() => ({ status: 'timeout' }))]);
+      r = await Promise.race([c.run(s, payload), sleep(90000).then(() => ({ status: 'timeout' }))]);
     } catch (e) {
       r = { status: `error: ${e.message.slice(0, 60)}` };
     }
