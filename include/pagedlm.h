@@ -119,9 +119,11 @@ typedef struct pdl_image pdl_image;
 int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *what, pdl_error *err);
 int pdl_image_load(pdl_image **out, const char *path, pdl_error *err);
 /* An image URL as OpenAI's image_url.url: "data:image/...;base64,..." or,
- * when allowed_dir is not NULL, "file:///path" resolving to a file under
- * allowed_dir. http(s) URLs are refused (nothing is fetched), with a
- * message saying that only data URLs are accepted. */
+ * when allowed_dir is not NULL, "file:///path" naming a file under
+ * allowed_dir both by its text (dot segments removed) and once resolved;
+ * any path outside gets one message, whether or not it exists. http(s)
+ * URLs are refused (nothing is fetched), with a message saying that only
+ * data URLs are accepted. */
 int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char *allowed_dir, pdl_error *err);
 void pdl_image_free(pdl_image *img);
 int pdl_image_width(const pdl_image *img);
