@@ -514,6 +514,48 @@ static void test_chat_errors(void) {
     CHECK_CONTAINS(e.message, "--chat-template");
 }
 
+/* A tool message's tool_call_id names a call of an earlier assistant
+ * message, or the request is a 400 naming messages[i].tool_call_id (as
+ * OpenAI answers); a tool message without one goes to the template. */
+static void test_tool_call_id_must_name_an_earlier_call(void) {
+#define CALL(id) "{\"id\": \"" id "\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}"
+#define ASKED "{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, " \
+              "\"tool_calls\": [" CALL("call_a") ", " CALL("call_b") "]}"
+    const char *ok[] = {
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_b\", \"content\": \"1\"}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"2\"}]}",
+        /* a call of any earlier assistant message, not only the last one */
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}, "
+        "{\"role\": \"assistant\", \"content\": \"and\"}, {\"role\": \"tool\", \"tool_call_id\": \"call_b\", "
+        "\"content\": \"2\"}]}",
+        /* without an id (or a null one) the template decides */
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"content\": \"1\"}, {\"role\": \"tool\", "
+        "\"tool_call_id\": null, \"content\": \"2\"}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        srv_gen_request r;
+        srv_api_error e;
+        CHECK_MSG(chat(ok[i], &r, &e, true) == 0, "%s: %s", ok[i], e.message);
+        srv_gen_request_free(&r);
+    }
+    chat_refused("{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}, "
+                 "{\"role\": \"tool\", \"tool_call_id\": \"call_c\", \"content\": \"2\"}]}",
+                 400, "messages[3].tool_call_id", "'messages[3].tool_call_id' is 'call_c', which is the id of no tool "
+                 "call in an earlier assistant message");
+    /* the call must come before its result */
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"tool_call_id\": "
+                 "\"call_a\", \"content\": \"1\"}, {\"role\": \"assistant\", \"tool_calls\": [" CALL("call_a") "]}]}",
+                 400, "messages[1].tool_call_id", "'call_a'");
+    /* only assistant messages make calls */
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [" CALL("call_a") "]}, "
+                 "{\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}]}",
+                 400, "messages[1].tool_call_id", "no tool call");
+    chat_refused("{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": 7, \"content\": \"1\"}]}", 400,
+                 "messages[2].tool_call_id", "must be a string, got an integer");
+#undef ASKED
+#undef CALL
+}
+
 /* ---- /tokenize and /detokenize ---------------------------------------------------------- */
 
 /* ---- structured output and tools (api_structured.c) ------------------------------------ */
@@ -718,6 +760,7 @@ int main(void) {
     RUN(test_chat_errors);
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
+    RUN(test_tool_call_id_must_name_an_earlier_call);
     RUN(test_prompt_cache_key_is_a_string);
     RUN(test_tokenize_and_detokenize_bodies);
     gram_vocab_free(grammar_vocab_made);

@@ -253,6 +253,51 @@ static int tool_call_arguments_as_objects(json_t *msg, const char *param, srv_ap
     return 0;
 }
 
+/* A tool message's tool_call_id must be the id of a call in an earlier
+ * assistant message's tool_calls, as OpenAI requires: a result the model
+ * cannot tie to a call is a client error, not something to render (vLLM
+ * passes any id to the template). A tool message without one goes to the
+ * template as it is; templates that need ids refuse it there. */
+static int check_tool_call_ids(const json_t *msgs, srv_api_error *err) {
+    json_t *seen = json_object(); /* ids of the calls so far, as keys */
+    if (!seen) return srv_api_fail(err, 500, NULL, "out of memory");
+    int rc = 0;
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const json_t *id = json_object_get(m, "tool_call_id");
+        if (role && strcmp(role, "tool") == 0 && id && !json_is_null(id)) {
+            char param[64];
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(id)) {
+                rc = BAD(param, "'%s' must be a string, got %s", param, type_name(id));
+                break;
+            }
+            if (!json_object_get(seen, json_string_value(id))) {
+                rc = BAD(param, "'%s' is '%.64s%s', which is the id of no tool call in an earlier assistant message "
+                         "(their 'tool_calls[].id')", param, json_string_value(id),
+                         json_string_length(id) > 64 ? "..." : "");
+                break;
+            }
+        }
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (!role || strcmp(role, "assistant") != 0 || !json_is_array(calls)) continue;
+        size_t k;
+        const json_t *call;
+        json_array_foreach(calls, k, call) {
+            const json_t *cid = json_object_get(call, "id");
+            if (json_is_string(cid) && json_object_set(seen, json_string_value(cid), json_true()) != 0) {
+                rc = srv_api_fail(err, 500, NULL, "out of memory");
+                break;
+            }
+        }
+        if (rc) break;
+    }
+    json_decref(seen);
+    return rc;
+}
+
 /* The images of a chat request's image_url parts, in order. */
 typedef struct chat_images {
     pdl_image **img;
@@ -381,6 +426,10 @@ static int normalize_messages(const srv_parse_ctx *c, const json_t *body, json_t
         }
         json_object_set_new(copy, "content", json_stringn(joined ? joined : "", jl));
         free(joined);
+    }
+    if (check_tool_call_ids(msgs, err)) {
+        json_decref(norm);
+        return -1;
     }
     *out = norm;
     return 0;

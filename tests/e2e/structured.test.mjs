@@ -1,7 +1,8 @@
 // structured.test.mjs - structured output and tool calls through the official
 // OpenAI SDK: JSON Schemas (response_format), vLLM's structured_outputs
 // (choice, regex, grammar) and llama.cpp's grammar field, forced and parsed
-// tool calls, streaming tool-call deltas, and 400s that name the keyword.
+// tool calls, streaming tool-call deltas, a conversation with a tool result
+// (and a result for no earlier call refused), and 400s that name the keyword.
 //
 // Every output is sampled (temperature 1, fixed seeds) from stories260K, a
 // model that knows nothing of JSON: whatever it produces must parse and
@@ -276,4 +277,9 @@ test('a conversation with a call and its result renders and goes on', async () =
   const next = await client.chat.completions.create({ model: NAME, tools: TOOLS, tool_choice: 'none', messages, max_tokens: 10 });
   assert.equal(next.choices[0].message.tool_calls, undefined);
   assert.equal(typeof next.choices[0].message.content, 'string');
+  // a result for a call that was never made is a 400 naming the field
+  const stray = [...messages.slice(0, -1), { role: 'tool', tool_call_id: `${call.id}x`, content: 'sunny' }];
+  await assert.rejects(client.chat.completions.create({ model: NAME, tools: TOOLS, messages: stray, max_tokens: 10 }),
+    (e) => e.status === 400 && e.param === `messages[${stray.length - 1}].tool_call_id` &&
+      /which is the id of no tool call in an earlier assistant message/.test(e.message));
 });
