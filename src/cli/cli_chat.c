@@ -144,8 +144,9 @@ static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_
     bool dropped = false;
     for (;;) {
         char *text = NULL;
+        size_t text_len;
         srv_api_error e;
-        int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &e);
+        int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &text_len, &e);
         free(text);
         if (rc) {
             fprintf(stderr, "error: %s\n", e.message);
