@@ -49,7 +49,12 @@ typedef void (*pdl_log_fn)(const char *line, void *user);
 
 typedef struct pdl_model_options {
     int n_threads;        /* 0 = all online cores */
-    int ctx_size;         /* 0 = the model's own context length */
+    int ctx_size;         /* 0 = the model's own context length (what it declares: GGUF {arch}.context_length,
+                           * config.json max_position_embeddings; with RoPE scaling configured, the scaled
+                           * length); more is refused unless allow_long_context */
+    bool allow_long_context; /* take a ctx_size past the model's own, with a log line: positions past it were
+                              * not trained, and what the model does there is untested (vLLM's
+                              * VLLM_ALLOW_LONG_MAX_MODEL_LEN) */
     pdl_load_progress_fn progress; /* NULL = none */
     void *progress_user;
     bool weights_mapped;  /* leave every matrix in the file mapping (shared with other processes) instead of

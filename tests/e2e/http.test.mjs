@@ -5,13 +5,14 @@
 // 501 or 400 at once, a chunked body over the limit 413 (also past the
 // drain limit), a client that half-closes after its request still gets the
 // whole answer (streaming or not), text with NUL bytes survives /detokenize
-// and echo and is taken back in prompts, and a KV pool that cannot hold
-// --max-model-len stops the server at start with both numbers.
+// and echo and is taken back in prompts, a KV pool that cannot hold
+// --max-model-len stops the server at start with both numbers, and so does
+// a --max-model-len past the model's own unless it is allowed explicitly.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { startServer, BIN, MODEL, NAME } from './server.mjs';
+import { startServer, BIN, MODEL, NAME, ALLOW_LONG } from './server.mjs';
 
 let srv;
 let port;
@@ -251,6 +252,22 @@ test('a KV pool that cannot hold --max-model-len stops the server at start, nami
   assert.match(r.stderr, /max seq len \(128\) is larger than the maximum number of tokens that can be stored in the KV cache \(\d+/);
   assert.match(r.stderr, /--kv-cache-memory/);
   assert.match(r.stderr, /--max-model-len/);
+});
+
+test('a --max-model-len past the model\'s own stops the server at start unless allowed; allowed, it is served', async () => {
+  const r = spawnSync(BIN, ['serve', '-m', MODEL, '--port', '0', '--max-model-len', '1000000'],
+    { encoding: 'utf8', timeout: 30000, env: { ...process.env, PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN: '' } });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /the context length asked for, 1000000, is longer than the model's own, 128/);
+  assert.match(r.stderr, /PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1/);
+  const long = await startServer(['--max-model-len', '512'], { env: ALLOW_LONG });
+  try {
+    const models = await (await fetch(`${long.baseURL}/v1/models`)).json();
+    assert.equal(models.data[0].max_model_len, 512);
+    assert.match(long.log(), /context length 512 is longer than the model's own, 128 \(allowed\): positions past 128 were not trained/);
+  } finally {
+    await long.stop();
+  }
 });
 
 test('every answer names its replica, host:port by default: health, metrics, errors, objects and streams', async () => {

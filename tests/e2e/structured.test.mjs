@@ -6,17 +6,18 @@
 //
 // Every output is sampled (temperature 1, fixed seeds) from stories260K, a
 // model that knows nothing of JSON: whatever it produces must parse and
-// validate, which only the mask can make true. Its trained context is 128
-// tokens; --max-model-len 1024 makes room for the tools in chat prompts (the
-// positions past 128 are as good as any for a test of the mask). Validation is independent of
-// the server: ajv (with ajv-formats) checks each output against its schema.
+// validate, which only the mask can make true. Its file declares 128
+// positions; --max-model-len 1024, allowed explicitly, makes room for the
+// tools in chat prompts (the positions past 128 are as good as any for a test
+// of the mask). Validation is independent of the server: ajv (with
+// ajv-formats) checks each output against its schema.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Ajv from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { startServer, NAME } from './server.mjs';
+import { startServer, NAME, ALLOW_LONG } from './server.mjs';
 
 const TEMPLATE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/chat_template_tools.jinja');
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -25,7 +26,8 @@ addFormats(ajv);
 let srv;
 let client;
 before(async () => {
-  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '1024', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes']);
+  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '1024', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
+    { env: ALLOW_LONG });
   client = srv.client();
 });
 after(async () => srv && srv.stop());
