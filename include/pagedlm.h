@@ -49,7 +49,12 @@ typedef void (*pdl_log_fn)(const char *line, void *user);
 
 typedef struct pdl_model_options {
     int n_threads;        /* 0 = all online cores */
-    int ctx_size;         /* 0 = the model's own context length */
+    int ctx_size;         /* 0 = the model's own context length (what it declares: GGUF {arch}.context_length,
+                           * config.json max_position_embeddings; with RoPE scaling configured, the scaled
+                           * length); more is refused unless allow_long_context */
+    bool allow_long_context; /* take a ctx_size past the model's own, with a log line: positions past it were
+                              * not trained, and what the model does there is untested (vLLM's
+                              * VLLM_ALLOW_LONG_MAX_MODEL_LEN) */
     pdl_load_progress_fn progress; /* NULL = none */
     void *progress_user;
     bool weights_mapped;  /* leave every matrix in the file mapping (shared with other processes) instead of
@@ -119,9 +124,11 @@ typedef struct pdl_image pdl_image;
 int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *what, pdl_error *err);
 int pdl_image_load(pdl_image **out, const char *path, pdl_error *err);
 /* An image URL as OpenAI's image_url.url: "data:image/...;base64,..." or,
- * when allowed_dir is not NULL, "file:///path" resolving to a file under
- * allowed_dir. http(s) URLs are refused (nothing is fetched), with a
- * message saying that only data URLs are accepted. */
+ * when allowed_dir is not NULL, "file:///path" naming a file under
+ * allowed_dir both by its text (dot segments removed) and once resolved;
+ * any path outside gets one message, whether or not it exists. http(s)
+ * URLs are refused (nothing is fetched), with a message saying that only
+ * data URLs are accepted. */
 int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char *allowed_dir, pdl_error *err);
 void pdl_image_free(pdl_image *img);
 int pdl_image_width(const pdl_image *img);

@@ -235,6 +235,61 @@ static void test_missing_or_bad_model_exits_1(void) {
     free(bad);
 }
 
+/* A context past the model's own (what its file declares) is refused by
+ * every command that takes one, naming both numbers and the way to allow
+ * it; PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1 allows it, with a warning. As
+ * vLLM does with VLLM_ALLOW_LONG_MAX_MODEL_LEN. */
+static void test_context_past_the_models_own_needs_an_explicit_override(void) {
+    unsetenv("PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN");
+    char *gguf = data("models/stories260K/stories260K.gguf"), *hf = data("models/stories260K-hf"), args[4096];
+    const char *forms[] = {"run -m '%s' -p Once -n 1 -c 1000000", "run -m '%s' -p Once -n 1 --ctx-size 1000000",
+                           "logits -m '%s' --tokens 1,403 -c 1000000", "chat -m '%s' -c 1000000 </dev/null",
+                           "serve -m '%s' --port 0 --max-model-len 1000000",
+                           "run -m '%s' -p Once -n 1 -c 129"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        snprintf(args, sizeof args, forms[i], gguf);
+        cmd_result r = test_pagedlm_within(60, args);
+        CHECK_MSG(r.status == 1, "%s: status %d", args, r.status);
+        CHECK_CONTAINS(r.err, i == 5 ? "asked for, 129, is longer than the model's own, 128 (its GGUF "
+                                       "context_length)"
+                                     : "asked for, 1000000, is longer than the model's own, 128");
+        CHECK_CONTAINS(r.err, "positions past 128 were not trained");
+        CHECK_CONTAINS(r.err, "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1");
+        CHECK(r.out[0] == '\0');
+        test_free_result(&r);
+    }
+    /* the Hugging Face folder declares 512 in config.json */
+    snprintf(args, sizeof args, "run -m '%s' -p Once -n 1 -c 513", hf);
+    cmd_result r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "513, is longer than the model's own, 512 (max_position_embeddings in its config.json)");
+    test_free_result(&r);
+    /* up to the model's own: no word said */
+    snprintf(args, sizeof args, "run -m '%s' -p Once -n 4 --temp 0 -c 128", gguf);
+    r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    CHECK(strstr(r.err, "untested") == NULL);
+    test_free_result(&r);
+    /* allowed: it runs, and says what it risks */
+    const char *yes[] = {"1", "true", " TRUE "};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        setenv("PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN", yes[i], 1);
+        snprintf(args, sizeof args, "run -m '%s' -p Once -n 4 --temp 0 -c 512", gguf);
+        r = test_pagedlm(args);
+        CHECK_MSG(r.status == 0, "'%s': %s", yes[i], r.err);
+        CHECK_CONTAINS(r.err, "context length 512 is longer than the model's own, 128 (allowed): positions past 128 "
+                              "were not trained, and what the model does there is untested");
+        test_free_result(&r);
+    }
+    setenv("PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN", "0", 1);
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,403 -c 512", gguf);
+    r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    test_free_result(&r);
+    unsetenv("PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN");
+    free(gguf), free(hf);
+}
+
 /* Paths given by the operator must name regular files: a FIFO used to hang
  * in open(), /dev/zero to be read until the kernel killed the process. */
 static void test_non_regular_files_are_refused_without_hanging(void) {
@@ -321,6 +376,7 @@ int main(void) {
     RUN(test_run_structured_output);
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_missing_or_bad_model_exits_1);
+    RUN(test_context_past_the_models_own_needs_an_explicit_override);
     RUN(test_out_of_range_token_is_an_error);
     RUN(test_non_regular_files_are_refused_without_hanging);
     RUN(test_oversized_files_are_refused_by_size);

@@ -176,6 +176,22 @@ static void test_batch_lines_take_the_server_fields(void) {
     free(out), free(errs), free(f), free(model);
 }
 
+/* A prompt may hold NUL (\u0000), as a server request's may. */
+static void test_batch_prompts_may_hold_nul(void) {
+    char *model = test_data_path("models/stories260K/stories260K.gguf");
+    const char *content = "{\"id\": 0, \"prompt\": \"Once\\u0000 upon\", \"max_tokens\": 2, \"temperature\": 0}\n";
+    char *f = test_tmp_path("nul.jsonl");
+    test_write_file(f, content, strlen(content));
+    char args[4096], *out, *errs;
+    snprintf(args, sizeof args, "run -m '%s' --batch-file '%s'", model, f);
+    CHECK_MSG(pagedlm(args, &out, &errs) == 0, "%s", errs);
+    json_t *line[1] = {0};
+    parse_outputs(out, line, 1);
+    CHECK(line[0] && json_array_size(json_object_get(line[0], "tokens")) == 2);
+    json_decref(line[0]);
+    free(out), free(errs), free(f), free(model);
+}
+
 static void test_batch_file_errors_name_line_and_field(void) {
     char *model = test_data_path("models/stories260K/stories260K.gguf");
     struct {
@@ -191,6 +207,7 @@ static void test_batch_file_errors_name_line_and_field(void) {
         {"\n\n{\"prompt\": [1, 2]\n", ":3: invalid JSON"},
         {"{\"prompt\": [1, 2], \"top_p\": 3}\n", "top_p"},
         {"{\"prompt\": [1, 99999]}\n", "out of vocabulary"},
+        {"{\"prompt\": \"a\\u0000\", \"stop\": [\"x\\u0000\"]}\n", ":1: 'stop[0]' holds a NUL character"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *f = test_tmp_path("bad.jsonl");
@@ -210,6 +227,7 @@ int main(void) {
     RUN(test_batch_file_invariance_qwen3);
     RUN(test_batch_file_small_pool_completes_everything);
     RUN(test_batch_lines_take_the_server_fields);
+    RUN(test_batch_prompts_may_hold_nul);
     RUN(test_batch_file_errors_name_line_and_field);
     return test_summary();
 }

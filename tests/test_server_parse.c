@@ -93,6 +93,63 @@ static void test_malformed_json_is_400_with_position(void) {
     CHECK_CONTAINS(e.message, "line 2");
 }
 
+/* \u0000 is taken where text is carried with its length (a prompt, a
+ * message's content or its text parts), as the server writes NUL in the
+ * text it returns; anywhere else the string is a name or a C string, and
+ * the body is a 400 naming the field. */
+static void test_nul_is_taken_in_prompt_and_message_text_only(void) {
+    setup();
+    const char *ok[] = {
+        "{\"prompt\": \"Once\\u0000 upon\"}",
+        "{\"prompt\": [\"a\", \"b\\u0000\"]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"\\u0000\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"x\\u0000y\"}]}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        srv_api_error e;
+        json_t *o = NULL;
+        CHECK_MSG(srv_parse_json(ok[i], strlen(ok[i]), 0, &o, &e) == 0, "%s: %s", ok[i], e.message);
+        json_decref(o);
+    }
+    /* the prompt keeps its NUL through parsing and tokenizing */
+    const char *text = "{\"prompt\": \"Once\\u0000 upon\", \"echo\": true}";
+    srv_api_error e;
+    json_t *o = NULL;
+    REQUIRE(srv_parse_json(text, strlen(text), 0, &o, &e) == 0);
+    srv_gen_request r;
+    REQUIRE_MSG(srv_parse_completion(&ctx, o, &r, &e) == 0, "%s", e.message);
+    json_decref(o);
+    CHECK_EQ_INT(r.prompts[0].text_len, 10);
+    CHECK(memcmp(r.prompts[0].text, "Once\0 upon", 10) == 0);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    pdl_error pe;
+    REQUIRE(pdl_tokenize(model, "Once", 4, true, &ids, &n, &pe) == 0);
+    CHECK(r.prompts[0].n_ids > n + 1); /* more than "Once": the NUL and " upon" are in */
+    free(ids);
+    srv_gen_request_free(&r);
+    const struct {
+        const char *body, *param;
+    } bad[] = {
+        {"{\"model\": \"stories\\u0000x\", \"prompt\": \"hi\"}", "model"},
+        {"{\"prompt\": \"hi\", \"stop\": [\"a\", \"b\\u0000\"]}", "stop[1]"},
+        {"{\"prompt\": \"hi\", \"user\": \"\\u0000\"}", "user"},
+        {"{\"messages\": [{\"role\": \"user\\u0000\", \"content\": \"x\"}]}", "messages[0].role"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"te\\u0000xt\", \"text\": \"x\"}]}]}",
+         "messages[0].content[0].type"},
+        {"{\"prompt\": \"hi\", \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"schema\": "
+         "{\"const\": \"\\u0000\"}}}}", "response_format.json_schema.schema.const"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        o = NULL;
+        CHECK_MSG(srv_parse_json(bad[i].body, strlen(bad[i].body), 0, &o, &e) == -1, "accepted %s", bad[i].body);
+        CHECK_EQ_INT(e.status, 400);
+        CHECK_MSG(strcmp(e.param, bad[i].param) == 0, "%s: param '%s'", bad[i].body, e.param);
+        CHECK_CONTAINS(e.message, "holds a NUL character (\\u0000)");
+        CHECK(o == NULL);
+    }
+}
+
 static void test_unknown_model_is_404_model_not_found(void) {
     refused("{\"model\": \"gpt-4\", \"prompt\": \"hi\"}", 404, "model", "`gpt-4` does not exist");
     srv_api_error e;
@@ -402,7 +459,7 @@ static void test_prompt_longer_than_context_is_400(void) {
 
 /* A stand-in template: "<role>: <content>\n" per message, "assistant:" at the end. */
 static int fake_chat(void *user, const json_t *messages, const json_t *request, int32_t **ids, size_t *n_ids,
-                     char **text, srv_api_error *err) {
+                     char **text, size_t *text_len, srv_api_error *err) {
     (void)user;
     char buf[4096] = "";
     size_t i;
@@ -415,6 +472,7 @@ static int fake_chat(void *user, const json_t *messages, const json_t *request, 
     const json_t *agp = json_object_get(request, "add_generation_prompt");
     if (!agp || json_is_true(agp)) strcat(buf, "assistant:");
     *text = strdup(buf);
+    *text_len = strlen(buf);
     pdl_error pe;
     if (pdl_tokenize(model, buf, strlen(buf), true, ids, n_ids, &pe)) return srv_api_fail(err, 400, "messages", "%s", pe.message);
     return 0;
@@ -517,6 +575,48 @@ static void test_chat_errors(void) {
     srv_gen_request_free(&r);
     CHECK_EQ_INT(e.status, 400);
     CHECK_CONTAINS(e.message, "--chat-template");
+}
+
+/* A tool message's tool_call_id names a call of an earlier assistant
+ * message, or the request is a 400 naming messages[i].tool_call_id (as
+ * OpenAI answers); a tool message without one goes to the template. */
+static void test_tool_call_id_must_name_an_earlier_call(void) {
+#define CALL(id) "{\"id\": \"" id "\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}"
+#define ASKED "{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", \"content\": null, " \
+              "\"tool_calls\": [" CALL("call_a") ", " CALL("call_b") "]}"
+    const char *ok[] = {
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_b\", \"content\": \"1\"}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"2\"}]}",
+        /* a call of any earlier assistant message, not only the last one */
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}, "
+        "{\"role\": \"assistant\", \"content\": \"and\"}, {\"role\": \"tool\", \"tool_call_id\": \"call_b\", "
+        "\"content\": \"2\"}]}",
+        /* without an id (or a null one) the template decides */
+        "{\"messages\": [" ASKED ", {\"role\": \"tool\", \"content\": \"1\"}, {\"role\": \"tool\", "
+        "\"tool_call_id\": null, \"content\": \"2\"}]}",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        srv_gen_request r;
+        srv_api_error e;
+        CHECK_MSG(chat(ok[i], &r, &e, true) == 0, "%s: %s", ok[i], e.message);
+        srv_gen_request_free(&r);
+    }
+    chat_refused("{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}, "
+                 "{\"role\": \"tool\", \"tool_call_id\": \"call_c\", \"content\": \"2\"}]}",
+                 400, "messages[3].tool_call_id", "'messages[3].tool_call_id' is 'call_c', which is the id of no tool "
+                 "call in an earlier assistant message");
+    /* the call must come before its result */
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"tool\", \"tool_call_id\": "
+                 "\"call_a\", \"content\": \"1\"}, {\"role\": \"assistant\", \"tool_calls\": [" CALL("call_a") "]}]}",
+                 400, "messages[1].tool_call_id", "'call_a'");
+    /* only assistant messages make calls */
+    chat_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"tool_calls\": [" CALL("call_a") "]}, "
+                 "{\"role\": \"tool\", \"tool_call_id\": \"call_a\", \"content\": \"1\"}]}",
+                 400, "messages[1].tool_call_id", "no tool call");
+    chat_refused("{\"messages\": [" ASKED ", {\"role\": \"tool\", \"tool_call_id\": 7, \"content\": \"1\"}]}", 400,
+                 "messages[2].tool_call_id", "must be a string, got an integer");
+#undef ASKED
+#undef CALL
 }
 
 /* ---- /tokenize and /detokenize ---------------------------------------------------------- */
@@ -796,6 +896,7 @@ static void test_tokenize_and_detokenize_bodies(void) {
 int main(void) {
     RUN(test_body_limit_is_413);
     RUN(test_malformed_json_is_400_with_position);
+    RUN(test_nul_is_taken_in_prompt_and_message_text_only);
     RUN(test_unknown_model_is_404_model_not_found);
     RUN(test_completion_defaults);
     RUN(test_completion_every_field);
@@ -813,6 +914,7 @@ int main(void) {
     RUN(test_tools_and_tool_choice);
     RUN(test_explosive_grammars_are_a_400_naming_the_field);
     RUN(test_a_grammar_compiles_in_a_turn);
+    RUN(test_tool_call_id_must_name_an_earlier_call);
     RUN(test_prompt_cache_key_is_a_string);
     RUN(test_tokenize_and_detokenize_bodies);
     gram_vocab_free(grammar_vocab_made);

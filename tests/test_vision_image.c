@@ -445,6 +445,65 @@ static void test_http_urls_are_refused_and_file_urls_need_the_allowed_folder(voi
     free(link), free(d), free(src), free(outside), free(sibling);
 }
 
+/* Outside the allowed folder, by the path's text or once it is resolved,
+ * every file:// URL gets one answer, the same message and status, whether
+ * or not anything exists there: a client cannot probe which paths exist on
+ * the host. Only a missing file under the folder is told so. */
+static void test_file_urls_outside_the_folder_get_one_answer_whatever_exists(void) {
+    need_reference();
+    char *outside_dir = test_make_dir("probe-outside");
+    char *outside = test_join(outside_dir, "x.png");
+    char *src = test_join(ref_dir, "rgb_png.png");
+    size_t n = 0;
+    char *d = test_slurp(src, &n);
+    test_write_file(outside, d, n);
+    char *link_file = test_join(ref_dir, "out-file.png"), *link_dir = test_join(ref_dir, "out-dir");
+    char *link_gone = test_join(ref_dir, "out-gone.png");
+    char *gone = test_join(outside_dir, "gone.png");
+    CHECK(symlink(outside, link_file) == 0);
+    CHECK(symlink(outside_dir, link_dir) == 0);
+    CHECK(symlink(gone, link_gone) == 0);
+    char want[4400];
+    snprintf(want, sizeof want, "file:// image URL: the path is outside the allowed local media path '%s'", ref_dir);
+    char urls[11][4200];
+    int k = 0;
+    snprintf(urls[k++], sizeof urls[0], "file:///etc/passwd");
+    snprintf(urls[k++], sizeof urls[0], "file:///etc/pagedlm-no-such-file");
+    snprintf(urls[k++], sizeof urls[0], "file:///");
+    snprintf(urls[k++], sizeof urls[0], "file://%s", outside);
+    snprintf(urls[k++], sizeof urls[0], "file://%s", gone);
+    /* climbing out with "..", also through "." and doubled slashes, to what exists and what does not */
+    snprintf(urls[k++], sizeof urls[0], "file://%s/../probe-outside/x.png", ref_dir);
+    snprintf(urls[k++], sizeof urls[0], "file://%s/.//..//probe-outside/./gone.png", ref_dir);
+    /* links out of the folder: to a file, to a missing file, into a folder outside */
+    snprintf(urls[k++], sizeof urls[0], "file://%s", link_file);
+    snprintf(urls[k++], sizeof urls[0], "file://%s/out-dir/x.png", ref_dir);
+    snprintf(urls[k++], sizeof urls[0], "file://%s/out-dir/gone.png", ref_dir);
+    snprintf(urls[k++], sizeof urls[0], "file://%s/out-dir/../../etc/passwd", ref_dir);
+    for (int i = 0; i < k; i++) {
+        pdl_image *img = NULL;
+        pdl_error err = {0};
+        CHECK_MSG(pdl_image_from_url(&img, urls[i], strlen(urls[i]), ref_dir, &err) != 0, "%s accepted", urls[i]);
+        CHECK_MSG(strcmp(err.message, want) == 0, "%s: '%s'", urls[i], err.message);
+        pdl_image_free(img);
+    }
+    /* under the folder: a missing file says so (a dangling link included), and
+     * ".." that stays inside is fine */
+    char url[4200];
+    snprintf(url, sizeof url, "file://%s/missing.png", ref_dir);
+    expect_url_error(url, ref_dir, "does not exist");
+    snprintf(url, sizeof url, "file://%s", link_gone);
+    expect_url_error(url, ref_dir, "does not exist");
+    snprintf(url, sizeof url, "file://%s/out-dir/../rgb_png.png", ref_dir);
+    pdl_image *img = NULL;
+    pdl_error err = {0};
+    CHECK_MSG(pdl_image_from_url(&img, url, strlen(url), ref_dir, &err) == 0, "%s", err.message);
+    pdl_image_free(img);
+    unlink(link_file), unlink(link_dir), unlink(link_gone);
+    free(link_file), free(link_dir), free(link_gone), free(gone);
+    free(d), free(src), free(outside), free(outside_dir);
+}
+
 /* ---- processors ---------------------------------------------------------------- */
 
 static void compare_pixels(const char *what, const float *got, const float *want, size_t n) {
@@ -670,6 +729,7 @@ int main(void) {
     RUN(test_thin_and_oversized_images_are_refused_from_their_header);
     RUN(test_data_urls_decode_and_bad_ones_say_where);
     RUN(test_http_urls_are_refused_and_file_urls_need_the_allowed_folder);
+    RUN(test_file_urls_outside_the_folder_get_one_answer_whatever_exists);
     RUN(test_processors_give_the_reference_pixel_values);
     RUN(test_a_center_crop_resizes_only_its_window);
     RUN(test_processor_scratch_failures_are_errors);

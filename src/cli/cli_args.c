@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -221,9 +222,21 @@ void cli_apply_kernel_env(void) {
     if (pdl_set_kernels(isa, act, &err)) fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s\n", err.message);
 }
 
+/* An environment flag as vLLM reads VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or
+ * "true" (any case, blanks around it) is on. */
+static bool env_flag(const char *name) {
+    const char *v = getenv(name);
+    if (!v) return false;
+    while (*v == ' ' || *v == '\t') v++;
+    size_t n = strlen(v);
+    while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\n')) n--;
+    return (n == 1 && v[0] == '1') || (n == 4 && strncasecmp(v, "true", 4) == 0);
+}
+
 pdl_model_options cli_model_options(int n_threads, int ctx_size) {
     const char *panels = getenv("PAGEDLM_WEIGHT_PANELS");
     return (pdl_model_options){.n_threads = n_threads, .ctx_size = ctx_size,
+                               .allow_long_context = env_flag("PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN"),
                                .weights_mapped = panels && strcmp(panels, "0") == 0, .log = cli_log_stderr};
 }
 

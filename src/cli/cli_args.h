@@ -47,8 +47,10 @@ int cli_load_model(pdl_model **out, const char *path, pdl_model_options *mo, pdl
 void cli_apply_kernel_env(void);
 
 /* Model options for n_threads and ctx_size with what the environment says
- * (PAGEDLM_WEIGHT_PANELS=0: matrices left in the file mapping) and the
- * loader's notices on stderr. */
+ * (PAGEDLM_WEIGHT_PANELS=0: matrices left in the file mapping;
+ * PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1 or true: a ctx_size past the model's
+ * own context is taken, with a warning, instead of refused, as vLLM's
+ * VLLM_ALLOW_LONG_MAX_MODEL_LEN) and the loader's notices on stderr. */
 pdl_model_options cli_model_options(int n_threads, int ctx_size);
 
 /* A pdl_log_fn writing "pagedlm: LINE" to stderr. */

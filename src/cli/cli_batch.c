@@ -187,9 +187,16 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
         while (i < (size_t)len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\r' || buf[i] == '\n')) i++;
         if (i == (size_t)len) continue; /* blank */
         json_error_t je;
-        json_t *o = json_loadb(buf, (size_t)len, 0, &je);
+        json_t *o = json_loadb(buf, (size_t)len, JSON_ALLOW_NUL, &je);
         if (!o) {
             fprintf(stderr, "error: %s:%d: invalid JSON at column %d: %s\n", path, line, je.column, je.text);
+            rc = CLI_FAIL;
+            break;
+        }
+        srv_api_error nul;
+        if (srv_check_nul(o, &nul)) { /* NUL only in prompt text, as the server takes it */
+            fprintf(stderr, "error: %s:%d: %s\n", path, line, nul.message);
+            json_decref(o);
             rc = CLI_FAIL;
             break;
         }

@@ -41,7 +41,8 @@ static void chat_usage(FILE *f) {
             "      --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"
             "      --seed S             random seed (default: from the clock)\n"
             "  -t, --threads N          worker threads (default: all cores)\n"
-            "  -c, --ctx-size N         model length (default: the model's)\n"
+            "  -c, --ctx-size N         model length (default and most: the model's own; more only with\n"
+            "                           PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
             "      --ignore-eos         keep writing after the end-of-sequence token (up to -n)\n"
             "      --verbose            after each answer, the prompt and answer token counts and speed\n"
             "\n"
@@ -144,8 +145,9 @@ static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_
     bool dropped = false;
     for (;;) {
         char *text = NULL;
+        size_t text_len;
         srv_api_error e;
-        int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &e);
+        int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &text_len, &e);
         free(text);
         if (rc) {
             fprintf(stderr, "error: %s\n", e.message);

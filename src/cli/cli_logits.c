@@ -15,6 +15,8 @@ static void logits_usage(FILE *f) {
             "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16]\n"
             "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
             "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n"
+            "  --ctx-size N     context length (default and most: the model's own; more only with\n"
+            "                   PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
             "  -p TEXT          the prompt as text (BOS as the tokenizer says; special-token text parsed)\n"
             "  --image FILE     an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
             "                   (llama.cpp's marker), or first; \"images\": [{\"position\", \"rows\"}] is added\n"

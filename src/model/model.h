@@ -41,7 +41,8 @@ typedef struct pdl_model_config {
     int head_dim;        /* may differ from hidden / n_heads (qwen3) */
     int ffn;             /* intermediate size of a dense MLP */
     int vocab;
-    int ctx_len;         /* context length the model declares */
+    int ctx_len;         /* context length the model declares (2048 when it declares none) */
+    bool ctx_len_declared; /* the files gave ctx_len: a longer context is refused by default */
     float rms_eps;       /* epsilon of every norm, RMS or Layer */
     pdl_norm_kind norm;  /* every norm of the model: blocks and final */
     pdl_activation act;  /* the MLP's gate activation (experts' too) */

@@ -548,6 +548,7 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     if (c->bos_id < -1 || c->bos_id >= c->vocab)
         return pdl_fail(err, "beginning-of-sequence token id %d (bos_token_id) is outside the vocabulary [0, %d)",
                         c->bos_id, c->vocab);
+    c->ctx_len_declared = c->ctx_len > 0;
     if (c->ctx_len <= 0) c->ctx_len = 2048;
 
     char why[160];
@@ -749,6 +750,33 @@ static void log_unused_tensors(const pdl_model *m, const char *path, const pdl_m
     opts->log(line, opts->log_user);
 }
 
+/* The context in effect: the model's own unless asked for. Longer than
+ * what the model declares (positions it was never trained on) only when
+ * allowed explicitly, as vLLM does; RoPE scaling in the model's
+ * configuration is the way to a longer context, and its declared length is
+ * then the scaled one. A model that declares none takes any length. */
+static int settle_ctx_size(pdl_model *m, const char *path, const pdl_model_options *opts, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    int req = opts ? opts->ctx_size : 0;
+    if (req < 0) return pdl_fail(err, "context size %d must not be negative", req);
+    m->ctx_size = req > 0 ? req : c->ctx_len;
+    if (req <= c->ctx_len || !c->ctx_len_declared) return 0;
+    const char *key = m->gguf ? "its GGUF context_length" : "max_position_embeddings in its config.json";
+    if (!opts->allow_long_context)
+        return pdl_fail(err, "%s: the context length asked for, %d, is longer than the model's own, %d (%s): "
+                        "positions past %d were not trained. Use a model whose configuration scales RoPE to the "
+                        "length wanted, or allow it anyway (allow_long_context; for the pagedlm commands, "
+                        "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1)", path, req, c->ctx_len, key, c->ctx_len);
+    if (opts->log) {
+        char line[512];
+        snprintf(line, sizeof line, "%s: context length %d is longer than the model's own, %d (allowed): positions "
+                 "past %d were not trained, and what the model does there is untested", path, req, c->ctx_len,
+                 c->ctx_len);
+        opts->log(line, opts->log_user);
+    }
+    return 0;
+}
+
 /* ---- public -------------------------------------------------------------- */
 
 int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *opts, pdl_error *err) {
@@ -773,12 +801,8 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
         rc = pdl_model_load_gguf(m, path, err);
     }
     if (rc == 0) log_unused_tensors(m, path, opts);
-    if (rc == 0) {
-        int req = opts ? opts->ctx_size : 0;
-        if (req < 0) rc = pdl_fail(err, "context size %d must not be negative", req);
-        m->ctx_size = req > 0 ? req : m->cfg.ctx_len;
-        if (rc == 0) rc = rope_init(m, err);
-    }
+    if (rc == 0) rc = settle_ctx_size(m, path, opts, err);
+    if (rc == 0) rc = rope_init(m, err);
     if (rc == 0) {
         m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
         if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");

@@ -44,17 +44,84 @@ int srv_check_body_size(size_t len, size_t limit, srv_api_error *err) {
     return -1;
 }
 
+/* Where in a request a string may hold NUL (\u0000): the text a model
+ * reads, which is carried with its length from here to the tokenizer, as
+ * generated text holding NUL is carried back out (the server writes it as
+ * \u0000, and vLLM takes it in, Python strings being counted). Elsewhere
+ * (names, roles, ids, stop strings, schemas, ...) a C string is meant. */
+typedef enum nul_place {
+    NUL_NO = 0,   /* NUL refused */
+    NUL_TOP,      /* the body */
+    NUL_PROMPT,   /* "prompt": a string, or a list of them (or of ids) */
+    NUL_PROMPTS,  /* "prompt"[i] */
+    NUL_MESSAGES, /* "messages" */
+    NUL_MESSAGE,  /* "messages"[i] */
+    NUL_CONTENT,  /* "messages"[i]."content": a string, or a list of parts */
+    NUL_PART,     /* "messages"[i]."content"[k] */
+    NUL_TEXT,     /* "messages"[i]."content"[k]."text" */
+} nul_place;
+
+static nul_place nul_child(nul_place at, const char *key) {
+    switch (at) {
+    case NUL_TOP: return !key ? NUL_NO : strcmp(key, "prompt") == 0 ? NUL_PROMPT
+                                       : strcmp(key, "messages") == 0 ? NUL_MESSAGES : NUL_NO;
+    case NUL_PROMPT: return key ? NUL_NO : NUL_PROMPTS;
+    case NUL_MESSAGES: return key ? NUL_NO : NUL_MESSAGE;
+    case NUL_MESSAGE: return key && strcmp(key, "content") == 0 ? NUL_CONTENT : NUL_NO;
+    case NUL_CONTENT: return key ? NUL_NO : NUL_PART;
+    case NUL_PART: return key && strcmp(key, "text") == 0 ? NUL_TEXT : NUL_NO;
+    default: return NUL_NO;
+    }
+}
+
+/* Whether a string under v holds NUL where text may not; path (cap bytes)
+ * then names it ("messages[1].role"). */
+static bool nul_misplaced(const json_t *v, nul_place at, char *path, size_t cap) {
+    if (json_is_string(v)) {
+        bool text = at == NUL_PROMPT || at == NUL_PROMPTS || at == NUL_CONTENT || at == NUL_TEXT;
+        return !text && memchr(json_string_value(v), '\0', json_string_length(v)) != NULL;
+    }
+    size_t n = strlen(path);
+    if (json_is_array(v)) {
+        size_t i;
+        const json_t *e;
+        json_array_foreach(v, i, e) {
+            snprintf(path + n, cap - n, "[%zu]", i);
+            if (nul_misplaced(e, nul_child(at, NULL), path, cap)) return true;
+        }
+    } else if (json_is_object(v)) {
+        const char *key;
+        json_t *e;
+        json_object_foreach((json_t *)v, key, e) {
+            snprintf(path + n, cap - n, "%s%.64s", n ? "." : "", key);
+            if (nul_misplaced(e, nul_child(at, key), path, cap)) return true;
+        }
+    }
+    path[n] = '\0';
+    return false;
+}
+
+int srv_check_nul(const json_t *body, srv_api_error *err) {
+    char path[256] = "";
+    if (!nul_misplaced(body, NUL_TOP, path, sizeof path)) return 0;
+    return BAD(path, "'%s' holds a NUL character (\\u0000); only the text of a prompt or of a message may", path);
+}
+
 int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv_api_error *err) {
     *out = NULL;
     if (srv_check_body_size(len, limit, err)) return -1;
     if (len == 0) return BAD(NULL, "the request body is empty; expected a JSON object");
     json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
     if (!o)
         return BAD(NULL, "the request body is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
     if (!json_is_object(o)) {
         json_decref(o);
         return BAD(NULL, "the request body must be a JSON object");
+    }
+    if (srv_check_nul(o, err)) {
+        json_decref(o);
+        return -1;
     }
     *out = o;
     return 0;
@@ -255,6 +322,51 @@ static int tool_call_arguments_as_objects(json_t *msg, const char *param, srv_ap
     return 0;
 }
 
+/* A tool message's tool_call_id must be the id of a call in an earlier
+ * assistant message's tool_calls, as OpenAI requires: a result the model
+ * cannot tie to a call is a client error, not something to render (vLLM
+ * passes any id to the template). A tool message without one goes to the
+ * template as it is; templates that need ids refuse it there. */
+static int check_tool_call_ids(const json_t *msgs, srv_api_error *err) {
+    json_t *seen = json_object(); /* ids of the calls so far, as keys */
+    if (!seen) return srv_api_fail(err, 500, NULL, "out of memory");
+    int rc = 0;
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        const json_t *id = json_object_get(m, "tool_call_id");
+        if (role && strcmp(role, "tool") == 0 && id && !json_is_null(id)) {
+            char param[64];
+            snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+            if (!json_is_string(id)) {
+                rc = BAD(param, "'%s' must be a string, got %s", param, type_name(id));
+                break;
+            }
+            if (!json_object_get(seen, json_string_value(id))) {
+                rc = BAD(param, "'%s' is '%.64s%s', which is the id of no tool call in an earlier assistant message "
+                         "(their 'tool_calls[].id')", param, json_string_value(id),
+                         json_string_length(id) > 64 ? "..." : "");
+                break;
+            }
+        }
+        const json_t *calls = json_object_get(m, "tool_calls");
+        if (!role || strcmp(role, "assistant") != 0 || !json_is_array(calls)) continue;
+        size_t k;
+        const json_t *call;
+        json_array_foreach(calls, k, call) {
+            const json_t *cid = json_object_get(call, "id");
+            if (json_is_string(cid) && json_object_set(seen, json_string_value(cid), json_true()) != 0) {
+                rc = srv_api_fail(err, 500, NULL, "out of memory");
+                break;
+            }
+        }
+        if (rc) break;
+    }
+    json_decref(seen);
+    return rc;
+}
+
 /* The images of a chat request's image_url parts, in order. */
 typedef struct chat_images {
     pdl_image **img;
@@ -384,6 +496,10 @@ static int normalize_messages(const srv_parse_ctx *c, const json_t *body, json_t
         json_object_set_new(copy, "content", json_stringn(joined ? joined : "", jl));
         free(joined);
     }
+    if (check_tool_call_ids(msgs, err)) {
+        json_decref(norm);
+        return -1;
+    }
     *out = norm;
     return 0;
 }
@@ -392,7 +508,7 @@ static int normalize_messages(const srv_parse_ctx *c, const json_t *body, json_t
  * tokenized again with each image's rows where its placeholder is, and
  * ci / positions get the images and where their rows start. */
 static int chat_prompt(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n, char **text,
-                       chat_images *ci, pdl_mm_input **positions, srv_api_error *err) {
+                       size_t *text_len, chat_images *ci, pdl_mm_input **positions, srv_api_error *err) {
     bool add_gen = true, cont = false;
     if (get_bool(body, "add_generation_prompt", &add_gen, err) ||
         get_bool(body, "continue_final_message", &cont, err))
@@ -409,14 +525,14 @@ static int chat_prompt(const srv_parse_ctx *c, const json_t *body, int32_t **ids
         json_decref(msgs);
         return BAD("messages", "this model has no chat template; start the server with --chat-template FILE");
     }
-    int rc = c->chat_prompt(c->chat_user, msgs, body, ids, n, text, err);
+    int rc = c->chat_prompt(c->chat_user, msgs, body, ids, n, text, text_len, err);
     json_decref(msgs);
     if (rc || !ci || ci->n == 0) return rc;
     pdl_vision_info vi;
     pdl_vision_get_info(c->vision, &vi);
     pdl_mm_prompt mm;
     pdl_error pe;
-    if (pdl_mm_tokenize(c->model, c->vision, *text, strlen(*text), vi.placeholder,
+    if (pdl_mm_tokenize(c->model, c->vision, *text, *text_len, vi.placeholder,
                         (const pdl_image *const *)ci->img, ci->n, 0, &mm, &pe))
         return BAD("messages", "%s", pe.message);
     free(*ids);
@@ -717,13 +833,12 @@ int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *
     if (add_prompt(r, err)) return -1;
     srv_prompt *p = &r->prompts[0];
     chat_images ci = {0};
-    if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, &ci, &r->image_inputs, err)) {
+    if (chat_prompt(c, body, &p->ids, &p->n_ids, &p->text, &p->text_len, &ci, &r->image_inputs, err)) {
         chat_images_free(&ci);
         return -1;
     }
     r->images = ci.img, r->n_images = ci.n;
     if (r->n_images) r->params.images = r->image_inputs, r->params.n_images = r->n_images;
-    p->text_len = p->text ? strlen(p->text) : 0;
     return finish_request(c, r, given, err);
 }
 
@@ -759,7 +874,8 @@ int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_
     if (prompt && msgs) return BAD("prompt", "give either 'prompt' or 'messages', not both");
     if (msgs) {
         char *text = NULL;
-        int rc = chat_prompt(c, body, &out->ids, &out->n_ids, &text, NULL, NULL, err);
+        size_t text_len;
+        int rc = chat_prompt(c, body, &out->ids, &out->n_ids, &text, &text_len, NULL, NULL, err);
         free(text);
         return rc;
     }

@@ -93,11 +93,12 @@ typedef struct srv_gen_request {
     int n_images;
 } srv_gen_request;
 
-/* The chat template step: messages -> prompt ids (and the rendered text).
- * request is the whole body (add_generation_prompt, chat_template_kwargs).
- * Returns 0, or -1 with err filled. */
+/* The chat template step: messages -> prompt ids (and the rendered text,
+ * *text_len bytes: message text may hold NUL). request is the whole body
+ * (add_generation_prompt, chat_template_kwargs). Returns 0, or -1 with err
+ * filled. */
 typedef int (*srv_chat_prompt_fn)(void *user, const json_t *messages, const json_t *request, int32_t **ids,
-                                  size_t *n_ids, char **text, srv_api_error *err);
+                                  size_t *n_ids, char **text, size_t *text_len, srv_api_error *err);
 
 typedef struct srv_parse_ctx {
     const pdl_model *model;        /* tokenizer (text prompts, /tokenize, /detokenize) */
@@ -135,8 +136,14 @@ enum { SRV_TURN_OK = 0, SRV_TURN_CANCELLED, SRV_TURN_BUSY };
 int srv_check_body_size(size_t len, size_t limit, srv_api_error *err);
 
 /* The body as a JSON object: 413 beyond `limit` bytes, 400 for malformed
- * JSON (with line and column) or a non-object. */
+ * JSON (with line and column), a non-object, or NUL (\u0000) in a string
+ * that is not the text of a prompt or a message (srv_check_nul). */
 int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv_api_error *err);
+/* A body parsed with JSON_ALLOW_NUL: 400 naming the first string that
+ * holds NUL outside the text a model reads ("prompt", and a message's
+ * "content" or its parts' "text"; they are carried with their length, as
+ * generated text with NUL is carried back out as \u0000). */
+int srv_check_nul(const json_t *body, srv_api_error *err);
 
 /* The "model" field: absent/null = the served model; a string naming
  * another model: 404 model_not_found; another type: 400. */

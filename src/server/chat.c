@@ -87,11 +87,12 @@ static void cut_after_last_content(char *text, size_t *len, const json_t *messag
 }
 
 int srv_chat_prompt(void *user, const json_t *messages, const json_t *request, int32_t **ids, size_t *n_ids,
-                    char **text, srv_api_error *err) {
+                    char **text, size_t *text_len, srv_api_error *err) {
     srv_chat *c = user;
     *ids = NULL;
     *n_ids = 0;
     *text = NULL;
+    *text_len = 0;
     const json_t *agp = json_object_get(request, "add_generation_prompt");
     const json_t *cont = json_object_get(request, "continue_final_message");
     bool add_gen = !agp || json_is_null(agp) || json_is_true(agp);
@@ -123,5 +124,6 @@ int srv_chat_prompt(void *user, const json_t *messages, const json_t *request, i
         return srv_api_fail(err, 400, "messages", "%s", pe.message);
     }
     *text = rendered;
+    *text_len = len;
     return 0;
 }

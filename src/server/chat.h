@@ -26,6 +26,6 @@ void srv_chat_free(srv_chat *c);
 
 /* An srv_chat_prompt_fn (user = the srv_chat). */
 int srv_chat_prompt(void *user, const json_t *messages, const json_t *request, int32_t **ids, size_t *n_ids,
-                    char **text, srv_api_error *err);
+                    char **text, size_t *text_len, srv_api_error *err);
 
 #endif

@@ -27,10 +27,19 @@
  * line every half limit, which clients skip; a client that stops reading
  * therefore has its stream closed (and its request aborted) after the
  * limit.
+ *
+ * Framing and size: a body whose length is ambiguous (Content-Length fields
+ * that differ, or one beside Transfer-Encoding) gets 400, a Transfer-Encoding
+ * other than chunked alone 400 or 501, at once and with the connection
+ * closed. A body over --max-body gets 413: it is read and dropped to its end
+ * (so that the client, still sending, reads the answer) up to
+ * HARD_BODY_LIMIT; past that the 413 comes at once (a Content-Length says
+ * so before the body; a chunked body is cut where it passes the limit).
  * What it is not for: validation (api_parse.c), response shapes
  * (api_format.c), the engine (engine_loop.c).
  */
 #define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
 #include <microhttpd.h>
 #include <poll.h>
 #include <strings.h>
@@ -44,7 +53,7 @@
 #include "server/server_internal.h"
 #include "util/error.h"
 
-#define HARD_BODY_LIMIT ((uint64_t)64 << 20) /* beyond this the connection is dropped, not drained */
+#define HARD_BODY_LIMIT ((uint64_t)64 << 20) /* beyond this a body is not drained: 413 at once, connection closed */
 #define WAIT_MS 100                          /* how often a waiting thread looks for a hang-up */
 #define SSE_BLOCK 16384
 
@@ -522,6 +531,7 @@ typedef struct framing {
     bool lengths_differ;     /* with different values */
     const char *first_length;
     bool transfer_encoding;
+    char codings[200];       /* every Transfer-Encoding field's value, joined by ", " (cut at 199 bytes) */
 } framing;
 
 static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
@@ -531,20 +541,124 @@ static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const c
         if (f->content_length++ == 0) f->first_length = value;
         else if (strcmp(value ? value : "", f->first_length ? f->first_length : "") != 0) f->lengths_differ = true;
     } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        size_t n = strlen(f->codings);
+        snprintf(f->codings + n, sizeof f->codings - n, "%s%s", f->transfer_encoding ? ", " : "", value ? value : "");
         f->transfer_encoding = true;
     }
     return MHD_YES;
 }
 
+/* The Transfer-Encoding fields' value: what MHD frames is exactly one field
+ * "chunked" (in any case, nothing around it). Returns 0 for that, else the
+ * status to answer (RFC 9112 sections 6.1 and 6.3): 400 when chunked is not
+ * the last coding, or comes twice, since the body's length cannot be known
+ * (this takes in "identity", which is no longer a transfer coding); 501 for
+ * a coding applied before chunked (gzip, deflate, ...), which the server
+ * does not implement; 400 for chunked alone written with spaces or commas
+ * around it, which MHD would not frame. */
+static int transfer_coding_status(const char *codings, char *why, size_t cap) {
+    int n = 0, n_chunked = 0;
+    bool last_chunked = false;
+    for (const char *p = codings; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        if (!*p) break;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        size_t len = (size_t)(e - p);
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        last_chunked = len == 7 && strncasecmp(p, "chunked", 7) == 0;
+        n_chunked += last_chunked;
+        n++;
+        p = e;
+    }
+    if (n == 1 && last_chunked) {
+        if (strcasecmp(codings, "chunked") == 0) return 0;
+        snprintf(why, cap, "the request's Transfer-Encoding '%.120s' is not framed: write it as 'Transfer-Encoding: "
+                 "chunked', one field, nothing around the coding", codings);
+        return 400;
+    }
+    if (!last_chunked || n_chunked > 1) {
+        snprintf(why, cap, "the request's Transfer-Encoding '%.120s' does not end in one chunked coding, so its "
+                 "body's length cannot be determined; send Content-Length, or Transfer-Encoding: chunked", codings);
+        return 400;
+    }
+    snprintf(why, cap, "the request's Transfer-Encoding '%.120s' is not implemented: only chunked is; send the body "
+             "without other codings", codings);
+    return 501;
+}
+
 /* RFC 9112 section 6.3: a request whose body length is ambiguous (Content-
  * Length fields that disagree, or one beside Transfer-Encoding) cannot be
- * framed; it gets 400 and the connection closes (no request smuggling). */
-static const char *ambiguous_framing(struct MHD_Connection *conn) {
+ * framed; it gets 400 and the connection closes (no request smuggling). So
+ * does a Transfer-Encoding other than chunked alone, with 400 or 501
+ * (transfer_coding_status): MHD would otherwise wait for a body it cannot
+ * frame until the idle timeout. Returns the status (0: framed), *why the
+ * message. */
+static int bad_framing(struct MHD_Connection *conn, char *why, size_t cap) {
     framing f = {0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, count_framing, &f);
-    if (f.lengths_differ) return "the request has Content-Length fields with different values";
-    if (f.content_length > 0 && f.transfer_encoding) return "the request has both Content-Length and Transfer-Encoding";
-    return NULL;
+    if (f.lengths_differ) {
+        snprintf(why, cap, "the request has Content-Length fields with different values");
+        return 400;
+    }
+    if (f.content_length > 0 && f.transfer_encoding) {
+        snprintf(why, cap, "the request has both Content-Length and Transfer-Encoding");
+        return 400;
+    }
+    return f.transfer_encoding ? transfer_coding_status(f.codings, why, cap) : 0;
+}
+
+/* A chunked body that passed HARD_BODY_LIMIT: MHD takes no response in the
+ * middle of an upload (MHD_queue_response refuses one) and the body's end
+ * is not in sight, so the 413 is written to the socket here, as MHD would
+ * write it, then the sending side is shut and what the client still sends
+ * is read and dropped for up to LINGER_S (a lingering close: closing with
+ * unread bytes resets the connection, and a reset can destroy the answer
+ * before the client reads it). MHD then closes the connection. */
+#define LINGER_S 2.0
+
+static void send_413_mid_upload(srv_server *s, struct MHD_Connection *conn, req_ctx *rc) {
+    int fd = conn_fd(conn);
+    srv_api_error e;
+    srv_check_body_size((size_t)rc->received, s->max_body, &e);
+    size_t blen;
+    char *body = srv_error_body(&e, &blen);
+    rc->status = 413;
+    if (fd < 0 || !body) {
+        free(body);
+        return;
+    }
+    char head[512];
+    int hlen = snprintf(head, sizeof head, "HTTP/1.1 413 Content Too Large\r\nConnection: close\r\nContent-Type: "
+                        "application/json\r\n" REPLICA_HEADER ": %s\r\nContent-Length: %zu\r\n\r\n", s->replica_name,
+                        blen);
+    double deadline = now_s() + LINGER_S;
+    const char *parts[2] = {head, body};
+    size_t lens[2] = {hlen > 0 && (size_t)hlen < sizeof head ? (size_t)hlen : 0, blen};
+    bool sent = lens[0] > 0;
+    for (int i = 0; i < 2 && sent; i++)
+        for (size_t off = 0; off < lens[i] && sent;) {
+            ssize_t w = send(fd, parts[i] + off, lens[i] - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) {
+                off += (size_t)w;
+                continue;
+            }
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int left_ms = (int)((deadline - now_s()) * 1e3);
+            sent = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && left_ms > 0 &&
+                   poll(&p, 1, left_ms) >= 0;
+        }
+    free(body);
+    if (!sent) return;
+    shutdown(fd, SHUT_WR);
+    char sink[16384];
+    for (;;) {
+        int left_ms = (int)((deadline - now_s()) * 1e3);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left_ms <= 0 || poll(&p, 1, left_ms) <= 0) break;
+        ssize_t r = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+    }
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -561,13 +675,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         snprintf(rc->path, sizeof rc->path, "%s", url);
         rc->http11 = version && strcmp(version, MHD_HTTP_VERSION_1_1) == 0;
         *con_cls = rc;
-        const char *bad = ambiguous_framing(conn);
+        char why[400];
+        int bad = bad_framing(conn, why, sizeof why);
         if (bad) {
             srv_api_error e;
-            srv_api_fail(&e, 400, NULL, "%s", bad);
+            srv_api_fail(&e, bad, NULL, "%s", why);
+            e.type = "invalid_request_error"; /* a 501 too: what the request asks for, not a server failure */
             size_t len;
             char *body = srv_error_body(&e, &len);
-            return send_owned(s, conn, rc, 400, "application/json", body, len, true);
+            return send_owned(s, conn, rc, bad, "application/json", body, len, true);
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl && strtoull(cl, NULL, 10) > HARD_BODY_LIMIT) {
@@ -585,7 +701,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             /* keep reading (and dropping) so that the client gets the 413 */
             rc->too_large = true;
             sbuf_free(&rc->body);
-            if (rc->received > HARD_BODY_LIMIT) return MHD_NO;
+            if (rc->received > HARD_BODY_LIMIT) {
+                send_413_mid_upload(s, conn, rc); /* only a chunked body gets here: a length says so at once */
+                return MHD_NO;
+            }
         } else {
             sbuf_append(&rc->body, upload_data, *upload_data_size);
             if (rc->body.oom) return MHD_NO;

@@ -4,9 +4,13 @@
  * was told to allow (vLLM's --allowed-local-media-path).
  *
  * Nothing is fetched from the network: http and https URLs are refused with
- * a message saying so. A file:// path is resolved (symbolic links and ".."
- * followed) before it is checked against the allowed folder, so a link out
- * of it is refused too.
+ * a message saying so. A file:// path is checked twice against the allowed
+ * folder: first by its text (".", ".." and repeated slashes taken out, as a
+ * URL's dot segments are), before the file system is asked anything, then
+ * resolved (symbolic links followed), so a link out of the folder is refused
+ * too. Everything outside gets one message whatever exists there, so a
+ * client cannot learn which paths exist on the host; only a path under the
+ * folder may be told that it does not exist.
  */
 #define _DEFAULT_SOURCE
 #include <limits.h>
@@ -15,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "util/error.h"
 #include "vision/image.h"
@@ -85,6 +90,105 @@ static char *percent_decode(const char *s, size_t n) {
     return d;
 }
 
+/* An absolute path with ".", ".." and repeated slashes taken out by its
+ * text alone, the file system not asked (RFC 3986's removal of dot
+ * segments): "/a/./b//../c" -> "/a/c"; ".." at the root stays there. A
+ * relative path is taken from the working folder. NULL when out of memory
+ * or the working folder is unknown. */
+static char *lexical_path(const char *p) {
+    char cwd[PATH_MAX] = "";
+    if (p[0] != '/' && !getcwd(cwd, sizeof cwd)) return NULL;
+    size_t cl = strlen(cwd), n = cl + strlen(p) + 3;
+    char *joined = malloc(n), *out = malloc(n);
+    if (!joined || !out) {
+        free(joined), free(out);
+        return NULL;
+    }
+    snprintf(joined, n, "%s/%s", cwd, p);
+    size_t o = 0;
+    for (const char *s = joined; *s;) {
+        while (*s == '/') s++;
+        const char *e = s;
+        while (*e && *e != '/') e++;
+        size_t len = (size_t)(e - s);
+        if (len == 2 && s[0] == '.' && s[1] == '.') {
+            while (o > 0 && out[o - 1] != '/') o--; /* drop the last component and its slash */
+            if (o > 0) o--;
+        } else if (len > 0 && !(len == 1 && s[0] == '.')) {
+            out[o++] = '/';
+            memcpy(out + o, s, len);
+            o += len;
+        }
+        s = e;
+    }
+    if (o == 0) out[o++] = '/';
+    out[o] = '\0';
+    free(joined);
+    return out;
+}
+
+/* Whether the normalized absolute path lies under the folder dir (also
+ * normalized): strictly below it, or, with or_equal, dir itself. */
+static bool path_under(const char *path, const char *dir, bool or_equal) {
+    size_t dl = strlen(dir);
+    if (dl == 1 && dir[0] == '/') return or_equal || path[1] != '\0';
+    return strncmp(path, dir, dl) == 0 && (path[dl] == '/' || (or_equal && path[dl] == '\0'));
+}
+
+/* A path that did not resolve, under the folder by its text: whether its
+ * deepest ancestor that does resolve lies under the resolved folder (or is
+ * it); a missing file beside a link out of the folder is then outside too. */
+static bool missing_path_inside(const char *lexical, const char *real_dir) {
+    char *p = strdup(lexical);
+    if (!p) return false;
+    bool inside = false;
+    for (;;) {
+        char *slash = strrchr(p, '/');
+        if (!slash) break;
+        if (slash == p) slash[1] = '\0'; /* up to the root */
+        else *slash = '\0';
+        char real[PATH_MAX];
+        if (realpath(p, real)) {
+            inside = path_under(real, real_dir, true);
+            break;
+        }
+        if (strcmp(p, "/") == 0) break;
+    }
+    free(p);
+    return inside;
+}
+
+/* A file:// URL's path (percent escapes decoded) -> the image, when the
+ * path lies under allowed_dir both by its text and once resolved. */
+static int image_from_file_url(pdl_image **out, const char *path, const char *allowed_dir, pdl_error *err) {
+    char real_dir[PATH_MAX];
+    if (!realpath(allowed_dir, real_dir))
+        return pdl_fail(err, "the allowed local media path '%s' does not exist", allowed_dir);
+    char *lex = lexical_path(path), *lex_dir = lexical_path(allowed_dir);
+    if (!lex || !lex_dir) {
+        free(lex), free(lex_dir);
+        return pdl_fail(err, "out of memory");
+    }
+    /* the folder as given or as resolved, so that a folder named through a
+     * link may be addressed either way */
+    bool inside = path_under(lex, lex_dir, false) || path_under(lex, real_dir, false);
+    char real[PATH_MAX];
+    bool exists = false;
+    if (inside) {
+        exists = realpath(lex, real) != NULL;
+        inside = exists ? path_under(real, real_dir, false) : missing_path_inside(lex, real_dir);
+    }
+    int rc;
+    if (!inside)
+        rc = pdl_fail(err, "file:// image URL: the path is outside the allowed local media path '%s'", allowed_dir);
+    else if (!exists)
+        rc = pdl_fail(err, "file:// image URL: '%s' does not exist", path);
+    else
+        rc = pdl_image_load(out, real, err);
+    free(lex), free(lex_dir);
+    return rc;
+}
+
 int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char *allowed_dir, pdl_error *err) {
     *out = NULL;
     if (len >= 5 && strncasecmp(url, "data:", 5) == 0) {
@@ -120,26 +224,9 @@ int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char 
             free(path);
             return pdl_fail(err, "file:// image URL must hold an absolute path (file:///...)");
         }
-        char real[PATH_MAX], allowed[PATH_MAX];
-        if (!realpath(allowed_dir, allowed)) {
-            free(path);
-            return pdl_fail(err, "the allowed local media path '%s' does not exist", allowed_dir);
-        }
-        if (!realpath(path, real)) {
-            int rc = pdl_fail(err, "file:// image URL: '%s' does not exist", path);
-            free(path);
-            return rc;
-        }
-        size_t al = strlen(allowed);
-        bool inside = strncmp(real, allowed, al) == 0 && (real[al] == '/' || (al == 1 && allowed[0] == '/'));
-        if (!inside) {
-            int rc = pdl_fail(err, "file:// image URL: '%s' is outside the allowed local media path '%s'", path,
-                              allowed_dir);
-            free(path);
-            return rc;
-        }
+        int rc = image_from_file_url(out, path, allowed_dir, err);
         free(path);
-        return pdl_image_load(out, real, err);
+        return rc;
     }
     if ((len >= 7 && strncasecmp(url, "http://", 7) == 0) || (len >= 8 && strncasecmp(url, "https://", 8) == 0))
         return pdl_fail(err, "image URLs over http(s) are not fetched: only data URLs (data:image/png;base64,...) "

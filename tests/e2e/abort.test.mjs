@@ -4,13 +4,13 @@
 // finish and the server exits 0.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, metrics, metric, NAME } from './server.mjs';
+import { startServer, metrics, metric, NAME, ALLOW_LONG } from './server.mjs';
 
 let srv;
 let client;
 before(async () => {
   // a long context so that a request is still generating when its client leaves
-  srv = await startServer(['--max-model-len', '4096']);
+  srv = await startServer(['--max-model-len', '4096'], { env: ALLOW_LONG });
   client = srv.client();
 });
 after(async () => srv && srv.stop());
@@ -72,7 +72,7 @@ test('many clients aborting at once leave nothing behind', async () => {
 });
 
 test('SIGTERM: the stream in flight finishes, then the server exits 0', async () => {
-  const own = await startServer(['--max-model-len', '4096']);
+  const own = await startServer(['--max-model-len', '4096'], { env: ALLOW_LONG });
   const stream = await own.client().completions.create({ ...LONG, max_tokens: 300, stream: true });
   let text = '';
   let finish = null;

@@ -1,15 +1,18 @@
 // http.test.mjs - the server at the HTTP level, with raw sockets: idle
 // keep-alive connections close after --timeout-keep-alive (a connection
 // that made a generation request too), request framing that is ambiguous
-// gets 400 and a closed connection, a client that half-closes after its
-// request still gets the whole answer (streaming or not), text with NUL
-// bytes survives /detokenize and echo, and a KV pool that cannot hold
-// --max-model-len stops the server at start with both numbers.
+// gets 400 and a closed connection, a Transfer-Encoding other than chunked
+// 501 or 400 at once, a chunked body over the limit 413 (also past the
+// drain limit), a client that half-closes after its request still gets the
+// whole answer (streaming or not), text with NUL bytes survives /detokenize
+// and echo and is taken back in prompts, a KV pool that cannot hold
+// --max-model-len stops the server at start with both numbers, and so does
+// a --max-model-len past the model's own unless it is allowed explicitly.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { startServer, BIN, MODEL, NAME } from './server.mjs';
+import { startServer, BIN, MODEL, NAME, ALLOW_LONG } from './server.mjs';
 
 let srv;
 let port;
@@ -124,6 +127,71 @@ test('conflicting Content-Length, or Content-Length beside Transfer-Encoding, is
   assert.match(same.text, /^HTTP\/1\.1 200 /);
 });
 
+test('a Transfer-Encoding other than chunked alone is 501 or 400 at once, with a JSON body, and the connection closes', async () => {
+  const b = JSON.stringify({ model: NAME, prompt: 'Hi', max_tokens: 1 });
+  const chunked = `${b.length.toString(16)}\r\n${b}\r\n0\r\n\r\n`;
+  for (const [te, status, why] of [['gzip, chunked', 501, /not implemented: only chunked is/],
+    ['deflate,chunked', 501, /not implemented/], ['identity', 400, /does not end in one chunked coding/],
+    ['chunked, gzip', 400, /does not end in one chunked coding/], ['chunked, chunked', 400, /one chunked coding/],
+    ['chunked ', 400, /write it as 'Transfer-Encoding: chunked'/]]) {
+    const r = await exchange(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n` +
+      `Transfer-Encoding: ${te}\r\n\r\n${chunked}`);
+    assert.match(r.text, new RegExp(`^HTTP/1\\.1 ${status} `), `${te}: ${r.text.slice(0, 200)}`);
+    assert.match(r.text, /Connection: close/i);
+    const err = JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4)).error;
+    assert.match(err.message, why, te);
+    assert.equal(err.type, 'invalid_request_error');
+    assert.ok(r.endedAt !== null && r.endedAt < 900, `${te}: the connection stayed open ${r.endedAt} ms`);
+  }
+  // chunked alone, in any case, is served
+  const ok = await exchange(`POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n` +
+    `Connection: close\r\nTransfer-Encoding: Chunked\r\n\r\n${chunked}`);
+  assert.match(ok.text, /^HTTP\/1\.1 200 /);
+});
+
+// Sends a chunked body of `total` bytes in 1 MiB chunks (as fast as the
+// server reads it, until it stops reading); resolves with what came back.
+function sendChunked(total) {
+  return new Promise((resolve) => {
+    const s = net.connect(port, '127.0.0.1');
+    const got = [];
+    let done = false;
+    const finish = () => {
+      if (!done) resolve(Buffer.concat(got).toString('utf8'));
+      done = true;
+    };
+    s.on('data', (d) => got.push(d));
+    s.on('error', () => {}); // a reset after the answer: the answer is what counts
+    s.on('close', finish);
+    setTimeout(() => { s.destroy(); finish(); }, 30000).unref();
+    s.write('POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n' +
+      'Transfer-Encoding: chunked\r\n\r\n');
+    const piece = Buffer.concat([Buffer.from('100000\r\n'), Buffer.alloc(1 << 20, 'a'), Buffer.from('\r\n')]);
+    let sent = 0;
+    const pump = () => {
+      while (!s.destroyed && sent < total) {
+        sent += 1 << 20;
+        if (!s.write(piece)) return void s.once('drain', pump);
+      }
+      if (!s.destroyed) s.write('0\r\n\r\n');
+    };
+    pump();
+  });
+}
+
+test('a chunked body over --max-body gets a 413 with a JSON body, also past the 64 MiB drain limit', async () => {
+  for (const mib of [5, 80]) {
+    const text = await sendChunked(mib << 20);
+    assert.match(text, /^HTTP\/1\.1 413 /, `${mib} MiB: ${JSON.stringify(text.slice(0, 200))}`);
+    assert.match(text, /Connection: close/i);
+    const err = JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4)).error;
+    assert.equal(err.code, 'request_too_large');
+    assert.match(err.message, /the limit is 4194304/);
+  }
+  const h = await fetch(`${srv.baseURL}/health`);
+  assert.equal(h.status, 200);
+});
+
 test('a client that half-closes after its request gets the whole answer', async () => {
   const stream = await exchange(post('/v1/completions', { model: NAME, prompt: 'Once upon a time', max_tokens: 60,
     stream: true, temperature: 0 }), { halfClose: true });
@@ -143,7 +211,7 @@ test('a client that half-closes after its request gets the whole answer', async 
   assert.equal(body.usage.completion_tokens, 6400);
 });
 
-test('NUL bytes in text survive /detokenize and echo', async () => {
+test('NUL bytes in text survive /detokenize and echo, and come back in as \\u0000 in prompts', async () => {
   // token 3 is <0x00>
   const d = await (await fetch(`${srv.baseURL}/detokenize`, { method: 'POST',
     headers: { 'content-type': 'application/json' }, body: JSON.stringify({ tokens: [403, 3, 407] }) })).json();
@@ -158,6 +226,23 @@ test('NUL bytes in text survive /detokenize and echo', async () => {
     body: JSON.stringify({ model: NAME, prompt: 'Once', max_tokens: 3, temperature: 0, logit_bias: { 3: 100 } }) }))
     .json();
   assert.equal(g.choices[0].text, '\u0000\u0000\u0000');
+  // and the server takes them back in the text it reads: a prompt, a message
+  const e = await (await fetch(`${srv.baseURL}/v1/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: NAME, prompt: 'Once\u0000 upon', echo: true, max_tokens: 1, temperature: 0 }) }))
+    .json();
+  assert.ok(e.choices[0].text.startsWith('Once\u0000 upon'), JSON.stringify(e));
+  const t = await (await fetch(`${srv.baseURL}/tokenize`, { method: 'POST',
+    body: JSON.stringify({ model: NAME, prompt: 'Once\u0000 upon', add_special_tokens: false }) })).json();
+  assert.deepEqual(t.tokens, [403, 3, 407]);
+  // elsewhere NUL is a 400 naming the field
+  const m = await fetch(`${srv.baseURL}/v1/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: `${NAME}\u0000`, prompt: 'Once', max_tokens: 1 }) });
+  assert.equal(m.status, 400);
+  const err = (await m.json()).error;
+  assert.equal(err.param, 'model');
+  assert.match(err.message, /'model' holds a NUL character \(\\u0000\)/);
 });
 
 test('a KV pool that cannot hold --max-model-len stops the server at start, naming both numbers', () => {
@@ -167,6 +252,22 @@ test('a KV pool that cannot hold --max-model-len stops the server at start, nami
   assert.match(r.stderr, /max seq len \(128\) is larger than the maximum number of tokens that can be stored in the KV cache \(\d+/);
   assert.match(r.stderr, /--kv-cache-memory/);
   assert.match(r.stderr, /--max-model-len/);
+});
+
+test('a --max-model-len past the model\'s own stops the server at start unless allowed; allowed, it is served', async () => {
+  const r = spawnSync(BIN, ['serve', '-m', MODEL, '--port', '0', '--max-model-len', '1000000'],
+    { encoding: 'utf8', timeout: 30000, env: { ...process.env, PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN: '' } });
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /the context length asked for, 1000000, is longer than the model's own, 128/);
+  assert.match(r.stderr, /PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1/);
+  const long = await startServer(['--max-model-len', '512'], { env: ALLOW_LONG });
+  try {
+    const models = await (await fetch(`${long.baseURL}/v1/models`)).json();
+    assert.equal(models.data[0].max_model_len, 512);
+    assert.match(long.log(), /context length 512 is longer than the model's own, 128 \(allowed\): positions past 128 were not trained/);
+  } finally {
+    await long.stop();
+  }
 });
 
 test('every answer names its replica, host:port by default: health, metrics, errors, objects and streams', async () => {

@@ -9,7 +9,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer, metrics, metric, NAME } from './server.mjs';
+import { startServer, metrics, metric, NAME, ALLOW_LONG } from './server.mjs';
 
 // assistant turns rendered as "Assistant:" + content, exactly what follows the
 // generation prompt "Assistant:", so a reply re-enters the prompt as it was generated
@@ -21,7 +21,8 @@ const QUESTIONS = ['Once upon a time', 'Tell me more', 'What did Lily do?', 'And
 let srv;
 let client;
 before(async () => {
-  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '512', '--block-size', String(BLOCK)]);
+  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '512', '--block-size', String(BLOCK)],
+    { env: ALLOW_LONG });
   client = srv.client();
 });
 after(async () => srv && srv.stop());

@@ -26,7 +26,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
-import { BIN, MODEL, NAME } from './server.mjs';
+import { BIN, MODEL, NAME, ALLOW_LONG } from './server.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const ROOT = path.resolve(HERE, '../..');
@@ -73,7 +73,7 @@ async function startReplicas({ balance = 'affinity' } = {}) {
     String(base + 2), '--balance', balance, '-t', String(N), '--pagedlm', BIN, '-m', MODEL,
     '--served-model-name', NAME, '--chat-template', TEMPLATE, '--max-model-len', '4096',
     '--kv-cache-memory', '64MiB', '--disable-log-requests'];
-  const proc = spawn(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const proc = spawn(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...ALLOW_LONG } });
   let log = '';
   const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
   await new Promise((resolve, reject) => {

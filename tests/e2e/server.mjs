@@ -14,6 +14,10 @@ export const TESTDATA = process.env.PAGEDLM_TESTDATA;
 if (!BIN || !TESTDATA) throw new Error('PAGEDLM_BIN and PAGEDLM_TESTDATA must be set (run through ctest or run.sh)');
 export const MODEL = path.join(TESTDATA, 'models/stories260K/stories260K.gguf');
 export const NAME = 'stories';
+// stories260K's file declares 128 positions (llama2.c trained it with 512);
+// a test that serves a longer --max-model-len allows it explicitly, as vLLM's
+// VLLM_ALLOW_LONG_MAX_MODEL_LEN does: startServer(args, { env: ALLOW_LONG }).
+export const ALLOW_LONG = { PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN: '1' };
 
 const SANITIZER = /AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:/;
 

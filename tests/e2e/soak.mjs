@@ -14,7 +14,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer, metrics, metric, NAME } from './server.mjs';
+import { startServer, metrics, metric, NAME, ALLOW_LONG } from './server.mjs';
 
 const CLIENTS = Number(process.argv[2] ?? 32);
 const DURATION = Number(process.argv[3] ?? 180);
@@ -35,7 +35,7 @@ function percentile(sorted, q) {
   return i + 1 < sorted.length ? sorted[i] + (x - i) * (sorted[i + 1] - sorted[i]) : sorted[i];
 }
 
-const srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '512']);
+const srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '512'], { env: ALLOW_LONG });
 const client = srv.client({ timeout: 120000 });
 const pid = srv.proc.pid;
 const stats = { requests: 0, streaming: 0, chat: 0, chunks: 0, abandoned: 0, errors: 0, firstErrors: [] };

@@ -1,21 +1,23 @@
 // structured.test.mjs - structured output and tool calls through the official
 // OpenAI SDK: JSON Schemas (response_format), vLLM's structured_outputs
 // (choice, regex, grammar) and llama.cpp's grammar field, forced and parsed
-// tool calls, streaming tool-call deltas, and 400s that name the keyword.
+// tool calls, streaming tool-call deltas, a conversation with a tool result
+// (and a result for no earlier call refused), and 400s that name the keyword.
 //
 // Every output is sampled (temperature 1, fixed seeds) from stories260K, a
 // model that knows nothing of JSON: whatever it produces must parse and
-// validate, which only the mask can make true. Its trained context is 128
-// tokens; --max-model-len 1024 makes room for the tools in chat prompts (the
-// positions past 128 are as good as any for a test of the mask). Validation is independent of
-// the server: ajv (with ajv-formats) checks each output against its schema.
+// validate, which only the mask can make true. Its file declares 128
+// positions; --max-model-len 1024, allowed explicitly, makes room for the
+// tools in chat prompts (the positions past 128 are as good as any for a test
+// of the mask). Validation is independent of the server: ajv (with
+// ajv-formats) checks each output against its schema.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Ajv from 'ajv/dist/2020.js';
 import addFormats from 'ajv-formats';
-import { startServer, NAME } from './server.mjs';
+import { startServer, NAME, ALLOW_LONG } from './server.mjs';
 
 const TEMPLATE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures/chat_template_tools.jinja');
 const ajv = new Ajv({ strict: false, allErrors: true });
@@ -24,7 +26,8 @@ addFormats(ajv);
 let srv;
 let client;
 before(async () => {
-  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '1024', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes']);
+  srv = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '1024', '--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
+    { env: ALLOW_LONG });
   client = srv.client();
 });
 after(async () => srv && srv.stop());
@@ -325,4 +328,9 @@ test('a conversation with a call and its result renders and goes on', async () =
   const next = await client.chat.completions.create({ model: NAME, tools: TOOLS, tool_choice: 'none', messages, max_tokens: 10 });
   assert.equal(next.choices[0].message.tool_calls, undefined);
   assert.equal(typeof next.choices[0].message.content, 'string');
+  // a result for a call that was never made is a 400 naming the field
+  const stray = [...messages.slice(0, -1), { role: 'tool', tool_call_id: `${call.id}x`, content: 'sunny' }];
+  await assert.rejects(client.chat.completions.create({ model: NAME, tools: TOOLS, messages: stray, max_tokens: 10 }),
+    (e) => e.status === 400 && e.param === `messages[${stray.length - 1}].tool_call_id` &&
+      /which is the id of no tool call in an earlier assistant message/.test(e.message));
 });

@@ -3,10 +3,11 @@
 // image_url content parts as data URLs and as file:// URLs under
 // --allowed-local-media-path; greedy output equal to `pagedlm run` with the
 // same image at <__media__>; another image changes the logprobs; streaming
-// equals non-streaming; http URLs, file:// URLs outside the folder, bad
-// base64, strips thinner than 200:1 and images sent to a text-only model
-// are 400s with a message; the encoder cache's counters on /metrics (the
-// same image again skips the tower).
+// equals non-streaming; http URLs, file:// URLs outside the folder (one
+// answer whether or not the file exists), bad base64, strips thinner than
+// 200:1 and images sent to a text-only model are 400s with a message; the
+// encoder cache's counters on /metrics (the same image again skips the
+// tower).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -114,6 +115,27 @@ test('http URLs, file:// URLs outside the folder, bad data and thin strips are 4
   assert.equal(strip.choices.length, 1);
   const ok = await ask(dataUrl(PNG_A));
   assert.equal(ok.choices.length, 1);
+});
+
+test('file:// URLs outside the folder all get the same 400, whether or not the file exists', async () => {
+  const answer = async (url) => {
+    try {
+      await ask(url);
+    } catch (e) {
+      assert.ok(e instanceof OpenAI.APIError, String(e));
+      return JSON.stringify([e.status, e.error]);
+    }
+    assert.fail(`${url} was accepted`);
+  };
+  fs.symlinkSync(path.join(tmp, 'outside.png'), path.join(MEDIA, 'link-out.png'));
+  const want = await answer('file:///etc/passwd');
+  assert.match(want, /outside the allowed local media path/);
+  for (const url of ['file:///etc/pagedlm-no-such-file', `file://${path.join(tmp, 'outside.png')}`,
+    `file://${MEDIA}/../outside.png`, `file://${MEDIA}/../no-such-file.png`, `file://${MEDIA}/link-out.png`]) {
+    assert.equal(await answer(url), want, url);
+  }
+  // under the folder, a missing file is told so
+  assert.match(await answer(`file://${MEDIA}/missing.png`), /does not exist/);
 });
 
 test('a text-only model refuses image parts with a 400', async () => {
