@@ -218,12 +218,13 @@ function crc32(buf) {
 }
 
 // An 8-bit RGB PNG of w x h pixels whose colours follow `seed` (flat: all
-// grey 128, which deflates to a few hundred bytes at any size).
-export function png(w, h, seed, { flat = false } = {}) {
+// grey 128, which deflates to a few hundred bytes at any size; grey: one
+// channel, a third of the pixel bytes to deflate).
+export function png(w, h, seed, { flat = false, grey = false } = {}) {
   const r = rng(seed);
   const rows = [];
   for (let y = 0; y < h; y++) {
-    const row = Buffer.alloc(1 + 3 * w, flat ? 128 : 0);
+    const row = Buffer.alloc(1 + (grey ? 1 : 3) * w, flat ? 128 : 0);
     row[0] = 0;
     for (let i = 1; !flat && i < row.length; i++) row[i] = Math.floor((r() + 0.5) * 256);
     rows.push(row);
@@ -239,7 +240,7 @@ export function png(w, h, seed, { flat = false } = {}) {
   const ihdr = Buffer.alloc(13);
   ihdr.writeUInt32BE(w, 0);
   ihdr.writeUInt32BE(h, 4);
-  ihdr[8] = 8, ihdr[9] = 2;
+  ihdr[8] = 8, ihdr[9] = grey ? 0 : 2;
   return Buffer.concat([Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]), chunk('IHDR', ihdr),
     chunk('IDAT', zlib.deflateSync(Buffer.concat(rows))), chunk('IEND', Buffer.alloc(0))]);
 }
