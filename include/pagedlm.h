@@ -543,6 +543,21 @@ typedef struct pdl_engine_options {
 
 struct gram_grammar; /* src/grammar/grammar.h */
 
+/* A reasoning model's thinking block as the engine follows it, token by
+ * token (src/engine/reasoning.h makes it from a format such as qwen3):
+ * while a sequence is inside the block its grammar does not apply (a
+ * grammar constrains the answer) and its tokens are counted; once `budget`
+ * tokens are out the end token is forced. Before the block (a model that
+ * opens it itself) the start token is allowed beside the grammar's tokens,
+ * or banned when the budget is 0. Zero-initialised: off. */
+typedef struct pdl_reasoning {
+    bool enabled;
+    int32_t start_token;         /* opens the block (<think>); -1 = the model cannot open it itself */
+    int32_t end_token;           /* closes it (</think>) */
+    bool starts_inside;          /* the prompt opened the block: the output starts inside it */
+    int budget;                  /* tokens inside the block at most; < 0 = no limit; 0 = no thinking */
+} pdl_reasoning;
+
 typedef struct pdl_request_params {
     pdl_sampling sampling;
     int max_tokens;              /* new tokens at most; 0 = up to the context length */
@@ -566,7 +581,8 @@ typedef struct pdl_request_params {
                                     grammar allows next (src/grammar/grammar.h), EOS only where it may
                                     end, and the sequence stops ("stop") once the grammar is complete;
                                     compiled for pdl_model_grammar_vocab(model); the engine keeps its own
-                                    reference; NULL = none */
+                                    reference; NULL = none. With reasoning on, it applies to the answer */
+    pdl_reasoning reasoning;     /* the thinking block (off when zero) */
     const pdl_mm_input *images;  /* [n_images] the prompt's images (pdl_mm_tokenize's layout; needs the
                                     engine's vision model): each takes pdl_vision_image_rows prompt rows from
                                     its position. Encoded when the request is added (the images need not

@@ -62,6 +62,11 @@ static void serve_usage(FILE *f) {
             "                                 out of the output; without it the model's text is returned as is\n"
             "      --tool-call-parser NAME    hermes|llama3_json|mistral: the model's tool-call format (default: from\n"
             "                                 the model's tokens: <tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)\n"
+            "      --reasoning-parser NAME    qwen3|deepseek_r1: the thinking block (<think>...</think>) goes to\n"
+            "                                 message.reasoning / reasoning_content, apart from the answer; grammars\n"
+            "                                 and tool calls apply to the answer\n"
+            "      --reasoning-budget N       thinking tokens at most when a request names none\n"
+            "                                 (thinking_token_budget); then the block's end is forced (default -1: no limit)\n"
             "      --grammar-timeout SECONDS  a request's regex, JSON schema, GBNF grammar or forced tool call must\n"
             "                                 compile within this long, or it gets a 400 (default 5)\n"
             "      --grammar-max-work STEPS   ... and within this many steps of work (default 100000000, about\n"
@@ -93,7 +98,8 @@ static void *second_signal(void *arg) {
 }
 
 int cli_serve(int argc, char **argv) {
-    srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line};
+    srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line,
+                     .reasoning_budget = -1};
     o.model = cli_model_options(0, 0);
     char *draft_path = NULL;
     long lv;
@@ -172,6 +178,11 @@ int cli_serve(int argc, char **argv) {
             free(draft_path);
             if (cli_spec_config(a, v, &o.engine, &draft_path)) return CLI_USAGE;
             o.draft_model_path = draft_path;
+        } else if (strcmp(a, "--reasoning-parser") == 0) {
+            o.reasoning_parser = v;
+        } else if (strcmp(a, "--reasoning-budget") == 0) {
+            if (cli_int(a, v, -1, 1 << 30, &lv)) return CLI_USAGE;
+            o.reasoning_budget = (int)lv;
         } else if (strcmp(a, "--grammar-timeout") == 0) {
             if (cli_float(a, v, &fv)) return CLI_USAGE;
             if (!(fv > 0)) {

@@ -353,6 +353,8 @@ static eng_seq *seq_new(pdl_engine *e, eng_request *r, int index, const int32_t 
     memcpy(q->tokens, tokens, (size_t)n_tokens * sizeof *tokens);
     q->n_tokens = n_tokens;
     q->n_prompt = n_prompt;
+    bool inside = r->params.reasoning.enabled && r->params.reasoning.starts_inside;
+    q->think = (eng_think){.inside = inside, .decided = inside};
     q->prompt_logprobs_next = 1;
     q->canon_last = -1;
     q->n_cached_prompt = -1;
@@ -384,6 +386,11 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     if (p.n_stop < 0 || p.n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
     for (int i = 0; i < p.n_stop; i++)
         if (!p.stop[i] || !p.stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
+    const pdl_reasoning *rs = &p.reasoning;
+    if (rs->enabled && (rs->end_token < 0 || rs->end_token >= c->vocab || rs->start_token < -1 ||
+                        rs->start_token >= c->vocab || (rs->start_token < 0 && !rs->starts_inside)))
+        return pdl_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
+                        rs->start_token, rs->end_token, c->vocab);
     if (p.grammar && gram_vocab_size(gram_grammar_vocab(p.grammar)) != e->runner.vocab)
         return pdl_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
                         gram_vocab_size(gram_grammar_vocab(p.grammar)), e->runner.vocab);
@@ -591,17 +598,52 @@ static int append_token(eng_seq *q, int32_t tok) {
     return 0;
 }
 
+/* The thinking block's state after tok (pdl_reasoning). */
+static eng_think think_after(const pdl_reasoning *rs, eng_think t, int32_t tok) {
+    if (!rs->enabled) return t;
+    if (t.inside) {
+        if (tok == rs->end_token) t.inside = false;
+        else t.n++;
+    } else if (!t.decided) {
+        t.decided = true;
+        t.inside = tok == rs->start_token;
+    }
+    return t;
+}
+
+/* Whether tok, drawn in state t, is the answer's (what a grammar constrains). */
+static bool is_answer(const pdl_reasoning *rs, eng_think t, int32_t tok) {
+    return !rs->enabled || (!t.inside && (t.decided || tok != rs->start_token));
+}
+
 /* Draws the token at q's position n_tokens + ahead from its row of logits
  * (ahead > 0: a row past drafts that were accepted before it; the sampler
- * has recorded them). One draw of the request's random stream, as without
- * speculation. Under a grammar the draw is from a masked copy of the row
- * (in scratch slot `ahead`); *used gets the row drawn from, for its
- * logprobs. -1 (err set) when the grammar cannot go on. */
-static int32_t draw_token(pdl_engine *e, eng_seq *q, const float *row, int ahead, const float **used, pdl_error *err) {
+ * has recorded them), in thinking-block state t. One draw of the request's
+ * random stream, as without speculation. Under a grammar the draw is from a
+ * masked copy of the row (in scratch slot `ahead`), and inside a thinking
+ * block from the row itself, or from one that forces the block's end once
+ * its budget is spent; *used gets the row drawn from, for its logprobs. -1
+ * (err set) when the grammar cannot go on. */
+static int32_t draw_token(pdl_engine *e, eng_seq *q, eng_think t, const float *row, int ahead, const float **used,
+                          pdl_error *err) {
     const eng_request *r = q->req;
+    const pdl_reasoning *rs = &r->params.reasoning;
     if (e->opts.on_logits)
         e->opts.on_logits(r->id, q->index, q->n_tokens - 1 + ahead, row, e->runner.vocab, e->opts.on_logits_user);
-    if (q->matcher && !(row = so_masked_row(&e->masked, q->matcher, row, ahead, err))) return -1;
+    if (rs->enabled && t.inside) {
+        if (rs->budget >= 0 && t.n >= rs->budget &&
+            !(row = so_forced_row(&e->masked, e->runner.vocab, row, rs->end_token, true, ahead, err)))
+            return -1;
+    } else {
+        /* before the block, the model may open it (unless the budget is 0) instead of answering */
+        bool may_open = rs->enabled && !t.decided && rs->start_token >= 0;
+        int32_t open = may_open && rs->budget != 0 ? rs->start_token : -1;
+        if (q->matcher) {
+            if (!(row = so_masked_row(&e->masked, q->matcher, row, ahead, open, err))) return -1;
+        } else if (may_open && rs->budget == 0) {
+            if (!(row = so_forced_row(&e->masked, e->runner.vocab, row, rs->start_token, false, ahead, err))) return -1;
+        }
+    }
     *used = row;
     bool hold_stops = n_generated(q) + ahead < r->params.min_tokens;
     return pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
@@ -632,7 +674,9 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
     emit(q, &ev);
     *why = cause;
     bool grammar_ok = true, grammar_done = false;
-    if (q->matcher) {
+    bool answer = is_answer(&q->req->params.reasoning, q->think, tok);
+    q->think = think_after(&q->req->params.reasoning, q->think, tok);
+    if (q->matcher && answer) {
         /* the draw came from the masked row: only an all -inf row (every
          * allowed token banned) can give a token the grammar refuses */
         grammar_ok = gram_matcher_accept_token(q->matcher, tok);
@@ -664,7 +708,7 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
     stop_cause why;
     const float *used;
     pdl_error gerr;
-    int32_t tok = draw_token(e, q, row, 0, &used, &gerr);
+    int32_t tok = draw_token(e, q, q->think, row, 0, &used, &gerr);
     if (tok < 0) {
         grammar_failed(e, q, &gerr);
         return 0;
@@ -692,8 +736,10 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
     int n_drawn = 0, fed = 0; /* fed: drafts given to the matcher to mask the rows after them */
     pdl_error gerr;
     bool failed = false;
+    const pdl_reasoning *rs = &q->req->params.reasoning;
+    eng_think t = q->think; /* the thinking block's state after the drafts accepted so far */
     for (int j = 0; j <= nd; j++) {
-        int32_t tok = draw_token(e, q, rows + (size_t)j * (size_t)V, j, &used[n_drawn], &gerr);
+        int32_t tok = draw_token(e, q, t, rows + (size_t)j * (size_t)V, j, &used[n_drawn], &gerr);
         if (tok < 0) {
             failed = true;
             break;
@@ -701,7 +747,9 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
         drawn[n_drawn++] = tok;
         if (j == nd || drawn[j] != q->draft[j]) break;
         accepted++;
-        if (q->matcher) {
+        bool answer = is_answer(rs, t, tok);
+        t = think_after(rs, t, tok);
+        if (q->matcher && answer) {
             if (!gram_matcher_accept_token(q->matcher, tok)) break; /* cannot happen: drawn from the mask */
             fed++;
         }

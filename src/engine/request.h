@@ -24,6 +24,13 @@ typedef enum eng_seq_state {
     SEQ_FINISHED,
 } eng_seq_state;
 
+/* Where a sequence stands with its thinking block (pdl_reasoning). */
+typedef struct eng_think {
+    bool inside;    /* in the block: no grammar applies, tokens are counted */
+    bool decided;   /* the block was opened, or the answer began: a start token now is plain text */
+    int n;          /* tokens generated inside the block */
+} eng_think;
+
 /* What all sequences of one request share. */
 typedef struct eng_request {
     uint64_t id;
@@ -80,6 +87,7 @@ typedef struct eng_seq {
 
     pdl_sampler *sampler;
     gram_matcher *matcher;      /* where the output is in the request's grammar (NULL = none) */
+    eng_think think;            /* the thinking block so far (params.reasoning) */
     pdl_detok *detok;
     char *held;                 /* text held back while it may start a stop string */
     size_t held_len, held_cap;

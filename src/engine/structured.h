@@ -1,6 +1,7 @@
 /*
  * structured.h - structured output inside the engine: one grammar matcher
- * per sequence, and the masked copy of each row it samples from.
+ * per sequence, and the masked copy of each row it samples from (also the
+ * rows a thinking block's budget forces, engine.c).
  *
  * The forward and the rest of the batch never see a grammar: only the rows
  * a sequence samples (its decode row, its completing prefill row, the k + 1
@@ -29,8 +30,15 @@ typedef struct so_rows {
 void so_rows_free(so_rows *s);
 
 /* The tokens m allows next applied to a copy of row, in scratch slot `slot`
- * (0 .. PDL_MAX_SPEC_TOKENS). NULL (with err) when out of memory, or when no
- * token may follow: the grammar cannot be continued with this vocabulary. */
-const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int slot, pdl_error *err);
+ * (0 .. PDL_MAX_SPEC_TOKENS), with token `also` allowed too when >= 0 (a
+ * thinking block's start, beside the answer's first tokens). NULL (with
+ * err) when out of memory, or when no token may follow: the grammar cannot
+ * be continued with this vocabulary. */
+const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int slot, int32_t also, pdl_error *err);
+/* A copy of row (vocab logits) in slot where only tok may be drawn (only),
+ * or where tok may not (!only): a thinking budget's forced end, or a start
+ * it bans. NULL (with err) when out of memory. */
+const float *so_forced_row(so_rows *s, int vocab, const float *row, int32_t tok, bool only, int slot,
+                           pdl_error *err);
 
 #endif

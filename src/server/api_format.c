@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/reasoning.h"
 #include "server/api_tools.h"
 
 #define JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
@@ -132,6 +133,8 @@ typedef struct choice {
     int32_t stop_token; /* or a stop token id (-1 = neither) */
     json_t *lp;         /* generated logprobs so far (non-streaming): completions {tokens, ...}; chat [..] */
     srv_tool_output *tools; /* chat with tool calls parsed out of the text (req->parse_tools), else NULL */
+    reasoning_split *think; /* chat with a reasoning parser: the text split into reasoning and content */
+    sbuf reasoning;     /* the reasoning (non-streaming) */
     bool started;       /* streaming: echo chunk sent */
 } choice;
 
@@ -186,6 +189,8 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
             for (const char *q = id; *q; q++) seed = (seed ^ (unsigned char)*q) * 0x100000001b3ull;
             ok = (c->tools = srv_tool_output_new(req, seed + (uint64_t)i)) != NULL;
         }
+        if (ok && req->reasoning && req->kind == SRV_API_CHAT)
+            ok = (c->think = reasoning_split_new(req->reasoning, req->reasoning_starts_inside)) != NULL;
     }
     if (!ok) {
         srv_response_free(r);
@@ -201,6 +206,8 @@ void srv_response_free(srv_response *r) {
         free(r->choices[i].stop_string);
         json_decref(r->choices[i].lp);
         srv_tool_output_free(r->choices[i].tools);
+        reasoning_split_free(r->choices[i].think);
+        sbuf_free(&r->choices[i].reasoning);
     }
     for (int p = 0; r->prompts && p < r->n_prompts; p++) {
         for (size_t k = 0; k < r->prompts[p].n; k++) {
@@ -429,6 +436,61 @@ static void take_stop_reason(choice *c, const srv_event *ev) {
     c->stop_token = ev->stop_token;
 }
 
+/* ---- a choice's text: reasoning, tool calls, content -------------------------------- */
+
+/* Where one piece of a choice's text goes: to the reasoning, the tool-call
+ * parser or the content; deltas (streaming) gets a chat delta per piece,
+ * else the pieces gather in the choice. */
+typedef struct text_route {
+    const srv_response *r;
+    choice *c;
+    int32_t token;  /* the token the text came with (-1: the finish) */
+    json_t *deltas; /* NULL: not streaming */
+    bool oom;
+} text_route;
+
+static void route_piece(void *user, bool reasoning, const char *t, size_t n) {
+    text_route *x = user;
+    choice *c = x->c;
+    if (reasoning) {
+        if (!x->r->req->include_reasoning) return;
+        if (x->deltas) {
+            json_t *d = json_object();
+            json_object_set_new(d, "reasoning", jstrn(t, n));
+            json_object_set_new(d, "reasoning_content", jstrn(t, n));
+            if (json_array_append_new(x->deltas, d)) x->oom = true;
+        } else {
+            sbuf_append(&c->reasoning, t, n);
+        }
+        return;
+    }
+    if (!x->deltas) sbuf_append(&c->text, t, n);
+    if (c->tools) {
+        if (srv_tool_output_feed(c->tools, x->token, t, n, x->deltas)) x->oom = true;
+    } else if (x->deltas && n) {
+        if (json_array_append_new(x->deltas, json_pack("{s:o}", "content", jstrn(t, n)))) x->oom = true;
+    }
+}
+
+/* The text an event brings to choice c (finish: the event is the last).
+ * Returns false when out of memory. */
+static bool take_text(const srv_response *r, choice *c, int32_t token, const char *text, size_t len, bool finish,
+                      json_t *deltas) {
+    text_route x = {.r = r, .c = c, .token = token, .deltas = deltas};
+    if (c->think) {
+        /* a control token with no text (Mistral's markers) goes to the tool parser once the answer began */
+        if (len == 0 && c->tools && reasoning_split_in_answer(c->think))
+            route_piece(&x, false, text, 0);
+        else if (reasoning_split_feed(c->think, text, len, route_piece, &x))
+            x.oom = true;
+        if (finish && reasoning_split_finish(c->think, route_piece, &x)) x.oom = true;
+    } else {
+        route_piece(&x, false, text, len);
+    }
+    if (finish && c->tools && srv_tool_output_finish(c->tools, deltas)) x.oom = true;
+    return !x.oom;
+}
+
 /* ---- non-streaming ------------------------------------------------------------------ */
 
 static size_t echo_chars(const srv_response *r, int p) {
@@ -469,14 +531,10 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
             take_stop_reason(c, ev);
             if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
         }
-        sbuf_append(&c->text, ev->text, ev->text_len);
         c->chars += utf8_chars(ev->text, ev->text_len);
-        if (c->tools) {
-            if (srv_tool_output_feed(c->tools, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text, ev->text_len,
-                                     NULL) ||
-                (ev->kind == PDL_EVENT_FINISHED && srv_tool_output_finish(c->tools, NULL)))
-                c->text.oom = true;
-        }
+        if (!take_text(r, c, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text, ev->text_len,
+                       ev->kind == PDL_EVENT_FINISHED, NULL))
+            c->text.oom = true;
     }
 }
 
@@ -516,6 +574,12 @@ char *srv_response_body(srv_response *r, size_t *len) {
             json_object_set_new(msg, "role", json_string("assistant"));
             if (c->tools) srv_tool_output_message(c->tools, msg);
             else json_object_set_new(msg, "content", jstrn(gen, c->text.len));
+            if (c->think) { /* vLLM's field, and llama.cpp's / DeepSeek's name for it */
+                bool have = c->reasoning.len > 0;
+                json_object_set_new(msg, "reasoning", have ? jstrn(c->reasoning.data, c->reasoning.len) : json_null());
+                json_object_set_new(msg, "reasoning_content",
+                                    have ? jstrn(c->reasoning.data, c->reasoning.len) : json_null());
+            }
             json_object_set_new(ch, "message", msg);
             json_object_set_new(ch, "logprobs", r->req->logprobs >= 0 ? json_pack("{s:o}", "content",
                                 c->lp ? json_incref(c->lp) : json_array()) : json_null());
@@ -687,9 +751,9 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
             }
             c->prev = ev->token;
             c->chars += utf8_chars(ev->text, ev->text_len);
-            if (c->tools) {
+            if (c->tools || c->think) {
                 json_t *deltas = json_array();
-                if (srv_tool_output_feed(c->tools, ev->token, ev->text, ev->text_len, deltas)) out->oom = true;
+                if (!take_text(r, c, ev->token, ev->text, ev->text_len, false, deltas)) out->oom = true;
                 send_tool_deltas(r, i, deltas, lp, out);
             } else if (ev->text_len || lp) {
                 send_choice(r, i, ev->text, ev->text_len, lp, NULL, out);
@@ -699,13 +763,13 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
             take_stop_reason(c, ev);
             if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
             c->chars += utf8_chars(ev->text, ev->text_len);
-            if (c->tools) {
+            if (c->tools || c->think) {
                 json_t *deltas = json_array();
-                if (srv_tool_output_feed(c->tools, -1, ev->text, ev->text_len, deltas) ||
-                    srv_tool_output_finish(c->tools, deltas))
-                    out->oom = true;
+                if (!take_text(r, c, -1, ev->text, ev->text_len, true, deltas)) out->oom = true;
                 send_tool_deltas(r, i, deltas, NULL, out);
-                send_chunk(r, i, NULL, NULL, 0, NULL, srv_tool_output_finish_reason(c->tools, ev->finish_reason), out);
+                const char *finish = c->tools ? srv_tool_output_finish_reason(c->tools, ev->finish_reason)
+                                              : ev->finish_reason;
+                send_chunk(r, i, NULL, NULL, 0, NULL, finish, out);
             } else {
                 send_choice(r, i, ev->text, ev->text_len, NULL, ev->finish_reason, out);
             }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/reasoning.h"
 #include "engine/stop_match.h"
 
 int srv_api_fail(srv_api_error *err, int status, const char *param, const char *fmt, ...) {
@@ -815,6 +816,37 @@ int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     return finish_request(c, r, true, err);
 }
 
+/* The thinking block (--reasoning-parser): where the output starts (the
+ * rendered prompt says), its budget (thinking_token_budget, vLLM's, else
+ * the server's --reasoning-budget) and whether the reasoning is returned
+ * (include_reasoning, vLLM's). The engine follows the block by its
+ * markers' tokens (a grammar then constrains the answer only, and the
+ * budget can force the end); a model whose markers are not single tokens
+ * gets the text split only, and a budget for it is a 400. */
+static int parse_reasoning(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    bool include = true, given = false;
+    long long budget = c->reasoning_budget;
+    if (get_bool(body, "include_reasoning", &include, err) ||
+        get_int(body, "thinking_token_budget", 0, 1 << 30, &budget, &given, err))
+        return -1;
+    if (!c->reasoning) {
+        if (given) return BAD("thinking_token_budget", "'thinking_token_budget' needs a reasoning model served with "
+                              "--reasoning-parser");
+        return 0;
+    }
+    const srv_prompt *p = &r->prompts[0];
+    bool inside = p->text && reasoning_prompt_opens(c->reasoning, p->text, p->text_len);
+    reasoning_params(c->reasoning, c->model, inside, (int)budget, &r->params.reasoning);
+    if (!r->params.reasoning.enabled && budget >= 0)
+        return BAD(given ? "thinking_token_budget" : "model", "a thinking budget needs the reasoning markers '%s' and "
+                   "'%s' to be single tokens of the model's vocabulary, and they are not", c->reasoning->start,
+                   c->reasoning->end);
+    r->reasoning = c->reasoning;
+    r->reasoning_starts_inside = inside;
+    r->include_reasoning = include;
+    return 0;
+}
+
 int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
     init_request(r, SRV_API_CHAT);
     if (parse_common(c, body, r, err)) return -1;
@@ -839,6 +871,7 @@ int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *
     }
     r->images = ci.img, r->n_images = ci.n;
     if (r->n_images) r->params.images = r->image_inputs, r->params.n_images = r->n_images;
+    if (parse_reasoning(c, body, r, err)) return -1;
     return finish_request(c, r, given, err);
 }
 

@@ -88,6 +88,10 @@ typedef struct srv_gen_request {
     bool tool_parallel;        /* "required": one or more calls (parallel_tool_calls) */
     char *tool_name;           /* a named tool_choice, or NULL */
     const gram_vocab *tool_vocab; /* parse_tools: the model's grammar vocabulary (control tokens' text) */
+    /* reasoning (chat, --reasoning-parser): the thinking block apart from the answer */
+    const struct reasoning_format *reasoning; /* NULL: the text is all content */
+    bool reasoning_starts_inside; /* the rendered prompt opened the block */
+    bool include_reasoning;    /* message.reasoning is returned (vLLM's include_reasoning, default true) */
     pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
     pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
     int n_images;
@@ -125,6 +129,9 @@ typedef struct srv_parse_ctx {
     int (*grammar_turn_take)(void *user, const gram_limits *lim);
     void (*grammar_turn_give)(void *user);
     void *grammar_turn_user;
+    const struct reasoning_format *reasoning; /* --reasoning-parser (src/engine/reasoning.h); NULL = none */
+    int reasoning_budget;          /* --reasoning-budget: thinking tokens at most when a request names none
+                                      (thinking_token_budget); < 0 = no limit */
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
     const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
                                       --allowed-local-media-path); NULL: only data URLs */

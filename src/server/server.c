@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/reasoning.h"
 #include "util/error.h"
 
 #define SEND_GRACE_S 5 /* after the grace period, seconds the last responses get to be sent */
@@ -250,6 +251,13 @@ static void *loader_main(void *arg) {
         if (pdl_model_load(&draft, s->draft_model_path, &s->model_opts, &err)) rc = pdl_fail_prefix(&err, "draft model");
         s->engine_opts.draft_model = draft;
     }
+    if (rc == 0 && s->reasoning && s->reasoning_budget >= 0) {
+        pdl_reasoning rp;
+        reasoning_params(s->reasoning, model, true, s->reasoning_budget, &rp);
+        if (!rp.enabled)
+            rc = pdl_fail(&err, "--reasoning-budget needs the end of a thinking block, '%s', to be one token of the "
+                          "model's vocabulary, and it is not", s->reasoning->end);
+    }
     if (rc == 0) rc = srv_engine_start(&engine, model, &s->engine_opts, s->metrics, &err);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
@@ -273,6 +281,8 @@ static void *loader_main(void *arg) {
                                    .tool_parser_set = fmt_known,
                                    .tool_format = fmt,
                                    .grammar_limits = s->grammar_limits,
+                                   .reasoning = s->reasoning,
+                                   .reasoning_budget = s->reasoning_budget,
                                    .grammar_turn_take = grammar_turn_take,
                                    .grammar_turn_give = grammar_turn_give,
                                    .grammar_turn_user = s,
@@ -376,6 +386,12 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
         s->tool_parser_set = true;
     }
     s->grammar_limits = (gram_limits){.max_work = o->grammar_max_work, .max_seconds = o->grammar_timeout_s};
+    s->reasoning_budget = o->reasoning_budget;
+    if (o->reasoning_parser && !(s->reasoning = reasoning_format_find(o->reasoning_parser))) {
+        server_free(s);
+        return pdl_fail(err, "serve: unknown --reasoning-parser '%s' (%s)", o->reasoning_parser,
+                        reasoning_format_names());
+    }
     s->model_opts = o->model;
     s->engine_opts = o->engine;
     s->engine_opts.log = engine_log;

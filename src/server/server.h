@@ -40,6 +40,10 @@ typedef struct srv_options {
     bool log_requests;              /* one log line per request */
     bool enable_auto_tool_choice;   /* tool_choice "auto" parses tool calls out of the output (vLLM's flag) */
     const char *tool_call_parser;   /* "hermes" | "llama3_json" | "mistral"; NULL = from the model's tokens */
+    const char *reasoning_parser;   /* "qwen3" | "deepseek_r1": the thinking block apart from the answer
+                                       (vLLM's --reasoning-parser); NULL = none */
+    int reasoning_budget;           /* thinking tokens at most for requests that name none; < 0 = no limit
+                                       (llama.cpp's --reasoning-budget); used with reasoning_parser only */
     double grammar_timeout_s;       /* a request's grammar (regex, schema, GBNF, forced tool call) must compile
                                        within this long; 0 = GRAM_DEFAULT_MAX_SECONDS */
     long long grammar_max_work;     /* ... and within this many steps of work; 0 = GRAM_DEFAULT_MAX_WORK */

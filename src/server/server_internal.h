@@ -34,6 +34,8 @@ struct srv_server {
     bool tool_parser_set;        /* --tool-call-parser given */
     gram_tool_format tool_format;
     gram_limits grammar_limits;  /* every request's grammar compiles within these */
+    const struct reasoning_format *reasoning; /* --reasoning-parser, or NULL */
+    int reasoning_budget;        /* --reasoning-budget (< 0: none) */
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
     pdl_log_fn log;
