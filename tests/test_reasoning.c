@@ -59,11 +59,13 @@ static void test_the_split_follows_the_markers_whatever_the_cuts(void) {
     } cases[] = {
         /* Qwen3 opens the block itself */
         {"qwen3", false, "<think>\nLet me see.\n</think>\n\nThe answer is 4.", "Let me see.", "The answer is 4."},
-        {"qwen3", false, "  <think>a</think>b", "a", "b"},
+        {"qwen3", false, "  <think>a</think>b", "", "  <think>a</think>b"}, /* only the first token may open it */
+        {"qwen3", false, "<think>a</think>b", "a", "b"},
         /* no block: all content, whitespace and near-markers included */
         {"qwen3", false, "The answer.", "", "The answer."},
         {"qwen3", false, "<thinking> is a tag", "", "<thinking> is a tag"},
         {"qwen3", false, "\n\n<thin", "", "\n\n<thin"},
+        {"qwen3", false, "<thin", "", "<thin"},
         /* the prompt opened it (DeepSeek-R1's template) */
         {"deepseek_r1", true, "Hmm, 2 + 2.\n</think>\n\n4", "Hmm, 2 + 2.", "4"},
         /* cut inside the block (max_tokens): reasoning to the end, a partial marker with it */

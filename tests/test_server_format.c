@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "engine/reasoning.h"
 #include "server/api_format.h"
 #include "server/metrics.h"
 #include "test_util.h"
@@ -205,6 +206,83 @@ static void tool_request(srv_gen_request *r) {
     r->parse_tools = true;
     r->tool_format = GRAM_TOOLS_HERMES;
     r->tool_calls_finish = true;
+}
+
+/* A reasoning model's output (--reasoning-parser qwen3): the thinking goes
+ * to message.reasoning and reasoning_content, the answer to content, and a
+ * tool call is parsed from the answer only (the one written inside the
+ * thinking is not a call); streamed in single bytes, the reasoning deltas
+ * come before any content and add up to the same texts. */
+static void test_reasoning_apart_from_the_answer_and_its_tool_calls(void) {
+    setup();
+    static const char TEXT[] = "<think>\nI could write <tool_call>{\"name\": \"no\", \"arguments\": {}}</tool_call>.\n"
+                               "</think>\n\nSure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                               "\"Paris\"}}\n</tool_call>";
+    static const char REASONING[] = "I could write <tool_call>{\"name\": \"no\", \"arguments\": {}}</tool_call>.";
+    srv_gen_request r;
+    tool_request(&r);
+    r.reasoning = reasoning_format_find("qwen3");
+    r.include_reasoning = true;
+    srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-t", 9);
+    srv_event *evs = text_events(TEXT, 7, "stop");
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *body = srv_response_body(resp, NULL);
+    json_t *o = parse(body);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+    CHECK(strcmp(json_string_value(json_object_get(msg, "reasoning")), REASONING) == 0);
+    CHECK(strcmp(json_string_value(json_object_get(msg, "reasoning_content")), REASONING) == 0);
+    CHECK(strcmp(json_string_value(json_object_get(msg, "content")), "Sure.") == 0);
+    json_t *calls = json_object_get(msg, "tool_calls");
+    REQUIRE(json_array_size(calls) == 1);
+    CHECK(strcmp(json_string_value(json_object_get(json_object_get(json_array_get(calls, 0), "function"), "name")),
+                 "get_weather") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") == 0);
+    json_decref(o);
+    free(body);
+    srv_response_free(resp);
+
+    /* streamed byte by byte */
+    resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-t", 9);
+    sbuf out = {0};
+    srv_response_stream_begin(resp, &out);
+    evs = text_events(TEXT, 1, "stop");
+    srv_response_stream_events(resp, evs, &out);
+    srv_events_free(evs);
+    srv_response_stream_end(resp, &out);
+    sbuf reasoning = {0}, content = {0};
+    int n_calls = 0;
+    bool content_seen = false, order_ok = true;
+    for (char *line = out.data; line && *line;) {
+        char *nl = strstr(line, "\n\n");
+        if (!nl) break;
+        *nl = '\0';
+        if (strncmp(line, "data: {", 7) == 0) {
+            json_t *ch = parse(line + 6);
+            json_t *d = json_object_get(json_array_get(json_object_get(ch, "choices"), 0), "delta");
+            const json_t *rt = json_object_get(d, "reasoning"), *ct = json_object_get(d, "content");
+            if (rt) {
+                CHECK(json_equal((json_t *)rt, json_object_get(d, "reasoning_content")));
+                sbuf_append(&reasoning, json_string_value(rt), json_string_length(rt));
+                if (content_seen) order_ok = false;
+            }
+            if (ct && json_string_length(ct)) {
+                sbuf_append(&content, json_string_value(ct), json_string_length(ct));
+                content_seen = true;
+            }
+            if (json_object_get(d, "tool_calls") && json_object_get(json_array_get(json_object_get(d, "tool_calls"), 0), "id"))
+                n_calls++;
+            json_decref(ch);
+        }
+        line = nl + 2;
+    }
+    CHECK(order_ok);
+    CHECK(reasoning.data && strncmp(reasoning.data, REASONING, reasoning.len) == 0 && reasoning.len == strlen(REASONING));
+    CHECK(content.data && content.len == 5 && memcmp(content.data, "Sure.", 5) == 0);
+    CHECK_EQ_INT(n_calls, 1);
+    sbuf_free(&reasoning), sbuf_free(&content), sbuf_free(&out);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
 }
 
 /* max_tokens cut the output inside a call (issue 33): finish_reason
@@ -470,6 +548,7 @@ int main(void) {
     RUN(test_chat_stream_role_first_and_empty_finish_delta);
     RUN(test_tool_calls_whole_and_streamed);
     RUN(test_a_call_cut_by_max_tokens_is_dropped_and_the_finish_is_length);
+    RUN(test_reasoning_apart_from_the_answer_and_its_tool_calls);
     RUN(test_mistral_marker_token_reaches_the_parser);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);

@@ -36,6 +36,8 @@ typedef struct shape_preset {
 static const shape_preset PRESETS[] = {
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
     {"qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 128, 6144, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
+    /* Qwen3's architecture and vocabulary, tiny: for end-to-end tests of what needs its tokenizer and template */
+    {"qwen3-test", "qwen3", 64, 2, 4, 2, 16, 128, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
     {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 1000000.0f, 1e-6f, 128, 8, 768, true, false},
     {"olmoe-1b-7b", "olmoe", 2048, 16, 16, 16, 128, 1024, 50304, 10000.0f, 1e-5f, 64, 8, 1024, true, true},
 };
@@ -43,7 +45,8 @@ static const shape_preset PRESETS[] = {
 static void usage(FILE *f) {
     fprintf(f, "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
                "       [--layers N] [--vocab N] [--seed S]\n"
-               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings);\n"
+               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings); qwen3-test (the same\n"
+               "         architecture and vocabulary, width 64 and 2 layers: for tests);\n"
                "         qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
                "         token): mixtures of experts, GGUF only, usually with fewer --layers\n"
                "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
@@ -265,8 +268,8 @@ int cli_make_random_model(int argc, char **argv) {
     for (size_t i = 0; preset && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (strcmp(PRESETS[i].name, preset) == 0) p = &PRESETS[i];
     if (!p || !out) {
-        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-30b-a3b or "
-                        "olmoe-1b-7b) and -o FILE\n");
+        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b "
+                        "or olmoe-1b-7b) and -o FILE\n");
         return CLI_USAGE;
     }
     pdl_dtype dt;

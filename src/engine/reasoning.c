@@ -120,12 +120,9 @@ static void feed_before(reasoning_split *s, char c, reasoning_out_fn fn, void *u
         s->oom = true;
         return;
     }
-    size_t k = 0;
-    while (k < s->pend.n && is_ws(s->pend.p[k])) k++;
-    size_t rest = s->pend.n - k, n = strlen(s->f->start);
-    if (rest == 0) return; /* whitespace so far: undecided */
-    if (rest <= n && memcmp(s->pend.p + k, s->f->start, rest) == 0) {
-        if (rest == n) { /* the block opens; the whitespace before it goes with the marker */
+    size_t rest = s->pend.n, n = strlen(s->f->start);
+    if (rest <= n && memcmp(s->pend.p, s->f->start, rest) == 0) {
+        if (rest == n) { /* the block opens */
             s->state = R_INSIDE;
             s->skip_ws = true;
             s->pend.n = 0;

@@ -18,9 +18,10 @@
  * Either way where the output starts is read from the rendered prompt
  * (reasoning_prompt_opens), not assumed from the format.
  *
- * Text rules: before the block, whitespace is held; if the first other text
- * is the start marker the block opens (marker dropped), else everything is
- * content. Inside, text up to the end marker is reasoning, with the
+ * Text rules: the block opens only if the output begins with the start
+ * marker (marker dropped), as the engine lets only the first token open it;
+ * else everything is content. Inside, text up to the end marker is
+ * reasoning, with the
  * whitespace at its two ends dropped; after it, the whitespace before the
  * answer is dropped and the rest is content. A block the output ends inside
  * (max_tokens) is reasoning to its end. A second start marker after the
