@@ -159,8 +159,50 @@ static void test_ctrl_c_stops_the_answer_not_the_program(void) {
     free(model), free(tmpl);
 }
 
+/* A reasoning model (Qwen3's vocabulary, so qwen3's markers by default)
+ * under a template whose generation prompt opens the thinking block: the
+ * thinking is dimmed (SGR 2 ... SGR 0) and the budget closes it;
+ * --hide-reasoning shows no thinking. */
+static void test_thinking_is_dimmed_or_hidden(void) {
+    char *dir = test_make_dir("qwen3-test");
+    char *tok = test_data_path("tokenizers/qwen3");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "make-random-model --preset qwen3-test --format hf --dtype bf16 --tokenizer '%s' -o '%s'",
+             tok, dir);
+    cmd_result made = test_pagedlm(cmd);
+    REQUIRE_MSG(made.status == 0, "%s", made.err);
+    test_free_result(&made);
+    char *tmpl = test_tmp_path("opens.jinja");
+    static const char OPENS[] = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                                "{% endfor %}<|im_start|>assistant\n<think>\n";
+    test_write_file(tmpl, OPENS, strlen(OPENS));
+    for (int hide = 0; hide <= 1; hide++) {
+        char *argv[] = {getenv("PAGEDLM_BIN"), "chat", "-m", dir, "--chat-template", tmpl, "--temp", "1", "--seed", "3",
+                        "-n", "12", "--reasoning-budget", "4", "--verbose", hide ? "--hide-reasoning" : NULL, NULL};
+        static session s;
+        start(&s, argv);
+        size_t at = expect_after(&s, 0, "> ", 30);
+        type(&s, "What is 2+2?\n");
+        size_t a0 = at;
+        at = expect_after(&s, at, "answer 12 tokens", 30);
+        char *shown = slice(&s, a0, at);
+        if (hide) {
+            CHECK_MSG(!strstr(shown, "\x1b[2m"), "--hide-reasoning showed thinking:\n%s", shown);
+        } else {
+            char *dim = strstr(shown, "\x1b[2m"), *end = dim ? strstr(dim, "\x1b[0m") : NULL;
+            CHECK_MSG(dim && end && end - dim > 4, "no dimmed thinking:\n%s", shown);
+        }
+        free(shown);
+        at = expect_after(&s, at, "> ", 10);
+        type(&s, "/exit\n");
+        CHECK_EQ_INT(finish(&s), 0);
+    }
+    free(dir), free(tok), free(tmpl);
+}
+
 int main(void) {
     RUN(test_conversation_is_kept_and_cleared);
+    RUN(test_thinking_is_dimmed_or_hidden);
     RUN(test_ctrl_c_stops_the_answer_not_the_program);
     return test_summary();
 }

@@ -75,6 +75,39 @@ static void test_run_json_has_tokens_and_text(void) {
     test_free_result(&r);
 }
 
+/* run --reasoning-parser on a tiny Qwen3 (real vocabulary): a prompt that
+ * ends with <think> opens the block, the budget closes it (</think>,
+ * 151668, forced as the 4th token), --json gives the thinking apart, and
+ * --hide-reasoning prints the answer only. */
+static void test_run_reasoning_parser_budget_and_hide(void) {
+    char *dir = test_make_dir("run-qwen3-test"), *tok = data("tokenizers/qwen3"), args[4096];
+    snprintf(args, sizeof args, "make-random-model --preset qwen3-test --format hf --dtype bf16 --tokenizer '%s' -o '%s'",
+             tok, dir);
+    cmd_result made = test_pagedlm(args);
+    REQUIRE_MSG(made.status == 0, "%s", made.err);
+    test_free_result(&made);
+    const char *common = "-p 'Question: 2+2?<think>' -n 10 --temp 1 --seed 3 --threads 1 --reasoning-parser qwen3 "
+                         "--reasoning-budget 3";
+    snprintf(args, sizeof args, "run -m '%s' %s --json", dir, common);
+    cmd_result r = test_pagedlm(args);
+    REQUIRE_MSG(r.status == 0, "%s", r.err);
+    json_t *j = json_loads(r.out, 0, NULL);
+    REQUIRE_MSG(j, "not JSON: %s", r.out);
+    CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(j, "tokens"), 3)), 151668);
+    const char *reasoning = json_string_value(json_object_get(j, "reasoning"));
+    const char *text = json_string_value(json_object_get(j, "text"));
+    CHECK(reasoning && strlen(reasoning) > 0 && !strstr(reasoning, "</think>"));
+    CHECK(text && !strstr(text, "</think>"));
+    snprintf(args, sizeof args, "run -m '%s' %s --hide-reasoning", dir, common);
+    cmd_result h = test_pagedlm(args);
+    CHECK_EQ_INT(h.status, 0);
+    CHECK_MSG(text && strncmp(h.out, text, strlen(text)) == 0 && !strstr(h.out, reasoning ? reasoning : "\x01"),
+              "--hide-reasoning printed '%s' (answer '%s')", h.out, text ? text : "");
+    json_decref(j);
+    test_free_result(&r), test_free_result(&h);
+    free(dir), free(tok);
+}
+
 /* Sampling with a seed is reproducible; another seed changes the text. */
 static void test_run_seed_is_reproducible(void) {
     char *model = data("models/stories260K/stories260K.gguf"), args[4096];
@@ -371,6 +404,7 @@ int main(void) {
     RUN(test_run_hf_prints_reference_continuation);
     RUN(test_run_json_has_tokens_and_text);
     RUN(test_run_seed_is_reproducible);
+    RUN(test_run_reasoning_parser_budget_and_hide);
     RUN(test_run_verbose_prints_probe_decision);
     RUN(test_logits_prints_rows_as_json);
     RUN(test_run_structured_output);

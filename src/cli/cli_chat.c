@@ -12,6 +12,12 @@
  * written so far stays in the conversation) and returns to the prompt; at
  * the prompt it says how to quit.
  *
+ * A reasoning model's thinking (<think> ... </think>: --reasoning-parser,
+ * by default qwen3 when the vocabulary has both markers as single tokens)
+ * is shown dimmed on a terminal (under a "Thinking:" line elsewhere), or
+ * not at all with --hide-reasoning; only the answer goes into the
+ * conversation's history.
+ *
  * What it is not for: serving many users (`pagedlm serve`), scripting
  * (`pagedlm run`). Prompts and notes go to stderr, the answers to stdout.
  */
@@ -26,6 +32,7 @@
 #include <unistd.h>
 
 #include "cli/cli_args.h"
+#include "engine/reasoning.h"
 #include "server/chat.h"
 #include "util/file_map.h"
 
@@ -44,6 +51,10 @@ static void chat_usage(FILE *f) {
             "  -c, --ctx-size N         model length (default and most: the model's own; more only with\n"
             "                           PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
             "      --ignore-eos         keep writing after the end-of-sequence token (up to -n)\n"
+            "      --reasoning-parser NAME  qwen3|deepseek_r1|none: a reasoning model's thinking block (default: qwen3\n"
+            "                           when the vocabulary has <think> and </think>, else none)\n"
+            "      --hide-reasoning     do not show the thinking (it is not kept in the conversation either way)\n"
+            "      --reasoning-budget N thinking tokens at most per answer, then the block is closed (default: no limit)\n"
             "      --verbose            after each answer, the prompt and answer token counts and speed\n"
             "\n"
             "In the chat: /clear forgets the conversation, /exit or Ctrl-D quits, a line ending in '\\'\n"
@@ -68,33 +79,55 @@ static void on_sigint(int sig) {
 }
 
 typedef struct answer {
-    char *text;
+    char *text;         /* the answer (without the thinking): what the history keeps */
     size_t len, cap;
     int tokens;
     bool done;
     const char *finish;
+    reasoning_split *think; /* NULL: no reasoning parser */
+    bool show_think, dim, in_think;
 } answer;
 
-static void on_event(const pdl_event *ev, void *user) {
+/* A piece of the answer's text, or of its thinking. */
+static void on_piece(void *user, bool reasoning, const char *t, size_t n) {
     answer *a = user;
-    if (ev->kind == PDL_EVENT_TOKEN) a->tokens++;
-    if (ev->kind == PDL_EVENT_FINISHED) {
-        a->done = true;
-        a->finish = ev->finish_reason;
+    if (n == 0) return;
+    if (reasoning) {
+        if (!a->show_think) return;
+        if (!a->in_think) fputs(a->dim ? "\x1b[2m" : "Thinking:\n", stdout);
+        a->in_think = true;
+        fwrite(t, 1, n, stdout);
+        fflush(stdout);
+        return;
     }
-    if (!ev->text_len) return;
-    fwrite(ev->text, 1, ev->text_len, stdout);
+    if (a->in_think) fputs(a->dim ? "\x1b[0m\n\n" : "\n\n", stdout); /* the thinking is over */
+    a->in_think = false;
+    fwrite(t, 1, n, stdout);
     fflush(stdout);
-    if (a->len + ev->text_len + 1 > a->cap) {
-        size_t cap = (a->len + ev->text_len + 1) * 2;
+    if (a->len + n + 1 > a->cap) {
+        size_t cap = (a->len + n + 1) * 2;
         char *p = realloc(a->text, cap);
         if (!p) return;
         a->text = p;
         a->cap = cap;
     }
-    memcpy(a->text + a->len, ev->text, ev->text_len);
-    a->len += ev->text_len;
+    memcpy(a->text + a->len, t, n);
+    a->len += n;
     a->text[a->len] = '\0';
+}
+
+static void on_event(const pdl_event *ev, void *user) {
+    answer *a = user;
+    if (ev->kind == PDL_EVENT_TOKEN) a->tokens++;
+    if (a->think) reasoning_split_feed(a->think, ev->text, ev->text_len, on_piece, a);
+    else on_piece(a, false, ev->text, ev->text_len);
+    if (ev->kind == PDL_EVENT_FINISHED) {
+        if (a->think) reasoning_split_finish(a->think, on_piece, a);
+        if (a->in_think && a->dim) fputs("\x1b[0m", stdout);
+        a->in_think = false;
+        a->done = true;
+        a->finish = ev->finish_reason;
+    }
 }
 
 /* One line of input (continued lines joined with '\n'); NULL at the end of
@@ -140,7 +173,8 @@ static void add_message(json_t *history, const char *role, const char *content) 
 /* The conversation rendered and tokenized; oldest turns (after a system
  * message) are dropped while it leaves fewer than `room` tokens for the
  * answer. Returns 0, or -1 with the reason printed. */
-static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_t **ids, size_t *n) {
+static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_t **ids, size_t *n,
+                  const reasoning_format *think, bool *opens) {
     json_t *request = json_object();
     bool dropped = false;
     for (;;) {
@@ -148,6 +182,7 @@ static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_
         size_t text_len;
         srv_api_error e;
         int rc = srv_chat_prompt(chat, history, request, ids, n, &text, &text_len, &e);
+        *opens = rc == 0 && think && reasoning_prompt_opens(think, text, text_len);
         free(text);
         if (rc) {
             fprintf(stderr, "error: %s\n", e.message);
@@ -186,7 +221,9 @@ int cli_chat(int argc, char **argv) {
     long n_predict = 0, threads = 0, ctx = 0, top_k = 40;
     float temp = 0.7f, top_p = 0.95f;
     uint64_t seed = 0;
-    bool have_seed = false, verbose = false, ignore_eos = false;
+    bool have_seed = false, verbose = false, ignore_eos = false, hide_think = false;
+    const char *think_name = NULL;
+    long think_budget = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -196,6 +233,8 @@ int cli_chat(int argc, char **argv) {
             verbose = true;
         } else if (strcmp(a, "--ignore-eos") == 0) {
             ignore_eos = true;
+        } else if (strcmp(a, "--hide-reasoning") == 0) {
+            hide_think = true;
         } else if (!(v = cli_value(argc, argv, &i))) {
             return CLI_USAGE;
         } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
@@ -227,6 +266,14 @@ int cli_chat(int argc, char **argv) {
             if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
         } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
             if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
+        } else if (strcmp(a, "--reasoning-parser") == 0) {
+            if (strcmp(v, "none") != 0 && !reasoning_format_find(v)) {
+                fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s, none)\n", v, reasoning_format_names());
+                return CLI_USAGE;
+            }
+            think_name = v;
+        } else if (strcmp(a, "--reasoning-budget") == 0) {
+            if (cli_int(a, v, -1, 1 << 30, &think_budget)) return CLI_USAGE;
         } else {
             fprintf(stderr, "error: unknown option '%s' for chat\n", a);
             chat_usage(stderr);
@@ -268,6 +315,15 @@ int cli_chat(int argc, char **argv) {
         return rc;
     }
     int max_len = pdl_engine_max_model_len(engine);
+    /* the thinking block: as asked, or Qwen3's markers when they are tokens of the model */
+    const reasoning_format *think = NULL;
+    if (!think_name) {
+        pdl_reasoning probe;
+        reasoning_params(reasoning_format_find("qwen3"), model, false, -1, &probe);
+        if (probe.enabled) think = reasoning_format_find("qwen3");
+    } else if (strcmp(think_name, "none") != 0) {
+        think = reasoning_format_find(think_name);
+    }
 
     struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
     sigemptyset(&sa.sa_mask);
@@ -304,20 +360,32 @@ int cli_chat(int argc, char **argv) {
         int32_t *ids = NULL;
         size_t n_ids = 0;
         int room = n_predict > 0 && n_predict < max_len / 2 ? (int)n_predict : 1;
-        if (render(chat, history, max_len, room, &ids, &n_ids)) {
+        bool opens = false;
+        if (render(chat, history, max_len, room, &ids, &n_ids, think, &opens)) {
             json_array_remove(history, json_array_size(history) - 1);
             continue;
         }
-        answer a = {0};
+        answer a = {.show_think = !hide_think, .dim = isatty(STDOUT_FILENO)};
         pdl_request_params p = {.sampling = {.temperature = temp, .top_p = top_p, .top_k = (int)top_k,
                                              .seed = seed + (uint64_t)turn++},
                                 .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .logprobs = -1,
                                 .prompt_logprobs = -1};
+        if (think) {
+            reasoning_params(think, model, opens, (int)think_budget, &p.reasoning);
+            if (think_budget >= 0 && !p.reasoning.enabled) {
+                fprintf(stderr, "error: --reasoning-budget needs '%s' to be one token of the model\n", think->end);
+                free(ids);
+                rc = CLI_USAGE;
+                break;
+            }
+            a.think = reasoning_split_new(think, opens);
+        }
         uint64_t id;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         if (pdl_engine_add_request(engine, ids, n_ids, &p, on_event, &a, &id, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
+            reasoning_split_free(a.think);
             free(ids);
             json_array_remove(history, json_array_size(history) - 1);
             continue;
@@ -348,6 +416,7 @@ int cli_chat(int argc, char **argv) {
         }
         add_message(history, "assistant", a.text ? a.text : "");
         free(a.text);
+        reasoning_split_free(a.think);
         free(ids);
         if (rc != CLI_OK) break;
     }

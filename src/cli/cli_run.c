@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "cli/cli_args.h"
+#include "engine/reasoning.h"
 #include "cli/cli_batch.h"
 #include "grammar/grammar.h"
 #include "util/file_map.h"
@@ -46,6 +47,11 @@ static void run_usage(FILE *f) {
             "                          \"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
             "                          or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
             "      --ignore-eos        keep generating after the end-of-sequence token\n"
+            "      --reasoning-parser NAME  qwen3|deepseek_r1: a reasoning model's thinking block apart from the\n"
+            "                          answer (with --json: \"reasoning\" beside \"text\"); the block opens in the\n"
+            "                          output, or in the prompt when -p ends with its start marker\n"
+            "      --hide-reasoning    with --reasoning-parser: print the answer only\n"
+            "      --reasoning-budget N  with --reasoning-parser: thinking tokens at most, then the block is closed\n"
             "  structured output (one of; the output is constrained to it and ends when it is complete):\n"
             "      --json-schema JSON  a JSON Schema (llama.cpp's -j); --json-schema-file FILE\n"
             "      --grammar GBNF      a GBNF grammar (llama.cpp's format, rule root); --grammar-file FILE\n"
@@ -120,7 +126,38 @@ typedef struct run_output {
     const char *finish[MAX_SAMPLES];
     size_t n_generated;
     double t_first;     /* when the first token came (the prompt's prefill done); 0 = not yet */
+    reasoning_split *think[MAX_SAMPLES]; /* --reasoning-parser: each sample's text split; else NULL */
+    char *reasoning[MAX_SAMPLES];
+    size_t reasoning_len[MAX_SAMPLES];
+    bool hide_think;
 } run_output;
+
+static void append(char **text, size_t *len, const char *t, size_t n) {
+    char *p = realloc(*text, *len + n + 1);
+    if (!p) return;
+    memcpy(p + *len, t, n);
+    *len += n;
+    p[*len] = '\0';
+    *text = p;
+}
+
+/* A piece of sample `piece_sample`'s text: its answer or its thinking. */
+typedef struct run_piece {
+    run_output *o;
+    int i;
+} run_piece;
+
+static void on_piece(void *user, bool reasoning, const char *t, size_t n) {
+    run_piece *x = user;
+    run_output *o = x->o;
+    if (n == 0) return;
+    if (o->stream && x->i == 0 && !(reasoning && o->hide_think)) {
+        fwrite(t, 1, n, stdout);
+        fflush(stdout);
+    }
+    if (reasoning) append(&o->reasoning[x->i], &o->reasoning_len[x->i], t, n);
+    else append(&o->text[x->i], &o->len[x->i], t, n);
+}
 
 
 static void on_event(const pdl_event *ev, void *user) {
@@ -146,17 +183,13 @@ static void on_event(const pdl_event *ev, void *user) {
     } else if (ev->kind == PDL_EVENT_FINISHED) {
         o->finish[i] = ev->finish_reason;
     }
-    if (!ev->text_len) return;
-    if (o->stream && i == 0) {
-        fwrite(ev->text, 1, ev->text_len, stdout);
-        fflush(stdout);
+    run_piece x = {o, i};
+    if (o->think[i]) {
+        reasoning_split_feed(o->think[i], ev->text, ev->text_len, on_piece, &x);
+        if (ev->kind == PDL_EVENT_FINISHED) reasoning_split_finish(o->think[i], on_piece, &x);
+    } else {
+        on_piece(&x, false, ev->text, ev->text_len);
     }
-    char *p = realloc(o->text[i], o->len[i] + ev->text_len + 1);
-    if (!p) return;
-    memcpy(p + o->len[i], ev->text, ev->text_len);
-    o->len[i] += ev->text_len;
-    p[o->len[i]] = '\0';
-    o->text[i] = p;
 }
 
 /* The sample as JSON: {"tokens", "text", "finish_reason"[, "logprobs"]}. */
@@ -164,6 +197,9 @@ static json_t *sample_json(run_output *o, int i) {
     json_t *c = json_pack("{s:O, s:s%, s:s}", "tokens", o->tokens[i], "text", o->text[i] ? o->text[i] : "", o->len[i],
                           "finish_reason", o->finish[i] ? o->finish[i] : "abort");
     if (o->logprobs[i]) json_object_set(c, "logprobs", o->logprobs[i]);
+    if (o->think[i])
+        json_object_set_new(c, "reasoning", o->reasoning_len[i] ? json_stringn(o->reasoning[i], o->reasoning_len[i])
+                                                                 : json_null());
     return c;
 }
 
@@ -194,7 +230,9 @@ int cli_run(int argc, char **argv) {
     long n_predict = 128, threads = 0, ctx = 0, n_samples = 1, n_logprobs = -1, top_k = 0;
     float temp = 0.8f, top_p = 0, min_p = 0;
     uint64_t seed = 0;
-    bool have_seed = false, json = false, ignore_eos = false, verbose = false;
+    bool have_seed = false, json = false, ignore_eos = false, verbose = false, hide_think = false;
+    const reasoning_format *think = NULL;
+    long think_budget = -1;
     pdl_kv_dtype kv_dtype = PDL_KV_F16;
     run_constraint constraint = {0};
     for (int i = 1; i < argc; i++) {
@@ -208,6 +246,8 @@ int cli_run(int argc, char **argv) {
             ignore_eos = true;
         } else if (strcmp(a, "--verbose") == 0) {
             verbose = true;
+        } else if (strcmp(a, "--hide-reasoning") == 0) {
+            hide_think = true;
         } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
             eo.no_prefix_caching = true;
         } else if (strcmp(a, "--enable-prefix-caching") == 0) {
@@ -220,6 +260,13 @@ int cli_run(int argc, char **argv) {
             prompt = v;
         } else if (strcmp(a, "--tokens") == 0) {
             tokens_arg = v;
+        } else if (strcmp(a, "--reasoning-parser") == 0) {
+            if (!(think = reasoning_format_find(v))) {
+                fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s)\n", v, reasoning_format_names());
+                return CLI_USAGE;
+            }
+        } else if (strcmp(a, "--reasoning-budget") == 0) {
+            if (cli_int(a, v, -1, 1 << 30, &think_budget)) return CLI_USAGE;
         } else if (strcmp(a, "--image") == 0) {
             if (cli_images_add(&ci, v)) return CLI_USAGE;
         } else if (strcmp(a, "--mmproj") == 0) {
@@ -379,11 +426,22 @@ int cli_run(int argc, char **argv) {
             model_path, info.arch, info.weight_types, info.n_layers, info.hidden, info.vocab, info.ctx_len,
             t_load * 1e3, (unsigned long long)seed);
 
-    run_output out = {.json = json, .stream = !json, .ids_only = !pdl_model_has_tokenizer(model), .n = (int)n_samples};
+    run_output out = {.json = json, .stream = !json, .ids_only = !pdl_model_has_tokenizer(model), .n = (int)n_samples,
+                      .hide_think = hide_think};
     if (out.ids_only && rc == CLI_OK) fprintf(stderr, "pagedlm: no tokenizer for this model: printing token ids\n");
+    pdl_reasoning think_params = {0};
+    bool opens = think && prompt && reasoning_prompt_opens(think, prompt, strlen(prompt));
+    if (rc == CLI_OK && think) {
+        reasoning_params(think, model, opens, (int)think_budget, &think_params);
+        if (think_budget >= 0 && !think_params.enabled) {
+            fprintf(stderr, "error: --reasoning-budget needs '%s' to be one token of the model\n", think->end);
+            rc = CLI_USAGE;
+        }
+    }
     for (int i = 0; i < out.n; i++) {
         out.tokens[i] = json_array();
         if (n_logprobs >= 0) out.logprobs[i] = json_array();
+        if (think) out.think[i] = reasoning_split_new(think, opens);
     }
     /* one request through the engine, its KV sized for this request alone */
     pdl_engine *engine = NULL;
@@ -403,7 +461,7 @@ int cli_run(int argc, char **argv) {
                                  .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .stop = stops,
                                  .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
                                  .n = (int)n_samples, .grammar = grammar, .images = mm.images,
-                                 .n_images = mm.n_images};
+                                 .n_images = mm.n_images, .reasoning = think_params};
         double t1 = pdl_now_s();
         int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
         double t_added = pdl_now_s();
@@ -467,6 +525,8 @@ int cli_run(int argc, char **argv) {
         json_decref(out.tokens[i]);
         json_decref(out.logprobs[i]);
         free(out.text[i]);
+        free(out.reasoning[i]);
+        reasoning_split_free(out.think[i]);
     }
     pdl_engine_free(engine);
     if (grammar) gram_grammar_free(grammar);
