@@ -49,6 +49,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/api_adapter.h"
 #include "server/api_format.h"
 #include "server/server_internal.h"
 #include "util/error.h"
@@ -207,6 +208,9 @@ typedef struct stream_ctx {
     srv_server *server;
     srv_call *call;
     srv_response *resp;
+    const srv_adapter_ops *ad; /* another API over chat (api_adapter.h), or NULL */
+    void *ad_state;
+    sbuf chat;                 /* with an adapter: the chat stream, before it is turned into out */
     sbuf out;
     int fd;
     double next_check;  /* when to look for a hang-up next */
@@ -218,24 +222,41 @@ typedef struct stream_ctx {
 
 #define PROBE_EVERY_S 1.0
 
+/* With an adapter, the chat stream gathered in st->chat goes out in the
+ * adapter's events. */
+static void stream_adapt(stream_ctx *st) {
+    if (!st->ad || st->chat.len == 0) return;
+    srv_adapter_transcode(st->ad, st->ad_state, st->chat.data, st->chat.len, &st->out);
+    if (st->chat.oom) st->out.oom = true;
+    st->chat.len = 0;
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     stream_ctx *st = cls;
+    sbuf *chat = st->ad ? &st->chat : &st->out; /* where the chat stream goes */
     while (st->out.len == 0) {
         if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
         srv_event *evs;
         srv_api_error err;
         srv_call_state cs = srv_call_wait(st->call, WAIT_MS, &evs, &err);
-        if (evs) srv_response_stream_events(st->resp, evs, &st->out);
+        if (evs) srv_response_stream_events(st->resp, evs, chat);
         srv_events_free(evs);
         if (cs == SRV_CALL_DONE) {
-            srv_response_stream_end(st->resp, &st->out);
+            srv_response_stream_end(st->resp, chat);
             st->ended = true;
         } else if (cs == SRV_CALL_FAILED) {
-            srv_stream_error(&err, &st->out);
-            sbuf_puts(&st->out, "data: [DONE]\n\n");
+            if (st->ad) {
+                stream_adapt(st);
+                st->ad->stream_error(st->ad_state, &err, &st->out);
+            } else {
+                srv_stream_error(&err, &st->out);
+                sbuf_puts(&st->out, "data: [DONE]\n\n");
+            }
             st->ended = true;
-        } else if (now_s() >= st->next_check) {
+        }
+        stream_adapt(st);
+        if (cs != SRV_CALL_DONE && cs != SRV_CALL_FAILED && now_s() >= st->next_check) {
             /* events may be held back (stop strings) or the call queued:
              * nothing is written, so look for a hang-up directly */
             double t = now_s();
@@ -265,6 +286,8 @@ static void stream_free(void *cls) {
     srv_engine_cancel(st->server->engine, st->call); /* nothing when it already finished */
     srv_response_free(st->resp); /* before the call: it reads the call's request */
     srv_call_release(st->call);
+    if (st->ad) st->ad->free_state(st->ad_state);
+    sbuf_free(&st->chat);
     sbuf_free(&st->out);
     free(st);
 }
@@ -290,36 +313,55 @@ static void restore_idle_timeout(const srv_server *s, struct MHD_Connection *con
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->keep_alive_s);
 }
 
+/* An error in an adapter's shape (or the OpenAI one without). */
+static enum MHD_Result send_error_as(srv_server *s, struct MHD_Connection *conn, req_ctx *rc,
+                                     const srv_adapter_ops *ad, const srv_api_error *e) {
+    if (!ad) return send_error(s, conn, rc, e);
+    size_t len;
+    char *body = ad->error_body(e, &len);
+    return send_owned(s, conn, rc, e->status, "application/json", body, len, false);
+}
+
+/* A completion, a chat completion, or (ad) another API's request served as
+ * a chat completion (api_adapter.h). */
 static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
-                                srv_api_kind kind) {
+                                srv_api_kind kind, const srv_adapter_ops *ad) {
     srv_gen_request req;
     srv_api_error err;
+    char id[64];
+    make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    json_t *chat_body = NULL;
+    void *ad_state = NULL;
+    if (ad && ad->to_chat(body, id, &chat_body, &ad_state, &err)) return send_error_as(s, conn, rc, ad, &err);
+    if (ad) body = chat_body;
     int fd = conn_fd(conn);
     parse_liveness live = {.fd = fd, .http11 = rc->http11};
     srv_parse_ctx pc = s->parse; /* this request's copy: its grammar stops when its client leaves */
     pc.grammar_limits.cancelled = parse_client_gone;
     pc.grammar_limits.user = &live;
     int prc = kind == SRV_API_CHAT ? srv_parse_chat(&pc, body, &req, &err) : srv_parse_completion(&pc, body, &req, &err);
+    json_decref(chat_body);
     if (prc) {
         srv_gen_request_free(&req);
+        if (ad) ad->free_state(ad_state);
         if (live.gone) { /* nobody to answer: drop the connection */
             srv_log(s, "request dropped: its client left while the request was parsed (%s)", err.message);
             return MHD_NO;
         }
-        return send_error(s, conn, rc, &err);
+        return send_error_as(s, conn, rc, ad, &err);
     }
     if (!req.seed_given) req.params.sampling.seed = srv_random(s);
     srv_call *call = srv_call_new(&req);
     if (!call) {
         srv_gen_request_free(&req);
+        if (ad) ad->free_state(ad_state);
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     const srv_gen_request *r = srv_call_request(call);
-    char id[64];
-    make_id(s, kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
     srv_response *resp = srv_response_new(s->model, r, s->model_name, s->replica_name, id, (long long)time(NULL));
     if (!resp) {
         srv_call_release(call);
+        if (ad) ad->free_state(ad_state);
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     /* a generation may take long: no idle timeout on this connection now */
@@ -334,9 +376,14 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         srv_engine_cancel(s->engine, call);
         srv_response_free(resp);
         srv_call_release(call);
-        if (gone) return MHD_NO; /* drop the connection */
+        if (gone) {
+            if (ad) ad->free_state(ad_state);
+            return MHD_NO; /* drop the connection */
+        }
         restore_idle_timeout(s, conn);
-        return send_error(s, conn, rc, &err);
+        enum MHD_Result res = send_error_as(s, conn, rc, ad, &err);
+        if (ad) ad->free_state(ad_state);
+        return res;
     }
 
     if (r->stream) {
@@ -346,18 +393,23 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
+            if (ad) ad->free_state(ad_state);
             return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
         }
         st->server = s;
         st->call = call;
         st->resp = resp;
+        st->ad = ad;
+        st->ad_state = ad_state; /* the stream owns it now */
         st->fd = fd;
         st->next_probe = probed ? now_s() + PROBE_EVERY_S : 0; /* a 102 went out already */
         st->last_sent = now_s();
         st->heartbeat_s = s->keep_alive_s / 2.0;
-        srv_response_stream_begin(resp, &st->out);
-        srv_response_stream_events(resp, evs, &st->out);
+        if (ad) ad->stream_begin(ad_state, &st->out);
+        srv_response_stream_begin(resp, ad ? &st->chat : &st->out);
+        srv_response_stream_events(resp, evs, ad ? &st->chat : &st->out);
         srv_events_free(evs);
+        stream_adapt(st);
         struct MHD_Response *mr = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, stream_read, st,
                                                                     stream_free);
         if (!mr) {
@@ -390,20 +442,28 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
+            if (ad) ad->free_state(ad_state);
             return MHD_NO;
         }
     }
     enum MHD_Result res;
     if (cs == SRV_CALL_FAILED) {
-        res = send_error(s, conn, rc, &err);
+        res = send_error_as(s, conn, rc, ad, &err);
     } else {
         size_t len;
         char *out = srv_response_body(resp, &len);
-        res = send_json(s, conn, rc, 200, out, len);
+        if (ad && out) { /* the chat response in the adapter's shape */
+            json_t *chat = json_loadb(out, len, 0, NULL);
+            free(out);
+            out = chat ? ad->whole(ad_state, chat, &len) : NULL;
+            json_decref(chat);
+        }
+        res = out ? send_json(s, conn, rc, 200, out, len) : fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     restore_idle_timeout(s, conn);
     srv_response_free(resp);
     srv_call_release(call);
+    if (ad) ad->free_state(ad_state);
     return res;
 }
 
@@ -442,7 +502,7 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 /* ---- routing ------------------------------------------------------------------------------ */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -454,7 +514,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/health", R_HEALTH, "GET"},           {"/metrics", R_METRICS, "GET"},
         {"/v1/models", R_MODELS, "GET"},        {"/v1/completions", R_COMPLETIONS, "POST"},
         {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
-        {"/detokenize", R_DETOKENIZE, "POST"},
+        {"/detokenize", R_DETOKENIZE, "POST"},  {"/v1/responses", R_RESPONSES, "POST"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -516,8 +576,9 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e)) return send_error(s, conn, rc, &e);
     enum MHD_Result res;
     switch (r) {
-    case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION); break;
-    case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT); break;
+    case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION, NULL); break;
+    case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT, NULL); break;
+    case R_RESPONSES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_responses_api); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
     default: res = detokenize(s, conn, rc, body); break;
     }
