@@ -233,7 +233,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             st->ended = true;
         } else if (cs == SRV_CALL_FAILED) {
             srv_stream_error(&err, &st->out);
-            sbuf_puts(&st->out, "data: [DONE]\n\n");
+            if (srv_call_request(st->call)->kind != SRV_API_INFILL) /* llama-server's streams have no [DONE] */
+                sbuf_puts(&st->out, "data: [DONE]\n\n");
             st->ended = true;
         } else if (now_s() >= st->next_check) {
             /* events may be held back (stop strings) or the call queued:
@@ -299,7 +300,9 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     srv_parse_ctx pc = s->parse; /* this request's copy: its grammar stops when its client leaves */
     pc.grammar_limits.cancelled = parse_client_gone;
     pc.grammar_limits.user = &live;
-    int prc = kind == SRV_API_CHAT ? srv_parse_chat(&pc, body, &req, &err) : srv_parse_completion(&pc, body, &req, &err);
+    int prc = kind == SRV_API_CHAT     ? srv_parse_chat(&pc, body, &req, &err)
+              : kind == SRV_API_INFILL ? srv_parse_infill(&pc, body, &req, &err)
+                                       : srv_parse_completion(&pc, body, &req, &err);
     if (prc) {
         srv_gen_request_free(&req);
         if (live.gone) { /* nobody to answer: drop the connection */
@@ -442,7 +445,7 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 /* ---- routing ------------------------------------------------------------------------------ */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_TOKENIZE, R_DETOKENIZE
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_INFILL, R_TOKENIZE, R_DETOKENIZE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -454,7 +457,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/health", R_HEALTH, "GET"},           {"/metrics", R_METRICS, "GET"},
         {"/v1/models", R_MODELS, "GET"},        {"/v1/completions", R_COMPLETIONS, "POST"},
         {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
-        {"/detokenize", R_DETOKENIZE, "POST"},
+        {"/detokenize", R_DETOKENIZE, "POST"},    {"/infill", R_INFILL, "POST"}, /* llama-server's */
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -518,6 +521,7 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     switch (r) {
     case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION); break;
     case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT); break;
+    case R_INFILL: res = generate(s, conn, rc, body, SRV_API_INFILL); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
     default: res = detokenize(s, conn, rc, body); break;
     }
