@@ -71,6 +71,20 @@ typedef struct pdl_model_options {
  * when the family is unknown or not supported here (the best one runs). */
 int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err);
 
+/* The fill-in-the-middle tokens a vocabulary declares (llama.cpp's FIM_PRE
+ * ... FIM_SEP): from GGUF tokenizer.ggml.fim_*_token_id, or else by their
+ * text (Qwen2.5-Coder's <|fim_prefix|>, StarCoder's <fim_prefix>, CodeLlama's
+ * "▁<PRE>", DeepSeek-Coder's <｜fim▁begin｜>, ...); -1 for each one it lacks.
+ * A model can fill in the middle when it has pre, suf and mid. */
+typedef struct pdl_fim_tokens {
+    int32_t pre;              /* before the prefix */
+    int32_t suf;              /* before the suffix */
+    int32_t mid;              /* before the middle, which the model writes */
+    int32_t pad;              /* padding; ends generation */
+    int32_t rep;              /* repository name (repository-level prompts) */
+    int32_t sep;              /* before each file of a repository-level prompt */
+} pdl_fim_tokens;
+
 /* Hyperparameters as the engine uses them, whatever the source format. */
 typedef struct pdl_model_info {
     const char *arch;         /* the family (src/model/arch.c): "llama", "qwen3", "mixtral", ... */
@@ -88,6 +102,7 @@ typedef struct pdl_model_info {
     int bos_id;               /* -1 when none */
     int eos_id;               /* -1 when none */
     bool add_bos;             /* the tokenizer prepends BOS by default */
+    pdl_fim_tokens fim;       /* the tokenizer's fill-in-the-middle tokens (all -1 without a tokenizer) */
     const char *weight_types; /* e.g. "F32" or "F16,F32" */
     int probe_state;          /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
 } pdl_model_info;
@@ -238,6 +253,48 @@ int pdl_detokenize(const pdl_model *model, const int32_t *ids, size_t n_ids, cha
  * template needs. */
 int pdl_tokenize_ex(const pdl_model *model, const char *text, size_t len, unsigned flags, int32_t **ids,
                     size_t *n_ids, pdl_error *err);
+
+/* The same with PDL_TOK_KEEP_SPECIAL: special tokens' text kept. */
+int pdl_detokenize_ex(const pdl_model *model, const int32_t *ids, size_t n_ids, unsigned flags, char **text,
+                      size_t *len, pdl_error *err);
+
+/* One file of a repository-level fill-in-the-middle prompt. */
+typedef struct pdl_fim_file {
+    const char *name;         /* NULL: "tmp", as llama-server names a file without one */
+    size_t name_len;
+    const char *text;
+    size_t text_len;
+} pdl_fim_file;
+
+/* A fill-in-the-middle request as token ids of plain text (pdl_tokenize
+ * without BOS; special-token text left as text). */
+typedef struct pdl_fim_input {
+    const int32_t *prefix;    /* the text before the hole */
+    size_t n_prefix;
+    const int32_t *suffix;    /* the text after it */
+    size_t n_suffix;
+    const int32_t *middle;    /* the start of the middle, right after the prefix (llama-server's "prompt") */
+    size_t n_middle;
+    bool repo_level;          /* llama-server's repository-level context before the prefix: FIM_REP
+                                 "myproject\n", each file as FIM_SEP "name\n" text, FIM_SEP "filename\n"
+                                 (each FIM_* part only when the vocabulary has the token; files without
+                                 FIM_SEP follow "\n\n--- snippet ---\n\n") */
+    const pdl_fim_file *extra;/* [n_extra] the other files (repo_level) */
+    int n_extra;
+    int n_batch;              /* > 0: cut as llama-server does: the prefix keeps its last 3 (n_batch / 4)
+                                 ids, the suffix its first n_batch / 4 - 2 - n_middle, the context its
+                                 last n_ctx - n_batch - 2 n_predict; 0: nothing is cut */
+    int n_ctx, n_predict;
+} pdl_fim_input;
+
+/* The prompt of a fill-in-the-middle request, as llama-server's
+ * format_infill lays it out (prefix-suffix-middle):
+ *   [context] [BOS] FIM_PRE prefix middle FIM_SUF suffix FIM_MID
+ * BOS when the tokenizer adds it. *ids is malloc'ed; *truncated (may be
+ * NULL) says whether anything was cut. Fails when the vocabulary has no
+ * FIM_PRE, FIM_SUF or FIM_MID (pdl_model_info.fim). */
+int pdl_fim_prompt(const pdl_model *model, const pdl_fim_input *in, int32_t **ids, size_t *n_ids, bool *truncated,
+                   pdl_error *err);
 
 /* Streaming detokenizer: feed ids one at a time, receive only complete UTF-8.
  * The concatenation of all outputs equals the whole sequence decoded at once.

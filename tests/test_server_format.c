@@ -3,8 +3,9 @@
  * bodies, completion and chat objects, SSE chunks (role chunk, one chunk per
  * token, finish chunk, usage chunk, [DONE]), system_fingerprint (the
  * replica's name) in objects and chunks, logprobs in both APIs' shapes,
- * and the Prometheus exposition (vLLM names, cumulative buckets, escaped
- * labels). Events are made by hand; token texts come from stories260K.
+ * the Prometheus exposition (vLLM names, cumulative buckets, escaped
+ * labels), and llama-server's /infill result, whole and streamed. Events
+ * are made by hand; token texts come from stories260K.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
@@ -541,6 +542,112 @@ static void test_metrics_exposition(void) {
     srv_metrics_free(m);
 }
 
+/* llama-server's /infill result: content, the stop fields by what ended
+ * it, tokens when asked, the prompt with special tokens, timings. */
+static void test_infill_result_as_llama_server_writes_it(void) {
+    setup();
+    static const struct {
+        const char *finish, *stop_string;
+        const char *stop_type;
+    } ends[] = {{"length", NULL, "limit"}, {"stop", NULL, "eos"}, {"stop", "\n", "word"}, {"abort", NULL, "none"}};
+    for (size_t k = 0; k < sizeof ends / sizeof ends[0]; k++) {
+        srv_gen_request r;
+        make_request(&r, SRV_API_INFILL, 1);
+        r.fim = true;
+        r.return_tokens = k == 0;
+        r.fim_truncated = k == 1;
+        r.params.max_tokens = 2;
+        srv_response *resp = srv_response_new(model, &r, "stories", "r", "cmpl-i", 7);
+        srv_event *evs = story_events(ends[k].finish);
+        evs->next->next->stop_string = ends[k].stop_string ? strdup(ends[k].stop_string) : NULL;
+        evs->next->next->cached_tokens = 2;
+        srv_response_add(resp, evs);
+        srv_events_free(evs);
+        char *s = srv_response_body(resp, NULL);
+        json_t *o = parse(s);
+        CHECK(strcmp(json_string_value(json_object_get(o, "content")), " a time") == 0);
+        CHECK(json_is_true(json_object_get(o, "stop")));
+        CHECK(strcmp(json_string_value(json_object_get(o, "model")), "stories") == 0);
+        CHECK_EQ_INT(json_integer_value(json_object_get(o, "tokens_predicted")), 2);
+        CHECK_EQ_INT(json_integer_value(json_object_get(o, "tokens_evaluated")), 3);
+        CHECK_EQ_INT(json_integer_value(json_object_get(o, "tokens_cached")), 2);
+        CHECK(strcmp(json_string_value(json_object_get(o, "stop_type")), ends[k].stop_type) == 0);
+        CHECK(strcmp(json_string_value(json_object_get(o, "stopping_word")),
+                     ends[k].stop_string ? ends[k].stop_string : "") == 0);
+        CHECK(json_is_boolean(json_object_get(o, "has_new_line")) && !json_is_true(json_object_get(o, "has_new_line")));
+        CHECK(json_is_true(json_object_get(o, "truncated")) == (k == 1));
+        /* the prompt as text, BOS kept (special tokens are) */
+        CHECK(strcmp(json_string_value(json_object_get(o, "prompt")), "<s> Once upon") == 0);
+        json_t *toks = json_object_get(o, "tokens");
+        CHECK(json_array_size(toks) == (k == 0 ? 2u : 0u));
+        if (k == 0) CHECK(json_integer_value(json_array_get(toks, 1)) == 378);
+        json_t *t = json_object_get(o, "timings");
+        CHECK_EQ_INT(json_integer_value(json_object_get(t, "prompt_n")), 1); /* 3 - 2 from the cache */
+        CHECK_EQ_INT(json_integer_value(json_object_get(t, "predicted_n")), 2);
+        CHECK(json_real_value(json_object_get(t, "prompt_ms")) >= 0);
+        json_t *g = json_object_get(o, "generation_settings");
+        CHECK_EQ_INT(json_integer_value(json_object_get(g, "n_predict")), 2);
+        CHECK(json_object_get(o, "id") == NULL && json_object_get(o, "choices") == NULL);
+        json_decref(o);
+        free(s);
+        srv_response_free(resp);
+        srv_gen_request_free(&r);
+    }
+}
+
+/* Streamed: one partial result per piece of text (stop false), then the
+ * final result with empty content (stop true), and no [DONE]. */
+static void test_infill_stream_partials_then_final_without_done(void) {
+    setup();
+    srv_gen_request r;
+    make_request(&r, SRV_API_INFILL, 1);
+    r.fim = r.stream = r.return_tokens = true;
+    srv_response *resp = srv_response_new(model, &r, "stories", "r", "cmpl-i", 7);
+    sbuf out = {0};
+    srv_response_stream_begin(resp, &out);
+    CHECK_EQ_INT(out.len, 0);
+    srv_event *evs = story_events("stop");
+    free(evs->next->next->text);
+    evs->next->next->text = strdup("\n"); /* text held back until the end */
+    evs->next->next->text_len = 1;
+    srv_response_stream_events(resp, evs, &out);
+    srv_events_free(evs);
+    srv_response_stream_end(resp, &out);
+    size_t len;
+    char *s = sbuf_take(&out, &len);
+    CHECK(strstr(s, "[DONE]") == NULL);
+    const char *want[] = {
+        "{\"index\":0,\"content\":\" a\",\"tokens\":[261],\"stop\":false,\"id_slot\":0,\"tokens_predicted\":1,"
+        "\"tokens_evaluated\":3}",
+        "{\"index\":0,\"content\":\" time\",\"tokens\":[378],\"stop\":false,\"id_slot\":0,\"tokens_predicted\":2,"
+        "\"tokens_evaluated\":3}",
+        "{\"index\":0,\"content\":\"\\n\",\"tokens\":[],\"stop\":false,\"id_slot\":0,\"tokens_predicted\":2,"
+        "\"tokens_evaluated\":3}"};
+    char *p = s;
+    for (int i = 0; i < 4; i++) {
+        REQUIRE_MSG(strncmp(p, "data: ", 6) == 0, "%s", p);
+        char *end = strstr(p, "\n\n");
+        REQUIRE(end);
+        *end = '\0';
+        if (i < 3) {
+            CHECK_MSG(strcmp(p + 6, want[i]) == 0, "chunk %d: %s", i, p + 6);
+        } else {
+            json_t *o = parse(p + 6);
+            CHECK(json_is_true(json_object_get(o, "stop")));
+            CHECK(strcmp(json_string_value(json_object_get(o, "content")), "") == 0);
+            CHECK(strcmp(json_string_value(json_object_get(o, "stop_type")), "eos") == 0);
+            CHECK(json_is_true(json_object_get(o, "has_new_line")));
+            CHECK_EQ_INT(json_integer_value(json_object_get(o, "tokens_predicted")), 2);
+            json_decref(o);
+        }
+        p = end + 2;
+    }
+    CHECK(*p == '\0');
+    free(s);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
 int main(void) {
     RUN(test_error_body_has_the_openai_shape);
     RUN(test_completion_object_and_usage);
@@ -552,6 +659,8 @@ int main(void) {
     RUN(test_mistral_marker_token_reaches_the_parser);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);
+    RUN(test_infill_result_as_llama_server_writes_it);
+    RUN(test_infill_stream_partials_then_final_without_done);
     pdl_model_free(model);
     return test_summary();
 }

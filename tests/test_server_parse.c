@@ -4,13 +4,16 @@
  * model_not_found), every request field with its defaults, types and ranges
  * (400 naming the field), the prompt forms, chat messages through a stand-in
  * template, the context length (400 context_length_exceeded),
- * prompt_cache_key (checked, then ignored), and the /tokenize and
- * /detokenize bodies. Uses stories260K's tokenizer (vocabulary 512,
- * context 128).
+ * prompt_cache_key (checked, then ignored), the /tokenize and /detokenize
+ * bodies, and fill-in-the-middle: OpenAI's suffix and llama-server's
+ * /infill, their prompts id by id, their defaults and refusals. Uses
+ * stories260K's tokenizer (vocabulary 512, context 128; no FIM tokens) and
+ * qwen3-tiny with Qwen2.5-Coder's FIM tokens added to its tokenizer.json.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/stop_match.h"
 #include "server/api_parse.h"
@@ -336,7 +339,6 @@ static void test_completion_inconsistent_options(void) {
             "not available when 'stream' is true");
     refused("{\"prompt\": \"Hi\", \"echo\": true, \"max_tokens\": 0, \"stream\": true}", 400, "max_tokens",
             "not available when 'stream'");
-    refused("{\"prompt\": \"Hi\", \"suffix\": \"end\"}", 400, "suffix", "not supported");
     refused("{\"prompt\": \"Hi\", \"best_of\": 2}", 400, "best_of", "not supported");
     refused("{\"prompt\": \"Hi\", \"max_tokens\": 4, \"min_tokens\": 5}", 400, "min_tokens",
             "must not exceed max_tokens (4)");
@@ -893,6 +895,353 @@ static void test_tokenize_and_detokenize_bodies(void) {
     }
 }
 
+/* ---- fill-in-the-middle: a suffix, /infill ---------------------------------------- */
+
+/* stories260K has no FIM tokens: a suffix, or /infill, is a 400 naming the
+ * field and saying so; an empty suffix is no hole (a plain completion). */
+static void test_fim_on_a_model_without_fim_tokens_is_400(void) {
+    refused("{\"prompt\": \"Hi\", \"suffix\": \"end\"}", 400, "suffix", "this model has no FIM tokens");
+    refused("{\"prompt\": \"Hi\", \"suffix\": \"end\"}", 400, "suffix", "prefix/suffix/middle");
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(completion("{\"prompt\": \"Hi\", \"suffix\": \"\"}", &r, &e) == 0, "%s", e.message);
+    CHECK(!r.fim);
+    srv_gen_request_free(&r);
+    json_t *o = body_of("{\"input_prefix\": \"a\", \"input_suffix\": \"b\"}");
+    int rc = srv_parse_infill(&ctx, o, &r, &e);
+    srv_gen_request_free(&r);
+    json_decref(o);
+    CHECK(rc == -1);
+    CHECK_EQ_INT(e.status, 400);
+    CHECK(strcmp(e.param, "input_suffix") == 0);
+    CHECK_CONTAINS(e.message, "this model has no FIM tokens");
+}
+
+/* qwen3-tiny (random weights, Qwen's byte-level BPE cut to 1203 tokens)
+ * with Qwen2.5-Coder's six FIM tokens added to its tokenizer.json at ids
+ * 1203... (its embeddings have 1536 rows), as a folder of its own. */
+enum { F_PRE = 1203, F_MID, F_SUF, F_PAD, F_REP, F_SEP };
+static pdl_model *fim_model;
+static srv_parse_ctx fim_ctx;
+
+static void copy_file(const char *from_dir, const char *to_dir, const char *name) {
+    char *from = test_join(from_dir, name), *to = test_join(to_dir, name);
+    size_t n;
+    char *data = test_slurp(from, &n);
+    REQUIRE_MSG(n > 0, "cannot read %s", from);
+    test_write_file(to, data, n);
+    free(data);
+    free(from);
+    free(to);
+}
+
+static void fim_setup(void) {
+    setup();
+    if (fim_model) return;
+    char *src = test_data_path("models/qwen3-tiny/hf");
+    char *dir = test_make_dir("qwen3-tiny-fim");
+    copy_file(src, dir, "config.json");
+    copy_file(src, dir, "generation_config.json");
+    copy_file(src, dir, "tokenizer_config.json");
+    char *from = test_join(src, "model.safetensors"), *to = test_join(dir, "model.safetensors");
+    REQUIRE(symlink(from, to) == 0);
+    free(from);
+    free(to);
+    char *tj = test_join(src, "tokenizer.json");
+    json_error_t je;
+    json_t *tok = json_load_file(tj, 0, &je);
+    REQUIRE_MSG(tok, "%s: %s", tj, je.text);
+    free(tj);
+    const char *names[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                           "<|file_sep|>"};
+    json_t *added = json_object_get(tok, "added_tokens");
+    for (int i = 0; i < 6; i++)
+        json_array_append_new(added, json_pack("{s:i, s:s, s:b, s:b, s:b, s:b, s:b}", "id", F_PRE + i, "content",
+                                               names[i], "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0,
+                                               "special", 0));
+    tj = test_join(dir, "tokenizer.json");
+    REQUIRE(json_dump_file(tok, tj, 0) == 0);
+    free(tj);
+    json_decref(tok);
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&fim_model, dir, NULL, &err) == 0, "%s", err.message);
+    free(dir);
+    free(src);
+    /* a batch of 64 leaves the files room in a context of 256 (format_infill
+     * gives them what the context has beyond the batch) */
+    fim_ctx = (srv_parse_ctx){.model = fim_model, .model_name = "stories", .ctx_len = 256, .vocab = 1536,
+                              .batch_tokens = 64};
+}
+
+/* Plain text -> ids (no BOS: Qwen adds none anyway). */
+static size_t ids_of(const char *text, int32_t *out, size_t cap) {
+    int32_t *ids;
+    size_t n;
+    pdl_error err;
+    REQUIRE_MSG(pdl_tokenize(fim_model, text, strlen(text), false, &ids, &n, &err) == 0, "%s", err.message);
+    REQUIRE(n <= cap);
+    memcpy(out, ids, n * sizeof *ids);
+    free(ids);
+    return n;
+}
+
+/* want = pieces joined: positive numbers are ids, a string's ids follow. */
+typedef struct idlist {
+    int32_t v[512];
+    size_t n;
+} idlist;
+static void add_id(idlist *l, int32_t id) { l->v[l->n++] = id; }
+static void add_text(idlist *l, const char *text) { l->n += ids_of(text, l->v + l->n, 512 - l->n); }
+
+static void check_ids(const srv_prompt *p, const idlist *want) {
+    bool same = p->n_ids == want->n && memcmp(p->ids, want->v, want->n * sizeof *want->v) == 0;
+    CHECK_MSG(same, "the FIM prompt differs (%zu ids, want %zu)", p->n_ids, want->n);
+    if (!same) {
+        for (size_t i = 0; i < p->n_ids; i++) fprintf(stderr, " %d", p->ids[i]);
+        fputs("\n  want:", stderr);
+        for (size_t i = 0; i < want->n; i++) fprintf(stderr, " %d", want->v[i]);
+        fputc('\n', stderr);
+    }
+}
+
+static int fim_completion(const char *text, srv_gen_request *r, srv_api_error *e) {
+    fim_setup();
+    json_t *o = body_of(text);
+    memset(e, 0, sizeof *e);
+    int rc = srv_parse_completion(&fim_ctx, o, r, e);
+    json_decref(o);
+    return rc;
+}
+
+static int infill(const char *text, srv_gen_request *r, srv_api_error *e) {
+    fim_setup();
+    json_t *o = body_of(text);
+    memset(e, 0, sizeof *e);
+    int rc = srv_parse_infill(&fim_ctx, o, r, e);
+    json_decref(o);
+    return rc;
+}
+
+static void fim_refused(bool is_infill, const char *text, const char *param, const char *needle) {
+    srv_gen_request r;
+    srv_api_error e;
+    int rc = is_infill ? infill(text, &r, &e) : fim_completion(text, &r, &e);
+    srv_gen_request_free(&r);
+    CHECK_MSG(rc == -1, "accepted: %s", text);
+    if (rc != -1) return;
+    CHECK_MSG(e.status == 400, "%s: status %d (%s)", text, e.status, e.message);
+    CHECK_MSG(strcmp(e.param, param) == 0, "%s: param '%s', expected '%s'", text, e.param, param);
+    CHECK_MSG(strstr(e.message, needle) != NULL, "%s: message '%s' lacks '%s'", text, e.message, needle);
+}
+
+/* The FIM stop ids (FIM_PAD, FIM_REP, FIM_SEP) follow the client's, once each. */
+static void check_fim_stops(const srv_gen_request *r, const int32_t *first, int n_first) {
+    REQUIRE(r->params.n_stop_ids == n_first + 3 - (n_first > 0 && first[n_first - 1] == F_SEP));
+    for (int i = 0; i < n_first; i++) CHECK(r->params.stop_ids[i] == first[i]);
+    CHECK(r->params.stop_ids[n_first] == F_PAD && r->params.stop_ids[n_first + 1] == F_REP);
+}
+
+/* OpenAI's suffix: FIM_PRE prompt FIM_SUF suffix FIM_MID for every prompt
+ * (a text prompt without BOS, ids as given), nothing cut. */
+static void test_completion_suffix_lays_out_prefix_suffix_middle(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(fim_completion("{\"prompt\": \"def add(a, b):\", \"suffix\": \"  return c\", \"max_tokens\": 9}",
+                               &r, &e) == 0, "%s", e.message);
+    CHECK(r.fim);
+    REQUIRE(r.n_prompts == 1);
+    idlist want = {.n = 0};
+    add_id(&want, F_PRE), add_text(&want, "def add(a, b):"), add_id(&want, F_SUF), add_text(&want, "  return c"),
+        add_id(&want, F_MID);
+    check_ids(&r.prompts[0], &want);
+    check_fim_stops(&r, NULL, 0);
+    CHECK_EQ_INT(r.params.max_tokens, 9);
+    srv_gen_request_free(&r);
+
+    /* two prompts, one given as ids; the client's stop ids first */
+    REQUIRE_MSG(fim_completion("{\"prompt\": [[5, 6, 7], [8]], \"suffix\": \"x\", \"stop_token_ids\": [3, 1208]}",
+                               &r, &e) == 0, "%s", e.message);
+    REQUIRE(r.n_prompts == 2);
+    idlist w0 = {.n = 0}, w1 = {.n = 0};
+    add_id(&w0, F_PRE), add_id(&w0, 5), add_id(&w0, 6), add_id(&w0, 7), add_id(&w0, F_SUF), add_text(&w0, "x"),
+        add_id(&w0, F_MID);
+    add_id(&w1, F_PRE), add_id(&w1, 8), add_id(&w1, F_SUF), add_text(&w1, "x"), add_id(&w1, F_MID);
+    check_ids(&r.prompts[0], &w0);
+    check_ids(&r.prompts[1], &w1);
+    check_fim_stops(&r, (const int32_t[]){3, F_SEP}, 2);
+    srv_gen_request_free(&r);
+
+    /* an empty suffix: a plain completion */
+    REQUIRE(fim_completion("{\"prompt\": \"def\", \"suffix\": \"\"}", &r, &e) == 0);
+    CHECK(!r.fim && r.params.n_stop_ids == 0);
+    idlist plain = {.n = 0};
+    add_text(&plain, "def");
+    check_ids(&r.prompts[0], &plain);
+    srv_gen_request_free(&r);
+}
+
+static void test_completion_suffix_refusals(void) {
+    fim_refused(false, "{\"prompt\": \"a\", \"suffix\": \"b\", \"echo\": true}", "echo",
+                "cannot be used with 'suffix'");
+    fim_refused(false, "{\"prompt\": \"a\", \"suffix\": 3}", "suffix", "must be a string");
+    fim_refused(false, "{\"prompt\": \"a\", \"suffix\": [\"b\"]}", "suffix", "must be a string");
+    /* no cut on /v1/completions: too long is the usual 400 */
+    char body[4096] = "{\"prompt\": \"a\", \"max_tokens\": 16, \"suffix\": \"";
+    for (int i = 0; i < 300; i++) strcat(body, " x");
+    strcat(body, "\"}");
+    fim_refused(false, body, "prompt", "maximum context length is 256");
+}
+
+/* /infill: llama-server's fields and defaults. */
+static void test_infill_fields_and_defaults(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(infill("{\"input_prefix\": \"def f():\", \"input_suffix\": \"  pass\", \"id_slot\": 0, "
+                       "\"cache_prompt\": true, \"samplers\": [\"top_k\", \"infill\"], \"n_indent\": 4, "
+                       "\"t_max_predict_ms\": 500, \"response_fields\": [\"content\"]}", &r, &e) == 0,
+                "%s", e.message);
+    CHECK(r.kind == SRV_API_INFILL && r.fim && !r.fim_truncated);
+    CHECK(r.params.sampling.temperature == 0.8f);
+    CHECK_EQ_INT(r.params.sampling.top_k, 40);
+    CHECK(r.params.sampling.top_p == 0.95f);
+    CHECK(r.params.sampling.min_p == 0.05f);
+    CHECK(r.params.sampling.repetition_penalty == 1.0f);
+    CHECK_EQ_INT(r.params.max_tokens, 0); /* n_predict -1: up to the context */
+    CHECK(!r.seed_given && !r.stream && !r.discard_output && !r.return_tokens);
+    CHECK_EQ_INT(r.params.n, 1);
+    /* the repository header even without files (the vocabulary has FIM_REP and FIM_SEP) */
+    idlist want = {.n = 0};
+    add_id(&want, F_REP), add_text(&want, "myproject\n"), add_id(&want, F_SEP), add_text(&want, "filename\n");
+    add_id(&want, F_PRE), add_text(&want, "def f():"), add_id(&want, F_SUF), add_text(&want, "  pass"),
+        add_id(&want, F_MID);
+    check_ids(&r.prompts[0], &want);
+    check_fim_stops(&r, NULL, 0);
+    srv_gen_request_free(&r);
+
+    REQUIRE_MSG(infill("{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"n_predict\": 12, \"temperature\": 0, "
+                       "\"top_k\": 5, \"top_p\": 0.5, \"min_p\": 0, \"repeat_penalty\": 1.1, \"seed\": 7, "
+                       "\"stop\": [\"\\n\"], \"stream\": true, \"return_tokens\": true, \"ignore_eos\": true, "
+                       "\"prompt\": \"<|fim_pad|>c\", \"input_extra\": [{\"filename\": \"u.py\", \"text\": \"u\"}, "
+                       "{\"text\": \"v\"}]}", &r, &e) == 0, "%s", e.message);
+    CHECK_EQ_INT(r.params.max_tokens, 12);
+    CHECK(r.params.sampling.temperature == 0.0f && r.params.sampling.top_k == 5 && r.params.sampling.top_p == 0.5f);
+    CHECK(r.params.sampling.min_p == 0.0f && r.params.sampling.repetition_penalty == 1.1f);
+    CHECK(r.seed_given && r.params.sampling.seed == 7 && r.stream && r.return_tokens && r.params.ignore_eos);
+    REQUIRE(r.params.n_stop == 1);
+    /* the files, then the prefix with the prompt after it; the prompt's
+     * special-token text is read as its token, as llama-server does */
+    idlist w2 = {.n = 0};
+    add_id(&w2, F_REP), add_text(&w2, "myproject\n"), add_id(&w2, F_SEP), add_text(&w2, "u.py\n"), add_text(&w2, "u");
+    add_id(&w2, F_SEP), add_text(&w2, "tmp\n"), add_text(&w2, "v"), add_id(&w2, F_SEP), add_text(&w2, "filename\n");
+    add_id(&w2, F_PRE), add_text(&w2, "a"), add_id(&w2, F_PAD), add_text(&w2, "c"), add_id(&w2, F_SUF),
+        add_text(&w2, "b"), add_id(&w2, F_MID);
+    check_ids(&r.prompts[0], &w2);
+    srv_gen_request_free(&r);
+
+    /* n_predict 0: the prompt only (llama.vscode fills the cache so); max_tokens
+     * is n_predict's other name; seed -1 is random; token ids as the texts */
+    REQUIRE(infill("{\"input_prefix\": [5, 6], \"input_suffix\": [], \"n_predict\": 0, \"seed\": -1}", &r, &e) == 0);
+    CHECK(r.discard_output && r.params.max_tokens == 1 && !r.seed_given);
+    idlist w3 = {.n = 0};
+    add_id(&w3, F_REP), add_text(&w3, "myproject\n"), add_id(&w3, F_SEP), add_text(&w3, "filename\n");
+    add_id(&w3, F_PRE), add_id(&w3, 5), add_id(&w3, 6), add_id(&w3, F_SUF), add_id(&w3, F_MID);
+    check_ids(&r.prompts[0], &w3);
+    srv_gen_request_free(&r);
+    REQUIRE(infill("{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"max_tokens\": 3}", &r, &e) == 0);
+    CHECK_EQ_INT(r.params.max_tokens, 3);
+    srv_gen_request_free(&r);
+}
+
+/* A prefix and suffix longer than the batch are cut as format_infill cuts
+ * them: the end of the prefix, the start of the suffix; truncated says so. */
+static void test_infill_cuts_long_prefix_and_suffix(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    char prefix[1024] = "", suffix[1024] = "y";
+    for (int i = 0; i < 100; i++) strcat(prefix, i % 10 ? " a" : " b");
+    strcat(prefix, " z");
+    for (int i = 0; i < 100; i++) strcat(suffix, " c");
+    char body[4096];
+    snprintf(body, sizeof body, "{\"n_predict\": 8, \"input_prefix\": \"%s\", \"input_suffix\": \"%s\"}", prefix,
+             suffix);
+    REQUIRE_MSG(infill(body, &r, &e) == 0, "%s", e.message);
+    CHECK(r.fim_truncated);
+    const srv_prompt *p = &r.prompts[0];
+    size_t pre = 0, suf = 0, mid = 0;
+    for (size_t i = 0; i < p->n_ids; i++) {
+        if (p->ids[i] == F_PRE) pre = i;
+        if (p->ids[i] == F_SUF) suf = i;
+        if (p->ids[i] == F_MID) mid = i;
+    }
+    /* a batch of 64: the prefix keeps 3 * 16 ids, the suffix 16 - 2 */
+    REQUIRE(suf - pre - 1 == 48 && mid - suf - 1 == 14);
+    idlist all_pre = {.n = 0}, all_suf = {.n = 0};
+    add_text(&all_pre, prefix);
+    add_text(&all_suf, suffix);
+    REQUIRE(all_pre.n > 48 && all_suf.n > 14);
+    CHECK(memcmp(p->ids + pre + 1, all_pre.v + all_pre.n - 48, 48 * sizeof(int32_t)) == 0); /* its end */
+    CHECK(memcmp(p->ids + suf + 1, all_suf.v, 14 * sizeof(int32_t)) == 0);                  /* its start */
+    /* the repository header fits in 255 - 64 - 2 * 8 */
+    idlist head = {.n = 0};
+    add_id(&head, F_REP), add_text(&head, "myproject\n"), add_id(&head, F_SEP), add_text(&head, "filename\n");
+    CHECK_EQ_INT((int)pre, (int)head.n);
+    CHECK(p->n_ids + 8 <= 256);
+    srv_gen_request_free(&r);
+    /* a small batch leaves no room for the suffix, and a large n_predict
+     * none for the files (255 - 8 - 2 * 124 < 0) */
+    fim_ctx.batch_tokens = 8;
+    snprintf(body, sizeof body, "{\"n_predict\": 124, \"input_prefix\": \"%s\", \"input_suffix\": \"%s\", "
+             "\"prompt\": \"q\"}", prefix, suffix);
+    int rc = infill(body, &r, &e);
+    fim_ctx.batch_tokens = 64;
+    REQUIRE_MSG(rc == 0, "%s", e.message);
+    idlist want = {.n = 0};
+    add_id(&want, F_PRE);
+    for (size_t i = all_pre.n - 6; i < all_pre.n; i++) add_id(&want, all_pre.v[i]);
+    add_text(&want, "q"), add_id(&want, F_SUF), add_id(&want, F_MID);
+    check_ids(&r.prompts[0], &want);
+    srv_gen_request_free(&r);
+}
+
+static void test_infill_refusals(void) {
+    fim_refused(true, "{\"input_suffix\": \"b\"}", "input_prefix", "'input_prefix' is required");
+    fim_refused(true, "{\"input_prefix\": \"a\"}", "input_suffix", "'input_suffix' is required");
+    fim_refused(true, "{\"input_prefix\": 1, \"input_suffix\": \"b\"}", "input_prefix", "must be a string");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"prompt\": [1]}", "prompt",
+                "must be a string");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": {}}", "input_extra",
+                "must be an array of {\"filename\": string, \"text\": string}");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [{\"filename\": \"x\"}]}",
+                "input_extra", "must contain a \"text\" field");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"input_extra\": [{\"text\": \"x\", "
+                "\"filename\": 2}]}", "input_extra", "\"filename\" field must be a string");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"n\": 2}", "n", "must be 1");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"n_probs\": 3}", "n_probs",
+                "not supported");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"n_predict\": -2}", "n_predict",
+                "between -1");
+    fim_refused(true, "{\"input_prefix\": \"a\", \"input_suffix\": \"b\", \"n_predict\": 400}", "input_prefix",
+                "maximum context length");
+}
+
+/* \u0000 may stand in the text around the hole, not in a file name. */
+static void test_nul_in_fim_text_only(void) {
+    const char *ok[] = {"{\"prompt\": \"a\", \"suffix\": \"b\\u0000\"}",
+                        "{\"input_prefix\": \"\\u0000\", \"input_suffix\": \"\\u0000\", "
+                        "\"input_extra\": [{\"text\": \"\\u0000\"}]}"};
+    for (size_t i = 0; i < 2; i++) {
+        srv_api_error e;
+        json_t *o = NULL;
+        CHECK_MSG(srv_parse_json(ok[i], strlen(ok[i]), 0, &o, &e) == 0, "%s: %s", ok[i], e.message);
+        json_decref(o);
+    }
+    const char *bad = "{\"input_prefix\": \"a\", \"input_extra\": [{\"filename\": \"\\u0000\", \"text\": \"t\"}]}";
+    srv_api_error e;
+    json_t *o = NULL;
+    CHECK(srv_parse_json(bad, strlen(bad), 0, &o, &e) == -1);
+    CHECK(strcmp(e.param, "input_extra[0].filename") == 0);
+}
+
 int main(void) {
     RUN(test_body_limit_is_413);
     RUN(test_malformed_json_is_400_with_position);
@@ -917,7 +1266,15 @@ int main(void) {
     RUN(test_tool_call_id_must_name_an_earlier_call);
     RUN(test_prompt_cache_key_is_a_string);
     RUN(test_tokenize_and_detokenize_bodies);
+    RUN(test_fim_on_a_model_without_fim_tokens_is_400);
+    RUN(test_completion_suffix_lays_out_prefix_suffix_middle);
+    RUN(test_completion_suffix_refusals);
+    RUN(test_infill_fields_and_defaults);
+    RUN(test_infill_cuts_long_prefix_and_suffix);
+    RUN(test_infill_refusals);
+    RUN(test_nul_in_fim_text_only);
     gram_vocab_free(grammar_vocab_made);
+    pdl_model_free(fim_model);
     pdl_model_free(model);
     return test_summary();
 }

@@ -252,6 +252,14 @@ int cli_info(int argc, char **argv) {
                           "n_experts", in.n_experts, "n_experts_used", in.n_experts_used, "vocab", in.vocab,
                           "ctx_len", in.ctx_len, "bos_id", in.bos_id, "eos_id", in.eos_id, "add_bos", in.add_bos,
                           "weight_types", in.weight_types);
+    /* the fill-in-the-middle tokens (null: the vocabulary has none) */
+    json_t *fim = json_object();
+    const char *names[] = {"pre", "suf", "mid", "pad", "rep", "sep"};
+    const int32_t ids[] = {in.fim.pre, in.fim.suf, in.fim.mid, in.fim.pad, in.fim.rep, in.fim.sep};
+    for (int k = 0; fim && k < 6; k++)
+        json_object_set_new(fim, names[k], ids[k] >= 0 ? json_integer(ids[k]) : json_null());
+    if (o) json_object_set_new(o, "fim", fim ? fim : json_null());
+    else json_decref(fim);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) printf("%s\n", s);
     free(s);

@@ -1,7 +1,7 @@
 /*
  * text.c - the public text interface: the model's tokenizer behind
- * pdl_tokenize / pdl_detokenize / pdl_detok, with the reason when the model
- * came without a usable tokenizer.
+ * pdl_tokenize / pdl_detokenize / pdl_detok / pdl_fim_prompt, with the
+ * reason when the model came without a usable tokenizer.
  */
 #include <stdlib.h>
 
@@ -42,6 +42,27 @@ int pdl_detokenize(const pdl_model *m, const int32_t *ids, size_t n_ids, char **
     if (need_tokenizer(m, err)) return -1;
     *text = tok_decode_n(m->tok, ids, n_ids, len, err);
     return *text ? 0 : -1;
+}
+
+int pdl_detokenize_ex(const pdl_model *m, const int32_t *ids, size_t n_ids, unsigned flags, char **text, size_t *len,
+                      pdl_error *err) {
+    *text = NULL;
+    if (len) *len = 0;
+    if (need_tokenizer(m, err)) return -1;
+    *text = tok_decode_ex(m->tok, ids, n_ids, (flags & PDL_TOK_KEEP_SPECIAL) != 0, len, err);
+    return *text ? 0 : -1;
+}
+
+int pdl_fim_prompt(const pdl_model *m, const pdl_fim_input *in, int32_t **ids, size_t *n_ids, bool *truncated,
+                   pdl_error *err) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (need_tokenizer(m, err)) return -1;
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    if (info.fim.pre < 0 || info.fim.suf < 0 || info.fim.mid < 0)
+        return pdl_fail(err, "this model's vocabulary has no fill-in-the-middle tokens (prefix, suffix and middle)");
+    return tok_fim_prompt(m->tok, in, ids, n_ids, truncated, err);
 }
 
 pdl_detok *pdl_detok_new(const pdl_model *m, const int32_t *context, size_t n_context) {

@@ -855,6 +855,13 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->bos_id = c->bos_id;
     info->eos_id = c->n_eos > 0 ? c->eos_ids[0] : -1;
     info->add_bos = m->tok ? tok_add_bos(m->tok) : c->bos_id >= 0;
+    /* a FIM token the embeddings do not have is no token of this model */
+    int32_t *fim[TOK_FIM_COUNT] = {&info->fim.pre, &info->fim.suf, &info->fim.mid,
+                                   &info->fim.pad, &info->fim.rep, &info->fim.sep};
+    for (int k = 0; k < TOK_FIM_COUNT; k++) {
+        int32_t id = m->tok ? tok_fim_id(m->tok, (tok_fim)k) : -1;
+        *fim[k] = id < c->vocab ? id : -1;
+    }
     info->weight_types = m->weight_types;
     info->probe_state = m->probe_state;
 }

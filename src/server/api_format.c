@@ -19,6 +19,7 @@
 
 #include "engine/reasoning.h"
 #include "server/api_tools.h"
+#include "util/clock.h"
 
 #define JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9))
 
@@ -136,6 +137,8 @@ typedef struct choice {
     reasoning_split *think; /* chat with a reasoning parser: the text split into reasoning and content */
     sbuf reasoning;     /* the reasoning (non-streaming) */
     bool started;       /* streaming: echo chunk sent */
+    json_t *ids;        /* /infill with return_tokens: the generated ids (non-streaming) */
+    bool has_new_line;  /* /infill: the text holds a newline */
 } choice;
 
 struct srv_response {
@@ -152,6 +155,9 @@ struct srv_response {
     int prompt_tokens;
     int completion_tokens;
     int cached_tokens;   /* prompt tokens whose K/V came from the prefix cache */
+    double t_start;      /* /infill's timings: when the response began, */
+    double t_first;      /* the first token came (0 = not yet), */
+    double t_last;       /* and the last event */
 };
 
 srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *req, const char *model_name,
@@ -161,6 +167,7 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
     r->model = model;
     r->req = req;
     r->created = created;
+    r->t_start = pdl_now_s();
     r->n = req->params.n > 0 ? req->params.n : 1;
     r->n_prompts = req->n_prompts;
     r->n_choices = req->n_prompts * r->n;
@@ -205,6 +212,7 @@ void srv_response_free(srv_response *r) {
         sbuf_free(&r->choices[i].text);
         free(r->choices[i].stop_string);
         json_decref(r->choices[i].lp);
+        json_decref(r->choices[i].ids);
         srv_tool_output_free(r->choices[i].tools);
         reasoning_split_free(r->choices[i].think);
         sbuf_free(&r->choices[i].reasoning);
@@ -498,6 +506,12 @@ static size_t echo_chars(const srv_response *r, int p) {
     return r->req->echo && sp->text ? utf8_chars(sp->text, sp->text_len) : 0;
 }
 
+/* When a sequence's tokens come (/infill's timings). */
+static void note_time(srv_response *r) {
+    r->t_last = pdl_now_s();
+    if (r->t_first == 0) r->t_first = r->t_last;
+}
+
 void srv_response_add(srv_response *r, const srv_event *ev) {
     for (; ev; ev = ev->next) {
         if (ev->prompt < 0 || ev->prompt >= r->req->n_prompts) continue;
@@ -505,6 +519,7 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
             add_prompt_logprob(r, ev);
             continue;
         }
+        note_time(r);
         choice *c = &r->choices[ev->prompt * r->n + ev->index];
         if (r->req->discard_output) {
             if (ev->kind == PDL_EVENT_FINISHED) {
@@ -526,11 +541,16 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
                                       ev->token, ev->logprob, ev->top, ev->n_top, c->prev);
             }
             c->prev = ev->token;
+            if (r->req->return_tokens) {
+                if (!c->ids) c->ids = json_array();
+                json_array_append_new(c->ids, json_integer(ev->token));
+            }
         } else {
             c->finish = ev->finish_reason;
             take_stop_reason(c, ev);
             if (ev->index == 0) r->cached_tokens += ev->cached_tokens; /* once per prompt */
         }
+        if (memchr(ev->text, '\n', ev->text_len)) c->has_new_line = true;
         c->chars += utf8_chars(ev->text, ev->text_len);
         if (!take_text(r, c, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text, ev->text_len,
                        ev->kind == PDL_EVENT_FINISHED, NULL))
@@ -553,7 +573,127 @@ static void put_object_open(sbuf *b, json_t *o) {
     free(t);
 }
 
+/* ---- llama-server's /infill ------------------------------------------------------------ */
+
+/* llama-server's stop_type: "eos" (EOS or a stop token), "word" (a stop
+ * string), "limit" (n_predict or the context), "none". */
+static const char *infill_stop_type(const choice *c) {
+    if (!c->finish || strcmp(c->finish, "abort") == 0) return "none";
+    if (strcmp(c->finish, "length") == 0) return "limit";
+    return c->stop_string ? "word" : "eos";
+}
+
+/* What the request asked for (a seed the server drew is -1, llama-server's
+ * "random"). */
+static json_t *infill_settings(const srv_response *r) {
+    const pdl_request_params *p = &r->req->params;
+    json_t *stop = json_array();
+    for (int i = 0; i < p->n_stop; i++) json_array_append_new(stop, jstr(p->stop[i]));
+    return json_pack("{s:i, s:I, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:b, s:b, s:o, s:i, s:b}", "n_predict",
+                     r->req->discard_output ? 0 : p->max_tokens > 0 ? p->max_tokens : -1, "seed",
+                     r->req->seed_given ? (json_int_t)p->sampling.seed : (json_int_t)-1, "temperature",
+                     (double)p->sampling.temperature, "top_k",
+                     p->sampling.top_k, "top_p", (double)p->sampling.top_p, "min_p", (double)p->sampling.min_p,
+                     "repeat_penalty", (double)p->sampling.repetition_penalty, "presence_penalty",
+                     (double)p->sampling.presence_penalty, "frequency_penalty", (double)p->sampling.frequency_penalty,
+                     "ignore_eos", p->ignore_eos, "stream", r->req->stream, "stop", stop, "n_probs", 0,
+                     "return_tokens", r->req->return_tokens);
+}
+
+/* llama-server's timings, from when the events reached this response:
+ * the prompt (tokens not from the prefix cache) until the first token,
+ * then the tokens after it. */
+static json_t *infill_timings(const srv_response *r, const choice *c) {
+    double t1 = r->t_first ? r->t_first : r->t_start, t2 = r->t_last ? r->t_last : t1;
+    int prompt_n = r->prompt_tokens - r->cached_tokens, pred_n = c->n_tokens;
+    double prompt_ms = (t1 - r->t_start) * 1e3, pred_ms = (t2 - t1) * 1e3;
+    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "prompt_n", prompt_n, "prompt_ms", prompt_ms,
+                     "prompt_per_token_ms", prompt_n ? prompt_ms / prompt_n : 0.0, "prompt_per_second",
+                     prompt_ms > 0 ? 1e3 * prompt_n / prompt_ms : 0.0, "predicted_n", pred_n, "predicted_ms", pred_ms,
+                     "predicted_per_token_ms", pred_n ? pred_ms / pred_n : 0.0, "predicted_per_second",
+                     pred_ms > 0 ? 1e3 * pred_n / pred_ms : 0.0);
+}
+
+/* The whole answer (stream: the last event, its text and ids already sent). */
+static json_t *infill_final(const srv_response *r, bool stream) {
+    const choice *c = &r->choices[0];
+    const srv_prompt *sp = &r->req->prompts[0];
+    char *prompt = NULL;
+    size_t prompt_len = 0;
+    pdl_error pe;
+    if (pdl_detokenize_ex(r->model, sp->ids, sp->n_ids, PDL_TOK_KEEP_SPECIAL, &prompt, &prompt_len, &pe))
+        prompt = NULL, prompt_len = 0;
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(0));
+    json_object_set_new(o, "content", stream ? json_string("") : jstrn(c->text.data ? c->text.data : "", c->text.len));
+    json_object_set_new(o, "tokens", !stream && c->ids ? json_incref(c->ids) : json_array());
+    json_object_set_new(o, "id_slot", json_integer(0));
+    json_object_set_new(o, "stop", json_true());
+    json_object_set_new(o, "model", jstr(r->model_name));
+    json_object_set_new(o, "tokens_predicted", json_integer(c->n_tokens));
+    json_object_set_new(o, "tokens_evaluated", json_integer(r->prompt_tokens));
+    json_object_set_new(o, "generation_settings", infill_settings(r));
+    json_object_set_new(o, "prompt", jstrn(prompt ? prompt : "", prompt_len));
+    json_object_set_new(o, "has_new_line", json_boolean(c->has_new_line));
+    json_object_set_new(o, "truncated", json_boolean(r->req->fim_truncated));
+    json_object_set_new(o, "stop_type", json_string(infill_stop_type(c)));
+    json_object_set_new(o, "stopping_word", jstr(c->stop_string ? c->stop_string : ""));
+    json_object_set_new(o, "tokens_cached", json_integer(r->cached_tokens));
+    json_object_set_new(o, "timings", infill_timings(r, c));
+    free(prompt);
+    return o;
+}
+
+static void sse_data(json_t *o, sbuf *out) {
+    char *s = o ? json_dumps(o, JSON_FLAGS) : NULL;
+    json_decref(o);
+    if (!s) {
+        out->oom = true;
+        return;
+    }
+    sbuf_puts(out, "data: ");
+    sbuf_puts(out, s);
+    sbuf_puts(out, "\n\n");
+    free(s);
+}
+
+/* A streamed piece: llama-server's partial result. */
+static void infill_chunk(const srv_response *r, const char *text, size_t len, json_t *ids, sbuf *out) {
+    json_t *o = json_object();
+    json_object_set_new(o, "index", json_integer(0));
+    json_object_set_new(o, "content", jstrn(text, len));
+    json_object_set_new(o, "tokens", ids ? ids : json_array());
+    json_object_set_new(o, "stop", json_false());
+    json_object_set_new(o, "id_slot", json_integer(0));
+    json_object_set_new(o, "tokens_predicted", json_integer(r->choices[0].n_tokens));
+    json_object_set_new(o, "tokens_evaluated", json_integer(r->prompt_tokens));
+    sse_data(o, out);
+}
+
+static void infill_stream_events(srv_response *r, const srv_event *ev, sbuf *out) {
+    choice *c = &r->choices[0];
+    for (; ev; ev = ev->next) {
+        if (ev->prompt != 0 || ev->index != 0 || ev->kind == PDL_EVENT_PROMPT_LOGPROB) continue;
+        note_time(r);
+        if (memchr(ev->text, '\n', ev->text_len)) c->has_new_line = true;
+        if (ev->kind == PDL_EVENT_TOKEN) {
+            if (r->req->discard_output) continue;
+            c->n_tokens++;
+            r->completion_tokens++;
+            if (ev->text_len || r->req->return_tokens)
+                infill_chunk(r, ev->text, ev->text_len, r->req->return_tokens ? json_pack("[i]", ev->token) : NULL,
+                             out);
+        } else {
+            c->finish = r->req->discard_output ? "length" : ev->finish_reason;
+            take_stop_reason(c, ev);
+            r->cached_tokens += ev->cached_tokens;
+            if (ev->text_len && !r->req->discard_output) infill_chunk(r, ev->text, ev->text_len, NULL, out);
+        }
+    }
+}
+
 char *srv_response_body(srv_response *r, size_t *len) {
+    if (r->req->kind == SRV_API_INFILL) return dump(infill_final(r, false), len);
     bool chat = r->req->kind == SRV_API_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));
@@ -725,6 +865,10 @@ static void stream_echo(srv_response *r, int i, sbuf *out) {
 }
 
 void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out) {
+    if (r->req->kind == SRV_API_INFILL) {
+        infill_stream_events(r, ev, out);
+        return;
+    }
     bool chat = r->req->kind == SRV_API_CHAT;
     for (; ev; ev = ev->next) {
         if (ev->prompt < 0 || ev->prompt >= r->req->n_prompts) continue;
@@ -778,6 +922,10 @@ void srv_response_stream_events(srv_response *r, const srv_event *ev, sbuf *out)
 }
 
 void srv_response_stream_end(srv_response *r, sbuf *out) {
+    if (r->req->kind == SRV_API_INFILL) { /* the final result, and no [DONE] (llama-server) */
+        sse_data(infill_final(r, true), out);
+        return;
+    }
     if (r->req->include_usage) {
         json_t *o = chunk_new(r);
         json_object_set_new(o, "choices", json_array());

@@ -7,7 +7,10 @@
  * `data: [DONE]\n\n` (streaming, with stream_options.include_usage), logprobs
  * in both APIs' shapes (completions: tokens/token_logprobs/top_logprobs/
  * text_offset; chat: content[{token, logprob, bytes, top_logprobs}]), vLLM's
- * prompt_logprobs, error bodies, /v1/models, /tokenize and /detokenize.
+ * prompt_logprobs, error bodies, /v1/models, /tokenize and /detokenize;
+ * llama-server's /infill result ({"content", "stop", "tokens_predicted",
+ * "timings", ...}, streamed as partial results then the final one, without
+ * [DONE]).
  * What it is not for: HTTP or deciding when to send (http.c).
  *
  * Choice i of prompt p has index p * n + i, as vLLM numbers them.

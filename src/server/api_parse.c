@@ -59,13 +59,22 @@ typedef enum nul_place {
     NUL_MESSAGE,  /* "messages"[i] */
     NUL_CONTENT,  /* "messages"[i]."content": a string, or a list of parts */
     NUL_PART,     /* "messages"[i]."content"[k] */
-    NUL_TEXT,     /* "messages"[i]."content"[k]."text" */
+    NUL_TEXT,     /* "messages"[i]."content"[k]."text", "input_extra"[i]."text" */
+    NUL_EXTRAS,   /* "input_extra" (/infill) */
+    NUL_EXTRA,    /* "input_extra"[i] */
 } nul_place;
 
 static nul_place nul_child(nul_place at, const char *key) {
     switch (at) {
-    case NUL_TOP: return !key ? NUL_NO : strcmp(key, "prompt") == 0 ? NUL_PROMPT
-                                       : strcmp(key, "messages") == 0 ? NUL_MESSAGES : NUL_NO;
+    case NUL_TOP:
+        if (!key) return NUL_NO;
+        /* the prompt, and the text around a hole (fill-in-the-middle) */
+        if (strcmp(key, "prompt") == 0 || strcmp(key, "suffix") == 0 || strcmp(key, "input_prefix") == 0 ||
+            strcmp(key, "input_suffix") == 0)
+            return NUL_PROMPT;
+        return strcmp(key, "messages") == 0 ? NUL_MESSAGES : strcmp(key, "input_extra") == 0 ? NUL_EXTRAS : NUL_NO;
+    case NUL_EXTRAS: return key ? NUL_NO : NUL_EXTRA;
+    case NUL_EXTRA: return key && strcmp(key, "text") == 0 ? NUL_TEXT : NUL_NO;
     case NUL_PROMPT: return key ? NUL_NO : NUL_PROMPTS;
     case NUL_MESSAGES: return key ? NUL_NO : NUL_MESSAGE;
     case NUL_MESSAGE: return key && strcmp(key, "content") == 0 ? NUL_CONTENT : NUL_NO;
@@ -105,7 +114,8 @@ static bool nul_misplaced(const json_t *v, nul_place at, char *path, size_t cap)
 int srv_check_nul(const json_t *body, srv_api_error *err) {
     char path[256] = "";
     if (!nul_misplaced(body, NUL_TOP, path, sizeof path)) return 0;
-    return BAD(path, "'%s' holds a NUL character (\\u0000); only the text of a prompt or of a message may", path);
+    return BAD(path, "'%s' holds a NUL character (\\u0000); only the text of a prompt, a suffix or a message may",
+               path);
 }
 
 int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv_api_error *err) {
@@ -635,10 +645,7 @@ static int parse_logit_bias(const json_t *body, srv_gen_request *r, int vocab, s
 
 /* Fields that vLLM and OpenAI accept but this engine cannot honour: refused
  * with a message rather than ignored. */
-static int refuse_unsupported(const json_t *body, srv_api_kind kind, int n, srv_api_error *err) {
-    const json_t *v;
-    if (kind == SRV_API_COMPLETION && (v = field(body, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
-        return BAD("suffix", "'suffix' is not supported");
+static int refuse_unsupported(const json_t *body, int n, srv_api_error *err) {
     long long best_of = n;
     if (get_int(body, "best_of", 1, SRV_MAX_N, &best_of, NULL, err)) return -1;
     if (best_of != n) return BAD("best_of", "'best_of' other than n is not supported");
@@ -649,7 +656,9 @@ static int check_context(const srv_parse_ctx *c, const srv_gen_request *r, bool 
                          srv_api_error *err) {
     for (int i = 0; i < r->n_prompts; i++) {
         size_t np = r->prompts[i].n_ids;
-        const char *param = r->kind == SRV_API_CHAT ? "messages" : "prompt";
+        const char *param = r->kind == SRV_API_CHAT     ? "messages"
+                            : r->kind == SRV_API_INFILL ? "input_prefix"
+                                                        : "prompt";
         if (np == 0) return BAD(param, "the prompt is empty (it encodes to no tokens)");
         if (!max_tokens_given) {
             if (np >= (size_t)c->ctx_len) {
@@ -705,7 +714,7 @@ static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_requ
     ll = 1;
     if (get_int(body, "n", 1, SRV_MAX_N, &ll, NULL, err)) return -1;
     p->n = (int)ll;
-    if (refuse_unsupported(body, r->kind, p->n, err)) return -1;
+    if (refuse_unsupported(body, p->n, err)) return -1;
     if (get_bool(body, "ignore_eos", &p->ignore_eos, err)) return -1;
     if (srv_parse_structured(c, body, r, err)) return -1;
     if (parse_stop(body, r, c->vocab, err)) return -1;
@@ -786,6 +795,213 @@ static int finish_request(const srv_parse_ctx *c, srv_gen_request *r, bool max_t
     return 0;
 }
 
+/* ---- fill-in-the-middle ----------------------------------------------------- */
+
+/* The 400 for a hole on a model that cannot fill one, naming the field. */
+static int fim_check(const srv_parse_ctx *c, const char *param, srv_api_error *err) {
+    pdl_model_info info;
+    pdl_model_get_info(c->model, &info);
+    if (info.fim.pre >= 0 && info.fim.suf >= 0 && info.fim.mid >= 0) return 0;
+    char missing[32] = "";
+    const char *names[] = {"prefix", "suffix", "middle"};
+    const int32_t ids[] = {info.fim.pre, info.fim.suf, info.fim.mid};
+    for (int k = 0; k < 3; k++)
+        if (ids[k] < 0)
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s", missing[0] ? "/" : "",
+                     names[k]);
+    return BAD(param, "'%s' needs fill-in-the-middle, and this model has no FIM tokens (its vocabulary lacks the "
+               "FIM %s token: GGUF tokenizer.ggml.fim_*_token_id, or a token such as <|fim_prefix|>, <fim_prefix>, "
+               "\u2581<PRE>); serve a model trained to fill in the middle (Qwen2.5-Coder, CodeLlama, StarCoder, ...)",
+               param, missing);
+}
+
+/* FIM_PAD, FIM_REP and FIM_SEP end a fill-in-the-middle generation, as in
+ * llama.cpp (they are end-of-generation tokens there): after the stop ids
+ * the client gave. */
+static int add_fim_stop_ids(const srv_parse_ctx *c, srv_gen_request *r, srv_api_error *err) {
+    pdl_model_info info;
+    pdl_model_get_info(c->model, &info);
+    const int32_t ends[] = {info.fim.pad, info.fim.rep, info.fim.sep};
+    int n = r->params.n_stop_ids;
+    int32_t *ids = realloc(r->stop_ids, (size_t)(n + 3) * sizeof *ids);
+    if (!ids) return srv_api_fail(err, 500, NULL, "out of memory");
+    r->stop_ids = ids;
+    for (int k = 0; k < 3; k++) {
+        bool known = ends[k] < 0;
+        for (int i = 0; i < n && !known; i++) known = ids[i] == ends[k];
+        if (!known) ids[n++] = ends[k];
+    }
+    r->params.stop_ids = ids;
+    r->params.n_stop_ids = n;
+    return 0;
+}
+
+/* OpenAI's suffix on /v1/completions: every prompt becomes
+ * [BOS] FIM_PRE prompt FIM_SUF suffix FIM_MID (pdl_fim_prompt, nothing cut:
+ * a prompt too long is the usual 400). An empty suffix leaves a plain
+ * completion (there is nothing after the hole), as Ollama does. */
+static int apply_suffix(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    const json_t *v = field(body, "suffix");
+    if (!v) return 0;
+    if (!json_is_string(v)) return BAD("suffix", "'suffix' must be a string, got %s", type_name(v));
+    if (json_string_length(v) == 0) return 0;
+    if (fim_check(c, "suffix", err)) return -1;
+    if (r->echo) return BAD("echo", "'echo' cannot be used with 'suffix'");
+    int32_t *sids = NULL;
+    size_t n_sids = 0;
+    if (tokenize_text(c, json_string_value(v), json_string_length(v), false, &sids, &n_sids, "suffix", err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < r->n_prompts; i++) {
+        srv_prompt *sp = &r->prompts[i];
+        int32_t *pre = NULL, *ids = NULL;
+        size_t n_pre = 0, n = 0;
+        /* a text prompt is the prefix without BOS; ids are taken as given */
+        if (sp->text && tokenize_text(c, sp->text, sp->text_len, false, &pre, &n_pre, "prompt", err)) {
+            rc = -1;
+            break;
+        }
+        pdl_fim_input in = {.prefix = sp->text ? pre : sp->ids, .n_prefix = sp->text ? n_pre : sp->n_ids,
+                            .suffix = sids, .n_suffix = n_sids};
+        pdl_error pe;
+        if (pdl_fim_prompt(c->model, &in, &ids, &n, NULL, &pe)) rc = BAD("suffix", "%s", pe.message);
+        free(pre);
+        if (rc == 0) {
+            free(sp->ids);
+            sp->ids = ids, sp->n_ids = n;
+        }
+    }
+    free(sids);
+    if (rc) return -1;
+    r->fim = true;
+    return add_fim_stop_ids(c, r, err);
+}
+
+/* input_prefix / input_suffix of /infill: a string, or token ids. */
+static int infill_text(const srv_parse_ctx *c, const json_t *body, const char *key, int32_t **ids, size_t *n,
+                       srv_api_error *err) {
+    const json_t *v = field(body, key);
+    if (!v) return BAD(key, "'%s' is required", key);
+    if (json_is_array(v)) {
+        if (json_array_size(v) == 0)
+            return (*ids = malloc(sizeof **ids)) ? 0 : srv_api_fail(err, 500, NULL, "out of memory");
+        return ids_from_array(c, v, ids, n, key, err);
+    }
+    if (!json_is_string(v)) return BAD(key, "'%s' must be a string, got %s", key, type_name(v));
+    return tokenize_text(c, json_string_value(v), json_string_length(v), false, ids, n, key, err);
+}
+
+/* input_extra: [{"filename": string (optional), "text": string}, ...],
+ * with llama-server's messages. */
+static int infill_extra(const json_t *body, pdl_fim_file **out, int *n_out, srv_api_error *err) {
+    const json_t *v = field(body, "input_extra");
+    *out = NULL;
+    *n_out = 0;
+    if (!v) return 0;
+    if (!json_is_array(v))
+        return BAD("input_extra", "\"input_extra\" must be an array of {\"filename\": string, \"text\": string}");
+    size_t n = json_array_size(v);
+    if (n > 4096) return BAD("input_extra", "'input_extra' holds %zu chunks; at most 4096 are allowed", n);
+    pdl_fim_file *f = calloc(n ? n : 1, sizeof *f);
+    if (!f) return srv_api_fail(err, 500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *chunk = json_array_get(v, i);
+        const json_t *text = json_is_object(chunk) ? json_object_get(chunk, "text") : NULL;
+        const json_t *name = json_is_object(chunk) ? field(chunk, "filename") : NULL;
+        if (!json_is_string(text)) {
+            free(f);
+            return BAD("input_extra", "'input_extra[%zu]': extra_context chunk must contain a \"text\" field with a "
+                       "string value", i);
+        }
+        if (name && !json_is_string(name)) {
+            free(f);
+            return BAD("input_extra", "'input_extra[%zu]': extra_context chunk's \"filename\" field must be a string",
+                       i);
+        }
+        f[i] = (pdl_fim_file){.name = name ? json_string_value(name) : NULL,
+                              .name_len = name ? json_string_length(name) : 0,
+                              .text = json_string_value(text), .text_len = json_string_length(text)};
+    }
+    *out = f;
+    *n_out = (int)n;
+    return 0;
+}
+
+int srv_parse_infill(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    init_request(r, SRV_API_INFILL);
+    if (srv_check_model(c, body, err)) return -1;
+    if (fim_check(c, "input_suffix", err)) return -1;
+    if (parse_common(c, body, r, err)) return -1;
+    r->prompt_logprobs = -1; /* vLLM's field: llama-server's answer has no place for it */
+    pdl_request_params *p = &r->params;
+    /* llama-server's sampling defaults where the body says nothing */
+    if (!field(body, "temperature")) p->sampling.temperature = 0.8f;
+    if (!field(body, "top_k")) p->sampling.top_k = 40;
+    if (!field(body, "top_p")) p->sampling.top_p = 0.95f;
+    if (!field(body, "min_p")) p->sampling.min_p = 0.05f;
+    double d = p->sampling.repetition_penalty;
+    if (get_num(body, "repeat_penalty", 0, 10, true, &d, err)) return -1;
+    p->sampling.repetition_penalty = (float)d;
+    if (r->seed_given && (int64_t)p->sampling.seed == -1) r->seed_given = false; /* llama-server: -1 = random */
+    if (p->n != 1) return BAD("n", "/infill writes one completion; 'n' must be 1, got %d", p->n);
+    long long ll = 0;
+    if (get_int(body, "n_probs", 0, SRV_MAX_LOGPROBS, &ll, NULL, err)) return -1;
+    if (ll > 0) return BAD("n_probs", "'n_probs' (completion_probabilities) is not supported on /infill");
+    if (get_bool(body, "return_tokens", &r->return_tokens, err)) return -1;
+    /* n_predict (or max_tokens): -1 = up to the context, 0 = the prompt only
+     * (llama.vscode warms the cache so), as llama-server */
+    ll = -1;
+    bool given = false;
+    if (get_int(body, "n_predict", -1, 1 << 30, &ll, &given, err)) return -1;
+    if (!given && get_int(body, "max_tokens", -1, 1 << 30, &ll, &given, err)) return -1;
+    given = ll >= 0;
+    r->discard_output = ll == 0;
+    p->max_tokens = ll <= 0 ? (ll == 0 ? 1 : 0) : (int)ll;
+    const json_t *prompt = field(body, "prompt");
+    if (prompt && !json_is_string(prompt)) return BAD("prompt", "'prompt' must be a string, got %s", type_name(prompt));
+
+    int32_t *pre = NULL, *suf = NULL, *mid = NULL;
+    size_t n_pre = 0, n_suf = 0, n_mid = 0;
+    pdl_fim_file *files = NULL;
+    int n_files = 0, rc = -1;
+    pdl_error pe;
+    if (infill_text(c, body, "input_prefix", &pre, &n_pre, err) ||
+        infill_text(c, body, "input_suffix", &suf, &n_suf, err) || infill_extra(body, &files, &n_files, err))
+        goto done;
+    /* llama-server reads special-token text in the prompt */
+    if (prompt && pdl_tokenize_ex(c->model, json_string_value(prompt), json_string_length(prompt),
+                                  PDL_TOK_PARSE_SPECIAL, &mid, &n_mid, &pe)) {
+        BAD("prompt", "%s", pe.message);
+        goto done;
+    }
+    /* llama-server's cut (format_infill): prefix and suffix within a batch
+     * (3:1), the files in what the context leaves after the batch and twice
+     * n_predict; here the batch is at most what the context leaves for the
+     * prompt, so that the whole fits with the tokens asked for */
+    int np = given && p->max_tokens > 0 ? p->max_tokens : 1;
+    int nb = c->batch_tokens > 0 ? c->batch_tokens : 2048;
+    if (nb > c->ctx_len - np - 2) nb = c->ctx_len - np - 2;
+    if (nb < 1) nb = 1;
+    pdl_fim_input in = {.prefix = pre, .n_prefix = n_pre, .suffix = suf, .n_suffix = n_suf, .middle = mid,
+                        .n_middle = n_mid, .repo_level = true, .extra = files, .n_extra = n_files,
+                        .n_batch = nb, .n_ctx = c->ctx_len - 1, .n_predict = np};
+    if (add_prompt(r, err)) goto done;
+    srv_prompt *sp = &r->prompts[0];
+    if (pdl_fim_prompt(c->model, &in, &sp->ids, &sp->n_ids, &r->fim_truncated, &pe)) {
+        BAD("input_prefix", "%s", pe.message);
+        goto done;
+    }
+    r->fim = true;
+    rc = 0;
+done:
+    free(pre);
+    free(suf);
+    free(mid);
+    free(files);
+    if (rc || add_fim_stop_ids(c, r, err)) return -1;
+    return finish_request(c, r, given, err);
+}
+
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
     init_request(r, SRV_API_COMPLETION);
     if (parse_common(c, body, r, err)) return -1;
@@ -805,6 +1021,7 @@ int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     if (r->discard_output && r->stream)
         return BAD("max_tokens", "'max_tokens' 0 (echo only) is not available when 'stream' is true");
     if (parse_prompts(c, body, r, err)) return -1;
+    if (apply_suffix(c, body, r, err)) return -1;
     if (r->echo)
         for (int i = 0; i < r->n_prompts; i++) {
             srv_prompt *p = &r->prompts[i];

@@ -12,9 +12,10 @@
  * What it is not for: HTTP (http.c), running requests (engine_loop.c),
  * writing responses (api_format.c). Fields nobody knows are ignored, as vLLM
  * does (`user`, `metadata` and `prompt_cache_key` are checked for type and
- * ignored); known fields the engine cannot honour (suffix, best_of > n, ...)
- * are refused rather than silently dropped. Structured output and tools:
- * api_structured.c.
+ * ignored); known fields the engine cannot honour (best_of > n, ...) are
+ * refused rather than silently dropped. Structured output and tools:
+ * api_structured.c. A suffix (completions) and llama-server's /infill lay
+ * the prompt out for fill-in-the-middle (pdl_fim_prompt).
  */
 #ifndef PDL_SERVER_API_PARSE_H
 #define PDL_SERVER_API_PARSE_H
@@ -51,7 +52,8 @@ typedef struct srv_api_error {
 int srv_api_fail(srv_api_error *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT } srv_api_kind;
+/* /v1/completions, /v1/chat/completions, llama-server's /infill. */
+typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT, SRV_API_INFILL } srv_api_kind;
 
 /* One prompt of a request. */
 typedef struct srv_prompt {
@@ -80,6 +82,10 @@ typedef struct srv_gen_request {
     bool discard_output;       /* echo with max_tokens 0: one token is generated, then dropped */
     int logprobs;              /* top-N per generated token; -1 = none (chat: top_logprobs when logprobs) */
     int prompt_logprobs;       /* the prompt_logprobs field (vLLM): top-N per prompt token; -1 = none */
+    /* fill-in-the-middle (completions with a suffix, /infill) */
+    bool fim;                  /* the prompts are laid out around a hole (pdl_fim_prompt) */
+    bool fim_truncated;        /* /infill: the prompt was cut to fit (its "truncated") */
+    bool return_tokens;        /* /infill: the generated ids in "tokens" */
     /* structured output and tools (api_structured.c) */
     gram_grammar *grammar;     /* the compiled constraint (params.grammar), or NULL */
     bool parse_tools;          /* the output is parsed for tool calls in tool_format */
@@ -135,6 +141,8 @@ typedef struct srv_parse_ctx {
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
     const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
                                       --allowed-local-media-path); NULL: only data URLs */
+    int batch_tokens;              /* rows per engine step (0 = 2048): /infill fits prefix and suffix
+                                      in it, as llama-server in its --batch-size */
 } srv_parse_ctx;
 
 enum { SRV_TURN_OK = 0, SRV_TURN_CANCELLED, SRV_TURN_BUSY };
@@ -157,6 +165,10 @@ int srv_check_nul(const json_t *body, srv_api_error *err);
 int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *err);
 
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
+/* llama-server's POST /infill: input_prefix, input_suffix, input_extra,
+ * prompt and /completion's generation fields (n_predict, temperature,
+ * top_k, ...), with llama-server's defaults. */
+int srv_parse_infill(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
 int srv_parse_chat(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
 void srv_gen_request_free(srv_gen_request *r);
 

@@ -251,7 +251,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 st->ad->stream_error(st->ad_state, &err, &st->out);
             } else {
                 srv_stream_error(&err, &st->out);
-                sbuf_puts(&st->out, "data: [DONE]\n\n");
+                if (srv_call_request(st->call)->kind != SRV_API_INFILL) /* llama-server's streams have no [DONE] */
+                    sbuf_puts(&st->out, "data: [DONE]\n\n");
             }
             st->ended = true;
         }
@@ -339,7 +340,9 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     srv_parse_ctx pc = s->parse; /* this request's copy: its grammar stops when its client leaves */
     pc.grammar_limits.cancelled = parse_client_gone;
     pc.grammar_limits.user = &live;
-    int prc = kind == SRV_API_CHAT ? srv_parse_chat(&pc, body, &req, &err) : srv_parse_completion(&pc, body, &req, &err);
+    int prc = kind == SRV_API_CHAT     ? srv_parse_chat(&pc, body, &req, &err)
+              : kind == SRV_API_INFILL ? srv_parse_infill(&pc, body, &req, &err)
+                                       : srv_parse_completion(&pc, body, &req, &err);
     json_decref(chat_body);
     if (prc) {
         srv_gen_request_free(&req);
@@ -502,7 +505,8 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 /* ---- routing ------------------------------------------------------------------------------ */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_TOKENIZE, R_DETOKENIZE
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_TOKENIZE,
+    R_DETOKENIZE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -515,6 +519,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/v1/models", R_MODELS, "GET"},        {"/v1/completions", R_COMPLETIONS, "POST"},
         {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
         {"/detokenize", R_DETOKENIZE, "POST"},  {"/v1/responses", R_RESPONSES, "POST"},
+        {"/infill", R_INFILL, "POST"}, /* llama-server's */
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -579,6 +584,7 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION, NULL); break;
     case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT, NULL); break;
     case R_RESPONSES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_responses_api); break;
+    case R_INFILL: res = generate(s, conn, rc, body, SRV_API_INFILL, NULL); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
     default: res = detokenize(s, conn, rc, body); break;
     }

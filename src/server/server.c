@@ -287,7 +287,8 @@ static void *loader_main(void *arg) {
                                    .grammar_turn_give = grammar_turn_give,
                                    .grammar_turn_user = s,
                                    .vision = vision,
-                                   .allowed_media_path = s->allowed_media_path};
+                                   .allowed_media_path = s->allowed_media_path,
+                                   .batch_tokens = s->engine_opts.max_num_batched_tokens};
         s->vision = vision;
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
@@ -298,8 +299,10 @@ static void *loader_main(void *arg) {
     if (rc == 0) {
         pdl_model_info info;
         pdl_model_get_info(model, &info);
-        srv_log(s, "model %s loaded (%s, %d layers, vocab %d, max model len %d); %s; serving '%s'", s->model_path,
+        srv_log(s, "model %s loaded (%s, %d layers, vocab %d, max model len %d); %s; %s; serving '%s'", s->model_path,
                 info.arch, info.n_layers, info.vocab, s->parse.ctx_len, chat ? "chat template ready" : "no chat template",
+                info.fim.pre >= 0 && info.fim.suf >= 0 && info.fim.mid >= 0 ? "fill-in-the-middle tokens"
+                                                                             : "no fill-in-the-middle tokens",
                 s->model_name);
     } else {
         srv_chat_free(chat); /* the caller reports the error (srv_get_state) */

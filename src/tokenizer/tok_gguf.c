@@ -5,8 +5,9 @@
  * What it is for: tokenizer.ggml.model "llama" (SentencePiece-style BPE:
  * pieces, scores, token types) and "gpt2" (byte-level BPE: pieces, merges,
  * token types, tokenizer.ggml.pre naming the pre-tokenizer), with the special
- * ids and the add_* flags and llama.cpp's defaults for each (a kimi-k2
- * vocabulary without merges gets them derived from its ranks, bpe_ranks.c).
+ * ids (fill-in-the-middle ones too) and the add_* flags and llama.cpp's
+ * defaults for each (a kimi-k2 vocabulary without merges gets them derived
+ * from its ranks, bpe_ranks.c).
  * Control and unknown tokens become special added tokens (matched only with
  * parse_special), user-defined tokens plain added tokens (always matched).
  * What it is not for: model hyperparameters.
@@ -224,6 +225,21 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err) != 0 ||
         (!bpe && get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err) != 0))
         goto fail;
+    /* fill-in-the-middle tokens named by key (the older prefix/suffix/middle
+     * keys win when both are given, as in llama.cpp); tok_finish looks up
+     * the rest by their text */
+    static const struct {
+        const char *key;
+        tok_fim which;
+    } fim_keys[] = {
+        {"tokenizer.ggml.fim_pre_token_id", TOK_FIM_PRE}, {"tokenizer.ggml.fim_suf_token_id", TOK_FIM_SUF},
+        {"tokenizer.ggml.fim_mid_token_id", TOK_FIM_MID}, {"tokenizer.ggml.fim_pad_token_id", TOK_FIM_PAD},
+        {"tokenizer.ggml.fim_rep_token_id", TOK_FIM_REP}, {"tokenizer.ggml.fim_sep_token_id", TOK_FIM_SEP},
+        {"tokenizer.ggml.prefix_token_id", TOK_FIM_PRE},  {"tokenizer.ggml.suffix_token_id", TOK_FIM_SUF},
+        {"tokenizer.ggml.middle_token_id", TOK_FIM_MID},
+    };
+    for (size_t i = 0; i < sizeof fim_keys / sizeof fim_keys[0]; i++)
+        if (special_id(g, fim_keys[i].key, n, &t->fim[fim_keys[i].which], err) != 0) goto fail;
     /* llama.cpp drops the leading space on detokenize exactly when it added one */
     t->strip_leading_space = !bpe && t->add_space_prefix;
 

@@ -146,6 +146,7 @@ struct tok_tokenizer {
     int32_t byte_id[256];      /* id of <0xXX> (or the 1-char piece), -1 when none */
 
     int32_t bos_id, eos_id, unk_id;  /* -1 when none */
+    int32_t fim[TOK_FIM_COUNT];      /* fill-in-the-middle tokens by tok_fim; -1 when none */
     bool add_bos, add_eos;
 
     /* Added tokens: matched on the raw text, and (tokenizer.json tokens with
@@ -176,8 +177,11 @@ tok_tokenizer *tok_new(int32_t n_vocab);
 /* Copies the pieces: ptrs[i] (lens[i] bytes) or NULL for a hole. */
 int tok_set_pieces(tok_tokenizer *t, const char *const *ptrs, const uint32_t *lens,
                    pdl_error *err);
-/* Builds the vocabulary table, byte ids and decode strings. */
+/* Builds the vocabulary table, byte ids and decode strings, and looks up
+ * the FIM tokens still unknown (tok_fim_detect). */
 int tok_finish(tok_tokenizer *t, pdl_error *err);
+/* Fills the FIM ids still -1 from the vocabulary's token texts (fim.c). */
+void tok_fim_detect(tok_tokenizer *t);
 
 /* Whether decode leaves id out by default (control, unknown): Hugging Face's
  * skip_special_tokens=True. */

@@ -175,6 +175,7 @@ tok_tokenizer *tok_new(int32_t n_vocab) {
     }
     t->model = TOK_MODEL_SPM;
     t->bos_id = t->eos_id = t->unk_id = -1;
+    for (int i = 0; i < TOK_FIM_COUNT; i++) t->fim[i] = -1;
     for (int i = 0; i < 256; i++) t->byte_id[i] = t->bl_byte_id[i] = -1;
     return t;
 }
@@ -256,6 +257,7 @@ int tok_finish(tok_tokenizer *t, pdl_error *err) {
         return pdl_fail(err, "tokenizer: out of memory for the vocabulary table");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] != TOK_TYPE_MISSING) tok_strmap_insert(&t->vocab, i);
+    tok_fim_detect(t);
 
     if (t->model == TOK_MODEL_SPM) {
         /* Word-by-word merging is exact when "▁" is a piece of its own and no

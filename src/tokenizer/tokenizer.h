@@ -30,7 +30,8 @@
 typedef struct tok_tokenizer tok_tokenizer;
 
 /* From GGUF keys tokenizer.ggml.{model,tokens,scores,token_type,
- * bos_token_id,eos_token_id,unknown_token_id,add_bos_token,add_eos_token}. */
+ * bos_token_id,eos_token_id,unknown_token_id,add_bos_token,add_eos_token,
+ * fim_{pre,suf,mid,pad,rep,sep}_token_id,{prefix,suffix,middle}_token_id}. */
 int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err);
 /* From dir/tokenizer.json, with add_bos_token / add_eos_token from
  * dir/tokenizer_config.json when present. */
@@ -60,6 +61,18 @@ int32_t tok_piece_to_id(const tok_tokenizer *t, const char *piece, size_t len);
 /* Control and unknown ids (<s>, </s>, <unk>, special added tokens): decode
  * skips them. */
 bool tok_is_control(const tok_tokenizer *t, int32_t id);
+
+/* Fill-in-the-middle tokens (fim.c): from GGUF keys (tok_load_gguf) or, for
+ * those still unknown, by their text, as llama.cpp finds them. */
+typedef enum tok_fim {
+    TOK_FIM_PRE = 0, TOK_FIM_SUF, TOK_FIM_MID, TOK_FIM_PAD, TOK_FIM_REP, TOK_FIM_SEP, TOK_FIM_COUNT
+} tok_fim;
+int32_t tok_fim_id(const tok_tokenizer *t, tok_fim which);  /* -1 when none */
+/* Whether the vocabulary has FIM_PRE, FIM_SUF and FIM_MID. */
+bool tok_has_fim(const tok_tokenizer *t);
+/* The prompt of a FIM request (pdl_fim_prompt, pagedlm.h). */
+int tok_fim_prompt(const tok_tokenizer *t, const pdl_fim_input *in, int32_t **ids, size_t *n_ids, bool *truncated,
+                   pdl_error *err);
 
 /* Whether this is a byte-level BPE tokenizer (else SentencePiece-style). */
 bool tok_is_byte_level(const tok_tokenizer *t);
