@@ -29,8 +29,10 @@ typedef struct srv_adapter_ops {
     const char *name;
     /* body -> a Chat Completions body (*chat, a new reference) and the
      * adapter's per-request state (*state, freed by free_state); -1 with err
-     * filled when the body is wrong. id: the response's id (unique). */
-    int (*to_chat)(const json_t *body, const char *id, json_t **chat, void **state, srv_api_error *err);
+     * filled when the body is wrong. id: the response's id (unique); c: the
+     * server's parse context (what the server was started with). */
+    int (*to_chat)(const srv_parse_ctx *c, const json_t *body, const char *id, json_t **chat, void **state,
+                   srv_api_error *err);
     /* The chat response's JSON -> the adapter's response body (malloc'ed,
      * *len bytes; NULL when out of memory). */
     char *(*whole)(void *state, const json_t *chat_response, size_t *len);
@@ -44,9 +46,20 @@ typedef struct srv_adapter_ops {
     void (*stream_error)(void *state, const srv_api_error *e, sbuf *out);
     void (*free_state)(void *state);
     const char *id_prefix; /* of the response's id: "resp_", "msg_" */
+    /* tool_choice "auto" (the default with tools) parses tool calls whether
+     * or not the server has --enable-auto-tool-choice: an API whose clients
+     * cannot ask for anything else */
+    bool auto_tools;
 } srv_adapter_ops;
 
 extern const srv_adapter_ops srv_responses_api; /* POST /v1/responses */
+extern const srv_adapter_ops srv_messages_api;  /* POST /v1/messages */
+
+/* POST /v1/messages/count_tokens: a Messages body (max_tokens not needed)
+ * -> the Chat Completions body whose rendered prompt is counted (no
+ * generation fields: nothing is compiled or checked for generating), or -1
+ * with err. */
+int srv_messages_count_chat(const srv_parse_ctx *c, const json_t *body, json_t **chat, srv_api_error *err);
 
 /* The chat stream's SSE text (whole events) through the adapter into out:
  * each `data: {...}` chunk to stream_chunk, `data: [DONE]` to stream_end,

@@ -1137,6 +1137,23 @@ int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_
                          &out->n_ids, "prompt", err);
 }
 
+int srv_count_chat_prompt(const srv_parse_ctx *c, const json_t *body, size_t *n_tokens, srv_api_error *err) {
+    *n_tokens = 0;
+    if (srv_check_model(c, body, err)) return -1;
+    int32_t *ids = NULL;
+    size_t n = 0, text_len = 0;
+    char *text = NULL;
+    chat_images ci = {0};
+    pdl_mm_input *positions = NULL;
+    int rc = chat_prompt(c, body, &ids, &n, &text, &text_len, &ci, &positions, err);
+    free(ids);
+    free(text);
+    free(positions);
+    chat_images_free(&ci);
+    if (rc == 0) *n_tokens = n;
+    return rc;
+}
+
 int srv_parse_detokenize(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n_ids,
                          srv_api_error *err) {
     *ids = NULL;

@@ -188,6 +188,13 @@ typedef struct srv_tokenize_request {
 } srv_tokenize_request;
 int srv_parse_tokenize(const srv_parse_ctx *c, const json_t *body, srv_tokenize_request *out, srv_api_error *err);
 
+/* The prompt a chat body renders to, counted: its messages (image parts
+ * too, as the rows they take), tools and chat_template_kwargs through the
+ * template, as srv_parse_chat renders them; nothing else is parsed, and no
+ * context length applies (a client counts to learn whether it fits).
+ * Anthropic's /v1/messages/count_tokens. */
+int srv_count_chat_prompt(const srv_parse_ctx *c, const json_t *body, size_t *n_tokens, srv_api_error *err);
+
 /* POST /detokenize (vLLM): {"tokens": [ids]} -> ids checked against the vocabulary. */
 int srv_parse_detokenize(const srv_parse_ctx *c, const json_t *body, int32_t **ids, size_t *n_ids,
                          srv_api_error *err);

@@ -250,7 +250,9 @@ static int chat_text_format(const json_t *text, json_t *chat, srv_api_error *err
     return BAD("text.format", "'text.format.type' must be text, json_object or json_schema, got '%.40s'", type);
 }
 
-static int to_chat(const json_t *body, const char *id, json_t **chat_out, void **state, srv_api_error *err) {
+static int to_chat(const srv_parse_ctx *c, const json_t *body, const char *id, json_t **chat_out, void **state,
+                   srv_api_error *err) {
+    (void)c;
     *chat_out = NULL;
     *state = NULL;
     const json_t *v;

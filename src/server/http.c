@@ -180,21 +180,26 @@ static bool parse_client_gone(void *user) {
 
 /* ---- authentication ---------------------------------------------------------------- */
 
-/* "Bearer KEY" against the key, in time that depends on the key's length
- * only, never on where the first difference is. */
-static bool authorized(const srv_server *s, struct MHD_Connection *conn) {
-    if (!s->api_key) return true;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h) return false;
-    if (strncasecmp(h, "Bearer ", 7) != 0) return false;
-    const char *got = h + 7;
-    size_t klen = strlen(s->api_key), glen = strlen(got);
+/* got against the key, in time that depends on the key's length only,
+ * never on where the first difference is. */
+static bool key_matches(const char *key, const char *got) {
+    if (!got) return false;
+    size_t klen = strlen(key), glen = strlen(got);
     volatile unsigned char diff = (unsigned char)(klen != glen);
     for (size_t i = 0; i < klen; i++) {
         unsigned char g = i < glen ? (unsigned char)got[i] : 0;
-        diff |= (unsigned char)(g ^ (unsigned char)s->api_key[i]);
+        diff |= (unsigned char)(g ^ (unsigned char)key[i]);
     }
     return diff == 0;
+}
+
+/* "Authorization: Bearer KEY" (OpenAI's clients), or "x-api-key: KEY"
+ * (Anthropic's), on every route. */
+static bool authorized(const srv_server *s, struct MHD_Connection *conn) {
+    if (!s->api_key) return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (h && strncasecmp(h, "Bearer ", 7) == 0 && key_matches(s->api_key, h + 7)) return true;
+    return key_matches(s->api_key, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key"));
 }
 
 /* ---- generation ---------------------------------------------------------------------- */
@@ -320,7 +325,7 @@ static enum MHD_Result send_error_as(srv_server *s, struct MHD_Connection *conn,
     if (!ad) return send_error(s, conn, rc, e);
     size_t len;
     char *body = ad->error_body(e, &len);
-    return send_owned(s, conn, rc, e->status, "application/json", body, len, false);
+    return send_owned(s, conn, rc, e->status, "application/json", body, len, e->status == 413 || e->status == 503);
 }
 
 /* A completion, a chat completion, or (ad) another API's request served as
@@ -333,13 +338,15 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
     json_t *chat_body = NULL;
     void *ad_state = NULL;
-    if (ad && ad->to_chat(body, id, &chat_body, &ad_state, &err)) return send_error_as(s, conn, rc, ad, &err);
+    if (ad && ad->to_chat(&s->parse, body, id, &chat_body, &ad_state, &err))
+        return send_error_as(s, conn, rc, ad, &err);
     if (ad) body = chat_body;
     int fd = conn_fd(conn);
     parse_liveness live = {.fd = fd, .http11 = rc->http11};
     srv_parse_ctx pc = s->parse; /* this request's copy: its grammar stops when its client leaves */
     pc.grammar_limits.cancelled = parse_client_gone;
     pc.grammar_limits.user = &live;
+    if (ad && ad->auto_tools) pc.auto_tool_choice = true;
     int prc = kind == SRV_API_CHAT     ? srv_parse_chat(&pc, body, &req, &err)
               : kind == SRV_API_INFILL ? srv_parse_infill(&pc, body, &req, &err)
                                        : srv_parse_completion(&pc, body, &req, &err);
@@ -485,6 +492,23 @@ static enum MHD_Result tokenize(srv_server *s, struct MHD_Connection *conn, req_
     return send_json(s, conn, rc, 200, out, len);
 }
 
+/* POST /v1/messages/count_tokens (Anthropic's): {"input_tokens": N}, the
+ * prompt the same body would render to for /v1/messages. */
+static enum MHD_Result count_tokens(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
+    json_t *chat;
+    srv_api_error err;
+    size_t n;
+    if (srv_messages_count_chat(&s->parse, body, &chat, &err))
+        return send_error_as(s, conn, rc, &srv_messages_api, &err);
+    int crc = srv_count_chat_prompt(&s->parse, chat, &n, &err);
+    json_decref(chat);
+    if (crc) return send_error_as(s, conn, rc, &srv_messages_api, &err);
+    json_t *o = json_pack("{s:I}", "input_tokens", (json_int_t)n);
+    char *out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return send_json(s, conn, rc, 200, out, out ? strlen(out) : 0);
+}
+
 static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
     int32_t *ids;
     size_t n;
@@ -505,8 +529,8 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 /* ---- routing ------------------------------------------------------------------------------ */
 
 typedef enum route {
-    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_TOKENIZE,
-    R_DETOKENIZE
+    R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_MESSAGES,
+    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -520,6 +544,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
         {"/detokenize", R_DETOKENIZE, "POST"},  {"/v1/responses", R_RESPONSES, "POST"},
         {"/infill", R_INFILL, "POST"}, /* llama-server's */
+        {"/v1/messages", R_MESSAGES, "POST"},   {"/v1/messages/count_tokens", R_COUNT_TOKENS, "POST"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -533,16 +558,26 @@ static route find_route(const char *url, const char **method_wanted) {
     return R_NONE;
 }
 
+/* The API whose error shape a path's answers take: Anthropic's under
+ * /v1/messages, else OpenAI's (NULL). */
+static const srv_adapter_ops *errors_of(const char *url) {
+    return strncmp(url, "/v1/messages", 12) == 0 && (url[12] == '\0' || url[12] == '/') ? &srv_messages_api : NULL;
+}
+
 static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const char *url,
                                 const char *method) {
     const char *want = NULL;
     route r = find_route(url, &want);
-    if (r == R_NONE) return fail(s, conn, rc, 404, NULL, NULL, "no such endpoint: %.200s", url);
+    const srv_adapter_ops *shape = errors_of(url);
+    srv_api_error e;
+    if (r == R_NONE) {
+        srv_api_fail(&e, 404, NULL, "no such endpoint: %.200s", url);
+        return send_error_as(s, conn, rc, shape, &e);
+    }
     bool head = strcmp(method, "HEAD") == 0 && strcmp(want, "GET") == 0;
     if (strcmp(method, want) != 0 && !head) {
-        srv_api_error e;
         srv_api_fail(&e, 405, NULL, "method %.16s is not allowed for %.200s; use %s", method, url, want);
-        return send_error(s, conn, rc, &e);
+        return send_error_as(s, conn, rc, shape, &e);
     }
     srv_state st = srv_state_now(s);
     if (r == R_HEALTH)
@@ -553,20 +588,21 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
         return send_owned(s, conn, rc, 200, "text/plain; version=0.0.4; charset=utf-8", text, len, false);
     }
     if (!authorized(s, conn)) {
-        srv_api_error e;
-        srv_api_fail(&e, 401, NULL, "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.");
+        srv_api_fail(&e, 401, NULL, "Incorrect API key provided. Send it as 'Authorization: Bearer KEY' (or "
+                     "'x-api-key: KEY').");
         e.code = "invalid_api_key";
-        return send_error(s, conn, rc, &e);
+        return send_error_as(s, conn, rc, shape, &e);
     }
     if (st != SRV_READY) {
         const char *why = st == SRV_LOADING ? "the model is still loading" : st == SRV_STOPPING
                                                                               ? "the server is shutting down"
                                                                               : "the model failed to load";
-        return fail(s, conn, rc, 503, "service_unavailable", NULL, "%s", why);
+        srv_api_fail(&e, 503, NULL, "%s", why);
+        e.type = "service_unavailable";
+        return send_error_as(s, conn, rc, shape, &e);
     }
-    srv_api_error e;
     if (rc->too_large && srv_check_body_size((size_t)rc->received, s->max_body, &e))
-        return send_error(s, conn, rc, &e);
+        return send_error_as(s, conn, rc, shape, &e);
     if (r == R_MODELS || r == R_MODEL) {
         if (r == R_MODEL && strcmp(url + 11, s->model_name) != 0) {
             srv_api_fail(&e, 404, "model", "The model `%.200s` does not exist.", url + 11);
@@ -578,13 +614,16 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
         return send_json(s, conn, rc, 200, out, len);
     }
     json_t *body;
-    if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e)) return send_error(s, conn, rc, &e);
+    if (srv_parse_json(rc->body.data, rc->body.len, s->max_body, &body, &e))
+        return send_error_as(s, conn, rc, shape, &e);
     enum MHD_Result res;
     switch (r) {
     case R_COMPLETIONS: res = generate(s, conn, rc, body, SRV_API_COMPLETION, NULL); break;
     case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT, NULL); break;
     case R_RESPONSES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_responses_api); break;
     case R_INFILL: res = generate(s, conn, rc, body, SRV_API_INFILL, NULL); break;
+    case R_MESSAGES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_messages_api); break;
+    case R_COUNT_TOKENS: res = count_tokens(s, conn, rc, body); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
     default: res = detokenize(s, conn, rc, body); break;
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `pagedlm serve` with the official OpenAI SDK, as CTest
+# End-to-end tests of `pagedlm serve` with the official OpenAI and Anthropic SDKs, as CTest
 # runs them (test e2e_openai): installs the locked npm packages when
 # node_modules is missing or older than package-lock.json, then runs every
 # *.test.mjs with Node's built-in test runner. Needs PAGEDLM_BIN (the pagedlm
