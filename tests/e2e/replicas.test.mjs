@@ -75,7 +75,8 @@ async function startReplicas({ balance = 'affinity' } = {}) {
     '--kv-cache-memory', '64MiB', '--disable-log-requests'];
   const proc = spawn(SCRIPT, args, { stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, ...ALLOW_LONG } });
   let log = '';
-  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  // 'close', not 'exit': the process may exit before its last stderr lines are read
+  const exited = new Promise((resolve) => proc.on('close', (code, signal) => resolve({ code, signal })));
   await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`serve-replicas did not get ready:\n${log}`)), 30000);
     proc.stderr.on('data', (d) => {
