@@ -87,6 +87,8 @@ typedef struct srv_gen_request {
     bool tool_calls_finish;    /* finish_reason "tool_calls" when calls came out ("auto", "required") */
     bool tool_parallel;        /* "required": one or more calls (parallel_tool_calls) */
     char *tool_name;           /* a named tool_choice, or NULL */
+    char *tools_json;          /* the request's "tools" (compact JSON) when parse_tools in a format that
+                                  carries arguments as text and types them by it (qwen3_coder, glm45) */
     const gram_vocab *tool_vocab; /* parse_tools: the model's grammar vocabulary (control tokens' text) */
     pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
     pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
