@@ -452,6 +452,82 @@ static void test_mistral_marker_token_reaches_the_parser(void) {
     gram_vocab_free(v);
 }
 
+/* Kimi-K2's markers are control tokens too: each one's event has no text,
+ * the parser is given its bytes, and the call comes out with the model's
+ * own id. */
+static void test_kimi_marker_tokens_reach_the_parser(void) {
+    setup();
+    const char *bytes[7] = {"<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
+                            "<|tool_call_end|>", "<|tool_calls_section_end|>", "x", "<|im_end|>"};
+    uint32_t lens[7];
+    bool special[7] = {true, true, true, true, true, false, true};
+    for (int i = 0; i < 7; i++) lens[i] = (uint32_t)strlen(bytes[i]);
+    int32_t end = 6;
+    gram_vocab *v = NULL;
+    pdl_error err;
+    REQUIRE(gram_vocab_new(&v, 7, bytes, lens, special, &end, 1, &err) == 0);
+    srv_gen_request r;
+    make_request(&r, SRV_API_CHAT, 1);
+    r.parse_tools = true;
+    r.tool_format = GRAM_TOOLS_KIMI_K2;
+    r.tool_calls_finish = true;
+    r.tool_vocab = v;
+    srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-k", 9);
+    srv_event *evs = event(PDL_EVENT_TOKEN, 0, 5, "Ok.", NULL), *last = evs;
+    static const struct {
+        int id;
+        const char *text;
+    } toks[] = {{0, ""}, {1, ""}, {5, "functions.f:0"}, {2, ""}, {5, "{\"a\": 1}"}, {3, ""}, {4, ""}};
+    for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) last = last->next = event(PDL_EVENT_TOKEN, 0, toks[i].id, toks[i].text, NULL);
+    last->next = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *body = srv_response_body(resp, NULL);
+    json_t *o = parse(body);
+    json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+    json_t *calls = json_object_get(msg, "tool_calls");
+    REQUIRE_MSG(json_array_size(calls) == 1, "%s", body);
+    json_t *call = json_array_get(calls, 0);
+    CHECK(strcmp(json_string_value(json_object_get(call, "id")), "functions.f:0") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "f") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), "{\"a\": 1}") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(msg, "content")), "Ok.") == 0);
+    CHECK(strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls") == 0);
+    json_decref(o);
+    free(body);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+    gram_vocab_free(v);
+}
+
+/* qwen3_coder carries parameters as text: the request's tools give their
+ * types (r.tools_json), so the arguments are typed JSON. */
+static void test_qwen3_coder_arguments_follow_the_tools(void) {
+    setup();
+    srv_gen_request r;
+    make_request(&r, SRV_API_CHAT, 1);
+    r.parse_tools = true;
+    r.tool_format = GRAM_TOOLS_QWEN3_CODER;
+    r.tool_calls_finish = true;
+    r.tools_json = strdup("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                          "\"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, \"s\": {\"type\": \"string\"}}}}}]");
+    srv_response *resp = srv_response_new(model, &r, "stories", NULL, "chatcmpl-q", 9);
+    srv_event *evs = text_events("<tool_call>\n<function=f>\n<parameter=n>\n42\n</parameter>\n<parameter=s>\n42\n"
+                                 "</parameter>\n</function>\n</tool_call>", 3, "stop");
+    srv_response_add(resp, evs);
+    srv_events_free(evs);
+    char *body = srv_response_body(resp, NULL);
+    json_t *o = parse(body);
+    json_t *call = json_array_get(json_object_get(json_object_get(json_array_get(json_object_get(o, "choices"), 0),
+                                                                  "message"), "tool_calls"), 0);
+    const char *args = json_string_value(json_object_get(json_object_get(call, "function"), "arguments"));
+    CHECK_MSG(args && strcmp(args, "{\"n\": 42, \"s\": \"42\"}") == 0, "%s", body);
+    json_decref(o);
+    free(body);
+    srv_response_free(resp);
+    srv_gen_request_free(&r);
+}
+
 static void test_logprobs_shapes(void) {
     setup();
     pdl_logprob top[2] = {{261, -0.5f}, {378, -2.0f}};
@@ -657,6 +733,8 @@ int main(void) {
     RUN(test_a_call_cut_by_max_tokens_is_dropped_and_the_finish_is_length);
     RUN(test_reasoning_apart_from_the_answer_and_its_tool_calls);
     RUN(test_mistral_marker_token_reaches_the_parser);
+    RUN(test_kimi_marker_tokens_reach_the_parser);
+    RUN(test_qwen3_coder_arguments_follow_the_tools);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);
     RUN(test_infill_result_as_llama_server_writes_it);

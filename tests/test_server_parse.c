@@ -638,6 +638,7 @@ static const struct gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
 /* The compile limits parse_structured gives (zero: the defaults), and the
  * turn it takes (NULL: none). */
 static gram_limits structured_limits;
+static int structured_format = -1; /* the server's --tool-call-parser, or -1: none given */
 static int (*structured_turn)(void *user, const gram_limits *lim);
 static int turns_taken, turns_given;
 static void turn_give(void *user) {
@@ -655,6 +656,10 @@ static int parse_structured(const char *text, srv_gen_request *r, srv_api_error 
     c.chat_prompt = fake_chat;
     c.grammar_vocab = test_grammar_vocab;
     c.auto_tool_choice = auto_tools;
+    if (structured_format >= 0) {
+        c.tool_parser_set = true;
+        c.tool_format = (gram_tool_format)structured_format;
+    }
     json_t *o = body_of(text);
     memset(e, 0, sizeof *e);
     memset(r, 0, sizeof *r);
@@ -751,6 +756,36 @@ static void test_tools_and_tool_choice(void) {
     structured_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": \"assistant\", "
                        "\"tool_calls\": [{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"a\", "
                        "\"arguments\": \"{oops\"}}]}]}", "messages[1]", "not valid JSON", false);
+}
+
+/* In every format a forced call compiles into the format's grammar, and
+ * the output's parser gets the request's tools (the XML-like formats read
+ * parameter values by their types). */
+static void test_every_format_forces_and_parses_with_the_tools(void) {
+    static const char body[] = "{" USER_X ", \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", "
+                               "\"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": "
+                               "\"integer\"}}}}}], \"tool_choice\": \"required\"}";
+    json_t *whole = body_of(body), *want = json_object_get(whole, "tools");
+    for (int f = GRAM_TOOLS_HERMES; f <= GRAM_TOOLS_KIMI_K2; f++) {
+        structured_format = f;
+        srv_gen_request r;
+        srv_api_error e;
+        int rc = parse_structured(body, &r, &e, false);
+        CHECK_MSG(rc == 0, "%s: refused: %s", gram_tool_format_name(f), e.message);
+        if (rc == 0) {
+            CHECK(r.grammar != NULL && r.parse_tools && (int)r.tool_format == f);
+            json_t *got = r.tools_json ? json_loads(r.tools_json, 0, NULL) : NULL;
+            if (f == GRAM_TOOLS_QWEN3_CODER || f == GRAM_TOOLS_GLM45)
+                CHECK_MSG(got && json_equal(got, want), "%s: tools_json %s", gram_tool_format_name(f),
+                          r.tools_json ? r.tools_json : "(none)");
+            else
+                CHECK_MSG(!got, "%s: tools_json %s, not needed", gram_tool_format_name(f), r.tools_json);
+            json_decref(got);
+        }
+        srv_gen_request_free(&r);
+    }
+    structured_format = -1;
+    json_decref(whole);
 }
 
 /* A grammar whose automaton explodes (issue 33: a few bytes of regex took
@@ -1261,6 +1296,7 @@ int main(void) {
     RUN(test_chat_errors);
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
+    RUN(test_every_format_forces_and_parses_with_the_tools);
     RUN(test_explosive_grammars_are_a_400_naming_the_field);
     RUN(test_a_grammar_compiles_in_a_turn);
     RUN(test_tool_call_id_must_name_an_earlier_call);

@@ -142,15 +142,25 @@ int gram_utf8_decode(const char *s, size_t n, uint32_t *cp);
 /* GBNF text -> rules; root = the rule named "root" (gram_gbnf.c). */
 int gram_gbnf_parse(gram_ir *ir, const char *text, size_t len, pdl_error *err);
 
-/* Regex flavours of gram_regex_parse. */
+/* Regex flavours of gram_regex_parse (flags). */
 enum {
     GRAM_RE_PLAIN = 0,       /* the text itself */
     GRAM_RE_JSON_STRING = 1, /* the text as the inside of a JSON string: '"', '\\' and
                               * control characters as their (canonical) escapes */
+    GRAM_RE_NO_LT = 2,       /* no '<' anywhere (text inside a tool-call format whose
+                              * markers start with '<': gram_tools.c) */
 };
 /* One regex (ECMAScript subset, whole-string match) -> an expression. */
 int gram_regex_parse(gram_ir *ir, const char *re, size_t len, int flavour, int32_t *out,
                      pdl_error *err);
+
+/* How the JSON front ends write values (gram_json_rules.flags). */
+enum {
+    GRAM_JSON_NO_LT = 1,  /* strings never hold a raw '<' (it may be escaped as \u003c):
+                           * JSON inside a format whose markers start with '<' */
+    GRAM_JSON_PYTHON = 2, /* Python literals: True, False, None; no "\/" escape and no
+                           * \u escape of a surrogate (pythonic tool calls) */
+};
 
 /* JSON value pieces shared by the JSON front ends (gram_json.c). */
 typedef struct gram_json_rules {
@@ -158,17 +168,24 @@ typedef struct gram_json_rules {
     int32_t string;  /* rule: any JSON string, quotes included (NOINLINE) */
     int32_t value;   /* rule: any JSON value */
     int32_t object;  /* rule: any JSON object */
+    unsigned flags;  /* GRAM_JSON_* */
 } gram_json_rules;
 /* Whitespace between JSON tokens: nothing, one space, or a newline and up to
  * GRAM_JSON_MAX_INDENT spaces or tabs (bounded so a model cannot loop on it). */
 #define GRAM_JSON_MAX_INDENT 20
 int gram_json_rules_init(gram_ir *ir, gram_json_rules *j);
+/* The same with GRAM_JSON_* flags. */
+int gram_json_rules_init_flags(gram_ir *ir, gram_json_rules *j, unsigned flags);
+/* The literals true, false and null as j writes them. */
+const char *gram_json_lit(const gram_json_rules *j, int which); /* 't', 'f', 'n' */
 /* One character of a JSON string's inside: a raw character or an escape;
  * any_unicode_escape: \uXXXX for any character (else only for the control
  * characters, which have no raw form: length-bounded strings count
  * characters position by position, and the shorter automaton per position
  * keeps them small). */
 int32_t gram_json_char(gram_ir *ir, bool any_unicode_escape);
+/* The same as j writes it (j->flags). */
+int32_t gram_json_char_of(gram_ir *ir, const gram_json_rules *j, bool any_unicode_escape);
 /* Any JSON number. */
 /* Digits a generated number may have in its integer part and in its
  * fraction (beyond those a schema's bounds need): gram_json.c, gram_numrange.c. */
@@ -188,9 +205,79 @@ int gram_schema_compile(gram_ir *ir, const gram_json_rules *j, const char *text,
 struct json_t;
 int gram_schema_compile_json(gram_ir *ir, const gram_json_rules *j, struct json_t *schema,
                              const char *where, int32_t *out_expr, pdl_error *err);
+/* One part of a schema document: sub (inside doc, whose JSON pointer is
+ * pointer, e.g. "#/properties/city") is compiled with "$ref"s resolved in
+ * doc; messages name where and the pointer. */
+int gram_schema_compile_sub(gram_ir *ir, const gram_json_rules *j, struct json_t *doc, struct json_t *sub,
+                            const char *pointer, const char *where, int32_t *out_expr, pdl_error *err);
+/* The schema a "$ref" ("#", "#/$defs/x", any "#/..." pointer) names in doc;
+ * NULL when it names nothing there. */
+struct json_t *gram_schema_resolve(struct json_t *doc, const char *ref);
+/* The regex of a string "format" (date-time, date, time, uuid, email), or NULL. */
+const char *gram_schema_format_regex(const char *format);
 
 /* Tools array + format -> the expression of a forced call (gram_tools.c). */
 int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out_expr, pdl_error *err);
+
+/* Markers of tool-call formats that the parsers and the grammars share. */
+#define GRAM_DS_BAR "\xef\xbd\x9c" /* U+FF5C FULLWIDTH VERTICAL LINE */
+#define GRAM_DS_SP "\xe2\x96\x81"  /* U+2581 LOWER ONE EIGHTH BLOCK */
+#define GRAM_DS_CALLS "<" GRAM_DS_BAR "tool" GRAM_DS_SP "calls" GRAM_DS_SP "begin" GRAM_DS_BAR ">"
+#define GRAM_DS_CALLS_END "<" GRAM_DS_BAR "tool" GRAM_DS_SP "calls" GRAM_DS_SP "end" GRAM_DS_BAR ">"
+#define GRAM_DS_CALL "<" GRAM_DS_BAR "tool" GRAM_DS_SP "call" GRAM_DS_SP "begin" GRAM_DS_BAR ">"
+#define GRAM_DS_CALL_END "<" GRAM_DS_BAR "tool" GRAM_DS_SP "call" GRAM_DS_SP "end" GRAM_DS_BAR ">"
+#define GRAM_DS_SEP "<" GRAM_DS_BAR "tool" GRAM_DS_SP "sep" GRAM_DS_BAR ">"
+#define GRAM_KIMI_SECTION "<|tool_calls_section_begin|>"
+#define GRAM_KIMI_SECTION_END "<|tool_calls_section_end|>"
+#define GRAM_KIMI_CALL "<|tool_call_begin|>"
+#define GRAM_KIMI_ARGS "<|tool_call_argument_begin|>"
+#define GRAM_KIMI_CALL_END "<|tool_call_end|>"
+
+/* How a tool-call parser reads the text of a parameter in the XML-like
+ * formats (qwen3_coder, glm45), from the parameter's schema, as vLLM's
+ * parsers do (gram_toolparse.c); the forced-call grammar writes each
+ * parameter so that it reads back valid. */
+typedef enum gram_xml_kind {
+    GRAM_XML_STRING = 0, /* the text itself */
+    GRAM_XML_INT,        /* Python's int(text) */
+    GRAM_XML_NUMBER,     /* float(text), a whole number as an integer */
+    GRAM_XML_BOOL,       /* text.lower() == "true" */
+    GRAM_XML_JSON,       /* json.loads(text), else ast.literal_eval(text) */
+    GRAM_XML_LITERAL,    /* ast.literal_eval(text) */
+} gram_xml_kind;
+/* prop: the parameter's schema (NULL: not described: a string). *allows_null:
+ * "null" / "None" read as null even for a string (qwen3_coder: a "null" type
+ * or member of anyOf). *str_branch: the schema a string is checked against
+ * (qwen3_coder: the first non-null member of anyOf, else prop). */
+gram_xml_kind gram_xml_value_kind(gram_tool_format fmt, struct json_t *prop, bool *allows_null,
+                                  struct json_t **str_branch);
+
+/* ---------------------------------------------------------------------------
+ * Python's reading of values (gram_pyvalue.c): what vLLM's tool parsers do
+ * with a parameter's text, each writing the JSON text Python's
+ * json.dumps(value, ensure_ascii=False) writes
+ * ------------------------------------------------------------------------- */
+
+/* A growable text; on out of memory it keeps oom and drops appends. */
+typedef struct gram_text {
+    char *p; /* NUL-terminated when n > 0 */
+    size_t n, cap;
+    bool oom;
+} gram_text;
+bool gram_text_put(gram_text *t, const char *s, size_t n);
+bool gram_text_byte(gram_text *t, char c);
+void gram_text_free(gram_text *t);
+
+/* Each appends to out and returns 0, or -1 (out unchanged) when s is not
+ * such a value; nesting deeper than 64 is refused. */
+int gram_py_literal(const char *s, size_t n, gram_text *out); /* ast.literal_eval(s) */
+int gram_py_json(const char *s, size_t n, gram_text *out);    /* json.loads(s) */
+int gram_py_int(const char *s, size_t n, gram_text *out);     /* int(s) */
+/* float(s); a whole number written as an integer (vLLM's rule for
+ * "number" parameters); infinities and NaN refused. */
+int gram_py_number(const char *s, size_t n, gram_text *out);
+/* A string's JSON text (quotes included) as json.dumps writes it. */
+void gram_py_json_string(gram_text *out, const char *s, size_t n);
 
 /* ---------------------------------------------------------------------------
  * The work budget of one compilation (gram_budget.c; grammar.h: gram_limits)

@@ -14,7 +14,9 @@
  *
  * The JSON-string flavour writes every character as it appears inside a
  * JSON string: '"', '\' and control characters as their escapes (the short
- * ones where JSON has them, else \u00XX), everything else raw.
+ * ones where JSON has them, else \u00XX), everything else raw. With
+ * GRAM_RE_NO_LT no set holds '<' (a value inside a tool-call format whose
+ * markers start with '<').
  *
  * What it is not for: matching text (the automaton does that).
  */
@@ -47,7 +49,19 @@ static int32_t re_fail(re *r, const char *at, const char *msg) {
 /* The expression for one character out of set s, in the parser's flavour. */
 static int32_t emit_set(re *r, gram_cpset *s) {
     gram_cpset_normalize(s);
-    if (r->flavour != GRAM_RE_JSON_STRING) return gx_cpset(r->ir, s);
+    if (r->flavour & GRAM_RE_NO_LT) {
+        /* '<' left out of the set (an empty set then matches nothing) */
+        gram_cpset t = {0};
+        for (int i = 0; i < s->n; i++) {
+            uint32_t lo = s->r[2 * i], hi = s->r[2 * i + 1];
+            if (lo < '<') gram_cpset_add(&t, lo, hi < '<' ? hi : '<' - 1);
+            if (hi > '<') gram_cpset_add(&t, lo > '<' ? lo : '<' + 1, hi);
+        }
+        gram_cpset_normalize(&t);
+        gram_cpset_free(s);
+        *s = t;
+    }
+    if (!(r->flavour & GRAM_RE_JSON_STRING)) return gx_cpset(r->ir, s);
     gram_cpset raw = {0};
     int32_t kids[40];
     int n = 0;

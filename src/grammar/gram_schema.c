@@ -178,12 +178,13 @@ static void real_text(double x, char *out, size_t cap) {
     }
 }
 
-static void sb_value(sbuf *b, json_t *v) {
+/* v as the rules write it (JSON, or Python literals: gram_json_lit). */
+static void sb_value(sbuf *b, const gram_json_rules *j, json_t *v) {
     char t[64];
     switch (json_typeof(v)) {
-    case JSON_NULL: sb_str(b, "null"); break;
-    case JSON_TRUE: sb_str(b, "true"); break;
-    case JSON_FALSE: sb_str(b, "false"); break;
+    case JSON_NULL: sb_str(b, gram_json_lit(j, 'n')); break;
+    case JSON_TRUE: sb_str(b, gram_json_lit(j, 't')); break;
+    case JSON_FALSE: sb_str(b, gram_json_lit(j, 'f')); break;
     case JSON_INTEGER: snprintf(t, sizeof t, "%lld", (long long)json_integer_value(v)); sb_str(b, t); break;
     case JSON_REAL: real_text(json_real_value(v), t, sizeof t); sb_str(b, t); break;
     case JSON_STRING: sb_json_string(b, json_string_value(v), json_string_length(v)); break;
@@ -191,7 +192,7 @@ static void sb_value(sbuf *b, json_t *v) {
         sb_str(b, "[");
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (i) sb_str(b, ",");
-            sb_value(b, json_array_get(v, i));
+            sb_value(b, j, json_array_get(v, i));
         }
         sb_str(b, "]");
         break;
@@ -206,7 +207,7 @@ static void sb_value(sbuf *b, json_t *v) {
             first = false;
             sb_json_string(b, k, strlen(k));
             sb_str(b, ":");
-            sb_value(b, x);
+            sb_value(b, j, x);
         }
         sb_str(b, "}");
         break;
@@ -237,7 +238,7 @@ static bool type_allows(json_t *type, json_t *v) {
 
 static int32_t literal_value(sc *c, json_t *v) {
     sbuf b = {0};
-    sb_value(&b, v);
+    sb_value(&b, c->j, v);
     if (b.oom) {
         free(b.p);
         c->ir->oom = true;
@@ -277,7 +278,7 @@ static int32_t compile_enum(sc *c, json_t *s, json_t *values, const char *kw) {
  * Strings
  * ------------------------------------------------------------------------- */
 
-static const char *format_regex(const char *f) {
+const char *gram_schema_format_regex(const char *f) {
 #define RE_DATE                                                                                                    \
     "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))" \
     "|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
@@ -319,22 +320,23 @@ static int32_t compile_string(sc *c, json_t *s) {
                        ptr_of(c, NULL, pb, sizeof pb), "");
     gram_ir *ir = c->ir;
     int32_t quote = gx_str(ir, "\"");
+    int flavour = GRAM_RE_JSON_STRING | (c->j->flags & GRAM_JSON_NO_LT ? GRAM_RE_NO_LT : 0);
     if (pattern) {
         if (!json_is_string(pattern)) return sc_fail(c, "'pattern' must be a string (at %s)%s", ptr_of(c, "pattern", pb, sizeof pb), "");
         int32_t body;
         pdl_error e2;
-        if (gram_regex_parse(ir, json_string_value(pattern), json_string_length(pattern), GRAM_RE_JSON_STRING, &body, &e2) != 0)
+        if (gram_regex_parse(ir, json_string_value(pattern), json_string_length(pattern), flavour, &body, &e2) != 0)
             return sc_fail(c, "%s (at %s)", e2.message, ptr_of(c, "pattern", pb, sizeof pb));
         return gx_seqv(ir, quote, body, gx_str(ir, "\""), GX_END);
     }
     if (format) {
-        const char *re = json_is_string(format) ? format_regex(json_string_value(format)) : NULL;
+        const char *re = json_is_string(format) ? gram_schema_format_regex(json_string_value(format)) : NULL;
         if (!re)
             return sc_fail(c, "string format '%s' is not supported (at %s)",
                            json_is_string(format) ? json_string_value(format) : "?", ptr_of(c, "format", pb, sizeof pb));
         int32_t body;
         pdl_error e2;
-        if (gram_regex_parse(ir, re, strlen(re), GRAM_RE_JSON_STRING, &body, &e2) != 0)
+        if (gram_regex_parse(ir, re, strlen(re), flavour, &body, &e2) != 0)
             return sc_fail(c, "internal format regex: %s%s", e2.message, "");
         return gx_seqv(ir, quote, body, gx_str(ir, "\""), GX_END);
     }
@@ -345,10 +347,10 @@ static int32_t compile_string(sc *c, json_t *s) {
             return sc_fail(c, "string lengths above 10000 are not supported (at %s)%s", ptr_of(c, NULL, pb, sizeof pb), "");
         /* its own rule, shared by equal bounds: the string content stays one cached walk */
         char name[64];
-        snprintf(name, sizeof name, "json-string{%lld,%lld}", (long long)min, (long long)max);
+        snprintf(name, sizeof name, "json-string{%lld,%lld}/%u", (long long)min, (long long)max, c->j->flags);
         for (int32_t r = 0; r < ir->n_rules; r++)
             if (strcmp(ir->rules[r].name, name) == 0) return gx_ref(ir, r);
-        int32_t body = gx_seqv(ir, quote, gx_repeat(ir, gram_json_char(ir, false), (int32_t)min, has_max ? (int32_t)max : GX_INF),
+        int32_t body = gx_seqv(ir, quote, gx_repeat(ir, gram_json_char_of(ir, c->j, false), (int32_t)min, has_max ? (int32_t)max : GX_INF),
                                gx_str(ir, "\""), GX_END);
         return gx_ref(ir, gram_ir_rule_def(ir, name, GX_RULE_NOINLINE, body));
     }
@@ -562,7 +564,12 @@ static int32_t not_names(sc *c, name_trie *t, int32_t node, const gram_cpset *ra
 static int32_t key_not_listed(sc *c, const char *const *names, int n) {
     gram_cpset raw = {0};
     gram_cpset_add(&raw, 0x20, 0x21);
-    gram_cpset_add(&raw, 0x23, 0x5B);
+    if (c->j->flags & GRAM_JSON_NO_LT) {
+        gram_cpset_add(&raw, 0x23, '<' - 1);
+        gram_cpset_add(&raw, '<' + 1, 0x5B);
+    } else {
+        gram_cpset_add(&raw, 0x23, 0x5B);
+    }
     gram_cpset_add(&raw, 0x5D, 0x10FFFF);
     gram_cpset_normalize(&raw);
     size_t cap = 1;
@@ -710,7 +717,7 @@ done:
  * References
  * ------------------------------------------------------------------------- */
 
-static json_t *resolve_pointer(json_t *doc, const char *ref) {
+json_t *gram_schema_resolve(json_t *doc, const char *ref) {
     if (strcmp(ref, "#") == 0) return doc;
     if (strncmp(ref, "#/", 2) != 0) return NULL;
     json_t *cur = doc;
@@ -756,7 +763,7 @@ static int32_t compile_ref(sc *c, json_t *s, const char *ref) {
     for (int i = 0; i < c->n_refs; i++)
         if (strcmp(c->refs[i].ptr, ref) == 0) return gx_ref(c->ir, c->refs[i].rule);
     if (ref[0] != '#') return sc_fail(c, "only references into the same schema ('#/...') are supported, not '%s' (at %s)", ref, ptr_of(c, "$ref", pb, sizeof pb));
-    json_t *target = resolve_pointer(c->doc, ref);
+    json_t *target = gram_schema_resolve(c->doc, ref);
     if (!target) return sc_fail(c, "'$ref' target '%s' does not exist (at %s)", ref, ptr_of(c, "$ref", pb, sizeof pb));
     if (c->n_refs == c->cap_refs) {
         int cap = c->cap_refs ? c->cap_refs * 2 : 16;
@@ -815,8 +822,9 @@ static bool type_keyword_for(const char *k, const char **type) {
 
 static int32_t compile_type(sc *c, json_t *s, const char *type) {
     gram_ir *ir = c->ir;
-    if (strcmp(type, "null") == 0) return gx_str(ir, "null");
-    if (strcmp(type, "boolean") == 0) return gx_altv(ir, gx_str(ir, "true"), gx_str(ir, "false"), GX_END);
+    if (strcmp(type, "null") == 0) return gx_str(ir, gram_json_lit(c->j, 'n'));
+    if (strcmp(type, "boolean") == 0)
+        return gx_altv(ir, gx_str(ir, gram_json_lit(c->j, 't')), gx_str(ir, gram_json_lit(c->j, 'f')), GX_END);
     if (strcmp(type, "string") == 0) return compile_string(c, s);
     if (strcmp(type, "integer") == 0) return compile_number(c, s, true);
     if (strcmp(type, "number") == 0) return compile_number(c, s, false);
@@ -973,16 +981,26 @@ out:
     return c->failed ? -1 : r;
 }
 
-int gram_schema_compile_json(gram_ir *ir, const gram_json_rules *j, json_t *schema, const char *where, int32_t *out,
-                             pdl_error *err) {
-    sc c = {.ir = ir, .j = j, .doc = schema, .where = where, .err = err};
-    int32_t r = compile(&c, schema);
+int gram_schema_compile_sub(gram_ir *ir, const gram_json_rules *j, json_t *doc, json_t *sub, const char *pointer,
+                            const char *where, int32_t *out, pdl_error *err) {
+    sc c = {.ir = ir, .j = j, .doc = doc, .where = where, .err = err};
+    /* the pointer without its "#" is the path messages show after it */
+    const char *p = pointer && pointer[0] == '#' ? pointer + 1 : "";
+    c.plen = strlen(p) < sizeof c.path ? strlen(p) : sizeof c.path - 1;
+    memcpy(c.path, p, c.plen);
+    c.path[c.plen] = 0;
+    int32_t r = compile(&c, sub);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ptr);
     free(c.refs);
     if (c.failed) return -1;
     if (r < 0 || ir->oom) return pdl_fail(err, "%s: out of memory", where);
     *out = r;
     return 0;
+}
+
+int gram_schema_compile_json(gram_ir *ir, const gram_json_rules *j, json_t *schema, const char *where, int32_t *out,
+                             pdl_error *err) {
+    return gram_schema_compile_sub(ir, j, schema, schema, "#", where, out, err);
 }
 
 int gram_schema_compile(gram_ir *ir, const gram_json_rules *j, const char *text, size_t len, const char *where,

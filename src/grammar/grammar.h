@@ -35,7 +35,8 @@
  * through GPT-2's map), which is what the engine streams after a prompt. The
  * grammar is over bytes, so a multi-byte UTF-8 character may be split over
  * tokens. Control tokens never appear inside grammar text, except the few a
- * grammar names as specials (Mistral's [TOOL_CALLS] for a forced call).
+ * grammar names as specials (a tool-call format's markers, such as
+ * Mistral's [TOOL_CALLS], in a forced call).
  */
 #ifndef PDL_GRAMMAR_GRAMMAR_H
 #define PDL_GRAMMAR_GRAMMAR_H
@@ -90,11 +91,20 @@ typedef enum gram_kind {
     GRAM_TOOL_CALL,       /* text: an OpenAI "tools" array; the output is a call in tool_format */
 } gram_kind;
 
-/* Tool-call formats of models (the output parsers below and forced calls). */
+/* Tool-call formats of models (the output parsers below and forced calls),
+ * named as vLLM's --tool-call-parser names them. */
 typedef enum gram_tool_format {
     GRAM_TOOLS_HERMES = 0,  /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen, Hermes) */
     GRAM_TOOLS_LLAMA3_JSON, /* {"name": ..., "parameters": {...}} (Llama 3.1-3.3) */
     GRAM_TOOLS_MISTRAL,     /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
+    GRAM_TOOLS_QWEN3_CODER, /* <tool_call>\n<function=f>\n<parameter=p>\nvalue\n</parameter>\n</function>\n</tool_call>
+                             * (Qwen3-Coder, Qwen3.5) */
+    GRAM_TOOLS_PYTHONIC,    /* [f(a=1, b="x"), g()] (Llama 3.2, Llama 4) */
+    GRAM_TOOLS_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{...}\n```
+                             * <｜tool▁call▁end｜><｜tool▁calls▁end｜> (DeepSeek-V3, R1) */
+    GRAM_TOOLS_GLM45,       /* <tool_call>f\n<arg_key>p</arg_key>\n<arg_value>value</arg_value>\n</tool_call> (GLM-4.5+) */
+    GRAM_TOOLS_KIMI_K2,     /* <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>
+                             * {...}<|tool_call_end|><|tool_calls_section_end|> (Kimi-K2) */
 } gram_tool_format;
 
 typedef struct gram_spec {
@@ -249,8 +259,17 @@ typedef void (*gram_tool_event_fn)(const gram_tool_event *ev, void *user);
 typedef struct gram_tool_parser gram_tool_parser;
 
 /* id_seed makes the call ids ("call_" + 24 alphanumerics; Mistral: 9, as its
- * templates require); the same seed gives the same ids. */
+ * templates require; Kimi-K2: the model's own "functions.NAME:IDX"); the same
+ * seed gives the same ids. */
 gram_tool_parser *gram_tool_parser_new(gram_tool_format fmt, uint64_t id_seed);
+/* The same, given the request's OpenAI "tools" array as JSON text (len 0:
+ * NUL-terminated; NULL: none). qwen3_coder and glm45 write each parameter
+ * as text: its JSON value follows the parameter's schema type, as vLLM
+ * converts it (a string stays the text, numbers, booleans, objects and
+ * arrays are parsed); without the tools every parameter is read as
+ * qwen3_coder: a string, glm45: JSON if it parses. */
+gram_tool_parser *gram_tool_parser_new_with_tools(gram_tool_format fmt, uint64_t id_seed, const char *tools,
+                                                  size_t tools_len);
 void gram_tool_parser_free(gram_tool_parser *p);
 /* -1 only when out of memory. */
 int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gram_tool_event_fn fn,
@@ -258,8 +277,15 @@ int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gra
 /* End of the text: releases what was held back. */
 int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *user);
 
-/* "hermes", "llama3_json", "mistral" (vLLM's --tool-call-parser names). */
+/* "hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic",
+ * "deepseek_v3", "glm45", "kimi_k2" (vLLM's --tool-call-parser names). */
 int gram_tool_format_parse(const char *name, gram_tool_format *out);
 const char *gram_tool_format_name(gram_tool_format fmt);
+/* The format's markers that a model's vocabulary may hold as control
+ * tokens, whose text a detokenizer skips (Mistral's [TOOL_CALLS],
+ * DeepSeek's <｜tool▁calls▁begin｜>, ...): a caller feeding detokenized text
+ * feeds a sampled marker token's own text instead (grammars name them as
+ * specials). NULL-terminated. */
+const char *const *gram_tool_format_markers(gram_tool_format fmt);
 
 #endif

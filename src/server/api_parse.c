@@ -1107,6 +1107,7 @@ void srv_gen_request_free(srv_gen_request *r) {
     free(r->logit_bias);
     free(r->cache_salt);
     free(r->tool_name);
+    free(r->tools_json);
     if (r->grammar) gram_grammar_free(r->grammar);
     for (int i = 0; i < r->n_images; i++) pdl_image_free(r->images[i]);
     free(r->images);

@@ -93,6 +93,8 @@ typedef struct srv_gen_request {
     bool tool_calls_finish;    /* finish_reason "tool_calls" when calls came out ("auto", "required") */
     bool tool_parallel;        /* "required": one or more calls (parallel_tool_calls) */
     char *tool_name;           /* a named tool_choice, or NULL */
+    char *tools_json;          /* the request's "tools" (compact JSON) when parse_tools in a format that
+                                  carries arguments as text and types them by it (qwen3_coder, glm45) */
     const gram_vocab *tool_vocab; /* parse_tools: the model's grammar vocabulary (control tokens' text) */
     /* reasoning (chat, --reasoning-parser): the thinking block apart from the answer */
     const struct reasoning_format *reasoning; /* NULL: the text is all content */

@@ -226,6 +226,11 @@ int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_req
                    "(/v1/chat/completions)");
     }
     if (n == 0 && !r->parse_tools) return 0;
+    /* formats that carry arguments as text read them by the tools' parameter types */
+    const json_t *tools = field(body, "tools");
+    bool typed = r->tool_format == GRAM_TOOLS_QWEN3_CODER || r->tool_format == GRAM_TOOLS_GLM45;
+    if (r->parse_tools && typed && tools && !(r->tools_json = json_dumps(tools, JSON_COMPACT)))
+        return srv_api_fail(err, 500, NULL, "out of memory");
     const char *param = n ? f.param : "tool_choice";
     if (!c->grammar_vocab) return srv_api_fail(err, 500, param, "structured output is not available");
     pdl_error pe;

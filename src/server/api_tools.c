@@ -20,7 +20,7 @@ typedef struct tool_call {
 struct srv_tool_output {
     gram_tool_parser *parser;
     gram_tool_format format;
-    const gram_vocab *vocab;  /* control tokens' text (Mistral's markers) */
+    const gram_vocab *vocab;  /* control tokens' text (the format's markers) */
     bool finish_tool_calls;   /* the request's tool_calls_finish */
     sbuf content;
     tool_call *calls;
@@ -36,7 +36,7 @@ srv_tool_output *srv_tool_output_new(const srv_gen_request *req, uint64_t id_see
     t->format = req->tool_format;
     t->vocab = req->tool_vocab;
     t->finish_tool_calls = req->tool_calls_finish;
-    t->parser = gram_tool_parser_new(req->tool_format, id_seed);
+    t->parser = gram_tool_parser_new_with_tools(req->tool_format, id_seed, req->tools_json, 0);
     if (!t->parser) {
         free(t);
         return NULL;
@@ -115,13 +115,17 @@ static void on_event(const gram_tool_event *ev, void *user) {
 
 int srv_tool_output_feed(srv_tool_output *t, int32_t token, const char *text, size_t len, json_t *deltas) {
     if (t->finished) return 0;
-    if (len == 0 && t->format == GRAM_TOOLS_MISTRAL && t->vocab) {
-        /* Mistral's markers are control tokens: the decoded text skips them */
+    if (len == 0 && t->vocab) {
+        /* a format's markers may be control tokens (Mistral's [TOOL_CALLS],
+         * DeepSeek's and Kimi-K2's call markers): the decoded text skips them */
         size_t n = 0;
         const char *s = gram_vocab_token(t->vocab, token, &n);
-        if (s && ((n == 12 && memcmp(s, "[TOOL_CALLS]", 12) == 0) || (n == 6 && memcmp(s, "[ARGS]", 6) == 0))) {
-            text = s;
-            len = n;
+        for (const char *const *m = gram_tool_format_markers(t->format); s && *m; m++) {
+            if (strlen(*m) == n && memcmp(s, *m, n) == 0) {
+                text = s;
+                len = n;
+                break;
+            }
         }
     }
     t->deltas = deltas;

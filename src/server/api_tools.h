@@ -26,8 +26,9 @@ typedef struct srv_tool_output srv_tool_output;
 srv_tool_output *srv_tool_output_new(const srv_gen_request *req, uint64_t id_seed);
 void srv_tool_output_free(srv_tool_output *t);
 
-/* One token's text (token: its id, for formats whose marker is a control
- * token the text leaves out, e.g. Mistral's [TOOL_CALLS]). Each delta it
+/* One token's text (token: its id, for formats whose markers are control
+ * tokens the text leaves out, e.g. Mistral's [TOOL_CALLS]: such a token is
+ * read as its own text, gram_tool_format_markers). Each delta it
  * produces is appended to deltas (when not NULL) as a chat delta object:
  * {"content"} or {"tool_calls": [{"index", "id", "type", "function": {"name",
  * "arguments"}}]} then {"tool_calls": [{"index", "function": {"arguments"}}]}.

@@ -186,13 +186,20 @@ static void grammar_turn_give(void *user) {
 }
 
 /* The model's tool-call format when its vocabulary makes it plain: a single
- * token <tool_call> (Qwen, Hermes), [TOOL_CALLS] (Mistral) or
- * <|python_tag|> (Llama 3.1+). false when none of them is one token. */
+ * token <|tool_calls_section_begin|> (Kimi-K2), <｜tool▁calls▁begin｜>
+ * (DeepSeek-V3), <arg_key> (GLM-4.5+, which also has <tool_call>, so it
+ * comes first), <tool_call> (Qwen, Hermes; Qwen3-Coder's vocabulary is
+ * Qwen3's: its format needs --tool-call-parser qwen3_coder), [TOOL_CALLS]
+ * (Mistral) or <|python_tag|> (Llama 3.1+). false when none is one token. */
 static bool tool_format_from_tokens(const pdl_model *model, gram_tool_format *out) {
     static const struct {
         const char *text;
         gram_tool_format fmt;
-    } marks[] = {{"<tool_call>", GRAM_TOOLS_HERMES}, {"[TOOL_CALLS]", GRAM_TOOLS_MISTRAL},
+    } marks[] = {{"<|tool_calls_section_begin|>", GRAM_TOOLS_KIMI_K2},
+                 {"<\xef\xbd\x9c" "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>", GRAM_TOOLS_DEEPSEEK_V3},
+                 {"<arg_key>", GRAM_TOOLS_GLM45},
+                 {"<tool_call>", GRAM_TOOLS_HERMES},
+                 {"[TOOL_CALLS]", GRAM_TOOLS_MISTRAL},
                  {"<|python_tag|>", GRAM_TOOLS_LLAMA3_JSON}};
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
         int32_t *ids = NULL;
@@ -383,7 +390,8 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     if (o->tool_call_parser) {
         if (gram_tool_format_parse(o->tool_call_parser, &s->tool_format)) {
             server_free(s);
-            return pdl_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral)",
+            return pdl_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral, qwen3_coder, "
+                            "pythonic, deepseek_v3, glm45, kimi_k2)",
                             o->tool_call_parser);
         }
         s->tool_parser_set = true;

@@ -39,7 +39,8 @@ typedef struct srv_options {
     const char *allowed_media_path; /* file:// image URLs under this folder are read; NULL = data URLs only */
     bool log_requests;              /* one log line per request */
     bool enable_auto_tool_choice;   /* tool_choice "auto" parses tool calls out of the output (vLLM's flag) */
-    const char *tool_call_parser;   /* "hermes" | "llama3_json" | "mistral"; NULL = from the model's tokens */
+    const char *tool_call_parser;   /* a gram_tool_format_parse name ("hermes", "qwen3_coder", ...); NULL =
+                                       from the model's tokens */
     const char *reasoning_parser;   /* "qwen3" | "deepseek_r1": the thinking block apart from the answer
                                        (vLLM's --reasoning-parser); NULL = none */
     int reasoning_budget;           /* thinking tokens at most for requests that name none; < 0 = no limit

@@ -1,7 +1,7 @@
 // structured.test.mjs - structured output and tool calls through the official
 // OpenAI SDK: JSON Schemas (response_format), vLLM's structured_outputs
 // (choice, regex, grammar) and llama.cpp's grammar field, forced and parsed
-// tool calls, streaming tool-call deltas, a conversation with a tool result
+// tool calls (in every --tool-call-parser format), streaming tool-call deltas, a conversation with a tool result
 // (and a result for no earlier call refused), and 400s that name the keyword.
 //
 // Every output is sampled (temperature 1, fixed seeds) from stories260K, a
@@ -240,8 +240,8 @@ function checkCalls(calls) {
 const withoutIds = (calls) => calls.map(({ id, ...rest }) => rest);
 
 // The calls a stream's delta.tool_calls chunks add up to.
-async function streamCalls(body) {
-  const stream = await client.chat.completions.create({ ...body, stream: true });
+async function streamCalls(body, cl = client) {
+  const stream = await cl.chat.completions.create({ ...body, stream: true });
   const calls = [];
   let content = '';
   let finish = null;
@@ -333,4 +333,76 @@ test('a conversation with a call and its result renders and goes on', async () =
   await assert.rejects(client.chat.completions.create({ model: NAME, tools: TOOLS, messages: stray, max_tokens: 10 }),
     (e) => e.status === 400 && e.param === `messages[${stray.length - 1}].tool_call_id` &&
       /which is the id of no tool call in an earlier assistant message/.test(e.message));
+});
+
+// The newer formats (--tool-call-parser): per format, a server whose
+// forced calls are written in that format's syntax (its markers spelled out
+// by the small model's byte tokens) and read back by its parser, streamed
+// the same; and "auto" output the model writes in that syntax (forced by a
+// regex) parsed into content and a call. Kimi-K2 carries the model's own id.
+const DS = (w) => `<\uff5c${w.replace(/ /g, '\u2581')}\uff5c>`;
+const esc = (s) => s.replace(/[|[\]{}()\\.*+?^$]/g, '\\$&');
+const FORMATS = {
+  qwen3_coder: `<tool_call>\n<function=get_weather>\n<parameter=city>\n[a-z]{3,8}\n</parameter>\n<parameter=unit>\n` +
+    'celsius\n</parameter>\n</function>\n</tool_call>',
+  glm45: '<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>[a-z]{3,8}</arg_value>\n<arg_key>unit</arg_key>\n' +
+    '<arg_value>celsius</arg_value>\n</tool_call>',
+  pythonic: '[get_weather(city="[a-z]{3,8}", unit="celsius")]',
+  deepseek_v3: `${DS('tool calls begin')}${DS('tool call begin')}function${DS('tool sep')}get_weather\n\`\`\`json\n` +
+    `{"city": "[a-z]{3,8}", "unit": "celsius"}\n\`\`\`${DS('tool call end')}${DS('tool calls end')}`,
+  kimi_k2: '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>' +
+    '{"city": "[a-z]{3,8}", "unit": "celsius"}<|tool_call_end|><|tool_calls_section_end|>',
+};
+// The parts of each regex above that are the format's literal text.
+const LITERAL = { pythonic: ['[get_weather(city="', '", unit="celsius")]'] };
+
+test('the newer tool-call formats: forced calls in their syntax, and their calls parsed out of text', async () => {
+  for (const [format, shape] of Object.entries(FORMATS)) {
+    const s = await startServer(['--chat-template', TEMPLATE, '--max-model-len', '2048', '--enable-auto-tool-choice',
+      '--tool-call-parser', format], { env: ALLOW_LONG });
+    try {
+      const c = s.client();
+      const idOk = (id) => (format === 'kimi_k2' ? /^functions\.get_(weather|time):\d+$/ : /^call_[A-Za-z0-9]{24}$/).test(id);
+      for (const seed of [1, 2]) {
+        const body = { model: NAME, messages: MSGS, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false,
+          max_tokens: 1200, temperature: 1, seed };
+        const r = await c.chat.completions.create(body);
+        const m = r.choices[0].message;
+        assert.equal(r.choices[0].finish_reason, 'tool_calls', `${format}: ${JSON.stringify(m)}`);
+        assert.equal(m.content, null, format);
+        assert.equal(m.tool_calls.length, 1, format);
+        for (const call of m.tool_calls) {
+          assert.ok(idOk(call.id), `${format}: id ${call.id}`);
+          const tool = TOOLS.find((t) => t.function.name === call.function.name);
+          assert.ok(tool, `${format}: unknown tool ${call.function.name}`);
+          const args = JSON.parse(call.function.arguments);
+          assert.ok(ajv.validate(tool.function.parameters, args), `${format}: ${call.function.arguments}`);
+        }
+        const st = await streamCalls(body, c);
+        assert.deepEqual(withoutIds(st.calls), withoutIds(m.tool_calls), format);
+        assert.equal(st.finish, 'tool_calls', format);
+      }
+      // "auto": the text is forced into content plus a call in the format
+      const regex = (format === 'pythonic' ? '' : 'Sure\\. ') +
+        (LITERAL[format] ? `${esc(LITERAL[format][0])}[a-z]{3,8}${esc(LITERAL[format][1])}`
+          : shape.split('[a-z]{3,8}').map(esc).join('[a-z]{3,8}'));
+      const body = { model: NAME, messages: MSGS, tools: TOOLS, max_tokens: 600, temperature: 1, seed: 5,
+        structured_outputs: { regex } };
+      const r = await c.chat.completions.create(body);
+      const m = r.choices[0].message;
+      assert.equal(m.tool_calls?.length, 1, `${format}: ${JSON.stringify(m)}`);
+      assert.equal(m.content, format === 'pythonic' ? null : 'Sure. ', format);
+      assert.equal(m.tool_calls[0].function.name, 'get_weather');
+      assert.ok(idOk(m.tool_calls[0].id), `${format}: id ${m.tool_calls[0].id}`);
+      const args = JSON.parse(m.tool_calls[0].function.arguments);
+      assert.equal(args.unit, 'celsius');
+      assert.match(args.city, /^[a-z]{3,8}$/);
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      const st = await streamCalls(body, c);
+      assert.deepEqual(withoutIds(st.calls), withoutIds(m.tool_calls), format);
+      assert.equal(st.content, format === 'pythonic' ? '' : 'Sure. ');
+    } finally {
+      await s.stop();
+    }
+  }
 });
