@@ -75,8 +75,10 @@ static void serve_usage(FILE *f) {
             "      --grammar-max-work STEPS   ... and within this many steps of work (default 100000000, about\n"
             "                                 0.5-1 s of one core; deterministic, unlike the clock)\n"
             "\n"
-            "endpoints: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize,\n"
-            "           POST /detokenize, GET /health, GET /metrics\n");
+            "endpoints: POST /v1/completions (suffix: fill-in-the-middle), POST /v1/chat/completions,\n"
+            "           POST /v1/responses (OpenAI's Responses API), POST /v1/messages and\n"
+            "           /v1/messages/count_tokens (Anthropic's Messages API), POST /infill (llama-server's),\n"
+            "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n");
 }
 
 static void log_line(const char *line, void *user) {
