@@ -644,6 +644,7 @@ static json_t *infill_final(const srv_response *r, bool stream) {
     return o;
 }
 
+/* One SSE event "data: JSON" (o consumed). */
 static void sse_data(json_t *o, sbuf *out) {
     char *s = o ? json_dumps(o, JSON_FLAGS) : NULL;
     json_decref(o);
@@ -788,16 +789,7 @@ static void sse_send(const srv_response *r, json_t *chunk, json_t *choice, sbuf 
     json_object_set_new(chunk, "choices", choices);
     if (r->req->include_usage)
         json_object_set_new(chunk, "usage", r->req->continuous_usage ? usage_json(r) : json_null());
-    char *s = json_dumps(chunk, JSON_FLAGS);
-    json_decref(chunk);
-    if (!s) {
-        out->oom = true;
-        return;
-    }
-    sbuf_puts(out, "data: ");
-    sbuf_puts(out, s);
-    sbuf_puts(out, "\n\n");
-    free(s);
+    sse_data(chunk, out);
 }
 
 /* One chunk for choice i: a chat delta, or completion text (len bytes, may
@@ -930,16 +922,7 @@ void srv_response_stream_end(srv_response *r, sbuf *out) {
         json_t *o = chunk_new(r);
         json_object_set_new(o, "choices", json_array());
         json_object_set_new(o, "usage", usage_json(r));
-        char *s = json_dumps(o, JSON_FLAGS);
-        json_decref(o);
-        if (s) {
-            sbuf_puts(out, "data: ");
-            sbuf_puts(out, s);
-            sbuf_puts(out, "\n\n");
-            free(s);
-        } else {
-            out->oom = true;
-        }
+        sse_data(o, out);
     }
     sbuf_puts(out, "data: [DONE]\n\n");
 }
