@@ -328,18 +328,19 @@ static enum MHD_Result send_error_as(srv_server *s, struct MHD_Connection *conn,
     return send_owned(s, conn, rc, e->status, "application/json", body, len, e->status == 413 || e->status == 503);
 }
 
-/* A completion, a chat completion, or (ad) another API's request served as
- * a chat completion (api_adapter.h). */
-static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
-                                srv_api_kind kind, const srv_adapter_ops *ad) {
+/* generate()'s work; *ad_state is the adapter's state, which a stream
+ * takes over (then set to NULL); generate frees what is left. */
+static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
+                                      srv_api_kind kind, const srv_adapter_ops *ad, void **ad_state_out) {
     srv_gen_request req;
     srv_api_error err;
     char id[64];
     make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
     json_t *chat_body = NULL;
     void *ad_state = NULL;
-    if (ad && ad->to_chat(&s->parse, body, id, &chat_body, &ad_state, &err))
-        return send_error_as(s, conn, rc, ad, &err);
+    int arc = ad ? ad->to_chat(&s->parse, body, id, &chat_body, &ad_state, &err) : 0;
+    *ad_state_out = ad_state;
+    if (arc) return send_error_as(s, conn, rc, ad, &err);
     if (ad) body = chat_body;
     int fd = conn_fd(conn);
     parse_liveness live = {.fd = fd, .http11 = rc->http11};
@@ -353,7 +354,6 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     json_decref(chat_body);
     if (prc) {
         srv_gen_request_free(&req);
-        if (ad) ad->free_state(ad_state);
         if (live.gone) { /* nobody to answer: drop the connection */
             srv_log(s, "request dropped: its client left while the request was parsed (%s)", err.message);
             return MHD_NO;
@@ -364,14 +364,12 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     srv_call *call = srv_call_new(&req);
     if (!call) {
         srv_gen_request_free(&req);
-        if (ad) ad->free_state(ad_state);
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     const srv_gen_request *r = srv_call_request(call);
     srv_response *resp = srv_response_new(s->model, r, s->model_name, s->replica_name, id, (long long)time(NULL));
     if (!resp) {
         srv_call_release(call);
-        if (ad) ad->free_state(ad_state);
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     /* a generation may take long: no idle timeout on this connection now */
@@ -386,14 +384,9 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         srv_engine_cancel(s->engine, call);
         srv_response_free(resp);
         srv_call_release(call);
-        if (gone) {
-            if (ad) ad->free_state(ad_state);
-            return MHD_NO; /* drop the connection */
-        }
+        if (gone) return MHD_NO; /* drop the connection */
         restore_idle_timeout(s, conn);
-        enum MHD_Result res = send_error_as(s, conn, rc, ad, &err);
-        if (ad) ad->free_state(ad_state);
-        return res;
+        return send_error_as(s, conn, rc, ad, &err);
     }
 
     if (r->stream) {
@@ -403,7 +396,6 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
-            if (ad) ad->free_state(ad_state);
             return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
         }
         st->server = s;
@@ -411,6 +403,7 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
         st->resp = resp;
         st->ad = ad;
         st->ad_state = ad_state; /* the stream owns it now */
+        *ad_state_out = NULL;
         st->fd = fd;
         st->next_probe = probed ? now_s() + PROBE_EVERY_S : 0; /* a 102 went out already */
         st->last_sent = now_s();
@@ -452,7 +445,6 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
             srv_engine_cancel(s->engine, call);
             srv_response_free(resp);
             srv_call_release(call);
-            if (ad) ad->free_state(ad_state);
             return MHD_NO;
         }
     }
@@ -473,7 +465,16 @@ static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_
     restore_idle_timeout(s, conn);
     srv_response_free(resp);
     srv_call_release(call);
-    if (ad) ad->free_state(ad_state);
+    return res;
+}
+
+/* A completion, a chat completion, or (ad) another API's request served as
+ * a chat completion (api_adapter.h). */
+static enum MHD_Result generate(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
+                                srv_api_kind kind, const srv_adapter_ops *ad) {
+    void *ad_state = NULL;
+    enum MHD_Result res = run_generation(s, conn, rc, body, kind, ad, &ad_state);
+    if (ad_state) ad->free_state(ad_state);
     return res;
 }
 
@@ -688,8 +689,9 @@ static int transfer_coding_status(const char *codings, char *why, size_t cap) {
                  "body's length cannot be determined; send Content-Length, or Transfer-Encoding: chunked", codings);
         return 400;
     }
-    snprintf(why, cap, "the request's Transfer-Encoding '%.120s' is not implemented: only chunked is; send the body "
-             "without other codings", codings);
+    snprintf(why, cap,
+             "the request's Transfer-Encoding '%.120s' is not implemented: only chunked is; send the body without "
+             "other codings", codings);
     return 501;
 }
 
