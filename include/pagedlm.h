@@ -506,13 +506,6 @@ typedef struct pdl_logprob {
     float logprob;
 } pdl_logprob;
 
-/* Structured output: the model's grammar vocabulary (every token's bytes
- * and their trie, the model's end tokens), made once per model by the
- * caller (about 0.1 s for a 150k vocabulary) and shared read-only by
- * every grammar compiled for it (src/grammar/grammar.h). */
-struct gram_vocab;
-int pdl_model_grammar_vocab(const pdl_model *model, struct gram_vocab **out, pdl_error *err);
-
 typedef struct pdl_sampler pdl_sampler;
 /* NULL when out of memory or when params are invalid (negative temperature,
  * top_k < 0, top_p/min_p outside [0, 1], repetition_penalty < 0, a logit
@@ -536,6 +529,74 @@ void pdl_sampler_free(pdl_sampler *s);
 /* Raw log-probabilities of one row: *chosen_logprob for `chosen`, and the n
  * most likely tokens in top[0..n) (descending; ties -> lower id). */
 void pdl_logprobs(const float *logits, int vocab, int32_t chosen, float *chosen_logprob, pdl_logprob *top, int n);
+
+/* ---------------------------------------------------------------------------
+ * Structured output: grammars that constrain what a request generates
+ * ------------------------------------------------------------------------- */
+
+/* A model's grammar vocabulary: every token's bytes and their trie, and the
+ * model's end tokens. Made once per model by the caller (about 0.1 s for a
+ * 150k vocabulary), read-only afterwards, shared by every grammar compiled
+ * for it; it must outlive them. Fails when the model has no tokenizer. */
+typedef struct pdl_grammar_vocab pdl_grammar_vocab;
+int pdl_model_grammar_vocab(const pdl_model *model, pdl_grammar_vocab **out, pdl_error *err);
+void pdl_grammar_vocab_free(pdl_grammar_vocab *vocab);
+
+/* A compiled grammar: the language a request's output must belong to.
+ * Read-only once compiled (its internal cache is filled under a lock), so
+ * one grammar may serve many requests, on several engines and threads at
+ * once; reference counted. */
+typedef struct pdl_grammar pdl_grammar;
+
+typedef enum pdl_grammar_kind {
+    PDL_GRAMMAR_JSON_SCHEMA = 0, /* text: a JSON Schema (the subset in docs/architecture.md) */
+    PDL_GRAMMAR_JSON_OBJECT,     /* any JSON object (OpenAI's response_format json_object); text unused */
+    PDL_GRAMMAR_JSON_VALUE,      /* any JSON value; text unused */
+    PDL_GRAMMAR_REGEX,           /* text: a regex the whole output matches (ECMAScript subset) */
+    PDL_GRAMMAR_CHOICE,          /* text: a JSON array of strings; the output is one of them */
+    PDL_GRAMMAR_GBNF,            /* text: a GBNF grammar (llama.cpp's format), rule "root" */
+    PDL_GRAMMAR_TOOL_CALL,       /* text: an OpenAI "tools" array; the output is a call in tool_format */
+} pdl_grammar_kind;
+
+typedef struct pdl_grammar_spec {
+    pdl_grammar_kind kind;
+    const char *text;            /* see pdl_grammar_kind; NUL-terminated unless len is set */
+    size_t len;                  /* 0: strlen(text) */
+    /* PDL_GRAMMAR_TOOL_CALL only */
+    const char *tool_format;     /* the model's call format, as vLLM's --tool-call-parser names it: "hermes",
+                                    "llama3_json", "mistral", "qwen3_coder", "pythonic", "deepseek_v3",
+                                    "glm45", "kimi_k2" */
+    const char *tool_name;       /* a named function (tool_choice {"function": {"name"}}); NULL: any tool */
+    bool parallel;               /* NULL tool_name: one or more calls (OpenAI's parallel_tool_calls) */
+} pdl_grammar_spec;
+
+/* What one compilation may cost. A grammar is untrusted input (a request's
+ * regex, schema or GBNF): a few bytes such as "(a{1,100}){1,100}" can ask
+ * for millions of automaton states, so the compiler counts its work (each
+ * step about one memory access: a state or edge made, a state visited) and
+ * stops at the first limit reached, with a message that says which.
+ * Zero-initialised: the defaults. */
+typedef struct pdl_grammar_limits {
+    int64_t max_work;            /* steps; 0: 100 000 000 (about 0.5-1 s of one core) */
+    int32_t max_states;          /* automaton states over all rules; 0: 200 000 */
+    double max_seconds;          /* wall-clock time; 0: 5 s; < 0: none */
+    /* Asked every 200 000 steps or so: true stops the compilation (e.g. the
+     * client that sent it has gone), and the error says "cancelled". NULL:
+     * never. */
+    bool (*cancelled)(void *user);
+    void *user;
+} pdl_grammar_limits;
+
+/* Compiles spec for vocab (which must outlive the grammar) within limits
+ * (NULL: the defaults). Errors name what is wrong and where: a GBNF line
+ * and column, a regex offset, a schema keyword and its JSON pointer
+ * ("unsupported keyword 'not' at /properties/a"), or the limit that a
+ * grammar too complex to compile reached. */
+int pdl_grammar_compile(pdl_grammar **out, const pdl_grammar_vocab *vocab, const pdl_grammar_spec *spec,
+                        const pdl_grammar_limits *limits, pdl_error *err);
+/* Another reference (returns g); pdl_grammar_free drops one. */
+pdl_grammar *pdl_grammar_ref(pdl_grammar *g);
+void pdl_grammar_free(pdl_grammar *g);
 
 /* ---------------------------------------------------------------------------
  * The engine: continuous batching over a paged KV cache
@@ -598,8 +659,6 @@ typedef struct pdl_engine_options {
     bool no_encoder_cache;
 } pdl_engine_options;
 
-struct gram_grammar; /* src/grammar/grammar.h */
-
 /* A reasoning model's thinking block as the engine follows it, token by
  * token (src/engine/reasoning.h makes it from a format such as qwen3):
  * while a sequence is inside the block its grammar does not apply (a
@@ -634,11 +693,11 @@ typedef struct pdl_request_params {
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */
     const char *cache_salt;      /* prefix-cache isolation (vLLM's cache_salt): requests share cached
                                     blocks only with requests of the same salt; NULL = none (copied) */
-    struct gram_grammar *grammar; /* structured output: every sampled row is masked to the tokens this
-                                    grammar allows next (src/grammar/grammar.h), EOS only where it may
-                                    end, and the sequence stops ("stop") once the grammar is complete;
-                                    compiled for pdl_model_grammar_vocab(model); the engine keeps its own
-                                    reference; NULL = none. With reasoning on, it applies to the answer */
+    pdl_grammar *grammar;        /* structured output: every sampled row is masked to the tokens this
+                                    grammar allows next, EOS only where it may end, and the sequence stops
+                                    ("stop") once the grammar is complete; compiled for
+                                    pdl_model_grammar_vocab(model); the engine keeps its own reference;
+                                    NULL = none. With reasoning on, it applies to the answer */
     pdl_reasoning reasoning;     /* the thinking block (off when zero) */
     const pdl_mm_input *images;  /* [n_images] the prompt's images (pdl_mm_tokenize's layout; needs the
                                     engine's vision model): each takes pdl_vision_image_rows prompt rows from

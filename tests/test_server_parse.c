@@ -626,9 +626,9 @@ static void test_tool_call_id_must_name_an_earlier_call(void) {
 /* ---- structured output and tools (api_structured.c) ------------------------------------ */
 
 static gram_vocab *grammar_vocab_made;
-static const struct gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
+static const gram_vocab *test_grammar_vocab(void *user, pdl_error *err) {
     (void)user;
-    if (!grammar_vocab_made && pdl_model_grammar_vocab(model, (struct gram_vocab **)&grammar_vocab_made, err)) return NULL;
+    if (!grammar_vocab_made && pdl_model_grammar_vocab(model, &grammar_vocab_made, err)) return NULL;
     return grammar_vocab_made;
 }
 

@@ -267,7 +267,7 @@ int main(void) {
     pdl_model_options mo = {.n_threads = 2, .ctx_size = 512, .allow_long_context = true};
     REQUIRE_MSG(pdl_model_load(&g_model, path, &mo, &err) == 0, "%s", err.message);
     free(path);
-    REQUIRE_MSG(pdl_model_grammar_vocab(g_model, (struct gram_vocab **)&g_vocab, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_model_grammar_vocab(g_model, &g_vocab, &err) == 0, "%s", err.message);
     RUN(test_output_is_in_the_language);
     RUN(test_constrained_request_changes_nothing_for_others);
     RUN(test_logprobs_are_of_the_masked_row);

@@ -101,12 +101,12 @@ static const char *const KNOWN_FIELDS[] = {
 /* The model's grammar vocabulary, made by the first line that needs one. */
 typedef struct batch_grammar {
     const pdl_model *model;
-    struct gram_vocab *vocab;
+    gram_vocab *vocab;
     bool tried;
     char error[PDL_ERROR_MAX];
 } batch_grammar;
 
-static const struct gram_vocab *batch_grammar_vocab(void *user, pdl_error *err) {
+static const gram_vocab *batch_grammar_vocab(void *user, pdl_error *err) {
     batch_grammar *g = user;
     if (!g->tried) {
         g->tried = true;

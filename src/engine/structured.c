@@ -12,7 +12,7 @@
 #include "model/model.h"
 #include "util/error.h"
 
-int pdl_model_grammar_vocab(const pdl_model *m, struct gram_vocab **out, pdl_error *err) {
+int pdl_model_grammar_vocab(const pdl_model *m, gram_vocab **out, pdl_error *err) {
     *out = NULL;
     if (!m->tok)
         return pdl_fail(err, "structured output needs the model's tokenizer: %s",

@@ -378,7 +378,7 @@ typedef struct gram_trie_node {
     uint8_t pad[3];
 } gram_trie_node;
 
-struct gram_vocab {
+struct pdl_grammar_vocab { /* gram_vocab */
     int32_t n_vocab;
     int32_t n_words;             /* uint64 words of a mask */
     char *bytes;                 /* pool of every token's bytes */
@@ -516,7 +516,7 @@ typedef struct gram_levels {
     int32_t cap;
 } gram_levels;
 
-struct gram_grammar {
+struct pdl_grammar { /* gram_grammar */
     atomic_int refs;
     const gram_vocab *vocab;
     gram_auto a;

@@ -1,7 +1,9 @@
 /*
  * grammar.c - gram_compile: a request's spec -> intermediate form (through
  * the front end its kind names) -> automaton, plus the compiled grammar's
- * lifetime (reference counts, the token cache, statistics).
+ * lifetime (reference counts, the token cache, statistics), and the public
+ * pdl_grammar_* functions (pagedlm.h), which are these under the library's
+ * prefix: pdl_grammar is gram_grammar, pdl_grammar_vocab is gram_vocab.
  *
  * What it is not for: any front end's syntax, matching, masks.
  */
@@ -188,3 +190,47 @@ void gram_grammar_stats(const gram_grammar *g, gram_stats *st) {
     st->class_walks = atomic_load(&((gram_grammar *)g)->n_class_walks);
     st->class_walk_ms = (double)atomic_load(&((gram_grammar *)g)->class_walk_ns) / 1e6;
 }
+
+/* ---------------------------------------------------------------------------
+ * The public API (pagedlm.h)
+ * ------------------------------------------------------------------------- */
+
+/* pdl_grammar_kind -> gram_kind: the public values are numbered apart from
+ * the internal ones, so that either may grow without breaking the other. */
+static int public_kind(pdl_grammar_kind kind, gram_kind *out) {
+    switch (kind) {
+    case PDL_GRAMMAR_JSON_SCHEMA: *out = GRAM_JSON_SCHEMA; return 0;
+    case PDL_GRAMMAR_JSON_OBJECT: *out = GRAM_JSON_OBJECT; return 0;
+    case PDL_GRAMMAR_JSON_VALUE: *out = GRAM_JSON_VALUE; return 0;
+    case PDL_GRAMMAR_REGEX: *out = GRAM_REGEX; return 0;
+    case PDL_GRAMMAR_CHOICE: *out = GRAM_CHOICE; return 0;
+    case PDL_GRAMMAR_GBNF: *out = GRAM_GBNF; return 0;
+    case PDL_GRAMMAR_TOOL_CALL: *out = GRAM_TOOL_CALL; return 0;
+    }
+    return -1;
+}
+
+int pdl_grammar_compile(pdl_grammar **out, const pdl_grammar_vocab *vocab, const pdl_grammar_spec *spec,
+                        const pdl_grammar_limits *limits, pdl_error *err) {
+    if (!out) return pdl_fail(err, "pdl_grammar_compile: out is NULL");
+    *out = NULL;
+    if (!vocab || !spec) return pdl_fail(err, "pdl_grammar_compile: %s is NULL", vocab ? "spec" : "vocab");
+    gram_spec s = {.text = spec->text, .len = spec->len, .tool_name = spec->tool_name, .parallel = spec->parallel};
+    if (public_kind(spec->kind, &s.kind) != 0)
+        return pdl_fail(err, "grammar: unknown kind %d (pdl_grammar_kind)", (int)spec->kind);
+    if (s.kind == GRAM_TOOL_CALL) {
+        if (!spec->tool_format) return pdl_fail(err, "grammar: a tool call needs tool_format (e.g. \"hermes\")");
+        if (gram_tool_format_parse(spec->tool_format, &s.tool_format) != 0)
+            return pdl_fail(err, "grammar: unknown tool_format '%s' (hermes, llama3_json, mistral, qwen3_coder, "
+                            "pythonic, deepseek_v3, glm45, kimi_k2)", spec->tool_format);
+    }
+    bool needs_text = s.kind != GRAM_JSON_OBJECT && s.kind != GRAM_JSON_VALUE;
+    if (needs_text && !spec->text) return pdl_fail(err, "grammar: text is NULL (this kind needs it)");
+    return gram_compile_limited(out, vocab, &s, limits, err);
+}
+
+pdl_grammar *pdl_grammar_ref(pdl_grammar *g) { return gram_grammar_ref(g); }
+
+void pdl_grammar_free(pdl_grammar *g) { gram_grammar_free(g); }
+
+void pdl_grammar_vocab_free(pdl_grammar_vocab *vocab) { gram_vocab_free(vocab); }

@@ -51,7 +51,9 @@
  * Vocabulary: the bytes of every token and their trie
  * ------------------------------------------------------------------------- */
 
-typedef struct gram_vocab gram_vocab;
+/* The public pdl_grammar_vocab (pagedlm.h) under its module's name: one
+ * struct, so the engine and the server pass it either way. */
+typedef struct pdl_grammar_vocab gram_vocab;
 struct tok_tokenizer;
 
 /* From a loaded tokenizer. n_vocab: the model's vocabulary (the logits row
@@ -117,25 +119,14 @@ typedef struct gram_spec {
     bool parallel;         /* NULL tool_name: one or more calls (OpenAI parallel_tool_calls) */
 } gram_spec;
 
-typedef struct gram_grammar gram_grammar;
+/* The public pdl_grammar (pagedlm.h) under its module's name: one struct,
+ * so pdl_request_params.grammar takes either. */
+typedef struct pdl_grammar gram_grammar;
 
-/* What one compilation may cost. A grammar is untrusted input (a request's
- * regex, schema or GBNF): a few bytes such as "(a{1,100}){1,100}" or a
- * nested ambiguous repetition can ask for millions of automaton states, so
- * the compiler counts its work as it goes (each step about one memory
- * access: an automaton state or edge made, an NFA state visited by a subset
- * closure, a state examined by a fixed-point pass; llguidance's "fuel") and
- * stops at the first limit reached, with a message that says which. */
-typedef struct gram_limits {
-    int64_t max_work;   /* steps; 0: GRAM_DEFAULT_MAX_WORK */
-    int32_t max_states; /* DFA states over all rules; 0: GRAM_DEFAULT_MAX_STATES */
-    double max_seconds; /* wall-clock time; 0: GRAM_DEFAULT_MAX_SECONDS; < 0: none */
-    /* Asked every GRAM_POLL_WORK steps or so (and at every stage): true
-     * stops the compilation (e.g. the client that sent it has gone); the
-     * error then says "cancelled". NULL: never. */
-    bool (*cancelled)(void *user);
-    void *user;
-} gram_limits;
+/* What one compilation may cost: the public pdl_grammar_limits (pagedlm.h
+ * says what each field bounds). The compiler counts its work as it goes
+ * (llguidance's "fuel") and stops at the first limit reached. */
+typedef pdl_grammar_limits gram_limits;
 
 /* About 0.5-1 s of work on one core of a 2-core VM; the largest grammar of
  * the tests (a 24-tool call schema) takes ~2% of it. */

@@ -121,7 +121,7 @@ typedef struct srv_parse_ctx {
     void *chat_user;
     /* structured output: the model's grammar vocabulary, made on first use
      * (NULL with *err when it cannot be); NULL fn = not available */
-    const struct gram_vocab *(*grammar_vocab)(void *user, pdl_error *err);
+    const gram_vocab *(*grammar_vocab)(void *user, pdl_error *err);
     void *grammar_user;
     bool auto_tool_choice;         /* --enable-auto-tool-choice */
     bool tool_parser_set;          /* --tool-call-parser NAME given: tool_format */

@@ -234,7 +234,7 @@ int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     const char *param = n ? f.param : "tool_choice";
     if (!c->grammar_vocab) return srv_api_fail(err, 500, param, "structured output is not available");
     pdl_error pe;
-    const struct gram_vocab *v = c->grammar_vocab(c->grammar_user, &pe);
+    const gram_vocab *v = c->grammar_vocab(c->grammar_user, &pe);
     if (!v) return srv_api_fail(err, 500, param, "structured output is not available: %s", pe.message);
     if (r->parse_tools) r->tool_vocab = v;
     if (n == 0) return 0;

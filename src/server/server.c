@@ -138,7 +138,7 @@ static void engine_log(const char *line, void *user) { srv_log(user, "%s", line)
 
 /* srv_parse_ctx.grammar_vocab: the model's grammar vocabulary, made by the
  * first request that needs one; later requests share it read-only. */
-static const struct gram_vocab *grammar_vocab(void *user, pdl_error *err) {
+static const gram_vocab *grammar_vocab(void *user, pdl_error *err) {
     srv_server *s = user;
     pthread_mutex_lock(&s->grammar_mu);
     if (!s->grammar_vocab_tried) {
@@ -147,7 +147,7 @@ static const struct gram_vocab *grammar_vocab(void *user, pdl_error *err) {
         if (pdl_model_grammar_vocab(s->model, &s->grammar_vocab, &e))
             snprintf(s->grammar_vocab_error, sizeof s->grammar_vocab_error, "%s", e.message);
     }
-    const struct gram_vocab *v = s->grammar_vocab;
+    const gram_vocab *v = s->grammar_vocab;
     if (!v) snprintf(err->message, sizeof err->message, "%s", s->grammar_vocab_error);
     pthread_mutex_unlock(&s->grammar_mu);
     return v;

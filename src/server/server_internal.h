@@ -69,7 +69,7 @@ struct srv_server {
     pthread_mutex_t grammar_mu;
     sem_t grammar_turns;         /* request grammars that may compile now (srv_parse_ctx.grammar_turn_take) */
     bool grammar_turns_made;
-    struct gram_vocab *grammar_vocab;
+    gram_vocab *grammar_vocab;
     bool grammar_vocab_tried;
     char grammar_vocab_error[PDL_ERROR_MAX];
 };
