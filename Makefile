@@ -1,5 +1,6 @@
 # Thin wrapper over CMake. `make run` and `make test` install what is missing
-# (scripts/install-deps), build, and run.
+# (scripts/install-deps), build, and run; `make install PREFIX=P` installs the
+# program, libpagedlm (shared and static), pagedlm.h and pagedlm.pc under P.
 BUILD ?= build
 BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -8,8 +9,9 @@ export PAGEDLM_TESTDATA
 DEFAULT_MODEL ?= $(PAGEDLM_TESTDATA)/models/stories260K/stories260K.gguf
 PROMPT ?= Once upon a time
 N ?= 64
+PREFIX ?= /usr/local
 
-.PHONY: all deps build run test test-asan clean
+.PHONY: all deps build run test test-asan install clean
 
 all: build
 
@@ -34,6 +36,9 @@ test-asan: deps
 	@cmake --build $(BUILD_ASAN) -j $(JOBS)
 	@cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS)
+
+install: build
+	@cmake --install $(BUILD) --prefix "$(PREFIX)"
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -21,6 +21,14 @@
 extern "C" {
 #endif
 
+/* What libpagedlm.so exports: every function declared in this header and
+ * nothing else. The library is compiled with -fvisibility=hidden; this
+ * pragma gives the declarations below default visibility, which their
+ * definitions inherit (tests/install/check_exports.sh checks the .so). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define PDL_ERROR_MAX 1024
 
 /* A failure description, filled by the function that failed. */
@@ -807,6 +815,10 @@ int pdl_chat_template_from_source(pdl_chat_template **out, const char *source, c
 int pdl_chat_template_render(const pdl_chat_template *t, const char *context_json, char **text, size_t *len,
                              pdl_error *err);
 void pdl_chat_template_free(pdl_chat_template *t);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }
