@@ -29,9 +29,13 @@ void cli_print_help(const cli_command *cmd, FILE *f) {
             fprintf(f, "  %s\n", o->help);
             continue;
         }
-        char left[96];
-        snprintf(left, sizeof left, "  %s%s%s%s%s", o->alias ? o->alias : "    ", o->alias ? ", " : "", o->name,
-                 o->value ? " " : "", o->value ? o->value : "");
+        /* "  -n, --n-predict N", "  -p LIST" (a short name alone), "      --input-len, --random-input-len N" */
+        char left[128];
+        bool short_alias = o->alias && o->alias[1] != '-', short_name = o->name[1] != '-';
+        snprintf(left, sizeof left, "  %s%s%s%s%s%s", short_alias ? o->alias : "", short_alias ? ", " : "",
+                 short_alias || short_name ? "" : "    ", o->name, o->alias && !short_alias ? ", " : "",
+                 o->alias && !short_alias ? o->alias : "");
+        if (o->value) snprintf(left + strlen(left), sizeof left - strlen(left), " %s", o->value);
         int width = (int)strlen(left);
         fprintf(f, "%s%*s", left, width < HELP_COLUMN - 1 ? HELP_COLUMN - width : 2, "");
         /* continuation lines of the help under its first */
@@ -77,6 +81,7 @@ static int take_value(const cli_option *o, const char *opt, const char *v, void 
         *(float *)field = x;
         return 0;
     }
+    case CLI_OPT_U64: return cli_u64(opt, v, (uint64_t *)field);
     case CLI_OPT_STRING: *(const char **)field = v; return 0;
     case CLI_OPT_SIZE: return cli_size(opt, v, (size_t *)field);
     case CLI_OPT_KV_DTYPE: return cli_kv_dtype(opt, v, (pdl_kv_dtype *)field);

@@ -30,6 +30,7 @@ typedef enum cli_opt_kind {
     CLI_OPT_FLAG_OFF,  /* no value: the bool field becomes false (--enable-X beside --no-enable-X) */
     CLI_OPT_INT,       /* an int field, in [min, max] */
     CLI_OPT_FLOAT,     /* a float field; in [min, max] when min < max */
+    CLI_OPT_U64,       /* a uint64_t field: a non-negative integer (seeds) */
     CLI_OPT_STRING,    /* a const char * field: the argv string itself */
     CLI_OPT_SIZE,      /* a size_t field: "2GiB", "512MiB", "4096" (cli_size) */
     CLI_OPT_KV_DTYPE,  /* a pdl_kv_dtype field: f16 | f32 */

@@ -159,11 +159,6 @@ static int parse_request_rate(void *args, const cli_option *o, const char *opt, 
     return 0;
 }
 
-static int parse_seed(void *args, const cli_option *o, const char *opt, const char *v) {
-    (void)o;
-    return cli_u64(opt, v, &((bench_serve_args *)args)->seed);
-}
-
 /* vLLM's bench serve spellings (--random-input-len, ...) are the aliases. */
 #define A(f) offsetof(bench_serve_args, f)
 static const cli_option BENCH_SERVE_OPTIONS[] = {
@@ -189,7 +184,7 @@ static const cli_option BENCH_SERVE_OPTIONS[] = {
      .help = "requests (default 1000)"},
     {"--request-rate", NULL, CLI_OPT_CUSTOM, 0, .value = "R", .parse = parse_request_rate,
      .help = "requests per second, or inf: all at once (default inf)"},
-    {"--seed", NULL, CLI_OPT_CUSTOM, 0, .value = "S", .parse = parse_seed, .help = "random seed (default 0)"},
+    {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 0)"},
     {"--max-concurrency", NULL, CLI_OPT_INT, A(max_conc), .min = 1, .max = 1 << 16, .value = "N",
      .help = "requests in flight at most (default: no limit)"},
     {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos), .help = "ask for every output token"},

@@ -229,11 +229,6 @@ typedef struct random_model_args {
     uint64_t seed;
 } random_model_args;
 
-static int parse_seed(void *args, const cli_option *o, const char *opt, const char *v) {
-    (void)o;
-    return cli_u64(opt, v, &((random_model_args *)args)->seed);
-}
-
 #define A(f) offsetof(random_model_args, f)
 static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--preset", NULL, CLI_OPT_STRING, A(preset), .value = "NAME",
@@ -250,7 +245,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
      .help = "vocabulary size (default: the preset's)"},
-    {"--seed", NULL, CLI_OPT_CUSTOM, 0, .value = "S", .parse = parse_seed, .help = "random seed (default 1)"},
+    {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 1)"},
     {"--tokenizer", NULL, CLI_OPT_STRING, A(tok_dir), .value = "DIR",
      .help = "a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's): copied into\n"
              "the folder, or written as tokenizer.ggml.* metadata; without it a GGUF is llama.cpp's\n"
