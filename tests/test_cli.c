@@ -1,8 +1,9 @@
 /*
  * test_cli.c - the pagedlm program as a user runs it: `run` prints the
  * reference continuation for both model formats, `--json` and `logits`
- * print well-formed JSON, and bad input gives a message and a non-zero
- * exit status (2 for usage, 1 for a model or runtime failure).
+ * print well-formed JSON, --help lists every option of the command's table,
+ * and bad input gives a message and a non-zero exit status (2 for usage,
+ * 1 for a model or runtime failure).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
@@ -399,6 +400,60 @@ static void test_out_of_range_token_is_an_error(void) {
     free(model);
 }
 
+/* --help is printed from each command's option table: every option of run
+ * and bench is listed, on stdout, with exit status 0. */
+static void test_help_lists_every_option(void) {
+    static const char *const run_options[] = {
+        "-m, --model", "-p, --prompt", "--tokens", "--image", "--mmproj", "-n, --n-predict", "--temp", "--top-k",
+        "--top-p", "--min-p", "--seed", "--stop", "--samples", "--logprobs", "-t, --threads", "-c, --ctx-size",
+        "--kv-cache-dtype", "--no-enable-prefix-caching", "--enable-prefix-caching", "--speculative-config",
+        "--ignore-eos", "--reasoning-parser", "--hide-reasoning", "--reasoning-budget", "--json ", "--verbose",
+        "-j, --json-schema", "--json-schema-file", "--grammar ", "--grammar-file", "--regex", "--choice",
+        "--batch-file", "--max-num-seqs", "--max-num-batched-tokens", "--max-prefill-chunk", "--block-size",
+        "--kv-cache-memory", "--logits", "-h, --help"};
+    static const char *const bench_options[] = {
+        "-m, --model", "-p LIST", "-n N", "-r N", "--batch", "-t, --threads", "--logits", "--kv-cache-dtype",
+        "--roofline", "--spec-ngram", "--spec-model", "--spec-k", "--spec-temp", "--json", "--csv", "-h, --help"};
+    cmd_result r = test_pagedlm("run --help");
+    CHECK_EQ_INT(r.status, 0);
+    for (size_t i = 0; i < sizeof run_options / sizeof run_options[0]; i++)
+        CHECK_MSG(strstr(r.out, run_options[i]) != NULL, "run --help lacks '%s'", run_options[i]);
+    test_free_result(&r);
+    r = test_pagedlm("bench --help");
+    CHECK_EQ_INT(r.status, 0);
+    for (size_t i = 0; i < sizeof bench_options / sizeof bench_options[0]; i++)
+        CHECK_MSG(strstr(r.out, bench_options[i]) != NULL, "bench --help lacks '%s'", bench_options[i]);
+    test_free_result(&r);
+}
+
+/* A bad value is refused before anything loads, naming the option as typed
+ * and the range it takes; exit status 2. */
+static void test_bad_option_values_exit_2_naming_the_option(void) {
+    static const struct {
+        const char *args, *message;
+    } cases[] = {
+        {"run -m x -p y --temp -1", "--temp must not be negative"},
+        {"run -m x -p y --top-p 2", "--top-p must be in [0, 1]"},
+        {"run -m x -p y --samples 65", "--samples expects an integer in [1, 64], got '65'"},
+        {"run -m x -p y --kv-cache-dtype q4", "--kv-cache-dtype expects f16 or f32, got 'q4'"},
+        {"run -m x -p y --kv-cache-memory lots", "--kv-cache-memory expects a size"},
+        {"run -m x -p y --logits some", "--logits expects auto, full or selective, got 'some'"},
+        {"run -m x -p y -n", "option -n needs a value"},
+        {"run -m x -p y --stop ''", "--stop takes a non-empty string"},
+        {"bench -m x --batch 0", "--batch values must be in [1, 256]"},
+        {"bench -m x -r 0", "-r expects an integer in [1, 64], got '0'"},
+        {"serve -m x --port 70000", "--port expects an integer in [0, 65535], got '70000'"},
+        {"serve -m x --grammar-timeout 0", "--grammar-timeout must be positive"},
+        {"chat -m x --top-p -0.5", "--top-p must be in [0, 1]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cmd_result r = test_pagedlm(cases[i].args);
+        CHECK_MSG(r.status == 2, "%s: status %d", cases[i].args, r.status);
+        CHECK_MSG(strstr(r.err, cases[i].message) != NULL, "%s: got '%s'", cases[i].args, r.err);
+        test_free_result(&r);
+    }
+}
+
 int main(void) {
     RUN(test_run_gguf_prints_reference_continuation);
     RUN(test_run_hf_prints_reference_continuation);
@@ -409,6 +464,8 @@ int main(void) {
     RUN(test_logits_prints_rows_as_json);
     RUN(test_run_structured_output);
     RUN(test_bad_usage_exits_2_with_message);
+    RUN(test_help_lists_every_option);
+    RUN(test_bad_option_values_exit_2_naming_the_option);
     RUN(test_missing_or_bad_model_exits_1);
     RUN(test_context_past_the_models_own_needs_an_explicit_override);
     RUN(test_out_of_range_token_is_an_error);

@@ -8,12 +8,114 @@
 #include <jansson.h>
 
 #include <errno.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+/* ---- option tables ------------------------------------------------------------ */
+
+enum { HELP_COLUMN = 26 }; /* where an option's help starts in --help */
+
+void cli_print_help(const cli_command *cmd, FILE *f) {
+    fputs(cmd->usage, f);
+    for (size_t i = 0; i < cmd->n_options; i++) {
+        const cli_option *o = &cmd->options[i];
+        if (o->kind == CLI_OPT_SECTION) {
+            fprintf(f, "  %s\n", o->help);
+            continue;
+        }
+        /* "  -n, --n-predict N", "  -p LIST" (a short name alone), "      --input-len, --random-input-len N" */
+        char left[128];
+        bool short_alias = o->alias && o->alias[1] != '-', short_name = o->name[1] != '-';
+        snprintf(left, sizeof left, "  %s%s%s%s%s%s", short_alias ? o->alias : "", short_alias ? ", " : "",
+                 short_alias || short_name ? "" : "    ", o->name, o->alias && !short_alias ? ", " : "",
+                 o->alias && !short_alias ? o->alias : "");
+        if (o->value) snprintf(left + strlen(left), sizeof left - strlen(left), " %s", o->value);
+        int width = (int)strlen(left);
+        fprintf(f, "%s%*s", left, width < HELP_COLUMN - 1 ? HELP_COLUMN - width : 2, "");
+        /* continuation lines of the help under its first */
+        for (const char *p = o->help; *p;) {
+            size_t n = strcspn(p, "\n");
+            fprintf(f, "%.*s\n", (int)n, p);
+            p += n;
+            if (*p == '\n' && *++p) fprintf(f, "%*s", HELP_COLUMN, "");
+        }
+    }
+    fputs("  -h, --help              this help\n", f);
+    if (cmd->epilogue) fputs(cmd->epilogue, f);
+}
+
+static const cli_option *find_option(const cli_command *cmd, const char *a) {
+    for (size_t i = 0; i < cmd->n_options; i++) {
+        const cli_option *o = &cmd->options[i];
+        if (o->kind == CLI_OPT_SECTION) continue;
+        if (strcmp(a, o->name) == 0 || (o->alias && strcmp(a, o->alias) == 0)) return o;
+    }
+    return NULL;
+}
+
+/* One option's value into its field. */
+static int take_value(const cli_option *o, const char *opt, const char *v, void *args) {
+    void *field = (char *)args + o->offset;
+    switch (o->kind) {
+    case CLI_OPT_INT: {
+        long x;
+        if (cli_int(opt, v, (long)o->min, (long)o->max, &x)) return -1;
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case CLI_OPT_FLOAT: {
+        float x;
+        if (cli_float(opt, v, &x)) return -1;
+        if (o->min < o->max && !(x >= o->min && x <= o->max)) {
+            if (o->max == INFINITY && o->min == 0) fprintf(stderr, "error: %s must not be negative\n", opt);
+            else if (o->max == INFINITY) fprintf(stderr, "error: %s must not be below %g\n", opt, o->min);
+            else fprintf(stderr, "error: %s must be in [%g, %g]\n", opt, o->min, o->max);
+            return -1;
+        }
+        *(float *)field = x;
+        return 0;
+    }
+    case CLI_OPT_U64: return cli_u64(opt, v, (uint64_t *)field);
+    case CLI_OPT_STRING: *(const char **)field = v; return 0;
+    case CLI_OPT_SIZE: return cli_size(opt, v, (size_t *)field);
+    case CLI_OPT_KV_DTYPE: return cli_kv_dtype(opt, v, (pdl_kv_dtype *)field);
+    case CLI_OPT_LOGITS: return cli_logits_mode(opt, v, (pdl_logits_mode *)field);
+    case CLI_OPT_CUSTOM: return o->parse(args, o, opt, v);
+    case CLI_OPT_FLAG:
+    case CLI_OPT_FLAG_OFF:
+    case CLI_OPT_SECTION: break;
+    }
+    return -1;
+}
+
+int cli_parse(const cli_command *cmd, int argc, char **argv, void *args) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_print_help(cmd, stdout);
+            return 1;
+        }
+        const cli_option *o = find_option(cmd, a);
+        if (!o) {
+            fprintf(stderr, "error: unknown option '%s' for %s\n", a, cmd->name);
+            cli_print_help(cmd, stderr);
+            return -1;
+        }
+        if (o->kind == CLI_OPT_FLAG || o->kind == CLI_OPT_FLAG_OFF) {
+            *(bool *)((char *)args + o->offset) = o->kind == CLI_OPT_FLAG;
+            continue;
+        }
+        const char *v = cli_value(argc, argv, &i);
+        if (!v || take_value(o, a, v, args)) return -1;
+    }
+    return 0;
+}
 
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {

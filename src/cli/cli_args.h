@@ -9,11 +9,66 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "pagedlm.h"
 
 /* Exit statuses of every subcommand. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* ---- option tables --------------------------------------------------------
+ * A command lists its options once, as a table of cli_option; cli_parse reads
+ * argv against it and cli_print_help writes --help from it, so an option's
+ * spelling, value, range, target and help live in one row.
+ *
+ * Each row writes one field of the command's argument struct (offset, from
+ * offsetof). Bad values are said on stderr as the cli_* parsers below say
+ * them, naming the option as typed. */
+
+typedef enum cli_opt_kind {
+    CLI_OPT_FLAG = 0,  /* no value: the bool field becomes true */
+    CLI_OPT_FLAG_OFF,  /* no value: the bool field becomes false (--enable-X beside --no-enable-X) */
+    CLI_OPT_INT,       /* an int field, in [min, max] */
+    CLI_OPT_FLOAT,     /* a float field; in [min, max] when min < max */
+    CLI_OPT_U64,       /* a uint64_t field: a non-negative integer (seeds) */
+    CLI_OPT_STRING,    /* a const char * field: the argv string itself */
+    CLI_OPT_SIZE,      /* a size_t field: "2GiB", "512MiB", "4096" (cli_size) */
+    CLI_OPT_KV_DTYPE,  /* a pdl_kv_dtype field: f16 | f32 */
+    CLI_OPT_LOGITS,    /* a pdl_logits_mode field: auto | full | selective */
+    CLI_OPT_CUSTOM,    /* parse() takes the value: repeatable options, lists, cross-checks */
+    CLI_OPT_SECTION,   /* not an option: a heading line in --help (help is its text) */
+} cli_opt_kind;
+
+typedef struct cli_option cli_option;
+struct cli_option {
+    const char *name;     /* "--n-predict" (or a short name when there is no long one: "-r") */
+    const char *alias;    /* "-n", or NULL */
+    cli_opt_kind kind;
+    size_t offset;        /* the field written, in the command's argument struct */
+    double min, max;      /* CLI_OPT_INT: the range; CLI_OPT_FLOAT: the range when min < max */
+    const char *value;    /* the value's name in --help ("N", "PATH"); NULL: a flag */
+    const char *help;     /* what it does, its default; '\n' continues on an indented line */
+    /* CLI_OPT_CUSTOM: takes value for option opt (as typed) into args; -1
+     * after a message on stderr */
+    int (*parse)(void *args, const cli_option *o, const char *opt, const char *value);
+    int tag;              /* CLI_OPT_CUSTOM: tells options sharing one parse apart */
+};
+
+typedef struct cli_command {
+    const char *name;     /* "run": said in "unknown option '...' for run" */
+    const char *usage;    /* the first lines of --help, newline-terminated */
+    const cli_option *options;
+    size_t n_options;
+    const char *epilogue; /* printed after the options, or NULL */
+} cli_command;
+
+/* Reads argv[1..argc) into args. 0: parsed; 1: -h or --help, the help is
+ * on stdout (the command exits CLI_OK); -1: a bad option or value, said on
+ * stderr (the command exits CLI_USAGE). Positional arguments are refused
+ * as unknown options. */
+int cli_parse(const cli_command *cmd, int argc, char **argv, void *args);
+/* --help: the usage, every option with its value and help, the epilogue. */
+void cli_print_help(const cli_command *cmd, FILE *f);
 
 /* The value after option argv[*i] (advancing *i), or NULL with a message. */
 const char *cli_value(int argc, char **argv, int *i);

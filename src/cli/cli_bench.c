@@ -10,6 +10,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -236,19 +237,6 @@ static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen,
 
 /* ---- command ------------------------------------------------------------------ */
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-r 5] [--batch 1,4,16] [--threads N]\n"
-               "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--roofline] [--json | --csv]\n"
-               "  -p LIST      prompt lengths for ppN tests (0 to skip)\n"
-               "  -n N         generated tokens for tgN tests (0 to skip)\n"
-               "  -r N         repetitions after one warm-up run (default 5)\n"
-               "  --batch LIST sequences decoding together in tgN tests (default 1)\n"
-               "  --roofline   also measure the machine's peak GFLOP/s and read bandwidth and report fractions\n"
-               "  --spec-ngram K      also tgN with n-gram speculative decoding (K drafts), against plain decode\n"
-               "  --spec-model PATH   also tgN with a draft model drafting (--spec-k drafts, default 4)\n"
-               "  --spec-temp T       sampling temperature of those runs (default 0: greedy; the same seeds both ways)\n");
-}
-
 static int parse_list(const char *opt, const char *s, int *out, int max, int *n) {
     int32_t *ids;
     size_t cnt;
@@ -264,93 +252,111 @@ static int parse_list(const char *opt, const char *s, int *out, int max, int *n)
     return 0;
 }
 
-int cli_bench(int argc, char **argv) {
-    const char *model_path = NULL;
-    int pp[8] = {512}, n_pp = 1, batches[8] = {1}, n_batches = 1;
-    long n_gen = 128, reps = 5, threads = 0;
-    bool json = false, csv = false, roofline = false;
-    pdl_engine_options eo = {.log = cli_log_stderr};
-    long spec_ngram = 0, spec_k = 4;
-    float spec_temp = 0;
-    const char *spec_model = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else if (strcmp(a, "--csv") == 0) {
-            csv = true;
-        } else if (strcmp(a, "--roofline") == 0) {
-            roofline = true;
-        } else if (!(v = cli_value(argc, argv, &i))) {
-            return CLI_USAGE;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            model_path = v;
-        } else if (strcmp(a, "-p") == 0) {
-            if (parse_list(a, v, pp, 8, &n_pp)) return CLI_USAGE;
-        } else if (strcmp(a, "-n") == 0) {
-            if (cli_int(a, v, 0, 1 << 20, &n_gen)) return CLI_USAGE;
-        } else if (strcmp(a, "-r") == 0) {
-            if (cli_int(a, v, 1, 64, &reps)) return CLI_USAGE;
-        } else if (strcmp(a, "--batch") == 0) {
-            if (parse_list(a, v, batches, 8, &n_batches)) return CLI_USAGE;
-            for (int k = 0; k < n_batches; k++)
-                if (batches[k] < 1 || batches[k] > 256) {
-                    fprintf(stderr, "error: --batch values must be in [1, 256]\n");
-                    return CLI_USAGE;
-                }
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
-        } else if (strcmp(a, "--logits") == 0) {
-            if (cli_logits_mode(a, v, &eo.logits_mode)) return CLI_USAGE;
-        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
-            if (cli_kv_dtype(a, v, &eo.kv_dtype)) return CLI_USAGE;
-        } else if (strcmp(a, "--spec-ngram") == 0) {
-            if (cli_int(a, v, 1, PDL_MAX_SPEC_TOKENS, &spec_ngram)) return CLI_USAGE;
-        } else if (strcmp(a, "--spec-model") == 0) {
-            spec_model = v;
-        } else if (strcmp(a, "--spec-k") == 0) {
-            if (cli_int(a, v, 1, PDL_MAX_SPEC_TOKENS, &spec_k)) return CLI_USAGE;
-        } else if (strcmp(a, "--spec-temp") == 0) {
-            if (cli_float(a, v, &spec_temp) || spec_temp < 0) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for bench\n", a);
-            usage(stderr);
-            return CLI_USAGE;
+/* What the command line asks for. */
+typedef struct bench_args {
+    const char *model_path;
+    int pp[8], n_pp;             /* -p: prompt lengths */
+    int batches[8], n_batches;   /* --batch: sequences decoding together */
+    int n_gen, reps, threads;
+    bool json, csv, roofline;
+    pdl_engine_options eo;       /* --logits, --kv-cache-dtype */
+    int spec_ngram, spec_k;
+    float spec_temp;
+    const char *spec_model;
+} bench_args;
+
+static int parse_prompt_lengths(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    bench_args *a = args;
+    return parse_list(opt, v, a->pp, 8, &a->n_pp);
+}
+
+static int parse_batches(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    bench_args *a = args;
+    if (parse_list(opt, v, a->batches, 8, &a->n_batches)) return -1;
+    for (int k = 0; k < a->n_batches; k++)
+        if (a->batches[k] < 1 || a->batches[k] > 256) {
+            fprintf(stderr, "error: --batch values must be in [1, 256]\n");
+            return -1;
         }
-    }
-    if (!model_path) {
+    return 0;
+}
+
+#define A(f) offsetof(bench_args, f)
+static const cli_option BENCH_OPTIONS[] = {
+    {"--model", "-m", CLI_OPT_STRING, A(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"-p", NULL, CLI_OPT_CUSTOM, 0, .value = "LIST", .parse = parse_prompt_lengths,
+     .help = "prompt lengths for ppN tests, up to 8 (default 512; 0 to skip)"},
+    {"-n", NULL, CLI_OPT_INT, A(n_gen), .min = 0, .max = 1 << 20, .value = "N",
+     .help = "generated tokens for tgN tests (default 128; 0 to skip)"},
+    {"-r", NULL, CLI_OPT_INT, A(reps), .min = 1, .max = 64, .value = "N",
+     .help = "repetitions after one warm-up run (default 5)"},
+    {"--batch", NULL, CLI_OPT_CUSTOM, 0, .value = "LIST", .parse = parse_batches,
+     .help = "sequences decoding together in tgN tests, up to 8 values in [1, 256] (default 1)"},
+    {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
+     .help = "worker threads (default: all cores)"},
+    {"--logits", NULL, CLI_OPT_LOGITS, A(eo.logits_mode), .value = "auto|full|selective",
+     .help = "head over sampled rows only (auto: when the load-time probe passes)"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32", .help = "default f16"},
+    {"--roofline", NULL, CLI_OPT_FLAG, A(roofline),
+     .help = "also measure the machine's peak GFLOP/s and read bandwidth and report fractions"},
+    {"--spec-ngram", NULL, CLI_OPT_INT, A(spec_ngram), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
+     .help = "also tgN with n-gram speculative decoding (K drafts), against plain decode"},
+    {"--spec-model", NULL, CLI_OPT_STRING, A(spec_model), .value = "PATH",
+     .help = "also tgN with a draft model drafting (--spec-k drafts)"},
+    {"--spec-k", NULL, CLI_OPT_INT, A(spec_k), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
+     .help = "drafts per step of --spec-model (default 4)"},
+    {"--spec-temp", NULL, CLI_OPT_FLOAT, A(spec_temp), .min = 0, .max = INFINITY, .value = "T",
+     .help = "sampling temperature of those runs (default 0: greedy; the same seeds both ways)"},
+    {"--json", NULL, CLI_OPT_FLAG, A(json), .help = "one JSON object per test"},
+    {"--csv", NULL, CLI_OPT_FLAG, A(csv), .help = "one CSV line per test, after a header"},
+};
+#undef A
+
+static const cli_command BENCH_COMMAND = {
+    .name = "bench",
+    .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-r 5] [--batch 1,4,16] [--threads N]\n"
+             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--roofline] [--json | --csv]\n",
+    .options = BENCH_OPTIONS,
+    .n_options = sizeof BENCH_OPTIONS / sizeof BENCH_OPTIONS[0],
+};
+
+int cli_bench(int argc, char **argv) {
+    bench_args a = {.pp = {512}, .n_pp = 1, .batches = {1}, .n_batches = 1, .n_gen = 128, .reps = 5,
+                    .eo = {.log = cli_log_stderr}, .spec_k = 4};
+    int prc = cli_parse(&BENCH_COMMAND, argc, argv, &a);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
+    if (!a.model_path) {
         fprintf(stderr, "error: bench needs -m MODEL\n");
-        usage(stderr);
+        cli_print_help(&BENCH_COMMAND, stderr);
         return CLI_USAGE;
     }
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = cli_model_options((int)threads, 0);
-    if (pdl_model_load(&model, model_path, &mo, &err)) {
+    pdl_model_options mo = cli_model_options((int)a.threads, 0);
+    if (pdl_model_load(&model, a.model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     int max_pp = 1;
-    for (int k = 0; k < n_pp; k++) max_pp = pp[k] > max_pp ? pp[k] : max_pp;
-    eo.max_num_batched_tokens = max_pp > 256 ? max_pp : 256; /* each prompt in one forward */
-    eo.max_num_seqs = 256;
-    if (!eo.kv_cache_memory) {
+    for (int k = 0; k < a.n_pp; k++) max_pp = a.pp[k] > max_pp ? a.pp[k] : max_pp;
+    a.eo.max_num_batched_tokens = max_pp > 256 ? max_pp : 256; /* each prompt in one forward */
+    a.eo.max_num_seqs = 256;
+    if (!a.eo.kv_cache_memory) {
         /* enough for the largest test, not gigabytes of untouched pool */
         int max_b = 1;
-        for (int k = 0; k < n_batches; k++) max_b = batches[k] > max_b ? batches[k] : max_b;
-        size_t tokens = (size_t)(max_pp > (int)n_gen + 1 ? max_pp : (int)n_gen + 1) * (size_t)max_b + 64;
-        eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, eo.kv_dtype, 16) * (tokens / 16 + 4);
+        for (int k = 0; k < a.n_batches; k++) max_b = a.batches[k] > max_b ? a.batches[k] : max_b;
+        size_t tokens = (size_t)(max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) * (size_t)max_b + 64;
+        a.eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, a.eo.kv_dtype, 16) * (tokens / 16 + 4);
         /* the longest sequence a test runs, which that pool holds */
-        int need = (max_pp > (int)n_gen + 1 ? max_pp : (int)n_gen + 1) + 16;
-        eo.max_model_len = need < info.ctx_len ? need : info.ctx_len;
+        int need = (max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) + 16;
+        a.eo.max_model_len = need < info.ctx_len ? need : info.ctx_len;
     }
     pdl_engine *e = NULL;
-    if (pdl_engine_create(&e, model, &eo, &err)) {
+    if (pdl_engine_create(&e, model, &a.eo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         pdl_model_free(model);
         return CLI_FAIL;
@@ -360,19 +366,19 @@ int cli_bench(int argc, char **argv) {
 
     bench_result results[32];
     int n_results = 0;
-    for (int k = 0; k < n_pp; k++)
-        if (pp[k] > 0) results[n_results++] = (bench_result){.n_prompt = pp[k], .n_gen = 1, .batch = 1};
-    for (int k = 0; n_gen > 0 && k < n_batches; k++)
-        results[n_results++] = (bench_result){.n_prompt = 1, .n_gen = (int)n_gen, .batch = batches[k]};
+    for (int k = 0; k < a.n_pp; k++)
+        if (a.pp[k] > 0) results[n_results++] = (bench_result){.n_prompt = a.pp[k], .n_gen = 1, .batch = 1};
+    for (int k = 0; a.n_gen > 0 && k < a.n_batches; k++)
+        results[n_results++] = (bench_result){.n_prompt = 1, .n_gen = (int)a.n_gen, .batch = a.batches[k]};
     bool tty = isatty(2);
-    int total = n_results * (int)(reps + 1), done = 0;
+    int total = n_results * (int)(a.reps + 1), done = 0;
     int rc = CLI_OK;
     double wbytes = weight_bytes_per_token(model);
     for (int t = 0; t < n_results && rc == CLI_OK; t++) {
         bench_result *r = &results[t];
         if (r->n_gen == 1) snprintf(r->test, sizeof r->test, "pp%d", r->n_prompt);
         else snprintf(r->test, sizeof r->test, "tg%d", r->n_gen);
-        for (int rep = 0; rep <= reps && rc == CLI_OK; rep++) {
+        for (int rep = 0; rep <= a.reps && rc == CLI_OK; rep++) {
             double tps;
             /* every run's prompts are new (a seed per test and run): the prefix
              * cache must not serve a prompt the bench measures as computed */
@@ -398,9 +404,9 @@ int cli_bench(int argc, char **argv) {
     struct rusage ru; /* before the roofline's 1 GiB buffer */
     getrusage(RUSAGE_SELF, &ru);
     bench_roofline roof = {0};
-    if (rc == CLI_OK && roofline) {
+    if (rc == CLI_OK && a.roofline) {
         if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
-        bench_roofline_measure((int)threads, &roof);
+        bench_roofline_measure((int)a.threads, &roof);
     }
     /* the peak that bounds these weights, for the family in effect: BF16
      * dot products for BF16 weights on CPUs that have them (with BF16
@@ -421,7 +427,7 @@ int cli_bench(int argc, char **argv) {
         char cpu[256], feats[256];
         cpu_model(cpu, sizeof cpu);
         cpu_features(feats, sizeof feats);
-        int nthreads = threads ? (int)threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        int nthreads = a.threads ? (int)a.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         const char *logits = st.selective_logits ? "selective" : "full";
         /* the kernel family in effect, and BF16 activations where they apply */
         char isa[64];
@@ -433,8 +439,8 @@ int cli_bench(int argc, char **argv) {
                      ? "+bf16-activations"
                  : int_weights && pdl_panels_use_avxvnni() ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
-        const char *kvd = eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
-        if (json) {
+        const char *kvd = a.eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
+        if (a.json) {
             printf("[\n");
             for (int t = 0; t < n_results; t++) {
                 bench_result *r = &results[t];
@@ -447,9 +453,9 @@ int cli_bench(int argc, char **argv) {
                        "\"cpu\": \"%s\", \"isa\": \"%s\", \"cpu_features\": \"%s\", \"threads\": %d, "
                        "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
                        "\"peak_rss_mb\": %.1f, \"gflops\": %.1f, \"cached_tokens\": %ld",
-                       r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, model_path,
+                       r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, a.model_path,
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached);
-                if (roofline)
+                if (a.roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
                            "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",
                            peak_name, peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
@@ -457,14 +463,14 @@ int cli_bench(int argc, char **argv) {
                 printf("}%s\n", t + 1 < n_results ? "," : "");
             }
             printf("]\n");
-        } else if (csv) {
+        } else if (a.csv) {
             printf("test,n_prompt,n_gen,batch,tps_mean,tps_sd,tps_median,samples,weight_gb_per_s,commit,cpu,threads,"
                    "model,weight_types,logits,kv_cache_dtype\n");
             for (int t = 0; t < n_results; t++) {
                 bench_result *r = &results[t];
                 printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s\n", r->test,
                        r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
-                       r->median, r->n_samples, r->gbps, PDL_GIT_COMMIT, cpu, nthreads, model_path, info.weight_types,
+                       r->median, r->n_samples, r->gbps, PDL_GIT_COMMIT, cpu, nthreads, a.model_path, info.weight_types,
                        logits, kvd);
             }
         } else {
@@ -479,7 +485,7 @@ int cli_bench(int argc, char **argv) {
             }
             printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
                    PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
-            if (roofline) {
+            if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
                        "(this model: %s); read bandwidth %.1f GB/s\n",
                        pdl_isa_name(pdl_isa_active()), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
@@ -497,30 +503,30 @@ int cli_bench(int argc, char **argv) {
         }
     }
     /* speculative decoding against plain decode, one sequence */
-    if (rc == CLI_OK && n_gen > 0 && (spec_ngram || spec_model)) {
+    if (rc == CLI_OK && a.n_gen > 0 && (a.spec_ngram || a.spec_model)) {
         pdl_model *draft = NULL;
         for (int which = 0; which < 2 && rc == CLI_OK; which++) {
-            if ((which == 0 && !spec_ngram) || (which == 1 && !spec_model)) continue;
-            pdl_engine_options so = eo;
+            if ((which == 0 && !a.spec_ngram) || (which == 1 && !a.spec_model)) continue;
+            pdl_engine_options so = a.eo;
             so.spec_method = which == 0 ? PDL_SPEC_NGRAM : PDL_SPEC_DRAFT_MODEL;
-            so.num_speculative_tokens = which == 0 ? (int)spec_ngram : (int)spec_k;
+            so.num_speculative_tokens = which == 0 ? (int)a.spec_ngram : (int)a.spec_k;
             char label[512];
             if (which == 1) {
-                if (pdl_model_load(&draft, spec_model, &mo, &err)) {
+                if (pdl_model_load(&draft, a.spec_model, &mo, &err)) {
                     fprintf(stderr, "error: draft model: %s\n", err.message);
                     rc = CLI_FAIL;
                     break;
                 }
                 so.draft_model = draft;
-                snprintf(label, sizeof label, "draft model %s, k %ld", spec_model, spec_k);
+                snprintf(label, sizeof label, "draft model %s, k %d", a.spec_model, a.spec_k);
             } else {
-                snprintf(label, sizeof label, "n-gram, k %ld", spec_ngram);
+                snprintf(label, sizeof label, "n-gram, k %d", a.spec_ngram);
             }
             pdl_engine *es = NULL;
             if (pdl_engine_create(&es, model, &so, &err)) {
                 fprintf(stderr, "error: %s\n", err.message);
                 rc = CLI_FAIL;
-            } else if (bench_spec(e, es, info.vocab, (int)n_gen, (int)reps, spec_temp, label, json)) {
+            } else if (bench_spec(e, es, info.vocab, (int)a.n_gen, (int)a.reps, a.spec_temp, label, a.json)) {
                 rc = CLI_FAIL;
             }
             pdl_engine_free(es);

@@ -16,6 +16,7 @@
  * What it is not for: correctness (tests/test_grammar*.c).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,21 +77,6 @@ static bool has_punct(const char *b, size_t l) {
     for (size_t i = 0; i < l; i++)
         if (memchr("{[,:\"", b[i], 5)) return true;
     return false;
-}
-
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm bench-grammar -t TOKENIZER [-t TOKENIZER ...] [--schema FILE] [--tokens N]\n"
-            "                             [--n-vocab N] [--runs R] [--seed S] [--json]\n"
-            "times the token mask of constrained decoding on a real vocabulary, one thread.\n"
-            "  -t TOKENIZER  a .gguf file or a folder with tokenizer.json (repeatable)\n"
-            "  --schema FILE a JSON Schema to time instead of the built-in cases\n"
-            "                (built in: a schema with nested objects, and any JSON object)\n"
-            "  --tokens N    tokens per sequence at most (default 256)\n"
-            "  --n-vocab N   the model's logits per row when longer than the tokenizer (Qwen3: 151936)\n"
-            "  --runs R      sequences per case (default 20; the first starts with a cold cache)\n"
-            "  --seed S      random path seed (default 1)\n"
-            "  --json        one JSON object per case\n");
 }
 
 typedef struct bench_case {
@@ -228,53 +214,68 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
     return CLI_OK;
 }
 
-int cli_bench_grammar(int argc, char **argv) {
-    const char *toks[8];
-    int n_toks = 0;
-    const char *schema_file = NULL;
-    long max_tokens = 256, runs = 20, n_logits = 0;
-    uint64_t seed = 1;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--tokenizer") == 0) {
-            if (!(v = cli_value(argc, argv, &i))) return CLI_USAGE;
-            if (n_toks == 8) {
-                fprintf(stderr, "error: at most 8 tokenizers\n");
-                return CLI_USAGE;
-            }
-            toks[n_toks++] = v;
-        } else if (strcmp(a, "--schema") == 0) {
-            if (!(schema_file = cli_value(argc, argv, &i))) return CLI_USAGE;
-        } else if (strcmp(a, "--tokens") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1000000, &max_tokens) != 0) return CLI_USAGE;
-        } else if (strcmp(a, "--n-vocab") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 100000000, &n_logits) != 0) return CLI_USAGE;
-        } else if (strcmp(a, "--runs") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 100000, &runs) != 0) return CLI_USAGE;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_u64(a, v, &seed) != 0) return CLI_USAGE;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for bench-grammar\n", a);
-            usage(stderr);
-            return CLI_USAGE;
-        }
+/* What the command line asks for. */
+typedef struct bench_grammar_args {
+    const char *toks[8];         /* -t: tokenizers, in order */
+    int n_toks;
+    const char *schema_file;
+    int max_tokens, runs, n_logits;
+    uint64_t seed;
+    bool json;
+} bench_grammar_args;
+
+static int parse_tokenizer(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    bench_grammar_args *a = args;
+    if (a->n_toks == 8) {
+        fprintf(stderr, "error: at most 8 tokenizers\n");
+        return -1;
     }
-    if (n_toks == 0) {
+    a->toks[a->n_toks++] = v;
+    return 0;
+}
+
+#define A(f) offsetof(bench_grammar_args, f)
+static const cli_option BENCH_GRAMMAR_OPTIONS[] = {
+    {"--tokenizer", "-t", CLI_OPT_CUSTOM, 0, .value = "TOKENIZER", .parse = parse_tokenizer,
+     .help = "a .gguf file or a folder with tokenizer.json (repeatable, up to 8)"},
+    {"--schema", NULL, CLI_OPT_STRING, A(schema_file), .value = "FILE",
+     .help = "a JSON Schema to time instead of the built-in cases\n"
+             "(built in: a schema with nested objects, and any JSON object)"},
+    {"--tokens", NULL, CLI_OPT_INT, A(max_tokens), .min = 1, .max = 1000000, .value = "N",
+     .help = "tokens per sequence at most (default 256)"},
+    {"--n-vocab", NULL, CLI_OPT_INT, A(n_logits), .min = 1, .max = 100000000, .value = "N",
+     .help = "the model's logits per row when longer than the tokenizer (Qwen3: 151936)"},
+    {"--runs", NULL, CLI_OPT_INT, A(runs), .min = 1, .max = 100000, .value = "R",
+     .help = "sequences per case (default 20; the first starts with a cold cache)"},
+    {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random path seed (default 1)"},
+    {"--json", NULL, CLI_OPT_FLAG, A(json), .help = "one JSON object per case"},
+};
+#undef A
+
+static const cli_command BENCH_GRAMMAR_COMMAND = {
+    .name = "bench-grammar",
+    .usage = "usage: pagedlm bench-grammar -t TOKENIZER [-t TOKENIZER ...] [--schema FILE] [--tokens N]\n"
+             "                             [--n-vocab N] [--runs R] [--seed S] [--json]\n"
+             "times the token mask of constrained decoding on a real vocabulary, one thread.\n",
+    .options = BENCH_GRAMMAR_OPTIONS,
+    .n_options = sizeof BENCH_GRAMMAR_OPTIONS / sizeof BENCH_GRAMMAR_OPTIONS[0],
+};
+
+int cli_bench_grammar(int argc, char **argv) {
+    bench_grammar_args a = {.max_tokens = 256, .runs = 20, .seed = 1};
+    int prc = cli_parse(&BENCH_GRAMMAR_COMMAND, argc, argv, &a);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
+    if (a.n_toks == 0) {
         fprintf(stderr, "error: bench-grammar needs -t TOKENIZER\n");
-        usage(stderr);
+        cli_print_help(&BENCH_GRAMMAR_COMMAND, stderr);
         return CLI_USAGE;
     }
     char *schema_text = NULL;
-    if (schema_file) {
-        FILE *f = fopen(schema_file, "rb");
+    if (a.schema_file) {
+        FILE *f = fopen(a.schema_file, "rb");
         if (!f) {
-            fprintf(stderr, "error: %s: cannot open\n", schema_file);
+            fprintf(stderr, "error: %s: cannot open\n", a.schema_file);
             return CLI_FAIL;
         }
         fseek(f, 0, SEEK_END);
@@ -284,7 +285,7 @@ int cli_bench_grammar(int argc, char **argv) {
         if (!schema_text || (len > 0 && fread(schema_text, 1, (size_t)len, f) != (size_t)len)) {
             fclose(f);
             free(schema_text);
-            fprintf(stderr, "error: %s: cannot read\n", schema_file);
+            fprintf(stderr, "error: %s: cannot read\n", a.schema_file);
             return CLI_FAIL;
         }
         fclose(f);
@@ -292,28 +293,28 @@ int cli_bench_grammar(int argc, char **argv) {
     bench_case cases[2];
     int n_cases = 0;
     if (schema_text) {
-        cases[n_cases++] = (bench_case){schema_file, {.kind = GRAM_JSON_SCHEMA, .text = schema_text}};
+        cases[n_cases++] = (bench_case){a.schema_file, {.kind = GRAM_JSON_SCHEMA, .text = schema_text}};
     } else {
         cases[n_cases++] = (bench_case){"nested JSON schema", {.kind = GRAM_JSON_SCHEMA, .text = NESTED_SCHEMA}};
         cases[n_cases++] = (bench_case){"free JSON (json_object)", {.kind = GRAM_JSON_OBJECT}};
     }
     int rc = CLI_OK;
-    for (int t = 0; t < n_toks && rc == CLI_OK; t++) {
+    for (int t = 0; t < a.n_toks && rc == CLI_OK; t++) {
         pdl_error err;
         tok_tokenizer *tok = NULL;
         gram_vocab *v = NULL;
         double t0 = pdl_now_s();
-        if (tok_load_path(&tok, toks[t], &err) != 0 || gram_vocab_from_tokenizer(&v, tok, (int)n_logits, NULL, 0, &err) != 0) {
+        if (tok_load_path(&tok, a.toks[t], &err) != 0 || gram_vocab_from_tokenizer(&v, tok, (int)a.n_logits, NULL, 0, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             tok_free(tok);
             rc = CLI_FAIL;
             break;
         }
-        if (!json)
-            printf("%s: vocabulary of %d tokens (%d in the tokenizer), trie of %d nodes, loaded in %.0f ms\n", toks[t],
+        if (!a.json)
+            printf("%s: vocabulary of %d tokens (%d in the tokenizer), trie of %d nodes, loaded in %.0f ms\n", a.toks[t],
                    gram_vocab_size(v), tok_vocab_size(tok), gram_vocab_trie_nodes(v), (pdl_now_s() - t0) * 1e3);
         for (int c = 0; c < n_cases && rc == CLI_OK; c++)
-            rc = run_case(toks[t], v, &cases[c], max_tokens, runs, seed, json);
+            rc = run_case(a.toks[t], v, &cases[c], a.max_tokens, a.runs, a.seed, a.json);
         gram_vocab_free(v);
         tok_free(tok);
     }

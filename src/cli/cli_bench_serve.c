@@ -10,6 +10,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,79 +128,93 @@ static void *run_job(void *p) {
     return NULL;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm bench-serve --model NAME [--base-url http://127.0.0.1:8000] [--endpoint /v1/completions]\n"
-            "       [--dataset-name random|jsonl] [--dataset-path FILE.jsonl] [--tokenizer MODEL_OR_DIR]\n"
-            "       [--input-len 1024] [--output-len 128] [--range-ratio 0] [--prefix-len 0]\n"
-            "       (vLLM's spellings too: --random-input-len, --random-output-len, --random-range-ratio,\n"
-            "        --random-prefix-len)\n"
-            "       [--num-prompts 1000] [--request-rate inf] [--seed 0] [--max-concurrency N] [--ignore-eos]\n"
-            "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY]\n"
-            "  random dataset: random ids from the tokenizer's normal vocabulary (--tokenizer), decoded to text;\n"
-            "  without --tokenizer, through the server's own /tokenize and /detokenize (ids decoded, the text\n"
-            "  encoded again and cut to the drawn length)\n"
-            "  /v1/chat/completions sends the prompt as one user message\n");
+/* What the command line asks for. */
+typedef struct bench_serve_args {
+    const char *base, *endpoint, *model, *dataset, *dataset_path, *tokenizer, *save, *api_key;
+    const char *pcts_s;          /* --metric-percentiles as given: "99" or "50,90,99" */
+    int input_len, output_len, prefix_len, num_prompts, max_conc;
+    float range_ratio, rate;     /* rate: requests per second, INFINITY: all at once */
+    uint64_t seed;
+    bool ignore_eos;
+} bench_serve_args;
+
+static int parse_range_ratio(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    float *r = &((bench_serve_args *)args)->range_ratio;
+    if (cli_float(opt, v, r) || *r < 0 || *r >= 1) {
+        fprintf(stderr, "error: --range-ratio must be in [0, 1)\n");
+        return -1;
+    }
+    return 0;
 }
 
-int cli_bench_serve(int argc, char **argv) {
-    const char *base = "http://127.0.0.1:8000", *endpoint = "/v1/completions", *model = NULL, *dataset = "random";
-    const char *dataset_path = NULL, *tokenizer = NULL, *save = NULL, *api_key = NULL, *pcts_s = "99";
-    long input_len = 1024, output_len = 128, prefix_len = 0, num_prompts = 1000, max_conc = 0;
-    float range_ratio = 0, rate = INFINITY;
-    uint64_t seed = 0;
-    bool ignore_eos = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--ignore-eos") == 0) {
-            ignore_eos = true;
-            continue;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return CLI_USAGE;
-        if (strcmp(a, "--base-url") == 0) base = v;
-        else if (strcmp(a, "--endpoint") == 0) endpoint = v;
-        else if (strcmp(a, "--model") == 0) model = v;
-        else if (strcmp(a, "--dataset-name") == 0) dataset = v;
-        else if (strcmp(a, "--dataset-path") == 0) dataset_path = v;
-        else if (strcmp(a, "--tokenizer") == 0) tokenizer = v;
-        else if (strcmp(a, "--save-result") == 0) save = v;
-        else if (strcmp(a, "--api-key") == 0) api_key = v;
-        else if (strcmp(a, "--metric-percentiles") == 0) pcts_s = v;
-        else if (strcmp(a, "--input-len") == 0 || strcmp(a, "--random-input-len") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &input_len)) return CLI_USAGE;
-        } else if (strcmp(a, "--output-len") == 0 || strcmp(a, "--random-output-len") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &output_len)) return CLI_USAGE;
-        } else if (strcmp(a, "--prefix-len") == 0 || strcmp(a, "--random-prefix-len") == 0) {
-            if (cli_int(a, v, 0, 1 << 24, &prefix_len)) return CLI_USAGE;
-        } else if (strcmp(a, "--num-prompts") == 0) {
-            if (cli_int(a, v, 1, 1 << 20, &num_prompts)) return CLI_USAGE;
-        } else if (strcmp(a, "--max-concurrency") == 0) {
-            if (cli_int(a, v, 1, 1 << 16, &max_conc)) return CLI_USAGE;
-        } else if (strcmp(a, "--range-ratio") == 0 || strcmp(a, "--random-range-ratio") == 0) {
-            if (cli_float(a, v, &range_ratio) || range_ratio < 0 || range_ratio >= 1) {
-                fprintf(stderr, "error: --range-ratio must be in [0, 1)\n");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--request-rate") == 0) {
-            if (strcmp(v, "inf") == 0) rate = INFINITY;
-            else if (cli_float(a, v, &rate) || !(rate > 0)) {
-                fprintf(stderr, "error: --request-rate must be positive or inf\n");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--seed") == 0) {
-            if (cli_u64(a, v, &seed)) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for bench-serve\n", a);
-            usage(stderr);
-            return CLI_USAGE;
-        }
+static int parse_request_rate(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    float *rate = &((bench_serve_args *)args)->rate;
+    if (strcmp(v, "inf") == 0) *rate = INFINITY;
+    else if (cli_float(opt, v, rate) || !(*rate > 0)) {
+        fprintf(stderr, "error: --request-rate must be positive or inf\n");
+        return -1;
     }
+    return 0;
+}
+
+/* vLLM's bench serve spellings (--random-input-len, ...) are the aliases. */
+#define A(f) offsetof(bench_serve_args, f)
+static const cli_option BENCH_SERVE_OPTIONS[] = {
+    {"--model", NULL, CLI_OPT_STRING, A(model), .value = "NAME", .help = "the model name the server serves"},
+    {"--base-url", NULL, CLI_OPT_STRING, A(base), .value = "URL", .help = "the server (default http://127.0.0.1:8000)"},
+    {"--endpoint", NULL, CLI_OPT_STRING, A(endpoint), .value = "PATH",
+     .help = "/v1/completions (default) or /v1/chat/completions (the prompt as one user message)"},
+    {"--dataset-name", NULL, CLI_OPT_STRING, A(dataset), .value = "random|jsonl", .help = "default random"},
+    {"--dataset-path", NULL, CLI_OPT_STRING, A(dataset_path), .value = "FILE.jsonl", .help = "the jsonl dataset"},
+    {"--tokenizer", NULL, CLI_OPT_STRING, A(tokenizer), .value = "MODEL_OR_DIR",
+     .help = "random dataset: random ids from this tokenizer's normal vocabulary, decoded to text;\n"
+             "without it, through the server's own /tokenize and /detokenize (ids decoded, the text\n"
+             "encoded again and cut to the drawn length)"},
+    {"--input-len", "--random-input-len", CLI_OPT_INT, A(input_len), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "prompt tokens (default 1024)"},
+    {"--output-len", "--random-output-len", CLI_OPT_INT, A(output_len), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "tokens to generate (default 128)"},
+    {"--range-ratio", "--random-range-ratio", CLI_OPT_CUSTOM, 0, .value = "R", .parse = parse_range_ratio,
+     .help = "lengths drawn in [1 - R, 1 + R] times the given ones (default 0)"},
+    {"--prefix-len", "--random-prefix-len", CLI_OPT_INT, A(prefix_len), .min = 0, .max = 1 << 24, .value = "N",
+     .help = "tokens of a prefix every prompt shares (default 0)"},
+    {"--num-prompts", NULL, CLI_OPT_INT, A(num_prompts), .min = 1, .max = 1 << 20, .value = "N",
+     .help = "requests (default 1000)"},
+    {"--request-rate", NULL, CLI_OPT_CUSTOM, 0, .value = "R", .parse = parse_request_rate,
+     .help = "requests per second, or inf: all at once (default inf)"},
+    {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 0)"},
+    {"--max-concurrency", NULL, CLI_OPT_INT, A(max_conc), .min = 1, .max = 1 << 16, .value = "N",
+     .help = "requests in flight at most (default: no limit)"},
+    {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos), .help = "ask for every output token"},
+    {"--metric-percentiles", NULL, CLI_OPT_STRING, A(pcts_s), .value = "LIST",
+     .help = "percentiles reported, e.g. 50,90,99 (default 99)"},
+    {"--save-result", NULL, CLI_OPT_STRING, A(save), .value = "FILE.json", .help = "also write the results there"},
+    {"--api-key", NULL, CLI_OPT_STRING, A(api_key), .value = "KEY", .help = "sent as 'Authorization: Bearer KEY'"},
+};
+#undef A
+
+static const cli_command BENCH_SERVE_COMMAND = {
+    .name = "bench-serve",
+    .usage = "usage: pagedlm bench-serve --model NAME [--base-url http://127.0.0.1:8000] [--endpoint /v1/completions]\n"
+             "       [--dataset-name random|jsonl] [--dataset-path FILE.jsonl] [--tokenizer MODEL_OR_DIR]\n"
+             "       [--input-len 1024] [--output-len 128] [--range-ratio 0] [--prefix-len 0]\n"
+             "       [--num-prompts 1000] [--request-rate inf] [--seed 0] [--max-concurrency N] [--ignore-eos]\n"
+             "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY]\n",
+    .options = BENCH_SERVE_OPTIONS,
+    .n_options = sizeof BENCH_SERVE_OPTIONS / sizeof BENCH_SERVE_OPTIONS[0],
+};
+
+int cli_bench_serve(int argc, char **argv) {
+    bench_serve_args a = {.base = "http://127.0.0.1:8000", .endpoint = "/v1/completions", .dataset = "random",
+                          .pcts_s = "99", .input_len = 1024, .output_len = 128, .num_prompts = 1000,
+                          .rate = INFINITY};
+    int prc = cli_parse(&BENCH_SERVE_COMMAND, argc, argv, &a);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
     double pcts[8];
     int n_pcts = 0;
-    for (const char *p = pcts_s; *p && n_pcts < 8;) {
+    for (const char *p = a.pcts_s; *p && n_pcts < 8;) {
         char *end;
         double q = strtod(p, &end);
         if (end == p || q < 0 || q > 100) {
@@ -213,51 +228,51 @@ int cli_bench_serve(int argc, char **argv) {
             return CLI_USAGE;
         }
     }
-    bench_cfg cfg = {.endpoint = endpoint, .model = model, .ignore_eos = ignore_eos,
-                     .chat = strstr(endpoint, "chat") != NULL};
-    if (api_key) snprintf(cfg.auth, sizeof cfg.auth, "Authorization: Bearer %s\r\n", api_key);
-    if (!model) {
+    bench_cfg cfg = {.endpoint = a.endpoint, .model = a.model, .ignore_eos = a.ignore_eos,
+                     .chat = strstr(a.endpoint, "chat") != NULL};
+    if (a.api_key) snprintf(cfg.auth, sizeof cfg.auth, "Authorization: Bearer %s\r\n", a.api_key);
+    if (!a.model) {
         fprintf(stderr, "error: bench-serve needs --model (the served model name)\n");
         return CLI_USAGE;
     }
-    if (http_parse_url(base, &cfg.url)) {
-        fprintf(stderr, "error: --base-url must look like http://host:port, got '%s'\n", base);
+    if (http_parse_url(a.base, &cfg.url)) {
+        fprintf(stderr, "error: --base-url must look like http://host:port, got '%s'\n", a.base);
         return CLI_USAGE;
     }
     pdl_error err;
     bench_prompt *prompts = NULL;
-    int n = (int)num_prompts;
-    if (strcmp(dataset, "random") == 0 && !tokenizer) {
+    int n = (int)a.num_prompts;
+    if (strcmp(a.dataset, "random") == 0 && !a.tokenizer) {
         fprintf(stderr, "pagedlm bench-serve: no --tokenizer: making the prompts with the server's /tokenize and "
                         "/detokenize\n");
-        if (dataset_random_remote(&cfg.url, cfg.auth, n, (int)input_len, (int)output_len, range_ratio, (int)prefix_len,
-                                  seed, &prompts, &err)) {
+        if (dataset_random_remote(&cfg.url, cfg.auth, n, a.input_len, a.output_len, a.range_ratio, a.prefix_len,
+                                  a.seed, &prompts, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             return CLI_FAIL;
         }
-    } else if (strcmp(dataset, "random") == 0) {
+    } else if (strcmp(a.dataset, "random") == 0) {
         pdl_model *tok = NULL;
         pdl_model_options mo = cli_model_options(1, 0);
-        if (pdl_model_load(&tok, tokenizer, &mo, &err) ||
-            dataset_random(tok, n, (int)input_len, (int)output_len, range_ratio, (int)prefix_len, seed, &prompts, &err)) {
+        if (pdl_model_load(&tok, a.tokenizer, &mo, &err) ||
+            dataset_random(tok, n, a.input_len, a.output_len, a.range_ratio, a.prefix_len, a.seed, &prompts, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             pdl_model_free(tok);
             return CLI_FAIL;
         }
         pdl_model_free(tok);
-    } else if (strcmp(dataset, "jsonl") == 0) {
-        if (!dataset_path || dataset_jsonl(dataset_path, n, (int)output_len, &prompts, &err)) {
-            fprintf(stderr, "error: %s\n", dataset_path ? err.message : "the jsonl dataset needs --dataset-path");
-            return dataset_path ? CLI_FAIL : CLI_USAGE;
+    } else if (strcmp(a.dataset, "jsonl") == 0) {
+        if (!a.dataset_path || dataset_jsonl(a.dataset_path, n, (int)a.output_len, &prompts, &err)) {
+            fprintf(stderr, "error: %s\n", a.dataset_path ? err.message : "the jsonl dataset needs --dataset-path");
+            return a.dataset_path ? CLI_FAIL : CLI_USAGE;
         }
     } else {
-        fprintf(stderr, "error: --dataset-name expects random or jsonl, got '%s'\n", dataset);
+        fprintf(stderr, "error: --dataset-name expects random or jsonl, got '%s'\n", a.dataset);
         return CLI_USAGE;
     }
 
     sem_t slots;
-    if (max_conc > 0) {
-        sem_init(&slots, 0, (unsigned)max_conc);
+    if (a.max_conc > 0) {
+        sem_init(&slots, 0, (unsigned)a.max_conc);
         cfg.slots = &slots;
     }
     double *offsets = malloc((size_t)n * sizeof *offsets);
@@ -268,9 +283,9 @@ int cli_bench_serve(int argc, char **argv) {
         fprintf(stderr, "error: out of memory\n");
         return CLI_FAIL;
     }
-    arrivals_poisson(isinf(rate) ? 0 : rate, n, seed, offsets);
-    fprintf(stderr, "pagedlm bench-serve: %d prompts to %s%s, request rate %s, max concurrency %s\n", n, base,
-            endpoint, isinf(rate) ? "inf" : "Poisson", max_conc ? "set" : "unlimited");
+    arrivals_poisson(isinf(a.rate) ? 0 : a.rate, n, a.seed, offsets);
+    fprintf(stderr, "pagedlm bench-serve: %d prompts to %s%s, request rate %s, max concurrency %s\n", n, a.base,
+            a.endpoint, isinf(a.rate) ? "inf" : "Poisson", a.max_conc ? "set" : "unlimited");
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -296,16 +311,16 @@ int cli_bench_serve(int argc, char **argv) {
     serve_summarize(recs, n, duration, pcts, n_pcts, &sum);
     serve_print(stdout, &sum);
     int rc = CLI_OK;
-    if (save) {
+    if (a.save) {
         char extra[1024];
         snprintf(extra, sizeof extra,
                  "{\"backend\": \"openai\", \"base_url\": \"%s\", \"endpoint\": \"%s\", \"model_id\": \"%s\", "
-                 "\"num_prompts\": %d, \"request_rate\": \"%s\", \"max_concurrency\": %ld}",
-                 base, endpoint, model, n, isinf(rate) ? "inf" : "poisson", max_conc);
+                 "\"num_prompts\": %d, \"request_rate\": \"%s\", \"max_concurrency\": %d}",
+                 a.base, a.endpoint, a.model, n, isinf(a.rate) ? "inf" : "poisson", a.max_conc);
         char *js = serve_json(&sum, extra);
-        FILE *f = js ? fopen(save, "w") : NULL;
+        FILE *f = js ? fopen(a.save, "w") : NULL;
         if (!f || fputs(js, f) < 0 || fclose(f) != 0) {
-            fprintf(stderr, "error: cannot write %s\n", save);
+            fprintf(stderr, "error: cannot write %s\n", a.save);
             rc = CLI_FAIL;
         }
         free(js);

@@ -27,6 +27,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,31 +37,6 @@
 #include "engine/reasoning.h"
 #include "server/chat.h"
 #include "util/file_map.h"
-
-static void chat_usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm chat -m MODEL [options]\n"
-            "  -m, --model PATH         .gguf file or Hugging Face folder\n"
-            "      --chat-template FILE Jinja chat template (default: the model's own)\n"
-            "  -s, --system TEXT        a system prompt for the conversation\n"
-            "  -n, --n-predict N        tokens per answer at most (default: up to the model length)\n"
-            "      --temp T             temperature; 0 = greedy (default 0.7)\n"
-            "      --top-p P            nucleus sampling (default 0.95)\n"
-            "      --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"
-            "      --seed S             random seed (default: from the clock)\n"
-            "  -t, --threads N          worker threads (default: all cores)\n"
-            "  -c, --ctx-size N         model length (default and most: the model's own; more only with\n"
-            "                           PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
-            "      --ignore-eos         keep writing after the end-of-sequence token (up to -n)\n"
-            "      --reasoning-parser NAME  qwen3|deepseek_r1|none: a reasoning model's thinking block (default: qwen3\n"
-            "                           when the vocabulary has <think> and </think>, else none)\n"
-            "      --hide-reasoning     do not show the thinking (it is not kept in the conversation either way)\n"
-            "      --reasoning-budget N thinking tokens at most per answer, then the block is closed (default: no limit)\n"
-            "      --verbose            after each answer, the prompt and answer token counts and speed\n"
-            "\n"
-            "In the chat: /clear forgets the conversation, /exit or Ctrl-D quits, a line ending in '\\'\n"
-            "continues on the next line, Ctrl-C stops the answer being written.\n");
-}
 
 /* Ctrl-C while an answer is written stops it (the step loop polls the
  * flag); at the prompt the handler itself says how to quit, so no reading
@@ -216,92 +193,108 @@ static int render(srv_chat *chat, json_t *history, int max_len, int room, int32_
     return 0;
 }
 
-int cli_chat(int argc, char **argv) {
-    const char *model_path = NULL, *template_path = NULL, *system = NULL;
-    long n_predict = 0, threads = 0, ctx = 0, top_k = 40;
-    float temp = 0.7f, top_p = 0.95f;
-    uint64_t seed = 0;
-    bool have_seed = false, verbose = false, ignore_eos = false, hide_think = false;
-    const char *think_name = NULL;
-    long think_budget = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            chat_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--verbose") == 0) {
-            verbose = true;
-        } else if (strcmp(a, "--ignore-eos") == 0) {
-            ignore_eos = true;
-        } else if (strcmp(a, "--hide-reasoning") == 0) {
-            hide_think = true;
-        } else if (!(v = cli_value(argc, argv, &i))) {
-            return CLI_USAGE;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            model_path = v;
-        } else if (strcmp(a, "--chat-template") == 0) {
-            template_path = v;
-        } else if (strcmp(a, "-s") == 0 || strcmp(a, "--system") == 0) {
-            system = v;
-        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
-            if (cli_int(a, v, 1, 1 << 30, &n_predict)) return CLI_USAGE;
-        } else if (strcmp(a, "--temp") == 0) {
-            if (cli_float(a, v, &temp)) return CLI_USAGE;
-            if (temp < 0) {
-                fprintf(stderr, "error: --temp must not be negative\n");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--top-p") == 0) {
-            if (cli_float(a, v, &top_p)) return CLI_USAGE;
-            if (!(top_p >= 0 && top_p <= 1)) {
-                fprintf(stderr, "error: --top-p must be in [0, 1]\n");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (cli_int(a, v, 0, 1 << 30, &top_k)) return CLI_USAGE;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (cli_u64(a, v, &seed)) return CLI_USAGE;
-            have_seed = true;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
-        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
-        } else if (strcmp(a, "--reasoning-parser") == 0) {
-            if (strcmp(v, "none") != 0 && !reasoning_format_find(v)) {
-                fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s, none)\n", v, reasoning_format_names());
-                return CLI_USAGE;
-            }
-            think_name = v;
-        } else if (strcmp(a, "--reasoning-budget") == 0) {
-            if (cli_int(a, v, -1, 1 << 30, &think_budget)) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for chat\n", a);
-            chat_usage(stderr);
-            return CLI_USAGE;
-        }
+/* ---- options ------------------------------------------------------------------ */
+
+/* What the command line asks for. */
+typedef struct chat_args {
+    const char *model_path, *template_path, *system;
+    int n_predict, threads, ctx, top_k;
+    float temp, top_p;
+    uint64_t seed;
+    bool have_seed, verbose, ignore_eos, hide_think;
+    const char *think_name;   /* --reasoning-parser: a format's name, "none", or NULL (by the vocabulary) */
+    int think_budget;
+} chat_args;
+
+static int parse_seed(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    chat_args *c = args;
+    if (cli_u64(opt, v, &c->seed)) return -1;
+    c->have_seed = true;
+    return 0;
+}
+
+static int parse_reasoning_parser(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    if (strcmp(v, "none") != 0 && !reasoning_format_find(v)) {
+        fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s, none)\n", v, reasoning_format_names());
+        return -1;
     }
-    if (!model_path) {
+    ((chat_args *)args)->think_name = v;
+    return 0;
+}
+
+#define A(f) offsetof(chat_args, f)
+static const cli_option CHAT_OPTIONS[] = {
+    {"--model", "-m", CLI_OPT_STRING, A(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"--chat-template", NULL, CLI_OPT_STRING, A(template_path), .value = "FILE",
+     .help = "Jinja chat template (default: the model's own)"},
+    {"--system", "-s", CLI_OPT_STRING, A(system), .value = "TEXT", .help = "a system prompt for the conversation"},
+    {"--n-predict", "-n", CLI_OPT_INT, A(n_predict), .min = 1, .max = 1 << 30, .value = "N",
+     .help = "tokens per answer at most (default: up to the model length)"},
+    {"--temp", NULL, CLI_OPT_FLOAT, A(temp), .min = 0, .max = INFINITY, .value = "T",
+     .help = "temperature; 0 = greedy (default 0.7)"},
+    {"--top-p", NULL, CLI_OPT_FLOAT, A(top_p), .min = 0, .max = 1, .value = "P",
+     .help = "nucleus sampling (default 0.95)"},
+    {"--top-k", NULL, CLI_OPT_INT, A(top_k), .min = 0, .max = 1 << 30, .value = "K",
+     .help = "keep the K most likely tokens (default 40; 0 = off)"},
+    {"--seed", NULL, CLI_OPT_CUSTOM, 0, .value = "S", .parse = parse_seed,
+     .help = "random seed (default: from the clock)"},
+    {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
+     .help = "worker threads (default: all cores)"},
+    {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "model length (default and most: the model's own; more only with\n"
+             "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)"},
+    {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos),
+     .help = "keep writing after the end-of-sequence token (up to -n)"},
+    {"--reasoning-parser", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_reasoning_parser,
+     .help = "qwen3|deepseek_r1|none: a reasoning model's thinking block (default: qwen3\n"
+             "when the vocabulary has <think> and </think>, else none)"},
+    {"--hide-reasoning", NULL, CLI_OPT_FLAG, A(hide_think),
+     .help = "do not show the thinking (it is not kept in the conversation either way)"},
+    {"--reasoning-budget", NULL, CLI_OPT_INT, A(think_budget), .min = -1, .max = 1 << 30, .value = "N",
+     .help = "thinking tokens at most per answer, then the block is closed (default: no limit)"},
+    {"--verbose", NULL, CLI_OPT_FLAG, A(verbose),
+     .help = "after each answer, the prompt and answer token counts and speed"},
+};
+#undef A
+
+static const cli_command CHAT_COMMAND = {
+    .name = "chat",
+    .usage = "usage: pagedlm chat -m MODEL [options]\n",
+    .options = CHAT_OPTIONS,
+    .n_options = sizeof CHAT_OPTIONS / sizeof CHAT_OPTIONS[0],
+    .epilogue = "\n"
+                "In the chat: /clear forgets the conversation, /exit or Ctrl-D quits, a line ending in '\\'\n"
+                "continues on the next line, Ctrl-C stops the answer being written.\n",
+};
+
+int cli_chat(int argc, char **argv) {
+    chat_args args = {.top_k = 40, .temp = 0.7f, .top_p = 0.95f, .think_budget = -1};
+    int prc = cli_parse(&CHAT_COMMAND, argc, argv, &args);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
+    if (!args.model_path) {
         fprintf(stderr, "error: chat needs -m MODEL\n");
-        chat_usage(stderr);
+        cli_print_help(&CHAT_COMMAND, stderr);
         return CLI_USAGE;
     }
-    if (!have_seed) seed = (uint64_t)time(NULL);
+    if (!args.have_seed) args.seed = (uint64_t)time(NULL);
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
-    if (cli_load_model(&model, model_path, &mo, &err)) {
+    pdl_model_options mo = cli_model_options((int)args.threads, (int)args.ctx);
+    if (cli_load_model(&model, args.model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
     srv_chat *chat = NULL;
     pdl_engine *engine = NULL;
     int rc = CLI_OK;
-    if (srv_chat_load(&chat, model, model_path, template_path, &err)) {
+    if (srv_chat_load(&chat, model, args.model_path, args.template_path, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     } else if (!chat) {
-        fprintf(stderr, "error: %s has no chat template; give one with --chat-template FILE\n", model_path);
+        fprintf(stderr, "error: %s has no chat template; give one with --chat-template FILE\n", args.model_path);
         rc = CLI_FAIL;
     }
     pdl_engine_options eo = {.max_num_seqs = 1, .log = cli_log_stderr};
@@ -317,12 +310,12 @@ int cli_chat(int argc, char **argv) {
     int max_len = pdl_engine_max_model_len(engine);
     /* the thinking block: as asked, or Qwen3's markers when they are tokens of the model */
     const reasoning_format *think = NULL;
-    if (!think_name) {
+    if (!args.think_name) {
         pdl_reasoning probe;
         reasoning_params(reasoning_format_find("qwen3"), model, false, -1, &probe);
         if (probe.enabled) think = reasoning_format_find("qwen3");
-    } else if (strcmp(think_name, "none") != 0) {
-        think = reasoning_format_find(think_name);
+    } else if (strcmp(args.think_name, "none") != 0) {
+        think = reasoning_format_find(args.think_name);
     }
 
     struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
@@ -331,10 +324,10 @@ int cli_chat(int argc, char **argv) {
     bool tty = isatty(STDIN_FILENO);
     if (tty)
         fprintf(stderr, "pagedlm chat: %s (model length %d). /clear forgets, /exit quits, Ctrl-C stops an answer.\n",
-                model_path, max_len);
+                args.model_path, max_len);
 
     json_t *history = json_array();
-    if (system) add_message(history, "system", system);
+    if (args.system) add_message(history, "system", args.system);
     int turn = 0;
     for (;;) {
         char *msg = read_message(tty);
@@ -345,7 +338,7 @@ int cli_chat(int argc, char **argv) {
         }
         if (strcmp(msg, "/clear") == 0) {
             json_array_clear(history);
-            if (system) add_message(history, "system", system);
+            if (args.system) add_message(history, "system", args.system);
             fputs("[conversation cleared]\n", stderr);
             free(msg);
             continue;
@@ -359,20 +352,20 @@ int cli_chat(int argc, char **argv) {
         free(msg);
         int32_t *ids = NULL;
         size_t n_ids = 0;
-        int room = n_predict > 0 && n_predict < max_len / 2 ? (int)n_predict : 1;
+        int room = args.n_predict > 0 && args.n_predict < max_len / 2 ? (int)args.n_predict : 1;
         bool opens = false;
         if (render(chat, history, max_len, room, &ids, &n_ids, think, &opens)) {
             json_array_remove(history, json_array_size(history) - 1);
             continue;
         }
-        answer a = {.show_think = !hide_think, .dim = isatty(STDOUT_FILENO)};
-        pdl_request_params p = {.sampling = {.temperature = temp, .top_p = top_p, .top_k = (int)top_k,
-                                             .seed = seed + (uint64_t)turn++},
-                                .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .logprobs = -1,
+        answer a = {.show_think = !args.hide_think, .dim = isatty(STDOUT_FILENO)};
+        pdl_request_params p = {.sampling = {.temperature = args.temp, .top_p = args.top_p, .top_k = (int)args.top_k,
+                                             .seed = args.seed + (uint64_t)turn++},
+                                .max_tokens = (int)args.n_predict, .ignore_eos = args.ignore_eos, .logprobs = -1,
                                 .prompt_logprobs = -1};
         if (think) {
-            reasoning_params(think, model, opens, (int)think_budget, &p.reasoning);
-            if (think_budget >= 0 && !p.reasoning.enabled) {
+            reasoning_params(think, model, opens, (int)args.think_budget, &p.reasoning);
+            if (args.think_budget >= 0 && !p.reasoning.enabled) {
                 fprintf(stderr, "error: --reasoning-budget needs '%s' to be one token of the model\n", think->end);
                 free(ids);
                 rc = CLI_USAGE;
@@ -409,7 +402,7 @@ int cli_chat(int argc, char **argv) {
         fflush(stdout);
         if (a.finish && strcmp(a.finish, "abort") == 0) fputs("[stopped]\n", stderr);
         else if (a.finish && strcmp(a.finish, "length") == 0) fputs("[the answer reached its length limit]\n", stderr);
-        if (verbose) {
+        if (args.verbose) {
             double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
             fprintf(stderr, "[prompt %zu tokens, answer %d tokens, %.1f tokens/s]\n", n_ids, a.tokens,
                     dt > 0 ? a.tokens / dt : 0.0);

@@ -3,6 +3,8 @@
  * and hyperparameters as JSON, for tests and debugging.
  */
 #include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,74 +12,73 @@
 #include "cli/cli_args.h"
 #include "cli/cli_vision.h"
 
-static void logits_usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16]\n"
-            "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
-            "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n"
-            "  --ctx-size N     context length (default and most: the model's own; more only with\n"
-            "                   PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
-            "  -p TEXT          the prompt as text (BOS as the tokenizer says; special-token text parsed)\n"
-            "  --image FILE     an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
-            "                   (llama.cpp's marker), or first; \"images\": [{\"position\", \"rows\"}] is added\n"
-            "  --mmproj FILE    the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging Face\n"
-            "                   LLaVA folder brings its own\n");
+/* What the command line asks for. */
+typedef struct logits_args {
+    const char *model_path, *tokens_arg, *prompt;
+    cli_images ci;               /* --image paths and --mmproj */
+    bool all_rows;
+    int threads, ctx;
+    pdl_kv_dtype kv_dtype;
+} logits_args;
+
+static int parse_image(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    return cli_images_add(&((logits_args *)args)->ci, v);
 }
 
+#define A(f) offsetof(logits_args, f)
+static const cli_option LOGITS_OPTIONS[] = {
+    {"--model", "-m", CLI_OPT_STRING, A(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"--tokens", NULL, CLI_OPT_STRING, A(tokens_arg), .value = "IDS",
+     .help = "the prompt as comma-separated token ids"},
+    {"--prompt", "-p", CLI_OPT_STRING, A(prompt), .value = "TEXT",
+     .help = "the prompt as text (BOS as the tokenizer says; special-token text parsed)"},
+    {"--image", NULL, CLI_OPT_CUSTOM, 0, .value = "FILE", .parse = parse_image,
+     .help = "an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
+             "(llama.cpp's marker), or first; \"images\": [{\"position\", \"rows\"}] is added"},
+    {"--mmproj", NULL, CLI_OPT_STRING, A(ci.mmproj), .value = "FILE",
+     .help = "the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging Face\n"
+             "LLaVA folder brings its own"},
+    {"--all-rows", NULL, CLI_OPT_FLAG, A(all_rows), .help = "every row's logits, not only the last"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32", .help = "default f16"},
+    {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
+     .help = "worker threads (default: all cores)"},
+    {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "context length (default and most: the model's own; more only with\n"
+             "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)"},
+};
+#undef A
+
+static const cli_command LOGITS_COMMAND = {
+    .name = "logits",
+    .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16]\n"
+             "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
+             "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n",
+    .options = LOGITS_OPTIONS,
+    .n_options = sizeof LOGITS_OPTIONS / sizeof LOGITS_OPTIONS[0],
+};
+
 int cli_logits(int argc, char **argv) {
-    const char *model_path = NULL, *tokens_arg = NULL, *prompt = NULL;
-    cli_images ci = {0};
-    bool all_rows = false;
-    long threads = 0, ctx = 0;
-    pdl_kv_dtype kv_dtype = PDL_KV_F16;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            logits_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--all-rows") == 0) {
-            all_rows = true;
-        } else if (!(v = cli_value(argc, argv, &i))) {
-            return CLI_USAGE;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            model_path = v;
-        } else if (strcmp(a, "--tokens") == 0) {
-            tokens_arg = v;
-        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
-            prompt = v;
-        } else if (strcmp(a, "--image") == 0) {
-            if (cli_images_add(&ci, v)) return CLI_USAGE;
-        } else if (strcmp(a, "--mmproj") == 0) {
-            ci.mmproj = v;
-        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
-            if (cli_kv_dtype(a, v, &kv_dtype)) return CLI_USAGE;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
-        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for logits\n", a);
-            logits_usage(stderr);
-            return CLI_USAGE;
-        }
-    }
-    if (!model_path || !!tokens_arg + !!prompt != 1) {
+    logits_args a = {.kv_dtype = PDL_KV_F16};
+    int prc = cli_parse(&LOGITS_COMMAND, argc, argv, &a);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
+    if (!a.model_path || !!a.tokens_arg + !!a.prompt != 1) {
         fprintf(stderr, "error: logits needs -m MODEL and one of --tokens IDS or -p TEXT\n");
-        logits_usage(stderr);
+        cli_print_help(&LOGITS_COMMAND, stderr);
         return CLI_USAGE;
     }
-    if (ci.n_paths && !prompt) {
+    if (a.ci.n_paths && !a.prompt) {
         fprintf(stderr, "error: --image needs -p TEXT (its place marked with %s)\n", CLI_MEDIA_MARKER);
         return CLI_USAGE;
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    if (tokens_arg && cli_token_list("--tokens", tokens_arg, &ids, &n)) return CLI_USAGE;
+    if (a.tokens_arg && cli_token_list("--tokens", a.tokens_arg, &ids, &n)) return CLI_USAGE;
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
-    if (pdl_model_load(&model, model_path, &mo, &err)) {
+    pdl_model_options mo = cli_model_options((int)a.threads, (int)a.ctx);
+    if (pdl_model_load(&model, a.model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         free(ids);
         return CLI_FAIL;
@@ -88,17 +89,17 @@ int cli_logits(int argc, char **argv) {
     pdl_mm_prompt mm = {0};
     float **image_rows = NULL;
     const float **embd = NULL;
-    if (prompt) {
-        if (cli_images_open(&ci, model, model_path)) {
-            cli_images_close(&ci);
+    if (a.prompt) {
+        if (cli_images_open(&a.ci, model, a.model_path)) {
+            cli_images_close(&a.ci);
             pdl_model_free(model);
             return CLI_FAIL;
         }
         int prc = 0;
-        if (ci.n_images) {
-            prc = cli_images_prompt(&ci, model, prompt, &mm);
+        if (a.ci.n_images) {
+            prc = cli_images_prompt(&a.ci, model, a.prompt, &mm);
             if (prc == 0) ids = mm.ids, n = mm.n_ids, mm.ids = NULL;
-        } else if (pdl_tokenize_ex(model, prompt, strlen(prompt), PDL_TOK_ADD_SPECIAL | PDL_TOK_PARSE_SPECIAL, &ids,
+        } else if (pdl_tokenize_ex(model, a.prompt, strlen(a.prompt), PDL_TOK_ADD_SPECIAL | PDL_TOK_PARSE_SPECIAL, &ids,
                                    &n, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             prc = -1;
@@ -107,7 +108,7 @@ int cli_logits(int argc, char **argv) {
             fprintf(stderr, "error: the prompt encodes to no tokens\n");
             prc = -1;
         }
-        image_rows = calloc((size_t)(ci.n_images ? ci.n_images : 1), sizeof *image_rows);
+        image_rows = calloc((size_t)(a.ci.n_images ? a.ci.n_images : 1), sizeof *image_rows);
         embd = calloc(n ? n : 1, sizeof *embd);
         if (prc == 0 && (!image_rows || !embd)) {
             fprintf(stderr, "error: out of memory\n");
@@ -115,25 +116,25 @@ int cli_logits(int argc, char **argv) {
         }
         for (int i = 0; prc == 0 && i < mm.n_images; i++) {
             int rows = 0;
-            if (pdl_vision_encode(ci.vision, mm.images[i].image, &image_rows[i], &rows, &err)) {
-                fprintf(stderr, "error: image %d (%s): %s\n", i, ci.paths[i], err.message);
+            if (pdl_vision_encode(a.ci.vision, mm.images[i].image, &image_rows[i], &rows, &err)) {
+                fprintf(stderr, "error: image %d (%s): %s\n", i, a.ci.paths[i], err.message);
                 prc = -1;
                 break;
             }
             for (int k = 0; k < rows; k++) embd[mm.images[i].position + k] = image_rows[i] + (size_t)k * info.hidden;
         }
         if (prc) {
-            for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
+            for (int i = 0; image_rows && i < a.ci.n_images; i++) free(image_rows[i]);
             free(image_rows), free(embd), free(ids);
             pdl_mm_prompt_free(&mm);
-            cli_images_close(&ci);
+            cli_images_close(&a.ci);
             pdl_model_free(model);
             return CLI_FAIL;
         }
     }
     int rc = CLI_OK;
     pdl_kv_cache *kv = NULL;
-    size_t rows = all_rows ? n : 1;
+    size_t rows = a.all_rows ? n : 1;
     float *logits = malloc(rows * (size_t)info.vocab * sizeof *logits);
     pdl_seq seq = {0};
     int bs = 16;
@@ -152,16 +153,16 @@ int cli_logits(int argc, char **argv) {
             fprintf(stderr, "error: out of memory\n");
             rc = CLI_FAIL;
         } else {
-            spans = pdl_mm_spans(ci.vision, mm.images, mm.n_images, (int)n, span_first, span_last);
-            mrope = pdl_mm_rope_positions(ci.vision, mm.images, mm.n_images, (int)n, pos3, &delta);
+            spans = pdl_mm_spans(a.ci.vision, mm.images, mm.n_images, (int)n, span_first, span_last);
+            mrope = pdl_mm_rope_positions(a.ci.vision, mm.images, mm.n_images, (int)n, pos3, &delta);
         }
     }
     pdl_row_inputs in = {.embd = mm.n_images ? (const float *const *)embd : NULL,
                          .span_first = spans ? span_first : NULL, .span_last = spans ? span_last : NULL,
                          .rope_pos3 = mrope ? pos3 : NULL};
     if (rc != CLI_OK) {
-    } else if (pdl_kv_cache_create(&kv, model, kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
-               pdl_seq_forward_rows(model, kv, &seq, ids, &in, (int)n, all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
+    } else if (pdl_kv_cache_create(&kv, model, a.kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
+               pdl_seq_forward_rows(model, kv, &seq, ids, &in, (int)n, a.all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
                                     logits, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
@@ -175,7 +176,7 @@ int cli_logits(int argc, char **argv) {
             printf(", \"images\": [");
             for (int i = 0; i < mm.n_images; i++)
                 printf("%s{\"position\": %d, \"rows\": %d}", i ? ", " : "", mm.images[i].position,
-                       pdl_vision_image_rows(ci.vision, mm.images[i].image));
+                       pdl_vision_image_rows(a.ci.vision, mm.images[i].image));
             printf("]");
         }
         printf(", \"logits\": [");
@@ -191,10 +192,10 @@ int cli_logits(int argc, char **argv) {
     free(logits);
     free(span_first), free(span_last), free(pos3);
     free(ids);
-    for (int i = 0; image_rows && i < ci.n_images; i++) free(image_rows[i]);
+    for (int i = 0; image_rows && i < a.ci.n_images; i++) free(image_rows[i]);
     free(image_rows), free(embd);
     pdl_mm_prompt_free(&mm);
-    cli_images_close(&ci);
+    cli_images_close(&a.ci);
     pdl_model_free(model);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <sys/stat.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,20 +42,6 @@ static const shape_preset PRESETS[] = {
     {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 1000000.0f, 1e-6f, 128, 8, 768, true, false},
     {"olmoe-1b-7b", "olmoe", 2048, 16, 16, 16, 128, 1024, 50304, 10000.0f, 1e-5f, 64, 8, 1024, true, true},
 };
-
-static void usage(FILE *f) {
-    fprintf(f, "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
-               "       [--layers N] [--vocab N] [--seed S]\n"
-               "presets: qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings); qwen3-test (the same\n"
-               "         architecture and vocabulary, width 64 and 2 layers: for tests);\n"
-               "         qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
-               "         token): mixtures of experts, GGUF only, usually with fewer --layers\n"
-               "--format hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
-               "holding exactly the weights the GGUF of the same preset, dtype and seed holds\n"
-               "--tokenizer DIR gives the model a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's):\n"
-               "copied into the folder, or written as tokenizer.ggml.* metadata (--tokenizer-pre, default qwen2);\n"
-               "without it a GGUF is llama.cpp's no-vocabulary model (tokenizer.ggml.model \"none\"), for benchmarks\n");
-}
 
 /* The byte-level BPE tokenizer of DIR/tokenizer.json as GGUF metadata, the
  * way llama.cpp's converter writes it (ids past the tokenizer are "[PADn]",
@@ -235,55 +222,71 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
     free(row);
 }
 
+/* What the command line asks for. */
+typedef struct random_model_args {
+    const char *preset, *out, *dtype_s, *format, *tok_dir, *tok_pre;
+    int layers, vocab;           /* 0: the preset's */
+    uint64_t seed;
+} random_model_args;
+
+#define A(f) offsetof(random_model_args, f)
+static const cli_option RANDOM_MODEL_OPTIONS[] = {
+    {"--preset", NULL, CLI_OPT_STRING, A(preset), .value = "NAME",
+     .help = "qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings); qwen3-test (the same\n"
+             "architecture and vocabulary, width 64 and 2 layers: for tests);\n"
+             "qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
+             "token): mixtures of experts, GGUF only, usually with fewer --layers"},
+    {"--output", "-o", CLI_OPT_STRING, A(out), .value = "OUT", .help = "the file (or folder, --format hf) written"},
+    {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
+     .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
+             "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0", .help = "default bf16"},
+    {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
+     .help = "layers (default: the preset's)"},
+    {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
+     .help = "vocabulary size (default: the preset's)"},
+    {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 1)"},
+    {"--tokenizer", NULL, CLI_OPT_STRING, A(tok_dir), .value = "DIR",
+     .help = "a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's): copied into\n"
+             "the folder, or written as tokenizer.ggml.* metadata; without it a GGUF is llama.cpp's\n"
+             "no-vocabulary model (tokenizer.ggml.model \"none\"), for benchmarks"},
+    {"--tokenizer-pre", NULL, CLI_OPT_STRING, A(tok_pre), .value = "NAME",
+     .help = "tokenizer.ggml.pre of --tokenizer in a GGUF (default qwen2)"},
+};
+#undef A
+
+static const cli_command RANDOM_MODEL_COMMAND = {
+    .name = "make-random-model",
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
+             "       [--layers N] [--vocab N] [--seed S]\n",
+    .options = RANDOM_MODEL_OPTIONS,
+    .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
+};
+
 int cli_make_random_model(int argc, char **argv) {
-    const char *preset = NULL, *out = NULL, *dtype_s = "bf16", *format = "gguf", *tok_dir = NULL, *tok_pre = "qwen2";
-    long layers = 0, vocab = 0;
-    uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return CLI_OK;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return CLI_USAGE;
-        if (strcmp(a, "--preset") == 0) preset = v;
-        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = v;
-        else if (strcmp(a, "--dtype") == 0) dtype_s = v;
-        else if (strcmp(a, "--format") == 0) format = v;
-        else if (strcmp(a, "--tokenizer") == 0) tok_dir = v;
-        else if (strcmp(a, "--tokenizer-pre") == 0) tok_pre = v;
-        else if (strcmp(a, "--layers") == 0) {
-            if (cli_int(a, v, 1, 1000, &layers)) return CLI_USAGE;
-        } else if (strcmp(a, "--vocab") == 0) {
-            if (cli_int(a, v, 2, 1 << 24, &vocab)) return CLI_USAGE;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (cli_u64(a, v, &seed)) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for make-random-model\n", a);
-            usage(stderr);
-            return CLI_USAGE;
-        }
-    }
+    random_model_args args = {.dtype_s = "bf16", .format = "gguf", .tok_pre = "qwen2", .seed = 1};
+    int prc = cli_parse(&RANDOM_MODEL_COMMAND, argc, argv, &args);
+    if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
     const shape_preset *p = NULL;
-    for (size_t i = 0; preset && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
-        if (strcmp(PRESETS[i].name, preset) == 0) p = &PRESETS[i];
-    if (!p || !out) {
+    for (size_t i = 0; args.preset && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
+        if (strcmp(PRESETS[i].name, args.preset) == 0) p = &PRESETS[i];
+    if (!p || !args.out) {
         fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b "
                         "or olmoe-1b-7b) and -o FILE\n");
         return CLI_USAGE;
     }
     pdl_dtype dt;
-    if (strcmp(dtype_s, "f32") == 0) dt = PDL_DTYPE_F32;
-    else if (strcmp(dtype_s, "f16") == 0) dt = PDL_DTYPE_F16;
-    else if (strcmp(dtype_s, "bf16") == 0) dt = PDL_DTYPE_BF16;
-    else if (strcmp(dtype_s, "q8_0") == 0) dt = PDL_DTYPE_Q8_0;
+    if (strcmp(args.dtype_s, "f32") == 0) dt = PDL_DTYPE_F32;
+    else if (strcmp(args.dtype_s, "f16") == 0) dt = PDL_DTYPE_F16;
+    else if (strcmp(args.dtype_s, "bf16") == 0) dt = PDL_DTYPE_BF16;
+    else if (strcmp(args.dtype_s, "q8_0") == 0) dt = PDL_DTYPE_Q8_0;
     else {
-        fprintf(stderr, "error: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n", dtype_s);
+        fprintf(stderr, "error: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n", args.dtype_s);
         return CLI_USAGE;
     }
-    bool hf = strcmp(format, "hf") == 0;
-    if (!hf && strcmp(format, "gguf") != 0) {
-        fprintf(stderr, "error: --format expects gguf or hf, got '%s'\n", format);
+    bool hf = strcmp(args.format, "hf") == 0;
+    if (!hf && strcmp(args.format, "gguf") != 0) {
+        fprintf(stderr, "error: --format expects gguf or hf, got '%s'\n", args.format);
         return CLI_USAGE;
     }
     if (hf && p->n_experts > 0) {
@@ -294,8 +297,8 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: safetensors has no Q8_0: use --dtype f32, f16 or bf16 with --format hf\n");
         return CLI_USAGE;
     }
-    int L = layers ? (int)layers : p->layers, V = vocab ? (int)vocab : p->vocab;
-    g_seed = seed;
+    int L = args.layers ? (int)args.layers : p->layers, V = args.vocab ? (int)args.vocab : p->vocab;
+    g_seed = args.seed;
     pdl_fp16_init();
     /* the tensor list, under both names */
     g_names = calloc((size_t)(3 + 12 * L), sizeof *g_names);
@@ -367,13 +370,13 @@ int cli_make_random_model(int argc, char **argv) {
     pdl_error err;
     int rc;
     if (hf) {
-        if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-            fprintf(stderr, "error: %s: cannot create the folder: %s\n", out, strerror(errno));
+        if (mkdir(args.out, 0755) != 0 && errno != EEXIST) {
+            fprintf(stderr, "error: %s: cannot create the folder: %s\n", args.out, strerror(errno));
             free(g_names);
             return CLI_FAIL;
         }
         char path[4096];
-        snprintf(path, sizeof path, "%s/config.json", out);
+        snprintf(path, sizeof path, "%s/config.json", args.out);
         FILE *cf = fopen(path, "w");
         if (!cf) {
             fprintf(stderr, "error: %s: cannot create\n", path);
@@ -393,14 +396,14 @@ int cli_make_random_model(int argc, char **argv) {
         st_out *so = st_out_new();
         for (int i = 0; i < g_n_names; i++)
             st_out_tensor(so, g_names[i].hf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims, g_names[i].shape);
-        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        snprintf(path, sizeof path, "%s/model.safetensors", args.out);
         rc = st_out_write(so, path, fill, NULL, &err);
         st_out_free(so);
         const char *tok_files[] = {"tokenizer.json", "tokenizer_config.json"};
-        for (int i = 0; rc == 0 && tok_dir && i < 2; i++) {
+        for (int i = 0; rc == 0 && args.tok_dir && i < 2; i++) {
             char from[4096];
-            snprintf(from, sizeof from, "%s/%s", tok_dir, tok_files[i]);
-            snprintf(path, sizeof path, "%s/%s", out, tok_files[i]);
+            snprintf(from, sizeof from, "%s/%s", args.tok_dir, tok_files[i]);
+            snprintf(path, sizeof path, "%s/%s", args.out, tok_files[i]);
             if (copy_file(from, path)) {
                 free(g_names);
                 return CLI_FAIL;
@@ -431,12 +434,12 @@ int cli_make_random_model(int argc, char **argv) {
         /* no tokenizer: llama.cpp's "no vocabulary" model (its tokenizer
          * model "none" and the vocabulary's size), which llama-bench runs
          * with the preset's own vocabulary; pagedlm loads it without text */
-        if (!tok_dir) {
+        if (!args.tok_dir) {
             gguf_out_str(g, "tokenizer.ggml.model", "none");
             gguf_out_u32(g, K("vocab_size"), (uint32_t)V);
         }
 #undef K
-        if (tok_dir && add_gguf_tokenizer(g, tok_dir, tok_pre, V)) {
+        if (args.tok_dir && add_gguf_tokenizer(g, args.tok_dir, args.tok_pre, V)) {
             gguf_out_free(g);
             free(g_names);
             return CLI_FAIL;
@@ -444,7 +447,7 @@ int cli_make_random_model(int argc, char **argv) {
         for (int i = 0; i < g_n_names; i++)
             gguf_out_tensor(g, g_names[i].gguf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims,
                             g_names[i].shape);
-        rc = gguf_out_write(g, out, fill, NULL, &err);
+        rc = gguf_out_write(g, args.out, fill, NULL, &err);
         gguf_out_free(g);
     }
     free(g_names);
@@ -454,6 +457,6 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
-    fprintf(stderr, "pagedlm: wrote %s (%s shape, %d layers, vocab %d, %s)\n", out, p->name, L, V, dtype_s);
+    fprintf(stderr, "pagedlm: wrote %s (%s shape, %d layers, vocab %d, %s)\n", args.out, p->name, L, V, args.dtype_s);
     return CLI_OK;
 }

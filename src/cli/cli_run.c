@@ -8,6 +8,8 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,60 +22,6 @@
 #include "util/file_map.h"
 #include "cli/cli_vision.h"
 #include "util/clock.h"
-
-static void run_usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm run -m MODEL (-p PROMPT | --tokens IDS) [options]\n"
-            "  -m, --model PATH        .gguf file or Hugging Face folder\n"
-            "  -p, --prompt TEXT       prompt text (BOS added as the model's tokenizer says)\n"
-            "      --tokens IDS        prompt as comma-separated token ids instead of text\n"
-            "      --image FILE        an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
-            "                          (llama.cpp's marker), or first\n"
-            "      --mmproj FILE       the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging\n"
-            "                          Face LLaVA folder brings its own\n"
-            "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "      --temp T            temperature; 0 = greedy (default 0.8)\n"
-            "      --top-k K, --top-p P, --min-p P   sampling filters (default off)\n"
-            "      --seed S            random seed (default: from the clock, printed on stderr)\n"
-            "      --stop TEXT         end the text at this string (repeatable; not printed)\n"
-            "      --samples N         N continuations of the prompt (sharing its KV blocks; default 1)\n"
-            "      --logprobs N        with --json: the top-N log-probabilities of every generated token\n"
-            "  -t, --threads N         worker threads (default: all cores)\n"
-            "  -c, --ctx-size N        context length (default and most: the model's own; more only with\n"
-            "                          PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
-            "      --kv-cache-dtype T  f16 (default) or f32\n"
-            "      --no-enable-prefix-caching  with --batch-file: recompute every prompt\n"
-            "      --speculative-config JSON   speculative decoding, vLLM's spelling: {\"method\": \"ngram\",\n"
-            "                          \"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
-            "                          or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
-            "      --ignore-eos        keep generating after the end-of-sequence token\n"
-            "      --reasoning-parser NAME  qwen3|deepseek_r1: a reasoning model's thinking block apart from the\n"
-            "                          answer (with --json: \"reasoning\" beside \"text\"); the block opens in the\n"
-            "                          output, or in the prompt when -p ends with its start marker\n"
-            "      --hide-reasoning    with --reasoning-parser: print the answer only\n"
-            "      --reasoning-budget N  with --reasoning-parser: thinking tokens at most, then the block is closed\n"
-            "  structured output (one of; the output is constrained to it and ends when it is complete):\n"
-            "      --json-schema JSON  a JSON Schema (llama.cpp's -j); --json-schema-file FILE\n"
-            "      --grammar GBNF      a GBNF grammar (llama.cpp's format, rule root); --grammar-file FILE\n"
-            "      --regex RE          the whole output matches RE\n"
-            "      --choice JSON       a JSON list of strings: the output is one of them\n"
-            "      --json              print {prompt_tokens, tokens, text} as one JSON object\n"
-            "      --verbose           also print on stderr the selective-logits probe's decision (accepted or\n"
-            "                          rejected, and why)\n"
-            "\n"
-            "  --batch-file FILE.jsonl serve every line as a request, all at once (continuous batching); a line\n"
-            "                          is a POST /v1/completions body plus an \"id\" (\"prompt\" text or ids, \"max_tokens\",\n"
-            "                          sampling fields, \"stop\", \"logprobs\", \"n\", \"logit_bias\", \"min_tokens\",\n"
-            "                          \"response_format\", \"structured_outputs\", ...; see README); temperature 0 and\n"
-            "                          max_tokens -n when left out; prints one JSON line per request in input order\n"
-            "  engine options (with --batch-file):\n"
-            "      --max-num-seqs N            running sequences at most (default 256)\n"
-            "      --max-num-batched-tokens N  rows per step at most (default 2048)\n"
-            "      --max-prefill-chunk N       prompt rows per request per step (default: no limit)\n"
-            "      --block-size N              tokens per KV block (default 16)\n"
-            "      --kv-cache-memory SIZE      KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))\n"
-            "      --logits auto|full|selective  head over sampled rows only (auto: when the load-time probe passes)\n");
-}
 
 #define MAX_SAMPLES 64
 
@@ -219,180 +167,235 @@ static int print_probe(pdl_model *model) {
     return 0;
 }
 
-int cli_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *tokens_arg = NULL, *batch_file = NULL;
-    cli_images ci = {0};
+/* ---- options ------------------------------------------------------------------ */
+
+/* What the command line asks for. */
+typedef struct run_args {
+    const char *model_path, *prompt, *tokens_arg, *batch_file;
+    cli_images ci;                /* --image paths and --mmproj */
     const char *stops[64];
-    int n_stops = 0;
-    char *draft_path = NULL;
-    pdl_engine_options eo = {.log = cli_log_stderr};
-    long lv;
-    long n_predict = 128, threads = 0, ctx = 0, n_samples = 1, n_logprobs = -1, top_k = 0;
-    float temp = 0.8f, top_p = 0, min_p = 0;
-    uint64_t seed = 0;
-    bool have_seed = false, json = false, ignore_eos = false, verbose = false, hide_think = false;
-    const reasoning_format *think = NULL;
-    long think_budget = -1;
-    pdl_kv_dtype kv_dtype = PDL_KV_F16;
-    run_constraint constraint = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            run_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--json") == 0) {
-            json = true;
-        } else if (strcmp(a, "--ignore-eos") == 0) {
-            ignore_eos = true;
-        } else if (strcmp(a, "--verbose") == 0) {
-            verbose = true;
-        } else if (strcmp(a, "--hide-reasoning") == 0) {
-            hide_think = true;
-        } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
-            eo.no_prefix_caching = true;
-        } else if (strcmp(a, "--enable-prefix-caching") == 0) {
-            eo.no_prefix_caching = false;
-        } else if (!(v = cli_value(argc, argv, &i))) {
-            return CLI_USAGE;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            model_path = v;
-        } else if (strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0) {
-            prompt = v;
-        } else if (strcmp(a, "--tokens") == 0) {
-            tokens_arg = v;
-        } else if (strcmp(a, "--reasoning-parser") == 0) {
-            if (!(think = reasoning_format_find(v))) {
-                fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s)\n", v, reasoning_format_names());
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--reasoning-budget") == 0) {
-            if (cli_int(a, v, -1, 1 << 30, &think_budget)) return CLI_USAGE;
-        } else if (strcmp(a, "--image") == 0) {
-            if (cli_images_add(&ci, v)) return CLI_USAGE;
-        } else if (strcmp(a, "--mmproj") == 0) {
-            ci.mmproj = v;
-        } else if (strcmp(a, "-n") == 0 || strcmp(a, "--n-predict") == 0) {
-            if (cli_int(a, v, 0, 1 << 30, &n_predict)) return CLI_USAGE;
-        } else if (strcmp(a, "--temp") == 0) {
-            if (cli_float(a, v, &temp)) return CLI_USAGE;
-            if (temp < 0) {
-                fprintf(stderr, "error: --temp must not be negative\n");
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--seed") == 0) {
-            if (cli_u64(a, v, &seed)) return CLI_USAGE;
-            have_seed = true;
-        } else if (strcmp(a, "--top-k") == 0) {
-            if (cli_int(a, v, 0, 1 << 30, &top_k)) return CLI_USAGE;
-        } else if (strcmp(a, "--top-p") == 0 || strcmp(a, "--min-p") == 0) {
-            float *f = a[2] == 't' ? &top_p : &min_p;
-            if (cli_float(a, v, f) || !(*f >= 0 && *f <= 1)) {
-                fprintf(stderr, "error: %s must be in [0, 1]\n", a);
-                return CLI_USAGE;
-            }
-        } else if (strcmp(a, "--stop") == 0) {
-            if (n_stops == 64 || !v[0]) {
-                fprintf(stderr, "error: --stop takes a non-empty string, at most 64 times\n");
-                return CLI_USAGE;
-            }
-            stops[n_stops++] = v;
-        } else if (strcmp(a, "--json-schema") == 0 || strcmp(a, "-j") == 0) {
-            if (take_constraint(&constraint, a, GRAM_JSON_SCHEMA, v, false)) return CLI_USAGE;
-        } else if (strcmp(a, "--json-schema-file") == 0) {
-            if (take_constraint(&constraint, a, GRAM_JSON_SCHEMA, v, true)) return CLI_USAGE;
-        } else if (strcmp(a, "--grammar") == 0) {
-            if (take_constraint(&constraint, a, GRAM_GBNF, v, false)) return CLI_USAGE;
-        } else if (strcmp(a, "--grammar-file") == 0) {
-            if (take_constraint(&constraint, a, GRAM_GBNF, v, true)) return CLI_USAGE;
-        } else if (strcmp(a, "--regex") == 0) {
-            if (take_constraint(&constraint, a, GRAM_REGEX, v, false)) return CLI_USAGE;
-        } else if (strcmp(a, "--choice") == 0) {
-            if (take_constraint(&constraint, a, GRAM_CHOICE, v, false)) return CLI_USAGE;
-        } else if (strcmp(a, "--samples") == 0) {
-            if (cli_int(a, v, 1, MAX_SAMPLES, &n_samples)) return CLI_USAGE;
-        } else if (strcmp(a, "--logprobs") == 0) {
-            if (cli_int(a, v, 0, 20, &n_logprobs)) return CLI_USAGE;
-        } else if (strcmp(a, "--speculative-config") == 0) {
-            free(draft_path);
-            if (cli_spec_config(a, v, &eo, &draft_path)) return CLI_USAGE;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (cli_int(a, v, 1, 1024, &threads)) return CLI_USAGE;
-        } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &ctx)) return CLI_USAGE;
-        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
-            if (cli_kv_dtype(a, v, &kv_dtype)) return CLI_USAGE;
-        } else if (strcmp(a, "--batch-file") == 0) {
-            batch_file = v;
-        } else if (strcmp(a, "--max-num-seqs") == 0) {
-            if (cli_int(a, v, 1, 1 << 20, &lv)) return CLI_USAGE;
-            eo.max_num_seqs = (int)lv;
-        } else if (strcmp(a, "--max-num-batched-tokens") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
-            eo.max_num_batched_tokens = (int)lv;
-        } else if (strcmp(a, "--max-prefill-chunk") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
-            eo.max_prefill_chunk = (int)lv;
-        } else if (strcmp(a, "--block-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 16, &lv)) return CLI_USAGE;
-            eo.block_size = (int)lv;
-        } else if (strcmp(a, "--kv-cache-memory") == 0) {
-            if (cli_size(a, v, &eo.kv_cache_memory)) return CLI_USAGE;
-        } else if (strcmp(a, "--logits") == 0) {
-            if (cli_logits_mode(a, v, &eo.logits_mode)) return CLI_USAGE;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for run\n", a);
-            run_usage(stderr);
-            return CLI_USAGE;
-        }
+    int n_stops;
+    char *draft_path;             /* --speculative-config's draft model, malloc'ed */
+    pdl_engine_options eo;        /* --speculative-config and the --batch-file engine options */
+    int n_predict, threads, ctx, n_samples, n_logprobs, top_k;
+    float temp, top_p, min_p;
+    uint64_t seed;
+    bool have_seed, json, ignore_eos, verbose, hide_think;
+    const reasoning_format *think;
+    int think_budget;
+    pdl_kv_dtype kv_dtype;
+    run_constraint constraint;
+} run_args;
+
+static int parse_seed(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    run_args *a = args;
+    if (cli_u64(opt, v, &a->seed)) return -1;
+    a->have_seed = true;
+    return 0;
+}
+
+static int parse_stop(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    run_args *a = args;
+    if (a->n_stops == 64 || !v[0]) {
+        fprintf(stderr, "error: --stop takes a non-empty string, at most 64 times\n");
+        return -1;
     }
-    if (!model_path || (!!prompt + !!tokens_arg + !!batch_file) != 1) {
+    a->stops[a->n_stops++] = v;
+    return 0;
+}
+
+static int parse_image(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    return cli_images_add(&((run_args *)args)->ci, v);
+}
+
+static int parse_reasoning_parser(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o, (void)opt;
+    run_args *a = args;
+    if (!(a->think = reasoning_format_find(v))) {
+        fprintf(stderr, "error: unknown --reasoning-parser '%s' (%s)\n", v, reasoning_format_names());
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_spec_config(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    run_args *a = args;
+    free(a->draft_path); /* the last --speculative-config wins */
+    return cli_spec_config(opt, v, &a->eo, &a->draft_path);
+}
+
+/* The structured-output options: tag is the gram_kind, from a file when the
+ * option's name ends in "-file". */
+static int parse_constraint(void *args, const cli_option *o, const char *opt, const char *v) {
+    size_t n = strlen(o->name);
+    bool from_file = n > 5 && strcmp(o->name + n - 5, "-file") == 0;
+    return take_constraint(&((run_args *)args)->constraint, opt, (gram_kind)o->tag, v, from_file);
+}
+
+#define A(f) offsetof(run_args, f)
+static const cli_option RUN_OPTIONS[] = {
+    {"--model", "-m", CLI_OPT_STRING, A(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"--prompt", "-p", CLI_OPT_STRING, A(prompt), .value = "TEXT",
+     .help = "prompt text (BOS added as the model's tokenizer says)"},
+    {"--tokens", NULL, CLI_OPT_STRING, A(tokens_arg), .value = "IDS",
+     .help = "prompt as comma-separated token ids instead of text"},
+    {"--image", NULL, CLI_OPT_CUSTOM, 0, .value = "FILE", .parse = parse_image,
+     .help = "an image (PNG, JPEG, WebP; repeatable): its rows go where -p has <__media__>\n"
+             "(llama.cpp's marker), or first"},
+    {"--mmproj", NULL, CLI_OPT_STRING, A(ci.mmproj), .value = "FILE",
+     .help = "the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging\n"
+             "Face LLaVA folder brings its own"},
+    {"--n-predict", "-n", CLI_OPT_INT, A(n_predict), .min = 0, .max = 1 << 30, .value = "N",
+     .help = "tokens to generate (default 128)"},
+    {"--temp", NULL, CLI_OPT_FLOAT, A(temp), .min = 0, .max = INFINITY, .value = "T",
+     .help = "temperature; 0 = greedy (default 0.8)"},
+    {"--top-k", NULL, CLI_OPT_INT, A(top_k), .min = 0, .max = 1 << 30, .value = "K",
+     .help = "keep the K most likely tokens (default 0: off)"},
+    {"--top-p", NULL, CLI_OPT_FLOAT, A(top_p), .min = 0, .max = 1, .value = "P",
+     .help = "keep the most likely tokens up to P of the mass (default 0: off)"},
+    {"--min-p", NULL, CLI_OPT_FLOAT, A(min_p), .min = 0, .max = 1, .value = "P",
+     .help = "drop tokens below P times the most likely one's probability (default 0: off)"},
+    {"--seed", NULL, CLI_OPT_CUSTOM, 0, .value = "S", .parse = parse_seed,
+     .help = "random seed (default: from the clock, printed on stderr)"},
+    {"--stop", NULL, CLI_OPT_CUSTOM, 0, .value = "TEXT", .parse = parse_stop,
+     .help = "end the text at this string (repeatable; not printed)"},
+    {"--samples", NULL, CLI_OPT_INT, A(n_samples), .min = 1, .max = MAX_SAMPLES, .value = "N",
+     .help = "N continuations of the prompt (sharing its KV blocks; default 1)"},
+    {"--logprobs", NULL, CLI_OPT_INT, A(n_logprobs), .min = 0, .max = 20, .value = "N",
+     .help = "with --json: the top-N log-probabilities of every generated token"},
+    {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
+     .help = "worker threads (default: all cores)"},
+    {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "context length (default and most: the model's own; more only with\n"
+     "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "T", .help = "f16 (default) or f32"},
+    {"--no-enable-prefix-caching", NULL, CLI_OPT_FLAG, A(eo.no_prefix_caching),
+     .help = "with --batch-file: recompute every prompt"},
+    {"--enable-prefix-caching", NULL, CLI_OPT_FLAG_OFF, A(eo.no_prefix_caching),
+     .help = "with --batch-file: reuse cached prompt blocks (the default)"},
+    {"--speculative-config", NULL, CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_spec_config,
+     .help = "speculative decoding, vLLM's spelling: {\"method\": \"ngram\",\n"
+             "\"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
+             "or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}"},
+    {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos), .help = "keep generating after the end-of-sequence token"},
+    {"--reasoning-parser", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_reasoning_parser,
+     .help = "qwen3|deepseek_r1: a reasoning model's thinking block apart from the\n"
+             "answer (with --json: \"reasoning\" beside \"text\"); the block opens in the\n"
+             "output, or in the prompt when -p ends with its start marker"},
+    {"--hide-reasoning", NULL, CLI_OPT_FLAG, A(hide_think), .help = "with --reasoning-parser: print the answer only"},
+    {"--reasoning-budget", NULL, CLI_OPT_INT, A(think_budget), .min = -1, .max = 1 << 30, .value = "N",
+     .help = "with --reasoning-parser: thinking tokens at most, then the block is closed"},
+    {"--json", NULL, CLI_OPT_FLAG, A(json), .help = "print {prompt_tokens, tokens, text} as one JSON object"},
+    {"--verbose", NULL, CLI_OPT_FLAG, A(verbose),
+     .help = "also print on stderr the selective-logits probe's decision (accepted or\n"
+             "rejected, and why)"},
+    {.kind = CLI_OPT_SECTION,
+     .help = "structured output (one of; the output is constrained to it and ends when it is complete):"},
+    {"--json-schema", "-j", CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_constraint, .tag = GRAM_JSON_SCHEMA,
+     .help = "a JSON Schema (llama.cpp's -j)"},
+    {"--json-schema-file", NULL, CLI_OPT_CUSTOM, 0, .value = "FILE", .parse = parse_constraint,
+     .tag = GRAM_JSON_SCHEMA, .help = "a JSON Schema from a file"},
+    {"--grammar", NULL, CLI_OPT_CUSTOM, 0, .value = "GBNF", .parse = parse_constraint, .tag = GRAM_GBNF,
+     .help = "a GBNF grammar (llama.cpp's format, rule root)"},
+    {"--grammar-file", NULL, CLI_OPT_CUSTOM, 0, .value = "FILE", .parse = parse_constraint, .tag = GRAM_GBNF,
+     .help = "a GBNF grammar from a file"},
+    {"--regex", NULL, CLI_OPT_CUSTOM, 0, .value = "RE", .parse = parse_constraint, .tag = GRAM_REGEX,
+     .help = "the whole output matches RE"},
+    {"--choice", NULL, CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_constraint, .tag = GRAM_CHOICE,
+     .help = "a JSON list of strings: the output is one of them"},
+    {.kind = CLI_OPT_SECTION, .help = "many requests at once:"},
+    {"--batch-file", NULL, CLI_OPT_STRING, A(batch_file), .value = "FILE.jsonl",
+     .help = "serve every line as a request, all at once (continuous batching); a line\n"
+             "is a POST /v1/completions body plus an \"id\" (\"prompt\" text or ids, \"max_tokens\",\n"
+             "sampling fields, \"stop\", \"logprobs\", \"n\", \"logit_bias\", \"min_tokens\",\n"
+             "\"response_format\", \"structured_outputs\", ...; see README); temperature 0 and\n"
+             "max_tokens -n when left out; prints one JSON line per request in input order"},
+    {.kind = CLI_OPT_SECTION, .help = "engine options (with --batch-file):"},
+    {"--max-num-seqs", NULL, CLI_OPT_INT, A(eo.max_num_seqs), .min = 1, .max = 1 << 20, .value = "N",
+     .help = "running sequences at most (default 256)"},
+    {"--max-num-batched-tokens", NULL, CLI_OPT_INT, A(eo.max_num_batched_tokens), .min = 1, .max = 1 << 24,
+     .value = "N",
+     .help = "rows per step at most (default 2048)"},
+    {"--max-prefill-chunk", NULL, CLI_OPT_INT, A(eo.max_prefill_chunk), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "prompt rows per request per step (default: no limit)"},
+    {"--block-size", NULL, CLI_OPT_INT, A(eo.block_size), .min = 1, .max = 1 << 16, .value = "N",
+     .help = "tokens per KV block (default 16)"},
+    {"--kv-cache-memory", NULL, CLI_OPT_SIZE, A(eo.kv_cache_memory), .value = "SIZE",
+     .help = "KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))"},
+    {"--logits", NULL, CLI_OPT_LOGITS, A(eo.logits_mode), .value = "auto|full|selective",
+     .help = "head over sampled rows only (auto: when the load-time probe passes)"},
+};
+#undef A
+
+static const cli_command RUN_COMMAND = {
+    .name = "run",
+    .usage = "usage: pagedlm run -m MODEL (-p PROMPT | --tokens IDS | --batch-file FILE) [options]\n",
+    .options = RUN_OPTIONS,
+    .n_options = sizeof RUN_OPTIONS / sizeof RUN_OPTIONS[0],
+};
+
+int cli_run(int argc, char **argv) {
+    run_args a = {.eo = {.log = cli_log_stderr}, .n_predict = 128, .n_samples = 1, .n_logprobs = -1, .temp = 0.8f,
+                  .think_budget = -1, .kv_dtype = PDL_KV_F16};
+    int prc = cli_parse(&RUN_COMMAND, argc, argv, &a);
+    if (prc) {
+        free(a.draft_path);
+        return prc > 0 ? CLI_OK : CLI_USAGE;
+    }
+    if (!a.model_path || (!!a.prompt + !!a.tokens_arg + !!a.batch_file) != 1) {
         fprintf(stderr, "error: run needs -m MODEL and one of -p PROMPT, --tokens IDS or --batch-file FILE\n");
-        run_usage(stderr);
+        cli_print_help(&RUN_COMMAND, stderr);
+        free(a.draft_path);
         return CLI_USAGE;
     }
-    if (ci.n_paths && !prompt) {
+    if (a.ci.n_paths && !a.prompt) {
         fprintf(stderr, "error: --image needs -p PROMPT (its place marked with %s)\n", CLI_MEDIA_MARKER);
+        free(a.draft_path);
         return CLI_USAGE;
     }
-    if (!have_seed) seed = (uint64_t)time(NULL);
+    if (!a.have_seed) a.seed = (uint64_t)time(NULL);
 
     pdl_error err;
     pdl_model *model = NULL;
-    pdl_model_options mo = cli_model_options((int)threads, (int)ctx);
+    pdl_model_options mo = cli_model_options((int)a.threads, (int)a.ctx);
     double t0 = pdl_now_s();
-    if (cli_load_model(&model, model_path, &mo, &err)) {
+    if (cli_load_model(&model, a.model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
     pdl_model *draft = NULL;
-    if (draft_path) {
-        pdl_model_options dmo = cli_model_options((int)threads, (int)ctx);
-        if (cli_load_model(&draft, draft_path, &dmo, &err)) {
+    if (a.draft_path) {
+        pdl_model_options dmo = cli_model_options((int)a.threads, (int)a.ctx);
+        if (cli_load_model(&draft, a.draft_path, &dmo, &err)) {
             fprintf(stderr, "error: draft model: %s\n", err.message);
-            free(draft_path);
+            free(a.draft_path);
             pdl_model_free(model);
             return CLI_FAIL;
         }
-        eo.draft_model = draft;
+        a.eo.draft_model = draft;
     }
-    free(draft_path);
+    free(a.draft_path);
     double t_load = pdl_now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
-    if (verbose && print_probe(model)) {
+    if (a.verbose && print_probe(model)) {
         pdl_model_free(draft);
         pdl_model_free(model);
         return CLI_FAIL;
     }
-    if (batch_file && constraint.text) {
-        fprintf(stderr, "error: %s applies to -p / --tokens, not to --batch-file\n", constraint.flag);
+    if (a.batch_file && a.constraint.text) {
+        fprintf(stderr, "error: %s applies to -p / --tokens, not to --batch-file\n", a.constraint.flag);
         pdl_model_free(draft);
         pdl_model_free(model);
         return CLI_USAGE;
     }
-    if (batch_file) {
-        eo.kv_dtype = kv_dtype;
-        int brc = cli_run_batch(model, batch_file, &eo, (int)n_predict);
+    if (a.batch_file) {
+        a.eo.kv_dtype = a.kv_dtype;
+        int brc = cli_run_batch(model, a.batch_file, &a.eo, (int)a.n_predict);
         pdl_model_free(draft);
         pdl_model_free(model);
         return brc;
@@ -404,17 +407,17 @@ int cli_run(int argc, char **argv) {
     gram_vocab *gvocab = NULL;
     gram_grammar *grammar = NULL;
     pdl_mm_prompt mm = {0};
-    if (compile_constraint(&constraint, model, &gvocab, &grammar)) {
+    if (compile_constraint(&a.constraint, model, &gvocab, &grammar)) {
         rc = CLI_FAIL;
-    } else if (cli_images_open(&ci, model, model_path)) {
+    } else if (cli_images_open(&a.ci, model, a.model_path)) {
         rc = CLI_FAIL;
-    } else if (ci.n_images) {
-        if (cli_images_prompt(&ci, model, prompt, &mm)) rc = CLI_FAIL;
+    } else if (a.ci.n_images) {
+        if (cli_images_prompt(&a.ci, model, a.prompt, &mm)) rc = CLI_FAIL;
         else ids = mm.ids, n_ids = mm.n_ids, mm.ids = NULL;
-        eo.vision = ci.vision;
-    } else if (tokens_arg) {
-        if (cli_token_list("--tokens", tokens_arg, &ids, &n_ids)) rc = CLI_USAGE;
-    } else if (pdl_tokenize(model, prompt, strlen(prompt), true, &ids, &n_ids, &err)) {
+        a.eo.vision = a.ci.vision;
+    } else if (a.tokens_arg) {
+        if (cli_token_list("--tokens", a.tokens_arg, &ids, &n_ids)) rc = CLI_USAGE;
+    } else if (pdl_tokenize(model, a.prompt, strlen(a.prompt), true, &ids, &n_ids, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     }
@@ -423,44 +426,44 @@ int cli_run(int argc, char **argv) {
         rc = CLI_FAIL;
     }
     fprintf(stderr, "pagedlm: %s (%s, %s) %d layers, hidden %d, vocab %d, ctx %d; loaded in %.1f ms; seed %llu\n",
-            model_path, info.arch, info.weight_types, info.n_layers, info.hidden, info.vocab, info.ctx_len,
-            t_load * 1e3, (unsigned long long)seed);
+            a.model_path, info.arch, info.weight_types, info.n_layers, info.hidden, info.vocab, info.ctx_len,
+            t_load * 1e3, (unsigned long long)a.seed);
 
-    run_output out = {.json = json, .stream = !json, .ids_only = !pdl_model_has_tokenizer(model), .n = (int)n_samples,
-                      .hide_think = hide_think};
+    run_output out = {.json = a.json, .stream = !a.json, .ids_only = !pdl_model_has_tokenizer(model),
+                      .n = a.n_samples, .hide_think = a.hide_think};
     if (out.ids_only && rc == CLI_OK) fprintf(stderr, "pagedlm: no tokenizer for this model: printing token ids\n");
     pdl_reasoning think_params = {0};
-    bool opens = think && prompt && reasoning_prompt_opens(think, prompt, strlen(prompt));
-    if (rc == CLI_OK && think) {
-        reasoning_params(think, model, opens, (int)think_budget, &think_params);
-        if (think_budget >= 0 && !think_params.enabled) {
-            fprintf(stderr, "error: --reasoning-budget needs '%s' to be one token of the model\n", think->end);
+    bool opens = a.think && a.prompt && reasoning_prompt_opens(a.think, a.prompt, strlen(a.prompt));
+    if (rc == CLI_OK && a.think) {
+        reasoning_params(a.think, model, opens, (int)a.think_budget, &think_params);
+        if (a.think_budget >= 0 && !think_params.enabled) {
+            fprintf(stderr, "error: --reasoning-budget needs '%s' to be one token of the model\n", a.think->end);
             rc = CLI_USAGE;
         }
     }
     for (int i = 0; i < out.n; i++) {
         out.tokens[i] = json_array();
-        if (n_logprobs >= 0) out.logprobs[i] = json_array();
-        if (think) out.think[i] = reasoning_split_new(think, opens);
+        if (a.n_logprobs >= 0) out.logprobs[i] = json_array();
+        if (a.think) out.think[i] = reasoning_split_new(a.think, opens);
     }
     /* one request through the engine, its KV sized for this request alone */
     pdl_engine *engine = NULL;
-    if (rc == CLI_OK && n_predict > 0) {
-        long need = (long)n_ids + n_predict;
-        eo.kv_dtype = kv_dtype;
-        eo.max_num_seqs = (int)n_samples;
-        eo.max_model_len = need < info.ctx_len ? (int)need : info.ctx_len;
-        if (pdl_engine_create(&engine, model, &eo, &err)) {
+    if (rc == CLI_OK && a.n_predict > 0) {
+        long need = (long)n_ids + a.n_predict;
+        a.eo.kv_dtype = a.kv_dtype;
+        a.eo.max_num_seqs = (int)a.n_samples;
+        a.eo.max_model_len = need < info.ctx_len ? (int)need : info.ctx_len;
+        if (pdl_engine_create(&engine, model, &a.eo, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
         }
     }
     if (rc == CLI_OK && engine) {
-        pdl_request_params rp = {.sampling = {.temperature = temp, .top_k = (int)top_k, .top_p = top_p,
-                                              .min_p = min_p, .seed = seed},
-                                 .max_tokens = (int)n_predict, .ignore_eos = ignore_eos, .stop = stops,
-                                 .n_stop = n_stops, .logprobs = (int)n_logprobs, .prompt_logprobs = -1,
-                                 .n = (int)n_samples, .grammar = grammar, .images = mm.images,
+        pdl_request_params rp = {.sampling = {.temperature = a.temp, .top_k = (int)a.top_k, .top_p = a.top_p,
+                                              .min_p = a.min_p, .seed = a.seed},
+                                 .max_tokens = (int)a.n_predict, .ignore_eos = a.ignore_eos, .stop = a.stops,
+                                 .n_stop = a.n_stops, .logprobs = (int)a.n_logprobs, .prompt_logprobs = -1,
+                                 .n = (int)a.n_samples, .grammar = grammar, .images = mm.images,
                                  .n_images = mm.n_images, .reasoning = think_params};
         double t1 = pdl_now_s();
         int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
@@ -469,12 +472,12 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "pagedlm: %d image%s encoded in %.1f ms\n", mm.n_images, mm.n_images == 1 ? "" : "s",
                     (t_added - t1) * 1e3);
         if (arc || pdl_engine_run_until_idle(engine, &err)) {
-            if (!json) fputc('\n', stdout);
+            if (!a.json) fputc('\n', stdout);
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
         } else {
             double dt = pdl_now_s() - t1;
-            if (!json) {
+            if (!a.json) {
                 /* the other samples after the first, which streamed */
                 for (int i = 1; i < out.n; i++) {
                     printf("\n--- sample %d\n", i);
@@ -495,15 +498,15 @@ int cli_run(int argc, char **argv) {
                         (out.t_first - t_added) * 1e3, n_ids / (out.t_first - t_added));
             pdl_engine_stats st;
             pdl_engine_get_stats(engine, &st);
-            if (eo.spec_method != PDL_SPEC_NONE)
+            if (a.eo.spec_method != PDL_SPEC_NONE)
                 fprintf(stderr, "pagedlm: speculative decoding: %llu drafts, %llu of %llu draft tokens accepted\n",
                         (unsigned long long)st.spec_drafts, (unsigned long long)st.spec_accepted_tokens,
                         (unsigned long long)st.spec_draft_tokens);
         }
-    } else if (rc == CLI_OK && !json) {
+    } else if (rc == CLI_OK && !a.json) {
         fputc('\n', stdout); /* -n 0: nothing to generate */
     }
-    if (rc == CLI_OK && json) {
+    if (rc == CLI_OK && a.json) {
         json_t *o = json_object(), *pt = json_array();
         for (size_t i = 0; i < n_ids; i++) json_array_append_new(pt, json_integer(ids[i]));
         json_object_set_new(o, "prompt_tokens", pt);
@@ -533,7 +536,7 @@ int cli_run(int argc, char **argv) {
     gram_vocab_free(gvocab);
     free(ids);
     pdl_mm_prompt_free(&mm);
-    cli_images_close(&ci);
+    cli_images_close(&a.ci);
     pdl_model_free(draft);
     pdl_model_free(model);
     return rc;

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,66 +21,6 @@
 
 #include "cli/cli_args.h"
 #include "server/server.h"
-
-static void serve_usage(FILE *f) {
-    fprintf(f,
-            "usage: pagedlm serve -m MODEL [options]\n"
-            "  -m, --model PATH               .gguf file or Hugging Face folder\n"
-            "      --host HOST                address to listen on (default 127.0.0.1)\n"
-            "      --port PORT                port (default 8000; 0 = any free port, printed on stderr)\n"
-            "      --served-model-name NAME   the model name clients use (default: MODEL as given)\n"
-            "      --replica-name NAME        this server's name in the X-Pagedlm-Replica header and in\n"
-            "                                 system_fingerprint (default HOST:PORT; the machine's name\n"
-            "                                 for a wildcard HOST such as 0.0.0.0)\n"
-            "      --api-key KEY              require 'Authorization: Bearer KEY' (or env PAGEDLM_API_KEY)\n"
-            "      --chat-template FILE       Jinja chat template (default: the model's own)\n"
-            "      --mmproj FILE              vision model of a GGUF model (llama.cpp's mmproj GGUF): chat content\n"
-            "                                 parts of type image_url (a Hugging Face LLaVA folder brings its own)\n"
-            "      --allowed-local-media-path DIR  file:// image URLs under DIR are read (default: data URLs only)\n"
-            "      --encoder-cache-size SIZE  encoded images kept across requests by image hash, least recently\n"
-            "                                 used dropped first (default 256MiB)\n"
-            "      --no-encoder-cache         encode every image (no cache across requests)\n"
-            "      --max-model-len N          context length (default and most: the model's own; more only with\n"
-            "                                 PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)\n"
-            "      --max-num-seqs N           running sequences at most (default 256)\n"
-            "      --max-num-batched-tokens N rows per engine step at most (default 2048)\n"
-            "      --max-prefill-chunk N      prompt rows per request per step (default: no limit)\n"
-            "      --kv-cache-memory SIZE     KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))\n"
-            "      --block-size N             tokens per KV block (default 16)\n"
-            "      --kv-cache-dtype f16|f32   KV cache precision (default f16)\n"
-            "  -t, --threads N                worker threads (default: all cores)\n"
-            "      --logits auto|full|selective  LM head over sampled rows only (auto: when the probe passes)\n"
-            "      --no-enable-prefix-caching  recompute every prompt (prefix caching is on by default;\n"
-            "                                 --enable-prefix-caching is accepted)\n"
-            "      --speculative-config JSON  {\"method\": \"ngram\", \"num_speculative_tokens\": 4,\n"
-            "                                 \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or\n"
-            "                                 {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}\n"
-            "      --max-body SIZE            request body limit (default 4MiB; larger bodies get 413)\n"
-            "      --shutdown-grace SECONDS   on SIGINT/SIGTERM, time in-flight requests get (default 10)\n"
-            "      --timeout-keep-alive SECONDS  an idle connection closes after this long (default 5)\n"
-            "      --disable-log-requests     no log line per request\n"
-            "      --enable-auto-tool-choice  tool_choice \"auto\" (the default with tools): tool calls are parsed\n"
-            "                                 out of the output; without it the model's text is returned as is\n"
-            "      --tool-call-parser NAME    the model's tool-call format, as vLLM names it: hermes, llama3_json,\n"
-            "                                 mistral, qwen3_coder (Qwen3-Coder, Qwen3.5), pythonic (Llama 3.2/4),\n"
-            "                                 deepseek_v3, glm45, kimi_k2 (default: from the model's tokens:\n"
-            "                                 <|tool_calls_section_begin|>, <\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>, <arg_key>,\n"
-            "                                 <tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)\n"
-            "      --reasoning-parser NAME    qwen3|deepseek_r1: the thinking block (<think>...</think>) goes to\n"
-            "                                 message.reasoning / reasoning_content, apart from the answer; grammars\n"
-            "                                 and tool calls apply to the answer\n"
-            "      --reasoning-budget N       thinking tokens at most when a request names none\n"
-            "                                 (thinking_token_budget); then the block's end is forced (default -1: no limit)\n"
-            "      --grammar-timeout SECONDS  a request's regex, JSON schema, GBNF grammar or forced tool call must\n"
-            "                                 compile within this long, or it gets a 400 (default 5)\n"
-            "      --grammar-max-work STEPS   ... and within this many steps of work (default 100000000, about\n"
-            "                                 0.5-1 s of one core; deterministic, unlike the clock)\n"
-            "\n"
-            "endpoints: POST /v1/completions (suffix: fill-in-the-middle), POST /v1/chat/completions,\n"
-            "           POST /v1/responses (OpenAI's Responses API), POST /v1/messages and\n"
-            "           /v1/messages/count_tokens (Anthropic's Messages API), POST /infill (llama-server's),\n"
-            "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n");
-}
 
 static void log_line(const char *line, void *user) {
     (void)user;
@@ -102,123 +43,193 @@ static void *second_signal(void *arg) {
     return NULL;
 }
 
-int cli_serve(int argc, char **argv) {
-    srv_options o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line,
-                     .reasoning_budget = -1};
-    o.model = cli_model_options(0, 0);
-    char *draft_path = NULL;
-    long lv;
-    float fv;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            serve_usage(stdout);
-            return CLI_OK;
-        } else if (strcmp(a, "--disable-log-requests") == 0) {
-            o.log_requests = false;
-        } else if (strcmp(a, "--no-encoder-cache") == 0) {
-            o.engine.no_encoder_cache = true;
-        } else if (strcmp(a, "--no-enable-prefix-caching") == 0) {
-            o.engine.no_prefix_caching = true;
-        } else if (strcmp(a, "--enable-prefix-caching") == 0) {
-            o.engine.no_prefix_caching = false;
-        } else if (strcmp(a, "--enable-auto-tool-choice") == 0) {
-            o.enable_auto_tool_choice = true;
-        } else if (!(v = cli_value(argc, argv, &i))) {
-            return CLI_USAGE;
-        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
-            o.model_path = v;
-        } else if (strcmp(a, "--tool-call-parser") == 0) {
-            o.tool_call_parser = v;
-        } else if (strcmp(a, "--host") == 0) {
-            o.host = v;
-        } else if (strcmp(a, "--port") == 0) {
-            if (cli_int(a, v, 0, 65535, &lv)) return CLI_USAGE;
-            o.port = (int)lv;
-        } else if (strcmp(a, "--served-model-name") == 0) {
-            o.served_model_name = v;
-        } else if (strcmp(a, "--replica-name") == 0) {
-            pdl_error e;
-            if (srv_check_replica_name(v, &e)) {
-                fprintf(stderr, "error: %s\n", e.message);
-                return CLI_USAGE;
-            }
-            o.replica_name = v;
-        } else if (strcmp(a, "--api-key") == 0) {
-            o.api_key = v;
-        } else if (strcmp(a, "--chat-template") == 0) {
-            o.chat_template = v;
-        } else if (strcmp(a, "--mmproj") == 0) {
-            o.mmproj_path = v;
-        } else if (strcmp(a, "--allowed-local-media-path") == 0) {
-            o.allowed_media_path = v;
-        } else if (strcmp(a, "--max-model-len") == 0 || strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
-            o.model.ctx_size = (int)lv;
-            o.engine.max_model_len = (int)lv; /* the KV pool must hold it, or the server refuses to start */
-        } else if (strcmp(a, "--max-num-seqs") == 0) {
-            if (cli_int(a, v, 1, 1 << 20, &lv)) return CLI_USAGE;
-            o.engine.max_num_seqs = (int)lv;
-        } else if (strcmp(a, "--max-num-batched-tokens") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
-            o.engine.max_num_batched_tokens = (int)lv;
-        } else if (strcmp(a, "--max-prefill-chunk") == 0) {
-            if (cli_int(a, v, 1, 1 << 24, &lv)) return CLI_USAGE;
-            o.engine.max_prefill_chunk = (int)lv;
-        } else if (strcmp(a, "--encoder-cache-size") == 0) {
-            if (cli_size(a, v, &o.engine.encoder_cache_bytes)) return CLI_USAGE;
-        } else if (strcmp(a, "--kv-cache-memory") == 0) {
-            if (cli_size(a, v, &o.engine.kv_cache_memory)) return CLI_USAGE;
-        } else if (strcmp(a, "--block-size") == 0) {
-            if (cli_int(a, v, 1, 1 << 16, &lv)) return CLI_USAGE;
-            o.engine.block_size = (int)lv;
-        } else if (strcmp(a, "--kv-cache-dtype") == 0) {
-            if (cli_kv_dtype(a, v, &o.engine.kv_dtype)) return CLI_USAGE;
-        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (cli_int(a, v, 1, 1024, &lv)) return CLI_USAGE;
-            o.model.n_threads = (int)lv;
-        } else if (strcmp(a, "--logits") == 0) {
-            if (cli_logits_mode(a, v, &o.engine.logits_mode)) return CLI_USAGE;
-        } else if (strcmp(a, "--speculative-config") == 0) {
-            free(draft_path);
-            if (cli_spec_config(a, v, &o.engine, &draft_path)) return CLI_USAGE;
-            o.draft_model_path = draft_path;
-        } else if (strcmp(a, "--reasoning-parser") == 0) {
-            o.reasoning_parser = v;
-        } else if (strcmp(a, "--reasoning-budget") == 0) {
-            if (cli_int(a, v, -1, 1 << 30, &lv)) return CLI_USAGE;
-            o.reasoning_budget = (int)lv;
-        } else if (strcmp(a, "--grammar-timeout") == 0) {
-            if (cli_float(a, v, &fv)) return CLI_USAGE;
-            if (!(fv > 0)) {
-                fprintf(stderr, "error: --grammar-timeout must be positive\n");
-                return CLI_USAGE;
-            }
-            o.grammar_timeout_s = fv;
-        } else if (strcmp(a, "--grammar-max-work") == 0) {
-            if (cli_int(a, v, 1, (long)1 << 40, &lv)) return CLI_USAGE;
-            o.grammar_max_work = lv;
-        } else if (strcmp(a, "--max-body") == 0) {
-            if (cli_size(a, v, &o.max_body)) return CLI_USAGE;
-        } else if (strcmp(a, "--timeout-keep-alive") == 0) {
-            if (cli_int(a, v, 1, 86400, &lv)) return CLI_USAGE;
-            o.timeout_keep_alive_s = (int)lv;
-        } else if (strcmp(a, "--shutdown-grace") == 0) {
-            if (cli_float(a, v, &fv)) return CLI_USAGE;
-            if (fv < 0) {
-                fprintf(stderr, "error: --shutdown-grace must not be negative\n");
-                return CLI_USAGE;
-            }
-            o.shutdown_grace_s = fv;
-        } else {
-            fprintf(stderr, "error: unknown option '%s' for serve\n", a);
-            serve_usage(stderr);
-            return CLI_USAGE;
-        }
+/* ---- options ------------------------------------------------------------------ */
+
+/* What the command line asks for: the server's options, and the draft
+ * model's path --speculative-config names (malloc'ed; o.draft_model_path
+ * points at it). */
+typedef struct serve_args {
+    srv_options o;
+    char *draft_path;
+} serve_args;
+
+static int parse_max_model_len(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    serve_args *a = args;
+    long n;
+    if (cli_int(opt, v, 1, 1 << 24, &n)) return -1;
+    a->o.model.ctx_size = (int)n;
+    a->o.engine.max_model_len = (int)n; /* the KV pool must hold it, or the server refuses to start */
+    return 0;
+}
+
+static int parse_replica_name(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row, (void)opt;
+    pdl_error e;
+    if (srv_check_replica_name(v, &e)) {
+        fprintf(stderr, "error: %s\n", e.message);
+        return -1;
     }
+    ((serve_args *)args)->o.replica_name = v;
+    return 0;
+}
+
+static int parse_spec_config(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    serve_args *a = args;
+    free(a->draft_path); /* the last --speculative-config wins */
+    a->o.draft_model_path = NULL;
+    if (cli_spec_config(opt, v, &a->o.engine, &a->draft_path)) return -1;
+    a->o.draft_model_path = a->draft_path;
+    return 0;
+}
+
+static int parse_grammar_timeout(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    float f;
+    if (cli_float(opt, v, &f)) return -1;
+    if (!(f > 0)) {
+        fprintf(stderr, "error: --grammar-timeout must be positive\n");
+        return -1;
+    }
+    ((serve_args *)args)->o.grammar_timeout_s = f;
+    return 0;
+}
+
+static int parse_grammar_max_work(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    long n;
+    if (cli_int(opt, v, 1, (long)1 << 40, &n)) return -1;
+    ((serve_args *)args)->o.grammar_max_work = n;
+    return 0;
+}
+
+static int parse_shutdown_grace(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    float f;
+    if (cli_float(opt, v, &f)) return -1;
+    if (f < 0) {
+        fprintf(stderr, "error: --shutdown-grace must not be negative\n");
+        return -1;
+    }
+    ((serve_args *)args)->o.shutdown_grace_s = f;
+    return 0;
+}
+
+#define O(f) offsetof(serve_args, o.f)
+static const cli_option SERVE_OPTIONS[] = {
+    {"--model", "-m", CLI_OPT_STRING, O(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"--host", NULL, CLI_OPT_STRING, O(host), .value = "HOST", .help = "address to listen on (default 127.0.0.1)"},
+    {"--port", NULL, CLI_OPT_INT, O(port), .min = 0, .max = 65535, .value = "PORT",
+     .help = "port (default 8000; 0 = any free port, printed on stderr)"},
+    {"--served-model-name", NULL, CLI_OPT_STRING, O(served_model_name), .value = "NAME",
+     .help = "the model name clients use (default: MODEL as given)"},
+    {"--replica-name", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_replica_name,
+     .help = "this server's name in the X-Pagedlm-Replica header and in\n"
+             "system_fingerprint (default HOST:PORT; the machine's name\n"
+             "for a wildcard HOST such as 0.0.0.0)"},
+    {"--api-key", NULL, CLI_OPT_STRING, O(api_key), .value = "KEY",
+     .help = "require 'Authorization: Bearer KEY' (or env PAGEDLM_API_KEY)"},
+    {"--chat-template", NULL, CLI_OPT_STRING, O(chat_template), .value = "FILE",
+     .help = "Jinja chat template (default: the model's own)"},
+    {"--mmproj", NULL, CLI_OPT_STRING, O(mmproj_path), .value = "FILE",
+     .help = "vision model of a GGUF model (llama.cpp's mmproj GGUF): chat content\n"
+             "parts of type image_url (a Hugging Face LLaVA folder brings its own)"},
+    {"--allowed-local-media-path", NULL, CLI_OPT_STRING, O(allowed_media_path), .value = "DIR",
+     .help = "file:// image URLs under DIR are read (default: data URLs only)"},
+    {"--encoder-cache-size", NULL, CLI_OPT_SIZE, O(engine.encoder_cache_bytes), .value = "SIZE",
+     .help = "encoded images kept across requests by image hash, least recently\n"
+             "used dropped first (default 256MiB)"},
+    {"--no-encoder-cache", NULL, CLI_OPT_FLAG, O(engine.no_encoder_cache),
+     .help = "encode every image (no cache across requests)"},
+    {"--max-model-len", "-c", CLI_OPT_CUSTOM, 0, .value = "N", .parse = parse_max_model_len,
+     .help = "context length (default and most: the model's own; more only with\n"
+             "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions); also --ctx-size"},
+    {"--ctx-size", NULL, CLI_OPT_CUSTOM, 0, .value = "N", .parse = parse_max_model_len,
+     .help = "the same as --max-model-len"},
+    {"--max-num-seqs", NULL, CLI_OPT_INT, O(engine.max_num_seqs), .min = 1, .max = 1 << 20, .value = "N",
+     .help = "running sequences at most (default 256)"},
+    {"--max-num-batched-tokens", NULL, CLI_OPT_INT, O(engine.max_num_batched_tokens), .min = 1, .max = 1 << 24,
+     .value = "N", .help = "rows per engine step at most (default 2048)"},
+    {"--max-prefill-chunk", NULL, CLI_OPT_INT, O(engine.max_prefill_chunk), .min = 1, .max = 1 << 24, .value = "N",
+     .help = "prompt rows per request per step (default: no limit)"},
+    {"--kv-cache-memory", NULL, CLI_OPT_SIZE, O(engine.kv_cache_memory), .value = "SIZE",
+     .help = "KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))"},
+    {"--block-size", NULL, CLI_OPT_INT, O(engine.block_size), .min = 1, .max = 1 << 16, .value = "N",
+     .help = "tokens per KV block (default 16)"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, O(engine.kv_dtype), .value = "f16|f32",
+     .help = "KV cache precision (default f16)"},
+    {"--threads", "-t", CLI_OPT_INT, O(model.n_threads), .min = 1, .max = 1024, .value = "N",
+     .help = "worker threads (default: all cores)"},
+    {"--logits", NULL, CLI_OPT_LOGITS, O(engine.logits_mode), .value = "auto|full|selective",
+     .help = "LM head over sampled rows only (auto: when the probe passes)"},
+    {"--no-enable-prefix-caching", NULL, CLI_OPT_FLAG, O(engine.no_prefix_caching),
+     .help = "recompute every prompt (prefix caching is on by default)"},
+    {"--enable-prefix-caching", NULL, CLI_OPT_FLAG_OFF, O(engine.no_prefix_caching),
+     .help = "reuse cached prompt blocks (the default)"},
+    {"--speculative-config", NULL, CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_spec_config,
+     .help = "{\"method\": \"ngram\", \"num_speculative_tokens\": 4,\n"
+             "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or\n"
+             "{\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}"},
+    {"--max-body", NULL, CLI_OPT_SIZE, O(max_body), .value = "SIZE",
+     .help = "request body limit (default 4MiB; larger bodies get 413)"},
+    {"--shutdown-grace", NULL, CLI_OPT_CUSTOM, 0, .value = "SECONDS", .parse = parse_shutdown_grace,
+     .help = "on SIGINT/SIGTERM, time in-flight requests get (default 10)"},
+    {"--timeout-keep-alive", NULL, CLI_OPT_INT, O(timeout_keep_alive_s), .min = 1, .max = 86400, .value = "SECONDS",
+     .help = "an idle connection closes after this long (default 5)"},
+    {"--disable-log-requests", NULL, CLI_OPT_FLAG_OFF, O(log_requests), .help = "no log line per request"},
+    {"--enable-auto-tool-choice", NULL, CLI_OPT_FLAG, O(enable_auto_tool_choice),
+     .help = "tool_choice \"auto\" (the default with tools): tool calls are parsed\n"
+             "out of the output; without it the model's text is returned as is"},
+    {"--tool-call-parser", NULL, CLI_OPT_STRING, O(tool_call_parser), .value = "NAME",
+     .help = "the model's tool-call format, as vLLM names it: hermes, llama3_json,\n"
+             "mistral, qwen3_coder (Qwen3-Coder, Qwen3.5), pythonic (Llama 3.2/4),\n"
+             "deepseek_v3, glm45, kimi_k2 (default: from the model's tokens:\n"
+             "<|tool_calls_section_begin|>, <\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>, <arg_key>,\n"
+             "<tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)"},
+    {"--reasoning-parser", NULL, CLI_OPT_STRING, O(reasoning_parser), .value = "NAME",
+     .help = "qwen3|deepseek_r1: the thinking block (<think>...</think>) goes to\n"
+             "message.reasoning / reasoning_content, apart from the answer; grammars\n"
+             "and tool calls apply to the answer"},
+    {"--reasoning-budget", NULL, CLI_OPT_INT, O(reasoning_budget), .min = -1, .max = 1 << 30, .value = "N",
+     .help = "thinking tokens at most when a request names none\n"
+             "(thinking_token_budget); then the block's end is forced (default -1: no limit)"},
+    {"--grammar-timeout", NULL, CLI_OPT_CUSTOM, 0, .value = "SECONDS", .parse = parse_grammar_timeout,
+     .help = "a request's regex, JSON schema, GBNF grammar or forced tool call must\n"
+             "compile within this long, or it gets a 400 (default 5)"},
+    {"--grammar-max-work", NULL, CLI_OPT_CUSTOM, 0, .value = "STEPS", .parse = parse_grammar_max_work,
+     .help = "... and within this many steps of work (default 100000000, about\n"
+             "0.5-1 s of one core; deterministic, unlike the clock)"},
+};
+#undef O
+
+static const cli_command SERVE_COMMAND = {
+    .name = "serve",
+    .usage = "usage: pagedlm serve -m MODEL [options]\n",
+    .options = SERVE_OPTIONS,
+    .n_options = sizeof SERVE_OPTIONS / sizeof SERVE_OPTIONS[0],
+    .epilogue = "\n"
+                "endpoints: POST /v1/completions (suffix: fill-in-the-middle), POST /v1/chat/completions,\n"
+                "           POST /v1/responses (OpenAI's Responses API), POST /v1/messages and\n"
+                "           /v1/messages/count_tokens (Anthropic's Messages API), POST /infill (llama-server's),\n"
+                "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n",
+};
+
+int cli_serve(int argc, char **argv) {
+    serve_args args = {.o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line,
+                             .reasoning_budget = -1}};
+    args.o.model = cli_model_options(0, 0);
+    int prc = cli_parse(&SERVE_COMMAND, argc, argv, &args);
+    if (prc) {
+        free(args.draft_path);
+        return prc > 0 ? CLI_OK : CLI_USAGE;
+    }
+    srv_options o = args.o;
+    char *draft_path = args.draft_path;
     if (!o.model_path) {
         fprintf(stderr, "error: serve needs -m MODEL\n");
-        serve_usage(stderr);
+        cli_print_help(&SERVE_COMMAND, stderr);
+        free(draft_path);
         return CLI_USAGE;
     }
     if (!o.api_key) o.api_key = getenv("PAGEDLM_API_KEY");

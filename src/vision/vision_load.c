@@ -79,8 +79,7 @@ static int check_tensor(const pdl_tensor *t, int n_dims, const int64_t *shape, c
     return pdl_fail(err, "%s: tensor '%s' (%s) has shape [%s], expected [%s]", t->file, t->name, what, got, want);
 }
 
-/* A vector made F32 (an owned copy when stored otherwise). */
-static int vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err) {
+int pdl_vision_vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err) {
     if (check_tensor(t, 1, &n, what, err)) return -1;
     if (t->dtype == PDL_DTYPE_F32 && (uintptr_t)t->data % 4 == 0) return 0;
     float *buf = malloc((size_t)n * sizeof *buf);
@@ -99,7 +98,7 @@ static int vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl
     return 0;
 }
 
-static int matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err) {
+int pdl_vision_matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err) {
     int64_t s[2] = {rows, cols};
     if (check_tensor(t, 2, s, what, err)) return -1;
     if (t->dtype != PDL_DTYPE_F32 && t->dtype != PDL_DTYPE_F16 && t->dtype != PDL_DTYPE_BF16 &&
@@ -152,37 +151,19 @@ int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err) {
     int64_t conv[5] = {h, c->channels, p->temporal, p->patch, p->patch};
     if (check_tensor(&w->patch_w, 5, conv, "the patch embedding (Conv3d)", err)) return -1;
     w->patch_w.n_dims = 2, w->patch_w.shape[1] = pp;
-    if (matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
+    if (pdl_vision_matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
+    /* llama.cpp's mmproj may keep q, k and v apart; else the fused qkv (3 hidden, hidden) */
+    bool qkv_apart = c->n_layers > 0 && w->layers[0].wk.data;
+    if (pdl_vision_check_all(v, qkv_apart, err)) return -1;
+    if (qkv_apart) return 0;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_vision_layer *L = &w->layers[l];
-        char what[64];
-        snprintf(what, sizeof what, "vision layer %d", l);
-        if (vector(v, &L->ln1_w, h, what, err) || vector(v, &L->ln2_w, h, what, err) ||
-            matrix(v, &L->wo, h, h, what, err) || vector(v, &L->bo, h, what, err) ||
-            matrix(v, &L->fc1_w, c->ffn, h, what, err) || vector(v, &L->fc1_b, c->ffn, what, err) ||
-            matrix(v, &L->up_w, c->ffn, h, what, err) || vector(v, &L->up_b, c->ffn, what, err) ||
-            matrix(v, &L->fc2_w, h, c->ffn, what, err) || vector(v, &L->fc2_b, h, what, err))
-            return -1;
-        if (L->wk.data) { /* llama.cpp's mmproj: q, k and v apart */
-            if (matrix(v, &L->wq, h, h, what, err) || vector(v, &L->bq, h, what, err) ||
-                matrix(v, &L->wk, h, h, what, err) || vector(v, &L->bk, h, what, err) ||
-                matrix(v, &L->wv, h, h, what, err) || vector(v, &L->bv, h, what, err))
-                return -1;
-            continue;
-        }
-        if (matrix(v, &L->wq, 3 * h, h, what, err) || vector(v, &L->bq, 3 * h, what, err)) return -1;
         /* the fused qkv: q, k, v rows in that order */
         pdl_tensor qkv = L->wq, bqkv = L->bq;
         L->wq = rows_view(&qkv, 0, h), L->wk = rows_view(&qkv, h, h), L->wv = rows_view(&qkv, 2 * h, h);
         L->bq = rows_view(&bqkv, 0, h), L->bk = rows_view(&bqkv, h, h), L->bv = rows_view(&bqkv, 2 * h, h);
         L->bq.n_dims = L->bk.n_dims = L->bv.n_dims = 1;
     }
-    int64_t mh = c->proj_hidden;
-    if (vector(v, &w->mm_norm_w, h, "the merger's ln_q", err) ||
-        matrix(v, &w->mm1_w, mh, mh, "the merger's mlp.0", err) || vector(v, &w->mm1_b, mh, "the merger's mlp.0", err) ||
-        matrix(v, &w->mm2_w, c->text_hidden, mh, "the merger's mlp.2", err) ||
-        vector(v, &w->mm2_b, c->text_hidden, "the merger's mlp.2", err))
-        return -1;
     return 0;
 }
 
@@ -208,9 +189,7 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
     int64_t conv[4] = {h, c->channels, c->patch_size, c->patch_size};
     if (check_tensor(&w->patch_w, 4, conv, "the patch embedding", err)) return -1;
     w->patch_w.n_dims = 2, w->patch_w.shape[1] = pp;
-    if (matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
-    if (c->patch_bias && vector(v, &w->patch_b, h, "the patch embedding bias", err)) return -1;
-    if (c->class_token && vector(v, &w->class_embd, h, "the class embedding", err)) return -1;
+    if (pdl_vision_matrix(v, &w->patch_w, h, pp, "the patch embedding", err)) return -1;
     int64_t n_pos = side * side + (c->class_token ? 1 : 0);
     {
         int64_t s[2] = {n_pos, h};
@@ -218,34 +197,20 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
         int64_t n = n_pos * h;
         pdl_tensor flat = w->pos_embd;
         flat.n_dims = 1, flat.shape[0] = n;
-        if (vector(v, &flat, n, "the position embedding", err)) return -1;
+        if (pdl_vision_vector(v, &flat, n, "the position embedding", err)) return -1;
         w->pos_embd.data = flat.data, w->pos_embd.dtype = flat.dtype, w->pos_embd.nbytes = flat.nbytes;
-    }
-    if (c->pre_ln && (vector(v, &w->pre_ln_w, h, "pre_layrnorm", err) || vector(v, &w->pre_ln_b, h, "pre_layrnorm bias", err)))
-        return -1;
-    if (c->post_ln &&
-        (vector(v, &w->post_ln_w, h, "post_layernorm", err) || vector(v, &w->post_ln_b, h, "post_layernorm bias", err)))
-        return -1;
-    for (int l = 0; l < c->n_layers_run; l++) {
-        pdl_vision_layer *L = &w->layers[l];
-        char what[64];
-        snprintf(what, sizeof what, "vision layer %d", l);
-        if (vector(v, &L->ln1_w, h, what, err) || vector(v, &L->ln1_b, h, what, err) ||
-            matrix(v, &L->wq, h, h, what, err) || matrix(v, &L->wk, h, h, what, err) ||
-            matrix(v, &L->wv, h, h, what, err) || matrix(v, &L->wo, h, h, what, err) ||
-            vector(v, &L->bq, h, what, err) || vector(v, &L->bk, h, what, err) || vector(v, &L->bv, h, what, err) ||
-            vector(v, &L->bo, h, what, err) || vector(v, &L->ln2_w, h, what, err) ||
-            vector(v, &L->ln2_b, h, what, err) || matrix(v, &L->fc1_w, c->ffn, h, what, err) ||
-            vector(v, &L->fc1_b, c->ffn, what, err) || matrix(v, &L->fc2_w, h, c->ffn, what, err) ||
-            vector(v, &L->fc2_b, h, what, err))
-            return -1;
     }
     if (c->family == PDL_VLM_GEMMA3) {
         int tps = (int)lround(sqrt((double)c->mm_tokens));
         if (c->mm_tokens <= 0 || tps * tps != c->mm_tokens || side % tps != 0)
             return pdl_fail(err, "vision model: %d image tokens (mm_tokens_per_image) do not pool a %d x %d patch grid "
                             "into a square", c->mm_tokens, side, side);
-        if (vector(v, &w->mm_norm_w, h, "the soft-embedding norm", err)) return -1;
+    } else if (c->proj_hidden <= 0) {
+        c->proj_hidden = c->text_hidden;
+    }
+    /* every other weight's shape, as the table gives it (vision_load_tensors.c) */
+    if (pdl_vision_check_all(v, false, err)) return -1;
+    if (c->family == PDL_VLM_GEMMA3) {
         /* the projection, (hidden, text_hidden) used as x W, as (out, in) F32 */
         int64_t s[2] = {h, c->text_hidden};
         if (check_tensor(&w->mm_proj_w, 2, s, "the input projection", err)) return -1;
@@ -270,15 +235,8 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
         w->mm_proj_w.shape[0] = c->text_hidden, w->mm_proj_w.shape[1] = h;
         w->mm_proj_w.nbytes = (size_t)h * c->text_hidden * 4;
     } else {
-        if (c->proj_hidden <= 0) c->proj_hidden = c->text_hidden;
-        if (matrix(v, &w->mm1_w, c->proj_hidden, h, "the projector's linear_1", err) ||
-            vector(v, &w->mm1_b, c->proj_hidden, "the projector's linear_1 bias", err) ||
-            matrix(v, &w->mm2_w, c->text_hidden, c->proj_hidden, "the projector's linear_2", err) ||
-            vector(v, &w->mm2_b, c->text_hidden, "the projector's linear_2 bias", err))
-            return -1;
         c->mm_tokens = side * side;
         if (c->family == PDL_VLM_LLAVA_NEXT) {
-            if (vector(v, &w->image_newline, c->text_hidden, "image_newline", err)) return -1;
             if (c->proc.n_pinpoints <= 0)
                 return pdl_fail(err, "vision model: LLaVA-NeXT needs image_grid_pinpoints");
             for (int i = 0; i < c->proc.n_pinpoints; i++)

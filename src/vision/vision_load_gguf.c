@@ -158,34 +158,9 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
 
     const pdl_tensor_set *ts = gguf_tensors(g);
     pdl_vision_weights *w = &v->w;
-    w->layers = calloc((size_t)c->n_layers_run, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
-    if (pdl_vision_take(ts, path, true, &w->patch_w, err, "v.patch_embd.weight") ||
-        pdl_vision_take(ts, path, c->patch_bias, &w->patch_b, err, "v.patch_embd.bias") ||
-        pdl_vision_take(ts, path, c->class_token, &w->class_embd, err, "v.class_embd") ||
-        pdl_vision_take(ts, path, true, &w->pos_embd, err, "v.position_embd.weight") ||
-        pdl_vision_take(ts, path, c->pre_ln, &w->pre_ln_w, err, "v.pre_ln.weight") ||
-        pdl_vision_take(ts, path, c->pre_ln, &w->pre_ln_b, err, "v.pre_ln.bias") ||
-        pdl_vision_take(ts, path, c->post_ln, &w->post_ln_w, err, "v.post_ln.weight") ||
-        pdl_vision_take(ts, path, c->post_ln, &w->post_ln_b, err, "v.post_ln.bias"))
-        return -1;
+    if (pdl_vision_take_all(v, ts, true, NULL, false, path, err)) return -1;
     for (int l = 0; l < c->n_layers_run; l++) {
         pdl_vision_layer *L = &w->layers[l];
-        struct {
-            pdl_tensor *t;
-            const char *name;
-        } items[] = {
-            {&L->ln1_w, "ln1.weight"}, {&L->ln1_b, "ln1.bias"},
-            {&L->wq, "attn_q.weight"}, {&L->bq, "attn_q.bias"},
-            {&L->wk, "attn_k.weight"}, {&L->bk, "attn_k.bias"},
-            {&L->wv, "attn_v.weight"}, {&L->bv, "attn_v.bias"},
-            {&L->wo, "attn_out.weight"}, {&L->bo, "attn_out.bias"},
-            {&L->ln2_w, "ln2.weight"}, {&L->ln2_b, "ln2.bias"},
-            {&L->fc1_w, "ffn_up.weight"}, {&L->fc1_b, "ffn_up.bias"},
-            {&L->fc2_w, "ffn_down.weight"}, {&L->fc2_b, "ffn_down.bias"},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (pdl_vision_take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
         /* old converters: "ffn_down" holds fc1 (ffn, hidden) and "ffn_up" fc2 */
         if (L->fc2_w.n_dims == 2 && L->fc2_w.shape[0] == c->ffn && L->fc2_w.shape[1] == c->hidden &&
             c->ffn != c->hidden) {
@@ -194,21 +169,6 @@ int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text,
             t = L->fc1_b, L->fc1_b = L->fc2_b, L->fc2_b = t;
         }
     }
-    if (gemma) {
-        if (pdl_vision_take(ts, path, true, &w->mm_norm_w, err, "mm.soft_emb_norm.weight") ||
-            pdl_vision_take(ts, path, true, &w->mm_proj_w, err, "mm.input_projection.weight"))
-            return -1;
-    } else {
-        if (pdl_vision_take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || pdl_vision_take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
-            pdl_vision_take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || pdl_vision_take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
-            return -1;
-        if (w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
-        if (c->family == PDL_VLM_LLAVA_NEXT) {
-            /* llama.cpp reads v.image_newline; its legacy converter wrote model.image_newline */
-            if (pdl_vision_take(ts, path, false, &w->image_newline, err, "v.image_newline")) return -1;
-            if (!w->image_newline.data && pdl_vision_take(ts, path, true, &w->image_newline, err, "model.image_newline"))
-                return pdl_fail(err, "%s: missing tensor 'v.image_newline' (LLaVA 1.6's row end)", path);
-        }
-    }
+    if (!gemma && w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
     return 0;
 }

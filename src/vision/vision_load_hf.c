@@ -284,60 +284,12 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
     const pdl_tensor_set *ts = st_tensors(v->st);
     const char *pre = tensor_prefix(ts);
     pdl_vision_weights *w = &v->w;
-    const char *vm = "vision_tower.vision_model";
     if (c->n_layers_run <= 0 || c->n_layers_run > c->n_layers) {
         pdl_fail(err, "%s: vision_feature_layer selects %d of %d layers", path, c->n_layers_run, c->n_layers);
         goto done;
     }
-    w->layers = calloc((size_t)c->n_layers_run, sizeof *w->layers);
-    if (!w->layers) {
-        pdl_fail(err, "out of memory");
-        goto done;
-    }
-    if (pdl_vision_take(ts, dir, true, &w->patch_w, err, "%s%s.embeddings.patch_embedding.weight", pre, vm) ||
-        pdl_vision_take(ts, dir, c->patch_bias, &w->patch_b, err, "%s%s.embeddings.patch_embedding.bias", pre, vm) ||
-        pdl_vision_take(ts, dir, c->class_token, &w->class_embd, err, "%s%s.embeddings.class_embedding", pre, vm) ||
-        pdl_vision_take(ts, dir, true, &w->pos_embd, err, "%s%s.embeddings.position_embedding.weight", pre, vm) ||
-        pdl_vision_take(ts, dir, c->pre_ln, &w->pre_ln_w, err, "%s%s.pre_layrnorm.weight", pre, vm) ||
-        pdl_vision_take(ts, dir, c->pre_ln, &w->pre_ln_b, err, "%s%s.pre_layrnorm.bias", pre, vm) ||
-        pdl_vision_take(ts, dir, c->post_ln, &w->post_ln_w, err, "%s%s.post_layernorm.weight", pre, vm) ||
-        pdl_vision_take(ts, dir, c->post_ln, &w->post_ln_b, err, "%s%s.post_layernorm.bias", pre, vm))
-        goto done;
-    for (int l = 0; l < c->n_layers_run; l++) {
-        pdl_vision_layer *L = &w->layers[l];
-        struct {
-            pdl_tensor *t;
-            const char *name;
-        } items[] = {
-            {&L->ln1_w, "layer_norm1.weight"}, {&L->ln1_b, "layer_norm1.bias"},
-            {&L->wq, "self_attn.q_proj.weight"}, {&L->bq, "self_attn.q_proj.bias"},
-            {&L->wk, "self_attn.k_proj.weight"}, {&L->bk, "self_attn.k_proj.bias"},
-            {&L->wv, "self_attn.v_proj.weight"}, {&L->bv, "self_attn.v_proj.bias"},
-            {&L->wo, "self_attn.out_proj.weight"}, {&L->bo, "self_attn.out_proj.bias"},
-            {&L->ln2_w, "layer_norm2.weight"}, {&L->ln2_b, "layer_norm2.bias"},
-            {&L->fc1_w, "mlp.fc1.weight"}, {&L->fc1_b, "mlp.fc1.bias"},
-            {&L->fc2_w, "mlp.fc2.weight"}, {&L->fc2_b, "mlp.fc2.bias"},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (pdl_vision_take(ts, dir, true, items[i].t, err, "%s%s.encoder.layers.%d.%s", pre, vm, l, items[i].name))
-                goto done;
-    }
-    const char *mp = "multi_modal_projector";
-    if (gemma) {
-        if (pdl_vision_take(ts, dir, true, &w->mm_norm_w, err, "%s%s.mm_soft_emb_norm.weight", pre, mp) ||
-            pdl_vision_take(ts, dir, true, &w->mm_proj_w, err, "%s%s.mm_input_projection_weight", pre, mp))
-            goto done;
-    } else {
-        if (pdl_vision_take(ts, dir, true, &w->mm1_w, err, "%s%s.linear_1.weight", pre, mp) ||
-            pdl_vision_take(ts, dir, true, &w->mm1_b, err, "%s%s.linear_1.bias", pre, mp) ||
-            pdl_vision_take(ts, dir, true, &w->mm2_w, err, "%s%s.linear_2.weight", pre, mp) ||
-            pdl_vision_take(ts, dir, true, &w->mm2_b, err, "%s%s.linear_2.bias", pre, mp))
-            goto done;
-        if (w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
-        if (c->family == PDL_VLM_LLAVA_NEXT &&
-            pdl_vision_take(ts, dir, true, &w->image_newline, err, "%simage_newline", pre))
-            goto done;
-    }
+    if (pdl_vision_take_all(v, ts, false, pre, false, dir, err)) goto done;
+    if (!gemma && w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
     rc = 0;
     if (gemma) {
         /* Gemma3RMSNorm applies (1 + w): fold the 1 in (an owned F32 copy) */

@@ -178,32 +178,6 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
 
     if (st_open_dir(&v->st, dir, err)) return -1;
     const pdl_tensor_set *ts = st_tensors(v->st);
-    const char *pre = pdl_tensor_set_find(ts, "model.visual.patch_embed.proj.weight") ? "model.visual." : "visual.";
-    pdl_vision_weights *w = &v->w;
-    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
-    if (pdl_vision_take(ts, dir, true, &w->patch_w, err, "%spatch_embed.proj.weight", pre) ||
-        pdl_vision_take(ts, dir, true, &w->mm_norm_w, err, "%smerger.ln_q.weight", pre) ||
-        pdl_vision_take(ts, dir, true, &w->mm1_w, err, "%smerger.mlp.0.weight", pre) ||
-        pdl_vision_take(ts, dir, true, &w->mm1_b, err, "%smerger.mlp.0.bias", pre) ||
-        pdl_vision_take(ts, dir, true, &w->mm2_w, err, "%smerger.mlp.2.weight", pre) ||
-        pdl_vision_take(ts, dir, true, &w->mm2_b, err, "%smerger.mlp.2.bias", pre))
-        return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        pdl_vision_layer *L = &w->layers[l];
-        struct {
-            pdl_tensor *t;
-            const char *name;
-        } items[] = {
-            {&L->ln1_w, "norm1.weight"},          {&L->ln2_w, "norm2.weight"},
-            {&L->wq, "attn.qkv.weight"},          {&L->bq, "attn.qkv.bias"},
-            {&L->wo, "attn.proj.weight"},         {&L->bo, "attn.proj.bias"},
-            {&L->fc1_w, "mlp.gate_proj.weight"},  {&L->fc1_b, "mlp.gate_proj.bias"},
-            {&L->up_w, "mlp.up_proj.weight"},     {&L->up_b, "mlp.up_proj.bias"},
-            {&L->fc2_w, "mlp.down_proj.weight"},  {&L->fc2_b, "mlp.down_proj.bias"},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (pdl_vision_take(ts, dir, true, items[i].t, err, "%sblocks.%d.%s", pre, l, items[i].name)) return -1;
-    }
-    return 0;
+    const char *pre = pdl_tensor_set_find(ts, "model.visual.patch_embed.proj.weight") ? "model." : "";
+    return pdl_vision_take_all(v, ts, false, pre, false, dir, err);
 }

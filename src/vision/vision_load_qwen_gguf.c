@@ -148,8 +148,6 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
 
     const pdl_tensor_set *ts = gguf_tensors(g);
     pdl_vision_weights *w = &v->w;
-    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
     pdl_tensor k0 = {0}, k1 = {0};
     if (pdl_vision_take(ts, path, true, &k0, err, "v.patch_embd.weight") ||
         pdl_vision_take(ts, path, false, &k1, err, "v.patch_embd.weight.1"))
@@ -158,30 +156,10 @@ int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *
         return pdl_fail(err, "%s: missing tensor 'v.patch_embd.weight.1' (the Conv3d's second temporal frame; "
                         "Qwen2.5-VL's patch embedding is stored as two kernels)", path);
     if (join_patch_kernels(v, &k0, &k1, c->hidden, p->patch, err)) return -1;
-    if (pdl_vision_take(ts, path, true, &w->mm_norm_w, err, "v.post_ln.weight") ||
-        pdl_vision_take(ts, path, true, &w->mm1_w, err, "mm.0.weight") || pdl_vision_take(ts, path, true, &w->mm1_b, err, "mm.0.bias") ||
-        pdl_vision_take(ts, path, true, &w->mm2_w, err, "mm.2.weight") || pdl_vision_take(ts, path, true, &w->mm2_b, err, "mm.2.bias"))
-        return -1;
+    bool fused = pdl_tensor_set_find(ts, "v.blk.0.attn_qkv.weight") != NULL;
+    if (pdl_vision_take_all(v, ts, true, NULL, !fused, path, err)) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_vision_layer *L = &w->layers[l];
-        bool fused = pdl_tensor_set_find(ts, "v.blk.0.attn_qkv.weight") != NULL;
-        struct {
-            pdl_tensor *t;
-            const char *name;
-            bool needed;
-        } items[] = {
-            {&L->ln1_w, "ln1.weight", true},         {&L->ln2_w, "ln2.weight", true},
-            {&L->wq, "attn_qkv.weight", fused},      {&L->bq, "attn_qkv.bias", fused},
-            {&L->wq, "attn_q.weight", !fused},       {&L->bq, "attn_q.bias", !fused},
-            {&L->wk, "attn_k.weight", !fused},       {&L->bk, "attn_k.bias", !fused},
-            {&L->wv, "attn_v.weight", !fused},       {&L->bv, "attn_v.bias", !fused},
-            {&L->wo, "attn_out.weight", true},       {&L->bo, "attn_out.bias", true},
-            {&L->fc1_w, "ffn_gate.weight", true},    {&L->fc1_b, "ffn_gate.bias", true},
-            {&L->up_w, "ffn_up.weight", true},       {&L->up_b, "ffn_up.bias", true},
-            {&L->fc2_w, "ffn_down.weight", true},    {&L->fc2_b, "ffn_down.bias", true},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++)
-            if (items[i].needed && pdl_vision_take(ts, path, true, items[i].t, err, "v.blk.%d.%s", l, items[i].name)) return -1;
         /* old files name up "ffn_down" and down "ffn_up" (llama.cpp swaps them back by shape) */
         if (L->fc2_w.n_dims == 2 && L->fc2_w.shape[0] == c->ffn && L->fc2_w.shape[1] == c->hidden &&
             c->ffn != c->hidden) {

@@ -153,6 +153,24 @@ int pdl_vision_own(pdl_vision *v, void *p);
  * bytes), or "" when the vocabulary lacks it or it does not fit. */
 int pdl_vision_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The weights table (vision_load_tensors.c). take_all allocates the
+ * n_layers_run layers and takes every tensor of the family from ts under
+ * its GGUF name (gguf) or its Hugging Face name after hf_prefix ("" or
+ * "model."); a tensor the config needs is required (a message naming it and
+ * `where`), one it does not is taken when present. qkv_apart: Qwen2.5-VL's
+ * q, k and v as three tensors (llama.cpp's converter) instead of one.
+ * check_all checks the shape of every tensor the table gives one for and
+ * makes it F32 (vectors) or aligned (matrices), as pdl_vision_vector and
+ * pdl_vision_matrix; the rest (patch and position embeddings, Gemma 3's
+ * projection) pdl_vision_finish checks itself. */
+int pdl_vision_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
+                        const char *where, pdl_error *err);
+int pdl_vision_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err);
+/* Shape checks naming `what` (a role, or "vision layer N") in their
+ * message: a vector of n made F32 (an owned copy when stored otherwise);
+ * a (rows, cols) matrix of a type the encoder's matmuls take, aligned. */
+int pdl_vision_vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err);
+int pdl_vision_matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err);
 int pdl_vision_gguf_u32(const gguf_file *g, bool required, const char *key, int *out, pdl_error *err);
 int32_t pdl_vision_token_id(const pdl_model *text, const char *s);
 void pdl_vision_token_text(const pdl_model *text, int32_t id, char *out, size_t n);
