@@ -10,7 +10,7 @@
  * length). The engine verifies the drafts in the normal packed batch: a
  * speculating sequence gets k + 1 rows, all of them logits rows.
  *
- * Verification (in engine.c): the drafts are one-hot proposals (n-gram, and
+ * Verification (in engine_step.c): the drafts are one-hot proposals (n-gram, and
  * greedy drafts), for which vLLM's rejection sampler (accept draft d with
  * probability min(1, p_target(d) / p_draft(d)) = p_target(d), else draw from
  * the normalised residual, a bonus token when every draft passes) is the
