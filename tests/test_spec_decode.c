@@ -78,7 +78,7 @@ static void test_verification_rows_are_packed_with_logits_on_every_draft(void) {
     eng_seq c = {.req = &req, .tokens = t_c, .n_tokens = 7, .n_prompt = 7, .n_computed = 4, .blocks = b_c, .n_blocks = 2};
     eng_seq d = {.req = &req, .tokens = t_d, .n_tokens = 12, .n_prompt = 12, .n_computed = 0, .blocks = b_d,
                  .n_blocks = 3};
-    sched_entry ents[4] = {{&a, 9, 4}, {&b, 5, 1}, {&c, 4, 3}, {&d, 0, 8}};
+    sched_entry ents[4] = {{&a, 9, 4, true}, {&b, 5, 1, false}, {&c, 4, 3, false}, {&d, 0, 8, false}};
     sched_output plan = {.entries = ents, .n_entries = 4, .n_decode = 2, .n_tokens = 16};
     runner r;
     REQUIRE(runner_init(&r, m, kv, false, &err) == 0);
@@ -98,7 +98,7 @@ static void test_verification_rows_are_packed_with_logits_on_every_draft(void) {
     CHECK_EQ_INT(r.batch.n_logits, 6);
     CHECK(memcmp(r.batch.logits_indices, want_logits, sizeof want_logits) == 0);
     const int32_t want_lcu[5] = {0, 4, 5, 6, 6};
-    CHECK(memcmp(r.logits_cu_seqlens, want_lcu, sizeof want_lcu) == 0);
+    CHECK(memcmp(r.bb.logits_cu_seqlens, want_lcu, sizeof want_lcu) == 0);
     const int32_t want_cu[5] = {0, 4, 5, 8, 16};
     CHECK(memcmp(r.batch.cu_seqlens, want_cu, sizeof want_cu) == 0);
     runner_free(&r);

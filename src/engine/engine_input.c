@@ -121,7 +121,7 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
         return pdl_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p.min_tokens, p.max_tokens);
     if (p.logprobs > MAX_TOP_LOGPROBS || p.prompt_logprobs > MAX_TOP_LOGPROBS)
         return pdl_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
-    if (p.n < 0 || p.n > 64) return pdl_fail(err, "request: n = %d outside [1, 64]", p.n);
+    if (p.n < 0 || p.n > ENG_MAX_N) return pdl_fail(err, "request: n = %d outside [1, %d]", p.n, ENG_MAX_N);
     if (p.n == 0) p.n = 1;
     if (p.n_stop < 0 || p.n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
     for (int i = 0; i < p.n_stop; i++)

@@ -29,6 +29,10 @@
 #include "util/error.h"
 #include "vision/encoder_cache.h"
 
+/* sequences one request may ask for (n): a fork's children are gathered in
+ * a stack array of this size (engine_step.c) */
+#define ENG_MAX_N 64
+
 /* top logprobs a request may ask for (OpenAI's limit); e->top holds them */
 #define MAX_TOP_LOGPROBS 20
 

@@ -251,38 +251,35 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     uint64_t gen0 = e->generation_tokens;
     int rc = propose_drafts(e, err);
     if (rc == 0) rc = sched_schedule(&e->sched, &plan, err);
-    int n_spec = 0;
-    for (int k = 0; rc == 0 && k < plan.n_entries; k++) n_spec += plan.entries[k].n_new > 1 && k < plan.n_decode;
+    int n_spec = 0; /* sequences verifying drafts this step */
+    for (int k = 0; rc == 0 && k < plan.n_entries; k++) n_spec += plan.entries[k].verifies_drafts;
     if (rc == 0 && plan.n_entries > 0) rc = runner_execute(&e->runner, &plan, err);
     if (rc == 0 && plan.n_entries > 0) {
         e->steps++;
-        int32_t rows[4096];
-        int32_t *rowbuf = plan.n_tokens <= 4096 ? rows : malloc((size_t)plan.n_tokens * sizeof *rowbuf);
-        if (!rowbuf) rc = pdl_fail(err, "engine: out of memory");
+        size_t V = (size_t)e->runner.vocab;
         for (int k = 0; rc == 0 && k < plan.n_entries; k++) {
             sched_entry *en = &plan.entries[k];
             eng_seq *q = en->seq;
-            int n = runner_logits_rows(en, rowbuf);
-            const float *lg = e->runner.logits + (size_t)e->runner.logits_cu_seqlens[k] * e->runner.vocab;
-            if (en->start == q->n_tokens - 1 && en->n_new > 1) { /* a decode with drafts */
-                if (!q->abort_requested) rc = verify_drafts(e, q, en->start, lg, err);
+            runner_rows out = runner_entry_rows(&e->runner, k);
+            if (en->verifies_drafts) {
+                if (!q->abort_requested) rc = verify_drafts(e, q, en->start, out.logits, err);
                 continue;
             }
             q->n_computed = en->start + en->n_new;
             sched_cache_full_blocks(&e->sched, q);
             bool completes = q->n_computed == q->n_tokens;
-            for (int j = 0; j < n; j++)
-                if (q->req->params.prompt_logprobs >= 0) eng_out_prompt_logprobs(e, q, rowbuf[j], lg + (size_t)j * e->runner.vocab);
+            for (int j = 0; j < out.n; j++)
+                if (q->req->params.prompt_logprobs >= 0)
+                    eng_out_prompt_logprobs(e, q, out.positions[j], out.logits + (size_t)j * V);
             if (!completes || q->abort_requested) continue;
-            const float *last = lg + (size_t)(n - 1) * e->runner.vocab;
+            const float *last = out.logits + (size_t)(out.n - 1) * V; /* a completing entry's last row is a logits row */
             /* forked children sample their first token from the same row */
-            eng_seq *kids[64];
+            eng_seq *kids[ENG_MAX_N]; /* n <= ENG_MAX_N: checked when the request came in */
             int n_kids = 0;
             if (q->fork_pending) rc = fork_children(e, q, kids, &n_kids, err);
             if (rc == 0) rc = sample_next(e, q, last, err);
             for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
         }
-        if (rowbuf != rows) free(rowbuf);
         if (rc == 0 && e->spec.method != PDL_SPEC_NONE) {
             /* tokens beyond one per decode: what the drafts gained */
             int extra = (int)(e->generation_tokens - gen0) - plan.n_decode;

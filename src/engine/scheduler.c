@@ -352,7 +352,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
             }
         }
         if (preempted_self) break; /* q was the newest: nothing runs after it */
-        s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};
+        s->entries[n_entries++] = (sched_entry){.seq = q, .start = q->n_computed, .n_new = n};
         budget -= n;
     }
 
@@ -383,7 +383,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (q->n_cached_prompt < 0) q->n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
         if (insert_running(s, q, err) || reserve_entries(s, err)) return -1;
-        s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};
+        s->entries[n_entries++] = (sched_entry){.seq = q, .start = q->n_computed, .n_new = n};
         budget -= n;
     }
 
@@ -393,6 +393,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     for (int k = 0; k < n_entries; k++) {
         const eng_seq *q = s->entries[k].seq;
         if (decoding(q)) {
+            s->entries[k].verifies_drafts = s->entries[k].n_new > 1; /* rows past the last token are drafts */
             sched_entry e = s->entries[k];
             memmove(s->entries + n_decode + 1, s->entries + n_decode, (size_t)(k - n_decode) * sizeof *s->entries);
             s->entries[n_decode++] = e;

@@ -13,6 +13,7 @@
 #ifndef PDL_ENGINE_SCHEDULER_H
 #define PDL_ENGINE_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,8 @@ typedef struct sched_entry {
     eng_seq *seq;
     int start;
     int n_new;
+    bool verifies_drafts;       /* a decode with speculative drafts: its last token, then seq->draft[0 ..
+                                   n_new - 1) (n_new rows, every one a logits row) */
 } sched_entry;
 
 typedef struct sched_output {

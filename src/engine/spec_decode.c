@@ -72,6 +72,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     if (s->draft->cfg.vocab != target->cfg.vocab)
         return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
+    bb_init(&s->bb, block_size);
     if (pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
         bpool_init(&s->pool, n_blocks, block_size, false, err)) {
         spec_free(s);
@@ -83,8 +84,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
 void spec_free(spec_state *s) {
     pdl_kv_cache_free(s->kv);
     if (s->pool.blocks) bpool_free(&s->pool);
-    free(s->rows);
-    free(s->tables);
+    bb_free(&s->bb);
     free(s->logits);
     memset(s, 0, sizeof *s);
 }
@@ -114,20 +114,13 @@ static int draft_reserve(spec_state *s, eng_seq *q, int n) {
     return 0;
 }
 
-static int grow(spec_state *s, int rows, int seqs) {
-    if (rows > s->rows_cap) {
-        int32_t *r = realloc(s->rows, (size_t)rows * 5 * sizeof *r);
-        if (!r) return -1;
-        s->rows = r;
-        s->rows_cap = rows;
-    }
-    if (seqs > s->tables_cap) {
-        const int32_t **t = realloc(s->tables, (size_t)seqs * sizeof *t);
+/* Room for the logits of `seqs` sequences. */
+static int grow_logits(spec_state *s, int seqs) {
+    if (seqs > s->logits_cap) {
         float *l = realloc(s->logits, (size_t)seqs * (size_t)s->draft->cfg.vocab * sizeof *l);
-        if (t) s->tables = t;
-        if (l) s->logits = l;
-        if (!t || !l) return -1;
-        s->tables_cap = seqs;
+        if (!l) return -1;
+        s->logits = l;
+        s->logits_cap = seqs;
     }
     return 0;
 }
@@ -145,25 +138,21 @@ static int32_t argmax(const float *x, int n) {
 static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32_t *next, pdl_error *err) {
     int rows = 0;
     for (int i = 0; i < n; i++) rows += upto[i] - qs[i]->draft_computed + 1;
-    if (grow(s, rows + n + 1, n)) return pdl_fail(err, "speculative decoding: out of memory");
-    int32_t *ids = s->rows, *pos = ids + s->rows_cap, *slots = pos + s->rows_cap, *lrows = slots + s->rows_cap,
-            *cu = lrows + s->rows_cap;
-    int bs = s->pool.block_size, r = 0;
-    cu[0] = 0;
+    if (grow_logits(s, n)) return pdl_fail(err, "speculative decoding: out of memory");
+    if (bb_begin(&s->bb, rows, n, err)) return pdl_fail_prefix(err, "speculative decoding");
     for (int i = 0; i < n; i++) {
         eng_seq *q = qs[i];
-        for (int p = q->draft_computed; p <= upto[i]; p++, r++) {
-            ids[r] = p < q->n_tokens ? q->tokens[p] : q->draft[p - q->n_tokens];
-            pos[r] = p;
-            slots[r] = q->draft_blocks[p / bs] * bs + p % bs;
-        }
-        cu[i + 1] = r;
-        lrows[i] = r - 1;
-        s->tables[i] = q->draft_blocks;
+        /* positions draft_computed .. upto[i]: the tokens it has not seen,
+         * then the drafts so far; the last row's argmax is the next draft */
+        int start = q->draft_computed, known = q->n_tokens - start;
+        int32_t last = upto[i];
+        bb_segment seg = {.block_table = q->draft_blocks, .start = start, .n = upto[i] - start + 1,
+                          .tokens = q->tokens + start, .draft = q->draft, .logits_pos = &last, .n_logits = 1};
+        seg.n_known = known < seg.n ? known : seg.n;
+        if (bb_add(&s->bb, &seg, err)) return pdl_fail_prefix(err, "speculative decoding");
     }
-    pdl_batch b = {.n_tokens = rows, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n,
-                   .cu_seqlens = cu, .block_tables = s->tables, .n_logits = n, .logits_indices = lrows};
-    if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    const pdl_batch *b = bb_finish(&s->bb, false);
+    if (pdl_forward(s->draft, s->kv, b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->draft_computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);

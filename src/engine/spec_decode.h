@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/batch_builder.h"
 #include "engine/block_pool.h"
 #include "engine/request.h"
 #include "pagedlm.h"
@@ -58,10 +59,7 @@ typedef struct spec_state {
     pdl_model *draft;
     pdl_kv_cache *kv;
     block_pool pool;
-    int32_t *rows;              /* packing scratch: ids, positions, slots, logits rows, cu_seqlens [rows] */
-    int rows_cap;
-    const int32_t **tables;
-    int tables_cap;
+    batch_builder bb;           /* the draft model's batch: one segment per speculating sequence */
     float *logits;              /* [seqs][draft vocab] */
     int logits_cap;
     /* the cost model: moving averages over decode-only steps */
