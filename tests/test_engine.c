@@ -564,8 +564,8 @@ static void test_requests_that_cannot_run_are_rejected(void) {
 /* ---- packing and logits rows --------------------------------------------------- */
 
 static eng_seq fake_seq(eng_request *r, int n_prompt, int n_tokens, int n_computed) {
-    eng_seq q = {.req = r, .n_prompt = n_prompt, .n_tokens = n_tokens, .n_computed = n_computed,
-                 .prompt_logprobs_next = 1};
+    eng_seq q = {.req = r, .n_prompt = n_prompt, .n_tokens = n_tokens, .cache.n_computed = n_computed,
+                 .logprobs.prompt_next = 1};
     return q;
 }
 
@@ -590,7 +590,7 @@ static void test_logits_rows_per_entry(void) {
     sched_entry e4 = {&w, 0, 7, false};
     CHECK_EQ_INT(runner_logits_rows(&e4, rows), 7);
     for (int i = 0; i < 7; i++) CHECK_EQ_INT(rows[i], i);
-    w.prompt_logprobs_next = 8;
+    w.logprobs.prompt_next = 8;
     sched_entry e5 = {&w, 7, 23, false};
     CHECK_EQ_INT(runner_logits_rows(&e5, rows), 23);
     CHECK_EQ_INT(rows[0], 7);
@@ -609,7 +609,7 @@ static void test_runner_packs_decodes_first_with_compacted_logits(void) {
     for (int i = 0; i < 32; i++) toks[i] = i + 3;
     eng_seq a = fake_seq(&plain, 5, 10, 9), b = fake_seq(&plain, 3, 3, 0), c = fake_seq(&wants, 6, 6, 0);
     a.tokens = b.tokens = c.tokens = toks;
-    a.blocks = blocks_a, b.blocks = blocks_b, c.blocks = blocks_c;
+    a.cache.blocks = blocks_a, b.cache.blocks = blocks_b, c.cache.blocks = blocks_c;
     sched_entry ents[3] = {{&a, 9, 1, false}, {&b, 0, 3, false}, {&c, 0, 6, false}};
     sched_output plan = {.entries = ents, .n_entries = 3, .n_decode = 1, .n_tokens = 10};
     REQUIRE(runner_pack(&r, &plan, &err) == 0);

@@ -127,14 +127,14 @@ int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_optio
 void eng_seq_free(eng_seq *q) {
     if (!q) return;
     free(q->tokens);
-    free(q->blocks);
-    free(q->draft_blocks);
-    free(q->block_hashes);
-    free(q->held);
-    free(q->out);
-    pdl_sampler_free(q->sampler);
-    gram_matcher_free(q->matcher);
-    pdl_detok_free(q->detok);
+    free(q->cache.blocks);
+    free(q->spec.blocks);
+    free(q->cache.block_hashes);
+    free(q->text.held);
+    free(q->text.out);
+    pdl_sampler_free(q->sampling.sampler);
+    gram_matcher_free(q->sampling.matcher);
+    pdl_detok_free(q->text.detok);
     free(q);
 }
 
@@ -215,9 +215,9 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
     q->tokens = malloc((size_t)q->cap_tokens * sizeof *q->tokens);
     pdl_sampling sp = r->params.sampling;
     sp.seed += (uint64_t)index; /* sequence i of n draws from seed + i */
-    q->sampler = pdl_sampler_new(&sp, e->runner.vocab);
-    if (r->grammar) q->matcher = gram_matcher_new(r->grammar);
-    if (!q->tokens || !q->sampler || (r->grammar && !q->matcher)) {
+    q->sampling.sampler = pdl_sampler_new(&sp, e->runner.vocab);
+    if (r->grammar) q->sampling.matcher = gram_matcher_new(r->grammar);
+    if (!q->tokens || !q->sampling.sampler || (r->grammar && !q->sampling.matcher)) {
         eng_seq_free(q);
         return NULL;
     }
@@ -225,12 +225,12 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
     q->n_tokens = n_tokens;
     q->n_prompt = n_prompt;
     bool inside = r->params.reasoning.enabled && r->params.reasoning.starts_inside;
-    q->think = (eng_think){.inside = inside, .decided = inside};
-    q->prompt_logprobs_next = 1;
-    q->canon_last = -1;
-    q->n_cached_prompt = -1;
-    pdl_sampler_add_prompt(q->sampler, tokens, (size_t)n_prompt);
-    q->detok = pdl_detok_new(e->model, tokens, (size_t)n_tokens);
+    q->sampling.think = (eng_think){.inside = inside, .decided = inside};
+    q->logprobs.prompt_next = 1;
+    q->cache.canon_last = -1;
+    q->cache.n_cached_prompt = -1;
+    pdl_sampler_add_prompt(q->sampling.sampler, tokens, (size_t)n_prompt);
+    q->text.detok = pdl_detok_new(e->model, tokens, (size_t)n_tokens);
     return q;
 }
 

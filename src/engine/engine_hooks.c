@@ -16,8 +16,8 @@ void eng_poison_uncomputed_kv(pdl_engine *e) {
     int bs = kv->block_size;
     for (int i = 0; i < e->n_seqs; i++) {
         const eng_seq *q = e->seqs[i];
-        for (int pos = q->n_computed; pos < q->n_blocks * bs; pos++) {
-            int32_t b = q->blocks[pos / bs];
+        for (int pos = q->cache.n_computed; pos < q->cache.n_blocks * bs; pos++) {
+            int32_t b = q->cache.blocks[pos / bs];
             for (int l = 0; l < kv->n_layers; l++) {
                 char *kpool = pdl_kv_k_pool(kv, l), *vpool = pdl_kv_v_pool(kv, l);
                 int64_t slot = (int64_t)b * bs + pos % bs;

@@ -20,67 +20,67 @@ static void emit(eng_seq *q, pdl_event *ev) {
 }
 
 static int held_append(eng_seq *q, const char *s, size_t n) {
-    if (q->held_len + n + 1 > q->held_cap) {
-        size_t cap = (q->held_len + n + 1) * 2;
-        char *p = realloc(q->held, cap);
+    if (q->text.held_len + n + 1 > q->text.held_cap) {
+        size_t cap = (q->text.held_len + n + 1) * 2;
+        char *p = realloc(q->text.held, cap);
         if (!p) return -1;
-        q->held = p;
-        q->held_cap = cap;
+        q->text.held = p;
+        q->text.held_cap = cap;
     }
-    memcpy(q->held + q->held_len, s, n);
-    q->held_len += n;
-    q->held[q->held_len] = '\0';
+    memcpy(q->text.held + q->text.held_len, s, n);
+    q->text.held_len += n;
+    q->text.held[q->text.held_len] = '\0';
     return 0;
 }
 
 
 
 /* Adds len bytes of new text to what is held; returns how many bytes of
- * q->held can be released now. A stop string completed by the new text
+ * q->text.held can be released now. A stop string completed by the new text
  * (looked for once more than min_tokens tokens are out, as vLLM does) sets
  * *stop to its index (else -1) and drops the text from it on. Work per call
  * is proportional to len (stop_match.h), whatever the stop strings. */
 static size_t text_release(eng_seq *q, const char *text, size_t len, int *stop) {
     *stop = -1;
     const eng_request *r = q->req;
-    size_t before = q->held_len;
-    if (held_append(q, text, len)) return q->held_len;
-    if (!r->stops) return q->held_len;
+    size_t before = q->text.held_len;
+    if (held_append(q, text, len)) return q->text.held_len;
+    if (!r->stops) return q->text.held_len;
     bool look = n_generated(q) > r->params.min_tokens;
     size_t fed = 0;
     stop_hit hit;
-    while (fed < len && stop_matcher_feed(r->stops, &q->stop_state, text + fed, len - fed, &hit, NULL)) {
+    while (fed < len && stop_matcher_feed(r->stops, &q->text.stop_state, text + fed, len - fed, &hit, NULL)) {
         fed += hit.end;
         if (!look) continue;
         /* the stop string starts inside the held text (a prefix of it was held) */
         size_t end = before + fed;
-        q->held_len = end >= hit.len ? end - hit.len : 0;
-        q->held[q->held_len] = '\0';
+        q->text.held_len = end >= hit.len ? end - hit.len : 0;
+        q->text.held[q->text.held_len] = '\0';
         *stop = hit.stop;
-        return q->held_len;
+        return q->text.held_len;
     }
-    size_t hold = stop_matcher_hold(r->stops, q->stop_state);
-    return hold < q->held_len ? q->held_len - hold : 0;
+    size_t hold = stop_matcher_hold(r->stops, q->text.stop_state);
+    return hold < q->text.held_len ? q->text.held_len - hold : 0;
 }
 
 /* Passes the first n held bytes on as ev->text, through the sequence's own
  * reusable buffer (valid during emit; no allocation per token once grown). */
 static void release_into(eng_seq *q, size_t n, pdl_event *ev) {
-    if (n + 1 > q->out_cap) {
-        char *p = realloc(q->out, n + 1 > 64 ? n + 1 : 64);
+    if (n + 1 > q->text.out_cap) {
+        char *p = realloc(q->text.out, n + 1 > 64 ? n + 1 : 64);
         if (!p) {
             ev->text = "";
             ev->text_len = 0;
             return;
         }
-        q->out = p;
-        q->out_cap = n + 1 > 64 ? n + 1 : 64;
+        q->text.out = p;
+        q->text.out_cap = n + 1 > 64 ? n + 1 : 64;
     }
-    memcpy(q->out, q->held, n);
-    q->out[n] = '\0';
-    memmove(q->held, q->held + n, q->held_len - n + 1);
-    q->held_len -= n;
-    ev->text = q->out;
+    memcpy(q->text.out, q->text.held, n);
+    q->text.out[n] = '\0';
+    memmove(q->text.held, q->text.held + n, q->text.held_len - n + 1);
+    q->text.held_len -= n;
+    ev->text = q->text.out;
     ev->text_len = n;
 }
 
@@ -91,18 +91,18 @@ void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, stop_cause 
     if (!aborted && cause.string < 0) {
         /* the end of the text: incomplete UTF-8 as U+FFFD; a stop string it
          * completes still ends the text there */
-        const char *tail = pdl_detok_flush(q->detok);
+        const char *tail = pdl_detok_flush(q->text.detok);
         int stop;
-        text_release(q, tail, pdl_detok_len(q->detok), &stop);
+        text_release(q, tail, pdl_detok_len(q->text.detok), &stop);
         if (stop >= 0 && cause.token < 0) {
             ev.finish_reason = "stop";
             cause.string = stop;
         }
     }
     if (cause.string >= 0) ev.stop_string = q->req->stop_strings[cause.string];
-    ev.cached_tokens = q->n_cached_prompt > 0 ? q->n_cached_prompt : 0;
-    ev.text = aborted || !q->held ? "" : q->held;
-    ev.text_len = aborted ? 0 : q->held_len;
+    ev.cached_tokens = q->cache.n_cached_prompt > 0 ? q->cache.n_cached_prompt : 0;
+    ev.text = aborted || !q->text.held ? "" : q->text.held;
+    ev.text_len = aborted ? 0 : q->text.held_len;
     ev.position = q->n_tokens - 1;
     emit(q, &ev);
 }
@@ -134,8 +134,8 @@ bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, sto
     *cause = (stop_cause){-1, -1};
     bool stop_tok = is_stop_token(e, q, tok, &cause->token);
     /* the text of a stop token (EOS) is not part of the output */
-    const char *piece = stop_tok ? "" : pdl_detok_push(q->detok, tok);
-    size_t n = text_release(q, piece, stop_tok ? 0 : pdl_detok_len(q->detok), &cause->string);
+    const char *piece = stop_tok ? "" : pdl_detok_push(q->text.detok, tok);
+    size_t n = text_release(q, piece, stop_tok ? 0 : pdl_detok_len(q->text.detok), &cause->string);
     release_into(q, n, &ev);
     emit(q, &ev);
     return stop_tok;
@@ -143,12 +143,12 @@ bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, sto
 
 void eng_out_prompt_logprobs(pdl_engine *e, eng_seq *q, int row_pos, const float *row) {
     int target = row_pos + 1; /* row r predicts prompt token r + 1 */
-    if (target >= q->n_prompt || target < q->prompt_logprobs_next) return;
+    if (target >= q->n_prompt || target < q->logprobs.prompt_next) return;
     pdl_event ev = {.kind = PDL_EVENT_PROMPT_LOGPROB, .token = q->tokens[target], .position = target, .text = ""};
     int nl = q->req->params.prompt_logprobs;
     pdl_logprobs(row, e->runner.vocab, ev.token, &ev.logprob, e->top, nl);
     ev.top = e->top;
     ev.n_top = nl;
     emit(q, &ev);
-    q->prompt_logprobs_next = target + 1;
+    q->logprobs.prompt_next = target + 1;
 }

@@ -69,15 +69,15 @@ static int32_t draw_token(pdl_engine *e, eng_seq *q, eng_think t, const float *r
         /* before the block, the model may open it (unless the budget is 0) instead of answering */
         bool may_open = rs->enabled && !t.decided && rs->start_token >= 0;
         int32_t open = may_open && rs->budget != 0 ? rs->start_token : -1;
-        if (q->matcher) {
-            if (!(row = so_masked_row(&e->masked, q->matcher, row, ahead, open, err))) return -1;
+        if (q->sampling.matcher) {
+            if (!(row = so_masked_row(&e->masked, q->sampling.matcher, row, ahead, open, err))) return -1;
         } else if (may_open && rs->budget == 0) {
             if (!(row = so_forced_row(&e->masked, e->runner.vocab, row, rs->start_token, false, ahead, err))) return -1;
         }
     }
     *used = row;
     bool hold_stops = n_generated(q) + ahead < r->params.min_tokens;
-    return pdl_sampler_sample_ex(q->sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
+    return pdl_sampler_sample_ex(q->sampling.sampler, row, r->min_banned, hold_stops ? r->n_min_banned : 0);
 }
 
 /* Appends tok (drawn from row) to q, emits it (eng_out_token: logprobs, text
@@ -94,15 +94,15 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
     bool stop_tok = eng_out_token(e, q, row, tok, &cause);
     *why = cause;
     bool grammar_ok = true, grammar_done = false;
-    bool answer = is_answer(&q->req->params.reasoning, q->think, tok);
-    q->think = think_after(&q->req->params.reasoning, q->think, tok);
-    if (q->matcher && answer) {
+    bool answer = is_answer(&q->req->params.reasoning, q->sampling.think, tok);
+    q->sampling.think = think_after(&q->req->params.reasoning, q->sampling.think, tok);
+    if (q->sampling.matcher && answer) {
         /* the draw came from the masked row: only an all -inf row (every
          * allowed token banned) can give a token the grammar refuses */
-        grammar_ok = gram_matcher_accept_token(q->matcher, tok);
-        grammar_done = grammar_ok && gram_matcher_is_terminated(q->matcher);
+        grammar_ok = gram_matcher_accept_token(q->sampling.matcher, tok);
+        grammar_done = grammar_ok && gram_matcher_is_terminated(q->sampling.matcher);
         if (!grammar_ok) {
-            const char *why = gram_matcher_error(q->matcher);
+            const char *why = gram_matcher_error(q->sampling.matcher);
             eng_log(e, "request %llu: token %d %s: ending it", (unsigned long long)q->req->id, tok,
                        why ? why : "is not allowed by its grammar");
         }
@@ -128,7 +128,7 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
     stop_cause why;
     const float *used;
     pdl_error gerr;
-    int32_t tok = draw_token(e, q, q->think, row, 0, &used, &gerr);
+    int32_t tok = draw_token(e, q, q->sampling.think, row, 0, &used, &gerr);
     if (tok < 0) {
         grammar_failed(e, q, &gerr);
         return 0;
@@ -150,14 +150,14 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
  * drafts 0 .. j-1 (k + 1 masks), and the matcher is rolled back before the
  * emitted tokens are fed to it again one by one. */
 static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows, pdl_error *err) {
-    int nd = q->n_draft, V = e->runner.vocab, accepted = 0;
+    int nd = q->spec.n_draft, V = e->runner.vocab, accepted = 0;
     int32_t drawn[PDL_MAX_SPEC_TOKENS + 1];
     const float *used[PDL_MAX_SPEC_TOKENS + 1];
     int n_drawn = 0, fed = 0; /* fed: drafts given to the matcher to mask the rows after them */
     pdl_error gerr;
     bool failed = false;
     const pdl_reasoning *rs = &q->req->params.reasoning;
-    eng_think t = q->think; /* the thinking block's state after the drafts accepted so far */
+    eng_think t = q->sampling.think; /* the thinking block's state after the drafts accepted so far */
     for (int j = 0; j <= nd; j++) {
         int32_t tok = draw_token(e, q, t, rows + (size_t)j * (size_t)V, j, &used[n_drawn], &gerr);
         if (tok < 0) {
@@ -165,16 +165,16 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
             break;
         }
         drawn[n_drawn++] = tok;
-        if (j == nd || drawn[j] != q->draft[j]) break;
+        if (j == nd || drawn[j] != q->spec.draft[j]) break;
         accepted++;
         bool answer = is_answer(rs, t, tok);
         t = think_after(rs, t, tok);
-        if (q->matcher && answer) {
-            if (!gram_matcher_accept_token(q->matcher, tok)) break; /* cannot happen: drawn from the mask */
+        if (q->sampling.matcher && answer) {
+            if (!gram_matcher_accept_token(q->sampling.matcher, tok)) break; /* cannot happen: drawn from the mask */
             fed++;
         }
     }
-    if (fed) gram_matcher_rollback(q->matcher, fed);
+    if (fed) gram_matcher_rollback(q->sampling.matcher, fed);
     spec_verified(&e->spec, q, accepted); /* before emitting: the sequence may end in it */
     const char *reason = NULL;
     stop_cause why = {-1, -1};
@@ -185,7 +185,7 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
     }
     int valid = accepted < emitted - 1 ? accepted : emitted - 1; /* accepted drafts now in tokens */
     if (valid < 0) valid = 0;
-    q->n_computed = start + 1 + valid;
+    q->cache.n_computed = start + 1 + valid;
     sched_cache_full_blocks(&e->sched, q);
     if (reason) eng_finish(e, q, reason, why);
     else if (failed) grammar_failed(e, q, &gerr);
@@ -203,8 +203,8 @@ static int fork_children(pdl_engine *e, eng_seq *parent, eng_seq **kids, int *n_
     for (int i = 1; i < r->n; i++) {
         eng_seq *c = eng_seq_new(e, r, i, parent->tokens, parent->n_tokens, parent->n_prompt);
         if (!c) return pdl_fail(err, "engine: out of memory");
-        c->prompt_logprobs_next = parent->n_prompt; /* prompt logprobs belong to sequence 0 */
-        c->n_cached_prompt = parent->n_cached_prompt;
+        c->logprobs.prompt_next = parent->n_prompt; /* prompt logprobs belong to sequence 0 */
+        c->cache.n_cached_prompt = parent->cache.n_cached_prompt;
         r->n_live++;
         if (eng_track(e, c, err)) return -1;
         kids[made++] = c;
@@ -265,9 +265,9 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
                 if (!q->abort_requested) rc = verify_drafts(e, q, en->start, out.logits, err);
                 continue;
             }
-            q->n_computed = en->start + en->n_new;
+            q->cache.n_computed = en->start + en->n_new;
             sched_cache_full_blocks(&e->sched, q);
-            bool completes = q->n_computed == q->n_tokens;
+            bool completes = q->cache.n_computed == q->n_tokens;
             for (int j = 0; j < out.n; j++)
                 if (q->req->params.prompt_logprobs >= 0)
                     eng_out_prompt_logprobs(e, q, out.positions[j], out.logits + (size_t)j * V);

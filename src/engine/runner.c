@@ -39,7 +39,7 @@ int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
     }
     if (q->req->params.prompt_logprobs >= 0) {
         /* row r predicts prompt token r + 1 */
-        int first = q->prompt_logprobs_next - 1;
+        int first = q->logprobs.prompt_next - 1;
         if (first < e->start) first = e->start;
         for (int r = first; r < end && r + 1 < q->n_prompt; r++) rows_out[n++] = r;
     }
@@ -60,8 +60,8 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
         int32_t *logits_pos = bb->logits_pos + bb->n_logits; /* written in place: bb_add keeps them there */
         int n_logits = runner_logits_rows(e, logits_pos);
         bb_segment seg = {
-            .block_table = q->blocks, .start = e->start, .n = e->n_new,
-            .tokens = q->tokens + e->start, .n_known = known < e->n_new ? known : e->n_new, .draft = q->draft,
+            .block_table = q->cache.blocks, .start = e->start, .n = e->n_new,
+            .tokens = q->tokens + e->start, .n_known = known < e->n_new ? known : e->n_new, .draft = q->spec.draft,
             .logits_pos = logits_pos, .n_logits = n_logits,
             .n_inputs = in > 0 ? in : 0, .mrope = rq->rope_pos3 != NULL, .rope_delta = rq->rope_delta,
         };

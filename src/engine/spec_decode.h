@@ -79,13 +79,13 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
               pdl_error *err);
 void spec_free(spec_state *s);
 
-/* Fills seq->draft for the running sequences that should speculate this
+/* Fills seq->spec.draft for the running sequences that should speculate this
  * step (decoding, not backing off, under the batch limit, room before
  * max_len[i]); clears it for the others. */
 int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err);
 
 /* After verification, before the accepted tokens are appended: `accepted`
- * of seq->n_draft drafts were accepted. The draft model's cache goes back
+ * of seq->spec.n_draft drafts were accepted. The draft model's cache goes back
  * to the accepted length; statistics and the back-off follow. */
 void spec_verified(spec_state *s, eng_seq *seq, int accepted);
 
