@@ -103,10 +103,10 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
     return 0;
 }
 
-int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt, const pdl_request_params *params,
-                           pdl_event_fn cb, void *user, uint64_t *id_out, pdl_error *err) {
-    pdl_request_params p = {.logprobs = -1, .prompt_logprobs = -1};
-    if (params) p = *params;
+/* Checks a request against the model and the engine's limits; fills the
+ * defaults (n = 0: one sequence). */
+static int validate_request(const pdl_engine *e, const int32_t *prompt, size_t n_prompt, pdl_request_params *p,
+                            pdl_error *err) {
     const pdl_model_config *c = &e->model->cfg;
     if (n_prompt == 0) return pdl_fail(err, "request: the prompt is empty");
     for (size_t i = 0; i < n_prompt; i++)
@@ -115,74 +115,104 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     if (n_prompt + 1 > (size_t)e->max_model_len)
         return pdl_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the maximum "
                         "model length %d", n_prompt, e->max_model_len);
-    if (pdl_sampling_validate(&p.sampling, c->vocab, err)) return pdl_fail_prefix(err, "request");
-    if (p.max_tokens < 0) return pdl_fail(err, "request: max_tokens %d must not be negative", p.max_tokens);
-    if (p.min_tokens < 0 || (p.max_tokens > 0 && p.min_tokens > p.max_tokens))
-        return pdl_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p.min_tokens, p.max_tokens);
-    if (p.logprobs > MAX_TOP_LOGPROBS || p.prompt_logprobs > MAX_TOP_LOGPROBS)
+    if (pdl_sampling_validate(&p->sampling, c->vocab, err)) return pdl_fail_prefix(err, "request");
+    if (p->max_tokens < 0) return pdl_fail(err, "request: max_tokens %d must not be negative", p->max_tokens);
+    if (p->min_tokens < 0 || (p->max_tokens > 0 && p->min_tokens > p->max_tokens))
+        return pdl_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p->min_tokens, p->max_tokens);
+    if (p->logprobs > MAX_TOP_LOGPROBS || p->prompt_logprobs > MAX_TOP_LOGPROBS)
         return pdl_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
-    if (p.n < 0 || p.n > ENG_MAX_N) return pdl_fail(err, "request: n = %d outside [1, %d]", p.n, ENG_MAX_N);
-    if (p.n == 0) p.n = 1;
-    if (p.n_stop < 0 || p.n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
-    for (int i = 0; i < p.n_stop; i++)
-        if (!p.stop[i] || !p.stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
-    const pdl_reasoning *rs = &p.reasoning;
+    if (p->n < 0 || p->n > ENG_MAX_N) return pdl_fail(err, "request: n = %d outside [1, %d]", p->n, ENG_MAX_N);
+    if (p->n == 0) p->n = 1;
+    if (p->n_stop < 0 || p->n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
+    for (int i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
+    const pdl_reasoning *rs = &p->reasoning;
     if (rs->enabled && (rs->end_token < 0 || rs->end_token >= c->vocab || rs->start_token < -1 ||
                         rs->start_token >= c->vocab || (rs->start_token < 0 && !rs->starts_inside)))
         return pdl_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
                         rs->start_token, rs->end_token, c->vocab);
-    if (p.grammar && gram_vocab_size(gram_grammar_vocab(p.grammar)) != e->runner.vocab)
+    if (p->grammar && gram_vocab_size(gram_grammar_vocab(p->grammar)) != e->runner.vocab)
         return pdl_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
-                        gram_vocab_size(gram_grammar_vocab(p.grammar)), e->runner.vocab);
+                        gram_vocab_size(gram_grammar_vocab(p->grammar)), e->runner.vocab);
+    return 0;
+}
 
+/* The engine's record of a validated request: its own copies of what the
+ * parameters point to (they point into the copies), the tokens min_tokens
+ * holds back, the prefix cache's salt, the grammar and stop matcher
+ * referenced, its images encoded and laid over the prompt. NULL (err set)
+ * when out of memory or an image fails. */
+static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, const int32_t *prompt, size_t n_prompt,
+                                pdl_event_fn cb, void *user, pdl_error *err) {
+    const pdl_model_config *c = &e->model->cfg;
     eng_request *r = calloc(1, sizeof *r);
-    if (!r) return pdl_fail(err, "request: out of memory");
+    if (!r) {
+        pdl_fail(err, "request: out of memory");
+        return NULL;
+    }
     r->id = e->next_request_id++;
-    r->params = p;
-    r->n = p.n;
+    r->params = *p;
+    r->n = p->n;
     r->cb = cb;
     r->user = user;
-    int n_bias = p.sampling.n_logit_bias;
-    r->stop_strings = calloc((size_t)(p.n_stop ? p.n_stop : 1), sizeof *r->stop_strings);
-    r->stop_ids = malloc((size_t)(p.n_stop_ids ? p.n_stop_ids : 1) * sizeof *r->stop_ids);
+    int n_bias = p->sampling.n_logit_bias;
+    r->stop_strings = calloc((size_t)(p->n_stop ? p->n_stop : 1), sizeof *r->stop_strings);
+    r->stop_ids = malloc((size_t)(p->n_stop_ids ? p->n_stop_ids : 1) * sizeof *r->stop_ids);
     r->logit_bias = malloc((size_t)(n_bias ? n_bias : 1) * sizeof *r->logit_bias);
-    r->min_banned = malloc((size_t)(p.n_stop_ids + c->n_eos + 1) * sizeof *r->min_banned);
+    r->min_banned = malloc((size_t)(p->n_stop_ids + c->n_eos + 1) * sizeof *r->min_banned);
     bool oom = !r->stop_strings || !r->stop_ids || !r->logit_bias || !r->min_banned;
-    for (int i = 0; !oom && i < p.n_stop; i++) oom = !(r->stop_strings[i] = strdup(p.stop[i]));
-    if (!oom && p.n_stop_ids) memcpy(r->stop_ids, p.stop_ids, (size_t)p.n_stop_ids * sizeof *r->stop_ids);
-    if (!oom && n_bias) memcpy(r->logit_bias, p.sampling.logit_bias, (size_t)n_bias * sizeof *r->logit_bias);
+    for (int i = 0; !oom && i < p->n_stop; i++) oom = !(r->stop_strings[i] = strdup(p->stop[i]));
+    if (!oom && p->n_stop_ids) memcpy(r->stop_ids, p->stop_ids, (size_t)p->n_stop_ids * sizeof *r->stop_ids);
+    if (!oom && n_bias) memcpy(r->logit_bias, p->sampling.logit_bias, (size_t)n_bias * sizeof *r->logit_bias);
     r->params.stop = (const char *const *)r->stop_strings;
     r->params.stop_ids = r->stop_ids;
     r->params.sampling.logit_bias = r->logit_bias;
     if (!oom) {
         /* what min_tokens holds back: the tokens that would end the sequence */
-        for (int i = 0; i < p.n_stop_ids; i++) r->min_banned[r->n_min_banned++] = p.stop_ids[i];
-        for (int i = 0; !p.ignore_eos && i < c->n_eos; i++) r->min_banned[r->n_min_banned++] = c->eos_ids[i];
+        for (int i = 0; i < p->n_stop_ids; i++) r->min_banned[r->n_min_banned++] = p->stop_ids[i];
+        for (int i = 0; !p->ignore_eos && i < c->n_eos; i++) r->min_banned[r->n_min_banned++] = c->eos_ids[i];
     }
-    if (!oom && p.cache_salt) oom = !(r->cache_salt = strdup(p.cache_salt));
+    if (!oom && p->cache_salt) oom = !(r->cache_salt = strdup(p->cache_salt));
     r->params.cache_salt = r->cache_salt;
     r->root_hash = bpool_root_hash(r->cache_salt);
     r->salt_check = bpool_extra_check(r->cache_salt);
-    r->no_prefix_cache = p.prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
-    if (p.grammar) r->grammar = gram_grammar_ref(p.grammar);
-    if (!oom && request_images(e, r, &p, prompt, n_prompt, err)) {
+    r->no_prefix_cache = p->prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
+    if (p->grammar) r->grammar = gram_grammar_ref(p->grammar);
+    if (!oom && request_images(e, r, p, prompt, n_prompt, err)) {
         eng_request_free(r);
-        return -1;
+        return NULL;
     }
     r->params.images = NULL; /* not kept: the rows are */
-    if (!oom && p.stop_matcher) {
-        if (stop_matcher_count(p.stop_matcher) != p.n_stop) {
+    if (!oom && p->stop_matcher) {
+        if (stop_matcher_count(p->stop_matcher) != p->n_stop) {
+            pdl_fail(err, "request: the stop matcher was made for %d stop strings, the request has %d",
+                     stop_matcher_count(p->stop_matcher), p->n_stop);
             eng_request_free(r);
-            return pdl_fail(err, "request: the stop matcher was made for %d stop strings, the request has %d",
-                            stop_matcher_count(p.stop_matcher), p.n_stop);
+            return NULL;
         }
-        r->stops = stop_matcher_ref(p.stop_matcher);
-    } else if (!oom && p.n_stop > 0 && stop_matcher_new(&r->stops, p.stop, NULL, p.n_stop, err)) {
+        r->stops = stop_matcher_ref(p->stop_matcher);
+    } else if (!oom && p->n_stop > 0 && stop_matcher_new(&r->stops, p->stop, NULL, p->n_stop, err)) {
+        pdl_fail_prefix(err, "request");
         eng_request_free(r);
-        return pdl_fail_prefix(err, "request");
+        return NULL;
     }
     r->params.stop_matcher = NULL; /* r->stops holds it */
-    eng_seq *q = oom ? NULL : eng_seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
+    if (oom) {
+        pdl_fail(err, "request: out of memory");
+        eng_request_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt, const pdl_request_params *params,
+                           pdl_event_fn cb, void *user, uint64_t *id_out, pdl_error *err) {
+    pdl_request_params p = {.logprobs = -1, .prompt_logprobs = -1};
+    if (params) p = *params;
+    if (validate_request(e, prompt, n_prompt, &p, err)) return -1;
+    eng_request *r = request_new(e, &p, prompt, n_prompt, cb, user, err);
+    if (!r) return -1;
+    eng_seq *q = eng_seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
     if (!q) {
         eng_request_free(r);
         return pdl_fail(err, "request: out of memory");
