@@ -151,8 +151,8 @@ static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32
         seg.n_known = known < seg.n ? known : seg.n;
         if (bb_add(&s->bb, &seg, err)) return pdl_fail_prefix(err, "speculative decoding");
     }
-    const pdl_batch *b = bb_finish(&s->bb, false);
-    if (pdl_forward(s->draft, s->kv, b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    pdl_batch b = *bb_finish(&s->bb, false);
+    if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->spec.computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
