@@ -244,42 +244,49 @@ static double mono_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* The update of one entry after the forward, from its logits rows: a
+ * decode with drafts verifies them; otherwise the computed count moves on,
+ * full blocks go to the prefix cache, prompt logprobs are emitted, and a
+ * sequence that now has every token computed draws its next one (forking
+ * first when it is an n > 1 prompt). */
+static int update_entry(pdl_engine *e, const sched_entry *en, runner_rows out, pdl_error *err) {
+    eng_seq *q = en->seq;
+    size_t V = (size_t)e->runner.vocab;
+    if (en->verifies_drafts) return q->abort_requested ? 0 : verify_drafts(e, q, en->start, out.logits, err);
+    q->cache.n_computed = en->start + en->n_new;
+    sched_cache_full_blocks(&e->sched, q);
+    bool completes = q->cache.n_computed == q->n_tokens;
+    for (int j = 0; j < out.n; j++)
+        if (q->req->params.prompt_logprobs >= 0)
+            eng_out_prompt_logprobs(e, q, out.positions[j], out.logits + (size_t)j * V);
+    if (!completes || q->abort_requested) return 0;
+    const float *last = out.logits + (size_t)(out.n - 1) * V; /* a completing entry's last row is a logits row */
+    /* forked children sample their first token from the same row */
+    eng_seq *kids[ENG_MAX_N]; /* n <= ENG_MAX_N: checked when the request came in */
+    int n_kids = 0, rc = 0;
+    if (q->fork_pending) rc = fork_children(e, q, kids, &n_kids, err);
+    if (rc == 0) rc = sample_next(e, q, last, err);
+    for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
+    return rc;
+}
+
 int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     sched_output plan;
     e->in_step = true;
     double t0 = e->spec.method != PDL_SPEC_NONE ? mono_s() : 0;
     uint64_t gen0 = e->generation_tokens;
+    /* plan: drafts proposed, then what runs */
     int rc = propose_drafts(e, err);
     if (rc == 0) rc = sched_schedule(&e->sched, &plan, err);
     int n_spec = 0; /* sequences verifying drafts this step */
     for (int k = 0; rc == 0 && k < plan.n_entries; k++) n_spec += plan.entries[k].verifies_drafts;
+    /* execute: one packed forward */
     if (rc == 0 && plan.n_entries > 0) rc = runner_execute(&e->runner, &plan, err);
+    /* update: each entry from its logits rows */
     if (rc == 0 && plan.n_entries > 0) {
         e->steps++;
-        size_t V = (size_t)e->runner.vocab;
-        for (int k = 0; rc == 0 && k < plan.n_entries; k++) {
-            sched_entry *en = &plan.entries[k];
-            eng_seq *q = en->seq;
-            runner_rows out = runner_entry_rows(&e->runner, k);
-            if (en->verifies_drafts) {
-                if (!q->abort_requested) rc = verify_drafts(e, q, en->start, out.logits, err);
-                continue;
-            }
-            q->cache.n_computed = en->start + en->n_new;
-            sched_cache_full_blocks(&e->sched, q);
-            bool completes = q->cache.n_computed == q->n_tokens;
-            for (int j = 0; j < out.n; j++)
-                if (q->req->params.prompt_logprobs >= 0)
-                    eng_out_prompt_logprobs(e, q, out.positions[j], out.logits + (size_t)j * V);
-            if (!completes || q->abort_requested) continue;
-            const float *last = out.logits + (size_t)(out.n - 1) * V; /* a completing entry's last row is a logits row */
-            /* forked children sample their first token from the same row */
-            eng_seq *kids[ENG_MAX_N]; /* n <= ENG_MAX_N: checked when the request came in */
-            int n_kids = 0;
-            if (q->fork_pending) rc = fork_children(e, q, kids, &n_kids, err);
-            if (rc == 0) rc = sample_next(e, q, last, err);
-            for (int i = 0; rc == 0 && i < n_kids; i++) rc = sample_next(e, kids[i], last, err);
-        }
+        for (int k = 0; rc == 0 && k < plan.n_entries; k++)
+            rc = update_entry(e, &plan.entries[k], runner_entry_rows(&e->runner, k), err);
         if (rc == 0 && e->spec.method != PDL_SPEC_NONE) {
             /* tokens beyond one per decode: what the drafts gained */
             int extra = (int)(e->generation_tokens - gen0) - plan.n_decode;
