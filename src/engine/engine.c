@@ -235,7 +235,7 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
 }
 
 
-void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cause) {
+void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause) {
     eng_out_finished(e, q, reason, cause);
     sched_remove(&e->sched, q);
     spec_release(&e->spec, q);

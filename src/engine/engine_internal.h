@@ -61,10 +61,10 @@ struct pdl_engine {
 
 /* How a sequence ended by a stop condition: the stop string's index or the
  * stop token (-1 each when neither, e.g. EOS). */
-typedef struct stop_cause {
+typedef struct eng_stop_cause {
     int string;
     int32_t token;
-} stop_cause;
+} eng_stop_cause;
 
 /* ---- the core (engine.c) ---- */
 
@@ -88,7 +88,7 @@ int eng_max_len(const pdl_engine *e, const eng_seq *q);
 /* q ends: its FINISHED event (eng_out_finished), then it leaves the scheduler,
  * the proposers and the live set, and is freed (its request with the last
  * of its sequences). */
-void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cause);
+void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause);
 
 /* ---- the step (engine_step.c) ---- */
 
@@ -102,11 +102,11 @@ void eng_process_aborts(pdl_engine *e);
  * logprobs, its text with stop strings held back. *cause gets the stop
  * token or stop string it completes (-1 each when none); returns whether
  * it is a stop token (EOS or one of the request's). */
-bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, stop_cause *cause);
+bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, eng_stop_cause *cause);
 
 /* The FINISHED event of q: the rest of the text (flushed, unless aborted),
  * the stop string or token, the cached prompt tokens. */
-void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cause);
+void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause);
 
 /* The PROMPT_LOGPROB event of the prompt token that row row_pos predicts,
  * when it is due. */

@@ -84,7 +84,7 @@ static void release_into(eng_seq *q, size_t n, pdl_event *ev) {
     ev->text_len = n;
 }
 
-void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, stop_cause cause) {
+void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause) {
     (void)e;
     pdl_event ev = {.kind = PDL_EVENT_FINISHED, .token = -1, .finish_reason = reason, .stop_token = cause.token};
     bool aborted = strcmp(reason, "abort") == 0;
@@ -123,7 +123,7 @@ static bool is_stop_token(const pdl_engine *e, const eng_seq *q, int32_t tok, in
     return false;
 }
 
-bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, stop_cause *cause) {
+bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, eng_stop_cause *cause) {
     pdl_event ev = {.kind = PDL_EVENT_TOKEN, .token = tok, .position = q->n_tokens - 1, .text = ""};
     int nl = q->req->params.logprobs;
     if (nl >= 0) {
@@ -131,7 +131,7 @@ bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, sto
         ev.top = e->top;
         ev.n_top = nl;
     }
-    *cause = (stop_cause){-1, -1};
+    *cause = (eng_stop_cause){-1, -1};
     bool stop_tok = is_stop_token(e, q, tok, &cause->token);
     /* the text of a stop token (EOS) is not part of the output */
     const char *piece = stop_tok ? "" : pdl_detok_push(q->text.detok, tok);

@@ -85,12 +85,12 @@ static int32_t draw_token(pdl_engine *e, eng_seq *q, eng_think t, const float *r
  * the grammar. *reason gets why q must now finish ("stop", "length",
  * "abort" when the grammar refused the token) or NULL; the caller finishes
  * it (after anything that still needs q). */
-static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, const char **reason, stop_cause *why,
+static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, const char **reason, eng_stop_cause *why,
                       pdl_error *err) {
     *reason = NULL;
     if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
     e->generation_tokens++;
-    stop_cause cause;
+    eng_stop_cause cause;
     bool stop_tok = eng_out_token(e, q, row, tok, &cause);
     *why = cause;
     bool grammar_ok = true, grammar_done = false;
@@ -118,14 +118,14 @@ static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, 
  * memory: q ends ("abort"), the engine goes on. */
 static void grammar_failed(pdl_engine *e, eng_seq *q, const pdl_error *why) {
     eng_log(e, "request %llu: %s", (unsigned long long)q->req->id, why->message);
-    eng_finish(e, q, "abort", (stop_cause){-1, -1});
+    eng_finish(e, q, "abort", (eng_stop_cause){-1, -1});
 }
 
 /* Samples q's next token from its row, emits it, and finishes q when a
  * stop condition holds. */
 static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *err) {
     const char *reason;
-    stop_cause why;
+    eng_stop_cause why;
     const float *used;
     pdl_error gerr;
     int32_t tok = draw_token(e, q, q->sampling.think, row, 0, &used, &gerr);
@@ -177,7 +177,7 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
     if (fed) gram_matcher_rollback(q->sampling.matcher, fed);
     spec_verified(&e->spec, q, accepted); /* before emitting: the sequence may end in it */
     const char *reason = NULL;
-    stop_cause why = {-1, -1};
+    eng_stop_cause why = {-1, -1};
     int emitted = 0;
     while (emitted < n_drawn && !reason) {
         if (emit_token(e, q, used[emitted], drawn[emitted], &reason, &why, err)) return -1;
@@ -220,7 +220,7 @@ static int fork_children(pdl_engine *e, eng_seq *parent, eng_seq **kids, int *n_
 void eng_process_aborts(pdl_engine *e) {
     for (int i = 0; i < e->n_seqs;) {
         eng_seq *q = e->seqs[i];
-        if (q->abort_requested) eng_finish(e, q, "abort", (stop_cause){-1, -1}); /* untracks q: index i now holds another */
+        if (q->abort_requested) eng_finish(e, q, "abort", (eng_stop_cause){-1, -1}); /* untracks q: index i now holds another */
         else i++;
     }
 }
