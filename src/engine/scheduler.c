@@ -81,16 +81,7 @@ void sched_release_blocks(sched *s, eng_seq *seq) {
     seq->cache.canon_last = -1;
 }
 
-static int grow_blocks(eng_seq *seq, int n) {
-    if (n <= seq->cache.cap_blocks) return 0;
-    int cap = seq->cache.cap_blocks ? seq->cache.cap_blocks : 8;
-    while (cap < n) cap *= 2;
-    int32_t *b = realloc(seq->cache.blocks, (size_t)cap * sizeof *b);
-    if (!b) return -1;
-    seq->cache.blocks = b;
-    seq->cache.cap_blocks = cap;
-    return 0;
-}
+static int grow_blocks(eng_seq *seq, int n) { return bpool_table_grow(&seq->cache.blocks, &seq->cache.cap_blocks, n); }
 
 int sched_reserve(sched *s, eng_seq *seq, int n_positions) {
     int bs = s->pool->block_size;

@@ -101,14 +101,7 @@ void spec_release(spec_state *s, eng_seq *q) {
 /* Room in the draft cache for positions [0, n) of q; -1 when the pool is short. */
 static int draft_reserve(spec_state *s, eng_seq *q, int n) {
     int bs = s->pool.block_size, need = (n + bs - 1) / bs;
-    if (need > q->spec.cap_blocks) {
-        int cap = q->spec.cap_blocks ? q->spec.cap_blocks : 8;
-        while (cap < need) cap *= 2;
-        int32_t *b = realloc(q->spec.blocks, (size_t)cap * sizeof *b);
-        if (!b) return -1;
-        q->spec.blocks = b;
-        q->spec.cap_blocks = cap;
-    }
+    if (bpool_table_grow(&q->spec.blocks, &q->spec.cap_blocks, need)) return -1;
     if (!bpool_can_alloc(&s->pool, need - q->spec.n_blocks)) return -1;
     while (q->spec.n_blocks < need) q->spec.blocks[q->spec.n_blocks++] = bpool_alloc(&s->pool);
     return 0;
