@@ -1,11 +1,13 @@
 /*
  * engine.c - the engine's core: creating it (the KV pool sized, the
  * scheduler, proposers and runner set up), freeing it, the records of
- * requests and sequences, aborts and statistics.
+ * requests and sequences, and statistics. The stages build on it and it
+ * calls none of them.
  *
  * What it is not for: a request's validation and images (engine_input.c),
- * the step (engine_step.c), text and events (engine_output.c), test hooks
- * (engine_hooks.c). What they share is engine_internal.h.
+ * the step, finishing and aborts (engine_step.c), text and events
+ * (engine_output.c), test hooks (engine_hooks.c). What they share is
+ * engine_internal.h.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -235,36 +237,7 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
 }
 
 
-void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause) {
-    eng_out_finished(e, q, reason, cause);
-    sched_remove(&e->sched, q);
-    spec_release(&e->spec, q);
-    eng_untrack(e, q);
-    eng_request *r = q->req;
-    q->state = SEQ_FINISHED;
-    eng_seq_free(q);
-    if (--r->n_live == 0) eng_request_free(r);
-}
-
-/* ---- aborts and statistics ------------------------------------------------ */
-
-int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err) {
-    int active = 1;
-    while (active > 0)
-        if (pdl_engine_step(e, &active, err)) return -1;
-    return 0;
-}
-
-int pdl_engine_abort(pdl_engine *e, uint64_t request_id) {
-    int found = 0;
-    for (int i = 0; i < e->n_seqs; i++)
-        if (e->seqs[i]->req->id == request_id) {
-            e->seqs[i]->abort_requested = true;
-            found = 1;
-        }
-    if (found && !e->in_step) eng_process_aborts(e);
-    return found ? 0 : -1;
-}
+/* ---- statistics ----------------------------------------------------------- */
 
 void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     memset(st, 0, sizeof *st);

@@ -5,9 +5,9 @@
  * The engine is split as vLLM v1 splits it: input processing
  * (engine_input.c: a request's validation, its owned copies, its images and
  * the encoder cache), the core (engine.c: create / free, the records'
- * lifecycle, abort, stats), the step (engine_step.c: plan -> execute ->
- * update: schedule, pack and run through the runner, sample, verify drafts,
- * fork, finish) and output processing (engine_output.c: detokenizing, stop
+ * lifecycle, stats), the step (engine_step.c: plan -> execute -> update:
+ * schedule, pack and run through the runner, sample, verify drafts, fork,
+ * finish; aborts) and output processing (engine_output.c: detokenizing, stop
  * strings held back, events). Not for anything outside src/engine (the
  * public interface is include/pagedlm.h; tests reach in through
  * engine_hooks.h).
@@ -85,12 +85,12 @@ void eng_untrack(pdl_engine *e, eng_seq *q);
 /* Longest sequence (prompt + output) q's request may reach. */
 int eng_max_len(const pdl_engine *e, const eng_seq *q);
 
-/* q ends: its FINISHED event (eng_out_finished), then it leaves the scheduler,
- * the proposers and the live set, and is freed (its request with the last
- * of its sequences). */
-void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause);
-
 /* ---- the step (engine_step.c) ---- */
+
+/* q ends: its FINISHED event (eng_out_finished), then it leaves the
+ * scheduler, the proposers and the live set, and is freed (its request
+ * with the last of its sequences). */
+void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause);
 
 /* Finishes ("abort") every sequence whose abort was asked for; inside a
  * step that waits for the step's end. */

@@ -6,8 +6,9 @@
  * (masked by its grammar or thinking budget), drafts verified, n > 1
  * prompts forked, stop conditions checked and finished sequences retired.
  *
- * What it is not for: text and events (engine_output.c), validation
- * (engine_input.c).
+ * Also finishing a sequence (eng_finish) and aborts, which the step
+ * carries out. What it is not for: text and events (engine_output.c),
+ * validation (engine_input.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -16,6 +17,17 @@
 
 #include "engine/engine_internal.h"
 #include "model/model.h"
+
+void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause) {
+    eng_out_finished(e, q, reason, cause);
+    sched_remove(&e->sched, q);
+    spec_release(&e->spec, q);
+    eng_untrack(e, q);
+    eng_request *r = q->req;
+    q->state = SEQ_FINISHED;
+    eng_seq_free(q);
+    if (--r->n_live == 0) eng_request_free(r);
+}
 
 static int append_token(eng_seq *q, int32_t tok) {
     if (q->n_tokens == q->cap_tokens) {
@@ -297,4 +309,22 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     eng_process_aborts(e);
     if (active) *active = e->sched.n_running + e->sched.n_waiting;
     return rc;
+}
+
+int pdl_engine_run_until_idle(pdl_engine *e, pdl_error *err) {
+    int active = 1;
+    while (active > 0)
+        if (pdl_engine_step(e, &active, err)) return -1;
+    return 0;
+}
+
+int pdl_engine_abort(pdl_engine *e, uint64_t request_id) {
+    int found = 0;
+    for (int i = 0; i < e->n_seqs; i++)
+        if (e->seqs[i]->req->id == request_id) {
+            e->seqs[i]->abort_requested = true;
+            found = 1;
+        }
+    if (found && !e->in_step) eng_process_aborts(e);
+    return found ? 0 : -1;
 }
