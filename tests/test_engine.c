@@ -564,8 +564,8 @@ static void test_requests_that_cannot_run_are_rejected(void) {
 /* ---- packing and logits rows --------------------------------------------------- */
 
 static eng_seq fake_seq(eng_request *r, int n_prompt, int n_tokens, int n_computed) {
-    eng_seq q = {.req = r, .n_prompt = n_prompt, .n_tokens = n_tokens, .n_computed = n_computed,
-                 .prompt_logprobs_next = 1};
+    eng_seq q = {.req = r, .n_prompt = n_prompt, .n_tokens = n_tokens, .cache.n_computed = n_computed,
+                 .logprobs.prompt_next = 1};
     return q;
 }
 
@@ -574,24 +574,24 @@ static void test_logits_rows_per_entry(void) {
     int32_t rows[64];
     /* decode: its one row */
     eng_seq d = fake_seq(&plain, 10, 12, 11);
-    sched_entry e1 = {&d, 11, 1};
+    sched_entry e1 = {&d, 11, 1, false};
     CHECK_EQ_INT(runner_logits_rows(&e1, rows), 1);
     CHECK_EQ_INT(rows[0], 11);
     /* an intermediate prefill chunk: no logits at all */
     eng_seq p = fake_seq(&plain, 30, 30, 0);
-    sched_entry e2 = {&p, 0, 7};
+    sched_entry e2 = {&p, 0, 7, false};
     CHECK_EQ_INT(runner_logits_rows(&e2, rows), 0);
     /* the chunk that completes the prompt: its last row only */
-    sched_entry e3 = {&p, 21, 9};
+    sched_entry e3 = {&p, 21, 9, false};
     CHECK_EQ_INT(runner_logits_rows(&e3, rows), 1);
     CHECK_EQ_INT(rows[0], 29);
     /* prompt logprobs: every row of every chunk (the last is also sampled) */
     eng_seq w = fake_seq(&wants, 30, 30, 0);
-    sched_entry e4 = {&w, 0, 7};
+    sched_entry e4 = {&w, 0, 7, false};
     CHECK_EQ_INT(runner_logits_rows(&e4, rows), 7);
     for (int i = 0; i < 7; i++) CHECK_EQ_INT(rows[i], i);
-    w.prompt_logprobs_next = 8;
-    sched_entry e5 = {&w, 7, 23};
+    w.logprobs.prompt_next = 8;
+    sched_entry e5 = {&w, 7, 23, false};
     CHECK_EQ_INT(runner_logits_rows(&e5, rows), 23);
     CHECK_EQ_INT(rows[0], 7);
     CHECK_EQ_INT(rows[22], 29);
@@ -609,8 +609,8 @@ static void test_runner_packs_decodes_first_with_compacted_logits(void) {
     for (int i = 0; i < 32; i++) toks[i] = i + 3;
     eng_seq a = fake_seq(&plain, 5, 10, 9), b = fake_seq(&plain, 3, 3, 0), c = fake_seq(&wants, 6, 6, 0);
     a.tokens = b.tokens = c.tokens = toks;
-    a.blocks = blocks_a, b.blocks = blocks_b, c.blocks = blocks_c;
-    sched_entry ents[3] = {{&a, 9, 1}, {&b, 0, 3}, {&c, 0, 6}};
+    a.cache.blocks = blocks_a, b.cache.blocks = blocks_b, c.cache.blocks = blocks_c;
+    sched_entry ents[3] = {{&a, 9, 1, false}, {&b, 0, 3, false}, {&c, 0, 6, false}};
     sched_output plan = {.entries = ents, .n_entries = 3, .n_decode = 1, .n_tokens = 10};
     REQUIRE(runner_pack(&r, &plan, &err) == 0);
     const pdl_batch *bt = &r.batch;
@@ -626,7 +626,7 @@ static void test_runner_packs_decodes_first_with_compacted_logits(void) {
     CHECK_EQ_INT(bt->n_logits, 8);
     CHECK(memcmp(bt->logits_indices, li, sizeof li) == 0);
     int32_t lcu[4] = {0, 1, 2, 8};
-    CHECK(memcmp(r.logits_cu_seqlens, lcu, sizeof lcu) == 0);
+    CHECK(memcmp(r.bb.logits_cu_seqlens, lcu, sizeof lcu) == 0);
     runner_free(&r);
     pdl_kv_cache_free(kv);
     pdl_model_free(m);

@@ -72,13 +72,13 @@ static void test_verification_rows_are_packed_with_logits_on_every_draft(void) {
     int32_t t_a[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, t_b[6] = {1, 5, 5, 5, 5, 5}, t_c[7] = {1, 9, 8, 7, 6, 5, 4},
             t_d[12] = {1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
     int32_t b_a[4] = {10, 11, 12, 13}, b_b[2] = {20, 21}, b_c[2] = {30, 31}, b_d[3] = {40, 41, 42};
-    eng_seq a = {.req = &req, .tokens = t_a, .n_tokens = 10, .n_prompt = 4, .n_computed = 9, .blocks = b_a,
-                 .n_blocks = 4, .n_draft = 3, .draft = {77, 78, 79}};
-    eng_seq b = {.req = &req, .tokens = t_b, .n_tokens = 6, .n_prompt = 3, .n_computed = 5, .blocks = b_b, .n_blocks = 2};
-    eng_seq c = {.req = &req, .tokens = t_c, .n_tokens = 7, .n_prompt = 7, .n_computed = 4, .blocks = b_c, .n_blocks = 2};
-    eng_seq d = {.req = &req, .tokens = t_d, .n_tokens = 12, .n_prompt = 12, .n_computed = 0, .blocks = b_d,
-                 .n_blocks = 3};
-    sched_entry ents[4] = {{&a, 9, 4}, {&b, 5, 1}, {&c, 4, 3}, {&d, 0, 8}};
+    eng_seq a = {.req = &req, .tokens = t_a, .n_tokens = 10, .n_prompt = 4, .cache.n_computed = 9, .cache.blocks = b_a,
+                 .cache.n_blocks = 4, .spec.n_draft = 3, .spec.draft = {77, 78, 79}};
+    eng_seq b = {.req = &req, .tokens = t_b, .n_tokens = 6, .n_prompt = 3, .cache.n_computed = 5, .cache.blocks = b_b, .cache.n_blocks = 2};
+    eng_seq c = {.req = &req, .tokens = t_c, .n_tokens = 7, .n_prompt = 7, .cache.n_computed = 4, .cache.blocks = b_c, .cache.n_blocks = 2};
+    eng_seq d = {.req = &req, .tokens = t_d, .n_tokens = 12, .n_prompt = 12, .cache.n_computed = 0, .cache.blocks = b_d,
+                 .cache.n_blocks = 3};
+    sched_entry ents[4] = {{&a, 9, 4, true}, {&b, 5, 1, false}, {&c, 4, 3, false}, {&d, 0, 8, false}};
     sched_output plan = {.entries = ents, .n_entries = 4, .n_decode = 2, .n_tokens = 16};
     runner r;
     REQUIRE(runner_init(&r, m, kv, false, &err) == 0);
@@ -98,7 +98,7 @@ static void test_verification_rows_are_packed_with_logits_on_every_draft(void) {
     CHECK_EQ_INT(r.batch.n_logits, 6);
     CHECK(memcmp(r.batch.logits_indices, want_logits, sizeof want_logits) == 0);
     const int32_t want_lcu[5] = {0, 4, 5, 6, 6};
-    CHECK(memcmp(r.logits_cu_seqlens, want_lcu, sizeof want_lcu) == 0);
+    CHECK(memcmp(r.bb.logits_cu_seqlens, want_lcu, sizeof want_lcu) == 0);
     const int32_t want_cu[5] = {0, 4, 5, 8, 16};
     CHECK(memcmp(r.batch.cu_seqlens, want_cu, sizeof want_cu) == 0);
     runner_free(&r);
@@ -114,18 +114,18 @@ static void test_backoff_doubles_after_rejections_and_resets_on_acceptance(void)
     eng_seq q = {.n_tokens = 10};
     int waits[8];
     for (int i = 0; i < 8; i++) {
-        q.n_draft = 4;
+        q.spec.n_draft = 4;
         spec_verified(&s, &q, 0);
-        waits[i] = q.spec_wait;
+        waits[i] = q.spec.wait;
     }
     const int want[8] = {1, 2, 4, 8, 16, 32, 32, 32};
     CHECK(memcmp(waits, want, sizeof want) == 0);
-    q.n_draft = 4;
+    q.spec.n_draft = 4;
     spec_verified(&s, &q, 2);
-    CHECK_EQ_INT(q.spec_wait, 0);
-    q.n_draft = 4;
+    CHECK_EQ_INT(q.spec.wait, 0);
+    q.spec.n_draft = 4;
     spec_verified(&s, &q, 0);
-    CHECK_EQ_INT(q.spec_wait, 1);
+    CHECK_EQ_INT(q.spec.wait, 1);
     CHECK_EQ_INT(s.drafts, 10);
     CHECK_EQ_INT(s.draft_tokens, 40);
     CHECK_EQ_INT(s.accepted, 2);
@@ -146,13 +146,13 @@ static void test_speculation_pauses_when_it_does_not_pay(void) {
     CHECK_EQ_INT(s.pause, 64);
     /* paused: no drafts for 64 steps */
     int32_t toks[6] = {1, 2, 3, 1, 2, 3};
-    eng_seq q = {.state = SEQ_RUNNING, .tokens = toks, .n_tokens = 6, .n_prompt = 2, .n_computed = 5};
+    eng_seq q = {.state = SEQ_RUNNING, .tokens = toks, .n_tokens = 6, .n_prompt = 2, .cache.n_computed = 5};
     eng_seq *ptr = &q;
     int max_len = 100;
     pdl_error err;
     s.lookup_min = 1, s.lookup_max = 3, s.max_batch = 4;
     REQUIRE(spec_propose(&s, &ptr, &max_len, 1, &err) == 0);
-    CHECK_EQ_INT(q.n_draft, 0);
+    CHECK_EQ_INT(q.spec.n_draft, 0);
     CHECK_EQ_INT(s.pause, 63);
 }
 
@@ -163,19 +163,19 @@ static void test_no_drafts_beyond_the_batch_limit(void) {
     eng_seq *ptr[5];
     int max_len[5];
     for (int i = 0; i < 5; i++) {
-        qs[i] = (eng_seq){.state = SEQ_RUNNING, .tokens = toks, .n_tokens = 6, .n_prompt = 2, .n_computed = 5};
+        qs[i] = (eng_seq){.state = SEQ_RUNNING, .tokens = toks, .n_tokens = 6, .n_prompt = 2, .cache.n_computed = 5};
         ptr[i] = &qs[i];
         max_len[i] = 100;
     }
     pdl_error err;
     REQUIRE(spec_propose(&s, ptr, max_len, 4, &err) == 0);
-    for (int i = 0; i < 4; i++) CHECK_EQ_INT(qs[i].n_draft, 3); /* what followed the first "1 2 3" */
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(qs[i].spec.n_draft, 3); /* what followed the first "1 2 3" */
     REQUIRE(spec_propose(&s, ptr, max_len, 5, &err) == 0);
-    for (int i = 0; i < 5; i++) CHECK_EQ_INT(qs[i].n_draft, 0);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(qs[i].spec.n_draft, 0);
     /* room: nothing past max_len */
     max_len[0] = 7;
     REQUIRE(spec_propose(&s, ptr, max_len, 1, &err) == 0);
-    CHECK_EQ_INT(qs[0].n_draft, 0);
+    CHECK_EQ_INT(qs[0].spec.n_draft, 0);
 }
 
 /* ---- through the engine ------------------------------------------------------------ */

@@ -230,3 +230,14 @@ int32_t bpool_take_cached(block_pool *p, bpool_hash hash, const int32_t *tokens,
     }
     return b;
 }
+
+int bpool_table_grow(int32_t **table, int *cap, int n) {
+    if (n <= *cap) return 0;
+    int c = *cap ? *cap : 8;
+    while (c < n) c *= 2;
+    int32_t *t = realloc(*table, (size_t)c * sizeof *t);
+    if (!t) return -1;
+    *table = t;
+    *cap = c;
+    return 0;
+}

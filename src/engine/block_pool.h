@@ -74,6 +74,10 @@ void bpool_free(block_pool *p);
 /* Takes a block (reference 1) from the head of the free queue, evicting
  * its cached contents; -1 when none is free. */
 int32_t bpool_alloc(block_pool *p);
+/* A block table's room for n blocks: *table (capacity *cap, doubling from
+ * 8) grown when it is smaller; -1 when out of memory (the table unchanged).
+ * The scheduler's tables and the draft model's grow this way. */
+int bpool_table_grow(int32_t **table, int *cap, int n);
 /* Whether n blocks could be taken now. */
 static inline bool bpool_can_alloc(const block_pool *p, int n) { return n <= p->n_free; }
 /* Another holder of a held block (a fork sharing it). */

@@ -1,8 +1,10 @@
 /*
  * engine_hooks.h - the engine's insides that tests reach for: its block
  * pool (to replace the hash function and force collisions) and the K/V
- * slots no sequence has computed (to poison them). Not for programs (the
- * public interface is include/pagedlm.h).
+ * slots no sequence has computed (to poison them). Test hooks only, kept
+ * in engine_hooks.c apart from the engine's stages: nothing in the engine
+ * calls them. Not for programs (the public interface is
+ * include/pagedlm.h).
  */
 #ifndef PDL_ENGINE_HOOKS_H
 #define PDL_ENGINE_HOOKS_H

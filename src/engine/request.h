@@ -1,11 +1,13 @@
 /*
  * request.h - the engine's record of a request and of each sequence it
- * samples: tokens so far, how many have K/V in the cache, the blocks holding
- * them, the sampler and the text state.
+ * samples: tokens so far, and the sequence's state grouped by concern:
+ * the KV cache (cache), drawing tokens (sampling), the output text (text),
+ * speculative decoding (spec) and logprobs.
  *
- * Shared by the scheduler (which reads and updates n_computed, blocks and
- * state), the runner (which reads tokens and blocks to pack a batch) and
- * the engine (which appends sampled tokens and emits events).
+ * Shared by the scheduler (which reads and updates state and cache), the
+ * runner (which reads tokens, cache.blocks and spec.draft to pack a batch),
+ * the proposers (spec) and the engine's stages (which append sampled
+ * tokens and emit events).
  */
 #ifndef PDL_ENGINE_REQUEST_H
 #define PDL_ENGINE_REQUEST_H
@@ -19,7 +21,7 @@
 #include "pagedlm.h"
 
 typedef enum eng_seq_state {
-    SEQ_WAITING = 0,  /* queued (new, or preempted: n_computed back to 0) */
+    SEQ_WAITING = 0,  /* queued (new, or preempted: cache.n_computed back to 0) */
     SEQ_RUNNING,      /* holds blocks; scheduled every step */
     SEQ_FINISHED,
 } eng_seq_state;
@@ -66,17 +68,10 @@ typedef struct eng_request {
     void *user;
 } eng_request;
 
-typedef struct eng_seq {
-    eng_request *req;
-    int index;                  /* which of the request's n sequences */
-    uint64_t arrival;           /* admission order: FIFO and "newest" for preemption */
-    eng_seq_state state;
-
-    int32_t *tokens;            /* [n_tokens] prompt then output */
-    int n_tokens, cap_tokens;
-    int n_prompt;
+/* Scheduling and the KV cache (scheduler.c, runner.c): where the sequence's
+ * K/V is and what of it the prefix cache knows. */
+typedef struct eng_seq_cache {
     int n_computed;             /* tokens 0 .. n_computed-1 have K/V in the cache */
-
     int32_t *blocks;            /* [n_blocks] the block table */
     int n_blocks, cap_blocks;
     bpool_hash *block_hashes;   /* [n_block_hashes] chain hashes of the full blocks of `tokens` so far */
@@ -84,28 +79,61 @@ typedef struct eng_seq {
     int n_registered;           /* blocks [0, n_registered) are known to the prefix cache (taken or offered) */
     int32_t canon_last;         /* the cached block standing for block n_registered - 1 (-1 = none) */
     int n_cached_prompt;        /* prompt tokens the prefix cache gave at the first admission (-1 = not yet) */
+} eng_seq_cache;
 
-    pdl_sampler *sampler;
+/* Drawing the next token (engine_step.c). */
+typedef struct eng_seq_sampling {
+    pdl_sampler *sampler;       /* the request's parameters, this sequence's random stream */
     gram_matcher *matcher;      /* where the output is in the request's grammar (NULL = none) */
     eng_think think;            /* the thinking block so far (params.reasoning) */
-    pdl_detok *detok;
-    char *held;                 /* text held back while it may start a stop string */
+} eng_seq_sampling;
+
+/* The output text (engine_output.c). */
+typedef struct eng_seq_text {
+    pdl_detok *detok;           /* incremental detokenizer, primed with the prompt */
+    char *held;                 /* [held_len + 1] text held back while it may start a stop string */
     size_t held_len, held_cap;
     int32_t stop_state;         /* the stop matcher's state after all text so far */
-    char *out;                  /* the text released with the current event */
+    char *out;                  /* [out_cap] the text released with the current event */
     size_t out_cap;
+} eng_seq_text;
 
-    int32_t draft[PDL_MAX_SPEC_TOKENS]; /* speculative tokens proposed for this step (never in `tokens`, never hashed) */
+/* Speculative decoding (spec_decode.c proposes, engine_step.c verifies). */
+typedef struct eng_seq_spec {
+    int32_t draft[PDL_MAX_SPEC_TOKENS]; /* [n_draft] tokens proposed for this step (never in `tokens`, never
+                                           hashed) */
     int n_draft;
-    int spec_wait;              /* steps to go before proposing again (after rejected drafts) */
-    int spec_backoff;           /* the next wait after a rejection: 1, 2, 4, ... 32 */
-    int32_t *draft_blocks;      /* draft model's block table */
-    int n_draft_blocks, cap_draft_blocks;
-    int draft_computed;         /* tokens with K/V in the draft model's cache */
+    int wait;                   /* steps to go before proposing again (after rejected drafts) */
+    int backoff;                /* the next wait after a rejection: 1, 2, 4, ... 32 */
+    int32_t *blocks;            /* [n_blocks] the draft model's block table */
+    int n_blocks, cap_blocks;
+    int computed;               /* tokens with K/V in the draft model's cache */
+} eng_seq_spec;
 
-    int prompt_logprobs_next;   /* next prompt position (>= 1) whose logprobs are due */
+/* Logprobs due (engine_output.c). */
+typedef struct eng_seq_logprobs {
+    int prompt_next;            /* next prompt position (>= 1) whose logprobs are due */
+} eng_seq_logprobs;
+
+typedef struct eng_seq {
+    /* what the sequence is: read by every stage */
+    eng_request *req;
+    int index;                  /* which of the request's n sequences */
+    int32_t *tokens;            /* [n_tokens] prompt then output */
+    int n_tokens, cap_tokens;
+    int n_prompt;
+
+    /* its life: admission order, state, what the step must do to it */
+    uint64_t arrival;           /* admission order: FIFO and "newest" for preemption */
+    eng_seq_state state;
     bool fork_pending;          /* index 0 of an n > 1 request: fork when the prompt is done */
-    bool abort_requested;
+    bool abort_requested;       /* finish ("abort") at the end of the step */
+
+    eng_seq_cache cache;
+    eng_seq_sampling sampling;
+    eng_seq_text text;
+    eng_seq_spec spec;
+    eng_seq_logprobs logprobs;
 } eng_seq;
 
 #endif

@@ -1,5 +1,7 @@
 /*
- * runner.c - packing a step's plan into a pdl_batch and running it.
+ * runner.c - packing a step's plan into a pdl_batch (one batch_builder
+ * segment per entry) and running it; answering for each entry's logits
+ * rows afterwards.
  */
 #include "engine/runner.h"
 
@@ -17,30 +19,27 @@ int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits,
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     r->vocab = info.vocab;
+    bb_init(&r->bb, kv->block_size);
     (void)err;
     return 0;
 }
 
 void runner_free(runner *r) {
-    free(r->token_ids), free(r->positions), free(r->slot_mapping), free(r->logits_indices);
-    free(r->embd);
-    free(r->span_first), free(r->span_last), free(r->rope_pos3);
-    free(r->cu_seqlens), free(r->logits_cu_seqlens), free(r->block_tables);
+    bb_free(&r->bb);
     free(r->logits);
     memset(r, 0, sizeof *r);
 }
-
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
     const eng_seq *q = e->seq;
     int end = e->start + e->n_new, n = 0;
-    if (e->start == q->n_tokens - 1 && e->n_new > 1) {
-        /* a decode with drafts: its last token and every draft predict */
+    if (e->verifies_drafts) {
+        /* its last token and every draft predict */
         for (int r = e->start; r < end; r++) rows_out[n++] = r;
         return n;
     }
     if (q->req->params.prompt_logprobs >= 0) {
         /* row r predicts prompt token r + 1 */
-        int first = q->prompt_logprobs_next - 1;
+        int first = q->logprobs.prompt_next - 1;
         if (first < e->start) first = e->start;
         for (int r = first; r < end && r + 1 < q->n_prompt; r++) rows_out[n++] = r;
     }
@@ -48,81 +47,41 @@ int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
     return n;
 }
 
-static int grow_i32(int32_t **p, size_t n) {
-    int32_t *q = realloc(*p, (n ? n : 1) * sizeof *q);
-    if (!q) return -1;
-    *p = q;
+int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
+    batch_builder *bb = &r->bb;
+    if (bb_begin(bb, plan->n_tokens, plan->n_entries, err)) return pdl_fail_prefix(err, "runner");
+    for (int k = 0; k < plan->n_entries; k++) {
+        const sched_entry *e = &plan->entries[k];
+        const eng_seq *q = e->seq;
+        const eng_request *rq = q->req;
+        /* rows past the known tokens are speculative drafts; the prompt's
+         * rows carry the request's image inputs */
+        int known = q->n_tokens - e->start, in = q->n_prompt - e->start;
+        int32_t *logits_pos = bb->logits_pos + bb->n_logits; /* written in place: bb_add keeps them there */
+        int n_logits = runner_logits_rows(e, logits_pos);
+        bb_segment seg = {
+            .block_table = q->cache.blocks, .start = e->start, .n = e->n_new,
+            .tokens = q->tokens + e->start, .n_known = known < e->n_new ? known : e->n_new, .draft = q->spec.draft,
+            .logits_pos = logits_pos, .n_logits = n_logits,
+            .n_inputs = in > 0 ? in : 0, .mrope = rq->rope_pos3 != NULL, .rope_delta = rq->rope_delta,
+        };
+        if (in > 0) {
+            seg.embd = rq->row_embd ? rq->row_embd + e->start : NULL;
+            seg.span_first = rq->span_first ? rq->span_first + e->start : NULL;
+            seg.span_last = rq->span_last ? rq->span_last + e->start : NULL;
+            seg.rope_pos3 = rq->rope_pos3 ? rq->rope_pos3 + 3 * (size_t)e->start : NULL;
+        }
+        if (bb_add(bb, &seg, err)) return pdl_fail_prefix(err, "runner");
+    }
+    r->batch = *bb_finish(bb, r->full_logits);
     return 0;
 }
 
-int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
-    int rows = plan->n_tokens, ents = plan->n_entries;
-    if (rows > r->rows_cap) {
-        if (grow_i32(&r->token_ids, rows) || grow_i32(&r->positions, rows) || grow_i32(&r->slot_mapping, rows) ||
-            grow_i32(&r->logits_indices, rows) || grow_i32(&r->span_first, rows) || grow_i32(&r->span_last, rows) ||
-            grow_i32(&r->rope_pos3, (size_t)rows * 3))
-            return pdl_fail(err, "runner: out of memory for %d rows", rows);
-        const float **em = realloc(r->embd, (size_t)rows * sizeof *em);
-        if (!em) return pdl_fail(err, "runner: out of memory for %d rows", rows);
-        r->embd = em;
-        r->rows_cap = rows;
-    }
-    if (ents + 1 > r->entries_cap) {
-        const int32_t **bt = realloc(r->block_tables, (size_t)(ents + 1) * sizeof *bt);
-        if (!bt) return pdl_fail(err, "runner: out of memory");
-        r->block_tables = bt;
-        if (grow_i32(&r->cu_seqlens, ents + 1) || grow_i32(&r->logits_cu_seqlens, ents + 1))
-            return pdl_fail(err, "runner: out of memory");
-        r->entries_cap = ents + 1;
-    }
-    int bs = r->kv->block_size, row = 0, n_logits = 0;
-    bool any_embd = false, any_span = false, any_pos3 = false;
-    r->cu_seqlens[0] = 0;
-    r->logits_cu_seqlens[0] = 0;
-    for (int k = 0; k < ents; k++) {
-        const sched_entry *e = &plan->entries[k];
-        const eng_seq *q = e->seq;
-        for (int i = 0; i < e->n_new; i++, row++) {
-            int pos = e->start + i;
-            /* past the known tokens: speculative drafts */
-            r->token_ids[row] = pos < q->n_tokens ? q->tokens[pos] : q->draft[pos - q->n_tokens];
-            r->positions[row] = pos;
-            r->slot_mapping[row] = q->blocks[pos / bs] * bs + pos % bs;
-            /* an image row: its encoded vector instead of the token's embedding */
-            r->embd[row] = q->req->row_embd && pos < q->n_prompt ? q->req->row_embd[pos] : NULL;
-            any_embd |= r->embd[row] != NULL;
-            /* a row of a two-way span (the scheduler keeps the span's rest in this step) */
-            bool span = q->req->span_first && pos < q->n_prompt;
-            r->span_first[row] = span ? q->req->span_first[pos] : pos;
-            r->span_last[row] = span ? q->req->span_last[pos] : pos;
-            any_span |= span;
-            /* M-RoPE: the prompt's rows as the request laid them out, later
-             * rows (decode, drafts) at index + delta in all three */
-            int32_t *p3 = r->rope_pos3 + 3 * row;
-            if (q->req->rope_pos3 && pos < q->n_prompt) {
-                memcpy(p3, q->req->rope_pos3 + 3 * pos, 3 * sizeof *p3);
-            } else {
-                p3[0] = p3[1] = p3[2] = pos + q->req->rope_delta;
-            }
-            any_pos3 |= q->req->rope_pos3 != NULL;
-        }
-        r->cu_seqlens[k + 1] = row;
-        r->block_tables[k] = q->blocks;
-        /* logits rows of this entry, as batch rows */
-        int n = runner_logits_rows(e, r->logits_indices + n_logits);
-        for (int j = 0; j < n; j++) r->logits_indices[n_logits + j] += r->cu_seqlens[k] - e->start;
-        n_logits += n;
-        r->logits_cu_seqlens[k + 1] = n_logits;
-    }
-    r->batch = (pdl_batch){
-        .n_tokens = rows, .token_ids = r->token_ids, .positions = r->positions, .slot_mapping = r->slot_mapping,
-        .n_seqs = ents, .cu_seqlens = r->cu_seqlens, .block_tables = r->block_tables,
-        .n_logits = n_logits, .logits_indices = r->logits_indices, .full_logits = r->full_logits,
-        .embd = any_embd ? r->embd : NULL,
-        .span_first = any_span ? r->span_first : NULL, .span_last = any_span ? r->span_last : NULL,
-        .rope_pos3 = any_pos3 ? r->rope_pos3 : NULL,
-    };
-    return 0;
+runner_rows runner_entry_rows(const runner *r, int k) {
+    int first = r->bb.logits_cu_seqlens[k];
+    return (runner_rows){.logits = r->logits + (size_t)first * (size_t)r->vocab,
+                         .positions = r->bb.logits_pos + first,
+                         .n = r->bb.logits_cu_seqlens[k + 1] - first};
 }
 
 int runner_execute(runner *r, const sched_output *plan, pdl_error *err) {
@@ -136,3 +95,4 @@ int runner_execute(runner *r, const sched_output *plan, pdl_error *err) {
     }
     return pdl_forward(r->model, r->kv, &r->batch, r->logits, err);
 }
+

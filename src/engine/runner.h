@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/batch_builder.h"
 #include "engine/scheduler.h"
 #include "pagedlm.h"
 
@@ -22,21 +23,12 @@ typedef struct runner {
     bool full_logits;          /* measurement/fallback: every row through the head */
     int vocab;
 
-    /* the packed batch (capacities in elements) */
-    int32_t *token_ids, *positions, *slot_mapping; /* [rows] */
-    int32_t *logits_indices;                       /* [rows] */
-    const float **embd;                            /* [rows] image rows' input vectors (NULL: token rows) */
-    int32_t *span_first, *span_last;               /* [rows] two-way spans (Gemma 3's images) */
-    int32_t *rope_pos3;                            /* [rows][3] M-RoPE positions (Qwen2.5-VL's images) */
-    int rows_cap;
-    int32_t *cu_seqlens;                           /* [entries + 1] */
-    int32_t *logits_cu_seqlens;                    /* [entries + 1]: output rows per entry */
-    const int32_t **block_tables;                  /* [entries] */
-    int entries_cap;
-    pdl_batch batch;
+    batch_builder bb;          /* the packed batch: one segment per plan entry, in plan order; its
+                                  logits_cu_seqlens[k] .. [k + 1] are entry k's logits rows */
+    pdl_batch batch;           /* what the last runner_pack built */
 
-    float *logits;                                 /* [n_logits][vocab] */
-    size_t logits_cap;                             /* rows */
+    float *logits;             /* [n_logits][vocab] */
+    size_t logits_cap;         /* rows */
 } runner;
 
 int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err);
@@ -45,18 +37,31 @@ void runner_free(runner *r);
 /*
  * Which rows of an entry need logits: the last row when the entry completes
  * everything known of its sequence (then the next token is sampled); every
- * row of a decode with speculative drafts (its last token and each draft:
- * k + 1 rows to verify k drafts); and, for a sequence that asked for prompt
- * logprobs, every row r whose next prompt token (r + 1 < n_prompt) still
- * has its logprobs due. Writes the rows (absolute positions, ascending) to
- * rows_out and returns their count.
+ * row of a decode with speculative drafts (e->verifies_drafts: its last
+ * token and each draft, k + 1 rows to verify k drafts); and, for a sequence
+ * that asked for prompt logprobs, every row r whose next prompt token
+ * (r + 1 < n_prompt) still has its logprobs due. Writes the rows (absolute
+ * positions, ascending; at most e->n_new) to rows_out and returns their
+ * count.
  */
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out);
 
-/* Packs the plan into r->batch (runner_pack) and runs the forward. Logits
- * of entry k are rows logits_cu_seqlens[k] .. logits_cu_seqlens[k+1] of
- * r->logits, in the order runner_logits_rows gives. */
+/* Packs the plan into r->batch (runner_pack) and runs the forward. Entry
+ * k's logits rows, in the order runner_logits_rows gives, are what
+ * runner_entry_rows answers. */
 int runner_pack(runner *r, const sched_output *plan, pdl_error *err);
 int runner_execute(runner *r, const sched_output *plan, pdl_error *err);
+
+/* The logits rows of one entry of the last step: n rows, each the
+ * distribution of the token after positions[j] in the entry's sequence. */
+typedef struct runner_rows {
+    const float *logits;        /* [n][vocab] */
+    const int32_t *positions;   /* [n] ascending */
+    int n;
+} runner_rows;
+
+/* Entry k's rows of the plan runner_execute last ran (valid until the
+ * next step). */
+runner_rows runner_entry_rows(const runner *r, int k);
 
 #endif

@@ -74,30 +74,21 @@ static int insert_running(sched *s, eng_seq *seq, pdl_error *err) {
 
 
 void sched_release_blocks(sched *s, eng_seq *seq) {
-    bpool_release_all(s->pool, seq->blocks, seq->n_blocks);
-    seq->n_blocks = 0;
-    seq->n_computed = 0;
-    seq->n_registered = 0;
-    seq->canon_last = -1;
+    bpool_release_all(s->pool, seq->cache.blocks, seq->cache.n_blocks);
+    seq->cache.n_blocks = 0;
+    seq->cache.n_computed = 0;
+    seq->cache.n_registered = 0;
+    seq->cache.canon_last = -1;
 }
 
-static int grow_blocks(eng_seq *seq, int n) {
-    if (n <= seq->cap_blocks) return 0;
-    int cap = seq->cap_blocks ? seq->cap_blocks : 8;
-    while (cap < n) cap *= 2;
-    int32_t *b = realloc(seq->blocks, (size_t)cap * sizeof *b);
-    if (!b) return -1;
-    seq->blocks = b;
-    seq->cap_blocks = cap;
-    return 0;
-}
+static int grow_blocks(eng_seq *seq, int n) { return bpool_table_grow(&seq->cache.blocks, &seq->cache.cap_blocks, n); }
 
 int sched_reserve(sched *s, eng_seq *seq, int n_positions) {
     int bs = s->pool->block_size;
-    int need = (n_positions + bs - 1) / bs - seq->n_blocks;
+    int need = (n_positions + bs - 1) / bs - seq->cache.n_blocks;
     if (need <= 0) return 0;
-    if (!bpool_can_alloc(s->pool, need) || grow_blocks(seq, seq->n_blocks + need)) return -1;
-    for (int i = 0; i < need; i++) seq->blocks[seq->n_blocks++] = bpool_alloc(s->pool);
+    if (!bpool_can_alloc(s->pool, need) || grow_blocks(seq, seq->cache.n_blocks + need)) return -1;
+    for (int i = 0; i < need; i++) seq->cache.blocks[seq->cache.n_blocks++] = bpool_alloc(s->pool);
     return 0;
 }
 
@@ -119,21 +110,21 @@ static const int32_t *block_key(sched *s, const eng_seq *q, int b) {
 
 /* The chain hash of seq's full block b (computed once per sequence). */
 static int block_hash(sched *s, eng_seq *q, int b, bpool_hash *out) {
-    if (b >= q->cap_block_hashes) {
-        int cap = q->cap_block_hashes ? q->cap_block_hashes : 8;
+    if (b >= q->cache.cap_block_hashes) {
+        int cap = q->cache.cap_block_hashes ? q->cache.cap_block_hashes : 8;
         while (cap <= b) cap *= 2;
-        bpool_hash *h = realloc(q->block_hashes, (size_t)cap * sizeof *h);
+        bpool_hash *h = realloc(q->cache.block_hashes, (size_t)cap * sizeof *h);
         if (!h) return -1;
-        q->block_hashes = h;
-        q->cap_block_hashes = cap;
+        q->cache.block_hashes = h;
+        q->cache.cap_block_hashes = cap;
     }
-    while (q->n_block_hashes <= b) {
-        int k = q->n_block_hashes;
-        bpool_hash parent = k ? q->block_hashes[k - 1] : q->req->root_hash;
-        q->block_hashes[k] = bpool_block_hash(s->pool, parent, block_key(s, q, k));
-        q->n_block_hashes++;
+    while (q->cache.n_block_hashes <= b) {
+        int k = q->cache.n_block_hashes;
+        bpool_hash parent = k ? q->cache.block_hashes[k - 1] : q->req->root_hash;
+        q->cache.block_hashes[k] = bpool_block_hash(s->pool, parent, block_key(s, q, k));
+        q->cache.n_block_hashes++;
     }
-    *out = q->block_hashes[b];
+    *out = q->cache.block_hashes[b];
     return 0;
 }
 
@@ -148,7 +139,7 @@ static bool prefix_in_flight(sched *s, eng_seq *q, int b) {
     if (b >= (q->n_tokens - 1) / bs || block_hash(s, q, b, &h)) return false;
     for (int i = 0; i < s->n_running; i++) {
         eng_seq *o = s->running[i];
-        if (o->req->salt_check != q->req->salt_check || o->n_registered > b || (b + 1) * bs > o->n_tokens) continue;
+        if (o->req->salt_check != q->req->salt_check || o->cache.n_registered > b || (b + 1) * bs > o->n_tokens) continue;
         bpool_hash oh;
         if (block_hash(s, o, b, &oh) == 0 && oh.lo == h.lo && oh.hi == h.hi) return true;
     }
@@ -160,7 +151,7 @@ static bool prefix_in_flight(sched *s, eng_seq *q, int b) {
 static int take_prefix(sched *s, eng_seq *q) {
     block_pool *p = s->pool;
     int bs = p->block_size;
-    if (!p->caching || q->req->no_prefix_cache || q->n_blocks > 0) return 0;
+    if (!p->caching || q->req->no_prefix_cache || q->cache.n_blocks > 0) return 0;
     int max_blocks = (q->n_tokens - 1) / bs;
     if (grow_blocks(q, max_blocks)) return 0;
     int32_t parent = -1;
@@ -170,27 +161,27 @@ static int take_prefix(sched *s, eng_seq *q) {
         int32_t blk = bpool_take_cached(p, h, block_key(s, q, b), parent,
                                         b == 0 ? q->req->salt_check : 0);
         if (blk < 0) break;
-        q->blocks[q->n_blocks++] = blk;
+        q->cache.blocks[q->cache.n_blocks++] = blk;
         parent = blk;
     }
-    q->n_computed = q->n_blocks * bs;
-    q->n_registered = q->n_blocks;
-    q->canon_last = parent;
-    return q->n_computed;
+    q->cache.n_computed = q->cache.n_blocks * bs;
+    q->cache.n_registered = q->cache.n_blocks;
+    q->cache.canon_last = parent;
+    return q->cache.n_computed;
 }
 
 void sched_cache_full_blocks(sched *s, eng_seq *q) {
     block_pool *p = s->pool;
     int bs = p->block_size;
     if (!p->caching) return;
-    while ((q->n_registered + 1) * bs <= q->n_computed && q->n_registered < q->n_blocks) {
-        int b = q->n_registered;
+    while ((q->cache.n_registered + 1) * bs <= q->cache.n_computed && q->cache.n_registered < q->cache.n_blocks) {
+        int b = q->cache.n_registered;
         bpool_hash h;
         if (block_hash(s, q, b, &h)) return;
-        int32_t canon = bpool_cache(p, q->blocks[b], h, block_key(s, q, b), q->canon_last,
+        int32_t canon = bpool_cache(p, q->cache.blocks[b], h, block_key(s, q, b), q->cache.canon_last,
                                     b == 0 ? q->req->salt_check : 0);
-        q->canon_last = canon >= 0 ? canon : q->blocks[b];
-        q->n_registered++;
+        q->cache.canon_last = canon >= 0 ? canon : q->cache.blocks[b];
+        q->cache.n_registered++;
     }
 }
 
@@ -198,29 +189,29 @@ void sched_cache_full_blocks(sched *s, eng_seq *q) {
 
 int sched_fork(sched *s, eng_seq *parent, eng_seq **children, int n, pdl_error *err) {
     int bs = s->pool->block_size;
-    int full = parent->n_computed / bs, partial = parent->n_computed % bs;
+    int full = parent->cache.n_computed / bs, partial = parent->cache.n_computed % bs;
     int running = 0;
     for (int i = 0; i < n; i++) {
         eng_seq *c = children[i];
-        bool ok = grow_blocks(c, parent->n_blocks + 1) == 0;
+        bool ok = grow_blocks(c, parent->cache.n_blocks + 1) == 0;
         for (int b = 0; ok && b < full; b++) {
-            bpool_ref(s->pool, parent->blocks[b]);
-            c->blocks[c->n_blocks++] = parent->blocks[b];
+            bpool_ref(s->pool, parent->cache.blocks[b]);
+            c->cache.blocks[c->cache.n_blocks++] = parent->cache.blocks[b];
         }
         if (ok && partial) {
             int32_t nb = bpool_alloc(s->pool);
             if (nb >= 0) {
-                pdl_kv_cache_copy_block(s->kv, parent->blocks[full], nb, partial);
-                c->blocks[c->n_blocks++] = nb;
+                pdl_kv_cache_copy_block(s->kv, parent->cache.blocks[full], nb, partial);
+                c->cache.blocks[c->cache.n_blocks++] = nb;
             } else {
                 ok = false;
             }
         }
         if (ok) {
-            c->n_computed = parent->n_computed;
-            c->n_registered = parent->n_registered < full ? parent->n_registered : full;
-            c->canon_last = c->n_registered == parent->n_registered ? parent->canon_last : -1;
-            if (c->n_registered && c->canon_last < 0) c->canon_last = c->blocks[c->n_registered - 1];
+            c->cache.n_computed = parent->cache.n_computed;
+            c->cache.n_registered = parent->cache.n_registered < full ? parent->cache.n_registered : full;
+            c->cache.canon_last = c->cache.n_registered == parent->cache.n_registered ? parent->cache.canon_last : -1;
+            if (c->cache.n_registered && c->cache.canon_last < 0) c->cache.canon_last = c->cache.blocks[c->cache.n_registered - 1];
             if (insert_running(s, c, err)) return -1;
             /* the running ones first: they sample their first token now */
             children[i] = children[running];
@@ -259,7 +250,7 @@ static eng_seq *preempt_newest(sched *s, pdl_error *err) {
     eng_seq *victim = s->running[s->n_running - 1];
     s->n_running--;
     sched_release_blocks(s, victim);
-    victim->n_draft = 0;
+    victim->spec.n_draft = 0;
     if (grow_ptrs(&s->waiting, &s->cap_waiting, s->n_waiting + 1)) {
         pdl_fail(err, "scheduler: out of memory");
         return NULL;
@@ -273,14 +264,14 @@ static eng_seq *preempt_newest(sched *s, pdl_error *err) {
 }
 
 /* Whether q is decoding: prompt done, its last token to compute. */
-static bool decoding(const eng_seq *q) { return q->n_computed >= q->n_prompt && q->n_computed + 1 == q->n_tokens; }
+static bool decoding(const eng_seq *q) { return q->cache.n_computed >= q->n_prompt && q->cache.n_computed + 1 == q->n_tokens; }
 
 /* New tokens a sequence wants this step, before the budget: a decode with
  * speculative drafts wants its last token and the drafts. */
 static int wanted(const sched *s, const eng_seq *q) {
-    if (decoding(q)) return 1 + q->n_draft;
-    int n = q->n_tokens - q->n_computed;
-    bool prefill = n > 1 || q->n_computed < q->n_prompt;
+    if (decoding(q)) return 1 + q->spec.n_draft;
+    int n = q->n_tokens - q->cache.n_computed;
+    bool prefill = n > 1 || q->cache.n_computed < q->n_prompt;
     if (prefill && s->cfg.max_prefill_chunk > 0 && n > s->cfg.max_prefill_chunk) n = s->cfg.max_prefill_chunk;
     return n;
 }
@@ -294,7 +285,7 @@ static int wanted(const sched *s, const eng_seq *q) {
  * their K/V were computed with the whole span, and the rest sees them. */
 static int whole_spans(const eng_seq *q, int n, int budget) {
     const eng_request *r = q->req;
-    int start = q->n_computed, end = start + n;
+    int start = q->cache.n_computed, end = start + n;
     if (!r->span_first || n <= 0 || end >= q->n_prompt || r->span_first[end] == end) return n;
     int first = r->span_first[end], last = r->span_last[end];
     if (first > start) return first - start;
@@ -328,13 +319,13 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (n > budget) n = budget;
         n = whole_spans(q, n, budget);
         if (n <= 0) continue;
-        if (q->n_draft > 0) {
+        if (q->spec.n_draft > 0) {
             /* drafts are the first thing to give up: for the budget, then for blocks */
-            if (n < 1 + q->n_draft) q->n_draft = n - 1;
-            if (q->n_draft > 0 && sched_reserve(s, q, q->n_computed + n) != 0) q->n_draft = 0, n = 1;
+            if (n < 1 + q->spec.n_draft) q->spec.n_draft = n - 1;
+            if (q->spec.n_draft > 0 && sched_reserve(s, q, q->cache.n_computed + n) != 0) q->spec.n_draft = 0, n = 1;
         }
         bool preempted_self = false;
-        while (sched_reserve(s, q, q->n_computed + n) != 0) {
+        while (sched_reserve(s, q, q->cache.n_computed + n) != 0) {
             /* out of blocks: preempt the newest running sequence (the last,
              * at or after i); drop what was planned for it this step */
             eng_seq *victim = preempt_newest(s, err);
@@ -352,7 +343,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
             }
         }
         if (preempted_self) break; /* q was the newest: nothing runs after it */
-        s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};
+        s->entries[n_entries++] = (sched_entry){.seq = q, .start = q->cache.n_computed, .n_new = n};
         budget -= n;
     }
 
@@ -360,7 +351,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     while (s->n_waiting > 0 && budget > 0 && s->n_running < s->cfg.max_num_seqs) {
         eng_seq *q = s->waiting[0];
         int cached = take_prefix(s, q);
-        if (s->pool->caching && !q->req->no_prefix_cache && prefix_in_flight(s, q, q->n_blocks)) {
+        if (s->pool->caching && !q->req->no_prefix_cache && prefix_in_flight(s, q, q->cache.n_blocks)) {
             /* wait a step: the prefix it misses is being computed right now */
             sched_release_blocks(s, q);
             break;
@@ -372,7 +363,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
             sched_release_blocks(s, q); /* its span waits for a step with room */
             break;
         }
-        if (sched_reserve(s, q, q->n_computed + n) != 0) {
+        if (sched_reserve(s, q, q->cache.n_computed + n) != 0) {
             sched_release_blocks(s, q); /* the cached blocks too: it waits for room */
             break;
         }
@@ -380,10 +371,10 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
             s->pool->queries += (uint64_t)q->n_tokens;
             s->pool->hits += (uint64_t)cached;
         }
-        if (q->n_cached_prompt < 0) q->n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
+        if (q->cache.n_cached_prompt < 0) q->cache.n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
         if (insert_running(s, q, err) || reserve_entries(s, err)) return -1;
-        s->entries[n_entries++] = (sched_entry){q, q->n_computed, n};
+        s->entries[n_entries++] = (sched_entry){.seq = q, .start = q->cache.n_computed, .n_new = n};
         budget -= n;
     }
 
@@ -393,6 +384,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     for (int k = 0; k < n_entries; k++) {
         const eng_seq *q = s->entries[k].seq;
         if (decoding(q)) {
+            s->entries[k].verifies_drafts = s->entries[k].n_new > 1; /* rows past the last token are drafts */
             sched_entry e = s->entries[k];
             memmove(s->entries + n_decode + 1, s->entries + n_decode, (size_t)(k - n_decode) * sizeof *s->entries);
             s->entries[n_decode++] = e;

@@ -13,6 +13,7 @@
 #ifndef PDL_ENGINE_SCHEDULER_H
 #define PDL_ENGINE_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,13 +31,15 @@ typedef struct sched_entry {
     eng_seq *seq;
     int start;
     int n_new;
+    bool verifies_drafts;       /* a decode with speculative drafts: its last token, then seq->spec.draft[0 ..
+                                   n_new - 1) (n_new rows, every one a logits row) */
 } sched_entry;
 
 typedef struct sched_output {
     sched_entry *entries;       /* decodes first, then prefill chunks */
     int n_entries;
     int n_decode;               /* entries[0 .. n_decode) are decodes: one row, or with speculative drafts
-                                   1 + seq->n_draft rows */
+                                   1 + seq->spec.n_draft rows */
     int n_tokens;               /* rows in the step */
     int n_preempted;            /* sequences preempted while scheduling this step */
 } sched_output;
@@ -80,7 +83,7 @@ void sched_release_blocks(sched *s, eng_seq *seq);
 int sched_reserve(sched *s, eng_seq *seq, int n_positions);
 
 /* After a step: offers the blocks of seq that are now full (its first
- * n_computed tokens) to the prefix cache. */
+ * cache.n_computed tokens) to the prefix cache. */
 void sched_cache_full_blocks(sched *s, eng_seq *seq);
 
 /* n > 1: children[0 .. n) start where parent (its prompt just computed)

@@ -3,7 +3,7 @@
  * adaptive policy of speculative decoding; verification is the engine's.
  *
  * The draft model keeps, per sequence, a block table of its own and how
- * many of the sequence's tokens it has in its cache (draft_computed). To
+ * many of the sequence's tokens it has in its cache (spec.computed). To
  * propose k drafts it catches up on the tokens it has not seen (all of the
  * prompt the first time, usually one or two after a verification) and then
  * runs k - 1 single-row steps, every step one forward over all speculating
@@ -72,6 +72,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     if (s->draft->cfg.vocab != target->cfg.vocab)
         return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
+    bb_init(&s->bb, block_size);
     if (pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
         bpool_init(&s->pool, n_blocks, block_size, false, err)) {
         spec_free(s);
@@ -83,17 +84,16 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
 void spec_free(spec_state *s) {
     pdl_kv_cache_free(s->kv);
     if (s->pool.blocks) bpool_free(&s->pool);
-    free(s->rows);
-    free(s->tables);
+    bb_free(&s->bb);
     free(s->logits);
     memset(s, 0, sizeof *s);
 }
 
 void spec_release(spec_state *s, eng_seq *q) {
-    if (q->n_draft_blocks) bpool_release_all(&s->pool, q->draft_blocks, q->n_draft_blocks);
-    q->n_draft_blocks = 0;
-    q->draft_computed = 0;
-    q->n_draft = 0;
+    if (q->spec.n_blocks) bpool_release_all(&s->pool, q->spec.blocks, q->spec.n_blocks);
+    q->spec.n_blocks = 0;
+    q->spec.computed = 0;
+    q->spec.n_draft = 0;
 }
 
 /* ---- the draft model -------------------------------------------------------------- */
@@ -101,33 +101,19 @@ void spec_release(spec_state *s, eng_seq *q) {
 /* Room in the draft cache for positions [0, n) of q; -1 when the pool is short. */
 static int draft_reserve(spec_state *s, eng_seq *q, int n) {
     int bs = s->pool.block_size, need = (n + bs - 1) / bs;
-    if (need > q->cap_draft_blocks) {
-        int cap = q->cap_draft_blocks ? q->cap_draft_blocks : 8;
-        while (cap < need) cap *= 2;
-        int32_t *b = realloc(q->draft_blocks, (size_t)cap * sizeof *b);
-        if (!b) return -1;
-        q->draft_blocks = b;
-        q->cap_draft_blocks = cap;
-    }
-    if (!bpool_can_alloc(&s->pool, need - q->n_draft_blocks)) return -1;
-    while (q->n_draft_blocks < need) q->draft_blocks[q->n_draft_blocks++] = bpool_alloc(&s->pool);
+    if (bpool_table_grow(&q->spec.blocks, &q->spec.cap_blocks, need)) return -1;
+    if (!bpool_can_alloc(&s->pool, need - q->spec.n_blocks)) return -1;
+    while (q->spec.n_blocks < need) q->spec.blocks[q->spec.n_blocks++] = bpool_alloc(&s->pool);
     return 0;
 }
 
-static int grow(spec_state *s, int rows, int seqs) {
-    if (rows > s->rows_cap) {
-        int32_t *r = realloc(s->rows, (size_t)rows * 5 * sizeof *r);
-        if (!r) return -1;
-        s->rows = r;
-        s->rows_cap = rows;
-    }
-    if (seqs > s->tables_cap) {
-        const int32_t **t = realloc(s->tables, (size_t)seqs * sizeof *t);
+/* Room for the logits of `seqs` sequences. */
+static int grow_logits(spec_state *s, int seqs) {
+    if (seqs > s->logits_cap) {
         float *l = realloc(s->logits, (size_t)seqs * (size_t)s->draft->cfg.vocab * sizeof *l);
-        if (t) s->tables = t;
-        if (l) s->logits = l;
-        if (!t || !l) return -1;
-        s->tables_cap = seqs;
+        if (!l) return -1;
+        s->logits = l;
+        s->logits_cap = seqs;
     }
     return 0;
 }
@@ -140,32 +126,28 @@ static int32_t argmax(const float *x, int n) {
 }
 
 /* One draft-model forward: for each of the n sequences, its tokens from
- * draft_computed to `upto[i]` (the last one its proposal's input); the
+ * spec.computed to `upto[i]` (the last one its proposal's input); the
  * argmax of each sequence's last row goes to next[i]. */
 static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32_t *next, pdl_error *err) {
     int rows = 0;
-    for (int i = 0; i < n; i++) rows += upto[i] - qs[i]->draft_computed + 1;
-    if (grow(s, rows + n + 1, n)) return pdl_fail(err, "speculative decoding: out of memory");
-    int32_t *ids = s->rows, *pos = ids + s->rows_cap, *slots = pos + s->rows_cap, *lrows = slots + s->rows_cap,
-            *cu = lrows + s->rows_cap;
-    int bs = s->pool.block_size, r = 0;
-    cu[0] = 0;
+    for (int i = 0; i < n; i++) rows += upto[i] - qs[i]->spec.computed + 1;
+    if (grow_logits(s, n)) return pdl_fail(err, "speculative decoding: out of memory");
+    if (bb_begin(&s->bb, rows, n, err)) return pdl_fail_prefix(err, "speculative decoding");
     for (int i = 0; i < n; i++) {
         eng_seq *q = qs[i];
-        for (int p = q->draft_computed; p <= upto[i]; p++, r++) {
-            ids[r] = p < q->n_tokens ? q->tokens[p] : q->draft[p - q->n_tokens];
-            pos[r] = p;
-            slots[r] = q->draft_blocks[p / bs] * bs + p % bs;
-        }
-        cu[i + 1] = r;
-        lrows[i] = r - 1;
-        s->tables[i] = q->draft_blocks;
+        /* positions spec.computed .. upto[i]: the tokens it has not seen,
+         * then the drafts so far; the last row's argmax is the next draft */
+        int start = q->spec.computed, known = q->n_tokens - start;
+        int32_t last = upto[i];
+        bb_segment seg = {.block_table = q->spec.blocks, .start = start, .n = upto[i] - start + 1,
+                          .tokens = q->tokens + start, .draft = q->spec.draft, .logits_pos = &last, .n_logits = 1};
+        seg.n_known = known < seg.n ? known : seg.n;
+        if (bb_add(&s->bb, &seg, err)) return pdl_fail_prefix(err, "speculative decoding");
     }
-    pdl_batch b = {.n_tokens = rows, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n,
-                   .cu_seqlens = cu, .block_tables = s->tables, .n_logits = n, .logits_indices = lrows};
+    pdl_batch b = *bb_finish(&s->bb, false);
     if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
-        qs[i]->draft_computed = upto[i] + 1;
+        qs[i]->spec.computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
     }
     return 0;
@@ -183,8 +165,8 @@ static int draft_model_propose(spec_state *s, eng_seq **qs, const int *want, int
     int rc = 0, m = 0;
     for (int i = 0; i < n; i++) {
         eng_seq *q = qs[i];
-        q->n_draft = 0;
-        if (q->draft_computed > q->n_tokens - 1) q->draft_computed = q->n_tokens - 1;
+        q->spec.n_draft = 0;
+        if (q->spec.computed > q->n_tokens - 1) q->spec.computed = q->n_tokens - 1;
         if (draft_reserve(s, q, q->n_tokens + want[i])) continue; /* the draft cache is full: no drafts */
         act[m] = q;
         act_want[m] = want[i];
@@ -196,11 +178,11 @@ static int draft_model_propose(spec_state *s, eng_seq **qs, const int *want, int
         int keep = 0;
         for (int i = 0; rc == 0 && i < m; i++) {
             eng_seq *q = act[i];
-            q->draft[q->n_draft++] = next[i];
-            if (q->n_draft < act_want[i]) { /* the next step feeds this draft */
+            q->spec.draft[q->spec.n_draft++] = next[i];
+            if (q->spec.n_draft < act_want[i]) { /* the next step feeds this draft */
                 act[keep] = q;
                 act_want[keep] = act_want[i];
-                upto[keep] = q->n_tokens + q->n_draft - 1;
+                upto[keep] = q->n_tokens + q->spec.n_draft - 1;
                 keep++;
             }
         }
@@ -230,7 +212,7 @@ void spec_step_done(spec_state *s, double seconds, bool decode_only, bool drafte
 }
 
 int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err) {
-    for (int i = 0; i < n; i++) seqs[i]->n_draft = 0;
+    for (int i = 0; i < n; i++) seqs[i]->spec.n_draft = 0;
     if (s->method == PDL_SPEC_NONE) return 0;
     if (s->pause > 0) {
         s->pause--;
@@ -240,7 +222,7 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
     int decoding = 0;
     for (int i = 0; i < n; i++) {
         const eng_seq *q = seqs[i];
-        decoding += q->state == SEQ_RUNNING && q->n_computed == q->n_tokens - 1 && q->n_tokens > q->n_prompt;
+        decoding += q->state == SEQ_RUNNING && q->cache.n_computed == q->n_tokens - 1 && q->n_tokens > q->n_prompt;
     }
     if (decoding == 0 || decoding > s->max_batch) return 0;
     eng_seq **cand = malloc((size_t)n * sizeof *cand);
@@ -252,11 +234,11 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
     int m = 0;
     for (int i = 0; i < n; i++) {
         eng_seq *q = seqs[i];
-        if (q->state != SEQ_RUNNING || q->n_computed != q->n_tokens - 1 || q->n_tokens <= q->n_prompt ||
+        if (q->state != SEQ_RUNNING || q->cache.n_computed != q->n_tokens - 1 || q->n_tokens <= q->n_prompt ||
             q->fork_pending || q->abort_requested)
             continue;
-        if (q->spec_wait > 0) {
-            q->spec_wait--;
+        if (q->spec.wait > 0) {
+            q->spec.wait--;
             continue;
         }
         /* never past the sequence's end: the last draft's row predicts position n_tokens + k */
@@ -264,7 +246,7 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
         int k = s->k < room ? s->k : room;
         if (k <= 0) continue;
         if (s->method == PDL_SPEC_NGRAM) {
-            q->n_draft = spec_ngram_propose(q->tokens, q->n_tokens, s->lookup_min, s->lookup_max, k, q->draft);
+            q->spec.n_draft = spec_ngram_propose(q->tokens, q->n_tokens, s->lookup_min, s->lookup_max, k, q->spec.draft);
         } else {
             cand[m] = q;
             want[m] = k;
@@ -277,21 +259,21 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
 }
 
 void spec_verified(spec_state *s, eng_seq *q, int accepted) {
-    if (q->n_draft == 0) return;
+    if (q->spec.n_draft == 0) return;
     s->drafts++;
-    s->draft_tokens += (uint64_t)q->n_draft;
+    s->draft_tokens += (uint64_t)q->spec.n_draft;
     s->accepted += (uint64_t)accepted;
     for (int j = 0; j < accepted && j < PDL_MAX_SPEC_TOKENS; j++) s->accepted_per_pos[j]++;
     if (accepted == 0) {
-        q->spec_wait = q->spec_backoff ? q->spec_backoff : 1;
-        q->spec_backoff = q->spec_wait * 2 > MAX_BACKOFF ? MAX_BACKOFF : q->spec_wait * 2;
+        q->spec.wait = q->spec.backoff ? q->spec.backoff : 1;
+        q->spec.backoff = q->spec.wait * 2 > MAX_BACKOFF ? MAX_BACKOFF : q->spec.wait * 2;
     } else {
-        q->spec_wait = q->spec_backoff = 0;
+        q->spec.wait = q->spec.backoff = 0;
     }
     /* the draft cache keeps the accepted drafts (positions n_tokens ..
      * n_tokens + accepted - 1, the tokens not appended yet) and nothing
      * past them */
     int keep = q->n_tokens + accepted;
-    if (q->draft_computed > keep) q->draft_computed = keep;
-    q->n_draft = 0;
+    if (q->spec.computed > keep) q->spec.computed = keep;
+    q->spec.n_draft = 0;
 }

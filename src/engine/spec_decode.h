@@ -10,7 +10,7 @@
  * length). The engine verifies the drafts in the normal packed batch: a
  * speculating sequence gets k + 1 rows, all of them logits rows.
  *
- * Verification (in engine.c): the drafts are one-hot proposals (n-gram, and
+ * Verification (in engine_step.c): the drafts are one-hot proposals (n-gram, and
  * greedy drafts), for which vLLM's rejection sampler (accept draft d with
  * probability min(1, p_target(d) / p_draft(d)) = p_target(d), else draw from
  * the normalised residual, a bonus token when every draft passes) is the
@@ -39,6 +39,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/batch_builder.h"
 #include "engine/block_pool.h"
 #include "engine/request.h"
 #include "pagedlm.h"
@@ -58,10 +59,7 @@ typedef struct spec_state {
     pdl_model *draft;
     pdl_kv_cache *kv;
     block_pool pool;
-    int32_t *rows;              /* packing scratch: ids, positions, slots, logits rows, cu_seqlens [rows] */
-    int rows_cap;
-    const int32_t **tables;
-    int tables_cap;
+    batch_builder bb;           /* the draft model's batch: one segment per speculating sequence */
     float *logits;              /* [seqs][draft vocab] */
     int logits_cap;
     /* the cost model: moving averages over decode-only steps */
@@ -81,13 +79,13 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
               pdl_error *err);
 void spec_free(spec_state *s);
 
-/* Fills seq->draft for the running sequences that should speculate this
+/* Fills seq->spec.draft for the running sequences that should speculate this
  * step (decoding, not backing off, under the batch limit, room before
  * max_len[i]); clears it for the others. */
 int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_error *err);
 
 /* After verification, before the accepted tokens are appended: `accepted`
- * of seq->n_draft drafts were accepted. The draft model's cache goes back
+ * of seq->spec.n_draft drafts were accepted. The draft model's cache goes back
  * to the accepted length; statistics and the back-off follow. */
 void spec_verified(spec_state *s, eng_seq *seq, int accepted);
 

@@ -1,7 +1,7 @@
 /*
  * structured.h - structured output inside the engine: one grammar matcher
  * per sequence, and the masked copy of each row it samples from (also the
- * rows a thinking block's budget forces, engine.c).
+ * rows a thinking block's budget forces, engine_step.c).
  *
  * The forward and the rest of the batch never see a grammar: only the rows
  * a sequence samples (its decode row, its completing prefill row, the k + 1

@@ -5,7 +5,7 @@
  *
  * What it is for: `pagedlm tokenize / detokenize / bench-tokenizer`, and
  * programs that only need text <-> ids. What it is not for: the model's own
- * tokenizer (pdl_tokenize in src/engine/text.c).
+ * tokenizer (pdl_tokenize in model_text.c).
  */
 #include <stdlib.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * the rows the same bytes encoded to before (the vision model is the
  * engine's one), so a request's rows are the same whether encoded or found.
  * What it is not for: the prefix cache (KV blocks), which keys image rows
- * by the same hash (engine.c's image_row_key).
+ * by the same hash (engine_input.c's image_row_key).
  */
 #ifndef PDL_VISION_ENCODER_CACHE_H
 #define PDL_VISION_ENCODER_CACHE_H

@@ -1,7 +1,13 @@
 /*
- * text.c - the public text interface: the model's tokenizer behind
- * pdl_tokenize / pdl_detokenize / pdl_detok / pdl_fim_prompt, with the
- * reason when the model came without a usable tokenizer.
+ * model_text.c - the model-level text API: the loaded model's tokenizer
+ * behind pdl_tokenize / pdl_detokenize / pdl_detok / pdl_fim_prompt, with
+ * the reason when the model came without a usable tokenizer.
+ *
+ * What it is for: everything that turns a model's text into its ids and
+ * back (the CLI, the server, the engine's detokenizer, the vision prompt
+ * builder). It lives beside the tokenizer, not in the engine, so that code
+ * below the engine (src/vision) never calls up into src/engine. What it is
+ * not for: a tokenizer loaded on its own, without weights (tok_api.c).
  */
 #include <stdlib.h>
 
