@@ -3,7 +3,7 @@
  * URLs (media_url.c) and the image processors (image_preprocess.c) against
  * reference pixels made by scripts/vision-reference-pixels with PIL and
  * numpy, the libraries transformers' processors run on (Debian's
- * python3-pil and python3-numpy, installed by scripts/install-deps).
+ * python3-pil and python3-numpy, installed by scripts/install-deps --test).
  *
  * Tolerance: none. Decoding goes through the same libpng / libjpeg-turbo /
  * libwebp as PIL's, and PIL's resampling is integer arithmetic (22-bit

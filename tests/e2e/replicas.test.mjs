@@ -220,7 +220,7 @@ let dep;
 let affinity; // the first deployment's traffic: chats, replicas, cache hits
 before(async () => {
   const hv = spawnSync('haproxy', ['-v'], { encoding: 'utf8' });
-  assert.equal(hv.status, 0, 'haproxy is needed (scripts/install-deps installs it)');
+  assert.equal(hv.status, 0, 'haproxy is needed (scripts/install-deps --test installs it)');
   const check = spawnSync('haproxy', ['-c', '-f', CFG], { encoding: 'utf8' });
   assert.equal(check.status, 0, check.stdout + check.stderr);
   assert.doesNotMatch(check.stdout + check.stderr, /WARNING|ALERT/, 'the shipped configuration parses cleanly');

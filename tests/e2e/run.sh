@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 : "${PAGEDLM_BIN:?PAGEDLM_BIN must name the pagedlm binary}"
 : "${PAGEDLM_TESTDATA:?PAGEDLM_TESTDATA must name the test data folder}"
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "run.sh: node and npm are needed (scripts/install-deps installs them)" >&2
+  echo "run.sh: node and npm are needed (scripts/install-deps --test installs them)" >&2
   exit 1
 fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

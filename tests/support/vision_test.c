@@ -195,7 +195,7 @@ char *vt_reference_dir(void) {
     int rc = system(cmd);
     free(script);
     REQUIRE_MSG(rc == 0, "scripts/vision-reference-pixels failed (%d): python3-numpy and python3-pil are needed "
-                "(scripts/install-deps)", rc);
+                "(scripts/install-deps --test)", rc);
     return dir;
 }
 
