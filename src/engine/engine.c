@@ -35,7 +35,7 @@
 #define MAX_TOP_LOGPROBS 20
 
 struct pdl_engine {
-    pdl_model *model;
+    const pdl_model *model;
     pdl_engine_options opts;
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
@@ -109,7 +109,7 @@ static int settle_model_len(pdl_engine *e, size_t mem, pdl_error *err) {
 
 /* ---- create / free -------------------------------------------------------- */
 
-int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
+int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
     *out = NULL;
     pdl_engine *e = calloc(1, sizeof *e);
     if (!e) return pdl_fail(err, "engine: out of memory");

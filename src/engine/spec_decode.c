@@ -72,7 +72,8 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     if (s->draft->cfg.vocab != target->cfg.vocab)
         return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
-    if (pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
+    if (pdl_context_create(&s->draft_ctx, s->draft, NULL, err) ||
+        pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
         bpool_init(&s->pool, n_blocks, block_size, false, err)) {
         spec_free(s);
         return pdl_fail_prefix(err, "speculative decoding: the draft model's KV cache");
@@ -81,6 +82,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
 }
 
 void spec_free(spec_state *s) {
+    pdl_context_free(s->draft_ctx);
     pdl_kv_cache_free(s->kv);
     if (s->pool.blocks) bpool_free(&s->pool);
     free(s->rows);
@@ -163,7 +165,7 @@ static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32
     }
     pdl_batch b = {.n_tokens = rows, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n,
                    .cu_seqlens = cu, .block_tables = s->tables, .n_logits = n, .logits_indices = lrows};
-    if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    if (pdl_forward(s->draft_ctx, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->draft_computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);

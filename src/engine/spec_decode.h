@@ -55,7 +55,8 @@ typedef struct spec_state {
     int lookup_min, lookup_max; /* n-gram */
     int max_batch;              /* no drafts beyond this many decoding sequences */
     /* draft model */
-    pdl_model *draft;
+    const pdl_model *draft;
+    pdl_context *draft_ctx;     /* the draft model's run state (owned) */
     pdl_kv_cache *kv;
     block_pool pool;
     int32_t *rows;              /* packing scratch: ids, positions, slots, logits rows, cu_seqlens [rows] */

@@ -298,14 +298,17 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
     return 0;
 }
 
-int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err) {
+int pdl_vision_load(pdl_vision **out, const char *path, const pdl_model *text, pdl_error *err) {
     *out = NULL;
     pdl_vision *v = calloc(1, sizeof *v);
     if (!v) return pdl_fail(err, "out of memory");
-    v->pool = text->pool;
+    /* workers of its own, as many as the text model's contexts get: an
+     * image is encoded while the text model's forwards run elsewhere */
+    v->pool = pdl_threadpool_new(text->default_threads);
     struct stat st;
     int rc;
-    if (stat(path, &st) != 0) rc = pdl_fail(err, "%s: no such file or folder", path);
+    if (!v->pool) rc = pdl_fail(err, "vision model: cannot start worker threads");
+    else if (stat(path, &st) != 0) rc = pdl_fail(err, "%s: no such file or folder", path);
     else if (S_ISDIR(st.st_mode)) rc = pdl_vision_load_hf(v, path, text, err);
     else rc = pdl_vision_load_gguf(v, path, text, err);
     if (rc == 0) rc = pdl_vision_finish(v, err);
@@ -319,6 +322,7 @@ int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_err
 
 void pdl_vision_free(pdl_vision *v) {
     if (!v) return;
+    if (v->pool) pdl_threadpool_free(v->pool);
     pdl_vision_scratch_free(&v->scratch);
     free(v->w.layers);
     for (size_t i = 0; i < v->n_owned; i++) free(v->owned[i]);
