@@ -12,7 +12,7 @@
 #include "format/tensor.h"
 #include "gguf_writer.h"
 #include "kernels/fp16.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"

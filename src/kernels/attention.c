@@ -1,6 +1,6 @@
 /*
  * attention.c - paged causal attention: the portable build of the body
- * (attention_impl.h, the reference), and the dispatch to the SIMD builds
+ * (attention_body.h, the reference), and the dispatch to the SIMD builds
  * (attention_avx512.c, attention_avx2.c, attention_neon.c) by the process's
  * instruction set.
  */
@@ -11,7 +11,7 @@
 
 #define ATTN_QUERIES_FN pdl_attention_queries_scalar
 #define ATTN_F16(h) pdl_f16_to_f32(h)
-#include "kernels/attention_impl.h"
+#include "kernels/attention_body.h"
 
 /* Per query: its scores over the span, padded by a group of 16 keys on
  * each side (the AVX-512 tiles score whole groups of 16 positions). */

@@ -18,7 +18,7 @@
  * keeps few of them in a set-associative cache).
  *
  * Order of operations (every build gives the same bits: the portable
- * reference in attention_impl.h and the AVX-512, AVX2 and NEON tiles follow
+ * reference in attention_body.h and the AVX-512, AVX2 and NEON tiles follow
  * it exactly),
  * for a query q at position pos over keys j in [first, pos] (first = 0, or
  * with a sliding window W > 0, max(0, pos - W + 1); pdl_attention_ranges

@@ -70,11 +70,13 @@ void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_neon(float *gate, const float *up, int n);
 
 /* out[n] = row `row` of a (rows, n) matrix of any supported dtype, as F32
- * (MLX types: scale * q + bias per group, from t->mlx). */
-void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
+ * (MLX types: scale * q + bias per group, from t->mlx). 0, or -1 (out not
+ * written) for a dtype it cannot dequantize: the caller names the tensor. */
+int pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
 /* out[n] = n elements of dtype stored at src (whole blocks), as F32 with
  * ggml's dequantization arithmetic; src needs no alignment. Not for the MLX
- * types, whose scales live outside the blocks (use pdl_dequant_row). */
-void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n);
+ * types, whose scales live outside the blocks (use pdl_dequant_row). 0, or
+ * -1 (out not written) for a dtype without a dequantization. */
+int pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n);
 
 #endif

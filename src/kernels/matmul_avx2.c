@@ -3,11 +3,11 @@
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
- * Float tile (matmul_float_tile.h at 8 lanes): 4 rows x 2 weight rows = 8
+ * Float tile (matmul_float_tile_body.h at 8 lanes): 4 rows x 2 weight rows = 8
  * ymm accumulators. A ragged end of k goes through a zero-padded copy, the
  * same for every tile shape.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -49,7 +49,7 @@ static inline mt_v mt_loadx(const float *p) { return _mm256_loadu_ps(p); }
 static inline mt_v mt_fmadd(mt_v a, mt_v b, mt_v c) { return _mm256_fmadd_ps(a, b, c); }
 #define mt_hsum hsum8
 #define mt_prefetch prefetch_line
-#include "kernels/matmul_float_tile.h"
+#include "kernels/matmul_float_tile_body.h"
 
 DEFINE_TILE(tile_f32, w8_f32, float)
 DEFINE_TILE(tile_f16, w8_f16, uint16_t)

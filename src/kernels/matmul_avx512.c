@@ -8,7 +8,7 @@
  * partial sum over k; loads per 16-wide step: 4 activation + 4 weight
  * vectors for 16 FMAs.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

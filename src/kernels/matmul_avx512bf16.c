@@ -8,7 +8,7 @@
  * exact path, and it is the same for every row whatever the batch.
  * x here points to BF16 activations and ldx counts BF16 values.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
 
 #if defined(__AVX512BF16__)

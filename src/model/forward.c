@@ -64,6 +64,9 @@ static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
 }
 
 int pdl_forward_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err) {
+    if (ctx->scratch.kernel.failed == 0) /* pdl_matmul: no kernel for the weights' dtype */
+        return layer < 0 ? pdl_fail(err, "forward: %s: no kernel multiplies its weights' dtype", what)
+                         : pdl_fail(err, "forward: layer %d: %s: no kernel multiplies its weights' dtype", layer, what);
     if (layer < 0)
         return pdl_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, ctx->scratch.kernel.failed);
     return pdl_fail(err, "forward: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
@@ -203,7 +206,7 @@ static void embed_rows(void *p, int ith, int nth) {
             memcpy(x, t->b->embd[r], (size_t)c->hidden * sizeof *x);
             continue;
         }
-        pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
+        (void)pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden); /* checked at load */
         if (c->embed_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;
     }

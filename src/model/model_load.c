@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/weight_panels.h"
 #include "model/context.h"
@@ -357,10 +358,13 @@ static int make_f32_vector(pdl_model *m, pdl_tensor *t, pdl_error *err) {
         memcpy(tmp, t->data, t->nbytes);
         pdl_tensor c = *t;
         c.data = tmp;
-        pdl_dequant_row(&c, 0, buf, n);
+        int drc = pdl_dequant_row(&c, 0, buf, n);
         free(tmp);
-    } else {
-        pdl_dequant_row(t, 0, buf, n);
+        if (drc) return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                                 pdl_dtype_name(t->dtype));
+    } else if (pdl_dequant_row(t, 0, buf, n)) {
+        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
     }
     t->data = buf;
     t->dtype = PDL_DTYPE_F32;
@@ -401,6 +405,9 @@ static int fold_plus_one(pdl_model *m, pdl_tensor *t, pdl_error *err) {
 
 static int check_matrix(pdl_model *m, pdl_tensor *t, int64_t rows, int64_t cols, const char *why, pdl_error *err) {
     if (check_shape(t, rows, cols, why, err)) return -1;
+    if (!pdl_matmul_supports(t->dtype))
+        return pdl_fail(err, "%s: tensor '%s': no kernel multiplies %s weights", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
     if (cols % (int64_t)pdl_dtype_block_elems(t->dtype) != 0)
         return pdl_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", t->file,
                         t->name, (long long)cols, pdl_dtype_name(t->dtype), pdl_dtype_block_elems(t->dtype));
@@ -421,7 +428,11 @@ int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error
                         (long long)n, pdl_dtype_name(t->dtype), (long long)pdl_tensor_nelems(t));
     float *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
     if (!buf) return pdl_fail(err, "out of memory reading '%s'", t->name);
-    pdl_dequant_row(t, 0, buf, n); /* float types are read bytewise: no alignment needed */
+    if (pdl_dequant_row(t, 0, buf, n)) { /* float types are read bytewise: no alignment needed */
+        free(buf);
+        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
+    }
     *out = buf;
     return 0;
 }

@@ -93,8 +93,10 @@ static int vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl
     memcpy(tmp, t->data, t->nbytes);
     pdl_tensor c = *t;
     c.data = tmp;
-    pdl_dequant_row(&c, 0, buf, n);
+    int drc = pdl_dequant_row(&c, 0, buf, n);
     free(tmp);
+    if (drc) return pdl_fail(err, "vision model: tensor '%s': %s cannot be converted to F32", t->name,
+                             pdl_dtype_name(t->dtype));
     t->data = buf, t->dtype = PDL_DTYPE_F32, t->nbytes = (size_t)n * 4;
     return 0;
 }
@@ -261,11 +263,15 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
         memcpy(src, w->mm_proj_w.data, w->mm_proj_w.nbytes);
         pdl_tensor a = w->mm_proj_w;
         a.data = src;
-        for (int64_t i = 0; i < h; i++) {
-            pdl_dequant_row(&a, i, row, c->text_hidden);
+        int drc = 0;
+        for (int64_t i = 0; i < h && drc == 0; i++) {
+            drc = pdl_dequant_row(&a, i, row, c->text_hidden);
             for (int64_t o = 0; o < c->text_hidden; o++) tr[(size_t)o * h + i] = row[o];
         }
         free(row), free(src);
+        if (drc)
+            return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", w->mm_proj_w.file,
+                            w->mm_proj_w.name, pdl_dtype_name(w->mm_proj_w.dtype));
         w->mm_proj_w.data = tr, w->mm_proj_w.dtype = PDL_DTYPE_F32;
         w->mm_proj_w.shape[0] = c->text_hidden, w->mm_proj_w.shape[1] = h;
         w->mm_proj_w.nbytes = (size_t)h * c->text_hidden * 4;

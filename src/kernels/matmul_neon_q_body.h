@@ -1,5 +1,5 @@
 /*
- * matmul_neon_q.h - the integer-weight tile bodies of the NEON families
+ * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
  * (Q8_0, Q4_0, Q4_K, Q6_K), written once and included by matmul_neon.c
  * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every

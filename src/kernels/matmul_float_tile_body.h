@@ -1,5 +1,5 @@
 /*
- * matmul_float_tile.h - the float-weight tile (F32, F16, BF16 widened to
+ * matmul_float_tile_body.h - the float-weight tile (F32, F16, BF16 widened to
  * F32 as they are loaded) written once for any vector width and included
  * by matmul_avx2.c (8 lanes) and matmul_neon.c (4 lanes); the AVX-512 tile
  * (masked tails, a streaming variant) is its own, in matmul_avx512.c.

@@ -1,5 +1,5 @@
 /*
- * matmul_tiles.h - the register-tiled inner kernels behind pdl_matmul, one
+ * matmul_table.h - the register-tiled inner kernels behind pdl_matmul, one
  * family per instruction set (matmul_avx512.c, matmul_avx2.c,
  * matmul_neon.c; the portable reference is in matmul.c).
  *
@@ -7,9 +7,15 @@
  * c < cols (at most tile_rows x tile_cols). Every element is one
  * accumulator carried over k in a fixed order and reduced in a fixed tree,
  * whatever the tile's size: a row gives the same bits alone or in a batch.
+ *
+ * Header names in src/kernels say what a header is: `*_table.h` declares
+ * dispatch tables (which kernel runs a dtype, per family), `*_body.h` is a
+ * kernel body written once and included by each instruction set's .c file
+ * (compiled there with that set's flags); any other header is an ordinary
+ * interface.
  */
-#ifndef PDL_KERNELS_MATMUL_TILES_H
-#define PDL_KERNELS_MATMUL_TILES_H
+#ifndef PDL_KERNELS_MATMUL_TABLE_H
+#define PDL_KERNELS_MATMUL_TABLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
