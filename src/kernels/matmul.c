@@ -246,16 +246,12 @@ static void matmul_worker(void *p, int ith, int nth) {
  * thread's share passes over them. */
 #define ROW_BLOCK 32
 
-static _Thread_local int tile_stream;
-
-int pdl_tile_streaming(void) { return tile_stream; }
-
 static void matmul_tiled_worker(void *p, int ith, int nth) {
     const matmul_task *t = p;
     /* up to one row block: each weight tile comes from memory once, so even
      * full tiles prefetch (batched decode 16: +30%; a prompt's full tiles
      * re-read weights from cache and lose ~3% to the prefetches) */
-    tile_stream = t->n_rows <= ROW_BLOCK;
+    bool stream = t->n_rows <= ROW_BLOCK;
     const pdl_tile_kernels *tk = t->tiles;
     pdl_tile_fn tile = tk->fn[t->w->dtype];
     int TR = tk->tile_rows, TC = tk->tile_cols;
@@ -282,10 +278,10 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                         t->w_row_bytes, cols, tmp, TC);
                 else if (t->xq)
                     (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
-                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
+                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC, stream);
                 else
                     tile((const float *)(const void *)(xbase + (size_t)r * (size_t)ldx * xsize), ldx, rows,
-                         wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC);
+                         wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC, stream);
                 for (int i = 0; i < rows; i++) {
                     float *yr = t->y + (r + i) * t->ldy + o0;
                     for (int j = 0; j < cols; j++) {

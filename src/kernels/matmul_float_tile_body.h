@@ -57,7 +57,8 @@
             for (int c = 0; c < nc; c++) out[r * ldo + c] = mt_hsum(acc[r][c]);                                 \
     }                                                                                                           \
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
-                     float *out, int64_t ldo) {                                                                 \
+                     float *out, int64_t ldo, bool stream) {                                                    \
+        (void)stream; /* these tiles do not prefetch */                                                         \
         if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
         else if (rows == 1 && cols == TC) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                     \
         else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \

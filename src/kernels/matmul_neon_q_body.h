@@ -75,13 +75,15 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
 }
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 0);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }
