@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 
+#include "kernels/cpu_features.h"
 #include "model/context.h"
 #include "util/error.h"
 
@@ -14,6 +15,7 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
     pdl_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return pdl_fail(err, "context: out of memory");
     ctx->model = model;
+    pdl_attention_table_for(pdl_isa_active(), &ctx->attention);
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;
     ctx->pool = pdl_threadpool_new(threads);
     if (!ctx->pool) {

@@ -174,6 +174,7 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
 typedef struct row_task {
     const pdl_model *m;
     pdl_forward_scratch *s; /* the context's */
+    const pdl_attention_table *attn; /* the context's */
     pdl_kv_cache *kv;
     const pdl_batch *b;
     int layer;
@@ -257,6 +258,7 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     bool windowed = pdl_layer_windowed(c, t->layer);
     bool rope = windowed || !c->rope_global_none;
     const float *cs_all = windowed && m->rope_inv_freq_local ? s->rope_cs_local : s->rope_cs;
+    pdl_attention_store_fn store = pdl_attention_table_store(t->attn, t->kv->dtype == PDL_KV_F16);
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
@@ -277,21 +279,20 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (per_head) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer),
-                            t->kv->dtype == PDL_KV_F16, kv_dim, c->head_dim, t->kv->block_size,
-                            t->b->slot_mapping[r], k, v);
+        store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer), t->kv->dtype == PDL_KV_F16, kv_dim,
+              c->head_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
 
 /* One call of the attention kernel: queries over [first, last] when first
  * is given (two-way spans), else causal up to last with the window. */
-static void attend(float *const *outs, const float *const *qs, const int *first, const int *last, int nq,
-                   const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv, float *scratch) {
+static void attend(const pdl_attention_table *tab, float *const *outs, const float *const *qs, const int *first,
+                   const int *last, int nq, const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv,
+                   float *scratch) {
     if (first)
-        pdl_attention_ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
+        tab->ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
     else
-        pdl_attention_queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv,
-                              scratch);
+        tab->queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv, scratch);
 }
 
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
@@ -347,11 +348,11 @@ static void attention_rows(void *p, int ith, int nth) {
                             poss[nq] = b->span_last[r];
                         }
                         if (++nq == max_q) {
-                            attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                            attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
                             nq = 0;
                         }
                     }
-                if (nq) attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                if (nq) attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
             }
         }
     }
@@ -416,7 +417,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     pdl_forward_scratch *s = &ctx->scratch;
     int n = b->n_tokens;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    row_task t = {.m = m, .s = &ctx->scratch, .kv = kv, .b = b};
+    row_task t = {.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
 
     /* element-wise stages: ~16k elements per thread at least */
     int row_threads = pdl_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
