@@ -91,12 +91,22 @@ void pdl_silu_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = sigmoid_gate(gate[i], gate[i], up[i]);
 }
 
+void pdl_gate_table_for(pdl_isa isa, pdl_gate_table *t) {
+    t->isa = isa;
+    switch (isa) {
+    case PDL_ISA_AVX512: t->silu_mul = pdl_silu_mul_avx512, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx512; break;
+    case PDL_ISA_AVX2: t->silu_mul = pdl_silu_mul_avx2, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx2; break;
+    case PDL_ISA_NEON: t->silu_mul = pdl_silu_mul_neon, t->gelu_tanh_mul = pdl_gelu_tanh_mul_neon; break;
+    default:
+        t->isa = PDL_ISA_SCALAR;
+        t->silu_mul = pdl_silu_mul_portable, t->gelu_tanh_mul = pdl_gelu_tanh_mul_portable;
+    }
+}
+
 void pdl_silu_mul(float *gate, const float *up, int n) {
-    pdl_isa isa = pdl_isa_active();
-    if (isa == PDL_ISA_AVX512) pdl_silu_mul_avx512(gate, up, n);
-    else if (isa == PDL_ISA_AVX2) pdl_silu_mul_avx2(gate, up, n);
-    else if (isa == PDL_ISA_NEON) pdl_silu_mul_neon(gate, up, n);
-    else pdl_silu_mul_portable(gate, up, n);
+    pdl_gate_table t;
+    pdl_gate_table_for(pdl_isa_active(), &t);
+    t.silu_mul(gate, up, n);
 }
 
 void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
@@ -107,11 +117,9 @@ void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
 }
 
 void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
-    pdl_isa isa = pdl_isa_active();
-    if (isa == PDL_ISA_AVX512) pdl_gelu_tanh_mul_avx512(gate, up, n);
-    else if (isa == PDL_ISA_AVX2) pdl_gelu_tanh_mul_avx2(gate, up, n);
-    else if (isa == PDL_ISA_NEON) pdl_gelu_tanh_mul_neon(gate, up, n);
-    else pdl_gelu_tanh_mul_portable(gate, up, n);
+    pdl_gate_table t;
+    pdl_gate_table_for(pdl_isa_active(), &t);
+    t.gelu_tanh_mul(gate, up, n);
 }
 
 /* ---- block formats ---------------------------------------------------------

@@ -478,7 +478,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
             continue;
         }
         if (pdl_matmul_gated(ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
-                             c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul))
+                             c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
             return pdl_forward_kernel_failed(ctx, l, "MLP gate/up", err);
         if (pdl_matmul(ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n, &lw->w_down, NULL,
                        direct_add))

@@ -226,7 +226,7 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
     pdl_forward_scratch *s = &ctx->scratch;
     if (reserve(ctx, n, err)) return -1;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
-    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul;
+    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
 
     if (pdl_matmul(ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
         return moe_failed(ctx, lw, "router", err);
