@@ -64,9 +64,11 @@ typedef struct pdl_model_options {
     void *log_user;
 } pdl_model_options;
 
-/* Process-wide kernel choices, before models are loaded: the kernel family
- * ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it is, at first the
- * best this CPU has) and whether BF16 weights multiply activations rounded
+/* Process-wide kernel choices, before models are loaded (the weight layout
+ * follows the family) and contexts made (a pdl_context keeps the attention
+ * kernels and MLP gates of the family in effect when it is made): the
+ * kernel family ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it
+ * is, at first the best this CPU has) and whether BF16 weights multiply activations rounded
  * to BF16 (1), exact F32 products (0), or leave it as it is (-1; at first:
  * where the CPU has VDPBF16PS). -1 with err "NAME is not ...; using BEST"
  * when the family is unknown or not supported here (the best one runs). */
