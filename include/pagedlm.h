@@ -56,7 +56,8 @@ typedef void (*pdl_load_progress_fn)(double done, void *user);
 typedef void (*pdl_log_fn)(const char *line, void *user);
 
 typedef struct pdl_model_options {
-    int n_threads;        /* 0 = all online cores */
+    int n_threads;        /* worker threads of the load and, by default, of each context over the model
+                           * (pdl_context_options); 0 = all online cores */
     int ctx_size;         /* 0 = the model's own context length (what it declares: GGUF {arch}.context_length,
                            * config.json max_position_embeddings; with RoPE scaling configured, the scaled
                            * length); more is refused unless allow_long_context */
@@ -71,9 +72,11 @@ typedef struct pdl_model_options {
     void *log_user;
 } pdl_model_options;
 
-/* Process-wide kernel choices, before models are loaded: the kernel family
- * ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it is, at first the
- * best this CPU has) and whether BF16 weights multiply activations rounded
+/* Process-wide kernel choices, before models are loaded (the weight layout
+ * follows the family) and contexts made (a pdl_context keeps the attention
+ * kernels and MLP gates of the family in effect when it is made): the
+ * kernel family ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it
+ * is, at first the best this CPU has) and whether BF16 weights multiply activations rounded
  * to BF16 (1), exact F32 products (0), or leave it as it is (-1; at first:
  * where the CPU has VDPBF16PS). -1 with err "NAME is not ...; using BEST"
  * when the family is unknown or not supported here (the best one runs). */
@@ -112,7 +115,7 @@ typedef struct pdl_model_info {
     bool add_bos;             /* the tokenizer prepends BOS by default */
     pdl_fim_tokens fim;       /* the tokenizer's fill-in-the-middle tokens (all -1 without a tokenizer) */
     const char *weight_types; /* e.g. "F32" or "F16,F32" */
-    int probe_state;          /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
+    int probe_state;          /* selective-logits probe, run at load: 0 rejected, 1 passed */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */
@@ -166,8 +169,9 @@ typedef struct pdl_vision pdl_vision;
  * folder of the text model) or a llama.cpp mmproj GGUF (projector type mlp
  * or gemma3). text is the text model
  * (loaded from the same folder, or from its own GGUF): its width, tokenizer
- * and threads; it must outlive the vision model. */
-int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err);
+ * and default thread count (the vision model has worker threads of its
+ * own); it must outlive the vision model. */
+int pdl_vision_load(pdl_vision **out, const char *path, const pdl_model *text, pdl_error *err);
 void pdl_vision_free(pdl_vision *v);
 
 typedef struct pdl_vision_info {
@@ -185,8 +189,9 @@ void pdl_vision_get_info(const pdl_vision *v, pdl_vision_info *info);
 /* Rows an image takes in the prompt. */
 int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img);
 /* Processor, tower and projector: *rows (n_rows x the text model's hidden
- * size, malloc'ed) are the image's prompt rows. Uses the text model's
- * threads: not while a forward runs on them. */
+ * size, malloc'ed) are the image's prompt rows. The vision model's own
+ * threads and scratch: it may run while a forward of the text model runs
+ * on another thread, but one image at a time per vision model. */
 int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
 
 /* One image of a prompt: its rows are prompt positions [position, position
@@ -365,6 +370,29 @@ void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_s
 size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size);
 
 /*
+ * The run state of forwards over one loaded model: worker threads, the
+ * forward's scratch and counters. The model itself is never written after
+ * load, so any number of contexts (engines, the vision encoder, tests) may
+ * run over one model at once, each on its own thread; one context runs one
+ * forward at a time. The model must outlive its contexts.
+ */
+typedef struct pdl_context pdl_context;
+
+typedef struct pdl_context_options {
+    int n_threads;        /* 0 = the model's (pdl_model_options.n_threads) */
+} pdl_context_options;
+
+/* opts may be NULL (every default). */
+int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_context_options *opts,
+                       pdl_error *err);
+void pdl_context_free(pdl_context *ctx);
+const pdl_model *pdl_context_model(const pdl_context *ctx);
+int pdl_context_threads(const pdl_context *ctx);
+/* Expert MLPs this context has run (one per expert with rows, per layer
+ * and forward): a prefill reads each chosen expert once, a decode step k. */
+uint64_t pdl_context_expert_runs(const pdl_context *ctx);
+
+/*
  * One forward over a packed batch of sequences. Row i (0 <= i < n_tokens) is
  * token token_ids[i] at position positions[i] of the sequence s whose segment
  * cu_seqlens[s] <= i < cu_seqlens[s+1] holds it. Each sequence's K/V rows go to
@@ -412,18 +440,21 @@ typedef struct pdl_batch {
     const int32_t *rope_pos3;
 } pdl_batch;
 
-int pdl_forward(pdl_model *model, pdl_kv_cache *kv, const pdl_batch *batch,
+int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *batch,
                 float *logits_out, pdl_error *err);
 
 /*
- * The load-time check that selective logits are safe for this model: a short
+ * The check that selective logits are safe for this model: a short
  * sequence runs once through the full-logits path (every row through the
  * complete head, post-processing included) and once through the selective
- * path; the sampled rows must be bit-identical. *ok says whether they were;
- * otherwise `reason` (reason_len bytes) says which rows and the largest
- * difference. The result is remembered in the model (pdl_model_info).
+ * path, on a context of its own; the sampled rows must be bit-identical.
+ * *ok says whether they were; otherwise `reason` (reason_len bytes) says
+ * which rows and the largest difference. pdl_model_load runs it once, at
+ * the end of the load, and keeps the verdict (pdl_model_info.probe_state);
+ * calling it again recomputes the verdict without storing it (the model is
+ * not written after load).
  */
-int pdl_model_probe_selective_logits(pdl_model *model, bool *ok, char *reason, size_t reason_len,
+int pdl_model_probe_selective_logits(const pdl_model *model, bool *ok, char *reason, size_t reason_len,
                                      pdl_error *err);
 
 /*
@@ -445,33 +476,22 @@ typedef enum pdl_logits_rows {
     PDL_LOGITS_ALL,       /* every row: n_logits = n_tokens */
 } pdl_logits_rows;
 
-/* Appends tokens at positions n_cached.. to the sequence (taking the
- * cache's next blocks as needed) in one forward, with logits for the rows
- * asked. */
-int pdl_seq_forward(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
-                    pdl_logits_rows rows, float *logits_out, pdl_error *err);
-/* pdl_seq_forward with embedding rows: embd NULL, or [n_tokens] as
- * pdl_batch's embd. */
-int pdl_seq_forward_embd(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                         const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
-                         pdl_error *err);
-/* pdl_seq_forward_embd with two-way spans: span_first / span_last NULL, or
- * [n_tokens] positions as pdl_batch's (pdl_mm_spans fills them). */
-int pdl_seq_forward_spans(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                          const float *const *embd, const int32_t *span_first, const int32_t *span_last,
-                          int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err);
 /* What a sequence's rows bring besides their token ids, each NULL or
- * [n_tokens] as pdl_batch's: embedding rows, two-way spans, and M-RoPE
- * positions ([n_tokens][3]; pdl_mm_rope_positions fills them). */
+ * [n_tokens] as pdl_batch's: embedding rows, two-way spans (pdl_mm_spans
+ * fills them), and M-RoPE positions ([n_tokens][3]; pdl_mm_rope_positions
+ * fills them). */
 typedef struct pdl_row_inputs {
     const float *const *embd;
     const int32_t *span_first, *span_last;
     const int32_t *rope_pos3;
 } pdl_row_inputs;
-/* pdl_seq_forward with the rows' other inputs (in may be NULL). */
-int pdl_seq_forward_rows(pdl_model *model, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                         const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
-                         pdl_error *err);
+
+/* Appends tokens at positions n_cached.. to the sequence (taking the
+ * cache's next blocks as needed) in one forward, with logits for the rows
+ * asked. in: the rows' other inputs, or NULL for token rows only. */
+int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
+                    const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
+                    pdl_error *err);
 /* Empties the sequence (its blocks may be used again from block 0). */
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq);
 
@@ -645,7 +665,7 @@ typedef struct pdl_engine_options {
     int num_speculative_tokens;  /* drafts per step, 1 .. PDL_MAX_SPEC_TOKENS */
     int prompt_lookup_min;       /* n-gram: shortest match (default 1) */
     int prompt_lookup_max;       /* n-gram: longest match (default 5, and at least prompt_lookup_min) */
-    pdl_model *draft_model;      /* PDL_SPEC_DRAFT_MODEL: loaded by the caller, outlives the engine */
+    const pdl_model *draft_model; /* PDL_SPEC_DRAFT_MODEL: loaded by the caller, outlives the engine */
     int spec_max_batch;          /* no drafts when more sequences than this decode at once; 0 = 4 */
     bool spec_no_pause;          /* keep speculating when the measured cost says it does not pay (tests) */
     pdl_log_fn log;              /* one line per notable event; NULL = none */
@@ -657,8 +677,7 @@ typedef struct pdl_engine_options {
     void *on_logits_user;
     /* images: the vision model (loaded by the caller, outlives the engine;
      * NULL = text only). Each request's images are encoded once, when it is
-     * added, on the calling thread (with the text model's threads: not
-     * while a step runs). */
+     * added, on the calling thread (with the vision model's own threads). */
     pdl_vision *vision;
     /* Encoded image rows kept across requests by the hash of the image's
      * bytes, least recently used evicted first: the budget in bytes (0 =
@@ -765,8 +784,10 @@ typedef struct pdl_engine_stats {
     bool selective_logits;       /* the mode in effect */
 } pdl_engine_stats;
 
-/* The engine runs the probe (when logits_mode is AUTO) and sizes the KV pool. */
-int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_options *opts, pdl_error *err);
+/* The engine takes the load-time probe's verdict (when logits_mode is
+ * AUTO), makes its own context over the model (pdl_model_options'
+ * threads) and sizes the KV pool. */
+int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine_options *opts, pdl_error *err);
 void pdl_engine_free(pdl_engine *e);
 
 /* Queues a request; fails at once (with the reason) if it can never run:

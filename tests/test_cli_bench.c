@@ -46,6 +46,7 @@ static void test_random_models_of_every_dtype_load_and_run(void) {
         pdl_model *m = NULL;
         pdl_error err;
         REQUIRE_MSG(pdl_model_load(&m, path, NULL, &err) == 0, "%s", err.message);
+        pdl_context *ctx = test_context(m);
         pdl_model_info info;
         pdl_model_get_info(m, &info);
         CHECK(strcmp(info.weight_types, names[i]) == 0);
@@ -57,13 +58,14 @@ static void test_random_models_of_every_dtype_load_and_run(void) {
         int32_t toks[3] = {1, 2, 639};
         float *logits = malloc(640 * sizeof *logits);
         pdl_seq s = {0};
-        REQUIRE_MSG(pdl_seq_forward(m, kv, &s, toks, 3, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
+        REQUIRE_MSG(pdl_seq_forward(ctx, kv, &s, toks, NULL, 3, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
         int finite = 0;
         for (int j = 0; j < 640; j++) finite += isfinite(logits[j]) && logits[j] != 0.0f;
         CHECK_EQ_INT(finite, 640);
         pdl_seq_release(kv, &s);
         pdl_kv_cache_free(kv);
         free(logits);
+        pdl_context_free(ctx);
         pdl_model_free(m);
         free(path);
     }

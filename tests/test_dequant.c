@@ -8,7 +8,8 @@
  * engine's per-element indexing), then checks every element exactly: the
  * scales are powers of two and the quants small, so every product is exact
  * in float. A few elements are also checked against literal values worked
- * out by hand from the layout.
+ * out by hand from the layout. A dtype nothing expands or multiplies is an
+ * error, never a row of zeros.
  */
 #include <stdint.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "format/tensor.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "test_util.h"
 
 static uint32_t rng = 12345;
@@ -310,6 +312,32 @@ static void test_dequant_row_offsets_by_whole_blocks(void) {
     CHECK(got[0] == -32.0f && got[16] == 0.0f);
 }
 
+/* U32 (raw words, never a weight) has no dequantization and no matmul
+ * kernel: each says so with -1 and leaves its output as it was, where a
+ * silent row of zeros would pass for a model's output; the loaders refuse
+ * such a matrix by pdl_matmul_supports. */
+static void test_unknown_dtype_is_an_error_not_zeros(void) {
+    uint32_t words[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float out[8];
+    for (int i = 0; i < 8; i++) out[i] = -7.0f;
+    pdl_tensor t = {.dtype = PDL_DTYPE_U32, .n_dims = 2, .shape = {1, 8}, .data = words, .nbytes = sizeof words};
+    CHECK(pdl_dequant_row(&t, 0, out, 8) == -1);
+    CHECK(pdl_dequant_blocks(PDL_DTYPE_U32, words, out, 8) == -1);
+    for (int i = 0; i < 8; i++) CHECK(out[i] == -7.0f);
+    CHECK(!pdl_matmul_supports(PDL_DTYPE_U32));
+    CHECK(pdl_matmul_supports(PDL_DTYPE_F32) && pdl_matmul_supports(PDL_DTYPE_Q5_K) &&
+          pdl_matmul_supports(PDL_DTYPE_MLX_Q4));
+    pdl_threadpool *pool = pdl_threadpool_new(1);
+    REQUIRE(pool);
+    pdl_scratch scratch = {0};
+    float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y = -7.0f;
+    CHECK(pdl_matmul(pool, &scratch, &y, 1, x, 1, &t, NULL, false) == -1);
+    CHECK(y == -7.0f);
+    CHECK_EQ_INT((int)scratch.failed, 0); /* not the memory */
+    pdl_scratch_free(&scratch);
+    pdl_threadpool_free(pool);
+}
+
 int main(void) {
     pdl_fp16_init();
     RUN(test_dtype_block_sizes);
@@ -323,5 +351,6 @@ int main(void) {
     RUN(test_q5_k_block);
     RUN(test_q6_k_block);
     RUN(test_dequant_row_offsets_by_whole_blocks);
+    RUN(test_unknown_dtype_is_an_error_not_zeros);
     return test_summary();
 }

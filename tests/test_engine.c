@@ -422,6 +422,7 @@ static void test_max_model_len_must_fit_the_kv_pool(void) {
 
 static void test_logprobs_and_prompt_logprobs_match_the_forward(void) {
     pdl_model *m = load("models/stories260K/stories260K.gguf");
+    pdl_context *ctx = test_context(m);
     int V = m->cfg.vocab;
     pdl_engine *e = engine(m, 16, 3, 0, PDL_LOGITS_AUTO); /* prompt in chunks of 3 */
     static collected c;
@@ -438,7 +439,7 @@ static void test_logprobs_and_prompt_logprobs_match_the_forward(void) {
     memcpy(seq, STORY, 9 * sizeof(int32_t));
     memcpy(seq + 9, c.tokens[0], 4 * sizeof(int32_t));
     pdl_seq s = {0};
-    REQUIRE(pdl_seq_forward(m, kv, &s, seq, 13, PDL_LOGITS_ALL, all, &err) == 0);
+    REQUIRE(pdl_seq_forward(ctx, kv, &s, seq, NULL, 13, PDL_LOGITS_ALL, all, &err) == 0);
     CHECK_EQ_INT(c.prompt_positions, 8); /* positions 1..8 */
     for (int pos = 1; pos < 9; pos++) {
         float want;
@@ -459,6 +460,7 @@ static void test_logprobs_and_prompt_logprobs_match_the_forward(void) {
     pdl_kv_cache_free(kv);
     free(all);
     pdl_engine_free(e);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 }
 
@@ -672,6 +674,7 @@ static void capture_log(const char *line, void *user) {
 static const int32_t PROBE_ROWS[2] = {6, 11};
 
 static void probe_rows(pdl_model *m, bool full, float *out) {
+    pdl_context *ctx = test_context(m);
     int32_t tokens[12], pos[12], slots[12], block0 = 0, cu[2] = {0, 12};
     for (int i = 0; i < 12; i++) tokens[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab), pos[i] = i, slots[i] = i;
     const int32_t *tables[1] = {&block0};
@@ -681,8 +684,9 @@ static void probe_rows(pdl_model *m, bool full, float *out) {
     pdl_batch b = {.n_tokens = 12, .token_ids = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
                    .cu_seqlens = cu, .block_tables = tables, .n_logits = 2, .logits_indices = PROBE_ROWS,
                    .full_logits = full};
-    REQUIRE_MSG(pdl_forward(m, kv, &b, out, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_forward(ctx, kv, &b, out, &err) == 0, "%s", err.message);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
 }
 
 /* A port that applies the head's post-processing only in the full path:

@@ -2,11 +2,13 @@
  * test_forward_batch.c - the packed-batch contract of pdl_forward: a row's
  * logits do not depend on what else is in the batch, on its place in it, on
  * prefill chunking, on the thread count; logits_indices pick exactly the
- * rows named; bad batches are refused with a message.
+ * rows named; bad batches are refused with a message; two contexts over one
+ * loaded model run at once and give what one alone gives.
  *
  * Comparisons here are bit-exact (memcmp): batch invariance is a promise of
  * identical bytes, not of closeness.
  */
+#include <pthread.h>
 #include <string.h>
 
 #include "pagedlm.h"
@@ -64,6 +66,7 @@ typedef struct segment {
 
 /* One forward over the given segments, in order; logits rows in order. */
 static void run_batch(pdl_model *m, pdl_kv_cache *kv, segment *segs, int n_segs, float *logits) {
+    pdl_context *ctx = test_context(m);
     int32_t ids[256], pos[256], slots[256], cu[17], lidx[256];
     const int32_t *tables[16];
     int n = 0, nl = 0;
@@ -84,8 +87,9 @@ static void run_batch(pdl_model *m, pdl_kv_cache *kv, segment *segs, int n_segs,
     pdl_batch b = {.n_tokens = n, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n_segs,
                    .cu_seqlens = cu, .block_tables = tables, .n_logits = nl, .logits_indices = lidx};
     pdl_error err;
-    REQUIRE_MSG(pdl_forward(m, kv, &b, logits, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_forward(ctx, kv, &b, logits, &err) == 0, "%s", err.message);
     for (int s = 0; s < n_segs; s++) segs[s].seq->n_cached += segs[s].n;
+    pdl_context_free(ctx);
 }
 
 static pdl_kv_cache *new_cache(pdl_model *m, pdl_kv_dtype dt) {
@@ -218,6 +222,7 @@ static void test_thread_count_does_not_change_bits(void) {
  * would be caught. */
 static void test_logits_indices_select_exact_rows(void) {
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
+    pdl_context *ctx = test_context(m);
     int V = vocab_of(m), n = 12;
     float *all = alone(m, PDL_KV_F32, QWEN_TOKENS, n);
     pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
@@ -230,7 +235,7 @@ static void test_logits_indices_select_exact_rows(void) {
                    .cu_seqlens = cu, .block_tables = tables, .n_logits = 3, .logits_indices = idx};
     float *sel = malloc((size_t)3 * V * sizeof *sel);
     pdl_error err;
-    REQUIRE_MSG(pdl_forward(m, kv, &b, sel, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_forward(ctx, kv, &b, sel, &err) == 0, "%s", err.message);
     for (int j = 0; j < 3; j++) {
         CHECK_MSG(memcmp(sel + (size_t)j * V, all + (size_t)idx[j] * V, (size_t)V * sizeof(float)) == 0,
                   "output row %d is not input row %d", j, idx[j]);
@@ -241,11 +246,13 @@ static void test_logits_indices_select_exact_rows(void) {
     }
     free(sel), free(all);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 }
 
 static void test_bad_batches_are_refused(void) {
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 1);
+    pdl_context *ctx = test_context(m);
     int V = vocab_of(m);
     pdl_kv_cache *kv = new_cache(m, PDL_KV_F32);
     tseq s = {0};
@@ -258,43 +265,115 @@ static void test_bad_batches_are_refused(void) {
 #define BATCH() ((pdl_batch){.n_tokens = 4, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = 1, \
                              .cu_seqlens = cu, .block_tables = tables, .n_logits = 2, .logits_indices = idx})
     pdl_batch b = BATCH();
-    REQUIRE(pdl_forward(m, kv, &b, out, &err) == 0);
+    REQUIRE(pdl_forward(ctx, kv, &b, out, &err) == 0);
 
     ids[2] = V;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "token id");
     ids[2] = 3;
 
     idx[0] = 3, idx[1] = 1;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "logits_indices");
     idx[0] = 1, idx[1] = 4;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "logits_indices");
     idx[0] = 1, idx[1] = 3;
 
     slots[1] += 1;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "slot");
     slots[1] -= 1;
 
     pos[2] = 7;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "consecutive");
     pos[2] = 2;
 
     cu[1] = 3;
     b = BATCH();
-    CHECK(pdl_forward(m, kv, &b, out, &err) != 0);
+    CHECK(pdl_forward(ctx, kv, &b, out, &err) != 0);
     CHECK_CONTAINS(err.message, "cu_seqlens");
 #undef BATCH
     free(out);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
+    pdl_model_free(m);
+}
+
+/* One context's share of test_two_contexts_share_one_model: a 33-token
+ * prefill then 8 single-row decode steps over a cache of its own, every
+ * row's logits into out (41 x vocab). */
+typedef struct ctx_run {
+    pdl_context *ctx;
+    const int32_t *tokens;
+    float *out;
+    int rc;
+    char message[PDL_ERROR_MAX];
+} ctx_run;
+
+static void *run_on_context(void *p) {
+    ctx_run *r = p;
+    const pdl_model *m = pdl_context_model(r->ctx);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    pdl_kv_cache *kv = NULL;
+    pdl_error err = {{0}};
+    pdl_seq seq = {0};
+    r->rc = pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err);
+    if (r->rc == 0) r->rc = pdl_seq_forward(r->ctx, kv, &seq, r->tokens, NULL, 33, PDL_LOGITS_ALL, r->out, &err);
+    for (int i = 33; r->rc == 0 && i < 41; i++)
+        r->rc = pdl_seq_forward(r->ctx, kv, &seq, r->tokens + i, NULL, 1, PDL_LOGITS_ALL,
+                                r->out + (size_t)i * info.vocab, &err);
+    if (kv) pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    memcpy(r->message, err.message, sizeof r->message);
+    return NULL;
+}
+
+/* The model is not written by a forward (its threads, scratch and counters
+ * are a context's): two contexts over one loaded model run forwards on two
+ * threads at the same time, on different token sequences, and each gives
+ * the bytes that sequence gives on one context alone. */
+static void test_two_contexts_share_one_model(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf", 2);
+    int V = vocab_of(m);
+    int32_t toks[2][41];
+    for (int i = 0; i < 41; i++) {
+        toks[0][i] = QWEN_TOKENS[i % 40] % V;
+        toks[1][i] = (QWEN_TOKENS[(i * 7) % 40] + 3) % V;
+    }
+    float *alone_out[2], *together[2];
+    for (int k = 0; k < 2; k++) {
+        alone_out[k] = malloc((size_t)41 * V * sizeof(float));
+        together[k] = malloc((size_t)41 * V * sizeof(float));
+        REQUIRE(alone_out[k] && together[k]);
+        ctx_run r = {.ctx = test_context(m), .tokens = toks[k], .out = alone_out[k]};
+        run_on_context(&r);
+        REQUIRE_MSG(r.rc == 0, "%s", r.message);
+        pdl_context_free(r.ctx);
+    }
+    for (int round = 0; round < 3; round++) { /* a few times: a race need not show at once */
+        ctx_run runs[2];
+        pthread_t th[2];
+        for (int k = 0; k < 2; k++) {
+            runs[k] = (ctx_run){.ctx = test_context(m), .tokens = toks[k], .out = together[k]};
+            REQUIRE(pthread_create(&th[k], NULL, run_on_context, &runs[k]) == 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            pthread_join(th[k], NULL);
+            CHECK_MSG(runs[k].rc == 0, "%s", runs[k].message);
+            CHECK_MSG(memcmp(together[k], alone_out[k], (size_t)41 * V * sizeof(float)) == 0,
+                      "round %d: sequence %d on its own context beside another differs from it alone", round, k);
+            pdl_context_free(runs[k].ctx);
+        }
+    }
+    for (int k = 0; k < 2; k++) free(alone_out[k]), free(together[k]);
     pdl_model_free(m);
 }
 
@@ -306,5 +385,6 @@ int main(void) {
     RUN(test_thread_count_does_not_change_bits);
     RUN(test_logits_indices_select_exact_rows);
     RUN(test_bad_batches_are_refused);
+    RUN(test_two_contexts_share_one_model);
     return test_summary();
 }

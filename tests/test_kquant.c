@@ -14,7 +14,7 @@
 #include "kernels/fp16.h"
 #include "kernels/kquant.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "test_util.h"
 
 /* the matmuls' scratch (scratch.h), shared by every test here */

@@ -242,7 +242,9 @@ static void test_forward_reports_scratch_failure(void) {
     REQUIRE_MSG(pdl_model_load(&m, qp, &o, &err) == 0, "%s", err.message);
     int32_t tok[T];
     for (int i = 0; i < T; i++) tok[i] = (int32_t)((i * 37 + 11) % VOCAB);
-    int n = test_forward_fails_at_every_scratch_take(m, tok, T);
+    pdl_context *ctx = test_context(m);
+    int n = test_forward_fails_at_every_scratch_take(ctx, tok, T);
+    pdl_context_free(ctx);
     fprintf(stderr, "  %d failing forwards checked\n", n);
     CHECK_MSG(n >= 2 * (NL * 4 + 1), "%d failing forwards: fewer than the model's matmuls", n);
     pdl_model_free(m);

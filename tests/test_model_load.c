@@ -12,7 +12,7 @@
 #include "format/tensor.h"
 #include "gguf_writer.h"
 #include "kernels/fp16.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
@@ -212,13 +212,15 @@ static float *logits_of(const char *path, pdl_kv_dtype kvt) {
     pdl_error err;
     pdl_model_options mo = {.n_threads = 2};
     REQUIRE_MSG(pdl_model_load(&m, path, &mo, &err) == 0, "%s", err.message);
+    pdl_context *ctx = test_context(m);
     pdl_kv_cache *kv = NULL;
     REQUIRE(pdl_kv_cache_create(&kv, m, kvt, 4, 8, &err) == 0);
     float *out = malloc(9 * VOC * sizeof *out);
     pdl_seq seq = {0};
-    REQUIRE_MSG(pdl_seq_forward(m, kv, &seq, TOKENS, 9, PDL_LOGITS_ALL, out, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_seq_forward(ctx, kv, &seq, TOKENS, NULL, 9, PDL_LOGITS_ALL, out, &err) == 0, "%s", err.message);
     pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     return out;
 }

@@ -89,6 +89,7 @@ static void check_logits_case(const char *model_rel, json_t *tokens_j, json_t *r
  * logits against the reference's, and the tokens themselves. */
 static void check_greedy_case(const char *model_rel, json_t *c, double tol) {
     pdl_model *m = load_model(model_rel, 0);
+    pdl_context *ctx = test_context(m);
     pdl_model_info info;
     pdl_model_get_info(m, &info);
     size_t n;
@@ -101,7 +102,7 @@ static void check_greedy_case(const char *model_rel, json_t *c, double tol) {
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, (int)((n + n_steps) / 16 + 1), &err) == 0);
     float *logits = malloc((size_t)info.vocab * sizeof *logits);
     pdl_seq seq = {0};
-    REQUIRE_MSG(pdl_seq_forward(m, kv, &seq, tokens, (int)n, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_seq_forward(ctx, kv, &seq, tokens, NULL, (int)n, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
     double md = 0;
     int mismatched = -1;
     for (size_t s = 0; s < n_steps; s++) {
@@ -117,7 +118,7 @@ static void check_greedy_case(const char *model_rel, json_t *c, double tol) {
         if (best != want && mismatched < 0) mismatched = (int)s;
         int32_t tok = want; /* follow the reference so every step's logits compare */
         if (s + 1 < n_steps)
-            REQUIRE_MSG(pdl_seq_forward(m, kv, &seq, &tok, 1, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
+            REQUIRE_MSG(pdl_seq_forward(ctx, kv, &seq, &tok, NULL, 1, PDL_LOGITS_LAST, logits, &err) == 0, "%s", err.message);
     }
     CHECK_MSG(mismatched < 0, "%s: greedy token differs at step %d", model_rel, mismatched);
     CHECK_MSG(md <= tol, "%s: per-step logits max |diff| %.3g > %.3g", model_rel, md, tol);
@@ -125,6 +126,7 @@ static void check_greedy_case(const char *model_rel, json_t *c, double tol) {
     pdl_kv_cache_free(kv);
     free(logits);
     free(tokens);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 }
 

@@ -549,16 +549,17 @@ static void check_family(fam f, const char *name, const bug *bugs, int n_bugs) {
         CHECK_EQ_INT(info.n_experts, s.E);
         CHECK_EQ_INT(info.n_experts_used, s.k);
         CHECK_EQ_INT(info.ffn, s.F);
-        uint64_t runs0 = m->moe_expert_runs;
-        float *got = test_all_row_logits(m, tok, T);
+        pdl_context *ctx = test_context(m);
+        float *got = test_context_row_logits(ctx, tok, T);
         double d = max_diff(got, want, n);
         fprintf(stderr, "  %s %s: max |engine - float64| = %.3g (router gap >= %.3g)\n", name, i ? "gguf" : "hf", d,
                 rt.min_gap);
         CHECK_MSG(d <= TOL, "%s (%s): logits differ from the float64 reference by %g (tolerance %g)", name,
                   i ? "GGUF" : "HF", d, TOL);
         /* one prefill of T rows: every chosen expert ran exactly once per layer */
-        CHECK_MSG((int)(m->moe_expert_runs - runs0) == want_runs, "%s: %d expert runs for a %d-row prefill, want %d",
-                  name, (int)(m->moe_expert_runs - runs0), T, want_runs);
+        int runs = (int)pdl_context_expert_runs(ctx);
+        pdl_context_free(ctx);
+        CHECK_MSG(runs == want_runs, "%s: %d expert runs for a %d-row prefill, want %d", name, runs, T, want_runs);
         bool ok = false;
         char why[256] = "";
         pdl_error perr;
@@ -612,7 +613,7 @@ static void test_qwen2moe_shared_expert_matches_float64_reference(void) {
 /* One forward over n_seqs sequences, each given its own blocks (seq s owns
  * blocks [s * 8, s * 8 + 8)), each at its own cached length; every row's
  * logits, in order. */
-static void run_packed(pdl_model *m, pdl_kv_cache *kv, int n_seqs, const int32_t *const *toks, const int *n,
+static void run_packed(pdl_context *ctx, pdl_kv_cache *kv, int n_seqs, const int32_t *const *toks, const int *n,
                        const int *cached, const int *blockbase, float *out) {
     int32_t ids[256], pos[256], slots[256], cu[9], lidx[256], tables[8][8];
     const int32_t *tp[8];
@@ -630,7 +631,7 @@ static void run_packed(pdl_model *m, pdl_kv_cache *kv, int n_seqs, const int32_t
     pdl_batch b = {.n_tokens = r, .token_ids = ids, .positions = pos, .slot_mapping = slots, .n_seqs = n_seqs,
                    .cu_seqlens = cu, .block_tables = tp, .n_logits = r, .logits_indices = lidx};
     pdl_error err;
-    REQUIRE_MSG(pdl_forward(m, kv, &b, out, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_forward(ctx, kv, &b, out, &err) == 0, "%s", err.message);
 }
 
 /* Three prompts alone, then packed in one batch in two orders: each row's
@@ -641,6 +642,7 @@ static void run_packed(pdl_model *m, pdl_kv_cache *kv, int n_seqs, const int32_t
  * (grouped too), and a decode step runs exactly k experts per layer. */
 static void check_batch_invariance(const char *path, const spec *s) {
     pdl_model *m = load(path, 2);
+    pdl_context *ctx = test_context(m);
     int V = s->vocab;
     int32_t all[64];
     make_tokens(s, all, 64, 4242);
@@ -652,7 +654,7 @@ static void check_batch_invariance(const char *path, const spec *s) {
         pdl_kv_cache *kv = NULL;
         REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, BS, 32, &err) == 0, "%s", err.message);
         alone[i] = malloc((size_t)n[i] * V * sizeof(float));
-        run_packed(m, kv, 1, &toks[i], &n[i], zero, base_alone, alone[i]);
+        run_packed(ctx, kv, 1, &toks[i], &n[i], zero, base_alone, alone[i]);
         pdl_kv_cache_free(kv);
     }
     for (int order = 0; order < 2; order++) {
@@ -663,7 +665,7 @@ static void check_batch_invariance(const char *path, const spec *s) {
         for (int j = 0; j < 3; j++) t3[j] = toks[idx[j]], n3[j] = n[idx[j]];
         pdl_kv_cache *kv = NULL;
         REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, BS, 32, &err) == 0, "%s", err.message);
-        run_packed(m, kv, 3, t3, n3, zero, base, packed);
+        run_packed(ctx, kv, 3, t3, n3, zero, base, packed);
         size_t off = 0;
         for (int j = 0; j < 3; j++) {
             CHECK_MSG(memcmp(packed + off * V, alone[idx[j]], (size_t)n3[j] * V * sizeof(float)) == 0,
@@ -679,25 +681,25 @@ static void check_batch_invariance(const char *path, const spec *s) {
         pdl_kv_cache *kv = NULL;
         REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, BS, 32, &err) == 0, "%s", err.message);
         int base[2] = {0, 8}, one = 1, cached[2] = {7, 0};
-        run_packed(m, kv, 1, &toks[0], &n[0], zero, base, packed);
+        run_packed(ctx, kv, 1, &toks[0], &n[0], zero, base, packed);
         const int32_t *dec_tok = all + 7;
         if (mixed == 2) {
             /* two decode rows in one step (the grouped experts' path with
              * gathered rows): sequence 0's row as alone */
-            run_packed(m, kv, 1, &toks[1], &n[1], zero, base + 1, packed);
+            run_packed(ctx, kv, 1, &toks[1], &n[1], zero, base + 1, packed);
             const int32_t *t2[2] = {dec_tok, all + 40};
             int n2[2] = {1, 1}, cached2[2] = {7, n[1]};
-            run_packed(m, kv, 2, t2, n2, cached2, base, dec_mixed);
+            run_packed(ctx, kv, 2, t2, n2, cached2, base, dec_mixed);
             CHECK_MSG(memcmp(dec_mixed, dec_alone, (size_t)V * sizeof(float)) == 0,
                       "%s: a decode row beside another decode row differs from the row alone", path);
         } else if (!mixed) {
-            uint64_t runs0 = m->moe_expert_runs;
-            run_packed(m, kv, 1, &dec_tok, &one, cached, base, dec_alone);
-            CHECK_EQ_INT((int)(m->moe_expert_runs - runs0), s->layers * s->k);
+            uint64_t runs0 = pdl_context_expert_runs(ctx);
+            run_packed(ctx, kv, 1, &dec_tok, &one, cached, base, dec_alone);
+            CHECK_EQ_INT((int)(pdl_context_expert_runs(ctx) - runs0), s->layers * s->k);
         } else {
             const int32_t *t2[2] = {dec_tok, toks[2]};
             int n2[2] = {1, n[2]};
-            run_packed(m, kv, 2, t2, n2, cached, base, dec_mixed);
+            run_packed(ctx, kv, 2, t2, n2, cached, base, dec_mixed);
             CHECK_MSG(memcmp(dec_mixed, dec_alone, (size_t)V * sizeof(float)) == 0,
                       "%s: a decode row beside a prefill differs from the row alone", path);
             CHECK_MSG(memcmp(dec_mixed + V, alone[2], (size_t)n[2] * V * sizeof(float)) == 0,
@@ -707,6 +709,7 @@ static void check_batch_invariance(const char *path, const spec *s) {
     }
     free(dec_alone), free(dec_mixed), free(packed);
     for (int i = 0; i < 3; i++) free(alone[i]);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 }
 
@@ -741,10 +744,11 @@ static void test_moe_forward_reports_scratch_failure(void) {
     CHECK_CONTAINS(info.weight_types, "Q8_0");
     int32_t tok[24];
     make_tokens(&s, tok, 24, 31);
-    uint64_t runs0 = m->moe_expert_runs;
-    int n = test_forward_fails_at_every_scratch_take(m, tok, 24);
+    pdl_context *ctx = test_context(m);
+    int n = test_forward_fails_at_every_scratch_take(ctx, tok, 24);
     fprintf(stderr, "  %d failing forwards checked\n", n);
-    CHECK(m->moe_expert_runs > runs0);
+    CHECK(pdl_context_expert_runs(ctx) > 0);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     free(hf), free(gg);
     free_weights(&s, &w);

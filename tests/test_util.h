@@ -118,19 +118,26 @@ void test_free_result(cmd_result *r);
 /* Writes len bytes to path; REQUIREs success. */
 void test_write_file(const char *path, const void *data, size_t len);
 
-/* The logits of every row of tokens[n] run as one sequence from position 0
- * (F32 KV cache), malloc'ed [n x vocab]; REQUIREs success. */
 struct pdl_model;
+struct pdl_context;
+/* A context over m with the model's default threads (the test fails when
+ * none can be made); pdl_context_free it. */
+struct pdl_context *test_context(const struct pdl_model *m);
+/* The logits of every row of tokens[n] run as one sequence from position 0
+ * (F32 KV cache) on a context of its own, malloc'ed [n x vocab]; REQUIREs
+ * success. */
 float *test_all_row_logits(struct pdl_model *m, const int32_t *tokens, size_t n);
+/* The same on a context of the caller's (its counters, its scratch). */
+float *test_context_row_logits(struct pdl_context *ctx, const int32_t *tokens, size_t n);
 
 /* Every take of the kernels' scratch in a prefill of tokens[0, n - 1) and
- * then in a decode of tokens[n - 1] fails in turn (the model's scratch
+ * then in a decode of tokens[n - 1] fails in turn (ctx's scratch
  * hook, kernels/scratch.h): each such forward must return an error naming
  * the kernel scratch and leave the logits buffer as it was, and the same
  * forward run again gives the clean run's logits byte for byte. Returns
  * how many failing forwards were checked (0 fails the test: nothing took
  * scratch). */
-int test_forward_fails_at_every_scratch_take(struct pdl_model *m, const int32_t *tokens, size_t n);
+int test_forward_fails_at_every_scratch_take(struct pdl_context *ctx, const int32_t *tokens, size_t n);
 
 /* A pdl_model_options log that fails the test on the loader's notice of
  * tensors the model does not use (user: the path, for the message): a

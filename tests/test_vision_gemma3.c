@@ -449,12 +449,13 @@ static void load(pdl_model **m, pdl_vision **v) {
     vt_load(m, v, load_text_path ? load_text_path : hf_dir, load_vision_path ? load_vision_path : hf_dir, NULL);
 }
 
-/* All-row logits of the prompt through pdl_seq_forward_spans in chunks of
+/* All-row logits of the prompt through pdl_seq_forward in chunks of
  * `chunk` rows (0: one call). */
 static float *engine_logits(bool spans) {
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     load(&m, &v);
+    pdl_context *ctx = test_context(m);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "gemma3") == 0 && strcmp(info.tower, "siglip") == 0);
@@ -481,24 +482,24 @@ static float *engine_logits(bool spans) {
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
     float *logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
     pdl_seq seq = {0};
-    int rc = pdl_seq_forward_spans(m, kv, &seq, ids, embd, spans ? first : NULL, spans ? last : NULL, N_PROMPT,
-                                   PDL_LOGITS_ALL, logits, &err);
+    pdl_row_inputs rows_in = {.embd = embd, .span_first = spans ? first : NULL, .span_last = spans ? last : NULL};
+    int rc = pdl_seq_forward(ctx, kv, &seq, ids, &rows_in, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
     CHECK_MSG(rc == 0, "%s", err.message);
     pdl_seq_release(kv, &seq);
     /* a span cut by the end of a call is refused, never run half-seen */
     if (spans) {
         pdl_seq s2 = {0};
-        CHECK(pdl_seq_forward_spans(m, kv, &s2, ids, embd, first, last, IMG_AT + 3, PDL_LOGITS_LAST, logits + 0,
-                                    &err) != 0);
+        CHECK(pdl_seq_forward(ctx, kv, &s2, ids, &rows_in, IMG_AT + 3, PDL_LOGITS_LAST, logits + 0, &err) != 0);
         CHECK_CONTAINS(err.message, "two-way span");
         pdl_seq_release(kv, &s2);
-        rc |= pdl_seq_forward_spans(m, kv, &s2, ids, embd, first, last, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
+        rc |= pdl_seq_forward(ctx, kv, &s2, ids, &rows_in, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
         pdl_seq_release(kv, &s2);
     }
     pdl_kv_cache_free(kv);
     free(rows);
     pdl_image_free(img);
     pdl_vision_free(v);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     if (rc) free(logits), logits = NULL;
     return logits;

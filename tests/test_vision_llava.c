@@ -487,6 +487,7 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
     vt_load(&m, &v, text_path, vision_path, &mo);
+    pdl_context *ctx = test_context(m);
     pdl_vision_get_info(v, info_out);
     /* the info's strings live in v: checked here, then cleared */
     CHECK(strcmp(info_out->family, "llava") == 0 && strcmp(info_out->tower, "clip") == 0);
@@ -510,7 +511,8 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
         REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
         logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
         pdl_seq seq = {0};
-        rc = pdl_seq_forward_embd(m, kv, &seq, ids, embd, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
+        pdl_row_inputs in = {.embd = embd};
+        rc = pdl_seq_forward(ctx, kv, &seq, ids, &in, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
         CHECK_MSG(rc == 0, "%s", err.message);
         pdl_seq_release(kv, &seq);
         pdl_kv_cache_free(kv);
@@ -519,6 +521,7 @@ static float *engine_logits(const char *text_path, const char *vision_path, pdl_
     free(rows);
     pdl_image_free(img);
     pdl_vision_free(v);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     return logits;
 }
@@ -756,6 +759,7 @@ static void check_next(const char *what, const char *text_path, const char *visi
     pdl_error err = {0};
     pdl_model_options mo = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)text_path};
     vt_load(&m, &v, text_path, vision_path, &mo);
+    pdl_context *ctx = test_context(m);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "llava_next") == 0); /* a static string */
@@ -782,7 +786,8 @@ static void check_next(const char *what, const char *text_path, const char *visi
     float *got = malloc((size_t)n * VOC * sizeof *got);
     double *want = malloc((size_t)n * VOC * sizeof *want);
     pdl_seq seq = {0};
-    int rc = n_rows == n_img ? pdl_seq_forward_embd(m, kv, &seq, ids, embd, n, PDL_LOGITS_ALL, got, &err) : -1;
+    pdl_row_inputs in = {.embd = (const float *const *)embd};
+    int rc = n_rows == n_img ? pdl_seq_forward(ctx, kv, &seq, ids, &in, n, PDL_LOGITS_ALL, got, &err) : -1;
     CHECK_MSG(rc == 0, "%s", err.message);
     ref_text_logits(ids, (const double *const *)dembd, n, want);
     if (rc == 0) {
@@ -805,6 +810,7 @@ static void check_next(const char *what, const char *text_path, const char *visi
     free(got), free(want), free(ids), free(embd), free(dembd), free(rows), free(ref_rows), free(tiles);
     pdl_image_free(img);
     pdl_vision_free(v);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 }
 

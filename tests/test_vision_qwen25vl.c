@@ -315,6 +315,7 @@ static float *stage1_engine_logits(int32_t delta_error) {
     pdl_model *m = NULL;
     pdl_model_options mo = {.n_threads = 2};
     REQUIRE_MSG(pdl_model_load(&m, hf_dir, &mo, &err) == 0, "%s", err.message);
+    pdl_context *ctx = test_context(m);
     pdl_kv_cache *kv = NULL;
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
     int32_t ids[N_ALL], pos3[3 * N_ALL], delta;
@@ -323,16 +324,17 @@ static float *stage1_engine_logits(int32_t delta_error) {
     float *logits = malloc((size_t)N_ALL * VOC * sizeof *logits);
     pdl_seq seq = {0};
     pdl_row_inputs in = {.rope_pos3 = pos3};
-    int rc = pdl_seq_forward_rows(m, kv, &seq, ids, &in, N_PRE, PDL_LOGITS_ALL, logits, &err);
+    int rc = pdl_seq_forward(ctx, kv, &seq, ids, &in, N_PRE, PDL_LOGITS_ALL, logits, &err);
     CHECK_MSG(rc == 0, "%s", err.message);
     for (int i = N_PRE; rc == 0 && i < N_ALL; i++) {
         int32_t p3[3] = {i + delta + delta_error, i + delta + delta_error, i + delta + delta_error};
         pdl_row_inputs d = {.rope_pos3 = p3};
-        rc = pdl_seq_forward_rows(m, kv, &seq, ids + i, &d, 1, PDL_LOGITS_ALL, logits + (size_t)i * VOC, &err);
+        rc = pdl_seq_forward(ctx, kv, &seq, ids + i, &d, 1, PDL_LOGITS_ALL, logits + (size_t)i * VOC, &err);
         CHECK_MSG(rc == 0, "%s", err.message);
     }
     pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     if (rc) free(logits), logits = NULL;
     return logits;
@@ -377,6 +379,7 @@ static void test_equal_components_are_plain_rope(void) {
     pdl_model *m = NULL;
     pdl_model_options mo = {.n_threads = 2};
     REQUIRE_MSG(pdl_model_load(&m, hf_dir, &mo, &err) == 0, "%s", err.message);
+    pdl_context *ctx = test_context(m);
     pdl_kv_cache *kv = NULL;
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
     int32_t ids[N_ALL], pos3[3 * N_PRE];
@@ -385,22 +388,23 @@ static void test_equal_components_are_plain_rope(void) {
     float *a = malloc(sizeof(float) * N_PRE * VOC), *b = malloc(sizeof(float) * N_PRE * VOC);
     pdl_seq s1 = {0}, s2 = {0};
     pdl_row_inputs in = {.rope_pos3 = pos3};
-    CHECK(pdl_seq_forward_rows(m, kv, &s1, ids, NULL, N_PRE, PDL_LOGITS_ALL, a, &err) == 0);
-    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
+    CHECK(pdl_seq_forward(ctx, kv, &s1, ids, NULL, N_PRE, PDL_LOGITS_ALL, a, &err) == 0);
+    CHECK(pdl_seq_forward(ctx, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
     CHECK(memcmp(a, b, sizeof(float) * N_PRE * VOC) == 0);
     /* shifted by one in one component: different */
     pdl_seq_release(kv, &s2);
     pos3[3 * 5 + 2] += 1;
-    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
+    CHECK(pdl_seq_forward(ctx, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) == 0);
     CHECK(memcmp(a + 5 * VOC, b + 5 * VOC, sizeof(float) * VOC) != 0);
     CHECK(memcmp(a, b, sizeof(float) * 5 * VOC) == 0);
     pdl_seq_release(kv, &s1), pdl_seq_release(kv, &s2);
     /* negative components are refused */
     pos3[3 * 2 + 1] = -1;
-    CHECK(pdl_seq_forward_rows(m, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
+    CHECK(pdl_seq_forward(ctx, kv, &s2, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
     CHECK_CONTAINS(err.message, "row 2: M-RoPE position -1 of component 1 is negative");
     pdl_seq_release(kv, &s2);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
     pdl_model_free(m);
 
     /* a plain Qwen2 folder (no mrope_section) refuses them */
@@ -412,12 +416,14 @@ static void test_equal_components_are_plain_rope(void) {
     memcpy(at, "\"rope_scalinX\"", 14); /* an unknown key: no rope scaling */
     write_folder(dir, cfg);
     REQUIRE_MSG(pdl_model_load(&m, dir, &mo, &err) == 0, "%s", err.message);
+    ctx = test_context(m);
     REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, 4, &err) == 0);
     for (int i = 0; i < N_PRE; i++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = i;
-    CHECK(pdl_seq_forward_rows(m, kv, &s1, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
+    CHECK(pdl_seq_forward(ctx, kv, &s1, ids, &in, N_PRE, PDL_LOGITS_ALL, b, &err) != 0);
     CHECK_CONTAINS(err.message, "no M-RoPE sections");
     pdl_seq_release(kv, &s1);
     pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     free(dir), free(a), free(b);
 }
@@ -791,12 +797,13 @@ static void load_vl(pdl_model **m, pdl_vision **v) {
     vt_load(m, v, load_text_path ? load_text_path : vl_dir, load_vision_path ? load_vision_path : vl_dir, NULL);
 }
 
-/* The prompt's all-row logits through pdl_seq_forward_rows, with the
+/* The prompt's all-row logits through pdl_seq_forward, with the
  * positions pdl_mm_rope_positions gives. */
 static float *engine_prompt_logits(void) {
     pdl_model *m = NULL;
     pdl_vision *v = NULL;
     load_vl(&m, &v);
+    pdl_context *ctx = test_context(m);
     pdl_vision_info info;
     pdl_vision_get_info(v, &info);
     CHECK(strcmp(info.family, "qwen2_5_vl") == 0 && strcmp(info.tower, "qwen2_5_vit") == 0);
@@ -822,13 +829,14 @@ static float *engine_prompt_logits(void) {
     float *logits = malloc((size_t)N_PROMPT * VOC * sizeof *logits);
     pdl_seq seq = {0};
     pdl_row_inputs ri = {.embd = embd, .rope_pos3 = pos3};
-    int rc = pdl_seq_forward_rows(m, kv, &seq, ids, &ri, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
+    int rc = pdl_seq_forward(ctx, kv, &seq, ids, &ri, N_PROMPT, PDL_LOGITS_ALL, logits, &err);
     CHECK_MSG(rc == 0, "%s", err.message);
     pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
     free(rows);
     pdl_image_free(img);
     pdl_vision_free(v);
+    pdl_context_free(ctx);
     pdl_model_free(m);
     if (rc) free(logits), logits = NULL;
     return logits;

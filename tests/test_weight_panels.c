@@ -19,7 +19,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
 #include "test_util.h"
 #include "vnni256/evex_twin.h"

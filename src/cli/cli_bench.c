@@ -21,7 +21,7 @@
 #include "cli/bench_roofline.h"
 #include "cli/cli_args.h"
 #include "kernels/cpu_features.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
 #include "model/model.h"
 #include "util/clock.h"

@@ -134,6 +134,7 @@ int cli_logits(int argc, char **argv) {
     }
     int rc = CLI_OK;
     pdl_kv_cache *kv = NULL;
+    pdl_context *run = NULL;
     size_t rows = a.all_rows ? n : 1;
     float *logits = malloc(rows * (size_t)info.vocab * sizeof *logits);
     pdl_seq seq = {0};
@@ -162,8 +163,9 @@ int cli_logits(int argc, char **argv) {
                          .rope_pos3 = mrope ? pos3 : NULL};
     if (rc != CLI_OK) {
     } else if (pdl_kv_cache_create(&kv, model, a.kv_dtype, bs, (int)((n + bs - 1) / bs), &err) ||
-               pdl_seq_forward_rows(model, kv, &seq, ids, &in, (int)n, a.all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
-                                    logits, &err)) {
+               pdl_context_create(&run, model, NULL, &err) ||
+               pdl_seq_forward(run, kv, &seq, ids, &in, (int)n, a.all_rows ? PDL_LOGITS_ALL : PDL_LOGITS_LAST,
+                               logits, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         rc = CLI_FAIL;
     }
@@ -189,6 +191,7 @@ int cli_logits(int argc, char **argv) {
     }
     if (kv) pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
+    pdl_context_free(run);
     free(logits);
     free(span_first), free(span_last), free(pos3);
     free(ids);

@@ -69,7 +69,7 @@ static int settle_model_len(pdl_engine *e, size_t mem, pdl_error *err) {
 
 /* ---- create / free -------------------------------------------------------- */
 
-int pdl_engine_create(pdl_engine **out, pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
+int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
     *out = NULL;
     pdl_engine *e = calloc(1, sizeof *e);
     if (!e) return pdl_fail(err, "engine: out of memory");

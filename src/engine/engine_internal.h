@@ -37,7 +37,7 @@
 #define MAX_TOP_LOGPROBS 20
 
 struct pdl_engine {
-    pdl_model *model;
+    const pdl_model *model;
     pdl_engine_options opts;
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */

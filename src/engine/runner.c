@@ -11,22 +11,22 @@
 #include "model/kv_cache.h"
 #include "util/error.h"
 
-int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err) {
+int runner_init(runner *r, const pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err) {
     memset(r, 0, sizeof *r);
-    r->model = model;
     r->kv = kv;
     r->full_logits = full_logits;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     r->vocab = info.vocab;
     bb_init(&r->bb, kv->block_size);
-    (void)err;
-    return 0;
+    /* threads as the model was loaded with (pdl_model_options.n_threads) */
+    return pdl_context_create(&r->ctx, model, NULL, err);
 }
 
 void runner_free(runner *r) {
     bb_free(&r->bb);
     free(r->logits);
+    pdl_context_free(r->ctx);
     memset(r, 0, sizeof *r);
 }
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
@@ -93,6 +93,6 @@ int runner_execute(runner *r, const sched_output *plan, pdl_error *err) {
         r->logits = l;
         r->logits_cap = need;
     }
-    return pdl_forward(r->model, r->kv, &r->batch, r->logits, err);
+    return pdl_forward(r->ctx, r->kv, &r->batch, r->logits, err);
 }
 

@@ -18,7 +18,7 @@
 #include "pagedlm.h"
 
 typedef struct runner {
-    pdl_model *model;
+    pdl_context *ctx;          /* the engine's run state over its model (owned: runner_init makes it) */
     pdl_kv_cache *kv;
     bool full_logits;          /* measurement/fallback: every row through the head */
     int vocab;
@@ -31,7 +31,7 @@ typedef struct runner {
     size_t logits_cap;         /* rows */
 } runner;
 
-int runner_init(runner *r, pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err);
+int runner_init(runner *r, const pdl_model *model, pdl_kv_cache *kv, bool full_logits, pdl_error *err);
 void runner_free(runner *r);
 
 /*

@@ -39,27 +39,9 @@ void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq) {
     seq->n_blocks = seq->cap = seq->n_cached = seq->scratch_cap = 0;
 }
 
-int pdl_seq_forward(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, int n_tokens,
-                    pdl_logits_rows rows, float *logits_out, pdl_error *err) {
-    return pdl_seq_forward_embd(m, kv, seq, tokens, NULL, n_tokens, rows, logits_out, err);
-}
-
-int pdl_seq_forward_embd(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                         const float *const *embd, int n_tokens, pdl_logits_rows rows, float *logits_out,
-                         pdl_error *err) {
-    return pdl_seq_forward_spans(m, kv, seq, tokens, embd, NULL, NULL, n_tokens, rows, logits_out, err);
-}
-
-int pdl_seq_forward_spans(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                          const float *const *embd, const int32_t *span_first, const int32_t *span_last,
-                          int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err) {
-    pdl_row_inputs in = {.embd = embd, .span_first = span_first, .span_last = span_last};
-    return pdl_seq_forward_rows(m, kv, seq, tokens, &in, n_tokens, rows, logits_out, err);
-}
-
-int pdl_seq_forward_rows(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens,
-                         const pdl_row_inputs *in, int n_tokens, pdl_logits_rows rows, float *logits_out,
-                         pdl_error *err) {
+int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, const pdl_row_inputs *in,
+                    int n_tokens, pdl_logits_rows rows, float *logits_out, pdl_error *err) {
+    const pdl_model *m = pdl_context_model(ctx);
     static const pdl_row_inputs none;
     if (!in) in = &none;
     if (n_tokens <= 0) return pdl_fail(err, "no tokens to run");
@@ -92,7 +74,7 @@ int pdl_seq_forward_rows(pdl_model *m, pdl_kv_cache *kv, pdl_seq *seq, const int
         .n_logits = n_logits, .logits_indices = logits_idx, .embd = in->embd,
         .span_first = in->span_first, .span_last = in->span_last, .rope_pos3 = in->rope_pos3,
     };
-    int rc = pdl_forward(m, kv, &b, logits_out, err);
+    int rc = pdl_forward(ctx, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;
     return rc;
 }

@@ -73,7 +73,8 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
         return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
     bb_init(&s->bb, block_size);
-    if (pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
+    if (pdl_context_create(&s->draft_ctx, s->draft, NULL, err) ||
+        pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
         bpool_init(&s->pool, n_blocks, block_size, false, err)) {
         spec_free(s);
         return pdl_fail_prefix(err, "speculative decoding: the draft model's KV cache");
@@ -82,6 +83,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
 }
 
 void spec_free(spec_state *s) {
+    pdl_context_free(s->draft_ctx);
     pdl_kv_cache_free(s->kv);
     if (s->pool.blocks) bpool_free(&s->pool);
     bb_free(&s->bb);
@@ -145,7 +147,7 @@ static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32
         if (bb_add(&s->bb, &seg, err)) return pdl_fail_prefix(err, "speculative decoding");
     }
     pdl_batch b = *bb_finish(&s->bb, false);
-    if (pdl_forward(s->draft, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    if (pdl_forward(s->draft_ctx, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->spec.computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);

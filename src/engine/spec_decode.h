@@ -56,7 +56,8 @@ typedef struct spec_state {
     int lookup_min, lookup_max; /* n-gram */
     int max_batch;              /* no drafts beyond this many decoding sequences */
     /* draft model */
-    pdl_model *draft;
+    const pdl_model *draft;
+    pdl_context *draft_ctx;     /* the draft model's run state (owned) */
     pdl_kv_cache *kv;
     block_pool pool;
     batch_builder bb;           /* the draft model's batch: one segment per speculating sequence */

@@ -1,6 +1,6 @@
 /*
  * attention.c - paged causal attention: the portable build of the body
- * (attention_impl.h, the reference), and the dispatch to the SIMD builds
+ * (attention_body.h, the reference), and the dispatch to the SIMD builds
  * (attention_avx512.c, attention_avx2.c, attention_neon.c) by the process's
  * instruction set.
  */
@@ -11,7 +11,7 @@
 
 #define ATTN_QUERIES_FN pdl_attention_queries_scalar
 #define ATTN_F16(h) pdl_f16_to_f32(h)
-#include "kernels/attention_impl.h"
+#include "kernels/attention_body.h"
 
 /* Per query: its scores over the span, padded by a group of 16 keys on
  * each side (the AVX-512 tiles score whole groups of 16 positions). */
@@ -20,28 +20,40 @@ size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim) {
     return (size_t)n_q * ((size_t)span + 32);
 }
 
+void pdl_attention_table_for(pdl_isa isa, pdl_attention_table *t) {
+    t->isa = isa;
+    switch (isa) {
+    case PDL_ISA_AVX512:
+        t->queries = pdl_attention_queries_avx512, t->ranges = pdl_attention_queries_avx512_ranges;
+        t->store_f16 = pdl_attention_store_f16c;
+        break;
+    case PDL_ISA_AVX2:
+        t->queries = pdl_attention_queries_avx2, t->ranges = pdl_attention_queries_avx2_ranges;
+        t->store_f16 = pdl_attention_store_f16c;
+        break;
+    case PDL_ISA_NEON:
+        t->queries = pdl_attention_queries_neon, t->ranges = pdl_attention_queries_neon_ranges;
+        t->store_f16 = pdl_attention_store_neon;
+        break;
+    default:
+        t->isa = PDL_ISA_SCALAR;
+        t->queries = pdl_attention_queries_scalar, t->ranges = pdl_attention_queries_scalar_ranges;
+        t->store_f16 = pdl_attention_store_scalar;
+    }
+}
+
 void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_fn fn;
-    switch (pdl_isa_active()) {
-    case PDL_ISA_AVX512: fn = pdl_attention_queries_avx512; break;
-    case PDL_ISA_AVX2: fn = pdl_attention_queries_avx2; break;
-    case PDL_ISA_NEON: fn = pdl_attention_queries_neon; break;
-    default: fn = pdl_attention_queries_scalar;
-    }
-    fn(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    pdl_attention_table t;
+    pdl_attention_table_for(pdl_isa_active(), &t);
+    t.queries(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 
 void pdl_attention_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
                           int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_ranges_fn fn;
-    switch (pdl_isa_active()) {
-    case PDL_ISA_AVX512: fn = pdl_attention_queries_avx512_ranges; break;
-    case PDL_ISA_AVX2: fn = pdl_attention_queries_avx2_ranges; break;
-    case PDL_ISA_NEON: fn = pdl_attention_queries_neon_ranges; break;
-    default: fn = pdl_attention_queries_scalar_ranges;
-    }
-    fn(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+    pdl_attention_table t;
+    pdl_attention_table_for(pdl_isa_active(), &t);
+    t.ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 
 void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
@@ -61,11 +73,9 @@ void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_
 
 void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                          int64_t slot, const float *k, const float *v) {
-    pdl_attention_store_fn fn = pdl_attention_store_scalar;
-    pdl_isa isa = pdl_isa_active();
-    if (kv_is_f16 && (isa == PDL_ISA_AVX2 || isa == PDL_ISA_AVX512)) fn = pdl_attention_store_f16c;
-    else if (kv_is_f16 && isa == PDL_ISA_NEON) fn = pdl_attention_store_neon;
-    fn(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+    pdl_attention_table t;
+    pdl_attention_table_for(pdl_isa_active(), &t);
+    pdl_attention_table_store(&t, kv_is_f16)(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,

@@ -18,7 +18,7 @@
  * keeps few of them in a set-associative cache).
  *
  * Order of operations (every build gives the same bits: the portable
- * reference in attention_impl.h and the AVX-512, AVX2 and NEON tiles follow
+ * reference in attention_body.h and the AVX-512, AVX2 and NEON tiles follow
  * it exactly),
  * for a query q at position pos over keys j in [first, pos] (first = 0, or
  * with a sliding window W > 0, max(0, pos - W + 1); pdl_attention_ranges
@@ -39,6 +39,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "kernels/cpu_features.h"
 
 typedef struct pdl_attn_kv {
     const void *k;             /* layer's K pool: blocks of [kv_dim][block_size] */
@@ -106,8 +108,10 @@ void pdl_attention_ranges(float *const *out, const float *const *q, const int *f
 void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scratch);
 
-/* The builds per instruction set (pdl_attention_queries picks the
- * process's); exposed for the tests that compare them. */
+/* The builds per instruction set (pdl_attention_queries, _ranges and
+ * pdl_attention_store pick the process's family on each call, for the
+ * vision encoder and the tests; the forward calls through its context's
+ * pdl_attention_table instead); exposed for the tests that compare them. */
 typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                  float *scratch);
@@ -138,5 +142,22 @@ void pdl_attention_queries_avx512_ranges(float *const *out, const float *const *
 void pdl_attention_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                        int n_q, int head_dim, int kv_head, float scale, float softcap,
                                        const pdl_attn_kv *kv, float *scratch);
+
+/* One family's attention kernels, chosen once (a pdl_context fills its
+ * table when it is made) and called through by the forward: one indirect
+ * call per attention call, no dispatch per call or per row. */
+typedef struct pdl_attention_table {
+    pdl_isa isa;                      /* the family it was filled for */
+    pdl_attention_fn queries;         /* pdl_attention_queries' body */
+    pdl_attention_ranges_fn ranges;   /* pdl_attention_ranges' body */
+    pdl_attention_store_fn store_f16; /* F16 K/V stores; F32 K/V is pdl_attention_store_scalar on every family */
+} pdl_attention_table;
+
+/* The table of family isa (the scalar one for a family this build lacks). */
+void pdl_attention_table_for(pdl_isa isa, pdl_attention_table *t);
+/* The table's store for a cache of that K/V dtype. */
+static inline pdl_attention_store_fn pdl_attention_table_store(const pdl_attention_table *t, int kv_is_f16) {
+    return kv_is_f16 ? t->store_f16 : pdl_attention_store_scalar;
+}
 
 #endif

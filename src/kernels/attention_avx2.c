@@ -1,8 +1,8 @@
 /*
  * attention_avx2.c - attention with AVX2, FMA and F16C: the register tiles
- * of attention_tiles.h at 8 lanes (6 queries x 2 groups of 8 keys per
+ * of attention_tiles_body.h at 8 lanes (6 queries x 2 groups of 8 keys per
  * score tile; 3 queries x 4 vectors per value tile), the portable body
- * (attention_impl.h) built here for the shapes they do not take, and the
+ * (attention_body.h) built here for the shapes they do not take, and the
  * F16 cache write.
  * Same bits as every build.
  */
@@ -14,7 +14,7 @@
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_avx2_generic
 #define ATTN_F16(h) _cvtsh_ss(h)
-#include "kernels/attention_impl.h"
+#include "kernels/attention_body.h"
 
 typedef __m256 at_v;
 #define AT_W 8
@@ -47,7 +47,7 @@ static inline void at_to_f16(const float *src, uint16_t *dst) {
     _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT));
 }
 #define AT_STORE_FN pdl_attention_store_f16c
-#include "kernels/attention_tiles.h"
+#include "kernels/attention_tiles_body.h"
 #else
 void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v) {

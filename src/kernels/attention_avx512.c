@@ -1,8 +1,8 @@
 /*
  * attention_avx512.c - attention with AVX-512: the register tiles of
- * attention_tiles.h at 16 lanes (8 queries x 3 groups of 16 keys per score
+ * attention_tiles_body.h at 16 lanes (8 queries x 3 groups of 16 keys per score
  * tile; 6 queries x 4 vectors of dimensions per value tile), and the
- * portable body (attention_impl.h)
+ * portable body (attention_body.h)
  * built here for the shapes they do not take. Same bits as every build.
  */
 #include "kernels/attention.h"
@@ -13,7 +13,7 @@
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_avx512_generic
 #define ATTN_F16(h) _cvtsh_ss(h)
-#include "kernels/attention_impl.h"
+#include "kernels/attention_body.h"
 
 typedef __m512 at_v;
 #define AT_W 16
@@ -36,7 +36,7 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_loadu_ps((const float *)(const void *)p);
 }
-#include "kernels/attention_tiles.h"
+#include "kernels/attention_tiles_body.h"
 #else
 void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,

@@ -1,8 +1,8 @@
 /*
  * attention_neon.c - attention with aarch64 Advanced SIMD: the register
- * tiles of attention_tiles.h at 4 lanes (8 queries x 3 groups of 4 keys
+ * tiles of attention_tiles_body.h at 4 lanes (8 queries x 3 groups of 4 keys
  * per score tile; 6 queries x 4 vectors per value tile: 24 of the 32
- * vector registers), the portable body (attention_impl.h) built here for
+ * vector registers), the portable body (attention_body.h) built here for
  * the shapes they do not take, and the F16 cache write. F16 caches are
  * widened with FCVTL, exact. Same bits as every build.
  */
@@ -16,7 +16,7 @@
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_neon_generic
 #define ATTN_F16(h) pdl_f16_to_f32_hw(h)
-#include "kernels/attention_impl.h"
+#include "kernels/attention_body.h"
 
 typedef float32x4_t at_v;
 #define AT_W 4
@@ -44,7 +44,7 @@ static inline void at_to_f16(const float *src, uint16_t *dst) {
     vst1_u16(dst, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src))));
 }
 #define AT_STORE_FN pdl_attention_store_neon
-#include "kernels/attention_tiles.h"
+#include "kernels/attention_tiles_body.h"
 #else
 void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v) {

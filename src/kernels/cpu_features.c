@@ -17,7 +17,7 @@
 #endif
 #endif
 
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "pagedlm.h"
 #include "util/error.h"
 

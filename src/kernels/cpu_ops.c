@@ -91,12 +91,22 @@ void pdl_silu_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = sigmoid_gate(gate[i], gate[i], up[i]);
 }
 
+void pdl_gate_table_for(pdl_isa isa, pdl_gate_table *t) {
+    t->isa = isa;
+    switch (isa) {
+    case PDL_ISA_AVX512: t->silu_mul = pdl_silu_mul_avx512, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx512; break;
+    case PDL_ISA_AVX2: t->silu_mul = pdl_silu_mul_avx2, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx2; break;
+    case PDL_ISA_NEON: t->silu_mul = pdl_silu_mul_neon, t->gelu_tanh_mul = pdl_gelu_tanh_mul_neon; break;
+    default:
+        t->isa = PDL_ISA_SCALAR;
+        t->silu_mul = pdl_silu_mul_portable, t->gelu_tanh_mul = pdl_gelu_tanh_mul_portable;
+    }
+}
+
 void pdl_silu_mul(float *gate, const float *up, int n) {
-    pdl_isa isa = pdl_isa_active();
-    if (isa == PDL_ISA_AVX512) pdl_silu_mul_avx512(gate, up, n);
-    else if (isa == PDL_ISA_AVX2) pdl_silu_mul_avx2(gate, up, n);
-    else if (isa == PDL_ISA_NEON) pdl_silu_mul_neon(gate, up, n);
-    else pdl_silu_mul_portable(gate, up, n);
+    pdl_gate_table t;
+    pdl_gate_table_for(pdl_isa_active(), &t);
+    t.silu_mul(gate, up, n);
 }
 
 void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
@@ -107,11 +117,9 @@ void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
 }
 
 void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
-    pdl_isa isa = pdl_isa_active();
-    if (isa == PDL_ISA_AVX512) pdl_gelu_tanh_mul_avx512(gate, up, n);
-    else if (isa == PDL_ISA_AVX2) pdl_gelu_tanh_mul_avx2(gate, up, n);
-    else if (isa == PDL_ISA_NEON) pdl_gelu_tanh_mul_neon(gate, up, n);
-    else pdl_gelu_tanh_mul_portable(gate, up, n);
+    pdl_gate_table t;
+    pdl_gate_table_for(pdl_isa_active(), &t);
+    t.gelu_tanh_mul(gate, up, n);
 }
 
 /* ---- block formats ---------------------------------------------------------
@@ -256,7 +264,7 @@ static void dequant_q6_k(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
-void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
+int pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
     const uint8_t *p = src;
     int64_t nb = n / (int64_t)pdl_dtype_block_elems(dtype);
     switch (dtype) {
@@ -288,8 +296,9 @@ void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n)
     case PDL_DTYPE_Q4_K: dequant_q45_k(p, out, nb, 0); break;
     case PDL_DTYPE_Q5_K: dequant_q45_k(p, out, nb, 1); break;
     case PDL_DTYPE_Q6_K: dequant_q6_k(p, out, nb); break;
-    default: break;
+    default: return -1; /* no dequantization for it (U32, MLX, ...): never a silent zero */
     }
+    return 0;
 }
 
 /* ---- MLX affine quantization ------------------------------------------------
@@ -319,11 +328,13 @@ static float mlx_param_at(pdl_dtype dt, const uint8_t *p, int64_t i) {
     }
     case PDL_DTYPE_F16: return half_at(p + 2 * i);
     case PDL_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return pdl_bf16_to_f32(h);
-    default: return 0.0f;
+    default: return 0.0f; /* not reached: dequant_mlx_row refuses other dtypes first */
     }
 }
 
-static void dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+static int dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    pdl_dtype pdt = t->mlx.dtype; /* of the scales and biases */
+    if (pdt != PDL_DTYPE_F32 && pdt != PDL_DTYPE_F16 && pdt != PDL_DTYPE_BF16) return -1;
     int64_t group = t->mlx.group, n_groups = n / group;
     const uint8_t *codes = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
     const uint8_t *sc = t->mlx.scales, *bi = t->mlx.biases;
@@ -341,13 +352,11 @@ static void dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_
             for (int64_t j = 0; j < group; j++) out[j] = s * (float)c[j] + b;
         }
     }
+    return 0;
 }
 
-void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
-    if (pdl_dtype_is_mlx(t->dtype)) {
-        dequant_mlx_row(t, row, out, n);
-        return;
-    }
+int pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    if (pdl_dtype_is_mlx(t->dtype)) return dequant_mlx_row(t, row, out, n);
     const uint8_t *base = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
-    pdl_dequant_blocks(t->dtype, base, out, n);
+    return pdl_dequant_blocks(t->dtype, base, out, n);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/cpu_features.h"
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], for i < n. out may be x. */
 void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
@@ -69,12 +70,26 @@ void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n);
 void pdl_gelu_tanh_mul_neon(float *gate, const float *up, int n);
 
+/* One family's MLP gates, chosen once (a pdl_context fills its table when
+ * it is made) and handed to the gated matmul as they are, with no dispatch
+ * per call; pdl_silu_mul and pdl_gelu_tanh_mul pick the process's family
+ * per call (the vision encoder, the tests). */
+typedef struct pdl_gate_table {
+    pdl_isa isa; /* the family it was filled for */
+    void (*silu_mul)(float *gate, const float *up, int n);
+    void (*gelu_tanh_mul)(float *gate, const float *up, int n);
+} pdl_gate_table;
+/* The table of family isa (the portable gates for a family this build lacks). */
+void pdl_gate_table_for(pdl_isa isa, pdl_gate_table *t);
+
 /* out[n] = row `row` of a (rows, n) matrix of any supported dtype, as F32
- * (MLX types: scale * q + bias per group, from t->mlx). */
-void pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
+ * (MLX types: scale * q + bias per group, from t->mlx). 0, or -1 (out not
+ * written) for a dtype it cannot dequantize: the caller names the tensor. */
+int pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n);
 /* out[n] = n elements of dtype stored at src (whole blocks), as F32 with
  * ggml's dequantization arithmetic; src needs no alignment. Not for the MLX
- * types, whose scales live outside the blocks (use pdl_dequant_row). */
-void pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n);
+ * types, whose scales live outside the blocks (use pdl_dequant_row). 0, or
+ * -1 (out not written) for a dtype without a dequantization. */
+int pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n);
 
 #endif

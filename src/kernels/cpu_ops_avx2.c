@@ -1,6 +1,6 @@
 /*
  * cpu_ops_avx2.c - AVX2 builds of cpu_ops.c's element-wise gates (SiLU,
- * GELU-tanh): gates_vec.h at 8 lanes, the same float operations in the
+ * GELU-tanh): gates_body.h at 8 lanes, the same float operations in the
  * same order as the portable code (no fused multiply-adds), so the same
  * bits.
  * Compiled with AVX2 flags (see CMakeLists.txt); called only when the CPU
@@ -22,7 +22,7 @@ typedef __m256i fe_vi;
 #define fe_set1_i32 _mm256_set1_epi32
 #define fe_shl23(v) _mm256_slli_epi32((v), 23)
 #define fe_as_float _mm256_castsi256_ps
-#include "kernels/fast_exp_vec.h"
+#include "kernels/fast_exp_body.h"
 
 /* pdl_exp_nonpos (fast_exp.h) on 8 lanes: the clamp below -87 (and NaN)
  * with vector masks around the shared core. */
@@ -46,7 +46,7 @@ static inline __m256 exp_nonpos8(__m256 z) {
 #define fe_neg_select(z, a, b) _mm256_blendv_ps((b), (a), _mm256_cmp_ps((z), _mm256_setzero_ps(), _CMP_LT_OQ))
 #define GATE_SILU_FN pdl_silu_mul_avx2
 #define GATE_GELU_FN pdl_gelu_tanh_mul_avx2
-#include "kernels/gates_vec.h"
+#include "kernels/gates_body.h"
 #else
 void pdl_silu_mul_avx2(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
 void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }

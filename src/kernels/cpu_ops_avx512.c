@@ -20,7 +20,7 @@ typedef __m512i fe_vi;
 #define fe_set1_i32 _mm512_set1_epi32
 #define fe_shl23(v) _mm512_slli_epi32((v), 23)
 #define fe_as_float _mm512_castsi512_ps
-#include "kernels/fast_exp_vec.h"
+#include "kernels/fast_exp_body.h"
 
 /* pdl_exp_nonpos (fast_exp.h) on 16 lanes: the clamp below -87 (and NaN)
  * with mask registers around the shared core. */

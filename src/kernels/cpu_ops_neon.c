@@ -1,6 +1,6 @@
 /*
  * cpu_ops_neon.c - aarch64 Advanced SIMD builds of cpu_ops.c's element-wise
- * gates (SiLU, GELU-tanh): gates_vec.h at 4 lanes, the same float
+ * gates (SiLU, GELU-tanh): gates_body.h at 4 lanes, the same float
  * operations in the same order as the portable code (no fused
  * multiply-adds; FDIV is the correctly rounded division), so the same bits.
  */
@@ -20,7 +20,7 @@ typedef int32x4_t fe_vi;
 #define fe_set1_i32 vdupq_n_s32
 #define fe_shl23(v) vshlq_n_s32((v), 23)
 #define fe_as_float vreinterpretq_f32_s32
-#include "kernels/fast_exp_vec.h"
+#include "kernels/fast_exp_body.h"
 
 /* pdl_exp_nonpos (fast_exp.h) on 4 lanes: the clamp below -87 (and NaN)
  * with lane masks around the shared core. */
@@ -42,7 +42,7 @@ static inline float32x4_t exp_nonpos4(float32x4_t z) {
 #define fe_neg_select(z, a, b) vbslq_f32(vcltq_f32((z), vdupq_n_f32(0.0f)), (a), (b))
 #define GATE_SILU_FN pdl_silu_mul_neon
 #define GATE_GELU_FN pdl_gelu_tanh_mul_neon
-#include "kernels/gates_vec.h"
+#include "kernels/gates_body.h"
 #else
 void pdl_silu_mul_neon(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
 void pdl_gelu_tanh_mul_neon(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }

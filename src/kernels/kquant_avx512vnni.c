@@ -4,7 +4,7 @@
  * pdl_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
  * has VNNI. Compiled with AVX-512 + VNNI flags (CMakeLists.txt).
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define KQ_VNNI 1

@@ -20,7 +20,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/kquant.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
 
 #define LANES 16
@@ -174,8 +174,13 @@ static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t
     case PDL_DTYPE_F32: return dot_f32((const float *)w_row, x, in);
     case PDL_DTYPE_F16: return dot_f16((const uint16_t *)w_row, x, in);
     case PDL_DTYPE_BF16: return dot_bf16((const uint16_t *)w_row, x, in);
-    default: return 0.0f;
+    default: return 0.0f; /* not reached: pdl_matmul refuses what pdl_matmul_supports does not take */
     }
+}
+
+bool pdl_matmul_supports(pdl_dtype dtype) {
+    return dtype == PDL_DTYPE_F32 || dtype == PDL_DTYPE_F16 || dtype == PDL_DTYPE_BF16 ||
+           (dtype < PDL_DTYPE_COUNT && pdl_dtype_is_quantized(dtype)); /* block formats and MLX: expanded at worst */
 }
 
 typedef struct matmul_task {
@@ -214,7 +219,7 @@ static void matmul_worker(void *p, int ith, int nth) {
         int64_t o0 = c * COL_CHUNK, o1 = o0 + COL_CHUNK < t->out ? o0 + COL_CHUNK : t->out;
         if (expand)
             for (int64_t o = o0; o < o1; o++)
-                pdl_dequant_row(t->w, o, wf + (o - o0) * t->in, t->in);
+                (void)pdl_dequant_row(t->w, o, wf + (o - o0) * t->in, t->in); /* a dtype pdl_matmul took */
         for (int64_t r = 0; r < t->n_rows; r++) {
             const float *xr = t->x + r * t->in;
             float *yr = t->y + r * t->ldy;
@@ -241,16 +246,12 @@ static void matmul_worker(void *p, int ith, int nth) {
  * thread's share passes over them. */
 #define ROW_BLOCK 32
 
-static _Thread_local int tile_stream;
-
-int pdl_tile_streaming(void) { return tile_stream; }
-
 static void matmul_tiled_worker(void *p, int ith, int nth) {
     const matmul_task *t = p;
     /* up to one row block: each weight tile comes from memory once, so even
      * full tiles prefetch (batched decode 16: +30%; a prompt's full tiles
      * re-read weights from cache and lose ~3% to the prefetches) */
-    tile_stream = t->n_rows <= ROW_BLOCK;
+    bool stream = t->n_rows <= ROW_BLOCK;
     const pdl_tile_kernels *tk = t->tiles;
     pdl_tile_fn tile = tk->fn[t->w->dtype];
     int TR = tk->tile_rows, TC = tk->tile_cols;
@@ -277,10 +278,10 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                         t->w_row_bytes, cols, tmp, TC);
                 else if (t->xq)
                     (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
-                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC);
+                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC, stream);
                 else
                     tile((const float *)(const void *)(xbase + (size_t)r * (size_t)ldx * xsize), ldx, rows,
-                         wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC);
+                         wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC, stream);
                 for (int i = 0; i < rows; i++) {
                     float *yr = t->y + (r + i) * t->ldy + o0;
                     for (int j = 0; j < cols; j++) {
@@ -521,6 +522,10 @@ int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy
     };
     if (n_rows == 0) return 0;
     if (w->panels) return pdl_panels_matmul(pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
+    if (!pdl_matmul_supports(w->dtype)) {
+        scratch->failed = 0; /* not the memory: the caller's message says so */
+        return -1;
+    }
     int nth = matmul_threads(pool, w, n_rows);
     matmul_pieces pc;
     size_t need = matmul_pieces_of(t.tiles, w->dtype, t.in, n_rows, nth, &pc);

@@ -37,8 +37,16 @@ void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d);
  * (NULL: not wanted). Same bytes on every instruction set. */
 void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
+/* Whether some kernel multiplies weights of this dtype (F32, F16, BF16,
+ * every block format, MLX); a loader refuses a matrix of any other (U32,
+ * ...) rather than have it multiply as zeros. */
+bool pdl_matmul_supports(pdl_dtype dtype);
+
 /* y[r*ldy + o] (=, or += when accumulate) dot(W[o], x[r*in ...]) (+ bias[o]).
- * bias may be NULL. Work is split over output columns. */
+ * bias may be NULL. Work is split over output columns. -1 (y untouched)
+ * when the scratch cannot be had (scratch->failed: its bytes), or when no
+ * kernel takes w's dtype (scratch->failed: 0; the loaders refuse such
+ * weights first). */
 int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
                const pdl_tensor *w, const float *bias, bool accumulate);
 

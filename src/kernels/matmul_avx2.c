@@ -3,11 +3,11 @@
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
- * Float tile (matmul_float_tile.h at 8 lanes): 4 rows x 2 weight rows = 8
+ * Float tile (matmul_float_tile_body.h at 8 lanes): 4 rows x 2 weight rows = 8
  * ymm accumulators. A ragged end of k goes through a zero-padded copy, the
  * same for every tile shape.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -49,7 +49,7 @@ static inline mt_v mt_loadx(const float *p) { return _mm256_loadu_ps(p); }
 static inline mt_v mt_fmadd(mt_v a, mt_v b, mt_v c) { return _mm256_fmadd_ps(a, b, c); }
 #define mt_hsum hsum8
 #define mt_prefetch prefetch_line
-#include "kernels/matmul_float_tile.h"
+#include "kernels/matmul_float_tile_body.h"
 
 DEFINE_TILE(tile_f32, w8_f32, float)
 DEFINE_TILE(tile_f16, w8_f16, uint16_t)
@@ -103,13 +103,15 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
 }
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 0);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }

@@ -8,7 +8,7 @@
  * partial sum over k; loads per 16-wide step: 4 activation + 4 weight
  * vectors for 16 FMAs.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -25,7 +25,7 @@
  * kquant_avx512_body.h): every 64 bytes of a weight row also prefetch the
  * same bytes of the row PF_ROWS ahead (four tiles ahead in the stream).
  * Tiles of fewer than TR rows do (decode), and full tiles when the whole
- * matmul streams its weights once (pdl_tile_streaming: batched decode); a
+ * matmul streams its weights once (the tile's `stream` argument: batched decode); a
  * prompt passes each weight tile once per TR rows from cache, and the extra
  * instructions would cost its full tiles ~3% (pp512), so there the body is
  * built without them. Prefetches never fault, past the end included, and
@@ -90,12 +90,12 @@ static inline __m512 load_bf16_m(const uint8_t *w, int64_t k, __mmask16 m) {
             for (int c = 0; c < nc; c++) out[r * ldo + c] = _mm512_reduce_add_ps(acc[r][c]);                      \
     }                                                                                                             \
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,  \
-                     float *out, int64_t ldo) {                                                                   \
-        if (cols == TC && rows == TR && pdl_tile_streaming()) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1); \
+                     float *out, int64_t ldo, bool stream) {                                                      \
+        if (cols == TC && rows == TR && stream) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1); \
         else if (cols == TC && rows == TR) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 0);                  \
         else if (cols == TC && rows == 1) /* decode: one weight row at a time, a single stream (see above) */      \
             for (int c = 0; c < TC; c++) NAME##_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo, 0);        \
-        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo, pdl_tile_streaming());                         \
+        else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo, stream);                         \
     }
 
 DEFINE_TILE(tile_f32, load_f32, load_f32_m, 4)
@@ -192,19 +192,19 @@ static inline __attribute__((always_inline)) void q8_body(const int8_t *xq, cons
 }
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR && pdl_tile_streaming()) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0, 1);
+                      int cols, float *out, int64_t ldo, bool stream) {
+    if (cols == TC && rows == TR && stream) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0, 1);
     else if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 0, 0);
     else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 0, 0);
-    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0, pdl_tile_streaming());
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0, stream);
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR && pdl_tile_streaming()) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1, 1);
+                      int cols, float *out, int64_t ldo, bool stream) {
+    if (cols == TC && rows == TR && stream) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1, 1);
     else if (cols == TC && rows == TR) q8_body(xq, xd, nb, TR, w, wrb, TC, out, ldo, 1, 0);
     else if (cols == TC && rows == 1) q8_body(xq, xd, nb, 1, w, wrb, TC, out, ldo, 1, 0);
-    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1, pdl_tile_streaming());
+    else q8_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1, stream);
 }
 
 /* BF16 weights widened two vectors at a time: one 512-bit load of 32 values
@@ -242,12 +242,12 @@ static inline __attribute__((always_inline)) void bf16w_body(const float *x, int
 }
 
 static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
-                       float *out, int64_t ldo) {
-    if (cols == TC && rows == TR && pdl_tile_streaming()) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1);
+                       float *out, int64_t ldo, bool stream) {
+    if (cols == TC && rows == TR && stream) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 1);
     else if (cols == TC && rows == TR) bf16w_body(x, ldx, TR, w, wrb, TC, in, out, ldo, 0);
     else if (cols == TC && rows == 1) /* decode: one weight row at a time (see the F32/F16 tiles) */
         for (int c = 0; c < TC; c++) bf16w_body(x, ldx, 1, w + c * wrb, wrb, 1, in, out + c, ldo, 0);
-    else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo, pdl_tile_streaming());
+    else bf16w_body(x, ldx, rows, w, wrb, cols, in, out, ldo, stream);
 }
 
 /* Q8_0 activation quantization (matmul.c has the portable one): the same

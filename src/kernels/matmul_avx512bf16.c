@@ -8,7 +8,7 @@
  * exact path, and it is the same for every row whatever the batch.
  * x here points to BF16 activations and ldx counts BF16 values.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
 
 #if defined(__AVX512BF16__)
@@ -54,7 +54,8 @@ static inline __attribute__((always_inline)) void body(const uint16_t *x, int64_
 }
 
 static void tile_bf16(const float *xf, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in,
-                      float *out, int64_t ldo) {
+                      float *out, int64_t ldo, bool stream) {
+    (void)stream; /* this tile does not prefetch */
     const uint16_t *x = (const uint16_t *)(const void *)xf;
     if (cols == TC && rows == TR) body(x, ldx, TR, w, wrb, TC, in, out, ldo);
     else if (cols == TC && rows == 1) body(x, ldx, 1, w, wrb, TC, in, out, ldo);

@@ -3,14 +3,14 @@
  * Q4_0, Q4_K and Q6_K weights, and the Q8_0 activation quantizer. NEON is
  * part of the aarch64 base, so this builds with the default flags; the
  * integer-weight tiles with SDOT are in matmul_neon_dotprod.c (same bits;
- * both builds of them in matmul_neon_q.h).
+ * both builds of them in matmul_neon_q_body.h).
  *
- * Float tiles (matmul_float_tile.h at 4 lanes): 4 rows x 4 weight rows = 16
+ * Float tiles (matmul_float_tile_body.h at 4 lanes): 4 rows x 4 weight rows = 16
  * accumulators (of the 32 vector registers), each element one accumulator
  * carried over k in steps of 4 (F16 widened by FCVTL, BF16 by a 16-bit
  * shift: both exact), reduced by FADDP.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -41,7 +41,7 @@ static inline mt_v mt_loadx(const float *p) { return vld1q_f32(p); }
 static inline mt_v mt_fmadd(mt_v a, mt_v b, mt_v c) { return vfmaq_f32(c, a, b); }
 static inline float mt_hsum(mt_v v) { return vaddvq_f32(v); }
 static inline __attribute__((always_inline)) void mt_prefetch(const uint8_t *p) { __builtin_prefetch(p); }
-#include "kernels/matmul_float_tile.h"
+#include "kernels/matmul_float_tile_body.h"
 
 DEFINE_TILE(tile_f32, w4_f32, float)
 DEFINE_TILE(tile_f16, w4_f16, uint16_t)
@@ -58,7 +58,7 @@ static inline void q_sums(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1
     *lo = vpaddq_s32(a, b);
     *hi = vpaddq_s32(c, d);
 }
-#include "kernels/matmul_neon_q.h"
+#include "kernels/matmul_neon_q_body.h"
 
 const pdl_tile_kernels pdl_tiles_neon = {
     .tile_rows = TR,

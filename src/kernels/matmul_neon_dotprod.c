@@ -7,7 +7,7 @@
  * only when the kernel reports the feature (cpu_features.c). The same bits
  * as matmul_neon.c's tiles and the portable dot products.
  */
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 #if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)
 #include <arm_neon.h>
@@ -20,7 +20,7 @@ static inline void q_sums(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1
     *lo = vdotq_s32(vdupq_n_s32(0), w0, x0);
     *hi = vdotq_s32(vdupq_n_s32(0), w1, x1);
 }
-#include "kernels/matmul_neon_q.h"
+#include "kernels/matmul_neon_q_body.h"
 
 const pdl_tile_kernels pdl_tiles_neon_dotprod = {
     .tile_rows = TR,

@@ -1,6 +1,6 @@
 /*
  * scratch.h - the scratch memory a kernel call borrows from its caller:
- * one growable buffer that the forward (per model), the vision encoder and
+ * one growable buffer that the forward (per context), the vision encoder and
  * a test own and pass to the matmul entry points with every call. A call
  * takes what it needs at its start (the activations quantized, reordered or
  * rounded once, the expanded weight rows of the slow path), carves it into
@@ -9,7 +9,7 @@
  * call only read and write the pieces the caller carved).
  *
  * Not for: anything kept between calls (the forward's activations live in
- * its own buffers, model.h).
+ * its own buffers, model/context.h).
  *
  * Hot paths allocate nothing: the forward reserves what its matmuls will
  * take when its row capacity grows (pdl_matmul_scratch_bytes), so a take

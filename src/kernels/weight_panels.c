@@ -12,7 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
-#include "kernels/matmul_tiles.h"
+#include "kernels/matmul_table.h"
 
 static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }

@@ -5,7 +5,7 @@
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
  * (or 4 of them), so a tile of R rows x G panels keeps R*G accumulators
  * that never need a horizontal sum, and every weight load serves R rows
- * (the row-major tiles in matmul_tiles.h load both operands for every
+ * (the row-major tiles in matmul_table.h load both operands for every
  * product).
  *
  * Layout of a matrix of `out` rows and `in` columns: ceil(out / 16) panels,

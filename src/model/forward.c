@@ -19,6 +19,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "model/context.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -47,29 +48,34 @@ static int attn_max_queries(int span) {
 /* The kernels' scratch the matmuls of a layer take for `rows` rows, the
  * largest over every layer (a file may mix dtypes across layers); the
  * experts' are moe.c's, the head's are reserved with the logits rows. */
-static size_t layer_matmul_scratch(const pdl_model *m, size_t rows) {
+static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
+    const pdl_model *m = ctx->model;
     size_t most = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         const pdl_tensor *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
             if (!ws[i]->data) continue; /* no dense MLP in a MoE layer */
-            size_t b = pdl_matmul_scratch_bytes(m->pool, ws[i], (int64_t)rows);
+            size_t b = pdl_matmul_scratch_bytes(ctx->pool, ws[i], (int64_t)rows);
             most = b > most ? b : most;
         }
     }
     return most;
 }
 
-int pdl_forward_kernel_failed(pdl_model *m, int layer, const char *what, pdl_error *err) {
+int pdl_forward_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err) {
+    if (ctx->scratch.kernel.failed == 0) /* pdl_matmul: no kernel for the weights' dtype */
+        return layer < 0 ? pdl_fail(err, "forward: %s: no kernel multiplies its weights' dtype", what)
+                         : pdl_fail(err, "forward: layer %d: %s: no kernel multiplies its weights' dtype", layer, what);
     if (layer < 0)
-        return pdl_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, m->scratch.kernel.failed);
+        return pdl_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, ctx->scratch.kernel.failed);
     return pdl_fail(err, "forward: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
-                    m->scratch.kernel.failed);
+                    ctx->scratch.kernel.failed);
 }
 
-static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span, pdl_error *err) {
-    pdl_forward_scratch *s = &m->scratch;
+static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int span, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    pdl_forward_scratch *s = &ctx->scratch;
     const pdl_model_config *c = &m->cfg;
     if (rows > s->rows_cap) {
         size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
@@ -82,7 +88,7 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return pdl_fail(err, "forward: out of memory for %zu rows", rows);
         /* the matmuls' scratch for these rows, now rather than in the layers */
-        if (pdl_scratch_reserve(&s->kernel, layer_matmul_scratch(m, rows)))
+        if (pdl_scratch_reserve(&s->kernel, layer_matmul_scratch(ctx, rows)))
             return pdl_fail(err, "forward: out of memory for %zu bytes of kernel scratch", s->kernel.failed);
         s->rows_cap = rows;
     }
@@ -91,13 +97,13 @@ static int scratch_reserve(pdl_model *m, size_t rows, size_t n_logits, int span,
     s->attn_max_q = attn_max_queries(span);
     size_t need_scores = pdl_attention_queries_scratch(s->attn_max_q, span, c->head_dim);
     if (need_scores > s->scores_cap) {
-        if (grow(&s->scores, need_scores * (size_t)pdl_threadpool_size(m->pool)))
+        if (grow(&s->scores, need_scores * (size_t)pdl_threadpool_size(ctx->pool)))
             return pdl_fail(err, "forward: out of memory for attention scores");
         s->scores_cap = need_scores;
     }
     if (n_logits > s->logits_cap) {
         if (grow(&s->normed_out, n_logits * c->hidden) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(m->pool, &m->w.output, (int64_t)n_logits)))
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(ctx->pool, &m->w.output, (int64_t)n_logits)))
             return pdl_fail(err, "forward: out of memory for %zu logits rows", n_logits);
         s->logits_cap = n_logits;
     }
@@ -166,7 +172,9 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
 /* ---- parallel per-row stages --------------------------------------------- */
 
 typedef struct row_task {
-    pdl_model *m;
+    const pdl_model *m;
+    pdl_forward_scratch *s; /* the context's */
+    const pdl_attention_table *attn; /* the context's */
     pdl_kv_cache *kv;
     const pdl_batch *b;
     int layer;
@@ -182,7 +190,7 @@ static void embed_rows(void *p, int ith, int nth) {
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) { /* each row's RoPE angles, shared by every head and layer */
-        float *cs = t->m->scratch.rope_cs + r * c->rope_dim;
+        float *cs = t->s->rope_cs + r * c->rope_dim;
         if (t->b->rope_pos3) /* M-RoPE: each section turned by its own position */
             pdl_rope_angles_sections(cs, c->rope_dim, t->b->rope_pos3 + 3 * r, c->mrope_section, t->m->rope_inv_freq);
         else
@@ -190,16 +198,16 @@ static void embed_rows(void *p, int ith, int nth) {
         if (c->rope_mscale != 1.0f) /* LongRoPE: cos and sin scaled, as transformers and llama.cpp do */
             for (int i = 0; i < c->rope_dim; i++) cs[i] *= c->rope_mscale;
         if (t->m->rope_inv_freq_local)
-            pdl_rope_angles(t->m->scratch.rope_cs_local + r * c->rope_dim, c->rope_dim, t->b->positions[r],
+            pdl_rope_angles(t->s->rope_cs_local + r * c->rope_dim, c->rope_dim, t->b->positions[r],
                             t->m->rope_inv_freq_local);
     }
     for (long r = r0; r < r1; r++) {
-        float *x = t->m->scratch.x + r * c->hidden;
+        float *x = t->s->x + r * c->hidden;
         if (t->b->embd && t->b->embd[r]) {
             memcpy(x, t->b->embd[r], (size_t)c->hidden * sizeof *x);
             continue;
         }
-        pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden);
+        (void)pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden); /* checked at load */
         if (c->embed_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;
     }
@@ -227,7 +235,7 @@ static void add_branch_rows(void *p, int ith, int nth) {
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
-        float *br = t->m->scratch.branch + r * c->hidden, *x = t->m->scratch.x + r * c->hidden;
+        float *br = t->s->branch + r * c->hidden, *x = t->s->x + r * c->hidden;
         if (t->norm->data) norm_row(c, br, br, t->norm->data);
         if (c->residual_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] += br[i] * c->residual_scale;
@@ -239,7 +247,8 @@ static void add_branch_rows(void *p, int ith, int nth) {
 /* q/k norm, RoPE, and the K/V write into the cache, per row. */
 static void qk_rope_store_rows(void *p, int ith, int nth) {
     row_task *t = p;
-    pdl_model *m = t->m;
+    const pdl_model *m = t->m;
+    pdl_forward_scratch *s = t->s;
     const pdl_model_config *c = &m->cfg;
     const pdl_layer_weights *lw = &m->w.layers[t->layer];
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
@@ -248,11 +257,12 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
      * global layers may have none (Cohere2) */
     bool windowed = pdl_layer_windowed(c, t->layer);
     bool rope = windowed || !c->rope_global_none;
-    const float *cs_all = windowed && m->rope_inv_freq_local ? m->scratch.rope_cs_local : m->scratch.rope_cs;
+    const float *cs_all = windowed && m->rope_inv_freq_local ? s->rope_cs_local : s->rope_cs;
+    pdl_attention_store_fn store = pdl_attention_table_store(t->attn, t->kv->dtype == PDL_KV_F16);
     long r0, r1;
     pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
-        float *q = m->scratch.q + r * q_dim, *k = m->scratch.k + r * kv_dim, *v = m->scratch.v + r * kv_dim;
+        float *q = s->q + r * q_dim, *k = s->k + r * kv_dim, *v = s->v + r * kv_dim;
         const float *cs = cs_all + r * c->rope_dim;
         bool per_head = c->qk_norm == PDL_QK_NORM_HEAD;
         if (c->qk_norm == PDL_QK_NORM_WHOLE) {
@@ -269,21 +279,20 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (per_head) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        pdl_attention_store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer),
-                            t->kv->dtype == PDL_KV_F16, kv_dim, c->head_dim, t->kv->block_size,
-                            t->b->slot_mapping[r], k, v);
+        store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer), t->kv->dtype == PDL_KV_F16, kv_dim,
+              c->head_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
 
 /* One call of the attention kernel: queries over [first, last] when first
  * is given (two-way spans), else causal up to last with the window. */
-static void attend(float *const *outs, const float *const *qs, const int *first, const int *last, int nq,
-                   const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv, float *scratch) {
+static void attend(const pdl_attention_table *tab, float *const *outs, const float *const *qs, const int *first,
+                   const int *last, int nq, const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv,
+                   float *scratch) {
     if (first)
-        pdl_attention_ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
+        tab->ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
     else
-        pdl_attention_queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv,
-                              scratch);
+        tab->queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv, scratch);
 }
 
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
@@ -294,12 +303,13 @@ static void attend(float *const *outs, const float *const *qs, const int *first,
  * result is the same whichever task or thread computes it. */
 static void attention_rows(void *p, int ith, int nth) {
     row_task *t = p;
-    pdl_model *m = t->m;
+    const pdl_model *m = t->m;
+    pdl_forward_scratch *s = t->s;
     const pdl_model_config *c = &m->cfg;
     const pdl_batch *b = t->b;
     int q_dim = c->n_heads * c->head_dim;
     int group = c->n_heads / c->n_kv_heads;
-    float *scratch = m->scratch.scores + (size_t)ith * m->scratch.scores_cap;
+    float *scratch = s->scores + (size_t)ith * s->scores_cap;
     pdl_attn_kv akv = {
         .k = pdl_kv_k_pool(t->kv, t->layer),
         .v = pdl_kv_v_pool(t->kv, t->layer),
@@ -310,7 +320,7 @@ static void attention_rows(void *p, int ith, int nth) {
     /* the window of this layer: windowed layers alternate with global ones
      * when the model says so (swa_pattern) */
     int window = pdl_layer_windowed(c, t->layer) ? c->sliding_window : 0;
-    int max_q = m->scratch.attn_max_q;
+    int max_q = s->attn_max_q;
     int rows_per_task = max_q / group > 0 ? max_q / group : 1;
     float *outs[16];
     const float *qs[16];
@@ -329,8 +339,8 @@ static void attention_rows(void *p, int ith, int nth) {
                 int nq = 0;
                 for (int r = rb; r < re; r++)
                     for (int h = g * group; h < (g + 1) * group; h++) {
-                        outs[nq] = m->scratch.attn + (size_t)r * q_dim + (size_t)h * c->head_dim;
-                        qs[nq] = m->scratch.q + (size_t)r * q_dim + (size_t)h * c->head_dim;
+                        outs[nq] = s->attn + (size_t)r * q_dim + (size_t)h * c->head_dim;
+                        qs[nq] = s->q + (size_t)r * q_dim + (size_t)h * c->head_dim;
                         poss[nq] = b->positions[r];
                         if (ranges) {
                             int causal = window > 0 && poss[nq] - window + 1 > 0 ? poss[nq] - window + 1 : 0;
@@ -338,11 +348,11 @@ static void attention_rows(void *p, int ith, int nth) {
                             poss[nq] = b->span_last[r];
                         }
                         if (++nq == max_q) {
-                            attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                            attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
                             nq = 0;
                         }
                     }
-                if (nq) attend(outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                if (nq) attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
             }
         }
     }
@@ -364,20 +374,21 @@ static void head_postprocess(const pdl_model_config *c, float *logits, int n_row
 
 /* The full-logits path, kept for measurement and the probe: norm and head
  * over every row into an (n_tokens, vocab) matrix, then the asked rows. */
-static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_error *err) {
+static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
-    pdl_forward_scratch *s = &m->scratch;
+    pdl_forward_scratch *s = &ctx->scratch;
     size_t n = (size_t)b->n_tokens;
     if (n > s->full_cap) {
         if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(m->pool, &m->w.output, (int64_t)n)))
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(ctx->pool, &m->w.output, (int64_t)n)))
             return pdl_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
         s->full_cap = n;
     }
     for (size_t r = 0; r < n; r++)
         norm_row(c, s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data);
-    if (pdl_matmul(m->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false))
-        return pdl_forward_kernel_failed(m, -1, "full logits head", err);
+    if (pdl_matmul(ctx->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false))
+        return pdl_forward_kernel_failed(ctx, -1, "full logits head", err);
     head_postprocess(c, s->full_logits, (int)n);
     for (int j = 0; j < b->n_logits; j++)
         memcpy(logits_out + (size_t)j * c->vocab, s->full_logits + (size_t)b->logits_indices[j] * c->vocab,
@@ -387,7 +398,8 @@ static int full_head(pdl_model *m, const pdl_batch *b, float *logits_out, pdl_er
 
 /* ---- the forward ---------------------------------------------------------- */
 
-int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
+int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
         return pdl_fail(err,
@@ -400,16 +412,16 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
     int span = 256;
     for (int r = 0; r < b->n_tokens; r++)
         while (span < b->positions[r] + 1) span *= 2;
-    if (scratch_reserve(m, (size_t)b->n_tokens, (size_t)b->n_logits, span, err)) return -1;
+    if (scratch_reserve(ctx, (size_t)b->n_tokens, (size_t)b->n_logits, span, err)) return -1;
 
-    pdl_forward_scratch *s = &m->scratch;
+    pdl_forward_scratch *s = &ctx->scratch;
     int n = b->n_tokens;
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-    row_task t = {.m = m, .kv = kv, .b = b};
+    row_task t = {.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
 
     /* element-wise stages: ~16k elements per thread at least */
-    int row_threads = pdl_threads_for(m->pool, (double)n * c->hidden, 16384.0);
-    pdl_threadpool_run_n(m->pool, row_threads, embed_rows, &t);
+    int row_threads = pdl_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
+    pdl_threadpool_run_n(ctx->pool, row_threads, embed_rows, &t);
 
     /* attention work: every row reads its whole prefix, for every head */
     double attn_work = 0;
@@ -432,24 +444,24 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         if (pre_norm) {
             t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-            pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
+            pdl_threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
         pdl_matmul_out qkv[3] = {
             {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = lw->bq.data},
             {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
             {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
-        if (pdl_matmul_shared(m->pool, &s->kernel, branch_in, n, qkv, 3))
-            return pdl_forward_kernel_failed(m, l, "q/k/v projections", err);
-        pdl_threadpool_run_n(m->pool, row_threads, qk_rope_store_rows, &t);
+        if (pdl_matmul_shared(ctx->pool, &s->kernel, branch_in, n, qkv, 3))
+            return pdl_forward_kernel_failed(ctx, l, "q/k/v projections", err);
+        pdl_threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
         atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
-        pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, attn_work, 65536.0), attention_rows, &t);
-        if (pdl_matmul(m->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n, &lw->wo, NULL,
+        pdl_threadpool_run_n(ctx->pool, pdl_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
+        if (pdl_matmul(ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n, &lw->wo, NULL,
                        direct_add))
-            return pdl_forward_kernel_failed(m, l, "attention output", err);
+            return pdl_forward_kernel_failed(ctx, l, "attention output", err);
         if (!direct_add) {
             t.norm = &lw->post_attn_norm;
-            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
         }
 
         /* MLP block: x += W_down (act(W_gate xn) * W_up xn), or the experts'
@@ -457,35 +469,35 @@ int pdl_forward(pdl_model *m, pdl_kv_cache *kv, const pdl_batch *b, float *logit
          * add) */
         if (c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH) {
             t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
-            pdl_threadpool_run_n(m->pool, row_threads, norm_rows, &t);
+            pdl_threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
         if (c->n_experts > 0) {
-            if (pdl_moe_ffn(m, lw, branch_in, n, s->branch, err)) return -1;
+            if (pdl_moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
             t.norm = &lw->post_ffn_norm;
-            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
             continue;
         }
-        if (pdl_matmul_gated(m->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
-                             c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul))
-            return pdl_forward_kernel_failed(m, l, "MLP gate/up", err);
-        if (pdl_matmul(m->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n, &lw->w_down, NULL,
+        if (pdl_matmul_gated(ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
+                             c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
+            return pdl_forward_kernel_failed(ctx, l, "MLP gate/up", err);
+        if (pdl_matmul(ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n, &lw->w_down, NULL,
                        direct_add))
-            return pdl_forward_kernel_failed(m, l, "MLP down", err);
+            return pdl_forward_kernel_failed(ctx, l, "MLP down", err);
         if (!direct_add) {
             t.norm = &lw->post_ffn_norm;
-            pdl_threadpool_run_n(m->pool, row_threads, add_branch_rows, &t);
+            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
         }
     }
 
-    if (b->full_logits) return full_head(m, b, logits_out, err);
+    if (b->full_logits) return full_head(ctx, b, logits_out, err);
 
     /* Final norm and LM head on the sampled rows only. */
     for (int j = 0; j < b->n_logits; j++) {
         int r = b->logits_indices[j];
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
-    if (pdl_matmul(m->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false))
-        return pdl_forward_kernel_failed(m, -1, "LM head", err);
+    if (pdl_matmul(ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false))
+        return pdl_forward_kernel_failed(ctx, -1, "LM head", err);
     head_postprocess(c, logits_out, b->n_logits);
     return 0;
 }

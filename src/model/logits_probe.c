@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/context.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -34,7 +35,8 @@ void pdl_probe_compare(const float *full, const float *sel, int n_rows, int voca
              rows[0], rows[n_rows - 1], n_tokens, md);
 }
 
-int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
+int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
+    const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     int n = PROBE_TOKENS < m->ctx_size ? PROBE_TOKENS : m->ctx_size;
     int32_t tokens[PROBE_TOKENS], pos[PROBE_TOKENS], slots[PROBE_TOKENS];
@@ -62,10 +64,10 @@ int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_
     pdl_batch b = {.n_tokens = n, .token_ids = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
                    .cu_seqlens = cu, .block_tables = tables, .n_logits = n_rows, .logits_indices = rows,
                    .full_logits = true};
-    int rc = pdl_forward(m, kv, &b, full, err);
+    int rc = pdl_forward(ctx, kv, &b, full, err);
     if (rc == 0) {
         b.full_logits = false;
-        rc = pdl_forward(m, kv, &b, sel, err);
+        rc = pdl_forward(ctx, kv, &b, sel, err);
     }
     pdl_kv_cache_free(kv);
     if (rc) {
@@ -73,7 +75,14 @@ int pdl_model_probe_selective_logits(pdl_model *m, bool *ok, char *reason, size_
         return pdl_fail_prefix(err, "selective-logits probe");
     }
     pdl_probe_compare(full, sel, n_rows, c->vocab, rows, n, ok, reason, reason_len);
-    m->probe_state = *ok ? 1 : 0;
     free(full);
     return 0;
+}
+
+int pdl_model_probe_selective_logits(const pdl_model *m, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
+    pdl_context *ctx = NULL;
+    if (pdl_context_create(&ctx, m, NULL, err)) return pdl_fail_prefix(err, "selective-logits probe");
+    int rc = pdl_probe_run(ctx, ok, reason, reason_len, err);
+    pdl_context_free(ctx);
+    return rc;
 }

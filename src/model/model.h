@@ -5,6 +5,11 @@
  *
  * Architectures differ here by data (flags and numbers), never by code paths
  * copied per architecture: the forward in forward.c reads only this struct.
+ *
+ * Not for anything a forward writes: a loaded model is immutable (the
+ * forward takes it const), and the threads, scratch and counters of a run
+ * are a pdl_context's (context.h), so that several contexts can run over
+ * one model at once.
  */
 #ifndef PDL_MODEL_MODEL_H
 #define PDL_MODEL_MODEL_H
@@ -15,8 +20,6 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "format/tensor.h"
-#include "kernels/scratch.h"
-#include "kernels/threadpool.h"
 #include "model/arch.h"
 #include "pagedlm.h"
 #include "tokenizer/tokenizer.h"
@@ -132,44 +135,6 @@ typedef struct pdl_model_weights {
     pdl_tensor *experts;     /* [n_layers][3][n_experts]: every layer's exp_gate, exp_up, exp_down */
 } pdl_model_weights;
 
-/* Scratch buffers of the forward, grown on demand (never per token). */
-typedef struct pdl_forward_scratch {
-    size_t rows_cap;   /* rows the buffers below hold */
-    size_t logits_cap; /* rows `normed_out` holds */
-    float *x;          /* (rows, hidden) residual stream */
-    float *xn;         /* (rows, hidden) normed input of a block */
-    float *q;          /* (rows, n_heads * head_dim) */
-    float *k;          /* (rows, n_kv * head_dim) */
-    float *v;          /* (rows, n_kv * head_dim) */
-    float *attn;       /* (rows, n_heads * head_dim) attention output */
-    float *branch;     /* (rows, hidden) a block's output before a scaled / normed add */
-    float *gate;       /* (rows, ffn) */
-    float *up;         /* (rows, ffn) */
-    float *scores;     /* (n_threads, ctx) attention probabilities per worker */
-    size_t scores_cap; /* floats per worker in `scores` */
-    int attn_max_q;    /* queries per attention call in this forward (attn_max_queries) */
-    float *normed_out; /* (n_logits, hidden) rows gathered for the head */
-    size_t full_cap;   /* rows the two full-logits buffers hold */
-    float *full_normed;/* (rows, hidden) full-logits path only */
-    float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
-    float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
-    float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
-    /* mixture of experts (moe.c), for moe_rows_cap rows: */
-    size_t moe_rows_cap;
-    float *router;      /* (rows, n_experts) router logits */
-    int32_t *sel;       /* (rows, k) each row's experts, in rank order (best first) */
-    float *sel_w;       /* (rows, k) their weights */
-    int32_t *exp_start; /* (n_experts + 1) where expert e's assignments begin in exp_rows */
-    int32_t *exp_rows;  /* (rows * k) assignments row * k + rank, grouped by expert, rows ascending */
-    int32_t *out_at;    /* (rows * k) assignment row * k + rank -> its row in `ye` */
-    float *xe;          /* (rows * k, hidden) gathered input rows: one expert's, or every assignment's (grouped) */
-    float *he, *ue;     /* (rows * k, ffn_expert) gate (then activation) and up, likewise */
-    float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
-    /* what the matmuls take for the activations they prepare (scratch.h),
-     * reserved when the row capacities above grow */
-    pdl_scratch kernel;
-} pdl_forward_scratch;
-
 struct pdl_model {
     pdl_model_config cfg;
     pdl_model_weights w;
@@ -189,11 +154,9 @@ struct pdl_model {
     tok_tokenizer *tok;
     char tok_error[PDL_ERROR_MAX];
 
-    pdl_threadpool *pool;
-    pdl_forward_scratch scratch;
-    int probe_state;        /* selective-logits probe: -1 not run, 0 rejected, 1 passed */
-    uint64_t moe_expert_runs; /* expert MLPs run (one per expert with rows, per layer and step): a
-                               * prefill reads each chosen expert once, a decode step only k */
+    int default_threads;    /* pdl_model_options.n_threads: what a context asking for 0 threads gets */
+    int probe_state;        /* selective-logits probe, run once at the end of the load: 0 rejected, 1 passed
+                             * (-1 not run: a model still loading) */
 
     void **owned;           /* buffers the model allocated (converted weights) */
     size_t n_owned;
@@ -241,23 +204,10 @@ void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *
 void pdl_probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
                        bool *ok, char *reason, size_t reason_len);
 
-/* The MLP of a mixture-of-experts layer over rows [0, n) of xn (hidden
- * wide): router, top-k, each chosen expert once over its gathered rows,
- * the shared expert; out (n, hidden) = the k outputs summed in rank order
- * (moe.c). */
-int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err);
-
 /* One row's routing: its k experts of the (n_experts) logits, best first
  * (the lower id on a tie), and their weights (softmax over all experts or
  * sigmoid, then renormalized and scaled as the config says). */
 void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
-
-/* A matmul of the forward (layer, or -1 for the head) could not have its
- * scratch: the error to return (the forward then reports no logits). */
-int pdl_forward_kernel_failed(pdl_model *m, int layer, const char *what, pdl_error *err);
-
-/* Frees the MoE scratch (pdl_model_free). */
-void pdl_moe_scratch_free(pdl_forward_scratch *s);
 
 /* Whether layer l attends through the sliding window (see swa_pattern). */
 static inline bool pdl_layer_windowed(const pdl_model_config *c, int l) {

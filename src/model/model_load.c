@@ -16,8 +16,10 @@
 #include <sys/stat.h>
 
 #include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/weight_panels.h"
+#include "model/context.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
@@ -356,10 +358,13 @@ static int make_f32_vector(pdl_model *m, pdl_tensor *t, pdl_error *err) {
         memcpy(tmp, t->data, t->nbytes);
         pdl_tensor c = *t;
         c.data = tmp;
-        pdl_dequant_row(&c, 0, buf, n);
+        int drc = pdl_dequant_row(&c, 0, buf, n);
         free(tmp);
-    } else {
-        pdl_dequant_row(t, 0, buf, n);
+        if (drc) return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                                 pdl_dtype_name(t->dtype));
+    } else if (pdl_dequant_row(t, 0, buf, n)) {
+        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
     }
     t->data = buf;
     t->dtype = PDL_DTYPE_F32;
@@ -400,6 +405,9 @@ static int fold_plus_one(pdl_model *m, pdl_tensor *t, pdl_error *err) {
 
 static int check_matrix(pdl_model *m, pdl_tensor *t, int64_t rows, int64_t cols, const char *why, pdl_error *err) {
     if (check_shape(t, rows, cols, why, err)) return -1;
+    if (!pdl_matmul_supports(t->dtype))
+        return pdl_fail(err, "%s: tensor '%s': no kernel multiplies %s weights", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
     if (cols % (int64_t)pdl_dtype_block_elems(t->dtype) != 0)
         return pdl_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", t->file,
                         t->name, (long long)cols, pdl_dtype_name(t->dtype), pdl_dtype_block_elems(t->dtype));
@@ -420,7 +428,11 @@ int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error
                         (long long)n, pdl_dtype_name(t->dtype), (long long)pdl_tensor_nelems(t));
     float *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
     if (!buf) return pdl_fail(err, "out of memory reading '%s'", t->name);
-    pdl_dequant_row(t, 0, buf, n); /* float types are read bytewise: no alignment needed */
+    if (pdl_dequant_row(t, 0, buf, n)) { /* float types are read bytewise: no alignment needed */
+        free(buf);
+        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        pdl_dtype_name(t->dtype));
+    }
     *out = buf;
     return 0;
 }
@@ -646,7 +658,7 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
  * other processes using the file) and the row-major kernels, and so does a
  * model whose copies would not fit in the memory available (the mapping can
  * page; anonymous copies cannot without swap; opts->log says so). */
-static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error *err) {
+static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_options *opts, pdl_error *err) {
     if (opts && opts->weights_mapped) return 0;
     pdl_load_progress_fn progress = opts ? opts->progress : NULL;
     pdl_model_weights *w = &m->w;
@@ -698,7 +710,7 @@ static int copy_matrices(pdl_model *m, const pdl_model_options *opts, pdl_error 
             }
             const void *mapped = t->data;
             if (panels) {
-                pdl_panels_fill(m->pool, t, at);
+                pdl_panels_fill(pool, t, at);
             } else {
                 memcpy(at, mapped, t->nbytes);
                 t->data = at;
@@ -803,11 +815,19 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     if (rc == 0) log_unused_tensors(m, path, opts);
     if (rc == 0) rc = settle_ctx_size(m, path, opts, err);
     if (rc == 0) rc = rope_init(m, err);
+    m->default_threads = opts && opts->n_threads > 0 ? opts->n_threads : 0;
+    /* the load's own run state: its threads lay out the weight panels, and
+     * the selective-logits probe runs on it once the weights are in place
+     * (its verdict is the last thing written into the model) */
+    pdl_context *ctx = NULL;
+    if (rc == 0) rc = pdl_context_create(&ctx, m, NULL, err);
+    if (rc == 0) rc = copy_matrices(m, ctx->pool, opts, err);
     if (rc == 0) {
-        m->pool = pdl_threadpool_new(opts ? opts->n_threads : 0);
-        if (!m->pool) rc = pdl_fail(err, "cannot start worker threads");
+        bool ok = false;
+        rc = pdl_probe_run(ctx, &ok, NULL, 0, err);
+        m->probe_state = ok ? 1 : 0;
     }
-    if (rc == 0) rc = copy_matrices(m, opts, err);
+    pdl_context_free(ctx);
     if (rc != 0) {
         pdl_model_free(m);
         return -1;
@@ -819,15 +839,8 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
 
 void pdl_model_free(pdl_model *m) {
     if (!m) return;
-    if (m->pool) pdl_threadpool_free(m->pool);
-    pdl_forward_scratch *s = &m->scratch;
-    free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
-    free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
-    free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
     free(m->w.layers);
     free(m->w.experts);
-    pdl_moe_scratch_free(s);
-    pdl_scratch_free(&s->kernel);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

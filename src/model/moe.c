@@ -31,6 +31,7 @@
 
 #include "kernels/cpu_ops.h"
 #include "kernels/matmul.h"
+#include "model/context.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -73,13 +74,14 @@ static int grow(void **buf, size_t bytes) {
  * and the shared expert over n, the experts over up to n * k gathered rows
  * (pdl_matmul_grouped prepares all of them at once), the largest over
  * every layer and expert. */
-static size_t matmul_scratch(const pdl_model *m, size_t n) {
+static size_t matmul_scratch(const pdl_context *ctx, size_t n) {
+    const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     int64_t rows = (int64_t)n, gathered = rows * c->n_experts_used;
     size_t most = 0;
 #define MOST(w, r)                                                                  \
     do {                                                                            \
-        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(m->pool, (w), (r)) : 0;    \
+        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(ctx->pool, (w), (r)) : 0;    \
         most = b_ > most ? b_ : most;                                               \
     } while (0)
     for (int l = 0; l < c->n_layers; l++) {
@@ -98,8 +100,9 @@ static size_t matmul_scratch(const pdl_model *m, size_t n) {
     return most;
 }
 
-static int reserve(pdl_model *m, int n, pdl_error *err) {
-    pdl_forward_scratch *s = &m->scratch;
+static int reserve(pdl_context *ctx, int n, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    pdl_forward_scratch *s = &ctx->scratch;
     const pdl_model_config *c = &m->cfg;
     if (s->exp_start == NULL &&
         grow((void **)&s->exp_start, (size_t)(c->n_experts + 1) * sizeof *s->exp_start))
@@ -114,7 +117,7 @@ static int reserve(pdl_model *m, int n, pdl_error *err) {
         grow((void **)&s->he, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ue, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)) ||
-        pdl_scratch_reserve(&s->kernel, matmul_scratch(m, rows)))
+        pdl_scratch_reserve(&s->kernel, matmul_scratch(ctx, rows)))
         return pdl_fail(err, "forward: out of memory for the experts of %d rows", n);
     s->moe_rows_cap = rows;
     return 0;
@@ -138,9 +141,9 @@ void pdl_moe_scratch_free(pdl_forward_scratch *s) {
  * inputs xe (assignment order, n * k rows; a single row's k experts all read
  * xn's one row instead), he = act(gate, up) per assignment, then ye = the
  * down projections of he. */
-static int moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
-    const pdl_model_config *c = &m->cfg;
-    pdl_forward_scratch *s = &m->scratch;
+static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
+    const pdl_model_config *c = &ctx->model->cfg;
+    pdl_forward_scratch *s = &ctx->scratch;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden, F = c->ffn_expert;
     const float *x = xn;
     if (n > 1) {
@@ -161,14 +164,14 @@ static int moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *x
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
                                              .n_rows = cnt};
             if (ng == PDL_MATMUL_GROUP_MAX) {
-                int rc = pass == 0 ? pdl_matmul_grouped(m->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
-                                   : pdl_matmul_grouped(m->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+                int rc = pass == 0 ? pdl_matmul_grouped(ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
+                                   : pdl_matmul_grouped(ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
                 if (rc) return -1;
                 ng = 0;
             }
         }
-        int rc = pass == 0 ? pdl_matmul_grouped(m->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
-                           : pdl_matmul_grouped(m->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+        int rc = pass == 0 ? pdl_matmul_grouped(ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
+                           : pdl_matmul_grouped(ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
         if (rc) return -1;
     }
     return 0;
@@ -176,6 +179,7 @@ static int moe_grouped(pdl_model *m, const pdl_layer_weights *lw, const float *x
 
 typedef struct combine_task {
     const pdl_model *m;
+    const pdl_forward_scratch *s; /* the context's */
     const pdl_layer_weights *lw;
     const float *xn;
     float *out;
@@ -188,7 +192,7 @@ typedef struct combine_task {
 static void combine_rows(void *p, int ith, int nth) {
     combine_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
-    const pdl_forward_scratch *s = &t->m->scratch;
+    const pdl_forward_scratch *s = t->s;
     int H = c->hidden, k = c->n_experts_used;
     long r0, r1;
     pdl_split_range(t->n, ith, nth, &r0, &r1);
@@ -212,19 +216,20 @@ static void combine_rows(void *p, int ith, int nth) {
 }
 
 /* The layer's index for the message: lw is one of m->w.layers. */
-static int moe_failed(pdl_model *m, const pdl_layer_weights *lw, const char *what, pdl_error *err) {
-    return pdl_forward_kernel_failed(m, (int)(lw - m->w.layers), what, err);
+static int moe_failed(const pdl_context *ctx, const pdl_layer_weights *lw, const char *what, pdl_error *err) {
+    return pdl_forward_kernel_failed(ctx, (int)(lw - ctx->model->w.layers), what, err);
 }
 
-int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
+int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
-    pdl_forward_scratch *s = &m->scratch;
-    if (reserve(m, n, err)) return -1;
+    pdl_forward_scratch *s = &ctx->scratch;
+    if (reserve(ctx, n, err)) return -1;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
-    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? pdl_gelu_tanh_mul : pdl_silu_mul;
+    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
 
-    if (pdl_matmul(m->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
-        return moe_failed(m, lw, "router", err);
+    if (pdl_matmul(ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
+        return moe_failed(ctx, lw, "router", err);
     for (int r = 0; r < n; r++) pdl_moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
 
     /* group the choices by expert, rows ascending within each */
@@ -248,39 +253,39 @@ int pdl_moe_ffn(pdl_model *m, const pdl_layer_weights *lw, const float *xn, int 
     if (max_rows <= GROUPED_MAX_ROWS) {
         /* decode-sized: every chosen expert's gate and up in one parallel
          * region, then every down projection in another (moe_grouped) */
-        if (moe_grouped(m, lw, xn, n, act)) return moe_failed(m, lw, "experts", err);
-        m->moe_expert_runs += (uint64_t)n_active;
+        if (moe_grouped(ctx, lw, xn, n, act)) return moe_failed(ctx, lw, "experts", err);
+        ctx->moe_expert_runs += (uint64_t)n_active;
     } else {
         for (int e = 0; e < E; e++) {
             int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
             if (cnt == 0) continue;
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-            if (pdl_matmul_gated(m->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e],
+            if (pdl_matmul_gated(ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e],
                                  &lw->exp_up[e], act) ||
-                pdl_matmul(m->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false))
-                return moe_failed(m, lw, "experts", err);
-            m->moe_expert_runs++;
+                pdl_matmul(ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false))
+                return moe_failed(ctx, lw, "experts", err);
+            ctx->moe_expert_runs++;
         }
     }
 
     /* the router's logits are spent: its buffer takes the shared gate of each row */
-    combine_task t = {.m = m, .lw = lw, .xn = xn, .out = out, .n = n, .shared_gate = c->shared_gate ? s->router : NULL};
-    pdl_threadpool_run_n(m->pool, pdl_threads_for(m->pool, (double)n * H * k, 16384.0), combine_rows, &t);
+    combine_task t = {.m = m, .s = s, .lw = lw, .xn = xn, .out = out, .n = n, .shared_gate = c->shared_gate ? s->router : NULL};
+    pdl_threadpool_run_n(ctx->pool, pdl_threads_for(ctx->pool, (double)n * H * k, 16384.0), combine_rows, &t);
 
     if (c->ffn_shared > 0) {
         /* out += W_down (g * act(W_gate x) * W_up x): the gate g scales the
          * activation before the down projection (a linear map), which then
          * accumulates into the routed sum */
-        if (pdl_matmul_gated(m->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act))
-            return moe_failed(m, lw, "shared expert", err);
+        if (pdl_matmul_gated(ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act))
+            return moe_failed(ctx, lw, "shared expert", err);
         if (t.shared_gate)
             for (int r = 0; r < n; r++) {
                 float *h = s->gate + (size_t)r * c->ffn_shared;
                 for (int i = 0; i < c->ffn_shared; i++) h[i] *= t.shared_gate[r];
             }
-        if (pdl_matmul(m->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
-            return moe_failed(m, lw, "shared expert", err);
+        if (pdl_matmul(ctx->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
+            return moe_failed(ctx, lw, "shared expert", err);
     }
     return 0;
 }

@@ -92,8 +92,10 @@ int pdl_vision_vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what,
     memcpy(tmp, t->data, t->nbytes);
     pdl_tensor c = *t;
     c.data = tmp;
-    pdl_dequant_row(&c, 0, buf, n);
+    int drc = pdl_dequant_row(&c, 0, buf, n);
     free(tmp);
+    if (drc) return pdl_fail(err, "vision model: tensor '%s': %s cannot be converted to F32", t->name,
+                             pdl_dtype_name(t->dtype));
     t->data = buf, t->dtype = PDL_DTYPE_F32, t->nbytes = (size_t)n * 4;
     return 0;
 }
@@ -226,11 +228,15 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
         memcpy(src, w->mm_proj_w.data, w->mm_proj_w.nbytes);
         pdl_tensor a = w->mm_proj_w;
         a.data = src;
-        for (int64_t i = 0; i < h; i++) {
-            pdl_dequant_row(&a, i, row, c->text_hidden);
+        int drc = 0;
+        for (int64_t i = 0; i < h && drc == 0; i++) {
+            drc = pdl_dequant_row(&a, i, row, c->text_hidden);
             for (int64_t o = 0; o < c->text_hidden; o++) tr[(size_t)o * h + i] = row[o];
         }
         free(row), free(src);
+        if (drc)
+            return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", w->mm_proj_w.file,
+                            w->mm_proj_w.name, pdl_dtype_name(w->mm_proj_w.dtype));
         w->mm_proj_w.data = tr, w->mm_proj_w.dtype = PDL_DTYPE_F32;
         w->mm_proj_w.shape[0] = c->text_hidden, w->mm_proj_w.shape[1] = h;
         w->mm_proj_w.nbytes = (size_t)h * c->text_hidden * 4;
@@ -256,14 +262,17 @@ int pdl_vision_finish(pdl_vision *v, pdl_error *err) {
     return 0;
 }
 
-int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_error *err) {
+int pdl_vision_load(pdl_vision **out, const char *path, const pdl_model *text, pdl_error *err) {
     *out = NULL;
     pdl_vision *v = calloc(1, sizeof *v);
     if (!v) return pdl_fail(err, "out of memory");
-    v->pool = text->pool;
+    /* workers of its own, as many as the text model's contexts get: an
+     * image is encoded while the text model's forwards run elsewhere */
+    v->pool = pdl_threadpool_new(text->default_threads);
     struct stat st;
     int rc;
-    if (stat(path, &st) != 0) rc = pdl_fail(err, "%s: no such file or folder", path);
+    if (!v->pool) rc = pdl_fail(err, "vision model: cannot start worker threads");
+    else if (stat(path, &st) != 0) rc = pdl_fail(err, "%s: no such file or folder", path);
     else if (S_ISDIR(st.st_mode)) rc = pdl_vision_load_hf(v, path, text, err);
     else rc = pdl_vision_load_gguf(v, path, text, err);
     if (rc == 0) rc = pdl_vision_finish(v, err);
@@ -277,6 +286,7 @@ int pdl_vision_load(pdl_vision **out, const char *path, pdl_model *text, pdl_err
 
 void pdl_vision_free(pdl_vision *v) {
     if (!v) return;
+    if (v->pool) pdl_threadpool_free(v->pool);
     pdl_vision_scratch_free(&v->scratch);
     free(v->w.layers);
     for (size_t i = 0; i < v->n_owned; i++) free(v->owned[i]);

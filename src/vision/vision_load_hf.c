@@ -304,8 +304,10 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
             memcpy(tmp, t->data, t->nbytes);
             pdl_tensor cp = *t;
             cp.data = tmp;
-            pdl_dequant_row(&cp, 0, buf, n);
-            for (int64_t i = 0; i < n; i++) buf[i] += 1.0f;
+            if (pdl_dequant_row(&cp, 0, buf, n))
+                rc = pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                              pdl_dtype_name(t->dtype));
+            for (int64_t i = 0; rc == 0 && i < n; i++) buf[i] += 1.0f;
             free(tmp);
             t->data = buf, t->dtype = PDL_DTYPE_F32, t->nbytes = (size_t)n * 4, t->n_dims = 1, t->shape[0] = n;
         }

@@ -132,7 +132,8 @@ struct pdl_vision {
     char source[16];        /* "safetensors" or "gguf" */
     gguf_file *gguf;        /* exactly one backing file set */
     st_model *st;
-    pdl_threadpool *pool;   /* the text model's (not owned) */
+    pdl_threadpool *pool;   /* its own workers (owned), as many as the text model's default: the
+                             * vision model and the text model's contexts share nothing they write */
     pdl_vision_scratch scratch;
     void **owned;           /* buffers the loader allocated (F32 vectors, transposed projection) */
     size_t n_owned;

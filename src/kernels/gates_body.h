@@ -1,12 +1,12 @@
 /*
- * gates_vec.h - cpu_ops.c's SiLU and GELU-tanh gates over whole vectors
+ * gates_body.h - cpu_ops.c's SiLU and GELU-tanh gates over whole vectors
  * (the last n % FE_W elements through the portable code), written once for
  * any width and included by cpu_ops_avx2.c (8 lanes) and cpu_ops_neon.c (4
  * lanes); the AVX-512 build masks its tail instead (cpu_ops_avx512.c). The
  * same float operations in the same order as the portable sigmoid_gate, so
  * the same bits.
  *
- * The including file defines what fast_exp_vec.h needs, and FE_W,
+ * The including file defines what fast_exp_body.h needs, and FE_W,
  * exp_nonpos_v (pdl_exp_nonpos on a vector: the clamp, exp_nonpos_core, the
  * zeroing), fe_load, fe_store, fe_div, fe_abs, fe_neg_select(z, a, b) (a
  * where z < 0, else b), and the functions' names GATE_SILU_FN and

@@ -1,5 +1,5 @@
 /*
- * attention_tiles.h - the register-tiled attention (order of operations in
+ * attention_tiles_body.h - the register-tiled attention (order of operations in
  * attention.h, so the same bits as the portable body), written once for any
  * vector width and included by attention_avx512.c (16 lanes),
  * attention_avx2.c (8 lanes) and attention_neon.c (4 lanes).

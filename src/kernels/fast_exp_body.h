@@ -1,5 +1,5 @@
 /*
- * fast_exp_vec.h - the float part of pdl_exp_nonpos (fast_exp.h) on one
+ * fast_exp_body.h - the float part of pdl_exp_nonpos (fast_exp.h) on one
  * vector, written once for any width and included by cpu_ops_avx2.c (8
  * lanes), cpu_ops_avx512.c (16 lanes) and cpu_ops_neon.c (4 lanes): from the clamped argument zc,
  * n = round(zc / ln2), the reduced r, the polynomial and the scale 2^n,

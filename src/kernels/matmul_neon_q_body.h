@@ -1,5 +1,5 @@
 /*
- * matmul_neon_q.h - the integer-weight tile bodies of the NEON families
+ * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
  * (Q8_0, Q4_0, Q4_K, Q6_K), written once and included by matmul_neon.c
  * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
@@ -75,13 +75,15 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
 }
 
 static void tile_q8_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 0);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 0);
 }
 
 static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
-                      int cols, float *out, int64_t ldo) {
+                      int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
 }

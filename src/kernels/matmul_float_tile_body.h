@@ -1,5 +1,5 @@
 /*
- * matmul_float_tile.h - the float-weight tile (F32, F16, BF16 widened to
+ * matmul_float_tile_body.h - the float-weight tile (F32, F16, BF16 widened to
  * F32 as they are loaded) written once for any vector width and included
  * by matmul_avx2.c (8 lanes) and matmul_neon.c (4 lanes); the AVX-512 tile
  * (masked tails, a streaming variant) is its own, in matmul_avx512.c.
@@ -57,7 +57,8 @@
             for (int c = 0; c < nc; c++) out[r * ldo + c] = mt_hsum(acc[r][c]);                                 \
     }                                                                                                           \
     static void NAME(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t wrb, int cols, int64_t in, \
-                     float *out, int64_t ldo) {                                                                 \
+                     float *out, int64_t ldo, bool stream) {                                                    \
+        (void)stream; /* these tiles do not prefetch */                                                         \
         if (rows == TR && cols == TC) NAME##_body(x, ldx, TR, w, wrb, TC, in, out, ldo);                        \
         else if (rows == 1 && cols == TC) NAME##_body(x, ldx, 1, w, wrb, TC, in, out, ldo);                     \
         else NAME##_body(x, ldx, rows, w, wrb, cols, in, out, ldo);                                             \

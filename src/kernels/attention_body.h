@@ -1,5 +1,5 @@
 /*
- * attention_impl.h - the portable attention body, in the order attention.h
+ * attention_body.h - the portable attention body, in the order attention.h
  * defines, written once and compiled once per instruction set: the
  * including file defines ATTN_QUERIES_FN (the function's name;
  * ATTN_STORAGE may make it static) and ATTN_F16(h) (a half's float value).
@@ -12,8 +12,8 @@
 
 #include "kernels/fast_exp.h"
 
-#ifndef PDL_KERNELS_ATTENTION_IMPL_COMMON
-#define PDL_KERNELS_ATTENTION_IMPL_COMMON
+#ifndef PDL_KERNELS_ATTENTION_BODY_COMMON
+#define PDL_KERNELS_ATTENTION_BODY_COMMON
 static inline int64_t attn_slot(const pdl_attn_kv *kv, int pos) {
     return (int64_t)kv->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
 }

@@ -1,5 +1,5 @@
 /*
- * matmul_tiles.h - the register-tiled inner kernels behind pdl_matmul, one
+ * matmul_table.h - the register-tiled inner kernels behind pdl_matmul, one
  * family per instruction set (matmul_avx512.c, matmul_avx2.c,
  * matmul_neon.c; the portable reference is in matmul.c).
  *
@@ -7,9 +7,15 @@
  * c < cols (at most tile_rows x tile_cols). Every element is one
  * accumulator carried over k in a fixed order and reduced in a fixed tree,
  * whatever the tile's size: a row gives the same bits alone or in a batch.
+ *
+ * Header names in src/kernels say what a header is: `*_table.h` declares
+ * dispatch tables (which kernel runs a dtype, per family), `*_body.h` is a
+ * kernel body written once and included by each instruction set's .c file
+ * (compiled there with that set's flags); any other header is an ordinary
+ * interface.
  */
-#ifndef PDL_KERNELS_MATMUL_TILES_H
-#define PDL_KERNELS_MATMUL_TILES_H
+#ifndef PDL_KERNELS_MATMUL_TABLE_H
+#define PDL_KERNELS_MATMUL_TABLE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,13 +24,17 @@
 #include "format/tensor.h"
 #include "kernels/kquant.h"
 
+/* stream: the calling matmul has few activation rows (decode, batched
+ * decode: at most one row block), so even full tiles stream their weights
+ * from memory once and should prefetch them (the driver in matmul.c
+ * decides per call; a tile that does not prefetch ignores it). */
 typedef void (*pdl_tile_fn)(const float *x, int64_t ldx, int rows, const uint8_t *w, size_t w_row_bytes, int cols,
-                            int64_t in, float *out, int64_t ldo);
+                            int64_t in, float *out, int64_t ldo, bool stream);
 
 /* Q8_0 weights x Q8_0-quantized activations: row r of x is xq + r*ldb*32
  * int8 values with block scales xd + r*ldb; nb blocks per row. */
 typedef void (*pdl_tile_q8_fn)(const int8_t *xq, const float *xd, int64_t ldb, int rows, const uint8_t *w,
-                               size_t w_row_bytes, int cols, float *out, int64_t ldo);
+                               size_t w_row_bytes, int cols, float *out, int64_t ldo, bool stream);
 
 typedef struct pdl_tile_kernels {
     int tile_rows, tile_cols;
@@ -59,11 +69,6 @@ void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d,
 /* The same with NEON (matmul_neon.c; aarch64 only): the same bytes. */
 void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
-/* Whether the calling worker's matmul has few activation rows (decode,
- * batched decode: at most one row block), so that even full tiles stream
- * their weights from memory once and should prefetch them. Set by the
- * driver (matmul.c) for each worker; tiles read it once per call. */
-int pdl_tile_streaming(void);
 
 /* Whether BF16 weights use BF16 activations (VDPBF16PS, or its exact
  * emulation in the portable panel tile). On by default where the CPU has

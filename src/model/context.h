@@ -1,0 +1,92 @@
+/*
+ * context.h - the run state of forwards over one loaded model (calm's
+ * RunState, llama.cpp's llama_context): the worker threads, the forward's
+ * scratch and the counters a forward writes.
+ *
+ * The model (model.h) is immutable once loaded; everything a forward
+ * writes lives here, so two contexts over one model run forwards on two
+ * threads at once. One context runs one forward at a time. Not for
+ * weights or hyperparameters (model.h), nor for K/V (kv_cache.h: the
+ * caller's, per engine or per sequence).
+ */
+#ifndef PDL_MODEL_CONTEXT_H
+#define PDL_MODEL_CONTEXT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/attention.h"
+#include "kernels/cpu_ops.h"
+#include "kernels/scratch.h"
+#include "kernels/threadpool.h"
+#include "model/model.h"
+
+/* Scratch buffers of the forward, grown on demand (never per token). */
+typedef struct pdl_forward_scratch {
+    size_t rows_cap;   /* rows the buffers below hold */
+    size_t logits_cap; /* rows `normed_out` holds */
+    float *x;          /* (rows, hidden) residual stream */
+    float *xn;         /* (rows, hidden) normed input of a block */
+    float *q;          /* (rows, n_heads * head_dim) */
+    float *k;          /* (rows, n_kv * head_dim) */
+    float *v;          /* (rows, n_kv * head_dim) */
+    float *attn;       /* (rows, n_heads * head_dim) attention output */
+    float *branch;     /* (rows, hidden) a block's output before a scaled / normed add */
+    float *gate;       /* (rows, ffn) */
+    float *up;         /* (rows, ffn) */
+    float *scores;     /* (n_threads, ctx) attention probabilities per worker */
+    size_t scores_cap; /* floats per worker in `scores` */
+    int attn_max_q;    /* queries per attention call in this forward (attn_max_queries) */
+    float *normed_out; /* (n_logits, hidden) rows gathered for the head */
+    size_t full_cap;   /* rows the two full-logits buffers hold */
+    float *full_normed;/* (rows, hidden) full-logits path only */
+    float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
+    float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
+    float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
+    /* mixture of experts (moe.c), for moe_rows_cap rows: */
+    size_t moe_rows_cap;
+    float *router;      /* (rows, n_experts) router logits */
+    int32_t *sel;       /* (rows, k) each row's experts, in rank order (best first) */
+    float *sel_w;       /* (rows, k) their weights */
+    int32_t *exp_start; /* (n_experts + 1) where expert e's assignments begin in exp_rows */
+    int32_t *exp_rows;  /* (rows * k) assignments row * k + rank, grouped by expert, rows ascending */
+    int32_t *out_at;    /* (rows * k) assignment row * k + rank -> its row in `ye` */
+    float *xe;          /* (rows * k, hidden) gathered input rows: one expert's, or every assignment's (grouped) */
+    float *he, *ue;     /* (rows * k, ffn_expert) gate (then activation) and up, likewise */
+    float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
+    /* what the matmuls take for the activations they prepare (scratch.h),
+     * reserved when the row capacities above grow */
+    pdl_scratch kernel;
+} pdl_forward_scratch;
+
+struct pdl_context {
+    const pdl_model *model;   /* read only; outlives the context */
+    pdl_threadpool *pool;     /* the forward's workers (the calling thread is worker 0) */
+    pdl_attention_table attention; /* the attention kernels, of the family in effect when the context was made */
+    pdl_gate_table gates;          /* the MLP gates, likewise */
+    pdl_forward_scratch scratch;
+    uint64_t moe_expert_runs; /* expert MLPs run (one per expert with rows, per layer and step): a
+                               * prefill reads each chosen expert once, a decode step only k */
+    /* Per-sequence, per-layer state of recurrent layers (hybrid models,
+     * issue 36) belongs here too: it is written by every forward. */
+};
+
+/* A matmul of the forward (layer, or -1 for the head) could not have its
+ * scratch: the error to return (the forward then reports no logits). */
+int pdl_forward_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err);
+
+/* The MLP of a mixture-of-experts layer over rows [0, n) of xn (hidden
+ * wide): router, top-k, each chosen expert once over its gathered rows,
+ * the shared expert; out (n, hidden) = the k outputs summed in rank order
+ * (moe.c). */
+int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err);
+
+/* The selective-logits probe (pdl_model_probe_selective_logits) on ctx:
+ * pdl_model_load runs it on its load-time context and keeps the verdict. */
+int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err);
+
+/* Frees the MoE scratch (pdl_context_free). */
+void pdl_moe_scratch_free(pdl_forward_scratch *s);
+
+#endif
