@@ -466,8 +466,8 @@ typedef struct pdl_seq {
     int32_t *block_table; /* [n_blocks] blocks holding positions in order (0, 1, ...) */
     int n_blocks, cap;
     int n_cached;         /* positions 0 .. n_cached-1 are in the cache */
-    int32_t *scratch;     /* the batch arrays of one call, reused (no allocation per token) */
-    int scratch_cap;
+    void *packer;         /* internal: the engine's batch packer, kept between calls (no allocation per
+                           * token); pdl_seq_release frees it */
 } pdl_seq;
 
 typedef enum pdl_logits_rows {

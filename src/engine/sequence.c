@@ -4,11 +4,12 @@
  * rows for a single segment.
  *
  * The engine builds the same pdl_batch for many sequences at once, with
- * blocks from its block pool; this is the one-sequence case of `pagedlm
- * logits` and the tests.
+ * blocks from its block pool, through the same packer (batch_builder.h);
+ * this is the one-segment case of `pagedlm logits` and the tests.
  */
 #include <stdlib.h>
 
+#include "engine/batch_builder.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -33,10 +34,11 @@ static int seq_reserve(pdl_kv_cache *kv, pdl_seq *seq, int n_positions, pdl_erro
 void pdl_seq_release(pdl_kv_cache *kv, pdl_seq *seq) {
     (void)kv;
     free(seq->block_table);
-    free(seq->scratch);
+    if (seq->packer) bb_free(seq->packer);
+    free(seq->packer);
     seq->block_table = NULL;
-    seq->scratch = NULL;
-    seq->n_blocks = seq->cap = seq->n_cached = seq->scratch_cap = 0;
+    seq->packer = NULL;
+    seq->n_blocks = seq->cap = seq->n_cached = 0;
 }
 
 int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int32_t *tokens, const pdl_row_inputs *in,
@@ -49,31 +51,24 @@ int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int3
         return pdl_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
                         m->ctx_size);
     if (seq_reserve(kv, seq, seq->n_cached + n_tokens, err)) return -1;
-    if (n_tokens * 3 > seq->scratch_cap) {
-        int32_t *nb = realloc(seq->scratch, (size_t)n_tokens * 3 * sizeof *nb);
-        if (!nb) return pdl_fail(err, "out of memory");
-        seq->scratch = nb;
-        seq->scratch_cap = n_tokens * 3;
+    if (!seq->packer) {
+        if (!(seq->packer = malloc(sizeof(batch_builder)))) return pdl_fail(err, "out of memory");
+        bb_init(seq->packer, kv->block_size);
     }
-    int32_t *buf = seq->scratch;
-    int32_t *positions = buf, *slots = buf + n_tokens, *logits_idx = buf + 2 * n_tokens;
-    for (int i = 0; i < n_tokens; i++) {
-        int pos = seq->n_cached + i;
-        positions[i] = pos;
-        slots[i] = seq->block_table[pos / kv->block_size] * kv->block_size + pos % kv->block_size;
-    }
+    batch_builder *bb = seq->packer;
+    if (bb_begin(bb, n_tokens, 1, err)) return -1;
+    /* the logits rows, as positions, written where the builder keeps them */
+    int32_t *lp = bb->logits_pos;
     int n_logits = 0;
-    if (rows == PDL_LOGITS_LAST) logits_idx[n_logits++] = n_tokens - 1;
+    if (rows == PDL_LOGITS_LAST) lp[n_logits++] = seq->n_cached + n_tokens - 1;
     else if (rows == PDL_LOGITS_ALL)
-        for (int i = 0; i < n_tokens; i++) logits_idx[n_logits++] = i;
-    int32_t cu[2] = {0, n_tokens};
-    const int32_t *tables[1] = {seq->block_table};
-    pdl_batch b = {
-        .n_tokens = n_tokens, .token_ids = tokens, .positions = positions, .slot_mapping = slots,
-        .n_seqs = 1, .cu_seqlens = cu, .block_tables = tables,
-        .n_logits = n_logits, .logits_indices = logits_idx, .embd = in->embd,
-        .span_first = in->span_first, .span_last = in->span_last, .rope_pos3 = in->rope_pos3,
-    };
+        for (int i = 0; i < n_tokens; i++) lp[n_logits++] = seq->n_cached + i;
+    bb_segment seg = {.block_table = seq->block_table, .start = seq->n_cached, .n = n_tokens, .tokens = tokens,
+                      .n_known = n_tokens, .logits_pos = lp, .n_logits = n_logits, .n_inputs = n_tokens,
+                      .embd = in->embd, .span_first = in->span_first, .span_last = in->span_last,
+                      .rope_pos3 = in->rope_pos3, .mrope = in->rope_pos3 != NULL};
+    if (bb_add(bb, &seg, err)) return -1;
+    pdl_batch b = *bb_finish(bb, false);
     int rc = pdl_forward(ctx, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;
     return rc;
