@@ -14,18 +14,6 @@
 
 #include "engine/engine_internal.h"
 #include "model/model.h"
-#include "vision/image.h"
-
-/* The prefix-cache stand-in for row k of an image with this hash: a
- * negative int32 (token ids are not), different per row and per image. */
-static int32_t image_row_key(const pdl_image *img, int k) {
-    uint64_t h = img->hash_lo ^ (img->hash_hi * 0x9e3779b97f4a7c15ull) ^
-                 ((uint64_t)(k + 1) * 0xc2b2ae3d27d4eb4full);
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 29;
-    return (int32_t)(0x80000000u | (uint32_t)(h & 0x7fffffffu));
-}
 
 /* Encodes the request's images and lays their rows over the prompt. */
 static int request_images(pdl_engine *e, eng_request *r, const pdl_request_params *p, const int32_t *prompt,
@@ -47,14 +35,13 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
         int n_rows = pdl_vision_image_rows(e->opts.vision, in->image);
         if (n_rows < 0)
             return pdl_fail(err, "request: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
-                            "processor refuses", i, in->image->width, in->image->height);
+                            "processor refuses", i, pdl_image_width(in->image), pdl_image_height(in->image));
         if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
             return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
                             "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
         int got = 0, width = e->model->cfg.hidden;
-        const enc_entry *hit = e->opts.no_encoder_cache
-                                   ? NULL
-                                   : enc_cache_get(&e->encoder_cache, in->image->hash_lo, in->image->hash_hi);
+        enc_key key = enc_key_of(in->image);
+        const enc_entry *hit = e->opts.no_encoder_cache ? NULL : enc_cache_get(&e->encoder_cache, key);
         if (hit && hit->width == width) { /* the same bytes encoded before: the same rows */
             r->image_rows[i] = malloc((size_t)hit->n_rows * (size_t)width * sizeof(float));
             if (!r->image_rows[i]) return pdl_fail(err, "request: out of memory");
@@ -65,14 +52,13 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
                 return pdl_fail_prefix(err, "request: image %d", i);
             e->images_encoded++;
             if (!e->opts.no_encoder_cache &&
-                enc_cache_put(&e->encoder_cache, in->image->hash_lo, in->image->hash_hi, r->image_rows[i], got,
-                              width))
+                enc_cache_put(&e->encoder_cache, key, r->image_rows[i], got, width))
                 return pdl_fail(err, "request: out of memory");
         }
         if (got != n_rows) return pdl_fail(err, "request: image %d encoded to %d rows, expected %d", i, got, n_rows);
         for (int k = 0; k < n_rows; k++) {
             r->row_embd[in->position + k] = r->image_rows[i] + (size_t)k * e->model->cfg.hidden;
-            r->hash_ids[in->position + k] = image_row_key(in->image, k);
+            r->hash_ids[in->position + k] = enc_row_key(key, k);
         }
         end = in->position + n_rows;
     }

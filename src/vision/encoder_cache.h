@@ -8,7 +8,7 @@
  * the rows the same bytes encoded to before (the vision model is the
  * engine's one), so a request's rows are the same whether encoded or found.
  * What it is not for: the prefix cache (KV blocks), which keys image rows
- * by the same hash (engine_input.c's image_row_key).
+ * by the same hash (enc_row_key).
  */
 #ifndef PDL_VISION_ENCODER_CACHE_H
 #define PDL_VISION_ENCODER_CACHE_H
@@ -16,8 +16,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pagedlm.h"
+
+/* An image's identity here: the 128-bit hash of the bytes it was decoded
+ * from (image.h), so the same bytes under another URL are the same image. */
+typedef struct enc_key {
+    uint64_t lo, hi;
+} enc_key;
+
+enc_key enc_key_of(const pdl_image *img);
+
+/* What the prefix cache hashes for row k of the image with this key in
+ * place of a token id: a negative int32 (token ids are not), different per
+ * row and per image (vLLM's extra keys). */
+int32_t enc_row_key(enc_key key, int k);
+
 typedef struct enc_entry {
-    uint64_t hash_lo, hash_hi;
+    enc_key key;
     float *rows;                 /* n_rows x width, owned */
     int n_rows, width;
     struct enc_entry *prev, *next; /* the LRU list: head = most recently used */
@@ -36,11 +51,11 @@ void enc_cache_free(enc_cache *c);
 
 /* The rows of the image with this hash (most recently used from now on), or
  * NULL; counts a query, and a hit when found. Valid until the next put. */
-const enc_entry *enc_cache_get(enc_cache *c, uint64_t hash_lo, uint64_t hash_hi);
+const enc_entry *enc_cache_get(enc_cache *c, enc_key key);
 
 /* Keeps a copy of an image's rows, evicting the least recently used until
  * they fit; rows larger than the whole budget are not kept. -1 when out of
  * memory (nothing changes then but evictions already done). */
-int enc_cache_put(enc_cache *c, uint64_t hash_lo, uint64_t hash_hi, const float *rows, int n_rows, int width);
+int enc_cache_put(enc_cache *c, enc_key key, const float *rows, int n_rows, int width);
 
 #endif

@@ -5,9 +5,11 @@
  *
  * What it is for: everything that turns a model's text into its ids and
  * back (the CLI, the server, the engine's detokenizer, the vision prompt
- * builder). It lives beside the tokenizer, not in the engine, so that code
- * below the engine (src/vision) never calls up into src/engine. What it is
- * not for: a tokenizer loaded on its own, without weights (tok_api.c).
+ * builder). It lives with the model that owns the tokenizer, not in the
+ * engine, so that code below the engine (src/vision) never calls up into
+ * src/engine, and the tokenizer never reaches up into the model. What it
+ * is not for: a tokenizer loaded on its own, without weights
+ * (src/tokenizer/tok_api.c).
  */
 #include <stdlib.h>
 
