@@ -72,6 +72,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kquant.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
@@ -197,6 +198,29 @@ extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
+
+/* The panel kernels of one family, chosen once (pdl_panel_kernels_for)
+ * instead of per call: every choice the driver makes from the instruction
+ * set, the CPU's features and the BF16 activation mode, per weight dtype.
+ * Part of pdl_kernels (matmul_table.h). */
+typedef struct pdl_panel_kernels {
+    bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (pdl_panels_wanted) */
+    pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
+    pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q6_K tile */
+    bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
+    int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
+    bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */
+    bool avxvnni;                      /* pdl_panels_use_avxvnni */
+    bool q8k_avx512;                   /* Q8_K activations by pdl_quantize_row_q8_k_avx512 (same bytes) */
+    bool bf16_avx512;                  /* BF16 pairs by pdl_f32_to_bf16_avx512 (same bytes) */
+    /* pdl_quantize_row_q8_0_sums of the family (same bytes on each) */
+    void (*quantize_q8_0)(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+} pdl_panel_kernels;
+
+/* Fills *pk for family isa (cpu_features.h) on this CPU, BF16 weights
+ * taking BF16 activations where the family can when bf16_activations. */
+void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk);
 
 /* Whether the integer panels (Q8_0, Q4_0, Q4_K, Q6_K) take the AVX-VNNI
  * tiles now: the AVX2 family is in effect, the CPU has AVX-VNNI and this
