@@ -186,7 +186,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             float *bias = malloc((size_t)out * sizeof *bias);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
             for (int i = 0; i < out; i++) bias[i] = frand();
-            pdl_matmul(pool, &scratch, y, out, x, rows, &t, bias, false);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y, out, x, rows, &t, bias, false);
             /* Q8_0 weights multiply Q8_0-quantized activations: the reference
              * uses the same quantized values */
             float *xe = malloc((size_t)rows * in * sizeof *xe);
@@ -225,14 +225,14 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             /* accumulate adds onto what is there */
             float *y2 = malloc((size_t)rows * out * sizeof *y2);
             for (int i = 0; i < rows * out; i++) y2[i] = 1.0f;
-            pdl_matmul(pool, &scratch, y2, out, x, rows, &t, bias, true);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y2, out, x, rows, &t, bias, true);
             int bad = 0;
             for (int i = 0; i < rows * out; i++)
                 if (y2[i] != 1.0f + y[i]) bad++;
             CHECK_EQ_INT(bad, 0);
             /* a single row gives the bytes of the same row inside the batch */
             float *y1 = malloc((size_t)out * sizeof *y1);
-            pdl_matmul(pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
             CHECK(memcmp(y1, y + (size_t)3 * out, (size_t)out * sizeof(float)) == 0);
             free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias), free(xe);
         }
@@ -282,10 +282,10 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     xr[i] = act16 ? pdl_bits_to_f32((b + 0x7fff + ((b >> 16) & 1)) & 0xffff0000u) : x[i];
                 }
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, &scratch, y0, out, xr, rows, &t, NULL, false);
+                pdl_matmul(pdl_kernels_active(), pool, &scratch, y0, out, xr, rows, &t, NULL, false);
                 free(xr);
                 pdl_isa_set((pdl_isa)isa);
-                pdl_matmul(pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x, rows, &t, NULL, false);
                 double worst = 0;
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
@@ -301,7 +301,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(types[ti]), rows, out, in);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
-                    pdl_matmul(pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    pdl_matmul(pdl_kernels_active(), pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
                               "%s %s: row %d alone differs from the batch", pdl_isa_name((pdl_isa)isa),
                               pdl_dtype_name(types[ti]), r);

@@ -342,11 +342,11 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             float *y0 = malloc((size_t)maxrows * out * sizeof *y0), *y1 = malloc((size_t)maxrows * out * sizeof *y1);
             for (int rows = 1; rows <= maxrows; rows++) {
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, &scratch, y0, out, x, rows, &t, NULL, false);
+                pdl_matmul(pdl_kernels_active(), pool, &scratch, y0, out, x, rows, &t, NULL, false);
                 for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
                     if (!pdl_isa_supported((pdl_isa)isa)) continue;
                     pdl_isa_set((pdl_isa)isa);
-                    pdl_matmul(pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                    pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x, rows, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in);
                 }
@@ -354,9 +354,9 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
                 if (!pdl_isa_supported((pdl_isa)isa)) continue;
                 pdl_isa_set((pdl_isa)isa);
-                pdl_matmul(pool, &scratch, y1, out, x, 7, &t, NULL, false);
+                pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x, 7, &t, NULL, false);
                 for (int r = 0; r < 7; r++) {
-                    pdl_matmul(pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    pdl_matmul(pdl_kernels_active(), pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
                               "%s %s %dx%d: row %d alone differs from the batch of 7", pdl_isa_name((pdl_isa)isa),
                               pdl_dtype_name(dt), out, in, r);

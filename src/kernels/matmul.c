@@ -417,15 +417,15 @@ static void prep_worker(void *p, int ith, int nth) {
     }
 }
 
-int pdl_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                       const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
                    outs[i].w->shape[1] == outs[0].w->shape[1];
-    if (together) return pdl_panels_matmul_shared(pool, scratch, x, n_rows, outs, n_outs);
+    if (together) return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, outs, n_outs);
     for (int i = 0; i < n_outs; i++)
-        if (pdl_matmul(pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate))
+        if (pdl_matmul(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate))
             return -1;
     return 0;
 }
@@ -450,18 +450,18 @@ static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
            w_gate->shape[1] == w_up->shape[1];
 }
 
-int pdl_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
+int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
                      int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
     if (n_rows == 0) return 0;
-    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(pool, scratch, gate, ldg, x, n_rows, w_gate, w_up, act);
+    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows, w_gate, w_up, act);
     pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
-    if (pdl_matmul_shared(pool, scratch, x, n_rows, o, 2)) return -1;
+    if (pdl_matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
     return 0;
 }
 
-int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                        const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
     if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
@@ -476,15 +476,15 @@ int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *
                                  u->shape[1] == in));
         }
         if (together) {
-            if (pdl_panels_matmul_grouped(pool, scratch, x, n_rows, g, n, act)) return -1;
+            if (pdl_panels_matmul_grouped(kernels, pool, scratch, x, n_rows, g, n, act)) return -1;
             continue;
         }
         for (int i = 0; i < n; i++) {
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
-            int rc = act ? pdl_matmul_gated(pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows,
+            int rc = act ? pdl_matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows,
                                             g[i].w, g[i].w_up, act)
-                         : pdl_matmul(pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+                         : pdl_matmul(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
             if (rc) return -1;
         }
     }
@@ -524,16 +524,16 @@ static int matmul_threads(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_r
     return pdl_threads_for(pool, (double)n_rows * (double)w->shape[0] * (double)w->shape[1], 65536.0);
 }
 
-size_t pdl_matmul_scratch_bytes(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
+size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
     if (n_rows <= 0) return 0;
-    if (w->panels) return pdl_panels_scratch_bytes(w, n_rows);
+    if (w->panels) return pdl_panels_scratch_bytes(kernels, w, n_rows);
     matmul_pieces p;
-    return matmul_pieces_of(pdl_kernels_active()->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
+    return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
 }
 
-int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
+int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
                const pdl_tensor *w, const float *bias, bool accumulate) {
-    const pdl_kernels *k = pdl_kernels_active();
+    const pdl_kernels *k = kernels;
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows, .quantize = k->quantize_q8_0};
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
@@ -542,7 +542,7 @@ int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy
         .bias = bias, .accumulate = accumulate, .tiles = k->tiles[w->dtype],
     };
     if (n_rows == 0) return 0;
-    if (w->panels) return pdl_panels_matmul(pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
+    if (w->panels) return pdl_panels_matmul(kernels, pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
     if (!pdl_matmul_supports(w->dtype)) {
         scratch->failed = 0; /* not the memory: the caller's message says so */
         return -1;

@@ -89,15 +89,6 @@ typedef struct pdl_kernels {
     pdl_panel_kernels panels;
 } pdl_kernels;
 
-/* Fills *k for family isa on this CPU (isa need not be supported: a table
- * is only data until it runs). */
-void pdl_kernels_for(pdl_isa isa, bool bf16_activations, pdl_kernels *k);
-
-/* The table of the family in effect (pdl_isa_active) and BF16 mode
- * (pdl_matmul_bf16_activations), each table filled once per process: what
- * pdl_matmul and the panel products use until their callers pass one. */
-const pdl_kernels *pdl_kernels_active(void);
-
 /* Whether BF16 weights use BF16 activations (VDPBF16PS, or its exact
  * emulation in the portable panel tile). On by default where the CPU has
  * AVX512_BF16, off elsewhere; PAGEDLM_BF16_ACTIVATIONS=0 or 1 decides for

@@ -38,9 +38,9 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     }
 }
 
-bool pdl_panels_wanted(const pdl_tensor *w) {
+bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
-    if (!pdl_kernels_active()->panels.wanted[w->dtype]) return false;
+    if (!kernels->panels.wanted[w->dtype]) return false;
     if (quantized(w->dtype)) return w->shape[1] % 32 == 0;
     if (kquant(w->dtype)) return w->shape[1] % PDL_QK_K == 0;
     return true;
@@ -635,19 +635,19 @@ static size_t act_bytes(pdl_dtype dt, int64_t in, int64_t n_rows, bool dp, int64
     return 0;
 }
 
-size_t pdl_panels_scratch_bytes(const pdl_tensor *w, int64_t n_rows) {
+size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows) {
     int64_t ld;
-    size_t need = act_bytes(w->dtype, w->shape[1], n_rows, pdl_kernels_active()->panels.pairs[w->dtype], &ld);
+    size_t need = act_bytes(w->dtype, w->shape[1], n_rows, kernels->panels.pairs[w->dtype], &ld);
     return need ? pdl_scratch_piece(need) : 0;
 }
 
-int pdl_panels_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
                       int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
-    return pdl_panels_matmul_shared(pool, scratch, x, n_rows, &o, 1);
+    return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
 }
 
-static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
                       panel_mat *mats, int n_mats, pdl_gate_fn act);
 
 /* The panel_mat of one output over activation rows [r0, r1). */
@@ -662,22 +662,22 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
     };
 }
 
-int pdl_panels_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                              const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
         mats[n++] = mat_of(outs[i].w, NULL, outs[i].y, outs[i].ldy, outs[i].bias, outs[i].accumulate, 0, n_rows);
-    return n ? panels_run(pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
+    return n ? panels_run(kernels, pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
 }
 
-int pdl_panels_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
                             int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
-    return panels_run(pool, scratch, x, n_rows, w_gate, &m, 1, act);
+    return panels_run(kernels, pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
-int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                               const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
@@ -685,18 +685,18 @@ int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const 
         const pdl_matmul_group *g = &groups[i];
         if (g->n_rows > 0) mats[n++] = mat_of(g->w, act ? g->w_up : NULL, g->y, g->ldy, NULL, false, g->r0, g->r0 + g->n_rows);
     }
-    return n ? panels_run(pool, scratch, x, n_rows, groups[0].w, mats, n, act) : 0;
+    return n ? panels_run(kernels, pool, scratch, x, n_rows, groups[0].w, mats, n, act) : 0;
 }
 
 /* Prepares the activations once and runs the panel tiles of every matrix
  * (gated: each with its up matrix) in one parallel region; w is one of
  * them (its dtype and width are all of theirs). */
-static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
                       panel_mat *mats, int n_mats, pdl_gate_fn act) {
     if (n_rows == 0 || n_mats <= 0) return 0;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
-    const pdl_panel_kernels *pk = &pdl_kernels_active()->panels;
+    const pdl_panel_kernels *pk = &kernels->panels;
     bool dp = pk->pairs[dt];
     panel_task t = {
         .tile_rows = pk->tile_rows[dt],

@@ -85,7 +85,7 @@
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
  * where the CPU has it). The model loader makes them unless
  * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
-bool pdl_panels_wanted(const pdl_tensor *w);
+bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
 int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in);
@@ -101,25 +101,25 @@ void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul
  * (its scratch and its -1 when that cannot be had, y then untouched). */
-int pdl_panels_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
                       int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch the panel products take for n_rows rows times w. */
-size_t pdl_panels_scratch_bytes(const pdl_tensor *w, int64_t n_rows);
+size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
 
 /* pdl_matmul_shared for matrices that all have panels of one dtype and
  * width (the caller checks). */
-int pdl_panels_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                              const pdl_matmul_out *outs, int n_outs);
 
 /* pdl_matmul_gated for a gate and an up matrix with panels of one dtype
  * and shape (the caller checks). */
-int pdl_panels_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
                             int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
 
 /* pdl_matmul_grouped for matrices (and up matrices) that all have panels
  * of one dtype and width (the caller checks). */
-int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
                               const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx

@@ -17,6 +17,7 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
     ctx->model = model;
     pdl_attention_table_for(pdl_isa_active(), &ctx->attention);
     pdl_gate_table_for(pdl_isa_active(), &ctx->gates);
+    ctx->kernels = *pdl_kernels_active();
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;
     ctx->pool = pdl_threadpool_new(threads);
     if (!ctx->pool) {

@@ -702,7 +702,7 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
         for (size_t i = 0; i < k; i++) {
             pdl_tensor *t = mats[i];
             if (!t->data) continue;
-            bool panels = pdl_panels_wanted(t);
+            bool panels = pdl_panels_wanted(pdl_kernels_active(), t);
             size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
             if (pass == 0) {
                 total += bytes;
