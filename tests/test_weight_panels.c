@@ -448,7 +448,8 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                         for (int i = 0; i < rows * h; i++) want[m][i] = got[m][i] = frand();
                         o[m] = (pdl_matmul_out){.y = got[m], .ldy = h, .w = &t[m], .bias = m == 1 ? NULL : bias[m],
                                                 .accumulate = m == 2};
-                        pdl_matmul(pdl_kernels_active(), pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias, o[m].accumulate);
+                        pdl_matmul(pdl_kernels_active(), pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias,
+                                   o[m].accumulate);
                     }
                     pdl_matmul_shared(pdl_kernels_active(), pool, &scratch, x, rows, o, 3);
                     for (int m = 0; m < 3; m++) {
@@ -528,7 +529,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         continue;
                     pdl_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
-                    pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
+                    pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t,
+                                      variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
                               pdl_isa_name(isa), threads);
@@ -580,7 +582,8 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                         pdl_matmul(pdl_kernels_active(), pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
                         pdl_matmul(pdl_kernels_active(), pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
                         for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
-                        pdl_matmul_gated(pdl_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1], acts[ai]);
+                        pdl_matmul_gated(pdl_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1],
+                                         acts[ai]);
                         CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
                                   pdl_dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
                                   unpaneled ? ", up without panels" : "");
@@ -610,7 +613,8 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
             pdl_dtype dt = cases[ci].dt;
             int in = cases[ci].in;
             if (dt == PDL_DTYPE_BF16 && !paneled) continue; /* row-major BF16 may read x as it is */
-            if (paneled && !pdl_panels_wanted(pdl_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}})) continue;
+            if (paneled && !pdl_panels_wanted(pdl_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2,
+                                              .shape = {out, in}})) continue;
             float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
             REQUIRE(x);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
@@ -641,10 +645,13 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                     memset(got, 0xA5, 2 * ny * sizeof *got);
                     s.fail_in = fail;
                     long takes = s.takes;
-                    int rc = entry == 0   ? pdl_matmul(pdl_kernels_active(), pool, &s, got, out, x, rows, &t[0], NULL, false)
+                    int rc = entry == 0   ? pdl_matmul(pdl_kernels_active(), pool, &s, got, out, x, rows, &t[0], NULL,
+                                                       false)
                              : entry == 1 ? pdl_matmul_shared(pdl_kernels_active(), pool, &s, x, rows, o, 2)
-                             : entry == 2 ? pdl_matmul_gated(pdl_kernels_active(), pool, &s, got, out, up, x, rows, &t[0], &t[1], pdl_silu_mul)
-                                          : pdl_matmul_grouped(pdl_kernels_active(), pool, &s, x, rows, g, 2, NULL, NULL);
+                             : entry == 2 ? pdl_matmul_gated(pdl_kernels_active(), pool, &s, got, out, up, x, rows,
+                                                             &t[0], &t[1], pdl_silu_mul)
+                                          : pdl_matmul_grouped(pdl_kernels_active(), pool, &s, x, rows, g, 2, NULL,
+                                                               NULL);
                     bool untouched = true;
                     for (size_t i = 0; i < 2 * ny * sizeof *got; i++) untouched &= ((uint8_t *)got)[i] == 0xA5;
                     if (fail) {
@@ -736,7 +743,8 @@ static void test_integer_sums_at_their_bounds(void) {
             }
             pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
             pdl_isa_set(PDL_ISA_SCALAR);
-            pdl_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, NULL,
+                       false); /* the row-major portable dots */
             void *buf = panels_of(pool, &t);
             pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
             for (int fi = 0; fi < 3; fi++) {

@@ -417,15 +417,16 @@ static void prep_worker(void *p, int ith, int nth) {
     }
 }
 
-int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                      const pdl_matmul_out *outs, int n_outs) {
+int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
                    outs[i].w->shape[1] == outs[0].w->shape[1];
     if (together) return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, outs, n_outs);
     for (int i = 0; i < n_outs; i++)
-        if (pdl_matmul(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate))
+        if (pdl_matmul(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias,
+                       outs[i].accumulate))
             return -1;
     return 0;
 }
@@ -450,10 +451,12 @@ static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
            w_gate->shape[1] == w_up->shape[1];
 }
 
-int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
-                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
+                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                     pdl_gate_fn act) {
     if (n_rows == 0) return 0;
-    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows, w_gate, w_up, act);
+    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows,
+                                                                   w_gate, w_up, act);
     pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
     if (pdl_matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
@@ -461,8 +464,8 @@ int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scrat
     return 0;
 }
 
-int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
+int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
     if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
     for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
@@ -482,8 +485,8 @@ int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scr
         for (int i = 0; i < n; i++) {
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
-            int rc = act ? pdl_matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows,
-                                            g[i].w, g[i].w_up, act)
+            int rc = act ? pdl_matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi,
+                                            g[i].n_rows, g[i].w, g[i].w_up, act)
                          : pdl_matmul(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
             if (rc) return -1;
         }
@@ -531,8 +534,8 @@ size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool
     return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
 }
 
-int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
-               const pdl_tensor *w, const float *bias, bool accumulate) {
+int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+               const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     const pdl_kernels *k = kernels;
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows, .quantize = k->quantize_q8_0};
     matmul_task t = {

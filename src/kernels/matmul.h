@@ -65,8 +65,8 @@ bool pdl_matmul_supports(pdl_dtype dtype);
  * when the scratch cannot be had (scratch->failed: its bytes), or when no
  * kernel takes w's dtype (scratch->failed: 0; the loaders refuse such
  * weights first). */
-int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
-               const pdl_tensor *w, const float *bias, bool accumulate);
+int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+               const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch pdl_matmul takes for n_rows rows times w (and each
  * product of pdl_matmul_shared / _gated / _grouped, whose activations are
@@ -90,8 +90,8 @@ typedef struct pdl_matmul_out {
  * where all the matrices have weight panels of one dtype and width, the
  * activations are prepared once and one parallel region splits all their
  * panels over the threads (one wake-up instead of one per matrix). */
-int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                      const pdl_matmul_out *outs, int n_outs);
+int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* A gated MLP's activation: gate[i] = act(gate[i]) * up[i] for i < n
  * (pdl_silu_mul, pdl_gelu_tanh_mul). */
@@ -116,8 +116,8 @@ typedef struct pdl_matmul_group {
  * once and one parallel region runs them all (at most PDL_MATMUL_GROUP_MAX
  * per call; more run in several). up: scratch (n_rows, w's rows) for the
  * gated fallback, or NULL without act. */
-int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
+int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
 
 /* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
  * scratch of the same shape): the gated MLP's two products and its
@@ -125,7 +125,8 @@ int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scr
  * it. Where both matrices have panels of one dtype and shape, each tile of
  * the up product is made right after the gate's and combined while both
  * are in L1, so `up` is not written at all. */
-int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
-                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
+                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                     pdl_gate_fn act);
 
 #endif

@@ -641,14 +641,14 @@ size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w,
     return need ? pdl_scratch_piece(need) : 0;
 }
 
-int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
-                      int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
     return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
 }
 
-static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
-                      panel_mat *mats, int n_mats, pdl_gate_fn act);
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_tensor *w, panel_mat *mats, int n_mats, pdl_gate_fn act);
 
 /* The panel_mat of one output over activation rows [r0, r1). */
 static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, int64_t ldy, const float *bias,
@@ -662,8 +662,8 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
     };
 }
 
-int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                             const pdl_matmul_out *outs, int n_outs) {
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
@@ -671,14 +671,15 @@ int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, p
     return n ? panels_run(kernels, pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
 }
 
-int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
-                            int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                            const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
     return panels_run(kernels, pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
-int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                              const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
     for (int i = 0; i < n_groups && i < PDL_MATMUL_GROUP_MAX; i++) {
@@ -691,8 +692,8 @@ int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, 
 /* Prepares the activations once and runs the panel tiles of every matrix
  * (gated: each with its up matrix) in one parallel region; w is one of
  * them (its dtype and width are all of theirs). */
-static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
-                      panel_mat *mats, int n_mats, pdl_gate_fn act) {
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_tensor *w, panel_mat *mats, int n_mats, pdl_gate_fn act) {
     if (n_rows == 0 || n_mats <= 0) return 0;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);

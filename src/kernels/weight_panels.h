@@ -101,26 +101,27 @@ void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul
  * (its scratch and its -1 when that cannot be had, y then untouched). */
-int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
-                      int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch the panel products take for n_rows rows times w. */
 size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
 
 /* pdl_matmul_shared for matrices that all have panels of one dtype and
  * width (the caller checks). */
-int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                             const pdl_matmul_out *outs, int n_outs);
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* pdl_matmul_gated for a gate and an up matrix with panels of one dtype
  * and shape (the caller checks). */
-int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
-                            int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                            const pdl_tensor *w_up, pdl_gate_fn act);
 
 /* pdl_matmul_grouped for matrices (and up matrices) that all have panels
  * of one dtype and width (the caller checks). */
-int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                              const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs

@@ -231,7 +231,8 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
             {.y = s->k, .ldy = h, .w = &L->wk, .bias = bias_of(&L->bk)},
             {.y = s->v, .ldy = h, .w = &L->wv, .bias = bias_of(&L->bv)},
         };
-        if (pdl_matmul_shared(&v->kernels, pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v", err);
+        if (pdl_matmul_shared(&v->kernels, pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v",
+                              err);
         pdl_threadpool_run_n(pool, row_threads, store_kv_rows, &t);
         double attn_work = (double)rows * rows * h;
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, attn_work, 65536.0), attention_rows, &t);
