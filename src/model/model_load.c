@@ -702,7 +702,7 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
         for (size_t i = 0; i < k; i++) {
             pdl_tensor *t = mats[i];
             if (!t->data) continue;
-            bool panels = pdl_panels_wanted(pdl_kernels_active(), t);
+            bool panels = pdl_panels_wanted(&m->kernels, t);
             size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
             if (pass == 0) {
                 total += bytes;
@@ -797,6 +797,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     pdl_model *m = calloc(1, sizeof *m);
     if (!m) return pdl_fail(err, "out of memory");
     m->probe_state = -1;
+    m->kernels = *pdl_kernels_active();
     m->cfg.logit_scale = 1.0f;
     m->cfg.logit_div = 1.0f;
     m->cfg.embed_scale = 1.0f;
