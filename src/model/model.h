@@ -157,6 +157,7 @@ struct pdl_model {
 
     pdl_kernels kernels;    /* the kernel family in effect at the load: which matrices got weight panels
                              * (a context keeps its own table, of the family in effect when it is made) */
+    bool kernels_chosen;    /* pdl_model_options named them: every context over the model takes `kernels` */
     int default_threads;    /* pdl_model_options.n_threads: what a context asking for 0 threads gets */
     int probe_state;        /* selective-logits probe, run once at the end of the load: 0 rejected, 1 passed
                              * (-1 not run: a model still loading) */
