@@ -6,9 +6,11 @@
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
  * matmul_avx2.c) are tested against. Q4_K and Q6_K weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
- * in matmul_neon*.c. The family is chosen once per process
- * (cpu_features.h); within it, every output element is computed by the same
- * instruction sequence whatever the batch, so results are batch-invariant.
+ * in matmul_neon*.c. The kernels of a family are chosen once, into a
+ * pdl_kernels table (pdl_kernels_for) that a model and each context keep
+ * and every entry point takes; within it, every output element is computed
+ * by the same instruction sequence whatever the batch, so results are
+ * batch-invariant.
  */
 #include "kernels/matmul.h"
 

@@ -92,7 +92,8 @@ typedef struct pdl_kernels {
 /* Whether BF16 weights use BF16 activations (VDPBF16PS, or its exact
  * emulation in the portable panel tile). On by default where the CPU has
  * AVX512_BF16, off elsewhere; PAGEDLM_BF16_ACTIVATIONS=0 or 1 decides for
- * a process, and the tests set it. */
+ * a process, and the tests set it. The tables made afterwards follow it
+ * (pdl_kernels_active); a model's options may choose otherwise. */
 void pdl_matmul_set_bf16_activations(bool on);
 bool pdl_matmul_bf16_activations(void);
 

@@ -556,8 +556,6 @@ static void act_worker(void *p, int ith, int nth) {
     }
 }
 
-bool pdl_panels_use_avxvnni(void) { return pdl_kernels_active()->panels.avxvnni; }
-
 static bool family_avxvnni(pdl_isa isa) {
     /* the four AVX-VNNI tiles are built together or not at all */
     return isa == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni;

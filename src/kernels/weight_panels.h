@@ -80,7 +80,7 @@
 #define PDL_PANEL_COLS 16
 
 /* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
- * made into panels on this machine: the process uses the AVX-512 panel
+ * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
  * where the CPU has it). The model loader makes them unless
@@ -212,7 +212,8 @@ typedef struct pdl_panel_kernels {
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */
-    bool avxvnni;                      /* pdl_panels_use_avxvnni */
+    bool avxvnni;                      /* the integer panels take the AVX-VNNI tiles: the AVX2 family, a CPU
+                                        * with AVX-VNNI and a build with the tiles (`bench` names it) */
     bool q8k_avx512;                   /* Q8_K activations by pdl_quantize_row_q8_k_avx512 (same bytes) */
     bool bf16_avx512;                  /* BF16 pairs by pdl_f32_to_bf16_avx512 (same bytes) */
     /* pdl_quantize_row_q8_0_sums of the family (same bytes on each) */
@@ -223,10 +224,5 @@ typedef struct pdl_panel_kernels {
  * taking BF16 activations where the family can when bf16_activations. */
 void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk);
 
-/* Whether the integer panels (Q8_0, Q4_0, Q4_K, Q6_K) take the AVX-VNNI
- * tiles now: the AVX2 family is in effect, the CPU has AVX-VNNI and this
- * build has the tiles (a compiler without -mavxvnni builds none). `bench`
- * names the kernel family by it. */
-bool pdl_panels_use_avxvnni(void);
 
 #endif
