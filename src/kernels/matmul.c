@@ -533,7 +533,8 @@ size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool
     if (n_rows <= 0) return 0;
     if (w->panels) return pdl_panels_scratch_bytes(kernels, w, n_rows);
     matmul_pieces p;
-    return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
+    return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows),
+                            &p);
 }
 
 int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
