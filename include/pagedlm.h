@@ -70,11 +70,18 @@ typedef struct pdl_model_options {
                            * copying it into weight panels for the kernels (the default) */
     pdl_log_fn log;       /* the loader's notices, one line each; NULL = none */
     void *log_user;
+    const char *kernels;  /* the kernel family of this model and of every context over it: "scalar", "avx2",
+                           * "avx512", "neon"; NULL = the one in effect (pdl_set_kernels). Unknown or not
+                           * supported here: the best runs and `log` gets pdl_set_kernels' message */
+    int bf16_activations; /* BF16 weights of this model multiply activations rounded to BF16 (1) or exact
+                           * F32 products (-1); 0 = as in effect (pdl_set_kernels). With either this or
+                           * `kernels` set, the model's contexts keep the model's choice */
 } pdl_model_options;
 
 /* Process-wide kernel choices, before models are loaded (the weight layout
- * follows the family) and contexts made (a pdl_context keeps the attention
- * kernels and MLP gates of the family in effect when it is made): the
+ * follows the family) and contexts made (a pdl_context keeps the kernels of
+ * the family in effect when it is made, unless its model's options named
+ * its own: pdl_model_options.kernels, .bf16_activations): the
  * kernel family ("scalar", "avx2", "avx512", "neon"; NULL leaves it as it
  * is, at first the best this CPU has) and whether BF16 weights multiply activations rounded
  * to BF16 (1), exact F32 products (0), or leave it as it is (-1; at first:

@@ -331,7 +331,7 @@ static void test_unknown_dtype_is_an_error_not_zeros(void) {
     REQUIRE(pool);
     pdl_scratch scratch = {0};
     float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y = -7.0f;
-    CHECK(pdl_matmul(pool, &scratch, &y, 1, x, 1, &t, NULL, false) == -1);
+    CHECK(pdl_matmul(pdl_kernels_active(), pool, &scratch, &y, 1, x, 1, &t, NULL, false) == -1);
     CHECK(y == -7.0f);
     CHECK_EQ_INT((int)scratch.failed, 0); /* not the memory */
     pdl_scratch_free(&scratch);

@@ -186,7 +186,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             float *bias = malloc((size_t)out * sizeof *bias);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
             for (int i = 0; i < out; i++) bias[i] = frand();
-            pdl_matmul(pool, &scratch, y, out, x, rows, &t, bias, false);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y, out, x, rows, &t, bias, false);
             /* Q8_0 weights multiply Q8_0-quantized activations: the reference
              * uses the same quantized values */
             float *xe = malloc((size_t)rows * in * sizeof *xe);
@@ -225,14 +225,14 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             /* accumulate adds onto what is there */
             float *y2 = malloc((size_t)rows * out * sizeof *y2);
             for (int i = 0; i < rows * out; i++) y2[i] = 1.0f;
-            pdl_matmul(pool, &scratch, y2, out, x, rows, &t, bias, true);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y2, out, x, rows, &t, bias, true);
             int bad = 0;
             for (int i = 0; i < rows * out; i++)
                 if (y2[i] != 1.0f + y[i]) bad++;
             CHECK_EQ_INT(bad, 0);
             /* a single row gives the bytes of the same row inside the batch */
             float *y1 = malloc((size_t)out * sizeof *y1);
-            pdl_matmul(pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
             CHECK(memcmp(y1, y + (size_t)3 * out, (size_t)out * sizeof(float)) == 0);
             free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias), free(xe);
         }
@@ -260,7 +260,10 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     for (int mode = 0; mode < 2; mode++)
     for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
         if (!pdl_isa_supported((pdl_isa)isa)) continue;
-        pdl_matmul_set_bf16_activations(mode == 1);
+        /* the family's table and the portable one, in this mode */
+        pdl_kernels scalar_kernels, family_kernels;
+        pdl_kernels_for(PDL_ISA_SCALAR, mode == 1, &scalar_kernels);
+        pdl_kernels_for((pdl_isa)isa, mode == 1, &family_kernels);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
@@ -281,11 +284,9 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     uint32_t b = pdl_f32_to_bits(x[i]);
                     xr[i] = act16 ? pdl_bits_to_f32((b + 0x7fff + ((b >> 16) & 1)) & 0xffff0000u) : x[i];
                 }
-                pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, &scratch, y0, out, xr, rows, &t, NULL, false);
+                pdl_matmul(&scalar_kernels, pool, &scratch, y0, out, xr, rows, &t, NULL, false);
                 free(xr);
-                pdl_isa_set((pdl_isa)isa);
-                pdl_matmul(pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                pdl_matmul(&family_kernels, pool, &scratch, y1, out, x, rows, &t, NULL, false);
                 double worst = 0;
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
@@ -301,7 +302,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(types[ti]), rows, out, in);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
-                    pdl_matmul(pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    pdl_matmul(&family_kernels, pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
                               "%s %s: row %d alone differs from the batch", pdl_isa_name((pdl_isa)isa),
                               pdl_dtype_name(types[ti]), r);
@@ -348,12 +349,10 @@ static void test_q8_0_activation_quantization(void) {
     for (int i = 96; i < 128; i++) xs[i] = (float)(i % 29) * (i % 2 ? 1.0f : -1.0f) * 3.0f + 0.5f;
     xs[96] = 127.0f;
     pdl_isa best = pdl_isa_best();
-    pdl_isa_set(PDL_ISA_SCALAR);
-    pdl_quantize_row_q8_0_sums(xs, N, q0, d0, s0);
+    pdl_quantizer_q8_0(PDL_ISA_SCALAR)(xs, N, q0, d0, s0);
     for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
         if (!pdl_isa_supported((pdl_isa)isa)) continue;
-        pdl_isa_set((pdl_isa)isa);
-        pdl_quantize_row_q8_0_sums(xs, N, q1, d1, s1);
+        pdl_quantizer_q8_0((pdl_isa)isa)(xs, N, q1, d1, s1);
         CHECK_MSG(memcmp(q0, q1, sizeof q0) == 0 && memcmp(d0, d1, sizeof d0) == 0 && memcmp(s0, s1, sizeof s0) == 0,
                   "%s quantizes differently from the portable code", pdl_isa_name((pdl_isa)isa));
     }

@@ -329,7 +329,6 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
     pdl_fp16_init();
     pdl_threadpool *pool = pdl_threadpool_new(3);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
     pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
     int shapes[][2] = {{1, 256}, {3, 512}, {5, 768}, {17, 1024}, {33, 2048}, {130, 256}};
     for (size_t ti = 0; ti < 2; ti++)
@@ -341,22 +340,24 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             float *x = random_x(maxrows, in);
             float *y0 = malloc((size_t)maxrows * out * sizeof *y0), *y1 = malloc((size_t)maxrows * out * sizeof *y1);
             for (int rows = 1; rows <= maxrows; rows++) {
-                pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, &scratch, y0, out, x, rows, &t, NULL, false);
+                pdl_kernels k;
+                pdl_kernels_for(PDL_ISA_SCALAR, pdl_matmul_bf16_activations(), &k);
+                pdl_matmul(&k, pool, &scratch, y0, out, x, rows, &t, NULL, false);
                 for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
                     if (!pdl_isa_supported((pdl_isa)isa)) continue;
-                    pdl_isa_set((pdl_isa)isa);
-                    pdl_matmul(pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                    pdl_kernels_for((pdl_isa)isa, pdl_matmul_bf16_activations(), &k);
+                    pdl_matmul(&k, pool, &scratch, y1, out, x, rows, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in);
                 }
             }
             for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
                 if (!pdl_isa_supported((pdl_isa)isa)) continue;
-                pdl_isa_set((pdl_isa)isa);
-                pdl_matmul(pool, &scratch, y1, out, x, 7, &t, NULL, false);
+                pdl_kernels k;
+                pdl_kernels_for((pdl_isa)isa, pdl_matmul_bf16_activations(), &k);
+                pdl_matmul(&k, pool, &scratch, y1, out, x, 7, &t, NULL, false);
                 for (int r = 0; r < 7; r++) {
-                    pdl_matmul(pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    pdl_matmul(&k, pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
                               "%s %s %dx%d: row %d alone differs from the batch of 7", pdl_isa_name((pdl_isa)isa),
                               pdl_dtype_name(dt), out, in, r);
@@ -364,7 +365,6 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             }
             free(w), free(x), free(y0), free(y1);
         }
-    pdl_isa_set(best);
     pdl_threadpool_free(pool);
 }
 

@@ -11,6 +11,7 @@
 
 #include "format/tensor.h"
 #include "gguf_writer.h"
+#include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul_table.h"
 #include "pagedlm.h"
@@ -207,11 +208,11 @@ static char *write_hf(const char *name, const build_opts *o, const char *config,
 
 static const int32_t TOKENS[9] = {3, 17, 0, 39, 22, 5, 5, 31, 12};
 
-static float *logits_of(const char *path, pdl_kv_dtype kvt) {
+/* The 9 x VOC logits of TOKENS with the model at path loaded with mo. */
+static float *logits_with(const char *path, const pdl_model_options *mo, pdl_kv_dtype kvt) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options mo = {.n_threads = 2};
-    REQUIRE_MSG(pdl_model_load(&m, path, &mo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_model_load(&m, path, mo, &err) == 0, "%s", err.message);
     pdl_context *ctx = test_context(m);
     pdl_kv_cache *kv = NULL;
     REQUIRE(pdl_kv_cache_create(&kv, m, kvt, 4, 8, &err) == 0);
@@ -223,6 +224,11 @@ static float *logits_of(const char *path, pdl_kv_dtype kvt) {
     pdl_context_free(ctx);
     pdl_model_free(m);
     return out;
+}
+
+static float *logits_of(const char *path, pdl_kv_dtype kvt) {
+    pdl_model_options mo = {.n_threads = 2};
+    return logits_with(path, &mo, kvt);
 }
 
 static double max_diff(const float *a, const float *b, size_t n) {
@@ -469,6 +475,31 @@ static void load_log(const char *path, lines_log *l) {
     pdl_model_free(m);
 }
 
+/* pdl_model_options.kernels gives a model its own kernel family: its
+ * contexts run it bit for bit as when that family is the process's, while
+ * the process keeps another; an unknown name loads with the best family
+ * and logs pdl_set_kernels' message. */
+static void test_model_options_choose_the_kernel_family(void) {
+    build_opts o = {.f16_matrices = 1};
+    char *g = write_gguf("family.gguf", &o);
+    pdl_isa was = pdl_isa_active();
+    pdl_isa_set(PDL_ISA_SCALAR);
+    float *want = logits_of(g, PDL_KV_F32);
+    pdl_isa_set(was);
+    pdl_model_options mo = {.n_threads = 2, .kernels = "scalar"};
+    float *got = logits_with(g, &mo, PDL_KV_F32);
+    CHECK_MSG(memcmp(want, got, 9 * VOC * sizeof *got) == 0, "the model's scalar family differs from the process's");
+    CHECK(pdl_isa_active() == was);
+    lines_log l = {0};
+    pdl_model_options bad = {.n_threads = 1, .kernels = "bogus", .log = on_log, .log_user = &l};
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, g, &bad, &err) == 0, "%s", err.message);
+    CHECK_CONTAINS(l.text, "kernels: bogus is not one of scalar, avx2, avx512, neon; using ");
+    pdl_model_free(m);
+    free(want), free(got), free(g);
+}
+
 /* Tensors the model does not take are counted in one log line naming the
  * first four in file order, in both formats; a file whose every tensor is
  * used logs nothing of the kind; a multimodal checkpoint's vision tensors
@@ -603,6 +634,7 @@ int main(void) {
     RUN(test_layer_count_and_non_finite_values_are_checked);
     RUN(test_token_ids_outside_the_vocabulary_are_refused);
     RUN(test_load_progress_goes_to_one_once);
+    RUN(test_model_options_choose_the_kernel_family);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     return test_summary();
 }

@@ -101,7 +101,7 @@ static void check_rows_alone(pdl_threadpool *pool, const pdl_tensor *t, const fl
     REQUIRE(one != NULL);
     for (int r = 0; r < rows; r++) {
         memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
-        pdl_matmul(pool, &scratch, one, out, x + (size_t)r * in, 1, t, bias, accum);
+        pdl_matmul(pdl_kernels_active(), pool, &scratch, one, out, x + (size_t)r * in, 1, t, bias, accum);
         CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
                   "%s row %d alone differs from the batch", pdl_dtype_name(t->dtype), r);
     }
@@ -150,7 +150,7 @@ static void test_panels_follow_the_documented_order(void) {
                     pdl_matmul_set_bf16_activations(act == 1);
                     memcpy(ys, y0, (size_t)rows * out * sizeof *ys);
                     pdl_isa_set(PDL_ISA_SCALAR);
-                    pdl_matmul(pool, &scratch, ys, out, x, rows, &t, b, accum);
+                    pdl_matmul(pdl_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(ys, want, (size_t)rows * out * sizeof *ys) == 0,
                               "portable %s%s %dx%dx%d variant %d: not the documented order", pdl_dtype_name(dt),
                               act ? "+bf16" : "", rows, out, in, variant);
@@ -160,7 +160,7 @@ static void test_panels_follow_the_documented_order(void) {
                         if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX2 && act)) continue;
                         pdl_isa_set((pdl_isa)isa);
                         memcpy(yv, y0, (size_t)rows * out * sizeof *yv);
-                        pdl_matmul(pool, &scratch, yv, out, x, rows, &t, b, accum);
+                        pdl_matmul(pdl_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
                         CHECK_MSG(memcmp(yv, want, (size_t)rows * out * sizeof *yv) == 0,
                                   "%s %s%s %dx%dx%d variant %d: differs from the documented order",
                                   pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), act ? "+bf16" : "", rows, out, in,
@@ -368,7 +368,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                                                          y0[r * out + o], accum);
                 memcpy(ys, y0, ny * sizeof *ys);
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pool, &scratch, ys, out, x, rows, &t, b, accum);
+                pdl_matmul(pdl_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
                 CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
                           pdl_dtype_name(dt), rows, out, in, variant);
                 /* the SIMD tiles: AVX-512 VNNI and AVX2 (VPMADDUBSW sums) */
@@ -376,7 +376,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                     if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
                     pdl_isa_set((pdl_isa)isa);
                     memcpy(yv, y0, ny * sizeof *yv);
-                    pdl_matmul(pool, &scratch, yv, out, x, rows, &t, b, accum);
+                    pdl_matmul(pdl_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
                               "%s %s %dx%dx%d variant %d: differs from the documented order",
                               pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in, variant);
@@ -448,9 +448,10 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                         for (int i = 0; i < rows * h; i++) want[m][i] = got[m][i] = frand();
                         o[m] = (pdl_matmul_out){.y = got[m], .ldy = h, .w = &t[m], .bias = m == 1 ? NULL : bias[m],
                                                 .accumulate = m == 2};
-                        pdl_matmul(pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias, o[m].accumulate);
+                        pdl_matmul(pdl_kernels_active(), pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias,
+                                   o[m].accumulate);
                     }
-                    pdl_matmul_shared(pool, &scratch, x, rows, o, 3);
+                    pdl_matmul_shared(pdl_kernels_active(), pool, &scratch, x, rows, o, 3);
                     for (int m = 0; m < 3; m++) {
                         CHECK_MSG(memcmp(got[m], want[m], (size_t)rows * heights[m] * sizeof *got[m]) == 0,
                                   "%s%s, %d rows, matrix %d, %d threads%s", pdl_dtype_name(dt),
@@ -528,7 +529,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         continue;
                     pdl_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
-                    pdl_panels_matmul(pool, &scratch, got, out, x, rows, &t, variant ? bias : NULL, variant == 2);
+                    pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t,
+                                      variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
                               pdl_isa_name(isa), threads);
@@ -577,10 +579,11 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                         float *g0 = malloc(ny * sizeof *g0), *u0 = malloc(ny * sizeof *u0);
                         float *g1 = malloc(ny * sizeof *g1), *u1 = malloc(ny * sizeof *u1);
                         REQUIRE(g0 && u0 && g1 && u1);
-                        pdl_matmul(pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
-                        pdl_matmul(pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
+                        pdl_matmul(pdl_kernels_active(), pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
+                        pdl_matmul(pdl_kernels_active(), pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
                         for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
-                        pdl_matmul_gated(pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1], acts[ai]);
+                        pdl_matmul_gated(pdl_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1],
+                                         acts[ai]);
                         CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
                                   pdl_dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
                                   unpaneled ? ", up without panels" : "");
@@ -610,7 +613,8 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
             pdl_dtype dt = cases[ci].dt;
             int in = cases[ci].in;
             if (dt == PDL_DTYPE_BF16 && !paneled) continue; /* row-major BF16 may read x as it is */
-            if (paneled && !pdl_panels_wanted(&(pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}})) continue;
+            if (paneled && !pdl_panels_wanted(pdl_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2,
+                                              .shape = {out, in}})) continue;
             float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
             REQUIRE(x);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
@@ -621,13 +625,13 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                 t[m] = (pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w[m]};
                 if (paneled) buf[m] = panels_of(pool, &t[m]);
             }
-            size_t need = pdl_matmul_scratch_bytes(pool, &t[0], rows), ny = (size_t)rows * out;
+            size_t need = pdl_matmul_scratch_bytes(pdl_kernels_active(), pool, &t[0], rows), ny = (size_t)rows * out;
             CHECK_MSG(need > 0, "%s %s: takes no scratch", pdl_dtype_name(dt), paneled ? "panels" : "rows");
             float *want = malloc(2 * ny * sizeof *want), *got = malloc(2 * ny * sizeof *got), *up = malloc(ny * sizeof *up);
             REQUIRE(want && got && up);
             pdl_scratch fresh = {0};
-            REQUIRE(pdl_matmul(pool, &fresh, want, out, x, rows, &t[0], NULL, false) == 0);
-            REQUIRE(pdl_matmul(pool, &fresh, want + ny, out, x, rows, &t[1], NULL, false) == 0);
+            REQUIRE(pdl_matmul(pdl_kernels_active(), pool, &fresh, want, out, x, rows, &t[0], NULL, false) == 0);
+            REQUIRE(pdl_matmul(pdl_kernels_active(), pool, &fresh, want + ny, out, x, rows, &t[1], NULL, false) == 0);
             pdl_scratch_free(&fresh);
             pdl_scratch s = {0};
             REQUIRE(pdl_scratch_reserve(&s, need) == 0);
@@ -641,10 +645,13 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                     memset(got, 0xA5, 2 * ny * sizeof *got);
                     s.fail_in = fail;
                     long takes = s.takes;
-                    int rc = entry == 0   ? pdl_matmul(pool, &s, got, out, x, rows, &t[0], NULL, false)
-                             : entry == 1 ? pdl_matmul_shared(pool, &s, x, rows, o, 2)
-                             : entry == 2 ? pdl_matmul_gated(pool, &s, got, out, up, x, rows, &t[0], &t[1], pdl_silu_mul)
-                                          : pdl_matmul_grouped(pool, &s, x, rows, g, 2, NULL, NULL);
+                    int rc = entry == 0   ? pdl_matmul(pdl_kernels_active(), pool, &s, got, out, x, rows, &t[0], NULL,
+                                                       false)
+                             : entry == 1 ? pdl_matmul_shared(pdl_kernels_active(), pool, &s, x, rows, o, 2)
+                             : entry == 2 ? pdl_matmul_gated(pdl_kernels_active(), pool, &s, got, out, up, x, rows,
+                                                             &t[0], &t[1], pdl_silu_mul)
+                                          : pdl_matmul_grouped(pdl_kernels_active(), pool, &s, x, rows, g, 2, NULL,
+                                                               NULL);
                     bool untouched = true;
                     for (size_t i = 0; i < 2 * ny * sizeof *got; i++) untouched &= ((uint8_t *)got)[i] == 0xA5;
                     if (fail) {
@@ -736,14 +743,15 @@ static void test_integer_sums_at_their_bounds(void) {
             }
             pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
             pdl_isa_set(PDL_ISA_SCALAR);
-            pdl_matmul(pool, &scratch, want, out, x, rows, &t, NULL, false); /* the row-major portable dots */
+            pdl_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, NULL,
+                       false); /* the row-major portable dots */
             void *buf = panels_of(pool, &t);
             pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
             for (int fi = 0; fi < 3; fi++) {
                 pdl_isa isa = families[fi];
                 if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni)) continue;
                 pdl_isa_set(isa);
-                pdl_panels_matmul(pool, &scratch, got, out, x, rows, &t, NULL, false);
+                pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t, NULL, false);
                 /* Q8_0 / Q4_0 panels have their own order (one fma per block),
                  * the row-major dots another: compare with the portable panels
                  * bit for bit, and with the dots within float rounding */
@@ -841,7 +849,7 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                 const float *b = variant ? bias : NULL;
                 bool accum = variant == 2;
                 pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_panels_matmul(pool, &scratch, want, out, x, rows, &t, b, accum);
+                pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
                 pdl_isa_set(best);
                 /* the driver's walk: tiles of up to 4 rows x 3 panels */
                 size_t pb = pdl_panel_bytes(dt, in);

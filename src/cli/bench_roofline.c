@@ -31,6 +31,7 @@
 
 typedef struct peak_task {
     int kind;        /* 0: F32 FMA, 1: BF16 dot, 2: INT8 dot */
+    pdl_isa isa;     /* the kernel family whose loops run */
     double sink[64];
 } peak_task;
 
@@ -134,7 +135,7 @@ static void peak_worker(void *p, int ith, int nth) {
     double r = 0;
 #if defined(__x86_64__)
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    pdl_isa isa = pdl_isa_active();
+    pdl_isa isa = t->isa;
     if (isa == PDL_ISA_AVX512) {
         if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
         else if (t->kind == 2) r = f->avx512vnni ? int8_loop_avx512() : 0;
@@ -180,30 +181,29 @@ static void bw_worker(void *p, int ith, int nth) {
 }
 
 /* Seconds for every thread of pool to run peak loop `kind` once. */
-static double time_peak(pdl_threadpool *pool, int kind) {
-    peak_task pt = {.kind = kind};
+static double time_peak(pdl_threadpool *pool, pdl_isa isa, int kind) {
+    peak_task pt = {.kind = kind, .isa = isa};
     double t0 = pdl_now_s();
     pdl_threadpool_run(pool, peak_worker, &pt);
     return pdl_now_s() - t0;
 }
 
-int bench_roofline_measure(int n_threads, bench_roofline *out) {
+int bench_roofline_measure(pdl_isa isa, int n_threads, bench_roofline *out) {
     memset(out, 0, sizeof *out);
     pdl_threadpool *pool = pdl_threadpool_new(n_threads);
     if (!pool) return -1;
     int nth = pdl_threadpool_size(pool);
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    pdl_isa isa = pdl_isa_active();
     /* vector lanes (32-bit) and independent chains of the family's peak loops above */
     int lanes = isa == PDL_ISA_AVX512 ? 16 : isa == PDL_ISA_AVX2 ? 8 : isa == PDL_ISA_NEON ? 4 : 0;
     int chains = isa == PDL_ISA_NEON ? 16 : 12;
-    if (lanes) out->f32_gflops = 2.0 * lanes * chains * ITERS * nth / time_peak(pool, 0) / 1e9;
+    if (lanes) out->f32_gflops = 2.0 * lanes * chains * ITERS * nth / time_peak(pool, isa, 0) / 1e9;
     if (isa == PDL_ISA_AVX512 && f->avx512bf16) /* 2 products + 2 adds per lane */
-        out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, 1) / 1e9;
+        out->bf16_gflops = 4.0 * 16 * 12.0 * ITERS * nth / time_peak(pool, isa, 1) / 1e9;
     /* 4 products + 4 adds per 32-bit lane: VPDPBUSD, SDOT, and the AVX2
      * pair VPMADDUBSW + VPADDW (two instructions, counted as one step) */
     if ((isa == PDL_ISA_AVX512 && f->avx512vnni) || (isa == PDL_ISA_NEON && f->neon_dotprod) || isa == PDL_ISA_AVX2)
-        out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, 2) / 1e9;
+        out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, isa, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;
     float *buf = pdl_huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */

@@ -4,6 +4,8 @@
 #ifndef PDL_CLI_BENCH_ROOFLINE_H
 #define PDL_CLI_BENCH_ROOFLINE_H
 
+#include "kernels/cpu_features.h"
+
 typedef struct bench_roofline {
     double f32_gflops;   /* FMA peak, all threads */
     double bf16_gflops;  /* VDPBF16PS peak, all threads (0 without AVX512_BF16) */
@@ -11,6 +13,7 @@ typedef struct bench_roofline {
     double read_gbs;     /* streaming read bandwidth, all threads */
 } bench_roofline;
 
-int bench_roofline_measure(int n_threads, bench_roofline *out);
+/* Peaks of family isa's loops (the model's: cpu_features.h) on n_threads. */
+int bench_roofline_measure(pdl_isa isa, int n_threads, bench_roofline *out);
 
 #endif

@@ -406,7 +406,7 @@ int cli_bench(int argc, char **argv) {
     bench_roofline roof = {0};
     if (rc == CLI_OK && a.roofline) {
         if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
-        bench_roofline_measure((int)a.threads, &roof);
+        bench_roofline_measure(model->kernels.isa, (int)a.threads, &roof);
     }
     /* the peak that bounds these weights, for the family in effect: BF16
      * dot products for BF16 weights on CPUs that have them (with BF16
@@ -429,15 +429,16 @@ int cli_bench(int argc, char **argv) {
         cpu_features(feats, sizeof feats);
         int nthreads = a.threads ? (int)a.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
         const char *logits = st.selective_logits ? "selective" : "full";
-        /* the kernel family in effect, and BF16 activations where they apply */
+        /* the model's kernel family, and BF16 activations where they apply */
+        const pdl_kernels *k = &model->kernels;
         char isa[64];
         bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
                            strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
-        snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(pdl_isa_active()),
-                 strstr(info.weight_types, "BF16") && pdl_isa_active() == PDL_ISA_AVX512 &&
-                         pdl_cpu_features_get()->avx512bf16 && pdl_matmul_bf16_activations()
+        snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(k->isa),
+                 strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
+                         pdl_cpu_features_get()->avx512bf16 && k->bf16_activations
                      ? "+bf16-activations"
-                 : int_weights && pdl_panels_use_avxvnni() ? "+avx-vnni" /* the integer panels' tiles */
+                 : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
         const char *kvd = a.eo.kv_dtype == PDL_KV_F32 ? "f32" : "f16";
         if (a.json) {
@@ -488,7 +489,7 @@ int cli_bench(int argc, char **argv) {
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
                        "(this model: %s); read bandwidth %.1f GB/s\n",
-                       pdl_isa_name(pdl_isa_active()), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
+                       pdl_isa_name(k->isa), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
                        roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];

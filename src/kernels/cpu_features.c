@@ -67,22 +67,30 @@ static void detect(void) {
     active = best_of(&features);
 }
 
+int pdl_isa_named(const char *name, pdl_isa *isa, pdl_error *err) {
+    pthread_once(&once, detect);
+    pdl_isa want = PDL_ISA_COUNT; /* unknown */
+    for (int i = 0; i < PDL_ISA_COUNT; i++)
+        if (strcmp(name, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
+    if (want != PDL_ISA_COUNT && supported(&features, want)) {
+        *isa = want;
+        return 0;
+    }
+    /* a typo or another machine's family: the best, and the caller says so */
+    *isa = best_of(&features);
+    return pdl_fail(err, "%s is %s; using %s", name,
+                    want == PDL_ISA_COUNT ? "not one of scalar, avx2, avx512, neon" : "not supported by this CPU",
+                    pdl_isa_name(*isa));
+}
+
 int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err) {
     pthread_once(&once, detect);
     if (bf16_activations >= 0) pdl_matmul_set_bf16_activations(bf16_activations != 0);
     if (!isa) return 0;
-    pdl_isa want = PDL_ISA_COUNT; /* unknown */
-    for (int i = 0; i < PDL_ISA_COUNT; i++)
-        if (strcmp(isa, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
-    if (want != PDL_ISA_COUNT && supported(&features, want)) {
-        active = want;
-        return 0;
-    }
-    /* a typo or another machine's family: the best runs, and the caller says so */
-    active = best_of(&features);
-    return pdl_fail(err, "%s is %s; using %s", isa,
-                    want == PDL_ISA_COUNT ? "not one of scalar, avx2, avx512, neon" : "not supported by this CPU",
-                    pdl_isa_name(active));
+    pdl_isa chosen;
+    int rc = pdl_isa_named(isa, &chosen, err);
+    active = chosen;
+    return rc;
 }
 
 const pdl_cpu_features *pdl_cpu_features_get(void) {

@@ -14,6 +14,8 @@
 
 #include <stdbool.h>
 
+#include "pagedlm.h"
+
 typedef enum pdl_isa {
     PDL_ISA_SCALAR = 0,  /* portable C, the reference */
     PDL_ISA_AVX2,        /* AVX2 + FMA + F16C */
@@ -35,6 +37,10 @@ pdl_isa pdl_isa_best(void);
 bool pdl_isa_supported(pdl_isa isa);
 /* The family in effect (pdl_set_kernels' or the best). */
 pdl_isa pdl_isa_active(void);
+/* The family called `name` ("scalar", "avx2", "avx512", "neon") in *isa;
+ * -1 with err "NAME is not ...; using BEST" and the best in *isa when the
+ * name is unknown or the CPU lacks it (pdl_set_kernels' rule). */
+int pdl_isa_named(const char *name, pdl_isa *isa, pdl_error *err);
 /* Overrides the family (tests); returns the one actually set. */
 pdl_isa pdl_isa_set(pdl_isa isa);
 const char *pdl_isa_name(pdl_isa isa);

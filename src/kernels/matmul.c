@@ -6,13 +6,16 @@
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
  * matmul_avx2.c) are tested against. Q4_K and Q6_K weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
- * in matmul_neon*.c. The family is chosen once per process
- * (cpu_features.h); within it, every output element is computed by the same
- * instruction sequence whatever the batch, so results are batch-invariant.
+ * in matmul_neon*.c. The kernels of a family are chosen once, into a
+ * pdl_kernels table (pdl_kernels_for) that a model and each context keep
+ * and every entry point takes; within it, every output element is computed
+ * by the same instruction sequence whatever the batch, so results are
+ * batch-invariant.
  */
 #include "kernels/matmul.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,24 +147,19 @@ static void quantize_row_q8_0_portable(const float *x, int64_t n, int8_t *qs, fl
     }
 }
 
-void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+pdl_quantize_q8_0_fn pdl_quantizer_q8_0(pdl_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (pdl_isa_active() == PDL_ISA_AVX512) {
-        pdl_quantize_row_q8_0_avx512(x, n, qs, d, sums);
-        return;
-    }
-    if (pdl_isa_active() == PDL_ISA_AVX2) {
-        pdl_quantize_row_q8_0_avx2(x, n, qs, d, sums);
-        return;
-    }
+    if (isa == PDL_ISA_AVX512) return pdl_quantize_row_q8_0_avx512;
+    if (isa == PDL_ISA_AVX2) return pdl_quantize_row_q8_0_avx2;
 #endif
 #if defined(__aarch64__)
-    if (pdl_isa_active() == PDL_ISA_NEON) {
-        pdl_quantize_row_q8_0_neon(x, n, qs, d, sums);
-        return;
-    }
+    if (isa == PDL_ISA_NEON) return pdl_quantize_row_q8_0_neon;
 #endif
-    quantize_row_q8_0_portable(x, n, qs, d, sums);
+    return quantize_row_q8_0_portable;
+}
+
+void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    pdl_kernels_active()->quantize_q8_0(x, n, qs, d, sums);
 }
 
 void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
@@ -330,12 +328,13 @@ void pdl_pack_perm32(const float *x, int64_t n, float *dst) {
             }
 }
 
-static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
+/* The tiles family isa runs dtype with (NULL: the portable dot products). */
+static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl_dtype dtype) {
     const pdl_tile_kernels *tk = NULL;
-    switch (pdl_isa_active()) {
+    switch (isa) {
     case PDL_ISA_AVX512:
         if (dtype == PDL_DTYPE_BF16 && pdl_cpu_features_get()->avx512bf16 && pdl_tiles_avx512bf16.fn[dtype] &&
-            pdl_matmul_bf16_activations())
+            bf16_activations)
             return &pdl_tiles_avx512bf16;
         if (dtype == PDL_DTYPE_BF16 && pdl_tiles_avx512_bf16w.fn[dtype]) return &pdl_tiles_avx512_bf16w;
         if (takes_q8k_activations(dtype) && pdl_cpu_features_get()->avx512vnni && family_has(&pdl_tiles_avx512_vnni, dtype))
@@ -352,6 +351,28 @@ static const pdl_tile_kernels *active_tiles(pdl_dtype dtype) {
     default: return NULL;
     }
     return family_has(tk, dtype) ? tk : NULL;
+}
+
+void pdl_kernels_for(pdl_isa isa, bool bf16_activations, pdl_kernels *k) {
+    *k = (pdl_kernels){.isa = isa, .bf16_activations = bf16_activations};
+    for (int dt = 0; dt < PDL_DTYPE_COUNT; dt++) k->tiles[dt] = tiles_for(isa, bf16_activations, (pdl_dtype)dt);
+    k->q8k_avx512 = isa == PDL_ISA_AVX512;
+    k->quantize_q8_0 = pdl_quantizer_q8_0(isa);
+    pdl_panel_kernels_for(isa, bf16_activations, &k->panels);
+}
+
+/* One table per (family, BF16 mode), all filled at the first call. */
+static pdl_kernels active_tables[PDL_ISA_COUNT][2];
+static pthread_once_t active_tables_once = PTHREAD_ONCE_INIT;
+
+static void fill_active_tables(void) {
+    for (int isa = 0; isa < PDL_ISA_COUNT; isa++)
+        for (int b = 0; b < 2; b++) pdl_kernels_for((pdl_isa)isa, b, &active_tables[isa][b]);
+}
+
+const pdl_kernels *pdl_kernels_active(void) {
+    pthread_once(&active_tables_once, fill_active_tables);
+    return &active_tables[pdl_isa_active()][pdl_matmul_bf16_activations() ? 1 : 0];
 }
 
 typedef struct q8k_task {
@@ -383,6 +404,7 @@ typedef struct prep_task {
     float *perm;    /* x_perm32 rows of ld floats, or NULL */
     int64_t ld;
     uint16_t *bf16; /* BF16 rows [n_rows][in], or NULL */
+    pdl_quantize_q8_0_fn quantize; /* the family's, for q */
 } prep_task;
 
 static void prep_worker(void *p, int ith, int nth) {
@@ -391,21 +413,22 @@ static void prep_worker(void *p, int ith, int nth) {
     pdl_split_range(t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
-        if (t->q) pdl_quantize_row_q8_0(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32));
+        if (t->q) t->quantize(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), NULL);
         if (t->perm) pdl_pack_perm32(xr, t->in, t->perm + r * t->ld);
         if (t->bf16) pdl_f32_to_bf16_avx512(xr, t->bf16 + r * t->in, t->in);
     }
 }
 
-int pdl_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                      const pdl_matmul_out *outs, int n_outs) {
+int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
                    outs[i].w->shape[1] == outs[0].w->shape[1];
-    if (together) return pdl_panels_matmul_shared(pool, scratch, x, n_rows, outs, n_outs);
+    if (together) return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, outs, n_outs);
     for (int i = 0; i < n_outs; i++)
-        if (pdl_matmul(pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias, outs[i].accumulate))
+        if (pdl_matmul(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias,
+                       outs[i].accumulate))
             return -1;
     return 0;
 }
@@ -430,19 +453,21 @@ static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
            w_gate->shape[1] == w_up->shape[1];
 }
 
-int pdl_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
-                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
+                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                     pdl_gate_fn act) {
     if (n_rows == 0) return 0;
-    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(pool, scratch, gate, ldg, x, n_rows, w_gate, w_up, act);
+    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows,
+                                                                   w_gate, w_up, act);
     pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
-    if (pdl_matmul_shared(pool, scratch, x, n_rows, o, 2)) return -1;
+    if (pdl_matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
     pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
     return 0;
 }
 
-int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
+int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
     if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
     for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
@@ -456,15 +481,15 @@ int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *
                                  u->shape[1] == in));
         }
         if (together) {
-            if (pdl_panels_matmul_grouped(pool, scratch, x, n_rows, g, n, act)) return -1;
+            if (pdl_panels_matmul_grouped(kernels, pool, scratch, x, n_rows, g, n, act)) return -1;
             continue;
         }
         for (int i = 0; i < n; i++) {
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
-            int rc = act ? pdl_matmul_gated(pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi, g[i].n_rows,
-                                            g[i].w, g[i].w_up, act)
-                         : pdl_matmul(pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+            int rc = act ? pdl_matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi,
+                                            g[i].n_rows, g[i].w, g[i].w_up, act)
+                         : pdl_matmul(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
             if (rc) return -1;
         }
     }
@@ -504,24 +529,26 @@ static int matmul_threads(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_r
     return pdl_threads_for(pool, (double)n_rows * (double)w->shape[0] * (double)w->shape[1], 65536.0);
 }
 
-size_t pdl_matmul_scratch_bytes(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
+size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
     if (n_rows <= 0) return 0;
-    if (w->panels) return pdl_panels_scratch_bytes(w, n_rows);
+    if (w->panels) return pdl_panels_scratch_bytes(kernels, w, n_rows);
     matmul_pieces p;
-    return matmul_pieces_of(active_tiles(w->dtype), w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows), &p);
+    return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows),
+                            &p);
 }
 
-int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
-               const pdl_tensor *w, const float *bias, bool accumulate) {
-    prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows};
+int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+               const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
+    const pdl_kernels *k = kernels;
+    prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows, .quantize = k->quantize_q8_0};
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
         .in = w->shape[1], .out = w->shape[0], .w = w,
         .w_row_bytes = pdl_dtype_row_bytes(w->dtype, w->shape[1]),
-        .bias = bias, .accumulate = accumulate, .tiles = active_tiles(w->dtype),
+        .bias = bias, .accumulate = accumulate, .tiles = k->tiles[w->dtype],
     };
     if (n_rows == 0) return 0;
-    if (w->panels) return pdl_panels_matmul(pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
+    if (w->panels) return pdl_panels_matmul(kernels, pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
     if (!pdl_matmul_supports(w->dtype)) {
         scratch->failed = 0; /* not the memory: the caller's message says so */
         return -1;
@@ -544,7 +571,7 @@ int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy
     if (pc.k) {
         /* the same for Q8_K */
         q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = (pdl_block_q8k *)(void *)at,
-                       .simd = t.tiles && pdl_isa_active() == PDL_ISA_AVX512};
+                       .simd = t.tiles && k->q8k_avx512};
         /* rows split over threads: done serially it took ~9% of a 512-token prompt */
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
         t.xk = qt.y;

@@ -26,8 +26,26 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/cpu_features.h"
 #include "kernels/scratch.h"
 #include "kernels/threadpool.h"
+
+/* Every kernel choice of one family (instruction set, CPU features, BF16
+ * activation mode), made once: the tiles, quantizers and panel kernels
+ * each entry point below takes (matmul_table.h has its fields). A model
+ * loader decides with it which weights get panels, a context keeps one
+ * for its forward. */
+typedef struct pdl_kernels pdl_kernels;
+
+/* Fills *k for family isa on this CPU (isa need not be supported: a table
+ * is only data until it runs). */
+void pdl_kernels_for(pdl_isa isa, bool bf16_activations, pdl_kernels *k);
+
+/* The table of the process-wide family in effect (pdl_isa_active) and BF16
+ * mode (pdl_matmul_bf16_activations), each filled once per process: what a
+ * model, context or vision model copies when it is made, and what tests
+ * and pdl_quantize_row_q8_0 use. Not for a hot path that has a context. */
+const pdl_kernels *pdl_kernels_active(void);
 
 /* Q8_0 and Q4_0 weights multiply Q8_0-quantized activations, as llama.cpp does:
  * x[n] -> n/32 blocks of 32 int8 (nearest, ties to even) and a scale
@@ -47,14 +65,14 @@ bool pdl_matmul_supports(pdl_dtype dtype);
  * when the scratch cannot be had (scratch->failed: its bytes), or when no
  * kernel takes w's dtype (scratch->failed: 0; the loaders refuse such
  * weights first). */
-int pdl_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x, int64_t n_rows,
-               const pdl_tensor *w, const float *bias, bool accumulate);
+int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+               const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch pdl_matmul takes for n_rows rows times w (and each
  * product of pdl_matmul_shared / _gated / _grouped, whose activations are
  * those rows): a caller reserves the largest of its matrices' ahead of its
  * hot path. Grows with n_rows. */
-size_t pdl_matmul_scratch_bytes(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows);
+size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows);
 
 /* One product of pdl_matmul_shared, with pdl_matmul's arguments. */
 typedef struct pdl_matmul_out {
@@ -72,8 +90,8 @@ typedef struct pdl_matmul_out {
  * where all the matrices have weight panels of one dtype and width, the
  * activations are prepared once and one parallel region splits all their
  * panels over the threads (one wake-up instead of one per matrix). */
-int pdl_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                      const pdl_matmul_out *outs, int n_outs);
+int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* A gated MLP's activation: gate[i] = act(gate[i]) * up[i] for i < n
  * (pdl_silu_mul, pdl_gelu_tanh_mul). */
@@ -98,8 +116,8 @@ typedef struct pdl_matmul_group {
  * once and one parallel region runs them all (at most PDL_MATMUL_GROUP_MAX
  * per call; more run in several). up: scratch (n_rows, w's rows) for the
  * gated fallback, or NULL without act. */
-int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                       const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
+int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
 
 /* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
  * scratch of the same shape): the gated MLP's two products and its
@@ -107,7 +125,8 @@ int pdl_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *
  * it. Where both matrices have panels of one dtype and shape, each tile of
  * the up product is made right after the gate's and combined while both
  * are in L1, so `up` is not written at all. */
-int pdl_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, float *up, const float *x,
-                     int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
+                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                     pdl_gate_fn act);
 
 #endif

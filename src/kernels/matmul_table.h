@@ -22,7 +22,9 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kquant.h"
+#include "kernels/weight_panels.h"
 
 /* stream: the calling matmul has few activation rows (decode, batched
  * decode: at most one row block), so even full tiles stream their weights
@@ -69,11 +71,29 @@ void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d,
 /* The same with NEON (matmul_neon.c; aarch64 only): the same bytes. */
 void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
+/* The family's pdl_quantize_row_q8_0_sums (the same bytes on each). */
+typedef void (*pdl_quantize_q8_0_fn)(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+/* ... of family isa (the portable one for a family without its own). */
+pdl_quantize_q8_0_fn pdl_quantizer_q8_0(pdl_isa isa);
+
+/* Every kernel choice of one family, made once (pdl_kernels_for) so that a
+ * matmul looks its kernels up instead of asking the CPU and the family in
+ * effect on every call: the tiles per weight dtype, the quantizers and the
+ * panel kernels. */
+typedef struct pdl_kernels {
+    pdl_isa isa;
+    bool bf16_activations;                          /* BF16 weights take BF16 activations where they can */
+    const pdl_tile_kernels *tiles[PDL_DTYPE_COUNT]; /* NULL: the portable dot products */
+    bool q8k_avx512;                                /* Q8_K activations by pdl_quantize_row_q8_k_avx512 */
+    pdl_quantize_q8_0_fn quantize_q8_0;
+    pdl_panel_kernels panels;
+} pdl_kernels;
 
 /* Whether BF16 weights use BF16 activations (VDPBF16PS, or its exact
  * emulation in the portable panel tile). On by default where the CPU has
  * AVX512_BF16, off elsewhere; PAGEDLM_BF16_ACTIVATIONS=0 or 1 decides for
- * a process, and the tests set it. */
+ * a process, and the tests set it. The tables made afterwards follow it
+ * (pdl_kernels_active); a model's options may choose otherwise. */
 void pdl_matmul_set_bf16_activations(bool on);
 bool pdl_matmul_bf16_activations(void);
 

@@ -17,30 +17,32 @@
 static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
-bool pdl_panels_wanted(const pdl_tensor *w) {
-    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
-    if (pdl_isa_active() == PDL_ISA_AVX2) {
-        if (quantized(w->dtype)) return pdl_qpanel_tile_q8_0_avx2 && w->shape[1] % 32 == 0;
-        if (kquant(w->dtype)) return pdl_kpanel_tile_q4_k_avx2 && w->shape[1] % PDL_QK_K == 0;
-        return pdl_panel_tiles_avx2[w->dtype] != NULL; /* F32, F16, BF16 */
+/* Whether family isa has panel tiles for dtype on this CPU (the width
+ * must also be a multiple of a block: pdl_panels_wanted). */
+static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
+    if (isa == PDL_ISA_AVX2) {
+        if (quantized(dtype)) return pdl_qpanel_tile_q8_0_avx2 != NULL;
+        if (kquant(dtype)) return pdl_kpanel_tile_q4_k_avx2 != NULL;
+        return pdl_panel_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
     }
-    if (pdl_isa_active() != PDL_ISA_AVX512) return false;
-    switch (w->dtype) {
+    if (isa != PDL_ISA_AVX512) return false;
+    switch (dtype) {
     case PDL_DTYPE_F32:
     case PDL_DTYPE_F16:
-    case PDL_DTYPE_BF16:
-        if (!pdl_panel_tiles_avx512[w->dtype]) return false;
-        break;
+    case PDL_DTYPE_BF16: return pdl_panel_tiles_avx512[dtype] != NULL;
     case PDL_DTYPE_Q8_0:
-    case PDL_DTYPE_Q4_0:
-        if (!pdl_cpu_features_get()->avx512vnni || !pdl_qpanel_tile_q8_0_vnni || w->shape[1] % 32) return false;
-        break;
+    case PDL_DTYPE_Q4_0: return pdl_cpu_features_get()->avx512vnni && pdl_qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
-    case PDL_DTYPE_Q6_K:
-        if (!pdl_cpu_features_get()->avx512vnni || !pdl_kpanel_tile_q4_k_vnni || w->shape[1] % PDL_QK_K) return false;
-        break;
+    case PDL_DTYPE_Q6_K: return pdl_cpu_features_get()->avx512vnni && pdl_kpanel_tile_q4_k_vnni;
     default: return false;
     }
+}
+
+bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w) {
+    if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
+    if (!kernels->panels.wanted[w->dtype]) return false;
+    if (quantized(w->dtype)) return w->shape[1] % 32 == 0;
+    if (kquant(w->dtype)) return w->shape[1] % PDL_QK_K == 0;
     return true;
 }
 
@@ -520,6 +522,7 @@ typedef struct act_task {
     float *d;    /* their scales [n_rows][in / 32] */
     int32_t *s;  /* and block sums [n_rows][in / 32] */
     pdl_block_q8k *k; /* Q4_K weights: Q8_K activations [n_rows][in / 256] */
+    const pdl_panel_kernels *pk; /* the family's quantizers */
 } act_task;
 
 static void act_worker(void *p, int ith, int nth) {
@@ -531,15 +534,15 @@ static void act_worker(void *p, int ith, int nth) {
         if (t->k) {
             pdl_block_q8k *kr = t->k + r * (t->in / PDL_QK_K);
 #if defined(__x86_64__) || defined(__i386__) /* the AVX-512 quantizer exists only there (kquant.h) */
-            if (pdl_isa_active() == PDL_ISA_AVX512) pdl_quantize_row_q8_k_avx512(xr, t->in, kr);
+            if (t->pk->q8k_avx512) pdl_quantize_row_q8_k_avx512(xr, t->in, kr);
             else
 #endif
                 pdl_quantize_row_q8_k(xr, t->in, kr);
         } else if (t->q) {
-            pdl_quantize_row_q8_0_sums(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
+            t->pk->quantize_q8_0(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
         } else if (t->pairs) {
             uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
-            if (pdl_isa_active() == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16) {
+            if (t->pk->bf16_avx512) {
                 pdl_f32_to_bf16_avx512(xr, d, t->in);
             } else {
                 for (int64_t i = 0; i < t->in; i++) d[i] = pdl_f32_to_bf16(xr[i]);
@@ -553,46 +556,65 @@ static void act_worker(void *p, int ith, int nth) {
     }
 }
 
-bool pdl_panels_use_avxvnni(void) {
+static bool family_avxvnni(pdl_isa isa) {
     /* the four AVX-VNNI tiles are built together or not at all */
-    return pdl_isa_active() == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni;
+    return isa == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni;
 }
 
-/* The tile for a dtype on this process's instruction set: the AVX-512
+/* The tile for a dtype on family isa: the AVX-512
  * or AVX2 one where the CPU has it, else the portable one (the same bits).
  * dp: BF16 weights with BF16 activations. */
-static void pick_tile(pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn, pdl_kpanel_fn *kfn) {
+static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn, pdl_kpanel_fn *kfn) {
     const pdl_cpu_features *f = pdl_cpu_features_get();
-    bool avx512 = pdl_isa_active() == PDL_ISA_AVX512;
+    bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
     if (kquant(dt)) {
         bool q4 = dt == PDL_DTYPE_Q4_K;
         if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
-        else if (pdl_panels_use_avxvnni())
+        else if (family_avxvnni(isa))
             *kfn = q4 ? pdl_kpanel_tile_q4_k_avxvnni : pdl_kpanel_tile_q6_k_avxvnni;
-        else if (pdl_isa_active() == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
+        else if (isa == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
         if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
         return;
     }
     if (quantized(dt)) {
         bool q8 = dt == PDL_DTYPE_Q8_0;
         if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
-        else if (pdl_panels_use_avxvnni())
+        else if (family_avxvnni(isa))
             *qfn = q8 ? pdl_qpanel_tile_q8_0_avxvnni : pdl_qpanel_tile_q4_0_avxvnni;
-        else if (pdl_isa_active() == PDL_ISA_AVX2) *qfn = q8 ? pdl_qpanel_tile_q8_0_avx2 : pdl_qpanel_tile_q4_0_avx2;
+        else if (isa == PDL_ISA_AVX2) *qfn = q8 ? pdl_qpanel_tile_q8_0_avx2 : pdl_qpanel_tile_q4_0_avx2;
         if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;
         return;
     }
     if (avx512) *fn = dp ? (f->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
-    else if (pdl_isa_active() == PDL_ISA_AVX2 && !dp) *fn = pdl_panel_tiles_avx2[dt];
+    else if (isa == PDL_ISA_AVX2 && !dp) *fn = pdl_panel_tiles_avx2[dt];
     if (!*fn)
         *fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
 }
 
 /* BF16 activations where the family has a BF16 dot product (or its
  * portable emulation); the AVX2 family multiplies F32 activations. */
-static bool bf16_pairs(pdl_dtype dt) {
-    return dt == PDL_DTYPE_BF16 && pdl_matmul_bf16_activations() && pdl_isa_active() != PDL_ISA_AVX2;
+static bool bf16_pairs(pdl_isa isa, bool bf16_activations, pdl_dtype dt) {
+    return dt == PDL_DTYPE_BF16 && bf16_activations && isa != PDL_ISA_AVX2;
+}
+
+void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk) {
+    *pk = (pdl_panel_kernels){0};
+    for (int i = 0; i < PDL_DTYPE_COUNT; i++) {
+        pdl_dtype dt = (pdl_dtype)i;
+        pk->wanted[dt] = family_wants(isa, dt);
+        pk->pairs[dt] = bf16_pairs(isa, bf16_activations, dt);
+        pick_tile(isa, dt, pk->pairs[dt], &pk->fn[dt], &pk->qfn[dt], &pk->kfn[dt]);
+        pk->tile_rows[dt] = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS;
+        /* the AVX2 float tiles work in pieces of 6 rows, 5 for BF16 (weight_panels_avx2.c) */
+        pk->avx2_float[dt] = pk->fn[dt] && isa == PDL_ISA_AVX2 && pk->fn[dt] == pdl_panel_tiles_avx2[dt];
+        if (pk->avx2_float[dt])
+            pk->tile_rows[dt] = dt == PDL_DTYPE_BF16 ? PDL_PANEL_TILE_ROWS_AVX2_BF16 : PDL_PANEL_TILE_ROWS_AVX2;
+    }
+    pk->avxvnni = family_avxvnni(isa);
+    pk->q8k_avx512 = isa == PDL_ISA_AVX512;
+    pk->bf16_avx512 = isa == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16;
+    pk->quantize_q8_0 = pdl_quantizer_q8_0(isa);
 }
 
 /* Bytes of the activations prepared once for n_rows rows times a matrix of
@@ -611,20 +633,20 @@ static size_t act_bytes(pdl_dtype dt, int64_t in, int64_t n_rows, bool dp, int64
     return 0;
 }
 
-size_t pdl_panels_scratch_bytes(const pdl_tensor *w, int64_t n_rows) {
+size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows) {
     int64_t ld;
-    size_t need = act_bytes(w->dtype, w->shape[1], n_rows, bf16_pairs(w->dtype), &ld);
+    size_t need = act_bytes(w->dtype, w->shape[1], n_rows, kernels->panels.pairs[w->dtype], &ld);
     return need ? pdl_scratch_piece(need) : 0;
 }
 
-int pdl_panels_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
-                      int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
-    return pdl_panels_matmul_shared(pool, scratch, x, n_rows, &o, 1);
+    return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
 }
 
-static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
-                      panel_mat *mats, int n_mats, pdl_gate_fn act);
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_tensor *w, panel_mat *mats, int n_mats, pdl_gate_fn act);
 
 /* The panel_mat of one output over activation rows [r0, r1). */
 static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, int64_t ldy, const float *bias,
@@ -638,43 +660,46 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
     };
 }
 
-int pdl_panels_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                             const pdl_matmul_out *outs, int n_outs) {
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
         mats[n++] = mat_of(outs[i].w, NULL, outs[i].y, outs[i].ldy, outs[i].bias, outs[i].accumulate, 0, n_rows);
-    return n ? panels_run(pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
+    return n ? panels_run(kernels, pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
 }
 
-int pdl_panels_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
-                            int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act) {
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                            const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
-    return panels_run(pool, scratch, x, n_rows, w_gate, &m, 1, act);
+    return panels_run(kernels, pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
-int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                              const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
     for (int i = 0; i < n_groups && i < PDL_MATMUL_GROUP_MAX; i++) {
         const pdl_matmul_group *g = &groups[i];
         if (g->n_rows > 0) mats[n++] = mat_of(g->w, act ? g->w_up : NULL, g->y, g->ldy, NULL, false, g->r0, g->r0 + g->n_rows);
     }
-    return n ? panels_run(pool, scratch, x, n_rows, groups[0].w, mats, n, act) : 0;
+    return n ? panels_run(kernels, pool, scratch, x, n_rows, groups[0].w, mats, n, act) : 0;
 }
 
 /* Prepares the activations once and runs the panel tiles of every matrix
  * (gated: each with its up matrix) in one parallel region; w is one of
  * them (its dtype and width are all of theirs). */
-static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows, const pdl_tensor *w,
-                      panel_mat *mats, int n_mats, pdl_gate_fn act) {
+static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                      int64_t n_rows, const pdl_tensor *w, panel_mat *mats, int n_mats, pdl_gate_fn act) {
     if (n_rows == 0 || n_mats <= 0) return 0;
     pdl_dtype dt = w->dtype;
     int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
-    bool dp = bf16_pairs(dt);
+    const pdl_panel_kernels *pk = &kernels->panels;
+    bool dp = pk->pairs[dt];
     panel_task t = {
-        .tile_rows = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS,
+        .tile_rows = pk->tile_rows[dt],
+        .fn = pk->fn[dt], .qfn = pk->qfn[dt], .kfn = pk->kfn[dt],
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
         .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
         .act = act, .mats = mats, .n_mats = n_mats,
@@ -685,15 +710,12 @@ static int panels_run(pdl_threadpool *pool, pdl_scratch *scratch, const float *x
         t.n_panels += mats[i].n_panels;
         macs += (double)(mats[i].r1 - mats[i].r0) * (double)mats[i].n_panels * PDL_PANEL_COLS * (double)in;
     }
-    pick_tile(dt, dp, &t.fn, &t.qfn, &t.kfn);
-    /* the AVX2 float tiles work in pieces of 6 rows, 5 for BF16 (weight_panels_avx2.c) */
-    bool avx2_float = t.fn && pdl_isa_active() == PDL_ISA_AVX2 && t.fn == pdl_panel_tiles_avx2[dt];
-    if (avx2_float) t.tile_rows = dt == PDL_DTYPE_BF16 ? PDL_PANEL_TILE_ROWS_AVX2_BF16 : PDL_PANEL_TILE_ROWS_AVX2;
+    bool avx2_float = pk->avx2_float[dt];
     /* activations prepared once per matmul (Q8_0 values, scales and block
      * sums; BF16 pairs; or F32 rows padded to an even length) into the
      * caller's scratch (reserved ahead by the forward: no allocation per
      * token) */
-    act_task a = {.x = x, .in = in, .n_rows = n_rows};
+    act_task a = {.x = x, .in = in, .n_rows = n_rows, .pk = pk};
     size_t nbt = (size_t)n_rows * (size_t)(in / 32);
     size_t need = act_bytes(dt, in, n_rows, dp, &a.ld);
     if (need) {

@@ -72,6 +72,7 @@
 #include <stdint.h>
 
 #include "format/tensor.h"
+#include "kernels/cpu_features.h"
 #include "kernels/kquant.h"
 #include "kernels/matmul.h"
 #include "kernels/threadpool.h"
@@ -79,12 +80,12 @@
 #define PDL_PANEL_COLS 16
 
 /* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K matrix) can be
- * made into panels on this machine: the process uses the AVX-512 panel
+ * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
  * where the CPU has it). The model loader makes them unless
  * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
-bool pdl_panels_wanted(const pdl_tensor *w);
+bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
 int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in);
@@ -100,26 +101,27 @@ void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul
  * (its scratch and its -1 when that cannot be had, y then untouched). */
-int pdl_panels_matmul(pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy, const float *x,
-                      int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
+int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch the panel products take for n_rows rows times w. */
-size_t pdl_panels_scratch_bytes(const pdl_tensor *w, int64_t n_rows);
+size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
 
 /* pdl_matmul_shared for matrices that all have panels of one dtype and
  * width (the caller checks). */
-int pdl_panels_matmul_shared(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                             const pdl_matmul_out *outs, int n_outs);
+int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* pdl_matmul_gated for a gate and an up matrix with panels of one dtype
  * and shape (the caller checks). */
-int pdl_panels_matmul_gated(pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg, const float *x,
-                            int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up, pdl_gate_fn act);
+int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                            const pdl_tensor *w_up, pdl_gate_fn act);
 
 /* pdl_matmul_grouped for matrices (and up matrices) that all have panels
  * of one dtype and width (the caller checks). */
-int pdl_panels_matmul_grouped(pdl_threadpool *pool, pdl_scratch *scratch, const float *x, int64_t n_rows,
-                              const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
+int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs
@@ -198,10 +200,29 @@ extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
 extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
 extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
 
-/* Whether the integer panels (Q8_0, Q4_0, Q4_K, Q6_K) take the AVX-VNNI
- * tiles now: the AVX2 family is in effect, the CPU has AVX-VNNI and this
- * build has the tiles (a compiler without -mavxvnni builds none). `bench`
- * names the kernel family by it. */
-bool pdl_panels_use_avxvnni(void);
+/* The panel kernels of one family, chosen once (pdl_panel_kernels_for)
+ * instead of per call: every choice the driver makes from the instruction
+ * set, the CPU's features and the BF16 activation mode, per weight dtype.
+ * Part of pdl_kernels (matmul_table.h). */
+typedef struct pdl_panel_kernels {
+    bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (pdl_panels_wanted) */
+    pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
+    pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q6_K tile */
+    bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
+    int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
+    bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */
+    bool avxvnni;                      /* the integer panels take the AVX-VNNI tiles: the AVX2 family, a CPU
+                                        * with AVX-VNNI and a build with the tiles (`bench` names it) */
+    bool q8k_avx512;                   /* Q8_K activations by pdl_quantize_row_q8_k_avx512 (same bytes) */
+    bool bf16_avx512;                  /* BF16 pairs by pdl_f32_to_bf16_avx512 (same bytes) */
+    /* pdl_quantize_row_q8_0_sums of the family (same bytes on each) */
+    void (*quantize_q8_0)(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+} pdl_panel_kernels;
+
+/* Fills *pk for family isa (cpu_features.h) on this CPU, BF16 weights
+ * taking BF16 activations where the family can when bf16_activations. */
+void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk);
+
 
 #endif

@@ -15,8 +15,10 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
     pdl_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return pdl_fail(err, "context: out of memory");
     ctx->model = model;
-    pdl_attention_table_for(pdl_isa_active(), &ctx->attention);
-    pdl_gate_table_for(pdl_isa_active(), &ctx->gates);
+    /* the model's own family where its options named one, else the one in effect now */
+    ctx->kernels = model->kernels_chosen ? model->kernels : *pdl_kernels_active();
+    pdl_attention_table_for(ctx->kernels.isa, &ctx->attention);
+    pdl_gate_table_for(ctx->kernels.isa, &ctx->gates);
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;
     ctx->pool = pdl_threadpool_new(threads);
     if (!ctx->pool) {

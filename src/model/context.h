@@ -18,6 +18,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/matmul_table.h"
 #include "kernels/scratch.h"
 #include "kernels/threadpool.h"
 #include "model/model.h"
@@ -65,6 +66,7 @@ struct pdl_context {
     pdl_threadpool *pool;     /* the forward's workers (the calling thread is worker 0) */
     pdl_attention_table attention; /* the attention kernels, of the family in effect when the context was made */
     pdl_gate_table gates;          /* the MLP gates, likewise */
+    pdl_kernels kernels;           /* the matmul and weight panel kernels, likewise */
     pdl_forward_scratch scratch;
     uint64_t moe_expert_runs; /* expert MLPs run (one per expert with rows, per layer and step): a
                                * prefill reads each chosen expert once, a decode step only k */

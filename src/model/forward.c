@@ -56,7 +56,7 @@ static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
         const pdl_tensor *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
             if (!ws[i]->data) continue; /* no dense MLP in a MoE layer */
-            size_t b = pdl_matmul_scratch_bytes(ctx->pool, ws[i], (int64_t)rows);
+            size_t b = pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, ws[i], (int64_t)rows);
             most = b > most ? b : most;
         }
     }
@@ -103,7 +103,8 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
     }
     if (n_logits > s->logits_cap) {
         if (grow(&s->normed_out, n_logits * c->hidden) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(ctx->pool, &m->w.output, (int64_t)n_logits)))
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
+                                                                     (int64_t)n_logits)))
             return pdl_fail(err, "forward: out of memory for %zu logits rows", n_logits);
         s->logits_cap = n_logits;
     }
@@ -381,13 +382,15 @@ static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pd
     size_t n = (size_t)b->n_tokens;
     if (n > s->full_cap) {
         if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(ctx->pool, &m->w.output, (int64_t)n)))
+            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
+                                                                     (int64_t)n)))
             return pdl_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
         s->full_cap = n;
     }
     for (size_t r = 0; r < n; r++)
         norm_row(c, s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data);
-    if (pdl_matmul(ctx->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n, &m->w.output, NULL, false))
+    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n,
+                   &m->w.output, NULL, false))
         return pdl_forward_kernel_failed(ctx, -1, "full logits head", err);
     head_postprocess(c, s->full_logits, (int)n);
     for (int j = 0; j < b->n_logits; j++)
@@ -451,13 +454,13 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
             {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
             {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
-        if (pdl_matmul_shared(ctx->pool, &s->kernel, branch_in, n, qkv, 3))
+        if (pdl_matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, qkv, 3))
             return pdl_forward_kernel_failed(ctx, l, "q/k/v projections", err);
         pdl_threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
         atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
         pdl_threadpool_run_n(ctx->pool, pdl_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
-        if (pdl_matmul(ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n, &lw->wo, NULL,
-                       direct_add))
+        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n,
+                       &lw->wo, NULL, direct_add))
             return pdl_forward_kernel_failed(ctx, l, "attention output", err);
         if (!direct_add) {
             t.norm = &lw->post_attn_norm;
@@ -477,11 +480,11 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
             pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
             continue;
         }
-        if (pdl_matmul_gated(ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate, &lw->w_up,
-                             c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
+        if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
+                             &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
             return pdl_forward_kernel_failed(ctx, l, "MLP gate/up", err);
-        if (pdl_matmul(ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n, &lw->w_down, NULL,
-                       direct_add))
+        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
+                       &lw->w_down, NULL, direct_add))
             return pdl_forward_kernel_failed(ctx, l, "MLP down", err);
         if (!direct_add) {
             t.norm = &lw->post_ffn_norm;
@@ -496,7 +499,8 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
         int r = b->logits_indices[j];
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
-    if (pdl_matmul(ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits, &m->w.output, NULL, false))
+    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits,
+                   &m->w.output, NULL, false))
         return pdl_forward_kernel_failed(ctx, -1, "LM head", err);
     head_postprocess(c, logits_out, b->n_logits);
     return 0;

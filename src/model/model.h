@@ -20,6 +20,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "format/tensor.h"
+#include "kernels/matmul_table.h"
 #include "model/arch.h"
 #include "pagedlm.h"
 #include "tokenizer/tokenizer.h"
@@ -154,6 +155,9 @@ struct pdl_model {
     tok_tokenizer *tok;
     char tok_error[PDL_ERROR_MAX];
 
+    pdl_kernels kernels;    /* the kernel family in effect at the load: which matrices got weight panels
+                             * (a context keeps its own table, of the family in effect when it is made) */
+    bool kernels_chosen;    /* pdl_model_options named them: every context over the model takes `kernels` */
     int default_threads;    /* pdl_model_options.n_threads: what a context asking for 0 threads gets */
     int probe_state;        /* selective-logits probe, run once at the end of the load: 0 rejected, 1 passed
                              * (-1 not run: a model still loading) */

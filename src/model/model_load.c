@@ -702,7 +702,7 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
         for (size_t i = 0; i < k; i++) {
             pdl_tensor *t = mats[i];
             if (!t->data) continue;
-            bool panels = pdl_panels_wanted(t);
+            bool panels = pdl_panels_wanted(&m->kernels, t);
             size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
             if (pass == 0) {
                 total += bytes;
@@ -797,6 +797,22 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     pdl_model *m = calloc(1, sizeof *m);
     if (!m) return pdl_fail(err, "out of memory");
     m->probe_state = -1;
+    if (opts && (opts->kernels || opts->bf16_activations)) {
+        /* this model's own family: its panels and its contexts follow it */
+        pdl_isa isa = pdl_isa_active();
+        pdl_error why = {0};
+        if (opts->kernels && pdl_isa_named(opts->kernels, &isa, &why) && opts->log) {
+            /* pdl_set_kernels' rule: the best family runs, and the log says so */
+            char line[PDL_ERROR_MAX + 16];
+            snprintf(line, sizeof line, "kernels: %s", why.message);
+            opts->log(line, opts->log_user);
+        }
+        bool bf16 = opts->bf16_activations ? opts->bf16_activations > 0 : pdl_matmul_bf16_activations();
+        pdl_kernels_for(isa, bf16, &m->kernels);
+        m->kernels_chosen = true;
+    } else {
+        m->kernels = *pdl_kernels_active();
+    }
     m->cfg.logit_scale = 1.0f;
     m->cfg.logit_div = 1.0f;
     m->cfg.embed_scale = 1.0f;

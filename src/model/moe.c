@@ -81,7 +81,7 @@ static size_t matmul_scratch(const pdl_context *ctx, size_t n) {
     size_t most = 0;
 #define MOST(w, r)                                                                  \
     do {                                                                            \
-        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(ctx->pool, (w), (r)) : 0;    \
+        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, (w), (r)) : 0;    \
         most = b_ > most ? b_ : most;                                               \
     } while (0)
     for (int l = 0; l < c->n_layers; l++) {
@@ -164,14 +164,17 @@ static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const floa
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
                                              .n_rows = cnt};
             if (ng == PDL_MATMUL_GROUP_MAX) {
-                int rc = pass == 0 ? pdl_matmul_grouped(ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
-                                   : pdl_matmul_grouped(ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+                int rc = pass == 0 ? pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g,
+                                                        ng, act, s->ue)
+                                   : pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng,
+                                                        NULL, NULL);
                 if (rc) return -1;
                 ng = 0;
             }
         }
-        int rc = pass == 0 ? pdl_matmul_grouped(ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act, s->ue)
-                           : pdl_matmul_grouped(ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+        int rc = pass == 0 ? pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act,
+                                                s->ue)
+                           : pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
         if (rc) return -1;
     }
     return 0;
@@ -228,7 +231,7 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
     pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
 
-    if (pdl_matmul(ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
+    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
         return moe_failed(ctx, lw, "router", err);
     for (int r = 0; r < n; r++) pdl_moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
 
@@ -261,9 +264,10 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
             if (cnt == 0) continue;
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-            if (pdl_matmul_gated(ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt, &lw->exp_gate[e],
-                                 &lw->exp_up[e], act) ||
-                pdl_matmul(ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt, &lw->exp_down[e], NULL, false))
+            if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
+                                 &lw->exp_gate[e], &lw->exp_up[e], act) ||
+                pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
+                           &lw->exp_down[e], NULL, false))
                 return moe_failed(ctx, lw, "experts", err);
             ctx->moe_expert_runs++;
         }
@@ -277,14 +281,15 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
         /* out += W_down (g * act(W_gate x) * W_up x): the gate g scales the
          * activation before the down projection (a linear map), which then
          * accumulates into the routed sum */
-        if (pdl_matmul_gated(ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate, &lw->sh_up, act))
+        if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate,
+                             &lw->sh_up, act))
             return moe_failed(ctx, lw, "shared expert", err);
         if (t.shared_gate)
             for (int r = 0; r < n; r++) {
                 float *h = s->gate + (size_t)r * c->ffn_shared;
                 for (int i = 0; i < c->ffn_shared; i++) h[i] *= t.shared_gate[r];
             }
-        if (pdl_matmul(ctx->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
+        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
             return moe_failed(ctx, lw, "shared expert", err);
     }
     return 0;

@@ -28,10 +28,11 @@ static int project_llava(pdl_vision *v, const float *x, int n, float *out, pdl_e
     float *mid = malloc((size_t)n * c->proj_hidden * sizeof *mid);
     if (!mid) return pdl_fail(err, "projector: out of memory for %d rows", n);
     pdl_scratch *ks = &v->scratch.kernel;
-    int rc = pdl_matmul(v->pool, ks, mid, c->proj_hidden, x, n, &v->w.mm1_w, bias_of(&v->w.mm1_b), false);
+    int rc = pdl_matmul(&v->kernels, v->pool, ks, mid, c->proj_hidden, x, n, &v->w.mm1_w, bias_of(&v->w.mm1_b), false);
     if (!rc) {
         pdl_vision_activation(v, mid, n, c->proj_hidden, c->proj_act);
-        rc = pdl_matmul(v->pool, ks, out, c->text_hidden, mid, n, &v->w.mm2_w, bias_of(&v->w.mm2_b), false);
+        rc = pdl_matmul(&v->kernels, v->pool, ks, out, c->text_hidden, mid, n, &v->w.mm2_w, bias_of(&v->w.mm2_b),
+                        false);
     }
     free(mid);
     if (rc) return pdl_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
@@ -56,7 +57,8 @@ static int project_gemma3(pdl_vision *v, const float *x, int n, float *out, pdl_
             pdl_rmsnorm(o, o, v->w.mm_norm_w.data, h, c->mm_norm_eps);
         }
     pdl_scratch *ks = &v->scratch.kernel;
-    int rc = pdl_matmul(v->pool, ks, out, c->text_hidden, pooled, c->mm_tokens, &v->w.mm_proj_w, NULL, false);
+    int rc = pdl_matmul(&v->kernels, v->pool, ks, out, c->text_hidden, pooled, c->mm_tokens, &v->w.mm_proj_w, NULL,
+                        false);
     free(pooled);
     if (rc) return pdl_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
     return 0;

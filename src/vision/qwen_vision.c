@@ -176,7 +176,7 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
     int row_threads = pdl_threads_for(pool, (double)n * h, 16384.0);
 
     /* the patch embedding, in the processor's row order */
-    if (pdl_matmul(pool, ks, tmp, h, patches, n, &w->patch_w, NULL, false)) {
+    if (pdl_matmul(&v->kernels, pool, ks, tmp, h, patches, n, &w->patch_w, NULL, false)) {
         kernel_failed(v, -1, "patch embedding", err);
         goto done;
     }
@@ -213,26 +213,26 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
             {.y = k, .ldy = h, .w = &L->wk, .bias = L->bk.data},
             {.y = vv, .ldy = h, .w = &L->wv, .bias = L->bv.data},
         };
-        if (pdl_matmul_shared(pool, ks, xn, n, qkv, 3)) {
+        if (pdl_matmul_shared(&v->kernels, pool, ks, xn, n, qkv, 3)) {
             kernel_failed(v, l, "q/k/v", err);
             goto done;
         }
         pdl_threadpool_run_n(pool, row_threads, rope_store_rows, &t);
         double span = full ? n : (double)unit * c->window_cells * c->window_cells;
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n * span * h, 65536.0), attention_rows, &t);
-        if (pdl_matmul(pool, ks, x, h, attn, n, &L->wo, L->bo.data, true)) {
+        if (pdl_matmul(&v->kernels, pool, ks, x, h, attn, n, &L->wo, L->bo.data, true)) {
             kernel_failed(v, l, "attention output", err);
             goto done;
         }
         t.norm_w = L->ln2_w.data;
         pdl_threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
-        if (pdl_matmul(pool, ks, gate, c->ffn, xn, n, &L->fc1_w, L->fc1_b.data, false) ||
-            pdl_matmul(pool, ks, up, c->ffn, xn, n, &L->up_w, L->up_b.data, false)) {
+        if (pdl_matmul(&v->kernels, pool, ks, gate, c->ffn, xn, n, &L->fc1_w, L->fc1_b.data, false) ||
+            pdl_matmul(&v->kernels, pool, ks, up, c->ffn, xn, n, &L->up_w, L->up_b.data, false)) {
             kernel_failed(v, l, "MLP gate/up", err);
             goto done;
         }
         for (size_t r = 0; r < (size_t)n; r++) pdl_silu_mul(gate + r * c->ffn, up + r * c->ffn, c->ffn);
-        if (pdl_matmul(pool, ks, x, h, gate, n, &L->fc2_w, L->fc2_b.data, true)) {
+        if (pdl_matmul(&v->kernels, pool, ks, x, h, gate, n, &L->fc2_w, L->fc2_b.data, true)) {
             kernel_failed(v, l, "MLP down", err);
             goto done;
         }
@@ -240,12 +240,12 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
     /* the merger: a cell's rows side by side are one (unit * hidden) row */
     t.norm_w = w->mm_norm_w.data;
     pdl_threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
-    if (pdl_matmul(pool, ks, mid, mhid, xn, cells, &w->mm1_w, w->mm1_b.data, false)) {
+    if (pdl_matmul(&v->kernels, pool, ks, mid, mhid, xn, cells, &w->mm1_w, w->mm1_b.data, false)) {
         kernel_failed(v, -1, "merger mlp.0", err);
         goto done;
     }
     pdl_vision_activation(v, mid, cells, mhid, c->proj_act);
-    if (pdl_matmul(pool, ks, merged, th, mid, cells, &w->mm2_w, w->mm2_b.data, false)) {
+    if (pdl_matmul(&v->kernels, pool, ks, merged, th, mid, cells, &w->mm2_w, w->mm2_b.data, false)) {
         kernel_failed(v, -1, "merger mlp.2", err);
         goto done;
     }

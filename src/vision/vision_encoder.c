@@ -37,12 +37,12 @@ static int grow(void **buf, size_t bytes) {
 
 /* The kernels' scratch the tower's matmuls take for `rows` rows. */
 static size_t matmul_scratch(const pdl_vision *v, size_t rows) {
-    size_t most = pdl_matmul_scratch_bytes(v->pool, &v->w.patch_w, (int64_t)rows);
+    size_t most = pdl_matmul_scratch_bytes(&v->kernels, v->pool, &v->w.patch_w, (int64_t)rows);
     for (int l = 0; l < v->cfg.n_layers_run; l++) {
         const pdl_vision_layer *L = &v->w.layers[l];
         const pdl_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->fc1_w, &L->fc2_w};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            size_t b = pdl_matmul_scratch_bytes(v->pool, ws[i], (int64_t)rows);
+            size_t b = pdl_matmul_scratch_bytes(&v->kernels, v->pool, ws[i], (int64_t)rows);
             most = b > most ? b : most;
         }
     }
@@ -215,7 +215,7 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
     /* embeddings: [class, patches] + positions */
     vtask t = {.v = v, .pixels = pixels, .rows = rows};
     pdl_threadpool_run_n(pool, row_threads, gather_patches, &t);
-    if (pdl_matmul(pool, &s->kernel, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w,
+    if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w,
                    bias_of(&w->patch_b), false))
         return kernel_failed(v, -1, "patch embedding", err);
     if (cls) memcpy(s->x, w->class_embd.data, (size_t)h * sizeof *s->x);
@@ -231,18 +231,19 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
             {.y = s->k, .ldy = h, .w = &L->wk, .bias = bias_of(&L->bk)},
             {.y = s->v, .ldy = h, .w = &L->wv, .bias = bias_of(&L->bv)},
         };
-        if (pdl_matmul_shared(pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v", err);
+        if (pdl_matmul_shared(&v->kernels, pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v",
+                              err);
         pdl_threadpool_run_n(pool, row_threads, store_kv_rows, &t);
         double attn_work = (double)rows * rows * h;
         pdl_threadpool_run_n(pool, pdl_threads_for(pool, attn_work, 65536.0), attention_rows, &t);
-        if (pdl_matmul(pool, &s->kernel, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true))
+        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true))
             return kernel_failed(v, l, "attention output", err);
 
         layernorm(v, &L->ln2_w, &L->ln2_b, s->x, s->xn, rows);
-        if (pdl_matmul(pool, &s->kernel, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false))
+        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false))
             return kernel_failed(v, l, "MLP fc1", err);
         pdl_vision_activation(v, s->ff, rows, c->ffn, c->act);
-        if (pdl_matmul(pool, &s->kernel, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true))
+        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true))
             return kernel_failed(v, l, "MLP fc2", err);
     }
     if (c->post_ln) layernorm(v, &w->post_ln_w, &w->post_ln_b, s->x, s->x, rows);

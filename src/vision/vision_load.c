@@ -269,6 +269,7 @@ int pdl_vision_load(pdl_vision **out, const char *path, const pdl_model *text, p
     /* workers of its own, as many as the text model's contexts get: an
      * image is encoded while the text model's forwards run elsewhere */
     v->pool = pdl_threadpool_new(text->default_threads);
+    v->kernels = text->kernels_chosen ? text->kernels : *pdl_kernels_active();
     struct stat st;
     int rc;
     if (!v->pool) rc = pdl_fail(err, "vision model: cannot start worker threads");

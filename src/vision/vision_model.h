@@ -19,6 +19,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "format/tensor.h"
+#include "kernels/matmul_table.h"
 #include "kernels/scratch.h"
 #include "kernels/threadpool.h"
 #include "pagedlm.h"
@@ -134,6 +135,7 @@ struct pdl_vision {
     st_model *st;
     pdl_threadpool *pool;   /* its own workers (owned), as many as the text model's default: the
                              * vision model and the text model's contexts share nothing they write */
+    pdl_kernels kernels;    /* the matmul kernels, of the family in effect when it was loaded */
     pdl_vision_scratch scratch;
     void **owned;           /* buffers the loader allocated (F32 vectors, transposed projection) */
     size_t n_owned;
