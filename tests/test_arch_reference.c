@@ -223,7 +223,7 @@ static void ref_forward_scaled(const spec *s, const weights *w, const int32_t *t
     double *p = calloc((size_t)T, sizeof *p), *hn = calloc((size_t)T * H, sizeof *hn);
     /* Gemma: embeddings times sqrt(hidden) as a float32 number */
     double es = gemma ? (double)(float)sqrt((double)H) : 1.0;
-    if (gemma && bf16_scale) es = pdl_bf16_to_f32(pdl_f32_to_bf16((float)es));
+    if (gemma && bf16_scale) es = fp16_bf16_to_f32(fp16_f32_to_bf16((float)es));
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) x[(size_t)t * H + i] = w->embed[(size_t)tok[t] * H + i] * es;
     double mscale = 1.0;
@@ -521,7 +521,7 @@ static void write_model(const spec *s, const spec *cfg, const weights *w, const 
     if (s->bf16_embed) {
         size_t n = (size_t)s->vocab * H;
         uint16_t *b = malloc(n * sizeof *b);
-        for (size_t i = 0; i < n; i++) b[i] = pdl_f32_to_bf16(w->embed[i]);
+        for (size_t i = 0; i < n; i++) b[i] = fp16_f32_to_bf16(w->embed[i]);
         stw_add_bytes(st, top, "BF16", 2, (const int64_t[]){s->vocab, H}, b, n * 2);
         free(b);
         put_mat(NULL, gw, top, "token_embd.weight", s->vocab, H, w->embed);
@@ -630,7 +630,7 @@ static void check_arch(const spec *s, const char *name, int T, int ctx_size, boo
                        int n_bugs) {
     weights w = make_weights(s, 0x9E3779B97F4A7C15ull ^ (uint64_t)s->arch);
     if (s->bf16_embed) /* values both files hold exactly */
-        for (size_t i = 0; i < (size_t)s->vocab * s->hidden; i++) w.embed[i] = pdl_bf16_to_f32(pdl_f32_to_bf16(w.embed[i]));
+        for (size_t i = 0; i < (size_t)s->vocab * s->hidden; i++) w.embed[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(w.embed[i]));
     char *hf = NULL, *gg = NULL;
     write_model(s, s, &w, name, &hf, &gg);
     int32_t *tok = malloc((size_t)T * sizeof *tok);

@@ -1,7 +1,7 @@
 /*
- * test_attention.c - pdl_attention_queries (many queries of one sequence
+ * test_attention.c - attn_queries (many queries of one sequence
  * against one KV head, keys read once per tile) gives each query exactly
- * the bytes pdl_attention_head gives it alone, and every instruction-set
+ * the bytes attn_head gives it alone, and every instruction-set
  * build gives the portable body's bytes.
  *
  * This is what keeps the forward batch-invariant while prefill rows and GQA
@@ -34,9 +34,9 @@ static const struct {
     pdl_attention_fn fn;
     pdl_attention_ranges_fn ranges;
 } simd_builds[] = {
-    {PDL_ISA_AVX2, pdl_attention_queries_avx2, pdl_attention_queries_avx2_ranges},
-    {PDL_ISA_AVX512, pdl_attention_queries_avx512, pdl_attention_queries_avx512_ranges},
-    {PDL_ISA_NEON, pdl_attention_queries_neon, pdl_attention_queries_neon_ranges},
+    {PDL_ISA_AVX2, attn_queries_avx2, attn_queries_avx2_ranges},
+    {PDL_ISA_AVX512, attn_queries_avx512, attn_queries_avx512_ranges},
+    {PDL_ISA_NEON, attn_queries_neon, attn_queries_neon_ranges},
 };
 
 /* Element e of position pos's key or value, at the place attention.h's
@@ -49,7 +49,7 @@ static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
     size_t d = (size_t)(e % hd), at_head = (block * kv->kv_dim + head * hd) * bs;
     size_t i = value ? at_head + off * hd + d : at_head + d * bs + off;
     const void *p = value ? kv->v : kv->k;
-    return kv->kv_is_f16 ? pdl_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return kv->kv_is_f16 ? fp16_f16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
 /* One query over keys [first, last] in float64 (softmax of the scaled,
@@ -86,7 +86,7 @@ static void check_head_dim(int hd, int BSZ) {
         for (size_t i = 0; i < n; i++) {
             float k = frand(), v = frand();
             if (f16) {
-                uint16_t kh = pdl_f32_to_f16(k), vh = pdl_f32_to_f16(v);
+                uint16_t kh = fp16_f32_to_f16(k), vh = fp16_f32_to_f16(v);
                 memcpy(kpool + i * 2, &kh, 2), memcpy(vpool + i * 2, &vh, 2);
             } else {
                 memcpy(kpool + i * 4, &k, 4), memcpy(vpool + i * 4, &v, 4);
@@ -97,7 +97,7 @@ static void check_head_dim(int hd, int BSZ) {
         enum { NQ = 40 };
         float *q = malloc((size_t)NQ * hd * sizeof *q), *got = malloc((size_t)NQ * hd * sizeof *got);
         float *want = malloc((size_t)NQ * hd * sizeof *want);
-        float *scratch = malloc(pdl_attention_queries_scratch(NQ, NPOS, hd) * sizeof *scratch);
+        float *scratch = malloc(attn_queries_scratch(NQ, NPOS, hd) * sizeof *scratch);
         for (int i = 0; i < NQ * hd; i++) q[i] = frand();
         int windows[] = {0, 37};
         float caps[] = {0.0f, 0.7f};
@@ -113,9 +113,9 @@ static void check_head_dim(int hd, int BSZ) {
                         outs[i] = got + (size_t)i * hd;
                         qs[i] = q + (size_t)i * hd;
                     }
-                    pdl_attention_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    attn_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
                     for (int i = 0; i < nq; i++)
-                        pdl_attention_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
+                        attn_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
                                            &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from one at a time", hd,
@@ -123,18 +123,18 @@ static void check_head_dim(int hd, int BSZ) {
                     /* the portable body (the reference order) gives the same bytes */
                     float *outw[NQ];
                     for (int i = 0; i < nq; i++) outw[i] = want + (size_t)i * hd;
-                    pdl_attention_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    attn_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
                     /* and so does every SIMD build the CPU has (the dispatcher above
                      * took the best: AVX-512 or NEON; AVX2 has its own 8-lane tiles) */
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
-                        if (!pdl_isa_supported(simd_builds[bi].isa)) continue;
+                        if (!cpu_isa_supported(simd_builds[bi].isa)) continue;
                         simd_builds[bi].fn(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                                   "head_dim %d block %d f16 %d window %d cap %g: %d queries: %s build differs", hd,
-                                  BSZ, f16, windows[wi], caps[ci], nq, pdl_isa_name(simd_builds[bi].isa));
+                                  BSZ, f16, windows[wi], caps[ci], nq, cpu_isa_name(simd_builds[bi].isa));
                     }
                     /* ranges: the causal ranges give the same bytes; any ranges
                      * (keys past the query's position: two-way spans) give every
@@ -143,16 +143,16 @@ static void check_head_dim(int hd, int BSZ) {
                     for (int i = 0; i < nq; i++)
                         first[i] = windows[wi] && pos[i] - windows[wi] + 1 > 0 ? pos[i] - windows[wi] + 1 : 0,
                         last[i] = pos[i];
-                    pdl_attention_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    attn_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
-                              "head_dim %d block %d: causal ranges differ from pdl_attention_queries", hd, BSZ);
+                              "head_dim %d block %d: causal ranges differ from attn_queries", hd, BSZ);
                     for (int i = 0; i < nq; i++) { /* spans reaching up to 20 keys past the row, down to 9 before */
                         last[i] = pos[i] + (i * 7) % 21;
                         if (last[i] >= NPOS) last[i] = NPOS - 1;
                         int span_first = pos[i] - (i * 5) % 10;
                         if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
                     }
-                    pdl_attention_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    attn_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
                     for (int i = 0; i < nq; i++) {
                         double d = ref_range(qs[i], outs[i], hd, 1, 0.3, caps[ci], first[i], last[i], &kv);
                         CHECK_MSG(d < 1e-5, "head_dim %d block %d query %d over [%d, %d]: %.3g from float64", hd,
@@ -161,16 +161,16 @@ static void check_head_dim(int hd, int BSZ) {
                     }
                     for (int i = 0; i < nq; i++)
                         outw[i] = want + (size_t)i * hd;
-                    pdl_attention_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv,
+                    attn_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv,
                                                         scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d: ranges differ from the portable body", hd, BSZ);
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
-                        if (!pdl_isa_supported(simd_builds[bi].isa)) continue;
+                        if (!cpu_isa_supported(simd_builds[bi].isa)) continue;
                         simd_builds[bi].ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                                   "head_dim %d block %d: ranges: %s build differs", hd, BSZ,
-                                  pdl_isa_name(simd_builds[bi].isa));
+                                  cpu_isa_name(simd_builds[bi].isa));
                     }
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
@@ -178,7 +178,7 @@ static void check_head_dim(int hd, int BSZ) {
 }
 
 static void test_query_blocks_equal_single_queries(void) {
-    pdl_fp16_init();
+    fp16_init();
     int dims[] = {64, 128, 256, 48, 40}, blocks[] = {16, 48, 8};
     for (int i = 0; i < 5; i++)
         for (int b = 0; b < 3; b++) check_head_dim(dims[i], blocks[b]);
@@ -186,27 +186,27 @@ static void test_query_blocks_equal_single_queries(void) {
 
 /* The AVX-512 build directly (the dispatcher picks it only on such CPUs). */
 static void test_avx512_build_equals_its_single_query_body(void) {
-    if (!pdl_isa_supported(PDL_ISA_AVX512)) {
+    if (!cpu_isa_supported(PDL_ISA_AVX512)) {
         fprintf(stderr, "  (no AVX-512 on this CPU: dispatcher checks only)\n");
         return;
     }
-    pdl_fp16_init();
+    fp16_init();
     enum { HD = 128, BSZ = 16, NPOS = 70 };
     int32_t table[5] = {4, 0, 3, 1, 2};
     float *k = malloc((size_t)5 * BSZ * HD * sizeof *k), *v = malloc((size_t)5 * BSZ * HD * sizeof *v);
     for (int i = 0; i < 5 * BSZ * HD; i++) k[i] = frand(), v[i] = frand();
     pdl_attn_kv kv = {.k = k, .v = v, .kv_is_f16 = 0, .kv_dim = HD, .block_table = table, .block_size = BSZ};
     float q[3][HD], got[3][HD], want[3][HD];
-    float *scratch = malloc(pdl_attention_queries_scratch(3, NPOS, HD) * sizeof *scratch);
+    float *scratch = malloc(attn_queries_scratch(3, NPOS, HD) * sizeof *scratch);
     for (int i = 0; i < 3 * HD; i++) q[i / HD][i % HD] = frand();
     int pos[3] = {69, 33, 0};
     float *outs[3] = {got[0], got[1], got[2]};
     const float *qs[3] = {q[0], q[1], q[2]};
-    pdl_attention_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+    attn_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
     for (int i = 0; i < 3; i++) {
         float *o = want[i];
         const float *qi = q[i];
-        pdl_attention_queries_avx512(&o, &qi, &pos[i], 1, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+        attn_queries_avx512(&o, &qi, &pos[i], 1, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
     }
     CHECK(memcmp(got, want, sizeof got) == 0);
     free(k), free(v), free(scratch);
@@ -218,16 +218,16 @@ static void test_avx512_build_equals_its_single_query_body(void) {
  * it there): keys dimension-major, values slot-major, head by head within a
  * block (written out here, not through the index helpers). */
 static void test_cache_store_builds_agree(void) {
-    pdl_fp16_init();
+    fp16_init();
     enum { KVD = 75, HD = 15, BS = 16, SLOTS = 48 }; /* 5 heads of 15: ragged ends after 8-wide steps */
     float k[KVD], v[KVD];
     size_t n = (size_t)SLOTS * KVD;
     uint16_t *k0 = calloc(n, 2), *v0 = calloc(n, 2), *k1 = calloc(n, 2), *v1 = calloc(n, 2);
     REQUIRE(k0 && v0 && k1 && v1);
     /* the build this CPU has (none: the portable one against itself) */
-    pdl_attention_store_fn store = pdl_attention_store_scalar;
-    if (pdl_isa_supported(PDL_ISA_AVX2)) store = pdl_attention_store_f16c;
-    if (pdl_isa_supported(PDL_ISA_NEON)) store = pdl_attention_store_neon;
+    pdl_attention_store_fn store = attn_store_scalar;
+    if (cpu_isa_supported(PDL_ISA_AVX2)) store = attn_store_f16c;
+    if (cpu_isa_supported(PDL_ISA_NEON)) store = attn_store_neon;
     const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 2.9802326e-8f,
                              6.1e-5f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f, INFINITY, -INFINITY, NAN};
     int bad_place = 0;
@@ -237,13 +237,13 @@ static void test_cache_store_builds_agree(void) {
             v[e] = (e * 3 + s) % 7 == 0 ? special[(e * 7 + s) % 15] : frand() * 8.0f;
         }
         int64_t slot = (s * 7) % SLOTS;
-        pdl_attention_store_scalar(k0, v0, 1, KVD, HD, BS, slot, k, v);
+        attn_store_scalar(k0, v0, 1, KVD, HD, BS, slot, k, v);
         store(k1, v1, 1, KVD, HD, BS, slot, k, v);
         size_t block = (size_t)slot / BS, off = (size_t)slot % BS;
         for (int e = 0; e < KVD; e++) {
             size_t at_head = (block * KVD + (size_t)(e / HD) * HD) * BS;
-            if (k0[at_head + (size_t)(e % HD) * BS + off] != pdl_f32_to_f16(k[e]) ||
-                v0[at_head + off * HD + (size_t)(e % HD)] != pdl_f32_to_f16(v[e]))
+            if (k0[at_head + (size_t)(e % HD) * BS + off] != fp16_f32_to_f16(k[e]) ||
+                v0[at_head + off * HD + (size_t)(e % HD)] != fp16_f32_to_f16(v[e]))
                 bad_place++;
         }
     }

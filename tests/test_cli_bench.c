@@ -133,8 +133,8 @@ static void test_bench_reports_json_results(void) {
 static void test_bench_reports_the_kernel_family(void) {
     char *path = random_model("isa.gguf", "f16", 512), args[1024], *out;
     snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 2 -r 1 --json", path);
-    const char *best = pdl_isa_name(pdl_isa_best());
-    const char *other = pdl_isa_supported(PDL_ISA_NEON) ? "avx512" : "neon"; /* another architecture's */
+    const char *best = cpu_isa_name(cpu_isa_best());
+    const char *other = cpu_isa_supported(PDL_ISA_NEON) ? "avx512" : "neon"; /* another architecture's */
     struct {
         const char *env, *isa, *said;
     } cases[] = {

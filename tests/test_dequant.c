@@ -1,6 +1,6 @@
 /*
  * test_dequant.c - GGUF block formats expand to the values their layouts
- * define (pdl_dequant_row, kernels/cpu_ops.c).
+ * define (ops_dequant_row, kernels/cpu_ops.c).
  *
  * Each test packs chosen integer quants and scales into a block the way
  * ggml's block_* structs lay them out (the packers below walk the blocks in
@@ -27,14 +27,14 @@ static int rnd(int n) { /* uniform in [0, n) */
 }
 
 static void put_half(uint8_t *p, float v) {
-    uint16_t h = pdl_f32_to_f16(v);
+    uint16_t h = fp16_f32_to_f16(v);
     memcpy(p, &h, 2);
 }
 
 /* Expands one row of n elements of dtype from bytes. */
 static void dequant(pdl_dtype dtype, const uint8_t *bytes, float *out, int n) {
     pdl_tensor t = {.dtype = dtype, .n_dims = 1, .shape = {n}, .data = bytes};
-    pdl_dequant_row(&t, 0, out, n);
+    ops_dequant_row(&t, 0, out, n);
 }
 
 static int count_bad(const float *got, const float *want, int n) {
@@ -59,13 +59,13 @@ static void test_dtype_block_sizes(void) {
         {PDL_DTYPE_Q6_K, "Q6_K", 256, 210},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        CHECK(strcmp(pdl_dtype_name(want[i].t), want[i].name) == 0);
-        CHECK_EQ_INT(pdl_dtype_block_elems(want[i].t), want[i].elems);
-        CHECK_EQ_INT(pdl_dtype_block_bytes(want[i].t), want[i].bytes);
-        CHECK(pdl_dtype_is_quantized(want[i].t));
-        CHECK_EQ_INT(pdl_dtype_row_bytes(want[i].t, 2 * (int64_t)want[i].elems), 2 * want[i].bytes);
+        CHECK(strcmp(dtype_name(want[i].t), want[i].name) == 0);
+        CHECK_EQ_INT(dtype_block_elems(want[i].t), want[i].elems);
+        CHECK_EQ_INT(dtype_block_bytes(want[i].t), want[i].bytes);
+        CHECK(dtype_is_quantized(want[i].t));
+        CHECK_EQ_INT(dtype_row_bytes(want[i].t, 2 * (int64_t)want[i].elems), 2 * want[i].bytes);
     }
-    CHECK(!pdl_dtype_is_quantized(PDL_DTYPE_F32));
+    CHECK(!dtype_is_quantized(PDL_DTYPE_F32));
 }
 
 /* Q4_0: byte j of the nibbles is element j (low) and j + 16 (high). */
@@ -308,38 +308,38 @@ static void test_dequant_row_offsets_by_whole_blocks(void) {
     p[210 + 192] = 1; /* row 1, sub-block 0 scale 1: q = -32 */
     float got[256];
     pdl_tensor t = {.dtype = PDL_DTYPE_Q6_K, .n_dims = 2, .shape = {2, 256}, .data = p};
-    pdl_dequant_row(&t, 1, got, 256);
+    ops_dequant_row(&t, 1, got, 256);
     CHECK(got[0] == -32.0f && got[16] == 0.0f);
 }
 
 /* U32 (raw words, never a weight) has no dequantization and no matmul
  * kernel: each says so with -1 and leaves its output as it was, where a
  * silent row of zeros would pass for a model's output; the loaders refuse
- * such a matrix by pdl_matmul_supports. */
+ * such a matrix by matmul_supports. */
 static void test_unknown_dtype_is_an_error_not_zeros(void) {
     uint32_t words[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     float out[8];
     for (int i = 0; i < 8; i++) out[i] = -7.0f;
     pdl_tensor t = {.dtype = PDL_DTYPE_U32, .n_dims = 2, .shape = {1, 8}, .data = words, .nbytes = sizeof words};
-    CHECK(pdl_dequant_row(&t, 0, out, 8) == -1);
-    CHECK(pdl_dequant_blocks(PDL_DTYPE_U32, words, out, 8) == -1);
+    CHECK(ops_dequant_row(&t, 0, out, 8) == -1);
+    CHECK(ops_dequant_blocks(PDL_DTYPE_U32, words, out, 8) == -1);
     for (int i = 0; i < 8; i++) CHECK(out[i] == -7.0f);
-    CHECK(!pdl_matmul_supports(PDL_DTYPE_U32));
-    CHECK(pdl_matmul_supports(PDL_DTYPE_F32) && pdl_matmul_supports(PDL_DTYPE_Q5_K) &&
-          pdl_matmul_supports(PDL_DTYPE_MLX_Q4));
-    pdl_threadpool *pool = pdl_threadpool_new(1);
+    CHECK(!matmul_supports(PDL_DTYPE_U32));
+    CHECK(matmul_supports(PDL_DTYPE_F32) && matmul_supports(PDL_DTYPE_Q5_K) &&
+          matmul_supports(PDL_DTYPE_MLX_Q4));
+    pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool);
     pdl_scratch scratch = {0};
     float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y = -7.0f;
-    CHECK(pdl_matmul(pdl_kernels_active(), pool, &scratch, &y, 1, x, 1, &t, NULL, false) == -1);
+    CHECK(matmul_run(matmul_kernels_active(), pool, &scratch, &y, 1, x, 1, &t, NULL, false) == -1);
     CHECK(y == -7.0f);
     CHECK_EQ_INT((int)scratch.failed, 0); /* not the memory */
-    pdl_scratch_free(&scratch);
-    pdl_threadpool_free(pool);
+    scratch_free(&scratch);
+    threadpool_free(pool);
 }
 
 int main(void) {
-    pdl_fp16_init();
+    fp16_init();
     RUN(test_dtype_block_sizes);
     RUN(test_q4_0_block);
     RUN(test_q4_1_block);

@@ -702,13 +702,13 @@ static void expect_probe_rejects_unprocessed_selective(pdl_model *m, const char 
     m->cfg = keep;
     bool ok = true;
     char why[512];
-    pdl_probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
+    probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
     CHECK_MSG(!ok, "%s: a head post-processing in the full path only went unnoticed", what);
     CHECK_CONTAINS(why, "rows 6 and 11 of a 12-token probe");
     CHECK_CONTAINS(why, "full logits");
     /* with the post-processing in both paths the same comparison accepts */
     probe_rows(m, false, sel);
-    pdl_probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
+    probe_compare(full, sel, 2, m->cfg.vocab, PROBE_ROWS, 12, &ok, why, sizeof why);
     CHECK_MSG(ok, "%s: %s", what, why);
     free(full), free(sel);
 }

@@ -401,7 +401,7 @@ static void test_tensor_infos_shapes_dtypes_data(void) {
     const pdl_tensor_set *ts = gguf_tensors(f);
     REQUIRE(ts->count == 5);
 
-    const pdl_tensor *t = pdl_tensor_set_find(ts, "m.f32");
+    const pdl_tensor *t = tensor_set_find(ts, "m.f32");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_F32);
     CHECK_EQ_INT(t->n_dims, 2);
@@ -414,7 +414,7 @@ static void test_tensor_infos_shapes_dtypes_data(void) {
     CHECK_CONTAINS(t->file, "t.gguf");
     CHECK(strcmp(t->file, gguf_path(f)) == 0);
 
-    t = pdl_tensor_set_find(ts, "v.f16");
+    t = tensor_set_find(ts, "v.f16");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_F16);
     CHECK_EQ_INT(t->n_dims, 1);
@@ -423,23 +423,23 @@ static void test_tensor_infos_shapes_dtypes_data(void) {
     CHECK(memcmp(t->data, h, sizeof h) == 0);
     CHECK_EQ_INT(t->file_offset, gguf_writer_tensor_data_offset(w, 1));
 
-    t = pdl_tensor_set_find(ts, "t.bf16");
+    t = tensor_set_find(ts, "t.bf16");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_BF16);
     CHECK_EQ_INT(t->n_dims, 3);
     CHECK(t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 4);
-    CHECK_EQ_INT(pdl_tensor_nelems(t), 24);
+    CHECK_EQ_INT(tensor_nelems(t), 24);
     CHECK(memcmp(t->data, bf, sizeof bf) == 0);
 
-    t = pdl_tensor_set_find(ts, "q.q8_0");
+    t = tensor_set_find(ts, "q.q8_0");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_Q8_0);
     CHECK(t->n_dims == 2 && t->shape[0] == 2 && t->shape[1] == 64);
     CHECK_EQ_INT(t->nbytes, 136);
-    CHECK_EQ_INT(pdl_dtype_row_bytes(t->dtype, t->shape[1]) * 2, t->nbytes);
+    CHECK_EQ_INT(dtype_row_bytes(t->dtype, t->shape[1]) * 2, t->nbytes);
     CHECK(memcmp(t->data, q, sizeof q) == 0);
 
-    t = pdl_tensor_set_find(ts, "x.4d");
+    t = tensor_set_find(ts, "x.4d");
     REQUIRE(t != NULL);
     CHECK(t->n_dims == 4 && t->shape[0] == 2 && t->shape[1] == 3 && t->shape[2] == 1 &&
           t->shape[3] == 5);
@@ -892,7 +892,7 @@ static void test_invalid_utf8_rejected_everywhere(void) {
     gguf_file *f = open_writer(w);
     CHECK_EQ_INT(gguf_kv_count(f), ngood);
     CHECK_EQ_INT(gguf_tensors(f)->count, ngood - 1);
-    CHECK(pdl_tensor_set_find(gguf_tensors(f), "k.\xF4\x8F\xBF\xBF") != NULL);
+    CHECK(tensor_set_find(gguf_tensors(f), "k.\xF4\x8F\xBF\xBF") != NULL);
     gguf_close(f);
     gguf_writer_free(w);
 }
@@ -931,7 +931,7 @@ static void test_tensor_name_length_limit(void) {
     gguf_writer *w = gguf_writer_new(3);
     gguf_writer_add_tensor_f32(w, name, 1, (const int64_t[]){2}, NULL);
     gguf_file *f = open_writer(w);
-    CHECK(pdl_tensor_set_find(gguf_tensors(f), name) != NULL);
+    CHECK(tensor_set_find(gguf_tensors(f), name) != NULL);
     gguf_close(f);
     gguf_writer_free(w);
 
@@ -1060,13 +1060,13 @@ static void test_quantized_tensor_types_accepted(void) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         /* 512 x 3: 16 or 2 blocks per row */
-        size_t per_row = 512 / pdl_dtype_block_elems(cases[k].dtype), nbytes = 3 * per_row * cases[k].block_bytes;
+        size_t per_row = 512 / dtype_block_elems(cases[k].dtype), nbytes = 3 * per_row * cases[k].block_bytes;
         uint8_t *data = malloc(nbytes);
         for (size_t i = 0; i < nbytes; i++) data[i] = (uint8_t)(i * 7 + k);
         gguf_writer *w = gguf_writer_new(3);
         gguf_writer_add_tensor(w, "blk.0.ffn_down.weight", cases[k].id, 2, (const uint64_t[]){512, 3}, data, nbytes);
         gguf_file *f = open_writer(w);
-        const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "blk.0.ffn_down.weight");
+        const pdl_tensor *t = tensor_set_find(gguf_tensors(f), "blk.0.ffn_down.weight");
         REQUIRE(t != NULL);
         CHECK_MSG(t->dtype == cases[k].dtype, "ggml type %u", cases[k].id);
         CHECK(t->shape[0] == 3 && t->shape[1] == 512);
@@ -1333,7 +1333,7 @@ static void test_real_stories260K(void) {
     const pdl_tensor_set *ts = gguf_tensors(f);
     CHECK_EQ_INT(ts->count, 48);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F32), 48);
-    const pdl_tensor *t = pdl_tensor_set_find(ts, "token_embd.weight");
+    const pdl_tensor *t = tensor_set_find(ts, "token_embd.weight");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_F32);
     CHECK_EQ_INT(t->n_dims, 2);
@@ -1341,7 +1341,7 @@ static void test_real_stories260K(void) {
     CHECK_EQ_INT(t->shape[1], 64);
     CHECK_EQ_INT(t->nbytes, 512 * 64 * 4);
     CHECK_EQ_INT(t->file_offset, 14176); /* the data section start */
-    t = pdl_tensor_set_find(ts, "blk.0.attn_k.weight");
+    t = tensor_set_find(ts, "blk.0.attn_k.weight");
     REQUIRE(t != NULL);
     CHECK(t->shape[0] == 32 && t->shape[1] == 64);
     gguf_close(f);
@@ -1355,7 +1355,7 @@ static void test_real_llama2_tiny_random_f16(void) {
     CHECK_EQ_INT(a.count, 32000);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F16), 9);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F32), 3);
-    const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "token_embd.weight");
+    const pdl_tensor *t = tensor_set_find(gguf_tensors(f), "token_embd.weight");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_F16);
     CHECK(t->n_dims == 2 && t->shape[0] == 32000 && t->shape[1] == 8);
@@ -1373,7 +1373,7 @@ static void test_real_qwen3_q8_0(void) {
     CHECK(arch && strcmp(arch, "qwen3") == 0);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_Q8_0), 22);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F32), 13);
-    const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "token_embd.weight");
+    const pdl_tensor *t = tensor_set_find(gguf_tensors(f), "token_embd.weight");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_Q8_0);
     CHECK(t->n_dims == 2 && t->shape[0] == 1536 && t->shape[1] == 128);
@@ -1391,7 +1391,7 @@ static void test_real_qwen3_q4_0(void) {
     gguf_file *f = open_real("models/qwen3-tiny/model-q4_0.gguf");
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_Q4_0), 22);
     CHECK_EQ_INT(count_dtype(f, PDL_DTYPE_F32), 13);
-    const pdl_tensor *t = pdl_tensor_set_find(gguf_tensors(f), "token_embd.weight");
+    const pdl_tensor *t = tensor_set_find(gguf_tensors(f), "token_embd.weight");
     REQUIRE(t != NULL);
     CHECK(t->dtype == PDL_DTYPE_Q4_0);
     CHECK(t->n_dims == 2 && t->shape[0] == 1536 && t->shape[1] == 128);

@@ -30,19 +30,19 @@ static float frand(void) { /* uniform in [-1, 1) */
 /* Every half value converts exactly (compared with the compiler's _Float16)
  * and converts back to itself. */
 static void test_f16_round_trip_is_exact_for_all_halves(void) {
-    pdl_fp16_init();
+    fp16_init();
     int bad = 0;
     for (uint32_t h = 0; h < 65536; h++) {
-        float f = pdl_f16_to_f32((uint16_t)h);
-        float g = pdl_f16_to_f32_exact((uint16_t)h);
+        float f = fp16_f16_to_f32((uint16_t)h);
+        float g = fp16_f16_to_f32_exact((uint16_t)h);
         _Float16 hv;
         uint16_t hb = (uint16_t)h;
         memcpy(&hv, &hb, 2);
         float want = (float)hv;
         bool nan = want != want;
-        if (nan ? (f == f || g == g) : (pdl_f32_to_bits(f) != pdl_f32_to_bits(want) || pdl_f32_to_bits(g) != pdl_f32_to_bits(want)))
+        if (nan ? (f == f || g == g) : (fp16_f32_to_bits(f) != fp16_f32_to_bits(want) || fp16_f32_to_bits(g) != fp16_f32_to_bits(want)))
             bad++;
-        if (!nan && pdl_f32_to_f16(f) != (uint16_t)h) bad++;
+        if (!nan && fp16_f32_to_f16(f) != (uint16_t)h) bad++;
     }
     CHECK_EQ_INT(bad, 0);
 }
@@ -52,16 +52,16 @@ static void test_f16_round_trip_is_exact_for_all_halves(void) {
 static void test_f32_to_f16_rounds_to_nearest_even(void) {
     int bad = 0;
     for (uint32_t h = 0; h < 0x7c00; h++) {
-        float lo = pdl_f16_to_f32_exact((uint16_t)h);
-        uint32_t b = pdl_f32_to_bits(lo);
+        float lo = fp16_f16_to_f32_exact((uint16_t)h);
+        uint32_t b = fp16_f32_to_bits(lo);
         uint32_t probes[] = {b, b + 1, b + 0xfff, b + 0x1000, b + 0x1001, b + 0x1fff, b - 1};
         for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
             for (int sign = 0; sign < 2; sign++) {
-                float x = pdl_bits_to_f32(probes[i] | (sign ? 0x80000000u : 0));
+                float x = fp16_bits_to_f32(probes[i] | (sign ? 0x80000000u : 0));
                 _Float16 want = (_Float16)x;
                 uint16_t wb;
                 memcpy(&wb, &want, 2);
-                if (pdl_f32_to_f16(x) != wb) bad++;
+                if (fp16_f32_to_f16(x) != wb) bad++;
             }
         }
     }
@@ -70,15 +70,15 @@ static void test_f32_to_f16_rounds_to_nearest_even(void) {
         _Float16 want = (_Float16)specials[i];
         uint16_t wb;
         memcpy(&wb, &want, 2);
-        if (pdl_f32_to_f16(specials[i]) != wb) bad++;
+        if (fp16_f32_to_f16(specials[i]) != wb) bad++;
     }
     CHECK_EQ_INT(bad, 0);
 }
 
 static void test_bf16_widens_exactly(void) {
-    CHECK(pdl_bf16_to_f32(0x3f80) == 1.0f);
-    CHECK(pdl_bf16_to_f32(0xc000) == -2.0f);
-    CHECK(pdl_bf16_to_f32(0x0000) == 0.0f);
+    CHECK(fp16_bf16_to_f32(0x3f80) == 1.0f);
+    CHECK(fp16_bf16_to_f32(0xc000) == -2.0f);
+    CHECK(fp16_bf16_to_f32(0x0000) == 0.0f);
 }
 
 /* Byte offsets of the f16 fields in a block of the formats filled with
@@ -95,13 +95,13 @@ static void random_blocks(pdl_dtype dtype, uint8_t *row, int cols) {
     case PDL_DTYPE_Q6_K: halves[0] = 208; break;
     default: break;
     }
-    size_t bb = pdl_dtype_block_bytes(dtype), nb = (size_t)cols / pdl_dtype_block_elems(dtype);
+    size_t bb = dtype_block_bytes(dtype), nb = (size_t)cols / dtype_block_elems(dtype);
     for (size_t b = 0; b < nb; b++) {
         uint8_t *blk = row + b * bb;
         for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)(frand() * 128.0f + 128.0f);
         for (int h = 0; h < 2; h++)
             if (halves[h] >= 0) {
-                uint16_t v = pdl_f32_to_f16(0.002f * frand());
+                uint16_t v = fp16_f32_to_f16(0.002f * frand());
                 memcpy(blk + halves[h], &v, 2);
             }
     }
@@ -110,29 +110,29 @@ static void random_blocks(pdl_dtype dtype, uint8_t *row, int cols) {
 /* Builds a (rows, cols) weight in `dtype` from random floats; returns the
  * dequantized values in *ref (what the kernel must multiply by). */
 static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
-    size_t bytes = pdl_dtype_row_bytes(dtype, cols) * rows;
+    size_t bytes = dtype_row_bytes(dtype, cols) * rows;
     uint8_t *w = malloc(bytes);
     float *r = malloc((size_t)rows * cols * sizeof *r);
     for (int i = 0; i < rows; i++) {
-        uint8_t *row = w + pdl_dtype_row_bytes(dtype, cols) * i;
+        uint8_t *row = w + dtype_row_bytes(dtype, cols) * i;
         for (int j = 0; j < cols; j++) {
             float x = frand();
             switch (dtype) {
             case PDL_DTYPE_F32: memcpy(row + 4 * j, &x, 4); break;
             case PDL_DTYPE_F16: {
-                uint16_t h = pdl_f32_to_f16(x);
+                uint16_t h = fp16_f32_to_f16(x);
                 memcpy(row + 2 * j, &h, 2);
                 break;
             }
             case PDL_DTYPE_BF16: {
-                uint16_t h = (uint16_t)(pdl_f32_to_bits(x) >> 16);
+                uint16_t h = (uint16_t)(fp16_f32_to_bits(x) >> 16);
                 memcpy(row + 2 * j, &h, 2);
                 break;
             }
             case PDL_DTYPE_Q8_0: {
                 uint8_t *blk = row + (j / 32) * 34;
                 if (j % 32 == 0) {
-                    uint16_t d = pdl_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
+                    uint16_t d = fp16_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
                     memcpy(blk, &d, 2);
                 }
                 blk[2 + j % 32] = (uint8_t)(int8_t)(int)(x * 127.0f);
@@ -141,7 +141,7 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
             case PDL_DTYPE_Q4_0: {
                 uint8_t *blk = row + (j / 32) * 18;
                 if (j % 32 == 0) {
-                    uint16_t d = pdl_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
+                    uint16_t d = fp16_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
                     memcpy(blk, &d, 2);
                 }
                 int q = (int)((x + 1.0f) * 8.0f) & 15, k = j % 32;
@@ -151,10 +151,10 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
             default: break;
             }
         }
-        if (pdl_dtype_is_quantized(dtype) && dtype != PDL_DTYPE_Q8_0 && dtype != PDL_DTYPE_Q4_0)
+        if (dtype_is_quantized(dtype) && dtype != PDL_DTYPE_Q8_0 && dtype != PDL_DTYPE_Q4_0)
             random_blocks(dtype, row, cols);
         pdl_tensor t = {.dtype = dtype, .n_dims = 2, .shape = {rows, cols}, .data = w};
-        pdl_dequant_row(&t, i, r + (size_t)i * cols, cols);
+        ops_dequant_row(&t, i, r + (size_t)i * cols, cols);
     }
     *ref = r;
     return w;
@@ -163,9 +163,9 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
 /* matmul (threaded, 1..n rows) against float64 sums of the dequantized
  * weights: within float32 accumulation error (1e-5 relative to sum |w x|). */
 static void test_matmul_matches_float64_for_every_dtype(void) {
-    pdl_fp16_init();
-    pdl_matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
-    pdl_threadpool *pool = pdl_threadpool_new(3);
+    fp16_init();
+    matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
+    pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
     /* Q4_K and Q6_K have their own kernels (kquant.h, tested in
      * test_kquant.c); the other block formats past Q4_0 take the slow path
@@ -178,7 +178,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             int out = shapes[si][0], in = shapes[si][1], rows = 7;
-            if (in % (int)pdl_dtype_block_elems(types[ti]) != 0) continue;
+            if (in % (int)dtype_block_elems(types[ti]) != 0) continue;
             float *ref;
             void *w = make_weight(types[ti], out, in, &ref);
             pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
@@ -186,7 +186,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             float *bias = malloc((size_t)out * sizeof *bias);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
             for (int i = 0; i < out; i++) bias[i] = frand();
-            pdl_matmul(pdl_kernels_active(), pool, &scratch, y, out, x, rows, &t, bias, false);
+            matmul_run(matmul_kernels_active(), pool, &scratch, y, out, x, rows, &t, bias, false);
             /* Q8_0 weights multiply Q8_0-quantized activations: the reference
              * uses the same quantized values */
             float *xe = malloc((size_t)rows * in * sizeof *xe);
@@ -195,7 +195,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
                 int8_t *q = malloc((size_t)in);
                 float *d = malloc((size_t)(in / 32) * sizeof *d);
                 for (int r = 0; r < rows; r++) {
-                    pdl_quantize_row_q8_0(x + (size_t)r * in, in, q, d);
+                    matmul_quantize_row_q8_0(x + (size_t)r * in, in, q, d);
                     for (int i = 0; i < in; i++) xe[(size_t)r * in + i] = d[i / 32] * (float)q[i];
                 }
                 free(q), free(d);
@@ -204,7 +204,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             if (types[ti] == PDL_DTYPE_Q4_K || types[ti] == PDL_DTYPE_Q6_K) {
                 pdl_block_q8k *q = malloc((size_t)(in / 256) * sizeof *q);
                 for (int r = 0; r < rows; r++) {
-                    pdl_quantize_row_q8_k(x + (size_t)r * in, in, q);
+                    kquant_quantize_row_q8_k(x + (size_t)r * in, in, q);
                     for (int i = 0; i < in; i++) xe[(size_t)r * in + i] = q[i / 256].d * (float)q[i / 256].qs[i % 256];
                 }
                 free(q);
@@ -221,24 +221,24 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
                     double e = fabs(y[(size_t)r * out + o] - s) / (mag + 1e-30);
                     if (e > worst) worst = e;
                 }
-            CHECK_MSG(worst < 1e-5, "%s %dx%d: relative error %.3g", pdl_dtype_name(types[ti]), out, in, worst);
+            CHECK_MSG(worst < 1e-5, "%s %dx%d: relative error %.3g", dtype_name(types[ti]), out, in, worst);
             /* accumulate adds onto what is there */
             float *y2 = malloc((size_t)rows * out * sizeof *y2);
             for (int i = 0; i < rows * out; i++) y2[i] = 1.0f;
-            pdl_matmul(pdl_kernels_active(), pool, &scratch, y2, out, x, rows, &t, bias, true);
+            matmul_run(matmul_kernels_active(), pool, &scratch, y2, out, x, rows, &t, bias, true);
             int bad = 0;
             for (int i = 0; i < rows * out; i++)
                 if (y2[i] != 1.0f + y[i]) bad++;
             CHECK_EQ_INT(bad, 0);
             /* a single row gives the bytes of the same row inside the batch */
             float *y1 = malloc((size_t)out * sizeof *y1);
-            pdl_matmul(pdl_kernels_active(), pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
+            matmul_run(matmul_kernels_active(), pool, &scratch, y1, out, x + (size_t)3 * in, 1, &t, bias, false);
             CHECK(memcmp(y1, y + (size_t)3 * out, (size_t)out * sizeof(float)) == 0);
             free(w), free(ref), free(x), free(y), free(y2), free(y1), free(bias), free(xe);
         }
     }
-    pdl_matmul_set_bf16_activations(true);
-    pdl_threadpool_free(pool);
+    matmul_set_bf16_activations(true);
+    threadpool_free(pool);
 }
 
 /* Every SIMD family the CPU has against the portable reference, on ragged
@@ -247,27 +247,27 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
  * (the SIMD sums differ in order and use FMA: 1e-5 relative to sum |w x|),
  * and bit-identical between a row alone and the same row inside a batch. */
 static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(2);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(2);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
-    fprintf(stderr, "  best instruction set here: %s%s\n", pdl_isa_name(best),
-            pdl_cpu_features_get()->neon_dotprod ? " + SDOT" : "");
+    pdl_isa best = cpu_isa_best();
+    fprintf(stderr, "  best instruction set here: %s%s\n", cpu_isa_name(best),
+            cpu_features_get()->neon_dotprod ? " + SDOT" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}, {3, 64, 4096}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
     for (int mode = 0; mode < 2; mode++)
     for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
-        if (!pdl_isa_supported((pdl_isa)isa)) continue;
+        if (!cpu_isa_supported((pdl_isa)isa)) continue;
         /* the family's table and the portable one, in this mode */
         pdl_kernels scalar_kernels, family_kernels;
-        pdl_kernels_for(PDL_ISA_SCALAR, mode == 1, &scalar_kernels);
-        pdl_kernels_for((pdl_isa)isa, mode == 1, &family_kernels);
+        matmul_kernels_for(PDL_ISA_SCALAR, mode == 1, &scalar_kernels);
+        matmul_kernels_for((pdl_isa)isa, mode == 1, &family_kernels);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
-                if (!pdl_dtype_is_quantized(types[ti]) && si % 2 == 1) in += 3; /* ragged k */
+                if (!dtype_is_quantized(types[ti]) && si % 2 == 1) in += 3; /* ragged k */
                 float *ref;
                 void *w = make_weight(types[ti], out, in, &ref);
                 pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
@@ -278,15 +278,15 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                 /* with BF16 activations the reference multiplies the same
                  * rounded activations (round to nearest even) */
                 bool act16 = mode == 1 && types[ti] == PDL_DTYPE_BF16 && isa == PDL_ISA_AVX512 &&
-                             pdl_cpu_features_get()->avx512bf16;
+                             cpu_features_get()->avx512bf16;
                 float *xr = malloc((size_t)rows * in * sizeof *xr);
                 for (int i = 0; i < rows * in; i++) {
-                    uint32_t b = pdl_f32_to_bits(x[i]);
-                    xr[i] = act16 ? pdl_bits_to_f32((b + 0x7fff + ((b >> 16) & 1)) & 0xffff0000u) : x[i];
+                    uint32_t b = fp16_f32_to_bits(x[i]);
+                    xr[i] = act16 ? fp16_bits_to_f32((b + 0x7fff + ((b >> 16) & 1)) & 0xffff0000u) : x[i];
                 }
-                pdl_matmul(&scalar_kernels, pool, &scratch, y0, out, xr, rows, &t, NULL, false);
+                matmul_run(&scalar_kernels, pool, &scratch, y0, out, xr, rows, &t, NULL, false);
                 free(xr);
-                pdl_matmul(&family_kernels, pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                matmul_run(&family_kernels, pool, &scratch, y1, out, x, rows, &t, NULL, false);
                 double worst = 0;
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
@@ -295,24 +295,24 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                         double e = fabs((double)y1[r * out + o] - y0[r * out + o]) / (mag + 1e-30);
                         if (e > worst) worst = e;
                     }
-                CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", pdl_isa_name((pdl_isa)isa),
-                          act16 ? "+bf16" : "", pdl_dtype_name(types[ti]), rows, out, in, worst);
+                CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", cpu_isa_name((pdl_isa)isa),
+                          act16 ? "+bf16" : "", dtype_name(types[ti]), rows, out, in, worst);
                 /* Q8_0 and Q4_0 follow one float order on every family: same bits */
-                if (pdl_dtype_is_quantized(types[ti]))
+                if (dtype_is_quantized(types[ti]))
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
-                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(types[ti]), rows, out, in);
+                              cpu_isa_name((pdl_isa)isa), dtype_name(types[ti]), rows, out, in);
                 for (int r = 0; r < rows; r += rows > 3 ? 3 : 1) {
-                    pdl_matmul(&family_kernels, pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    matmul_run(&family_kernels, pool, &scratch, one, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(one, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
-                              "%s %s: row %d alone differs from the batch", pdl_isa_name((pdl_isa)isa),
-                              pdl_dtype_name(types[ti]), r);
+                              "%s %s: row %d alone differs from the batch", cpu_isa_name((pdl_isa)isa),
+                              dtype_name(types[ti]), r);
                 }
                 free(w), free(ref), free(x), free(y0), free(y1), free(one);
             }
     }
-    pdl_isa_set(best);
-    pdl_matmul_set_bf16_activations(true);
-    pdl_threadpool_free(pool);
+    cpu_isa_set(best);
+    matmul_set_bf16_activations(true);
+    threadpool_free(pool);
 }
 
 /* Activations quantize per 32-block as GGUF's Q8_0: scale amax/127 kept as
@@ -323,14 +323,14 @@ static void test_q8_0_activation_quantization(void) {
     x[40] = 0; /* second block: a mix with a zero */
     int8_t q[64];
     float d[2];
-    pdl_quantize_row_q8_0(x, 64, q, d);
-    CHECK(d[0] == pdl_f16_to_f32(pdl_f32_to_f16(5.0f / 127.0f))); /* amax of block 0 is |-20 * 0.25| = 5 */
+    matmul_quantize_row_q8_0(x, 64, q, d);
+    CHECK(d[0] == fp16_f16_to_f32(fp16_f32_to_f16(5.0f / 127.0f))); /* amax of block 0 is |-20 * 0.25| = 5 */
     CHECK_EQ_INT(q[0], -127);
     CHECK_EQ_INT(q[20], 0);
     CHECK_EQ_INT(q[40], 0);
     CHECK_EQ_INT(q[63], 127);
     float z[32] = {0};
-    pdl_quantize_row_q8_0(z, 32, q, d);
+    matmul_quantize_row_q8_0(z, 32, q, d);
     CHECK(d[0] == 0.0f);
     for (int i = 0; i < 32; i++) CHECK_EQ_INT(q[i], 0);
     /* every instruction set quantizes to the portable bytes, ties included
@@ -348,15 +348,15 @@ static void test_q8_0_activation_quantization(void) {
     /* block 3: amax 127, so the scale is 1 and every other value a tie */
     for (int i = 96; i < 128; i++) xs[i] = (float)(i % 29) * (i % 2 ? 1.0f : -1.0f) * 3.0f + 0.5f;
     xs[96] = 127.0f;
-    pdl_isa best = pdl_isa_best();
-    pdl_quantizer_q8_0(PDL_ISA_SCALAR)(xs, N, q0, d0, s0);
+    pdl_isa best = cpu_isa_best();
+    matmul_quantizer_q8_0(PDL_ISA_SCALAR)(xs, N, q0, d0, s0);
     for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
-        if (!pdl_isa_supported((pdl_isa)isa)) continue;
-        pdl_quantizer_q8_0((pdl_isa)isa)(xs, N, q1, d1, s1);
+        if (!cpu_isa_supported((pdl_isa)isa)) continue;
+        matmul_quantizer_q8_0((pdl_isa)isa)(xs, N, q1, d1, s1);
         CHECK_MSG(memcmp(q0, q1, sizeof q0) == 0 && memcmp(d0, d1, sizeof d0) == 0 && memcmp(s0, s1, sizeof s0) == 0,
-                  "%s quantizes differently from the portable code", pdl_isa_name((pdl_isa)isa));
+                  "%s quantizes differently from the portable code", cpu_isa_name((pdl_isa)isa));
     }
-    pdl_isa_set(best);
+    cpu_isa_set(best);
     int bad = 0;
     for (int b = 0; b < N / 32; b++) {
         int32_t s = 0;
@@ -371,9 +371,9 @@ static const struct {
     pdl_isa isa;
     void (*silu)(float *, const float *, int), (*gelu)(float *, const float *, int);
 } gate_builds[] = {
-    {PDL_ISA_AVX2, pdl_silu_mul_avx2, pdl_gelu_tanh_mul_avx2},
-    {PDL_ISA_AVX512, pdl_silu_mul_avx512, pdl_gelu_tanh_mul_avx512},
-    {PDL_ISA_NEON, pdl_silu_mul_neon, pdl_gelu_tanh_mul_neon},
+    {PDL_ISA_AVX2, ops_silu_mul_avx2, ops_gelu_tanh_mul_avx2},
+    {PDL_ISA_AVX512, ops_silu_mul_avx512, ops_gelu_tanh_mul_avx512},
+    {PDL_ISA_NEON, ops_silu_mul_neon, ops_gelu_tanh_mul_neon},
 };
 
 /* Every SIMD build the CPU has of gate 0 (SiLU) or 1 (GELU-tanh) on g[n]
@@ -381,11 +381,11 @@ static const struct {
  * length, and writes nothing past n (b: scratch of N floats). */
 static void check_gate_builds(int gelu, const float *g, const float *u, const float *want, float *b, int N) {
     for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
-        for (int n = N; n > N - 17 && pdl_isa_supported(gate_builds[bi].isa); n--) {
+        for (int n = N; n > N - 17 && cpu_isa_supported(gate_builds[bi].isa); n--) {
             memcpy(b, g, (size_t)N * sizeof *b);
             (gelu ? gate_builds[bi].gelu : gate_builds[bi].silu)(b, u, n);
             CHECK_MSG(memcmp(want, b, (size_t)n * sizeof *b) == 0, "%s %s differs (n %d)",
-                      pdl_isa_name(gate_builds[bi].isa), gelu ? "GELU-tanh" : "SiLU", n);
+                      cpu_isa_name(gate_builds[bi].isa), gelu ? "GELU-tanh" : "SiLU", n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
 }
@@ -402,7 +402,7 @@ static void test_silu_builds_agree(void) {
     }
     g[0] = 0.0f, g[1] = -0.0f, g[2] = 1e-30f, g[3] = -1e-30f, g[4] = 87.5f, g[5] = -87.5f, g[6] = 200.0f;
     memcpy(a, g, sizeof g);
-    pdl_silu_mul_portable(a, u, N);
+    ops_silu_mul_portable(a, u, N);
     double worst = 0;
     for (int i = 0; i < N; i++) {
         double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
@@ -429,7 +429,7 @@ static void test_gelu_tanh_builds_agree(void) {
     }
     g[0] = 0.0f, g[1] = -0.0f, g[2] = 1e-30f, g[3] = -1e-30f, g[4] = 1e13f, g[5] = -1e13f, g[6] = -40.0f;
     memcpy(a, g, sizeof g);
-    pdl_gelu_tanh_mul_portable(a, u, N);
+    ops_gelu_tanh_mul_portable(a, u, N);
     double worst = 0;
     for (int i = 0; i < N; i++) {
         double x = g[i];
@@ -447,7 +447,7 @@ static void test_rmsnorm_matches_definition(void) {
     float x[10], w[10], out[10];
     double ss = 0;
     for (int i = 0; i < 10; i++) x[i] = frand(), w[i] = frand(), ss += (double)x[i] * x[i];
-    pdl_rmsnorm(out, x, w, 10, 1e-5f);
+    ops_rmsnorm(out, x, w, 10, 1e-5f);
     double scale = 1.0 / sqrt(ss / 10 + 1e-5);
     for (int i = 0; i < 10; i++) CHECK(fabs(out[i] - x[i] * scale * w[i]) < 1e-6);
 }
@@ -463,8 +463,8 @@ static void test_rope_adjacent_pairs_equal_rotate_half_under_permutation(void) {
     for (int i = 0; i < d; i++) orig[i] = frand();
     /* llama.cpp's permute: row 2i <- i, row 2i+1 <- i + d/2 */
     for (int i = 0; i < d / 2; i++) perm[2 * i] = orig[i], perm[2 * i + 1] = orig[i + d / 2];
-    pdl_rope(orig, d, 37, inv, 1);
-    pdl_rope(perm, d, 37, inv, 0);
+    ops_rope(orig, d, 37, inv, 1);
+    ops_rope(perm, d, 37, inv, 0);
     for (int i = 0; i < d / 2; i++) {
         CHECK(perm[2 * i] == orig[i]);
         CHECK(perm[2 * i + 1] == orig[i + d / 2]);
@@ -472,7 +472,7 @@ static void test_rope_adjacent_pairs_equal_rotate_half_under_permutation(void) {
     /* position 0 is the identity */
     float v[16], v0[16];
     for (int i = 0; i < d; i++) v[i] = v0[i] = frand();
-    pdl_rope(v, d, 0, inv, 1);
+    ops_rope(v, d, 0, inv, 1);
     CHECK(memcmp(v, v0, sizeof v) == 0);
 }
 
@@ -483,24 +483,24 @@ static const struct {
     pdl_isa isa;
     pdl_attention_fn fn;
 } attn_builds[ATTN_BUILDS] = {
-    {PDL_ISA_SCALAR, pdl_attention_queries_scalar},
-    {PDL_ISA_AVX2, pdl_attention_queries_avx2},
-    {PDL_ISA_AVX512, pdl_attention_queries_avx512},
-    {PDL_ISA_NEON, pdl_attention_queries_neon},
+    {PDL_ISA_SCALAR, attn_queries_scalar},
+    {PDL_ISA_AVX2, attn_queries_avx2},
+    {PDL_ISA_AVX512, attn_queries_avx512},
+    {PDL_ISA_NEON, attn_queries_neon},
 };
 
 /* Paged attention (blocks scattered, F32 and F16 KV, GQA, sliding window, tanh soft-cap)
  * against a float64 computation over contiguous keys. */
 /* Where element e of slot's value lies in a V pool (attention.h: within a
  * block, head after head, each head's values slot-major), written out here
- * rather than through pdl_attn_v_index. */
+ * rather than through attn_v_index. */
 static size_t v_place(size_t slot, int bs, int kv_dim, int hd, int e) {
     return (slot / (size_t)bs * (size_t)kv_dim + (size_t)(e / hd) * (size_t)hd) * (size_t)bs +
            slot % (size_t)bs * (size_t)hd + (size_t)(e % hd);
 }
 
 static void test_paged_attention_matches_contiguous_reference(void) {
-    pdl_fp16_init();
+    fp16_init();
     enum { HD = 8, NKV = 2, NH = 4, BSZ = 4, NPOS = 23, NBLK = 16 };
     int32_t table[8] = {9, 2, 14, 0, 7, 11, 3, 5};
     float keys[NPOS][NKV * HD], vals[NPOS][NKV * HD];
@@ -513,11 +513,11 @@ static void test_paged_attention_matches_contiguous_reference(void) {
             size_t slot = (size_t)table[p / BSZ] * BSZ + p % BSZ;
             for (int i = 0; i < NKV * HD; i++) {
                 if (f16) {
-                    uint16_t kh = pdl_f32_to_f16(keys[p][i]), vh = pdl_f32_to_f16(vals[p][i]);
-                    memcpy(kpool + pdl_attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 2, &kh, 2);
+                    uint16_t kh = fp16_f32_to_f16(keys[p][i]), vh = fp16_f32_to_f16(vals[p][i]);
+                    memcpy(kpool + attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 2, &kh, 2);
                     memcpy(vpool + v_place(slot, BSZ, NKV * HD, HD, i) * 2, &vh, 2);
                 } else {
-                    memcpy(kpool + pdl_attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 4, &keys[p][i], 4);
+                    memcpy(kpool + attn_k_index((int64_t)slot, BSZ, NKV * HD, i) * 4, &keys[p][i], 4);
                     memcpy(vpool + v_place(slot, BSZ, NKV * HD, HD, i) * 4, &vals[p][i], 4);
                 }
             }
@@ -538,19 +538,19 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                     float outs[ATTN_BUILDS][HD];
                     int n_fns = 0;
                     for (int fi = 0; fi < ATTN_BUILDS; fi++) {
-                        if (!pdl_isa_supported(attn_builds[fi].isa)) continue;
+                        if (!cpu_isa_supported(attn_builds[fi].isa)) continue;
                         float *o = outs[n_fns++];
                         const float *qp = q;
                         attn_builds[fi].fn(&o, &qp, &pos, 1, HD, kvh, 0.35f, caps[ci], windows[wi], &kv, scores);
                     }
                     for (int fi = 1; fi < n_fns; fi++) CHECK(memcmp(outs[fi], outs[0], sizeof outs[0]) == 0);
-                    pdl_attention_head(out, q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
+                    attn_head(out, q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
                     int first = windows[wi] && pos - windows[wi] + 1 > 0 ? pos - windows[wi] + 1 : 0;
                     double s[NPOS], mx = -1e300, sum = 0;
                     for (int j = first; j <= pos; j++) {
                         double d = 0;
                         for (int i = 0; i < HD; i++) {
-                            float k = f16 ? pdl_f16_to_f32(pdl_f32_to_f16(keys[j][kvh * HD + i])) : keys[j][kvh * HD + i];
+                            float k = f16 ? fp16_f16_to_f32(fp16_f32_to_f16(keys[j][kvh * HD + i])) : keys[j][kvh * HD + i];
                             d += (double)q[i] * k;
                         }
                         s[j] = d * 0.35f;
@@ -561,7 +561,7 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                     for (int i = 0; i < HD; i++) {
                         double o = 0;
                         for (int j = first; j <= pos; j++) {
-                            float v = f16 ? pdl_f16_to_f32(pdl_f32_to_f16(vals[j][kvh * HD + i])) : vals[j][kvh * HD + i];
+                            float v = f16 ? fp16_f16_to_f32(fp16_f32_to_f16(vals[j][kvh * HD + i])) : vals[j][kvh * HD + i];
                             o += s[j] / sum * v;
                         }
                         CHECK_MSG(fabs(out[i] - o) < 1e-5, "f16=%d cap=%g window=%d pos=%d head=%d dim=%d: %g vs %g",
@@ -585,7 +585,7 @@ static void count_hit(void *ctx, int ith, int nth) {
  * both KV types, a window and a soft-cap: the same order of operations,
  * so the same bits. */
 static void test_wide_head_attention_builds_agree(void) {
-    pdl_fp16_init();
+    fp16_init();
     enum { NKV = 2, BSZ = 16, NPOS = 70 };
     int hds[] = {64, 128, 256, 48};
     for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
@@ -597,7 +597,7 @@ static void test_wide_head_attention_builds_agree(void) {
             for (size_t i = 0; i < n; i++) {
                 float a = frand(), b = frand();
                 if (f16) {
-                    uint16_t ha = pdl_f32_to_f16(a), hb = pdl_f32_to_f16(b);
+                    uint16_t ha = fp16_f32_to_f16(a), hb = fp16_f32_to_f16(b);
                     memcpy(kp + 2 * i, &ha, 2), memcpy(vp + 2 * i, &hb, 2);
                 } else {
                     memcpy(kp + 4 * i, &a, 4), memcpy(vp + 4 * i, &b, 4);
@@ -613,12 +613,12 @@ static void test_wide_head_attention_builds_agree(void) {
                     int window = cfg == 1 ? 9 : 0;
                     float cap = cfg == 2 ? 0.5f : 0.0f;
                     const float *qp = q;
-                    pdl_attention_queries_scalar(&o0, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
+                    attn_queries_scalar(&o0, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
                     for (int b = 1; b < ATTN_BUILDS; b++) {
-                        if (!pdl_isa_supported(attn_builds[b].isa)) continue;
+                        if (!cpu_isa_supported(attn_builds[b].isa)) continue;
                         attn_builds[b].fn(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
                         CHECK_MSG(memcmp(o0, o1, (size_t)hd * sizeof *o0) == 0, "%s head_dim %d f16=%d pos %d cfg %d differs",
-                                  pdl_isa_name(attn_builds[b].isa), hd, f16, pos, cfg);
+                                  cpu_isa_name(attn_builds[b].isa), hd, f16, pos, cfg);
                     }
                 }
             free(q), free(o0), free(o1), free(kp), free(vp);
@@ -628,15 +628,15 @@ static void test_wide_head_attention_builds_agree(void) {
 
 static void test_threadpool_runs_every_share_once(void) {
     for (int n = 1; n <= 4; n++) {
-        pdl_threadpool *p = pdl_threadpool_new(n);
+        pdl_threadpool *p = threadpool_new(n);
         REQUIRE(p != NULL);
-        CHECK_EQ_INT(pdl_threadpool_size(p), n);
+        CHECK_EQ_INT(threadpool_size(p), n);
         for (int rep = 0; rep < 50; rep++) {
             int hits[4] = {0};
-            pdl_threadpool_run(p, count_hit, hits);
+            threadpool_run(p, count_hit, hits);
             for (int i = 0; i < n; i++) CHECK_EQ_INT(hits[i], 1);
         }
-        pdl_threadpool_free(p);
+        threadpool_free(p);
     }
 }
 
@@ -663,7 +663,7 @@ static void region_hit(void *p, int ith, int nth) {
 }
 
 static void test_threadpool_regions_of_changing_width(void) {
-    pdl_threadpool *p = pdl_threadpool_new(4);
+    pdl_threadpool *p = threadpool_new(4);
     REQUIRE(p != NULL);
     long wrong = 0;
     for (int rep = 0; rep < 40000 && wrong < 5; rep++) {
@@ -671,14 +671,14 @@ static void test_threadpool_regions_of_changing_width(void) {
         region_check r = {.width = widths[rep % 6]};
         for (int i = 0; i < 4; i++) atomic_init(&r.hits[i], 0);
         atomic_init(&r.bad_width, 0);
-        pdl_threadpool_run_n(p, r.width, region_hit, &r);
+        threadpool_run_n(p, r.width, region_hit, &r);
         bool ok = atomic_load(&r.bad_width) == 0;
         for (int i = 0; i < 4; i++) ok = ok && atomic_load(&r.hits[i]) == (i < r.width ? 1 : 0);
         if (!ok) wrong++;
     }
     CHECK_MSG(wrong == 0, "%ld regions ran a share twice, with another width, or returned before a share finished",
               wrong);
-    pdl_threadpool_free(p);
+    threadpool_free(p);
 }
 
 static void test_split_range_covers_everything_once(void) {
@@ -687,7 +687,7 @@ static void test_split_range_covers_everything_once(void) {
             long next = 0;
             for (int i = 0; i < nth; i++) {
                 long b, e;
-                pdl_split_range(n, i, nth, &b, &e);
+                threadpool_split_range(n, i, nth, &b, &e);
                 CHECK(b == next && e >= b);
                 next = e;
             }
@@ -711,6 +711,6 @@ int main(void) {
     RUN(test_threadpool_runs_every_share_once);
     RUN(test_threadpool_regions_of_changing_width);
     RUN(test_split_range_covers_everything_once);
-    pdl_scratch_free(&scratch);
+    scratch_free(&scratch);
     return test_summary();
 }

@@ -2,7 +2,7 @@
  * test_kquant.c - the Q4_K / Q6_K x Q8_K kernels (kernels/kquant.h): Q8_K
  * activation quantization on a hand-checked block, the portable dots
  * against float64 sums of the dequantized weights, every SIMD tile against
- * the portable dot bit for bit, and batch invariance through pdl_matmul on
+ * the portable dot bit for bit, and batch invariance through matmul_run on
  * every instruction set the CPU has.
  */
 #include <stdint.h>
@@ -30,7 +30,7 @@ static float frand(void) { return (float)((rnd32() >> 8) / (double)(1u << 24)) *
 /* Random Q4_K / Q6_K rows: every byte random (every bit pattern is a valid
  * quant or scale), the f16 scales small and of either sign. */
 static uint8_t *random_rows(pdl_dtype dt, int rows, int in) {
-    size_t rb = pdl_dtype_row_bytes(dt, in), bb = pdl_dtype_block_bytes(dt);
+    size_t rb = dtype_row_bytes(dt, in), bb = dtype_block_bytes(dt);
     uint8_t *w = malloc(rb * (size_t)rows);
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)rnd32();
     for (size_t b = 0; b < rb * (size_t)rows / bb; b++) {
@@ -38,7 +38,7 @@ static uint8_t *random_rows(pdl_dtype dt, int rows, int in) {
         int offs[2] = {dt == PDL_DTYPE_Q4_K ? 0 : 208, dt == PDL_DTYPE_Q4_K ? 2 : -1};
         for (int h = 0; h < 2; h++)
             if (offs[h] >= 0) {
-                uint16_t v = pdl_f32_to_f16(0.003f * frand());
+                uint16_t v = fp16_f32_to_f16(0.003f * frand());
                 memcpy(blk + offs[h], &v, 2);
             }
     }
@@ -53,7 +53,7 @@ static float *random_x(int rows, int in) {
 }
 
 static float kq_dot(pdl_dtype dt, const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
-    return dt == PDL_DTYPE_Q4_K ? pdl_dot_q4_k_q8_k(w, x, nb) : pdl_dot_q6_k_q8_k(w, x, nb);
+    return dt == PDL_DTYPE_Q4_K ? kquant_dot_q4_k_q8_k(w, x, nb) : kquant_dot_q6_k_q8_k(w, x, nb);
 }
 
 /* A hand-worked block: x[i] = (i - 128) / 4, so amax = 32, d = 32/127 and
@@ -64,7 +64,7 @@ static void test_q8_k_quantizes_a_hand_checked_block(void) {
     for (int i = 256; i < 512; i++) x[i] = 0.0f; /* second block: all zero */
     pdl_block_q8k y[2];
     memset(y, 0x55, sizeof y);
-    pdl_quantize_row_q8_k(x, 512, y);
+    kquant_quantize_row_q8_k(x, 512, y);
     CHECK(y[0].d == 32.0f / 127.0f);
     CHECK_EQ_INT(y[0].qs[0], -127);   /* k = -128: -127 exactly */
     CHECK_EQ_INT(y[0].qs[1], -126);   /* -127 * 127/128 = -126.008 */
@@ -103,7 +103,7 @@ static void test_q8_k_quantizes_a_hand_checked_block(void) {
             if (t % 2 == 0 && i == 7) x[i] = -127.0f;
             amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
         }
-        pdl_quantize_row_q8_k(x, 256, y);
+        kquant_quantize_row_q8_k(x, 256, y);
         float iscale = 127.0f / amax;
         if (y[0].d != amax / 127.0f) bad++;
         for (int i = 0; i < 256; i++) bad += y[0].qs[i] != (int8_t)lrintf(x[i] * iscale);
@@ -115,8 +115,8 @@ static void test_q8_k_quantizes_a_hand_checked_block(void) {
  * blocks, exact ties, zeros, and blocks holding an infinity or a NaN. */
 static void test_q8_k_avx512_quantizer_same_bytes(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    pdl_cpu_features_get(); /* detects the CPU (pdl_isa_best only reads the result) */
-    if (!pdl_isa_supported(PDL_ISA_AVX512)) {
+    cpu_features_get(); /* detects the CPU (cpu_isa_best only reads the result) */
+    if (!cpu_isa_supported(PDL_ISA_AVX512)) {
         fprintf(stderr, "  no AVX-512 here: nothing to compare\n");
         return;
     }
@@ -133,8 +133,8 @@ static void test_q8_k_avx512_quantizer_same_bytes(void) {
     pdl_block_q8k a[8], b[8];
     memset(a, 0, sizeof a);
     memset(b, 0, sizeof b);
-    pdl_quantize_row_q8_k(x, 8 * 256, a);
-    pdl_quantize_row_q8_k_avx512(x, 8 * 256, b);
+    kquant_quantize_row_q8_k(x, 8 * 256, a);
+    kquant_quantize_row_q8_k_avx512(x, 8 * 256, b);
     for (int k = 0; k < 8; k++)
         CHECK_MSG(memcmp(&a[k], &b[k], sizeof a[k]) == 0, "block %d differs", k);
 #endif
@@ -150,7 +150,7 @@ static void test_q8_k_avx512_quantizer_same_bytes(void) {
  *   scale of the min or -32 terms, which the first check could only catch
  *   together with the dequantizer. */
 static void test_kquant_dots_match_float64(void) {
-    pdl_fp16_init();
+    fp16_init();
     pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
     int lens[] = {256, 512, 768, 1024, 2048};
     for (size_t ti = 0; ti < 2; ti++)
@@ -163,8 +163,8 @@ static void test_kquant_dots_match_float64(void) {
             double worst_q = 0, worst_x = 0;
             for (int r = 0; r < rows; r++) {
                 const float *xr = x + (size_t)r * in;
-                pdl_quantize_row_q8_k(xr, in, xq);
-                pdl_dequant_blocks(dt, w + (size_t)r * pdl_dtype_row_bytes(dt, in), wf, in);
+                kquant_quantize_row_q8_k(xr, in, xq);
+                ops_dequant_blocks(dt, w + (size_t)r * dtype_row_bytes(dt, in), wf, in);
                 double sq = 0, sx = 0, mag = 0, bound = 0;
                 for (int i = 0; i < in; i++) {
                     const pdl_block_q8k *blk = &xq[i / 256];
@@ -174,15 +174,15 @@ static void test_kquant_dots_match_float64(void) {
                     mag += fabs((double)wf[i] * xe);
                     bound += fabs((double)wf[i]) * (double)blk->d * 127.0 / 254.0;
                 }
-                double got = kq_dot(dt, w + (size_t)r * pdl_dtype_row_bytes(dt, in), xq, nb);
+                double got = kq_dot(dt, w + (size_t)r * dtype_row_bytes(dt, in), xq, nb);
                 double eq = fabs(got - sq) / (mag + 1e-30);
                 double ex = fabs(got - sx) / (bound + 1e-5 * mag + 1e-30);
                 if (eq > worst_q) worst_q = eq;
                 if (ex > worst_x) worst_x = ex;
             }
             CHECK_MSG(worst_q < 1e-5, "%s in=%d: relative error %.3g with the quantized activations",
-                      pdl_dtype_name(dt), in, worst_q);
-            CHECK_MSG(worst_x <= 1.0, "%s in=%d: error %.3g of the Q8_K rounding bound", pdl_dtype_name(dt), in,
+                      dtype_name(dt), in, worst_q);
+            CHECK_MSG(worst_x <= 1.0, "%s in=%d: error %.3g of the Q8_K rounding bound", dtype_name(dt), in,
                       worst_x);
             free(w), free(x), free(wf), free(xq);
         }
@@ -196,23 +196,23 @@ typedef struct family {
 
 /* The SIMD tile families this CPU can run. */
 static int families(family *f) {
-    const pdl_cpu_features *cf = pdl_cpu_features_get();
+    const pdl_cpu_features *cf = cpu_features_get();
     int n = 0;
-    if (pdl_isa_supported(PDL_ISA_AVX2) && pdl_tiles_avx2.q4k)
-        f[n++] = (family){"avx2", pdl_tiles_avx2.q4k, pdl_tiles_avx2.q6k, pdl_tiles_avx2.tile_rows,
-                          pdl_tiles_avx2.tile_cols};
-    if (pdl_isa_supported(PDL_ISA_AVX512) && pdl_tiles_avx512.q4k)
-        f[n++] = (family){"avx512bw", pdl_tiles_avx512.q4k, pdl_tiles_avx512.q6k, pdl_tiles_avx512.tile_rows,
-                          pdl_tiles_avx512.tile_cols};
-    if (pdl_isa_supported(PDL_ISA_AVX512) && cf->avx512vnni && pdl_tiles_avx512_vnni.q4k)
-        f[n++] = (family){"avx512vnni", pdl_tiles_avx512_vnni.q4k, pdl_tiles_avx512_vnni.q6k,
-                          pdl_tiles_avx512_vnni.tile_rows, pdl_tiles_avx512_vnni.tile_cols};
-    if (pdl_isa_supported(PDL_ISA_NEON) && pdl_tiles_neon.q4k)
-        f[n++] = (family){"neon", pdl_tiles_neon.q4k, pdl_tiles_neon.q6k, pdl_tiles_neon.tile_rows,
-                          pdl_tiles_neon.tile_cols};
-    if (pdl_isa_supported(PDL_ISA_NEON) && cf->neon_dotprod && pdl_tiles_neon_dotprod.q4k)
-        f[n++] = (family){"neon+sdot", pdl_tiles_neon_dotprod.q4k, pdl_tiles_neon_dotprod.q6k,
-                          pdl_tiles_neon_dotprod.tile_rows, pdl_tiles_neon_dotprod.tile_cols};
+    if (cpu_isa_supported(PDL_ISA_AVX2) && matmul_tiles_avx2.q4k)
+        f[n++] = (family){"avx2", matmul_tiles_avx2.q4k, matmul_tiles_avx2.q6k, matmul_tiles_avx2.tile_rows,
+                          matmul_tiles_avx2.tile_cols};
+    if (cpu_isa_supported(PDL_ISA_AVX512) && matmul_tiles_avx512.q4k)
+        f[n++] = (family){"avx512bw", matmul_tiles_avx512.q4k, matmul_tiles_avx512.q6k, matmul_tiles_avx512.tile_rows,
+                          matmul_tiles_avx512.tile_cols};
+    if (cpu_isa_supported(PDL_ISA_AVX512) && cf->avx512vnni && matmul_tiles_avx512_vnni.q4k)
+        f[n++] = (family){"avx512vnni", matmul_tiles_avx512_vnni.q4k, matmul_tiles_avx512_vnni.q6k,
+                          matmul_tiles_avx512_vnni.tile_rows, matmul_tiles_avx512_vnni.tile_cols};
+    if (cpu_isa_supported(PDL_ISA_NEON) && matmul_tiles_neon.q4k)
+        f[n++] = (family){"neon", matmul_tiles_neon.q4k, matmul_tiles_neon.q6k, matmul_tiles_neon.tile_rows,
+                          matmul_tiles_neon.tile_cols};
+    if (cpu_isa_supported(PDL_ISA_NEON) && cf->neon_dotprod && matmul_tiles_neon_dotprod.q4k)
+        f[n++] = (family){"neon+sdot", matmul_tiles_neon_dotprod.q4k, matmul_tiles_neon_dotprod.q6k,
+                          matmul_tiles_neon_dotprod.tile_rows, matmul_tiles_neon_dotprod.tile_cols};
     return n;
 }
 
@@ -241,7 +241,7 @@ static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_b
                         if (memcmp(&v, &want, sizeof v) != 0) {
                             if (*bad < 5)
                                 fprintf(stderr, "  %s %s nb=%d tile %dx%d (%d,%d): %.9g != %.9g\n", f[fi].name,
-                                        pdl_dtype_name(dt), nb, rows, cols, r, c, v, want);
+                                        dtype_name(dt), nb, rows, cols, r, c, v, want);
                             (*bad)++;
                         }
                     }
@@ -250,7 +250,7 @@ static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_b
 }
 
 static void test_kquant_tiles_match_reference_bit_for_bit(void) {
-    pdl_fp16_init();
+    fp16_init();
     family f[5];
     int nf = families(f);
     fprintf(stderr, "  tile families here:");
@@ -263,11 +263,11 @@ static void test_kquant_tiles_match_reference_bit_for_bit(void) {
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
             pdl_dtype dt = types[ti];
             int in = lens[li], nb = in / 256;
-            size_t rb = pdl_dtype_row_bytes(dt, in);
+            size_t rb = dtype_row_bytes(dt, in);
             uint8_t *w = random_rows(dt, 8, in);
             float *x = random_x(8, in);
             pdl_block_q8k *xq = malloc((size_t)8 * nb * sizeof *xq);
-            for (int r = 0; r < 8; r++) pdl_quantize_row_q8_k(x + (size_t)r * in, in, xq + (size_t)r * nb);
+            for (int r = 0; r < 8; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xq + (size_t)r * nb);
             run_tiles_against_reference(w, rb, xq, nb, dt, &checked, &bad);
             free(w), free(x), free(xq);
         }
@@ -279,22 +279,22 @@ static void test_kquant_tiles_match_reference_bit_for_bit(void) {
  * quants at their maximum (Q4_K 15 with scale and min 63; Q6_K 63 or 0,
  * i.e. +31 / -32, with scales 127 and -128) against activations of +-127. */
 static void test_kquant_tiles_exact_at_extremes(void) {
-    pdl_fp16_init();
+    fp16_init();
     int in = 512, nb = 2, checked = 0, bad = 0;
     float x[4 * 512];
     for (int i = 0; i < 4 * 512; i++) x[i] = (i / 512) % 2 ? ((i % 3) ? 1.0f : -1.0f) : ((i / 512) == 0 ? 1.0f : -1.0f);
     pdl_block_q8k xq[4 * 2];
-    for (int r = 0; r < 4; r++) pdl_quantize_row_q8_k(x + r * in, in, xq + r * nb);
+    for (int r = 0; r < 4; r++) kquant_quantize_row_q8_k(x + r * in, in, xq + r * nb);
     CHECK_EQ_INT(xq[0].qs[0], 127);
     CHECK_EQ_INT(xq[2 * nb].qs[0], -127);
     for (int dti = 0; dti < 2; dti++) {
         pdl_dtype dt = dti ? PDL_DTYPE_Q6_K : PDL_DTYPE_Q4_K;
-        size_t rb = pdl_dtype_row_bytes(dt, in);
+        size_t rb = dtype_row_bytes(dt, in);
         uint8_t *w = malloc(rb * 4);
         memset(w, 0xFF, rb * 4);
         for (int b = 0; b < 4 * nb; b++) {
-            uint8_t *blk = w + b * pdl_dtype_block_bytes(dt);
-            uint16_t h = pdl_f32_to_f16(0.5f);
+            uint8_t *blk = w + b * dtype_block_bytes(dt);
+            uint16_t h = fp16_f32_to_f16(0.5f);
             if (dt == PDL_DTYPE_Q4_K) {
                 memcpy(blk, &h, 2);
                 memcpy(blk + 2, &h, 2);
@@ -308,12 +308,12 @@ static void test_kquant_tiles_exact_at_extremes(void) {
         /* and the portable value against float64 (exact here up to float rounding) */
         float wf[512];
         for (int c = 0; c < 4; c++) {
-            pdl_dequant_blocks(dt, w + c * rb, wf, in);
+            ops_dequant_blocks(dt, w + c * rb, wf, in);
             for (int r = 0; r < 4; r++) {
                 double s = 0;
                 for (int i = 0; i < in; i++) s += (double)wf[i] * xq[r * nb + i / 256].d * xq[r * nb + i / 256].qs[i % 256];
                 double got = kq_dot(dt, w + c * rb, xq + r * nb, nb);
-                CHECK_MSG(fabs(got - s) <= 1e-6 * fabs(s) + 1e-6, "%s (%d,%d): %.9g vs %.9g", pdl_dtype_name(dt), r, c,
+                CHECK_MSG(fabs(got - s) <= 1e-6 * fabs(s) + 1e-6, "%s (%d,%d): %.9g vs %.9g", dtype_name(dt), r, c,
                           got, s);
             }
         }
@@ -322,12 +322,12 @@ static void test_kquant_tiles_exact_at_extremes(void) {
     CHECK_EQ_INT(bad, 0);
 }
 
-/* pdl_matmul on every instruction set against the portable one, bit for
+/* matmul_run on every instruction set against the portable one, bit for
  * bit, for 1..9 rows and column counts off the tile sizes; and each row
  * alone gives the bits it gets among 7 rows (batch invariance). */
 static void test_kquant_matmul_same_bits_on_every_isa(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(3);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
     pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
     int shapes[][2] = {{1, 256}, {3, 512}, {5, 768}, {17, 1024}, {33, 2048}, {130, 256}};
@@ -341,31 +341,31 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
             float *y0 = malloc((size_t)maxrows * out * sizeof *y0), *y1 = malloc((size_t)maxrows * out * sizeof *y1);
             for (int rows = 1; rows <= maxrows; rows++) {
                 pdl_kernels k;
-                pdl_kernels_for(PDL_ISA_SCALAR, pdl_matmul_bf16_activations(), &k);
-                pdl_matmul(&k, pool, &scratch, y0, out, x, rows, &t, NULL, false);
+                matmul_kernels_for(PDL_ISA_SCALAR, matmul_bf16_activations(), &k);
+                matmul_run(&k, pool, &scratch, y0, out, x, rows, &t, NULL, false);
                 for (int isa = PDL_ISA_SCALAR + 1; isa < PDL_ISA_COUNT; isa++) {
-                    if (!pdl_isa_supported((pdl_isa)isa)) continue;
-                    pdl_kernels_for((pdl_isa)isa, pdl_matmul_bf16_activations(), &k);
-                    pdl_matmul(&k, pool, &scratch, y1, out, x, rows, &t, NULL, false);
+                    if (!cpu_isa_supported((pdl_isa)isa)) continue;
+                    matmul_kernels_for((pdl_isa)isa, matmul_bf16_activations(), &k);
+                    matmul_run(&k, pool, &scratch, y1, out, x, rows, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
-                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in);
+                              cpu_isa_name((pdl_isa)isa), dtype_name(dt), rows, out, in);
                 }
             }
             for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
-                if (!pdl_isa_supported((pdl_isa)isa)) continue;
+                if (!cpu_isa_supported((pdl_isa)isa)) continue;
                 pdl_kernels k;
-                pdl_kernels_for((pdl_isa)isa, pdl_matmul_bf16_activations(), &k);
-                pdl_matmul(&k, pool, &scratch, y1, out, x, 7, &t, NULL, false);
+                matmul_kernels_for((pdl_isa)isa, matmul_bf16_activations(), &k);
+                matmul_run(&k, pool, &scratch, y1, out, x, 7, &t, NULL, false);
                 for (int r = 0; r < 7; r++) {
-                    pdl_matmul(&k, pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
+                    matmul_run(&k, pool, &scratch, y0, out, x + (size_t)r * in, 1, &t, NULL, false);
                     CHECK_MSG(memcmp(y0, y1 + (size_t)r * out, (size_t)out * sizeof(float)) == 0,
-                              "%s %s %dx%d: row %d alone differs from the batch of 7", pdl_isa_name((pdl_isa)isa),
-                              pdl_dtype_name(dt), out, in, r);
+                              "%s %s %dx%d: row %d alone differs from the batch of 7", cpu_isa_name((pdl_isa)isa),
+                              dtype_name(dt), out, in, r);
                 }
             }
             free(w), free(x), free(y0), free(y1);
         }
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
 }
 
 int main(void) {
@@ -375,6 +375,6 @@ int main(void) {
     RUN(test_kquant_tiles_match_reference_bit_for_bit);
     RUN(test_kquant_tiles_exact_at_extremes);
     RUN(test_kquant_matmul_same_bits_on_every_isa);
-    pdl_scratch_free(&scratch);
+    scratch_free(&scratch);
     return test_summary();
 }

@@ -5,7 +5,7 @@
  *
  * The blocks are random bytes (every byte pattern is a valid Q4_K / Q6_K
  * block once d and dmin are sane halves), so the test needs no quantizer; the
- * twin is made with pdl_dequant_row, which tests/test_dequant.c checks
+ * twin is made with ops_dequant_row, which tests/test_dequant.c checks
  * against hand-computed blocks. The only difference left between the two
  * models is the activations: the k-quant kernels multiply activations
  * quantized per 256-block to 8 bits (Q8_K), as llama.cpp does, so each
@@ -45,13 +45,13 @@ static uint32_t next(void) {
 static float urand(void) { return (float)(next() & 0xFFFF) / 65536.0f; } /* [0, 1) */
 
 static void put_half(uint8_t *p, float v) {
-    uint16_t h = pdl_f32_to_f16(v);
+    uint16_t h = fp16_f32_to_f16(v);
     memcpy(p, &h, 2);
 }
 
 /* rows x cols of random blocks, values ~ +-amp */
 static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_t *nbytes) {
-    size_t nb = (size_t)rows * cols / 256, bb = pdl_dtype_block_bytes(dt);
+    size_t nb = (size_t)rows * cols / 256, bb = dtype_block_bytes(dt);
     uint8_t *b = malloc(nb * bb);
     for (size_t i = 0; i < nb * bb; i++) b[i] = (uint8_t)next();
     for (size_t k = 0; k < nb; k++) {
@@ -91,11 +91,11 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     gguf_writer_add_tensor(t->q, name, dt == PDL_DTYPE_Q4_K ? GW_GGML_Q4_K : GW_GGML_Q6_K, 2, ne, blocks, nbytes);
     float *f = malloc((size_t)rows * cols * sizeof *f);
     pdl_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = blocks, .nbytes = nbytes};
-    for (int r = 0; r < rows; r++) pdl_dequant_row(&view, r, f + (size_t)r * cols, cols);
+    for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
     gguf_writer_add_tensor_f32(t->f, name, 2, (const int64_t[]){rows, cols}, f);
     if (dt == PDL_DTYPE_Q4_K)
         for (size_t k = 0; k < nbytes / 144; k++) put_half(blocks + k * 144 + 2, 0.0f);
-    for (int r = 0; r < rows; r++) pdl_dequant_row(&view, r, f + (size_t)r * cols, cols);
+    for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
     gguf_writer_add_tensor_f32(t->bad, name, 2, (const int64_t[]){rows, cols}, f);
     free(f), free(blocks);
 }
@@ -165,7 +165,7 @@ static double max_diff(const float *a, const float *b) {
 }
 
 static void test_q4_k_m_model_matches_its_f32_twin(void) {
-    pdl_fp16_init();
+    fp16_init();
     char *qp, *fp, *bp;
     write_twins(&qp, &fp, &bp);
     float *q = logits_of(qp, 2, "Q4_K,Q6_K"), *f = logits_of(fp, 2, "F32"), *bad = logits_of(bp, 2, "F32");
@@ -184,19 +184,19 @@ static void test_q4_k_m_model_matches_its_f32_twin(void) {
  * bit-identical across instruction sets, tests/test_kquant.c; attention is
  * not, so the instruction sets are compared with the tolerance only). */
 static void test_k_quant_model_on_every_isa(void) {
-    pdl_fp16_init();
+    fp16_init();
     char *qp, *fp, *bp;
     write_twins(&qp, &fp, &bp);
     float *f = logits_of(fp, 2, "F32");
     for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
-        if (!pdl_isa_supported((pdl_isa)isa)) continue;
-        g_kernels = pdl_isa_name((pdl_isa)isa); /* the model's own family (pdl_model_options.kernels) */
+        if (!cpu_isa_supported((pdl_isa)isa)) continue;
+        g_kernels = cpu_isa_name((pdl_isa)isa); /* the model's own family (pdl_model_options.kernels) */
         float *one = logits_of(qp, 1, "Q4_K,Q6_K"), *two = logits_of(qp, 2, "Q4_K,Q6_K");
         CHECK_MSG(memcmp(one, two, (size_t)T * VOCAB * sizeof *one) == 0, "%s: 1 and 2 threads differ",
-                  pdl_isa_name((pdl_isa)isa));
+                  cpu_isa_name((pdl_isa)isa));
         double d = max_diff(one, f), mag = 0;
         for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
-        CHECK_MSG(d <= TOL_REL * mag, "%s: %g from the F32 twin", pdl_isa_name((pdl_isa)isa), d);
+        CHECK_MSG(d <= TOL_REL * mag, "%s: %g from the F32 twin", cpu_isa_name((pdl_isa)isa), d);
         free(one), free(two);
     }
     g_kernels = NULL;
@@ -208,7 +208,7 @@ static void test_k_quant_model_on_every_isa(void) {
  * exactly (a copy one byte off, or of the wrong length, would not), and
  * weights_mapped leaves the matrices in the mapping. */
 static void test_copied_matrices_give_the_mapped_files_logits(void) {
-    pdl_fp16_init();
+    fp16_init();
     char *qp, *fp, *bp;
     write_twins(&qp, &fp, &bp);
     pdl_model *m = NULL;
@@ -235,7 +235,7 @@ static void test_copied_matrices_give_the_mapped_files_logits(void) {
  * logits, at each of them in turn: q/k/v, the attention output, gate/up,
  * down, the head (test_util.h). */
 static void test_forward_reports_scratch_failure(void) {
-    pdl_fp16_init();
+    fp16_init();
     char *qp, *fp, *bp;
     write_twins(&qp, &fp, &bp);
     pdl_model *m = NULL;

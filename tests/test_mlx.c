@@ -33,27 +33,27 @@ static void put_words(uint8_t *dst, const uint32_t *w, size_t n) {
 }
 
 static uint16_t bf16_of(float f) { /* round to nearest even (the test's values are exact) */
-    uint32_t u = pdl_f32_to_bits(f);
+    uint32_t u = fp16_f32_to_bits(f);
     return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
 }
 
 static void test_dequant_4bit_by_hand(void) {
-    pdl_fp16_init();
+    fp16_init();
     /* 2 rows of 64 elements, groups of 32: 8 words per row, 2 groups */
     uint32_t words[16] = {0x76543210u, 0xFEDCBA98u, 0, 0, 0x0000F001u, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu,
                           0x12345678u, 0, 0, 0, 0, 0, 0, 0};
     uint8_t codes[64];
     put_words(codes, words, 16);
     /* F16 scales/biases [2][2]: row 0: (0.5, -1), (2, 0.25); row 1: (-0.125, 3), (1, -8) */
-    uint16_t scales[4] = {pdl_f32_to_f16(0.5f), pdl_f32_to_f16(2.0f), pdl_f32_to_f16(-0.125f), pdl_f32_to_f16(1.0f)};
-    uint16_t biases[4] = {pdl_f32_to_f16(-1.0f), pdl_f32_to_f16(0.25f), pdl_f32_to_f16(3.0f), pdl_f32_to_f16(-8.0f)};
+    uint16_t scales[4] = {fp16_f32_to_f16(0.5f), fp16_f32_to_f16(2.0f), fp16_f32_to_f16(-0.125f), fp16_f32_to_f16(1.0f)};
+    uint16_t biases[4] = {fp16_f32_to_f16(-1.0f), fp16_f32_to_f16(0.25f), fp16_f32_to_f16(3.0f), fp16_f32_to_f16(-8.0f)};
     pdl_tensor t = {.dtype = PDL_DTYPE_MLX_Q4, .n_dims = 2, .shape = {2, 64}, .data = codes, .nbytes = sizeof codes};
     t.mlx.scales = scales, t.mlx.biases = biases, t.mlx.dtype = PDL_DTYPE_F16, t.mlx.group = 32;
-    CHECK_EQ_INT(pdl_dtype_row_bytes(PDL_DTYPE_MLX_Q4, 64), 32);
-    CHECK(pdl_dtype_is_quantized(PDL_DTYPE_MLX_Q4) && pdl_dtype_is_mlx(PDL_DTYPE_MLX_Q4));
+    CHECK_EQ_INT(dtype_row_bytes(PDL_DTYPE_MLX_Q4, 64), 32);
+    CHECK(dtype_is_quantized(PDL_DTYPE_MLX_Q4) && dtype_is_mlx(PDL_DTYPE_MLX_Q4));
     float r0[64], r1[64];
-    pdl_dequant_row(&t, 0, r0, 64);
-    pdl_dequant_row(&t, 1, r1, 64);
+    ops_dequant_row(&t, 0, r0, 64);
+    ops_dequant_row(&t, 1, r1, 64);
     /* row 0, group 0: 0.5 q - 1 with q = j for j < 16 (nibble j % 8 of word j / 8), then 0 */
     static const struct { int row, j; float want; } cases[] = {
         {0, 0, -1.0f},  {0, 1, -0.5f},   {0, 2, 0.0f},   {0, 7, 2.5f},    {0, 8, 3.0f},    {0, 9, 3.5f},
@@ -72,9 +72,9 @@ static void test_dequant_4bit_by_hand(void) {
     }
     /* a view starting at row 1 (fused matrices are split this way) sees row 1's scales */
     pdl_tensor v;
-    pdl_tensor_rows(&t, 1, 1, "part", &v);
+    model_tensor_rows(&t, 1, 1, "part", &v);
     float rv[64];
-    pdl_dequant_row(&v, 0, rv, 64);
+    ops_dequant_row(&v, 0, rv, 64);
     CHECK(memcmp(rv, r1, sizeof rv) == 0);
 }
 
@@ -92,10 +92,10 @@ static void test_dequant_8bit_by_hand(void) {
     uint16_t biases[4] = {bf16_of(-64.0f), bf16_of(1.5f), bf16_of(0.0f), bf16_of(-512.0f)};
     pdl_tensor t = {.dtype = PDL_DTYPE_MLX_Q8, .n_dims = 2, .shape = {2, 64}, .data = codes, .nbytes = sizeof codes};
     t.mlx.scales = scales, t.mlx.biases = biases, t.mlx.dtype = PDL_DTYPE_BF16, t.mlx.group = 32;
-    CHECK_EQ_INT(pdl_dtype_row_bytes(PDL_DTYPE_MLX_Q8, 64), 64);
+    CHECK_EQ_INT(dtype_row_bytes(PDL_DTYPE_MLX_Q8, 64), 64);
     float r0[64], r1[64];
-    pdl_dequant_row(&t, 0, r0, 64);
-    pdl_dequant_row(&t, 1, r1, 64);
+    ops_dequant_row(&t, 0, r0, 64);
+    ops_dequant_row(&t, 1, r1, 64);
     static const struct { int row, j; float want; } cases[] = {
         {0, 0, -64.0f}, {0, 1, -63.5f}, {0, 3, -62.5f},  {0, 4, -63.5f},   {0, 5, -64.0f},
         {0, 6, 0.0f},   {0, 7, 63.5f},  {0, 8, -64.0f},  {0, 32, -62.0f},  {0, 33, 1.5f},
@@ -117,7 +117,7 @@ static void test_dequant_8bit_by_hand(void) {
     pdl_tensor f = {.dtype = PDL_DTYPE_MLX_Q8, .n_dims = 2, .shape = {1, 32}, .data = one_row, .nbytes = 32};
     f.mlx.scales = &fs, f.mlx.biases = &fb, f.mlx.dtype = PDL_DTYPE_F32, f.mlx.group = 32;
     float out[32];
-    pdl_dequant_row(&f, 0, out, 32);
+    ops_dequant_row(&f, 0, out, 32);
     CHECK_MSG(out[0] == 1.29999995f, "%.9g, want 1.29999995", out[0]);
     CHECK(out[0] != fmaf(0.1f, 10.0f, 0.3f));
     CHECK(out[1] == 0.3f);
@@ -127,16 +127,16 @@ static void test_dtype_names(void) {
     char buf[32];
     pdl_tensor t = {.dtype = PDL_DTYPE_MLX_Q4};
     t.mlx.group = 64;
-    CHECK(strcmp(pdl_tensor_type_name(&t, buf, sizeof buf), "MLX_Q4(g64)") == 0);
+    CHECK(strcmp(tensor_type_name(&t, buf, sizeof buf), "MLX_Q4(g64)") == 0);
     t.dtype = PDL_DTYPE_MLX_Q8, t.mlx.group = 128;
-    CHECK(strcmp(pdl_tensor_type_name(&t, buf, sizeof buf), "MLX_Q8(g128)") == 0);
+    CHECK(strcmp(tensor_type_name(&t, buf, sizeof buf), "MLX_Q8(g128)") == 0);
     t.dtype = PDL_DTYPE_BF16;
-    CHECK(strcmp(pdl_tensor_type_name(&t, buf, sizeof buf), "BF16") == 0);
-    CHECK(strcmp(pdl_dtype_name(PDL_DTYPE_U32), "U32") == 0);
-    CHECK(!pdl_dtype_is_quantized(PDL_DTYPE_U32) && !pdl_dtype_is_mlx(PDL_DTYPE_U32));
-    CHECK_EQ_INT(pdl_dtype_block_elems(PDL_DTYPE_MLX_Q4), 8);
-    CHECK_EQ_INT(pdl_dtype_block_elems(PDL_DTYPE_MLX_Q8), 4);
-    CHECK_EQ_INT(pdl_dtype_block_bytes(PDL_DTYPE_MLX_Q4), 4);
+    CHECK(strcmp(tensor_type_name(&t, buf, sizeof buf), "BF16") == 0);
+    CHECK(strcmp(dtype_name(PDL_DTYPE_U32), "U32") == 0);
+    CHECK(!dtype_is_quantized(PDL_DTYPE_U32) && !dtype_is_mlx(PDL_DTYPE_U32));
+    CHECK_EQ_INT(dtype_block_elems(PDL_DTYPE_MLX_Q4), 8);
+    CHECK_EQ_INT(dtype_block_elems(PDL_DTYPE_MLX_Q8), 4);
+    CHECK_EQ_INT(dtype_block_bytes(PDL_DTYPE_MLX_Q4), 4);
 }
 
 /* ---- folders made from the reference model --------------------------------- */
@@ -178,8 +178,8 @@ static float *tensor_f32(const pdl_tensor *t) {
 }
 
 static float round_to(const char *dt, float x) {
-    if (strcmp(dt, "F16") == 0) return pdl_f16_to_f32_exact(pdl_f32_to_f16(x));
-    if (strcmp(dt, "BF16") == 0) return pdl_bf16_to_f32(bf16_of(x));
+    if (strcmp(dt, "F16") == 0) return fp16_f16_to_f32_exact(fp16_f32_to_f16(x));
+    if (strcmp(dt, "BF16") == 0) return fp16_bf16_to_f32(bf16_of(x));
     return x;
 }
 
@@ -187,7 +187,7 @@ static void store_param(const char *dt, float x, uint8_t *dst) {
     if (strcmp(dt, "F32") == 0) {
         memcpy(dst, &x, 4);
     } else {
-        uint16_t h = strcmp(dt, "F16") == 0 ? pdl_f32_to_f16(x) : bf16_of(x);
+        uint16_t h = strcmp(dt, "F16") == 0 ? fp16_f32_to_f16(x) : bf16_of(x);
         memcpy(dst, &h, 2);
     }
 }
@@ -444,7 +444,7 @@ static double compare_models(pdl_model *a, pdl_model *b, double *ref_diff) {
  *
  * Against the F32 folder of the dequantized weights: the two models hold
  * the same weights, only their expansion differs (the MLX rows are expanded
- * by pdl_dequant_row with the same float operations the test used to write
+ * by ops_dequant_row with the same float operations the test used to write
  * the F32 values), so on the portable kernels, where both go through the
  * same F32 dot product (the test loads both without weight panels), the
  * logits must be bit-identical. With the SIMD
@@ -467,7 +467,7 @@ static void test_quantized_model_matches_dequantized_f32(void) {
         {4, 32, "BF16", "quantization"}, {4, 64, "F16", "both"},   {4, 128, "F32", "quantization"},
         {8, 32, "F32", "quantization_config"}, {8, 64, "BF16", "quantization"}, {8, 128, "F16", "both"},
     };
-    pdl_isa isa0 = pdl_isa_active();
+    pdl_isa isa0 = cpu_isa_active();
     for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0]; k++) {
         char name[64], fname[64];
         snprintf(name, sizeof name, "mlx-q%d-g%d", cfgs[k].bits, cfgs[k].group);
@@ -482,19 +482,19 @@ static void test_quantized_model_matches_dequantized_f32(void) {
         snprintf(want, sizeof want, "MLX_Q%d(g%d)", cfgs[k].bits, cfgs[k].group);
         CHECK_MSG(strcmp(info.weight_types, want) == 0, "weight_types '%s', want '%s'", info.weight_types, want);
 
-        pdl_isa_set(PDL_ISA_SCALAR);
+        cpu_isa_set(PDL_ISA_SCALAR);
         double exact = compare_models(mq, mf, NULL);
-        pdl_isa_set(isa0);
+        cpu_isa_set(isa0);
         double ref, simd = compare_models(mq, mf, &ref);
         fprintf(stderr, "  %d-bit g%d (%s scales): vs dequantized F32: portable %.3g, %s %.3g; vs refs.json %.3g\n",
-                cfgs[k].bits, cfgs[k].group, cfgs[k].sdt, exact, pdl_isa_name(isa0), simd, ref);
+                cfgs[k].bits, cfgs[k].group, cfgs[k].sdt, exact, cpu_isa_name(isa0), simd, ref);
         CHECK_MSG(exact == 0.0, "%s: portable kernels: max |diff| %.3g, want 0", name, exact);
-        CHECK_MSG(simd <= 1e-5, "%s: %s kernels: max |diff| %.3g > 1e-5", name, pdl_isa_name(isa0), simd);
+        CHECK_MSG(simd <= 1e-5, "%s: %s kernels: max |diff| %.3g > 1e-5", name, cpu_isa_name(isa0), simd);
         if (cfgs[k].bits == 8) CHECK_MSG(ref <= 2.5e-2, "%s: max |diff| vs refs.json %.3g > 2.5e-2", name, ref);
         pdl_model_free(mq), pdl_model_free(mf);
         free(dir), free(fdir);
     }
-    pdl_isa_set(isa0);
+    cpu_isa_set(isa0);
 }
 
 /* Per-module entries: one projection at 8 bits in groups of 32, the
@@ -508,10 +508,10 @@ static void test_per_module_overrides(void) {
     pdl_model_info info;
     pdl_model_get_info(mq, &info);
     CHECK_MSG(strcmp(info.weight_types, "F32,MLX_Q4(g64),MLX_Q8(g32)") == 0, "weight_types '%s'", info.weight_types);
-    pdl_isa isa0 = pdl_isa_active();
-    pdl_isa_set(PDL_ISA_SCALAR);
+    pdl_isa isa0 = cpu_isa_active();
+    cpu_isa_set(PDL_ISA_SCALAR);
     double exact = compare_models(mq, mf, NULL);
-    pdl_isa_set(isa0);
+    cpu_isa_set(isa0);
     CHECK_MSG(exact == 0.0, "max |diff| %.3g, want 0", exact);
     pdl_model_free(mq), pdl_model_free(mf);
 
@@ -533,10 +533,10 @@ static void test_sharded_folder(void) {
     char *dir = write_folders("mlx-sharded", "deq-sharded", &o);
     char *fdir = test_tmp_path("deq-sharded");
     pdl_model *mq = load(dir), *mf = load(fdir);
-    pdl_isa isa0 = pdl_isa_active();
-    pdl_isa_set(PDL_ISA_SCALAR);
+    pdl_isa isa0 = cpu_isa_active();
+    cpu_isa_set(PDL_ISA_SCALAR);
     double exact = compare_models(mq, mf, NULL);
-    pdl_isa_set(isa0);
+    cpu_isa_set(isa0);
     CHECK_MSG(exact == 0.0, "max |diff| %.3g, want 0", exact);
     pdl_model_free(mq), pdl_model_free(mf);
     free(dir), free(fdir);

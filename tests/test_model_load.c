@@ -133,13 +133,13 @@ static gguf_writer *gguf_model(const build_opts *o) {
             if (o->f16_matrices == 2 && t->n_dims == 2) {
                 size_t n = (size_t)(shape[0] * shape[1]);
                 float *r16 = malloc(n * sizeof *r16);
-                for (size_t j = 0; j < n; j++) r16[j] = pdl_f16_to_f32(pdl_f32_to_f16(data[j]));
+                for (size_t j = 0; j < n; j++) r16[j] = fp16_f16_to_f32(fp16_f32_to_f16(data[j]));
                 gguf_writer_add_tensor_f32(w, t->gg, 2, shape, r16);
                 free(r16);
             } else if (o->f16_matrices && t->n_dims == 2) {
                 size_t n = (size_t)(shape[0] * shape[1]);
                 uint16_t *h = malloc(n * 2);
-                for (size_t j = 0; j < n; j++) h[j] = pdl_f32_to_f16(data[j]);
+                for (size_t j = 0; j < n; j++) h[j] = fp16_f32_to_f16(data[j]);
                 uint64_t ne[2] = {(uint64_t)shape[1], (uint64_t)shape[0]};
                 gguf_writer_add_tensor(w, t->gg, GW_GGML_F16, 2, ne, h, n * 2);
                 free(h);
@@ -186,13 +186,13 @@ static char *write_hf(const char *name, const build_opts *o, const char *config,
         if (bf16 == 2 && t->n_dims == 2) {
             size_t n = (size_t)(shape[0] * shape[1]);
             float *rb = malloc(n * sizeof *rb);
-            for (size_t j = 0; j < n; j++) rb[j] = pdl_bits_to_f32(pdl_f32_to_bits(t->data[j]) & 0xffff0000u);
+            for (size_t j = 0; j < n; j++) rb[j] = fp16_bits_to_f32(fp16_f32_to_bits(t->data[j]) & 0xffff0000u);
             stw_add_f32(w, t->hf, 2, shape, rb);
             free(rb);
         } else if (bf16 && t->n_dims == 2) {
             size_t n = (size_t)(shape[0] * shape[1]);
             uint16_t *h = malloc(n * 2);
-            for (size_t j = 0; j < n; j++) h[j] = (uint16_t)(pdl_f32_to_bits(t->data[j]) >> 16);
+            for (size_t j = 0; j < n; j++) h[j] = (uint16_t)(fp16_f32_to_bits(t->data[j]) >> 16);
             stw_add(w, t->hf, "BF16", 2, shape, h);
             free(h);
         } else {
@@ -258,7 +258,7 @@ static void test_gguf_and_hf_copies_give_the_same_logits(void) {
  * reading a half as bfloat16 or the reverse would be off by ~1). Exact F32
  * products here; BF16 activations are checked below. */
 static void test_f16_and_bf16_weights_load(void) {
-    pdl_matmul_set_bf16_activations(false);
+    matmul_set_bf16_activations(false);
     build_opts o = {0}, of16 = {.f16_matrices = 1}, of16r = {.f16_matrices = 2};
     char *g = write_gguf("f32.gguf", &o), *g16 = write_gguf("f16.gguf", &of16), *g16r = write_gguf("f16r.gguf", &of16r);
     char *hb = write_hf("bf16-hf", &o, NULL, 1), *hbr = write_hf("bf16r-hf", &o, NULL, 2);
@@ -271,7 +271,7 @@ static void test_f16_and_bf16_weights_load(void) {
     /* With BF16 activations (VDPBF16PS, where the CPU has it) the logits
      * move by the activation rounding only (2^-9 relative per value): under
      * 1% of the largest logit here. */
-    pdl_matmul_set_bf16_activations(true);
+    matmul_set_bf16_activations(true);
     float *c16 = logits_of(hb, PDL_KV_F32);
     double d_act = max_diff(cr, c16, 9 * VOC), mag = 0;
     for (int i = 0; i < 9 * VOC; i++) mag = fmax(mag, fabs(cr[i]));
@@ -482,14 +482,14 @@ static void load_log(const char *path, lines_log *l) {
 static void test_model_options_choose_the_kernel_family(void) {
     build_opts o = {.f16_matrices = 1};
     char *g = write_gguf("family.gguf", &o);
-    pdl_isa was = pdl_isa_active();
-    pdl_isa_set(PDL_ISA_SCALAR);
+    pdl_isa was = cpu_isa_active();
+    cpu_isa_set(PDL_ISA_SCALAR);
     float *want = logits_of(g, PDL_KV_F32);
-    pdl_isa_set(was);
+    cpu_isa_set(was);
     pdl_model_options mo = {.n_threads = 2, .kernels = "scalar"};
     float *got = logits_with(g, &mo, PDL_KV_F32);
     CHECK_MSG(memcmp(want, got, 9 * VOC * sizeof *got) == 0, "the model's scalar family differs from the process's");
-    CHECK(pdl_isa_active() == was);
+    CHECK(cpu_isa_active() == was);
     lines_log l = {0};
     pdl_model_options bad = {.n_threads = 1, .kernels = "bogus", .log = on_log, .log_user = &l};
     pdl_model *m = NULL;
@@ -618,7 +618,7 @@ static void test_inconsistent_hyperparameters_are_rejected(void) {
 }
 
 int main(void) {
-    pdl_fp16_init();
+    fp16_init();
     RUN(test_gguf_and_hf_copies_give_the_same_logits);
     RUN(test_unused_tensors_are_logged);
     RUN(test_f16_and_bf16_weights_load);

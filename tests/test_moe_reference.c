@@ -303,8 +303,8 @@ static void add_q8_0(gguf_writer *gw, const char *name, int n_dims, const int64_
     int8_t qs[32];
     for (size_t b = 0; b < nb; b++) {
         float d;
-        pdl_quantize_row_q8_0(data + b * 32, 32, qs, &d);
-        uint16_t h = pdl_f32_to_f16(d);
+        matmul_quantize_row_q8_0(data + b * 32, 32, qs, &d);
+        uint16_t h = fp16_f32_to_f16(d);
         memcpy(blocks + b * 34, &h, 2);
         memcpy(blocks + b * 34 + 2, qs, 32);
     }
@@ -730,7 +730,7 @@ static void test_moe_rows_are_batch_invariant(void) {
  * of attention and the head (test_util.h). Q8_0 weights, so that every
  * matmul takes scratch on every instruction set. */
 static void test_moe_forward_reports_scratch_failure(void) {
-    pdl_fp16_init();
+    fp16_init();
     spec s = family_spec(F_QWEN2MOE);
     s.S = 64; /* Q8_0 rows are whole blocks of 32 */
     weights w = make_weights(&s, 7);
@@ -756,14 +756,14 @@ static void test_moe_forward_reports_scratch_failure(void) {
 
 /* ---- routing ------------------------------------------------------------------ */
 
-/* pdl_moe_route on hand-made logits: the order, ties to the lower id, the
+/* moe_route on hand-made logits: the order, ties to the lower id, the
  * softmax over all experts, renormalization, sigmoid, the scale. */
 static void test_route_orders_ties_and_weights(void) {
     pdl_model_config c = {.n_experts = 6, .n_experts_used = 3, .router = PDL_ROUTER_SOFTMAX, .router_scale = 1.0f};
     const float lg[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 0.5f};
     int32_t sel[3];
     float w[3];
-    pdl_moe_route(&c, lg, sel, w);
+    moe_route(&c, lg, sel, w);
     CHECK_EQ_INT(sel[0], 1);
     CHECK_EQ_INT(sel[1], 3);
     CHECK_EQ_INT(sel[2], 4);
@@ -772,19 +772,19 @@ static void test_route_orders_ties_and_weights(void) {
     CHECK(fabs(w[0] - 1.0 / z) < 1e-6 && fabs(w[1] - 1.0 / z) < 1e-6 && fabs(w[2] - exp(-1.0) / z) < 1e-6);
     c.router_norm = true;
     c.router_scale = 2.5f;
-    pdl_moe_route(&c, lg, sel, w);
+    moe_route(&c, lg, sel, w);
     double s3 = 2.0 + exp(-1.0);
     CHECK(fabs(w[0] - 2.5 / s3) < 1e-6 && fabs(w[2] - 2.5 * exp(-1.0) / s3) < 1e-6);
     c.router = PDL_ROUTER_SIGMOID, c.router_norm = false, c.router_scale = 1.0f;
-    pdl_moe_route(&c, lg, sel, w);
+    moe_route(&c, lg, sel, w);
     CHECK(fabs(w[0] - 1.0 / (1.0 + exp(-2.0))) < 1e-6 && fabs(w[2] - 1.0 / (1.0 + exp(-1.0))) < 1e-6);
     c.n_experts_used = 1; /* the tie of 0.5 and 0.5 below 2.0: k = 5 takes expert 0 before 5 */
-    pdl_moe_route(&c, lg, sel, w);
+    moe_route(&c, lg, sel, w);
     CHECK_EQ_INT(sel[0], 1);
     int32_t sel5[5];
     float w5[5];
     c.n_experts_used = 5;
-    pdl_moe_route(&c, lg, sel5, w5);
+    moe_route(&c, lg, sel5, w5);
     CHECK_EQ_INT(sel5[3], 0);
     CHECK_EQ_INT(sel5[4], 5);
 }

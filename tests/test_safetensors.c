@@ -138,12 +138,12 @@ static void test_roundtrip_f32_f16_bf16(void) {
         {"bf.weight", PDL_DTYPE_BF16, 1, {2}, 4},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        const pdl_tensor *t = pdl_tensor_set_find(ts, want[i].name);
+        const pdl_tensor *t = tensor_set_find(ts, want[i].name);
         REQUIRE_MSG(t != NULL, "%s", want[i].name);
         CHECK_EQ_INT(t->dtype, want[i].dtype);
         check_shape(t, want[i].n_dims, want[i].shape);
         CHECK_EQ_INT(t->nbytes, want[i].nbytes);
-        CHECK_EQ_INT(pdl_tensor_nelems(t) * (int64_t)pdl_dtype_block_bytes(t->dtype), t->nbytes);
+        CHECK_EQ_INT(tensor_nelems(t) * (int64_t)dtype_block_bytes(t->dtype), t->nbytes);
         CHECK(strcmp(t->file, path) == 0);
         uint64_t begin, end, data_start;
         REQUIRE(stw_offsets(w, want[i].name, &begin, &end, &data_start) == 0);
@@ -154,19 +154,19 @@ static void test_roundtrip_f32_f16_bf16(void) {
         read_at(path, t->file_offset, buf, t->nbytes);
         CHECK(memcmp(buf, t->data, t->nbytes) == 0);
         /* The writer aligns each tensor to its element size. */
-        CHECK((uintptr_t)t->data % pdl_dtype_block_bytes(t->dtype) == 0);
+        CHECK((uintptr_t)t->data % dtype_block_bytes(t->dtype) == 0);
     }
 
-    const pdl_tensor *a = pdl_tensor_set_find(ts, "a.weight");
+    const pdl_tensor *a = tensor_set_find(ts, "a.weight");
     const float *af = a->data;
     CHECK(af[0] == 1.0f && af[5] == 6.0f);
-    const pdl_tensor *b = pdl_tensor_set_find(ts, "b.bias");
+    const pdl_tensor *b = tensor_set_find(ts, "b.bias");
     CHECK(((const float *)b->data)[1] == 0.5f);
-    const uint16_t *hv = pdl_tensor_set_find(ts, "h.weight")->data;
+    const uint16_t *hv = tensor_set_find(ts, "h.weight")->data;
     CHECK(hv[0] == 0x3C00 && hv[1] == 0xC000 && hv[2] == 0x3800);
-    const uint16_t *bv = pdl_tensor_set_find(ts, "bf.weight")->data;
+    const uint16_t *bv = tensor_set_find(ts, "bf.weight")->data;
     CHECK(bv[0] == 0x3F80 && bv[1] == 0x4040);
-    CHECK(pdl_tensor_set_find(ts, "__metadata__") == NULL);
+    CHECK(tensor_set_find(ts, "__metadata__") == NULL);
     st_close(m);
     stw_free(w);
     free(path);
@@ -179,9 +179,9 @@ static void test_shape_order_is_outermost_first(void) {
     char *path = test_tmp_path("dims.safetensors");
     REQUIRE(stw_write(w, path) == 0);
     st_model *m = open_ok(path);
-    check_shape(pdl_tensor_set_find(st_tensors(m), "t4"), 4, (const int64_t[]){2, 3, 4, 5});
-    check_shape(pdl_tensor_set_find(st_tensors(m), "t3"), 3, (const int64_t[]){7, 1, 9});
-    CHECK_EQ_INT(pdl_tensor_set_find(st_tensors(m), "t4")->nbytes, 2 * 3 * 4 * 5 * 4);
+    check_shape(tensor_set_find(st_tensors(m), "t4"), 4, (const int64_t[]){2, 3, 4, 5});
+    check_shape(tensor_set_find(st_tensors(m), "t3"), 3, (const int64_t[]){7, 1, 9});
+    CHECK_EQ_INT(tensor_set_find(st_tensors(m), "t4")->nbytes, 2 * 3 * 4 * 5 * 4);
     st_close(m);
     stw_free(w);
     free(path);
@@ -195,15 +195,15 @@ static void test_scalar_and_empty_tensors(void) {
     char *path = test_tmp_path("scalar.safetensors");
     REQUIRE(stw_write(w, path) == 0);
     st_model *m = open_ok(path);
-    const pdl_tensor *s = pdl_tensor_set_find(st_tensors(m), "scalar");
+    const pdl_tensor *s = tensor_set_find(st_tensors(m), "scalar");
     REQUIRE(s != NULL);
     CHECK_EQ_INT(s->n_dims, 0);
     CHECK_EQ_INT(s->nbytes, 4);
     CHECK(*(const float *)s->data == 1.0f);
-    const pdl_tensor *e = pdl_tensor_set_find(st_tensors(m), "empty");
+    const pdl_tensor *e = tensor_set_find(st_tensors(m), "empty");
     REQUIRE(e != NULL);
     CHECK_EQ_INT(e->nbytes, 0);
-    CHECK_EQ_INT(pdl_tensor_nelems(e), 0);
+    CHECK_EQ_INT(tensor_nelems(e), 0);
     st_close(m);
     stw_free(w);
     free(path);
@@ -615,7 +615,7 @@ static void test_random_byte_flips_never_crash(void) {
                   t->dtype == PDL_DTYPE_BF16);
             CHECK_MSG(t->file_offset + t->nbytes <= n, "iteration %d: tensor '%s' past the file",
                       iter, t->name);
-            CHECK_EQ_INT(pdl_tensor_nelems(t) * (int64_t)pdl_dtype_block_bytes(t->dtype),
+            CHECK_EQ_INT(tensor_nelems(t) * (int64_t)dtype_block_bytes(t->dtype),
                          t->nbytes);
             for (size_t b = 0; b < t->nbytes; b++) sum += ((const uint8_t *)t->data)[b];
         }
@@ -642,7 +642,7 @@ static void test_dir_with_single_file(void) {
     stw_free(w);
     st_model *m = open_dir_ok(dir);
     CHECK_EQ_INT(st_tensors(m)->count, 4);
-    CHECK(strcmp(pdl_tensor_set_find(st_tensors(m), "a.weight")->file, file) == 0);
+    CHECK(strcmp(tensor_set_find(st_tensors(m), "a.weight")->file, file) == 0);
     CHECK(st_metadata(m, "format") != NULL);
     st_close(m);
     free(file);
@@ -713,15 +713,15 @@ static void test_sharded_dir_with_index(void) {
     CHECK_EQ_INT(ts->count, 4);
     char *s1 = test_join(dir, k_shards[0]);
     char *s2 = test_join(dir, k_shards[2]);
-    const pdl_tensor *e = pdl_tensor_set_find(ts, "model.embed_tokens.weight");
+    const pdl_tensor *e = tensor_set_find(ts, "model.embed_tokens.weight");
     REQUIRE(e != NULL);
     CHECK(strcmp(e->file, s1) == 0);
     check_shape(e, 2, (const int64_t[]){8, 4});
-    const pdl_tensor *l1 = pdl_tensor_set_find(ts, "model.layers.1.w");
+    const pdl_tensor *l1 = tensor_set_find(ts, "model.layers.1.w");
     REQUIRE(l1 != NULL);
     CHECK(strcmp(l1->file, s2) == 0);
     CHECK_EQ_INT(l1->dtype, PDL_DTYPE_F16);
-    CHECK_EQ_INT(pdl_tensor_set_find(ts, "model.layers.0.w")->dtype, PDL_DTYPE_BF16);
+    CHECK_EQ_INT(tensor_set_find(ts, "model.layers.0.w")->dtype, PDL_DTYPE_BF16);
     /* Data really comes from each shard. */
     uint8_t buf[32];
     read_at(s2, l1->file_offset, buf, l1->nbytes);
@@ -870,7 +870,7 @@ static void test_real_stories260k_hf(void) {
     const pdl_tensor_set *ts = st_tensors(m);
     /* embed + 5 layers x 9 + final norm; the LM head is tied, so absent. */
     CHECK_EQ_INT(ts->count, 47);
-    const pdl_tensor *e = pdl_tensor_set_find(ts, "model.embed_tokens.weight");
+    const pdl_tensor *e = tensor_set_find(ts, "model.embed_tokens.weight");
     REQUIRE(e != NULL);
     CHECK_EQ_INT(e->dtype, PDL_DTYPE_F32);
     check_shape(e, 2, (const int64_t[]){512, 64});
@@ -879,12 +879,12 @@ static void test_real_stories260k_hf(void) {
     float buf[64];
     read_at(e->file, e->file_offset, buf, sizeof buf);
     CHECK(memcmp(buf, e->data, sizeof buf) == 0);
-    check_shape(pdl_tensor_set_find(ts, "model.layers.0.mlp.down_proj.weight"), 2,
+    check_shape(tensor_set_find(ts, "model.layers.0.mlp.down_proj.weight"), 2,
                 (const int64_t[]){64, 172});
-    check_shape(pdl_tensor_set_find(ts, "model.norm.weight"), 1, (const int64_t[]){64});
-    CHECK(pdl_tensor_set_find(ts, "model.layers.4.self_attn.v_proj.weight") != NULL);
-    CHECK(pdl_tensor_set_find(ts, "model.layers.5.self_attn.v_proj.weight") == NULL);
-    CHECK(pdl_tensor_set_find(ts, "lm_head.weight") == NULL);
+    check_shape(tensor_set_find(ts, "model.norm.weight"), 1, (const int64_t[]){64});
+    CHECK(tensor_set_find(ts, "model.layers.4.self_attn.v_proj.weight") != NULL);
+    CHECK(tensor_set_find(ts, "model.layers.5.self_attn.v_proj.weight") == NULL);
+    CHECK(tensor_set_find(ts, "lm_head.weight") == NULL);
     for (size_t i = 0; i < ts->count; i++) CHECK_EQ_INT(ts->items[i].dtype, PDL_DTYPE_F32);
     CHECK(st_metadata(m, "format") && strcmp(st_metadata(m, "format"), "pt") == 0);
     check_all_inside(m);
@@ -904,14 +904,14 @@ static void test_real_qwen3_tiny_hf(void) {
     st_model *m = open_dir_ok(dir);
     const pdl_tensor_set *ts = st_tensors(m);
     CHECK_EQ_INT(ts->count, 35);
-    const pdl_tensor *e = pdl_tensor_set_find(ts, "model.embed_tokens.weight");
+    const pdl_tensor *e = tensor_set_find(ts, "model.embed_tokens.weight");
     REQUIRE(e != NULL);
     CHECK_EQ_INT(e->dtype, PDL_DTYPE_F32);
     check_shape(e, 2, (const int64_t[]){1536, 128});
-    const pdl_tensor *q = pdl_tensor_set_find(ts, "model.layers.0.self_attn.q_proj.weight");
+    const pdl_tensor *q = tensor_set_find(ts, "model.layers.0.self_attn.q_proj.weight");
     REQUIRE(q != NULL);
     check_shape(q, 2, (const int64_t[]){256, 128});
-    const pdl_tensor *qn = pdl_tensor_set_find(ts, "model.layers.0.self_attn.q_norm.weight");
+    const pdl_tensor *qn = tensor_set_find(ts, "model.layers.0.self_attn.q_norm.weight");
     REQUIRE(qn != NULL);
     check_shape(qn, 1, (const int64_t[]){64});
     CHECK(st_metadata(m, "format") != NULL);

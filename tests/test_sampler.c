@@ -625,7 +625,7 @@ static void test_logprobs_top_n_on_full_size_rows(void) {
  * The prefix cut behind top-k, top-p and top-n
  * ------------------------------------------------------------------------- */
 
-/* pdl_rank_keep against "sort by (value desc, position asc), take while
+/* rank_keep against "sort by (value desc, position asc), take while
  * short of need", on rows with many ties, negatives and zeros; need sits
  * halfway between two reference prefix sums so rounding cannot move it. */
 static void test_rank_keep_matches_a_full_sort(void) {
@@ -658,7 +658,7 @@ static void test_rank_keep_matches_a_full_sort(void) {
         double need = 0.5 * (before + through);
         memcpy(y, x, sizeof x);
         for (int i = 0; i < N; i++) ids[i] = i;
-        size_t kept = pdl_rank_keep(y, ids, N, weighted, need);
+        size_t kept = rank_keep(y, ids, N, weighted, need);
         CHECK_EQ_INT(kept, len);
         /* the same set, in index order */
         static bool in_ref[N];
@@ -679,18 +679,18 @@ static void test_exp_nonpos_is_within_1e_7_of_float64(void) {
     float worst_z = 0.0f;
     for (int i = 0; i <= 870000; i++) {
         float z = (float)(-i * 1e-4);
-        double want = exp((double)z), err = fabs(pdl_exp_nonpos(z) - want) / want;
+        double want = exp((double)z), err = fabs(fexp_nonpos(z) - want) / want;
         if (err > worst) worst = err, worst_z = z;
     }
     for (float z = -1.0f; z < -1e-30f; z *= 0.5f) {
-        double want = exp((double)z), err = fabs(pdl_exp_nonpos(z) - want) / want;
+        double want = exp((double)z), err = fabs(fexp_nonpos(z) - want) / want;
         if (err > worst) worst = err, worst_z = z;
     }
     CHECK_MSG(worst <= 1e-7, "relative error %.3g at z = %.9g", worst, worst_z);
-    CHECK(pdl_exp_nonpos(0.0f) == 1.0f);
-    CHECK(pdl_exp_nonpos(-0.0f) == 1.0f);
-    CHECK(pdl_exp_nonpos(-88.0f) == 0.0f);
-    CHECK(pdl_exp_nonpos(-INFINITY) == 0.0f);
+    CHECK(fexp_nonpos(0.0f) == 1.0f);
+    CHECK(fexp_nonpos(-0.0f) == 1.0f);
+    CHECK(fexp_nonpos(-88.0f) == 0.0f);
+    CHECK(fexp_nonpos(-INFINITY) == 0.0f);
 }
 
 /* -------------------------------------------------------------------------

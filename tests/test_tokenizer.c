@@ -383,7 +383,7 @@ static void test_stories_decode_matches_llama2c_text(void) {
         } else {
             char *p = test_data_path("reference/stories260K-greedy-200.txt");
             size_t len;
-            REQUIRE_MSG(pdl_read_file(p, PDL_READ_MAX_JSON, &want, &len, &g_err) == 0, "%s", g_err.message);
+            REQUIRE_MSG(file_read(p, PDL_READ_MAX_JSON, &want, &len, &g_err) == 0, "%s", g_err.message);
             free(p);
         }
         REQUIRE(want != NULL);

@@ -536,7 +536,7 @@ static void test_processors_give_the_reference_pixel_values(void) {
             snprintf(what, sizeof what, "%s %s", name, json_string_value(json_object_get(c, "name")));
             if (p.pad_square) { /* the loaders' colour from the mean: Python's int(x * 255) */
                 uint8_t mine[3];
-                pdl_pad_color_of_mean(p.mean, mine);
+                img_pad_color_of_mean(p.mean, mine);
                 CHECK_MSG(memcmp(mine, p.pad_color, 3) == 0, "%s: pad colour (%d, %d, %d), the script's (%d, %d, %d)",
                           what, mine[0], mine[1], mine[2], p.pad_color[0], p.pad_color[1], p.pad_color[2]);
             }
@@ -549,7 +549,7 @@ static void test_processors_give_the_reference_pixel_values(void) {
             if (p.patch) { /* Qwen2-VL: one row per patch */
                 float *got = NULL;
                 int gh = 0, gw = 0;
-                int rc = pdl_qwen_patches(&p, rgb, w, h, &got, &gh, &gw, &scratch, &err);
+                int rc = img_qwen_patches(&p, rgb, w, h, &got, &gh, &gw, &scratch, &err);
                 CHECK_MSG(rc == 0, "%s: %s", what, err.message);
                 json_t *grid = json_object_get(c, "grid");
                 CHECK_MSG(gh == (int)json_integer_value(json_array_get(grid, 0)) &&
@@ -560,7 +560,7 @@ static void test_processors_give_the_reference_pixel_values(void) {
             } else if (p.n_pinpoints) {
                 float *got = NULL;
                 int nt = 0, gh = 0, gw = 0;
-                int rc = pdl_anyres_tiles(&p, rgb, w, h, &got, &nt, &gh, &gw, &scratch, &err);
+                int rc = img_anyres_tiles(&p, rgb, w, h, &got, &nt, &gh, &gw, &scratch, &err);
                 CHECK_MSG(rc == 0, "%s: %s", what, err.message);
                 json_t *grid = json_object_get(c, "grid");
                 CHECK_MSG(nt == tiles && gh == (int)json_integer_value(json_array_get(grid, 0)) &&
@@ -570,7 +570,7 @@ static void test_processors_give_the_reference_pixel_values(void) {
                 free(got);
             } else {
                 float *got = malloc(tile * sizeof *got);
-                int rc = pdl_preprocess_tile(&p, rgb, w, h, got, &scratch, &err);
+                int rc = img_preprocess_tile(&p, rgb, w, h, got, &scratch, &err);
                 CHECK_MSG(rc == 0, "%s: %s", what, err.message);
                 if (rc == 0) compare_pixels(what, got, want, tile);
                 free(got);
@@ -583,7 +583,7 @@ static void test_processors_give_the_reference_pixel_values(void) {
     /* 16 images x 9 settings + LLaVA 1.5's 336 (cropped and padded) and
      * Qwen2-VL's 14-pixel patches on two */
     CHECK_EQ_INT(n_cases, 150);
-    pdl_scratch_free(&scratch);
+    scratch_free(&scratch);
 }
 
 /* LLaVA 1.5's processor at its real size, cropping or padding. */
@@ -591,7 +591,7 @@ static pdl_image_proc llava_proc(bool pad) {
     pdl_image_proc p = {.shortest_edge = true, .size = 336, .crop_w = 336, .crop_h = 336,
                         .resample = PDL_RESAMPLE_BICUBIC, .rescale = 1.0 / 255.0, .pad_square = pad,
                         .mean = {0.48145466f, 0.4578275f, 0.40821073f}, .std = {0.26862954f, 0.26130258f, 0.27577711f}};
-    pdl_pad_color_of_mean(p.mean, p.pad_color);
+    img_pad_color_of_mean(p.mean, p.pad_color);
     return p;
 }
 
@@ -634,7 +634,7 @@ static void test_a_center_crop_resizes_only_its_window(void) {
             pdl_scratch s = {0};
             pdl_error err = {0};
             double t0 = now_s();
-            int rc = pdl_preprocess_tile(&p, rgb, w, h, out, &s, &err);
+            int rc = img_preprocess_tile(&p, rgb, w, h, out, &s, &err);
             double dt = now_s() - t0;
             CHECK_MSG(rc == 0, "%d x %d%s: %s", w, h, pad ? " padded" : "", err.message);
             /* the crop's 339 KB, and the filter weights: 4 x (canvas side / 336) taps for 336 outputs on
@@ -653,7 +653,7 @@ static void test_a_center_crop_resizes_only_its_window(void) {
                 CHECK_EQ_INT((int)tile_differs(&p, out, wide ? 0 : 176, 336, wide ? 176 : 0, 336, p.pad_color), 0);
                 if (side < 100000) CHECK(out[168 * 336 + 168] != normalized(&p, 0, p.pad_color[0]));
             }
-            pdl_scratch_free(&s);
+            scratch_free(&s);
             free(out), free(rgb);
         }
 }
@@ -685,9 +685,9 @@ static void test_processor_scratch_failures_are_errors(void) {
             pdl_error err = {0};
             float *got = NULL, *one = malloc(tile * sizeof *one);
             int gh = 0, gw = 0, nt = 0;
-            if (p.patch) rcs[run] = pdl_qwen_patches(&p, rgb, w, h, &got, &gh, &gw, &s, &err), n_values = gh * gw;
-            else if (p.n_pinpoints) rcs[run] = pdl_anyres_tiles(&p, rgb, w, h, &got, &nt, &gh, &gw, &s, &err), n_values = nt;
-            else rcs[run] = pdl_preprocess_tile(&p, rgb, w, h, one, &s, &err), got = one, one = NULL, n_values = 1;
+            if (p.patch) rcs[run] = img_qwen_patches(&p, rgb, w, h, &got, &gh, &gw, &s, &err), n_values = gh * gw;
+            else if (p.n_pinpoints) rcs[run] = img_anyres_tiles(&p, rgb, w, h, &got, &nt, &gh, &gw, &s, &err), n_values = nt;
+            else rcs[run] = img_preprocess_tile(&p, rgb, w, h, one, &s, &err), got = one, one = NULL, n_values = 1;
             free(one);
             runs[run] = got;
             CHECK_MSG(s.takes - t0 == 1, "%s: %ld takes", cname, s.takes - t0);
@@ -707,17 +707,17 @@ static void test_processor_scratch_failures_are_errors(void) {
                       "%s: after the failure the values differ", cname);
         tested += rcs[1] != 0;
         for (int run = 0; run < 3; run++) free(runs[run]);
-        pdl_scratch_free(&s);
+        scratch_free(&s);
     }
     CHECK_EQ_INT(tested, (int)json_array_size(cases));
     /* the plain resize too */
     pdl_scratch s = {.fail_in = 1};
     pdl_error err = {0};
     uint8_t small[10 * 10 * 3];
-    CHECK(pdl_resize_rgb8(rgb, w, h, small, 10, 10, PDL_RESAMPLE_BICUBIC, &s, &err) != 0);
+    CHECK(img_resize_rgb8(rgb, w, h, small, 10, 10, PDL_RESAMPLE_BICUBIC, &s, &err) != 0);
     CHECK_CONTAINS(err.message, "bytes of image scratch (resize)");
-    CHECK(pdl_resize_rgb8(rgb, w, h, small, 10, 10, PDL_RESAMPLE_BICUBIC, &s, &err) == 0);
-    pdl_scratch_free(&s);
+    CHECK(img_resize_rgb8(rgb, w, h, small, 10, 10, PDL_RESAMPLE_BICUBIC, &s, &err) == 0);
+    scratch_free(&s);
     free(rgb);
 }
 

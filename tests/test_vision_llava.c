@@ -1070,7 +1070,7 @@ static uint8_t *q8_0_blocks(const float *x, int64_t n, size_t *bytes) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b * 32 + j]));
         float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint16_t h = pdl_f32_to_f16(d);
+        uint16_t h = fp16_f32_to_f16(d);
         memcpy(out + b * 34, &h, 2);
         for (int j = 0; j < 32; j++) out[b * 34 + 2 + j] = (uint8_t)(int8_t)lrintf(x[b * 32 + j] * id);
     }

@@ -37,12 +37,12 @@ static uint8_t rand_byte(void) {
     return (uint8_t)(rng_state >> 56);
 }
 
-/* w's panels in a heap buffer of exactly pdl_panels_size bytes (so the
+/* w's panels in a heap buffer of exactly panels_size bytes (so the
  * sanitizers see a read past them), freed with free(). */
 static void *panels_of(pdl_threadpool *pool, pdl_tensor *t) {
-    void *buf = aligned_alloc(64, pdl_panels_size(t));
+    void *buf = aligned_alloc(64, panels_size(t));
     REQUIRE(buf);
-    pdl_panels_fill(pool, t, buf);
+    panels_fill(pool, t, buf);
     REQUIRE(t->panels == buf);
     return buf;
 }
@@ -59,9 +59,9 @@ static void *make_matrix(pdl_dtype dt, int out, int in, float **vals) {
             memcpy(w + i * 4, &f, 4);
             v[i] = f;
         } else {
-            uint16_t h = dt == PDL_DTYPE_F16 ? pdl_f32_to_f16(f) : pdl_f32_to_bf16(f);
+            uint16_t h = dt == PDL_DTYPE_F16 ? fp16_f32_to_f16(f) : fp16_f32_to_bf16(f);
             memcpy(w + i * 2, &h, 2);
-            v[i] = dt == PDL_DTYPE_F16 ? pdl_f16_to_f32(h) : pdl_bf16_to_f32(h);
+            v[i] = dt == PDL_DTYPE_F16 ? fp16_f16_to_f32(h) : fp16_bf16_to_f32(h);
         }
     }
     *vals = v;
@@ -81,8 +81,8 @@ static float documented(pdl_dtype dt, bool bf16_act, const float *wv, const floa
             float w1 = 2 * j + 1 < in ? w[2 * j + 1] : 0.0f, x1 = 2 * j + 1 < in ? x[2 * j + 1] : 0.0f;
             float x0 = x[2 * j];
             if (bf16_act) {
-                x1 = pdl_bf16_to_f32(pdl_f32_to_bf16(x1));
-                x0 = pdl_bf16_to_f32(pdl_f32_to_bf16(x0));
+                x1 = fp16_bf16_to_f32(fp16_f32_to_bf16(x1));
+                x0 = fp16_bf16_to_f32(fp16_f32_to_bf16(x0));
             }
             acc = fmaf(w1, x1, acc);
             acc = fmaf(w[2 * j], x0, acc);
@@ -101,20 +101,20 @@ static void check_rows_alone(pdl_threadpool *pool, const pdl_tensor *t, const fl
     REQUIRE(one != NULL);
     for (int r = 0; r < rows; r++) {
         memcpy(one, y0 + (size_t)r * out, (size_t)out * sizeof *one);
-        pdl_matmul(pdl_kernels_active(), pool, &scratch, one, out, x + (size_t)r * in, 1, t, bias, accum);
+        matmul_run(matmul_kernels_active(), pool, &scratch, one, out, x + (size_t)r * in, 1, t, bias, accum);
         CHECK_MSG(memcmp(one, yv + (size_t)r * out, (size_t)out * sizeof *one) == 0,
-                  "%s row %d alone differs from the batch", pdl_dtype_name(t->dtype), r);
+                  "%s row %d alone differs from the batch", dtype_name(t->dtype), r);
     }
     free(one);
 }
 
 static void test_panels_follow_the_documented_order(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(2);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(2);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
-    bool has_dp = pdl_cpu_features_get()->avx512bf16;
-    fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), has_dp ? " + AVX512_BF16" : "");
+    pdl_isa best = cpu_isa_best();
+    bool has_dp = cpu_features_get()->avx512bf16;
+    fprintf(stderr, "  instruction set here: %s%s\n", cpu_isa_name(best), has_dp ? " + AVX512_BF16" : "");
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
     /* rows, out, in: single rows, partial tiles of rows (8) and panels
      * (16 outputs, 3 per tile), odd k for the BF16 pairs; a decode row
@@ -147,27 +147,27 @@ static void test_panels_follow_the_documented_order(void) {
                         for (int o = 0; o < out; o++)
                             want[r * out + o] = documented(dt, act, wv, x + (size_t)r * in, in, o, b,
                                                            y0[r * out + o], accum);
-                    pdl_matmul_set_bf16_activations(act == 1);
+                    matmul_set_bf16_activations(act == 1);
                     memcpy(ys, y0, (size_t)rows * out * sizeof *ys);
-                    pdl_isa_set(PDL_ISA_SCALAR);
-                    pdl_matmul(pdl_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
+                    cpu_isa_set(PDL_ISA_SCALAR);
+                    matmul_run(matmul_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(ys, want, (size_t)rows * out * sizeof *ys) == 0,
-                              "portable %s%s %dx%dx%d variant %d: not the documented order", pdl_dtype_name(dt),
+                              "portable %s%s %dx%dx%d variant %d: not the documented order", dtype_name(dt),
                               act ? "+bf16" : "", rows, out, in, variant);
                     /* the SIMD tiles: AVX-512 (with BF16 activations where asked),
                      * and AVX2 (exact F32 products only: it has no BF16 dot) */
                     for (int isa = PDL_ISA_AVX2; isa <= PDL_ISA_AVX512; isa++) {
-                        if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX2 && act)) continue;
-                        pdl_isa_set((pdl_isa)isa);
+                        if (!cpu_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX2 && act)) continue;
+                        cpu_isa_set((pdl_isa)isa);
                         memcpy(yv, y0, (size_t)rows * out * sizeof *yv);
-                        pdl_matmul(pdl_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
+                        matmul_run(matmul_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
                         CHECK_MSG(memcmp(yv, want, (size_t)rows * out * sizeof *yv) == 0,
                                   "%s %s%s %dx%dx%d variant %d: differs from the documented order",
-                                  pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), act ? "+bf16" : "", rows, out, in,
+                                  cpu_isa_name((pdl_isa)isa), dtype_name(dt), act ? "+bf16" : "", rows, out, in,
                                   variant);
                         check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                     }
-                    pdl_isa_set(best);
+                    cpu_isa_set(best);
                     /* and the documented order is a dot product: float64 sums
                      * of the same (rounded) operands within 1e-5 relative */
                     double worst = 0;
@@ -176,7 +176,7 @@ static void test_panels_follow_the_documented_order(void) {
                             double s = 0, mag = 0;
                             for (int k = 0; k < in; k++) {
                                 float xv = x[(size_t)r * in + k];
-                                if (act) xv = pdl_bf16_to_f32(pdl_f32_to_bf16(xv));
+                                if (act) xv = fp16_bf16_to_f32(fp16_f32_to_bf16(xv));
                                 s += (double)wv[(size_t)o * in + k] * xv;
                                 mag += fabs((double)wv[(size_t)o * in + k] * xv);
                             }
@@ -184,23 +184,23 @@ static void test_panels_follow_the_documented_order(void) {
                                        (mag + fabs(b ? b[o] : 0) + fabs(accum ? y0[r * out + o] : 0) + 1e-30);
                             if (e > worst) worst = e;
                         }
-                    CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in,
+                    CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", dtype_name(dt), rows, out, in,
                               worst);
                     checked++;
                     free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv);
                 }
     fprintf(stderr, "  %d cases\n", checked);
-    pdl_matmul_set_bf16_activations(false);
-    pdl_isa_set(best);
-    pdl_threadpool_free(pool);
+    matmul_set_bf16_activations(false);
+    cpu_isa_set(best);
+    threadpool_free(pool);
 }
 
 /* The panel layout itself: element (o, k) of the matrix is where the
  * header says, and rows past `out` (and BF16's pair past `in`) are zeros.
  * A shifted index would put a neighbour's value there. */
 static void test_panel_layout(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(1);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     int out = 19, in = 5;
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16};
@@ -209,8 +209,8 @@ static void test_panel_layout(void) {
         void *w = make_matrix(types[ti], out, in, &wv);
         pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
         void *buf = panels_of(pool, &t);
-        CHECK_EQ_INT((int)pdl_panel_steps(types[ti], in), types[ti] == PDL_DTYPE_BF16 ? 3 : 5);
-        size_t pb = pdl_panel_bytes(types[ti], in);
+        CHECK_EQ_INT((int)panels_steps(types[ti], in), types[ti] == PDL_DTYPE_BF16 ? 3 : 5);
+        size_t pb = panels_bytes(types[ti], in);
         int bad = 0;
         for (int o = 0; o < 32; o++)
             for (int k = 0; k < (types[ti] == PDL_DTYPE_BF16 ? 6 : in); k++) {
@@ -218,18 +218,18 @@ static void test_panel_layout(void) {
                 int c = o % 16;
                 float got;
                 if (types[ti] == PDL_DTYPE_F32) got = ((const float *)(const void *)pp)[k * 16 + c];
-                else if (types[ti] == PDL_DTYPE_F16) got = pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * 16 + c]);
+                else if (types[ti] == PDL_DTYPE_F16) got = fp16_f16_to_f32(((const uint16_t *)(const void *)pp)[k * 16 + c]);
                 else {
                     uint32_t word = ((const uint32_t *)(const void *)pp)[(k / 2) * 16 + c];
-                    got = pdl_bf16_to_f32((uint16_t)(k % 2 ? word >> 16 : word & 0xFFFF));
+                    got = fp16_bf16_to_f32((uint16_t)(k % 2 ? word >> 16 : word & 0xFFFF));
                 }
                 float want = o < out && k < in ? wv[(size_t)o * in + k] : 0.0f;
-                if (pdl_f32_to_bits(got) != pdl_f32_to_bits(want)) bad++;
+                if (fp16_f32_to_bits(got) != fp16_f32_to_bits(want)) bad++;
             }
-        CHECK_MSG(bad == 0, "%s: %d elements misplaced", pdl_dtype_name(types[ti]), bad);
+        CHECK_MSG(bad == 0, "%s: %d elements misplaced", dtype_name(types[ti]), bad);
         free(w), free(wv), free(buf);
     }
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
 }
 
 /* A random Q8_0 or Q4_0 matrix; *vals gets its dequantized values. */
@@ -242,7 +242,7 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     for (int o = 0; o < out; o++)
         for (size_t b = 0; b < nb; b++) {
             uint8_t *blk = w + ((size_t)o * nb + b) * bb;
-            uint16_t d = pdl_f32_to_f16(0.002f + 0.01f * fabsf(frand()));
+            uint16_t d = fp16_f32_to_f16(0.002f + 0.01f * fabsf(frand()));
             memcpy(blk, &d, 2);
             for (int k = 0; k < 32; k++) {
                 int q;
@@ -254,7 +254,7 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
                     q = u - 8;
                     blk[2 + k % 16] = (uint8_t)(k < 16 ? (blk[2 + k % 16] & 0xF0) | u : (blk[2 + k % 16] & 0x0F) | u << 4);
                 }
-                v[(size_t)o * in + b * 32 + k] = pdl_f16_to_f32(d) * (float)q;
+                v[(size_t)o * in + b * 32 + k] = fp16_f16_to_f32(d) * (float)q;
             }
         }
     *vals = v;
@@ -269,8 +269,8 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
  * count: the last pair padded) and 19 rows (the second panel's last 13
  * zeros). A shifted offset would read a neighbour's byte. */
 static void test_quantized_panel_layout(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(1);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     int out = 19, in = 96, nb = 3;
     pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
@@ -281,7 +281,7 @@ static void test_quantized_panel_layout(void) {
         uint8_t *w = make_qmatrix(types[ti], out, in, &wv);
         pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
         uint8_t *buf = panels_of(pool, &t);
-        size_t pb = pdl_panel_bytes(types[ti], in);
+        size_t pb = panels_bytes(types[ti], in);
         CHECK_EQ_INT((int)pb, (int)(2 * pair));
         int bad = 0;
         for (int o = 0; o < 32; o++)
@@ -300,10 +300,10 @@ static void test_quantized_panel_layout(void) {
                         if (got != want) bad++;
                     }
             }
-        CHECK_MSG(bad == 0, "%s: %d bytes misplaced", pdl_dtype_name(types[ti]), bad);
+        CHECK_MSG(bad == 0, "%s: %d bytes misplaced", dtype_name(types[ti]), bad);
         free(w), free(wv), free(buf);
     }
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
 }
 
 /* The documented sequence for a Q8_0 / Q4_0 output, from the file's
@@ -322,19 +322,19 @@ static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const i
         }
         uint16_t d;
         memcpy(&d, blk, 2);
-        acc = fmaf((float)s, pdl_f16_to_f32(d) * xd[b], acc);
+        acc = fmaf((float)s, fp16_f16_to_f32(d) * xd[b], acc);
     }
     float v = bias ? acc + bias[o] : acc;
     return accumulate ? y0 + v : v;
 }
 
 static void test_quantized_panels_follow_the_documented_order(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(2);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(2);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
-    bool vnni = pdl_cpu_features_get()->avx512vnni;
-    fprintf(stderr, "  instruction set here: %s%s\n", pdl_isa_name(best), vnni ? " + AVX512_VNNI" : "");
+    pdl_isa best = cpu_isa_best();
+    bool vnni = cpu_features_get()->avx512vnni;
+    fprintf(stderr, "  instruction set here: %s%s\n", cpu_isa_name(best), vnni ? " + AVX512_VNNI" : "");
     pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int shapes[][3] = {{1, 1, 32},    {1, 16, 64},    {3, 17, 96},   {4, 48, 128},
                        {5, 49, 32},   {9, 100, 160},  {1, 200, 256}, {1, 1001, 256}}; /* the last: chunks */
@@ -359,7 +359,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (size_t i = 0; i < ny; i++) y0[i] = frand();
                 for (int r = 0; r < rows; r++)
-                    pdl_quantize_row_q8_0(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb);
+                    matmul_quantize_row_q8_0(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb);
                 const float *b = variant ? bias : NULL;
                 bool accum = variant == 2;
                 for (int r = 0; r < rows; r++)
@@ -367,22 +367,22 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                         want[r * out + o] = documented_q(dt, w, in, o, xq + (size_t)r * in, xd + (size_t)r * nb, b,
                                                          y0[r * out + o], accum);
                 memcpy(ys, y0, ny * sizeof *ys);
-                pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_matmul(pdl_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                matmul_run(matmul_kernels_active(), pool, &scratch, ys, out, x, rows, &t, b, accum);
                 CHECK_MSG(memcmp(ys, want, ny * sizeof *ys) == 0, "portable %s %dx%dx%d variant %d: not the documented order",
-                          pdl_dtype_name(dt), rows, out, in, variant);
+                          dtype_name(dt), rows, out, in, variant);
                 /* the SIMD tiles: AVX-512 VNNI and AVX2 (VPMADDUBSW sums) */
                 for (int isa = PDL_ISA_AVX2; isa <= PDL_ISA_AVX512; isa++) {
-                    if (!pdl_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
-                    pdl_isa_set((pdl_isa)isa);
+                    if (!cpu_isa_supported((pdl_isa)isa) || (isa == PDL_ISA_AVX512 && !vnni)) continue;
+                    cpu_isa_set((pdl_isa)isa);
                     memcpy(yv, y0, ny * sizeof *yv);
-                    pdl_matmul(pdl_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
+                    matmul_run(matmul_kernels_active(), pool, &scratch, yv, out, x, rows, &t, b, accum);
                     CHECK_MSG(memcmp(yv, want, ny * sizeof *yv) == 0,
                               "%s %s %dx%dx%d variant %d: differs from the documented order",
-                              pdl_isa_name((pdl_isa)isa), pdl_dtype_name(dt), rows, out, in, variant);
+                              cpu_isa_name((pdl_isa)isa), dtype_name(dt), rows, out, in, variant);
                     check_rows_alone(pool, &t, x, rows, y0, yv, b, accum);
                 }
-                pdl_isa_set(best);
+                cpu_isa_set(best);
                 /* float64 sums of the dequantized weights and activations */
                 double worst = 0;
                 for (int r = 0; r < rows; r++)
@@ -398,28 +398,28 @@ static void test_quantized_panels_follow_the_documented_order(void) {
                                    (mag + fabs(b ? b[o] : 0) + fabs(accum ? y0[r * out + o] : 0) + 1e-30);
                         if (e > worst) worst = e;
                     }
-                CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", pdl_dtype_name(dt), rows, out, in, worst);
+                CHECK_MSG(worst < 1e-5, "%s %dx%dx%d: relative error %.3g", dtype_name(dt), rows, out, in, worst);
                 checked++;
                 free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(ys), free(yv);
                 free(xq), free(xd);
             }
     fprintf(stderr, "  %d cases\n", checked);
-    pdl_isa_set(best);
-    pdl_threadpool_free(pool);
+    cpu_isa_set(best);
+    threadpool_free(pool);
 }
 
-/* pdl_matmul_shared: matrices of different heights times the same rows
- * give, each, pdl_matmul's bytes, whatever part of their panels each
+/* matmul_shared: matrices of different heights times the same rows
+ * give, each, matmul_run's bytes, whatever part of their panels each
  * thread takes (the concatenated panels split at other places than each
  * matrix alone), with bias and accumulation; a set it cannot take together
  * (a matrix without panels) gives the same bytes one matmul at a time. */
 static void test_shared_activations_give_each_matmuls_bytes(void) {
-    pdl_fp16_init();
+    fp16_init();
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int heights[3] = {37, 16, 70}, rows_list[] = {1, 5, 17};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
-        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++)
@@ -427,7 +427,7 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                     pdl_dtype dt = types[ti];
                     bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0;
                     int rows = rows_list[ri], in = q ? 64 : 63;
-                    pdl_matmul_set_bf16_activations(ti == 3);
+                    matmul_set_bf16_activations(ti == 3);
                     void *w[3], *buf[3];
                     float *wv[3], *bias[3], *want[3], *got[3];
                     pdl_tensor t[3];
@@ -448,13 +448,13 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                         for (int i = 0; i < rows * h; i++) want[m][i] = got[m][i] = frand();
                         o[m] = (pdl_matmul_out){.y = got[m], .ldy = h, .w = &t[m], .bias = m == 1 ? NULL : bias[m],
                                                 .accumulate = m == 2};
-                        pdl_matmul(pdl_kernels_active(), pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias,
+                        matmul_run(matmul_kernels_active(), pool, &scratch, want[m], h, x, rows, &t[m], o[m].bias,
                                    o[m].accumulate);
                     }
-                    pdl_matmul_shared(pdl_kernels_active(), pool, &scratch, x, rows, o, 3);
+                    matmul_shared(matmul_kernels_active(), pool, &scratch, x, rows, o, 3);
                     for (int m = 0; m < 3; m++) {
                         CHECK_MSG(memcmp(got[m], want[m], (size_t)rows * heights[m] * sizeof *got[m]) == 0,
-                                  "%s%s, %d rows, matrix %d, %d threads%s", pdl_dtype_name(dt),
+                                  "%s%s, %d rows, matrix %d, %d threads%s", dtype_name(dt),
                                   ti == 3 ? " (BF16 activations)" : "", rows, m, threads,
                                   unpaneled ? ", one without panels" : "");
                         checked++;
@@ -462,27 +462,27 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                     }
                     free(x);
                 }
-        pdl_threadpool_free(pool);
+        threadpool_free(pool);
     }
-    pdl_matmul_set_bf16_activations(false);
+    matmul_set_bf16_activations(false);
     fprintf(stderr, "  %d products\n", checked);
 }
 
 /* Q4_K and Q6_K: random super-blocks (every byte pattern is a block once
  * the halves d and dmin are sane) in panels give, for every output, the
- * bits of kquant.h's reference dots pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k
+ * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / kquant_dot_q6_k_q8_k
  * on the file's row (which decode the blocks themselves), plus bias and
  * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
  * the AVX2 ones and the portable ones, for ragged shapes and every thread
  * split. */
 static void test_k_quant_panels_give_the_reference_dots(void) {
-    pdl_fp16_init();
-    pdl_isa best = pdl_isa_best();
+    fp16_init();
+    pdl_isa best = cpu_isa_best();
     int shapes[][3] = {{1, 1, 256},  {4, 16, 256},  {5, 17, 512}, {9, 50, 256},
                        {1, 48, 768}, {13, 33, 512}, {3, 40, 256}, {1, 521, 256}}; /* the last: chunks */
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
-        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
         for (int q6 = 0; q6 < 2; q6++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -493,8 +493,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
                 for (int i = 0; i < out * nb; i++) { /* d in [0.5, 1.5) / 500, dmin in [0, 1) / 100 */
-                    uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                    uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
+                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
                     if (q6) {
                         memcpy(w + (size_t)i * bb + 208, &d, 2);
                     } else {
@@ -512,12 +512,12 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                 for (int i = 0; i < rows * in; i++) x[i] = frand();
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (int i = 0; i < rows * out; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++) pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nb);
+                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nb);
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
                         const uint8_t *wr = w + (size_t)o * row_bytes;
-                        float v = q6 ? pdl_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
-                                     : pdl_dot_q4_k_q8_k(wr, xk + (size_t)r * nb, nb);
+                        float v = q6 ? kquant_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
+                                     : kquant_dot_q4_k_q8_k(wr, xk + (size_t)r * nb, nb);
                         if (variant) v += bias[o];
                         want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
                     }
@@ -525,38 +525,38 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                 pdl_isa families[] = {PDL_ISA_AVX512, PDL_ISA_AVX2, PDL_ISA_SCALAR};
                 for (int fi = 0; fi < 3; fi++) {
                     pdl_isa isa = families[fi];
-                    if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni))
+                    if (!cpu_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !cpu_features_get()->avx512vnni))
                         continue;
-                    pdl_isa_set(isa);
+                    cpu_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
-                    pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t,
+                    panels_matmul(matmul_kernels_active(), pool, &scratch, got, out, x, rows, &t,
                                       variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
-                              "%s %dx%dx%d variant %d, %s tile, %d threads", pdl_dtype_name(dt), rows, out, in, variant,
-                              pdl_isa_name(isa), threads);
-                    pdl_isa_set(best);
+                              "%s %dx%dx%d variant %d, %s tile, %d threads", dtype_name(dt), rows, out, in, variant,
+                              cpu_isa_name(isa), threads);
+                    cpu_isa_set(best);
                     checked++;
                 }
                 free(w), free(buf), free(x), free(bias), free(y0), free(want), free(got), free(xk);
             }
-        pdl_threadpool_free(pool);
+        threadpool_free(pool);
     }
     fprintf(stderr, "  %d cases\n", checked);
 }
 
-/* pdl_matmul_gated: the gate tile, the up tile and the activation per
+/* matmul_gated: the gate tile, the up tile and the activation per
  * tile give, for every dtype with panels (and for a pair it must take one
  * matmul at a time), the bytes of the two matmuls followed by the
  * activation over whole rows, for SiLU and GELU-tanh, ragged shapes and
  * every thread split. */
 static void test_gated_matmul_gives_the_unfused_bytes(void) {
-    pdl_fp16_init();
+    fp16_init();
     pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
     int shapes[][2] = {{1, 37}, {9, 70}, {17, 48}}; /* rows, outputs (in = 64) */
-    pdl_gate_fn acts[2] = {pdl_silu_mul, pdl_gelu_tanh_mul};
+    pdl_gate_fn acts[2] = {ops_silu_mul, ops_gelu_tanh_mul};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
-        pdl_threadpool *pool = pdl_threadpool_new(threads);
+        pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
@@ -579,19 +579,19 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                         float *g0 = malloc(ny * sizeof *g0), *u0 = malloc(ny * sizeof *u0);
                         float *g1 = malloc(ny * sizeof *g1), *u1 = malloc(ny * sizeof *u1);
                         REQUIRE(g0 && u0 && g1 && u1);
-                        pdl_matmul(pdl_kernels_active(), pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
-                        pdl_matmul(pdl_kernels_active(), pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
+                        matmul_run(matmul_kernels_active(), pool, &scratch, g0, out, x, rows, &t[0], NULL, false);
+                        matmul_run(matmul_kernels_active(), pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
                         for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
-                        pdl_matmul_gated(pdl_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1],
+                        matmul_gated(matmul_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1],
                                          acts[ai]);
                         CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
-                                  pdl_dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
+                                  dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
                                   unpaneled ? ", up without panels" : "");
                         checked++;
                         for (int m = 0; m < 2; m++) free(w[m]), free(wv[m]), free(buf[m]);
                         free(x), free(g0), free(u0), free(g1), free(u1);
                     }
-        pdl_threadpool_free(pool);
+        threadpool_free(pool);
     }
     fprintf(stderr, "  %d cases\n", checked);
 }
@@ -599,12 +599,12 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
 /* Every matmul entry point, with and without panels, for a dtype whose
  * activations are prepared in scratch (Q8_0 everywhere; BF16 of odd width
  * with panels): when the caller's scratch cannot be had it returns -1 and
- * writes no output; pdl_matmul_scratch_bytes is what a call takes, so a
+ * writes no output; matmul_scratch_bytes is what a call takes, so a
  * scratch reserved to it is never grown by the call (no allocation on the
  * hot path); and the next call succeeds with the bytes of a fresh scratch. */
 static void test_matmuls_report_scratch_they_cannot_have(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(2);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(2);
     REQUIRE(pool != NULL);
     struct { pdl_dtype dt; int in; } cases[] = {{PDL_DTYPE_Q8_0, 64}, {PDL_DTYPE_BF16, 63}};
     int rows = 5, out = 40, checked = 0;
@@ -613,7 +613,7 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
             pdl_dtype dt = cases[ci].dt;
             int in = cases[ci].in;
             if (dt == PDL_DTYPE_BF16 && !paneled) continue; /* row-major BF16 may read x as it is */
-            if (paneled && !pdl_panels_wanted(pdl_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2,
+            if (paneled && !panels_wanted(matmul_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2,
                                               .shape = {out, in}})) continue;
             float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
             REQUIRE(x);
@@ -625,19 +625,19 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                 t[m] = (pdl_tensor){.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w[m]};
                 if (paneled) buf[m] = panels_of(pool, &t[m]);
             }
-            size_t need = pdl_matmul_scratch_bytes(pdl_kernels_active(), pool, &t[0], rows), ny = (size_t)rows * out;
-            CHECK_MSG(need > 0, "%s %s: takes no scratch", pdl_dtype_name(dt), paneled ? "panels" : "rows");
+            size_t need = matmul_scratch_bytes(matmul_kernels_active(), pool, &t[0], rows), ny = (size_t)rows * out;
+            CHECK_MSG(need > 0, "%s %s: takes no scratch", dtype_name(dt), paneled ? "panels" : "rows");
             float *want = malloc(2 * ny * sizeof *want), *got = malloc(2 * ny * sizeof *got), *up = malloc(ny * sizeof *up);
             REQUIRE(want && got && up);
             pdl_scratch fresh = {0};
-            REQUIRE(pdl_matmul(pdl_kernels_active(), pool, &fresh, want, out, x, rows, &t[0], NULL, false) == 0);
-            REQUIRE(pdl_matmul(pdl_kernels_active(), pool, &fresh, want + ny, out, x, rows, &t[1], NULL, false) == 0);
-            pdl_scratch_free(&fresh);
+            REQUIRE(matmul_run(matmul_kernels_active(), pool, &fresh, want, out, x, rows, &t[0], NULL, false) == 0);
+            REQUIRE(matmul_run(matmul_kernels_active(), pool, &fresh, want + ny, out, x, rows, &t[1], NULL, false) == 0);
+            scratch_free(&fresh);
             pdl_scratch s = {0};
-            REQUIRE(pdl_scratch_reserve(&s, need) == 0);
+            REQUIRE(scratch_reserve_bytes(&s, need) == 0);
             void *held = s.buf;
-            for (int entry = 0; entry < 4; entry++) { /* pdl_matmul, _shared, _gated, _grouped */
-                const char *name[] = {"pdl_matmul", "pdl_matmul_shared", "pdl_matmul_gated", "pdl_matmul_grouped"};
+            for (int entry = 0; entry < 4; entry++) { /* matmul_run, _shared, _gated, _grouped */
+                const char *name[] = {"matmul_run", "matmul_shared", "matmul_gated", "matmul_grouped"};
                 pdl_matmul_out o[2] = {{.y = got, .ldy = out, .w = &t[0]}, {.y = got + ny, .ldy = out, .w = &t[1]}};
                 pdl_matmul_group g[2] = {{.w = &t[0], .y = got, .ldy = out, .r0 = 0, .n_rows = 2},
                                          {.w = &t[1], .y = got + 2 * out, .ldy = out, .r0 = 2, .n_rows = rows - 2}};
@@ -645,29 +645,29 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                     memset(got, 0xA5, 2 * ny * sizeof *got);
                     s.fail_in = fail;
                     long takes = s.takes;
-                    int rc = entry == 0   ? pdl_matmul(pdl_kernels_active(), pool, &s, got, out, x, rows, &t[0], NULL,
+                    int rc = entry == 0   ? matmul_run(matmul_kernels_active(), pool, &s, got, out, x, rows, &t[0], NULL,
                                                        false)
-                             : entry == 1 ? pdl_matmul_shared(pdl_kernels_active(), pool, &s, x, rows, o, 2)
-                             : entry == 2 ? pdl_matmul_gated(pdl_kernels_active(), pool, &s, got, out, up, x, rows,
-                                                             &t[0], &t[1], pdl_silu_mul)
-                                          : pdl_matmul_grouped(pdl_kernels_active(), pool, &s, x, rows, g, 2, NULL,
+                             : entry == 1 ? matmul_shared(matmul_kernels_active(), pool, &s, x, rows, o, 2)
+                             : entry == 2 ? matmul_gated(matmul_kernels_active(), pool, &s, got, out, up, x, rows,
+                                                             &t[0], &t[1], ops_silu_mul)
+                                          : matmul_grouped(matmul_kernels_active(), pool, &s, x, rows, g, 2, NULL,
                                                                NULL);
                     bool untouched = true;
                     for (size_t i = 0; i < 2 * ny * sizeof *got; i++) untouched &= ((uint8_t *)got)[i] == 0xA5;
                     if (fail) {
                         CHECK_MSG(rc == -1 && untouched && s.failed > 0, "%s, %s %s: rc %d with no scratch%s", name[entry],
-                                  pdl_dtype_name(dt), paneled ? "panels" : "rows", rc,
+                                  dtype_name(dt), paneled ? "panels" : "rows", rc,
                                   untouched ? "" : ", and the output was written");
                         continue;
                     }
                     CHECK_MSG(rc == 0 && s.takes > takes, "%s: rc %d, %ld takes", name[entry], rc, s.takes - takes);
                     CHECK_MSG(s.buf == held, "%s, %s %s: the reserved scratch was grown", name[entry],
-                              pdl_dtype_name(dt), paneled ? "panels" : "rows");
+                              dtype_name(dt), paneled ? "panels" : "rows");
                     if (entry == 2) { /* the gate's rows: act(gate, up) of the two products */
                         float *g0 = malloc(ny * sizeof *g0);
                         REQUIRE(g0);
                         memcpy(g0, want, ny * sizeof *g0);
-                        for (int r = 0; r < rows; r++) pdl_silu_mul(g0 + (size_t)r * out, want + ny + (size_t)r * out, out);
+                        for (int r = 0; r < rows; r++) ops_silu_mul(g0 + (size_t)r * out, want + ny + (size_t)r * out, out);
                         CHECK_MSG(memcmp(got, g0, ny * sizeof *g0) == 0, "%s: bytes differ", name[entry]);
                         free(g0);
                     } else if (entry == 3) { /* rows 0-1 times t[0], rows 2.. times t[1] */
@@ -681,11 +681,11 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                     checked++;
                 }
             }
-            pdl_scratch_free(&s);
+            scratch_free(&s);
             for (int m = 0; m < 2; m++) free(w[m]), free(wv[m]), free(buf[m]);
             free(x), free(want), free(got), free(up);
         }
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
     CHECK_MSG(checked >= 4, "only %d cases", checked);
 }
 
@@ -697,10 +697,10 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
  * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
  * one step too many wraps, and the output leaves the portable tile's. */
 static void test_integer_sums_at_their_bounds(void) {
-    pdl_fp16_init();
-    pdl_threadpool *pool = pdl_threadpool_new(1);
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
+    pdl_isa best = cpu_isa_best();
     int rows = 5, out = 33, in = 512, checked = 0;
     pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
     float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
@@ -712,10 +712,10 @@ static void test_integer_sums_at_their_bounds(void) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (int extreme = 0; extreme < 2; extreme++) { /* the top of the range, then the bottom */
             pdl_dtype dt = types[ti];
-            size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+            size_t row_bytes = dtype_row_bytes(dt, in);
             uint8_t *w = malloc((size_t)out * row_bytes);
             REQUIRE(w);
-            uint16_t d = pdl_f32_to_f16(0.01f), dmin = pdl_f32_to_f16(0.002f);
+            uint16_t d = fp16_f32_to_f16(0.01f), dmin = fp16_f32_to_f16(0.002f);
             for (int o = 0; o < out; o++) {
                 uint8_t *wr = w + (size_t)o * row_bytes;
                 if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
@@ -742,16 +742,16 @@ static void test_integer_sums_at_their_bounds(void) {
                 }
             }
             pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
-            pdl_isa_set(PDL_ISA_SCALAR);
-            pdl_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, NULL,
+            cpu_isa_set(PDL_ISA_SCALAR);
+            matmul_run(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, NULL,
                        false); /* the row-major portable dots */
             void *buf = panels_of(pool, &t);
             pdl_isa families[] = {PDL_ISA_SCALAR, PDL_ISA_AVX2, PDL_ISA_AVX512};
             for (int fi = 0; fi < 3; fi++) {
                 pdl_isa isa = families[fi];
-                if (!pdl_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !pdl_cpu_features_get()->avx512vnni)) continue;
-                pdl_isa_set(isa);
-                pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, got, out, x, rows, &t, NULL, false);
+                if (!cpu_isa_supported(isa) || (isa == PDL_ISA_AVX512 && !cpu_features_get()->avx512vnni)) continue;
+                cpu_isa_set(isa);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, got, out, x, rows, &t, NULL, false);
                 /* Q8_0 / Q4_0 panels have their own order (one fma per block),
                  * the row-major dots another: compare with the portable panels
                  * bit for bit, and with the dots within float rounding */
@@ -761,21 +761,21 @@ static void test_integer_sums_at_their_bounds(void) {
                         double e = fabs((double)got[i] - want[i]) / (fabs((double)want[i]) + 1e-3);
                         if (e > worst) worst = e;
                     }
-                    CHECK_MSG(worst < 1e-5, "%s extreme %d: portable panels %.3g from the dots", pdl_dtype_name(dt),
+                    CHECK_MSG(worst < 1e-5, "%s extreme %d: portable panels %.3g from the dots", dtype_name(dt),
                               extreme, worst);
                     memcpy(want, got, (size_t)rows * out * sizeof *want);
                 } else {
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0, "%s extreme %d: %s tile differs",
-                              pdl_dtype_name(dt), extreme, pdl_isa_name(isa));
+                              dtype_name(dt), extreme, cpu_isa_name(isa));
                 }
                 checked++;
             }
-            pdl_isa_set(best);
+            cpu_isa_set(best);
             free(w), free(buf);
         }
     fprintf(stderr, "  %d cases\n", checked);
     free(x), free(want), free(got);
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
 }
 
 /* The AVX-VNNI tiles (VPDPBUSD, 256 bits) give the portable panel tiles'
@@ -784,23 +784,23 @@ static void test_integer_sums_at_their_bounds(void) {
  * CPU has AVX-VNNI, and the same body built with EVEX encoding where it has
  * AVX512-VNNI + AVX512VL (tests/vnni256/evex_twin.c). */
 static void test_vnni256_tiles_give_the_portable_bits(void) {
-    pdl_fp16_init();
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
     pdl_qpanel_fn q8 = NULL, q4 = NULL;
     pdl_kpanel_fn k4 = NULL, k6 = NULL;
     const char *which = "none";
-    if (f->avxvnni && pdl_qpanel_tile_q8_0_avxvnni) {
-        q8 = pdl_qpanel_tile_q8_0_avxvnni, q4 = pdl_qpanel_tile_q4_0_avxvnni;
-        k4 = pdl_kpanel_tile_q4_k_avxvnni, k6 = pdl_kpanel_tile_q6_k_avxvnni, which = "AVX-VNNI";
+    if (f->avxvnni && qpanel_tile_q8_0_avxvnni) {
+        q8 = qpanel_tile_q8_0_avxvnni, q4 = qpanel_tile_q4_0_avxvnni;
+        k4 = kpanel_tile_q4_k_avxvnni, k6 = kpanel_tile_q6_k_avxvnni, which = "AVX-VNNI";
     } else if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && test_qpanel_q8_0_vnni256_evex) {
         q8 = test_qpanel_q8_0_vnni256_evex, q4 = test_qpanel_q4_0_vnni256_evex;
         k4 = test_kpanel_q4_k_vnni256_evex, k6 = test_kpanel_q6_k_vnni256_evex, which = "EVEX twin";
     }
     fprintf(stderr, "  256-bit VNNI tiles here: %s\n", which);
     if (!q8) return; /* neither instruction: nothing of this body can run here */
-    pdl_threadpool *pool = pdl_threadpool_new(1);
+    pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
-    pdl_isa best = pdl_isa_best();
+    pdl_isa best = cpu_isa_best();
     int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
     pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
     int checked = 0;
@@ -810,7 +810,7 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                 pdl_dtype dt = types[ti];
                 bool kq = dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K;
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2];
-                size_t row_bytes = pdl_dtype_row_bytes(dt, in);
+                size_t row_bytes = dtype_row_bytes(dt, in);
                 uint8_t *w = NULL;
                 float *wv = NULL;
                 if (kq) {
@@ -819,8 +819,8 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                     for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
                     size_t bb = dt == PDL_DTYPE_Q6_K ? 210 : 144, dpos = dt == PDL_DTYPE_Q6_K ? 208 : 0;
                     for (int i = 0; i < out * (in / 256); i++) {
-                        uint16_t d = pdl_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                        uint16_t m = pdl_f32_to_f16((frand() + 1.0f) / 200.0f);
+                        uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                        uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
                         memcpy(w + (size_t)i * bb + dpos, &d, 2);
                         if (dt == PDL_DTYPE_Q4_K) memcpy(w + (size_t)i * bb + 2, &m, 2);
                     }
@@ -842,17 +842,17 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (size_t i = 0; i < ny; i++) want[i] = got[i] = frand();
                 for (int r = 0; r < rows; r++) {
-                    pdl_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                    matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
                                                xs + (size_t)r * nb32);
-                    pdl_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                    kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
                 }
                 const float *b = variant ? bias : NULL;
                 bool accum = variant == 2;
-                pdl_isa_set(PDL_ISA_SCALAR);
-                pdl_panels_matmul(pdl_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                pdl_isa_set(best);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
                 /* the driver's walk: tiles of up to 4 rows x 3 panels */
-                size_t pb = pdl_panel_bytes(dt, in);
+                size_t pb = panels_bytes(dt, in);
                 int np = (out + 15) / 16, last = out - (np - 1) * 16;
                 for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
                     for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
@@ -871,13 +871,13 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                                                              lc, yy, out, bb, accum);
                     }
                 CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0, "%s %s %dx%dx%d variant %d: not the portable bits",
-                          which, pdl_dtype_name(dt), rows, out, in, variant);
+                          which, dtype_name(dt), rows, out, in, variant);
                 checked++;
                 free(w), free(wv), free(buf), free(x), free(bias), free(want), free(got);
                 free(xq), free(xd), free(xs), free(xk);
             }
     fprintf(stderr, "  %d cases\n", checked);
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
 }
 
 int main(void) {
@@ -891,6 +891,6 @@ int main(void) {
     RUN(test_matmuls_report_scratch_they_cannot_have);
     RUN(test_integer_sums_at_their_bounds);
     RUN(test_vnni256_tiles_give_the_portable_bits);
-    pdl_scratch_free(&scratch);
+    scratch_free(&scratch);
     return test_summary();
 }

@@ -34,7 +34,7 @@ int dataset_normal_vocab(const pdl_model *tok, int32_t **ids, size_t *n, pdl_err
     pdl_model_info info;
     pdl_model_get_info(tok, &info);
     int32_t *v = malloc((size_t)info.vocab * sizeof *v);
-    if (!v) return pdl_fail(err, "out of memory");
+    if (!v) return err_fail(err, "out of memory");
     size_t k = 0;
     for (int32_t id = 0; id < info.vocab; id++) {
         char *text = NULL;
@@ -48,7 +48,7 @@ int dataset_normal_vocab(const pdl_model *tok, int32_t **ids, size_t *n, pdl_err
     }
     if (k == 0) {
         free(v);
-        return pdl_fail(err, "the tokenizer has no normal tokens");
+        return err_fail(err, "the tokenizer has no normal tokens");
     }
     *ids = v;
     *n = k;
@@ -67,7 +67,7 @@ int dataset_random(const pdl_model *tok, int n, int input_len, int output_len, d
     int32_t *ids = malloc((size_t)(prefix_len + in_hi + 1) * sizeof *ids);
     if (!p || !ids) {
         free(p), free(ids), free(vocab);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     uint64_t s = seed;
     for (int i = 0; i < prefix_len; i++) ids[i] = vocab[bench_rng(&s) % nv]; /* shared by all */
@@ -118,18 +118,18 @@ static int post_json(const http_url *url, const char *auth, const char *path, js
     *reply = NULL;
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    if (!text) return pdl_fail(err, "out of memory");
+    if (!text) return err_fail(err, "out of memory");
     body_buf b = {0};
     char msg[256] = "";
     int rc = http_post(url, path, auth, text, strlen(text), collect_body, &b, status, msg, sizeof msg);
     free(text);
     if (rc) {
         free(b.data);
-        return pdl_fail(err, "%s: %s", path, msg);
+        return err_fail(err, "%s: %s", path, msg);
     }
     if (*status == 200) *reply = json_loadb(b.data ? b.data : "", b.len, JSON_ALLOW_NUL, NULL);
     free(b.data);
-    if (*status == 200 && !*reply) return pdl_fail(err, "%s: the answer is not JSON", path);
+    if (*status == 200 && !*reply) return err_fail(err, "%s: the answer is not JSON", path);
     return 0;
 }
 
@@ -149,11 +149,11 @@ static int remote_decode(const http_url *url, const char *auth, const int32_t *i
         return -1;
     if (status == 400) return 1;
     if (status != 200)
-        return pdl_fail(err, "/detokenize answered HTTP %d (the server offers no tokenizer? give --tokenizer)", status);
+        return err_fail(err, "/detokenize answered HTTP %d (the server offers no tokenizer? give --tokenizer)", status);
     const json_t *p = json_object_get(reply, "prompt");
     *text = json_is_string(p) ? strndup(json_string_value(p), json_string_length(p)) : NULL;
     json_decref(reply);
-    return *text ? 0 : pdl_fail(err, "/detokenize: no 'prompt' string in the answer");
+    return *text ? 0 : err_fail(err, "/detokenize: no 'prompt' string in the answer");
 }
 
 /* /tokenize of text without special tokens: *ids malloc'ed. */
@@ -165,13 +165,13 @@ static int remote_encode(const http_url *url, const char *auth, const char *text
                   &status, err))
         return -1;
     if (status != 200)
-        return pdl_fail(err, "/tokenize answered HTTP %d (the server offers no tokenizer? give --tokenizer)", status);
+        return err_fail(err, "/tokenize answered HTTP %d (the server offers no tokenizer? give --tokenizer)", status);
     const json_t *t = json_object_get(reply, "tokens");
     size_t len = json_array_size(t);
     *ids = malloc((len ? len : 1) * sizeof **ids);
     if (!*ids) {
         json_decref(reply);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     for (size_t i = 0; i < len; i++) (*ids)[i] = (int32_t)json_integer_value(json_array_get(t, i));
     *n = len;
@@ -189,7 +189,7 @@ static int remote_vocab(const http_url *url, const char *auth, int32_t *vocab, p
         if (r < 0) return -1;
         if (r == 1) break;
         lo = hi;
-        if (hi > (1 << 24)) return pdl_fail(err, "/detokenize accepts every id up to %d: cannot find the vocabulary", hi);
+        if (hi > (1 << 24)) return err_fail(err, "/detokenize accepts every id up to %d: cannot find the vocabulary", hi);
         hi *= 2;
     }
     while (hi - lo > 1) {
@@ -216,7 +216,7 @@ int dataset_random_remote(const http_url *url, const char *auth, int n, int inpu
     int32_t *ids = malloc((size_t)(prefix_len + in_hi) * 2 * sizeof *ids + 64);
     if (!p || !ids) {
         free(p), free(ids);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     uint64_t s = seed;
     for (int i = 0; i < prefix_len; i++) ids[i] = (int32_t)(bench_rng(&s) % (uint64_t)vocab); /* shared by all */
@@ -234,7 +234,7 @@ int dataset_random_remote(const http_url *url, const char *auth, int n, int inpu
             text = NULL;
             int r = remote_decode(url, auth, ids, have, &text, err);
             if (r) {
-                rc = r < 0 ? -1 : pdl_fail(err, "/detokenize refused ids below the vocabulary size %d", vocab);
+                rc = r < 0 ? -1 : err_fail(err, "/detokenize refused ids below the vocabulary size %d", vocab);
                 break;
             }
             int32_t *re = NULL;
@@ -261,7 +261,7 @@ int dataset_random_remote(const http_url *url, const char *auth, int n, int inpu
 }
 
 int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, pdl_error *err) {
-    FILE *f = pdl_fopen_regular(path, err);
+    FILE *f = file_open_regular(path, err);
     if (!f) return -1;
     bench_prompt *all = NULL;
     int count = 0, cap = 0, line_no = 0;
@@ -269,10 +269,10 @@ int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, p
     size_t lcap = 0;
     int rc = 0;
     long long got;
-    while ((got = pdl_read_line(f, &line, &lcap, PDL_READ_MAX_LINE)) != 0) {
+    while ((got = file_read_line(f, &line, &lcap, PDL_READ_MAX_LINE)) != 0) {
         line_no++;
         if (got < 0) {
-            rc = pdl_fail(err, "%s:%d: the line is longer than %zu bytes", path, line_no, (size_t)PDL_READ_MAX_LINE);
+            rc = err_fail(err, "%s:%d: the line is longer than %zu bytes", path, line_no, (size_t)PDL_READ_MAX_LINE);
             break;
         }
         if (strspn(line, " \t\r\n") == strlen(line)) continue;
@@ -280,7 +280,7 @@ int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, p
         json_t *o = json_loads(line, 0, &je);
         json_t *pr = o ? json_object_get(o, "prompt") : NULL;
         if (!json_is_string(pr)) {
-            rc = pdl_fail(err, "%s:%d: each line must be an object with a string \"prompt\"", path, line_no);
+            rc = err_fail(err, "%s:%d: each line must be an object with a string \"prompt\"", path, line_no);
             json_decref(o);
             break;
         }
@@ -289,7 +289,7 @@ int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, p
             bench_prompt *q = realloc(all, (size_t)cap * sizeof *q);
             if (!q) {
                 json_decref(o);
-                rc = pdl_fail(err, "out of memory");
+                rc = err_fail(err, "out of memory");
                 break;
             }
             all = q;
@@ -304,9 +304,9 @@ int dataset_jsonl(const char *path, int n, int output_len, bench_prompt **out, p
     }
     free(line);
     fclose(f);
-    if (rc == 0 && count == 0) rc = pdl_fail(err, "%s: no prompts", path);
+    if (rc == 0 && count == 0) rc = err_fail(err, "%s: no prompts", path);
     bench_prompt *p = rc ? NULL : calloc((size_t)n, sizeof *p);
-    if (rc == 0 && !p) rc = pdl_fail(err, "out of memory");
+    if (rc == 0 && !p) rc = err_fail(err, "out of memory");
     for (int k = 0; rc == 0 && k < n; k++) {
         p[k] = all[k % count];
         p[k].text = strdup(all[k % count].text);

@@ -39,7 +39,7 @@ double percentile_sorted(const double *v, size_t n, double q) {
 void summarize_values(double *v, size_t n, const double *pcts, int n_pcts, stat_summary *out) {
     memset(out, 0, sizeof *out);
     if (n == 0) return;
-    pdl_sort_doubles(v, n);
+    sorted_doubles(v, n);
     double s = 0;
     for (size_t i = 0; i < n; i++) s += v[i];
     out->mean = s / (double)n;

@@ -134,7 +134,7 @@ static void peak_worker(void *p, int ith, int nth) {
     peak_task *t = p;
     double r = 0;
 #if defined(__x86_64__)
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    const pdl_cpu_features *f = cpu_features_get();
     pdl_isa isa = t->isa;
     if (isa == PDL_ISA_AVX512) {
         if (t->kind == 1) r = f->avx512bf16 ? bf16_loop_avx512() : 0;
@@ -152,7 +152,7 @@ static void peak_worker(void *p, int ith, int nth) {
         }
     }
 #elif defined(__aarch64__)
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    const pdl_cpu_features *f = cpu_features_get();
     if (t->kind == 2) r = f->neon_dotprod ? int8_loop_neon() : 0;
     else if (t->kind == 0) r = fma_loop_neon();
 #endif
@@ -169,7 +169,7 @@ typedef struct bw_task {
 static void bw_worker(void *p, int ith, int nth) {
     bw_task *t = p;
     long b, e;
-    pdl_split_range((long)(t->n / 64), ith, nth, &b, &e);
+    threadpool_split_range((long)(t->n / 64), ith, nth, &b, &e);
     float acc[16] = {0};
     for (long i = b * 64; i < e * 64; i += 16) {
         __builtin_prefetch(t->buf + i + 1024); /* 4 KiB ahead, as the decode kernels read */
@@ -183,17 +183,17 @@ static void bw_worker(void *p, int ith, int nth) {
 /* Seconds for every thread of pool to run peak loop `kind` once. */
 static double time_peak(pdl_threadpool *pool, pdl_isa isa, int kind) {
     peak_task pt = {.kind = kind, .isa = isa};
-    double t0 = pdl_now_s();
-    pdl_threadpool_run(pool, peak_worker, &pt);
-    return pdl_now_s() - t0;
+    double t0 = clock_now_s();
+    threadpool_run(pool, peak_worker, &pt);
+    return clock_now_s() - t0;
 }
 
 int bench_roofline_measure(pdl_isa isa, int n_threads, bench_roofline *out) {
     memset(out, 0, sizeof *out);
-    pdl_threadpool *pool = pdl_threadpool_new(n_threads);
+    pdl_threadpool *pool = threadpool_new(n_threads);
     if (!pool) return -1;
-    int nth = pdl_threadpool_size(pool);
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    int nth = threadpool_size(pool);
+    const pdl_cpu_features *f = cpu_features_get();
     /* vector lanes (32-bit) and independent chains of the family's peak loops above */
     int lanes = isa == PDL_ISA_AVX512 ? 16 : isa == PDL_ISA_AVX2 ? 8 : isa == PDL_ISA_NEON ? 4 : 0;
     int chains = isa == PDL_ISA_NEON ? 16 : 12;
@@ -206,19 +206,19 @@ int bench_roofline_measure(pdl_isa isa, int n_threads, bench_roofline *out) {
         out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, isa, 2) / 1e9;
     /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
     size_t n = (size_t)1 << 28;
-    float *buf = pdl_huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */
+    float *buf = huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */
     if (buf) {
         for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
         bw_task bt = {.buf = buf, .n = n};
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = pdl_now_s();
-            pdl_threadpool_run(pool, bw_worker, &bt);
-            double dt = pdl_now_s() - t0;
+            double t0 = clock_now_s();
+            threadpool_run(pool, bw_worker, &bt);
+            double dt = clock_now_s() - t0;
             double gbs = (double)n * sizeof(float) / dt / 1e9;
             if (gbs > out->read_gbs) out->read_gbs = gbs;
         }
-        pdl_huge_free(buf);
+        huge_free(buf);
     }
-    pdl_threadpool_free(pool);
+    threadpool_free(pool);
     return 0;
 }

@@ -160,7 +160,7 @@ static int parse_item(const srv_parse_ctx *ctx, json_t *o, int default_max_token
 
 int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *eo, int default_max_tokens) {
     pdl_error ferr;
-    FILE *f = pdl_fopen_regular(path, &ferr);
+    FILE *f = file_open_regular(path, &ferr);
     if (!f) {
         fprintf(stderr, "error: %s\n", ferr.message);
         return CLI_FAIL;
@@ -175,7 +175,7 @@ int cli_run_batch(pdl_model *model, const char *path, const pdl_engine_options *
     batch_grammar grammar = {.model = model};
     srv_parse_ctx ctx = {.model = model, .model_name = "", .ctx_len = info.ctx_len, .vocab = info.vocab,
                          .grammar_vocab = batch_grammar_vocab, .grammar_user = &grammar};
-    while (rc == CLI_OK && (len = pdl_read_line(f, &buf, &buf_cap, PDL_READ_MAX_LINE)) != 0) {
+    while (rc == CLI_OK && (len = file_read_line(f, &buf, &buf_cap, PDL_READ_MAX_LINE)) != 0) {
         line++;
         if (len < 0) {
             fprintf(stderr, "error: %s:%d: the line is longer than %zu bytes (or memory ran out)\n", path, line,

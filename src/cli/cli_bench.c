@@ -64,7 +64,7 @@ typedef struct seq_clock {
 static void on_seq_event(const pdl_event *ev, void *user) {
     seq_clock *s = user;
     run_clock *c = s->rc;
-    double t = pdl_now_s();
+    double t = clock_now_s();
     if (ev->kind == PDL_EVENT_TOKEN) {
         if (s->n_tokens++ == 0) {
             if (++c->firsts == c->batch) c->t_all_first = t;
@@ -94,7 +94,7 @@ static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch
     seq_clock sc[256];
     int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
     pdl_error err;
-    double t0 = pdl_now_s();
+    double t0 = clock_now_s();
     for (int b = 0; b < batch; b++) {
         for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
         sc[b] = (seq_clock){&c, 0};
@@ -126,8 +126,8 @@ static void summarize(bench_result *r) {
     r->sd = r->n_samples > 1 ? sqrt(ss / (r->n_samples - 1)) : 0;
     double sorted[64];
     memcpy(sorted, r->samples, (size_t)r->n_samples * sizeof(double));
-    pdl_sort_doubles(sorted, (size_t)r->n_samples);
-    r->median = pdl_median_sorted(sorted, (size_t)r->n_samples);
+    sorted_doubles(sorted, (size_t)r->n_samples);
+    r->median = sorted_median(sorted, (size_t)r->n_samples);
 }
 
 /* ---- the machine ------------------------------------------------------------ */
@@ -153,7 +153,7 @@ static void cpu_model(char *buf, size_t n) {
 
 static void cpu_features(char *buf, size_t n) {
     buf[0] = '\0';
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    const pdl_cpu_features *f = cpu_features_get();
     const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2",
                            "avxvnni", "fma",      "f16c",     "neon",       "dotprod"};
     bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni, f->avx2,
@@ -185,9 +185,9 @@ static double flops_prompt(const pdl_model *m, int n) {
     double per_tok = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *w = &m->w.layers[l];
-        per_tok += (double)pdl_tensor_nelems(&w->wq) + pdl_tensor_nelems(&w->wk) + pdl_tensor_nelems(&w->wv) +
-                   pdl_tensor_nelems(&w->wo) + pdl_tensor_nelems(&w->w_gate) + pdl_tensor_nelems(&w->w_up) +
-                   pdl_tensor_nelems(&w->w_down);
+        per_tok += (double)tensor_nelems(&w->wq) + tensor_nelems(&w->wk) + tensor_nelems(&w->wv) +
+                   tensor_nelems(&w->wo) + tensor_nelems(&w->w_gate) + tensor_nelems(&w->w_up) +
+                   tensor_nelems(&w->w_down);
     }
     double attn = 2.0 * c->n_layers * c->n_heads * c->head_dim * ((double)n * (n + 1) / 2);
     return 2.0 * (per_tok * n + attn + (double)c->vocab * c->hidden);
@@ -414,7 +414,7 @@ int cli_bench(int argc, char **argv) {
      * VPMADDUBSW step), F32 FMA otherwise */
     const char *peak_name = "F32 FMA";
     double peak = roof.f32_gflops;
-    if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && pdl_matmul_bf16_activations()) {
+    if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && matmul_bf16_activations()) {
         peak = roof.bf16_gflops;
         peak_name = "BF16 dot";
     } else if ((strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
@@ -434,9 +434,9 @@ int cli_bench(int argc, char **argv) {
         char isa[64];
         bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
                            strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
-        snprintf(isa, sizeof isa, "%s%s", pdl_isa_name(k->isa),
+        snprintf(isa, sizeof isa, "%s%s", cpu_isa_name(k->isa),
                  strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
-                         pdl_cpu_features_get()->avx512bf16 && k->bf16_activations
+                         cpu_features_get()->avx512bf16 && k->bf16_activations
                      ? "+bf16-activations"
                  : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
@@ -489,7 +489,7 @@ int cli_bench(int argc, char **argv) {
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
                        "(this model: %s); read bandwidth %.1f GB/s\n",
-                       pdl_isa_name(k->isa), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
+                       cpu_isa_name(k->isa), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
                        roof.read_gbs);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];

@@ -58,7 +58,7 @@ static stats summarize(double *t, int n) {
     if (n == 0) return s;
     double sum = 0;
     for (int i = 0; i < n; i++) sum += t[i];
-    pdl_sort_doubles(t, (size_t)n);
+    sorted_doubles(t, (size_t)n);
     s.mean = sum / n;
     s.p50 = t[n / 2];
     s.p99 = t[(int)((double)(n - 1) * 0.99 + 0.5)];
@@ -87,13 +87,13 @@ typedef struct bench_case {
 static int run_case(const char *tok_path, const gram_vocab *v, const bench_case *bc, long max_tokens, long runs,
                     uint64_t seed, bool json) {
     pdl_error err;
-    double t0 = pdl_now_s();
+    double t0 = clock_now_s();
     gram_grammar *g = NULL;
     if (gram_compile(&g, v, &bc->spec, &err) != 0) {
         fprintf(stderr, "error: %s: %s\n", bc->name, err.message);
         return CLI_FAIL;
     }
-    double compile_ms = (pdl_now_s() - t0) * 1e3;
+    double compile_ms = (clock_now_s() - t0) * 1e3;
     int n = gram_vocab_size(v);
     size_t words = gram_mask_words(v);
     uint64_t *bits = malloc(words * sizeof *bits);
@@ -118,17 +118,17 @@ static int run_case(const char *tok_path, const gram_vocab *v, const bench_case 
             return CLI_FAIL;
         }
         for (long step = 0; step < max_tokens; step++) {
-            double a = pdl_now_s();
+            double a = clock_now_s();
             int fill = gram_matcher_fill_mask(m, bits);
-            double dt = pdl_now_s() - a;
+            double dt = clock_now_s() - a;
             if (fill != 0) {
                 fprintf(stderr, "error: out of memory computing a mask\n");
                 return CLI_FAIL;
             }
             for (int i = 0; i < n; i++) logits[i] = (float)(i & 7); /* a fresh row, as the LM head leaves it */
-            a = pdl_now_s();
+            a = clock_now_s();
             gram_mask_apply(bits, logits, n);
-            apply_s += pdl_now_s() - a;
+            apply_s += clock_now_s() - a;
             all[n_all++] = dt;
             if (r == 0) cold[n_cold++] = dt;
             else warm[n_warm++] = dt;
@@ -303,7 +303,7 @@ int cli_bench_grammar(int argc, char **argv) {
         pdl_error err;
         tok_tokenizer *tok = NULL;
         gram_vocab *v = NULL;
-        double t0 = pdl_now_s();
+        double t0 = clock_now_s();
         if (tok_load_path(&tok, a.toks[t], &err) != 0 || gram_vocab_from_tokenizer(&v, tok, (int)a.n_logits, NULL, 0, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             tok_free(tok);
@@ -312,7 +312,7 @@ int cli_bench_grammar(int argc, char **argv) {
         }
         if (!a.json)
             printf("%s: vocabulary of %d tokens (%d in the tokenizer), trie of %d nodes, loaded in %.0f ms\n", a.toks[t],
-                   gram_vocab_size(v), tok_vocab_size(tok), gram_vocab_trie_nodes(v), (pdl_now_s() - t0) * 1e3);
+                   gram_vocab_size(v), tok_vocab_size(tok), gram_vocab_trie_nodes(v), (clock_now_s() - t0) * 1e3);
         for (int c = 0; c < n_cases && rc == CLI_OK; c++)
             rc = run_case(a.toks[t], v, &cases[c], a.max_tokens, a.runs, a.seed, a.json);
         gram_vocab_free(v);

@@ -115,7 +115,7 @@ static char *read_message(bool tty) {
     for (;;) {
         at_prompt = 1; /* before the prompt shows: a Ctrl-C right after it is the prompt's */
         if (tty) fputs(msg_len ? ". " : "> ", stderr);
-        long long n = pdl_read_line(stdin, &line, &cap, PDL_READ_MAX_CONTEXT);
+        long long n = file_read_line(stdin, &line, &cap, PDL_READ_MAX_CONTEXT);
         at_prompt = 0;
         if (n <= 0) {
             free(line);

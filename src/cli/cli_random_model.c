@@ -51,12 +51,12 @@ static int add_gguf_tokenizer(gguf_out *g, const char *dir, const char *pre, int
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     json_t *tj = NULL, *cfg = NULL;
     pdl_error err;
-    if (pdl_json_load_file(path, 0, &tj, &err)) {
+    if (json_file_load(path, 0, &tj, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return -1;
     }
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (pdl_json_load_file(path, JSON_DECODE_INT_AS_REAL, &cfg, &err)) cfg = NULL;
+    if (json_file_load(path, JSON_DECODE_INT_AS_REAL, &cfg, &err)) cfg = NULL;
     json_t *model = json_object_get(tj, "model"), *vocab_j = json_object_get(model, "vocab");
     json_t *merges = json_object_get(model, "merges"), *added = json_object_get(tj, "added_tokens");
     int rc = -1;
@@ -136,7 +136,7 @@ static int copy_file(const char *from, const char *to) {
     char *data;
     size_t len;
     pdl_error err;
-    if (pdl_read_file(from, PDL_READ_MAX_TOKENIZER, &data, &len, &err)) {
+    if (file_read(from, PDL_READ_MAX_TOKENIZER, &data, &len, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return -1;
     }
@@ -189,18 +189,18 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
             s = mix(s + 0x9e3779b97f4a7c15ull);
             row[i] = norm ? 1.0f : (float)((double)(s >> 11) / 9007199254740992.0 * 0.0692 - 0.0346);
         }
-        uint8_t *dst = (uint8_t *)buf + (size_t)r * pdl_dtype_row_bytes(t->dtype, cols);
+        uint8_t *dst = (uint8_t *)buf + (size_t)r * dtype_row_bytes(t->dtype, cols);
         switch (t->dtype) {
         case PDL_DTYPE_F32: memcpy(dst, row, (size_t)cols * 4); break;
         case PDL_DTYPE_F16:
             for (int64_t i = 0; i < cols; i++) {
-                uint16_t v = pdl_f32_to_f16(row[i]);
+                uint16_t v = fp16_f32_to_f16(row[i]);
                 memcpy(dst + 2 * i, &v, 2);
             }
             break;
         case PDL_DTYPE_BF16:
             for (int64_t i = 0; i < cols; i++) {
-                uint32_t b = pdl_f32_to_bits(row[i]);
+                uint32_t b = fp16_f32_to_bits(row[i]);
                 uint16_t v = (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16); /* round to nearest even */
                 memcpy(dst + 2 * i, &v, 2);
             }
@@ -210,7 +210,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 float amax = 0;
                 for (int j = 0; j < 32; j++) amax = fabsf(row[b * 32 + j]) > amax ? fabsf(row[b * 32 + j]) : amax;
                 float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
-                uint16_t d16 = pdl_f32_to_f16(d);
+                uint16_t d16 = fp16_f32_to_f16(d);
                 uint8_t *blk = dst + b * 34;
                 memcpy(blk, &d16, 2);
                 for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)(int8_t)lrintf(row[b * 32 + j] * id);
@@ -299,7 +299,7 @@ int cli_make_random_model(int argc, char **argv) {
     }
     int L = args.layers ? (int)args.layers : p->layers, V = args.vocab ? (int)args.vocab : p->vocab;
     g_seed = args.seed;
-    pdl_fp16_init();
+    fp16_init();
     /* the tensor list, under both names */
     g_names = calloc((size_t)(3 + 12 * L), sizeof *g_names);
     if (!g_names) return CLI_FAIL;

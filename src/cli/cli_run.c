@@ -49,7 +49,7 @@ static int compile_constraint(const run_constraint *c, const pdl_model *model, g
     pdl_error err;
     char *file = NULL;
     size_t len = 0;
-    if (c->from_file && pdl_read_file(c->text, PDL_READ_MAX_JSON, &file, &len, &err)) {
+    if (c->from_file && file_read(c->text, PDL_READ_MAX_JSON, &file, &len, &err)) {
         fprintf(stderr, "error: %s: %s\n", c->flag, err.message);
         return -1;
     }
@@ -114,7 +114,7 @@ static void on_event(const pdl_event *ev, void *user) {
     if (i < 0 || i >= o->n) return;
     if (ev->kind == PDL_EVENT_TOKEN) {
         o->n_generated++;
-        if (o->t_first == 0) o->t_first = pdl_now_s();
+        if (o->t_first == 0) o->t_first = clock_now_s();
         json_array_append_new(o->tokens[i], json_integer(ev->token));
         if (o->logprobs[i]) {
             json_t *top = json_array();
@@ -362,7 +362,7 @@ int cli_run(int argc, char **argv) {
     pdl_error err;
     pdl_model *model = NULL;
     pdl_model_options mo = cli_model_options((int)a.threads, (int)a.ctx);
-    double t0 = pdl_now_s();
+    double t0 = clock_now_s();
     if (cli_load_model(&model, a.model_path, &mo, &err)) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
@@ -379,7 +379,7 @@ int cli_run(int argc, char **argv) {
         a.eo.draft_model = draft;
     }
     free(a.draft_path);
-    double t_load = pdl_now_s() - t0;
+    double t_load = clock_now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     if (a.verbose && print_probe(model)) {
@@ -465,9 +465,9 @@ int cli_run(int argc, char **argv) {
                                  .n_stop = a.n_stops, .logprobs = (int)a.n_logprobs, .prompt_logprobs = -1,
                                  .n = (int)a.n_samples, .grammar = grammar, .images = mm.images,
                                  .n_images = mm.n_images, .reasoning = think_params};
-        double t1 = pdl_now_s();
+        double t1 = clock_now_s();
         int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
-        double t_added = pdl_now_s();
+        double t_added = clock_now_s();
         if (arc == 0 && mm.n_images) /* the engine encodes a request's images when it takes it */
             fprintf(stderr, "pagedlm: %d image%s encoded in %.1f ms\n", mm.n_images, mm.n_images == 1 ? "" : "s",
                     (t_added - t1) * 1e3);
@@ -476,7 +476,7 @@ int cli_run(int argc, char **argv) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
         } else {
-            double dt = pdl_now_s() - t1;
+            double dt = clock_now_s() - t1;
             if (!a.json) {
                 /* the other samples after the first, which streamed */
                 for (int i = 1; i < out.n; i++) {

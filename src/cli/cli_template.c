@@ -55,7 +55,7 @@ int cli_template(int argc, char **argv) {
         }
     } else {
         size_t len;
-        if (pdl_read_file(context_path, PDL_READ_MAX_CONTEXT, &context, &len, &err)) {
+        if (file_read(context_path, PDL_READ_MAX_CONTEXT, &context, &len, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             return CLI_FAIL;
         }

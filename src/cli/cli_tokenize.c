@@ -263,8 +263,8 @@ static void bench_usage(FILE *f) {
 }
 
 static double median(double *v, int n) {
-    pdl_sort_doubles(v, (size_t)n);
-    return pdl_median_sorted(v, (size_t)n);
+    sorted_doubles(v, (size_t)n);
+    return sorted_median(v, (size_t)n);
 }
 
 int cli_bench_tokenizer(int argc, char **argv) {
@@ -302,7 +302,7 @@ int cli_bench_tokenizer(int argc, char **argv) {
     size_t len = 0;
     if (file) {
         pdl_error err;
-        if (pdl_read_file(file, PDL_READ_MAX_TOKENIZER, &text, &len, &err)) {
+        if (file_read(file, PDL_READ_MAX_TOKENIZER, &text, &len, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             return CLI_FAIL;
         }
@@ -329,35 +329,35 @@ int cli_bench_tokenizer(int argc, char **argv) {
     int rc = CLI_OK;
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         pdl_tokenizer_free(tok);
-        double t0 = pdl_now_s();
+        double t0 = clock_now_s();
         if (pdl_tokenizer_load(&tok, model_path, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             tok = NULL;
             rc = CLI_FAIL;
             break;
         }
-        t_load[r] = pdl_now_s() - t0;
+        t_load[r] = clock_now_s() - t0;
     }
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         free(ids);
         ids = NULL;
-        double t0 = pdl_now_s();
+        double t0 = clock_now_s();
         if (pdl_tokenizer_encode(tok, text, len, 0, &ids, &n_ids, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
             break;
         }
-        t_enc[r] = pdl_now_s() - t0;
+        t_enc[r] = clock_now_s() - t0;
     }
     for (long r = 0; r < repeat && rc == CLI_OK; r++) {
         char *out = NULL;
-        double t0 = pdl_now_s();
+        double t0 = clock_now_s();
         if (pdl_tokenizer_decode(tok, ids, n_ids, 0, &out, &dec_len, &err) != 0) {
             fprintf(stderr, "error: %s\n", err.message);
             rc = CLI_FAIL;
             break;
         }
-        t_dec[r] = pdl_now_s() - t0;
+        t_dec[r] = clock_now_s() - t0;
         free(out);
     }
     if (rc == CLI_OK) {

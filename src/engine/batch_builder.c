@@ -35,19 +35,19 @@ int bb_begin(batch_builder *b, int max_rows, int max_seqs, pdl_error *err) {
         if (grow_i32(&b->token_ids, rows) || grow_i32(&b->positions, rows) || grow_i32(&b->slot_mapping, rows) ||
             grow_i32(&b->logits_indices, rows) || grow_i32(&b->logits_pos, rows) ||
             grow_i32(&b->span_first, rows) || grow_i32(&b->span_last, rows) || grow_i32(&b->rope_pos3, rows * 3))
-            return pdl_fail(err, "batch: out of memory for %d rows", max_rows);
+            return err_fail(err, "batch: out of memory for %d rows", max_rows);
         const float **em = realloc(b->embd, rows * sizeof *em);
-        if (!em) return pdl_fail(err, "batch: out of memory for %d rows", max_rows);
+        if (!em) return err_fail(err, "batch: out of memory for %d rows", max_rows);
         b->embd = em;
         b->rows_cap = max_rows;
     }
     if (max_seqs + 1 > b->seqs_cap) {
         size_t n = (size_t)max_seqs + 1;
         const int32_t **bt = realloc(b->block_tables, n * sizeof *bt);
-        if (!bt) return pdl_fail(err, "batch: out of memory for %d sequences", max_seqs);
+        if (!bt) return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
         b->block_tables = bt;
         if (grow_i32(&b->cu_seqlens, n) || grow_i32(&b->logits_cu_seqlens, n))
-            return pdl_fail(err, "batch: out of memory for %d sequences", max_seqs);
+            return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
         b->seqs_cap = max_seqs + 1;
     }
     b->max_rows = max_rows;
@@ -61,7 +61,7 @@ int bb_begin(batch_builder *b, int max_rows, int max_seqs, pdl_error *err) {
 
 int bb_add(batch_builder *b, const bb_segment *s, pdl_error *err) {
     if (b->n_seqs + 1 > b->max_seqs || b->n_rows + s->n > b->max_rows)
-        return pdl_fail(err, "batch: segment %d (%d rows) past the %d rows in %d segments the batch was begun for",
+        return err_fail(err, "batch: segment %d (%d rows) past the %d rows in %d segments the batch was begun for",
                         b->n_seqs, s->n, b->max_rows, b->max_seqs);
     int bs = b->block_size, row0 = b->n_rows, n_in = s->n_inputs < s->n ? s->n_inputs : s->n;
     for (int i = 0; i < s->n; i++) {
@@ -90,7 +90,7 @@ int bb_add(batch_builder *b, const bb_segment *s, pdl_error *err) {
     for (int j = 0; j < s->n_logits; j++) {
         int32_t pos = s->logits_pos[j];
         if (pos < s->start || pos >= s->start + s->n)
-            return pdl_fail(err, "batch: segment %d's logits row at position %d is outside its rows [%d, %d)",
+            return err_fail(err, "batch: segment %d's logits row at position %d is outside its rows [%d, %d)",
                             b->n_seqs, pos, s->start, s->start + s->n);
         b->logits_pos[b->n_logits] = pos;
         b->logits_indices[b->n_logits++] = row0 + pos - s->start;

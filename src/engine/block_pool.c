@@ -121,7 +121,7 @@ static void queue_append(block_pool *p, int32_t block) {
 int bpool_init(block_pool *p, int n_blocks, int block_size, bool caching, pdl_error *err) {
     memset(p, 0, sizeof *p);
     if (n_blocks <= 0 || block_size <= 0)
-        return pdl_fail(err, "block pool: %d blocks of %d tokens", n_blocks, block_size);
+        return err_fail(err, "block pool: %d blocks of %d tokens", n_blocks, block_size);
     p->n_blocks = n_blocks;
     p->block_size = block_size;
     p->caching = caching;
@@ -133,7 +133,7 @@ int bpool_init(block_pool *p, int n_blocks, int block_size, bool caching, pdl_er
     p->map = malloc(p->map_cap * sizeof *p->map);
     if (!p->blocks || !p->map || (caching && !p->tokens)) {
         bpool_free(p);
-        return pdl_fail(err, "block pool: out of memory for %d blocks", n_blocks);
+        return err_fail(err, "block pool: out of memory for %d blocks", n_blocks);
     }
     for (size_t i = 0; i < p->map_cap; i++) p->map[i] = MAP_EMPTY;
     p->head = p->tail = -1;

@@ -33,7 +33,7 @@ static int pool_blocks(const pdl_engine *e, size_t *mem_out, pdl_error *err) {
     size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
     size_t mem = e->opts.kv_cache_memory;
     if (mem == 0) {
-        size_t avail = pdl_available_memory() / 2, cap = (size_t)4 << 30;
+        size_t avail = huge_available_memory() / 2, cap = (size_t)4 << 30;
         mem = avail && avail < cap ? avail : cap;
     }
     *mem_out = mem;
@@ -44,7 +44,7 @@ static int pool_blocks(const pdl_engine *e, size_t *mem_out, pdl_error *err) {
     if (blocks > useful) blocks = useful;
     if (blocks > INT32_MAX / (size_t)e->opts.block_size) blocks = INT32_MAX / (size_t)e->opts.block_size;
     if (blocks < 1)
-        return pdl_fail(err, "KV cache memory of %zu bytes holds no block (one block of %d tokens needs %zu bytes)", mem,
+        return err_fail(err, "KV cache memory of %zu bytes holds no block (one block of %d tokens needs %zu bytes)", mem,
                         e->opts.block_size, block_bytes);
     return (int)blocks;
 }
@@ -56,7 +56,7 @@ static int settle_model_len(pdl_engine *e, size_t mem, pdl_error *err) {
     long long pool = (long long)e->kv->n_blocks * e->kv->block_size;
     if (pool >= e->max_model_len) return 0;
     if (e->opts.max_model_len > 0)
-        return pdl_fail(err, "the model's max seq len (%d) is larger than the maximum number of tokens that can be "
+        return err_fail(err, "the model's max seq len (%d) is larger than the maximum number of tokens that can be "
                         "stored in the KV cache (%lld: %d blocks of %d tokens in %zu bytes); raise the KV cache "
                         "memory (--kv-cache-memory) or lower max_model_len (--max-model-len)",
                         e->max_model_len, pool, e->kv->n_blocks, e->kv->block_size, mem);
@@ -72,7 +72,7 @@ static int settle_model_len(pdl_engine *e, size_t mem, pdl_error *err) {
 int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine_options *opts, pdl_error *err) {
     *out = NULL;
     pdl_engine *e = calloc(1, sizeof *e);
-    if (!e) return pdl_fail(err, "engine: out of memory");
+    if (!e) return err_fail(err, "engine: out of memory");
     e->model = model;
     if (opts) e->opts = *opts;
     if (e->opts.block_size <= 0) e->opts.block_size = 16;
@@ -85,7 +85,7 @@ int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine
     int rc = 0;
     e->max_model_len = model->ctx_size;
     if (e->opts.max_model_len > model->ctx_size)
-        rc = pdl_fail(err, "max_model_len %d exceeds the model's context length %d (load the model with a larger "
+        rc = err_fail(err, "max_model_len %d exceeds the model's context length %d (load the model with a larger "
                       "context: --max-model-len sets both)", e->opts.max_model_len, model->ctx_size);
     else if (e->opts.max_model_len > 0)
         e->max_model_len = e->opts.max_model_len;
@@ -183,7 +183,7 @@ int eng_track(pdl_engine *e, eng_seq *q, pdl_error *err) {
     if (e->n_seqs == e->cap_seqs) {
         int cap = e->cap_seqs ? e->cap_seqs * 2 : 16;
         eng_seq **p = realloc(e->seqs, (size_t)cap * sizeof *p);
-        if (!p) return pdl_fail(err, "engine: out of memory");
+        if (!p) return err_fail(err, "engine: out of memory");
         e->seqs = p;
         e->cap_seqs = cap;
     }

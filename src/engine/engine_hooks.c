@@ -19,11 +19,11 @@ void eng_poison_uncomputed_kv(pdl_engine *e) {
         for (int pos = q->cache.n_computed; pos < q->cache.n_blocks * bs; pos++) {
             int32_t b = q->cache.blocks[pos / bs];
             for (int l = 0; l < kv->n_layers; l++) {
-                char *kpool = pdl_kv_k_pool(kv, l), *vpool = pdl_kv_v_pool(kv, l);
+                char *kpool = kv_k_pool(kv, l), *vpool = kv_v_pool(kv, l);
                 int64_t slot = (int64_t)b * bs + pos % bs;
                 for (int d = 0; d < kv->kv_dim; d++) {
-                    char *k = kpool + pdl_attn_k_index(slot, bs, kv->kv_dim, d) * kv->elem_bytes;
-                    char *v = vpool + pdl_attn_v_index(slot, bs, kv->kv_dim, kv->head_dim, d) * kv->elem_bytes;
+                    char *k = kpool + attn_k_index(slot, bs, kv->kv_dim, d) * kv->elem_bytes;
+                    char *v = vpool + attn_v_index(slot, bs, kv->kv_dim, kv->head_dim, d) * kv->elem_bytes;
                     if (kv->elem_bytes == 4) {
                         const uint32_t nan = 0x7fc00000u;
                         memcpy(k, &nan, 4), memcpy(v, &nan, 4);

@@ -19,43 +19,43 @@
 static int request_images(pdl_engine *e, eng_request *r, const pdl_request_params *p, const int32_t *prompt,
                           size_t n_prompt, pdl_error *err) {
     if (p->n_images <= 0) return 0;
-    if (!e->opts.vision) return pdl_fail(err, "request: %d image%s given but the engine has no vision model", p->n_images,
+    if (!e->opts.vision) return err_fail(err, "request: %d image%s given but the engine has no vision model", p->n_images,
                                          p->n_images == 1 ? "" : "s");
-    if (!p->images) return pdl_fail(err, "request: n_images %d with no images", p->n_images);
+    if (!p->images) return err_fail(err, "request: n_images %d with no images", p->n_images);
     r->image_rows = calloc((size_t)p->n_images, sizeof *r->image_rows);
     r->row_embd = calloc(n_prompt, sizeof *r->row_embd);
     r->hash_ids = malloc(n_prompt * sizeof *r->hash_ids);
-    if (!r->image_rows || !r->row_embd || !r->hash_ids) return pdl_fail(err, "request: out of memory");
+    if (!r->image_rows || !r->row_embd || !r->hash_ids) return err_fail(err, "request: out of memory");
     r->n_images = p->n_images;
     memcpy(r->hash_ids, prompt, n_prompt * sizeof *prompt);
     int end = 0; /* the previous image's last row + 1 */
     for (int i = 0; i < p->n_images; i++) {
         const pdl_mm_input *in = &p->images[i];
-        if (!in->image) return pdl_fail(err, "request: image %d is NULL", i);
+        if (!in->image) return err_fail(err, "request: image %d is NULL", i);
         int n_rows = pdl_vision_image_rows(e->opts.vision, in->image);
         if (n_rows < 0)
-            return pdl_fail(err, "request: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
+            return err_fail(err, "request: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
                             "processor refuses", i, pdl_image_width(in->image), pdl_image_height(in->image));
         if (in->position < end || (size_t)in->position + (size_t)n_rows > n_prompt)
-            return pdl_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
+            return err_fail(err, "request: image %d's %d rows at prompt position %d overlap the previous image or "
                             "pass the prompt's end (%zu tokens)", i, n_rows, in->position, n_prompt);
         int got = 0, width = e->model->cfg.hidden;
         enc_key key = enc_key_of(in->image);
         const enc_entry *hit = e->opts.no_encoder_cache ? NULL : enc_cache_get(&e->encoder_cache, key);
         if (hit && hit->width == width) { /* the same bytes encoded before: the same rows */
             r->image_rows[i] = malloc((size_t)hit->n_rows * (size_t)width * sizeof(float));
-            if (!r->image_rows[i]) return pdl_fail(err, "request: out of memory");
+            if (!r->image_rows[i]) return err_fail(err, "request: out of memory");
             memcpy(r->image_rows[i], hit->rows, (size_t)hit->n_rows * (size_t)width * sizeof(float));
             got = hit->n_rows;
         } else {
             if (pdl_vision_encode(e->opts.vision, in->image, &r->image_rows[i], &got, err))
-                return pdl_fail_prefix(err, "request: image %d", i);
+                return err_fail_prefix(err, "request: image %d", i);
             e->images_encoded++;
             if (!e->opts.no_encoder_cache &&
                 enc_cache_put(&e->encoder_cache, key, r->image_rows[i], got, width))
-                return pdl_fail(err, "request: out of memory");
+                return err_fail(err, "request: out of memory");
         }
-        if (got != n_rows) return pdl_fail(err, "request: image %d encoded to %d rows, expected %d", i, got, n_rows);
+        if (got != n_rows) return err_fail(err, "request: image %d encoded to %d rows, expected %d", i, got, n_rows);
         for (int k = 0; k < n_rows; k++) {
             r->row_embd[in->position + k] = r->image_rows[i] + (size_t)k * e->model->cfg.hidden;
             r->hash_ids[in->position + k] = enc_row_key(key, k);
@@ -64,7 +64,7 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
     }
     /* M-RoPE (Qwen2.5-VL): the prompt's 3-component positions and the delta of the rows after it */
     r->rope_pos3 = malloc(n_prompt * 3 * sizeof *r->rope_pos3);
-    if (!r->rope_pos3) return pdl_fail(err, "request: out of memory");
+    if (!r->rope_pos3) return err_fail(err, "request: out of memory");
     if (!pdl_mm_rope_positions(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->rope_pos3, &r->rope_delta)) {
         free(r->rope_pos3);
         r->rope_pos3 = NULL;
@@ -73,7 +73,7 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
      * rows must fit a step's token budget */
     r->span_first = malloc(n_prompt * sizeof *r->span_first);
     r->span_last = malloc(n_prompt * sizeof *r->span_last);
-    if (!r->span_first || !r->span_last) return pdl_fail(err, "request: out of memory");
+    if (!r->span_first || !r->span_last) return err_fail(err, "request: out of memory");
     if (!pdl_mm_spans(e->opts.vision, p->images, p->n_images, (int)n_prompt, r->span_first, r->span_last)) {
         free(r->span_first), free(r->span_last);
         r->span_first = r->span_last = NULL;
@@ -82,7 +82,7 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
     for (int i = 0; i < p->n_images; i++) {
         int n_rows = pdl_vision_image_rows(e->opts.vision, p->images[i].image);
         if (n_rows > e->opts.max_num_batched_tokens)
-            return pdl_fail(err, "request: image %d's %d rows attend to each other both ways and are computed in "
+            return err_fail(err, "request: image %d's %d rows attend to each other both ways and are computed in "
                             "one step, but a step holds %d tokens (max_num_batched_tokens)", i, n_rows,
                             e->opts.max_num_batched_tokens);
     }
@@ -94,31 +94,31 @@ static int request_images(pdl_engine *e, eng_request *r, const pdl_request_param
 static int validate_request(const pdl_engine *e, const int32_t *prompt, size_t n_prompt, pdl_request_params *p,
                             pdl_error *err) {
     const pdl_model_config *c = &e->model->cfg;
-    if (n_prompt == 0) return pdl_fail(err, "request: the prompt is empty");
+    if (n_prompt == 0) return err_fail(err, "request: the prompt is empty");
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab)
-            return pdl_fail(err, "request: prompt token %zu: id %d out of range [0, %d)", i, prompt[i], c->vocab);
+            return err_fail(err, "request: prompt token %zu: id %d out of range [0, %d)", i, prompt[i], c->vocab);
     if (n_prompt + 1 > (size_t)e->max_model_len)
-        return pdl_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the maximum "
+        return err_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the maximum "
                         "model length %d", n_prompt, e->max_model_len);
-    if (pdl_sampling_validate(&p->sampling, c->vocab, err)) return pdl_fail_prefix(err, "request");
-    if (p->max_tokens < 0) return pdl_fail(err, "request: max_tokens %d must not be negative", p->max_tokens);
+    if (pdl_sampling_validate(&p->sampling, c->vocab, err)) return err_fail_prefix(err, "request");
+    if (p->max_tokens < 0) return err_fail(err, "request: max_tokens %d must not be negative", p->max_tokens);
     if (p->min_tokens < 0 || (p->max_tokens > 0 && p->min_tokens > p->max_tokens))
-        return pdl_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p->min_tokens, p->max_tokens);
+        return err_fail(err, "request: min_tokens %d must be in [0, max_tokens = %d]", p->min_tokens, p->max_tokens);
     if (p->logprobs > MAX_TOP_LOGPROBS || p->prompt_logprobs > MAX_TOP_LOGPROBS)
-        return pdl_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
-    if (p->n < 0 || p->n > ENG_MAX_N) return pdl_fail(err, "request: n = %d outside [1, %d]", p->n, ENG_MAX_N);
+        return err_fail(err, "request: logprobs and prompt_logprobs are limited to %d", MAX_TOP_LOGPROBS);
+    if (p->n < 0 || p->n > ENG_MAX_N) return err_fail(err, "request: n = %d outside [1, %d]", p->n, ENG_MAX_N);
     if (p->n == 0) p->n = 1;
-    if (p->n_stop < 0 || p->n_stop_ids < 0) return pdl_fail(err, "request: negative stop counts");
+    if (p->n_stop < 0 || p->n_stop_ids < 0) return err_fail(err, "request: negative stop counts");
     for (int i = 0; i < p->n_stop; i++)
-        if (!p->stop[i] || !p->stop[i][0]) return pdl_fail(err, "request: stop string %d is empty", i);
+        if (!p->stop[i] || !p->stop[i][0]) return err_fail(err, "request: stop string %d is empty", i);
     const pdl_reasoning *rs = &p->reasoning;
     if (rs->enabled && (rs->end_token < 0 || rs->end_token >= c->vocab || rs->start_token < -1 ||
                         rs->start_token >= c->vocab || (rs->start_token < 0 && !rs->starts_inside)))
-        return pdl_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
+        return err_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
                         rs->start_token, rs->end_token, c->vocab);
     if (p->grammar && gram_vocab_size(gram_grammar_vocab(p->grammar)) != e->runner.vocab)
-        return pdl_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
+        return err_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
                         gram_vocab_size(gram_grammar_vocab(p->grammar)), e->runner.vocab);
     return 0;
 }
@@ -133,7 +133,7 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     const pdl_model_config *c = &e->model->cfg;
     eng_request *r = calloc(1, sizeof *r);
     if (!r) {
-        pdl_fail(err, "request: out of memory");
+        err_fail(err, "request: out of memory");
         return NULL;
     }
     r->id = e->next_request_id++;
@@ -171,20 +171,20 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     r->params.images = NULL; /* not kept: the rows are */
     if (!oom && p->stop_matcher) {
         if (stop_matcher_count(p->stop_matcher) != p->n_stop) {
-            pdl_fail(err, "request: the stop matcher was made for %d stop strings, the request has %d",
+            err_fail(err, "request: the stop matcher was made for %d stop strings, the request has %d",
                      stop_matcher_count(p->stop_matcher), p->n_stop);
             eng_request_free(r);
             return NULL;
         }
         r->stops = stop_matcher_ref(p->stop_matcher);
     } else if (!oom && p->n_stop > 0 && stop_matcher_new(&r->stops, p->stop, NULL, p->n_stop, err)) {
-        pdl_fail_prefix(err, "request");
+        err_fail_prefix(err, "request");
         eng_request_free(r);
         return NULL;
     }
     r->params.stop_matcher = NULL; /* r->stops holds it */
     if (oom) {
-        pdl_fail(err, "request: out of memory");
+        err_fail(err, "request: out of memory");
         eng_request_free(r);
         return NULL;
     }
@@ -201,7 +201,7 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
     eng_seq *q = eng_seq_new(e, r, 0, prompt, (int)n_prompt, (int)n_prompt);
     if (!q) {
         eng_request_free(r);
-        return pdl_fail(err, "request: out of memory");
+        return err_fail(err, "request: out of memory");
     }
     r->n_live = 1;
     q->fork_pending = r->n > 1;

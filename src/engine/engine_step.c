@@ -100,7 +100,7 @@ static int32_t draw_token(pdl_engine *e, eng_seq *q, eng_think t, const float *r
 static int emit_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, const char **reason, eng_stop_cause *why,
                       pdl_error *err) {
     *reason = NULL;
-    if (append_token(q, tok)) return pdl_fail(err, "engine: out of memory");
+    if (append_token(q, tok)) return err_fail(err, "engine: out of memory");
     e->generation_tokens++;
     eng_stop_cause cause;
     bool stop_tok = eng_out_token(e, q, row, tok, &cause);
@@ -214,7 +214,7 @@ static int fork_children(pdl_engine *e, eng_seq *parent, eng_seq **kids, int *n_
     int made = 0;
     for (int i = 1; i < r->n; i++) {
         eng_seq *c = eng_seq_new(e, r, i, parent->tokens, parent->n_tokens, parent->n_prompt);
-        if (!c) return pdl_fail(err, "engine: out of memory");
+        if (!c) return err_fail(err, "engine: out of memory");
         c->logprobs.prompt_next = parent->n_prompt; /* prompt logprobs belong to sequence 0 */
         c->cache.n_cached_prompt = parent->cache.n_cached_prompt;
         r->n_live++;
@@ -242,7 +242,7 @@ static int propose_drafts(pdl_engine *e, pdl_error *err) {
     if (e->spec.method == PDL_SPEC_NONE || e->n_seqs == 0) return 0;
     if (e->n_seqs > e->cap_max_lens) {
         int *p = realloc(e->max_lens, (size_t)e->n_seqs * sizeof *p);
-        if (!p) return pdl_fail(err, "engine: out of memory");
+        if (!p) return err_fail(err, "engine: out of memory");
         e->max_lens = p;
         e->cap_max_lens = e->n_seqs;
     }

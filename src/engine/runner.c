@@ -49,7 +49,7 @@ int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
 
 int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
     batch_builder *bb = &r->bb;
-    if (bb_begin(bb, plan->n_tokens, plan->n_entries, err)) return pdl_fail_prefix(err, "runner");
+    if (bb_begin(bb, plan->n_tokens, plan->n_entries, err)) return err_fail_prefix(err, "runner");
     for (int k = 0; k < plan->n_entries; k++) {
         const sched_entry *e = &plan->entries[k];
         const eng_seq *q = e->seq;
@@ -71,7 +71,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             seg.span_last = rq->span_last ? rq->span_last + e->start : NULL;
             seg.rope_pos3 = rq->rope_pos3 ? rq->rope_pos3 + 3 * (size_t)e->start : NULL;
         }
-        if (bb_add(bb, &seg, err)) return pdl_fail_prefix(err, "runner");
+        if (bb_add(bb, &seg, err)) return err_fail_prefix(err, "runner");
     }
     r->batch = *bb_finish(bb, r->full_logits);
     return 0;
@@ -89,7 +89,7 @@ int runner_execute(runner *r, const sched_output *plan, pdl_error *err) {
     size_t need = (size_t)(r->batch.n_logits ? r->batch.n_logits : 1);
     if (need > r->logits_cap) {
         float *l = realloc(r->logits, need * (size_t)r->vocab * sizeof *l);
-        if (!l) return pdl_fail(err, "runner: out of memory for %zu logits rows", need);
+        if (!l) return err_fail(err, "runner: out of memory for %zu logits rows", need);
         r->logits = l;
         r->logits_cap = need;
     }

@@ -77,30 +77,30 @@ static double uniform01(uint64_t s[4]) { return (double)(xoshiro_next(s) >> 11) 
  * ------------------------------------------------------------------------- */
 
 int pdl_sampling_validate(const pdl_sampling *p, int vocab, pdl_error *err) {
-    if (!p) return pdl_fail(err, "sampling parameters missing");
+    if (!p) return err_fail(err, "sampling parameters missing");
     if (p->n_logit_bias < 0 || (p->n_logit_bias > 0 && !p->logit_bias))
-        return pdl_fail(err, "logit_bias: %d entries without an array", p->n_logit_bias);
+        return err_fail(err, "logit_bias: %d entries without an array", p->n_logit_bias);
     for (int i = 0; i < p->n_logit_bias; i++) {
         const pdl_logit_bias *b = &p->logit_bias[i];
-        if (!isfinite(b->bias)) return pdl_fail(err, "logit_bias of token %d must be a finite number", b->token);
+        if (!isfinite(b->bias)) return err_fail(err, "logit_bias of token %d must be a finite number", b->token);
         if (b->token < 0 || (vocab > 0 && b->token >= vocab))
-            return pdl_fail(err, "logit_bias names token %d, outside the vocabulary [0, %d)", b->token, vocab);
+            return err_fail(err, "logit_bias names token %d, outside the vocabulary [0, %d)", b->token, vocab);
     }
     if (!(isfinite(p->temperature) && p->temperature >= 0.0f))
-        return pdl_fail(err, "temperature %g must be a finite number >= 0 (0 = greedy)", p->temperature);
-    if (p->top_k < 0) return pdl_fail(err, "top_k %d must be >= 0 (0 = off)", p->top_k);
+        return err_fail(err, "temperature %g must be a finite number >= 0 (0 = greedy)", p->temperature);
+    if (p->top_k < 0) return err_fail(err, "top_k %d must be >= 0 (0 = off)", p->top_k);
     if (!(p->top_p >= 0.0f && p->top_p <= 1.0f))
-        return pdl_fail(err, "top_p %g must be in [0, 1] (0 or 1 = off)", p->top_p);
+        return err_fail(err, "top_p %g must be in [0, 1] (0 or 1 = off)", p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return pdl_fail(err, "min_p %g must be in [0, 1] (0 = off)", p->min_p);
+        return err_fail(err, "min_p %g must be in [0, 1] (0 = off)", p->min_p);
     if (!(isfinite(p->repetition_penalty) && p->repetition_penalty >= 0.0f))
-        return pdl_fail(err, "repetition_penalty %g must be a finite number >= 0 (0 or 1 = off)",
+        return err_fail(err, "repetition_penalty %g must be a finite number >= 0 (0 or 1 = off)",
                         p->repetition_penalty);
     if (!isfinite(p->presence_penalty))
-        return pdl_fail(err, "presence_penalty %g must be a finite number (0 = off; OpenAI uses -2 to 2)",
+        return err_fail(err, "presence_penalty %g must be a finite number (0 = off; OpenAI uses -2 to 2)",
                         p->presence_penalty);
     if (!isfinite(p->frequency_penalty))
-        return pdl_fail(err, "frequency_penalty %g must be a finite number (0 = off; OpenAI uses -2 to 2)",
+        return err_fail(err, "frequency_penalty %g must be a finite number (0 = off; OpenAI uses -2 to 2)",
                         p->frequency_penalty);
     return 0;
 }
@@ -129,7 +129,7 @@ pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab) {
     s->block = malloc(((size_t)vocab / 64 + 1) * sizeof *s->block);
     s->chunk_max = malloc(((size_t)vocab / 64 + 1) * sizeof *s->chunk_max);
     bool ok = s->val && s->ids && s->block && s->chunk_max;
-    if (!ok || (s->penalized && pdl_token_counts_init(&s->counts, 256) != 0)) {
+    if (!ok || (s->penalized && token_counts_init(&s->counts, 256) != 0)) {
         pdl_sampler_free(s);
         return NULL;
     }
@@ -138,7 +138,7 @@ pdl_sampler *pdl_sampler_new(const pdl_sampling *params, int vocab) {
 
 void pdl_sampler_free(pdl_sampler *s) {
     if (!s) return;
-    pdl_token_counts_free(&s->counts);
+    token_counts_free(&s->counts);
     free(s->bias);
     free(s->val);
     free(s->ids);
@@ -157,14 +157,14 @@ void pdl_sampler_add_prompt(pdl_sampler *s, const int32_t *ids, size_t n) {
     if (!s->repetition) return; /* presence and frequency look at generated tokens only */
     for (size_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= s->vocab) continue;
-        pdl_token_count *c = pdl_token_counts_get(&s->counts, ids[i]);
+        pdl_token_count *c = token_counts_get(&s->counts, ids[i]);
         if (c) c->in_prompt = true;
     }
 }
 
 static void record_generated(pdl_sampler *s, int32_t token) {
     if (!s->penalized) return;
-    pdl_token_count *c = pdl_token_counts_get(&s->counts, token);
+    pdl_token_count *c = token_counts_get(&s->counts, token);
     if (c) c->generated++;
 }
 
@@ -193,7 +193,7 @@ static void apply_penalties(const pdl_sampler *s, float *out) {
 /* Index of the largest value, ties -> lowest index; NaNs are skipped (0 when
  * all are NaN). */
 static int32_t argmax(const float *x, int n) {
-    float best = pdl_rank_max(x, (size_t)n);
+    float best = rank_max(x, (size_t)n);
     for (int i = 0; i < n; i++)
         if (x[i] == best) return i;
     return 0;
@@ -257,8 +257,8 @@ static int32_t sample_random(pdl_sampler *s, const float *logits) {
     bool top_k = k > 0 && k < n;
     bool chunked = top_k && 2 * k <= n / 64;
     float row_max;
-    uint32_t k_key = chunked ? pdl_rank_key(pdl_rank_chunk_bound(logits, n, k, s->chunk_max, &row_max)) : 0;
-    if (!chunked) row_max = pdl_rank_max(logits, n);
+    uint32_t k_key = chunked ? rank_key(rank_chunk_bound(logits, n, k, s->chunk_max, &row_max)) : 0;
+    if (!chunked) row_max = rank_max(logits, n);
     if (!isfinite(row_max)) return argmax(logits, s->vocab); /* all -inf or NaN, or a +inf */
     double max = row_max, inv_t = 1.0 / p->temperature;
 
@@ -270,17 +270,17 @@ static int32_t sample_random(pdl_sampler *s, const float *logits) {
          * i.e. p / p_max >= min_p, a logit threshold; top-k keeps a top slice
          * too, so the two commute, and a bound on top-k's slice (chunk
          * maxima, or for large k a histogram pass) cuts the copy short. */
-        uint32_t min_key = pdl_rank_key(min_p_logit(max, inv_t, p->min_p > 0.0f ? log(p->min_p) : -INFINITY));
-        if (top_k && !chunked) k_key = pdl_rank_coarse_bound(logits, n, false, (double)k);
+        uint32_t min_key = rank_key(min_p_logit(max, inv_t, p->min_p > 0.0f ? log(p->min_p) : -INFINITY));
+        if (top_k && !chunked) k_key = rank_coarse_bound(logits, n, false, (double)k);
         if (k_key > min_key) min_key = k_key;
         ids = s->ids;
-        n = pdl_rank_gather(logits, n, min_key, val, ids);
-        if (top_k && k < n) n = pdl_rank_keep(val, ids, n, false, (double)k);
+        n = rank_gather(logits, n, min_key, val, ids);
+        if (top_k && k < n) n = rank_keep(val, ids, n, false, (double)k);
         logits = val;
     }
 
     /* logits -> unnormalised probabilities e^z, z <= 0 (-inf and NaN -> 0) */
-    for (size_t j = 0; j < n; j++) val[j] = pdl_exp_nonpos((float)(((double)logits[j] - max) * inv_t));
+    for (size_t j = 0; j < n; j++) val[j] = fexp_nonpos((float)(((double)logits[j] - max) * inv_t));
 
     if (p->top_p > 0.0f && p->top_p < 1.0f) {
         double total = lane_sum(val, n), need = (double)p->top_p * total;
@@ -300,7 +300,7 @@ static int32_t sample_random(pdl_sampler *s, const float *logits) {
             kept += w > w_floor;
         }
         ids = s->ids;
-        n = pdl_rank_keep(val, ids, kept, true, need);
+        n = rank_keep(val, ids, kept, true, need);
     }
     size_t j = draw_index(val, n, u, s->block);
     return ids ? ids[j] : (int32_t)j;

@@ -31,17 +31,17 @@ static int rehash(pdl_token_counts *c, size_t cap) {
     return 0;
 }
 
-int pdl_token_counts_init(pdl_token_counts *c, size_t cap) {
+int token_counts_init(pdl_token_counts *c, size_t cap) {
     *c = (pdl_token_counts){0};
     return rehash(c, cap);
 }
 
-void pdl_token_counts_free(pdl_token_counts *c) {
+void token_counts_free(pdl_token_counts *c) {
     free(c->slots);
     *c = (pdl_token_counts){0};
 }
 
-pdl_token_count *pdl_token_counts_get(pdl_token_counts *c, int32_t token) {
+pdl_token_count *token_counts_get(pdl_token_counts *c, int32_t token) {
     if (c->cap) {
         size_t j = slot_of(c, token);
         while (c->slots[j].token >= 0) {

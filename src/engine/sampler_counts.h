@@ -30,11 +30,11 @@ typedef struct pdl_token_counts {
 
 /* Reserves room for about cap/2 tokens (cap a power of two >= 2); -1 when
  * out of memory. A zeroed table is valid too and allocates on first use. */
-int pdl_token_counts_init(pdl_token_counts *c, size_t cap);
-void pdl_token_counts_free(pdl_token_counts *c);
+int token_counts_init(pdl_token_counts *c, size_t cap);
+void token_counts_free(pdl_token_counts *c);
 
 /* The entry of token (>= 0), added with zero counts when new. NULL only when
  * the table is full and cannot grow (out of memory). */
-pdl_token_count *pdl_token_counts_get(pdl_token_counts *c, int32_t token);
+pdl_token_count *token_counts_get(pdl_token_counts *c, int32_t token);
 
 #endif

@@ -19,7 +19,7 @@
 /* a ranks before b: larger logit, ties -> lower id. Logits are still in the
  * logprob field while sorting. */
 static bool ranks_before(pdl_logprob a, pdl_logprob b) {
-    uint32_t ka = pdl_rank_key(a.logprob), kb = pdl_rank_key(b.logprob);
+    uint32_t ka = rank_key(a.logprob), kb = rank_key(b.logprob);
     return ka > kb || (ka == kb && a.token < b.token);
 }
 
@@ -67,7 +67,7 @@ static size_t top_above(const float *logits, size_t v, float bound, size_t n, pd
         ids[count] = (int32_t)i;
         count++;
     }
-    count = pdl_rank_keep(val, ids, count, false, (double)n);
+    count = rank_keep(val, ids, count, false, (double)n);
     for (size_t i = 0; i < count; i++) top[i] = (pdl_logprob){ids[i], val[i]};
     return count;
 }
@@ -91,9 +91,9 @@ void pdl_logprobs(const float *logits, int vocab, int32_t chosen, float *chosen_
     float chunk_max[2 * CHUNKED_MAX_N], row_max, bound = -INFINITY;
     bool chunked = k > 0 && k <= CHUNKED_MAX_N && 2 * k <= v / 64;
     if (chunked)
-        bound = pdl_rank_chunk_bound(logits, v, k, chunk_max, &row_max);
+        bound = rank_chunk_bound(logits, v, k, chunk_max, &row_max);
     else
-        row_max = pdl_rank_max(logits, v);
+        row_max = rank_max(logits, v);
     double max = row_max;
     /* four running sums in a fixed order: deterministic, and not one chain
      * of dependent adds */
@@ -105,11 +105,11 @@ void pdl_logprobs(const float *logits, int vocab, int32_t chosen, float *chosen_
 
     size_t got = chunked ? top_above(logits, v, bound, k, top) : 0;
     if (got < k) {
-        pdl_rank_cut cut = pdl_rank_find_cut(logits, v, false, (double)k);
+        pdl_rank_cut cut = rank_find_cut(logits, v, false, (double)k);
         double ties = 0.0;
         got = 0;
         for (size_t i = 0; i < v && got < k; i++)
-            if (pdl_rank_in_prefix(cut, pdl_rank_key(logits[i]), 1.0, (double)k, &ties))
+            if (rank_in_prefix(cut, rank_key(logits[i]), 1.0, (double)k, &ties))
                 top[got++] = (pdl_logprob){(int32_t)i, logits[i]};
     }
     sort_ranked(top, got);

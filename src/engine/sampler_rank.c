@@ -20,7 +20,7 @@ static const unsigned level_shift[3] = {21, 10, 0};
 static const unsigned level_bits[3] = {11, 11, 10};
 
 static void keys_of(const float *x, size_t n, uint32_t *keys) {
-    for (size_t i = 0; i < n; i++) keys[i] = pdl_rank_key(x[i]);
+    for (size_t i = 0; i < n; i++) keys[i] = rank_key(x[i]);
 }
 
 /* Measure per bucket of the elements whose key matches prefix under mask. */
@@ -76,22 +76,22 @@ static pdl_rank_cut find_cut(const float *x, size_t n, bool weighted, double nee
 
 static const pdl_rank_cut no_cut = {0, 0.0};
 
-pdl_rank_cut pdl_rank_find_cut(const float *x, size_t n, bool weighted, double need) {
+pdl_rank_cut rank_find_cut(const float *x, size_t n, bool weighted, double need) {
     return find_cut(x, n, weighted, need, 0, 3, no_cut);
 }
 
-uint32_t pdl_rank_coarse_bound(const float *x, size_t n, bool weighted, double need) {
+uint32_t rank_coarse_bound(const float *x, size_t n, bool weighted, double need) {
     return n ? find_cut(x, n, weighted, need, 0, 1, no_cut).key : 0;
 }
 
-float pdl_rank_chunk_bound(const float *x, size_t n, size_t k, float *chunk_max, float *row_max) {
+float rank_chunk_bound(const float *x, size_t n, size_t k, float *chunk_max, float *row_max) {
     size_t len = (n + 2 * k - 1) / (2 * k), chunks = 0;
-    for (size_t i0 = 0; i0 < n; i0 += len) chunk_max[chunks++] = pdl_rank_max(x + i0, n - i0 < len ? n - i0 : len);
-    *row_max = pdl_rank_max(chunk_max, chunks);
-    return pdl_rank_value(pdl_rank_find_cut(chunk_max, chunks, false, (double)k).key);
+    for (size_t i0 = 0; i0 < n; i0 += len) chunk_max[chunks++] = rank_max(x + i0, n - i0 < len ? n - i0 : len);
+    *row_max = rank_max(chunk_max, chunks);
+    return rank_value(rank_find_cut(chunk_max, chunks, false, (double)k).key);
 }
 
-size_t pdl_rank_gather(const float *x, size_t n, uint32_t min_key, float *val, int32_t *ids) {
+size_t rank_gather(const float *x, size_t n, uint32_t min_key, float *val, int32_t *ids) {
     uint32_t keys[KEY_BLOCK];
     size_t out = 0;
     for (size_t i0 = 0; i0 < n; i0 += KEY_BLOCK) {
@@ -123,7 +123,7 @@ static size_t keep_from(float *x, int32_t *ids, size_t n, uint32_t min_key) {
     return out;
 }
 
-size_t pdl_rank_keep(float *x, int32_t *ids, size_t n, bool weighted, double need) {
+size_t rank_keep(float *x, int32_t *ids, size_t n, bool weighted, double need) {
     if (n == 0) return 0;
     /* narrow the row to the top-level bucket of the cut first, so that the
      * finer levels run over the few elements left rather than all n */
@@ -135,7 +135,7 @@ size_t pdl_rank_keep(float *x, int32_t *ids, size_t n, bool weighted, double nee
     size_t out = 0;
     double ties = 0.0;
     for (size_t i = 0; i < n; i++) {
-        bool in = pdl_rank_in_prefix(cut, pdl_rank_key(x[i]), weighted ? x[i] : 1.0, need, &ties);
+        bool in = rank_in_prefix(cut, rank_key(x[i]), weighted ? x[i] : 1.0, need, &ties);
         x[out] = x[i];
         ids[out] = ids[i];
         out += in;

@@ -29,13 +29,13 @@
  * elements equal to `key` join it in order while the measure so far, starting
  * from `above`, is still below the target. */
 typedef struct pdl_rank_cut {
-    uint32_t key; /* pdl_rank_key of the boundary value */
+    uint32_t key; /* rank_key of the boundary value */
     double above; /* measure of the elements strictly above the boundary */
 } pdl_rank_cut;
 
 /* A uint32 that orders like the float: -inf < ... < -0 = +0 < ... < +inf;
  * NaN -> 0, below everything. */
-static inline uint32_t pdl_rank_key(float f) {
+static inline uint32_t rank_key(float f) {
     f += 0.0f; /* -0 -> +0, so equal floats get equal keys */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -46,7 +46,7 @@ static inline uint32_t pdl_rank_key(float f) {
 }
 
 /* The float of a key (NaN for 0). */
-static inline float pdl_rank_value(uint32_t key) {
+static inline float rank_value(uint32_t key) {
     uint32_t u = (key & 0x80000000u) ? key ^ 0x80000000u : ~key;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -55,7 +55,7 @@ static inline float pdl_rank_value(uint32_t key) {
 
 /* The largest of x[0..n), NaNs skipped; -inf when there is none. In 8
  * independent lanes, which the compiler vectorises. */
-static inline float pdl_rank_max(const float *x, size_t n) {
+static inline float rank_max(const float *x, size_t n) {
     float lane[8];
     for (int j = 0; j < 8; j++) lane[j] = -INFINITY;
     size_t i = 0;
@@ -73,25 +73,25 @@ static inline float pdl_rank_max(const float *x, size_t n) {
  * the row's max (*row_max). On real logits a few times k elements clear it;
  * adversarial rows (sorted ones) let more through, which costs time, never
  * the answer. chunk_max: scratch for 2k floats. */
-float pdl_rank_chunk_bound(const float *x, size_t n, size_t k, float *chunk_max, float *row_max);
+float rank_chunk_bound(const float *x, size_t n, size_t k, float *chunk_max, float *row_max);
 
 /* The boundary of the smallest descending prefix of x[0..n) (n >= 1) whose
  * measure reaches need. weighted: the measure of x[i] is x[i] (which must be
  * >= 0), else 1. When the whole row falls short, the cut keeps everything. */
-pdl_rank_cut pdl_rank_find_cut(const float *x, size_t n, bool weighted, double need);
+pdl_rank_cut rank_find_cut(const float *x, size_t n, bool weighted, double need);
 
 /* A lower bound on the keys of the prefix from one histogram pass: the
  * smallest key of the top-level bucket the cut falls in. Cheap narrowing
  * before copying candidates out of a large row. */
-uint32_t pdl_rank_coarse_bound(const float *x, size_t n, bool weighted, double need);
+uint32_t rank_coarse_bound(const float *x, size_t n, bool weighted, double need);
 
 /* Copies the elements of x[0..n) with keys >= min_key, and their indices,
  * to (val, ids), in order; returns how many. val may be x. */
-size_t pdl_rank_gather(const float *x, size_t n, uint32_t min_key, float *val, int32_t *ids);
+size_t rank_gather(const float *x, size_t n, uint32_t min_key, float *val, int32_t *ids);
 
 /* Whether the element with key k is in the prefix, given the measure of the
  * boundary ties already taken (*ties, updated). Call in array order. */
-static inline bool pdl_rank_in_prefix(pdl_rank_cut cut, uint32_t k, double measure, double need, double *ties) {
+static inline bool rank_in_prefix(pdl_rank_cut cut, uint32_t k, double measure, double need, double *ties) {
     if (k > cut.key) return true;
     if (k < cut.key || cut.above + *ties >= need) return false;
     *ties += measure;
@@ -100,6 +100,6 @@ static inline bool pdl_rank_in_prefix(pdl_rank_cut cut, uint32_t k, double measu
 
 /* Keeps the prefix of (x, ids)[0..n) in place, in its original order;
  * returns its length. */
-size_t pdl_rank_keep(float *x, int32_t *ids, size_t n, bool weighted, double need);
+size_t rank_keep(float *x, int32_t *ids, size_t n, bool weighted, double need);
 
 #endif

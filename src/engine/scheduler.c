@@ -37,10 +37,10 @@ int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache
     s->pool = pool;
     s->kv = kv;
     if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0)
-        return pdl_fail(err, "scheduler: max_num_seqs (%d) and max_num_batched_tokens (%d) must be positive",
+        return err_fail(err, "scheduler: max_num_seqs (%d) and max_num_batched_tokens (%d) must be positive",
                         cfg->max_num_seqs, cfg->max_num_batched_tokens);
     s->key_ids = malloc((size_t)pool->block_size * sizeof *s->key_ids);
-    if (!s->key_ids) return pdl_fail(err, "scheduler: out of memory");
+    if (!s->key_ids) return err_fail(err, "scheduler: out of memory");
     return 0;
 }
 
@@ -53,7 +53,7 @@ void sched_free(sched *s) {
 }
 
 int sched_add(sched *s, eng_seq *seq, pdl_error *err) {
-    if (grow_ptrs(&s->waiting, &s->cap_waiting, s->n_waiting + 1)) return pdl_fail(err, "scheduler: out of memory");
+    if (grow_ptrs(&s->waiting, &s->cap_waiting, s->n_waiting + 1)) return err_fail(err, "scheduler: out of memory");
     seq->state = SEQ_WAITING;
     s->waiting[s->n_waiting++] = seq;
     return 0;
@@ -62,7 +62,7 @@ int sched_add(sched *s, eng_seq *seq, pdl_error *err) {
 /* The running list stays sorted by arrival: the oldest is served first and
  * the newest (the last) is the one preempted. */
 static int insert_running(sched *s, eng_seq *seq, pdl_error *err) {
-    if (grow_ptrs(&s->running, &s->cap_running, s->n_running + 1)) return pdl_fail(err, "scheduler: out of memory");
+    if (grow_ptrs(&s->running, &s->cap_running, s->n_running + 1)) return err_fail(err, "scheduler: out of memory");
     int at = s->n_running;
     while (at > 0 && s->running[at - 1]->arrival > seq->arrival) at--;
     memmove(s->running + at + 1, s->running + at, (size_t)(s->n_running - at) * sizeof *s->running);
@@ -252,7 +252,7 @@ static eng_seq *preempt_newest(sched *s, pdl_error *err) {
     sched_release_blocks(s, victim);
     victim->spec.n_draft = 0;
     if (grow_ptrs(&s->waiting, &s->cap_waiting, s->n_waiting + 1)) {
-        pdl_fail(err, "scheduler: out of memory");
+        err_fail(err, "scheduler: out of memory");
         return NULL;
     }
     memmove(s->waiting + 1, s->waiting, (size_t)s->n_waiting * sizeof *s->waiting);
@@ -298,7 +298,7 @@ static int reserve_entries(sched *s, pdl_error *err) {
     if (s->cap_entries < s->n_running + s->n_waiting + 1) {
         int cap = (s->n_running + s->n_waiting + 1) * 2;
         sched_entry *e = realloc(s->entries, (size_t)cap * sizeof *e);
-        if (!e) return pdl_fail(err, "scheduler: out of memory");
+        if (!e) return err_fail(err, "scheduler: out of memory");
         s->entries = e;
         s->cap_entries = cap;
     }

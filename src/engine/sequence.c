@@ -20,12 +20,12 @@ static int seq_reserve(pdl_kv_cache *kv, pdl_seq *seq, int n_positions, pdl_erro
         int cap = seq->cap ? seq->cap : 8;
         while (cap < need) cap *= 2;
         int32_t *bt = realloc(seq->block_table, (size_t)cap * sizeof *bt);
-        if (!bt) return pdl_fail(err, "out of memory for a block table of %d blocks", cap);
+        if (!bt) return err_fail(err, "out of memory for a block table of %d blocks", cap);
         seq->block_table = bt;
         seq->cap = cap;
     }
     if (need > kv->n_blocks)
-        return pdl_fail(err, "KV cache full: %d positions need %d blocks of %d tokens, %d blocks in the cache",
+        return err_fail(err, "KV cache full: %d positions need %d blocks of %d tokens, %d blocks in the cache",
                         n_positions, need, kv->block_size, kv->n_blocks);
     while (seq->n_blocks < need) seq->block_table[seq->n_blocks] = seq->n_blocks, seq->n_blocks++;
     return 0;
@@ -46,13 +46,13 @@ int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int3
     const pdl_model *m = pdl_context_model(ctx);
     static const pdl_row_inputs none;
     if (!in) in = &none;
-    if (n_tokens <= 0) return pdl_fail(err, "no tokens to run");
+    if (n_tokens <= 0) return err_fail(err, "no tokens to run");
     if (seq->n_cached + n_tokens > m->ctx_size)
-        return pdl_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
+        return err_fail(err, "%d tokens after %d cached exceed the context size %d", n_tokens, seq->n_cached,
                         m->ctx_size);
     if (seq_reserve(kv, seq, seq->n_cached + n_tokens, err)) return -1;
     if (!seq->packer) {
-        if (!(seq->packer = malloc(sizeof(batch_builder)))) return pdl_fail(err, "out of memory");
+        if (!(seq->packer = malloc(sizeof(batch_builder)))) return err_fail(err, "out of memory");
         bb_init(seq->packer, kv->block_size);
     }
     batch_builder *bb = seq->packer;

@@ -54,30 +54,30 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     s->method = o->spec_method;
     if (s->method == PDL_SPEC_NONE) return 0;
     if (s->method != PDL_SPEC_NGRAM && s->method != PDL_SPEC_DRAFT_MODEL)
-        return pdl_fail(err, "speculative decoding: unknown method %d", (int)s->method);
+        return err_fail(err, "speculative decoding: unknown method %d", (int)s->method);
     s->k = o->num_speculative_tokens;
     if (s->k < 1 || s->k > PDL_MAX_SPEC_TOKENS)
-        return pdl_fail(err, "speculative decoding: num_speculative_tokens %d must be in [1, %d]", s->k,
+        return err_fail(err, "speculative decoding: num_speculative_tokens %d must be in [1, %d]", s->k,
                         PDL_MAX_SPEC_TOKENS);
     s->lookup_min = o->prompt_lookup_min > 0 ? o->prompt_lookup_min : 1;
     s->lookup_max = o->prompt_lookup_max > 0 ? o->prompt_lookup_max : 5;
     if (s->lookup_max < s->lookup_min)
-        return pdl_fail(err, "speculative decoding: prompt_lookup_max %d is below prompt_lookup_min %d", s->lookup_max,
+        return err_fail(err, "speculative decoding: prompt_lookup_max %d is below prompt_lookup_min %d", s->lookup_max,
                         s->lookup_min);
     s->max_batch = o->spec_max_batch > 0 ? o->spec_max_batch : 4;
     s->no_pause = o->spec_no_pause;
     if (s->method == PDL_SPEC_NGRAM) return 0;
     s->draft = o->draft_model;
-    if (!s->draft) return pdl_fail(err, "speculative decoding: the draft-model method needs a draft model");
+    if (!s->draft) return err_fail(err, "speculative decoding: the draft-model method needs a draft model");
     if (s->draft->cfg.vocab != target->cfg.vocab)
-        return pdl_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
+        return err_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
     bb_init(&s->bb, block_size);
     if (pdl_context_create(&s->draft_ctx, s->draft, NULL, err) ||
         pdl_kv_cache_create(&s->kv, s->draft, o->kv_dtype, block_size, n_blocks, err) ||
         bpool_init(&s->pool, n_blocks, block_size, false, err)) {
         spec_free(s);
-        return pdl_fail_prefix(err, "speculative decoding: the draft model's KV cache");
+        return err_fail_prefix(err, "speculative decoding: the draft model's KV cache");
     }
     return 0;
 }
@@ -133,8 +133,8 @@ static int32_t argmax(const float *x, int n) {
 static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32_t *next, pdl_error *err) {
     int rows = 0;
     for (int i = 0; i < n; i++) rows += upto[i] - qs[i]->spec.computed + 1;
-    if (grow_logits(s, n)) return pdl_fail(err, "speculative decoding: out of memory");
-    if (bb_begin(&s->bb, rows, n, err)) return pdl_fail_prefix(err, "speculative decoding");
+    if (grow_logits(s, n)) return err_fail(err, "speculative decoding: out of memory");
+    if (bb_begin(&s->bb, rows, n, err)) return err_fail_prefix(err, "speculative decoding");
     for (int i = 0; i < n; i++) {
         eng_seq *q = qs[i];
         /* positions spec.computed .. upto[i]: the tokens it has not seen,
@@ -144,10 +144,10 @@ static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32
         bb_segment seg = {.block_table = q->spec.blocks, .start = start, .n = upto[i] - start + 1,
                           .tokens = q->tokens + start, .draft = q->spec.draft, .logits_pos = &last, .n_logits = 1};
         seg.n_known = known < seg.n ? known : seg.n;
-        if (bb_add(&s->bb, &seg, err)) return pdl_fail_prefix(err, "speculative decoding");
+        if (bb_add(&s->bb, &seg, err)) return err_fail_prefix(err, "speculative decoding");
     }
     pdl_batch b = *bb_finish(&s->bb, false);
-    if (pdl_forward(s->draft_ctx, s->kv, &b, s->logits, err)) return pdl_fail_prefix(err, "draft model");
+    if (pdl_forward(s->draft_ctx, s->kv, &b, s->logits, err)) return err_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->spec.computed = upto[i] + 1;
         next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
@@ -162,7 +162,7 @@ static int draft_model_propose(spec_state *s, eng_seq **qs, const int *want, int
     eng_seq **act = malloc((size_t)n * sizeof *act);
     if (!upto || !act_want || !next || !act) {
         free(upto), free(act_want), free(next), free(act);
-        return pdl_fail(err, "speculative decoding: out of memory");
+        return err_fail(err, "speculative decoding: out of memory");
     }
     int rc = 0, m = 0;
     for (int i = 0; i < n; i++) {
@@ -231,7 +231,7 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
     int *want = malloc((size_t)n * sizeof *want);
     if (!cand || !want) {
         free(cand), free(want);
-        return pdl_fail(err, "speculative decoding: out of memory");
+        return err_fail(err, "speculative decoding: out of memory");
     }
     int m = 0;
     for (int i = 0; i < n; i++) {

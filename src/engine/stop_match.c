@@ -88,11 +88,11 @@ int stop_matcher_new(stop_matcher **out, const char *const *stops, const size_t 
     size_t total = 0, longest = 0;
     for (int i = 0; i < n; i++) {
         size_t l = lens ? lens[i] : strlen(stops[i]);
-        if (l == 0) return pdl_fail(err, "stop string %d is empty", i);
+        if (l == 0) return err_fail(err, "stop string %d is empty", i);
         total += l;
         if (l > longest) longest = l;
     }
-    if (total >= INT32_MAX / 2) return pdl_fail(err, "stop strings: %zu bytes in all is too many", total);
+    if (total >= INT32_MAX / 2) return err_fail(err, "stop strings: %zu bytes in all is too many", total);
     size_t cap = total + 1;
     stop_matcher *m = calloc(1, sizeof *m);
     sorted_stop *sorted = malloc((size_t)(n ? n : 1) * sizeof *sorted);
@@ -116,7 +116,7 @@ int stop_matcher_new(stop_matcher **out, const char *const *stops, const size_t 
         !m->edge_to || !m->len || !edges || !queue) {
         stop_matcher_free(m);
         free(sorted), free(path), free(edges), free(queue);
-        return pdl_fail(err, "stop strings: out of memory");
+        return err_fail(err, "stop strings: out of memory");
     }
 
     /* the trie, from the strings in order: string i shares its first

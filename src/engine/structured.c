@@ -15,7 +15,7 @@
 int pdl_model_grammar_vocab(const pdl_model *m, gram_vocab **out, pdl_error *err) {
     *out = NULL;
     if (!m->tok)
-        return pdl_fail(err, "structured output needs the model's tokenizer: %s",
+        return err_fail(err, "structured output needs the model's tokenizer: %s",
                         m->tok_error[0] ? m->tok_error : "none found");
     /* the logits row may be longer than the tokenizer (ids past it are never allowed) */
     return gram_vocab_from_tokenizer(out, m->tok, m->cfg.vocab, m->cfg.eos_ids, m->cfg.n_eos, err);
@@ -35,7 +35,7 @@ static int so_rows_ready(so_rows *s, int vocab, pdl_error *err) {
     s->bits = malloc(words * sizeof *s->bits);
     if (!s->rows || !s->bits) {
         so_rows_free(s);
-        return pdl_fail(err, "structured output: out of memory for masked rows");
+        return err_fail(err, "structured output: out of memory for masked rows");
     }
     s->vocab = vocab;
     return 0;
@@ -46,7 +46,7 @@ const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int sl
     if (so_rows_ready(s, gram_vocab_size(v), err)) return NULL;
     if (gram_matcher_fill_mask(m, s->bits) != 0) {
         const char *why = gram_matcher_error(m);
-        pdl_fail(err, "structured output: %s", why ? why : "the token mask could not be computed");
+        err_fail(err, "structured output: %s", why ? why : "the token mask could not be computed");
         return NULL;
     }
     if (also >= 0 && also < s->vocab) s->bits[also >> 6] |= 1ull << (also & 63);
@@ -54,7 +54,7 @@ const float *so_masked_row(so_rows *s, gram_matcher *m, const float *row, int sl
     bool any = false;
     for (size_t i = 0; i < words && !any; i++) any = s->bits[i] != 0;
     if (!any) {
-        pdl_fail(err, "structured output: no token of the vocabulary can continue the grammar here");
+        err_fail(err, "structured output: no token of the vocabulary can continue the grammar here");
         return NULL;
     }
     float *dst = s->rows + (size_t)slot * (size_t)s->vocab;

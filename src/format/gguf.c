@@ -239,9 +239,9 @@ static int rfail(reader *r, uint64_t off, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (r->ctx[0])
-        return pdl_fail(r->err, "%s: offset %llu: %s: %s", r->path, (unsigned long long)off,
+        return err_fail(r->err, "%s: offset %llu: %s: %s", r->path, (unsigned long long)off,
                         r->ctx, msg);
-    return pdl_fail(r->err, "%s: offset %llu: %s", r->path, (unsigned long long)off, msg);
+    return err_fail(r->err, "%s: offset %llu: %s", r->path, (unsigned long long)off, msg);
 }
 
 static uint64_t left(const reader *r) { return r->size - r->pos; }
@@ -421,11 +421,11 @@ static long find_key(const gguf_file *f, const char *key, uint64_t len) {
 /* Builds the key hash, failing on the first duplicate key. */
 static int index_keys(gguf_file *f, reader *r) {
     if (f->n_kv > UINT32_MAX / 4)
-        return pdl_fail(r->err, "%s: %zu keys are too many", r->path, f->n_kv);
+        return err_fail(r->err, "%s: %zu keys are too many", r->path, f->n_kv);
     size_t slots = 16;
     while (slots < 2 * f->n_kv) slots *= 2;
     f->key_slots = calloc(slots, sizeof *f->key_slots);
-    if (!f->key_slots) return pdl_fail(r->err, "%s: out of memory indexing %zu keys", r->path, f->n_kv);
+    if (!f->key_slots) return err_fail(r->err, "%s: out of memory indexing %zu keys", r->path, f->n_kv);
     f->key_mask = slots - 1;
     for (size_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kvs[i];
@@ -454,7 +454,7 @@ static int copy_strings(gguf_file *f, reader *r) {
     f->kv_cstr = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv_cstr);
     f->cstr_buf = malloc(total ? total : 1);
     if (!f->kv_cstr || !f->cstr_buf)
-        return pdl_fail(r->err, "%s: out of memory copying %zu bytes of string values", r->path, total);
+        return err_fail(r->err, "%s: out of memory copying %zu bytes of string values", r->path, total);
     char *p = f->cstr_buf;
     for (size_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kvs[i];
@@ -470,12 +470,12 @@ static int copy_strings(gguf_file *f, reader *r) {
 static int parse_kvs(gguf_file *f, reader *r, uint64_t kv_count) {
     size_t cap = kv_count < 256 ? (size_t)kv_count : 256;
     f->kvs = malloc((cap ? cap : 1) * sizeof *f->kvs);
-    if (!f->kvs) return pdl_fail(r->err, "%s: out of memory", r->path);
+    if (!f->kvs) return err_fail(r->err, "%s: out of memory", r->path);
     for (uint64_t i = 0; i < kv_count; i++) {
         if (f->n_kv == cap) {
             size_t ncap = cap * 2;
             gguf_kv *nk = realloc(f->kvs, ncap * sizeof *nk);
-            if (!nk) return pdl_fail(r->err, "%s: out of memory reading key %llu", r->path, (unsigned long long)i);
+            if (!nk) return err_fail(r->err, "%s: out of memory reading key %llu", r->path, (unsigned long long)i);
             f->kvs = nk;
             cap = ncap;
         }
@@ -567,10 +567,10 @@ static int parse_tensor_info(gguf_file *f, reader *r, uint64_t i, uint64_t n_ten
                      tn, type);
     }
     t->dtype = (pdl_dtype)dt;
-    uint64_t be = pdl_dtype_block_elems(t->dtype), bb = pdl_dtype_block_bytes(t->dtype);
+    uint64_t be = dtype_block_elems(t->dtype), bb = dtype_block_bytes(t->dtype);
     if (ne[0] % be != 0)
         return rfail(r, field, "%s row length ne[0] = %llu is not a multiple of the block size %llu",
-                     pdl_dtype_name(t->dtype), (unsigned long long)ne[0], (unsigned long long)be);
+                     dtype_name(t->dtype), (unsigned long long)ne[0], (unsigned long long)be);
     uint64_t blocks = nelems / be;
     if (blocks > UINT64_MAX / bb || blocks * bb > SIZE_MAX)
         return rfail(r, field, "data size of %llu elements overflows", (unsigned long long)nelems);
@@ -614,7 +614,7 @@ static int place_tensors(gguf_file *f, reader *r, const uint64_t *info_at) {
         size_t elem_align = t->dtype == PDL_DTYPE_F32 ? 4 : 2;
         if (start % elem_align != 0)
             return rfail(r, info_at[i], "data at file offset %llu is not aligned to %zu bytes for %s",
-                         (unsigned long long)start, elem_align, pdl_dtype_name(t->dtype));
+                         (unsigned long long)start, elem_align, dtype_name(t->dtype));
         t->file_offset = start;
         t->data = r->base + start;
     }
@@ -631,7 +631,7 @@ static int parse_tensors(gguf_file *f, reader *r, uint64_t n_tensors) {
             size_t ncap = cap ? cap * 2 : 64;
             uint64_t *n = realloc(info_at, ncap * sizeof *n);
             if (!n) {
-                pdl_fail(r->err, "%s: out of memory reading tensor %llu", r->path, (unsigned long long)i);
+                err_fail(r->err, "%s: out of memory reading tensor %llu", r->path, (unsigned long long)i);
                 goto done;
             }
             info_at = n;
@@ -640,13 +640,13 @@ static int parse_tensors(gguf_file *f, reader *r, uint64_t n_tensors) {
         uint64_t at = r->pos;
         pdl_tensor t;
         if (parse_tensor_info(f, r, i, n_tensors, &t)) goto done;
-        if (pdl_tensor_set_add(&f->tensors, &t, r->err)) {
-            const pdl_tensor *first = pdl_tensor_set_find(&f->tensors, t.name);
+        if (tensor_set_add(&f->tensors, &t, r->err)) {
+            const pdl_tensor *first = tensor_set_find(&f->tensors, t.name);
             if (first)
                 rfail(r, at, "duplicate tensor name (first at offset %llu)",
                       (unsigned long long)info_at[first - f->tensors.items]);
             else
-                pdl_fail_prefix(r->err, "%s: offset %llu", r->path, (unsigned long long)at);
+                err_fail_prefix(r->err, "%s: offset %llu", r->path, (unsigned long long)at);
             goto done;
         }
         info_at[f->tensors.count - 1] = at;
@@ -658,7 +658,7 @@ static int parse_tensors(gguf_file *f, reader *r, uint64_t n_tensors) {
      * writes vocab-only files without the final padding). */
     f->data_offset = (r->pos + f->alignment - 1) / f->alignment * f->alignment;
     rc = place_tensors(f, r, info_at);
-    if (rc == 0) rc = pdl_tensor_set_check_disjoint(&f->tensors, r->err);
+    if (rc == 0) rc = tensor_set_check_disjoint(&f->tensors, r->err);
 done:
     free(info_at);
     return rc;
@@ -706,8 +706,8 @@ static int parse_header(gguf_file *f, reader *r, uint64_t *n_tensors, uint64_t *
 int gguf_open(gguf_file **out, const char *path, pdl_error *err) {
     *out = NULL;
     gguf_file *f = calloc(1, sizeof *f);
-    if (!f) return pdl_fail(err, "%s: out of memory", path);
-    if (pdl_file_map_open(&f->map, path, err)) {
+    if (!f) return err_fail(err, "%s: out of memory", path);
+    if (file_map_open(&f->map, path, err)) {
         free(f);
         return -1;
     }
@@ -723,7 +723,7 @@ int gguf_open(gguf_file **out, const char *path, pdl_error *err) {
     return 0;
 }
 
-void gguf_release(gguf_file *f, const void *data, size_t n) { pdl_file_map_release(&f->map, data, n); }
+void gguf_release(gguf_file *f, const void *data, size_t n) { file_map_release(&f->map, data, n); }
 
 void gguf_close(gguf_file *f) {
     if (!f) return;
@@ -733,8 +733,8 @@ void gguf_close(gguf_file *f) {
     free(f->kv_cstr);
     free(f->cstr_buf);
     free(f->key_slots);
-    pdl_tensor_set_free(&f->tensors);
-    pdl_file_map_close(&f->map);
+    tensor_set_free(&f->tensors);
+    file_map_close(&f->map);
     free(f);
 }
 
@@ -766,7 +766,7 @@ static int kv_fail(const gguf_file *f, const gguf_kv *kv, pdl_error *err, const 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return pdl_fail(err, "%s: offset %llu: key '%.*s' (%s): %s", f->map.path,
+    return err_fail(err, "%s: offset %llu: key '%.*s' (%s): %s", f->map.path,
                     (unsigned long long)kv->offset, (int)(kv->key.len > 200 ? 200 : kv->key.len),
                     kv->key.ptr, gguf_type_name(kv->type), msg);
 }

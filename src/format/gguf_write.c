@@ -139,7 +139,7 @@ int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, 
     o->t.dtype = dtype;
     o->t.n_dims = n_dims;
     for (int i = 0; i < n_dims; i++) o->t.shape[i] = shape[i];
-    o->t.nbytes = pdl_dtype_row_bytes(dtype, shape[n_dims - 1]) * (size_t)(pdl_tensor_nelems(&o->t) / shape[n_dims - 1]);
+    o->t.nbytes = dtype_row_bytes(dtype, shape[n_dims - 1]) * (size_t)(tensor_nelems(&o->t) / shape[n_dims - 1]);
     return 0;
 }
 
@@ -170,9 +170,9 @@ static int put_str(FILE *f, const char *s) {
     return put_u64(f, n) || put(f, s, n);
 }
 
-int pdl_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void *user) {
-    int64_t cols = t->shape[t->n_dims - 1], rows = pdl_tensor_nelems(t) / cols;
-    size_t row_bytes = pdl_dtype_row_bytes(t->dtype, cols);
+int gguf_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void *user) {
+    int64_t cols = t->shape[t->n_dims - 1], rows = tensor_nelems(t) / cols;
+    size_t row_bytes = dtype_row_bytes(t->dtype, cols);
     int64_t step = (int64_t)((16u << 20) / (row_bytes ? row_bytes : 1)); /* ~16 MB at a time */
     if (step < 1) step = 1;
     void *buf = malloc((size_t)(step < rows ? step : rows) * row_bytes + 1);
@@ -189,7 +189,7 @@ int pdl_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void 
 
 int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user, pdl_error *err) {
     FILE *f = fopen(path, "wb");
-    if (!f) return pdl_fail(err, "%s: cannot create: %s", path, strerror(errno));
+    if (!f) return err_fail(err, "%s: cannot create: %s", path, strerror(errno));
     int bad = put(f, "GGUF", 4) || put_u32(f, 3) || put_u64(f, (uint64_t)g->n_tensors) || put_u64(f, (uint64_t)g->n_kvs);
     for (int i = 0; !bad && i < g->n_kvs; i++) {
         const out_kv *kv = &g->kvs[i];
@@ -222,13 +222,13 @@ int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user,
     /* data, in blocks of rows */
     for (int i = 0; !bad && i < g->n_tensors; i++) {
         const pdl_tensor *t = &g->tensors[i].t;
-        bad = pdl_write_tensor_rows(f, t, fill, user) != 0;
+        bad = gguf_write_tensor_rows(f, t, fill, user) != 0;
         if (!bad && t->nbytes % ALIGN) bad = put(f, zeros, ALIGN - t->nbytes % ALIGN);
     }
     if (fclose(f) != 0) bad = 1;
     if (bad) {
         remove(path);
-        return pdl_fail(err, "%s: write failed (disk full?)", path);
+        return err_fail(err, "%s: write failed (disk full?)", path);
     }
     return 0;
 }

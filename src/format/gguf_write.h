@@ -32,7 +32,7 @@ int gguf_out_i32_arr(gguf_out *g, const char *key, const int32_t *v, size_t n);
 int gguf_out_tensor(gguf_out *g, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape);
 /* Streams one tensor's data to f in blocks of rows from fill; 0 or -1
  * (shared by the GGUF and safetensors writers). */
-int pdl_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void *user);
+int gguf_write_tensor_rows(FILE *f, const pdl_tensor *t, gguf_fill_fn fill, void *user);
 
 /* Writes the file; fill provides every tensor's data. */
 int gguf_out_write(gguf_out *g, const char *path, gguf_fill_fn fill, void *user, pdl_error *err);

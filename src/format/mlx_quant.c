@@ -24,7 +24,7 @@ static int get_param(const json_t *obj, const char *cfg_path, const char *where,
                      pdl_error *err) {
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v)) return pdl_fail(err, "%s: field '%s.%s' must be an integer", cfg_path, where, key);
+    if (!json_is_integer(v)) return err_fail(err, "%s: field '%s.%s' must be an integer", cfg_path, where, key);
     *out = (long long)json_integer_value(v);
     return 0;
 }
@@ -32,14 +32,14 @@ static int get_param(const json_t *obj, const char *cfg_path, const char *where,
 static int check_mode(const json_t *obj, const char *cfg_path, const char *where, pdl_error *err) {
     const json_t *v = json_object_get(obj, "mode");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return pdl_fail(err, "%s: field '%s.mode' must be a string", cfg_path, where);
+    if (!json_is_string(v)) return err_fail(err, "%s: field '%s.mode' must be a string", cfg_path, where);
     if (strcmp(json_string_value(v), "affine") != 0)
-        return pdl_fail(err, "%s: MLX quantization mode '%s' (%s.mode) is not supported (only affine)", cfg_path,
+        return err_fail(err, "%s: MLX quantization mode '%s' (%s.mode) is not supported (only affine)", cfg_path,
                         json_string_value(v), where);
     return 0;
 }
 
-int pdl_mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *q, pdl_error *err) {
+int mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *q, pdl_error *err) {
     memset(q, 0, sizeof *q);
     snprintf(q->cfg_path, sizeof q->cfg_path, "%s", cfg_path);
     const json_t *qa = json_object_get(cfg, "quantization");
@@ -49,11 +49,11 @@ int pdl_mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *
     const json_t *obj = NULL;
     if (qa) {
         /* mlx-lm reads "quantization" and ignores "quantization_config" */
-        if (!json_is_object(qa)) return pdl_fail(err, "%s: field 'quantization' must be an object", cfg_path);
+        if (!json_is_object(qa)) return err_fail(err, "%s: field 'quantization' must be an object", cfg_path);
         obj = qa;
         q->key = "quantization";
     } else if (qc) {
-        if (!json_is_object(qc)) return pdl_fail(err, "%s: field 'quantization_config' must be an object", cfg_path);
+        if (!json_is_object(qc)) return err_fail(err, "%s: field 'quantization_config' must be an object", cfg_path);
         obj = qc;
         q->key = "quantization_config";
     } else {
@@ -62,15 +62,15 @@ int pdl_mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *
     const json_t *method = json_object_get(obj, "quant_method");
     if (method && !json_is_null(method)) {
         if (!json_is_string(method))
-            return pdl_fail(err, "%s: field '%s.quant_method' must be a string", cfg_path, q->key);
-        return pdl_fail(err,
+            return err_fail(err, "%s: field '%s.quant_method' must be a string", cfg_path, q->key);
+        return err_fail(err,
                         "%s: %s.quant_method '%s' is not supported: pagedlm loads unquantized safetensors "
                         "and MLX affine quantization (\"quantization\": {\"group_size\", \"bits\"})",
                         cfg_path, q->key, json_string_value(method));
     }
     if (check_mode(obj, cfg_path, q->key, err)) return -1;
     if (!json_object_get(obj, "bits") || !json_object_get(obj, "group_size"))
-        return pdl_fail(err, "%s: field '%s' needs \"bits\" and \"group_size\" (MLX quantization)", cfg_path, q->key);
+        return err_fail(err, "%s: field '%s' needs \"bits\" and \"group_size\" (MLX quantization)", cfg_path, q->key);
     if (get_param(obj, cfg_path, q->key, "bits", &q->bits, err) ||
         get_param(obj, cfg_path, q->key, "group_size", &q->group, err))
         return -1;
@@ -79,7 +79,7 @@ int pdl_mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *
     return 0;
 }
 
-void pdl_mlx_quant_free(pdl_mlx_quant *q) {
+void mlx_quant_free(pdl_mlx_quant *q) {
     json_decref(q->obj);
     q->obj = NULL;
 }
@@ -107,7 +107,7 @@ static int module_params(const pdl_mlx_quant *q, const char *module, module_quan
     mq->explicit_ = 1;
     if (json_is_true(v)) return 0;
     if (!json_is_object(v))
-        return pdl_fail(err, "%s: %s entry for module '%s' must be an object {\"group_size\", \"bits\"} or false",
+        return err_fail(err, "%s: %s entry for module '%s' must be an object {\"group_size\", \"bits\"} or false",
                         q->cfg_path, q->key, module);
     char where[PDL_TENSOR_NAME_MAX + 32];
     snprintf(where, sizeof where, "%s.%s", q->key, module);
@@ -137,48 +137,48 @@ static void shape_str(const pdl_tensor *t, char *buf, size_t n) {
 static int fold_one(pdl_tensor *w, const char *module, const module_quant *mq, const pdl_tensor *sc,
                     const pdl_tensor *bi, const pdl_mlx_quant *q, pdl_error *err) {
     if (mq->explicit_ < 0)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s' holds U32 packed codes but %s in %s says module '%s' is not quantized "
                         "(false)",
                         w->file, w->name, q->key, q->cfg_path, module);
     if (!sc)
-        return pdl_fail(err, "%s: tensor '%s' holds U32 packed codes (MLX quantization) but '%s.scales' is missing",
+        return err_fail(err, "%s: tensor '%s' holds U32 packed codes (MLX quantization) but '%s.scales' is missing",
                         w->file, w->name, module);
     if (!bi)
-        return pdl_fail(err, "%s: tensor '%s' holds U32 packed codes (MLX quantization) but '%s.biases' is missing",
+        return err_fail(err, "%s: tensor '%s' holds U32 packed codes (MLX quantization) but '%s.biases' is missing",
                         w->file, w->name, module);
     if (mq->bits != 4 && mq->bits != 8)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s': MLX quantization with bits = %lld is not supported (only 4 and 8 bits; "
                         "%s in %s)",
                         w->file, w->name, mq->bits, q->key, q->cfg_path);
     if (mq->group != 32 && mq->group != 64 && mq->group != 128)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s': MLX quantization group_size = %lld is not supported (only 32, 64 and "
                         "128; %s in %s)",
                         w->file, w->name, mq->group, q->key, q->cfg_path);
     if (!is_float(sc->dtype))
-        return pdl_fail(err, "%s: tensor '%s' has dtype %s: MLX scales must be F32, F16 or BF16", sc->file, sc->name,
-                        pdl_dtype_name(sc->dtype));
+        return err_fail(err, "%s: tensor '%s' has dtype %s: MLX scales must be F32, F16 or BF16", sc->file, sc->name,
+                        dtype_name(sc->dtype));
     if (bi->dtype != sc->dtype)
-        return pdl_fail(err, "%s: tensor '%s' has dtype %s but '%s' has %s: MLX biases and scales must match",
-                        bi->file, bi->name, pdl_dtype_name(bi->dtype), sc->name, pdl_dtype_name(sc->dtype));
+        return err_fail(err, "%s: tensor '%s' has dtype %s but '%s' has %s: MLX biases and scales must match",
+                        bi->file, bi->name, dtype_name(bi->dtype), sc->name, dtype_name(sc->dtype));
     char ws[96], ss[96], bs[96];
     shape_str(w, ws, sizeof ws);
     shape_str(sc, ss, sizeof ss);
     shape_str(bi, bs, sizeof bs);
     if (w->n_dims != 2)
-        return pdl_fail(err, "%s: tensor '%s' has shape %s: MLX packed codes must be 2-D [out, in * %lld / 32]",
+        return err_fail(err, "%s: tensor '%s' has shape %s: MLX packed codes must be 2-D [out, in * %lld / 32]",
                         w->file, w->name, ws, mq->bits);
     if (bi->n_dims != sc->n_dims || bi->shape[0] != sc->shape[0] || (sc->n_dims > 1 && bi->shape[1] != sc->shape[1]))
-        return pdl_fail(err, "%s: tensor '%s' has shape %s but '%s' has %s: MLX biases and scales must match",
+        return err_fail(err, "%s: tensor '%s' has shape %s but '%s' has %s: MLX biases and scales must match",
                         bi->file, bi->name, bs, sc->name, ss);
     int64_t packed = w->shape[1], per_word = 32 / mq->bits;
     if (packed > INT64_MAX / per_word)
-        return pdl_fail(err, "%s: tensor '%s' has shape %s: too many columns", w->file, w->name, ws);
+        return err_fail(err, "%s: tensor '%s' has shape %s: too many columns", w->file, w->name, ws);
     int64_t in = packed * per_word;
     if (sc->n_dims != 2 || sc->shape[0] != w->shape[0] || in % mq->group != 0 || sc->shape[1] != in / mq->group)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s' has shape %s but '%s' %s packs %lld columns at %lld bits, which need "
                         "scales of shape [%lld, %lld] for group_size %lld",
                         sc->file, sc->name, ss, w->name, ws, (long long)in, mq->bits, (long long)w->shape[0],
@@ -192,7 +192,7 @@ static int fold_one(pdl_tensor *w, const char *module, const module_quant *mq, c
     return 0;
 }
 
-int pdl_mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *err) {
+int mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *err) {
     if (!q->enabled) return 0;
     char module[PDL_TENSOR_NAME_MAX], other[PDL_TENSOR_NAME_MAX + 8];
     for (size_t i = 0; i < set->count; i++) {
@@ -201,14 +201,14 @@ int pdl_mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *e
         if (has_suffix(t->name, ".scales", &plen) || has_suffix(t->name, ".biases", &plen)) {
             /* a stray scales/biases tensor would mean a weight was not folded */
             snprintf(other, sizeof other, "%.*s.weight", (int)plen, t->name);
-            if (!pdl_tensor_set_find(set, other))
-                return pdl_fail(err, "%s: tensor '%s' has no matching '%s' (MLX quantization)", t->file, t->name,
+            if (!tensor_set_find(set, other))
+                return err_fail(err, "%s: tensor '%s' has no matching '%s' (MLX quantization)", t->file, t->name,
                                 other);
             continue;
         }
         if (!has_suffix(t->name, ".weight", &plen)) {
             if (t->dtype == PDL_DTYPE_U32)
-                return pdl_fail(err,
+                return err_fail(err,
                                 "%s: tensor '%s' has dtype U32, which is only supported for MLX-quantized weights "
                                 "(X.weight with X.scales and X.biases)",
                                 t->file, t->name);
@@ -218,44 +218,44 @@ int pdl_mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *e
         module_quant mq;
         if (module_params(q, module, &mq, err)) return -1;
         snprintf(other, sizeof other, "%s.scales", module);
-        const pdl_tensor *sc = pdl_tensor_set_find(set, other);
+        const pdl_tensor *sc = tensor_set_find(set, other);
         snprintf(other, sizeof other, "%s.biases", module);
-        const pdl_tensor *bi = pdl_tensor_set_find(set, other);
+        const pdl_tensor *bi = tensor_set_find(set, other);
         if (t->dtype == PDL_DTYPE_U32) {
             if (fold_one(t, module, &mq, sc, bi, q, err)) return -1;
             continue;
         }
         if (sc || bi)
-            return pdl_fail(err,
+            return err_fail(err,
                             "%s: tensor '%s' has dtype %s but '%s' exists: an MLX-quantized weight holds U32 "
                             "packed codes",
-                            t->file, t->name, pdl_dtype_name(t->dtype), sc ? sc->name : bi->name);
+                            t->file, t->name, dtype_name(t->dtype), sc ? sc->name : bi->name);
         if (mq.explicit_ > 0)
-            return pdl_fail(err,
+            return err_fail(err,
                             "%s: tensor '%s' has dtype %s but %s in %s lists module '%s' as quantized (U32 "
                             "packed codes with scales and biases)",
-                            t->file, t->name, pdl_dtype_name(t->dtype), q->key, q->cfg_path, module);
+                            t->file, t->name, dtype_name(t->dtype), q->key, q->cfg_path, module);
     }
     return 0;
 }
 
 /* ---- a whole folder -------------------------------------------------------- */
 
-int pdl_mlx_open_dir(st_model **out, const char *dir, pdl_error *err) {
+int mlx_open_dir(st_model **out, const char *dir, pdl_error *err) {
     *out = NULL;
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *cfg = NULL;
-    if (pdl_json_load_file(path, JSON_REJECT_DUPLICATES, &cfg, err)) return -1;
+    if (json_file_load(path, JSON_REJECT_DUPLICATES, &cfg, err)) return -1;
     pdl_mlx_quant q;
-    int rc = json_is_object(cfg) ? pdl_mlx_quant_parse(cfg, path, &q, err)
-                                 : pdl_fail(err, "%s: top level is not a JSON object", path);
+    int rc = json_is_object(cfg) ? mlx_quant_parse(cfg, path, &q, err)
+                                 : err_fail(err, "%s: top level is not a JSON object", path);
     json_decref(cfg);
     if (rc) return -1;
     st_model *st = NULL;
     rc = st_open_dir_flags(&st, dir, q.enabled ? ST_ALLOW_U32 : 0, err);
-    if (rc == 0) rc = pdl_mlx_quant_fold(st_tensors_mut(st), &q, err);
-    pdl_mlx_quant_free(&q);
+    if (rc == 0) rc = mlx_quant_fold(st_tensors_mut(st), &q, err);
+    mlx_quant_free(&q);
     if (rc) {
         st_close(st);
         return -1;

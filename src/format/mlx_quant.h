@@ -39,18 +39,18 @@ typedef struct pdl_mlx_quant {
 
 /* Reads the block from a parsed config.json (cfg_path for messages). Not
  * quantized: q->enabled = false. Fails on another quant_method, a mode
- * other than affine, or a malformed block. Free with pdl_mlx_quant_free. */
-int pdl_mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *q, pdl_error *err);
-void pdl_mlx_quant_free(pdl_mlx_quant *q);
+ * other than affine, or a malformed block. Free with mlx_quant_free. */
+int mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *q, pdl_error *err);
+void mlx_quant_free(pdl_mlx_quant *q);
 
 /* Folds every quantized triple of set in place (see above), checking
  * dtypes, shapes, bits and group sizes; the message names the tensor and
  * its file. A no-op when !q->enabled. */
-int pdl_mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *err);
+int mlx_quant_fold(pdl_tensor_set *set, const pdl_mlx_quant *q, pdl_error *err);
 
 /* st_open_dir for a Hugging Face folder, with dir/config.json's MLX
  * quantization applied: parse, open (U32 accepted when quantized), fold.
  * On failure *out is NULL. */
-int pdl_mlx_open_dir(st_model **out, const char *dir, pdl_error *err);
+int mlx_open_dir(st_model **out, const char *dir, pdl_error *err);
 
 #endif

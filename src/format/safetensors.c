@@ -98,11 +98,11 @@ static int parse_dtype(const char *s, unsigned flags, pdl_dtype *out) {
 static int get_uint(const json_t *v, uint64_t *out, const char *path, const char *name,
                     const char *what, pdl_error *err) {
     if (!json_is_integer(v))
-        return pdl_fail(err, "%s: tensor '%s': %s is %s, not an integer", path, name, what,
+        return err_fail(err, "%s: tensor '%s': %s is %s, not an integer", path, name, what,
                         json_type_name(v));
     json_int_t x = json_integer_value(v);
     if (x < 0)
-        return pdl_fail(err, "%s: tensor '%s': %s is negative (%lld)", path, name, what,
+        return err_fail(err, "%s: tensor '%s': %s is negative (%lld)", path, name, what,
                         (long long)x);
     *out = (uint64_t)x;
     return 0;
@@ -115,21 +115,21 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
                        unsigned flags, pdl_error *err) {
     memset(t, 0, sizeof *t);
     if (!json_is_object(entry))
-        return pdl_fail(err, "%s: tensor '%s': entry is %s, not an object", path, name,
+        return err_fail(err, "%s: tensor '%s': entry is %s, not an object", path, name,
                         json_type_name(entry));
     if (strlen(name) >= sizeof t->name)
-        return pdl_fail(err, "%s: tensor '%.64s...': name is %zu bytes, longer than %d", path,
+        return err_fail(err, "%s: tensor '%.64s...': name is %zu bytes, longer than %d", path,
                         name, strlen(name), PDL_TENSOR_NAME_MAX - 1);
     memcpy(t->name, name, strlen(name) + 1);
 
     /* dtype */
     const json_t *dtype = json_object_get(entry, "dtype");
-    if (!dtype) return pdl_fail(err, "%s: tensor '%s': missing \"dtype\"", path, name);
+    if (!dtype) return err_fail(err, "%s: tensor '%s': missing \"dtype\"", path, name);
     if (!json_is_string(dtype))
-        return pdl_fail(err, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name,
+        return err_fail(err, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name,
                         json_type_name(dtype));
     if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0)
-        return pdl_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16%s)",
+        return err_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16%s)",
                         path, name, json_string_value(dtype),
                         (flags & ST_ALLOW_U32) ? ", and U32 for MLX-quantized weights"
                         : strcmp(json_string_value(dtype), "U32") == 0
@@ -138,13 +138,13 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
 
     /* shape */
     const json_t *shape = json_object_get(entry, "shape");
-    if (!shape) return pdl_fail(err, "%s: tensor '%s': missing \"shape\"", path, name);
+    if (!shape) return err_fail(err, "%s: tensor '%s': missing \"shape\"", path, name);
     if (!json_is_array(shape))
-        return pdl_fail(err, "%s: tensor '%s': \"shape\" is %s, not an array", path, name,
+        return err_fail(err, "%s: tensor '%s': \"shape\" is %s, not an array", path, name,
                         json_type_name(shape));
     size_t n_dims = json_array_size(shape);
     if (n_dims > PDL_MAX_DIMS)
-        return pdl_fail(err, "%s: tensor '%s': shape has %zu dimensions, more than %d", path, name,
+        return err_fail(err, "%s: tensor '%s': shape has %zu dimensions, more than %d", path, name,
                         n_dims, PDL_MAX_DIMS);
     t->n_dims = (int)n_dims;
     uint64_t nelems = 1;
@@ -153,48 +153,48 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
         snprintf(what, sizeof what, "shape[%zu]", i);
         uint64_t d;
         if (get_uint(json_array_get(shape, i), &d, path, name, what, err) != 0) return -1;
-        /* Products stay below 2^63 so that pdl_tensor_nelems never overflows,
+        /* Products stay below 2^63 so that tensor_nelems never overflows,
          * whatever the order of the dimensions. */
         if (d != 0 && nelems > (uint64_t)INT64_MAX / d)
-            return pdl_fail(err, "%s: tensor '%s': element count overflows at shape[%zu] = %llu",
+            return err_fail(err, "%s: tensor '%s': element count overflows at shape[%zu] = %llu",
                             path, name, i, (unsigned long long)d);
         nelems *= d;
         t->shape[i] = (int64_t)d;
     }
-    uint64_t esize = pdl_dtype_block_bytes(t->dtype);
+    uint64_t esize = dtype_block_bytes(t->dtype);
     if (nelems > UINT64_MAX / esize)
-        return pdl_fail(err, "%s: tensor '%s': byte size of %llu elements overflows", path, name,
+        return err_fail(err, "%s: tensor '%s': byte size of %llu elements overflows", path, name,
                         (unsigned long long)nelems);
     uint64_t want = nelems * esize;
 
     /* data_offsets */
     const json_t *offs = json_object_get(entry, "data_offsets");
-    if (!offs) return pdl_fail(err, "%s: tensor '%s': missing \"data_offsets\"", path, name);
+    if (!offs) return err_fail(err, "%s: tensor '%s': missing \"data_offsets\"", path, name);
     if (!json_is_array(offs))
-        return pdl_fail(err, "%s: tensor '%s': \"data_offsets\" is %s, not an array [begin, end]",
+        return err_fail(err, "%s: tensor '%s': \"data_offsets\" is %s, not an array [begin, end]",
                         path, name, json_type_name(offs));
     if (json_array_size(offs) != 2)
-        return pdl_fail(err, "%s: tensor '%s': \"data_offsets\" has %zu elements, not [begin, end]",
+        return err_fail(err, "%s: tensor '%s': \"data_offsets\" has %zu elements, not [begin, end]",
                         path, name, json_array_size(offs));
     uint64_t begin, end;
     if (get_uint(json_array_get(offs, 0), &begin, path, name, "data_offsets[0]", err) != 0 ||
         get_uint(json_array_get(offs, 1), &end, path, name, "data_offsets[1]", err) != 0)
         return -1;
     if (begin > end)
-        return pdl_fail(err, "%s: tensor '%s': data_offsets [%llu, %llu) begin after end", path,
+        return err_fail(err, "%s: tensor '%s': data_offsets [%llu, %llu) begin after end", path,
                         name, (unsigned long long)begin, (unsigned long long)end);
     if (end > data_size)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s': data_offsets [%llu, %llu) end past the data section "
                         "(size %llu, header ends at offset %llu)",
                         path, name, (unsigned long long)begin, (unsigned long long)end,
                         (unsigned long long)data_size, (unsigned long long)data_start);
     if (end - begin != want)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: tensor '%s': data_offsets [%llu, %llu) hold %llu bytes but %s shape "
                         "of %llu elements needs %llu",
                         path, name, (unsigned long long)begin, (unsigned long long)end,
-                        (unsigned long long)(end - begin), pdl_dtype_name(t->dtype),
+                        (unsigned long long)(end - begin), dtype_name(t->dtype),
                         (unsigned long long)nelems, (unsigned long long)want);
 
     t->nbytes = (size_t)want;
@@ -206,12 +206,12 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
 
 static int check_metadata(const json_t *md, const char *path, pdl_error *err) {
     if (!json_is_object(md))
-        return pdl_fail(err, "%s: \"__metadata__\" is %s, not an object", path, json_type_name(md));
+        return err_fail(err, "%s: \"__metadata__\" is %s, not an object", path, json_type_name(md));
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)md, key, v) {
         if (!json_is_string(v))
-            return pdl_fail(err, "%s: \"__metadata__\" key '%s' is %s, not a string", path, key,
+            return err_fail(err, "%s: \"__metadata__\" key '%s' is %s, not a string", path, key,
                             json_type_name(v));
     }
     return 0;
@@ -221,41 +221,41 @@ static int check_metadata(const json_t *md, const char *path, pdl_error *err) {
  * file's __metadata__ becomes m's. */
 static int open_one(st_model *m, const char *path, pdl_error *err) {
     pdl_file_map *files = realloc(m->files, (m->n_files + 1) * sizeof *files);
-    if (!files) return pdl_fail(err, "%s: out of memory", path);
+    if (!files) return err_fail(err, "%s: out of memory", path);
     m->files = files;
     pdl_file_map *fm = &m->files[m->n_files];
-    if (pdl_file_map_open(fm, path, err) != 0) return -1;
+    if (file_map_open(fm, path, err) != 0) return -1;
     m->n_files++;
     const char *p = fm->path; /* owned by the mapping; tensors keep it */
 
     if (fm->size < 8)
-        return pdl_fail(err, "%s: file is %zu bytes, too short for the 8-byte header length", p,
+        return err_fail(err, "%s: file is %zu bytes, too short for the 8-byte header length", p,
                         fm->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | fm->data[i];
     uint64_t avail = (uint64_t)fm->size - 8;
     if (n > ST_MAX_HEADER_BYTES)
-        return pdl_fail(err, "%s: header length %llu is larger than the %u-byte limit", p,
+        return err_fail(err, "%s: header length %llu is larger than the %u-byte limit", p,
                         (unsigned long long)n, ST_MAX_HEADER_BYTES);
     if (n > avail)
-        return pdl_fail(err, "%s: header length %llu runs past the end of the file (%zu bytes)", p,
+        return err_fail(err, "%s: header length %llu runs past the end of the file (%zu bytes)", p,
                         (unsigned long long)n, fm->size);
     const uint8_t *hdr = fm->data + 8;
     size_t bad = utf8_invalid_at(hdr, (size_t)n);
     if (bad != n)
-        return pdl_fail(err, "%s: header is not valid UTF-8: byte 0x%02x at file offset %llu", p,
+        return err_fail(err, "%s: header is not valid UTF-8: byte 0x%02x at file offset %llu", p,
                         hdr[bad], (unsigned long long)(8 + bad));
 
     json_error_t jerr;
     json_t *root = json_loadb((const char *)hdr, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: header is not valid JSON: %s (line %d, column %d, position %d; "
                         "file offset %llu)",
                         p, jerr.text, jerr.line, jerr.column, jerr.position,
                         (unsigned long long)(8 + (jerr.position > 0 ? jerr.position : 0)));
     if (!json_is_object(root)) {
-        pdl_fail(err, "%s: header is %s, not a JSON object", p, json_type_name(root));
+        err_fail(err, "%s: header is %s, not a JSON object", p, json_type_name(root));
         json_decref(root);
         return -1;
     }
@@ -273,10 +273,10 @@ static int open_one(st_model *m, const char *path, pdl_error *err) {
         pdl_tensor t;
         if (parse_entry(&t, p, name, entry, fm->data, data_start, data_size, m->flags, err) != 0)
             goto fail;
-        if (pdl_tensor_set_add(&m->tensors, &t, err) != 0) goto fail;
+        if (tensor_set_add(&m->tensors, &t, err) != 0) goto fail;
     }
     json_decref(root);
-    return pdl_tensor_set_check_disjoint(&m->tensors, err);
+    return tensor_set_check_disjoint(&m->tensors, err);
 fail:
     json_decref(root);
     return -1;
@@ -288,7 +288,7 @@ fail:
 
 static st_model *model_new(const char *what, pdl_error *err) {
     st_model *m = calloc(1, sizeof *m);
-    if (!m) pdl_fail(err, "%s: out of memory", what);
+    if (!m) err_fail(err, "%s: out of memory", what);
     return m;
 }
 
@@ -332,33 +332,33 @@ static int open_index(st_model *m, const char *dir, const char *index_path, pdl_
     json_error_t jerr;
     json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return pdl_fail(err, "%s: not valid JSON: %s (line %d, column %d, position %d)", index_path,
+        return err_fail(err, "%s: not valid JSON: %s (line %d, column %d, position %d)", index_path,
                         jerr.text, jerr.line, jerr.column, jerr.position);
     const char **shards = NULL;
     char *shard_path = NULL;
     int rc = -1;
 
     if (!json_is_object(root)) {
-        pdl_fail(err, "%s: top level is %s, not an object", index_path, json_type_name(root));
+        err_fail(err, "%s: top level is %s, not an object", index_path, json_type_name(root));
         goto done;
     }
     json_t *md = json_object_get(root, "metadata");
     if (md && !json_is_object(md) && !json_is_null(md)) {
-        pdl_fail(err, "%s: \"metadata\" is %s, not an object", index_path, json_type_name(md));
+        err_fail(err, "%s: \"metadata\" is %s, not an object", index_path, json_type_name(md));
         goto done;
     }
     json_t *wm = json_object_get(root, "weight_map");
     if (!wm) {
-        pdl_fail(err, "%s: missing \"weight_map\"", index_path);
+        err_fail(err, "%s: missing \"weight_map\"", index_path);
         goto done;
     }
     if (!json_is_object(wm)) {
-        pdl_fail(err, "%s: \"weight_map\" is %s, not an object", index_path, json_type_name(wm));
+        err_fail(err, "%s: \"weight_map\" is %s, not an object", index_path, json_type_name(wm));
         goto done;
     }
     size_t n_entries = json_object_size(wm);
     if (n_entries == 0) {
-        pdl_fail(err, "%s: \"weight_map\" is empty", index_path);
+        err_fail(err, "%s: \"weight_map\" is empty", index_path);
         goto done;
     }
 
@@ -366,7 +366,7 @@ static int open_index(st_model *m, const char *dir, const char *index_path, pdl_
      * __metadata__ counts as the first) does not depend on the JSON order. */
     shards = malloc(n_entries * sizeof *shards);
     if (!shards) {
-        pdl_fail(err, "%s: out of memory", index_path);
+        err_fail(err, "%s: out of memory", index_path);
         goto done;
     }
     size_t n_shards = 0;
@@ -374,13 +374,13 @@ static int open_index(st_model *m, const char *dir, const char *index_path, pdl_
     json_t *v;
     json_object_foreach(wm, name, v) {
         if (!json_is_string(v)) {
-            pdl_fail(err, "%s: weight_map entry for tensor '%s' is %s, not a shard file name",
+            err_fail(err, "%s: weight_map entry for tensor '%s' is %s, not a shard file name",
                      index_path, name, json_type_name(v));
             goto done;
         }
         const char *s = json_string_value(v);
         if (!shard_name_ok(s)) {
-            pdl_fail(err,
+            err_fail(err,
                      "%s: weight_map entry for tensor '%s' names shard '%s', not a plain file "
                      "name in the same folder",
                      index_path, name, s);
@@ -398,11 +398,11 @@ static int open_index(st_model *m, const char *dir, const char *index_path, pdl_
         free(shard_path);
         shard_path = join_path(dir, shards[i]);
         if (!shard_path) {
-            pdl_fail(err, "%s: out of memory", index_path);
+            err_fail(err, "%s: out of memory", index_path);
             goto done;
         }
         if (!file_exists(shard_path)) {
-            pdl_fail(err, "%s: shard '%s' is missing (%s: %s)", index_path, shards[i], shard_path,
+            err_fail(err, "%s: shard '%s' is missing (%s: %s)", index_path, shards[i], shard_path,
                      strerror(errno));
             goto done;
         }
@@ -412,20 +412,20 @@ static int open_index(st_model *m, const char *dir, const char *index_path, pdl_
     /* Every tensor the index names must be in the shard it names. */
     json_object_foreach(wm, name, v) {
         const char *s = json_string_value(v);
-        const pdl_tensor *t = pdl_tensor_set_find(&m->tensors, name);
+        const pdl_tensor *t = tensor_set_find(&m->tensors, name);
         free(shard_path);
         shard_path = join_path(dir, s);
         if (!shard_path) {
-            pdl_fail(err, "%s: out of memory", index_path);
+            err_fail(err, "%s: out of memory", index_path);
             goto done;
         }
         if (!t) {
-            pdl_fail(err, "%s: tensor '%s' is listed in shard '%s' but %s does not contain it",
+            err_fail(err, "%s: tensor '%s' is listed in shard '%s' but %s does not contain it",
                      index_path, name, s, shard_path);
             goto done;
         }
         if (strcmp(t->file, shard_path) != 0) {
-            pdl_fail(err, "%s: tensor '%s' is listed in shard '%s' but %s does not contain it "
+            err_fail(err, "%s: tensor '%s' is listed in shard '%s' but %s does not contain it "
                      "(it is in %s)",
                      index_path, name, s, shard_path, t->file);
             goto done;
@@ -450,7 +450,7 @@ int st_open_dir_flags(st_model **out, const char *dir, unsigned flags, pdl_error
     st_model *m = model_new(dir, err);
     int rc = -1;
     if (!index_path || !single_path || !m) {
-        pdl_fail(err, "%s: out of memory", dir);
+        err_fail(err, "%s: out of memory", dir);
         goto done;
     }
     m->flags = flags;
@@ -459,7 +459,7 @@ int st_open_dir_flags(st_model **out, const char *dir, unsigned flags, pdl_error
     } else if (file_exists(single_path)) {
         rc = open_one(m, single_path, err);
     } else {
-        rc = pdl_fail(err, "%s: neither model.safetensors.index.json nor model.safetensors was found",
+        rc = err_fail(err, "%s: neither model.safetensors.index.json nor model.safetensors was found",
                       dir);
     }
 done:
@@ -475,14 +475,14 @@ done:
 
 void st_release(st_model *m, const void *data, size_t n) {
     for (size_t i = 0; i < m->n_files; i++)
-        if (pdl_file_map_release(&m->files[i], data, n)) return;
+        if (file_map_release(&m->files[i], data, n)) return;
 }
 
 void st_close(st_model *m) {
     if (!m) return;
-    for (size_t i = 0; i < m->n_files; i++) pdl_file_map_close(&m->files[i]);
+    for (size_t i = 0; i < m->n_files; i++) file_map_close(&m->files[i]);
     free(m->files);
-    pdl_tensor_set_free(&m->tensors);
+    tensor_set_free(&m->tensors);
     json_decref(m->metadata);
     free(m);
 }

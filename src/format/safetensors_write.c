@@ -26,7 +26,7 @@ void st_out_free(st_out *s) {
 }
 
 int st_out_tensor(st_out *s, const char *name, pdl_dtype dtype, int n_dims, const int64_t *shape) {
-    if (pdl_dtype_is_quantized(dtype) || n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX)
+    if (dtype_is_quantized(dtype) || n_dims < 1 || n_dims > PDL_MAX_DIMS || strlen(name) >= PDL_TENSOR_NAME_MAX)
         return -1;
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 64;
@@ -41,7 +41,7 @@ int st_out_tensor(st_out *s, const char *name, pdl_dtype dtype, int n_dims, cons
     t->dtype = dtype;
     t->n_dims = n_dims;
     for (int i = 0; i < n_dims; i++) t->shape[i] = shape[i];
-    t->nbytes = (size_t)pdl_tensor_nelems(t) * pdl_dtype_block_bytes(dtype);
+    t->nbytes = (size_t)tensor_nelems(t) * dtype_block_bytes(dtype);
     return 0;
 }
 
@@ -54,18 +54,18 @@ int st_out_write(st_out *s, const char *path, gguf_fill_fn fill, void *user, pdl
         json_t *shape = json_array();
         for (int d = 0; d < t->n_dims; d++) json_array_append_new(shape, json_integer(t->shape[d]));
         json_object_set_new(h, t->name,
-                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", pdl_dtype_name(t->dtype), "shape", shape,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", dtype_name(t->dtype), "shape", shape,
                                       "data_offsets", (json_int_t)off, (json_int_t)(off + t->nbytes)));
         off += t->nbytes;
     }
     char *js = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(h);
-    if (!js) return pdl_fail(err, "%s: out of memory", path);
+    if (!js) return err_fail(err, "%s: out of memory", path);
     size_t len = strlen(js), padded = (len + 7) / 8 * 8;
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(js);
-        return pdl_fail(err, "%s: cannot create: %s", path, strerror(errno));
+        return err_fail(err, "%s: cannot create: %s", path, strerror(errno));
     }
     uint64_t hl = padded;
     int bad = fwrite(&hl, 8, 1, f) != 1 || fwrite(js, 1, len, f) != len;
@@ -73,12 +73,12 @@ int st_out_write(st_out *s, const char *path, gguf_fill_fn fill, void *user, pdl
     free(js);
     for (int i = 0; !bad && i < s->n; i++) {
         const pdl_tensor *t = &s->t[i];
-        bad = pdl_write_tensor_rows(f, t, fill, user) != 0;
+        bad = gguf_write_tensor_rows(f, t, fill, user) != 0;
     }
     if (fclose(f) != 0) bad = 1;
     if (bad) {
         remove(path);
-        return pdl_fail(err, "%s: write failed (disk full?)", path);
+        return err_fail(err, "%s: write failed (disk full?)", path);
     }
     return 0;
 }

@@ -27,18 +27,18 @@ static const struct {
 
 static int dtype_ok(pdl_dtype t) { return (unsigned)t < PDL_DTYPE_COUNT; }
 
-const char *pdl_dtype_name(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].name : "?"; }
+const char *dtype_name(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].name : "?"; }
 
-size_t pdl_dtype_block_elems(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].elems : 1; }
+size_t dtype_block_elems(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].elems : 1; }
 
-size_t pdl_dtype_block_bytes(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].bytes : 0; }
+size_t dtype_block_bytes(pdl_dtype t) { return dtype_ok(t) ? dtype_info[t].bytes : 0; }
 
-int pdl_dtype_is_quantized(pdl_dtype t) { return pdl_dtype_block_elems(t) > 1; }
+int dtype_is_quantized(pdl_dtype t) { return dtype_block_elems(t) > 1; }
 
-int pdl_dtype_is_mlx(pdl_dtype t) { return t == PDL_DTYPE_MLX_Q4 || t == PDL_DTYPE_MLX_Q8; }
+int dtype_is_mlx(pdl_dtype t) { return t == PDL_DTYPE_MLX_Q4 || t == PDL_DTYPE_MLX_Q8; }
 
-size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n) {
-    return (size_t)n / pdl_dtype_block_elems(t) * pdl_dtype_block_bytes(t);
+size_t dtype_row_bytes(pdl_dtype t, int64_t n) {
+    return (size_t)n / dtype_block_elems(t) * dtype_block_bytes(t);
 }
 
 static int by_data(const void *a, const void *b) {
@@ -47,10 +47,10 @@ static int by_data(const void *a, const void *b) {
     return (p > q) - (p < q);
 }
 
-int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err) {
+int tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err) {
     if (set->count < 2) return 0;
     const pdl_tensor **order = malloc(set->count * sizeof *order);
-    if (!order) return pdl_fail(err, "out of memory checking %zu tensors", set->count);
+    if (!order) return err_fail(err, "out of memory checking %zu tensors", set->count);
     size_t n = 0;
     for (size_t i = 0; i < set->count; i++)
         if (set->items[i].nbytes > 0) order[n++] = &set->items[i];
@@ -60,7 +60,7 @@ int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err) {
         const pdl_tensor *a = order[i - 1], *b = order[i];
         /* different files are different mappings: their ranges never meet */
         if ((const char *)a->data + a->nbytes > (const char *)b->data)
-            rc = pdl_fail(err, "%s: tensors '%s' (bytes %llu..%llu) and '%s' (bytes %llu..%llu) overlap",
+            rc = err_fail(err, "%s: tensors '%s' (bytes %llu..%llu) and '%s' (bytes %llu..%llu) overlap",
                           a->file ? a->file : "model", a->name, (unsigned long long)a->file_offset,
                           (unsigned long long)(a->file_offset + a->nbytes), b->name,
                           (unsigned long long)b->file_offset, (unsigned long long)(b->file_offset + b->nbytes));
@@ -69,23 +69,23 @@ int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err) {
     return rc;
 }
 
-int64_t pdl_tensor_nelems(const pdl_tensor *t) {
+int64_t tensor_nelems(const pdl_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->n_dims; i++) n *= t->shape[i];
     return n;
 }
 
-const char *pdl_tensor_type_name(const pdl_tensor *t, char *buf, size_t n) {
-    if (pdl_dtype_is_mlx(t->dtype))
-        snprintf(buf, n, "%s(g%d)", pdl_dtype_name(t->dtype), (int)t->mlx.group);
+const char *tensor_type_name(const pdl_tensor *t, char *buf, size_t n) {
+    if (dtype_is_mlx(t->dtype))
+        snprintf(buf, n, "%s(g%d)", dtype_name(t->dtype), (int)t->mlx.group);
     else
-        snprintf(buf, n, "%s", pdl_dtype_name(t->dtype));
+        snprintf(buf, n, "%s", dtype_name(t->dtype));
     return buf;
 }
 
-void pdl_tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0) {
-    if (!pdl_dtype_is_mlx(t->dtype) || t->n_dims != 2 || t->mlx.group <= 0) return;
-    size_t row = (size_t)(t->shape[1] / t->mlx.group) * pdl_dtype_block_bytes(t->mlx.dtype);
+void tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0) {
+    if (!dtype_is_mlx(t->dtype) || t->n_dims != 2 || t->mlx.group <= 0) return;
+    size_t row = (size_t)(t->shape[1] / t->mlx.group) * dtype_block_bytes(t->mlx.dtype);
     t->mlx.scales = (const uint8_t *)t->mlx.scales + (size_t)r0 * row;
     t->mlx.biases = (const uint8_t *)t->mlx.biases + (size_t)r0 * row;
 }
@@ -110,19 +110,19 @@ static int index_rebuild(pdl_tensor_set *set, size_t cap) {
     return 0;
 }
 
-int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err) {
-    const pdl_tensor *dup = pdl_tensor_set_find(set, t->name);
+int tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err) {
+    const pdl_tensor *dup = tensor_set_find(set, t->name);
     if (dup)
-        return pdl_fail(err, "%s: duplicate tensor '%s' (first at offset %llu of %s)", t->file,
+        return err_fail(err, "%s: duplicate tensor '%s' (first at offset %llu of %s)", t->file,
                         t->name, (unsigned long long)dup->file_offset, dup->file);
-    if (set->count >= UINT32_MAX - 1) return pdl_fail(err, "%s: too many tensors", t->file);
+    if (set->count >= UINT32_MAX - 1) return err_fail(err, "%s: too many tensors", t->file);
     if (set->count == set->cap) {
         size_t cap = set->cap ? set->cap * 2 : 64;
         pdl_tensor *items = realloc(set->items, cap * sizeof *items);
-        if (!items) return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
+        if (!items) return err_fail(err, "out of memory adding tensor '%s'", t->name);
         set->items = items;
         bool *taken = realloc(set->taken, cap * sizeof *taken);
-        if (!taken) return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
+        if (!taken) return err_fail(err, "out of memory adding tensor '%s'", t->name);
         memset(taken + set->cap, 0, (cap - set->cap) * sizeof *taken);
         set->taken = taken;
         set->cap = cap;
@@ -131,7 +131,7 @@ int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err)
     if (set->count * 2 > set->index_cap) {
         if (index_rebuild(set, set->index_cap ? set->index_cap * 2 : 128)) {
             set->count--;
-            return pdl_fail(err, "out of memory adding tensor '%s'", t->name);
+            return err_fail(err, "out of memory adding tensor '%s'", t->name);
         }
     } else {
         size_t slot = name_hash(t->name) & (set->index_cap - 1);
@@ -141,7 +141,7 @@ int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err)
     return 0;
 }
 
-const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name) {
+const pdl_tensor *tensor_set_find(const pdl_tensor_set *set, const char *name) {
     if (!set->index_cap) return NULL;
     size_t slot = name_hash(name) & (set->index_cap - 1);
     while (set->index[slot]) {
@@ -152,13 +152,13 @@ const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *nam
     return NULL;
 }
 
-const pdl_tensor *pdl_tensor_set_take(const pdl_tensor_set *set, const char *name) {
-    const pdl_tensor *t = pdl_tensor_set_find(set, name);
+const pdl_tensor *tensor_set_take(const pdl_tensor_set *set, const char *name) {
+    const pdl_tensor *t = tensor_set_find(set, name);
     if (t) set->taken[t - set->items] = true;
     return t;
 }
 
-void pdl_tensor_set_free(pdl_tensor_set *set) {
+void tensor_set_free(pdl_tensor_set *set) {
     free(set->items);
     free(set->taken);
     free(set->index);

@@ -17,7 +17,7 @@
 #include "pagedlm.h"
 
 /* Element types the engine knows. Quantized types store blocks of
- * pdl_dtype_block_elems() elements in pdl_dtype_block_bytes() bytes. */
+ * dtype_block_elems() elements in dtype_block_bytes() bytes. */
 typedef enum pdl_dtype {
     PDL_DTYPE_F32 = 0,
     PDL_DTYPE_F16,
@@ -50,16 +50,16 @@ typedef enum pdl_dtype {
     PDL_DTYPE_COUNT
 } pdl_dtype;
 
-const char *pdl_dtype_name(pdl_dtype t);
-size_t pdl_dtype_block_elems(pdl_dtype t);
-size_t pdl_dtype_block_bytes(pdl_dtype t);
+const char *dtype_name(pdl_dtype t);
+size_t dtype_block_elems(pdl_dtype t);
+size_t dtype_block_bytes(pdl_dtype t);
 /* Whether t is a block format (Q*, MLX_*): such data is read bytewise. */
-int pdl_dtype_is_quantized(pdl_dtype t);
+int dtype_is_quantized(pdl_dtype t);
 /* Whether t is one of the MLX affine types (scales and biases in
  * pdl_tensor.mlx). */
-int pdl_dtype_is_mlx(pdl_dtype t);
+int dtype_is_mlx(pdl_dtype t);
 /* Bytes of a row of n elements; n must be a multiple of the block size. */
-size_t pdl_dtype_row_bytes(pdl_dtype t, int64_t n);
+size_t dtype_row_bytes(pdl_dtype t, int64_t n);
 
 /* 5: safetensors holds PyTorch's Conv3d weights (Qwen2.5-VL's patch
  * embedding); GGUF allows 4 (PDL_GGUF_MAX_DIMS) */
@@ -98,33 +98,33 @@ typedef struct pdl_tensor_set {
     size_t count, cap;
     uint32_t *index;     /* [index_cap] item number + 1; 0 = empty */
     size_t index_cap;    /* a power of two, at least twice count */
-    bool *taken;         /* [cap] items[i] was looked up with pdl_tensor_set_take */
+    bool *taken;         /* [cap] items[i] was looked up with tensor_set_take */
 } pdl_tensor_set;
 
 /* Appends a copy of t; fails on a duplicate name (message names both). */
-int pdl_tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err);
-const pdl_tensor *pdl_tensor_set_find(const pdl_tensor_set *set, const char *name);
-/* pdl_tensor_set_find for a tensor the caller uses (the model loader's
+int tensor_set_add(pdl_tensor_set *set, const pdl_tensor *t, pdl_error *err);
+const pdl_tensor *tensor_set_find(const pdl_tensor_set *set, const char *name);
+/* tensor_set_find for a tensor the caller uses (the model loader's
  * weights): also records it as taken (set->taken), so that what no one
  * took can be reported. Only that record changes. */
-const pdl_tensor *pdl_tensor_set_take(const pdl_tensor_set *set, const char *name);
-void pdl_tensor_set_free(pdl_tensor_set *set);
+const pdl_tensor *tensor_set_take(const pdl_tensor_set *set, const char *name);
+void tensor_set_free(pdl_tensor_set *set);
 
 /* Fails when two tensors' data overlap (the same offset included), naming
  * both and their file offsets: safetensors forbids it and llama.cpp writes
  * tensors one after the other, so overlap means a corrupt or crafted file
  * (one weight's bytes read as another's). Empty tensors are ignored. */
-int pdl_tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err);
+int tensor_set_check_disjoint(const pdl_tensor_set *set, pdl_error *err);
 
 /* Number of elements (product of the shape). */
-int64_t pdl_tensor_nelems(const pdl_tensor *t);
+int64_t tensor_nelems(const pdl_tensor *t);
 
 /* For a view of t starting r0 rows in (data moved by r0 rows): moves the
  * MLX scales and biases pointers by r0 rows too; a no-op for other types. */
-void pdl_tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0);
+void tensor_mlx_skip_rows(pdl_tensor *t, int64_t r0);
 
 /* The tensor's type as shown to users: the dtype name, with the group size
  * for MLX types ("MLX_Q4(g64)"). Returns buf. */
-const char *pdl_tensor_type_name(const pdl_tensor *t, char *buf, size_t n);
+const char *tensor_type_name(const pdl_tensor *t, char *buf, size_t n);
 
 #endif

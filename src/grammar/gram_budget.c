@@ -53,15 +53,15 @@ int gram_budget_fail(const gram_budget *b, pdl_error *err) {
                               "multiply the automaton's states; simplify the grammar";
     switch (b->stop) {
     case GRAM_BUDGET_WORK:
-        return pdl_fail(err, "grammar too complex: compiling it needs more than %lld steps of work (the limit; "
+        return err_fail(err, "grammar too complex: compiling it needs more than %lld steps of work (the limit; "
                         "stopped while %s): %s", (long long)b->max_work, b->stage, why);
     case GRAM_BUDGET_STATES:
-        return pdl_fail(err, "grammar too complex: it needs more than %d automaton states (the limit; stopped "
+        return err_fail(err, "grammar too complex: it needs more than %d automaton states (the limit; stopped "
                         "while %s): %s", b->max_states, b->stage, why);
     case GRAM_BUDGET_TIME:
-        return pdl_fail(err, "grammar too complex: compiling it takes longer than %.3g s (the limit; stopped "
+        return err_fail(err, "grammar too complex: compiling it takes longer than %.3g s (the limit; stopped "
                         "while %s): %s", b->max_seconds, b->stage, why);
-    case GRAM_BUDGET_CANCELLED: return pdl_fail(err, "grammar: compilation cancelled (while %s)", b->stage);
-    default: return pdl_fail(err, "grammar: compilation stopped");
+    case GRAM_BUDGET_CANCELLED: return err_fail(err, "grammar: compilation cancelled (while %s)", b->stage);
+    default: return err_fail(err, "grammar: compilation stopped");
     }
 }

@@ -597,7 +597,7 @@ static int prune_dead(gram_auto *a, gram_budget *budget, pdl_error *err) {
     if (!live || !prod) {
         free(live);
         free(prod);
-        return pdl_fail(err, "grammar: out of memory");
+        return err_fail(err, "grammar: out of memory");
     }
     for (bool changed = true; changed;) {
         changed = false;
@@ -625,7 +625,7 @@ static int prune_dead(gram_auto *a, gram_budget *budget, pdl_error *err) {
     }
     int rc = 0;
     if (!prod[a->root]) {
-        rc = pdl_fail(err, "grammar: rule '%s' matches no string at all (every path loops or dead-ends)",
+        rc = err_fail(err, "grammar: rule '%s' matches no string at all (every path loops or dead-ends)",
                       a->rule_name[a->root]);
     } else {
         int32_t w = 0;
@@ -671,7 +671,7 @@ static int refine(const gram_auto *a, int64_t max_rounds, int64_t max_work, cons
     table_state = malloc((size_t)S * sizeof *table_state);
     int rc = 0;
     if (!next || !table || !table_state || !row_off) {
-        rc = pdl_fail(err, "grammar: out of memory");
+        rc = err_fail(err, "grammar: out of memory");
         goto done;
     }
     /* the transitions that exist, row by row: most states have a few */
@@ -684,7 +684,7 @@ static int refine(const gram_auto *a, int64_t max_rounds, int64_t max_work, cons
     row_cls = malloc((size_t)(row_off[S] ? row_off[S] : 1) * sizeof *row_cls);
     row_to = malloc((size_t)(row_off[S] ? row_off[S] : 1) * sizeof *row_to);
     if (!row_cls || !row_to) {
-        rc = pdl_fail(err, "grammar: out of memory");
+        rc = err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t s = 0, w = 0; s < S; s++)
@@ -786,7 +786,7 @@ static int minimize(gram_auto *a, gram_budget *budget, pdl_error *err) {
     int32_t S = a->n_states, C = a->n_classes;
     sort_refs(a);
     int32_t *block = malloc((size_t)S * sizeof *block), n_blocks = S;
-    if (!block) return pdl_fail(err, "grammar: out of memory");
+    if (!block) return err_fail(err, "grammar: out of memory");
     int r = refine(a, INT64_MAX, 30000000, NULL, block, &n_blocks, budget, err);
     if (r != 0 || n_blocks == S) {
         free(block);
@@ -807,7 +807,7 @@ static int minimize(gram_auto *a, gram_budget *budget, pdl_error *err) {
         free(ref_off);
         free(refs);
         free(block);
-        return pdl_fail(err, "grammar: out of memory");
+        return err_fail(err, "grammar: out of memory");
     }
     for (int32_t s = S - 1; s >= 0; s--) rep[block[s]] = s;
     int32_t w = 0;
@@ -944,7 +944,7 @@ static int check_left_recursion(const gram_auto *a, const bool *nullable, gram_b
                 for (int32_t k = first; k < depth && w < sizeof msg - 64; k++)
                     w += (size_t)snprintf(msg + w, sizeof msg - w, "%s -> ", a->rule_name[path[k]]);
                 snprintf(msg + w, sizeof msg - w, "%s", a->rule_name[v]);
-                rc = pdl_fail(err, "grammar: left recursion (a rule reaches itself before reading anything): %s",
+                rc = err_fail(err, "grammar: left recursion (a rule reaches itself before reading anything): %s",
                               msg);
             } else if (colour[v] == 0) {
                 colour[v] = 1;
@@ -955,7 +955,7 @@ static int check_left_recursion(const gram_auto *a, const bool *nullable, gram_b
     }
     goto done;
 oom:
-    rc = pdl_fail(err, "grammar: out of memory");
+    rc = err_fail(err, "grammar: out of memory");
 done:
     free(seen);
     free(off);
@@ -1077,11 +1077,11 @@ static int32_t byte_classes(const gram_ir *ir, uint8_t *cls, uint8_t *rep) {
 
 int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_error *err) {
     memset(a, 0, sizeof *a);
-    if (ir->oom) return pdl_fail(err, "grammar: out of memory");
-    if (ir->root < 0 || ir->root >= ir->n_rules) return pdl_fail(err, "grammar: no root rule");
+    if (ir->oom) return err_fail(err, "grammar: out of memory");
+    if (ir->root < 0 || ir->root >= ir->n_rules) return err_fail(err, "grammar: no root rule");
     int32_t R = ir->n_rules;
     for (int32_t r = 0; r < R; r++)
-        if (ir->rules[r].body < 0) return pdl_fail(err, "grammar: rule '%s' is used but not defined", ir->rules[r].name);
+        if (ir->rules[r].body < 0) return err_fail(err, "grammar: rule '%s' is used but not defined", ir->rules[r].name);
 
     compiler c = {.ir = ir, .err = err};
     ivec *out = calloc((size_t)R, sizeof *out);
@@ -1100,7 +1100,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     budget->stage = "building the automaton";
     if (!out || !c.reachable || !c.recursive || !c.inlined || !c.size || !c.mult || !index || !low || !on_stack ||
         !stk || !order || !rule_map) {
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t r = 0; r < R; r++) each_ref(ir, ir->rules[r].body, 1, rule_refs, &out[r]);
@@ -1117,7 +1117,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
                     c.reachable[t] = true;
                     if (!ivec_push(&q, t)) {
                         free(q.v);
-                        pdl_fail(err, "grammar: out of memory");
+                        err_fail(err, "grammar: out of memory");
                         goto done;
                     }
                 }
@@ -1150,7 +1150,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
         if (probe.oom || budget->stop != GRAM_BUDGET_OK) {
             nfa_free(&probe);
             if (budget->stop != GRAM_BUDGET_OK) gram_budget_fail(budget, err);
-            else pdl_fail(err, "grammar: out of memory");
+            else err_fail(err, "grammar: out of memory");
             goto done;
         }
         c.size[r] = probe.n_states;
@@ -1170,7 +1170,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     if (!nfa_start || !nfa_accept) {
         free(nfa_start);
         free(nfa_accept);
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t r = 0; r < R; r++) {
@@ -1188,7 +1188,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
         if (f.too_big) {
             free(nfa_start);
             free(nfa_accept);
-            pdl_fail(err, "grammar too large: rule '%s' needs more than %d automaton states", ir->rules[r].name,
+            err_fail(err, "grammar too large: rule '%s' needs more than %d automaton states", ir->rules[r].name,
                      NFA_MAX_STATES);
             goto done;
         }
@@ -1196,7 +1196,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     if (f.oom) {
         free(nfa_start);
         free(nfa_accept);
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
 
@@ -1223,7 +1223,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     if (!b.out_off || !b.out || !b.stamp) {
         free(nfa_start);
         free(nfa_accept);
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t k = 0; k < f.n_e; k++) b.out_off[f.e[k].from + 1]++;
@@ -1233,7 +1233,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
         if (!fill) {
             free(nfa_start);
             free(nfa_accept);
-            pdl_fail(err, "grammar: out of memory");
+            err_fail(err, "grammar: out of memory");
             goto done;
         }
         memcpy(fill, b.out_off, (size_t)f.n_states * sizeof *fill);
@@ -1246,7 +1246,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     if (!a->rule_start || !a->rule_name) {
         free(nfa_start);
         free(nfa_accept);
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t r = 0; r < R; r++) {
@@ -1265,7 +1265,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     free(nfa_start);
     free(nfa_accept);
     if (b.oom) {
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
 
@@ -1284,7 +1284,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     a->follow = calloc((size_t)(n_kept ? n_kept : 1), 32);
     a->dist = malloc((size_t)S * sizeof *a->dist);
     if (!a->flags || !a->ref_off || !a->refs || !a->follow || !a->dist) {
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t s = 0; s < S; s++) a->flags[s] = b.final[s] ? GS_FINAL : 0;
@@ -1306,7 +1306,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
         free(nullable);
         free(null_state);
         free(first);
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     bool within = nullability(a, nullable, null_state, budget);
@@ -1316,7 +1316,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
         free(null_state);
         free(first);
         if (!within) gram_budget_fail(budget, err);
-        else pdl_fail(err, "grammar: out of memory");
+        else err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (int32_t r = 0; r < n_kept; r++) a->rule_nullable[r] = nullable[r];
@@ -1340,7 +1340,7 @@ int gram_auto_build(gram_auto *a, const gram_ir *ir, gram_budget *budget, pdl_er
     }
     a->wtrans = malloc((size_t)S * (size_t)C * sizeof *a->wtrans);
     if (!a->wtrans) {
-        pdl_fail(err, "grammar: out of memory");
+        err_fail(err, "grammar: out of memory");
         goto done;
     }
     for (size_t k = 0; k < (size_t)S * (size_t)C; k++) {

@@ -48,7 +48,7 @@ static int32_t fail_at(gbnf *g, const char *at, const char *msg) {
     if (!g->failed) {
         int line, col;
         where(g, at, &line, &col);
-        pdl_fail(g->err, "grammar: line %d, column %d: %s", line, col, msg);
+        err_fail(g->err, "grammar: line %d, column %d: %s", line, col, msg);
         g->failed = true;
     }
     return -1;
@@ -423,11 +423,11 @@ int gram_gbnf_parse(gram_ir *ir, const char *text, size_t len, pdl_error *err) {
     if (g.failed) {
         rc = -1;
     } else if (ir->oom) {
-        rc = pdl_fail(err, "grammar: out of memory");
+        rc = err_fail(err, "grammar: out of memory");
     } else {
         for (int32_t r = n_defined_before; r < ir->n_rules; r++) {
             if (ir->rules[r].body >= 0) continue;
-            rc = pdl_fail(err, "grammar: line %d: rule '%s' is used but never defined", g.first_use_line[r],
+            rc = err_fail(err, "grammar: line %d: rule '%s' is used but never defined", g.first_use_line[r],
                           ir->rules[r].name);
             break;
         }
@@ -435,7 +435,7 @@ int gram_gbnf_parse(gram_ir *ir, const char *text, size_t len, pdl_error *err) {
             ir->root = -1;
             for (int32_t r = n_defined_before; r < ir->n_rules; r++)
                 if (strcmp(ir->rules[r].name, "root") == 0) ir->root = r;
-            if (ir->root < 0) rc = pdl_fail(err, "grammar: no rule named 'root'");
+            if (ir->root < 0) rc = err_fail(err, "grammar: no rule named 'root'");
         }
     }
     free(defined);

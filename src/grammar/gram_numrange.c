@@ -323,7 +323,7 @@ static int int_interval(gram_ir *ir, const dec *lo, bool lo_excl, const dec *hi,
     if (hi) int_upper(hi, hi_excl, &hn, hd);
     if (lo && hi) {
         int c = ln != hn ? (ln ? -1 : 1) : (ln ? -digits_cmp(ld, hd) : digits_cmp(ld, hd));
-        if (c > 0) return pdl_fail(err, "no integer lies within the bounds");
+        if (c > 0) return err_fail(err, "no integer lies within the bounds");
     }
     int32_t kids[3];
     int k = 0;
@@ -344,11 +344,11 @@ static int int_interval(gram_ir *ir, const dec *lo, bool lo_excl, const dec *hi,
 int gram_json_number_range(gram_ir *ir, const char *lo_s, bool lo_excl, const char *hi_s, bool hi_excl, bool integer,
                            int32_t *out, pdl_error *err) {
     dec lo, hi;
-    if (lo_s && !dec_parse(lo_s, &lo)) return pdl_fail(err, "bound '%s' is not a number this grammar can use", lo_s);
-    if (hi_s && !dec_parse(hi_s, &hi)) return pdl_fail(err, "bound '%s' is not a number this grammar can use", hi_s);
+    if (lo_s && !dec_parse(lo_s, &lo)) return err_fail(err, "bound '%s' is not a number this grammar can use", lo_s);
+    if (hi_s && !dec_parse(hi_s, &hi)) return err_fail(err, "bound '%s' is not a number this grammar can use", hi_s);
     if (lo_s && hi_s) {
         int c = dec_cmp(&lo, &hi);
-        if (c > 0 || (c == 0 && (lo_excl || hi_excl))) return pdl_fail(err, "the lower bound is above the upper bound");
+        if (c > 0 || (c == 0 && (lo_excl || hi_excl))) return err_fail(err, "the lower bound is above the upper bound");
     }
     if (integer) return int_interval(ir, lo_s ? &lo : NULL, lo_excl, hi_s ? &hi : NULL, hi_excl, out, err);
 

@@ -40,7 +40,7 @@ typedef struct re {
 
 static int32_t re_fail(re *r, const char *at, const char *msg) {
     if (!r->failed) {
-        pdl_fail(r->err, "regex: offset %ld: %s", (long)(at - r->s), msg);
+        err_fail(r->err, "regex: offset %ld: %s", (long)(at - r->s), msg);
         r->failed = true;
     }
     return -1;
@@ -510,7 +510,7 @@ int gram_regex_parse(gram_ir *ir, const char *text, size_t len, int flavour, int
     re r = {.ir = ir, .s = text, .p = text, .end = text + len, .flavour = flavour, .err = err};
     int32_t x = parse_alt(&r, true);
     if (r.failed) return -1;
-    if (x < 0) return pdl_fail(err, "regex: out of memory");
+    if (x < 0) return err_fail(err, "regex: out of memory");
     if (r.p < r.end) return re_fail(&r, r.p, "unmatched ')'");
     *out = x;
     return 0;

@@ -72,7 +72,7 @@ static int32_t sc_fail(sc *c, const char *fmt, const char *a, const char *b) {
     if (!c->failed) {
         char msg[4400]; /* two pointers of up to 2100 bytes and the text */
         snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
-        pdl_fail(c->err, "%s: %s", c->where, msg);
+        err_fail(c->err, "%s: %s", c->where, msg);
         c->failed = true;
     }
     return -1;
@@ -993,7 +993,7 @@ int gram_schema_compile_sub(gram_ir *ir, const gram_json_rules *j, json_t *doc, 
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ptr);
     free(c.refs);
     if (c.failed) return -1;
-    if (r < 0 || ir->oom) return pdl_fail(err, "%s: out of memory", where);
+    if (r < 0 || ir->oom) return err_fail(err, "%s: out of memory", where);
     *out = r;
     return 0;
 }
@@ -1008,7 +1008,7 @@ int gram_schema_compile(gram_ir *ir, const gram_json_rules *j, const char *text,
     json_error_t je;
     json_t *schema = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!schema)
-        return pdl_fail(err, "%s: invalid JSON at line %d, column %d: %s", where, je.line, je.column, je.text);
+        return err_fail(err, "%s: invalid JSON at line %d, column %d: %s", where, je.line, je.column, je.text);
     int rc = gram_schema_compile_json(ir, j, schema, where, out, err);
     json_decref(schema);
     return rc;

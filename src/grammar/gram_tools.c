@@ -118,7 +118,7 @@ static int32_t tc_fail(tc *t, const char *fmt, const char *a, const char *b) {
     if (!t->failed) {
         char msg[600];
         snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
-        pdl_fail(t->err, "%s", msg);
+        err_fail(t->err, "%s", msg);
         t->failed = true;
     }
     return -1;
@@ -528,25 +528,25 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
     size_t len = spec->len ? spec->len : strlen(text);
     json_error_t je;
     json_t *tools = json_loadb(text, len, 0, &je);
-    if (!tools) return pdl_fail(err, "tools: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!tools) return err_fail(err, "tools: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
     int rc = -1;
     int32_t *calls = NULL;
     tc t = {.ir = ir, .fmt = spec->tool_format, .err = err};
     if (!json_is_array(tools) || json_array_size(tools) == 0) {
-        pdl_fail(err, "tools: expected a non-empty array");
+        err_fail(err, "tools: expected a non-empty array");
         goto done;
     }
     unsigned flags = t.fmt == GRAM_TOOLS_QWEN3_CODER || t.fmt == GRAM_TOOLS_GLM45 ? GRAM_JSON_NO_LT
                      : t.fmt == GRAM_TOOLS_PYTHONIC                               ? GRAM_JSON_PYTHON
                                                                                   : 0;
     if (gram_json_rules_init_flags(ir, &t.j, flags) != 0) {
-        pdl_fail(err, "tools: out of memory");
+        err_fail(err, "tools: out of memory");
         goto done;
     }
     size_t n = json_array_size(tools);
     calls = malloc(n * sizeof *calls);
     if (!calls) {
-        pdl_fail(err, "tools: out of memory");
+        err_fail(err, "tools: out of memory");
         goto done;
     }
     int n_calls = 0;
@@ -554,12 +554,12 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
         json_t *f = function_of(json_array_get(tools, i));
         json_t *name = json_object_get(f, "name");
         if (!json_is_string(name)) {
-            pdl_fail(err, "tools[%zu]: the function has no \"name\"", i);
+            err_fail(err, "tools[%zu]: the function has no \"name\"", i);
             goto done;
         }
         if (spec->tool_name && strcmp(spec->tool_name, json_string_value(name)) != 0) continue;
         if (!name_fits(t.fmt, json_string_value(name), false)) {
-            pdl_fail(err, "tools[%zu]: the function name '%.100s' cannot be written in the %s format", i,
+            err_fail(err, "tools[%zu]: the function name '%.100s' cannot be written in the %s format", i,
                      json_string_value(name), gram_tool_format_name(t.fmt));
             goto done;
         }
@@ -569,7 +569,7 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
         calls[n_calls++] = call;
     }
     if (n_calls == 0) {
-        pdl_fail(err, "tool_choice names the function '%s', which is not in tools", spec->tool_name);
+        err_fail(err, "tool_choice names the function '%s', which is not in tools", spec->tool_name);
         goto done;
     }
     int32_t call = gx_alt(ir, calls, n_calls);
@@ -597,12 +597,12 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
         *out = gx_seqv(ir, gx_str(ir, GRAM_KIMI_SECTION), calls_of(ir, call, many, ""), gx_str(ir, GRAM_KIMI_SECTION_END),
                        GX_END);
         break;
-    default: pdl_fail(err, "tools: unknown tool-call format"); goto done;
+    default: err_fail(err, "tools: unknown tool-call format"); goto done;
     }
     /* markers that are control tokens in a vocabulary may be sampled as themselves */
     if (t.fmt != GRAM_TOOLS_LLAMA3_JSON)
         for (int m = 0; marks[m]; m++) gram_ir_add_special(ir, marks[m]);
-    rc = ir->oom ? pdl_fail(err, "tools: out of memory") : 0;
+    rc = ir->oom ? err_fail(err, "tools: out of memory") : 0;
 done:
     free(calls);
     json_decref(tools);

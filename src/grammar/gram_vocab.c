@@ -67,7 +67,7 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
     for (int32_t i = 0; i < v->n_vocab; i++) n += v->kind[i] == GRAM_TOKEN_TEXT;
     v->n_tokens = n;
     v->order = malloc((size_t)(n ? n : 1) * sizeof *v->order);
-    if (!v->order) return pdl_fail(err, "grammar vocabulary: out of memory");
+    if (!v->order) return err_fail(err, "grammar vocabulary: out of memory");
     n = 0;
     for (int32_t i = 0; i < v->n_vocab; i++)
         if (v->kind[i] == GRAM_TOKEN_TEXT) v->order[n++] = i;
@@ -90,17 +90,17 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
         while (m < la && m < l && a[m] == b[m]) m++;
         cap += l - m;
     }
-    if (cap > INT32_MAX - 2) return pdl_fail(err, "grammar vocabulary: trie too large");
+    if (cap > INT32_MAX - 2) return err_fail(err, "grammar vocabulary: trie too large");
     v->n_nodes = (int32_t)cap;
     v->nodes = calloc(cap + 1, sizeof *v->nodes);
     uint32_t maxlen = 0;
     for (int32_t k = 0; k < n; k++)
         if (v->len[v->order[k]] > maxlen) maxlen = v->len[v->order[k]];
-    if (maxlen > 60000) return pdl_fail(err, "grammar vocabulary: a token of %u bytes", maxlen);
+    if (maxlen > 60000) return err_fail(err, "grammar vocabulary: a token of %u bytes", maxlen);
     int32_t *path = malloc((size_t)(maxlen + 1) * sizeof *path); /* node at each depth of the current token */
     if (!v->nodes || !path) {
         free(path);
-        return pdl_fail(err, "grammar vocabulary: out of memory");
+        return err_fail(err, "grammar vocabulary: out of memory");
     }
     gram_trie_node *t = v->nodes;
     int32_t nn = 1, depth = 0; /* nodes so far; depth of the current path */
@@ -133,7 +133,7 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
 
     /* short_max: the smallest length >= 16 with at most GRAM_LONG_TOKENS longer tokens */
     int32_t *count = calloc((size_t)maxlen + 2, sizeof *count);
-    if (!count) return pdl_fail(err, "grammar vocabulary: out of memory");
+    if (!count) return err_fail(err, "grammar vocabulary: out of memory");
     for (int32_t k = 0; k < n; k++) count[v->len[v->order[k]]]++;
     int32_t longer = n, k_max = 0;
     for (k_max = 0; k_max <= (int32_t)maxlen; k_max++) {
@@ -144,7 +144,7 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
     v->short_max = k_max > (int32_t)maxlen ? (int32_t)maxlen : k_max;
     v->n_long = 0;
     v->long_ids = malloc((size_t)(longer > 0 ? longer : 1) * sizeof *v->long_ids);
-    if (!v->long_ids) return pdl_fail(err, "grammar vocabulary: out of memory");
+    if (!v->long_ids) return err_fail(err, "grammar vocabulary: out of memory");
     for (int32_t k = 0; k < n; k++)
         if ((int32_t)v->len[v->order[k]] > v->short_max) v->long_ids[v->n_long++] = v->order[k];
     return 0;
@@ -152,7 +152,7 @@ static int build_trie(gram_vocab *v, pdl_error *err) {
 
 static int vocab_alloc(gram_vocab **out, int n_vocab, size_t pool, pdl_error *err) {
     gram_vocab *v = calloc(1, sizeof *v);
-    if (!v) return pdl_fail(err, "grammar vocabulary: out of memory");
+    if (!v) return err_fail(err, "grammar vocabulary: out of memory");
     v->n_vocab = n_vocab;
     v->n_words = (n_vocab + 63) / 64;
     v->bytes = malloc(pool ? pool : 1);
@@ -161,7 +161,7 @@ static int vocab_alloc(gram_vocab **out, int n_vocab, size_t pool, pdl_error *er
     v->kind = calloc((size_t)n_vocab, 1);
     if (!v->bytes || !v->off || !v->len || !v->kind) {
         gram_vocab_free(v);
-        return pdl_fail(err, "grammar vocabulary: out of memory");
+        return err_fail(err, "grammar vocabulary: out of memory");
     }
     *out = v;
     return 0;
@@ -169,12 +169,12 @@ static int vocab_alloc(gram_vocab **out, int n_vocab, size_t pool, pdl_error *er
 
 static int set_end_ids(gram_vocab *v, const int32_t *ids, int n, int32_t eos, pdl_error *err) {
     v->end_ids = malloc((size_t)(n + 1) * sizeof *v->end_ids);
-    if (!v->end_ids) return pdl_fail(err, "grammar vocabulary: out of memory");
+    if (!v->end_ids) return err_fail(err, "grammar vocabulary: out of memory");
     v->n_end = 0;
     for (int i = -1; i < n; i++) {
         int32_t id = i < 0 ? eos : ids[i];
         if (id < 0) continue;
-        if (id >= v->n_vocab) return pdl_fail(err, "grammar vocabulary: end token %d is outside the vocabulary", id);
+        if (id >= v->n_vocab) return err_fail(err, "grammar vocabulary: end token %d is outside the vocabulary", id);
         if (!gram_vocab_is_end(v, id)) v->end_ids[v->n_end++] = id;
     }
     return 0;
@@ -202,7 +202,7 @@ static int vocab_finish(gram_vocab *v, const int32_t *end_ids, int n_end_ids, in
 int gram_vocab_new(gram_vocab **out, int n_vocab, const char *const *bytes, const uint32_t *lens,
                    const bool *special, const int32_t *end_ids, int n_end_ids, pdl_error *err) {
     *out = NULL;
-    if (n_vocab <= 0) return pdl_fail(err, "grammar vocabulary: empty");
+    if (n_vocab <= 0) return err_fail(err, "grammar vocabulary: empty");
     size_t pool = 0;
     for (int i = 0; i < n_vocab; i++) pool += bytes[i] ? lens[i] : 0;
     gram_vocab *v;
@@ -225,7 +225,7 @@ int gram_vocab_from_tokenizer(gram_vocab **out, const struct tok_tokenizer *tok,
     int n_tok = tok_vocab_size(tok);
     if (n_vocab <= 0) n_vocab = n_tok;
     if (n_vocab < n_tok)
-        return pdl_fail(err, "grammar vocabulary: %d logits for a tokenizer of %d tokens", n_vocab, n_tok);
+        return err_fail(err, "grammar vocabulary: %d logits for a tokenizer of %d tokens", n_vocab, n_tok);
     size_t pool = 0;
     for (int32_t i = 0; i < n_tok; i++) {
         size_t l;

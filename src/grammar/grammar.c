@@ -19,20 +19,20 @@
 static int choice_expr(gram_ir *ir, const char *text, size_t len, int32_t *out, pdl_error *err) {
     json_error_t je;
     json_t *arr = json_loadb(text, len, 0, &je);
-    if (!arr) return pdl_fail(err, "choice: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!arr) return err_fail(err, "choice: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
     int rc = 0;
     if (!json_is_array(arr) || json_array_size(arr) == 0) {
-        rc = pdl_fail(err, "choice: expected a non-empty JSON array of strings");
+        rc = err_fail(err, "choice: expected a non-empty JSON array of strings");
     } else {
         size_t n = json_array_size(arr);
         int32_t *kids = malloc(n * sizeof *kids);
         if (!kids) {
-            rc = pdl_fail(err, "choice: out of memory");
+            rc = err_fail(err, "choice: out of memory");
         } else {
             for (size_t i = 0; i < n && rc == 0; i++) {
                 json_t *s = json_array_get(arr, i);
                 if (!json_is_string(s))
-                    rc = pdl_fail(err, "choice: element %zu is not a string", i);
+                    rc = err_fail(err, "choice: element %zu is not a string", i);
                 else
                     kids[i] = gx_literal(ir, json_string_value(s), json_string_length(s));
             }
@@ -69,11 +69,11 @@ static int build_ir(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
     case GRAM_TOOL_CALL:
         if (gram_tools_grammar(ir, spec, &expr, err) != 0) return -1;
         break;
-    default: return pdl_fail(err, "grammar: unknown kind %d", (int)spec->kind);
+    default: return err_fail(err, "grammar: unknown kind %d", (int)spec->kind);
     }
-    if (ir->oom || expr < 0) return pdl_fail(err, "grammar: out of memory");
+    if (ir->oom || expr < 0) return err_fail(err, "grammar: out of memory");
     ir->root = gram_ir_rule_def(ir, "root", 0, expr);
-    return ir->root < 0 ? pdl_fail(err, "grammar: out of memory") : 0;
+    return ir->root < 0 ? err_fail(err, "grammar: out of memory") : 0;
 }
 
 int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, pdl_error *err) {
@@ -93,12 +93,12 @@ int gram_compile_limited(gram_grammar **out, const gram_vocab *v, const gram_spe
     }
     if (ir.oom) {
         gram_ir_free(&ir);
-        return pdl_fail(err, "grammar: out of memory");
+        return err_fail(err, "grammar: out of memory");
     }
     gram_grammar *g = calloc(1, sizeof *g);
     if (!g) {
         gram_ir_free(&ir);
-        return pdl_fail(err, "grammar: out of memory");
+        return err_fail(err, "grammar: out of memory");
     }
     atomic_init(&g->refs, 1);
     atomic_init(&g->walk_too_complex, false);
@@ -147,7 +147,7 @@ int gram_compile_limited(gram_grammar **out, const gram_vocab *v, const gram_spe
     g->walk_bits = malloc((size_t)v->n_words * sizeof *g->walk_bits);
     if (oom || !g->walk_class || !g->cls || !g->long_cls || !g->walk_bits) {
         gram_grammar_free(g);
-        return pdl_fail(err, "grammar: out of memory");
+        return err_fail(err, "grammar: out of memory");
     }
     g->compile_work = budget.used;
     *out = g;
@@ -212,20 +212,20 @@ static int public_kind(pdl_grammar_kind kind, gram_kind *out) {
 
 int pdl_grammar_compile(pdl_grammar **out, const pdl_grammar_vocab *vocab, const pdl_grammar_spec *spec,
                         const pdl_grammar_limits *limits, pdl_error *err) {
-    if (!out) return pdl_fail(err, "pdl_grammar_compile: out is NULL");
+    if (!out) return err_fail(err, "pdl_grammar_compile: out is NULL");
     *out = NULL;
-    if (!vocab || !spec) return pdl_fail(err, "pdl_grammar_compile: %s is NULL", vocab ? "spec" : "vocab");
+    if (!vocab || !spec) return err_fail(err, "pdl_grammar_compile: %s is NULL", vocab ? "spec" : "vocab");
     gram_spec s = {.text = spec->text, .len = spec->len, .tool_name = spec->tool_name, .parallel = spec->parallel};
     if (public_kind(spec->kind, &s.kind) != 0)
-        return pdl_fail(err, "grammar: unknown kind %d (pdl_grammar_kind)", (int)spec->kind);
+        return err_fail(err, "grammar: unknown kind %d (pdl_grammar_kind)", (int)spec->kind);
     if (s.kind == GRAM_TOOL_CALL) {
-        if (!spec->tool_format) return pdl_fail(err, "grammar: a tool call needs tool_format (e.g. \"hermes\")");
+        if (!spec->tool_format) return err_fail(err, "grammar: a tool call needs tool_format (e.g. \"hermes\")");
         if (gram_tool_format_parse(spec->tool_format, &s.tool_format) != 0)
-            return pdl_fail(err, "grammar: unknown tool_format '%s' (hermes, llama3_json, mistral, qwen3_coder, "
+            return err_fail(err, "grammar: unknown tool_format '%s' (hermes, llama3_json, mistral, qwen3_coder, "
                             "pythonic, deepseek_v3, glm45, kimi_k2)", spec->tool_format);
     }
     bool needs_text = s.kind != GRAM_JSON_OBJECT && s.kind != GRAM_JSON_VALUE;
-    if (needs_text && !spec->text) return pdl_fail(err, "grammar: text is NULL (this kind needs it)");
+    if (needs_text && !spec->text) return err_fail(err, "grammar: text is NULL (this kind needs it)");
     return gram_compile_limited(out, vocab, &s, limits, err);
 }
 

@@ -9,61 +9,61 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 
-#define ATTN_QUERIES_FN pdl_attention_queries_scalar
-#define ATTN_F16(h) pdl_f16_to_f32(h)
+#define ATTN_QUERIES_FN attn_queries_scalar
+#define ATTN_F16(h) fp16_f16_to_f32(h)
 #include "kernels/attention_body.h"
 
 /* Per query: its scores over the span, padded by a group of 16 keys on
  * each side (the AVX-512 tiles score whole groups of 16 positions). */
-size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim) {
+size_t attn_queries_scratch(int n_q, int span, int head_dim) {
     (void)head_dim;
     return (size_t)n_q * ((size_t)span + 32);
 }
 
-void pdl_attention_table_for(pdl_isa isa, pdl_attention_table *t) {
+void attn_table_for(pdl_isa isa, pdl_attention_table *t) {
     t->isa = isa;
     switch (isa) {
     case PDL_ISA_AVX512:
-        t->queries = pdl_attention_queries_avx512, t->ranges = pdl_attention_queries_avx512_ranges;
-        t->store_f16 = pdl_attention_store_f16c;
+        t->queries = attn_queries_avx512, t->ranges = attn_queries_avx512_ranges;
+        t->store_f16 = attn_store_f16c;
         break;
     case PDL_ISA_AVX2:
-        t->queries = pdl_attention_queries_avx2, t->ranges = pdl_attention_queries_avx2_ranges;
-        t->store_f16 = pdl_attention_store_f16c;
+        t->queries = attn_queries_avx2, t->ranges = attn_queries_avx2_ranges;
+        t->store_f16 = attn_store_f16c;
         break;
     case PDL_ISA_NEON:
-        t->queries = pdl_attention_queries_neon, t->ranges = pdl_attention_queries_neon_ranges;
-        t->store_f16 = pdl_attention_store_neon;
+        t->queries = attn_queries_neon, t->ranges = attn_queries_neon_ranges;
+        t->store_f16 = attn_store_neon;
         break;
     default:
         t->isa = PDL_ISA_SCALAR;
-        t->queries = pdl_attention_queries_scalar, t->ranges = pdl_attention_queries_scalar_ranges;
-        t->store_f16 = pdl_attention_store_scalar;
+        t->queries = attn_queries_scalar, t->ranges = attn_queries_scalar_ranges;
+        t->store_f16 = attn_store_scalar;
     }
 }
 
-void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    pdl_attention_table_for(pdl_isa_active(), &t);
+    attn_table_for(cpu_isa_active(), &t);
     t.queries(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 
-void pdl_attention_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
+void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
                           int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    pdl_attention_table_for(pdl_isa_active(), &t);
+    attn_table_for(cpu_isa_active(), &t);
     t.ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 
-void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                                 int64_t slot, const float *k, const float *v) {
     for (int e = 0; e < kv_dim; e++) {
-        size_t ke = pdl_attn_k_index(slot, block_size, kv_dim, e);
-        size_t ve = pdl_attn_v_index(slot, block_size, kv_dim, head_dim, e);
+        size_t ke = attn_k_index(slot, block_size, kv_dim, e);
+        size_t ve = attn_v_index(slot, block_size, kv_dim, head_dim, e);
         if (kv_is_f16) {
-            ((uint16_t *)kpool)[ke] = pdl_f32_to_f16(k[e]);
-            ((uint16_t *)vpool)[ve] = pdl_f32_to_f16(v[e]);
+            ((uint16_t *)kpool)[ke] = fp16_f32_to_f16(k[e]);
+            ((uint16_t *)vpool)[ve] = fp16_f32_to_f16(v[e]);
         } else {
             ((float *)kpool)[ke] = k[e];
             ((float *)vpool)[ve] = v[e];
@@ -71,14 +71,14 @@ void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_
     }
 }
 
-void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                          int64_t slot, const float *k, const float *v) {
     pdl_attention_table t;
-    pdl_attention_table_for(pdl_isa_active(), &t);
-    pdl_attention_table_store(&t, kv_is_f16)(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+    attn_table_for(cpu_isa_active(), &t);
+    attn_table_store(&t, kv_is_f16)(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 
-void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_queries(&out_h, &q_h, &pos, 1, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries(&out_h, &q_h, &pos, 1, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }

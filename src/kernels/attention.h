@@ -8,10 +8,10 @@
  * block s / block_size at offset s % block_size, and each block is
  * kv_dim * block_size elements of K and as many of V, head after head.
  * K is dimension-major within a head: element e (= kv_head * head_dim + d)
- * of the key in slot s is at pdl_attn_k_index(s, block_size, kv_dim, e),
+ * of the key in slot s is at attn_k_index(s, block_size, kv_dim, e),
  * so for one dimension the keys of a block lie side by side and a vector
  * load takes 16 of them. V is slot-major within a head: the value of slot
- * s for element e is at pdl_attn_v_index(s, block_size, kv_dim, head_dim,
+ * s for element e is at attn_v_index(s, block_size, kv_dim, head_dim,
  * e), so one head's values of a block are one run of block_size * head_dim
  * elements and the value products read them in order (a row of every
  * head, kv_dim apart, put each head's rows a power of two apart, which
@@ -21,12 +21,12 @@
  * reference in attention_body.h and the AVX-512, AVX2 and NEON tiles follow
  * it exactly),
  * for a query q at position pos over keys j in [first, pos] (first = 0, or
- * with a sliding window W > 0, max(0, pos - W + 1); pdl_attention_ranges
+ * with a sliding window W > 0, max(0, pos - W + 1); attn_ranges
  * takes any [first, last] per query):
  *   score:   acc = fma(q[d], k_j[d], acc) for d = 0 .. head_dim - 1 from 0,
  *            s_j = acc * scale, then s_j = softcap * tanh(s_j / softcap)
  *            when softcap > 0 (Gemma 2);
- *   softmax: m = max s_j; p_j = pdl_exp_nonpos(s_j - m); 16 partial sums,
+ *   softmax: m = max s_j; p_j = fexp_nonpos(s_j - m); 16 partial sums,
  *            lane l adding p_{first + l}, p_{first + l + 16}, ... in order
  *            from 0, reduced as (l + l+8), then (+4), then
  *            (0 + 2) + (1 + 3); p_j *= 1 / sum;
@@ -52,14 +52,14 @@ typedef struct pdl_attn_kv {
 } pdl_attn_kv;
 
 /* Index (in elements) of element e of the key in `slot` in a K pool. */
-static inline size_t pdl_attn_k_index(int64_t slot, int block_size, int kv_dim, int e) {
+static inline size_t attn_k_index(int64_t slot, int block_size, int kv_dim, int e) {
     int64_t block = slot / block_size;
     return ((size_t)block * (size_t)kv_dim + (size_t)e) * (size_t)block_size + (size_t)(slot % block_size);
 }
 
 /* Index (in elements) of element e (= kv_head * head_dim + d) of the
  * value in `slot` in a V pool. */
-static inline size_t pdl_attn_v_index(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+static inline size_t attn_v_index(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
     int64_t block = slot / block_size;
     int head = e / head_dim;
     return ((size_t)block * (size_t)kv_dim + (size_t)head * (size_t)head_dim) * (size_t)block_size +
@@ -71,13 +71,13 @@ static inline size_t pdl_attn_v_index(int64_t slot, int block_size, int kv_dim, 
  * layout above. */
 typedef void (*pdl_attention_store_fn)(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim,
                                        int block_size, int64_t slot, const float *k, const float *v);
-void pdl_attention_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                          int64_t slot, const float *k, const float *v);
-void pdl_attention_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                                 int64_t slot, const float *k, const float *v);
-void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v);
-void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v);
 
 /*
@@ -85,12 +85,12 @@ void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_di
  * floats) for query q[i] at position pos[i], in the order above, with
  * keys read once per tile for all n_q queries (the rows of a prefill chunk
  * and the heads of a GQA group). scratch holds
- * pdl_attention_queries_scratch(n_q, span, head_dim) floats, span =
+ * attn_queries_scratch(n_q, span, head_dim) floats, span =
  * max pos[i] - min first[i] + 1.
  */
-void pdl_attention_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                            int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
-size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
+size_t attn_queries_scratch(int n_q, int span, int head_dim);
 
 /*
  * The same with each query's keys given as a range [first[i], last[i]]
@@ -98,48 +98,48 @@ size_t pdl_attention_queries_scratch(int n_q, int span, int head_dim);
  * operations with j running over the range: for rows that see keys past
  * their own position (Gemma 3's image rows, which attend to every row of
  * their image both ways). With first = max(0, pos - W + 1) (or 0) and
- * last = pos it gives pdl_attention_queries' bits. Scratch as above with
+ * last = pos it gives attn_queries' bits. Scratch as above with
  * span = max last[i] - min first[i] + 1.
  */
-void pdl_attention_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
+void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
                           int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch);
 
-/* One query: pdl_attention_queries with n_q = 1 (scratch likewise). */
-void pdl_attention_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
+/* One query: attn_queries with n_q = 1 (scratch likewise). */
+void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
                         int pos, int window, const pdl_attn_kv *kv, float *scratch);
 
-/* The builds per instruction set (pdl_attention_queries, _ranges and
- * pdl_attention_store pick the process's family on each call, for the
+/* The builds per instruction set (attn_queries, _ranges and
+ * attn_store pick the process's family on each call, for the
  * vision encoder and the tests; the forward calls through its context's
  * pdl_attention_table instead); exposed for the tests that compare them. */
 typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                  float *scratch);
-void pdl_attention_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch);
-void pdl_attention_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                 float *scratch);
-void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch);
-void pdl_attention_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                 float *scratch);
 typedef void (*pdl_attention_ranges_fn)(float *const *out, const float *const *q, const int *first, const int *last,
                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
                                         const pdl_attn_kv *kv, float *scratch);
-void pdl_attention_queries_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                          int n_q, int head_dim, int kv_head, float scale, float softcap,
                                          const pdl_attn_kv *kv, float *scratch);
-void pdl_attention_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                        int n_q, int head_dim, int kv_head, float scale, float softcap,
                                        const pdl_attn_kv *kv, float *scratch);
-void pdl_attention_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                          int n_q, int head_dim, int kv_head, float scale, float softcap,
                                          const pdl_attn_kv *kv, float *scratch);
-void pdl_attention_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                        int n_q, int head_dim, int kv_head, float scale, float softcap,
                                        const pdl_attn_kv *kv, float *scratch);
 
@@ -148,16 +148,16 @@ void pdl_attention_queries_neon_ranges(float *const *out, const float *const *q,
  * call per attention call, no dispatch per call or per row. */
 typedef struct pdl_attention_table {
     pdl_isa isa;                      /* the family it was filled for */
-    pdl_attention_fn queries;         /* pdl_attention_queries' body */
-    pdl_attention_ranges_fn ranges;   /* pdl_attention_ranges' body */
-    pdl_attention_store_fn store_f16; /* F16 K/V stores; F32 K/V is pdl_attention_store_scalar on every family */
+    pdl_attention_fn queries;         /* attn_queries' body */
+    pdl_attention_ranges_fn ranges;   /* attn_ranges' body */
+    pdl_attention_store_fn store_f16; /* F16 K/V stores; F32 K/V is attn_store_scalar on every family */
 } pdl_attention_table;
 
 /* The table of family isa (the scalar one for a family this build lacks). */
-void pdl_attention_table_for(pdl_isa isa, pdl_attention_table *t);
+void attn_table_for(pdl_isa isa, pdl_attention_table *t);
 /* The table's store for a cache of that K/V dtype. */
-static inline pdl_attention_store_fn pdl_attention_table_store(const pdl_attention_table *t, int kv_is_f16) {
-    return kv_is_f16 ? t->store_f16 : pdl_attention_store_scalar;
+static inline pdl_attention_store_fn attn_table_store(const pdl_attention_table *t, int kv_is_f16) {
+    return kv_is_f16 ? t->store_f16 : attn_store_scalar;
 }
 
 #endif

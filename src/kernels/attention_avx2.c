@@ -23,7 +23,7 @@ typedef __m256 at_v;
 #define AT_SG1 4
 #define AT_VR 3
 #define AT_VACC 12
-#define AT_FN pdl_attention_queries_avx2
+#define AT_FN attn_queries_avx2
 #define AT_GENERIC attention_queries_avx2_generic
 static inline at_v at_zero(void) { return _mm256_setzero_ps(); }
 static inline at_v at_set1(float x) { return _mm256_set1_ps(x); }
@@ -46,21 +46,21 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 static inline void at_to_f16(const float *src, uint16_t *dst) {
     _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT));
 }
-#define AT_STORE_FN pdl_attention_store_f16c
+#define AT_STORE_FN attn_store_f16c
 #include "kernels/attention_tiles_body.h"
 #else
-void pdl_attention_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v) {
-    pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+    attn_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
-void pdl_attention_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                 float *scratch) {
-    pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
-void pdl_attention_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                      int n_q, int head_dim, int kv_head, float scale, float softcap,
                                      const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 #endif

@@ -22,7 +22,7 @@ typedef __m512 at_v;
 #define AT_SG1 4
 #define AT_VR 6
 #define AT_VACC 24
-#define AT_FN pdl_attention_queries_avx512
+#define AT_FN attn_queries_avx512
 #define AT_GENERIC attention_queries_avx512_generic
 static inline at_v at_zero(void) { return _mm512_setzero_ps(); }
 static inline at_v at_set1(float x) { return _mm512_set1_ps(x); }
@@ -38,14 +38,14 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 }
 #include "kernels/attention_tiles_body.h"
 #else
-void pdl_attention_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                   int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                   float *scratch) {
-    pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
-void pdl_attention_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                      int n_q, int head_dim, int kv_head, float scale, float softcap,
                                      const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 #endif

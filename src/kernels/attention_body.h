@@ -21,7 +21,7 @@ static inline int64_t attn_slot(const pdl_attn_kv *kv, int pos) {
 /* The softmax of n scores in place (attention.h: 16 partial sums, a fixed
  * tree, then each p times 1 / sum). */
 static inline void attn_softmax(float *p, int n, float max) {
-    for (int j = 0; j < n; j++) p[j] = pdl_exp_nonpos(p[j] - max);
+    for (int j = 0; j < n; j++) p[j] = fexp_nonpos(p[j] - max);
     float lane[16] = {0};
     int j0 = 0;
     for (; j0 + 16 <= n; j0 += 16) /* a whole vector of lanes per step */
@@ -56,7 +56,7 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
         int run = bs - j % bs; /* keys up to the end of j's block */
         if (run > pos - j + 1) run = pos - j + 1;
         if (run > 16) run = 16;
-        size_t k0 = pdl_attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
+        size_t k0 = attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
         float acc[16] = {0};
         for (int d = 0; d < hd; d++) {
             size_t at = k0 + (size_t)d * (size_t)bs;
@@ -80,7 +80,7 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int j = first; j <= pos; j++) {
         float p = scores[j - first];
-        size_t v0 = pdl_attn_v_index(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
+        size_t v0 = attn_v_index(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
         if (f16) {
             const uint16_t *v = (const uint16_t *)kv->v + v0;
             for (int d = 0; d < hd; d++) out[d] = fmaf(p, ATTN_F16(v[d]), out[d]);

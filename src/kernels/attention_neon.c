@@ -15,7 +15,7 @@
 
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_neon_generic
-#define ATTN_F16(h) pdl_f16_to_f32_hw(h)
+#define ATTN_F16(h) fp16_f16_to_f32_hw(h)
 #include "kernels/attention_body.h"
 
 typedef float32x4_t at_v;
@@ -25,7 +25,7 @@ typedef float32x4_t at_v;
 #define AT_SG1 4
 #define AT_VR 6
 #define AT_VACC 24
-#define AT_FN pdl_attention_queries_neon
+#define AT_FN attn_queries_neon
 #define AT_GENERIC attention_queries_neon_generic
 static inline at_v at_zero(void) { return vdupq_n_f32(0.0f); }
 static inline at_v at_set1(float x) { return vdupq_n_f32(x); }
@@ -43,21 +43,21 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 static inline void at_to_f16(const float *src, uint16_t *dst) {
     vst1_u16(dst, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src))));
 }
-#define AT_STORE_FN pdl_attention_store_neon
+#define AT_STORE_FN attn_store_neon
 #include "kernels/attention_tiles_body.h"
 #else
-void pdl_attention_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                               int64_t slot, const float *k, const float *v) {
-    pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+    attn_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
-void pdl_attention_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                 float *scratch) {
-    pdl_attention_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
-void pdl_attention_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                      int n_q, int head_dim, int kv_head, float scale, float softcap,
                                      const pdl_attn_kv *kv, float *scratch) {
-    pdl_attention_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
 }
 #endif

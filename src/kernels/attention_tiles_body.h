@@ -227,13 +227,13 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
         for (int g = 0; g < ng; g++) {
             int j = g0 + AT_W * g;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            kp[g] = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            kp[g] = (const uint8_t *)kv->k + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
         }
         const uint8_t *pf = NULL;
         if (g0 + AT_W * gmax < end) {
             int j = g0 + AT_W * gmax;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            pf = (const uint8_t *)kv->k + pdl_attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            pf = (const uint8_t *)kv->k + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
         }
         for (int r0 = 0; r0 < n_q; r0 += AT_SR) {
             int nr = n_q - r0 < AT_SR ? n_q - r0 : AT_SR;
@@ -314,22 +314,22 @@ static inline void at_store_f16(const float *src, uint16_t *dst, int n) {
     memcpy(dst, h, (size_t)n * sizeof(uint16_t));
 }
 
-/* The cache write (attention.h's pdl_attention_store) with the vector
+/* The cache write (attention.h's attn_store) with the vector
  * conversion: each head's V row AT_W halves at a time, K elements to their
  * dimension-major places, the last of a run through a padded vector; the
- * bits of pdl_f32_to_f16. F32 caches take the portable copy. */
+ * bits of fp16_f32_to_f16. F32 caches take the portable copy. */
 void AT_STORE_FN(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size, int64_t slot,
                  const float *k, const float *v) {
     if (!kv_is_f16) {
-        pdl_attention_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
+        attn_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
         return;
     }
     for (int e0 = 0; e0 < kv_dim; e0 += head_dim) {
-        uint16_t *vd = (uint16_t *)vpool + pdl_attn_v_index(slot, block_size, kv_dim, head_dim, e0);
+        uint16_t *vd = (uint16_t *)vpool + attn_v_index(slot, block_size, kv_dim, head_dim, e0);
         for (int d = 0; d < head_dim; d += AT_W)
             at_store_f16(v + e0 + d, vd + d, head_dim - d < AT_W ? head_dim - d : AT_W);
     }
-    uint16_t *kd = (uint16_t *)kpool + pdl_attn_k_index(slot, block_size, kv_dim, 0), h[AT_W];
+    uint16_t *kd = (uint16_t *)kpool + attn_k_index(slot, block_size, kv_dim, 0), h[AT_W];
     for (int e = 0; e < kv_dim; e += AT_W) {
         int n = kv_dim - e < AT_W ? kv_dim - e : AT_W;
         at_store_f16(k + e, h, n);

@@ -67,58 +67,58 @@ static void detect(void) {
     active = best_of(&features);
 }
 
-int pdl_isa_named(const char *name, pdl_isa *isa, pdl_error *err) {
+int cpu_isa_named(const char *name, pdl_isa *isa, pdl_error *err) {
     pthread_once(&once, detect);
     pdl_isa want = PDL_ISA_COUNT; /* unknown */
     for (int i = 0; i < PDL_ISA_COUNT; i++)
-        if (strcmp(name, pdl_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
+        if (strcmp(name, cpu_isa_name((pdl_isa)i)) == 0) want = (pdl_isa)i;
     if (want != PDL_ISA_COUNT && supported(&features, want)) {
         *isa = want;
         return 0;
     }
     /* a typo or another machine's family: the best, and the caller says so */
     *isa = best_of(&features);
-    return pdl_fail(err, "%s is %s; using %s", name,
+    return err_fail(err, "%s is %s; using %s", name,
                     want == PDL_ISA_COUNT ? "not one of scalar, avx2, avx512, neon" : "not supported by this CPU",
-                    pdl_isa_name(*isa));
+                    cpu_isa_name(*isa));
 }
 
 int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err) {
     pthread_once(&once, detect);
-    if (bf16_activations >= 0) pdl_matmul_set_bf16_activations(bf16_activations != 0);
+    if (bf16_activations >= 0) matmul_set_bf16_activations(bf16_activations != 0);
     if (!isa) return 0;
     pdl_isa chosen;
-    int rc = pdl_isa_named(isa, &chosen, err);
+    int rc = cpu_isa_named(isa, &chosen, err);
     active = chosen;
     return rc;
 }
 
-const pdl_cpu_features *pdl_cpu_features_get(void) {
+const pdl_cpu_features *cpu_features_get(void) {
     pthread_once(&once, detect);
     return &features;
 }
 
-pdl_isa pdl_isa_best(void) {
+pdl_isa cpu_isa_best(void) {
     pthread_once(&once, detect); /* the flags are read once, whoever asks first */
     return best_of(&features);
 }
 
-pdl_isa pdl_isa_active(void) {
+pdl_isa cpu_isa_active(void) {
     pthread_once(&once, detect);
     return active;
 }
 
-bool pdl_isa_supported(pdl_isa isa) {
+bool cpu_isa_supported(pdl_isa isa) {
     pthread_once(&once, detect);
     return supported(&features, isa);
 }
 
-pdl_isa pdl_isa_set(pdl_isa isa) {
-    active = pdl_isa_supported(isa) ? isa : pdl_isa_best();
+pdl_isa cpu_isa_set(pdl_isa isa) {
+    active = cpu_isa_supported(isa) ? isa : cpu_isa_best();
     return active;
 }
 
-const char *pdl_isa_name(pdl_isa isa) {
+const char *cpu_isa_name(pdl_isa isa) {
     switch (isa) {
     case PDL_ISA_AVX512: return "avx512";
     case PDL_ISA_AVX2: return "avx2";

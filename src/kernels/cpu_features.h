@@ -7,7 +7,7 @@
  * family the CPU lacks, or an unknown name, falls back to the best it has
  * (the error says so; the library itself reads no environment).
  * The x86 families (AVX2, AVX-512) and NEON never meet in one process:
- * loops over the families ask pdl_isa_supported, not the enum's order.
+ * loops over the families ask cpu_isa_supported, not the enum's order.
  */
 #ifndef PDL_KERNELS_CPU_FEATURES_H
 #define PDL_KERNELS_CPU_FEATURES_H
@@ -30,19 +30,19 @@ typedef struct pdl_cpu_features {
     bool neon, neon_dotprod; /* aarch64: Advanced SIMD; SDOT/UDOT (Armv8.2 DotProd) */
 } pdl_cpu_features;
 
-const pdl_cpu_features *pdl_cpu_features_get(void);
+const pdl_cpu_features *cpu_features_get(void);
 /* The best family the CPU supports. */
-pdl_isa pdl_isa_best(void);
+pdl_isa cpu_isa_best(void);
 /* Whether this CPU (and this build) can run the family. */
-bool pdl_isa_supported(pdl_isa isa);
+bool cpu_isa_supported(pdl_isa isa);
 /* The family in effect (pdl_set_kernels' or the best). */
-pdl_isa pdl_isa_active(void);
+pdl_isa cpu_isa_active(void);
 /* The family called `name` ("scalar", "avx2", "avx512", "neon") in *isa;
  * -1 with err "NAME is not ...; using BEST" and the best in *isa when the
  * name is unknown or the CPU lacks it (pdl_set_kernels' rule). */
-int pdl_isa_named(const char *name, pdl_isa *isa, pdl_error *err);
+int cpu_isa_named(const char *name, pdl_isa *isa, pdl_error *err);
 /* Overrides the family (tests); returns the one actually set. */
-pdl_isa pdl_isa_set(pdl_isa isa);
-const char *pdl_isa_name(pdl_isa isa);
+pdl_isa cpu_isa_set(pdl_isa isa);
+const char *cpu_isa_name(pdl_isa isa);
 
 #endif

@@ -11,7 +11,7 @@
 #include "kernels/fast_exp.h"
 #include "kernels/fp16.h"
 
-void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     /* Sum of squares in double: exact enough to match float64 references.
      * Eight partial sums (lane l adds elements l, l + 8, ...) in a fixed
      * tree, which the compiler vectorises: a single running sum waits for
@@ -26,8 +26,8 @@ void pdl_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps) {
-    /* Mean and variance in double, as pdl_rmsnorm's sum of squares. */
+void ops_layernorm(float *out, const float *x, const float *w, int n, float eps) {
+    /* Mean and variance in double, as ops_rmsnorm's sum of squares. */
     double sum = 0.0;
     for (int i = 0; i < n; i++) sum += x[i];
     float mean = (float)(sum / n);
@@ -40,7 +40,7 @@ void pdl_layernorm(float *out, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) out[i] = (x[i] - mean) * scale * w[i];
 }
 
-void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq) {
+void ops_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq) {
     int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         double theta = (double)pos * (double)inv_freq[i];
@@ -49,7 +49,7 @@ void pdl_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq) {
     }
 }
 
-void pdl_rope_angles_sections(float *cs, int rope_dim, const int32_t pos3[3], const int sections[3],
+void ops_rope_angles_sections(float *cs, int rope_dim, const int32_t pos3[3], const int sections[3],
                               const float *inv_freq) {
     int half = rope_dim / 2, section = 0, section_end = sections[0];
     for (int i = 0; i < half; i++) {
@@ -60,7 +60,7 @@ void pdl_rope_angles_sections(float *cs, int rope_dim, const int32_t pos3[3], co
     }
 }
 
-void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox) {
+void ops_rope_apply(float *x, int rope_dim, const float *cs, int neox) {
     int half = rope_dim / 2;
     for (int i = 0; i < half; i++) {
         float c = cs[i], s = cs[half + i];
@@ -72,53 +72,53 @@ void pdl_rope_apply(float *x, int rope_dim, const float *cs, int neox) {
     }
 }
 
-void pdl_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) {
+void ops_rope(float *x, int rope_dim, int pos, const float *inv_freq, int neox) {
     float cs[1024];
     if (rope_dim > 1024) return; /* no model has heads this wide; the loader refuses them */
-    pdl_rope_angles(cs, rope_dim, pos, inv_freq);
-    pdl_rope_apply(x, rope_dim, cs, neox);
+    ops_rope_angles(cs, rope_dim, pos, inv_freq);
+    ops_rope_apply(x, rope_dim, cs, neox);
 }
 
 /* g / (1 + e^-z) * up, with e = e^-|z|: g / (1 + e) for z >= 0, g e /
  * (1 + e) below (no overflow for either sign). SiLU: z = g. */
 static inline float sigmoid_gate(float g, float z, float up) {
-    float e = pdl_exp_nonpos(-fabsf(z));
+    float e = fexp_nonpos(-fabsf(z));
     float num = z < 0.0f ? g * e : g;
     return num / (1.0f + e) * up;
 }
 
-void pdl_silu_mul_portable(float *gate, const float *up, int n) {
+void ops_silu_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = sigmoid_gate(gate[i], gate[i], up[i]);
 }
 
-void pdl_gate_table_for(pdl_isa isa, pdl_gate_table *t) {
+void ops_gate_table_for(pdl_isa isa, pdl_gate_table *t) {
     t->isa = isa;
     switch (isa) {
-    case PDL_ISA_AVX512: t->silu_mul = pdl_silu_mul_avx512, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx512; break;
-    case PDL_ISA_AVX2: t->silu_mul = pdl_silu_mul_avx2, t->gelu_tanh_mul = pdl_gelu_tanh_mul_avx2; break;
-    case PDL_ISA_NEON: t->silu_mul = pdl_silu_mul_neon, t->gelu_tanh_mul = pdl_gelu_tanh_mul_neon; break;
+    case PDL_ISA_AVX512: t->silu_mul = ops_silu_mul_avx512, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx512; break;
+    case PDL_ISA_AVX2: t->silu_mul = ops_silu_mul_avx2, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx2; break;
+    case PDL_ISA_NEON: t->silu_mul = ops_silu_mul_neon, t->gelu_tanh_mul = ops_gelu_tanh_mul_neon; break;
     default:
         t->isa = PDL_ISA_SCALAR;
-        t->silu_mul = pdl_silu_mul_portable, t->gelu_tanh_mul = pdl_gelu_tanh_mul_portable;
+        t->silu_mul = ops_silu_mul_portable, t->gelu_tanh_mul = ops_gelu_tanh_mul_portable;
     }
 }
 
-void pdl_silu_mul(float *gate, const float *up, int n) {
+void ops_silu_mul(float *gate, const float *up, int n) {
     pdl_gate_table t;
-    pdl_gate_table_for(pdl_isa_active(), &t);
+    ops_gate_table_for(cpu_isa_active(), &t);
     t.silu_mul(gate, up, n);
 }
 
-void pdl_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
+void ops_gelu_tanh_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) {
         float g = gate[i];
         gate[i] = sigmoid_gate(g, PDL_GELU_2K * (g + PDL_GELU_C * (g * g * g)), up[i]);
     }
 }
 
-void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
+void ops_gelu_tanh_mul(float *gate, const float *up, int n) {
     pdl_gate_table t;
-    pdl_gate_table_for(pdl_isa_active(), &t);
+    ops_gate_table_for(cpu_isa_active(), &t);
     t.gelu_tanh_mul(gate, up, n);
 }
 
@@ -130,7 +130,7 @@ void pdl_gelu_tanh_mul(float *gate, const float *up, int n) {
 static float half_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return pdl_f16_to_f32(h);
+    return fp16_f16_to_f32(h);
 }
 
 /* Q4_0 / Q4_1: byte j holds element j (low nibble) and j + 16 (high). */
@@ -264,9 +264,9 @@ static void dequant_q6_k(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
-int pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
+int ops_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
     const uint8_t *p = src;
-    int64_t nb = n / (int64_t)pdl_dtype_block_elems(dtype);
+    int64_t nb = n / (int64_t)dtype_block_elems(dtype);
     switch (dtype) {
     case PDL_DTYPE_F32: memcpy(out, src, (size_t)n * sizeof *out); break;
     case PDL_DTYPE_F16:
@@ -276,7 +276,7 @@ int pdl_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) 
         for (int64_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + 2 * i, 2);
-            out[i] = pdl_bf16_to_f32(h);
+            out[i] = fp16_bf16_to_f32(h);
         }
         break;
     case PDL_DTYPE_Q8_0:
@@ -327,7 +327,7 @@ static float mlx_param_at(pdl_dtype dt, const uint8_t *p, int64_t i) {
         return f;
     }
     case PDL_DTYPE_F16: return half_at(p + 2 * i);
-    case PDL_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return pdl_bf16_to_f32(h);
+    case PDL_DTYPE_BF16: memcpy(&h, p + 2 * i, 2); return fp16_bf16_to_f32(h);
     default: return 0.0f; /* not reached: dequant_mlx_row refuses other dtypes first */
     }
 }
@@ -336,7 +336,7 @@ static int dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_t
     pdl_dtype pdt = t->mlx.dtype; /* of the scales and biases */
     if (pdt != PDL_DTYPE_F32 && pdt != PDL_DTYPE_F16 && pdt != PDL_DTYPE_BF16) return -1;
     int64_t group = t->mlx.group, n_groups = n / group;
-    const uint8_t *codes = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
+    const uint8_t *codes = (const uint8_t *)t->data + (size_t)row * dtype_row_bytes(t->dtype, n);
     const uint8_t *sc = t->mlx.scales, *bi = t->mlx.biases;
     for (int64_t g = 0; g < n_groups; g++, out += group) {
         float s = mlx_param_at(t->mlx.dtype, sc, row * n_groups + g);
@@ -355,8 +355,8 @@ static int dequant_mlx_row(const pdl_tensor *t, int64_t row, float *out, int64_t
     return 0;
 }
 
-int pdl_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
-    if (pdl_dtype_is_mlx(t->dtype)) return dequant_mlx_row(t, row, out, n);
-    const uint8_t *base = (const uint8_t *)t->data + (size_t)row * pdl_dtype_row_bytes(t->dtype, n);
-    return pdl_dequant_blocks(t->dtype, base, out, n);
+int ops_dequant_row(const pdl_tensor *t, int64_t row, float *out, int64_t n) {
+    if (dtype_is_mlx(t->dtype)) return dequant_mlx_row(t, row, out, n);
+    const uint8_t *base = (const uint8_t *)t->data + (size_t)row * dtype_row_bytes(t->dtype, n);
+    return ops_dequant_blocks(t->dtype, base, out, n);
 }

@@ -24,7 +24,7 @@ typedef __m256i fe_vi;
 #define fe_as_float _mm256_castsi256_ps
 #include "kernels/fast_exp_body.h"
 
-/* pdl_exp_nonpos (fast_exp.h) on 8 lanes: the clamp below -87 (and NaN)
+/* fexp_nonpos (fast_exp.h) on 8 lanes: the clamp below -87 (and NaN)
  * with vector masks around the shared core. */
 static inline __m256 exp_nonpos8(__m256 z) {
     __m256i u = _mm256_castps_si256(z);
@@ -44,10 +44,10 @@ static inline __m256 exp_nonpos8(__m256 z) {
 #define fe_div _mm256_div_ps
 #define fe_abs(v) _mm256_and_ps((v), _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))
 #define fe_neg_select(z, a, b) _mm256_blendv_ps((b), (a), _mm256_cmp_ps((z), _mm256_setzero_ps(), _CMP_LT_OQ))
-#define GATE_SILU_FN pdl_silu_mul_avx2
-#define GATE_GELU_FN pdl_gelu_tanh_mul_avx2
+#define GATE_SILU_FN ops_silu_mul_avx2
+#define GATE_GELU_FN ops_gelu_tanh_mul_avx2
 #include "kernels/gates_body.h"
 #else
-void pdl_silu_mul_avx2(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
-void pdl_gelu_tanh_mul_avx2(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }
+void ops_silu_mul_avx2(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
+void ops_gelu_tanh_mul_avx2(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
 #endif

@@ -22,7 +22,7 @@ typedef __m512i fe_vi;
 #define fe_as_float _mm512_castsi512_ps
 #include "kernels/fast_exp_body.h"
 
-/* pdl_exp_nonpos (fast_exp.h) on 16 lanes: the clamp below -87 (and NaN)
+/* fexp_nonpos (fast_exp.h) on 16 lanes: the clamp below -87 (and NaN)
  * with mask registers around the shared core. */
 static inline __m512 exp_nonpos16(__m512 z) {
     __m512i u = _mm512_castps_si512(z);
@@ -42,7 +42,7 @@ static inline __m512 sigmoid_gate16(__m512 g, __m512 z, __m512 up) {
     return _mm512_mul_ps(_mm512_div_ps(num, _mm512_add_ps(one, e)), up);
 }
 
-void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
+void ops_silu_mul_avx512(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
         __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
@@ -50,7 +50,7 @@ void pdl_silu_mul_avx512(float *gate, const float *up, int n) {
     }
 }
 
-void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
+void ops_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
     const __m512 k2 = _mm512_set1_ps(PDL_GELU_2K), c = _mm512_set1_ps(PDL_GELU_C);
     for (int i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
@@ -61,6 +61,6 @@ void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
     }
 }
 #else
-void pdl_silu_mul_avx512(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
-void pdl_gelu_tanh_mul_avx512(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }
+void ops_silu_mul_avx512(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
+void ops_gelu_tanh_mul_avx512(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
 #endif

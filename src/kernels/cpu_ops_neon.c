@@ -22,7 +22,7 @@ typedef int32x4_t fe_vi;
 #define fe_as_float vreinterpretq_f32_s32
 #include "kernels/fast_exp_body.h"
 
-/* pdl_exp_nonpos (fast_exp.h) on 4 lanes: the clamp below -87 (and NaN)
+/* fexp_nonpos (fast_exp.h) on 4 lanes: the clamp below -87 (and NaN)
  * with lane masks around the shared core. */
 static inline float32x4_t exp_nonpos4(float32x4_t z) {
     uint32x4_t u = vreinterpretq_u32_f32(z), limit = vdupq_n_u32(0xc2ae0000u);
@@ -40,10 +40,10 @@ static inline float32x4_t exp_nonpos4(float32x4_t z) {
 #define fe_div vdivq_f32
 #define fe_abs vabsq_f32
 #define fe_neg_select(z, a, b) vbslq_f32(vcltq_f32((z), vdupq_n_f32(0.0f)), (a), (b))
-#define GATE_SILU_FN pdl_silu_mul_neon
-#define GATE_GELU_FN pdl_gelu_tanh_mul_neon
+#define GATE_SILU_FN ops_silu_mul_neon
+#define GATE_GELU_FN ops_gelu_tanh_mul_neon
 #include "kernels/gates_body.h"
 #else
-void pdl_silu_mul_neon(float *gate, const float *up, int n) { pdl_silu_mul_portable(gate, up, n); }
-void pdl_gelu_tanh_mul_neon(float *gate, const float *up, int n) { pdl_gelu_tanh_mul_portable(gate, up, n); }
+void ops_silu_mul_neon(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
+void ops_gelu_tanh_mul_neon(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
 #endif

@@ -23,7 +23,7 @@
 
 /* For z <= 0, -inf and NaN (both -> 0). The clamp and the final zeroing are
  * bit masks, not ?:, which GCC would turn into a branch and not vectorise. */
-static inline float pdl_exp_nonpos(float z) {
+static inline float fexp_nonpos(float z) {
     uint32_t u;
     memcpy(&u, &z, sizeof u);
     /* all ones when z < -87 (for z <= 0, a larger bit pattern is more

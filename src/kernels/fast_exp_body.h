@@ -1,9 +1,9 @@
 /*
- * fast_exp_body.h - the float part of pdl_exp_nonpos (fast_exp.h) on one
+ * fast_exp_body.h - the float part of fexp_nonpos (fast_exp.h) on one
  * vector, written once for any width and included by cpu_ops_avx2.c (8
  * lanes), cpu_ops_avx512.c (16 lanes) and cpu_ops_neon.c (4 lanes): from the clamped argument zc,
  * n = round(zc / ln2), the reduced r, the polynomial and the scale 2^n,
- * each operation rounded once in pdl_exp_nonpos's order (no fused
+ * each operation rounded once in fexp_nonpos's order (no fused
  * multiply-adds), so every width gives the portable bits. The caller
  * clamps before and zeroes the lanes below -87 (and NaN) after.
  *

@@ -10,20 +10,20 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float pdl_bits_to_f32(uint32_t u) {
+static inline float fp16_bits_to_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline uint32_t pdl_f32_to_bits(float f) {
+static inline uint32_t fp16_f32_to_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
 /* Exact half -> float (subnormals, infinities and NaNs included). */
-static inline float pdl_f16_to_f32_exact(uint16_t h) {
+static inline float fp16_f16_to_f32_exact(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f;
     uint32_t mant = h & 0x3ff;
@@ -44,12 +44,12 @@ static inline float pdl_f16_to_f32_exact(uint16_t h) {
     } else {
         bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
     }
-    return pdl_bits_to_f32(bits);
+    return fp16_bits_to_f32(bits);
 }
 
 /* float -> half, round to nearest even; overflow gives infinity. */
-static inline uint16_t pdl_f32_to_f16(float f) {
-    uint32_t x = pdl_f32_to_bits(f);
+static inline uint16_t fp16_f32_to_f16(float f) {
+    uint32_t x = fp16_f32_to_bits(f);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffff;
     if (absx >= 0x7f800000u) /* inf or nan */
@@ -72,26 +72,26 @@ static inline uint16_t pdl_f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
-static inline float pdl_bf16_to_f32(uint16_t b) { return pdl_bits_to_f32((uint32_t)b << 16); }
+static inline float fp16_bf16_to_f32(uint16_t b) { return fp16_bits_to_f32((uint32_t)b << 16); }
 
 /* float -> bfloat16, round to nearest even (NaN kept quiet), as PyTorch's .to(torch.bfloat16). */
-static inline uint16_t pdl_f32_to_bf16(float f) {
-    uint32_t u = pdl_f32_to_bits(f);
+static inline uint16_t fp16_f32_to_bf16(float f) {
+    uint32_t u = fp16_f32_to_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
 
 /* The 65536-entry half -> float table, filled on first use. */
-extern float pdl_f16_table[65536];
-void pdl_fp16_init(void);
+extern float fp16_f16_table[65536];
+void fp16_init(void);
 
-static inline float pdl_f16_to_f32(uint16_t h) { return pdl_f16_table[h]; }
+static inline float fp16_f16_to_f32(uint16_t h) { return fp16_f16_table[h]; }
 
 #if defined(__aarch64__)
 /* The same value with one FCVT (half precision conversion is part of the
  * aarch64 base), for the NEON kernels: no table to fill first. */
-static inline float pdl_f16_to_f32_hw(uint16_t h) {
+static inline float fp16_f16_to_f32_hw(uint16_t h) {
     __fp16 f;
     memcpy(&f, &h, sizeof f);
     return (float)f;

@@ -7,7 +7,7 @@
  * the same bits.
  *
  * The including file defines what fast_exp_body.h needs, and FE_W,
- * exp_nonpos_v (pdl_exp_nonpos on a vector: the clamp, exp_nonpos_core, the
+ * exp_nonpos_v (fexp_nonpos on a vector: the clamp, exp_nonpos_core, the
  * zeroing), fe_load, fe_store, fe_div, fe_abs, fe_neg_select(z, a, b) (a
  * where z < 0, else b), and the functions' names GATE_SILU_FN and
  * GATE_GELU_FN.
@@ -27,7 +27,7 @@ void GATE_SILU_FN(float *gate, const float *up, int n) {
         fe_v g = fe_load(gate + i);
         fe_store(gate + i, sigmoid_gate_v(g, g, fe_load(up + i)));
     }
-    pdl_silu_mul_portable(gate + i, up + i, n - i);
+    ops_silu_mul_portable(gate + i, up + i, n - i);
 }
 
 void GATE_GELU_FN(float *gate, const float *up, int n) {
@@ -39,5 +39,5 @@ void GATE_GELU_FN(float *gate, const float *up, int n) {
         fe_v z = fe_mul(k2, fe_add(g, fe_mul(c, cube)));
         fe_store(gate + i, sigmoid_gate_v(g, z, fe_load(up + i)));
     }
-    pdl_gelu_tanh_mul_portable(gate + i, up + i, n - i);
+    ops_gelu_tanh_mul_portable(gate + i, up + i, n - i);
 }

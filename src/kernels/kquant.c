@@ -22,7 +22,7 @@ static inline int32_t round_even(float v) {
     return (int32_t)(u - 0x4B400000u);
 }
 
-void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y) {
+void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y) {
     for (int64_t b = 0; b < n / PDL_QK_K; b++, x += PDL_QK_K, y++) {
         /* amax through the bits of |x|: for non-NaN floats their order is
          * the integers' order, and an integer max vectorizes */
@@ -61,13 +61,13 @@ void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y) {
 static float half_at(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return pdl_f16_to_f32(h);
+    return fp16_f16_to_f32(h);
 }
 
 /* Q4_K block (144 bytes): f16 d, f16 dmin, 12 bytes of 6-bit scales and
  * mins, 128 bytes of nibbles; element 32 j + l of sub-block j is the low
  * (j even) or high (j odd) nibble of qs[32 (j / 2) + l]. */
-float pdl_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; b++, w += 144, x++) {
         const uint8_t *s = w + 4, *qs = w + 16;
@@ -97,7 +97,7 @@ float pdl_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
  * (e % 128) / 32, l = e % 32: low 4 bits from ql[64 h + l + 32 (k % 2)]
  * (high nibble when k >= 2), bits 4-5 from qh[32 h + l] bits 2k; value
  * minus 32; scale scales[e / 16]. */
-float pdl_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
     float acc = 0.0f;
     for (int64_t b = 0; b < nb; b++, w += 210, x++) {
         const uint8_t *ql = w, *qh = w + 128;

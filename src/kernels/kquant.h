@@ -42,7 +42,7 @@ typedef struct pdl_block_q8k {
 
 /* A Q4_K block's 8 six-bit scales and 8 six-bit mins (12 bytes at blk + 4),
  * one byte each, sub-block j in byte j of *sc and *mn. */
-static inline void pdl_q4_k_scales_mins(const uint8_t *blk, uint64_t *sc, uint64_t *mn) {
+static inline void kquant_q4_k_scales_mins(const uint8_t *blk, uint64_t *sc, uint64_t *mn) {
     uint32_t u[3];
     memcpy(u, blk + 4, 12);
     *sc = (uint64_t)(u[0] & 0x3f3f3f3f) | (uint64_t)((u[2] & 0x0f0f0f0f) | ((u[0] >> 2) & 0x30303030)) << 32;
@@ -50,11 +50,11 @@ static inline void pdl_q4_k_scales_mins(const uint8_t *blk, uint64_t *sc, uint64
 }
 
 /* x[n] (n a multiple of 256) -> n / 256 blocks. */
-void pdl_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
+void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 
 /* dot(weight row w of nb super-blocks, x[nb]) in the order above. */
-float pdl_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
-float pdl_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 
 /* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
  * r < rows, c < cols (at most the family's tile size); activation row r is
@@ -63,15 +63,15 @@ typedef void (*pdl_tile_kq_fn)(const pdl_block_q8k *x, int64_t nb, int rows, con
                                size_t w_row_bytes, int cols, float *out, int64_t ldo);
 
 /* The SIMD tiles and quantizer (defined only where the compiler targets
- * x86); the quantizer gives pdl_quantize_row_q8_k's bytes. */
-void pdl_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y);
-void pdl_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+ * x86); the quantizer gives kquant_quantize_row_q8_k's bytes. */
+void kquant_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y);
+void kquant_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                           int cols, float *out, int64_t ldo);
-void pdl_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+void kquant_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                           int cols, float *out, int64_t ldo);
-void pdl_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                         int cols, float *out, int64_t ldo);
-void pdl_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                         int cols, float *out, int64_t ldo);
 
 #endif

@@ -83,7 +83,7 @@ static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *
         for (int c = 0; c < nc; c++) {
             const uint8_t *blk = w + c * wrb + b * 144;
             uint64_t sc, mn;
-            pdl_q4_k_scales_mins(blk, &sc, &mn);
+            kquant_q4_k_scales_mins(blk, &sc, &mn);
             scb[c] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
             dw[c] = half_at(blk);
@@ -188,14 +188,14 @@ static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *
     store(facc, nr, nc, out, ldo);
 }
 
-void pdl_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                         float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo);
     else q4k_body(x, nb, rows, w, wrb, cols, out, ldo);
 }
 
-void pdl_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                         float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q6k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q6k_body(x, nb, 1, w, wrb, TC, out, ldo);

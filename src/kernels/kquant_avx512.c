@@ -14,11 +14,11 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* pdl_quantize_row_q8_k with 16 lanes, the same arithmetic (kquant.c):
+/* kquant_quantize_row_q8_k with 16 lanes, the same arithmetic (kquant.c):
  * amax through the bits of |x|, x * (127 / amax) + 1.5 * 2^23 and the low
  * bits, clamped: the same bytes for every input, infinities and NaNs
  * included. */
-void pdl_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y) {
+void kquant_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y) {
     const __m512i absmask = _mm512_set1_epi32(0x7fffffff), bias = _mm512_set1_epi32(0x4B400000);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
     const __m512 magic = _mm512_set1_ps(12582912.0f);
@@ -49,12 +49,12 @@ void pdl_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y) {
     }
 }
 
-void pdl_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+void kquant_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                           int cols, float *out, int64_t ldo) {
     kq_bw_tile_q4_k(x, nb, rows, w, w_row_bytes, cols, out, ldo);
 }
 
-void pdl_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+void kquant_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                           int cols, float *out, int64_t ldo) {
     kq_bw_tile_q6_k(x, nb, rows, w, w_row_bytes, cols, out, ldo);
 }

@@ -113,7 +113,7 @@ static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_bl
         for (int c = 0; c < nc; c++) {
             const uint8_t *blk = w + c * wrb + b * 144;
             uint64_t sc, mn;
-            pdl_q4_k_scales_mins(blk, &sc, &mn);
+            kquant_q4_k_scales_mins(blk, &sc, &mn);
             scz[c] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
             dw[c] = KQ_NAME(half)(blk);

@@ -1,7 +1,7 @@
 /*
  * kquant_avx512vnni.c - the Q4_K / Q6_K x Q8_K tiles with AVX512-VNNI
  * (VPDPWSSD; the body is kquant_avx512_body.h), as the kernel family
- * pdl_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
+ * matmul_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
  * has VNNI. Compiled with AVX-512 + VNNI flags (CMakeLists.txt).
  */
 #include "kernels/matmul_table.h"
@@ -11,7 +11,7 @@
 #define KQ_NAME(x) kq_vnni_##x
 #include "kernels/kquant_avx512_body.h"
 
-const pdl_tile_kernels pdl_tiles_avx512_vnni = {
+const pdl_tile_kernels matmul_tiles_avx512_vnni = {
     .tile_rows = TR,
     .tile_cols = TC,
     .q4k = kq_vnni_tile_q4_k,
@@ -19,5 +19,5 @@ const pdl_tile_kernels pdl_tiles_avx512_vnni = {
 };
 #else
 /* Not built for this target: the family has no kernels. */
-const pdl_tile_kernels pdl_tiles_avx512_vnni = {0};
+const pdl_tile_kernels matmul_tiles_avx512_vnni = {0};
 #endif

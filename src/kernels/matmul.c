@@ -7,7 +7,7 @@
  * matmul_avx2.c) are tested against. Q4_K and Q6_K weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
  * in matmul_neon*.c. The kernels of a family are chosen once, into a
- * pdl_kernels table (pdl_kernels_for) that a model and each context keep
+ * pdl_kernels table (matmul_kernels_for) that a model and each context keep
  * and every entry point takes; within it, every output element is computed
  * by the same instruction sequence whatever the batch, so results are
  * batch-invariant.
@@ -48,8 +48,8 @@ static float dot_f16(const uint16_t *w, const float *x, int64_t n) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += pdl_f16_to_f32(w[i + j]) * x[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += pdl_f16_to_f32(w[i]) * x[i];
+        for (int j = 0; j < LANES; j++) acc[j] += fp16_f16_to_f32(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += fp16_f16_to_f32(w[i]) * x[i];
     return reduce_lanes(acc);
 }
 
@@ -57,8 +57,8 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
     float acc[LANES] = {0};
     int64_t i = 0;
     for (; i + LANES <= n; i += LANES)
-        for (int j = 0; j < LANES; j++) acc[j] += pdl_bf16_to_f32(w[i + j]) * x[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += pdl_bf16_to_f32(w[i]) * x[i];
+        for (int j = 0; j < LANES; j++) acc[j] += fp16_bf16_to_f32(w[i + j]) * x[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += fp16_bf16_to_f32(w[i]) * x[i];
     return reduce_lanes(acc);
 }
 
@@ -77,7 +77,7 @@ static float dot_q8_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
         uint16_t d16;
         memcpy(&d16, blk, 2);
         const int8_t *q = (const int8_t *)(blk + 2), *x = xq + b * 32;
-        float d = pdl_f16_to_f32(d16) * xd[b];
+        float d = fp16_f16_to_f32(d16) * xd[b];
         for (int j = 0; j < 8; j++) {
             int32_t p = 0;
             for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
@@ -105,7 +105,7 @@ static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
             q[i + 16] = (int8_t)((blk[2 + i] >> 4) - 8);
         }
         const int8_t *x = xq + b * 32;
-        float d = pdl_f16_to_f32(d16) * xd[b];
+        float d = fp16_f16_to_f32(d16) * xd[b];
         for (int j = 0; j < 8; j++) {
             int32_t p = 0;
             for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
@@ -128,7 +128,7 @@ static bool takes_q8k_activations(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q
  * kernel yet: their weight rows are expanded to F32 once per call and use
  * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
-    return pdl_dtype_is_quantized(dtype) && !takes_q8_activations(dtype) && !takes_q8k_activations(dtype);
+    return dtype_is_quantized(dtype) && !takes_q8_activations(dtype) && !takes_q8k_activations(dtype);
 }
 
 static void quantize_row_q8_0_portable(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
@@ -142,28 +142,28 @@ static void quantize_row_q8_0_portable(const float *x, int64_t n, int8_t *qs, fl
             qs[b * 32 + j] = (int8_t)lrintf(xb[j] * inv); /* nearest, ties to even */
             s += qs[b * 32 + j];
         }
-        d[b] = pdl_f16_to_f32(pdl_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
+        d[b] = fp16_f16_to_f32(fp16_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
         if (sums) sums[b] = s;
     }
 }
 
-pdl_quantize_q8_0_fn pdl_quantizer_q8_0(pdl_isa isa) {
+pdl_quantize_q8_0_fn matmul_quantizer_q8_0(pdl_isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == PDL_ISA_AVX512) return pdl_quantize_row_q8_0_avx512;
-    if (isa == PDL_ISA_AVX2) return pdl_quantize_row_q8_0_avx2;
+    if (isa == PDL_ISA_AVX512) return matmul_quantize_row_q8_0_avx512;
+    if (isa == PDL_ISA_AVX2) return matmul_quantize_row_q8_0_avx2;
 #endif
 #if defined(__aarch64__)
-    if (isa == PDL_ISA_NEON) return pdl_quantize_row_q8_0_neon;
+    if (isa == PDL_ISA_NEON) return matmul_quantize_row_q8_0_neon;
 #endif
     return quantize_row_q8_0_portable;
 }
 
-void pdl_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
-    pdl_kernels_active()->quantize_q8_0(x, n, qs, d, sums);
+void matmul_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+    matmul_kernels_active()->quantize_q8_0(x, n, qs, d, sums);
 }
 
-void pdl_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
-    pdl_quantize_row_q8_0_sums(x, n, qs, d, NULL);
+void matmul_quantize_row_q8_0(const float *x, int64_t n, int8_t *qs, float *d) {
+    matmul_quantize_row_q8_0_sums(x, n, qs, d, NULL);
 }
 
 /* One portable dot product of a weight row with x[in] (not Q8_0). */
@@ -172,13 +172,13 @@ static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t
     case PDL_DTYPE_F32: return dot_f32((const float *)w_row, x, in);
     case PDL_DTYPE_F16: return dot_f16((const uint16_t *)w_row, x, in);
     case PDL_DTYPE_BF16: return dot_bf16((const uint16_t *)w_row, x, in);
-    default: return 0.0f; /* not reached: pdl_matmul refuses what pdl_matmul_supports does not take */
+    default: return 0.0f; /* not reached: matmul_run refuses what matmul_supports does not take */
     }
 }
 
-bool pdl_matmul_supports(pdl_dtype dtype) {
+bool matmul_supports(pdl_dtype dtype) {
     return dtype == PDL_DTYPE_F32 || dtype == PDL_DTYPE_F16 || dtype == PDL_DTYPE_BF16 ||
-           (dtype < PDL_DTYPE_COUNT && pdl_dtype_is_quantized(dtype)); /* block formats and MLX: expanded at worst */
+           (dtype < PDL_DTYPE_COUNT && dtype_is_quantized(dtype)); /* block formats and MLX: expanded at worst */
 }
 
 typedef struct matmul_task {
@@ -208,7 +208,7 @@ static void matmul_worker(void *p, int ith, int nth) {
     const matmul_task *t = p;
     long n_chunks = (long)((t->out + COL_CHUNK - 1) / COL_CHUNK);
     long c0, c1;
-    pdl_split_range(n_chunks, ith, nth, &c0, &c1);
+    threadpool_split_range(n_chunks, ith, nth, &c0, &c1);
     const uint8_t *wbase = t->w->data;
     pdl_dtype dt = t->w->dtype;
     bool expand = dequantized_first(dt);
@@ -217,7 +217,7 @@ static void matmul_worker(void *p, int ith, int nth) {
         int64_t o0 = c * COL_CHUNK, o1 = o0 + COL_CHUNK < t->out ? o0 + COL_CHUNK : t->out;
         if (expand)
             for (int64_t o = o0; o < o1; o++)
-                (void)pdl_dequant_row(t->w, o, wf + (o - o0) * t->in, t->in); /* a dtype pdl_matmul took */
+                (void)ops_dequant_row(t->w, o, wf + (o - o0) * t->in, t->in); /* a dtype matmul_run took */
         for (int64_t r = 0; r < t->n_rows; r++) {
             const float *xr = t->x + r * t->in;
             float *yr = t->y + r * t->ldy;
@@ -230,8 +230,8 @@ static void matmul_worker(void *p, int ith, int nth) {
                 if (expand) v = dot_f32(wf + (o - o0) * t->in, xr, t->in);
                 else if (dt == PDL_DTYPE_Q8_0) v = dot_q8_0_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_Q4_0) v = dot_q4_0_q8(wr, xq, xd, t->in / 32);
-                else if (dt == PDL_DTYPE_Q4_K) v = pdl_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
-                else if (dt == PDL_DTYPE_Q6_K) v = pdl_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
@@ -255,7 +255,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     int TR = tk->tile_rows, TC = tk->tile_cols;
     long n_tiles = (long)((t->out + TC - 1) / TC);
     long c0, c1;
-    pdl_split_range(n_tiles, ith, nth, &c0, &c1);
+    threadpool_split_range(n_tiles, ith, nth, &c0, &c1);
     const uint8_t *wbase = t->w->data;
     const uint8_t *xbase = t->x_bf16 ? (const uint8_t *)t->x_bf16
                            : t->x_perm ? (const uint8_t *)t->x_perm
@@ -295,16 +295,16 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
 
 static int bf16_act = -1; /* -1: not decided yet (the CPU's default) */
 
-void pdl_matmul_set_bf16_activations(bool on) { bf16_act = on; }
+void matmul_set_bf16_activations(bool on) { bf16_act = on; }
 
-bool pdl_matmul_bf16_activations(void) {
+bool matmul_bf16_activations(void) {
     if (bf16_act < 0) {
         /* on by default where the CPU has VDPBF16PS, as llama.cpp does for
          * BF16 weights: with weight panels a 512-token prompt runs 1.5x as
          * fast as with exact F32 products (weight_panels.h), for a rounding
          * of each activation by at most 2^-9 relative;
          * pdl_set_kernels(NULL, 0, ..) keeps exact products */
-        bf16_act = pdl_cpu_features_get()->avx512bf16;
+        bf16_act = cpu_features_get()->avx512bf16;
     }
     return bf16_act;
 }
@@ -317,7 +317,7 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     return tk->fn[dtype] != NULL;
 }
 
-void pdl_pack_perm32(const float *x, int64_t n, float *dst) {
+void matmul_pack_perm32(const float *x, int64_t n, float *dst) {
     int64_t np = (n + 31) / 32 * 32;
     for (int64_t b = 0; b < np; b += 32)
         for (int g = 0; g < 4; g++)
@@ -333,32 +333,32 @@ static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl
     const pdl_tile_kernels *tk = NULL;
     switch (isa) {
     case PDL_ISA_AVX512:
-        if (dtype == PDL_DTYPE_BF16 && pdl_cpu_features_get()->avx512bf16 && pdl_tiles_avx512bf16.fn[dtype] &&
+        if (dtype == PDL_DTYPE_BF16 && cpu_features_get()->avx512bf16 && matmul_tiles_avx512bf16.fn[dtype] &&
             bf16_activations)
-            return &pdl_tiles_avx512bf16;
-        if (dtype == PDL_DTYPE_BF16 && pdl_tiles_avx512_bf16w.fn[dtype]) return &pdl_tiles_avx512_bf16w;
-        if (takes_q8k_activations(dtype) && pdl_cpu_features_get()->avx512vnni && family_has(&pdl_tiles_avx512_vnni, dtype))
-            return &pdl_tiles_avx512_vnni;
-        tk = &pdl_tiles_avx512;
+            return &matmul_tiles_avx512bf16;
+        if (dtype == PDL_DTYPE_BF16 && matmul_tiles_avx512_bf16w.fn[dtype]) return &matmul_tiles_avx512_bf16w;
+        if (takes_q8k_activations(dtype) && cpu_features_get()->avx512vnni && family_has(&matmul_tiles_avx512_vnni, dtype))
+            return &matmul_tiles_avx512_vnni;
+        tk = &matmul_tiles_avx512;
         break;
-    case PDL_ISA_AVX2: tk = &pdl_tiles_avx2; break;
+    case PDL_ISA_AVX2: tk = &matmul_tiles_avx2; break;
     case PDL_ISA_NEON:
-        if ((takes_q8_activations(dtype) || takes_q8k_activations(dtype)) && pdl_cpu_features_get()->neon_dotprod &&
-            family_has(&pdl_tiles_neon_dotprod, dtype))
-            return &pdl_tiles_neon_dotprod;
-        tk = &pdl_tiles_neon;
+        if ((takes_q8_activations(dtype) || takes_q8k_activations(dtype)) && cpu_features_get()->neon_dotprod &&
+            family_has(&matmul_tiles_neon_dotprod, dtype))
+            return &matmul_tiles_neon_dotprod;
+        tk = &matmul_tiles_neon;
         break;
     default: return NULL;
     }
     return family_has(tk, dtype) ? tk : NULL;
 }
 
-void pdl_kernels_for(pdl_isa isa, bool bf16_activations, pdl_kernels *k) {
+void matmul_kernels_for(pdl_isa isa, bool bf16_activations, pdl_kernels *k) {
     *k = (pdl_kernels){.isa = isa, .bf16_activations = bf16_activations};
     for (int dt = 0; dt < PDL_DTYPE_COUNT; dt++) k->tiles[dt] = tiles_for(isa, bf16_activations, (pdl_dtype)dt);
     k->q8k_avx512 = isa == PDL_ISA_AVX512;
-    k->quantize_q8_0 = pdl_quantizer_q8_0(isa);
-    pdl_panel_kernels_for(isa, bf16_activations, &k->panels);
+    k->quantize_q8_0 = matmul_quantizer_q8_0(isa);
+    panels_kernels_for(isa, bf16_activations, &k->panels);
 }
 
 /* One table per (family, BF16 mode), all filled at the first call. */
@@ -367,28 +367,28 @@ static pthread_once_t active_tables_once = PTHREAD_ONCE_INIT;
 
 static void fill_active_tables(void) {
     for (int isa = 0; isa < PDL_ISA_COUNT; isa++)
-        for (int b = 0; b < 2; b++) pdl_kernels_for((pdl_isa)isa, b, &active_tables[isa][b]);
+        for (int b = 0; b < 2; b++) matmul_kernels_for((pdl_isa)isa, b, &active_tables[isa][b]);
 }
 
-const pdl_kernels *pdl_kernels_active(void) {
+const pdl_kernels *matmul_kernels_active(void) {
     pthread_once(&active_tables_once, fill_active_tables);
-    return &active_tables[pdl_isa_active()][pdl_matmul_bf16_activations() ? 1 : 0];
+    return &active_tables[cpu_isa_active()][matmul_bf16_activations() ? 1 : 0];
 }
 
 typedef struct q8k_task {
     const float *x;
     int64_t in, n_rows;
     pdl_block_q8k *y;
-    bool simd; /* pdl_quantize_row_q8_k_avx512: the same bytes, faster */
+    bool simd; /* kquant_quantize_row_q8_k_avx512: the same bytes, faster */
 } q8k_task;
 
 static void q8k_worker(void *p, int ith, int nth) {
     const q8k_task *t = p;
     long r0, r1;
-    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
-    void (*quantize)(const float *, int64_t, pdl_block_q8k *) = pdl_quantize_row_q8_k;
+    threadpool_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    void (*quantize)(const float *, int64_t, pdl_block_q8k *) = kquant_quantize_row_q8_k;
 #if defined(__x86_64__) || defined(__i386__)
-    if (t->simd) quantize = pdl_quantize_row_q8_k_avx512;
+    if (t->simd) quantize = kquant_quantize_row_q8_k_avx512;
 #endif
     for (long r = r0; r < r1; r++) quantize(t->x + r * t->in, t->in, t->y + r * (t->in / PDL_QK_K));
 }
@@ -410,24 +410,24 @@ typedef struct prep_task {
 static void prep_worker(void *p, int ith, int nth) {
     const prep_task *t = p;
     long r0, r1;
-    pdl_split_range(t->n_rows, ith, nth, &r0, &r1);
+    threadpool_split_range(t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
         if (t->q) t->quantize(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), NULL);
-        if (t->perm) pdl_pack_perm32(xr, t->in, t->perm + r * t->ld);
-        if (t->bf16) pdl_f32_to_bf16_avx512(xr, t->bf16 + r * t->in, t->in);
+        if (t->perm) matmul_pack_perm32(xr, t->in, t->perm + r * t->ld);
+        if (t->bf16) matmul_f32_to_bf16_avx512(xr, t->bf16 + r * t->in, t->in);
     }
 }
 
-int pdl_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                       int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
                    outs[i].w->shape[1] == outs[0].w->shape[1];
-    if (together) return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, outs, n_outs);
+    if (together) return panels_matmul_shared(kernels, pool, scratch, x, n_rows, outs, n_outs);
     for (int i = 0; i < n_outs; i++)
-        if (pdl_matmul(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias,
+        if (matmul_run(kernels, pool, scratch, outs[i].y, outs[i].ldy, x, n_rows, outs[i].w, outs[i].bias,
                        outs[i].accumulate))
             return -1;
     return 0;
@@ -444,7 +444,7 @@ typedef struct gate_task {
 static void gate_worker(void *p, int ith, int nth) {
     const gate_task *t = p;
     long r0, r1;
-    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    threadpool_split_range((long)t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) t->act(t->gate + r * t->ld, t->up + r * t->ld, t->n);
 }
 
@@ -453,20 +453,20 @@ static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
            w_gate->shape[1] == w_up->shape[1];
 }
 
-int pdl_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
+int matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
                      float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
                      pdl_gate_fn act) {
     if (n_rows == 0) return 0;
-    if (gated_panels(w_gate, w_up)) return pdl_panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows,
+    if (gated_panels(w_gate, w_up)) return panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows,
                                                                    w_gate, w_up, act);
     pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
-    if (pdl_matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
+    if (matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
+    threadpool_run_n(pool, threadpool_threads_for(pool, (double)n_rows * (double)t.n, 16384.0), gate_worker, &t);
     return 0;
 }
 
-int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                        int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
     if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
@@ -481,22 +481,22 @@ int pdl_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scr
                                  u->shape[1] == in));
         }
         if (together) {
-            if (pdl_panels_matmul_grouped(kernels, pool, scratch, x, n_rows, g, n, act)) return -1;
+            if (panels_matmul_grouped(kernels, pool, scratch, x, n_rows, g, n, act)) return -1;
             continue;
         }
         for (int i = 0; i < n; i++) {
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
-            int rc = act ? pdl_matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi,
+            int rc = act ? matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi,
                                             g[i].n_rows, g[i].w, g[i].w_up, act)
-                         : pdl_matmul(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
+                         : matmul_run(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
             if (rc) return -1;
         }
     }
     return 0;
 }
 
-/* The scratch one pdl_matmul call without panels takes, in pieces of whole
+/* The scratch one matmul_run call without panels takes, in pieces of whole
  * cache lines: Q8_0 activations and their scales, Q8_K activations, BF16
  * or x_perm32 activations for the tiles that read them, and each thread's
  * expanded weight rows for the block formats without kernels. */
@@ -510,46 +510,46 @@ static size_t matmul_pieces_of(const pdl_tile_kernels *tiles, pdl_dtype dt, int6
     *p = (matmul_pieces){0};
     size_t rows = (size_t)n_rows;
     if (takes_q8_activations(dt)) {
-        p->q = pdl_scratch_piece(rows * (size_t)in);
-        p->d = pdl_scratch_piece((rows * (size_t)in / 32 + 1) * sizeof(float));
+        p->q = scratch_piece(rows * (size_t)in);
+        p->d = scratch_piece((rows * (size_t)in / 32 + 1) * sizeof(float));
     }
-    if (takes_q8k_activations(dt)) p->k = pdl_scratch_piece(rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k));
-    if (tiles && tiles->x_bf16) p->bf16 = pdl_scratch_piece(rows * (size_t)in * sizeof(uint16_t));
+    if (takes_q8k_activations(dt)) p->k = scratch_piece(rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k));
+    if (tiles && tiles->x_bf16) p->bf16 = scratch_piece(rows * (size_t)in * sizeof(uint16_t));
     if (tiles && tiles->x_perm32) {
         p->ld_perm = (in + 31) / 32 * 32;
-        p->perm = pdl_scratch_piece(rows * (size_t)p->ld_perm * sizeof(float));
+        p->perm = scratch_piece(rows * (size_t)p->ld_perm * sizeof(float));
     }
-    if (dequantized_first(dt)) p->wf = pdl_scratch_piece((size_t)nth * COL_CHUNK * (size_t)in * sizeof(float));
+    if (dequantized_first(dt)) p->wf = scratch_piece((size_t)nth * COL_CHUNK * (size_t)in * sizeof(float));
     return p->q + p->d + p->k + p->bf16 + p->perm + p->wf;
 }
 
 /* ~64k multiply-adds per thread at least: below that a wake-up costs more
  * than it saves */
 static int matmul_threads(pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
-    return pdl_threads_for(pool, (double)n_rows * (double)w->shape[0] * (double)w->shape[1], 65536.0);
+    return threadpool_threads_for(pool, (double)n_rows * (double)w->shape[0] * (double)w->shape[1], 65536.0);
 }
 
-size_t pdl_matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
+size_t matmul_scratch_bytes(const pdl_kernels *kernels, pdl_threadpool *pool, const pdl_tensor *w, int64_t n_rows) {
     if (n_rows <= 0) return 0;
-    if (w->panels) return pdl_panels_scratch_bytes(kernels, w, n_rows);
+    if (w->panels) return panels_scratch_bytes(kernels, w, n_rows);
     matmul_pieces p;
     return matmul_pieces_of(kernels->tiles[w->dtype], w->dtype, w->shape[1], n_rows, matmul_threads(pool, w, n_rows),
                             &p);
 }
 
-int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+int matmul_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
                const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     const pdl_kernels *k = kernels;
     prep_task prep = {.x = x, .in = w->shape[1], .n_rows = n_rows, .quantize = k->quantize_q8_0};
     matmul_task t = {
         .y = y, .ldy = ldy, .x = x, .n_rows = n_rows,
         .in = w->shape[1], .out = w->shape[0], .w = w,
-        .w_row_bytes = pdl_dtype_row_bytes(w->dtype, w->shape[1]),
+        .w_row_bytes = dtype_row_bytes(w->dtype, w->shape[1]),
         .bias = bias, .accumulate = accumulate, .tiles = k->tiles[w->dtype],
     };
     if (n_rows == 0) return 0;
-    if (w->panels) return pdl_panels_matmul(kernels, pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
-    if (!pdl_matmul_supports(w->dtype)) {
+    if (w->panels) return panels_matmul(kernels, pool, scratch, y, ldy, x, n_rows, w, bias, accumulate);
+    if (!matmul_supports(w->dtype)) {
         scratch->failed = 0; /* not the memory: the caller's message says so */
         return -1;
     }
@@ -558,7 +558,7 @@ int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *sc
     size_t need = matmul_pieces_of(t.tiles, w->dtype, t.in, n_rows, nth, &pc);
     uint8_t *at = NULL;
     if (need) {
-        at = pdl_scratch_take(scratch, need);
+        at = scratch_take(scratch, need);
         if (!at) return -1; /* y is left as it was; the caller reports it */
     }
     if (pc.q) {
@@ -573,7 +573,7 @@ int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *sc
         q8k_task qt = {.x = x, .in = t.in, .n_rows = n_rows, .y = (pdl_block_q8k *)(void *)at,
                        .simd = t.tiles && k->q8k_avx512};
         /* rows split over threads: done serially it took ~9% of a 512-token prompt */
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
+        threadpool_run_n(pool, threadpool_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), q8k_worker, &qt);
         t.xk = qt.y;
         at += pc.k;
     }
@@ -591,8 +591,8 @@ int pdl_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *sc
         at += pc.perm;
     }
     if (prep.q || prep.perm || prep.bf16) /* done serially this took ~5-10% of a prompt */
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), prep_worker, &prep);
+        threadpool_run_n(pool, threadpool_threads_for(pool, (double)n_rows * (double)t.in, 65536.0), prep_worker, &prep);
     if (pc.wf) t.wf = (float *)(void *)at; /* each thread's expanded weight rows */
-    pdl_threadpool_run_n(pool, nth, t.tiles ? matmul_tiled_worker : matmul_worker, &t);
+    threadpool_run_n(pool, nth, t.tiles ? matmul_tiled_worker : matmul_worker, &t);
     return 0;
 }

@@ -120,7 +120,7 @@ static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
  * float operations per element (|x| max, amax / 127, 1 / scale, x * inv
  * rounded to nearest even by the default MXCSR mode, the scale through a
  * half and back), 32 at a time: the portable bytes. */
-void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+void matmul_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
@@ -153,19 +153,19 @@ void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d,
     }
 }
 
-const pdl_tile_kernels pdl_tiles_avx2 = {
+const pdl_tile_kernels matmul_tiles_avx2 = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
-    .q4k = pdl_tile_q4_k_avx2, /* kquant_avx2.c */
-    .q6k = pdl_tile_q6_k_avx2,
+    .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
+    .q6k = kquant_tile_q6_k_avx2,
 };
 #else
 /* Not built for this target: the family has no kernels. */
-void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+void matmul_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     (void)x, (void)n, (void)qs, (void)d, (void)sums;
 }
-const pdl_tile_kernels pdl_tiles_avx2 = {0};
+const pdl_tile_kernels matmul_tiles_avx2 = {0};
 #endif

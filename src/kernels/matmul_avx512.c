@@ -254,7 +254,7 @@ static void tile_bf16w(const float *x, int64_t ldx, int rows, const uint8_t *w, 
  * float operations per element (|x| max, amax / 127, 1 / scale, x * inv
  * rounded to nearest even by the default MXCSR mode, the scale through a
  * half and back), 32 at a time. */
-void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+void matmul_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     for (int64_t b = 0; b < n / 32; b++) {
         __m512 x0 = _mm512_loadu_ps(x + b * 32), x1 = _mm512_loadu_ps(x + b * 32 + 16);
         float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
@@ -268,27 +268,27 @@ void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *
     }
 }
 
-const pdl_tile_kernels pdl_tiles_avx512_bf16w = {
+const pdl_tile_kernels matmul_tiles_avx512_bf16w = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_BF16] = tile_bf16w},
     .x_perm32 = true,
 };
 
-const pdl_tile_kernels pdl_tiles_avx512 = {
+const pdl_tile_kernels matmul_tiles_avx512 = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
-    .q4k = pdl_tile_q4_k_avx512, /* kquant_avx512.c */
-    .q6k = pdl_tile_q6_k_avx512,
+    .q4k = kquant_tile_q4_k_avx512, /* kquant_avx512.c */
+    .q6k = kquant_tile_q6_k_avx512,
 };
 #else
 /* Not built for this target: the family has no kernels. */
-void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+void matmul_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     (void)x, (void)n, (void)qs, (void)d, (void)sums;
 }
-const pdl_tile_kernels pdl_tiles_avx512_bf16w = {0};
-const pdl_tile_kernels pdl_tiles_avx512 = {0};
+const pdl_tile_kernels matmul_tiles_avx512_bf16w = {0};
+const pdl_tile_kernels matmul_tiles_avx512 = {0};
 #endif

@@ -63,7 +63,7 @@ static void tile_bf16(const float *xf, int64_t ldx, int rows, const uint8_t *w, 
 }
 
 /* Rounds n floats to BF16 (nearest even), 16 at a time. */
-void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
+void matmul_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
         _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
@@ -78,18 +78,18 @@ void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
  * one VDPBF16PS per step and accumulator. */
 #include "kernels/weight_panels_avx512_body.h"
 DEFINE_PANEL_TILE(panel_bf16_dp, 3)
-const pdl_panel_fn pdl_panel_tile_bf16_dp = panel_bf16_dp;
+const pdl_panel_fn panels_tile_bf16_dp = panel_bf16_dp;
 
-const pdl_tile_kernels pdl_tiles_avx512bf16 = {
+const pdl_tile_kernels matmul_tiles_avx512bf16 = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_BF16] = tile_bf16},
     .x_bf16 = true,
 };
 #else
-const pdl_tile_kernels pdl_tiles_avx512bf16 = {0};
-const pdl_panel_fn pdl_panel_tile_bf16_dp = NULL;
-void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
+const pdl_tile_kernels matmul_tiles_avx512bf16 = {0};
+const pdl_panel_fn panels_tile_bf16_dp = NULL;
+void matmul_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n) {
     (void)src, (void)dst, (void)n;
 }
 #endif

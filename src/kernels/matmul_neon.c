@@ -60,7 +60,7 @@ static inline void q_sums(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1
 }
 #include "kernels/matmul_neon_q_body.h"
 
-const pdl_tile_kernels pdl_tiles_neon = {
+const pdl_tile_kernels matmul_tiles_neon = {
     .tile_rows = TR,
     .tile_cols = TC,
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
@@ -70,11 +70,11 @@ const pdl_tile_kernels pdl_tiles_neon = {
     .q6k = tile_q6_k,
 };
 
-/* pdl_quantize_row_q8_0_sums on 4 lanes: the amax (exact in any order;
+/* matmul_quantize_row_q8_0_sums on 4 lanes: the amax (exact in any order;
  * FMAXNM skips NaN as the portable comparison does), the scale and its
  * inverse as the portable code computes them, FCVTNS (nearest, ties to
  * even: lrintf in the default mode), and each block's sum. */
-void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
+void matmul_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums) {
     for (int64_t b = 0; b < n / 32; b++) {
         const float *xb = x + b * 32;
         float32x4_t v[8], m = vdupq_n_f32(0.0f);
@@ -94,11 +94,11 @@ void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d,
             q[h] = vcombine_s8(vmovn_s16(a), vmovn_s16(c));
             vst1q_s8(qs + b * 32 + 16 * h, q[h]);
         }
-        d[b] = pdl_f16_to_f32(pdl_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
+        d[b] = fp16_f16_to_f32(fp16_f32_to_f16(scale)); /* stored as a half, as GGUF's Q8_0 */
         if (sums) sums[b] = (int32_t)vaddlvq_s8(q[0]) + (int32_t)vaddlvq_s8(q[1]);
     }
 }
 #else
 /* Not built for this target: the family has no kernels. */
-const pdl_tile_kernels pdl_tiles_neon = {0};
+const pdl_tile_kernels matmul_tiles_neon = {0};
 #endif

@@ -22,7 +22,7 @@ static inline void q_sums(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x1
 }
 #include "kernels/matmul_neon_q_body.h"
 
-const pdl_tile_kernels pdl_tiles_neon_dotprod = {
+const pdl_tile_kernels matmul_tiles_neon_dotprod = {
     .tile_rows = TR,
     .tile_cols = TC,
     .q8 = tile_q8_0,
@@ -32,5 +32,5 @@ const pdl_tile_kernels pdl_tiles_neon_dotprod = {
 };
 #else
 /* Not built for this target: the family has no kernels. */
-const pdl_tile_kernels pdl_tiles_neon_dotprod = {0};
+const pdl_tile_kernels matmul_tiles_neon_dotprod = {0};
 #endif

@@ -30,7 +30,7 @@
 static inline float neon_half(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return pdl_f16_to_f32_hw(h);
+    return fp16_f16_to_f32_hw(h);
 }
 
 /* The accumulators' final tree: s = lo + hi lane-wise (a0+a4, ..., a3+a7),
@@ -106,7 +106,7 @@ static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t 
  * high nibbles of qs[32 (j / 2) ..]), its 8 scales per 16-group and mins. */
 static inline void q4k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16], int32_t mn[8]) {
     uint64_t s8, m8;
-    pdl_q4_k_scales_mins(blk, &s8, &m8);
+    kquant_q4_k_scales_mins(blk, &s8, &m8);
     for (int j = 0; j < 8; j++) {
         sc[2 * j] = sc[2 * j + 1] = (int32_t)((s8 >> (8 * j)) & 0xFF);
         mn[j] = (int32_t)((m8 >> (8 * j)) & 0xFF);

@@ -1,5 +1,5 @@
 /*
- * matmul_table.h - the register-tiled inner kernels behind pdl_matmul, one
+ * matmul_table.h - the register-tiled inner kernels behind matmul_run, one
  * family per instruction set (matmul_avx512.c, matmul_avx2.c,
  * matmul_neon.c; the portable reference is in matmul.c).
  *
@@ -50,33 +50,33 @@ typedef struct pdl_tile_kernels {
     /* The tiles take F32 activations reordered within each 32-block as
      * VPUNPCK{L,H}WD lays out 16-bit weights (elements 0-3, 8-11, 16-19,
      * 24-27, then 4-7, 12-15, 20-23, 28-31), rows zero-padded to a multiple
-     * of 32 (matmul.c packs them; see pdl_pack_perm32). */
+     * of 32 (matmul.c packs them; see matmul_pack_perm32). */
     bool x_perm32;
 } pdl_tile_kernels;
 
-extern const pdl_tile_kernels pdl_tiles_avx512;
-extern const pdl_tile_kernels pdl_tiles_avx2;
-extern const pdl_tile_kernels pdl_tiles_avx512bf16;
-extern const pdl_tile_kernels pdl_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
-extern const pdl_tile_kernels pdl_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with AVX512-VNNI */
-extern const pdl_tile_kernels pdl_tiles_neon;
-extern const pdl_tile_kernels pdl_tiles_neon_dotprod; /* Q8_0 / Q4_0 / Q4_K / Q6_K only, with SDOT */
+extern const pdl_tile_kernels matmul_tiles_avx512;
+extern const pdl_tile_kernels matmul_tiles_avx2;
+extern const pdl_tile_kernels matmul_tiles_avx512bf16;
+extern const pdl_tile_kernels matmul_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
+extern const pdl_tile_kernels matmul_tiles_avx512_vnni;  /* Q4_K / Q6_K only, with AVX512-VNNI */
+extern const pdl_tile_kernels matmul_tiles_neon;
+extern const pdl_tile_kernels matmul_tiles_neon_dotprod; /* Q8_0 / Q4_0 / Q4_K / Q6_K only, with SDOT */
 /* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
-void pdl_pack_perm32(const float *x, int64_t n, float *dst);
-void pdl_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
-/* pdl_quantize_row_q8_0_sums with AVX-512 (matmul_avx512.c): the same bytes. */
-void pdl_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+void matmul_pack_perm32(const float *x, int64_t n, float *dst);
+void matmul_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);
+/* matmul_quantize_row_q8_0_sums with AVX-512 (matmul_avx512.c): the same bytes. */
+void matmul_quantize_row_q8_0_avx512(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 /* The same with AVX2 (matmul_avx2.c): the same bytes. */
-void pdl_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+void matmul_quantize_row_q8_0_avx2(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 /* The same with NEON (matmul_neon.c; aarch64 only): the same bytes. */
-void pdl_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
+void matmul_quantize_row_q8_0_neon(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 
-/* The family's pdl_quantize_row_q8_0_sums (the same bytes on each). */
+/* The family's matmul_quantize_row_q8_0_sums (the same bytes on each). */
 typedef void (*pdl_quantize_q8_0_fn)(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 /* ... of family isa (the portable one for a family without its own). */
-pdl_quantize_q8_0_fn pdl_quantizer_q8_0(pdl_isa isa);
+pdl_quantize_q8_0_fn matmul_quantizer_q8_0(pdl_isa isa);
 
-/* Every kernel choice of one family, made once (pdl_kernels_for) so that a
+/* Every kernel choice of one family, made once (matmul_kernels_for) so that a
  * matmul looks its kernels up instead of asking the CPU and the family in
  * effect on every call: the tiles per weight dtype, the quantizers and the
  * panel kernels. */
@@ -84,7 +84,7 @@ typedef struct pdl_kernels {
     pdl_isa isa;
     bool bf16_activations;                          /* BF16 weights take BF16 activations where they can */
     const pdl_tile_kernels *tiles[PDL_DTYPE_COUNT]; /* NULL: the portable dot products */
-    bool q8k_avx512;                                /* Q8_K activations by pdl_quantize_row_q8_k_avx512 */
+    bool q8k_avx512;                                /* Q8_K activations by kquant_quantize_row_q8_k_avx512 */
     pdl_quantize_q8_0_fn quantize_q8_0;
     pdl_panel_kernels panels;
 } pdl_kernels;
@@ -93,8 +93,8 @@ typedef struct pdl_kernels {
  * emulation in the portable panel tile). On by default where the CPU has
  * AVX512_BF16, off elsewhere; PAGEDLM_BF16_ACTIVATIONS=0 or 1 decides for
  * a process, and the tests set it. The tables made afterwards follow it
- * (pdl_kernels_active); a model's options may choose otherwise. */
-void pdl_matmul_set_bf16_activations(bool on);
-bool pdl_matmul_bf16_activations(void);
+ * (matmul_kernels_active); a model's options may choose otherwise. */
+void matmul_set_bf16_activations(bool on);
+bool matmul_bf16_activations(void);
 
 #endif

@@ -5,9 +5,9 @@
 
 #include <stdlib.h>
 
-void *pdl_scratch_grow(void **buf, size_t *cap, size_t need) {
+void *scratch_grow(void **buf, size_t *cap, size_t need) {
     if (need <= *cap && *buf) return *buf;
-    size_t bytes = pdl_scratch_piece(need ? need : 1);
+    size_t bytes = scratch_piece(need ? need : 1);
     void *p = aligned_alloc(64, bytes);
     if (!p) return NULL;
     free(*buf);
@@ -16,9 +16,9 @@ void *pdl_scratch_grow(void **buf, size_t *cap, size_t need) {
     return p;
 }
 
-static int grow(pdl_scratch *s, size_t need) { return pdl_scratch_grow(&s->buf, &s->cap, need) ? 0 : -1; }
+static int grow(pdl_scratch *s, size_t need) { return scratch_grow(&s->buf, &s->cap, need) ? 0 : -1; }
 
-void *pdl_scratch_take(pdl_scratch *s, size_t need) {
+void *scratch_take(pdl_scratch *s, size_t need) {
     s->takes++;
     if (s->fail_in > 0 && --s->fail_in == 0) {
         s->failed = need;
@@ -31,7 +31,7 @@ void *pdl_scratch_take(pdl_scratch *s, size_t need) {
     return s->buf;
 }
 
-int pdl_scratch_reserve(pdl_scratch *s, size_t need) {
+int scratch_reserve_bytes(pdl_scratch *s, size_t need) {
     if (grow(s, need)) {
         s->failed = need;
         return -1;
@@ -39,7 +39,7 @@ int pdl_scratch_reserve(pdl_scratch *s, size_t need) {
     return 0;
 }
 
-void pdl_scratch_free(pdl_scratch *s) {
+void scratch_free(pdl_scratch *s) {
     free(s->buf);
     s->buf = NULL;
     s->cap = 0;

@@ -12,7 +12,7 @@
  * its own buffers, model/context.h).
  *
  * Hot paths allocate nothing: the forward reserves what its matmuls will
- * take when its row capacity grows (pdl_matmul_scratch_bytes), so a take
+ * take when its row capacity grows (matmul_scratch_bytes), so a take
  * within the capacity only returns the buffer. A take that cannot be had
  * returns NULL and the kernel returns -1 without touching its output.
  */
@@ -36,20 +36,20 @@ typedef struct pdl_scratch {
  * every other vector load of a row across two lines), grown without
  * keeping the old contents when need > cap; NULL when the memory cannot be
  * had (then the buffer is kept as it was). */
-void *pdl_scratch_take(pdl_scratch *s, size_t need);
+void *scratch_take(pdl_scratch *s, size_t need);
 
 /* Grows the buffer to `need` bytes ahead of the takes that will need them
  * (not counted as a take). 0, or -1 when out of memory. */
-int pdl_scratch_reserve(pdl_scratch *s, size_t need);
+int scratch_reserve_bytes(pdl_scratch *s, size_t need);
 
-void pdl_scratch_free(pdl_scratch *s);
+void scratch_free(pdl_scratch *s);
 
 /* A caller's own aligned buffer of at least `need` bytes, kept in *buf
  * (capacity *cap) and grown like a scratch's (the forward's activation
  * buffers). NULL when out of memory (*buf is left as it was). */
-void *pdl_scratch_grow(void **buf, size_t *cap, size_t need);
+void *scratch_grow(void **buf, size_t *cap, size_t need);
 
 /* Bytes rounded up to whole cache lines: the size of one carved piece. */
-static inline size_t pdl_scratch_piece(size_t bytes) { return (bytes + 63) / 64 * 64; }
+static inline size_t scratch_piece(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 #endif

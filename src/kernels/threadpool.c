@@ -90,7 +90,7 @@ static void *worker_main(void *p) {
     }
 }
 
-pdl_threadpool *pdl_threadpool_new(int n_threads) {
+pdl_threadpool *threadpool_new(int n_threads) {
     if (n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = n > 0 ? (int)n : 1;
@@ -121,14 +121,14 @@ pdl_threadpool *pdl_threadpool_new(int n_threads) {
         if (!a || pthread_create(&pool->threads[i - 1], NULL, worker_main, a) != 0) {
             free(a);
             pool->n_threads = i; /* the workers started so far */
-            pdl_threadpool_free(pool);
+            threadpool_free(pool);
             return NULL;
         }
     }
     return pool;
 }
 
-void pdl_threadpool_free(pdl_threadpool *pool) {
+void threadpool_free(pdl_threadpool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->stop, 1);
@@ -142,19 +142,19 @@ void pdl_threadpool_free(pdl_threadpool *pool) {
     free(pool);
 }
 
-int pdl_threadpool_size(const pdl_threadpool *pool) { return pool->n_threads; }
+int threadpool_size(const pdl_threadpool *pool) { return pool->n_threads; }
 
-void pdl_threadpool_run(pdl_threadpool *pool, pdl_task_fn fn, void *ctx) {
-    pdl_threadpool_run_n(pool, pool->n_threads, fn, ctx);
+void threadpool_run(pdl_threadpool *pool, pdl_task_fn fn, void *ctx) {
+    threadpool_run_n(pool, pool->n_threads, fn, ctx);
 }
 
-int pdl_threads_for(const pdl_threadpool *pool, double work, double min_work_per_thread) {
+int threadpool_threads_for(const pdl_threadpool *pool, double work, double min_work_per_thread) {
     double n = work / min_work_per_thread;
     if (n < 1) return 1;
     return n >= pool->n_threads ? pool->n_threads : (int)n;
 }
 
-void pdl_threadpool_run_n(pdl_threadpool *pool, int n, pdl_task_fn fn, void *ctx) {
+void threadpool_run_n(pdl_threadpool *pool, int n, pdl_task_fn fn, void *ctx) {
     if (n > pool->n_threads) n = pool->n_threads;
     if (n <= 1) {
         fn(ctx, 0, 1);

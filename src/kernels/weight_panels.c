@@ -18,27 +18,27 @@ static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_D
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
 /* Whether family isa has panel tiles for dtype on this CPU (the width
- * must also be a multiple of a block: pdl_panels_wanted). */
+ * must also be a multiple of a block: panels_wanted). */
 static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     if (isa == PDL_ISA_AVX2) {
-        if (quantized(dtype)) return pdl_qpanel_tile_q8_0_avx2 != NULL;
-        if (kquant(dtype)) return pdl_kpanel_tile_q4_k_avx2 != NULL;
-        return pdl_panel_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
+        if (quantized(dtype)) return qpanel_tile_q8_0_avx2 != NULL;
+        if (kquant(dtype)) return kpanel_tile_q4_k_avx2 != NULL;
+        return panels_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
     }
     if (isa != PDL_ISA_AVX512) return false;
     switch (dtype) {
     case PDL_DTYPE_F32:
     case PDL_DTYPE_F16:
-    case PDL_DTYPE_BF16: return pdl_panel_tiles_avx512[dtype] != NULL;
+    case PDL_DTYPE_BF16: return panels_tiles_avx512[dtype] != NULL;
     case PDL_DTYPE_Q8_0:
-    case PDL_DTYPE_Q4_0: return pdl_cpu_features_get()->avx512vnni && pdl_qpanel_tile_q8_0_vnni;
+    case PDL_DTYPE_Q4_0: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
-    case PDL_DTYPE_Q6_K: return pdl_cpu_features_get()->avx512vnni && pdl_kpanel_tile_q4_k_vnni;
+    case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     default: return false;
     }
 }
 
-bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w) {
+bool panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w) {
     if (w->n_dims != 2 || w->shape[0] <= 0 || w->shape[1] <= 0) return false;
     if (!kernels->panels.wanted[w->dtype]) return false;
     if (quantized(w->dtype)) return w->shape[1] % 32 == 0;
@@ -46,21 +46,21 @@ bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w) {
     return true;
 }
 
-int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in) {
+int64_t panels_steps(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return in / 32;
     if (kquant(dtype)) return in / PDL_QK_K;
     return dtype == PDL_DTYPE_BF16 ? (in + 1) / 2 : in;
 }
 
-/* Bytes of one block's quants in a panel (pdl_qpanel_quants_at). */
+/* Bytes of one block's quants in a panel (qpanel_quants_at). */
 static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 512 : 256; }
 
-size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in) {
-    if (quantized(dtype)) return (size_t)((in / 32 + 1) / 2) * pdl_qpanel_pair_bytes(quant_bytes(dtype));
+size_t panels_bytes(pdl_dtype dtype, int64_t in) {
+    if (quantized(dtype)) return (size_t)((in / 32 + 1) / 2) * qpanel_pair_bytes(quant_bytes(dtype));
     if (kquant(dtype))
         return (size_t)(in / PDL_QK_K) * (dtype == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK);
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
-    return (size_t)pdl_panel_steps(dtype, in) * step;
+    return (size_t)panels_steps(dtype, in) * step;
 }
 
 typedef struct pack_task {
@@ -75,7 +75,7 @@ static void pack_q4_k_block(uint8_t *db, int c, const uint8_t *blk) {
     for (int w4 = 0; w4 < 32; w4++) /* bytes 4 w4 .. 4 w4 + 3 of the nibbles */
         memcpy(db + w4 * 64 + c * 4, blk + 16 + 4 * w4, 4);
     uint64_t sc, mn;
-    pdl_q4_k_scales_mins(blk, &sc, &mn);
+    kquant_q4_k_scales_mins(blk, &sc, &mn);
     for (int j = 0; j < 8; j++) {
         db[2048 + j * 16 + c] = (uint8_t)(sc >> (8 * j));
         db[2176 + j * 16 + c] = (uint8_t)(mn >> (8 * j));
@@ -99,9 +99,9 @@ static void pack_q6_k_block(uint8_t *db, int c, const uint8_t *blk) {
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
-    pdl_split_range((long)t->n_panels, ith, nth, &p0, &p1);
+    threadpool_split_range((long)t->n_panels, ith, nth, &p0, &p1);
     int64_t out = t->w->shape[0], in = t->w->shape[1];
-    size_t pb = pdl_panel_bytes(t->w->dtype, in);
+    size_t pb = panels_bytes(t->w->dtype, in);
     for (long pn = p0; pn < p1; pn++) {
         uint8_t *dst = t->dst + (size_t)pn * pb;
         memset(dst, 0, pb);
@@ -123,8 +123,8 @@ static void pack_worker(void *p, int ith, int nth) {
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++) {
                     const uint8_t *blk = src + b * bb;
-                    memcpy(dst + pdl_qpanel_scales_at(qb, b) + c * 2, blk, 2);
-                    uint8_t *dq = dst + pdl_qpanel_quants_at(qb, b);
+                    memcpy(dst + qpanel_scales_at(qb, b) + c * 2, blk, 2);
+                    uint8_t *dq = dst + qpanel_quants_at(qb, b);
                     for (int q = 0; q < (q8 ? 8 : 4); q++)
                         for (int i = 0; i < 4; i++)
                             dq[q * 64 + c * 4 + i] = q8 ? blk[2 + 4 * q + i] ^ 0x80 : blk[2 + 4 * q + i];
@@ -149,21 +149,21 @@ static void pack_worker(void *p, int ith, int nth) {
     }
 }
 
-size_t pdl_panels_size(const pdl_tensor *w) {
+size_t panels_size(const pdl_tensor *w) {
     int64_t n_panels = (w->shape[0] + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
-    return ((size_t)n_panels * pdl_panel_bytes(w->dtype, w->shape[1]) + 63) / 64 * 64;
+    return ((size_t)n_panels * panels_bytes(w->dtype, w->shape[1]) + 63) / 64 * 64;
 }
 
-void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst) {
+void panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst) {
     int64_t n_panels = (w->shape[0] + PDL_PANEL_COLS - 1) / PDL_PANEL_COLS;
     pack_task t = {.w = w, .dst = dst, .n_panels = n_panels};
-    pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)pdl_panels_size(w), 1 << 20), pack_worker, &t);
+    threadpool_run_n(pool, threadpool_threads_for(pool, (double)panels_size(w), 1 << 20), pack_worker, &t);
     w->panels = dst;
 }
 
 /* ---- portable tiles (the reference) ------------------------------------- */
 
-static float bf16_value(uint32_t h) { return pdl_bf16_to_f32((uint16_t)h); }
+static float bf16_value(uint32_t h) { return fp16_bf16_to_f32((uint16_t)h); }
 
 /* VDPBF16PS treats denormal inputs as zero and flushes denormal results. */
 static float daz(float v) { return fabsf(v) < 1.17549435e-38f ? copysignf(0.0f, v) : v; }
@@ -209,7 +209,7 @@ static float float_output(const void *ctx, int r, const uint8_t *pp, int c) {
         if (mode == 0) {
             acc = fmaf(((const float *)(const void *)pp)[k * PDL_PANEL_COLS + c], ((const float *)x)[r * ldx + k], acc);
         } else if (mode == 1) {
-            acc = fmaf(pdl_f16_to_f32(((const uint16_t *)(const void *)pp)[k * PDL_PANEL_COLS + c]),
+            acc = fmaf(fp16_f16_to_f32(((const uint16_t *)(const void *)pp)[k * PDL_PANEL_COLS + c]),
                        ((const float *)x)[r * ldx + k], acc);
         } else {
             uint32_t wv = ((const uint32_t *)(const void *)pp)[k * PDL_PANEL_COLS + c];
@@ -259,7 +259,7 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
     float acc = 0.0f;
     for (int64_t b = 0; b < t->nb; b++) {
         const int8_t *x = t->xq + r * t->ldx + b * 32;
-        const uint8_t *bq = pp + pdl_qpanel_quants_at(qb, b);
+        const uint8_t *bq = pp + qpanel_quants_at(qb, b);
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
             int wk;
@@ -272,8 +272,8 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
             s += wk * x[k];
         }
         uint16_t d16;
-        memcpy(&d16, pp + pdl_qpanel_scales_at(qb, b) + c * 2, 2);
-        acc = fmaf((float)s, pdl_f16_to_f32(d16) * t->xd[r * t->nbx + b], acc);
+        memcpy(&d16, pp + qpanel_scales_at(qb, b) + c * 2, 2);
+        acc = fmaf((float)s, fp16_f16_to_f32(d16) * t->xd[r * t->nbx + b], acc);
     }
     return acc;
 }
@@ -316,8 +316,8 @@ static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     uint16_t d16, m16;
     memcpy(&d16, db + 2304 + c * 2, 2);
     memcpy(&m16, db + 2336 + c * 2, 2);
-    acc = fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
-    return fmaf(-(pdl_f16_to_f32(m16) * xb->d), (float)msum, acc);
+    acc = fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
 }
 
 /* The 6-bit value of element e of row c in a Q6_K panel block (the
@@ -341,7 +341,7 @@ static float q6_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     }
     uint16_t d16;
     memcpy(&d16, db + 3328 + c * 2, 2);
-    return fmaf(pdl_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
 /* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
@@ -528,24 +528,24 @@ typedef struct act_task {
 static void act_worker(void *p, int ith, int nth) {
     const act_task *t = p;
     long r0, r1;
-    pdl_split_range((long)t->n_rows, ith, nth, &r0, &r1);
+    threadpool_split_range((long)t->n_rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         const float *xr = t->x + r * t->in;
         if (t->k) {
             pdl_block_q8k *kr = t->k + r * (t->in / PDL_QK_K);
 #if defined(__x86_64__) || defined(__i386__) /* the AVX-512 quantizer exists only there (kquant.h) */
-            if (t->pk->q8k_avx512) pdl_quantize_row_q8_k_avx512(xr, t->in, kr);
+            if (t->pk->q8k_avx512) kquant_quantize_row_q8_k_avx512(xr, t->in, kr);
             else
 #endif
-                pdl_quantize_row_q8_k(xr, t->in, kr);
+                kquant_quantize_row_q8_k(xr, t->in, kr);
         } else if (t->q) {
             t->pk->quantize_q8_0(xr, t->in, t->q + r * t->in, t->d + r * (t->in / 32), t->s + r * (t->in / 32));
         } else if (t->pairs) {
             uint16_t *d = (uint16_t *)(void *)(t->pairs + r * t->ld);
             if (t->pk->bf16_avx512) {
-                pdl_f32_to_bf16_avx512(xr, d, t->in);
+                matmul_f32_to_bf16_avx512(xr, d, t->in);
             } else {
-                for (int64_t i = 0; i < t->in; i++) d[i] = pdl_f32_to_bf16(xr[i]);
+                for (int64_t i = 0; i < t->in; i++) d[i] = fp16_f32_to_bf16(xr[i]);
             }
             if (t->in % 2) d[t->in] = 0;
         } else {
@@ -558,36 +558,36 @@ static void act_worker(void *p, int ith, int nth) {
 
 static bool family_avxvnni(pdl_isa isa) {
     /* the four AVX-VNNI tiles are built together or not at all */
-    return isa == PDL_ISA_AVX2 && pdl_cpu_features_get()->avxvnni && pdl_qpanel_tile_q8_0_avxvnni;
+    return isa == PDL_ISA_AVX2 && cpu_features_get()->avxvnni && qpanel_tile_q8_0_avxvnni;
 }
 
 /* The tile for a dtype on family isa: the AVX-512
  * or AVX2 one where the CPU has it, else the portable one (the same bits).
  * dp: BF16 weights with BF16 activations. */
 static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_qpanel_fn *qfn, pdl_kpanel_fn *kfn) {
-    const pdl_cpu_features *f = pdl_cpu_features_get();
+    const pdl_cpu_features *f = cpu_features_get();
     bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
     if (kquant(dt)) {
         bool q4 = dt == PDL_DTYPE_Q4_K;
-        if (avx512 && f->avx512vnni) *kfn = q4 ? pdl_kpanel_tile_q4_k_vnni : pdl_kpanel_tile_q6_k_vnni;
+        if (avx512 && f->avx512vnni) *kfn = q4 ? kpanel_tile_q4_k_vnni : kpanel_tile_q6_k_vnni;
         else if (family_avxvnni(isa))
-            *kfn = q4 ? pdl_kpanel_tile_q4_k_avxvnni : pdl_kpanel_tile_q6_k_avxvnni;
-        else if (isa == PDL_ISA_AVX2) *kfn = q4 ? pdl_kpanel_tile_q4_k_avx2 : pdl_kpanel_tile_q6_k_avx2;
+            *kfn = q4 ? kpanel_tile_q4_k_avxvnni : kpanel_tile_q6_k_avxvnni;
+        else if (isa == PDL_ISA_AVX2) *kfn = q4 ? kpanel_tile_q4_k_avx2 : kpanel_tile_q6_k_avx2;
         if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
         return;
     }
     if (quantized(dt)) {
         bool q8 = dt == PDL_DTYPE_Q8_0;
-        if (avx512 && f->avx512vnni) *qfn = q8 ? pdl_qpanel_tile_q8_0_vnni : pdl_qpanel_tile_q4_0_vnni;
+        if (avx512 && f->avx512vnni) *qfn = q8 ? qpanel_tile_q8_0_vnni : qpanel_tile_q4_0_vnni;
         else if (family_avxvnni(isa))
-            *qfn = q8 ? pdl_qpanel_tile_q8_0_avxvnni : pdl_qpanel_tile_q4_0_avxvnni;
-        else if (isa == PDL_ISA_AVX2) *qfn = q8 ? pdl_qpanel_tile_q8_0_avx2 : pdl_qpanel_tile_q4_0_avx2;
+            *qfn = q8 ? qpanel_tile_q8_0_avxvnni : qpanel_tile_q4_0_avxvnni;
+        else if (isa == PDL_ISA_AVX2) *qfn = q8 ? qpanel_tile_q8_0_avx2 : qpanel_tile_q4_0_avx2;
         if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;
         return;
     }
-    if (avx512) *fn = dp ? (f->avx512bf16 ? pdl_panel_tile_bf16_dp : NULL) : pdl_panel_tiles_avx512[dt];
-    else if (isa == PDL_ISA_AVX2 && !dp) *fn = pdl_panel_tiles_avx2[dt];
+    if (avx512) *fn = dp ? (f->avx512bf16 ? panels_tile_bf16_dp : NULL) : panels_tiles_avx512[dt];
+    else if (isa == PDL_ISA_AVX2 && !dp) *fn = panels_tiles_avx2[dt];
     if (!*fn)
         *fn = dp ? portable_bf16_dp : dt == PDL_DTYPE_F32 ? portable_f32 : dt == PDL_DTYPE_F16 ? portable_f16 : portable_bf16;
 }
@@ -598,7 +598,7 @@ static bool bf16_pairs(pdl_isa isa, bool bf16_activations, pdl_dtype dt) {
     return dt == PDL_DTYPE_BF16 && bf16_activations && isa != PDL_ISA_AVX2;
 }
 
-void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk) {
+void panels_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk) {
     *pk = (pdl_panel_kernels){0};
     for (int i = 0; i < PDL_DTYPE_COUNT; i++) {
         pdl_dtype dt = (pdl_dtype)i;
@@ -607,14 +607,14 @@ void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels
         pick_tile(isa, dt, pk->pairs[dt], &pk->fn[dt], &pk->qfn[dt], &pk->kfn[dt]);
         pk->tile_rows[dt] = quantized(dt) || kquant(dt) ? PDL_QPANEL_TILE_ROWS : PDL_PANEL_TILE_ROWS;
         /* the AVX2 float tiles work in pieces of 6 rows, 5 for BF16 (weight_panels_avx2.c) */
-        pk->avx2_float[dt] = pk->fn[dt] && isa == PDL_ISA_AVX2 && pk->fn[dt] == pdl_panel_tiles_avx2[dt];
+        pk->avx2_float[dt] = pk->fn[dt] && isa == PDL_ISA_AVX2 && pk->fn[dt] == panels_tiles_avx2[dt];
         if (pk->avx2_float[dt])
             pk->tile_rows[dt] = dt == PDL_DTYPE_BF16 ? PDL_PANEL_TILE_ROWS_AVX2_BF16 : PDL_PANEL_TILE_ROWS_AVX2;
     }
     pk->avxvnni = family_avxvnni(isa);
     pk->q8k_avx512 = isa == PDL_ISA_AVX512;
-    pk->bf16_avx512 = isa == PDL_ISA_AVX512 && pdl_cpu_features_get()->avx512bf16;
-    pk->quantize_q8_0 = pdl_quantizer_q8_0(isa);
+    pk->bf16_avx512 = isa == PDL_ISA_AVX512 && cpu_features_get()->avx512bf16;
+    pk->quantize_q8_0 = matmul_quantizer_q8_0(isa);
 }
 
 /* Bytes of the activations prepared once for n_rows rows times a matrix of
@@ -622,7 +622,7 @@ void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels
  * stride in elements for BF16 pairs or padded F32 rows. */
 static size_t act_bytes(pdl_dtype dt, int64_t in, int64_t n_rows, bool dp, int64_t *ld) {
     size_t nbt = (size_t)n_rows * (size_t)(in / 32);
-    int64_t steps = pdl_panel_steps(dt, in);
+    int64_t steps = panels_steps(dt, in);
     *ld = 0;
     if (quantized(dt)) return (size_t)n_rows * (size_t)in + nbt * (sizeof(float) + sizeof(int32_t));
     if (kquant(dt)) return (size_t)n_rows * (size_t)(in / PDL_QK_K) * sizeof(pdl_block_q8k);
@@ -633,16 +633,16 @@ static size_t act_bytes(pdl_dtype dt, int64_t in, int64_t n_rows, bool dp, int64
     return 0;
 }
 
-size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows) {
+size_t panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows) {
     int64_t ld;
     size_t need = act_bytes(w->dtype, w->shape[1], n_rows, kernels->panels.pairs[w->dtype], &ld);
-    return need ? pdl_scratch_piece(need) : 0;
+    return need ? scratch_piece(need) : 0;
 }
 
-int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+int panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
                       const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
-    return pdl_panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
+    return panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
 }
 
 static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
@@ -660,7 +660,7 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
     };
 }
 
-int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                              int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
@@ -669,14 +669,14 @@ int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, p
     return n ? panels_run(kernels, pool, scratch, x, n_rows, outs[0].w, mats, n, NULL) : 0;
 }
 
-int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+int panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
                             int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
                             const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
     return panels_run(kernels, pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
-int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                               int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
@@ -694,14 +694,14 @@ static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scra
                       int64_t n_rows, const pdl_tensor *w, panel_mat *mats, int n_mats, pdl_gate_fn act) {
     if (n_rows == 0 || n_mats <= 0) return 0;
     pdl_dtype dt = w->dtype;
-    int64_t in = w->shape[1], steps = pdl_panel_steps(dt, in);
+    int64_t in = w->shape[1], steps = panels_steps(dt, in);
     const pdl_panel_kernels *pk = &kernels->panels;
     bool dp = pk->pairs[dt];
     panel_task t = {
         .tile_rows = pk->tile_rows[dt],
         .fn = pk->fn[dt], .qfn = pk->qfn[dt], .kfn = pk->kfn[dt],
         .x = (const uint8_t *)x, .ldx = in, .n_rows = n_rows, .xsize = sizeof(float),
-        .panel_bytes = pdl_panel_bytes(dt, in), .steps = steps,
+        .panel_bytes = panels_bytes(dt, in), .steps = steps,
         .act = act, .mats = mats, .n_mats = n_mats,
     };
     double macs = 0; /* multiply-adds of every matrix over its rows */
@@ -719,7 +719,7 @@ static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scra
     size_t nbt = (size_t)n_rows * (size_t)(in / 32);
     size_t need = act_bytes(dt, in, n_rows, dp, &a.ld);
     if (need) {
-        void *abuf = pdl_scratch_take(scratch, need);
+        void *abuf = scratch_take(scratch, need);
         if (!abuf) return -1; /* y is left as it was; the caller reports it */
         if (kquant(dt)) {
             a.k = abuf;
@@ -739,7 +739,7 @@ static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scra
             t.ldx = a.ld;
             t.xsize = dp ? sizeof(uint32_t) : sizeof(float);
         }
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
+        threadpool_run_n(pool, threadpool_threads_for(pool, (double)n_rows * (double)in, 65536.0), act_worker, &a);
     }
     /* activation rows per block: about 512 KiB of them (half an L2); 2 MiB
      * for the AVX2 float tiles, whose pieces read one panel at a time
@@ -749,9 +749,9 @@ static int panels_run(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scra
     size_t block_bytes = avx2_float ? (size_t)2048 * 1024 : (size_t)512 * 1024;
     int64_t rb = (int64_t)(block_bytes / ((size_t)t.ldx * t.xsize)) / t.tile_rows * t.tile_rows;
     t.row_block = rb < t.tile_rows ? t.tile_rows : rb;
-    int nth = pdl_threads_for(pool, macs * (act ? 2 : 1), 65536.0);
+    int nth = threadpool_threads_for(pool, macs * (act ? 2 : 1), 65536.0);
     t.nth = nth;
     atomic_init(&t.next_panel, 0);
-    pdl_threadpool_run_n(pool, nth, panel_worker, &t);
+    threadpool_run_n(pool, nth, panel_worker, &t);
     return 0;
 }

@@ -10,7 +10,7 @@
  *
  * Layout of a matrix of `out` rows and `in` columns: ceil(out / 16) panels,
  * panel p holding output rows 16p .. 16p + 15 (rows past `out` are zeros),
- * each pdl_panel_bytes() long, one step after the other:
+ * each panels_bytes() long, one step after the other:
  *   F32:  step k = 16 floats, w[16p + c][k] for c = 0..15;
  *   F16:  step k = 16 halves, likewise;
  *   BF16: step j = 16 32-bit words, word c holding w[16p + c][2j] in its low
@@ -18,7 +18,7 @@
  *   Q8_0 and Q4_0 (blocks of 32): the blocks in pairs, each pair the
  *         quants of its two blocks and then their scales (16 halves per
  *         block, as in the file; 64 bytes, so every pair starts 64-byte
- *         aligned), at pdl_qpanel_quants_at / pdl_qpanel_scales_at; an odd
+ *         aligned), at qpanel_quants_at / qpanel_scales_at; an odd
  *         last block's pair is padded with zeros. Q8_0's block b is 8 x 16
  *         32-bit words, word (q, c) holding the 4 bytes 4q .. 4q + 3 of
  *         row 16p + c's block b, each plus 128 (an unsigned byte); Q4_0's
@@ -48,20 +48,20 @@
  *             acc = fma(w[2j], x[2j], acc) for j = 0, 1, ... (the odd
  *             element first: the order of VDPBF16PS, which the BF16
  *             activation mode uses with x rounded to BF16);
- *   Q8_0, Q4_0: x is quantized to Q8_0 per 32-block (pdl_quantize_row_q8_0:
+ *   Q8_0, Q4_0: x is quantized to Q8_0 per 32-block (matmul_quantize_row_q8_0:
  *         int8 x[k], scale dx[b]); block b gives the exact integer sum
  *         s = sum over its 32 k of w[k] x[k], then
  *         acc = fma((float)s, dw[b] * dx[b], acc) for b = 0, 1, ...;
  *   Q4_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
  *         integer sums, then one or two fused multiply-adds), so panels
- *         give the bits of pdl_dot_q4_k_q8_k / pdl_dot_q6_k_q8_k and of
+ *         give the bits of kquant_dot_q4_k_q8_k / kquant_dot_q6_k_q8_k and of
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
  * kernel here (the reference), the AVX-512 and the AVX2 ones give the same
  * bits. (BF16 activations need a BF16 dot product: the AVX2 family, which
- * has none, multiplies F32 activations whatever pdl_matmul_bf16_activations
+ * has none, multiplies F32 activations whatever matmul_bf16_activations
  * says.)
  */
 #ifndef PDL_KERNELS_WEIGHT_PANELS_H
@@ -85,42 +85,42 @@
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
  * where the CPU has it). The model loader makes them unless
  * PAGEDLM_WEIGHT_PANELS=0 (model_load.c). */
-bool pdl_panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w);
+bool panels_wanted(const pdl_kernels *kernels, const pdl_tensor *w);
 
 /* Steps per panel and bytes per panel of w's layout. */
-int64_t pdl_panel_steps(pdl_dtype dtype, int64_t in);
-size_t pdl_panel_bytes(pdl_dtype dtype, int64_t in);
+int64_t panels_steps(pdl_dtype dtype, int64_t in);
+size_t panels_bytes(pdl_dtype dtype, int64_t in);
 
 /* Bytes of w's panels, a multiple of 64 (so the panels of several
  * matrices can follow one another in one buffer). */
-size_t pdl_panels_size(const pdl_tensor *w);
+size_t panels_size(const pdl_tensor *w);
 
-/* Copies w into panels at dst (64-byte aligned, pdl_panels_size(w) bytes;
+/* Copies w into panels at dst (64-byte aligned, panels_size(w) bytes;
  * the threads of pool share the work) and points w->panels at it. */
-void pdl_panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
+void panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 
-/* y = x w^T (+ bias, += when accumulate) from w->panels, as pdl_matmul
+/* y = x w^T (+ bias, += when accumulate) from w->panels, as matmul_run
  * (its scratch and its -1 when that cannot be had, y then untouched). */
-int pdl_panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
+int panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
                       const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch the panel products take for n_rows rows times w. */
-size_t pdl_panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
+size_t panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
 
-/* pdl_matmul_shared for matrices that all have panels of one dtype and
+/* matmul_shared for matrices that all have panels of one dtype and
  * width (the caller checks). */
-int pdl_panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                              int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
-/* pdl_matmul_gated for a gate and an up matrix with panels of one dtype
+/* matmul_gated for a gate and an up matrix with panels of one dtype
  * and shape (the caller checks). */
-int pdl_panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
+int panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
                             int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
                             const pdl_tensor *w_up, pdl_gate_fn act);
 
-/* pdl_matmul_grouped for matrices (and up matrices) that all have panels
+/* matmul_grouped for matrices (and up matrices) that all have panels
  * of one dtype and width (the caller checks). */
-int pdl_panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
+int panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
                               int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
@@ -157,20 +157,20 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
  * stream in memory order (a test program on a Zen 4 VM, Q4_0 3072 x 1024,
  * weights not in cache: 1.8-2.0x the rate of all quants then all scales
  * read 3 panels side by side on one core, 1.0-1.4x on two). */
-static inline size_t pdl_qpanel_pair_bytes(size_t qb) { return 2 * qb + 64; }
-static inline size_t pdl_qpanel_quants_at(size_t qb, int64_t b) {
-    return ((size_t)b >> 1) * pdl_qpanel_pair_bytes(qb) + ((size_t)b & 1) * qb;
+static inline size_t qpanel_pair_bytes(size_t qb) { return 2 * qb + 64; }
+static inline size_t qpanel_quants_at(size_t qb, int64_t b) {
+    return ((size_t)b >> 1) * qpanel_pair_bytes(qb) + ((size_t)b & 1) * qb;
 }
-static inline size_t pdl_qpanel_scales_at(size_t qb, int64_t b) {
-    return ((size_t)b >> 1) * pdl_qpanel_pair_bytes(qb) + 2 * qb + ((size_t)b & 1) * 32;
+static inline size_t qpanel_scales_at(size_t qb, int64_t b) {
+    return ((size_t)b >> 1) * qpanel_pair_bytes(qb) + 2 * qb + ((size_t)b & 1) * 32;
 }
 /* The same, carried from block to block in a tile's loop (a multiply per
  * block cost the AVX2 prefill tile about 6%): block b + 1's quants from
  * block b's at `at`, and block b's scales from it. */
-static inline size_t pdl_qpanel_next_quants(size_t qb, size_t at, int64_t b) {
+static inline size_t qpanel_next_quants(size_t qb, size_t at, int64_t b) {
     return at + qb + ((size_t)b & 1) * 64;
 }
-static inline size_t pdl_qpanel_scales_near(size_t qb, size_t at, int64_t b) {
+static inline size_t qpanel_scales_near(size_t qb, size_t at, int64_t b) {
     return at + ((size_t)b & 1 ? qb + 32 : 2 * qb);
 }
 
@@ -188,24 +188,24 @@ static inline size_t pdl_qpanel_scales_near(size_t qb, size_t at, int64_t b) {
  * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /
  * F16, PDL_PANEL_TILE_ROWS_AVX2_BF16 for BF16). NULL entries: not built
  * for this target. */
-extern const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT];
-extern const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT];
-extern const pdl_panel_fn pdl_panel_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
-extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni, pdl_qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
-extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni, pdl_kpanel_tile_q6_k_vnni; /* likewise */
+extern const pdl_panel_fn panels_tiles_avx512[PDL_DTYPE_COUNT];
+extern const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT];
+extern const pdl_panel_fn panels_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
+extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni; /* weight_panels_avx512vnni.c */
+extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
-extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2, pdl_qpanel_tile_q4_0_avx2;
-extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2, pdl_kpanel_tile_q6_k_avx2;
-extern const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni, pdl_qpanel_tile_q4_0_avxvnni;
-extern const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni, pdl_kpanel_tile_q6_k_avxvnni;
+extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2;
+extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q6_k_avx2;
+extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni;
+extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 
-/* The panel kernels of one family, chosen once (pdl_panel_kernels_for)
+/* The panel kernels of one family, chosen once (panels_kernels_for)
  * instead of per call: every choice the driver makes from the instruction
  * set, the CPU's features and the BF16 activation mode, per weight dtype.
  * Part of pdl_kernels (matmul_table.h). */
 typedef struct pdl_panel_kernels {
-    bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (pdl_panels_wanted) */
+    bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
     pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 tile */
     pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q6_K tile */
@@ -214,15 +214,15 @@ typedef struct pdl_panel_kernels {
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */
     bool avxvnni;                      /* the integer panels take the AVX-VNNI tiles: the AVX2 family, a CPU
                                         * with AVX-VNNI and a build with the tiles (`bench` names it) */
-    bool q8k_avx512;                   /* Q8_K activations by pdl_quantize_row_q8_k_avx512 (same bytes) */
-    bool bf16_avx512;                  /* BF16 pairs by pdl_f32_to_bf16_avx512 (same bytes) */
-    /* pdl_quantize_row_q8_0_sums of the family (same bytes on each) */
+    bool q8k_avx512;                   /* Q8_K activations by kquant_quantize_row_q8_k_avx512 (same bytes) */
+    bool bf16_avx512;                  /* BF16 pairs by matmul_f32_to_bf16_avx512 (same bytes) */
+    /* matmul_quantize_row_q8_0_sums of the family (same bytes on each) */
     void (*quantize_q8_0)(const float *x, int64_t n, int8_t *qs, float *d, int32_t *sums);
 } pdl_panel_kernels;
 
 /* Fills *pk for family isa (cpu_features.h) on this CPU, BF16 weights
  * taking BF16 activations where the family can when bf16_activations. */
-void pdl_panel_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk);
+void panels_kernels_for(pdl_isa isa, bool bf16_activations, pdl_panel_kernels *pk);
 
 
 #endif

@@ -160,7 +160,7 @@ DEFINE_PANEL_TILE(panel_f32, f32, PR)
 DEFINE_PANEL_TILE(panel_f16, f16, PR)
 DEFINE_PANEL_TILE(panel_bf16, bf16, PR_BF16)
 
-const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT] = {
+const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT] = {
     [PDL_DTYPE_F32] = panel_f32,
     [PDL_DTYPE_F16] = panel_f16,
     [PDL_DTYPE_BF16] = panel_bf16,
@@ -170,14 +170,14 @@ const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT] = {
 #define PANEL_PREFIX(name) ipanel_avx2_##name
 #include "kernels/weight_panels_int256_body.h"
 
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2 = ipanel_avx2_q8_0;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avx2 = ipanel_avx2_q4_0;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2 = ipanel_avx2_q4_k;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avx2 = ipanel_avx2_q6_k;
+const pdl_qpanel_fn qpanel_tile_q8_0_avx2 = ipanel_avx2_q8_0;
+const pdl_qpanel_fn qpanel_tile_q4_0_avx2 = ipanel_avx2_q4_0;
+const pdl_kpanel_fn kpanel_tile_q4_k_avx2 = ipanel_avx2_q4_k;
+const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = ipanel_avx2_q6_k;
 #else
-const pdl_panel_fn pdl_panel_tiles_avx2[PDL_DTYPE_COUNT] = {0};
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avx2 = NULL;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avx2 = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avx2 = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avx2 = NULL;
+const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT] = {0};
+const pdl_qpanel_fn qpanel_tile_q8_0_avx2 = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_0_avx2 = NULL;
+const pdl_kpanel_fn kpanel_tile_q4_k_avx2 = NULL;
+const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = NULL;
 #endif

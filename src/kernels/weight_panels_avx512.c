@@ -13,11 +13,11 @@ DEFINE_PANEL_TILE(panel_f32, 0)
 DEFINE_PANEL_TILE(panel_f16, 1)
 DEFINE_PANEL_TILE(panel_bf16, 2)
 
-const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT] = {
+const pdl_panel_fn panels_tiles_avx512[PDL_DTYPE_COUNT] = {
     [PDL_DTYPE_F32] = panel_f32,
     [PDL_DTYPE_F16] = panel_f16,
     [PDL_DTYPE_BF16] = panel_bf16,
 };
 #else
-const pdl_panel_fn pdl_panel_tiles_avx512[PDL_DTYPE_COUNT] = {0};
+const pdl_panel_fn panels_tiles_avx512[PDL_DTYPE_COUNT] = {0};
 #endif

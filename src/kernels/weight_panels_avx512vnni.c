@@ -45,8 +45,8 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
     __m512 acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
-    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b) */
-    for (int64_t b = 0; b < nb; at = pdl_qpanel_next_quants(qbytes, at, b), b++) {
+    size_t at = 0; /* qpanel_quants_at(qbytes, b) */
+    for (int64_t b = 0; b < nb; at = qpanel_next_quants(qbytes, at, b), b++) {
         __m512i isum[R][G];
         for (int r = 0; r < nr; r++) {
             __m512i start = _mm512_set1_epi32(-offset * xs[r * nbx + b]);
@@ -70,7 +70,7 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
             }
         }
         __m512 dw[G];
-        size_t scales_at = pdl_qpanel_scales_near(qbytes, at, b);
+        size_t scales_at = qpanel_scales_near(qbytes, at, b);
         for (int g = 0; g < ng; g++)
             dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(panel + (size_t)g * pb + scales_at)));
         for (int r = 0; r < nr; r++) {
@@ -408,13 +408,13 @@ static void kpanel_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uin
     }
 }
 
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni = qpanel_q8_0;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_vnni = qpanel_q4_0;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni = kpanel_q4_k;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_vnni = kpanel_q6_k;
+const pdl_qpanel_fn qpanel_tile_q8_0_vnni = qpanel_q8_0;
+const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
+const pdl_kpanel_fn kpanel_tile_q4_k_vnni = kpanel_q4_k;
+const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
 #else
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_vnni = NULL;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_vnni = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_vnni = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q8_0_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_0_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q4_k_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
 #endif

@@ -16,13 +16,13 @@
 #define PANEL_PREFIX(name) ipanel_avxvnni_##name
 #include "kernels/weight_panels_int256_body.h"
 
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni = ipanel_avxvnni_q8_0;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avxvnni = ipanel_avxvnni_q4_0;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni = ipanel_avxvnni_q4_k;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avxvnni = ipanel_avxvnni_q6_k;
+const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni = ipanel_avxvnni_q8_0;
+const pdl_qpanel_fn qpanel_tile_q4_0_avxvnni = ipanel_avxvnni_q4_0;
+const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = ipanel_avxvnni_q4_k;
+const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = ipanel_avxvnni_q6_k;
 #else
-const pdl_qpanel_fn pdl_qpanel_tile_q8_0_avxvnni = NULL;
-const pdl_qpanel_fn pdl_qpanel_tile_q4_0_avxvnni = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q4_k_avxvnni = NULL;
-const pdl_kpanel_fn pdl_kpanel_tile_q6_k_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_0_avxvnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = NULL;
 #endif

@@ -125,7 +125,7 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
 /* The end of block b of a Q8_0 / Q4_0 piece: acc += (float)isum x dw x dx
- * (the block's weight scales, pdl_qpanel_scales_at for qbytes of quants
+ * (the block's weight scales, qpanel_scales_at for qbytes of quants
  * per block, times the row's activation scale). */
 static inline __attribute__((always_inline)) void ib_q_block_end(__m256 acc[IB_MAX_R][IB_MAX_V],
                                                                  __m256i isum[IB_MAX_R][IB_MAX_V], const float *xd,
@@ -166,8 +166,8 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    size_t at = 0; /* pdl_qpanel_quants_at(qbytes, b) */
-    for (int64_t b = 0; b < nb; at = pdl_qpanel_next_quants(qbytes, at, b), b++) {
+    size_t at = 0; /* qpanel_quants_at(qbytes, b) */
+    for (int64_t b = 0; b < nb; at = qpanel_next_quants(qbytes, at, b), b++) {
         const uint8_t *blk[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i s[IB_MAX_R][IB_MAX_V];
@@ -208,7 +208,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
 #endif
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, pdl_qpanel_scales_near(qbytes, at, b), b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(qbytes, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -229,8 +229,8 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    size_t at = 0; /* pdl_qpanel_quants_at(512, b) */
-    for (int64_t b = 0; b < nb; at = pdl_qpanel_next_quants(512, at, b), b++) {
+    size_t at = 0; /* qpanel_quants_at(512, b) */
+    for (int64_t b = 0; b < nb; at = qpanel_next_quants(512, at, b), b++) {
         const uint8_t *blk[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + at + 32 * grp[v].half;
         __m256i isum[IB_MAX_R][IB_MAX_V];
@@ -252,7 +252,7 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
                 }
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, pdl_qpanel_scales_near(512, at, b), b);
+        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(512, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -276,7 +276,7 @@ static inline int ib_groups(const uint8_t *panel, size_t pb, int panels, int las
 
 /* Column groups per piece: IB_V with several rows, IB_V1 with one
  * (decode): one panel, so a piece reads its bytes as one stream in
- * memory order (pdl_qpanel_quants_at). Three panels side by side were
+ * memory order (qpanel_quants_at). Three panels side by side were
  * slower: Qwen3-0.6B decode on a Zen 4 VM with these kernels, 3
  * interleaved pairs each, Q4_0 1.26-1.28x and Q8_0 1.29-1.56x with one
  * panel and the blocks' scales beside them. */

@@ -84,13 +84,13 @@ static bool word_in(const char *words, const char *w) {
     return false;
 }
 
-const pdl_arch_desc *pdl_arch_by_hf(const char *model_type) {
+const pdl_arch_desc *arch_by_hf(const char *model_type) {
     for (size_t i = 0; i < N_ARCHS; i++)
         if (ARCHS[i].hf_types && word_in(ARCHS[i].hf_types, model_type)) return &ARCHS[i];
     return NULL;
 }
 
-const pdl_arch_desc *pdl_arch_by_gguf(const char *name, bool has_experts) {
+const pdl_arch_desc *arch_by_gguf(const char *name, bool has_experts) {
     const pdl_arch_desc *first = NULL;
     for (size_t i = 0; i < N_ARCHS; i++) {
         if (!ARCHS[i].gguf_arch || !word_in(ARCHS[i].gguf_arch, name)) continue;
@@ -100,11 +100,11 @@ const pdl_arch_desc *pdl_arch_by_gguf(const char *name, bool has_experts) {
     return first;
 }
 
-bool pdl_arch_gguf_mrope(const pdl_arch_desc *a, const char *name) {
+bool arch_gguf_mrope(const pdl_arch_desc *a, const char *name) {
     return a->gguf_mrope && word_in(a->gguf_mrope, name);
 }
 
-void pdl_arch_supported(bool gguf, char *buf, size_t cap) {
+void arch_supported(bool gguf, char *buf, size_t cap) {
     size_t off = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < N_ARCHS && off < cap; i++) {
@@ -124,7 +124,7 @@ void pdl_arch_supported(bool gguf, char *buf, size_t cap) {
     }
 }
 
-void pdl_arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
+void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->arch = a;
     c->norm = a->norm;
     c->act = a->act;

@@ -6,7 +6,7 @@
  * scalings, fused tensors, mixture-of-experts layout).
  *
  * Both loaders look their family up here and copy its traits into
- * pdl_model_config (pdl_arch_apply); after that each reads only its own
+ * pdl_model_config (arch_apply); after that each reads only its own
  * format's numbers and tensor names. The forward never sees a family, only
  * the config. Adding a Llama-like family is one row in arch.c (and its
  * reference test).
@@ -125,25 +125,25 @@ typedef struct pdl_arch_desc {
 } pdl_arch_desc;
 
 /* The family whose hf_types lists model_type, or NULL. */
-const pdl_arch_desc *pdl_arch_by_hf(const char *model_type);
+const pdl_arch_desc *arch_by_hf(const char *model_type);
 
 /* The family of a GGUF general.architecture: several may share one name
  * (GGUF `llama` is Llama, or Mixtral when the file has experts); the row
  * whose MoE layout agrees with has_experts wins, else the first of that
  * name. NULL when no row has it. */
-const pdl_arch_desc *pdl_arch_by_gguf(const char *name, bool has_experts);
+const pdl_arch_desc *arch_by_gguf(const char *name, bool has_experts);
 
 /* Whether a GGUF of this family under general.architecture `name` must
  * give M-RoPE sections (gguf_mrope lists name). */
-bool pdl_arch_gguf_mrope(const pdl_arch_desc *a, const char *name);
+bool arch_gguf_mrope(const pdl_arch_desc *a, const char *name);
 
 /* "llama, mistral, ..." - every name of one format, for error messages. */
-void pdl_arch_supported(bool gguf, char *buf, size_t cap);
+void arch_supported(bool gguf, char *buf, size_t cap);
 
 /* Copies a family's traits into the config (the loader's format picks the
  * RoPE layout); numbers the files give are read afterwards by the loader. */
 struct pdl_model_config;
-void pdl_arch_apply(const pdl_arch_desc *a, bool gguf, struct pdl_model_config *c);
+void arch_apply(const pdl_arch_desc *a, bool gguf, struct pdl_model_config *c);
 
 /* Listing the table: pdl_architecture (pagedlm.h). */
 

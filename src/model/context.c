@@ -11,19 +11,19 @@
 
 int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_context_options *opts, pdl_error *err) {
     *out = NULL;
-    if (!model) return pdl_fail(err, "context: no model");
+    if (!model) return err_fail(err, "context: no model");
     pdl_context *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return pdl_fail(err, "context: out of memory");
+    if (!ctx) return err_fail(err, "context: out of memory");
     ctx->model = model;
     /* the model's own family where its options named one, else the one in effect now */
-    ctx->kernels = model->kernels_chosen ? model->kernels : *pdl_kernels_active();
-    pdl_attention_table_for(ctx->kernels.isa, &ctx->attention);
-    pdl_gate_table_for(ctx->kernels.isa, &ctx->gates);
+    ctx->kernels = model->kernels_chosen ? model->kernels : *matmul_kernels_active();
+    attn_table_for(ctx->kernels.isa, &ctx->attention);
+    ops_gate_table_for(ctx->kernels.isa, &ctx->gates);
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;
-    ctx->pool = pdl_threadpool_new(threads);
+    ctx->pool = threadpool_new(threads);
     if (!ctx->pool) {
         free(ctx);
-        return pdl_fail(err, "context: cannot start %d worker threads", threads);
+        return err_fail(err, "context: cannot start %d worker threads", threads);
     }
     *out = ctx;
     return 0;
@@ -31,18 +31,18 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
 
 void pdl_context_free(pdl_context *ctx) {
     if (!ctx) return;
-    pdl_threadpool_free(ctx->pool);
+    threadpool_free(ctx->pool);
     pdl_forward_scratch *s = &ctx->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
     free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
-    pdl_moe_scratch_free(s);
-    pdl_scratch_free(&s->kernel);
+    moe_scratch_free(s);
+    scratch_free(&s->kernel);
     free(ctx);
 }
 
 const pdl_model *pdl_context_model(const pdl_context *ctx) { return ctx->model; }
 
-int pdl_context_threads(const pdl_context *ctx) { return pdl_threadpool_size(ctx->pool); }
+int pdl_context_threads(const pdl_context *ctx) { return threadpool_size(ctx->pool); }
 
 uint64_t pdl_context_expert_runs(const pdl_context *ctx) { return ctx->moe_expert_runs; }

@@ -76,19 +76,19 @@ struct pdl_context {
 
 /* A matmul of the forward (layer, or -1 for the head) could not have its
  * scratch: the error to return (the forward then reports no logits). */
-int pdl_forward_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err);
+int fwd_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err);
 
 /* The MLP of a mixture-of-experts layer over rows [0, n) of xn (hidden
  * wide): router, top-k, each chosen expert once over its gathered rows,
  * the shared expert; out (n, hidden) = the k outputs summed in rank order
  * (moe.c). */
-int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err);
+int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err);
 
 /* The selective-logits probe (pdl_model_probe_selective_logits) on ctx:
  * pdl_model_load runs it on its load-time context and keeps the verdict. */
-int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err);
+int probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err);
 
 /* Frees the MoE scratch (pdl_context_free). */
-void pdl_moe_scratch_free(pdl_forward_scratch *s);
+void moe_scratch_free(pdl_forward_scratch *s);
 
 #endif

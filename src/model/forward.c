@@ -25,13 +25,13 @@
 
 /* ---- scratch ------------------------------------------------------------ */
 
-/* A scratch buffer of n floats on a cache line (pdl_scratch_grow: a heap
+/* A scratch buffer of n floats on a cache line (scratch_grow: a heap
  * address 16 mod 64 made the AVX2 BF16 matmul 13% slower). The old
  * contents are not kept: scratch is filled after it is reserved. */
 static int grow(float **buf, size_t n) {
     void *p = *buf;
     size_t cap = 0; /* the callers track what each buffer holds */
-    if (!pdl_scratch_grow(&p, &cap, n * sizeof **buf)) return -1;
+    if (!scratch_grow(&p, &cap, n * sizeof **buf)) return -1;
     *buf = p;
     return 0;
 }
@@ -56,20 +56,20 @@ static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
         const pdl_tensor *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
             if (!ws[i]->data) continue; /* no dense MLP in a MoE layer */
-            size_t b = pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, ws[i], (int64_t)rows);
+            size_t b = matmul_scratch_bytes(&ctx->kernels, ctx->pool, ws[i], (int64_t)rows);
             most = b > most ? b : most;
         }
     }
     return most;
 }
 
-int pdl_forward_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err) {
-    if (ctx->scratch.kernel.failed == 0) /* pdl_matmul: no kernel for the weights' dtype */
-        return layer < 0 ? pdl_fail(err, "forward: %s: no kernel multiplies its weights' dtype", what)
-                         : pdl_fail(err, "forward: layer %d: %s: no kernel multiplies its weights' dtype", layer, what);
+int fwd_kernel_failed(const pdl_context *ctx, int layer, const char *what, pdl_error *err) {
+    if (ctx->scratch.kernel.failed == 0) /* matmul_run: no kernel for the weights' dtype */
+        return layer < 0 ? err_fail(err, "forward: %s: no kernel multiplies its weights' dtype", what)
+                         : err_fail(err, "forward: layer %d: %s: no kernel multiplies its weights' dtype", layer, what);
     if (layer < 0)
-        return pdl_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, ctx->scratch.kernel.failed);
-    return pdl_fail(err, "forward: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
+        return err_fail(err, "forward: %s: out of memory for %zu bytes of kernel scratch", what, ctx->scratch.kernel.failed);
+    return err_fail(err, "forward: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
                     ctx->scratch.kernel.failed);
 }
 
@@ -86,26 +86,26 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
             grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * mlp + 1) || grow(&s->up, rows * mlp + 1) ||
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
-            return pdl_fail(err, "forward: out of memory for %zu rows", rows);
+            return err_fail(err, "forward: out of memory for %zu rows", rows);
         /* the matmuls' scratch for these rows, now rather than in the layers */
-        if (pdl_scratch_reserve(&s->kernel, layer_matmul_scratch(ctx, rows)))
-            return pdl_fail(err, "forward: out of memory for %zu bytes of kernel scratch", s->kernel.failed);
+        if (scratch_reserve_bytes(&s->kernel, layer_matmul_scratch(ctx, rows)))
+            return err_fail(err, "forward: out of memory for %zu bytes of kernel scratch", s->kernel.failed);
         s->rows_cap = rows;
     }
     /* attention scratch for the longest sequence of this batch, grown on
      * demand (a decode step allocates nothing once the context is reached) */
     s->attn_max_q = attn_max_queries(span);
-    size_t need_scores = pdl_attention_queries_scratch(s->attn_max_q, span, c->head_dim);
+    size_t need_scores = attn_queries_scratch(s->attn_max_q, span, c->head_dim);
     if (need_scores > s->scores_cap) {
-        if (grow(&s->scores, need_scores * (size_t)pdl_threadpool_size(ctx->pool)))
-            return pdl_fail(err, "forward: out of memory for attention scores");
+        if (grow(&s->scores, need_scores * (size_t)threadpool_size(ctx->pool)))
+            return err_fail(err, "forward: out of memory for attention scores");
         s->scores_cap = need_scores;
     }
     if (n_logits > s->logits_cap) {
         if (grow(&s->normed_out, n_logits * c->hidden) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
+            scratch_reserve_bytes(&s->kernel, matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
                                                                      (int64_t)n_logits)))
-            return pdl_fail(err, "forward: out of memory for %zu logits rows", n_logits);
+            return err_fail(err, "forward: out of memory for %zu logits rows", n_logits);
         s->logits_cap = n_logits;
     }
     return 0;
@@ -114,57 +114,57 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
 /* ---- batch validation --------------------------------------------------- */
 
 static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_batch *b, pdl_error *err) {
-    if (b->n_tokens <= 0) return pdl_fail(err, "forward: batch has no tokens");
-    if (b->n_seqs <= 0 || !b->cu_seqlens) return pdl_fail(err, "forward: batch has no sequences");
+    if (b->n_tokens <= 0) return err_fail(err, "forward: batch has no tokens");
+    if (b->n_seqs <= 0 || !b->cu_seqlens) return err_fail(err, "forward: batch has no sequences");
     if (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seqs] != b->n_tokens)
-        return pdl_fail(err, "forward: cu_seqlens must run from 0 to n_tokens (%d), got %d .. %d",
+        return err_fail(err, "forward: cu_seqlens must run from 0 to n_tokens (%d), got %d .. %d",
                         b->n_tokens, b->cu_seqlens[0], b->cu_seqlens[b->n_seqs]);
     long n_slots = (long)kv->n_blocks * kv->block_size;
     for (int s = 0; s < b->n_seqs; s++) {
         int r0 = b->cu_seqlens[s], r1 = b->cu_seqlens[s + 1];
-        if (r1 <= r0) return pdl_fail(err, "forward: sequence %d has an empty or negative segment [%d, %d)", s, r0, r1);
+        if (r1 <= r0) return err_fail(err, "forward: sequence %d has an empty or negative segment [%d, %d)", s, r0, r1);
         for (int r = r0; r < r1; r++) {
             if (b->token_ids[r] < 0 || b->token_ids[r] >= m->cfg.vocab)
-                return pdl_fail(err, "forward: row %d: token id %d out of range [0, %d)", r, b->token_ids[r],
+                return err_fail(err, "forward: row %d: token id %d out of range [0, %d)", r, b->token_ids[r],
                                 m->cfg.vocab);
             if (b->positions[r] < 0 || b->positions[r] >= m->ctx_size)
-                return pdl_fail(err, "forward: row %d: position %d outside the context [0, %d)", r,
+                return err_fail(err, "forward: row %d: position %d outside the context [0, %d)", r,
                                 b->positions[r], m->ctx_size);
             if (r > r0 && b->positions[r] != b->positions[r - 1] + 1)
-                return pdl_fail(err, "forward: row %d: positions inside a segment must be consecutive", r);
+                return err_fail(err, "forward: row %d: positions inside a segment must be consecutive", r);
             if (b->slot_mapping[r] < 0 || b->slot_mapping[r] >= n_slots)
-                return pdl_fail(err, "forward: row %d: slot %d outside the cache [0, %ld)", r, b->slot_mapping[r],
+                return err_fail(err, "forward: row %d: slot %d outside the cache [0, %ld)", r, b->slot_mapping[r],
                                 n_slots);
             int32_t expect = b->block_tables[s][b->positions[r] / kv->block_size] * kv->block_size +
                              b->positions[r] % kv->block_size;
             if (b->slot_mapping[r] != expect)
-                return pdl_fail(err, "forward: row %d: slot %d disagrees with the block table (slot %d)", r,
+                return err_fail(err, "forward: row %d: slot %d disagrees with the block table (slot %d)", r,
                                 b->slot_mapping[r], expect);
         }
     }
-    if (!b->span_first != !b->span_last) return pdl_fail(err, "forward: span_first and span_last come together");
+    if (!b->span_first != !b->span_last) return err_fail(err, "forward: span_first and span_last come together");
     for (int s = 0; b->span_first && s < b->n_seqs; s++) {
         int r0 = b->cu_seqlens[s], r1 = b->cu_seqlens[s + 1], end = b->positions[r1 - 1];
         for (int r = r0; r < r1; r++)
             if (b->span_first[r] < 0 || b->span_first[r] > b->positions[r] || b->span_last[r] < b->positions[r] ||
                 b->span_last[r] > end)
-                return pdl_fail(err, "forward: row %d (position %d): two-way span [%d, %d] must hold the row and end "
+                return err_fail(err, "forward: row %d (position %d): two-way span [%d, %d] must hold the row and end "
                                 "in the batch (its segment ends at position %d)", r, b->positions[r], b->span_first[r],
                                 b->span_last[r], end);
     }
     if (b->rope_pos3) {
         if (!(m->cfg.mrope_section[0] + m->cfg.mrope_section[1] + m->cfg.mrope_section[2]))
-            return pdl_fail(err, "forward: rope_pos3 given but the model has no M-RoPE sections (mrope_section)");
+            return err_fail(err, "forward: rope_pos3 given but the model has no M-RoPE sections (mrope_section)");
         for (int r = 0; r < b->n_tokens; r++)
             for (int k = 0; k < 3; k++)
                 if (b->rope_pos3[3 * r + k] < 0)
-                    return pdl_fail(err, "forward: row %d: M-RoPE position %d of component %d is negative", r,
+                    return err_fail(err, "forward: row %d: M-RoPE position %d of component %d is negative", r,
                                     b->rope_pos3[3 * r + k], k);
     }
     for (int j = 0; j < b->n_logits; j++) {
         int32_t r = b->logits_indices[j];
         if (r < 0 || r >= b->n_tokens || (j > 0 && r <= b->logits_indices[j - 1]))
-            return pdl_fail(err, "forward: logits_indices[%d] = %d: must be ascending rows in [0, %d)", j, r,
+            return err_fail(err, "forward: logits_indices[%d] = %d: must be ascending rows in [0, %d)", j, r,
                             b->n_tokens);
     }
     return 0;
@@ -189,17 +189,17 @@ static void embed_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
-    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) { /* each row's RoPE angles, shared by every head and layer */
         float *cs = t->s->rope_cs + r * c->rope_dim;
         if (t->b->rope_pos3) /* M-RoPE: each section turned by its own position */
-            pdl_rope_angles_sections(cs, c->rope_dim, t->b->rope_pos3 + 3 * r, c->mrope_section, t->m->rope_inv_freq);
+            ops_rope_angles_sections(cs, c->rope_dim, t->b->rope_pos3 + 3 * r, c->mrope_section, t->m->rope_inv_freq);
         else
-            pdl_rope_angles(cs, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
+            ops_rope_angles(cs, c->rope_dim, t->b->positions[r], t->m->rope_inv_freq);
         if (c->rope_mscale != 1.0f) /* LongRoPE: cos and sin scaled, as transformers and llama.cpp do */
             for (int i = 0; i < c->rope_dim; i++) cs[i] *= c->rope_mscale;
         if (t->m->rope_inv_freq_local)
-            pdl_rope_angles(t->s->rope_cs_local + r * c->rope_dim, c->rope_dim, t->b->positions[r],
+            ops_rope_angles(t->s->rope_cs_local + r * c->rope_dim, c->rope_dim, t->b->positions[r],
                             t->m->rope_inv_freq_local);
     }
     for (long r = r0; r < r1; r++) {
@@ -208,7 +208,7 @@ static void embed_rows(void *p, int ith, int nth) {
             memcpy(x, t->b->embd[r], (size_t)c->hidden * sizeof *x);
             continue;
         }
-        (void)pdl_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden); /* checked at load */
+        (void)ops_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden); /* checked at load */
         if (c->embed_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;
     }
@@ -216,15 +216,15 @@ static void embed_rows(void *p, int ith, int nth) {
 
 /* The model's norm (RMS or Layer) of one (hidden) row. out may be x. */
 static void norm_row(const pdl_model_config *c, float *out, const float *x, const float *w) {
-    if (c->norm == PDL_NORM_LAYER) pdl_layernorm(out, x, w, c->hidden, c->rms_eps);
-    else pdl_rmsnorm(out, x, w, c->hidden, c->rms_eps);
+    if (c->norm == PDL_NORM_LAYER) ops_layernorm(out, x, w, c->hidden, c->rms_eps);
+    else ops_rmsnorm(out, x, w, c->hidden, c->rms_eps);
 }
 
 static void norm_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
-    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) norm_row(c, t->dst + r * c->hidden, t->src + r * c->hidden, t->norm->data);
 }
 
@@ -234,7 +234,7 @@ static void add_branch_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
     long r0, r1;
-    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *br = t->s->branch + r * c->hidden, *x = t->s->x + r * c->hidden;
         if (t->norm->data) norm_row(c, br, br, t->norm->data);
@@ -256,31 +256,31 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     int neox = c->rope_style == PDL_ROPE_NEOX;
     /* this layer's RoPE: windowed layers may have their own base (Gemma 3);
      * global layers may have none (Cohere2) */
-    bool windowed = pdl_layer_windowed(c, t->layer);
+    bool windowed = model_layer_windowed(c, t->layer);
     bool rope = windowed || !c->rope_global_none;
     const float *cs_all = windowed && m->rope_inv_freq_local ? s->rope_cs_local : s->rope_cs;
-    pdl_attention_store_fn store = pdl_attention_table_store(t->attn, t->kv->dtype == PDL_KV_F16);
+    pdl_attention_store_fn store = attn_table_store(t->attn, t->kv->dtype == PDL_KV_F16);
     long r0, r1;
-    pdl_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *q = s->q + r * q_dim, *k = s->k + r * kv_dim, *v = s->v + r * kv_dim;
         const float *cs = cs_all + r * c->rope_dim;
         bool per_head = c->qk_norm == PDL_QK_NORM_HEAD;
         if (c->qk_norm == PDL_QK_NORM_WHOLE) {
-            pdl_rmsnorm(q, q, lw->q_norm.data, q_dim, c->rms_eps);
-            pdl_rmsnorm(k, k, lw->k_norm.data, kv_dim, c->rms_eps);
+            ops_rmsnorm(q, q, lw->q_norm.data, q_dim, c->rms_eps);
+            ops_rmsnorm(k, k, lw->k_norm.data, kv_dim, c->rms_eps);
         }
         for (int h = 0; h < c->n_heads; h++) {
             float *qh = q + h * c->head_dim;
-            if (per_head) pdl_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
-            if (rope) pdl_rope_apply(qh, c->rope_dim, cs, neox);
+            if (per_head) ops_rmsnorm(qh, qh, lw->q_norm.data, c->head_dim, c->rms_eps);
+            if (rope) ops_rope_apply(qh, c->rope_dim, cs, neox);
         }
         for (int h = 0; h < c->n_kv_heads; h++) {
             float *kh = k + h * c->head_dim;
-            if (per_head) pdl_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
-            if (rope) pdl_rope_apply(kh, c->rope_dim, cs, neox);
+            if (per_head) ops_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
+            if (rope) ops_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        store(pdl_kv_k_pool(t->kv, t->layer), pdl_kv_v_pool(t->kv, t->layer), t->kv->dtype == PDL_KV_F16, kv_dim,
+        store(kv_k_pool(t->kv, t->layer), kv_v_pool(t->kv, t->layer), t->kv->dtype == PDL_KV_F16, kv_dim,
               c->head_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
@@ -298,7 +298,7 @@ static void attend(const pdl_attention_table *tab, float *const *outs, const flo
 
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
  * prefill chunk and the heads of a GQA group share each tile of keys
- * (pdl_attention_queries). Each thread takes the next task as it finishes
+ * (attn_queries). Each thread takes the next task as it finishes
  * its last, so a prefill's later rows (which read more keys) and a thread
  * slowed by the machine leave their share to the others; each query's
  * result is the same whichever task or thread computes it. */
@@ -312,15 +312,15 @@ static void attention_rows(void *p, int ith, int nth) {
     int group = c->n_heads / c->n_kv_heads;
     float *scratch = s->scores + (size_t)ith * s->scores_cap;
     pdl_attn_kv akv = {
-        .k = pdl_kv_k_pool(t->kv, t->layer),
-        .v = pdl_kv_v_pool(t->kv, t->layer),
+        .k = kv_k_pool(t->kv, t->layer),
+        .v = kv_v_pool(t->kv, t->layer),
         .kv_is_f16 = t->kv->dtype == PDL_KV_F16,
         .kv_dim = t->kv->kv_dim,
         .block_size = t->kv->block_size,
     };
     /* the window of this layer: windowed layers alternate with global ones
      * when the model says so (swa_pattern) */
-    int window = pdl_layer_windowed(c, t->layer) ? c->sliding_window : 0;
+    int window = model_layer_windowed(c, t->layer) ? c->sliding_window : 0;
     int max_q = s->attn_max_q;
     int rows_per_task = max_q / group > 0 ? max_q / group : 1;
     float *outs[16];
@@ -328,7 +328,7 @@ static void attention_rows(void *p, int ith, int nth) {
     int poss[16], firsts[16];
     (void)nth;
     long task = 0, mine = atomic_fetch_add_explicit(&t->next_task, 1, memory_order_relaxed);
-    /* two-way spans: every query over [first, last] (pdl_attention_ranges) */
+    /* two-way spans: every query over [first, last] (attn_ranges) */
     bool ranges = b->span_first != NULL;
     for (int sq = 0; sq < b->n_seqs; sq++) {
         akv.block_table = b->block_tables[sq];
@@ -382,16 +382,16 @@ static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pd
     size_t n = (size_t)b->n_tokens;
     if (n > s->full_cap) {
         if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab) ||
-            pdl_scratch_reserve(&s->kernel, pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
+            scratch_reserve_bytes(&s->kernel, matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
                                                                      (int64_t)n)))
-            return pdl_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
+            return err_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
         s->full_cap = n;
     }
     for (size_t r = 0; r < n; r++)
         norm_row(c, s->full_normed + r * c->hidden, s->x + r * c->hidden, m->w.output_norm.data);
-    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n,
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->full_logits, c->vocab, s->full_normed, (int64_t)n,
                    &m->w.output, NULL, false))
-        return pdl_forward_kernel_failed(ctx, -1, "full logits head", err);
+        return fwd_kernel_failed(ctx, -1, "full logits head", err);
     head_postprocess(c, s->full_logits, (int)n);
     for (int j = 0; j < b->n_logits; j++)
         memcpy(logits_out + (size_t)j * c->vocab, s->full_logits + (size_t)b->logits_indices[j] * c->vocab,
@@ -405,7 +405,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
-        return pdl_fail(err,
+        return err_fail(err,
                         "forward: KV cache was made for another model (%d layers x %d in heads of %d, model %d x %d "
                         "in heads of %d)",
                         kv->n_layers, kv->kv_dim, kv->head_dim, c->n_layers, c->n_kv_heads * c->head_dim, c->head_dim);
@@ -423,8 +423,8 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     row_task t = {.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
 
     /* element-wise stages: ~16k elements per thread at least */
-    int row_threads = pdl_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
-    pdl_threadpool_run_n(ctx->pool, row_threads, embed_rows, &t);
+    int row_threads = threadpool_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
+    threadpool_run_n(ctx->pool, row_threads, embed_rows, &t);
 
     /* attention work: every row reads its whole prefix, for every head */
     double attn_work = 0;
@@ -447,24 +447,24 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         if (pre_norm) {
             t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-            pdl_threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
+            threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
         pdl_matmul_out qkv[3] = {
             {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = lw->bq.data},
             {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
             {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
-        if (pdl_matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, qkv, 3))
-            return pdl_forward_kernel_failed(ctx, l, "q/k/v projections", err);
-        pdl_threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
+        if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, qkv, 3))
+            return fwd_kernel_failed(ctx, l, "q/k/v projections", err);
+        threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
         atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
-        pdl_threadpool_run_n(ctx->pool, pdl_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
-        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n,
+        threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
+        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n,
                        &lw->wo, NULL, direct_add))
-            return pdl_forward_kernel_failed(ctx, l, "attention output", err);
+            return fwd_kernel_failed(ctx, l, "attention output", err);
         if (!direct_add) {
             t.norm = &lw->post_attn_norm;
-            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
+            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
         }
 
         /* MLP block: x += W_down (act(W_gate xn) * W_up xn), or the experts'
@@ -472,23 +472,23 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
          * add) */
         if (c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH) {
             t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
-            pdl_threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
+            threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
         if (c->n_experts > 0) {
-            if (pdl_moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
+            if (moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
             t.norm = &lw->post_ffn_norm;
-            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
+            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
             continue;
         }
-        if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
+        if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
                              &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
-            return pdl_forward_kernel_failed(ctx, l, "MLP gate/up", err);
-        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
+            return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
+        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
                        &lw->w_down, NULL, direct_add))
-            return pdl_forward_kernel_failed(ctx, l, "MLP down", err);
+            return fwd_kernel_failed(ctx, l, "MLP down", err);
         if (!direct_add) {
             t.norm = &lw->post_ffn_norm;
-            pdl_threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
+            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
         }
     }
 
@@ -499,9 +499,9 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
         int r = b->logits_indices[j];
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
-    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits,
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits,
                    &m->w.output, NULL, false))
-        return pdl_forward_kernel_failed(ctx, -1, "LM head", err);
+        return fwd_kernel_failed(ctx, -1, "LM head", err);
     head_postprocess(c, logits_out, b->n_logits);
     return 0;
 }

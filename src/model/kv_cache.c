@@ -17,12 +17,12 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
                         int block_size, int n_blocks, pdl_error *err) {
     *out = NULL;
     if (block_size <= 0 || n_blocks <= 0)
-        return pdl_fail(err, "kv cache: block size (%d) and block count (%d) must be positive",
+        return err_fail(err, "kv cache: block size (%d) and block count (%d) must be positive",
                         block_size, n_blocks);
     if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32)
-        return pdl_fail(err, "kv cache: unknown dtype %d", (int)dtype);
+        return err_fail(err, "kv cache: unknown dtype %d", (int)dtype);
     pdl_kv_cache *kv = calloc(1, sizeof *kv);
-    if (!kv) return pdl_fail(err, "kv cache: out of memory");
+    if (!kv) return err_fail(err, "kv cache: out of memory");
     kv->dtype = dtype;
     kv->n_layers = model->cfg.n_layers;
     kv->kv_dim = model->cfg.n_kv_heads * model->cfg.head_dim;
@@ -32,11 +32,11 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
     kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : 4;
     size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * (size_t)block_size * (size_t)kv->kv_dim *
                    kv->elem_bytes;
-    kv->k = pdl_huge_alloc(bytes);
-    kv->v = pdl_huge_alloc(bytes);
+    kv->k = huge_alloc(bytes);
+    kv->v = huge_alloc(bytes);
     if (!kv->k || !kv->v) {
         pdl_kv_cache_free(kv);
-        return pdl_fail(err, "kv cache: out of memory for %d blocks of %d tokens (%zu bytes each for K and V)",
+        return err_fail(err, "kv cache: out of memory for %d blocks of %d tokens (%zu bytes each for K and V)",
                         n_blocks, block_size, bytes);
     }
     *out = kv;
@@ -45,8 +45,8 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype
 
 void pdl_kv_cache_free(pdl_kv_cache *kv) {
     if (!kv) return;
-    pdl_huge_free(kv->k);
-    pdl_huge_free(kv->v);
+    huge_free(kv->k);
+    huge_free(kv->v);
     free(kv);
 }
 
@@ -58,7 +58,7 @@ void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_s
         /* K is dimension-major within a block: the whole block (slots past
          * n_slots are written before they are read); V is slot-major within
          * each head: each head's first n_slots rows */
-        char *k = pdl_kv_k_pool(kv, l), *v = pdl_kv_v_pool(kv, l);
+        char *k = kv_k_pool(kv, l), *v = kv_v_pool(kv, l);
         memcpy(k + (size_t)dst * block, k + (size_t)src * block, block);
         for (int h = 0; h < kv->kv_dim / kv->head_dim; h++)
             memcpy(v + (size_t)dst * block + (size_t)h * head, v + (size_t)src * block + (size_t)h * head, rows);

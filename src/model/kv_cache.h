@@ -8,7 +8,7 @@
  * contiguous in memory. Layout per layer, F16 or F32:
  * v[layer][slot][kv_dim]; k[layer][block][kv_dim][block_size], each block
  * dimension-major so that one dimension of a block's keys is one vector
- * load (kernels/attention.h, pdl_attn_k_index).
+ * load (kernels/attention.h, attn_k_index).
  * What it is not for: deciding who holds which block. The engine's block
  * pool (src/engine/block_pool.h) allocates, shares, caches and evicts
  * blocks; a pdl_seq (one sequence over a cache of its own) takes them in
@@ -35,13 +35,13 @@ struct pdl_kv_cache {
 };
 
 /* Address of `layer`'s K pool (blocks laid out as above). */
-static inline void *pdl_kv_k_pool(const pdl_kv_cache *kv, int layer) {
+static inline void *kv_k_pool(const pdl_kv_cache *kv, int layer) {
     size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
     return (char *)kv->k + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }
 
 /* Address of `layer`'s V pool (blocks laid out as above). */
-static inline void *pdl_kv_v_pool(const pdl_kv_cache *kv, int layer) {
+static inline void *kv_v_pool(const pdl_kv_cache *kv, int layer) {
     size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
     return (char *)kv->v + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }

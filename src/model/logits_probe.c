@@ -18,7 +18,7 @@
 
 #define PROBE_TOKENS 12
 
-void pdl_probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
+void probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
                        bool *ok, char *reason, size_t reason_len) {
     size_t n = (size_t)n_rows * vocab;
     *ok = memcmp(full, sel, n * sizeof(float)) == 0;
@@ -35,7 +35,7 @@ void pdl_probe_compare(const float *full, const float *sel, int n_rows, int voca
              rows[0], rows[n_rows - 1], n_tokens, md);
 }
 
-int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
+int probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     int n = PROBE_TOKENS < m->ctx_size ? PROBE_TOKENS : m->ctx_size;
@@ -58,7 +58,7 @@ int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, p
     float *full = malloc((size_t)2 * n_rows * c->vocab * sizeof *full);
     if (!full) {
         pdl_kv_cache_free(kv);
-        return pdl_fail(err, "probe: out of memory");
+        return err_fail(err, "probe: out of memory");
     }
     float *sel = full + (size_t)n_rows * c->vocab;
     pdl_batch b = {.n_tokens = n, .token_ids = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
@@ -72,17 +72,17 @@ int pdl_probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, p
     pdl_kv_cache_free(kv);
     if (rc) {
         free(full);
-        return pdl_fail_prefix(err, "selective-logits probe");
+        return err_fail_prefix(err, "selective-logits probe");
     }
-    pdl_probe_compare(full, sel, n_rows, c->vocab, rows, n, ok, reason, reason_len);
+    probe_compare(full, sel, n_rows, c->vocab, rows, n, ok, reason, reason_len);
     free(full);
     return 0;
 }
 
 int pdl_model_probe_selective_logits(const pdl_model *m, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
     pdl_context *ctx = NULL;
-    if (pdl_context_create(&ctx, m, NULL, err)) return pdl_fail_prefix(err, "selective-logits probe");
-    int rc = pdl_probe_run(ctx, ok, reason, reason_len, err);
+    if (pdl_context_create(&ctx, m, NULL, err)) return err_fail_prefix(err, "selective-logits probe");
+    int rc = probe_run(ctx, ok, reason, reason_len, err);
     pdl_context_free(ctx);
     return rc;
 }

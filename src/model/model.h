@@ -59,7 +59,7 @@ typedef struct pdl_model_config {
     pdl_block_kind block;/* where the norms sit: before the branch, one shared (parallel),
                           * before and after (sandwich), after only */
     bool norm_plus_one;  /* load time only: the file holds w for norms applied as (1 + w)
-                          * (Hugging Face Gemma); pdl_model_finish folds the 1 in */
+                          * (Hugging Face Gemma); model_finish folds the 1 in */
     float embed_scale;   /* embeddings *= embed_scale (1 = none; Granite, Gemma sqrt(hidden)) */
     float residual_scale;/* each branch *= residual_scale before the add (1 = none; Granite) */
     float attn_scale;    /* 1/sqrt(head_dim) unless the model says otherwise */
@@ -67,7 +67,7 @@ typedef struct pdl_model_config {
     int sliding_window;  /* attend to the last W positions only; 0 = all */
     int swa_pattern;     /* with a window: layers l with l % p == p - 1 attend globally
                           * (Gemma 2: p = 2, windowed even layers; Gemma 3: 6; Cohere2: 4);
-                          * 0 = every layer windowed. See pdl_layer_windowed. */
+                          * 0 = every layer windowed. See model_layer_windowed. */
     float rope_theta_local; /* windowed layers' RoPE base, unscaled (Gemma 3); 0 = rope_theta */
     bool rope_global_none;  /* layers that attend globally apply no RoPE (Cohere2) */
     float rope_mscale;      /* RoPE cos and sin multiplied by this (LongRoPE attention factor); 1 = none */
@@ -164,17 +164,17 @@ struct pdl_model {
 
     void **owned;           /* buffers the model allocated (converted weights) */
     size_t n_owned;
-    void *matrices;         /* the weight matrices' copies (panels or bytes), one pdl_huge_alloc buffer */
+    void *matrices;         /* the weight matrices' copies (panels or bytes), one huge_alloc buffer */
 };
 
 /* Loaders: fill cfg and w from one source; the generic checks (shapes,
  * presence) run in model_load.c for both. */
-int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err);
-int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err);
+int model_load_gguf(pdl_model *m, const char *path, pdl_error *err);
+int model_load_hf(pdl_model *m, const char *dir, pdl_error *err);
 
 /* Looks `name` up in set; a missing required tensor is an error naming it and
  * `where` (the file or folder). An absent optional one leaves dst zeroed. */
-int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
+int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
                           pdl_tensor *dst, pdl_error *err);
 
 /* Takes every per-layer weight from set under either format's names
@@ -183,38 +183,38 @@ int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool requ
  * multimodal checkpoint's "language_model.model."), allocating m->w.layers.
  * Q/K/V biases found in the files switch cfg.qkv_bias on; fused qkv and
  * gate_up matrices are split into row views. */
-int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
+int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err);
 
 /* After a loader: checks every weight against cfg (presence, shapes, dtypes)
  * with one clear error naming the tensor, its file and the expected shape;
  * makes vectors F32. RoPE frequencies are computed later, once the context
  * in effect is known (LongRoPE picks its factors by it). */
-int pdl_model_finish(pdl_model *m, pdl_error *err);
+int model_finish(pdl_model *m, pdl_error *err);
 
 /* A malloc'ed F32 copy of a vector tensor of exactly n elements (RoPE factor
  * tensors); a clear error naming it otherwise. */
-int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err);
+int model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err);
 
 /* Rows [r0, r0 + rows) of a matrix as a view (fused Q/K/V, gate/up), named
  * "<name>[what]" in messages. */
-void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out);
+void model_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out);
 
 /* The selective-logits probe's verdict (logits_probe.c): the sampled rows'
  * logits through the full head and through the selective head (n_rows x
  * vocab each) must be equal bit for bit; otherwise *ok is false and reason
  * names the rows (rows[0], rows[n_rows - 1] of an n_tokens probe) and the
  * largest difference. */
-void pdl_probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
+void probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
                        bool *ok, char *reason, size_t reason_len);
 
 /* One row's routing: its k experts of the (n_experts) logits, best first
  * (the lower id on a tie), and their weights (softmax over all experts or
  * sigmoid, then renormalized and scaled as the config says). */
-void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
+void moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
 
 /* Whether layer l attends through the sliding window (see swa_pattern). */
-static inline bool pdl_layer_windowed(const pdl_model_config *c, int l) {
+static inline bool model_layer_windowed(const pdl_model_config *c, int l) {
     if (c->sliding_window <= 0) return false;
     return !(c->swa_pattern > 0 && l % c->swa_pattern == c->swa_pattern - 1);
 }

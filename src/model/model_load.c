@@ -5,7 +5,7 @@
  *
  * Format-specific parsing lives in model_load_gguf.c and model_load_hf.c;
  * both only fill pdl_model_config and weight views, then call
- * pdl_model_finish.
+ * model_finish.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
@@ -27,39 +27,39 @@
 /* Takes t from the set and, for an MLX-quantized "X.weight", the X.scales
  * and X.biases folded into it (mlx_quant.h), so none is reported unused. */
 static const pdl_tensor *take_with_parts(const pdl_tensor_set *set, const char *name) {
-    const pdl_tensor *t = pdl_tensor_set_take(set, name);
+    const pdl_tensor *t = tensor_set_take(set, name);
     size_t n = strlen(name);
     if (t && (t->dtype == PDL_DTYPE_MLX_Q4 || t->dtype == PDL_DTYPE_MLX_Q8) && n > 7 &&
         strcmp(name + n - 7, ".weight") == 0) {
         char part[PDL_TENSOR_NAME_MAX + 8];
         snprintf(part, sizeof part, "%.*s.scales", (int)(n - 7), name);
-        pdl_tensor_set_take(set, part);
+        tensor_set_take(set, part);
         snprintf(part, sizeof part, "%.*s.biases", (int)(n - 7), name);
-        pdl_tensor_set_take(set, part);
+        tensor_set_take(set, part);
     }
     return t;
 }
 
-int pdl_model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
+int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
                           pdl_tensor *dst, pdl_error *err) {
     const pdl_tensor *t = take_with_parts(set, name);
     if (!t) {
         memset(dst, 0, sizeof *dst);
-        if (required) return pdl_fail(err, "%s: missing tensor '%s'", where, name);
+        if (required) return err_fail(err, "%s: missing tensor '%s'", where, name);
         return 0;
     }
     *dst = *t;
     return 0;
 }
 
-void pdl_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out) {
+void model_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char *what, pdl_tensor *out) {
     *out = *t;
-    size_t row_bytes = pdl_dtype_row_bytes(t->dtype, t->shape[t->n_dims - 1]);
+    size_t row_bytes = dtype_row_bytes(t->dtype, t->shape[t->n_dims - 1]);
     out->data = (const uint8_t *)t->data + (size_t)r0 * row_bytes;
     out->file_offset = t->file_offset + (uint64_t)r0 * row_bytes;
     out->nbytes = (size_t)rows * row_bytes;
     out->shape[0] = rows;
-    pdl_tensor_mlx_skip_rows(out, r0); /* MLX: the scales and biases of those rows */
+    tensor_mlx_skip_rows(out, r0); /* MLX: the scales and biases of those rows */
     snprintf(out->name, sizeof out->name, "%.200s[%s]", t->name, what);
 }
 
@@ -74,12 +74,12 @@ static int take_fused(const pdl_tensor_set *set, const char *name, const char *w
     int64_t total = 0;
     for (int i = 0; i < n_parts; i++) total += rows[i];
     if (t->n_dims != 2 || t->shape[0] != total)
-        return pdl_fail(err, "%s: fused tensor '%s' must have %lld rows (%s), got shape [%lld%s]", where, name,
+        return err_fail(err, "%s: fused tensor '%s' must have %lld rows (%s), got shape [%lld%s]", where, name,
                         (long long)total, n_parts == 3 ? "q + k + v" : "gate + up", (long long)t->shape[0],
                         t->n_dims == 2 ? ", ..." : "");
     int64_t r0 = 0;
     for (int i = 0; i < n_parts; i++) {
-        pdl_tensor_rows(t, r0, rows[i], what[i], dst[i]);
+        model_tensor_rows(t, r0, rows[i], what[i], dst[i]);
         r0 += rows[i];
     }
     return 0;
@@ -167,7 +167,7 @@ static int check_no_stray_layers(const pdl_model_config *c, const pdl_tensor_set
         char *end;
         long l = strtol(name + pl, &end, 10);
         if (*end == '.' && l >= c->n_layers)
-            return pdl_fail(err, "%s: tensor '%s' belongs to layer %ld, but the model declares %d layers (%s)", where,
+            return err_fail(err, "%s: tensor '%s' belongs to layer %ld, but the model declares %d layers (%s)", where,
                             name, l, c->n_layers, hf_prefix ? "num_hidden_layers" : "block_count");
     }
     return 0;
@@ -182,7 +182,7 @@ static void expert_view(const pdl_tensor *stack, int e, pdl_tensor *out) {
     flat.shape[1] = stack->shape[2];
     char what[24];
     snprintf(what, sizeof what, "e%d", e);
-    pdl_tensor_rows(&flat, (int64_t)e * stack->shape[1], stack->shape[1], what, out);
+    model_tensor_rows(&flat, (int64_t)e * stack->shape[1], stack->shape[1], what, out);
 }
 
 /* The router, the experts and the shared expert of layer l. GGUF stacks
@@ -201,16 +201,16 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     bool mixtral = c->arch->moe == PDL_MOE_BLOCK_SPARSE;
     layer_name(name, sizeof name, hf_prefix, l, mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight",
                "ffn_gate_inp.weight");
-    if (pdl_model_take_tensor(set, name, true, where, &lw->router, err)) return -1;
+    if (model_take_tensor(set, name, true, where, &lw->router, err)) return -1;
     if (!hf_prefix) {
         static const char *const stacked[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
         for (int p = 0; p < 3; p++) {
             pdl_tensor t;
             layer_name(name, sizeof name, NULL, l, NULL, stacked[p]);
-            if (pdl_model_take_tensor(set, name, true, where, &t, err)) return -1;
+            if (model_take_tensor(set, name, true, where, &t, err)) return -1;
             int64_t rows = p < 2 ? c->ffn_expert : c->hidden, cols = p < 2 ? c->hidden : c->ffn_expert;
             if (t.n_dims != 3 || t.shape[0] != E || t.shape[1] != rows || t.shape[2] != cols)
-                return pdl_fail(err, "%s: tensor '%s' must be [%d, %lld, %lld] (experts, rows, columns) for %d experts "
+                return err_fail(err, "%s: tensor '%s' must be [%d, %lld, %lld] (experts, rows, columns) for %d experts "
                                 "of intermediate size %d", where, name, E, (long long)rows, (long long)cols, E,
                                 c->ffn_expert);
             for (int e = 0; e < E; e++) expert_view(&t, e, &dst[p][e]);
@@ -223,7 +223,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
                 snprintf(hf, sizeof hf, "%s.experts.%d.%s.weight", mixtral ? "block_sparse_moe" : "mlp", e,
                          per_expert[mixtral][p]);
                 layer_name(name, sizeof name, hf_prefix, l, hf, NULL);
-                if (pdl_model_take_tensor(set, name, true, where, &dst[p][e], err)) return -1;
+                if (model_take_tensor(set, name, true, where, &dst[p][e], err)) return -1;
             }
     }
     if (c->ffn_shared <= 0) return 0;
@@ -240,7 +240,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
         if (i == 3 && !c->shared_gate) continue;
         layer_name(name, sizeof name, hf_prefix, l, shared[i].hf, shared[i].gguf);
         pdl_tensor *t = (pdl_tensor *)((char *)lw + shared[i].offset);
-        if (pdl_model_take_tensor(set, name, true, where, t, err)) return -1;
+        if (model_take_tensor(set, name, true, where, t, err)) return -1;
     }
     /* Hugging Face's gate is a (1, hidden) Linear; GGUF's a (hidden) vector */
     if (lw->sh_gate_w.n_dims == 2 && lw->sh_gate_w.shape[0] == 1) {
@@ -250,27 +250,27 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     return 0;
 }
 
-int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
+int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                           pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     if (c->n_layers <= 0 || c->n_layers > 4096)
-        return pdl_fail(err, "%s: %d layers (must be 1 to 4096)", where, c->n_layers);
+        return err_fail(err, "%s: %d layers (must be 1 to 4096)", where, c->n_layers);
     if (c->n_experts > 0 && (c->n_experts > 4096 || c->n_experts_used < 1 || c->n_experts_used > c->n_experts ||
                              c->ffn_expert <= 0 || c->ffn_shared < 0))
-        return pdl_fail(err, "%s: invalid experts: %d experts, %d used per token, intermediate size %d, shared %d "
+        return err_fail(err, "%s: invalid experts: %d experts, %d used per token, intermediate size %d, shared %d "
                         "(need 1 <= used <= experts <= 4096 and positive sizes)", where, c->n_experts,
                         c->n_experts_used, c->ffn_expert, c->ffn_shared);
     m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
-    if (!m->w.layers) return pdl_fail(err, "out of memory");
+    if (!m->w.layers) return err_fail(err, "out of memory");
     if (c->n_experts > 0) {
         m->w.experts = calloc((size_t)c->n_layers * 3 * (size_t)c->n_experts, sizeof *m->w.experts);
-        if (!m->w.experts) return pdl_fail(err, "out of memory for %d layers of %d experts", c->n_layers, c->n_experts);
+        if (!m->w.experts) return err_fail(err, "out of memory for %d layers of %d experts", c->n_layers, c->n_experts);
     }
     /* Biases present in the files are used even where the config is silent
      * (some llama conversions carry them). */
     char name[PDL_TENSOR_NAME_MAX];
     layer_name(name, sizeof name, hf_prefix, 0, "self_attn.q_proj.bias", "attn_q.bias");
-    if (pdl_tensor_set_find(set, name)) c->qkv_bias = true;
+    if (tensor_set_find(set, name)) c->qkv_bias = true;
     int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &m->w.layers[l];
@@ -287,7 +287,7 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *h
                            (const char *const[]){"gate", "up"}, (pdl_tensor *const[]){&lw->w_gate, &lw->w_up},
                            &fused_gate_up, err))
                 return -1;
-            if (!fused_gate_up) return pdl_fail(err, "%s: missing tensor '%s'", where, name);
+            if (!fused_gate_up) return err_fail(err, "%s: missing tensor '%s'", where, name);
         }
         for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
             const struct layer_tensor_name *t = &LAYER_TENSORS[i];
@@ -301,7 +301,7 @@ int pdl_model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *h
             if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
             const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
             layer_name(name, sizeof name, hf_prefix, l, hf, t->gguf);
-            if (pdl_model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
+            if (model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
                 return -1;
         }
         if (c->n_experts > 0 && take_experts(m, set, hf_prefix, l, where, err)) return -1;
@@ -325,9 +325,9 @@ static int check_shape(const pdl_tensor *t, int64_t d0, int64_t d1, const char *
     char got[96];
     shape_str(t, got, sizeof got);
     if (want_dims == 1)
-        return pdl_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld]", t->file, t->name, got,
+        return err_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld]", t->file, t->name, got,
                         why, (long long)d0);
-    return pdl_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld, %lld]", t->file, t->name,
+    return err_fail(err, "%s: tensor '%s' has shape %s but the config (%s) needs [%lld, %lld]", t->file, t->name,
                     got, why, (long long)d0, (long long)d1);
 }
 
@@ -343,28 +343,28 @@ static int own(pdl_model *m, void *p) {
 static int make_f32_vector(pdl_model *m, pdl_tensor *t, pdl_error *err) {
     if (!t->data) return 0;
     if (t->dtype == PDL_DTYPE_F32 && ((uintptr_t)t->data % sizeof(float)) == 0) return 0;
-    int64_t n = pdl_tensor_nelems(t);
+    int64_t n = tensor_nelems(t);
     if (t->dtype == PDL_DTYPE_Q8_0 && n % 32 != 0)
-        return pdl_fail(err, "%s: tensor '%s': Q8_0 vector of %lld elements", t->file, t->name, (long long)n);
+        return err_fail(err, "%s: tensor '%s': Q8_0 vector of %lld elements", t->file, t->name, (long long)n);
     float *buf = malloc((size_t)n * sizeof *buf);
     if (!buf || own(m, buf)) {
         free(buf);
-        return pdl_fail(err, "out of memory converting '%s'", t->name);
+        return err_fail(err, "out of memory converting '%s'", t->name);
     }
     if (((uintptr_t)t->data % 2) != 0 && t->dtype != PDL_DTYPE_Q8_0) {
         /* byte-aligned only: go through an aligned copy */
         void *tmp = malloc(t->nbytes);
-        if (!tmp) return pdl_fail(err, "out of memory converting '%s'", t->name);
+        if (!tmp) return err_fail(err, "out of memory converting '%s'", t->name);
         memcpy(tmp, t->data, t->nbytes);
         pdl_tensor c = *t;
         c.data = tmp;
-        int drc = pdl_dequant_row(&c, 0, buf, n);
+        int drc = ops_dequant_row(&c, 0, buf, n);
         free(tmp);
-        if (drc) return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
-                                 pdl_dtype_name(t->dtype));
-    } else if (pdl_dequant_row(t, 0, buf, n)) {
-        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
-                        pdl_dtype_name(t->dtype));
+        if (drc) return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                                 dtype_name(t->dtype));
+    } else if (ops_dequant_row(t, 0, buf, n)) {
+        return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        dtype_name(t->dtype));
     }
     t->data = buf;
     t->dtype = PDL_DTYPE_F32;
@@ -380,7 +380,7 @@ static int align_matrix(pdl_model *m, pdl_tensor *t, pdl_error *err) {
     void *buf = malloc(t->nbytes ? t->nbytes : 1);
     if (!buf || own(m, buf)) {
         free(buf);
-        return pdl_fail(err, "out of memory aligning '%s'", t->name);
+        return err_fail(err, "out of memory aligning '%s'", t->name);
     }
     memcpy(buf, t->data, t->nbytes);
     t->data = buf;
@@ -391,11 +391,11 @@ static int align_matrix(pdl_model *m, pdl_tensor *t, pdl_error *err) {
  * 1 + w (rounded to F32, as Hugging Face's (1.0 + w.float()) is). */
 static int fold_plus_one(pdl_model *m, pdl_tensor *t, pdl_error *err) {
     if (!t->data) return 0;
-    int64_t n = pdl_tensor_nelems(t);
+    int64_t n = tensor_nelems(t);
     float *buf = malloc((size_t)n * sizeof *buf);
     if (!buf || own(m, buf)) {
         free(buf);
-        return pdl_fail(err, "out of memory converting '%s'", t->name);
+        return err_fail(err, "out of memory converting '%s'", t->name);
     }
     const float *src = t->data;
     for (int64_t i = 0; i < n; i++) buf[i] = 1.0f + src[i];
@@ -405,12 +405,12 @@ static int fold_plus_one(pdl_model *m, pdl_tensor *t, pdl_error *err) {
 
 static int check_matrix(pdl_model *m, pdl_tensor *t, int64_t rows, int64_t cols, const char *why, pdl_error *err) {
     if (check_shape(t, rows, cols, why, err)) return -1;
-    if (!pdl_matmul_supports(t->dtype))
-        return pdl_fail(err, "%s: tensor '%s': no kernel multiplies %s weights", t->file, t->name,
-                        pdl_dtype_name(t->dtype));
-    if (cols % (int64_t)pdl_dtype_block_elems(t->dtype) != 0)
-        return pdl_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", t->file,
-                        t->name, (long long)cols, pdl_dtype_name(t->dtype), pdl_dtype_block_elems(t->dtype));
+    if (!matmul_supports(t->dtype))
+        return err_fail(err, "%s: tensor '%s': no kernel multiplies %s weights", t->file, t->name,
+                        dtype_name(t->dtype));
+    if (cols % (int64_t)dtype_block_elems(t->dtype) != 0)
+        return err_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", t->file,
+                        t->name, (long long)cols, dtype_name(t->dtype), dtype_block_elems(t->dtype));
     return align_matrix(m, t, err);
 }
 
@@ -421,17 +421,17 @@ static int check_vector(pdl_model *m, pdl_tensor *t, int64_t n, const char *why,
 
 /* ---- RoPE ---------------------------------------------------------------- */
 
-int pdl_model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err) {
+int model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *err) {
     *out = NULL;
-    if (pdl_tensor_nelems(t) != n || pdl_dtype_is_quantized(t->dtype))
-        return pdl_fail(err, "%s: tensor '%s' must be a float vector of %lld elements (%s x %lld)", t->file, t->name,
-                        (long long)n, pdl_dtype_name(t->dtype), (long long)pdl_tensor_nelems(t));
+    if (tensor_nelems(t) != n || dtype_is_quantized(t->dtype))
+        return err_fail(err, "%s: tensor '%s' must be a float vector of %lld elements (%s x %lld)", t->file, t->name,
+                        (long long)n, dtype_name(t->dtype), (long long)tensor_nelems(t));
     float *buf = malloc((size_t)(n ? n : 1) * sizeof *buf);
-    if (!buf) return pdl_fail(err, "out of memory reading '%s'", t->name);
-    if (pdl_dequant_row(t, 0, buf, n)) { /* float types are read bytewise: no alignment needed */
+    if (!buf) return err_fail(err, "out of memory reading '%s'", t->name);
+    if (ops_dequant_row(t, 0, buf, n)) { /* float types are read bytewise: no alignment needed */
         free(buf);
-        return pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
-                        pdl_dtype_name(t->dtype));
+        return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                        dtype_name(t->dtype));
     }
     *out = buf;
     return 0;
@@ -476,16 +476,16 @@ static int rope_init(pdl_model *m, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     int half = c->rope_dim / 2;
     m->rope_inv_freq = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq);
-    if (!m->rope_inv_freq) return pdl_fail(err, "out of memory");
+    if (!m->rope_inv_freq) return err_fail(err, "out of memory");
     const float *ff = m->rope_factors;
     if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && m->rope_factors_short && m->ctx_size <= c->rope_orig_ctx)
         ff = m->rope_factors_short;
     if ((c->rope_scaling == PDL_ROPE_SCALING_FREQS || c->rope_scaling == PDL_ROPE_SCALING_LONGROPE) && !ff)
-        return pdl_fail(err, "RoPE scaling needs frequency factors and the model has none");
+        return err_fail(err, "RoPE scaling needs frequency factors and the model has none");
     rope_frequencies(c, c->rope_theta, c->rope_scaling, ff, m->rope_inv_freq);
     if (c->rope_theta_local > 0) {
         m->rope_inv_freq_local = malloc((size_t)(half ? half : 1) * sizeof *m->rope_inv_freq_local);
-        if (!m->rope_inv_freq_local) return pdl_fail(err, "out of memory");
+        if (!m->rope_inv_freq_local) return err_fail(err, "out of memory");
         rope_frequencies(c, c->rope_theta_local, PDL_ROPE_SCALING_NONE, NULL, m->rope_inv_freq_local);
     }
     return 0;
@@ -513,52 +513,52 @@ static int check_experts(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
 
 /* ---- finish -------------------------------------------------------------- */
 
-int pdl_model_finish(pdl_model *m, pdl_error *err) {
+int model_finish(pdl_model *m, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
         c->ffn <= 0 || c->vocab <= 0)
-        return pdl_fail(err, "invalid hyperparameters: layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, "
+        return err_fail(err, "invalid hyperparameters: layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, "
                         "ffn %d, vocab %d (all must be positive)",
                         c->n_layers, c->hidden, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn, c->vocab);
     if (c->n_heads % c->n_kv_heads != 0)
-        return pdl_fail(err, "invalid hyperparameters: %d heads is not a multiple of %d KV heads", c->n_heads,
+        return err_fail(err, "invalid hyperparameters: %d heads is not a multiple of %d KV heads", c->n_heads,
                         c->n_kv_heads);
     if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
-        return pdl_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
-    if (c->rope_dim > 1024) return pdl_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
+        return err_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
+    if (c->rope_dim > 1024) return err_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
     if (!(c->rope_theta > 0 && isfinite(c->rope_theta)) || !(c->rope_theta_local >= 0 && isfinite(c->rope_theta_local)))
-        return pdl_fail(err, "invalid RoPE theta %g (local %g): rope.freq_base / rope_theta must be a finite positive "
+        return err_fail(err, "invalid RoPE theta %g (local %g): rope.freq_base / rope_theta must be a finite positive "
                         "number", c->rope_theta, c->rope_theta_local);
     if (!(c->rope_mscale > 0 && isfinite(c->rope_mscale)))
-        return pdl_fail(err, "invalid RoPE attention factor %g", c->rope_mscale);
+        return err_fail(err, "invalid RoPE attention factor %g", c->rope_mscale);
     if (!isfinite(c->rope_factor) || !isfinite(c->rope_low_freq_factor) || !isfinite(c->rope_high_freq_factor))
-        return pdl_fail(err, "invalid RoPE scaling factors %g / %g / %g (must be finite)", c->rope_factor,
+        return err_fail(err, "invalid RoPE scaling factors %g / %g / %g (must be finite)", c->rope_factor,
                         c->rope_low_freq_factor, c->rope_high_freq_factor);
     const float scales[] = {c->embed_scale, c->residual_scale, c->attn_scale, c->attn_softcap,
                             c->logit_div, c->logit_scale, c->final_softcap};
     for (size_t i = 0; i < sizeof scales / sizeof scales[0]; i++)
         if (!isfinite(scales[i]))
-            return pdl_fail(err, "invalid scales: embedding %g, residual %g, attention %g, attention soft-cap %g, logit "
+            return err_fail(err, "invalid scales: embedding %g, residual %g, attention %g, attention soft-cap %g, logit "
                             "divisor %g, logit scale %g, final soft-cap %g (all must be finite)", c->embed_scale,
                             c->residual_scale, c->attn_scale, c->attn_softcap, c->logit_div, c->logit_scale,
                             c->final_softcap);
     int mrope = c->mrope_section[0] + c->mrope_section[1] + c->mrope_section[2];
     if (mrope && (mrope != c->rope_dim / 2 || c->mrope_section[0] < 0 || c->mrope_section[1] < 0 ||
                   c->mrope_section[2] < 0 || c->rope_theta_local > 0 || c->rope_scaling != PDL_ROPE_SCALING_NONE))
-        return pdl_fail(err, "invalid M-RoPE sections [%d, %d, %d]: they must be non-negative and sum to rope "
+        return err_fail(err, "invalid M-RoPE sections [%d, %d, %d]: they must be non-negative and sum to rope "
                         "dimension / 2 = %d, without other RoPE scaling or a local base", c->mrope_section[0],
                         c->mrope_section[1], c->mrope_section[2], c->rope_dim / 2);
     if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && c->rope_orig_ctx <= 0)
-        return pdl_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
+        return err_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
     if (!(c->rms_eps > 0 && isfinite(c->rms_eps)))
-        return pdl_fail(err, "invalid norm epsilon %g (rms_norm_eps / layer_norm_rms_epsilon must be a finite positive "
+        return err_fail(err, "invalid norm epsilon %g (rms_norm_eps / layer_norm_rms_epsilon must be a finite positive "
                         "number)", c->rms_eps);
     for (int i = 0; i < c->n_eos; i++)
         if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
-            return pdl_fail(err, "end-of-sequence token id %d (eos_token_id, or tokenizer.ggml.eos_token_id / "
+            return err_fail(err, "end-of-sequence token id %d (eos_token_id, or tokenizer.ggml.eos_token_id / "
                             "eot_token_id) is outside the vocabulary [0, %d)", c->eos_ids[i], c->vocab);
     if (c->bos_id < -1 || c->bos_id >= c->vocab)
-        return pdl_fail(err, "beginning-of-sequence token id %d (bos_token_id) is outside the vocabulary [0, %d)",
+        return err_fail(err, "beginning-of-sequence token id %d (bos_token_id) is outside the vocabulary [0, %d)",
                         c->bos_id, c->vocab);
     c->ctx_len_declared = c->ctx_len > 0;
     if (c->ctx_len <= 0) c->ctx_len = 2048;
@@ -616,7 +616,7 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
     /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32"; MLX types
      * with their group sizes, e.g. "MLX_Q4(g64)" or "MLX_Q8(g32/g64)". */
     unsigned seen[PDL_DTYPE_COUNT] = {0}; /* bit 0: seen; MLX: | group (32, 64, 128) */
-#define SEEN(t) (seen[(t).dtype] |= 1u | (pdl_dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u))
+#define SEEN(t) (seen[(t).dtype] |= 1u | (dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u))
     SEEN(w->tok_embd), SEEN(w->output);
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &w->layers[l];
@@ -632,14 +632,14 @@ int pdl_model_finish(pdl_model *m, pdl_error *err) {
         if (!seen[t]) continue;
         size_t len = strlen(m->weight_types);
         snprintf(m->weight_types + len, sizeof m->weight_types - len, "%s%s", len ? "," : "",
-                 pdl_dtype_name((pdl_dtype)t));
-        for (unsigned g = 32, first = 1; pdl_dtype_is_mlx((pdl_dtype)t) && g <= 128; g *= 2) {
+                 dtype_name((pdl_dtype)t));
+        for (unsigned g = 32, first = 1; dtype_is_mlx((pdl_dtype)t) && g <= 128; g *= 2) {
             if (!(seen[t] & g)) continue;
             len = strlen(m->weight_types);
             snprintf(m->weight_types + len, sizeof m->weight_types - len, "%sg%u", first ? "(" : "/", g);
             first = 0;
         }
-        if (pdl_dtype_is_mlx((pdl_dtype)t)) {
+        if (dtype_is_mlx((pdl_dtype)t)) {
             len = strlen(m->weight_types);
             snprintf(m->weight_types + len, sizeof m->weight_types - len, ")");
         }
@@ -666,7 +666,7 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
     /* every matrix: the head, then each layer's (absent ones have no data) */
     size_t per_layer = 11 + 3 * (size_t)c->n_experts, n_mats = 1 + (size_t)c->n_layers * per_layer, k = 0;
     pdl_tensor **mats = malloc(n_mats * sizeof *mats);
-    if (!mats) return pdl_fail(err, "out of memory");
+    if (!mats) return err_fail(err, "out of memory");
     mats[k++] = &w->output;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &w->layers[l];
@@ -682,7 +682,7 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
     for (int pass = 0; pass < 2 && rc == 0; pass++) { /* sizes, then copies */
         if (pass == 1) {
             if (total == 0) break;
-            size_t avail = pdl_available_memory();
+            size_t avail = huge_available_memory();
             if (avail && total > avail - avail / 8) { /* the mapping pages in what it needs; copies could not */
                 if (opts && opts->log) {
                     char line[256];
@@ -693,8 +693,8 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
                 }
                 break;
             }
-            if (!(m->matrices = pdl_huge_alloc(total))) {
-                rc = pdl_fail(err, "out of memory copying %zu bytes of weight matrices", total);
+            if (!(m->matrices = huge_alloc(total))) {
+                rc = err_fail(err, "out of memory copying %zu bytes of weight matrices", total);
                 break;
             }
             at = m->matrices;
@@ -702,15 +702,15 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
         for (size_t i = 0; i < k; i++) {
             pdl_tensor *t = mats[i];
             if (!t->data) continue;
-            bool panels = pdl_panels_wanted(&m->kernels, t);
-            size_t bytes = panels ? pdl_panels_size(t) : (t->nbytes + 63) / 64 * 64;
+            bool panels = panels_wanted(&m->kernels, t);
+            size_t bytes = panels ? panels_size(t) : (t->nbytes + 63) / 64 * 64;
             if (pass == 0) {
                 total += bytes;
                 continue;
             }
             const void *mapped = t->data;
             if (panels) {
-                pdl_panels_fill(pool, t, at);
+                panels_fill(pool, t, at);
             } else {
                 memcpy(at, mapped, t->nbytes);
                 t->data = at;
@@ -734,7 +734,7 @@ static bool vision_tensor(const char *name) {
 }
 
 /* Says through the log how many of the file's tensors the model did not
- * take (every weight it uses is looked up with pdl_tensor_set_take), and
+ * take (every weight it uses is looked up with tensor_set_take), and
  * the first few: a tensor the architecture does not know, or a name the
  * loader misses, would otherwise be ignored without a word. */
 static void log_unused_tensors(const pdl_model *m, const char *path, const pdl_model_options *opts) {
@@ -770,12 +770,12 @@ static void log_unused_tensors(const pdl_model *m, const char *path, const pdl_m
 static int settle_ctx_size(pdl_model *m, const char *path, const pdl_model_options *opts, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
     int req = opts ? opts->ctx_size : 0;
-    if (req < 0) return pdl_fail(err, "context size %d must not be negative", req);
+    if (req < 0) return err_fail(err, "context size %d must not be negative", req);
     m->ctx_size = req > 0 ? req : c->ctx_len;
     if (req <= c->ctx_len || !c->ctx_len_declared) return 0;
     const char *key = m->gguf ? "its GGUF context_length" : "max_position_embeddings in its config.json";
     if (!opts->allow_long_context)
-        return pdl_fail(err, "%s: the context length asked for, %d, is longer than the model's own, %d (%s): "
+        return err_fail(err, "%s: the context length asked for, %d, is longer than the model's own, %d (%s): "
                         "positions past %d were not trained. Use a model whose configuration scales RoPE to the "
                         "length wanted, or allow it anyway (allow_long_context; for the pagedlm commands, "
                         "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1)", path, req, c->ctx_len, key, c->ctx_len);
@@ -793,25 +793,25 @@ static int settle_ctx_size(pdl_model *m, const char *path, const pdl_model_optio
 
 int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *opts, pdl_error *err) {
     *out = NULL;
-    pdl_fp16_init();
+    fp16_init();
     pdl_model *m = calloc(1, sizeof *m);
-    if (!m) return pdl_fail(err, "out of memory");
+    if (!m) return err_fail(err, "out of memory");
     m->probe_state = -1;
     if (opts && (opts->kernels || opts->bf16_activations)) {
         /* this model's own family: its panels and its contexts follow it */
-        pdl_isa isa = pdl_isa_active();
+        pdl_isa isa = cpu_isa_active();
         pdl_error why = {0};
-        if (opts->kernels && pdl_isa_named(opts->kernels, &isa, &why) && opts->log) {
+        if (opts->kernels && cpu_isa_named(opts->kernels, &isa, &why) && opts->log) {
             /* pdl_set_kernels' rule: the best family runs, and the log says so */
             char line[PDL_ERROR_MAX + 16];
             snprintf(line, sizeof line, "kernels: %s", why.message);
             opts->log(line, opts->log_user);
         }
-        bool bf16 = opts->bf16_activations ? opts->bf16_activations > 0 : pdl_matmul_bf16_activations();
-        pdl_kernels_for(isa, bf16, &m->kernels);
+        bool bf16 = opts->bf16_activations ? opts->bf16_activations > 0 : matmul_bf16_activations();
+        matmul_kernels_for(isa, bf16, &m->kernels);
         m->kernels_chosen = true;
     } else {
-        m->kernels = *pdl_kernels_active();
+        m->kernels = *matmul_kernels_active();
     }
     m->cfg.logit_scale = 1.0f;
     m->cfg.logit_div = 1.0f;
@@ -822,11 +822,11 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     struct stat st;
     int rc;
     if (stat(path, &st) != 0) {
-        rc = pdl_fail(err, "%s: no such file or folder", path);
+        rc = err_fail(err, "%s: no such file or folder", path);
     } else if (S_ISDIR(st.st_mode)) {
-        rc = pdl_model_load_hf(m, path, err);
+        rc = model_load_hf(m, path, err);
     } else {
-        rc = pdl_model_load_gguf(m, path, err);
+        rc = model_load_gguf(m, path, err);
     }
     if (rc == 0) log_unused_tensors(m, path, opts);
     if (rc == 0) rc = settle_ctx_size(m, path, opts, err);
@@ -840,7 +840,7 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
     if (rc == 0) rc = copy_matrices(m, ctx->pool, opts, err);
     if (rc == 0) {
         bool ok = false;
-        rc = pdl_probe_run(ctx, &ok, NULL, 0, err);
+        rc = probe_run(ctx, &ok, NULL, 0, err);
         m->probe_state = ok ? 1 : 0;
     }
     pdl_context_free(ctx);
@@ -860,7 +860,7 @@ void pdl_model_free(pdl_model *m) {
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
-    pdl_huge_free(m->matrices);
+    huge_free(m->matrices);
     if (m->tok) tok_free(m->tok);
     if (m->gguf) gguf_close(m->gguf);
     if (m->st) st_close(m->st);

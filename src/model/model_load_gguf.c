@@ -30,10 +30,10 @@ static int arch_u32(const gguf_file *g, const char *arch, const char *key, bool 
     int rc = gguf_get_u32(g, full, &v, err);
     if (rc < 0) return -1;
     if (rc == 0) {
-        if (required) return pdl_fail(err, "%s: missing metadata key '%s'", gguf_path(g), full);
+        if (required) return err_fail(err, "%s: missing metadata key '%s'", gguf_path(g), full);
         return 0;
     }
-    if (v > (uint32_t)INT32_MAX) return pdl_fail(err, "%s: metadata key '%s' = %u is too large", gguf_path(g), full, v);
+    if (v > (uint32_t)INT32_MAX) return err_fail(err, "%s: metadata key '%s' = %u is too large", gguf_path(g), full, v);
     *out = (int)v;
     return 0;
 }
@@ -56,20 +56,20 @@ static int read_window_pattern(const gguf_file *g, const char *arch, pdl_model_c
     gguf_array a;
     if (gguf_get_arr(g, key, &a, err) < 0) return -1;
     if (a.elem_type != GGUF_TYPE_BOOL || a.count != (uint64_t)c->n_layers)
-        return pdl_fail(err, "%s: key '%s' must be %d BOOLs (one per layer) or a number", gguf_path(g), key,
+        return err_fail(err, "%s: key '%s' must be %d BOOLs (one per layer) or a number", gguf_path(g), key,
                         c->n_layers);
     for (int p = 0; p <= c->n_layers + 1; p++) { /* p = 0: every layer windowed */
         pdl_model_config t = *c;
         t.swa_pattern = p;
         t.sliding_window = 1;
         bool ok = true;
-        for (int l = 0; l < c->n_layers && ok; l++) ok = (gguf_arr_i64(&a, (uint64_t)l) != 0) == pdl_layer_windowed(&t, l);
+        for (int l = 0; l < c->n_layers && ok; l++) ok = (gguf_arr_i64(&a, (uint64_t)l) != 0) == model_layer_windowed(&t, l);
         if (ok) {
             c->swa_pattern = p;
             return 0;
         }
     }
-    return pdl_fail(err, "%s: key '%s': windowed layers that do not repeat with a period (not supported)",
+    return err_fail(err, "%s: key '%s': windowed layers that do not repeat with a period (not supported)",
                     gguf_path(g), key);
 }
 
@@ -79,11 +79,11 @@ static int read_experts(const gguf_file *g, const char *arch, pdl_model_config *
     const char *path = gguf_path(g);
     if (c->arch->moe == PDL_MOE_NONE) {
         if (c->n_experts > 0)
-            return pdl_fail(err, "%s: %s.expert_count = %d, but %s has no experts (not supported)", path, arch,
+            return err_fail(err, "%s: %s.expert_count = %d, but %s has no experts (not supported)", path, arch,
                             c->n_experts, arch);
         return 0;
     }
-    if (c->n_experts <= 0) return pdl_fail(err, "%s: %s needs %s.expert_count", path, c->arch->name, arch);
+    if (c->n_experts <= 0) return err_fail(err, "%s: %s needs %s.expert_count", path, c->arch->name, arch);
     c->ffn_expert = c->ffn;
     if (arch_u32(g, arch, "expert_used_count", true, &c->n_experts_used, err) ||
         arch_u32(g, arch, "expert_feed_forward_length", false, &c->ffn_expert, err))
@@ -94,7 +94,7 @@ static int read_experts(const gguf_file *g, const char *arch, pdl_model_config *
     }
     int gating = 0;
     if (arch_u32(g, arch, "expert_gating_func", false, &gating, err)) return -1;
-    if (gating > 2) return pdl_fail(err, "%s: %s.expert_gating_func = %d is not supported (1 softmax, 2 sigmoid)", path,
+    if (gating > 2) return err_fail(err, "%s: %s.expert_gating_func = %d is not supported (1 softmax, 2 sigmoid)", path,
                                     arch, gating);
     if (gating) c->router = gating == 2 ? PDL_ROUTER_SIGMOID : PDL_ROUTER_SOFTMAX;
     char key[160];
@@ -117,18 +117,18 @@ static int read_mrope_sections(const gguf_file *g, const char *arch, pdl_model_c
     int rc = gguf_get_arr(g, key, &a, err);
     if (rc < 0) return -1;
     if (rc == 0) {
-        if (pdl_arch_gguf_mrope(c->arch, arch))
-            return pdl_fail(err, "%s: missing metadata key '%s' (%s's M-RoPE sections)", gguf_path(g), key, arch);
+        if (arch_gguf_mrope(c->arch, arch))
+            return err_fail(err, "%s: missing metadata key '%s' (%s's M-RoPE sections)", gguf_path(g), key, arch);
         return 0;
     }
     if (a.count != 4 || (a.elem_type != GGUF_TYPE_INT32 && a.elem_type != GGUF_TYPE_UINT32))
-        return pdl_fail(err, "%s: metadata key '%s' must be an array of 4 integers", gguf_path(g), key);
+        return err_fail(err, "%s: metadata key '%s' must be an array of 4 integers", gguf_path(g), key);
     for (int i = 0; i < 4; i++) {
         int64_t v = gguf_arr_i64(&a, (uint64_t)i);
         if (v < 0 || v > 4096)
-            return pdl_fail(err, "%s: metadata key '%s'[%d] = %lld is out of range", gguf_path(g), key, i, (long long)v);
+            return err_fail(err, "%s: metadata key '%s'[%d] = %lld is out of range", gguf_path(g), key, i, (long long)v);
         if (i == 3 && v != 0)
-            return pdl_fail(err, "%s: metadata key '%s'[3] = %lld: a fourth M-RoPE section is not supported (Qwen2-VL "
+            return err_fail(err, "%s: metadata key '%s'[3] = %lld: a fourth M-RoPE section is not supported (Qwen2-VL "
                             "and Qwen2.5-VL give 0)", gguf_path(g), key, (long long)v);
         if (i < 3) c->mrope_section[i] = (int)v;
     }
@@ -148,15 +148,15 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     const char *arch = NULL;
     int rc = gguf_get_str(g, "general.architecture", &arch, err);
     if (rc < 0) return -1;
-    if (rc == 0) return pdl_fail(err, "%s: missing metadata key 'general.architecture'", path);
+    if (rc == 0) return err_fail(err, "%s: missing metadata key 'general.architecture'", path);
     if (arch_u32(g, arch, "expert_count", false, &c->n_experts, err)) return -1;
-    const pdl_arch_desc *a = pdl_arch_by_gguf(arch, c->n_experts > 0);
+    const pdl_arch_desc *a = arch_by_gguf(arch, c->n_experts > 0);
     if (!a) {
         char list[512];
-        pdl_arch_supported(true, list, sizeof list);
-        return pdl_fail(err, "%s: general.architecture '%s' is not supported (supported: %s)", path, arch, list);
+        arch_supported(true, list, sizeof list);
+        return err_fail(err, "%s: general.architecture '%s' is not supported (supported: %s)", path, arch, list);
     }
-    pdl_arch_apply(a, true, c);
+    arch_apply(a, true, c);
 
     if (arch_u32(g, arch, "block_count", true, &c->n_layers, err) ||
         arch_u32(g, arch, "embedding_length", true, &c->hidden, err) ||
@@ -165,13 +165,13 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         return -1;
     c->n_kv_heads = c->n_heads;
     if (arch_u32(g, arch, "attention.head_count_kv", false, &c->n_kv_heads, err)) return -1;
-    if (c->n_heads <= 0) return pdl_fail(err, "%s: %s.attention.head_count must be positive", path, arch);
+    if (c->n_heads <= 0) return err_fail(err, "%s: %s.attention.head_count must be positive", path, arch);
     c->head_dim = c->hidden / c->n_heads;
     if (arch_u32(g, arch, "attention.key_length", false, &c->head_dim, err)) return -1;
     int v_len = c->head_dim;
     if (arch_u32(g, arch, "attention.value_length", false, &v_len, err)) return -1;
     if (v_len != c->head_dim)
-        return pdl_fail(err, "%s: %s.attention.value_length %d differs from key_length %d (not supported)", path,
+        return err_fail(err, "%s: %s.attention.value_length %d differs from key_length %d (not supported)", path,
                         arch, v_len, c->head_dim);
     c->rope_dim = c->head_dim;
     if (arch_u32(g, arch, "rope.dimension_count", false, &c->rope_dim, err)) return -1;
@@ -190,11 +190,11 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     if (gguf_get_str(g, key, &scaling, err) < 0) return -1;
     if (scaling && strcmp(scaling, "none") != 0) {
         if (strcmp(scaling, "linear") != 0)
-            return pdl_fail(err, "%s: %s = '%s' is not supported (supported: none, linear)", path, key, scaling);
+            return err_fail(err, "%s: %s = '%s' is not supported (supported: none, linear)", path, key, scaling);
         c->rope_scaling = PDL_ROPE_SCALING_LINEAR;
         c->rope_factor = 1.0f;
         if (arch_f32(g, arch, "rope.scaling.factor", &c->rope_factor, err)) return -1;
-        if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
+        if (!(c->rope_factor > 0)) return err_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
     }
     c->sliding_window = 0;
     if (arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err) ||
@@ -202,7 +202,7 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         arch_f32(g, arch, "rope.freq_base_swa", &c->rope_theta_local, err))
         return -1;
     if (a->gguf_window_required && c->sliding_window <= 0)
-        return pdl_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
+        return err_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
     if (read_experts(g, arch, c, err) || read_mrope_sections(g, arch, c, err)) return -1;
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
@@ -228,7 +228,7 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     }
     if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0) ||
         !(c->attn_softcap >= 0) || !(c->final_softcap >= 0))
-        return pdl_fail(err,
+        return err_fail(err,
                         "%s: invalid %s scales: attention %g, embedding %g, residual %g, logit %g, soft-caps %g / %g",
                         path, arch, c->attn_scale, c->embed_scale, c->residual_scale, c->logit_div, c->attn_softcap,
                         c->final_softcap);
@@ -254,20 +254,20 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
 static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const char *path = gguf_path(m->gguf);
-    const pdl_tensor *freqs = pdl_tensor_set_take(ts, "rope_freqs.weight");
-    const pdl_tensor *lng = pdl_tensor_set_take(ts, "rope_factors_long.weight");
-    const pdl_tensor *shrt = pdl_tensor_set_take(ts, "rope_factors_short.weight");
+    const pdl_tensor *freqs = tensor_set_take(ts, "rope_freqs.weight");
+    const pdl_tensor *lng = tensor_set_take(ts, "rope_factors_long.weight");
+    const pdl_tensor *shrt = tensor_set_take(ts, "rope_factors_short.weight");
     if (!freqs && !lng && !shrt) return 0;
     if (c->rope_scaling != PDL_ROPE_SCALING_NONE)
-        return pdl_fail(err, "%s: both RoPE factor tensors and a rope.scaling.type are given", path);
+        return err_fail(err, "%s: both RoPE factor tensors and a rope.scaling.type are given", path);
     if (freqs && (lng || shrt))
-        return pdl_fail(err, "%s: both rope_freqs.weight and rope_factors_long/short.weight are given", path);
+        return err_fail(err, "%s: both rope_freqs.weight and rope_factors_long/short.weight are given", path);
     if (!freqs && !(lng && shrt))
-        return pdl_fail(err, "%s: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight", path);
+        return err_fail(err, "%s: LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight", path);
     int64_t half = c->rope_dim / 2;
     if (freqs) {
         c->rope_scaling = PDL_ROPE_SCALING_FREQS;
-        return pdl_model_vector_copy(freqs, half, &m->rope_factors, err);
+        return model_vector_copy(freqs, half, &m->rope_factors, err);
     }
     c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
     /* the original context and the attention factor (cos and sin times it) */
@@ -276,8 +276,8 @@ static int read_rope_factors(pdl_model *m, const pdl_tensor_set *ts, pdl_error *
         arch_f32(m->gguf, arch, "rope.scaling.attn_factor", &c->rope_mscale, err))
         return -1;
     if (c->rope_orig_ctx <= 0) c->rope_orig_ctx = c->ctx_len;
-    return pdl_model_vector_copy(lng, half, &m->rope_factors, err) ||
-           pdl_model_vector_copy(shrt, half, &m->rope_factors_short, err);
+    return model_vector_copy(lng, half, &m->rope_factors, err) ||
+           model_vector_copy(shrt, half, &m->rope_factors_short, err);
 }
 
 static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
@@ -285,9 +285,9 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     const pdl_tensor_set *ts = gguf_tensors(g);
     const char *path = gguf_path(g);
     pdl_model_weights *w = &m->w;
-    if (pdl_model_take_tensor(ts, "token_embd.weight", true, path, &w->tok_embd, err) ||
-        pdl_model_take_tensor(ts, "output_norm.weight", true, path, &w->output_norm, err) ||
-        pdl_model_take_tensor(ts, "output.weight", false, path, &w->output, err))
+    if (model_take_tensor(ts, "token_embd.weight", true, path, &w->tok_embd, err) ||
+        model_take_tensor(ts, "output_norm.weight", true, path, &w->output_norm, err) ||
+        model_take_tensor(ts, "output.weight", false, path, &w->output, err))
         return -1;
     c->tied_embeddings = w->output.data == NULL;
     /* The vocabulary size is the embedding's row count unless a key says so. */
@@ -299,18 +299,18 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     if (rc < 0) return -1;
     if (rc > 0) c->vocab = (int)vs;
 
-    if (c->qk_norm == PDL_QK_NORM_NONE && pdl_tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
-        return pdl_fail(err, "%s: %s with q/k norms (blk.0.attn_q_norm.weight) is not supported", path,
+    if (c->qk_norm == PDL_QK_NORM_NONE && tensor_set_find(ts, "blk.0.attn_q_norm.weight"))
+        return err_fail(err, "%s: %s with q/k norms (blk.0.attn_q_norm.weight) is not supported", path,
                         file_arch(g));
-    if (pdl_model_take_layers(m, ts, NULL, path, err)) return -1;
+    if (model_take_layers(m, ts, NULL, path, err)) return -1;
     return read_rope_factors(m, ts, err);
 }
 
-int pdl_model_load_gguf(pdl_model *m, const char *path, pdl_error *err) {
+int model_load_gguf(pdl_model *m, const char *path, pdl_error *err) {
     if (gguf_open(&m->gguf, path, err)) return -1;
     snprintf(m->source, sizeof m->source, "gguf");
     if (read_config(m, m->gguf, err) || read_weights(m, m->gguf, err)) return -1;
-    if (pdl_model_finish(m, err)) return -1;
+    if (model_finish(m, err)) return -1;
     pdl_error terr;
     if (tok_load_gguf(&m->tok, m->gguf, &terr)) {
         m->tok = NULL;

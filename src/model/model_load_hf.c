@@ -7,7 +7,7 @@
  * looked up by model_type; here are transformers' names and defaults for
  * the numbers. Hugging Face keeps Q/K in the rotate-half layout (Cohere's
  * RoPE is interleaved: the table says so). Gemma 2 and 3 apply their norms
- * as (1 + w): pdl_model_finish folds the 1 in. Experts are one tensor each
+ * as (1 + w): model_finish folds the 1 in. Experts are one tensor each
  * (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1, ...).
  */
 #include <jansson.h>
@@ -25,11 +25,11 @@
 
 /* Parses a JSON object file into *out. */
 static int load_json_file(const char *path, json_t **out, pdl_error *err) {
-    if (pdl_json_load_file(path, JSON_REJECT_DUPLICATES, out, err)) return -1;
+    if (json_file_load(path, JSON_REJECT_DUPLICATES, out, err)) return -1;
     if (!json_is_object(*out)) {
         json_decref(*out);
         *out = NULL;
-        return pdl_fail(err, "%s: top level is not a JSON object", path);
+        return err_fail(err, "%s: top level is not a JSON object", path);
     }
     return 0;
 }
@@ -38,12 +38,12 @@ static int load_json_file(const char *path, json_t **out, pdl_error *err) {
 static int cfg_int(json_t *cfg, const char *path, const char *key, bool required, int *out, pdl_error *err) {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) {
-        if (required) return pdl_fail(err, "%s: missing field '%s'", path, key);
+        if (required) return err_fail(err, "%s: missing field '%s'", path, key);
         return 0;
     }
-    if (!json_is_integer(v)) return pdl_fail(err, "%s: field '%s' must be an integer", path, key);
+    if (!json_is_integer(v)) return err_fail(err, "%s: field '%s' must be an integer", path, key);
     json_int_t x = json_integer_value(v);
-    if (x < 0 || x > INT32_MAX) return pdl_fail(err, "%s: field '%s' = %lld is out of range", path, key, (long long)x);
+    if (x < 0 || x > INT32_MAX) return err_fail(err, "%s: field '%s' = %lld is out of range", path, key, (long long)x);
     *out = (int)x;
     return 0;
 }
@@ -51,7 +51,7 @@ static int cfg_int(json_t *cfg, const char *path, const char *key, bool required
 static int cfg_float(json_t *cfg, const char *path, const char *key, float *out, pdl_error *err) {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return pdl_fail(err, "%s: field '%s' must be a number", path, key);
+    if (!json_is_number(v)) return err_fail(err, "%s: field '%s' must be a number", path, key);
     *out = (float)json_number_value(v);
     return 0;
 }
@@ -59,7 +59,7 @@ static int cfg_float(json_t *cfg, const char *path, const char *key, float *out,
 static int cfg_bool(json_t *cfg, const char *path, const char *key, bool *out, pdl_error *err) {
     json_t *v = json_object_get(cfg, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_boolean(v)) return pdl_fail(err, "%s: field '%s' must be true or false", path, key);
+    if (!json_is_boolean(v)) return err_fail(err, "%s: field '%s' must be true or false", path, key);
     *out = json_is_true(v);
     return 0;
 }
@@ -67,10 +67,10 @@ static int cfg_bool(json_t *cfg, const char *path, const char *key, bool *out, p
 /* One token id of a config: a vocabulary entry (c->vocab is known by now). */
 static int cfg_token_id(const json_t *v, const char *path, const char *key, const pdl_model_config *c, int32_t *out,
                         pdl_error *err) {
-    if (!json_is_integer(v)) return pdl_fail(err, "%s: field '%s' must be an integer", path, key);
+    if (!json_is_integer(v)) return err_fail(err, "%s: field '%s' must be an integer", path, key);
     json_int_t id = json_integer_value(v);
     if (id < 0 || (c->vocab > 0 && id >= c->vocab))
-        return pdl_fail(err, "%s: field '%s' is %lld, outside the vocabulary [0, %d)", path, key, (long long)id,
+        return err_fail(err, "%s: field '%s' is %lld, outside the vocabulary [0, %d)", path, key, (long long)id,
                         c->vocab);
     *out = (int32_t)id;
     return 0;
@@ -82,7 +82,7 @@ static int cfg_eos(json_t *cfg, const char *path, pdl_model_config *c, pdl_error
     if (!v || json_is_null(v)) return 0;
     c->n_eos = 0;
     if (json_is_integer(v)) return cfg_token_id(v, path, "eos_token_id", c, &c->eos_ids[c->n_eos++], err);
-    if (!json_is_array(v)) return pdl_fail(err, "%s: field 'eos_token_id' must be an integer or a list", path);
+    if (!json_is_array(v)) return err_fail(err, "%s: field 'eos_token_id' must be an integer or a list", path);
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) {
@@ -104,20 +104,20 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
     json_t *rs = json_object_get(cfg, "rope_scaling");
     json_t *rp = json_object_get(cfg, "rope_parameters");
     if (rp && !json_is_null(rp)) {
-        if (!json_is_object(rp)) return pdl_fail(err, "%s: field 'rope_parameters' must be an object", path);
+        if (!json_is_object(rp)) return err_fail(err, "%s: field 'rope_parameters' must be an object", path);
         field = "rope_parameters";
         json_t *full = json_object_get(rp, "full_attention"), *slide = json_object_get(rp, "sliding_attention");
         if (slide) {
-            if (!json_is_object(slide)) return pdl_fail(err, "%s: 'rope_parameters.sliding_attention' must be an object", path);
+            if (!json_is_object(slide)) return err_fail(err, "%s: 'rope_parameters.sliding_attention' must be an object", path);
             json_t *st = json_object_get(slide, "rope_type");
             if (st && !(json_is_string(st) && strcmp(json_string_value(st), "default") == 0))
-                return pdl_fail(err, "%s: 'rope_parameters.sliding_attention.rope_type' must be \"default\"", path);
+                return err_fail(err, "%s: 'rope_parameters.sliding_attention.rope_type' must be \"default\"", path);
             if (c->rope_theta_local <= 0)
-                return pdl_fail(err, "%s: 'rope_parameters.sliding_attention' is only supported for gemma3", path);
+                return err_fail(err, "%s: 'rope_parameters.sliding_attention' is only supported for gemma3", path);
             if (cfg_float(slide, path, "rope_theta", &c->rope_theta_local, err)) return -1;
         }
         if (full) {
-            if (!json_is_object(full)) return pdl_fail(err, "%s: 'rope_parameters.full_attention' must be an object", path);
+            if (!json_is_object(full)) return err_fail(err, "%s: 'rope_parameters.full_attention' must be an object", path);
             rp = full;
             field = "rope_parameters.full_attention";
         }
@@ -129,31 +129,31 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
         rs = rp;
     }
     if (!rs || json_is_null(rs)) return 0;
-    if (!json_is_object(rs)) return pdl_fail(err, "%s: field '%s' must be an object or null", path, field);
+    if (!json_is_object(rs)) return err_fail(err, "%s: field '%s' must be an object or null", path, field);
     json_t *t = json_object_get(rs, "rope_type");
     if (!t) t = json_object_get(rs, "type");
     if (!t && rs == rp) return 0; /* rope_parameters with only rope_theta */
-    if (!t || !json_is_string(t)) return pdl_fail(err, "%s: field '%s.rope_type' must be a string", path, field);
+    if (!t || !json_is_string(t)) return err_fail(err, "%s: field '%s.rope_type' must be a string", path, field);
     const char *type = json_string_value(t);
     /* M-RoPE: Qwen2-VL's configs say type "mrope"; transformers rewrites it
      * to "default" and keeps mrope_section */
     json_t *ms = json_object_get(rs, "mrope_section");
     if (ms) {
         if (!json_is_array(ms) || json_array_size(ms) != 3)
-            return pdl_fail(err, "%s: field '%s.mrope_section' must be a list of 3 integers", path, field);
+            return err_fail(err, "%s: field '%s.mrope_section' must be a list of 3 integers", path, field);
         for (int i = 0; i < 3; i++) {
             json_t *e = json_array_get(ms, (size_t)i);
             if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 4096)
-                return pdl_fail(err, "%s: field '%s.mrope_section[%d]' must be a non-negative integer", path, field, i);
+                return err_fail(err, "%s: field '%s.mrope_section[%d]' must be a non-negative integer", path, field, i);
             c->mrope_section[i] = (int)json_integer_value(e);
         }
     } else if (strcmp(type, "mrope") == 0) {
-        return pdl_fail(err, "%s: rope_scaling type 'mrope' needs 'mrope_section'", path);
+        return err_fail(err, "%s: rope_scaling type 'mrope' needs 'mrope_section'", path);
     }
     c->rope_factor = 1.0f;
     if (strcmp(type, "mrope") == 0) return 0;
     if (cfg_float(rs, path, "factor", &c->rope_factor, err)) return -1;
-    if (!(c->rope_factor > 0)) return pdl_fail(err, "%s: field 'rope_scaling.factor' must be positive", path);
+    if (!(c->rope_factor > 0)) return err_fail(err, "%s: field 'rope_scaling.factor' must be positive", path);
     if (strcmp(type, "default") == 0) return 0;
     if (strcmp(type, "linear") == 0) {
         c->rope_scaling = PDL_ROPE_SCALING_LINEAR;
@@ -169,7 +169,7 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
             cfg_int(rs, path, "original_max_position_embeddings", false, &c->rope_orig_ctx, err))
             return -1;
         if (!(c->rope_high_freq_factor > c->rope_low_freq_factor) || c->rope_orig_ctx <= 0)
-            return pdl_fail(err, "%s: rope_scaling: need high_freq_factor > low_freq_factor and a positive "
+            return err_fail(err, "%s: rope_scaling: need high_freq_factor > low_freq_factor and a positive "
                             "original_max_position_embeddings", path);
         return 0;
     }
@@ -182,15 +182,15 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
         for (int k = 0; k < 2; k++) {
             json_t *a = json_object_get(rs, keys[k]);
             if (!json_is_array(a) || (int)json_array_size(a) != half)
-                return pdl_fail(err, "%s: field 'rope_scaling.%s' must be a list of %d numbers (rope dimension / 2)",
+                return err_fail(err, "%s: field 'rope_scaling.%s' must be a list of %d numbers (rope dimension / 2)",
                                 path, keys[k], half);
             float *f = malloc((size_t)(half ? half : 1) * sizeof *f);
-            if (!f) return pdl_fail(err, "out of memory");
+            if (!f) return err_fail(err, "out of memory");
             *dst[k] = f;
             for (int i = 0; i < half; i++) {
                 json_t *e = json_array_get(a, (size_t)i);
                 if (!json_is_number(e) || !(json_number_value(e) > 0))
-                    return pdl_fail(err, "%s: field 'rope_scaling.%s[%d]' must be a positive number", path, keys[k], i);
+                    return err_fail(err, "%s: field 'rope_scaling.%s[%d]' must be a positive number", path, keys[k], i);
                 f[i] = (float)json_number_value(e);
             }
         }
@@ -198,14 +198,14 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
          * (Phi-3 keeps both), unless given */
         c->rope_orig_ctx = c->ctx_len;
         if (cfg_int(cfg, path, "original_max_position_embeddings", false, &c->rope_orig_ctx, err)) return -1;
-        if (c->rope_orig_ctx <= 0) return pdl_fail(err, "%s: LongRoPE needs original_max_position_embeddings", path);
+        if (c->rope_orig_ctx <= 0) return err_fail(err, "%s: LongRoPE needs original_max_position_embeddings", path);
         double factor = (double)c->ctx_len / c->rope_orig_ctx;
         if (json_object_get(rs, "factor") && !json_object_get(cfg, "original_max_position_embeddings"))
             factor = c->rope_factor;
         c->rope_mscale = factor <= 1.0 ? 1.0f : (float)sqrt(1.0 + log(factor) / log((double)c->rope_orig_ctx));
         return cfg_float(rs, path, "attention_factor", &c->rope_mscale, err);
     }
-    return pdl_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope, mrope)",
+    return err_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope, mrope)",
                     path, type);
 }
 
@@ -217,7 +217,7 @@ static int cfg_softcap(json_t *cfg, const char *path, const char *key, float *ou
         return 0;
     }
     if (cfg_float(cfg, path, key, out, err)) return -1;
-    if (!(*out >= 0)) return pdl_fail(err, "%s: field '%s' must not be negative", path, key);
+    if (!(*out >= 0)) return err_fail(err, "%s: field '%s' must not be negative", path, key);
     return 0;
 }
 
@@ -241,7 +241,7 @@ static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c,
     if (a->scalings & PDL_SCALE_GEMMA) {
         int qpas = 256;
         if (cfg_int(cfg, path, "query_pre_attn_scalar", false, &qpas, err)) return -1;
-        if (qpas <= 0) return pdl_fail(err, "%s: field 'query_pre_attn_scalar' must be positive", path);
+        if (qpas <= 0) return err_fail(err, "%s: field 'query_pre_attn_scalar' must be positive", path);
         c->attn_scale = (float)pow((double)qpas, -0.5);
         /* normalizer = hidden ** 0.5 as a tensor of the activations' dtype (F32) */
         c->embed_scale = (float)sqrt((double)c->hidden);
@@ -254,7 +254,7 @@ static int read_arch_numbers(json_t *cfg, const char *path, pdl_model_config *c,
     if (c->rope_theta_local > 0 && cfg_float(cfg, path, "rope_local_base_freq", &c->rope_theta_local, err))
         return -1; /* windowed layers' RoPE: their own base, never scaled */
     if (!(c->attn_scale > 0) || !(c->embed_scale > 0) || !(c->residual_scale > 0) || !(c->logit_div > 0))
-        return pdl_fail(err, "%s: invalid scales: attention %g, embedding %g, residual %g, logits_scaling %g", path,
+        return err_fail(err, "%s: invalid scales: attention %g, embedding %g, residual %g, logits_scaling %g", path,
                         c->attn_scale, c->embed_scale, c->residual_scale, c->logit_div);
     return 0;
 }
@@ -269,7 +269,7 @@ static int read_experts(json_t *cfg, const char *path, pdl_model_config *c, pdl_
         cfg_int(cfg, path, "num_local_experts", false, &c->n_experts, err) ||
         cfg_int(cfg, path, "num_experts_per_tok", true, &c->n_experts_used, err))
         return -1;
-    if (c->n_experts <= 0) return pdl_fail(err, "%s: field 'num_experts' (or 'num_local_experts') missing or 0", path);
+    if (c->n_experts <= 0) return err_fail(err, "%s: field 'num_experts' (or 'num_local_experts') missing or 0", path);
     c->ffn_expert = c->ffn;
     if (cfg_int(cfg, path, "moe_intermediate_size", false, &c->ffn_expert, err) ||
         cfg_bool(cfg, path, "norm_topk_prob", &c->router_norm, err))
@@ -281,7 +281,7 @@ static int read_experts(json_t *cfg, const char *path, pdl_model_config *c, pdl_
     if (cfg_int(cfg, path, "decoder_sparse_step", false, &step, err)) return -1;
     json_t *dense = json_object_get(cfg, "mlp_only_layers");
     if (step != 1 || (dense && !json_is_null(dense) && (!json_is_array(dense) || json_array_size(dense) > 0)))
-        return pdl_fail(err, "%s: dense layers between sparse ones (decoder_sparse_step %d, mlp_only_layers) are not "
+        return err_fail(err, "%s: dense layers between sparse ones (decoder_sparse_step %d, mlp_only_layers) are not "
                         "supported", path, step);
     return 0;
 }
@@ -297,12 +297,12 @@ static int read_window(json_t *cfg, const char *path, pdl_model_config *c, int d
     json_t *lt = json_object_get(cfg, "layer_types");
     if (!lt || json_is_null(lt)) return 0;
     if (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layers)
-        return pdl_fail(err, "%s: field 'layer_types' must list %d layers", path, c->n_layers);
+        return err_fail(err, "%s: field 'layer_types' must list %d layers", path, c->n_layers);
     for (int l = 0; l < c->n_layers; l++) {
         json_t *e = json_array_get(lt, (size_t)l);
-        const char *want = pdl_layer_windowed(c, l) ? "sliding_attention" : "full_attention";
+        const char *want = model_layer_windowed(c, l) ? "sliding_attention" : "full_attention";
         if (!json_is_string(e) || strcmp(json_string_value(e), want) != 0)
-            return pdl_fail(err,
+            return err_fail(err,
                             "%s: layer_types[%d] must be \"%s\" (supported: every %d-th layer global, window %d)",
                             path, l, want, c->swa_pattern, c->sliding_window);
     }
@@ -312,15 +312,15 @@ static int read_window(json_t *cfg, const char *path, pdl_model_config *c, int d
 static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     json_t *mt = json_object_get(cfg, "model_type");
-    if (!mt || !json_is_string(mt)) return pdl_fail(err, "%s: field 'model_type' missing or not a string", path);
+    if (!mt || !json_is_string(mt)) return err_fail(err, "%s: field 'model_type' missing or not a string", path);
     const char *type = json_string_value(mt);
-    const pdl_arch_desc *a = pdl_arch_by_hf(type);
+    const pdl_arch_desc *a = arch_by_hf(type);
     if (!a) {
         char list[512];
-        pdl_arch_supported(false, list, sizeof list);
-        return pdl_fail(err, "%s: model_type '%s' is not supported (supported: %s)", path, type, list);
+        arch_supported(false, list, sizeof list);
+        return err_fail(err, "%s: model_type '%s' is not supported (supported: %s)", path, type, list);
     }
-    pdl_arch_apply(a, false, c);
+    arch_apply(a, false, c);
     /* a family whose configs may leave sizes out (Gemma 3's text_config)
      * starts from transformers' defaults; the others must give them */
     const pdl_hf_defaults *d = a->hf_defaults;
@@ -334,7 +334,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         cfg_int(cfg, path, "intermediate_size", !d, &c->ffn, err) ||
         cfg_int(cfg, path, "vocab_size", !d, &c->vocab, err))
         return -1;
-    if (c->n_heads <= 0) return pdl_fail(err, "%s: field 'num_attention_heads' must be positive", path);
+    if (c->n_heads <= 0) return err_fail(err, "%s: field 'num_attention_heads' must be positive", path);
     if (!d) {
         c->n_kv_heads = c->n_heads;
         c->head_dim = c->hidden / c->n_heads;
@@ -348,7 +348,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     float partial = 1.0f;
     if (cfg_float(cfg, path, "partial_rotary_factor", &partial, err)) return -1;
     if (!(partial > 0 && partial <= 1))
-        return pdl_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
+        return err_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
     c->rope_dim = (int)((float)c->head_dim * partial); /* int(head_dim * factor), as transformers */
     c->rms_eps = a->hf_eps > 0 ? a->hf_eps : c->norm == PDL_NORM_LAYER ? 1e-5f : 1e-6f;
     c->rope_theta = d ? d->rope_theta : 10000.0f;
@@ -365,19 +365,19 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     }
     bool flag = false;
     if (cfg_bool(cfg, path, "mlp_bias", &flag, err)) return -1;
-    if (flag) return pdl_fail(err, "%s: mlp_bias = true is not supported", path);
+    if (flag) return err_fail(err, "%s: mlp_bias = true is not supported", path);
     flag = false;
     if (cfg_bool(cfg, path, "use_qk_norm", &flag, err)) return -1;
     if (flag && c->qk_norm == PDL_QK_NORM_NONE)
-        return pdl_fail(err, "%s: use_qk_norm = true is not supported for %s", path, type);
+        return err_fail(err, "%s: use_qk_norm = true is not supported for %s", path, type);
     json_t *clip = json_object_get(cfg, "clip_qkv");
-    if (clip && !json_is_null(clip)) return pdl_fail(err, "%s: clip_qkv is not supported", path);
+    if (clip && !json_is_null(clip)) return err_fail(err, "%s: clip_qkv is not supported", path);
     /* Gemma's hidden_activation wins over its (legacy) hidden_act */
     const char *want_act = c->act == PDL_ACT_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
     json_t *act = json_object_get(cfg, "hidden_activation");
     if (!act || json_is_null(act)) act = json_object_get(cfg, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
-        return pdl_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
+        return err_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
     c->sliding_window = 0;
     if (a->window == PDL_WINDOW_PATTERN) {
         if (read_window(cfg, path, c, 4096, err)) return -1;
@@ -386,7 +386,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     } else if (a->window == PDL_WINDOW_REFUSED) {
         bool use = false;
         if (cfg_bool(cfg, path, "use_sliding_window", &use, err)) return -1;
-        if (use) return pdl_fail(err, "%s: use_sliding_window = true is not supported for %s", path, type);
+        if (use) return err_fail(err, "%s: use_sliding_window = true is not supported for %s", path, type);
     }
     if (read_rope_scaling(cfg, path, m, err)) return -1;
     c->bos_id = -1;
@@ -411,19 +411,19 @@ static int read_weights(pdl_model *m, const char *dir, pdl_error *err) {
     char name[PDL_TENSOR_NAME_MAX];
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
         snprintf(name, sizeof name, "%sembed_tokens.weight", prefixes[i][0]);
-        if (pdl_tensor_set_find(ts, name)) {
+        if (tensor_set_find(ts, name)) {
             p = i;
             break;
         }
     }
     const char *prefix = prefixes[p][0];
     snprintf(name, sizeof name, "%sembed_tokens.weight", prefix);
-    if (pdl_model_take_tensor(ts, name, true, dir, &w->tok_embd, err)) return -1;
+    if (model_take_tensor(ts, name, true, dir, &w->tok_embd, err)) return -1;
     snprintf(name, sizeof name, "%snorm.weight", prefix);
-    if (pdl_model_take_tensor(ts, name, true, dir, &w->output_norm, err) ||
-        pdl_model_take_tensor(ts, prefixes[p][1], !c->tied_embeddings, dir, &w->output, err))
+    if (model_take_tensor(ts, name, true, dir, &w->output_norm, err) ||
+        model_take_tensor(ts, prefixes[p][1], !c->tied_embeddings, dir, &w->output, err))
         return -1;
-    return pdl_model_take_layers(m, ts, prefix, dir, err);
+    return model_take_layers(m, ts, prefix, dir, err);
 }
 
 static bool file_exists(const char *path) {
@@ -458,12 +458,12 @@ static void llava_text_defaults(json_t *tc) {
     if (!json_object_get(tc, "tie_word_embeddings")) json_object_set_new(tc, "tie_word_embeddings", json_false());
 }
 
-int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
+int model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     char path[4096];
     snprintf(m->source, sizeof m->source, "safetensors");
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (!file_exists(path))
-        return pdl_fail(err, "%s: not a model: no config.json in this folder (expected a Hugging Face folder or a .gguf file)",
+        return err_fail(err, "%s: not a model: no config.json in this folder (expected a Hugging Face folder or a .gguf file)",
                         dir);
     json_t *cfg = NULL;
     if (load_json_file(path, &cfg, err)) return -1;
@@ -488,7 +488,7 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     if (gemma3 || llava) {
         if (!json_is_object(tc)) {
             json_decref(cfg);
-            return pdl_fail(err, "%s: model_type '%s' needs a 'text_config' object", path, mts);
+            return err_fail(err, "%s: model_type '%s' needs a 'text_config' object", path, mts);
         }
         use = tc;
         if (gemma3) json_object_set_new(tc, "model_type", json_string("gemma3_text"));
@@ -515,18 +515,18 @@ int pdl_model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
 
     /* MLX-quantized folders: config.json's quantization block folds each
      * X.weight/.scales/.biases triple into one tensor (format/mlx_quant.c) */
-    if (pdl_mlx_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
+    if (mlx_open_dir(&m->st, dir, err) || read_weights(m, dir, err)) return -1;
     if (m->cfg.arch->scalings & PDL_SCALE_GEMMA) {
         /* transformers multiplies by sqrt(hidden) as a tensor of the
          * embeddings' dtype (as Gemma was trained): rounded to BF16 or F16
          * with such weights (sqrt(2560) = 50.596 becomes 50.5) */
         float sc = m->cfg.embed_scale;
         pdl_dtype dt = m->w.tok_embd.dtype;
-        if (pdl_dtype_is_mlx(dt)) dt = m->w.tok_embd.mlx.dtype; /* mlx-lm rounds it to the scales' type */
-        if (dt == PDL_DTYPE_BF16) m->cfg.embed_scale = pdl_bf16_to_f32(pdl_f32_to_bf16(sc));
-        else if (dt == PDL_DTYPE_F16) m->cfg.embed_scale = pdl_f16_to_f32(pdl_f32_to_f16(sc));
+        if (dtype_is_mlx(dt)) dt = m->w.tok_embd.mlx.dtype; /* mlx-lm rounds it to the scales' type */
+        if (dt == PDL_DTYPE_BF16) m->cfg.embed_scale = fp16_bf16_to_f32(fp16_f32_to_bf16(sc));
+        else if (dt == PDL_DTYPE_F16) m->cfg.embed_scale = fp16_f16_to_f32(fp16_f32_to_f16(sc));
     }
-    if (pdl_model_finish(m, err)) return -1;
+    if (model_finish(m, err)) return -1;
 
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (file_exists(path)) {

@@ -24,7 +24,7 @@ bool pdl_model_has_tokenizer(const pdl_model *m) { return m->tok != NULL; }
 
 static int need_tokenizer(const pdl_model *m, pdl_error *err) {
     if (m->tok) return 0;
-    return pdl_fail(err, "this model has no usable tokenizer: %s", m->tok_error[0] ? m->tok_error : "none found");
+    return err_fail(err, "this model has no usable tokenizer: %s", m->tok_error[0] ? m->tok_error : "none found");
 }
 
 int pdl_tokenize(const pdl_model *m, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n_ids,
@@ -69,7 +69,7 @@ int pdl_fim_prompt(const pdl_model *m, const pdl_fim_input *in, int32_t **ids, s
     pdl_model_info info;
     pdl_model_get_info(m, &info);
     if (info.fim.pre < 0 || info.fim.suf < 0 || info.fim.mid < 0)
-        return pdl_fail(err, "this model's vocabulary has no fill-in-the-middle tokens (prefix, suffix and middle)");
+        return err_fail(err, "this model's vocabulary has no fill-in-the-middle tokens (prefix, suffix and middle)");
     return tok_fim_prompt(m->tok, in, ids, n_ids, truncated, err);
 }
 

@@ -8,7 +8,7 @@
  *      on a tie (softmax and sigmoid are increasing, so these are the top k
  *      of either), weighted by softmax over all E logits or by each one's
  *      sigmoid, then optionally renormalized to sum 1 and scaled
- *      (pdl_moe_route);
+ *      (moe_route);
  *   3. the (row, rank) choices are grouped by expert (a counting sort:
  *      experts in id order, rows ascending within one), and every expert
  *      with rows runs once over its gathered rows, y = W_down (act(W_gate x)
@@ -35,7 +35,7 @@
 #include "model/model.h"
 #include "util/error.h"
 
-void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w) {
+void moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w) {
     int E = c->n_experts, k = c->n_experts_used;
     /* top k by insertion: a later expert passes an earlier one only when
      * strictly larger, so ties keep the lower id first */
@@ -67,12 +67,12 @@ void pdl_moe_route(const pdl_model_config *c, const float *logits, int32_t *sel,
 
 static int grow(void **buf, size_t bytes) {
     size_t cap = 0; /* moe_rows_cap tracks what the buffers hold */
-    return pdl_scratch_grow(buf, &cap, bytes ? bytes : 1) ? 0 : -1;
+    return scratch_grow(buf, &cap, bytes ? bytes : 1) ? 0 : -1;
 }
 
 /* The kernels' scratch a MoE layer's matmuls take for n rows: the router
  * and the shared expert over n, the experts over up to n * k gathered rows
- * (pdl_matmul_grouped prepares all of them at once), the largest over
+ * (matmul_grouped prepares all of them at once), the largest over
  * every layer and expert. */
 static size_t matmul_scratch(const pdl_context *ctx, size_t n) {
     const pdl_model *m = ctx->model;
@@ -81,7 +81,7 @@ static size_t matmul_scratch(const pdl_context *ctx, size_t n) {
     size_t most = 0;
 #define MOST(w, r)                                                                  \
     do {                                                                            \
-        size_t b_ = (w)->data ? pdl_matmul_scratch_bytes(&ctx->kernels, ctx->pool, (w), (r)) : 0;    \
+        size_t b_ = (w)->data ? matmul_scratch_bytes(&ctx->kernels, ctx->pool, (w), (r)) : 0;    \
         most = b_ > most ? b_ : most;                                               \
     } while (0)
     for (int l = 0; l < c->n_layers; l++) {
@@ -106,7 +106,7 @@ static int reserve(pdl_context *ctx, int n, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
     if (s->exp_start == NULL &&
         grow((void **)&s->exp_start, (size_t)(c->n_experts + 1) * sizeof *s->exp_start))
-        return pdl_fail(err, "forward: out of memory for the experts' groups");
+        return err_fail(err, "forward: out of memory for the experts' groups");
     if ((size_t)n <= s->moe_rows_cap) return 0;
     size_t rows = (size_t)n, k = (size_t)c->n_experts_used;
     if (grow((void **)&s->router, rows * c->n_experts * sizeof(float)) ||
@@ -117,13 +117,13 @@ static int reserve(pdl_context *ctx, int n, pdl_error *err) {
         grow((void **)&s->he, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ue, rows * k * c->ffn_expert * sizeof(float)) ||
         grow((void **)&s->ye, rows * k * c->hidden * sizeof(float)) ||
-        pdl_scratch_reserve(&s->kernel, matmul_scratch(ctx, rows)))
-        return pdl_fail(err, "forward: out of memory for the experts of %d rows", n);
+        scratch_reserve_bytes(&s->kernel, matmul_scratch(ctx, rows)))
+        return err_fail(err, "forward: out of memory for the experts of %d rows", n);
     s->moe_rows_cap = rows;
     return 0;
 }
 
-void pdl_moe_scratch_free(pdl_forward_scratch *s) {
+void moe_scratch_free(pdl_forward_scratch *s) {
     free(s->router), free(s->sel), free(s->sel_w), free(s->exp_start), free(s->exp_rows), free(s->out_at);
     free(s->xe), free(s->he), free(s->ue), free(s->ye);
 }
@@ -137,7 +137,7 @@ void pdl_moe_scratch_free(pdl_forward_scratch *s) {
  * balanced region over its gathered rows. */
 #define GROUPED_MAX_ROWS 4
 
-/* Every chosen expert of the step through pdl_matmul_grouped: the gathered
+/* Every chosen expert of the step through matmul_grouped: the gathered
  * inputs xe (assignment order, n * k rows; a single row's k experts all read
  * xn's one row instead), he = act(gate, up) per assignment, then ye = the
  * down projections of he. */
@@ -164,17 +164,17 @@ static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const floa
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
                                              .n_rows = cnt};
             if (ng == PDL_MATMUL_GROUP_MAX) {
-                int rc = pass == 0 ? pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g,
+                int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g,
                                                         ng, act, s->ue)
-                                   : pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng,
+                                   : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng,
                                                         NULL, NULL);
                 if (rc) return -1;
                 ng = 0;
             }
         }
-        int rc = pass == 0 ? pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act,
+        int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act,
                                                 s->ue)
-                           : pdl_matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
+                           : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
         if (rc) return -1;
     }
     return 0;
@@ -198,7 +198,7 @@ static void combine_rows(void *p, int ith, int nth) {
     const pdl_forward_scratch *s = t->s;
     int H = c->hidden, k = c->n_experts_used;
     long r0, r1;
-    pdl_split_range(t->n, ith, nth, &r0, &r1);
+    threadpool_split_range(t->n, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *o = t->out + (size_t)r * H;
         for (int j = 0; j < k; j++) {
@@ -220,10 +220,10 @@ static void combine_rows(void *p, int ith, int nth) {
 
 /* The layer's index for the message: lw is one of m->w.layers. */
 static int moe_failed(const pdl_context *ctx, const pdl_layer_weights *lw, const char *what, pdl_error *err) {
-    return pdl_forward_kernel_failed(ctx, (int)(lw - ctx->model->w.layers), what, err);
+    return fwd_kernel_failed(ctx, (int)(lw - ctx->model->w.layers), what, err);
 }
 
-int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
+int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, float *out, pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
     pdl_forward_scratch *s = &ctx->scratch;
@@ -231,9 +231,9 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
     pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
 
-    if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
         return moe_failed(ctx, lw, "router", err);
-    for (int r = 0; r < n; r++) pdl_moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
+    for (int r = 0; r < n; r++) moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
 
     /* group the choices by expert, rows ascending within each */
     memset(s->exp_start, 0, (size_t)(E + 1) * sizeof *s->exp_start);
@@ -264,9 +264,9 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
             if (cnt == 0) continue;
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-            if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
+            if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
                                  &lw->exp_gate[e], &lw->exp_up[e], act) ||
-                pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
+                matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
                            &lw->exp_down[e], NULL, false))
                 return moe_failed(ctx, lw, "experts", err);
             ctx->moe_expert_runs++;
@@ -275,13 +275,13 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
 
     /* the router's logits are spent: its buffer takes the shared gate of each row */
     combine_task t = {.m = m, .s = s, .lw = lw, .xn = xn, .out = out, .n = n, .shared_gate = c->shared_gate ? s->router : NULL};
-    pdl_threadpool_run_n(ctx->pool, pdl_threads_for(ctx->pool, (double)n * H * k, 16384.0), combine_rows, &t);
+    threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, (double)n * H * k, 16384.0), combine_rows, &t);
 
     if (c->ffn_shared > 0) {
         /* out += W_down (g * act(W_gate x) * W_up x): the gate g scales the
          * activation before the down projection (a linear map), which then
          * accumulates into the routed sum */
-        if (pdl_matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate,
+        if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate,
                              &lw->sh_up, act))
             return moe_failed(ctx, lw, "shared expert", err);
         if (t.shared_gate)
@@ -289,7 +289,7 @@ int pdl_moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, 
                 float *h = s->gate + (size_t)r * c->ffn_shared;
                 for (int i = 0; i < c->ffn_shared; i++) h[i] *= t.shared_gate[r];
             }
-        if (pdl_matmul(&ctx->kernels, ctx->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
+        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, H, s->gate, n, &lw->sh_down, NULL, true))
             return moe_failed(ctx, lw, "shared expert", err);
     }
     return 0;

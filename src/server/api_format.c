@@ -167,7 +167,7 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
     r->model = model;
     r->req = req;
     r->created = created;
-    r->t_start = pdl_now_s();
+    r->t_start = clock_now_s();
     r->n = req->params.n > 0 ? req->params.n : 1;
     r->n_prompts = req->n_prompts;
     r->n_choices = req->n_prompts * r->n;
@@ -508,7 +508,7 @@ static size_t echo_chars(const srv_response *r, int p) {
 
 /* When a sequence's tokens come (/infill's timings). */
 static void note_time(srv_response *r) {
-    r->t_last = pdl_now_s();
+    r->t_last = clock_now_s();
     if (r->t_first == 0) r->t_first = r->t_last;
 }
 

@@ -38,7 +38,7 @@ int srv_chat_load(srv_chat **out, const pdl_model *model, const char *model_path
     if (template_path) {
         char *src = NULL;
         size_t len = 0;
-        if (pdl_read_file(template_path, PDL_READ_MAX_TEMPLATE, &src, &len, err)) return -1;
+        if (file_read(template_path, PDL_READ_MAX_TEMPLATE, &src, &len, err)) return -1;
         pdl_model_info info;
         pdl_model_get_info(model, &info);
         pdl_tokenizer *tok = NULL;
@@ -48,7 +48,7 @@ int srv_chat_load(srv_chat **out, const pdl_model *model, const char *model_path
         pdl_tokenizer_free(tok);
         int rc = pdl_chat_template_from_source(&t, src, bos, eos, err);
         free(src), free(bos), free(eos);
-        if (rc) return pdl_fail_prefix(err, "%s", template_path);
+        if (rc) return err_fail_prefix(err, "%s", template_path);
     } else {
         pdl_error why;
         if (pdl_chat_template_load(&t, model_path, &why)) return 0; /* no template: chat is refused */
@@ -56,7 +56,7 @@ int srv_chat_load(srv_chat **out, const pdl_model *model, const char *model_path
     srv_chat *c = calloc(1, sizeof *c);
     if (!c) {
         pdl_chat_template_free(t);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     c->model = model;
     c->tmpl = t;

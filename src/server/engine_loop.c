@@ -116,7 +116,7 @@ srv_call *srv_call_new(srv_gen_request *req) {
     c->refs = 1;
     c->req = *req;
     memset(req, 0, sizeof *req);
-    c->t_arrival = pdl_now_s();
+    c->t_arrival = clock_now_s();
     return c;
 }
 
@@ -215,7 +215,7 @@ static void engine_log(srv_engine *e, const char *fmt, ...) __attribute__((forma
  * logger prints it: throughputs since the last line, queue, KV usage and
  * the prefix cache's hit rate. */
 static void log_stats(srv_engine *e, const pdl_engine_stats *st) {
-    double t = pdl_now_s(), dt = t - e->stats_at;
+    double t = clock_now_s(), dt = t - e->stats_at;
     const pdl_engine_stats *o = &e->stats_last;
     if (dt < STATS_EVERY_S) return;
     bool moved = st->prompt_tokens != o->prompt_tokens || st->generation_tokens != o->generation_tokens ||
@@ -278,7 +278,7 @@ static void on_event(const pdl_event *ev, void *user) {
     srv_engine *e = c->engine;
     int n = c->req.params.n > 0 ? c->req.params.n : 1;
     if (ev->index < 0 || ev->index >= n) return;
-    double t = pdl_now_s();
+    double t = clock_now_s();
     srv_event *out = calloc(1, sizeof *out);
     const char *text = ev->text ? ev->text : "";
     size_t text_len = ev->text ? ev->text_len : 0;
@@ -415,8 +415,8 @@ static void *engine_main(void *arg) {
             if (!e->busy) pthread_cond_broadcast(&e->idle_cv);
             if (e->head || e->stopping || active > 0) break;
             if (e->draining && e->n_live > 0) {
-                if (pdl_now_s() >= e->drain_deadline) break;
-                struct timespec dl = deadline_in(e->drain_deadline - pdl_now_s());
+                if (clock_now_s() >= e->drain_deadline) break;
+                struct timespec dl = deadline_in(e->drain_deadline - clock_now_s());
                 pthread_cond_timedwait(&e->cv, &e->mu, &dl);
                 continue;
             }
@@ -425,7 +425,7 @@ static void *engine_main(void *arg) {
         command *cmds = e->head;
         e->head = e->tail = NULL;
         bool stopping = e->stopping, closed = e->draining || e->stopping;
-        bool abort_all = stopping || (e->draining && pdl_now_s() >= e->drain_deadline);
+        bool abort_all = stopping || (e->draining && clock_now_s() >= e->drain_deadline);
         pthread_mutex_unlock(&e->mu);
 
         while (cmds) {
@@ -483,18 +483,18 @@ int srv_engine_start(srv_engine **out, pdl_model *model, const pdl_engine_option
                      pdl_error *err) {
     *out = NULL;
     srv_engine *e = calloc(1, sizeof *e);
-    if (!e) return pdl_fail(err, "server: out of memory");
+    if (!e) return err_fail(err, "server: out of memory");
     e->metrics = metrics;
     e->log = opts ? opts->log : NULL;
     e->log_user = opts ? opts->log_user : NULL;
     if (pthread_mutex_init(&e->mu, NULL) != 0) {
         free(e);
-        return pdl_fail(err, "server: cannot create a mutex");
+        return err_fail(err, "server: cannot create a mutex");
     }
     if (cond_init_monotonic(&e->cv) != 0 || cond_init_monotonic(&e->idle_cv) != 0) {
         pthread_mutex_destroy(&e->mu);
         free(e);
-        return pdl_fail(err, "server: cannot create a condition variable");
+        return err_fail(err, "server: cannot create a condition variable");
     }
     if (pdl_engine_create(&e->engine, model, opts, err)) {
         srv_engine_free(e);
@@ -505,7 +505,7 @@ int srv_engine_start(srv_engine **out, pdl_model *model, const pdl_engine_option
     srv_metrics_set_engine(metrics, &st);
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         srv_engine_free(e);
-        return pdl_fail(err, "server: cannot start the engine thread");
+        return err_fail(err, "server: cannot start the engine thread");
     }
     e->thread_started = true;
     *out = e;
@@ -563,7 +563,7 @@ void srv_engine_cancel(srv_engine *e, srv_call *c) {
 void srv_engine_drain(srv_engine *e, double grace_s) {
     pthread_mutex_lock(&e->mu);
     e->draining = true;
-    e->drain_deadline = pdl_now_s() + grace_s;
+    e->drain_deadline = clock_now_s() + grace_s;
     pthread_cond_signal(&e->cv);
     while (e->busy && e->thread_started) {
         struct timespec dl = deadline_in(0.1);

@@ -858,6 +858,6 @@ struct MHD_Daemon *srv_http_start(srv_server *s, const void *addr, bool ipv6, pd
                                             MHD_OPTION_CONNECTION_LIMIT, (unsigned int)1024,
                                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned int)512,
                                             MHD_OPTION_END);
-    if (!d) pdl_fail(err, "cannot listen (address in use, or not allowed?)");
+    if (!d) err_fail(err, "cannot listen (address in use, or not allowed?)");
     return d;
 }

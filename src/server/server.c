@@ -70,7 +70,7 @@ static const char *bad_replica_name(const char *name) {
 
 int srv_check_replica_name(const char *name, pdl_error *err) {
     const char *why = bad_replica_name(name);
-    return why ? pdl_fail(err, "--replica-name '%.200s': %s", name, why) : 0;
+    return why ? err_fail(err, "--replica-name '%.200s': %s", name, why) : 0;
 }
 
 /* host:port as bound ([host]:port for IPv6); for a wildcard host (every
@@ -244,25 +244,25 @@ static void *loader_main(void *arg) {
         size_t n = 0;
         pdl_tokenize(model, "", 0, false, &ids, &n, &te);
         free(ids);
-        rc = pdl_fail(&err, "%s: the server needs text in and out: %s", s->model_path, te.message);
+        rc = err_fail(&err, "%s: the server needs text in and out: %s", s->model_path, te.message);
     }
     if (rc == 0) rc = srv_chat_load(&chat, model, s->model_path, s->chat_template_path, &err);
     pdl_vision *vision = NULL;
     if (rc == 0 && (s->mmproj_path || has_vision_config(s->model_path))) {
         if (pdl_vision_load(&vision, s->mmproj_path ? s->mmproj_path : s->model_path, model, &err))
-            rc = pdl_fail_prefix(&err, "vision model");
+            rc = err_fail_prefix(&err, "vision model");
         s->engine_opts.vision = vision;
     }
     pdl_model *draft = NULL;
     if (rc == 0 && s->draft_model_path) {
-        if (pdl_model_load(&draft, s->draft_model_path, &s->model_opts, &err)) rc = pdl_fail_prefix(&err, "draft model");
+        if (pdl_model_load(&draft, s->draft_model_path, &s->model_opts, &err)) rc = err_fail_prefix(&err, "draft model");
         s->engine_opts.draft_model = draft;
     }
     if (rc == 0 && s->reasoning && s->reasoning_budget >= 0) {
         pdl_reasoning rp;
         reasoning_params(s->reasoning, model, true, s->reasoning_budget, &rp);
         if (!rp.enabled)
-            rc = pdl_fail(&err, "--reasoning-budget needs the end of a thinking block, '%s', to be one token of the "
+            rc = err_fail(&err, "--reasoning-budget needs the end of a thinking block, '%s', to be one token of the "
                           "model's vocabulary, and it is not", s->reasoning->end);
     }
     if (rc == 0) rc = srv_engine_start(&engine, model, &s->engine_opts, s->metrics, &err);
@@ -342,10 +342,10 @@ static char *dup_or_null(const char *v) { return v ? strdup(v) : NULL; }
 
 int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     *out = NULL;
-    if (!o->model_path) return pdl_fail(err, "serve: no model given");
-    if (o->replica_name && srv_check_replica_name(o->replica_name, err)) return pdl_fail_prefix(err, "serve");
+    if (!o->model_path) return err_fail(err, "serve: no model given");
+    if (o->replica_name && srv_check_replica_name(o->replica_name, err)) return err_fail_prefix(err, "serve");
     srv_server *s = calloc(1, sizeof *s);
-    if (!s) return pdl_fail(err, "serve: out of memory");
+    if (!s) return err_fail(err, "serve: out of memory");
     pthread_condattr_t ca;
     bool cv_ok = pthread_condattr_init(&ca) == 0;
     if (cv_ok) {
@@ -355,23 +355,23 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     }
     if (!cv_ok) {
         free(s);
-        return pdl_fail(err, "serve: cannot create a condition variable");
+        return err_fail(err, "serve: cannot create a condition variable");
     }
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
         pthread_cond_destroy(&s->requests_cv);
         free(s);
-        return pdl_fail(err, "serve: cannot create a mutex");
+        return err_fail(err, "serve: cannot create a mutex");
     }
     if (pthread_mutex_init(&s->grammar_mu, NULL) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->requests_cv);
         free(s);
-        return pdl_fail(err, "serve: cannot create a mutex");
+        return err_fail(err, "serve: cannot create a mutex");
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (sem_init(&s->grammar_turns, 0, cores >= 4 ? (unsigned)(cores / 2) : 1) != 0) {
         server_free(s);
-        return pdl_fail(err, "serve: cannot create a semaphore");
+        return err_fail(err, "serve: cannot create a semaphore");
     }
     s->grammar_turns_made = true;
     s->model_path = strdup(o->model_path);
@@ -390,7 +390,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     if (o->tool_call_parser) {
         if (gram_tool_format_parse(o->tool_call_parser, &s->tool_format)) {
             server_free(s);
-            return pdl_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral, qwen3_coder, "
+            return err_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral, qwen3_coder, "
                             "pythonic, deepseek_v3, glm45, kimi_k2)",
                             o->tool_call_parser);
         }
@@ -400,7 +400,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->reasoning_budget = o->reasoning_budget;
     if (o->reasoning_parser && !(s->reasoning = reasoning_format_find(o->reasoning_parser))) {
         server_free(s);
-        return pdl_fail(err, "serve: unknown --reasoning-parser '%s' (%s)", o->reasoning_parser,
+        return err_fail(err, "serve: unknown --reasoning-parser '%s' (%s)", o->reasoning_parser,
                         reasoning_format_names());
     }
     s->model_opts = o->model;
@@ -417,7 +417,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     if (!s->model_path || !s->model_name || !s->metrics || (o->api_key && o->api_key[0] && !s->api_key) ||
         (o->chat_template && !s->chat_template_path)) {
         server_free(s);
-        return pdl_fail(err, "serve: out of memory");
+        return err_fail(err, "serve: out of memory");
     }
     json_object_seed(0); /* before any thread builds JSON */
 
@@ -430,13 +430,13 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     int gai = getaddrinfo(host, port, &hints, &ai);
     if (gai != 0 || !ai) {
         server_free(s);
-        return pdl_fail(err, "serve: cannot resolve host '%s': %s", host, gai_strerror(gai));
+        return err_fail(err, "serve: cannot resolve host '%s': %s", host, gai_strerror(gai));
     }
     s->daemon = srv_http_start(s, ai->ai_addr, ai->ai_family == AF_INET6, err);
     freeaddrinfo(ai);
     if (!s->daemon) {
         server_free(s);
-        return pdl_fail_prefix(err, "serve: %s:%d", host, o->port);
+        return err_fail_prefix(err, "serve: %s:%d", host, o->port);
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
@@ -444,7 +444,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     const char *why = s->replica_name ? bad_replica_name(s->replica_name) : "out of memory";
     if (why) {
         MHD_stop_daemon(s->daemon);
-        pdl_fail(err, "serve: the replica name '%.200s' (from the host name): %s; give --replica-name",
+        err_fail(err, "serve: the replica name '%.200s' (from the host name): %s; give --replica-name",
                  s->replica_name ? s->replica_name : "", why);
         server_free(s);
         return -1;
@@ -452,7 +452,7 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     if (pthread_create(&s->loader, NULL, loader_main, s) != 0) {
         MHD_stop_daemon(s->daemon);
         server_free(s);
-        return pdl_fail(err, "serve: cannot start the loader thread");
+        return err_fail(err, "serve: cannot start the loader thread");
     }
     s->loader_started = true;
     *out = s;

@@ -54,18 +54,18 @@ static int add_template(pdl_chat_template *t, const char *name, const char *src,
                         pdl_error *err) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->names[i], name) == 0) return 0; /* the first source of a name wins */
-    if (t->n == MAX_TEMPLATES) return pdl_fail(err, "%s: more than %d chat templates", where, MAX_TEMPLATES);
+    if (t->n == MAX_TEMPLATES) return err_fail(err, "%s: more than %d chat templates", where, MAX_TEMPLATES);
     tmpl_error te;
     tmpl_template *tp;
     if (tmpl_parse(&tp, src, len, &te)) {
-        if (te.line) return pdl_fail(err, "%s: chat template '%s' line %d: %s", where, name, te.line, te.message);
-        return pdl_fail(err, "%s: chat template '%s': %s", where, name, te.message);
+        if (te.line) return err_fail(err, "%s: chat template '%s' line %d: %s", where, name, te.line, te.message);
+        return err_fail(err, "%s: chat template '%s': %s", where, name, te.message);
     }
     t->names[t->n] = strdup(name);
     t->tmpls[t->n] = tp;
     if (!t->names[t->n]) {
         tmpl_free(tp);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     t->n++;
     return 0;
@@ -81,13 +81,13 @@ static int add_from_json_field(pdl_chat_template *t, json_t *field, const char *
         json_array_foreach(field, i, entry) {
             json_t *name = json_object_get(entry, "name"), *src = json_object_get(entry, "template");
             if (!json_is_string(name) || !json_is_string(src))
-                return pdl_fail(err, "%s: chat_template[%zu] needs string 'name' and 'template'", where, i);
+                return err_fail(err, "%s: chat_template[%zu] needs string 'name' and 'template'", where, i);
             if (add_template(t, json_string_value(name), json_string_value(src), json_string_length(src), where, err))
                 return -1;
         }
         return 0;
     }
-    if (field && !json_is_null(field)) return pdl_fail(err, "%s: chat_template must be a string or a list", where);
+    if (field && !json_is_null(field)) return err_fail(err, "%s: chat_template must be a string or a list", where);
     return 0;
 }
 
@@ -130,25 +130,25 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
     json_t *cfg = NULL, *cj = NULL, *sm = NULL;
     DIR *d = NULL;
     if (!jinja || !cjson || !cfg_path || !stm || !extra_dir) {
-        pdl_fail(err, "out of memory");
+        err_fail(err, "out of memory");
         goto done;
     }
     /* JSON_DECODE_INT_AS_REAL: model_max_length is often too big for int64 */
-    if (file_exists(cfg_path) && pdl_json_load_file(cfg_path, JSON_DECODE_INT_AS_REAL, &cfg, err)) goto done;
+    if (file_exists(cfg_path) && json_file_load(cfg_path, JSON_DECODE_INT_AS_REAL, &cfg, err)) goto done;
     if (cfg) add_specials_from(t->specials, cfg);
-    if (file_exists(stm) && pdl_json_load_file(stm, JSON_DECODE_INT_AS_REAL, &sm, err)) goto done;
+    if (file_exists(stm) && json_file_load(stm, JSON_DECODE_INT_AS_REAL, &sm, err)) goto done;
     if (sm) add_specials_from(t->specials, sm);
 
     if (file_exists(jinja)) {
         char *src;
         size_t len;
-        if (pdl_read_file(jinja, PDL_READ_MAX_TEMPLATE, &src, &len, err)) goto done;
+        if (file_read(jinja, PDL_READ_MAX_TEMPLATE, &src, &len, err)) goto done;
         int r = add_template(t, "default", src, len, jinja, err);
         free(src);
         if (r) goto done;
     }
     if (file_exists(cjson)) {
-        if (pdl_json_load_file(cjson, JSON_DECODE_INT_AS_REAL, &cj, err)) goto done;
+        if (json_file_load(cjson, JSON_DECODE_INT_AS_REAL, &cj, err)) goto done;
         if (add_from_json_field(t, json_object_get(cj, "chat_template"), cjson, err)) goto done;
     }
     if (cfg && add_from_json_field(t, json_object_get(cfg, "chat_template"), cfg_path, err)) goto done;
@@ -159,7 +159,7 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
             if (n <= 6 || strcmp(e->d_name + n - 6, ".jinja") != 0) continue;
             char *path = join_path(extra_dir, e->d_name), *src = NULL;
             size_t len;
-            int r = path ? pdl_read_file(path, PDL_READ_MAX_TEMPLATE, &src, &len, err) : pdl_fail(err, "out of memory");
+            int r = path ? file_read(path, PDL_READ_MAX_TEMPLATE, &src, &len, err) : err_fail(err, "out of memory");
             if (!r) {
                 e->d_name[n - 6] = '\0';
                 r = add_template(t, e->d_name, src, len, path, err);
@@ -170,7 +170,7 @@ static int load_folder(pdl_chat_template *t, const char *dir, pdl_error *err) {
         }
     }
     if (!t->n) {
-        pdl_fail(err, "%s: no chat template (looked for chat_template.jinja, chat_template.json and the chat_template of "
+        err_fail(err, "%s: no chat template (looked for chat_template.jinja, chat_template.json and the chat_template of "
                       "tokenizer_config.json)", dir);
         goto done;
     }
@@ -211,7 +211,7 @@ static int load_gguf(pdl_chat_template *t, const char *path, pdl_error *err) {
         if (add_template(t, name, kv->v.str.ptr, (size_t)kv->v.str.len, path, err)) goto done;
     }
     if (!t->n) {
-        pdl_fail(err, "%s: no chat template (tokenizer.chat_template is not set)", path);
+        err_fail(err, "%s: no chat template (tokenizer.chat_template is not set)", path);
         goto done;
     }
     gguf_special(t->specials, g, "tokenizer.ggml.bos_token_id", "bos_token");
@@ -236,9 +236,9 @@ static pdl_chat_template *chat_template_new(void) {
 int pdl_chat_template_load(pdl_chat_template **out, const char *path, pdl_error *err) {
     *out = NULL;
     struct stat st;
-    if (stat(path, &st) != 0) return pdl_fail(err, "%s: no such file or folder", path);
+    if (stat(path, &st) != 0) return err_fail(err, "%s: no such file or folder", path);
     pdl_chat_template *t = chat_template_new();
-    if (!t) return pdl_fail(err, "out of memory");
+    if (!t) return err_fail(err, "out of memory");
     int rc = S_ISDIR(st.st_mode) ? load_folder(t, path, err) : load_gguf(t, path, err);
     if (rc) {
         pdl_chat_template_free(t);
@@ -252,7 +252,7 @@ int pdl_chat_template_from_source(pdl_chat_template **out, const char *source, c
                                   const char *eos_token, pdl_error *err) {
     *out = NULL;
     pdl_chat_template *t = chat_template_new();
-    if (!t) return pdl_fail(err, "out of memory");
+    if (!t) return err_fail(err, "out of memory");
     if (bos_token) json_object_set_new(t->specials, "bos_token", json_string(bos_token));
     if (eos_token) json_object_set_new(t->specials, "eos_token", json_string(eos_token));
     if (add_template(t, "default", source, strlen(source), "chat template", err)) {
@@ -278,15 +278,15 @@ int pdl_chat_template_render(const pdl_chat_template *t, const char *context_jso
     if (len) *len = 0;
     json_error_t je;
     json_t *user = json_loads(context_json ? context_json : "{}", JSON_ALLOW_NUL, &je);
-    if (!user) return pdl_fail(err, "chat context: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
+    if (!user) return err_fail(err, "chat context: invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
     if (!json_is_object(user)) {
         json_decref(user);
-        return pdl_fail(err, "chat context: expected a JSON object");
+        return err_fail(err, "chat context: expected a JSON object");
     }
     json_t *ctx = json_deep_copy(t->specials);
     if (!ctx || json_object_update(ctx, user)) {
         json_decref(ctx), json_decref(user);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     json_decref(user);
     if (!json_object_get(ctx, "tools")) json_object_set_new(ctx, "tools", json_null());
@@ -297,8 +297,8 @@ int pdl_chat_template_render(const pdl_chat_template *t, const char *context_jso
     int rc = tmpl_render(tp, ctx, NULL, text, len, &te);
     json_decref(ctx);
     if (rc) {
-        if (te.line) return pdl_fail(err, "chat template line %d: %s", te.line, te.message);
-        return pdl_fail(err, "chat template: %s", te.message);
+        if (te.line) return err_fail(err, "chat template line %d: %s", te.line, te.message);
+        return err_fail(err, "chat template: %s", te.message);
     }
     return 0;
 }

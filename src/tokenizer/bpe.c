@@ -308,7 +308,7 @@ int tok_bpe_word(tok_ctx *c, const char *s, size_t n) {
     uint64_t h = 0;
     bool memo = n <= CACHE_MAX_WORD && c->text_len >= CACHE_MIN_TEXT;
     if (memo) {
-        if (!wc->slots && !cache_init(c)) return pdl_fail(c->err, "tokenizer: out of memory");
+        if (!wc->slots && !cache_init(c)) return err_fail(c->err, "tokenizer: out of memory");
         h = word_hash(s, n);
         const struct tok_wc_slot *sl = cache_get(wc, s, n, h);
         if (sl) return tok_ctx_push(c, wc->ids + sl->ids_off, sl->n_ids) ? 0 : -1;
@@ -316,7 +316,7 @@ int tok_bpe_word(tok_ctx *c, const char *s, size_t n) {
     if (t->ignore_merges) {
         if (2 * n > c->mapped_cap) {
             char *m = realloc(c->mapped, 2 * n);
-            if (!m) return pdl_fail(c->err, "tokenizer: out of memory");
+            if (!m) return err_fail(c->err, "tokenizer: out of memory");
             c->mapped = m;
             c->mapped_cap = 2 * n;
         }
@@ -327,7 +327,7 @@ int tok_bpe_word(tok_ctx *c, const char *s, size_t n) {
             return tok_ctx_push(c, &id, 1) ? 0 : -1;
         }
     }
-    if (!reserve_syms(c, n)) return pdl_fail(c->err, "tokenizer: out of memory");
+    if (!reserve_syms(c, n)) return err_fail(c->err, "tokenizer: out of memory");
     int32_t *ids = c->sym_id;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -336,7 +336,7 @@ int tok_bpe_word(tok_ctx *c, const char *s, size_t n) {
         if (id >= 0) ids[k++] = id;
     }
     long got = tok_bpe_merge(c, ids, k, 0);
-    if (got < 0) return pdl_fail(c->err, "tokenizer: out of memory");
+    if (got < 0) return err_fail(c->err, "tokenizer: out of memory");
     k = (size_t)got;
     if (memo) cache_put(wc, s, n, h, ids, k);
     return tok_ctx_push(c, ids, k) ? 0 : -1;

@@ -38,7 +38,7 @@ static int32_t rank_below(const tok_tokenizer *t, const char *piece, uint32_t a,
 int tok_bpe_merges_from_ranks(tok_tokenizer *t, const char *path, pdl_error *err) {
     for (int b = 0; b < 256; b++)
         if (t->bl_byte_id[b] < 0)
-            return pdl_fail(err, "%s: no tokenizer.ggml.merges, and tokenizer.ggml.tokens has no byte-level token for "
+            return err_fail(err, "%s: no tokenizer.ggml.merges, and tokenizer.ggml.tokens has no byte-level token for "
                             "byte 0x%02X, so merges cannot be derived from its ranks", path, b);
     uint32_t max_len = 0;
     for (int32_t i = 0; i < t->n_vocab; i++)
@@ -49,7 +49,7 @@ int tok_bpe_merges_from_ranks(tok_tokenizer *t, const char *path, pdl_error *err
     if (!start || !rank || !tok_pairmap_init(&t->merges, (size_t)t->n_vocab)) {
         free(start);
         free(rank);
-        return pdl_fail(err, "%s: out of memory deriving merges from ranks", path);
+        return err_fail(err, "%s: out of memory deriving merges from ranks", path);
     }
     for (int32_t r = 0; r < t->n_vocab; r++) {
         if (t->type[r] != TOK_TYPE_NORMAL) continue;

@@ -114,7 +114,7 @@ static int extra_context(idbuf *b, const tok_tokenizer *t, const pdl_fim_input *
             const char *name = f->name ? f->name : "tmp";
             size_t nl = f->name ? f->name_len : 3;
             char *line = malloc(nl + 1);
-            if (!line) return pdl_fail(err, "fill-in-the-middle: out of memory");
+            if (!line) return err_fail(err, "fill-in-the-middle: out of memory");
             memcpy(line, name, nl);
             line[nl] = '\n';
             put1(b, sep);
@@ -141,11 +141,11 @@ int tok_fim_prompt(const tok_tokenizer *t, const pdl_fim_input *in, int32_t **id
     *n_ids = 0;
     if (truncated) *truncated = false;
     if (!tok_has_fim(t))
-        return pdl_fail(err, "this vocabulary has no fill-in-the-middle tokens (prefix, suffix and middle)");
+        return err_fail(err, "this vocabulary has no fill-in-the-middle tokens (prefix, suffix and middle)");
     idbuf extra = {0};
     if (in->repo_level && (extra_context(&extra, t, in, err) || extra.oom)) {
         free(extra.v);
-        return extra.oom ? pdl_fail(err, "fill-in-the-middle: out of memory") : -1;
+        return extra.oom ? err_fail(err, "fill-in-the-middle: out of memory") : -1;
     }
     /* what is kept of each part: all, or llama.cpp's cut (prefix:suffix
      * 3:1 within a batch, the rest of the context for the extra files) */
@@ -169,7 +169,7 @@ int tok_fim_prompt(const tok_tokenizer *t, const pdl_fim_input *in, int32_t **id
     free(extra.v);
     if (b.oom) {
         free(b.v);
-        return pdl_fail(err, "fill-in-the-middle: out of memory");
+        return err_fail(err, "fill-in-the-middle: out of memory");
     }
     *ids = b.v;
     *n_ids = b.n;

@@ -45,21 +45,21 @@ static int normalize_run(tok_norm_form form, const char *s, size_t n, tok_buf *o
         utf8proc_ssize_t got = utf8proc_decompose((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
                                                   *ucs, (utf8proc_ssize_t)*ucs_cap, opt);
         if (got < 0)
-            return pdl_fail(err, "tokenizer: normalization failed: %s", utf8proc_errmsg(got));
+            return err_fail(err, "tokenizer: normalization failed: %s", utf8proc_errmsg(got));
         if ((size_t)got <= *ucs_cap) {
             /* re-encoding writes UTF-8 over the code points: at most 4 bytes each */
             utf8proc_ssize_t bytes = utf8proc_reencode(*ucs, got, opt);
             if (bytes < 0)
-                return pdl_fail(err, "tokenizer: normalization failed: %s", utf8proc_errmsg(bytes));
+                return err_fail(err, "tokenizer: normalization failed: %s", utf8proc_errmsg(bytes));
             if (!tok_buf_reserve(out, out->n + (size_t)bytes))
-                return pdl_fail(err, "tokenizer: out of memory normalizing text");
+                return err_fail(err, "tokenizer: out of memory normalizing text");
             memcpy(out->p + out->n, *ucs, (size_t)bytes);
             out->n += (size_t)bytes;
             return 0;
         }
         size_t cap = (size_t)got + 16;
         int32_t *p = realloc(*ucs, cap * sizeof *p);
-        if (!p) return pdl_fail(err, "tokenizer: out of memory normalizing text");
+        if (!p) return err_fail(err, "tokenizer: out of memory normalizing text");
         *ucs = p;
         *ucs_cap = cap;
     }
@@ -75,8 +75,8 @@ static bool append(tok_buf *out, const char *s, size_t n) {
 static int normalize_into(tok_norm_form form, const char *s, size_t n, tok_buf *out, int32_t **ucs,
                           size_t *ucs_cap, pdl_error *err) {
     out->n = 0;
-    if (!tok_buf_reserve(out, n + 1)) return pdl_fail(err, "tokenizer: out of memory normalizing text");
-    if (form == TOK_NORM_NONE) return append(out, s, n) ? 0 : pdl_fail(err, "tokenizer: out of memory");
+    if (!tok_buf_reserve(out, n + 1)) return err_fail(err, "tokenizer: out of memory normalizing text");
+    if (form == TOK_NORM_NONE) return append(out, s, n) ? 0 : err_fail(err, "tokenizer: out of memory");
     const uint8_t *u = (const uint8_t *)s;
     uint32_t threshold = form_threshold(form);
     size_t copied = 0;      /* s[0..copied) is in out */
@@ -106,14 +106,14 @@ static int normalize_into(tok_norm_form form, const char *s, size_t n, tok_buf *
             end += l;
         }
         if (!append(out, s + copied, start - copied))
-            return pdl_fail(err, "tokenizer: out of memory normalizing text");
+            return err_fail(err, "tokenizer: out of memory normalizing text");
         if (normalize_run(form, s + start, end - start, out, ucs, ucs_cap, err) != 0) return -1;
         copied = end;
         prev = SIZE_MAX;
         i = end;
     }
     if (!append(out, s + copied, n - copied))
-        return pdl_fail(err, "tokenizer: out of memory normalizing text");
+        return err_fail(err, "tokenizer: out of memory normalizing text");
     return 0;
 }
 

@@ -242,9 +242,9 @@ int tok_pre_from_gguf(tok_tokenizer *t, const char *name, bool *add_bos, pdl_err
     /* llama.cpp's names whose tokenizers are not byte-level BPE over regex
      * splits (raw UTF-8 with U+2581 spaces, or hand-written splitters) */
     if (name_in("gemma4 granite-embed-multi-311m sarvam-moe whitespace afmoe", name))
-        return pdl_fail(err, "tokenizer.ggml.pre \"%s\" is not supported yet (not a byte-level regex pre-tokenizer)",
+        return err_fail(err, "tokenizer.ggml.pre \"%s\" is not supported yet (not a byte-level regex pre-tokenizer)",
                         name);
-    return pdl_fail(err, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", name);
+    return err_fail(err, "tokenizer.ggml.pre \"%s\" is not a known pre-tokenizer", name);
 }
 
 /* ---------------------------------------------------------------------------
@@ -316,7 +316,7 @@ static char *rewrite_spaces(const char *p, size_t n, size_t *out_len) {
 int tok_pre_add_split(tok_tokenizer *t, const char *pattern, size_t len, bool literal,
                       tok_split_behavior behavior, bool invert, bool mapped, pdl_error *err) {
     if (t->n_pre == TOK_MAX_PRE_STEPS)
-        return pdl_fail(err, "tokenizer: more than %d pre-tokenizer steps", TOK_MAX_PRE_STEPS);
+        return err_fail(err, "tokenizer: more than %d pre-tokenizer steps", TOK_MAX_PRE_STEPS);
     char *src = NULL;
     size_t src_len = len;
     uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
@@ -324,7 +324,7 @@ int tok_pre_add_split(tok_tokenizer *t, const char *pattern, size_t len, bool li
         opts |= PCRE2_LITERAL;
     } else {
         src = rewrite_spaces(pattern, len, &src_len);
-        if (!src) return pdl_fail(err, "tokenizer: out of memory compiling a regex");
+        if (!src) return err_fail(err, "tokenizer: out of memory compiling a regex");
     }
     int ecode;
     PCRE2_SIZE eoff;
@@ -333,7 +333,7 @@ int tok_pre_add_split(tok_tokenizer *t, const char *pattern, size_t len, bool li
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ecode, msg, sizeof msg);
-        return pdl_fail(err, "pre-tokenizer regex \"%.*s\": %s", (int)len, pattern, (const char *)msg);
+        return err_fail(err, "pre-tokenizer regex \"%.*s\": %s", (int)len, pattern, (const char *)msg);
     }
     tok_pre_step *s = &t->pre[t->n_pre++];
     *s = (tok_pre_step){.re = re, .behavior = (uint8_t)behavior, .invert = invert, .mapped = mapped};
@@ -343,7 +343,7 @@ int tok_pre_add_split(tok_tokenizer *t, const char *pattern, size_t len, bool li
 
 int tok_pre_add_prefix_space(tok_tokenizer *t, pdl_error *err) {
     if (t->n_pre == TOK_MAX_PRE_STEPS)
-        return pdl_fail(err, "tokenizer: more than %d pre-tokenizer steps", TOK_MAX_PRE_STEPS);
+        return err_fail(err, "tokenizer: more than %d pre-tokenizer steps", TOK_MAX_PRE_STEPS);
     t->pre[t->n_pre++] = (tok_pre_step){.re = NULL};
     return 0;
 }
@@ -376,7 +376,7 @@ static int next_match(tok_ctx *c, const tok_pre_step *st, const char *s, size_t 
     if (rc < 0) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(rc, msg, sizeof msg);
-        return pdl_fail(c->err, "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
+        return err_fail(c->err, "tokenizer: pre-tokenizer regex failed: %s", (const char *)msg);
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
     *ms = ov[0];
@@ -397,7 +397,7 @@ static int collect(tok_ctx *c, int k, const tok_pre_step *st, const char *s, siz
         if (m + 2 > c->spans_cap[k]) {
             size_t cap = c->spans_cap[k] ? c->spans_cap[k] * 2 : 64;
             tok_span *p = realloc(c->spans[k], cap * sizeof *p);
-            if (!p) return pdl_fail(c->err, "tokenizer: out of memory");
+            if (!p) return err_fail(c->err, "tokenizer: out of memory");
             c->spans[k] = p;
             c->spans_cap[k] = cap;
         }
@@ -413,7 +413,7 @@ static int collect(tok_ctx *c, int k, const tok_pre_step *st, const char *s, siz
     if (prev < n) {
         if (m + 1 > c->spans_cap[k]) {
             tok_span *p = realloc(c->spans[k], (m + 1) * sizeof *p);
-            if (!p) return pdl_fail(c->err, "tokenizer: out of memory");
+            if (!p) return err_fail(c->err, "tokenizer: out of memory");
             c->spans[k] = p;
             c->spans_cap[k] = m + 1;
         }
@@ -500,7 +500,7 @@ static int run_step(tok_ctx *c, int k, const char *s, size_t n) {
     if (!st->re) {
         /* ByteLevel add_prefix_space */
         if (s[0] == ' ') return emit(c, k, s, n);
-        if (!tok_buf_reserve(&c->step_buf[k], n + 1)) return pdl_fail(c->err, "tokenizer: out of memory");
+        if (!tok_buf_reserve(&c->step_buf[k], n + 1)) return err_fail(c->err, "tokenizer: out of memory");
         c->step_buf[k].p[0] = ' ';
         memcpy(c->step_buf[k].p + 1, s, n);
         return emit(c, k, c->step_buf[k].p, n + 1);
@@ -508,7 +508,7 @@ static int run_step(tok_ctx *c, int k, const char *s, size_t n) {
     if (st->mapped) {
         const char *ms;
         size_t mn, m;
-        if (!map_piece(c, k, s, n, &ms, &mn)) return pdl_fail(c->err, "tokenizer: out of memory");
+        if (!map_piece(c, k, s, n, &ms, &mn)) return err_fail(c->err, "tokenizer: out of memory");
         if (collect(c, k, st, ms, mn, &m) != 0) return -1;
         m = apply_behavior(c->spans[k], m, (tok_split_behavior)st->behavior);
         const uint32_t *back = c->step_back[k];

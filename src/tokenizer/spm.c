@@ -217,10 +217,10 @@ int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t n, int32_t *
                    size_t *n_out, pdl_error *err) {
     *n_out = 0;
     if (n == 0) return 0;
-    if (n > UINT32_MAX / 2) return pdl_fail(err, "tokenizer: text of %zu bytes is too long", n);
+    if (n > UINT32_MAX / 2) return err_fail(err, "tokenizer: text of %zu bytes is too long", n);
     spm_symbol *sym = malloc(n * sizeof *sym);
     spm_heap heap = {0};
-    if (!sym) return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
+    if (!sym) return err_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
     size_t k = 0;
     for (size_t begin = 0; begin < n;) {
         size_t end = segment_end(t, text, begin, n);
@@ -228,7 +228,7 @@ int tok_spm_encode(const tok_tokenizer *t, const char *text, size_t n, int32_t *
         if (got < 0) {
             free(heap.items);
             free(sym);
-            return pdl_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
+            return err_fail(err, "tokenizer: out of memory for %zu bytes of text", n);
         }
         k += (size_t)got;
         begin = end;

@@ -22,7 +22,7 @@ struct pdl_tokenizer {
 int tok_load_path(tok_tokenizer **out, const char *path, pdl_error *err) {
     *out = NULL;
     struct stat st;
-    if (stat(path, &st) != 0) return pdl_fail(err, "%s: no such file or folder", path);
+    if (stat(path, &st) != 0) return err_fail(err, "%s: no such file or folder", path);
     if (S_ISDIR(st.st_mode)) return tok_load_hf_dir(out, path, err);
     gguf_file *g = NULL;
     if (gguf_open(&g, path, err) != 0) return -1;
@@ -38,7 +38,7 @@ int pdl_tokenizer_load(pdl_tokenizer **out, const char *path, pdl_error *err) {
     pdl_tokenizer *t = malloc(sizeof *t);
     if (!t) {
         tok_free(tok);
-        return pdl_fail(err, "%s: out of memory", path);
+        return err_fail(err, "%s: out of memory", path);
     }
     t->tok = tok;
     *out = t;

@@ -29,7 +29,7 @@ static int special_id(const gguf_file *g, const char *key, int32_t n_vocab, int3
     if (rc < 0) return -1;
     if (rc == 0) return 0;
     if (v >= (uint32_t)n_vocab)
-        return pdl_fail(err, "%s: %s = %u is outside the vocabulary (%d tokens)", gguf_path(g), key,
+        return err_fail(err, "%s: %s = %u is outside the vocabulary (%d tokens)", gguf_path(g), key,
                         v, n_vocab);
     *id = (int32_t)v;
     return 0;
@@ -48,15 +48,15 @@ static int load_merges(tok_tokenizer *t, const gguf_file *g, const char *pre, pd
     if (rc < 0) return -1;
     /* llama.cpp reads a kimi-k2 file without merges; its ids are tiktoken ranks */
     if (rc == 0 && strcmp(pre, "kimi-k2") == 0) return tok_bpe_merges_from_ranks(t, path, err);
-    if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.merges key (a gpt2 tokenizer needs merges)", path);
+    if (rc == 0) return err_fail(err, "%s: no tokenizer.ggml.merges key (a gpt2 tokenizer needs merges)", path);
     if (merges.elem_type != GGUF_TYPE_STRING)
-        return pdl_fail(err, "%s: tokenizer.ggml.merges is an array of %s, not of strings", path,
+        return err_fail(err, "%s: tokenizer.ggml.merges is an array of %s, not of strings", path,
                         gguf_type_name(merges.elem_type));
     if (merges.count > (uint64_t)GGUF_MAX_VOCAB * 4)
-        return pdl_fail(err, "%s: tokenizer.ggml.merges has %llu entries", path,
+        return err_fail(err, "%s: tokenizer.ggml.merges has %llu entries", path,
                         (unsigned long long)merges.count);
     if (!tok_pairmap_init(&t->merges, (size_t)merges.count))
-        return pdl_fail(err, "%s: out of memory for merges", path);
+        return err_fail(err, "%s: out of memory for merges", path);
     char *joined = NULL;
     size_t cap = 0;
     for (uint64_t i = 0; i < merges.count; i++) {
@@ -65,7 +65,7 @@ static int load_merges(tok_tokenizer *t, const gguf_file *g, const char *pre, pd
         const char *sp = n > 1 ? memchr(m + 1, ' ', n - 1) : NULL;
         if (!sp) {
             free(joined);
-            return pdl_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\" is not \"a b\"", path,
+            return err_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\" is not \"a b\"", path,
                             (unsigned long long)i, (int)n, m);
         }
         size_t na = (size_t)(sp - m), nb = n - na - 1;
@@ -74,7 +74,7 @@ static int load_merges(tok_tokenizer *t, const gguf_file *g, const char *pre, pd
             char *nj = realloc(joined, cap);
             if (!nj) {
                 free(joined);
-                return pdl_fail(err, "%s: out of memory for merges", path);
+                return err_fail(err, "%s: out of memory for merges", path);
             }
             joined = nj;
         }
@@ -84,7 +84,7 @@ static int load_merges(tok_tokenizer *t, const gguf_file *g, const char *pre, pd
         int32_t ib = tok_strmap_get(&t->vocab, sp + 1, nb);
         int32_t ir = tok_strmap_get(&t->vocab, joined, na + nb);
         if (ia < 0 || ib < 0 || ir < 0) {
-            pdl_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\": \"%.*s\" is not in the vocabulary",
+            err_fail(err, "%s: tokenizer.ggml.merges[%llu] \"%.*s\": \"%.*s\" is not in the vocabulary",
                      path, (unsigned long long)i, (int)n, m, (int)(ia < 0 ? na : ib < 0 ? nb : na + nb),
                      ia < 0 ? m : ib < 0 ? sp + 1 : joined);
             free(joined);
@@ -117,7 +117,7 @@ static int add_gguf_added_tokens(tok_tokenizer *t, const gguf_file *g, pdl_error
         if (phi3 && strcmp(p, "<unk>") != 0 && strcmp(p, "<s>") != 0 && strcmp(p, "<|endoftext|>") != 0)
             flags |= TOK_ADDED_RSTRIP;
         if (!tok_trie_add(&t->added_raw, p, t->piece_len[i], i, flags))
-            return pdl_fail(err, "%s: out of memory for added tokens", gguf_path(g));
+            return err_fail(err, "%s: out of memory for added tokens", gguf_path(g));
     }
     return 0;
 }
@@ -128,39 +128,39 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     const char *model;
     int rc = gguf_get_str(g, "tokenizer.ggml.model", &model, err);
     if (rc < 0) return -1;
-    if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.model key", path);
+    if (rc == 0) return err_fail(err, "%s: no tokenizer.ggml.model key", path);
     bool bpe = strcmp(model, "gpt2") == 0;
     if (!bpe && strcmp(model, "llama") != 0)
-        return pdl_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")",
+        return err_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")",
                         path, model);
     gguf_array toks, scores = {0}, types = {0};
     rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, err);
     if (rc < 0) return -1;
-    if (rc == 0) return pdl_fail(err, "%s: no tokenizer.ggml.tokens key", path);
+    if (rc == 0) return err_fail(err, "%s: no tokenizer.ggml.tokens key", path);
     if (toks.elem_type != GGUF_TYPE_STRING)
-        return pdl_fail(err, "%s: tokenizer.ggml.tokens is an array of %s, not of strings", path,
+        return err_fail(err, "%s: tokenizer.ggml.tokens is an array of %s, not of strings", path,
                         gguf_type_name(toks.elem_type));
     if (toks.count == 0 || toks.count > GGUF_MAX_VOCAB)
-        return pdl_fail(err, "%s: tokenizer.ggml.tokens has %llu entries (expected 1..%d)", path,
+        return err_fail(err, "%s: tokenizer.ggml.tokens has %llu entries (expected 1..%d)", path,
                         (unsigned long long)toks.count, GGUF_MAX_VOCAB);
     int32_t n = (int32_t)toks.count;
 
     int has_scores = gguf_get_arr(g, "tokenizer.ggml.scores", &scores, err);
     if (has_scores < 0) return -1;
     if (has_scores && (scores.elem_type != GGUF_TYPE_FLOAT32 && scores.elem_type != GGUF_TYPE_FLOAT64))
-        return pdl_fail(err, "%s: tokenizer.ggml.scores is an array of %s, not of floats", path,
+        return err_fail(err, "%s: tokenizer.ggml.scores is an array of %s, not of floats", path,
                         gguf_type_name(scores.elem_type));
     if (has_scores && scores.count != toks.count)
-        return pdl_fail(err, "%s: tokenizer.ggml.scores has %llu entries, tokens has %d", path,
+        return err_fail(err, "%s: tokenizer.ggml.scores has %llu entries, tokens has %d", path,
                         (unsigned long long)scores.count, n);
     int has_types = gguf_get_arr(g, "tokenizer.ggml.token_type", &types, err);
     if (has_types < 0) return -1;
     if (has_types && (types.elem_type == GGUF_TYPE_STRING || types.elem_type == GGUF_TYPE_BOOL ||
                       types.elem_type == GGUF_TYPE_FLOAT32 || types.elem_type == GGUF_TYPE_FLOAT64))
-        return pdl_fail(err, "%s: tokenizer.ggml.token_type is an array of %s, not of integers", path,
+        return err_fail(err, "%s: tokenizer.ggml.token_type is an array of %s, not of integers", path,
                         gguf_type_name(types.elem_type));
     if (has_types && types.count != toks.count)
-        return pdl_fail(err, "%s: tokenizer.ggml.token_type has %llu entries, tokens has %d", path,
+        return err_fail(err, "%s: tokenizer.ggml.token_type has %llu entries, tokens has %d", path,
                         (unsigned long long)types.count, n);
 
     const char *pre = "default";  /* tokenizer.ggml.pre of a gpt2 vocabulary */
@@ -172,14 +172,14 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         free(ptrs);
         free(lens);
         tok_free(t);
-        return pdl_fail(err, "%s: out of memory for %d tokens", path, n);
+        return err_fail(err, "%s: out of memory for %d tokens", path, n);
     }
     for (int32_t i = 0; i < n; i++) {
         if (toks.strings[i].len > UINT32_MAX / 2) {
             free(ptrs);
             free(lens);
             tok_free(t);
-            return pdl_fail(err, "%s: tokenizer.ggml.tokens[%d] is too long", path, i);
+            return err_fail(err, "%s: tokenizer.ggml.tokens[%d] is too long", path, i);
         }
         ptrs[i] = toks.strings[i].ptr;
         lens[i] = (uint32_t)toks.strings[i].len;
@@ -203,7 +203,7 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         t->unk_id = -1;
         t->add_eos = false;
         if (tok_pre_from_gguf(t, pre, &t->add_bos, err) != 0) {
-            pdl_fail_prefix(err, "%s", path);
+            err_fail_prefix(err, "%s", path);
             goto fail;
         }
     } else {

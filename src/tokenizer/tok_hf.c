@@ -66,7 +66,7 @@ static int parse_normalizer(tok_tokenizer *t, const json_t *norm, const char *pa
     if (seq) {
         steps = json_object_get(norm, "normalizers");
         if (!json_is_array(steps))
-            return pdl_fail(err, "%s: normalizer: Sequence without a \"normalizers\" list", path);
+            return err_fail(err, "%s: normalizer: Sequence without a \"normalizers\" list", path);
         n = json_array_size(steps);
     }
     for (size_t i = 0; i < n; i++) {
@@ -77,7 +77,7 @@ static int parse_normalizer(tok_tokenizer *t, const json_t *norm, const char *pa
         } else if (is_replace(step, " ", TOK_SPM_SPACE)) {
             t->escape_spaces = true;
         } else {
-            return pdl_fail(err, "%s: normalizer \"%s\" is not supported (only Prepend \"\xe2\x96\x81\""
+            return err_fail(err, "%s: normalizer \"%s\" is not supported (only Prepend \"\xe2\x96\x81\""
                             " and Replace \" \" -> \"\xe2\x96\x81\")",
                             path, json_is_string(type) ? json_string_value(type) : "?");
         }
@@ -92,14 +92,14 @@ static int parse_pre_tokenizer(tok_tokenizer *t, const json_t *pre, const char *
     if (str_is(type, "Metaspace") && str_is(json_object_get(pre, "replacement"), TOK_SPM_SPACE)) {
         const json_t *split = json_object_get(pre, "split");
         if (split && json_is_true(split))
-            return pdl_fail(err, "%s: pre_tokenizer Metaspace with split=true is not supported", path);
+            return err_fail(err, "%s: pre_tokenizer Metaspace with split=true is not supported", path);
         t->escape_spaces = true;
         if (metaspace_prepends(pre)) t->add_space_prefix = true;
         t->space_prefix_first = str_is(json_object_get(pre, "prepend_scheme"), "first");
         t->space_prefix_if_absent = true;
         return 0;
     }
-    return pdl_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a SentencePiece-style BPE",
+    return err_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a SentencePiece-style BPE",
                     path, json_is_string(type) ? json_string_value(type) : "?");
 }
 
@@ -109,14 +109,14 @@ static int parse_decoder(tok_tokenizer *t, const json_t *dec, const char *path, 
                          pdl_error *err) {
     *byte_fallback = false;
     if (!dec || json_is_null(dec))
-        return pdl_fail(err, "%s: no decoder (pieces would be joined with spaces); not supported", path);
+        return err_fail(err, "%s: no decoder (pieces would be joined with spaces); not supported", path);
     const json_t *steps = dec;
     size_t n = 1;
     bool seq = str_is(json_object_get(dec, "type"), "Sequence");
     if (seq) {
         steps = json_object_get(dec, "decoders");
         if (!json_is_array(steps))
-            return pdl_fail(err, "%s: decoder: Sequence without a \"decoders\" list", path);
+            return err_fail(err, "%s: decoder: Sequence without a \"decoders\" list", path);
         n = json_array_size(steps);
     }
     bool replaces = false;
@@ -133,7 +133,7 @@ static int parse_decoder(tok_tokenizer *t, const json_t *dec, const char *path, 
             json_int_t start = json_integer_value(json_object_get(step, "start"));
             json_int_t stop = json_integer_value(json_object_get(step, "stop"));
             if (start > 1 || stop != 0)
-                return pdl_fail(err, "%s: decoder Strip(start=%lld, stop=%lld) is not supported", path,
+                return err_fail(err, "%s: decoder Strip(start=%lld, stop=%lld) is not supported", path,
                                 (long long)start, (long long)stop);
             t->strip_leading_space = start == 1;
         } else if (str_is(type, "Metaspace") &&
@@ -141,12 +141,12 @@ static int parse_decoder(tok_tokenizer *t, const json_t *dec, const char *path, 
             replaces = true;
             t->strip_leading_space = metaspace_prepends(step);
         } else {
-            return pdl_fail(err, "%s: decoder \"%s\" is not supported for a SentencePiece-style BPE",
+            return err_fail(err, "%s: decoder \"%s\" is not supported for a SentencePiece-style BPE",
                             path, json_is_string(type) ? json_string_value(type) : "?");
         }
     }
     if (!replaces)
-        return pdl_fail(err, "%s: decoder does not turn \"\xe2\x96\x81\" back into spaces; not supported",
+        return err_fail(err, "%s: decoder does not turn \"\xe2\x96\x81\" back into spaces; not supported",
                         path);
     return 0;
 }
@@ -165,7 +165,7 @@ static int parse_bl_normalizer(tok_tokenizer *t, const json_t *norm, const char 
     if (str_is(json_object_get(norm, "type"), "Sequence")) {
         const json_t *steps = json_object_get(norm, "normalizers");
         if (!json_is_array(steps))
-            return pdl_fail(err, "%s: normalizer: Sequence without a \"normalizers\" list", path);
+            return err_fail(err, "%s: normalizer: Sequence without a \"normalizers\" list", path);
         for (size_t i = 0; i < json_array_size(steps); i++)
             if (parse_bl_normalizer(t, json_array_get(steps, i), path, err) != 0) return -1;
         return 0;
@@ -175,12 +175,12 @@ static int parse_bl_normalizer(tok_tokenizer *t, const json_t *norm, const char 
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         if (!str_is(json_object_get(norm, "type"), forms[i].name)) continue;
         if (t->norm != TOK_NORM_NONE && t->norm != forms[i].form)
-            return pdl_fail(err, "%s: normalizer: two different Unicode forms in a row are not supported",
+            return err_fail(err, "%s: normalizer: two different Unicode forms in a row are not supported",
                             path);
         t->norm = forms[i].form;
         return 0;
     }
-    return pdl_fail(err, "%s: normalizer \"%s\" is not supported for a byte-level BPE (only NFC, NFD, NFKC, NFKD)",
+    return err_fail(err, "%s: normalizer \"%s\" is not supported for a byte-level BPE (only NFC, NFD, NFKC, NFKD)",
                     path, type_name(norm));
 }
 
@@ -206,7 +206,7 @@ static int parse_bl_pre(tok_tokenizer *t, const json_t *pre, bool *mapped, bool 
     if (str_is(type, "Sequence")) {
         const json_t *steps = json_object_get(pre, "pretokenizers");
         if (!json_is_array(steps))
-            return pdl_fail(err, "%s: pre_tokenizer: Sequence without a \"pretokenizers\" list", path);
+            return err_fail(err, "%s: pre_tokenizer: Sequence without a \"pretokenizers\" list", path);
         for (size_t i = 0; i < json_array_size(steps); i++)
             if (parse_bl_pre(t, json_array_get(steps, i), mapped, byte_level, path, err) != 0) return -1;
         return 0;
@@ -224,10 +224,10 @@ static int parse_bl_pre(tok_tokenizer *t, const json_t *pre, bool *mapped, bool 
         const json_t *re = json_object_get(pat, "Regex"), *lit = json_object_get(pat, "String");
         tok_split_behavior b;
         if (!json_is_string(re) && !json_is_string(lit))
-            return pdl_fail(err, "%s: pre_tokenizer Split needs a pattern {\"Regex\": ...} or {\"String\": ...}",
+            return err_fail(err, "%s: pre_tokenizer Split needs a pattern {\"Regex\": ...} or {\"String\": ...}",
                             path);
         if (!parse_behavior(json_object_get(pre, "behavior"), &b))
-            return pdl_fail(err, "%s: pre_tokenizer Split: unknown behavior", path);
+            return err_fail(err, "%s: pre_tokenizer Split: unknown behavior", path);
         const json_t *ps = json_is_string(re) ? re : lit;
         rc = tok_pre_add_split(t, json_string_value(ps), json_string_length(ps), !json_is_string(re), b,
                                json_is_true(json_object_get(pre, "invert")), *mapped, err);
@@ -239,13 +239,13 @@ static int parse_bl_pre(tok_tokenizer *t, const json_t *pre, bool *mapped, bool 
         tok_split_behavior b = TOK_SPLIT_ISOLATED;
         const json_t *beh = json_object_get(pre, "behavior");
         if (beh && !parse_behavior(beh, &b))
-            return pdl_fail(err, "%s: pre_tokenizer Punctuation: unknown behavior", path);
+            return err_fail(err, "%s: pre_tokenizer Punctuation: unknown behavior", path);
         rc = tok_pre_add_split(t, TOK_RE_PUNCT, strlen(TOK_RE_PUNCT), false, b, false, *mapped, err);
     } else {
-        return pdl_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a byte-level BPE", path,
+        return err_fail(err, "%s: pre_tokenizer \"%s\" is not supported for a byte-level BPE", path,
                         type_name(pre));
     }
-    if (rc != 0) return pdl_fail_prefix(err, "%s", path);
+    if (rc != 0) return err_fail_prefix(err, "%s", path);
     return 0;
 }
 
@@ -270,7 +270,7 @@ static int check_bl_decoder(const json_t *dec, const char *path, pdl_error *err)
         }
     }
     if (!ok)
-        return pdl_fail(err, "%s: decoder \"%s\" is not supported for a byte-level BPE (only ByteLevel)", path,
+        return err_fail(err, "%s: decoder \"%s\" is not supported for a byte-level BPE (only ByteLevel)", path,
                         dec ? type_name(dec) : "null");
     return 0;
 }
@@ -340,10 +340,10 @@ static int config_token(const json_t *cfg, const char *key, const tok_tokenizer 
     const json_t *v = json_object_get(cfg, key);
     if (json_is_object(v)) v = json_object_get(v, "content");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_string(v)) return pdl_fail(err, "%s: %s is not a string", path, key);
+    if (!json_is_string(v)) return err_fail(err, "%s: %s is not a string", path, key);
     const char *s = json_string_value(v);
     *id = tok_strmap_get(&t->vocab, s, strlen(s));
-    if (*id < 0) return pdl_fail(err, "%s: %s \"%s\" is not in the vocabulary", path, key, s);
+    if (*id < 0) return err_fail(err, "%s: %s \"%s\" is not in the vocabulary", path, key, s);
     return 1;
 }
 
@@ -359,11 +359,11 @@ static int parse_merges(tok_tokenizer *t, const tok_json_doc *doc, const char *p
     int rc = 0;
     char *joined = NULL;
     size_t joined_cap = 0;
-    if (n > HF_MAX_VOCAB * (size_t)4) rc = pdl_fail(err, "%s: %zu merges is too many", path, n);
-    if (rc == 0 && !tok_pairmap_init(&t->merges, n)) rc = pdl_fail(err, "%s: out of memory for merges", path);
+    if (n > HF_MAX_VOCAB * (size_t)4) rc = err_fail(err, "%s: %zu merges is too many", path, n);
+    if (rc == 0 && !tok_pairmap_init(&t->merges, n)) rc = err_fail(err, "%s: out of memory for merges", path);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         if (m[i].a_off == UINT32_MAX) {
-            rc = pdl_fail(err, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
+            rc = err_fail(err, "%s: model.merges[%zu] is neither \"a b\" nor [\"a\", \"b\"]", path, i);
             break;
         }
         const char *a = pool + m[i].a_off, *b = pool + m[i].b_off;
@@ -372,7 +372,7 @@ static int parse_merges(tok_tokenizer *t, const tok_json_doc *doc, const char *p
             joined_cap = 2 * (na + nb) + 16;
             char *nj = realloc(joined, joined_cap);
             if (!nj) {
-                rc = pdl_fail(err, "%s: out of memory for merges", path);
+                rc = err_fail(err, "%s: out of memory for merges", path);
                 break;
             }
             joined = nj;
@@ -385,7 +385,7 @@ static int parse_merges(tok_tokenizer *t, const tok_json_doc *doc, const char *p
         if (ia < 0 || ib < 0 || ir < 0) {
             const char *what = ia < 0 ? a : ib < 0 ? b : joined;
             int wn = (int)(ia < 0 ? na : ib < 0 ? nb : na + nb);
-            rc = pdl_fail(err, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in the vocabulary",
+            rc = err_fail(err, "%s: model.merges[%zu] (\"%.*s\" + \"%.*s\"): \"%.*s\" is not in the vocabulary",
                           path, i, (int)na, a, (int)nb, b, wn, what);
             break;
         }
@@ -402,7 +402,7 @@ static int parse_vocab(tok_tokenizer **out, const tok_json_doc *doc, const json_
                        const char *path, pdl_error *err) {
     *out = NULL;
     if (!doc->vocab.p || doc->vocab.p[0] != '{')
-        return pdl_fail(err, "%s: model.vocab is missing or not an object", path);
+        return err_fail(err, "%s: model.vocab is missing or not an object", path);
     char *keys;
     tok_json_vocab_entry *e;
     size_t n_entries;
@@ -411,7 +411,7 @@ static int parse_vocab(tok_tokenizer **out, const tok_json_doc *doc, const json_
     int64_t max_id = -1;
     for (size_t i = 0; i < n_entries; i++) {
         if (e[i].id < 0 || e[i].id >= HF_MAX_VOCAB) {
-            rc = pdl_fail(err, "%s: model.vocab[\"%s\"] is not an id in 0..%d", path, keys + e[i].off,
+            rc = err_fail(err, "%s: model.vocab[\"%s\"] is not an id in 0..%d", path, keys + e[i].off,
                           HF_MAX_VOCAB - 1);
             break;
         }
@@ -423,13 +423,13 @@ static int parse_vocab(tok_tokenizer **out, const tok_json_doc *doc, const json_
         const json_t *id = json_object_get(a, "id");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
             json_integer_value(id) >= HF_MAX_VOCAB || !json_is_string(json_object_get(a, "content"))) {
-            rc = pdl_fail(err, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\"", path, i,
+            rc = err_fail(err, "%s: added_tokens[%zu] needs an \"id\" in 0..%d and a \"content\"", path, i,
                           HF_MAX_VOCAB - 1);
             break;
         }
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
     }
-    if (rc == 0 && max_id < 0) rc = pdl_fail(err, "%s: model.vocab is empty", path);
+    if (rc == 0 && max_id < 0) rc = err_fail(err, "%s: model.vocab is empty", path);
     if (rc != 0) {
         free(keys);
         free(e);
@@ -446,12 +446,12 @@ static int parse_vocab(tok_tokenizer **out, const tok_json_doc *doc, const json_
         free(lens);
         free(keys);
         free(e);
-        return pdl_fail(err, "%s: out of memory for %d tokens", path, n);
+        return err_fail(err, "%s: out of memory for %d tokens", path, n);
     }
     for (size_t i = 0; i < n_entries; i++) {
         int32_t id = (int32_t)e[i].id;
         if (ptrs[id]) {
-            rc = pdl_fail(err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, ptrs[id],
+            rc = err_fail(err, "%s: model.vocab gives id %d to both \"%s\" and \"%s\"", path, id, ptrs[id],
                           keys + e[i].off);
             break;
         }
@@ -507,7 +507,7 @@ static int add_added_tokens(tok_tokenizer *t, const json_t *added, const char *p
             /* SPM: matched on the raw text (their "▁" form is not modelled) */
             ok = tok_trie_add(&t->added_raw, s, n, id, flags);
         }
-        if (!ok) return pdl_fail(err, "%s: out of memory for added tokens", path);
+        if (!ok) return err_fail(err, "%s: out of memory for added tokens", path);
     }
     return 0;
 }
@@ -517,21 +517,21 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
     *out = NULL;
     const json_t *root = doc->root;
     const json_t *model = json_object_get(root, "model");
-    if (!json_is_object(model)) return pdl_fail(err, "%s: no \"model\" object", path);
+    if (!json_is_object(model)) return err_fail(err, "%s: no \"model\" object", path);
     const json_t *mtype = json_object_get(model, "type");
     if (mtype ? !str_is(mtype, "BPE") : !doc->merges.p)
-        return pdl_fail(err, "%s: model.type \"%s\" is not supported (only BPE)", path,
+        return err_fail(err, "%s: model.type \"%s\" is not supported (only BPE)", path,
                         json_is_string(mtype) ? json_string_value(mtype) : "?");
     if (doc->merges.p && doc->merges.p[0] != '[')
-        return pdl_fail(err, "%s: model.merges is not a list", path);
+        return err_fail(err, "%s: model.merges is not a list", path);
     const json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout))
-        return pdl_fail(err, "%s: BPE dropout is not supported", path);
+        return err_fail(err, "%s: BPE dropout is not supported", path);
     const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
         const json_t *v = json_object_get(model, affixes[i]);
         if (v && !json_is_null(v) && !str_is(v, ""))
-            return pdl_fail(err, "%s: BPE %s is not supported", path, affixes[i]);
+            return err_fail(err, "%s: BPE %s is not supported", path, affixes[i]);
     }
     const json_t *pre = json_object_get(root, "pre_tokenizer");
     bool byte_level = pre && has_byte_level(pre);
@@ -572,7 +572,7 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
     if (json_is_string(unk)) {
         t->unk_id = tok_strmap_get(&t->vocab, json_string_value(unk), json_string_length(unk));
         if (t->unk_id < 0) {
-            pdl_fail(err, "%s: model.unk_token \"%s\" is not in the vocabulary", path,
+            err_fail(err, "%s: model.unk_token \"%s\" is not in the vocabulary", path,
                      json_string_value(unk));
             goto fail;
         }
@@ -591,7 +591,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     *out = NULL;
     size_t n = strlen(dir) + 32;
     char *path = malloc(n);
-    if (!path) return pdl_fail(err, "%s: out of memory", dir);
+    if (!path) return err_fail(err, "%s: out of memory", dir);
 
     snprintf(path, n, "%s/tokenizer.json", dir);
     tok_json_doc doc;
@@ -606,7 +606,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     snprintf(path, n, "%s/tokenizer_config.json", dir);
     if (access(path, F_OK) == 0) {
         json_t *cfg;
-        if (pdl_json_load_file(path, JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto fail;
+        if (json_file_load(path, JSON_DECODE_INT_AS_REAL, &cfg, err) != 0) goto fail;
         int32_t id;
         int got = config_token(cfg, "bos_token", t, &id, path, err);
         if (got > 0) t->bos_id = id;

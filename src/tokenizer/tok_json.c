@@ -334,13 +334,13 @@ void tok_json_free(tok_json_doc *d) {
 
 int tok_json_load(tok_json_doc *d, const char *path, pdl_error *err) {
     memset(d, 0, sizeof *d);
-    if (pdl_read_file(path, PDL_READ_MAX_TOKENIZER, &d->text, &d->len, err) != 0) return -1;
+    if (file_read(path, PDL_READ_MAX_TOKENIZER, &d->text, &d->len, err) != 0) return -1;
     d->root = json_object();
     doc_state st = {.d = d, .model = json_object()};
     if (!d->root || !st.model) {
         if (st.model) json_decref(st.model);
         tok_json_free(d);
-        return pdl_fail(err, "%s: out of memory", path);
+        return err_fail(err, "%s: out of memory", path);
     }
     scan c = {d->text, d->len, 0, NULL};
     skip_ws(&c);
@@ -358,9 +358,9 @@ int tok_json_load(tok_json_doc *d, const char *path, pdl_error *err) {
     const char *what = c.err ? c.err : "invalid JSON";
     tok_json_free(d);
     json_t *j = NULL;
-    if (pdl_json_load_file(path, 0, &j, err) != 0) return -1;
+    if (json_file_load(path, 0, &j, err) != 0) return -1;
     json_decref(j);
-    return pdl_fail(err, "%s: invalid JSON at line %zu: %s", path, line, what);
+    return err_fail(err, "%s: invalid JSON at line %zu: %s", path, line, what);
 }
 
 /* ---------------------------------------------------------------------------
@@ -407,7 +407,7 @@ int tok_json_vocab(const tok_json_doc *d, const char *path, char **pool,
     const tok_json_span *sp = &d->vocab;
     /* decoded keys are never longer than their JSON text */
     vocab_state st = {.pool = malloc(sp->n + 1)};
-    if (!st.pool) return pdl_fail(err, "%s: out of memory for model.vocab", path);
+    if (!st.pool) return err_fail(err, "%s: out of memory for model.vocab", path);
     scan c = {sp->p, sp->n, 1, NULL};
     skip_ws(&c);
     if (c.i < c.n && c.s[c.i] != '}') {
@@ -419,7 +419,7 @@ int tok_json_vocab(const tok_json_doc *d, const char *path, char **pool,
                 if (!e) {
                     free(st.e);
                     free(st.pool);
-                    return pdl_fail(err, "%s: out of memory for model.vocab", path);
+                    return err_fail(err, "%s: out of memory for model.vocab", path);
                 }
                 st.e = e;
                 st.cap = cap;
@@ -446,7 +446,7 @@ int tok_json_vocab(const tok_json_doc *d, const char *path, char **pool,
     if (c.err) {
         free(st.e);
         free(st.pool);
-        return pdl_fail(err, "%s: model.vocab: %s", path, c.err);
+        return err_fail(err, "%s: model.vocab: %s", path, c.err);
     }
     *pool = st.pool;
     *entries = st.e;
@@ -463,7 +463,7 @@ int tok_json_merges(const tok_json_doc *d, const char *path, char **pool, tok_js
     char *p = malloc(sp->n + 2);
     size_t pn = 0, cap = 0, count = 0;
     tok_json_merge *m = NULL;
-    if (!p) return pdl_fail(err, "%s: out of memory for model.merges", path);
+    if (!p) return err_fail(err, "%s: out of memory for model.merges", path);
     scan c = {sp->p, sp->n, 1, NULL};
     skip_ws(&c);
     bool ok = true;
@@ -476,7 +476,7 @@ int tok_json_merges(const tok_json_doc *d, const char *path, char **pool, tok_js
                 if (!nm) {
                     free(m);
                     free(p);
-                    return pdl_fail(err, "%s: out of memory for model.merges", path);
+                    return err_fail(err, "%s: out of memory for model.merges", path);
                 }
                 m = nm;
             }
@@ -531,7 +531,7 @@ int tok_json_merges(const tok_json_doc *d, const char *path, char **pool, tok_js
     if (!ok || c.err) {
         free(m);
         free(p);
-        return pdl_fail(err, "%s: model.merges: %s", path, c.err ? c.err : "invalid");
+        return err_fail(err, "%s: model.merges: %s", path, c.err ? c.err : "invalid");
     }
     *pool = p;
     *merges = m;

@@ -185,11 +185,11 @@ int tok_set_pieces(tok_tokenizer *t, const char *const *ptrs, const uint32_t *le
     size_t total = 1;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (ptrs[i]) total += (size_t)lens[i] + 1;
-        if (total > UINT32_MAX) return pdl_fail(err, "tokenizer: pieces exceed 4 GiB");
+        if (total > UINT32_MAX) return err_fail(err, "tokenizer: pieces exceed 4 GiB");
     }
     free(t->pool);
     t->pool = malloc(total);
-    if (!t->pool) return pdl_fail(err, "tokenizer: out of memory for %zu bytes of pieces", total);
+    if (!t->pool) return err_fail(err, "tokenizer: out of memory for %zu bytes of pieces", total);
     size_t off = 0;
     t->pool[off++] = '\0';  /* holes point at this empty string */
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -254,7 +254,7 @@ static uint32_t bl_decoded_piece(const char *s, uint32_t n, char *out) {
 
 int tok_finish(tok_tokenizer *t, pdl_error *err) {
     if (!tok_strmap_init(&t->vocab, (size_t)t->n_vocab, t->pool, t->piece_off, t->piece_len))
-        return pdl_fail(err, "tokenizer: out of memory for the vocabulary table");
+        return err_fail(err, "tokenizer: out of memory for the vocabulary table");
     for (int32_t i = 0; i < t->n_vocab; i++)
         if (t->type[i] != TOK_TYPE_MISSING) tok_strmap_insert(&t->vocab, i);
     tok_fim_detect(t);
@@ -277,7 +277,7 @@ int tok_finish(tok_tokenizer *t, pdl_error *err) {
     }
 
     t->dec_pool = malloc(t->pool_len ? t->pool_len : 1);
-    if (!t->dec_pool) return pdl_fail(err, "tokenizer: out of memory for decode strings");
+    if (!t->dec_pool) return err_fail(err, "tokenizer: out of memory for decode strings");
     uint32_t off = 0;
     t->max_dec_len = 0;
     for (int32_t i = 0; i < t->n_vocab; i++) {
@@ -382,7 +382,7 @@ bool tok_ctx_reserve(tok_ctx *c, size_t more) {
     while (cap < c->n_out + more) cap *= 2;
     int32_t *p = realloc(c->out, cap * sizeof *p);
     if (!p) {
-        pdl_fail(c->err, "tokenizer: out of memory for %zu ids", cap);
+        err_fail(c->err, "tokenizer: out of memory for %zu ids", cap);
         return false;
     }
     c->out = p;
@@ -454,7 +454,7 @@ static int model_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
 static int raw_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
     const tok_tokenizer *t = c->t;
     if (t->model == TOK_MODEL_SPM) {
-        if (!tok_buf_reserve(&c->spm, 3 * (n + 1))) return pdl_fail(c->err, "tokenizer: out of memory");
+        if (!tok_buf_reserve(&c->spm, 3 * (n + 1))) return err_fail(c->err, "tokenizer: out of memory");
         bool prefix = t->add_space_prefix && (!t->space_prefix_first || offset == 0) &&
                       !(t->space_prefix_if_absent && n > 0 &&
                         ((s[0] == ' ' && t->escape_spaces) ||
@@ -476,11 +476,11 @@ int tok_encode_ex(const tok_tokenizer *t, const char *text, size_t len, bool add
                   bool parse_special, int32_t **ids, size_t *n_ids, pdl_error *err) {
     *ids = NULL;
     *n_ids = 0;
-    if (len > UINT32_MAX / 8) return pdl_fail(err, "tokenizer: text of %zu bytes is too long", len);
+    if (len > UINT32_MAX / 8) return err_fail(err, "tokenizer: text of %zu bytes is too long", len);
     tok_ctx c = {.t = t, .err = err, .parse_special = parse_special, .text_len = len};
     if (t->n_pre > 0) {
         c.md = pcre2_match_data_create(1, NULL);
-        if (!c.md) return pdl_fail(err, "tokenizer: out of memory for regex match data");
+        if (!c.md) return err_fail(err, "tokenizer: out of memory for regex match data");
     }
     int rc = -1;
     if (!tok_ctx_reserve(&c, len / 2 + 8)) goto done;
@@ -527,7 +527,7 @@ char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bo
     size_t total = 0;
     for (size_t i = 0; i < n_ids; i++) {
         if (ids[i] < 0 || ids[i] >= t->n_vocab) {
-            pdl_fail(err, "tokenizer: id %d at position %zu is outside the vocabulary (0..%d)",
+            err_fail(err, "tokenizer: id %d at position %zu is outside the vocabulary (0..%d)",
                      (int)ids[i], i, t->n_vocab - 1);
             return NULL;
         }
@@ -535,7 +535,7 @@ char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bo
     }
     char *out = malloc(3 * total + 1);
     if (!out) {
-        pdl_fail(err, "tokenizer: out of memory decoding %zu ids", n_ids);
+        err_fail(err, "tokenizer: out of memory decoding %zu ids", n_ids);
         return NULL;
     }
     utf8_repair r = {.strip = t->strip_leading_space};

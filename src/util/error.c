@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-int pdl_fail(pdl_error *err, const char *fmt, ...) {
+int err_fail(pdl_error *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
@@ -17,7 +17,7 @@ int pdl_fail(pdl_error *err, const char *fmt, ...) {
     return -1;
 }
 
-int pdl_fail_prefix(pdl_error *err, const char *fmt, ...) {
+int err_fail_prefix(pdl_error *err, const char *fmt, ...) {
     if (err) {
         char prefix[PDL_ERROR_MAX];
         char old[PDL_ERROR_MAX];

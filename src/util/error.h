@@ -1,7 +1,7 @@
 /*
  * error.h - filling a pdl_error and returning failure in one statement.
  *
- * Library code reports failures as values: `return pdl_fail(err, "...")`.
+ * Library code reports failures as values: `return err_fail(err, "...")`.
  * Nothing here prints or exits.
  */
 #ifndef PDL_UTIL_ERROR_H
@@ -16,9 +16,9 @@
 #endif
 
 /* Formats the message into err (when err is not NULL) and returns -1. */
-int pdl_fail(pdl_error *err, const char *fmt, ...) PDL_PRINTF(2, 3);
+int err_fail(pdl_error *err, const char *fmt, ...) PDL_PRINTF(2, 3);
 
 /* Prefixes an existing message: "prefix: old message". Returns -1. */
-int pdl_fail_prefix(pdl_error *err, const char *fmt, ...) PDL_PRINTF(2, 3);
+int err_fail_prefix(pdl_error *err, const char *fmt, ...) PDL_PRINTF(2, 3);
 
 #endif

@@ -21,16 +21,16 @@
  * O_NONBLOCK: opening a FIFO would otherwise wait for a writer. */
 static int open_regular(const char *path, size_t *size, pdl_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return pdl_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return err_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return pdl_fail(err, "%s: cannot stat: %s", path, strerror(e));
+        return err_fail(err, "%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return pdl_fail(err, "%s: not a regular file (%s)", path,
+        return err_fail(err, "%s: not a regular file (%s)", path,
                         S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket"
                                                                                          : "not a file");
@@ -41,7 +41,7 @@ static int open_regular(const char *path, size_t *size, pdl_error *err) {
     return fd;
 }
 
-int pdl_file_map_open(pdl_file_map *map, const char *path, pdl_error *err) {
+int file_map_open(pdl_file_map *map, const char *path, pdl_error *err) {
     memset(map, 0, sizeof *map);
     int fd = open_regular(path, &map->size, err);
     if (fd < 0) return -1;
@@ -50,26 +50,26 @@ int pdl_file_map_open(pdl_file_map *map, const char *path, pdl_error *err) {
         if (p == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return pdl_fail(err, "%s: cannot mmap %zu bytes: %s", path, map->size, strerror(e));
+            return err_fail(err, "%s: cannot mmap %zu bytes: %s", path, map->size, strerror(e));
         }
         map->data = p;
     }
     close(fd);
     map->path = strdup(path);
     if (!map->path) {
-        pdl_file_map_close(map);
-        return pdl_fail(err, "%s: out of memory", path);
+        file_map_close(map);
+        return err_fail(err, "%s: out of memory", path);
     }
     return 0;
 }
 
-void pdl_file_map_close(pdl_file_map *map) {
+void file_map_close(pdl_file_map *map) {
     if (map->data) munmap((void *)map->data, map->size);
     free(map->path);
     memset(map, 0, sizeof *map);
 }
 
-int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n) {
+int file_map_release(const pdl_file_map *map, const void *p, size_t n) {
     const uint8_t *b = p;
     if (!map->data || b < map->data || n > map->size || (size_t)(b - map->data) > map->size - n) return 0;
     long page = sysconf(_SC_PAGESIZE);
@@ -79,7 +79,7 @@ int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n) {
     return 1;
 }
 
-int pdl_read_file(const char *path, size_t max_bytes, char **out, size_t *len, pdl_error *err) {
+int file_read(const char *path, size_t max_bytes, char **out, size_t *len, pdl_error *err) {
     *out = NULL;
     if (len) *len = 0;
     size_t size;
@@ -87,12 +87,12 @@ int pdl_read_file(const char *path, size_t max_bytes, char **out, size_t *len, p
     if (fd < 0) return -1;
     if (size > max_bytes) {
         close(fd);
-        return pdl_fail(err, "%s: %zu bytes; a file of this kind may have at most %zu", path, size, max_bytes);
+        return err_fail(err, "%s: %zu bytes; a file of this kind may have at most %zu", path, size, max_bytes);
     }
     char *buf = malloc(size + 1);
     if (!buf) {
         close(fd);
-        return pdl_fail(err, "%s: out of memory for %zu bytes", path, size);
+        return err_fail(err, "%s: out of memory for %zu bytes", path, size);
     }
     size_t n = 0;
     while (n < size) { /* a file that shrinks meanwhile ends early; one that grows is read to its old size */
@@ -102,7 +102,7 @@ int pdl_read_file(const char *path, size_t max_bytes, char **out, size_t *len, p
             int e = errno;
             free(buf);
             close(fd);
-            return pdl_fail(err, "%s: read error at offset %zu: %s", path, n, strerror(e));
+            return err_fail(err, "%s: read error at offset %zu: %s", path, n, strerror(e));
         }
         if (got == 0) break;
         n += (size_t)got;
@@ -114,19 +114,19 @@ int pdl_read_file(const char *path, size_t max_bytes, char **out, size_t *len, p
     return 0;
 }
 
-FILE *pdl_fopen_regular(const char *path, pdl_error *err) {
+FILE *file_open_regular(const char *path, pdl_error *err) {
     size_t size;
     int fd = open_regular(path, &size, err);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
-        pdl_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        err_fail(err, "%s: cannot open: %s", path, strerror(errno));
         close(fd);
     }
     return f;
 }
 
-long long pdl_read_line(FILE *f, char **buf, size_t *cap, size_t max) {
+long long file_read_line(FILE *f, char **buf, size_t *cap, size_t max) {
     size_t n = 0;
     int c;
     while ((c = getc_unlocked(f)) != EOF) {

@@ -25,13 +25,13 @@ typedef struct pdl_file_map {
     char *path;           /* owned copy, for error messages */
 } pdl_file_map;
 
-int pdl_file_map_open(pdl_file_map *map, const char *path, pdl_error *err);
-void pdl_file_map_close(pdl_file_map *map);
+int file_map_open(pdl_file_map *map, const char *path, pdl_error *err);
+void file_map_close(pdl_file_map *map);
 /* When [p, p + n) lies inside the mapping: gives the whole pages inside it
  * back to the kernel (they are read from the file again if touched), so a
  * tensor copied elsewhere (weight panels) stops counting in the resident
  * set. Returns whether the range was inside. */
-int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n);
+int file_map_release(const pdl_file_map *map, const void *p, size_t n);
 
 /* Size limits of whole-file reads, per kind of file. */
 #define PDL_READ_MAX_JSON ((size_t)64 << 20)        /* config.json, tokenizer_config.json, an index, ... */
@@ -42,15 +42,15 @@ int pdl_file_map_release(const pdl_file_map *map, const void *p, size_t n);
 
 /* Reads a whole regular file of at most max_bytes into a NUL-terminated
  * malloc'ed buffer (*len bytes; the text itself may hold NUL bytes). */
-int pdl_read_file(const char *path, size_t max_bytes, char **out, size_t *len, pdl_error *err);
+int file_read(const char *path, size_t max_bytes, char **out, size_t *len, pdl_error *err);
 
 /* A regular file opened for reading ("rb"), or NULL with err filled. */
-FILE *pdl_fopen_regular(const char *path, pdl_error *err);
+FILE *file_open_regular(const char *path, pdl_error *err);
 
 /* Reads one line (with its '\n', NUL-terminated) into *buf, growing it up to
  * max bytes. Returns its length, 0 at the end of the file, or -1 when the
  * line is longer than max (*buf then holds its first max bytes) or memory
  * ran out (errno ENOMEM). */
-long long pdl_read_line(FILE *f, char **buf, size_t *cap, size_t max);
+long long file_read_line(FILE *f, char **buf, size_t *cap, size_t max);
 
 #endif

@@ -30,8 +30,8 @@
 /* AddressSanitizer checks the bounds of heap buffers, not of mappings: a
  * sanitizer build keeps these buffers on the heap so that a slot or panel
  * index past the end is reported. */
-void *pdl_huge_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-void pdl_huge_free(void *p) { free(p); }
+void *huge_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+void huge_free(void *p) { free(p); }
 #else
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -41,7 +41,7 @@ static size_t page_size(void) {
     return p > 0 ? (size_t)p : 4096;
 }
 
-void *pdl_huge_alloc(size_t bytes) {
+void *huge_alloc(size_t bytes) {
     size_t page = page_size();
     size_t len = ((bytes ? bytes : 1) + page - 1) / page * page;
     if (len > SIZE_MAX - HUGE_PAGE - page) return NULL;
@@ -59,7 +59,7 @@ void *pdl_huge_alloc(size_t bytes) {
     return p;
 }
 
-void pdl_huge_free(void *p) {
+void huge_free(void *p) {
     if (!p) return;
     size_t page = page_size();
     uint8_t *head = (uint8_t *)p - page;
@@ -67,7 +67,7 @@ void pdl_huge_free(void *p) {
 }
 #endif
 
-size_t pdl_available_memory(void) {
+size_t huge_available_memory(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     size_t kb = 0;
     if (f) {

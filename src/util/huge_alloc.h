@@ -19,14 +19,14 @@
 
 /* bytes of zeroed memory (pages are zero-filled when first touched, so an
  * unused part costs nothing), 2 MiB aligned; NULL when out of memory. */
-void *pdl_huge_alloc(size_t bytes);
+void *huge_alloc(size_t bytes);
 
-/* Frees a pdl_huge_alloc buffer; NULL is ignored. */
-void pdl_huge_free(void *p);
+/* Frees a huge_alloc buffer; NULL is ignored. */
+void huge_free(void *p);
 
 /* Bytes the system can still give without swapping (Linux MemAvailable;
  * else the free physical pages; 0 when unknown), for deciding whether a
  * large buffer should be made at all. */
-size_t pdl_available_memory(void);
+size_t huge_available_memory(void);
 
 #endif

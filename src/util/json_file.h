@@ -11,6 +11,6 @@
 #include "pagedlm.h"
 
 /* flags are jansson decoding flags (e.g. JSON_REJECT_DUPLICATES). */
-int pdl_json_load_file(const char *path, size_t flags, json_t **out, pdl_error *err);
+int json_file_load(const char *path, size_t flags, json_t **out, pdl_error *err);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * sorted.c - pdl_sort_doubles (sorted.h).
+ * sorted.c - sorted_doubles (sorted.h).
  */
 #include "util/sorted.h"
 
@@ -10,4 +10,4 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-void pdl_sort_doubles(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }
+void sorted_doubles(double *v, size_t n) { qsort(v, n, sizeof *v, cmp_double); }

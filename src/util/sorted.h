@@ -9,11 +9,11 @@
 #include <stddef.h>
 
 /* v[0..n) in ascending order (qsort). */
-void pdl_sort_doubles(double *v, size_t n);
+void sorted_doubles(double *v, size_t n);
 
 /* The median of n >= 1 sorted values (the mean of the middle two when n
  * is even). */
-static inline double pdl_median_sorted(const double *v, size_t n) {
+static inline double sorted_median(const double *v, size_t n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 

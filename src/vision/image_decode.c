@@ -51,16 +51,16 @@ int pdl_image_height(const pdl_image *img) { return img->height; }
 
 /* image.h's limits on a size read from a header. */
 static int check_size(const char *what, const char *fmt, long long w, long long h, pdl_error *err) {
-    if (w <= 0 || h <= 0) return pdl_fail(err, "%s: %s image of %lld x %lld pixels is empty", what, fmt, w, h);
+    if (w <= 0 || h <= 0) return err_fail(err, "%s: %s image of %lld x %lld pixels is empty", what, fmt, w, h);
     if (w * h > PDL_IMAGE_MAX_PIXELS)
-        return pdl_fail(err, "%s: %s image of %lld x %lld pixels exceeds the limit of %lld pixels", what, fmt, w, h,
+        return err_fail(err, "%s: %s image of %lld x %lld pixels exceeds the limit of %lld pixels", what, fmt, w, h,
                         (long long)PDL_IMAGE_MAX_PIXELS);
     long long lo = w < h ? w : h, hi = w < h ? h : w;
     if (hi > (long long)PDL_IMAGE_MAX_ASPECT * lo)
-        return pdl_fail(err, "%s: %s image of %lld x %lld pixels: its aspect ratio %.1f:1 is over the limit of %d:1",
+        return err_fail(err, "%s: %s image of %lld x %lld pixels: its aspect ratio %.1f:1 is over the limit of %d:1",
                         what, fmt, w, h, (double)hi / (double)lo, PDL_IMAGE_MAX_ASPECT);
     if (hi > PDL_IMAGE_MAX_SIDE)
-        return pdl_fail(err, "%s: %s image of %lld x %lld pixels: a side of %lld pixels exceeds the limit of %d", what,
+        return err_fail(err, "%s: %s image of %lld x %lld pixels: a side of %lld pixels exceeds the limit of %d", what,
                         fmt, w, h, hi, PDL_IMAGE_MAX_SIDE);
     return 0;
 }
@@ -142,7 +142,7 @@ static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_read_struct(&png, NULL, NULL);
-        return pdl_fail(err, "%s: out of memory for the PNG decoder", what);
+        return err_fail(err, "%s: out of memory for the PNG decoder", what);
     }
     /* volatile: changed after setjmp, read after a longjmp */
     png_bytep *volatile rows = NULL;
@@ -151,7 +151,7 @@ static int decode_png(pdl_image **out, const uint8_t *data, size_t n, const char
         png_destroy_read_struct(&png, &info, NULL);
         free(rows);
         pdl_image_free(img);
-        return pdl_fail(err, "%s: corrupt PNG: %s", what, r.message);
+        return err_fail(err, "%s: corrupt PNG: %s", what, r.message);
     }
     png_set_read_fn(png, &r, png_read_mem);
     png_set_crc_action(png, PNG_CRC_ERROR_QUIT, PNG_CRC_ERROR_QUIT);
@@ -231,14 +231,14 @@ static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const cha
     if (setjmp(je.jmp)) {
         jpeg_destroy_decompress(&cinfo);
         pdl_image_free(img);
-        return pdl_fail(err, "%s: corrupt JPEG: %s", what, je.message);
+        return err_fail(err, "%s: corrupt JPEG: %s", what, je.message);
     }
     jpeg_create_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, (unsigned long)n);
     jpeg_read_header(&cinfo, TRUE);
     if (je.truncated) {
         jpeg_destroy_decompress(&cinfo);
-        return pdl_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends inside the header", what, n);
+        return err_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends inside the header", what, n);
     }
     if (check_size(what, "JPEG", cinfo.image_width, cinfo.image_height, err)) {
         jpeg_destroy_decompress(&cinfo);
@@ -246,7 +246,7 @@ static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const cha
     }
     if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
         jpeg_destroy_decompress(&cinfo);
-        return pdl_fail(err, "%s: CMYK JPEG images are not supported; convert it to RGB", what);
+        return err_fail(err, "%s: CMYK JPEG images are not supported; convert it to RGB", what);
     }
     /* libjpeg's large allocation is the whole-image coefficient buffer of a
      * progressive (or multi-scan) file: 2 bytes a sample, 3 components at
@@ -274,7 +274,7 @@ static int decode_jpeg(pdl_image **out, const uint8_t *data, size_t n, const cha
         int line = (int)cinfo.output_scanline;
         jpeg_destroy_decompress(&cinfo);
         pdl_image_free(img);
-        return pdl_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends at pixel row %d of %d", what, n, line, h);
+        return err_fail(err, "%s: truncated JPEG: the data (%zu bytes) ends at pixel row %d of %d", what, n, line, h);
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
@@ -300,14 +300,14 @@ static const char *webp_status(VP8StatusCode s) {
 static int decode_webp(pdl_image **out, const uint8_t *data, size_t n, const char *what, pdl_error *err) {
     WebPBitstreamFeatures f;
     VP8StatusCode st = WebPGetFeatures(data, n, &f);
-    if (st != VP8_STATUS_OK) return pdl_fail(err, "%s: corrupt WebP: %s (in the header)", what, webp_status(st));
-    if (f.has_animation) return pdl_fail(err, "%s: animated WebP images are not supported", what);
+    if (st != VP8_STATUS_OK) return err_fail(err, "%s: corrupt WebP: %s (in the header)", what, webp_status(st));
+    if (f.has_animation) return err_fail(err, "%s: animated WebP images are not supported", what);
     if (check_size(what, "WebP", f.width, f.height, err)) return -1;
     WebPDecoderConfig cfg;
-    if (!WebPInitDecoderConfig(&cfg)) return pdl_fail(err, "%s: WebP decoder version mismatch", what);
+    if (!WebPInitDecoderConfig(&cfg)) return err_fail(err, "%s: WebP decoder version mismatch", what);
     int channels = f.has_alpha ? 4 : 3;
     pdl_image *img = image_new(f.width, f.height, channels);
-    if (!img) return pdl_fail(err, "%s: out of memory for %d x %d pixels", what, f.width, f.height);
+    if (!img) return err_fail(err, "%s: out of memory for %d x %d pixels", what, f.width, f.height);
     cfg.output.colorspace = f.has_alpha ? MODE_RGBA : MODE_RGB;
     cfg.output.is_external_memory = 1;
     cfg.output.u.RGBA.rgba = img->rgb;
@@ -317,7 +317,7 @@ static int decode_webp(pdl_image **out, const uint8_t *data, size_t n, const cha
     WebPFreeDecBuffer(&cfg.output);
     if (st != VP8_STATUS_OK) {
         pdl_image_free(img);
-        return pdl_fail(err, "%s: corrupt WebP: %s (%zu bytes)", what, webp_status(st), n);
+        return err_fail(err, "%s: corrupt WebP: %s (%zu bytes)", what, webp_status(st), n);
     }
     if (f.has_alpha) image_rgba_to_rgb(img);
     *out = img;
@@ -335,9 +335,9 @@ int pdl_image_decode(pdl_image **out, const void *bytes, size_t n, const char *w
     if (n >= 8 && memcmp(d, png_sig, 8) == 0) rc = decode_png(out, d, n, what, err);
     else if (n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) rc = decode_jpeg(out, d, n, what, err);
     else if (n >= 12 && memcmp(d, "RIFF", 4) == 0 && memcmp(d + 8, "WEBP", 4) == 0) rc = decode_webp(out, d, n, what, err);
-    else if (n == 0) return pdl_fail(err, "%s: the image is empty (0 bytes)", what);
+    else if (n == 0) return err_fail(err, "%s: the image is empty (0 bytes)", what);
     else
-        return pdl_fail(err, "%s: not a PNG, JPEG or WebP image (the first bytes are %02x %02x %02x %02x)", what,
+        return err_fail(err, "%s: not a PNG, JPEG or WebP image (the first bytes are %02x %02x %02x %02x)", what,
                         d[0], n > 1 ? d[1] : 0, n > 2 ? d[2] : 0, n > 3 ? d[3] : 0);
     if (rc) return -1;
     XXH128_hash_t h = XXH3_128bits(bytes, n);
@@ -350,7 +350,7 @@ int pdl_image_load(pdl_image **out, const char *path, pdl_error *err) {
     *out = NULL;
     char *data = NULL;
     size_t len = 0;
-    if (pdl_read_file(path, IMAGE_MAX_BYTES, &data, &len, err)) return -1;
+    if (file_read(path, IMAGE_MAX_BYTES, &data, &len, err)) return -1;
     int rc = pdl_image_decode(out, data, len, path, err);
     free(data);
     return rc;

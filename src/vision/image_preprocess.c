@@ -141,15 +141,15 @@ static resize_plan plan_resize(const canvas *c, const window *win, pdl_resample 
     p.ax = axis_of(c->cw, win->ow, f), p.ay = axis_of(c->ch, win->oh, f);
     size_t ks = 0, line = (size_t)win->ww * 3;
     if (p.need_h) {
-        p.bx = pdl_scratch_piece((size_t)win->ww * 2 * sizeof(int));
-        p.kx = pdl_scratch_piece((size_t)win->ww * p.ax.ksize * sizeof(int32_t));
-        p.kfx = pdl_scratch_piece((size_t)win->ww * sizeof(int32_t));
+        p.bx = scratch_piece((size_t)win->ww * 2 * sizeof(int));
+        p.kx = scratch_piece((size_t)win->ww * p.ax.ksize * sizeof(int32_t));
+        p.kfx = scratch_piece((size_t)win->ww * sizeof(int32_t));
         ks = (size_t)p.ax.ksize;
     }
     if (p.need_v) {
-        p.by = pdl_scratch_piece((size_t)win->wh * 2 * sizeof(int));
-        p.ky = pdl_scratch_piece((size_t)win->wh * p.ay.ksize * sizeof(int32_t));
-        p.kfy = pdl_scratch_piece((size_t)win->wh * sizeof(int32_t));
+        p.by = scratch_piece((size_t)win->wh * 2 * sizeof(int));
+        p.ky = scratch_piece((size_t)win->wh * p.ay.ksize * sizeof(int32_t));
+        p.kfy = scratch_piece((size_t)win->wh * sizeof(int32_t));
         if ((size_t)p.ay.ksize > ks) ks = (size_t)p.ay.ksize;
         /* the image rows the window's taps read: [a, b + m) on the canvas, cut to the image */
         int a, n, b, m;
@@ -158,10 +158,10 @@ static resize_plan plan_resize(const canvas *c, const window *win, pdl_resample 
         int lo = a > c->y0 ? a : c->y0, hi = b + m < c->y0 + c->h ? b + m : c->y0 + c->h;
         p.ring_first = lo;
         p.ring_rows = hi > lo ? (hi - lo < p.ay.ksize ? hi - lo : p.ay.ksize) : 0;
-        p.ring = pdl_scratch_piece((size_t)p.ring_rows * line);
+        p.ring = scratch_piece((size_t)p.ring_rows * line);
     }
-    p.w = pdl_scratch_piece(ks * sizeof(double));
-    if (canvas_padded(c)) p.fill = pdl_scratch_piece(line);
+    p.w = scratch_piece(ks * sizeof(double));
+    if (canvas_padded(c)) p.fill = scratch_piece(line);
     return p;
 }
 
@@ -293,13 +293,13 @@ static window whole(int ow, int oh) { return (window){.ow = ow, .oh = oh, .ww = 
 
 /* Takes `need` bytes of s, or fails saying what they were for. */
 static uint8_t *take(pdl_scratch *s, size_t need, const char *what, int w, int h, pdl_error *err) {
-    uint8_t *p = pdl_scratch_take(s, need);
+    uint8_t *p = scratch_take(s, need);
     if (!p)
-        pdl_fail(err, "image of %d x %d pixels: out of memory for %zu bytes of image scratch (%s)", w, h, need, what);
+        err_fail(err, "image of %d x %d pixels: out of memory for %zu bytes of image scratch (%s)", w, h, need, what);
     return p;
 }
 
-int pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample f, pdl_scratch *s,
+int img_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample f, pdl_scratch *s,
                     pdl_error *err) {
     canvas c = canvas_of(src, w, h);
     window win = whole(ow, oh);
@@ -312,7 +312,7 @@ int pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int 
 
 /* ---- one tile ---------------------------------------------------------------- */
 
-void pdl_shortest_edge_size(int w, int h, int size, int *ow, int *oh) {
+void img_shortest_edge_size(int w, int h, int size, int *ow, int *oh) {
     int shorter = w <= h ? w : h, longer = w <= h ? h : w;
     int new_long = (int)((double)size * longer / shorter);
     if (w <= h) *ow = size, *oh = new_long;
@@ -335,7 +335,7 @@ static void normalize_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, i
             }
 }
 
-void pdl_pad_color_of_mean(const float mean[3], uint8_t color[3]) {
+void img_pad_color_of_mean(const float mean[3], uint8_t color[3]) {
     for (int c = 0; c < 3; c++) {
         double v = (double)mean[c] * 255.0;
         color[c] = (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : (int)v);
@@ -349,9 +349,9 @@ static int crop_origin(int size, int crop) {
     return d >= 0 ? d / 2 : -((-d + 1) / 2);
 }
 
-int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
+int img_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
                         pdl_error *err) {
-    if (w <= 0 || h <= 0) return pdl_fail(err, "image of %d x %d pixels is empty", w, h);
+    if (w <= 0 || h <= 0) return err_fail(err, "image of %d x %d pixels is empty", w, h);
     canvas c = canvas_of(rgb, w, h);
     if (p->pad_square && w != h) { /* pad_to_square / expand2square: centred on the longer side's square */
         int side = w > h ? w : h;
@@ -362,19 +362,19 @@ int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int 
     if (p->shortest_edge) {
         int shorter = c.cw <= c.ch ? c.cw : c.ch, longer = c.cw <= c.ch ? c.ch : c.cw;
         if ((double)p->size * longer / shorter > (double)(INT_MAX / 4))
-            return pdl_fail(err, "image of %d x %d pixels: its shortest-edge resize to %d is too large", w, h, p->size);
-        pdl_shortest_edge_size(c.cw, c.ch, p->size, &rw, &rh);
+            return err_fail(err, "image of %d x %d pixels: its shortest-edge resize to %d is too large", w, h, p->size);
+        img_shortest_edge_size(c.cw, c.ch, p->size, &rw, &rh);
     } else {
         rw = p->crop_w, rh = p->crop_h;
     }
-    if (rw <= 0 || rh <= 0) return pdl_fail(err, "image of %d x %d pixels resizes to nothing", w, h);
+    if (rw <= 0 || rh <= 0) return err_fail(err, "image of %d x %d pixels resizes to nothing", w, h);
     /* only the crop's part of the resized image is computed */
     int top = crop_origin(rh, p->crop_h), left = crop_origin(rw, p->crop_w);
     int x0 = left > 0 ? left : 0, y0 = top > 0 ? top : 0;
     int x1 = left + p->crop_w < rw ? left + p->crop_w : rw, y1 = top + p->crop_h < rh ? top + p->crop_h : rh;
     window win = {.ow = rw, .oh = rh, .wx = x0, .wy = y0, .ww = x1 - x0, .wh = y1 - y0};
     resize_plan plan = plan_resize(&c, &win, p->resample);
-    size_t region = pdl_scratch_piece((size_t)win.ww * win.wh * 3);
+    size_t region = scratch_piece((size_t)win.ww * win.wh * 3);
     uint8_t *r = take(s, region + plan_bytes(&plan), "resize and crop", w, h, err);
     if (!r) return -1;
     resize_window(&c, &win, p->resample, r, r + region);
@@ -384,7 +384,7 @@ int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int 
 
 /* ---- LLaVA 1.6 any-resolution ------------------------------------------------ */
 
-void pdl_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *best_w) {
+void img_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *best_w) {
     long long max_eff = -1, min_waste = -1;
     *best_h = p->pinpoints[0][0], *best_w = p->pinpoints[0][1];
     for (int i = 0; i < p->n_pinpoints; i++) {
@@ -401,11 +401,11 @@ void pdl_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *be
     }
 }
 
-int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
+int img_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
                      int *grid_h, int *grid_w, pdl_scratch *s, pdl_error *err) {
     *tiles = NULL;
     int th, tw;
-    pdl_anyres_best(p, h, w, &th, &tw);
+    img_anyres_best(p, h, w, &th, &tw);
     int gh = th / p->crop_h, gw = tw / p->crop_w;
     size_t tile = (size_t)3 * p->crop_h * p->crop_w;
     int n = 1 + gh * gw;
@@ -425,13 +425,13 @@ int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, 
     window to_tile = whole(p->crop_w, p->crop_h), to_grid = whole(nw, nh);
     resize_plan a = plan_resize(&c, &to_tile, p->resample), b = plan_resize(&c, &to_grid, p->resample);
     size_t work = plan_bytes(&a) > plan_bytes(&b) ? plan_bytes(&a) : plan_bytes(&b);
-    size_t square_bytes = pdl_scratch_piece(tile), resized_bytes = pdl_scratch_piece((size_t)nw * nh * 3);
-    size_t padded_bytes = pdl_scratch_piece((size_t)tw * th * 3);
+    size_t square_bytes = scratch_piece(tile), resized_bytes = scratch_piece((size_t)nw * nh * 3);
+    size_t padded_bytes = scratch_piece((size_t)tw * th * 3);
     uint8_t *square = take(s, square_bytes + resized_bytes + padded_bytes + work, "any-resolution tiles", w, h, err);
     if (!square) return -1;
     uint8_t *resized = square + square_bytes, *padded = resized + resized_bytes, *scratch = padded + padded_bytes;
     float *out = malloc((size_t)n * tile * sizeof *out);
-    if (!out) return pdl_fail(err, "out of memory for the %d x %d tiles of an image", gh, gw);
+    if (!out) return err_fail(err, "out of memory for the %d x %d tiles of an image", gh, gw);
     /* tile 0: the whole image squashed to one tile (resize to (size, size)),
      * then the processor's own resize (a no-op at that size) and crop */
     resize_window(&c, &to_tile, p->resample, square, scratch);
@@ -454,7 +454,7 @@ int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, 
 /* Python's int(round(x, 7)) for the positive values here. */
 static int round7_int(double x) { return (int)(floor(x * 1e7 + 0.5) / 1e7); }
 
-void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
+void img_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
                          int *col0) {
     int ch = grid_h * patches, cw = grid_w * patches;
     double orig_aspect = (double)w / h, cur_aspect = (double)cw / ch;
@@ -473,12 +473,12 @@ void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int 
 
 /* ---- Qwen2-VL dynamic resolution ----------------------------------------------- */
 
-int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
+int img_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
                      pdl_error *err) {
-    if (h <= 0 || w <= 0 || factor <= 0) return pdl_fail(err, "image of %d x %d pixels: nothing to resize", w, h);
+    if (h <= 0 || w <= 0 || factor <= 0) return err_fail(err, "image of %d x %d pixels: nothing to resize", w, h);
     double big = h > w ? h : w, small = h > w ? w : h;
     if (big / small > 200)
-        return pdl_fail(err, "image of %d x %d pixels: aspect ratio %.1f is over 200 (Qwen2-VL's limit)", w, h,
+        return err_fail(err, "image of %d x %d pixels: aspect ratio %.1f is over 200 (Qwen2-VL's limit)", w, h,
                         big / small);
     /* nearbyint in the default rounding mode: half to even, as Python's round */
     double hb = nearbyint((double)h / factor) * factor, wb = nearbyint((double)w / factor) * factor;
@@ -494,29 +494,29 @@ int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels,
         wb = ceil((double)w * beta / factor) * factor;
     }
     if (hb > 65536 || wb > 65536)
-        return pdl_fail(err, "image of %d x %d pixels resizes to %.0f x %.0f: too large", w, h, wb, hb);
+        return err_fail(err, "image of %d x %d pixels resizes to %.0f x %.0f: too large", w, h, wb, hb);
     *out_h = (int)hb, *out_w = (int)wb;
     return 0;
 }
 
-int pdl_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
+int img_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
                      int *grid_w, pdl_scratch *s, pdl_error *err) {
     *patches = NULL;
     int ps = p->patch, m = p->merge, tp = p->temporal, rh, rw;
-    if (ps <= 0 || m <= 0 || tp <= 0) return pdl_fail(err, "Qwen2-VL processor: patch, merge and temporal sizes must be positive");
-    if (pdl_smart_resize(h, w, ps * m, p->min_pixels, p->max_pixels, &rh, &rw, err)) return -1;
+    if (ps <= 0 || m <= 0 || tp <= 0) return err_fail(err, "Qwen2-VL processor: patch, merge and temporal sizes must be positive");
+    if (img_smart_resize(h, w, ps * m, p->min_pixels, p->max_pixels, &rh, &rw, err)) return -1;
     canvas c = canvas_of(rgb, w, h);
     window win = whole(rw, rh);
     resize_plan plan = plan_resize(&c, &win, p->resample);
-    size_t r_bytes = pdl_scratch_piece((size_t)rw * rh * 3);
-    size_t norm_bytes = pdl_scratch_piece((size_t)rw * rh * 3 * sizeof(float));
+    size_t r_bytes = scratch_piece((size_t)rw * rh * 3);
+    size_t norm_bytes = scratch_piece((size_t)rw * rh * 3 * sizeof(float));
     uint8_t *r = take(s, r_bytes + norm_bytes + plan_bytes(&plan), "dynamic resolution", w, h, err);
     if (!r) return -1;
     float *norm = (float *)(r + r_bytes);
     int gh = rh / ps, gw = rw / ps;
     size_t row = (size_t)3 * tp * ps * ps;
     float *out = malloc((size_t)gh * gw * row * sizeof *out);
-    if (!out) return pdl_fail(err, "out of memory for the %d x %d patches of an image", gw, gh);
+    if (!out) return err_fail(err, "out of memory for the %d x %d patches of an image", gw, gh);
     resize_window(&c, &win, p->resample, r, r + r_bytes + norm_bytes);
     normalize_tile(p, r, rw, rh, 0, 0, rw, rh, norm); /* (3, rh, rw) */
     /* the processor's reshape (t, T, c, gh/m, m, ps, gw/m, m, ps) permuted to

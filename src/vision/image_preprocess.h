@@ -61,41 +61,41 @@ typedef struct pdl_image_proc {
  * shrinking (antialiasing), coefficients in 22-bit fixed point, 8-bit
  * results between and after the passes. dst is (oh, ow, 3). -1 when the
  * scratch cannot be had. */
-int pdl_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample filter,
+int img_resize_rgb8(const uint8_t *src, int w, int h, uint8_t *dst, int ow, int oh, pdl_resample filter,
                     pdl_scratch *s, pdl_error *err);
 
 /* The processor's output size for a shortest-edge resize of w x h
  * (transformers' get_resize_output_image_size, default_to_square=False). */
-void pdl_shortest_edge_size(int w, int h, int size, int *ow, int *oh);
+void img_shortest_edge_size(int w, int h, int size, int *ow, int *oh);
 
 /* The colour of LLaVA's square pad: int(x * 255) of each channel's mean, as
  * transformers and the original LLaVA write it (truncated; (122, 116, 104)
  * for CLIP's mean, llama.cpp's constant), held to [0, 255]. */
-void pdl_pad_color_of_mean(const float mean[3], uint8_t color[3]);
+void img_pad_color_of_mean(const float mean[3], uint8_t color[3]);
 
 /* One tile through the processor: pad to a square (pad_square), resize,
  * center crop (zero padding where the image is smaller than the crop),
  * rescale, normalise. out is (3, crop_h, crop_w). Only the crop's window
  * of the resize is computed. */
-int pdl_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
+int img_preprocess_tile(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float *out, pdl_scratch *s,
                         pdl_error *err);
 
 /* LLaVA 1.6: the grid (height, width) in pixels that select_best_resolution
  * picks for an image of h x w. */
-void pdl_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *best_w);
+void img_anyres_best(const pdl_image_proc *p, int h, int w, int *best_h, int *best_w);
 
 /* LLaVA 1.6: the tiles of an image: first the whole image resized to a
  * square crop_h x crop_w tile, then the best grid's tiles in row-major order
  * (the image resized into the grid keeping its aspect, padded with black to
  * the grid's size, cut into crop-sized tiles). *tiles is malloc'ed,
  * n_tiles x (3, crop_h, crop_w); *grid_h, *grid_w the grid in tiles. */
-int pdl_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
+int img_anyres_tiles(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **tiles, int *n_tiles,
                      int *grid_h, int *grid_w, pdl_scratch *s, pdl_error *err);
 
 /* LLaVA 1.6: rows and columns of patch features kept after unpadding the
  * grid of grid_h x grid_w tiles of side `patches` patches each (what
  * unpad_image keeps for an image of h x w). */
-void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
+void img_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int *rows, int *cols, int *row0,
                          int *col0);
 
 /* Qwen2-VL's smart_resize: height and width rounded (half to even, as
@@ -103,7 +103,7 @@ void pdl_anyres_unpadded(int h, int w, int grid_h, int grid_w, int patches, int 
  * max_pixels both are scaled down by sqrt(h * w / max_pixels) and floored
  * to multiples (at least factor), when it is under min_pixels scaled up by
  * sqrt(min_pixels / (h * w)) and ceiled. Fails for an aspect ratio over 200. */
-int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
+int img_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels, int *out_h, int *out_w,
                      pdl_error *err);
 
 /* Qwen2-VL's pixel patches of an image: smart_resize (factor patch * merge),
@@ -114,7 +114,7 @@ int pdl_smart_resize(int h, int w, int factor, long min_pixels, long max_pixels,
  * the still image repeated in time. *patches is malloc'ed,
  * (grid_h * grid_w, 3 * temporal * patch * patch); grid_h, grid_w count
  * patches. */
-int pdl_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
+int img_qwen_patches(const pdl_image_proc *p, const uint8_t *rgb, int w, int h, float **patches, int *grid_h,
                      int *grid_w, pdl_scratch *s, pdl_error *err);
 
 #endif

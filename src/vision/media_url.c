@@ -41,9 +41,9 @@ int pdl_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len, p
     size_t data_n = n;
     while (data_n > 0 && n - data_n < 2 && s[data_n - 1] == '=') data_n--;
     if (n % 4 != 0)
-        return pdl_fail(err, "bad base64: length %zu is not a multiple of 4", n);
+        return err_fail(err, "bad base64: length %zu is not a multiple of 4", n);
     uint8_t *buf = malloc(n / 4 * 3 + 1);
-    if (!buf) return pdl_fail(err, "out of memory for %zu bytes of base64", n);
+    if (!buf) return err_fail(err, "out of memory for %zu bytes of base64", n);
     size_t o = 0;
     uint32_t acc = 0;
     int bits = 0;
@@ -53,8 +53,8 @@ int pdl_base64_decode(const char *s, size_t n, uint8_t **out, size_t *out_len, p
             free(buf);
             unsigned char c = (unsigned char)s[i];
             if (c >= 0x20 && c < 0x7f)
-                return pdl_fail(err, "bad base64: character '%c' at offset %zu", c, i);
-            return pdl_fail(err, "bad base64: byte 0x%02x at offset %zu", c, i);
+                return err_fail(err, "bad base64: character '%c' at offset %zu", c, i);
+            return err_fail(err, "bad base64: byte 0x%02x at offset %zu", c, i);
         }
         acc = acc << 6 | (uint32_t)v;
         bits += 6;
@@ -163,11 +163,11 @@ static bool missing_path_inside(const char *lexical, const char *real_dir) {
 static int image_from_file_url(pdl_image **out, const char *path, const char *allowed_dir, pdl_error *err) {
     char real_dir[PATH_MAX];
     if (!realpath(allowed_dir, real_dir))
-        return pdl_fail(err, "the allowed local media path '%s' does not exist", allowed_dir);
+        return err_fail(err, "the allowed local media path '%s' does not exist", allowed_dir);
     char *lex = lexical_path(path), *lex_dir = lexical_path(allowed_dir);
     if (!lex || !lex_dir) {
         free(lex), free(lex_dir);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     /* the folder as given or as resolved, so that a folder named through a
      * link may be addressed either way */
@@ -180,9 +180,9 @@ static int image_from_file_url(pdl_image **out, const char *path, const char *al
     }
     int rc;
     if (!inside)
-        rc = pdl_fail(err, "file:// image URL: the path is outside the allowed local media path '%s'", allowed_dir);
+        rc = err_fail(err, "file:// image URL: the path is outside the allowed local media path '%s'", allowed_dir);
     else if (!exists)
-        rc = pdl_fail(err, "file:// image URL: '%s' does not exist", path);
+        rc = err_fail(err, "file:// image URL: '%s' does not exist", path);
     else
         rc = pdl_image_load(out, real, err);
     free(lex), free(lex_dir);
@@ -193,44 +193,44 @@ int pdl_image_from_url(pdl_image **out, const char *url, size_t len, const char 
     *out = NULL;
     if (len >= 5 && strncasecmp(url, "data:", 5) == 0) {
         const char *comma = memchr(url, ',', len);
-        if (!comma) return pdl_fail(err, "image data URL has no ',' before its data");
+        if (!comma) return err_fail(err, "image data URL has no ',' before its data");
         size_t head = (size_t)(comma - url);
         char meta[128];
         snprintf(meta, sizeof meta, "%.*s", (int)(head - 5 < 120 ? head - 5 : 120), url + 5);
         char *b64 = strstr(meta, ";base64");
         if (!b64 || strcmp(b64, ";base64") != 0)
-            return pdl_fail(err, "image data URL 'data:%s,...': only base64 data URLs are accepted "
+            return err_fail(err, "image data URL 'data:%s,...': only base64 data URLs are accepted "
                             "(data:image/png;base64,...)", meta);
         *b64 = 0;
         if (meta[0] && strncasecmp(meta, "image/", 6) != 0)
-            return pdl_fail(err, "image data URL has media type '%s'; expected image/png, image/jpeg or image/webp",
+            return err_fail(err, "image data URL has media type '%s'; expected image/png, image/jpeg or image/webp",
                             meta);
         uint8_t *bytes;
         size_t n;
         if (pdl_base64_decode(comma + 1, len - head - 1, &bytes, &n, err))
-            return pdl_fail_prefix(err, "image data URL");
+            return err_fail_prefix(err, "image data URL");
         int rc = pdl_image_decode(out, bytes, n, "image data URL", err);
         free(bytes);
         return rc;
     }
     if (len >= 7 && strncasecmp(url, "file://", 7) == 0) {
         if (!allowed_dir)
-            return pdl_fail(err, "file:// image URLs are refused: the server was not started with "
+            return err_fail(err, "file:// image URLs are refused: the server was not started with "
                             "--allowed-local-media-path DIR; send the image as a data URL "
                             "(data:image/png;base64,...)");
         char *path = percent_decode(url + 7, len - 7);
-        if (!path) return pdl_fail(err, "out of memory");
+        if (!path) return err_fail(err, "out of memory");
         if (path[0] != '/') {
             free(path);
-            return pdl_fail(err, "file:// image URL must hold an absolute path (file:///...)");
+            return err_fail(err, "file:// image URL must hold an absolute path (file:///...)");
         }
         int rc = image_from_file_url(out, path, allowed_dir, err);
         free(path);
         return rc;
     }
     if ((len >= 7 && strncasecmp(url, "http://", 7) == 0) || (len >= 8 && strncasecmp(url, "https://", 8) == 0))
-        return pdl_fail(err, "image URLs over http(s) are not fetched: only data URLs (data:image/png;base64,...) "
+        return err_fail(err, "image URLs over http(s) are not fetched: only data URLs (data:image/png;base64,...) "
                         "are accepted%s", allowed_dir ? ", and file:// URLs under the allowed local media path" : "");
-    return pdl_fail(err, "unsupported image URL '%.32s%s': only data URLs (data:image/png;base64,...) are accepted",
+    return err_fail(err, "unsupported image URL '%.32s%s': only data URLs (data:image/png;base64,...) are accepted",
                     url, len > 32 ? "..." : "");
 }

@@ -79,7 +79,7 @@ static int tokenize_pieces(const pdl_model *m, const pdl_vision *v, const char *
                            pdl_mm_prompt *out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     if (c->family == PDL_VLM_GEMMA3 || c->family == PDL_VLM_QWEN25VL)
-        return pdl_fail(err, "images: the text model's vocabulary has no '%s' token (the model's image token)",
+        return err_fail(err, "images: the text model's vocabulary has no '%s' token (the model's image token)",
                         c->image_token_text[0] ? c->image_token_text : "image");
     size_t cap = 0, ml = strlen(marker);
     const char *p = text, *end = text + len;
@@ -92,13 +92,13 @@ static int tokenize_pieces(const pdl_model *m, const pdl_vision *v, const char *
         if ((at > p || i == 0) && pdl_tokenize_ex(m, p, (size_t)(at - p), f, &ids, &n, err)) return -1;
         int rc = append_ids(out, &cap, ids, n);
         free(ids);
-        if (rc) return pdl_fail(err, "out of memory");
+        if (rc) return err_fail(err, "out of memory");
         if (i == n_images) break;
         int rows = pdl_vision_image_rows(v, images[i]);
         out->images[i] = (pdl_mm_input){.image = images[i], .position = (int)out->n_ids};
         for (int r = 0; r < rows; r++) {
             int32_t z = 0;
-            if (append_ids(out, &cap, &z, 1)) return pdl_fail(err, "out of memory");
+            if (append_ids(out, &cap, &z, 1)) return err_fail(err, "out of memory");
         }
         if (markers) p = at + ml;
     }
@@ -110,20 +110,20 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
                     pdl_error *err) {
     memset(out, 0, sizeof *out);
     const pdl_vision_config *c = &v->cfg;
-    if (!m->tok) return pdl_fail(err, "images: %s", m->tok_error[0] ? m->tok_error : "the model has no tokenizer");
+    if (!m->tok) return err_fail(err, "images: %s", m->tok_error[0] ? m->tok_error : "the model has no tokenizer");
     if (!marker || !marker[0]) marker = c->placeholder;
     int markers = 0;
     for (const char *p = text, *at; (at = find(p, (size_t)(text + len - p), marker)); p = at + strlen(marker)) markers++;
     if (markers != 0 && markers != n_images)
-        return pdl_fail(err, "images: the prompt has %d image marker%s ('%s') for %d image%s", markers,
+        return err_fail(err, "images: the prompt has %d image marker%s ('%s') for %d image%s", markers,
                         markers == 1 ? "" : "s", marker, n_images, n_images == 1 ? "" : "s");
     out->images = calloc((size_t)(n_images ? n_images : 1), sizeof *out->images);
-    if (!out->images) return pdl_fail(err, "out of memory");
+    if (!out->images) return err_fail(err, "out of memory");
     out->n_images = n_images;
     for (int i = 0; i < n_images; i++)
         if (pdl_vision_image_rows(v, images[i]) < 0) {
             pdl_mm_prompt_free(out);
-            return pdl_fail(err, "images: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
+            return err_fail(err, "images: image %d (%d x %d pixels) has an aspect ratio over 200, which the model's "
                             "processor refuses", i, images[i]->width, images[i]->height);
         }
     if (!image_token_usable(m, c)) {
@@ -170,7 +170,7 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
     if (rc) {
         free(b.p);
         pdl_mm_prompt_free(out);
-        return pdl_fail(err, "out of memory");
+        return err_fail(err, "out of memory");
     }
     rc = pdl_tokenize_ex(m, b.p ? b.p : "", b.n, flags | PDL_TOK_PARSE_SPECIAL, &out->ids, &out->n_ids, err);
     free(b.p);
@@ -187,7 +187,7 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
         }
         if (k == n_images) {
             pdl_mm_prompt_free(out);
-            return pdl_fail(err, "images: the prompt text holds the image token '%s' outside its %d image%s",
+            return err_fail(err, "images: the prompt text holds the image token '%s' outside its %d image%s",
                             c->image_token_text, n_images, n_images == 1 ? "" : "s");
         }
         int rows = pdl_vision_image_rows(v, images[k]);
@@ -195,7 +195,7 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
         while (j < out->n_ids && j < i + (size_t)rows && out->ids[j] == c->image_token_id) j++;
         if (j - i != (size_t)rows) {
             pdl_mm_prompt_free(out);
-            return pdl_fail(err, "images: image %d's %d rows tokenized into %zu image tokens", k, rows, j - i);
+            return err_fail(err, "images: image %d's %d rows tokenized into %zu image tokens", k, rows, j - i);
         }
         out->images[k] = (pdl_mm_input){.image = images[k], .position = (int)i};
         k++;
@@ -203,7 +203,7 @@ int pdl_mm_tokenize(const pdl_model *m, const pdl_vision *v, const char *text, s
     }
     if (k != n_images) {
         pdl_mm_prompt_free(out);
-        return pdl_fail(err, "images: found the rows of %d of %d images after tokenizing", k, n_images);
+        return err_fail(err, "images: found the rows of %d of %d images after tokenizing", k, n_images);
     }
     return 0;
 }

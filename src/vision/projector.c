@@ -26,25 +26,25 @@ static const float *bias_of(const pdl_tensor *t) { return t->data ? t->data : NU
 static int project_llava(pdl_vision *v, const float *x, int n, float *out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     float *mid = malloc((size_t)n * c->proj_hidden * sizeof *mid);
-    if (!mid) return pdl_fail(err, "projector: out of memory for %d rows", n);
+    if (!mid) return err_fail(err, "projector: out of memory for %d rows", n);
     pdl_scratch *ks = &v->scratch.kernel;
-    int rc = pdl_matmul(&v->kernels, v->pool, ks, mid, c->proj_hidden, x, n, &v->w.mm1_w, bias_of(&v->w.mm1_b), false);
+    int rc = matmul_run(&v->kernels, v->pool, ks, mid, c->proj_hidden, x, n, &v->w.mm1_w, bias_of(&v->w.mm1_b), false);
     if (!rc) {
         pdl_vision_activation(v, mid, n, c->proj_hidden, c->proj_act);
-        rc = pdl_matmul(&v->kernels, v->pool, ks, out, c->text_hidden, mid, n, &v->w.mm2_w, bias_of(&v->w.mm2_b),
+        rc = matmul_run(&v->kernels, v->pool, ks, out, c->text_hidden, mid, n, &v->w.mm2_w, bias_of(&v->w.mm2_b),
                         false);
     }
     free(mid);
-    if (rc) return pdl_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
+    if (rc) return err_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
     return 0;
 }
 
 static int project_gemma3(pdl_vision *v, const float *x, int n, float *out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
-    int side = pdl_vision_side(c), tps = (int)lround(sqrt((double)c->mm_tokens)), k = side / tps, h = c->hidden;
-    if (n != side * side) return pdl_fail(err, "projector: %d feature rows, expected %d", n, side * side);
+    int side = vis_side(c), tps = (int)lround(sqrt((double)c->mm_tokens)), k = side / tps, h = c->hidden;
+    if (n != side * side) return err_fail(err, "projector: %d feature rows, expected %d", n, side * side);
     float *pooled = malloc((size_t)c->mm_tokens * h * sizeof *pooled);
-    if (!pooled) return pdl_fail(err, "projector: out of memory");
+    if (!pooled) return err_fail(err, "projector: out of memory");
     for (int ty = 0; ty < tps; ty++)
         for (int tx = 0; tx < tps; tx++) {
             float *o = pooled + ((size_t)ty * tps + tx) * h;
@@ -54,17 +54,17 @@ static int project_gemma3(pdl_vision *v, const float *x, int n, float *out, pdl_
                     for (int xx = 0; xx < k; xx++) s += x[((size_t)(ty * k + y) * side + tx * k + xx) * h + d];
                 o[d] = (float)(s / (k * k));
             }
-            pdl_rmsnorm(o, o, v->w.mm_norm_w.data, h, c->mm_norm_eps);
+            ops_rmsnorm(o, o, v->w.mm_norm_w.data, h, c->mm_norm_eps);
         }
     pdl_scratch *ks = &v->scratch.kernel;
-    int rc = pdl_matmul(&v->kernels, v->pool, ks, out, c->text_hidden, pooled, c->mm_tokens, &v->w.mm_proj_w, NULL,
+    int rc = matmul_run(&v->kernels, v->pool, ks, out, c->text_hidden, pooled, c->mm_tokens, &v->w.mm_proj_w, NULL,
                         false);
     free(pooled);
-    if (rc) return pdl_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
+    if (rc) return err_fail(err, "projector: out of memory for %zu bytes of kernel scratch", ks->failed);
     return 0;
 }
 
-int pdl_vision_project(pdl_vision *v, const float *features, int n, float *out, int *n_out, pdl_error *err) {
+int vis_project(pdl_vision *v, const float *features, int n, float *out, int *n_out, pdl_error *err) {
     if (v->cfg.family == PDL_VLM_GEMMA3) {
         *n_out = v->cfg.mm_tokens;
         return project_gemma3(v, features, n, out, err);

@@ -41,11 +41,11 @@
 
 void pdl_vision_activation(pdl_vision *v, float *x, int rows, int width, pdl_vision_act act);
 
-int pdl_qwen_grid(const pdl_vision *v, const pdl_image *img, int *grid_h, int *grid_w) {
+int vis_qwen_grid(const pdl_vision *v, const pdl_image *img, int *grid_h, int *grid_w) {
     const pdl_image_proc *p = &v->cfg.proc;
     int rh, rw;
     pdl_error err;
-    if (pdl_smart_resize(img->height, img->width, p->patch * p->merge, p->min_pixels, p->max_pixels, &rh, &rw, &err))
+    if (img_smart_resize(img->height, img->width, p->patch * p->merge, p->min_pixels, p->max_pixels, &rh, &rw, &err))
         return -1;
     *grid_h = rh / (p->patch * p->merge), *grid_w = rw / (p->patch * p->merge);
     return 0;
@@ -68,8 +68,8 @@ static void rmsnorm_rows(void *p, int ith, int nth) {
     qtask *t = p;
     int h = t->v->cfg.hidden;
     long r0, r1;
-    pdl_split_range(t->n, ith, nth, &r0, &r1);
-    for (long r = r0; r < r1; r++) pdl_rmsnorm(t->xn + r * h, t->x + r * h, t->norm_w, h, t->v->cfg.ln_eps);
+    threadpool_split_range(t->n, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) ops_rmsnorm(t->xn + r * h, t->x + r * h, t->norm_w, h, t->v->cfg.ln_eps);
 }
 
 /* RoPE on q and k, then K and V into the block cache. */
@@ -78,13 +78,13 @@ static void rope_store_rows(void *p, int ith, int nth) {
     const pdl_vision_config *c = &t->v->cfg;
     int h = c->hidden, hd = h / c->n_heads;
     long r0, r1;
-    pdl_split_range(t->n, ith, nth, &r0, &r1);
+    threadpool_split_range(t->n, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         for (int hh = 0; hh < c->n_heads; hh++) {
-            pdl_rope_apply(t->q + r * h + hh * hd, hd, t->cs + r * hd, 1);
-            pdl_rope_apply(t->k + r * h + hh * hd, hd, t->cs + r * hd, 1);
+            ops_rope_apply(t->q + r * h + hh * hd, hd, t->cs + r * hd, 1);
+            ops_rope_apply(t->k + r * h + hh * hd, hd, t->cs + r * hd, 1);
         }
-        pdl_attention_store(t->kv_k, t->kv_v, 0, h, hd, KV_BLOCK, (int)r, t->k + r * h, t->vv + r * h);
+        attn_store(t->kv_k, t->kv_v, 0, h, hd, KV_BLOCK, (int)r, t->k + r * h, t->vv + r * h);
     }
 }
 
@@ -111,12 +111,12 @@ static void attention_rows(void *p, int ith, int nth) {
                 qs[nq] = t->q + (size_t)r * h + (size_t)hh * hd;
                 firsts[nq] = t->first[r], lasts[nq] = t->last[r];
             }
-            pdl_attention_ranges(outs, qs, firsts, lasts, nq, hd, hh, scale, 0.0f, &akv, scratch);
+            attn_ranges(outs, qs, firsts, lasts, nq, hd, hh, scale, 0.0f, &akv, scratch);
         }
 }
 
 static int kernel_failed(pdl_vision *v, int layer, const char *what, pdl_error *err) {
-    return pdl_fail(err, "vision encoder: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
+    return err_fail(err, "vision encoder: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
                     v->scratch.kernel.failed);
 }
 
@@ -134,20 +134,20 @@ static void window_order(int mh, int mw, int win, int *order, int *wstart, int *
         }
 }
 
-int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
+int vis_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     const pdl_vision_weights *w = &v->w;
     const pdl_image_proc *pr = &c->proc;
     *rows_out = NULL, *n_rows_out = 0;
     float *patches = NULL;
     int gh, gw;
-    if (pdl_qwen_patches(pr, img->rgb, img->width, img->height, &patches, &gh, &gw, &v->scratch.image, err))
+    if (img_qwen_patches(pr, img->rgb, img->width, img->height, &patches, &gh, &gw, &v->scratch.image, err))
         return -1;
     int m = pr->merge, unit = m * m, mh = gh / m, mw = gw / m, cells = mh * mw, n = gh * gw;
     int h = c->hidden, hd = h / c->n_heads, th = c->text_hidden, mhid = c->proj_hidden;
     size_t blocks = ((size_t)n + KV_BLOCK - 1) / KV_BLOCK;
-    int threads = pdl_threadpool_size(v->pool);
-    size_t scores_cap = pdl_attention_queries_scratch(16, n, hd);
+    int threads = threadpool_size(v->pool);
+    size_t scores_cap = attn_queries_scratch(16, n, hd);
     size_t ffw = (size_t)(c->ffn > mhid / unit ? c->ffn : mhid / unit);
     /* one allocation per image (an encode, not a per-token path) */
     float *x = malloc((size_t)n * h * sizeof *x), *xn = malloc((size_t)n * h * sizeof *xn);
@@ -167,16 +167,16 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
     int rc = -1;
     if (!x || !xn || !q || !k || !vv || !attn || !gate || !up || !cs || !tmp || !scores || !merged || !rows || !mid ||
         !kv_k || !kv_v || !bt || !wfirst || !wlast || !all_first || !all_last || !order || !ws || !we) {
-        pdl_fail(err, "vision encoder: out of memory for an image of %d x %d patches", gw, gh);
+        err_fail(err, "vision encoder: out of memory for an image of %d x %d patches", gw, gh);
         goto done;
     }
     for (size_t b = 0; b < blocks; b++) bt[b] = (int32_t)b;
     pdl_threadpool *pool = v->pool;
     pdl_scratch *ks = &v->scratch.kernel;
-    int row_threads = pdl_threads_for(pool, (double)n * h, 16384.0);
+    int row_threads = threadpool_threads_for(pool, (double)n * h, 16384.0);
 
     /* the patch embedding, in the processor's row order */
-    if (pdl_matmul(&v->kernels, pool, ks, tmp, h, patches, n, &w->patch_w, NULL, false)) {
+    if (matmul_run(&v->kernels, pool, ks, tmp, h, patches, n, &w->patch_w, NULL, false)) {
         kernel_failed(v, -1, "patch embedding", err);
         goto done;
     }
@@ -207,45 +207,45 @@ int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *
         bool full = (c->full_attn[l / 64] >> (l % 64)) & 1;
         t.first = full ? all_first : wfirst, t.last = full ? all_last : wlast;
         t.norm_w = L->ln1_w.data;
-        pdl_threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
+        threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
         pdl_matmul_out qkv[3] = {
             {.y = q, .ldy = h, .w = &L->wq, .bias = L->bq.data},
             {.y = k, .ldy = h, .w = &L->wk, .bias = L->bk.data},
             {.y = vv, .ldy = h, .w = &L->wv, .bias = L->bv.data},
         };
-        if (pdl_matmul_shared(&v->kernels, pool, ks, xn, n, qkv, 3)) {
+        if (matmul_shared(&v->kernels, pool, ks, xn, n, qkv, 3)) {
             kernel_failed(v, l, "q/k/v", err);
             goto done;
         }
-        pdl_threadpool_run_n(pool, row_threads, rope_store_rows, &t);
+        threadpool_run_n(pool, row_threads, rope_store_rows, &t);
         double span = full ? n : (double)unit * c->window_cells * c->window_cells;
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, (double)n * span * h, 65536.0), attention_rows, &t);
-        if (pdl_matmul(&v->kernels, pool, ks, x, h, attn, n, &L->wo, L->bo.data, true)) {
+        threadpool_run_n(pool, threadpool_threads_for(pool, (double)n * span * h, 65536.0), attention_rows, &t);
+        if (matmul_run(&v->kernels, pool, ks, x, h, attn, n, &L->wo, L->bo.data, true)) {
             kernel_failed(v, l, "attention output", err);
             goto done;
         }
         t.norm_w = L->ln2_w.data;
-        pdl_threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
-        if (pdl_matmul(&v->kernels, pool, ks, gate, c->ffn, xn, n, &L->fc1_w, L->fc1_b.data, false) ||
-            pdl_matmul(&v->kernels, pool, ks, up, c->ffn, xn, n, &L->up_w, L->up_b.data, false)) {
+        threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
+        if (matmul_run(&v->kernels, pool, ks, gate, c->ffn, xn, n, &L->fc1_w, L->fc1_b.data, false) ||
+            matmul_run(&v->kernels, pool, ks, up, c->ffn, xn, n, &L->up_w, L->up_b.data, false)) {
             kernel_failed(v, l, "MLP gate/up", err);
             goto done;
         }
-        for (size_t r = 0; r < (size_t)n; r++) pdl_silu_mul(gate + r * c->ffn, up + r * c->ffn, c->ffn);
-        if (pdl_matmul(&v->kernels, pool, ks, x, h, gate, n, &L->fc2_w, L->fc2_b.data, true)) {
+        for (size_t r = 0; r < (size_t)n; r++) ops_silu_mul(gate + r * c->ffn, up + r * c->ffn, c->ffn);
+        if (matmul_run(&v->kernels, pool, ks, x, h, gate, n, &L->fc2_w, L->fc2_b.data, true)) {
             kernel_failed(v, l, "MLP down", err);
             goto done;
         }
     }
     /* the merger: a cell's rows side by side are one (unit * hidden) row */
     t.norm_w = w->mm_norm_w.data;
-    pdl_threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
-    if (pdl_matmul(&v->kernels, pool, ks, mid, mhid, xn, cells, &w->mm1_w, w->mm1_b.data, false)) {
+    threadpool_run_n(pool, row_threads, rmsnorm_rows, &t);
+    if (matmul_run(&v->kernels, pool, ks, mid, mhid, xn, cells, &w->mm1_w, w->mm1_b.data, false)) {
         kernel_failed(v, -1, "merger mlp.0", err);
         goto done;
     }
     pdl_vision_activation(v, mid, cells, mhid, c->proj_act);
-    if (pdl_matmul(&v->kernels, pool, ks, merged, th, mid, cells, &w->mm2_w, w->mm2_b.data, false)) {
+    if (matmul_run(&v->kernels, pool, ks, merged, th, mid, cells, &w->mm2_w, w->mm2_b.data, false)) {
         kernel_failed(v, -1, "merger mlp.2", err);
         goto done;
     }

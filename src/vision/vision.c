@@ -27,12 +27,12 @@ int pdl_vision_image_rows(const pdl_vision *v, const pdl_image *img) {
     const pdl_vision_config *c = &v->cfg;
     if (c->family == PDL_VLM_QWEN25VL) {
         int gh, gw;
-        return pdl_qwen_grid(v, img, &gh, &gw) ? -1 : gh * gw;
+        return vis_qwen_grid(v, img, &gh, &gw) ? -1 : gh * gw;
     }
     if (c->family != PDL_VLM_LLAVA_NEXT) return c->mm_tokens;
-    int bh, bw, rows, cols, r0, c0, side = pdl_vision_side(c);
-    pdl_anyres_best(&c->proc, img->height, img->width, &bh, &bw);
-    pdl_anyres_unpadded(img->height, img->width, bh / c->proc.crop_h, bw / c->proc.crop_w, side, &rows, &cols, &r0, &c0);
+    int bh, bw, rows, cols, r0, c0, side = vis_side(c);
+    img_anyres_best(&c->proc, img->height, img->width, &bh, &bw);
+    img_anyres_unpadded(img->height, img->width, bh / c->proc.crop_h, bw / c->proc.crop_w, side, &rows, &cols, &r0, &c0);
     return side * side + rows * (cols + 1);
 }
 
@@ -62,7 +62,7 @@ bool pdl_mm_rope_positions(const pdl_vision *v, const pdl_mm_input *images, int 
         int at = n, gh = 0, gw = 0;
         if (k < n_images) {
             at = images[k].position;
-            if (pdl_qwen_grid(v, images[k].image, &gh, &gw) || at < i || at + gh * gw > n) continue;
+            if (vis_qwen_grid(v, images[k].image, &gh, &gw) || at < i || at + gh * gw > n) continue;
         }
         for (; i < at; i++, next++) pos3[3 * i] = pos3[3 * i + 1] = pos3[3 * i + 2] = next;
         if (k == n_images) break;
@@ -80,11 +80,11 @@ static int vision_preprocess(pdl_vision *v, const pdl_image *img, float **tiles,
     *tiles = NULL;
     *grid_h = *grid_w = 0;
     if (c->family == PDL_VLM_LLAVA_NEXT)
-        return pdl_anyres_tiles(&c->proc, img->rgb, img->width, img->height, tiles, n_tiles, grid_h, grid_w,
+        return img_anyres_tiles(&c->proc, img->rgb, img->width, img->height, tiles, n_tiles, grid_h, grid_w,
                                 &v->scratch.image, err);
     float *t = malloc((size_t)3 * c->proc.crop_w * c->proc.crop_h * sizeof *t);
-    if (!t) return pdl_fail(err, "out of memory for an image tile");
-    if (pdl_preprocess_tile(&c->proc, img->rgb, img->width, img->height, t, &v->scratch.image, err)) {
+    if (!t) return err_fail(err, "out of memory for an image tile");
+    if (img_preprocess_tile(&c->proc, img->rgb, img->width, img->height, t, &v->scratch.image, err)) {
         free(t);
         return -1;
     }
@@ -96,30 +96,30 @@ static int vision_preprocess(pdl_vision *v, const pdl_image *img, float **tiles,
 int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int *n_rows_out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     if (c->family == PDL_VLM_QWEN25VL) {
-        int rc = pdl_qwen_encode(v, img, rows_out, n_rows_out, err);
-        pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+        int rc = vis_qwen_encode(v, img, rows_out, n_rows_out, err);
+        scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
         return rc;
     }
     *rows_out = NULL;
     *n_rows_out = 0;
     float *tiles = NULL, *feat = NULL, *proj = NULL, *rows = NULL;
-    int n_tiles = 0, gh = 0, gw = 0, side = pdl_vision_side(c), np = side * side, th = c->text_hidden;
+    int n_tiles = 0, gh = 0, gw = 0, side = vis_side(c), np = side * side, th = c->text_hidden;
     int rc = -1;
     int pre = vision_preprocess(v, img, &tiles, &n_tiles, &gh, &gw, err);
-    pdl_scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
+    scratch_free(&v->scratch.image); /* the processor's working memory: not kept between images */
     if (pre) return -1;
     size_t tile = (size_t)3 * c->image_size * c->image_size;
     feat = malloc((size_t)np * c->hidden * sizeof *feat);
     int per_tile = c->family == PDL_VLM_GEMMA3 ? c->mm_tokens : np;
     proj = malloc((size_t)n_tiles * per_tile * th * sizeof *proj);
     if (!feat || !proj) {
-        pdl_fail(err, "out of memory encoding an image of %d tiles", n_tiles);
+        err_fail(err, "out of memory encoding an image of %d tiles", n_tiles);
         goto done;
     }
     for (int t = 0; t < n_tiles; t++) {
         int n_out;
-        if (pdl_vision_tower(v, tiles + (size_t)t * tile, feat, err) ||
-            pdl_vision_project(v, feat, np, proj + (size_t)t * per_tile * th, &n_out, err))
+        if (vis_tower(v, tiles + (size_t)t * tile, feat, err) ||
+            vis_project(v, feat, np, proj + (size_t)t * per_tile * th, &n_out, err))
             goto done;
     }
     if (c->family != PDL_VLM_LLAVA_NEXT) {
@@ -127,11 +127,11 @@ int pdl_vision_encode(pdl_vision *v, const pdl_image *img, float **rows_out, int
         *n_rows_out = per_tile;
     } else {
         int nr, nc, r0, c0;
-        pdl_anyres_unpadded(img->height, img->width, gh, gw, side, &nr, &nc, &r0, &c0);
+        img_anyres_unpadded(img->height, img->width, gh, gw, side, &nr, &nc, &r0, &c0);
         int total = np + nr * (nc + 1);
         rows = malloc((size_t)total * th * sizeof *rows);
         if (!rows) {
-            pdl_fail(err, "out of memory for %d image rows", total);
+            err_fail(err, "out of memory for %d image rows", total);
             goto done;
         }
         memcpy(rows, proj, (size_t)np * th * sizeof *rows); /* the whole-image tile first */

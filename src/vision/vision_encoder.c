@@ -32,17 +32,17 @@
 
 static int grow(void **buf, size_t bytes) {
     size_t cap = 0;
-    return pdl_scratch_grow(buf, &cap, bytes) ? 0 : -1;
+    return scratch_grow(buf, &cap, bytes) ? 0 : -1;
 }
 
 /* The kernels' scratch the tower's matmuls take for `rows` rows. */
 static size_t matmul_scratch(const pdl_vision *v, size_t rows) {
-    size_t most = pdl_matmul_scratch_bytes(&v->kernels, v->pool, &v->w.patch_w, (int64_t)rows);
+    size_t most = matmul_scratch_bytes(&v->kernels, v->pool, &v->w.patch_w, (int64_t)rows);
     for (int l = 0; l < v->cfg.n_layers_run; l++) {
         const pdl_vision_layer *L = &v->w.layers[l];
         const pdl_tensor *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->fc1_w, &L->fc2_w};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
-            size_t b = pdl_matmul_scratch_bytes(&v->kernels, v->pool, ws[i], (int64_t)rows);
+            size_t b = matmul_scratch_bytes(&v->kernels, v->pool, ws[i], (int64_t)rows);
             most = b > most ? b : most;
         }
     }
@@ -50,7 +50,7 @@ static size_t matmul_scratch(const pdl_vision *v, size_t rows) {
 }
 
 static int kernel_failed(pdl_vision *v, int layer, const char *what, pdl_error *err) {
-    return pdl_fail(err, "vision encoder: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
+    return err_fail(err, "vision encoder: layer %d: %s: out of memory for %zu bytes of kernel scratch", layer, what,
                     v->scratch.kernel.failed);
 }
 
@@ -60,17 +60,17 @@ static int scratch_reserve(pdl_vision *v, int rows, pdl_error *err) {
     if ((size_t)rows <= s->rows_cap) return 0;
     size_t r = (size_t)rows, h = (size_t)c->hidden, pp = (size_t)c->channels * c->patch_size * c->patch_size;
     size_t blocks = (r + KV_BLOCK - 1) / KV_BLOCK;
-    int threads = pdl_threadpool_size(v->pool);
+    int threads = threadpool_size(v->pool);
     size_t ff = (size_t)c->ffn > h ? (size_t)c->ffn : h;
-    s->scores_cap = pdl_attention_queries_scratch(16, rows, c->hidden / c->n_heads);
+    s->scores_cap = attn_queries_scratch(16, rows, c->hidden / c->n_heads);
     if (grow((void **)&s->patches, r * pp * 4) || grow((void **)&s->x, r * h * 4) || grow((void **)&s->xn, r * h * 4) ||
         grow((void **)&s->q, r * h * 4) || grow((void **)&s->k, r * h * 4) || grow((void **)&s->v, r * h * 4) ||
         grow((void **)&s->attn, r * h * 4) || grow((void **)&s->ff, r * ff * 4) ||
         grow(&s->kv_k, blocks * KV_BLOCK * h * 4) || grow(&s->kv_v, blocks * KV_BLOCK * h * 4) ||
         grow((void **)&s->blocks, blocks * sizeof *s->blocks) ||
         grow((void **)&s->scores, (size_t)threads * s->scores_cap * 4) ||
-        pdl_scratch_reserve(&s->kernel, matmul_scratch(v, r)))
-        return pdl_fail(err, "vision encoder: out of memory for %d rows", rows);
+        scratch_reserve_bytes(&s->kernel, matmul_scratch(v, r)))
+        return err_fail(err, "vision encoder: out of memory for %d rows", rows);
     for (size_t b = 0; b < blocks; b++) s->blocks[b] = (int32_t)b;
     s->rows_cap = r;
     return 0;
@@ -94,9 +94,9 @@ typedef struct vtask {
 static void gather_patches(void *p, int ith, int nth) {
     vtask *t = p;
     const pdl_vision_config *c = &t->v->cfg;
-    int side = pdl_vision_side(c), P = c->patch_size, S = c->image_size;
+    int side = vis_side(c), P = c->patch_size, S = c->image_size;
     long n = (long)side * side, r0, r1;
-    pdl_split_range(n, ith, nth, &r0, &r1);
+    threadpool_split_range(n, ith, nth, &r0, &r1);
     for (long i = r0; i < r1; i++) {
         int py = (int)(i / side), px = (int)(i % side);
         float *out = t->v->scratch.patches + (size_t)i * c->channels * P * P;
@@ -111,11 +111,11 @@ static void layernorm_rows(void *p, int ith, int nth) {
     vtask *t = p;
     int n = t->v->cfg.hidden;
     long r0, r1;
-    pdl_split_range(t->rows, ith, nth, &r0, &r1);
+    threadpool_split_range(t->rows, ith, nth, &r0, &r1);
     const float *w = t->w->data, *b = t->b->data;
     for (long r = r0; r < r1; r++) {
         float *o = t->dst + (size_t)r * n;
-        pdl_layernorm(o, t->src + (size_t)r * n, w, n, t->v->cfg.ln_eps);
+        ops_layernorm(o, t->src + (size_t)r * n, w, n, t->v->cfg.ln_eps);
         for (int i = 0; i < n; i++) o[i] += b[i];
     }
 }
@@ -126,7 +126,7 @@ static void layernorm_rows(void *p, int ith, int nth) {
 static void activation_rows(void *p, int ith, int nth) {
     vtask *t = p;
     long r0, r1;
-    pdl_split_range(t->rows, ith, nth, &r0, &r1);
+    threadpool_split_range(t->rows, ith, nth, &r0, &r1);
     enum { CHUNK = 512 };
     float cst[CHUNK];
     if (t->act == PDL_VACT_GELU_TANH)
@@ -142,10 +142,10 @@ static void activation_rows(void *p, int ith, int nth) {
         for (int i0 = 0; i0 < t->width; i0 += CHUNK) {
             int n = t->width - i0 < CHUNK ? t->width - i0 : CHUNK;
             if (t->act == PDL_VACT_GELU_TANH) {
-                pdl_gelu_tanh_mul(x + i0, cst, n);
+                ops_gelu_tanh_mul(x + i0, cst, n);
             } else {
                 for (int i = 0; i < n; i++) x[i0 + i] *= 1.702f;
-                pdl_silu_mul(x + i0, cst, n);
+                ops_silu_mul(x + i0, cst, n);
             }
         }
     }
@@ -153,7 +153,7 @@ static void activation_rows(void *p, int ith, int nth) {
 
 void pdl_vision_activation(pdl_vision *v, float *x, int rows, int width, pdl_vision_act act) {
     vtask t = {.v = v, .rows = rows, .dst = x, .width = width, .act = act};
-    pdl_threadpool_run_n(v->pool, pdl_threads_for(v->pool, (double)rows * width, 16384.0), activation_rows, &t);
+    threadpool_run_n(v->pool, threadpool_threads_for(v->pool, (double)rows * width, 16384.0), activation_rows, &t);
 }
 
 static void store_kv_rows(void *p, int ith, int nth) {
@@ -161,9 +161,9 @@ static void store_kv_rows(void *p, int ith, int nth) {
     pdl_vision_scratch *s = &t->v->scratch;
     int h = t->v->cfg.hidden, hd = h / t->v->cfg.n_heads;
     long r0, r1;
-    pdl_split_range(t->rows, ith, nth, &r0, &r1);
+    threadpool_split_range(t->rows, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++)
-        pdl_attention_store(s->kv_k, s->kv_v, 0, h, hd, KV_BLOCK, r, s->k + (size_t)r * h, s->v + (size_t)r * h);
+        attn_store(s->kv_k, s->kv_v, 0, h, hd, KV_BLOCK, r, s->k + (size_t)r * h, s->v + (size_t)r * h);
 }
 
 /* Tasks are (block of up to 16 rows, head), dealt round-robin. */
@@ -189,7 +189,7 @@ static void attention_rows(void *p, int ith, int nth) {
                 qs[nq] = s->q + (size_t)r * c->hidden + (size_t)h * hd;
                 poss[nq] = n - 1; /* every key: no mask */
             }
-            pdl_attention_queries(outs, qs, poss, nq, hd, h, scale, 0.0f, 0, &akv, scratch);
+            attn_queries(outs, qs, poss, nq, hd, h, scale, 0.0f, 0, &akv, scratch);
         }
 }
 
@@ -197,25 +197,25 @@ static const float *bias_of(const pdl_tensor *t) { return t->data ? t->data : NU
 
 static void layernorm(pdl_vision *v, const pdl_tensor *w, const pdl_tensor *b, const float *src, float *dst, int rows) {
     vtask t = {.v = v, .rows = rows, .w = w, .b = b, .src = src, .dst = dst};
-    pdl_threadpool_run_n(v->pool, pdl_threads_for(v->pool, (double)rows * v->cfg.hidden, 16384.0), layernorm_rows, &t);
+    threadpool_run_n(v->pool, threadpool_threads_for(v->pool, (double)rows * v->cfg.hidden, 16384.0), layernorm_rows, &t);
 }
 
 /* ---- the tower ---------------------------------------------------------------- */
 
-int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err) {
+int vis_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     const pdl_vision_weights *w = &v->w;
-    int side = pdl_vision_side(c), n_patches = side * side, cls = c->class_token ? 1 : 0;
+    int side = vis_side(c), n_patches = side * side, cls = c->class_token ? 1 : 0;
     int rows = n_patches + cls, h = c->hidden;
     if (scratch_reserve(v, rows, err)) return -1;
     pdl_vision_scratch *s = &v->scratch;
     pdl_threadpool *pool = v->pool;
-    int row_threads = pdl_threads_for(pool, (double)rows * h, 16384.0);
+    int row_threads = threadpool_threads_for(pool, (double)rows * h, 16384.0);
 
     /* embeddings: [class, patches] + positions */
     vtask t = {.v = v, .pixels = pixels, .rows = rows};
-    pdl_threadpool_run_n(pool, row_threads, gather_patches, &t);
-    if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w,
+    threadpool_run_n(pool, row_threads, gather_patches, &t);
+    if (matmul_run(&v->kernels, pool, &s->kernel, s->x + (size_t)cls * h, h, s->patches, n_patches, &w->patch_w,
                    bias_of(&w->patch_b), false))
         return kernel_failed(v, -1, "patch embedding", err);
     if (cls) memcpy(s->x, w->class_embd.data, (size_t)h * sizeof *s->x);
@@ -231,19 +231,19 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
             {.y = s->k, .ldy = h, .w = &L->wk, .bias = bias_of(&L->bk)},
             {.y = s->v, .ldy = h, .w = &L->wv, .bias = bias_of(&L->bv)},
         };
-        if (pdl_matmul_shared(&v->kernels, pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v",
+        if (matmul_shared(&v->kernels, pool, &s->kernel, s->xn, rows, qkv, 3)) return kernel_failed(v, l, "q/k/v",
                               err);
-        pdl_threadpool_run_n(pool, row_threads, store_kv_rows, &t);
+        threadpool_run_n(pool, row_threads, store_kv_rows, &t);
         double attn_work = (double)rows * rows * h;
-        pdl_threadpool_run_n(pool, pdl_threads_for(pool, attn_work, 65536.0), attention_rows, &t);
-        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true))
+        threadpool_run_n(pool, threadpool_threads_for(pool, attn_work, 65536.0), attention_rows, &t);
+        if (matmul_run(&v->kernels, pool, &s->kernel, s->x, h, s->attn, rows, &L->wo, bias_of(&L->bo), true))
             return kernel_failed(v, l, "attention output", err);
 
         layernorm(v, &L->ln2_w, &L->ln2_b, s->x, s->xn, rows);
-        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false))
+        if (matmul_run(&v->kernels, pool, &s->kernel, s->ff, c->ffn, s->xn, rows, &L->fc1_w, bias_of(&L->fc1_b), false))
             return kernel_failed(v, l, "MLP fc1", err);
         pdl_vision_activation(v, s->ff, rows, c->ffn, c->act);
-        if (pdl_matmul(&v->kernels, pool, &s->kernel, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true))
+        if (matmul_run(&v->kernels, pool, &s->kernel, s->x, h, s->ff, rows, &L->fc2_w, bias_of(&L->fc2_b), true))
             return kernel_failed(v, l, "MLP fc2", err);
     }
     if (c->post_ln) layernorm(v, &w->post_ln_w, &w->post_ln_b, s->x, s->x, rows);
@@ -254,7 +254,7 @@ int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *
 void pdl_vision_scratch_free(pdl_vision_scratch *s) {
     free(s->patches), free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->ff);
     free(s->kv_k), free(s->kv_v), free(s->blocks), free(s->scores);
-    pdl_scratch_free(&s->kernel);
-    pdl_scratch_free(&s->image);
+    scratch_free(&s->kernel);
+    scratch_free(&s->image);
     memset(s, 0, sizeof *s);
 }

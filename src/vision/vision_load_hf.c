@@ -23,9 +23,9 @@
 
 static int jint(json_t *o, const char *path, const char *key, int *out, bool required, pdl_error *err) {
     json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return required ? pdl_fail(err, "%s: missing field '%s'", path, key) : 0;
+    if (!v || json_is_null(v)) return required ? err_fail(err, "%s: missing field '%s'", path, key) : 0;
     if (!json_is_integer(v) || json_integer_value(v) < -(1 << 30) || json_integer_value(v) > (1 << 30))
-        return pdl_fail(err, "%s: field '%s' must be an integer", path, key);
+        return err_fail(err, "%s: field '%s' must be an integer", path, key);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -33,7 +33,7 @@ static int jint(json_t *o, const char *path, const char *key, int *out, bool req
 static int jfloat(json_t *o, const char *path, const char *key, float *out, pdl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_number(v)) return pdl_fail(err, "%s: field '%s' must be a number", path, key);
+    if (!json_is_number(v)) return err_fail(err, "%s: field '%s' must be a number", path, key);
     *out = (float)json_number_value(v);
     return 0;
 }
@@ -45,10 +45,10 @@ static int jfloat3(json_t *o, const char *path, const char *key, float *out, pdl
         for (int i = 0; i < 3; i++) out[i] = (float)json_number_value(v);
         return 0;
     }
-    if (!json_is_array(v) || json_array_size(v) != 3) return pdl_fail(err, "%s: field '%s' must be 3 numbers", path, key);
+    if (!json_is_array(v) || json_array_size(v) != 3) return err_fail(err, "%s: field '%s' must be 3 numbers", path, key);
     for (int i = 0; i < 3; i++) {
         json_t *e = json_array_get(v, (size_t)i);
-        if (!json_is_number(e)) return pdl_fail(err, "%s: field '%s[%d]' must be a number", path, key, i);
+        if (!json_is_number(e)) return err_fail(err, "%s: field '%s[%d]' must be a number", path, key, i);
         out[i] = (float)json_number_value(e);
     }
     return 0;
@@ -57,11 +57,11 @@ static int jfloat3(json_t *o, const char *path, const char *key, float *out, pdl
 static int act_of(json_t *o, const char *path, const char *key, const char *dflt, pdl_vision_act *out, pdl_error *err) {
     json_t *v = json_object_get(o, key);
     const char *s = json_is_string(v) ? json_string_value(v) : dflt;
-    if (v && !json_is_null(v) && !json_is_string(v)) return pdl_fail(err, "%s: field '%s' must be a string", path, key);
+    if (v && !json_is_null(v) && !json_is_string(v)) return err_fail(err, "%s: field '%s' must be a string", path, key);
     if (strcmp(s, "quick_gelu") == 0) *out = PDL_VACT_QUICK_GELU;
     else if (strcmp(s, "gelu_pytorch_tanh") == 0 || strcmp(s, "gelu_new") == 0) *out = PDL_VACT_GELU_TANH;
     else if (strcmp(s, "gelu") == 0) *out = PDL_VACT_GELU_ERF;
-    else return pdl_fail(err, "%s: %s '%s' is not supported (quick_gelu, gelu, gelu_pytorch_tanh)", path, key, s);
+    else return err_fail(err, "%s: %s '%s' is not supported (quick_gelu, gelu, gelu_pytorch_tanh)", path, key, s);
     return 0;
 }
 
@@ -89,10 +89,10 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
     struct stat st;
     if (stat(path, &st) != 0) return 0;
     json_t *j = NULL;
-    if (pdl_json_load_file(path, 0, &j, err)) return -1;
+    if (json_file_load(path, 0, &j, err)) return -1;
     int rc = -1;
     if (!json_is_object(j)) {
-        pdl_fail(err, "%s: top level is not a JSON object", path);
+        err_fail(err, "%s: top level is not a JSON object", path);
         goto done;
     }
     json_t *size = json_object_get(j, "size"), *crop = json_object_get(j, "crop_size");
@@ -106,14 +106,14 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
                 goto done;
         }
     } else if (size && !json_is_null(size)) {
-        pdl_fail(err, "%s: field 'size' must be an object", path);
+        err_fail(err, "%s: field 'size' must be an object", path);
         goto done;
     }
     /* Gemma3ImageProcessor's pan and scan (extra crops of a wide image, each
      * its own image sequence in the prompt) is not implemented: refused
      * rather than silently left out */
     if (json_is_true(json_object_get(j, "do_pan_and_scan"))) {
-        pdl_fail(err, "%s: do_pan_and_scan = true is not supported (Gemma 3's pan-and-scan crops)", path);
+        err_fail(err, "%s: do_pan_and_scan = true is not supported (Gemma 3's pan-and-scan crops)", path);
         goto done;
     }
     /* LLaVA 1.5's pad to a square, where the processor asks for it:
@@ -122,11 +122,11 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
      * do_pad means something else (LLaVA 1.6's tiles batch). */
     json_t *do_pad = json_object_get(j, "do_pad"), *aspect = json_object_get(j, "image_aspect_ratio");
     if (do_pad && !json_is_boolean(do_pad) && !json_is_null(do_pad)) {
-        pdl_fail(err, "%s: field 'do_pad' must be true or false", path);
+        err_fail(err, "%s: field 'do_pad' must be true or false", path);
         goto done;
     }
     if (aspect && !json_is_string(aspect) && !json_is_null(aspect)) {
-        pdl_fail(err, "%s: field 'image_aspect_ratio' must be a string", path);
+        err_fail(err, "%s: field 'image_aspect_ratio' must be a string", path);
         goto done;
     }
     bool aspect_pad = json_is_string(aspect) && strcmp(json_string_value(aspect), "pad") == 0;
@@ -137,7 +137,7 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         /* a square resized by its shortest edge is size x size: the tile */
         p->crop_w = p->crop_h = p->size;
     } else if (p->shortest_edge && !center_crop) {
-        pdl_fail(err, "%s: a shortest-edge resize without center crop gives tiles of varying size (not supported)",
+        err_fail(err, "%s: a shortest-edge resize without center crop gives tiles of varying size (not supported)",
                  path);
         goto done;
     }
@@ -147,7 +147,7 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
     int resample = (int)p->resample;
     if (jint(j, path, "resample", &resample, false, err)) goto done;
     if (resample != PDL_RESAMPLE_BILINEAR && resample != PDL_RESAMPLE_BICUBIC) {
-        pdl_fail(err, "%s: resample %d is not supported (2 bilinear, 3 bicubic)", path, resample);
+        err_fail(err, "%s: resample %d is not supported (2 bilinear, 3 bicubic)", path, resample);
         goto done;
     }
     p->resample = (pdl_resample)resample;
@@ -157,7 +157,7 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         goto done;
     /* keep 1/255 exact unless the file says something else */
     if (rescale != (float)(1.0 / 255.0)) p->rescale = rescale;
-    pdl_pad_color_of_mean(p->mean, p->pad_color); /* the file's own image_mean, as LlavaImageProcessor takes it */
+    img_pad_color_of_mean(p->mean, p->pad_color); /* the file's own image_mean, as LlavaImageProcessor takes it */
     json_t *pins = json_object_get(j, "image_grid_pinpoints");
     if (c->family == PDL_VLM_LLAVA_NEXT && json_is_array(pins)) {
         size_t i;
@@ -166,7 +166,7 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
         json_array_foreach(pins, i, e) {
             if (i >= PDL_MAX_PINPOINTS || !json_is_array(e) || json_array_size(e) != 2 ||
                 !json_is_integer(json_array_get(e, 0)) || !json_is_integer(json_array_get(e, 1))) {
-                pdl_fail(err, "%s: image_grid_pinpoints[%zu] must be [height, width] (at most %d entries)", path, i,
+                err_fail(err, "%s: image_grid_pinpoints[%zu] must be [height, width] (at most %d entries)", path, i,
                          PDL_MAX_PINPOINTS);
                 goto done;
             }
@@ -182,18 +182,18 @@ done:
 }
 
 static const char *tensor_prefix(const pdl_tensor_set *ts) {
-    if (pdl_tensor_set_find(ts, "model.vision_tower.vision_model.encoder.layers.0.layer_norm1.weight"))
+    if (tensor_set_find(ts, "model.vision_tower.vision_model.encoder.layers.0.layer_norm1.weight"))
         return "model.";
     return "";
 }
 
-int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pdl_error *err) {
+int vis_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     snprintf(v->source, sizeof v->source, "safetensors");
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     json_t *cfg = NULL;
-    if (pdl_json_load_file(path, JSON_REJECT_DUPLICATES, &cfg, err)) return -1;
+    if (json_file_load(path, JSON_REJECT_DUPLICATES, &cfg, err)) return -1;
     int rc = -1;
     json_t *mt = json_object_get(cfg, "model_type"), *vc = json_object_get(cfg, "vision_config");
     const char *type = json_is_string(mt) ? json_string_value(mt) : "";
@@ -201,15 +201,15 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
     else if (strcmp(type, "llava_next") == 0) c->family = PDL_VLM_LLAVA_NEXT;
     else if (strcmp(type, "gemma3") == 0) c->family = PDL_VLM_GEMMA3;
     else if (strcmp(type, "qwen2_5_vl") == 0) {
-        rc = pdl_vision_load_qwen_hf(v, cfg, path, dir, text, err);
+        rc = vis_load_qwen_hf(v, cfg, path, dir, text, err);
         goto done;
     } else {
-        pdl_fail(err, "%s: model_type '%s' has no vision model here (supported: llava, llava_next, gemma3, qwen2_5_vl)",
+        err_fail(err, "%s: model_type '%s' has no vision model here (supported: llava, llava_next, gemma3, qwen2_5_vl)",
                  path, type);
         goto done;
     }
     if (!json_is_object(vc)) {
-        pdl_fail(err, "%s: model_type '%s' needs a 'vision_config' object", path, type);
+        err_fail(err, "%s: model_type '%s' needs a 'vision_config' object", path, type);
         goto done;
     }
     bool gemma = c->family == PDL_VLM_GEMMA3;
@@ -242,7 +242,7 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
             jint(cfg, path, "boi_token_index", &c->boi_id, false, err) ||
             jint(cfg, path, "eoi_token_index", &c->eoi_id, false, err))
             goto done;
-        pdl_vision_token_text(text, c->boi_id, c->placeholder, sizeof c->placeholder);
+        vis_token_text(text, c->boi_id, c->placeholder, sizeof c->placeholder);
         if (!c->placeholder[0]) snprintf(c->placeholder, sizeof c->placeholder, "<start_of_image>");
     } else {
         c->class_token = true, c->pre_ln = true, c->post_ln = false, c->patch_bias = false;
@@ -254,19 +254,19 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
             goto done;
         json_t *sel = json_object_get(cfg, "vision_feature_select_strategy");
         if (sel && !(json_is_string(sel) && strcmp(json_string_value(sel), "default") == 0)) {
-            pdl_fail(err, "%s: vision_feature_select_strategy must be \"default\" (the class token dropped)", path);
+            err_fail(err, "%s: vision_feature_select_strategy must be \"default\" (the class token dropped)", path);
             goto done;
         }
         json_t *bias = json_object_get(cfg, "multimodal_projector_bias");
         if (bias && json_is_false(bias)) {
-            pdl_fail(err, "%s: a projector without bias (multimodal_projector_bias false) is not supported", path);
+            err_fail(err, "%s: a projector without bias (multimodal_projector_bias false) is not supported", path);
             goto done;
         }
         /* hidden_states[layer]: 0 is the embeddings, -1 the last layer */
         c->n_layers_run = layer < 0 ? c->n_layers + 1 + layer : layer;
         snprintf(c->placeholder, sizeof c->placeholder, "<image>");
     }
-    pdl_vision_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
+    vis_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
     if (read_processor(v, dir, err)) goto done;
     if (c->family == PDL_VLM_LLAVA_NEXT && c->proc.n_pinpoints == 0) {
         json_t *pins = json_object_get(cfg, "image_grid_pinpoints");
@@ -285,28 +285,28 @@ int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pd
     const char *pre = tensor_prefix(ts);
     pdl_vision_weights *w = &v->w;
     if (c->n_layers_run <= 0 || c->n_layers_run > c->n_layers) {
-        pdl_fail(err, "%s: vision_feature_layer selects %d of %d layers", path, c->n_layers_run, c->n_layers);
+        err_fail(err, "%s: vision_feature_layer selects %d of %d layers", path, c->n_layers_run, c->n_layers);
         goto done;
     }
-    if (pdl_vision_take_all(v, ts, false, pre, false, dir, err)) goto done;
+    if (vis_take_all(v, ts, false, pre, false, dir, err)) goto done;
     if (!gemma && w->mm1_w.n_dims == 2) c->proj_hidden = (int)w->mm1_w.shape[0];
     rc = 0;
     if (gemma) {
         /* Gemma3RMSNorm applies (1 + w): fold the 1 in (an owned F32 copy) */
         pdl_tensor *t = &w->mm_norm_w;
-        int64_t n = pdl_tensor_nelems(t);
+        int64_t n = tensor_nelems(t);
         float *buf = malloc((size_t)n * sizeof *buf);
         void *tmp = malloc(t->nbytes ? t->nbytes : 1);
-        if (!buf || !tmp || pdl_vision_own(v, buf)) {
+        if (!buf || !tmp || vis_own(v, buf)) {
             free(tmp);
-            rc = pdl_fail(err, "out of memory");
+            rc = err_fail(err, "out of memory");
         } else {
             memcpy(tmp, t->data, t->nbytes);
             pdl_tensor cp = *t;
             cp.data = tmp;
-            if (pdl_dequant_row(&cp, 0, buf, n))
-                rc = pdl_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
-                              pdl_dtype_name(t->dtype));
+            if (ops_dequant_row(&cp, 0, buf, n))
+                rc = err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", t->file, t->name,
+                              dtype_name(t->dtype));
             for (int64_t i = 0; rc == 0 && i < n; i++) buf[i] += 1.0f;
             free(tmp);
             t->data = buf, t->dtype = PDL_DTYPE_F32, t->nbytes = (size_t)n * 4, t->n_dims = 1, t->shape[0] = n;

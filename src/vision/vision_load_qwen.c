@@ -32,7 +32,7 @@ static int jint(json_t *o, const char *path, const char *key, int *out, pdl_erro
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
-        return pdl_fail(err, "%s: field '%s' must be a non-negative integer", path, key);
+        return err_fail(err, "%s: field '%s' must be a non-negative integer", path, key);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -41,7 +41,7 @@ static int jlong(json_t *o, const char *path, const char *key, long *out, pdl_er
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v) || json_integer_value(v) <= 0)
-        return pdl_fail(err, "%s: field '%s' must be a positive integer", path, key);
+        return err_fail(err, "%s: field '%s' must be a positive integer", path, key);
     *out = (long)json_integer_value(v);
     return 0;
 }
@@ -49,10 +49,10 @@ static int jlong(json_t *o, const char *path, const char *key, long *out, pdl_er
 static int jfloat3(json_t *o, const char *path, const char *key, float *out, pdl_error *err) {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_array(v) || json_array_size(v) != 3) return pdl_fail(err, "%s: field '%s' must be 3 numbers", path, key);
+    if (!json_is_array(v) || json_array_size(v) != 3) return err_fail(err, "%s: field '%s' must be 3 numbers", path, key);
     for (int i = 0; i < 3; i++) {
         json_t *e = json_array_get(v, (size_t)i);
-        if (!json_is_number(e)) return pdl_fail(err, "%s: field '%s[%d]' must be a number", path, key, i);
+        if (!json_is_number(e)) return err_fail(err, "%s: field '%s[%d]' must be a number", path, key, i);
         out[i] = (float)json_number_value(e);
     }
     return 0;
@@ -72,10 +72,10 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
     struct stat st;
     if (stat(path, &st) != 0) return 0;
     json_t *j = NULL;
-    if (pdl_json_load_file(path, 0, &j, err)) return -1;
+    if (json_file_load(path, 0, &j, err)) return -1;
     int rc = -1, resample = p->resample, patch = p->patch, merge = p->merge, temporal = p->temporal;
     if (!json_is_object(j)) {
-        pdl_fail(err, "%s: top level is not a JSON object", path);
+        err_fail(err, "%s: top level is not a JSON object", path);
         goto done;
     }
     /* newer files give the budget as size {shortest_edge, longest_edge} */
@@ -91,11 +91,11 @@ static int read_processor(pdl_vision *v, const char *dir, pdl_error *err) {
     json_t *rf = json_object_get(j, "rescale_factor");
     if (json_is_number(rf) && (float)json_number_value(rf) != (float)(1.0 / 255.0)) p->rescale = json_number_value(rf);
     if (resample != PDL_RESAMPLE_BILINEAR && resample != PDL_RESAMPLE_BICUBIC) {
-        pdl_fail(err, "%s: resample %d is not supported (2 bilinear, 3 bicubic)", path, resample);
+        err_fail(err, "%s: resample %d is not supported (2 bilinear, 3 bicubic)", path, resample);
         goto done;
     }
     if (patch != p->patch || merge != p->merge || temporal != p->temporal) {
-        pdl_fail(err, "%s: patch_size %d, merge_size %d, temporal_patch_size %d disagree with config.json's "
+        err_fail(err, "%s: patch_size %d, merge_size %d, temporal_patch_size %d disagree with config.json's "
                  "vision_config (%d, %d, %d)", path, patch, merge, temporal, p->patch, p->merge, p->temporal);
         goto done;
     }
@@ -106,11 +106,11 @@ done:
     return rc;
 }
 
-int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir,
+int vis_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir,
                             const pdl_model *text, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     json_t *vc = json_object_get(cfg, "vision_config");
-    if (!json_is_object(vc)) return pdl_fail(err, "%s: model_type 'qwen2_5_vl' needs a 'vision_config' object", path);
+    if (!json_is_object(vc)) return err_fail(err, "%s: model_type 'qwen2_5_vl' needs a 'vision_config' object", path);
     c->family = PDL_VLM_QWEN25VL;
     /* Qwen2_5_VLVisionConfig's defaults */
     c->n_layers = 32, c->hidden = 3584, c->ffn = 3420, c->n_heads = 16, c->channels = 3, c->patch_size = 14;
@@ -121,7 +121,7 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
     c->act = PDL_VACT_SILU, c->proj_act = PDL_VACT_GELU_ERF;
     json_t *act = json_object_get(vc, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0))
-        return pdl_fail(err, "%s: vision_config.hidden_act must be \"silu\" (Qwen2.5-VL's SwiGLU)", path);
+        return err_fail(err, "%s: vision_config.hidden_act must be \"silu\" (Qwen2.5-VL's SwiGLU)", path);
     if (jint(vc, path, "depth", &c->n_layers, err) || jint(vc, path, "hidden_size", &c->hidden, err) ||
         jint(vc, path, "intermediate_size", &c->ffn, err) || jint(vc, path, "num_heads", &c->n_heads, err) ||
         jint(vc, path, "in_chans", &c->channels, err) || jint(vc, path, "in_channels", &c->channels, err) ||
@@ -132,17 +132,17 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
     c->patch_size = c->proc.patch;
     c->n_layers_run = c->n_layers;
     if (c->proc.patch <= 0 || c->proc.merge <= 0 || window_size % (c->proc.patch * c->proc.merge) != 0)
-        return pdl_fail(err, "%s: vision_config.window_size %d is not a multiple of patch_size * spatial_merge_size "
+        return err_fail(err, "%s: vision_config.window_size %d is not a multiple of patch_size * spatial_merge_size "
                         "(%d * %d)", path, window_size, c->proc.patch, c->proc.merge);
     c->window_cells = window_size / (c->proc.patch * c->proc.merge);
     json_t *full = json_object_get(vc, "fullatt_block_indexes");
     if (full) {
         size_t i;
         json_t *e;
-        if (!json_is_array(full)) return pdl_fail(err, "%s: vision_config.fullatt_block_indexes must be a list", path);
+        if (!json_is_array(full)) return err_fail(err, "%s: vision_config.fullatt_block_indexes must be a list", path);
         json_array_foreach(full, i, e) {
             if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= 128)
-                return pdl_fail(err, "%s: vision_config.fullatt_block_indexes[%zu] must be a layer index below 128",
+                return err_fail(err, "%s: vision_config.fullatt_block_indexes[%zu] must be a layer index below 128",
                                 path, i);
             int l = (int)json_integer_value(e);
             c->full_attn[l / 64] |= 1ull << (l % 64);
@@ -155,7 +155,7 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
     pdl_model_get_info(text, &ti);
     c->text_hidden = ti.hidden;
     if (out_hidden != ti.hidden)
-        return pdl_fail(err, "%s: vision_config.out_hidden_size %d differs from the text model's hidden size %d", path,
+        return err_fail(err, "%s: vision_config.out_hidden_size %d differs from the text model's hidden size %d", path,
                         out_hidden, ti.hidden);
     c->proj_hidden = c->hidden * c->proc.merge * c->proc.merge;
     /* the prompt: <|vision_start|> <|image_pad|> x rows <|vision_end|> */
@@ -164,11 +164,11 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
         jint(cfg, path, "vision_end_token_id", &end_id, err))
         return -1;
     c->image_token_id = image_id, c->boi_id = start_id, c->eoi_id = end_id;
-    pdl_vision_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
+    vis_token_text(text, c->image_token_id, c->image_token_text, sizeof c->image_token_text);
     /* what the chat template writes per image (an image part of a message) */
     char start[24], end[24];
-    pdl_vision_token_text(text, c->boi_id, start, sizeof start);
-    pdl_vision_token_text(text, c->eoi_id, end, sizeof end);
+    vis_token_text(text, c->boi_id, start, sizeof start);
+    vis_token_text(text, c->eoi_id, end, sizeof end);
     const char *parts[3] = {start[0] ? start : "<|vision_start|>",
                             c->image_token_text[0] ? c->image_token_text : "<|image_pad|>", end[0] ? end : "<|vision_end|>"};
     c->placeholder[0] = 0;
@@ -178,6 +178,6 @@ int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path,
 
     if (st_open_dir(&v->st, dir, err)) return -1;
     const pdl_tensor_set *ts = st_tensors(v->st);
-    const char *pre = pdl_tensor_set_find(ts, "model.visual.patch_embed.proj.weight") ? "model." : "";
-    return pdl_vision_take_all(v, ts, false, pre, false, dir, err);
+    const char *pre = tensor_set_find(ts, "model.visual.patch_embed.proj.weight") ? "model." : "";
+    return vis_take_all(v, ts, false, pre, false, dir, err);
 }

@@ -3,8 +3,8 @@
  * and family, naming it in both formats (llama.cpp's mmproj GGUF, a Hugging
  * Face checkpoint), saying when it is required and what shape it must have;
  * and the two passes every loader shares over it: taking the tensors from
- * the file (pdl_vision_take_all) and checking their shapes against the
- * config (pdl_vision_check_all).
+ * the file (vis_take_all) and checking their shapes against the
+ * config (vis_check_all).
  *
  * As the text model's LAYER_TENSORS (model_load.c), a family's loader only
  * reads its numbers and picks the prefix; which tensors exist and how they
@@ -14,7 +14,7 @@
  * patch embedding stored as two GGUF kernels, the old converters' swapped
  * ffn_up / ffn_down), shapes that need more than two dimensions (the patch
  * convolution, the position table) or a transposition (Gemma 3's
- * projection): those stay with their loader or with pdl_vision_finish.
+ * projection): those stay with their loader or with vis_finish.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stddef.h>
@@ -228,20 +228,20 @@ static int take_row(pdl_vision *v, const vision_tensor_row *r, const pdl_tensor_
     else if (layer >= 0) snprintf(full, sizeof full, "%s%s%d.%s", hf_prefix, hf_layer_prefix(c->family), layer, name);
     else snprintf(full, sizeof full, "%s%s", hf_prefix, name);
     bool try_alt = gguf && r->gguf_alt;
-    if (pdl_model_take_tensor(ts, full, required && !r->about && !try_alt, where, dst, err)) return -1;
-    if (!dst->data && try_alt && pdl_model_take_tensor(ts, r->gguf_alt, false, where, dst, err)) return -1;
+    if (model_take_tensor(ts, full, required && !r->about && !try_alt, where, dst, err)) return -1;
+    if (!dst->data && try_alt && model_take_tensor(ts, r->gguf_alt, false, where, dst, err)) return -1;
     if (!dst->data && required && (r->about || try_alt))
-        return r->about ? pdl_fail(err, "%s: missing tensor '%s' (%s)", where, full, r->about)
-                        : pdl_fail(err, "%s: missing tensor '%s'", where, full);
+        return r->about ? err_fail(err, "%s: missing tensor '%s' (%s)", where, full, r->about)
+                        : err_fail(err, "%s: missing tensor '%s'", where, full);
     return 0;
 }
 
-int pdl_vision_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
+int vis_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
                         const char *where, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     pdl_vision_weights *w = &v->w;
     w->layers = calloc(c->n_layers_run > 0 ? (size_t)c->n_layers_run : 1, sizeof *w->layers);
-    if (!w->layers) return pdl_fail(err, "out of memory");
+    if (!w->layers) return err_fail(err, "out of memory");
     for (int stage = VT_BEFORE_LAYERS; stage <= VT_AFTER_LAYERS; stage++) {
         int n_layers = stage == VT_LAYER ? c->n_layers_run : 1;
         for (int l = 0; l < n_layers; l++)
@@ -268,7 +268,7 @@ static int64_t dim_value(vt_dim d, const pdl_vision_config *c) {
     return 0;
 }
 
-int pdl_vision_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err) {
+int vis_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err) {
     const pdl_vision_config *c = &v->cfg;
     for (int stage = VT_BEFORE_LAYERS; stage <= VT_AFTER_LAYERS; stage++) {
         int n_layers = stage == VT_LAYER ? c->n_layers_run : 1;
@@ -283,8 +283,8 @@ int pdl_vision_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err) {
                 pdl_tensor *t = row_tensor(r, &v->w, stage == VT_LAYER ? l : -1);
                 const char *what = stage == VT_LAYER ? layer_what : r->what;
                 int64_t rows = dim_value(r->rows, c), cols = dim_value(r->cols, c);
-                if (r->cols == VD_NONE ? pdl_vision_vector(v, t, rows, what, err)
-                                       : pdl_vision_matrix(v, t, rows, cols, what, err))
+                if (r->cols == VD_NONE ? vis_vector(v, t, rows, what, err)
+                                       : vis_matrix(v, t, rows, cols, what, err))
                     return -1;
             }
         }

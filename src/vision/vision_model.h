@@ -142,19 +142,19 @@ struct pdl_vision {
 };
 
 /* Loaders: fill cfg and w; text is the text model (its hidden size and
- * tokenizer). pdl_vision_finish checks shapes and makes vectors F32. */
-int pdl_vision_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pdl_error *err);
-int pdl_vision_load_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
-int pdl_vision_finish(pdl_vision *v, pdl_error *err);
+ * tokenizer). vis_finish checks shapes and makes vectors F32. */
+int vis_load_hf(pdl_vision *v, const char *dir, const pdl_model *text, pdl_error *err);
+int vis_load_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
+int vis_finish(pdl_vision *v, pdl_error *err);
 /* Keeps p to free with the model; -1 when out of memory (p freed). */
-int pdl_vision_own(pdl_vision *v, void *p);
+int vis_own(pdl_vision *v, void *p);
 /* The loaders' shared readers (vision_load.c): the tensor named by fmt
- * (pdl_model_take_tensor's rules, `where` the file or folder in its
+ * (model_take_tensor's rules, `where` the file or folder in its
  * messages); a u32 key of an mmproj GGUF (required: missing is an error;
  * else absent keeps *out; over 2^30 is refused); a token's id by its text
  * in the text model's vocabulary, or -1; and id's text there into out (n
  * bytes), or "" when the vocabulary lacks it or it does not fit. */
-int pdl_vision_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
+int vis_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* The weights table (vision_load_tensors.c). take_all allocates the
  * n_layers_run layers and takes every tensor of the family from ts under
@@ -163,45 +163,45 @@ int pdl_vision_take(const pdl_tensor_set *ts, const char *where, bool required, 
  * `where`), one it does not is taken when present. qkv_apart: Qwen2.5-VL's
  * q, k and v as three tensors (llama.cpp's converter) instead of one.
  * check_all checks the shape of every tensor the table gives one for and
- * makes it F32 (vectors) or aligned (matrices), as pdl_vision_vector and
- * pdl_vision_matrix; the rest (patch and position embeddings, Gemma 3's
- * projection) pdl_vision_finish checks itself. */
-int pdl_vision_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
+ * makes it F32 (vectors) or aligned (matrices), as vis_vector and
+ * vis_matrix; the rest (patch and position embeddings, Gemma 3's
+ * projection) vis_finish checks itself. */
+int vis_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
                         const char *where, pdl_error *err);
-int pdl_vision_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err);
+int vis_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err);
 /* Shape checks naming `what` (a role, or "vision layer N") in their
  * message: a vector of n made F32 (an owned copy when stored otherwise);
  * a (rows, cols) matrix of a type the encoder's matmuls take, aligned. */
-int pdl_vision_vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err);
-int pdl_vision_matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err);
-int pdl_vision_gguf_u32(const gguf_file *g, bool required, const char *key, int *out, pdl_error *err);
-int32_t pdl_vision_token_id(const pdl_model *text, const char *s);
-void pdl_vision_token_text(const pdl_model *text, int32_t id, char *out, size_t n);
+int vis_vector(pdl_vision *v, pdl_tensor *t, int64_t n, const char *what, pdl_error *err);
+int vis_matrix(pdl_vision *v, pdl_tensor *t, int64_t rows, int64_t cols, const char *what, pdl_error *err);
+int vis_gguf_u32(const gguf_file *g, bool required, const char *key, int *out, pdl_error *err);
+int32_t vis_token_id(const pdl_model *text, const char *s);
+void vis_token_text(const pdl_model *text, int32_t id, char *out, size_t n);
 
 /* Patches per tile side (image_size / patch_size). */
-static inline int pdl_vision_side(const pdl_vision_config *c) { return c->image_size / c->patch_size; }
+static inline int vis_side(const pdl_vision_config *c) { return c->image_size / c->patch_size; }
 
 /* The tower over one preprocessed tile (3, image_size, image_size): the
  * feature rows it hands the projector, (n_out, hidden), class token
  * dropped; n_out = side^2. out is caller-sized. */
-int pdl_vision_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err);
+int vis_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err);
 
 /* Qwen2.5-VL (qwen_vision.c): the loader of its vision half, its checks,
  * and an image through processor, tower and merger: *rows (n_rows,
  * text_hidden) in the merged grid's row-major order; *grid_h, *grid_w the
  * merged grid. */
-int pdl_vision_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir, const pdl_model *text,
+int vis_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir, const pdl_model *text,
                             pdl_error *err);
-int pdl_vision_finish_qwen(pdl_vision *v, pdl_error *err);
+int vis_finish_qwen(pdl_vision *v, pdl_error *err);
 /* From llama.cpp's mmproj (projector type qwen2.5vl_merger), v->gguf open. */
-int pdl_vision_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
-int pdl_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
+int vis_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
+int vis_qwen_encode(pdl_vision *v, const pdl_image *img, float **rows, int *n_rows, pdl_error *err);
 /* The merged grid an image gets (rows = grid_h * grid_w), or -1 (an image
  * smart_resize refuses). */
-int pdl_qwen_grid(const pdl_vision *v, const pdl_image *img, int *grid_h, int *grid_w);
+int vis_qwen_grid(const pdl_vision *v, const pdl_image *img, int *grid_h, int *grid_w);
 
 /* The projector over n rows of tower features (n, hidden) -> rows of the
  * text model (n_out, text_hidden): LLaVA n_out = n, Gemma 3 mm_tokens. */
-int pdl_vision_project(pdl_vision *v, const float *features, int n, float *out, int *n_out, pdl_error *err);
+int vis_project(pdl_vision *v, const float *features, int n, float *out, int *n_out, pdl_error *err);
 
 #endif

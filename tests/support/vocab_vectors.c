@@ -29,8 +29,8 @@ void vocab_vectors_load(vocab_vectors *v, const char *name) {
     char *pi = test_data_path(rel_inp), *po = test_data_path(rel_out);
     size_t li, lo;
     pdl_error err;
-    REQUIRE_MSG(pdl_read_file(pi, PDL_READ_MAX_JSON, &v->inp, &li, &err) == 0, "%s", err.message);
-    REQUIRE_MSG(pdl_read_file(po, PDL_READ_MAX_JSON, &v->out, &lo, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(file_read(pi, PDL_READ_MAX_JSON, &v->inp, &li, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(file_read(po, PDL_READ_MAX_JSON, &v->out, &lo, &err) == 0, "%s", err.message);
     free(pi);
     free(po);
     static const char sep[] = "\n__ggml_vocab_test__\n";
