@@ -6,7 +6,7 @@
  * cache) and laid over the prompt's rows, its first sequence queued.
  *
  * What it is not for: tokenizing text (the caller gives ids: pdl_tokenize,
- * src/tokenizer/model_text.c), the step or the output.
+ * src/model/model_text.c), the step or the output.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
