@@ -116,7 +116,7 @@ static void check_head_dim(int hd, int BSZ) {
                     attn_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
                     for (int i = 0; i < nq; i++)
                         attn_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
-                                           &kv, scratch);
+                                  &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from one at a time", hd,
                               BSZ, f16, windows[wi], caps[ci], nq);
@@ -162,7 +162,7 @@ static void check_head_dim(int hd, int BSZ) {
                     for (int i = 0; i < nq; i++)
                         outw[i] = want + (size_t)i * hd;
                     attn_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv,
-                                                        scratch);
+                                               scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d: ranges differ from the portable body", hd, BSZ);
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {

@@ -530,7 +530,7 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                     cpu_isa_set(isa);
                     memcpy(got, y0, (size_t)rows * out * sizeof *got);
                     panels_matmul(matmul_kernels_active(), pool, &scratch, got, out, x, rows, &t,
-                                      variant ? bias : NULL, variant == 2);
+                                  variant ? bias : NULL, variant == 2);
                     CHECK_MSG(memcmp(got, want, (size_t)rows * out * sizeof *got) == 0,
                               "%s %dx%dx%d variant %d, %s tile, %d threads", dtype_name(dt), rows, out, in, variant,
                               cpu_isa_name(isa), threads);
@@ -583,7 +583,7 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                         matmul_run(matmul_kernels_active(), pool, &scratch, u0, out, x, rows, &t[1], NULL, false);
                         for (int r = 0; r < rows; r++) acts[ai](g0 + (size_t)r * out, u0 + (size_t)r * out, out);
                         matmul_gated(matmul_kernels_active(), pool, &scratch, g1, out, u1, x, rows, &t[0], &t[1],
-                                         acts[ai]);
+                                     acts[ai]);
                         CHECK_MSG(memcmp(g0, g1, ny * sizeof *g0) == 0, "%s %dx%d, %s, %d threads%s",
                                   dtype_name(dt), rows, out, ai ? "GELU" : "SiLU", threads,
                                   unpaneled ? ", up without panels" : "");
@@ -614,7 +614,7 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
             int in = cases[ci].in;
             if (dt == PDL_DTYPE_BF16 && !paneled) continue; /* row-major BF16 may read x as it is */
             if (paneled && !panels_wanted(matmul_kernels_active(), &(pdl_tensor){.dtype = dt, .n_dims = 2,
-                                              .shape = {out, in}})) continue;
+                                          .shape = {out, in}})) continue;
             float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
             REQUIRE(x);
             for (int i = 0; i < rows * in; i++) x[i] = frand();
@@ -649,9 +649,9 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
                                                        false)
                              : entry == 1 ? matmul_shared(matmul_kernels_active(), pool, &s, x, rows, o, 2)
                              : entry == 2 ? matmul_gated(matmul_kernels_active(), pool, &s, got, out, up, x, rows,
-                                                             &t[0], &t[1], ops_silu_mul)
+                                                         &t[0], &t[1], ops_silu_mul)
                                           : matmul_grouped(matmul_kernels_active(), pool, &s, x, rows, g, 2, NULL,
-                                                               NULL);
+                                                           NULL);
                     bool untouched = true;
                     for (size_t i = 0; i < 2 * ny * sizeof *got; i++) untouched &= ((uint8_t *)got)[i] == 0xA5;
                     if (fail) {
@@ -843,7 +843,7 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
                 for (size_t i = 0; i < ny; i++) want[i] = got[i] = frand();
                 for (int r = 0; r < rows; r++) {
                     matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
-                                               xs + (size_t)r * nb32);
+                                                  xs + (size_t)r * nb32);
                     kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
                 }
                 const float *b = variant ? bias : NULL;

@@ -72,13 +72,13 @@ static inline size_t attn_v_index(int64_t slot, int block_size, int kv_dim, int 
 typedef void (*pdl_attention_store_fn)(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim,
                                        int block_size, int64_t slot, const float *k, const float *v);
 void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
-                         int64_t slot, const float *k, const float *v);
+                int64_t slot, const float *k, const float *v);
 void attn_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
-                                int64_t slot, const float *k, const float *v);
+                       int64_t slot, const float *k, const float *v);
 void attn_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
-                              int64_t slot, const float *k, const float *v);
+                     int64_t slot, const float *k, const float *v);
 void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
-                              int64_t slot, const float *k, const float *v);
+                     int64_t slot, const float *k, const float *v);
 
 /*
  * Several queries of one sequence against one KV head: out[i] (head_dim
@@ -89,7 +89,7 @@ void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
  * max pos[i] - min first[i] + 1.
  */
 void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                           int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
+                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
 size_t attn_queries_scratch(int n_q, int span, int head_dim);
 
 /*
@@ -102,11 +102,11 @@ size_t attn_queries_scratch(int n_q, int span, int head_dim);
  * span = max last[i] - min first[i] + 1.
  */
 void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
-                          int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch);
+                 int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch);
 
 /* One query: attn_queries with n_q = 1 (scratch likewise). */
 void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
-                        int pos, int window, const pdl_attn_kv *kv, float *scratch);
+               int pos, int window, const pdl_attn_kv *kv, float *scratch);
 
 /* The builds per instruction set (attn_queries, _ranges and
  * attn_store pick the process's family on each call, for the
@@ -116,32 +116,32 @@ typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const
                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
                                  float *scratch);
 void attn_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                  float *scratch);
+                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         float *scratch);
 void attn_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                float *scratch);
+                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       float *scratch);
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                  float *scratch);
+                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         float *scratch);
 void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                float *scratch);
+                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       float *scratch);
 typedef void (*pdl_attention_ranges_fn)(float *const *out, const float *const *q, const int *first, const int *last,
                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
                                         const pdl_attn_kv *kv, float *scratch);
 void attn_queries_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
-                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                         const pdl_attn_kv *kv, float *scratch);
+                                int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                const pdl_attn_kv *kv, float *scratch);
 void attn_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
-                                       int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                       const pdl_attn_kv *kv, float *scratch);
+                              int n_q, int head_dim, int kv_head, float scale, float softcap,
+                              const pdl_attn_kv *kv, float *scratch);
 void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
-                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                         const pdl_attn_kv *kv, float *scratch);
+                                int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                const pdl_attn_kv *kv, float *scratch);
 void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
-                                       int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                       const pdl_attn_kv *kv, float *scratch);
+                              int n_q, int head_dim, int kv_head, float scale, float softcap,
+                              const pdl_attn_kv *kv, float *scratch);
 
 /* One family's attention kernels, chosen once (a pdl_context fills its
  * table when it is made) and called through by the forward: one indirect

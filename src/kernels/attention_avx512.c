@@ -39,8 +39,8 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                  float *scratch) {
+                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         float *scratch) {
     attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,

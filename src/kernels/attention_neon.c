@@ -47,12 +47,12 @@ static inline void at_to_f16(const float *src, uint16_t *dst) {
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
-                              int64_t slot, const float *k, const float *v) {
+                     int64_t slot, const float *k, const float *v) {
     attn_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
-                                float *scratch) {
+                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       float *scratch) {
     attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
 }
 void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,

@@ -66,12 +66,12 @@ typedef void (*pdl_tile_kq_fn)(const pdl_block_q8k *x, int64_t nb, int rows, con
  * x86); the quantizer gives kquant_quantize_row_q8_k's bytes. */
 void kquant_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y);
 void kquant_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                          int cols, float *out, int64_t ldo);
+                             int cols, float *out, int64_t ldo);
 void kquant_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                          int cols, float *out, int64_t ldo);
+                             int cols, float *out, int64_t ldo);
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                        int cols, float *out, int64_t ldo);
+                           int cols, float *out, int64_t ldo);
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                        int cols, float *out, int64_t ldo);
+                           int cols, float *out, int64_t ldo);
 
 #endif

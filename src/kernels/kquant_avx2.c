@@ -189,14 +189,14 @@ static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *
 }
 
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
-                        float *out, int64_t ldo) {
+                           float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo);
     else q4k_body(x, nb, rows, w, wrb, cols, out, ldo);
 }
 
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
-                        float *out, int64_t ldo) {
+                           float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q6k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q6k_body(x, nb, 1, w, wrb, TC, out, ldo);
     else q6k_body(x, nb, rows, w, wrb, cols, out, ldo);

@@ -50,12 +50,12 @@ void kquant_quantize_row_q8_k_avx512(const float *x, int64_t n, pdl_block_q8k *y
 }
 
 void kquant_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                          int cols, float *out, int64_t ldo) {
+                             int cols, float *out, int64_t ldo) {
     kq_bw_tile_q4_k(x, nb, rows, w, w_row_bytes, cols, out, ldo);
 }
 
 void kquant_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
-                          int cols, float *out, int64_t ldo) {
+                             int cols, float *out, int64_t ldo) {
     kq_bw_tile_q6_k(x, nb, rows, w, w_row_bytes, cols, out, ldo);
 }
 #endif

@@ -420,7 +420,7 @@ static void prep_worker(void *p, int ith, int nth) {
 }
 
 int matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
+                  int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     bool together = n_outs > 0 && n_outs <= PDL_MATMUL_SHARED_MAX;
     for (int i = 0; i < n_outs && together; i++)
         together = outs[i].w->panels && outs[i].w->dtype == outs[0].w->dtype &&
@@ -454,11 +454,11 @@ static bool gated_panels(const pdl_tensor *w_gate, const pdl_tensor *w_up) {
 }
 
 int matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
-                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
-                     pdl_gate_fn act) {
+                 float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                 pdl_gate_fn act) {
     if (n_rows == 0) return 0;
     if (gated_panels(w_gate, w_up)) return panels_matmul_gated(kernels, pool, scratch, gate, ldg, x, n_rows,
-                                                                   w_gate, w_up, act);
+                                                               w_gate, w_up, act);
     pdl_matmul_out o[2] = {{.y = gate, .ldy = ldg, .w = w_gate}, {.y = up, .ldy = ldg, .w = w_up}};
     if (matmul_shared(kernels, pool, scratch, x, n_rows, o, 2)) return -1;
     gate_task t = {.gate = gate, .up = up, .ld = ldg, .n_rows = n_rows, .n = (int)w_gate->shape[0], .act = act};
@@ -467,7 +467,7 @@ int matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *
 }
 
 int matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
+                   int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up) {
     if (n_groups <= 0) return 0;
     int64_t in = groups[0].w->shape[1];
     for (int at = 0; at < n_groups; at += PDL_MATMUL_GROUP_MAX) {
@@ -488,7 +488,7 @@ int matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch
             if (g[i].n_rows <= 0) continue;
             const float *xi = x + g[i].r0 * in;
             int rc = act ? matmul_gated(kernels, pool, scratch, g[i].y, g[i].ldy, up + g[i].r0 * g[i].ldy, xi,
-                                            g[i].n_rows, g[i].w, g[i].w_up, act)
+                                        g[i].n_rows, g[i].w, g[i].w_up, act)
                          : matmul_run(kernels, pool, scratch, g[i].y, g[i].ldy, xi, g[i].n_rows, g[i].w, NULL, false);
             if (rc) return -1;
         }

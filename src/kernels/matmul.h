@@ -91,7 +91,7 @@ typedef struct pdl_matmul_out {
  * activations are prepared once and one parallel region splits all their
  * panels over the threads (one wake-up instead of one per matrix). */
 int matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                      int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
+                  int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* A gated MLP's activation: gate[i] = act(gate[i]) * up[i] for i < n
  * (ops_silu_mul, ops_gelu_tanh_mul). */
@@ -117,7 +117,7 @@ typedef struct pdl_matmul_group {
  * per call; more run in several). up: scratch (n_rows, w's rows) for the
  * gated fallback, or NULL without act. */
 int matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                       int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
+                   int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act, float *up);
 
 /* gate[r][o] = act(x w_gate^T, x w_up^T) (ldg floats per row; up: a
  * scratch of the same shape): the gated MLP's two products and its
@@ -126,7 +126,7 @@ int matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch
  * the up product is made right after the gate's and combined while both
  * are in L1, so `up` is not written at all. */
 int matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate, int64_t ldg,
-                     float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
-                     pdl_gate_fn act);
+                 float *up, const float *x, int64_t n_rows, const pdl_tensor *w_gate, const pdl_tensor *w_up,
+                 pdl_gate_fn act);
 
 #endif

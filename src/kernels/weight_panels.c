@@ -640,7 +640,7 @@ size_t panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int
 }
 
 int panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
-                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
+                  const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate) {
     pdl_matmul_out o = {.y = y, .ldy = ldy, .w = w, .bias = bias, .accumulate = accumulate};
     return panels_matmul_shared(kernels, pool, scratch, x, n_rows, &o, 1);
 }
@@ -661,7 +661,7 @@ static panel_mat mat_of(const pdl_tensor *w, const pdl_tensor *w_up, float *y, i
 }
 
 int panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
+                         int64_t n_rows, const pdl_matmul_out *outs, int n_outs) {
     panel_mat mats[PDL_MATMUL_SHARED_MAX];
     int n = 0;
     for (int i = 0; i < n_outs && i < PDL_MATMUL_SHARED_MAX; i++)
@@ -670,14 +670,14 @@ int panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_s
 }
 
 int panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
-                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
-                            const pdl_tensor *w_up, pdl_gate_fn act) {
+                        int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                        const pdl_tensor *w_up, pdl_gate_fn act) {
     panel_mat m = mat_of(w_gate, w_up, gate, ldg, NULL, false, 0, n_rows);
     return panels_run(kernels, pool, scratch, x, n_rows, w_gate, &m, 1, act);
 }
 
 int panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
+                          int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act) {
     panel_mat mats[PDL_MATMUL_GROUP_MAX];
     int n = 0;
     for (int i = 0; i < n_groups && i < PDL_MATMUL_GROUP_MAX; i++) {

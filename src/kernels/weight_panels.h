@@ -102,7 +102,7 @@ void panels_fill(pdl_threadpool *pool, pdl_tensor *w, void *dst);
 /* y = x w^T (+ bias, += when accumulate) from w->panels, as matmul_run
  * (its scratch and its -1 when that cannot be had, y then untouched). */
 int panels_matmul(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *y, int64_t ldy,
-                      const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
+                  const float *x, int64_t n_rows, const pdl_tensor *w, const float *bias, bool accumulate);
 
 /* Bytes of scratch the panel products take for n_rows rows times w. */
 size_t panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int64_t n_rows);
@@ -110,18 +110,18 @@ size_t panels_scratch_bytes(const pdl_kernels *kernels, const pdl_tensor *w, int
 /* matmul_shared for matrices that all have panels of one dtype and
  * width (the caller checks). */
 int panels_matmul_shared(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                             int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
+                         int64_t n_rows, const pdl_matmul_out *outs, int n_outs);
 
 /* matmul_gated for a gate and an up matrix with panels of one dtype
  * and shape (the caller checks). */
 int panels_matmul_gated(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, float *gate,
-                            int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
-                            const pdl_tensor *w_up, pdl_gate_fn act);
+                        int64_t ldg, const float *x, int64_t n_rows, const pdl_tensor *w_gate,
+                        const pdl_tensor *w_up, pdl_gate_fn act);
 
 /* matmul_grouped for matrices (and up matrices) that all have panels
  * of one dtype and width (the caller checks). */
 int panels_matmul_grouped(const pdl_kernels *kernels, pdl_threadpool *pool, pdl_scratch *scratch, const float *x,
-                              int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
+                          int64_t n_rows, const pdl_matmul_group *groups, int n_groups, pdl_gate_fn act);
 
 /* A tile: rows x (panels x 16) outputs. x holds F32 activations (ldx
  * floats per row) or, for BF16 weights in the BF16 activation mode, pairs

@@ -104,7 +104,7 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
     if (n_logits > s->logits_cap) {
         if (grow(&s->normed_out, n_logits * c->hidden) ||
             scratch_reserve_bytes(&s->kernel, matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
-                                                                     (int64_t)n_logits)))
+                                                                   (int64_t)n_logits)))
             return err_fail(err, "forward: out of memory for %zu logits rows", n_logits);
         s->logits_cap = n_logits;
     }
@@ -383,7 +383,7 @@ static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pd
     if (n > s->full_cap) {
         if (grow(&s->full_normed, n * c->hidden) || grow(&s->full_logits, n * c->vocab) ||
             scratch_reserve_bytes(&s->kernel, matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output,
-                                                                     (int64_t)n)))
+                                                                   (int64_t)n)))
             return err_fail(err, "forward: out of memory for %zu x %d full logits", n, c->vocab);
         s->full_cap = n;
     }
@@ -481,7 +481,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
             continue;
         }
         if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
-                             &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
+                         &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
             return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
         if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
                        &lw->w_down, NULL, direct_add))

@@ -19,7 +19,7 @@
 #define PROBE_TOKENS 12
 
 void probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
-                       bool *ok, char *reason, size_t reason_len) {
+                   bool *ok, char *reason, size_t reason_len) {
     size_t n = (size_t)n_rows * vocab;
     *ok = memcmp(full, sel, n * sizeof(float)) == 0;
     if (reason && reason_len) reason[0] = '\0';

@@ -175,7 +175,7 @@ int model_load_hf(pdl_model *m, const char *dir, pdl_error *err);
 /* Looks `name` up in set; a missing required tensor is an error naming it and
  * `where` (the file or folder). An absent optional one leaves dst zeroed. */
 int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
-                          pdl_tensor *dst, pdl_error *err);
+                      pdl_tensor *dst, pdl_error *err);
 
 /* Takes every per-layer weight from set under either format's names
  * (GGUF "blk.N.attn_q.weight" when hf_prefix is NULL, else Hugging Face
@@ -184,7 +184,7 @@ int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required
  * Q/K/V biases found in the files switch cfg.qkv_bias on; fused qkv and
  * gate_up matrices are split into row views. */
 int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
-                          pdl_error *err);
+                      pdl_error *err);
 
 /* After a loader: checks every weight against cfg (presence, shapes, dtypes)
  * with one clear error naming the tensor, its file and the expected shape;
@@ -206,7 +206,7 @@ void model_tensor_rows(const pdl_tensor *t, int64_t r0, int64_t rows, const char
  * names the rows (rows[0], rows[n_rows - 1] of an n_tokens probe) and the
  * largest difference. */
 void probe_compare(const float *full, const float *sel, int n_rows, int vocab, const int32_t *rows, int n_tokens,
-                       bool *ok, char *reason, size_t reason_len);
+                   bool *ok, char *reason, size_t reason_len);
 
 /* One row's routing: its k experts of the (n_experts) logits, best first
  * (the lower id on a tie), and their weights (softmax over all experts or

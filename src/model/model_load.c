@@ -41,7 +41,7 @@ static const pdl_tensor *take_with_parts(const pdl_tensor_set *set, const char *
 }
 
 int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required, const char *where,
-                          pdl_tensor *dst, pdl_error *err) {
+                      pdl_tensor *dst, pdl_error *err) {
     const pdl_tensor *t = take_with_parts(set, name);
     if (!t) {
         memset(dst, 0, sizeof *dst);
@@ -251,7 +251,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
 }
 
 int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
-                          pdl_error *err) {
+                      pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     if (c->n_layers <= 0 || c->n_layers > 4096)
         return err_fail(err, "%s: %d layers (must be 1 to 4096)", where, c->n_layers);

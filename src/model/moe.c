@@ -165,15 +165,15 @@ static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const floa
                                              .n_rows = cnt};
             if (ng == PDL_MATMUL_GROUP_MAX) {
                 int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g,
-                                                        ng, act, s->ue)
+                                                    ng, act, s->ue)
                                    : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng,
-                                                        NULL, NULL);
+                                                    NULL, NULL);
                 if (rc) return -1;
                 ng = 0;
             }
         }
         int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act,
-                                                s->ue)
+                                            s->ue)
                            : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
         if (rc) return -1;
     }
@@ -265,7 +265,7 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
             if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
-                                 &lw->exp_gate[e], &lw->exp_up[e], act) ||
+                             &lw->exp_gate[e], &lw->exp_up[e], act) ||
                 matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
                            &lw->exp_down[e], NULL, false))
                 return moe_failed(ctx, lw, "experts", err);
@@ -282,7 +282,7 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
          * activation before the down projection (a linear map), which then
          * accumulates into the routed sum */
         if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn_shared, s->up, xn, n, &lw->sh_gate,
-                             &lw->sh_up, act))
+                         &lw->sh_up, act))
             return moe_failed(ctx, lw, "shared expert", err);
         if (t.shared_gate)
             for (int r = 0; r < n; r++) {

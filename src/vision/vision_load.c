@@ -24,7 +24,7 @@
 void pdl_vision_scratch_free(pdl_vision_scratch *s);
 
 int vis_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
-                    const char *fmt, ...) {
+             const char *fmt, ...) {
     char name[PDL_TENSOR_NAME_MAX];
     va_list ap;
     va_start(ap, fmt);

@@ -107,7 +107,7 @@ done:
 }
 
 int vis_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir,
-                            const pdl_model *text, pdl_error *err) {
+                     const pdl_model *text, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     json_t *vc = json_object_get(cfg, "vision_config");
     if (!json_is_object(vc)) return err_fail(err, "%s: model_type 'qwen2_5_vl' needs a 'vision_config' object", path);

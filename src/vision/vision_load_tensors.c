@@ -237,7 +237,7 @@ static int take_row(pdl_vision *v, const vision_tensor_row *r, const pdl_tensor_
 }
 
 int vis_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
-                        const char *where, pdl_error *err) {
+                 const char *where, pdl_error *err) {
     pdl_vision_config *c = &v->cfg;
     pdl_vision_weights *w = &v->w;
     w->layers = calloc(c->n_layers_run > 0 ? (size_t)c->n_layers_run : 1, sizeof *w->layers);

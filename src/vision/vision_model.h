@@ -155,7 +155,7 @@ int vis_own(pdl_vision *v, void *p);
  * in the text model's vocabulary, or -1; and id's text there into out (n
  * bytes), or "" when the vocabulary lacks it or it does not fit. */
 int vis_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_tensor *dst, pdl_error *err,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+             const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* The weights table (vision_load_tensors.c). take_all allocates the
  * n_layers_run layers and takes every tensor of the family from ts under
  * its GGUF name (gguf) or its Hugging Face name after hf_prefix ("" or
@@ -167,7 +167,7 @@ int vis_take(const pdl_tensor_set *ts, const char *where, bool required, pdl_ten
  * vis_matrix; the rest (patch and position embeddings, Gemma 3's
  * projection) vis_finish checks itself. */
 int vis_take_all(pdl_vision *v, const pdl_tensor_set *ts, bool gguf, const char *hf_prefix, bool qkv_apart,
-                        const char *where, pdl_error *err);
+                 const char *where, pdl_error *err);
 int vis_check_all(pdl_vision *v, bool qkv_apart, pdl_error *err);
 /* Shape checks naming `what` (a role, or "vision layer N") in their
  * message: a vector of n made F32 (an owned copy when stored otherwise);
@@ -191,7 +191,7 @@ int vis_tower(pdl_vision *v, const float *pixels, float *out, pdl_error *err);
  * text_hidden) in the merged grid's row-major order; *grid_h, *grid_w the
  * merged grid. */
 int vis_load_qwen_hf(pdl_vision *v, struct json_t *cfg, const char *path, const char *dir, const pdl_model *text,
-                            pdl_error *err);
+                     pdl_error *err);
 int vis_finish_qwen(pdl_vision *v, pdl_error *err);
 /* From llama.cpp's mmproj (projector type qwen2.5vl_merger), v->gguf open. */
 int vis_load_qwen_gguf(pdl_vision *v, const char *path, const pdl_model *text, pdl_error *err);
