@@ -312,7 +312,7 @@ static const cli_option RUN_OPTIONS[] = {
      .help = "serve every line as a request, all at once (continuous batching); a line\n"
              "is a POST /v1/completions body plus an \"id\" (\"prompt\" text or ids, \"max_tokens\",\n"
              "sampling fields, \"stop\", \"logprobs\", \"n\", \"logit_bias\", \"min_tokens\",\n"
-             "\"response_format\", \"structured_outputs\", ...; see README); temperature 0 and\n"
+             "\"response_format\", \"structured_outputs\", ...; see docs/cli.md); temperature 0 and\n"
              "max_tokens -n when left out; prints one JSON line per request in input order"},
     {.kind = CLI_OPT_SECTION, .help = "engine options (with --batch-file):"},
     {"--max-num-seqs", NULL, CLI_OPT_INT, A(eo.max_num_seqs), .min = 1, .max = 1 << 20, .value = "N",
