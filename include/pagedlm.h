@@ -708,6 +708,15 @@ typedef struct pdl_reasoning {
     int budget;                  /* tokens inside the block at most; < 0 = no limit; 0 = no thinking */
 } pdl_reasoning;
 
+/* A request's stop strings made into one automaton ahead of time (the
+ * engine otherwise builds it when the request is added, on its own
+ * thread): n non-empty NUL-terminated strings; time and memory linear in
+ * their bytes. Reference counted: a request given it keeps a reference, so
+ * the caller may free its own at once. */
+typedef struct pdl_stop_matcher pdl_stop_matcher;
+int pdl_stop_matcher_new(pdl_stop_matcher **out, const char *const *stops, int n, pdl_error *err);
+void pdl_stop_matcher_free(pdl_stop_matcher *m);
+
 typedef struct pdl_request_params {
     pdl_sampling sampling;
     int max_tokens;              /* new tokens at most; 0 = up to the context length */
@@ -718,10 +727,10 @@ typedef struct pdl_request_params {
     int n_stop_ids;
     const char *const *stop;     /* strings that end the sequence (not included in the text) */
     int n_stop;
-    struct stop_matcher *stop_matcher; /* the automaton of stop[0 .. n_stop) made beforehand
-                                    (src/engine/stop_match.h), so that a server builds it while it parses
-                                    the request rather than on the engine's thread; the engine keeps its
-                                    own reference; NULL = the engine builds it */
+    pdl_stop_matcher *stop_matcher; /* the automaton of stop[0 .. n_stop) made beforehand
+                                    (pdl_stop_matcher_new), so that a server builds it while it parses the
+                                    request rather than on the engine's thread; the engine keeps its own
+                                    reference; NULL = the engine builds it */
     int logprobs;                /* top-N logprobs per generated token; -1 = none */
     int prompt_logprobs;         /* top-N logprobs per prompt token; -1 = none */
     int n;                       /* sequences sampled from the prompt (sharing its KV); 0 = 1 */

@@ -253,21 +253,21 @@ static void test_a_stop_matcher_made_beforehand_is_used_and_kept(void) {
     static collected c;
     memset(&c, 0, sizeof c);
     const char *stops[] = {"zzz", " little girl"};
-    stop_matcher *sm = NULL;
+    pdl_stop_matcher *sm = NULL; /* through the public API */
     pdl_error err;
-    REQUIRE(stop_matcher_new(&sm, stops, NULL, 2, &err) == 0);
+    REQUIRE(pdl_stop_matcher_new(&sm, stops, 2, &err) == 0);
     pdl_request_params p = {.max_tokens = 60, .logprobs = -1, .prompt_logprobs = -1, .stop = stops, .n_stop = 2,
                             .stop_matcher = sm};
     add(e, STORY, 5, &p, &c);
-    stop_matcher_free(sm); /* the engine's reference keeps it */
+    pdl_stop_matcher_free(sm); /* the engine's reference keeps it */
     run(e);
     CHECK(strcmp(c.text[0], ", there was a") == 0);
     CHECK(strcmp(c.stop_string[0], " little girl") == 0);
-    REQUIRE(stop_matcher_new(&sm, stops, NULL, 1, &err) == 0);
+    REQUIRE(pdl_stop_matcher_new(&sm, stops, 1, &err) == 0);
     p.stop_matcher = sm;
     CHECK(pdl_engine_add_request(e, STORY, 5, &p, NULL, NULL, NULL, &err) != 0);
     CHECK_CONTAINS(err.message, "made for 1 stop strings, the request has 2");
-    stop_matcher_free(sm);
+    pdl_stop_matcher_free(sm);
     pdl_engine_free(e);
     pdl_model_free(m);
 }

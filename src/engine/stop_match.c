@@ -17,7 +17,7 @@
 
 #include "util/error.h"
 
-struct stop_matcher {
+struct pdl_stop_matcher {
     atomic_int refs;
     int n_stops;
     int n_nodes;
@@ -224,3 +224,9 @@ bool stop_matcher_feed(const stop_matcher *m, int32_t *state, const char *text, 
 }
 
 size_t stop_matcher_hold(const stop_matcher *m, int32_t state) { return (size_t)m->depth[state]; }
+
+int pdl_stop_matcher_new(pdl_stop_matcher **out, const char *const *stops, int n, pdl_error *err) {
+    return stop_matcher_new(out, stops, NULL, n, err);
+}
+
+void pdl_stop_matcher_free(pdl_stop_matcher *m) { stop_matcher_free(m); }

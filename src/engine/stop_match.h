@@ -28,7 +28,8 @@
 
 #include "pagedlm.h"
 
-typedef struct stop_matcher stop_matcher;
+/* The internal name of the public pdl_stop_matcher (pagedlm.h). */
+typedef struct pdl_stop_matcher stop_matcher;
 
 /* A matcher for n non-empty stop strings (byte strings; lens[i] bytes, or
  * strlen when lens is NULL), in time linear in their bytes (plus sorting n
