@@ -55,6 +55,15 @@ typedef void (*pdl_load_progress_fn)(double done, void *user);
 /* One line of a notice (no newline), for a log the caller keeps. */
 typedef void (*pdl_log_fn)(const char *line, void *user);
 
+/* What BF16 weights multiply: activations rounded to BF16 (VDPBF16PS where
+ * the CPU has it, as llama.cpp does) or exact F32 products. */
+typedef enum pdl_bf16_activations {
+    PDL_BF16_ACT_DEFAULT = 0, /* as in effect process-wide (pdl_set_kernels; at first: round where the CPU
+                               * has VDPBF16PS) */
+    PDL_BF16_ACT_ROUND,       /* activations rounded to BF16 */
+    PDL_BF16_ACT_EXACT,       /* exact F32 products */
+} pdl_bf16_activations;
+
 typedef struct pdl_model_options {
     int n_threads;        /* worker threads of the load and, by default, of each context over the model
                            * (pdl_context_options); 0 = all online cores */
@@ -73,9 +82,8 @@ typedef struct pdl_model_options {
     const char *kernels;  /* the kernel family of this model and of every context over it: "scalar", "avx2",
                            * "avx512", "neon"; NULL = the one in effect (pdl_set_kernels). Unknown or not
                            * supported here: the best runs and `log` gets pdl_set_kernels' message */
-    int bf16_activations; /* BF16 weights of this model multiply activations rounded to BF16 (1) or exact
-                           * F32 products (-1); 0 = as in effect (pdl_set_kernels). With either this or
-                           * `kernels` set, the model's contexts keep the model's choice */
+    pdl_bf16_activations bf16_activations; /* how this model's BF16 weights multiply activations; with
+                           * this or `kernels` set, the model's contexts keep the model's choice */
 } pdl_model_options;
 
 /* Process-wide kernel choices, before models are loaded (the weight layout

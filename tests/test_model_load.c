@@ -14,6 +14,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul_table.h"
+#include "model/model.h"
 #include "pagedlm.h"
 #include "st_writer.h"
 #include "test_util.h"
@@ -500,6 +501,30 @@ static void test_model_options_choose_the_kernel_family(void) {
     free(want), free(got), free(g);
 }
 
+/* pdl_model_options.bf16_activations: ROUND and EXACT give the model's
+ * kernel table that choice whatever the process-wide one is; DEFAULT
+ * takes the process-wide one. */
+static void test_model_options_choose_bf16_activations(void) {
+    build_opts o = {.f16_matrices = 1};
+    char *g = write_gguf("bf16-act.gguf", &o);
+    bool was = matmul_bf16_activations();
+    const pdl_bf16_activations modes[] = {PDL_BF16_ACT_ROUND, PDL_BF16_ACT_EXACT, PDL_BF16_ACT_DEFAULT};
+    for (int process = 0; process < 2; process++) {
+        matmul_set_bf16_activations(process);
+        for (int i = 0; i < 3; i++) {
+            pdl_model_options mo = {.n_threads = 1, .bf16_activations = modes[i]};
+            pdl_model *m = NULL;
+            pdl_error err;
+            REQUIRE_MSG(pdl_model_load(&m, g, &mo, &err) == 0, "%s", err.message);
+            bool want = modes[i] == PDL_BF16_ACT_ROUND || (modes[i] == PDL_BF16_ACT_DEFAULT && process);
+            CHECK_MSG(m->kernels.bf16_activations == want, "mode %d with the process at %d", i, process);
+            pdl_model_free(m);
+        }
+    }
+    matmul_set_bf16_activations(was);
+    free(g);
+}
+
 /* Tensors the model does not take are counted in one log line naming the
  * first four in file order, in both formats; a file whose every tensor is
  * used logs nothing of the kind; a multimodal checkpoint's vision tensors
@@ -635,6 +660,7 @@ int main(void) {
     RUN(test_token_ids_outside_the_vocabulary_are_refused);
     RUN(test_load_progress_goes_to_one_once);
     RUN(test_model_options_choose_the_kernel_family);
+    RUN(test_model_options_choose_bf16_activations);
     for (int i = 0; i < n_specs; i++) free(specs[i].data);
     return test_summary();
 }

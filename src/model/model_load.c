@@ -807,7 +807,8 @@ int pdl_model_load(pdl_model **out, const char *path, const pdl_model_options *o
             snprintf(line, sizeof line, "kernels: %s", why.message);
             opts->log(line, opts->log_user);
         }
-        bool bf16 = opts->bf16_activations ? opts->bf16_activations > 0 : matmul_bf16_activations();
+        bool bf16 = opts->bf16_activations == PDL_BF16_ACT_DEFAULT ? matmul_bf16_activations()
+                                                                 : opts->bf16_activations == PDL_BF16_ACT_ROUND;
         matmul_kernels_for(isa, bf16, &m->kernels);
         m->kernels_chosen = true;
     } else {
