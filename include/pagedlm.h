@@ -131,6 +131,16 @@ typedef struct pdl_model_info {
     pdl_fim_tokens fim;       /* the tokenizer's fill-in-the-middle tokens (all -1 without a tokenizer) */
     const char *weight_types; /* e.g. "F32" or "F16,F32" */
     int probe_state;          /* selective-logits probe, run at load: 0 rejected, 1 passed */
+    /* Hybrid models (Qwen3.5: Gated DeltaNet linear attention beside full
+     * attention): layers that keep a fixed-size recurrent state per
+     * sequence instead of K/V rows. All 0 for other models. */
+    int n_recurrent_layers;
+    size_t state_bytes;       /* one state slot (pdl_kv_cache_create_hybrid), all recurrent layers */
+    int state_chunk;          /* the state is kept at multiples of this many positions (the delta rule's
+                               * chunks, counted from the sequence start): a prefix snapshot is taken
+                               * at such a boundary (pdl_kv_cache_copy_state) */
+    int state_max_rows;       /* a step may give one sequence at most this many rows that could be
+                               * taken back (draft verification; see pdl_batch.state_slots) */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */
@@ -381,6 +391,18 @@ int pdl_kv_cache_create(pdl_kv_cache **out, const pdl_model *model,
 void pdl_kv_cache_free(pdl_kv_cache *kv);
 /* Copies the first n_slots token slots of block src to block dst, every layer. */
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots);
+/* The same storage with n_state_slots recurrent state slots beside the
+ * blocks (a hybrid model's linear-attention layers; pdl_model_info's
+ * state_bytes each). pdl_kv_cache_create gives a hybrid model one slot
+ * (slot 0, which a pdl_seq uses) and other models none. */
+int pdl_kv_cache_create_hybrid(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dtype, int block_size,
+                               int n_blocks, int n_state_slots, pdl_error *err);
+int pdl_kv_cache_state_slots(const pdl_kv_cache *kv);
+/* Copies the state a sequence has once positions [0, position) are computed
+ * from slot src to slot dst (forks, prefix snapshots and their restores):
+ * the delta-rule state at the last state_chunk boundary, the chunk's
+ * positions since, and the convolution inputs before `position`. */
+void pdl_kv_cache_copy_state(pdl_kv_cache *kv, int32_t src, int32_t dst, int position);
 /* Bytes one block takes (K and V, all layers). */
 size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size);
 
@@ -453,6 +475,17 @@ typedef struct pdl_batch {
      * positions[i]. positions[i] stays the row's index in its sequence (its
      * KV slot and the causal rule); NULL: all three are positions[i]. */
     const int32_t *rope_pos3;
+    /* Recurrent state (hybrid models; NULL otherwise): [n_seqs], the state
+     * slot of each sequence (pdl_kv_cache_create_hybrid). It holds the
+     * sequence's state after positions [0, p) where p is the segment's
+     * first position; a segment starting at 0 starts from zero state. The
+     * forward leaves the state after the segment's last row. Rows taken
+     * back (rejected drafts) need no undo as long as the rows of one step
+     * that may be taken back are at most pdl_model_info.state_max_rows and
+     * none of them but the segment's first sits at a position p with
+     * p % state_chunk == state_chunk - 1 (that row closes a chunk of the
+     * state): the next segment then starts at the position kept. */
+    const int32_t *state_slots;
 } pdl_batch;
 
 int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *batch,

@@ -32,7 +32,42 @@ struct pdl_kv_cache {
     size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
     void *k;             /* [n_layers][n_blocks][kv_dim][block_size] */
     void *v;             /* [n_layers][n_blocks][n_kv_heads][block_size][head_dim] */
+    /* Recurrent state slots (hybrid models): n_rec_layers regions of
+     * state_layer_floats F32 each per slot, laid out as kv_state_* say. */
+    int n_state_slots;
+    int n_rec_layers;
+    int st_k_heads, st_v_heads, st_k_dim, st_v_dim, st_conv_dim;
+    size_t state_layer_floats;
+    float *state;        /* [n_state_slots][n_rec_layers][state_layer_floats] */
 };
+
+/* The delta-rule state is kept at multiples of PDL_STATE_CHUNK positions
+ * (counted from the sequence start); the rows since are kept per position
+ * in the chunk. The convolution's inputs are kept in a ring of
+ * PDL_STATE_RING positions (position p at p % PDL_STATE_RING). */
+#define PDL_STATE_CHUNK 64
+#define PDL_STATE_RING 32
+
+/* One recurrent layer's region of one slot:
+ *   S     [v_heads][k_dim][v_dim]       the state at the chunk boundary
+ *   ring  [PDL_STATE_RING][conv_dim]    convolution inputs by position
+ *   keys  [PDL_STATE_CHUNK][k_heads][k_dim]  the chunk's normalized keys
+ *   delta [PDL_STATE_CHUNK][v_heads][v_dim]  the chunk's delta-rule updates
+ *   decay [PDL_STATE_CHUNK][v_heads]    the chunk's cumulative log decay */
+typedef struct kv_state_view {
+    float *S, *ring, *keys, *delta, *decay;
+} kv_state_view;
+
+static inline kv_state_view kv_state(const pdl_kv_cache *kv, int slot, int rec_layer) {
+    float *base = kv->state + ((size_t)slot * (size_t)kv->n_rec_layers + (size_t)rec_layer) * kv->state_layer_floats;
+    kv_state_view v;
+    v.S = base;
+    v.ring = v.S + (size_t)kv->st_v_heads * kv->st_k_dim * kv->st_v_dim;
+    v.keys = v.ring + (size_t)PDL_STATE_RING * kv->st_conv_dim;
+    v.delta = v.keys + (size_t)PDL_STATE_CHUNK * kv->st_k_heads * kv->st_k_dim;
+    v.decay = v.delta + (size_t)PDL_STATE_CHUNK * kv->st_v_heads * kv->st_v_dim;
+    return v;
+}
 
 /* Address of `layer`'s K pool (blocks laid out as above). */
 static inline void *kv_k_pool(const pdl_kv_cache *kv, int layer) {
@@ -45,5 +80,10 @@ static inline void *kv_v_pool(const pdl_kv_cache *kv, int layer) {
     size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
     return (char *)kv->v + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }
+
+/* Bytes of one recurrent state slot of a model with this config (0 without
+ * recurrent layers). */
+struct pdl_model_config;
+size_t kv_state_slot_bytes(const struct pdl_model_config *c);
 
 #endif

@@ -36,6 +36,14 @@ typedef enum pdl_rope_scaling {
 
 #define PDL_MAX_EOS 8
 
+/* What mixes a layer's tokens: attention over the paged K/V, or a Gated
+ * DeltaNet linear attention with a recurrent state per sequence (Qwen3.5,
+ * Qwen3-Next; deltanet.c). */
+typedef enum pdl_layer_kind {
+    PDL_LAYER_ATTENTION = 0,
+    PDL_LAYER_DELTANET,
+} pdl_layer_kind;
+
 typedef struct pdl_model_config {
     const pdl_arch_desc *arch; /* the family's row (arch.c): name and traits */
     int n_layers;
@@ -98,7 +106,26 @@ typedef struct pdl_model_config {
     int mrope_section[3];        /* M-RoPE (Qwen2-VL, Qwen2.5-VL): frequency pairs turned by a row's
                                   * temporal, height and width position (pdl_batch's rope_pos3), summing
                                   * to rope_dim / 2; all 0: one position per row */
+    /* Hybrid models (Qwen3.5, Qwen3-Next): which layers are Gated DeltaNet
+     * linear attention, and its shape (deltanet.c). */
+    uint8_t *layer_kind;   /* [n_layers] pdl_layer_kind, malloc'ed; NULL: every layer attention */
+    int *kind_index;       /* [n_layers] the layer's index among the layers of its kind (its K/V
+                            * layer in the cache, or its recurrent state in a slot); NULL with layer_kind */
+    int n_attn_layers;     /* layers with K/V in the cache (n_layers without layer_kind) */
+    int n_rec_layers;      /* Gated DeltaNet layers */
+    int lin_k_heads, lin_v_heads; /* key and value heads (value heads a multiple of key heads) */
+    int lin_k_dim, lin_v_dim;     /* a key head's and a value head's width */
+    int lin_conv;          /* the causal depthwise convolution's kernel (4) */
+    bool lin_v_tiled;      /* value head h reads key head h % lin_k_heads (llama.cpp's converter reorders
+                            * value heads so); false: h / (lin_v_heads / lin_k_heads) (Hugging Face) */
+    bool attn_out_gate;    /* attention layers: q_proj gives per head its query then a gate of the same
+                            * width; the attention output is times sigmoid(gate) (Qwen3.5) */
 } pdl_model_config;
+
+/* Whether layer l is a Gated DeltaNet layer. */
+static inline bool model_layer_recurrent(const pdl_model_config *c, int l) {
+    return c->layer_kind && c->layer_kind[l] == PDL_LAYER_DELTANET;
+}
 
 /* Per-layer weights. Linear weights have shape {out, in}; biases and norm
  * weights are F32 vectors. A weight a model lacks has data == NULL. */
@@ -126,6 +153,18 @@ typedef struct pdl_layer_weights {
     pdl_tensor sh_gate, sh_up; /* (ffn_shared, hidden): the shared expert, when ffn_shared > 0 */
     pdl_tensor sh_down;    /* (hidden, ffn_shared) */
     pdl_tensor sh_gate_w;  /* (hidden): shared_gate's w */
+    /* Gated DeltaNet (a PDL_LAYER_DELTANET layer; wq..wo absent). conv_dim =
+     * 2 * lin_k_heads * lin_k_dim + lin_v_heads * lin_v_dim. */
+    pdl_tensor lin_qkv;    /* (conv_dim, hidden): q, k, v before the convolution */
+    pdl_tensor lin_z;      /* (lin_v_heads * lin_v_dim, hidden): the output gate */
+    pdl_tensor lin_b;      /* (lin_v_heads, hidden): beta = sigmoid(b . x) */
+    pdl_tensor lin_a;      /* (lin_v_heads, hidden): the decay's input */
+    pdl_tensor lin_conv1d; /* (conv_dim, lin_conv) F32: each channel's kernel, oldest tap first */
+    pdl_tensor lin_dt_bias;/* (lin_v_heads) F32 */
+    pdl_tensor lin_a_neg;  /* (lin_v_heads) F32: -exp(A_log) (GGUF ssm_a holds it so; a Hugging Face
+                            * A_log is turned into it at load) */
+    pdl_tensor lin_norm;   /* (lin_v_dim) F32: the gated RMSNorm's weight (applied as w, not 1 + w) */
+    pdl_tensor lin_out;    /* (hidden, lin_v_heads * lin_v_dim) */
 } pdl_layer_weights;
 
 typedef struct pdl_model_weights {

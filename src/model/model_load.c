@@ -20,6 +20,7 @@
 #include "kernels/cpu_ops.h"
 #include "kernels/weight_panels.h"
 #include "model/context.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
@@ -515,6 +516,7 @@ static int check_experts(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
 
 int model_finish(pdl_model *m, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
+    if (!c->layer_kind) c->n_attn_layers = c->n_layers, c->n_rec_layers = 0;
     if (c->n_layers <= 0 || c->hidden <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 || c->head_dim <= 0 ||
         c->ffn <= 0 || c->vocab <= 0)
         return err_fail(err, "invalid hyperparameters: layers %d, hidden %d, heads %d, kv heads %d, head_dim %d, "
@@ -894,4 +896,8 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     }
     info->weight_types = m->weight_types;
     info->probe_state = m->probe_state;
+    info->n_recurrent_layers = m->cfg.n_rec_layers;
+    info->state_bytes = kv_state_slot_bytes(&m->cfg);
+    info->state_chunk = m->cfg.n_rec_layers > 0 ? PDL_STATE_CHUNK : 0;
+    info->state_max_rows = m->cfg.n_rec_layers > 0 ? PDL_STATE_RING - m->cfg.lin_conv : 0;
 }
