@@ -18,8 +18,10 @@
 #include <string.h>
 
 #include "engine/block_pool.h"
+#include "engine/scheduler.h"
 #include "engine/spec_decode.h"
 #include "engine/state_pool.h"
+#include "model/kv_cache.h"
 #include "pagedlm.h"
 #include "qwen35_writer.h"
 #include "test_util.h"
@@ -102,6 +104,118 @@ static void test_hybrid_drafts_never_close_a_state_chunk(void) {
         int k = spec_hybrid_cap(first, 16, 64, 28);
         for (int p = first; p < first + k; p++) CHECK_MSG(p % 64 != 63, "draft at %d closes a chunk", p);
     }
+}
+
+/* ---- the scheduler's align mode, without a model ------------------------------------------ */
+
+/* A sequence of prompt tokens[0, n) as the engine makes one. */
+static eng_seq seq_of(eng_request *r, int32_t *tokens, int n, uint64_t arrival) {
+    eng_seq q = {.req = r, .tokens = tokens, .n_tokens = n, .cap_tokens = n, .n_prompt = n, .arrival = arrival};
+    q.cache.canon_last = -1;
+    q.cache.n_cached_prompt = -1;
+    q.cache.state_slot = -1;
+    return q;
+}
+
+/* One step as the engine takes it, without the forward: every entry's
+ * rows computed, full blocks offered, snapshots taken. Returns the plan. */
+static sched_output sched_step(sched *s) {
+    sched_output plan;
+    pdl_error err;
+    REQUIRE_MSG(sched_schedule(s, &plan, &err) == 0, "%s", err.message);
+    for (int k = 0; k < plan.n_entries; k++) {
+        eng_seq *q = plan.entries[k].seq;
+        q->cache.n_computed = plan.entries[k].start + plan.entries[k].n_new;
+        sched_cache_full_blocks(s, q);
+        sched_snapshot_after_step(s, q, plan.entries[k].start);
+    }
+    return plan;
+}
+
+/* Blocks of 16, state chunks of 64, snapshots every 128 positions: a
+ * prompt of 220 runs in chunks ending at 128, 192 (its last 64-boundary
+ * before its end) and 220, and leaves snapshots there; a second prompt
+ * sharing 150 positions gets its first 128 from the cache and a state slot
+ * while it runs; new sequences take slots from the least recently used
+ * snapshots, and one waits while every slot is live. */
+static void test_scheduler_cuts_chunks_at_snapshots_and_hits_stop_at_the_last(void) {
+    block_pool pool;
+    state_pool states;
+    pdl_kv_cache kv = {0}; /* no state storage: the copies are no-ops here (the bytes are the model tests') */
+    sched s;
+    pdl_error err;
+    REQUIRE(bpool_init(&pool, 64, 16, true, &err) == 0);
+    REQUIRE(spool_init(&states, 4, &pool, &err) == 0);
+    sched_config cfg = {.max_num_seqs = 8, .max_num_batched_tokens = 512, .state_chunk = 64,
+                        .snapshot_interval = 100}; /* rounded up to 128 */
+    REQUIRE(sched_init(&s, &cfg, &pool, &kv, &states, &err) == 0);
+    CHECK_EQ_INT(s.cfg.snapshot_interval, 128);
+    eng_request r = {.root_hash = bpool_root_hash(NULL)};
+    int32_t a[220], b[220], c[40];
+    for (int i = 0; i < 220; i++) a[i] = b[i] = 1000 + i;
+    for (int i = 150; i < 220; i++) b[i] = 5000 + i;
+    for (int i = 0; i < 40; i++) c[i] = 9000 + i;
+    eng_seq qa = seq_of(&r, a, 220, 0), qb = seq_of(&r, b, 220, 1), qc = seq_of(&r, c, 40, 2);
+    CHECK(sched_snapshot_point(&s, &qa, 128) && sched_snapshot_point(&s, &qa, 192));
+    CHECK(!sched_snapshot_point(&s, &qa, 64) && !sched_snapshot_point(&s, &qa, 208));
+    REQUIRE(sched_add(&s, &qa, &err) == 0);
+    int ends[3], n_steps = 0;
+    while (qa.cache.n_computed < 220 && n_steps < 3) {
+        sched_output plan = sched_step(&s);
+        REQUIRE(plan.n_entries == 1);
+        ends[n_steps++] = qa.cache.n_computed;
+    }
+    CHECK_EQ_INT(n_steps, 3);
+    CHECK(ends[0] == 128 && ends[1] == 192 && ends[2] == 220);
+    CHECK_EQ_INT(states.n_snapshots, 2);
+    CHECK(qa.cache.state_slot >= 0);
+    CHECK_EQ_INT(states.n_live, 1);
+    /* b: 9 blocks cached (144 positions), the snapshot at 128 */
+    REQUIRE(sched_add(&s, &qb, &err) == 0);
+    sched_output plan = sched_step(&s);
+    CHECK_EQ_INT(qb.cache.n_cached_prompt, 128);
+    CHECK(qb.cache.state_slot >= 0 && qb.cache.state_slot != qa.cache.state_slot);
+    CHECK_EQ_INT(states.snapshots_restored, 1);
+    /* b's chunk from 128 ends at its last boundary, 192 */
+    for (int k = 0; k < plan.n_entries; k++)
+        if (plan.entries[k].seq == &qb) CHECK_EQ_INT(plan.entries[k].start + plan.entries[k].n_new, 192);
+    CHECK_EQ_INT(states.n_live, 2);
+    /* b's own snapshot at 192 took the slot of a's (the least recently
+     * used: a's at 128 was just restored) */
+    CHECK_EQ_INT(states.n_snapshots, 2);
+    CHECK(states.snapshots_taken == 3 && states.snapshots_dropped == 1);
+    /* new sequences take the snapshots' slots, the least recently used
+     * first, and then one waits: every slot is live */
+    eng_seq qd = seq_of(&r, c, 40, 3), qe = seq_of(&r, c, 40, 4);
+    REQUIRE(sched_add(&s, &qc, &err) == 0);
+    sched_step(&s);
+    CHECK(qc.cache.state_slot >= 0);
+    CHECK_EQ_INT(states.n_live, 3);
+    CHECK_EQ_INT(states.n_snapshots, 1);
+    REQUIRE(sched_add(&s, &qd, &err) == 0);
+    REQUIRE(sched_add(&s, &qe, &err) == 0);
+    sched_step(&s);
+    CHECK_EQ_INT(states.n_live, 4);
+    CHECK_EQ_INT(states.n_snapshots, 0);
+    CHECK_EQ_INT(qd.state, SEQ_RUNNING);
+    CHECK_EQ_INT(qe.state, SEQ_WAITING);
+    CHECK_EQ_INT(qe.cache.state_slot, -1);
+    CHECK_EQ_INT(qe.cache.n_blocks, 0);
+    /* a finish frees the slot: the waiting one runs */
+    sched_remove(&s, &qa);
+    CHECK_EQ_INT(qa.cache.state_slot, -1);
+    sched_step(&s);
+    CHECK_EQ_INT(qe.state, SEQ_RUNNING);
+    CHECK(qe.cache.state_slot >= 0);
+    eng_seq *rest[] = {&qb, &qc, &qd, &qe};
+    for (int i = 0; i < 4; i++) sched_remove(&s, rest[i]);
+    CHECK_EQ_INT(states.n_live, 0);
+    CHECK_EQ_INT(bpool_used(&pool), 0);
+    eng_seq *all[] = {&qa, &qb, &qc, &qd, &qe};
+    for (int i = 0; i < 5; i++) free(all[i]->cache.blocks), free(all[i]->cache.block_hashes);
+    sched_free(&s);
+    spool_free(&states);
+    bpool_free(&pool);
 }
 
 /* ---- the model ------------------------------------------------------------------------ */
@@ -566,6 +680,7 @@ int main(void) {
     RUN(test_state_pool_live_slots_take_free_ones_then_drop_snapshots);
     RUN(test_state_pool_snapshot_leaves_with_its_block);
     RUN(test_hybrid_drafts_never_close_a_state_chunk);
+    RUN(test_scheduler_cuts_chunks_at_snapshots_and_hits_stop_at_the_last);
     pdl_error err;
     g_model = load_tiny_qwen35(&err);
     if (!g_model) {

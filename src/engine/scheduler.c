@@ -194,7 +194,6 @@ static int take_prefix(sched *s, eng_seq *q) {
         if (keep) {
             int32_t snap = spool_snapshot_of(s->states, parent);
             pdl_kv_cache_copy_state(s->kv, snap, q->cache.state_slot, keep * bs);
-            s->states->snapshots_restored++;
         }
     }
     q->cache.n_computed = q->cache.n_blocks * bs;
@@ -450,6 +449,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (s->pool->caching && !q->req->no_prefix_cache) {
             s->pool->queries += (uint64_t)q->n_tokens;
             s->pool->hits += (uint64_t)cached;
+            if (s->states && cached > 0) s->states->snapshots_restored++;
         }
         if (q->cache.n_cached_prompt < 0) q->cache.n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
