@@ -738,8 +738,9 @@ typedef struct pdl_engine_options {
     /* Hybrid models' prefix caching (vLLM's "align" mode): a cached prefix
      * is usable up to a snapshot of the recurrent state, taken every
      * state_snapshot_interval positions (a multiple of the state's chunk and
-     * the block size; 0 = 512, rounded up to such a multiple) and at each
-     * prompt's last boundary before its end; state_snapshot_slots slots
+     * the block size; 0 = 512, rounded up to such a multiple), at each
+     * prompt's last boundary before its end and where the cached blocks a
+     * prompt found end; state_snapshot_slots slots
      * hold them (0 = what a quarter of kv_cache_memory holds, at most two
      * per running sequence; -1 = none). Ignored by other models. */
     int state_snapshot_interval;

@@ -11,7 +11,7 @@
  * prefill chunk sizes 1, 64, 100 and 512, after preemption and recompute in
  * a tiny pool, after a prefix-cache hit inside and at the end of a long
  * prompt (started from a state snapshot; the cached token count shows the
- * hit), as the second of n = 2 sequences (the state copied at the fork),
+ * hit) and where a prefix shared by two earlier prompts ends, as the second of n = 2 sequences (the state copied at the fork),
  * next to aborted requests (whose slots are freed), and under n-gram
  * speculative decoding; the KV budget covers blocks and state slots.
  */
@@ -497,6 +497,37 @@ static void test_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes(void) {
     out_free(&got), out_free(&sink), out_free(&cold);
 }
 
+/* A prefix shared past the last snapshot (330 positions of a 400-position
+ * prompt whose snapshots are at 128, 256 and 384): the second prompt
+ * sharing it starts at 256 and keeps the state where the shared blocks end
+ * (320), so the third starts there, with the cold run's bytes. */
+static void test_a_shared_prefix_gets_a_snapshot_where_it_ends(void) {
+    enum { LEN = 400, SHARED = 330, OUT = 8 };
+    int32_t y[LEN], z[LEN], z2[LEN];
+    prompt_of(y, LEN, 71);
+    memcpy(z, y, SHARED * sizeof *y), memcpy(z2, y, SHARED * sizeof *y);
+    prompt_of(z + SHARED, LEN - SHARED, 72), prompt_of(z2 + SHARED, LEN - SHARED, 73);
+    pdl_engine_options o = base_options();
+    req_out cold, a, b, c;
+    out_init(&cold, OUT + 1);
+    run_alone(&o, z2, LEN, OUT, &cold);
+    pdl_engine *e = make_engine(&o);
+    out_init(&a, OUT + 1), out_init(&b, OUT + 1), out_init(&c, OUT + 1);
+    pdl_request_params p = greedy(OUT);
+    add(e, y, LEN, &p, &a);
+    run(e);
+    add(e, z, LEN, &p, &b);
+    run(e);
+    CHECK_EQ_INT(b.seq[0].cached, 256);
+    add(e, z2, LEN, &p, &c);
+    run(e);
+    CHECK_EQ_INT(c.seq[0].cached, 320);
+    check_same_seq(&cold.seq[0], &c.seq[0], "hit at the end of a shared prefix (320)");
+    check_nothing_held(e, "after the shared prefix");
+    pdl_engine_free(e);
+    out_free(&a), out_free(&b), out_free(&c), out_free(&cold);
+}
+
 /* n = 2: the second sequence starts from the parent's state copied at the
  * fork, and samples as a request of its own with seed + 1 would. */
 static void test_n2_fork_copies_the_state(void) {
@@ -701,6 +732,7 @@ int main(void) {
     RUN(test_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size);
     RUN(test_preemption_recomputes_and_output_is_unchanged);
     RUN(test_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes);
+    RUN(test_a_shared_prefix_gets_a_snapshot_where_it_ends);
     RUN(test_n2_fork_copies_the_state);
     RUN(test_aborts_free_their_state_slots);
     RUN(test_ngram_speculation_equals_plain_decoding);

@@ -81,6 +81,9 @@ typedef struct eng_seq_cache {
     int n_cached_prompt;        /* prompt tokens the prefix cache gave at the first admission (-1 = not yet) */
     int32_t state_slot;         /* hybrid models: the recurrent state slot (state_pool.h) held while running,
                                    holding the state after positions [0, n_computed); -1 = none */
+    int snapshot_shared;        /* hybrid models: a snapshot point past the interval ones, where the cached
+                                   blocks its admission found ended (a prefix shared with an earlier prompt,
+                                   whose state no snapshot held yet); 0 = none */
 } eng_seq_cache;
 
 /* Drawing the next token (engine_step.c). */

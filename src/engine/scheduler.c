@@ -186,8 +186,14 @@ static int take_prefix(sched *s, eng_seq *q) {
     if (s->states) {
         /* align: the hit ends at the last block with a snapshot of the
          * state at its end, which the sequence's slot starts from */
-        int keep = q->cache.n_blocks;
+        int keep = q->cache.n_blocks, unit = s->snapshot_unit;
         while (keep > 0 && s->pool->blocks[q->cache.blocks[keep - 1]].snapshot < 0) keep--;
+        /* the shared prefix ran past the last snapshot: keep the state
+         * where it ends (rounded down to a snapshot unit) once this
+         * sequence gets there, so that the next prompt sharing it starts
+         * there */
+        int shared = unit ? q->cache.n_blocks * bs / unit * unit : 0;
+        q->cache.snapshot_shared = shared > keep * bs ? shared : 0;
         bpool_release_all(p, q->cache.blocks + keep, q->cache.n_blocks - keep);
         q->cache.n_blocks = keep;
         parent = keep ? q->cache.blocks[keep - 1] : -1;
@@ -223,7 +229,8 @@ bool sched_snapshot_point(const sched *s, const eng_seq *q, int pos) {
     int unit = s->snapshot_unit;
     if (!unit || !s->pool->caching || q->req->no_prefix_cache || pos <= 0 || pos % unit) return false;
     int last_before = (q->n_prompt - 1) / unit * unit; /* a hit always leaves the last prompt token to compute */
-    return pos % s->cfg.snapshot_interval == 0 || pos == last_before || pos == q->n_prompt;
+    return pos % s->cfg.snapshot_interval == 0 || pos == last_before || pos == q->n_prompt ||
+           pos == q->cache.snapshot_shared;
 }
 
 /* The first snapshot point of q in (from, to), or `to` when none. */

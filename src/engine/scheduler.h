@@ -113,7 +113,10 @@ void sched_cache_full_blocks(sched *s, eng_seq *seq);
 /* Whether a hybrid model's sequence q keeps a prefix snapshot of its state
  * once positions [0, pos) are computed: pos a multiple of the snapshot
  * unit that is a multiple of the snapshot interval, or the last such
- * multiple before the prompt's last token, or the prompt's end. */
+ * multiple before the prompt's last token, or the prompt's end, or the
+ * last such multiple inside the cached blocks its admission found (a
+ * prefix it shares with an earlier prompt: the third prompt sharing it
+ * starts there). */
 bool sched_snapshot_point(const sched *s, const eng_seq *q, int pos);
 
 /* After a step that computed q's positions [start, cache.n_computed) (its
