@@ -32,7 +32,9 @@
  * of the reference (conv reading the next position, decay sign flipped,
  * beta fixed at 1, the gate applied before the norm, the layer kinds shifted
  * by one, value heads read as tiled) must move the logits by more than 100x
- * the tolerance. Routing must not be a coin toss: every row's k-th and
+ * the tolerance. However the rows are cut into calls (one call, token by
+ * token, 7 at a time) each row's logits must be the same bytes (the state
+ * is kept at absolute 64-position chunks). Routing must not be a coin toss: every row's k-th and
  * (k+1)-th router logits differ by more than 1e-4 in the reference.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -433,9 +435,10 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
         CHECK_EQ_INT(info.vocab, V);
         CHECK_EQ_INT(info.n_layers, s->layers); /* the MTP block is not a layer of the main stack */
         if (!s->mtp_layers) CHECK_MSG(lg.unused_lines == 0, "%s: the loader left tensors unused", paths[f]);
+        float *got[3];
         for (int k = 0; k < 3; k++) {
-            float *got = engine_rows(m, tok, T, steps[k], V);
-            double d = max_diff(got, want, n);
+            got[k] = engine_rows(m, tok, T, steps[k], V);
+            double d = max_diff(got[k], want, n);
             fprintf(stderr, "  %s %d tokens %s %s: max |engine - float64| = %.3g\n", s->moe ? "qwen35moe" : "qwen35", T,
                     f ? "gguf" : "hf", step_name[k], d);
             CHECK_MSG(d <= TOL, "%s (%s, %d tokens, %s): logits differ from the float64 reference by %g (tolerance %g)",
@@ -446,12 +449,20 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
                 int want_tok = argmax_d(want + (size_t)t * V, V, &margin);
                 if (margin < 10 * TOL) continue;
                 clear++;
-                same += argmax_f(got + (size_t)t * V, V) == want_tok;
+                same += argmax_f(got[k] + (size_t)t * V, V) == want_tok;
             }
             CHECK_MSG(clear > T / 2 && same == clear, "%s %s: greedy token equal on %d of %d rows with a clear choice",
                       f ? "GGUF" : "HF", step_name[k], same, clear);
-            free(got);
         }
+        /* the state is chunk-canonical (pagedlm.h, state_chunk): however the
+         * rows are cut into calls, each row's logits are the same bytes */
+        for (int k = 1; k < 3; k++) {
+            int t = 0;
+            while (t < T && !memcmp(got[k] + (size_t)t * V, got[0] + (size_t)t * V, (size_t)V * sizeof(float))) t++;
+            CHECK_MSG(t == T, "%s, %d tokens: %s gives other bytes than one call from row %d on", f ? "GGUF" : "HF", T,
+                      step_name[k], t);
+        }
+        for (int k = 0; k < 3; k++) free(got[k]);
         pdl_model_free(m);
     }
     free(want), free(tok);
