@@ -24,12 +24,13 @@
  * MoE MLP: softmax router, top k renormalised, plus the shared expert times
  * sigmoid(w . x).
  *
- * Tolerance: 2e-4 absolute on logits of magnitude ~1-5. The engine runs in
- * float32 (F32 weights and K/V); over 8 layers and a recurrence of up to
- * 150 positions, float32 rounding adds up to ~1e-5 (measured: see the
- * numbers each check prints); the chunked delta rule (64-position chunks,
- * matrix products in another summation order) adds to that. Each mutation
- * of the reference (conv reading the next position, decay sign flipped,
+ * Tolerance: 3e-5 of the sequence's largest |logit| (logits reach ~4 with
+ * the dense model's own head, ~20 with the MoE model's tied one): the
+ * engine runs in float32 (F32 weights and K/V), and over 8 layers, a
+ * recurrence of up to 150 positions and the chunked delta rule's matrix
+ * products (another summation order than the reference's token by token)
+ * float32 rounding adds up to 5e-6..7e-6 of that (measured; each check
+ * prints its numbers). Each mutation of the reference (conv reading the next position, decay sign flipped,
  * beta fixed at 1, the gate applied before the norm, the layer kinds shifted
  * by one, value heads read as tiled) must move the logits by more than 100x
  * the tolerance. However the rows are cut into calls (one call, token by
@@ -48,7 +49,7 @@
 #include "support/qwen35_writer.h"
 #include "test_util.h"
 
-#define TOL 2e-4
+#define TOL_REL 3e-5 /* of the largest |logit| of the sequence (at least 1) */
 #define MAX_E 16
 
 typedef enum bug {
@@ -299,12 +300,13 @@ static void ref_forward(const q35_spec *s, const q35_weights *w, const int32_t *
 
 /* ---- the engine --------------------------------------------------------------- */
 
-/* The loader's notice of tensors it did not take may name only the MTP
- * block's and the vision tower's. */
+/* The loader's notice of tensors it did not take ("PATH: N of its M
+ * tensors are not used by the model: a, b, c, d, ...") may name only the
+ * MTP block's and the vision tower's. */
 typedef struct load_log {
     const char *path;
     int n_layers;
-    int unused_lines;
+    int n_unused; /* N of the notice; 0 without one */
 } load_log;
 
 static bool ignorable(const char *name, int n_layers) {
@@ -317,7 +319,10 @@ static void check_unused(const char *line, void *user) {
     load_log *lg = user;
     const char *list = strstr(line, "not used by the model:");
     if (!list) return;
-    lg->unused_lines++;
+    fprintf(stderr, "  (%s)\n", line);
+    const char *of = strstr(line, " of its "), *num = of;
+    while (num && num > line && num[-1] >= '0' && num[-1] <= '9') num--;
+    lg->n_unused = num && num < of ? atoi(num) : -1;
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", list + strlen("not used by the model:"));
     for (char *save = NULL, *name = strtok_r(buf, ", ", &save); name; name = strtok_r(NULL, ", ", &save))
@@ -424,6 +429,9 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
     double *want = malloc(n * sizeof *want), gap;
     ref_forward(s, w, tok, T, BUG_NONE, want, &gap);
     if (s->moe) REQUIRE_MSG(gap > 1e-4, "a router near-tie (gap %g): pick another seed", gap);
+    double big = 0;
+    for (size_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+    double tol = TOL_REL * fmax(1.0, big);
     const char *paths[2] = {hf, gg};
     const int steps[3] = {T, 1, 7};
     const char *step_name[3] = {"one call", "token by token", "chunks of 7"};
@@ -434,20 +442,21 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
         pdl_model_get_info(m, &info);
         CHECK_EQ_INT(info.vocab, V);
         CHECK_EQ_INT(info.n_layers, s->layers); /* the MTP block is not a layer of the main stack */
-        if (!s->mtp_layers) CHECK_MSG(lg.unused_lines == 0, "%s: the loader left tensors unused", paths[f]);
+        /* without an MTP block, the HF folder's one vision tensor at most */
+        if (!s->mtp_layers) CHECK_MSG(lg.n_unused <= (f == 0 ? 1 : 0), "%s: %d tensors unused", paths[f], lg.n_unused);
         float *got[3];
         for (int k = 0; k < 3; k++) {
             got[k] = engine_rows(m, tok, T, steps[k], V);
             double d = max_diff(got[k], want, n);
-            fprintf(stderr, "  %s %d tokens %s %s: max |engine - float64| = %.3g\n", s->moe ? "qwen35moe" : "qwen35", T,
-                    f ? "gguf" : "hf", step_name[k], d);
-            CHECK_MSG(d <= TOL, "%s (%s, %d tokens, %s): logits differ from the float64 reference by %g (tolerance %g)",
-                      s->moe ? "qwen35moe" : "qwen35", f ? "GGUF" : "HF", T, step_name[k], d, TOL);
+            fprintf(stderr, "  %s %d tokens %s %s: max |engine - float64| = %.3g (%.2g of the largest |logit| %.3g)\n",
+                    s->moe ? "qwen35moe" : "qwen35", T, f ? "gguf" : "hf", step_name[k], d, d / fmax(1.0, big), big);
+            CHECK_MSG(d <= tol, "%s (%s, %d tokens, %s): logits differ from the float64 reference by %g (tolerance %g)",
+                      s->moe ? "qwen35moe" : "qwen35", f ? "GGUF" : "HF", T, step_name[k], d, tol);
             int clear = 0, same = 0;
             for (int t = 0; t < T; t++) {
                 double margin;
                 int want_tok = argmax_d(want + (size_t)t * V, V, &margin);
-                if (margin < 10 * TOL) continue;
+                if (margin < 10 * tol) continue;
                 clear++;
                 same += argmax_f(got[k] + (size_t)t * V, V) == want_tok;
             }
@@ -523,7 +532,7 @@ static void test_greedy_decode_matches_reference(void) {
         ref_forward(&s, &w, tok, n, BUG_NONE, want, &gap);
         double margin;
         int want_tok = argmax_d(want + (size_t)(n - 1) * V, V, &margin);
-        if (margin < 10 * TOL) break; /* a near-tie: the sequences may part without a fault */
+        if (margin < 10 * TOL_REL * 4) break; /* a near-tie (this model's logits < 4): the sequences may part */
         CHECK_MSG(argmax_f(row, V) == want_tok, "greedy token %d: engine %d, reference %d", n - P, argmax_f(row, V),
                   want_tok);
         checked++;
@@ -554,11 +563,15 @@ static void test_reference_mutations_are_caught(void) {
         size_t n = (size_t)T * s.vocab;
         double *want = malloc(n * sizeof *want), *bad = malloc(n * sizeof *bad), gap;
         ref_forward(&s, &w, tok, T, BUG_NONE, want, &gap);
+        double big = 0;
+        for (size_t i = 0; i < n; i++) big = fmax(big, fabs(want[i]));
+        double tol = TOL_REL * fmax(1.0, big);
         for (int b = 1; b < N_BUGS; b++) {
             ref_forward(&s, &w, tok, T, (bug)b, bad, &gap);
             double d = max_diff_d(bad, want, n);
-            fprintf(stderr, "  %s, %s: moves logits by %.3g\n", moe ? "qwen35moe" : "qwen35", bug_name[b], d);
-            CHECK_MSG(d > 100 * TOL, "%s: the reference with '%s' moves logits by only %g: the test could not see it",
+            fprintf(stderr, "  %s, %s: moves logits by %.3g (tolerance %.2g)\n", moe ? "qwen35moe" : "qwen35", bug_name[b],
+                    d, tol);
+            CHECK_MSG(d > 100 * tol, "%s: the reference with '%s' moves logits by only %g: the test could not see it",
                       moe ? "qwen35moe" : "qwen35", bug_name[b], d);
         }
         free(want), free(bad);

@@ -191,8 +191,7 @@ static void write_config(const q35_spec *s, const char *dir) {
       s->theta, s->partial_rotary, s0, s0, s2);
     if (s->moe)
         J("    \"num_experts\": %d,\n    \"num_experts_per_tok\": %d,\n    \"moe_intermediate_size\": %d,\n"
-          "    \"shared_expert_intermediate_size\": %d,\n    \"norm_topk_prob\": true,\n"
-          "    \"router_aux_loss_coef\": 0.001,\n",
+          "    \"shared_expert_intermediate_size\": %d,\n    \"router_aux_loss_coef\": 0.001,\n",
           s->experts, s->experts_used, s->expert_ffn, s->shared_ffn);
     J("    \"mtp_num_hidden_layers\": %d,\n    \"bos_token_id\": 1,\n    \"eos_token_id\": 2\n  },\n", s->mtp_layers);
     /* a vision tower the text loaders leave for later (reported, not used) */
