@@ -50,7 +50,9 @@ typedef struct q35_spec {
 } q35_spec;
 
 /* One layer's weights as the Hugging Face checkpoint holds them. Norm
- * weights w are applied as (1 + w), except lin_norm (applied as w). */
+ * weights w are applied as (1 + w), except lin_norm (applied as w). Every
+ * layer holds both kinds' mixer weights (the files hold the kind `linear`
+ * names), so that a test can run a layer as the other kind. */
 typedef struct q35_layer {
     bool linear;                /* Gated DeltaNet (linear_attn.*) or full attention (self_attn.*) */
     float *in_norm, *post_norm; /* [hidden] input_layernorm, post_attention_layernorm */
