@@ -401,18 +401,21 @@ static void test_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_siz
 }
 
 /* A pool far too small for all requests at once: the scheduler preempts
- * (state slots freed) and recomputes from position 0, and every request
- * gets the bytes it gets alone. Two live slots in half the budget, the
- * other half blocks; each request needs two thirds of the blocks. */
-static void test_preemption_recomputes_and_output_is_unchanged(void) {
+ * (state slots freed) and recomputes from position 0, or with prefix
+ * caching from a snapshot of its own prefix, and every request gets the
+ * bytes it gets alone. Two live slots in half the budget (and one snapshot
+ * slot with caching), the rest blocks; each request needs two thirds of
+ * the blocks. */
+static void check_preemption(bool caching) {
     enum { N = 4, OUT = 40 };
     pdl_model_info info;
     pdl_model_get_info(g_model, &info);
     size_t block = pdl_kv_cache_block_bytes(g_model, PDL_KV_F32, 16);
     pdl_engine_options o = base_options();
-    o.no_prefix_caching = true;
+    o.no_prefix_caching = !caching;
     o.max_num_seqs = 2;
-    o.kv_cache_memory = 4 * info.state_bytes;
+    o.kv_cache_memory = (caching ? 5 : 4) * info.state_bytes;
+    o.state_snapshot_slots = 1;
     int n_blocks = (int)(2 * info.state_bytes / block);
     int len = n_blocks * 16 * 2 / 3 - OUT;
     REQUIRE_MSG(len > 20 && len + OUT < 1024, "blocks of %zu bytes, state slots of %zu: prompts of %d", block,
@@ -438,17 +441,23 @@ static void test_preemption_recomputes_and_output_is_unchanged(void) {
     pdl_engine_get_stats(e, &st);
     CHECK_MSG(st.preemptions > 0, "the pool was meant to force preemption");
     CHECK_EQ_INT(st.kv_blocks_total, n_blocks);
-    CHECK_EQ_INT(st.state_slots_total, 2); /* live ones only: no snapshots without prefix caching */
+    CHECK_EQ_INT(st.state_slots_total, caching ? 3 : 2); /* no snapshots without prefix caching */
+    if (caching)
+        fprintf(stderr, "  %llu preemptions, %llu restores from a snapshot\n", (unsigned long long)st.preemptions,
+                (unsigned long long)st.state_snapshots_restored);
     check_nothing_held(e, "after preemption");
     pdl_engine_free(e);
     for (int k = 0; k < N; k++) {
         char what[64];
-        snprintf(what, sizeof what, "request %d after preemption", k);
+        snprintf(what, sizeof what, "request %d after preemption (caching %d)", k, caching);
         check_same_seq(&alone[k].seq[0], &together[k].seq[0], what);
         out_free(&alone[k]), out_free(&together[k]);
     }
     free(prompts);
 }
+
+static void test_preemption_recomputes_and_output_is_unchanged(void) { check_preemption(false); }
+static void test_preemption_with_prefix_caching_restores_and_output_is_unchanged(void) { check_preemption(true); }
 
 /* A cached prefix starts from the state snapshot at the last cached block
  * that has one: the logits are the bytes of the cold run, and the cached
@@ -687,18 +696,33 @@ static void test_one_budget_covers_blocks_and_state_slots(void) {
     CHECK_CONTAINS(err.message, "state slot");
 }
 
+static void test_moe_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size(void) {
+    test_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size();
+}
+static void test_moe_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes(void) {
+    test_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes();
+}
+static void test_moe_ngram_speculation_equals_plain_decoding(void) { test_ngram_speculation_equals_plain_decoding(); }
+
 /* ---- setup ---------------------------------------------------------------------------- */
 
 /* The tiny Qwen3.5 (hidden 64, 6 Gated DeltaNet and 2 full-attention
  * layers, vocab 128) with a context long enough for these prompts, as the
- * GGUF llama.cpp's converter writes; NULL with the reason when the library
- * cannot load a hybrid model. */
-static pdl_model *load_tiny_qwen35(pdl_error *err) {
-    q35_spec s = q35_tiny_spec(false);
+ * GGUF llama.cpp's converter writes; moe: Qwen3.5-MoE's experts, as a
+ * Hugging Face folder. NULL with
+ * the reason when the library cannot load a hybrid model. */
+static pdl_model *load_tiny_qwen35(bool moe, pdl_error *err) {
+    q35_spec s = q35_tiny_spec(moe);
     s.ctx = 1024;
     q35_weights w = q35_make_weights(&s, 35);
-    char *path = test_tmp_path("qwen35-tiny.gguf");
-    q35_write_gguf(&s, &w, path);
+    char *path;
+    if (moe) { /* as a Hugging Face folder */
+        path = test_make_dir("qwen35moe-tiny");
+        q35_write_hf(&s, &w, path);
+    } else {
+        path = test_tmp_path("qwen35-tiny.gguf");
+        q35_write_gguf(&s, &w, path);
+    }
     q35_free_weights(&s, &w);
     pdl_model *m = NULL;
     pdl_model_options mo = {.n_threads = 2};
@@ -713,7 +737,7 @@ int main(void) {
     RUN(test_hybrid_drafts_never_close_a_state_chunk);
     RUN(test_scheduler_cuts_chunks_at_snapshots_and_hits_stop_at_the_last);
     pdl_error err;
-    g_model = load_tiny_qwen35(&err);
+    g_model = load_tiny_qwen35(false, &err);
     if (!g_model) {
         /* until the library runs the Gated DeltaNet forward, the
          * architecture is refused at load and the engine tests wait for it;
@@ -731,11 +755,22 @@ int main(void) {
     RUN(test_one_budget_covers_blocks_and_state_slots);
     RUN(test_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size);
     RUN(test_preemption_recomputes_and_output_is_unchanged);
+    RUN(test_preemption_with_prefix_caching_restores_and_output_is_unchanged);
     RUN(test_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes);
     RUN(test_a_shared_prefix_gets_a_snapshot_where_it_ends);
     RUN(test_n2_fork_copies_the_state);
     RUN(test_aborts_free_their_state_slots);
     RUN(test_ngram_speculation_equals_plain_decoding);
+    pdl_model_free(g_model);
+    /* the MoE variant: the same engine paths over routed experts */
+    g_model = load_tiny_qwen35(true, &err);
+    if (!g_model) {
+        fprintf(stderr, "the tiny Qwen3.5-MoE does not load: %s\n", err.message);
+        return 1;
+    }
+    RUN(test_moe_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size);
+    RUN(test_moe_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes);
+    RUN(test_moe_ngram_speculation_equals_plain_decoding);
     pdl_model_free(g_model);
     return test_summary();
 }
