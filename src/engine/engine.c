@@ -64,7 +64,6 @@ static int state_slots(pdl_engine *e, size_t mem, size_t *left, pdl_error *err) 
                         "bytes (%zu live, %zu snapshots)", mem, live + snap, one, live, snap);
     if (live + snap > INT32_MAX) return err_fail(err, "%zu recurrent state slots are too many", live + snap);
     *left = mem - (live + snap) * one;
-    e->n_live_slots = (int)live;
     return (int)(live + snap);
 }
 

@@ -43,7 +43,6 @@ struct pdl_engine {
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
     state_pool states;         /* hybrid models: who holds which recurrent state slot; prefix snapshots */
-    int n_live_slots;          /* hybrid models: state slots sized for running sequences (max_num_seqs) */
     enc_cache encoder_cache;   /* images' encoded rows across requests, by image hash */
     spec_state spec;           /* speculative decoding's proposers */
     so_rows masked;            /* structured output: masked copies of the rows constrained sequences sample */
