@@ -166,10 +166,14 @@ static bool prefix_in_flight(sched *s, eng_seq *q, int b) {
 }
 
 /* Takes the cached blocks of q's known tokens from the start, up to the
- * first miss and never its last token; returns the tokens covered. */
-static int take_prefix(sched *s, eng_seq *q) {
+ * first miss and never its last token; returns the tokens covered. A
+ * hybrid model's hit ends at the last block with a state snapshot, whose
+ * slot goes to *snapshot (-1 when none): it is copied into q's slot once q
+ * is admitted (restore_snapshot), not for a sequence that waits. */
+static int take_prefix(sched *s, eng_seq *q, int32_t *snapshot) {
     block_pool *p = s->pool;
     int bs = p->block_size;
+    *snapshot = -1;
     if (!p->caching || q->req->no_prefix_cache || q->cache.n_blocks > 0) return 0;
     int max_blocks = (q->n_tokens - 1) / bs;
     if (grow_blocks(q, max_blocks)) return 0;
@@ -197,10 +201,7 @@ static int take_prefix(sched *s, eng_seq *q) {
         bpool_release_all(p, q->cache.blocks + keep, q->cache.n_blocks - keep);
         q->cache.n_blocks = keep;
         parent = keep ? q->cache.blocks[keep - 1] : -1;
-        if (keep) {
-            int32_t snap = spool_snapshot_of(s->states, parent);
-            pdl_kv_cache_copy_state(s->kv, snap, q->cache.state_slot, keep * bs);
-        }
+        if (keep) *snapshot = spool_snapshot_of(s->states, parent);
     }
     q->cache.n_computed = q->cache.n_blocks * bs;
     q->cache.n_registered = q->cache.n_blocks;
@@ -435,7 +436,8 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         eng_seq *q = s->waiting[0];
         if (s->states && (q->cache.state_slot = spool_alloc_live(s->states)) < 0)
             break; /* every state slot is live: it waits for one */
-        int cached = take_prefix(s, q);
+        int32_t snapshot;
+        int cached = take_prefix(s, q, &snapshot);
         if (s->pool->caching && !q->req->no_prefix_cache && prefix_in_flight(s, q, q->cache.n_blocks)) {
             /* wait a step: the prefix it misses is being computed right now */
             sched_release_blocks(s, q);
@@ -456,7 +458,11 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (s->pool->caching && !q->req->no_prefix_cache) {
             s->pool->queries += (uint64_t)q->n_tokens;
             s->pool->hits += (uint64_t)cached;
-            if (s->states && cached > 0) s->states->snapshots_restored++;
+        }
+        if (snapshot >= 0) {
+            /* the sequence starts from the snapshot's state */
+            pdl_kv_cache_copy_state(s->kv, snapshot, q->cache.state_slot, cached);
+            s->states->snapshots_restored++;
         }
         if (q->cache.n_cached_prompt < 0) q->cache.n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);
