@@ -538,7 +538,8 @@ static void test_a_shared_prefix_gets_a_snapshot_where_it_ends(void) {
 }
 
 /* n = 2: the second sequence starts from the parent's state copied at the
- * fork, and samples as a request of its own with seed + 1 would. */
+ * fork (or, with one state slot, waits and recomputes the prompt), and
+ * samples as a request of its own with seed + 1 would. */
 static void test_n2_fork_copies_the_state(void) {
     enum { LEN = 100, OUT = 30 };
     int32_t prompt[LEN];
@@ -567,6 +568,23 @@ static void test_n2_fork_copies_the_state(void) {
     pdl_engine_free(e);
     check_same_seq(&single[0].seq[0], &pair.seq[0], "n = 2, sequence 0");
     check_same_seq(&single[1].seq[0], &pair.seq[1], "n = 2, sequence 1 (forked state)");
+    /* one state slot: the second sequence gets none at the fork, waits
+     * for the first to finish and recomputes the prompt */
+    out_free(&pair);
+    out_init(&pair, OUT + 1);
+    pdl_engine_options o1 = o;
+    o1.max_num_seqs = 1;
+    o1.state_snapshot_slots = -1;
+    e = make_engine(&o1);
+    add(e, prompt, LEN, &p, &pair);
+    run(e);
+    pdl_engine_stats st;
+    pdl_engine_get_stats(e, &st);
+    CHECK_EQ_INT(st.state_slots_total, 1);
+    check_nothing_held(e, "after n = 2 in one slot");
+    pdl_engine_free(e);
+    check_same_seq(&single[0].seq[0], &pair.seq[0], "n = 2 in one slot, sequence 0");
+    check_same_seq(&single[1].seq[0], &pair.seq[1], "n = 2 in one slot, sequence 1 (recomputed)");
     CHECK_MSG(memcmp(single[0].seq[0].tokens, single[1].seq[0].tokens, OUT * sizeof(int32_t)) != 0,
               "seeds 5 and 6 were meant to sample differently");
     out_free(&single[0]), out_free(&single[1]), out_free(&pair);
