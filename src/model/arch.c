@@ -76,6 +76,10 @@ static const pdl_arch_desc ARCHS[] = {
      .about = "Qwen3.5 with experts: softmax top-k, renormalized, a sigmoid-gated shared expert",
      .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true,
      .moe = PDL_MOE_MLP, .hf_moe_norm = true, .gguf_moe_norm = true, .shared_expert_gate = true},
+    {.name = "qwen3next", .hf_types = "qwen3_next", .gguf_arch = "qwen3next",
+     .about = "Qwen3.5-MoE's predecessor: the same layers, q/k/v/z and b/a projections fused per key head",
+     .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true,
+     .moe = PDL_MOE_MLP, .hf_moe_norm = true, .gguf_moe_norm = true, .shared_expert_gate = true},
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
