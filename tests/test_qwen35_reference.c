@@ -561,7 +561,65 @@ static void test_qwen3next_files_give_the_same_bytes(void) {
     }
     for (int f = 0; f < 3; f++) free(got[f]);
     check_model(&legacy, &w, hf, old, 40, 0x3E47 + 3);
+    /* F16 (as a BF16 checkpoint's rows: whole rows of 2-byte values are
+     * moved): the early GGUF's regrouped ssm_in rows are the current one's
+     * attn_qkv and attn_gate rows, so again the same bytes */
+    s.gguf_matrix_type = legacy.gguf_matrix_type = 1; /* GGML F16 */
+    q35_write_gguf(&s, &w, gg);
+    q35_write_gguf(&legacy, &w, old);
+    for (int f = 1; f < 3; f++) {
+        load_log lg;
+        pdl_model *m = load(paths[f], &s, &lg);
+        pdl_model_info info;
+        pdl_model_get_info(m, &info);
+        CHECK_CONTAINS(info.weight_types, "F16");
+        got[f] = engine_rows(m, tok, T, T, s.vocab);
+        pdl_model_free(m);
+    }
+    CHECK_MSG(!memcmp(got[1], got[2], (size_t)T * s.vocab * 4), "F16: the GGUF with ssm_in gives other logits than "
+              "the one with attn_qkv and attn_gate");
+    free(got[1]), free(got[2]);
     free(hf), free(gg), free(old);
+    q35_free_weights(&s, &w);
+}
+
+/* A Qwen3-Next folder whose config does not fit its fused projections (one
+ * value head per key head declared, two in the file) or that puts dense
+ * layers between the sparse ones is refused, naming what is wrong. */
+static void test_qwen3next_misfit_configs_are_refused(void) {
+    q35_spec s = q35_tiny_spec(true);
+    s.next = true;
+    q35_weights w = q35_make_weights(&s, 0x3E47);
+    char *dir = test_make_dir("qwen3next-misfit");
+    q35_write_hf(&s, &w, dir);
+    char *cfg = test_join(dir, "config.json");
+    FILE *f = fopen(cfg, "rb");
+    REQUIRE(f != NULL);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    static const struct {
+        const char *from, *to, *want[2];
+    } cases[] = {
+        {"\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 2",
+         {"linear_attn.in_proj_qkvz.weight' has 192 rows", "need 128"}},
+        {"\"mlp_only_layers\": []", "\"mlp_only_layers\": [3]", {"dense layers between sparse ones", "mlp_only_layers"}},
+        {"\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", {"decoder_sparse_step 2", "not supported"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *at = strstr(text, cases[i].from);
+        REQUIRE_MSG(at != NULL, "the writer's config lacks %s", cases[i].from);
+        char edited[8300];
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, cases[i].to, at + strlen(cases[i].from));
+        test_write_file(cfg, edited, strlen(edited));
+        pdl_model *m = NULL;
+        pdl_error err;
+        CHECK(pdl_model_load(&m, dir, NULL, &err) != 0 && m == NULL);
+        CHECK_CONTAINS(err.message, cases[i].want[0]);
+        CHECK_CONTAINS(err.message, cases[i].want[1]);
+    }
+    free(cfg), free(dir);
     q35_free_weights(&s, &w);
 }
 
@@ -730,6 +788,7 @@ int main(void) {
     RUN(test_qwen35moe_matches_float64_reference);
     RUN(test_qwen3next_matches_float64_reference);
     RUN(test_qwen3next_files_give_the_same_bytes);
+    RUN(test_qwen3next_misfit_configs_are_refused);
     RUN(test_greedy_decode_matches_reference);
     RUN(test_quantised_gguf_matches_reference_of_rounded_weights);
     return test_summary();
