@@ -153,7 +153,9 @@ void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->router_norm = gguf ? a->gguf_moe_norm : a->hf_moe_norm;
     c->shared_gate = a->shared_expert_gate;
     c->attn_out_gate = a->hybrid;
-    c->lin_v_tiled = gguf && a->hybrid; /* llama.cpp's converter tiles the value heads */
+    /* llama.cpp's converter tiles Qwen3.5's value heads (not Qwen3-Next's:
+     * model_load_gguf.c's read_hybrid) */
+    c->lin_v_tiled = gguf && a->hybrid;
 }
 
 

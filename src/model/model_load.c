@@ -388,6 +388,13 @@ static int split_qwen3next(pdl_model *m, const pdl_tensor *qkvz, const pdl_tenso
         rc = gather_rows(m, ba, rows, kh * r, part ? "a" : "b", part ? &lw->lin_a : &lw->lin_b, err);
     }
     free(rows);
+    /* the fused originals are not read again: their file pages may go (an
+     * 80B model's in_proj_qkvz are 1.8 GB of BF16) */
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const pdl_tensor *t = i ? ba : qkvz;
+        if (t && m->gguf) gguf_release(m->gguf, t->data, t->nbytes);
+        if (t && m->st) st_release(m->st, t->data, t->nbytes);
+    }
     return rc;
 }
 
