@@ -117,7 +117,8 @@ typedef struct pdl_model_config {
     int lin_k_dim, lin_v_dim;     /* a key head's and a value head's width */
     int lin_conv;          /* the causal depthwise convolution's kernel (4) */
     bool lin_v_tiled;      /* value head h reads key head h % lin_k_heads (llama.cpp's converter reorders
-                            * value heads so); false: h / (lin_v_heads / lin_k_heads) (Hugging Face) */
+                            * Qwen3.5's value heads so); false: h / (lin_v_heads / lin_k_heads) (Hugging
+                            * Face, and Qwen3-Next's GGUF) */
     bool lin_a_log;        /* load time only: lin_a_neg holds A_log (Hugging Face); model_finish turns it
                             * into -exp(A_log) */
     int n_mtp_layers;      /* multi-token-prediction blocks after the main stack (GGUF blk.N with N >=

@@ -392,8 +392,9 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         cfg_int(cfg, path, "max_position_embeddings", false, &c->ctx_len, err))
         return -1;
     c->rope_dim = c->head_dim;
-    /* Qwen3NextConfig turns a quarter of each head unless told otherwise */
-    float partial = strcmp(type, "qwen3_next") == 0 ? 0.25f : 1.0f;
+    /* Qwen3NextConfig (and Qwen3.5's configs, derived from it) turn a
+     * quarter of each head unless told otherwise */
+    float partial = a->hybrid ? 0.25f : 1.0f;
     if (cfg_float(cfg, path, "partial_rotary_factor", &partial, err)) return -1;
     if (!(partial > 0 && partial <= 1))
         return err_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);
