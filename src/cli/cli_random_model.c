@@ -273,7 +273,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* What the command line asks for. */
 typedef struct random_model_args {
     const char *preset, *out, *dtype_s, *format, *tok_dir, *tok_pre;
-    int layers, vocab;           /* 0: the preset's */
+    int layers, vocab, experts;  /* 0: the preset's */
     uint64_t seed;
 } random_model_args;
 
@@ -295,6 +295,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
      .help = "vocabulary size (default: the preset's)"},
+    {"--experts", NULL, CLI_OPT_INT, A(experts), .min = 1, .max = 4096, .value = "N",
+     .help = "routed experts of a mixture-of-experts preset (default: the preset's; experts per\n"
+             "token at most N): a small file of the same layout, for tests"},
     {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 1)"},
     {"--tokenizer", NULL, CLI_OPT_STRING, A(tok_dir), .value = "DIR",
      .help = "a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's): copied into\n"
@@ -308,7 +311,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
-             "       [--layers N] [--vocab N] [--seed S]\n",
+             "       [--layers N] [--vocab N] [--experts N] [--seed S]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
 };
@@ -324,6 +327,16 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b, "
                         "olmoe-1b-7b, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
         return CLI_USAGE;
+    }
+    shape_preset cut = *p; /* the preset with --experts applied */
+    if (args.experts) {
+        if (p->n_experts == 0) {
+            fprintf(stderr, "error: --experts: the %s preset has no experts\n", p->name);
+            return CLI_USAGE;
+        }
+        cut.n_experts = args.experts;
+        cut.n_experts_used = cut.n_experts_used < args.experts ? cut.n_experts_used : args.experts;
+        p = &cut;
     }
     pdl_dtype dt;
     if (strcmp(args.dtype_s, "f32") == 0) dt = PDL_DTYPE_F32;
