@@ -69,6 +69,8 @@ int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int3
                       .rope_pos3 = in->rope_pos3, .mrope = in->rope_pos3 != NULL};
     if (bb_add(bb, &seg, err)) return -1;
     pdl_batch b = *bb_finish(bb, false);
+    static const int32_t slot0 = 0; /* a hybrid model's state: slot 0 of the sequence's own cache */
+    if (pdl_kv_cache_state_slots(kv) > 0 && !b.state_slots) b.state_slots = &slot0;
     int rc = pdl_forward(ctx, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;
     return rc;

@@ -69,6 +69,13 @@ static const pdl_arch_desc ARCHS[] = {
     {.name = "olmoe", .hf_types = "olmoe", .gguf_arch = "olmoe",
      .about = "q/k RMSNorm over the whole projection, experts: softmax top-k, not renormalized",
      .qk_norm = PDL_QK_NORM_WHOLE, .moe = PDL_MOE_MLP, .hf_eps = 1e-5f},
+    {.name = "qwen35", .hf_types = "qwen3_5 qwen3_5_text", .gguf_arch = "qwen35",
+     .about = "Gated DeltaNet linear attention on 3 of 4 layers, gated full attention, (1 + w) norms",
+     .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true},
+    {.name = "qwen35moe", .hf_types = "qwen3_5_moe qwen3_5_moe_text", .gguf_arch = "qwen35moe",
+     .about = "Qwen3.5 with experts: softmax top-k, renormalized, a sigmoid-gated shared expert",
+     .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true,
+     .moe = PDL_MOE_MLP, .hf_moe_norm = true, .gguf_moe_norm = true, .shared_expert_gate = true},
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
@@ -141,6 +148,8 @@ void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->router = a->router;
     c->router_norm = gguf ? a->gguf_moe_norm : a->hf_moe_norm;
     c->shared_gate = a->shared_expert_gate;
+    c->attn_out_gate = a->hybrid;
+    c->lin_v_tiled = gguf && a->hybrid; /* llama.cpp's converter tiles the value heads */
 }
 
 

@@ -121,6 +121,9 @@ typedef struct pdl_arch_desc {
     bool hf_moe_norm;        /* default of norm_topk_prob (transformers' config default) */
     bool gguf_moe_norm;      /* llama.cpp's choice for the family (expert_weights_norm overrides) */
     bool shared_expert_gate; /* a shared expert, times sigmoid(w . x) (Qwen2-MoE) */
+    bool hybrid;             /* Gated DeltaNet layers beside gated full attention (Qwen3.5): layer kinds from
+                              * layer_types / full_attention_interval, the linear layers' shape, q_proj
+                              * with an output gate */
     const pdl_hf_defaults *hf_defaults;
 } pdl_arch_desc;
 

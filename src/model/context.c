@@ -19,6 +19,7 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
     ctx->kernels = model->kernels_chosen ? model->kernels : *matmul_kernels_active();
     attn_table_for(ctx->kernels.isa, &ctx->attention);
     ops_gate_table_for(ctx->kernels.isa, &ctx->gates);
+    ctx->delta_rule = delta_rule_for(ctx->kernels.isa);
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;
     ctx->pool = threadpool_new(threads);
     if (!ctx->pool) {
@@ -37,6 +38,7 @@ void pdl_context_free(pdl_context *ctx) {
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
     free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
     moe_scratch_free(s);
+    hybrid_scratch_free(s);
     scratch_free(&s->kernel);
     free(ctx);
 }

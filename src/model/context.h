@@ -18,6 +18,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/cpu_ops.h"
+#include "kernels/delta_rule.h"
 #include "kernels/matmul_table.h"
 #include "kernels/scratch.h"
 #include "kernels/threadpool.h"
@@ -56,6 +57,18 @@ typedef struct pdl_forward_scratch {
     float *xe;          /* (rows * k, hidden) gathered input rows: one expert's, or every assignment's (grouped) */
     float *he, *ue;     /* (rows * k, ffn_expert) gate (then activation) and up, likewise */
     float *ye;          /* (rows * k, hidden) every expert output, in exp_rows order */
+    /* gated attention (cfg.attn_out_gate) and Gated DeltaNet layers
+     * (deltanet.c), for hybrid_rows_cap rows: */
+    size_t hybrid_rows_cap;
+    float *qg;          /* (rows, 2 * n_heads * head_dim) q_proj's output: per head its query, then its gate */
+    float *attn_gate;   /* (rows, n_heads * head_dim) the gates */
+    float *lin_mix;     /* (rows, conv_dim) q, k, v before the convolution */
+    float *lin_qkv;     /* (rows, conv_dim) after it (SiLU; q and k l2-normalised, q scaled) */
+    float *lin_z;       /* (rows, v_heads * v_dim) the output gate */
+    float *lin_beta;    /* (rows, v_heads) b, then beta = sigmoid(b) */
+    float *lin_g;       /* (rows, v_heads) a, then the log decay g */
+    float *lin_o;       /* (rows, v_heads * v_dim) the delta rule's output, then normed and gated */
+    float *lin_rule;    /* (n_threads, delta_rule_scratch_floats) */
     /* what the matmuls take for the activations they prepare (scratch.h),
      * reserved when the row capacities above grow */
     pdl_scratch kernel;
@@ -67,11 +80,13 @@ struct pdl_context {
     pdl_attention_table attention; /* the attention kernels, of the family in effect when the context was made */
     pdl_gate_table gates;          /* the MLP gates, likewise */
     pdl_kernels kernels;           /* the matmul and weight panel kernels, likewise */
+    delta_rule_fn delta_rule;      /* Gated DeltaNet's recurrence (hybrid models), likewise */
     pdl_forward_scratch scratch;
     uint64_t moe_expert_runs; /* expert MLPs run (one per expert with rows, per layer and step): a
                                * prefill reads each chosen expert once, a decode step only k */
-    /* Per-sequence, per-layer state of recurrent layers (hybrid models,
-     * issue 36) belongs here too: it is written by every forward. */
+    /* A hybrid model's recurrent state is not here but in the caller's
+     * pdl_kv_cache (state slots, kv_cache.h): it belongs to sequences,
+     * which outlive a forward and move between engines' steps like K/V. */
 };
 
 /* A matmul of the forward (layer, or -1 for the head) could not have its
@@ -87,6 +102,18 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
 /* The selective-logits probe (pdl_model_probe_selective_logits) on ctx:
  * pdl_model_load runs it on its load-time context and keeps the verdict. */
 int probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err);
+
+/* A Gated DeltaNet layer (deltanet.c) over the batch's rows of xn (hidden
+ * wide): projections, causal convolution, the delta rule on each
+ * sequence's state slot, gated norm, output projection into out (added to
+ * it when accumulate). */
+int deltanet_layer(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, int layer, const float *xn, float *out,
+                   bool accumulate, pdl_error *err);
+
+/* Grows the gated-attention and Gated DeltaNet scratch to `rows` rows
+ * (nothing for other models); frees it. */
+int hybrid_scratch_reserve(pdl_context *ctx, size_t rows, pdl_error *err);
+void hybrid_scratch_free(pdl_forward_scratch *s);
 
 /* Frees the MoE scratch (pdl_context_free). */
 void moe_scratch_free(pdl_forward_scratch *s);

@@ -6,8 +6,9 @@
  * cache. The final norm and LM head run only on batch->logits_indices.
  * Architecture differences (QKV bias, q/k norm, RoPE layout, window, norm
  * kind, where a block's norms sit, multipliers, soft-caps, activation,
- * experts) are read from pdl_model_config; there is one code path for all
- * of them (a mixture-of-experts MLP is moe.c's).
+ * experts, gated attention) are read from pdl_model_config; there is one
+ * code path for all of them (a mixture-of-experts MLP is moe.c's, a hybrid
+ * model's Gated DeltaNet layers deltanet.c's, in the same block).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -53,7 +54,8 @@ static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
     size_t most = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
-        const pdl_tensor *ws[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        const pdl_tensor *ws[] = {&lw->wq,    &lw->wk,  &lw->wv,  &lw->wo,    &lw->w_gate, &lw->w_up,  &lw->w_down,
+                                  &lw->lin_qkv, &lw->lin_z, &lw->lin_b, &lw->lin_a, &lw->lin_out};
         for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) {
             if (!ws[i]->data) continue; /* no dense MLP in a MoE layer */
             size_t b = matmul_scratch_bytes(&ctx->kernels, ctx->pool, ws[i], (int64_t)rows);
@@ -87,6 +89,7 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
             (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
             return err_fail(err, "forward: out of memory for %zu rows", rows);
+        if (hybrid_scratch_reserve(ctx, rows, err)) return -1;
         /* the matmuls' scratch for these rows, now rather than in the layers */
         if (scratch_reserve_bytes(&s->kernel, layer_matmul_scratch(ctx, rows)))
             return err_fail(err, "forward: out of memory for %zu bytes of kernel scratch", s->kernel.failed);
@@ -152,6 +155,18 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
                                 "in the batch (its segment ends at position %d)", r, b->positions[r], b->span_first[r],
                                 b->span_last[r], end);
     }
+    if (m->cfg.n_rec_layers > 0) {
+        if (!b->state_slots)
+            return err_fail(err, "forward: the model has recurrent layers: the batch needs state_slots");
+        for (int s = 0; s < b->n_seqs; s++) {
+            if (b->state_slots[s] < 0 || b->state_slots[s] >= kv->n_state_slots)
+                return err_fail(err, "forward: sequence %d: state slot %d outside the cache's [0, %d)", s,
+                                b->state_slots[s], kv->n_state_slots);
+            for (int o = 0; o < s; o++)
+                if (b->state_slots[o] == b->state_slots[s])
+                    return err_fail(err, "forward: sequences %d and %d share state slot %d", o, s, b->state_slots[s]);
+        }
+    }
     if (b->rope_pos3) {
         if (!(m->cfg.mrope_section[0] + m->cfg.mrope_section[1] + m->cfg.mrope_section[2]))
             return err_fail(err, "forward: rope_pos3 given but the model has no M-RoPE sections (mrope_section)");
@@ -179,6 +194,7 @@ typedef struct row_task {
     pdl_kv_cache *kv;
     const pdl_batch *b;
     int layer;
+    int kv_layer;           /* the layer's K/V in the cache (hybrid models keep K/V of attention layers only) */
     const pdl_tensor *norm; /* for rmsnorm_rows */
     const float *src;
     float *dst;
@@ -254,6 +270,7 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     const pdl_layer_weights *lw = &m->w.layers[t->layer];
     int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
     int neox = c->rope_style == PDL_ROPE_NEOX;
+    bool gated = c->attn_out_gate;
     /* this layer's RoPE: windowed layers may have their own base (Gemma 3);
      * global layers may have none (Cohere2) */
     bool windowed = model_layer_windowed(c, t->layer);
@@ -265,6 +282,13 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++) {
         float *q = s->q + r * q_dim, *k = s->k + r * kv_dim, *v = s->v + r * kv_dim;
         const float *cs = cs_all + r * c->rope_dim;
+        if (gated) /* q_proj gave per head its query then its gate */
+            for (int h = 0; h < c->n_heads; h++) {
+                const float *qg = s->qg + (size_t)r * 2 * q_dim + (size_t)h * 2 * c->head_dim;
+                memcpy(q + (size_t)h * c->head_dim, qg, (size_t)c->head_dim * sizeof *q);
+                memcpy(s->attn_gate + (size_t)r * q_dim + (size_t)h * c->head_dim, qg + c->head_dim,
+                       (size_t)c->head_dim * sizeof *q);
+            }
         bool per_head = c->qk_norm == PDL_QK_NORM_HEAD;
         if (c->qk_norm == PDL_QK_NORM_WHOLE) {
             ops_rmsnorm(q, q, lw->q_norm.data, q_dim, c->rms_eps);
@@ -280,7 +304,7 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
             if (per_head) ops_rmsnorm(kh, kh, lw->k_norm.data, c->head_dim, c->rms_eps);
             if (rope) ops_rope_apply(kh, c->rope_dim, cs, neox);
         }
-        store(kv_k_pool(t->kv, t->layer), kv_v_pool(t->kv, t->layer), t->kv->dtype == PDL_KV_F16, kv_dim,
+        store(kv_k_pool(t->kv, t->kv_layer), kv_v_pool(t->kv, t->kv_layer), t->kv->dtype == PDL_KV_F16, kv_dim,
               c->head_dim, t->kv->block_size, t->b->slot_mapping[r], k, v);
     }
 }
@@ -312,8 +336,8 @@ static void attention_rows(void *p, int ith, int nth) {
     int group = c->n_heads / c->n_kv_heads;
     float *scratch = s->scores + (size_t)ith * s->scores_cap;
     pdl_attn_kv akv = {
-        .k = kv_k_pool(t->kv, t->layer),
-        .v = kv_v_pool(t->kv, t->layer),
+        .k = kv_k_pool(t->kv, t->kv_layer),
+        .v = kv_v_pool(t->kv, t->kv_layer),
         .kv_is_f16 = t->kv->dtype == PDL_KV_F16,
         .kv_dim = t->kv->kv_dim,
         .block_size = t->kv->block_size,
@@ -356,6 +380,20 @@ static void attention_rows(void *p, int ith, int nth) {
                 if (nq) attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
             }
         }
+    }
+}
+
+/* The attention output times sigmoid(gate), per row (cfg.attn_out_gate). */
+static void out_gate_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    long r0, r1;
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *a = t->s->attn + r * q_dim;
+        const float *g = t->s->attn_gate + r * q_dim;
+        for (size_t i = 0; i < q_dim; i++) a[i] *= 1.0f / (1.0f + expf(-g[i]));
     }
 }
 
@@ -404,11 +442,16 @@ static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pd
 int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
-    if (kv->n_layers != c->n_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
+    if (kv->n_layers != c->n_attn_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
         return err_fail(err,
                         "forward: KV cache was made for another model (%d layers x %d in heads of %d, model %d x %d "
                         "in heads of %d)",
-                        kv->n_layers, kv->kv_dim, kv->head_dim, c->n_layers, c->n_kv_heads * c->head_dim, c->head_dim);
+                        kv->n_layers, kv->kv_dim, kv->head_dim, c->n_attn_layers, c->n_kv_heads * c->head_dim,
+                        c->head_dim);
+    if (c->n_rec_layers > 0 && (kv->n_rec_layers != c->n_rec_layers ||
+                                kv->st_conv_dim != 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim))
+        return err_fail(err, "forward: KV cache has no recurrent state slots for this model's %d linear attention "
+                        "layers (pdl_kv_cache_create_hybrid)", c->n_rec_layers);
     if (validate_batch(m, kv, b, err)) return -1;
     /* keys the longest sequence reads, rounded up to a power of two so that
      * decoding grows the attention scratch only log(context) times */
@@ -443,14 +486,20 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         t.layer = l;
+        t.kv_layer = c->kind_index ? c->kind_index[l] : l;
 
         /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
         if (pre_norm) {
             t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
             threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
+        if (model_layer_recurrent(c, l)) { /* or the Gated DeltaNet's, the same block around it */
+            if (deltanet_layer(ctx, kv, b, l, branch_in, direct_add ? s->x : s->branch, direct_add, err)) return -1;
+            goto mixed;
+        }
         pdl_matmul_out qkv[3] = {
-            {.y = s->q, .ldy = q_dim, .w = &lw->wq, .bias = lw->bq.data},
+            {.y = c->attn_out_gate ? s->qg : s->q, .ldy = c->attn_out_gate ? 2 * q_dim : q_dim, .w = &lw->wq,
+             .bias = lw->bq.data},
             {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
             {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
         };
@@ -459,9 +508,11 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
         threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
         atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
         threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
+        if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, &t);
         if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n,
                        &lw->wo, NULL, direct_add))
             return fwd_kernel_failed(ctx, l, "attention output", err);
+    mixed:
         if (!direct_add) {
             t.norm = &lw->post_attn_norm;
             threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);

@@ -64,6 +64,8 @@ int probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_e
     pdl_batch b = {.n_tokens = n, .token_ids = tokens, .positions = pos, .slot_mapping = slots, .n_seqs = 1,
                    .cu_seqlens = cu, .block_tables = tables, .n_logits = n_rows, .logits_indices = rows,
                    .full_logits = true};
+    static const int32_t slot0 = 0; /* a hybrid model's state (both runs start at position 0: from zero) */
+    if (c->n_rec_layers > 0) b.state_slots = &slot0;
     int rc = pdl_forward(ctx, kv, &b, full, err);
     if (rc == 0) {
         b.full_logits = false;

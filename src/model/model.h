@@ -118,9 +118,20 @@ typedef struct pdl_model_config {
     int lin_conv;          /* the causal depthwise convolution's kernel (4) */
     bool lin_v_tiled;      /* value head h reads key head h % lin_k_heads (llama.cpp's converter reorders
                             * value heads so); false: h / (lin_v_heads / lin_k_heads) (Hugging Face) */
+    bool lin_a_log;        /* load time only: lin_a_neg holds A_log (Hugging Face); model_finish turns it
+                            * into -exp(A_log) */
+    int n_mtp_layers;      /* multi-token-prediction blocks after the main stack (GGUF blk.N with N >=
+                            * n_layers); the forward runs none of them */
     bool attn_out_gate;    /* attention layers: q_proj gives per head its query then a gate of the same
                             * width; the attention output is times sigmoid(gate) (Qwen3.5) */
 } pdl_model_config;
+
+/* Hybrid models: makes layer_kind / kind_index for n_layers layers, layer l
+ * being Gated DeltaNet when recurrent[l], or (recurrent NULL) unless
+ * (l + 1) % full_interval == 0 (Qwen3.5's full_attention_interval), and
+ * counts each kind. Errors name `where`. */
+int model_set_layer_kinds(pdl_model_config *c, const bool *recurrent, int full_interval, const char *where,
+                          pdl_error *err);
 
 /* Whether layer l is a Gated DeltaNet layer. */
 static inline bool model_layer_recurrent(const pdl_model_config *c, int l) {

@@ -167,7 +167,7 @@ static int check_no_stray_layers(const pdl_model_config *c, const pdl_tensor_set
         if (strncmp(name, prefix, pl) != 0 || name[pl] < '0' || name[pl] > '9') continue;
         char *end;
         long l = strtol(name + pl, &end, 10);
-        if (*end == '.' && l >= c->n_layers)
+        if (*end == '.' && l >= c->n_layers + c->n_mtp_layers)
             return err_fail(err, "%s: tensor '%s' belongs to layer %ld, but the model declares %d layers (%s)", where,
                             name, l, c->n_layers, hf_prefix ? "num_hidden_layers" : "block_count");
     }
@@ -184,6 +184,41 @@ static void expert_view(const pdl_tensor *stack, int e, pdl_tensor *out) {
     char what[24];
     snprintf(what, sizeof what, "e%d", e);
     model_tensor_rows(&flat, (int64_t)e * stack->shape[1], stack->shape[1], what, out);
+}
+
+/* Transformers 5's stacked experts (Qwen3.5-MoE checkpoints):
+ * mlp.experts.gate_up_proj (n_experts, 2 * ffn_expert, hidden), each
+ * expert's gate rows then its up rows, and mlp.experts.down_proj
+ * (n_experts, hidden, ffn_expert), as per-expert views. Returns 0 when
+ * taken or absent (dst left empty), -1 on a bad shape. */
+static int take_fused_experts(const pdl_model_config *c, const pdl_tensor_set *set, const char *hf_prefix, int l,
+                              const char *where, pdl_tensor *const dst[3], pdl_error *err) {
+    char gu_name[PDL_TENSOR_NAME_MAX], d_name[PDL_TENSOR_NAME_MAX];
+    layer_name(gu_name, sizeof gu_name, hf_prefix, l, "mlp.experts.gate_up_proj", NULL);
+    layer_name(d_name, sizeof d_name, hf_prefix, l, "mlp.experts.down_proj", NULL);
+    if (!tensor_set_find(set, gu_name)) return 0;
+    pdl_tensor gu, down;
+    if (model_take_tensor(set, gu_name, true, where, &gu, err) ||
+        model_take_tensor(set, d_name, true, where, &down, err))
+        return -1;
+    int E = c->n_experts, I = c->ffn_expert, H = c->hidden;
+    if (gu.n_dims != 3 || gu.shape[0] != E || gu.shape[1] != 2 * (int64_t)I || gu.shape[2] != H ||
+        down.n_dims != 3 || down.shape[0] != E || down.shape[1] != H || down.shape[2] != I)
+        return err_fail(err, "%s: stacked experts '%s' / '%s' must be [%d, %d, %d] and [%d, %d, %d] (experts, rows, "
+                        "columns)", where, gu_name, d_name, E, 2 * I, H, E, H, I);
+    pdl_tensor flat = gu;
+    flat.n_dims = 2;
+    flat.shape[0] = gu.shape[0] * gu.shape[1];
+    flat.shape[1] = gu.shape[2];
+    for (int e = 0; e < E; e++) {
+        char what[32];
+        snprintf(what, sizeof what, "e%d.gate", e);
+        model_tensor_rows(&flat, (int64_t)e * 2 * I, I, what, &dst[0][e]);
+        snprintf(what, sizeof what, "e%d.up", e);
+        model_tensor_rows(&flat, (int64_t)e * 2 * I + I, I, what, &dst[1][e]);
+        expert_view(&down, e, &dst[2][e]);
+    }
+    return 0;
 }
 
 /* The router, the experts and the shared expert of layer l. GGUF stacks
@@ -216,7 +251,9 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
                                 c->ffn_expert);
             for (int e = 0; e < E; e++) expert_view(&t, e, &dst[p][e]);
         }
-    } else {
+    } else if (!mixtral && take_fused_experts(c, set, hf_prefix, l, where, dst, err)) {
+        return -1;
+    } else if (!lw->exp_gate[0].data) { /* one tensor per expert and projection */
         static const char *const per_expert[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
         for (int e = 0; e < E; e++)
             for (int p = 0; p < 3; p++) {
@@ -251,6 +288,59 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     return 0;
 }
 
+int model_set_layer_kinds(pdl_model_config *c, const bool *recurrent, int full_interval, const char *where,
+                          pdl_error *err) {
+    if (c->n_layers <= 0 || c->n_layers > 4096) return err_fail(err, "%s: %d layers (must be 1 to 4096)", where, c->n_layers);
+    if (!recurrent && full_interval <= 0)
+        return err_fail(err, "%s: full_attention_interval must be positive, got %d", where, full_interval);
+    free(c->layer_kind), free(c->kind_index);
+    c->layer_kind = malloc((size_t)c->n_layers);
+    c->kind_index = malloc((size_t)c->n_layers * sizeof *c->kind_index);
+    if (!c->layer_kind || !c->kind_index) return err_fail(err, "out of memory");
+    c->n_attn_layers = c->n_rec_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        bool rec = recurrent ? recurrent[l] : (l + 1) % full_interval != 0;
+        c->layer_kind[l] = rec ? PDL_LAYER_DELTANET : PDL_LAYER_ATTENTION;
+        c->kind_index[l] = rec ? c->n_rec_layers++ : c->n_attn_layers++;
+    }
+    if (c->n_attn_layers == 0)
+        return err_fail(err, "%s: every layer is linear attention (at least one full-attention layer is needed)", where);
+    return 0;
+}
+
+/* A Gated DeltaNet layer's tensors (Hugging Face linear_attn.*, GGUF as
+ * llama.cpp's converter names them). */
+static int take_deltanet(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l, const char *where,
+                         pdl_error *err) {
+    pdl_layer_weights *lw = &m->w.layers[l];
+    static const struct {
+        size_t offset;
+        const char *gguf, *hf;
+    } names[] = {
+        {offsetof(pdl_layer_weights, lin_qkv), "attn_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+        {offsetof(pdl_layer_weights, lin_z), "attn_gate.weight", "linear_attn.in_proj_z.weight"},
+        {offsetof(pdl_layer_weights, lin_b), "ssm_beta.weight", "linear_attn.in_proj_b.weight"},
+        {offsetof(pdl_layer_weights, lin_a), "ssm_alpha.weight", "linear_attn.in_proj_a.weight"},
+        {offsetof(pdl_layer_weights, lin_conv1d), "ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+        {offsetof(pdl_layer_weights, lin_dt_bias), "ssm_dt.bias", "linear_attn.dt_bias"},
+        {offsetof(pdl_layer_weights, lin_a_neg), "ssm_a", "linear_attn.A_log"},
+        {offsetof(pdl_layer_weights, lin_norm), "ssm_norm.weight", "linear_attn.norm.weight"},
+        {offsetof(pdl_layer_weights, lin_out), "ssm_out.weight", "linear_attn.out_proj.weight"},
+    };
+    char name[PDL_TENSOR_NAME_MAX];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        layer_name(name, sizeof name, hf_prefix, l, names[i].hf, names[i].gguf);
+        if (model_take_tensor(set, name, true, where, (pdl_tensor *)((char *)lw + names[i].offset), err)) return -1;
+    }
+    /* Hugging Face's Conv1d weight is (channels, 1, kernel) */
+    pdl_tensor *cw = &lw->lin_conv1d;
+    if (cw->n_dims == 3 && cw->shape[1] == 1) {
+        cw->n_dims = 2;
+        cw->shape[1] = cw->shape[2];
+    }
+    return 0;
+}
+
 int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                       pdl_error *err) {
     pdl_model_config *c = &m->cfg;
@@ -273,12 +363,16 @@ int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
     layer_name(name, sizeof name, hf_prefix, 0, "self_attn.q_proj.bias", "attn_q.bias");
     if (tensor_set_find(set, name)) c->qkv_bias = true;
     int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    if (c->attn_out_gate) q_dim *= 2; /* q_proj: per head the query, then its gate */
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &m->w.layers[l];
-        /* fused projections (Phi-3; GGUF attn_qkv), split into row views */
-        bool fused_qkv, fused_gate_up = false;
+        bool recurrent = model_layer_recurrent(c, l);
+        if (recurrent && take_deltanet(m, set, hf_prefix, l, where, err)) return -1;
+        /* fused projections (Phi-3; GGUF attn_qkv), split into row views;
+         * a Gated DeltaNet layer's attn_qkv is its own (take_deltanet) */
+        bool fused_qkv = recurrent, fused_gate_up = false;
         layer_name(name, sizeof name, hf_prefix, l, "self_attn.qkv_proj.weight", "attn_qkv.weight");
-        if (take_fused(set, name, where, 3, (const int64_t[]){q_dim, kv_dim, kv_dim},
+        if (!recurrent && take_fused(set, name, where, 3, (const int64_t[]){q_dim, kv_dim, kv_dim},
                        (const char *const[]){"q", "k", "v"}, (pdl_tensor *const[]){&lw->wq, &lw->wk, &lw->wv},
                        &fused_qkv, err))
             return -1;
@@ -295,13 +389,19 @@ int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
             if ((t->need == NEED_UNLESS_FUSED_QKV && fused_qkv) ||
                 (t->need == NEED_IF_DENSE_UNFUSED && fused_gate_up))
                 continue;
+            bool attention_part = t->need == NEED_UNLESS_FUSED_QKV || t->need == NEED_IF_BIAS ||
+                                  t->need == NEED_IF_QK_NORM || t->offset == offsetof(pdl_layer_weights, wo);
+            if (recurrent && attention_part) continue;
             bool required = layer_needs(c, t->need);
             /* a norm or MLP matrix the config does not use is not taken (a
              * Gemma 2 HF post_attention_layernorm is not an ffn_norm); an
              * optional bias or q/k norm is */
             if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
             const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
-            layer_name(name, sizeof name, hf_prefix, l, hf, t->gguf);
+            /* llama.cpp names Qwen3.5's MLP input norm post_attention_norm */
+            const char *gguf = c->arch->hybrid && t->offset == offsetof(pdl_layer_weights, ffn_norm)
+                                   ? "post_attention_norm.weight" : t->gguf;
+            layer_name(name, sizeof name, hf_prefix, l, hf, gguf);
             if (model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
                 return -1;
         }
@@ -492,6 +592,43 @@ static int rope_init(pdl_model *m, pdl_error *err) {
     return 0;
 }
 
+/* A Gated DeltaNet layer's weights against the config; A_log (Hugging
+ * Face) becomes -exp(A_log), in float32 as transformers computes it. */
+static int check_deltanet(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    int64_t kd = (int64_t)c->lin_k_heads * c->lin_k_dim, vd = (int64_t)c->lin_v_heads * c->lin_v_dim;
+    char why[192];
+    snprintf(why, sizeof why, "hidden %d, linear attention %d key heads of %d, %d value heads of %d, kernel %d",
+             c->hidden, c->lin_k_heads, c->lin_k_dim, c->lin_v_heads, c->lin_v_dim, c->lin_conv);
+    if (check_matrix(m, &lw->lin_qkv, 2 * kd + vd, c->hidden, why, err) ||
+        check_matrix(m, &lw->lin_z, vd, c->hidden, why, err) ||
+        check_matrix(m, &lw->lin_b, c->lin_v_heads, c->hidden, why, err) ||
+        check_matrix(m, &lw->lin_a, c->lin_v_heads, c->hidden, why, err) ||
+        check_matrix(m, &lw->lin_out, c->hidden, vd, why, err) ||
+        check_vector(m, &lw->lin_dt_bias, c->lin_v_heads, why, err) ||
+        check_vector(m, &lw->lin_a_neg, c->lin_v_heads, why, err) ||
+        check_vector(m, &lw->lin_norm, c->lin_v_dim, why, err) ||
+        check_shape(&lw->lin_conv1d, 2 * kd + vd, c->lin_conv, why, err))
+        return -1;
+    /* the kernel as F32 rows (channels, kernel): one row of channel-count elements */
+    pdl_tensor flat = lw->lin_conv1d;
+    flat.n_dims = 1;
+    flat.shape[0] = (2 * kd + vd) * c->lin_conv;
+    if (make_f32_vector(m, &flat, err)) return -1;
+    lw->lin_conv1d.data = flat.data, lw->lin_conv1d.dtype = flat.dtype, lw->lin_conv1d.nbytes = flat.nbytes;
+    if (c->lin_a_log) {
+        float *neg = malloc((size_t)c->lin_v_heads * sizeof *neg);
+        if (!neg || own(m, neg)) {
+            free(neg);
+            return err_fail(err, "out of memory converting '%s'", lw->lin_a_neg.name);
+        }
+        const float *a = lw->lin_a_neg.data;
+        for (int h = 0; h < c->lin_v_heads; h++) neg[h] = -expf(a[h]);
+        lw->lin_a_neg.data = neg;
+    }
+    return 0;
+}
+
 /* A MoE layer's router, experts and shared expert against the config. */
 static int check_experts(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
@@ -582,8 +719,13 @@ int model_finish(pdl_model *m, pdl_error *err) {
     bool post = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &w->layers[l];
-        if ((pre && check_vector(m, &lw->attn_norm, c->hidden, why, err)) ||
-            check_matrix(m, &lw->wq, q_dim, c->hidden, why, err) ||
+        bool recurrent = model_layer_recurrent(c, l);
+        if (recurrent) {
+            if (check_vector(m, &lw->attn_norm, c->hidden, why, err) || check_deltanet(m, lw, err) ||
+                check_vector(m, &lw->ffn_norm, c->hidden, why, err))
+                return -1;
+        } else if ((pre && check_vector(m, &lw->attn_norm, c->hidden, why, err)) ||
+            check_matrix(m, &lw->wq, c->attn_out_gate ? 2 * q_dim : q_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wk, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wv, kv_dim, c->hidden, why, err) ||
             check_matrix(m, &lw->wo, c->hidden, q_dim, why, err) ||
@@ -594,10 +736,10 @@ int model_finish(pdl_model *m, pdl_error *err) {
                                   check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err)))
             return -1;
         if (c->n_experts > 0 && check_experts(m, lw, err)) return -1;
-        if (c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
+        if (!recurrent && c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
                             check_vector(m, &lw->bv, kv_dim, why, err)))
             return -1;
-        if (c->qk_norm != PDL_QK_NORM_NONE &&
+        if (!recurrent && c->qk_norm != PDL_QK_NORM_NONE &&
             (check_vector(m, &lw->q_norm, qn, why, err) || check_vector(m, &lw->k_norm, kn, why, err)))
             return -1;
         if (post && (check_vector(m, &lw->post_attn_norm, c->hidden, why, err) ||
@@ -614,15 +756,16 @@ int model_finish(pdl_model *m, pdl_error *err) {
         if (fold_plus_one(m, &w->output_norm, err)) return -1;
         c->norm_plus_one = false; /* done: the weights now hold 1 + w */
     }
+    c->lin_a_log = false; /* done: lin_a_neg holds -exp(A_log) */
 
     /* Record the distinct matrix dtypes, e.g. "F32" or "F16,F32"; MLX types
      * with their group sizes, e.g. "MLX_Q4(g64)" or "MLX_Q8(g32/g64)". */
     unsigned seen[PDL_DTYPE_COUNT] = {0}; /* bit 0: seen; MLX: | group (32, 64, 128) */
-#define SEEN(t) (seen[(t).dtype] |= 1u | (dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u))
+#define SEEN(t) (void)((t).data && (seen[(t).dtype] |= 1u | (dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u)))
     SEEN(w->tok_embd), SEEN(w->output);
     for (int l = 0; l < c->n_layers; l++) {
         const pdl_layer_weights *lw = &w->layers[l];
-        SEEN(lw->wq), SEEN(lw->wk), SEEN(lw->wv), SEEN(lw->wo);
+        SEEN(lw->wq), SEEN(lw->wk), SEEN(lw->wv), SEEN(lw->wo), SEEN(lw->lin_qkv), SEEN(lw->lin_z), SEEN(lw->lin_out);
         if (c->n_experts == 0) SEEN(lw->w_gate), SEEN(lw->w_up), SEEN(lw->w_down);
         if (c->n_experts > 0) SEEN(lw->router);
         for (int e = 0; e < c->n_experts; e++) SEEN(lw->exp_gate[e]), SEEN(lw->exp_up[e]), SEEN(lw->exp_down[e]);
@@ -666,14 +809,15 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
     pdl_model_weights *w = &m->w;
     const pdl_model_config *c = &m->cfg;
     /* every matrix: the head, then each layer's (absent ones have no data) */
-    size_t per_layer = 11 + 3 * (size_t)c->n_experts, n_mats = 1 + (size_t)c->n_layers * per_layer, k = 0;
+    size_t per_layer = 16 + 3 * (size_t)c->n_experts, n_mats = 1 + (size_t)c->n_layers * per_layer, k = 0;
     pdl_tensor **mats = malloc(n_mats * sizeof *mats);
     if (!mats) return err_fail(err, "out of memory");
     mats[k++] = &w->output;
     for (int l = 0; l < c->n_layers; l++) {
         pdl_layer_weights *lw = &w->layers[l];
-        pdl_tensor *fixed[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down,
-                               &lw->router, &lw->sh_gate, &lw->sh_up, &lw->sh_down};
+        pdl_tensor *fixed[] = {&lw->wq,     &lw->wk,     &lw->wv,      &lw->wo,    &lw->w_gate, &lw->w_up,
+                               &lw->w_down, &lw->router, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &lw->lin_qkv,
+                               &lw->lin_z,  &lw->lin_b,  &lw->lin_a,   &lw->lin_out};
         for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) mats[k++] = fixed[i];
         for (int e = 0; e < c->n_experts; e++)
             mats[k++] = &lw->exp_gate[e], mats[k++] = &lw->exp_up[e], mats[k++] = &lw->exp_down[e];
@@ -860,6 +1004,7 @@ void pdl_model_free(pdl_model *m) {
     if (!m) return;
     free(m->w.layers);
     free(m->w.experts);
+    free(m->cfg.layer_kind), free(m->cfg.kind_index);
     free(m->rope_inv_freq), free(m->rope_inv_freq_local), free(m->rope_factors), free(m->rope_factors_short);
     for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);

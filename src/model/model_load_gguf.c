@@ -135,6 +135,39 @@ static int read_mrope_sections(const gguf_file *g, const char *arch, pdl_model_c
     return 0;
 }
 
+/* A hybrid family (Qwen3.5): the Gated DeltaNet's shape under llama.cpp's
+ * ssm.* keys (state_size: a key head's width, group_count: key heads,
+ * time_step_rank: value heads, inner_size: all value heads' width), which
+ * layers attend fully (every full_attention_interval-th, 4 unless given),
+ * and the MTP blocks block_count includes (nextn_predict_layers), which
+ * follow the main stack and are not run. Text rows turn every M-RoPE
+ * section by the same position: plain RoPE, so the sections are dropped. */
+static int read_hybrid(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
+    if (!c->arch->hybrid) return 0;
+    const char *path = gguf_path(g);
+    int inner = 0, interval = 4;
+    if (arch_u32(g, arch, "nextn_predict_layers", false, &c->n_mtp_layers, err) ||
+        arch_u32(g, arch, "ssm.conv_kernel", true, &c->lin_conv, err) ||
+        arch_u32(g, arch, "ssm.state_size", true, &c->lin_k_dim, err) ||
+        arch_u32(g, arch, "ssm.group_count", true, &c->lin_k_heads, err) ||
+        arch_u32(g, arch, "ssm.time_step_rank", true, &c->lin_v_heads, err) ||
+        arch_u32(g, arch, "ssm.inner_size", true, &inner, err) ||
+        arch_u32(g, arch, "full_attention_interval", false, &interval, err))
+        return -1;
+    if (c->n_mtp_layers >= c->n_layers)
+        return err_fail(err, "%s: %s.nextn_predict_layers %d must be less than block_count %d", path, arch,
+                        c->n_mtp_layers, c->n_layers);
+    c->n_layers -= c->n_mtp_layers;
+    if (c->lin_k_heads <= 0 || c->lin_v_heads <= 0 || c->lin_v_heads % c->lin_k_heads || inner % c->lin_v_heads ||
+        c->lin_k_dim <= 0 || inner <= 0 || c->lin_conv < 2 || c->lin_conv > 8)
+        return err_fail(err, "%s: invalid linear attention: %d key heads of %d, %d value heads, inner size %d, kernel %d "
+                        "(value heads must be a multiple of key heads and divide the inner size; kernel 2..8)", path,
+                        c->lin_k_heads, c->lin_k_dim, c->lin_v_heads, inner, c->lin_conv);
+    c->lin_v_dim = inner / c->lin_v_heads;
+    memset(c->mrope_section, 0, sizeof c->mrope_section);
+    return model_set_layer_kinds(c, NULL, interval, path, err);
+}
+
 /* general.architecture as the file gives it (read_config checked it). */
 static const char *file_arch(const gguf_file *g) {
     const char *arch = NULL;
@@ -203,7 +236,8 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         return -1;
     if (a->gguf_window_required && c->sliding_window <= 0)
         return err_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
-    if (read_experts(g, arch, c, err) || read_mrope_sections(g, arch, c, err)) return -1;
+    if (read_experts(g, arch, c, err) || read_mrope_sections(g, arch, c, err) || read_hybrid(g, arch, c, err))
+        return -1;
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);

@@ -309,6 +309,49 @@ static int read_window(json_t *cfg, const char *path, pdl_model_config *c, int d
     return 0;
 }
 
+/* A hybrid family (Qwen3.5): the Gated DeltaNet's shape (transformers'
+ * Qwen3_5TextConfig defaults for fields left out), and which layers are
+ * linear: layer_types ("linear_attention" / "full_attention"), else every
+ * full_attention_interval-th layer attends fully. Text rows turn every
+ * M-RoPE section by the same position: plain RoPE, so the sections are
+ * dropped. */
+static int read_hybrid(json_t *cfg, const char *path, pdl_model_config *c, pdl_error *err) {
+    if (!c->arch->hybrid) return 0;
+    c->lin_conv = 4, c->lin_k_dim = 128, c->lin_v_dim = 128, c->lin_k_heads = 16, c->lin_v_heads = 32;
+    int interval = 4;
+    if (cfg_int(cfg, path, "linear_conv_kernel_dim", false, &c->lin_conv, err) ||
+        cfg_int(cfg, path, "linear_key_head_dim", false, &c->lin_k_dim, err) ||
+        cfg_int(cfg, path, "linear_value_head_dim", false, &c->lin_v_dim, err) ||
+        cfg_int(cfg, path, "linear_num_key_heads", false, &c->lin_k_heads, err) ||
+        cfg_int(cfg, path, "linear_num_value_heads", false, &c->lin_v_heads, err) ||
+        cfg_int(cfg, path, "full_attention_interval", false, &interval, err))
+        return -1;
+    if (c->lin_k_heads <= 0 || c->lin_v_heads <= 0 || c->lin_v_heads % c->lin_k_heads || c->lin_k_dim <= 0 ||
+        c->lin_v_dim <= 0 || c->lin_conv < 2 || c->lin_conv > 8)
+        return err_fail(err, "%s: invalid linear attention: %d key heads of %d, %d value heads of %d, kernel %d (value "
+                        "heads must be a multiple of key heads; kernel 2..8)", path, c->lin_k_heads, c->lin_k_dim,
+                        c->lin_v_heads, c->lin_v_dim, c->lin_conv);
+    c->lin_a_log = true;
+    memset(c->mrope_section, 0, sizeof c->mrope_section);
+    json_t *lt = json_object_get(cfg, "layer_types");
+    if (!lt || json_is_null(lt)) return model_set_layer_kinds(c, NULL, interval, path, err);
+    if (!json_is_array(lt) || (int)json_array_size(lt) != c->n_layers)
+        return err_fail(err, "%s: field 'layer_types' must list %d layers", path, c->n_layers);
+    bool *rec = calloc((size_t)c->n_layers, sizeof *rec);
+    if (!rec) return err_fail(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        const char *t = json_string_value(json_array_get(lt, (size_t)l));
+        rec[l] = t && strcmp(t, "linear_attention") == 0;
+        if (!t || (!rec[l] && strcmp(t, "full_attention") != 0)) {
+            free(rec);
+            return err_fail(err, "%s: layer_types[%d] must be \"linear_attention\" or \"full_attention\"", path, l);
+        }
+    }
+    int rc = model_set_layer_kinds(c, rec, 0, path, err);
+    free(rec);
+    return rc;
+}
+
 static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     json_t *mt = json_object_get(cfg, "model_type");
@@ -388,7 +431,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         if (cfg_bool(cfg, path, "use_sliding_window", &use, err)) return -1;
         if (use) return err_fail(err, "%s: use_sliding_window = true is not supported for %s", path, type);
     }
-    if (read_rope_scaling(cfg, path, m, err)) return -1;
+    if (read_rope_scaling(cfg, path, m, err) || read_hybrid(cfg, path, c, err)) return -1;
     c->bos_id = -1;
     c->n_eos = 0;
     if (cfg_int(cfg, path, "bos_token_id", false, &c->bos_id, err) || cfg_eos(cfg, path, c, err)) return -1;
@@ -475,6 +518,9 @@ int model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     json_t *use = cfg;
     const char *mts = json_is_string(mt) ? json_string_value(mt) : "";
     bool gemma3 = strcmp(mts, "gemma3") == 0, llava = strcmp(mts, "llava") == 0 || strcmp(mts, "llava_next") == 0;
+    /* Qwen3.5 (Qwen3_5ForConditionalGeneration): the text model is
+     * text_config (qwen3_5_text); its vision tower is left for later */
+    bool qwen35 = strcmp(mts, "qwen3_5") == 0 || strcmp(mts, "qwen3_5_moe") == 0;
     /* Qwen2.5-VL: the text model's fields at the top level (transformers
      * 4.49-4.51), or also in text_config (later versions); either is read */
     if (strcmp(mts, "qwen2_5_vl") == 0 && json_is_object(tc)) {
@@ -485,17 +531,20 @@ int model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
             if (!json_object_get(tc, keep[i]) && json_object_get(cfg, keep[i]))
                 json_object_set(tc, keep[i], json_object_get(cfg, keep[i]));
     }
-    if (gemma3 || llava) {
+    if (gemma3 || llava || qwen35) {
         if (!json_is_object(tc)) {
             json_decref(cfg);
             return err_fail(err, "%s: model_type '%s' needs a 'text_config' object", path, mts);
         }
         use = tc;
         if (gemma3) json_object_set_new(tc, "model_type", json_string("gemma3_text"));
+        else if (qwen35 && !json_is_string(json_object_get(tc, "model_type")))
+            json_object_set_new(tc, "model_type", json_string(strcmp(mts, "qwen3_5") == 0 ? "qwen3_5_text"
+                                                                                        : "qwen3_5_moe_text"));
         else if (!json_is_string(json_object_get(tc, "model_type"))) json_object_set_new(tc, "model_type", json_string("llama"));
         if (llava) llava_text_defaults(tc);
-        const char *ids[] = {"bos_token_id", "eos_token_id"};
-        for (int i = 0; i < 2; i++)
+        const char *ids[] = {"bos_token_id", "eos_token_id", "tie_word_embeddings"}; /* the last: Qwen3.5's */
+        for (int i = 0; i < (qwen35 ? 3 : 2); i++)
             if (!json_object_get(tc, ids[i]) && json_object_get(cfg, ids[i]))
                 json_object_set(tc, ids[i], json_object_get(cfg, ids[i]));
     }
