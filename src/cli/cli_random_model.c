@@ -444,8 +444,9 @@ int cli_make_random_model(int argc, char **argv) {
                    {E ? "ffn_gate_exps.weight" : NULL, E, F, H, false},
                    {E ? "ffn_up_exps.weight" : NULL, E, F, H, false},
                    {E ? "ffn_down_exps.weight" : NULL, E, H, F, false},
-                   /* the shared expert's sigmoid gate: Hugging Face's (1, hidden) weight, kept 2-D */
-                   {S ? "ffn_gate_inp_shexp.weight" : NULL, 1, H, 0, true},
+                   /* the shared expert's sigmoid gate: (hidden), as published Qwen3.5-MoE GGUFs hold it
+                    * and llama.cpp's loader declares it */
+                   {S ? "ffn_gate_inp_shexp.weight" : NULL, H, 0, 0, true},
                    {S ? "ffn_gate_shexp.weight" : NULL, S, H, 0, false},
                    {S ? "ffn_up_shexp.weight" : NULL, S, H, 0, false},
                    {S ? "ffn_down_shexp.weight" : NULL, H, S, 0, false}};
