@@ -264,6 +264,12 @@ int cli_info(int argc, char **argv) {
         json_object_set_new(fim, names[k], ids[k] >= 0 ? json_integer(ids[k]) : json_null());
     if (o) json_object_set_new(o, "fim", fim ? fim : json_null());
     else json_decref(fim);
+    if (o && in.n_recurrent_layers > 0) { /* hybrid models: the state a sequence holds beside its K/V */
+        json_object_set_new(o, "recurrent_layers", json_integer(in.n_recurrent_layers));
+        json_object_set_new(o, "state_bytes_per_sequence", json_integer((json_int_t)in.state_bytes));
+        json_object_set_new(o, "kv_bytes_per_token",
+                            json_integer((json_int_t)pdl_kv_cache_block_bytes(model, PDL_KV_F16, 1)));
+    }
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) printf("%s\n", s);
     free(s);

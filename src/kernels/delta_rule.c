@@ -6,6 +6,7 @@
 
 #define DR_NAME delta_rule_portable
 #define DR_DOT dr_dot_portable
+#define DR_PROJECT dr_project_portable
 #include "kernels/delta_rule_body.h"
 
 delta_rule_fn delta_rule_for(pdl_isa isa) {

@@ -60,7 +60,7 @@ typedef struct delta_rule_seg {
     size_t gate_stride;
     float *o;                  /* row r at + r * o_stride: v_dim floats out */
     size_t o_stride;
-    float *scratch;            /* 3 * chunk + 2 * v_dim floats, the caller's (one per thread) */
+    float *scratch;            /* delta_rule_scratch_floats, the caller's (one per thread) */
 } delta_rule_seg;
 
 typedef void (*delta_rule_fn)(const delta_rule_seg *s);
@@ -69,7 +69,9 @@ typedef void (*delta_rule_fn)(const delta_rule_seg *s);
 delta_rule_fn delta_rule_for(pdl_isa isa);
 
 /* Scratch floats delta_rule_seg.scratch needs. */
-static inline size_t delta_rule_scratch_floats(int chunk, int v_dim) { return 3 * (size_t)chunk + 2 * (size_t)v_dim; }
+static inline size_t delta_rule_scratch_floats(int chunk, int v_dim) {
+    return 3 * (size_t)chunk + 2 * (size_t)chunk * (size_t)v_dim;
+}
 
 void delta_rule_portable(const delta_rule_seg *s);
 void delta_rule_avx2(const delta_rule_seg *s);

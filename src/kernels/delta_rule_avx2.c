@@ -8,5 +8,6 @@
 #if defined(__AVX2__)
 #define DR_NAME delta_rule_avx2
 #define DR_DOT dr_dot_avx2
+#define DR_PROJECT dr_project_avx2
 #include "kernels/delta_rule_body.h"
 #endif

@@ -8,5 +8,6 @@
 #if defined(__AVX512F__)
 #define DR_NAME delta_rule_avx512
 #define DR_DOT dr_dot_avx512
+#define DR_PROJECT dr_project_avx512
 #include "kernels/delta_rule_body.h"
 #endif

@@ -8,5 +8,6 @@
 #if defined(__aarch64__)
 #define DR_NAME delta_rule_neon
 #define DR_DOT dr_dot_neon
+#define DR_PROJECT dr_project_neon
 #include "kernels/delta_rule_body.h"
 #endif

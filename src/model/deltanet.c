@@ -122,12 +122,13 @@ static void conv_rows(void *p, int ith, int nth) {
                                  : ring + (size_t)(at % PDL_STATE_RING) * cd;
         }
         float *out = s->lin_qkv + (size_t)r * cd;
-        for (int ch = 0; ch < cd; ch++) {
-            float acc = 0.0f;
-            for (int i = 0; i < K; i++)
-                if (taps[i]) acc += w[(size_t)ch * K + i] * taps[i][ch];
-            out[ch] = silu(acc);
+        memset(out, 0, (size_t)cd * sizeof *out);
+        for (int i = 0; i < K; i++) { /* taps oldest first, as one channel's sum would run */
+            if (!taps[i]) continue;
+            const float *wi = w + (size_t)i * cd, *x = taps[i];
+            for (int ch = 0; ch < cd; ch++) out[ch] += wi[ch] * x[ch];
         }
+        for (int ch = 0; ch < cd; ch++) out[ch] = silu(out[ch]);
         for (int h = 0; h < c->lin_k_heads; h++) {
             float *q = out + (size_t)h * c->lin_k_dim, *k = out + kd + (size_t)h * c->lin_k_dim;
             l2norm(q, c->lin_k_dim);

@@ -170,7 +170,8 @@ typedef struct pdl_layer_weights {
     pdl_tensor lin_z;      /* (lin_v_heads * lin_v_dim, hidden): the output gate */
     pdl_tensor lin_b;      /* (lin_v_heads, hidden): beta = sigmoid(b . x) */
     pdl_tensor lin_a;      /* (lin_v_heads, hidden): the decay's input */
-    pdl_tensor lin_conv1d; /* (conv_dim, lin_conv) F32: each channel's kernel, oldest tap first */
+    pdl_tensor lin_conv1d; /* (conv_dim, lin_conv) in the files; after model_finish (lin_conv, conv_dim) F32:
+                            * row i holds tap i (oldest first) of every channel */
     pdl_tensor lin_dt_bias;/* (lin_v_heads) F32 */
     pdl_tensor lin_a_neg;  /* (lin_v_heads) F32: -exp(A_log) (GGUF ssm_a holds it so; a Hugging Face
                             * A_log is turned into it at load) */

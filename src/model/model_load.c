@@ -610,12 +610,23 @@ static int check_deltanet(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
         check_vector(m, &lw->lin_norm, c->lin_v_dim, why, err) ||
         check_shape(&lw->lin_conv1d, 2 * kd + vd, c->lin_conv, why, err))
         return -1;
-    /* the kernel as F32 rows (channels, kernel): one row of channel-count elements */
+    /* the kernel as F32, transposed to (kernel, channels): tap i of every
+     * channel is one row, which the convolution reads with its inputs */
+    int64_t cd = 2 * kd + vd;
     pdl_tensor flat = lw->lin_conv1d;
     flat.n_dims = 1;
-    flat.shape[0] = (2 * kd + vd) * c->lin_conv;
+    flat.shape[0] = cd * c->lin_conv;
+    float *taps = malloc((size_t)flat.shape[0] * sizeof *taps);
+    if (!taps || own(m, taps)) {
+        free(taps);
+        return err_fail(err, "out of memory converting '%s'", lw->lin_conv1d.name);
+    }
     if (make_f32_vector(m, &flat, err)) return -1;
-    lw->lin_conv1d.data = flat.data, lw->lin_conv1d.dtype = flat.dtype, lw->lin_conv1d.nbytes = flat.nbytes;
+    const float *src = flat.data;
+    for (int64_t ch = 0; ch < cd; ch++)
+        for (int i = 0; i < c->lin_conv; i++) taps[(size_t)i * cd + ch] = src[ch * c->lin_conv + i];
+    lw->lin_conv1d.data = taps, lw->lin_conv1d.dtype = PDL_DTYPE_F32, lw->lin_conv1d.nbytes = flat.nbytes;
+    lw->lin_conv1d.shape[0] = c->lin_conv, lw->lin_conv1d.shape[1] = cd;
     if (c->lin_a_log) {
         float *neg = malloc((size_t)c->lin_v_heads * sizeof *neg);
         if (!neg || own(m, neg)) {
