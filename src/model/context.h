@@ -69,6 +69,7 @@ typedef struct pdl_forward_scratch {
     float *lin_g;       /* (rows, v_heads) a, then the log decay g */
     float *lin_o;       /* (rows, v_heads * v_dim) the delta rule's output, then normed and gated */
     float *lin_rule;    /* (n_threads, delta_rule_scratch_floats) */
+    float *lin_ones;    /* (max(conv_dim, v_heads * v_dim)) ones: SiLU through the gate table's silu(g) * up */
     /* what the matmuls take for the activations they prepare (scratch.h),
      * reserved when the row capacities above grow */
     pdl_scratch kernel;

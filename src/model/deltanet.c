@@ -52,15 +52,16 @@ int hybrid_scratch_reserve(pdl_context *ctx, size_t rows, pdl_error *err) {
         (c->n_rec_layers > 0 &&
          (grow(&s->lin_mix, rows * conv_dim) || grow(&s->lin_qkv, rows * conv_dim) || grow(&s->lin_z, rows * v_total) ||
           grow(&s->lin_beta, rows * nv) || grow(&s->lin_g, rows * nv) || grow(&s->lin_o, rows * v_total) ||
-          grow(&s->lin_rule, rule))))
+          grow(&s->lin_rule, rule) || grow(&s->lin_ones, conv_dim > v_total ? conv_dim : v_total))))
         return err_fail(err, "forward: out of memory for %zu rows of linear attention", rows);
+    for (size_t i = 0; c->n_rec_layers > 0 && i < (conv_dim > v_total ? conv_dim : v_total); i++) s->lin_ones[i] = 1.0f;
     s->hybrid_rows_cap = rows;
     return 0;
 }
 
 void hybrid_scratch_free(pdl_forward_scratch *s) {
     free(s->qg), free(s->attn_gate), free(s->lin_mix), free(s->lin_qkv), free(s->lin_z);
-    free(s->lin_beta), free(s->lin_g), free(s->lin_o), free(s->lin_rule);
+    free(s->lin_beta), free(s->lin_g), free(s->lin_o), free(s->lin_rule), free(s->lin_ones);
 }
 
 typedef struct dn_task {
@@ -71,6 +72,7 @@ typedef struct dn_task {
     const pdl_batch *b;
     int rec;                /* the layer's index among the recurrent layers (its region of a slot) */
     delta_rule_fn rule;
+    pdl_gate_fn silu_mul;   /* the context's SiLU gate: silu(g) * up (times ones here) */
     atomic_long next;       /* rule_tasks: the next (sequence, value head) nobody has taken */
 } dn_task;
 
@@ -82,8 +84,6 @@ static inline int conv_dim_of(const pdl_model_config *c) {
 static inline int key_head_of(const pdl_model_config *c, int h) {
     return c->lin_v_tiled ? h % c->lin_k_heads : h / (c->lin_v_heads / c->lin_k_heads);
 }
-
-static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* torch's softplus (beta 1, threshold 20) */
 static inline float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -128,7 +128,7 @@ static void conv_rows(void *p, int ith, int nth) {
             const float *wi = w + (size_t)i * cd, *x = taps[i];
             for (int ch = 0; ch < cd; ch++) out[ch] += wi[ch] * x[ch];
         }
-        for (int ch = 0; ch < cd; ch++) out[ch] = silu(out[ch]);
+        t->silu_mul(out, s->lin_ones, cd);
         for (int h = 0; h < c->lin_k_heads; h++) {
             float *q = out + (size_t)h * c->lin_k_dim, *k = out + kd + (size_t)h * c->lin_k_dim;
             l2norm(q, c->lin_k_dim);
@@ -212,11 +212,12 @@ static void gated_norm_rows(void *p, int ith, int nth) {
     for (long r = r0; r < r1; r++)
         for (int h = 0; h < c->lin_v_heads; h++) {
             float *o = t->s->lin_o + (size_t)r * vt + (size_t)h * vd;
-            const float *z = t->s->lin_z + (size_t)r * vt + (size_t)h * vd;
+            float *z = t->s->lin_z + (size_t)r * vt + (size_t)h * vd;
+            t->silu_mul(z, t->s->lin_ones, vd);
             float ss = 0.0f;
             for (int i = 0; i < vd; i++) ss += o[i] * o[i];
             float inv = 1.0f / sqrtf(ss / (float)vd + c->rms_eps);
-            for (int i = 0; i < vd; i++) o[i] = w[i] * (o[i] * inv) * silu(z[i]);
+            for (int i = 0; i < vd; i++) o[i] = w[i] * (o[i] * inv) * z[i];
         }
 }
 
@@ -234,7 +235,8 @@ int deltanet_layer(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, int l
     };
     if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, xn, n, proj, 4))
         return fwd_kernel_failed(ctx, layer, "linear attention projections", err);
-    dn_task t = {.c = c, .lw = lw, .s = s, .kv = kv, .b = b, .rec = c->kind_index[layer], .rule = ctx->delta_rule};
+    dn_task t = {.c = c, .lw = lw, .s = s, .kv = kv, .b = b, .rec = c->kind_index[layer], .rule = ctx->delta_rule,
+                 .silu_mul = ctx->gates.silu_mul};
     int row_threads = threadpool_threads_for(ctx->pool, (double)n * cd, 16384.0);
     threadpool_run_n(ctx->pool, row_threads, conv_rows, &t);
     atomic_store_explicit(&t.next, 0, memory_order_relaxed);

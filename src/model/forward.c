@@ -439,6 +439,34 @@ static int full_head(pdl_context *ctx, const pdl_batch *b, float *logits_out, pd
 
 /* ---- the forward ---------------------------------------------------------- */
 
+/* An attention layer's mixer over the batch's rows of xn: q/k/v
+ * projections, q/k norm and RoPE, the K/V write, attention (times the
+ * output gate where the model has one), and the output projection into out
+ * (added to it when accumulate). */
+static int attention_layer(pdl_context *ctx, row_task *t, const float *xn, double attn_work, int row_threads,
+                           float *out, bool accumulate, pdl_error *err) {
+    const pdl_model_config *c = &ctx->model->cfg;
+    const pdl_layer_weights *lw = &ctx->model->w.layers[t->layer];
+    pdl_forward_scratch *s = &ctx->scratch;
+    int n = t->b->n_tokens, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    pdl_matmul_out qkv[3] = {
+        {.y = c->attn_out_gate ? s->qg : s->q, .ldy = c->attn_out_gate ? 2 * q_dim : q_dim, .w = &lw->wq,
+         .bias = lw->bq.data},
+        {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
+        {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
+    };
+    if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, xn, n, qkv, 3))
+        return fwd_kernel_failed(ctx, t->layer, "q/k/v projections", err);
+    threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, t);
+    atomic_store_explicit(&t->next_task, 0, memory_order_relaxed);
+    threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, t);
+    if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, t);
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, c->hidden, s->attn, n, &lw->wo, NULL, accumulate))
+        return fwd_kernel_failed(ctx, t->layer, "attention output", err);
+    return 0;
+}
+
+
 int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
@@ -462,7 +490,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
 
     pdl_forward_scratch *s = &ctx->scratch;
     int n = b->n_tokens;
-    int q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+    int q_dim = c->n_heads * c->head_dim;
     row_task t = {.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
 
     /* element-wise stages: ~16k elements per thread at least */
@@ -493,26 +521,13 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
             t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
             threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
         }
-        if (model_layer_recurrent(c, l)) { /* or the Gated DeltaNet's, the same block around it */
-            if (deltanet_layer(ctx, kv, b, l, branch_in, direct_add ? s->x : s->branch, direct_add, err)) return -1;
-            goto mixed;
-        }
-        pdl_matmul_out qkv[3] = {
-            {.y = c->attn_out_gate ? s->qg : s->q, .ldy = c->attn_out_gate ? 2 * q_dim : q_dim, .w = &lw->wq,
-             .bias = lw->bq.data},
-            {.y = s->k, .ldy = kv_dim, .w = &lw->wk, .bias = lw->bk.data},
-            {.y = s->v, .ldy = kv_dim, .w = &lw->wv, .bias = lw->bv.data},
-        };
-        if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, qkv, 3))
-            return fwd_kernel_failed(ctx, l, "q/k/v projections", err);
-        threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, &t);
-        atomic_store_explicit(&t.next_task, 0, memory_order_relaxed);
-        threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, &t);
-        if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, &t);
-        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->attn, n,
-                       &lw->wo, NULL, direct_add))
-            return fwd_kernel_failed(ctx, l, "attention output", err);
-    mixed:
+        /* the token mixer: attention, or a hybrid model's Gated DeltaNet
+         * (deltanet.c) in the same block */
+        float *mixed = direct_add ? s->x : s->branch;
+        if (model_layer_recurrent(c, l) ? deltanet_layer(ctx, kv, b, l, branch_in, mixed, direct_add, err)
+                                         : attention_layer(ctx, &t, branch_in, attn_work, row_threads, mixed,
+                                                           direct_add, err))
+            return -1;
         if (!direct_add) {
             t.norm = &lw->post_attn_norm;
             threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);

@@ -193,7 +193,9 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
 
     if (arch_u32(g, arch, "block_count", true, &c->n_layers, err) ||
         arch_u32(g, arch, "embedding_length", true, &c->hidden, err) ||
-        arch_u32(g, arch, "feed_forward_length", true, &c->ffn, err) ||
+        /* llama.cpp's converter writes it only from a config's intermediate_size,
+         * which Qwen3.5-MoE's has not */
+        arch_u32(g, arch, "feed_forward_length", !(a->hybrid && a->moe != PDL_MOE_NONE), &c->ffn, err) ||
         arch_u32(g, arch, "attention.head_count", true, &c->n_heads, err))
         return -1;
     c->n_kv_heads = c->n_heads;
@@ -238,6 +240,7 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
         return err_fail(err, "%s: %s needs %s.attention.sliding_window", path, a->name, arch);
     if (read_experts(g, arch, c, err) || read_mrope_sections(g, arch, c, err) || read_hybrid(g, arch, c, err))
         return -1;
+    if (c->ffn <= 0) c->ffn = c->ffn_expert; /* no dense width given: only the experts' is used */
     /* 1/sqrt(head_dim) unless attention.scale says otherwise (Granite); llama.cpp
      * gives Gemma 2 (query_pre_attn_scalar = head_dim but for 27B) the same */
     c->attn_scale = 1.0f / sqrtf((float)c->head_dim);

@@ -374,7 +374,8 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (cfg_int(cfg, path, "hidden_size", !d, &c->hidden, err) ||
         cfg_int(cfg, path, "num_hidden_layers", !d, &c->n_layers, err) ||
         cfg_int(cfg, path, "num_attention_heads", !d, &c->n_heads, err) ||
-        cfg_int(cfg, path, "intermediate_size", !d, &c->ffn, err) ||
+        /* Qwen3.5-MoE's config has no dense width (transformers deletes it) */
+        cfg_int(cfg, path, "intermediate_size", !d && !(a->hybrid && a->moe != PDL_MOE_NONE), &c->ffn, err) ||
         cfg_int(cfg, path, "vocab_size", !d, &c->vocab, err))
         return -1;
     if (c->n_heads <= 0) return err_fail(err, "%s: field 'num_attention_heads' must be positive", path);
@@ -401,6 +402,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     /* the table holds transformers' default of tie_word_embeddings */
     if (cfg_bool(cfg, path, "tie_word_embeddings", &c->tied_embeddings, err)) return -1;
     if (read_arch_numbers(cfg, path, c, err) || read_experts(cfg, path, c, err)) return -1;
+    if (c->ffn <= 0) c->ffn = c->ffn_expert; /* no dense width given: only the experts' is used */
     if (!a->qkv_bias) {
         bool bias = false;
         if (cfg_bool(cfg, path, "attention_bias", &bias, err)) return -1;
