@@ -698,7 +698,10 @@ typedef enum pdl_spec_method {
 
 typedef struct pdl_engine_options {
     int block_size;              /* tokens per KV block; 0 = 16 */
-    size_t kv_cache_memory;      /* bytes for K and V; 0 = min(4 GiB, half the available memory) */
+    size_t kv_cache_memory;      /* bytes for K and V (and a hybrid model's recurrent state slots: at most
+                                    half for the running sequences' slots, which lowers max_num_seqs when
+                                    fewer fit, up to a quarter for prefix snapshots, the rest blocks);
+                                    0 = min(4 GiB, half the available memory) */
     pdl_kv_dtype kv_dtype;       /* F16 (default) or F32 */
     int max_num_seqs;            /* running sequences at most; 0 = 256 */
     int max_num_batched_tokens;  /* rows per step at most; 0 = 2048 */
@@ -732,6 +735,16 @@ typedef struct pdl_engine_options {
      * 256 MiB); no_encoder_cache keeps none (every image encoded). */
     size_t encoder_cache_bytes;
     bool no_encoder_cache;
+    /* Hybrid models' prefix caching (vLLM's "align" mode): a cached prefix
+     * is usable up to a snapshot of the recurrent state, taken every
+     * state_snapshot_interval positions (a multiple of the state's chunk and
+     * the block size; 0 = 512, rounded up to such a multiple), at each
+     * prompt's last boundary before its end and where the cached blocks a
+     * prompt found end; state_snapshot_slots slots
+     * hold them (0 = what a quarter of kv_cache_memory holds, at most two
+     * per running sequence; -1 = none). Ignored by other models. */
+    int state_snapshot_interval;
+    int state_snapshot_slots;
 } pdl_engine_options;
 
 /* A reasoning model's thinking block as the engine follows it, token by
@@ -839,6 +852,13 @@ typedef struct pdl_engine_stats {
     uint64_t steps;
     uint64_t prompt_tokens, generation_tokens;
     bool selective_logits;       /* the mode in effect */
+    size_t kv_block_bytes;       /* one KV block (K and V, every attention layer) */
+    /* hybrid models' recurrent state (all 0 for other models) */
+    int state_slots_total;       /* slots in the pool (live and snapshot ones) */
+    int state_slots_used;        /* held by running sequences */
+    int state_snapshots;         /* holding a prefix snapshot (dropped for a running sequence when needed) */
+    size_t state_slot_bytes;     /* one slot (pdl_model_info's state_bytes) */
+    uint64_t state_snapshots_taken, state_snapshots_restored; /* prefix hits started from a snapshot */
 } pdl_engine_stats;
 
 /* The engine takes the load-time probe's verdict (when logits_mode is

@@ -106,9 +106,37 @@ static void test_a_segment_that_does_not_fit_is_an_error(void) {
     bb_free(&b);
 }
 
+/* A hybrid model's segments name their recurrent state slots in
+ * pdl_batch.state_slots, one per segment; a batch of segments without
+ * slots has none (NULL: what a model without recurrent layers gets). */
+static void test_state_slots_one_per_segment_only_when_given(void) {
+    batch_builder b;
+    bb_init(&b, 4);
+    pdl_error err;
+    int32_t toks[2] = {1, 2}, blocks[1] = {0}, blocks2[1] = {1};
+    bb_segment a = {.block_table = blocks, .start = 0, .n = 2, .tokens = toks, .n_known = 2,
+                    .recurrent = true, .state_slot = 5};
+    bb_segment c = {.block_table = blocks2, .start = 2, .n = 1, .tokens = toks, .n_known = 1,
+                    .recurrent = true, .state_slot = 0};
+    REQUIRE(bb_begin(&b, 3, 2, &err) == 0);
+    REQUIRE(bb_add(&b, &a, &err) == 0);
+    REQUIRE(bb_add(&b, &c, &err) == 0);
+    const pdl_batch *batch = bb_finish(&b, false);
+    REQUIRE(batch->state_slots != NULL);
+    CHECK_EQ_INT(batch->state_slots[0], 5);
+    CHECK_EQ_INT(batch->state_slots[1], 0);
+    a.recurrent = c.recurrent = false; /* the next batch, reusing the buffers */
+    REQUIRE(bb_begin(&b, 3, 2, &err) == 0);
+    REQUIRE(bb_add(&b, &a, &err) == 0);
+    REQUIRE(bb_add(&b, &c, &err) == 0);
+    CHECK(bb_finish(&b, false)->state_slots == NULL);
+    bb_free(&b);
+}
+
 int main(void) {
     RUN(test_segments_pack_tokens_drafts_slots_and_logits_rows);
     RUN(test_row_inputs_cover_given_rows_and_default_the_rest);
     RUN(test_a_segment_that_does_not_fit_is_an_error);
+    RUN(test_state_slots_one_per_segment_only_when_given);
     return test_summary();
 }

@@ -9,7 +9,10 @@
  * The models are tiny and random (tests/support/qwen35_writer.h), written as
  * a Hugging Face folder and as the GGUF llama.cpp's converter makes (value
  * heads reordered to tiled order, ssm_a = -exp(A_log), norms + 1), so both
- * loaders' reading of the layouts is checked too. The reference is the
+ * loaders' reading of the layouts is checked too. Qwen3-Next is
+ * Qwen3.5-MoE's math in other layouts (q, k, v, z and b, a fused per key
+ * head; value heads grouped in its GGUF too): the same reference checks
+ * its files. The reference is the
  * recurrent form, one token at a time: a causal depthwise conv of kernel 4
  * with SiLU over q, k, v (zeros before position 0); q and k L2-normalised
  * (eps 1e-6 inside the square root), q times 1/sqrt(k_dim); per value head
@@ -29,8 +32,9 @@
  * engine runs in float32 (F32 weights and K/V), and over 8 layers, a
  * recurrence of up to 150 positions and the chunked delta rule's matrix
  * products (another summation order than the reference's token by token)
- * float32 rounding adds up to 5e-6..7e-6 of that (measured; each check
- * prints its numbers). Each mutation of the reference (conv reading the next position, decay sign flipped,
+ * float32 rounding adds up to 5e-6..7e-6 of that, 1.2e-5 for the
+ * Qwen3-Next weights' 150 tokens (measured; each check prints its
+ * numbers). Each mutation of the reference (conv reading the next position, decay sign flipped,
  * beta fixed at 1, the gate applied before the norm, the layer kinds shifted
  * by one, value heads read as tiled) must move the logits by more than 100x
  * the tolerance. However the rows are cut into calls (one call, token by
@@ -407,6 +411,8 @@ static void make_tokens(int vocab, int32_t *tok, int T, uint64_t seed) {
     }
 }
 
+static const char *family(const q35_spec *s) { return s->next ? "qwen3next" : s->moe ? "qwen35moe" : "qwen35"; }
+
 /* dir/name/hf and dir/name/model.gguf */
 static void write_both(const q35_spec *s, const q35_weights *w, const char *name, char **hf, char **gg) {
     char *dir = test_make_dir(name);
@@ -444,6 +450,7 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
         pdl_model_get_info(m, &info);
         CHECK_EQ_INT(info.vocab, V);
         CHECK_EQ_INT(info.n_layers, s->layers); /* the MTP block is not a layer of the main stack */
+        CHECK_MSG(!strcmp(info.arch, family(s)), "%s loads as %s", paths[f], info.arch);
         /* without an MTP block, the HF folder's one vision tensor at most */
         if (!s->mtp_layers) CHECK_MSG(lg.n_unused <= (f == 0 ? 1 : 0), "%s: %d tensors unused", paths[f], lg.n_unused);
         float *got[3];
@@ -451,9 +458,9 @@ static void check_model(const q35_spec *s, const q35_weights *w, const char *hf,
             got[k] = engine_rows(m, tok, T, steps[k], V);
             double d = max_diff(got[k], want, n);
             fprintf(stderr, "  %s %d tokens %s %s: max |engine - float64| = %.3g (%.2g of the largest |logit| %.3g)\n",
-                    s->moe ? "qwen35moe" : "qwen35", T, f ? "gguf" : "hf", step_name[k], d, d / fmax(1.0, big), big);
+                    family(s), T, f ? "gguf" : "hf", step_name[k], d, d / fmax(1.0, big), big);
             CHECK_MSG(d <= tol, "%s (%s, %d tokens, %s): logits differ from the float64 reference by %g (tolerance %g)",
-                      s->moe ? "qwen35moe" : "qwen35", f ? "GGUF" : "HF", T, step_name[k], d, tol);
+                      family(s), f ? "GGUF" : "HF", T, step_name[k], d, tol);
             int clear = 0, same = 0;
             for (int t = 0; t < T; t++) {
                 double margin;
@@ -504,6 +511,116 @@ static void test_qwen35moe_matches_float64_reference(void) {
     s.tied = true;
     s.mtp_layers = 1;
     check_family(s, "qwen35moe", 0x35E0);
+}
+
+/* Qwen3-Next: Qwen3.5-MoE's layers (untied head, MTP tensors in the
+ * folder that the loaders leave alone) from its own layouts: the Hugging
+ * Face folder's fused in_proj_qkvz / in_proj_ba and per-expert tensors,
+ * and the GGUF's attn_qkv / attn_gate with grouped value heads and fused
+ * ssm_ba (the value-head order is what the "value heads read as tiled"
+ * mutation moves). */
+static void test_qwen3next_matches_float64_reference(void) {
+    q35_spec s = q35_tiny_spec(true);
+    s.next = true;
+    s.mtp_layers = 1;
+    check_family(s, "qwen3next", 0x3E47);
+}
+
+/* Qwen3-Next's three files (the folder, the GGUF of current converters and
+ * the GGUF of early ones, with the fused ssm_in) load to the same
+ * matrices: each row's logits are the same bytes from all three (the
+ * regrouped rows are copies of the same F32 values, and every other weight
+ * is the same number in both formats). The early GGUF is also checked
+ * against the reference. */
+static void test_qwen3next_files_give_the_same_bytes(void) {
+    q35_spec s = q35_tiny_spec(true);
+    s.next = true;
+    q35_weights w = q35_make_weights(&s, 0x3E47);
+    char *hf = NULL, *gg = NULL;
+    write_both(&s, &w, "qwen3next-layouts", &hf, &gg);
+    q35_spec legacy = s;
+    legacy.gguf_ssm_in = true;
+    char *old = test_tmp_path("qwen3next-ssm_in.gguf");
+    q35_write_gguf(&legacy, &w, old);
+    enum { T = 70 };
+    int32_t tok[T];
+    make_tokens(s.vocab, tok, T, 9);
+    const char *paths[3] = {hf, gg, old};
+    float *got[3];
+    for (int f = 0; f < 3; f++) {
+        load_log lg;
+        pdl_model *m = load(paths[f], &s, &lg);
+        CHECK_MSG(lg.n_unused == 0, "%s: %d tensors unused", paths[f], lg.n_unused);
+        got[f] = engine_rows(m, tok, T, T, s.vocab);
+        pdl_model_free(m);
+    }
+    for (int f = 1; f < 3; f++) {
+        int t = 0;
+        while (t < T && !memcmp(got[f] + (size_t)t * s.vocab, got[0] + (size_t)t * s.vocab, (size_t)s.vocab * 4)) t++;
+        CHECK_MSG(t == T, "%s gives other logits than the Hugging Face folder from row %d on", paths[f], t);
+    }
+    for (int f = 0; f < 3; f++) free(got[f]);
+    check_model(&legacy, &w, hf, old, 40, 0x3E47 + 3);
+    /* F16 (as a BF16 checkpoint's rows: whole rows of 2-byte values are
+     * moved): the early GGUF's regrouped ssm_in rows are the current one's
+     * attn_qkv and attn_gate rows, so again the same bytes */
+    s.gguf_matrix_type = legacy.gguf_matrix_type = 1; /* GGML F16 */
+    q35_write_gguf(&s, &w, gg);
+    q35_write_gguf(&legacy, &w, old);
+    for (int f = 1; f < 3; f++) {
+        load_log lg;
+        pdl_model *m = load(paths[f], &s, &lg);
+        pdl_model_info info;
+        pdl_model_get_info(m, &info);
+        CHECK_CONTAINS(info.weight_types, "F16");
+        got[f] = engine_rows(m, tok, T, T, s.vocab);
+        pdl_model_free(m);
+    }
+    CHECK_MSG(!memcmp(got[1], got[2], (size_t)T * s.vocab * 4), "F16: the GGUF with ssm_in gives other logits than "
+              "the one with attn_qkv and attn_gate");
+    free(got[1]), free(got[2]);
+    free(hf), free(gg), free(old);
+    q35_free_weights(&s, &w);
+}
+
+/* A Qwen3-Next folder whose config does not fit its fused projections (one
+ * value head per key head declared, two in the file) or that puts dense
+ * layers between the sparse ones is refused, naming what is wrong. */
+static void test_qwen3next_misfit_configs_are_refused(void) {
+    q35_spec s = q35_tiny_spec(true);
+    s.next = true;
+    q35_weights w = q35_make_weights(&s, 0x3E47);
+    char *dir = test_make_dir("qwen3next-misfit");
+    q35_write_hf(&s, &w, dir);
+    char *cfg = test_join(dir, "config.json");
+    FILE *f = fopen(cfg, "rb");
+    REQUIRE(f != NULL);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    static const struct {
+        const char *from, *to, *want[2];
+    } cases[] = {
+        {"\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 2",
+         {"linear_attn.in_proj_qkvz.weight' has 192 rows", "need 128"}},
+        {"\"mlp_only_layers\": []", "\"mlp_only_layers\": [3]", {"dense layers between sparse ones", "mlp_only_layers"}},
+        {"\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", {"decoder_sparse_step 2", "not supported"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *at = strstr(text, cases[i].from);
+        REQUIRE_MSG(at != NULL, "the writer's config lacks %s", cases[i].from);
+        char edited[8300];
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, cases[i].to, at + strlen(cases[i].from));
+        test_write_file(cfg, edited, strlen(edited));
+        pdl_model *m = NULL;
+        pdl_error err;
+        CHECK(pdl_model_load(&m, dir, NULL, &err) != 0 && m == NULL);
+        CHECK_CONTAINS(err.message, cases[i].want[0]);
+        CHECK_CONTAINS(err.message, cases[i].want[1]);
+    }
+    free(cfg), free(dir);
+    q35_free_weights(&s, &w);
 }
 
 /* Greedy decoding, the engine step by step after a 40-token prompt,
@@ -669,6 +786,9 @@ int main(void) {
     RUN(test_reference_mutations_are_caught);
     RUN(test_qwen35_matches_float64_reference);
     RUN(test_qwen35moe_matches_float64_reference);
+    RUN(test_qwen3next_matches_float64_reference);
+    RUN(test_qwen3next_files_give_the_same_bytes);
+    RUN(test_qwen3next_misfit_configs_are_refused);
     RUN(test_greedy_decode_matches_reference);
     RUN(test_quantised_gguf_matches_reference_of_rounded_weights);
     return test_summary();

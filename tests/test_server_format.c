@@ -618,6 +618,34 @@ static void test_metrics_exposition(void) {
     srv_metrics_free(m);
 }
 
+/* A hybrid model's recurrent state slots beside the KV blocks (slots and
+ * bytes); a model without them prints none of these lines. */
+static void test_metrics_report_a_hybrid_models_state_slots(void) {
+    srv_metrics *m = srv_metrics_new("q");
+    REQUIRE(m != NULL);
+    pdl_engine_stats st = {.kv_blocks_total = 8, .kv_block_bytes = 1000, .state_slots_total = 6,
+                           .state_slots_used = 2, .state_snapshots = 3, .state_slot_bytes = 4096,
+                           .state_snapshots_restored = 5};
+    srv_metrics_set_engine(m, &st);
+    char *text = srv_metrics_render(m, NULL);
+    REQUIRE(text != NULL);
+    CHECK_CONTAINS(text, "pagedlm:state_slots_used{model_name=\"q\"} 2\n");
+    CHECK_CONTAINS(text, "pagedlm:state_slots_total{model_name=\"q\"} 6\n");
+    CHECK_CONTAINS(text, "pagedlm:state_snapshots{model_name=\"q\"} 3\n");
+    CHECK_CONTAINS(text, "pagedlm:state_bytes_used{model_name=\"q\"} 8192\n");
+    CHECK_CONTAINS(text, "pagedlm:state_bytes_total{model_name=\"q\"} 24576\n");
+    CHECK_CONTAINS(text, "pagedlm:kv_cache_bytes_total{model_name=\"q\"} 8000\n");
+    CHECK_CONTAINS(text, "pagedlm:state_snapshots_restored_total{model_name=\"q\"} 5\n");
+    free(text);
+    st.state_slots_total = 0; /* not hybrid */
+    srv_metrics_set_engine(m, &st);
+    text = srv_metrics_render(m, NULL);
+    REQUIRE(text != NULL);
+    CHECK(strstr(text, "pagedlm:state_") == NULL);
+    free(text);
+    srv_metrics_free(m);
+}
+
 /* llama-server's /infill result: content, the stop fields by what ended
  * it, tokens when asked, the prompt with special tokens, timings. */
 static void test_infill_result_as_llama_server_writes_it(void) {
@@ -737,6 +765,7 @@ int main(void) {
     RUN(test_qwen3_coder_arguments_follow_the_tools);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);
+    RUN(test_metrics_report_a_hybrid_models_state_slots);
     RUN(test_infill_result_as_llama_server_writes_it);
     RUN(test_infill_stream_partials_then_final_without_done);
     pdl_model_free(model);

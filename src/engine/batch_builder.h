@@ -2,7 +2,8 @@
  * batch_builder.h - packing a pdl_batch one segment (one sequence's new
  * rows) at a time: token ids, positions, slot mapping from the segment's
  * block table, cu_seqlens, logits rows, and the optional row inputs of
- * image rows (input vectors, two-way spans, M-RoPE positions).
+ * image rows (input vectors, two-way spans, M-RoPE positions), and a
+ * hybrid model's recurrent state slot per segment.
  *
  * The one packer of the engine: the runner packs a step's plan with it and
  * the draft model its proposal steps; a single sequence over its own KV
@@ -46,6 +47,10 @@ typedef struct bb_segment {
     bool mrope;                 /* the sequence turns by M-RoPE positions: the batch carries them (every
                                    row's, given or defaulted), also when rope_pos3 is NULL here (decodes) */
     int32_t rope_delta;
+    /* a hybrid model's sequence: its recurrent state slot (pdl_batch's
+     * state_slots; the slot holds the state after positions [0, start)) */
+    bool recurrent;
+    int32_t state_slot;
 } bb_segment;
 
 typedef struct batch_builder {
@@ -62,11 +67,12 @@ typedef struct batch_builder {
     int32_t *cu_seqlens;                            /* [seqs + 1] */
     int32_t *logits_cu_seqlens;                     /* [seqs + 1] logits rows per segment */
     const int32_t **block_tables;                   /* [seqs] */
+    int32_t *state_slots;                           /* [seqs] recurrent state slots (-1: a segment without) */
     int seqs_cap;
     /* the batch being built */
     int n_rows, n_seqs, n_logits;
     int max_rows, max_seqs;                         /* what bb_begin was told */
-    bool any_embd, any_span, any_pos3;
+    bool any_embd, any_span, any_pos3, any_state;
     pdl_batch batch;
 } batch_builder;
 

@@ -89,6 +89,11 @@ static void unhash(block_pool *p, int32_t block) {
     }
     b->hashed = false;
     if (b->ref == 0) p->n_cached_free--;
+    if (b->snapshot >= 0) {
+        int32_t slot = b->snapshot;
+        b->snapshot = -1;
+        if (p->drop_snapshot) p->drop_snapshot(p->drop_user, slot);
+    }
     if (p->map_gone > p->map_cap / 4) map_rebuild(p);
 }
 
@@ -139,6 +144,7 @@ int bpool_init(block_pool *p, int n_blocks, int block_size, bool caching, pdl_er
     p->head = p->tail = -1;
     for (int32_t b = 0; b < n_blocks; b++) { /* low ids are taken first */
         p->blocks[b].prev = p->blocks[b].next = -1;
+        p->blocks[b].snapshot = -1;
         queue_append(p, b);
     }
     return 0;

@@ -16,6 +16,9 @@
  * and parent (block id and generation) match too, so a hash collision costs
  * a miss, never a wrong answer.
  *
+ * A hybrid model's hashed block may also carry a snapshot of the recurrent
+ * state at its end (state_pool.h); it is dropped with the block's hash.
+ *
  * What it is not for: K/V memory (model/kv_cache.h), or deciding which
  * sequence runs (scheduler.h).
  */
@@ -50,6 +53,8 @@ typedef struct bpool_block {
     int32_t parent;        /* the previous block of the sequence when hashed (-1 = first) */
     uint32_t parent_gen;
     uint64_t extra;        /* the salt check of a first block (bpool_extra_check) */
+    int32_t snapshot;      /* hybrid models: the state slot holding the recurrent state at this hashed
+                              block's end (state_pool.h), -1 = none; dropped when the block is unhashed */
 } bpool_block;
 
 typedef struct block_pool {
@@ -64,6 +69,10 @@ typedef struct block_pool {
     /* hash -> block: open addressing, tombstones on removal */
     int32_t *map;          /* [map_cap] block id, -1 empty, -2 removed */
     size_t map_cap, map_gone;
+    /* a hashed block's snapshot leaves with its hash (evicted or replaced):
+     * the state pool gets its slot back (NULL: no snapshots) */
+    void (*drop_snapshot)(void *user, int32_t slot);
+    void *drop_user;
     /* statistics, in tokens (vLLM's prefix_cache_queries / hits) */
     uint64_t queries, hits;
 } block_pool;

@@ -1,6 +1,7 @@
 /*
- * engine.c - the engine's core: creating it (the KV pool sized, the
- * scheduler, proposers and runner set up), freeing it, the records of
+ * engine.c - the engine's core: creating it (the KV pool and a hybrid
+ * model's state slots sized from one budget, the scheduler, proposers and
+ * runner set up), freeing it, the records of
  * requests and sequences, and statistics. The stages build on it and it
  * calls none of them.
  *
@@ -29,7 +30,44 @@ void eng_log(const pdl_engine *e, const char *fmt, ...) {
 
 /* ---- KV pool sizing ------------------------------------------------------ */
 
-static int pool_blocks(const pdl_engine *e, size_t *mem_out, pdl_error *err) {
+/* A hybrid model's state slots out of the budget mem (vLLM's hybrid
+ * manager sizes the recurrent state and the attention blocks from one
+ * budget too): one live slot per running sequence, max_num_seqs of them
+ * but at most what half the budget holds (max_num_seqs is lowered to that,
+ * with a log line), then the snapshot slots of prefix caching (the
+ * option's count, or what a quarter of the budget holds, at most two per
+ * live slot); the blocks get the rest. Returns the bytes left for blocks. */
+static int state_slots(pdl_engine *e, size_t mem, size_t *left, pdl_error *err) {
+    pdl_model_info info;
+    pdl_model_get_info(e->model, &info);
+    *left = mem;
+    if (info.n_recurrent_layers == 0) return 0;
+    size_t one = info.state_bytes;
+    size_t live = mem / 2 / one;
+    if (live < 1)
+        return err_fail(err, "KV cache memory of %zu bytes holds no recurrent state slot of %zu bytes beside its "
+                        "blocks (a hybrid model's running sequence needs one; raise --kv-cache-memory)", mem, one);
+    if (live > (size_t)e->opts.max_num_seqs) live = (size_t)e->opts.max_num_seqs;
+    if (live < (size_t)e->opts.max_num_seqs) {
+        eng_log(e, "the KV cache memory holds %zu recurrent state slots of %zu bytes in its half for them: "
+                   "max_num_seqs lowered from %d to %zu (raise --kv-cache-memory)", live, one, e->opts.max_num_seqs,
+                live);
+        e->opts.max_num_seqs = (int)live;
+    }
+    size_t snap = 0;
+    if (!e->opts.no_prefix_caching && e->opts.state_snapshot_slots >= 0) {
+        snap = e->opts.state_snapshot_slots > 0 ? (size_t)e->opts.state_snapshot_slots : mem / 4 / one;
+        if (e->opts.state_snapshot_slots == 0 && snap > 2 * live) snap = 2 * live;
+    }
+    if ((live + snap) * one >= mem)
+        return err_fail(err, "KV cache memory of %zu bytes holds no block beside %zu recurrent state slots of %zu "
+                        "bytes (%zu live, %zu snapshots)", mem, live + snap, one, live, snap);
+    if (live + snap > INT32_MAX) return err_fail(err, "%zu recurrent state slots are too many", live + snap);
+    *left = mem - (live + snap) * one;
+    return (int)(live + snap);
+}
+
+static int pool_blocks(pdl_engine *e, size_t *mem_out, int *n_slots, pdl_error *err) {
     size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
     size_t mem = e->opts.kv_cache_memory;
     if (mem == 0) {
@@ -37,7 +75,9 @@ static int pool_blocks(const pdl_engine *e, size_t *mem_out, pdl_error *err) {
         mem = avail && avail < cap ? avail : cap;
     }
     *mem_out = mem;
-    size_t blocks = mem / block_bytes;
+    size_t left;
+    if ((*n_slots = state_slots(e, mem, &left, err)) < 0) return -1;
+    size_t blocks = left / block_bytes;
     /* more than every sequence at full length could use is wasted */
     size_t per_seq = (size_t)(e->max_model_len + e->opts.block_size - 1) / (size_t)e->opts.block_size;
     size_t useful = per_seq * (size_t)e->opts.max_num_seqs;
@@ -90,17 +130,24 @@ int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine
     else if (e->opts.max_model_len > 0)
         e->max_model_len = e->opts.max_model_len;
     size_t mem = 0;
-    int n_blocks = rc ? -1 : pool_blocks(e, &mem, err);
+    int n_slots = 0;
+    int n_blocks = rc ? -1 : pool_blocks(e, &mem, &n_slots, err);
     if (n_blocks < 0) rc = -1;
-    if (rc == 0) rc = pdl_kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, err);
+    if (rc == 0)
+        rc = pdl_kv_cache_create_hybrid(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, n_slots, err);
     if (rc == 0) rc = settle_model_len(e, mem, err);
     if (rc == 0) rc = bpool_init(&e->pool, n_blocks, e->opts.block_size, !e->opts.no_prefix_caching, err);
+    if (rc == 0) rc = spool_init(&e->states, n_slots, &e->pool, err);
     if (rc == 0) rc = spec_init(&e->spec, &e->opts, model, e->opts.block_size, n_blocks, err);
     if (rc == 0) {
+        pdl_model_info info;
+        pdl_model_get_info(model, &info);
         sched_config sc = {.max_num_seqs = e->opts.max_num_seqs,
                            .max_num_batched_tokens = e->opts.max_num_batched_tokens,
-                           .max_prefill_chunk = e->opts.max_prefill_chunk};
-        rc = sched_init(&e->sched, &sc, &e->pool, e->kv, err);
+                           .max_prefill_chunk = e->opts.max_prefill_chunk,
+                           .state_chunk = info.state_chunk,
+                           .snapshot_interval = e->opts.state_snapshot_interval};
+        rc = sched_init(&e->sched, &sc, &e->pool, e->kv, &e->states, err);
     }
     if (rc == 0) {
         switch (e->opts.logits_mode) {
@@ -168,6 +215,7 @@ void pdl_engine_free(pdl_engine *e) {
     free(e->seqs);
     runner_free(&e->runner);
     sched_free(&e->sched);
+    spool_free(&e->states);
     bpool_free(&e->pool);
     spec_free(&e->spec);
     so_rows_free(&e->masked);
@@ -231,6 +279,7 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
     q->logprobs.prompt_next = 1;
     q->cache.canon_last = -1;
     q->cache.n_cached_prompt = -1;
+    q->cache.state_slot = -1;
     pdl_sampler_add_prompt(q->sampling.sampler, tokens, (size_t)n_prompt);
     q->text.detok = pdl_detok_new(e->model, tokens, (size_t)n_tokens);
     return q;
@@ -262,6 +311,17 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     st->prompt_tokens = e->prompt_tokens;
     st->generation_tokens = e->generation_tokens;
     st->selective_logits = e->selective;
+    st->kv_block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
+    if (e->states.n_slots > 0) {
+        pdl_model_info info;
+        pdl_model_get_info(e->model, &info);
+        st->state_slots_total = e->states.n_slots;
+        st->state_slots_used = e->states.n_live;
+        st->state_snapshots = e->states.n_snapshots;
+        st->state_slot_bytes = info.state_bytes;
+        st->state_snapshots_taken = e->states.snapshots_taken;
+        st->state_snapshots_restored = e->states.snapshots_restored;
+    }
 }
 
 int pdl_engine_max_model_len(const pdl_engine *e) { return e->max_model_len; }

@@ -23,6 +23,7 @@
 #include "engine/runner.h"
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
+#include "engine/state_pool.h"
 #include "engine/structured.h"
 #include "model/kv_cache.h"
 #include "pagedlm.h"
@@ -41,6 +42,7 @@ struct pdl_engine {
     pdl_engine_options opts;
     pdl_kv_cache *kv;          /* K/V storage */
     block_pool pool;           /* who holds which block; the prefix cache */
+    state_pool states;         /* hybrid models: who holds which recurrent state slot; prefix snapshots */
     enc_cache encoder_cache;   /* images' encoded rows across requests, by image hash */
     spec_state spec;           /* speculative decoding's proposers */
     so_rows masked;            /* structured output: masked copies of the rows constrained sequences sample */

@@ -158,9 +158,11 @@ static int sample_next(pdl_engine *e, eng_seq *q, const float *row, pdl_error *e
  * after the last draft), are emitted in order, stopping at a stop
  * condition; the K/V of rejected drafts is left behind (n_computed covers
  * the accepted ones only, and later rows overwrite the rest before any row
- * reads it). Under a grammar, row j is masked by the matcher's state after
- * drafts 0 .. j-1 (k + 1 masks), and the matcher is rolled back before the
- * emitted tokens are fed to it again one by one. */
+ * reads it; a hybrid model's recurrent state needs no undo either: the
+ * drafts were capped so that the next step starts from the state at the
+ * kept position, spec_decode.h). Under a grammar, row j is masked by the
+ * matcher's state after drafts 0 .. j-1 (k + 1 masks), and the matcher is
+ * rolled back before the emitted tokens are fed to it again one by one. */
 static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows, pdl_error *err) {
     int nd = q->spec.n_draft, V = e->runner.vocab, accepted = 0;
     int32_t drawn[PDL_MAX_SPEC_TOKENS + 1];
@@ -199,6 +201,7 @@ static int verify_drafts(pdl_engine *e, eng_seq *q, int start, const float *rows
     if (valid < 0) valid = 0;
     q->cache.n_computed = start + 1 + valid;
     sched_cache_full_blocks(&e->sched, q);
+    sched_snapshot_after_step(&e->sched, q, start);
     if (reason) eng_finish(e, q, reason, why);
     else if (failed) grammar_failed(e, q, &gerr);
     return 0;
@@ -267,6 +270,7 @@ static int update_entry(pdl_engine *e, const sched_entry *en, runner_rows out, p
     if (en->verifies_drafts) return q->abort_requested ? 0 : verify_drafts(e, q, en->start, out.logits, err);
     q->cache.n_computed = en->start + en->n_new;
     sched_cache_full_blocks(&e->sched, q);
+    sched_snapshot_after_step(&e->sched, q, en->start);
     bool completes = q->cache.n_computed == q->n_tokens;
     for (int j = 0; j < out.n; j++)
         if (q->req->params.prompt_logprobs >= 0)

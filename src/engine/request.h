@@ -22,7 +22,7 @@
 
 typedef enum eng_seq_state {
     SEQ_WAITING = 0,  /* queued (new, or preempted: cache.n_computed back to 0) */
-    SEQ_RUNNING,      /* holds blocks; scheduled every step */
+    SEQ_RUNNING,      /* holds blocks (and a hybrid model's state slot); scheduled every step */
     SEQ_FINISHED,
 } eng_seq_state;
 
@@ -79,6 +79,11 @@ typedef struct eng_seq_cache {
     int n_registered;           /* blocks [0, n_registered) are known to the prefix cache (taken or offered) */
     int32_t canon_last;         /* the cached block standing for block n_registered - 1 (-1 = none) */
     int n_cached_prompt;        /* prompt tokens the prefix cache gave at the first admission (-1 = not yet) */
+    int32_t state_slot;         /* hybrid models: the recurrent state slot (state_pool.h) held while running,
+                                   holding the state after positions [0, n_computed); -1 = none */
+    int snapshot_shared;        /* hybrid models: a snapshot point past the interval ones, where the cached
+                                   blocks its admission found ended (a prefix shared with an earlier prompt,
+                                   whose state no snapshot held yet); 0 = none */
 } eng_seq_cache;
 
 /* Drawing the next token (engine_step.c). */

@@ -64,6 +64,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             .tokens = q->tokens + e->start, .n_known = known < e->n_new ? known : e->n_new, .draft = q->spec.draft,
             .logits_pos = logits_pos, .n_logits = n_logits,
             .n_inputs = in > 0 ? in : 0, .mrope = rq->rope_pos3 != NULL, .rope_delta = rq->rope_delta,
+            .recurrent = q->cache.state_slot >= 0, .state_slot = q->cache.state_slot,
         };
         if (in > 0) {
             seg.embd = rq->row_embd ? rq->row_embd + e->start : NULL;

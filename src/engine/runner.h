@@ -1,7 +1,8 @@
 /*
  * runner.h - turning the scheduler's plan into one packed batch and one
  * forward: token ids, positions, cu_seqlens, slot mapping, block tables,
- * logits_indices and logits_cu_seqlens.
+ * logits_indices and logits_cu_seqlens, and a hybrid model's state slot of
+ * each sequence (the scheduler gives every running sequence one).
  *
  * The runner decides how a step runs; what runs is the scheduler's
  * (sched_output). Buffers grow with the largest step seen and are reused,

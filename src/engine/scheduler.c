@@ -10,6 +10,12 @@
  * block hashes from the start, stopping at the first miss, leaving at least
  * its last token to compute: that row gives the logits). A sequence whose
  * blocks cannot be found causes the newest running sequence to be preempted.
+ *
+ * A hybrid model's sequence holds a state slot from admission to its end or
+ * preemption. Its prefix hit stops at the last cached block that carries a
+ * snapshot of the recurrent state (the blocks after it are given back), and
+ * the snapshot is copied into its slot: it starts there. Its prefill chunks
+ * end at snapshot points, so that the state there exists to be copied.
  */
 #include "engine/scheduler.h"
 
@@ -31,14 +37,25 @@ static int grow_ptrs(eng_seq ***arr, int *cap, int need) {
     return 0;
 }
 
-int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache *kv, pdl_error *err) {
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+int sched_init(sched *s, const sched_config *cfg, block_pool *pool, pdl_kv_cache *kv, state_pool *states,
+               pdl_error *err) {
     memset(s, 0, sizeof *s);
     s->cfg = *cfg;
     s->pool = pool;
     s->kv = kv;
+    s->states = states && states->n_slots > 0 ? states : NULL;
     if (cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0)
         return err_fail(err, "scheduler: max_num_seqs (%d) and max_num_batched_tokens (%d) must be positive",
                         cfg->max_num_seqs, cfg->max_num_batched_tokens);
+    if (s->states && cfg->state_chunk > 0) {
+        int bs = pool->block_size;
+        int unit = cfg->state_chunk / gcd(cfg->state_chunk, bs) * bs;
+        int every = cfg->snapshot_interval > 0 ? cfg->snapshot_interval : SCHED_SNAPSHOT_INTERVAL;
+        s->snapshot_unit = unit;
+        s->cfg.snapshot_interval = (every + unit - 1) / unit * unit;
+    }
     s->key_ids = malloc((size_t)pool->block_size * sizeof *s->key_ids);
     if (!s->key_ids) return err_fail(err, "scheduler: out of memory");
     return 0;
@@ -74,6 +91,8 @@ static int insert_running(sched *s, eng_seq *seq, pdl_error *err) {
 
 
 void sched_release_blocks(sched *s, eng_seq *seq) {
+    if (s->states) spool_release(s->states, seq->cache.state_slot);
+    seq->cache.state_slot = -1;
     bpool_release_all(s->pool, seq->cache.blocks, seq->cache.n_blocks);
     seq->cache.n_blocks = 0;
     seq->cache.n_computed = 0;
@@ -147,10 +166,14 @@ static bool prefix_in_flight(sched *s, eng_seq *q, int b) {
 }
 
 /* Takes the cached blocks of q's known tokens from the start, up to the
- * first miss and never its last token; returns the tokens covered. */
-static int take_prefix(sched *s, eng_seq *q) {
+ * first miss and never its last token; returns the tokens covered. A
+ * hybrid model's hit ends at the last block with a state snapshot, whose
+ * slot goes to *snapshot (-1 when none): it is copied into q's slot once q
+ * is admitted (restore_snapshot), not for a sequence that waits. */
+static int take_prefix(sched *s, eng_seq *q, int32_t *snapshot) {
     block_pool *p = s->pool;
     int bs = p->block_size;
+    *snapshot = -1;
     if (!p->caching || q->req->no_prefix_cache || q->cache.n_blocks > 0) return 0;
     int max_blocks = (q->n_tokens - 1) / bs;
     if (grow_blocks(q, max_blocks)) return 0;
@@ -163,6 +186,22 @@ static int take_prefix(sched *s, eng_seq *q) {
         if (blk < 0) break;
         q->cache.blocks[q->cache.n_blocks++] = blk;
         parent = blk;
+    }
+    if (s->states) {
+        /* align: the hit ends at the last block with a snapshot of the
+         * state at its end, which the sequence's slot starts from */
+        int keep = q->cache.n_blocks, unit = s->snapshot_unit;
+        while (keep > 0 && s->pool->blocks[q->cache.blocks[keep - 1]].snapshot < 0) keep--;
+        /* the shared prefix ran past the last snapshot: keep the state
+         * where it ends (rounded down to a snapshot unit) once this
+         * sequence gets there, so that the next prompt sharing it starts
+         * there */
+        int shared = unit ? q->cache.n_blocks * bs / unit * unit : 0;
+        q->cache.snapshot_shared = shared > keep * bs ? shared : 0;
+        bpool_release_all(p, q->cache.blocks + keep, q->cache.n_blocks - keep);
+        q->cache.n_blocks = keep;
+        parent = keep ? q->cache.blocks[keep - 1] : -1;
+        if (keep) *snapshot = spool_snapshot_of(s->states, parent);
     }
     q->cache.n_computed = q->cache.n_blocks * bs;
     q->cache.n_registered = q->cache.n_blocks;
@@ -185,6 +224,35 @@ void sched_cache_full_blocks(sched *s, eng_seq *q) {
     }
 }
 
+/* ---- snapshots of the recurrent state (hybrid models) ------------------------ */
+
+bool sched_snapshot_point(const sched *s, const eng_seq *q, int pos) {
+    int unit = s->snapshot_unit;
+    if (!unit || !s->pool->caching || q->req->no_prefix_cache || pos <= 0 || pos % unit) return false;
+    int last_before = (q->n_prompt - 1) / unit * unit; /* a hit always leaves the last prompt token to compute */
+    return pos % s->cfg.snapshot_interval == 0 || pos == last_before || pos == q->n_prompt ||
+           pos == q->cache.snapshot_shared;
+}
+
+/* The first snapshot point of q in (from, to), or `to` when none. */
+static int next_snapshot_point(const sched *s, const eng_seq *q, int from, int to) {
+    int unit = s->snapshot_unit;
+    if (!unit) return to;
+    for (int pos = (from / unit + 1) * unit; pos < to; pos += unit)
+        if (sched_snapshot_point(s, q, pos)) return pos;
+    return to;
+}
+
+void sched_snapshot_after_step(sched *s, eng_seq *q, int start) {
+    int pos = q->cache.n_computed, bs = s->pool->block_size;
+    if (!s->states || pos <= start || !sched_snapshot_point(s, q, pos)) return;
+    /* the cached block standing for the one that ends at pos (the one a
+     * later prompt's walk finds) */
+    if (q->cache.n_registered != pos / bs || q->cache.canon_last < 0) return;
+    int32_t slot = spool_alloc_snapshot(s->states, q->cache.canon_last);
+    if (slot >= 0) pdl_kv_cache_copy_state(s->kv, q->cache.state_slot, slot, pos);
+}
+
 /* ---- forks ----------------------------------------------------------------- */
 
 int sched_fork(sched *s, eng_seq *parent, eng_seq **children, int n, pdl_error *err) {
@@ -194,6 +262,13 @@ int sched_fork(sched *s, eng_seq *parent, eng_seq **children, int n, pdl_error *
     for (int i = 0; i < n; i++) {
         eng_seq *c = children[i];
         bool ok = grow_blocks(c, parent->cache.n_blocks + 1) == 0;
+        if (ok && s->states) {
+            /* its own state slot, starting from the parent's state */
+            c->cache.state_slot = spool_alloc_live(s->states);
+            ok = c->cache.state_slot >= 0;
+            if (ok) pdl_kv_cache_copy_state(s->kv, parent->cache.state_slot, c->cache.state_slot,
+                                            parent->cache.n_computed);
+        }
         for (int b = 0; ok && b < full; b++) {
             bpool_ref(s->pool, parent->cache.blocks[b]);
             c->cache.blocks[c->cache.n_blocks++] = parent->cache.blocks[b];
@@ -276,6 +351,14 @@ static int wanted(const sched *s, const eng_seq *q) {
     return n;
 }
 
+/* n new tokens from q's n_computed, cut so that a hybrid model's chunk
+ * ends at the first snapshot point inside it (the state there is then
+ * kept: sched_snapshot_after_step). */
+static int to_snapshot_point(const sched *s, const eng_seq *q, int n) {
+    int start = q->cache.n_computed;
+    return next_snapshot_point(s, q, start, start + n) - start;
+}
+
 /* n new tokens from q's n_computed, cut so that no two-way span (Gemma 3's
  * image rows, which attend to each other both ways) is split across steps:
  * a chunk ending inside a span ends before it instead, or, starting in it
@@ -319,6 +402,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (n > budget) n = budget;
         n = whole_spans(q, n, budget);
         if (n <= 0) continue;
+        if (!decoding(q)) n = to_snapshot_point(s, q, n);
         if (q->spec.n_draft > 0) {
             /* drafts are the first thing to give up: for the budget, then for blocks */
             if (n < 1 + q->spec.n_draft) q->spec.n_draft = n - 1;
@@ -350,7 +434,10 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
     /* 2. waiting sequences, in order, while everything allows */
     while (s->n_waiting > 0 && budget > 0 && s->n_running < s->cfg.max_num_seqs) {
         eng_seq *q = s->waiting[0];
-        int cached = take_prefix(s, q);
+        if (s->states && (q->cache.state_slot = spool_alloc_live(s->states)) < 0)
+            break; /* every state slot is live: it waits for one */
+        int32_t snapshot;
+        int cached = take_prefix(s, q, &snapshot);
         if (s->pool->caching && !q->req->no_prefix_cache && prefix_in_flight(s, q, q->cache.n_blocks)) {
             /* wait a step: the prefix it misses is being computed right now */
             sched_release_blocks(s, q);
@@ -359,6 +446,7 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         int n = wanted(s, q);
         if (n > budget) n = budget;
         n = whole_spans(q, n, budget);
+        if (n > 0 && !decoding(q)) n = to_snapshot_point(s, q, n);
         if (n <= 0) {
             sched_release_blocks(s, q); /* its span waits for a step with room */
             break;
@@ -370,6 +458,11 @@ int sched_schedule(sched *s, sched_output *out, pdl_error *err) {
         if (s->pool->caching && !q->req->no_prefix_cache) {
             s->pool->queries += (uint64_t)q->n_tokens;
             s->pool->hits += (uint64_t)cached;
+        }
+        if (snapshot >= 0) {
+            /* the sequence starts from the snapshot's state */
+            pdl_kv_cache_copy_state(s->kv, snapshot, q->cache.state_slot, cached);
+            s->states->snapshots_restored++;
         }
         if (q->cache.n_cached_prompt < 0) q->cache.n_cached_prompt = cached < q->n_prompt ? cached : q->n_prompt;
         remove_at(s->waiting, &s->n_waiting, 0);

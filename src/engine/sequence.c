@@ -66,11 +66,11 @@ int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int3
     bb_segment seg = {.block_table = seq->block_table, .start = seq->n_cached, .n = n_tokens, .tokens = tokens,
                       .n_known = n_tokens, .logits_pos = lp, .n_logits = n_logits, .n_inputs = n_tokens,
                       .embd = in->embd, .span_first = in->span_first, .span_last = in->span_last,
-                      .rope_pos3 = in->rope_pos3, .mrope = in->rope_pos3 != NULL};
+                      .rope_pos3 = in->rope_pos3, .mrope = in->rope_pos3 != NULL,
+                      /* a hybrid model's cache made by pdl_kv_cache_create has one state slot: this sequence's */
+                      .recurrent = kv->n_state_slots > 0, .state_slot = 0};
     if (bb_add(bb, &seg, err)) return -1;
     pdl_batch b = *bb_finish(bb, false);
-    static const int32_t slot0 = 0; /* a hybrid model's state: slot 0 of the sequence's own cache */
-    if (pdl_kv_cache_state_slots(kv) > 0 && !b.state_slots) b.state_slots = &slot0;
     int rc = pdl_forward(ctx, kv, &b, logits_out, err);
     if (rc == 0) seq->n_cached += n_tokens;
     return rc;

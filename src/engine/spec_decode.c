@@ -46,6 +46,14 @@ int spec_ngram_propose(const int32_t *tokens, int n_tokens, int lookup_min, int 
     return 0;
 }
 
+int spec_hybrid_cap(int first, int k, int chunk, int max_rows) {
+    if (chunk <= 0) return k;
+    int before_close = chunk - 1 - first % chunk; /* drafts before the position that closes the chunk */
+    if (k > before_close) k = before_close;
+    if (k > max_rows) k = max_rows;
+    return k > 0 ? k : 0;
+}
+
 /* ---- setup -------------------------------------------------------------------- */
 
 int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *target, int block_size, int n_blocks,
@@ -66,9 +74,16 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
                         s->lookup_min);
     s->max_batch = o->spec_max_batch > 0 ? o->spec_max_batch : 4;
     s->no_pause = o->spec_no_pause;
+    pdl_model_info info;
+    pdl_model_get_info(target, &info);
+    s->state_chunk = info.state_chunk;
+    s->state_max_rows = info.state_max_rows;
     if (s->method == PDL_SPEC_NGRAM) return 0;
     s->draft = o->draft_model;
     if (!s->draft) return err_fail(err, "speculative decoding: the draft-model method needs a draft model");
+    if (s->draft->cfg.n_rec_layers > 0)
+        return err_fail(err, "speculative decoding: the draft model has recurrent layers (a hybrid model), which a "
+                        "draft model cannot have yet");
     if (s->draft->cfg.vocab != target->cfg.vocab)
         return err_fail(err, "speculative decoding: the draft model's vocabulary (%d) is not the target's (%d)",
                         s->draft->cfg.vocab, target->cfg.vocab);
@@ -246,6 +261,7 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
         /* never past the sequence's end: the last draft's row predicts position n_tokens + k */
         int room = max_len[i] - q->n_tokens - 1;
         int k = s->k < room ? s->k : room;
+        k = spec_hybrid_cap(q->n_tokens, k, s->state_chunk, s->state_max_rows);
         if (k <= 0) continue;
         if (s->method == PDL_SPEC_NGRAM) {
             q->spec.n_draft = spec_ngram_propose(q->tokens, q->n_tokens, s->lookup_min, s->lookup_max, k, q->spec.draft);

@@ -21,6 +21,13 @@
  * output the same tokens as without speculation, greedy or sampled, for a
  * given seed.
  *
+ * Hybrid models (a recurrent state per sequence, pdl_batch.state_slots):
+ * rejected drafts' rows must need no undo of the state, so a sequence's
+ * drafts are at most state_max_rows and none sits at a position p with
+ * p % state_chunk == state_chunk - 1 (that row would close a chunk of the
+ * state): a sequence whose next position closes a chunk proposes nothing
+ * that step (spec_hybrid_cap). A hybrid draft model is refused.
+ *
  * Policy (adaptive): no drafts when more than `max_batch` sequences are
  * decoding (verification rows then cost more than they save: llama.cpp's
  * lookup decoding loses from 4 concurrent slots); a sequence whose drafts
@@ -50,11 +57,17 @@
  * followed it. Returns how many were written to out. */
 int spec_ngram_propose(const int32_t *tokens, int n_tokens, int lookup_min, int lookup_max, int k, int32_t *out);
 
+/* Drafts at most, of k wanted, for a hybrid model's sequence whose first
+ * draft sits at position `first` (its n_tokens): none at a position p with
+ * p % chunk == chunk - 1, at most max_rows. chunk 0 (not hybrid): k. */
+int spec_hybrid_cap(int first, int k, int chunk, int max_rows);
+
 typedef struct spec_state {
     pdl_spec_method method;
     int k;                      /* drafts per step at most */
     int lookup_min, lookup_max; /* n-gram */
     int max_batch;              /* no drafts beyond this many decoding sequences */
+    int state_chunk, state_max_rows; /* the target's (hybrid models; 0 otherwise): spec_hybrid_cap */
     /* draft model */
     const pdl_model *draft;
     pdl_context *draft_ctx;     /* the draft model's run state (owned) */

@@ -76,6 +76,10 @@ static const pdl_arch_desc ARCHS[] = {
      .about = "Qwen3.5 with experts: softmax top-k, renormalized, a sigmoid-gated shared expert",
      .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true,
      .moe = PDL_MOE_MLP, .hf_moe_norm = true, .gguf_moe_norm = true, .shared_expert_gate = true},
+    {.name = "qwen3next", .hf_types = "qwen3_next", .gguf_arch = "qwen3next",
+     .about = "Qwen3.5-MoE's predecessor: the same layers, q/k/v/z and b/a projections fused per key head",
+     .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true,
+     .moe = PDL_MOE_MLP, .hf_moe_norm = true, .gguf_moe_norm = true, .shared_expert_gate = true},
 };
 
 #define N_ARCHS (sizeof ARCHS / sizeof ARCHS[0])
@@ -149,7 +153,9 @@ void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->router_norm = gguf ? a->gguf_moe_norm : a->hf_moe_norm;
     c->shared_gate = a->shared_expert_gate;
     c->attn_out_gate = a->hybrid;
-    c->lin_v_tiled = gguf && a->hybrid; /* llama.cpp's converter tiles the value heads */
+    /* llama.cpp's converter tiles Qwen3.5's value heads (not Qwen3-Next's:
+     * model_load_gguf.c's read_hybrid) */
+    c->lin_v_tiled = gguf && a->hybrid;
 }
 
 

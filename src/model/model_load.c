@@ -308,11 +308,111 @@ int model_set_layer_kinds(pdl_model_config *c, const bool *recurrent, int full_i
     return 0;
 }
 
+static int own(pdl_model *m, void *p);
+
+/* A matrix of n_rows rows of src, row i being src's row row_of[i], as an
+ * owned copy named "<src>[what]" (which copy_matrices then treats as any
+ * matrix). Rows are independent in every block type (a block never spans
+ * two rows), so whole rows' bytes are copied; MLX's scales and biases sit
+ * in other tensors and cannot follow, so those are refused. */
+static int gather_rows(pdl_model *m, const pdl_tensor *src, const int64_t *row_of, int64_t n_rows, const char *what,
+                       pdl_tensor *out, pdl_error *err) {
+    if (src->n_dims != 2 || dtype_is_mlx(src->dtype))
+        return err_fail(err, "%s: tensor '%s': its rows cannot be regrouped (%s; a 2-D matrix of a GGUF or safetensors "
+                        "type is needed)", src->file, src->name,
+                        src->n_dims != 2 ? "not 2-D" : "MLX-quantized Qwen3-Next files are not supported");
+    int64_t cols = src->shape[1];
+    if (cols <= 0 || cols % (int64_t)dtype_block_elems(src->dtype) != 0)
+        return err_fail(err, "%s: tensor '%s': %lld columns is not a multiple of the %s block (%zu)", src->file,
+                        src->name, (long long)cols, dtype_name(src->dtype), dtype_block_elems(src->dtype));
+    size_t row_bytes = dtype_row_bytes(src->dtype, cols);
+    if (row_bytes == 0 || (size_t)src->shape[0] * row_bytes > src->nbytes)
+        return err_fail(err, "%s: tensor '%s': %lld rows of %zu bytes exceed its %zu bytes", src->file, src->name,
+                        (long long)src->shape[0], row_bytes, src->nbytes);
+    uint8_t *buf = malloc((size_t)n_rows * row_bytes);
+    if (!buf || own(m, buf)) {
+        free(buf);
+        return err_fail(err, "out of memory regrouping the rows of '%s'", src->name);
+    }
+    const uint8_t *from = src->data;
+    for (int64_t i = 0; i < n_rows; i++)
+        memcpy(buf + (size_t)i * row_bytes, from + (size_t)row_of[i] * row_bytes, row_bytes);
+    *out = *src;
+    out->data = buf;
+    out->nbytes = (size_t)n_rows * row_bytes;
+    out->shape[0] = n_rows;
+    out->file_offset = 0; /* no longer in the file */
+    snprintf(out->name, sizeof out->name, "%.200s[%s]", src->name, what);
+    return 0;
+}
+
+/* Qwen3-Next's fused input projections (Hugging Face linear_attn.in_proj_qkvz
+ * and in_proj_ba; GGUF ssm_in of early converters, and ssm_ba) hold per key
+ * head, one head after another, [q (k_dim), k (k_dim), v (r * v_dim),
+ * z (r * v_dim)] and [b (r), a (r)], r = value heads per key head
+ * (transformers' fix_query_key_value_ordering). The layer wants lin_qkv as
+ * all heads' q, then k, then v (value heads grouped by key head), lin_z
+ * likewise, and lin_b / lin_a one row per value head: owned copies with
+ * the rows so regrouped. qkvz or ba may be NULL (not in the file). */
+static int split_qwen3next(pdl_model *m, const pdl_tensor *qkvz, const pdl_tensor *ba, pdl_layer_weights *lw,
+                           pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    int64_t kh = c->lin_k_heads, r = c->lin_v_heads / c->lin_k_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
+    int64_t kd = kh * dk, vd = kh * r * dv, chunk = 2 * dk + 2 * r * dv;
+    if (qkvz && qkvz->shape[0] != 2 * kd + 2 * vd)
+        return err_fail(err, "%s: tensor '%s' has %lld rows but %lld key heads of %lld and %lld value heads of %lld "
+                        "need %lld (q, k, v, z)", qkvz->file, qkvz->name, (long long)qkvz->shape[0], (long long)kh,
+                        (long long)dk, (long long)(kh * r), (long long)dv, (long long)(2 * kd + 2 * vd));
+    if (ba && ba->shape[0] != 2 * kh * r)
+        return err_fail(err, "%s: tensor '%s' has %lld rows but %lld value heads need %lld (b, a)", ba->file, ba->name,
+                        (long long)ba->shape[0], (long long)(kh * r), (long long)(2 * kh * r));
+    int64_t n = qkvz ? 2 * kd + vd : 2 * kh * r;
+    int64_t *rows = malloc((size_t)n * sizeof *rows);
+    if (!rows) return err_fail(err, "out of memory");
+    int rc = 0;
+    if (qkvz) {
+        int64_t at = 0;
+        for (int part = 0; part < 2; part++) /* q, then k */
+            for (int64_t h = 0; h < kh; h++)
+                for (int64_t i = 0; i < dk; i++) rows[at++] = h * chunk + part * dk + i;
+        for (int64_t h = 0; h < kh; h++)
+            for (int64_t i = 0; i < r * dv; i++) rows[at++] = h * chunk + 2 * dk + i;
+        rc = gather_rows(m, qkvz, rows, at, "qkv", &lw->lin_qkv, err);
+        for (int64_t h = 0, z = 0; rc == 0 && h < kh; h++)
+            for (int64_t i = 0; i < r * dv; i++) rows[z++] = h * chunk + 2 * dk + r * dv + i;
+        if (rc == 0) rc = gather_rows(m, qkvz, rows, vd, "z", &lw->lin_z, err);
+    }
+    for (int part = 0; rc == 0 && ba && part < 2; part++) { /* b, then a */
+        for (int64_t h = 0, at = 0; h < kh; h++)
+            for (int64_t j = 0; j < r; j++) rows[at++] = h * 2 * r + part * r + j;
+        rc = gather_rows(m, ba, rows, kh * r, part ? "a" : "b", part ? &lw->lin_a : &lw->lin_b, err);
+    }
+    free(rows);
+    /* the fused originals are not read again: their file pages may go (an
+     * 80B model's in_proj_qkvz are 1.8 GB of BF16) */
+    for (int i = 0; rc == 0 && i < 2; i++) {
+        const pdl_tensor *t = i ? ba : qkvz;
+        if (t && m->gguf) gguf_release(m->gguf, t->data, t->nbytes);
+        if (t && m->st) st_release(m->st, t->data, t->nbytes);
+    }
+    return rc;
+}
+
 /* A Gated DeltaNet layer's tensors (Hugging Face linear_attn.*, GGUF as
- * llama.cpp's converter names them). */
+ * llama.cpp's converter names them). Qwen3-Next's fused projections, where
+ * the files have them, take the place of the separate ones. */
 static int take_deltanet(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l, const char *where,
                          pdl_error *err) {
     pdl_layer_weights *lw = &m->w.layers[l];
+    char name[PDL_TENSOR_NAME_MAX];
+    pdl_tensor qkvz = {0}, ba = {0};
+    layer_name(name, sizeof name, hf_prefix, l, "linear_attn.in_proj_qkvz.weight", "ssm_in.weight");
+    if (tensor_set_find(set, name) && model_take_tensor(set, name, true, where, &qkvz, err)) return -1;
+    layer_name(name, sizeof name, hf_prefix, l, "linear_attn.in_proj_ba.weight", "ssm_ba.weight");
+    if (tensor_set_find(set, name) && model_take_tensor(set, name, true, where, &ba, err)) return -1;
+    if ((qkvz.data || ba.data) &&
+        split_qwen3next(m, qkvz.data ? &qkvz : NULL, ba.data ? &ba : NULL, lw, err))
+        return -1;
     static const struct {
         size_t offset;
         const char *gguf, *hf;
@@ -327,8 +427,8 @@ static int take_deltanet(pdl_model *m, const pdl_tensor_set *set, const char *hf
         {offsetof(pdl_layer_weights, lin_norm), "ssm_norm.weight", "linear_attn.norm.weight"},
         {offsetof(pdl_layer_weights, lin_out), "ssm_out.weight", "linear_attn.out_proj.weight"},
     };
-    char name[PDL_TENSOR_NAME_MAX];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if ((i < 2 && qkvz.data) || (i >= 2 && i < 4 && ba.data)) continue; /* regrouped above */
         layer_name(name, sizeof name, hf_prefix, l, names[i].hf, names[i].gguf);
         if (model_take_tensor(set, name, true, where, (pdl_tensor *)((char *)lw + names[i].offset), err)) return -1;
     }

@@ -135,7 +135,7 @@ static int read_mrope_sections(const gguf_file *g, const char *arch, pdl_model_c
     return 0;
 }
 
-/* A hybrid family (Qwen3.5): the Gated DeltaNet's shape under llama.cpp's
+/* A hybrid family (Qwen3.5, Qwen3-Next): the Gated DeltaNet's shape under llama.cpp's
  * ssm.* keys (state_size: a key head's width, group_count: key heads,
  * time_step_rank: value heads, inner_size: all value heads' width), which
  * layers attend fully (every full_attention_interval-th, 4 unless given),
@@ -164,6 +164,11 @@ static int read_hybrid(const gguf_file *g, const char *arch, pdl_model_config *c
                         "(value heads must be a multiple of key heads and divide the inner size; kernel 2..8)", path,
                         c->lin_k_heads, c->lin_k_dim, c->lin_v_heads, inner, c->lin_conv);
     c->lin_v_dim = inner / c->lin_v_heads;
+    /* llama.cpp's converter reorders the value heads to tiled order for
+     * qwen35 / qwen35moe (_LinearAttentionVReorderBase) but keeps
+     * Qwen3-Next's grouped by key head (Qwen3NextModel; its graph repeats
+     * each key head for its value heads in turn) */
+    if (strcmp(arch, "qwen3next") == 0) c->lin_v_tiled = false;
     memset(c->mrope_section, 0, sizeof c->mrope_section);
     return model_set_layer_kinds(c, NULL, interval, path, err);
 }

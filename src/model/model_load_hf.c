@@ -9,6 +9,8 @@
  * RoPE is interleaved: the table says so). Gemma 2 and 3 apply their norms
  * as (1 + w): model_finish folds the 1 in. Experts are one tensor each
  * (mlp.experts.E.gate_proj, Mixtral's block_sparse_moe.experts.E.w1, ...).
+ * Qwen3-Next's fused linear-attention projections (in_proj_qkvz,
+ * in_proj_ba) are regrouped into the layer's own at load (model_load.c).
  */
 #include <jansson.h>
 #include <math.h>
@@ -309,8 +311,9 @@ static int read_window(json_t *cfg, const char *path, pdl_model_config *c, int d
     return 0;
 }
 
-/* A hybrid family (Qwen3.5): the Gated DeltaNet's shape (transformers'
- * Qwen3_5TextConfig defaults for fields left out), and which layers are
+/* A hybrid family (Qwen3.5, Qwen3-Next): the Gated DeltaNet's shape
+ * (transformers' Qwen3_5TextConfig / Qwen3NextConfig defaults, the same,
+ * for fields left out), and which layers are
  * linear: layer_types ("linear_attention" / "full_attention"), else every
  * full_attention_interval-th layer attends fully. Text rows turn every
  * M-RoPE section by the same position: plain RoPE, so the sections are
@@ -389,7 +392,8 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
         cfg_int(cfg, path, "max_position_embeddings", false, &c->ctx_len, err))
         return -1;
     c->rope_dim = c->head_dim;
-    float partial = 1.0f;
+    /* Qwen3NextConfig turns a quarter of each head unless told otherwise */
+    float partial = strcmp(type, "qwen3_next") == 0 ? 0.25f : 1.0f;
     if (cfg_float(cfg, path, "partial_rotary_factor", &partial, err)) return -1;
     if (!(partial > 0 && partial <= 1))
         return err_fail(err, "%s: field 'partial_rotary_factor' must be in (0, 1], got %g", path, partial);

@@ -229,6 +229,11 @@ static void log_stats(srv_engine *e, const pdl_engine_stats *st) {
                    (double)(st->generation_tokens - o->generation_tokens) / dt, st->running, st->waiting,
                    st->kv_blocks_total ? 100.0 * st->kv_blocks_used / st->kv_blocks_total : 0.0, st->kv_blocks_cached,
                    q ? 100.0 * (double)h / (double)q : 0.0, (unsigned long long)h, (unsigned long long)q);
+        if (st->state_slots_total > 0)
+            engine_log(e, "recurrent state: %d of %d slots live (%.1f MiB of %.1f MiB), %d prefix snapshots",
+                       st->state_slots_used, st->state_slots_total,
+                       (double)st->state_slots_used * (double)st->state_slot_bytes / 1048576.0,
+                       (double)st->state_slots_total * (double)st->state_slot_bytes / 1048576.0, st->state_snapshots);
     }
     e->stats_at = t;
     e->stats_last = *st;

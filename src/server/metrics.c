@@ -178,6 +178,23 @@ char *srv_metrics_render(srv_metrics *m, size_t *len) {
           st->kv_blocks_total ? (double)st->kv_blocks_used / st->kv_blocks_total : 0.0);
     gauge(&b, L, "pagedlm:kv_cache_blocks_used", "KV-cache blocks held by sequences.", st->kv_blocks_used);
     gauge(&b, L, "pagedlm:kv_cache_blocks_total", "KV-cache blocks in the pool.", st->kv_blocks_total);
+    if (st->state_slots_total > 0) {
+        /* a hybrid model's recurrent state slots, beside the blocks (one budget) */
+        gauge(&b, L, "pagedlm:state_slots_used", "Recurrent state slots held by running sequences.",
+              st->state_slots_used);
+        gauge(&b, L, "pagedlm:state_slots_total", "Recurrent state slots in the pool (live and snapshots).",
+              st->state_slots_total);
+        gauge(&b, L, "pagedlm:state_snapshots", "Recurrent state slots holding a prefix-cache snapshot.",
+              st->state_snapshots);
+        gauge(&b, L, "pagedlm:state_bytes_used", "Bytes of recurrent state held by running sequences.",
+              (double)st->state_slots_used * (double)st->state_slot_bytes);
+        gauge(&b, L, "pagedlm:state_bytes_total", "Bytes of the recurrent state slots.",
+              (double)st->state_slots_total * (double)st->state_slot_bytes);
+        gauge(&b, L, "pagedlm:kv_cache_bytes_total", "Bytes of the KV-cache blocks.",
+              (double)st->kv_blocks_total * (double)st->kv_block_bytes);
+        counter(&b, L, "pagedlm:state_snapshots_restored_total", "Prefix-cache hits started from a state "
+                "snapshot.", st->state_snapshots_restored);
+    }
     counter(&b, L, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", st->preemptions);
     counter(&b, L, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", st->prompt_tokens);
     counter(&b, L, "vllm:generation_tokens_total", "Number of generation tokens processed.", st->generation_tokens);

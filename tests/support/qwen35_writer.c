@@ -4,7 +4,10 @@
  * published checkpoints' names and shapes; the GGUF side follows llama.cpp's
  * conversion/qwen.py (Qwen3NextModel.modify_tensors,
  * _LinearAttentionVReorderBase, _Qwen35MtpMixin, Qwen2MoeModel's fused
- * expert split) and the tensor names its src/models/qwen35*.cpp load.
+ * expert split) and the tensor names its src/models/qwen35*.cpp load; with
+ * q35_spec.next, transformers' Qwen3-Next checkpoints (fused in_proj_qkvz /
+ * in_proj_ba, fix_query_key_value_ordering) and llama.cpp's
+ * Qwen3NextModel and src/models/qwen3next.cpp.
  * Not shared with src/: a test built on these files checks the loaders
  * against an independent reading of those sources.
  */
@@ -155,7 +158,49 @@ void q35_free_weights(const q35_spec *s, q35_weights *w) {
 
 /* ---- the Hugging Face folder --------------------------------------------------- */
 
+/* Qwen3-Next-80B-A3B's config.json in this shape: flat (no text_config),
+ * full_attention_interval instead of layer_types, partial_rotary_factor
+ * left to Qwen3NextConfig's default (0.25) when it is that, per-expert and
+ * shared widths, and a dense width (intermediate_size) no layer uses. */
+static void write_config_next(const q35_spec *s, const char *dir) {
+    size_t cap = 16384, at = 0;
+    char *j = malloc(cap);
+    REQUIRE(j != NULL && s->moe);
+#define J(...)                                                 \
+    do {                                                       \
+        at += (size_t)snprintf(j + at, cap - at, __VA_ARGS__); \
+        REQUIRE(at < cap);                                     \
+    } while (0)
+    J("{\n  \"architectures\": [\"Qwen3NextForCausalLM\"],\n  \"model_type\": \"qwen3_next\",\n");
+    J("  \"hidden_size\": %d,\n  \"num_hidden_layers\": %d,\n  \"num_attention_heads\": %d,\n", s->hidden, s->layers,
+      s->heads);
+    J("  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n  \"vocab_size\": %d,\n", s->kv_heads, s->head_dim,
+      s->vocab);
+    J("  \"intermediate_size\": %d,\n  \"rms_norm_eps\": %g,\n  \"hidden_act\": \"silu\",\n", 3 * s->hidden,
+      s->eps);
+    J("  \"max_position_embeddings\": %d,\n  \"tie_word_embeddings\": %s,\n", s->ctx, s->tied ? "true" : "false");
+    J("  \"full_attention_interval\": %d,\n", s->full_attention_interval);
+    J("  \"linear_conv_kernel_dim\": %d,\n  \"linear_key_head_dim\": %d,\n", s->conv, s->lin_k_dim);
+    J("  \"linear_value_head_dim\": %d,\n  \"linear_num_key_heads\": %d,\n  \"linear_num_value_heads\": %d,\n",
+      s->lin_v_dim, s->lin_k_heads, s->lin_v_heads);
+    J("  \"rope_theta\": %.17g,\n  \"rope_scaling\": null,\n", s->theta);
+    if (s->partial_rotary != 0.25) J("  \"partial_rotary_factor\": %g,\n", s->partial_rotary);
+    J("  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n  \"norm_topk_prob\": true,\n");
+    J("  \"num_experts\": %d,\n  \"num_experts_per_tok\": %d,\n  \"moe_intermediate_size\": %d,\n"
+      "  \"shared_expert_intermediate_size\": %d,\n  \"router_aux_loss_coef\": 0.001,\n",
+      s->experts, s->experts_used, s->expert_ffn, s->shared_ffn);
+    J("  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n");
+#undef J
+    char *path = test_join(dir, "config.json");
+    test_write_file(path, j, at);
+    free(path), free(j);
+}
+
 static void write_config(const q35_spec *s, const char *dir) {
+    if (s->next) {
+        write_config_next(s, dir);
+        return;
+    }
     size_t cap = 16384, at = 0;
     char *j = malloc(cap);
     REQUIRE(j != NULL);
@@ -204,6 +249,39 @@ static void write_config(const q35_spec *s, const char *dir) {
     free(path), free(j);
 }
 
+/* Qwen3-Next's in_proj_qkvz: per key head h its q rows, k rows, then the
+ * v and z rows of its value heads (grouped order: value heads h * r ..
+ * h * r + r - 1, r = v_heads / k_heads). A new [2 * kd + 2 * vd][hidden]. */
+static float *fused_qkvz(const q35_spec *s, const q35_layer *L) {
+    size_t H = (size_t)s->hidden, kh = (size_t)s->lin_k_heads, dk = (size_t)s->lin_k_dim;
+    size_t rv = (size_t)(s->lin_v_heads / s->lin_k_heads) * s->lin_v_dim, kd = kh * dk;
+    float *p = malloc((2 * kd + 2 * kh * rv) * H * sizeof *p), *at = p;
+    REQUIRE(p != NULL);
+    for (size_t h = 0; h < kh; h++) {
+        const float *parts[4] = {L->qkv + h * dk * H, L->qkv + (kd + h * dk) * H, L->qkv + (2 * kd + h * rv) * H,
+                                 L->z + h * rv * H};
+        const size_t rows[4] = {dk, dk, rv, rv};
+        for (int k = 0; k < 4; k++) {
+            memcpy(at, parts[k], rows[k] * H * sizeof *p);
+            at += rows[k] * H;
+        }
+    }
+    return p;
+}
+
+/* Qwen3-Next's in_proj_ba: per key head the b rows of its value heads,
+ * then their a rows. A new [2 * v_heads][hidden]. */
+static float *fused_ba(const q35_spec *s, const q35_layer *L) {
+    size_t H = (size_t)s->hidden, kh = (size_t)s->lin_k_heads, r = (size_t)(s->lin_v_heads / s->lin_k_heads);
+    float *p = malloc(2 * kh * r * H * sizeof *p);
+    REQUIRE(p != NULL);
+    for (size_t h = 0; h < kh; h++) {
+        memcpy(p + 2 * h * r * H, L->b + h * r * H, r * H * sizeof *p);
+        memcpy(p + (2 * h + 1) * r * H, L->a + h * r * H, r * H * sizeof *p);
+    }
+    return p;
+}
+
 static void hf_layer(stw_writer *st, const q35_spec *s, const q35_layer *L, const char *prefix) {
     char n[256];
     int H = s->hidden;
@@ -212,10 +290,17 @@ static void hf_layer(stw_writer *st, const q35_spec *s, const q35_layer *L, cons
     stw_add_f32(st, N("post_attention_layernorm.weight"), 1, (int64_t[]){H}, L->post_norm);
     if (L->linear) {
         int vh = s->lin_v_heads, vdim = vh * s->lin_v_dim, cd = q35_conv_dim(s);
-        stw_add_f32(st, N("linear_attn.in_proj_qkv.weight"), 2, (int64_t[]){cd, H}, L->qkv);
-        stw_add_f32(st, N("linear_attn.in_proj_z.weight"), 2, (int64_t[]){vdim, H}, L->z);
-        stw_add_f32(st, N("linear_attn.in_proj_b.weight"), 2, (int64_t[]){vh, H}, L->b);
-        stw_add_f32(st, N("linear_attn.in_proj_a.weight"), 2, (int64_t[]){vh, H}, L->a);
+        if (s->next) {
+            float *qkvz = fused_qkvz(s, L), *ba = fused_ba(s, L);
+            stw_add_f32(st, N("linear_attn.in_proj_qkvz.weight"), 2, (int64_t[]){cd + vdim, H}, qkvz);
+            stw_add_f32(st, N("linear_attn.in_proj_ba.weight"), 2, (int64_t[]){2 * vh, H}, ba);
+            free(qkvz), free(ba);
+        } else {
+            stw_add_f32(st, N("linear_attn.in_proj_qkv.weight"), 2, (int64_t[]){cd, H}, L->qkv);
+            stw_add_f32(st, N("linear_attn.in_proj_z.weight"), 2, (int64_t[]){vdim, H}, L->z);
+            stw_add_f32(st, N("linear_attn.in_proj_b.weight"), 2, (int64_t[]){vh, H}, L->b);
+            stw_add_f32(st, N("linear_attn.in_proj_a.weight"), 2, (int64_t[]){vh, H}, L->a);
+        }
         stw_add_f32(st, N("linear_attn.conv1d.weight"), 3, (int64_t[]){cd, 1, s->conv}, L->conv);
         stw_add_f32(st, N("linear_attn.dt_bias"), 1, (int64_t[]){vh}, L->dt_bias);
         stw_add_f32(st, N("linear_attn.A_log"), 1, (int64_t[]){vh}, L->A_log);
@@ -233,18 +318,29 @@ static void hf_layer(stw_writer *st, const q35_spec *s, const q35_layer *L, cons
     if (s->moe) {
         int E = s->experts, I = s->expert_ffn, S = s->shared_ffn;
         stw_add_f32(st, N("mlp.gate.weight"), 2, (int64_t[]){E, H}, L->router);
-        /* fused as the published checkpoints store them: per expert its
-         * gate rows, then its up rows */
         size_t m = (size_t)I * H;
-        float *gu = malloc((size_t)E * 2 * m * sizeof *gu);
-        REQUIRE(gu != NULL);
-        for (int e = 0; e < E; e++) {
+        for (int e = 0; s->next && e < E; e++) { /* Qwen3-Next's checkpoints: one tensor per expert */
+            char hf[96];
+            snprintf(hf, sizeof hf, "mlp.experts.%d.gate_proj.weight", e);
+            stw_add_f32(st, N(hf), 2, (int64_t[]){I, H}, L->eg + (size_t)e * m);
+            snprintf(hf, sizeof hf, "mlp.experts.%d.up_proj.weight", e);
+            stw_add_f32(st, N(hf), 2, (int64_t[]){I, H}, L->eu + (size_t)e * m);
+            snprintf(hf, sizeof hf, "mlp.experts.%d.down_proj.weight", e);
+            stw_add_f32(st, N(hf), 2, (int64_t[]){H, I}, L->ed + (size_t)e * m);
+        }
+        /* Qwen3.5-MoE's as the published checkpoints store them: per expert
+         * its gate rows, then its up rows */
+        float *gu = s->next ? NULL : malloc((size_t)E * 2 * m * sizeof *gu);
+        REQUIRE(s->next || gu != NULL);
+        for (int e = 0; !s->next && e < E; e++) {
             memcpy(gu + (size_t)e * 2 * m, L->eg + (size_t)e * m, m * sizeof *gu);
             memcpy(gu + (size_t)e * 2 * m + m, L->eu + (size_t)e * m, m * sizeof *gu);
         }
-        stw_add_f32(st, N("mlp.experts.gate_up_proj"), 3, (int64_t[]){E, 2 * I, H}, gu);
+        if (!s->next) {
+            stw_add_f32(st, N("mlp.experts.gate_up_proj"), 3, (int64_t[]){E, 2 * I, H}, gu);
+            stw_add_f32(st, N("mlp.experts.down_proj"), 3, (int64_t[]){E, H, I}, L->ed);
+        }
         free(gu);
-        stw_add_f32(st, N("mlp.experts.down_proj"), 3, (int64_t[]){E, H, I}, L->ed);
         stw_add_f32(st, N("mlp.shared_expert.gate_proj.weight"), 2, (int64_t[]){S, H}, L->sg);
         stw_add_f32(st, N("mlp.shared_expert.up_proj.weight"), 2, (int64_t[]){S, H}, L->su);
         stw_add_f32(st, N("mlp.shared_expert.down_proj.weight"), 2, (int64_t[]){H, S}, L->sd);
@@ -261,13 +357,19 @@ void q35_write_hf(const q35_spec *s, const q35_weights *w, const char *dir) {
     write_config(s, dir);
     stw_writer *st = stw_new();
     int H = s->hidden;
-    stw_add_f32(st, "model.language_model.embed_tokens.weight", 2, (int64_t[]){s->vocab, H}, w->embed);
+    /* Qwen3NextForCausalLM: the text model under model.; Qwen3.5's
+     * conditional-generation checkpoints: under model.language_model. */
+    const char *text = s->next ? "model" : "model.language_model";
+    char name[128];
+    snprintf(name, sizeof name, "%s.embed_tokens.weight", text);
+    stw_add_f32(st, name, 2, (int64_t[]){s->vocab, H}, w->embed);
     char prefix[128];
     for (int l = 0; l < s->layers; l++) {
-        snprintf(prefix, sizeof prefix, "model.language_model.layers.%d", l);
+        snprintf(prefix, sizeof prefix, "%s.layers.%d", text, l);
         hf_layer(st, s, &w->l[l], prefix);
     }
-    stw_add_f32(st, "model.language_model.norm.weight", 1, (int64_t[]){H}, w->final_norm);
+    snprintf(name, sizeof name, "%s.norm.weight", text);
+    stw_add_f32(st, name, 1, (int64_t[]){H}, w->final_norm);
     if (!s->tied) stw_add_f32(st, "lm_head.weight", 2, (int64_t[]){s->vocab, H}, w->lm_head);
     if (s->mtp_layers > 0) {
         mtp_w m = make_mtp(s, w->seed);
@@ -278,10 +380,10 @@ void q35_write_hf(const q35_spec *s, const q35_weights *w, const char *dir) {
         hf_layer(st, s, &m.layer, "mtp.layers.0");
         free_mtp(&m);
     }
-    /* one tensor of the vision tower */
+    /* one tensor of the vision tower (Qwen3-Next has none) */
     float vis[16];
     for (int i = 0; i < 16; i++) vis[i] = 1.0f;
-    stw_add_f32(st, "model.visual.blocks.0.norm1.weight", 1, (int64_t[]){16}, vis);
+    if (!s->next) stw_add_f32(st, "model.visual.blocks.0.norm1.weight", 1, (int64_t[]){16}, vis);
     char *path = test_join(dir, "model.safetensors");
     REQUIRE_MSG(stw_write(st, path) == 0, "cannot write %s", path);
     free(path);
@@ -352,6 +454,7 @@ static float *tiled_rows(const q35_spec *s, const float *m, int rows, int cols, 
     float *p = malloc((size_t)rows * cols * sizeof *p);
     REQUIRE(p != NULL);
     memcpy(p, m, (size_t)rows * cols * sizeof *p);
+    if (s->next) return p; /* Qwen3NextModel keeps them grouped */
     size_t blk = (size_t)width * cols;
     for (int t = 0; t < s->lin_v_heads; t++)
         memcpy(p + (size_t)first * cols + t * blk, m + (size_t)first * cols + q35_tiled_to_grouped(s, t) * blk,
@@ -372,12 +475,18 @@ static void gguf_layer(const q35_spec *s, gguf_writer *gw, const q35_layer *L, i
     if (L->linear) {
         int vh = s->lin_v_heads, vd = s->lin_v_dim, vdim = vh * vd, cd = q35_conv_dim(s);
         int qk = 2 * s->lin_k_heads * s->lin_k_dim; /* the q and k channels, not reordered */
-        t = tiled_rows(s, L->qkv, cd, H, qk, vd);
-        g_mat(s, gw, G("attn_qkv.weight"), 2, (int64_t[]){cd, H}, t);
-        free(t);
-        t = tiled_rows(s, L->z, vdim, H, 0, vd);
-        g_mat(s, gw, G("attn_gate.weight"), 2, (int64_t[]){vdim, H}, t);
-        free(t);
+        if (s->next && s->gguf_ssm_in) { /* early converters: in_proj_qkvz as it is */
+            t = fused_qkvz(s, L);
+            g_mat(s, gw, G("ssm_in.weight"), 2, (int64_t[]){cd + vdim, H}, t);
+            free(t);
+        } else {
+            t = tiled_rows(s, L->qkv, cd, H, qk, vd);
+            g_mat(s, gw, G("attn_qkv.weight"), 2, (int64_t[]){cd, H}, t);
+            free(t);
+            t = tiled_rows(s, L->z, vdim, H, 0, vd);
+            g_mat(s, gw, G("attn_gate.weight"), 2, (int64_t[]){vdim, H}, t);
+            free(t);
+        }
         /* (conv_dim, 1, K) squeezed to (conv_dim, K) */
         t = tiled_rows(s, L->conv, cd, s->conv, qk, vd);
         g_f32(gw, G("ssm_conv1d.weight"), 2, (int64_t[]){cd, s->conv}, t);
@@ -389,19 +498,26 @@ static void gguf_layer(const q35_spec *s, gguf_writer *gw, const q35_layer *L, i
         for (int h = 0; h < vh; h++) t[h] = -expf(t[h]);
         g_f32(gw, G("ssm_a"), 1, (int64_t[]){vh}, t);
         free(t);
-        t = tiled_rows(s, L->b, vh, H, 0, 1);
-        g_mat(s, gw, G("ssm_beta.weight"), 2, (int64_t[]){vh, H}, t);
-        free(t);
-        t = tiled_rows(s, L->a, vh, H, 0, 1);
-        g_mat(s, gw, G("ssm_alpha.weight"), 2, (int64_t[]){vh, H}, t);
-        free(t);
+        if (s->next) { /* in_proj_ba as it is */
+            t = fused_ba(s, L);
+            g_mat(s, gw, G("ssm_ba.weight"), 2, (int64_t[]){2 * vh, H}, t);
+            free(t);
+        } else {
+            t = tiled_rows(s, L->b, vh, H, 0, 1);
+            g_mat(s, gw, G("ssm_beta.weight"), 2, (int64_t[]){vh, H}, t);
+            free(t);
+            t = tiled_rows(s, L->a, vh, H, 0, 1);
+            g_mat(s, gw, G("ssm_alpha.weight"), 2, (int64_t[]){vh, H}, t);
+            free(t);
+        }
         g_f32(gw, G("ssm_norm.weight"), 1, (int64_t[]){vd}, L->lin_norm); /* applied as w: no + 1 */
         /* out_proj's columns (its input) reordered */
         t = malloc((size_t)H * vdim * sizeof *t);
         REQUIRE(t != NULL);
         for (int r = 0; r < H; r++)
             for (int h = 0; h < vh; h++)
-                memcpy(t + (size_t)r * vdim + h * vd, L->out + (size_t)r * vdim + q35_tiled_to_grouped(s, h) * vd,
+                memcpy(t + (size_t)r * vdim + h * vd,
+                       L->out + (size_t)r * vdim + (s->next ? h : q35_tiled_to_grouped(s, h)) * vd,
                        (size_t)vd * sizeof *t);
         g_mat(s, gw, G("ssm_out.weight"), 2, (int64_t[]){H, vdim}, t);
         free(t);
@@ -438,15 +554,17 @@ static void gguf_layer(const q35_spec *s, gguf_writer *gw, const q35_layer *L, i
 
 void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
     gguf_writer *gw = gguf_writer_new(3);
-    const char *a = s->moe ? "qwen35moe" : "qwen35";
+    const char *a = s->next ? "qwen3next" : s->moe ? "qwen35moe" : "qwen35";
+    int mtp = s->next ? 0 : s->mtp_layers; /* Qwen3NextModel drops the MTP block */
     char k[128];
 #define KEY(name) (snprintf(k, sizeof k, "%s.%s", a, name), k)
     gguf_writer_add_str(gw, "general.architecture", a);
     gguf_writer_add_str(gw, "general.name", "qwen35 reference (random weights)");
-    gguf_writer_add_u32(gw, KEY("block_count"), (uint32_t)(s->layers + s->mtp_layers));
+    gguf_writer_add_u32(gw, KEY("block_count"), (uint32_t)(s->layers + mtp));
     gguf_writer_add_u32(gw, KEY("context_length"), (uint32_t)s->ctx);
     gguf_writer_add_u32(gw, KEY("embedding_length"), (uint32_t)s->hidden);
     if (!s->moe) gguf_writer_add_u32(gw, KEY("feed_forward_length"), (uint32_t)s->ffn);
+    if (s->next) gguf_writer_add_u32(gw, KEY("feed_forward_length"), (uint32_t)(3 * s->hidden)); /* as the config */
     gguf_writer_add_u32(gw, KEY("attention.head_count"), (uint32_t)s->heads);
     gguf_writer_add_u32(gw, KEY("attention.head_count_kv"), (uint32_t)s->kv_heads);
     gguf_writer_add_u32(gw, KEY("attention.key_length"), (uint32_t)s->head_dim);
@@ -456,7 +574,7 @@ void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
     gguf_writer_add_u32(gw, KEY("rope.dimension_count"), (uint32_t)q35_rope_dim(s));
     int pairs = q35_rope_dim(s) / 2, s0 = (11 * pairs + 16) / 32;
     int32_t sections[4] = {s0, s0, pairs - 2 * s0, 0};
-    gguf_writer_add_arr(gw, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sections, 4);
+    if (!s->next) gguf_writer_add_arr(gw, KEY("rope.dimension_sections"), GGUF_TYPE_INT32, sections, 4);
     gguf_writer_add_u32(gw, KEY("ssm.conv_kernel"), (uint32_t)s->conv);
     gguf_writer_add_u32(gw, KEY("ssm.state_size"), (uint32_t)s->lin_k_dim);
     gguf_writer_add_u32(gw, KEY("ssm.group_count"), (uint32_t)s->lin_k_heads);
@@ -469,7 +587,7 @@ void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
         gguf_writer_add_u32(gw, KEY("expert_feed_forward_length"), (uint32_t)s->expert_ffn);
         gguf_writer_add_u32(gw, KEY("expert_shared_feed_forward_length"), (uint32_t)s->shared_ffn);
     }
-    if (s->mtp_layers > 0) gguf_writer_add_u32(gw, KEY("nextn_predict_layers"), (uint32_t)s->mtp_layers);
+    if (mtp > 0) gguf_writer_add_u32(gw, KEY("nextn_predict_layers"), (uint32_t)mtp);
 #undef KEY
     int H = s->hidden;
     g_mat(s, gw, "token_embd.weight", 2, (int64_t[]){s->vocab, H}, w->embed);
@@ -478,7 +596,7 @@ void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
     free(t);
     if (!s->tied) g_mat(s, gw, "output.weight", 2, (int64_t[]){s->vocab, H}, w->lm_head);
     for (int l = 0; l < s->layers; l++) gguf_layer(s, gw, &w->l[l], l);
-    if (s->mtp_layers > 0) {
+    if (mtp > 0) {
         /* _Qwen35MtpMixin: mtp.layers.0.* becomes layer n_layers; fc,
          * pre_fc_norm_embedding, pre_fc_norm_hidden and norm its nextn.*
          * tensors (their norms + 1 as every norm but the gated one) */

@@ -17,6 +17,17 @@
  * kernel squeezed to (channels, 4), and the value heads reordered from
  * grouped-by-key-head to tiled when value heads outnumber key heads.
  *
+ * With q35_spec.next the same weights are laid out as Qwen3-Next's are
+ * (the math is Qwen3.5-MoE's): a Qwen3NextForCausalLM folder (a flat
+ * config.json of model_type qwen3_next, tensors under model., the linear
+ * layers' q, k, v, z fused per key head in in_proj_qkvz and b, a in
+ * in_proj_ba, one tensor per expert, MTP tensors mtp.*), and what
+ * llama.cpp's converter (Qwen3NextModel) makes of it: arch qwen3next,
+ * attn_qkv and attn_gate with the value heads left grouped, ssm_ba fused
+ * per key head, no MTP block (the converter drops it), or with
+ * gguf_ssm_in the fused ssm_in of early converters instead of attn_qkv and
+ * attn_gate.
+ *
  * What it is not for: library code (it lives under tests/, aborts when out
  * of memory and REQUIREs that files can be written); models in a real
  * model's size (every weight is held in memory as F32); tokenizers (the
@@ -32,6 +43,9 @@
 
 typedef struct q35_spec {
     bool moe;                  /* Qwen3.5-MoE: every layer's MLP routed experts + a gated shared expert */
+    bool next;                 /* Qwen3-Next's layouts (needs moe; see above) */
+    bool gguf_ssm_in;          /* next: the GGUF holds ssm_in (per key head q, k, v, z as Hugging Face's
+                                * in_proj_qkvz) instead of attn_qkv and attn_gate */
     int hidden, layers, vocab, ctx;
     int heads, kv_heads, head_dim; /* full-attention layers */
     int ffn;                   /* dense MLP width (not MoE) */
