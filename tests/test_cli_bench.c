@@ -2,13 +2,15 @@
  * test_cli_bench.c - `pagedlm make-random-model` writes loadable models of
  * every weight type, and `pagedlm bench` measures them and reports what it
  * promises (JSON fields, the test names, positive speeds, the kernel family
- * PAGEDLM_ISA asked for). Speeds are not
- * asserted: benchmarks are measured, not tested.
+ * PAGEDLM_ISA asked for); the Qwen3.5 presets are laid out as llama.cpp's
+ * converter writes qwen35 / qwen35moe. Speeds are not asserted: benchmarks
+ * are measured, not tested.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <jansson.h>
 #include <sys/wait.h>
 
+#include "format/gguf.h"
 #include "kernels/cpu_features.h"
 #include "pagedlm.h"
 #include "test_util.h"
@@ -157,10 +159,164 @@ static void test_bench_reports_the_kernel_family(void) {
     free(path);
 }
 
+/* A tensor of the file by name, with its shape (outermost first) and dtype;
+ * NULL with a failed check if it is not there or differs. */
+static const pdl_tensor *want_tensor(const gguf_file *f, const char *name, pdl_dtype dtype, int n_dims, int64_t d0,
+                                     int64_t d1, int64_t d2) {
+    const pdl_tensor *t = tensor_set_find(gguf_tensors(f), name);
+    CHECK_MSG(t != NULL, "no tensor %s", name);
+    if (!t) return NULL;
+    int64_t want[3] = {d0, d1, d2};
+    bool same = t->n_dims == n_dims && t->dtype == dtype;
+    for (int i = 0; same && i < n_dims; i++) same = t->shape[i] == want[i];
+    CHECK_MSG(same, "%s: dtype %d, %d dims (%lld, %lld, %lld); want dtype %d, %d dims (%lld, %lld, %lld)", name,
+              (int)t->dtype, t->n_dims, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0),
+              (long long)(t->n_dims > 2 ? t->shape[2] : 0), (int)dtype, n_dims, (long long)d0, (long long)d1,
+              (long long)d2);
+    return same ? t : NULL;
+}
+
+static void want_u32(const gguf_file *f, const char *key, uint32_t v) {
+    uint32_t got = 0;
+    pdl_error err;
+    CHECK_MSG(gguf_get_u32(f, key, &got, &err) == 1 && got == v, "%s: %u, want %u", key, got, v);
+}
+
+static gguf_file *make_hybrid(const char *name, const char *preset_args) {
+    char *path = test_tmp_path(name), args[1024], *out;
+    snprintf(args, sizeof args, "make-random-model %s -o '%s'", preset_args, path);
+    int st = sh(args, &out);
+    REQUIRE_MSG(st == 0, "make-random-model %s: %s", preset_args, out);
+    free(out);
+    gguf_file *f = NULL;
+    pdl_error err;
+    REQUIRE_MSG(gguf_open(&f, path, &err) == 0, "%s", err.message);
+    free(path);
+    return f;
+}
+
+/* qwen3.5-0.8b with 4 layers: three Gated DeltaNet layers, then gated full
+ * attention (attn_q twice the query width: query and gate per head), the
+ * keys llama.cpp's qwen35 loader reads, F32 where the converter keeps F32,
+ * and the DeltaNet parameters in their initial ranges: ssm_a = -A in
+ * [-16, 0), dt bias 1, the convolution within +-0.5 (exact bounds: they are
+ * drawn so). */
+static void test_qwen35_preset_has_the_converters_layout(void) {
+    gguf_file *f = make_hybrid("q35.gguf", "--preset qwen3.5-0.8b --layers 4 --vocab 512 --dtype bf16");
+    const char *arch = NULL;
+    pdl_error err;
+    CHECK(gguf_get_str(f, "general.architecture", &arch, &err) == 1 && strcmp(arch, "qwen35") == 0);
+    const struct {
+        const char *key;
+        uint32_t v;
+    } keys[] = {{"qwen35.block_count", 4},           {"qwen35.embedding_length", 1024},
+                {"qwen35.feed_forward_length", 3584}, {"qwen35.attention.head_count", 8},
+                {"qwen35.attention.head_count_kv", 2}, {"qwen35.attention.key_length", 256},
+                {"qwen35.rope.dimension_count", 64},  {"qwen35.ssm.conv_kernel", 4},
+                {"qwen35.ssm.state_size", 128},       {"qwen35.ssm.group_count", 16},
+                {"qwen35.ssm.time_step_rank", 16},    {"qwen35.ssm.inner_size", 2048},
+                {"qwen35.full_attention_interval", 4}, {"qwen35.context_length", 262144}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) want_u32(f, keys[i].key, keys[i].v);
+    gguf_array sec;
+    REQUIRE(gguf_get_arr(f, "qwen35.rope.dimension_sections", &sec, &err) == 1);
+    CHECK_EQ_INT((int)sec.count, 4);
+    const int sections[4] = {11, 11, 10, 0};
+    for (int i = 0; i < 4 && i < (int)sec.count; i++) CHECK_EQ_INT((int)gguf_arr_i64(&sec, i), sections[i]);
+    float theta = 0;
+    CHECK(gguf_get_f32(f, "qwen35.rope.freq_base", &theta, &err) == 1 && theta == 10000000.0f);
+    CHECK(tensor_set_find(gguf_tensors(f), "output.weight") == NULL); /* tied */
+    for (int l = 0; l < 3; l++) {
+        char n[96];
+#define T(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        want_tensor(f, T("attn_qkv.weight"), PDL_DTYPE_BF16, 2, 6144, 1024, 0);
+        want_tensor(f, T("attn_gate.weight"), PDL_DTYPE_BF16, 2, 2048, 1024, 0);
+        want_tensor(f, T("ssm_beta.weight"), PDL_DTYPE_BF16, 2, 16, 1024, 0);
+        want_tensor(f, T("ssm_alpha.weight"), PDL_DTYPE_BF16, 2, 16, 1024, 0);
+        want_tensor(f, T("ssm_out.weight"), PDL_DTYPE_BF16, 2, 1024, 2048, 0);
+        want_tensor(f, T("ssm_norm.weight"), PDL_DTYPE_F32, 1, 128, 0, 0);
+        want_tensor(f, T("post_attention_norm.weight"), PDL_DTYPE_F32, 1, 1024, 0, 0);
+        CHECK(tensor_set_find(gguf_tensors(f), T("attn_q.weight")) == NULL);
+        const pdl_tensor *a = want_tensor(f, T("ssm_a"), PDL_DTYPE_F32, 1, 16, 0, 0);
+        const pdl_tensor *dt = want_tensor(f, T("ssm_dt.bias"), PDL_DTYPE_F32, 1, 16, 0, 0);
+        const pdl_tensor *conv = want_tensor(f, T("ssm_conv1d.weight"), PDL_DTYPE_F32, 2, 6144, 4, 0);
+#undef T
+        if (!a || !dt || !conv) continue;
+        const float *av = a->data, *dv = dt->data, *cv = conv->data;
+        int a_in = 0, dt_one = 0, conv_in = 0, conv_wide = 0;
+        for (int i = 0; i < 16; i++) a_in += av[i] >= -16.0f && av[i] < 0.0f, dt_one += dv[i] == 1.0f;
+        for (int i = 0; i < 6144 * 4; i++) conv_in += fabsf(cv[i]) <= 0.5f, conv_wide += fabsf(cv[i]) > 0.25f;
+        CHECK_EQ_INT(a_in, 16);
+        CHECK(av[0] != av[1]);
+        CHECK_EQ_INT(dt_one, 16);
+        CHECK_EQ_INT(conv_in, 6144 * 4);
+        CHECK(conv_wide > 6144); /* about half: not the +-0.035 of the matrices */
+    }
+    want_tensor(f, "blk.3.attn_q.weight", PDL_DTYPE_BF16, 2, 4096, 1024, 0);
+    want_tensor(f, "blk.3.attn_k.weight", PDL_DTYPE_BF16, 2, 512, 1024, 0);
+    want_tensor(f, "blk.3.attn_v.weight", PDL_DTYPE_BF16, 2, 512, 1024, 0);
+    want_tensor(f, "blk.3.attn_output.weight", PDL_DTYPE_BF16, 2, 1024, 2048, 0);
+    want_tensor(f, "blk.3.attn_q_norm.weight", PDL_DTYPE_F32, 1, 256, 0, 0);
+    want_tensor(f, "blk.3.ffn_down.weight", PDL_DTYPE_BF16, 2, 1024, 3584, 0);
+    CHECK(tensor_set_find(gguf_tensors(f), "blk.3.attn_qkv.weight") == NULL);
+    CHECK(tensor_set_find(gguf_tensors(f), "blk.3.ssm_a") == NULL);
+    gguf_close(f);
+}
+
+/* qwen3.5-35b-a3b, its experts cut to 4 for a small file: 32 value heads
+ * over 16 key heads, stacked experts, an F32 router, the shared expert and
+ * its (hidden) sigmoid gate, its own output matrix, and no
+ * feed_forward_length (the published config has no dense width, and
+ * published GGUFs have no such key). */
+static void test_qwen35moe_preset_has_the_converters_layout(void) {
+    gguf_file *f = make_hybrid("q35moe.gguf", "--preset qwen3.5-35b-a3b --layers 4 --experts 4 --vocab 512 --dtype q8_0");
+    const char *arch = NULL;
+    pdl_error err;
+    CHECK(gguf_get_str(f, "general.architecture", &arch, &err) == 1 && strcmp(arch, "qwen35moe") == 0);
+    want_u32(f, "qwen35moe.ssm.time_step_rank", 32);
+    want_u32(f, "qwen35moe.ssm.group_count", 16);
+    want_u32(f, "qwen35moe.ssm.inner_size", 4096);
+    want_u32(f, "qwen35moe.expert_count", 4);
+    want_u32(f, "qwen35moe.expert_used_count", 4);
+    want_u32(f, "qwen35moe.expert_feed_forward_length", 512);
+    want_u32(f, "qwen35moe.expert_shared_feed_forward_length", 512);
+    want_u32(f, "qwen35moe.attention.head_count", 16);
+    uint32_t ff = 0;
+    CHECK(gguf_get_u32(f, "qwen35moe.feed_forward_length", &ff, &err) == 0);
+    want_tensor(f, "output.weight", PDL_DTYPE_Q8_0, 2, 512, 2048, 0);
+    want_tensor(f, "blk.0.attn_qkv.weight", PDL_DTYPE_Q8_0, 2, 8192, 2048, 0);
+    want_tensor(f, "blk.0.attn_gate.weight", PDL_DTYPE_Q8_0, 2, 4096, 2048, 0);
+    want_tensor(f, "blk.0.ssm_conv1d.weight", PDL_DTYPE_F32, 2, 8192, 4, 0);
+    want_tensor(f, "blk.0.ssm_beta.weight", PDL_DTYPE_Q8_0, 2, 32, 2048, 0);
+    want_tensor(f, "blk.0.ssm_a", PDL_DTYPE_F32, 1, 32, 0, 0);
+    want_tensor(f, "blk.0.ssm_out.weight", PDL_DTYPE_Q8_0, 2, 2048, 4096, 0);
+    want_tensor(f, "blk.3.attn_q.weight", PDL_DTYPE_Q8_0, 2, 8192, 2048, 0);
+    want_tensor(f, "blk.3.attn_k.weight", PDL_DTYPE_Q8_0, 2, 512, 2048, 0);
+    for (int l = 0; l < 4; l += 3) {
+        char n[96];
+#define T(s) (snprintf(n, sizeof n, "blk.%d.%s", l, s), n)
+        want_tensor(f, T("ffn_gate_inp.weight"), PDL_DTYPE_F32, 2, 4, 2048, 0);
+        want_tensor(f, T("ffn_gate_exps.weight"), PDL_DTYPE_Q8_0, 3, 4, 512, 2048);
+        want_tensor(f, T("ffn_up_exps.weight"), PDL_DTYPE_Q8_0, 3, 4, 512, 2048);
+        want_tensor(f, T("ffn_down_exps.weight"), PDL_DTYPE_Q8_0, 3, 4, 2048, 512);
+        want_tensor(f, T("ffn_gate_inp_shexp.weight"), PDL_DTYPE_F32, 1, 2048, 0, 0);
+        want_tensor(f, T("ffn_gate_shexp.weight"), PDL_DTYPE_Q8_0, 2, 512, 2048, 0);
+        want_tensor(f, T("ffn_down_shexp.weight"), PDL_DTYPE_Q8_0, 2, 2048, 512, 0);
+        CHECK(tensor_set_find(gguf_tensors(f), T("ffn_gate.weight")) == NULL);
+#undef T
+    }
+    gguf_close(f);
+    char *out;
+    CHECK_EQ_INT(sh("make-random-model --preset qwen3.5-0.8b --experts 4 -o x.gguf", &out), 2);
+    CHECK_CONTAINS(out, "has no experts");
+    free(out);
+}
+
 int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
     RUN(test_bench_reports_json_results);
     RUN(test_bench_reports_the_kernel_family);
+    RUN(test_qwen35_preset_has_the_converters_layout);
+    RUN(test_qwen35moe_preset_has_the_converters_layout);
     return test_summary();
 }

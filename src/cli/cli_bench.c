@@ -351,6 +351,14 @@ int cli_bench(int argc, char **argv) {
         for (int k = 0; k < a.n_batches; k++) max_b = a.batches[k] > max_b ? a.batches[k] : max_b;
         size_t tokens = (size_t)(max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) * (size_t)max_b + 64;
         a.eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, a.eo.kv_dtype, 16) * (tokens / 16 + 4);
+        if (info.n_recurrent_layers > 0) {
+            /* A hybrid model's state slots come out of the same budget: one
+             * live slot per sequence (the engine gives them at most half of
+             * it) and up to two prefix snapshots per live slot, so the
+             * blocks keep the bytes above whatever the engine takes. */
+            a.eo.max_num_seqs = max_b;
+            a.eo.kv_cache_memory += 3 * (size_t)max_b * info.state_bytes;
+        }
         /* the longest sequence a test runs, which that pool holds */
         int need = (max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) + 16;
         a.eo.max_model_len = need < info.ctx_len ? need : info.ctx_len;
@@ -453,9 +461,9 @@ int cli_bench(int argc, char **argv) {
                 printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
                        "\"cpu\": \"%s\", \"isa\": \"%s\", \"cpu_features\": \"%s\", \"threads\": %d, "
                        "\"model\": \"%s\", \"weight_types\": \"%s\", \"logits\": \"%s\", \"kv_cache_dtype\": \"%s\", "
-                       "\"peak_rss_mb\": %.1f, \"gflops\": %.1f, \"cached_tokens\": %ld",
+                       "\"peak_rss_mb\": %.1f, \"gflops\": %.1f, \"cached_tokens\": %ld, \"state_bytes_per_seq\": %zu",
                        r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, a.model_path,
-                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached);
+                       info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached, info.state_bytes);
                 if (a.roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
                            "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",
@@ -466,13 +474,13 @@ int cli_bench(int argc, char **argv) {
             printf("]\n");
         } else if (a.csv) {
             printf("test,n_prompt,n_gen,batch,tps_mean,tps_sd,tps_median,samples,weight_gb_per_s,commit,cpu,threads,"
-                   "model,weight_types,logits,kv_cache_dtype\n");
+                   "model,weight_types,logits,kv_cache_dtype,state_bytes_per_seq\n");
             for (int t = 0; t < n_results; t++) {
                 bench_result *r = &results[t];
-                printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s\n", r->test,
+                printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s,%zu\n", r->test,
                        r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
                        r->median, r->n_samples, r->gbps, PDL_GIT_COMMIT, cpu, nthreads, a.model_path, info.weight_types,
-                       logits, kvd);
+                       logits, kvd, info.state_bytes);
             }
         } else {
             printf("| model | weights | threads | logits | test | batch | t/s (mean ± sd) | median | GB/s |\n");
@@ -486,6 +494,9 @@ int cli_bench(int argc, char **argv) {
             }
             printf("\ncommit %s, gcc %s (%s), %s [%s], kernels %s, peak RSS %.1f MiB\n", PDL_GIT_COMMIT, __VERSION__,
                    PDL_C_FLAGS, cpu, feats, isa, ru.ru_maxrss / 1024.0);
+            if (info.n_recurrent_layers > 0)
+                printf("recurrent state: %zu bytes per sequence (%d of %d layers)\n", info.state_bytes,
+                       info.n_recurrent_layers, info.n_layers);
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
                        "(this model: %s); read bandwidth %.1f GB/s\n",

@@ -5,7 +5,11 @@
  * downloading weights. The text such a model writes is noise. Presets of
  * mixture-of-experts models (Qwen3-30B-A3B, OLMoE-1B-7B) write GGUF's
  * stacked experts (ffn_{gate,up,down}_exps) and an F32 router; their layer
- * count is usually cut with --layers to fit memory.
+ * count is usually cut with --layers to fit memory. The Qwen3.5 presets
+ * write the hybrid layout of llama.cpp's converter (GGUF `qwen35` /
+ * `qwen35moe`, the multi-token-prediction block left out as its --no-mtp
+ * does): three Gated DeltaNet layers for each gated full-attention layer.
+ * Not a converter: nothing here reads real weights.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -32,15 +36,43 @@ typedef struct shape_preset {
     int n_experts, n_experts_used, ffn_expert; /* 0 experts: a dense MLP */
     bool untied;      /* its own output.weight */
     bool qk_whole;    /* q/k norms over the whole projection (OLMoE), else per head */
+    int context;      /* context_length written (0: 40960) */
+    /* Hybrid models (Qwen3.5): layer l is full attention when (l + 1) %
+     * attn_interval == 0, else Gated DeltaNet; 0: every layer attention. */
+    int attn_interval;
+    int lin_k_heads, lin_v_heads, lin_head_dim, lin_conv; /* the linear layers' heads, their width, conv kernel */
+    int rope_dims;    /* rotated dimensions of a head (0: all of head_dim) */
+    int ffn_shared;   /* the shared expert's width (0: none) */
 } shape_preset;
 
+/* Widths from each model's published config.json; a ffn of 0 writes no
+ * feed_forward_length (the Qwen3.5 MoE config has no intermediate_size, so
+ * the converter writes none). */
 static const shape_preset PRESETS[] = {
-    {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 128, 3072, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
-    {"qwen3-1.7b", "qwen3", 2048, 28, 16, 8, 128, 6144, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
+    {.name = "qwen3-0.6b", .arch = "qwen3", .hidden = 1024, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
+     .ffn = 3072, .vocab = 151936, .rope_theta = 1000000.0f, .eps = 1e-6f},
+    {.name = "qwen3-1.7b", .arch = "qwen3", .hidden = 2048, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
+     .ffn = 6144, .vocab = 151936, .rope_theta = 1000000.0f, .eps = 1e-6f},
     /* Qwen3's architecture and vocabulary, tiny: for end-to-end tests of what needs its tokenizer and template */
-    {"qwen3-test", "qwen3", 64, 2, 4, 2, 16, 128, 151936, 1000000.0f, 1e-6f, 0, 0, 0, false, false},
-    {"qwen3-30b-a3b", "qwen3moe", 2048, 48, 32, 4, 128, 6144, 151936, 1000000.0f, 1e-6f, 128, 8, 768, true, false},
-    {"olmoe-1b-7b", "olmoe", 2048, 16, 16, 16, 128, 1024, 50304, 10000.0f, 1e-5f, 64, 8, 1024, true, true},
+    {.name = "qwen3-test", .arch = "qwen3", .hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16,
+     .ffn = 128, .vocab = 151936, .rope_theta = 1000000.0f, .eps = 1e-6f},
+    {.name = "qwen3-30b-a3b", .arch = "qwen3moe", .hidden = 2048, .layers = 48, .heads = 32, .kv_heads = 4,
+     .head_dim = 128, .ffn = 6144, .vocab = 151936, .rope_theta = 1000000.0f, .eps = 1e-6f, .n_experts = 128,
+     .n_experts_used = 8, .ffn_expert = 768, .untied = true},
+    {.name = "olmoe-1b-7b", .arch = "olmoe", .hidden = 2048, .layers = 16, .heads = 16, .kv_heads = 16, .head_dim = 128,
+     .ffn = 1024, .vocab = 50304, .rope_theta = 10000.0f, .eps = 1e-5f, .n_experts = 64, .n_experts_used = 8,
+     .ffn_expert = 1024, .untied = true, .qk_whole = true},
+    /* Qwen/Qwen3.5-0.8B: attention 8 heads / 2 KV of 256 with a quarter rotated, linear 16 key and 16 value
+     * heads of 128, tied embeddings */
+    {.name = "qwen3.5-0.8b", .arch = "qwen35", .hidden = 1024, .layers = 24, .heads = 8, .kv_heads = 2, .head_dim = 256,
+     .ffn = 3584, .vocab = 248320, .rope_theta = 10000000.0f, .eps = 1e-6f, .context = 262144, .attn_interval = 4,
+     .lin_k_heads = 16, .lin_v_heads = 16, .lin_head_dim = 128, .lin_conv = 4, .rope_dims = 64},
+    /* Qwen/Qwen3.5-35B-A3B: 256 experts of 512 (8 per token) and a gated shared expert of 512; linear 16 key
+     * and 32 value heads */
+    {.name = "qwen3.5-35b-a3b", .arch = "qwen35moe", .hidden = 2048, .layers = 40, .heads = 16, .kv_heads = 2,
+     .head_dim = 256, .ffn = 0, .vocab = 248320, .rope_theta = 10000000.0f, .eps = 1e-6f, .n_experts = 256,
+     .n_experts_used = 8, .ffn_expert = 512, .untied = true, .context = 262144, .attn_interval = 4,
+     .lin_k_heads = 16, .lin_v_heads = 32, .lin_head_dim = 128, .lin_conv = 4, .rope_dims = 64, .ffn_shared = 512},
 };
 
 /* The byte-level BPE tokenizer of DIR/tokenizer.json as GGUF metadata, the
@@ -174,20 +206,36 @@ static uint64_t mix(uint64_t z) {
 
 static uint64_t g_seed;
 
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
 /* Uniform in [-0.0346, 0.0346): standard deviation 0.02, as initializers use;
- * norm weights are 1. */
+ * norm weights are 1 (a GGUF holds Qwen3.5's 1 + w, and the gated norm's w,
+ * which starts at 1). The Gated DeltaNet's parameters start as Hugging Face's
+ * Qwen3.5 initializes them, so the decay and the convolution are in the
+ * range a trained model has: ssm_a = -exp(A_log) = -A with A uniform in
+ * (0, 16], dt bias 1, and the convolution PyTorch's Conv1d default, uniform
+ * in +-1/sqrt(kernel) = +-0.5 (at +-0.035 it would shrink v 15-fold). */
 static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, void *user) {
     (void)user;
     int64_t cols = t->shape[t->n_dims - 1];
+    const char *gname = gguf_name_of(t->name);
     uint64_t h = g_seed;
-    for (const char *c = gguf_name_of(t->name); *c; c++) h = mix(h ^ (uint8_t)*c);
-    bool norm = strstr(t->name, "norm") != NULL;
+    for (const char *c = gname; *c; c++) h = mix(h ^ (uint8_t)*c);
+    bool norm = strstr(t->name, "norm") != NULL, decay = ends_with(gname, ".ssm_a");
+    bool dt_bias = ends_with(gname, ".ssm_dt.bias"), conv = ends_with(gname, ".ssm_conv1d.weight");
     float *row = malloc((size_t)cols * sizeof *row);
     for (int64_t r = 0; r < rows; r++) {
         uint64_t s = mix(h ^ (uint64_t)(row0 + r) * 0x9e3779b97f4a7c15ull);
         for (int64_t i = 0; i < cols; i++) {
             s = mix(s + 0x9e3779b97f4a7c15ull);
-            row[i] = norm ? 1.0f : (float)((double)(s >> 11) / 9007199254740992.0 * 0.0692 - 0.0346);
+            double u = (double)(s >> 11) / 9007199254740992.0; /* [0, 1) */
+            row[i] = norm || dt_bias ? 1.0f
+                     : decay         ? (float)(-16.0 * (1.0 - u))
+                     : conv          ? (float)(u - 0.5)
+                                     : (float)(u * 0.0692 - 0.0346);
         }
         uint8_t *dst = (uint8_t *)buf + (size_t)r * dtype_row_bytes(t->dtype, cols);
         switch (t->dtype) {
@@ -225,7 +273,7 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* What the command line asks for. */
 typedef struct random_model_args {
     const char *preset, *out, *dtype_s, *format, *tok_dir, *tok_pre;
-    int layers, vocab;           /* 0: the preset's */
+    int layers, vocab, experts;  /* 0: the preset's */
     uint64_t seed;
 } random_model_args;
 
@@ -235,7 +283,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings); qwen3-test (the same\n"
              "architecture and vocabulary, width 64 and 2 layers: for tests);\n"
              "qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
-             "token): mixtures of experts, GGUF only, usually with fewer --layers"},
+             "token): mixtures of experts, GGUF only, usually with fewer --layers;\n"
+             "qwen3.5-0.8b (qwen35), qwen3.5-35b-a3b (qwen35moe: 256 experts, 8 per token, and a shared\n"
+             "one): hybrid Gated DeltaNet + gated attention (every 4th layer), GGUF only"},
     {"--output", "-o", CLI_OPT_STRING, A(out), .value = "OUT", .help = "the file (or folder, --format hf) written"},
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
@@ -245,6 +295,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
      .help = "vocabulary size (default: the preset's)"},
+    {"--experts", NULL, CLI_OPT_INT, A(experts), .min = 1, .max = 4096, .value = "N",
+     .help = "routed experts of a mixture-of-experts preset (default: the preset's; experts per\n"
+             "token at most N): a small file of the same layout, for tests"},
     {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 1)"},
     {"--tokenizer", NULL, CLI_OPT_STRING, A(tok_dir), .value = "DIR",
      .help = "a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's): copied into\n"
@@ -258,7 +311,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
-             "       [--layers N] [--vocab N] [--seed S]\n",
+             "       [--layers N] [--vocab N] [--experts N] [--seed S]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
 };
@@ -271,9 +324,19 @@ int cli_make_random_model(int argc, char **argv) {
     for (size_t i = 0; args.preset && i < sizeof PRESETS / sizeof PRESETS[0]; i++)
         if (strcmp(PRESETS[i].name, args.preset) == 0) p = &PRESETS[i];
     if (!p || !args.out) {
-        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b "
-                        "or olmoe-1b-7b) and -o FILE\n");
+        fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b, "
+                        "olmoe-1b-7b, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
         return CLI_USAGE;
+    }
+    shape_preset cut = *p; /* the preset with --experts applied */
+    if (args.experts) {
+        if (p->n_experts == 0) {
+            fprintf(stderr, "error: --experts: the %s preset has no experts\n", p->name);
+            return CLI_USAGE;
+        }
+        cut.n_experts = args.experts;
+        cut.n_experts_used = cut.n_experts_used < args.experts ? cut.n_experts_used : args.experts;
+        p = &cut;
     }
     pdl_dtype dt;
     if (strcmp(args.dtype_s, "f32") == 0) dt = PDL_DTYPE_F32;
@@ -289,7 +352,7 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: --format expects gguf or hf, got '%s'\n", args.format);
         return CLI_USAGE;
     }
-    if (hf && p->n_experts > 0) {
+    if (hf && (p->n_experts > 0 || p->attn_interval > 0)) {
         fprintf(stderr, "error: the %s preset is written as GGUF only\n", p->name);
         return CLI_USAGE;
     }
@@ -301,7 +364,7 @@ int cli_make_random_model(int argc, char **argv) {
     g_seed = args.seed;
     fp16_init();
     /* the tensor list, under both names */
-    g_names = calloc((size_t)(3 + 12 * L), sizeof *g_names);
+    g_names = calloc((size_t)(3 + 20 * L), sizeof *g_names); /* at most 19 a layer (qwen35moe's linear layers) */
     if (!g_names) return CLI_FAIL;
     g_n_names = 0;
     int64_t qd = (int64_t)p->heads * p->head_dim, kd = (int64_t)p->kv_heads * p->head_dim;
@@ -315,7 +378,7 @@ int cli_make_random_model(int argc, char **argv) {
     ADD("token_embd.weight", "model.embed_tokens.weight", V, p->hidden, false);
     ADD("output_norm.weight", "model.norm.weight", p->hidden, 0, true);
     if (p->untied) ADD("output.weight", "lm_head.weight", V, p->hidden, false);
-    for (int l = 0; p->n_experts > 0 && l < L; l++) {
+    for (int l = 0; p->n_experts > 0 && p->attn_interval == 0 && l < L; l++) {
         /* a mixture of experts: attention as qwen3's, then router and stacked experts */
         int64_t E = p->n_experts, F = p->ffn_expert, H = p->hidden;
         struct {
@@ -343,7 +406,61 @@ int cli_make_random_model(int argc, char **argv) {
             tn->vector = items[i].vec;
         }
     }
-    for (int l = 0; p->n_experts == 0 && l < L; l++) {
+    for (int l = 0; p->attn_interval > 0 && l < L; l++) {
+        /* Qwen3.5, in GGUF's names and llama.cpp's converter's layout (shapes outermost first, as the other
+         * lists; GGUF stores them reversed). Full-attention layers: attn_q holds per head the query then its
+         * output gate (2 * heads * head_dim rows). Linear layers: attn_qkv is q, k, v before the convolution
+         * (conv_dim rows: key heads of q, of k, then value heads of v), attn_gate the gated norm's z,
+         * ssm_beta / ssm_alpha a row per value head, ssm_conv1d a kernel per channel, oldest tap first. */
+        int64_t H = p->hidden, kd_lin = (int64_t)p->lin_k_heads * p->lin_head_dim;
+        int64_t vd_lin = (int64_t)p->lin_v_heads * p->lin_head_dim, conv_dim = 2 * kd_lin + vd_lin;
+        int64_t E = p->n_experts, F = p->ffn_expert, S = p->ffn_shared, NV = p->lin_v_heads;
+        bool full = (l + 1) % p->attn_interval == 0;
+        struct {
+            const char *gs;
+            int64_t d0, d1, d2;
+            bool vec; /* F32, as the converter keeps 1-D tensors, norms, routers and the convolution */
+        } all[] = {{"attn_norm.weight", H, 0, 0, true},
+                   {"post_attention_norm.weight", H, 0, 0, true},
+                   {full ? "attn_q.weight" : NULL, 2 * qd, H, 0, false},
+                   {full ? "attn_k.weight" : NULL, kd, H, 0, false},
+                   {full ? "attn_v.weight" : NULL, kd, H, 0, false},
+                   {full ? "attn_output.weight" : NULL, H, qd, 0, false},
+                   {full ? "attn_q_norm.weight" : NULL, p->head_dim, 0, 0, true},
+                   {full ? "attn_k_norm.weight" : NULL, p->head_dim, 0, 0, true},
+                   {full ? NULL : "attn_qkv.weight", conv_dim, H, 0, false},
+                   {full ? NULL : "attn_gate.weight", vd_lin, H, 0, false},
+                   {full ? NULL : "ssm_conv1d.weight", conv_dim, p->lin_conv, 0, true},
+                   {full ? NULL : "ssm_dt.bias", NV, 0, 0, true},
+                   {full ? NULL : "ssm_a", NV, 0, 0, true},
+                   {full ? NULL : "ssm_beta.weight", NV, H, 0, false},
+                   {full ? NULL : "ssm_alpha.weight", NV, H, 0, false},
+                   {full ? NULL : "ssm_norm.weight", p->lin_head_dim, 0, 0, true},
+                   {full ? NULL : "ssm_out.weight", H, vd_lin, 0, false},
+                   {E ? NULL : "ffn_gate.weight", p->ffn, H, 0, false},
+                   {E ? NULL : "ffn_up.weight", p->ffn, H, 0, false},
+                   {E ? NULL : "ffn_down.weight", H, p->ffn, 0, false},
+                   {E ? "ffn_gate_inp.weight" : NULL, E, H, 0, true},
+                   {E ? "ffn_gate_exps.weight" : NULL, E, F, H, false},
+                   {E ? "ffn_up_exps.weight" : NULL, E, F, H, false},
+                   {E ? "ffn_down_exps.weight" : NULL, E, H, F, false},
+                   /* the shared expert's sigmoid gate: (hidden), as published Qwen3.5-MoE GGUFs hold it
+                    * and llama.cpp's loader declares it */
+                   {S ? "ffn_gate_inp_shexp.weight" : NULL, H, 0, 0, true},
+                   {S ? "ffn_gate_shexp.weight" : NULL, S, H, 0, false},
+                   {S ? "ffn_up_shexp.weight" : NULL, S, H, 0, false},
+                   {S ? "ffn_down_shexp.weight" : NULL, H, S, 0, false}};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+            if (!all[i].gs) continue;
+            tensor_names *tn = &g_names[g_n_names++];
+            snprintf(tn->gguf, sizeof tn->gguf, "blk.%d.%s", l, all[i].gs);
+            snprintf(tn->hf, sizeof tn->hf, "%s", tn->gguf);
+            tn->n_dims = all[i].d2 ? 3 : all[i].d1 ? 2 : 1;
+            tn->shape[0] = all[i].d0, tn->shape[1] = all[i].d1, tn->shape[2] = all[i].d2;
+            tn->vector = all[i].vec;
+        }
+    }
+    for (int l = 0; p->n_experts == 0 && p->attn_interval == 0 && l < L; l++) {
         char g[96], h[96];
         struct {
             const char *gs, *hs;
@@ -416,20 +533,34 @@ int cli_make_random_model(int argc, char **argv) {
         gguf_out_str(g, "general.name", p->name);
 #define K(s) (snprintf(key, sizeof key, "%s.%s", p->arch, s), key)
         gguf_out_u32(g, K("block_count"), (uint32_t)L);
-        gguf_out_u32(g, K("context_length"), 40960);
+        gguf_out_u32(g, K("context_length"), (uint32_t)(p->context ? p->context : 40960));
         gguf_out_u32(g, K("embedding_length"), (uint32_t)p->hidden);
-        gguf_out_u32(g, K("feed_forward_length"), (uint32_t)p->ffn);
+        if (p->ffn) gguf_out_u32(g, K("feed_forward_length"), (uint32_t)p->ffn);
         gguf_out_u32(g, K("attention.head_count"), (uint32_t)p->heads);
         gguf_out_u32(g, K("attention.head_count_kv"), (uint32_t)p->kv_heads);
         gguf_out_u32(g, K("attention.key_length"), (uint32_t)p->head_dim);
         gguf_out_u32(g, K("attention.value_length"), (uint32_t)p->head_dim);
         gguf_out_f32(g, K("rope.freq_base"), p->rope_theta);
         gguf_out_f32(g, K("attention.layer_norm_rms_epsilon"), p->eps);
-        gguf_out_u32(g, K("rope.dimension_count"), (uint32_t)p->head_dim);
+        gguf_out_u32(g, K("rope.dimension_count"), (uint32_t)(p->rope_dims ? p->rope_dims : p->head_dim));
         if (p->n_experts > 0) {
             gguf_out_u32(g, K("expert_count"), (uint32_t)p->n_experts);
             gguf_out_u32(g, K("expert_used_count"), (uint32_t)p->n_experts_used);
             gguf_out_u32(g, K("expert_feed_forward_length"), (uint32_t)p->ffn_expert);
+        }
+        if (p->ffn_shared) gguf_out_u32(g, K("expert_shared_feed_forward_length"), (uint32_t)p->ffn_shared);
+        if (p->attn_interval > 0) {
+            /* the converter's Gated DeltaNet keys: ssm.state_size is a head's width (keys and values alike),
+             * group_count the key heads, time_step_rank the value heads, inner_size their total width;
+             * M-RoPE sections [11, 11, 10, 0] (text rows use one position on all of them) */
+            const int32_t sections[4] = {11, 11, 10, 0};
+            gguf_out_u32(g, K("ssm.conv_kernel"), (uint32_t)p->lin_conv);
+            gguf_out_u32(g, K("ssm.state_size"), (uint32_t)p->lin_head_dim);
+            gguf_out_u32(g, K("ssm.group_count"), (uint32_t)p->lin_k_heads);
+            gguf_out_u32(g, K("ssm.time_step_rank"), (uint32_t)p->lin_v_heads);
+            gguf_out_u32(g, K("ssm.inner_size"), (uint32_t)(p->lin_v_heads * p->lin_head_dim));
+            gguf_out_u32(g, K("full_attention_interval"), (uint32_t)p->attn_interval);
+            gguf_out_i32_arr(g, K("rope.dimension_sections"), sections, 4);
         }
         /* no tokenizer: llama.cpp's "no vocabulary" model (its tokenizer
          * model "none" and the vocabulary's size), which llama-bench runs
