@@ -36,7 +36,7 @@ void pdl_context_free(pdl_context *ctx) {
     pdl_forward_scratch *s = &ctx->scratch;
     free(s->x), free(s->xn), free(s->q), free(s->k), free(s->v), free(s->attn), free(s->branch);
     free(s->gate), free(s->up), free(s->scores), free(s->normed_out);
-    free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local);
+    free(s->full_normed), free(s->full_logits), free(s->rope_cs), free(s->rope_cs_local), free(s->mtp_in);
     moe_scratch_free(s);
     hybrid_scratch_free(s);
     scratch_free(&s->kernel);

@@ -46,6 +46,7 @@ typedef struct pdl_forward_scratch {
     float *full_logits;/* (rows, vocab) full-logits path only: what selective avoids */
     float *rope_cs;    /* (rows, rope_dim) each row's RoPE cosines then sines */
     float *rope_cs_local; /* (rows, rope_dim) the same for windowed layers' base (Gemma 3) */
+    float *mtp_in;     /* (rows, 2 * hidden) the MTP block's normed [embedding, hidden] (cfg.mtp_loaded) */
     /* mixture of experts (moe.c), for moe_rows_cap rows: */
     size_t moe_rows_cap;
     float *router;      /* (rows, n_experts) router logits */
@@ -115,6 +116,27 @@ int deltanet_layer(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, int l
  * (nothing for other models); frees it. */
 int hybrid_scratch_reserve(pdl_context *ctx, size_t rows, pdl_error *err);
 void hybrid_scratch_free(pdl_forward_scratch *s);
+
+/* The final hidden states of the last pdl_forward on ctx, before the
+ * final norm: (n_tokens, hidden), batch rows in order; valid until the
+ * next forward on ctx. */
+const float *model_forward_hidden(const pdl_context *ctx);
+
+/* The MTP block (cfg.mtp_loaded) over a packed batch whose row at position
+ * p holds token t[p + 1] and, in hidden_in (n_tokens, hidden), the hidden
+ * state at p: the main stack's (hidden_final_norm: as model_forward_hidden
+ * gives it, before the final norm, which is applied here as vLLM feeds its
+ * MTP drafters the normed output) or the MTP block's own hidden_out of
+ * position p - 1. Its K/V go to the cache's last layer (kv_cache_create
+ * with_mtp). For the batch's logits rows: hidden_out (n_logits, hidden,
+ * after the block's final norm; may be NULL) and logits_out (n_logits,
+ * vocab: the distribution of t[p + 2]; may be NULL). */
+int model_forward_mtp(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, const float *hidden_in,
+                      bool hidden_final_norm, float *hidden_out, float *logits_out, pdl_error *err);
+
+/* The LM head over n normed rows (hidden wide), as the forward's head:
+ * logits_out (n, vocab). */
+int model_head_rows(pdl_context *ctx, const float *normed, int n, float *logits_out, pdl_error *err);
 
 /* Frees the MoE scratch (pdl_context_free). */
 void moe_scratch_free(pdl_forward_scratch *s);

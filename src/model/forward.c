@@ -51,8 +51,8 @@ static int attn_max_queries(int span) {
  * experts' are moe.c's, the head's are reserved with the logits rows. */
 static size_t layer_matmul_scratch(const pdl_context *ctx, size_t rows) {
     const pdl_model *m = ctx->model;
-    size_t most = 0;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
+    size_t most = m->w.mtp_fc.data ? matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.mtp_fc, (int64_t)rows) : 0;
+    for (int l = 0; l < model_weight_layers(&m->cfg); l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         const pdl_tensor *ws[] = {&lw->wq,    &lw->wk,  &lw->wv,  &lw->wo,    &lw->w_gate, &lw->w_up,  &lw->w_down,
                                   &lw->lin_qkv, &lw->lin_z, &lw->lin_b, &lw->lin_a, &lw->lin_out};
@@ -87,7 +87,8 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
             grow(&s->k, rows * kv_dim) || grow(&s->v, rows * kv_dim) || grow(&s->attn, rows * q_dim) ||
             grow(&s->branch, rows * c->hidden) || grow(&s->gate, rows * mlp + 1) || grow(&s->up, rows * mlp + 1) ||
             grow(&s->rope_cs, rows * (size_t)c->rope_dim) ||
-            (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)))
+            (m->rope_inv_freq_local && grow(&s->rope_cs_local, rows * (size_t)c->rope_dim)) ||
+            (c->mtp_loaded && grow(&s->mtp_in, rows * 2 * (size_t)c->hidden)))
             return err_fail(err, "forward: out of memory for %zu rows", rows);
         if (hybrid_scratch_reserve(ctx, rows, err)) return -1;
         /* the matmuls' scratch for these rows, now rather than in the layers */
@@ -467,15 +468,89 @@ static int attention_layer(pdl_context *ctx, row_task *t, const float *xn, doubl
 }
 
 
-int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
+/* Decoder layer l (its weights m->w.layers[l]; kv_layer its K/V in the
+ * cache) over the batch's rows of the residual stream s->x, in place:
+ * the token mixer (attention, or a hybrid model's Gated DeltaNet,
+ * deltanet.c) and the MLP or experts, each with the model's norms and
+ * residual adds. attn_work: the attention's multiply-adds, for threads. */
+static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l, int kv_layer, double attn_work,
+                         pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
-    if (kv->n_layers != c->n_attn_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
+    const pdl_batch *b = t->b;
+    pdl_forward_scratch *s = &ctx->scratch;
+    int n = b->n_tokens;
+    const pdl_layer_weights *lw = &m->w.layers[l];
+    t->layer = l;
+    t->kv_layer = kv_layer;
+    /* element-wise stages: ~16k elements per thread at least */
+    int row_threads = threadpool_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
+    /* a branch is added with the matmul's accumulate unless it is scaled or
+     * normed first (Granite, Gemma 2, OLMo 2) or comes from the experts: then
+     * it goes through `branch` */
+    bool pre_norm = c->block != PDL_BLOCK_POST_NORM;
+    bool post_norm = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
+    bool direct_add = !post_norm && c->residual_scale == 1.0f;
+    /* without a norm before a branch its input is x itself, read before x
+     * changes: the branch is never added directly then (post_norm) */
+    const float *branch_in = pre_norm ? s->xn : s->x;
+
+    /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
+    if (pre_norm) {
+        t->norm = &lw->attn_norm, t->src = s->x, t->dst = s->xn;
+        threadpool_run_n(ctx->pool, row_threads, norm_rows, t);
+    }
+    /* the token mixer: attention, or a hybrid model's Gated DeltaNet
+     * (deltanet.c) in the same block */
+    float *mixed = direct_add ? s->x : s->branch;
+    if (model_layer_recurrent(c, l) ? deltanet_layer(ctx, kv, b, l, branch_in, mixed, direct_add, err)
+                                     : attention_layer(ctx, t, branch_in, attn_work, row_threads, mixed, direct_add,
+                                                       err))
+        return -1;
+    if (!direct_add) {
+        t->norm = &lw->post_attn_norm;
+        threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
+    }
+
+    /* MLP block: x += W_down (act(W_gate xn) * W_up xn), or the experts'
+     * sum; a parallel block reuses the attention's xn (normed before its
+     * add) */
+    if (c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH) {
+        t->norm = &lw->ffn_norm, t->src = s->x, t->dst = s->xn;
+        threadpool_run_n(ctx->pool, row_threads, norm_rows, t);
+    }
+    if (c->n_experts > 0) {
+        if (moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
+        t->norm = &lw->post_ffn_norm;
+        threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
+        return 0;
+    }
+    if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
+                     &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
+        return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
+                   &lw->w_down, NULL, direct_add))
+        return fwd_kernel_failed(ctx, l, "MLP down", err);
+    if (!direct_add) {
+        t->norm = &lw->post_ffn_norm;
+        threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
+    }
+    return 0;
+}
+
+/* What every forward does first: checks the cache (kv_layers attention
+ * layers) and the batch, reserves scratch, and puts each row's embedding
+ * (or input vector) in s->x and its RoPE angles in place. *attn_work gets
+ * the attention's multiply-adds per layer (every row reads its prefix). */
+static int forward_begin(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, int kv_layers, row_task *t,
+                         double *attn_work, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    const pdl_model_config *c = &m->cfg;
+    if (kv->n_layers != kv_layers || kv->kv_dim != c->n_kv_heads * c->head_dim || kv->head_dim != c->head_dim)
         return err_fail(err,
                         "forward: KV cache was made for another model (%d layers x %d in heads of %d, model %d x %d "
                         "in heads of %d)",
-                        kv->n_layers, kv->kv_dim, kv->head_dim, c->n_attn_layers, c->n_kv_heads * c->head_dim,
-                        c->head_dim);
+                        kv->n_layers, kv->kv_dim, kv->head_dim, kv_layers, c->n_kv_heads * c->head_dim, c->head_dim);
     if (c->n_rec_layers > 0 && (kv->n_rec_layers != c->n_rec_layers ||
                                 kv->st_conv_dim != 2 * c->lin_k_heads * c->lin_k_dim + c->lin_v_heads * c->lin_v_dim))
         return err_fail(err, "forward: KV cache has no recurrent state slots for this model's %d linear attention "
@@ -487,87 +562,113 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     for (int r = 0; r < b->n_tokens; r++)
         while (span < b->positions[r] + 1) span *= 2;
     if (scratch_reserve(ctx, (size_t)b->n_tokens, (size_t)b->n_logits, span, err)) return -1;
-
-    pdl_forward_scratch *s = &ctx->scratch;
-    int n = b->n_tokens;
-    int q_dim = c->n_heads * c->head_dim;
-    row_task t = {.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
-
+    *t = (row_task){.m = m, .s = &ctx->scratch, .attn = &ctx->attention, .kv = kv, .b = b};
     /* element-wise stages: ~16k elements per thread at least */
-    int row_threads = threadpool_threads_for(ctx->pool, (double)n * c->hidden, 16384.0);
-    threadpool_run_n(ctx->pool, row_threads, embed_rows, &t);
+    threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, (double)b->n_tokens * c->hidden, 16384.0),
+                     embed_rows, t);
+    double work = 0;
+    for (int r = 0; r < b->n_tokens; r++) work += (double)(b->positions[r] + 1) * c->n_heads * c->head_dim;
+    *attn_work = work;
+    return 0;
+}
 
-    /* attention work: every row reads its whole prefix, for every head */
-    double attn_work = 0;
-    for (int r = 0; r < n; r++) attn_work += (double)(b->positions[r] + 1) * q_dim;
+/* The LM head over n rows already normed, into logits (n, vocab). */
+static int lm_head(pdl_context *ctx, const float *normed, int n, float *logits, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    if (matmul_run(&ctx->kernels, ctx->pool, &ctx->scratch.kernel, logits, m->cfg.vocab, normed, n, &m->w.output,
+                   NULL, false))
+        return fwd_kernel_failed(ctx, -1, "LM head", err);
+    head_postprocess(&m->cfg, logits, n);
+    return 0;
+}
 
-    /* a branch is added with the matmul's accumulate unless it is scaled or
-     * normed first (Granite, Gemma 2, OLMo 2) or comes from the experts: then
-     * it goes through `branch` */
-    bool pre_norm = c->block != PDL_BLOCK_POST_NORM;
-    bool post_norm = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
-    bool direct_add = !post_norm && c->residual_scale == 1.0f;
-    /* without a norm before a branch its input is x itself, read before x
-     * changes: the branch is never added directly then (post_norm) */
-    const float *branch_in = pre_norm ? s->xn : s->x;
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const pdl_layer_weights *lw = &m->w.layers[l];
-        t.layer = l;
-        t.kv_layer = c->kind_index ? c->kind_index[l] : l;
-
-        /* attention block: x += Wo attn(rope(Wq xn), rope(Wk xn), Wv xn) */
-        if (pre_norm) {
-            t.norm = &lw->attn_norm, t.src = s->x, t.dst = s->xn;
-            threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
-        }
-        /* the token mixer: attention, or a hybrid model's Gated DeltaNet
-         * (deltanet.c) in the same block */
-        float *mixed = direct_add ? s->x : s->branch;
-        if (model_layer_recurrent(c, l) ? deltanet_layer(ctx, kv, b, l, branch_in, mixed, direct_add, err)
-                                         : attention_layer(ctx, &t, branch_in, attn_work, row_threads, mixed,
-                                                           direct_add, err))
-            return -1;
-        if (!direct_add) {
-            t.norm = &lw->post_attn_norm;
-            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
-        }
-
-        /* MLP block: x += W_down (act(W_gate xn) * W_up xn), or the experts'
-         * sum; a parallel block reuses the attention's xn (normed before its
-         * add) */
-        if (c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH) {
-            t.norm = &lw->ffn_norm, t.src = s->x, t.dst = s->xn;
-            threadpool_run_n(ctx->pool, row_threads, norm_rows, &t);
-        }
-        if (c->n_experts > 0) {
-            if (moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
-            t.norm = &lw->post_ffn_norm;
-            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
-            continue;
-        }
-        if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
-                         &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
-            return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
-        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
-                       &lw->w_down, NULL, direct_add))
-            return fwd_kernel_failed(ctx, l, "MLP down", err);
-        if (!direct_add) {
-            t.norm = &lw->post_ffn_norm;
-            threadpool_run_n(ctx->pool, row_threads, add_branch_rows, &t);
-        }
-    }
+int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *logits_out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    const pdl_model_config *c = &m->cfg;
+    /* a cache made with the MTP block's layer (kv_cache_create) serves this forward too */
+    int kv_layers = c->mtp_loaded && kv->n_layers == c->n_attn_layers + 1 ? kv->n_layers : c->n_attn_layers;
+    row_task t;
+    double attn_work;
+    if (forward_begin(ctx, kv, b, kv_layers, &t, &attn_work, err)) return -1;
+    for (int l = 0; l < c->n_layers; l++)
+        if (decoder_layer(ctx, kv, &t, l, c->kind_index ? c->kind_index[l] : l, attn_work, err)) return -1;
 
     if (b->full_logits) return full_head(ctx, b, logits_out, err);
 
     /* Final norm and LM head on the sampled rows only. */
+    pdl_forward_scratch *s = &ctx->scratch;
     for (int j = 0; j < b->n_logits; j++) {
         int r = b->logits_indices[j];
         norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.output_norm.data);
     }
-    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, logits_out, c->vocab, s->normed_out, b->n_logits,
-                   &m->w.output, NULL, false))
-        return fwd_kernel_failed(ctx, -1, "LM head", err);
-    head_postprocess(c, logits_out, b->n_logits);
-    return 0;
+    return lm_head(ctx, s->normed_out, b->n_logits, logits_out, err);
+}
+
+const float *model_forward_hidden(const pdl_context *ctx) { return ctx->scratch.x; }
+
+/* ---- the MTP block ----------------------------------------------------------- */
+
+typedef struct mtp_input_task {
+    const pdl_model *m;
+    const float *x;        /* (rows, hidden) the tokens' embeddings */
+    const float *hidden;   /* (rows, hidden) the hidden states */
+    bool final_norm;       /* hidden is the main stack's, before its final norm */
+    float *out;            /* (rows, 2 * hidden) */
+    int rows;
+} mtp_input_task;
+
+/* Each row's [enorm(embedding), hnorm(hidden)] (the hidden state first
+ * through the model's final norm when it is the main stack's). */
+static void mtp_input_rows(void *p, int ith, int nth) {
+    mtp_input_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    const pdl_model_weights *w = &t->m->w;
+    size_t H = (size_t)c->hidden;
+    long r0, r1;
+    threadpool_split_range(t->rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *e = t->out + (size_t)r * 2 * H, *h = e + H;
+        norm_row(c, e, t->x + (size_t)r * H, w->mtp_enorm.data);
+        const float *in = t->hidden + (size_t)r * H;
+        if (t->final_norm) {
+            norm_row(c, h, in, w->output_norm.data);
+            in = h;
+        }
+        norm_row(c, h, in, w->mtp_hnorm.data);
+    }
+}
+
+int model_forward_mtp(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, const float *hidden_in,
+                      bool hidden_final_norm, float *hidden_out, float *logits_out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    const pdl_model_config *c = &m->cfg;
+    if (!c->mtp_loaded) return err_fail(err, "forward: the model has no MTP block");
+    if (b->embd || b->full_logits) return err_fail(err, "forward: the MTP block takes token rows and selected logits");
+    row_task t;
+    double attn_work;
+    if (forward_begin(ctx, kv, b, c->n_attn_layers + 1, &t, &attn_work, err)) return -1;
+    pdl_forward_scratch *s = &ctx->scratch;
+    int n = b->n_tokens;
+    mtp_input_task in = {.m = m, .x = s->x, .hidden = hidden_in, .final_norm = hidden_final_norm, .out = s->mtp_in,
+                         .rows = n};
+    threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, (double)n * 3 * c->hidden, 16384.0),
+                     mtp_input_rows, &in);
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->x, c->hidden, s->mtp_in, n, &m->w.mtp_fc, NULL, false))
+        return fwd_kernel_failed(ctx, c->n_layers, "MTP input projection", err);
+    /* its layer: slot n_layers of the weights, the cache's last layer */
+    if (decoder_layer(ctx, kv, &t, c->n_layers, c->n_attn_layers, attn_work, err)) return -1;
+    for (int j = 0; j < b->n_logits; j++) {
+        int r = b->logits_indices[j];
+        norm_row(c, s->normed_out + (size_t)j * c->hidden, s->x + (size_t)r * c->hidden, m->w.mtp_norm.data);
+    }
+    if (hidden_out) memcpy(hidden_out, s->normed_out, (size_t)b->n_logits * c->hidden * sizeof *hidden_out);
+    return logits_out ? lm_head(ctx, s->normed_out, b->n_logits, logits_out, err) : 0;
+}
+
+int model_head_rows(pdl_context *ctx, const float *normed, int n, float *logits_out, pdl_error *err) {
+    const pdl_model *m = ctx->model;
+    if (scratch_reserve_bytes(&ctx->scratch.kernel,
+                              matmul_scratch_bytes(&ctx->kernels, ctx->pool, &m->w.output, (int64_t)n)))
+        return err_fail(err, "forward: out of memory for %d logits rows", n);
+    return lm_head(ctx, normed, n, logits_out, err);
 }

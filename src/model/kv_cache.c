@@ -33,7 +33,14 @@ size_t kv_state_slot_bytes(const pdl_model_config *c) {
 
 int pdl_kv_cache_create_hybrid(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dtype, int block_size,
                                int n_blocks, int n_state_slots, pdl_error *err) {
+    return kv_cache_create(out, model, dtype, block_size, n_blocks, n_state_slots, false, err);
+}
+
+int kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dtype, int block_size, int n_blocks,
+                    int n_state_slots, bool with_mtp, pdl_error *err) {
     *out = NULL;
+    if (with_mtp && !model->cfg.mtp_loaded)
+        return err_fail(err, "kv cache: the model has no MTP block to keep K/V for");
     const pdl_model_config *c = &model->cfg;
     if (n_state_slots < 0 || (c->n_rec_layers > 0 && n_state_slots < 1))
         return err_fail(err, "kv cache: a hybrid model needs at least one recurrent state slot (got %d)",
@@ -46,7 +53,7 @@ int pdl_kv_cache_create_hybrid(pdl_kv_cache **out, const pdl_model *model, pdl_k
     pdl_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_fail(err, "kv cache: out of memory");
     kv->dtype = dtype;
-    kv->n_layers = model->cfg.n_attn_layers;
+    kv->n_layers = model->cfg.n_attn_layers + (with_mtp ? 1 : 0);
     kv->kv_dim = model->cfg.n_kv_heads * model->cfg.head_dim;
     kv->head_dim = model->cfg.head_dim;
     kv->block_size = block_size;
@@ -127,6 +134,11 @@ void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_s
 }
 
 size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size) {
+    return kv_cache_block_bytes(model, dtype, block_size, false);
+}
+
+size_t kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size, bool with_mtp) {
     size_t kv_dim = (size_t)model->cfg.n_kv_heads * (size_t)model->cfg.head_dim;
-    return 2 * (size_t)model->cfg.n_attn_layers * (size_t)block_size * kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
+    size_t layers = (size_t)model->cfg.n_attn_layers + (with_mtp ? 1 : 0);
+    return 2 * layers * (size_t)block_size * kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
 }

@@ -17,6 +17,7 @@
 #ifndef PDL_MODEL_KV_CACHE_H
 #define PDL_MODEL_KV_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -80,6 +81,17 @@ static inline void *kv_v_pool(const pdl_kv_cache *kv, int layer) {
     size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
     return (char *)kv->v + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
 }
+
+/* pdl_kv_cache_create_hybrid, with one more attention layer for the
+ * model's MTP block when with_mtp (its K/V in the same blocks as the main
+ * stack's: the block tables, the prefix cache and block copies cover it;
+ * model_forward_mtp). pdl_forward runs over such a cache too. */
+struct pdl_model;
+int kv_cache_create(pdl_kv_cache **out, const struct pdl_model *model, pdl_kv_dtype dtype, int block_size,
+                    int n_blocks, int n_state_slots, bool with_mtp, pdl_error *err);
+
+/* pdl_kv_cache_block_bytes of such a cache. */
+size_t kv_cache_block_bytes(const struct pdl_model *model, pdl_kv_dtype dtype, int block_size, bool with_mtp);
 
 /* Bytes of one recurrent state slot of a model with this config (0 without
  * recurrent layers). */

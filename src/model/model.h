@@ -122,7 +122,10 @@ typedef struct pdl_model_config {
     bool lin_a_log;        /* load time only: lin_a_neg holds A_log (Hugging Face); model_finish turns it
                             * into -exp(A_log) */
     int n_mtp_layers;      /* multi-token-prediction blocks after the main stack (GGUF blk.N with N >=
-                            * n_layers); the forward runs none of them */
+                            * n_layers, nextn_predict_layers; Hugging Face mtp.*, mtp_num_hidden_layers);
+                            * the main forward runs none of them */
+    bool mtp_loaded;       /* the first MTP block's weights are loaded: w.layers[n_layers] and w.mtp_*
+                            * (model_forward_mtp, the speculative drafter) */
     bool attn_out_gate;    /* attention layers: q_proj gives per head its query then a gate of the same
                             * width; the attention output is times sigmoid(gate) (Qwen3.5) */
 } pdl_model_config;
@@ -136,8 +139,12 @@ int model_set_layer_kinds(pdl_model_config *c, const bool *recurrent, int full_i
 
 /* Whether layer l is a Gated DeltaNet layer. */
 static inline bool model_layer_recurrent(const pdl_model_config *c, int l) {
-    return c->layer_kind && c->layer_kind[l] == PDL_LAYER_DELTANET;
+    return c->layer_kind && l < c->n_layers && c->layer_kind[l] == PDL_LAYER_DELTANET;
 }
+
+/* Layers with weights: the main stack, and the MTP block (an attention
+ * layer at index n_layers) when it is loaded. */
+static inline int model_weight_layers(const pdl_model_config *c) { return c->n_layers + (c->mtp_loaded ? 1 : 0); }
 
 /* Per-layer weights. Linear weights have shape {out, in}; biases and norm
  * weights are F32 vectors. A weight a model lacks has data == NULL. */
@@ -184,8 +191,16 @@ typedef struct pdl_model_weights {
     pdl_tensor tok_embd;     /* (vocab, hidden) */
     pdl_tensor output_norm;  /* (hidden) */
     pdl_tensor output;       /* (vocab, hidden); == tok_embd when tied */
-    pdl_layer_weights *layers; /* [n_layers] */
-    pdl_tensor *experts;     /* [n_layers][3][n_experts]: every layer's exp_gate, exp_up, exp_down */
+    pdl_layer_weights *layers; /* [model_weight_layers]: the main stack, then the MTP block's layer */
+    pdl_tensor *experts;     /* [model_weight_layers][3][n_experts]: every layer's exp_gate, exp_up, exp_down */
+    /* The MTP block (cfg.mtp_loaded; DeepSeek-V3's and Qwen3.5's multi-token
+     * prediction): the next token's embedding and the main model's final
+     * hidden state, each normed, concatenated and projected, then its layer
+     * and its own final norm; the head is the model's. */
+    pdl_tensor mtp_fc;       /* (hidden, 2 * hidden): [embedding, hidden] -> hidden (GGUF nextn.eh_proj) */
+    pdl_tensor mtp_enorm;    /* (hidden): the embedding's norm (pre_fc_norm_embedding, nextn.enorm) */
+    pdl_tensor mtp_hnorm;    /* (hidden): the hidden state's norm (pre_fc_norm_hidden, nextn.hnorm) */
+    pdl_tensor mtp_norm;     /* (hidden): the block's final norm (mtp.norm, nextn.shared_head_norm) */
 } pdl_model_weights;
 
 struct pdl_model {

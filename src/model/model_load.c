@@ -225,8 +225,8 @@ static int take_fused_experts(const pdl_model_config *c, const pdl_tensor_set *s
  * each projection of every expert in one (n_experts, rows, cols) tensor;
  * Hugging Face keeps one tensor per expert and projection, under the
  * family's names (arch.h: pdl_moe_layout). */
-static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l, const char *where,
-                        pdl_error *err) {
+static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int name_l, int l,
+                        const char *where, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     pdl_layer_weights *lw = &m->w.layers[l];
     int E = c->n_experts;
@@ -235,14 +235,14 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     pdl_tensor *const dst[3] = {lw->exp_gate, lw->exp_up, lw->exp_down};
     char name[PDL_TENSOR_NAME_MAX];
     bool mixtral = c->arch->moe == PDL_MOE_BLOCK_SPARSE;
-    layer_name(name, sizeof name, hf_prefix, l, mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight",
+    layer_name(name, sizeof name, hf_prefix, name_l, mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight",
                "ffn_gate_inp.weight");
     if (model_take_tensor(set, name, true, where, &lw->router, err)) return -1;
     if (!hf_prefix) {
         static const char *const stacked[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
         for (int p = 0; p < 3; p++) {
             pdl_tensor t;
-            layer_name(name, sizeof name, NULL, l, NULL, stacked[p]);
+            layer_name(name, sizeof name, NULL, name_l, NULL, stacked[p]);
             if (model_take_tensor(set, name, true, where, &t, err)) return -1;
             int64_t rows = p < 2 ? c->ffn_expert : c->hidden, cols = p < 2 ? c->hidden : c->ffn_expert;
             if (t.n_dims != 3 || t.shape[0] != E || t.shape[1] != rows || t.shape[2] != cols)
@@ -251,7 +251,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
                                 c->ffn_expert);
             for (int e = 0; e < E; e++) expert_view(&t, e, &dst[p][e]);
         }
-    } else if (!mixtral && take_fused_experts(c, set, hf_prefix, l, where, dst, err)) {
+    } else if (!mixtral && take_fused_experts(c, set, hf_prefix, name_l, where, dst, err)) {
         return -1;
     } else if (!lw->exp_gate[0].data) { /* one tensor per expert and projection */
         static const char *const per_expert[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
@@ -260,7 +260,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
                 char hf[96];
                 snprintf(hf, sizeof hf, "%s.experts.%d.%s.weight", mixtral ? "block_sparse_moe" : "mlp", e,
                          per_expert[mixtral][p]);
-                layer_name(name, sizeof name, hf_prefix, l, hf, NULL);
+                layer_name(name, sizeof name, hf_prefix, name_l, hf, NULL);
                 if (model_take_tensor(set, name, true, where, &dst[p][e], err)) return -1;
             }
     }
@@ -276,7 +276,7 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     };
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
         if (i == 3 && !c->shared_gate) continue;
-        layer_name(name, sizeof name, hf_prefix, l, shared[i].hf, shared[i].gguf);
+        layer_name(name, sizeof name, hf_prefix, name_l, shared[i].hf, shared[i].gguf);
         pdl_tensor *t = (pdl_tensor *)((char *)lw + shared[i].offset);
         if (model_take_tensor(set, name, true, where, t, err)) return -1;
     }
@@ -441,6 +441,86 @@ static int take_deltanet(pdl_model *m, const pdl_tensor_set *set, const char *hf
     return 0;
 }
 
+/* One layer's weights into slot l, named as layer name_l under hf_prefix
+ * (they differ for the MTP block: Hugging Face's mtp.layers.0). */
+static int take_layer(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int name_l, int l,
+                      const char *where, pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    pdl_layer_weights *lw = &m->w.layers[l];
+    char name[PDL_TENSOR_NAME_MAX];
+    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
+    if (c->attn_out_gate) q_dim *= 2; /* q_proj: per head the query, then its gate */
+    bool recurrent = model_layer_recurrent(c, l);
+    if (recurrent && take_deltanet(m, set, hf_prefix, l, where, err)) return -1;
+    /* fused projections (Phi-3; GGUF attn_qkv), split into row views;
+     * a Gated DeltaNet layer's attn_qkv is its own (take_deltanet) */
+    bool fused_qkv = recurrent, fused_gate_up = false;
+    layer_name(name, sizeof name, hf_prefix, name_l, "self_attn.qkv_proj.weight", "attn_qkv.weight");
+    if (!recurrent && take_fused(set, name, where, 3, (const int64_t[]){q_dim, kv_dim, kv_dim},
+                   (const char *const[]){"q", "k", "v"}, (pdl_tensor *const[]){&lw->wq, &lw->wk, &lw->wv},
+                   &fused_qkv, err))
+        return -1;
+    if (c->fused_gate_up) {
+        layer_name(name, sizeof name, hf_prefix, name_l, "mlp.gate_up_proj.weight", "ffn_up.weight");
+        if (take_fused(set, name, where, 2, (const int64_t[]){c->ffn, c->ffn},
+                       (const char *const[]){"gate", "up"}, (pdl_tensor *const[]){&lw->w_gate, &lw->w_up},
+                       &fused_gate_up, err))
+            return -1;
+        if (!fused_gate_up) return err_fail(err, "%s: missing tensor '%s'", where, name);
+    }
+    for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
+        const struct layer_tensor_name *t = &LAYER_TENSORS[i];
+        if ((t->need == NEED_UNLESS_FUSED_QKV && fused_qkv) ||
+            (t->need == NEED_IF_DENSE_UNFUSED && fused_gate_up))
+            continue;
+        bool attention_part = t->need == NEED_UNLESS_FUSED_QKV || t->need == NEED_IF_BIAS ||
+                              t->need == NEED_IF_QK_NORM || t->offset == offsetof(pdl_layer_weights, wo);
+        if (recurrent && attention_part) continue;
+        bool required = layer_needs(c, t->need);
+        /* a norm or MLP matrix the config does not use is not taken (a
+         * Gemma 2 HF post_attention_layernorm is not an ffn_norm); an
+         * optional bias or q/k norm is */
+        if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
+        const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
+        /* llama.cpp names Qwen3.5's MLP input norm post_attention_norm */
+        const char *gguf = c->arch->hybrid && t->offset == offsetof(pdl_layer_weights, ffn_norm)
+                               ? "post_attention_norm.weight" : t->gguf;
+        layer_name(name, sizeof name, hf_prefix, name_l, hf, gguf);
+        if (model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
+            return -1;
+    }
+    if (c->n_experts > 0 && take_experts(m, set, hf_prefix, name_l, l, where, err)) return -1;
+    return 0;
+}
+
+/* The first MTP block, when the file has it (cfg.n_mtp_layers; GGUF
+ * blk.<n_layers>.* with its nextn.* tensors, as llama.cpp's converter
+ * writes Qwen3.5's; Hugging Face mtp.*): an attention layer in slot
+ * n_layers and the block's input projection and norms. A file that
+ * declares the block but lacks its projection runs without it. */
+static int take_mtp(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
+                    pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    char name[PDL_TENSOR_NAME_MAX];
+    int n = c->n_layers;
+    if (hf_prefix) snprintf(name, sizeof name, "mtp.fc.weight");
+    else snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", n);
+    if (c->n_mtp_layers <= 0 || !tensor_set_find(set, name)) return 0;
+    pdl_model_weights *w = &m->w;
+    if (model_take_tensor(set, name, true, where, &w->mtp_fc, err)) return -1;
+    static const char *const hf_norms[3] = {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
+                                            "mtp.norm.weight"};
+    static const char *const gguf_norms[3] = {"enorm", "hnorm", "shared_head_norm"};
+    pdl_tensor *norms[3] = {&w->mtp_enorm, &w->mtp_hnorm, &w->mtp_norm};
+    for (int i = 0; i < 3; i++) {
+        if (hf_prefix) snprintf(name, sizeof name, "%s", hf_norms[i]);
+        else snprintf(name, sizeof name, "blk.%d.nextn.%s.weight", n, gguf_norms[i]);
+        if (model_take_tensor(set, name, true, where, norms[i], err)) return -1;
+    }
+    c->mtp_loaded = true; /* before take_layer: slot n_layers is an attention layer */
+    return take_layer(m, set, hf_prefix ? "mtp." : NULL, hf_prefix ? 0 : n, n, where, err);
+}
+
 int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                       pdl_error *err) {
     pdl_model_config *c = &m->cfg;
@@ -451,10 +531,11 @@ int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
         return err_fail(err, "%s: invalid experts: %d experts, %d used per token, intermediate size %d, shared %d "
                         "(need 1 <= used <= experts <= 4096 and positive sizes)", where, c->n_experts,
                         c->n_experts_used, c->ffn_expert, c->ffn_shared);
-    m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
+    size_t slots = (size_t)c->n_layers + 1; /* the MTP block's layer, if any, last */
+    m->w.layers = calloc(slots, sizeof *m->w.layers);
     if (!m->w.layers) return err_fail(err, "out of memory");
     if (c->n_experts > 0) {
-        m->w.experts = calloc((size_t)c->n_layers * 3 * (size_t)c->n_experts, sizeof *m->w.experts);
+        m->w.experts = calloc(slots * 3 * (size_t)c->n_experts, sizeof *m->w.experts);
         if (!m->w.experts) return err_fail(err, "out of memory for %d layers of %d experts", c->n_layers, c->n_experts);
     }
     /* Biases present in the files are used even where the config is silent
@@ -462,51 +543,9 @@ int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
     char name[PDL_TENSOR_NAME_MAX];
     layer_name(name, sizeof name, hf_prefix, 0, "self_attn.q_proj.bias", "attn_q.bias");
     if (tensor_set_find(set, name)) c->qkv_bias = true;
-    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-    if (c->attn_out_gate) q_dim *= 2; /* q_proj: per head the query, then its gate */
-    for (int l = 0; l < c->n_layers; l++) {
-        pdl_layer_weights *lw = &m->w.layers[l];
-        bool recurrent = model_layer_recurrent(c, l);
-        if (recurrent && take_deltanet(m, set, hf_prefix, l, where, err)) return -1;
-        /* fused projections (Phi-3; GGUF attn_qkv), split into row views;
-         * a Gated DeltaNet layer's attn_qkv is its own (take_deltanet) */
-        bool fused_qkv = recurrent, fused_gate_up = false;
-        layer_name(name, sizeof name, hf_prefix, l, "self_attn.qkv_proj.weight", "attn_qkv.weight");
-        if (!recurrent && take_fused(set, name, where, 3, (const int64_t[]){q_dim, kv_dim, kv_dim},
-                       (const char *const[]){"q", "k", "v"}, (pdl_tensor *const[]){&lw->wq, &lw->wk, &lw->wv},
-                       &fused_qkv, err))
-            return -1;
-        if (c->fused_gate_up) {
-            layer_name(name, sizeof name, hf_prefix, l, "mlp.gate_up_proj.weight", "ffn_up.weight");
-            if (take_fused(set, name, where, 2, (const int64_t[]){c->ffn, c->ffn},
-                           (const char *const[]){"gate", "up"}, (pdl_tensor *const[]){&lw->w_gate, &lw->w_up},
-                           &fused_gate_up, err))
-                return -1;
-            if (!fused_gate_up) return err_fail(err, "%s: missing tensor '%s'", where, name);
-        }
-        for (size_t i = 0; i < sizeof LAYER_TENSORS / sizeof LAYER_TENSORS[0]; i++) {
-            const struct layer_tensor_name *t = &LAYER_TENSORS[i];
-            if ((t->need == NEED_UNLESS_FUSED_QKV && fused_qkv) ||
-                (t->need == NEED_IF_DENSE_UNFUSED && fused_gate_up))
-                continue;
-            bool attention_part = t->need == NEED_UNLESS_FUSED_QKV || t->need == NEED_IF_BIAS ||
-                                  t->need == NEED_IF_QK_NORM || t->offset == offsetof(pdl_layer_weights, wo);
-            if (recurrent && attention_part) continue;
-            bool required = layer_needs(c, t->need);
-            /* a norm or MLP matrix the config does not use is not taken (a
-             * Gemma 2 HF post_attention_layernorm is not an ffn_norm); an
-             * optional bias or q/k norm is */
-            if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
-            const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
-            /* llama.cpp names Qwen3.5's MLP input norm post_attention_norm */
-            const char *gguf = c->arch->hybrid && t->offset == offsetof(pdl_layer_weights, ffn_norm)
-                                   ? "post_attention_norm.weight" : t->gguf;
-            layer_name(name, sizeof name, hf_prefix, l, hf, gguf);
-            if (model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))
-                return -1;
-        }
-        if (c->n_experts > 0 && take_experts(m, set, hf_prefix, l, where, err)) return -1;
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (take_layer(m, set, hf_prefix, l, l, where, err)) return -1;
+    if (take_mtp(m, set, hf_prefix, where, err)) return -1;
     return check_no_stray_layers(c, set, hf_prefix, where, err);
 }
 
@@ -828,7 +867,15 @@ int model_finish(pdl_model *m, pdl_error *err) {
     bool pre = c->block != PDL_BLOCK_POST_NORM;
     bool ffn_norm = c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH;
     bool post = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
-    for (int l = 0; l < c->n_layers; l++) {
+    if (c->mtp_loaded) {
+        pdl_tensor *norms[] = {&w->mtp_enorm, &w->mtp_hnorm, &w->mtp_norm};
+        if (check_matrix(m, &w->mtp_fc, c->hidden, 2 * (int64_t)c->hidden, "the MTP block's input projection", err))
+            return -1;
+        for (size_t i = 0; i < sizeof norms / sizeof norms[0]; i++)
+            if (check_vector(m, norms[i], c->hidden, why, err) || (c->norm_plus_one && fold_plus_one(m, norms[i], err)))
+                return -1;
+    }
+    for (int l = 0; l < model_weight_layers(c); l++) {
         pdl_layer_weights *lw = &w->layers[l];
         bool recurrent = model_layer_recurrent(c, l);
         if (recurrent) {
@@ -873,8 +920,8 @@ int model_finish(pdl_model *m, pdl_error *err) {
      * with their group sizes, e.g. "MLX_Q4(g64)" or "MLX_Q8(g32/g64)". */
     unsigned seen[PDL_DTYPE_COUNT] = {0}; /* bit 0: seen; MLX: | group (32, 64, 128) */
 #define SEEN(t) (void)((t).data && (seen[(t).dtype] |= 1u | (dtype_is_mlx((t).dtype) ? (unsigned)(t).mlx.group : 0u)))
-    SEEN(w->tok_embd), SEEN(w->output);
-    for (int l = 0; l < c->n_layers; l++) {
+    SEEN(w->tok_embd), SEEN(w->output), SEEN(w->mtp_fc);
+    for (int l = 0; l < model_weight_layers(c); l++) {
         const pdl_layer_weights *lw = &w->layers[l];
         SEEN(lw->wq), SEEN(lw->wk), SEEN(lw->wv), SEEN(lw->wo), SEEN(lw->lin_qkv), SEEN(lw->lin_z), SEEN(lw->lin_out);
         if (c->n_experts == 0) SEEN(lw->w_gate), SEEN(lw->w_up), SEEN(lw->w_down);
@@ -920,11 +967,12 @@ static int copy_matrices(pdl_model *m, pdl_threadpool *pool, const pdl_model_opt
     pdl_model_weights *w = &m->w;
     const pdl_model_config *c = &m->cfg;
     /* every matrix: the head, then each layer's (absent ones have no data) */
-    size_t per_layer = 16 + 3 * (size_t)c->n_experts, n_mats = 1 + (size_t)c->n_layers * per_layer, k = 0;
+    size_t per_layer = 16 + 3 * (size_t)c->n_experts, n_mats = 2 + (size_t)model_weight_layers(c) * per_layer, k = 0;
     pdl_tensor **mats = malloc(n_mats * sizeof *mats);
     if (!mats) return err_fail(err, "out of memory");
     mats[k++] = &w->output;
-    for (int l = 0; l < c->n_layers; l++) {
+    mats[k++] = &w->mtp_fc;
+    for (int l = 0; l < model_weight_layers(c); l++) {
         pdl_layer_weights *lw = &w->layers[l];
         pdl_tensor *fixed[] = {&lw->wq,     &lw->wk,     &lw->wv,      &lw->wo,    &lw->w_gate, &lw->w_up,
                                &lw->w_down, &lw->router, &lw->sh_gate, &lw->sh_up, &lw->sh_down, &lw->lin_qkv,

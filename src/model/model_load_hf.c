@@ -327,8 +327,10 @@ static int read_hybrid(json_t *cfg, const char *path, pdl_model_config *c, pdl_e
         cfg_int(cfg, path, "linear_value_head_dim", false, &c->lin_v_dim, err) ||
         cfg_int(cfg, path, "linear_num_key_heads", false, &c->lin_k_heads, err) ||
         cfg_int(cfg, path, "linear_num_value_heads", false, &c->lin_v_heads, err) ||
-        cfg_int(cfg, path, "full_attention_interval", false, &interval, err))
+        cfg_int(cfg, path, "full_attention_interval", false, &interval, err) ||
+        cfg_int(cfg, path, "mtp_num_hidden_layers", false, &c->n_mtp_layers, err))
         return -1;
+    if (c->n_mtp_layers < 0) return err_fail(err, "%s: mtp_num_hidden_layers %d is negative", path, c->n_mtp_layers);
     if (c->lin_k_heads <= 0 || c->lin_v_heads <= 0 || c->lin_v_heads % c->lin_k_heads || c->lin_k_dim <= 0 ||
         c->lin_v_dim <= 0 || c->lin_conv < 2 || c->lin_conv > 8)
         return err_fail(err, "%s: invalid linear attention: %d key heads of %d, %d value heads of %d, kernel %d (value "

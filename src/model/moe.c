@@ -84,7 +84,7 @@ static size_t matmul_scratch(const pdl_context *ctx, size_t n) {
         size_t b_ = (w)->data ? matmul_scratch_bytes(&ctx->kernels, ctx->pool, (w), (r)) : 0;    \
         most = b_ > most ? b_ : most;                                               \
     } while (0)
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < model_weight_layers(c); l++) {
         const pdl_layer_weights *lw = &m->w.layers[l];
         MOST(&lw->router, rows);
         MOST(&lw->sh_gate, rows);
