@@ -80,7 +80,8 @@ static int read_window_pattern(const gguf_file *g, const char *arch, pdl_model_c
  * as llama.cpp reads it). The attention factor: yarn_attn_factor where the
  * converter wrote one (transformers' attention_factor, which is the whole
  * factor), else llama.cpp's: get_mscale(factor) / get_mscale(factor,
- * yarn_log_multiplier) with a log multiplier, else 0.1 ln(factor) + 1; times
+ * yarn_log_multiplier) with a log multiplier, else 0.1 ln(factor) + 1 (1
+ * with yarn_ext_factor 0, where llama.cpp scales nothing); times
  * rope.scaling.attn_factor when given. The ramp's ends are always rounded to
  * whole pairs (ggml_rope_yarn_corr_dims). Called once rope.scaling.factor is
  * read (c->rope_factor) and context_length (c->ctx_len). */
@@ -101,9 +102,9 @@ static int read_yarn(const gguf_file *g, const char *arch, pdl_model_config *c, 
     if (c->rope_orig_ctx <= 0)
         return err_fail(err, "%s: YaRN needs %s.rope.scaling.original_context_length (or context_length)",
                         gguf_path(g), arch);
-    double f = c->rope_factor, mscale = f <= 1.0 ? 1.0 : 0.1 * log(f) + 1.0;
+    double f = c->rope_factor, mscale = f <= 1.0 || c->rope_yarn_ext == 0 ? 1.0 : 0.1 * log(f) + 1.0;
     if (attn > 0) mscale = attn;
-    else if (log_mul != 0 && f > 1.0) mscale /= 0.1 * log_mul * log(f) + 1.0;
+    else if (log_mul != 0 && f > 1.0 && c->rope_yarn_ext != 0) mscale /= 0.1 * log_mul * log(f) + 1.0;
     if (!(attn >= 0 && isfinite(attn) && extra > 0 && isfinite(extra) && mscale > 0 && isfinite(mscale)))
         return err_fail(err, "%s: invalid YaRN attention factor (%s.rope.scaling.yarn_attn_factor %g, "
                         "yarn_log_multiplier %g, attn_factor %g)", gguf_path(g), arch, attn, log_mul, extra);
