@@ -809,8 +809,8 @@ static void test_broken_family_files_are_named(void) {
     edit_config(hf, "\"long_factor\": [", "\"long_factor\": [1.5, ");
     expect_load_error(hf, "rope_scaling.long_factor", "list of 4 numbers");
     edit_config(hf, "\"long_factor\": [1.5, ", "\"long_factor\": [");
-    edit_config(hf, "\"longrope\"", "\"yarn\"");
-    expect_load_error(hf, "rope_scaling type 'yarn' is not supported", NULL);
+    edit_config(hf, "\"longrope\"", "\"dynamic\"");
+    expect_load_error(hf, "rope_scaling type 'dynamic' is not supported", NULL);
     free(hf), free(gg);
     free_weights(&phi, &w);
 

@@ -32,6 +32,10 @@ typedef enum pdl_rope_scaling {
     PDL_ROPE_SCALING_FREQS,    /* GGUF rope_freqs tensor: frequency i / freqs[i] */
     PDL_ROPE_SCALING_LONGROPE, /* Phi-3: frequency i / long[i] when the context in effect exceeds
                                 * rope_orig_ctx, else / short[i]; cos and sin times rope_mscale */
+    PDL_ROPE_SCALING_YARN,     /* YaRN (Qwen3, Qwen2.5, gpt-oss): each pair's frequency between itself
+                                * (fast pairs, > beta_fast turns in rope_orig_ctx) and itself / factor
+                                * (slow pairs, < beta_slow turns) on a linear ramp; cos and sin times
+                                * rope_mscale (the attention factor) */
 } pdl_rope_scaling;
 
 #define PDL_MAX_EOS 8
@@ -78,7 +82,7 @@ typedef struct pdl_model_config {
                           * 0 = every layer windowed. See model_layer_windowed. */
     float rope_theta_local; /* windowed layers' RoPE base, unscaled (Gemma 3); 0 = rope_theta */
     bool rope_global_none;  /* layers that attend globally apply no RoPE (Cohere2) */
-    float rope_mscale;      /* RoPE cos and sin multiplied by this (LongRoPE attention factor); 1 = none */
+    float rope_mscale;      /* RoPE cos and sin multiplied by this (LongRoPE / YaRN attention factor); 1 = none */
     bool fused_gate_up;     /* gate and up come from one (2 * ffn, hidden) matrix, gate rows
                              * first (Phi-3 gate_up_proj / GGUF ffn_up) */
     /* Mixture of experts (every layer's MLP when n_experts > 0; moe.c). */
@@ -99,10 +103,15 @@ typedef struct pdl_model_config {
     int n_eos;
     /* RoPE scaling as the model declares it (applied in rope_inv_freq). */
     pdl_rope_scaling rope_scaling;
-    float rope_factor;           /* linear / llama3 factor */
+    float rope_factor;           /* linear / llama3 / yarn factor */
     float rope_low_freq_factor;  /* llama3 */
     float rope_high_freq_factor; /* llama3 */
-    int rope_orig_ctx;           /* llama3, longrope: original_max_position_embeddings */
+    int rope_orig_ctx;           /* llama3, longrope, yarn: original_max_position_embeddings */
+    float rope_yarn_beta_fast;   /* yarn: turns in rope_orig_ctx above which a pair is kept (32) */
+    float rope_yarn_beta_slow;   /* yarn: turns below which a pair is divided by the factor (1) */
+    float rope_yarn_ext;         /* yarn: the ramp's weight (llama.cpp's ext_factor; 1, 0 = all scaled) */
+    bool rope_yarn_truncate;     /* yarn: the ramp's ends rounded out to whole pairs (transformers'
+                                  * truncate, llama.cpp always; gpt-oss's config says false) */
     int mrope_section[3];        /* M-RoPE (Qwen2-VL, Qwen2.5-VL): frequency pairs turned by a row's
                                   * temporal, height and width position (pdl_batch's rope_pos3), summing
                                   * to rope_dim / 2; all 0: one position per row */

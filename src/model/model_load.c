@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,23 @@ int model_vector_copy(const pdl_tensor *t, int64_t n, float **out, pdl_error *er
     return 0;
 }
 
+/* YaRN's weight of pair i's own (unscaled) frequency, 1 for the fast
+ * pairs, 0 for the slow ones: the paper's ramp gamma. The pair turning
+ * `turns` times over the original context sits at d ln(L / (2 pi turns)) /
+ * (2 ln theta) (a fractional pair); the ramp runs linearly from the
+ * beta_fast pair down to the beta_slow pair, rounded out to whole pairs when
+ * truncating, clamped to [0, d - 1] as transformers and llama.cpp do. */
+static double yarn_keep_weight(const pdl_model_config *c, double theta, int i) {
+    double d = c->rope_dim, two_pi = 2.0 * 3.14159265358979323846;
+    double lo = d * log(c->rope_orig_ctx / (two_pi * c->rope_yarn_beta_fast)) / (2.0 * log(theta));
+    double hi = d * log(c->rope_orig_ctx / (two_pi * c->rope_yarn_beta_slow)) / (2.0 * log(theta));
+    if (c->rope_yarn_truncate) lo = floor(lo), hi = ceil(hi);
+    lo = fmax(lo, 0.0), hi = fmin(hi, d - 1.0);
+    if (hi - lo < 0.001) hi = lo + 0.001; /* one pair wide: no division by zero */
+    double ramp = fmin(fmax((i - lo) / (hi - lo), 0.0), 1.0); /* 0 below lo, 1 above hi */
+    return (1.0 - ramp) * c->rope_yarn_ext;
+}
+
 /* theta^(-2i/d) in float32 for each pair, as Hugging Face and llama.cpp
  * compute it, then the model's scaling. */
 static void rope_frequencies(const pdl_model_config *c, float theta, pdl_rope_scaling scaling, const float *ff,
@@ -689,6 +707,11 @@ static void rope_frequencies(const pdl_model_config *c, float theta, pdl_rope_sc
         case PDL_ROPE_SCALING_LINEAR: freq /= c->rope_factor; break;
         case PDL_ROPE_SCALING_FREQS:
         case PDL_ROPE_SCALING_LONGROPE: freq /= ff[i]; break;
+        case PDL_ROPE_SCALING_YARN: {
+            double keep = yarn_keep_weight(c, theta, i);
+            freq = (float)(keep * freq + (1.0 - keep) * freq / c->rope_factor);
+            break;
+        }
         case PDL_ROPE_SCALING_LLAMA3: {
             double low_wavelen = c->rope_orig_ctx / c->rope_low_freq_factor;
             double high_wavelen = c->rope_orig_ctx / c->rope_high_freq_factor;
@@ -839,6 +862,20 @@ int model_finish(pdl_model *m, pdl_error *err) {
                         c->mrope_section[1], c->mrope_section[2], c->rope_dim / 2);
     if (c->rope_scaling == PDL_ROPE_SCALING_LONGROPE && c->rope_orig_ctx <= 0)
         return err_fail(err, "LongRoPE needs a positive original context length, got %d", c->rope_orig_ctx);
+    if (c->rope_scaling == PDL_ROPE_SCALING_YARN) {
+        if (c->rope_orig_ctx <= 0 || !(c->rope_factor > 0))
+            return err_fail(err, "YaRN needs a positive factor and original context length, got factor %g over %d",
+                            c->rope_factor, c->rope_orig_ctx);
+        if (!(c->rope_yarn_beta_slow > 0 && c->rope_yarn_beta_fast > c->rope_yarn_beta_slow &&
+              isfinite(c->rope_yarn_beta_fast)) || !(c->rope_yarn_ext >= 0 && c->rope_yarn_ext <= 1))
+            return err_fail(err, "invalid YaRN parameters: beta_fast %g, beta_slow %g, extrapolation factor %g "
+                            "(need beta_fast > beta_slow > 0 and the extrapolation factor in [0, 1])",
+                            c->rope_yarn_beta_fast, c->rope_yarn_beta_slow, c->rope_yarn_ext);
+        /* the declared context is the scaled one (vLLM's reading: Qwen3 keeps
+         * max_position_embeddings 40960 with factor 4 over 32768) */
+        double scaled = (double)c->rope_orig_ctx * c->rope_factor;
+        if (c->ctx_len > 0 && scaled > c->ctx_len) c->ctx_len = scaled < INT32_MAX ? (int)scaled : INT32_MAX;
+    }
     if (!(c->rms_eps > 0 && isfinite(c->rms_eps)))
         return err_fail(err, "invalid norm epsilon %g (rms_norm_eps / layer_norm_rms_epsilon must be a finite positive "
                         "number)", c->rms_eps);

@@ -73,6 +73,45 @@ static int read_window_pattern(const gguf_file *g, const char *arch, pdl_model_c
                     gguf_path(g), key);
 }
 
+/* YaRN under llama.cpp's keys (rope.scaling.type = yarn, as its converter
+ * writes Qwen3's and gpt-oss's rope_scaling): the original context
+ * (rope.scaling.original_context_length, else context_length), yarn_beta_fast
+ * / yarn_beta_slow (32 / 1), yarn_ext_factor (1; a negative one means unset,
+ * as llama.cpp reads it). The attention factor: yarn_attn_factor where the
+ * converter wrote one (transformers' attention_factor, which is the whole
+ * factor), else llama.cpp's: get_mscale(factor) / get_mscale(factor,
+ * yarn_log_multiplier) with a log multiplier, else 0.1 ln(factor) + 1 (1
+ * with yarn_ext_factor 0, where llama.cpp scales nothing); times
+ * rope.scaling.attn_factor when given. The ramp's ends are always rounded to
+ * whole pairs (ggml_rope_yarn_corr_dims). Called once rope.scaling.factor is
+ * read (c->rope_factor) and context_length (c->ctx_len). */
+static int read_yarn(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
+    c->rope_orig_ctx = c->ctx_len;
+    c->rope_yarn_beta_fast = 32.0f, c->rope_yarn_beta_slow = 1.0f, c->rope_yarn_ext = -1.0f;
+    c->rope_yarn_truncate = true;
+    float attn = 0, log_mul = 0, extra = 1.0f;
+    if (arch_u32(g, arch, "rope.scaling.original_context_length", false, &c->rope_orig_ctx, err) ||
+        arch_f32(g, arch, "rope.scaling.yarn_beta_fast", &c->rope_yarn_beta_fast, err) ||
+        arch_f32(g, arch, "rope.scaling.yarn_beta_slow", &c->rope_yarn_beta_slow, err) ||
+        arch_f32(g, arch, "rope.scaling.yarn_ext_factor", &c->rope_yarn_ext, err) ||
+        arch_f32(g, arch, "rope.scaling.yarn_attn_factor", &attn, err) ||
+        arch_f32(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul, err) ||
+        arch_f32(g, arch, "rope.scaling.attn_factor", &extra, err))
+        return -1;
+    if (c->rope_yarn_ext < 0) c->rope_yarn_ext = 1.0f;
+    if (c->rope_orig_ctx <= 0)
+        return err_fail(err, "%s: YaRN needs %s.rope.scaling.original_context_length (or context_length)",
+                        gguf_path(g), arch);
+    double f = c->rope_factor, mscale = f <= 1.0 || c->rope_yarn_ext == 0 ? 1.0 : 0.1 * log(f) + 1.0;
+    if (attn > 0) mscale = attn;
+    else if (log_mul != 0 && f > 1.0 && c->rope_yarn_ext != 0) mscale /= 0.1 * log_mul * log(f) + 1.0;
+    if (!(attn >= 0 && isfinite(attn) && extra > 0 && isfinite(extra) && mscale > 0 && isfinite(mscale)))
+        return err_fail(err, "%s: invalid YaRN attention factor (%s.rope.scaling.yarn_attn_factor %g, "
+                        "yarn_log_multiplier %g, attn_factor %g)", gguf_path(g), arch, attn, log_mul, extra);
+    c->rope_mscale = (float)(mscale * extra);
+    return 0;
+}
+
 /* The experts of a MoE family: counts and sizes under llama.cpp's keys,
  * the router's gating function and normalization when the file says. */
 static int read_experts(const gguf_file *g, const char *arch, pdl_model_config *c, pdl_error *err) {
@@ -229,12 +268,14 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     const char *scaling = NULL;
     if (gguf_get_str(g, key, &scaling, err) < 0) return -1;
     if (scaling && strcmp(scaling, "none") != 0) {
-        if (strcmp(scaling, "linear") != 0)
-            return err_fail(err, "%s: %s = '%s' is not supported (supported: none, linear)", path, key, scaling);
-        c->rope_scaling = PDL_ROPE_SCALING_LINEAR;
+        if (strcmp(scaling, "linear") != 0 && strcmp(scaling, "yarn") != 0)
+            return err_fail(err, "%s: %s = '%s' is not supported (supported: none, linear, yarn)", path, key, scaling);
+        c->rope_scaling = strcmp(scaling, "yarn") == 0 ? PDL_ROPE_SCALING_YARN : PDL_ROPE_SCALING_LINEAR;
         c->rope_factor = 1.0f;
         if (arch_f32(g, arch, "rope.scaling.factor", &c->rope_factor, err)) return -1;
-        if (!(c->rope_factor > 0)) return err_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
+        if (!(c->rope_factor > 0 && isfinite(c->rope_factor)))
+            return err_fail(err, "%s: %s.rope.scaling.factor must be positive", path, arch);
+        if (c->rope_scaling == PDL_ROPE_SCALING_YARN && read_yarn(g, arch, c, err)) return -1;
     }
     c->sliding_window = 0;
     if (arch_u32(g, arch, "attention.sliding_window", false, &c->sliding_window, err) ||

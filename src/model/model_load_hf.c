@@ -97,6 +97,54 @@ static int cfg_eos(json_t *cfg, const char *path, pdl_model_config *c, pdl_error
     return 0;
 }
 
+/* transformers' get_mscale: YaRN's attention factor for a scale factor. */
+static double yarn_mscale(double factor, double mscale) {
+    return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
+}
+
+/* YaRN as transformers reads it (_compute_yarn_parameters, 4.56 and 5.x):
+ * the factor as given (or, absent, max_position_embeddings over the
+ * original context); the original context from the scaling object, the
+ * config's top level, or max_position_embeddings; beta_fast / beta_slow 32
+ * / 1 when absent or 0; the attention factor as given, else DeepSeek's
+ * ratio get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim) when
+ * both are given and non-zero, else 0.1 ln(factor) + 1; `truncate` (default
+ * true) rounds the ramp's ends out to whole pairs. */
+static int read_yarn(json_t *cfg, json_t *rs, const char *path, const char *field, pdl_model_config *c,
+                     pdl_error *err) {
+    c->rope_scaling = PDL_ROPE_SCALING_YARN;
+    c->rope_orig_ctx = c->ctx_len;
+    if (cfg_int(cfg, path, "original_max_position_embeddings", false, &c->rope_orig_ctx, err) ||
+        cfg_int(rs, path, "original_max_position_embeddings", false, &c->rope_orig_ctx, err))
+        return -1;
+    if (c->rope_orig_ctx <= 0)
+        return err_fail(err, "%s: YaRN needs '%s.original_max_position_embeddings' (or max_position_embeddings)", path,
+                        field);
+    json_t *f = json_object_get(rs, "factor");
+    if (!f || json_is_null(f)) c->rope_factor = (float)((double)c->ctx_len / c->rope_orig_ctx);
+    float beta_fast = 0, beta_slow = 0, mscale = 0, mscale_all = 0, attn = -1;
+    c->rope_yarn_truncate = true;
+    c->rope_yarn_ext = 1.0f;
+    if (cfg_float(rs, path, "beta_fast", &beta_fast, err) || cfg_float(rs, path, "beta_slow", &beta_slow, err) ||
+        cfg_float(rs, path, "mscale", &mscale, err) || cfg_float(rs, path, "mscale_all_dim", &mscale_all, err) ||
+        cfg_float(rs, path, "attention_factor", &attn, err) || cfg_bool(rs, path, "truncate", &c->rope_yarn_truncate, err))
+        return -1;
+    c->rope_yarn_beta_fast = beta_fast != 0 ? beta_fast : 32.0f; /* Python's `or`: 0 takes the default too */
+    c->rope_yarn_beta_slow = beta_slow != 0 ? beta_slow : 1.0f;
+    if (!(c->rope_factor > 0) || !isfinite(c->rope_factor))
+        return err_fail(err, "%s: field '%s.factor' must be a positive number", path, field);
+    if (json_object_get(rs, "attention_factor") && !json_is_null(json_object_get(rs, "attention_factor"))) {
+        if (!(attn > 0 && isfinite(attn)))
+            return err_fail(err, "%s: field '%s.attention_factor' must be a positive number", path, field);
+        c->rope_mscale = attn;
+    } else if (mscale != 0 && mscale_all != 0) {
+        c->rope_mscale = (float)(yarn_mscale(c->rope_factor, mscale) / yarn_mscale(c->rope_factor, mscale_all));
+    } else {
+        c->rope_mscale = (float)yarn_mscale(c->rope_factor, 1.0);
+    }
+    return 0;
+}
+
 /* RoPE as transformers 4.x writes it (rope_theta + rope_scaling) or as 5.x
  * does (rope_parameters holding rope_theta and the scaling; per layer type,
  * full_attention / sliding_attention, for Gemma 3). */
@@ -175,6 +223,7 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
                             "original_max_position_embeddings", path);
         return 0;
     }
+    if (strcmp(type, "yarn") == 0) return read_yarn(cfg, rs, path, field, c, err);
     if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) {
         /* Phi-3: factors per frequency pair, long beyond the original context */
         c->rope_scaling = PDL_ROPE_SCALING_LONGROPE;
@@ -207,8 +256,8 @@ static int read_rope_scaling(json_t *cfg, const char *path, pdl_model *m, pdl_er
         c->rope_mscale = factor <= 1.0 ? 1.0f : (float)sqrt(1.0 + log(factor) / log((double)c->rope_orig_ctx));
         return cfg_float(rs, path, "attention_factor", &c->rope_mscale, err);
     }
-    return err_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope, mrope)",
-                    path, type);
+    return err_fail(err, "%s: rope_scaling type '%s' is not supported (supported: default, linear, llama3, longrope, "
+                    "mrope, yarn)", path, type);
 }
 
 /* A soft-cap field: a number, or null for none. */
