@@ -141,6 +141,8 @@ typedef struct pdl_model_info {
                                * at such a boundary (pdl_kv_cache_copy_state) */
     int state_max_rows;       /* a step may give one sequence at most this many rows that could be
                                * taken back (draft verification; see pdl_batch.state_slots) */
+    int n_mtp_layers;         /* multi-token-prediction blocks loaded (0 or 1): speculative decoding's
+                               * "mtp" method drafts with the first */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */
@@ -692,6 +694,7 @@ typedef enum pdl_spec_method {
     PDL_SPEC_NONE = 0,
     PDL_SPEC_NGRAM,        /* prompt lookup: what followed the longest earlier match of the sequence's end */
     PDL_SPEC_DRAFT_MODEL,  /* a smaller model with the same vocabulary drafts greedily */
+    PDL_SPEC_MTP,          /* the model's own multi-token-prediction block drafts greedily (Qwen3.5) */
 } pdl_spec_method;
 
 #define PDL_MAX_SPEC_TOKENS 16
@@ -726,6 +729,10 @@ typedef struct pdl_engine_options {
      * parameter); NULL = none */
     void (*on_logits)(uint64_t request_id, int index, int position, const float *row, int vocab, void *user);
     void *on_logits_user;
+    /* tests and debugging: called with each sequence's drafts when they are
+     * proposed, the first for position `position`; NULL = none */
+    void (*on_drafts)(uint64_t request_id, int index, int position, const int32_t *drafts, int n, void *user);
+    void *on_drafts_user;
     /* images: the vision model (loaded by the caller, outlives the engine;
      * NULL = text only). Each request's images are encoded once, when it is
      * added, on the calling thread (with the vision model's own threads). */

@@ -21,6 +21,7 @@
 #include "engine/scheduler.h"
 #include "engine/spec_decode.h"
 #include "engine/state_pool.h"
+#include "model/context.h"
 #include "model/kv_cache.h"
 #include "pagedlm.h"
 #include "qwen35_writer.h"
@@ -661,6 +662,149 @@ static void test_ngram_speculation_equals_plain_decoding(void) {
     out_free(&plain), out_free(&spec);
 }
 
+/* ---- the MTP drafter ------------------------------------------------------------ */
+
+/* Drafts the engine proposed: request, first position, tokens. */
+typedef struct draft_event {
+    uint64_t id;
+    int position, n;
+    int32_t d[PDL_MAX_SPEC_TOKENS];
+} draft_event;
+static draft_event g_drafts[256];
+static int g_n_drafts;
+
+static void on_drafts(uint64_t id, int index, int position, const int32_t *d, int n, void *user) {
+    (void)index, (void)user;
+    if (g_n_drafts == 256) return;
+    draft_event *ev = &g_drafts[g_n_drafts++];
+    ev->id = id, ev->position = position, ev->n = n;
+    memcpy(ev->d, d, (size_t)n * sizeof *d);
+}
+
+static int32_t first_max(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+/* The MTP block's greedy chain for a sequence of N known tokens, from the
+ * model's own calls on a cache of its own: the main stack over tok[0 ..
+ * N-1), the block over rows 0 .. N-2 (row p: token tok[p + 1]), draft 1
+ * from its output at N - 2, each next draft from one more row fed the
+ * previous draft and output. */
+static void mtp_chain(const int32_t *tok, int N, int k, int32_t *out) {
+    const pdl_model *m = g_model;
+    int H = m->cfg.hidden, V = m->cfg.vocab;
+    pdl_context *ctx = NULL;
+    pdl_kv_cache *kv = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_context_create(&ctx, m, NULL, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(kv_cache_create(&kv, m, PDL_KV_F32, 16, 40, 1, true, &err) == 0, "%s", err.message);
+    int rows = N - 1;
+    REQUIRE(rows + k <= 40 * 16 && rows <= 512);
+    static int32_t pos[512], slot[512], table[40], idx[512];
+    for (int i = 0; i < 40; i++) table[i] = i;
+    for (int i = 0; i < 512; i++) pos[i] = slot[i] = idx[i] = i;
+    const int32_t *tables[1] = {table};
+    int32_t cu[2] = {0, rows}, state = 0, last = rows - 1;
+    float *hidden = malloc((size_t)rows * H * sizeof *hidden), *logits = malloc((size_t)V * sizeof *logits);
+    float *h = malloc((size_t)H * sizeof *h), *h2 = malloc((size_t)H * sizeof *h2);
+    pdl_batch b = {.n_tokens = rows, .token_ids = tok, .positions = pos, .slot_mapping = slot, .n_seqs = 1,
+                   .cu_seqlens = cu, .block_tables = tables, .n_logits = 1, .logits_indices = &last,
+                   .state_slots = &state};
+    REQUIRE_MSG(pdl_forward(ctx, kv, &b, logits, &err) == 0, "%s", err.message);
+    memcpy(hidden, model_forward_hidden(ctx), (size_t)rows * H * sizeof *hidden);
+    b.token_ids = tok + 1; /* the block's rows 0 .. N-2 */
+    REQUIRE_MSG(model_forward_mtp(ctx, kv, &b, hidden, true, h, logits, &err) == 0, "%s", err.message);
+    out[0] = first_max(logits, V);
+    for (int j = 1; j < k; j++) {
+        int32_t p = rows - 1 + j, zero = 0, one[2] = {0, 1};
+        pdl_batch c = {.n_tokens = 1, .token_ids = &out[j - 1], .positions = &pos[p], .slot_mapping = &slot[p],
+                       .n_seqs = 1, .cu_seqlens = one, .block_tables = tables, .n_logits = 1, .logits_indices = &zero,
+                       .state_slots = &state};
+        REQUIRE_MSG(model_forward_mtp(ctx, kv, &c, h, false, h2, logits, &err) == 0, "%s", err.message);
+        memcpy(h, h2, (size_t)H * sizeof *h);
+        out[j] = first_max(logits, V);
+    }
+    free(hidden), free(logits), free(h), free(h2);
+    pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
+}
+
+/* MTP speculation ({"method": "mtp"}) gives plain decoding's tokens and
+ * logits bytes, greedy and sampled with a seed, with three requests
+ * decoding together; the drafts are proposed and verified; and every
+ * proposal is the block's greedy chain computed with the model's own calls
+ * on a cache of its own (so the drafter follows the main model's kept rows:
+ * a hidden state or token off by one row, or K/V missed at a chunk or
+ * verification boundary, changes the drafts). */
+static void test_mtp_speculation_equals_plain_decoding_and_drafts_the_chain(void) {
+    enum { N_REQ = 3, LEN = 37, OUT = 48 };
+    int32_t prompts[N_REQ][LEN];
+    for (int r = 0; r < N_REQ; r++) prompt_of(prompts[r], LEN, 70 + (uint32_t)r);
+    pdl_request_params ps[N_REQ];
+    for (int r = 0; r < N_REQ; r++) {
+        ps[r] = greedy(OUT);
+        if (r == 2) ps[r].sampling = (pdl_sampling){.temperature = 0.8f, .top_p = 1.0f, .seed = 5};
+    }
+    req_out plain[N_REQ], spec[N_REQ];
+    pdl_engine_options o = base_options();
+    o.no_prefix_caching = true;
+    o.max_num_batched_tokens = 24; /* prompts in chunks: the drafter absorbs each */
+    for (int mode = 0; mode < 2; mode++) {
+        req_out *outs = mode ? spec : plain;
+        if (mode) {
+            o.spec_method = PDL_SPEC_MTP;
+            o.num_speculative_tokens = 3;
+            o.spec_no_pause = true;
+            o.on_drafts = on_drafts;
+            g_n_drafts = 0;
+        }
+        pdl_engine *e = make_engine(&o);
+        for (int r = 0; r < N_REQ; r++) {
+            out_init(&outs[r], OUT + 1);
+            add(e, prompts[r], LEN, &ps[r], &outs[r]);
+        }
+        run(e);
+        pdl_engine_stats st;
+        pdl_engine_get_stats(e, &st);
+        if (mode) CHECK_MSG(st.spec_draft_tokens > 0, "no MTP drafts were verified");
+        check_nothing_held(e, mode ? "after MTP speculation" : "plain");
+        pdl_engine_free(e);
+    }
+    for (int r = 0; r < N_REQ; r++) check_same_seq(&plain[r].seq[0], &spec[r].seq[0], "MTP speculation");
+    CHECK_MSG(g_n_drafts >= 3, "only %d proposals", g_n_drafts);
+    int checked = 0;
+    for (int i = 0; i < g_n_drafts; i++) {
+        const draft_event *ev = &g_drafts[i];
+        int r = (int)ev->id - 1; /* the engine numbers requests from 1 */
+        REQUIRE(r >= 0 && r < N_REQ);
+        int32_t all[LEN + OUT], want[PDL_MAX_SPEC_TOKENS];
+        memcpy(all, prompts[r], sizeof prompts[r]);
+        memcpy(all + LEN, plain[r].seq[0].tokens, (size_t)plain[r].seq[0].n_tokens * sizeof *all);
+        REQUIRE(ev->position <= LEN + plain[r].seq[0].n_tokens);
+        mtp_chain(all, ev->position, ev->n, want);
+        CHECK_MSG(!memcmp(want, ev->d, (size_t)ev->n * sizeof *want),
+                  "request %d at position %d: the engine drafted %d %d.., the block's chain is %d %d..", r,
+                  ev->position, ev->d[0], ev->n > 1 ? ev->d[1] : -1, want[0], ev->n > 1 ? want[1] : -1);
+        checked++;
+    }
+    fprintf(stderr, "  %d MTP proposals checked against the chain\n", checked);
+    for (int r = 0; r < N_REQ; r++) out_free(&plain[r]), out_free(&spec[r]);
+}
+
+/* A model without the block refuses the method at engine creation. */
+static void test_mtp_needs_the_block(const pdl_model *without) {
+    pdl_engine_options o = base_options();
+    o.spec_method = PDL_SPEC_MTP;
+    o.num_speculative_tokens = 2;
+    pdl_engine *e = NULL;
+    pdl_error err;
+    CHECK(pdl_engine_create(&e, without, &o, &err) != 0);
+    CHECK_MSG(strstr(err.message, "multi-token-prediction block") != NULL, "message: %s", err.message);
+}
+
 /* One budget covers the blocks and the state slots, and max_num_seqs is
  * lowered to the live slots half the budget holds. */
 static void test_one_budget_covers_blocks_and_state_slots(void) {
@@ -721,6 +865,9 @@ static void test_moe_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes(void)
     test_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes();
 }
 static void test_moe_ngram_speculation_equals_plain_decoding(void) { test_ngram_speculation_equals_plain_decoding(); }
+static void test_moe_mtp_speculation_equals_plain_decoding_and_drafts_the_chain(void) {
+    test_mtp_speculation_equals_plain_decoding_and_drafts_the_chain();
+}
 
 /* ---- setup ---------------------------------------------------------------------------- */
 
@@ -729,16 +876,17 @@ static void test_moe_ngram_speculation_equals_plain_decoding(void) { test_ngram_
  * GGUF llama.cpp's converter writes; moe: Qwen3.5-MoE's experts, as a
  * Hugging Face folder. NULL with
  * the reason when the library cannot load a hybrid model. */
-static pdl_model *load_tiny_qwen35(bool moe, pdl_error *err) {
+static pdl_model *load_tiny_qwen35(bool moe, bool mtp, pdl_error *err) {
     q35_spec s = q35_tiny_spec(moe);
     s.ctx = 1024;
+    s.mtp_layers = mtp ? 1 : 0;
     q35_weights w = q35_make_weights(&s, 35);
     char *path;
     if (moe) { /* as a Hugging Face folder */
         path = test_make_dir("qwen35moe-tiny");
         q35_write_hf(&s, &w, path);
     } else {
-        path = test_tmp_path("qwen35-tiny.gguf");
+        path = test_tmp_path(mtp ? "qwen35-tiny.gguf" : "qwen35-tiny-no-mtp.gguf");
         q35_write_gguf(&s, &w, path);
     }
     q35_free_weights(&s, &w);
@@ -755,7 +903,7 @@ int main(void) {
     RUN(test_hybrid_drafts_never_close_a_state_chunk);
     RUN(test_scheduler_cuts_chunks_at_snapshots_and_hits_stop_at_the_last);
     pdl_error err;
-    g_model = load_tiny_qwen35(false, &err);
+    g_model = load_tiny_qwen35(false, true, &err);
     if (!g_model) {
         /* until the library runs the Gated DeltaNet forward, the
          * architecture is refused at load and the engine tests wait for it;
@@ -779,9 +927,14 @@ int main(void) {
     RUN(test_n2_fork_copies_the_state);
     RUN(test_aborts_free_their_state_slots);
     RUN(test_ngram_speculation_equals_plain_decoding);
+    RUN(test_mtp_speculation_equals_plain_decoding_and_drafts_the_chain);
+    pdl_model *without = load_tiny_qwen35(false, false, &err);
+    REQUIRE_MSG(without != NULL, "%s", err.message);
+    test_mtp_needs_the_block(without);
+    pdl_model_free(without);
     pdl_model_free(g_model);
     /* the MoE variant: the same engine paths over routed experts */
-    g_model = load_tiny_qwen35(true, &err);
+    g_model = load_tiny_qwen35(true, true, &err);
     if (!g_model) {
         fprintf(stderr, "the tiny Qwen3.5-MoE does not load: %s\n", err.message);
         return 1;
@@ -789,6 +942,7 @@ int main(void) {
     RUN(test_moe_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_size);
     RUN(test_moe_prefix_hit_inside_and_at_the_end_gives_the_cold_bytes);
     RUN(test_moe_ngram_speculation_equals_plain_decoding);
+    RUN(test_moe_mtp_speculation_equals_plain_decoding_and_drafts_the_chain);
     pdl_model_free(g_model);
     return test_summary();
 }

@@ -51,6 +51,8 @@
 
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "model/context.h"
+#include "model/kv_cache.h"
 #include "pagedlm.h"
 #include "support/qwen35_writer.h"
 #include "test_util.h"
@@ -276,8 +278,8 @@ static void ref_mlp(const q35_spec *s, const q35_layer *L, const double *x, doub
 }
 
 /* Every row's logits [T][vocab]; the smallest router gap in *gap (MoE). */
-static void ref_forward(const q35_spec *s, const q35_weights *w, const int32_t *tok, int T, bug b, double *logits,
-                        double *gap) {
+static void ref_forward_hidden(const q35_spec *s, const q35_weights *w, const int32_t *tok, int T, bug b,
+                               double *logits, double *gap, double *normed_out, double *raw_out) {
     int H = s->hidden;
     double *x = calloc((size_t)T * H, sizeof *x), *hn = calloc((size_t)T * H, sizeof *hn);
     double *y = calloc((size_t)T * H, sizeof *y);
@@ -299,9 +301,61 @@ static void ref_forward(const q35_spec *s, const q35_weights *w, const int32_t *
     const float *head = s->tied ? w->embed : w->lm_head;
     for (int t = 0; t < T; t++) {
         rmsnorm_1p(hn, x + (size_t)t * H, w->final_norm, H, s->eps);
+        if (normed_out) memcpy(normed_out + (size_t)t * H, hn, (size_t)H * sizeof *hn);
+        if (raw_out) memcpy(raw_out + (size_t)t * H, x + (size_t)t * H, (size_t)H * sizeof *hn);
         linear(logits + (size_t)t * s->vocab, head, hn, s->vocab, H);
     }
     free(x), free(hn), free(y);
+}
+
+/* Every row's logits [T][vocab]; the smallest router gap in *gap (MoE). */
+static void ref_forward(const q35_spec *s, const q35_weights *w, const int32_t *tok, int T, bug b, double *logits,
+                        double *gap) {
+    ref_forward_hidden(s, w, tok, T, b, logits, gap, NULL, NULL);
+}
+
+/* ---- the MTP block (vLLM's Qwen3.5 / Qwen3-Next MTP drafter) ------------------ */
+
+typedef enum mtp_bug { MTP_OK, MTP_SWAPPED_CONCAT, MTP_RAW_HIDDEN, MTP_NO_HNORM, N_MTP_BUGS } mtp_bug;
+static const char *mtp_bug_name[N_MTP_BUGS] = {"none", "[hidden, embedding] concatenated", "hidden state before the "
+                                               "final norm", "hidden state without its own norm"};
+
+/* T rows of the MTP block at positions 0 .. T-1: row i from token tok[i]
+ * (the token after the hidden state's position) and hidden state hid[i]
+ * (the main stack's after its final norm, or the block's own output):
+ * e = norm_e(embed(tok)), h = norm_h(hid), x = fc [e, h], then one
+ * full-attention decoder layer over the rows (causal), the block's final
+ * norm (out[i]) and the model's head (logits[i]). raw[i] is the main
+ * stack's row before its final norm (MTP_RAW_HIDDEN). */
+static void ref_mtp(const q35_spec *s, const q35_weights *w, const q35_mtp *mt, const int32_t *tok, const double *hid,
+                    int T, mtp_bug b, double *out, double *logits) {
+    int H = s->hidden;
+    double *x = calloc((size_t)T * H, sizeof *x), *hn = calloc((size_t)T * H, sizeof *hn);
+    double *y = calloc((size_t)T * H, sizeof *y), *cat = calloc((size_t)2 * H, sizeof *cat), gap = INFINITY;
+    double *e = calloc((size_t)H, sizeof *e);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < H; i++) e[i] = w->embed[(size_t)tok[t] * H + i];
+        double *ce = cat + (b == MTP_SWAPPED_CONCAT ? H : 0), *ch = cat + (b == MTP_SWAPPED_CONCAT ? 0 : H);
+        rmsnorm_1p(ce, e, mt->enorm, H, s->eps);
+        if (b == MTP_NO_HNORM) memcpy(ch, hid + (size_t)t * H, (size_t)H * sizeof *ch);
+        else rmsnorm_1p(ch, hid + (size_t)t * H, mt->hnorm, H, s->eps);
+        linear(x + (size_t)t * H, mt->fc, cat, H, 2 * H);
+    }
+    const q35_layer *L = &mt->layer;
+    for (int t = 0; t < T; t++) rmsnorm_1p(hn + (size_t)t * H, x + (size_t)t * H, L->in_norm, H, s->eps);
+    ref_attention(s, L, hn, y, T);
+    for (size_t i = 0; i < (size_t)T * H; i++) x[i] += y[i];
+    for (int t = 0; t < T; t++) {
+        rmsnorm_1p(hn, x + (size_t)t * H, L->post_norm, H, s->eps);
+        ref_mlp(s, L, hn, y, &gap);
+        for (int i = 0; i < H; i++) x[(size_t)t * H + i] += y[i];
+    }
+    const float *head = s->tied ? w->embed : w->lm_head;
+    for (int t = 0; t < T; t++) {
+        rmsnorm_1p(out + (size_t)t * H, x + (size_t)t * H, mt->norm, H, s->eps);
+        linear(logits + (size_t)t * s->vocab, head, out + (size_t)t * H, s->vocab, H);
+    }
+    free(x), free(hn), free(y), free(cat), free(e);
 }
 
 /* ---- the engine --------------------------------------------------------------- */
@@ -778,6 +832,134 @@ static void test_quantised_gguf_matches_reference_of_rounded_weights(void) {
     free(want);
 }
 
+/* ---- the MTP block ---------------------------------------------------------- */
+
+/* One sequence's rows [start, start + n) over blocks 0, 1, ... in order,
+ * every row a logits row. */
+typedef struct seq_rows {
+    int32_t pos[256], slot[256], rows[256], cu[2], table[32], state;
+    pdl_batch b;
+} seq_rows;
+
+static void seq_rows_make(seq_rows *r, const int32_t *tok, int start, int n, int n_logits) {
+    REQUIRE(n <= 256 && start + n <= 32 * 16);
+    for (int i = 0; i < 32; i++) r->table[i] = i;
+    for (int i = 0; i < n; i++) r->pos[i] = r->slot[i] = start + i;
+    for (int i = 0; i < n_logits; i++) r->rows[i] = n - n_logits + i;
+    r->cu[0] = 0, r->cu[1] = n, r->state = 0;
+    static const int32_t *tables[1];
+    tables[0] = r->table;
+    r->b = (pdl_batch){.n_tokens = n, .token_ids = tok, .positions = r->pos, .slot_mapping = r->slot, .n_seqs = 1,
+                       .cu_seqlens = r->cu, .block_tables = tables, .n_logits = n_logits, .logits_indices = r->rows,
+                       .state_slots = &r->state};
+}
+
+/* The main stack over tok[0 .. T), then the MTP block over rows 0 .. T-2
+ * (row p: token tok[p + 1], the stack's hidden state at p), in two calls
+ * cut after `cut` rows, then one chained row at T - 1 (token `extra`, the
+ * block's own output at T - 2): every MTP row's logits, [T][vocab]. */
+static float *engine_mtp(pdl_model *m, const int32_t *tok, int T, int cut, int32_t extra, int V, int H) {
+    pdl_context *ctx = NULL;
+    pdl_kv_cache *kv = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_context_create(&ctx, m, NULL, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(kv_cache_create(&kv, m, PDL_KV_F32, 16, 32, 1, true, &err) == 0, "%s", err.message);
+    float *logits = malloc((size_t)T * V * sizeof *logits), *hidden = malloc((size_t)T * H * sizeof *hidden);
+    float *out = malloc((size_t)T * H * sizeof *out);
+    seq_rows r;
+    seq_rows_make(&r, tok, 0, T, 1);
+    REQUIRE_MSG(pdl_forward(ctx, kv, &r.b, logits, &err) == 0, "%s", err.message);
+    memcpy(hidden, model_forward_hidden(ctx), (size_t)T * H * sizeof *hidden);
+    for (int at = 0; at < T - 1; at = at < cut ? cut : T - 1) {
+        int n = (at < cut ? cut : T - 1) - at;
+        seq_rows_make(&r, tok + at + 1, at, n, n);
+        REQUIRE_MSG(model_forward_mtp(ctx, kv, &r.b, hidden + (size_t)at * H, true, out + (size_t)at * H,
+                                      logits + (size_t)at * V, &err) == 0, "%s", err.message);
+    }
+    seq_rows_make(&r, &extra, T - 1, 1, 1);
+    REQUIRE_MSG(model_forward_mtp(ctx, kv, &r.b, out + (size_t)(T - 2) * H, false, NULL, logits + (size_t)(T - 1) * V,
+                                  &err) == 0, "%s", err.message);
+    free(hidden), free(out);
+    pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
+    return logits;
+}
+
+/* The reference's MTP logits of engine_mtp's rows; b applied. */
+static double *ref_mtp_rows(const q35_spec *s, const q35_weights *w, const int32_t *tok, int T, int32_t extra,
+                            mtp_bug b) {
+    int H = s->hidden, V = s->vocab;
+    double *main_logits = malloc((size_t)T * V * sizeof(double)), gap;
+    double *normed = malloc((size_t)T * H * sizeof(double)), *raw = malloc((size_t)T * H * sizeof(double));
+    ref_forward_hidden(s, w, tok, T, BUG_NONE, main_logits, &gap, normed, raw);
+    q35_mtp mt = q35_make_mtp(s, w);
+    double *out = malloc((size_t)T * H * sizeof(double)), *logits = malloc((size_t)T * V * sizeof(double));
+    int32_t *toks = malloc((size_t)T * sizeof *toks);
+    const double *hid = b == MTP_RAW_HIDDEN ? raw : normed;
+    ref_mtp(s, w, &mt, tok + 1, hid, T - 1, b, out, logits); /* rows 0 .. T-2: the block's own outputs */
+    /* all T rows, the last fed the block's output at T - 2 (causal: rows
+     * before it are the same as above) */
+    memcpy(toks, tok + 1, (size_t)(T - 1) * sizeof *toks);
+    toks[T - 1] = extra;
+    memcpy(normed + (size_t)(T - 1) * H, out + (size_t)(T - 2) * H, (size_t)H * sizeof(double));
+    memcpy(raw + (size_t)(T - 1) * H, out + (size_t)(T - 2) * H, (size_t)H * sizeof(double));
+    ref_mtp(s, w, &mt, toks, hid, T, b, out, logits);
+    q35_free_mtp(&mt);
+    free(main_logits), free(normed), free(raw), free(out), free(toks);
+    return logits;
+}
+
+/* The MTP block (Qwen3.5 dense and MoE, both files) against the float64
+ * reference: every row's logits within the forward's tolerance, the same
+ * bytes however its rows are cut into calls; and each mutation of the
+ * reference (the concatenation swapped, the main stack's hidden state
+ * taken before its final norm, the hidden state's own norm dropped) moves
+ * them by more than 100x the tolerance. */
+static void test_mtp_block_matches_float64_reference(void) {
+    for (int moe = 0; moe < 2; moe++) {
+        q35_spec s = q35_tiny_spec(moe);
+        s.mtp_layers = 1;
+        s.tied = moe;
+        q35_weights w = q35_make_weights(&s, moe ? 0x3501 : 0x3502);
+        char *hf = NULL, *gg = NULL;
+        write_both(&s, &w, moe ? "mtp_moe" : "mtp_dense", &hf, &gg);
+        int T = 40, V = s.vocab;
+        int32_t tok[40], extra = 7;
+        make_tokens(V, tok, T, 0x77);
+        double *want = ref_mtp_rows(&s, &w, tok, T, extra, MTP_OK);
+        double big = 0;
+        for (size_t i = 0; i < (size_t)T * V; i++) big = fmax(big, fabs(want[i]));
+        double tol = TOL_REL * fmax(1.0, big);
+        for (int b = 1; b < N_MTP_BUGS; b++) {
+            double *bad = ref_mtp_rows(&s, &w, tok, T, extra, (mtp_bug)b);
+            double d = max_diff_d(bad, want, (size_t)T * V);
+            CHECK_MSG(d > 100 * tol, "MTP mutation '%s' moves the logits by only %g (tolerance %g)", mtp_bug_name[b], d,
+                      tol);
+            free(bad);
+        }
+        const char *paths[2] = {hf, gg};
+        for (int f = 0; f < 2; f++) {
+            load_log lg;
+            pdl_model *m = load(paths[f], &s, &lg);
+            CHECK_MSG(m->cfg.mtp_loaded, "%s: the MTP block was not loaded", paths[f]);
+            CHECK_EQ_INT(lg.n_unused, f == 0 ? 1 : 0); /* the folder's vision tensor only */
+            float *got = engine_mtp(m, tok, T, T - 1, extra, V, s.hidden);
+            double d = max_diff(got, want, (size_t)T * V);
+            fprintf(stderr, "  %s MTP %s: max |engine - float64| = %.3g (%.2g of the largest |logit| %.3g)\n",
+                    family(&s), f ? "gguf" : "hf", d, d / fmax(1.0, big), big);
+            CHECK_MSG(d <= tol, "%s MTP (%s): logits differ from the float64 reference by %g (tolerance %g)",
+                      family(&s), f ? "GGUF" : "HF", d, tol);
+            float *cut = engine_mtp(m, tok, T, 13, extra, V, s.hidden);
+            CHECK_MSG(!memcmp(cut, got, (size_t)T * V * sizeof *got), "%s MTP: rows cut into two calls give other bytes",
+                      f ? "GGUF" : "HF");
+            free(got), free(cut);
+            pdl_model_free(m);
+        }
+        free(want), free(hf), free(gg);
+        q35_free_weights(&s, &w);
+    }
+}
+
 int main(void) {
     /* exact F32 products: the reference multiplies unrounded activations */
     setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
@@ -790,6 +972,7 @@ int main(void) {
     RUN(test_qwen3next_files_give_the_same_bytes);
     RUN(test_qwen3next_misfit_configs_are_refused);
     RUN(test_greedy_decode_matches_reference);
+    RUN(test_mtp_block_matches_float64_reference);
     RUN(test_quantised_gguf_matches_reference_of_rounded_weights);
     return test_summary();
 }

@@ -381,9 +381,11 @@ int cli_spec_config(const char *opt, const char *text, pdl_engine_options *eo, c
         eo->spec_method = PDL_SPEC_NGRAM;
     } else if ((strcmp(method, "draft_model") == 0 || strcmp(method, "draft") == 0) && model) {
         eo->spec_method = PDL_SPEC_DRAFT_MODEL;
+    } else if ((strcmp(method, "mtp") == 0 || strcmp(method, "qwen3_next_mtp") == 0) && !model) {
+        eo->spec_method = PDL_SPEC_MTP; /* vLLM's name, and its older one for Qwen3-Next */
     } else {
-        fprintf(stderr, "error: %s: method '%s' %s (methods: ngram, or a draft \"model\": PATH)\n", opt, method,
-                model ? "does not take a model" : "needs a \"model\"");
+        fprintf(stderr, "error: %s: method '%s' %s (methods: ngram, mtp (the model's own MTP block), or a draft "
+                "\"model\": PATH)\n", opt, method, model ? "does not take a model" : "needs a \"model\"");
         goto done;
     }
     if (k < 1 || k > PDL_MAX_SPEC_TOKENS) {

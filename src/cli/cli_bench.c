@@ -260,7 +260,7 @@ typedef struct bench_args {
     int n_gen, reps, threads;
     bool json, csv, roofline;
     pdl_engine_options eo;       /* --logits, --kv-cache-dtype */
-    int spec_ngram, spec_k;
+    int spec_ngram, spec_k, spec_mtp;
     float spec_temp;
     const char *spec_model;
 } bench_args;
@@ -305,6 +305,8 @@ static const cli_option BENCH_OPTIONS[] = {
      .help = "also tgN with n-gram speculative decoding (K drafts), against plain decode"},
     {"--spec-model", NULL, CLI_OPT_STRING, A(spec_model), .value = "PATH",
      .help = "also tgN with a draft model drafting (--spec-k drafts)"},
+    {"--spec-mtp", NULL, CLI_OPT_INT, A(spec_mtp), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
+     .help = "also tgN with the model's own MTP block drafting (K drafts; Qwen3.5 files that have it)"},
     {"--spec-k", NULL, CLI_OPT_INT, A(spec_k), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
      .help = "drafts per step of --spec-model (default 4)"},
     {"--spec-temp", NULL, CLI_OPT_FLOAT, A(spec_temp), .min = 0, .max = INFINITY, .value = "T",
@@ -515,13 +517,13 @@ int cli_bench(int argc, char **argv) {
         }
     }
     /* speculative decoding against plain decode, one sequence */
-    if (rc == CLI_OK && a.n_gen > 0 && (a.spec_ngram || a.spec_model)) {
+    if (rc == CLI_OK && a.n_gen > 0 && (a.spec_ngram || a.spec_model || a.spec_mtp)) {
         pdl_model *draft = NULL;
-        for (int which = 0; which < 2 && rc == CLI_OK; which++) {
-            if ((which == 0 && !a.spec_ngram) || (which == 1 && !a.spec_model)) continue;
+        for (int which = 0; which < 3 && rc == CLI_OK; which++) {
+            if ((which == 0 && !a.spec_ngram) || (which == 1 && !a.spec_model) || (which == 2 && !a.spec_mtp)) continue;
             pdl_engine_options so = a.eo;
-            so.spec_method = which == 0 ? PDL_SPEC_NGRAM : PDL_SPEC_DRAFT_MODEL;
-            so.num_speculative_tokens = which == 0 ? (int)a.spec_ngram : (int)a.spec_k;
+            so.spec_method = which == 0 ? PDL_SPEC_NGRAM : which == 1 ? PDL_SPEC_DRAFT_MODEL : PDL_SPEC_MTP;
+            so.num_speculative_tokens = which == 0 ? (int)a.spec_ngram : which == 1 ? (int)a.spec_k : (int)a.spec_mtp;
             char label[512];
             if (which == 1) {
                 if (pdl_model_load(&draft, a.spec_model, &mo, &err)) {
@@ -531,6 +533,8 @@ int cli_bench(int argc, char **argv) {
                 }
                 so.draft_model = draft;
                 snprintf(label, sizeof label, "draft model %s, k %d", a.spec_model, a.spec_k);
+            } else if (which == 2) {
+                snprintf(label, sizeof label, "MTP block, k %d", a.spec_mtp);
             } else {
                 snprintf(label, sizeof label, "n-gram, k %d", a.spec_ngram);
             }

@@ -270,6 +270,8 @@ int cli_info(int argc, char **argv) {
         json_object_set_new(o, "kv_bytes_per_token",
                             json_integer((json_int_t)pdl_kv_cache_block_bytes(model, PDL_KV_F16, 1)));
     }
+    if (o && in.n_mtp_layers > 0) /* its own drafter: --speculative-config '{"method": "mtp"}' */
+        json_object_set_new(o, "mtp_layers", json_integer(in.n_mtp_layers));
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) printf("%s\n", s);
     free(s);

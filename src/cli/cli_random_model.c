@@ -8,7 +8,9 @@
  * count is usually cut with --layers to fit memory. The Qwen3.5 presets
  * write the hybrid layout of llama.cpp's converter (GGUF `qwen35` /
  * `qwen35moe`, the multi-token-prediction block left out as its --no-mtp
- * does): three Gated DeltaNet layers for each gated full-attention layer.
+ * does, or written with --mtp as its default does: one more full-attention
+ * layer blk.N and its nextn.* tensors): three Gated DeltaNet layers for
+ * each gated full-attention layer.
  * Not a converter: nothing here reads real weights.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -275,6 +277,7 @@ typedef struct random_model_args {
     const char *preset, *out, *dtype_s, *format, *tok_dir, *tok_pre;
     int layers, vocab, experts;  /* 0: the preset's */
     uint64_t seed;
+    bool mtp;
 } random_model_args;
 
 #define A(f) offsetof(random_model_args, f)
@@ -299,6 +302,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "routed experts of a mixture-of-experts preset (default: the preset's; experts per\n"
              "token at most N): a small file of the same layout, for tests"},
     {"--seed", NULL, CLI_OPT_U64, A(seed), .value = "S", .help = "random seed (default 1)"},
+    {"--mtp", NULL, CLI_OPT_FLAG, A(mtp),
+     .help = "Qwen3.5 presets: write the multi-token-prediction block (one more full-attention layer\n"
+             "and its nextn.* tensors, nextn_predict_layers 1), as llama.cpp's converter does by default"},
     {"--tokenizer", NULL, CLI_OPT_STRING, A(tok_dir), .value = "DIR",
      .help = "a real byte-level BPE tokenizer (DIR/tokenizer.json, e.g. Qwen3's): copied into\n"
              "the folder, or written as tokenizer.ggml.* metadata; without it a GGUF is llama.cpp's\n"
@@ -311,7 +317,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
-             "       [--layers N] [--vocab N] [--experts N] [--seed S]\n",
+             "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
 };
@@ -356,6 +362,10 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: the %s preset is written as GGUF only\n", p->name);
         return CLI_USAGE;
     }
+    if (args.mtp && p->attn_interval == 0) {
+        fprintf(stderr, "error: --mtp: the %s preset has no multi-token-prediction block\n", p->name);
+        return CLI_USAGE;
+    }
     if (hf && dt == PDL_DTYPE_Q8_0) {
         fprintf(stderr, "error: safetensors has no Q8_0: use --dtype f32, f16 or bf16 with --format hf\n");
         return CLI_USAGE;
@@ -364,7 +374,8 @@ int cli_make_random_model(int argc, char **argv) {
     g_seed = args.seed;
     fp16_init();
     /* the tensor list, under both names */
-    g_names = calloc((size_t)(3 + 20 * L), sizeof *g_names); /* at most 19 a layer (qwen35moe's linear layers) */
+    int M = args.mtp ? 1 : 0; /* the MTP block: layer L, and 4 tensors of its own */
+    g_names = calloc((size_t)(3 + 20 * (L + M) + 4 * M), sizeof *g_names); /* at most 19 a layer */
     if (!g_names) return CLI_FAIL;
     g_n_names = 0;
     int64_t qd = (int64_t)p->heads * p->head_dim, kd = (int64_t)p->kv_heads * p->head_dim;
@@ -406,7 +417,7 @@ int cli_make_random_model(int argc, char **argv) {
             tn->vector = items[i].vec;
         }
     }
-    for (int l = 0; p->attn_interval > 0 && l < L; l++) {
+    for (int l = 0; p->attn_interval > 0 && l < L + M; l++) {
         /* Qwen3.5, in GGUF's names and llama.cpp's converter's layout (shapes outermost first, as the other
          * lists; GGUF stores them reversed). Full-attention layers: attn_q holds per head the query then its
          * output gate (2 * heads * head_dim rows). Linear layers: attn_qkv is q, k, v before the convolution
@@ -415,7 +426,7 @@ int cli_make_random_model(int argc, char **argv) {
         int64_t H = p->hidden, kd_lin = (int64_t)p->lin_k_heads * p->lin_head_dim;
         int64_t vd_lin = (int64_t)p->lin_v_heads * p->lin_head_dim, conv_dim = 2 * kd_lin + vd_lin;
         int64_t E = p->n_experts, F = p->ffn_expert, S = p->ffn_shared, NV = p->lin_v_heads;
-        bool full = (l + 1) % p->attn_interval == 0;
+        bool full = (l + 1) % p->attn_interval == 0 || l == L;
         struct {
             const char *gs;
             int64_t d0, d1, d2;
@@ -458,6 +469,17 @@ int cli_make_random_model(int argc, char **argv) {
             tn->n_dims = all[i].d2 ? 3 : all[i].d1 ? 2 : 1;
             tn->shape[0] = all[i].d0, tn->shape[1] = all[i].d1, tn->shape[2] = all[i].d2;
             tn->vector = all[i].vec;
+        }
+        if (l == L) { /* the MTP block's input projection over [embedding, hidden] and its norms */
+            char n[64];
+            int64_t H2 = 2 * H;
+            snprintf(n, sizeof n, "blk.%d.nextn.eh_proj.weight", l);
+            ADD(n, n, H, H2, false);
+            static const char *const norms[3] = {"enorm", "hnorm", "shared_head_norm"};
+            for (int i = 0; i < 3; i++) {
+                snprintf(n, sizeof n, "blk.%d.nextn.%s.weight", l, norms[i]);
+                ADD(n, n, H, 0, true);
+            }
         }
     }
     for (int l = 0; p->n_experts == 0 && p->attn_interval == 0 && l < L; l++) {
@@ -532,7 +554,8 @@ int cli_make_random_model(int argc, char **argv) {
         gguf_out_str(g, "general.architecture", p->arch);
         gguf_out_str(g, "general.name", p->name);
 #define K(s) (snprintf(key, sizeof key, "%s.%s", p->arch, s), key)
-        gguf_out_u32(g, K("block_count"), (uint32_t)L);
+        gguf_out_u32(g, K("block_count"), (uint32_t)(L + M));
+        if (M) gguf_out_u32(g, K("nextn_predict_layers"), (uint32_t)M);
         gguf_out_u32(g, K("context_length"), (uint32_t)(p->context ? p->context : 40960));
         gguf_out_u32(g, K("embedding_length"), (uint32_t)p->hidden);
         if (p->ffn) gguf_out_u32(g, K("feed_forward_length"), (uint32_t)p->ffn);

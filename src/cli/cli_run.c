@@ -280,7 +280,8 @@ static const cli_option RUN_OPTIONS[] = {
     {"--speculative-config", NULL, CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_spec_config,
      .help = "speculative decoding, vLLM's spelling: {\"method\": \"ngram\",\n"
              "\"num_speculative_tokens\": 4, \"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5}\n"
-             "or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}"},
+             "or {\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}, or {\"method\": \"mtp\",\n"
+             "\"num_speculative_tokens\": 2} (the model's own multi-token-prediction block: Qwen3.5)"},
     {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos), .help = "keep generating after the end-of-sequence token"},
     {"--reasoning-parser", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_reasoning_parser,
      .help = "qwen3|deepseek_r1: a reasoning model's thinking block apart from the\n"

@@ -170,7 +170,8 @@ static const cli_option SERVE_OPTIONS[] = {
     {"--speculative-config", NULL, CLI_OPT_CUSTOM, 0, .value = "JSON", .parse = parse_spec_config,
      .help = "{\"method\": \"ngram\", \"num_speculative_tokens\": 4,\n"
              "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or\n"
-             "{\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4}"},
+             "{\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4} or\n"
+             "{\"method\": \"mtp\", \"num_speculative_tokens\": 2} (the model's own MTP block: Qwen3.5)"},
     {"--max-body", NULL, CLI_OPT_SIZE, O(max_body), .value = "SIZE",
      .help = "request body limit (default 4MiB; larger bodies get 413)"},
     {"--shutdown-grace", NULL, CLI_OPT_CUSTOM, 0, .value = "SECONDS", .parse = parse_shutdown_grace,

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/huge_alloc.h"
 
@@ -67,8 +68,11 @@ static int state_slots(pdl_engine *e, size_t mem, size_t *left, pdl_error *err) 
     return (int)(live + snap);
 }
 
+/* The cache keeps K/V of the model's MTP block too (spec_mtp.h). */
+static bool with_mtp(const pdl_engine *e) { return e->opts.spec_method == PDL_SPEC_MTP && e->model->cfg.mtp_loaded; }
+
 static int pool_blocks(pdl_engine *e, size_t *mem_out, int *n_slots, pdl_error *err) {
-    size_t block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
+    size_t block_bytes = kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size, with_mtp(e));
     size_t mem = e->opts.kv_cache_memory;
     if (mem == 0) {
         size_t avail = huge_available_memory() / 2, cap = (size_t)4 << 30;
@@ -134,7 +138,7 @@ int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine
     int n_blocks = rc ? -1 : pool_blocks(e, &mem, &n_slots, err);
     if (n_blocks < 0) rc = -1;
     if (rc == 0)
-        rc = pdl_kv_cache_create_hybrid(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, n_slots, err);
+        rc = kv_cache_create(&e->kv, model, e->opts.kv_dtype, e->opts.block_size, n_blocks, n_slots, with_mtp(e), err);
     if (rc == 0) rc = settle_model_len(e, mem, err);
     if (rc == 0) rc = bpool_init(&e->pool, n_blocks, e->opts.block_size, !e->opts.no_prefix_caching, err);
     if (rc == 0) rc = spool_init(&e->states, n_slots, &e->pool, err);
@@ -148,6 +152,7 @@ int pdl_engine_create(pdl_engine **out, const pdl_model *model, const pdl_engine
                            .state_chunk = info.state_chunk,
                            .snapshot_interval = e->opts.state_snapshot_interval};
         rc = sched_init(&e->sched, &sc, &e->pool, e->kv, &e->states, err);
+        if (rc == 0) spec_attach(&e->spec, e->kv, &e->sched);
     }
     if (rc == 0) {
         switch (e->opts.logits_mode) {
@@ -178,6 +183,7 @@ void eng_seq_free(eng_seq *q) {
     free(q->tokens);
     free(q->cache.blocks);
     free(q->spec.blocks);
+    free(q->spec.mtp_hidden);
     free(q->cache.block_hashes);
     free(q->text.held);
     free(q->text.out);
@@ -277,6 +283,7 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
     bool inside = r->params.reasoning.enabled && r->params.reasoning.starts_inside;
     q->sampling.think = (eng_think){.inside = inside, .decided = inside};
     q->logprobs.prompt_next = 1;
+    q->spec.mtp_pos = -1;
     q->cache.canon_last = -1;
     q->cache.n_cached_prompt = -1;
     q->cache.state_slot = -1;
@@ -311,7 +318,7 @@ void pdl_engine_get_stats(const pdl_engine *e, pdl_engine_stats *st) {
     st->prompt_tokens = e->prompt_tokens;
     st->generation_tokens = e->generation_tokens;
     st->selective_logits = e->selective;
-    st->kv_block_bytes = pdl_kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size);
+    st->kv_block_bytes = kv_cache_block_bytes(e->model, e->opts.kv_dtype, e->opts.block_size, with_mtp(e));
     if (e->states.n_slots > 0) {
         pdl_model_info info;
         pdl_model_get_info(e->model, &info);

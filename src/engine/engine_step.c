@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "engine/engine_internal.h"
+#include "model/context.h"
 #include "model/model.h"
 
 void eng_finish(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause) {
@@ -250,7 +251,13 @@ static int propose_drafts(pdl_engine *e, pdl_error *err) {
         e->cap_max_lens = e->n_seqs;
     }
     for (int i = 0; i < e->n_seqs; i++) e->max_lens[i] = eng_max_len(e, e->seqs[i]);
-    return spec_propose(&e->spec, e->seqs, e->max_lens, e->n_seqs, err);
+    if (spec_propose(&e->spec, e->seqs, e->max_lens, e->n_seqs, err)) return -1;
+    for (int i = 0; e->opts.on_drafts && i < e->n_seqs; i++) {
+        const eng_seq *q = e->seqs[i];
+        if (q->spec.n_draft > 0)
+            e->opts.on_drafts(q->req->id, q->index, q->n_tokens, q->spec.draft, q->spec.n_draft, e->opts.on_drafts_user);
+    }
+    return 0;
 }
 
 static double mono_s(void) {
@@ -301,8 +308,13 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
     /* update: each entry from its logits rows */
     if (rc == 0 && plan.n_entries > 0) {
         e->steps++;
-        for (int k = 0; rc == 0 && k < plan.n_entries; k++)
-            rc = update_entry(e, &plan.entries[k], runner_entry_rows(&e->runner, k), err);
+        for (int k = 0; rc == 0 && k < plan.n_entries; k++) {
+            /* the MTP drafter follows the rows the entry keeps (spec_mtp.h) */
+            if (spec_note_rows(&e->spec, plan.entries[k].seq, e->runner.batch.cu_seqlens[k], plan.entries[k].start))
+                rc = err_fail(err, "engine: out of memory");
+            if (rc == 0) rc = update_entry(e, &plan.entries[k], runner_entry_rows(&e->runner, k), err);
+        }
+        if (rc == 0) rc = spec_absorb(&e->spec, model_forward_hidden(e->runner.ctx), err);
         if (rc == 0 && e->spec.method != PDL_SPEC_NONE) {
             /* tokens beyond one per decode: what the drafts gained */
             int extra = (int)(e->generation_tokens - gen0) - plan.n_decode;

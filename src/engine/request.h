@@ -113,6 +113,8 @@ typedef struct eng_seq_spec {
     int32_t *blocks;            /* [n_blocks] the draft model's block table */
     int n_blocks, cap_blocks;
     int computed;               /* tokens with K/V in the draft model's cache */
+    float *mtp_hidden;          /* [hidden] the MTP block's output at mtp_pos (spec_mtp.h), or NULL */
+    int mtp_pos;                /* -1: none kept */
 } eng_seq_spec;
 
 /* Logprobs due (engine_output.c). */

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/scheduler.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -61,7 +62,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     memset(s, 0, sizeof *s);
     s->method = o->spec_method;
     if (s->method == PDL_SPEC_NONE) return 0;
-    if (s->method != PDL_SPEC_NGRAM && s->method != PDL_SPEC_DRAFT_MODEL)
+    if (s->method != PDL_SPEC_NGRAM && s->method != PDL_SPEC_DRAFT_MODEL && s->method != PDL_SPEC_MTP)
         return err_fail(err, "speculative decoding: unknown method %d", (int)s->method);
     s->k = o->num_speculative_tokens;
     if (s->k < 1 || s->k > PDL_MAX_SPEC_TOKENS)
@@ -79,6 +80,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
     s->state_chunk = info.state_chunk;
     s->state_max_rows = info.state_max_rows;
     if (s->method == PDL_SPEC_NGRAM) return 0;
+    if (s->method == PDL_SPEC_MTP) return mtp_init(&s->mtp, target, block_size, err);
     s->draft = o->draft_model;
     if (!s->draft) return err_fail(err, "speculative decoding: the draft-model method needs a draft model");
     if (s->draft->cfg.n_rec_layers > 0)
@@ -98,6 +100,7 @@ int spec_init(spec_state *s, const pdl_engine_options *o, const pdl_model *targe
 }
 
 void spec_free(spec_state *s) {
+    if (s->method == PDL_SPEC_MTP) mtp_free(&s->mtp);
     pdl_context_free(s->draft_ctx);
     pdl_kv_cache_free(s->kv);
     if (s->pool.blocks) bpool_free(&s->pool);
@@ -106,7 +109,20 @@ void spec_free(spec_state *s) {
     memset(s, 0, sizeof *s);
 }
 
+void spec_attach(spec_state *s, pdl_kv_cache *kv, sched *sc) {
+    if (s->method == PDL_SPEC_MTP) mtp_attach(&s->mtp, kv, sc);
+}
+
+int spec_note_rows(spec_state *s, eng_seq *q, int row0, int start) {
+    return s->method == PDL_SPEC_MTP ? mtp_note_rows(&s->mtp, q, row0, start) : 0;
+}
+
+int spec_absorb(spec_state *s, const float *hidden, pdl_error *err) {
+    return s->method == PDL_SPEC_MTP ? mtp_absorb(&s->mtp, hidden, err) : 0;
+}
+
 void spec_release(spec_state *s, eng_seq *q) {
+    if (s->method == PDL_SPEC_MTP) mtp_forget(&s->mtp, q);
     if (q->spec.n_blocks) bpool_release_all(&s->pool, q->spec.blocks, q->spec.n_blocks);
     q->spec.n_blocks = 0;
     q->spec.computed = 0;
@@ -135,7 +151,7 @@ static int grow_logits(spec_state *s, int seqs) {
     return 0;
 }
 
-static int32_t argmax(const float *x, int n) {
+int32_t spec_argmax(const float *x, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -165,7 +181,7 @@ static int draft_step(spec_state *s, eng_seq **qs, const int *upto, int n, int32
     if (pdl_forward(s->draft_ctx, s->kv, &b, s->logits, err)) return err_fail_prefix(err, "draft model");
     for (int i = 0; i < n; i++) {
         qs[i]->spec.computed = upto[i] + 1;
-        next[i] = argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
+        next[i] = spec_argmax(s->logits + (size_t)i * (size_t)s->draft->cfg.vocab, s->draft->cfg.vocab);
     }
     return 0;
 }
@@ -271,7 +287,8 @@ int spec_propose(spec_state *s, eng_seq **seqs, const int *max_len, int n, pdl_e
             m++;
         }
     }
-    int rc = m ? draft_model_propose(s, cand, want, m, err) : 0;
+    int rc = m == 0 ? 0 : s->method == PDL_SPEC_MTP ? mtp_propose(&s->mtp, cand, want, m, err)
+                                                    : draft_model_propose(s, cand, want, m, err);
     free(cand), free(want);
     return rc;
 }

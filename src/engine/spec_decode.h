@@ -7,7 +7,8 @@
  * draft model (a second, smaller model with the same vocabulary, with its
  * own paged KV; it drafts greedily, k forwards per step batched over the
  * speculating sequences, and its cache follows the target's accepted
- * length). The engine verifies the drafts in the normal packed batch: a
+ * length), and the model's own multi-token-prediction block (vLLM's
+ * "mtp", spec_mtp.h). The engine verifies the drafts in the normal packed batch: a
  * speculating sequence gets k + 1 rows, all of them logits rows.
  *
  * Verification (in engine_step.c): the drafts are one-hot proposals (n-gram, and
@@ -49,6 +50,7 @@
 #include "engine/batch_builder.h"
 #include "engine/block_pool.h"
 #include "engine/request.h"
+#include "engine/spec_mtp.h"
 #include "pagedlm.h"
 
 /* The n-gram proposer on its own (pure; tested): the longest n in
@@ -56,6 +58,9 @@
  * tokens[0 .. n_tokens), its earliest occurrence, and up to k tokens that
  * followed it. Returns how many were written to out. */
 int spec_ngram_propose(const int32_t *tokens, int n_tokens, int lookup_min, int lookup_max, int k, int32_t *out);
+
+/* The greedy draft of a row of logits: the first largest. */
+int32_t spec_argmax(const float *x, int n);
 
 /* Drafts at most, of k wanted, for a hybrid model's sequence whose first
  * draft sits at position `first` (its n_tokens): none at a position p with
@@ -76,6 +81,8 @@ typedef struct spec_state {
     batch_builder bb;           /* the draft model's batch: one segment per speculating sequence */
     float *logits;              /* [seqs][draft vocab] */
     int logits_cap;
+    /* the model's MTP block (spec_mtp.h) */
+    spec_mtp mtp;
     /* the cost model: moving averages over decode-only steps */
     double t_plain, t_spec;     /* seconds per step without / with drafts */
     double gain;                /* tokens per speculating sequence per step */
@@ -107,6 +114,14 @@ void spec_verified(spec_state *s, eng_seq *seq, int accepted);
  * decoded, whether any sequence had drafts, and how many tokens the
  * speculating sequences emitted (n_spec of them). */
 void spec_step_done(spec_state *s, double seconds, bool decode_only, bool drafted, int spec_tokens, int n_spec);
+
+/* MTP drafting (spec_mtp.h; nothing for other methods): the engine's
+ * cache and scheduler, once made; a step's entry about to be updated
+ * (its rows from batch row row0, position start); the step's updates
+ * done, hidden the forward's final hidden states. */
+void spec_attach(spec_state *s, pdl_kv_cache *kv, struct sched *sc);
+int spec_note_rows(spec_state *s, eng_seq *seq, int row0, int start);
+int spec_absorb(spec_state *s, const float *hidden, pdl_error *err);
 
 /* The sequence left the running set (finished, aborted, preempted):
  * its draft-model blocks go back. */

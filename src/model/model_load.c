@@ -506,7 +506,10 @@ static int take_mtp(pdl_model *m, const pdl_tensor_set *set, const char *hf_pref
     int n = c->n_layers;
     if (hf_prefix) snprintf(name, sizeof name, "mtp.fc.weight");
     else snprintf(name, sizeof name, "blk.%d.nextn.eh_proj.weight", n);
-    if (c->n_mtp_layers <= 0 || !tensor_set_find(set, name)) return 0;
+    if (!tensor_set_find(set, name)) return 0;
+    /* Qwen3-Next's config may not count the block its folder holds */
+    if (hf_prefix && c->n_mtp_layers <= 0) c->n_mtp_layers = 1;
+    if (c->n_mtp_layers <= 0) return 0;
     pdl_model_weights *w = &m->w;
     if (model_take_tensor(set, name, true, where, &w->mtp_fc, err)) return -1;
     static const char *const hf_norms[3] = {"mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight",
@@ -1241,4 +1244,5 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->state_bytes = kv_state_slot_bytes(&m->cfg);
     info->state_chunk = m->cfg.n_rec_layers > 0 ? PDL_STATE_CHUNK : 0;
     info->state_max_rows = m->cfg.n_rec_layers > 0 ? PDL_STATE_RING - m->cfg.lin_conv : 0;
+    info->n_mtp_layers = m->cfg.mtp_loaded ? 1 : 0;
 }

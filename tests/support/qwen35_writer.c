@@ -112,17 +112,9 @@ static void free_layer(q35_layer *L) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(*all[i]), *all[i] = NULL;
 }
 
-/* The MTP block's weights: made from their own seed when a file is written,
- * so adding the block changes no other weight and both files hold the same.
- * Not in q35_weights: no forward reads them. */
-typedef struct mtp_w {
-    q35_layer layer;
-    float *fc, *enorm, *hnorm, *norm;
-} mtp_w;
-
-static mtp_w make_mtp(const q35_spec *s, uint64_t seed) {
-    mtp_w m = {0};
-    q35_rng = seed ^ 0xA5A5A5A5DEADBEEFull;
+q35_mtp q35_make_mtp(const q35_spec *s, const q35_weights *w) {
+    q35_mtp m = {0};
+    q35_rng = w->seed ^ 0xA5A5A5A5DEADBEEFull;
     make_layer(s, &m.layer, false);
     int H = s->hidden;
     m.fc = mat((size_t)H, (size_t)2 * H);
@@ -130,7 +122,7 @@ static mtp_w make_mtp(const q35_spec *s, uint64_t seed) {
     return m;
 }
 
-static void free_mtp(mtp_w *m) {
+void q35_free_mtp(q35_mtp *m) {
     free_layer(&m->layer);
     free(m->fc), free(m->enorm), free(m->hnorm), free(m->norm);
 }
@@ -372,13 +364,13 @@ void q35_write_hf(const q35_spec *s, const q35_weights *w, const char *dir) {
     stw_add_f32(st, name, 1, (int64_t[]){H}, w->final_norm);
     if (!s->tied) stw_add_f32(st, "lm_head.weight", 2, (int64_t[]){s->vocab, H}, w->lm_head);
     if (s->mtp_layers > 0) {
-        mtp_w m = make_mtp(s, w->seed);
+        q35_mtp m = q35_make_mtp(s, w);
         stw_add_f32(st, "mtp.fc.weight", 2, (int64_t[]){H, 2 * H}, m.fc);
         stw_add_f32(st, "mtp.pre_fc_norm_embedding.weight", 1, (int64_t[]){H}, m.enorm);
         stw_add_f32(st, "mtp.pre_fc_norm_hidden.weight", 1, (int64_t[]){H}, m.hnorm);
         stw_add_f32(st, "mtp.norm.weight", 1, (int64_t[]){H}, m.norm);
         hf_layer(st, s, &m.layer, "mtp.layers.0");
-        free_mtp(&m);
+        q35_free_mtp(&m);
     }
     /* one tensor of the vision tower (Qwen3-Next has none) */
     float vis[16];
@@ -600,7 +592,7 @@ void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
         /* _Qwen35MtpMixin: mtp.layers.0.* becomes layer n_layers; fc,
          * pre_fc_norm_embedding, pre_fc_norm_hidden and norm its nextn.*
          * tensors (their norms + 1 as every norm but the gated one) */
-        mtp_w m = make_mtp(s, w->seed);
+        q35_mtp m = q35_make_mtp(s, w);
         int blk = s->layers;
         gguf_layer(s, gw, &m.layer, blk);
         char n[128];
@@ -614,7 +606,7 @@ void q35_write_gguf(const q35_spec *s, const q35_weights *w, const char *path) {
             g_f32(gw, n, 1, (int64_t[]){H}, t);
             free(t);
         }
-        free_mtp(&m);
+        q35_free_mtp(&m);
     }
     REQUIRE_MSG(gguf_writer_write(gw, path) == 0, "cannot write %s", path);
     gguf_writer_free(gw);

@@ -98,7 +98,7 @@ typedef struct q35_weights {
     float *final_norm; /* [hidden] applied as 1 + w */
     float *lm_head;    /* [vocab][hidden]; NULL when tied (the embedding is the head) */
     q35_layer *l;      /* [layers] */
-    uint64_t seed;     /* what the MTP block's weights (written, never read) are made from */
+    uint64_t seed;     /* what the MTP block's weights are made from (q35_make_mtp) */
 } q35_weights;
 
 /* The tiny shapes the reference tests use: hidden 64, 8 layers (6 linear,
@@ -120,6 +120,18 @@ int q35_rope_dim(const q35_spec *s);
  * heads (some forget within a few positions, some keep a state over more
  * than a 64-position chunk). */
 q35_weights q35_make_weights(const q35_spec *s, uint64_t seed);
+
+/* The MTP block's weights (spec.mtp_layers): made from the weights' seed
+ * when a file is written, so adding the block changes no other weight and
+ * both files hold the same. fc is [hidden][2 * hidden] over [embedding,
+ * hidden]; the norms are applied as 1 + w; its layer is a full-attention
+ * layer of the spec's kind (experts with moe). */
+typedef struct q35_mtp {
+    q35_layer layer;
+    float *fc, *enorm, *hnorm, *norm;
+} q35_mtp;
+q35_mtp q35_make_mtp(const q35_spec *s, const q35_weights *w);
+void q35_free_mtp(q35_mtp *m);
 void q35_free_weights(const q35_spec *s, q35_weights *w);
 
 /* dir/config.json and dir/model.safetensors (dir must exist). */
