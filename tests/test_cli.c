@@ -413,7 +413,7 @@ static void test_help_lists_every_option(void) {
         "--kv-cache-memory", "--logits", "-h, --help"};
     static const char *const bench_options[] = {
         "-m, --model", "-p LIST", "-n N", "-r N", "--batch", "-t, --threads", "--logits", "--kv-cache-dtype",
-        "--roofline", "--spec-ngram", "--spec-model", "--spec-k", "--spec-temp", "--json", "--csv", "-h, --help"};
+        "--roofline", "--spec-ngram", "--spec-model", "--spec-mtp", "--spec-k", "--spec-temp", "--json", "--csv", "-h, --help"};
     cmd_result r = test_pagedlm("run --help");
     CHECK_EQ_INT(r.status, 0);
     for (size_t i = 0; i < sizeof run_options / sizeof run_options[0]; i++)
@@ -445,6 +445,9 @@ static void test_bad_option_values_exit_2_naming_the_option(void) {
         {"serve -m x --port 70000", "--port expects an integer in [0, 65535], got '70000'"},
         {"serve -m x --grammar-timeout 0", "--grammar-timeout must be positive"},
         {"chat -m x --top-p -0.5", "--top-p must be in [0, 1]"},
+        {"run -m x -p y --speculative-config '{\"method\": \"mtp\", \"model\": \"d\", \"num_speculative_tokens\": 2}'",
+         "method 'mtp' does not take a model"},
+        {"run -m x -p y --speculative-config '{\"method\": \"mtp\"}'", "num_speculative_tokens must be in [1, 16]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cmd_result r = test_pagedlm(cases[i].args);
@@ -452,6 +455,18 @@ static void test_bad_option_values_exit_2_naming_the_option(void) {
         CHECK_MSG(strstr(r.err, cases[i].message) != NULL, "%s: got '%s'", cases[i].args, r.err);
         test_free_result(&r);
     }
+}
+
+/* The MTP method on a model without the block: a clear error, status 1. */
+static void test_mtp_speculation_needs_the_models_block(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    snprintf(args, sizeof args, "run -m '%s' -p 'Once' -n 4 --speculative-config "
+             "'{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'", model);
+    cmd_result r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "multi-token-prediction block");
+    test_free_result(&r);
+    free(model);
 }
 
 int main(void) {
@@ -466,6 +481,7 @@ int main(void) {
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_help_lists_every_option);
     RUN(test_bad_option_values_exit_2_naming_the_option);
+    RUN(test_mtp_speculation_needs_the_models_block);
     RUN(test_missing_or_bad_model_exits_1);
     RUN(test_context_past_the_models_own_needs_an_explicit_override);
     RUN(test_out_of_range_token_is_an_error);

@@ -13,7 +13,9 @@
  * prompt (started from a state snapshot; the cached token count shows the
  * hit) and where a prefix shared by two earlier prompts ends, as the second of n = 2 sequences (the state copied at the fork),
  * next to aborted requests (whose slots are freed), and under n-gram
- * speculative decoding; the KV budget covers blocks and state slots.
+ * speculative decoding and MTP speculation (its drafts checked against the
+ * block's own chain, and under preemption); the KV budget covers blocks and
+ * state slots.
  */
 #include <string.h>
 
@@ -407,13 +409,18 @@ static void test_logits_are_the_same_bytes_alone_in_a_batch_and_at_any_chunk_siz
  * bytes it gets alone. Two live slots in half the budget (and one snapshot
  * slot with caching), the rest blocks; each request needs two thirds of
  * the blocks. */
-static void check_preemption(bool caching) {
+static void check_preemption(bool caching, bool mtp) {
     enum { N = 4, OUT = 40 };
     pdl_model_info info;
     pdl_model_get_info(g_model, &info);
-    size_t block = pdl_kv_cache_block_bytes(g_model, PDL_KV_F32, 16);
+    size_t block = kv_cache_block_bytes(g_model, PDL_KV_F32, 16, mtp);
     pdl_engine_options o = base_options();
     o.no_prefix_caching = !caching;
+    if (mtp) { /* its drafts' blocks are reserved from the same small pool */
+        o.spec_method = PDL_SPEC_MTP;
+        o.num_speculative_tokens = 3;
+        o.spec_no_pause = true;
+    }
     o.max_num_seqs = 2;
     o.kv_cache_memory = (caching ? 5 : 4) * info.state_bytes;
     o.state_snapshot_slots = 1;
@@ -441,6 +448,7 @@ static void check_preemption(bool caching) {
     pdl_engine_stats st;
     pdl_engine_get_stats(e, &st);
     CHECK_MSG(st.preemptions > 0, "the pool was meant to force preemption");
+    if (mtp) CHECK_MSG(st.spec_draft_tokens > 0, "no MTP drafts were verified");
     CHECK_EQ_INT(st.kv_blocks_total, n_blocks);
     CHECK_EQ_INT(st.state_slots_total, caching ? 3 : 2); /* no snapshots without prefix caching */
     if (caching)
@@ -450,15 +458,18 @@ static void check_preemption(bool caching) {
     pdl_engine_free(e);
     for (int k = 0; k < N; k++) {
         char what[64];
-        snprintf(what, sizeof what, "request %d after preemption (caching %d)", k, caching);
+        snprintf(what, sizeof what, "request %d after preemption (caching %d, MTP %d)", k, caching, mtp);
         check_same_seq(&alone[k].seq[0], &together[k].seq[0], what);
         out_free(&alone[k]), out_free(&together[k]);
     }
     free(prompts);
 }
 
-static void test_preemption_recomputes_and_output_is_unchanged(void) { check_preemption(false); }
-static void test_preemption_with_prefix_caching_restores_and_output_is_unchanged(void) { check_preemption(true); }
+static void test_preemption_recomputes_and_output_is_unchanged(void) { check_preemption(false, false); }
+static void test_preemption_with_prefix_caching_restores_and_output_is_unchanged(void) { check_preemption(true, false); }
+/* the same under MTP speculation: its K/V and reserved draft blocks go and
+ * come back with the sequence's */
+static void test_mtp_preemption_with_prefix_caching_output_is_unchanged(void) { check_preemption(true, true); }
 
 /* A cached prefix starts from the state snapshot at the last cached block
  * that has one: the logits are the bytes of the cold run, and the cached
@@ -928,6 +939,7 @@ int main(void) {
     RUN(test_aborts_free_their_state_slots);
     RUN(test_ngram_speculation_equals_plain_decoding);
     RUN(test_mtp_speculation_equals_plain_decoding_and_drafts_the_chain);
+    RUN(test_mtp_preemption_with_prefix_caching_output_is_unchanged);
     pdl_model *without = load_tiny_qwen35(false, false, &err);
     REQUIRE_MSG(without != NULL, "%s", err.message);
     test_mtp_needs_the_block(without);

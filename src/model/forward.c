@@ -8,7 +8,8 @@
  * kind, where a block's norms sit, multipliers, soft-caps, activation,
  * experts, gated attention) are read from pdl_model_config; there is one
  * code path for all of them (a mixture-of-experts MLP is moe.c's, a hybrid
- * model's Gated DeltaNet layers deltanet.c's, in the same block).
+ * model's Gated DeltaNet layers deltanet.c's, in the same block). The MTP
+ * block (model_forward_mtp) runs its one layer through the same code.
  */
 #include <math.h>
 #include <stdatomic.h>
