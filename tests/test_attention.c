@@ -9,8 +9,10 @@
  * queries are in its call. Checked with memcmp over head sizes that take the
  * register-tiled AVX-512 path (64, 128, 256, 48) and one that does not (40),
  * block sizes of 16 and 48 (tiled) and 8 (portable body), F16 and F32
- * caches, windows, soft-caps, positions that straddle tiles and blocks, and
- * calls of 1 to 40 queries (more than one tile and more than 16 queries).
+ * caches, windows, soft-caps, attention sinks (none, or one logit per
+ * query), positions that straddle tiles and blocks, and calls of 1 to 40
+ * queries (more than one tile and more than 16 queries); the results also
+ * against a float64 attention (sinks in its denominator).
  */
 #include <math.h>
 #include <stdbool.h>
@@ -53,11 +55,11 @@ static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
 }
 
 /* One query over keys [first, last] in float64 (softmax of the scaled,
- * soft-capped dot products, then the values): the largest difference from
- * got. */
-static double ref_range(const float *q, const float *got, int hd, int kv_head, double scale, double cap, int first,
-                        int last, const pdl_attn_kv *kv) {
-    double s[512], mx = -INFINITY, z = 0, d = 0;
+ * soft-capped dot products and, when sink is given, one more logit that
+ * takes no value, then the values): the largest difference from got. */
+static double ref_range(const float *q, const float *got, int hd, int kv_head, double scale, double cap,
+                        const float *sink, int first, int last, const pdl_attn_kv *kv) {
+    double s[512], mx = sink ? *sink : -INFINITY, z = 0, d = 0;
     for (int j = first; j <= last; j++) {
         double a = 0;
         for (int e = 0; e < hd; e++) a += q[e] * kv_at(kv, hd, j, kv_head * hd + e, false);
@@ -67,6 +69,7 @@ static double ref_range(const float *q, const float *got, int hd, int kv_head, d
         mx = fmax(mx, a);
     }
     for (int j = first; j <= last; j++) z += s[j - first] = exp(s[j - first] - mx);
+    if (sink) z += exp(*sink - mx); /* the sink joins the denominator and takes no value */
     for (int e = 0; e < hd; e++) {
         double o = 0;
         for (int j = first; j <= last; j++) o += s[j - first] / z * kv_at(kv, hd, j, kv_head * hd + e, true);
@@ -102,6 +105,11 @@ static void check_head_dim(int hd, int BSZ) {
         int windows[] = {0, 37};
         float caps[] = {0.0f, 0.7f};
         int counts[] = {1, 2, 3, 5, 16, 40}; /* every value tile height, 1 to 6 queries */
+        /* attention sinks (gpt-oss): none, or one logit per query around the
+         * scores' size, so that it takes a large share of some softmaxes */
+        float sinkv[NQ];
+        for (int i = 0; i < NQ; i++) sinkv[i] = 3.0f * frand();
+        for (int si = 0; si < 2; si++)
         for (int wi = 0; wi < 2; wi++)
             for (int ci = 0; ci < 2; ci++)
                 for (int k = 0; k < 6; k++) {
@@ -113,17 +121,21 @@ static void check_head_dim(int hd, int BSZ) {
                         outs[i] = got + (size_t)i * hd;
                         qs[i] = q + (size_t)i * hd;
                     }
-                    attn_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
-                    for (int i = 0; i < nq; i++)
-                        attn_head(want + (size_t)i * hd, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi],
-                                  &kv, scratch);
+                    const float *sk = si ? sinkv : NULL;
+                    attn_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv, scratch);
+                    for (int i = 0; i < nq; i++) {
+                        float *wi_out = want + (size_t)i * hd;
+                        if (sk) attn_queries(&wi_out, &qs[i], &pos[i], 1, hd, 1, 0.3f, caps[ci], sk + i, windows[wi], &kv,
+                                             scratch);
+                        else attn_head(wi_out, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi], &kv, scratch);
+                    }
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from one at a time", hd,
                               BSZ, f16, windows[wi], caps[ci], nq);
                     /* the portable body (the reference order) gives the same bytes */
                     float *outw[NQ];
                     for (int i = 0; i < nq; i++) outw[i] = want + (size_t)i * hd;
-                    attn_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                    attn_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
@@ -131,7 +143,7 @@ static void check_head_dim(int hd, int BSZ) {
                      * took the best: AVX-512 or NEON; AVX2 has its own 8-lane tiles) */
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
                         if (!cpu_isa_supported(simd_builds[bi].isa)) continue;
-                        simd_builds[bi].fn(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], windows[wi], &kv, scratch);
+                        simd_builds[bi].fn(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv, scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                                   "head_dim %d block %d f16 %d window %d cap %g: %d queries: %s build differs", hd,
                                   BSZ, f16, windows[wi], caps[ci], nq, cpu_isa_name(simd_builds[bi].isa));
@@ -143,31 +155,39 @@ static void check_head_dim(int hd, int BSZ) {
                     for (int i = 0; i < nq; i++)
                         first[i] = windows[wi] && pos[i] - windows[wi] + 1 > 0 ? pos[i] - windows[wi] + 1 : 0,
                         last[i] = pos[i];
-                    attn_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    attn_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], sk, &kv, scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d: causal ranges differ from attn_queries", hd, BSZ);
+                    for (int i = 0; i < nq; i++) { /* the causal results against float64 too */
+                        double d = ref_range(qs[i], outs[i], hd, 1, 0.3, caps[ci], sk ? sk + i : NULL, first[i],
+                                             last[i], &kv);
+                        CHECK_MSG(d < 1e-5, "head_dim %d block %d sink %d query %d causal: %.3g from float64", hd,
+                                  BSZ, si, i, d);
+                        if (d >= 1e-5) break;
+                    }
                     for (int i = 0; i < nq; i++) { /* spans reaching up to 20 keys past the row, down to 9 before */
                         last[i] = pos[i] + (i * 7) % 21;
                         if (last[i] >= NPOS) last[i] = NPOS - 1;
                         int span_first = pos[i] - (i * 5) % 10;
                         if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
                     }
-                    attn_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                    attn_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, caps[ci], sk, &kv, scratch);
                     for (int i = 0; i < nq; i++) {
-                        double d = ref_range(qs[i], outs[i], hd, 1, 0.3, caps[ci], first[i], last[i], &kv);
+                        double d = ref_range(qs[i], outs[i], hd, 1, 0.3, caps[ci], sk ? sk + i : NULL, first[i],
+                                             last[i], &kv);
                         CHECK_MSG(d < 1e-5, "head_dim %d block %d query %d over [%d, %d]: %.3g from float64", hd,
                                   BSZ, i, first[i], last[i], d);
                         if (d >= 1e-5) break;
                     }
                     for (int i = 0; i < nq; i++)
                         outw[i] = want + (size_t)i * hd;
-                    attn_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv,
+                    attn_queries_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], sk, &kv,
                                                scratch);
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d: ranges differ from the portable body", hd, BSZ);
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
                         if (!cpu_isa_supported(simd_builds[bi].isa)) continue;
-                        simd_builds[bi].ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], &kv, scratch);
+                        simd_builds[bi].ranges(outw, qs, first, last, nq, hd, 1, 0.3f, caps[ci], sk, &kv, scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                                   "head_dim %d block %d: ranges: %s build differs", hd, BSZ,
                                   cpu_isa_name(simd_builds[bi].isa));
@@ -202,11 +222,11 @@ static void test_avx512_build_equals_its_single_query_body(void) {
     int pos[3] = {69, 33, 0};
     float *outs[3] = {got[0], got[1], got[2]};
     const float *qs[3] = {q[0], q[1], q[2]};
-    attn_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+    attn_queries_avx512(outs, qs, pos, 3, HD, 0, 0.1f, 0.0f, NULL, 0, &kv, scratch);
     for (int i = 0; i < 3; i++) {
         float *o = want[i];
         const float *qi = q[i];
-        attn_queries_avx512(&o, &qi, &pos[i], 1, HD, 0, 0.1f, 0.0f, 0, &kv, scratch);
+        attn_queries_avx512(&o, &qi, &pos[i], 1, HD, 0, 0.1f, 0.0f, NULL, 0, &kv, scratch);
     }
     CHECK(memcmp(got, want, sizeof got) == 0);
     free(k), free(v), free(scratch);

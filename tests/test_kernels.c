@@ -542,7 +542,7 @@ static void test_paged_attention_matches_contiguous_reference(void) {
                         if (!cpu_isa_supported(attn_builds[fi].isa)) continue;
                         float *o = outs[n_fns++];
                         const float *qp = q;
-                        attn_builds[fi].fn(&o, &qp, &pos, 1, HD, kvh, 0.35f, caps[ci], windows[wi], &kv, scores);
+                        attn_builds[fi].fn(&o, &qp, &pos, 1, HD, kvh, 0.35f, caps[ci], NULL, windows[wi], &kv, scores);
                     }
                     for (int fi = 1; fi < n_fns; fi++) CHECK(memcmp(outs[fi], outs[0], sizeof outs[0]) == 0);
                     attn_head(out, q, HD, kvh, 0.35f, caps[ci], pos, windows[wi], &kv, scores);
@@ -614,10 +614,10 @@ static void test_wide_head_attention_builds_agree(void) {
                     int window = cfg == 1 ? 9 : 0;
                     float cap = cfg == 2 ? 0.5f : 0.0f;
                     const float *qp = q;
-                    attn_queries_scalar(&o0, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
+                    attn_queries_scalar(&o0, &qp, &pos, 1, hd, 1, 0.2f, cap, NULL, window, &kv, scores);
                     for (int b = 1; b < ATTN_BUILDS; b++) {
                         if (!cpu_isa_supported(attn_builds[b].isa)) continue;
-                        attn_builds[b].fn(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, window, &kv, scores);
+                        attn_builds[b].fn(&o1, &qp, &pos, 1, hd, 1, 0.2f, cap, NULL, window, &kv, scores);
                         CHECK_MSG(memcmp(o0, o1, (size_t)hd * sizeof *o0) == 0, "%s head_dim %d f16=%d pos %d cfg %d differs",
                                   cpu_isa_name(attn_builds[b].isa), hd, f16, pos, cfg);
                     }

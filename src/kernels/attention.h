@@ -26,10 +26,13 @@
  *   score:   acc = fma(q[d], k_j[d], acc) for d = 0 .. head_dim - 1 from 0,
  *            s_j = acc * scale, then s_j = softcap * tanh(s_j / softcap)
  *            when softcap > 0 (Gemma 2);
- *   softmax: m = max s_j; p_j = fexp_nonpos(s_j - m); 16 partial sums,
+ *   softmax: m = max s_j (and the query's sink logit z when it has one);
+ *            p_j = fexp_nonpos(s_j - m); 16 partial sums,
  *            lane l adding p_{first + l}, p_{first + l + 16}, ... in order
  *            from 0, reduced as (l + l+8), then (+4), then
- *            (0 + 2) + (1 + 3); p_j *= 1 / sum;
+ *            (0 + 2) + (1 + 3); with a sink, sum += fexp_nonpos(z - m)
+ *            (gpt-oss: the sink joins the denominator and takes no value);
+ *            p_j *= 1 / sum;
  *   output:  out[d] = fma(p_j, v_j[d], out[d]) for j = first .. pos from 0.
  * So a query's result depends only on its own query and its sequence's
  * cache, never on the other queries of a call or on the batch.
@@ -86,10 +89,12 @@ void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
  * keys read once per tile for all n_q queries (the rows of a prefill chunk
  * and the heads of a GQA group). scratch holds
  * attn_queries_scratch(n_q, span, head_dim) floats, span =
- * max pos[i] - min first[i] + 1.
+ * max pos[i] - min first[i] + 1. sinks: NULL, or n_q logits, sinks[i]
+ * query i's attention sink (its head's; a per-head constant, so a query's
+ * result still depends on nothing else in the call).
  */
 void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv, float *scratch);
+                  int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv, float *scratch);
 size_t attn_queries_scratch(int n_q, int span, int head_dim);
 
 /*
@@ -102,7 +107,7 @@ size_t attn_queries_scratch(int n_q, int span, int head_dim);
  * span = max last[i] - min first[i] + 1.
  */
 void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
-                 int head_dim, int kv_head, float scale, float softcap, const pdl_attn_kv *kv, float *scratch);
+                 int head_dim, int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch);
 
 /* One query: attn_queries with n_q = 1 (scratch likewise). */
 void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
@@ -113,35 +118,35 @@ void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float 
  * vision encoder and the tests; the forward calls through its context's
  * pdl_attention_table instead); exposed for the tests that compare them. */
 typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                 int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                 int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                                  float *scratch);
 void attn_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                          float *scratch);
 void attn_queries_avx2(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                        float *scratch);
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                          float *scratch);
 void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                        float *scratch);
 typedef void (*pdl_attention_ranges_fn)(float *const *out, const float *const *q, const int *first, const int *last,
                                         int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                        const pdl_attn_kv *kv, float *scratch);
+                                        const float *sinks, const pdl_attn_kv *kv, float *scratch);
 void attn_queries_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                 int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                const pdl_attn_kv *kv, float *scratch);
+                                const float *sinks, const pdl_attn_kv *kv, float *scratch);
 void attn_queries_avx2_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                               int n_q, int head_dim, int kv_head, float scale, float softcap,
-                              const pdl_attn_kv *kv, float *scratch);
+                              const float *sinks, const pdl_attn_kv *kv, float *scratch);
 void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                 int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                const pdl_attn_kv *kv, float *scratch);
+                                const float *sinks, const pdl_attn_kv *kv, float *scratch);
 void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                               int n_q, int head_dim, int kv_head, float scale, float softcap,
-                              const pdl_attn_kv *kv, float *scratch);
+                              const float *sinks, const pdl_attn_kv *kv, float *scratch);
 
 /* One family's attention kernels, chosen once (a pdl_context fills its
  * table when it is made) and called through by the forward: one indirect

@@ -39,13 +39,13 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                         int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                         int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                          float *scratch) {
-    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
 }
 void attn_queries_avx512_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                      int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                     const pdl_attn_kv *kv, float *scratch) {
-    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+                                     const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
 }
 #endif

@@ -19,8 +19,11 @@ static inline int64_t attn_slot(const pdl_attn_kv *kv, int pos) {
 }
 
 /* The softmax of n scores in place (attention.h: 16 partial sums, a fixed
- * tree, then each p times 1 / sum). */
-static inline void attn_softmax(float *p, int n, float max) {
+ * tree, then each p times 1 / sum), with an attention sink's logit in the
+ * denominator unless sink is -INFINITY (none): the max is taken over the
+ * scores and the sink, and exp(sink - max) is added after the tree. */
+static inline void attn_softmax(float *p, int n, float max, float sink) {
+    if (sink > max) max = sink;
     for (int j = 0; j < n; j++) p[j] = fexp_nonpos(p[j] - max);
     float lane[16] = {0};
     int j0 = 0;
@@ -30,9 +33,14 @@ static inline void attn_softmax(float *p, int n, float max) {
     float s8[8], s4[4];
     for (int i = 0; i < 8; i++) s8[i] = lane[i] + lane[i + 8];
     for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
-    float inv = 1.0f / ((s4[0] + s4[2]) + (s4[1] + s4[3]));
+    float sum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    if (sink != -INFINITY) sum += fexp_nonpos(sink - max);
+    float inv = 1.0f / sum;
     for (int j = 0; j < n; j++) p[j] *= inv;
 }
+
+/* Query i's sink logit, -INFINITY without sinks. */
+static inline float attn_sink(const float *sinks, int i) { return sinks ? sinks[i] : -INFINITY; }
 
 static inline int attn_first(int pos, int window) { return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0; }
 #endif
@@ -48,7 +56,7 @@ static inline int attn_first(int pos, int window) { return window > 0 && pos - w
 
 /* One query over keys [first, pos]. */
 static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv_head, float scale, float softcap,
-                                      int first, int pos, const pdl_attn_kv *kv, float *scores) {
+                                      float sink, int first, int pos, const pdl_attn_kv *kv, float *scores) {
     int bs = kv->block_size, f16 = kv->kv_is_f16;
     int e0 = kv_head * hd;
     float max = -INFINITY;
@@ -76,7 +84,7 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
         }
         j += run;
     }
-    attn_softmax(scores, pos - first + 1, max);
+    attn_softmax(scores, pos - first + 1, max, sink);
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int j = first; j <= pos; j++) {
         float p = scores[j - first];
@@ -92,16 +100,17 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
 }
 
 ATTN_STORAGE void ATTN_QUERIES_FN(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
-                                  int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                                  int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                                   float *scratch) {
     for (int i = 0; i < n_q; i++)
-        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_first(pos[i], window), pos[i], kv,
-                                  scratch);
+        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_sink(sinks, i),
+                                  attn_first(pos[i], window), pos[i], kv, scratch);
 }
 
 ATTN_STORAGE void ATTN_RANGES(ATTN_QUERIES_FN)(float *const *out, const float *const *q, const int *first,
                                                const int *last, int n_q, int hd, int kv_head, float scale,
-                                               float softcap, const pdl_attn_kv *kv, float *scratch) {
+                                               float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch) {
     for (int i = 0; i < n_q; i++)
-        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, first[i], last[i], kv, scratch);
+        ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_sink(sinks, i), first[i], last[i],
+                                  kv, scratch);
 }

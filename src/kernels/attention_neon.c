@@ -51,13 +51,13 @@ void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
     attn_store_scalar(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 void attn_queries_neon(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                       int kv_head, float scale, float softcap, int window, const pdl_attn_kv *kv,
+                       int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                        float *scratch) {
-    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, window, kv, scratch);
+    attn_queries_scalar(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
 }
 void attn_queries_neon_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                      int n_q, int head_dim, int kv_head, float scale, float softcap,
-                                     const pdl_attn_kv *kv, float *scratch) {
-    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, kv, scratch);
+                                     const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+    attn_queries_scalar_ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
 }
 #endif

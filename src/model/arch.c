@@ -69,6 +69,10 @@ static const pdl_arch_desc ARCHS[] = {
     {.name = "olmoe", .hf_types = "olmoe", .gguf_arch = "olmoe",
      .about = "q/k RMSNorm over the whole projection, experts: softmax top-k, not renormalized",
      .qk_norm = PDL_QK_NORM_WHOLE, .moe = PDL_MOE_MLP, .hf_eps = 1e-5f},
+    {.name = "gpt-oss", .hf_types = "gpt_oss", .gguf_arch = "gpt-oss",
+     .about = "attention sinks, biases, every 2nd layer global, experts: top-k softmax, clamped SwiGLU",
+     .act = PDL_ACT_SWIGLU_OAI, .qkv_bias = true, .attn_sinks = true, .window = PDL_WINDOW_PATTERN, .swa_period = 2,
+     .gguf_window_required = true, .hf_eps = 1e-5f, .moe = PDL_MOE_GPT_OSS, .router = PDL_ROUTER_SOFTMAX_TOPK},
     {.name = "qwen35", .hf_types = "qwen3_5 qwen3_5_text", .gguf_arch = "qwen35",
      .about = "Gated DeltaNet linear attention on 3 of 4 layers, gated full attention, (1 + w) norms",
      .qk_norm = PDL_QK_NORM_HEAD, .hf_norm_plus_one = true, .window = PDL_WINDOW_REFUSED, .hybrid = true},
@@ -142,6 +146,8 @@ void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->block = a->block;
     c->qk_norm = a->qk_norm;
     c->qkv_bias = a->qkv_bias;
+    c->attn_sinks = a->attn_sinks;
+    c->swiglu_limit = 7.0f; /* gpt-oss's swiglu_limit; llama.cpp's fixed value */
     c->norm_plus_one = !gguf && a->hf_norm_plus_one; /* llama.cpp's converter stores 1 + w */
     c->swa_pattern = a->window == PDL_WINDOW_PATTERN ? a->swa_period : 0;
     c->rope_style = gguf ? a->rope_gguf : a->rope_hf;

@@ -28,6 +28,8 @@ typedef enum pdl_norm_kind {
 typedef enum pdl_activation {
     PDL_ACT_SILU = 0,    /* silu(gate) * up */
     PDL_ACT_GELU_TANH,   /* gelu_tanh(gate) * up (Gemma) */
+    PDL_ACT_SWIGLU_OAI,  /* gpt-oss's clamped SwiGLU: g = min(gate, L), u = clamp(up, -L, L),
+                          * (u + 1) * g * sigmoid(1.702 g), L = swiglu_limit (7) */
 } pdl_activation;
 
 /* How RoPE pairs dimensions within a head of head_dim values. */
@@ -74,6 +76,9 @@ typedef enum pdl_moe_layout {
     PDL_MOE_NONE = 0,         /* a dense MLP */
     PDL_MOE_MLP,              /* mlp.gate, mlp.experts.E.{gate,up,down}_proj (Qwen-MoE, OLMoE) */
     PDL_MOE_BLOCK_SPARSE,     /* block_sparse_moe.gate, .experts.E.{w1,w3,w2} (Mixtral) */
+    PDL_MOE_GPT_OSS,          /* mlp.router.{weight,bias}; mlp.experts.gate_up_proj (E, hidden, 2 * ffn) with
+                               * gate and up in alternate columns, down_proj (E, ffn, hidden), both x W as
+                               * stored, and their _bias (gpt-oss); GGUF adds ffn_*_exps.bias, ffn_gate_inp.bias */
 } pdl_moe_layout;
 
 /* How router logits become expert weights: top-k of their softmax over all
@@ -81,6 +86,7 @@ typedef enum pdl_moe_layout {
 typedef enum pdl_router_kind {
     PDL_ROUTER_SOFTMAX = 0,
     PDL_ROUTER_SIGMOID,
+    PDL_ROUTER_SOFTMAX_TOPK, /* softmax over the k chosen logits only (gpt-oss; llama.cpp's softmax_weight) */
 } pdl_router_kind;
 
 /* Gemma3TextConfig's defaults (a multimodal checkpoint's text_config often
@@ -102,6 +108,7 @@ typedef struct pdl_arch_desc {
     pdl_block_kind block;
     pdl_qk_norm qk_norm;
     bool qkv_bias;           /* Q/K/V biases always (other families: when the files hold them) */
+    bool attn_sinks;         /* a learned sink logit per query head in the softmax's denominator (gpt-oss) */
     bool hf_norm_plus_one;   /* Hugging Face stores w of norms applied as (1 + w) (Gemma) */
     pdl_window_kind window;
     int swa_period;          /* PDL_WINDOW_PATTERN: default period (every p-th layer global) */

@@ -5,8 +5,8 @@
  * rows at once; attention reads each row's own sequence from the paged KV
  * cache. The final norm and LM head run only on batch->logits_indices.
  * Architecture differences (QKV bias, q/k norm, RoPE layout, window, norm
- * kind, where a block's norms sit, multipliers, soft-caps, activation,
- * experts, gated attention) are read from pdl_model_config; there is one
+ * kind, where a block's norms sit, multipliers, soft-caps, attention sinks,
+ * activation, experts, gated attention) are read from pdl_model_config; there is one
  * code path for all of them (a mixture-of-experts MLP is moe.c's, a hybrid
  * model's Gated DeltaNet layers deltanet.c's, in the same block). The MTP
  * block (model_forward_mtp) runs its one layer through the same code.
@@ -314,12 +314,12 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
 /* One call of the attention kernel: queries over [first, last] when first
  * is given (two-way spans), else causal up to last with the window. */
 static void attend(const pdl_attention_table *tab, float *const *outs, const float *const *qs, const int *first,
-                   const int *last, int nq, const pdl_model_config *c, int g, int window, const pdl_attn_kv *akv,
-                   float *scratch) {
+                   const int *last, int nq, const pdl_model_config *c, int g, const float *sinks, int window,
+                   const pdl_attn_kv *akv, float *scratch) {
     if (first)
-        tab->ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, akv, scratch);
+        tab->ranges(outs, qs, first, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, sinks, akv, scratch);
     else
-        tab->queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, window, akv, scratch);
+        tab->queries(outs, qs, last, nq, c->head_dim, g, c->attn_scale, c->attn_softcap, sinks, window, akv, scratch);
 }
 
 /* Attention tasks are (sequence, block of rows, KV head): the rows of a
@@ -349,9 +349,11 @@ static void attention_rows(void *p, int ith, int nth) {
     int window = model_layer_windowed(c, t->layer) ? c->sliding_window : 0;
     int max_q = s->attn_max_q;
     int rows_per_task = max_q / group > 0 ? max_q / group : 1;
-    float *outs[16];
+    float *outs[16], sinks[16];
     const float *qs[16];
     int poss[16], firsts[16];
+    /* each query's head's sink logit (attn_sinks), or none */
+    const float *head_sinks = c->attn_sinks ? m->w.layers[t->layer].sinks.data : NULL;
     (void)nth;
     long task = 0, mine = atomic_fetch_add_explicit(&t->next_task, 1, memory_order_relaxed);
     /* two-way spans: every query over [first, last] (attn_ranges) */
@@ -368,6 +370,7 @@ static void attention_rows(void *p, int ith, int nth) {
                     for (int h = g * group; h < (g + 1) * group; h++) {
                         outs[nq] = s->attn + (size_t)r * q_dim + (size_t)h * c->head_dim;
                         qs[nq] = s->q + (size_t)r * q_dim + (size_t)h * c->head_dim;
+                        if (head_sinks) sinks[nq] = head_sinks[h];
                         poss[nq] = b->positions[r];
                         if (ranges) {
                             int causal = window > 0 && poss[nq] - window + 1 > 0 ? poss[nq] - window + 1 : 0;
@@ -375,11 +378,14 @@ static void attention_rows(void *p, int ith, int nth) {
                             poss[nq] = b->span_last[r];
                         }
                         if (++nq == max_q) {
-                            attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                            attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g,
+                                   head_sinks ? sinks : NULL, window, &akv, scratch);
                             nq = 0;
                         }
                     }
-                if (nq) attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, window, &akv, scratch);
+                if (nq)
+                    attend(t->attn, outs, qs, ranges ? firsts : NULL, poss, nq, c, g, head_sinks ? sinks : NULL,
+                           window, &akv, scratch);
             }
         }
     }
@@ -463,7 +469,7 @@ static int attention_layer(pdl_context *ctx, row_task *t, const float *xn, doubl
     atomic_store_explicit(&t->next_task, 0, memory_order_relaxed);
     threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, t);
     if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, t);
-    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, c->hidden, s->attn, n, &lw->wo, NULL, accumulate))
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, c->hidden, s->attn, n, &lw->wo, lw->bo.data, accumulate))
         return fwd_kernel_failed(ctx, t->layer, "attention output", err);
     return 0;
 }

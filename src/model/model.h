@@ -67,6 +67,8 @@ typedef struct pdl_model_config {
     pdl_rope_style rope_style;
     bool tied_embeddings;/* LM head reuses token_embd */
     bool qkv_bias;
+    bool attn_sinks;     /* each query head's learned sink logit joins its softmax's denominator (gpt-oss) */
+    float swiglu_limit;  /* PDL_ACT_SWIGLU_OAI: the clamp L */
     pdl_qk_norm qk_norm; /* q/k RMSNorm per head or over the whole projection */
     pdl_block_kind block;/* where the norms sit: before the branch, one shared (parallel),
                           * before and after (sandwich), after only */
@@ -163,6 +165,8 @@ typedef struct pdl_layer_weights {
     pdl_tensor wk;         /* (n_kv_heads * head_dim, hidden) */
     pdl_tensor wv;         /* (n_kv_heads * head_dim, hidden) */
     pdl_tensor bq, bk, bv; /* (n_heads * head_dim), (n_kv * head_dim) x2: qkv_bias */
+    pdl_tensor bo;         /* (hidden): the output projection's bias, when the files hold one (gpt-oss) */
+    pdl_tensor sinks;      /* (n_heads) F32: attn_sinks */
     pdl_tensor q_norm;     /* (head_dim), or (n_heads * head_dim) with PDL_QK_NORM_WHOLE */
     pdl_tensor k_norm;     /* (head_dim), or (n_kv_heads * head_dim) with PDL_QK_NORM_WHOLE */
     pdl_tensor wo;         /* (hidden, n_heads * head_dim) */
@@ -174,6 +178,9 @@ typedef struct pdl_layer_weights {
     pdl_tensor w_down;     /* (hidden, ffn) */
     /* Mixture of experts (n_experts > 0): */
     pdl_tensor router;     /* (n_experts, hidden) */
+    pdl_tensor router_b;   /* (n_experts) F32: the router's bias, or absent */
+    pdl_tensor exp_gate_b, exp_up_b; /* (n_experts, ffn_expert) F32: the experts' biases, or absent (gpt-oss) */
+    pdl_tensor exp_down_b; /* (n_experts, hidden) F32, or absent */
     pdl_tensor *exp_gate;  /* [n_experts] of (ffn_expert, hidden): views of one stacked
                             * GGUF tensor, or one Hugging Face tensor each */
     pdl_tensor *exp_up;    /* [n_experts] of (ffn_expert, hidden) */
@@ -285,8 +292,9 @@ void probe_compare(const float *full, const float *sel, int n_rows, int vocab, c
                    bool *ok, char *reason, size_t reason_len);
 
 /* One row's routing: its k experts of the (n_experts) logits, best first
- * (the lower id on a tie), and their weights (softmax over all experts or
- * sigmoid, then renormalized and scaled as the config says). */
+ * (the lower id on a tie), and their weights (softmax over all experts,
+ * over the k chosen, or sigmoid, then renormalized and scaled as the config
+ * says). */
 void moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, float *w);
 
 /* Whether layer l attends through the sliding window (see swa_pattern). */

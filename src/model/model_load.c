@@ -98,6 +98,8 @@ typedef enum layer_need {
     NEED_UNLESS_FUSED_QKV,     /* wq, wk, wv: unless one fused qkv matrix holds them */
     NEED_IF_DENSE,             /* w_down: a dense MLP */
     NEED_IF_DENSE_UNFUSED,     /* w_gate, w_up: a dense MLP, unless cfg.fused_gate_up */
+    NEED_IF_PRESENT,           /* bo: used when the files hold it */
+    NEED_IF_SINKS,             /* sinks: cfg.attn_sinks */
 } layer_need;
 
 /* Hugging Face's post_attention_layernorm is the MLP's input norm in Llama
@@ -128,6 +130,8 @@ static const struct layer_tensor_name {
     {offsetof(pdl_layer_weights, bk), "attn_k.bias", "self_attn.k_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, bv), "attn_v.bias", "self_attn.v_proj.bias", NEED_IF_BIAS, NULL},
     {offsetof(pdl_layer_weights, q_norm), "attn_q_norm.weight", "self_attn.q_norm.weight", NEED_IF_QK_NORM, NULL},
+    {offsetof(pdl_layer_weights, bo), "attn_output.bias", "self_attn.o_proj.bias", NEED_IF_PRESENT, NULL},
+    {offsetof(pdl_layer_weights, sinks), "attn_sinks.weight", "self_attn.sinks", NEED_IF_SINKS, NULL},
     {offsetof(pdl_layer_weights, k_norm), "attn_k_norm.weight", "self_attn.k_norm.weight", NEED_IF_QK_NORM, NULL},
 };
 
@@ -144,6 +148,8 @@ static bool layer_needs(const pdl_model_config *c, layer_need need) {
     case NEED_UNLESS_FUSED_QKV: return true;
     case NEED_IF_DENSE: return dense;
     case NEED_IF_DENSE_UNFUSED: return dense && !c->fused_gate_up;
+    case NEED_IF_PRESENT: return false;
+    case NEED_IF_SINKS: return c->attn_sinks;
     }
     return false;
 }
@@ -222,6 +228,111 @@ static int take_fused_experts(const pdl_model_config *c, const pdl_tensor_set *s
     return 0;
 }
 
+static int own(pdl_model *m, void *p);
+
+/* gpt-oss's Hugging Face experts (modeling_gpt_oss.py, GptOssExperts):
+ * mlp.experts.gate_up_proj (E, hidden, 2 * ffn) multiplied as x W, gate
+ * and up in alternate columns (gate 2f, up 2f + 1), and down_proj (E, ffn,
+ * hidden), likewise x W; the biases gate_up_proj_bias (E, 2 * ffn), gate and
+ * up alternating, and down_proj_bias (E, hidden). The loader wants (rows =
+ * outputs, columns = inputs) per expert: owned transposed copies in the
+ * file's float type (as llama.cpp's converter makes of a BF16 checkpoint),
+ * and F32 biases split into gate and up. The published checkpoints hold the
+ * experts as MXFP4 (_blocks / _scales), refused here with a clear message. */
+static int take_gptoss_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l,
+                               const char *where, pdl_tensor *const dst[3], pdl_error *err) {
+    pdl_model_config *c = &m->cfg;
+    pdl_layer_weights *lw = &m->w.layers[l];
+    char name[PDL_TENSOR_NAME_MAX];
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.gate_up_proj_blocks", NULL);
+    if (tensor_set_find(set, name))
+        return err_fail(err, "%s: tensor '%s': MXFP4 experts (_blocks / _scales) are not supported yet; convert the "
+                        "experts to BF16 (or use a GGUF with BF16 / Q8_0 experts)", where, name);
+    pdl_tensor gu, gub, down, downb;
+    char gu_name[PDL_TENSOR_NAME_MAX];
+    layer_name(gu_name, sizeof gu_name, hf_prefix, l, "mlp.experts.gate_up_proj", NULL);
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.gate_up_proj_bias", NULL);
+    if (model_take_tensor(set, gu_name, true, where, &gu, err) || model_take_tensor(set, name, true, where, &gub, err))
+        return -1;
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.down_proj", NULL);
+    if (model_take_tensor(set, name, true, where, &down, err)) return -1;
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.down_proj_bias", NULL);
+    if (model_take_tensor(set, name, true, where, &downb, err)) return -1;
+    int64_t E = c->n_experts, F = c->ffn_expert, H = c->hidden;
+    if (gu.n_dims != 3 || gu.shape[0] != E || gu.shape[1] != H || gu.shape[2] != 2 * F || down.n_dims != 3 ||
+        down.shape[0] != E || down.shape[1] != F || down.shape[2] != H || tensor_nelems(&gub) != E * 2 * F ||
+        tensor_nelems(&downb) != E * H)
+        return err_fail(err, "%s: gpt-oss experts of layer %d must be gate_up_proj [%lld, %lld, %lld], down_proj "
+                        "[%lld, %lld, %lld] and biases of %lld and %lld values", where, l, (long long)E, (long long)H,
+                        (long long)(2 * F), (long long)E, (long long)F, (long long)H, (long long)(E * 2 * F),
+                        (long long)(E * H));
+    if (gu.dtype != down.dtype || dtype_is_quantized(gu.dtype))
+        return err_fail(err, "%s: '%s': gpt-oss experts must be F32, F16 or BF16 (got %s and %s)", where, gu_name,
+                        dtype_name(gu.dtype), dtype_name(down.dtype));
+    size_t es = dtype_row_bytes(gu.dtype, 1);
+    /* one owned buffer per projection: expert e's (rows, cols) matrix after the others' */
+    uint8_t *bufs[3];
+    for (int p = 0; p < 3; p++) {
+        bufs[p] = malloc((size_t)(E * F * H) * es);
+        if (!bufs[p] || own(m, bufs[p])) {
+            free(bufs[p]);
+            return err_fail(err, "out of memory transposing the experts of layer %d", l);
+        }
+    }
+    const uint8_t *src = gu.data, *dsrc = down.data;
+    for (int64_t e = 0; e < E; e++) {
+        for (int64_t f = 0; f < F; f++)
+            for (int64_t h = 0; h < H; h++) {
+                const uint8_t *at = src + (size_t)((e * H + h) * 2 * F + 2 * f) * es;
+                memcpy(bufs[0] + (size_t)((e * F + f) * H + h) * es, at, es);
+                memcpy(bufs[1] + (size_t)((e * F + f) * H + h) * es, at + es, es);
+            }
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t f = 0; f < F; f++)
+                memcpy(bufs[2] + (size_t)((e * H + h) * F + f) * es, dsrc + (size_t)((e * F + f) * H + h) * es, es);
+    }
+    static const char *const what[3] = {"gate", "up", "down"};
+    for (int p = 0; p < 3; p++)
+        for (int64_t e = 0; e < E; e++) {
+            pdl_tensor *t = &dst[p][e];
+            int64_t rows = p < 2 ? F : H, cols = p < 2 ? H : F;
+            *t = p < 2 ? gu : down;
+            t->n_dims = 2, t->shape[0] = rows, t->shape[1] = cols;
+            t->data = bufs[p] + (size_t)(e * rows * cols) * es;
+            t->nbytes = (size_t)(rows * cols) * es;
+            t->file_offset = 0; /* no longer in the file */
+            snprintf(t->name, sizeof t->name, "%.200s[e%lld.%s]", p < 2 ? gu.name : down.name, (long long)e, what[p]);
+        }
+    /* the biases as F32: gate and up apart */
+    float *gub32 = malloc((size_t)(E * 2 * F) * sizeof *gub32), *split = malloc((size_t)(E * 2 * F) * sizeof *split);
+    if (!gub32 || !split || own(m, split)) {
+        free(gub32), free(split);
+        return err_fail(err, "out of memory for the expert biases of layer %d", l);
+    }
+    pdl_tensor flat = gub;
+    flat.n_dims = 1, flat.shape[0] = E * 2 * F;
+    if (ops_dequant_row(&flat, 0, gub32, E * 2 * F)) {
+        free(gub32);
+        return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", where, gub.name, dtype_name(gub.dtype));
+    }
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t f = 0; f < F; f++) {
+            split[e * F + f] = gub32[(e * 2 * F) + 2 * f];
+            split[E * F + e * F + f] = gub32[(e * 2 * F) + 2 * f + 1];
+        }
+    free(gub32);
+    pdl_tensor *bias[2] = {&lw->exp_gate_b, &lw->exp_up_b};
+    for (int p = 0; p < 2; p++) {
+        *bias[p] = gub;
+        bias[p]->dtype = PDL_DTYPE_F32, bias[p]->n_dims = 2, bias[p]->shape[0] = E, bias[p]->shape[1] = F;
+        bias[p]->data = split + (size_t)(p * E * F), bias[p]->nbytes = (size_t)(E * F) * sizeof(float);
+        bias[p]->file_offset = 0;
+        snprintf(bias[p]->name, sizeof bias[p]->name, "%.200s[%s]", gub.name, what[p]);
+    }
+    lw->exp_down_b = downb;
+    return 0;
+}
+
 /* The router, the experts and the shared expert of layer l. GGUF stacks
  * each projection of every expert in one (n_experts, rows, cols) tensor;
  * Hugging Face keeps one tensor per expert and projection, under the
@@ -235,11 +346,27 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     lw->exp_gate = base, lw->exp_up = base + E, lw->exp_down = base + 2 * E;
     pdl_tensor *const dst[3] = {lw->exp_gate, lw->exp_up, lw->exp_down};
     char name[PDL_TENSOR_NAME_MAX];
-    bool mixtral = c->arch->moe == PDL_MOE_BLOCK_SPARSE;
-    layer_name(name, sizeof name, hf_prefix, name_l, mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight",
-               "ffn_gate_inp.weight");
+    bool mixtral = c->arch->moe == PDL_MOE_BLOCK_SPARSE, gptoss = c->arch->moe == PDL_MOE_GPT_OSS;
+    const char *hf_router = mixtral ? "block_sparse_moe.gate" : gptoss ? "mlp.router" : "mlp.gate";
+    char hf[96];
+    snprintf(hf, sizeof hf, "%s.weight", hf_router);
+    layer_name(name, sizeof name, hf_prefix, name_l, hf, "ffn_gate_inp.weight");
     if (model_take_tensor(set, name, true, where, &lw->router, err)) return -1;
+    /* biases: the router's and the experts' (gpt-oss), when the files hold them */
+    snprintf(hf, sizeof hf, "%s.bias", hf_router);
+    layer_name(name, sizeof name, hf_prefix, name_l, hf, "ffn_gate_inp.bias");
+    if (model_take_tensor(set, name, gptoss, where, &lw->router_b, err)) return -1;
     if (!hf_prefix) {
+        static const char *const biases[3] = {"ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"};
+        pdl_tensor *const bdst[3] = {&lw->exp_gate_b, &lw->exp_up_b, &lw->exp_down_b};
+        for (int p = 0; p < 3; p++) {
+            layer_name(name, sizeof name, NULL, name_l, NULL, biases[p]);
+            if (model_take_tensor(set, name, gptoss, where, bdst[p], err)) return -1;
+        }
+    }
+    if (hf_prefix && gptoss) {
+        if (take_gptoss_experts(m, set, hf_prefix, name_l, where, dst, err)) return -1;
+    } else if (!hf_prefix) {
         static const char *const stacked[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
         for (int p = 0; p < 3; p++) {
             pdl_tensor t;
@@ -258,7 +385,6 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
         static const char *const per_expert[2][3] = {{"gate_proj", "up_proj", "down_proj"}, {"w1", "w3", "w2"}};
         for (int e = 0; e < E; e++)
             for (int p = 0; p < 3; p++) {
-                char hf[96];
                 snprintf(hf, sizeof hf, "%s.experts.%d.%s.weight", mixtral ? "block_sparse_moe" : "mlp", e,
                          per_expert[mixtral][p]);
                 layer_name(name, sizeof name, hf_prefix, name_l, hf, NULL);
@@ -475,13 +601,14 @@ static int take_layer(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
             (t->need == NEED_IF_DENSE_UNFUSED && fused_gate_up))
             continue;
         bool attention_part = t->need == NEED_UNLESS_FUSED_QKV || t->need == NEED_IF_BIAS ||
-                              t->need == NEED_IF_QK_NORM || t->offset == offsetof(pdl_layer_weights, wo);
+                              t->need == NEED_IF_QK_NORM || t->need == NEED_IF_PRESENT || t->need == NEED_IF_SINKS ||
+                              t->offset == offsetof(pdl_layer_weights, wo);
         if (recurrent && attention_part) continue;
         bool required = layer_needs(c, t->need);
         /* a norm or MLP matrix the config does not use is not taken (a
          * Gemma 2 HF post_attention_layernorm is not an ffn_norm); an
          * optional bias or q/k norm is */
-        if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM) continue;
+        if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM && t->need != NEED_IF_PRESENT) continue;
         const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
         /* llama.cpp names Qwen3.5's MLP input norm post_attention_norm */
         const char *gguf = c->arch->hybrid && t->offset == offsetof(pdl_layer_weights, ffn_norm)
@@ -822,6 +949,18 @@ static int check_experts(pdl_model *m, pdl_layer_weights *lw, pdl_error *err) {
                               check_matrix(m, &lw->sh_down, c->hidden, c->ffn_shared, why, err)))
         return -1;
     if (c->shared_gate && check_vector(m, &lw->sh_gate_w, c->hidden, why, err)) return -1;
+    /* biases (gpt-oss): one row per expert */
+    pdl_tensor *biases[] = {&lw->router_b, &lw->exp_gate_b, &lw->exp_up_b, &lw->exp_down_b};
+    int64_t want[] = {c->n_experts, (int64_t)c->n_experts * c->ffn_expert, (int64_t)c->n_experts * c->ffn_expert,
+                      (int64_t)c->n_experts * c->hidden};
+    for (int i = 0; i < 4; i++) {
+        if (!biases[i]->data) continue;
+        if (tensor_nelems(biases[i]) != want[i] || dtype_is_quantized(biases[i]->dtype))
+            return err_fail(err, "%s: tensor '%s' must hold %lld float values (%s), got %lld of %s", biases[i]->file,
+                            biases[i]->name, (long long)want[i], why, (long long)tensor_nelems(biases[i]),
+                            dtype_name(biases[i]->dtype));
+        if (make_f32_vector(m, biases[i], err)) return -1;
+    }
     return 0;
 }
 
@@ -936,6 +1075,9 @@ int model_finish(pdl_model *m, pdl_error *err) {
         if (c->n_experts > 0 && check_experts(m, lw, err)) return -1;
         if (!recurrent && c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
                             check_vector(m, &lw->bv, kv_dim, why, err)))
+            return -1;
+        if (!recurrent && ((lw->bo.data && check_vector(m, &lw->bo, c->hidden, why, err)) ||
+                           (c->attn_sinks && check_vector(m, &lw->sinks, c->n_heads, why, err))))
             return -1;
         if (!recurrent && c->qk_norm != PDL_QK_NORM_NONE &&
             (check_vector(m, &lw->q_norm, qn, why, err) || check_vector(m, &lw->k_norm, kn, why, err)))

@@ -479,6 +479,12 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (!act || json_is_null(act)) act = json_object_get(cfg, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
         return err_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
+    /* gpt-oss's clamped SwiGLU: its limit (alpha is fixed at 1.702) */
+    if (c->act == PDL_ACT_SWIGLU_OAI) {
+        if (cfg_float(cfg, path, "swiglu_limit", &c->swiglu_limit, err)) return -1;
+        if (!(c->swiglu_limit > 0 && isfinite(c->swiglu_limit)))
+            return err_fail(err, "%s: field 'swiglu_limit' must be a positive number", path);
+    }
     c->sliding_window = 0;
     if (a->window == PDL_WINDOW_PATTERN) {
         if (read_window(cfg, path, c, 4096, err)) return -1;

@@ -3,16 +3,18 @@
  * router, top-k, the chosen experts, the shared expert.
  *
  * For n rows of xn (n, hidden):
- *   1. router logits (n, E) = xn W_r^T;
+ *   1. router logits (n, E) = xn W_r^T (+ its bias);
  *   2. each row takes its k best experts, highest logit first, the lower id
  *      on a tie (softmax and sigmoid are increasing, so these are the top k
- *      of either), weighted by softmax over all E logits or by each one's
- *      sigmoid, then optionally renormalized to sum 1 and scaled
+ *      of either), weighted by softmax over all E logits, over the k chosen
+ *      (gpt-oss), or by each one's sigmoid, then optionally renormalized to sum 1 and scaled
  *      (moe_route);
  *   3. the (row, rank) choices are grouped by expert (a counting sort:
  *      experts in id order, rows ascending within one), and every expert
  *      with rows runs once over its gathered rows, y = W_down (act(W_gate x)
- *      * W_up x), through the matmul entry points: an expert's weights are
+ *      * W_up x) (experts with biases or gpt-oss's clamped SwiGLU: gate and up
+ *      as two products, biases and activation after, the down bias added
+ *      to y), through the matmul entry points: an expert's weights are
  *      read once per step however many rows chose it, and a decode step
  *      reads only its k experts;
  *   4. each row sums its k outputs in rank order (then adds the shared
@@ -49,7 +51,12 @@ void moe_route(const pdl_model_config *c, const float *logits, int32_t *sel, flo
         sel[at] = e;
     }
     double sum = 0;
-    if (c->router == PDL_ROUTER_SOFTMAX) {
+    if (c->router == PDL_ROUTER_SOFTMAX_TOPK) { /* over the chosen k only: sel[0] holds their max */
+        float mx = logits[sel[0]];
+        double chosen = 0;
+        for (int j = 0; j < k; j++) chosen += exp((double)logits[sel[j]] - mx);
+        for (int j = 0; j < k; j++) sum += (w[j] = (float)(exp((double)logits[sel[j]] - mx) / chosen));
+    } else if (c->router == PDL_ROUTER_SOFTMAX) {
         float mx = logits[sel[0]];
         double all = 0;
         for (int e = 0; e < E; e++) all += exp((double)logits[e] - mx);
@@ -137,12 +144,86 @@ void moe_scratch_free(pdl_forward_scratch *s) {
  * balanced region over its gathered rows. */
 #define GROUPED_MAX_ROWS 4
 
+/* ---- experts with biases or gpt-oss's clamped SwiGLU ------------------------ */
+
+/* Whether the layer's experts run gate and up as two plain products, then
+ * add their biases and take the activation here (expert_act_rows), rather
+ * than through the gated matmul's fused activation: experts with biases
+ * (gpt-oss), whose bias comes before the activation, and the clamped SwiGLU,
+ * which the gate tables do not have. */
+static bool experts_split(const pdl_model_config *c, const pdl_layer_weights *lw) {
+    return c->act == PDL_ACT_SWIGLU_OAI || lw->exp_gate_b.data || lw->exp_up_b.data || lw->exp_down_b.data;
+}
+
+typedef struct act_task {
+    const pdl_model_config *c;
+    const pdl_layer_weights *lw;
+    pdl_forward_scratch *s;
+    pdl_gate_fn act;    /* SiLU / GELU-tanh, or NULL for the clamped SwiGLU */
+    int a0, a1;         /* the rows of he / ue (or ye) to treat */
+    int expert;         /* every row's expert, or -1: row a is assignment a, its expert by exp_start */
+    bool down;          /* add the down projection's bias to ye instead */
+} act_task;
+
+/* he[a] = act(he[a] + b_gate[e], ue[a] + b_up[e]) for assignments a of
+ * expert e (or, with down, ye[a] += b_down[e]); rows split over threads,
+ * each row's bytes the same whatever the split. The clamped SwiGLU (gpt-oss,
+ * modeling_gpt_oss.py): g = min(gate, L), u = clamp(up, -L, L),
+ * (u + 1) * (g * sigmoid(1.702 g)). */
+static void expert_act_rows(void *p, int ith, int nth) {
+    act_task *t = p;
+    const pdl_model_config *c = t->c;
+    const pdl_forward_scratch *s = t->s;
+    int F = c->ffn_expert, H = c->hidden;
+    long r0, r1;
+    threadpool_split_range(t->a1 - t->a0, ith, nth, &r0, &r1);
+    int e = t->expert < 0 ? 0 : t->expert;
+    for (long r = r0; r < r1; r++) {
+        int a = t->a0 + (int)r;
+        while (t->expert < 0 && s->exp_start[e + 1] <= a) e++;
+        if (t->down) {
+            if (!t->lw->exp_down_b.data) return;
+            const float *b = (const float *)t->lw->exp_down_b.data + (size_t)e * H;
+            float *y = s->ye + (size_t)a * H;
+            for (int i = 0; i < H; i++) y[i] += b[i];
+            continue;
+        }
+        float *g = s->he + (size_t)a * F, *u = s->ue + (size_t)a * F;
+        const float *bg = t->lw->exp_gate_b.data ? (const float *)t->lw->exp_gate_b.data + (size_t)e * F : NULL;
+        const float *bu = t->lw->exp_up_b.data ? (const float *)t->lw->exp_up_b.data + (size_t)e * F : NULL;
+        if (bg) for (int i = 0; i < F; i++) g[i] += bg[i];
+        if (bu) for (int i = 0; i < F; i++) u[i] += bu[i];
+        if (t->act) {
+            t->act(g, u, F);
+            continue;
+        }
+        float L = c->swiglu_limit;
+        for (int i = 0; i < F; i++) {
+            float gg = fminf(g[i], L), uu = fminf(fmaxf(u[i], -L), L);
+            g[i] = (uu + 1.0f) * (gg / (1.0f + expf(-1.702f * gg)));
+        }
+    }
+}
+
+/* expert_act_rows over rows [a0, a1), all of expert `expert` (or, -1,
+ * each assignment's own). */
+static void expert_act(pdl_context *ctx, const pdl_layer_weights *lw, pdl_gate_fn act, int a0, int a1, int expert,
+                       bool down) {
+    const pdl_model_config *c = &ctx->model->cfg;
+    if (a1 <= a0 || (down && !lw->exp_down_b.data)) return;
+    act_task t = {.c = c, .lw = lw, .s = &ctx->scratch, .act = c->act == PDL_ACT_SWIGLU_OAI ? NULL : act,
+                  .a0 = a0, .a1 = a1, .expert = expert, .down = down};
+    double work = (double)(a1 - a0) * (down ? c->hidden : 8.0 * c->ffn_expert);
+    threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, work, 16384.0), expert_act_rows, &t);
+}
+
 /* Every chosen expert of the step through matmul_grouped: the gathered
  * inputs xe (assignment order, n * k rows; a single row's k experts all read
  * xn's one row instead), he = act(gate, up) per assignment, then ye = the
  * down projections of he. */
 static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int n, pdl_gate_fn act) {
     const pdl_model_config *c = &ctx->model->cfg;
+    bool split = experts_split(c, lw); /* gate and up as plain products, then expert_act */
     pdl_forward_scratch *s = &ctx->scratch;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden, F = c->ffn_expert;
     const float *x = xn;
@@ -157,25 +238,31 @@ static int moe_grouped(pdl_context *ctx, const pdl_layer_weights *lw, const floa
         for (int e = 0; e < E; e++) {
             int a0 = s->exp_start[e], cnt = s->exp_start[e + 1] - a0;
             if (cnt == 0) continue;
-            if (pass == 0)
+            if (pass == 0 && split) {
+                g[ng++] = (pdl_matmul_group){.w = &lw->exp_gate[e], .y = s->he + (size_t)a0 * F, .ldy = F,
+                                             .r0 = n > 1 ? a0 : 0, .n_rows = cnt};
+                g[ng++] = (pdl_matmul_group){.w = &lw->exp_up[e], .y = s->ue + (size_t)a0 * F, .ldy = F,
+                                             .r0 = n > 1 ? a0 : 0, .n_rows = cnt};
+            } else if (pass == 0)
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_gate[e], .w_up = &lw->exp_up[e], .y = s->he + (size_t)a0 * F,
                                              .ldy = F, .r0 = n > 1 ? a0 : 0, .n_rows = cnt};
             else
                 g[ng++] = (pdl_matmul_group){.w = &lw->exp_down[e], .y = s->ye + (size_t)a0 * H, .ldy = H, .r0 = a0,
                                              .n_rows = cnt};
-            if (ng == PDL_MATMUL_GROUP_MAX) {
+            if (ng >= PDL_MATMUL_GROUP_MAX - 1) { /* room for a split expert's two */
                 int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g,
-                                                    ng, act, s->ue)
+                                                    ng, split ? NULL : act, split ? NULL : s->ue)
                                    : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng,
                                                     NULL, NULL);
                 if (rc) return -1;
                 ng = 0;
             }
         }
-        int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng, act,
-                                            s->ue)
+        int rc = pass == 0 ? matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, x, n > 1 ? n * k : 1, g, ng,
+                                            split ? NULL : act, split ? NULL : s->ue)
                            : matmul_grouped(&ctx->kernels, ctx->pool, &s->kernel, s->he, n * k, g, ng, NULL, NULL);
         if (rc) return -1;
+        if (split) expert_act(ctx, lw, act, 0, n * k, -1, pass == 1);
     }
     return 0;
 }
@@ -230,8 +317,9 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
     if (reserve(ctx, n, err)) return -1;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
     pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
+    bool split = experts_split(c, lw);
 
-    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, NULL, false))
+    if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, lw->router_b.data, false))
         return moe_failed(ctx, lw, "router", err);
     for (int r = 0; r < n; r++) moe_route(c, s->router + (size_t)r * E, s->sel + r * k, s->sel_w + r * k);
 
@@ -264,11 +352,19 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
             if (cnt == 0) continue;
             for (int i = 0; i < cnt; i++)
                 memcpy(s->xe + (size_t)i * H, xn + (size_t)(s->exp_rows[a0 + i] / k) * H, (size_t)H * sizeof(float));
-            if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
-                             &lw->exp_gate[e], &lw->exp_up[e], act) ||
-                matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
+            if (split) { /* he, ue at rows [0, cnt): expert_act's assignments [a0, a0 + cnt) shifted */
+                pdl_matmul_out gu[2] = {{.y = s->he, .ldy = c->ffn_expert, .w = &lw->exp_gate[e]},
+                                        {.y = s->ue, .ldy = c->ffn_expert, .w = &lw->exp_up[e]}};
+                if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, s->xe, cnt, gu, 2))
+                    return moe_failed(ctx, lw, "experts", err);
+                expert_act(ctx, lw, act, 0, cnt, e, false);
+            } else if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->he, c->ffn_expert, s->ue, s->xe, cnt,
+                                    &lw->exp_gate[e], &lw->exp_up[e], act))
+                return moe_failed(ctx, lw, "experts", err);
+            if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->ye + (size_t)a0 * H, H, s->he, cnt,
                            &lw->exp_down[e], NULL, false))
                 return moe_failed(ctx, lw, "experts", err);
+            if (split) expert_act(ctx, lw, act, a0, a0 + cnt, e, true);
             ctx->moe_expert_runs++;
         }
     }

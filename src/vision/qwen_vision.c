@@ -111,7 +111,7 @@ static void attention_rows(void *p, int ith, int nth) {
                 qs[nq] = t->q + (size_t)r * h + (size_t)hh * hd;
                 firsts[nq] = t->first[r], lasts[nq] = t->last[r];
             }
-            attn_ranges(outs, qs, firsts, lasts, nq, hd, hh, scale, 0.0f, &akv, scratch);
+            attn_ranges(outs, qs, firsts, lasts, nq, hd, hh, scale, 0.0f, NULL, &akv, scratch);
         }
 }
 

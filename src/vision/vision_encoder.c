@@ -189,7 +189,7 @@ static void attention_rows(void *p, int ith, int nth) {
                 qs[nq] = s->q + (size_t)r * c->hidden + (size_t)h * hd;
                 poss[nq] = n - 1; /* every key: no mask */
             }
-            attn_queries(outs, qs, poss, nq, hd, h, scale, 0.0f, 0, &akv, scratch);
+            attn_queries(outs, qs, poss, nq, hd, h, scale, 0.0f, NULL, 0, &akv, scratch);
         }
 }
 
