@@ -610,8 +610,9 @@ static int take_layer(pdl_model *m, const pdl_tensor_set *set, const char *hf_pr
          * optional bias or q/k norm is */
         if (!required && t->need != NEED_IF_BIAS && t->need != NEED_IF_QK_NORM && t->need != NEED_IF_PRESENT) continue;
         const char *hf = c->block == PDL_BLOCK_SANDWICH && t->hf_post ? t->hf_post : t->hf;
-        /* llama.cpp names Qwen3.5's MLP input norm post_attention_norm */
-        const char *gguf = c->arch->hybrid && t->offset == offsetof(pdl_layer_weights, ffn_norm)
+        /* llama.cpp names Qwen3.5's and gpt-oss's MLP input norm post_attention_norm */
+        const char *gguf = (c->arch->hybrid || c->arch->moe == PDL_MOE_GPT_OSS) &&
+                                   t->offset == offsetof(pdl_layer_weights, ffn_norm)
                                ? "post_attention_norm.weight" : t->gguf;
         layer_name(name, sizeof name, hf_prefix, name_l, hf, gguf);
         if (model_take_tensor(set, name, required, where, (pdl_tensor *)((char *)lw + t->offset), err))

@@ -1,0 +1,218 @@
+/*
+ * gptoss_writer.c - tiny random-weight gpt-oss models as a Hugging Face
+ * folder and a GGUF file (see gptoss_writer.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "gptoss_writer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf_writer.h"
+#include "st_writer.h"
+#include "test_util.h"
+
+static uint64_t rng;
+static double urand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static float *vec(size_t n, double center, double spread) {
+    float *v = malloc(n * sizeof *v);
+    REQUIRE(v != NULL);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(center + spread * urand());
+    return v;
+}
+
+gpo_spec gpo_tiny_spec(void) {
+    return (gpo_spec){.hidden = 64, .layers = 4, .heads = 4, .kv_heads = 2, .head_dim = 16, .vocab = 96,
+                      .experts = 8, .experts_used = 4, .ffn = 32, .window = 16, .max_pos = 256, .orig = 64,
+                      .factor = 4, .beta_fast = 8, .beta_slow = 0.5, .theta = 100, .eps = 1e-5, .swiglu_limit = 7};
+}
+
+gpo_weights gpo_make_weights(const gpo_spec *s, uint64_t seed) {
+    rng = seed | 1;
+    int H = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim, E = s->experts, F = s->ffn;
+    double in = 1.7 / sqrt((double)H);
+    gpo_weights w = {0};
+    w.embed = vec((size_t)s->vocab * H, 0, 1);
+    w.final_norm = vec((size_t)H, 1, 0.3);
+    w.lm_head = vec((size_t)s->vocab * H, 0, in);
+    w.l = calloc((size_t)s->layers, sizeof *w.l);
+    REQUIRE(w.l != NULL);
+    for (int l = 0; l < s->layers; l++) {
+        gpo_layer *L = &w.l[l];
+        L->in_norm = vec((size_t)H, 1, 0.3), L->post_norm = vec((size_t)H, 1, 0.3);
+        L->wq = vec((size_t)q * H, 0, in), L->bq = vec((size_t)q, 0, 0.3);
+        L->wk = vec((size_t)kv * H, 0, in), L->bk = vec((size_t)kv, 0, 0.3);
+        L->wv = vec((size_t)kv * H, 0, in), L->bv = vec((size_t)kv, 0, 0.3);
+        L->wo = vec((size_t)H * q, 0, 1.7 / sqrt((double)q)), L->bo = vec((size_t)H, 0, 0.3);
+        L->sinks = vec((size_t)s->heads, 1.0, 2.0);
+        L->router = vec((size_t)E * H, 0, in), L->router_b = vec((size_t)E, 0, 0.5);
+        /* large enough that gate and up often leave [-7, 7] */
+        L->gate_up = vec((size_t)E * H * 2 * F, 0, 10.0 / sqrt((double)H));
+        L->gate_up_b = vec((size_t)E * 2 * F, 0, 1.0);
+        L->down = vec((size_t)E * F * H, 0, 0.15 / sqrt((double)F)), L->down_b = vec((size_t)E * H, 0, 0.3);
+    }
+    return w;
+}
+
+void gpo_free_weights(const gpo_spec *s, gpo_weights *w) {
+    free(w->embed), free(w->final_norm), free(w->lm_head);
+    for (int l = 0; l < s->layers; l++) {
+        gpo_layer *L = &w->l[l];
+        free(L->in_norm), free(L->post_norm), free(L->wq), free(L->bq), free(L->wk), free(L->bk), free(L->wv);
+        free(L->bv), free(L->wo), free(L->bo), free(L->sinks), free(L->router), free(L->router_b);
+        free(L->gate_up), free(L->gate_up_b), free(L->down), free(L->down_b);
+    }
+    free(w->l);
+    memset(w, 0, sizeof *w);
+}
+
+void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
+    char types[1024] = "";
+    size_t off = 0;
+    for (int l = 0; l < s->layers; l++)
+        off += (size_t)snprintf(types + off, sizeof types - off, "%s\"%s\"", l ? ", " : "",
+                                l % 2 == 0 ? "sliding_attention" : "full_attention");
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg,
+             "{\n  \"model_type\": \"gpt_oss\", \"architectures\": [\"GptOssForCausalLM\"],\n"
+             "  \"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d,\n"
+             "  \"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d,\n"
+             "  \"num_local_experts\": %d, \"num_experts_per_tok\": %d, \"experts_per_token\": %d,\n"
+             "  \"max_position_embeddings\": %d, \"rms_norm_eps\": %g, \"rope_theta\": %.17g,\n"
+             "  \"sliding_window\": %d, \"layer_types\": [%s], \"attention_bias\": true,\n"
+             "  \"swiglu_limit\": %.17g, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false,\n"
+             "  \"bos_token_id\": 2, \"eos_token_id\": 1,\n"
+             "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.17g, \"beta_fast\": %.17g,\n"
+             "    \"beta_slow\": %.17g, \"original_max_position_embeddings\": %d, \"truncate\": false}\n}\n",
+             s->hidden, s->ffn, s->layers, s->heads, s->kv_heads, s->head_dim, s->vocab, s->experts, s->experts_used,
+             s->experts_used, s->max_pos, s->eps, s->theta, s->window, types, s->swiglu_limit, s->factor,
+             s->beta_fast, s->beta_slow, s->orig);
+    char *path = test_join(dir, "config.json");
+    test_write_file(path, cfg, strlen(cfg));
+    free(path);
+    int H = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim, E = s->experts, F = s->ffn;
+    stw_writer *st = stw_new();
+#define PUT(name, nd, ...) stw_add_f32(st, name, nd, (const int64_t[]){__VA_ARGS__}, data)
+    const float *data;
+    char n[160];
+    data = w->embed, PUT("model.embed_tokens.weight", 2, s->vocab, H);
+    data = w->final_norm, PUT("model.norm.weight", 1, H);
+    data = w->lm_head, PUT("lm_head.weight", 2, s->vocab, H);
+    for (int l = 0; l < s->layers; l++) {
+        const gpo_layer *L = &w->l[l];
+#define NAME(x) (snprintf(n, sizeof n, "model.layers.%d.%s", l, x), n)
+        data = L->in_norm, PUT(NAME("input_layernorm.weight"), 1, H);
+        data = L->post_norm, PUT(NAME("post_attention_layernorm.weight"), 1, H);
+        data = L->wq, PUT(NAME("self_attn.q_proj.weight"), 2, q, H);
+        data = L->bq, PUT(NAME("self_attn.q_proj.bias"), 1, q);
+        data = L->wk, PUT(NAME("self_attn.k_proj.weight"), 2, kv, H);
+        data = L->bk, PUT(NAME("self_attn.k_proj.bias"), 1, kv);
+        data = L->wv, PUT(NAME("self_attn.v_proj.weight"), 2, kv, H);
+        data = L->bv, PUT(NAME("self_attn.v_proj.bias"), 1, kv);
+        data = L->wo, PUT(NAME("self_attn.o_proj.weight"), 2, H, q);
+        data = L->bo, PUT(NAME("self_attn.o_proj.bias"), 1, H);
+        data = L->sinks, PUT(NAME("self_attn.sinks"), 1, s->heads);
+        data = L->router, PUT(NAME("mlp.router.weight"), 2, E, H);
+        data = L->router_b, PUT(NAME("mlp.router.bias"), 1, E);
+        data = L->gate_up, PUT(NAME("mlp.experts.gate_up_proj"), 3, E, H, 2 * F);
+        data = L->gate_up_b, PUT(NAME("mlp.experts.gate_up_proj_bias"), 2, E, 2 * F);
+        data = L->down, PUT(NAME("mlp.experts.down_proj"), 3, E, F, H);
+        data = L->down_b, PUT(NAME("mlp.experts.down_proj_bias"), 2, E, H);
+#undef NAME
+    }
+#undef PUT
+    path = test_join(dir, "model.safetensors");
+    REQUIRE_MSG(stw_write(st, path) == 0, "cannot write %s", path);
+    free(path);
+    stw_free(st);
+}
+
+void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
+    gguf_writer *gw = gguf_writer_new(3);
+    const char *a = "gpt-oss";
+    char k[160];
+#define KEY(x) (snprintf(k, sizeof k, "%s.%s", a, x), k)
+    gguf_writer_add_str(gw, "general.architecture", a);
+    gguf_writer_add_u32(gw, KEY("context_length"), (uint32_t)s->max_pos);
+    gguf_writer_add_u32(gw, KEY("embedding_length"), (uint32_t)s->hidden);
+    gguf_writer_add_u32(gw, KEY("feed_forward_length"), (uint32_t)s->ffn);
+    gguf_writer_add_u32(gw, KEY("block_count"), (uint32_t)s->layers);
+    gguf_writer_add_u32(gw, KEY("attention.head_count"), (uint32_t)s->heads);
+    gguf_writer_add_u32(gw, KEY("attention.head_count_kv"), (uint32_t)s->kv_heads);
+    gguf_writer_add_u32(gw, KEY("attention.key_length"), (uint32_t)s->head_dim);
+    gguf_writer_add_u32(gw, KEY("attention.value_length"), (uint32_t)s->head_dim);
+    gguf_writer_add_f32(gw, KEY("rope.freq_base"), (float)s->theta);
+    gguf_writer_add_f32(gw, KEY("attention.layer_norm_rms_epsilon"), (float)s->eps);
+    gguf_writer_add_u32(gw, KEY("expert_count"), (uint32_t)s->experts);
+    gguf_writer_add_u32(gw, KEY("expert_used_count"), (uint32_t)s->experts_used);
+    gguf_writer_add_u32(gw, KEY("expert_feed_forward_length"), (uint32_t)s->ffn);
+    gguf_writer_add_u32(gw, KEY("attention.sliding_window"), (uint32_t)s->window);
+    gguf_writer_add_str(gw, KEY("rope.scaling.type"), "yarn");
+    gguf_writer_add_f32(gw, KEY("rope.scaling.factor"), (float)s->factor);
+    gguf_writer_add_u32(gw, KEY("rope.scaling.original_context_length"), (uint32_t)s->orig);
+    gguf_writer_add_f32(gw, KEY("rope.scaling.yarn_beta_fast"), (float)s->beta_fast);
+    gguf_writer_add_f32(gw, KEY("rope.scaling.yarn_beta_slow"), (float)s->beta_slow);
+    gguf_writer_add_u32(gw, "tokenizer.ggml.bos_token_id", 2);
+    gguf_writer_add_u32(gw, "tokenizer.ggml.eos_token_id", 1);
+#undef KEY
+    int H = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim, E = s->experts, F = s->ffn;
+    char n[160];
+#define PUT(name, nd, ...) gguf_writer_add_tensor_f32(gw, name, nd, (const int64_t[]){__VA_ARGS__}, data)
+    const float *data;
+    data = w->embed, PUT("token_embd.weight", 2, s->vocab, H);
+    data = w->final_norm, PUT("output_norm.weight", 1, H);
+    data = w->lm_head, PUT("output.weight", 2, s->vocab, H);
+    float *gate = malloc((size_t)E * F * H * sizeof *gate), *up = malloc((size_t)E * F * H * sizeof *up);
+    float *down = malloc((size_t)E * H * F * sizeof *down);
+    float *gb = malloc((size_t)E * F * sizeof *gb), *ub = malloc((size_t)E * F * sizeof *ub);
+    REQUIRE(gate && up && down && gb && ub);
+    for (int l = 0; l < s->layers; l++) {
+        const gpo_layer *L = &w->l[l];
+#define NAME(x) (snprintf(n, sizeof n, "blk.%d.%s", l, x), n)
+        data = L->in_norm, PUT(NAME("attn_norm.weight"), 1, H);
+        data = L->post_norm, PUT(NAME("post_attention_norm.weight"), 1, H);
+        data = L->wq, PUT(NAME("attn_q.weight"), 2, q, H);
+        data = L->bq, PUT(NAME("attn_q.bias"), 1, q);
+        data = L->wk, PUT(NAME("attn_k.weight"), 2, kv, H);
+        data = L->bk, PUT(NAME("attn_k.bias"), 1, kv);
+        data = L->wv, PUT(NAME("attn_v.weight"), 2, kv, H);
+        data = L->bv, PUT(NAME("attn_v.bias"), 1, kv);
+        data = L->wo, PUT(NAME("attn_output.weight"), 2, H, q);
+        data = L->bo, PUT(NAME("attn_output.bias"), 1, H);
+        data = L->sinks, PUT(NAME("attn_sinks.weight"), 1, s->heads);
+        data = L->router, PUT(NAME("ffn_gate_inp.weight"), 2, E, H);
+        data = L->router_b, PUT(NAME("ffn_gate_inp.bias"), 1, E);
+        /* the converter: gate_up_proj transposed to (E, 2F, H), even rows gate, odd up */
+        for (int e = 0; e < E; e++) {
+            for (int f = 0; f < F; f++) {
+                for (int h = 0; h < H; h++) {
+                    const float *at = L->gate_up + ((size_t)e * H + h) * 2 * F + 2 * f;
+                    gate[((size_t)e * F + f) * H + h] = at[0];
+                    up[((size_t)e * F + f) * H + h] = at[1];
+                }
+                gb[(size_t)e * F + f] = L->gate_up_b[(size_t)e * 2 * F + 2 * f];
+                ub[(size_t)e * F + f] = L->gate_up_b[(size_t)e * 2 * F + 2 * f + 1];
+            }
+            for (int h = 0; h < H; h++)
+                for (int f = 0; f < F; f++)
+                    down[((size_t)e * H + h) * F + f] = L->down[((size_t)e * F + f) * H + h];
+        }
+        data = gate, PUT(NAME("ffn_gate_exps.weight"), 3, E, F, H);
+        data = up, PUT(NAME("ffn_up_exps.weight"), 3, E, F, H);
+        data = down, PUT(NAME("ffn_down_exps.weight"), 3, E, H, F);
+        data = gb, PUT(NAME("ffn_gate_exps.bias"), 2, E, F);
+        data = ub, PUT(NAME("ffn_up_exps.bias"), 2, E, F);
+        data = L->down_b, PUT(NAME("ffn_down_exps.bias"), 2, E, H);
+#undef NAME
+    }
+#undef PUT
+    REQUIRE_MSG(gguf_writer_write(gw, path) == 0, "cannot write %s", path);
+    free(gate), free(up), free(down), free(gb), free(ub);
+    gguf_writer_free(gw);
+}

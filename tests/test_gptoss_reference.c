@@ -1,0 +1,300 @@
+/*
+ * test_gptoss_reference.c - gpt-oss against a float64 forward written from
+ * the published description (OpenAI's gpt-oss model card and reference
+ * code, as transformers' modeling_gpt_oss.py states it), no code shared
+ * with src/:
+ *
+ *   every layer: x += o(attn(q, k, v)) + b_o of RMSNorm(x), q/k/v with biases,
+ *     GQA, rotate-half RoPE with YaRN (per-pair ramp between beta_fast and
+ *     beta_slow over the original context, cos and sin times
+ *     0.1 ln(factor) + 1; Hugging Face's truncate: false keeps the ramp's
+ *     ends fractional, llama.cpp's GGUF reading rounds them), scores scaled by
+ *     1/sqrt(head_dim), softmax over the keys and one learned sink logit per
+ *     head (in the denominator, no value), layers 0, 2, 4, ... over the last
+ *     `window` positions only, the others over all;
+ *   then x += sum over the top-k experts of the router (logits W_r x + b_r,
+ *     softmax over the k chosen logits only) of
+ *     w_e * (down_e((u + 1) * g * sigmoid(1.702 g)) + b_down), with
+ *     [gate, up] = x GU_e + b (alternate columns), g = min(gate, 7),
+ *     u = clamp(up, -7, 7);
+ *   final RMSNorm, lm_head.
+ *
+ * A tiny random gpt-oss (tests/support/gptoss_writer.h: 4 layers, window
+ * 16, YaRN factor 4 over an original context of 64) as a Hugging Face folder
+ * and as the GGUF llama.cpp's converter makes of it; all-row logits of a
+ * 200-token prompt (past the window and 3x past the original context), then
+ * greedy tokens through the decode path.
+ *
+ * Tolerance: 5e-5 absolute on logits of magnitude ~1-5. The engine computes
+ * in float32 (RoPE table in float32, as transformers) and the expert
+ * products reach ~20 before the clamp, so float32 rounding of order 1e-6
+ * relative grows through 4 layers; the largest difference observed is
+ * 5.5e-6 (printed each run). Each
+ * comparison also runs the reference with one thing wrong (the sink dropped
+ * from the denominator, the window on the odd layers, the YaRN ramp
+ * reversed, the clamp missing, the router's softmax over all experts) and
+ * requires it to land over 100x the tolerance away.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pagedlm.h"
+#include "support/gptoss_writer.h"
+#include "test_util.h"
+
+#define TOL 5e-5
+#define PROMPT 200
+#define STEPS 6
+
+typedef enum ref_bug {
+    BUG_NONE,
+    BUG_NO_SINK,        /* the sink left out of the softmax's denominator */
+    BUG_WINDOW_ODD,     /* the window on layers 1, 3, ... instead of 0, 2, ... */
+    BUG_RAMP_REVERSED,  /* YaRN: the slow pairs kept and the fast ones divided */
+    BUG_NO_CLAMP,       /* SwiGLU without the clamps */
+    BUG_ROUTER_ALL,     /* the router's softmax over all experts (not renormalized over the k) */
+    N_BUGS
+} ref_bug;
+
+/* inv[d / 2] and the cos/sin factor: YaRN as the YaRN paper's code (and
+ * transformers' _compute_yarn_parameters) states it. */
+static void yarn_table(const gpo_spec *s, bool truncate, ref_bug bug, double *inv, double *attn) {
+    int d = s->head_dim;
+    const double two_pi = 6.283185307179586476925;
+    double lo = d * log(s->orig / (two_pi * s->beta_fast)) / (2.0 * log(s->theta));
+    double hi = d * log(s->orig / (two_pi * s->beta_slow)) / (2.0 * log(s->theta));
+    if (truncate) lo = floor(lo), hi = ceil(hi);
+    if (lo < 0) lo = 0;
+    if (hi > d - 1) hi = d - 1;
+    for (int i = 0; i < d / 2; i++) {
+        double b = pow(s->theta, -2.0 * i / d), r = (i - lo) / (hi - lo);
+        r = r < 0 ? 0 : r > 1 ? 1 : r;
+        if (bug == BUG_RAMP_REVERSED) r = 1 - r;
+        inv[i] = b * (1 - r) + b / s->factor * r;
+    }
+    *attn = 0.1 * log(s->factor) + 1.0;
+}
+
+static void rmsnorm(double *y, const double *x, const float *w, int n, double eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    double r = 1.0 / sqrt(ss / n + eps);
+    for (int i = 0; i < n; i++) y[i] = x[i] * r * w[i];
+}
+
+/* y = W x + b, W (out, in) */
+static void linear(double *y, const float *W, const float *b, const double *x, int out, int in) {
+    for (int o = 0; o < out; o++) {
+        double acc = b ? b[o] : 0;
+        for (int i = 0; i < in; i++) acc += (double)W[(size_t)o * in + i] * x[i];
+        y[o] = acc;
+    }
+}
+
+static void rope(double *x, int d, int pos, const double *inv, double attn) {
+    for (int i = 0; i < d / 2; i++) {
+        double c = cos(pos * inv[i]) * attn, sn = sin(pos * inv[i]) * attn, a = x[i], b = x[i + d / 2];
+        x[i] = a * c - b * sn;
+        x[i + d / 2] = b * c + a * sn;
+    }
+}
+
+static void ref_forward(const gpo_spec *s, const gpo_weights *w, bool truncate, ref_bug bug, const int32_t *tok, int T,
+                        double *logits) {
+    int H = s->hidden, hd = s->head_dim, qd = s->heads * hd, kvd = s->kv_heads * hd, E = s->experts, F = s->ffn;
+    int K = s->experts_used;
+    double inv[64], attn_f;
+    yarn_table(s, truncate, bug, inv, &attn_f);
+    double *x = calloc((size_t)T * H, sizeof *x), *h = calloc((size_t)H, sizeof *h);
+    double *q = calloc((size_t)T * qd, sizeof *q), *k = calloc((size_t)T * kvd, sizeof *k);
+    double *v = calloc((size_t)T * kvd, sizeof *v), *att = calloc((size_t)qd, sizeof *att);
+    double *o = calloc((size_t)H, sizeof *o), *pr = calloc((size_t)T, sizeof *pr), *lg = calloc((size_t)E, sizeof *lg);
+    double *gu = calloc((size_t)2 * F, sizeof *gu), *act = calloc((size_t)F, sizeof *act);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H; i++) x[(size_t)t * H + i] = w->embed[(size_t)tok[t] * H + i];
+    double L = s->swiglu_limit;
+    for (int l = 0; l < s->layers; l++) {
+        const gpo_layer *W = &w->l[l];
+        bool windowed = (l % 2 == 0) != (bug == BUG_WINDOW_ODD);
+        for (int t = 0; t < T; t++) {
+            rmsnorm(h, x + (size_t)t * H, W->in_norm, H, s->eps);
+            linear(q + (size_t)t * qd, W->wq, W->bq, h, qd, H);
+            linear(k + (size_t)t * kvd, W->wk, W->bk, h, kvd, H);
+            linear(v + (size_t)t * kvd, W->wv, W->bv, h, kvd, H);
+            for (int hh = 0; hh < s->heads; hh++) rope(q + (size_t)t * qd + hh * hd, hd, t, inv, attn_f);
+            for (int hh = 0; hh < s->kv_heads; hh++) rope(k + (size_t)t * kvd + hh * hd, hd, t, inv, attn_f);
+        }
+        for (int t = 0; t < T; t++) {
+            int first = windowed && t - s->window + 1 > 0 ? t - s->window + 1 : 0;
+            for (int hh = 0; hh < s->heads; hh++) {
+                int kh = hh / (s->heads / s->kv_heads);
+                const double *qh = q + (size_t)t * qd + hh * hd;
+                double sink = W->sinks[hh], mx = sink;
+                for (int j = first; j <= t; j++) {
+                    double dot = 0;
+                    for (int i = 0; i < hd; i++) dot += qh[i] * k[(size_t)j * kvd + kh * hd + i];
+                    pr[j] = dot / sqrt((double)hd);
+                    if (pr[j] > mx) mx = pr[j];
+                }
+                double sum = bug == BUG_NO_SINK ? 0 : exp(sink - mx);
+                for (int j = first; j <= t; j++) sum += (pr[j] = exp(pr[j] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double a = 0;
+                    for (int j = first; j <= t; j++) a += pr[j] * v[(size_t)j * kvd + kh * hd + i];
+                    att[hh * hd + i] = a / sum;
+                }
+            }
+            linear(o, W->wo, W->bo, att, H, qd);
+            double *xt = x + (size_t)t * H;
+            for (int i = 0; i < H; i++) xt[i] += o[i];
+            /* the experts */
+            rmsnorm(h, xt, W->post_norm, H, s->eps);
+            linear(lg, W->router, W->router_b, h, E, H);
+            int sel[16];
+            bool used[64] = {false};
+            for (int j = 0; j < K; j++) { /* top k, the lower id on a tie */
+                int best = -1;
+                for (int e = 0; e < E; e++)
+                    if (!used[e] && (best < 0 || lg[e] > lg[best])) best = e;
+                sel[j] = best, used[best] = true;
+            }
+            double wsum = 0, wts[16];
+            if (bug == BUG_ROUTER_ALL) {
+                for (int e = 0; e < E; e++) wsum += exp(lg[e] - lg[sel[0]]);
+            } else {
+                for (int j = 0; j < K; j++) wsum += exp(lg[sel[j]] - lg[sel[0]]);
+            }
+            for (int j = 0; j < K; j++) wts[j] = exp(lg[sel[j]] - lg[sel[0]]) / wsum;
+            for (int j = 0; j < K; j++) {
+                int e = sel[j];
+                const float *GU = W->gate_up + (size_t)e * H * 2 * F, *GB = W->gate_up_b + (size_t)e * 2 * F;
+                for (int c = 0; c < 2 * F; c++) { /* x GU + b: GU is (hidden, 2F) */
+                    double acc = GB[c];
+                    for (int i = 0; i < H; i++) acc += h[i] * GU[(size_t)i * 2 * F + c];
+                    gu[c] = acc;
+                }
+                for (int f = 0; f < F; f++) {
+                    double g = gu[2 * f], u = gu[2 * f + 1];
+                    if (bug != BUG_NO_CLAMP) g = fmin(g, L), u = fmax(fmin(u, L), -L);
+                    act[f] = (u + 1) * g / (1 + exp(-1.702 * g));
+                }
+                const float *D = W->down + (size_t)e * F * H, *DB = W->down_b + (size_t)e * H;
+                for (int i = 0; i < H; i++) { /* act D + b: D is (F, hidden) */
+                    double acc = DB[i];
+                    for (int f = 0; f < F; f++) acc += act[f] * D[(size_t)f * H + i];
+                    xt[i] += wts[j] * acc;
+                }
+            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        rmsnorm(h, x + (size_t)t * H, w->final_norm, H, s->eps);
+        linear(logits + (size_t)t * s->vocab, w->lm_head, NULL, h, s->vocab, H);
+    }
+    free(x), free(h), free(q), free(k), free(v), free(att), free(o), free(pr), free(lg), free(gu), free(act);
+}
+
+static double max_diff(const float *got, const double *want, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)got[i] - want[i]);
+        if (!(e <= d)) d = e;
+    }
+    return d;
+}
+
+static void check_forward(const char *path, const gpo_spec *s, const gpo_weights *w, bool truncate,
+                          const int32_t *prompt) {
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2, .log = test_log_no_unused_tensors, .log_user = (void *)path};
+    REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK_MSG(strcmp(info.arch, "gpt-oss") == 0, "%s: arch %s", path, info.arch);
+    int V = s->vocab, N = PROMPT + STEPS;
+    float *rows = test_all_row_logits(m, prompt, PROMPT);
+    int32_t seq_tok[PROMPT + STEPS];
+    memcpy(seq_tok, prompt, sizeof(int32_t) * PROMPT);
+    pdl_context *ctx = test_context(m);
+    pdl_kv_cache *kv = NULL;
+    REQUIRE(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 16, N / 16 + 1, &err) == 0);
+    float *step = malloc((size_t)STEPS * V * sizeof *step);
+    pdl_seq seq = {0};
+    REQUIRE_MSG(pdl_seq_forward(ctx, kv, &seq, prompt, NULL, PROMPT, PDL_LOGITS_LAST, step, &err) == 0, "%s",
+                err.message);
+    for (int k = 0; k < STEPS; k++) {
+        const float *lk = step + (size_t)k * V;
+        int32_t best = 0;
+        for (int j = 1; j < V; j++)
+            if (lk[j] > lk[best]) best = j;
+        seq_tok[PROMPT + k] = best;
+        if (k + 1 < STEPS)
+            REQUIRE_MSG(pdl_seq_forward(ctx, kv, &seq, &best, NULL, 1, PDL_LOGITS_LAST, step + (size_t)(k + 1) * V,
+                                        &err) == 0, "%s", err.message);
+    }
+    pdl_seq_release(kv, &seq);
+    pdl_kv_cache_free(kv);
+    pdl_context_free(ctx);
+    pdl_model_free(m);
+
+    double *want = malloc((size_t)N * V * sizeof *want), *bad = malloc((size_t)PROMPT * V * sizeof *bad);
+    ref_forward(s, w, truncate, BUG_NONE, seq_tok, N, want);
+    double d = max_diff(rows, want, (size_t)PROMPT * V);
+    double ds = max_diff(step, want + (size_t)(PROMPT - 1) * V, (size_t)STEPS * V);
+    double mag = 0;
+    for (size_t i = 0; i < (size_t)PROMPT * V; i++) mag = fmax(mag, fabs(want[i]));
+    fprintf(stderr, "  %s: max |engine - float64|: prompt rows %.3g, greedy steps %.3g (largest logit %.3g)\n", path,
+            d, ds, mag);
+    CHECK_MSG(d <= TOL, "%s: prompt logits differ from the float64 reference by %g (tolerance %g)", path, d, TOL);
+    CHECK_MSG(ds <= TOL, "%s: decode logits differ from the float64 reference by %g (tolerance %g)", path, ds, TOL);
+    for (int k = 0; k < STEPS; k++) {
+        const double *r = want + (size_t)(PROMPT - 1 + k) * V;
+        int best = 0;
+        for (int j = 1; j < V; j++)
+            if (r[j] > r[best]) best = j;
+        CHECK_MSG(best == seq_tok[PROMPT + k], "%s: greedy step %d: engine %d, reference %d", path, k,
+                  seq_tok[PROMPT + k], best);
+    }
+    for (int b = BUG_NONE + 1; b < N_BUGS; b++) {
+        ref_forward(s, w, truncate, (ref_bug)b, seq_tok, PROMPT, bad);
+        double db = 0;
+        for (size_t i = 0; i < (size_t)PROMPT * V; i++) db = fmax(db, fabs(bad[i] - want[i]));
+        fprintf(stderr, "  %s: reference variant %d moves logits by %.3g\n", path, b, db);
+        CHECK_MSG(db > 100 * TOL, "%s: reference variant %d moves logits by only %g: the test could not see it", path,
+                  b, db);
+    }
+    free(want), free(bad), free(rows), free(step);
+}
+
+static void test_gptoss_matches_float64_reference(void) {
+    gpo_spec s = gpo_tiny_spec();
+    gpo_weights w = gpo_make_weights(&s, 0x243F6A8885A308D3ull);
+    char *dir = test_make_dir("gptoss-ref");
+    char *hf = test_join(dir, "hf"), *gg = test_join(dir, "model.gguf");
+    free(test_make_dir("gptoss-ref/hf"));
+    gpo_write_hf(&s, &w, hf);
+    gpo_write_gguf(&s, &w, gg);
+    int32_t prompt[PROMPT];
+    uint64_t r = 77;
+    for (int t = 0; t < PROMPT; t++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[t] = (int32_t)((r >> 33) % (uint64_t)s.vocab);
+    }
+    check_forward(hf, &s, &w, false, prompt); /* config.json: truncate false */
+    check_forward(gg, &s, &w, true, prompt);  /* llama.cpp always rounds the ramp's ends */
+    free(hf), free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
+int main(void) {
+    setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
+    pdl_error kerr;
+    REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
+    RUN(test_gptoss_matches_float64_reference);
+    return test_summary();
+}
