@@ -5,7 +5,9 @@
  * downloading weights. The text such a model writes is noise. Presets of
  * mixture-of-experts models (Qwen3-30B-A3B, OLMoE-1B-7B) write GGUF's
  * stacked experts (ffn_{gate,up,down}_exps) and an F32 router; their layer
- * count is usually cut with --layers to fit memory. The Qwen3.5 presets
+ * count is usually cut with --layers to fit memory; gpt-oss-20b's as
+ * llama.cpp's converter writes it (biases, attention sinks, the window and
+ * YaRN keys). The Qwen3.5 presets
  * write the hybrid layout of llama.cpp's converter (GGUF `qwen35` /
  * `qwen35moe`, the multi-token-prediction block left out as its --no-mtp
  * does, or written with --mtp as its default does: one more full-attention
@@ -45,6 +47,11 @@ typedef struct shape_preset {
     int lin_k_heads, lin_v_heads, lin_head_dim, lin_conv; /* the linear layers' heads, their width, conv kernel */
     int rope_dims;    /* rotated dimensions of a head (0: all of head_dim) */
     int ffn_shared;   /* the shared expert's width (0: none) */
+    /* gpt-oss: Q/K/V/O biases, sinks, router and expert biases, every 2nd layer windowed, YaRN */
+    bool gptoss;
+    int window;       /* attention.sliding_window */
+    float yarn_factor;
+    int yarn_orig;    /* YaRN's original context */
 } shape_preset;
 
 /* Widths from each model's published config.json; a ffn of 0 writes no
@@ -64,6 +71,12 @@ static const shape_preset PRESETS[] = {
     {.name = "olmoe-1b-7b", .arch = "olmoe", .hidden = 2048, .layers = 16, .heads = 16, .kv_heads = 16, .head_dim = 128,
      .ffn = 1024, .vocab = 50304, .rope_theta = 10000.0f, .eps = 1e-5f, .n_experts = 64, .n_experts_used = 8,
      .ffn_expert = 1024, .untied = true, .qk_whole = true},
+    /* openai/gpt-oss-20b: 32 experts of 2880 (4 per token), 64 query / 8 KV heads of 64, window 128 on
+     * every 2nd layer, YaRN factor 32 over 4096 */
+    {.name = "gpt-oss-20b", .arch = "gpt-oss", .hidden = 2880, .layers = 24, .heads = 64, .kv_heads = 8,
+     .head_dim = 64, .ffn = 2880, .vocab = 201088, .rope_theta = 150000.0f, .eps = 1e-5f, .n_experts = 32,
+     .n_experts_used = 4, .ffn_expert = 2880, .untied = true, .context = 131072, .gptoss = true, .window = 128,
+     .yarn_factor = 32.0f, .yarn_orig = 4096},
     /* Qwen/Qwen3.5-0.8B: attention 8 heads / 2 KV of 256 with a quarter rotated, linear 16 key and 16 value
      * heads of 128, tied embeddings */
     {.name = "qwen3.5-0.8b", .arch = "qwen35", .hidden = 1024, .layers = 24, .heads = 8, .kv_heads = 2, .head_dim = 256,
@@ -286,7 +299,8 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "qwen3-0.6b, qwen3-1.7b (qwen3 architecture, tied embeddings); qwen3-test (the same\n"
              "architecture and vocabulary, width 64 and 2 layers: for tests);\n"
              "qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
-             "token): mixtures of experts, GGUF only, usually with fewer --layers;\n"
+             "token), gpt-oss-20b (gpt-oss: 32 experts, 4 per token, sinks, window 128 on every 2nd\n"
+             "layer, YaRN): mixtures of experts, GGUF only, usually with fewer --layers;\n"
              "qwen3.5-0.8b (qwen35), qwen3.5-35b-a3b (qwen35moe: 256 experts, 8 per token, and a shared\n"
              "one): hybrid Gated DeltaNet + gated attention (every 4th layer), GGUF only"},
     {"--output", "-o", CLI_OPT_STRING, A(out), .value = "OUT", .help = "the file (or folder, --format hf) written"},
@@ -331,7 +345,7 @@ int cli_make_random_model(int argc, char **argv) {
         if (strcmp(PRESETS[i].name, args.preset) == 0) p = &PRESETS[i];
     if (!p || !args.out) {
         fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b, "
-                        "olmoe-1b-7b, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
+                        "olmoe-1b-7b, gpt-oss-20b, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
         return CLI_USAGE;
     }
     shape_preset cut = *p; /* the preset with --experts applied */
@@ -389,7 +403,44 @@ int cli_make_random_model(int argc, char **argv) {
     ADD("token_embd.weight", "model.embed_tokens.weight", V, p->hidden, false);
     ADD("output_norm.weight", "model.norm.weight", p->hidden, 0, true);
     if (p->untied) ADD("output.weight", "lm_head.weight", V, p->hidden, false);
-    for (int l = 0; p->n_experts > 0 && p->attn_interval == 0 && l < L; l++) {
+    for (int l = 0; p->gptoss && l < L; l++) {
+        /* gpt-oss as llama.cpp's converter writes it (GptOssModel): biases on every projection, one sink
+         * per query head, the MLP's input norm named post_attention_norm, the router's and the experts'
+         * biases F32 beside them */
+        int64_t E = p->n_experts, F = p->ffn_expert, H = p->hidden;
+        struct {
+            const char *gs;
+            int64_t d0, d1, d2;
+            bool vec;
+        } items[] = {{"attn_norm.weight", H, 0, 0, true},
+                     {"post_attention_norm.weight", H, 0, 0, true},
+                     {"attn_q.weight", qd, H, 0, false},
+                     {"attn_q.bias", qd, 0, 0, true},
+                     {"attn_k.weight", kd, H, 0, false},
+                     {"attn_k.bias", kd, 0, 0, true},
+                     {"attn_v.weight", kd, H, 0, false},
+                     {"attn_v.bias", kd, 0, 0, true},
+                     {"attn_output.weight", H, qd, 0, false},
+                     {"attn_output.bias", H, 0, 0, true},
+                     {"attn_sinks.weight", p->heads, 0, 0, true},
+                     {"ffn_gate_inp.weight", E, H, 0, true},
+                     {"ffn_gate_inp.bias", E, 0, 0, true},
+                     {"ffn_gate_exps.weight", E, F, H, false},
+                     {"ffn_up_exps.weight", E, F, H, false},
+                     {"ffn_down_exps.weight", E, H, F, false},
+                     {"ffn_gate_exps.bias", E, F, 0, true},
+                     {"ffn_up_exps.bias", E, F, 0, true},
+                     {"ffn_down_exps.bias", E, H, 0, true}};
+        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+            tensor_names *tn = &g_names[g_n_names++];
+            snprintf(tn->gguf, sizeof tn->gguf, "blk.%d.%s", l, items[i].gs);
+            snprintf(tn->hf, sizeof tn->hf, "%s", tn->gguf);
+            tn->n_dims = items[i].d2 ? 3 : items[i].d1 ? 2 : 1;
+            tn->shape[0] = items[i].d0, tn->shape[1] = items[i].d1, tn->shape[2] = items[i].d2;
+            tn->vector = items[i].vec;
+        }
+    }
+    for (int l = 0; p->n_experts > 0 && !p->gptoss && p->attn_interval == 0 && l < L; l++) {
         /* a mixture of experts: attention as qwen3's, then router and stacked experts */
         int64_t E = p->n_experts, F = p->ffn_expert, H = p->hidden;
         struct {
@@ -572,6 +623,12 @@ int cli_make_random_model(int argc, char **argv) {
             gguf_out_u32(g, K("expert_feed_forward_length"), (uint32_t)p->ffn_expert);
         }
         if (p->ffn_shared) gguf_out_u32(g, K("expert_shared_feed_forward_length"), (uint32_t)p->ffn_shared);
+        if (p->gptoss) {
+            gguf_out_u32(g, K("attention.sliding_window"), (uint32_t)p->window);
+            gguf_out_str(g, K("rope.scaling.type"), "yarn");
+            gguf_out_f32(g, K("rope.scaling.factor"), p->yarn_factor);
+            gguf_out_u32(g, K("rope.scaling.original_context_length"), (uint32_t)p->yarn_orig);
+        }
         if (p->attn_interval > 0) {
             /* the converter's Gated DeltaNet keys: ssm.state_size is a head's width (keys and values alike),
              * group_count the key heads, time_step_rank the value heads, inner_size their total width;
