@@ -291,10 +291,30 @@ static void test_gptoss_matches_float64_reference(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* The published checkpoints hold MXFP4 experts (_blocks / _scales): refused
+ * with a message that names the tensor and the type, not a missing-tensor
+ * error or a crash. */
+static void test_mxfp4_hf_experts_are_refused_by_name(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.hf_mxfp4 = true;
+    gpo_weights w = gpo_make_weights(&s, 5);
+    char *dir = test_make_dir("gptoss-mxfp4");
+    gpo_write_hf(&s, &w, dir);
+    pdl_model *m = NULL;
+    pdl_error err;
+    CHECK_MSG(pdl_model_load(&m, dir, NULL, &err) != 0, "%s loaded", dir);
+    CHECK_CONTAINS(err.message, "mlp.experts.gate_up_proj_blocks");
+    CHECK_CONTAINS(err.message, "MXFP4");
+    pdl_model_free(m);
+    free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 int main(void) {
     setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
     pdl_error kerr;
     REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_gptoss_matches_float64_reference);
+    RUN(test_mxfp4_hf_experts_are_refused_by_name);
     return test_summary();
 }

@@ -128,6 +128,11 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
     if (!json_is_string(dtype))
         return err_fail(err, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name,
                         json_type_name(dtype));
+    size_t nl = strlen(name);
+    if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0 && strcmp(json_string_value(dtype), "U8") == 0 &&
+        nl > 7 && (strcmp(name + nl - 7, "_blocks") == 0 || strcmp(name + nl - 7, "_scales") == 0))
+        return err_fail(err, "%s: tensor '%s': MXFP4 weights (U8 _blocks / _scales, as gpt-oss's experts) are not "
+                        "supported yet", path, name);
     if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0)
         return err_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16%s)",
                         path, name, json_string_value(dtype),

@@ -120,9 +120,17 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
         data = L->sinks, PUT(NAME("self_attn.sinks"), 1, s->heads);
         data = L->router, PUT(NAME("mlp.router.weight"), 2, E, H);
         data = L->router_b, PUT(NAME("mlp.router.bias"), 1, E);
-        data = L->gate_up, PUT(NAME("mlp.experts.gate_up_proj"), 3, E, H, 2 * F);
+        if (s->hf_mxfp4) { /* bytes do not matter: the loader refuses the type */
+            stw_add(st, NAME("mlp.experts.gate_up_proj_blocks"), "U8", 4, (const int64_t[]){E, 2 * F, H / 32, 16},
+                    NULL);
+            stw_add(st, NAME("mlp.experts.gate_up_proj_scales"), "U8", 3, (const int64_t[]){E, 2 * F, H / 32}, NULL);
+            stw_add(st, NAME("mlp.experts.down_proj_blocks"), "U8", 4, (const int64_t[]){E, H, F / 32, 16}, NULL);
+            stw_add(st, NAME("mlp.experts.down_proj_scales"), "U8", 3, (const int64_t[]){E, H, F / 32}, NULL);
+        } else {
+            data = L->gate_up, PUT(NAME("mlp.experts.gate_up_proj"), 3, E, H, 2 * F);
+            data = L->down, PUT(NAME("mlp.experts.down_proj"), 3, E, F, H);
+        }
         data = L->gate_up_b, PUT(NAME("mlp.experts.gate_up_proj_bias"), 2, E, 2 * F);
-        data = L->down, PUT(NAME("mlp.experts.down_proj"), 3, E, F, H);
         data = L->down_b, PUT(NAME("mlp.experts.down_proj_bias"), 2, E, H);
 #undef NAME
     }

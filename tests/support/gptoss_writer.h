@@ -20,6 +20,7 @@
 #ifndef PDL_TEST_GPTOSS_WRITER_H
 #define PDL_TEST_GPTOSS_WRITER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct gpo_spec {
@@ -29,6 +30,9 @@ typedef struct gpo_spec {
     int max_pos;                     /* max_position_embeddings (= orig * factor) */
     int orig;                        /* YaRN original_max_position_embeddings */
     double factor, beta_fast, beta_slow, theta, eps, swiglu_limit;
+    bool hf_mxfp4;                   /* HF: the experts as the published checkpoints hold them, MXFP4
+                                      * gate_up_proj_blocks (E, 2F, hidden / 32, 16) and _scales (E, 2F,
+                                      * hidden / 32) U8, down_proj likewise (bytes arbitrary) */
 } gpo_spec;
 
 typedef struct gpo_layer {
