@@ -240,6 +240,14 @@ static void check_forward(const char *path, const gpo_spec *s, const gpo_weights
     pdl_seq_release(kv, &seq);
     pdl_kv_cache_free(kv);
     pdl_context_free(ctx);
+    /* batch invariance: each decode step's bytes are its row's in one
+     * prefill of the whole sequence (experts grouped per step vs run expert
+     * by expert, attention sinks in query groups of other sizes) */
+    float *whole = test_all_row_logits(m, seq_tok, PROMPT + STEPS - 1);
+    for (int k = 0; k < STEPS; k++)
+        CHECK_MSG(memcmp(whole + (size_t)(PROMPT - 1 + k) * V, step + (size_t)k * V, (size_t)V * sizeof(float)) == 0,
+                  "%s: decode step %d differs from its row of a whole prefill", path, k);
+    free(whole);
     pdl_model_free(m);
 
     double *want = malloc((size_t)N * V * sizeof *want), *bad = malloc((size_t)PROMPT * V * sizeof *bad);
