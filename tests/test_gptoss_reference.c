@@ -279,12 +279,13 @@ static void check_forward(const char *path, const gpo_spec *s, const gpo_weights
     free(want), free(bad), free(rows), free(step);
 }
 
-static void test_gptoss_matches_float64_reference(void) {
-    gpo_spec s = gpo_tiny_spec();
-    gpo_weights w = gpo_make_weights(&s, 0x243F6A8885A308D3ull);
-    char *dir = test_make_dir("gptoss-ref");
+static void check_model(const gpo_spec *s_in, const char *name, uint64_t seed) {
+    gpo_spec s = *s_in;
+    gpo_weights w = gpo_make_weights(&s, seed);
+    char *dir = test_make_dir(name), sub[128];
     char *hf = test_join(dir, "hf"), *gg = test_join(dir, "model.gguf");
-    free(test_make_dir("gptoss-ref/hf"));
+    snprintf(sub, sizeof sub, "%s/hf", name);
+    free(test_make_dir(sub));
     gpo_write_hf(&s, &w, hf);
     gpo_write_gguf(&s, &w, gg);
     int32_t prompt[PROMPT];
@@ -297,6 +298,20 @@ static void test_gptoss_matches_float64_reference(void) {
     check_forward(gg, &s, &w, true, prompt);  /* llama.cpp always rounds the ramp's ends */
     free(hf), free(gg), free(dir);
     gpo_free_weights(&s, &w);
+}
+
+static void test_gptoss_matches_float64_reference(void) {
+    gpo_spec s = gpo_tiny_spec();
+    check_model(&s, "gptoss-ref", 0x243F6A8885A308D3ull);
+}
+
+/* BF16 experts, as a BF16 checkpoint (transposed at load from Hugging
+ * Face's (E, hidden, 2F) layout, 2-byte elements) and its conversion hold
+ * them; the reference multiplies the same BF16 values exactly. */
+static void test_gptoss_bf16_experts_match_float64_reference(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.bf16_experts = true;
+    check_model(&s, "gptoss-bf16", 0x13198A2E03707344ull);
 }
 
 /* The published checkpoints hold MXFP4 experts (_blocks / _scales): refused
@@ -323,6 +338,7 @@ int main(void) {
     pdl_error kerr;
     REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_gptoss_matches_float64_reference);
+    RUN(test_gptoss_bf16_experts_match_float64_reference);
     RUN(test_mxfp4_hf_experts_are_refused_by_name);
     return test_summary();
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "gguf_writer.h"
+#include "kernels/fp16.h"
 #include "st_writer.h"
 #include "test_util.h"
 
@@ -56,6 +57,10 @@ gpo_weights gpo_make_weights(const gpo_spec *s, uint64_t seed) {
         L->gate_up = vec((size_t)E * H * 2 * F, 0, 10.0 / sqrt((double)H));
         L->gate_up_b = vec((size_t)E * 2 * F, 0, 1.0);
         L->down = vec((size_t)E * F * H, 0, 0.15 / sqrt((double)F)), L->down_b = vec((size_t)E * H, 0, 0.3);
+        if (s->bf16_experts) { /* the values a BF16 file holds, for the reference too */
+            for (size_t i = 0; i < (size_t)E * H * 2 * F; i++) L->gate_up[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->gate_up[i]));
+            for (size_t i = 0; i < (size_t)E * F * H; i++) L->down[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->down[i]));
+        }
     }
     return w;
 }
@@ -70,6 +75,14 @@ void gpo_free_weights(const gpo_spec *s, gpo_weights *w) {
     }
     free(w->l);
     memset(w, 0, sizeof *w);
+}
+
+/* n floats as BF16 (exact: they hold BF16 values), malloc'ed */
+static uint16_t *to_bf16(const float *x, size_t n) {
+    uint16_t *b = malloc(n * sizeof *b);
+    REQUIRE(b != NULL);
+    for (size_t i = 0; i < n; i++) b[i] = fp16_f32_to_bf16(x[i]);
+    return b;
 }
 
 void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
@@ -126,6 +139,13 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
             stw_add(st, NAME("mlp.experts.gate_up_proj_scales"), "U8", 3, (const int64_t[]){E, 2 * F, H / 32}, NULL);
             stw_add(st, NAME("mlp.experts.down_proj_blocks"), "U8", 4, (const int64_t[]){E, H, F / 32, 16}, NULL);
             stw_add(st, NAME("mlp.experts.down_proj_scales"), "U8", 3, (const int64_t[]){E, H, F / 32}, NULL);
+        } else if (s->bf16_experts) {
+            uint16_t *b = to_bf16(L->gate_up, (size_t)E * H * 2 * F);
+            stw_add(st, NAME("mlp.experts.gate_up_proj"), "BF16", 3, (const int64_t[]){E, H, 2 * F}, b);
+            free(b);
+            b = to_bf16(L->down, (size_t)E * F * H);
+            stw_add(st, NAME("mlp.experts.down_proj"), "BF16", 3, (const int64_t[]){E, F, H}, b);
+            free(b);
         } else {
             data = L->gate_up, PUT(NAME("mlp.experts.gate_up_proj"), 3, E, H, 2 * F);
             data = L->down, PUT(NAME("mlp.experts.down_proj"), 3, E, F, H);
@@ -211,9 +231,20 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
                 for (int f = 0; f < F; f++)
                     down[((size_t)e * H + h) * F + f] = L->down[((size_t)e * F + f) * H + h];
         }
-        data = gate, PUT(NAME("ffn_gate_exps.weight"), 3, E, F, H);
-        data = up, PUT(NAME("ffn_up_exps.weight"), 3, E, F, H);
-        data = down, PUT(NAME("ffn_down_exps.weight"), 3, E, H, F);
+        if (s->bf16_experts) {
+            const float *mats[3] = {gate, up, down};
+            const char *names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+            for (int p = 0; p < 3; p++) {
+                uint64_t ne[3] = {(uint64_t)(p < 2 ? H : F), (uint64_t)(p < 2 ? F : H), (uint64_t)E};
+                uint16_t *b = to_bf16(mats[p], (size_t)E * F * H);
+                gguf_writer_add_tensor(gw, NAME(names[p]), GW_GGML_BF16, 3, ne, b, (size_t)E * F * H * 2);
+                free(b);
+            }
+        } else {
+            data = gate, PUT(NAME("ffn_gate_exps.weight"), 3, E, F, H);
+            data = up, PUT(NAME("ffn_up_exps.weight"), 3, E, F, H);
+            data = down, PUT(NAME("ffn_down_exps.weight"), 3, E, H, F);
+        }
         data = gb, PUT(NAME("ffn_gate_exps.bias"), 2, E, F);
         data = ub, PUT(NAME("ffn_up_exps.bias"), 2, E, F);
         data = L->down_b, PUT(NAME("ffn_down_exps.bias"), 2, E, H);
