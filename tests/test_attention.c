@@ -125,8 +125,9 @@ static void check_head_dim(int hd, int BSZ) {
                     attn_queries(outs, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv, scratch);
                     for (int i = 0; i < nq; i++) {
                         float *wi_out = want + (size_t)i * hd;
-                        if (sk) attn_queries(&wi_out, &qs[i], &pos[i], 1, hd, 1, 0.3f, caps[ci], sk + i, windows[wi], &kv,
-                                             scratch);
+                        if (sk)
+                            attn_queries(&wi_out, &qs[i], &pos[i], 1, hd, 1, 0.3f, caps[ci], sk + i, windows[wi], &kv,
+                                         scratch);
                         else attn_head(wi_out, qs[i], hd, 1, 0.3f, caps[ci], pos[i], windows[wi], &kv, scratch);
                     }
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,

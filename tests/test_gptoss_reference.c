@@ -116,7 +116,7 @@ static void ref_forward(const gpo_spec *s, const gpo_weights *w, bool truncate, 
     double *gu = calloc((size_t)2 * F, sizeof *gu), *act = calloc((size_t)F, sizeof *act);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < H; i++) x[(size_t)t * H + i] = w->embed[(size_t)tok[t] * H + i];
-    double L = s->swiglu_limit;
+    double L = 7.0; /* gpt-oss's swiglu_limit */
     for (int l = 0; l < s->layers; l++) {
         const gpo_layer *W = &w->l[l];
         bool windowed = (l % 2 == 0) != (bug == BUG_WINDOW_ODD);

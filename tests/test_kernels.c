@@ -371,22 +371,24 @@ static void test_q8_0_activation_quantization(void) {
 static const struct {
     pdl_isa isa;
     void (*silu)(float *, const float *, int), (*gelu)(float *, const float *, int);
+    void (*swiglu)(float *, const float *, int);
 } gate_builds[] = {
-    {PDL_ISA_AVX2, ops_silu_mul_avx2, ops_gelu_tanh_mul_avx2},
-    {PDL_ISA_AVX512, ops_silu_mul_avx512, ops_gelu_tanh_mul_avx512},
-    {PDL_ISA_NEON, ops_silu_mul_neon, ops_gelu_tanh_mul_neon},
+    {PDL_ISA_AVX2, ops_silu_mul_avx2, ops_gelu_tanh_mul_avx2, ops_swiglu_oai_mul_avx2},
+    {PDL_ISA_AVX512, ops_silu_mul_avx512, ops_gelu_tanh_mul_avx512, ops_swiglu_oai_mul_avx512},
+    {PDL_ISA_NEON, ops_silu_mul_neon, ops_gelu_tanh_mul_neon, ops_swiglu_oai_mul_neon},
 };
 
-/* Every SIMD build the CPU has of gate 0 (SiLU) or 1 (GELU-tanh) on g[n]
+/* Every SIMD build the CPU has of gate 0 (SiLU), 1 (GELU-tanh) or 2 (clamped SwiGLU) on g[n]
  * and u[n] gives want's bytes (the portable build's) for every tail
  * length, and writes nothing past n (b: scratch of N floats). */
 static void check_gate_builds(int gelu, const float *g, const float *u, const float *want, float *b, int N) {
     for (size_t bi = 0; bi < sizeof gate_builds / sizeof gate_builds[0]; bi++)
         for (int n = N; n > N - 17 && cpu_isa_supported(gate_builds[bi].isa); n--) {
             memcpy(b, g, (size_t)N * sizeof *b);
-            (gelu ? gate_builds[bi].gelu : gate_builds[bi].silu)(b, u, n);
+            (gelu == 2 ? gate_builds[bi].swiglu : gelu ? gate_builds[bi].gelu : gate_builds[bi].silu)(b, u, n);
             CHECK_MSG(memcmp(want, b, (size_t)n * sizeof *b) == 0, "%s %s differs (n %d)",
-                      cpu_isa_name(gate_builds[bi].isa), gelu ? "GELU-tanh" : "SiLU", n);
+                      cpu_isa_name(gate_builds[bi].isa), gelu == 2 ? "clamped SwiGLU" : gelu ? "GELU-tanh" : "SiLU",
+                      n);
             CHECK(memcmp(b + n, g + n, (size_t)(N - n) * sizeof *b) == 0); /* nothing past n written */
         }
 }
@@ -442,6 +444,37 @@ static void test_gelu_tanh_builds_agree(void) {
     CHECK_MSG(worst < 1e-6, "GELU-tanh error %.3g x |g u|", worst);
     CHECK(a[0] == 0.0f && a[4] == 1e13f * u[4] && a[5] == 0.0f);
     check_gate_builds(1, g, u, a, b, N);
+}
+
+/* gpt-oss's clamped SwiGLU: the portable, AVX2, AVX-512 and NEON builds
+ * give the same bits (gate and up on both sides of the clamps at 7 and -7,
+ * exactly at them, large, ragged tails), and match the definition
+ * (clamp(up, -7, 7) + 1) * g * sigmoid(1.702 g), g = min(gate, 7), in
+ * float64 within 4e-7 relative (of |g (u + 1)|: the product may cancel to
+ * 0 at u = -1). Without the clamps the result is far off (checked). */
+static void test_swiglu_oai_builds_agree(void) {
+    enum { N = 4099 };
+    static float g[N], u[N], a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)((i % 400) - 200) * 0.1f + frand() * 0.05f; /* -20 .. 20 */
+        u[i] = (float)(((i * 7) % 300) - 150) * 0.1f + frand() * 0.05f;
+    }
+    g[0] = 7.0f, u[0] = -7.0f, g[1] = 7.0001f, u[1] = 7.0001f, g[2] = -1e30f, u[2] = 1e30f, g[3] = 1e30f, g[4] = -0.0f;
+    memcpy(a, g, sizeof g);
+    ops_swiglu_oai_mul_portable(a, u, N);
+    double worst = 0, unclamped = 0;
+    for (int i = 0; i < N; i++) {
+        double x = fmin((double)g[i], 7.0), y = fmax(fmin((double)u[i], 7.0), -7.0);
+        double want = (y + 1.0) * x / (1.0 + exp(-1.702 * x));
+        double e = fabs(a[i] - want) / (fabs(x * (y + 1.0)) + 1e-30);
+        if (x != 0.0 && e > worst) worst = e;
+        double xr = g[i], yr = u[i], raw = (yr + 1.0) * xr / (1.0 + exp(-1.702 * xr));
+        if (fabs(xr) < 1e6 && fabs(yr) < 1e6) unclamped = fmax(unclamped, fabs(raw - want));
+    }
+    fprintf(stderr, "  clamped SwiGLU: largest error %.3g x |g (u + 1)|\n", worst);
+    CHECK_MSG(worst < 4e-7, "clamped SwiGLU error %.3g", worst);
+    CHECK(unclamped > 10.0); /* the inputs do reach past the clamps */
+    check_gate_builds(2, g, u, a, b, N);
 }
 
 static void test_rmsnorm_matches_definition(void) {
@@ -790,6 +823,7 @@ int main(void) {
     RUN(test_q8_0_activation_quantization);
     RUN(test_silu_builds_agree);
     RUN(test_gelu_tanh_builds_agree);
+    RUN(test_swiglu_oai_builds_agree);
     RUN(test_delta_rule_builds_agree);
     RUN(test_rmsnorm_matches_definition);
     RUN(test_rope_adjacent_pairs_equal_rotate_half_under_permutation);

@@ -43,14 +43,16 @@ void attn_table_for(pdl_isa isa, pdl_attention_table *t) {
 }
 
 void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                  int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv, float *scratch) {
+                  int kv_head, float scale, float softcap, const float *sinks, int window,
+                  const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
     attn_table_for(cpu_isa_active(), &t);
     t.queries(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
 }
 
 void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
-                 int head_dim, int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+                 int head_dim, int kv_head, float scale, float softcap, const float *sinks,
+                 const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
     attn_table_for(cpu_isa_active(), &t);
     t.ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);

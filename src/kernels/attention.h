@@ -94,7 +94,8 @@ void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
  * result still depends on nothing else in the call).
  */
 void attn_queries(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                  int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv, float *scratch);
+                  int kv_head, float scale, float softcap, const float *sinks, int window,
+                  const pdl_attn_kv *kv, float *scratch);
 size_t attn_queries_scratch(int n_q, int span, int head_dim);
 
 /*
@@ -107,7 +108,8 @@ size_t attn_queries_scratch(int n_q, int span, int head_dim);
  * span = max last[i] - min first[i] + 1.
  */
 void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
-                 int head_dim, int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch);
+                 int head_dim, int kv_head, float scale, float softcap, const float *sinks,
+                 const pdl_attn_kv *kv, float *scratch);
 
 /* One query: attn_queries with n_q = 1 (scratch likewise). */
 void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
@@ -118,8 +120,8 @@ void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float 
  * vision encoder and the tests; the forward calls through its context's
  * pdl_attention_table instead); exposed for the tests that compare them. */
 typedef void (*pdl_attention_fn)(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
-                                 int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
-                                 float *scratch);
+                                 int kv_head, float scale, float softcap, const float *sinks, int window,
+                                 const pdl_attn_kv *kv, float *scratch);
 void attn_queries_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
                          int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                          float *scratch);

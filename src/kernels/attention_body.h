@@ -100,8 +100,8 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
 }
 
 ATTN_STORAGE void ATTN_QUERIES_FN(float *const *out, const float *const *q, const int *pos, int n_q, int hd,
-                                  int kv_head, float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
-                                  float *scratch) {
+                                  int kv_head, float scale, float softcap, const float *sinks, int window,
+                                  const pdl_attn_kv *kv, float *scratch) {
     for (int i = 0; i < n_q; i++)
         ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_sink(sinks, i),
                                   attn_first(pos[i], window), pos[i], kv, scratch);
@@ -109,7 +109,8 @@ ATTN_STORAGE void ATTN_QUERIES_FN(float *const *out, const float *const *q, cons
 
 ATTN_STORAGE void ATTN_RANGES(ATTN_QUERIES_FN)(float *const *out, const float *const *q, const int *first,
                                                const int *last, int n_q, int hd, int kv_head, float scale,
-                                               float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+                                               float softcap, const float *sinks,
+                                               const pdl_attn_kv *kv, float *scratch) {
     for (int i = 0; i < n_q; i++)
         ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_sink(sinks, i), first[i], last[i],
                                   kv, scratch);

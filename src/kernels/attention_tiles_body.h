@@ -209,7 +209,8 @@ static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const f
 
 /* n_q <= AT_MAXQ queries, query i over keys [first[i], pos[i]]. */
 static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
-                       int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+                       int kv_head, float scale, float softcap, const float *sinks,
+                       const pdl_attn_kv *kv, float *scratch) {
     int f16 = kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
     size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = (size_t)bs * esize;
     int lo = INT32_MAX, hi = -1;
@@ -281,23 +282,24 @@ void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, in
     for (int i0 = 0; i0 < n_q; i0 += AT_MAXQ) { /* the scratch of AT_MAXQ queries is reused */
         int n = n_q - i0 < AT_MAXQ ? n_q - i0 : AT_MAXQ, first[AT_MAXQ];
         for (int i = 0; i < n; i++) first[i] = attn_first(pos[i0 + i], window);
-        at_queries(out + i0, q + i0, first, pos + i0, n, head_dim, kv_head, scale, softcap, sinks ? sinks + i0 : NULL, kv,
-                   scratch);
+        at_queries(out + i0, q + i0, first, pos + i0, n, head_dim, kv_head, scale, softcap,
+                   sinks ? sinks + i0 : NULL, kv, scratch);
     }
 }
 
 #define AT_RANGES_(fn) fn##_ranges
 #define AT_RANGES(fn) AT_RANGES_(fn)
 void AT_RANGES(AT_FN)(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
-                      int head_dim, int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv, float *scratch) {
+                      int head_dim, int kv_head, float scale, float softcap, const float *sinks,
+                      const pdl_attn_kv *kv, float *scratch) {
     if (head_dim % AT_W != 0 || kv->block_size % AT_W != 0) {
         AT_RANGES(AT_GENERIC)(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
         return;
     }
     for (int i0 = 0; i0 < n_q; i0 += AT_MAXQ) {
         int n = n_q - i0 < AT_MAXQ ? n_q - i0 : AT_MAXQ;
-        at_queries(out + i0, q + i0, first + i0, last + i0, n, head_dim, kv_head, scale, softcap, sinks ? sinks + i0 : NULL,
-                   kv, scratch);
+        at_queries(out + i0, q + i0, first + i0, last + i0, n, head_dim, kv_head, scale, softcap,
+                   sinks ? sinks + i0 : NULL, kv, scratch);
     }
 }
 

@@ -91,16 +91,41 @@ void ops_silu_mul_portable(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = sigmoid_gate(gate[i], gate[i], up[i]);
 }
 
+void ops_swiglu_oai_mul_portable(float *gate, const float *up, int n) {
+    const float L = PDL_SWIGLU_OAI_LIMIT;
+    for (int i = 0; i < n; i++) {
+        float g = gate[i] < L ? gate[i] : L, u = up[i] < L ? up[i] : L;
+        u = u > -L ? u : -L;
+        gate[i] = sigmoid_gate(g, PDL_SWIGLU_OAI_ALPHA * g, u + 1.0f);
+    }
+}
+
 void ops_gate_table_for(pdl_isa isa, pdl_gate_table *t) {
     t->isa = isa;
     switch (isa) {
-    case PDL_ISA_AVX512: t->silu_mul = ops_silu_mul_avx512, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx512; break;
-    case PDL_ISA_AVX2: t->silu_mul = ops_silu_mul_avx2, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx2; break;
-    case PDL_ISA_NEON: t->silu_mul = ops_silu_mul_neon, t->gelu_tanh_mul = ops_gelu_tanh_mul_neon; break;
+    case PDL_ISA_AVX512:
+        t->silu_mul = ops_silu_mul_avx512, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx512;
+        t->swiglu_oai_mul = ops_swiglu_oai_mul_avx512;
+        break;
+    case PDL_ISA_AVX2:
+        t->silu_mul = ops_silu_mul_avx2, t->gelu_tanh_mul = ops_gelu_tanh_mul_avx2;
+        t->swiglu_oai_mul = ops_swiglu_oai_mul_avx2;
+        break;
+    case PDL_ISA_NEON:
+        t->silu_mul = ops_silu_mul_neon, t->gelu_tanh_mul = ops_gelu_tanh_mul_neon;
+        t->swiglu_oai_mul = ops_swiglu_oai_mul_neon;
+        break;
     default:
         t->isa = PDL_ISA_SCALAR;
         t->silu_mul = ops_silu_mul_portable, t->gelu_tanh_mul = ops_gelu_tanh_mul_portable;
+        t->swiglu_oai_mul = ops_swiglu_oai_mul_portable;
     }
+}
+
+void ops_swiglu_oai_mul(float *gate, const float *up, int n) {
+    pdl_gate_table t;
+    ops_gate_table_for(cpu_isa_active(), &t);
+    t.swiglu_oai_mul(gate, up, n);
 }
 
 void ops_silu_mul(float *gate, const float *up, int n) {

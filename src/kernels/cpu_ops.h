@@ -70,6 +70,21 @@ void ops_gelu_tanh_mul_avx512(float *gate, const float *up, int n);
 void ops_gelu_tanh_mul_avx2(float *gate, const float *up, int n);
 void ops_gelu_tanh_mul_neon(float *gate, const float *up, int n);
 
+/* gate[i] = (u + 1) * g * sigmoid(1.702 g), g = min(gate[i], 7),
+ * u = clamp(up[i], -7, 7): gpt-oss's clamped SwiGLU (modeling_gpt_oss.py;
+ * llama.cpp's swiglu_oai, alpha 1.702 and limit 7 fixed as there), in
+ * the SiLU gate's form with z = 1.702 g and up + 1 for up; min and max as
+ * a < b ? a : b (the SIMD min/max). The portable, AVX2, AVX-512 and NEON
+ * builds give the same bits; within 4e-7 relative of the float64
+ * definition. */
+#define PDL_SWIGLU_OAI_ALPHA 1.702f
+#define PDL_SWIGLU_OAI_LIMIT 7.0f
+void ops_swiglu_oai_mul(float *gate, const float *up, int n);
+void ops_swiglu_oai_mul_portable(float *gate, const float *up, int n);
+void ops_swiglu_oai_mul_avx512(float *gate, const float *up, int n);
+void ops_swiglu_oai_mul_avx2(float *gate, const float *up, int n);
+void ops_swiglu_oai_mul_neon(float *gate, const float *up, int n);
+
 /* One family's MLP gates, chosen once (a pdl_context fills its table when
  * it is made) and handed to the gated matmul as they are, with no dispatch
  * per call; ops_silu_mul and ops_gelu_tanh_mul pick the process's family
@@ -78,6 +93,7 @@ typedef struct pdl_gate_table {
     pdl_isa isa; /* the family it was filled for */
     void (*silu_mul)(float *gate, const float *up, int n);
     void (*gelu_tanh_mul)(float *gate, const float *up, int n);
+    void (*swiglu_oai_mul)(float *gate, const float *up, int n);
 } pdl_gate_table;
 /* The table of family isa (the portable gates for a family this build lacks). */
 void ops_gate_table_for(pdl_isa isa, pdl_gate_table *t);

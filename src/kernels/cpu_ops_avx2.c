@@ -1,5 +1,5 @@
 /*
- * cpu_ops_avx2.c - AVX2 builds of cpu_ops.c's element-wise gates (SiLU,
+ * cpu_ops_avx2.c - AVX2 builds of cpu_ops.c's element-wise gates (SiLU, clamped SwiGLU,
  * GELU-tanh): gates_body.h at 8 lanes, the same float operations in the
  * same order as the portable code (no fused multiply-adds), so the same
  * bits.
@@ -46,8 +46,12 @@ static inline __m256 exp_nonpos8(__m256 z) {
 #define fe_neg_select(z, a, b) _mm256_blendv_ps((b), (a), _mm256_cmp_ps((z), _mm256_setzero_ps(), _CMP_LT_OQ))
 #define GATE_SILU_FN ops_silu_mul_avx2
 #define GATE_GELU_FN ops_gelu_tanh_mul_avx2
+#define GATE_SWIGLU_OAI_FN ops_swiglu_oai_mul_avx2
+#define fe_min _mm256_min_ps
+#define fe_max _mm256_max_ps
 #include "kernels/gates_body.h"
 #else
 void ops_silu_mul_avx2(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
 void ops_gelu_tanh_mul_avx2(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
+void ops_swiglu_oai_mul_avx2(float *gate, const float *up, int n) { ops_swiglu_oai_mul_portable(gate, up, n); }
 #endif

@@ -1,6 +1,6 @@
 /*
  * cpu_ops_avx512.c - AVX-512 builds of cpu_ops.c's element-wise operations
- * (the SiLU and GELU-tanh gates), 16 lanes with the same float operations in the same
+ * (the SiLU, GELU-tanh and gpt-oss's clamped SwiGLU gates), 16 lanes with the same float operations in the same
  * order as the portable code, so the same bits. Compiled with AVX-512
  * flags (see CMakeLists.txt); called only when the CPU has them.
  */
@@ -60,7 +60,19 @@ void ops_gelu_tanh_mul_avx512(float *gate, const float *up, int n) {
         _mm512_mask_storeu_ps(gate + i, m, sigmoid_gate16(g, z, _mm512_maskz_loadu_ps(m, up + i)));
     }
 }
+
+void ops_swiglu_oai_mul_avx512(float *gate, const float *up, int n) {
+    const __m512 lim = _mm512_set1_ps(PDL_SWIGLU_OAI_LIMIT), nlim = _mm512_set1_ps(-PDL_SWIGLU_OAI_LIMIT);
+    const __m512 alpha = _mm512_set1_ps(PDL_SWIGLU_OAI_ALPHA), one = _mm512_set1_ps(1.0f);
+    for (int i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+        __m512 g = _mm512_min_ps(_mm512_maskz_loadu_ps(m, gate + i), lim);
+        __m512 u = _mm512_max_ps(_mm512_min_ps(_mm512_maskz_loadu_ps(m, up + i), lim), nlim);
+        _mm512_mask_storeu_ps(gate + i, m, sigmoid_gate16(g, _mm512_mul_ps(alpha, g), _mm512_add_ps(u, one)));
+    }
+}
 #else
 void ops_silu_mul_avx512(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
+void ops_swiglu_oai_mul_avx512(float *gate, const float *up, int n) { ops_swiglu_oai_mul_portable(gate, up, n); }
 void ops_gelu_tanh_mul_avx512(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
 #endif

@@ -1,6 +1,6 @@
 /*
  * cpu_ops_neon.c - aarch64 Advanced SIMD builds of cpu_ops.c's element-wise
- * gates (SiLU, GELU-tanh): gates_body.h at 4 lanes, the same float
+ * gates (SiLU, GELU-tanh, clamped SwiGLU): gates_body.h at 4 lanes, the same float
  * operations in the same order as the portable code (no fused
  * multiply-adds; FDIV is the correctly rounded division), so the same bits.
  */
@@ -42,8 +42,12 @@ static inline float32x4_t exp_nonpos4(float32x4_t z) {
 #define fe_neg_select(z, a, b) vbslq_f32(vcltq_f32((z), vdupq_n_f32(0.0f)), (a), (b))
 #define GATE_SILU_FN ops_silu_mul_neon
 #define GATE_GELU_FN ops_gelu_tanh_mul_neon
+#define GATE_SWIGLU_OAI_FN ops_swiglu_oai_mul_neon
+#define fe_min(a, b) vbslq_f32(vcltq_f32((a), (b)), (a), (b))
+#define fe_max(a, b) vbslq_f32(vcgtq_f32((a), (b)), (a), (b))
 #include "kernels/gates_body.h"
 #else
 void ops_silu_mul_neon(float *gate, const float *up, int n) { ops_silu_mul_portable(gate, up, n); }
 void ops_gelu_tanh_mul_neon(float *gate, const float *up, int n) { ops_gelu_tanh_mul_portable(gate, up, n); }
+void ops_swiglu_oai_mul_neon(float *gate, const float *up, int n) { ops_swiglu_oai_mul_portable(gate, up, n); }
 #endif

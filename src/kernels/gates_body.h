@@ -9,8 +9,9 @@
  * The including file defines what fast_exp_body.h needs, and FE_W,
  * exp_nonpos_v (fexp_nonpos on a vector: the clamp, exp_nonpos_core, the
  * zeroing), fe_load, fe_store, fe_div, fe_abs, fe_neg_select(z, a, b) (a
- * where z < 0, else b), and the functions' names GATE_SILU_FN and
- * GATE_GELU_FN.
+ * where z < 0, else b), fe_min(a, b) (a < b ? a : b), fe_max(a, b) (a > b ?
+ * a : b), and the functions' names GATE_SILU_FN, GATE_GELU_FN and
+ * GATE_SWIGLU_OAI_FN.
  */
 
 /* g / (1 + e^-z) * up, e = e^-|z|: g / (1 + e) for z >= 0, g e / (1 + e)
@@ -40,4 +41,16 @@ void GATE_GELU_FN(float *gate, const float *up, int n) {
         fe_store(gate + i, sigmoid_gate_v(g, z, fe_load(up + i)));
     }
     ops_gelu_tanh_mul_portable(gate + i, up + i, n - i);
+}
+
+void GATE_SWIGLU_OAI_FN(float *gate, const float *up, int n) {
+    const fe_v lim = fe_set1(PDL_SWIGLU_OAI_LIMIT), nlim = fe_set1(-PDL_SWIGLU_OAI_LIMIT);
+    const fe_v alpha = fe_set1(PDL_SWIGLU_OAI_ALPHA), one = fe_set1(1.0f);
+    int i = 0;
+    for (; i + FE_W <= n; i += FE_W) {
+        fe_v g = fe_min(fe_load(gate + i), lim);
+        fe_v u = fe_max(fe_min(fe_load(up + i), lim), nlim);
+        fe_store(gate + i, sigmoid_gate_v(g, fe_mul(alpha, g), fe_add(u, one)));
+    }
+    ops_swiglu_oai_mul_portable(gate + i, up + i, n - i);
 }

@@ -147,7 +147,6 @@ void arch_apply(const pdl_arch_desc *a, bool gguf, pdl_model_config *c) {
     c->qk_norm = a->qk_norm;
     c->qkv_bias = a->qkv_bias;
     c->attn_sinks = a->attn_sinks;
-    c->swiglu_limit = 7.0f; /* gpt-oss's swiglu_limit; llama.cpp's fixed value */
     c->norm_plus_one = !gguf && a->hf_norm_plus_one; /* llama.cpp's converter stores 1 + w */
     c->swa_pattern = a->window == PDL_WINDOW_PATTERN ? a->swa_period : 0;
     c->rope_style = gguf ? a->rope_gguf : a->rope_hf;

@@ -28,8 +28,8 @@ typedef enum pdl_norm_kind {
 typedef enum pdl_activation {
     PDL_ACT_SILU = 0,    /* silu(gate) * up */
     PDL_ACT_GELU_TANH,   /* gelu_tanh(gate) * up (Gemma) */
-    PDL_ACT_SWIGLU_OAI,  /* gpt-oss's clamped SwiGLU: g = min(gate, L), u = clamp(up, -L, L),
-                          * (u + 1) * g * sigmoid(1.702 g), L = swiglu_limit (7) */
+    PDL_ACT_SWIGLU_OAI,  /* gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7),
+                          * (u + 1) * g * sigmoid(1.702 g) (ops_swiglu_oai_mul) */
 } pdl_activation;
 
 /* How RoPE pairs dimensions within a head of head_dim values. */

@@ -68,7 +68,6 @@ typedef struct pdl_model_config {
     bool tied_embeddings;/* LM head reuses token_embd */
     bool qkv_bias;
     bool attn_sinks;     /* each query head's learned sink logit joins its softmax's denominator (gpt-oss) */
-    float swiglu_limit;  /* PDL_ACT_SWIGLU_OAI: the clamp L */
     pdl_qk_norm qk_norm; /* q/k RMSNorm per head or over the whole projection */
     pdl_block_kind block;/* where the norms sit: before the branch, one shared (parallel),
                           * before and after (sandwich), after only */

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "format/mlx_quant.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -479,11 +480,12 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     if (!act || json_is_null(act)) act = json_object_get(cfg, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
         return err_fail(err, "%s: the activation must be \"%s\" for %s", path, want_act, type);
-    /* gpt-oss's clamped SwiGLU: its limit (alpha is fixed at 1.702) */
+    /* gpt-oss's clamped SwiGLU: the limit 7 and alpha 1.702 are fixed, as llama.cpp fixes them */
     if (c->act == PDL_ACT_SWIGLU_OAI) {
-        if (cfg_float(cfg, path, "swiglu_limit", &c->swiglu_limit, err)) return -1;
-        if (!(c->swiglu_limit > 0 && isfinite(c->swiglu_limit)))
-            return err_fail(err, "%s: field 'swiglu_limit' must be a positive number", path);
+        float limit = PDL_SWIGLU_OAI_LIMIT;
+        if (cfg_float(cfg, path, "swiglu_limit", &limit, err)) return -1;
+        if (limit != PDL_SWIGLU_OAI_LIMIT)
+            return err_fail(err, "%s: swiglu_limit %g is not supported (gpt-oss's is 7)", path, limit);
     }
     c->sliding_window = 0;
     if (a->window == PDL_WINDOW_PATTERN) {

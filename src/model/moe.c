@@ -159,7 +159,7 @@ typedef struct act_task {
     const pdl_model_config *c;
     const pdl_layer_weights *lw;
     pdl_forward_scratch *s;
-    pdl_gate_fn act;    /* SiLU / GELU-tanh, or NULL for the clamped SwiGLU */
+    pdl_gate_fn act;    /* the gate table's activation */
     int a0, a1;         /* the rows of he / ue (or ye) to treat */
     int expert;         /* every row's expert, or -1: row a is assignment a, its expert by exp_start */
     bool down;          /* add the down projection's bias to ye instead */
@@ -167,9 +167,8 @@ typedef struct act_task {
 
 /* he[a] = act(he[a] + b_gate[e], ue[a] + b_up[e]) for assignments a of
  * expert e (or, with down, ye[a] += b_down[e]); rows split over threads,
- * each row's bytes the same whatever the split. The clamped SwiGLU (gpt-oss,
- * modeling_gpt_oss.py): g = min(gate, L), u = clamp(up, -L, L),
- * (u + 1) * (g * sigmoid(1.702 g)). */
+ * each row's bytes the same whatever the split (the clamped SwiGLU is
+ * ops_swiglu_oai_mul's). */
 static void expert_act_rows(void *p, int ith, int nth) {
     act_task *t = p;
     const pdl_model_config *c = t->c;
@@ -193,15 +192,7 @@ static void expert_act_rows(void *p, int ith, int nth) {
         const float *bu = t->lw->exp_up_b.data ? (const float *)t->lw->exp_up_b.data + (size_t)e * F : NULL;
         if (bg) for (int i = 0; i < F; i++) g[i] += bg[i];
         if (bu) for (int i = 0; i < F; i++) u[i] += bu[i];
-        if (t->act) {
-            t->act(g, u, F);
-            continue;
-        }
-        float L = c->swiglu_limit;
-        for (int i = 0; i < F; i++) {
-            float gg = fminf(g[i], L), uu = fminf(fmaxf(u[i], -L), L);
-            g[i] = (uu + 1.0f) * (gg / (1.0f + expf(-1.702f * gg)));
-        }
+        t->act(g, u, F);
     }
 }
 
@@ -211,7 +202,7 @@ static void expert_act(pdl_context *ctx, const pdl_layer_weights *lw, pdl_gate_f
                        bool down) {
     const pdl_model_config *c = &ctx->model->cfg;
     if (a1 <= a0 || (down && !lw->exp_down_b.data)) return;
-    act_task t = {.c = c, .lw = lw, .s = &ctx->scratch, .act = c->act == PDL_ACT_SWIGLU_OAI ? NULL : act,
+    act_task t = {.c = c, .lw = lw, .s = &ctx->scratch, .act = act,
                   .a0 = a0, .a1 = a1, .expert = expert, .down = down};
     double work = (double)(a1 - a0) * (down ? c->hidden : 8.0 * c->ffn_expert);
     threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, work, 16384.0), expert_act_rows, &t);
@@ -316,7 +307,9 @@ int moe_ffn(pdl_context *ctx, const pdl_layer_weights *lw, const float *xn, int 
     pdl_forward_scratch *s = &ctx->scratch;
     if (reserve(ctx, n, err)) return -1;
     int E = c->n_experts, k = c->n_experts_used, H = c->hidden;
-    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
+    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH    ? ctx->gates.gelu_tanh_mul
+                      : c->act == PDL_ACT_SWIGLU_OAI ? ctx->gates.swiglu_oai_mul
+                                                     : ctx->gates.silu_mul;
     bool split = experts_split(c, lw);
 
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->router, E, xn, n, &lw->router, lw->router_b.data, false))

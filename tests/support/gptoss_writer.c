@@ -31,7 +31,7 @@ static float *vec(size_t n, double center, double spread) {
 gpo_spec gpo_tiny_spec(void) {
     return (gpo_spec){.hidden = 64, .layers = 4, .heads = 4, .kv_heads = 2, .head_dim = 16, .vocab = 96,
                       .experts = 8, .experts_used = 4, .ffn = 32, .window = 16, .max_pos = 256, .orig = 64,
-                      .factor = 4, .beta_fast = 8, .beta_slow = 0.5, .theta = 100, .eps = 1e-5, .swiglu_limit = 7};
+                      .factor = 4, .beta_fast = 8, .beta_slow = 0.5, .theta = 100, .eps = 1e-5};
 }
 
 gpo_weights gpo_make_weights(const gpo_spec *s, uint64_t seed) {
@@ -58,7 +58,8 @@ gpo_weights gpo_make_weights(const gpo_spec *s, uint64_t seed) {
         L->gate_up_b = vec((size_t)E * 2 * F, 0, 1.0);
         L->down = vec((size_t)E * F * H, 0, 0.15 / sqrt((double)F)), L->down_b = vec((size_t)E * H, 0, 0.3);
         if (s->bf16_experts) { /* the values a BF16 file holds, for the reference too */
-            for (size_t i = 0; i < (size_t)E * H * 2 * F; i++) L->gate_up[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->gate_up[i]));
+            for (size_t i = 0; i < (size_t)E * H * 2 * F; i++)
+                L->gate_up[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->gate_up[i]));
             for (size_t i = 0; i < (size_t)E * F * H; i++) L->down[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->down[i]));
         }
     }
@@ -99,12 +100,12 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
              "  \"num_local_experts\": %d, \"num_experts_per_tok\": %d, \"experts_per_token\": %d,\n"
              "  \"max_position_embeddings\": %d, \"rms_norm_eps\": %g, \"rope_theta\": %.17g,\n"
              "  \"sliding_window\": %d, \"layer_types\": [%s], \"attention_bias\": true,\n"
-             "  \"swiglu_limit\": %.17g, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false,\n"
+             "  \"swiglu_limit\": 7.0, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false,\n"
              "  \"bos_token_id\": 2, \"eos_token_id\": 1,\n"
              "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.17g, \"beta_fast\": %.17g,\n"
              "    \"beta_slow\": %.17g, \"original_max_position_embeddings\": %d, \"truncate\": false}\n}\n",
              s->hidden, s->ffn, s->layers, s->heads, s->kv_heads, s->head_dim, s->vocab, s->experts, s->experts_used,
-             s->experts_used, s->max_pos, s->eps, s->theta, s->window, types, s->swiglu_limit, s->factor,
+             s->experts_used, s->max_pos, s->eps, s->theta, s->window, types, s->factor,
              s->beta_fast, s->beta_slow, s->orig);
     char *path = test_join(dir, "config.json");
     test_write_file(path, cfg, strlen(cfg));

@@ -29,7 +29,7 @@ typedef struct gpo_spec {
     int window;                      /* sliding_window: layers 0, 2, 4, ... windowed */
     int max_pos;                     /* max_position_embeddings (= orig * factor) */
     int orig;                        /* YaRN original_max_position_embeddings */
-    double factor, beta_fast, beta_slow, theta, eps, swiglu_limit;
+    double factor, beta_fast, beta_slow, theta, eps;
     bool bf16_experts;               /* the experts' matrices rounded to BF16 values and written as BF16
                                       * (both formats), as a BF16 checkpoint and its conversion hold them */
     bool hf_mxfp4;                   /* HF: the experts as the published checkpoints hold them, MXFP4
