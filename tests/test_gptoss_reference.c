@@ -333,6 +333,22 @@ static void test_mxfp4_hf_experts_are_refused_by_name(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* A gpt-oss GGUF without its sinks is refused naming the tensor. */
+static void test_missing_sinks_are_named(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.gguf_no_sinks = true;
+    gpo_weights w = gpo_make_weights(&s, 9);
+    char *dir = test_make_dir("gptoss-nosinks"), *gg = test_join(dir, "model.gguf");
+    gpo_write_gguf(&s, &w, gg);
+    pdl_model *m = NULL;
+    pdl_error err;
+    CHECK_MSG(pdl_model_load(&m, gg, NULL, &err) != 0, "%s loaded", gg);
+    CHECK_CONTAINS(err.message, "blk.0.attn_sinks.weight");
+    pdl_model_free(m);
+    free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 int main(void) {
     setenv("PAGEDLM_BF16_ACTIVATIONS", "0", 1);
     pdl_error kerr;
@@ -340,5 +356,6 @@ int main(void) {
     RUN(test_gptoss_matches_float64_reference);
     RUN(test_gptoss_bf16_experts_match_float64_reference);
     RUN(test_mxfp4_hf_experts_are_refused_by_name);
+    RUN(test_missing_sinks_are_named);
     return test_summary();
 }

@@ -214,7 +214,7 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
         data = L->bv, PUT(NAME("attn_v.bias"), 1, kv);
         data = L->wo, PUT(NAME("attn_output.weight"), 2, H, q);
         data = L->bo, PUT(NAME("attn_output.bias"), 1, H);
-        data = L->sinks, PUT(NAME("attn_sinks.weight"), 1, s->heads);
+        if (!s->gguf_no_sinks) data = L->sinks, PUT(NAME("attn_sinks.weight"), 1, s->heads);
         data = L->router, PUT(NAME("ffn_gate_inp.weight"), 2, E, H);
         data = L->router_b, PUT(NAME("ffn_gate_inp.bias"), 1, E);
         /* the converter: gate_up_proj transposed to (E, 2F, H), even rows gate, odd up */
