@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/fp16.h"
 #include "pagedlm.h"
 #include "support/gptoss_writer.h"
 #include "test_util.h"
@@ -100,6 +101,22 @@ static void rope(double *x, int d, int pos, const double *inv, double attn) {
         double c = cos(pos * inv[i]) * attn, sn = sin(pos * inv[i]) * attn, a = x[i], b = x[i + d / 2];
         x[i] = a * c - b * sn;
         x[i + d / 2] = b * c + a * sn;
+    }
+}
+
+/* Q8_0 experts (test_gptoss_q8_0_experts): the reference quantizes each
+ * expert's input as a Q8_0 matmul does (ggml's quantize_row_q8_0: per 32
+ * values d = amax / 127, q = nearest(x / d) ties to even, d stored as a
+ * half) and multiplies weights already rounded so (q8_roundtrip). */
+static bool g_ref_q8;
+
+static void q8_roundtrip(double *x, int n) {
+    for (int b = 0; b + 32 <= n; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf((float)x[b + j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        double dh = fp16_f16_to_f32(fp16_f32_to_f16(d));
+        for (int j = 0; j < 32; j++) x[b + j] = nearbyintf((float)x[b + j] * id) * dh;
     }
 }
 
@@ -169,12 +186,15 @@ static void ref_forward(const gpo_spec *s, const gpo_weights *w, bool truncate, 
                 for (int j = 0; j < K; j++) wsum += exp(lg[sel[j]] - lg[sel[0]]);
             }
             for (int j = 0; j < K; j++) wts[j] = exp(lg[sel[j]] - lg[sel[0]]) / wsum;
+            double hq[512];
+            memcpy(hq, h, (size_t)H * sizeof *hq);
+            if (g_ref_q8) q8_roundtrip(hq, H);
             for (int j = 0; j < K; j++) {
                 int e = sel[j];
                 const float *GU = W->gate_up + (size_t)e * H * 2 * F, *GB = W->gate_up_b + (size_t)e * 2 * F;
                 for (int c = 0; c < 2 * F; c++) { /* x GU + b: GU is (hidden, 2F) */
                     double acc = GB[c];
-                    for (int i = 0; i < H; i++) acc += h[i] * GU[(size_t)i * 2 * F + c];
+                    for (int i = 0; i < H; i++) acc += hq[i] * GU[(size_t)i * 2 * F + c];
                     gu[c] = acc;
                 }
                 for (int f = 0; f < F; f++) {
@@ -182,6 +202,7 @@ static void ref_forward(const gpo_spec *s, const gpo_weights *w, bool truncate, 
                     if (bug != BUG_NO_CLAMP) g = fmin(g, L), u = fmax(fmin(u, L), -L);
                     act[f] = (u + 1) * g / (1 + exp(-1.702 * g));
                 }
+                if (g_ref_q8) q8_roundtrip(act, F);
                 const float *D = W->down + (size_t)e * F * H, *DB = W->down_b + (size_t)e * H;
                 for (int i = 0; i < H; i++) { /* act D + b: D is (F, hidden) */
                     double acc = DB[i];
@@ -333,6 +354,66 @@ static void test_mxfp4_hf_experts_are_refused_by_name(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* Q8_0 experts, as llama.cpp quantizes them: every expert input is then
+ * quantized to Q8_0 too, which the reference does as well (g_ref_q8) over
+ * the weights the file holds: all-row logits within TOL (1.3e-6 seen); the
+ * reference without the activations' quantization lands far off (> 100x
+ * TOL), so the Q8_0 path is what is compared. And a scratch take that fails
+ * anywhere (the experts' separate gate and up products, grouped in a decode
+ * and one by one in a prefill) is an error naming it, the rerun clean. */
+static void test_gptoss_q8_0_experts(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.gguf_q8_0_experts = true;
+    gpo_weights w = gpo_make_weights(&s, 0xA4093822299F31D0ull);
+    char *dir = test_make_dir("gptoss-q8"), *gg = test_join(dir, "model.gguf");
+    gpo_write_gguf(&s, &w, gg);
+    /* the reference's weights: what the file holds, rows of the converter's
+     * layout (gate and up over hidden, down over the expert width) in Q8_0 */
+    int H = s.hidden, F = s.ffn;
+    double *row = malloc((size_t)(H > F ? H : F) * sizeof *row);
+    for (int l = 0; l < s.layers; l++)
+        for (int e = 0; e < s.experts; e++) {
+            float *gu = w.l[l].gate_up + (size_t)e * H * 2 * F, *dn = w.l[l].down + (size_t)e * F * H;
+            for (int c = 0; c < 2 * F; c++) {
+                for (int i = 0; i < H; i++) row[i] = gu[(size_t)i * 2 * F + c];
+                q8_roundtrip(row, H);
+                for (int i = 0; i < H; i++) gu[(size_t)i * 2 * F + c] = (float)row[i];
+            }
+            for (int i = 0; i < H; i++) {
+                for (int f = 0; f < F; f++) row[f] = dn[(size_t)f * H + i];
+                q8_roundtrip(row, F);
+                for (int f = 0; f < F; f++) dn[(size_t)f * H + i] = (float)row[f];
+            }
+        }
+    free(row);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, gg, &o, &err) == 0, "%s", err.message);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK_CONTAINS(info.weight_types, "Q8_0");
+    int32_t tok[64];
+    for (int t = 0; t < 64; t++) tok[t] = (int32_t)((t * 37 + 11) % s.vocab);
+    float *rows = test_all_row_logits(m, tok, 64);
+    double *want = malloc((size_t)64 * s.vocab * sizeof *want);
+    g_ref_q8 = true;
+    ref_forward(&s, &w, true, BUG_NONE, tok, 64, want);
+    g_ref_q8 = false;
+    double d = max_diff(rows, want, (size_t)64 * s.vocab);
+    ref_forward(&s, &w, true, BUG_NONE, tok, 64, want);
+    double dplain = max_diff(rows, want, (size_t)64 * s.vocab);
+    fprintf(stderr, "  Q8_0 experts: max |engine - float64| %.3g (%.3g without quantized activations)\n", d, dplain);
+    CHECK_MSG(d <= TOL, "Q8_0 experts: %.3g from the float64 forward (tolerance %g)", d, TOL);
+    CHECK(dplain > 100 * TOL);
+    pdl_context *ctx = test_context(m);
+    CHECK(test_forward_fails_at_every_scratch_take(ctx, tok, 24) > 0);
+    pdl_context_free(ctx);
+    pdl_model_free(m);
+    free(rows), free(want), free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 /* A gpt-oss GGUF without its sinks is refused naming the tensor. */
 static void test_missing_sinks_are_named(void) {
     gpo_spec s = gpo_tiny_spec();
@@ -356,6 +437,7 @@ int main(void) {
     RUN(test_gptoss_matches_float64_reference);
     RUN(test_gptoss_bf16_experts_match_float64_reference);
     RUN(test_mxfp4_hf_experts_are_refused_by_name);
+    RUN(test_gptoss_q8_0_experts);
     RUN(test_missing_sinks_are_named);
     return test_summary();
 }

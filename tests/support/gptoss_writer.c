@@ -12,6 +12,7 @@
 
 #include "gguf_writer.h"
 #include "kernels/fp16.h"
+#include "kernels/matmul.h"
 #include "st_writer.h"
 #include "test_util.h"
 
@@ -162,6 +163,24 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
     stw_free(st);
 }
 
+/* rows x cols floats (cols a multiple of 32) as Q8_0 blocks, malloc'ed:
+ * a half scale, then 32 int8, quantized as llama.cpp does */
+static uint8_t *to_q8_0(const float *x, size_t n, size_t *bytes) {
+    size_t nb = n / 32;
+    uint8_t *blocks = malloc(nb * 34);
+    REQUIRE(blocks != NULL);
+    int8_t qs[32];
+    for (size_t b = 0; b < nb; b++) {
+        float d;
+        matmul_quantize_row_q8_0(x + b * 32, 32, qs, &d);
+        uint16_t h = fp16_f32_to_f16(d);
+        memcpy(blocks + b * 34, &h, 2);
+        memcpy(blocks + b * 34 + 2, qs, 32);
+    }
+    *bytes = nb * 34;
+    return blocks;
+}
+
 void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
     gguf_writer *gw = gguf_writer_new(3);
     const char *a = "gpt-oss";
@@ -232,7 +251,17 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
                 for (int f = 0; f < F; f++)
                     down[((size_t)e * H + h) * F + f] = L->down[((size_t)e * F + f) * H + h];
         }
-        if (s->bf16_experts) {
+        if (s->gguf_q8_0_experts) {
+            const float *mats[3] = {gate, up, down};
+            const char *names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+            for (int p = 0; p < 3; p++) {
+                uint64_t ne[3] = {(uint64_t)(p < 2 ? H : F), (uint64_t)(p < 2 ? F : H), (uint64_t)E};
+                size_t bytes;
+                uint8_t *b = to_q8_0(mats[p], (size_t)E * F * H, &bytes);
+                gguf_writer_add_tensor(gw, NAME(names[p]), GW_GGML_Q8_0, 3, ne, b, bytes);
+                free(b);
+            }
+        } else if (s->bf16_experts) {
             const float *mats[3] = {gate, up, down};
             const char *names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
             for (int p = 0; p < 3; p++) {
