@@ -414,6 +414,22 @@ static void test_gptoss_q8_0_experts(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* llama.cpp's converter with --fuse-gate-up-exps: one ffn_gate_up_exps
+ * tensor (gate rows, then up rows, per expert) and its bias, split at load
+ * into the same views. */
+static void test_gptoss_fused_gate_up_gguf(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.gguf_fused_gate_up = true;
+    gpo_weights w = gpo_make_weights(&s, 0x082EFA98EC4E6C89ull);
+    char *dir = test_make_dir("gptoss-fused"), *gg = test_join(dir, "model.gguf");
+    gpo_write_gguf(&s, &w, gg);
+    int32_t prompt[PROMPT];
+    for (int t = 0; t < PROMPT; t++) prompt[t] = (int32_t)((t * 53 + 7) % s.vocab);
+    check_forward(gg, &s, &w, true, prompt);
+    free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 /* A gpt-oss GGUF without its sinks is refused naming the tensor. */
 static void test_missing_sinks_are_named(void) {
     gpo_spec s = gpo_tiny_spec();
@@ -437,6 +453,7 @@ int main(void) {
     RUN(test_gptoss_matches_float64_reference);
     RUN(test_gptoss_bf16_experts_match_float64_reference);
     RUN(test_mxfp4_hf_experts_are_refused_by_name);
+    RUN(test_gptoss_fused_gate_up_gguf);
     RUN(test_gptoss_q8_0_experts);
     RUN(test_missing_sinks_are_named);
     return test_summary();

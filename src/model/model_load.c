@@ -230,6 +230,44 @@ static int take_fused_experts(const pdl_model_config *c, const pdl_tensor_set *s
 
 static int own(pdl_model *m, void *p);
 
+/* A fused (E, 2F) gate/up bias as F32 lw->exp_gate_b and exp_up_b (E, F)
+ * each: gate and up alternating within an expert's 2F values (Hugging Face
+ * gpt-oss's gate_up_proj_bias), or gate's F then up's F (GGUF
+ * ffn_gate_up_exps.bias). */
+static int split_gate_up_bias(pdl_model *m, const pdl_tensor *b, int64_t E, int64_t F, bool interleaved,
+                              pdl_layer_weights *lw, const char *where, pdl_error *err) {
+    if (tensor_nelems(b) != E * 2 * F || dtype_is_quantized(b->dtype))
+        return err_fail(err, "%s: tensor '%s' must hold %lld float values (%lld experts x 2 x %lld)", where, b->name,
+                        (long long)(E * 2 * F), (long long)E, (long long)F);
+    float *all = malloc((size_t)(E * 2 * F) * sizeof *all), *split = malloc((size_t)(E * 2 * F) * sizeof *split);
+    if (!all || !split || own(m, split)) {
+        free(all), free(split);
+        return err_fail(err, "out of memory for the expert biases '%s'", b->name);
+    }
+    pdl_tensor flat = *b;
+    flat.n_dims = 1, flat.shape[0] = E * 2 * F;
+    if (ops_dequant_row(&flat, 0, all, E * 2 * F)) {
+        free(all);
+        return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", where, b->name, dtype_name(b->dtype));
+    }
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t f = 0; f < F; f++) {
+            split[e * F + f] = all[e * 2 * F + (interleaved ? 2 * f : f)];
+            split[E * F + e * F + f] = all[e * 2 * F + (interleaved ? 2 * f + 1 : F + f)];
+        }
+    free(all);
+    static const char *const what[2] = {"gate", "up"};
+    pdl_tensor *bias[2] = {&lw->exp_gate_b, &lw->exp_up_b};
+    for (int p = 0; p < 2; p++) {
+        *bias[p] = *b;
+        bias[p]->dtype = PDL_DTYPE_F32, bias[p]->n_dims = 2, bias[p]->shape[0] = E, bias[p]->shape[1] = F;
+        bias[p]->data = split + (size_t)(p * E * F), bias[p]->nbytes = (size_t)(E * F) * sizeof(float);
+        bias[p]->file_offset = 0;
+        snprintf(bias[p]->name, sizeof bias[p]->name, "%.200s[%s]", b->name, what[p]);
+    }
+    return 0;
+}
+
 /* gpt-oss's Hugging Face experts (modeling_gpt_oss.py, GptOssExperts):
  * mlp.experts.gate_up_proj (E, hidden, 2 * ffn) multiplied as x W, gate
  * and up in alternate columns (gate 2f, up 2f + 1), and down_proj (E, ffn,
@@ -303,32 +341,7 @@ static int take_gptoss_experts(pdl_model *m, const pdl_tensor_set *set, const ch
             t->file_offset = 0; /* no longer in the file */
             snprintf(t->name, sizeof t->name, "%.200s[e%lld.%s]", p < 2 ? gu.name : down.name, (long long)e, what[p]);
         }
-    /* the biases as F32: gate and up apart */
-    float *gub32 = malloc((size_t)(E * 2 * F) * sizeof *gub32), *split = malloc((size_t)(E * 2 * F) * sizeof *split);
-    if (!gub32 || !split || own(m, split)) {
-        free(gub32), free(split);
-        return err_fail(err, "out of memory for the expert biases of layer %d", l);
-    }
-    pdl_tensor flat = gub;
-    flat.n_dims = 1, flat.shape[0] = E * 2 * F;
-    if (ops_dequant_row(&flat, 0, gub32, E * 2 * F)) {
-        free(gub32);
-        return err_fail(err, "%s: tensor '%s': %s cannot be converted to F32", where, gub.name, dtype_name(gub.dtype));
-    }
-    for (int64_t e = 0; e < E; e++)
-        for (int64_t f = 0; f < F; f++) {
-            split[e * F + f] = gub32[(e * 2 * F) + 2 * f];
-            split[E * F + e * F + f] = gub32[(e * 2 * F) + 2 * f + 1];
-        }
-    free(gub32);
-    pdl_tensor *bias[2] = {&lw->exp_gate_b, &lw->exp_up_b};
-    for (int p = 0; p < 2; p++) {
-        *bias[p] = gub;
-        bias[p]->dtype = PDL_DTYPE_F32, bias[p]->n_dims = 2, bias[p]->shape[0] = E, bias[p]->shape[1] = F;
-        bias[p]->data = split + (size_t)(p * E * F), bias[p]->nbytes = (size_t)(E * F) * sizeof(float);
-        bias[p]->file_offset = 0;
-        snprintf(bias[p]->name, sizeof bias[p]->name, "%.200s[%s]", gub.name, what[p]);
-    }
+    if (split_gate_up_bias(m, &gub, E, F, true, lw, where, err)) return -1;
     lw->exp_down_b = downb;
     return 0;
 }
@@ -356,19 +369,47 @@ static int take_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_
     snprintf(hf, sizeof hf, "%s.bias", hf_router);
     layer_name(name, sizeof name, hf_prefix, name_l, hf, "ffn_gate_inp.bias");
     if (model_take_tensor(set, name, gptoss, where, &lw->router_b, err)) return -1;
+    /* llama.cpp's converter with --fuse-gate-up-exps: one (E, 2F, hidden)
+     * ffn_gate_up_exps, each expert's gate rows then its up rows (and its
+     * bias likewise) */
+    char fused_name[PDL_TENSOR_NAME_MAX];
+    layer_name(fused_name, sizeof fused_name, NULL, name_l, NULL, "ffn_gate_up_exps.weight");
+    bool fused = !hf_prefix && tensor_set_find(set, fused_name);
     if (!hf_prefix) {
         static const char *const biases[3] = {"ffn_gate_exps.bias", "ffn_up_exps.bias", "ffn_down_exps.bias"};
         pdl_tensor *const bdst[3] = {&lw->exp_gate_b, &lw->exp_up_b, &lw->exp_down_b};
-        for (int p = 0; p < 3; p++) {
+        for (int p = fused ? 2 : 0; p < 3; p++) {
             layer_name(name, sizeof name, NULL, name_l, NULL, biases[p]);
             if (model_take_tensor(set, name, gptoss, where, bdst[p], err)) return -1;
+        }
+        pdl_tensor fb;
+        layer_name(name, sizeof name, NULL, name_l, NULL, "ffn_gate_up_exps.bias");
+        if (fused && (model_take_tensor(set, name, gptoss, where, &fb, err) ||
+                      (fb.data && split_gate_up_bias(m, &fb, E, c->ffn_expert, false, lw, where, err))))
+            return -1;
+    }
+    if (fused) {
+        pdl_tensor t;
+        if (model_take_tensor(set, fused_name, true, where, &t, err)) return -1;
+        int64_t F = c->ffn_expert;
+        if (t.n_dims != 3 || t.shape[0] != E || t.shape[1] != 2 * F || t.shape[2] != c->hidden)
+            return err_fail(err, "%s: tensor '%s' must be [%d, %lld, %d] (experts, gate + up rows, columns)", where,
+                            fused_name, E, (long long)(2 * F), c->hidden);
+        pdl_tensor flat = t;
+        flat.n_dims = 2, flat.shape[0] = t.shape[0] * t.shape[1], flat.shape[1] = t.shape[2];
+        for (int e = 0; e < E; e++) {
+            char what[32];
+            snprintf(what, sizeof what, "e%d.gate", e);
+            model_tensor_rows(&flat, (int64_t)e * 2 * F, F, what, &dst[0][e]);
+            snprintf(what, sizeof what, "e%d.up", e);
+            model_tensor_rows(&flat, (int64_t)e * 2 * F + F, F, what, &dst[1][e]);
         }
     }
     if (hf_prefix && gptoss) {
         if (take_gptoss_experts(m, set, hf_prefix, name_l, where, dst, err)) return -1;
     } else if (!hf_prefix) {
         static const char *const stacked[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
-        for (int p = 0; p < 3; p++) {
+        for (int p = fused ? 2 : 0; p < 3; p++) {
             pdl_tensor t;
             layer_name(name, sizeof name, NULL, name_l, NULL, stacked[p]);
             if (model_take_tensor(set, name, true, where, &t, err)) return -1;

@@ -251,7 +251,20 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
                 for (int f = 0; f < F; f++)
                     down[((size_t)e * H + h) * F + f] = L->down[((size_t)e * F + f) * H + h];
         }
-        if (s->gguf_q8_0_experts) {
+        if (s->gguf_fused_gate_up) {
+            float *gu = malloc((size_t)E * 2 * F * H * sizeof *gu), *gub = malloc((size_t)E * 2 * F * sizeof *gub);
+            REQUIRE(gu && gub);
+            for (int e = 0; e < E; e++) {
+                memcpy(gu + (size_t)e * 2 * F * H, gate + (size_t)e * F * H, (size_t)F * H * sizeof *gu);
+                memcpy(gu + (size_t)e * 2 * F * H + (size_t)F * H, up + (size_t)e * F * H, (size_t)F * H * sizeof *gu);
+                memcpy(gub + (size_t)e * 2 * F, gb + (size_t)e * F, (size_t)F * sizeof *gub);
+                memcpy(gub + (size_t)e * 2 * F + F, ub + (size_t)e * F, (size_t)F * sizeof *gub);
+            }
+            data = gu, PUT(NAME("ffn_gate_up_exps.weight"), 3, E, 2 * F, H);
+            data = gub, PUT(NAME("ffn_gate_up_exps.bias"), 2, E, 2 * F);
+            data = down, PUT(NAME("ffn_down_exps.weight"), 3, E, H, F);
+            free(gu), free(gub);
+        } else if (s->gguf_q8_0_experts) {
             const float *mats[3] = {gate, up, down};
             const char *names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
             for (int p = 0; p < 3; p++) {
@@ -275,8 +288,10 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
             data = up, PUT(NAME("ffn_up_exps.weight"), 3, E, F, H);
             data = down, PUT(NAME("ffn_down_exps.weight"), 3, E, H, F);
         }
-        data = gb, PUT(NAME("ffn_gate_exps.bias"), 2, E, F);
-        data = ub, PUT(NAME("ffn_up_exps.bias"), 2, E, F);
+        if (!s->gguf_fused_gate_up) {
+            data = gb, PUT(NAME("ffn_gate_exps.bias"), 2, E, F);
+            data = ub, PUT(NAME("ffn_up_exps.bias"), 2, E, F);
+        }
         data = L->down_b, PUT(NAME("ffn_down_exps.bias"), 2, E, H);
 #undef NAME
     }

@@ -33,6 +33,8 @@ typedef struct gpo_spec {
     bool bf16_experts;               /* the experts' matrices rounded to BF16 values and written as BF16
                                       * (both formats), as a BF16 checkpoint and its conversion hold them */
     bool gguf_q8_0_experts;          /* GGUF: the expert matrices as Q8_0 (as llama.cpp quantizes them) */
+    bool gguf_fused_gate_up;         /* GGUF: ffn_gate_up_exps (E, 2F, hidden) and its bias, each expert's gate
+                                      * rows then up rows (the converter's --fuse-gate-up-exps); F32 */
     bool gguf_no_sinks;              /* GGUF: leave attn_sinks.weight out (a broken file) */
     bool hf_mxfp4;                   /* HF: the experts as the published checkpoints hold them, MXFP4
                                       * gate_up_proj_blocks (E, 2F, hidden / 32, 16) and _scales (E, 2F,
