@@ -803,6 +803,44 @@ static void test_forced_calls_openai(void) {
     forced_calls("qwen3", GRAM_TOOLS_OPENAI, NULL, false);
     forced_calls("qwen3", GRAM_TOOLS_OPENAI, "get_weather", false);
 }
+/* Under harmony (gpt-oss) a constraint applies to the answer: generated
+ * under the mask, the output may open with an analysis message of free
+ * text, then the final channel's message is the schema's JSON, or a
+ * commentary message is the forced call; the harmony reader gets them
+ * back. */
+static void test_harmony_constraints_apply_to_the_answer(void) {
+    const gram_vocab *v = gt_vocab("qwen3");
+    static const char SCHEMA[] = "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, "
+                                 "\"required\": [\"n\"], \"additionalProperties\": false}";
+    gram_spec specs[2] = {{.kind = GRAM_JSON_SCHEMA, .text = SCHEMA, .harmony = true},
+                          {.kind = GRAM_TOOL_CALL, .text = TOOLS, .tool_format = GRAM_TOOLS_OPENAI, .harmony = true}};
+    int with_analysis = 0;
+    for (int k = 0; k < 2; k++) {
+        gram_grammar *g = NULL;
+        pdl_error err;
+        REQUIRE_MSG(gram_compile(&g, v, &specs[k], &err) == 0, "%s", err.message);
+        for (uint64_t seed = 1; seed <= 12; seed++) {
+            size_t len;
+            char *out = gt_generate(g, seed, 1500, 20, &len);
+            result r;
+            parse_t(GRAM_TOOLS_OPENAI, NULL, out, NULL, 0, &r);
+            with_analysis += r.reasoning_len > 0 || strstr(out, "analysis") != NULL;
+            if (k == 0) {
+                json_t *j = json_loadb(r.content, r.content_len, 0, NULL);
+                CHECK_MSG(j && json_is_integer(json_object_get(j, "n")) && json_object_size(j) == 1,
+                          "the answer is not the schema's JSON: %s", out);
+                CHECK_EQ_INT(r.n_calls, 0);
+                json_decref(j);
+            } else {
+                CHECK_MSG(r.n_calls == 1 && r.calls[0].complete && r.content_len == 0, "no forced call in %s", out);
+            }
+            free(out);
+        }
+        gram_grammar_free(g);
+    }
+    CHECK_MSG(with_analysis > 0, "no output took the analysis message");
+}
+
 static void test_forced_calls_kimi_k2(void) {
     forced_calls("qwen3", GRAM_TOOLS_KIMI_K2, NULL, true);
     forced_calls("qwen3", GRAM_TOOLS_KIMI_K2, "add", false);
@@ -947,6 +985,7 @@ int main(void) {
     RUN(test_forced_calls_deepseek_v3);
     RUN(test_forced_calls_kimi_k2);
     RUN(test_forced_calls_openai);
+    RUN(test_harmony_constraints_apply_to_the_answer);
     RUN(test_forced_call_errors);
     RUN(test_forced_call_format_limits);
     RUN(test_forced_text_never_closes_early);

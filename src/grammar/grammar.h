@@ -119,6 +119,10 @@ typedef struct gram_spec {
     gram_tool_format tool_format;
     const char *tool_name; /* a named function (tool_choice {"function": {"name"}}); NULL: any tool */
     bool parallel;         /* NULL tool_name: one or more calls (OpenAI parallel_tool_calls) */
+    /* The output is harmony (gpt-oss): the constraint applies to the answer,
+     * after an optional analysis message of free text; a non-call
+     * constraint's answer is the final channel's message (gram_harmony.c) */
+    bool harmony;
 } gram_spec;
 
 /* The public pdl_grammar (pagedlm.h) under its module's name: one struct,
