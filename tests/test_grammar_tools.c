@@ -635,6 +635,9 @@ static void test_openai_harmony_outputs(void) {
     /* cut inside the arguments (max_tokens): incomplete */
     parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>commentary to=functions.f<|message|>{\"a\": [1, 2", &r);
     expect_call(&r, 0, "f", "{\"a\": [1, 2", false);
+    /* a marker inside the arguments (a control token sampled in a JSON string) cuts them: incomplete */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>commentary to=functions.f<|message|>{\"a\": \"x<|end|>y\"}", &r);
+    expect_call(&r, 0, "f", "{\"a\": \"x", false);
     /* cut inside the reasoning: reasoning to its end, a partial marker included */
     parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>analysis<|message|>thinking <|en", &r);
     expect_text("reasoning", r.reasoning, r.reasoning_len, "thinking <|en");

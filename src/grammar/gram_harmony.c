@@ -19,8 +19,7 @@
  * without a recipient: a preamble) is content. The markers are control
  * tokens, which a detokenizer skips: the caller feeds each one's own text
  * (gram_tool_format_markers). <|call|> and <|return|> end generation and
- * may never be fed: a call the text ended inside is complete when its
- * arguments are JSON. Text that does not start as a header (a model not
+ * may never be fed: a call is complete when its arguments are JSON. Text that does not start as a header (a model not
  * writing harmony) is all content. Bytes that may begin a marker are held
  * until decided, so where the pieces are cut changes nothing.
  */
@@ -117,11 +116,12 @@ static void header_done(gram_harmony *h) {
     h->state = H_BODY;
 }
 
-/* The body ended (by its marker, or the text's end). */
-static void body_done(gram_harmony *h, bool by_marker) {
+/* The body ended (by its marker, or the text's end): a call is complete
+ * when its arguments are JSON (a marker inside a string cut them short). */
+static void body_done(gram_harmony *h) {
     if (h->route == R_CALL) {
         json_t *j = json_loadb(h->args.p ? h->args.p : "", h->args.n, JSON_DECODE_ANY, NULL);
-        event(h, GRAM_TOOL_CALL_END, NULL, 0, by_marker || j != NULL);
+        event(h, GRAM_TOOL_CALL_END, NULL, 0, j != NULL);
         json_decref(j);
     }
     h->route = R_CONTENT;
@@ -170,7 +170,7 @@ static void body_byte(gram_harmony *h, char c) {
                 continue;
             }
             h->pend.n = 0;
-            body_done(h, true);
+            body_done(h);
             if (i >= 3 && !gram_text_put(&h->head, BODY_ENDS[i], m)) h->oom = true; /* the next header's */
             return;
         }
@@ -203,7 +203,7 @@ int gram_harmony_finish(gram_harmony *h, gram_tool_event_fn fn, void *user) {
     if (h->state == H_BODY) {
         body(h, h->pend.p, h->pend.n); /* a partial marker at the end is the body's */
         h->pend.n = 0;
-        body_done(h, false);
+        body_done(h);
     } else if (h->state == H_HEAD && h->head.n && !memchr(h->head.p, '<', h->head.n)) {
         event(h, GRAM_TOOL_CONTENT, h->head.p, h->head.n, false); /* text that never became a header */
     }
