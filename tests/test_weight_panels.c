@@ -947,7 +947,8 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
 /* Every MXFP4 panel tile this machine can run, called directly (so the
  * AVX2 VPMADDUBSW tile runs even where the AVX2 family would take AVX-VNNI):
  * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
- * tile's bytes, on random blocks (subnormal scales among them) and on the
+ * tile's bytes, on random blocks (subnormal scales among them, and blocks
+ * whose scales are all 2^-128 .. 2^-125) and on the
  * integer sums' bounds (every code 6.0 or -6.0 times activations that
  * quantize to +-127: the AVX2 tile's int16 sums would wrap without their
  * fold every 4 steps), tiles of 1 to 4 rows and 1 to 3 panels, with bias
@@ -975,13 +976,15 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
     int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
     int checked = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int pattern = 0; pattern < 3; pattern++) /* random; every code 6.0; every code -6.0 */
+        for (int pattern = 0; pattern < 4; pattern++) /* random; every code 6.0; -6.0; random, scales e 0..3 */
             for (int variant = 0; variant < 3; variant++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb32 = in / 32;
                 float *wv;
                 uint8_t *w = make_mxfp4_matrix(out, in, &wv);
-                if (pattern)
-                    for (int i = 0; i < out * nb32; i++) memset(w + (size_t)i * 17 + 1, pattern == 1 ? 0x77 : 0xFF, 16);
+                for (int i = 0; i < out * nb32; i++) {
+                    if (pattern == 1 || pattern == 2) memset(w + (size_t)i * 17 + 1, pattern == 1 ? 0x77 : 0xFF, 16);
+                    if (pattern == 3) w[(size_t)i * 17] = (uint8_t)(i % 4); /* subnormal 2^-128, 2^-127; 2^-126, 2^-125 */
+                }
                 pdl_tensor t = {.dtype = PDL_DTYPE_MXFP4, .n_dims = 2, .shape = {out, in}, .data = w};
                 void *buf = panels_of(pool, &t);
                 size_t ny = (size_t)rows * out;
@@ -993,7 +996,7 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
                 REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
                 for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
                     for (int k = 0; k < in; k++)
-                        x[r * in + k] = !pattern ? frand() : r == 0 ? 1.0f : r == 1 ? -1.0f : (k >> (r - 2)) & 1 ? -1.0f : 1.0f;
+                        x[r * in + k] = !pattern || pattern == 3 ? frand() : r == 0 ? 1.0f : r == 1 ? -1.0f : (k >> (r - 2)) & 1 ? -1.0f : 1.0f;
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (size_t i = 0; i < ny; i++) y0[i] = frand();
                 for (int r = 0; r < rows; r++)
