@@ -305,7 +305,7 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
  * (512 bytes each for Q8_0, 256 for Q4_0) and then their 16 scales each
  * (32 bytes a block); quant word (q, c) of a block at 64 q + 4 c; Q8_0
  * bytes the value plus 128, Q4_0 and MXFP4 the file's nibble bytes (MXFP4's
- * scale slot: 16 E8M0 bytes, 16 zeros). 3 blocks (an odd
+ * scales: 2^(e - 128) as BF16). 3 blocks (an odd
  * count: the last pair padded) and 19 rows (the second panel's last 13
  * zeros). A shifted offset would read a neighbour's byte. */
 static void test_quantized_panel_layout(void) {
@@ -330,9 +330,10 @@ static void test_quantized_panel_layout(void) {
                 int c = o % 16;
                 bool real = o < out && b < nb;
                 const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
-                if (mx) { /* the E8M0 byte of row c at byte c of the slot, bytes 16..31 zero */
-                    if (pp[2 * qb + (b % 2) * 32 + c] != (real ? blk[0] : 0)) bad++;
-                    if (pp[2 * qb + (b % 2) * 32 + 16 + c] != 0) bad++;
+                if (mx) { /* row c's 2^(e - 128) as BF16 (exact): 0x3F80 is 1.0, e = 128 */
+                    uint16_t s16;
+                    memcpy(&s16, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
+                    if (s16 != (real ? (uint16_t)(fp16_f32_to_bits(ldexpf(1.0f, blk[0] - 128)) >> 16) : 0)) bad++;
                 } else {
                     uint16_t d;
                     memcpy(&d, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);

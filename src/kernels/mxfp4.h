@@ -26,9 +26,16 @@ static const int8_t mxfp4_code2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -
  * multiply (the kernels take 12 x the activation sum back off). */
 #define PDL_MXFP4_OFFSET 12
 
-/* 2^(e - 128) as a float (exact for every e; subnormal for e < 2). */
+/* The bits of 2^(e - 128) as a float (exact for every e; subnormal for
+ * e < 2). Its low 16 bits are zero, so it is also exact as a BF16 (the top
+ * half), which is how weight panels keep it. */
+static inline uint32_t mxfp4_scale_half_bits(uint8_t e) {
+    return e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+}
+
+/* 2^(e - 128) as a float. */
 static inline float mxfp4_scale_half(uint8_t e) {
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    uint32_t bits = mxfp4_scale_half_bits(e);
     float f;
     memcpy(&f, &bits, 4);
     return f;

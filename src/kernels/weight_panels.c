@@ -123,7 +123,8 @@ static void pack_worker(void *p, int ith, int nth) {
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 17;
                 for (int64_t b = 0; b < nb; b++) {
                     const uint8_t *blk = src + b * 17;
-                    dst[qpanel_scales_at(256, b) + c] = blk[0];
+                    uint16_t s16 = (uint16_t)(mxfp4_scale_half_bits(blk[0]) >> 16); /* exact as BF16 */
+                    memcpy(dst + qpanel_scales_at(256, b) + c * 2, &s16, 2);
                     uint8_t *dq = dst + qpanel_quants_at(256, b);
                     for (int q = 0; q < 4; q++) memcpy(dq + q * 64 + c * 4, blk + 1 + 4 * q, 4);
                 }
@@ -284,14 +285,9 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
             }
             s += wk * x[k];
         }
-        float dw;
-        if (t->q4 == 2) {
-            dw = mxfp4_scale_half(pp[qpanel_scales_at(qb, b) + c]);
-        } else {
-            uint16_t d16;
-            memcpy(&d16, pp + qpanel_scales_at(qb, b) + c * 2, 2);
-            dw = fp16_f16_to_f32(d16);
-        }
+        uint16_t d16;
+        memcpy(&d16, pp + qpanel_scales_at(qb, b) + c * 2, 2);
+        float dw = t->q4 == 2 ? fp16_bf16_to_f32(d16) : fp16_f16_to_f32(d16);
         acc = fmaf((float)s, dw * t->xd[r * t->nbx + b], acc);
     }
     return acc;

@@ -27,8 +27,9 @@
  *         4q .. 4q + 3, high: 16 + 4q ..), each nibble the value plus 8.
  *   MXFP4 (blocks of 32): Q4_0's layout; the quants are the file's 16
  *         code bytes placed as Q4_0's nibble bytes (4-bit E2M1 codes, not
- *         values), and a block's 32-byte scale slot holds its 16 rows'
- *         E8M0 bytes (byte c: row 16p + c), then 16 bytes of zeros.
+ *         values), and the scales are the 16 rows' halved E8M0 scales
+ *         2^(e - 128) as BF16 (exact: kernels/mxfp4.h), where Q4_0 has its
+ *         halves.
  *   Q4_K (super-blocks of 256): PDL_Q4K_PANEL_BLOCK bytes per super-block
  *         b, one after the other: 32 x 16 32-bit words, word (w4, c)
  *         holding the file's nibble bytes 4 w4 .. 4 w4 + 3 of row 16p + c's

@@ -44,14 +44,10 @@ static inline __m512i mxfp4_codes_plus_offset(void) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)t));
 }
 
-/* 16 E8M0 bytes -> 16 floats 2^(e - 128), mxfp4_scale_half's bits: (e - 1)
- * << 23, or 0x200000 << e for the subnormals e < 2. */
+/* 16 BF16 scales (an MXFP4 panel's, exact 2^(e - 128)) -> 16 floats. */
 static inline __m512 mxfp4_scales16(const uint8_t *p) {
-    __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
-    __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-    __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-    __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
-    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, sub));
+    __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 static inline __attribute__((always_inline)) void qbody(const int q4, const int8_t *xq, const float *xd,

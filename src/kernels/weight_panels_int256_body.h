@@ -128,14 +128,10 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
-/* 8 E8M0 bytes -> 8 floats 2^(e - 128), mxfp4_scale_half's bits: (e - 1)
- * << 23, or 0x200000 << e for the subnormals e < 2. */
+/* 8 BF16 scales (an MXFP4 panel's, exact 2^(e - 128)) -> 8 floats. */
 static inline __m256 ib_mxfp4_scales(const uint8_t *p) {
-    __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
-    __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, sub, small));
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
 /* The doubled E2M1 value + 12 of each code in both 128-bit lanes (the
@@ -155,7 +151,7 @@ static inline __attribute__((always_inline)) void ib_q_block_end(const int mx, _
                                                                  const int nv, size_t scales_at, int64_t b) {
     __m256 dw[IB_MAX_V];
     IB_UNROLL for (int v = 0; v < nv; v++)
-        dw[v] = mx ? ib_mxfp4_scales(grp[v].panel + scales_at + 8 * grp[v].half)
+        dw[v] = mx ? ib_mxfp4_scales(grp[v].panel + scales_at + 16 * grp[v].half)
                    : ib_halves(grp[v].panel + scales_at + 16 * grp[v].half);
     IB_UNROLL for (int r = 0; r < nr; r++) {
         __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
