@@ -28,6 +28,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "model/model.h"
 #include "pagedlm.h"
 #include "support/gguf_writer.h"
 #include "test_util.h"
@@ -134,11 +135,12 @@ static void write_twins(char **qpath, char **fpath, char **badpath) {
 }
 
 static const char *g_kernels; /* the family models are loaded with (NULL: the one in effect) */
+static bool g_mapped;         /* matrices left in the file mapping: the row-major kernels, no panels */
 
 static pdl_model *load(const char *path, int threads, const char *want_types) {
     pdl_model *m = NULL;
     pdl_error err;
-    pdl_model_options o = {.n_threads = threads, .kernels = g_kernels};
+    pdl_model_options o = {.n_threads = threads, .kernels = g_kernels, .weights_mapped = g_mapped};
     REQUIRE_MSG(pdl_model_load(&m, path, &o, &err) == 0, "%s: %s", path, err.message);
     pdl_model_info info;
     pdl_model_get_info(m, &info);
@@ -211,10 +213,11 @@ static void packed_forward(pdl_model *m, const int32_t *const *seqs, const int *
     pdl_kv_cache_free(kv);
 }
 
-/* On every instruction set: within the tolerance of the twin, 1 and 2
- * threads give the same bytes, and three sequences packed into one forward
- * (1, 5 and 12 rows: a decode-sized one beside prefills) give each the
- * bytes it gets alone. */
+/* On every instruction set, with weight panels and with the row-major
+ * kernels (matrices left in the file mapping): within the tolerance of the
+ * twin, 1 and 2 threads give the same bytes, and three sequences packed
+ * into one forward (1, 5 and 12 rows: a decode-sized one beside prefills)
+ * give each the bytes it gets alone. */
 static void test_mxfp4_model_on_every_isa_is_batch_invariant(void) {
     fp16_init();
     char *qp, *fp, *bp;
@@ -225,26 +228,33 @@ static void test_mxfp4_model_on_every_isa_is_batch_invariant(void) {
     tokens(s0, T, 1), tokens(s1, T, 2), tokens(s2, T, 3);
     const int32_t *seqs[3] = {s0, s1, s2};
     int lens[3] = {1, 5, 12}, total = 18;
-    for (int isa = PDL_ISA_SCALAR; isa < PDL_ISA_COUNT; isa++) {
+    for (int run = 0; run < 2 * PDL_ISA_COUNT; run++) {
+        int isa = run / 2;
+        g_mapped = run % 2;
         if (!cpu_isa_supported((pdl_isa)isa)) continue;
         g_kernels = cpu_isa_name((pdl_isa)isa); /* the model's own family (pdl_model_options.kernels) */
         float *one = logits_of(qp, 1, "F32,MXFP4"), *two = logits_of(qp, 2, "F32,MXFP4");
-        CHECK_MSG(memcmp(one, two, (size_t)T * VOCAB * sizeof *one) == 0, "%s: 1 and 2 threads differ", g_kernels);
+        CHECK_MSG(memcmp(one, two, (size_t)T * VOCAB * sizeof *one) == 0, "%s%s: 1 and 2 threads differ", g_kernels,
+                  g_mapped ? " (mapped)" : "");
         double d = max_diff(one, f, T * VOCAB);
-        CHECK_MSG(d <= TOL_REL * mag, "%s: %g from the F32 twin", g_kernels, d);
+        CHECK_MSG(d <= TOL_REL * mag, "%s%s: %g from the F32 twin", g_kernels, g_mapped ? " (mapped)" : "", d);
         pdl_model *m = load(qp, 2, "F32,MXFP4");
+        /* the x86 families make MXFP4 panels (AVX-512: with VNNI); mapped matrices never have them */
+        bool want_panels = !g_mapped && (isa == PDL_ISA_AVX2 || (isa == PDL_ISA_AVX512 && cpu_features_get()->avx512vnni));
+        CHECK_MSG((m->w.layers[0].wq.panels != NULL) == want_panels, "%s%s: panels %s", g_kernels,
+                  g_mapped ? " (mapped)" : "", want_panels ? "missing" : "made");
         float *packed = malloc((size_t)total * VOCAB * sizeof *packed), *alone = malloc((size_t)T * VOCAB * sizeof *alone);
         REQUIRE(packed && alone);
         packed_forward(m, seqs, lens, 3, packed);
         for (int s = 0, at = 0; s < 3; at += lens[s], s++) {
             packed_forward(m, &seqs[s], &lens[s], 1, alone);
             CHECK_MSG(memcmp(packed + (size_t)at * VOCAB, alone, (size_t)lens[s] * VOCAB * sizeof *alone) == 0,
-                      "%s: sequence %d packed differs from alone", g_kernels, s);
+                      "%s%s: sequence %d packed differs from alone", g_kernels, g_mapped ? " (mapped)" : "", s);
         }
         free(packed), free(alone), free(one), free(two);
         pdl_model_free(m);
     }
-    g_kernels = NULL;
+    g_kernels = NULL, g_mapped = false;
     free(f), free(qp), free(fp), free(bp);
 }
 

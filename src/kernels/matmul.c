@@ -370,6 +370,10 @@ static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl
         if (dtype == PDL_DTYPE_BF16 && matmul_tiles_avx512_bf16w.fn[dtype]) return &matmul_tiles_avx512_bf16w;
         if (takes_q8k_activations(dtype) && cpu_features_get()->avx512vnni && family_has(&matmul_tiles_avx512_vnni, dtype))
             return &matmul_tiles_avx512_vnni;
+        /* MXFP4 without panels (no VNNI, or PAGEDLM_WEIGHT_PANELS=0): the AVX2 tile (the driver takes the
+         * tile size from the table returned; the same bits as the portable dot) */
+        if (dtype == PDL_DTYPE_MXFP4 && !family_has(&matmul_tiles_avx512, dtype))
+            return family_has(&matmul_tiles_avx2, dtype) ? &matmul_tiles_avx2 : NULL;
         tk = &matmul_tiles_avx512;
         break;
     case PDL_ISA_AVX2: tk = &matmul_tiles_avx2; break;
