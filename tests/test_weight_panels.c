@@ -997,7 +997,11 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
                 REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
                 for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
                     for (int k = 0; k < in; k++)
-                        x[r * in + k] = !pattern || pattern == 3 ? frand() : r == 0 ? 1.0f : r == 1 ? -1.0f : (k >> (r - 2)) & 1 ? -1.0f : 1.0f;
+                        x[r * in + k] = !pattern || pattern == 3 ? frand()
+                                        : r == 0                       ? 1.0f
+                                        : r == 1                       ? -1.0f
+                                        : (k >> (r - 2)) & 1           ? -1.0f
+                                                                       : 1.0f;
                 for (int i = 0; i < out; i++) bias[i] = frand();
                 for (size_t i = 0; i < ny; i++) y0[i] = frand();
                 for (int r = 0; r < rows; r++)
@@ -1022,8 +1026,9 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
                                          g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
                                          b ? b + g * 16 : NULL, accum);
                         }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0, "%s MXFP4 %dx%dx%d pattern %d variant %d: not the portable bits",
-                              tiles[ti].name, rows, out, in, pattern, variant);
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "%s MXFP4 %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name, rows,
+                              out, in, pattern, variant);
                     checked++;
                 }
                 free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);

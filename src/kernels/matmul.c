@@ -282,6 +282,9 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     bool stream = t->n_rows <= ROW_BLOCK;
     const pdl_tile_kernels *tk = t->tiles;
     pdl_tile_fn tile = tk->fn[t->w->dtype];
+    pdl_tile_q8_fn qtile = t->w->dtype == PDL_DTYPE_Q4_0    ? tk->q4
+                           : t->w->dtype == PDL_DTYPE_MXFP4 ? tk->mxfp4
+                                                            : tk->q8; /* Q8_0-activation weights */
     int TR = tk->tile_rows, TC = tk->tile_cols;
     long n_tiles = (long)((t->out + TC - 1) / TC);
     long c0, c1;
@@ -305,8 +308,8 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                         t->xk + r * (t->in / PDL_QK_K), t->in / PDL_QK_K, rows, wbase + (size_t)o0 * t->w_row_bytes,
                         t->w_row_bytes, cols, tmp, TC);
                 else if (t->xq)
-                    (t->w->dtype == PDL_DTYPE_Q4_0 ? tk->q4 : t->w->dtype == PDL_DTYPE_MXFP4 ? tk->mxfp4 : tk->q8)(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
-                           wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC, stream);
+                    qtile(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
+                          wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, tmp, TC, stream);
                 else
                     tile((const float *)(const void *)(xbase + (size_t)r * (size_t)ldx * xsize), ldx, rows,
                          wbase + (size_t)o0 * t->w_row_bytes, t->w_row_bytes, cols, t->in, tmp, TC, stream);
