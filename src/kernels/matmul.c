@@ -205,6 +205,8 @@ static float dot_row(pdl_dtype dtype, const void *w_row, const float *x, int64_t
     }
 }
 
+bool matmul_has_dot(pdl_dtype dtype) { return matmul_supports(dtype) && !dequantized_first(dtype); }
+
 bool matmul_supports(pdl_dtype dtype) {
     return dtype == PDL_DTYPE_F32 || dtype == PDL_DTYPE_F16 || dtype == PDL_DTYPE_BF16 ||
            (dtype < PDL_DTYPE_COUNT && dtype_is_quantized(dtype)); /* block formats and MLX: expanded at worst */
