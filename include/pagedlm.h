@@ -151,6 +151,21 @@ int pdl_model_load(pdl_model **out, const char *path,
 void pdl_model_free(pdl_model *model);
 void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
 
+/* One tensor type of a model's files (pdl_model_tensor_types): what a
+ * "Q4_K_M" or "UD-Q4_K_XL" file really holds, as gguf-dump sums it up. */
+typedef struct pdl_tensor_type_stats {
+    const char *type;         /* "Q4_K", "F32", ... */
+    int n_tensors;
+    uint64_t bytes;           /* as stored */
+    int n_expanded;           /* matrices of a type without a dot kernel of its own: their rows are
+                               * expanded to F32 on every multiply (the slow path) */
+    const char *example;      /* a tensor of this type (an expanded matrix when there is one) */
+} pdl_tensor_type_stats;
+
+/* Fills out with up to max types, by bytes (largest first); returns how
+ * many types there are. The names live as long as the model. */
+int pdl_model_tensor_types(const pdl_model *model, pdl_tensor_type_stats *out, int max);
+
 /* One model family the loaders know (a row of the architecture table). */
 typedef struct pdl_arch_info {
     const char *name;           /* as pdl_model_info.arch names it */

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "format/gguf.h"
+#include "kernels/cpu_ops.h"
 #include "kernels/cpu_features.h"
 #include "pagedlm.h"
 #include "test_util.h"
@@ -40,8 +41,9 @@ static char *random_model(const char *name, const char *dtype, int vocab) {
 }
 
 static void test_random_models_of_every_dtype_load_and_run(void) {
-    const char *dtypes[] = {"f32", "f16", "bf16", "q8_0"}, *names[] = {"F32", "F16", "BF16", "Q8_0"};
-    for (int i = 0; i < 4; i++) {
+    const char *dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4"};
+    const char *names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "MXFP4"};
+    for (int i = 0; i < 6; i++) {
         char name[64];
         snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);
         char *path = random_model(name, dtypes[i], 640);
@@ -311,6 +313,44 @@ static void test_qwen35moe_preset_has_the_converters_layout(void) {
     free(out);
 }
 
+/* --dtype mxfp4 on a model with experts writes llama.cpp's MXFP4_MOE mix:
+ * the stacked experts MXFP4, the other matrices Q8_0, vectors and the router
+ * F32; the experts' blocks hold the random weights (uniform in +-0.0346)
+ * to within MXFP4's rounding: every value inside the range, most of them
+ * not zero, and a mean magnitude near the uniform's 0.0173. The file loads
+ * and runs. */
+static void test_mxfp4_preset_writes_the_mxfp4_moe_mix(void) {
+    gguf_file *f = make_hybrid("moe-mxfp4.gguf", "--preset qwen3-30b-a3b --layers 1 --experts 4 --vocab 512 --dtype mxfp4");
+    want_tensor(f, "blk.0.attn_q.weight", PDL_DTYPE_Q8_0, 2, 4096, 2048, 0);
+    want_tensor(f, "blk.0.ffn_gate_inp.weight", PDL_DTYPE_F32, 2, 4, 2048, 0);
+    want_tensor(f, "token_embd.weight", PDL_DTYPE_Q8_0, 2, 512, 2048, 0);
+    want_tensor(f, "blk.0.ffn_up_exps.weight", PDL_DTYPE_MXFP4, 3, 4, 768, 2048);
+    want_tensor(f, "blk.0.ffn_down_exps.weight", PDL_DTYPE_MXFP4, 3, 4, 2048, 768);
+    const pdl_tensor *g = want_tensor(f, "blk.0.ffn_gate_exps.weight", PDL_DTYPE_MXFP4, 3, 4, 768, 2048);
+    if (g) {
+        float row[2048];
+        int inside = 0, nonzero = 0;
+        double sum = 0;
+        for (int r = 0; r < 8; r++) {
+            REQUIRE(ops_dequant_row(g, r * 97, row, 2048) == 0);
+            for (int i = 0; i < 2048; i++) {
+                inside += fabsf(row[i]) <= 0.0347f, nonzero += row[i] != 0.0f;
+                sum += fabsf(row[i]);
+            }
+        }
+        CHECK_EQ_INT(inside, 8 * 2048);
+        CHECK(nonzero > 8 * 2048 * 3 / 4);
+        double mean = sum / (8 * 2048);
+        CHECK_MSG(mean > 0.015 && mean < 0.02, "mean |w| %.4f", mean);
+    }
+    gguf_close(f);
+    char *path = test_tmp_path("moe-mxfp4.gguf"), args[1024], *out;
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,2,3", path);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    CHECK_CONTAINS(out, "\"logits\"");
+    free(out), free(path);
+}
+
 int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
@@ -318,5 +358,6 @@ int main(void) {
     RUN(test_bench_reports_the_kernel_family);
     RUN(test_qwen35_preset_has_the_converters_layout);
     RUN(test_qwen35moe_preset_has_the_converters_layout);
+    RUN(test_mxfp4_preset_writes_the_mxfp4_moe_mix);
     return test_summary();
 }

@@ -11,6 +11,7 @@
  * out by hand from the layout. A dtype nothing expands or multiplies is an
  * error, never a row of zeros.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -56,7 +57,7 @@ static void test_dtype_block_sizes(void) {
         {PDL_DTYPE_Q4_0, "Q4_0", 32, 18},  {PDL_DTYPE_Q4_1, "Q4_1", 32, 20},  {PDL_DTYPE_Q5_0, "Q5_0", 32, 22},
         {PDL_DTYPE_Q5_1, "Q5_1", 32, 24},  {PDL_DTYPE_Q8_0, "Q8_0", 32, 34},  {PDL_DTYPE_Q2_K, "Q2_K", 256, 84},
         {PDL_DTYPE_Q3_K, "Q3_K", 256, 110}, {PDL_DTYPE_Q4_K, "Q4_K", 256, 144}, {PDL_DTYPE_Q5_K, "Q5_K", 256, 176},
-        {PDL_DTYPE_Q6_K, "Q6_K", 256, 210},
+        {PDL_DTYPE_Q6_K, "Q6_K", 256, 210}, {PDL_DTYPE_MXFP4, "MXFP4", 32, 17},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         CHECK(strcmp(dtype_name(want[i].t), want[i].name) == 0);
@@ -302,6 +303,68 @@ static void test_q6_k_block(void) {
 }
 
 /* Rows past the first start at row * the row's bytes. */
+/* MXFP4 (OCP Microscaling spec v1.0, as GGUF stores it: ggml's
+ * block_mxfp4): element i of a block is the E2M1 code c (byte 1 + i % 16,
+ * low nibble for i < 16, high for i >= 16) times the E8M0 scale 2^(e - 127)
+ * of byte 0. E2M1 decoded from its bit fields: sign bit 3, exponent bits
+ * 1-2 (bias 1), mantissa bit 0; exponent 0 is subnormal (0.5 m). The
+ * product is taken in float64 and rounded once to float: exact for every
+ * finite result, infinity past FLT_MAX. Every scale byte 0..255 with every
+ * code in every position, compared bit for bit. Where the spec and llama.cpp
+ * part, the engine follows llama.cpp (whose files these are): e = 255 (NaN
+ * in the spec) scales by 2^128 as the formula continues (so magnitudes of 1
+ * and more overflow to infinity, 0.5 gives 2^127), and the code -0 gives
+ * +0.0 (llama.cpp multiplies an integer table). */
+static double e2m1_value(int c) {
+    int ex = (c >> 1) & 3, m = c & 1;
+    double mag = ex == 0 ? 0.5 * m : ldexp(1.0 + 0.5 * m, ex - 1);
+    return c & 8 ? -mag : mag;
+}
+
+static void test_mxfp4_block(void) {
+    static const double table[16] = {0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6};
+    for (int c = 0; c < 16; c++) CHECK(e2m1_value(c) == table[c]); /* the spec's table */
+    int bad = 0;
+    for (int e = 0; e < 256; e++)
+        for (int shift = 0; shift < 32; shift++) { /* code (i + shift) % 16 at position i (+5 for the high half) */
+            uint8_t blk[17];
+            float got[32], want[32];
+            blk[0] = (uint8_t)e;
+            int code[32];
+            for (int i = 0; i < 32; i++) code[i] = (i + shift + (i >= 16 ? shift / 16 * 5 : 0)) % 16;
+            for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+            for (int i = 0; i < 32; i++) {
+                double v = e2m1_value(code[i]) * ldexp(1.0, e - 127);
+                want[i] = v == 0.0 ? 0.0f : (float)v; /* +0.0 for -0, as llama.cpp */
+            }
+            dequant(PDL_DTYPE_MXFP4, blk, got, 32);
+            for (int i = 0; i < 32; i++)
+                if (memcmp(&got[i], &want[i], 4) != 0) {
+                    if (bad < 3) fprintf(stderr, "  e %d code %d: got %.9g, want %.9g\n", e, code[i], got[i], want[i]);
+                    bad++;
+                }
+        }
+    CHECK_EQ_INT(bad, 0);
+    /* by hand: e = 127 (scale 1), byte 1 = 0xF1 -> element 0 = 0.5, element 16 = -6 */
+    uint8_t blk[2 * 17];
+    float got[64];
+    memset(blk, 0, sizeof blk);
+    blk[0] = 127, blk[1] = 0xF1;
+    blk[17] = 130, blk[17 + 16] = 0x5C; /* block 1: scale 8; element 15 = code 0xC (-2) x 8, element 31 = code 5 (3) x 8 */
+    dequant(PDL_DTYPE_MXFP4, blk, got, 64);
+    CHECK(got[0] == 0.5f && got[16] == -6.0f && got[1] == 0.0f && got[47] == -16.0f && got[63] == 24.0f);
+    /* the extremes: e = 0 -> 2^-127 (subnormal), e = 254 -> 2^127, e = 255 -> 2^128 */
+    blk[0] = 0, blk[1] = 0x71; /* 0.5 x 2^-127, 6 x 2^-127 */
+    dequant(PDL_DTYPE_MXFP4, blk, got, 32);
+    CHECK(got[0] == ldexpf(1.0f, -128) && got[16] == 6.0f * ldexpf(1.0f, -127) && fpclassify(got[0]) == FP_SUBNORMAL);
+    blk[0] = 254, blk[1] = 0x98; /* -0 -> +0, -0.5 x 2^127 */
+    dequant(PDL_DTYPE_MXFP4, blk, got, 32);
+    CHECK(got[0] == 0.0f && !signbit(got[0]) && got[16] == -ldexpf(1.0f, 126));
+    blk[0] = 255, blk[1] = 0x21; /* 0.5 x 2^128 = 2^127; 1 x 2^128 overflows */
+    dequant(PDL_DTYPE_MXFP4, blk, got, 32);
+    CHECK(got[0] == ldexpf(1.0f, 127) && isinf(got[16]) && got[16] > 0);
+}
+
 static void test_dequant_row_offsets_by_whole_blocks(void) {
     uint8_t p[2 * 210] = {0};
     put_half(p + 210 + 208, 1.0f);
@@ -350,6 +413,7 @@ int main(void) {
     RUN(test_q4_k_block);
     RUN(test_q5_k_block);
     RUN(test_q6_k_block);
+    RUN(test_mxfp4_block);
     RUN(test_dequant_row_offsets_by_whole_blocks);
     RUN(test_unknown_dtype_is_an_error_not_zeros);
     return test_summary();

@@ -1,6 +1,7 @@
 /*
  * test_grammar_tools.c - tool calls: the streaming output parsers (hermes,
- * llama3_json, mistral, qwen3_coder, glm45, pythonic, deepseek_v3, kimi_k2)
+ * llama3_json, mistral, qwen3_coder, glm45, pythonic, deepseek_v3, kimi_k2,
+ * and openai: gpt-oss's harmony messages, with its reasoning)
  * on model outputs (for the newer formats, the text each model's own chat
  * template renders for an earlier call), fed whole, split at every byte
  * boundary and byte by byte (all must give the same result), and the
@@ -26,6 +27,8 @@ typedef struct call {
 typedef struct result {
     char content[2048];
     size_t content_len;
+    char reasoning[2048];
+    size_t reasoning_len;
     call calls[8];
     int n_calls;
     int errors; /* events out of order */
@@ -70,6 +73,12 @@ static void on_event(const gram_tool_event *ev, void *user) {
         r->calls[ev->index].ended = true;
         r->calls[ev->index].complete = ev->complete;
         break;
+    case GRAM_TOOL_REASONING:
+        if (r->reasoning_len + ev->len < sizeof r->reasoning) {
+            memcpy(r->reasoning + r->reasoning_len, ev->text, ev->len);
+            r->reasoning_len += ev->len;
+        }
+        break;
     }
 }
 
@@ -92,6 +101,7 @@ static void parse_t(gram_tool_format fmt, const char *tools, const char *text, c
 
 static bool same_result(const result *a, const result *b) {
     if (a->content_len != b->content_len || memcmp(a->content, b->content, a->content_len) != 0) return false;
+    if (a->reasoning_len != b->reasoning_len || memcmp(a->reasoning, b->reasoning, a->reasoning_len) != 0) return false;
     if (a->n_calls != b->n_calls || a->errors || b->errors) return false;
     for (int i = 0; i < a->n_calls; i++) {
         const call *x = &a->calls[i], *y = &b->calls[i];
@@ -592,13 +602,67 @@ static void test_random_text_any_split(void) {
     }
 }
 
+static void expect_text(const char *what, const char *got, size_t n, const char *want) {
+    CHECK_MSG(n == strlen(want) && memcmp(got, want, n) == 0, "%s \"%.*s\", expected \"%s\"", what, (int)n, got, want);
+}
+
+/* The harmony format (gpt-oss), as the model writes it after the prompt's
+ * <|start|>assistant (the markers are its control tokens' text): the
+ * analysis channel is reasoning, final is content, a commentary message to
+ * functions.NAME is a call whose body is the arguments, a commentary
+ * message without a recipient (a preamble) is content; <|call|> and
+ * <|return|> end generation, so the text may end without them. */
+static void test_openai_harmony_outputs(void) {
+    result r;
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>analysis<|message|>User asks 2+2. Simple.<|end|>"
+                   "<|start|>assistant<|channel|>final<|message|>2 + 2 = 4.<|return|>", &r);
+    expect_text("reasoning", r.reasoning, r.reasoning_len, "User asks 2+2. Simple.");
+    expect_text("content", r.content, r.content_len, "2 + 2 = 4.");
+    CHECK_EQ_INT(r.n_calls, 0);
+    /* a call, the recipient after the channel, <|call|> never fed (it stopped generation) */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant"
+                   "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}", &r);
+    expect_text("reasoning", r.reasoning, r.reasoning_len, "Need weather.");
+    CHECK_EQ_INT((int)r.content_len, 0);
+    CHECK_EQ_INT(r.n_calls, 1);
+    expect_call(&r, 0, "get_weather", "{\"city\": \"Paris\"}", true);
+    CHECK_MSG(strncmp(r.calls[0].id, "call_", 5) == 0 && strlen(r.calls[0].id) == 29, "id %s", r.calls[0].id);
+    /* the recipient before the channel, <|call|> fed; a preamble on commentary is content */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>commentary<|message|>Checking the weather.<|end|><|start|>assistant "
+                   "to=functions.lookup<|channel|>commentary json<|message|>{}<|call|>", &r);
+    expect_text("content", r.content, r.content_len, "Checking the weather.");
+    expect_call(&r, 0, "lookup", "{}", true);
+    /* cut inside the arguments (max_tokens): incomplete */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>commentary to=functions.f<|message|>{\"a\": [1, 2", &r);
+    expect_call(&r, 0, "f", "{\"a\": [1, 2", false);
+    /* a marker inside the arguments (a control token sampled in a JSON string) cuts them: incomplete */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>commentary to=functions.f<|message|>{\"a\": \"x<|end|>y\"}", &r);
+    expect_call(&r, 0, "f", "{\"a\": \"x", false);
+    /* cut inside the reasoning: reasoning to its end, a partial marker included */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>analysis<|message|>thinking <|en", &r);
+    expect_text("reasoning", r.reasoning, r.reasoning_len, "thinking <|en");
+    CHECK_EQ_INT((int)r.content_len, 0);
+    /* text in a body that only looks like a marker stays text */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>final<|message|>a <|b|> and <|endless|> c", &r);
+    expect_text("content", r.content, r.content_len, "a <|b|> and <|endless|> c");
+    /* not harmony at all: everything is content */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "Hello there, <b>friend</b>", &r);
+    expect_text("content", r.content, r.content_len, "Hello there, <b>friend</b>");
+    parse_all_ways(GRAM_TOOLS_OPENAI, "the answer", &r);
+    expect_text("content", r.content, r.content_len, "the answer");
+    CHECK_EQ_INT((int)r.reasoning_len, 0);
+    /* a final message with no analysis before it */
+    parse_all_ways(GRAM_TOOLS_OPENAI, "<|channel|>final<|message|>Hi!", &r);
+    expect_text("content", r.content, r.content_len, "Hi!");
+}
+
 static void test_format_names(void) {
     static const char *const names[] = {"hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic", "deepseek_v3",
-                                        "glm45", "kimi_k2"};
+                                        "glm45", "kimi_k2", "openai"};
     static const gram_tool_format fmts[] = {GRAM_TOOLS_HERMES, GRAM_TOOLS_LLAMA3_JSON, GRAM_TOOLS_MISTRAL,
                                             GRAM_TOOLS_QWEN3_CODER, GRAM_TOOLS_PYTHONIC, GRAM_TOOLS_DEEPSEEK_V3,
-                                            GRAM_TOOLS_GLM45, GRAM_TOOLS_KIMI_K2};
-    for (int i = 0; i < 8; i++) {
+                                            GRAM_TOOLS_GLM45, GRAM_TOOLS_KIMI_K2, GRAM_TOOLS_OPENAI};
+    for (int i = 0; i < 9; i++) {
         gram_tool_format f;
         CHECK(gram_tool_format_parse(names[i], &f) == 0 && f == fmts[i]);
         CHECK(strcmp(gram_tool_format_name(fmts[i]), names[i]) == 0);
@@ -738,6 +802,48 @@ static void test_forced_calls_deepseek_v3(void) {
     forced_calls("qwen3", GRAM_TOOLS_DEEPSEEK_V3, NULL, true);
     forced_calls("qwen3", GRAM_TOOLS_DEEPSEEK_V3, "get_weather", false);
 }
+static void test_forced_calls_openai(void) {
+    forced_calls("qwen3", GRAM_TOOLS_OPENAI, NULL, false);
+    forced_calls("qwen3", GRAM_TOOLS_OPENAI, "get_weather", false);
+}
+/* Under harmony (gpt-oss) a constraint applies to the answer: generated
+ * under the mask, the output may open with an analysis message of free
+ * text, then the final channel's message is the schema's JSON, or a
+ * commentary message is the forced call; the harmony reader gets them
+ * back. */
+static void test_harmony_constraints_apply_to_the_answer(void) {
+    const gram_vocab *v = gt_vocab("qwen3");
+    static const char SCHEMA[] = "{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}}, "
+                                 "\"required\": [\"n\"], \"additionalProperties\": false}";
+    gram_spec specs[2] = {{.kind = GRAM_JSON_SCHEMA, .text = SCHEMA, .harmony = true},
+                          {.kind = GRAM_TOOL_CALL, .text = TOOLS, .tool_format = GRAM_TOOLS_OPENAI, .harmony = true}};
+    int with_analysis = 0;
+    for (int k = 0; k < 2; k++) {
+        gram_grammar *g = NULL;
+        pdl_error err;
+        REQUIRE_MSG(gram_compile(&g, v, &specs[k], &err) == 0, "%s", err.message);
+        for (uint64_t seed = 1; seed <= 12; seed++) {
+            size_t len;
+            char *out = gt_generate(g, seed, 1500, 20, &len);
+            result r;
+            parse_t(GRAM_TOOLS_OPENAI, NULL, out, NULL, 0, &r);
+            with_analysis += r.reasoning_len > 0 || strstr(out, "analysis") != NULL;
+            if (k == 0) {
+                json_t *j = json_loadb(r.content, r.content_len, 0, NULL);
+                CHECK_MSG(j && json_is_integer(json_object_get(j, "n")) && json_object_size(j) == 1,
+                          "the answer is not the schema's JSON: %s", out);
+                CHECK_EQ_INT(r.n_calls, 0);
+                json_decref(j);
+            } else {
+                CHECK_MSG(r.n_calls == 1 && r.calls[0].complete && r.content_len == 0, "no forced call in %s", out);
+            }
+            free(out);
+        }
+        gram_grammar_free(g);
+    }
+    CHECK_MSG(with_analysis > 0, "no output took the analysis message");
+}
+
 static void test_forced_calls_kimi_k2(void) {
     forced_calls("qwen3", GRAM_TOOLS_KIMI_K2, NULL, true);
     forced_calls("qwen3", GRAM_TOOLS_KIMI_K2, "add", false);
@@ -870,6 +976,7 @@ int main(void) {
     RUN(test_pythonic_outputs);
     RUN(test_deepseek_v3_outputs);
     RUN(test_kimi_k2_outputs);
+    RUN(test_openai_harmony_outputs);
     RUN(test_random_text_any_split);
     RUN(test_format_names);
     RUN(test_forced_calls_hermes_qwen3);
@@ -880,6 +987,8 @@ int main(void) {
     RUN(test_forced_calls_pythonic);
     RUN(test_forced_calls_deepseek_v3);
     RUN(test_forced_calls_kimi_k2);
+    RUN(test_forced_calls_openai);
+    RUN(test_harmony_constraints_apply_to_the_answer);
     RUN(test_forced_call_errors);
     RUN(test_forced_call_format_limits);
     RUN(test_forced_text_never_closes_early);

@@ -56,7 +56,10 @@ static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_
     for (size_t i = 0; i < nb * bb; i++) b[i] = (uint8_t)next();
     for (size_t k = 0; k < nb; k++) {
         uint8_t *blk = b + k * bb;
-        if (dt == PDL_DTYPE_Q4_K) { /* d, dmin first: value = d sc q - dmin m, sc, m < 64, q < 16 */
+        if (dt == PDL_DTYPE_Q5_K) { /* d, dmin first, as Q4_K's, with q < 32 */
+            put_half(blk, amp * (0.5f + urand()) / (63.0f * 31.0f / 2.0f));
+            put_half(blk + 2, amp * (0.5f + urand()) / 63.0f);
+        } else if (dt == PDL_DTYPE_Q4_K) { /* d, dmin first: value = d sc q - dmin m, sc, m < 64, q < 16 */
             put_half(blk, amp * (0.5f + urand()) / (63.0f * 15.0f / 2.0f));
             put_half(blk + 2, amp * (0.5f + urand()) / 63.0f);
         } else { /* Q6_K: d last; value = d sc (q - 32), sc int8 */
@@ -88,7 +91,9 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     size_t nbytes;
     uint8_t *blocks = random_blocks(dt, rows, cols, amp, &nbytes);
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    gguf_writer_add_tensor(t->q, name, dt == PDL_DTYPE_Q4_K ? GW_GGML_Q4_K : GW_GGML_Q6_K, 2, ne, blocks, nbytes);
+    gguf_writer_add_tensor(t->q, name, dt == PDL_DTYPE_Q4_K ? GW_GGML_Q4_K : dt == PDL_DTYPE_Q5_K ? GW_GGML_Q5_K
+                                                                                               : GW_GGML_Q6_K,
+                           2, ne, blocks, nbytes);
     float *f = malloc((size_t)rows * cols * sizeof *f);
     pdl_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = blocks, .nbytes = nbytes};
     for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
@@ -108,7 +113,8 @@ static void add_norm(twin *t, const char *name) {
     gguf_writer_add_tensor_f32(t->bad, name, 1, (const int64_t[]){HID}, w);
 }
 
-static void write_twins(char **qpath, char **fpath, char **badpath) {
+/* q5k: attn_v in Q5_K (a type without a dot kernel yet) rather than Q6_K. */
+static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q5k) {
     rng = 99; /* the same model every time */
     twin t = {gguf_writer_new(3), gguf_writer_new(3), gguf_writer_new(3)};
     add_keys(t.q), add_keys(t.f), add_keys(t.bad);
@@ -122,20 +128,22 @@ static void write_twins(char **qpath, char **fpath, char **badpath) {
         add_norm(&t, NAME("ffn_norm.weight"));
         add_matrix(&t, NAME("attn_q.weight"), PDL_DTYPE_Q4_K, NH * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_k.weight"), PDL_DTYPE_Q4_K, NKV * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_v.weight"), PDL_DTYPE_Q6_K, NKV * HD, HID, 0.12f);
+        add_matrix(&t, NAME("attn_v.weight"), q5k ? PDL_DTYPE_Q5_K : PDL_DTYPE_Q6_K, NKV * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_output.weight"), PDL_DTYPE_Q4_K, HID, NH * HD, 0.12f);
         add_matrix(&t, NAME("ffn_gate.weight"), PDL_DTYPE_Q4_K, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_up.weight"), PDL_DTYPE_Q4_K, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_down.weight"), PDL_DTYPE_Q6_K, HID, FFN, 0.09f);
 #undef NAME
     }
-    *qpath = test_tmp_path("kquant.gguf");
-    *fpath = test_tmp_path("kquant-f32-twin.gguf");
-    *badpath = test_tmp_path("kquant-f32-no-mins.gguf");
+    *qpath = test_tmp_path(q5k ? "kquant-q5k.gguf" : "kquant.gguf");
+    *fpath = test_tmp_path(q5k ? "kquant-q5k-f32-twin.gguf" : "kquant-f32-twin.gguf");
+    *badpath = test_tmp_path(q5k ? "kquant-q5k-f32-no-mins.gguf" : "kquant-f32-no-mins.gguf");
     REQUIRE(gguf_writer_write(t.q, *qpath) == 0 && gguf_writer_write(t.f, *fpath) == 0 &&
             gguf_writer_write(t.bad, *badpath) == 0);
     gguf_writer_free(t.q), gguf_writer_free(t.f), gguf_writer_free(t.bad);
 }
+
+static void write_twins(char **qpath, char **fpath, char **badpath) { write_twins_mix(qpath, fpath, badpath, false); }
 
 static bool g_weights_mapped; /* the next loads leave matrices in the file mapping */
 
@@ -253,10 +261,53 @@ static void test_forward_reports_scratch_failure(void) {
     free(qp), free(fp), free(bp);
 }
 
+/* pdl_model_tensor_types (pagedlm info's "tensor_types") sums the file up
+ * by type, largest first: a Q4_K_M-like mix with Q5_K attn_v says which
+ * matrices run on the slow path (expanded to F32), and the model still
+ * matches its F32 twin. */
+static void test_the_type_mix_names_the_slow_path(void) {
+    fp16_init();
+    char *qp, *fp, *bp;
+    write_twins_mix(&qp, &fp, &bp, true);
+    float *q = logits_of(qp, 2, "Q4_K,Q5_K,Q6_K"), *f = logits_of(fp, 2, "F32");
+    double mag = 0;
+    for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
+    CHECK_MSG(max_diff(q, f) <= TOL_REL * mag, "the Q5_K mix differs from its F32 twin by %g", max_diff(q, f));
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, qp, NULL, &err) == 0, "%s", err.message);
+    pdl_tensor_type_stats s[8];
+    int n = pdl_model_tensor_types(m, s, 8);
+    CHECK_EQ_INT(n, 4);
+    const struct {
+        const char *type;
+        int tensors, expanded;
+        uint64_t bytes;
+    } want[4] = {{"Q4_K", 1 + 5 * NL, 0, (uint64_t)(VOCAB * HID + NL * (2 * NH * HD * HID + NKV * HD * HID + 2 * FFN * HID)) / 256 * 144},
+                 {"Q6_K", 1 + NL, 0, (uint64_t)(VOCAB * HID + NL * HID * FFN) / 256 * 210},
+                 {"Q5_K", NL, NL, (uint64_t)(NL * NKV * HD * HID) / 256 * 176},
+                 {"F32", 1 + 2 * NL, 0, (uint64_t)(1 + 2 * NL) * HID * 4}};
+    for (int i = 0; i < 4 && i < n; i++) {
+        int j = 0;
+        while (j < 4 && strcmp(want[j].type, s[i].type)) j++;
+        REQUIRE_MSG(j < 4, "type %s", s[i].type);
+        CHECK_MSG(s[i].n_tensors == want[j].tensors && s[i].n_expanded == want[j].expanded && s[i].bytes == want[j].bytes,
+                  "%s: %d tensors (%d expanded), %llu bytes; expected %d (%d), %llu", s[i].type, s[i].n_tensors,
+                  s[i].n_expanded, (unsigned long long)s[i].bytes, want[j].tensors, want[j].expanded,
+                  (unsigned long long)want[j].bytes);
+        if (i > 0) CHECK(s[i].bytes <= s[i - 1].bytes); /* largest first */
+        if (want[j].expanded) CHECK_MSG(strstr(s[i].example, "attn_v.weight") != NULL, "example %s", s[i].example);
+    }
+    CHECK_EQ_INT(pdl_model_tensor_types(m, s, 1), 4); /* the count, whatever fits */
+    pdl_model_free(m);
+    free(q), free(f), free(qp), free(fp), free(bp);
+}
+
 int main(void) {
     RUN(test_q4_k_m_model_matches_its_f32_twin);
     RUN(test_k_quant_model_on_every_isa);
     RUN(test_copied_matrices_give_the_mapped_files_logits);
     RUN(test_forward_reports_scratch_failure);
+    RUN(test_the_type_mix_names_the_slow_path);
     return test_summary();
 }

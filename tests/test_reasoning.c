@@ -3,7 +3,8 @@
  * reasoning.c and the engine's pdl_reasoning): the text split into
  * reasoning and content, the same whatever the cuts; the markers found in
  * Qwen3's real vocabulary; and in the engine, on stories260K with two of its
- * tokens standing for the markers: no grammar inside the block, the start
+ * tokens standing for the markers (and gpt-oss's harmony channels, split
+ * by the harmony reader): no grammar inside the block, the start
  * token allowed beside a grammar before it (or banned with a budget of 0),
  * the end token forced when the budget is spent, the grammar applied to the
  * answer after it, and the same tokens under speculative decoding (a
@@ -76,6 +77,12 @@ static void test_the_split_follows_the_markers_whatever_the_cuts(void) {
         /* empty block (enable_thinking=false writes one into the prompt; a model may too) */
         {"qwen3", false, "<think>\n\n</think>\n\nHi", "", "Hi"},
         {"qwen3", true, "</think>x", "", "x"},
+        /* gpt-oss's harmony (its markers' text fed for its control tokens) */
+        {"openai", false, "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Hi!",
+         "Think.", "Hi!"},
+        {"openai", false, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}", "",
+         "[tool call f {\"a\": 1}]"},
+        {"openai", false, "No harmony here.", "", "No harmony here."},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (size_t piece = 0; piece <= strlen(cases[i].text); piece++) {

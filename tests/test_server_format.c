@@ -500,6 +500,118 @@ static void test_kimi_marker_tokens_reach_the_parser(void) {
     gram_vocab_free(v);
 }
 
+/* gpt-oss's harmony output (its markers control tokens, whose events have
+ * no text): the analysis channel goes to message.reasoning and
+ * reasoning_content, a commentary message to functions.get_weather is a
+ * tool call (content null beside it, finish_reason "tool_calls"), with or
+ * without tools parsed a final message is the content; streamed, the
+ * reasoning deltas come first and add up to the same text. */
+static void test_harmony_channels_become_reasoning_content_and_calls(void) {
+    setup();
+    enum { START, CHANNEL, MESSAGE, END, CONSTRAIN, CALL, RETURN, TEXT, N_TOK };
+    const char *bytes[N_TOK] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>", "<|call|>",
+                                "<|return|>", "x"};
+    uint32_t lens[N_TOK];
+    bool special[N_TOK];
+    for (int i = 0; i < N_TOK; i++) lens[i] = (uint32_t)strlen(bytes[i]), special[i] = i != TEXT;
+    int32_t ends[2] = {CALL, RETURN};
+    gram_vocab *v = NULL;
+    pdl_error err;
+    REQUIRE(gram_vocab_new(&v, N_TOK, bytes, lens, special, ends, 2, &err) == 0);
+    static const struct {
+        int id;
+        const char *text;
+    } call_toks[] = {{CHANNEL, ""}, {TEXT, "analysis"}, {MESSAGE, ""}, {TEXT, "Weather "}, {TEXT, "needed."},
+                     {END, ""}, {START, ""}, {TEXT, "assistant"}, {CHANNEL, ""}, {TEXT, "commentary to=functions."},
+                     {TEXT, "get_weather "}, {CONSTRAIN, ""}, {TEXT, "json"}, {MESSAGE, ""},
+                     {TEXT, "{\"city\": "}, {TEXT, "\"Paris\"}"}, {CALL, ""}},
+      final_toks[] = {{CHANNEL, ""}, {TEXT, "analysis"}, {MESSAGE, ""}, {TEXT, "Say hi."}, {END, ""}, {START, ""},
+                      {TEXT, "assistant"}, {CHANNEL, ""}, {TEXT, "final"}, {MESSAGE, ""}, {TEXT, "Hi!"}};
+    for (int mode = 0; mode < 4; mode++) { /* a call or a final answer; whole or streamed */
+        bool call = mode < 2, stream = mode % 2;
+        srv_gen_request r;
+        make_request(&r, SRV_API_CHAT, 1);
+        r.harmony = true;
+        r.tool_format = GRAM_TOOLS_OPENAI;
+        r.tool_vocab = v;
+        r.include_reasoning = true;
+        r.parse_tools = call;
+        r.tool_calls_finish = call;
+        srv_response *resp = srv_response_new(model, &r, "gpt-oss", NULL, "chatcmpl-h", 9);
+        srv_event *evs = NULL, **tail = &evs;
+        size_t n = call ? sizeof call_toks / sizeof call_toks[0] : sizeof final_toks / sizeof final_toks[0];
+        for (size_t i = 0; i < n; i++) {
+            *tail = event(PDL_EVENT_TOKEN, 0, call ? call_toks[i].id : final_toks[i].id,
+                          call ? call_toks[i].text : final_toks[i].text, NULL);
+            tail = &(*tail)->next;
+        }
+        *tail = event(PDL_EVENT_FINISHED, 0, -1, "", "stop");
+        const char *want_reasoning = call ? "Weather needed." : "Say hi.";
+        if (!stream) {
+            srv_response_add(resp, evs);
+            char *body = srv_response_body(resp, NULL);
+            json_t *o = parse(body);
+            json_t *c = json_array_get(json_object_get(o, "choices"), 0), *msg = json_object_get(c, "message");
+            CHECK_MSG(json_is_string(json_object_get(msg, "reasoning")) &&
+                          !strcmp(json_string_value(json_object_get(msg, "reasoning")), want_reasoning), "%s", body);
+            CHECK(json_equal(json_object_get(msg, "reasoning"), json_object_get(msg, "reasoning_content")));
+            if (call) {
+                json_t *calls = json_object_get(msg, "tool_calls");
+                REQUIRE_MSG(json_array_size(calls) == 1, "%s", body);
+                json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+                CHECK(!strcmp(json_string_value(json_object_get(fn, "name")), "get_weather"));
+                CHECK(!strcmp(json_string_value(json_object_get(fn, "arguments")), "{\"city\": \"Paris\"}"));
+                CHECK(json_is_null(json_object_get(msg, "content")));
+                CHECK(!strcmp(json_string_value(json_object_get(c, "finish_reason")), "tool_calls"));
+            } else {
+                CHECK_MSG(!strcmp(json_string_value(json_object_get(msg, "content")), "Hi!"), "%s", body);
+                CHECK(json_object_get(msg, "tool_calls") == NULL);
+                CHECK(!strcmp(json_string_value(json_object_get(c, "finish_reason")), "stop"));
+            }
+            json_decref(o);
+            free(body);
+        } else {
+            sbuf out = {0}, reasoning = {0}, content = {0}, args = {0};
+            srv_response_stream_begin(resp, &out);
+            srv_response_stream_events(resp, evs, &out);
+            srv_response_stream_end(resp, &out);
+            bool later = false, order_ok = true;
+            for (char *line = out.data; line && *line;) {
+                char *nl = strstr(line, "\n\n");
+                if (!nl) break;
+                *nl = '\0';
+                if (strncmp(line, "data: {", 7) == 0) {
+                    json_t *ch = parse(line + 6);
+                    json_t *d = json_object_get(json_array_get(json_object_get(ch, "choices"), 0), "delta");
+                    const json_t *rt = json_object_get(d, "reasoning"), *ct = json_object_get(d, "content");
+                    json_t *tc = json_array_get(json_object_get(d, "tool_calls"), 0);
+                    if (rt) {
+                        sbuf_append(&reasoning, json_string_value(rt), json_string_length(rt));
+                        if (later) order_ok = false;
+                    }
+                    if (ct && json_string_length(ct)) sbuf_append(&content, json_string_value(ct), json_string_length(ct)), later = true;
+                    if (tc) {
+                        const json_t *a = json_object_get(json_object_get(tc, "function"), "arguments");
+                        if (a) sbuf_append(&args, json_string_value(a), json_string_length(a));
+                        later = true;
+                    }
+                    json_decref(ch);
+                }
+                line = nl + 2;
+            }
+            CHECK(order_ok);
+            CHECK(reasoning.len == strlen(want_reasoning) && !memcmp(reasoning.data, want_reasoning, reasoning.len));
+            if (call) CHECK(args.len && !memcmp(args.data, "{\"city\": \"Paris\"}", args.len) && content.len == 0);
+            else CHECK(content.len == 3 && !memcmp(content.data, "Hi!", 3) && args.len == 0);
+            sbuf_free(&out), sbuf_free(&reasoning), sbuf_free(&content), sbuf_free(&args);
+        }
+        srv_events_free(evs);
+        srv_response_free(resp);
+        srv_gen_request_free(&r);
+    }
+    gram_vocab_free(v);
+}
+
 /* qwen3_coder carries parameters as text: the request's tools give their
  * types (r.tools_json), so the arguments are typed JSON. */
 static void test_qwen3_coder_arguments_follow_the_tools(void) {
@@ -762,6 +874,7 @@ int main(void) {
     RUN(test_reasoning_apart_from_the_answer_and_its_tool_calls);
     RUN(test_mistral_marker_token_reaches_the_parser);
     RUN(test_kimi_marker_tokens_reach_the_parser);
+    RUN(test_harmony_channels_become_reasoning_content_and_calls);
     RUN(test_qwen3_coder_arguments_follow_the_tools);
     RUN(test_logprobs_shapes);
     RUN(test_metrics_exposition);

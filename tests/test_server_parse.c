@@ -17,6 +17,7 @@
 
 #include "engine/stop_match.h"
 #include "server/api_parse.h"
+#include "server/chat.h"
 #include "test_util.h"
 
 static pdl_model *model;
@@ -1277,8 +1278,56 @@ static void test_nul_in_fim_text_only(void) {
     CHECK(strcmp(e.param, "input_extra[0].filename") == 0);
 }
 
+/* OpenAI's reasoning_effort reaches the chat template (gpt-oss writes it
+ * into its system message), over chat_template_kwargs' value; an unknown
+ * effort is a 400 naming the field. */
+static void test_reasoning_effort_reaches_the_template(void) {
+    setup();
+    char *tmpl = test_tmp_path("effort.jinja");
+    static const char T[] = "{{ reasoning_effort | default('medium') }}|{% for m in messages %}{{ m.content }}{% endfor %}";
+    test_write_file(tmpl, T, strlen(T));
+    srv_chat *chat = NULL;
+    pdl_error err;
+    REQUIRE_MSG(srv_chat_load(&chat, model, NULL, tmpl, &err) == 0 && chat, "%s", err.message);
+    static const struct {
+        const char *body, *want;
+    } cases[] = {
+        {"{}", "medium|hi"},
+        {"{\"reasoning_effort\": \"high\"}", "high|hi"},
+        {"{\"chat_template_kwargs\": {\"reasoning_effort\": \"low\"}}", "low|hi"},
+        {"{\"chat_template_kwargs\": {\"reasoning_effort\": \"low\"}, \"reasoning_effort\": \"high\"}", "high|hi"},
+    };
+    json_t *msgs = body_of("[{\"role\": \"user\", \"content\": \"hi\"}]");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *req = body_of(cases[i].body);
+        int32_t *ids = NULL;
+        size_t n = 0, len = 0;
+        char *text = NULL;
+        srv_api_error e = {0};
+        REQUIRE_MSG(srv_chat_prompt(chat, msgs, req, &ids, &n, &text, &len, &e) == 0, "%s: %s", cases[i].body,
+                    e.message);
+        CHECK_MSG(len == strlen(cases[i].want) && !memcmp(text, cases[i].want, len), "%s: rendered '%.*s'",
+                  cases[i].body, (int)len, text);
+        free(ids), free(text);
+        json_decref(req);
+    }
+    json_t *req = body_of("{\"reasoning_effort\": \"max\"}");
+    int32_t *ids = NULL;
+    size_t n = 0, len = 0;
+    char *text = NULL;
+    srv_api_error e = {0};
+    CHECK(srv_chat_prompt(chat, msgs, req, &ids, &n, &text, &len, &e) != 0);
+    CHECK_EQ_INT(e.status, 400);
+    CHECK_MSG(strstr(e.message, "reasoning_effort") != NULL, "%s", e.message);
+    free(ids), free(text);
+    json_decref(req), json_decref(msgs);
+    srv_chat_free(chat);
+    free(tmpl);
+}
+
 int main(void) {
     RUN(test_body_limit_is_413);
+    RUN(test_reasoning_effort_reaches_the_template);
     RUN(test_malformed_json_is_400_with_position);
     RUN(test_nul_is_taken_in_prompt_and_message_text_only);
     RUN(test_unknown_model_is_404_model_not_found);

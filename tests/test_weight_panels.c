@@ -6,8 +6,10 @@
  * outputs and k not multiples of the tile), with and without bias and
  * accumulation, and for BF16 with F32 and with BF16 activations; a row
  * alone gives the bytes it gets in a batch; and the results are within
- * float32 accumulation error of float64 sums. The same for Q8_0 and Q4_0
- * weights, whose activations are quantized to Q8_0.
+ * float32 accumulation error of float64 sums. The same for Q8_0, Q4_0 and
+ * MXFP4 weights, whose activations are quantized to Q8_0 (MXFP4's
+ * documented order here decodes E2M1 and E8M0 from their bit fields, as
+ * the OCP spec defines them, not through kernels/mxfp4.h).
  */
 #include <math.h>
 #include <stdint.h>
@@ -232,8 +234,45 @@ static void test_panel_layout(void) {
     threadpool_free(pool);
 }
 
-/* A random Q8_0 or Q4_0 matrix; *vals gets its dequantized values. */
+/* Twice the E2M1 value of 4-bit code c (sign bit 3, exponent bits 1-2
+ * with bias 1, mantissa bit 0; exponent 0 is subnormal: 0.5 m), an
+ * integer. */
+static int e2m1_doubled(int c) {
+    int ex = (c >> 1) & 3, m = c & 1;
+    int mag2 = ex == 0 ? m : (2 + m) << (ex - 1); /* 2 x (1 + m / 2) x 2^(ex - 1) */
+    return c & 8 ? -mag2 : mag2;
+}
+
+/* The E8M0 scale 2^(e - 127), halved to go with the doubled values (e =
+ * 255, NaN in the spec, as llama.cpp reads it: 2^127). */
+static float e8m0_half(int e) { return ldexpf(1.0f, e - 128); }
+
+/* A random MXFP4 matrix: codes uniform, scales 2^-9 .. 2^-4 (values about
+ * 0.002 .. 0.4), and one block in 8 with a subnormal or tiny scale (e 0 ..
+ * 3). */
+static void *make_mxfp4_matrix(int out, int in, float **vals) {
+    size_t nb = (size_t)in / 32;
+    uint8_t *w = malloc((size_t)out * nb * 17);
+    float *v = malloc((size_t)out * in * sizeof *v);
+    REQUIRE(w && v);
+    for (int o = 0; o < out; o++)
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + ((size_t)o * nb + b) * 17;
+            int r = rand_byte();
+            blk[0] = (uint8_t)(r < 32 ? r & 3 : 119 + r % 6);
+            for (int j = 0; j < 16; j++) blk[1 + j] = rand_byte();
+            for (int k = 0; k < 32; k++) {
+                int c = k < 16 ? blk[1 + k] & 0xF : blk[1 + k - 16] >> 4;
+                v[(size_t)o * in + b * 32 + k] = (float)e2m1_doubled(c) * e8m0_half(blk[0]);
+            }
+        }
+    *vals = v;
+    return w;
+}
+
+/* A random Q8_0, Q4_0 or MXFP4 matrix; *vals gets its dequantized values. */
 static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
+    if (dt == PDL_DTYPE_MXFP4) return make_mxfp4_matrix(out, in, vals);
     bool q8 = dt == PDL_DTYPE_Q8_0;
     size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
     uint8_t *w = malloc((size_t)out * nb * bb);
@@ -261,11 +300,12 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     return w;
 }
 
-/* The Q8_0 / Q4_0 panel layout, written out here (not through the
+/* The Q8_0 / Q4_0 / MXFP4 panel layout, written out here (not through the
  * header's helpers): blocks in pairs, a pair the quants of its two blocks
  * (512 bytes each for Q8_0, 256 for Q4_0) and then their 16 scales each
  * (32 bytes a block); quant word (q, c) of a block at 64 q + 4 c; Q8_0
- * bytes the value plus 128, Q4_0 the file's nibble bytes. 3 blocks (an odd
+ * bytes the value plus 128, Q4_0 and MXFP4 the file's nibble bytes (MXFP4's
+ * scales: 2^(e - 128) as BF16). 3 blocks (an odd
  * count: the last pair padded) and 19 rows (the second panel's last 13
  * zeros). A shifted offset would read a neighbour's byte. */
 static void test_quantized_panel_layout(void) {
@@ -273,10 +313,10 @@ static void test_quantized_panel_layout(void) {
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     int out = 19, in = 96, nb = 3;
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
-    for (int ti = 0; ti < 2; ti++) {
-        bool q8 = types[ti] == PDL_DTYPE_Q8_0;
-        size_t qb = q8 ? 512 : 256, bb = q8 ? 34 : 18, pair = 2 * qb + 64;
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
+    for (int ti = 0; ti < 3; ti++) {
+        bool q8 = types[ti] == PDL_DTYPE_Q8_0, mx = types[ti] == PDL_DTYPE_MXFP4;
+        size_t qb = q8 ? 512 : 256, bb = q8 ? 34 : mx ? 17 : 18, hdr = mx ? 1 : 2, pair = 2 * qb + 64;
         float *wv;
         uint8_t *w = make_qmatrix(types[ti], out, in, &wv);
         pdl_tensor t = {.dtype = types[ti], .n_dims = 2, .shape = {out, in}, .data = w};
@@ -290,13 +330,19 @@ static void test_quantized_panel_layout(void) {
                 int c = o % 16;
                 bool real = o < out && b < nb;
                 const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
-                uint16_t d;
-                memcpy(&d, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
-                if (d != (real ? (uint16_t)(blk[0] | blk[1] << 8) : 0)) bad++;
+                if (mx) { /* row c's 2^(e - 128) as BF16 (exact): 0x3F80 is 1.0, e = 128 */
+                    uint16_t s16;
+                    memcpy(&s16, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
+                    if (s16 != (real ? (uint16_t)(fp16_f32_to_bits(ldexpf(1.0f, blk[0] - 128)) >> 16) : 0)) bad++;
+                } else {
+                    uint16_t d;
+                    memcpy(&d, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
+                    if (d != (real ? (uint16_t)(blk[0] | blk[1] << 8) : 0)) bad++;
+                }
                 for (int q = 0; q < (q8 ? 8 : 4); q++)
                     for (int i = 0; i < 4; i++) {
                         uint8_t got = pp[(b % 2) * qb + q * 64 + c * 4 + i];
-                        uint8_t want = real ? (q8 ? (uint8_t)(blk[2 + 4 * q + i] ^ 0x80) : blk[2 + 4 * q + i]) : 0;
+                        uint8_t want = real ? (q8 ? (uint8_t)(blk[2 + 4 * q + i] ^ 0x80) : blk[hdr + 4 * q + i]) : 0;
                         if (got != want) bad++;
                     }
             }
@@ -311,6 +357,19 @@ static void test_quantized_panel_layout(void) {
 static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const int8_t *xq, const float *xd,
                           const float *bias, float y0, bool accumulate) {
     bool q8 = dt == PDL_DTYPE_Q8_0;
+    if (dt == PDL_DTYPE_MXFP4) { /* doubled E2M1 values, 2^(e - 128) */
+        size_t nb = (size_t)in / 32;
+        float acc = 0.0f;
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w + ((size_t)o * nb + b) * 17;
+            int32_t s = 0;
+            for (int k = 0; k < 32; k++)
+                s += e2m1_doubled(k < 16 ? blk[1 + k] & 0xF : blk[1 + k - 16] >> 4) * xq[b * 32 + k];
+            acc = fmaf((float)s, e8m0_half(blk[0]) * xd[b], acc);
+        }
+        float v = bias ? acc + bias[o] : acc;
+        return accumulate ? y0 + v : v;
+    }
     size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
     float acc = 0.0f;
     for (size_t b = 0; b < nb; b++) {
@@ -335,11 +394,11 @@ static void test_quantized_panels_follow_the_documented_order(void) {
     pdl_isa best = cpu_isa_best();
     bool vnni = cpu_features_get()->avx512vnni;
     fprintf(stderr, "  instruction set here: %s%s\n", cpu_isa_name(best), vnni ? " + AVX512_VNNI" : "");
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
     int shapes[][3] = {{1, 1, 32},    {1, 16, 64},    {3, 17, 96},   {4, 48, 128},
                        {5, 49, 32},   {9, 100, 160},  {1, 200, 256}, {1, 1001, 256}}; /* the last: chunks */
     int checked = 0;
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < 3; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) {
                 pdl_dtype dt = types[ti];
@@ -415,7 +474,8 @@ static void test_quantized_panels_follow_the_documented_order(void) {
  * (a matrix without panels) gives the same bytes one matmul at a time. */
 static void test_shared_activations_give_each_matmuls_bytes(void) {
     fp16_init();
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_BF16,
+                         PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
     int heights[3] = {37, 16, 70}, rows_list[] = {1, 5, 17};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
@@ -425,7 +485,7 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
             for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++)
                 for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                     pdl_dtype dt = types[ti];
-                    bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0;
+                    bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4;
                     int rows = rows_list[ri], in = q ? 64 : 63;
                     matmul_set_bf16_activations(ti == 3);
                     void *w[3], *buf[3];
@@ -551,7 +611,7 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
  * every thread split. */
 static void test_gated_matmul_gives_the_unfused_bytes(void) {
     fp16_init();
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0};
+    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
     int shapes[][2] = {{1, 37}, {9, 70}, {17, 48}}; /* rows, outputs (in = 64) */
     pdl_gate_fn acts[2] = {ops_silu_mul, ops_gelu_tanh_mul};
     int checked = 0;
@@ -563,7 +623,7 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                 for (int ai = 0; ai < 2; ai++)
                     for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                         pdl_dtype dt = types[ti];
-                        bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0;
+                        bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4;
                         int rows = shapes[si][0], out = shapes[si][1], in = 64;
                         float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
                         void *w[2], *buf[2];
@@ -691,7 +751,7 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
 
 /* The integer sums at their bounds, which random weights never reach: every
  * weight at the extreme of its format (Q8_0 127 and -128, Q4_0 nibbles 15
- * and 0, Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
+ * and 0, MXFP4 codes 6.0 and -6.0, Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
  * with scales 127 and -128) times activations that quantize to +-127
  * (all one sign, and alternating). The AVX2 tiles keep partial sums in
  * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
@@ -702,7 +762,7 @@ static void test_integer_sums_at_their_bounds(void) {
     REQUIRE(pool != NULL);
     pdl_isa best = cpu_isa_best();
     int rows = 5, out = 33, in = 512, checked = 0;
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4};
     float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
     float *got = malloc((size_t)rows * out * sizeof *got);
     REQUIRE(x && want && got);
@@ -718,7 +778,12 @@ static void test_integer_sums_at_their_bounds(void) {
             uint16_t d = fp16_f32_to_f16(0.01f), dmin = fp16_f32_to_f16(0.002f);
             for (int o = 0; o < out; o++) {
                 uint8_t *wr = w + (size_t)o * row_bytes;
-                if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
+                if (dt == PDL_DTYPE_MXFP4) { /* codes 7 (6.0) / 15 (-6.0), scale 2^-7 */
+                    for (int b = 0; b < in / 32; b++) {
+                        wr[b * 17] = 120;
+                        memset(wr + b * 17 + 1, extreme ? 0xFF : 0x77, 16);
+                    }
+                } else if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
                     bool q8 = dt == PDL_DTYPE_Q8_0;
                     size_t bb = q8 ? 34 : 18;
                     for (int b = 0; b < in / 32; b++) {
@@ -880,6 +945,99 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
     threadpool_free(pool);
 }
 
+/* Every MXFP4 panel tile this machine can run, called directly (so the
+ * AVX2 VPMADDUBSW tile runs even where the AVX2 family would take AVX-VNNI):
+ * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
+ * tile's bytes, on random blocks (subnormal scales among them, and blocks
+ * whose scales are all 2^-128 .. 2^-125) and on the
+ * integer sums' bounds (every code 6.0 or -6.0 times activations that
+ * quantize to +-127: the AVX2 tile's int16 sums would wrap without their
+ * fold every 4 steps), tiles of 1 to 4 rows and 1 to 3 panels, with bias
+ * and accumulation. */
+static void test_mxfp4_tiles_give_the_portable_bits(void) {
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
+    typedef struct named_tile {
+        const char *name;
+        pdl_qpanel_fn fn;
+    } named_tile;
+    named_tile tiles[4];
+    int n_tiles = 0;
+    if (f->avx512vnni && qpanel_tile_mxfp4_vnni) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", qpanel_tile_mxfp4_vnni};
+    if (f->avxvnni && qpanel_tile_mxfp4_avxvnni) tiles[n_tiles++] = (named_tile){"AVX-VNNI", qpanel_tile_mxfp4_avxvnni};
+    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && test_qpanel_mxfp4_vnni256_evex)
+        tiles[n_tiles++] = (named_tile){"EVEX twin", test_qpanel_mxfp4_vnni256_evex};
+    if (f->avx2 && f->fma && f->f16c && qpanel_tile_mxfp4_avx2) tiles[n_tiles++] = (named_tile){"AVX2", qpanel_tile_mxfp4_avx2};
+    fprintf(stderr, "  MXFP4 tiles here:");
+    for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
+    fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = cpu_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int pattern = 0; pattern < 4; pattern++) /* random; every code 6.0; -6.0; random, scales e 0..3 */
+            for (int variant = 0; variant < 3; variant++) {
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb32 = in / 32;
+                float *wv;
+                uint8_t *w = make_mxfp4_matrix(out, in, &wv);
+                for (int i = 0; i < out * nb32; i++) {
+                    if (pattern == 1 || pattern == 2) memset(w + (size_t)i * 17 + 1, pattern == 1 ? 0x77 : 0xFF, 16);
+                    if (pattern == 3) w[(size_t)i * 17] = (uint8_t)(i % 4); /* subnormal 2^-128, 2^-127; 2^-126, 2^-125 */
+                }
+                pdl_tensor t = {.dtype = PDL_DTYPE_MXFP4, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
+                int8_t *xq = malloc((size_t)rows * in);
+                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
+                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
+                REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
+                for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
+                    for (int k = 0; k < in; k++)
+                        x[r * in + k] = !pattern || pattern == 3 ? frand()
+                                        : r == 0                       ? 1.0f
+                                        : r == 1                       ? -1.0f
+                                        : (k >> (r - 2)) & 1           ? -1.0f
+                                                                       : 1.0f;
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++)
+                    matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                                                  xs + (size_t)r * nb32);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                memcpy(want, y0, ny * sizeof *want);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
+                size_t pb = panels_bytes(PDL_DTYPE_MXFP4, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (int ti = 0; ti < n_tiles; ti++) {
+                    memcpy(got, y0, ny * sizeof *got);
+                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                            tiles[ti].fn(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32, xs + (size_t)r0 * nb32, in, nb32,
+                                         nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng, nb32,
+                                         g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                                         b ? b + g * 16 : NULL, accum);
+                        }
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "%s MXFP4 %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name, rows,
+                              out, in, pattern, variant);
+                    checked++;
+                }
+                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);
+                free(xq), free(xd), free(xs);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    threadpool_free(pool);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_quantized_panel_layout);
@@ -891,6 +1049,7 @@ int main(void) {
     RUN(test_matmuls_report_scratch_they_cannot_have);
     RUN(test_integer_sums_at_their_bounds);
     RUN(test_vnni256_tiles_give_the_portable_bits);
+    RUN(test_mxfp4_tiles_give_the_portable_bits);
     scratch_free(&scratch);
     return test_summary();
 }

@@ -62,6 +62,7 @@ typedef struct answer {
     bool done;
     const char *finish;
     reasoning_split *think; /* NULL: no reasoning parser */
+    const pdl_model *model; /* control tokens' text (harmony) */
     bool show_think, dim, in_think;
 } answer;
 
@@ -96,7 +97,8 @@ static void on_piece(void *user, bool reasoning, const char *t, size_t n) {
 static void on_event(const pdl_event *ev, void *user) {
     answer *a = user;
     if (ev->kind == PDL_EVENT_TOKEN) a->tokens++;
-    if (a->think) reasoning_split_feed(a->think, ev->text, ev->text_len, on_piece, a);
+    if (a->think) reasoning_split_feed_token(a->think, a->model, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text,
+                                             ev->text_len, on_piece, a);
     else on_piece(a, false, ev->text, ev->text_len);
     if (ev->kind == PDL_EVENT_FINISHED) {
         if (a->think) reasoning_split_finish(a->think, on_piece, a);
@@ -248,8 +250,9 @@ static const cli_option CHAT_OPTIONS[] = {
     {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos),
      .help = "keep writing after the end-of-sequence token (up to -n)"},
     {"--reasoning-parser", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_reasoning_parser,
-     .help = "qwen3|deepseek_r1|none: a reasoning model's thinking block (default: qwen3\n"
-             "when the vocabulary has <think> and </think>, else none)"},
+     .help = "qwen3|deepseek_r1|openai|none: a reasoning model's thinking block (default:\n"
+             "openai (gpt-oss's harmony) when <|channel|> is one token of the vocabulary,\n"
+             "qwen3 when <think> and </think> are, else none)"},
     {"--hide-reasoning", NULL, CLI_OPT_FLAG, A(hide_think),
      .help = "do not show the thinking (it is not kept in the conversation either way)"},
     {"--reasoning-budget", NULL, CLI_OPT_INT, A(think_budget), .min = -1, .max = 1 << 30, .value = "N",
@@ -308,12 +311,11 @@ int cli_chat(int argc, char **argv) {
         return rc;
     }
     int max_len = pdl_engine_max_model_len(engine);
-    /* the thinking block: as asked, or Qwen3's markers when they are tokens of the model */
+    /* the thinking block: as asked, or as the model's tokens show (Qwen3's
+     * markers, gpt-oss's harmony channels) */
     const reasoning_format *think = NULL;
     if (!args.think_name) {
-        pdl_reasoning probe;
-        reasoning_params(reasoning_format_find("qwen3"), model, false, -1, &probe);
-        if (probe.enabled) think = reasoning_format_find("qwen3");
+        think = reasoning_format_of_model(model);
     } else if (strcmp(args.think_name, "none") != 0) {
         think = reasoning_format_find(args.think_name);
     }
@@ -358,7 +360,7 @@ int cli_chat(int argc, char **argv) {
             json_array_remove(history, json_array_size(history) - 1);
             continue;
         }
-        answer a = {.show_think = !args.hide_think, .dim = isatty(STDOUT_FILENO)};
+        answer a = {.show_think = !args.hide_think, .dim = isatty(STDOUT_FILENO), .model = model};
         pdl_request_params p = {.sampling = {.temperature = args.temp, .top_p = args.top_p, .top_k = (int)args.top_k,
                                              .seed = args.seed + (uint64_t)turn++},
                                 .max_tokens = (int)args.n_predict, .ignore_eos = args.ignore_eos, .logprobs = -1,

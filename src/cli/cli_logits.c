@@ -272,6 +272,18 @@ int cli_info(int argc, char **argv) {
     }
     if (o && in.n_mtp_layers > 0) /* its own drafter: --speculative-config '{"method": "mtp"}' */
         json_object_set_new(o, "mtp_layers", json_integer(in.n_mtp_layers));
+    /* the file's type mix, as gguf-dump sums it up, and what runs on the slow path */
+    pdl_tensor_type_stats types[64];
+    int n_types = pdl_model_tensor_types(model, types, 64);
+    json_t *mix = json_array();
+    for (int i = 0; mix && i < n_types && i < 64; i++) {
+        json_t *t = json_pack("{s:s, s:i, s:I, s:i, s:s}", "type", types[i].type, "tensors", types[i].n_tensors, "bytes",
+                              (json_int_t)types[i].bytes, "expanded_to_f32", types[i].n_expanded, "example",
+                              types[i].example ? types[i].example : "");
+        if (t) json_array_append_new(mix, t);
+    }
+    if (o && mix) json_object_set_new(o, "tensor_types", mix);
+    else json_decref(mix);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) printf("%s\n", s);
     free(s);

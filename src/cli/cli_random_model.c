@@ -31,6 +31,7 @@
 #include "util/file_map.h"
 #include "util/json_file.h"
 #include "kernels/fp16.h"
+#include "kernels/mxfp4.h"
 
 typedef struct shape_preset {
     const char *name;
@@ -279,10 +280,55 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t)(int8_t)lrintf(row[b * 32 + j] * id);
             }
             break;
+        case PDL_DTYPE_Q4_0: /* as llama.cpp's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8 */
+            for (int64_t b = 0; b < cols / 32; b++) {
+                const float *xb = row + b * 32;
+                float amax = 0, max = 0;
+                for (int j = 0; j < 32; j++)
+                    if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]), max = xb[j];
+                float d = max / -8.0f, id = d ? 1.0f / d : 0.0f;
+                uint16_t d16 = fp16_f32_to_f16(d);
+                uint8_t *blk = dst + b * 18;
+                memcpy(blk, &d16, 2);
+                for (int j = 0; j < 16; j++) {
+                    int lo = (int)(xb[j] * id + 8.5f), hi = (int)(xb[j + 16] * id + 8.5f);
+                    blk[2 + j] = (uint8_t)((lo > 15 ? 15 : lo) | (hi > 15 ? 15 : hi) << 4);
+                }
+            }
+            break;
+        case PDL_DTYPE_MXFP4: /* as llama.cpp's quantize_row_mxfp4_ref: e = floor(log2(amax)) - 2 + 127, nearest code */
+            for (int64_t b = 0; b < cols / 32; b++) {
+                const float *xb = row + b * 32;
+                float amax = 0;
+                for (int j = 0; j < 32; j++) amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+                int e = amax > 0 ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+                e = e < 0 ? 0 : e > 254 ? 254 : e;
+                float d = mxfp4_scale_half((uint8_t)e);
+                uint8_t *blk = dst + b * 17, code[32];
+                blk[0] = (uint8_t)e;
+                for (int j = 0; j < 32; j++) {
+                    int best = 0;
+                    for (int c = 1; c < 16; c++)
+                        if (fabsf(mxfp4_code2[c] * d - xb[j]) < fabsf(mxfp4_code2[best] * d - xb[j])) best = c;
+                    code[j] = (uint8_t)best;
+                }
+                for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+            }
+            break;
         default: break;
         }
     }
     free(row);
+}
+
+/* The type a tensor is written in: F32 for vectors (norms, routers, ...);
+ * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
+ * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
+ * of a dense one; else the --dtype asked for. */
+static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
+    if (tn->vector) return PDL_DTYPE_F32;
+    if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
+    return dt;
 }
 
 /* What the command line asks for. */
@@ -307,7 +353,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0", .help = "default bf16"},
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4",
+     .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
+             "matrices Q8_0), a dense one MXFP4 matrices; q8_0, q4_0 and mxfp4 are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -330,7 +378,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
-    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0]\n"
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -363,8 +411,10 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "f16") == 0) dt = PDL_DTYPE_F16;
     else if (strcmp(args.dtype_s, "bf16") == 0) dt = PDL_DTYPE_BF16;
     else if (strcmp(args.dtype_s, "q8_0") == 0) dt = PDL_DTYPE_Q8_0;
+    else if (strcmp(args.dtype_s, "q4_0") == 0) dt = PDL_DTYPE_Q4_0;
+    else if (strcmp(args.dtype_s, "mxfp4") == 0) dt = PDL_DTYPE_MXFP4;
     else {
-        fprintf(stderr, "error: --dtype expects f32, f16, bf16 or q8_0, got '%s'\n", args.dtype_s);
+        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0 or mxfp4, got '%s'\n", args.dtype_s);
         return CLI_USAGE;
     }
     bool hf = strcmp(args.format, "hf") == 0;
@@ -380,8 +430,8 @@ int cli_make_random_model(int argc, char **argv) {
         fprintf(stderr, "error: --mtp: the %s preset has no multi-token-prediction block\n", p->name);
         return CLI_USAGE;
     }
-    if (hf && dt == PDL_DTYPE_Q8_0) {
-        fprintf(stderr, "error: safetensors has no Q8_0: use --dtype f32, f16 or bf16 with --format hf\n");
+    if (hf && dtype_is_quantized(dt)) {
+        fprintf(stderr, "error: safetensors has no %s: use --dtype f32, f16 or bf16 with --format hf\n", dtype_name(dt));
         return CLI_USAGE;
     }
     int L = args.layers ? (int)args.layers : p->layers, V = args.vocab ? (int)args.vocab : p->vocab;
@@ -656,7 +706,7 @@ int cli_make_random_model(int argc, char **argv) {
             return CLI_FAIL;
         }
         for (int i = 0; i < g_n_names; i++)
-            gguf_out_tensor(g, g_names[i].gguf, g_names[i].vector ? PDL_DTYPE_F32 : dt, g_names[i].n_dims,
+            gguf_out_tensor(g, g_names[i].gguf, tensor_dtype(&g_names[i], dt, p->n_experts > 0), g_names[i].n_dims,
                             g_names[i].shape);
         rc = gguf_out_write(g, args.out, fill, NULL, &err);
         gguf_out_free(g);

@@ -78,6 +78,7 @@ typedef struct run_output {
     char *reasoning[MAX_SAMPLES];
     size_t reasoning_len[MAX_SAMPLES];
     bool hide_think;
+    const pdl_model *model; /* control tokens' text (harmony) */
 } run_output;
 
 static void append(char **text, size_t *len, const char *t, size_t n) {
@@ -133,7 +134,8 @@ static void on_event(const pdl_event *ev, void *user) {
     }
     run_piece x = {o, i};
     if (o->think[i]) {
-        reasoning_split_feed(o->think[i], ev->text, ev->text_len, on_piece, &x);
+        reasoning_split_feed_token(o->think[i], o->model, ev->kind == PDL_EVENT_TOKEN ? ev->token : -1, ev->text,
+                                   ev->text_len, on_piece, &x);
         if (ev->kind == PDL_EVENT_FINISHED) reasoning_split_finish(o->think[i], on_piece, &x);
     } else {
         on_piece(&x, false, ev->text, ev->text_len);
@@ -284,7 +286,8 @@ static const cli_option RUN_OPTIONS[] = {
              "\"num_speculative_tokens\": 2} (the model's own multi-token-prediction block: Qwen3.5)"},
     {"--ignore-eos", NULL, CLI_OPT_FLAG, A(ignore_eos), .help = "keep generating after the end-of-sequence token"},
     {"--reasoning-parser", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME", .parse = parse_reasoning_parser,
-     .help = "qwen3|deepseek_r1: a reasoning model's thinking block apart from the\n"
+     .help = "qwen3|deepseek_r1|openai: a reasoning model's thinking block (openai:\n"
+             "gpt-oss's harmony analysis channel) apart from the\n"
              "answer (with --json: \"reasoning\" beside \"text\"); the block opens in the\n"
              "output, or in the prompt when -p ends with its start marker"},
     {"--hide-reasoning", NULL, CLI_OPT_FLAG, A(hide_think), .help = "with --reasoning-parser: print the answer only"},
@@ -431,7 +434,7 @@ int cli_run(int argc, char **argv) {
             t_load * 1e3, (unsigned long long)a.seed);
 
     run_output out = {.json = a.json, .stream = !a.json, .ids_only = !pdl_model_has_tokenizer(model),
-                      .n = a.n_samples, .hide_think = a.hide_think};
+                      .n = a.n_samples, .hide_think = a.hide_think, .model = model};
     if (out.ids_only && rc == CLI_OK) fprintf(stderr, "pagedlm: no tokenizer for this model: printing token ids\n");
     pdl_reasoning think_params = {0};
     bool opens = a.think && a.prompt && reasoning_prompt_opens(a.think, a.prompt, strlen(a.prompt));

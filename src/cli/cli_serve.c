@@ -185,13 +185,14 @@ static const cli_option SERVE_OPTIONS[] = {
     {"--tool-call-parser", NULL, CLI_OPT_STRING, O(tool_call_parser), .value = "NAME",
      .help = "the model's tool-call format, as vLLM names it: hermes, llama3_json,\n"
              "mistral, qwen3_coder (Qwen3-Coder, Qwen3.5), pythonic (Llama 3.2/4),\n"
-             "deepseek_v3, glm45, kimi_k2 (default: from the model's tokens:\n"
-             "<|tool_calls_section_begin|>, <\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>, <arg_key>,\n"
+             "deepseek_v3, glm45, kimi_k2, openai (gpt-oss's harmony) (default:\n"
+             "from the model's tokens: <|channel|>, <|tool_calls_section_begin|>, <\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>, <arg_key>,\n"
              "<tool_call>, [TOOL_CALLS], <|python_tag|>; else hermes)"},
     {"--reasoning-parser", NULL, CLI_OPT_STRING, O(reasoning_parser), .value = "NAME",
      .help = "qwen3|deepseek_r1: the thinking block (<think>...</think>) goes to\n"
              "message.reasoning / reasoning_content, apart from the answer; grammars\n"
-             "and tool calls apply to the answer"},
+             "and tool calls apply to the answer; openai: gpt-oss's harmony format\n"
+             "(the analysis channel; on by default for a model with <|channel|>)"},
     {"--reasoning-budget", NULL, CLI_OPT_INT, O(reasoning_budget), .min = -1, .max = 1 << 30, .value = "N",
      .help = "thinking tokens at most when a request names none\n"
              "(thinking_token_budget); then the block's end is forced (default -1: no limit)"},

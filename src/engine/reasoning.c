@@ -14,9 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grammar.h"
+
 static const reasoning_format FORMATS[] = {
-    {"qwen3", "<think>", "</think>"},
-    {"deepseek_r1", "<think>", "</think>"},
+    {"qwen3", "<think>", "</think>", false},
+    {"deepseek_r1", "<think>", "</think>", false},
+    {"openai", "<|channel|>analysis<|message|>", "<|end|>", true},
 };
 
 const reasoning_format *reasoning_format_find(const char *name) {
@@ -25,11 +28,12 @@ const reasoning_format *reasoning_format_find(const char *name) {
     return NULL;
 }
 
-const char *reasoning_format_names(void) { return "qwen3, deepseek_r1"; }
+const char *reasoning_format_names(void) { return "qwen3, deepseek_r1, openai"; }
 
 static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
 bool reasoning_prompt_opens(const reasoning_format *f, const char *text, size_t len) {
+    if (f->harmony) return false; /* the output starts with its message's header */
     while (len > 0 && is_ws(text[len - 1])) len--;
     size_t n = strlen(f->start);
     return len >= n && memcmp(text + len - n, f->start, n) == 0;
@@ -43,6 +47,12 @@ static int32_t single_token(const pdl_model *m, const char *text) {
     if (pdl_tokenize_ex(m, text, strlen(text), PDL_TOK_PARSE_SPECIAL, &ids, &n, &e) == 0 && n == 1) id = ids[0];
     free(ids);
     return id;
+}
+
+const reasoning_format *reasoning_format_of_model(const pdl_model *m) {
+    if (single_token(m, "<|channel|>") >= 0) return reasoning_format_find("openai");
+    if (single_token(m, "<think>") >= 0 && single_token(m, "</think>") >= 0) return reasoning_format_find("qwen3");
+    return NULL;
 }
 
 void reasoning_params(const reasoning_format *f, const pdl_model *m, bool starts_inside, int budget,
@@ -84,12 +94,19 @@ struct reasoning_split {
     bytes run;       /* released bytes not handed out yet, all of kind run_reasoning */
     bool run_reasoning;
     bool oom;
+    gram_tool_parser *harmony; /* openai: the harmony reader does the split */
+    reasoning_out_fn fn;       /* the feed in progress (harmony) */
+    void *user;
 };
 
 reasoning_split *reasoning_split_new(const reasoning_format *f, bool starts_inside) {
     reasoning_split *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->f = f;
+    if (f->harmony && !(s->harmony = gram_tool_parser_new(GRAM_TOOLS_OPENAI, 0))) {
+        free(s);
+        return NULL;
+    }
     s->state = starts_inside ? R_INSIDE : R_BEFORE;
     s->skip_ws = starts_inside;
     return s;
@@ -100,8 +117,10 @@ void reasoning_split_free(reasoning_split *s) {
     free(s->pend.p);
     free(s->ws.p);
     free(s->run.p);
+    gram_tool_parser_free(s->harmony);
     free(s);
 }
+
 
 static void flush(reasoning_split *s, reasoning_out_fn fn, void *user) {
     if (s->run.n) fn(user, s->run_reasoning, s->run.p, s->run.n);
@@ -167,7 +186,34 @@ static void feed_inside(reasoning_split *s, char c, reasoning_out_fn fn, void *u
     }
 }
 
+/* The harmony reader's events as reasoning and answer text. */
+static void on_harmony(const gram_tool_event *ev, void *user) {
+    reasoning_split *s = user;
+    switch (ev->kind) {
+    case GRAM_TOOL_REASONING: out(s, true, ev->text, ev->len, s->fn, s->user); return;
+    case GRAM_TOOL_CONTENT:
+    case GRAM_TOOL_CALL_ARGS: out(s, false, ev->text, ev->len, s->fn, s->user); break;
+    case GRAM_TOOL_CALL_BEGIN:
+        out(s, false, "[tool call ", 11, s->fn, s->user);
+        out(s, false, ev->name, strlen(ev->name), s->fn, s->user);
+        out(s, false, " ", 1, s->fn, s->user);
+        break;
+    case GRAM_TOOL_CALL_END: out(s, false, "]", 1, s->fn, s->user); break;
+    }
+    s->state = R_AFTER; /* the answer began */
+}
+
+static int harmony_feed(reasoning_split *s, const char *text, size_t len, bool finish, reasoning_out_fn fn,
+                        void *user) {
+    s->fn = fn, s->user = user;
+    int rc = finish ? gram_tool_parser_finish(s->harmony, on_harmony, s)
+                    : gram_tool_parser_feed(s->harmony, text, len, on_harmony, s);
+    flush(s, fn, user);
+    return rc || s->oom ? -1 : 0;
+}
+
 int reasoning_split_feed(reasoning_split *s, const char *text, size_t len, reasoning_out_fn fn, void *user) {
+    if (s->harmony) return harmony_feed(s, text, len, false, fn, user);
     for (size_t i = 0; i < len; i++) {
         char c = text[i];
         switch (s->state) {
@@ -186,6 +232,7 @@ int reasoning_split_feed(reasoning_split *s, const char *text, size_t len, reaso
 }
 
 int reasoning_split_finish(reasoning_split *s, reasoning_out_fn fn, void *user) {
+    if (s->harmony) return harmony_feed(s, NULL, 0, true, fn, user);
     if (s->state == R_BEFORE) {
         out(s, false, s->pend.p, s->pend.n, fn, user);
     } else if (s->state == R_INSIDE && s->pend.n) { /* cut inside the block: a partial marker is reasoning */
@@ -198,3 +245,15 @@ int reasoning_split_finish(reasoning_split *s, reasoning_out_fn fn, void *user) 
 }
 
 bool reasoning_split_in_answer(const reasoning_split *s) { return s->state == R_AFTER; }
+
+int reasoning_split_feed_token(reasoning_split *s, const pdl_model *m, int32_t token, const char *text, size_t len,
+                               reasoning_out_fn fn, void *user) {
+    if (!s->harmony || len > 0 || token < 0) return reasoning_split_feed(s, text, len, fn, user);
+    char *own = NULL;
+    size_t n = 0;
+    pdl_error e;
+    if (pdl_detokenize_ex(m, &token, 1, PDL_TOK_KEEP_SPECIAL, &own, &n, &e)) return 0; /* no text: nothing */
+    int rc = reasoning_split_feed(s, own, n, fn, user);
+    free(own);
+    return rc;
+}

@@ -15,6 +15,11 @@
  *                its template does, in the generation prompt)
  *   deepseek_r1  the same markers; R1's template opens the block in the
  *                generation prompt, so output starts inside it
+ *   openai       gpt-oss's harmony messages: the analysis channel is the
+ *                reasoning, final (and commentary) the answer; the split is
+ *                src/grammar's harmony reader (gram_harmony.c), and a call
+ *                to a function shows in the answer as "[tool call NAME ARGS]"
+ *                (the server reads harmony calls as tool calls itself)
  * Either way where the output starts is read from the rendered prompt
  * (reasoning_prompt_opens), not assumed from the format.
  *
@@ -27,9 +32,8 @@
  * (max_tokens) is reasoning to its end. A second start marker after the
  * answer began is content.
  *
- * What it is not for: the harmony format's channels (gpt-oss; a format of
- * its own), tool calls inside the answer (src/grammar's tool parsers run on
- * the content this gives).
+ * What it is not for: tool calls inside the answer (src/grammar's tool
+ * parsers run on the content this gives).
  */
 #ifndef PDL_ENGINE_REASONING_H
 #define PDL_ENGINE_REASONING_H
@@ -43,12 +47,17 @@
 typedef struct reasoning_format {
     const char *name;
     const char *start, *end; /* the markers' text */
+    bool harmony;            /* openai: the harmony format's channels, not a block between markers */
 } reasoning_format;
 
 /* The format called name, or NULL. */
 const reasoning_format *reasoning_format_find(const char *name);
 /* The names, for messages: "qwen3, deepseek_r1". */
 const char *reasoning_format_names(void);
+
+/* The format a model's vocabulary shows: openai when <|channel|> is one
+ * token (gpt-oss), qwen3 when <think> and </think> are; else NULL. */
+const reasoning_format *reasoning_format_of_model(const pdl_model *m);
 
 /* Whether a rendered prompt ends inside a thinking block: its last text
  * (whitespace aside) is the start marker, as a template's generation
@@ -77,6 +86,12 @@ typedef void (*reasoning_out_fn)(void *user, bool reasoning, const char *text, s
 int reasoning_split_feed(reasoning_split *s, const char *text, size_t len, reasoning_out_fn fn, void *user);
 /* The end of the text: what was held is released. */
 int reasoning_split_finish(reasoning_split *s, reasoning_out_fn fn, void *user);
+/* reasoning_split_feed for one generated token's event: a harmony split is
+ * given a control token's own text (token, of model m) where the event has
+ * none (a detokenizer skips them; harmony's markers are control tokens). */
+int reasoning_split_feed_token(reasoning_split *s, const pdl_model *m, int32_t token, const char *text, size_t len,
+                               reasoning_out_fn fn, void *user);
+
 /* Whether the answer has begun (the block ended, or there was none). */
 bool reasoning_split_in_answer(const reasoning_split *s);
 

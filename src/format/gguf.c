@@ -115,6 +115,7 @@ static int ggml_to_pdl_dtype(uint32_t id) {
     case 13: return PDL_DTYPE_Q5_K;
     case 14: return PDL_DTYPE_Q6_K;
     case 30: return PDL_DTYPE_BF16;
+    case 39: return PDL_DTYPE_MXFP4;
     default: return -1;
     }
 }
@@ -563,7 +564,7 @@ static int parse_tensor_info(gguf_file *f, reader *r, uint64_t i, uint64_t n_ten
         const char *tn = ggml_type_name(type);
         if (!tn) return rfail(r, field, "unknown ggml type %u", type);
         return rfail(r, field, "type %s (ggml type %u) is not supported yet (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                     "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+                     "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4)",
                      tn, type);
     }
     t->dtype = (pdl_dtype)dt;

@@ -158,6 +158,7 @@ static uint32_t ggml_type_of(pdl_dtype t) {
     case PDL_DTYPE_Q5_K: return 13;
     case PDL_DTYPE_Q6_K: return 14;
     case PDL_DTYPE_BF16: return 30;
+    case PDL_DTYPE_MXFP4: return 39;
     default: return 0;
     }
 }

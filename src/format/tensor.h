@@ -47,6 +47,10 @@ typedef enum pdl_dtype {
      * of the packed codes only. */
     PDL_DTYPE_MLX_Q4, /* 8 elements per 4-byte word */
     PDL_DTYPE_MLX_Q8, /* 4 elements per 4-byte word */
+    /* OCP Microscaling FP4 (ggml's block_mxfp4): blocks of 32, one E8M0
+     * scale byte e, then 16 bytes of 4-bit E2M1 codes (byte j: element j
+     * in the low nibble, j + 16 in the high, as Q4_0) (17 bytes) */
+    PDL_DTYPE_MXFP4,
     PDL_DTYPE_COUNT
 } pdl_dtype;
 

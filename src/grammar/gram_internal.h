@@ -216,6 +216,18 @@ struct json_t *gram_schema_resolve(struct json_t *doc, const char *ref);
 /* The regex of a string "format" (date-time, date, time, uuid, email), or NULL. */
 const char *gram_schema_format_regex(const char *format);
 
+/* A call id made from a parser's seed and the call's number (from 1):
+ * "call_" and 24 alphanumerics (gram_toolparse.c). out holds 30 bytes. */
+void gram_call_id(uint64_t seed, int n_calls, char *out);
+
+/* The harmony format's reader (gram_harmony.c), behind gram_tool_parser for
+ * GRAM_TOOLS_OPENAI: the same events, and GRAM_TOOL_REASONING. */
+typedef struct gram_harmony gram_harmony;
+gram_harmony *gram_harmony_new(uint64_t id_seed);
+void gram_harmony_free(gram_harmony *h);
+int gram_harmony_feed(gram_harmony *h, const char *text, size_t len, gram_tool_event_fn fn, void *user);
+int gram_harmony_finish(gram_harmony *h, gram_tool_event_fn fn, void *user);
+
 /* Tools array + format -> the expression of a forced call (gram_tools.c). */
 int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out_expr, pdl_error *err);
 

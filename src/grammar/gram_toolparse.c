@@ -21,6 +21,7 @@
  *   kimi_k2      content <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
  *                <|tool_call_argument_begin|>{...}<|tool_call_end|>...
  *                <|tool_calls_section_end|> (Kimi-K2; that id is the call's id)
+ *   openai       the harmony format's messages (gpt-oss): gram_harmony.c
  *
  * The text is processed one byte at a time by a state machine, so where the
  * pieces are cut cannot change the result: text that may start a marker is
@@ -113,6 +114,7 @@ struct gram_tool_parser {
     int n_args;         /* arguments written in the current call */
     py_scan py;
     bool tag_seen;      /* pythonic: <|python_start|> / <|python_end|> read */
+    gram_harmony *harmony; /* openai: the harmony reader does all the work */
     /* output of the current feed */
     int out_kind;
     buf out;
@@ -157,20 +159,22 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+static void id_chars(uint64_t seed, int n_calls, int n, char *out) {
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t x = seed ^ ((uint64_t)(n_calls + 1) * 0xD1B54A32D192ED03ULL);
+    for (int i = 0; i < n; i++) out[i] = alnum[splitmix(&x) % 62];
+    out[n] = 0;
+}
+
+void gram_call_id(uint64_t seed, int n_calls, char *out) {
+    memcpy(out, "call_", 5);
+    id_chars(seed, n_calls, 24, out + 5);
+}
+
 static void make_id(gram_tool_parser *p) {
     if (p->own_id) return; /* the model wrote it (kimi_k2) */
-    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    uint64_t x = p->seed ^ ((uint64_t)(p->n_calls + 1) * 0xD1B54A32D192ED03ULL);
-    size_t w = 0;
-    int n = 24;
-    if (p->fmt == GRAM_TOOLS_MISTRAL) {
-        n = 9;
-    } else {
-        memcpy(p->id, "call_", 5);
-        w = 5;
-    }
-    for (int i = 0; i < n; i++) p->id[w++] = alnum[splitmix(&x) % 62];
-    p->id[w] = 0;
+    if (p->fmt == GRAM_TOOLS_MISTRAL) id_chars(p->seed, p->n_calls, 9, p->id); /* as its templates require */
+    else gram_call_id(p->seed, p->n_calls, p->id);
 }
 
 static void begin_call(gram_tool_parser *p) {
@@ -1484,6 +1488,7 @@ static void feed_byte(gram_tool_parser *p, char c) {
     case GRAM_TOOLS_DEEPSEEK_V3: feed_deepseek(p, c); break;
     case GRAM_TOOLS_GLM45: feed_glm45(p, c); break;
     case GRAM_TOOLS_KIMI_K2: feed_kimi(p, c); break;
+    case GRAM_TOOLS_OPENAI: break; /* gram_harmony.c */
     }
 }
 
@@ -1497,6 +1502,10 @@ gram_tool_parser *gram_tool_parser_new_with_tools(gram_tool_format fmt, uint64_t
     if (!p) return NULL;
     p->fmt = fmt;
     p->seed = id_seed;
+    if (fmt == GRAM_TOOLS_OPENAI && !(p->harmony = gram_harmony_new(id_seed))) {
+        free(p);
+        return NULL;
+    }
     p->mode = fmt == GRAM_TOOLS_LLAMA3_JSON || fmt == GRAM_TOOLS_PYTHONIC ? M_START : M_CONTENT;
     /* GLM: whitespace before the first call goes with it (vLLM's content is then null) */
     p->after_call = fmt == GRAM_TOOLS_GLM45;
@@ -1527,10 +1536,12 @@ void gram_tool_parser_free(gram_tool_parser *p) {
     free(p->val.p);
     free(p->call_args.p);
     json_decref(p->tools);
+    gram_harmony_free(p->harmony);
     free(p);
 }
 
 int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gram_tool_event_fn fn, void *user) {
+    if (p->harmony) return gram_harmony_feed(p->harmony, text, len, fn, user);
     p->fn = fn;
     p->user = user;
     for (size_t i = 0; i < len; i++) feed_byte(p, text[i]);
@@ -1539,6 +1550,7 @@ int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gra
 }
 
 int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *user) {
+    if (p->harmony) return gram_harmony_finish(p->harmony, fn, user);
     p->fn = fn;
     p->user = user;
     switch (p->mode) {

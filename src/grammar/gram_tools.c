@@ -57,7 +57,8 @@ static const struct {
 } FORMATS[] = {{"hermes", GRAM_TOOLS_HERMES},           {"llama3_json", GRAM_TOOLS_LLAMA3_JSON},
                {"mistral", GRAM_TOOLS_MISTRAL},         {"qwen3_coder", GRAM_TOOLS_QWEN3_CODER},
                {"pythonic", GRAM_TOOLS_PYTHONIC},       {"deepseek_v3", GRAM_TOOLS_DEEPSEEK_V3},
-               {"glm45", GRAM_TOOLS_GLM45},             {"kimi_k2", GRAM_TOOLS_KIMI_K2}};
+               {"glm45", GRAM_TOOLS_GLM45},             {"kimi_k2", GRAM_TOOLS_KIMI_K2},
+               {"openai", GRAM_TOOLS_OPENAI}};
 
 int gram_tool_format_parse(const char *name, gram_tool_format *out) {
     for (size_t i = 0; i < sizeof FORMATS / sizeof FORMATS[0]; i++)
@@ -85,7 +86,10 @@ const char *const *gram_tool_format_markers(gram_tool_format fmt) {
                                       "</arg_value>", NULL};
     static const char *const kimi[] = {GRAM_KIMI_SECTION, GRAM_KIMI_CALL, GRAM_KIMI_ARGS, GRAM_KIMI_CALL_END,
                                        GRAM_KIMI_SECTION_END, NULL};
+    static const char *const harmony[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>",
+                                          "<|call|>", "<|return|>", NULL};
     switch (fmt) {
+    case GRAM_TOOLS_OPENAI: return harmony;
     case GRAM_TOOLS_HERMES:
     case GRAM_TOOLS_QWEN3_CODER: return hermes;
     case GRAM_TOOLS_LLAMA3_JSON: return llama3;
@@ -152,6 +156,7 @@ static bool name_fits(gram_tool_format fmt, const char *name, bool param) {
     case GRAM_TOOLS_GLM45: return !outer_space(name) && !strpbrk(name, param ? "<" : "<\n");
     case GRAM_TOOLS_DEEPSEEK_V3: return !outer_space(name) && !strpbrk(name, "<\n");
     case GRAM_TOOLS_KIMI_K2: return *name && !strpbrk(name, "<:.\n");
+    case GRAM_TOOLS_OPENAI: return *name && !strpbrk(name, " \t\r\n<");
     default: return true;
     }
 }
@@ -514,6 +519,9 @@ static int32_t one_call(tc *t, const char *name, size_t name_len, json_t *params
                        params_text(t, params), gx_str(ir, "</tool_call>"), GX_END);
     case GRAM_TOOLS_PYTHONIC:
         return gx_seqv(ir, gx_literal(ir, name, name_len), gx_str(ir, "("), params_text(t, params), gx_str(ir, ")"), GX_END);
+    case GRAM_TOOLS_OPENAI: /* one message to the function; <|call|> (an end-of-generation token) follows */
+        return gx_seqv(ir, gx_str(ir, "<|channel|>commentary to=functions."), gx_literal(ir, name, name_len),
+                       gx_str(ir, " <|constrain|>json<|message|>"), args_json(t, params), GX_END);
     }
     return -1;
 }
@@ -597,6 +605,7 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
         *out = gx_seqv(ir, gx_str(ir, GRAM_KIMI_SECTION), calls_of(ir, call, many, ""), gx_str(ir, GRAM_KIMI_SECTION_END),
                        GX_END);
         break;
+    case GRAM_TOOLS_OPENAI: *out = call; break; /* a message calls one function */
     default: err_fail(err, "tools: unknown tool-call format"); goto done;
     }
     /* markers that are control tokens in a vocabulary may be sampled as themselves */

@@ -44,7 +44,37 @@ static int choice_expr(gram_ir *ir, const char *text, size_t len, int32_t *out, 
     return rc;
 }
 
+static int build_constraint(gram_ir *ir, const gram_spec *spec, pdl_error *err);
+
+/* gpt-oss's harmony: the constraint (rule ir->root) applies to the answer,
+ * after an optional analysis message of free text, as vLLM applies a
+ * grammar after the reasoning; a call is a commentary message of its own
+ * (gram_tools.c writes its header), other answers the final channel's. */
+static int harmony_envelope(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
+    /* free text without "<|": a marker can only end it (else the text could
+     * take in the answer and go on) */
+    int32_t not_lt = gx_altv(ir, gx_cp_range(ir, 1, '<' - 1), gx_cp_range(ir, '<' + 1, 0x10FFFF), GX_END);
+    int32_t after_lt = gx_altv(ir, gx_cp_range(ir, 1, '<' - 1), gx_cp_range(ir, '<' + 1, '|' - 1),
+                               gx_cp_range(ir, '|' + 1, 0x10FFFF), GX_END);
+    int32_t text = gx_star(ir, gx_altv(ir, not_lt, gx_seqv(ir, gx_repeat(ir, gx_str(ir, "<"), 1, GX_INF), after_lt, GX_END),
+                                       GX_END));
+    int32_t analysis = gx_opt(ir, gx_seqv(ir, gx_str(ir, "<|channel|>analysis<|message|>"), text,
+                                          gx_str(ir, "<|end|><|start|>assistant"), GX_END));
+    int32_t head = spec->kind == GRAM_TOOL_CALL ? gx_empty(ir) : gx_str(ir, "<|channel|>final<|message|>");
+    int32_t expr = gx_seqv(ir, analysis, head, gx_ref(ir, ir->root), GX_END);
+    const char *const *marks = gram_tool_format_markers(GRAM_TOOLS_OPENAI);
+    for (int m = 0; marks[m]; m++) gram_ir_add_special(ir, marks[m]); /* control tokens sampled as their text */
+    if (ir->oom || expr < 0) return err_fail(err, "grammar: out of memory");
+    ir->root = gram_ir_rule_def(ir, "$harmony", 0, expr);
+    return ir->root < 0 ? err_fail(err, "grammar: out of memory") : 0;
+}
+
 static int build_ir(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
+    if (build_constraint(ir, spec, err)) return -1;
+    return spec->harmony ? harmony_envelope(ir, spec, err) : 0;
+}
+
+static int build_constraint(gram_ir *ir, const gram_spec *spec, pdl_error *err) {
     const char *text = spec->text ? spec->text : "";
     size_t len = spec->len ? spec->len : strlen(text);
     int32_t expr = -1;

@@ -107,6 +107,8 @@ typedef enum gram_tool_format {
     GRAM_TOOLS_GLM45,       /* <tool_call>f\n<arg_key>p</arg_key>\n<arg_value>value</arg_value>\n</tool_call> (GLM-4.5+) */
     GRAM_TOOLS_KIMI_K2,     /* <|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>
                              * {...}<|tool_call_end|><|tool_calls_section_end|> (Kimi-K2) */
+    GRAM_TOOLS_OPENAI,      /* harmony: <|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}<|call|>,
+                             * the analysis channel as reasoning (gpt-oss) */
 } gram_tool_format;
 
 typedef struct gram_spec {
@@ -117,6 +119,10 @@ typedef struct gram_spec {
     gram_tool_format tool_format;
     const char *tool_name; /* a named function (tool_choice {"function": {"name"}}); NULL: any tool */
     bool parallel;         /* NULL tool_name: one or more calls (OpenAI parallel_tool_calls) */
+    /* The output is harmony (gpt-oss): the constraint applies to the answer,
+     * after an optional analysis message of free text; a non-call
+     * constraint's answer is the final channel's message (gram_harmony.c) */
+    bool harmony;
 } gram_spec;
 
 /* The public pdl_grammar (pagedlm.h) under its module's name: one struct,
@@ -234,6 +240,7 @@ typedef enum gram_tool_event_kind {
     GRAM_TOOL_CALL_BEGIN,  /* index, id, name */
     GRAM_TOOL_CALL_ARGS,   /* index, text: the next piece of the arguments */
     GRAM_TOOL_CALL_END,    /* index; complete: false when the text ended inside the call */
+    GRAM_TOOL_REASONING,   /* text: reasoning (openai: the harmony analysis channel) */
 } gram_tool_event_kind;
 
 typedef struct gram_tool_event {
@@ -269,7 +276,8 @@ int gram_tool_parser_feed(gram_tool_parser *p, const char *text, size_t len, gra
 int gram_tool_parser_finish(gram_tool_parser *p, gram_tool_event_fn fn, void *user);
 
 /* "hermes", "llama3_json", "mistral", "qwen3_coder", "pythonic",
- * "deepseek_v3", "glm45", "kimi_k2" (vLLM's --tool-call-parser names). */
+ * "deepseek_v3", "glm45", "kimi_k2", "openai" (vLLM's --tool-call-parser
+ * names). */
 int gram_tool_format_parse(const char *name, gram_tool_format *out);
 const char *gram_tool_format_name(gram_tool_format fmt);
 /* The format's markers that a model's vocabulary may hold as control

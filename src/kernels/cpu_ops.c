@@ -10,6 +10,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fast_exp.h"
 #include "kernels/fp16.h"
+#include "kernels/mxfp4.h"
 
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
     /* Sum of squares in double: exact enough to match float64 references.
@@ -289,6 +290,18 @@ static void dequant_q6_k(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
+/* MXFP4: byte 0 the E8M0 scale, byte 1 + j elements j (low nibble) and
+ * j + 16 (high); each the float product of kernels/mxfp4.h. */
+static void dequant_mxfp4(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 17, out += 32) {
+        float d = mxfp4_scale_half(src[0]);
+        for (int j = 0; j < 16; j++) {
+            out[j] = (float)mxfp4_code2[src[1 + j] & 0xF] * d;
+            out[j + 16] = (float)mxfp4_code2[src[1 + j] >> 4] * d;
+        }
+    }
+}
+
 int ops_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
     const uint8_t *p = src;
     int64_t nb = n / (int64_t)dtype_block_elems(dtype);
@@ -321,6 +334,7 @@ int ops_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) 
     case PDL_DTYPE_Q4_K: dequant_q45_k(p, out, nb, 0); break;
     case PDL_DTYPE_Q5_K: dequant_q45_k(p, out, nb, 1); break;
     case PDL_DTYPE_Q6_K: dequant_q6_k(p, out, nb); break;
+    case PDL_DTYPE_MXFP4: dequant_mxfp4(p, out, nb); break;
     default: return -1; /* no dequantization for it (U32, MLX, ...): never a silent zero */
     }
     return 0;

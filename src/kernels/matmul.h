@@ -60,6 +60,11 @@ void matmul_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float 
  * ...) rather than have it multiply as zeros. */
 bool matmul_supports(pdl_dtype dtype);
 
+/* Whether weights of this dtype have dot kernels of their own (F32, F16,
+ * BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q6_K); other block formats are expanded
+ * to F32 row by row on every call (correct, several times slower). */
+bool matmul_has_dot(pdl_dtype dtype);
+
 /* y[r*ldy + o] (=, or += when accumulate) dot(W[o], x[r*in ...]) (+ bias[o]).
  * bias may be NULL. Work is split over output columns. -1 (y untouched)
  * when the scratch cannot be had (scratch->failed: its bytes), or when no

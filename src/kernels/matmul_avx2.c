@@ -1,5 +1,5 @@
 /*
- * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0 and Q4_0
+ * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0, Q4_0 and MXFP4
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/mxfp4.h"
 
 #define TR 4
 #define TC 2
@@ -61,7 +62,9 @@ DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
  * the same path with a block's nibbles unpacked to 32 unsigned bytes
  * (w + 8; pair sums of at most 2 * 15 * 127 do not saturate) and 8 times
  * the activations' 4-sums subtracted: the order of matmul.c's dot_q4_0_q8,
- * which is llama.cpp's. */
+ * which is llama.cpp's. MXFP4 weights (q4 2) take the Q8_0 path with a
+ * block's codes turned into their doubled int8 values by VPSHUFB
+ * (kernels/mxfp4.h; |w| <= 12) and its E8M0 scale. */
 static inline __m256i q4_0_nibbles(const uint8_t *qs) { /* the stored 0..15, w + 8 */
     __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0xF);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
@@ -71,7 +74,8 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
                                                          const uint8_t *w, size_t wrb, int cols, float *out,
                                                          int64_t ldo, int q4) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const size_t bb = q4 ? 18 : 34;
+    const __m256i code2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)mxfp4_code2));
+    const size_t bb = q4 == 2 ? 17 : q4 ? 18 : 34;
     for (int r = 0; r < rows; r++) {
         __m256 acc[TC];
         for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
@@ -79,22 +83,31 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
             __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (r * nb + b) * 32));
             /* Q4_0: 8 times x's 4-sums, subtracted from the stored nibbles'
              * (w + 8, unsigned) sums: the same exact int32 as (w - 8) * x */
-            __m256i x8 = q4 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), ones)
+            __m256i x8 = q4 == 1 ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), xv), ones)
                             : _mm256_setzero_si256();
             float dx = xd[r * nb + b];
             for (int c = 0; c < cols; c++) {
                 const uint8_t *blk = w + c * wrb + b * bb;
                 if (rows < TR && r == 0) prefetch_line(blk + PF_ROWS * wrb); /* bb < 64: every line */
-                uint16_t d16;
-                memcpy(&d16, blk, 2);
                 __m256i p;
-                if (q4) {
+                float dw;
+                if (q4 == 2) {
+                    dw = mxfp4_scale_half(blk[0]);
+                } else {
+                    uint16_t d16;
+                    memcpy(&d16, blk, 2);
+                    dw = _cvtsh_ss(d16);
+                }
+                if (q4 == 2) {
+                    __m256i wq = _mm256_shuffle_epi8(code2, q4_0_nibbles(blk + 1));
+                    p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
+                } else if (q4) {
                     p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q4_0_nibbles(blk + 2), xv), ones), x8);
                 } else {
                     __m256i wq = _mm256_loadu_si256((const __m256i *)(blk + 2));
                     p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
                 }
-                __m256 s = _mm256_set1_ps(_cvtsh_ss(d16) * dx);
+                __m256 s = _mm256_set1_ps(dw * dx);
                 acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[c]);
             }
         }
@@ -114,6 +127,13 @@ static void tile_q4_0(const int8_t *xq, const float *xd, int64_t nb, int rows, c
     (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 1);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 1);
+}
+
+static void tile_mxfp4(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                       int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 2);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 2);
 }
 
 /* Q8_0 activation quantization (matmul.c has the portable one): the same
@@ -159,6 +179,7 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
+    .mxfp4 = tile_mxfp4,
     .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
     .q6k = kquant_tile_q6_k_avx2,
 };

@@ -66,6 +66,7 @@ const pdl_tile_kernels matmul_tiles_neon = {
     .fn = {[PDL_DTYPE_F32] = tile_f32, [PDL_DTYPE_F16] = tile_f16, [PDL_DTYPE_BF16] = tile_bf16},
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
+    .mxfp4 = tile_mxfp4,
     .q4k = tile_q4_k,
     .q6k = tile_q6_k,
 };

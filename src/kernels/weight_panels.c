@@ -13,8 +13,9 @@
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_table.h"
+#include "kernels/mxfp4.h"
 
-static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0; }
+static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4; }
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
 /* Whether family isa has panel tiles for dtype on this CPU (the width
@@ -31,7 +32,8 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_F16:
     case PDL_DTYPE_BF16: return panels_tiles_avx512[dtype] != NULL;
     case PDL_DTYPE_Q8_0:
-    case PDL_DTYPE_Q4_0: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
+    case PDL_DTYPE_Q4_0:
+    case PDL_DTYPE_MXFP4: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     default: return false;
@@ -115,6 +117,17 @@ static void pack_worker(void *p, int ith, int nth) {
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++)
                     (q6 ? pack_q6_k_block : pack_q4_k_block)(dst + (size_t)b * pbb, c, src + b * bb);
+            } else if (t->w->dtype == PDL_DTYPE_MXFP4) {
+                if (o >= out) continue; /* zeros: codes 0 */
+                int64_t nb = in / 32;
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * 17;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = src + b * 17;
+                    uint16_t s16 = (uint16_t)(mxfp4_scale_half_bits(blk[0]) >> 16); /* exact as BF16 */
+                    memcpy(dst + qpanel_scales_at(256, b) + c * 2, &s16, 2);
+                    uint8_t *dq = dst + qpanel_quants_at(256, b);
+                    for (int q = 0; q < 4; q++) memcpy(dq + q * 64 + c * 4, blk + 1 + 4 * q, 4);
+                }
             } else if (quantized(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scale 0 */
                 bool q8 = t->w->dtype == PDL_DTYPE_Q8_0;
@@ -245,7 +258,7 @@ PORTABLE(portable_f16, 1)
 PORTABLE(portable_bf16, 2)
 PORTABLE(portable_bf16_dp, 3)
 
-/* Q8_0 (q4 0) or Q4_0 (q4 1) panels with Q8_0 activations. */
+/* Q8_0 (q4 0), Q4_0 (q4 1) or MXFP4 (q4 2) panels with Q8_0 activations. */
 typedef struct q_ctx {
     int q4;
     const int8_t *xq;
@@ -265,7 +278,8 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
             int wk;
             if (t->q4) {
                 uint8_t byte = bq[(k % 16 / 4) * 64 + c * 4 + k % 4];
-                wk = (k < 16 ? byte & 0xF : byte >> 4) - 8;
+                int code = k < 16 ? byte & 0xF : byte >> 4;
+                wk = t->q4 == 2 ? mxfp4_code2[code] : code - 8;
             } else {
                 wk = (int)bq[(k / 4) * 64 + c * 4 + k % 4] - 128;
             }
@@ -273,7 +287,8 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
         }
         uint16_t d16;
         memcpy(&d16, pp + qpanel_scales_at(qb, b) + c * 2, 2);
-        acc = fmaf((float)s, fp16_f16_to_f32(d16) * t->xd[r * t->nbx + b], acc);
+        float dw = t->q4 == 2 ? fp16_bf16_to_f32(d16) : fp16_f16_to_f32(d16);
+        acc = fmaf((float)s, dw * t->xd[r * t->nbx + b], acc);
     }
     return acc;
 }
@@ -296,6 +311,12 @@ static void portable_q4_0(const int8_t *xq, const float *xd, const int32_t *xs, 
                           const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
                           int64_t ldy, const float *bias, bool accumulate) {
     portable_qtile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void portable_mxfp4(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                           const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
+                           int64_t ldy, const float *bias, bool accumulate) {
+    portable_qtile(2, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 /* One super-block of a k-quant panel for output row c: acc after it, in
@@ -578,12 +599,15 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
         return;
     }
     if (quantized(dt)) {
-        bool q8 = dt == PDL_DTYPE_Q8_0;
-        if (avx512 && f->avx512vnni) *qfn = q8 ? qpanel_tile_q8_0_vnni : qpanel_tile_q4_0_vnni;
-        else if (family_avxvnni(isa))
-            *qfn = q8 ? qpanel_tile_q8_0_avxvnni : qpanel_tile_q4_0_avxvnni;
-        else if (isa == PDL_ISA_AVX2) *qfn = q8 ? qpanel_tile_q8_0_avx2 : qpanel_tile_q4_0_avx2;
-        if (!*qfn) *qfn = q8 ? portable_q8_0 : portable_q4_0;
+        int k = dt == PDL_DTYPE_Q8_0 ? 0 : dt == PDL_DTYPE_Q4_0 ? 1 : 2;
+        const pdl_qpanel_fn vnni[3] = {qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni};
+        const pdl_qpanel_fn avxvnni[3] = {qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni};
+        const pdl_qpanel_fn avx2[3] = {qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2};
+        const pdl_qpanel_fn portable[3] = {portable_q8_0, portable_q4_0, portable_mxfp4};
+        if (avx512 && f->avx512vnni) *qfn = vnni[k];
+        else if (family_avxvnni(isa)) *qfn = avxvnni[k];
+        else if (isa == PDL_ISA_AVX2) *qfn = avx2[k];
+        if (!*qfn) *qfn = portable[k];
         return;
     }
     if (avx512) *fn = dp ? (f->avx512bf16 ? panels_tile_bf16_dp : NULL) : panels_tiles_avx512[dt];

@@ -1,6 +1,6 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -23,6 +23,9 @@
  *         Q6_K's 6-bit values (at most 63: 16002 a pair) fold every 2
  *         steps; Q8_0 takes the sign trick (|w| times x with w's sign, a
  *         pair at most 32512) and folds every step (ib_q8_piece).
+ *         MXFP4's codes become their doubled values + 12 (0..24) by a byte
+ *         shuffle (VPSHUFB): a pair is at most 6096, so its int16 sums
+ *         fold into int32 every 4 steps.
  *   With VNNI, one-row (decode) Q8_0 pieces take that sign trick too:
  *   Qwen3-0.6B Q8_0 tg64 on a Zen 5 VM, 5 alternating pairs, 1.07x
  *   (1.00-1.10x) over VPDPBUSD's one-row piece, whose decode was 0.86-1.01x
@@ -41,6 +44,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/mxfp4.h"
 #include "kernels/weight_panels.h"
 
 /* Column groups of 8 per piece at most, and rows. */
@@ -124,15 +128,31 @@ static inline __m256i ib_pair16(const uint8_t *a, const uint8_t *b, bool u) {
 
 /* ---- Q8_0 and Q4_0 ---------------------------------------------------------- */
 
-/* The end of block b of a Q8_0 / Q4_0 piece: acc += (float)isum x dw x dx
- * (the block's weight scales, qpanel_scales_at for qbytes of quants
+/* 8 BF16 scales (an MXFP4 panel's, exact 2^(e - 128)) -> 8 floats. */
+static inline __m256 ib_mxfp4_scales(const uint8_t *p) {
+    __m128i h = _mm_loadu_si128((const __m128i *)(const void *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* The doubled E2M1 value + 12 of each code in both 128-bit lanes (the
+ * VPSHUFB table). */
+static inline __m256i ib_mxfp4_table(void) {
+    int8_t t[16];
+    for (int i = 0; i < 16; i++) t[i] = (int8_t)(mxfp4_code2[i] + PDL_MXFP4_OFFSET);
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)t));
+}
+
+/* The end of block b of a Q8_0 / Q4_0 / MXFP4 piece: acc += (float)isum x
+ * dw x dx (the block's weight scales, qpanel_scales_at for qbytes of quants
  * per block, times the row's activation scale). */
-static inline __attribute__((always_inline)) void ib_q_block_end(__m256 acc[IB_MAX_R][IB_MAX_V],
+static inline __attribute__((always_inline)) void ib_q_block_end(const int mx, __m256 acc[IB_MAX_R][IB_MAX_V],
                                                                  __m256i isum[IB_MAX_R][IB_MAX_V], const float *xd,
                                                                  int64_t nbx, const int nr, const ib_group *grp,
                                                                  const int nv, size_t scales_at, int64_t b) {
     __m256 dw[IB_MAX_V];
-    IB_UNROLL for (int v = 0; v < nv; v++) dw[v] = ib_halves(grp[v].panel + scales_at + 16 * grp[v].half);
+    IB_UNROLL for (int v = 0; v < nv; v++)
+        dw[v] = mx ? ib_mxfp4_scales(grp[v].panel + scales_at + 16 * grp[v].half)
+                   : ib_halves(grp[v].panel + scales_at + 16 * grp[v].half);
     IB_UNROLL for (int r = 0; r < nr; r++) {
         __m256 dx = _mm256_set1_ps(xd[r * nbx + b]);
         IB_UNROLL for (int v = 0; v < nv; v++)
@@ -149,7 +169,7 @@ static inline __attribute__((always_inline)) void ib_q_store(__m256 acc[IB_MAX_R
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* NR rows x NV groups of one block format (q4: Q4_0, else Q8_0; Q8_0
+/* NR rows x NV groups of one block format (q4: 1 Q4_0, 2 MXFP4, 0 Q8_0; Q8_0
  * without VNNI, and one row of it with VNNI, is ib_q8_piece's) in one
  * pass over the bytes as stored: step q's sums start at -offset x sum(x)
  * (the stored bytes are value + offset) and add the products (AVX2: int16
@@ -159,9 +179,10 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
     const size_t qbytes = q4 ? 256 : 512;
-    const __m256i low = _mm256_set1_epi8(0x0F);
+    const __m256i low = _mm256_set1_epi8(0x0F), code2 = ib_mxfp4_table();
 #if !defined(PANEL_VNNI256)
     const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32[IB_MAX_R][IB_MAX_V]; /* MXFP4: the first 4 steps' sums, in int32 */
 #endif
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
@@ -184,6 +205,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
                 if (q4) {
                     w[v] = _mm256_and_si256(raw, low);
                     w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    if (q4 == 2) w[v] = _mm256_shuffle_epi8(code2, w[v]), w2[v] = _mm256_shuffle_epi8(code2, w2[v]);
                 } else {
                     w[v] = raw;
                 }
@@ -196,19 +218,28 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
                     IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w2[v], xb2);
                 }
             }
+#if !defined(PANEL_VNNI256)
+            if (q4 == 2 && q == 1) /* 4 steps of pairs up to 6096: fold before int16 overflows */
+                IB_UNROLL for (int r = 0; r < nr; r++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        s32[r][v] = _mm256_madd_epi16(s[r][v], ones);
+                        s[r][v] = _mm256_setzero_si256();
+                    }
+#endif
         }
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++) {
-            __m256i start = _mm256_set1_epi32(-(q4 ? 8 : 128) * xs[r * nbx + b]);
+            __m256i start = _mm256_set1_epi32(-(q4 == 2 ? PDL_MXFP4_OFFSET : q4 ? 8 : 128) * xs[r * nbx + b]);
             IB_UNROLL for (int v = 0; v < nv; v++) {
 #if defined(PANEL_VNNI256)
                 isum[r][v] = _mm256_add_epi32(start, s[r][v]);
 #else
                 isum[r][v] = _mm256_add_epi32(start, _mm256_madd_epi16(s[r][v], ones));
+                if (q4 == 2) isum[r][v] = _mm256_add_epi32(isum[r][v], s32[r][v]);
 #endif
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(qbytes, at, b), b);
+        ib_q_block_end(q4 == 2, acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(qbytes, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -252,7 +283,7 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
                 }
             }
         }
-        ib_q_block_end(acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(512, at, b), b);
+        ib_q_block_end(0, acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(512, at, b), b);
     }
     ib_q_store(acc, nr, grp, nv, ldy, accumulate);
 }
@@ -351,6 +382,12 @@ static void PANEL_PREFIX(q4_0)(const int8_t *xq, const float *xd, const int32_t 
                                int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
                                float *y, int64_t ldy, const float *bias, bool accumulate) {
     ib_q_tile(1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void PANEL_PREFIX(mxfp4)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                                int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                                float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_q_tile(2, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 /* ---- Q4_K and Q6_K ------------------------------------------------------------ */

@@ -1430,3 +1430,31 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->state_max_rows = m->cfg.n_rec_layers > 0 ? PDL_STATE_RING - m->cfg.lin_conv : 0;
     info->n_mtp_layers = m->cfg.mtp_loaded ? 1 : 0;
 }
+
+int pdl_model_tensor_types(const pdl_model *m, pdl_tensor_type_stats *out, int max) {
+    const pdl_tensor_set *set = m->gguf ? gguf_tensors(m->gguf) : st_tensors(m->st);
+    pdl_tensor_type_stats all[PDL_DTYPE_COUNT] = {{0}};
+    for (size_t i = 0; i < set->count; i++) {
+        const pdl_tensor *t = &set->items[i];
+        if ((unsigned)t->dtype >= PDL_DTYPE_COUNT) continue;
+        pdl_tensor_type_stats *s = &all[t->dtype];
+        bool expanded = t->n_dims >= 2 && !matmul_has_dot(t->dtype);
+        s->type = dtype_name(t->dtype);
+        s->n_tensors++;
+        s->bytes += t->nbytes;
+        s->n_expanded += expanded;
+        if (!s->example || (expanded && s->n_expanded == 1)) s->example = t->name;
+    }
+    int n = 0;
+    for (int d = 0; d < PDL_DTYPE_COUNT; d++) {
+        if (!all[d].n_tensors) continue;
+        int at = n < max ? n : max; /* insertion by bytes, largest first, into the first max */
+        while (at > 0 && all[d].bytes > out[at - 1].bytes) {
+            if (at < max) out[at] = out[at - 1];
+            at--;
+        }
+        if (at < max) out[at] = all[d];
+        n++;
+    }
+    return n;
+}

@@ -191,7 +191,7 @@ srv_response *srv_response_new(const pdl_model *model, const srv_gen_request *re
         const srv_prompt *sp = &req->prompts[c->prompt];
         c->prev = sp->n_ids ? sp->ids[sp->n_ids - 1] : -1;
         c->stop_token = -1;
-        if (req->parse_tools && req->kind == SRV_API_CHAT) {
+        if ((req->parse_tools || req->harmony) && req->kind == SRV_API_CHAT) {
             uint64_t seed = 0xcbf29ce484222325ull; /* call ids from the response id and the choice (FNV-1a) */
             for (const char *q = id; *q; q++) seed = (seed ^ (unsigned char)*q) * 0x100000001b3ull;
             ok = (c->tools = srv_tool_output_new(req, seed + (uint64_t)i)) != NULL;

@@ -1046,6 +1046,19 @@ static int parse_reasoning(const srv_parse_ctx *c, const json_t *body, srv_gen_r
     if (get_bool(body, "include_reasoning", &include, err) ||
         get_int(body, "thinking_token_budget", 0, 1 << 30, &budget, &given, err))
         return -1;
+    if (c->harmony) { /* the analysis channel is the reasoning (gram_harmony.c) */
+        if (given || budget >= 0)
+            return BAD(given ? "thinking_token_budget" : "model", "a thinking budget is not supported for the harmony "
+                       "format (gpt-oss) yet");
+        pdl_error pe;
+        const gram_vocab *v = c->grammar_vocab ? c->grammar_vocab(c->grammar_user, &pe) : NULL;
+        if (!v) return srv_api_fail(err, 500, NULL, "the harmony format's control tokens are not available");
+        r->harmony = true;
+        r->tool_format = GRAM_TOOLS_OPENAI;
+        r->tool_vocab = v;
+        r->include_reasoning = include;
+        return 0;
+    }
     if (!c->reasoning) {
         if (given) return BAD("thinking_token_budget", "'thinking_token_budget' needs a reasoning model served with "
                               "--reasoning-parser");

@@ -100,6 +100,8 @@ typedef struct srv_gen_request {
     const struct reasoning_format *reasoning; /* NULL: the text is all content */
     bool reasoning_starts_inside; /* the rendered prompt opened the block */
     bool include_reasoning;    /* message.reasoning is returned (vLLM's include_reasoning, default true) */
+    bool harmony;              /* chat with a harmony model (gpt-oss): the output's messages are read by
+                                  tool_format GRAM_TOOLS_OPENAI, tools or not (reasoning, content, calls) */
     pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
     pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
     int n_images;
@@ -138,6 +140,8 @@ typedef struct srv_parse_ctx {
     void (*grammar_turn_give)(void *user);
     void *grammar_turn_user;
     const struct reasoning_format *reasoning; /* --reasoning-parser (src/engine/reasoning.h); NULL = none */
+    bool harmony;                  /* the model writes the harmony format (--reasoning-parser or
+                                      --tool-call-parser openai, or its <|channel|> token) */
     int reasoning_budget;          /* --reasoning-budget: thinking tokens at most when a request names none
                                       (thinking_token_budget); < 0 = no limit */
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */

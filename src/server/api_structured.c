@@ -240,7 +240,7 @@ int srv_parse_structured(const srv_parse_ctx *c, const json_t *body, srv_gen_req
     if (n == 0) return 0;
     char *text = NULL;
     gram_spec spec = {.kind = f.kind, .text = "", .tool_format = r->tool_format, .tool_name = r->tool_name,
-                      .parallel = r->tool_parallel};
+                      .parallel = r->tool_parallel, .harmony = c->harmony && r->kind == SRV_API_CHAT};
     if (json_is_string(f.value)) {
         spec.text = json_string_value(f.value);
         spec.len = json_string_length(f.value);

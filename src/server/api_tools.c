@@ -22,7 +22,10 @@ struct srv_tool_output {
     gram_tool_format format;
     const gram_vocab *vocab;  /* control tokens' text (the format's markers) */
     bool finish_tool_calls;   /* the request's tool_calls_finish */
+    bool harmony;             /* the format has reasoning (openai): the message's reasoning fields */
+    bool include_reasoning;   /* reasoning is returned (the request's include_reasoning) */
     sbuf content;
+    sbuf reasoning;
     tool_call *calls;
     int n_calls, cap_calls;
     bool finished;
@@ -36,6 +39,8 @@ srv_tool_output *srv_tool_output_new(const srv_gen_request *req, uint64_t id_see
     t->format = req->tool_format;
     t->vocab = req->tool_vocab;
     t->finish_tool_calls = req->tool_calls_finish;
+    t->harmony = req->tool_format == GRAM_TOOLS_OPENAI;
+    t->include_reasoning = req->include_reasoning;
     t->parser = gram_tool_parser_new_with_tools(req->tool_format, id_seed, req->tools_json, 0);
     if (!t->parser) {
         free(t);
@@ -48,6 +53,7 @@ void srv_tool_output_free(srv_tool_output *t) {
     if (!t) return;
     gram_tool_parser_free(t->parser);
     sbuf_free(&t->content);
+    sbuf_free(&t->reasoning);
     for (int i = 0; i < t->n_calls; i++) {
         free(t->calls[i].id);
         free(t->calls[i].name);
@@ -109,6 +115,13 @@ static void on_event(const gram_tool_event *ev, void *user) {
     case GRAM_TOOL_CALL_END:
         if (ev->index >= 0 && ev->index < t->n_calls) t->calls[ev->index].complete = ev->complete;
         break;
+    case GRAM_TOOL_REASONING: /* vLLM's field, and llama.cpp's / DeepSeek's name for it */
+        if (!t->include_reasoning) break;
+        sbuf_append(&t->reasoning, ev->text, ev->len);
+        if (t->deltas)
+            d = json_pack("{s:o, s:o}", "reasoning", jstrn(ev->text, ev->len), "reasoning_content",
+                          jstrn(ev->text, ev->len));
+        break;
     }
     if (d && json_array_append_new(t->deltas, d)) t->oom = true;
 }
@@ -157,6 +170,11 @@ const char *srv_tool_output_finish_reason(const srv_tool_output *t, const char *
 
 void srv_tool_output_message(const srv_tool_output *t, json_t *msg) {
     int n_complete = complete_calls(t);
+    if (t->harmony) {
+        bool have = t->reasoning.len > 0;
+        json_object_set_new(msg, "reasoning", have ? jstrn(t->reasoning.data, t->reasoning.len) : json_null());
+        json_object_set_new(msg, "reasoning_content", have ? jstrn(t->reasoning.data, t->reasoning.len) : json_null());
+    }
     if (t->content.len || n_complete == 0)
         json_object_set_new(msg, "content", jstrn(t->content.data, t->content.len));
     else

@@ -105,6 +105,21 @@ int srv_chat_prompt(void *user, const json_t *messages, const json_t *request, i
         return srv_api_fail(err, 500, NULL, "out of memory");
     }
     json_object_set(ctx, "messages", (json_t *)messages);
+    /* OpenAI's reasoning_effort reaches the template (gpt-oss's puts it in
+     * its system message as "Reasoning: high") */
+    const json_t *effort = json_object_get(request, "reasoning_effort");
+    if (effort && !json_is_null(effort)) {
+        static const char *const known[] = {"none", "minimal", "low", "medium", "high"};
+        bool ok = false;
+        for (size_t i = 0; json_is_string(effort) && i < sizeof known / sizeof known[0]; i++)
+            ok = ok || strcmp(json_string_value(effort), known[i]) == 0;
+        if (!ok) {
+            json_decref(ctx);
+            return srv_api_fail(err, 400, "reasoning_effort", "'reasoning_effort' must be one of \"none\", "
+                                "\"minimal\", \"low\", \"medium\", \"high\"");
+        }
+        json_object_set(ctx, "reasoning_effort", (json_t *)effort);
+    }
     /* the tools go to the template whatever tool_choice says (vLLM's default) */
     const json_t *tools = json_object_get(request, "tools");
     if (json_is_array(tools) && json_array_size(tools) > 0) json_object_set(ctx, "tools", (json_t *)tools);

@@ -186,7 +186,8 @@ static void grammar_turn_give(void *user) {
 }
 
 /* The model's tool-call format when its vocabulary makes it plain: a single
- * token <|tool_calls_section_begin|> (Kimi-K2), <｜tool▁calls▁begin｜>
+ * token <|channel|> (gpt-oss: the harmony format, its reasoning too),
+ * <|tool_calls_section_begin|> (Kimi-K2), <｜tool▁calls▁begin｜>
  * (DeepSeek-V3), <arg_key> (GLM-4.5+, which also has <tool_call>, so it
  * comes first), <tool_call> (Qwen, Hermes; Qwen3-Coder's vocabulary is
  * Qwen3's: its format needs --tool-call-parser qwen3_coder), [TOOL_CALLS]
@@ -195,7 +196,8 @@ static bool tool_format_from_tokens(const pdl_model *model, gram_tool_format *ou
     static const struct {
         const char *text;
         gram_tool_format fmt;
-    } marks[] = {{"<|tool_calls_section_begin|>", GRAM_TOOLS_KIMI_K2},
+    } marks[] = {{"<|channel|>", GRAM_TOOLS_OPENAI},
+                 {"<|tool_calls_section_begin|>", GRAM_TOOLS_KIMI_K2},
                  {"<\xef\xbd\x9c" "tool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>", GRAM_TOOLS_DEEPSEEK_V3},
                  {"<arg_key>", GRAM_TOOLS_GLM45},
                  {"<tool_call>", GRAM_TOOLS_HERMES},
@@ -289,6 +291,7 @@ static void *loader_main(void *arg) {
                                    .tool_format = fmt,
                                    .grammar_limits = s->grammar_limits,
                                    .reasoning = s->reasoning,
+                                   .harmony = s->harmony || (fmt_known && fmt == GRAM_TOOLS_OPENAI),
                                    .reasoning_budget = s->reasoning_budget,
                                    .grammar_turn_take = grammar_turn_take,
                                    .grammar_turn_give = grammar_turn_give,
@@ -391,16 +394,17 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
         if (gram_tool_format_parse(o->tool_call_parser, &s->tool_format)) {
             server_free(s);
             return err_fail(err, "serve: unknown --tool-call-parser '%s' (hermes, llama3_json, mistral, qwen3_coder, "
-                            "pythonic, deepseek_v3, glm45, kimi_k2)",
+                            "pythonic, deepseek_v3, glm45, kimi_k2, openai)",
                             o->tool_call_parser);
         }
         s->tool_parser_set = true;
     }
     s->grammar_limits = (gram_limits){.max_work = o->grammar_max_work, .max_seconds = o->grammar_timeout_s};
     s->reasoning_budget = o->reasoning_budget;
-    if (o->reasoning_parser && !(s->reasoning = reasoning_format_find(o->reasoning_parser))) {
+    s->harmony = o->reasoning_parser && strcmp(o->reasoning_parser, "openai") == 0; /* gram_harmony.c */
+    if (o->reasoning_parser && !s->harmony && !(s->reasoning = reasoning_format_find(o->reasoning_parser))) {
         server_free(s);
-        return err_fail(err, "serve: unknown --reasoning-parser '%s' (%s)", o->reasoning_parser,
+        return err_fail(err, "serve: unknown --reasoning-parser '%s' (%s, openai)", o->reasoning_parser,
                         reasoning_format_names());
     }
     s->model_opts = o->model;

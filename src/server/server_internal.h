@@ -35,6 +35,7 @@ struct srv_server {
     gram_tool_format tool_format;
     gram_limits grammar_limits;  /* every request's grammar compiles within these */
     const struct reasoning_format *reasoning; /* --reasoning-parser, or NULL */
+    bool harmony;                 /* --reasoning-parser openai: the harmony format (gram_harmony.c) */
     int reasoning_budget;        /* --reasoning-budget (< 0: none) */
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;

@@ -52,6 +52,7 @@ enum {
     GW_GGML_BF16 = 30,
     GW_GGML_TQ1_0 = 34,
     GW_GGML_TQ2_0 = 35,
+    GW_GGML_MXFP4 = 39,
 };
 
 typedef struct gguf_writer gguf_writer;
