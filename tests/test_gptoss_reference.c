@@ -414,6 +414,38 @@ static void test_gptoss_q8_0_experts(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* MXFP4 experts (GGUF type 39, as the published gpt-oss GGUFs hold them):
+ * the weights the file holds are exact in the reference, the experts'
+ * inputs quantized per 32 to 8 bits as the MXFP4 matmul does (g_ref_q8);
+ * all-row logits within TOL. */
+static void test_gptoss_mxfp4_experts(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.mxfp4_experts = true;
+    gpo_weights w = gpo_make_weights(&s, 0xBE5466CF34E90C6Cull);
+    char *dir = test_make_dir("gptoss-mxfp4-gguf"), *gg = test_join(dir, "model.gguf");
+    gpo_write_gguf(&s, &w, gg);
+    pdl_model *m = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, gg, &o, &err) == 0, "%s", err.message);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK_CONTAINS(info.weight_types, "MXFP4");
+    int32_t tok[64];
+    for (int t = 0; t < 64; t++) tok[t] = (int32_t)((t * 41 + 5) % s.vocab);
+    float *rows = test_all_row_logits(m, tok, 64);
+    double *want = malloc((size_t)64 * s.vocab * sizeof *want);
+    g_ref_q8 = true;
+    ref_forward(&s, &w, true, BUG_NONE, tok, 64, want);
+    g_ref_q8 = false;
+    double d = max_diff(rows, want, (size_t)64 * s.vocab);
+    fprintf(stderr, "  MXFP4 experts: max |engine - float64| %.3g\n", d);
+    CHECK_MSG(d <= TOL, "MXFP4 experts: %.3g from the float64 forward (tolerance %g)", d, TOL);
+    pdl_model_free(m);
+    free(rows), free(want), free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 /* llama.cpp's converter with --fuse-gate-up-exps: one ffn_gate_up_exps
  * tensor (gate rows, then up rows, per expert) and its bias, split at load
  * into the same views. */
@@ -455,6 +487,7 @@ int main(void) {
     RUN(test_mxfp4_hf_experts_are_refused_by_name);
     RUN(test_gptoss_fused_gate_up_gguf);
     RUN(test_gptoss_q8_0_experts);
+    RUN(test_gptoss_mxfp4_experts);
     RUN(test_missing_sinks_are_named);
     return test_summary();
 }

@@ -29,6 +29,28 @@ static float *vec(size_t n, double center, double spread) {
     return v;
 }
 
+/* E2M1: the values of codes 0-7 (bit 3 the sign) */
+static const float E2M1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+/* n strided values (x[i * stride]) as one MXFP4 block: *e the shared
+ * exponent byte, codes[32]; x rewritten to the values the block holds. */
+static void mxfp4_snap(float *x, size_t stride, uint8_t *e_out, uint8_t *codes) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j * stride]));
+    int e = amax > 0 ? (int)floorf(log2f(amax)) - 2 + 127 : 0;
+    if (e < 1) e = 1;
+    float d = ldexpf(1.0f, e - 127);
+    for (int j = 0; j < 32; j++) {
+        float v = x[j * stride];
+        int best = 0;
+        for (int c = 1; c < 8; c++)
+            if (fabsf(E2M1[c] * d - fabsf(v)) < fabsf(E2M1[best] * d - fabsf(v))) best = c;
+        codes[j] = (uint8_t)(best | (v < 0 && best ? 8 : 0));
+        x[j * stride] = (v < 0 ? -1.0f : 1.0f) * E2M1[best] * d;
+    }
+    *e_out = (uint8_t)e;
+}
+
 gpo_spec gpo_tiny_spec(void) {
     return (gpo_spec){.hidden = 64, .layers = 4, .heads = 4, .kv_heads = 2, .head_dim = 16, .vocab = 96,
                       .experts = 8, .experts_used = 4, .ffn = 32, .window = 16, .max_pos = 256, .orig = 64,
@@ -58,6 +80,17 @@ gpo_weights gpo_make_weights(const gpo_spec *s, uint64_t seed) {
         L->gate_up = vec((size_t)E * H * 2 * F, 0, 10.0 / sqrt((double)H));
         L->gate_up_b = vec((size_t)E * 2 * F, 0, 1.0);
         L->down = vec((size_t)E * F * H, 0, 0.15 / sqrt((double)F)), L->down_b = vec((size_t)E * H, 0, 0.3);
+        if (s->mxfp4_experts) { /* the values an MXFP4 file holds: rows of the converter's layout */
+            uint8_t e8, codes[32];
+            for (int e = 0; e < E; e++) {
+                for (int c = 0; c < 2 * F; c++) /* gate / up row c / 2: column c over hidden */
+                    for (int h0 = 0; h0 < H; h0 += 32)
+                        mxfp4_snap(L->gate_up + ((size_t)e * H + h0) * 2 * F + c, (size_t)2 * F, &e8, codes);
+                for (int h = 0; h < H; h++) /* down row h: over the expert width */
+                    for (int f0 = 0; f0 < F; f0 += 32)
+                        mxfp4_snap(L->down + ((size_t)e * F + f0) * H + h, (size_t)H, &e8, codes);
+            }
+        }
         if (s->bf16_experts) { /* the values a BF16 file holds, for the reference too */
             for (size_t i = 0; i < (size_t)E * H * 2 * F; i++)
                 L->gate_up[i] = fp16_bf16_to_f32(fp16_f32_to_bf16(L->gate_up[i]));
@@ -251,7 +284,24 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
                 for (int f = 0; f < F; f++)
                     down[((size_t)e * H + h) * F + f] = L->down[((size_t)e * F + f) * H + h];
         }
-        if (s->gguf_fused_gate_up) {
+        if (s->mxfp4_experts) { /* values already MXFP4's: re-snapping finds the same codes */
+            float *mats[3] = {gate, up, down};
+            const char *names[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+            for (int p = 0; p < 3; p++) {
+                int cols = p < 2 ? H : F;
+                size_t nb = (size_t)E * F * H / 32;
+                uint8_t *blocks = malloc(nb * 17), codes[32];
+                REQUIRE(blocks != NULL);
+                for (size_t b = 0; b < nb; b++) {
+                    uint8_t *blk = blocks + b * 17;
+                    mxfp4_snap(mats[p] + b * 32, 1, &blk[0], codes);
+                    for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(codes[j] | codes[j + 16] << 4);
+                }
+                uint64_t ne[3] = {(uint64_t)cols, (uint64_t)(p < 2 ? F : H), (uint64_t)E};
+                gguf_writer_add_tensor(gw, NAME(names[p]), 39 /* MXFP4 */, 3, ne, blocks, nb * 17);
+                free(blocks);
+            }
+        } else if (s->gguf_fused_gate_up) {
             float *gu = malloc((size_t)E * 2 * F * H * sizeof *gu), *gub = malloc((size_t)E * 2 * F * sizeof *gub);
             REQUIRE(gu && gub);
             for (int e = 0; e < E; e++) {

@@ -35,6 +35,10 @@ typedef struct gpo_spec {
     bool gguf_q8_0_experts;          /* GGUF: the expert matrices as Q8_0 (as llama.cpp quantizes them) */
     bool gguf_fused_gate_up;         /* GGUF: ffn_gate_up_exps (E, 2F, hidden) and its bias, each expert's gate
                                       * rows then up rows (the converter's --fuse-gate-up-exps); F32 */
+    bool mxfp4_experts;              /* the expert matrices snapped to MXFP4 values (per 32 inputs of a row
+                                      * of the converter's layout: E2M1 codes times 2^(e - 127), e as
+                                      * llama.cpp's quantize_row_mxfp4_ref picks it) and the GGUF's experts
+                                      * written as MXFP4 (ggml's block: e, then byte j = codes j | j + 16) */
     bool gguf_no_sinks;              /* GGUF: leave attn_sinks.weight out (a broken file) */
     bool hf_mxfp4;                   /* HF: the experts as the published checkpoints hold them, MXFP4
                                       * gate_up_proj_blocks (E, 2F, hidden / 32, 16) and _scales (E, 2F,
