@@ -37,6 +37,7 @@ void mtp_free(spec_mtp *t) {
     pdl_context_free(t->ctx);
     bb_free(&t->bb);
     free(t->hidden_in), free(t->hidden_out), free(t->logits), free(t->pending);
+    free(t->seqs), free(t->pos), free(t->want);
     memset(t, 0, sizeof *t);
 }
 
@@ -57,9 +58,19 @@ void mtp_forget(spec_mtp *t, eng_seq *q) {
     q->spec.mtp_pos = -1;
 }
 
-/* Room for rows MTP rows and seqs outputs. */
+/* Room for rows MTP rows and seqs outputs (grown, never per step). */
 static int grow(spec_mtp *t, int rows, int seqs) {
     size_t H = (size_t)t->model->cfg.hidden, V = (size_t)t->model->cfg.vocab;
+    if (seqs > t->seq_cap) {
+        eng_seq **q = realloc(t->seqs, (size_t)seqs * sizeof *q);
+        if (q) t->seqs = q;
+        int32_t *p = realloc(t->pos, (size_t)seqs * sizeof *p);
+        if (p) t->pos = p;
+        int *w = realloc(t->want, (size_t)seqs * sizeof *w);
+        if (w) t->want = w;
+        if (!q || !p || !w) return -1;
+        t->seq_cap = seqs;
+    }
     if ((size_t)rows > t->hidden_rows) {
         float *p = realloc(t->hidden_in, (size_t)rows * H * sizeof *p);
         if (!p) return -1;
@@ -103,13 +114,8 @@ int mtp_absorb(spec_mtp *t, const float *hidden, pdl_error *err) {
         rc = err_fail(err, "speculative decoding: the MTP drafter: out of memory");
         goto done;
     }
-    int32_t *last = malloc((size_t)seqs * sizeof *last);
-    eng_seq **order = malloc((size_t)seqs * sizeof *order);
-    if (!last || !order) {
-        free(last), free(order);
-        rc = err_fail(err, "speculative decoding: the MTP drafter: out of memory");
-        goto done;
-    }
+    int32_t *last = t->pos;
+    eng_seq **order = t->seqs;
     int r = 0, k = 0;
     for (int i = 0; i < t->n_pending && rc == 0; i++) {
         const mtp_pending *p = &t->pending[i];
@@ -137,7 +143,6 @@ int mtp_absorb(spec_mtp *t, const float *hidden, pdl_error *err) {
         memcpy(q->spec.mtp_hidden, t->hidden_out + (size_t)i * H, H * sizeof(float));
         q->spec.mtp_pos = last[i];
     }
-    free(last), free(order);
 done:
     t->n_pending = 0;
     return rc;
@@ -146,13 +151,10 @@ done:
 int mtp_propose(spec_mtp *t, eng_seq **qs, const int *want, int n, pdl_error *err) {
     size_t H = (size_t)t->model->cfg.hidden, V = (size_t)t->model->cfg.vocab;
     int m = 0;
-    eng_seq **act = malloc((size_t)n * sizeof *act);
-    int *act_want = malloc((size_t)n * sizeof *act_want);
-    int32_t *pos = malloc((size_t)n * sizeof *pos);
-    if (!act || !act_want || !pos || grow(t, n, n)) {
-        free(act), free(act_want), free(pos);
-        return err_fail(err, "speculative decoding: out of memory");
-    }
+    if (grow(t, n, n)) return err_fail(err, "speculative decoding: out of memory");
+    eng_seq **act = t->seqs;
+    int *act_want = t->want;
+    int32_t *pos = t->pos;
     for (int i = 0; i < n; i++) {
         eng_seq *q = qs[i];
         q->spec.n_draft = 0;
@@ -196,6 +198,5 @@ int mtp_propose(spec_mtp *t, eng_seq **qs, const int *want, int n, pdl_error *er
         if (model_forward_mtp(t->ctx, t->kv, &b, t->hidden_in, false, t->hidden_out, t->logits, err))
             rc = err_fail_prefix(err, "speculative decoding: the MTP drafter");
     }
-    free(act), free(act_want), free(pos);
     return rc;
 }

@@ -62,6 +62,12 @@ typedef struct spec_mtp {
     int out_rows;
     mtp_pending *pending;      /* this step's kept rows, by sequence */
     int n_pending, cap_pending;
+    /* per sequence of a forward (seq_cap of each): its sequence, its last
+     * row's position (the logits row), its drafts wanted */
+    eng_seq **seqs;
+    int32_t *pos;
+    int *want;
+    int seq_cap;
 } spec_mtp;
 
 /* Needs target->cfg.mtp_loaded (an error naming the file's lack otherwise). */
