@@ -45,6 +45,8 @@ struct gram_harmony {
     gram_text head;     /* the header so far */
     gram_text pend;     /* body bytes that may begin a marker */
     gram_text args;     /* the current call's arguments */
+    gram_text run;      /* body text not handed out yet, all of kind run_kind (one event per run) */
+    gram_tool_event_kind run_kind;
     int n_calls;
     char id[40];
     gram_tool_event_fn fn;
@@ -60,7 +62,7 @@ gram_harmony *gram_harmony_new(uint64_t id_seed) {
 
 void gram_harmony_free(gram_harmony *h) {
     if (!h) return;
-    gram_text_free(&h->head), gram_text_free(&h->pend), gram_text_free(&h->args);
+    gram_text_free(&h->head), gram_text_free(&h->pend), gram_text_free(&h->args), gram_text_free(&h->run);
     free(h);
 }
 
@@ -71,14 +73,21 @@ static void event(gram_harmony *h, gram_tool_event_kind kind, const char *s, siz
     h->fn(&ev, h->user);
 }
 
-/* Body text to where the message goes. */
+/* Hands out the body text gathered so far. */
+static void flush_run(gram_harmony *h) {
+    if (h->run.n) event(h, h->run_kind, h->run.p, h->run.n, false);
+    h->run.n = 0;
+}
+
+/* Body text to where the message goes, gathered into runs. */
 static void body(gram_harmony *h, const char *s, size_t n) {
-    if (h->route == R_CALL) {
-        if (!gram_text_put(&h->args, s, n)) h->oom = true;
-        event(h, GRAM_TOOL_CALL_ARGS, s, n, false);
-    } else {
-        event(h, h->route == R_REASONING ? GRAM_TOOL_REASONING : GRAM_TOOL_CONTENT, s, n, false);
-    }
+    gram_tool_event_kind kind = h->route == R_CALL        ? GRAM_TOOL_CALL_ARGS
+                                : h->route == R_REASONING ? GRAM_TOOL_REASONING
+                                                          : GRAM_TOOL_CONTENT;
+    if (h->route == R_CALL && !gram_text_put(&h->args, s, n)) h->oom = true;
+    if (h->run.n && kind != h->run_kind) flush_run(h);
+    h->run_kind = kind;
+    if (!gram_text_put(&h->run, s, n)) h->oom = true;
 }
 
 /* The word after key in the header, up to whitespace or '<'. */
@@ -119,6 +128,7 @@ static void header_done(gram_harmony *h) {
 /* The body ended (by its marker, or the text's end): a call is complete
  * when its arguments are JSON (a marker inside a string cut them short). */
 static void body_done(gram_harmony *h) {
+    flush_run(h);
     if (h->route == R_CALL) {
         json_t *j = json_loadb(h->args.p ? h->args.p : "", h->args.n, JSON_DECODE_ANY, NULL);
         event(h, GRAM_TOOL_CALL_END, NULL, 0, j != NULL);
@@ -190,12 +200,14 @@ int gram_harmony_feed(gram_harmony *h, const char *text, size_t len, gram_tool_e
     }
     for (size_t i = 0; i < len; i++) {
         if (h->state == H_PLAIN) {
+            flush_run(h);
             event(h, GRAM_TOOL_CONTENT, text + i, len - i, false);
             break;
         }
         feed_byte(h, text[i]);
     }
-    return h->oom || h->head.oom || h->pend.oom || h->args.oom ? -1 : 0;
+    flush_run(h);
+    return h->oom || h->run.oom || h->head.oom || h->pend.oom || h->args.oom ? -1 : 0;
 }
 
 int gram_harmony_finish(gram_harmony *h, gram_tool_event_fn fn, void *user) {
