@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "kernels/fp16.h"
+#include "model/model.h"
 #include "pagedlm.h"
 #include "support/gptoss_writer.h"
 #include "test_util.h"
@@ -335,22 +336,44 @@ static void test_gptoss_bf16_experts_match_float64_reference(void) {
     check_model(&s, "gptoss-bf16", 0x13198A2E03707344ull);
 }
 
-/* The published checkpoints hold MXFP4 experts (_blocks / _scales): refused
- * with a message that names the tensor and the type, not a missing-tensor
- * error or a crash. */
-static void test_mxfp4_hf_experts_are_refused_by_name(void) {
+/* The published checkpoints' MXFP4 experts (_blocks / _scales, U8, byte j
+ * of a block holding values 2j and 2j + 1), repacked at load into ggml's
+ * MXFP4 blocks: all-row logits within TOL of the float64 forward (the
+ * experts' inputs quantized per 32 as the MXFP4 matmul does), and the same
+ * bytes as the GGUF llama.cpp's converter makes of the folder (YaRN's
+ * truncate set in both, so they hold one model). The byte equality is
+ * what pins the repacking: the float64 comparison can move by ~1e-2 when
+ * an activation sits on an int8 rounding boundary (float32 and float64 then
+ * round it apart), which this seed's prompt does not hit. */
+static void test_gptoss_mxfp4_hf_experts(void) {
     gpo_spec s = gpo_tiny_spec();
-    s.hf_mxfp4 = true;
-    gpo_weights w = gpo_make_weights(&s, 5);
-    char *dir = test_make_dir("gptoss-mxfp4");
+    s.mxfp4_experts = true, s.hf_mxfp4 = true, s.hf_truncate = true;
+    gpo_weights w = gpo_make_weights(&s, 0xBE5466CF34E90C6Cull);
+    char *dir = test_make_dir("gptoss-mxfp4-hf"), *gg = test_join(dir, "model.gguf");
     gpo_write_hf(&s, &w, dir);
-    pdl_model *m = NULL;
+    gpo_write_gguf(&s, &w, gg);
+    pdl_model *m = NULL, *mg = NULL;
     pdl_error err;
-    CHECK_MSG(pdl_model_load(&m, dir, NULL, &err) != 0, "%s loaded", dir);
-    CHECK_CONTAINS(err.message, "mlp.experts.gate_up_proj_blocks");
-    CHECK_CONTAINS(err.message, "MXFP4");
-    pdl_model_free(m);
-    free(dir);
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&m, dir, &o, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_model_load(&mg, gg, &o, &err) == 0, "%s", err.message);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    CHECK_CONTAINS(info.weight_types, "MXFP4");
+    int32_t tok[64];
+    for (int t = 0; t < 64; t++) tok[t] = (int32_t)((t * 29 + 3) % s.vocab);
+    float *rows = test_all_row_logits(m, tok, 64), *rows_gguf = test_all_row_logits(mg, tok, 64);
+    CHECK_MSG(memcmp(rows, rows_gguf, (size_t)64 * s.vocab * sizeof *rows) == 0,
+              "the HF folder's MXFP4 experts and the GGUF's give different logits");
+    double *want = malloc((size_t)64 * s.vocab * sizeof *want);
+    g_ref_q8 = true;
+    ref_forward(&s, &w, true, BUG_NONE, tok, 64, want);
+    g_ref_q8 = false;
+    double d = max_diff(rows, want, (size_t)64 * s.vocab);
+    fprintf(stderr, "  MXFP4 experts from the HF folder: max |engine - float64| %.3g\n", d);
+    CHECK_MSG(d <= TOL, "HF MXFP4 experts: %.3g from the float64 forward (tolerance %g)", d, TOL);
+    pdl_model_free(m), pdl_model_free(mg);
+    free(rows), free(rows_gguf), free(want), free(gg), free(dir);
     gpo_free_weights(&s, &w);
 }
 
@@ -462,6 +485,27 @@ static void test_gptoss_fused_gate_up_gguf(void) {
     gpo_free_weights(&s, &w);
 }
 
+/* llama.cpp's converter writes <|return|> as a gpt-oss GGUF's only EOS; a
+ * tool call ends with <|call|>, which must end generation too (as llama.cpp
+ * stops at both): both are among the model's end tokens. */
+static void test_gptoss_gguf_ends_at_return_and_call(void) {
+    gpo_spec s = gpo_tiny_spec();
+    s.gguf_harmony_vocab = true;
+    gpo_weights w = gpo_make_weights(&s, 77);
+    char *dir = test_make_dir("gptoss-harmony-vocab"), *gg = test_join(dir, "model.gguf");
+    gpo_write_gguf(&s, &w, gg);
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, gg, NULL, &err) == 0, "%s", err.message);
+    bool ret = false, call = false;
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        ret = ret || m->cfg.eos_ids[i] == s.vocab - 2, call = call || m->cfg.eos_ids[i] == s.vocab - 1;
+    CHECK_MSG(ret && call, "end tokens: <|return|> %d, <|call|> %d (of %d)", ret, call, m->cfg.n_eos);
+    pdl_model_free(m);
+    free(gg), free(dir);
+    gpo_free_weights(&s, &w);
+}
+
 /* A gpt-oss GGUF without its sinks is refused naming the tensor. */
 static void test_missing_sinks_are_named(void) {
     gpo_spec s = gpo_tiny_spec();
@@ -484,7 +528,8 @@ int main(void) {
     REQUIRE(pdl_set_kernels(NULL, 0, &kerr) == 0);
     RUN(test_gptoss_matches_float64_reference);
     RUN(test_gptoss_bf16_experts_match_float64_reference);
-    RUN(test_mxfp4_hf_experts_are_refused_by_name);
+    RUN(test_gptoss_mxfp4_hf_experts);
+    RUN(test_gptoss_gguf_ends_at_return_and_call);
     RUN(test_gptoss_fused_gate_up_gguf);
     RUN(test_gptoss_q8_0_experts);
     RUN(test_gptoss_mxfp4_experts);

@@ -538,6 +538,57 @@ static void test_chat_messages_through_the_template(void) {
     srv_gen_request_free(&r);
 }
 
+static const gram_vocab *test_grammar_vocab(void *user, pdl_error *err);
+
+/* A stand-in template that writes each assistant message's "thinking". */
+static int thinking_chat(void *user, const json_t *messages, const json_t *request, int32_t **ids, size_t *n_ids,
+                         char **text, size_t *text_len, srv_api_error *err) {
+    (void)user, (void)request;
+    char buf[1024] = "";
+    size_t i;
+    const json_t *m;
+    json_array_foreach(messages, i, m) {
+        const json_t *t = json_object_get(m, "thinking");
+        snprintf(buf + strlen(buf), sizeof buf - strlen(buf), "[%s]", json_is_string(t) ? json_string_value(t) : "-");
+    }
+    *text = strdup(buf);
+    *text_len = strlen(buf);
+    pdl_error pe;
+    if (pdl_tokenize(model, buf, strlen(buf), true, ids, n_ids, &pe)) return srv_api_fail(err, 400, "messages", "%s", pe.message);
+    return 0;
+}
+
+/* gpt-oss's template renders an assistant's earlier reasoning from
+ * "thinking": the reasoning a client sends back (reasoning_content, or
+ * vLLM's reasoning) reaches it there, for a harmony model only. */
+static void test_harmony_reasoning_goes_back_as_thinking(void) {
+    static const char BODY[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, "
+        "{\"role\": \"assistant\", \"content\": null, \"reasoning_content\": \"r1\", \"tool_calls\": "
+        "[{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", \"arguments\": \"{}\"}}]}, "
+        "{\"role\": \"tool\", \"tool_call_id\": \"c1\", \"content\": \"ok\"}, "
+        "{\"role\": \"assistant\", \"content\": \"a\", \"reasoning\": \"r2\"}, "
+        "{\"role\": \"assistant\", \"content\": \"b\", \"reasoning\": \"r3\", \"thinking\": \"own\"}, "
+        "{\"role\": \"user\", \"content\": \"more\", \"reasoning_content\": \"not an assistant\"}]}";
+    for (int harmony = 0; harmony <= 1; harmony++) {
+        setup();
+        srv_parse_ctx c = ctx;
+        c.chat_prompt = thinking_chat;
+        c.harmony = harmony;
+        c.reasoning_budget = -1;
+        c.grammar_vocab = test_grammar_vocab;
+        json_t *o = body_of(BODY);
+        srv_gen_request r;
+        srv_api_error e = {0};
+        int rc = srv_parse_chat(&c, o, &r, &e);
+        json_decref(o);
+        REQUIRE_MSG(rc == 0, "%s", e.message);
+        const char *want = harmony ? "[-][r1][-][r2][own][-]" : "[-][-][-][-][own][-]";
+        CHECK_MSG(strcmp(r.prompts[0].text, want) == 0, "harmony %d: rendered %s", harmony, r.prompts[0].text);
+        srv_gen_request_free(&r);
+    }
+}
+
 static void test_chat_errors(void) {
     chat_refused("{}", 400, "messages", "'messages' is required");
     chat_refused("{\"messages\": \"hi\"}", 400, "messages", "must be a list");
@@ -1343,6 +1394,7 @@ int main(void) {
     RUN(test_prompt_longer_than_context_is_400);
     RUN(test_chat_messages_through_the_template);
     RUN(test_chat_errors);
+    RUN(test_harmony_reasoning_goes_back_as_thinking);
     RUN(test_structured_output_fields);
     RUN(test_tools_and_tool_choice);
     RUN(test_every_format_forces_and_parses_with_the_tools);

@@ -63,6 +63,9 @@ int mlx_quant_parse(const json_t *cfg, const char *cfg_path, pdl_mlx_quant *q, p
     if (method && !json_is_null(method)) {
         if (!json_is_string(method))
             return err_fail(err, "%s: field '%s.quant_method' must be a string", cfg_path, q->key);
+        /* gpt-oss's published checkpoints: the MXFP4 tensors (*_blocks /
+         * *_scales) say what they are, and the model loader repacks them */
+        if (strcmp(json_string_value(method), "mxfp4") == 0) return 0;
         return err_fail(err,
                         "%s: %s.quant_method '%s' is not supported: pagedlm loads unquantized safetensors "
                         "and MLX affine quantization (\"quantization\": {\"group_size\", \"bits\"})",

@@ -15,7 +15,8 @@
  * entries "model.layers.0.mlp.gate_proj": {"group_size": G, "bits": B} or
  * false (kept in float). Supported: affine mode, 4 and 8 bits, groups of
  * 32, 64 and 128. A quantization_config naming a quant_method (awq, gptq,
- * bitsandbytes, fp8, compressed-tensors, ...) is refused.
+ * bitsandbytes, fp8, compressed-tensors, ...) is refused, except mxfp4
+ * (gpt-oss: its *_blocks / *_scales tensors are read by the model loader).
  * What it is not for: dequantizing (kernels/cpu_ops.c) or tensor roles.
  */
 #ifndef PDL_FORMAT_MLX_QUANT_H

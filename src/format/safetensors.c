@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,16 +130,16 @@ static int parse_entry(pdl_tensor *t, const char *path, const char *name, const 
         return err_fail(err, "%s: tensor '%s': \"dtype\" is %s, not a string", path, name,
                         json_type_name(dtype));
     size_t nl = strlen(name);
-    if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0 && strcmp(json_string_value(dtype), "U8") == 0 &&
-        nl > 7 && (strcmp(name + nl - 7, "_blocks") == 0 || strcmp(name + nl - 7, "_scales") == 0))
-        return err_fail(err, "%s: tensor '%s': MXFP4 weights (U8 _blocks / _scales, as gpt-oss's experts) are not "
-                        "supported yet", path, name);
-    if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0)
+    bool mxfp4_part = nl > 7 && (strcmp(name + nl - 7, "_blocks") == 0 || strcmp(name + nl - 7, "_scales") == 0);
+    if (mxfp4_part && strcmp(json_string_value(dtype), "U8") == 0) t->dtype = PDL_DTYPE_U8;
+    else if (parse_dtype(json_string_value(dtype), flags, &t->dtype) != 0)
         return err_fail(err, "%s: tensor '%s': dtype '%.32s' is not supported (only F32, F16, BF16%s)",
                         path, name, json_string_value(dtype),
                         (flags & ST_ALLOW_U32) ? ", and U32 for MLX-quantized weights"
                         : strcmp(json_string_value(dtype), "U32") == 0
                             ? "; U32 only as MLX-quantized codes, with a \"quantization\" block in config.json"
+                        : strcmp(json_string_value(dtype), "U8") == 0
+                            ? "; U8 only as MXFP4 blocks and scales, in tensors named *_blocks / *_scales"
                             : "");
 
     /* shape */

@@ -30,8 +30,9 @@ void st_close(st_model *m);
 void st_release(st_model *m, const void *data, size_t n);
 
 /* All tensors of all shards (names unique across shards). Only F32, F16 and
- * BF16 are accepted (and U32 with ST_ALLOW_U32); another dtype fails at
- * open with file, tensor, dtype. */
+ * BF16 are accepted (and U32 with ST_ALLOW_U32, and U8 in tensors named
+ * *_blocks / *_scales: MXFP4 parts); another dtype fails at open with file,
+ * tensor, dtype. */
 const pdl_tensor_set *st_tensors(const st_model *m);
 /* The same set, for a pass that rewrites entries in place (names unchanged;
  * format/mlx_quant.c). */

@@ -23,6 +23,7 @@ static const struct {
     [PDL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
     [PDL_DTYPE_U32] = {"U32", 1, 4},      [PDL_DTYPE_MLX_Q4] = {"MLX_Q4", 8, 4},
     [PDL_DTYPE_MLX_Q8] = {"MLX_Q8", 4, 4},   [PDL_DTYPE_MXFP4] = {"MXFP4", 32, 17},
+    [PDL_DTYPE_U8] = {"U8", 1, 1},
 };
 
 static int dtype_ok(pdl_dtype t) { return (unsigned)t < PDL_DTYPE_COUNT; }

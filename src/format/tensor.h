@@ -51,6 +51,11 @@ typedef enum pdl_dtype {
      * scale byte e, then 16 bytes of 4-bit E2M1 codes (byte j: element j
      * in the low nibble, j + 16 in the high, as Q4_0) (17 bytes) */
     PDL_DTYPE_MXFP4,
+    /* Raw bytes as safetensors' U8: only the MXFP4 blocks and scales of
+     * Hugging Face's gpt-oss checkpoints (tensors named *_blocks /
+     * *_scales), which the loader repacks as PDL_DTYPE_MXFP4; never a
+     * weight the forward pass reads. */
+    PDL_DTYPE_U8,
     PDL_DTYPE_COUNT
 } pdl_dtype;
 

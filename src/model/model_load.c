@@ -268,6 +268,88 @@ static int split_gate_up_bias(pdl_model *m, const pdl_tensor *b, int64_t E, int6
     return 0;
 }
 
+/* One MXFP4 row of Hugging Face's layout as ggml's blocks (17 bytes per 32
+ * values: the E8M0 scale byte, then byte j = codes j | j + 16 << 4). The
+ * checkpoint's byte j of a block holds values 2j (low nibble) and 2j + 1
+ * (high), as transformers' convert_moe_packed_tensors reads them; the scale
+ * byte is the same E8M0 exponent in both. */
+static void mxfp4_row_from_hf(uint8_t *dst, const uint8_t *blocks, const uint8_t *scales, int64_t n_blocks) {
+    for (int64_t b = 0; b < n_blocks; b++) {
+        const uint8_t *q = blocks + b * 16;
+        uint8_t code[32];
+        for (int j = 0; j < 16; j++) code[2 * j] = q[j] & 15, code[2 * j + 1] = q[j] >> 4;
+        uint8_t *o = dst + b * 17;
+        o[0] = scales[b];
+        for (int j = 0; j < 16; j++) o[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+    }
+}
+
+/* The published gpt-oss checkpoints' experts: mlp.experts.gate_up_proj_blocks
+ * (E, 2F, hidden / 32, 16) and _scales (E, 2F, hidden / 32), U8, rows the
+ * outputs (gate 2f, up 2f + 1) over the hidden inputs; down_proj_blocks
+ * (E, hidden, F / 32, 16) and _scales likewise over the expert width. Made
+ * into owned MXFP4 matrices (gate, up, down per expert) in ggml's layout,
+ * as llama.cpp's converter repacks them; the file's pages are given back. */
+static int take_gptoss_mxfp4(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l,
+                             const char *where, pdl_tensor *const dst[3], pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    int64_t E = c->n_experts, F = c->ffn_expert, H = c->hidden;
+    static const char *const part[2][2] = {{"mlp.experts.gate_up_proj_blocks", "mlp.experts.gate_up_proj_scales"},
+                                           {"mlp.experts.down_proj_blocks", "mlp.experts.down_proj_scales"}};
+    pdl_tensor t[2][2];
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < 2; k++) {
+            char name[PDL_TENSOR_NAME_MAX];
+            layer_name(name, sizeof name, hf_prefix, l, part[p][k], NULL);
+            if (model_take_tensor(set, name, true, where, &t[p][k], err)) return -1;
+        }
+    if (H % 32 || F % 32)
+        return err_fail(err, "%s: MXFP4 experts need hidden_size (%lld) and intermediate_size (%lld) to be multiples of "
+                        "32", where, (long long)H, (long long)F);
+    for (int p = 0; p < 2; p++) {
+        int64_t rows = p ? H : 2 * F, nb = (p ? F : H) / 32;
+        const pdl_tensor *b = &t[p][0], *sc = &t[p][1];
+        if (b->dtype != PDL_DTYPE_U8 || sc->dtype != PDL_DTYPE_U8 || b->n_dims != 4 || b->shape[0] != E ||
+            b->shape[1] != rows || b->shape[2] != nb || b->shape[3] != 16 || sc->n_dims != 3 || sc->shape[0] != E ||
+            sc->shape[1] != rows || sc->shape[2] != nb)
+            return err_fail(err, "%s: MXFP4 experts of layer %d: '%s' must be U8 [%lld, %lld, %lld, 16] and '%s' U8 "
+                            "[%lld, %lld, %lld]", where, l, b->name, (long long)E, (long long)rows, (long long)nb,
+                            sc->name, (long long)E, (long long)rows, (long long)nb);
+    }
+    size_t row_bytes[3] = {dtype_row_bytes(PDL_DTYPE_MXFP4, H), dtype_row_bytes(PDL_DTYPE_MXFP4, H),
+                           dtype_row_bytes(PDL_DTYPE_MXFP4, F)};
+    int64_t n_rows[3] = {F, F, H};
+    static const char *const what[3] = {"gate", "up", "down"};
+    for (int p = 0; p < 3; p++) {
+        uint8_t *buf = malloc((size_t)(E * n_rows[p]) * row_bytes[p]);
+        if (!buf || own(m, buf)) {
+            free(buf);
+            return err_fail(err, "out of memory repacking the MXFP4 experts of layer %d", l);
+        }
+        const pdl_tensor *b = &t[p == 2][0], *sc = &t[p == 2][1];
+        int64_t nb = (p == 2 ? F : H) / 32, src_rows = p == 2 ? H : 2 * F;
+        for (int64_t e = 0; e < E; e++) {
+            for (int64_t r = 0; r < n_rows[p]; r++) {
+                int64_t src = e * src_rows + (p == 2 ? r : 2 * r + p); /* gate 2f, up 2f + 1 */
+                mxfp4_row_from_hf(buf + (size_t)(e * n_rows[p] + r) * row_bytes[p],
+                                  (const uint8_t *)b->data + (size_t)(src * nb * 16), (const uint8_t *)sc->data + src * nb,
+                                  nb);
+            }
+            pdl_tensor *o = &dst[p][e];
+            *o = *b;
+            o->dtype = PDL_DTYPE_MXFP4, o->n_dims = 2, o->shape[0] = n_rows[p], o->shape[1] = p == 2 ? F : H;
+            o->data = buf + (size_t)(e * n_rows[p]) * row_bytes[p];
+            o->nbytes = (size_t)n_rows[p] * row_bytes[p];
+            o->file_offset = 0; /* no longer in the file */
+            snprintf(o->name, sizeof o->name, "%.200s[e%lld.%s]", b->name, (long long)e, what[p]);
+        }
+    }
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < 2; k++)
+            if (m->st) st_release(m->st, t[p][k].data, t[p][k].nbytes);
+    return 0;
+}
+
 /* gpt-oss's Hugging Face experts (modeling_gpt_oss.py, GptOssExperts):
  * mlp.experts.gate_up_proj (E, hidden, 2 * ffn) multiplied as x W, gate
  * and up in alternate columns (gate 2f, up 2f + 1), and down_proj (E, ffn,
@@ -276,27 +358,34 @@ static int split_gate_up_bias(pdl_model *m, const pdl_tensor *b, int64_t E, int6
  * outputs, columns = inputs) per expert: owned transposed copies in the
  * file's float type (as llama.cpp's converter makes of a BF16 checkpoint),
  * and F32 biases split into gate and up. The published checkpoints hold the
- * experts as MXFP4 (_blocks / _scales), refused here with a clear message. */
+ * experts as MXFP4 (_blocks / _scales): take_gptoss_mxfp4. */
 static int take_gptoss_experts(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, int l,
                                const char *where, pdl_tensor *const dst[3], pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     pdl_layer_weights *lw = &m->w.layers[l];
     char name[PDL_TENSOR_NAME_MAX];
-    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.gate_up_proj_blocks", NULL);
-    if (tensor_set_find(set, name))
-        return err_fail(err, "%s: tensor '%s': MXFP4 experts (_blocks / _scales) are not supported yet; convert the "
-                        "experts to BF16 (or use a GGUF with BF16 / Q8_0 experts)", where, name);
     pdl_tensor gu, gub, down, downb;
-    char gu_name[PDL_TENSOR_NAME_MAX];
-    layer_name(gu_name, sizeof gu_name, hf_prefix, l, "mlp.experts.gate_up_proj", NULL);
     layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.gate_up_proj_bias", NULL);
-    if (model_take_tensor(set, gu_name, true, where, &gu, err) || model_take_tensor(set, name, true, where, &gub, err))
-        return -1;
-    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.down_proj", NULL);
-    if (model_take_tensor(set, name, true, where, &down, err)) return -1;
+    if (model_take_tensor(set, name, true, where, &gub, err)) return -1;
     layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.down_proj_bias", NULL);
     if (model_take_tensor(set, name, true, where, &downb, err)) return -1;
     int64_t E = c->n_experts, F = c->ffn_expert, H = c->hidden;
+    if (tensor_nelems(&downb) != E * H)
+        return err_fail(err, "%s: '%s' must hold %lld values (%lld experts x %lld)", where, downb.name,
+                        (long long)(E * H), (long long)E, (long long)H);
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.gate_up_proj_blocks", NULL);
+    if (tensor_set_find(set, name)) { /* the published MXFP4 checkpoints */
+        if (take_gptoss_mxfp4(m, set, hf_prefix, l, where, dst, err) ||
+            split_gate_up_bias(m, &gub, E, F, true, lw, where, err))
+            return -1;
+        lw->exp_down_b = downb;
+        return 0;
+    }
+    char gu_name[PDL_TENSOR_NAME_MAX];
+    layer_name(gu_name, sizeof gu_name, hf_prefix, l, "mlp.experts.gate_up_proj", NULL);
+    if (model_take_tensor(set, gu_name, true, where, &gu, err)) return -1;
+    layer_name(name, sizeof name, hf_prefix, l, "mlp.experts.down_proj", NULL);
+    if (model_take_tensor(set, name, true, where, &down, err)) return -1;
     if (gu.n_dims != 3 || gu.shape[0] != E || gu.shape[1] != H || gu.shape[2] != 2 * F || down.n_dims != 3 ||
         down.shape[0] != E || down.shape[1] != F || down.shape[2] != H || tensor_nelems(&gub) != E * 2 * F ||
         tensor_nelems(&downb) != E * H)

@@ -212,6 +212,34 @@ static int read_hybrid(const gguf_file *g, const char *arch, pdl_model_config *c
     return model_set_layer_kinds(c, NULL, interval, path, err);
 }
 
+/* One more token generation stops at (no repeats, at most PDL_MAX_EOS). */
+static void add_eos(pdl_model_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return;
+    if (c->n_eos < PDL_MAX_EOS) c->eos_ids[c->n_eos++] = id;
+}
+
+/* The harmony format (gpt-oss) ends a turn with <|return|> and a tool call
+ * with <|call|>; llama.cpp's converter writes only <|return|> as the EOS
+ * and llama.cpp stops at both by their text. So does this: when the EOS is
+ * <|return|>, <|call|> (when the vocabulary has it) ends generation too. */
+static int harmony_call_ends(const gguf_file *g, pdl_model_config *c, pdl_error *err) {
+    gguf_array toks;
+    int rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, err);
+    if (rc <= 0 || toks.elem_type != GGUF_TYPE_STRING || c->n_eos == 0) return rc < 0 ? -1 : 0;
+    int32_t eos = c->eos_ids[0];
+    static const char RET[] = "<|return|>", CALL[] = "<|call|>";
+    if (eos < 0 || (uint64_t)eos >= toks.count || toks.strings[eos].len != sizeof RET - 1 ||
+        memcmp(toks.strings[eos].ptr, RET, sizeof RET - 1) != 0)
+        return 0;
+    for (uint64_t i = 0; i < toks.count; i++)
+        if (toks.strings[i].len == sizeof CALL - 1 && memcmp(toks.strings[i].ptr, CALL, sizeof CALL - 1) == 0) {
+            add_eos(c, (int32_t)i);
+            break;
+        }
+    return 0;
+}
+
 /* general.architecture as the file gives it (read_config checked it). */
 static const char *file_arch(const gguf_file *g) {
     const char *arch = NULL;
@@ -324,12 +352,19 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     if (rc > 0 && id != UINT32_MAX) c->bos_id = (int32_t)id;
     rc = gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id, err);
     if (rc < 0) return -1;
-    if (rc > 0 && id != UINT32_MAX) c->eos_ids[c->n_eos++] = (int32_t)id;
+    if (rc > 0 && id != UINT32_MAX) add_eos(c, (int32_t)id);
     rc = gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id, err);
     if (rc < 0) return -1;
-    if (rc > 0 && id != UINT32_MAX && (c->n_eos == 0 || c->eos_ids[0] != (int32_t)id))
-        c->eos_ids[c->n_eos++] = (int32_t)id;
-    return 0;
+    if (rc > 0 && id != UINT32_MAX) add_eos(c, (int32_t)id);
+    /* Ollama's converters list them all */
+    gguf_array ids;
+    rc = gguf_get_arr(g, "tokenizer.ggml.eos_token_ids", &ids, err);
+    if (rc < 0) return -1;
+    for (uint64_t i = 0; rc > 0 && ids.elem_type != GGUF_TYPE_STRING && i < ids.count; i++) {
+        int64_t v = gguf_arr_i64(&ids, i);
+        if (v >= 0 && v < INT32_MAX) add_eos(c, (int32_t)v);
+    }
+    return harmony_call_ends(g, c, err);
 }
 
 /* RoPE frequency factors: rope_freqs (Llama 3.1), or LongRoPE's long and

@@ -333,6 +333,19 @@ static int tool_call_arguments_as_objects(json_t *msg, const char *param, srv_ap
     return 0;
 }
 
+/* A harmony (gpt-oss) assistant message's reasoning, as an OpenAI client
+ * sends it back ("reasoning_content", or vLLM's "reasoning"), goes to the
+ * template as "thinking": the field gpt-oss's template renders as the
+ * analysis message before a tool call, as llama.cpp passes it. A message
+ * with its own "thinking" keeps it. */
+static void harmony_thinking_field(json_t *msg) {
+    const char *role = json_string_value(json_object_get(msg, "role"));
+    if (!role || strcmp(role, "assistant") != 0 || json_object_get(msg, "thinking")) return;
+    json_t *r = json_object_get(msg, "reasoning_content");
+    if (!json_is_string(r)) r = json_object_get(msg, "reasoning");
+    if (json_is_string(r)) json_object_set(msg, "thinking", r);
+}
+
 /* A tool message's tool_call_id must be the id of a call in an earlier
  * assistant message's tool_calls, as OpenAI requires: a result the model
  * cannot tie to a call is a client error, not something to render (vLLM
@@ -452,6 +465,7 @@ static int normalize_messages(const srv_parse_ctx *c, const json_t *body, json_t
             json_decref(norm);
             return -1;
         }
+        if (c->harmony) harmony_thinking_field(copy);
         const json_t *content = json_object_get(m, "content");
         if (!content || json_is_null(content) || json_is_string(content)) continue;
         if (!json_is_array(content)) {

@@ -137,10 +137,13 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
              "  \"swiglu_limit\": 7.0, \"hidden_act\": \"silu\", \"tie_word_embeddings\": false,\n"
              "  \"bos_token_id\": 2, \"eos_token_id\": 1,\n"
              "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": %.17g, \"beta_fast\": %.17g,\n"
-             "    \"beta_slow\": %.17g, \"original_max_position_embeddings\": %d, \"truncate\": false}\n}\n",
+             "    \"beta_slow\": %.17g, \"original_max_position_embeddings\": %d, \"truncate\": %s}%s\n}\n",
              s->hidden, s->ffn, s->layers, s->heads, s->kv_heads, s->head_dim, s->vocab, s->experts, s->experts_used,
              s->experts_used, s->max_pos, s->eps, s->theta, s->window, types, s->factor,
-             s->beta_fast, s->beta_slow, s->orig);
+             s->beta_fast, s->beta_slow, s->orig, s->hf_truncate ? "true" : "false",
+             s->hf_mxfp4 ? ",\n  \"quantization_config\": {\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+                           "[\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", \"model.embed_tokens\", "
+                           "\"lm_head\"]}" : "");
     char *path = test_join(dir, "config.json");
     test_write_file(path, cfg, strlen(cfg));
     free(path);
@@ -168,12 +171,31 @@ void gpo_write_hf(const gpo_spec *s, const gpo_weights *w, const char *dir) {
         data = L->sinks, PUT(NAME("self_attn.sinks"), 1, s->heads);
         data = L->router, PUT(NAME("mlp.router.weight"), 2, E, H);
         data = L->router_b, PUT(NAME("mlp.router.bias"), 1, E);
-        if (s->hf_mxfp4) { /* bytes do not matter: the loader refuses the type */
-            stw_add(st, NAME("mlp.experts.gate_up_proj_blocks"), "U8", 4, (const int64_t[]){E, 2 * F, H / 32, 16},
-                    NULL);
-            stw_add(st, NAME("mlp.experts.gate_up_proj_scales"), "U8", 3, (const int64_t[]){E, 2 * F, H / 32}, NULL);
-            stw_add(st, NAME("mlp.experts.down_proj_blocks"), "U8", 4, (const int64_t[]){E, H, F / 32, 16}, NULL);
-            stw_add(st, NAME("mlp.experts.down_proj_scales"), "U8", 3, (const int64_t[]){E, H, F / 32}, NULL);
+        if (s->hf_mxfp4) { /* the experts' values are MXFP4's already (mxfp4_experts): re-snapping finds them */
+            for (int p = 0; p < 2; p++) { /* gate_up: row c is column c over hidden; down: row h over the width */
+                int rows = p ? H : 2 * F, cols = p ? F : H;
+                size_t nb = (size_t)E * rows * (cols / 32);
+                uint8_t *blocks = malloc(nb * 16), *scales = malloc(nb), codes[32];
+                REQUIRE(blocks && scales);
+                float *vals = malloc((size_t)cols * sizeof *vals);
+                REQUIRE(vals != NULL);
+                for (int e = 0; e < E; e++)
+                    for (int r = 0; r < rows; r++) {
+                        for (int i = 0; i < cols; i++)
+                            vals[i] = p ? L->down[((size_t)e * F + i) * H + r] : L->gate_up[((size_t)e * H + i) * 2 * F + r];
+                        for (int b0 = 0; b0 < cols; b0 += 32) {
+                            size_t b = ((size_t)e * rows + r) * (cols / 32) + b0 / 32;
+                            mxfp4_snap(vals + b0, 1, &scales[b], codes);
+                            for (int j = 0; j < 16; j++) /* byte j: values 2j (low nibble) and 2j + 1 */
+                                blocks[b * 16 + j] = (uint8_t)(codes[2 * j] | codes[2 * j + 1] << 4);
+                        }
+                    }
+                stw_add(st, NAME(p ? "mlp.experts.down_proj_blocks" : "mlp.experts.gate_up_proj_blocks"), "U8", 4,
+                        (const int64_t[]){E, rows, cols / 32, 16}, blocks);
+                stw_add(st, NAME(p ? "mlp.experts.down_proj_scales" : "mlp.experts.gate_up_proj_scales"), "U8", 3,
+                        (const int64_t[]){E, rows, cols / 32}, scales);
+                free(blocks), free(scales), free(vals);
+            }
         } else if (s->bf16_experts) {
             uint16_t *b = to_bf16(L->gate_up, (size_t)E * H * 2 * F);
             stw_add(st, NAME("mlp.experts.gate_up_proj"), "BF16", 3, (const int64_t[]){E, H, 2 * F}, b);
@@ -240,7 +262,29 @@ void gpo_write_gguf(const gpo_spec *s, const gpo_weights *w, const char *path) {
     gguf_writer_add_f32(gw, KEY("rope.scaling.yarn_beta_fast"), (float)s->beta_fast);
     gguf_writer_add_f32(gw, KEY("rope.scaling.yarn_beta_slow"), (float)s->beta_slow);
     gguf_writer_add_u32(gw, "tokenizer.ggml.bos_token_id", 2);
-    gguf_writer_add_u32(gw, "tokenizer.ggml.eos_token_id", 1);
+    if (s->gguf_harmony_vocab) { /* as llama.cpp's converter: <|return|> the only EOS */
+        char **toks = malloc((size_t)s->vocab * sizeof *toks);
+        int32_t *types = malloc((size_t)s->vocab * sizeof *types);
+        REQUIRE(toks && types);
+        for (int i = 0; i < s->vocab; i++) {
+            toks[i] = malloc(16);
+            REQUIRE(toks[i] != NULL);
+            snprintf(toks[i], 16, "t%d", i);
+            types[i] = 1;
+        }
+        snprintf(toks[s->vocab - 2], 16, "<|return|>"), snprintf(toks[s->vocab - 1], 16, "<|call|>");
+        types[s->vocab - 2] = types[s->vocab - 1] = 3; /* control */
+        gguf_writer_add_str(gw, "tokenizer.ggml.model", "gpt2");
+        gguf_writer_add_str(gw, "tokenizer.ggml.pre", "gpt-4o");
+        gguf_writer_add_str_arr(gw, "tokenizer.ggml.tokens", (const char *const *)toks, (size_t)s->vocab);
+        gguf_writer_add_arr(gw, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (size_t)s->vocab);
+        gguf_writer_add_str_arr(gw, "tokenizer.ggml.merges", NULL, 0);
+        gguf_writer_add_u32(gw, "tokenizer.ggml.eos_token_id", (uint32_t)(s->vocab - 2));
+        for (int i = 0; i < s->vocab; i++) free(toks[i]);
+        free(toks), free(types);
+    } else {
+        gguf_writer_add_u32(gw, "tokenizer.ggml.eos_token_id", 1);
+    }
 #undef KEY
     int H = s->hidden, q = s->heads * s->head_dim, kv = s->kv_heads * s->head_dim, E = s->experts, F = s->ffn;
     char n[160];

@@ -39,10 +39,15 @@ typedef struct gpo_spec {
                                       * of the converter's layout: E2M1 codes times 2^(e - 127), e as
                                       * llama.cpp's quantize_row_mxfp4_ref picks it) and the GGUF's experts
                                       * written as MXFP4 (ggml's block: e, then byte j = codes j | j + 16) */
+    bool hf_truncate;                /* config.json's YaRN truncate: true (as the GGUF's reading rounds the
+                                      * ramp's ends), so that both files hold the same model; default false */
+    bool gguf_harmony_vocab;         /* GGUF: a vocabulary t0, t1, ... ending in the control tokens <|return|>
+                                      * (the EOS, as llama.cpp's converter writes it) and <|call|> */
     bool gguf_no_sinks;              /* GGUF: leave attn_sinks.weight out (a broken file) */
     bool hf_mxfp4;                   /* HF: the experts as the published checkpoints hold them, MXFP4
                                       * gate_up_proj_blocks (E, 2F, hidden / 32, 16) and _scales (E, 2F,
-                                      * hidden / 32) U8, down_proj likewise (bytes arbitrary) */
+                                      * hidden / 32) U8 (byte j of a block: values 2j | 2j + 1 << 4), down_proj
+                                      * likewise, and config.json's quantization_config; needs mxfp4_experts */
 } gpo_spec;
 
 typedef struct gpo_layer {
