@@ -955,8 +955,9 @@ static void test_special_token_stands_for_its_text(void) {
     uint64_t bits[5];
     gram_matcher_fill_mask(m, bits);
     CHECK(bits[256 / 64] >> (256 % 64) & 1);  /* [TOOL_CALLS] itself */
-    CHECK(bits['[' / 64] >> ('[' % 64) & 1);  /* or its text */
+    CHECK(!(bits['[' / 64] >> ('[' % 64) & 1)); /* not its text: the vocabulary holds it as a control token */
     CHECK(!(bits[257 / 64] >> (257 % 64) & 1)); /* other control tokens: never */
+    CHECK(!gram_matcher_accept_bytes(m, "[TOOL_CALLS]", 12));
     CHECK(gram_matcher_accept_token(m, 256));
     CHECK(gram_matcher_accept_bytes(m, "[", 1));
     CHECK(gram_matcher_accept_token(m, 258));
@@ -967,8 +968,77 @@ static void test_special_token_stands_for_its_text(void) {
     gram_vocab_free(v);
 }
 
+/* A marker that is a control token of the vocabulary is allowed where the
+ * format writes it and nowhere else: not spelled as text, not inside the
+ * analysis message's free text, not inside a JSON string of the arguments
+ * (a random-weight gpt-oss sampled control tokens there when their text
+ * merely fitted). A token holding a byte 0xFF (never UTF-8 text; grammars
+ * write 0xFF for a control token's place) is never allowed. */
+static void test_harmony_markers_only_where_the_format_writes_them(void) {
+    enum { N = 256 + 5 };
+    static const char *const marks[5] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|constrain|>"};
+    const char *bytes[N];
+    uint32_t lens[N];
+    bool special[N] = {0};
+    static char single[256];
+    for (int b = 0; b < 256; b++) {
+        single[b] = (char)b;
+        bytes[b] = &single[b];
+        lens[b] = 1;
+    }
+    for (int k = 0; k < 5; k++) {
+        bytes[256 + k] = marks[k];
+        lens[256 + k] = (uint32_t)strlen(marks[k]);
+        special[256 + k] = true;
+    }
+    enum { START = 256, CHANNEL, MESSAGE, END, CONSTRAIN };
+    gram_vocab *v = NULL;
+    pdl_error err;
+    REQUIRE(gram_vocab_new(&v, N, bytes, lens, special, NULL, 0, &err) == 0);
+    static const char WEATHER[] = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                                  "{\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "
+                                  "\"required\": [\"city\"]}}}]";
+    gram_spec spec = {.kind = GRAM_TOOL_CALL, .text = WEATHER, .tool_format = GRAM_TOOLS_OPENAI, .harmony = true};
+    gram_grammar *g = NULL;
+    REQUIRE_MSG(gram_compile(&g, v, &spec, &err) == 0, "%s", err.message);
+    gram_matcher *m = gram_matcher_new(g);
+    uint64_t bits[(N + 63) / 64];
+#define ALLOWED(id) (bits[(id) / 64] >> ((id) % 64) & 1)
+    gram_matcher_fill_mask(m, bits);
+    CHECK(ALLOWED(CHANNEL));
+    CHECK(!ALLOWED('<')); /* the marker's text spelled out */
+    REQUIRE(gram_matcher_accept_token(m, CHANNEL));
+    REQUIRE(gram_matcher_accept_bytes(m, "analysis", 8));
+    REQUIRE(gram_matcher_accept_token(m, MESSAGE));
+    REQUIRE(gram_matcher_accept_bytes(m, "I think <b> a|b", 15));
+    gram_matcher_fill_mask(m, bits); /* free text: any text, and the end marker only */
+    CHECK(ALLOWED('<') && ALLOWED('x') && ALLOWED(END));
+    CHECK(!ALLOWED(START) && !ALLOWED(CHANNEL) && !ALLOWED(MESSAGE) && !ALLOWED(CONSTRAIN) && !ALLOWED(0xFF));
+    REQUIRE(gram_matcher_accept_token(m, END));
+    REQUIRE(gram_matcher_accept_token(m, START));
+    REQUIRE(gram_matcher_accept_bytes(m, "assistant", 9));
+    REQUIRE(gram_matcher_accept_token(m, CHANNEL));
+    REQUIRE(gram_matcher_accept_bytes(m, "commentary to=functions.get_weather ", 36));
+    REQUIRE(gram_matcher_accept_token(m, CONSTRAIN));
+    REQUIRE(gram_matcher_accept_bytes(m, "json", 4));
+    REQUIRE(gram_matcher_accept_token(m, MESSAGE));
+    REQUIRE(gram_matcher_accept_bytes(m, "{\"city\": \"Pa", 12));
+    gram_matcher_fill_mask(m, bits); /* inside the JSON string */
+    CHECK(ALLOWED('r') && ALLOWED('<') && ALLOWED('"'));
+    for (int id = START; id <= CONSTRAIN; id++) CHECK_MSG(!ALLOWED(id), "control token %s inside a string", marks[id - START]);
+    CHECK(!ALLOWED(0xFF));
+    CHECK(!gram_matcher_accept_token(m, START));
+    REQUIRE(gram_matcher_accept_bytes(m, "ris\"}", 5));
+    CHECK(gram_matcher_is_accepting(m));
+#undef ALLOWED
+    gram_matcher_free(m);
+    gram_grammar_free(g);
+    gram_vocab_free(v);
+}
+
 int main(void) {
     RUN(test_hermes_outputs);
+    RUN(test_harmony_markers_only_where_the_format_writes_them);
     RUN(test_llama3_json_outputs);
     RUN(test_mistral_outputs);
     RUN(test_qwen3_coder_outputs);

@@ -78,6 +78,11 @@ static const shape_preset PRESETS[] = {
      .head_dim = 64, .ffn = 2880, .vocab = 201088, .rope_theta = 150000.0f, .eps = 1e-5f, .n_experts = 32,
      .n_experts_used = 4, .ffn_expert = 2880, .untied = true, .context = 131072, .gptoss = true, .window = 128,
      .yarn_factor = 32.0f, .yarn_orig = 4096},
+    /* gpt-oss's architecture, tiny: for end-to-end tests (with --tokenizer and --vocab) */
+    {.name = "gpt-oss-test", .arch = "gpt-oss", .hidden = 64, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 16,
+     .ffn = 64, .vocab = 4096, .rope_theta = 150000.0f, .eps = 1e-5f, .n_experts = 4, .n_experts_used = 2,
+     .ffn_expert = 64, .untied = true, .context = 4096, .gptoss = true, .window = 16, .yarn_factor = 4.0f,
+     .yarn_orig = 1024},
     /* Qwen/Qwen3.5-0.8B: attention 8 heads / 2 KV of 256 with a quarter rotated, linear 16 key and 16 value
      * heads of 128, tied embeddings */
     {.name = "qwen3.5-0.8b", .arch = "qwen35", .hidden = 1024, .layers = 24, .heads = 8, .kv_heads = 2, .head_dim = 256,
@@ -346,7 +351,8 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
              "architecture and vocabulary, width 64 and 2 layers: for tests);\n"
              "qwen3-30b-a3b (qwen3moe: 128 experts, 8 per token), olmoe-1b-7b (olmoe: 64 experts, 8 per\n"
              "token), gpt-oss-20b (gpt-oss: 32 experts, 4 per token, sinks, window 128 on every 2nd\n"
-             "layer, YaRN): mixtures of experts, GGUF only, usually with fewer --layers;\n"
+             "layer, YaRN): mixtures of experts, GGUF only, usually with fewer --layers; gpt-oss-test\n"
+             "(gpt-oss, width 64, 2 layers, 4 experts: for tests);\n"
              "qwen3.5-0.8b (qwen35), qwen3.5-35b-a3b (qwen35moe: 256 experts, 8 per token, and a shared\n"
              "one): hybrid Gated DeltaNet + gated attention (every 4th layer), GGUF only"},
     {"--output", "-o", CLI_OPT_STRING, A(out), .value = "OUT", .help = "the file (or folder, --format hf) written"},
@@ -393,7 +399,7 @@ int cli_make_random_model(int argc, char **argv) {
         if (strcmp(PRESETS[i].name, args.preset) == 0) p = &PRESETS[i];
     if (!p || !args.out) {
         fprintf(stderr, "error: make-random-model needs --preset (qwen3-0.6b, qwen3-1.7b, qwen3-test, qwen3-30b-a3b, "
-                        "olmoe-1b-7b, gpt-oss-20b, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
+                        "olmoe-1b-7b, gpt-oss-20b, gpt-oss-test, qwen3.5-0.8b or qwen3.5-35b-a3b) and -o FILE\n");
         return CLI_USAGE;
     }
     shape_preset cut = *p; /* the preset with --experts applied */

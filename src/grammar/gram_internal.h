@@ -46,6 +46,8 @@ enum {
     GX_SEQ,       /* kids[a .. a+b) one after another */
     GX_ALT,       /* one of kids[a .. a+b) */
     GX_REPEAT,    /* node a, at least b and at most c times (c = GX_INF: no bound) */
+    GX_SPECIAL,   /* the marker specials[a]: its control token where the vocabulary holds one, else its
+                   * text (grammar.c resolves it before compiling) */
 };
 #define GX_INF (-1)
 /* Ends the argument list of gx_seqv / gx_altv. */
@@ -76,8 +78,10 @@ typedef struct gram_ir {
     gx_rule *rules;           /* [n_rules] */
     int32_t n_rules, cap_rules;
     int32_t root;             /* rule index, -1 until set */
-    char **specials;          /* [n_specials] texts of special tokens the grammar may use as text */
+    char **specials;          /* [n_specials] texts of the markers GX_SPECIAL nodes name */
     int32_t n_specials;
+    const char *const *marks; /* NULL-terminated: the markers gx_fmt writes as GX_SPECIAL (a tool-call
+                                 format's, set by its builder); NULL: none */
     bool oom;
 } gram_ir;
 
@@ -90,6 +94,14 @@ int32_t gx_byteset(gram_ir *ir, const uint8_t set[32]);
 int32_t gx_byte_range(gram_ir *ir, unsigned lo, unsigned hi);
 int32_t gx_literal(gram_ir *ir, const char *s, size_t n);
 int32_t gx_str(gram_ir *ir, const char *s); /* NUL-terminated literal */
+/* A marker (a format's control token, such as <|channel|> or [TOOL_CALLS]):
+ * only that token where the vocabulary holds it as one, so that it is
+ * sampled here and nowhere else (never inside a JSON string), else its
+ * text. */
+int32_t gx_special(gram_ir *ir, const char *text);
+/* A literal of a format's syntax: the markers of ir->marks in it become
+ * gx_special, the rest is text. */
+int32_t gx_fmt(gram_ir *ir, const char *s);
 /* A growing list of expression ids (the kids of a sequence or alternation
  * being parsed): appends x; false (ir->oom set, the list kept) when out of
  * memory. */
@@ -111,8 +123,8 @@ int32_t gx_ref(gram_ir *ir, int32_t rule);
 int32_t gram_ir_rule(gram_ir *ir, const char *name, uint32_t flags);
 /* A rule whose body is already known. */
 int32_t gram_ir_rule_def(gram_ir *ir, const char *name, uint32_t flags, int32_t body);
-/* Records a special token's text the grammar may emit (grammar.h: specials). */
-int gram_ir_add_special(gram_ir *ir, const char *text);
+/* The index of a marker's text in ir->specials, added when new; -1 when out of memory. */
+int32_t gram_ir_add_special(gram_ir *ir, const char *text);
 
 /* A set of Unicode code points as sorted, disjoint, non-adjacent ranges. */
 typedef struct gram_cpset {

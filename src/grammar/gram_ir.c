@@ -244,9 +244,9 @@ int32_t gram_ir_rule_def(gram_ir *ir, const char *name, uint32_t flags, int32_t 
     return r;
 }
 
-int gram_ir_add_special(gram_ir *ir, const char *text) {
+int32_t gram_ir_add_special(gram_ir *ir, const char *text) {
     for (int32_t i = 0; i < ir->n_specials; i++)
-        if (strcmp(ir->specials[i], text) == 0) return 0;
+        if (strcmp(ir->specials[i], text) == 0) return i;
     char **p = realloc(ir->specials, (size_t)(ir->n_specials + 1) * sizeof *p);
     char *copy = strdup(text);
     if (!p || !copy) {
@@ -256,8 +256,35 @@ int gram_ir_add_special(gram_ir *ir, const char *text) {
         return -1;
     }
     ir->specials = p;
-    ir->specials[ir->n_specials++] = copy;
-    return 0;
+    ir->specials[ir->n_specials] = copy;
+    return ir->n_specials++;
+}
+
+int32_t gx_special(gram_ir *ir, const char *text) {
+    int32_t k = gram_ir_add_special(ir, text);
+    return k < 0 ? -1 : new_node(ir, GX_SPECIAL, k, 0, 0);
+}
+
+int32_t gx_fmt(gram_ir *ir, const char *s) {
+    gx_list parts = {0};
+    const char *text = s;
+    for (const char *p = s; *p;) {
+        const char *mark = NULL;
+        for (int m = 0; ir->marks && ir->marks[m] && !mark; m++)
+            if (strncmp(p, ir->marks[m], strlen(ir->marks[m])) == 0) mark = ir->marks[m];
+        if (!mark) {
+            p++;
+            continue;
+        }
+        if (p > text) gx_list_push(ir, &parts, gx_literal(ir, text, (size_t)(p - text)));
+        gx_list_push(ir, &parts, gx_special(ir, mark));
+        p += strlen(mark);
+        text = p;
+    }
+    if (*text) gx_list_push(ir, &parts, gx_literal(ir, text, strlen(text)));
+    int32_t r = parts.n == 0 ? gx_empty(ir) : parts.n == 1 ? parts.ids[0] : gx_seq(ir, parts.ids, parts.n);
+    free(parts.ids);
+    return ir->oom ? -1 : r;
 }
 
 /* ---------------------------------------------------------------------------

@@ -426,11 +426,11 @@ static int32_t params_text(tc *t, json_t *params) {
         for (size_t i = 0; i < n; i++) {
             int32_t block;
             if (t->fmt == GRAM_TOOLS_QWEN3_CODER) {
-                block = gx_seqv(ir, gx_str(ir, "<parameter="), gx_str(ir, names[i]), gx_str(ir, ">\n"), vals[i],
-                                gx_str(ir, "\n</parameter>\n"), GX_END);
+                block = gx_seqv(ir, gx_fmt(ir, "<parameter="), gx_str(ir, names[i]), gx_fmt(ir, ">\n"), vals[i],
+                                gx_fmt(ir, "\n</parameter>\n"), GX_END);
             } else {
-                block = gx_seqv(ir, gx_str(ir, "<arg_key>"), gx_str(ir, names[i]), gx_str(ir, "</arg_key>\n<arg_value>"),
-                                vals[i], gx_str(ir, "</arg_value>\n"), GX_END);
+                block = gx_seqv(ir, gx_fmt(ir, "<arg_key>"), gx_str(ir, names[i]), gx_fmt(ir, "</arg_key>\n<arg_value>"),
+                                vals[i], gx_fmt(ir, "</arg_value>\n"), GX_END);
             }
             gx_list_push(ir, &seq, req[i] ? block : gx_opt(ir, block));
         }
@@ -502,26 +502,26 @@ static int32_t one_call(tc *t, const char *name, size_t name_len, json_t *params
                        GX_END);
     }
     case GRAM_TOOLS_DEEPSEEK_V3:
-        return gx_seqv(ir, gx_str(ir, GRAM_DS_CALL "function" GRAM_DS_SEP), gx_literal(ir, name, name_len),
-                       gx_str(ir, "\n```json\n"), args_json(t, params), gx_str(ir, "\n```" GRAM_DS_CALL_END), GX_END);
+        return gx_seqv(ir, gx_fmt(ir, GRAM_DS_CALL "function" GRAM_DS_SEP), gx_literal(ir, name, name_len),
+                       gx_fmt(ir, "\n```json\n"), args_json(t, params), gx_fmt(ir, "\n```" GRAM_DS_CALL_END), GX_END);
     case GRAM_TOOLS_KIMI_K2: {
         /* the id's index: any number (Kimi counts the calls of the conversation) */
         int32_t index = gx_altv(ir, gx_str(ir, "0"), gx_seqv(ir, gx_byte_range(ir, '1', '9'),
                                 gx_repeat(ir, gx_byte_range(ir, '0', '9'), 0, 3), GX_END), GX_END);
-        return gx_seqv(ir, gx_str(ir, GRAM_KIMI_CALL "functions."), gx_literal(ir, name, name_len), gx_str(ir, ":"), index,
-                       gx_str(ir, GRAM_KIMI_ARGS), args_json(t, params), gx_str(ir, GRAM_KIMI_CALL_END), GX_END);
+        return gx_seqv(ir, gx_fmt(ir, GRAM_KIMI_CALL "functions."), gx_literal(ir, name, name_len), gx_fmt(ir, ":"), index,
+                       gx_fmt(ir, GRAM_KIMI_ARGS), args_json(t, params), gx_fmt(ir, GRAM_KIMI_CALL_END), GX_END);
     }
     case GRAM_TOOLS_QWEN3_CODER:
-        return gx_seqv(ir, gx_str(ir, "<tool_call>\n<function="), gx_literal(ir, name, name_len), gx_str(ir, ">\n"),
-                       params_text(t, params), gx_str(ir, "</function>\n</tool_call>"), GX_END);
+        return gx_seqv(ir, gx_fmt(ir, "<tool_call>\n<function="), gx_literal(ir, name, name_len), gx_fmt(ir, ">\n"),
+                       params_text(t, params), gx_fmt(ir, "</function>\n</tool_call>"), GX_END);
     case GRAM_TOOLS_GLM45:
-        return gx_seqv(ir, gx_str(ir, "<tool_call>"), gx_literal(ir, name, name_len), gx_str(ir, "\n"),
-                       params_text(t, params), gx_str(ir, "</tool_call>"), GX_END);
+        return gx_seqv(ir, gx_fmt(ir, "<tool_call>"), gx_literal(ir, name, name_len), gx_fmt(ir, "\n"),
+                       params_text(t, params), gx_fmt(ir, "</tool_call>"), GX_END);
     case GRAM_TOOLS_PYTHONIC:
         return gx_seqv(ir, gx_literal(ir, name, name_len), gx_str(ir, "("), params_text(t, params), gx_str(ir, ")"), GX_END);
     case GRAM_TOOLS_OPENAI: /* one message to the function; <|call|> (an end-of-generation token) follows */
-        return gx_seqv(ir, gx_str(ir, "<|channel|>commentary to=functions."), gx_literal(ir, name, name_len),
-                       gx_str(ir, " <|constrain|>json<|message|>"), args_json(t, params), GX_END);
+        return gx_seqv(ir, gx_fmt(ir, "<|channel|>commentary to=functions."), gx_literal(ir, name, name_len),
+                       gx_fmt(ir, " <|constrain|>json<|message|>"), args_json(t, params), GX_END);
     }
     return -1;
 }
@@ -540,6 +540,10 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
     int rc = -1;
     int32_t *calls = NULL;
     tc t = {.ir = ir, .fmt = spec->tool_format, .err = err};
+    /* the format's markers that are control tokens in a vocabulary are
+     * sampled as those tokens, where the format writes them (gx_fmt); Llama
+     * 3's JSON calls are written without <|python_tag|> */
+    ir->marks = t.fmt == GRAM_TOOLS_LLAMA3_JSON ? NULL : gram_tool_format_markers(t.fmt);
     if (!json_is_array(tools) || json_array_size(tools) == 0) {
         err_fail(err, "tools: expected a non-empty array");
         goto done;
@@ -582,35 +586,31 @@ int gram_tools_grammar(gram_ir *ir, const gram_spec *spec, int32_t *out, pdl_err
     }
     int32_t call = gx_alt(ir, calls, n_calls);
     bool many = spec->parallel && !spec->tool_name;
-    const char *const *marks = gram_tool_format_markers(t.fmt);
     switch (t.fmt) {
     case GRAM_TOOLS_HERMES: {
-        int32_t one = gx_seqv(ir, gx_str(ir, "<tool_call>\n"), call, gx_str(ir, "\n</tool_call>"), GX_END);
+        int32_t one = gx_seqv(ir, gx_fmt(ir, "<tool_call>\n"), call, gx_fmt(ir, "\n</tool_call>"), GX_END);
         *out = calls_of(ir, one, many, "\n");
         break;
     }
     case GRAM_TOOLS_LLAMA3_JSON: *out = call; break;
     case GRAM_TOOLS_MISTRAL: {
         int32_t list = many ? gx_seqv(ir, call, gx_star(ir, gx_seqv(ir, gx_str(ir, ","), t.j.ws, call, GX_END)), GX_END) : call;
-        *out = gx_seqv(ir, gx_str(ir, "[TOOL_CALLS]"), gx_str(ir, "["), list, gx_str(ir, "]"), GX_END);
+        *out = gx_seqv(ir, gx_fmt(ir, "[TOOL_CALLS]"), gx_fmt(ir, "["), list, gx_fmt(ir, "]"), GX_END);
         break;
     }
     case GRAM_TOOLS_QWEN3_CODER:
     case GRAM_TOOLS_GLM45: *out = calls_of(ir, call, many, "\n"); break;
     case GRAM_TOOLS_PYTHONIC: *out = gx_seqv(ir, gx_str(ir, "["), calls_of(ir, call, many, ", "), gx_str(ir, "]"), GX_END); break;
     case GRAM_TOOLS_DEEPSEEK_V3:
-        *out = gx_seqv(ir, gx_str(ir, GRAM_DS_CALLS), calls_of(ir, call, many, "\n"), gx_str(ir, GRAM_DS_CALLS_END), GX_END);
+        *out = gx_seqv(ir, gx_fmt(ir, GRAM_DS_CALLS), calls_of(ir, call, many, "\n"), gx_fmt(ir, GRAM_DS_CALLS_END), GX_END);
         break;
     case GRAM_TOOLS_KIMI_K2:
-        *out = gx_seqv(ir, gx_str(ir, GRAM_KIMI_SECTION), calls_of(ir, call, many, ""), gx_str(ir, GRAM_KIMI_SECTION_END),
+        *out = gx_seqv(ir, gx_fmt(ir, GRAM_KIMI_SECTION), calls_of(ir, call, many, ""), gx_fmt(ir, GRAM_KIMI_SECTION_END),
                        GX_END);
         break;
     case GRAM_TOOLS_OPENAI: *out = call; break; /* a message calls one function */
     default: err_fail(err, "tools: unknown tool-call format"); goto done;
     }
-    /* markers that are control tokens in a vocabulary may be sampled as themselves */
-    if (t.fmt != GRAM_TOOLS_LLAMA3_JSON)
-        for (int m = 0; marks[m]; m++) gram_ir_add_special(ir, marks[m]);
     rc = ir->oom ? err_fail(err, "tools: out of memory") : 0;
 done:
     free(calls);

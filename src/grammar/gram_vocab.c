@@ -199,6 +199,15 @@ static int vocab_finish(gram_vocab *v, const int32_t *end_ids, int n_end_ids, in
     return 0;
 }
 
+/* A token's kind: a control token, text, or never allowed (no bytes, or a
+ * byte 0xFF: no UTF-8 text holds one, and grammars write 0xFF for their
+ * control tokens' places, grammar.c). */
+static uint8_t text_kind(const char *b, size_t l, bool control) {
+    if (l == 0) return GRAM_TOKEN_NONE;
+    if (control) return GRAM_TOKEN_SPECIAL;
+    return memchr(b, 0xFF, l) ? GRAM_TOKEN_NONE : GRAM_TOKEN_TEXT;
+}
+
 int gram_vocab_new(gram_vocab **out, int n_vocab, const char *const *bytes, const uint32_t *lens,
                    const bool *special, const int32_t *end_ids, int n_end_ids, pdl_error *err) {
     *out = NULL;
@@ -214,7 +223,7 @@ int gram_vocab_new(gram_vocab **out, int n_vocab, const char *const *bytes, cons
         v->off[i] = (uint32_t)w;
         v->len[i] = l;
         w += l;
-        v->kind[i] = l == 0 ? GRAM_TOKEN_NONE : (special && special[i]) ? GRAM_TOKEN_SPECIAL : GRAM_TOKEN_TEXT;
+        v->kind[i] = text_kind(bytes[i], l, special && special[i]);
     }
     return vocab_finish(v, end_ids, n_end_ids, -1, out, err);
 }
@@ -242,7 +251,7 @@ int gram_vocab_from_tokenizer(gram_vocab **out, const struct tok_tokenizer *tok,
         v->off[i] = (uint32_t)w;
         v->len[i] = (uint32_t)l;
         w += l;
-        v->kind[i] = l == 0 ? GRAM_TOKEN_NONE : tok_is_control(tok, i) ? GRAM_TOKEN_SPECIAL : GRAM_TOKEN_TEXT;
+        v->kind[i] = text_kind(b, l, tok_is_control(tok, i));
     }
     return vocab_finish(v, end_ids, n_end_ids, tok_eos_id(tok), out, err);
 }

@@ -58,12 +58,11 @@ static int harmony_envelope(gram_ir *ir, const gram_spec *spec, pdl_error *err) 
                                gx_cp_range(ir, '|' + 1, 0x10FFFF), GX_END);
     int32_t text = gx_star(ir, gx_altv(ir, not_lt, gx_seqv(ir, gx_repeat(ir, gx_str(ir, "<"), 1, GX_INF), after_lt, GX_END),
                                        GX_END));
-    int32_t analysis = gx_opt(ir, gx_seqv(ir, gx_str(ir, "<|channel|>analysis<|message|>"), text,
-                                          gx_str(ir, "<|end|><|start|>assistant"), GX_END));
-    int32_t head = spec->kind == GRAM_TOOL_CALL ? gx_empty(ir) : gx_str(ir, "<|channel|>final<|message|>");
+    ir->marks = gram_tool_format_markers(GRAM_TOOLS_OPENAI); /* sampled as their control tokens */
+    int32_t analysis = gx_opt(ir, gx_seqv(ir, gx_fmt(ir, "<|channel|>analysis<|message|>"), text,
+                                          gx_fmt(ir, "<|end|><|start|>assistant"), GX_END));
+    int32_t head = spec->kind == GRAM_TOOL_CALL ? gx_empty(ir) : gx_fmt(ir, "<|channel|>final<|message|>");
     int32_t expr = gx_seqv(ir, analysis, head, gx_ref(ir, ir->root), GX_END);
-    const char *const *marks = gram_tool_format_markers(GRAM_TOOLS_OPENAI);
-    for (int m = 0; marks[m]; m++) gram_ir_add_special(ir, marks[m]); /* control tokens sampled as their text */
     if (ir->oom || expr < 0) return err_fail(err, "grammar: out of memory");
     ir->root = gram_ir_rule_def(ir, "$harmony", 0, expr);
     return ir->root < 0 ? err_fail(err, "grammar: out of memory") : 0;
@@ -106,6 +105,50 @@ static int build_constraint(gram_ir *ir, const gram_spec *spec, pdl_error *err) 
     return ir->root < 0 ? err_fail(err, "grammar: out of memory") : 0;
 }
 
+/* Each GX_SPECIAL node becomes the bytes that stand for its marker: where
+ * the vocabulary holds the marker as a control token, 0xFF and the index of
+ * its g->specials entry + 1, which that token's acceptance feeds (no text
+ * writes them: valid UTF-8 has no 0xFF, and the vocabulary keeps tokens with
+ * one out of grammar text); else the marker's own text. So a control token
+ * is allowed exactly where the grammar writes its marker, never where its
+ * text merely fits (inside a JSON string, in free text). */
+static int resolve_specials(gram_ir *ir, gram_grammar *g, const gram_vocab *v) {
+    g->specials = calloc((size_t)(ir->n_specials ? ir->n_specials : 1), sizeof *g->specials);
+    int32_t *slot = malloc((size_t)(ir->n_specials ? ir->n_specials : 1) * sizeof *slot); /* [marker]: entry or -1 */
+    if (!g->specials || !slot) {
+        free(slot);
+        return -1;
+    }
+    for (int32_t k = 0; k < ir->n_specials; k++) {
+        slot[k] = -1;
+        size_t l = strlen(ir->specials[k]);
+        for (int32_t id = 0; id < v->n_vocab && g->n_specials < 255; id++) {
+            if (v->kind[id] != GRAM_TOKEN_SPECIAL || v->len[id] != l || memcmp(v->bytes + v->off[id], ir->specials[k], l))
+                continue;
+            gram_special *sp = &g->specials[g->n_specials];
+            sp->text = malloc(2);
+            if (!sp->text) {
+                free(slot);
+                return -1;
+            }
+            sp->text[0] = (char)0xFF, sp->text[1] = (char)(g->n_specials + 1);
+            sp->len = 2;
+            sp->id = id;
+            slot[k] = g->n_specials++;
+            break;
+        }
+    }
+    for (int32_t i = 0, n = ir->n_nodes; i < n; i++) {
+        if (ir->nodes[i].kind != GX_SPECIAL) continue;
+        int32_t k = ir->nodes[i].a;
+        int32_t r = slot[k] >= 0 ? gx_literal(ir, g->specials[slot[k]].text, 2) : gx_str(ir, ir->specials[k]);
+        if (r < 0) break;
+        ir->nodes[i] = ir->nodes[r];
+    }
+    free(slot);
+    return ir->oom ? -1 : 0;
+}
+
 int gram_compile(gram_grammar **out, const gram_vocab *v, const gram_spec *spec, pdl_error *err) {
     return gram_compile_limited(out, v, spec, NULL, err);
 }
@@ -134,32 +177,14 @@ int gram_compile_limited(gram_grammar **out, const gram_vocab *v, const gram_spe
     atomic_init(&g->walk_too_complex, false);
     g->vocab = v;
     pthread_mutex_init(&g->mu, NULL);
-    if (gram_auto_build(&g->a, &ir, &budget, err) != 0) {
+    bool oom = resolve_specials(&ir, g, v) != 0;
+    if (oom || gram_auto_build(&g->a, &ir, &budget, err) != 0) {
         gram_ir_free(&ir);
+        for (int32_t i = 0; i < g->n_specials; i++) free(g->specials[i].text);
+        free(g->specials);
         pthread_mutex_destroy(&g->mu);
         free(g);
-        return -1;
-    }
-    /* specials: control tokens whose text the grammar may produce */
-    g->specials = calloc((size_t)(ir.n_specials ? ir.n_specials : 1), sizeof *g->specials);
-    bool oom = !g->specials;
-    for (int32_t i = 0; !oom && i < ir.n_specials; i++) {
-        size_t l = strlen(ir.specials[i]);
-        for (int32_t id = 0; id < v->n_vocab; id++) {
-            if (v->kind[id] != GRAM_TOKEN_SPECIAL || v->len[id] != l ||
-                memcmp(v->bytes + v->off[id], ir.specials[i], l) != 0)
-                continue;
-            gram_special *sp = &g->specials[g->n_specials];
-            sp->text = strdup(ir.specials[i]);
-            if (!sp->text) {
-                oom = true;
-                break;
-            }
-            sp->id = id;
-            sp->len = l;
-            g->n_specials++;
-            break;
-        }
+        return oom ? err_fail(err, "grammar: out of memory") : -1;
     }
     gram_ir_free(&ir);
     gram_pool_init(&g->walk_pool);

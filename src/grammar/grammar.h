@@ -34,9 +34,10 @@
  * (tok_id_bytes: "\xe2\x96\x81" is a space, <0xNN> one byte, byte-level BPE
  * through GPT-2's map), which is what the engine streams after a prompt. The
  * grammar is over bytes, so a multi-byte UTF-8 character may be split over
- * tokens. Control tokens never appear inside grammar text, except the few a
- * grammar names as specials (a tool-call format's markers, such as
- * Mistral's [TOOL_CALLS], in a forced call).
+ * tokens. Control tokens never appear inside grammar text: a format's
+ * markers (Mistral's [TOOL_CALLS], harmony's <|channel|>, in a forced call)
+ * are the grammar's specials, allowed only where the format writes them
+ * (as the control token where the vocabulary holds one, else as text).
  */
 #ifndef PDL_GRAMMAR_GRAMMAR_H
 #define PDL_GRAMMAR_GRAMMAR_H

@@ -4,47 +4,54 @@
 // content), the final channel as the content, and a tool call from a
 // commentary message to functions.NAME; whole and streamed.
 //
-// The model is qwen3-tiny (random weights) whose tokenizer.json is given
-// harmony's seven control tokens (special: the detokenizer skips their text,
-// as gpt-oss's does) and a harmony chat template; the server reads its
-// output as harmony because <|channel|> is one token of its vocabulary.
-// Random weights write noise, so the output is constrained where the test
-// needs the format: a json_schema (the answer must be the final channel's
-// JSON after an optional analysis message), a required tool call, and logit
-// biases that steer greedy decoding: <|channel|> as its control token, then
-// the analysis channel (which max_tokens cuts), the final one, or the
-// commentary channel.
+// The model is a tiny random gpt-oss (`make-random-model --preset
+// gpt-oss-test`: sinks, windowed layers, YaRN, MXFP4 experts) with
+// qwen3-tiny's tokenizer given harmony's seven control tokens, written as
+// llama.cpp's converter writes a gpt-oss GGUF: <|return|> its only EOS (the
+// loader adds <|call|>), served with a harmony chat template; the server
+// reads its output as harmony because <|channel|> is one token of its
+// vocabulary. Random weights write noise, so the output is constrained where
+// the test needs the format: a json_schema (the answer must be the final
+// channel's JSON after an optional analysis message), a required tool call,
+// and logit biases that steer greedy decoding: <|channel|> as its control
+// token, then the analysis channel (which max_tokens cuts), the final one, or
+// the commentary channel.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { startServer, TESTDATA, NAME } from './server.mjs';
+import { execFileSync } from 'node:child_process';
+import { startServer, TESTDATA, NAME, BIN } from './server.mjs';
 
 const MARKERS = ['<|start|>', '<|channel|>', '<|message|>', '<|end|>', '<|constrain|>', '<|call|>', '<|return|>'];
 const ID = Object.fromEntries(MARKERS.map((m, i) => [m, 1203 + i]));
 const TEMPLATE = '{% for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}' +
   '{% if add_generation_prompt %}<|start|>assistant{% endif %}';
 
-// qwen3-tiny's folder with the harmony tokens after its 1203 tokens (its
-// embeddings have 1536 rows), <|return|> and <|call|> its end tokens.
+// qwen3-tiny's tokenizer with the harmony tokens after its 1203 tokens,
+// <|return|> its EOS, in a gpt-oss GGUF of 1536 rows; the template beside it.
 function harmonyModel(dir) {
   const src = path.join(TESTDATA, 'models/qwen3-tiny/hf');
-  fs.copyFileSync(path.join(src, 'config.json'), path.join(dir, 'config.json'));
-  fs.symlinkSync(path.join(src, 'model.safetensors'), path.join(dir, 'model.safetensors'));
-  const gen = JSON.parse(fs.readFileSync(path.join(src, 'generation_config.json'), 'utf8'));
-  gen.eos_token_id = [ID['<|return|>'], ID['<|call|>']];
-  fs.writeFileSync(path.join(dir, 'generation_config.json'), JSON.stringify(gen));
+  const tokDir = path.join(dir, 'tokenizer');
+  fs.mkdirSync(tokDir);
   const cfg = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer_config.json'), 'utf8'));
-  cfg.chat_template = TEMPLATE;
   cfg.eos_token = '<|return|>';
-  fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  fs.writeFileSync(path.join(tokDir, 'tokenizer_config.json'), JSON.stringify(cfg));
   const tok = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
   assert.equal(tok.added_tokens.at(-1).id, 1202);
   MARKERS.forEach((content) => tok.added_tokens.push({ id: ID[content], content, single_word: false, lstrip: false,
     rstrip: false, normalized: false, special: true }));
-  fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
-  return dir;
+  fs.writeFileSync(path.join(tokDir, 'tokenizer.json'), JSON.stringify(tok));
+  const model = path.join(dir, 'gpt-oss-test.gguf');
+  execFileSync(BIN, ['make-random-model', '--preset', 'gpt-oss-test', '--vocab', '1536', '--dtype', 'mxfp4',
+    '--tokenizer', tokDir, '--seed', '7', '-o', model], { stdio: 'ignore' });
+  const info = JSON.parse(execFileSync(BIN, ['info', '-m', model], { encoding: 'utf8' }));
+  assert.equal(info.arch, 'gpt-oss');
+  assert.match(info.weight_types, /MXFP4/);
+  const template = path.join(dir, 'harmony.jinja');
+  fs.writeFileSync(template, TEMPLATE);
+  return { model, template };
 }
 
 let dir;
@@ -52,7 +59,9 @@ let srv;
 let client;
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pagedlm-harmony-'));
-  srv = await startServer(['--max-model-len', '1024', '--enable-auto-tool-choice'], { model: harmonyModel(dir) });
+  const { model, template } = harmonyModel(dir);
+  srv = await startServer(['--max-model-len', '1024', '--enable-auto-tool-choice', '--chat-template', template],
+    { model });
   client = srv.client();
 });
 after(async () => {
