@@ -57,7 +57,8 @@ static void test_dtype_block_sizes(void) {
         {PDL_DTYPE_Q4_0, "Q4_0", 32, 18},  {PDL_DTYPE_Q4_1, "Q4_1", 32, 20},  {PDL_DTYPE_Q5_0, "Q5_0", 32, 22},
         {PDL_DTYPE_Q5_1, "Q5_1", 32, 24},  {PDL_DTYPE_Q8_0, "Q8_0", 32, 34},  {PDL_DTYPE_Q2_K, "Q2_K", 256, 84},
         {PDL_DTYPE_Q3_K, "Q3_K", 256, 110}, {PDL_DTYPE_Q4_K, "Q4_K", 256, 144}, {PDL_DTYPE_Q5_K, "Q5_K", 256, 176},
-        {PDL_DTYPE_Q6_K, "Q6_K", 256, 210}, {PDL_DTYPE_MXFP4, "MXFP4", 32, 17},
+        {PDL_DTYPE_Q6_K, "Q6_K", 256, 210}, {PDL_DTYPE_MXFP4, "MXFP4", 32, 17}, {PDL_DTYPE_IQ4_NL, "IQ4_NL", 32, 18},
+        {PDL_DTYPE_IQ4_XS, "IQ4_XS", 256, 136}, {PDL_DTYPE_TQ1_0, "TQ1_0", 256, 54}, {PDL_DTYPE_TQ2_0, "TQ2_0", 256, 66},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         CHECK(strcmp(dtype_name(want[i].t), want[i].name) == 0);
@@ -365,6 +366,112 @@ static void test_mxfp4_block(void) {
     CHECK(got[0] == ldexpf(1.0f, 127) && isinf(got[16]) && got[16] > 0);
 }
 
+/* IQ4_NL / IQ4_XS's non-linear values, as the format defines them
+ * (ggml-common.h's kvalues_iq4nl), written out here on their own. */
+static const int IQ4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* IQ4_NL: byte j of the 16 codes holds element j (low nibble) and j + 16
+ * (high); each element d times its code's value. Every code at every
+ * position over a few blocks; d a power of two, so products are exact. */
+static void test_iq4_nl_block(void) {
+    enum { NB = 4 };
+    uint8_t p[NB * 18];
+    float want[NB * 32], got[NB * 32];
+    for (int b = 0; b < NB; b++) {
+        float d = ldexpf(1.0f, b - 9);
+        put_half(p + 18 * b, d);
+        int q[32];
+        for (int i = 0; i < 32; i++) q[i] = (i + 5 * b) % 16;
+        for (int j = 0; j < 16; j++) p[18 * b + 2 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+        for (int i = 0; i < 32; i++) want[32 * b + i] = d * (float)IQ4[q[i]];
+    }
+    dequant(PDL_DTYPE_IQ4_NL, p, got, NB * 32);
+    CHECK_EQ_INT(count_bad(got, want, NB * 32), 0);
+    /* by hand: code 0 in the low nibble of byte 0, 15 in its high nibble */
+    p[2] = 0xF0;
+    dequant(PDL_DTYPE_IQ4_NL, p, got, 32);
+    CHECK(got[0] == -127.0f / 512 && got[16] == 113.0f / 512);
+}
+
+/* IQ4_XS: 8 sub-blocks of 32; sub-block i's scale ls = low nibble (i even)
+ * or high nibble (i odd) of scales_l[i / 2], bits 4..5 from scales_h bits
+ * 2i..2i+1; element = d * (ls - 32) * value. Every 6-bit scale over the
+ * blocks, including 0 (-32) and 63 (+31). */
+static void test_iq4_xs_block(void) {
+    enum { NB = 8 };
+    uint8_t p[NB * 136];
+    static float want[NB * 256], got[NB * 256];
+    for (int b = 0; b < NB; b++) {
+        uint8_t *blk = p + 136 * b;
+        float d = 0.25f;
+        put_half(blk, d);
+        uint16_t sh = 0;
+        memset(blk + 4, 0, 4);
+        for (int i = 0; i < 8; i++) {
+            int ls = (8 * b + i) % 64;
+            blk[4 + i / 2] |= (uint8_t)((ls & 15) << (4 * (i % 2)));
+            sh |= (uint16_t)((ls >> 4) << (2 * i));
+            int q[32];
+            for (int e = 0; e < 32; e++) q[e] = rnd(16);
+            for (int j = 0; j < 16; j++) blk[8 + 16 * i + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+            for (int e = 0; e < 32; e++) want[256 * b + 32 * i + e] = d * (float)(ls - 32) * (float)IQ4[q[e]];
+        }
+        memcpy(blk + 2, &sh, 2);
+    }
+    dequant(PDL_DTYPE_IQ4_XS, p, got, NB * 256);
+    CHECK_EQ_INT(count_bad(got, want, NB * 256), 0);
+}
+
+/* Ternary values t in {-1, 0, 1} at every position, packed as the format
+ * defines: TQ2_0 byte 32h + m holds elements 128h + 32l + m at bits 2l
+ * (as t + 1); TQ1_0 packs five trits per byte as the base-3 fraction
+ * 0.t0t1t2t3t4 rounded up to 8 bits (byte = ceil(v * 256 / 243) for the
+ * 5-digit number v), bytes 0..31 elements 32n + m (digit n of byte m), bytes
+ * 32..47 elements 160 + 16n + m, then 4 bytes of four digits each (v times
+ * 3, a fifth digit 0) for elements 240 + 4n + j; d last. */
+static uint8_t tq1_pack(const int *digits, int n) {
+    int v = 0;
+    for (int k = 0; k < 5; k++) v = 3 * v + (k < n ? digits[k] : 0);
+    return (uint8_t)((v * 256 + 242) / 243);
+}
+
+static void test_ternary_blocks(void) {
+    int t[256];
+    float want[256], got[256];
+    for (int e = 0; e < 256; e++) t[e] = rnd(3) - 1;
+    t[0] = -1, t[1] = 0, t[2] = 1, t[255] = 1;
+    float d = 0.375f;
+    for (int e = 0; e < 256; e++) want[e] = (float)t[e] * d;
+
+    uint8_t q2[66] = {0};
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 4; l++)
+            for (int m = 0; m < 32; m++) q2[32 * h + m] |= (uint8_t)((t[128 * h + 32 * l + m] + 1) << (2 * l));
+    put_half(q2 + 64, d);
+    dequant(PDL_DTYPE_TQ2_0, q2, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+
+    uint8_t q1[54] = {0};
+    int dig[5];
+    for (int m = 0; m < 32; m++) {
+        for (int n = 0; n < 5; n++) dig[n] = t[32 * n + m] + 1;
+        q1[m] = tq1_pack(dig, 5);
+    }
+    for (int m = 0; m < 16; m++) {
+        for (int n = 0; n < 5; n++) dig[n] = t[160 + 16 * n + m] + 1;
+        q1[32 + m] = tq1_pack(dig, 5);
+    }
+    for (int j = 0; j < 4; j++) {
+        for (int n = 0; n < 4; n++) dig[n] = t[240 + 4 * n + j] + 1;
+        q1[48 + j] = tq1_pack(dig, 4);
+    }
+    put_half(q1 + 52, d);
+    dequant(PDL_DTYPE_TQ1_0, q1, got, 256);
+    CHECK_EQ_INT(count_bad(got, want, 256), 0);
+    /* by hand: the byte for digits 2, 0, 0, 0, 0 (v = 162) is ceil(162 * 256 / 243) = 171 */
+    CHECK_EQ_INT(tq1_pack((const int[]){2, 0, 0, 0, 0}, 5), 171);
+}
+
 static void test_dequant_row_offsets_by_whole_blocks(void) {
     uint8_t p[2 * 210] = {0};
     put_half(p + 210 + 208, 1.0f);
@@ -414,6 +521,9 @@ int main(void) {
     RUN(test_q5_k_block);
     RUN(test_q6_k_block);
     RUN(test_mxfp4_block);
+    RUN(test_iq4_nl_block);
+    RUN(test_iq4_xs_block);
+    RUN(test_ternary_blocks);
     RUN(test_dequant_row_offsets_by_whole_blocks);
     RUN(test_unknown_dtype_is_an_error_not_zeros);
     return test_summary();

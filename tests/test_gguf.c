@@ -1012,10 +1012,9 @@ static void test_unsupported_tensor_types_named(void) {
         uint32_t id;
         const char *name;
     } cases[] = {
-        {GW_GGML_Q8_K, "Q8_K"},   {GW_GGML_TQ1_0, "TQ1_0"},   {GW_GGML_I8, "I8"},
-        {GW_GGML_IQ2_XXS, "IQ2_XXS"}, {GW_GGML_TQ2_0, "TQ2_0"},
+        {GW_GGML_Q8_K, "Q8_K"},   {GW_GGML_I8, "I8"},
+        {GW_GGML_IQ2_XXS, "IQ2_XXS"},
         {GW_GGML_I32, "I32"},     {GW_GGML_F64, "F64"},       {GW_GGML_Q8_1, "Q8_1"},
-        {GW_GGML_IQ4_XS, "IQ4_XS"}, {20, "IQ4_NL"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         gguf_writer *w = gguf_writer_new(3);
@@ -1056,7 +1055,8 @@ static void test_quantized_tensor_types_accepted(void) {
         {GW_GGML_Q4_0, PDL_DTYPE_Q4_0, 18}, {GW_GGML_Q4_1, PDL_DTYPE_Q4_1, 20}, {GW_GGML_Q5_0, PDL_DTYPE_Q5_0, 22},
         {GW_GGML_Q5_1, PDL_DTYPE_Q5_1, 24}, {GW_GGML_Q8_0, PDL_DTYPE_Q8_0, 34}, {GW_GGML_Q2_K, PDL_DTYPE_Q2_K, 84},
         {GW_GGML_Q3_K, PDL_DTYPE_Q3_K, 110}, {GW_GGML_Q4_K, PDL_DTYPE_Q4_K, 144}, {GW_GGML_Q5_K, PDL_DTYPE_Q5_K, 176},
-        {GW_GGML_Q6_K, PDL_DTYPE_Q6_K, 210}, {GW_GGML_MXFP4, PDL_DTYPE_MXFP4, 17},
+        {GW_GGML_Q6_K, PDL_DTYPE_Q6_K, 210}, {GW_GGML_MXFP4, PDL_DTYPE_MXFP4, 17}, {20, PDL_DTYPE_IQ4_NL, 18},
+        {GW_GGML_IQ4_XS, PDL_DTYPE_IQ4_XS, 136}, {GW_GGML_TQ1_0, PDL_DTYPE_TQ1_0, 54}, {GW_GGML_TQ2_0, PDL_DTYPE_TQ2_0, 66},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         /* 512 x 3: 16 or 2 blocks per row */

@@ -51,7 +51,7 @@ static void put_half(uint8_t *p, float v) {
 
 /* rows x cols of random blocks, values ~ +-amp */
 static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_t *nbytes) {
-    size_t nb = (size_t)rows * cols / 256, bb = dtype_block_bytes(dt);
+    size_t nb = (size_t)rows * cols / dtype_block_elems(dt), bb = dtype_block_bytes(dt);
     uint8_t *b = malloc(nb * bb);
     for (size_t i = 0; i < nb * bb; i++) b[i] = (uint8_t)next();
     for (size_t k = 0; k < nb; k++) {
@@ -62,6 +62,12 @@ static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_
         } else if (dt == PDL_DTYPE_Q4_K) { /* d, dmin first: value = d sc q - dmin m, sc, m < 64, q < 16 */
             put_half(blk, amp * (0.5f + urand()) / (63.0f * 15.0f / 2.0f));
             put_half(blk + 2, amp * (0.5f + urand()) / 63.0f);
+        } else if (dt == PDL_DTYPE_IQ4_XS) { /* d first: value = d (ls - 32) v, |v| <= 127 */
+            put_half(blk, amp * (0.5f + urand()) / (32.0f * 127.0f / 2.0f));
+        } else if (dt == PDL_DTYPE_IQ4_NL) { /* d first: value = d v */
+            put_half(blk, amp * (0.5f + urand()) / 127.0f);
+        } else if (dt == PDL_DTYPE_TQ1_0 || dt == PDL_DTYPE_TQ2_0) { /* d last: value = d t, |t| <= 2 */
+            put_half(blk + bb - 2, amp * (0.5f + urand()) / 2.0f);
         } else { /* Q6_K: d last; value = d sc (q - 32), sc int8 */
             put_half(blk + 208, amp * (0.5f + urand()) / (127.0f * 32.0f / 2.0f));
         }
@@ -91,9 +97,14 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     size_t nbytes;
     uint8_t *blocks = random_blocks(dt, rows, cols, amp, &nbytes);
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    gguf_writer_add_tensor(t->q, name, dt == PDL_DTYPE_Q4_K ? GW_GGML_Q4_K : dt == PDL_DTYPE_Q5_K ? GW_GGML_Q5_K
-                                                                                               : GW_GGML_Q6_K,
-                           2, ne, blocks, nbytes);
+    uint32_t ggml = dt == PDL_DTYPE_Q4_K     ? GW_GGML_Q4_K
+                    : dt == PDL_DTYPE_Q5_K   ? GW_GGML_Q5_K
+                    : dt == PDL_DTYPE_IQ4_NL ? 20
+                    : dt == PDL_DTYPE_IQ4_XS ? GW_GGML_IQ4_XS
+                    : dt == PDL_DTYPE_TQ1_0  ? GW_GGML_TQ1_0
+                    : dt == PDL_DTYPE_TQ2_0  ? GW_GGML_TQ2_0
+                                             : GW_GGML_Q6_K;
+    gguf_writer_add_tensor(t->q, name, ggml, 2, ne, blocks, nbytes);
     float *f = malloc((size_t)rows * cols * sizeof *f);
     pdl_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = blocks, .nbytes = nbytes};
     for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
@@ -113,37 +124,47 @@ static void add_norm(twin *t, const char *name) {
     gguf_writer_add_tensor_f32(t->bad, name, 1, (const int64_t[]){HID}, w);
 }
 
-/* q5k: attn_v in Q5_K (a type without a dot kernel yet) rather than Q6_K. */
-static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q5k) {
+/* q5k: attn_v in Q5_K (a type without a dot kernel yet) rather than Q6_K.
+ * iq: IQ4_XS for the Q4_K matrices and the output, IQ4_NL for attn_output,
+ * TQ2_0 for attn_v and TQ1_0 for ffn_down (types read through their
+ * expansion). */
+static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q5k, bool iq) {
     rng = 99; /* the same model every time */
     twin t = {gguf_writer_new(3), gguf_writer_new(3), gguf_writer_new(3)};
     add_keys(t.q), add_keys(t.f), add_keys(t.bad);
-    add_matrix(&t, "token_embd.weight", PDL_DTYPE_Q4_K, VOCAB, HID, 1.0f);
+    add_matrix(&t, "token_embd.weight", iq ? PDL_DTYPE_IQ4_XS : PDL_DTYPE_Q4_K, VOCAB, HID, 1.0f);
     add_norm(&t, "output_norm.weight");
-    add_matrix(&t, "output.weight", PDL_DTYPE_Q6_K, VOCAB, HID, 0.15f);
+    add_matrix(&t, "output.weight", iq ? PDL_DTYPE_IQ4_XS : PDL_DTYPE_Q6_K, VOCAB, HID, 0.15f);
     char n[64];
     for (int l = 0; l < NL; l++) {
 #define NAME(x) (snprintf(n, sizeof n, "blk.%d.%s", l, x), n)
         add_norm(&t, NAME("attn_norm.weight"));
         add_norm(&t, NAME("ffn_norm.weight"));
-        add_matrix(&t, NAME("attn_q.weight"), PDL_DTYPE_Q4_K, NH * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_k.weight"), PDL_DTYPE_Q4_K, NKV * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_v.weight"), q5k ? PDL_DTYPE_Q5_K : PDL_DTYPE_Q6_K, NKV * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_output.weight"), PDL_DTYPE_Q4_K, HID, NH * HD, 0.12f);
-        add_matrix(&t, NAME("ffn_gate.weight"), PDL_DTYPE_Q4_K, FFN, HID, 0.12f);
-        add_matrix(&t, NAME("ffn_up.weight"), PDL_DTYPE_Q4_K, FFN, HID, 0.12f);
-        add_matrix(&t, NAME("ffn_down.weight"), PDL_DTYPE_Q6_K, HID, FFN, 0.09f);
+        pdl_dtype q4 = iq ? PDL_DTYPE_IQ4_XS : PDL_DTYPE_Q4_K;
+        add_matrix(&t, NAME("attn_q.weight"), q4, NH * HD, HID, 0.12f);
+        add_matrix(&t, NAME("attn_k.weight"), q4, NKV * HD, HID, 0.12f);
+        add_matrix(&t, NAME("attn_v.weight"), iq ? PDL_DTYPE_TQ2_0 : q5k ? PDL_DTYPE_Q5_K : PDL_DTYPE_Q6_K, NKV * HD,
+                   HID, 0.12f);
+        add_matrix(&t, NAME("attn_output.weight"), iq ? PDL_DTYPE_IQ4_NL : PDL_DTYPE_Q4_K, HID, NH * HD, 0.12f);
+        add_matrix(&t, NAME("ffn_gate.weight"), q4, FFN, HID, 0.12f);
+        add_matrix(&t, NAME("ffn_up.weight"), q4, FFN, HID, 0.12f);
+        add_matrix(&t, NAME("ffn_down.weight"), iq ? PDL_DTYPE_TQ1_0 : PDL_DTYPE_Q6_K, HID, FFN, 0.09f);
 #undef NAME
     }
-    *qpath = test_tmp_path(q5k ? "kquant-q5k.gguf" : "kquant.gguf");
-    *fpath = test_tmp_path(q5k ? "kquant-q5k-f32-twin.gguf" : "kquant-f32-twin.gguf");
-    *badpath = test_tmp_path(q5k ? "kquant-q5k-f32-no-mins.gguf" : "kquant-f32-no-mins.gguf");
+    const char *tag = iq ? "-iq" : q5k ? "-q5k" : "";
+    char name[64];
+    snprintf(name, sizeof name, "kquant%s.gguf", tag);
+    *qpath = test_tmp_path(name);
+    snprintf(name, sizeof name, "kquant%s-f32-twin.gguf", tag);
+    *fpath = test_tmp_path(name);
+    snprintf(name, sizeof name, "kquant%s-f32-no-mins.gguf", tag);
+    *badpath = test_tmp_path(name);
     REQUIRE(gguf_writer_write(t.q, *qpath) == 0 && gguf_writer_write(t.f, *fpath) == 0 &&
             gguf_writer_write(t.bad, *badpath) == 0);
     gguf_writer_free(t.q), gguf_writer_free(t.f), gguf_writer_free(t.bad);
 }
 
-static void write_twins(char **qpath, char **fpath, char **badpath) { write_twins_mix(qpath, fpath, badpath, false); }
+static void write_twins(char **qpath, char **fpath, char **badpath) { write_twins_mix(qpath, fpath, badpath, false, false); }
 
 static bool g_weights_mapped; /* the next loads leave matrices in the file mapping */
 
@@ -268,7 +289,7 @@ static void test_forward_reports_scratch_failure(void) {
 static void test_the_type_mix_names_the_slow_path(void) {
     fp16_init();
     char *qp, *fp, *bp;
-    write_twins_mix(&qp, &fp, &bp, true);
+    write_twins_mix(&qp, &fp, &bp, true, false);
     float *q = logits_of(qp, 2, "Q4_K,Q5_K,Q6_K"), *f = logits_of(fp, 2, "F32");
     double mag = 0;
     for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
@@ -303,11 +324,39 @@ static void test_the_type_mix_names_the_slow_path(void) {
     free(q), free(f), free(qp), free(fp), free(bp);
 }
 
+/* GGUF's IQ4_NL, IQ4_XS, TQ1_0 and TQ2_0 load and run (expanded at load:
+ * no dot kernels for them yet), giving their F32 twin's logits to float
+ * rounding (the same values, multiplied by the same float kernels; 1e-4 of
+ * the largest logit allows for the expanded matrices' own summation order);
+ * the type mix says they are expanded. */
+static void test_iq4_and_ternary_model_matches_its_f32_twin(void) {
+    fp16_init();
+    char *qp, *fp, *bp;
+    write_twins_mix(&qp, &fp, &bp, false, true);
+    float *q = logits_of(qp, 2, "IQ4_NL,IQ4_XS,TQ1_0,TQ2_0"), *f = logits_of(fp, 2, "F32");
+    double mag = 0;
+    for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
+    fprintf(stderr, "  IQ4 / ternary mix: max |q - f32 twin| %.3g of the largest logit %.3g\n", max_diff(q, f), mag);
+    CHECK_MSG(max_diff(q, f) <= 1e-4 * mag, "the IQ4 / ternary mix differs from its F32 twin by %g", max_diff(q, f));
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, qp, NULL, &err) == 0, "%s", err.message);
+    pdl_tensor_type_stats st[8];
+    int n = pdl_model_tensor_types(m, st, 8);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(st[i].type, "IQ4_XS") || !strcmp(st[i].type, "TQ1_0"))
+            CHECK_MSG(st[i].n_expanded == st[i].n_tensors, "%s: %d of %d expanded", st[i].type, st[i].n_expanded,
+                      st[i].n_tensors);
+    pdl_model_free(m);
+    free(q), free(f), free(qp), free(fp), free(bp);
+}
+
 int main(void) {
     RUN(test_q4_k_m_model_matches_its_f32_twin);
     RUN(test_k_quant_model_on_every_isa);
     RUN(test_copied_matrices_give_the_mapped_files_logits);
     RUN(test_forward_reports_scratch_failure);
     RUN(test_the_type_mix_names_the_slow_path);
+    RUN(test_iq4_and_ternary_model_matches_its_f32_twin);
     return test_summary();
 }

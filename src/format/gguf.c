@@ -108,6 +108,10 @@ static int ggml_to_pdl_dtype(uint32_t id) {
     case 3: return PDL_DTYPE_Q4_1;
     case 6: return PDL_DTYPE_Q5_0;
     case 7: return PDL_DTYPE_Q5_1;
+    case 20: return PDL_DTYPE_IQ4_NL;
+    case 23: return PDL_DTYPE_IQ4_XS;
+    case 34: return PDL_DTYPE_TQ1_0;
+    case 35: return PDL_DTYPE_TQ2_0;
     case 8: return PDL_DTYPE_Q8_0;
     case 10: return PDL_DTYPE_Q2_K;
     case 11: return PDL_DTYPE_Q3_K;
@@ -564,7 +568,7 @@ static int parse_tensor_info(gguf_file *f, reader *r, uint64_t i, uint64_t n_ten
         const char *tn = ggml_type_name(type);
         if (!tn) return rfail(r, field, "unknown ggml type %u", type);
         return rfail(r, field, "type %s (ggml type %u) is not supported yet (supported: F32, F16, BF16, Q4_0, Q4_1, "
-                     "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4)",
+                     "Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, MXFP4, IQ4_NL, IQ4_XS, TQ1_0, TQ2_0)",
                      tn, type);
     }
     t->dtype = (pdl_dtype)dt;

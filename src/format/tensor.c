@@ -23,6 +23,8 @@ static const struct {
     [PDL_DTYPE_Q6_K] = {"Q6_K", 256, 210},
     [PDL_DTYPE_U32] = {"U32", 1, 4},      [PDL_DTYPE_MLX_Q4] = {"MLX_Q4", 8, 4},
     [PDL_DTYPE_MLX_Q8] = {"MLX_Q8", 4, 4},   [PDL_DTYPE_MXFP4] = {"MXFP4", 32, 17},
+    [PDL_DTYPE_IQ4_NL] = {"IQ4_NL", 32, 18}, [PDL_DTYPE_IQ4_XS] = {"IQ4_XS", 256, 136},
+    [PDL_DTYPE_TQ1_0] = {"TQ1_0", 256, 54}, [PDL_DTYPE_TQ2_0] = {"TQ2_0", 256, 66},
     [PDL_DTYPE_U8] = {"U8", 1, 1},
 };
 

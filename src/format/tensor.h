@@ -51,6 +51,16 @@ typedef enum pdl_dtype {
      * scale byte e, then 16 bytes of 4-bit E2M1 codes (byte j: element j
      * in the low nibble, j + 16 in the high, as Q4_0) (17 bytes) */
     PDL_DTYPE_MXFP4,
+    /* Non-linear 4-bit (ggml's IQ4_NL / IQ4_XS): codes index the 16 int8
+     * values of kvalues_iq4nl (-127 ... 113), byte j of 16 holding codes j
+     * (low nibble) and j + 16 (high) */
+    PDL_DTYPE_IQ4_NL, /* 32: f16 d, 16 bytes of codes (18) */
+    PDL_DTYPE_IQ4_XS, /* 256: f16 d, u16 scales_h, 4 bytes scales_l, 8 x 16 bytes of codes (136); sub-block
+                       * i's 6-bit scale: nibble i % 2 of scales_l[i / 2], top 2 bits at bit 2i of scales_h,
+                       * minus 32 */
+    /* Ternary (ggml's TQ1_0 / TQ2_0): values -1, 0, 1 times d */
+    PDL_DTYPE_TQ1_0,  /* 256: 48 bytes of 5 trits (base 3, most significant first), 4 bytes of 4, f16 d (54) */
+    PDL_DTYPE_TQ2_0,  /* 256: 64 bytes of 2-bit codes (value + 1), f16 d (66) */
     /* Raw bytes as safetensors' U8: only the MXFP4 blocks and scales of
      * Hugging Face's gpt-oss checkpoints (tensors named *_blocks /
      * *_scales), which the loader repacks as PDL_DTYPE_MXFP4; never a

@@ -302,6 +302,69 @@ static void dequant_mxfp4(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
+/* IQ4_NL / IQ4_XS's 16 values (ggml's kvalues_iq4nl). */
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* 32 elements from 16 bytes of IQ4 codes, each dl times its value. */
+static void iq4_codes(const uint8_t *qs, float dl, float *out) {
+    for (int j = 0; j < 16; j++) {
+        out[j] = dl * (float)IQ4_VALUES[qs[j] & 0xF];
+        out[j + 16] = dl * (float)IQ4_VALUES[qs[j] >> 4];
+    }
+}
+
+static void dequant_iq4_nl(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 18, out += 32) iq4_codes(src + 2, half_at(src), out);
+}
+
+/* IQ4_XS: 8 sub-blocks of 32, sub-block i scaled by d * (its 6-bit scale - 32). */
+static void dequant_iq4_xs(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 136, out += 256) {
+        float d = half_at(src);
+        uint16_t sh;
+        memcpy(&sh, src + 2, 2);
+        const uint8_t *sl = src + 4, *qs = src + 8;
+        for (int i = 0; i < 8; i++) {
+            int ls = ((sl[i / 2] >> (4 * (i % 2))) & 0xF) | ((sh >> (2 * i)) & 3) << 4;
+            iq4_codes(qs + 16 * i, d * (float)(ls - 32), out + 32 * i);
+        }
+    }
+}
+
+/* One trit of a TQ1_0 byte: the byte times 3^n (mod 256), then times 3 over
+ * 256 (a byte holds trits t0..t4 as the fraction 0.t0t1t2t3t4 in base 3,
+ * rounded up to 8 bits), as value + 1. */
+static float tq1_trit(uint8_t q, int n, float d) {
+    static const uint8_t POW3[5] = {1, 3, 9, 27, 81};
+    uint8_t shifted = (uint8_t)(q * POW3[n]);
+    return (float)(((uint16_t)shifted * 3 >> 8) - 1) * d;
+}
+
+/* TQ1_0: bytes 0..31 give elements 32n + m (trit n of byte m), bytes 32..47
+ * elements 160 + 16n + m, the 4 bytes after them elements 240 + 4n + j. */
+static void dequant_tq1_0(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 54, out += 256) {
+        float d = half_at(src + 52);
+        for (int n = 0; n < 5; n++)
+            for (int m = 0; m < 32; m++) out[32 * n + m] = tq1_trit(src[m], n, d);
+        for (int n = 0; n < 5; n++)
+            for (int m = 0; m < 16; m++) out[160 + 16 * n + m] = tq1_trit(src[32 + m], n, d);
+        for (int n = 0; n < 4; n++)
+            for (int j = 0; j < 4; j++) out[240 + 4 * n + j] = tq1_trit(src[48 + j], n, d);
+    }
+}
+
+/* TQ2_0: element 128h + 32l + m is bits 2l of byte 32h + m, minus 1. */
+static void dequant_tq2_0(const uint8_t *src, float *out, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, src += 66, out += 256) {
+        float d = half_at(src + 64);
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 4; l++)
+                for (int m = 0; m < 32; m++)
+                    out[128 * h + 32 * l + m] = (float)(((src[32 * h + m] >> (2 * l)) & 3) - 1) * d;
+    }
+}
+
 int ops_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) {
     const uint8_t *p = src;
     int64_t nb = n / (int64_t)dtype_block_elems(dtype);
@@ -335,6 +398,10 @@ int ops_dequant_blocks(pdl_dtype dtype, const void *src, float *out, int64_t n) 
     case PDL_DTYPE_Q5_K: dequant_q45_k(p, out, nb, 1); break;
     case PDL_DTYPE_Q6_K: dequant_q6_k(p, out, nb); break;
     case PDL_DTYPE_MXFP4: dequant_mxfp4(p, out, nb); break;
+    case PDL_DTYPE_IQ4_NL: dequant_iq4_nl(p, out, nb); break;
+    case PDL_DTYPE_IQ4_XS: dequant_iq4_xs(p, out, nb); break;
+    case PDL_DTYPE_TQ1_0: dequant_tq1_0(p, out, nb); break;
+    case PDL_DTYPE_TQ2_0: dequant_tq2_0(p, out, nb); break;
     default: return -1; /* no dequantization for it (U32, MLX, ...): never a silent zero */
     }
     return 0;
