@@ -111,6 +111,16 @@ typedef struct pdl_fim_tokens {
     int32_t sep;              /* before each file of a repository-level prompt */
 } pdl_fim_tokens;
 
+/* What an embedding request returns (vLLM's pooling types): the model's
+ * final hidden state, after its final norm, of one prompt row or the mean
+ * over them. */
+typedef enum pdl_pooling {
+    PDL_POOLING_NONE = 0,        /* a generation request */
+    PDL_POOLING_LAST,            /* the last prompt row (Qwen3-Embedding, gte-Qwen2: decoder embedding models) */
+    PDL_POOLING_MEAN,            /* the mean over every prompt row */
+    PDL_POOLING_CLS,             /* the first row */
+} pdl_pooling;
+
 /* Hyperparameters as the engine uses them, whatever the source format. */
 typedef struct pdl_model_info {
     const char *arch;         /* the family (src/model/arch.c): "llama", "qwen3", "mixtral", ... */
@@ -143,6 +153,11 @@ typedef struct pdl_model_info {
                                * taken back (draft verification; see pdl_batch.state_slots) */
     int n_mtp_layers;         /* multi-token-prediction blocks loaded (0 or 1): speculative decoding's
                                * "mtp" method drafts with the first */
+    /* What the model's files say of it as an embedding model: */
+    pdl_pooling pooling;      /* GGUF pooling_type, or sentence-transformers' 1_Pooling/config.json; NONE when
+                               * they name none */
+    bool pool_normalize;      /* sentence-transformers' Normalize module (GGUF: always, as llama.cpp) */
+    bool matryoshka;          /* config.json's matryoshka_dimensions or is_matryoshka: may be cut short */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */
@@ -824,12 +839,17 @@ typedef struct pdl_request_params {
                                     outlive pdl_engine_add_request); prefix-cache blocks holding image rows
                                     are keyed by the image's hash as well as the ids */
     int n_images;
+    pdl_pooling pooling;         /* not NONE: an embedding request: the prompt runs once, nothing is generated
+                                    (no logits are computed for it), one PDL_EVENT_EMBEDDING then FINISHED
+                                    ("stop"); n must be 1, and no grammar, reasoning or prompt logprobs */
+    bool normalize;              /* the embedding is divided by its L2 norm */
 } pdl_request_params;
 
 typedef enum pdl_event_kind {
     PDL_EVENT_TOKEN,             /* a generated token (text may be "" while held back) */
     PDL_EVENT_PROMPT_LOGPROB,    /* logprobs of prompt token `position` (>= 1) */
     PDL_EVENT_FINISHED,          /* the sequence ended: finish_reason says why */
+    PDL_EVENT_EMBEDDING,         /* an embedding request's vector (embedding, n_embedding) */
 } pdl_event_kind;
 
 typedef struct pdl_event {
@@ -848,6 +868,8 @@ typedef struct pdl_event {
     int32_t stop_token;          /* FINISHED by a stop_ids token: its id; else -1 (EOS gives -1, as vLLM) */
     int cached_tokens;           /* FINISHED: prompt tokens whose K/V came from the prefix cache (at the
                                     sequence's first admission) */
+    const float *embedding;      /* EMBEDDING: [n_embedding] (the model's hidden size), valid during the call */
+    int n_embedding;
 } pdl_event;
 
 /* Called from pdl_engine_step on the stepping thread. */

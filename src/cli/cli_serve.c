@@ -193,6 +193,13 @@ static const cli_option SERVE_OPTIONS[] = {
              "message.reasoning / reasoning_content, apart from the answer; grammars\n"
              "and tool calls apply to the answer; openai: gpt-oss's harmony format\n"
              "(the analysis channel; on by default for a model with <|channel|>)"},
+    {"--task", NULL, CLI_OPT_STRING, O(task), .value = "generate|embed",
+     .help = "embed: also serve /v1/embeddings (the default for a model whose files\n"
+             "declare a pooling: GGUF pooling_type, sentence-transformers' modules.json)"},
+    {"--pooling", NULL, CLI_OPT_STRING, O(pooling), .value = "last|mean|cls",
+     .help = "how /v1/embeddings pools the final hidden states (implies --task embed;\n"
+             "default: the model's declared pooling, else last); L2-normalized unless the\n"
+             "model's sentence-transformers modules leave Normalize out"},
     {"--reasoning-budget", NULL, CLI_OPT_INT, O(reasoning_budget), .min = -1, .max = 1 << 30, .value = "N",
      .help = "thinking tokens at most when a request names none\n"
              "(thinking_token_budget); then the block's end is forced (default -1: no limit)"},

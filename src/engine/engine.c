@@ -184,6 +184,7 @@ void eng_seq_free(eng_seq *q) {
     free(q->cache.blocks);
     free(q->spec.blocks);
     free(q->spec.mtp_hidden);
+    free(q->pool_acc);
     free(q->cache.block_hashes);
     free(q->text.held);
     free(q->text.out);
@@ -226,6 +227,7 @@ void pdl_engine_free(pdl_engine *e) {
     spec_free(&e->spec);
     so_rows_free(&e->masked);
     free(e->max_lens);
+    free(e->pool_row);
     pdl_kv_cache_free(e->kv);
     enc_cache_free(&e->encoder_cache);
     free(e);
@@ -273,7 +275,9 @@ eng_seq *eng_seq_new(pdl_engine *e, eng_request *r, int index, const int32_t *to
     sp.seed += (uint64_t)index; /* sequence i of n draws from seed + i */
     q->sampling.sampler = pdl_sampler_new(&sp, e->runner.vocab);
     if (r->grammar) q->sampling.matcher = gram_matcher_new(r->grammar);
-    if (!q->tokens || !q->sampling.sampler || (r->grammar && !q->sampling.matcher)) {
+    if (r->params.pooling != PDL_POOLING_NONE) q->pool_acc = calloc((size_t)e->model->cfg.hidden, sizeof *q->pool_acc);
+    if (!q->tokens || !q->sampling.sampler || (r->grammar && !q->sampling.matcher) ||
+        (r->params.pooling != PDL_POOLING_NONE && !q->pool_acc)) {
         eng_seq_free(q);
         return NULL;
     }

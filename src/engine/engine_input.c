@@ -117,6 +117,9 @@ static int validate_request(const pdl_engine *e, const int32_t *prompt, size_t n
                         rs->start_token >= c->vocab || (rs->start_token < 0 && !rs->starts_inside)))
         return err_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
                         rs->start_token, rs->end_token, c->vocab);
+    if ((unsigned)p->pooling > PDL_POOLING_CLS) return err_fail(err, "request: unknown pooling %d", (int)p->pooling);
+    if (p->pooling != PDL_POOLING_NONE && (p->n > 1 || p->grammar || rs->enabled || p->prompt_logprobs >= 0))
+        return err_fail(err, "request: an embedding request takes no n > 1, grammar, reasoning or prompt logprobs");
     if (p->grammar && gram_vocab_size(gram_grammar_vocab(p->grammar)) != e->runner.vocab)
         return err_fail(err, "request: the grammar was compiled for a vocabulary of %d tokens, the model has %d",
                         gram_vocab_size(gram_grammar_vocab(p->grammar)), e->runner.vocab);
@@ -162,7 +165,8 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     r->params.cache_salt = r->cache_salt;
     r->root_hash = bpool_root_hash(r->cache_salt);
     r->salt_check = bpool_extra_check(r->cache_salt);
-    r->no_prefix_cache = p->prompt_logprobs >= 0; /* every prompt row must be computed for its logprobs */
+    /* every prompt row must be computed for its logprobs, or for mean and first-row pooling */
+    r->no_prefix_cache = p->prompt_logprobs >= 0 || p->pooling == PDL_POOLING_MEAN || p->pooling == PDL_POOLING_CLS;
     if (p->grammar) r->grammar = gram_grammar_ref(p->grammar);
     if (!oom && request_images(e, r, p, prompt, n_prompt, err)) {
         eng_request_free(r);

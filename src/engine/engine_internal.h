@@ -48,6 +48,8 @@ struct pdl_engine {
     so_rows masked;            /* structured output: masked copies of the rows constrained sequences sample */
     int *max_lens;             /* [cap_max_lens] scratch: each sequence's max_len, for the proposers */
     int cap_max_lens;
+    float *pool_row;           /* [hidden] scratch: a row through the final norm, then an embedding (made on
+                                  first use) */
     sched sched;
     runner runner;
     bool selective;
@@ -109,6 +111,9 @@ bool eng_out_token(pdl_engine *e, eng_seq *q, const float *row, int32_t tok, eng
 /* The FINISHED event of q: the rest of the text (flushed, unless aborted),
  * the stop string or token, the cached prompt tokens. */
 void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_cause cause);
+
+/* The EMBEDDING event of an embedding request: vec, n floats. */
+void eng_out_embedding(eng_seq *q, const float *vec, int n);
 
 /* The PROMPT_LOGPROB event of the prompt token that row row_pos predicts,
  * when it is due. */

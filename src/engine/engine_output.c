@@ -107,6 +107,12 @@ void eng_out_finished(pdl_engine *e, eng_seq *q, const char *reason, eng_stop_ca
     emit(q, &ev);
 }
 
+void eng_out_embedding(eng_seq *q, const float *vec, int n) {
+    pdl_event ev = {.kind = PDL_EVENT_EMBEDDING, .token = -1, .position = q->n_prompt - 1, .embedding = vec,
+                    .n_embedding = n, .text = "", .stop_token = -1};
+    emit(q, &ev);
+}
+
 /* Whether tok ends the sequence: EOS first (no stop reason, as vLLM), then
  * the request's stop tokens (*cause_token = tok). */
 static bool is_stop_token(const pdl_engine *e, const eng_seq *q, int32_t tok, int32_t *cause_token) {

@@ -11,6 +11,7 @@
  * validation (engine_input.c).
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -266,6 +267,41 @@ static double mono_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* An embedding request's entry (params.pooling): its pooled rows of the
+ * forward's hidden states (row0: its first row in the batch) through the
+ * final norm, summed in position order (MEAN) or kept (LAST, CLS); once the
+ * prompt is done, the mean taken, the L2 norm divided out when asked, the
+ * EMBEDDING event and the end ("stop"). */
+static int pool_entry(pdl_engine *e, const sched_entry *en, int row0, pdl_error *err) {
+    eng_seq *q = en->seq;
+    const pdl_request_params *p = &q->req->params;
+    int H = e->model->cfg.hidden;
+    if (!e->pool_row && !(e->pool_row = malloc((size_t)H * sizeof *e->pool_row)))
+        return err_fail(err, "engine: out of memory");
+    const float *x = model_forward_hidden(e->runner.ctx) + (size_t)row0 * H;
+    for (int i = 0; i < en->n_new; i++) {
+        int pos = en->start + i;
+        bool take = p->pooling == PDL_POOLING_MEAN ? pos >= q->pool_next
+                    : p->pooling == PDL_POOLING_CLS ? pos == 0
+                                                    : pos == q->n_prompt - 1;
+        if (!take) continue;
+        model_final_norm_rows(e->model, x + (size_t)i * H, 1, e->pool_row);
+        for (int h = 0; h < H; h++)
+            q->pool_acc[h] = p->pooling == PDL_POOLING_MEAN ? q->pool_acc[h] + e->pool_row[h] : e->pool_row[h];
+    }
+    if (en->start + en->n_new > q->pool_next) q->pool_next = en->start + en->n_new;
+    q->cache.n_computed = en->start + en->n_new;
+    sched_cache_full_blocks(&e->sched, q);
+    if (q->cache.n_computed < q->n_tokens || q->abort_requested) return 0;
+    double div = p->pooling == PDL_POOLING_MEAN ? (double)q->n_prompt : 1.0, norm = 0;
+    for (int h = 0; h < H; h++) norm += (q->pool_acc[h] / div) * (q->pool_acc[h] / div);
+    norm = p->normalize && norm > 0 ? sqrt(norm) : 1.0;
+    for (int h = 0; h < H; h++) e->pool_row[h] = (float)(q->pool_acc[h] / div / norm);
+    eng_out_embedding(q, e->pool_row, H);
+    eng_finish(e, q, "stop", (eng_stop_cause){-1, -1});
+    return 0;
+}
+
 /* The update of one entry after the forward, from its logits rows: a
  * decode with drafts verifies them; otherwise the computed count moves on,
  * full blocks go to the prefix cache, prompt logprobs are emitted, and a
@@ -312,7 +348,10 @@ int pdl_engine_step(pdl_engine *e, int *active, pdl_error *err) {
             /* the MTP drafter follows the rows the entry keeps (spec_mtp.h) */
             if (spec_note_rows(&e->spec, plan.entries[k].seq, e->runner.batch.cu_seqlens[k], plan.entries[k].start))
                 rc = err_fail(err, "engine: out of memory");
-            if (rc == 0) rc = update_entry(e, &plan.entries[k], runner_entry_rows(&e->runner, k), err);
+            if (rc == 0)
+                rc = plan.entries[k].seq->req->params.pooling != PDL_POOLING_NONE
+                         ? pool_entry(e, &plan.entries[k], e->runner.batch.cu_seqlens[k], err)
+                         : update_entry(e, &plan.entries[k], runner_entry_rows(&e->runner, k), err);
         }
         if (rc == 0) rc = spec_absorb(&e->spec, model_forward_hidden(e->runner.ctx), err);
         if (rc == 0 && e->spec.method != PDL_SPEC_NONE) {

@@ -46,7 +46,7 @@ typedef struct eng_request {
     char *cache_salt;           /* owned copy of params.cache_salt, or NULL */
     bpool_hash root_hash;       /* the chain value before the first block (salt folded in) */
     uint64_t salt_check;        /* bpool_extra_check of the salt, kept beside first blocks */
-    bool no_prefix_cache;       /* prompt logprobs: every prompt row is computed */
+    bool no_prefix_cache;       /* prompt logprobs, mean or first-row pooling: every prompt row is computed */
     gram_grammar *grammar;      /* structured output (a reference of our own), or NULL */
     float **image_rows;         /* [n_images] owned: each image's encoded rows (rows x hidden) */
     int n_images;
@@ -141,6 +141,9 @@ typedef struct eng_seq {
     eng_seq_text text;
     eng_seq_spec spec;
     eng_seq_logprobs logprobs;
+    /* an embedding request (params.pooling): the pooled rows so far */
+    double *pool_acc;           /* [hidden] the sum of the normed rows (MEAN) or the pooled row, or NULL */
+    int pool_next;              /* MEAN: positions below it are in pool_acc (a recompute adds none twice) */
 } eng_seq;
 
 #endif

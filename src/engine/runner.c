@@ -32,6 +32,7 @@ void runner_free(runner *r) {
 int runner_logits_rows(const sched_entry *e, int32_t *rows_out) {
     const eng_seq *q = e->seq;
     int end = e->start + e->n_new, n = 0;
+    if (q->req->params.pooling != PDL_POOLING_NONE) return 0; /* embeddings: hidden rows only (engine_step.c) */
     if (e->verifies_drafts) {
         /* its last token and every draft predict */
         for (int r = e->start; r < end; r++) rows_out[n++] = r;

@@ -121,6 +121,9 @@ void hybrid_scratch_free(pdl_forward_scratch *s);
  * final norm: (n_tokens, hidden), batch rows in order; valid until the
  * next forward on ctx. */
 const float *model_forward_hidden(const pdl_context *ctx);
+/* n such rows (hidden wide) through the model's final norm, as the head
+ * sees them: the hidden states embeddings pool. */
+void model_final_norm_rows(const pdl_model *m, const float *x, int n, float *out);
 
 /* The MTP block (cfg.mtp_loaded) over a packed batch whose row at position
  * p holds token t[p + 1] and, in hidden_in (n_tokens, hidden), the hidden

@@ -613,6 +613,11 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
 
 const float *model_forward_hidden(const pdl_context *ctx) { return ctx->scratch.x; }
 
+void model_final_norm_rows(const pdl_model *m, const float *x, int n, float *out) {
+    for (int r = 0; r < n; r++)
+        norm_row(&m->cfg, out + (size_t)r * m->cfg.hidden, x + (size_t)r * m->cfg.hidden, m->w.output_norm.data);
+}
+
 /* ---- the MTP block ----------------------------------------------------------- */
 
 typedef struct mtp_input_task {

@@ -134,6 +134,9 @@ typedef struct pdl_model_config {
     int n_mtp_layers;      /* multi-token-prediction blocks after the main stack (GGUF blk.N with N >=
                             * n_layers, nextn_predict_layers; Hugging Face mtp.*, mtp_num_hidden_layers);
                             * the main forward runs none of them */
+    pdl_pooling pooling;   /* what the files declare for embeddings (pdl_model_info) */
+    bool pool_normalize;
+    bool matryoshka;
     bool mtp_loaded;       /* the first MTP block's weights are loaded: w.layers[n_layers] and w.mtp_*
                             * (model_forward_mtp, the speculative drafter) */
     bool attn_out_gate;    /* attention layers: q_proj gives per head its query then a gate of the same

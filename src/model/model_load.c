@@ -1518,6 +1518,9 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->state_chunk = m->cfg.n_rec_layers > 0 ? PDL_STATE_CHUNK : 0;
     info->state_max_rows = m->cfg.n_rec_layers > 0 ? PDL_STATE_RING - m->cfg.lin_conv : 0;
     info->n_mtp_layers = m->cfg.mtp_loaded ? 1 : 0;
+    info->pooling = m->cfg.pooling;
+    info->pool_normalize = m->cfg.pool_normalize;
+    info->matryoshka = m->cfg.matryoshka;
 }
 
 int pdl_model_tensor_types(const pdl_model *m, pdl_tensor_type_stats *out, int max) {

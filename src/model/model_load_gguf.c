@@ -284,6 +284,12 @@ static int read_config(pdl_model *m, const gguf_file *g, pdl_error *err) {
     if (arch_u32(g, arch, "rope.dimension_count", false, &c->rope_dim, err)) return -1;
     c->ctx_len = 0;
     if (arch_u32(g, arch, "context_length", false, &c->ctx_len, err)) return -1;
+    /* llama.cpp's pooling_type: 1 mean, 2 cls, 3 last (0 none, 4 rank); its embeddings are normalized */
+    int pool = 0;
+    if (arch_u32(g, arch, "pooling_type", false, &pool, err)) return -1;
+    c->pooling = pool == 1 ? PDL_POOLING_MEAN : pool == 2 ? PDL_POOLING_CLS : pool == 3 ? PDL_POOLING_LAST
+                                                                                       : PDL_POOLING_NONE;
+    c->pool_normalize = c->pooling != PDL_POOLING_NONE;
     c->rms_eps = 1e-5f;
     const char *eps_key =
         c->norm == PDL_NORM_LAYER ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";

@@ -567,6 +567,41 @@ static void llava_text_defaults(json_t *tc) {
     if (!json_object_get(tc, "tie_word_embeddings")) json_object_set_new(tc, "tie_word_embeddings", json_false());
 }
 
+/* A sentence-transformers folder's pooling: modules.json names a Pooling
+ * module's folder (1_Pooling) whose config.json sets one pooling_mode_*
+ * (lasttoken, mean_tokens or cls_token), and a Normalize module. No
+ * modules.json: nothing declared. */
+static int read_pooling(pdl_model_config *c, const char *dir, pdl_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/modules.json", dir);
+    if (!file_exists(path)) return 0;
+    json_t *mods = NULL;
+    if (load_json_file(path, &mods, err)) return -1;
+    size_t i;
+    json_t *mod;
+    const char *pool_dir = NULL;
+    json_array_foreach(mods, i, mod) {
+        const char *type = json_string_value(json_object_get(mod, "type"));
+        if (!type) continue;
+        if (strstr(type, "Normalize")) c->pool_normalize = true;
+        if (strstr(type, "Pooling")) pool_dir = json_string_value(json_object_get(mod, "path"));
+    }
+    int rc = 0;
+    if (pool_dir && !strstr(pool_dir, "..")) {
+        snprintf(path, sizeof path, "%s/%s/config.json", dir, pool_dir);
+        json_t *pc = NULL;
+        if (file_exists(path) && (rc = load_json_file(path, &pc, err)) == 0) {
+            c->pooling = json_is_true(json_object_get(pc, "pooling_mode_lasttoken"))  ? PDL_POOLING_LAST
+                         : json_is_true(json_object_get(pc, "pooling_mode_mean_tokens")) ? PDL_POOLING_MEAN
+                         : json_is_true(json_object_get(pc, "pooling_mode_cls_token"))   ? PDL_POOLING_CLS
+                                                                                         : PDL_POOLING_NONE;
+            json_decref(pc);
+        }
+    }
+    json_decref(mods);
+    return rc;
+}
+
 int model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
     char path[4096];
     snprintf(m->source, sizeof m->source, "safetensors");
@@ -615,8 +650,10 @@ int model_load_hf(pdl_model *m, const char *dir, pdl_error *err) {
                 json_object_set(tc, ids[i], json_object_get(cfg, ids[i]));
     }
     int rc = read_config(m, use, path, err);
+    m->cfg.matryoshka = json_is_true(json_object_get(cfg, "is_matryoshka")) ||
+                        json_is_array(json_object_get(cfg, "matryoshka_dimensions"));
     json_decref(cfg);
-    if (rc) return -1;
+    if (rc || read_pooling(&m->cfg, dir, err)) return -1;
 
     /* generation_config.json overrides bos/eos when present. */
     snprintf(path, sizeof path, "%s/generation_config.json", dir);

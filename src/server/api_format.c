@@ -139,6 +139,8 @@ typedef struct choice {
     bool started;       /* streaming: echo chunk sent */
     json_t *ids;        /* /infill with return_tokens: the generated ids (non-streaming) */
     bool has_new_line;  /* /infill: the text holds a newline */
+    float *embedding;   /* /v1/embeddings: [n_embedding] (owned) */
+    int n_embedding;
 } choice;
 
 struct srv_response {
@@ -216,6 +218,7 @@ void srv_response_free(srv_response *r) {
         srv_tool_output_free(r->choices[i].tools);
         reasoning_split_free(r->choices[i].think);
         sbuf_free(&r->choices[i].reasoning);
+        free(r->choices[i].embedding);
     }
     for (int p = 0; r->prompts && p < r->n_prompts; p++) {
         for (size_t k = 0; k < r->prompts[p].n; k++) {
@@ -521,6 +524,13 @@ void srv_response_add(srv_response *r, const srv_event *ev) {
         }
         note_time(r);
         choice *c = &r->choices[ev->prompt * r->n + ev->index];
+        if (ev->kind == PDL_EVENT_EMBEDDING) {
+            free(c->embedding);
+            c->embedding = malloc((size_t)ev->n_embedding * sizeof *c->embedding);
+            if (c->embedding) memcpy(c->embedding, ev->embedding, (size_t)ev->n_embedding * sizeof *c->embedding);
+            c->n_embedding = c->embedding ? ev->n_embedding : 0;
+            continue;
+        }
         if (r->req->discard_output) {
             if (ev->kind == PDL_EVENT_FINISHED) {
                 c->finish = "length";
@@ -693,8 +703,82 @@ static void infill_stream_events(srv_response *r, const srv_event *ev, sbuf *out
     }
 }
 
+/* n bytes as base64 (RFC 4648, padded), appended to b. */
+static void put_base64(sbuf *b, const uint8_t *p, size_t n) {
+    static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        char q[4] = {A[v >> 18], A[(v >> 12) & 63], i + 1 < n ? A[(v >> 6) & 63] : '=', i + 2 < n ? A[v & 63] : '='};
+        sbuf_append(b, q, 4);
+    }
+}
+
+/* OpenAI's embeddings list: each input's vector (its first `dimensions`,
+ * renormalized when the server normalizes), as floats (printed to round
+ * trip: %.9g) or as base64 of little-endian float32; usage counts the
+ * input tokens. */
+static char *embeddings_body(srv_response *r, size_t *len) {
+    sbuf b = {0};
+    sbuf_puts(&b, "{\"object\":\"list\",\"data\":[");
+    for (int i = 0; i < r->n_choices; i++) {
+        const choice *c = &r->choices[i];
+        int n = r->req->embed_dims > 0 && r->req->embed_dims < c->n_embedding ? r->req->embed_dims : c->n_embedding;
+        float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        if (!v) {
+            sbuf_free(&b);
+            return NULL;
+        }
+        double norm = 0;
+        for (int k = 0; k < n; k++) norm += (double)c->embedding[k] * c->embedding[k];
+        bool renorm = n < c->n_embedding && r->req->params.normalize && norm > 0;
+        for (int k = 0; k < n; k++) v[k] = renorm ? (float)(c->embedding[k] / sqrt(norm)) : c->embedding[k];
+        char head[96];
+        snprintf(head, sizeof head, "%s{\"object\":\"embedding\",\"index\":%d,\"embedding\":", i ? "," : "", i);
+        sbuf_puts(&b, head);
+        if (r->req->embed_base64) {
+            uint8_t *bytes = malloc((size_t)(n ? n : 1) * 4);
+            if (!bytes) {
+                free(v);
+                sbuf_free(&b);
+                return NULL;
+            }
+            for (int k = 0; k < n; k++) {
+                uint32_t u;
+                memcpy(&u, &v[k], 4);
+                for (int j = 0; j < 4; j++) bytes[4 * k + j] = (uint8_t)(u >> (8 * j));
+            }
+            sbuf_puts(&b, "\"");
+            put_base64(&b, bytes, (size_t)n * 4);
+            sbuf_puts(&b, "\"");
+            free(bytes);
+        } else {
+            sbuf_puts(&b, "[");
+            for (int k = 0; k < n; k++) {
+                char num[32];
+                snprintf(num, sizeof num, "%s%.9g", k ? "," : "", (double)v[k]);
+                sbuf_puts(&b, num);
+            }
+            sbuf_puts(&b, "]");
+        }
+        sbuf_puts(&b, "}");
+        free(v);
+    }
+    char tail[128];
+    sbuf_puts(&b, "],\"model\":");
+    json_t *model = jstr(r->model_name);
+    char *name = json_dumps(model, JSON_ENCODE_ANY);
+    json_decref(model);
+    sbuf_puts(&b, name ? name : "null");
+    free(name);
+    snprintf(tail, sizeof tail, ",\"usage\":{\"prompt_tokens\":%d,\"total_tokens\":%d}}", r->prompt_tokens,
+             r->prompt_tokens);
+    sbuf_puts(&b, tail);
+    return sbuf_take(&b, len);
+}
+
 char *srv_response_body(srv_response *r, size_t *len) {
     if (r->req->kind == SRV_API_INFILL) return dump(infill_final(r, false), len);
+    if (r->req->kind == SRV_API_EMBEDDINGS) return embeddings_body(r, len);
     bool chat = r->req->kind == SRV_API_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));

@@ -265,44 +265,50 @@ static int copy_text(const json_t *str, srv_prompt *sp) {
     return 0;
 }
 
-/* "prompt": a string, a list of strings, a list of ids, or a list of lists of ids. */
-static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
-    const json_t *p = json_object_get(body, "prompt");
-    if (!p || json_is_null(p)) return BAD("prompt", "'prompt' is required");
+/* "prompt" (or /v1/embeddings' "input", name): a string, a list of strings, a
+ * list of ids, or a list of lists of ids. */
+static int parse_prompts_named(const srv_parse_ctx *c, const json_t *body, const char *name, srv_gen_request *r,
+                               srv_api_error *err) {
+    const json_t *p = json_object_get(body, name);
+    if (!p || json_is_null(p)) return BAD(name, "'%s' is required", name);
     if (json_is_string(p)) {
         if (add_prompt(r, err)) return -1;
         srv_prompt *sp = &r->prompts[0];
         if (copy_text(p, sp)) return srv_api_fail(err, 500, NULL, "out of memory");
-        return tokenize_text(c, json_string_value(p), json_string_length(p), true, &sp->ids, &sp->n_ids, "prompt",
+        return tokenize_text(c, json_string_value(p), json_string_length(p), true, &sp->ids, &sp->n_ids, name,
                              err);
     }
-    if (!json_is_array(p)) return BAD("prompt", "'prompt' must be a string, a list of strings or token ids, got %s",
+    if (!json_is_array(p)) return BAD(name, "'%s' must be a string, a list of strings or token ids, got %s", name,
                                       type_name(p));
     size_t n = json_array_size(p);
-    if (n == 0) return BAD("prompt", "'prompt' must not be an empty list");
+    if (n == 0) return BAD(name, "'%s' must not be an empty list", name);
     const json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) {
         if (add_prompt(r, err)) return -1;
-        return ids_from_array(c, p, &r->prompts[0].ids, &r->prompts[0].n_ids, "prompt", err);
+        return ids_from_array(c, p, &r->prompts[0].ids, &r->prompts[0].n_ids, name, err);
     }
-    if (n > SRV_MAX_SEQS) return BAD("prompt", "'prompt' holds %zu prompts; at most %d are allowed", n, SRV_MAX_SEQS);
+    if (n > SRV_MAX_SEQS) return BAD(name, "'%s' holds %zu prompts; at most %d are allowed", name, n, SRV_MAX_SEQS);
     for (size_t i = 0; i < n; i++) {
         const json_t *e = json_array_get(p, i);
         if (add_prompt(r, err)) return -1;
         srv_prompt *sp = &r->prompts[r->n_prompts - 1];
         if (json_is_string(e) && json_is_string(first)) {
             if (copy_text(e, sp)) return srv_api_fail(err, 500, NULL, "out of memory");
-            if (tokenize_text(c, json_string_value(e), json_string_length(e), true, &sp->ids, &sp->n_ids, "prompt",
+            if (tokenize_text(c, json_string_value(e), json_string_length(e), true, &sp->ids, &sp->n_ids, name,
                               err))
                 return -1;
         } else if (json_is_array(e) && json_is_array(first)) {
-            if (ids_from_array(c, e, &sp->ids, &sp->n_ids, "prompt", err)) return -1;
+            if (ids_from_array(c, e, &sp->ids, &sp->n_ids, name, err)) return -1;
         } else {
-            return BAD("prompt", "'prompt' must be a string, a list of strings, a list of token ids or a list of "
-                       "lists of token ids; item %zu is %s", i, type_name(e));
+            return BAD(name, "'%s' must be a string, a list of strings, a list of token ids or a list of lists "
+                       "of token ids; item %zu is %s", name, i, type_name(e));
         }
     }
     return 0;
+}
+
+static int parse_prompts(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    return parse_prompts_named(c, body, "prompt", r, err);
 }
 
 /* ---- chat messages -------------------------------------------------------- */
@@ -670,9 +676,10 @@ static int check_context(const srv_parse_ctx *c, const srv_gen_request *r, bool 
                          srv_api_error *err) {
     for (int i = 0; i < r->n_prompts; i++) {
         size_t np = r->prompts[i].n_ids;
-        const char *param = r->kind == SRV_API_CHAT     ? "messages"
-                            : r->kind == SRV_API_INFILL ? "input_prefix"
-                                                        : "prompt";
+        const char *param = r->kind == SRV_API_CHAT         ? "messages"
+                            : r->kind == SRV_API_INFILL     ? "input_prefix"
+                            : r->kind == SRV_API_EMBEDDINGS ? "input"
+                                                            : "prompt";
         if (np == 0) return BAD(param, "the prompt is empty (it encodes to no tokens)");
         if (!max_tokens_given) {
             if (np >= (size_t)c->ctx_len) {
@@ -1014,6 +1021,32 @@ done:
     free(files);
     if (rc || add_fim_stop_ids(c, r, err)) return -1;
     return finish_request(c, r, given, err);
+}
+
+int srv_parse_embeddings(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
+    init_request(r, SRV_API_EMBEDDINGS);
+    if (srv_check_model(c, body, err)) return -1;
+    if (c->pooling == PDL_POOLING_NONE)
+        return BAD("model", "this server does not serve embeddings (start it with --task embed, or --pooling)");
+    const json_t *fmt = json_object_get(body, "encoding_format");
+    if (fmt && !json_is_null(fmt)) {
+        if (!json_is_string(fmt) || (strcmp(json_string_value(fmt), "float") && strcmp(json_string_value(fmt), "base64")))
+            return BAD("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+        r->embed_base64 = strcmp(json_string_value(fmt), "base64") == 0;
+    }
+    long long dims = 0;
+    bool given = false;
+    if (get_int(body, "dimensions", 1, c->hidden, &dims, &given, err)) return -1;
+    if (given && !c->matryoshka)
+        return BAD("dimensions", "'dimensions' needs a Matryoshka-trained model (its config.json says "
+                   "matryoshka_dimensions or is_matryoshka); this one returns %d dimensions", c->hidden);
+    r->embed_dims = (int)dims;
+    if (parse_prompts_named(c, body, "input", r, err)) return -1;
+    r->params.n = 1;
+    r->params.pooling = c->pooling;
+    r->params.normalize = c->pool_normalize;
+    r->params.max_tokens = 1;
+    return check_context(c, r, false, err);
 }
 
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {

@@ -53,7 +53,7 @@ int srv_api_fail(srv_api_error *err, int status, const char *param, const char *
     __attribute__((format(printf, 4, 5)));
 
 /* /v1/completions, /v1/chat/completions, llama-server's /infill. */
-typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT, SRV_API_INFILL } srv_api_kind;
+typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT, SRV_API_INFILL, SRV_API_EMBEDDINGS } srv_api_kind;
 
 /* One prompt of a request. */
 typedef struct srv_prompt {
@@ -102,6 +102,8 @@ typedef struct srv_gen_request {
     bool include_reasoning;    /* message.reasoning is returned (vLLM's include_reasoning, default true) */
     bool harmony;              /* chat with a harmony model (gpt-oss): the output's messages are read by
                                   tool_format GRAM_TOOLS_OPENAI, tools or not (reasoning, content, calls) */
+    bool embed_base64;         /* embeddings: encoding_format "base64" (little-endian float32) */
+    int embed_dims;            /* embeddings: "dimensions" (the first ones, renormalized); 0 = all */
     pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
     pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
     int n_images;
@@ -147,6 +149,10 @@ typedef struct srv_parse_ctx {
     pdl_vision *vision;            /* image_url content parts need it; NULL: they are refused */
     const char *allowed_media_path;/* file:// image URLs under this folder are read (vLLM's
                                       --allowed-local-media-path); NULL: only data URLs */
+    pdl_pooling pooling;           /* /v1/embeddings: how the hidden states are pooled; NONE = not served */
+    bool pool_normalize;           /* the embeddings are L2-normalised */
+    int hidden;                    /* the model's hidden size: the embeddings' dimensions */
+    bool matryoshka;               /* the model may be cut to fewer dimensions ("dimensions") */
     int batch_tokens;              /* rows per engine step (0 = 2048): /infill fits prefix and suffix
                                       in it, as llama-server in its --batch-size */
 } srv_parse_ctx;
@@ -171,6 +177,10 @@ int srv_check_nul(const json_t *body, srv_api_error *err);
 int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *err);
 
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
+/* OpenAI's POST /v1/embeddings: input (a string, strings, token ids or
+ * lists of them: one pooled embedding each, params.pooling from the
+ * server), encoding_format, dimensions; 400 when the server serves none. */
+int srv_parse_embeddings(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);
 /* llama-server's POST /infill: input_prefix, input_suffix, input_extra,
  * prompt and /completion's generation fields (n_predict, temperature,
  * top_k, ...), with llama-server's defaults. */

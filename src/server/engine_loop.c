@@ -81,6 +81,7 @@ void srv_events_free(srv_event *ev) {
         free(ev->top);
         free(ev->text);
         free(ev->stop_string);
+        free(ev->embedding);
         free(ev);
         ev = next;
     }
@@ -307,6 +308,16 @@ static void on_event(const pdl_event *ev, void *user) {
             free(out->text);
             out->text = NULL;
         }
+        if (ev->n_embedding > 0 && ev->embedding) {
+            out->embedding = malloc((size_t)ev->n_embedding * sizeof *out->embedding);
+            if (out->embedding) {
+                memcpy(out->embedding, ev->embedding, (size_t)ev->n_embedding * sizeof *out->embedding);
+                out->n_embedding = ev->n_embedding;
+            } else {
+                free(out->text);
+                out->text = NULL;
+            }
+        }
         if (ev->n_top > 0 && ev->top) {
             out->top = malloc((size_t)ev->n_top * sizeof *out->top);
             if (out->top) {
@@ -316,6 +327,7 @@ static void on_event(const pdl_event *ev, void *user) {
         }
         if (!out->text) {
             free(out->top);
+            free(out->embedding);
             free(out);
             out = NULL;
         }

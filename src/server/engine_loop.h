@@ -41,6 +41,8 @@ typedef struct srv_event {
     char *stop_string;         /* FINISHED by a stop string: it (owned); else NULL */
     int32_t stop_token;        /* FINISHED by a stop token: its id; else -1 */
     int cached_tokens;         /* FINISHED: prompt tokens from the prefix cache */
+    float *embedding;          /* EMBEDDING: [n_embedding] owned */
+    int n_embedding;
 } srv_event;
 
 void srv_events_free(srv_event *list);

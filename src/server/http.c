@@ -335,7 +335,8 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
     srv_gen_request req;
     srv_api_error err;
     char id[64];
-    make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : "cmpl-", id, sizeof id);
+    make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : kind == SRV_API_EMBEDDINGS ? "embd-" : "cmpl-", id,
+            sizeof id);
     json_t *chat_body = NULL;
     void *ad_state = NULL;
     int arc = ad ? ad->to_chat(&s->parse, body, id, &chat_body, &ad_state, &err) : 0;
@@ -348,9 +349,10 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
     pc.grammar_limits.cancelled = parse_client_gone;
     pc.grammar_limits.user = &live;
     if (ad && ad->auto_tools) pc.auto_tool_choice = true;
-    int prc = kind == SRV_API_CHAT     ? srv_parse_chat(&pc, body, &req, &err)
-              : kind == SRV_API_INFILL ? srv_parse_infill(&pc, body, &req, &err)
-                                       : srv_parse_completion(&pc, body, &req, &err);
+    int prc = kind == SRV_API_CHAT         ? srv_parse_chat(&pc, body, &req, &err)
+              : kind == SRV_API_INFILL     ? srv_parse_infill(&pc, body, &req, &err)
+              : kind == SRV_API_EMBEDDINGS ? srv_parse_embeddings(&pc, body, &req, &err)
+                                           : srv_parse_completion(&pc, body, &req, &err);
     json_decref(chat_body);
     if (prc) {
         srv_gen_request_free(&req);
@@ -531,7 +533,7 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 
 typedef enum route {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_MESSAGES,
-    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE
+    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -546,6 +548,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/detokenize", R_DETOKENIZE, "POST"},  {"/v1/responses", R_RESPONSES, "POST"},
         {"/infill", R_INFILL, "POST"}, /* llama-server's */
         {"/v1/messages", R_MESSAGES, "POST"},   {"/v1/messages/count_tokens", R_COUNT_TOKENS, "POST"},
+        {"/v1/embeddings", R_EMBEDDINGS, "POST"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -623,6 +626,7 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     case R_CHAT: res = generate(s, conn, rc, body, SRV_API_CHAT, NULL); break;
     case R_RESPONSES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_responses_api); break;
     case R_INFILL: res = generate(s, conn, rc, body, SRV_API_INFILL, NULL); break;
+    case R_EMBEDDINGS: res = generate(s, conn, rc, body, SRV_API_EMBEDDINGS, NULL); break;
     case R_MESSAGES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_messages_api); break;
     case R_COUNT_TOKENS: res = count_tokens(s, conn, rc, body); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;

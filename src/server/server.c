@@ -298,7 +298,16 @@ static void *loader_main(void *arg) {
                                    .grammar_turn_user = s,
                                    .vision = vision,
                                    .allowed_media_path = s->allowed_media_path,
-                                   .batch_tokens = s->engine_opts.max_num_batched_tokens};
+                                   .batch_tokens = s->engine_opts.max_num_batched_tokens,
+                                   /* /v1/embeddings: --pooling, else what the files declare, else (with
+                                    * --task embed) the last row, normalized as vLLM does */
+                                   .pooling = s->pooling != PDL_POOLING_NONE ? s->pooling
+                                              : info.pooling != PDL_POOLING_NONE ? info.pooling
+                                              : s->embed_task ? PDL_POOLING_LAST
+                                                              : PDL_POOLING_NONE,
+                                   .pool_normalize = info.pooling != PDL_POOLING_NONE ? info.pool_normalize : true,
+                                   .hidden = info.hidden,
+                                   .matryoshka = info.matryoshka};
         s->vision = vision;
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
@@ -402,6 +411,20 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->grammar_limits = (gram_limits){.max_work = o->grammar_max_work, .max_seconds = o->grammar_timeout_s};
     s->reasoning_budget = o->reasoning_budget;
     s->harmony = o->reasoning_parser && strcmp(o->reasoning_parser, "openai") == 0; /* gram_harmony.c */
+    if (o->task && strcmp(o->task, "embed") != 0 && strcmp(o->task, "generate") != 0) {
+        server_free(s);
+        return err_fail(err, "serve: unknown --task '%s' (generate, embed)", o->task);
+    }
+    s->embed_task = (o->task && strcmp(o->task, "embed") == 0) || o->pooling;
+    if (o->pooling) {
+        static const char *const names[] = {"last", "mean", "cls"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(o->pooling, names[i]) == 0) s->pooling = (pdl_pooling)(PDL_POOLING_LAST + i);
+        if (s->pooling == PDL_POOLING_NONE) {
+            server_free(s);
+            return err_fail(err, "serve: unknown --pooling '%s' (last, mean, cls)", o->pooling);
+        }
+    }
     if (o->reasoning_parser && !s->harmony && !(s->reasoning = reasoning_format_find(o->reasoning_parser))) {
         server_free(s);
         return err_fail(err, "serve: unknown --reasoning-parser '%s' (%s, openai)", o->reasoning_parser,

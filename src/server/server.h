@@ -43,6 +43,10 @@ typedef struct srv_options {
                                        from the model's tokens */
     const char *reasoning_parser;   /* "qwen3" | "deepseek_r1": the thinking block apart from the answer
                                        (vLLM's --reasoning-parser); NULL = none */
+    const char *task;               /* "embed": /v1/embeddings is served (vLLM's --task); NULL = as the model's files
+                                       say (a declared pooling serves it) */
+    const char *pooling;            /* "last" | "mean" | "cls": how /v1/embeddings pools (implies --task embed);
+                                       NULL = the model's declared pooling, else last */
     int reasoning_budget;           /* thinking tokens at most for requests that name none; < 0 = no limit
                                        (llama.cpp's --reasoning-budget); used with reasoning_parser only */
     double grammar_timeout_s;       /* a request's grammar (regex, schema, GBNF, forced tool call) must compile

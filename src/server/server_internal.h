@@ -36,6 +36,8 @@ struct srv_server {
     gram_limits grammar_limits;  /* every request's grammar compiles within these */
     const struct reasoning_format *reasoning; /* --reasoning-parser, or NULL */
     bool harmony;                 /* --reasoning-parser openai: the harmony format (gram_harmony.c) */
+    bool embed_task;              /* --task embed or --pooling: /v1/embeddings served whatever the model says */
+    pdl_pooling pooling;          /* --pooling; NONE = the model's declared one (LAST under --task embed) */
     int reasoning_budget;        /* --reasoning-budget (< 0: none) */
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
