@@ -165,6 +165,13 @@ int pdl_model_load(pdl_model **out, const char *path,
                    const pdl_model_options *opts, pdl_error *err);
 void pdl_model_free(pdl_model *model);
 void pdl_model_get_info(const pdl_model *model, pdl_model_info *info);
+/* The logits of tokens ids[0 .. n) for one final-normed hidden state h
+ * (hidden floats: an embedding request's PDL_POOLING_LAST vector without
+ * normalization): those rows of the LM head only, dot products in double,
+ * then the head's scaling and soft-cap. A yes/no reranker's score comes from
+ * two of them. -1 (err) for an id outside the vocabulary. */
+int pdl_model_token_logits(const pdl_model *model, const float *h, const int32_t *ids, int n, float *out,
+                           pdl_error *err);
 
 /* One tensor type of a model's files (pdl_model_tensor_types): what a
  * "Q4_K_M" or "UD-Q4_K_XL" file really holds, as gguf-dump sums it up. */

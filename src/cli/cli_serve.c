@@ -193,9 +193,10 @@ static const cli_option SERVE_OPTIONS[] = {
              "message.reasoning / reasoning_content, apart from the answer; grammars\n"
              "and tool calls apply to the answer; openai: gpt-oss's harmony format\n"
              "(the analysis channel; on by default for a model with <|channel|>)"},
-    {"--task", NULL, CLI_OPT_STRING, O(task), .value = "generate|embed",
+    {"--task", NULL, CLI_OPT_STRING, O(task), .value = "generate|embed|rerank",
      .help = "embed: also serve /v1/embeddings (the default for a model whose files\n"
-             "declare a pooling: GGUF pooling_type, sentence-transformers' modules.json)"},
+             "declare a pooling: GGUF pooling_type, sentence-transformers' modules.json);\n"
+             "rerank: /v1/rerank and /v1/score for a yes/no reranker (Qwen3-Reranker)"},
     {"--pooling", NULL, CLI_OPT_STRING, O(pooling), .value = "last|mean|cls",
      .help = "how /v1/embeddings pools the final hidden states (implies --task embed;\n"
              "default: the model's declared pooling, else last); L2-normalized unless the\n"

@@ -409,14 +409,36 @@ static void out_gate_rows(void *p, int ith, int nth) {
 
 /* Architecture-specific changes to the logits after the LM head, the same
  * in both head paths (the load-time probe compares them byte for byte). */
-static void head_postprocess(const pdl_model_config *c, float *logits, int n_rows) {
-    size_t n = (size_t)n_rows * c->vocab;
+/* The head's scaling and soft-cap over n logits. */
+static void head_postprocess_n(const pdl_model_config *c, float *logits, size_t n) {
     if (c->logit_div != 1.0f) /* a divide, as Granite's Hugging Face code does */
         for (size_t i = 0; i < n; i++) logits[i] /= c->logit_div;
     if (c->logit_scale != 1.0f)
         for (size_t i = 0; i < n; i++) logits[i] *= c->logit_scale;
     if (c->final_softcap > 0.0f)
         for (size_t i = 0; i < n; i++) logits[i] = tanhf(logits[i] / c->final_softcap) * c->final_softcap;
+}
+
+static void head_postprocess(const pdl_model_config *c, float *logits, int n_rows) {
+    head_postprocess_n(c, logits, (size_t)n_rows * c->vocab);
+}
+
+int pdl_model_token_logits(const pdl_model *m, const float *h, const int32_t *ids, int n, float *out, pdl_error *err) {
+    const pdl_model_config *c = &m->cfg;
+    float *row = malloc((size_t)c->hidden * sizeof *row);
+    if (!row) return err_fail(err, "out of memory");
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= c->vocab || ops_dequant_row(&m->w.output, ids[i], row, c->hidden)) {
+            free(row);
+            return err_fail(err, "token %d: no logit (vocabulary %d)", ids[i], c->vocab);
+        }
+        double s = 0;
+        for (int k = 0; k < c->hidden; k++) s += (double)row[k] * h[k];
+        out[i] = (float)s;
+    }
+    free(row);
+    head_postprocess_n(c, out, (size_t)n);
+    return 0;
 }
 
 /* The full-logits path, kept for measurement and the probe: norm and head

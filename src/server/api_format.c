@@ -11,6 +11,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "server/api_format.h"
+#include "server/api_rerank.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -776,9 +777,22 @@ static char *embeddings_body(srv_response *r, size_t *len) {
     return sbuf_take(&b, len);
 }
 
+const srv_gen_request *srv_response_request(const srv_response *r) { return r->req; }
+const pdl_model *srv_response_model(const srv_response *r) { return r->model; }
+const char *srv_response_id(const srv_response *r) { return r->id; }
+const char *srv_response_model_name(const srv_response *r) { return r->model_name; }
+int srv_response_prompt_tokens(const srv_response *r) { return r->prompt_tokens; }
+
+const float *srv_response_embedding(const srv_response *r, int i, int *n) {
+    const choice *c = i >= 0 && i < r->n_choices ? &r->choices[i] : NULL;
+    *n = c ? c->n_embedding : 0;
+    return c && c->n_embedding > 0 ? c->embedding : NULL;
+}
+
 char *srv_response_body(srv_response *r, size_t *len) {
     if (r->req->kind == SRV_API_INFILL) return dump(infill_final(r, false), len);
     if (r->req->kind == SRV_API_EMBEDDINGS) return embeddings_body(r, len);
+    if (r->req->kind == SRV_API_RERANK || r->req->kind == SRV_API_SCORE) return srv_rerank_body(r, len);
     bool chat = r->req->kind == SRV_API_CHAT;
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(r->id));

@@ -47,6 +47,14 @@ void srv_response_free(srv_response *r);
 /* Non-streaming: fold events in, then take the whole body (malloc'ed). */
 void srv_response_add(srv_response *r, const srv_event *events);
 char *srv_response_body(srv_response *r, size_t *len);
+/* What a response holds, for bodies built elsewhere (api_rerank.c). */
+const srv_gen_request *srv_response_request(const srv_response *r);
+const pdl_model *srv_response_model(const srv_response *r);
+const char *srv_response_id(const srv_response *r);
+const char *srv_response_model_name(const srv_response *r);
+int srv_response_prompt_tokens(const srv_response *r);
+/* Prompt i's embedding (*n floats), NULL when it has none. */
+const float *srv_response_embedding(const srv_response *r, int i, int *n);
 
 /* Streaming: the opening chunks (chat: the assistant role per choice), the
  * chunks for a batch of events, and the end (usage chunk when asked, then

@@ -1172,6 +1172,7 @@ void srv_gen_request_free(srv_gen_request *r) {
     for (int i = 0; i < r->n_images; i++) pdl_image_free(r->images[i]);
     free(r->images);
     free(r->image_inputs);
+    json_decref(r->rerank_docs);
     memset(r, 0, sizeof *r);
 }
 

@@ -53,7 +53,14 @@ int srv_api_fail(srv_api_error *err, int status, const char *param, const char *
     __attribute__((format(printf, 4, 5)));
 
 /* /v1/completions, /v1/chat/completions, llama-server's /infill. */
-typedef enum srv_api_kind { SRV_API_COMPLETION = 0, SRV_API_CHAT, SRV_API_INFILL, SRV_API_EMBEDDINGS } srv_api_kind;
+typedef enum srv_api_kind {
+    SRV_API_COMPLETION = 0,
+    SRV_API_CHAT,
+    SRV_API_INFILL,
+    SRV_API_EMBEDDINGS,
+    SRV_API_RERANK,             /* /v1/rerank (api_rerank.c) */
+    SRV_API_SCORE,              /* /v1/score */
+} srv_api_kind;
 
 /* One prompt of a request. */
 typedef struct srv_prompt {
@@ -104,6 +111,9 @@ typedef struct srv_gen_request {
                                   tool_format GRAM_TOOLS_OPENAI, tools or not (reasoning, content, calls) */
     bool embed_base64;         /* embeddings: encoding_format "base64" (little-endian float32) */
     int embed_dims;            /* embeddings: "dimensions" (the first ones, renormalized); 0 = all */
+    int32_t rerank_ids[2];     /* rerank / score: the "no" and "yes" tokens whose logits make the score */
+    int rerank_top_n;          /* rerank: results returned */
+    json_t *rerank_docs;       /* rerank: the documents' texts returned with the results (owned), or NULL */
     pdl_image **images;        /* chat: the image_url parts' images, in order (owned) */
     pdl_mm_input *image_inputs;/* [n_images] where their rows sit in prompts[0] (params.images points here) */
     int n_images;
@@ -153,6 +163,8 @@ typedef struct srv_parse_ctx {
     bool pool_normalize;           /* the embeddings are L2-normalised */
     int hidden;                    /* the model's hidden size: the embeddings' dimensions */
     bool matryoshka;               /* the model may be cut to fewer dimensions ("dimensions") */
+    bool rerank;                   /* /v1/rerank and /v1/score served (--task rerank) */
+    int32_t rerank_no, rerank_yes; /* ... with the scores from these two tokens' logits */
     int batch_tokens;              /* rows per engine step (0 = 2048): /infill fits prefix and suffix
                                       in it, as llama-server in its --batch-size */
 } srv_parse_ctx;

@@ -51,6 +51,7 @@
 
 #include "server/api_adapter.h"
 #include "server/api_format.h"
+#include "server/api_rerank.h"
 #include "server/server_internal.h"
 #include "util/error.h"
 
@@ -335,7 +336,8 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
     srv_gen_request req;
     srv_api_error err;
     char id[64];
-    make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : kind == SRV_API_EMBEDDINGS ? "embd-" : "cmpl-", id,
+    make_id(s, ad ? ad->id_prefix : kind == SRV_API_CHAT ? "chatcmpl-" : kind == SRV_API_EMBEDDINGS ? "embd-"
+                   : kind == SRV_API_RERANK || kind == SRV_API_SCORE ? "rerank-" : "cmpl-", id,
             sizeof id);
     json_t *chat_body = NULL;
     void *ad_state = NULL;
@@ -352,6 +354,8 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
     int prc = kind == SRV_API_CHAT         ? srv_parse_chat(&pc, body, &req, &err)
               : kind == SRV_API_INFILL     ? srv_parse_infill(&pc, body, &req, &err)
               : kind == SRV_API_EMBEDDINGS ? srv_parse_embeddings(&pc, body, &req, &err)
+              : kind == SRV_API_RERANK     ? srv_parse_rerank(&pc, body, &req, &err)
+              : kind == SRV_API_SCORE      ? srv_parse_score(&pc, body, &req, &err)
                                            : srv_parse_completion(&pc, body, &req, &err);
     json_decref(chat_body);
     if (prc) {
@@ -533,7 +537,7 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 
 typedef enum route {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_MESSAGES,
-    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS
+    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_RERANK, R_SCORE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -549,6 +553,8 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/infill", R_INFILL, "POST"}, /* llama-server's */
         {"/v1/messages", R_MESSAGES, "POST"},   {"/v1/messages/count_tokens", R_COUNT_TOKENS, "POST"},
         {"/v1/embeddings", R_EMBEDDINGS, "POST"},
+        {"/v1/rerank", R_RERANK, "POST"},       {"/rerank", R_RERANK, "POST"}, /* vLLM's and llama-server's */
+        {"/v1/score", R_SCORE, "POST"},         {"/score", R_SCORE, "POST"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -627,6 +633,8 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     case R_RESPONSES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_responses_api); break;
     case R_INFILL: res = generate(s, conn, rc, body, SRV_API_INFILL, NULL); break;
     case R_EMBEDDINGS: res = generate(s, conn, rc, body, SRV_API_EMBEDDINGS, NULL); break;
+    case R_RERANK: res = generate(s, conn, rc, body, SRV_API_RERANK, NULL); break;
+    case R_SCORE: res = generate(s, conn, rc, body, SRV_API_SCORE, NULL); break;
     case R_MESSAGES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_messages_api); break;
     case R_COUNT_TOKENS: res = count_tokens(s, conn, rc, body); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;

@@ -218,6 +218,23 @@ static bool tool_format_from_tokens(const pdl_model *model, gram_tool_format *ou
     return false;
 }
 
+/* --task rerank: the "no" and "yes" tokens whose logits score a pair
+ * (api_rerank.c); each must be one token, as in Qwen3-Reranker's vocabulary. */
+static int rerank_tokens(const pdl_model *model, int32_t ids[2], pdl_error *err) {
+    static const char *const words[2] = {"no", "yes"};
+    for (int k = 0; k < 2; k++) {
+        int32_t *t = NULL;
+        size_t n = 0;
+        if (pdl_tokenize(model, words[k], strlen(words[k]), false, &t, &n, err)) return -1;
+        ids[k] = n == 1 ? t[0] : -1;
+        free(t);
+        if (n != 1)
+            return err_fail(err, "--task rerank needs \"%s\" to be one token of the model's vocabulary (a yes/no "
+                            "reranker such as Qwen3-Reranker); it is %zu", words[k], n);
+    }
+    return 0;
+}
+
 /* Whether path is a Hugging Face folder of a vision-language model
  * (config.json with a vision_config). */
 static bool has_vision_config(const char *path) {
@@ -267,6 +284,8 @@ static void *loader_main(void *arg) {
             rc = err_fail(&err, "--reasoning-budget needs the end of a thinking block, '%s', to be one token of the "
                           "model's vocabulary, and it is not", s->reasoning->end);
     }
+    int32_t rerank_ids[2] = {-1, -1};
+    if (rc == 0 && s->rerank_task) rc = rerank_tokens(model, rerank_ids, &err);
     if (rc == 0) rc = srv_engine_start(&engine, model, &s->engine_opts, s->metrics, &err);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
@@ -307,7 +326,10 @@ static void *loader_main(void *arg) {
                                                               : PDL_POOLING_NONE,
                                    .pool_normalize = info.pooling != PDL_POOLING_NONE ? info.pool_normalize : true,
                                    .hidden = info.hidden,
-                                   .matryoshka = info.matryoshka};
+                                   .matryoshka = info.matryoshka,
+                                   .rerank = s->rerank_task,
+                                   .rerank_no = rerank_ids[0],
+                                   .rerank_yes = rerank_ids[1]};
         s->vision = vision;
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
@@ -411,10 +433,11 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->grammar_limits = (gram_limits){.max_work = o->grammar_max_work, .max_seconds = o->grammar_timeout_s};
     s->reasoning_budget = o->reasoning_budget;
     s->harmony = o->reasoning_parser && strcmp(o->reasoning_parser, "openai") == 0; /* gram_harmony.c */
-    if (o->task && strcmp(o->task, "embed") != 0 && strcmp(o->task, "generate") != 0) {
+    if (o->task && strcmp(o->task, "embed") != 0 && strcmp(o->task, "generate") != 0 && strcmp(o->task, "rerank") != 0) {
         server_free(s);
-        return err_fail(err, "serve: unknown --task '%s' (generate, embed)", o->task);
+        return err_fail(err, "serve: unknown --task '%s' (generate, embed, rerank)", o->task);
     }
+    s->rerank_task = o->task && strcmp(o->task, "rerank") == 0;
     s->embed_task = (o->task && strcmp(o->task, "embed") == 0) || o->pooling;
     if (o->pooling) {
         static const char *const names[] = {"last", "mean", "cls"};

@@ -43,8 +43,9 @@ typedef struct srv_options {
                                        from the model's tokens */
     const char *reasoning_parser;   /* "qwen3" | "deepseek_r1": the thinking block apart from the answer
                                        (vLLM's --reasoning-parser); NULL = none */
-    const char *task;               /* "embed": /v1/embeddings is served (vLLM's --task); NULL = as the model's files
-                                       say (a declared pooling serves it) */
+    const char *task;               /* "embed": /v1/embeddings is served (vLLM's --task); "rerank": /v1/rerank and
+                                       /v1/score for a yes/no reranker; NULL = as the model's files say (a
+                                       declared pooling serves embeddings) */
     const char *pooling;            /* "last" | "mean" | "cls": how /v1/embeddings pools (implies --task embed);
                                        NULL = the model's declared pooling, else last */
     int reasoning_budget;           /* thinking tokens at most for requests that name none; < 0 = no limit

@@ -37,6 +37,7 @@ struct srv_server {
     const struct reasoning_format *reasoning; /* --reasoning-parser, or NULL */
     bool harmony;                 /* --reasoning-parser openai: the harmony format (gram_harmony.c) */
     bool embed_task;              /* --task embed or --pooling: /v1/embeddings served whatever the model says */
+    bool rerank_task;             /* --task rerank: /v1/rerank and /v1/score served */
     pdl_pooling pooling;          /* --pooling; NONE = the model's declared one (LAST under --task embed) */
     int reasoning_budget;        /* --reasoning-budget (< 0: none) */
     pdl_model_options model_opts;
