@@ -535,9 +535,13 @@ static enum MHD_Result detokenize(srv_server *s, struct MHD_Connection *conn, re
 
 /* ---- routing ------------------------------------------------------------------------------ */
 
+/* src/server/chat_page.html, built in (cmake/embed_file.cmake) */
+extern const unsigned char srv_chat_page[];
+extern const size_t srv_chat_page_len;
+
 typedef enum route {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_MESSAGES,
-    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_RERANK, R_SCORE
+    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_RERANK, R_SCORE, R_CHAT_PAGE
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -547,6 +551,7 @@ static route find_route(const char *url, const char **method_wanted) {
         const char *method;
     } table[] = {
         {"/health", R_HEALTH, "GET"},           {"/metrics", R_METRICS, "GET"},
+        {"/", R_CHAT_PAGE, "GET"},
         {"/v1/models", R_MODELS, "GET"},        {"/v1/completions", R_COMPLETIONS, "POST"},
         {"/v1/chat/completions", R_CHAT, "POST"}, {"/tokenize", R_TOKENIZE, "POST"},
         {"/detokenize", R_DETOKENIZE, "POST"},  {"/v1/responses", R_RESPONSES, "POST"},
@@ -592,6 +597,12 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     srv_state st = srv_state_now(s);
     if (r == R_HEALTH)
         return send_owned(s, conn, rc, st == SRV_READY ? 200 : 503, "text/plain", strdup(""), 0, st == SRV_STOPPING);
+    if (r == R_CHAT_PAGE) { /* static, before the API key: the page sends the key with its calls */
+        char *page = malloc(srv_chat_page_len + 1);
+        if (page) memcpy(page, srv_chat_page, srv_chat_page_len + 1);
+        return page ? send_owned(s, conn, rc, 200, "text/html; charset=utf-8", page, srv_chat_page_len, false)
+                    : fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
+    }
     if (r == R_METRICS) {
         size_t len;
         char *text = srv_metrics_render(s->metrics, &len);
