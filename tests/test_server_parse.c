@@ -289,6 +289,20 @@ static void test_completion_prompt_forms(void) {
     refused("{\"prompt\": [1.5]}", 400, "prompt", "a number");
 }
 
+/* Special-token text in a prompt is that token, as vLLM and llama-server
+ * tokenize prompts: stories260K's "</s>" (EOS, id 2) inside the text. */
+static void test_completion_prompt_special_token_text_is_the_token(void) {
+    srv_gen_request r;
+    srv_api_error e;
+    REQUIRE_MSG(completion("{\"prompt\": \"Once</s>upon\"}", &r, &e) == 0, "%s", e.message);
+    int eos_at = -1;
+    for (size_t i = 0; i < r.prompts[0].n_ids; i++)
+        if (r.prompts[0].ids[i] == 2) eos_at = (int)i;
+    CHECK_MSG(eos_at > 1 && eos_at + 1 < (int)r.prompts[0].n_ids, "</s> at %d of %zu", eos_at, r.prompts[0].n_ids);
+    CHECK_EQ_INT(r.prompts[0].ids[0], 1); /* BOS still added */
+    srv_gen_request_free(&r);
+}
+
 static void test_completion_wrong_types_name_the_field(void) {
     static const char *const fields[][2] = {
         {"temperature", "\"hot\""}, {"top_p", "true"}, {"top_k", "1.5"}, {"min_p", "[]"},
@@ -1386,6 +1400,7 @@ int main(void) {
     RUN(test_completion_every_field);
     RUN(test_completion_prompt_forms);
     RUN(test_completion_wrong_types_name_the_field);
+    RUN(test_completion_prompt_special_token_text_is_the_token);
     RUN(test_completion_out_of_range_values);
     RUN(test_completion_inconsistent_options);
     RUN(test_logit_bias_min_tokens_and_the_newer_names);

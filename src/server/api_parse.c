@@ -217,7 +217,10 @@ static int get_num(const json_t *o, const char *key, double lo, double hi, bool 
 static int tokenize_text(const srv_parse_ctx *c, const char *text, size_t len, bool add_special, int32_t **ids,
                          size_t *n, const char *param, srv_api_error *err) {
     pdl_error pe;
-    if (pdl_tokenize(c->model, text, len, add_special, ids, n, &pe)) return BAD(param, "%s", pe.message);
+    /* special-token text ("<|im_start|>") is its token, as vLLM's and
+     * llama-server's prompts are tokenized */
+    unsigned flags = PDL_TOK_PARSE_SPECIAL | (add_special ? PDL_TOK_ADD_SPECIAL : 0);
+    if (pdl_tokenize_ex(c->model, text, len, flags, ids, n, &pe)) return BAD(param, "%s", pe.message);
     return 0;
 }
 

@@ -69,8 +69,12 @@ class Browser {
     return call;
   }
 
+  // killed, and gone (so that its profile folder can be removed)
   close() {
-    this.proc.kill('SIGKILL');
+    const gone = new Promise((resolve) => this.proc.on('exit', resolve));
+    if (this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
+    else return Promise.resolve();
+    return gone;
   }
 }
 
@@ -98,9 +102,9 @@ before(async () => {
   browser = new Browser(findChromium(), profile);
 });
 after(async () => {
-  if (browser) browser.close();
+  if (browser) await browser.close();
   if (srv) await srv.stop();
-  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+  if (profile) fs.rmSync(profile, { recursive: true, force: true, maxRetries: 5 });
 });
 
 test('GET / is the chat page, built in, fetching nothing from elsewhere', async () => {
