@@ -184,6 +184,45 @@ static void test_embeddings_do_not_depend_on_the_batch(void) {
     pdl_model_free(m);
 }
 
+/* A pool too small for everything at once: the newest sequences are
+ * preempted and recomputed, an embedding request among them; its mean
+ * counts each row once (the recompute adds none twice) and its bytes are
+ * those it gets alone. */
+static void test_a_preempted_embedding_is_unchanged(void) {
+    pdl_model *m = load_stories();
+    enum { N = 100 };
+    int32_t prompt[N], other[3][40];
+    prompt_of(prompt, N, 4);
+    pdl_engine *e = engine(m, 8);
+    got alone = {0};
+    add(e, prompt, N, PDL_POOLING_MEAN, true, &alone);
+    run(e);
+    pdl_engine_free(e);
+    size_t block_bytes = pdl_kv_cache_block_bytes(m, PDL_KV_F32, 16);
+    pdl_engine_options o = {.block_size = 16, .max_prefill_chunk = 8, .kv_dtype = PDL_KV_F32,
+                            .max_num_batched_tokens = 256, .kv_cache_memory = block_bytes * 14};
+    pdl_error err;
+    REQUIRE_MSG(pdl_engine_create(&e, m, &o, &err) == 0, "%s", err.message);
+    got gen[3], mixed = {0};
+    memset(gen, 0, sizeof gen);
+    pdl_request_params p = {.logprobs = -1, .prompt_logprobs = -1, .max_tokens = 80};
+    for (int k = 0; k < 3; k++) {
+        prompt_of(other[k], 40, 20 + k);
+        REQUIRE(pdl_engine_add_request(e, other[k], 40, &p, on_event, &gen[k], NULL, &err) == 0);
+    }
+    add(e, prompt, N, PDL_POOLING_MEAN, true, &mixed);
+    run(e);
+    pdl_engine_stats st;
+    pdl_engine_get_stats(e, &st);
+    CHECK_MSG(st.preemptions > 0, "the pool was meant to force preemption");
+    fprintf(stderr, "  %llu preemptions\n", (unsigned long long)st.preemptions);
+    CHECK_EQ_INT(mixed.embeddings, 1);
+    CHECK_MSG(memcmp(mixed.vec, alone.vec, (size_t)m->cfg.hidden * sizeof(float)) == 0,
+              "the embedding differs after preemption");
+    pdl_engine_free(e);
+    pdl_model_free(m);
+}
+
 /* What an embedding request cannot take is refused when it is added. */
 static void test_embedding_requests_refuse_generation_options(void) {
     pdl_model *m = load_stories();
@@ -207,6 +246,7 @@ static void test_embedding_requests_refuse_generation_options(void) {
 int main(void) {
     RUN(test_pooled_vectors_are_the_heads_inputs);
     RUN(test_embeddings_do_not_depend_on_the_batch);
+    RUN(test_a_preempted_embedding_is_unchanged);
     RUN(test_embedding_requests_refuse_generation_options);
     return test_summary();
 }

@@ -292,6 +292,7 @@ static int pool_entry(pdl_engine *e, const sched_entry *en, int row0, pdl_error 
     if (en->start + en->n_new > q->pool_next) q->pool_next = en->start + en->n_new;
     q->cache.n_computed = en->start + en->n_new;
     sched_cache_full_blocks(&e->sched, q);
+    sched_snapshot_after_step(&e->sched, q, en->start);
     if (q->cache.n_computed < q->n_tokens || q->abort_requested) return 0;
     double div = p->pooling == PDL_POOLING_MEAN ? (double)q->n_prompt : 1.0, norm = 0;
     for (int h = 0; h < H; h++) norm += (q->pool_acc[h] / div) * (q->pool_acc[h] / div);
