@@ -576,7 +576,11 @@ static int read_pooling(pdl_model_config *c, const char *dir, pdl_error *err) {
     snprintf(path, sizeof path, "%s/modules.json", dir);
     if (!file_exists(path)) return 0;
     json_t *mods = NULL;
-    if (load_json_file(path, &mods, err)) return -1;
+    if (json_file_load(path, JSON_REJECT_DUPLICATES, &mods, err)) return -1;
+    if (!json_is_array(mods)) {
+        json_decref(mods);
+        return err_fail(err, "%s: expected a list of modules", path);
+    }
     size_t i;
     json_t *mod;
     const char *pool_dir = NULL;

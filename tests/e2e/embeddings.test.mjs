@@ -7,6 +7,8 @@
 // LM head in test_engine_embed.c; here it is the API around it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { startServer, TESTDATA, NAME } from './server.mjs';
 
@@ -105,5 +107,46 @@ test('a server not asked to embed says how to', async () => {
     });
   } finally {
     await plain.stop();
+  }
+});
+
+// qwen3-tiny's folder as a sentence-transformers model: modules.json with
+// mean pooling and no Normalize module, and config.json saying it is
+// Matryoshka-trained. The server serves embeddings without --task embed.
+test('a sentence-transformers folder: its pooling and normalization are read; dimensions cut a Matryoshka model', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pagedlm-st-'));
+  try {
+    for (const f of fs.readdirSync(MODEL)) {
+      if (f === 'config.json') continue;
+      fs.symlinkSync(path.join(MODEL, f), path.join(dir, f));
+    }
+    const cfg = JSON.parse(fs.readFileSync(path.join(MODEL, 'config.json'), 'utf8'));
+    cfg.is_matryoshka = true;
+    fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(cfg));
+    fs.writeFileSync(path.join(dir, 'modules.json'), JSON.stringify([
+      { idx: 0, name: '0', path: '', type: 'sentence_transformers.models.Transformer' },
+      { idx: 1, name: '1', path: '1_Pooling', type: 'sentence_transformers.models.Pooling' }]));
+    fs.mkdirSync(path.join(dir, '1_Pooling'));
+    fs.writeFileSync(path.join(dir, '1_Pooling/config.json'), JSON.stringify({ word_embedding_dimension: 128,
+      pooling_mode_cls_token: false, pooling_mode_mean_tokens: true, pooling_mode_lasttoken: false }));
+    const st = await startServer([], { model: dir });
+    try {
+      const c = st.client();
+      const mean = (await c.embeddings.create({ model: NAME, input: 'hello there', encoding_format: 'float' })).data[0]
+        .embedding;
+      assert.ok(Math.abs(norm(mean) - 1) > 1e-3, `not normalized: norm ${norm(mean)}`);
+      // the same server asked for the last row's pooling by a plain one: different vectors
+      const last = (await client.embeddings.create({ model: NAME, input: 'hello there', encoding_format: 'float' }))
+        .data[0].embedding;
+      assert.notEqual(f32(mean), f32(last));
+      const cut = (await c.embeddings.create({ model: NAME, input: 'hello there', encoding_format: 'float',
+        dimensions: 16 })).data[0].embedding;
+      assert.equal(cut.length, 16);
+      assert.deepEqual(Array.from(new Float32Array(cut)), Array.from(new Float32Array(mean.slice(0, 16))));
+    } finally {
+      await st.stop();
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
