@@ -43,7 +43,7 @@ int srv_chat_load(srv_chat **out, const pdl_model *model, const char *model_path
         pdl_model_get_info(model, &info);
         pdl_tokenizer *tok = NULL;
         pdl_error te;
-        if (pdl_tokenizer_load(&tok, model_path, &te)) tok = NULL;
+        if (!model_path || pdl_tokenizer_load(&tok, model_path, &te)) tok = NULL; /* no BOS / EOS text then */
         char *bos = special_text(tok, info.bos_id), *eos = special_text(tok, info.eos_id);
         pdl_tokenizer_free(tok);
         int rc = pdl_chat_template_from_source(&t, src, bos, eos, err);
