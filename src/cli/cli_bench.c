@@ -540,8 +540,10 @@ int cli_bench(int argc, char **argv) {
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached, info.state_bytes);
                 if (a.roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
+                           "\"read_method\": \"%s\", \"read_buffer_mib\": %zu, "
                            "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",
-                           peak_name, peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
+                           peak_name, peak, roof.read_gbs, roof.read_method ? roof.read_method : "none",
+                           roof.read_bytes >> 20, peak > 0 ? r->gflops / peak : 0,
                            roof.read_gbs > 0 ? r->gbps / roof.read_gbs : 0);
                 printf("}%s\n", t + 1 < n_results ? "," : "");
             }
@@ -573,9 +575,9 @@ int cli_bench(int argc, char **argv) {
                        info.n_recurrent_layers, info.n_layers);
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
-                       "(this model: %s); read bandwidth %.1f GB/s\n",
+                       "(this model: %s); read bandwidth %.1f GB/s (%d threads, %s, %zu MiB buffer, best pass)\n",
                        cpu_isa_name(k->isa), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
-                       roof.read_gbs);
+                       roof.read_gbs, nthreads, roof.read_method ? roof.read_method : "none", roof.read_bytes >> 20);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)
