@@ -173,11 +173,12 @@ static void test_bench_depth_is_in_the_cache_and_named(void) {
     CHECK_CONTAINS(out, ",n_depth\n");
     CHECK_CONTAINS(out, ",48\n");
     free(out);
-    /* the longest test exactly fills the context: runs; one token more: refused */
-    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1 --json", model, info.ctx_len - 16);
+    /* the longest test (depth, prompt, its sampled token) exactly fills the
+     * context: runs; one token more: refused */
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1 --json", model, info.ctx_len - 17);
     CHECK_EQ_INT(sh(args, &out), 0);
     free(out);
-    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1", model, info.ctx_len - 15);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1", model, info.ctx_len - 16);
     CHECK_EQ_INT(sh(args, &out), 2);
     CHECK_CONTAINS(out, "beyond the model's context length");
     free(out);

@@ -378,9 +378,9 @@ int cli_bench(int argc, char **argv) {
     int max_pp = 1, max_depth = 0;
     for (int k = 0; k < a.n_pp; k++) max_pp = a.pp[k] > max_pp ? a.pp[k] : max_pp;
     for (int k = 0; k < a.n_depths; k++) max_depth = a.depths[k] > max_depth ? a.depths[k] : max_depth;
-    /* the longest sequence a test runs: the depth, then the prompt or the
-     * one-token prompt and the generated tokens */
-    int longest = max_depth + (max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1);
+    /* the longest sequence a test runs: the depth, then the prompt and its
+     * one sampled token, or the one-token prompt and the generated tokens */
+    int longest = max_depth + (max_pp + 1 > (int)a.n_gen + 1 ? max_pp + 1 : (int)a.n_gen + 1);
     if (longest > info.ctx_len) {
         fprintf(stderr, "error: depth %d + %d tokens of test is %d tokens, beyond the model's context length %d\n",
                 max_depth, longest - max_depth, longest, info.ctx_len);
