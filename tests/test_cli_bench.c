@@ -2,7 +2,7 @@
  * test_cli_bench.c - `pagedlm make-random-model` writes loadable models of
  * every weight type, and `pagedlm bench` measures them and reports what it
  * promises (JSON fields, the test names, positive speeds, the kernel family
- * PAGEDLM_ISA asked for); the Qwen3.5 presets are laid out as llama.cpp's
+ * PAGEDLM_ISA asked for, the depth -d puts in the cache); the Qwen3.5 presets are laid out as llama.cpp's
  * converter writes qwen35 / qwen35moe. Speeds are not asserted: benchmarks
  * are measured, not tested.
  */
@@ -129,6 +129,63 @@ static void test_bench_reports_json_results(void) {
     CHECK_CONTAINS(out, "-m MODEL");
     free(out);
     free(path);
+}
+
+/* -d: the depth's tokens are in each sequence's cache before the timed part.
+ * Nothing is timed here; what shows the depth was honoured is the prefix
+ * cache having served exactly its whole blocks in every timed run (40
+ * tokens: 2 blocks of 16, the remainder recomputed), the rows' names and
+ * n_depth, and the length check against the model's context. */
+static void test_bench_depth_is_in_the_cache_and_named(void) {
+    char *model = test_data_path("models/stories260K/stories260K.gguf"), args[4096], *out;
+    pdl_model *m = NULL;
+    pdl_error err;
+    REQUIRE_MSG(pdl_model_load(&m, model, NULL, &err) == 0, "%s", err.message);
+    pdl_model_info info;
+    pdl_model_get_info(m, &info);
+    pdl_model_free(m);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 4 -d 0,40 -r 2 --batch 1,2 --json", model);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    REQUIRE_MSG(j != NULL && json_is_array(j), "not a JSON array: %s", out);
+    CHECK_EQ_INT(json_array_size(j), 6);
+    const char *tests[] = {"pp16", "tg4", "tg4", "pp16 @ d40", "tg4 @ d40", "tg4 @ d40"};
+    int depth[] = {0, 0, 0, 40, 40, 40}, batch[] = {1, 1, 2, 1, 1, 2};
+    for (size_t i = 0; i < json_array_size(j) && i < 6; i++) {
+        json_t *r = json_array_get(j, i);
+        CHECK_MSG(strcmp(json_string_value(json_object_get(r, "test")), tests[i]) == 0, "row %zu: %s", i,
+                  json_string_value(json_object_get(r, "test")));
+        CHECK_EQ_INT(json_integer_value(json_object_get(r, "n_depth")), depth[i]);
+        CHECK_EQ_INT(json_integer_value(json_object_get(r, "batch")), batch[i]);
+        /* 2 timed runs x batch sequences x 32 cached depth tokens */
+        CHECK_EQ_INT(json_integer_value(json_object_get(r, "cached_tokens")), depth[i] ? 2 * batch[i] * 32 : 0);
+        CHECK(json_number_value(json_object_get(json_object_get(r, "tokens_per_s"), "median")) > 0);
+    }
+    json_decref(j);
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 --depth 48 -r 1", model);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    CHECK_CONTAINS(out, "| pp16 @ d48 |");
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d 48 -r 1 --csv", model);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    CHECK_CONTAINS(out, ",n_depth\n");
+    CHECK_CONTAINS(out, ",48\n");
+    free(out);
+    /* the longest test (depth, prompt, its sampled token) exactly fills the
+     * context: runs; one token more: refused */
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1 --json", model, info.ctx_len - 17);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -p 16 -n 0 -d %d -r 1", model, info.ctx_len - 16);
+    CHECK_EQ_INT(sh(args, &out), 2);
+    CHECK_CONTAINS(out, "beyond the model's context length");
+    free(out);
+    snprintf(args, sizeof args, "bench -m '%s' -d -1", model);
+    CHECK_EQ_INT(sh(args, &out), 2);
+    free(out);
+    free(model);
 }
 
 /* The kernel family named in the report: PAGEDLM_ISA=scalar is taken; an
@@ -356,6 +413,7 @@ int main(void) {
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
     RUN(test_bench_reports_json_results);
     RUN(test_bench_reports_the_kernel_family);
+    RUN(test_bench_depth_is_in_the_cache_and_named);
     RUN(test_qwen35_preset_has_the_converters_layout);
     RUN(test_qwen35moe_preset_has_the_converters_layout);
     RUN(test_mxfp4_preset_writes_the_mxfp4_moe_mix);

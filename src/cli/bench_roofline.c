@@ -5,12 +5,15 @@
  * AVX2: ymm FMA and, for INT8, AVX-VNNI's VPDPBUSD where the CPU has it,
  * else VPMADDUBSW + VPADDW, the AVX2 integer panels' step; NEON and SDOT
  * on aarch64),
- * and read bandwidth, so a result can be given as a fraction of what the
+ * and read bandwidth (every thread summing its own part of a buffer of 1-2
+ * GiB with the family's widest loads, plain, prefetched and non-temporal:
+ * the best pass), so a result can be given as a fraction of what the
  * hardware can do. Small kernels written for the measurement only.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "cli/bench_roofline.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -160,24 +163,178 @@ static void peak_worker(void *p, int ith, int nth) {
     (void)nth;
 }
 
-typedef struct bw_task {
-    const float *buf;
-    size_t n;
-    double sink[64];
-} bw_task;
+/* ---- read bandwidth ------------------------------------------------------------ */
 
-static void bw_worker(void *p, int ith, int nth) {
-    bw_task *t = p;
-    long b, e;
-    threadpool_split_range((long)(t->n / 64), ith, nth, &b, &e);
-    float acc[16] = {0};
-    for (long i = b * 64; i < e * 64; i += 16) {
-        __builtin_prefetch(t->buf + i + 1024); /* 4 KiB ahead, as the decode kernels read */
-        for (int j = 0; j < 16; j++) acc[j] += t->buf[i + j];
-    }
-    double s = 0;
+/* Sums of 32-bit words (mod 2^32) over bytes at p: every method reads every
+ * byte once, so the sums agree and a loop that skipped part of its range
+ * (and so "measured" more than the memory gives) would show. p is 64-byte
+ * aligned and bytes a multiple of BENCH_READ_ALIGN. Portable: plain C. */
+static uint32_t read_sum_portable(const uint8_t *p, size_t bytes) {
+    const uint32_t *w = (const uint32_t *)p;
+    uint32_t acc[16] = {0};
+    for (size_t i = 0; i < bytes / 4; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += w[i + j];
+    uint32_t s = 0;
     for (int j = 0; j < 16; j++) s += acc[j];
-    t->sink[ith % 64] = s;
+    return s;
+}
+
+#if defined(__x86_64__)
+/* 8 zmm accumulators, 512 bytes per iteration: loads are independent, so
+ * the loop is bound by the memory, not by add latency. prefetch > 0: that
+ * many bytes ahead (T0); nt: VMOVNTDQA (non-temporal hint). */
+__attribute__((target("avx512f"))) static uint32_t read_sum_avx512(const uint8_t *p, size_t bytes, size_t prefetch,
+                                                                    bool nt) {
+    __m512i a[8];
+    for (int j = 0; j < 8; j++) a[j] = _mm512_setzero_si512();
+    for (size_t i = 0; i < bytes; i += 512) {
+        if (prefetch)
+            for (int j = 0; j < 8; j++) _mm_prefetch((const char *)p + i + prefetch + 64 * j, _MM_HINT_T0);
+        if (nt)
+            for (int j = 0; j < 8; j++) a[j] = _mm512_add_epi32(a[j], _mm512_stream_load_si512((void *)(p + i + 64 * j)));
+        else
+            for (int j = 0; j < 8; j++) a[j] = _mm512_add_epi32(a[j], _mm512_load_si512((const void *)(p + i + 64 * j)));
+    }
+    for (int j = 1; j < 8; j++) a[0] = _mm512_add_epi32(a[0], a[j]);
+    return (uint32_t)_mm512_reduce_add_epi32(a[0]);
+}
+
+/* 8 ymm accumulators, 256 bytes per iteration (AVX2's VMOVNTDQA for nt). */
+__attribute__((target("avx2"))) static uint32_t read_sum_avx2(const uint8_t *p, size_t bytes, size_t prefetch, bool nt) {
+    __m256i a[8];
+    for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_si256();
+    for (size_t i = 0; i < bytes; i += 256) {
+        if (prefetch)
+            for (int j = 0; j < 4; j++) _mm_prefetch((const char *)p + i + prefetch + 64 * j, _MM_HINT_T0);
+        if (nt)
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_add_epi32(a[j], _mm256_stream_load_si256((const void *)(p + i + 32 * j)));
+        else
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_add_epi32(a[j], _mm256_load_si256((const __m256i *)(p + i + 32 * j)));
+    }
+    for (int j = 1; j < 8; j++) a[0] = _mm256_add_epi32(a[0], a[j]);
+    uint32_t t[8], s = 0;
+    _mm256_storeu_si256((__m256i *)t, a[0]);
+    for (int j = 0; j < 8; j++) s += t[j];
+    return s;
+}
+#endif
+
+#if defined(__aarch64__)
+/* 8 q-register accumulators, 128 bytes per iteration. */
+static uint32_t read_sum_neon(const uint8_t *p, size_t bytes, size_t prefetch) {
+    uint32x4_t a[8];
+    for (int j = 0; j < 8; j++) a[j] = vdupq_n_u32(0);
+    for (size_t i = 0; i < bytes; i += 128) {
+        if (prefetch) __builtin_prefetch(p + i + prefetch), __builtin_prefetch(p + i + prefetch + 64);
+        for (int j = 0; j < 8; j++) a[j] = vaddq_u32(a[j], vld1q_u32((const uint32_t *)(p + i + 16 * j)));
+    }
+    for (int j = 1; j < 8; j++) a[0] = vaddq_u32(a[0], a[j]);
+    return vaddvq_u32(a[0]);
+}
+#endif
+
+static const char *const READ_METHOD_NAMES[BENCH_READ_METHODS] = {
+    "portable", "zmm loads", "zmm loads + prefetch", "zmm non-temporal loads",
+    "ymm loads", "ymm loads + prefetch", "ymm non-temporal loads", "NEON q loads", "NEON q loads + prefetch"};
+
+const char *bench_read_method_name(int method) {
+    return method >= 0 && method < BENCH_READ_METHODS ? READ_METHOD_NAMES[method] : "?";
+}
+
+bool bench_read_method_available(int method, pdl_isa isa) {
+    if (method == BENCH_READ_PORTABLE) return true;
+#if defined(__x86_64__)
+    const pdl_cpu_features *f = cpu_features_get();
+    if (method >= BENCH_READ_ZMM && method <= BENCH_READ_ZMM_NT) return isa == PDL_ISA_AVX512 && f->avx512f;
+    if (method >= BENCH_READ_YMM && method <= BENCH_READ_YMM_NT) return (isa == PDL_ISA_AVX512 || isa == PDL_ISA_AVX2) && f->avx2;
+#elif defined(__aarch64__)
+    if (method == BENCH_READ_NEON || method == BENCH_READ_NEON_PREFETCH) return isa == PDL_ISA_NEON;
+#endif
+    (void)isa;
+    return false;
+}
+
+/* 2 KiB ahead: the hardware prefetchers' own reach is less on some cores */
+#define READ_PREFETCH_BYTES 2048
+
+uint32_t bench_read_sum(int method, const void *buf, size_t bytes) {
+    const uint8_t *p = buf;
+    switch (method) {
+#if defined(__x86_64__)
+    case BENCH_READ_ZMM: return read_sum_avx512(p, bytes, 0, false);
+    case BENCH_READ_ZMM_PREFETCH: return read_sum_avx512(p, bytes, READ_PREFETCH_BYTES, false);
+    case BENCH_READ_ZMM_NT: return read_sum_avx512(p, bytes, 0, true);
+    case BENCH_READ_YMM: return read_sum_avx2(p, bytes, 0, false);
+    case BENCH_READ_YMM_PREFETCH: return read_sum_avx2(p, bytes, READ_PREFETCH_BYTES, false);
+    case BENCH_READ_YMM_NT: return read_sum_avx2(p, bytes, 0, true);
+#endif
+#if defined(__aarch64__)
+    case BENCH_READ_NEON: return read_sum_neon(p, bytes, 0);
+    case BENCH_READ_NEON_PREFETCH: return read_sum_neon(p, bytes, READ_PREFETCH_BYTES);
+#endif
+    default: return read_sum_portable(p, bytes);
+    }
+}
+
+typedef struct read_task {
+    uint8_t *buf;
+    size_t bytes; /* a multiple of BENCH_READ_ALIGN per thread */
+    int method;   /* -1: write the buffer (each thread its own part: its pages are local to it) */
+    uint32_t sink[64];
+} read_task;
+
+/* Thread ith's part of the buffer: whole BENCH_READ_ALIGN chunks. */
+static void read_part(const read_task *t, int ith, int nth, size_t *off, size_t *len) {
+    long b, e;
+    threadpool_split_range((long)(t->bytes / BENCH_READ_ALIGN), ith, nth, &b, &e);
+    *off = (size_t)b * BENCH_READ_ALIGN;
+    *len = (size_t)(e - b) * BENCH_READ_ALIGN;
+}
+
+static void read_worker(void *p, int ith, int nth) {
+    read_task *t = p;
+    size_t off, len;
+    read_part(t, ith, nth, &off, &len);
+    if (t->method < 0) {
+        for (size_t i = 0; i < len; i += 4) {
+            uint32_t v = (uint32_t)((off + i) >> 2) * 2654435761u;
+            memcpy(t->buf + off + i, &v, 4);
+        }
+        return;
+    }
+    t->sink[ith % 64] += bench_read_sum(t->method, t->buf + off, len);
+}
+
+/* The read bandwidth: every thread sums its own part of a buffer far beyond
+ * the last-level cache, with each method the family has; the best pass. */
+static void measure_read(pdl_threadpool *pool, pdl_isa isa, bench_roofline *out) {
+    /* 2 GiB when there is plenty of memory, else 1 GiB; less only when
+     * even that would crowd the machine (a smaller figure then is flagged
+     * by the size printed with it) */
+    size_t avail = huge_available_memory();
+    size_t bytes = (size_t)2 << 30;
+    if (avail && avail < 8 * bytes) bytes = (size_t)1 << 30;
+    while (avail && bytes > ((size_t)64 << 20) && avail < 4 * bytes) bytes /= 2;
+    read_task t = {.bytes = bytes, .method = -1};
+    t.buf = huge_alloc(bytes);
+    if (!t.buf) return;
+    threadpool_run(pool, read_worker, &t);
+    out->read_bytes = bytes;
+    for (int pass = 0; pass < 3; pass++)
+        for (int m = 0; m < BENCH_READ_METHODS; m++) {
+            if (!bench_read_method_available(m, isa)) continue;
+            t.method = m;
+            double t0 = clock_now_s();
+            threadpool_run(pool, read_worker, &t);
+            double gbs = (double)bytes / (clock_now_s() - t0) / 1e9;
+            if (gbs > out->read_gbs) {
+                out->read_gbs = gbs;
+                out->read_method = bench_read_method_name(m);
+            }
+        }
+    huge_free(t.buf);
 }
 
 /* Seconds for every thread of pool to run peak loop `kind` once. */
@@ -204,21 +361,7 @@ int bench_roofline_measure(pdl_isa isa, int n_threads, bench_roofline *out) {
      * pair VPMADDUBSW + VPADDW (two instructions, counted as one step) */
     if ((isa == PDL_ISA_AVX512 && f->avx512vnni) || (isa == PDL_ISA_NEON && f->neon_dotprod) || isa == PDL_ISA_AVX2)
         out->int8_gops = 8.0 * lanes * chains * ITERS * nth / time_peak(pool, isa, 2) / 1e9;
-    /* read bandwidth: 1 GiB, well past the caches; best of 3 passes */
-    size_t n = (size_t)1 << 28;
-    float *buf = huge_alloc(n * sizeof *buf); /* as the weights are (util/huge_alloc.h) */
-    if (buf) {
-        for (size_t i = 0; i < n; i++) buf[i] = 1.0f;
-        bw_task bt = {.buf = buf, .n = n};
-        for (int rep = 0; rep < 3; rep++) {
-            double t0 = clock_now_s();
-            threadpool_run(pool, bw_worker, &bt);
-            double dt = clock_now_s() - t0;
-            double gbs = (double)n * sizeof(float) / dt / 1e9;
-            if (gbs > out->read_gbs) out->read_gbs = gbs;
-        }
-        huge_free(buf);
-    }
+    measure_read(pool, isa, out);
     threadpool_free(pool);
     return 0;
 }

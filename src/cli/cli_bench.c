@@ -3,7 +3,10 @@
  * llama-bench. ppN: one prompt of N random tokens (one forward, logits only
  * for the sampled row unless --logits full). tgN: N greedy tokens after a
  * one-token prompt. --batch B: B sequences decoding together (aggregate
- * tokens/s). Each test runs once to warm up, then -r times; the report has
+ * tokens/s). -d D (llama-bench's depth): each sequence has D tokens already
+ * in its KV cache before the timed ppN / tgN; they are prefilled in the
+ * untimed warm-up run and served by the prefix cache in every timed run, so
+ * each run starts from the cache holding exactly the depth. Each test runs once to warm up, then -r times; the report has
  * mean, standard deviation and median, achieved weight bandwidth for
  * decode, and everything needed to reproduce it (commit, compiler, CPU,
  * threads, model, weight types).
@@ -36,10 +39,11 @@ extern const char pdl_build_commit[]; /* generated at build time (cmake/build_co
 typedef struct bench_result {
     char test[32];
     int n_prompt, n_gen, batch;
+    int depth;     /* tokens in each sequence's KV cache before the timed part (-d) */
     double samples[64];
     int n_samples;
     double mean, sd, median;
-    double gbps; /* decode: weight bytes read per token x tokens/s (batch 1) */
+    double gbps; /* decode: weight (and, at a depth, K/V) bytes read per token x tokens/s (batch 1) */
     double gflops; /* achieved: the test's floating-point work per second */
     long cached;   /* prompt tokens served by the prefix cache over the runs (random prompts: 0) */
 } bench_result;
@@ -85,23 +89,36 @@ static uint64_t rng_next(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-/* One run: batch sequences with n_prompt random tokens each, n_gen tokens.
- * Returns tokens/s: prompt tokens per second of prefill when n_gen == 1,
- * else aggregate generated tokens per second after every first token. */
-static int run_once(pdl_engine *e, int vocab, int n_prompt, int n_gen, int batch, uint64_t seed, float temp,
-                    double *tps, long *cached) {
+/* Seed of sequence b's depth tokens in every run of test t: the same each
+ * run, so the prefix cache serves them; different per sequence, so a batch
+ * attends over b separate contexts as separate users' would. */
+static uint64_t depth_seed(int t, int b) { return 0xd3b7ull * 1000003 + (uint64_t)t * 7919 + (uint64_t)b; }
+
+/* One run: batch sequences with n_prompt random tokens each (after `depth`
+ * tokens of test t's fixed depth prefix), n_gen tokens. Returns tokens/s:
+ * prompt tokens per second of prefill when n_gen == 1, else aggregate
+ * generated tokens per second after every first token. *cached grows by the
+ * prompt tokens the prefix cache served. */
+static int run_once(pdl_engine *e, int vocab, int depth, int test, int n_prompt, int n_gen, int batch, uint64_t seed,
+                    float temp, double *tps, long *cached) {
     run_clock c = {.batch = batch};
     seq_clock sc[256];
-    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    int32_t *prompt = malloc((size_t)(depth + n_prompt) * sizeof *prompt);
+    if (!prompt) {
+        fprintf(stderr, "error: out of memory for a %d-token prompt\n", depth + n_prompt);
+        return -1;
+    }
     pdl_error err;
     double t0 = clock_now_s();
     for (int b = 0; b < batch; b++) {
-        for (int i = 0; i < n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
+        uint64_t ds = depth_seed(test, b);
+        for (int i = 0; i < depth; i++) prompt[i] = (int32_t)(rng_next(&ds) % (uint64_t)vocab);
+        for (int i = depth; i < depth + n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
         sc[b] = (seq_clock){&c, 0};
         pdl_request_params p = {.max_tokens = n_gen, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1};
         p.sampling.temperature = temp;
         p.sampling.seed = seed + (uint64_t)b;
-        if (pdl_engine_add_request(e, prompt, (size_t)n_prompt, &p, on_seq_event, &sc[b], NULL, &err)) {
+        if (pdl_engine_add_request(e, prompt, (size_t)(depth + n_prompt), &p, on_seq_event, &sc[b], NULL, &err)) {
             fprintf(stderr, "error: %s\n", err.message);
             free(prompt);
             return -1;
@@ -177,10 +194,10 @@ static double weight_bytes_per_token(const pdl_model *m) {
     return b;
 }
 
-/* Multiply-adds x 2 of one prompt of n tokens (matmuls, attention over the
- * causal prefix, the head on the sampled row) or of one decoded token at
- * context position ctx. */
-static double flops_prompt(const pdl_model *m, int n) {
+/* Multiply-adds x 2 of one forward of n tokens after ctx0 tokens already in
+ * the cache (matmuls, attention over ctx0 plus the causal prefix, the head
+ * on the sampled row): a prompt (n tokens) or one decoded token (n = 1). */
+static double flops_forward(const pdl_model *m, int n, double ctx0) {
     const pdl_model_config *c = &m->cfg;
     double per_tok = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -189,7 +206,7 @@ static double flops_prompt(const pdl_model *m, int n) {
                    tensor_nelems(&w->wo) + tensor_nelems(&w->w_gate) + tensor_nelems(&w->w_up) +
                    tensor_nelems(&w->w_down);
     }
-    double attn = 2.0 * c->n_layers * c->n_heads * c->head_dim * ((double)n * (n + 1) / 2);
+    double attn = 2.0 * c->n_layers * c->n_heads * c->head_dim * ((double)n * ctx0 + (double)n * (n + 1) / 2);
     return 2.0 * (per_tok * n + attn + (double)c->vocab * c->hidden);
 }
 
@@ -208,8 +225,8 @@ static int bench_spec(pdl_engine *plain, pdl_engine *spec, int vocab, int n_gen,
         double tps_a = 0, tps_b = 0;
         long cached = 0;
         /* 16 random prompt tokens: what a speculator has to work with besides its own output */
-        if (run_once(plain, vocab, 16, n_gen, 1, seed, temp, &tps_a, &cached) ||
-            run_once(spec, vocab, 16, n_gen, 1, seed, temp, &tps_b, &cached))
+        if (run_once(plain, vocab, 0, 0, 16, n_gen, 1, seed, temp, &tps_a, &cached) ||
+            run_once(spec, vocab, 0, 0, 16, n_gen, 1, seed, temp, &tps_b, &cached))
             return -1;
         if (rep > 0) a[rep - 1] = tps_a, b[rep - 1] = tps_b; /* rep 0 warms up */
     }
@@ -256,6 +273,7 @@ static int parse_list(const char *opt, const char *s, int *out, int max, int *n)
 typedef struct bench_args {
     const char *model_path;
     int pp[8], n_pp;             /* -p: prompt lengths */
+    int depths[8], n_depths;     /* -d: tokens already in the cache */
     int batches[8], n_batches;   /* --batch: sequences decoding together */
     int n_gen, reps, threads;
     bool json, csv, roofline;
@@ -269,6 +287,18 @@ static int parse_prompt_lengths(void *args, const cli_option *o, const char *opt
     (void)o;
     bench_args *a = args;
     return parse_list(opt, v, a->pp, 8, &a->n_pp);
+}
+
+static int parse_depths(void *args, const cli_option *o, const char *opt, const char *v) {
+    (void)o;
+    bench_args *a = args;
+    if (parse_list(opt, v, a->depths, 8, &a->n_depths)) return -1;
+    for (int k = 0; k < a->n_depths; k++)
+        if (a->depths[k] < 0 || a->depths[k] > (1 << 24)) {
+            fprintf(stderr, "error: %s values must be in [0, %d]\n", opt, 1 << 24);
+            return -1;
+        }
+    return 0;
 }
 
 static int parse_batches(void *args, const cli_option *o, const char *opt, const char *v) {
@@ -290,6 +320,8 @@ static const cli_option BENCH_OPTIONS[] = {
      .help = "prompt lengths for ppN tests, up to 8 (default 512; 0 to skip)"},
     {"-n", NULL, CLI_OPT_INT, A(n_gen), .min = 0, .max = 1 << 20, .value = "N",
      .help = "generated tokens for tgN tests (default 128; 0 to skip)"},
+    {"--depth", "-d", CLI_OPT_CUSTOM, 0, .value = "LIST", .parse = parse_depths,
+     .help = "tokens already in each sequence's KV cache before ppN / tgN, up to 8 (default 0; llama-bench's -d)"},
     {"-r", NULL, CLI_OPT_INT, A(reps), .min = 1, .max = 64, .value = "N",
      .help = "repetitions after one warm-up run (default 5)"},
     {"--batch", NULL, CLI_OPT_CUSTOM, 0, .value = "LIST", .parse = parse_batches,
@@ -318,14 +350,14 @@ static const cli_option BENCH_OPTIONS[] = {
 
 static const cli_command BENCH_COMMAND = {
     .name = "bench",
-    .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-r 5] [--batch 1,4,16] [--threads N]\n"
+    .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-d 0[,4096]] [-r 5] [--batch 1,4,16] [--threads N]\n"
              "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32] [--roofline] [--json | --csv]\n",
     .options = BENCH_OPTIONS,
     .n_options = sizeof BENCH_OPTIONS / sizeof BENCH_OPTIONS[0],
 };
 
 int cli_bench(int argc, char **argv) {
-    bench_args a = {.pp = {512}, .n_pp = 1, .batches = {1}, .n_batches = 1, .n_gen = 128, .reps = 5,
+    bench_args a = {.pp = {512}, .n_pp = 1, .depths = {0}, .n_depths = 1, .batches = {1}, .n_batches = 1, .n_gen = 128, .reps = 5,
                     .eo = {.log = cli_log_stderr}, .spec_k = 4};
     int prc = cli_parse(&BENCH_COMMAND, argc, argv, &a);
     if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
@@ -343,15 +375,28 @@ int cli_bench(int argc, char **argv) {
     }
     pdl_model_info info;
     pdl_model_get_info(model, &info);
-    int max_pp = 1;
+    int max_pp = 1, max_depth = 0;
     for (int k = 0; k < a.n_pp; k++) max_pp = a.pp[k] > max_pp ? a.pp[k] : max_pp;
+    for (int k = 0; k < a.n_depths; k++) max_depth = a.depths[k] > max_depth ? a.depths[k] : max_depth;
+    /* the longest sequence a test runs: the depth, then the prompt and its
+     * one sampled token, or the one-token prompt and the generated tokens */
+    int longest = max_depth + (max_pp + 1 > (int)a.n_gen + 1 ? max_pp + 1 : (int)a.n_gen + 1);
+    if (longest > info.ctx_len) {
+        fprintf(stderr, "error: depth %d + %d tokens of test is %d tokens, beyond the model's context length %d\n",
+                max_depth, longest - max_depth, longest, info.ctx_len);
+        pdl_model_free(model);
+        return CLI_USAGE;
+    }
     a.eo.max_num_batched_tokens = max_pp > 256 ? max_pp : 256; /* each prompt in one forward */
     a.eo.max_num_seqs = 256;
     if (!a.eo.kv_cache_memory) {
-        /* enough for the largest test, not gigabytes of untouched pool */
+        /* enough for the largest test, not gigabytes of untouched pool; at a
+         * depth, room for each sequence's depth prefix to stay cached while
+         * a run's new blocks come from the others (then evicted ones) */
         int max_b = 1;
         for (int k = 0; k < a.n_batches; k++) max_b = a.batches[k] > max_b ? a.batches[k] : max_b;
-        size_t tokens = (size_t)(max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) * (size_t)max_b + 64;
+        size_t tokens = (size_t)longest * (size_t)max_b + 64;
+        if (max_depth > 0) tokens += (size_t)(longest - max_depth) * (size_t)max_b;
         a.eo.kv_cache_memory = pdl_kv_cache_block_bytes(model, a.eo.kv_dtype, 16) * (tokens / 16 + 4);
         if (info.n_recurrent_layers > 0) {
             /* A hybrid model's state slots come out of the same budget: one
@@ -362,7 +407,7 @@ int cli_bench(int argc, char **argv) {
             a.eo.kv_cache_memory += 3 * (size_t)max_b * info.state_bytes;
         }
         /* the longest sequence a test runs, which that pool holds */
-        int need = (max_pp > (int)a.n_gen + 1 ? max_pp : (int)a.n_gen + 1) + 16;
+        int need = longest + 16;
         a.eo.max_model_len = need < info.ctx_len ? need : info.ctx_len;
     }
     pdl_engine *e = NULL;
@@ -374,27 +419,49 @@ int cli_bench(int argc, char **argv) {
     pdl_engine_stats st;
     pdl_engine_get_stats(e, &st);
 
-    bench_result results[32];
+    static bench_result results[8 * 16]; /* depths x (prompt lengths + batches) */
     int n_results = 0;
-    for (int k = 0; k < a.n_pp; k++)
-        if (a.pp[k] > 0) results[n_results++] = (bench_result){.n_prompt = a.pp[k], .n_gen = 1, .batch = 1};
-    for (int k = 0; a.n_gen > 0 && k < a.n_batches; k++)
-        results[n_results++] = (bench_result){.n_prompt = 1, .n_gen = (int)a.n_gen, .batch = a.batches[k]};
+    for (int d = 0; d < a.n_depths; d++) {
+        int depth = a.depths[d];
+        for (int k = 0; k < a.n_pp; k++)
+            if (a.pp[k] > 0)
+                results[n_results++] = (bench_result){.n_prompt = a.pp[k], .n_gen = 1, .batch = 1, .depth = depth};
+        for (int k = 0; a.n_gen > 0 && k < a.n_batches; k++)
+            results[n_results++] =
+                (bench_result){.n_prompt = 1, .n_gen = (int)a.n_gen, .batch = a.batches[k], .depth = depth};
+    }
     bool tty = isatty(2);
     int total = n_results * (int)(a.reps + 1), done = 0;
     int rc = CLI_OK;
     double wbytes = weight_bytes_per_token(model);
+    double kv_bytes_per_token = (double)pdl_kv_cache_block_bytes(model, a.eo.kv_dtype, 16) / 16;
     for (int t = 0; t < n_results && rc == CLI_OK; t++) {
         bench_result *r = &results[t];
-        if (r->n_gen == 1) snprintf(r->test, sizeof r->test, "pp%d", r->n_prompt);
-        else snprintf(r->test, sizeof r->test, "tg%d", r->n_gen);
+        int n = r->n_gen == 1 ? r->n_prompt : r->n_gen;
+        if (r->depth > 0) snprintf(r->test, sizeof r->test, "%s%d @ d%d", r->n_gen == 1 ? "pp" : "tg", n, r->depth);
+        else snprintf(r->test, sizeof r->test, "%s%d", r->n_gen == 1 ? "pp" : "tg", n);
+        /* the depth tokens the prefix cache must serve each timed run (whole
+         * blocks; a remainder is recomputed inside the timed forward) */
+        long depth_served = (long)(r->depth / 16 * 16) * r->batch;
         for (int rep = 0; rep <= a.reps && rc == CLI_OK; rep++) {
             double tps;
+            long cached = 0;
             /* every run's prompts are new (a seed per test and run): the prefix
-             * cache must not serve a prompt the bench measures as computed */
+             * cache must not serve a prompt the bench measures as computed,
+             * only the depth's tokens, which the warm-up run (rep 0) prefilled */
             uint64_t seed = 1234 + (uint64_t)t * 1000003 + (uint64_t)rep * 7;
-            if (run_once(e, info.vocab, r->n_prompt, r->n_gen, r->batch, seed, 0.0f, &tps, &r->cached)) rc = CLI_FAIL;
-            else if (rep > 0) r->samples[r->n_samples++] = tps; /* rep 0 warms up */
+            if (run_once(e, info.vocab, r->depth, t, r->n_prompt, r->n_gen, r->batch, seed, 0.0f, &tps, &cached)) {
+                rc = CLI_FAIL;
+            } else if (rep > 0 && cached != depth_served) {
+                fprintf(stderr,
+                        "error: %s: the prefix cache served %ld of the %ld depth tokens, so the timed run would "
+                        "include the depth's prefill (a model whose prefix cache cannot hold it?)\n",
+                        r->test, cached, depth_served);
+                rc = CLI_FAIL;
+            } else if (rep > 0) {
+                r->samples[r->n_samples++] = tps; /* rep 0 warms up (and prefills the depth) */
+                r->cached += cached;
+            }
             done++;
             if (tty) {
                 int w = 30, fill = done * w / total;
@@ -405,9 +472,14 @@ int cli_bench(int argc, char **argv) {
         }
         if (rc == CLI_OK) {
             summarize(r);
-            r->gbps = r->n_gen > 1 && r->batch == 1 ? wbytes * r->median / 1e9 : 0;
-            r->gflops = r->n_gen == 1 ? flops_prompt(model, r->n_prompt) * r->median / r->n_prompt / 1e9
-                                      : flops_prompt(model, 1) * r->median / 1e9;
+            /* decode reads every weight and, at a depth, the K/V of the
+             * context so far (on average the depth plus half the tokens) */
+            double ctx_avg = r->depth + r->n_gen / 2.0;
+            r->gbps = r->n_gen > 1 && r->batch == 1
+                          ? (wbytes + (r->depth > 0 ? kv_bytes_per_token * ctx_avg : 0)) * r->median / 1e9
+                          : 0;
+            r->gflops = r->n_gen == 1 ? flops_forward(model, r->n_prompt, r->depth) * r->median / r->n_prompt / 1e9
+                                      : flops_forward(model, 1, ctx_avg) * r->median / 1e9;
         }
     }
     if (tty) fprintf(stderr, "\r%*s\r", 60, "");
@@ -455,10 +527,10 @@ int cli_bench(int argc, char **argv) {
             printf("[\n");
             for (int t = 0; t < n_results; t++) {
                 bench_result *r = &results[t];
-                printf("  {\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"batch\": %d, \"tokens_per_s\": "
-                       "{\"mean\": %.3f, \"sd\": %.3f, \"median\": %.3f, \"samples\": [",
-                       r->test, r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
-                       r->median);
+                printf("  {\"test\": \"%s\", \"n_prompt\": %d, \"n_gen\": %d, \"n_depth\": %d, \"batch\": %d, "
+                       "\"tokens_per_s\": {\"mean\": %.3f, \"sd\": %.3f, \"median\": %.3f, \"samples\": [",
+                       r->test, r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->depth, r->batch,
+                       r->mean, r->sd, r->median);
                 for (int i = 0; i < r->n_samples; i++) printf("%s%.3f", i ? ", " : "", r->samples[i]);
                 printf("]}, \"weight_gb_per_s\": %.2f, \"commit\": \"%s\", \"compiler\": \"gcc %s\", \"flags\": \"%s\", "
                        "\"cpu\": \"%s\", \"isa\": \"%s\", \"cpu_features\": \"%s\", \"threads\": %d, "
@@ -468,21 +540,23 @@ int cli_bench(int argc, char **argv) {
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached, info.state_bytes);
                 if (a.roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
+                           "\"read_method\": \"%s\", \"read_buffer_mib\": %zu, "
                            "\"fraction_of_peak\": %.3f, \"fraction_of_bandwidth\": %.3f}",
-                           peak_name, peak, roof.read_gbs, peak > 0 ? r->gflops / peak : 0,
+                           peak_name, peak, roof.read_gbs, roof.read_method ? roof.read_method : "none",
+                           roof.read_bytes >> 20, peak > 0 ? r->gflops / peak : 0,
                            roof.read_gbs > 0 ? r->gbps / roof.read_gbs : 0);
                 printf("}%s\n", t + 1 < n_results ? "," : "");
             }
             printf("]\n");
         } else if (a.csv) {
             printf("test,n_prompt,n_gen,batch,tps_mean,tps_sd,tps_median,samples,weight_gb_per_s,commit,cpu,threads,"
-                   "model,weight_types,logits,kv_cache_dtype,state_bytes_per_seq\n");
+                   "model,weight_types,logits,kv_cache_dtype,state_bytes_per_seq,n_depth\n");
             for (int t = 0; t < n_results; t++) {
                 bench_result *r = &results[t];
-                printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s,%zu\n", r->test,
+                printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%s,\"%s\",%d,\"%s\",\"%s\",%s,%s,%zu,%d\n", r->test,
                        r->n_gen == 1 ? r->n_prompt : 0, r->n_gen == 1 ? 0 : r->n_gen, r->batch, r->mean, r->sd,
                        r->median, r->n_samples, r->gbps, PDL_GIT_COMMIT, cpu, nthreads, a.model_path, info.weight_types,
-                       logits, kvd, info.state_bytes);
+                       logits, kvd, info.state_bytes, r->depth);
             }
         } else {
             printf("| model | weights | threads | logits | test | batch | t/s (mean ± sd) | median | GB/s |\n");
@@ -501,16 +575,17 @@ int cli_bench(int argc, char **argv) {
                        info.n_recurrent_layers, info.n_layers);
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
-                       "(this model: %s); read bandwidth %.1f GB/s\n",
+                       "(this model: %s); read bandwidth %.1f GB/s (%d threads, %s, %zu MiB buffer, best pass)\n",
                        cpu_isa_name(k->isa), roof.f32_gflops, roof.bf16_gflops, roof.int8_gops, peak_name,
-                       roof.read_gbs);
+                       roof.read_gbs, nthreads, roof.read_method ? roof.read_method : "none", roof.read_bytes >> 20);
                 for (int t = 0; t < n_results; t++) {
                     bench_result *r = &results[t];
                     if (r->n_gen == 1)
                         printf("  %s: %.1f GFLOP/s = %.0f%% of peak\n", r->test, r->gflops,
                                peak > 0 ? 100 * r->gflops / peak : 0);
                     else if (r->batch == 1)
-                        printf("  %s: %.1f GB/s of weights = %.0f%% of bandwidth\n", r->test, r->gbps,
+                        printf("  %s: %.1f GB/s of weights%s = %.0f%% of bandwidth\n", r->test, r->gbps,
+                               r->depth > 0 ? " and K/V" : "",
                                roof.read_gbs > 0 ? 100 * r->gbps / roof.read_gbs : 0);
                 }
             }
