@@ -45,6 +45,8 @@ typedef struct pdl_model pdl_model;
 typedef enum pdl_kv_dtype {
     PDL_KV_F16 = 0,  /* default: half the memory, moves logits by ~3e-4 */
     PDL_KV_F32 = 1,  /* exact; used by the reference tests */
+    PDL_KV_Q8_0 = 2, /* K/V rows per head as Q8_0 blocks of 32 (an f16 scale, 32 int8): 0.53x F16's memory;
+                        head_dim a multiple of 32 (or below 32: one block per head) */
 } pdl_kv_dtype;
 
 /* Loading progress: done goes from 0 to 1 (reached once, at the end) as the
@@ -742,7 +744,7 @@ typedef struct pdl_engine_options {
                                     half for the running sequences' slots, which lowers max_num_seqs when
                                     fewer fit, up to a quarter for prefix snapshots, the rest blocks);
                                     0 = min(4 GiB, half the available memory) */
-    pdl_kv_dtype kv_dtype;       /* F16 (default) or F32 */
+    pdl_kv_dtype kv_dtype;       /* F16 (default), F32 or Q8_0 */
     int max_num_seqs;            /* running sequences at most; 0 = 256 */
     int max_num_batched_tokens;  /* rows per step at most; 0 = 2048 */
     int max_prefill_chunk;       /* prompt rows per request per step; 0 = no limit but the budget */

@@ -13,6 +13,12 @@
  * query), positions that straddle tiles and blocks, and calls of 1 to 40
  * queries (more than one tile and more than 16 queries); the results also
  * against a float64 attention (sinks in its denominator).
+ * Q8_0 caches (head sizes 64 and 128, and 8 and 24: one
+ * group per head) take every check above, the float64 attention reading
+ * the dequantized rows at 1e-5 as the others (the kernels dequantize
+ * exactly, so only float32 rounding of the sums is left), and give the
+ * bytes of an F32 cache holding the dequantized rows; the Q8_0 store is
+ * checked bit for bit against the format's definition.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -45,7 +51,32 @@ static const struct {
  * layout gives (written out here, not through the index helpers, so a
  * helper that moved an element would be caught): each block holds every
  * head's keys dimension-major, then (V) every head's values slot-major. */
+static double half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_f16_to_f32(h);
+}
+
+/* A Q8_0 cache's element (attention.h, written out here too): groups of
+ * G = 32 elements (the head if head_dim < 32); per block, K in groups of
+ * kv_dim, each [G][bs] int8 then [bs] f16 scales; V head by head, bs rows
+ * of head_dim / G blocks (f16 scale, G int8). The element is scale * q. */
+static double q8_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
+    size_t G = hd < 32 ? (size_t)hd : 32;
+    size_t bs = (size_t)kv->block_size, block = (size_t)kv->block_table[pos / kv->block_size];
+    size_t off = (size_t)(pos % kv->block_size), blk = block * ((size_t)kv->kv_dim / G) * (G + 2) * bs;
+    if (!value) {
+        const uint8_t *g = (const uint8_t *)kv->k + blk + ((size_t)e / G) * (G + 2) * bs;
+        return half_at(g + G * bs + 2 * off) * (int8_t)g[((size_t)e % G) * bs + off];
+    }
+    size_t row = ((size_t)hd / G) * (G + 2);
+    const uint8_t *b = (const uint8_t *)kv->v + blk + (size_t)(e / hd) * row * bs + off * row +
+                       ((size_t)(e % hd) / G) * (G + 2);
+    return half_at(b) * (int8_t)b[2 + (size_t)(e % hd) % G];
+}
+
 static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
+    if (kv->kv_is_q8) return q8_at(kv, hd, pos, e, value);
     int bs = kv->block_size;
     size_t block = (size_t)kv->block_table[pos / bs], off = (size_t)(pos % bs), head = (size_t)(e / hd);
     size_t d = (size_t)(e % hd), at_head = (block * kv->kv_dim + head * hd) * bs;
@@ -83,10 +114,33 @@ static void check_head_dim(int hd, int BSZ) {
     int32_t table[NBLK];
     for (int b = 0; b < NBLK; b++) table[b] = (b * 7 + 3) % NBLK; /* scattered blocks */
     int kv_dim = NKV * hd;
-    for (int f16 = 0; f16 < 2; f16++) {
+    for (int f16 = 0; f16 < 3; f16++) { /* F32, F16, Q8_0 (2) */
+        int q8 = f16 == 2;
+        if (q8 && hd > 32 && hd % 32) continue; /* Q8_0 caches need whole groups of 32 */
+        if (q8 && hd == 256) continue;            /* 128's code with more groups: time saved under qemu */
+        if (!q8 && hd < 32) continue;             /* the short heads are here for Q8_0's one group per head */
         size_t elem = f16 ? 2 : 4, n = (size_t)NBLK * BSZ * kv_dim;
         uint8_t *kpool = malloc(n * elem), *vpool = malloc(n * elem);
-        for (size_t i = 0; i < n; i++) {
+        float *deq_k = NULL, *deq_v = NULL; /* Q8_0: the same cache dequantized into an F32 one */
+        if (q8) {
+            float *kr = malloc((size_t)kv_dim * sizeof *kr), *vr = malloc((size_t)kv_dim * sizeof *vr);
+            for (int s = 0; s < NBLK * BSZ; s++) {
+                for (int e = 0; e < kv_dim; e++) /* groups of different sizes, up to 1 as the others */
+                    kr[e] = frand() * (float)(1 + (e / 32 + s) % 4) / 4, vr[e] = frand() * (float)(1 + (e / 32) % 3) / 3;
+                attn_store_q8_0(kpool, vpool, 0, kv_dim, hd, BSZ, s, kr, vr);
+            }
+            free(kr), free(vr);
+            pdl_attn_kv qk = {.k = kpool, .v = vpool, .kv_is_q8 = 1, .kv_dim = kv_dim, .block_table = table,
+                              .block_size = BSZ};
+            deq_k = malloc(n * sizeof *deq_k), deq_v = malloc(n * sizeof *deq_v);
+            for (int pos = 0; pos < NBLK * BSZ; pos++) /* through the table both ways: every slot */
+                for (int e = 0; e < kv_dim; e++) {
+                    int64_t slot = (int64_t)table[pos / BSZ] * BSZ + pos % BSZ;
+                    deq_k[attn_k_index(slot, BSZ, kv_dim, e)] = (float)q8_at(&qk, hd, pos, e, false);
+                    deq_v[attn_v_index(slot, BSZ, kv_dim, hd, e)] = (float)q8_at(&qk, hd, pos, e, true);
+                }
+        }
+        for (size_t i = 0; i < n && !q8; i++) {
             float k = frand(), v = frand();
             if (f16) {
                 uint16_t kh = fp16_f32_to_f16(k), vh = fp16_f32_to_f16(v);
@@ -95,8 +149,9 @@ static void check_head_dim(int hd, int BSZ) {
                 memcpy(kpool + i * 4, &k, 4), memcpy(vpool + i * 4, &v, 4);
             }
         }
-        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16, .kv_dim = kv_dim, .block_table = table,
-                          .block_size = BSZ};
+        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16 == 1, .kv_is_q8 = q8, .kv_dim = kv_dim,
+                          .block_table = table, .block_size = BSZ};
+        pdl_attn_kv kv_deq = {.k = deq_k, .v = deq_v, .kv_dim = kv_dim, .block_table = table, .block_size = BSZ};
         enum { NQ = 40 };
         float *q = malloc((size_t)NQ * hd * sizeof *q), *got = malloc((size_t)NQ * hd * sizeof *got);
         float *want = malloc((size_t)NQ * hd * sizeof *want);
@@ -140,6 +195,13 @@ static void check_head_dim(int hd, int BSZ) {
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
+                    if (q8) { /* Q8_0 attends exactly as F32 over its dequantized rows (attention.h) */
+                        attn_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv_deq,
+                                            scratch);
+                        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                                  "head_dim %d block %d window %d cap %g: %d queries: Q8_0 differs from F32 over "
+                                  "its dequantized rows", hd, BSZ, windows[wi], caps[ci], nq);
+                    }
                     /* and so does every SIMD build the CPU has (the dispatcher above
                      * took the best: AVX-512 or NEON; AVX2 has its own 8-lane tiles) */
                     for (size_t bi = 0; bi < sizeof simd_builds / sizeof simd_builds[0]; bi++) {
@@ -194,14 +256,14 @@ static void check_head_dim(int hd, int BSZ) {
                                   cpu_isa_name(simd_builds[bi].isa));
                     }
                 }
-        free(q), free(got), free(want), free(scratch), free(kpool), free(vpool);
+        free(q), free(got), free(want), free(scratch), free(kpool), free(vpool), free(deq_k), free(deq_v);
     }
 }
 
 static void test_query_blocks_equal_single_queries(void) {
     fp16_init();
-    int dims[] = {64, 128, 256, 48, 40}, blocks[] = {16, 48, 8};
-    for (int i = 0; i < 5; i++)
+    int dims[] = {64, 128, 256, 48, 40, 8, 24}, blocks[] = {16, 48, 8};
+    for (int i = 0; i < 7; i++)
         for (int b = 0; b < 3; b++) check_head_dim(dims[i], blocks[b]);
 }
 
@@ -274,8 +336,87 @@ static void test_cache_store_builds_agree(void) {
     free(k0), free(v0), free(k1), free(v1);
 }
 
+/* Round a double to the nearest half (ties to even), the test's own
+ * reading of IEEE binary16 (finite results only: the callers stay below
+ * 65504). */
+static uint16_t test_to_half(double x) {
+    uint16_t best = 0;
+    double bd = INFINITY;
+    for (uint32_t h = 0; h < 0x7c00u; h++) { /* every finite non-negative half */
+        double v = ldexp((double)(h & 0x3ff) + ((h >> 10) ? 1024 : 0), (h >> 10) ? (int)(h >> 10) - 25 : -24);
+        double d = fabs(v - fabs(x));
+        if (d < bd || (d == bd && (h & 1) == 0)) bd = d, best = (uint16_t)h;
+    }
+    return (uint16_t)(best | (x < 0 ? 0x8000u : 0));
+}
+
+/* The Q8_0 store against the format's definition read here: per group of
+ * 32, scale = f16(max|x| / 127) (the division in float, as llama.cpp's
+ * quantize_row_q8_0 does; f16 rounding written out above), q = round(x /
+ * scale) half away from zero, each byte at the place the layout says
+ * (q8_at). Groups of all sizes: tiny (subnormal scales), zero, huge, ties
+ * x / scale = k + 0.5, and every sign. */
+static void test_q8_store_bit_exact(void) {
+    fp16_init();
+    enum { HD = 64, NKV = 2, KVD = HD * NKV, BS = 16, SLOTS = 32 };
+    int32_t table[2] = {1, 0};
+    uint8_t *kp = calloc((size_t)SLOTS * KVD * 2, 1), *vp = calloc((size_t)SLOTS * KVD * 2, 1);
+    REQUIRE(kp && vp);
+    pdl_attn_kv kv = {.k = kp, .v = vp, .kv_is_q8 = 1, .kv_dim = KVD, .block_table = table, .block_size = BS};
+    float k[KVD], v[KVD];
+    int bad_scale = 0, bad_q = 0, checked = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        for (int e = 0; e < KVD; e++) {
+            int g = (e / 32 + s) % 6;
+            float mag = g == 0 ? 1e-9f : g == 1 ? 0.0f : g == 2 ? 3000.0f : g == 3 ? 1.0f : g == 4 ? 0.01f : 17.0f;
+            k[e] = frand() * mag, v[e] = frand() * mag * 0.5f;
+            if (g == 5 && e % 32 == 3) k[e] = -k[e - 1] * 1.0f; /* a sign flip of a neighbour */
+        }
+        if (s == 5) /* a tie: max 127 * 0.5 gives scale 0.5 exactly, x = 2.25 is q = 4.5 -> 5 */
+            for (int e = 0; e < 32; e++) k[e] = e == 0 ? 63.5f : e == 1 ? 2.25f : e == 2 ? -2.25f : 0.0f;
+        attn_store_q8_0(kp, vp, 0, KVD, HD, BS, s, k, v);
+        int pos = s < BS ? BS + s : s - BS; /* slot s through table {1, 0} */
+        for (int which = 0; which < 2; which++) {
+            const float *x = which ? v : k;
+            for (int g0 = 0; g0 < KVD; g0 += 32) {
+                float amax = 0;
+                for (int i = 0; i < 32; i++) amax = fabsf(x[g0 + i]) > amax ? fabsf(x[g0 + i]) : amax;
+                float d = amax / 127.0f;
+                uint16_t want_h = test_to_half((double)d);
+                double S = fp16_f16_to_f32(want_h);
+                for (int i = 0; i < 32; i++) {
+                    double want_q = 0;
+                    if (S > 0) {
+                        float r = x[g0 + i] / (float)S;
+                        want_q = r >= 0 ? floor((double)r + 0.5) : -floor(-(double)r + 0.5);
+                        if (want_q > 127) want_q = 127;
+                        if (want_q < -127) want_q = -127;
+                    }
+                    double got = q8_at(&kv, HD, pos, g0 + i, which == 1);
+                    if (got != S * want_q) bad_q++;
+                    checked++;
+                }
+                /* the scale itself, at its place */
+                const uint8_t *sp = which ? vp + (size_t)(s / BS) * (KVD / 32) * 34 * BS +
+                                                 (size_t)(g0 / HD) * (HD / 32) * 34 * BS + (size_t)(s % BS) * (HD / 32) * 34 +
+                                                 (size_t)((g0 % HD) / 32) * 34
+                                          : kp + (size_t)(s / BS) * (KVD / 32) * 34 * BS + (size_t)(g0 / 32) * 34 * BS +
+                                                 32 * BS + 2 * (size_t)(s % BS);
+                uint16_t got_h;
+                memcpy(&got_h, sp, 2);
+                if (got_h != want_h) bad_scale++;
+            }
+        }
+    }
+    CHECK_EQ_INT(bad_scale, 0);
+    CHECK_EQ_INT(bad_q, 0);
+    CHECK(checked == SLOTS * KVD * 2);
+    free(kp), free(vp);
+}
+
 int main(void) {
     RUN(test_cache_store_builds_agree);
+    RUN(test_q8_store_bit_exact);
     RUN(test_query_blocks_equal_single_queries);
     RUN(test_avx512_build_equals_its_single_query_body);
     return test_summary();

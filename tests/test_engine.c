@@ -4,6 +4,7 @@
  * logprobs, and batch invariance (a request's tokens are the same alone,
  * under load, at any chunk size and block size).
  */
+#include <math.h>
 #include <string.h>
 
 #include "engine/request.h"
@@ -65,9 +66,13 @@ static pdl_model *load(const char *rel) {
     return m;
 }
 
+/* The KV dtype of the engines engine() makes (the invariance and
+ * preemption tests run again over a Q8_0 cache). */
+static pdl_kv_dtype g_kv_dtype = PDL_KV_F32;
+
 static pdl_engine *engine(pdl_model *m, int block_size, int chunk, size_t kv_bytes, pdl_logits_mode mode) {
     pdl_engine_options o = {.block_size = block_size, .max_prefill_chunk = chunk, .kv_cache_memory = kv_bytes,
-                            .kv_dtype = PDL_KV_F32, .logits_mode = mode, .max_num_batched_tokens = 256};
+                            .kv_dtype = g_kv_dtype, .logits_mode = mode, .max_num_batched_tokens = 256};
     pdl_engine *e = NULL;
     pdl_error err;
     REQUIRE_MSG(pdl_engine_create(&e, m, &o, &err) == 0, "%s", err.message);
@@ -158,10 +163,16 @@ static void check_invariance(const char *model_rel) {
 
 static void test_batch_invariance_stories(void) { check_invariance("models/stories260K/stories260K.gguf"); }
 static void test_batch_invariance_qwen3(void) { check_invariance("models/qwen3-tiny/model-f32.gguf"); }
+static void test_batch_invariance_q8_0_cache(void) {
+    g_kv_dtype = PDL_KV_Q8_0;
+    check_invariance("models/stories260K/stories260K.gguf"); /* head_dim 8: one group per head */
+    check_invariance("models/qwen3-tiny/model-f32.gguf");
+    g_kv_dtype = PDL_KV_F32;
+}
 
 /* A KV pool far too small for all requests at once: the scheduler preempts
  * and recomputes, and every request still gets the tokens it gets alone. */
-static void test_small_pool_preempts_and_output_is_unchanged(void) {
+static void check_small_pool_preempts(void) {
     pdl_model *m = load("models/stories260K/stories260K.gguf");
     enum { N = 8 };
     static collected alone[N], together[N];
@@ -178,7 +189,7 @@ static void test_small_pool_preempts_and_output_is_unchanged(void) {
         run(e);
         pdl_engine_free(e);
     }
-    size_t block_bytes = pdl_kv_cache_block_bytes(m, PDL_KV_F32, 16);
+    size_t block_bytes = pdl_kv_cache_block_bytes(m, g_kv_dtype, 16);
     pdl_engine *e = engine(m, 16, 0, block_bytes * 12, PDL_LOGITS_AUTO); /* 12 blocks: ~2 requests at a time */
     for (int k = 0; k < N; k++) {
         prompt_k(k, 512, prompt, &n);
@@ -201,6 +212,54 @@ static void test_small_pool_preempts_and_output_is_unchanged(void) {
     fprintf(stderr, "  %llu preemptions\n", (unsigned long long)st.preemptions);
     pdl_engine_free(e);
     pdl_model_free(m);
+}
+
+static void test_small_pool_preempts_and_output_is_unchanged(void) {
+    check_small_pool_preempts();
+    g_kv_dtype = PDL_KV_Q8_0;
+    check_small_pool_preempts();
+    g_kv_dtype = PDL_KV_F32;
+}
+
+/* A Q8_0 cache holds (gs + 2) / gs bytes per element where F16 holds 2:
+ * the same --kv-cache-memory gives 2 * 32 / 34 = 1.88x the blocks of F16
+ * for head_dim 32 (qwen3-tiny; the engine divides the memory by
+ * pdl_kv_cache_block_bytes), 1.6x for stories260K's head_dim 8; a head_dim
+ * of 48 is refused with a clear error. */
+static void test_q8_0_cache_holds_more_blocks_in_the_same_memory(void) {
+    static const struct {
+        const char *model;
+        double ratio;
+    } cases[] = {{"models/qwen3-tiny/model-f32.gguf", 64.0 / 34.0}, {"models/stories260K/stories260K.gguf", 1.6}};
+    for (int c = 0; c < 2; c++) {
+        pdl_model *m = load(cases[c].model);
+        int blocks[2];
+        for (int q8 = 0; q8 < 2; q8++) {
+            pdl_engine_options o = {.block_size = 16, .kv_cache_memory = (size_t)16 << 20,
+                                    .kv_dtype = q8 ? PDL_KV_Q8_0 : PDL_KV_F16, .max_num_seqs = 1024};
+            pdl_engine *e = NULL;
+            pdl_error err;
+            REQUIRE_MSG(pdl_engine_create(&e, m, &o, &err) == 0, "%s", err.message);
+            pdl_engine_stats st;
+            pdl_engine_get_stats(e, &st);
+            blocks[q8] = st.kv_blocks_total;
+            CHECK_EQ_INT(blocks[q8], (int)(o.kv_cache_memory / pdl_kv_cache_block_bytes(m, o.kv_dtype, 16)));
+            pdl_engine_free(e);
+        }
+        double r = (double)blocks[1] / blocks[0];
+        CHECK_MSG(fabs(r - cases[c].ratio) < 0.01, "%s: %d q8_0 blocks vs %d f16: %.3f, want %.3f", cases[c].model,
+                  blocks[1], blocks[0], r, cases[c].ratio);
+        if (c == 0) { /* a head_dim of 48 (set here on the loaded config): refused at creation */
+            int hd = m->cfg.head_dim;
+            m->cfg.head_dim = 48;
+            pdl_kv_cache *kv = NULL;
+            pdl_error err = {0};
+            CHECK(pdl_kv_cache_create(&kv, m, PDL_KV_Q8_0, 16, 4, &err) != 0 && kv == NULL);
+            CHECK_MSG(strstr(err.message, "multiple of 32") != NULL, "got '%s'", err.message);
+            m->cfg.head_dim = hd;
+        }
+        pdl_model_free(m);
+    }
 }
 
 /* ---- the reference continuation through the engine ------------------------- */
@@ -792,5 +851,7 @@ int main(void) {
     RUN(test_small_pool_preempts_and_output_is_unchanged);
     RUN(test_batch_invariance_stories);
     RUN(test_batch_invariance_qwen3);
+    RUN(test_batch_invariance_q8_0_cache);
+    RUN(test_q8_0_cache_holds_more_blocks_in_the_same_memory);
     return test_summary();
 }

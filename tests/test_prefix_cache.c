@@ -220,6 +220,9 @@ static void check_same(const capture *cold, const capture *got, const char *what
     CHECK_MSG(memcmp(got->tokens, cold->tokens, 8 * sizeof(int32_t)) == 0, "%s / %s: tokens differ", model, what);
 }
 
+/* The cache dtype check_model runs over (F16, and Q8_0 below). */
+static pdl_kv_dtype g_dtype = PDL_KV_F16;
+
 static void check_model(const char *rel) {
     pdl_model *m = load(rel);
     int V = m->cfg.vocab;
@@ -231,13 +234,13 @@ static void check_model(const char *rel) {
     float *rows_cold = malloc((size_t)16 * V * sizeof(float)), *rows = malloc((size_t)16 * V * sizeof(float));
     capture cold, got, sink = {0};
 
-    pdl_engine *e = engine(m, 0, PDL_KV_F16);
+    pdl_engine *e = engine(m, 0, g_dtype);
     run_target(e, r, N, NULL, &cold, rows_cold);
     CHECK_EQ_INT(cold.cached, 0);
     pdl_engine_free(e);
 
     /* a hit of one block */
-    e = engine(m, 0, PDL_KV_F16);
+    e = engine(m, 0, g_dtype);
     add(e, w1, N, 4, NULL, &sink);
     run(e);
     run_target(e, r, N, NULL, &got, rows);
@@ -252,7 +255,7 @@ static void check_model(const char *rel) {
 
     /* the prefix cached by another request that ran batched with others,
      * and the request itself batched with others */
-    e = engine(m, 0, PDL_KV_F16);
+    e = engine(m, 0, g_dtype);
     memcpy(other, r, 48 * sizeof *r);
     prompt_of(other + 48, N - 48, V, 5);
     capture noise[4];
@@ -287,6 +290,12 @@ static void test_logits_are_the_same_bytes_cached_or_not_stories(void) {
 static void test_logits_are_the_same_bytes_cached_or_not_qwen3(void) { check_model("models/qwen3-tiny/model-f32.gguf"); }
 static void test_logits_are_the_same_bytes_cached_or_not_gemma2_window(void) {
     check_model("models/gemma2-tiny/model-f32.gguf");
+}
+static void test_logits_are_the_same_bytes_cached_or_not_q8_0_cache(void) {
+    g_dtype = PDL_KV_Q8_0;
+    check_model("models/stories260K/stories260K.gguf");
+    check_model("models/qwen3-tiny/model-f32.gguf");
+    g_dtype = PDL_KV_F16;
 }
 
 /* Requests with different cache_salt values never share blocks; the same
@@ -519,6 +528,7 @@ int main(void) {
     RUN(test_logits_are_the_same_bytes_cached_or_not_stories);
     RUN(test_logits_are_the_same_bytes_cached_or_not_qwen3);
     RUN(test_logits_are_the_same_bytes_cached_or_not_gemma2_window);
+    RUN(test_logits_are_the_same_bytes_cached_or_not_q8_0_cache);
     RUN(test_cache_salt_isolates_tenants);
     RUN(test_forced_hash_collisions_do_not_change_outputs);
     RUN(test_small_pool_evicts_and_outputs_stay_the_same);

@@ -222,10 +222,13 @@ typedef struct spec_opts {
     bool poison;
 } spec_opts;
 
+/* The engines' KV dtype (the output tests run again over a Q8_0 cache). */
+static pdl_kv_dtype g_kv_dtype = PDL_KV_F32;
+
 /* Runs the requests (all at once) and returns the engine's statistics. */
 static pdl_engine_stats run_all(pdl_model *m, const spec_opts *so, int n_req, int32_t (*prompts)[64],
                                 const int *lens, const pdl_request_params *params, out *outs) {
-    pdl_engine_options eo = {.kv_dtype = PDL_KV_F32, .kv_cache_memory = so->kv_bytes, .spec_method = so->method,
+    pdl_engine_options eo = {.kv_dtype = g_kv_dtype, .kv_cache_memory = so->kv_bytes, .spec_method = so->method,
                              .num_speculative_tokens = so->k, .draft_model = so->draft,
                              .prompt_lookup_min = so->lookup_min ? so->lookup_min : 1,
                              .prompt_lookup_max = so->lookup_max ? so->lookup_max : 4, .spec_max_batch = 64,
@@ -483,5 +486,9 @@ int main(void) {
     RUN(test_stops_inside_an_accepted_run);
     RUN(test_speculation_under_preemption);
     RUN(test_sampled_tokens_follow_the_target_distribution);
+    g_kv_dtype = PDL_KV_Q8_0; /* the same over a Q8_0 cache (rejected drafts' scales poisoned with NaN) */
+    RUN(test_ngram_output_equals_plain_decoding);
+    RUN(test_draft_model_output_equals_plain_decoding);
+    RUN(test_speculation_under_preemption);
     return test_summary();
 }

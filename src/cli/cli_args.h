@@ -33,7 +33,7 @@ typedef enum cli_opt_kind {
     CLI_OPT_U64,       /* a uint64_t field: a non-negative integer (seeds) */
     CLI_OPT_STRING,    /* a const char * field: the argv string itself */
     CLI_OPT_SIZE,      /* a size_t field: "2GiB", "512MiB", "4096" (cli_size) */
-    CLI_OPT_KV_DTYPE,  /* a pdl_kv_dtype field: f16 | f32 */
+    CLI_OPT_KV_DTYPE,  /* a pdl_kv_dtype field: f16 | f32 | q8_0 */
     CLI_OPT_LOGITS,    /* a pdl_logits_mode field: auto | full | selective */
     CLI_OPT_CUSTOM,    /* parse() takes the value: repeatable options, lists, cross-checks */
     CLI_OPT_SECTION,   /* not an option: a heading line in --help (help is its text) */

@@ -40,7 +40,7 @@ static const cli_option LOGITS_OPTIONS[] = {
      .help = "the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging Face\n"
              "LLaVA folder brings its own"},
     {"--all-rows", NULL, CLI_OPT_FLAG, A(all_rows), .help = "every row's logits, not only the last"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32", .help = "default f16"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
     {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
      .help = "worker threads (default: all cores)"},
     {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
@@ -51,7 +51,7 @@ static const cli_option LOGITS_OPTIONS[] = {
 
 static const cli_command LOGITS_COMMAND = {
     .name = "logits",
-    .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16]\n"
+    .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16|q8_0]\n"
              "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
              "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n",
     .options = LOGITS_OPTIONS,

@@ -9,6 +9,9 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 
+#include <math.h>
+#include <string.h>
+
 #define ATTN_QUERIES_FN attn_queries_scalar
 #define ATTN_F16(h) fp16_f16_to_f32(h)
 #include "kernels/attention_body.h"
@@ -70,6 +73,40 @@ void attn_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int 
             ((float *)kpool)[ke] = k[e];
             ((float *)vpool)[ve] = v[e];
         }
+    }
+}
+
+void attn_q8_quantize_group(const float *x, int n, uint16_t *scale, int8_t *q) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a; /* NaN never wins */
+    }
+    float d = amax / 127.0f;
+    if (d > 65504.0f) d = 65504.0f; /* the largest finite half */
+    *scale = fp16_f32_to_f16(d);
+    float s = fp16_f16_to_f32_exact(*scale);
+    for (int i = 0; i < n; i++) {
+        float v = s > 0.0f ? x[i] / s : 0.0f;
+        q[i] = (int8_t)(v >= 127.0f ? 127 : v <= -127.0f ? -127 : v == v ? (int)roundf(v) : 0);
+    }
+}
+
+void attn_store_q8_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                     int64_t slot, const float *k, const float *v) {
+    (void)kv_is_f16;
+    uint8_t *kp = kpool, *vp = vpool;
+    int gs = attn_q8_group(head_dim);
+    for (int e = 0; e < kv_dim; e += gs) {
+        uint16_t s;
+        int8_t q[32];
+        attn_q8_quantize_group(k + e, gs, &s, q);
+        memcpy(kp + attn_q8_k_scale(slot, block_size, kv_dim, head_dim, e), &s, 2);
+        for (int i = 0; i < gs; i++) kp[attn_q8_k_byte(slot, block_size, kv_dim, head_dim, e + i)] = (uint8_t)q[i];
+        uint8_t *vb = vp + attn_q8_v_byte(slot, block_size, kv_dim, head_dim, e);
+        attn_q8_quantize_group(v + e, gs, &s, q);
+        memcpy(vb, &s, 2);
+        memcpy(vb + 2, q, (size_t)gs);
     }
 }
 

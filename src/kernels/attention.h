@@ -49,6 +49,7 @@ typedef struct pdl_attn_kv {
     const void *k;             /* layer's K pool: blocks of [kv_dim][block_size] */
     const void *v;             /* layer's V pool: [slots][kv_dim] */
     int kv_is_f16;             /* element type of k and v: F16 or F32 */
+    int kv_is_q8;              /* Q8_0 instead (the layout below; kv_is_f16 then unused) */
     int kv_dim;                /* n_kv_heads * head_dim */
     const int32_t *block_table;/* the sequence's blocks, in position order */
     int block_size;
@@ -69,6 +70,59 @@ static inline size_t attn_v_index(int64_t slot, int block_size, int kv_dim, int 
            (size_t)(slot % block_size) * (size_t)head_dim + (size_t)(e % head_dim);
 }
 
+/*
+ * The Q8_0 cache (kv_is_q8): every group of gs = attn_q8_group(head_dim)
+ * elements of a head's key or value row (32, as llama.cpp's block_q8_0;
+ * the whole head when head_dim < 32; head_dim >= 32 must be a multiple of
+ * 32) is one f16 scale S and gs int8 q, the element being S * q (exact in
+ * float: an 11-bit times an 8-bit significand), so the kernels dequantize
+ * as they load and keep the order of operations above bit for bit: a Q8_0
+ * cache attends exactly as an F32 cache holding the dequantized rows. A
+ * block is attn_q8_block_bytes of K and as many of V (gs + 2 bytes per gs
+ * elements and slot). K, per group of kv_dim (group G = e / gs):
+ * [gs][block_size] int8 dimension-major (as F16's K), then [block_size]
+ * f16 scales, one per slot. V, per head: its block_size rows in slot order,
+ * a row being head_dim / gs blocks of (f16 scale, gs int8), block_q8_0's
+ * layout.
+ */
+static inline int attn_q8_group(int head_dim) { return head_dim < 32 ? head_dim : 32; }
+static inline size_t attn_q8_block_bytes(int block_size, int kv_dim, int head_dim) {
+    int gs = attn_q8_group(head_dim);
+    return (size_t)(kv_dim / gs) * (size_t)(gs + 2) * (size_t)block_size;
+}
+/* Byte offset in a K pool of the int8 of element e of the key in slot
+ * (its scale: attn_q8_k_scale). */
+static inline size_t attn_q8_k_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    int64_t block = slot / block_size;
+    int gs = attn_q8_group(head_dim);
+    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
+           (size_t)(e / gs) * (size_t)(gs + 2) * (size_t)block_size + (size_t)(e % gs) * (size_t)block_size +
+           (size_t)(slot % block_size);
+}
+/* Byte offset in a K pool of the f16 scale of element e's group of the key in slot. */
+static inline size_t attn_q8_k_scale(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    int64_t block = slot / block_size;
+    int gs = attn_q8_group(head_dim);
+    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
+           (size_t)(e / gs) * (size_t)(gs + 2) * (size_t)block_size + (size_t)gs * (size_t)block_size +
+           2 * (size_t)(slot % block_size);
+}
+/* Byte offset in a V pool of the block (f16 scale, gs int8) holding
+ * element e (= kv_head * head_dim + d) of the value in slot. */
+static inline size_t attn_q8_v_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    int64_t block = slot / block_size;
+    int gs = attn_q8_group(head_dim);
+    size_t row = (size_t)(head_dim / gs) * (size_t)(gs + 2);
+    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
+           (size_t)(e / head_dim) * row * (size_t)block_size + (size_t)(slot % block_size) * row +
+           (size_t)((e % head_dim) / gs) * (size_t)(gs + 2);
+}
+
+/* One group of n floats to Q8_0: S = max|x| / 127 rounded to f16 (nearest
+ * even; capped at the largest finite half), q = round(x / S) (half away
+ * from zero, clamped to [-127, 127]); S = 0 gives q = 0. */
+void attn_q8_quantize_group(const float *x, int n, uint16_t *scale, int8_t *q);
+
 /* Writes one slot's key and value (kv_dim floats each, heads of head_dim,
  * F16 rounded to nearest even when kv_is_f16) into layer pools of the
  * layout above. */
@@ -81,6 +135,10 @@ void attn_store_scalar(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int 
 void attn_store_f16c(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                      int64_t slot, const float *k, const float *v);
 void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                     int64_t slot, const float *k, const float *v);
+/* The same into a Q8_0 cache (attn_q8_quantize_group per group; kv_is_f16
+ * unused); one portable build on every family. */
+void attn_store_q8_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                      int64_t slot, const float *k, const float *v);
 
 /*
@@ -165,6 +223,9 @@ void attn_table_for(pdl_isa isa, pdl_attention_table *t);
 /* The table's store for a cache of that K/V dtype. */
 static inline pdl_attention_store_fn attn_table_store(const pdl_attention_table *t, int kv_is_f16) {
     return kv_is_f16 ? t->store_f16 : attn_store_scalar;
+}
+static inline pdl_attention_store_fn attn_table_store_for(const pdl_attention_table *t, int kv_is_f16, int kv_is_q8) {
+    return kv_is_q8 ? attn_store_q8_0 : attn_table_store(t, kv_is_f16);
 }
 
 #endif

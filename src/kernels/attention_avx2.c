@@ -43,6 +43,9 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
     return _mm256_loadu_ps((const float *)(const void *)p);
 }
+static inline at_v at_load_i8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
+}
 static inline void at_to_f16(const float *src, uint16_t *dst) {
     _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT));
 }

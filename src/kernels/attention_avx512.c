@@ -36,6 +36,9 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
     return _mm512_loadu_ps((const float *)(const void *)p);
 }
+static inline at_v at_load_i8(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
+}
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,

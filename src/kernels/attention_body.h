@@ -3,12 +3,14 @@
  * defines, written once and compiled once per instruction set: the
  * including file defines ATTN_QUERIES_FN (the function's name;
  * ATTN_STORAGE may make it static) and ATTN_F16(h) (a half's float value).
+ * A Q8_0 cache's elements are S * q, exact in float (attention.h).
  * Keys are scored a run at a time (up to 16 consecutive slots of a block,
  * which lie side by side in K's layout), so the inner loops run over
  * neighbouring keys and can be vectorised without reordering any sum.
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/fast_exp.h"
 
@@ -43,6 +45,12 @@ static inline void attn_softmax(float *p, int n, float max, float sink) {
 static inline float attn_sink(const float *sinks, int i) { return sinks ? sinks[i] : -INFINITY; }
 
 static inline int attn_first(int pos, int window) { return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0; }
+
+static inline uint16_t attn_half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
 #endif
 
 #ifndef ATTN_STORAGE
@@ -64,9 +72,23 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
         int run = bs - j % bs; /* keys up to the end of j's block */
         if (run > pos - j + 1) run = pos - j + 1;
         if (run > 16) run = 16;
-        size_t k0 = attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
         float acc[16] = {0};
-        for (int d = 0; d < hd; d++) {
+        if (kv->kv_is_q8) { /* S * q exactly, then the same fma as a float cache */
+            const uint8_t *kb = kv->k;
+            int64_t slot = attn_slot(kv, j);
+            int gs = attn_q8_group(hd);
+            for (int c = 0; c < hd; c += gs) {
+                float sc[16];
+                for (int u = 0; u < run; u++)
+                    sc[u] = ATTN_F16(attn_half_at(kb + attn_q8_k_scale(slot + u, bs, kv->kv_dim, hd, e0 + c)));
+                for (int d = c; d < c + gs; d++) {
+                    const int8_t *k = (const int8_t *)(kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, e0 + d));
+                    for (int u = 0; u < run; u++) acc[u] = fmaf(q[d], sc[u] * (float)k[u], acc[u]);
+                }
+            }
+        }
+        size_t k0 = attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
+        for (int d = 0; d < hd && !kv->kv_is_q8; d++) {
             size_t at = k0 + (size_t)d * (size_t)bs;
             if (f16) {
                 const uint16_t *k = (const uint16_t *)kv->k + at;
@@ -89,7 +111,15 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
     for (int j = first; j <= pos; j++) {
         float p = scores[j - first];
         size_t v0 = attn_v_index(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
-        if (f16) {
+        if (kv->kv_is_q8) {
+            const uint8_t *row = (const uint8_t *)kv->v + attn_q8_v_byte(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
+            int gs = attn_q8_group(hd);
+            for (int c = 0; c < hd; c += gs, row += gs + 2) {
+                float S = ATTN_F16(attn_half_at(row));
+                const int8_t *v = (const int8_t *)(row + 2);
+                for (int d = 0; d < gs; d++) out[c + d] = fmaf(p, S * (float)v[d], out[c + d]);
+            }
+        } else if (f16) {
             const uint16_t *v = (const uint16_t *)kv->v + v0;
             for (int d = 0; d < hd; d++) out[d] = fmaf(p, ATTN_F16(v[d]), out[d]);
         } else {

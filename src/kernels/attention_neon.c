@@ -11,6 +11,8 @@
 #if defined(__aarch64__)
 #include <arm_neon.h>
 
+#include <string.h>
+
 #include "kernels/fp16.h"
 
 #define ATTN_STORAGE static
@@ -38,6 +40,12 @@ static inline float at_hmax(at_v v) { return vmaxvq_f32(v); }
 static inline at_v at_load_kv(const uint8_t *p, int f16) {
     if (f16) return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)(const void *)p)));
     return vld1q_f32((const float *)(const void *)p);
+}
+static inline at_v at_load_i8(const uint8_t *p) {
+    int32_t w;
+    memcpy(&w, p, 4);
+    int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w)));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
 }
 /* FCVTN in the default rounding mode (nearest even) */
 static inline void at_to_f16(const float *src, uint16_t *dst) {

@@ -27,8 +27,11 @@
  * (accumulators a value tile may hold), AT_FN (the
  * function's name), AT_GENERIC (the portable body for the shapes the tiles
  * do not take), and the operations at_zero, at_set1, at_fmadd (a * b + c),
- * at_mul, at_loadu, at_storeu, at_max, at_hmax and at_load_kv (AT_W values
- * of a cache row, F16 or F32). With AT_STORE_FN (a name) and at_to_f16
+ * at_mul, at_loadu, at_storeu, at_max, at_hmax, at_load_kv (AT_W values
+ * of a cache row, F16 or F32), at_load_i8 (AT_W int8 widened to float) and
+ * at_load_q8v (AT_W elements of a Q8_0 row, from element i of the
+ * block_q8_0 at p: S * q, exact). Q8_0 caches (attention.h) take the same
+ * tiles, each element widened and times its scale as it is loaded. With AT_STORE_FN (a name) and at_to_f16
  * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
  */
 #include <math.h>
@@ -36,6 +39,16 @@
 #include <string.h>
 
 #define AT_MAXQ 64 /* queries per pass */
+
+/* AT_W elements of a Q8_0 row from element i (groups of gs, a multiple of
+ * AT_W; i too): the block of element i at row + (i / gs) * (gs + 2),
+ * S * q (exact). */
+static inline at_v at_load_q8v(const uint8_t *row, int i, int gs) {
+    const uint8_t *b = row + (size_t)(i / gs) * (size_t)(gs + 2);
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return at_mul(at_load_i8(b + 2 + i % gs), at_set1(ATTN_F16(h)));
+}
 
 /* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
  * e0 of group g's keys, dimension d `step` bytes further per d; query r's
@@ -62,10 +75,51 @@ static inline __attribute__((always_inline)) void at_score_tile(const int NR, co
         for (int g = 0; g < NG; g++) at_storeu(sc + r * ld + AT_W * g, at_mul(acc[r][g], s));
 }
 
-#define AT_SCORE(NR, NG) at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf)
+/* The same over a Q8_0 cache (attention.h): kp[g] at group g's int8 of the
+ * head's first dimension, ks[g] at its scales of the head's first group of
+ * gs = attn_q8_group(hd) dimensions; dimension d `bs` bytes further within a group, group c
+ * `gstride` bytes further. Each key element is widened, times its scale
+ * (exact), then the same fma as a float cache. pf / pfs: the next group's
+ * int8 and scales, prefetched as they are used. */
+static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR, const int NG, const float *const *q,
+                                                                   int hd, const uint8_t *const *kp,
+                                                                   const uint8_t *const *ks, size_t bs,
+                                                                   float scale, float *sc, size_t ld,
+                                                                   const uint8_t *pf, const uint8_t *pfs) {
+    at_v acc[8][4];
+    int gs = attn_q8_group(hd);
+    size_t gstride = (size_t)(gs + 2) * bs;
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
+    for (int c = 0; c < hd; c += gs) {
+        size_t go = (size_t)(c / gs) * gstride;
+        at_v S[4];
+        for (int g = 0; g < NG; g++) S[g] = at_load_kv(ks[g] + go, 1);
+        if (pf) __builtin_prefetch(pfs + go);
+        for (int d = 0; d < gs; d++) {
+            at_v k[4];
+            for (int g = 0; g < NG; g++) k[g] = at_mul(at_load_i8(kp[g] + go + (size_t)d * bs), S[g]);
+            if (pf) __builtin_prefetch(pf + go + (size_t)d * bs);
+            for (int r = 0; r < NR; r++) {
+                at_v qb = at_set1(q[r][c + d]);
+                for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
+            }
+        }
+    }
+    at_v s = at_set1(scale);
+    for (int r = 0; r < NR; r++)
+        for (int g = 0; g < NG; g++) at_storeu(sc + r * ld + AT_W * g, at_mul(acc[r][g], s));
+}
 
-static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp, size_t step,
-                              int f16, float scale, float *sc, size_t ld, const uint8_t *pf) {
+#define AT_SCORE(NR, NG)                                                                                           \
+    (ks ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs)                                    \
+        : at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf))
+
+/* ks: NULL for an F16 / F32 cache (f16 says which), else the Q8_0 scales
+ * (step is then block_size; pfs the next group's scales). */
+static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp,
+                              const uint8_t *const *ks, size_t step, int f16, float scale, float *sc, size_t ld,
+                              const uint8_t *pf, const uint8_t *pfs) {
     if (nr == 1) {
         switch (ng) {
         case 4: AT_SCORE(1, 4); return;
@@ -136,12 +190,24 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
 static inline __attribute__((always_inline)) void at_value_tile(const int NR, const int NC, float *const *out, int d0,
                                                                 const float *const *p, int base, const int *a,
                                                                 const int *b, const pdl_attn_kv *kv, size_t e0,
-                                                                int hd, int f16) {
-    /* the head's rows: element d0 of slot 0, hd elements from row to row */
+                                                                int hd, const int KIND) {
+    /* the head's rows: element d0 of slot 0, a row from row to row (KIND:
+     * 0 F32, 1 F16, 2 Q8_0, whose rows start at d0's group and whose
+     * elements at_load_v finds) */
+    const int f16 = KIND == 1;
     int bs = kv->block_size;
     size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * bs * esize;
     size_t chunk = (size_t)NC * AT_W * esize;
     const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)bs + (size_t)d0) * esize;
+    int gs = attn_q8_group(hd), dq = d0 % gs; /* Q8_0: d0's place in its group */
+    if (KIND == 2) {
+        step = (size_t)(hd / gs) * (size_t)(gs + 2);
+        block_bytes = attn_q8_block_bytes(bs, kv->kv_dim, hd);
+        chunk = (size_t)((dq + NC * AT_W + gs - 1) / gs) * (size_t)(gs + 2);
+        vhead = (const uint8_t *)kv->v + attn_q8_v_byte(0, bs, kv->kv_dim, hd, (int)e0 + d0);
+    }
+#define at_load_v(row, c)                                                                                          \
+    (KIND == 2 ? at_load_q8v((row), dq + AT_W * (c), gs) : at_load_kv((row) + AT_W * (c) * esize, f16))
     at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
@@ -156,7 +222,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
         int j1 = common ? F - 1 : b[r];
         AT_V_ROWS(a[r], j1, {
             at_v pb = at_set1(p[r][j - base]);
-            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(row + AT_W * c * esize, f16), acc[r][c]);
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_v(row, c), acc[r][c]);
         })
     }
     /* the common keys, each V row loaded once */
@@ -165,7 +231,7 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
             at_v pb[AT_VR];
             for (int r = 0; r < NR; r++) pb[r] = at_set1(p[r][j - base]);
             for (int c = 0; c < NC; c++) {
-                at_v vv = at_load_kv(row + AT_W * c * esize, f16);
+                at_v vv = at_load_v(row, c);
                 for (int r = 0; r < NR; r++) acc[r][c] = at_fmadd(pb[r], vv, acc[r][c]);
             }
         })
@@ -174,19 +240,23 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     for (int r = 0; common && r < NR; r++) {
         AT_V_ROWS(L + 1, b[r], {
             at_v pb = at_set1(p[r][j - base]);
-            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_kv(row + AT_W * c * esize, f16), acc[r][c]);
+            for (int c = 0; c < NC; c++) acc[r][c] = at_fmadd(pb, at_load_v(row, c), acc[r][c]);
         })
     }
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) at_storeu(out[r] + d0 + AT_W * c, acc[r][c]);
+#undef at_load_v
 }
 
 /* each shape built for F16 and for F32 caches: its loads and prefetches of
  * constant size */
-#define AT_VALUE(NR, NC) (f16 ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 1) : at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 0))
+#define AT_VALUE(NR, NC)                                                                                           \
+    (kind == 2   ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 2)                                    \
+     : kind == 1 ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 1)                                    \
+                 : at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 0))
 
 static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const float *const *p, int base,
-                              const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int hd, int f16) {
+                              const int *a, const int *b, const pdl_attn_kv *kv, size_t e0, int hd, int kind) {
 #define AT_VALUE_NC(NR)                                                                                            \
     switch (nc) {                                                                                                  \
     case 16: AT_VALUE(NR, 16); return;                                                                             \
@@ -211,8 +281,8 @@ static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const f
 static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
                        int kv_head, float scale, float softcap, const float *sinks,
                        const pdl_attn_kv *kv, float *scratch) {
-    int f16 = kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
-    size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = (size_t)bs * esize;
+    int q8 = kv->kv_is_q8, f16 = !q8 && kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
+    size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = q8 ? (size_t)bs : (size_t)bs * esize;
     int lo = INT32_MAX, hi = -1;
     for (int i = 0; i < n_q; i++) {
         if (first[i] < lo) lo = first[i];
@@ -224,24 +294,35 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     int gmax = n_q == 1 ? AT_SG1 : AT_SG;
     for (int g0 = base; g0 < end; g0 += AT_W * gmax) {
         int ng = (end - g0) / AT_W < gmax ? (end - g0) / AT_W : gmax;
-        const uint8_t *kp[4];
+        const uint8_t *kp[4], *ksc[4], *const *ks = q8 ? ksc : NULL, *kb = kv->k;
         for (int g = 0; g < ng; g++) {
             int j = g0 + AT_W * g;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            kp[g] = (const uint8_t *)kv->k + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            if (q8) {
+                kp[g] = kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, (int)e0);
+                ksc[g] = kb + attn_q8_k_scale(slot, bs, kv->kv_dim, hd, (int)e0);
+            } else {
+                kp[g] = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            }
         }
-        const uint8_t *pf = NULL;
+        const uint8_t *pf = NULL, *pfs = NULL;
         if (g0 + AT_W * gmax < end) {
             int j = g0 + AT_W * gmax;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            pf = (const uint8_t *)kv->k + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            if (q8) {
+                pf = kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, (int)e0);
+                pfs = kb + attn_q8_k_scale(slot, bs, kv->kv_dim, hd, (int)e0);
+            } else {
+                pf = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
+            }
         }
         for (int r0 = 0; r0 < n_q; r0 += AT_SR) {
             int nr = n_q - r0 < AT_SR ? n_q - r0 : AT_SR;
             int needed = 0; /* a causal prompt's later key groups are past its early rows */
             for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + AT_W * ng && pos[r] >= g0;
             if (!needed) continue;
-            at_score_tile_any(nr, ng, q + r0, hd, kp, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld, pf);
+            at_score_tile_any(nr, ng, q + r0, hd, kp, ks, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld,
+                              pf, pfs);
             pf = NULL; /* the first tile of a group fetches the next group's keys */
         }
     }
@@ -269,7 +350,7 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     for (int i0 = 0; i0 < n_q; i0 += vr) {
         int nr = n_q - i0 < vr ? n_q - i0 : vr;
         for (int d0 = 0; d0 < hd; d0 += nc * AT_W)
-            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, hd, f16);
+            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, hd, q8 ? 2 : f16);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/attention.h"
 #include "model/model.h"
 #include "util/error.h"
 #include "util/huge_alloc.h"
@@ -48,8 +49,11 @@ int kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dty
     if (block_size <= 0 || n_blocks <= 0)
         return err_fail(err, "kv cache: block size (%d) and block count (%d) must be positive",
                         block_size, n_blocks);
-    if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32)
+    if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32 && dtype != PDL_KV_Q8_0)
         return err_fail(err, "kv cache: unknown dtype %d", (int)dtype);
+    if (dtype == PDL_KV_Q8_0 && (c->head_dim <= 0 || (c->head_dim > 32 && c->head_dim % 32 != 0)))
+        return err_fail(err, "kv cache: a q8_0 KV cache needs a head dimension that is a multiple of 32 (or below "
+                        "32); this model's is %d: use --kv-cache-dtype f16", c->head_dim);
     pdl_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_fail(err, "kv cache: out of memory");
     kv->dtype = dtype;
@@ -58,9 +62,9 @@ int kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dty
     kv->head_dim = model->cfg.head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : 4;
-    size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * (size_t)block_size * (size_t)kv->kv_dim *
-                   kv->elem_bytes;
+    kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : dtype == PDL_KV_Q8_0 ? 1 : 4;
+    kv->block_bytes = kv_layer_block_bytes(dtype, kv->kv_dim, kv->head_dim, block_size);
+    size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * kv->block_bytes;
     kv->k = huge_alloc(bytes);
     kv->v = huge_alloc(bytes);
     if (!kv->k || !kv->v) {
@@ -119,16 +123,17 @@ void pdl_kv_cache_free(pdl_kv_cache *kv) {
 }
 
 void pdl_kv_cache_copy_block(pdl_kv_cache *kv, int32_t src, int32_t dst, int n_slots) {
-    size_t block = (size_t)kv->kv_dim * (size_t)kv->block_size * kv->elem_bytes;
-    size_t head = (size_t)kv->head_dim * (size_t)kv->block_size * kv->elem_bytes; /* one head of V */
-    size_t rows = (size_t)kv->head_dim * (size_t)n_slots * kv->elem_bytes;
+    int n_heads = kv->kv_dim / kv->head_dim;
+    size_t block = kv->block_bytes;
+    size_t head = block / (size_t)n_heads;                   /* one head of V */
+    size_t rows = head / (size_t)kv->block_size * (size_t)n_slots; /* its first n_slots rows */
     for (int l = 0; l < kv->n_layers; l++) {
         /* K is dimension-major within a block: the whole block (slots past
          * n_slots are written before they are read); V is slot-major within
          * each head: each head's first n_slots rows */
         char *k = kv_k_pool(kv, l), *v = kv_v_pool(kv, l);
         memcpy(k + (size_t)dst * block, k + (size_t)src * block, block);
-        for (int h = 0; h < kv->kv_dim / kv->head_dim; h++)
+        for (int h = 0; h < n_heads; h++)
             memcpy(v + (size_t)dst * block + (size_t)h * head, v + (size_t)src * block + (size_t)h * head, rows);
     }
 }
@@ -137,8 +142,16 @@ size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int 
     return kv_cache_block_bytes(model, dtype, block_size, false);
 }
 
+size_t kv_layer_block_bytes(pdl_kv_dtype dtype, int kv_dim, int head_dim, int block_size) {
+    if (dtype == PDL_KV_Q8_0) { /* a head_dim off the groups is refused at creation; sized as if rounded up */
+        int gs = attn_q8_group(head_dim > 0 ? head_dim : 1), groups = (kv_dim + gs - 1) / gs;
+        return (size_t)groups * (size_t)(gs + 2) * (size_t)block_size;
+    }
+    return (size_t)block_size * (size_t)kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
+}
+
 size_t kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int block_size, bool with_mtp) {
-    size_t kv_dim = (size_t)model->cfg.n_kv_heads * (size_t)model->cfg.head_dim;
+    int kv_dim = model->cfg.n_kv_heads * model->cfg.head_dim;
     size_t layers = (size_t)model->cfg.n_attn_layers + (with_mtp ? 1 : 0);
-    return 2 * layers * (size_t)block_size * kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
+    return 2 * layers * kv_layer_block_bytes(dtype, kv_dim, model->cfg.head_dim, block_size);
 }

@@ -6,9 +6,12 @@
  * every layer, K and V. Slot s = block * block_size + offset. A sequence's
  * blocks are listed in its block table, so its positions need not be
  * contiguous in memory. Layout per layer, F16 or F32:
- * v[layer][slot][kv_dim]; k[layer][block][kv_dim][block_size], each block
- * dimension-major so that one dimension of a block's keys is one vector
- * load (kernels/attention.h, attn_k_index).
+ * v[layer][block][kv_head][block_size][head_dim];
+ * k[layer][block][kv_dim][block_size], each block dimension-major so that
+ * one dimension of a block's keys is one vector load (kernels/attention.h,
+ * attn_k_index). Q8_0: the same order in groups of 32 elements (or the
+ * head), each with an f16 scale, block_bytes per layer and block
+ * (attention.h, attn_q8_*).
  * What it is not for: deciding who holds which block. The engine's block
  * pool (src/engine/block_pool.h) allocates, shares, caches and evicts
  * blocks; a pdl_seq (one sequence over a cache of its own) takes them in
@@ -30,7 +33,8 @@ struct pdl_kv_cache {
     int head_dim;
     int block_size;      /* token slots per block */
     int n_blocks;
-    size_t elem_bytes;   /* 2 (F16) or 4 (F32) */
+    size_t elem_bytes;   /* 2 (F16) or 4 (F32); 1 for Q8_0, whose blocks carry scales too */
+    size_t block_bytes;  /* bytes of one block of one layer's K (as many of V) */
     void *k;             /* [n_layers][n_blocks][kv_dim][block_size] */
     void *v;             /* [n_layers][n_blocks][n_kv_heads][block_size][head_dim] */
     /* Recurrent state slots (hybrid models): n_rec_layers regions of
@@ -72,14 +76,12 @@ static inline kv_state_view kv_state(const pdl_kv_cache *kv, int slot, int rec_l
 
 /* Address of `layer`'s K pool (blocks laid out as above). */
 static inline void *kv_k_pool(const pdl_kv_cache *kv, int layer) {
-    size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
-    return (char *)kv->k + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
+    return (char *)kv->k + (size_t)layer * (size_t)kv->n_blocks * kv->block_bytes;
 }
 
 /* Address of `layer`'s V pool (blocks laid out as above). */
 static inline void *kv_v_pool(const pdl_kv_cache *kv, int layer) {
-    size_t n_slots = (size_t)kv->n_blocks * (size_t)kv->block_size;
-    return (char *)kv->v + (size_t)layer * n_slots * (size_t)kv->kv_dim * kv->elem_bytes;
+    return (char *)kv->v + (size_t)layer * (size_t)kv->n_blocks * kv->block_bytes;
 }
 
 /* pdl_kv_cache_create_hybrid, with one more attention layer for the
@@ -89,6 +91,9 @@ static inline void *kv_v_pool(const pdl_kv_cache *kv, int layer) {
 struct pdl_model;
 int kv_cache_create(pdl_kv_cache **out, const struct pdl_model *model, pdl_kv_dtype dtype, int block_size,
                     int n_blocks, int n_state_slots, bool with_mtp, pdl_error *err);
+
+/* Bytes of one block of one layer's K (as many of V) in a cache of dtype. */
+size_t kv_layer_block_bytes(pdl_kv_dtype dtype, int kv_dim, int head_dim, int block_size);
 
 /* pdl_kv_cache_block_bytes of such a cache. */
 size_t kv_cache_block_bytes(const struct pdl_model *model, pdl_kv_dtype dtype, int block_size, bool with_mtp);
