@@ -139,7 +139,8 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
                 blk[2 + j % 32] = (uint8_t)(int8_t)(int)(x * 127.0f);
                 break;
             }
-            case PDL_DTYPE_Q4_0: {
+            case PDL_DTYPE_Q4_0:
+            case PDL_DTYPE_IQ4_NL: { /* the same block: a half d, then the codes (IQ4_NL: any of the 16) */
                 uint8_t *blk = row + (j / 32) * 18;
                 if (j % 32 == 0) {
                     uint16_t d = fp16_f32_to_f16(0.01f + 0.001f * (float)(j / 32));
@@ -159,7 +160,8 @@ static void *make_weight(pdl_dtype dtype, int rows, int cols, float **ref) {
             default: break;
             }
         }
-        if (dtype_is_quantized(dtype) && dtype != PDL_DTYPE_Q8_0 && dtype != PDL_DTYPE_Q4_0 && dtype != PDL_DTYPE_MXFP4)
+        if (dtype_is_quantized(dtype) && dtype != PDL_DTYPE_Q8_0 && dtype != PDL_DTYPE_Q4_0 && dtype != PDL_DTYPE_MXFP4 &&
+            dtype != PDL_DTYPE_IQ4_NL)
             random_blocks(dtype, row, cols);
         pdl_tensor t = {.dtype = dtype, .n_dims = 2, .shape = {rows, cols}, .data = w};
         ops_dequant_row(&t, i, r + (size_t)i * cols, cols);
@@ -180,7 +182,7 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
      * (rows expanded to F32) */
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
                          PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
-                         PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4};
+                         PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     /* the last two are large enough to use every thread */
     int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}, {300, 256}, {70, 512}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -199,7 +201,8 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
              * uses the same quantized values */
             float *xe = malloc((size_t)rows * in * sizeof *xe);
             memcpy(xe, x, (size_t)rows * in * sizeof *xe);
-            if (types[ti] == PDL_DTYPE_Q8_0 || types[ti] == PDL_DTYPE_Q4_0 || types[ti] == PDL_DTYPE_MXFP4) {
+            if (types[ti] == PDL_DTYPE_Q8_0 || types[ti] == PDL_DTYPE_Q4_0 || types[ti] == PDL_DTYPE_MXFP4 ||
+                types[ti] == PDL_DTYPE_IQ4_NL) {
                 int8_t *q = malloc((size_t)in);
                 float *d = malloc((size_t)(in / 32) * sizeof *d);
                 for (int r = 0; r < rows; r++) {
@@ -261,7 +264,8 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     pdl_isa best = cpu_isa_best();
     fprintf(stderr, "  best instruction set here: %s%s\n", cpu_isa_name(best),
             cpu_features_get()->neon_dotprod ? " + SDOT" : "");
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
+    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16,  PDL_DTYPE_Q8_0,
+                         PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}, {3, 64, 4096}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
@@ -305,7 +309,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     }
                 CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", cpu_isa_name((pdl_isa)isa),
                           act16 ? "+bf16" : "", dtype_name(types[ti]), rows, out, in, worst);
-                /* Q8_0, Q4_0 and MXFP4 follow one float order on every family: same bits */
+                /* Q8_0, Q4_0, MXFP4 and IQ4_NL follow one float order on every family: same bits */
                 if (dtype_is_quantized(types[ti]))
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               cpu_isa_name((pdl_isa)isa), dtype_name(types[ti]), rows, out, in);

@@ -6,10 +6,11 @@
  * outputs and k not multiples of the tile), with and without bias and
  * accumulation, and for BF16 with F32 and with BF16 activations; a row
  * alone gives the bytes it gets in a batch; and the results are within
- * float32 accumulation error of float64 sums. The same for Q8_0, Q4_0 and
- * MXFP4 weights, whose activations are quantized to Q8_0 (MXFP4's
- * documented order here decodes E2M1 and E8M0 from their bit fields, as
- * the OCP spec defines them, not through kernels/mxfp4.h).
+ * float32 accumulation error of float64 sums. The same for Q8_0, Q4_0,
+ * MXFP4 and IQ4_NL weights, whose activations are quantized to Q8_0
+ * (MXFP4's documented order here decodes E2M1 and E8M0 from their bit
+ * fields, as the OCP spec defines them, not through kernels/mxfp4.h;
+ * IQ4_NL's takes its 16 values from the table written out here).
  */
 #include <math.h>
 #include <stdint.h>
@@ -243,6 +244,10 @@ static int e2m1_doubled(int c) {
     return c & 8 ? -mag2 : mag2;
 }
 
+/* IQ4_NL's 16 values (ggml-common.h's kvalues_iq4nl), written out here on
+ * their own, not through kernels/iq4nl.h. */
+static const int iq4nl_value[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 /* The E8M0 scale 2^(e - 127), halved to go with the doubled values (e =
  * 255, NaN in the spec, as llama.cpp reads it: 2^127). */
 static float e8m0_half(int e) { return ldexpf(1.0f, e - 128); }
@@ -270,10 +275,11 @@ static void *make_mxfp4_matrix(int out, int in, float **vals) {
     return w;
 }
 
-/* A random Q8_0, Q4_0 or MXFP4 matrix; *vals gets its dequantized values. */
+/* A random Q8_0, Q4_0, MXFP4 or IQ4_NL matrix; *vals gets its dequantized
+ * values. */
 static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     if (dt == PDL_DTYPE_MXFP4) return make_mxfp4_matrix(out, in, vals);
-    bool q8 = dt == PDL_DTYPE_Q8_0;
+    bool q8 = dt == PDL_DTYPE_Q8_0, iq = dt == PDL_DTYPE_IQ4_NL;
     size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
     uint8_t *w = malloc((size_t)out * nb * bb);
     float *v = malloc((size_t)out * in * sizeof *v);
@@ -290,7 +296,7 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
                     blk[2 + k] = (uint8_t)(int8_t)q;
                 } else {
                     int u = (int)((frand() + 1.0f) * 8.0f) & 15;
-                    q = u - 8;
+                    q = iq ? iq4nl_value[u] : u - 8;
                     blk[2 + k % 16] = (uint8_t)(k < 16 ? (blk[2 + k % 16] & 0xF0) | u : (blk[2 + k % 16] & 0x0F) | u << 4);
                 }
                 v[(size_t)o * in + b * 32 + k] = fp16_f16_to_f32(d) * (float)q;
@@ -300,12 +306,12 @@ static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     return w;
 }
 
-/* The Q8_0 / Q4_0 / MXFP4 panel layout, written out here (not through the
+/* The Q8_0 / Q4_0 / MXFP4 / IQ4_NL panel layout, written out here (not through the
  * header's helpers): blocks in pairs, a pair the quants of its two blocks
  * (512 bytes each for Q8_0, 256 for Q4_0) and then their 16 scales each
  * (32 bytes a block); quant word (q, c) of a block at 64 q + 4 c; Q8_0
- * bytes the value plus 128, Q4_0 and MXFP4 the file's nibble bytes (MXFP4's
- * scales: 2^(e - 128) as BF16). 3 blocks (an odd
+ * bytes the value plus 128, Q4_0, MXFP4 and IQ4_NL the file's nibble bytes
+ * (MXFP4's scales: 2^(e - 128) as BF16; IQ4_NL's: the file's halves). 3 blocks (an odd
  * count: the last pair padded) and 19 rows (the second panel's last 13
  * zeros). A shifted offset would read a neighbour's byte. */
 static void test_quantized_panel_layout(void) {
@@ -313,8 +319,8 @@ static void test_quantized_panel_layout(void) {
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     int out = 19, in = 96, nb = 3;
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
-    for (int ti = 0; ti < 3; ti++) {
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+    for (int ti = 0; ti < 4; ti++) {
         bool q8 = types[ti] == PDL_DTYPE_Q8_0, mx = types[ti] == PDL_DTYPE_MXFP4;
         size_t qb = q8 ? 512 : 256, bb = q8 ? 34 : mx ? 17 : 18, hdr = mx ? 1 : 2, pair = 2 * qb + 64;
         float *wv;
@@ -352,8 +358,8 @@ static void test_quantized_panel_layout(void) {
     threadpool_free(pool);
 }
 
-/* The documented sequence for a Q8_0 / Q4_0 output, from the file's
- * blocks: exact integer block sums, one fma per block. */
+/* The documented sequence for a Q8_0 / Q4_0 / MXFP4 / IQ4_NL output, from
+ * the file's blocks: exact integer block sums, one fma per block. */
 static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const int8_t *xq, const float *xd,
                           const float *bias, float y0, bool accumulate) {
     bool q8 = dt == PDL_DTYPE_Q8_0;
@@ -376,7 +382,8 @@ static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const i
         const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
-            int wk = q8 ? (int8_t)blk[2 + k] : (k < 16 ? blk[2 + k] & 0xF : blk[2 + k - 16] >> 4) - 8;
+            int code = k < 16 ? blk[2 + k] & 0xF : blk[2 + k - 16] >> 4;
+            int wk = q8 ? (int8_t)blk[2 + k] : dt == PDL_DTYPE_IQ4_NL ? iq4nl_value[code] : code - 8;
             s += wk * xq[b * 32 + k];
         }
         uint16_t d;
@@ -394,11 +401,11 @@ static void test_quantized_panels_follow_the_documented_order(void) {
     pdl_isa best = cpu_isa_best();
     bool vnni = cpu_features_get()->avx512vnni;
     fprintf(stderr, "  instruction set here: %s%s\n", cpu_isa_name(best), vnni ? " + AVX512_VNNI" : "");
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     int shapes[][3] = {{1, 1, 32},    {1, 16, 64},    {3, 17, 96},   {4, 48, 128},
                        {5, 49, 32},   {9, 100, 160},  {1, 200, 256}, {1, 1001, 256}}; /* the last: chunks */
     int checked = 0;
-    for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) {
                 pdl_dtype dt = types[ti];
@@ -475,7 +482,7 @@ static void test_quantized_panels_follow_the_documented_order(void) {
 static void test_shared_activations_give_each_matmuls_bytes(void) {
     fp16_init();
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_BF16,
-                         PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
+                         PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     int heights[3] = {37, 16, 70}, rows_list[] = {1, 5, 17};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
@@ -485,7 +492,8 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
             for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++)
                 for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                     pdl_dtype dt = types[ti];
-                    bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4;
+                    bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 ||
+                             dt == PDL_DTYPE_IQ4_NL;
                     int rows = rows_list[ri], in = q ? 64 : 63;
                     matmul_set_bf16_activations(ti == 3);
                     void *w[3], *buf[3];
@@ -611,7 +619,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
  * every thread split. */
 static void test_gated_matmul_gives_the_unfused_bytes(void) {
     fp16_init();
-    pdl_dtype types[] = {PDL_DTYPE_F32, PDL_DTYPE_F16, PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4};
+    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,   PDL_DTYPE_BF16,  PDL_DTYPE_Q8_0,
+                         PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     int shapes[][2] = {{1, 37}, {9, 70}, {17, 48}}; /* rows, outputs (in = 64) */
     pdl_gate_fn acts[2] = {ops_silu_mul, ops_gelu_tanh_mul};
     int checked = 0;
@@ -623,7 +632,8 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                 for (int ai = 0; ai < 2; ai++)
                     for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                         pdl_dtype dt = types[ti];
-                        bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4;
+                        bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 ||
+                                 dt == PDL_DTYPE_IQ4_NL;
                         int rows = shapes[si][0], out = shapes[si][1], in = 64;
                         float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
                         void *w[2], *buf[2];
@@ -751,7 +761,7 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
 
 /* The integer sums at their bounds, which random weights never reach: every
  * weight at the extreme of its format (Q8_0 127 and -128, Q4_0 nibbles 15
- * and 0, MXFP4 codes 6.0 and -6.0, Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
+ * and 0, MXFP4 codes 6.0 and -6.0, IQ4_NL codes 15 (113) and 0 (-127), Q4_K nibbles 15 with scales and mins 63, Q6_K values 63 and 0
  * with scales 127 and -128) times activations that quantize to +-127
  * (all one sign, and alternating). The AVX2 tiles keep partial sums in
  * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
@@ -762,7 +772,7 @@ static void test_integer_sums_at_their_bounds(void) {
     REQUIRE(pool != NULL);
     pdl_isa best = cpu_isa_best();
     int rows = 5, out = 33, in = 512, checked = 0;
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
     float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
     float *got = malloc((size_t)rows * out * sizeof *got);
     REQUIRE(x && want && got);
@@ -782,6 +792,11 @@ static void test_integer_sums_at_their_bounds(void) {
                     for (int b = 0; b < in / 32; b++) {
                         wr[b * 17] = 120;
                         memset(wr + b * 17 + 1, extreme ? 0xFF : 0x77, 16);
+                    }
+                } else if (dt == PDL_DTYPE_IQ4_NL) { /* codes 15 (113) / 0 (-127) */
+                    for (int b = 0; b < in / 32; b++) {
+                        memcpy(wr + b * 18, &d, 2);
+                        memset(wr + b * 18 + 2, extreme ? 0x00 : 0xFF, 16);
                     }
                 } else if (dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0) {
                     bool q8 = dt == PDL_DTYPE_Q8_0;
@@ -945,48 +960,64 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
     threadpool_free(pool);
 }
 
-/* Every MXFP4 panel tile this machine can run, called directly (so the
- * AVX2 VPMADDUBSW tile runs even where the AVX2 family would take AVX-VNNI):
- * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
- * tile's bytes, on random blocks (subnormal scales among them, and blocks
- * whose scales are all 2^-128 .. 2^-125) and on the
- * integer sums' bounds (every code 6.0 or -6.0 times activations that
- * quantize to +-127: the AVX2 tile's int16 sums would wrap without their
- * fold every 4 steps), tiles of 1 to 4 rows and 1 to 3 panels, with bias
- * and accumulation. */
-static void test_mxfp4_tiles_give_the_portable_bits(void) {
+/* A random IQ4_NL matrix: codes uniform, halves d 0.002 .. 0.012 (make_qmatrix). */
+static void *make_iq4_nl_matrix(int out, int in, float **vals) { return make_qmatrix(PDL_DTYPE_IQ4_NL, out, in, vals); }
+
+/* Every MXFP4 or IQ4_NL panel tile this machine can run, called directly
+ * (so the AVX2 VPMADDUBSW tile runs even where the AVX2 family would take
+ * AVX-VNNI): AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the
+ * portable panel tile's bytes, on random blocks (MXFP4: subnormal scales
+ * among them, and blocks whose scales are all 2^-128 .. 2^-125; IQ4_NL:
+ * blocks whose halves are all subnormal) and on the integer sums' bounds
+ * (every weight at the top or the bottom of its values, MXFP4 6.0 / -6.0,
+ * IQ4_NL 113 / -127, times activations that quantize to +-127: the AVX2
+ * MXFP4 tile's int16 sums would wrap without their fold every 4 steps,
+ * IQ4_NL's without the sign trick), tiles of 1 to 4 rows and 1 to 3
+ * panels, with bias and accumulation. */
+static void check_4bit_table_tiles(pdl_dtype dt) {
     fp16_init();
     const pdl_cpu_features *f = cpu_features_get();
+    bool mx = dt == PDL_DTYPE_MXFP4;
     typedef struct named_tile {
         const char *name;
         pdl_qpanel_fn fn;
     } named_tile;
+    pdl_qpanel_fn vnni = mx ? qpanel_tile_mxfp4_vnni : qpanel_tile_iq4_nl_vnni;
+    pdl_qpanel_fn avxvnni = mx ? qpanel_tile_mxfp4_avxvnni : qpanel_tile_iq4_nl_avxvnni;
+    pdl_qpanel_fn evex = mx ? test_qpanel_mxfp4_vnni256_evex : test_qpanel_iq4_nl_vnni256_evex;
+    pdl_qpanel_fn avx2 = mx ? qpanel_tile_mxfp4_avx2 : qpanel_tile_iq4_nl_avx2;
     named_tile tiles[4];
     int n_tiles = 0;
-    if (f->avx512vnni && qpanel_tile_mxfp4_vnni) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", qpanel_tile_mxfp4_vnni};
-    if (f->avxvnni && qpanel_tile_mxfp4_avxvnni) tiles[n_tiles++] = (named_tile){"AVX-VNNI", qpanel_tile_mxfp4_avxvnni};
-    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && test_qpanel_mxfp4_vnni256_evex)
-        tiles[n_tiles++] = (named_tile){"EVEX twin", test_qpanel_mxfp4_vnni256_evex};
-    if (f->avx2 && f->fma && f->f16c && qpanel_tile_mxfp4_avx2) tiles[n_tiles++] = (named_tile){"AVX2", qpanel_tile_mxfp4_avx2};
-    fprintf(stderr, "  MXFP4 tiles here:");
+    if (f->avx512vnni && vnni) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", vnni};
+    if (f->avxvnni && avxvnni) tiles[n_tiles++] = (named_tile){"AVX-VNNI", avxvnni};
+    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && evex)
+        tiles[n_tiles++] = (named_tile){"EVEX twin", evex};
+    if (f->avx2 && f->fma && f->f16c && avx2) tiles[n_tiles++] = (named_tile){"AVX2", avx2};
+    fprintf(stderr, "  %s tiles here:", dtype_name(dt));
     for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
     fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     pdl_isa best = cpu_isa_best();
     int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
+    size_t bb = mx ? 17 : 18, hdr = mx ? 1 : 2;
     int checked = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int pattern = 0; pattern < 4; pattern++) /* random; every code 6.0; -6.0; random, scales e 0..3 */
+        for (int pattern = 0; pattern < 4; pattern++) /* random; every weight the top value; the bottom; tiny scales */
             for (int variant = 0; variant < 3; variant++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb32 = in / 32;
                 float *wv;
-                uint8_t *w = make_mxfp4_matrix(out, in, &wv);
+                uint8_t *w = mx ? make_mxfp4_matrix(out, in, &wv) : make_iq4_nl_matrix(out, in, &wv);
                 for (int i = 0; i < out * nb32; i++) {
-                    if (pattern == 1 || pattern == 2) memset(w + (size_t)i * 17 + 1, pattern == 1 ? 0x77 : 0xFF, 16);
-                    if (pattern == 3) w[(size_t)i * 17] = (uint8_t)(i % 4); /* subnormal 2^-128, 2^-127; 2^-126, 2^-125 */
+                    uint8_t top = mx ? 0x77 : 0xFF, bottom = mx ? 0xFF : 0x00;
+                    if (pattern == 1 || pattern == 2) memset(w + (size_t)i * bb + hdr, pattern == 1 ? top : bottom, 16);
+                    if (pattern == 3 && mx) w[(size_t)i * 17] = (uint8_t)(i % 4); /* subnormal 2^-128, 2^-127; 2^-126, 2^-125 */
+                    if (pattern == 3 && !mx) { /* subnormal halves 2^-24 .. 4 x 2^-24 */
+                        uint16_t d = (uint16_t)(1 + i % 4);
+                        memcpy(w + (size_t)i * 18, &d, 2);
+                    }
                 }
-                pdl_tensor t = {.dtype = PDL_DTYPE_MXFP4, .n_dims = 2, .shape = {out, in}, .data = w};
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
                 void *buf = panels_of(pool, &t);
                 size_t ny = (size_t)rows * out;
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
@@ -1013,7 +1044,7 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
                 cpu_isa_set(PDL_ISA_SCALAR);
                 panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
                 cpu_isa_set(best);
-                size_t pb = panels_bytes(PDL_DTYPE_MXFP4, in);
+                size_t pb = panels_bytes(dt, in);
                 int np = (out + 15) / 16, last = out - (np - 1) * 16;
                 for (int ti = 0; ti < n_tiles; ti++) {
                     memcpy(got, y0, ny * sizeof *got);
@@ -1027,8 +1058,8 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
                                          b ? b + g * 16 : NULL, accum);
                         }
                     CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "%s MXFP4 %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name, rows,
-                              out, in, pattern, variant);
+                              "%s %s %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name,
+                              dtype_name(dt), rows, out, in, pattern, variant);
                     checked++;
                 }
                 free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);
@@ -1037,6 +1068,10 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) {
     fprintf(stderr, "  %d cases\n", checked);
     threadpool_free(pool);
 }
+
+static void test_mxfp4_tiles_give_the_portable_bits(void) { check_4bit_table_tiles(PDL_DTYPE_MXFP4); }
+
+static void test_iq4_nl_tiles_give_the_portable_bits(void) { check_4bit_table_tiles(PDL_DTYPE_IQ4_NL); }
 
 int main(void) {
     RUN(test_panel_layout);
@@ -1050,6 +1085,7 @@ int main(void) {
     RUN(test_integer_sums_at_their_bounds);
     RUN(test_vnni256_tiles_give_the_portable_bits);
     RUN(test_mxfp4_tiles_give_the_portable_bits);
+    RUN(test_iq4_nl_tiles_give_the_portable_bits);
     scratch_free(&scratch);
     return test_summary();
 }

@@ -31,6 +31,7 @@
 #include "util/file_map.h"
 #include "util/json_file.h"
 #include "kernels/fp16.h"
+#include "kernels/iq4nl.h"
 #include "kernels/mxfp4.h"
 
 typedef struct shape_preset {
@@ -320,6 +321,26 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
             }
             break;
+        case PDL_DTYPE_IQ4_NL: /* d = (the value of largest magnitude) / -127 (llama.cpp's starting point, without
+                                * its search for a better d), each element the nearest of the 16 values */
+            for (int64_t b = 0; b < cols / 32; b++) {
+                const float *xb = row + b * 32;
+                float amax = 0, max = 0;
+                for (int j = 0; j < 32; j++)
+                    if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]), max = xb[j];
+                uint16_t d16 = fp16_f32_to_f16(max / -127.0f);
+                float d = fp16_f16_to_f32(d16);
+                uint8_t *blk = dst + b * 18, code[32];
+                memcpy(blk, &d16, 2);
+                for (int j = 0; j < 32; j++) {
+                    int best = 0;
+                    for (int c = 1; c < 16; c++)
+                        if (fabsf(iq4nl_values[c] * d - xb[j]) < fabsf(iq4nl_values[best] * d - xb[j])) best = c;
+                    code[j] = (uint8_t)best;
+                }
+                for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
+            }
+            break;
         default: break;
         }
     }
@@ -359,9 +380,9 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4",
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
-             "matrices Q8_0), a dense one MXFP4 matrices; q8_0, q4_0 and mxfp4 are GGUF only"},
+             "matrices Q8_0), a dense one MXFP4 matrices; q8_0, q4_0, mxfp4 and iq4_nl are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -384,7 +405,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
-    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4]\n"
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -419,8 +440,9 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q8_0") == 0) dt = PDL_DTYPE_Q8_0;
     else if (strcmp(args.dtype_s, "q4_0") == 0) dt = PDL_DTYPE_Q4_0;
     else if (strcmp(args.dtype_s, "mxfp4") == 0) dt = PDL_DTYPE_MXFP4;
+    else if (strcmp(args.dtype_s, "iq4_nl") == 0) dt = PDL_DTYPE_IQ4_NL;
     else {
-        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0 or mxfp4, got '%s'\n", args.dtype_s);
+        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0, mxfp4 or iq4_nl, got '%s'\n", args.dtype_s);
         return CLI_USAGE;
     }
     bool hf = strcmp(args.format, "hf") == 0;

@@ -159,6 +159,10 @@ static uint32_t ggml_type_of(pdl_dtype t) {
     case PDL_DTYPE_Q6_K: return 14;
     case PDL_DTYPE_BF16: return 30;
     case PDL_DTYPE_MXFP4: return 39;
+    case PDL_DTYPE_IQ4_NL: return 20;
+    case PDL_DTYPE_IQ4_XS: return 23;
+    case PDL_DTYPE_TQ1_0: return 34;
+    case PDL_DTYPE_TQ2_0: return 35;
     default: return 0;
     }
 }

@@ -10,6 +10,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fast_exp.h"
 #include "kernels/fp16.h"
+#include "kernels/iq4nl.h"
 #include "kernels/mxfp4.h"
 
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -302,14 +303,11 @@ static void dequant_mxfp4(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
-/* IQ4_NL / IQ4_XS's 16 values (ggml's kvalues_iq4nl). */
-static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-
 /* 32 elements from 16 bytes of IQ4 codes, each dl times its value. */
 static void iq4_codes(const uint8_t *qs, float dl, float *out) {
     for (int j = 0; j < 16; j++) {
-        out[j] = dl * (float)IQ4_VALUES[qs[j] & 0xF];
-        out[j + 16] = dl * (float)IQ4_VALUES[qs[j] >> 4];
+        out[j] = dl * (float)iq4nl_values[qs[j] & 0xF];
+        out[j + 16] = dl * (float)iq4nl_values[qs[j] >> 4];
     }
 }
 

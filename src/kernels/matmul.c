@@ -22,6 +22,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
 #include "kernels/matmul_table.h"
 #include "kernels/mxfp4.h"
@@ -143,9 +144,36 @@ static float dot_mxfp4_q8(const uint8_t *w, const int8_t *xq, const float *xd, i
     return (s0 + s2) + (s1 + s3);
 }
 
+/* IQ4_NL weights (kernels/iq4nl.h: Q4_0's block with its codes indexing
+ * the int8 values) times Q8_0 activations in the same order (llama.cpp's
+ * ggml_vec_dot_iq4_nl_q8_0 takes the same exact integer sums and d_w * d_x
+ * per block). */
+static float dot_iq4_nl_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb) {
+    float acc[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * 18;
+        uint16_t d16;
+        memcpy(&d16, blk, 2);
+        int8_t q[32];
+        for (int i = 0; i < 16; i++) {
+            q[i] = iq4nl_values[blk[2 + i] & 0xF];
+            q[i + 16] = iq4nl_values[blk[2 + i] >> 4];
+        }
+        const int8_t *x = xq + b * 32;
+        float d = fp16_f16_to_f32(d16) * xd[b];
+        for (int j = 0; j < 8; j++) {
+            int32_t p = 0;
+            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
+            acc[j] = fmaf((float)p, d, acc[j]);
+        }
+    }
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
 /* Weights with a dedicated kernel taking Q8_0-quantized activations. */
 static bool takes_q8_activations(pdl_dtype dtype) {
-    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4;
+    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL;
 }
 
 /* Weights with a dedicated kernel taking Q8_K-quantized activations
@@ -262,6 +290,7 @@ static void matmul_worker(void *p, int ith, int nth) {
                 else if (dt == PDL_DTYPE_Q8_0) v = dot_q8_0_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_Q4_0) v = dot_q4_0_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_MXFP4) v = dot_mxfp4_q8(wr, xq, xd, t->in / 32);
+                else if (dt == PDL_DTYPE_IQ4_NL) v = dot_iq4_nl_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
@@ -285,8 +314,9 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     const pdl_tile_kernels *tk = t->tiles;
     pdl_tile_fn tile = tk->fn[t->w->dtype];
     pdl_tile_q8_fn qtile = t->w->dtype == PDL_DTYPE_Q4_0    ? tk->q4
-                           : t->w->dtype == PDL_DTYPE_MXFP4 ? tk->mxfp4
-                                                            : tk->q8; /* Q8_0-activation weights */
+                           : t->w->dtype == PDL_DTYPE_MXFP4  ? tk->mxfp4
+                           : t->w->dtype == PDL_DTYPE_IQ4_NL ? tk->iq4nl
+                                                             : tk->q8; /* Q8_0-activation weights */
     int TR = tk->tile_rows, TC = tk->tile_cols;
     long n_tiles = (long)((t->out + TC - 1) / TC);
     long c0, c1;
@@ -348,6 +378,7 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q8_0) return tk->q8 != NULL;
     if (dtype == PDL_DTYPE_Q4_0) return tk->q4 != NULL;
     if (dtype == PDL_DTYPE_MXFP4) return tk->mxfp4 != NULL;
+    if (dtype == PDL_DTYPE_IQ4_NL) return tk->iq4nl != NULL;
     if (dtype == PDL_DTYPE_Q4_K) return tk->q4k != NULL;
     if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
     return tk->fn[dtype] != NULL;
@@ -375,9 +406,9 @@ static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl
         if (dtype == PDL_DTYPE_BF16 && matmul_tiles_avx512_bf16w.fn[dtype]) return &matmul_tiles_avx512_bf16w;
         if (takes_q8k_activations(dtype) && cpu_features_get()->avx512vnni && family_has(&matmul_tiles_avx512_vnni, dtype))
             return &matmul_tiles_avx512_vnni;
-        /* MXFP4 without panels (no VNNI, or PAGEDLM_WEIGHT_PANELS=0): the AVX2 tile (the driver takes the
-         * tile size from the table returned; the same bits as the portable dot) */
-        if (dtype == PDL_DTYPE_MXFP4 && !family_has(&matmul_tiles_avx512, dtype))
+        /* MXFP4 / IQ4_NL without panels (no VNNI, or PAGEDLM_WEIGHT_PANELS=0): the AVX2 tile (the driver
+         * takes the tile size from the table returned; the same bits as the portable dot) */
+        if ((dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL) && !family_has(&matmul_tiles_avx512, dtype))
             return family_has(&matmul_tiles_avx2, dtype) ? &matmul_tiles_avx2 : NULL;
         tk = &matmul_tiles_avx512;
         break;

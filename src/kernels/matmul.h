@@ -61,7 +61,7 @@ void matmul_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float 
 bool matmul_supports(pdl_dtype dtype);
 
 /* Whether weights of this dtype have dot kernels of their own (F32, F16,
- * BF16, Q8_0, Q4_0, MXFP4, Q4_K, Q6_K); other block formats are expanded
+ * BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q6_K); other block formats are expanded
  * to F32 row by row on every call (correct, several times slower). */
 bool matmul_has_dot(pdl_dtype dtype);
 

@@ -1,5 +1,5 @@
 /*
- * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0, Q4_0 and MXFP4
+ * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0, Q4_0, MXFP4 and IQ4_NL
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq4nl.h"
 #include "kernels/mxfp4.h"
 
 #define TR 4
@@ -64,7 +65,9 @@ DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
  * the activations' 4-sums subtracted: the order of matmul.c's dot_q4_0_q8,
  * which is llama.cpp's. MXFP4 weights (q4 2) take the Q8_0 path with a
  * block's codes turned into their doubled int8 values by VPSHUFB
- * (kernels/mxfp4.h; |w| <= 12) and its E8M0 scale. */
+ * (kernels/mxfp4.h; |w| <= 12) and its E8M0 scale; IQ4_NL weights (q4 3)
+ * likewise with kernels/iq4nl.h's values (|w| <= 127: the sign trick keeps
+ * a pair within 2 * 127 * 127) and Q4_0's half d. */
 static inline __m256i q4_0_nibbles(const uint8_t *qs) { /* the stored 0..15, w + 8 */
     __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0xF);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
@@ -74,7 +77,8 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
                                                          const uint8_t *w, size_t wrb, int cols, float *out,
                                                          int64_t ldo, int q4) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i code2 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)mxfp4_code2));
+    const __m256i code2 = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128((const __m128i *)(const void *)(q4 == 3 ? iq4nl_values : mxfp4_code2)));
     const size_t bb = q4 == 2 ? 17 : q4 ? 18 : 34;
     for (int r = 0; r < rows; r++) {
         __m256 acc[TC];
@@ -98,8 +102,8 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
                     memcpy(&d16, blk, 2);
                     dw = _cvtsh_ss(d16);
                 }
-                if (q4 == 2) {
-                    __m256i wq = _mm256_shuffle_epi8(code2, q4_0_nibbles(blk + 1));
+                if (q4 >= 2) {
+                    __m256i wq = _mm256_shuffle_epi8(code2, q4_0_nibbles(blk + (q4 == 2 ? 1 : 2)));
                     p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(xv, wq)), ones);
                 } else if (q4) {
                     p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q4_0_nibbles(blk + 2), xv), ones), x8);
@@ -134,6 +138,13 @@ static void tile_mxfp4(const int8_t *xq, const float *xd, int64_t nb, int rows, 
     (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 2);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 2);
+}
+
+static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                        int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 3);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 3);
 }
 
 /* Q8_0 activation quantization (matmul.c has the portable one): the same
@@ -180,6 +191,7 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
     .mxfp4 = tile_mxfp4,
+    .iq4nl = tile_iq4_nl,
     .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
     .q6k = kquant_tile_q6_k_avx2,
 };

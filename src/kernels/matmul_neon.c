@@ -67,6 +67,7 @@ const pdl_tile_kernels matmul_tiles_neon = {
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
     .mxfp4 = tile_mxfp4,
+    .iq4nl = tile_iq4_nl,
     .q4k = tile_q4_k,
     .q6k = tile_q6_k,
 };

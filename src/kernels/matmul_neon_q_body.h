@@ -1,11 +1,11 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, Q4_K, Q6_K), written once and included by matmul_neon.c
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q6_K), written once and included by matmul_neon.c
  * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
  *
- * Q8_0 / Q4_0 / MXFP4: the order is matmul.c's dot_q8_0_q8 (llama.cpp's): per
+ * Q8_0 / Q4_0 / MXFP4 / IQ4_NL: the order is matmul.c's dot_q8_0_q8 (llama.cpp's): per
  * 32-block, lane j of two 4-lane vectors holds the exact int32 sum of
  * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
  * multiply-add each into 8 accumulators, which are added as
@@ -18,13 +18,14 @@
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
- * and gets tile_q8_0, tile_q4_0, tile_mxfp4 (pdl_tile_q8_fn), tile_q4_k and tile_q6_k
+ * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q4_k and tile_q6_k
  * (pdl_tile_kq_fn).
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/fp16.h"
+#include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
 #include "kernels/mxfp4.h"
 
@@ -46,9 +47,10 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
                                                          const uint8_t *w, size_t wrb, int cols, float *out,
                                                          int64_t ldo, int q4) {
     /* q4: 0 Q8_0, 1 Q4_0, 2 MXFP4 (doubled E2M1 codes by a table lookup,
-     * kernels/mxfp4.h) */
+     * kernels/mxfp4.h), 3 IQ4_NL (Q4_0's block, its codes' int8 values by
+     * a table lookup, kernels/iq4nl.h) */
     const size_t bb = q4 == 2 ? 17 : q4 ? 18 : 34;
-    const int8x16_t code2 = vld1q_s8(mxfp4_code2);
+    const int8x16_t code2 = vld1q_s8(q4 == 3 ? iq4nl_values : mxfp4_code2);
     for (int r = 0; r < rows; r++) {
         float32x4_t lo_acc[TC], hi_acc[TC];
         for (int c = 0; c < TC; c++) lo_acc[c] = hi_acc[c] = vdupq_n_f32(0.0f);
@@ -59,8 +61,8 @@ static inline __attribute__((always_inline)) void q_body(const int8_t *xq, const
                 const uint8_t *blk = w + c * wrb + b * bb;
                 if (rows < TR && r == 0) __builtin_prefetch(blk + PF_ROWS * wrb); /* bb < 64: every line */
                 int8x16_t w0, w1;
-                if (q4 == 2) { /* byte 1 + j: element j (low nibble) and j + 16 (high) */
-                    uint8x16_t n = vld1q_u8(blk + 1);
+                if (q4 >= 2) { /* byte 1 + j (IQ4_NL: 2 + j): element j (low nibble) and j + 16 (high) */
+                    uint8x16_t n = vld1q_u8(blk + (q4 == 2 ? 1 : 2));
                     w0 = vqtbl1q_s8(code2, vandq_u8(n, vdupq_n_u8(0xF)));
                     w1 = vqtbl1q_s8(code2, vshrq_n_u8(n, 4));
                 } else if (q4) { /* byte j: element j (low nibble) and j + 16 (high), stored + 8 */
@@ -101,6 +103,13 @@ static void tile_mxfp4(const int8_t *xq, const float *xd, int64_t nb, int rows, 
     (void)stream; /* these tiles do not prefetch */
     if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 2);
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 2);
+}
+
+static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                        int cols, float *out, int64_t ldo, bool stream) {
+    (void)stream; /* these tiles do not prefetch */
+    if (cols == TC) q_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, 3);
+    else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 3);
 }
 
 /* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:

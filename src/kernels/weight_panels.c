@@ -12,10 +12,13 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
+#include "kernels/iq4nl.h"
 #include "kernels/matmul_table.h"
 #include "kernels/mxfp4.h"
 
-static bool quantized(pdl_dtype dt) { return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4; }
+static bool quantized(pdl_dtype dt) {
+    return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL;
+}
 static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
 
 /* Whether family isa has panel tiles for dtype on this CPU (the width
@@ -33,7 +36,8 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_BF16: return panels_tiles_avx512[dtype] != NULL;
     case PDL_DTYPE_Q8_0:
     case PDL_DTYPE_Q4_0:
-    case PDL_DTYPE_MXFP4: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
+    case PDL_DTYPE_MXFP4:
+    case PDL_DTYPE_IQ4_NL: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     default: return false;
@@ -258,7 +262,9 @@ PORTABLE(portable_f16, 1)
 PORTABLE(portable_bf16, 2)
 PORTABLE(portable_bf16_dp, 3)
 
-/* Q8_0 (q4 0), Q4_0 (q4 1) or MXFP4 (q4 2) panels with Q8_0 activations. */
+/* Q8_0 (q4 0), Q4_0 (q4 1), MXFP4 (q4 2) or IQ4_NL (q4 3: Q4_0's panel,
+ * its codes indexing kernels/iq4nl.h's values) panels with Q8_0
+ * activations. */
 typedef struct q_ctx {
     int q4;
     const int8_t *xq;
@@ -279,7 +285,7 @@ static float q_output(const void *ctx, int r, const uint8_t *pp, int c) {
             if (t->q4) {
                 uint8_t byte = bq[(k % 16 / 4) * 64 + c * 4 + k % 4];
                 int code = k < 16 ? byte & 0xF : byte >> 4;
-                wk = t->q4 == 2 ? mxfp4_code2[code] : code - 8;
+                wk = t->q4 == 3 ? iq4nl_values[code] : t->q4 == 2 ? mxfp4_code2[code] : code - 8;
             } else {
                 wk = (int)bq[(k / 4) * 64 + c * 4 + k % 4] - 128;
             }
@@ -317,6 +323,12 @@ static void portable_mxfp4(const int8_t *xq, const float *xd, const int32_t *xs,
                            const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
                            int64_t ldy, const float *bias, bool accumulate) {
     portable_qtile(2, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void portable_iq4_nl(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                            const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,
+                            int64_t ldy, const float *bias, bool accumulate) {
+    portable_qtile(3, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 /* One super-block of a k-quant panel for output row c: acc after it, in
@@ -599,11 +611,14 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
         return;
     }
     if (quantized(dt)) {
-        int k = dt == PDL_DTYPE_Q8_0 ? 0 : dt == PDL_DTYPE_Q4_0 ? 1 : 2;
-        const pdl_qpanel_fn vnni[3] = {qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni};
-        const pdl_qpanel_fn avxvnni[3] = {qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni};
-        const pdl_qpanel_fn avx2[3] = {qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2};
-        const pdl_qpanel_fn portable[3] = {portable_q8_0, portable_q4_0, portable_mxfp4};
+        int k = dt == PDL_DTYPE_Q8_0 ? 0 : dt == PDL_DTYPE_Q4_0 ? 1 : dt == PDL_DTYPE_MXFP4 ? 2 : 3;
+        const pdl_qpanel_fn vnni[4] = {qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni,
+                                       qpanel_tile_iq4_nl_vnni};
+        const pdl_qpanel_fn avxvnni[4] = {qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
+                                          qpanel_tile_iq4_nl_avxvnni};
+        const pdl_qpanel_fn avx2[4] = {qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
+                                       qpanel_tile_iq4_nl_avx2};
+        const pdl_qpanel_fn portable[4] = {portable_q8_0, portable_q4_0, portable_mxfp4, portable_iq4_nl};
         if (avx512 && f->avx512vnni) *qfn = vnni[k];
         else if (family_avxvnni(isa)) *qfn = avxvnni[k];
         else if (isa == PDL_ISA_AVX2) *qfn = avx2[k];

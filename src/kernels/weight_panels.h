@@ -1,5 +1,5 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K and Q6_K weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K and Q6_K weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -30,6 +30,9 @@
  *         values), and the scales are the 16 rows' halved E8M0 scales
  *         2^(e - 128) as BF16 (exact: kernels/mxfp4.h), where Q4_0 has its
  *         halves.
+ *   IQ4_NL (blocks of 32): Q4_0's panel exactly (the file's block is
+ *         Q4_0's: f16 d, then the code bytes); a nibble is a code that
+ *         indexes kernels/iq4nl.h's int8 values instead of the value + 8.
  *   Q4_K (super-blocks of 256): PDL_Q4K_PANEL_BLOCK bytes per super-block
  *         b, one after the other: 32 x 16 32-bit words, word (w4, c)
  *         holding the file's nibble bytes 4 w4 .. 4 w4 + 3 of row 16p + c's
@@ -53,11 +56,11 @@
  *             acc = fma(w[2j], x[2j], acc) for j = 0, 1, ... (the odd
  *             element first: the order of VDPBF16PS, which the BF16
  *             activation mode uses with x rounded to BF16);
- *   Q8_0, Q4_0, MXFP4: x is quantized to Q8_0 per 32-block
+ *   Q8_0, Q4_0, MXFP4, IQ4_NL: x is quantized to Q8_0 per 32-block
  *         (matmul_quantize_row_q8_0: int8 x[k], scale dx[b]); block b gives
  *         the exact integer sum s = sum over its 32 k of w[k] x[k] (MXFP4:
  *         w the doubled E2M1 values and dw[b] the halved E8M0 scale,
- *         kernels/mxfp4.h), then acc = fma((float)s, dw[b] * dx[b], acc)
+ *         kernels/mxfp4.h; IQ4_NL: w the code's int8 value), then acc = fma((float)s, dw[b] * dx[b], acc)
  *         for b = 0, 1, ...;
  *   Q4_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
@@ -86,7 +89,7 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, Q4_K or Q6_K matrix) can be
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K or Q6_K matrix) can be
  * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
@@ -138,7 +141,7 @@ typedef void (*pdl_panel_fn)(const void *x, int64_t ldx, int rows, const uint8_t
                              int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
                              bool accumulate);
 
-/* Q8_0 / Q4_0 / MXFP4 weights: rows x (panels x 16) outputs from activations
+/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL weights: rows x (panels x 16) outputs from activations
  * quantized to Q8_0 (xq: ldx int8 per row; xd: block scales and xs: block
  * sums of xq, nbx per row). */
 typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
@@ -198,13 +201,16 @@ static inline size_t qpanel_scales_near(size_t qb, size_t at, int64_t b) {
 extern const pdl_panel_fn panels_tiles_avx512[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn panels_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
-extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni; /* weight_panels_avx512vnni.c */
+extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni,
+    qpanel_tile_iq4_nl_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
-extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2;
+extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
+    qpanel_tile_iq4_nl_avx2;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q6_k_avx2;
-extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni;
+extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
+    qpanel_tile_iq4_nl_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 
 /* The panel kernels of one family, chosen once (panels_kernels_for)
@@ -214,7 +220,7 @@ extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 typedef struct pdl_panel_kernels {
     bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
-    pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 tile */
+    pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL tile */
     pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q6_K tile */
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */

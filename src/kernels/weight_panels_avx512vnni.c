@@ -1,11 +1,12 @@
 /*
  * weight_panels_avx512vnni.c - AVX-512 VNNI panel tiles for Q8_0, Q4_0, MXFP4,
- * Q4_K and Q6_K weights (layout and order in weight_panels.h).
+ * IQ4_NL, Q4_K and Q6_K weights (layout and order in weight_panels.h).
  *
  * Per block, each accumulator's integer sum starts at -offset * (sum of the
  * row's 32 quantized activations) and VPDPBUSD adds the products of the
  * unsigned weight bytes (value + offset: 128 for Q8_0, 8 for Q4_0; MXFP4's
- * codes become their doubled values + 12 by a byte shuffle, VPSHUFB) with 4
+ * codes become their doubled values + 12 by a byte shuffle, VPSHUFB, and
+ * IQ4_NL's their int8 values + 128 (1..241) likewise) with 4
  * broadcast activations at a time, which leaves exactly sum w x; integer
  * sums are exact in any order. The float part is then one multiply of the
  * two scales and one fused multiply-add per block, as the portable tile.
@@ -18,6 +19,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq4nl.h"
 #include "kernels/mxfp4.h"
 #include "kernels/weight_panels_avx512_body.h" /* panel_store */
 
@@ -44,6 +46,14 @@ static inline __m512i mxfp4_codes_plus_offset(void) {
     return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)t));
 }
 
+/* IQ4_NL's value + 128 of each code, in every 128-bit lane (the VPSHUFB
+ * table). */
+static inline __m512i iq4nl_values_plus_offset(void) {
+    uint8_t t[16];
+    for (int i = 0; i < 16; i++) t[i] = (uint8_t)(iq4nl_values[i] + PDL_IQ4NL_OFFSET);
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)t));
+}
+
 /* 16 BF16 scales (an MXFP4 panel's, exact 2^(e - 128)) -> 16 floats. */
 static inline __m512 mxfp4_scales16(const uint8_t *p) {
     __m256i h = _mm256_loadu_si256((const __m256i *)(const void *)p);
@@ -55,11 +65,11 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
                                                         int last_cols, float *y, int64_t ldy, const float *bias,
                                                         bool accumulate) {
-    /* q4: 0 Q8_0, 1 Q4_0, 2 MXFP4 */
+    /* q4: 0 Q8_0, 1 Q4_0, 2 MXFP4, 3 IQ4_NL */
     const size_t qbytes = q4 ? 256 : 512;
-    const int32_t offset = q4 == 2 ? PDL_MXFP4_OFFSET : q4 ? 8 : 128;
+    const int32_t offset = q4 == 3 ? PDL_IQ4NL_OFFSET : q4 == 2 ? PDL_MXFP4_OFFSET : q4 ? 8 : 128;
     const __m512i low = _mm512_set1_epi8(0x0F);
-    const __m512i code2 = mxfp4_codes_plus_offset();
+    const __m512i code2 = q4 == 3 ? iq4nl_values_plus_offset() : mxfp4_codes_plus_offset();
     __m512 acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
@@ -77,7 +87,7 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
                 if (q4) {
                     __m512i v = _mm512_load_si512((const void *)(blk + (q & 3) * 64));
                     w[g] = q < 4 ? _mm512_and_si512(v, low) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-                    if (q4 == 2) w[g] = _mm512_shuffle_epi8(code2, w[g]);
+                    if (q4 >= 2) w[g] = _mm512_shuffle_epi8(code2, w[g]);
                 } else {
                     w[g] = _mm512_load_si512((const void *)(blk + q * 64));
                 }
@@ -127,6 +137,7 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
 DEFINE_QPANEL_TILE(qpanel_q8_0, 0)
 DEFINE_QPANEL_TILE(qpanel_q4_0, 1)
 DEFINE_QPANEL_TILE(qpanel_mxfp4, 2)
+DEFINE_QPANEL_TILE(qpanel_iq4_nl, 3)
 
 /* Q4_K: per super-block and sub-block j, VPDPBUSD sums the unsigned
  * nibbles times 4 broadcast activations at a time (exact), then the sum is
@@ -433,12 +444,14 @@ static void kpanel_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uin
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = qpanel_q8_0;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = qpanel_mxfp4;
+const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = qpanel_iq4_nl;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = kpanel_q4_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
 #else
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
 #endif

@@ -1,6 +1,6 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, MXFP4, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, IQ4_NL, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -25,7 +25,10 @@
  *         pair at most 32512) and folds every step (ib_q8_piece).
  *         MXFP4's codes become their doubled values + 12 (0..24) by a byte
  *         shuffle (VPSHUFB): a pair is at most 6096, so its int16 sums
- *         fold into int32 every 4 steps.
+ *         fold into int32 every 4 steps. IQ4_NL's values (|w| <= 127)
+ *         take Q8_0's sign trick, from a shuffle of the signed values,
+ *         and fold every step (with VNNI: the values + 128 by the
+ *         shuffle, 1..241 as unsigned bytes).
  *   With VNNI, one-row (decode) Q8_0 pieces take that sign trick too:
  *   Qwen3-0.6B Q8_0 tg64 on a Zen 5 VM, 5 alternating pairs, 1.07x
  *   (1.00-1.10x) over VPDPBUSD's one-row piece, whose decode was 0.86-1.01x
@@ -44,6 +47,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq4nl.h"
 #include "kernels/mxfp4.h"
 #include "kernels/weight_panels.h"
 
@@ -142,7 +146,19 @@ static inline __m256i ib_mxfp4_table(void) {
     return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)t));
 }
 
-/* The end of block b of a Q8_0 / Q4_0 / MXFP4 piece: acc += (float)isum x
+/* IQ4_NL's VPSHUFB table in both 128-bit lanes: the signed values for the
+ * sign trick (AVX2), the values + 128 for VPDPBUSD (VNNI). */
+static inline __m256i ib_iq4nl_table(void) {
+    int8_t t[16];
+#if defined(PANEL_VNNI256)
+    for (int i = 0; i < 16; i++) t[i] = (int8_t)(uint8_t)(iq4nl_values[i] + PDL_IQ4NL_OFFSET);
+#else
+    for (int i = 0; i < 16; i++) t[i] = iq4nl_values[i];
+#endif
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)t));
+}
+
+/* The end of block b of a Q8_0 / Q4_0 / MXFP4 / IQ4_NL piece: acc += (float)isum x
  * dw x dx (the block's weight scales, qpanel_scales_at for qbytes of quants
  * per block, times the row's activation scale). */
 static inline __attribute__((always_inline)) void ib_q_block_end(const int mx, __m256 acc[IB_MAX_R][IB_MAX_V],
@@ -169,17 +185,18 @@ static inline __attribute__((always_inline)) void ib_q_store(__m256 acc[IB_MAX_R
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* NR rows x NV groups of one block format (q4: 1 Q4_0, 2 MXFP4, 0 Q8_0; Q8_0
- * without VNNI, and one row of it with VNNI, is ib_q8_piece's) in one
- * pass over the bytes as stored: step q's sums start at -offset x sum(x)
- * (the stored bytes are value + offset) and add the products (AVX2: int16
- * pairs, folded into int32 once per block). */
+/* NR rows x NV groups of one block format (q4: 1 Q4_0, 2 MXFP4, 3 IQ4_NL,
+ * 0 Q8_0; Q8_0 without VNNI, and one row of it with VNNI, is ib_q8_piece's)
+ * in one pass over the bytes as stored: step q's sums start at -offset x
+ * sum(x) (the stored bytes are value + offset) and add the products (AVX2:
+ * int16 pairs, folded into int32 once per block; IQ4_NL without VNNI: the
+ * sign trick, offset 0, folded at every step). */
 static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const int8_t *xq, const float *xd,
                                                              const int32_t *xs, int64_t ldx, int64_t nbx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
     const size_t qbytes = q4 ? 256 : 512;
-    const __m256i low = _mm256_set1_epi8(0x0F), code2 = ib_mxfp4_table();
+    const __m256i low = _mm256_set1_epi8(0x0F), code2 = q4 == 3 ? ib_iq4nl_table() : ib_mxfp4_table();
 #if !defined(PANEL_VNNI256)
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i s32[IB_MAX_R][IB_MAX_V]; /* MXFP4: the first 4 steps' sums, in int32 */
@@ -205,11 +222,28 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
                 if (q4) {
                     w[v] = _mm256_and_si256(raw, low);
                     w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
-                    if (q4 == 2) w[v] = _mm256_shuffle_epi8(code2, w[v]), w2[v] = _mm256_shuffle_epi8(code2, w2[v]);
+                    if (q4 >= 2) w[v] = _mm256_shuffle_epi8(code2, w[v]), w2[v] = _mm256_shuffle_epi8(code2, w2[v]);
                 } else {
                     w[v] = raw;
                 }
             }
+#if !defined(PANEL_VNNI256)
+            if (q4 == 3) { /* the sign trick: |w| x (x with w's sign), pairs at most 32258, into int32 at once */
+                __m256i aw[IB_MAX_V], aw2[IB_MAX_V];
+                IB_UNROLL for (int v = 0; v < nv; v++) aw[v] = _mm256_abs_epi8(w[v]), aw2[v] = _mm256_abs_epi8(w2[v]);
+                IB_UNROLL for (int r = 0; r < nr; r++) {
+                    __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
+                    __m256i xb2 = ib_bcast4(xq + r * ldx + b * 32 + 16 + 4 * q);
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        __m256i p = _mm256_add_epi32(
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(aw[v], _mm256_sign_epi8(xb, w[v])), ones),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(aw2[v], _mm256_sign_epi8(xb2, w2[v])), ones));
+                        s[r][v] = _mm256_add_epi32(s[r][v], p);
+                    }
+                }
+                continue;
+            }
+#endif
             IB_UNROLL for (int r = 0; r < nr; r++) {
                 __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
                 IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
@@ -229,11 +263,13 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
         }
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++) {
-            __m256i start = _mm256_set1_epi32(-(q4 == 2 ? PDL_MXFP4_OFFSET : q4 ? 8 : 128) * xs[r * nbx + b]);
+            __m256i start = _mm256_set1_epi32(
+                -(q4 == 3 ? PDL_IQ4NL_OFFSET : q4 == 2 ? PDL_MXFP4_OFFSET : q4 ? 8 : 128) * xs[r * nbx + b]);
             IB_UNROLL for (int v = 0; v < nv; v++) {
 #if defined(PANEL_VNNI256)
                 isum[r][v] = _mm256_add_epi32(start, s[r][v]);
 #else
+                if (q4 == 3) { isum[r][v] = s[r][v]; continue; } /* int32 already, no offset */
                 isum[r][v] = _mm256_add_epi32(start, _mm256_madd_epi16(s[r][v], ones));
                 if (q4 == 2) isum[r][v] = _mm256_add_epi32(isum[r][v], s32[r][v]);
 #endif
@@ -388,6 +424,12 @@ static void PANEL_PREFIX(mxfp4)(const int8_t *xq, const float *xd, const int32_t
                                 int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
                                 float *y, int64_t ldy, const float *bias, bool accumulate) {
     ib_q_tile(2, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void PANEL_PREFIX(iq4_nl)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                                 int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                                 float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_q_tile(3, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 /* ---- Q4_K and Q6_K ------------------------------------------------------------ */

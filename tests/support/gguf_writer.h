@@ -45,6 +45,7 @@ enum {
     GW_GGML_Q6_K = 14,
     GW_GGML_Q8_K = 15,
     GW_GGML_IQ2_XXS = 16,
+    GW_GGML_IQ4_NL = 20,
     GW_GGML_IQ4_XS = 23,
     GW_GGML_I8 = 24,
     GW_GGML_I32 = 26,
