@@ -196,7 +196,12 @@ __attribute__((target("avx512f"))) static uint32_t read_sum_avx512(const uint8_t
             for (int j = 0; j < 8; j++) a[j] = _mm512_add_epi32(a[j], _mm512_load_si512((const void *)(p + i + 64 * j)));
     }
     for (int j = 1; j < 8; j++) a[0] = _mm512_add_epi32(a[0], a[j]);
-    return (uint32_t)_mm512_reduce_add_epi32(a[0]);
+    /* summed as unsigned: GCC's _mm512_reduce_add_epi32 adds signed ints,
+     * whose wrap-around UBSan reports */
+    uint32_t t[16], s = 0;
+    _mm512_storeu_si512((void *)t, a[0]);
+    for (int j = 0; j < 16; j++) s += t[j];
+    return s;
 }
 
 /* 8 ymm accumulators, 256 bytes per iteration (AVX2's VMOVNTDQA for nt). */
