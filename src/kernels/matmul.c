@@ -64,6 +64,22 @@ static float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
     return reduce_lanes(acc);
 }
 
+/* One 32-element block of the integer dots below: 8 lanes, each an exact
+ * sum of 4 int8 products, added with fma scaled by d = d_w * d_x. */
+static inline void block_acc(float acc[8], const int8_t *q, const int8_t *x, float d) {
+    for (int j = 0; j < 8; j++) {
+        int32_t p = 0;
+        for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
+        acc[j] = fmaf((float)p, d, acc[j]);
+    }
+}
+
+/* The lanes' fixed final tree (the SIMD tiles sum in this order too). */
+static inline float acc_total(const float acc[8]) {
+    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
+    return (s0 + s2) + (s1 + s3);
+}
+
 /* Q8_0 weights multiply activations quantized the same way (per 32-block,
  * as llama.cpp does in every quantized matmul). The order of the float
  * operations is llama.cpp's x86 one, and every SIMD family here follows it
@@ -80,14 +96,9 @@ static float dot_q8_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
         memcpy(&d16, blk, 2);
         const int8_t *q = (const int8_t *)(blk + 2), *x = xq + b * 32;
         float d = fp16_f16_to_f32(d16) * xd[b];
-        for (int j = 0; j < 8; j++) {
-            int32_t p = 0;
-            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
-            acc[j] = fmaf((float)p, d, acc[j]);
-        }
+        block_acc(acc, q, x, d);
     }
-    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
-    return (s0 + s2) + (s1 + s3);
+    return acc_total(acc);
 }
 
 /* Q4_0 weights (nibble - 8) times Q8_0 activations, in the same order as
@@ -108,14 +119,9 @@ static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
         }
         const int8_t *x = xq + b * 32;
         float d = fp16_f16_to_f32(d16) * xd[b];
-        for (int j = 0; j < 8; j++) {
-            int32_t p = 0;
-            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
-            acc[j] = fmaf((float)p, d, acc[j]);
-        }
+        block_acc(acc, q, x, d);
     }
-    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
-    return (s0 + s2) + (s1 + s3);
+    return acc_total(acc);
 }
 
 /* MXFP4 weights (kernels/mxfp4.h: doubled E2M1 codes, halved E8M0 scale)
@@ -134,14 +140,9 @@ static float dot_mxfp4_q8(const uint8_t *w, const int8_t *xq, const float *xd, i
         }
         const int8_t *x = xq + b * 32;
         float d = mxfp4_scale_half(blk[0]) * xd[b];
-        for (int j = 0; j < 8; j++) {
-            int32_t p = 0;
-            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
-            acc[j] = fmaf((float)p, d, acc[j]);
-        }
+        block_acc(acc, q, x, d);
     }
-    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
-    return (s0 + s2) + (s1 + s3);
+    return acc_total(acc);
 }
 
 /* IQ4_NL weights (kernels/iq4nl.h: Q4_0's block with its codes indexing
@@ -161,14 +162,9 @@ static float dot_iq4_nl_q8(const uint8_t *w, const int8_t *xq, const float *xd, 
         }
         const int8_t *x = xq + b * 32;
         float d = fp16_f16_to_f32(d16) * xd[b];
-        for (int j = 0; j < 8; j++) {
-            int32_t p = 0;
-            for (int i = 0; i < 4; i++) p += (int32_t)q[4 * j + i] * (int32_t)x[4 * j + i];
-            acc[j] = fmaf((float)p, d, acc[j]);
-        }
+        block_acc(acc, q, x, d);
     }
-    float s0 = acc[0] + acc[4], s1 = acc[1] + acc[5], s2 = acc[2] + acc[6], s3 = acc[3] + acc[7];
-    return (s0 + s2) + (s1 + s3);
+    return acc_total(acc);
 }
 
 /* Weights with a dedicated kernel taking Q8_0-quantized activations. */
