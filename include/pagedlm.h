@@ -160,6 +160,9 @@ typedef struct pdl_model_info {
                                * they name none */
     bool pool_normalize;      /* sentence-transformers' Normalize module (GGUF: always, as llama.cpp) */
     bool matryoshka;          /* config.json's matryoshka_dimensions or is_matryoshka: may be cut short */
+    bool encoder;             /* an encoder (BERT): embeddings only, no LM head; a prompt's rows attend to each
+                               * other both ways, so it is computed in one step (at most
+                               * max_num_batched_tokens and ctx_len tokens) */
 } pdl_model_info;
 
 /* Loads a .gguf file or a Hugging Face folder (config.json + safetensors). */

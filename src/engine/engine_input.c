@@ -98,7 +98,17 @@ static int validate_request(const pdl_engine *e, const int32_t *prompt, size_t n
     for (size_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab)
             return err_fail(err, "request: prompt token %zu: id %d out of range [0, %d)", i, prompt[i], c->vocab);
-    if (n_prompt + 1 > (size_t)e->max_model_len)
+    if (c->encoder && p->pooling == PDL_POOLING_NONE)
+        return err_fail(err, "request: %s is an encoder: it computes embeddings (pooling), it generates nothing",
+                        c->arch->name);
+    if (c->encoder && n_prompt > (size_t)e->max_model_len)
+        return err_fail(err, "request: the prompt has %zu tokens; the encoder takes at most %d", n_prompt,
+                        e->max_model_len);
+    if (c->encoder && n_prompt > (size_t)e->opts.max_num_batched_tokens)
+        return err_fail(err, "request: an encoder's %zu prompt rows attend to each other both ways and are computed "
+                        "in one step, but a step holds %d tokens (max_num_batched_tokens)", n_prompt,
+                        e->opts.max_num_batched_tokens);
+    if (!c->encoder && n_prompt + 1 > (size_t)e->max_model_len)
         return err_fail(err, "request: the prompt has %zu tokens; with one generated token it exceeds the maximum "
                         "model length %d", n_prompt, e->max_model_len);
     if (pdl_sampling_validate(&p->sampling, c->vocab, err)) return err_fail_prefix(err, "request");
@@ -171,6 +181,12 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     if (!oom && request_images(e, r, p, prompt, n_prompt, err)) {
         eng_request_free(r);
         return NULL;
+    }
+    if (!oom && c->encoder) { /* BERT: the whole prompt is one two-way span (validate_request: it fits a step) */
+        r->no_prefix_cache = true; /* a row's K/V depends on the rows after it */
+        oom = !(r->span_first = calloc(n_prompt, sizeof *r->span_first)) ||
+              !(r->span_last = malloc(n_prompt * sizeof *r->span_last));
+        for (size_t i = 0; !oom && i < n_prompt; i++) r->span_last[i] = (int32_t)n_prompt - 1;
     }
     r->params.images = NULL; /* not kept: the rows are */
     if (!oom && p->stop_matcher) {

@@ -22,7 +22,8 @@
 
 typedef enum pdl_norm_kind {
     PDL_NORM_RMS = 0,    /* x / rms(x) * w */
-    PDL_NORM_LAYER,      /* (x - mean) / std(x) * w, no bias (Command-R) */
+    PDL_NORM_LAYER,      /* (x - mean) / std(x) * w, plus a bias where the files hold one (BERT; Command-R
+                          * has none) */
 } pdl_norm_kind;
 
 typedef enum pdl_activation {
@@ -30,6 +31,8 @@ typedef enum pdl_activation {
     PDL_ACT_GELU_TANH,   /* gelu_tanh(gate) * up (Gemma) */
     PDL_ACT_SWIGLU_OAI,  /* gpt-oss's clamped SwiGLU: g = min(gate, 7), u = clamp(up, -7, 7),
                           * (u + 1) * g * sigmoid(1.702 g) (ops_swiglu_oai_mul) */
+    PDL_ACT_GELU_ERF,    /* gelu(up) = up * (1 + erf(up / sqrt 2)) / 2, no gate: an ungated MLP
+                          * down(act(up x + b_up)) + b_down (BERT's "gelu") */
 } pdl_activation;
 
 /* How RoPE pairs dimensions within a head of head_dim values. */
@@ -44,6 +47,7 @@ typedef enum pdl_block_kind {
     PDL_BLOCK_PARALLEL,     /* x + attn(n(x)) + mlp(n(x)), one norm (Command-R); no ffn_norm */
     PDL_BLOCK_SANDWICH,     /* x + n_post(f(n_pre(x))) (Gemma 2 and 3) */
     PDL_BLOCK_POST_NORM,    /* x + n_post(f(x)): no norm before a branch (OLMo 2) */
+    PDL_BLOCK_POST_ADD,     /* n_post(x + f(x)): the norm after the residual add (BERT's post-LN) */
 } pdl_block_kind;
 
 /* Normalization of q and k before RoPE (RMSNorm, the model's eps). */
@@ -131,6 +135,8 @@ typedef struct pdl_arch_desc {
     bool hybrid;             /* Gated DeltaNet layers beside gated full attention (Qwen3.5): layer kinds from
                               * layer_types / full_attention_interval, the linear layers' shape, q_proj
                               * with an output gate */
+    bool encoder;            /* an encoder (BERT): every prompt row attends to every other, absolute position
+                              * and token-type embeddings, no LM head: embeddings only (model_load_bert.c) */
     const pdl_hf_defaults *hf_defaults;
 } pdl_arch_desc;
 

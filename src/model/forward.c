@@ -148,6 +148,14 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
         }
     }
     if (!b->span_first != !b->span_last) return err_fail(err, "forward: span_first and span_last come together");
+    if (m->cfg.encoder) {
+        if (b->n_logits > 0 || b->full_logits)
+            return err_fail(err, "forward: %s is an encoder: it has no LM head (embeddings only)", m->cfg.arch->name);
+        for (int r = 0; r < b->n_tokens; r++)
+            if (b->positions[r] >= m->cfg.n_positions)
+                return err_fail(err, "forward: row %d: position %d past the encoder's %d position embeddings", r,
+                                b->positions[r], m->cfg.n_positions);
+    }
     for (int s = 0; b->span_first && s < b->n_seqs; s++) {
         int r0 = b->cu_seqlens[s], r1 = b->cu_seqlens[s + 1], end = b->positions[r1 - 1];
         for (int r = r0; r < r1; r++)
@@ -197,11 +205,14 @@ typedef struct row_task {
     const pdl_batch *b;
     int layer;
     int kv_layer;           /* the layer's K/V in the cache (hybrid models keep K/V of attention layers only) */
-    const pdl_tensor *norm; /* for rmsnorm_rows */
+    const pdl_tensor *norm; /* for norm_rows and add_branch_rows */
+    const pdl_tensor *norm_b; /* add_branch_rows: the post norm's bias (PDL_BLOCK_POST_ADD) */
     const float *src;
     float *dst;
     atomic_long next_task; /* attention_rows: the next task nobody has taken */
 } row_task;
+
+static void norm_row_b(const pdl_model_config *c, float *out, const float *x, const float *w, const float *b);
 
 static void embed_rows(void *p, int ith, int nth) {
     row_task *t = p;
@@ -229,13 +240,29 @@ static void embed_rows(void *p, int ith, int nth) {
         (void)ops_dequant_row(&t->m->w.tok_embd, t->b->token_ids[r], x, c->hidden); /* checked at load */
         if (c->embed_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] *= c->embed_scale;
+        if (c->encoder) { /* BERT: + position row + token type 0's row, then LayerNorm */
+            float *e = t->s->xn + r * c->hidden;
+            (void)ops_dequant_row(&t->m->w.pos_embd, t->b->positions[r], e, c->hidden); /* validate_batch */
+            for (int i = 0; i < c->hidden; i++) x[i] += e[i];
+            (void)ops_dequant_row(&t->m->w.type_embd, 0, e, c->hidden);
+            for (int i = 0; i < c->hidden; i++) x[i] += e[i];
+            norm_row_b(c, x, x, t->m->w.embd_norm.data, t->m->w.embd_norm_b.data);
+        }
     }
 }
 
-/* The model's norm (RMS or Layer) of one (hidden) row. out may be x. */
-static void norm_row(const pdl_model_config *c, float *out, const float *x, const float *w) {
+/* The model's norm (RMS or Layer) of one (hidden) row, plus bias b when
+ * not NULL (BERT's LayerNorms). out may be x. */
+static void norm_row_b(const pdl_model_config *c, float *out, const float *x, const float *w, const float *b) {
     if (c->norm == PDL_NORM_LAYER) ops_layernorm(out, x, w, c->hidden, c->rms_eps);
     else ops_rmsnorm(out, x, w, c->hidden, c->rms_eps);
+    if (b)
+        for (int i = 0; i < c->hidden; i++) out[i] += b[i];
+}
+
+/* The same without a bias. */
+static void norm_row(const pdl_model_config *c, float *out, const float *x, const float *w) {
+    norm_row_b(c, out, x, w, NULL);
 }
 
 static void norm_rows(void *p, int ith, int nth) {
@@ -247,7 +274,8 @@ static void norm_rows(void *p, int ith, int nth) {
 }
 
 /* x += residual_scale * post_norm(branch), per row; t->norm may have no data
- * (no post norm). */
+ * (no post norm). PDL_BLOCK_POST_ADD: x = post_norm(x + branch) + its bias
+ * (t->norm_b). */
 static void add_branch_rows(void *p, int ith, int nth) {
     row_task *t = p;
     const pdl_model_config *c = &t->m->cfg;
@@ -255,11 +283,29 @@ static void add_branch_rows(void *p, int ith, int nth) {
     threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
         float *br = t->s->branch + r * c->hidden, *x = t->s->x + r * c->hidden;
+        if (c->block == PDL_BLOCK_POST_ADD) {
+            for (int i = 0; i < c->hidden; i++) x[i] += br[i];
+            norm_row_b(c, x, x, t->norm->data, t->norm_b->data);
+            continue;
+        }
         if (t->norm->data) norm_row(c, br, br, t->norm->data);
         if (c->residual_scale != 1.0f)
             for (int i = 0; i < c->hidden; i++) x[i] += br[i] * c->residual_scale;
         else
             for (int i = 0; i < c->hidden; i++) x[i] += br[i];
+    }
+}
+
+/* s->gate = gelu(s->gate), exact (erf), per row: an ungated MLP
+ * (PDL_ACT_GELU_ERF, BERT). */
+static void gelu_erf_rows(void *p, int ith, int nth) {
+    row_task *t = p;
+    const pdl_model_config *c = &t->m->cfg;
+    long r0, r1;
+    threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) {
+        float *g = t->s->gate + r * c->ffn;
+        for (int i = 0; i < c->ffn; i++) g[i] = 0.5f * g[i] * (1.0f + erff(g[i] * 0.70710678118654752f));
     }
 }
 
@@ -276,7 +322,7 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     /* this layer's RoPE: windowed layers may have their own base (Gemma 3);
      * global layers may have none (Cohere2) */
     bool windowed = model_layer_windowed(c, t->layer);
-    bool rope = windowed || !c->rope_global_none;
+    bool rope = c->rope_dim > 0 && (windowed || !c->rope_global_none);
     const float *cs_all = windowed && m->rope_inv_freq_local ? s->rope_cs_local : s->rope_cs;
     pdl_attention_store_fn store =
         attn_table_store_for(t->attn, t->kv->dtype == PDL_KV_F16, t->kv->dtype == PDL_KV_Q8_0);
@@ -427,6 +473,7 @@ static void head_postprocess(const pdl_model_config *c, float *logits, int n_row
 
 int pdl_model_token_logits(const pdl_model *m, const float *h, const int32_t *ids, int n, float *out, pdl_error *err) {
     const pdl_model_config *c = &m->cfg;
+    if (c->encoder) return err_fail(err, "%s is an encoder: it has no LM head to score tokens", c->arch->name);
     float *row = malloc((size_t)c->hidden * sizeof *row);
     if (!row) return err_fail(err, "out of memory");
     for (int i = 0; i < n; i++) {
@@ -519,8 +566,8 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
     /* a branch is added with the matmul's accumulate unless it is scaled or
      * normed first (Granite, Gemma 2, OLMo 2) or comes from the experts: then
      * it goes through `branch` */
-    bool pre_norm = c->block != PDL_BLOCK_POST_NORM;
-    bool post_norm = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
+    bool pre_norm = c->block != PDL_BLOCK_POST_NORM && c->block != PDL_BLOCK_POST_ADD;
+    bool post_norm = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM || c->block == PDL_BLOCK_POST_ADD;
     bool direct_add = !post_norm && c->residual_scale == 1.0f;
     /* without a norm before a branch its input is x itself, read before x
      * changes: the branch is never added directly then (post_norm) */
@@ -539,7 +586,7 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
                                                        err))
         return -1;
     if (!direct_add) {
-        t->norm = &lw->post_attn_norm;
+        t->norm = &lw->post_attn_norm, t->norm_b = &lw->post_attn_norm_b;
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
     }
 
@@ -552,18 +599,25 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
     }
     if (c->n_experts > 0) {
         if (moe_ffn(ctx, lw, branch_in, n, s->branch, err)) return -1;
-        t->norm = &lw->post_ffn_norm;
+        t->norm = &lw->post_ffn_norm, t->norm_b = &lw->post_ffn_norm_b;
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
         return 0;
     }
-    if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
-                     &lw->w_up, c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul))
+    if (c->act == PDL_ACT_GELU_ERF) { /* ungated: gelu(W_up x + b_up) */
+        if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, branch_in, n, &lw->w_up,
+                       lw->b_up.data, false))
+            return fwd_kernel_failed(ctx, l, "MLP up", err);
+        threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, (double)n * c->ffn, 16384.0), gelu_erf_rows, t);
+    } else if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n,
+                            &lw->w_gate, &lw->w_up,
+                            c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul)) {
         return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
+    }
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
-                   &lw->w_down, NULL, direct_add))
+                   &lw->w_down, lw->b_down.data, direct_add))
         return fwd_kernel_failed(ctx, l, "MLP down", err);
     if (!direct_add) {
-        t->norm = &lw->post_ffn_norm;
+        t->norm = &lw->post_ffn_norm, t->norm_b = &lw->post_ffn_norm_b;
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
     }
     return 0;
@@ -624,6 +678,7 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
     for (int l = 0; l < c->n_layers; l++)
         if (decoder_layer(ctx, kv, &t, l, c->kind_index ? c->kind_index[l] : l, attn_work, err)) return -1;
 
+    if (c->encoder) return 0; /* no head: validate_batch asked for no logits */
     if (b->full_logits) return full_head(ctx, b, logits_out, err);
 
     /* Final norm and LM head on the sampled rows only. */
@@ -638,6 +693,10 @@ int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *b, float *l
 const float *model_forward_hidden(const pdl_context *ctx) { return ctx->scratch.x; }
 
 void model_final_norm_rows(const pdl_model *m, const float *x, int n, float *out) {
+    if (m->cfg.encoder) { /* BERT's last layer ends with its own norm */
+        memcpy(out, x, (size_t)n * m->cfg.hidden * sizeof *out);
+        return;
+    }
     for (int r = 0; r < n; r++)
         norm_row(&m->cfg, out + (size_t)r * m->cfg.hidden, x + (size_t)r * m->cfg.hidden, m->w.output_norm.data);
 }

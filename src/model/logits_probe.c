@@ -38,6 +38,11 @@ void probe_compare(const float *full, const float *sel, int n_rows, int vocab, c
 int probe_run(pdl_context *ctx, bool *ok, char *reason, size_t reason_len, pdl_error *err) {
     const pdl_model *m = ctx->model;
     const pdl_model_config *c = &m->cfg;
+    if (c->encoder) { /* no head to compare */
+        *ok = true;
+        if (reason && reason_len) snprintf(reason, reason_len, "an encoder has no LM head: nothing to probe");
+        return 0;
+    }
     int n = PROBE_TOKENS < m->ctx_size ? PROBE_TOKENS : m->ctx_size;
     int32_t tokens[PROBE_TOKENS], pos[PROBE_TOKENS], slots[PROBE_TOKENS];
     for (int i = 0; i < n; i++) {

@@ -141,6 +141,10 @@ typedef struct pdl_model_config {
                             * (model_forward_mtp, the speculative drafter) */
     bool attn_out_gate;    /* attention layers: q_proj gives per head its query then a gate of the same
                             * width; the attention output is times sigmoid(gate) (Qwen3.5) */
+    bool encoder;          /* BERT: a prompt's rows attend to each other both ways (the engine gives each
+                            * prompt one two-way span and computes it in one step), no LM head, no RoPE
+                            * (rope_dim 0): position p adds w.pos_embd row p and w.type_embd row 0 */
+    int n_positions;       /* rows of w.pos_embd: the longest prompt an encoder takes; 0: none */
 } pdl_model_config;
 
 /* Hybrid models: makes layer_kind / kind_index for n_layers layers, layer l
@@ -175,6 +179,8 @@ typedef struct pdl_layer_weights {
     pdl_tensor ffn_norm;   /* (hidden); absent with PDL_BLOCK_PARALLEL and _POST_NORM */
     pdl_tensor post_attn_norm; /* (hidden): PDL_BLOCK_SANDWICH and _POST_NORM */
     pdl_tensor post_ffn_norm;  /* (hidden): likewise */
+    pdl_tensor post_attn_norm_b, post_ffn_norm_b; /* (hidden): their LayerNorm biases (BERT), or absent */
+    pdl_tensor b_up, b_down;   /* (ffn), (hidden): the ungated MLP's biases (PDL_ACT_GELU_ERF) */
     pdl_tensor w_gate;     /* (ffn, hidden): a dense MLP */
     pdl_tensor w_up;       /* (ffn, hidden) */
     pdl_tensor w_down;     /* (hidden, ffn) */
@@ -208,7 +214,10 @@ typedef struct pdl_layer_weights {
 typedef struct pdl_model_weights {
     pdl_tensor tok_embd;     /* (vocab, hidden) */
     pdl_tensor output_norm;  /* (hidden) */
-    pdl_tensor output;       /* (vocab, hidden); == tok_embd when tied */
+    pdl_tensor output;       /* (vocab, hidden); == tok_embd when tied; absent for an encoder */
+    pdl_tensor pos_embd;     /* (n_positions, hidden): absolute position embeddings (encoder) */
+    pdl_tensor type_embd;    /* (token types, hidden): row 0 is added to every row (encoder) */
+    pdl_tensor embd_norm, embd_norm_b; /* (hidden): the LayerNorm of the embeddings' sum (encoder) */
     pdl_layer_weights *layers; /* [model_weight_layers]: the main stack, then the MTP block's layer */
     pdl_tensor *experts;     /* [model_weight_layers][3][n_experts]: every layer's exp_gate, exp_up, exp_down */
     /* The MTP block (cfg.mtp_loaded; DeepSeek-V3's and Qwen3.5's multi-token
@@ -270,6 +279,12 @@ int model_take_tensor(const pdl_tensor_set *set, const char *name, bool required
  * gate_up matrices are split into row views. */
 int model_take_layers(pdl_model *m, const pdl_tensor_set *set, const char *hf_prefix, const char *where,
                       pdl_error *err);
+
+/* The encoder family's (BERT) weights from set under Hugging Face's
+ * BertModel names (bare or under "bert.") or, with gguf, llama.cpp's
+ * `bert` names; sets cfg.encoder, its position count and the rest of what
+ * an encoder's forward reads (model_load_bert.c). */
+int model_take_bert(pdl_model *m, const pdl_tensor_set *set, bool gguf, const char *where, pdl_error *err);
 
 /* After a loader: checks every weight against cfg (presence, shapes, dtypes)
  * with one clear error naming the tensor, its file and the expected shape;

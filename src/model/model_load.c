@@ -1108,7 +1108,7 @@ int model_finish(pdl_model *m, pdl_error *err) {
     if (c->n_heads % c->n_kv_heads != 0)
         return err_fail(err, "invalid hyperparameters: %d heads is not a multiple of %d KV heads", c->n_heads,
                         c->n_kv_heads);
-    if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+    if ((c->encoder ? c->rope_dim != 0 : c->rope_dim <= 0) || c->rope_dim > c->head_dim || c->rope_dim % 2)
         return err_fail(err, "invalid RoPE dimension %d for head_dim %d", c->rope_dim, c->head_dim);
     if (c->rope_dim > 1024) return err_fail(err, "RoPE dimension %d is larger than 1024 (not supported)", c->rope_dim);
     if (!(c->rope_theta > 0 && isfinite(c->rope_theta)) || !(c->rope_theta_local >= 0 && isfinite(c->rope_theta_local)))
@@ -1168,15 +1168,25 @@ int model_finish(pdl_model *m, pdl_error *err) {
     int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
     pdl_model_weights *w = &m->w;
     if (check_matrix(m, &w->tok_embd, c->vocab, c->hidden, why, err)) return -1;
-    if (check_vector(m, &w->output_norm, c->hidden, why, err)) return -1;
-    if (c->tied_embeddings) w->output = w->tok_embd;
-    else if (check_matrix(m, &w->output, c->vocab, c->hidden, why, err)) return -1;
+    if (c->encoder) { /* no head; the embeddings' sum and its norm (model_load_bert.c) */
+        int64_t types = w->type_embd.n_dims == 2 && w->type_embd.shape[0] >= 1 ? w->type_embd.shape[0] : 1;
+        if (c->n_positions <= 0) return err_fail(err, "an encoder needs position embeddings");
+        if (check_matrix(m, &w->pos_embd, c->n_positions, c->hidden, why, err) ||
+            check_matrix(m, &w->type_embd, types, c->hidden, why, err) ||
+            check_vector(m, &w->embd_norm, c->hidden, why, err) || check_vector(m, &w->embd_norm_b, c->hidden, why, err))
+            return -1;
+    } else {
+        if (check_vector(m, &w->output_norm, c->hidden, why, err)) return -1;
+        if (c->tied_embeddings) w->output = w->tok_embd;
+        else if (check_matrix(m, &w->output, c->vocab, c->hidden, why, err)) return -1;
+    }
 
     int64_t qn = c->qk_norm == PDL_QK_NORM_WHOLE ? q_dim : c->head_dim;
     int64_t kn = c->qk_norm == PDL_QK_NORM_WHOLE ? kv_dim : c->head_dim;
-    bool pre = c->block != PDL_BLOCK_POST_NORM;
+    bool pre = c->block != PDL_BLOCK_POST_NORM && c->block != PDL_BLOCK_POST_ADD;
     bool ffn_norm = c->block == PDL_BLOCK_PRE_NORM || c->block == PDL_BLOCK_SANDWICH;
-    bool post = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM;
+    bool post = c->block == PDL_BLOCK_SANDWICH || c->block == PDL_BLOCK_POST_NORM || c->block == PDL_BLOCK_POST_ADD;
+    bool gated = c->act != PDL_ACT_GELU_ERF;
     if (c->mtp_loaded) {
         pdl_tensor *norms[] = {&w->mtp_enorm, &w->mtp_hnorm, &w->mtp_norm};
         if (check_matrix(m, &w->mtp_fc, c->hidden, 2 * (int64_t)c->hidden, "the MTP block's input projection", err))
@@ -1199,9 +1209,14 @@ int model_finish(pdl_model *m, pdl_error *err) {
             check_matrix(m, &lw->wo, c->hidden, q_dim, why, err) ||
             (ffn_norm && check_vector(m, &lw->ffn_norm, c->hidden, why, err)))
             return -1;
-        if (c->n_experts == 0 && (check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err) ||
+        if (c->n_experts == 0 && ((gated && check_matrix(m, &lw->w_gate, c->ffn, c->hidden, why, err)) ||
                                   check_matrix(m, &lw->w_up, c->ffn, c->hidden, why, err) ||
                                   check_matrix(m, &lw->w_down, c->hidden, c->ffn, why, err)))
+            return -1;
+        if (!gated && (check_vector(m, &lw->b_up, c->ffn, why, err) || check_vector(m, &lw->b_down, c->hidden, why, err)))
+            return -1;
+        if (c->block == PDL_BLOCK_POST_ADD && (check_vector(m, &lw->post_attn_norm_b, c->hidden, why, err) ||
+                                               check_vector(m, &lw->post_ffn_norm_b, c->hidden, why, err)))
             return -1;
         if (c->n_experts > 0 && check_experts(m, lw, err)) return -1;
         if (!recurrent && c->qkv_bias && (check_vector(m, &lw->bq, q_dim, why, err) || check_vector(m, &lw->bk, kv_dim, why, err) ||
@@ -1521,6 +1536,7 @@ void pdl_model_get_info(const pdl_model *m, pdl_model_info *info) {
     info->pooling = m->cfg.pooling;
     info->pool_normalize = m->cfg.pool_normalize;
     info->matryoshka = m->cfg.matryoshka;
+    info->encoder = m->cfg.encoder;
 }
 
 int pdl_model_tensor_types(const pdl_model *m, pdl_tensor_type_stats *out, int max) {

@@ -409,6 +409,7 @@ static int read_weights(pdl_model *m, const gguf_file *g, pdl_error *err) {
     const pdl_tensor_set *ts = gguf_tensors(g);
     const char *path = gguf_path(g);
     pdl_model_weights *w = &m->w;
+    if (c->arch->encoder) return model_take_bert(m, ts, true, path, err);
     if (model_take_tensor(ts, "token_embd.weight", true, path, &w->tok_embd, err) ||
         model_take_tensor(ts, "output_norm.weight", true, path, &w->output_norm, err) ||
         model_take_tensor(ts, "output.weight", false, path, &w->output, err))

@@ -475,7 +475,13 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
     json_t *clip = json_object_get(cfg, "clip_qkv");
     if (clip && !json_is_null(clip)) return err_fail(err, "%s: clip_qkv is not supported", path);
     /* Gemma's hidden_activation wins over its (legacy) hidden_act */
-    const char *want_act = c->act == PDL_ACT_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
+    const char *want_act = c->act == PDL_ACT_GELU_TANH ? "gelu_pytorch_tanh" : c->act == PDL_ACT_GELU_ERF ? "gelu"
+                                                                                                       : "silu";
+    if (a->encoder) {
+        json_t *pe = json_object_get(cfg, "position_embedding_type");
+        if (pe && !json_is_null(pe) && !(json_is_string(pe) && strcmp(json_string_value(pe), "absolute") == 0))
+            return err_fail(err, "%s: position_embedding_type must be \"absolute\" for %s", path, type);
+    }
     json_t *act = json_object_get(cfg, "hidden_activation");
     if (!act || json_is_null(act)) act = json_object_get(cfg, "hidden_act");
     if (act && !(json_is_string(act) && strcmp(json_string_value(act), want_act) == 0))
@@ -507,6 +513,7 @@ static int read_config(pdl_model *m, json_t *cfg, const char *path, pdl_error *e
 static int read_weights(pdl_model *m, const char *dir, pdl_error *err) {
     pdl_model_config *c = &m->cfg;
     const pdl_tensor_set *ts = st_tensors(m->st);
+    if (c->arch->encoder) return model_take_bert(m, ts, false, dir, err);
     pdl_model_weights *w = &m->w;
     /* the text model's tensors: "model.", or inside a multimodal checkpoint
      * (Gemma 3): "language_model.model." as published, "model.language_model."

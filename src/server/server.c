@@ -322,6 +322,7 @@ static void *loader_main(void *arg) {
                                     * --task embed) the last row, normalized as vLLM does */
                                    .pooling = s->pooling != PDL_POOLING_NONE ? s->pooling
                                               : info.pooling != PDL_POOLING_NONE ? info.pooling
+                                              : info.encoder  ? PDL_POOLING_CLS /* vLLM's default for BERT */
                                               : s->embed_task ? PDL_POOLING_LAST
                                                               : PDL_POOLING_NONE,
                                    .pool_normalize = info.pooling != PDL_POOLING_NONE ? info.pool_normalize : true,
