@@ -706,6 +706,9 @@ static int check_context(const srv_parse_ctx *c, const srv_gen_request *r, bool 
 
 static int parse_common(const srv_parse_ctx *c, const json_t *body, srv_gen_request *r, srv_api_error *err) {
     if (srv_check_model(c, body, err)) return -1;
+    if (c->encoder)
+        return BAD("model", "`%.200s` is an encoder: it computes embeddings (/v1/embeddings) and generates no text",
+                   c->model_name);
     pdl_request_params *p = &r->params;
     double d;
     long long ll;

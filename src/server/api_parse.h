@@ -163,6 +163,7 @@ typedef struct srv_parse_ctx {
     bool pool_normalize;           /* the embeddings are L2-normalised */
     int hidden;                    /* the model's hidden size: the embeddings' dimensions */
     bool matryoshka;               /* the model may be cut to fewer dimensions ("dimensions") */
+    bool encoder;                  /* an encoder (BERT): embeddings only, every generating endpoint refused */
     bool rerank;                   /* /v1/rerank and /v1/score served (--task rerank) */
     int32_t rerank_no, rerank_yes; /* ... with the scores from these two tokens' logits */
     int batch_tokens;              /* rows per engine step (0 = 2048): /infill fits prefix and suffix

@@ -328,6 +328,7 @@ static void *loader_main(void *arg) {
                                    .pool_normalize = info.pooling != PDL_POOLING_NONE ? info.pool_normalize : true,
                                    .hidden = info.hidden,
                                    .matryoshka = info.matryoshka,
+                                   .encoder = info.encoder,
                                    .rerank = s->rerank_task,
                                    .rerank_no = rerank_ids[0],
                                    .rerank_yes = rerank_ids[1]};
