@@ -533,6 +533,65 @@ static void test_bert_processing_adds_cls_and_sep(void) {
     free(json);
 }
 
+/* HF's WordPiece decoder leaves the first token as it is (a continuation
+ * keeps its "##"; skipped special tokens do not count) and glues the rest.
+ * Expected texts from the same package as the tables. */
+static void test_decode_first_continuation(void) {
+    size_t len;
+    char *json = fixture_json(&len);
+    tok_tokenizer *t = load_json_dir("wp-decode", json);
+    static const struct {
+        int32_t ids[5];
+        size_t n;
+        const char *skip, *keep;
+    } cases[] = {
+        {{241}, 1, "##able", "##able"},
+        {{241, 235}, 2, "##able hello", "##able hello"},
+        {{101, 241, 104}, 3, "##able!", "[CLS]able!"},
+        {{235, 104, 107, 235, 216}, 5, "hello! $ hellos", "hello! $ hellos"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int keep = 0; keep < 2; keep++) {
+            const char *want = keep ? cases[k].keep : cases[k].skip;
+            char *got = tok_decode_ex(t, cases[k].ids, cases[k].n, keep, NULL, &g_err);
+            REQUIRE(got);
+            CHECK_MSG(strcmp(got, want) == 0, "case %zu keep %d: \"%s\", want \"%s\"", k, keep, got, want);
+            free(got);
+            tok_stream *st = tok_stream_new_ex(t, keep);
+            REQUIRE(st);
+            char streamed[256] = "";
+            for (size_t i = 0; i < cases[k].n; i++) strncat(streamed, tok_stream_push(st, cases[k].ids[i]), 64);
+            strncat(streamed, tok_stream_flush(st), 64);
+            CHECK_MSG(strcmp(streamed, want) == 0, "case %zu keep %d stream: \"%s\"", k, keep, streamed);
+            tok_stream_free(st);
+        }
+    }
+    tok_free(t);
+    free(json);
+}
+
+/* transformers' BertTokenizerFast rebuilds the normalizer from
+ * tokenizer_config.json's do_lower_case (strip_accents then following it):
+ * the uncased file with do_lower_case false tokenizes as the cased one. */
+static void test_tokenizer_config_overrides_normalizer(void) {
+    size_t len;
+    char *json = fixture_json(&len);
+    char *dir = test_make_dir("wp-config-override");
+    char *path = test_join(dir, "tokenizer.json");
+    test_write_file(path, json, len);
+    free(path);
+    path = test_join(dir, "tokenizer_config.json");
+    static const char cfg[] = "{\"do_lower_case\": false, \"cls_token\": \"[CLS]\"}";
+    test_write_file(path, cfg, strlen(cfg));
+    free(path);
+    tok_tokenizer *t = NULL;
+    REQUIRE_MSG(tok_load_hf_dir(&t, dir, &g_err) == 0, "%s", g_err.message);
+    check_cases("config do_lower_case false", t, CASED, N_OF(CASED));
+    tok_free(t);
+    free(dir);
+    free(json);
+}
+
 /* max_input_chars_per_word counts characters, not bytes: 100 two-byte
  * characters are a word, 101 are [UNK]. */
 static void test_word_length_limit_counts_characters(void) {
@@ -736,6 +795,8 @@ int main(void) {
     RUN(test_tokenizer_json_matches_hf);
     RUN(test_cased_and_strip_accents_variants);
     RUN(test_bert_processing_adds_cls_and_sep);
+    RUN(test_decode_first_continuation);
+    RUN(test_tokenizer_config_overrides_normalizer);
     RUN(test_word_length_limit_counts_characters);
     RUN(test_bad_wordpiece_files_refused);
     RUN(test_vocab_txt_folder);
