@@ -3,8 +3,11 @@
  * llama.cpp's vocabulary loader reads it.
  *
  * What it is for: tokenizer.ggml.model "llama" (SentencePiece-style BPE:
- * pieces, scores, token types) and "gpt2" (byte-level BPE: pieces, merges,
- * token types, tokenizer.ggml.pre naming the pre-tokenizer), with the special
+ * pieces, scores, token types), "gpt2" (byte-level BPE: pieces, merges,
+ * token types, tokenizer.ggml.pre naming the pre-tokenizer) and "bert"
+ * (WordPiece, as llama.cpp's convert_hf_to_gguf.py writes it: word-initial
+ * pieces spelled "▁piece", continuations without their "##", control tokens
+ * as they are; read back into Hugging Face's spelling), with the special
  * ids (fill-in-the-middle ones too) and the add_* flags and llama.cpp's
  * defaults for each (a kimi-k2 vocabulary without merges gets them derived
  * from its ranks, bpe_ranks.c).
@@ -122,6 +125,66 @@ static int add_gguf_added_tokens(tok_tokenizer *t, const gguf_file *g, pdl_error
     return 0;
 }
 
+/* llama.cpp's "bert" spelling back into Hugging Face's: "▁piece" -> "piece",
+ * a control token (or, without token types, "[...]": the older converter's
+ * rule) as it is, any other piece -> "##piece". Rewrites ptrs/lens to point
+ * into the returned pool (the caller frees it after tok_set_pieces). */
+static char *wp_respell(const char **ptrs, uint32_t *lens, const uint8_t *type, int32_t n, bool has_types) {
+    size_t total = 1;
+    for (int32_t i = 0; i < n; i++) total += (size_t)lens[i] + 2;
+    char *pool = malloc(total);
+    if (!pool) return NULL;
+    size_t off = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const char *p = ptrs[i];
+        uint32_t len = lens[i];
+        bool bracket = len >= 2 && p[0] == '[' && p[len - 1] == ']';
+        if ((has_types && type[i] == TOK_TYPE_CONTROL) || (!has_types && bracket)) continue;
+        if (len >= TOK_SPM_SPACE_LEN && memcmp(p, TOK_SPM_SPACE, TOK_SPM_SPACE_LEN) == 0) {
+            ptrs[i] = p + TOK_SPM_SPACE_LEN;
+            lens[i] = len - TOK_SPM_SPACE_LEN;
+            continue;
+        }
+        if (bracket) continue;  /* the older converter kept "[unused0]"-style tokens */
+        memcpy(pool + off, "##", 2);
+        memcpy(pool + off + 2, p, len);
+        ptrs[i] = pool + off;
+        lens[i] = len + 2;
+        off += (size_t)len + 2;
+    }
+    return pool;
+}
+
+/* A "bert" vocabulary's settings, as llama.cpp reads them: lowercase (default
+ * true) and strip_accents (default: lowercase) from
+ * tokenizer.ggml.normalizer.*, CLS first (cls_token_id, else bos_token_id,
+ * else 101), SEP last (seperator_token_id - llama.cpp's spelling -, else
+ * eos_token_id, else 102), [UNK] 100. convert_hf_to_gguf.py writes
+ * add_bos/add_eos for "[CLS] $A [SEP]", older files add_sep or nothing: SEP
+ * is added unless every key present says no. */
+static int load_wpm_settings(tok_tokenizer *t, const gguf_file *g, pdl_error *err) {
+    int32_t n = t->n_vocab;
+    tok_wp_defaults(t);
+    if (get_flag(g, "tokenizer.ggml.normalizer.lowercase", &t->bert_lowercase, err) != 0) return -1;
+    t->bert_strip_accents = t->bert_lowercase;
+    if (get_flag(g, "tokenizer.ggml.normalizer.strip_accents", &t->bert_strip_accents, err) != 0) return -1;
+    t->unk_id = n > 100 ? 100 : -1;
+    t->bos_id = n > 101 ? 101 : -1;
+    t->eos_id = n > 102 ? 102 : -1;
+    if (special_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos_id, err) != 0 ||
+        special_id(g, "tokenizer.ggml.cls_token_id", n, &t->bos_id, err) != 0 ||
+        special_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos_id, err) != 0 ||
+        special_id(g, "tokenizer.ggml.seperator_token_id", n, &t->eos_id, err) != 0)
+        return -1;
+    bool add_bos = true, add_eos = false, add_sep = false;
+    int has_eos = gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, err);
+    int has_sep = has_eos < 0 ? -1 : gguf_get_bool(g, "tokenizer.ggml.add_sep_token", &add_sep, err);
+    if (has_sep < 0 || get_flag(g, "tokenizer.ggml.add_bos_token", &add_bos, err) != 0) return -1;
+    t->add_bos = add_bos;
+    t->add_eos = (has_eos == 0 && has_sep == 0) || add_eos || add_sep;
+    return 0;
+}
+
 int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     *out = NULL;
     const char *path = gguf_path(g);
@@ -130,9 +193,10 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     if (rc < 0) return -1;
     if (rc == 0) return err_fail(err, "%s: no tokenizer.ggml.model key", path);
     bool bpe = strcmp(model, "gpt2") == 0;
-    if (!bpe && strcmp(model, "llama") != 0)
-        return err_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\" and \"gpt2\")",
-                        path, model);
+    bool wpm = strcmp(model, "bert") == 0;
+    if (!bpe && !wpm && strcmp(model, "llama") != 0)
+        return err_fail(err, "%s: tokenizer.ggml.model \"%s\" is not supported (only \"llama\", \"gpt2\" "
+                        "and \"bert\")", path, model);
     gguf_array toks, scores = {0}, types = {0};
     rc = gguf_get_arr(g, "tokenizer.ggml.tokens", &toks, err);
     if (rc < 0) return -1;
@@ -187,12 +251,22 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         int64_t ty = has_types ? gguf_arr_i64(&types, (uint64_t)i) : TOK_TYPE_NORMAL;
         t->type[i] = ty >= TOK_TYPE_NORMAL && ty <= TOK_TYPE_BYTE ? (uint8_t)ty : TOK_TYPE_NORMAL;
     }
+    char *wp_pool = NULL;
+    if (wpm && !(wp_pool = wp_respell(ptrs, lens, t->type, n, has_types != 0))) {
+        free(ptrs);
+        free(lens);
+        tok_free(t);
+        return err_fail(err, "%s: out of memory for %d tokens", path, n);
+    }
     rc = tok_set_pieces(t, ptrs, lens, err);
+    free(wp_pool);
     free(ptrs);
     free(lens);
     if (rc != 0) goto fail;
 
-    if (bpe) {
+    if (wpm) {
+        if (load_wpm_settings(t, g, err) != 0) goto fail;
+    } else if (bpe) {
         /* llama.cpp's defaults for a "gpt2" vocabulary; the pre-tokenizer
          * decides add_bos (Llama 3: true) and ignore_merges */
         if (gguf_get_str(g, "tokenizer.ggml.pre", &pre, err) < 0) goto fail;
@@ -218,12 +292,12 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
         t->add_space_prefix = true;
         t->escape_spaces = true;
     }
-    if (special_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos_id, err) != 0 ||
-        special_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos_id, err) != 0 ||
+    if ((!wpm && (special_id(g, "tokenizer.ggml.bos_token_id", n, &t->bos_id, err) != 0 ||
+                  special_id(g, "tokenizer.ggml.eos_token_id", n, &t->eos_id, err) != 0 ||
+                  get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err) != 0 ||
+                  get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err) != 0)) ||
         special_id(g, "tokenizer.ggml.unknown_token_id", n, &t->unk_id, err) != 0 ||
-        get_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err) != 0 ||
-        get_flag(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err) != 0 ||
-        (!bpe && get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err) != 0))
+        (!bpe && !wpm && get_flag(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err) != 0))
         goto fail;
     /* fill-in-the-middle tokens named by key (the older prefix/suffix/middle
      * keys win when both are given, as in llama.cpp); tok_finish looks up
@@ -241,7 +315,11 @@ int tok_load_gguf(tok_tokenizer **out, const gguf_file *g, pdl_error *err) {
     for (size_t i = 0; i < sizeof fim_keys / sizeof fim_keys[0]; i++)
         if (special_id(g, fim_keys[i].key, n, &t->fim[fim_keys[i].which], err) != 0) goto fail;
     /* llama.cpp drops the leading space on detokenize exactly when it added one */
-    t->strip_leading_space = !bpe && t->add_space_prefix;
+    if (!wpm) t->strip_leading_space = !bpe && t->add_space_prefix;
+    if (wpm && t->unk_id < 0) {
+        err_fail(err, "%s: a \"bert\" vocabulary needs an unknown token", path);
+        goto fail;
+    }
 
     if (!has_types) {
         /* without types: bytes by spelling, specials by their ids */

@@ -13,6 +13,11 @@
  *     ByteLevel pre-tokenizer, alone or in a Sequence with Split regexes,
  *     Digits and Punctuation; NFC/NFD/NFKC/NFKD normalizers; ByteLevel
  *     decoder; ignore_merges.
+ * And model.type "WordPiece" (BERT: BertNormalizer, BertPreTokenizer,
+ * WordPiece decoder, TemplateProcessing "[CLS] $A [SEP]" or BertProcessing),
+ * or a BERT folder with only vocab.txt and tokenizer_config.json
+ * (do_lower_case, strip_accents, tokenize_chinese_chars and the special
+ * tokens), as transformers' BertTokenizerFast builds it.
  * Added tokens keep their special / lstrip / rstrip / single_word /
  * normalized flags. Any other normalizer, pre-tokenizer or decoder is refused
  * with its name rather than half-supported. model.vocab and model.merges are
@@ -276,6 +281,71 @@ static int check_bl_decoder(const json_t *dec, const char *path, pdl_error *err)
 }
 
 /* ---------------------------------------------------------------------------
+ * WordPiece: model settings, normalizer, pre-tokenizer, decoder
+ * ------------------------------------------------------------------------- */
+
+/* A boolean member: its value, or def when absent or null. */
+static bool bool_or(const json_t *obj, const char *key, bool def) {
+    const json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+static int set_wp_prefix(tok_tokenizer *t, const json_t *v, const char *what, const char *path,
+                         pdl_error *err) {
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v) || json_string_length(v) >= sizeof t->wp_prefix)
+        return err_fail(err, "%s: %s must be a string of at most %zu bytes", path, what,
+                        sizeof t->wp_prefix - 1);
+    memcpy(t->wp_prefix, json_string_value(v), json_string_length(v) + 1);
+    t->wp_prefix_len = (uint8_t)json_string_length(v);
+    return 0;
+}
+
+static int parse_wordpiece(tok_tokenizer *t, const json_t *root, const json_t *model, const char *path,
+                           pdl_error *err) {
+    tok_wp_defaults(t);
+    if (set_wp_prefix(t, json_object_get(model, "continuing_subword_prefix"),
+                      "model.continuing_subword_prefix", path, err) != 0)
+        return -1;
+    const json_t *mx = json_object_get(model, "max_input_chars_per_word");
+    if (mx && !json_is_null(mx)) {
+        if (!json_is_integer(mx) || json_integer_value(mx) < 0 || json_integer_value(mx) > INT32_MAX)
+            return err_fail(err, "%s: model.max_input_chars_per_word is not a count", path);
+        t->wp_max_chars = (int32_t)json_integer_value(mx);
+    }
+
+    const json_t *norm = json_object_get(root, "normalizer");
+    if (!norm || json_is_null(norm)) {
+        t->bert_norm = false;
+    } else if (str_is(json_object_get(norm, "type"), "BertNormalizer")) {
+        t->bert_clean_text = bool_or(norm, "clean_text", true);
+        t->bert_chinese = bool_or(norm, "handle_chinese_chars", true);
+        t->bert_lowercase = bool_or(norm, "lowercase", true);
+        /* strip_accents: null follows lowercase */
+        t->bert_strip_accents = bool_or(norm, "strip_accents", t->bert_lowercase);
+    } else {
+        return err_fail(err, "%s: normalizer \"%s\" is not supported for WordPiece (only BertNormalizer)",
+                        path, type_name(norm));
+    }
+
+    const json_t *pre = json_object_get(root, "pre_tokenizer");
+    if (!str_is(json_object_get(pre, "type"), "BertPreTokenizer"))
+        return err_fail(err, "%s: pre_tokenizer \"%s\" is not supported for WordPiece (only BertPreTokenizer)",
+                        path, pre && !json_is_null(pre) ? type_name(pre) : "null");
+
+    const json_t *dec = json_object_get(root, "decoder");
+    if (!str_is(json_object_get(dec, "type"), "WordPiece"))
+        return err_fail(err, "%s: decoder \"%s\" is not supported for WordPiece (only WordPiece)", path,
+                        dec && !json_is_null(dec) ? type_name(dec) : "null");
+    const json_t *prefix = json_object_get(dec, "prefix");
+    if (json_is_string(prefix) && strcmp(json_string_value(prefix), t->wp_prefix) != 0)
+        return err_fail(err, "%s: decoder prefix \"%s\" differs from the model's \"%s\"; not supported", path,
+                        json_string_value(prefix), t->wp_prefix);
+    t->wp_cleanup = bool_or(dec, "cleanup", true);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
  * Post-processor, tokenizer_config.json
  * ------------------------------------------------------------------------- */
 
@@ -498,9 +568,10 @@ static int add_added_tokens(tok_tokenizer *t, const json_t *added, const char *p
         const char *s = json_string_value(content);
         size_t n = json_string_length(content);
         bool ok;
-        if (normalized && t->model == TOK_MODEL_BPE) {
+        if (normalized && (t->model == TOK_MODEL_BPE || (t->model == TOK_MODEL_WORDPIECE && t->bert_norm))) {
             size_t nn;
-            char *ns = tok_normalize_alloc(t->norm, s, n, &nn);
+            char *ns = t->model == TOK_MODEL_WORDPIECE ? tok_wp_normalize_alloc(t, s, n, &nn)
+                                                        : tok_normalize_alloc(t->norm, s, n, &nn);
             ok = ns && tok_trie_add(&t->added_norm, ns, nn, id, flags | TOK_ADDED_NORMALIZED);
             free(ns);
         } else {
@@ -519,16 +590,20 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
     const json_t *model = json_object_get(root, "model");
     if (!json_is_object(model)) return err_fail(err, "%s: no \"model\" object", path);
     const json_t *mtype = json_object_get(model, "type");
-    if (mtype ? !str_is(mtype, "BPE") : !doc->merges.p)
-        return err_fail(err, "%s: model.type \"%s\" is not supported (only BPE)", path,
+    bool wordpiece = str_is(mtype, "WordPiece");
+    if (wordpiece) {
+        if (doc->merges.p) return err_fail(err, "%s: a WordPiece model with merges", path);
+    } else if (mtype ? !str_is(mtype, "BPE") : !doc->merges.p) {
+        return err_fail(err, "%s: model.type \"%s\" is not supported (only BPE and WordPiece)", path,
                         json_is_string(mtype) ? json_string_value(mtype) : "?");
+    }
     if (doc->merges.p && doc->merges.p[0] != '[')
         return err_fail(err, "%s: model.merges is not a list", path);
     const json_t *dropout = json_object_get(model, "dropout");
     if (dropout && !json_is_null(dropout))
         return err_fail(err, "%s: BPE dropout is not supported", path);
     const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; !wordpiece && i < 2; i++) {
         const json_t *v = json_object_get(model, affixes[i]);
         if (v && !json_is_null(v) && !str_is(v, ""))
             return err_fail(err, "%s: BPE %s is not supported", path, affixes[i]);
@@ -539,6 +614,10 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
     tok_tokenizer *t;
     const json_t *added = json_object_get(root, "added_tokens");
     if (parse_vocab(&t, doc, added, path, err) != 0) return -1;
+    if (wordpiece) {
+        if (parse_wordpiece(t, root, model, path, err) != 0) goto fail;
+        goto finish;
+    }
     t->model = byte_level ? TOK_MODEL_BPE : TOK_MODEL_SPM;
     t->merge_by_rank = true;
     t->ignore_merges = json_is_true(json_object_get(model, "ignore_merges"));
@@ -564,6 +643,7 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
                     t->type[i] = TOK_TYPE_BYTE;
         }
     }
+finish:
     if (tok_finish(t, err) != 0) goto fail;
     if (doc->merges.p && parse_merges(t, doc, path, err) != 0) goto fail;
     if (add_added_tokens(t, added, path, err) != 0) goto fail;
@@ -577,6 +657,10 @@ static int load_tokenizer_json(tok_tokenizer **out, const tok_json_doc *doc, con
             goto fail;
         }
     }
+    if (wordpiece && t->unk_id < 0) {
+        err_fail(err, "%s: a WordPiece model needs model.unk_token (a word without pieces becomes it)", path);
+        goto fail;
+    }
     parse_post_processor(json_object_get(root, "post_processor"), t, &t->bos_id, &t->eos_id);
     t->add_bos = t->bos_id >= 0;
     t->add_eos = t->eos_id >= 0;
@@ -587,6 +671,123 @@ fail:
     return -1;
 }
 
+/* transformers' BertTokenizerFast rebuilds the BertNormalizer from
+ * tokenizer_config.json's do_lower_case / strip_accents /
+ * tokenize_chinese_chars when they differ from tokenizer.json's; so do we,
+ * for the keys the file has (strip_accents null: follow lowercase). */
+static void bert_config_overrides(tok_tokenizer *t, const json_t *cfg) {
+    const json_t *lower = json_object_get(cfg, "do_lower_case");
+    const json_t *strip = json_object_get(cfg, "strip_accents");
+    const json_t *cjk = json_object_get(cfg, "tokenize_chinese_chars");
+    if (json_is_boolean(lower)) t->bert_lowercase = json_is_true(lower);
+    if (json_is_boolean(strip))
+        t->bert_strip_accents = json_is_true(strip);
+    else if (strip || json_is_boolean(lower))
+        t->bert_strip_accents = t->bert_lowercase;
+    if (json_is_boolean(cjk)) t->bert_chinese = json_is_true(cjk);
+}
+
+/* ---------------------------------------------------------------------------
+ * A BERT folder without tokenizer.json: vocab.txt + tokenizer_config.json
+ * ------------------------------------------------------------------------- */
+
+/* tokenizer_config.json's token `key` (a string or {"content": ...}), or def. */
+static const char *config_str(const json_t *cfg, const char *key, const char *def) {
+    const json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_is_string(v) ? json_string_value(v) : def;
+}
+
+int tok_load_vocab_txt(tok_tokenizer **out, const char *dir, pdl_error *err) {
+    *out = NULL;
+    size_t plen = strlen(dir) + 32;
+    char *path = malloc(plen);
+    if (!path) return err_fail(err, "%s: out of memory", dir);
+    json_t *cfg = NULL;
+    tok_tokenizer *t = NULL;
+    const char **ptrs = NULL;
+    uint32_t *lens = NULL;
+    pdl_file_map map;
+    bool mapped = false;
+    int rc = -1;
+
+    snprintf(path, plen, "%s/tokenizer_config.json", dir);
+    if (access(path, F_OK) == 0 && json_file_load(path, 0, &cfg, err) != 0) goto done;
+    snprintf(path, plen, "%s/vocab.txt", dir);
+    if (file_map_open(&map, path, err) != 0) goto done;
+    mapped = true;
+    const char *text = (const char *)map.data;
+    size_t len = map.size;
+    /* one token a line; the id is the line number; trailing whitespace is
+     * not part of the token (HF's load_vocab: trim_end) */
+    size_t n_lines = 0;
+    for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
+    if (len > 0 && text[len - 1] != '\n') n_lines++;
+    if (n_lines == 0 || n_lines > HF_MAX_VOCAB) {
+        err_fail(err, "%s: %zu lines (expected 1..%d tokens)", path, n_lines, HF_MAX_VOCAB);
+        goto done;
+    }
+    t = tok_new((int32_t)n_lines);
+    ptrs = calloc(n_lines, sizeof *ptrs);
+    lens = calloc(n_lines, sizeof *lens);
+    if (!t || !ptrs || !lens) {
+        err_fail(err, "%s: out of memory for %zu tokens", path, n_lines);
+        goto done;
+    }
+    size_t id = 0;
+    for (size_t i = 0; i < len && id < n_lines; id++) {
+        size_t e = i;
+        while (e < len && text[e] != '\n') e++;
+        size_t k = e;
+        while (k > i && (text[k - 1] == ' ' || text[k - 1] == '\t' || text[k - 1] == '\r')) k--;
+        ptrs[id] = text + i;
+        lens[id] = (uint32_t)(k - i);
+        i = e + 1;
+    }
+    if (tok_set_pieces(t, ptrs, lens, err) != 0) goto done;
+    tok_wp_defaults(t);
+    bert_config_overrides(t, cfg);
+    static const char *const keys[] = {"unk_token", "cls_token", "sep_token", "pad_token", "mask_token"};
+    static const char *const defs[] = {"[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"};
+    int32_t ids[5];
+    for (int k = 0; k < 5; k++) {
+        const char *s = config_str(cfg, keys[k], defs[k]);
+        /* the first line holding the token, as HF's vocabulary map keeps the last;
+         * BERT vocabularies hold each once */
+        ids[k] = -1;
+        for (int32_t i = 0; i < t->n_vocab && ids[k] < 0; i++)
+            if (t->piece_len[i] == strlen(s) && memcmp(t->pool + t->piece_off[i], s, t->piece_len[i]) == 0)
+                ids[k] = i;
+        if (ids[k] < 0 && k < 3) {
+            err_fail(err, "%s: %s \"%s\" is not in the vocabulary", path, keys[k], s);
+            goto done;
+        }
+        if (ids[k] >= 0) t->type[ids[k]] = TOK_TYPE_CONTROL;
+    }
+    if (tok_finish(t, err) != 0) goto done;
+    for (int k = 0; k < 5; k++)
+        if (ids[k] >= 0 && !tok_trie_add(&t->added_raw, t->pool + t->piece_off[ids[k]], t->piece_len[ids[k]],
+                                         ids[k], TOK_ADDED_SPECIAL)) {
+            err_fail(err, "%s: out of memory for added tokens", path);
+            goto done;
+        }
+    t->unk_id = ids[0];
+    t->bos_id = ids[1];
+    t->eos_id = ids[2];
+    t->add_bos = t->add_eos = true;
+    *out = t;
+    t = NULL;
+    rc = 0;
+done:
+    tok_free(t);
+    free(ptrs);
+    free(lens);
+    if (mapped) file_map_close(&map);
+    json_decref(cfg);
+    free(path);
+    return rc;
+}
+
 int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     *out = NULL;
     size_t n = strlen(dir) + 32;
@@ -594,6 +795,14 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
     if (!path) return err_fail(err, "%s: out of memory", dir);
 
     snprintf(path, n, "%s/tokenizer.json", dir);
+    if (access(path, F_OK) != 0) {
+        snprintf(path, n, "%s/vocab.txt", dir);
+        if (access(path, F_OK) == 0) {
+            free(path);
+            return tok_load_vocab_txt(out, dir, err);
+        }
+        snprintf(path, n, "%s/tokenizer.json", dir);
+    }
     tok_json_doc doc;
     tok_tokenizer *t = NULL;
     if (tok_json_load(&doc, path, err) != 0) goto fail;
@@ -616,6 +825,7 @@ int tok_load_hf_dir(tok_tokenizer **out, const char *dir, pdl_error *err) {
         const json_t *ae = json_object_get(cfg, "add_eos_token");
         if (json_is_boolean(ab)) t->add_bos = json_is_true(ab);
         if (json_is_boolean(ae)) t->add_eos = json_is_true(ae);
+        if (t->model == TOK_MODEL_WORDPIECE && t->bert_norm) bert_config_overrides(t, cfg);
         json_decref(cfg);
         if (got < 0) goto fail;
     }

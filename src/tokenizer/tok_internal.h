@@ -1,7 +1,7 @@
 /*
  * tok_internal.h - the tokenizer's representation, shared by its loaders
  * (tok_gguf.c, tok_hf.c, tok_json.c), the model-specific encoders (spm.c,
- * bpe.c), the text stages in front of them (added.c: added/special tokens,
+ * bpe.c, wordpiece.c), the text stages in front of them (added.c: added/special tokens,
  * normalize.c: Unicode normalization, pretok.c: PCRE2 pre-tokenizer) and the
  * model-independent parts (tokenizer.c: encode driver, decode, streaming).
  *
@@ -22,6 +22,8 @@
  *        -> SPM: merge by score/rank (spm.c)
  *           byte-level BPE: pre-tokenizer regexes (pretok.c), then each word
  *           through GPT-2's byte -> character map and the merges (bpe.c).
+ *           WordPiece (BERT): BertNormalizer, BertPreTokenizer and greedy
+ *           longest-match-first pieces (wordpiece.c).
  */
 #ifndef PDL_TOKENIZER_TOK_INTERNAL_H
 #define PDL_TOKENIZER_TOK_INTERNAL_H
@@ -40,6 +42,7 @@
 typedef enum tok_model_type {
     TOK_MODEL_SPM = 0,  /* SentencePiece-style BPE over characters, byte fallback */
     TOK_MODEL_BPE = 1,  /* byte-level BPE (GPT-2): bytes -> 256 visible characters, merges by rank */
+    TOK_MODEL_WORDPIECE = 2, /* BERT: greedy longest-match pieces, "##" continuations */
 } tok_model_type;
 
 /* Unicode normalization applied to text fragments before the model. */
@@ -170,6 +173,16 @@ struct tok_tokenizer {
     bool byte_fallback;        /* HF: unknown chars become <0xXX> before merging */
     bool fuse_unk;             /* HF: adjacent unknown chars give one unk id */
     bool spm_split_words;      /* no merge crosses into a "▁" after non-"▁" (spm.c) */
+
+    /* WordPiece (wordpiece.c). Pieces are kept in Hugging Face's spelling
+     * (continuations carry wp_prefix) whatever file they came from. */
+    char wp_prefix[16];        /* continuing_subword_prefix, "##" */
+    uint8_t wp_prefix_len;
+    int32_t wp_max_chars;      /* max_input_chars_per_word: a longer word is unk */
+    uint32_t wp_max_piece;     /* longest piece in bytes (bounds the match) */
+    bool wp_cleanup;           /* decoder cleanup: " ." -> "." ... */
+    /* BertNormalizer; bert_norm false: no normalizer */
+    bool bert_norm, bert_clean_text, bert_chinese, bert_strip_accents, bert_lowercase;
 };
 
 /* A tokenizer with n_vocab empty (MISSING) ids and default settings. */
@@ -260,6 +273,7 @@ typedef struct tok_ctx {
     void *heap;                             /* long-word merge candidates (bpe.c) */
     size_t heap_cap;
     tok_word_cache cache;
+    tok_buf wp;                             /* WordPiece: prefix + rest of a word */
 } tok_ctx;
 
 bool tok_buf_reserve(tok_buf *b, size_t n);
@@ -323,5 +337,28 @@ int tok_bpe_word(tok_ctx *c, const char *s, size_t n);
  * 2: the heap, for tests); returns the new count or -1 (out of memory). */
 long tok_bpe_merge(tok_ctx *c, int32_t *ids, size_t n, int path);
 void tok_bpe_ctx_free(tok_ctx *c);
+
+/* ---- WordPiece (wordpiece.c) ---------------------------------------------- */
+
+/* Settings of a WordPiece tokenizer as Hugging Face's defaults have them:
+ * "##", 100 characters, cleanup, BertNormalizer with lowercase (strip_accents
+ * following it), clean_text and CJK spacing. */
+void tok_wp_defaults(tok_tokenizer *t);
+/* BertNormalizer of s[0..n) into out. */
+int tok_wp_normalize(tok_ctx *c, const char *s, size_t n, tok_buf *out);
+/* The same for a load-time string (added token contents): malloc'ed. */
+char *tok_wp_normalize_alloc(const tok_tokenizer *t, const char *s, size_t n, size_t *out_len);
+/* BertPreTokenizer over normalized s[0..n), each word into its pieces. */
+int tok_wp_run(tok_ctx *c, const char *s, size_t n);
+/* What id adds to decoded text after the first token (HF's WordPiece
+ * decoder: continuations lose the prefix, other pieces get a " ", then the
+ * cleanup); out has room for piece_len + 1 bytes. Returns the length. */
+uint32_t tok_wp_decoded_piece(const tok_tokenizer *t, int32_t id, char *out);
+/* Whether id is a continuation piece (it decodes as itself in first place). */
+bool tok_wp_is_continuation(const tok_tokenizer *t, int32_t id);
+/* Hugging Face's punctuation for BERT: ASCII punctuation or Unicode P*. */
+bool tok_wp_is_punct(uint32_t cp);
+/* Loads a folder holding vocab.txt (+ tokenizer_config.json), tok_hf.c. */
+int tok_load_vocab_txt(tok_tokenizer **out, const char *dir, pdl_error *err);
 
 #endif

@@ -272,11 +272,18 @@ int tok_finish(tok_tokenizer *t, pdl_error *err) {
             snprintf(name, sizeof name, "<0x%02X>", b);
             t->byte_id[b] = tok_strmap_get(&t->vocab, name, 6);
         }
-    } else {
+    } else if (t->model == TOK_MODEL_BPE) {
         tok_bpe_init_bytes(t);
+    } else {
+        t->wp_max_piece = 0;
+        for (int32_t i = 0; i < t->n_vocab; i++)
+            if (t->piece_len[i] > t->wp_max_piece) t->wp_max_piece = t->piece_len[i];
     }
 
-    t->dec_pool = malloc(t->pool_len ? t->pool_len : 1);
+    /* WordPiece adds a " " in front of each word-initial piece */
+    size_t dec_cap = t->pool_len + (t->model == TOK_MODEL_WORDPIECE ? (size_t)t->n_vocab : 0);
+    if (dec_cap > UINT32_MAX) return err_fail(err, "tokenizer: decode strings exceed 4 GiB");
+    t->dec_pool = malloc(dec_cap ? dec_cap : 1);
     if (!t->dec_pool) return err_fail(err, "tokenizer: out of memory for decode strings");
     uint32_t off = 0;
     t->max_dec_len = 0;
@@ -291,12 +298,16 @@ int tok_finish(tok_tokenizer *t, pdl_error *err) {
             t->dec_pool[off] = (char)v, w = 1;
         else if (t->model == TOK_MODEL_BPE)
             w = bl_decoded_piece(piece, n, t->dec_pool + off);
+        else if (t->model == TOK_MODEL_WORDPIECE)
+            w = tok_wp_decoded_piece(t, i, t->dec_pool + off);
         else
             w = spm_decoded_piece(piece, n, t->dec_pool + off);
         t->dec_off[i] = off;
         t->dec_len[i] = w;
         off += w;
         if (w > t->max_dec_len) t->max_dec_len = w;
+        /* a WordPiece continuation in first place decodes as its piece */
+        if (t->model == TOK_MODEL_WORDPIECE && n > t->max_dec_len) t->max_dec_len = n;
     }
     return 0;
 }
@@ -401,6 +412,7 @@ static void ctx_free(tok_ctx *c) {
     free(c->out);
     free(c->norm.p);
     free(c->spm.p);
+    free(c->wp.p);
     free(c->ucs);
     if (c->md) pcre2_match_data_free(c->md);
     for (int i = 0; i < TOK_MAX_PRE_STEPS; i++) {
@@ -438,6 +450,7 @@ static int model_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
     const tok_tokenizer *t = c->t;
     if (n == 0) return 0;
     if (t->model == TOK_MODEL_BPE) return tok_pre_run(c, s, n);
+    if (t->model == TOK_MODEL_WORDPIECE) return tok_wp_run(c, s, n);
     if (t->ignore_merges) {
         int32_t id = tok_strmap_get(&t->vocab, s, n);
         if (id >= 0) return tok_ctx_push(c, &id, 1) ? 0 : -1;
@@ -462,6 +475,10 @@ static int raw_fragment(tok_ctx *c, const char *s, size_t n, size_t offset) {
         c->spm.n = spm_normalize(t, s, n, prefix, c->spm.p);
         s = c->spm.p;
         n = c->spm.n;
+    } else if (t->model == TOK_MODEL_WORDPIECE && t->bert_norm) {
+        if (tok_wp_normalize(c, s, n, &c->norm) != 0) return -1;
+        s = c->norm.p;
+        n = c->norm.n;
     } else if (t->norm != TOK_NORM_NONE) {
         if (tok_normalize(c, t->norm, s, n, &c->norm) != 0) return -1;
         s = c->norm.p;
@@ -521,6 +538,19 @@ static uint32_t dec_len_of(const tok_tokenizer *t, int32_t id, bool keep_special
     return !keep_special && tok_skipped_by_default(t, id) ? 0 : t->dec_len[id];
 }
 
+/* The bytes id contributes when the output so far is `started` or not:
+ * HF's WordPiece decoder leaves the first token as it is, so a continuation
+ * there keeps its "##". */
+static const char *dec_bytes_of(const tok_tokenizer *t, int32_t id, bool keep_special, bool started,
+                                uint32_t *len) {
+    *len = dec_len_of(t, id, keep_special);
+    if (t->model == TOK_MODEL_WORDPIECE && !started && *len > 0 && tok_wp_is_continuation(t, id)) {
+        *len = t->piece_len[id];
+        return t->pool + t->piece_off[id];
+    }
+    return t->dec_pool + t->dec_off[id];
+}
+
 char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bool keep_special,
                     size_t *len, pdl_error *err) {
     if (len) *len = 0;
@@ -533,6 +563,7 @@ char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bo
         }
         total += dec_len_of(t, ids[i], keep_special);
     }
+    total += t->wp_prefix_len;  /* a WordPiece continuation in first place */
     char *out = malloc(3 * total + 1);
     if (!out) {
         err_fail(err, "tokenizer: out of memory decoding %zu ids", n_ids);
@@ -540,9 +571,11 @@ char *tok_decode_ex(const tok_tokenizer *t, const int32_t *ids, size_t n_ids, bo
     }
     utf8_repair r = {.strip = t->strip_leading_space};
     size_t w = 0;
-    for (size_t i = 0; i < n_ids; i++)
-        w += repair_feed(&r, out + w, t->dec_pool + t->dec_off[ids[i]],
-                         dec_len_of(t, ids[i], keep_special));
+    for (size_t i = 0; i < n_ids; i++) {
+        uint32_t n;
+        const char *p = dec_bytes_of(t, ids[i], keep_special, r.started, &n);
+        w += repair_feed(&r, out + w, p, n);
+    }
     w += repair_finish(&r, out + w);
     out[w] = '\0';
     if (len) *len = w;
@@ -580,9 +613,11 @@ tok_stream *tok_stream_new_ex(const tok_tokenizer *t, bool keep_special) {
 const char *tok_stream_push(tok_stream *s, int32_t id) {
     const tok_tokenizer *t = s->t;
     size_t w = 0;
-    if (id >= 0 && id < t->n_vocab)
-        w = repair_feed(&s->r, s->buf, t->dec_pool + t->dec_off[id],
-                        dec_len_of(t, id, s->keep_special));
+    if (id >= 0 && id < t->n_vocab) {
+        uint32_t n;
+        const char *p = dec_bytes_of(t, id, s->keep_special, s->r.started, &n);
+        w = repair_feed(&s->r, s->buf, p, n);
+    }
     s->buf[w] = '\0';
     s->len = w;
     return s->buf;
