@@ -113,17 +113,21 @@ const linear = (w, b, x, out, inp) => Array.from({ length: out }, (_, o) => {
   for (let i = 0; i < inp; i++) s += w[o * inp + i] * x[i];
   return s;
 });
-// erf by its series (|x| < 3) and continued fraction tail: float64-exact enough (1e-15)
+// erf in float64: its Taylor series below 2 (terms stay small), the
+// continued fraction of erfc above (evaluated from the tail): ~1e-15
 function erf(x) {
   const ax = Math.abs(x);
-  if (ax > 5) return Math.sign(x);
-  let sum = 0, term = ax;
-  for (let n = 0; n < 200; n++) {
-    sum += term / (2 * n + 1);
-    term *= -ax * ax / (n + 1);
-    if (Math.abs(term) < 1e-18) break;
+  if (ax < 2) {
+    let sum = 0, term = ax;
+    for (let n = 0; n < 100 && Math.abs(term) > 1e-20; n++) {
+      sum += term / (2 * n + 1);
+      term *= -ax * ax / (n + 1);
+    }
+    return Math.sign(x) * (2 / Math.sqrt(Math.PI)) * sum;
   }
-  return Math.sign(x) * (2 / Math.sqrt(Math.PI)) * sum;
+  let t = ax;
+  for (let n = 400; n >= 1; n--) t = ax + (n / 2) / t;
+  return Math.sign(x) * (1 - Math.exp(-ax * ax) / Math.sqrt(Math.PI) / t);
 }
 function reference(ids) {
   const n = ids.length;
@@ -186,8 +190,10 @@ test('each vector is the float64 BERT forward of [CLS] text [SEP], CLS-pooled an
     const want = reference(ids), got = r.data[i].embedding;
     assert.equal(got.length, H);
     const d = Math.max(...got.map((t, j) => Math.abs(t - want[j])));
-    // float32 against float64 over 2 layers of width 32 of unit-scale values: ~1e-7
-    assert.ok(d < 1e-5, `text ${i}: ${d} from the float64 forward`);
+    // the server's default F16 KV cache rounds K and V to 11 bits (2^-11 relative), which
+    // moves these unit-scale vectors by up to ~5e-5 from float64 (an F32 cache: ~1e-7);
+    // a causal mask, a position off by one or the norm in the wrong place moves them ~0.1
+    assert.ok(d < 3e-4, `text ${i}: ${d} from the float64 forward`);
   }
   assert.ok(r.usage.prompt_tokens >= 4 * 3);
 });
