@@ -17,7 +17,9 @@
  * WordPiece decoder, TemplateProcessing "[CLS] $A [SEP]" or BertProcessing),
  * or a BERT folder with only vocab.txt and tokenizer_config.json
  * (do_lower_case, strip_accents, tokenize_chinese_chars and the special
- * tokens), as transformers' BertTokenizerFast builds it.
+ * tokens), as transformers' BertTokenizerFast builds it. Only the single
+ * sequence is encoded: a pair template ("$A [SEP] $B [SEP]", cross-encoders)
+ * is not done.
  * Added tokens keep their special / lstrip / rstrip / single_word /
  * normalized flags. Any other normalizer, pre-tokenizer or decoder is refused
  * with its name rather than half-supported. model.vocab and model.merges are

@@ -4,14 +4,17 @@
  * What it is for: loading a tokenizer from GGUF metadata or a Hugging Face
  * tokenizer.json (+ tokenizer_config.json), encoding UTF-8 text to ids, and
  * decoding ids back to text, whole or streamed one id at a time, token for
- * token as Hugging Face tokenizers does. Two model families:
+ * token as Hugging Face tokenizers does. Three model families:
  *   - SentencePiece-style BPE with byte fallback (Llama 2, Mistral, Phi-3,
  *     the stories models): GGUF "llama", tokenizer.json BPE + Metaspace or
  *     Prepend/Replace;
  *   - byte-level BPE (GPT-2, Llama 3, Qwen2/2.5/3, StarCoder, Falcon, MPT,
  *     Phi-2): GGUF "gpt2" with tokenizer.ggml.pre naming the pre-tokenizer,
  *     tokenizer.json BPE + ByteLevel / Split regexes (run on PCRE2) +
- *     NFC/NFKC normalizers (utf8proc).
+ *     NFC/NFKC normalizers (utf8proc);
+ *   - WordPiece (BERT, bge, nomic-embed, all-MiniLM): GGUF "bert",
+ *     tokenizer.json WordPiece + BertNormalizer + BertPreTokenizer, or a
+ *     folder with vocab.txt; [CLS] and [SEP] are its BOS and EOS.
  * Added tokens (tokenizer.json added_tokens; GGUF control and user-defined
  * tokens) are cut out of the text before anything else: special ones only
  * when the caller asks (parse_special), the others always.
@@ -74,7 +77,8 @@ bool tok_has_fim(const tok_tokenizer *t);
 int tok_fim_prompt(const tok_tokenizer *t, const pdl_fim_input *in, int32_t **ids, size_t *n_ids, bool *truncated,
                    pdl_error *err);
 
-/* Whether this is a byte-level BPE tokenizer (else SentencePiece-style). */
+/* Whether this is a byte-level BPE tokenizer (else SentencePiece-style or
+ * WordPiece). */
 bool tok_is_byte_level(const tok_tokenizer *t);
 
 /* Encodes len bytes of text (any bytes: invalid UTF-8 goes through byte
