@@ -198,10 +198,6 @@ static rt_child *spawn_child(rt_router *r, rt_model *m, pdl_error *err) {
     argv[argc++] = "0";
     argv[argc++] = "--served-model-name";
     argv[argc++] = sp->name;
-    if (r->o.api_key) {
-        argv[argc++] = "--api-key";
-        argv[argc++] = (char *)r->o.api_key;
-    }
     for (int i = 0; i < r->o.n_common_args; i++) argv[argc++] = r->o.common_args[i];
     for (int i = 0; i < sp->n_args; i++) argv[argc++] = sp->args[i];
     argv[argc] = NULL;
@@ -1085,6 +1081,12 @@ int rt_start(rt_router **out, const rt_options *opts, pdl_error *err) {
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->created = (long long)time(NULL);
+    /* the children check the same key, read from the environment (not argv: ps would show it); set
+       before any thread of ours runs */
+    if (opts->api_key && setenv("PAGEDLM_API_KEY", opts->api_key, 1) != 0) {
+        err_fail(err, "cannot set PAGEDLM_API_KEY for the children");
+        goto fail;
+    }
 
     const char *host = opts->host ? opts->host : "127.0.0.1";
     char port_s[16];

@@ -31,7 +31,7 @@ typedef struct rt_options {
     int n_common_args;
     const char *host;            /* NULL = 127.0.0.1 */
     int port;                    /* 0 = a free port (rt_port says which) */
-    const char *api_key;         /* checked by the router; the children get it too */
+    const char *api_key;         /* checked by the router; the children get it too (env PAGEDLM_API_KEY) */
     int max_loaded;              /* children at most (loaded, loading or stopping); 0 = no limit */
     double sleep_idle_s;         /* a child with no request for this long is stopped; 0 = never */
     double shutdown_grace_s;     /* after SIGTERM a child gets this long (plus 2 s), then SIGKILL */

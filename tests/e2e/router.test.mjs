@@ -66,7 +66,8 @@ async function waitFor(what, cond, ms = 10000) {
   }
 }
 
-async function startRouter(extra = [], env = {}) {
+async function startRouter(extra = [], env = {}, apiKey = null) {
+  const auth = apiKey ? { authorization: `Bearer ${apiKey}` } : {};
   const args = ['serve', '--models-dir', DIR, '--host', '127.0.0.1', '--port', '0', '--kv-cache-memory', '64MiB',
     '-t', '1', '--disable-log-requests', ...extra];
   const proc = spawn(BIN, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
@@ -89,13 +90,13 @@ async function startRouter(extra = [], env = {}) {
   return {
     proc, baseURL, exited,
     log: () => log,
-    client: new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: 'none', maxRetries: 0, timeout: 60000 }),
+    client: new OpenAI({ baseURL: `${baseURL}/v1`, apiKey: apiKey ?? 'none', maxRetries: 0, timeout: 60000 }),
     async states() {
-      const r = await (await fetch(`${baseURL}/v1/models`)).json();
+      const r = await (await fetch(`${baseURL}/v1/models`, { headers: auth })).json();
       return Object.fromEntries(r.data.map((m) => [m.id, m.status.value]));
     },
     async post(p, body) {
-      const r = await fetch(`${baseURL}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      const r = await fetch(`${baseURL}${p}`, { method: 'POST', headers: { 'content-type': 'application/json', ...auth },
         body: JSON.stringify(body) });
       return { status: r.status, body: await r.json() };
     },
@@ -376,14 +377,24 @@ test('--max-loaded-models 1: a request for the other model stops the idle one; i
   }
 });
 
-test('--sleep-idle-seconds: an idle model\'s server is stopped, and loads again on demand', async () => {
-  const C = await startRouter(['--sleep-idle-seconds', '1']);
+test('--sleep-idle-seconds: an idle model\'s server is stopped, and loads again on demand (with --api-key)', async () => {
+  const C = await startRouter(['--sleep-idle-seconds', '1', '--api-key', 'k-router'], {}, 'k-router');
   try {
+    // the key is the router's and its children's; never on a child's command line
+    const noKey = new OpenAI({ baseURL: `${C.baseURL}/v1`, apiKey: 'wrong', maxRetries: 0 });
+    await assert.rejects(noKey.completions.create({ model: 'stories', prompt: 'x', max_tokens: 1 }),
+      (e) => e.status === 401);
+    assert.equal((await C.states()).stories, 'unloaded', 'a refused request loads nothing');
     const t0 = Date.now();
     const r = await C.client.completions.create({ model: 'stories', prompt: PROMPT, max_tokens: N, temperature: 0 });
     const tAnswer = Date.now();
     assert.equal(r.choices[0].text, ref);
     assert.equal((await C.states()).stories, 'loaded');
+    const [child] = childrenOf(C.proc.pid);
+    assert.doesNotMatch(fs.readFileSync(`/proc/${child}/cmdline`, 'utf8'), /k-router/);
+    const port = /stories loaded in [0-9.]+ s \(pid \d+, port (\d+)\)/.exec(C.log())[1];
+    const direct = await fetch(`http://127.0.0.1:${port}/v1/models`);
+    assert.equal(direct.status, 401, 'the child checks the key too');
     await waitFor('stories asleep', async () => (await C.states()).stories === 'unloaded', 5000);
     assert.ok(Date.now() - tAnswer >= 900, `stopped ${Date.now() - tAnswer} ms after its last request`);
     assert.deepEqual(childrenOf(C.proc.pid).filter(alive), []);
