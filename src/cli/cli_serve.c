@@ -425,7 +425,7 @@ int cli_serve(int argc, char **argv) {
     srv_options o = args.o;
     char *draft_path = args.draft_path;
     if (!o.model_path) {
-        fprintf(stderr, "error: serve needs -m MODEL\n");
+        fprintf(stderr, "error: serve needs -m MODEL (or several: --models-dir DIR, --model NAME=PATH)\n");
         cli_print_help(&SERVE_COMMAND, stderr);
         free(draft_path);
         return CLI_USAGE;

@@ -897,7 +897,7 @@ static enum MHD_Result proxy_request(rt_router *r, rt_model *m, int port, struct
     p->pending_len = have - body_off;
     p->pending = malloc(p->pending_len + 1);
     if (p->pending) memcpy(p->pending, buf + body_off, p->pending_len);
-    if (p->content_length == 0) p->done = true;
+    if (p->content_length == 0 || strcmp(method, "HEAD") == 0) p->done = true; /* HEAD: headers only */
     resp = p->pending ? MHD_create_response_from_callback(
                             p->content_length >= 0 ? (uint64_t)p->content_length : MHD_SIZE_UNKNOWN, PROXY_BLOCK,
                             proxy_read, p, proxy_free)
