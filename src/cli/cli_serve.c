@@ -288,9 +288,12 @@ static bool router_own(const cli_option *o) {
     return false;
 }
 
+/* Several models: a router option, or a --model NAME=PATH (plain --model
+ * paths given twice keep meaning "the last one"). */
 static bool is_router(const serve_args *a) {
-    return a->models_dir || a->models_config || a->max_loaded_models || a->sleep_idle_s > 0 ||
-           a->n_model_values > 1 || (a->n_model_values == 1 && rt_is_name_eq_path(a->model_values[0]));
+    bool named = false;
+    for (int i = 0; i < a->n_model_values; i++) named |= rt_is_name_eq_path(a->model_values[i]);
+    return a->models_dir || a->models_config || a->max_loaded_models || a->sleep_idle_s > 0 || named;
 }
 
 /* A model's --models-config arguments, checked as `serve` would check them;
