@@ -168,7 +168,8 @@ static void test_lru(void) {
     CHECK_EQ_INT(rt_pick_lru(e, 4, -1), -1);
     CHECK_EQ_INT(rt_count_running(e, 4), 3);
     /* ties: the lower index */
-    rt_lru_entry t[2] = {{.running = true, .loaded = true, .last_used = 2}, {.running = true, .loaded = true, .last_used = 2}};
+    rt_lru_entry t[2] = {{.running = true, .loaded = true, .last_used = 2},
+                         {.running = true, .loaded = true, .last_used = 2}};
     CHECK_EQ_INT(rt_pick_lru(t, 2, -1), 0);
     CHECK_EQ_INT(rt_pick_lru(t, 2, 0), 1);
 }

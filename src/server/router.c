@@ -520,7 +520,10 @@ static bool key_matches(const char *key, const char *got) {
     if (!got) return false;
     size_t klen = strlen(key), glen = strlen(got);
     volatile unsigned char diff = (unsigned char)(klen != glen);
-    for (size_t i = 0; i < klen; i++) diff |= (unsigned char)((i < glen ? (unsigned char)got[i] : 0) ^ (unsigned char)key[i]);
+    for (size_t i = 0; i < klen; i++) {
+        unsigned char g = i < glen ? (unsigned char)got[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)key[i]);
+    }
     return diff == 0;
 }
 
@@ -607,7 +610,8 @@ typedef enum wait_result { W_LOADED = 0, W_FAILED, W_GONE, W_STOPPING } wait_res
 
 /* Waits (lock held) until m is loaded; with count, the request is counted in
  * flight at once (so that nobody stops the child before it is proxied to). */
-static wait_result wait_loaded(rt_router *r, rt_model *m, int client, bool count, int *port, char *why, size_t why_len) {
+static wait_result wait_loaded(rt_router *r, rt_model *m, int client, bool count, int *port, char *why,
+                               size_t why_len) {
     unsigned long long attempts0 = m->attempts;
     for (;;) {
         if (r->stopping) return W_STOPPING;

@@ -35,7 +35,8 @@ int rt_find(const rt_spec_list *l, const char *name) {
 
 static int add_spec(rt_spec_list *l, const char *name, size_t name_len, const char *path, pdl_error *err) {
     char nm[RT_MAX_NAME + 1];
-    if (name_len == 0 || name_len > RT_MAX_NAME) return err_fail(err, "a model name must have 1 to %d bytes", RT_MAX_NAME);
+    if (name_len == 0 || name_len > RT_MAX_NAME)
+        return err_fail(err, "a model name must have 1 to %d bytes", RT_MAX_NAME);
     memcpy(nm, name, name_len);
     nm[name_len] = '\0';
     if (rt_check_name(nm, err)) return -1;
@@ -172,14 +173,18 @@ static int apply_config(json_t *root, const char *source, rt_spec_list *l, pdl_e
             if (path && !json_is_string(path))
                 return err_fail(err, "%s: model '%s': path must be a string", source, name);
         } else if (!json_is_array(val)) {
-            return err_fail(err, "%s: model '%s': expected an array of arguments or {\"path\", \"args\"}", source, name);
+            return err_fail(err, "%s: model '%s': expected an array of arguments or {\"path\", \"args\"}", source,
+                            name);
         }
         if (args && !json_is_array(args))
             return err_fail(err, "%s: model '%s': args must be an array", source, name);
         int i = rt_find(l, name);
         if (i < 0) {
-            if (!path) return err_fail(err, "%s: model '%s' is not in --models-dir or --model, and has no path", source, name);
-            if (add_spec(l, name, strlen(name), json_string_value(path), err)) return err_fail_prefix(err, "%s", source);
+            if (!path)
+                return err_fail(err, "%s: model '%s' is not in --models-dir or --model, and has no path", source,
+                                name);
+            if (add_spec(l, name, strlen(name), json_string_value(path), err))
+                return err_fail_prefix(err, "%s", source);
             i = l->n - 1;
         } else if (path) {
             return err_fail(err, "%s: model '%s' is listed already; path may only name a new model", source, name);
