@@ -7,6 +7,12 @@
  * the first stops accepting and drains in-flight requests, a second one
  * during the drain exits at once. Exit status 0 after a signal, 1 when the
  * model does not load, 2 for bad usage.
+ *
+ * Several models (--models-dir DIR, --model NAME=PATH repeated,
+ * --models-config FILE): the router (src/server/router.c) serves them from
+ * one port, one `pagedlm serve` child per loaded model; every other option
+ * here is passed on to each child, after which a model's own arguments from
+ * --models-config come.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -20,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli/cli_args.h"
+#include "server/router.h"
 #include "server/server.h"
 
 static void log_line(const char *line, void *user) {
@@ -51,7 +58,24 @@ static void *second_signal(void *arg) {
 typedef struct serve_args {
     srv_options o;
     char *draft_path;
+    /* several models (the router) */
+    const char **model_values; /* every --model, as given */
+    int n_model_values;
+    const char *models_dir, *models_config;
+    int max_loaded_models;
+    float sleep_idle_s;
 } serve_args;
+
+static int parse_model(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row, (void)opt;
+    serve_args *a = args;
+    const char **nv = realloc(a->model_values, (size_t)(a->n_model_values + 1) * sizeof *nv);
+    if (!nv) return -1;
+    a->model_values = nv;
+    nv[a->n_model_values++] = v;
+    a->o.model_path = v; /* one model: the last --model wins */
+    return 0;
+}
 
 static int parse_max_model_len(void *args, const cli_option *opt_row, const char *opt, const char *v) {
     (void)opt_row;
@@ -118,7 +142,9 @@ static int parse_shutdown_grace(void *args, const cli_option *opt_row, const cha
 
 #define O(f) offsetof(serve_args, o.f)
 static const cli_option SERVE_OPTIONS[] = {
-    {"--model", "-m", CLI_OPT_STRING, O(model_path), .value = "PATH", .help = ".gguf file or Hugging Face folder"},
+    {"--model", "-m", CLI_OPT_CUSTOM, 0, .value = "PATH", .parse = parse_model,
+     .help = ".gguf file or Hugging Face folder; NAME=PATH (repeatable) serves\n"
+             "several models from one port (see below)"},
     {"--host", NULL, CLI_OPT_STRING, O(host), .value = "HOST", .help = "address to listen on (default 127.0.0.1)"},
     {"--port", NULL, CLI_OPT_INT, O(port), .min = 0, .max = 65535, .value = "PORT",
      .help = "port (default 8000; 0 = any free port, printed on stderr)"},
@@ -210,6 +236,19 @@ static const cli_option SERVE_OPTIONS[] = {
     {"--grammar-max-work", NULL, CLI_OPT_CUSTOM, 0, .value = "STEPS", .parse = parse_grammar_max_work,
      .help = "... and within this many steps of work (default 100000000, about\n"
              "0.5-1 s of one core; deterministic, unlike the clock)"},
+    {NULL, NULL, CLI_OPT_SECTION, 0,
+     .help = "several models behind one port (a router process, one `serve` child per loaded model):"},
+    {"--models-dir", NULL, CLI_OPT_STRING, offsetof(serve_args, models_dir), .value = "DIR",
+     .help = "serve every NAME.gguf file and every folder NAME with a config.json\n"
+             "in DIR (the client's \"model\" names it)"},
+    {"--models-config", NULL, CLI_OPT_STRING, offsetof(serve_args, models_config), .value = "FILE",
+     .help = "per-model serve arguments: {\"NAME\": [\"--ctx-size\", \"256\"], ...} or\n"
+             "{\"NAME\": {\"path\": PATH, \"args\": [...]}} (a path adds a model)"},
+    {"--max-loaded-models", NULL, CLI_OPT_INT, offsetof(serve_args, max_loaded_models), .min = 1, .max = 1 << 16,
+     .value = "N", .help = "models loaded at once at most: loading one more stops the least\n"
+                          "recently used idle one (default: no limit)"},
+    {"--sleep-idle-seconds", NULL, CLI_OPT_FLOAT, offsetof(serve_args, sleep_idle_s), .min = 0, .max = 1e9,
+     .value = "S", .help = "stop a model's server after S seconds without requests (default: never)"},
 };
 #undef O
 
@@ -222,8 +261,145 @@ static const cli_command SERVE_COMMAND = {
                 "endpoints: POST /v1/completions (suffix: fill-in-the-middle), POST /v1/chat/completions,\n"
                 "           POST /v1/responses (OpenAI's Responses API), POST /v1/messages and\n"
                 "           /v1/messages/count_tokens (Anthropic's Messages API), POST /infill (llama-server's),\n"
-                "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n",
+                "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n"
+                "several models: the same, routed by the request's \"model\"; GET /v1/models shows each\n"
+                "           one's status (loaded, loading, unloaded); POST /models/load and /models/unload\n"
+                "           with {\"model\": NAME}; GET /metrics?model=NAME is that model's own\n",
 };
+
+/* ---- several models: the router -------------------------------------------------------- */
+
+static const cli_option *serve_option(const char *arg) {
+    for (size_t i = 0; i < SERVE_COMMAND.n_options; i++) {
+        const cli_option *o = &SERVE_COMMAND.options[i];
+        if (o->kind != CLI_OPT_SECTION && (strcmp(arg, o->name) == 0 || (o->alias && strcmp(arg, o->alias) == 0)))
+            return o;
+    }
+    return NULL;
+}
+
+/* Options the router takes for itself, never passed to a child. */
+static bool router_own(const cli_option *o) {
+    static const char *const own[] = {"--model", "--host", "--port", "--served-model-name", "--api-key",
+                                      "--models-dir", "--models-config", "--max-loaded-models",
+                                      "--sleep-idle-seconds", "--replica-name"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(o->name, own[i]) == 0) return true;
+    return false;
+}
+
+/* Several models: a router option, or a --model NAME=PATH (plain --model
+ * paths given twice keep meaning "the last one"). */
+static bool is_router(const serve_args *a) {
+    bool named = false;
+    for (int i = 0; i < a->n_model_values; i++) named |= rt_is_name_eq_path(a->model_values[i]);
+    return a->models_dir || a->models_config || a->max_loaded_models || a->sleep_idle_s > 0 || named;
+}
+
+/* A model's --models-config arguments, checked as `serve` would check them;
+ * the router's own options are refused there. */
+static int check_model_args(const rt_model_spec *m) {
+    for (int i = 0; i < m->n_args; i++) {
+        const cli_option *o = serve_option(m->args[i]);
+        if (o && router_own(o)) {
+            fprintf(stderr, "error: --models-config: model %s: %s is the router's option, not a model's\n", m->name,
+                    m->args[i]);
+            return -1;
+        }
+    }
+    char **argv = calloc((size_t)m->n_args + 2, sizeof *argv);
+    if (!argv) return -1;
+    argv[0] = "serve";
+    for (int i = 0; i < m->n_args; i++) argv[i + 1] = m->args[i];
+    serve_args scratch = {0};
+    scratch.o.model = cli_model_options(0, 0);
+    int rc = cli_parse(&SERVE_COMMAND, m->n_args + 1, argv, &scratch);
+    free(scratch.draft_path);
+    free(scratch.model_values);
+    free(argv);
+    if (rc) fprintf(stderr, "error: --models-config: the arguments of model %s are not valid\n", m->name);
+    return rc ? -1 : 0;
+}
+
+static int serve_router(serve_args *a, int argc, char **argv, sigset_t *set) {
+    rt_spec_list models = {0};
+    char **common = calloc((size_t)argc + 1, sizeof *common);
+    int n_common = 0, rc = CLI_USAGE;
+    pdl_error err;
+    rt_router *r = NULL;
+    if (!common) return CLI_FAIL;
+    if (a->o.served_model_name) {
+        fprintf(stderr, "error: --served-model-name names one model; with several, the names come from\n"
+                        "--models-dir (file and folder names) and --model NAME=PATH\n");
+        goto out;
+    }
+    if (a->models_dir && rt_scan_models_dir(a->models_dir, &models, &err)) goto bad;
+    for (int i = 0; i < a->n_model_values; i++)
+        if (rt_add_model(&models, a->model_values[i], &err)) goto bad;
+    if (a->models_config && rt_load_config(a->models_config, &models, &err)) goto bad;
+    if (models.n == 0) {
+        fprintf(stderr, "error: no models: --models-dir %s has no .gguf file and no folder with a config.json\n",
+                a->models_dir ? a->models_dir : "(none)");
+        goto out;
+    }
+    for (int i = 0; i < models.n; i++)
+        if (check_model_args(&models.v[i])) goto out;
+    /* every option that is not the router's goes to each child, in order */
+    for (int i = 1; i < argc; i++) {
+        const cli_option *o = serve_option(argv[i]);
+        bool value = o && o->kind != CLI_OPT_FLAG && o->kind != CLI_OPT_FLAG_OFF;
+        if (!o || !router_own(o)) {
+            common[n_common++] = argv[i];
+            if (value && i + 1 < argc) common[n_common++] = argv[i + 1];
+        }
+        if (value) i++;
+    }
+    char exe[4096];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el <= 0) {
+        fprintf(stderr, "error: cannot find the pagedlm binary (/proc/self/exe)\n");
+        rc = CLI_FAIL;
+        goto out;
+    }
+    exe[el] = '\0';
+    rt_options ro = {.models = &models, .exe = exe, .common_args = common, .n_common_args = n_common,
+                     .host = a->o.host, .port = a->o.port, .api_key = a->o.api_key,
+                     .max_loaded = a->max_loaded_models, .sleep_idle_s = a->sleep_idle_s,
+                     .shutdown_grace_s = a->o.shutdown_grace_s, .max_body = a->o.max_body,
+                     .timeout_keep_alive_s = a->o.timeout_keep_alive_s, .log = log_line};
+    if (rt_start(&r, &ro, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        rc = CLI_FAIL;
+        goto out;
+    }
+    const char *host = a->o.host ? a->o.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    fprintf(stderr, "pagedlm: listening on http://%s%s%s:%d (router of %d models: ", v6 ? "[" : "", host,
+            v6 ? "]" : "", rt_port(r), models.n);
+    for (int i = 0; i < models.n; i++) fprintf(stderr, "%s%s", i ? ", " : "", models.v[i].name);
+    fprintf(stderr, ")\n");
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(set, &info);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "pagedlm: %s: stopping every model's server\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            pthread_t t;
+            if (pthread_create(&t, NULL, second_signal, set) == 0) pthread_detach(t);
+            break;
+        }
+        if (sig < 0 && errno != EINTR) break;
+    }
+    rt_stop(r);
+    fprintf(stderr, "pagedlm: stopped\n");
+    rc = CLI_OK;
+    goto out;
+bad:
+    fprintf(stderr, "error: %s\n", err.message);
+out:
+    rt_spec_list_free(&models);
+    free(common);
+    return rc;
+}
 
 int cli_serve(int argc, char **argv) {
     serve_args args = {.o = {.port = 8000, .shutdown_grace_s = 10, .log_requests = true, .log = log_line,
@@ -232,12 +408,27 @@ int cli_serve(int argc, char **argv) {
     int prc = cli_parse(&SERVE_COMMAND, argc, argv, &args);
     if (prc) {
         free(args.draft_path);
+        free(args.model_values);
         return prc > 0 ? CLI_OK : CLI_USAGE;
     }
+    if (!args.o.api_key) args.o.api_key = getenv("PAGEDLM_API_KEY");
+    if (is_router(&args)) {
+        static sigset_t rset;
+        sigemptyset(&rset);
+        sigaddset(&rset, SIGINT);
+        sigaddset(&rset, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &rset, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        int rc = serve_router(&args, argc, argv, &rset);
+        free(args.draft_path);
+        free(args.model_values);
+        return rc;
+    }
+    free(args.model_values);
     srv_options o = args.o;
     char *draft_path = args.draft_path;
     if (!o.model_path) {
-        fprintf(stderr, "error: serve needs -m MODEL\n");
+        fprintf(stderr, "error: serve needs -m MODEL (or several: --models-dir DIR, --model NAME=PATH)\n");
         cli_print_help(&SERVE_COMMAND, stderr);
         free(draft_path);
         return CLI_USAGE;
