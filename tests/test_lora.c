@@ -5,7 +5,9 @@
  * nonzero), and every row's logits with the adapter compared with a plain
  * float64 forward (written here from transformers' modeling_llama.py, no
  * code shared with src/) whose weights are W + scale * B A, merged in
- * float64. Also: the rsLoRA and --lora-scale paths; a packed batch of rows
+ * float64. Also: the rsLoRA and --lora-scale paths; a GGUF copy of the
+ * model (Q/K permuted as llama.cpp's converter does) and llama.cpp LoRA
+ * GGUF files (convert_lora_to_gguf.py's layout), each way round; a packed batch of rows
  * of two adapters and of none, in prefill chunks and decodes, bit-identical
  * to each sequence alone; the prefix cache never sharing blocks across
  * adapters or scales; the loader's refusals (DoRA, shapes, modules, rank).
@@ -25,6 +27,7 @@
 #include <string.h>
 
 #include "pagedlm.h"
+#include "support/gguf_writer.h"
 #include "support/st_writer.h"
 #include "test_util.h"
 
@@ -277,12 +280,12 @@ static pdl_lora *load_lora(const char *dir) {
     return l;
 }
 
-/* every row's logits of tokens, alone, with lora at scale (0 = 1) */
-static float *engine_logits(const int32_t *tok, int n, const pdl_lora *lora, float scale) {
-    pdl_context *ctx = test_context(model);
+/* every row's logits of tokens through model m, alone, with lora at scale (0 = 1) */
+static float *model_logits(pdl_model *m, const int32_t *tok, int n, const pdl_lora *lora, float scale) {
+    pdl_context *ctx = test_context(m);
     pdl_kv_cache *kv = NULL;
     pdl_error err;
-    REQUIRE_MSG(pdl_kv_cache_create(&kv, model, PDL_KV_F32, 4, CTX / 4, &err) == 0, "%s", err.message);
+    REQUIRE_MSG(pdl_kv_cache_create(&kv, m, PDL_KV_F32, 4, CTX / 4, &err) == 0, "%s", err.message);
     float *logits = malloc((size_t)n * V * sizeof *logits);
     pdl_seq seq = {.lora = lora, .lora_scale = scale};
     int rc = pdl_seq_forward(ctx, kv, &seq, tok, NULL, n, PDL_LOGITS_ALL, logits, &err);
@@ -291,6 +294,10 @@ static float *engine_logits(const int32_t *tok, int n, const pdl_lora *lora, flo
     pdl_kv_cache_free(kv);
     pdl_context_free(ctx);
     return logits;
+}
+
+static float *engine_logits(const int32_t *tok, int n, const pdl_lora *lora, float scale) {
+    return model_logits(model, tok, n, lora, scale);
 }
 
 static double max_diff(const float *a, const double *b, size_t n) {
@@ -496,6 +503,128 @@ static void test_prefix_cache_keeps_adapters_apart(void) {
     free(d1), free(d2);
 }
 
+/* ---- GGUF: a llama.cpp base model and llama.cpp LoRA files ---------------------------- */
+
+/* Rows of a Q or K matrix (heads of HD rows, `cols` wide) in llama.cpp's
+ * converter's order (its permute: adjacent RoPE pairs), out of place. */
+static float *gguf_permuted(const float *w, int heads, int cols) {
+    float *o = malloc((size_t)heads * HD * cols * sizeof *o);
+    for (int h = 0; h < heads; h++)
+        for (int j = 0; j < 2; j++)
+            for (int i = 0; i < HD / 2; i++)
+                memcpy(o + ((size_t)h * HD + 2 * i + j) * cols, w + ((size_t)h * HD + j * HD / 2 + i) * cols,
+                       (size_t)cols * sizeof *o);
+    return o;
+}
+
+static const char *const GGUF_NAMES[M_N] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                            "ffn_down"};
+
+/* The base model as llama.cpp's converter writes a Llama (Q and K permuted). */
+static char *write_gguf_model(void) {
+    gguf_writer *gw = gguf_writer_new(3);
+    gguf_writer_add_str(gw, "general.architecture", "llama");
+    gguf_writer_add_u32(gw, "llama.context_length", CTX);
+    gguf_writer_add_u32(gw, "llama.embedding_length", H);
+    gguf_writer_add_u32(gw, "llama.feed_forward_length", FF);
+    gguf_writer_add_u32(gw, "llama.block_count", L);
+    gguf_writer_add_u32(gw, "llama.attention.head_count", NH);
+    gguf_writer_add_u32(gw, "llama.attention.head_count_kv", NKV);
+    gguf_writer_add_u32(gw, "llama.rope.dimension_count", HD);
+    gguf_writer_add_f32(gw, "llama.rope.freq_base", (float)THETA);
+    gguf_writer_add_f32(gw, "llama.attention.layer_norm_rms_epsilon", (float)EPS);
+    int64_t sv[2] = {V, H}, sh[1] = {H};
+    gguf_writer_add_tensor_f32(gw, "token_embd.weight", 2, sv, W.embd);
+    gguf_writer_add_tensor_f32(gw, "output.weight", 2, sv, W.head);
+    gguf_writer_add_tensor_f32(gw, "output_norm.weight", 1, sh, W.norm);
+    char name[128];
+    for (int l = 0; l < L; l++) {
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        gguf_writer_add_tensor_f32(gw, name, 1, sh, W.in_norm[l]);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        gguf_writer_add_tensor_f32(gw, name, 1, sh, W.post_norm[l]);
+        for (int m = 0; m < M_N; m++) {
+            int64_t s2[2] = {OUT_DIM[m], IN_DIM[m]};
+            float *w = m == M_Q || m == M_K ? gguf_permuted(W.w[l][m], m == M_Q ? NH : NKV, IN_DIM[m]) : W.w[l][m];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, GGUF_NAMES[m]);
+            gguf_writer_add_tensor_f32(gw, name, 2, s2, w);
+            if (w != W.w[l][m]) free(w);
+        }
+    }
+    char *path = test_tmp_path("base.gguf");
+    REQUIRE(gguf_writer_write(gw, path) == 0);
+    gguf_writer_free(gw);
+    return path;
+}
+
+/* The adapter as convert_lora_to_gguf.py writes it: lora_a (r, in) and
+ * lora_b (out, r), lora_b of Q and K permuted as the base model's rows. */
+static char *write_gguf_adapter(const adapter *ad, const char *file, double alpha) {
+    gguf_writer *gw = gguf_writer_new(3);
+    gguf_writer_add_str(gw, "general.architecture", "llama");
+    gguf_writer_add_str(gw, "general.type", "adapter");
+    gguf_writer_add_str(gw, "adapter.type", "lora");
+    gguf_writer_add_f32(gw, "adapter.lora.alpha", (float)alpha);
+    char name[128];
+    for (int l = 0; l < L; l++)
+        for (int m = 0; m < M_N; m++) {
+            if (!ad->a[l][m]) continue;
+            int64_t sa[2] = {ad->rank, IN_DIM[m]}, sb[2] = {OUT_DIM[m], ad->rank};
+            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", l, GGUF_NAMES[m]);
+            gguf_writer_add_tensor_f32(gw, name, 2, sa, ad->a[l][m]);
+            float *b = m == M_Q || m == M_K ? gguf_permuted(ad->b[l][m], m == M_Q ? NH : NKV, ad->rank) : ad->b[l][m];
+            snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", l, GGUF_NAMES[m]);
+            gguf_writer_add_tensor_f32(gw, name, 2, sb, b);
+            if (b != ad->b[l][m]) free(b);
+        }
+    char *path = test_tmp_path(file);
+    REQUIRE(gguf_writer_write(gw, path) == 0);
+    gguf_writer_free(gw);
+    return path;
+}
+
+/* PEFT and llama.cpp adapters on a Hugging Face and on a GGUF base: Q/K
+ * rows permuted where the two layouts differ, all four against float64. */
+static void test_gguf_models_and_adapters(void) {
+    adapter ad;
+    char *dir = write_adapter(&ad, "gg", 41, 4, 8.0, false, 1u << M_Q | 1u << M_K | 1u << M_V | 1u << M_DOWN, NULL);
+    char *gpath = write_gguf_model(), *apath = write_gguf_adapter(&ad, "adapter.gguf", 8.0);
+    pdl_model *gm = NULL;
+    pdl_error err;
+    pdl_model_options o = {.n_threads = 2};
+    REQUIRE_MSG(pdl_model_load(&gm, gpath, &o, &err) == 0, "%s", err.message);
+    double *ref = reference(TOKENS, N_TOK, &ad, ad.scale);
+    struct {
+        pdl_model *m;
+        const char *path, *what;
+    } cases[] = {{model, dir, "PEFT on HF"}, {gm, dir, "PEFT on GGUF"}, {model, apath, "GGUF adapter on HF"},
+                 {gm, apath, "GGUF adapter on GGUF"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pdl_lora *l = NULL;
+        REQUIRE_MSG(pdl_lora_load(&l, cases[i].m, cases[i].path, &err) == 0, "%s", err.message);
+        float *got = model_logits(cases[i].m, TOKENS, N_TOK, l, 0);
+        double d = max_diff(got, ref, (size_t)N_TOK * V);
+        printf("  %s: vs float64 %.2e\n", cases[i].what, d);
+        CHECK(d < TOL);
+        free(got);
+        pdl_lora_free(l);
+    }
+    /* a llama.cpp adapter file without alpha: scale 1 (llama.cpp's rule) */
+    char *a1 = write_gguf_adapter(&ad, "adapter_noalpha.gguf", 0);
+    pdl_lora *l = NULL;
+    REQUIRE_MSG(pdl_lora_load(&l, gm, a1, &err) == 0, "%s", err.message);
+    pdl_lora_info info;
+    pdl_lora_get_info(l, &info);
+    CHECK(info.scale == 1.0f);
+    pdl_lora_free(l);
+    /* a model file is not an adapter */
+    CHECK(pdl_lora_load(&l, gm, gpath, &err) != 0);
+    CHECK_CONTAINS(err.message, "not \"adapter\"");
+    pdl_model_free(gm);
+    free(ref), free(gpath), free(apath), free(a1), free(dir);
+    adapter_free(&ad);
+}
+
 /* ---- refusals ---------------------------------------------------------------------- */
 
 static void expect_load_error(const char *dir, const char *needle) {
@@ -577,6 +706,7 @@ int main(void) {
     RUN(test_rslora_and_all_modules);
     RUN(test_mixed_batch_bit_identical);
     RUN(test_prefix_cache_keeps_adapters_apart);
+    RUN(test_gguf_models_and_adapters);
     RUN(test_refusals);
     pdl_model_free(model);
     for (int l = 0; l < L; l++)

@@ -4,7 +4,8 @@
 // names the adapter), /v1/models listing it with "parent" = the base model,
 // llama-server's "lora": [{"id", "scale"}] picking the same adapter, the
 // answer equal to `pagedlm run --lora`, and POST /v1/load_lora_adapter and
-// /v1/unload_lora_adapter at run time (an unloaded name answers 404).
+// /v1/unload_lora_adapter at run time (an unloaded name answers 404; a
+// request running with it finishes with it: the unload is deferred).
 // The adapters are random PEFT folders written here (rank 4 on q, v, o,
 // gate, down of stories260K: 64 wide, 8 heads of 8, 4 KV heads, MLP 172).
 import { test, before, after } from 'node:test';
@@ -148,6 +149,29 @@ test('adapters load and unload at run time', async () => {
   r = await post('/v1/load_lora_adapter', { lora_name: 'beta', lora_path: BETA });
   assert.equal(r.status, 200, r.text);
   assert.equal((await complete('beta')).choices[0].text, beta.choices[0].text);
+});
+
+test('an unload while a request runs with the adapter is deferred: the request finishes with it', async () => {
+  let r = await post('/v1/load_lora_adapter', { lora_name: 'gamma', lora_path: BETA });
+  assert.equal(r.status, 200, r.text);
+  const expect = (await complete('gamma', { max_tokens: 120, ignore_eos: true })).choices[0].text;
+  const stream = await client.completions.create({ model: 'gamma', prompt: PROMPT, max_tokens: 120, temperature: 0,
+    ignore_eos: true, stream: true });
+  let text = '';
+  let unloaded = false;
+  let finish = null;
+  for await (const c of stream) {
+    text += c.choices[0]?.text ?? '';
+    if (c.choices[0]?.finish_reason) finish = c.choices[0].finish_reason;
+    if (!unloaded) { // after the first chunk: the request holds the adapter
+      unloaded = true;
+      r = await post('/v1/unload_lora_adapter', { lora_name: 'gamma' });
+      assert.equal(r.status, 200, r.text);
+    }
+  }
+  assert.equal(finish, 'length');
+  assert.equal(text, expect);
+  await assert.rejects(complete('gamma'), (e) => e instanceof OpenAI.NotFoundError);
 });
 
 test('an unknown model, or several adapters in one request, are refused', async () => {
