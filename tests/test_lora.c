@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu_features.h"
+#include "model/lora.h"
 #include "pagedlm.h"
 #include "support/gguf_writer.h"
 #include "support/st_writer.h"
@@ -625,6 +627,36 @@ static void test_gguf_models_and_adapters(void) {
     adapter_free(&ad);
 }
 
+/* ---- the row kernel's builds ------------------------------------------------------------ */
+
+/* Every instruction set's build of the row delta gives the portable build's
+ * bytes, at odd sizes (tails) and at a real model's. */
+static void test_row_kernels_match_portable(void) {
+    static const int sizes[][3] = {{37, 29, 5}, {1024, 3072, 16}, {3072, 1024, 16}, {64, 17, 1}, {16, 16, 64}};
+    static const pdl_isa isas[] = {PDL_ISA_AVX2, PDL_ISA_AVX512, PDL_ISA_NEON};
+    int tried = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        int in = sizes[k][0], out = sizes[k][1], rank = sizes[k][2];
+        rng_state = 99 + k;
+        float *a = rnd_vec((size_t)rank * in, 0.3f), *bt = rnd_vec((size_t)rank * out, 0.3f);
+        float *x = rnd_vec((size_t)in, 1.0f), *y0 = rnd_vec((size_t)out, 1.0f);
+        float *want = malloc((size_t)out * sizeof *want), *got = malloc((size_t)out * sizeof *got);
+        lora_pair pr = {.a = a, .bt = bt, .in = in, .out = out};
+        memcpy(want, y0, (size_t)out * sizeof *want);
+        lora_row_portable(&pr, rank, 0.7f, x, want);
+        for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+            if (!cpu_isa_supported(isas[i])) continue;
+            memcpy(got, y0, (size_t)out * sizeof *got);
+            lora_row_for(isas[i])(&pr, rank, 0.7f, x, got);
+            CHECK(memcmp(got, want, (size_t)out * sizeof *got) == 0);
+            tried++;
+        }
+        CHECK(memcmp(want, y0, (size_t)out * sizeof *want) != 0);
+        free(a), free(bt), free(x), free(y0), free(want), free(got);
+    }
+    printf("  %d instruction-set builds compared with the portable one\n", tried);
+}
+
 /* ---- refusals ---------------------------------------------------------------------- */
 
 static void expect_load_error(const char *dir, const char *needle) {
@@ -707,6 +739,7 @@ int main(void) {
     RUN(test_mixed_batch_bit_identical);
     RUN(test_prefix_cache_keeps_adapters_apart);
     RUN(test_gguf_models_and_adapters);
+    RUN(test_row_kernels_match_portable);
     RUN(test_refusals);
     pdl_model_free(model);
     for (int l = 0; l < L; l++)

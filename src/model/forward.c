@@ -496,15 +496,17 @@ static int attention_layer(pdl_context *ctx, row_task *t, const float *xn, doubl
     };
     if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, xn, n, qkv, 3))
         return fwd_kernel_failed(ctx, t->layer, "q/k/v projections", err);
-    for (int i = 0; i < 3; i++) /* LoRA: each sequence's adapter delta on its rows (lora.h) */
-        lora_apply(ctx->pool, t->b, t->layer, (lora_module)(LORA_Q + i), xn, c->hidden, qkv[i].y, qkv[i].ldy);
+    lora_job qkv_lora[3]; /* LoRA: each sequence's adapter delta on its rows (lora.h) */
+    for (int i = 0; i < 3; i++)
+        qkv_lora[i] = (lora_job){(lora_module)(LORA_Q + i), xn, c->hidden, qkv[i].y, qkv[i].ldy};
+    lora_apply(ctx->pool, ctx->kernels.isa, t->b, t->layer, qkv_lora, 3);
     threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, t);
     atomic_store_explicit(&t->next_task, 0, memory_order_relaxed);
     threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, t);
     if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, t);
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, c->hidden, s->attn, n, &lw->wo, lw->bo.data, accumulate))
         return fwd_kernel_failed(ctx, t->layer, "attention output", err);
-    lora_apply(ctx->pool, t->b, t->layer, LORA_O, s->attn, q_dim, out, c->hidden);
+    lora_apply(ctx->pool, ctx->kernels.isa, t->b, t->layer, &(lora_job){LORA_O, s->attn, q_dim, out, c->hidden}, 1);
     return 0;
 }
 
@@ -589,8 +591,9 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
                                 {.y = s->up, .ldy = c->ffn, .w = &lw->w_up}};
         if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, gu, 2))
             return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
-        lora_apply(ctx->pool, b, l, LORA_GATE, branch_in, c->hidden, s->gate, c->ffn);
-        lora_apply(ctx->pool, b, l, LORA_UP, branch_in, c->hidden, s->up, c->ffn);
+        lora_job gu_lora[2] = {{LORA_GATE, branch_in, c->hidden, s->gate, c->ffn},
+                               {LORA_UP, branch_in, c->hidden, s->up, c->ffn}};
+        lora_apply(ctx->pool, ctx->kernels.isa, b, l, gu_lora, 2);
         gate_task gt = {.gate = s->gate, .up = s->up, .width = c->ffn, .rows = n, .act = act};
         threadpool_run_n(ctx->pool, row_threads, gate_rows, &gt);
     } else if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
@@ -600,7 +603,8 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
                    &lw->w_down, NULL, direct_add))
         return fwd_kernel_failed(ctx, l, "MLP down", err);
-    lora_apply(ctx->pool, b, l, LORA_DOWN, s->gate, c->ffn, direct_add ? s->x : s->branch, c->hidden);
+    lora_job down_lora = {LORA_DOWN, s->gate, c->ffn, direct_add ? s->x : s->branch, c->hidden};
+    lora_apply(ctx->pool, ctx->kernels.isa, b, l, &down_lora, 1);
     if (!direct_add) {
         t->norm = &lw->post_ffn_norm;
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);

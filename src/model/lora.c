@@ -46,17 +46,19 @@ static const char *const PEFT_MODULES[LORA_N_MODULES] = {"self_attn.q_proj", "se
 static const char *const GGUF_MODULES[LORA_N_MODULES] = {"attn_q",   "attn_k", "attn_v",  "attn_output",
                                                          "ffn_gate", "ffn_up", "ffn_down"};
 
-/* ---- the fixed-order dot product --------------------------------------------- */
+/* ---- one row ------------------------------------------------------------------------ */
 
-float lora_dot(const float *a, const float *b, int n) {
-    float acc[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i + j < n; j++) acc[j] += a[i + j] * b[i + j];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
-    return acc[0];
+#define LORA_ROW_NAME lora_row_portable
+#include "model/lora_row_body.h"
+
+lora_row_fn lora_row_for(pdl_isa isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (isa == PDL_ISA_AVX512) return lora_row_avx512;
+    if (isa == PDL_ISA_AVX2) return lora_row_avx2;
+#else
+    (void)isa;
+#endif
+    return lora_row_portable;
 }
 
 /* ---- applying --------------------------------------------------------------------- */
@@ -71,11 +73,9 @@ bool lora_batch_touches(const pdl_batch *b, int layer, lora_module m) {
 typedef struct lora_task {
     const pdl_batch *b;
     int layer;
-    lora_module m;
-    const float *x;
-    int64_t ldx;
-    float *y;
-    int64_t ldy;
+    const lora_job *jobs;
+    int n_jobs;
+    lora_row_fn row;
 } lora_task;
 
 static void lora_rows(void *p, int ith, int nth) {
@@ -83,32 +83,34 @@ static void lora_rows(void *p, int ith, int nth) {
     const pdl_batch *b = t->b;
     long r0, r1;
     threadpool_split_range(b->n_tokens, ith, nth, &r0, &r1);
-    float tmp[PDL_LORA_MAX_RANK];
     int s = 0;
     for (long r = r0; r < r1; r++) {
         while (b->cu_seqlens[s + 1] <= r) s++;
         const pdl_lora *lora = b->lora[s];
-        const lora_pair *pr = lora_pair_at(lora, t->layer, t->m);
-        if (!pr) continue;
-        float scale = lora->scale * (b->lora_scale ? b->lora_scale[s] : 1.0f);
-        const float *x = t->x + r * t->ldx;
-        float *y = t->y + r * t->ldy;
-        int rank = lora->rank;
-        for (int k = 0; k < rank; k++) tmp[k] = lora_dot(pr->a + (size_t)k * pr->in, x, pr->in);
-        for (int o = 0; o < pr->out; o++) y[o] += scale * lora_dot(pr->b + (size_t)o * rank, tmp, rank);
+        for (int j = 0; j < t->n_jobs; j++) {
+            const lora_job *job = &t->jobs[j];
+            const lora_pair *pr = lora_pair_at(lora, t->layer, job->m);
+            if (!pr) continue;
+            float scale = lora->scale * (b->lora_scale ? b->lora_scale[s] : 1.0f);
+            t->row(pr, lora->rank, scale, job->x + r * job->ldx, job->y + r * job->ldy);
+        }
     }
 }
 
-void lora_apply(pdl_threadpool *pool, const pdl_batch *b, int layer, lora_module m, const float *x, int64_t ldx,
-                float *y, int64_t ldy) {
-    if (!lora_batch_touches(b, layer, m)) return;
+void lora_apply(pdl_threadpool *pool, pdl_isa isa, const pdl_batch *b, int layer, const lora_job *jobs, int n_jobs) {
+    if (!b->lora) return;
     double work = 0;
-    for (int s = 0; s < b->n_seqs; s++) {
-        const lora_pair *pr = lora_pair_at(b->lora[s], layer, m);
-        if (pr) work += (double)(b->cu_seqlens[s + 1] - b->cu_seqlens[s]) * b->lora[s]->rank * (pr->in + pr->out);
-    }
-    lora_task t = {.b = b, .layer = layer, .m = m, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
-    threadpool_run_n(pool, threadpool_threads_for(pool, work, 32768.0), lora_rows, &t);
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int j = 0; j < n_jobs; j++) {
+            const lora_pair *pr = lora_pair_at(b->lora[s], layer, jobs[j].m);
+            if (pr)
+                work += (double)(b->cu_seqlens[s + 1] - b->cu_seqlens[s]) * b->lora[s]->rank * (pr->in + pr->out);
+        }
+    if (work == 0) return;
+    lora_task t = {.b = b, .layer = layer, .jobs = jobs, .n_jobs = n_jobs, .row = lora_row_for(isa)};
+    /* ~256k multiply-adds per thread at least: a decode step's deltas are
+     * small, and a parallel region costs its wake-ups */
+    threadpool_run_n(pool, threadpool_threads_for(pool, work, 262144.0), lora_rows, &t);
 }
 
 /* ---- loading ---------------------------------------------------------------------- */
@@ -189,11 +191,8 @@ static int lora_build(pdl_lora *l, const pdl_model *m, const lora_found *f, bool
     l->pairs = calloc((size_t)c->n_layers * LORA_N_MODULES, sizeof *l->pairs);
     l->data = malloc(floats * sizeof *l->data);
     size_t most_out = 0;
-    for (int layer = 0; layer < c->n_layers; layer++) {
-        const pdl_tensor *wq = base_weight(m, layer, LORA_Q), *wk = base_weight(m, layer, LORA_K);
-        if (wq->data && (size_t)wq->shape[0] > most_out) most_out = (size_t)wq->shape[0];
-        if (wk->data && (size_t)wk->shape[0] > most_out) most_out = (size_t)wk->shape[0];
-    }
+    for (size_t k = 0; k < (size_t)c->n_layers * LORA_N_MODULES; k++)
+        if (f->b[k] && (size_t)f->b[k]->shape[0] > most_out) most_out = (size_t)f->b[k]->shape[0];
     float *tmp = malloc((most_out ? most_out : 1) * (size_t)rank * sizeof *tmp);
     if (!l->pairs || !l->data || !tmp) {
         free(tmp);
@@ -241,14 +240,18 @@ static int lora_build(pdl_lora *l, const pdl_model *m, const lora_found *f, bool
                 }
                 permute_rows(pb, p->out, rank, heads, model_gguf_layout, tmp);
             }
-            p->a = pa;
-            p->b = pb;
-            l->module_mask |= 1u << mod;
-            l->n_pairs++;
             int32_t ids[2] = {layer, mod};
             XXH3_128bits_update(&st, ids, sizeof ids);
             XXH3_128bits_update(&st, pa, (size_t)rank * p->in * sizeof *pa);
             XXH3_128bits_update(&st, pb, (size_t)p->out * rank * sizeof *pb);
+            /* B (out, rank) -> B^T (rank, out) */
+            memcpy(tmp, pb, (size_t)p->out * rank * sizeof *tmp);
+            for (int o = 0; o < p->out; o++)
+                for (int k = 0; k < rank; k++) pb[(size_t)k * p->out + o] = tmp[(size_t)o * rank + k];
+            p->a = pa;
+            p->bt = pb;
+            l->module_mask |= 1u << mod;
+            l->n_pairs++;
         }
     free(tmp);
     XXH128_hash_t h = XXH3_128bits_digest(&st);

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/cpu_features.h"
 #include "kernels/threadpool.h"
 #include "model/model.h"
 #include "pagedlm.h"
@@ -33,9 +34,11 @@ typedef enum lora_module {
     LORA_N_MODULES
 } lora_module;
 
-/* One module's low-rank pair: A (rank, in) then B (out, rank), row-major F32. */
+/* One module's low-rank pair: A (rank, in) and B transposed, (rank, out),
+ * row-major F32 (B^T so that the second product runs along contiguous
+ * outputs). */
 typedef struct lora_pair {
-    const float *a, *b; /* NULL: the module is not changed */
+    const float *a, *bt; /* NULL: the module is not changed */
     int in, out;
 } lora_pair;
 
@@ -64,17 +67,32 @@ static inline const lora_pair *lora_pair_at(const pdl_lora *lora, int layer, lor
  * layer l. */
 bool lora_batch_touches(const pdl_batch *b, int layer, lora_module m);
 
-/* y[r * ldy + o] += s * sum_k B[o][k] (sum_i A[k][i] x[r * ldx + i]) for
- * every row r of a sequence whose adapter changes module m of layer l,
- * s = the adapter's scale times the sequence's lora_scale. Rows split over
- * the pool's threads; each row's sums in one fixed order (lora_dot), so
- * the result is the same whatever the batch. */
-void lora_apply(pdl_threadpool *pool, const pdl_batch *b, int layer, lora_module m, const float *x, int64_t ldx,
-                float *y, int64_t ldy);
+/* One module's delta of lora_apply: input rows x (ldx apart), output rows
+ * y (ldy apart). */
+typedef struct lora_job {
+    lora_module m;
+    const float *x;
+    int64_t ldx;
+    float *y;
+    int64_t ldy;
+} lora_job;
 
-/* The fixed-order dot product the deltas use: 16 partial sums over
- * i mod 16, then the tail, then a fixed pairwise tree (written so that
- * compilers vectorise it without reordering: the same bits at any width). */
-float lora_dot(const float *a, const float *b, int n);
+/* For each job: y[r * ldy + o] += sum_k (s t_k) B[o][k], t_k = sum_i A[k][i]
+ * x[r * ldx + i] (lora_row_body.h), k ascending, for every row r of a sequence
+ * whose adapter changes module m of layer l, s = the adapter's scale times
+ * the sequence's lora_scale. One parallel region for all the jobs, rows
+ * split over the threads; a row's sums depend on nothing but the row, so
+ * the result is the same whatever the batch. */
+void lora_apply(pdl_threadpool *pool, pdl_isa isa, const pdl_batch *b, int layer, const lora_job *jobs, int n_jobs);
+
+/* One row's delta: y[o] += sum_k (scale t_k) B[o][k] (lora_row_body.h),
+ * one build per instruction set, the same bits from each. */
+typedef void (*lora_row_fn)(const lora_pair *pr, int rank, float scale, const float *x, float *y);
+void lora_row_portable(const lora_pair *pr, int rank, float scale, const float *x, float *y);
+void lora_row_avx2(const lora_pair *pr, int rank, float scale, const float *x, float *y);
+void lora_row_avx512(const lora_pair *pr, int rank, float scale, const float *x, float *y);
+/* The build for family isa (the portable one for a family without its own:
+ * aarch64's NEON is its baseline, which the portable build vectorises for). */
+lora_row_fn lora_row_for(pdl_isa isa);
 
 #endif
