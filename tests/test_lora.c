@@ -20,6 +20,7 @@
  * outside the tolerance, so the comparison can fail.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -366,6 +367,39 @@ static void test_rslora_and_all_modules(void) {
     CHECK(d < TOL);
     CHECK(dw > 100 * TOL);
     free(got), free(ref), free(wrong);
+    pdl_lora_free(lora);
+    adapter_free(&ad);
+    free(dir);
+}
+
+/* `pagedlm logits --lora DIR --lora-scale S`: the library's bytes (%.9g
+ * round-trips a float), and an adapter that does not load is an error. */
+static void test_cli_logits_lora(void) {
+    adapter ad;
+    char *dir = write_adapter(&ad, "cli", 51, 4, 8.0, false, MASK_QVOGD, NULL);
+    pdl_lora *lora = load_lora(dir);
+    float *want = engine_logits(TOKENS, 8, lora, 0.5f);
+    char args[4096];
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,17,5,33,60,2,9,41 --kv-cache-dtype f32 --lora '%s' "
+             "--lora-scale 0.5 --all-rows", model_dir, dir);
+    cmd_result r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 0);
+    json_t *o = json_loads(r.out ? r.out : "", 0, NULL);
+    const json_t *rows = json_object_get(o, "logits");
+    CHECK_EQ_INT(json_array_size(rows), 8);
+    int differ = 0;
+    for (size_t i = 0; i < json_array_size(rows) && i < 8; i++)
+        for (int v = 0; v < V; v++)
+            differ += (float)json_number_value(json_array_get(json_array_get(rows, i), (size_t)v)) != want[i * V + v];
+    CHECK_EQ_INT(differ, 0);
+    json_decref(o);
+    test_free_result(&r);
+    snprintf(args, sizeof args, "logits -m '%s' --tokens 1,17 --lora '%s/missing'", model_dir, dir);
+    r = test_pagedlm(args);
+    CHECK_EQ_INT(r.status, 1);
+    CHECK_CONTAINS(r.err, "no such file or folder");
+    test_free_result(&r);
+    free(want);
     pdl_lora_free(lora);
     adapter_free(&ad);
     free(dir);
@@ -736,6 +770,7 @@ int main(void) {
     REQUIRE_MSG(pdl_model_load(&model, model_dir, &o, &err) == 0, "%s", err.message);
     RUN(test_peft_against_reference);
     RUN(test_rslora_and_all_modules);
+    RUN(test_cli_logits_lora);
     RUN(test_mixed_batch_bit_identical);
     RUN(test_prefix_cache_keeps_adapters_apart);
     RUN(test_gguf_models_and_adapters);
