@@ -474,6 +474,38 @@ int pdl_context_threads(const pdl_context *ctx);
 uint64_t pdl_context_expert_runs(const pdl_context *ctx);
 
 /*
+ * LoRA adapters (src/model/lora.c): low-rank deltas y += scale * B (A x) on
+ * a model's per-layer linear weights (q, k, v, o, gate, up, down), applied
+ * per sequence in a packed batch, so sequences of different adapters (or of
+ * none) run in one forward. Loaded from a PEFT folder (adapter_config.json
+ * + adapter_model.safetensors) or a llama.cpp LoRA GGUF, checked against
+ * the model's shapes, held as F32. Reference counted: a request or batch
+ * user takes a reference (pdl_lora_ref); pdl_lora_free drops one and frees
+ * the adapter with the last. The model must outlive its adapters.
+ */
+typedef struct pdl_lora pdl_lora;
+
+#define PDL_LORA_MAX_RANK 512
+
+typedef struct pdl_lora_info {
+    int rank;
+    float alpha;
+    float scale;          /* alpha / rank, or alpha / sqrt(rank) with use_rslora */
+    int n_pairs;          /* (layer, module) pairs the adapter changes */
+    char modules[64];     /* the modules it changes, e.g. "q,v,o,gate,down" */
+    uint64_t key[2];      /* a hash of its ranks, scale and weights: the prefix cache keeps adapters apart by it */
+} pdl_lora_info;
+
+/* Loads the adapter at path (a PEFT folder, its adapter_config.json, or a
+ * llama.cpp LoRA GGUF) for model; a clear error naming the file and tensor
+ * when it does not fit the model or uses what is not supported (DoRA, bias,
+ * modules_to_save, per-module rank or alpha patterns, ...). */
+int pdl_lora_load(pdl_lora **out, const pdl_model *model, const char *path, pdl_error *err);
+pdl_lora *pdl_lora_ref(pdl_lora *lora);
+void pdl_lora_free(pdl_lora *lora);
+void pdl_lora_get_info(const pdl_lora *lora, pdl_lora_info *info);
+
+/*
  * One forward over a packed batch of sequences. Row i (0 <= i < n_tokens) is
  * token token_ids[i] at position positions[i] of the sequence s whose segment
  * cu_seqlens[s] <= i < cu_seqlens[s+1] holds it. Each sequence's K/V rows go to
@@ -530,6 +562,12 @@ typedef struct pdl_batch {
      * p % state_chunk == state_chunk - 1 (that row closes a chunk of the
      * state): the next segment then starts at the position kept. */
     const int32_t *state_slots;
+    /* LoRA (pdl_lora): NULL, or [n_seqs] the adapter of each sequence (NULL:
+     * none), with lora_scale [n_seqs] its multiplier (NULL: 1 each). The
+     * adapters must be the forward's model's. A row's result does not
+     * depend on the other rows' adapters. */
+    const pdl_lora *const *lora;
+    const float *lora_scale;
 } pdl_batch;
 
 int pdl_forward(pdl_context *ctx, pdl_kv_cache *kv, const pdl_batch *batch,
@@ -560,6 +598,8 @@ typedef struct pdl_seq {
     int n_cached;         /* positions 0 .. n_cached-1 are in the cache */
     void *packer;         /* internal: the engine's batch packer, kept between calls (no allocation per
                            * token); pdl_seq_release frees it */
+    const pdl_lora *lora; /* the adapter its rows run with (NULL: none; the caller keeps it alive) */
+    float lora_scale;     /* its multiplier; 0 = 1 */
 } pdl_seq;
 
 typedef enum pdl_logits_rows {
@@ -855,6 +895,10 @@ typedef struct pdl_request_params {
                                     (no logits are computed for it), one PDL_EVENT_EMBEDDING then FINISHED
                                     ("stop"); n must be 1, and no grammar, reasoning or prompt logprobs */
     bool normalize;              /* the embedding is divided by its L2 norm */
+    pdl_lora *lora;              /* the LoRA adapter the request runs with (the engine keeps its own reference
+                                    while the request lives), or NULL; its prefix-cache blocks are shared only
+                                    with requests of the same adapter and scale */
+    float lora_scale;            /* the adapter's multiplier (llama.cpp's lora scale); 0 = 1 */
 } pdl_request_params;
 
 typedef enum pdl_event_kind {

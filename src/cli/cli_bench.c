@@ -99,6 +99,10 @@ static uint64_t depth_seed(int t, int b) { return 0xd3b7ull * 1000003 + (uint64_
  * prompt tokens per second of prefill when n_gen == 1, else aggregate
  * generated tokens per second after every first token. *cached grows by the
  * prompt tokens the prefix cache served. */
+/* --lora: sequence b of a run takes bench_loras[b % n_bench_loras] */
+static pdl_lora *bench_loras[8];
+static int n_bench_loras;
+
 static int run_once(pdl_engine *e, int vocab, int depth, int test, int n_prompt, int n_gen, int batch, uint64_t seed,
                     float temp, double *tps, long *cached) {
     run_clock c = {.batch = batch};
@@ -115,7 +119,8 @@ static int run_once(pdl_engine *e, int vocab, int depth, int test, int n_prompt,
         for (int i = 0; i < depth; i++) prompt[i] = (int32_t)(rng_next(&ds) % (uint64_t)vocab);
         for (int i = depth; i < depth + n_prompt; i++) prompt[i] = (int32_t)(rng_next(&seed) % (uint64_t)vocab);
         sc[b] = (seq_clock){&c, 0};
-        pdl_request_params p = {.max_tokens = n_gen, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1};
+        pdl_request_params p = {.max_tokens = n_gen, .ignore_eos = true, .logprobs = -1, .prompt_logprobs = -1,
+                                .lora = n_bench_loras ? bench_loras[b % n_bench_loras] : NULL};
         p.sampling.temperature = temp;
         p.sampling.seed = seed + (uint64_t)b;
         if (pdl_engine_add_request(e, prompt, (size_t)(depth + n_prompt), &p, on_seq_event, &sc[b], NULL, &err)) {
@@ -281,6 +286,7 @@ typedef struct bench_args {
     int spec_ngram, spec_k, spec_mtp;
     float spec_temp;
     const char *spec_model;
+    const char *loras;           /* --lora A[,B...] */
 } bench_args;
 
 static int parse_prompt_lengths(void *args, const cli_option *o, const char *opt, const char *v) {
@@ -328,6 +334,8 @@ static const cli_option BENCH_OPTIONS[] = {
      .help = "sequences decoding together in tgN tests, up to 8 values in [1, 256] (default 1)"},
     {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
      .help = "worker threads (default: all cores)"},
+    {"--lora", NULL, CLI_OPT_STRING, A(loras), .value = "PATH[,PATH...]",
+     .help = "LoRA adapters (up to 8): sequence b of a test runs with the (b mod count)-th"},
     {"--logits", NULL, CLI_OPT_LOGITS, A(eo.logits_mode), .value = "auto|full|selective",
      .help = "head over sampled rows only (auto: when the load-time probe passes)"},
     {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
@@ -373,6 +381,18 @@ int cli_bench(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.message);
         return CLI_FAIL;
     }
+    char *lora_list = a.loras ? strdup(a.loras) : NULL;
+    for (char *t = lora_list ? strtok(lora_list, ",") : NULL; t && n_bench_loras < 8; t = strtok(NULL, ",")) {
+        if (pdl_lora_load(&bench_loras[n_bench_loras], model, t, &err)) {
+            fprintf(stderr, "error: %s\n", err.message);
+            free(lora_list);
+            while (n_bench_loras) pdl_lora_free(bench_loras[--n_bench_loras]);
+            pdl_model_free(model);
+            return CLI_FAIL;
+        }
+        n_bench_loras++;
+    }
+    free(lora_list);
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     int max_pp = 1, max_depth = 0;
@@ -625,6 +645,7 @@ int cli_bench(int argc, char **argv) {
         pdl_model_free(draft);
     }
     pdl_engine_free(e);
+    while (n_bench_loras) pdl_lora_free(bench_loras[--n_bench_loras]);
     pdl_model_free(model);
     return rc;
 }

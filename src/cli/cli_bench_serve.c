@@ -34,11 +34,14 @@ typedef struct bench_cfg {
     char auth[512];        /* "Authorization: Bearer KEY\r\n" or "" */
     bool chat, ignore_eos;
     sem_t *slots;          /* max concurrency, or NULL */
+    char **loras;          /* [n_loras] --lora-modules: request k names loras[k % n_loras] as its model */
+    int n_loras;
 } bench_cfg;
 
 typedef struct job {
     const bench_cfg *cfg;
     const bench_prompt *prompt;
+    const char *model;     /* the model name it asks for */
     request_record *rec;
     double send_at;        /* absolute monotonic time */
     sse_parser sse;
@@ -89,7 +92,7 @@ static void *run_job(void *p) {
     }
     if (c->slots) sem_wait(c->slots);
     json_t *body = json_object();
-    json_object_set_new(body, "model", json_string(c->model));
+    json_object_set_new(body, "model", json_string(j->model));
     if (c->chat) {
         json_object_set_new(body, "messages",
                             json_pack("[{s:s, s:s}]", "role", "user", "content", j->prompt->text));
@@ -132,6 +135,7 @@ static void *run_job(void *p) {
 typedef struct bench_serve_args {
     const char *base, *endpoint, *model, *dataset, *dataset_path, *tokenizer, *save, *api_key;
     const char *pcts_s;          /* --metric-percentiles as given: "99" or "50,90,99" */
+    const char *loras;           /* --lora-modules as given: "a,b,c" */
     int input_len, output_len, prefix_len, num_prompts, max_conc;
     float range_ratio, rate;     /* rate: requests per second, INFINITY: all at once */
     uint64_t seed;
@@ -192,6 +196,9 @@ static const cli_option BENCH_SERVE_OPTIONS[] = {
      .help = "percentiles reported, e.g. 50,90,99 (default 99)"},
     {"--save-result", NULL, CLI_OPT_STRING, A(save), .value = "FILE.json", .help = "also write the results there"},
     {"--api-key", NULL, CLI_OPT_STRING, A(api_key), .value = "KEY", .help = "sent as 'Authorization: Bearer KEY'"},
+    {"--lora-modules", "--lora-names", CLI_OPT_STRING, A(loras), .value = "A,B,...",
+     .help = "LoRA adapter names the server serves: request k asks for the k-th in turn\n"
+             "(round robin; vLLM's bench picks at random) instead of --model"},
 };
 #undef A
 
@@ -201,7 +208,7 @@ static const cli_command BENCH_SERVE_COMMAND = {
              "       [--dataset-name random|jsonl] [--dataset-path FILE.jsonl] [--tokenizer MODEL_OR_DIR]\n"
              "       [--input-len 1024] [--output-len 128] [--range-ratio 0] [--prefix-len 0]\n"
              "       [--num-prompts 1000] [--request-rate inf] [--seed 0] [--max-concurrency N] [--ignore-eos]\n"
-             "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY]\n",
+             "       [--metric-percentiles 99[,90,...]] [--save-result FILE.json] [--api-key KEY] [--lora-modules A,B]\n",
     .options = BENCH_SERVE_OPTIONS,
     .n_options = sizeof BENCH_SERVE_OPTIONS / sizeof BENCH_SERVE_OPTIONS[0],
 };
@@ -233,6 +240,16 @@ int cli_bench_serve(int argc, char **argv) {
     if (a.api_key) snprintf(cfg.auth, sizeof cfg.auth, "Authorization: Bearer %s\r\n", a.api_key);
     if (!a.model) {
         fprintf(stderr, "error: bench-serve needs --model (the served model name)\n");
+        return CLI_USAGE;
+    }
+    char *lora_list = a.loras ? strdup(a.loras) : NULL;
+    char *lora_names[64];
+    for (char *t = lora_list ? strtok(lora_list, ",") : NULL; t && cfg.n_loras < 64; t = strtok(NULL, ","))
+        lora_names[cfg.n_loras++] = t;
+    cfg.loras = lora_names;
+    if (a.loras && cfg.n_loras == 0) {
+        fprintf(stderr, "error: --lora-modules expects comma-separated adapter names\n");
+        free(lora_list);
         return CLI_USAGE;
     }
     if (http_parse_url(a.base, &cfg.url)) {
@@ -292,7 +309,8 @@ int cli_bench_serve(int argc, char **argv) {
     double t0 = mono();
     int started = 0;
     for (int k = 0; k < n; k++) {
-        jobs[k] = (job){.cfg = &cfg, .prompt = &prompts[k], .rec = &recs[k], .send_at = t0 + offsets[k]};
+        jobs[k] = (job){.cfg = &cfg, .prompt = &prompts[k], .rec = &recs[k], .send_at = t0 + offsets[k],
+                        .model = cfg.n_loras ? cfg.loras[k % cfg.n_loras] : cfg.model};
         if (pthread_create(&th[k], &attr, run_job, &jobs[k]) != 0) {
             recs[k].ok = false;
             snprintf(recs[k].error, sizeof recs[k].error, "could not start a client thread");
@@ -329,5 +347,6 @@ int cli_bench_serve(int argc, char **argv) {
     free(offsets), free(recs), free(jobs), free(th);
     dataset_free(prompts, n);
     if (cfg.slots) sem_destroy(&slots);
+    free(lora_list);
     return rc;
 }

@@ -15,6 +15,8 @@
 /* What the command line asks for. */
 typedef struct logits_args {
     const char *model_path, *tokens_arg, *prompt;
+    const char *lora_path;       /* --lora */
+    float lora_scale;            /* --lora-scale */
     cli_images ci;               /* --image paths and --mmproj */
     bool all_rows;
     int threads, ctx;
@@ -40,6 +42,10 @@ static const cli_option LOGITS_OPTIONS[] = {
      .help = "the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging Face\n"
              "LLaVA folder brings its own"},
     {"--all-rows", NULL, CLI_OPT_FLAG, A(all_rows), .help = "every row's logits, not only the last"},
+    {"--lora", NULL, CLI_OPT_STRING, A(lora_path), .value = "PATH",
+     .help = "a LoRA adapter: a PEFT folder or a llama.cpp LoRA GGUF"},
+    {"--lora-scale", NULL, CLI_OPT_FLOAT, A(lora_scale), .min = -1e6, .max = 1e6, .value = "S",
+     .help = "the adapter's multiplier (default 1)"},
     {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
     {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
      .help = "worker threads (default: all cores)"},
@@ -52,14 +58,14 @@ static const cli_option LOGITS_OPTIONS[] = {
 static const cli_command LOGITS_COMMAND = {
     .name = "logits",
     .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16|q8_0]\n"
-             "       [--image FILE]... [--mmproj FILE] [--threads N] [--ctx-size N]\n"
+             "       [--image FILE]... [--mmproj FILE] [--lora PATH [--lora-scale S]] [--threads N] [--ctx-size N]\n"
              "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n",
     .options = LOGITS_OPTIONS,
     .n_options = sizeof LOGITS_OPTIONS / sizeof LOGITS_OPTIONS[0],
 };
 
 int cli_logits(int argc, char **argv) {
-    logits_args a = {.kv_dtype = PDL_KV_F16};
+    logits_args a = {.kv_dtype = PDL_KV_F16, .lora_scale = 1.0f};
     int prc = cli_parse(&LOGITS_COMMAND, argc, argv, &a);
     if (prc) return prc > 0 ? CLI_OK : CLI_USAGE;
     if (!a.model_path || !!a.tokens_arg + !!a.prompt != 1) {
@@ -83,6 +89,13 @@ int cli_logits(int argc, char **argv) {
         free(ids);
         return CLI_FAIL;
     }
+    pdl_lora *lora = NULL;
+    if (a.lora_path && pdl_lora_load(&lora, model, a.lora_path, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        pdl_model_free(model);
+        free(ids);
+        return CLI_FAIL;
+    }
     pdl_model_info info;
     pdl_model_get_info(model, &info);
     /* -p: the text's ids, with each image's rows (their vectors in embd) */
@@ -92,6 +105,7 @@ int cli_logits(int argc, char **argv) {
     if (a.prompt) {
         if (cli_images_open(&a.ci, model, a.model_path)) {
             cli_images_close(&a.ci);
+            pdl_lora_free(lora);
             pdl_model_free(model);
             return CLI_FAIL;
         }
@@ -128,6 +142,7 @@ int cli_logits(int argc, char **argv) {
             free(image_rows), free(embd), free(ids);
             pdl_mm_prompt_free(&mm);
             cli_images_close(&a.ci);
+            pdl_lora_free(lora);
             pdl_model_free(model);
             return CLI_FAIL;
         }
@@ -137,7 +152,8 @@ int cli_logits(int argc, char **argv) {
     pdl_context *run = NULL;
     size_t rows = a.all_rows ? n : 1;
     float *logits = malloc(rows * (size_t)info.vocab * sizeof *logits);
-    pdl_seq seq = {0};
+    /* scale 0 is the adapter off, as llama.cpp's; pdl_seq's 0 means 1 */
+    pdl_seq seq = {.lora = a.lora_scale != 0.0f ? lora : NULL, .lora_scale = a.lora_scale};
     int bs = 16;
     if (!logits) {
         fprintf(stderr, "error: out of memory\n");
@@ -199,6 +215,7 @@ int cli_logits(int argc, char **argv) {
     free(image_rows), free(embd);
     pdl_mm_prompt_free(&mm);
     cli_images_close(&a.ci);
+    pdl_lora_free(lora);
     pdl_model_free(model);
     return rc;
 }

@@ -174,6 +174,8 @@ static int print_probe(pdl_model *model) {
 /* What the command line asks for. */
 typedef struct run_args {
     const char *model_path, *prompt, *tokens_arg, *batch_file;
+    const char *lora_path;        /* --lora */
+    float lora_scale;             /* --lora-scale */
     cli_images ci;                /* --image paths and --mmproj */
     const char *stops[64];
     int n_stops;
@@ -251,6 +253,10 @@ static const cli_option RUN_OPTIONS[] = {
     {"--mmproj", NULL, CLI_OPT_STRING, A(ci.mmproj), .value = "FILE",
      .help = "the vision model of a GGUF text model (llama.cpp's mmproj GGUF); a Hugging\n"
              "Face LLaVA folder brings its own"},
+    {"--lora", NULL, CLI_OPT_STRING, A(lora_path), .value = "PATH",
+     .help = "a LoRA adapter (llama.cpp's flag): a PEFT folder or a llama.cpp LoRA GGUF"},
+    {"--lora-scale", NULL, CLI_OPT_FLOAT, A(lora_scale), .min = -1e6, .max = 1e6, .value = "S",
+     .help = "the adapter's multiplier (default 1; 0 = off)"},
     {"--n-predict", "-n", CLI_OPT_INT, A(n_predict), .min = 0, .max = 1 << 30, .value = "N",
      .help = "tokens to generate (default 128)"},
     {"--temp", NULL, CLI_OPT_FLOAT, A(temp), .min = 0, .max = INFINITY, .value = "T",
@@ -343,7 +349,7 @@ static const cli_command RUN_COMMAND = {
 };
 
 int cli_run(int argc, char **argv) {
-    run_args a = {.eo = {.log = cli_log_stderr}, .n_predict = 128, .n_samples = 1, .n_logprobs = -1, .temp = 0.8f,
+    run_args a = {.eo = {.log = cli_log_stderr}, .lora_scale = 1.0f, .n_predict = 128, .n_samples = 1, .n_logprobs = -1, .temp = 0.8f,
                   .think_budget = -1, .kv_dtype = PDL_KV_F16};
     int prc = cli_parse(&RUN_COMMAND, argc, argv, &a);
     if (prc) {
@@ -386,7 +392,21 @@ int cli_run(int argc, char **argv) {
     double t_load = clock_now_s() - t0;
     pdl_model_info info;
     pdl_model_get_info(model, &info);
+    pdl_lora *lora = NULL;
+    if (a.lora_path && a.batch_file) {
+        fprintf(stderr, "error: --lora applies to -p / --tokens, not to --batch-file\n");
+        pdl_model_free(draft);
+        pdl_model_free(model);
+        return CLI_USAGE;
+    }
+    if (a.lora_path && pdl_lora_load(&lora, model, a.lora_path, &err)) {
+        fprintf(stderr, "error: %s\n", err.message);
+        pdl_model_free(draft);
+        pdl_model_free(model);
+        return CLI_FAIL;
+    }
     if (a.verbose && print_probe(model)) {
+        pdl_lora_free(lora);
         pdl_model_free(draft);
         pdl_model_free(model);
         return CLI_FAIL;
@@ -468,7 +488,8 @@ int cli_run(int argc, char **argv) {
                                  .max_tokens = (int)a.n_predict, .ignore_eos = a.ignore_eos, .stop = a.stops,
                                  .n_stop = a.n_stops, .logprobs = (int)a.n_logprobs, .prompt_logprobs = -1,
                                  .n = (int)a.n_samples, .grammar = grammar, .images = mm.images,
-                                 .n_images = mm.n_images, .reasoning = think_params};
+                                 .n_images = mm.n_images, .reasoning = think_params,
+                                 .lora = a.lora_scale != 0.0f ? lora : NULL, .lora_scale = a.lora_scale};
         double t1 = clock_now_s();
         int arc = pdl_engine_add_request(engine, ids, n_ids, &rp, on_event, &out, NULL, &err);
         double t_added = clock_now_s();
@@ -536,6 +557,7 @@ int cli_run(int argc, char **argv) {
         reasoning_split_free(out.think[i]);
     }
     pdl_engine_free(engine);
+    pdl_lora_free(lora);
     if (grammar) gram_grammar_free(grammar);
     gram_vocab_free(gvocab);
     free(ids);

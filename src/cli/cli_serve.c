@@ -64,7 +64,20 @@ typedef struct serve_args {
     const char *models_dir, *models_config;
     int max_loaded_models;
     float sleep_idle_s;
+    const char *lora_modules[64]; /* --lora-modules (o.lora_modules points here) */
 } serve_args;
+
+static int parse_lora_module(void *args, const cli_option *opt_row, const char *opt, const char *v) {
+    (void)opt_row;
+    serve_args *a = args;
+    if (a->o.n_lora_modules == 64) {
+        fprintf(stderr, "error: %s: at most 64 adapters\n", opt);
+        return -1;
+    }
+    a->lora_modules[a->o.n_lora_modules++] = v;
+    a->o.lora_modules = a->lora_modules;
+    return 0;
+}
 
 static int parse_model(void *args, const cli_option *opt_row, const char *opt, const char *v) {
     (void)opt_row, (void)opt;
@@ -198,6 +211,16 @@ static const cli_option SERVE_OPTIONS[] = {
              "\"prompt_lookup_min\": 2, \"prompt_lookup_max\": 5} or\n"
              "{\"model\": DRAFT_MODEL, \"num_speculative_tokens\": 4} or\n"
              "{\"method\": \"mtp\", \"num_speculative_tokens\": 2} (the model's own MTP block: Qwen3.5)"},
+    {"--enable-lora", NULL, CLI_OPT_FLAG, O(enable_lora),
+     .help = "serve LoRA adapters: a request's \"model\" names one (or llama-server's\n"
+             "\"lora\": [{\"id\", \"scale\"}]); POST /v1/load_lora_adapter, /v1/unload_lora_adapter"},
+    {"--lora-modules", NULL, CLI_OPT_CUSTOM, 0, .value = "NAME=PATH", .parse = parse_lora_module,
+     .help = "an adapter (PEFT folder or llama.cpp LoRA GGUF) served as NAME, or\n"
+             "{\"name\": .., \"path\": ..}; repeat the flag for several"},
+    {"--max-loras", NULL, CLI_OPT_INT, O(max_loras), .min = 1, .max = 4096, .value = "N",
+     .help = "adapters loaded at once at most (default 64)"},
+    {"--max-lora-rank", NULL, CLI_OPT_INT, O(max_lora_rank), .min = 1, .max = PDL_LORA_MAX_RANK, .value = "R",
+     .help = "adapters of a higher rank are refused (default 64)"},
     {"--max-body", NULL, CLI_OPT_SIZE, O(max_body), .value = "SIZE",
      .help = "request body limit (default 4MiB; larger bodies get 413)"},
     {"--shutdown-grace", NULL, CLI_OPT_CUSTOM, 0, .value = "SECONDS", .parse = parse_shutdown_grace,
@@ -261,7 +284,8 @@ static const cli_command SERVE_COMMAND = {
                 "endpoints: POST /v1/completions (suffix: fill-in-the-middle), POST /v1/chat/completions,\n"
                 "           POST /v1/responses (OpenAI's Responses API), POST /v1/messages and\n"
                 "           /v1/messages/count_tokens (Anthropic's Messages API), POST /infill (llama-server's),\n"
-                "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics\n"
+                "           GET /v1/models, POST /tokenize, POST /detokenize, GET /health, GET /metrics,\n"
+                "           POST /v1/load_lora_adapter and /v1/unload_lora_adapter (with --enable-lora)\n"
                 "several models: the same, routed by the request's \"model\"; GET /v1/models shows each\n"
                 "           one's status (loaded, loading, unloaded); POST /models/load and /models/unload\n"
                 "           with {\"model\": NAME}; GET /metrics?model=NAME is that model's own\n",

@@ -19,6 +19,7 @@ void bb_free(batch_builder *b) {
     free(b->span_first), free(b->span_last), free(b->rope_pos3);
     free(b->logits_indices), free(b->logits_pos);
     free(b->cu_seqlens), free(b->logits_cu_seqlens), free(b->block_tables), free(b->state_slots);
+    free(b->lora), free(b->lora_scale);
     memset(b, 0, sizeof *b);
 }
 
@@ -46,6 +47,12 @@ int bb_begin(batch_builder *b, int max_rows, int max_seqs, pdl_error *err) {
         const int32_t **bt = realloc(b->block_tables, n * sizeof *bt);
         if (!bt) return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
         b->block_tables = bt;
+        const pdl_lora **lo = realloc(b->lora, n * sizeof *lo);
+        if (!lo) return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
+        b->lora = lo;
+        float *ls = realloc(b->lora_scale, n * sizeof *ls);
+        if (!ls) return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
+        b->lora_scale = ls;
         if (grow_i32(&b->cu_seqlens, n) || grow_i32(&b->logits_cu_seqlens, n) || grow_i32(&b->state_slots, n))
             return err_fail(err, "batch: out of memory for %d sequences", max_seqs);
         b->seqs_cap = max_seqs + 1;
@@ -53,7 +60,7 @@ int bb_begin(batch_builder *b, int max_rows, int max_seqs, pdl_error *err) {
     b->max_rows = max_rows;
     b->max_seqs = max_seqs;
     b->n_rows = b->n_seqs = b->n_logits = 0;
-    b->any_embd = b->any_span = b->any_pos3 = b->any_state = false;
+    b->any_embd = b->any_span = b->any_pos3 = b->any_state = b->any_lora = false;
     b->cu_seqlens[0] = 0;
     b->logits_cu_seqlens[0] = 0;
     return 0;
@@ -99,6 +106,9 @@ int bb_add(batch_builder *b, const bb_segment *s, pdl_error *err) {
     b->block_tables[b->n_seqs] = s->block_table;
     b->state_slots[b->n_seqs] = s->recurrent ? s->state_slot : -1;
     b->any_state |= s->recurrent;
+    b->lora[b->n_seqs] = s->lora;
+    b->lora_scale[b->n_seqs] = s->lora_scale == 0.0f ? 1.0f : s->lora_scale;
+    b->any_lora |= s->lora != NULL;
     b->n_seqs++;
     b->cu_seqlens[b->n_seqs] = b->n_rows;
     b->logits_cu_seqlens[b->n_seqs] = b->n_logits;
@@ -113,6 +123,7 @@ const pdl_batch *bb_finish(batch_builder *b, bool full_logits) {
         .full_logits = full_logits, .embd = b->any_embd ? b->embd : NULL,
         .span_first = b->any_span ? b->span_first : NULL, .span_last = b->any_span ? b->span_last : NULL,
         .rope_pos3 = b->any_pos3 ? b->rope_pos3 : NULL, .state_slots = b->any_state ? b->state_slots : NULL,
+        .lora = b->any_lora ? b->lora : NULL, .lora_scale = b->any_lora ? b->lora_scale : NULL,
     };
     return &b->batch;
 }

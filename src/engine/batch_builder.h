@@ -3,7 +3,7 @@
  * rows) at a time: token ids, positions, slot mapping from the segment's
  * block table, cu_seqlens, logits rows, and the optional row inputs of
  * image rows (input vectors, two-way spans, M-RoPE positions), and a
- * hybrid model's recurrent state slot per segment.
+ * hybrid model's recurrent state slot and a LoRA adapter per segment.
  *
  * The one packer of the engine: the runner packs a step's plan with it and
  * the draft model its proposal steps; a single sequence over its own KV
@@ -51,6 +51,9 @@ typedef struct bb_segment {
      * state_slots; the slot holds the state after positions [0, start)) */
     bool recurrent;
     int32_t state_slot;
+    /* the sequence's LoRA adapter (NULL: none) and its multiplier */
+    const pdl_lora *lora;
+    float lora_scale;
 } bb_segment;
 
 typedef struct batch_builder {
@@ -68,11 +71,13 @@ typedef struct batch_builder {
     int32_t *logits_cu_seqlens;                     /* [seqs + 1] logits rows per segment */
     const int32_t **block_tables;                   /* [seqs] */
     int32_t *state_slots;                           /* [seqs] recurrent state slots (-1: a segment without) */
+    const pdl_lora **lora;                          /* [seqs] LoRA adapters (NULL: none) */
+    float *lora_scale;                              /* [seqs] their multipliers */
     int seqs_cap;
     /* the batch being built */
     int n_rows, n_seqs, n_logits;
     int max_rows, max_seqs;                         /* what bb_begin was told */
-    bool any_embd, any_span, any_pos3, any_state;
+    bool any_embd, any_span, any_pos3, any_state, any_lora;
     pdl_batch batch;
 } batch_builder;
 

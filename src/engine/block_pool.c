@@ -32,19 +32,31 @@ bpool_hash bpool_default_hash(bpool_hash parent, const int32_t *tokens, int n_to
     return (bpool_hash){h.low64, h.high64};
 }
 
-bpool_hash bpool_root_hash(const char *cache_salt) {
-    /* "no salt" and every salt hash apart: the salt's bytes after a tag */
-    static const char tag[] = "pagedlm-prefix-root";
+bpool_hash bpool_root_hash(const char *cache_salt) { return bpool_root_hash_keyed(cache_salt, NULL, 0); }
+
+bpool_hash bpool_root_hash_keyed(const char *cache_salt, const void *key, size_t key_len) {
+    /* "no salt" and every salt hash apart: the salt's bytes after a tag;
+     * a key after a second tag (a salt ends at its NUL, so the two cannot
+     * run into each other) */
+    static const char tag[] = "pagedlm-prefix-root", key_tag[] = "pagedlm-prefix-key";
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
     XXH3_128bits_update(&st, tag, sizeof tag);
     if (cache_salt) XXH3_128bits_update(&st, cache_salt, strlen(cache_salt) + 1);
+    if (key_len) {
+        XXH3_128bits_update(&st, key_tag, sizeof key_tag);
+        XXH3_128bits_update(&st, key, key_len);
+    }
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     return (bpool_hash){h.low64, h.high64};
 }
 
-uint64_t bpool_extra_check(const char *cache_salt) {
-    return cache_salt ? XXH3_64bits_withSeed(cache_salt, strlen(cache_salt), 0x5a17c0deULL) + 1 : 0;
+uint64_t bpool_extra_check(const char *cache_salt) { return bpool_extra_check_keyed(cache_salt, NULL, 0); }
+
+uint64_t bpool_extra_check_keyed(const char *cache_salt, const void *key, size_t key_len) {
+    uint64_t c = cache_salt ? XXH3_64bits_withSeed(cache_salt, strlen(cache_salt), 0x5a17c0deULL) + 1 : 0;
+    if (key_len) c = XXH3_64bits_withSeed(key, key_len, c ^ 0x10a0ada9ULL) | 1; /* never 0 (no salt, no key) */
+    return c;
 }
 
 static bool same_hash(bpool_hash a, bpool_hash b) { return a.lo == b.lo && a.hi == b.hi; }

@@ -39,6 +39,9 @@ typedef struct bpool_hash {
 /* The chain value of the first block's parent: the extra keys of a request
  * (its cache_salt) folded in, so that different salts never share. */
 bpool_hash bpool_root_hash(const char *cache_salt);
+/* The same with more of a request's extra keys (its LoRA adapter's key and
+ * scale): key_len bytes at key, none when 0 (then bpool_root_hash's value). */
+bpool_hash bpool_root_hash_keyed(const char *cache_salt, const void *key, size_t key_len);
 
 /* The hash function, replaceable by tests (to force collisions). */
 typedef bpool_hash (*bpool_hash_fn)(bpool_hash parent, const int32_t *tokens, int n_tokens);
@@ -120,6 +123,8 @@ int32_t bpool_take_cached(block_pool *p, bpool_hash hash, const int32_t *tokens,
  * second, independent hash, so that a collision of the chain hash alone
  * cannot let two salts share. */
 uint64_t bpool_extra_check(const char *cache_salt);
+/* The same with the extra keys of bpool_root_hash_keyed. */
+uint64_t bpool_extra_check_keyed(const char *cache_salt, const void *key, size_t key_len);
 
 /* Held blocks (reference >= 1). */
 static inline int bpool_used(const block_pool *p) { return p->n_blocks - p->n_free; }

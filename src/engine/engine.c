@@ -202,6 +202,7 @@ void eng_request_free(eng_request *r) {
     free(r->logit_bias);
     free(r->min_banned);
     free(r->cache_salt);
+    pdl_lora_free(r->params.lora); /* the engine's reference (request_new) */
     if (r->grammar) gram_grammar_free(r->grammar);
     for (int i = 0; r->image_rows && i < r->n_images; i++) free(r->image_rows[i]);
     free(r->image_rows);

@@ -9,10 +9,12 @@
  * src/model/model_text.c), the step or the output.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine_internal.h"
+#include "model/lora.h"
 #include "model/model.h"
 
 /* Encodes the request's images and lays their rows over the prompt. */
@@ -128,6 +130,9 @@ static int validate_request(const pdl_engine *e, const int32_t *prompt, size_t n
         return err_fail(err, "request: reasoning markers %d / %d are not tokens of the vocabulary [0, %d)",
                         rs->start_token, rs->end_token, c->vocab);
     if ((unsigned)p->pooling > PDL_POOLING_CLS) return err_fail(err, "request: unknown pooling %d", (int)p->pooling);
+    if (p->lora && p->lora->model != e->model)
+        return err_fail(err, "request: the LoRA adapter was loaded for another model");
+    if (!isfinite(p->lora_scale)) return err_fail(err, "request: the LoRA scale is not finite");
     if (p->pooling != PDL_POOLING_NONE && (p->n > 1 || p->grammar || rs->enabled || p->prompt_logprobs >= 0))
         return err_fail(err, "request: an embedding request takes no n > 1, grammar, reasoning or prompt logprobs");
     if (p->grammar && gram_vocab_size(gram_grammar_vocab(p->grammar)) != e->runner.vocab)
@@ -151,6 +156,7 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     }
     r->id = e->next_request_id++;
     r->params = *p;
+    r->params.lora = NULL; /* a reference of its own, taken below */
     r->n = p->n;
     r->cb = cb;
     r->user = user;
@@ -173,8 +179,22 @@ static eng_request *request_new(pdl_engine *e, const pdl_request_params *p, cons
     }
     if (!oom && p->cache_salt) oom = !(r->cache_salt = strdup(p->cache_salt));
     r->params.cache_salt = r->cache_salt;
-    r->root_hash = bpool_root_hash(r->cache_salt);
-    r->salt_check = bpool_extra_check(r->cache_salt);
+    /* a LoRA adapter and its scale are part of the prefix-cache key: K/V
+     * computed under one adapter is never offered to another */
+    struct {
+        uint64_t key[2];
+        float scale;
+        uint32_t pad;
+    } lora_key = {{0, 0}, 0, 0};
+    if (p->lora) {
+        r->params.lora = pdl_lora_ref(p->lora);
+        pdl_lora_info li;
+        pdl_lora_get_info(p->lora, &li);
+        lora_key.key[0] = li.key[0], lora_key.key[1] = li.key[1];
+        lora_key.scale = p->lora_scale == 0.0f ? 1.0f : p->lora_scale;
+    }
+    r->root_hash = bpool_root_hash_keyed(r->cache_salt, &lora_key, p->lora ? sizeof lora_key : 0);
+    r->salt_check = bpool_extra_check_keyed(r->cache_salt, &lora_key, p->lora ? sizeof lora_key : 0);
     /* every prompt row must be computed for its logprobs, or for mean and first-row pooling */
     r->no_prefix_cache = p->prompt_logprobs >= 0 || p->pooling == PDL_POOLING_MEAN || p->pooling == PDL_POOLING_CLS;
     if (p->grammar) r->grammar = gram_grammar_ref(p->grammar);

@@ -66,6 +66,7 @@ int runner_pack(runner *r, const sched_output *plan, pdl_error *err) {
             .logits_pos = logits_pos, .n_logits = n_logits,
             .n_inputs = in > 0 ? in : 0, .mrope = rq->rope_pos3 != NULL, .rope_delta = rq->rope_delta,
             .recurrent = q->cache.state_slot >= 0, .state_slot = q->cache.state_slot,
+            .lora = rq->params.lora, .lora_scale = rq->params.lora_scale,
         };
         if (in > 0) {
             seg.embd = rq->row_embd ? rq->row_embd + e->start : NULL;

@@ -68,7 +68,8 @@ int pdl_seq_forward(pdl_context *ctx, pdl_kv_cache *kv, pdl_seq *seq, const int3
                       .embd = in->embd, .span_first = in->span_first, .span_last = in->span_last,
                       .rope_pos3 = in->rope_pos3, .mrope = in->rope_pos3 != NULL,
                       /* a hybrid model's cache made by pdl_kv_cache_create has one state slot: this sequence's */
-                      .recurrent = kv->n_state_slots > 0, .state_slot = 0};
+                      .recurrent = kv->n_state_slots > 0, .state_slot = 0,
+                      .lora = seq->lora, .lora_scale = seq->lora_scale};
     if (bb_add(bb, &seg, err)) return -1;
     pdl_batch b = *bb_finish(bb, false);
     int rc = pdl_forward(ctx, kv, &b, logits_out, err);

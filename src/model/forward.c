@@ -22,6 +22,7 @@
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "model/context.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "util/error.h"
 
@@ -185,6 +186,12 @@ static int validate_batch(const pdl_model *m, const pdl_kv_cache *kv, const pdl_
                 if (b->rope_pos3[3 * r + k] < 0)
                     return err_fail(err, "forward: row %d: M-RoPE position %d of component %d is negative", r,
                                     b->rope_pos3[3 * r + k], k);
+    }
+    for (int s = 0; b->lora && s < b->n_seqs; s++) {
+        if (b->lora[s] && b->lora[s]->model != m)
+            return err_fail(err, "forward: sequence %d: its LoRA adapter was loaded for another model", s);
+        if (b->lora_scale && !isfinite(b->lora_scale[s]))
+            return err_fail(err, "forward: sequence %d: LoRA scale is not finite", s);
     }
     for (int j = 0; j < b->n_logits; j++) {
         int32_t r = b->logits_indices[j];
@@ -536,15 +543,35 @@ static int attention_layer(pdl_context *ctx, row_task *t, const float *xn, doubl
     };
     if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, xn, n, qkv, 3))
         return fwd_kernel_failed(ctx, t->layer, "q/k/v projections", err);
+    lora_job qkv_lora[3]; /* LoRA: each sequence's adapter delta on its rows (lora.h) */
+    for (int i = 0; i < 3; i++)
+        qkv_lora[i] = (lora_job){(lora_module)(LORA_Q + i), xn, c->hidden, qkv[i].y, qkv[i].ldy};
+    lora_apply(ctx->pool, ctx->kernels.isa, t->b, t->layer, qkv_lora, 3);
     threadpool_run_n(ctx->pool, row_threads, qk_rope_store_rows, t);
     atomic_store_explicit(&t->next_task, 0, memory_order_relaxed);
     threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, attn_work, 65536.0), attention_rows, t);
     if (c->attn_out_gate) threadpool_run_n(ctx->pool, row_threads, out_gate_rows, t);
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, out, c->hidden, s->attn, n, &lw->wo, lw->bo.data, accumulate))
         return fwd_kernel_failed(ctx, t->layer, "attention output", err);
+    lora_apply(ctx->pool, ctx->kernels.isa, t->b, t->layer, &(lora_job){LORA_O, s->attn, q_dim, out, c->hidden}, 1);
     return 0;
 }
 
+
+/* The MLP's activation over whole rows: gate = act(gate, up). */
+typedef struct gate_task {
+    float *gate;
+    const float *up;
+    int width, rows;
+    pdl_gate_fn act;
+} gate_task;
+
+static void gate_rows(void *p, int ith, int nth) {
+    const gate_task *t = p;
+    long r0, r1;
+    threadpool_split_range(t->rows, ith, nth, &r0, &r1);
+    for (long r = r0; r < r1; r++) t->act(t->gate + r * t->width, t->up + r * t->width, t->width);
+}
 
 /* Decoder layer l (its weights m->w.layers[l]; kv_layer its K/V in the
  * cache) over the batch's rows of the residual stream s->x, in place:
@@ -603,19 +630,33 @@ static int decoder_layer(pdl_context *ctx, pdl_kv_cache *kv, row_task *t, int l,
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);
         return 0;
     }
-    if (c->act == PDL_ACT_GELU_ERF) { /* ungated: gelu(W_up x + b_up) */
+    pdl_gate_fn act = c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul;
+    if (c->act == PDL_ACT_GELU_ERF) { /* ungated: gelu(W_up x + b_up) (an encoder: no adapters) */
         if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, branch_in, n, &lw->w_up,
                        lw->b_up.data, false))
             return fwd_kernel_failed(ctx, l, "MLP up", err);
         threadpool_run_n(ctx->pool, threadpool_threads_for(ctx->pool, (double)n * c->ffn, 16384.0), gelu_erf_rows, t);
-    } else if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n,
-                            &lw->w_gate, &lw->w_up,
-                            c->act == PDL_ACT_GELU_TANH ? ctx->gates.gelu_tanh_mul : ctx->gates.silu_mul)) {
+    } else if (lora_batch_touches(b, l, LORA_GATE) || lora_batch_touches(b, l, LORA_UP)) {
+        /* LoRA on gate or up: the two products, each sequence's deltas, then
+         * the activation (what matmul_gated gives, bit for bit, without them) */
+        pdl_matmul_out gu[2] = {{.y = s->gate, .ldy = c->ffn, .w = &lw->w_gate},
+                                {.y = s->up, .ldy = c->ffn, .w = &lw->w_up}};
+        if (matmul_shared(&ctx->kernels, ctx->pool, &s->kernel, branch_in, n, gu, 2))
+            return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
+        lora_job gu_lora[2] = {{LORA_GATE, branch_in, c->hidden, s->gate, c->ffn},
+                               {LORA_UP, branch_in, c->hidden, s->up, c->ffn}};
+        lora_apply(ctx->pool, ctx->kernels.isa, b, l, gu_lora, 2);
+        gate_task gt = {.gate = s->gate, .up = s->up, .width = c->ffn, .rows = n, .act = act};
+        threadpool_run_n(ctx->pool, row_threads, gate_rows, &gt);
+    } else if (matmul_gated(&ctx->kernels, ctx->pool, &s->kernel, s->gate, c->ffn, s->up, branch_in, n, &lw->w_gate,
+                            &lw->w_up, act)) {
         return fwd_kernel_failed(ctx, l, "MLP gate/up", err);
     }
     if (matmul_run(&ctx->kernels, ctx->pool, &s->kernel, direct_add ? s->x : s->branch, c->hidden, s->gate, n,
                    &lw->w_down, lw->b_down.data, direct_add))
         return fwd_kernel_failed(ctx, l, "MLP down", err);
+    lora_job down_lora = {LORA_DOWN, s->gate, c->ffn, direct_add ? s->x : s->branch, c->hidden};
+    lora_apply(ctx->pool, ctx->kernels.isa, b, l, &down_lora, 1);
     if (!direct_add) {
         t->norm = &lw->post_ffn_norm, t->norm_b = &lw->post_ffn_norm_b;
         threadpool_run_n(ctx->pool, row_threads, add_branch_rows, t);

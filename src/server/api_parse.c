@@ -143,6 +143,7 @@ int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *e
     if (!m || json_is_null(m)) return 0;
     if (!json_is_string(m)) return BAD("model", "'model' must be a string");
     if (strcmp(json_string_value(m), c->model_name) == 0) return 0;
+    if (c->model_known && c->model_known(c->model_known_user, json_string_value(m))) return 0;
     srv_api_fail(err, 404, "model", "The model `%.200s` does not exist. This server serves `%.200s`.",
                  json_string_value(m), c->model_name);
     err->code = "model_not_found";
@@ -1179,6 +1180,7 @@ void srv_gen_request_free(srv_gen_request *r) {
     free(r->images);
     free(r->image_inputs);
     json_decref(r->rerank_docs);
+    pdl_lora_free(r->params.lora); /* the request's reference (server/lora_registry.h) */
     memset(r, 0, sizeof *r);
 }
 

@@ -168,6 +168,9 @@ typedef struct srv_parse_ctx {
     int32_t rerank_no, rerank_yes; /* ... with the scores from these two tokens' logits */
     int batch_tokens;              /* rows per engine step (0 = 2048): /infill fits prefix and suffix
                                       in it, as llama-server in its --batch-size */
+    /* other names "model" may take (LoRA adapters, server/lora_registry.h); NULL = none */
+    bool (*model_known)(void *user, const char *name);
+    void *model_known_user;
 } srv_parse_ctx;
 
 enum { SRV_TURN_OK = 0, SRV_TURN_CANCELLED, SRV_TURN_BUSY };
@@ -185,8 +188,9 @@ int srv_parse_json(const char *body, size_t len, size_t limit, json_t **out, srv
  * generated text with NUL is carried back out as \u0000). */
 int srv_check_nul(const json_t *body, srv_api_error *err);
 
-/* The "model" field: absent/null = the served model; a string naming
- * another model: 404 model_not_found; another type: 400. */
+/* The "model" field: absent/null = the served model (or a name
+ * model_known knows); a string naming another model: 404 model_not_found;
+ * another type: 400. */
 int srv_check_model(const srv_parse_ctx *c, const json_t *body, srv_api_error *err);
 
 int srv_parse_completion(const srv_parse_ctx *c, const json_t *body, srv_gen_request *out, srv_api_error *err);

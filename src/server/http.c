@@ -52,6 +52,7 @@
 #include "server/api_adapter.h"
 #include "server/api_format.h"
 #include "server/api_rerank.h"
+#include "server/lora_registry.h"
 #include "server/server_internal.h"
 #include "util/error.h"
 
@@ -357,6 +358,10 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
               : kind == SRV_API_RERANK     ? srv_parse_rerank(&pc, body, &req, &err)
               : kind == SRV_API_SCORE      ? srv_parse_score(&pc, body, &req, &err)
                                            : srv_parse_completion(&pc, body, &req, &err);
+    /* the LoRA adapter "model" or "lora" selects (server/lora_registry.h) */
+    char model_name[SRV_LORA_NAME_MAX] = "";
+    if (prc == 0 && s->loras)
+        prc = srv_loras_select(s->loras, body, s->model_name, &req.params, model_name, sizeof model_name, &err);
     json_decref(chat_body);
     if (prc) {
         srv_gen_request_free(&req);
@@ -373,7 +378,8 @@ static enum MHD_Result run_generation(srv_server *s, struct MHD_Connection *conn
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
     }
     const srv_gen_request *r = srv_call_request(call);
-    srv_response *resp = srv_response_new(s->model, r, s->model_name, s->replica_name, id, (long long)time(NULL));
+    srv_response *resp = srv_response_new(s->model, r, model_name[0] ? model_name : s->model_name, s->replica_name,
+                                          id, (long long)time(NULL));
     if (!resp) {
         srv_call_release(call);
         return fail(s, conn, rc, 500, NULL, NULL, "%s", "out of memory");
@@ -499,6 +505,32 @@ static enum MHD_Result tokenize(srv_server *s, struct MHD_Connection *conn, req_
     return send_json(s, conn, rc, 200, out, len);
 }
 
+/* vLLM's POST /v1/load_lora_adapter {"lora_name", "lora_path"} and
+ * /v1/unload_lora_adapter {"lora_name"}: a plain-text "Success: ..." or an
+ * error. An unload takes the name away at once; requests running with the
+ * adapter finish with it (server/lora_registry.h). */
+static enum MHD_Result lora_adapter(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body,
+                                    bool load) {
+    srv_api_error err;
+    const char *name = json_string_value(json_object_get(body, "lora_name"));
+    const char *path = json_string_value(json_object_get(body, "lora_path"));
+    if (!s->loras) {
+        srv_api_fail(&err, 400, NULL, "LoRA adapters are not enabled on this server (start it with --enable-lora)");
+        return send_error(s, conn, rc, &err);
+    }
+    if (!name || (load && !path)) {
+        srv_api_fail(&err, 400, !name ? "lora_name" : "lora_path", "'lora_name'%s must be given as strings",
+                     load ? " and 'lora_path'" : "");
+        return send_error(s, conn, rc, &err);
+    }
+    if (load ? srv_loras_load(s->loras, s->model_name, name, path, &err) : srv_loras_unload(s->loras, name, &err))
+        return send_error(s, conn, rc, &err);
+    srv_log(s, "LoRA adapter '%s' %s", name, load ? "loaded" : "unloaded");
+    char msg[SRV_LORA_NAME_MAX + 64];
+    int n = snprintf(msg, sizeof msg, "Success: LoRA adapter '%s' %s successfully.", name, load ? "added" : "removed");
+    return send_owned(s, conn, rc, 200, "text/plain; charset=utf-8", strdup(msg), (size_t)n, false);
+}
+
 /* POST /v1/messages/count_tokens (Anthropic's): {"input_tokens": N}, the
  * prompt the same body would render to for /v1/messages. */
 static enum MHD_Result count_tokens(srv_server *s, struct MHD_Connection *conn, req_ctx *rc, const json_t *body) {
@@ -541,7 +573,8 @@ extern const size_t srv_chat_page_len;
 
 typedef enum route {
     R_NONE = 0, R_HEALTH, R_METRICS, R_MODELS, R_MODEL, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_INFILL, R_MESSAGES,
-    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_RERANK, R_SCORE, R_CHAT_PAGE
+    R_COUNT_TOKENS, R_TOKENIZE, R_DETOKENIZE, R_EMBEDDINGS, R_RERANK, R_SCORE, R_CHAT_PAGE, R_LOAD_LORA,
+    R_UNLOAD_LORA
 } route;
 
 static route find_route(const char *url, const char **method_wanted) {
@@ -560,6 +593,7 @@ static route find_route(const char *url, const char **method_wanted) {
         {"/v1/embeddings", R_EMBEDDINGS, "POST"},
         {"/v1/rerank", R_RERANK, "POST"},       {"/rerank", R_RERANK, "POST"}, /* vLLM's and llama-server's */
         {"/v1/score", R_SCORE, "POST"},         {"/score", R_SCORE, "POST"},
+        {"/v1/load_lora_adapter", R_LOAD_LORA, "POST"}, {"/v1/unload_lora_adapter", R_UNLOAD_LORA, "POST"},
     };
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(url, table[i].path) == 0) {
@@ -624,6 +658,15 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     }
     if (rc->too_large && srv_check_body_size((size_t)rc->received, s->max_body, &e))
         return send_error_as(s, conn, rc, shape, &e);
+    if ((r == R_MODELS || r == R_MODEL) && s->loras) { /* the adapters too, "parent": the base model */
+        size_t len;
+        char *out = srv_loras_models_body(s->loras, s->model_name, s->model_path, s->parse.ctx_len, s->created,
+                                          r == R_MODEL ? url + 11 : NULL, &len);
+        if (out) return send_json(s, conn, rc, 200, out, len);
+        srv_api_fail(&e, 404, "model", "The model `%.200s` does not exist.", url + 11);
+        e.code = "model_not_found";
+        return send_error(s, conn, rc, &e);
+    }
     if (r == R_MODELS || r == R_MODEL) {
         if (r == R_MODEL && strcmp(url + 11, s->model_name) != 0) {
             srv_api_fail(&e, 404, "model", "The model `%.200s` does not exist.", url + 11);
@@ -648,6 +691,8 @@ static enum MHD_Result dispatch(srv_server *s, struct MHD_Connection *conn, req_
     case R_SCORE: res = generate(s, conn, rc, body, SRV_API_SCORE, NULL); break;
     case R_MESSAGES: res = generate(s, conn, rc, body, SRV_API_CHAT, &srv_messages_api); break;
     case R_COUNT_TOKENS: res = count_tokens(s, conn, rc, body); break;
+    case R_LOAD_LORA:
+    case R_UNLOAD_LORA: res = lora_adapter(s, conn, rc, body, r == R_LOAD_LORA); break;
     case R_TOKENIZE: res = tokenize(s, conn, rc, body); break;
     default: res = detokenize(s, conn, rc, body); break;
     }

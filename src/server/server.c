@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "engine/reasoning.h"
+#include "server/lora_registry.h"
 #include "util/error.h"
 
 #define SEND_GRACE_S 5 /* after the grace period, seconds the last responses get to be sent */
@@ -246,6 +247,44 @@ static bool has_vision_config(const char *path) {
     return yes;
 }
 
+static bool lora_known(void *user, const char *name) { return srv_loras_has(user, name); }
+
+/* --lora-modules: each "name=path" or {"name": .., "path": ..} (vLLM's
+ * forms) loaded into a new table. */
+static int load_lora_modules(srv_server *s, const pdl_model *model, srv_loras **out, pdl_error *err) {
+    srv_loras *r = srv_loras_new(model, s->max_loras, s->max_lora_rank);
+    if (!r) return err_fail(err, "out of memory");
+    for (int i = 0; i < s->n_lora_modules; i++) {
+        const char *m = s->lora_modules[i];
+        char name[SRV_LORA_NAME_MAX] = "";
+        const char *path = NULL;
+        json_t *j = m[0] == '{' ? json_loads(m, 0, NULL) : NULL;
+        if (j) {
+            const char *n = json_string_value(json_object_get(j, "name"));
+            path = json_string_value(json_object_get(j, "path"));
+            if (n) snprintf(name, sizeof name, "%s", n);
+        } else if (strchr(m, '=')) {
+            size_t k = (size_t)(strchr(m, '=') - m);
+            snprintf(name, sizeof name, "%.*s", (int)(k < sizeof name ? k : sizeof name - 1), m);
+            path = m + k + 1;
+        }
+        srv_api_error e;
+        int rc = !name[0] || !path ? err_fail(err, "--lora-modules '%s': expected name=path or {\"name\": .., "
+                                              "\"path\": ..}", m)
+                 : srv_loras_load(r, s->model_name, name, path, &e) ? err_fail(err, "--lora-modules %s: %s", name,
+                                                                               e.message)
+                                                                  : 0;
+        if (rc == 0) srv_log(s, "LoRA adapter '%s' loaded from %s", name, path);
+        json_decref(j);
+        if (rc) {
+            srv_loras_free(r);
+            return -1;
+        }
+    }
+    *out = r;
+    return 0;
+}
+
 static void *loader_main(void *arg) {
     srv_server *s = arg;
     pdl_error err = {{0}};
@@ -286,6 +325,8 @@ static void *loader_main(void *arg) {
     }
     int32_t rerank_ids[2] = {-1, -1};
     if (rc == 0 && s->rerank_task) rc = rerank_tokens(model, rerank_ids, &err);
+    srv_loras *loras = NULL;
+    if (rc == 0 && s->enable_lora) rc = load_lora_modules(s, model, &loras, &err);
     if (rc == 0) rc = srv_engine_start(&engine, model, &s->engine_opts, s->metrics, &err);
     pthread_mutex_lock(&s->mu);
     if (rc == 0) {
@@ -333,6 +374,8 @@ static void *loader_main(void *arg) {
                                    .rerank_no = rerank_ids[0],
                                    .rerank_yes = rerank_ids[1]};
         s->vision = vision;
+        s->loras = loras;
+        if (loras) s->parse.model_known = lora_known, s->parse.model_known_user = loras;
         if (s->state == SRV_LOADING) s->state = SRV_READY;
     } else {
         snprintf(s->load_error, sizeof s->load_error, "%s", err.message);
@@ -349,6 +392,7 @@ static void *loader_main(void *arg) {
                 s->model_name);
     } else {
         srv_chat_free(chat); /* the caller reports the error (srv_get_state) */
+        srv_loras_free(loras);
         pdl_vision_free(vision);
         pdl_model_free(draft);
         pdl_model_free(model);
@@ -369,6 +413,8 @@ static void server_free(srv_server *s) {
     free(s->draft_model_path);
     free(s->mmproj_path);
     free(s->allowed_media_path);
+    for (int i = 0; i < s->n_lora_modules; i++) free(s->lora_modules[i]);
+    free(s->lora_modules);
     srv_metrics_free(s->metrics);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -422,6 +468,23 @@ int srv_start(srv_server **out, const srv_options *o, pdl_error *err) {
     s->mmproj_path = dup_or_null(o->mmproj_path);
     s->allowed_media_path = dup_or_null(o->allowed_media_path);
     s->log_requests = o->log_requests;
+    s->enable_lora = o->enable_lora;
+    s->max_loras = o->max_loras;
+    s->max_lora_rank = o->max_lora_rank;
+    if (o->n_lora_modules > 0) {
+        if (!o->enable_lora) {
+            server_free(s);
+            return err_fail(err, "serve: --lora-modules needs --enable-lora");
+        }
+        s->lora_modules = calloc((size_t)o->n_lora_modules, sizeof *s->lora_modules);
+        for (int i = 0; s->lora_modules && i < o->n_lora_modules && (s->lora_modules[i] = strdup(o->lora_modules[i]));
+             i++)
+            s->n_lora_modules++;
+        if (s->n_lora_modules != o->n_lora_modules) {
+            server_free(s);
+            return err_fail(err, "serve: out of memory");
+        }
+    }
     s->auto_tool_choice = o->enable_auto_tool_choice;
     if (o->tool_call_parser) {
         if (gram_tool_format_parse(o->tool_call_parser, &s->tool_format)) {
@@ -531,6 +594,7 @@ void srv_stop(srv_server *s) {
     wait_requests_sent(s, &until);
     MHD_stop_daemon(s->daemon); /* joins every connection thread */
     srv_engine_free(s->engine);
+    srv_loras_free(s->loras); /* after the engine: its requests held adapters of the model */
     srv_chat_free(s->chat);
     pdl_vision_free(s->vision);
     pdl_model_free(s->draft);

@@ -53,6 +53,13 @@ typedef struct srv_options {
     double grammar_timeout_s;       /* a request's grammar (regex, schema, GBNF, forced tool call) must compile
                                        within this long; 0 = GRAM_DEFAULT_MAX_SECONDS */
     long long grammar_max_work;     /* ... and within this many steps of work; 0 = GRAM_DEFAULT_MAX_WORK */
+    /* LoRA (vLLM's --enable-lora): adapters served by name (server/lora_registry.h) */
+    bool enable_lora;               /* adapters may be selected, loaded and unloaded */
+    const char *const *lora_modules;/* [n_lora_modules] "name=path" or {"name": .., "path": ..}, loaded with the
+                                       model */
+    int n_lora_modules;
+    int max_loras;                  /* adapters loaded at once at most; 0 = 64 */
+    int max_lora_rank;              /* the largest rank accepted; 0 = 64 */
     pdl_model_options model;
     pdl_engine_options engine;      /* .log is set by the server */
     pdl_log_fn log;                 /* NULL = no logging */

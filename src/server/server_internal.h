@@ -40,6 +40,9 @@ struct srv_server {
     bool rerank_task;             /* --task rerank: /v1/rerank and /v1/score served */
     pdl_pooling pooling;          /* --pooling; NONE = the model's declared one (LAST under --task embed) */
     int reasoning_budget;        /* --reasoning-budget (< 0: none) */
+    bool enable_lora;            /* --enable-lora */
+    char **lora_modules;         /* [n_lora_modules] --lora-modules, loaded with the model */
+    int n_lora_modules, max_loras, max_lora_rank;
     pdl_model_options model_opts;
     pdl_engine_options engine_opts;
     pdl_log_fn log;
@@ -66,6 +69,7 @@ struct srv_server {
     srv_engine *engine;
     srv_chat *chat;
     pdl_vision *vision;          /* images in chat requests; NULL = text only */
+    struct srv_loras *loras;     /* the named LoRA adapters (--enable-lora), or NULL */
     srv_parse_ctx parse;
 
     /* structured output: the model's grammar vocabulary, made on first use
