@@ -240,6 +240,46 @@ static bool ends_with(const char *s, const char *suffix) {
  * range a trained model has: ssm_a = -exp(A_log) = -A with A uniform in
  * (0, 16], dt bias 1, and the convolution PyTorch's Conv1d default, uniform
  * in +-1/sqrt(kernel) = +-0.5 (at +-0.035 it would shrink v 15-fold). */
+/* One Q4_K (five: Q5_K) super-block of 256 values (the format in
+ * kernels/kquant.c): per sub-block of 32 a scale (max - min) / 15 (31) and
+ * a min (min, not above 0), the super-block's d and dmin the largest of
+ * them over 63, the six-bit codes and the quants nearest (a plain
+ * starting point: llama.cpp's quantizer searches for better scales). */
+static void quantize_k_block(const float *x, uint8_t *blk, bool five) {
+    int top = five ? 31 : 15;
+    float scale[8], mins[8], smax = 0, mmax = 0;
+    for (int j = 0; j < 8; j++) {
+        float lo = 0, hi = 0;
+        for (int l = 0; l < 32; l++) lo = fminf(lo, x[32 * j + l]), hi = fmaxf(hi, x[32 * j + l]);
+        scale[j] = (hi - lo) / (float)top, mins[j] = -lo;
+        smax = fmaxf(smax, scale[j]), mmax = fmaxf(mmax, mins[j]);
+    }
+    uint16_t d16 = fp16_f32_to_f16(smax / 63.0f), m16 = fp16_f32_to_f16(mmax / 63.0f);
+    float d = fp16_f16_to_f32(d16), dmin = fp16_f16_to_f32(m16);
+    uint8_t sc[8], mn[8];
+    for (int j = 0; j < 8; j++) {
+        long s = d > 0 ? lrintf(scale[j] / d) : 0, m = dmin > 0 ? lrintf(mins[j] / dmin) : 0;
+        sc[j] = (uint8_t)(s > 63 ? 63 : s), mn[j] = (uint8_t)(m > 63 ? 63 : m);
+    }
+    memset(blk, 0, five ? 176 : 144);
+    memcpy(blk, &d16, 2), memcpy(blk + 2, &m16, 2);
+    for (int j = 0; j < 4; j++) {
+        blk[4 + j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        blk[8 + j] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        blk[12 + j] = (uint8_t)((sc[j + 4] & 0xF) | (mn[j + 4] & 0xF) << 4);
+    }
+    uint8_t *qh = blk + 16, *qs = blk + (five ? 48 : 16);
+    for (int j = 0; j < 8; j++) {
+        float step = d * sc[j], off = dmin * mn[j];
+        for (int l = 0; l < 32; l++) {
+            long q = step > 0 ? lrintf((x[32 * j + l] + off) / step) : 0;
+            q = q < 0 ? 0 : q > top ? top : q;
+            qs[32 * (j / 2) + l] |= (uint8_t)((q & 0xF) << (4 * (j % 2)));
+            if (five) qh[l] |= (uint8_t)((q >> 4) << j);
+        }
+    }
+}
+
 static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, void *user) {
     (void)user;
     int64_t cols = t->shape[t->n_dims - 1];
@@ -321,6 +361,11 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 for (int j = 0; j < 16; j++) blk[1 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
             }
             break;
+        case PDL_DTYPE_Q4_K:
+        case PDL_DTYPE_Q5_K:
+            for (int64_t b = 0; b < cols / 256; b++)
+                quantize_k_block(row + b * 256, dst + b * dtype_block_bytes(t->dtype), t->dtype == PDL_DTYPE_Q5_K);
+            break;
         case PDL_DTYPE_IQ4_NL: /* d = (the value of largest magnitude) / -127 (llama.cpp's starting point, without
                                 * its search for a better d), each element the nearest of the 16 values */
             for (int64_t b = 0; b < cols / 32; b++) {
@@ -350,10 +395,12 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* The type a tensor is written in: F32 for vectors (norms, routers, ...);
  * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
  * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
- * of a dense one; else the --dtype asked for. */
+ * of a dense one; Q8_0 for a q4_k / q5_k matrix whose rows are not whole
+ * super-blocks of 256; else the --dtype asked for. */
 static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
     if (tn->vector) return PDL_DTYPE_F32;
     if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
+    if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K) && tn->shape[tn->n_dims - 1] % 256) return PDL_DTYPE_Q8_0;
     return dt;
 }
 
@@ -380,9 +427,10 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl",
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q4_k|q5_k",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
-             "matrices Q8_0), a dense one MXFP4 matrices; q8_0, q4_0, mxfp4 and iq4_nl are GGUF only"},
+             "matrices Q8_0), a dense one MXFP4 matrices; q4_k / q5_k: every matrix (Q8_0 where a row is not whole\n"
+             "super-blocks of 256); the quantized types are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -405,7 +453,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
-    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl]\n"
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q4_k|q5_k]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -441,8 +489,11 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q4_0") == 0) dt = PDL_DTYPE_Q4_0;
     else if (strcmp(args.dtype_s, "mxfp4") == 0) dt = PDL_DTYPE_MXFP4;
     else if (strcmp(args.dtype_s, "iq4_nl") == 0) dt = PDL_DTYPE_IQ4_NL;
+    else if (strcmp(args.dtype_s, "q4_k") == 0) dt = PDL_DTYPE_Q4_K;
+    else if (strcmp(args.dtype_s, "q5_k") == 0) dt = PDL_DTYPE_Q5_K;
     else {
-        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0, mxfp4 or iq4_nl, got '%s'\n", args.dtype_s);
+        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0, mxfp4, iq4_nl, q4_k or q5_k, got '%s'\n",
+                args.dtype_s);
         return CLI_USAGE;
     }
     bool hf = strcmp(args.format, "hf") == 0;

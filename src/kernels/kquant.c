@@ -1,5 +1,5 @@
 /*
- * kquant.c - Q8_K activation quantization and the portable Q4_K x Q8_K and
+ * kquant.c - Q8_K activation quantization and the portable Q4_K, Q5_K and
  * Q6_K x Q8_K dot products: the reference the SIMD tiles are tested
  * against. The definitions and the float order are in kquant.h; the weight
  * layouts are those of kernels/cpu_ops.c's dequantizers.
@@ -83,6 +83,37 @@ float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
             }
             int32_t p = 0;
             for (int l = 0; l < 32; l++) p += ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) * x->qs[32 * j + l];
+            isum += sc * p;
+            msum += mn * x->bsum32[j];
+        }
+        acc = fmaf(half_at(w) * x->d, (float)isum, acc);
+        acc = fmaf(-(half_at(w + 2) * x->d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* Q5_K block (176 bytes): Q4_K's f16 d, f16 dmin and 12 bytes of scales
+ * and mins, then 32 bytes of high bits qh, then 128 bytes of nibbles;
+ * element 32 j + l is Q4_K's nibble plus 16 times bit j of qh[l] (0..31). */
+float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 176, x++) {
+        const uint8_t *s = w + 4, *qh = w + 16, *qs = w + 48;
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            int sc, mn;
+            if (j < 4) {
+                sc = s[j] & 63;
+                mn = s[j + 4] & 63;
+            } else {
+                sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+            }
+            int32_t p = 0;
+            for (int l = 0; l < 32; l++) {
+                int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) | ((qh[l] >> j) & 1) << 4;
+                p += q * x->qs[32 * j + l];
+            }
             isum += sc * p;
             msum += mn * x->bsum32[j];
         }

@@ -1,6 +1,6 @@
 /*
- * kquant.h - Q8_K activations and the dot products of GGUF Q4_K and Q6_K
- * weights with them: the portable reference (kquant.c) that every SIMD tile
+ * kquant.h - Q8_K activations and the dot products of GGUF Q4_K, Q5_K and
+ * Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
  * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
@@ -16,10 +16,11 @@
  * super-block all work is exact int32 arithmetic,
  *   Q4_K: isum = sum_j sc_j * sum_{i in sub-block j} q_i * x_i,
  *         msum = sum_j m_j * bsum32_j               (j = 0..7),
+ *   Q5_K: the same with q_i in 0..31 (the nibble plus 16 times its qh bit),
  *   Q6_K: isum = sum_g sc_g * sum_{i in group g} (q_i - 32) * x_i (g = 0..15),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
- *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K only)
+ *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K, Q5_K)
  * starting from acc = 0. d_w * d_x and dmin_w * d_x are single float
  * products. So a result depends only on its weight row and activation row.
  */
@@ -54,6 +55,7 @@ void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 
 /* dot(weight row w of nb super-blocks, x[nb]) in the order above. */
 float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 
 /* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
@@ -70,6 +72,10 @@ void kquant_tile_q4_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const
 void kquant_tile_q6_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                              int cols, float *out, int64_t ldo);
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                           int cols, float *out, int64_t ldo);
+void kquant_tile_q5_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
+void kquant_tile_q5_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);

@@ -1,5 +1,5 @@
 /*
- * kquant_avx2.c - the AVX2 Q4_K / Q6_K x Q8_K tiles (VPMADDUBSW +
+ * kquant_avx2.c - the AVX2 Q4_K / Q5_K / Q6_K x Q8_K tiles (VPMADDUBSW +
  * VPMADDWD), same bits as the portable reference in kquant.c (order in
  * kquant.h). Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt);
  * called only when the CPU has them.
@@ -64,11 +64,14 @@ static inline void store(__m256 acc, int nr, int nc, float *out, int64_t ldo) {
 }
 
 /* Q4_K: sub-block j (32 elements) is the low (j even) or high nibbles of
- * qs[32 (j / 2) .. + 31], scaled by 16-bit lane j of the decoded scales. */
+ * qs[32 (j / 2) .. + 31], scaled by 16-bit lane j of the decoded scales.
+ * Q5_K (q5): plus 16 times bit j of the 32 qh bytes (values 0..31: a
+ * VPMADDUBSW pair is at most 2 * 31 * 127, no saturation). */
 static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *x, int64_t nb, int nr,
                                                            const uint8_t *w, size_t wrb, int nc, float *out,
-                                                           int64_t ldo) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+                                                           int64_t ldo, const int q5) {
+    const size_t bb = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(0x01), zero = _mm256_setzero_si256();
     __m256 facc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         __m256i acc[TR][TC], scb[TC];
@@ -81,22 +84,27 @@ static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *
             mins[c] = _mm_setzero_si128();
         }
         for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 144;
+            const uint8_t *blk = w + c * wrb + b * bb;
             uint64_t sc, mn;
             kquant_q4_k_scales_mins(blk, &sc, &mn);
             scb[c] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
             dw[c] = half_at(blk);
             dm[c] = half_at(blk + 2);
-            prefetch(blk + PF_ROWS * wrb, 144);
+            prefetch(blk + PF_ROWS * wrb, bb);
         }
         for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
         for (int j = 0; j < 8; j++) {
             const __m256i pick = _mm256_set1_epi16((short)((2 * j + 1) << 8 | 2 * j));
             __m256i wq[TC], sv[TC];
             for (int c = 0; c < nc; c++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(w + c * wrb + b * 144 + 16 + 32 * (j / 2)));
+                __m256i v = _mm256_loadu_si256((const __m256i *)(w + c * wrb + b * bb + qs_at + 32 * (j / 2)));
                 wq[c] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+                if (q5) {
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(w + c * wrb + b * bb + 16));
+                    __m256i bit = _mm256_and_si256(_mm256_srli_epi16(qh, j), m1);
+                    wq[c] = _mm256_or_si256(wq[c], _mm256_slli_epi16(bit, 4));
+                }
                 sv[c] = _mm256_shuffle_epi8(scb[c], pick);
             }
             for (int r = 0; r < nr; r++) {
@@ -190,9 +198,16 @@ static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *
 
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo);
-    else q4k_body(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else q4k_body(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+void kquant_tile_q5_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                           float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (cols == TC && rows == 1) q4k_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else q4k_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,

@@ -1,5 +1,5 @@
 /*
- * kquant_avx512_body.h - the AVX-512 Q4_K / Q6_K x Q8_K tiles, included by
+ * kquant_avx512_body.h - the AVX-512 Q4_K / Q5_K / Q6_K x Q8_K tiles, included by
  * kquant_avx512.c (AVX-512BW: VPMADDUBSW + VPMADDWD + VPADDD) and by
  * kquant_avx512vnni.c (the last two fused into VPDPWSSD); KQ_VNNI says
  * which, KQ_NAME(x) names the functions. Both give the exact same int32
@@ -93,10 +93,15 @@ static inline void KQ_NAME(store)(__m512 acc, int nr, int nc, float *out, int64_
 /* Q4_K: a 64-byte slice g of the nibbles holds sub-blocks 4g (low nibbles
  * of bytes 0-31), 4g+1 (their high nibbles), 4g+2 and 4g+3 (bytes 32-63);
  * so a zmm of low nibbles pairs sub-blocks (4g, 4g+2), of high nibbles
- * (4g+1, 4g+3), and the activations are loaded in the same pairs. */
+ * (4g+1, 4g+3), and the activations are loaded in the same pairs.
+ * Q5_K (q5): the same with each 256-bit half's fifth bits from the 32 qh
+ * bytes, bit j for sub-block j (values 0..31: a VPMADDUBSW pair is at
+ * most 2 * 31 * 127, no saturation). */
 static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
                                                                     const uint8_t *w, size_t wrb, int nc,
-                                                                    float *out, int64_t ldo) {
+                                                                    float *out, int64_t ldo, const int q5) {
+    const size_t bb = q5 ? 176 : 144, qs_at = q5 ? 48 : 16;
+    const __m512i m1 = _mm512_set1_epi8(0x01);
     const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
     const __m512i idx[4] = {KQ_IDX(0, 2), KQ_IDX(1, 3), KQ_IDX(4, 6), KQ_IDX(5, 7)};
     __m512 facc = _mm512_setzero_ps();
@@ -111,22 +116,29 @@ static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_bl
             mins[c] = _mm_setzero_si128();
         }
         for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 144;
+            const uint8_t *blk = w + c * wrb + b * bb;
             uint64_t sc, mn;
             kquant_q4_k_scales_mins(blk, &sc, &mn);
             scz[c] = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
             mins[c] = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn));
             dw[c] = KQ_NAME(half)(blk);
             dm[c] = KQ_NAME(half)(blk + 2);
-            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 144);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, bb);
         }
         for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
         for (int s = 0; s < 4; s++) { /* slice g = s / 2, nibble s % 2 */
             int g = s / 2, hi = s % 2;
             __m512i wq[TC], sv[TC];
             for (int c = 0; c < nc; c++) {
-                __m512i v = _mm512_loadu_si512(w + c * wrb + b * 144 + 16 + 64 * g);
+                __m512i v = _mm512_loadu_si512(w + c * wrb + b * bb + qs_at + 64 * g);
                 wq[c] = _mm512_and_si512(hi ? _mm512_srli_epi16(v, 4) : v, m4);
+                if (q5) { /* halves: sub-blocks 4g + hi and 4g + 2 + hi */
+                    __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(w + c * wrb + b * bb + 16)));
+                    __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * g + hi)),
+                                                    _mm256_set1_epi16((short)(4 * g + 2 + hi)), 1);
+                    __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, sh), m1);
+                    wq[c] = _mm512_or_si512(wq[c], _mm512_slli_epi16(bit, 4));
+                }
                 sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
             }
             for (int r = 0; r < nr; r++) {
@@ -238,9 +250,16 @@ static inline __attribute__((always_inline)) void KQ_NAME(q6k_body)(const pdl_bl
  * accumulators stay in registers; the sequence per element is the same. */
 static void KQ_NAME(tile_q4_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                                int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) KQ_NAME(q4k_body)(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) KQ_NAME(q4k_body)(x, nb, 1, w, wrb, TC, out, ldo);
-    else KQ_NAME(q4k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) KQ_NAME(q4k_body)(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (cols == TC && rows == 1) KQ_NAME(q4k_body)(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else KQ_NAME(q4k_body)(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void KQ_NAME(tile_q5_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                               int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(q4k_body)(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (cols == TC && rows == 1) KQ_NAME(q4k_body)(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else KQ_NAME(q4k_body)(x, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 
 static void KQ_NAME(tile_q6_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,

@@ -193,6 +193,7 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .mxfp4 = tile_mxfp4,
     .iq4nl = tile_iq4_nl,
     .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
+    .q5k = kquant_tile_q5_k_avx2,
     .q6k = kquant_tile_q6_k_avx2,
 };
 #else

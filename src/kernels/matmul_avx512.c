@@ -282,6 +282,7 @@ const pdl_tile_kernels matmul_tiles_avx512 = {
     .q8 = tile_q8_0,
     .q4 = tile_q4_0,
     .q4k = kquant_tile_q4_k_avx512, /* kquant_avx512.c */
+    .q5k = kquant_tile_q5_k_avx512,
     .q6k = kquant_tile_q6_k_avx512,
 };
 #else

@@ -19,7 +19,13 @@
 static bool quantized(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL;
 }
-static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q6_K; }
+static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K; }
+
+/* Bytes of one super-block of a k-quant panel, and of the file's. */
+static size_t kpanel_block(pdl_dtype dt) {
+    return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
+}
+static size_t kfile_block(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210; }
 
 /* Whether family isa has panel tiles for dtype on this CPU (the width
  * must also be a multiple of a block: panels_wanted). */
@@ -39,6 +45,7 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_MXFP4:
     case PDL_DTYPE_IQ4_NL: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
+    case PDL_DTYPE_Q5_K:
     case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     default: return false;
     }
@@ -64,7 +71,7 @@ static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 51
 size_t panels_bytes(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return (size_t)((in / 32 + 1) / 2) * qpanel_pair_bytes(quant_bytes(dtype));
     if (kquant(dtype))
-        return (size_t)(in / PDL_QK_K) * (dtype == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK);
+        return (size_t)(in / PDL_QK_K) * kpanel_block(dtype);
     size_t step = dtype == PDL_DTYPE_F16 ? 32 : 64;
     return (size_t)panels_steps(dtype, in) * step;
 }
@@ -88,6 +95,16 @@ static void pack_q4_k_block(uint8_t *db, int c, const uint8_t *blk) {
     }
     memcpy(db + 2304 + c * 2, blk, 2);     /* d */
     memcpy(db + 2336 + c * 2, blk + 2, 2); /* dmin */
+}
+
+/* Q5_K: Q4_K's panel block from the file's scales, nibbles and halves
+ * (a Q4_K block's bytes with qh left out), then the qh words. */
+static void pack_q5_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    uint8_t q4[144];
+    memcpy(q4, blk, 16);            /* d, dmin, scales and mins */
+    memcpy(q4 + 16, blk + 48, 128); /* nibbles */
+    pack_q4_k_block(db, c, q4);
+    for (int l4 = 0; l4 < 8; l4++) memcpy(db + PDL_Q4K_PANEL_BLOCK + l4 * 64 + c * 4, blk + 16 + 4 * l4, 4);
 }
 
 static void pack_q6_k_block(uint8_t *db, int c, const uint8_t *blk) {
@@ -115,12 +132,14 @@ static void pack_worker(void *p, int ith, int nth) {
             int64_t o = pn * PDL_PANEL_COLS + c;
             if (kquant(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scales 0 */
-                bool q6 = t->w->dtype == PDL_DTYPE_Q6_K;
-                size_t bb = q6 ? 210 : 144, pbb = q6 ? PDL_Q6K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
+                pdl_dtype dt = t->w->dtype;
+                size_t bb = kfile_block(dt), pbb = kpanel_block(dt);
+                void (*pack)(uint8_t *, int, const uint8_t *) = dt == PDL_DTYPE_Q6_K   ? pack_q6_k_block
+                                                                : dt == PDL_DTYPE_Q5_K ? pack_q5_k_block
+                                                                                       : pack_q4_k_block;
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
-                for (int64_t b = 0; b < nb; b++)
-                    (q6 ? pack_q6_k_block : pack_q4_k_block)(dst + (size_t)b * pbb, c, src + b * bb);
+                for (int64_t b = 0; b < nb; b++) pack(dst + (size_t)b * pbb, c, src + b * bb);
             } else if (t->w->dtype == PDL_DTYPE_MXFP4) {
                 if (o >= out) continue; /* zeros: codes 0 */
                 int64_t nb = in / 32;
@@ -353,6 +372,27 @@ static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
 }
 
+/* Q5_K: Q4_K's sums with each nibble plus 16 times its qh bit. */
+static float q5_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0, msum = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
+            uint8_t hbyte = db[PDL_Q4K_PANEL_BLOCK + (k / 4) * 64 + c * 4 + k % 4];
+            int q = (j % 2 ? byte >> 4 : byte & 0xF) | ((hbyte >> j) & 1) << 4;
+            s += q * xb->qs[32 * j + k];
+        }
+        isum += db[2048 + j * 16 + c] * s;
+        msum += db[2176 + j * 16 + c] * xb->bsum32[j];
+    }
+    uint16_t d16, m16;
+    memcpy(&d16, db + 2304 + c * 2, 2);
+    memcpy(&m16, db + 2336 + c * 2, 2);
+    acc = fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
+}
+
 /* The 6-bit value of element e of row c in a Q6_K panel block (the
  * file's ql / qh bit positions, weight_panels.h). */
 static int q6_panel_value(const uint8_t *db, int c, int e) {
@@ -402,6 +442,12 @@ static void portable_ktile(kblock_fn block, size_t block_bytes, const pdl_block_
 static void portable_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                           int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     portable_ktile(q4_k_block, PDL_Q4K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_q5_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q5_k_block, PDL_Q5K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -602,12 +648,15 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
     bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
     if (kquant(dt)) {
-        bool q4 = dt == PDL_DTYPE_Q4_K;
-        if (avx512 && f->avx512vnni) *kfn = q4 ? kpanel_tile_q4_k_vnni : kpanel_tile_q6_k_vnni;
-        else if (family_avxvnni(isa))
-            *kfn = q4 ? kpanel_tile_q4_k_avxvnni : kpanel_tile_q6_k_avxvnni;
-        else if (isa == PDL_ISA_AVX2) *kfn = q4 ? kpanel_tile_q4_k_avx2 : kpanel_tile_q6_k_avx2;
-        if (!*kfn) *kfn = q4 ? portable_q4_k : portable_q6_k;
+        int k = dt == PDL_DTYPE_Q4_K ? 0 : dt == PDL_DTYPE_Q5_K ? 1 : 2;
+        const pdl_kpanel_fn vnni[3] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni};
+        const pdl_kpanel_fn avxvnni[3] = {kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni};
+        const pdl_kpanel_fn avx2[3] = {kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2};
+        const pdl_kpanel_fn portable[3] = {portable_q4_k, portable_q5_k, portable_q6_k};
+        if (avx512 && f->avx512vnni) *kfn = vnni[k];
+        else if (family_avxvnni(isa)) *kfn = avxvnni[k];
+        else if (isa == PDL_ISA_AVX2) *kfn = avx2[k];
+        if (!*kfn) *kfn = portable[k];
         return;
     }
     if (quantized(dt)) {

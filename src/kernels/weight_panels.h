@@ -1,5 +1,5 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K and Q6_K weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K and Q6_K weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -40,6 +40,11 @@
  *         j, low nibble for even j, high for odd); then the 8 six-bit
  *         scales (byte 16 j + c: sub-block j of row c), the 8 six-bit mins
  *         likewise, the 16 rows' d (halves) and their dmin (halves).
+ *   Q5_K (super-blocks of 256): PDL_Q5K_PANEL_BLOCK bytes per super-block:
+ *         Q4_K's panel block exactly (the file's nibbles, scales, mins, d,
+ *         dmin), then 8 x 16 32-bit words of high bits, word (l4, c)
+ *         holding the file's qh bytes 4 l4 .. 4 l4 + 3 of row 16p + c
+ *         (bit j of qh byte l: the fifth bit of element 32 j + l).
  *   Q6_K (super-blocks of 256): PDL_Q6K_PANEL_BLOCK bytes per super-block:
  *         for each half h (128 elements) and step l4 = 0..7, three vectors
  *         of 16 words, word c holding 4 bytes of row c's block: ql bytes
@@ -62,10 +67,10 @@
  *         w the doubled E2M1 values and dw[b] the halved E8M0 scale,
  *         kernels/mxfp4.h; IQ4_NL: w the code's int8 value), then acc = fma((float)s, dw[b] * dx[b], acc)
  *         for b = 0, 1, ...;
- *   Q4_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *   Q4_K, Q5_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
  *         integer sums, then one or two fused multiply-adds), so panels
- *         give the bits of kquant_dot_q4_k_q8_k / kquant_dot_q6_k_q8_k and of
+ *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ and of
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
@@ -89,7 +94,7 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K or Q6_K matrix) can be
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K or Q6_K matrix) can be
  * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
@@ -148,7 +153,7 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
-/* Q4_K / Q6_K weights: rows x (panels x 16) outputs from activations quantized
+/* Q4_K / Q5_K / Q6_K weights: rows x (panels x 16) outputs from activations quantized
  * to Q8_K (ldx blocks apart, `blocks` per row). */
 typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
                               size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
@@ -157,6 +162,8 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 /* Bytes of one Q4_K super-block of a panel: 2048 of nibbles, 128 of
  * scales, 128 of mins, 32 of d and 32 of dmin. */
 #define PDL_Q4K_PANEL_BLOCK 2368
+/* ... of Q5_K: Q4_K's 2368, then 512 of high bits. */
+#define PDL_Q5K_PANEL_BLOCK 2880
 /* ... and of Q6_K: 3072 of ql and qh, 256 of scales, 32 of d, 32 of
  * padding (64-byte alignment). */
 #define PDL_Q6K_PANEL_BLOCK 3392
@@ -203,15 +210,15 @@ extern const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn panels_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni,
     qpanel_tile_iq4_nl_vnni; /* weight_panels_avx512vnni.c */
-extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
+extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
     qpanel_tile_iq4_nl_avx2;
-extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q6_k_avx2;
+extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
     qpanel_tile_iq4_nl_avxvnni;
-extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q6_k_avxvnni;
+extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 
 /* The panel kernels of one family, chosen once (panels_kernels_for)
  * instead of per call: every choice the driver makes from the instruction
@@ -221,7 +228,7 @@ typedef struct pdl_panel_kernels {
     bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
     pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL tile */
-    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q6_K tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q5_K / Q6_K tile */
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */

@@ -1,6 +1,6 @@
 /*
  * weight_panels_avx512vnni.c - AVX-512 VNNI panel tiles for Q8_0, Q4_0, MXFP4,
- * IQ4_NL, Q4_K and Q6_K weights (layout and order in weight_panels.h).
+ * IQ4_NL, Q4_K, Q5_K and Q6_K weights (layout and order in weight_panels.h).
  *
  * Per block, each accumulator's integer sum starts at -offset * (sum of the
  * row's 32 quantized activations) and VPDPBUSD adds the products of the
@@ -139,22 +139,31 @@ DEFINE_QPANEL_TILE(qpanel_q4_0, 1)
 DEFINE_QPANEL_TILE(qpanel_mxfp4, 2)
 DEFINE_QPANEL_TILE(qpanel_iq4_nl, 3)
 
+/* Q5_K's fifth bits: bit j of each byte of a qh word vector moved to bit
+ * 4 (16-bit shifts: no bit crosses into the other byte's bit 4). */
+static inline __attribute__((always_inline)) __m512i q5_high(__m512i h, const int j) {
+    __m512i s = j <= 4 ? _mm512_slli_epi16(h, (unsigned)(4 - j)) : _mm512_srli_epi16(h, (unsigned)(j - 4));
+    return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
 /* Q4_K: per super-block and sub-block j, VPDPBUSD sums the unsigned
  * nibbles times 4 broadcast activations at a time (exact), then the sum is
  * multiplied by the lanes' six-bit scales and added into the super-block's
  * isum; msum is the mins times the activation sums per 32; then the two
- * fused multiply-adds of kquant.h. */
+ * fused multiply-adds of kquant.h. Q5_K (q5): the same on Q4_K's part of
+ * its panel block, each nibble plus its high bit (values 0..31). */
 static inline __attribute__((always_inline)) void kbody(const pdl_block_q8k *x, int64_t ldx, const int nr,
                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
                                                         int last_cols, float *y, int64_t ldy, const float *bias,
-                                                        bool accumulate) {
+                                                        bool accumulate, const int q5) {
+    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[G];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * pbb;
         __m512i isum[R][G];
         for (int r = 0; r < nr; r++)
             for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
@@ -167,6 +176,9 @@ static inline __attribute__((always_inline)) void kbody(const pdl_block_q8k *x, 
                 for (int g = 0; g < ng; g++) {
                     __m512i v = _mm512_load_si512((const void *)(blk[g] + ((j / 2) * 8 + kk) * 64));
                     w[g] = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low);
+                    if (q5)
+                        w[g] = _mm512_or_si512(
+                            w[g], q5_high(_mm512_load_si512((const void *)(blk[g] + PDL_Q4K_PANEL_BLOCK + kk * 64)), j));
                 }
                 for (int r = 0; r < nr; r++) {
                     __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 32 * j + 4 * kk));
@@ -209,13 +221,14 @@ static inline __attribute__((always_inline)) void kbody(const pdl_block_q8k *x, 
  * above has enough independent sums without this. */
 static inline __attribute__((always_inline)) void kbody1(const pdl_block_q8k *x, const uint8_t *panel, size_t pb,
                                                          const int ng, int64_t nb, int last_cols, float *y,
-                                                         const float *bias, bool accumulate) {
+                                                         const float *bias, bool accumulate, const int q5) {
+    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[G];
     for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[G];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * pbb;
         const int8_t *xq = x[b].qs;
         __m512i isum[G];
         for (int g = 0; g < ng; g++) isum[g] = _mm512_setzero_si512();
@@ -230,8 +243,16 @@ static inline __attribute__((always_inline)) void kbody1(const pdl_block_q8k *x,
         for (int g = 0; g < ng; g++) {                                                                       \
             __m512i v = _mm512_load_si512((const void *)(blk[g] + (p * 8 + (KK)) * 64));                     \
             _mm_prefetch((const char *)(blk[g] + PANEL_AHEAD + (p * 8 + (KK)) * 64), _MM_HINT_T0);              \
-            SL[g] = _mm512_dpbusd_epi32(SL[g], _mm512_and_si512(v, low), xl);                                \
-            SH[g] = _mm512_dpbusd_epi32(SH[g], _mm512_and_si512(_mm512_srli_epi16(v, 4), low), xh);          \
+            __m512i wl = _mm512_and_si512(v, low), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);          \
+            if (q5) {                                                                                        \
+                const uint8_t *hl = blk[g] + PDL_Q4K_PANEL_BLOCK + (KK) * 64;                                \
+                __m512i h = _mm512_load_si512((const void *)hl);                                             \
+                if (p == 0) _mm_prefetch((const char *)(hl + PANEL_AHEAD), _MM_HINT_T0);                     \
+                wl = _mm512_or_si512(wl, q5_high(h, 2 * p));                                                 \
+                wh = _mm512_or_si512(wh, q5_high(h, 2 * p + 1));                                             \
+            }                                                                                                \
+            SL[g] = _mm512_dpbusd_epi32(SL[g], wl, xl);                                                      \
+            SH[g] = _mm512_dpbusd_epi32(SH[g], wh, xh);                                                      \
         }                                                                                                    \
     } while (0)
             for (int kk = 0; kk < 8; kk += 2) {
@@ -266,20 +287,32 @@ static inline __attribute__((always_inline)) void kbody1(const pdl_block_q8k *x,
         panel_store(y + g * 16, acc[g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1, last_cols);
 }
 
-static void kpanel_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+static inline __attribute__((always_inline)) void kpanel_q45_k(const pdl_block_q8k *x, int64_t ldx, int rows,
+                                                               const uint8_t *panel, size_t pb, int panels, int64_t nb,
+                                                               int last_cols, float *y, int64_t ldy, const float *bias,
+                                                               bool accumulate, const int q5) {
     if (rows == R && panels == G)
-        kbody(x, ldx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);
+        kbody(x, ldx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate, q5);
     else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */
         for (int g = 0; g < panels; g++)
             kbody1(x, panel + (size_t)g * pb, pb, 1, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
-                   bias ? bias + g * 16 : NULL, accumulate);
+                   bias ? bias + g * 16 : NULL, accumulate, q5);
     else if (panels == 1)
-        kbody(x, ldx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);
+        kbody(x, ldx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate, q5);
     else if (panels == 2)
-        kbody(x, ldx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);
+        kbody(x, ldx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate, q5);
     else
-        kbody(x, ldx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);
+        kbody(x, ldx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate, q5);
+}
+
+static void kpanel_q4_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    kpanel_q45_k(x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate, 0);
+}
+
+static void kpanel_q5_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    kpanel_q45_k(x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate, 1);
 }
 
 /* Q6_K: the 6-bit values of 4 elements of 16 rows, for quarter Q (0..3)
@@ -446,6 +479,7 @@ const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = qpanel_mxfp4;
 const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = qpanel_iq4_nl;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = kpanel_q4_k;
+const pdl_kpanel_fn kpanel_tile_q5_k_vnni = kpanel_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
 #else
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = NULL;
@@ -453,5 +487,6 @@ const pdl_qpanel_fn qpanel_tile_q4_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q5_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
 #endif

@@ -1,6 +1,6 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q4_K and Q6_K weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K and Q6_K weights (layouts and order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -21,6 +21,7 @@
  *         in magnitude: a pair is at most 3810, 8 steps at most 30480 <
  *         32767. So Q4_0 and Q4_K nibbles sum a whole 32-block in int16;
  *         Q6_K's 6-bit values (at most 63: 16002 a pair) fold every 2
+ *         steps; Q5_K's values (at most 31: 7874 a pair) fold every 4
  *         steps; Q8_0 takes the sign trick (|w| times x with w's sign, a
  *         pair at most 32512) and folds every step (ib_q8_piece).
  *         MXFP4's codes become their doubled values + 12 (0..24) by a byte
@@ -455,21 +456,38 @@ static inline __m256i ib_scale_i8(const uint8_t *p) {
 }
 #endif
 
+/* Q5_K's fifth bits: bit j of each byte of a qh word vector moved to bit
+ * 4 (16-bit shifts: no bit crosses into the other byte's bit 4). */
+static inline __attribute__((always_inline)) __m256i ib_q5_high(__m256i h, const int j) {
+    __m256i s = j <= 4 ? _mm256_slli_epi16(h, 4 - j) : _mm256_srli_epi16(h, j - 4);
+    return _mm256_and_si256(s, _mm256_set1_epi8(0x10));
+}
+
+/* Q5_K int16 sums (AVX2) fold into int32 after 4 of a sub-block's 8 steps
+ * (8 steps of 7874 would pass 32767); VNNI sums are int32 already. */
+#if defined(PANEL_VNNI256)
+#define IB_Q5_FOLD 0
+#else
+#define IB_Q5_FOLD 1
+#endif
+
 /* Q4_K, NR (2..4) rows x NV groups: per sub-block j the nibbles times
  * the activations (8 steps), times the lanes' six-bit scale, into isum;
  * msum is the mins times the activation sums per 32 (pairs of sub-blocks
  * per VPMADDWD); then kquant.h's two fused multiply-adds. One row is
- * ib_q4k_row's. */
+ * ib_q4k_row's. Q5_K (q5): the same on Q4_K's part of its panel block,
+ * each nibble plus its high bit. */
 static inline __attribute__((always_inline)) void ib_q4k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
                                                                const ib_group *grp, const int nv, int64_t nb,
-                                                               int64_t ldy, bool accumulate) {
+                                                               int64_t ldy, bool accumulate, const int q5) {
+    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * pbb;
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
             IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
@@ -483,11 +501,23 @@ static inline __attribute__((always_inline)) void ib_q4k_piece(const pdl_block_q
                     const uint8_t *line = blk[v] + ((j / 2) * 8 + kk) * 64;
                     __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
                     w[v] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(raw, 4) : raw, low);
+                    if (q5) {
+                        const uint8_t *hl = blk[v] + PDL_Q4K_PANEL_BLOCK + kk * 64 + 32 * grp[v].half;
+                        w[v] = _mm256_or_si256(w[v], ib_q5_high(_mm256_load_si256((const __m256i *)(const void *)hl), j));
+                    }
                 }
                 IB_UNROLL for (int r = 0; r < nr; r++) {
                     __m256i xb = ib_bcast4(x[r * ldx + b].qs + 32 * j + 4 * kk);
                     IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
                 }
+                if (q5 && IB_Q5_FOLD && kk == 3) /* the first 4 steps' int16 sums, before they can overflow */
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        __m256i sc = ib_scale_u8(blk[v] + 2048 + j * 16 + 8 * grp[v].half);
+                        IB_UNROLL for (int r = 0; r < nr; r++) {
+                            isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(s[r][v], sc));
+                            s[r][v] = _mm256_setzero_si256();
+                        }
+                    }
             }
             IB_UNROLL for (int v = 0; v < nv; v++) {
                 __m256i sc = ib_scale_u8(blk[v] + 2048 + j * 16 + 8 * grp[v].half);
@@ -525,13 +555,14 @@ static inline __attribute__((always_inline)) void ib_q4k_piece(const pdl_block_q
  * one-row copy; 3072 x 1024 matrices out of cache on 2 threads, 8
  * alternating runs: median 1.18x. */
 static inline __attribute__((always_inline)) void ib_q4k_row(const pdl_block_q8k *x, const ib_group *grp,
-                                                             const int nv, int64_t nb, bool accumulate) {
+                                                             const int nv, int64_t nb, bool accumulate, const int q5) {
+    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[IB_MAX_V];
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q4K_PANEL_BLOCK;
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * pbb;
         const int8_t *xq = x[b].qs;
         __m256i isum[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
@@ -544,9 +575,24 @@ static inline __attribute__((always_inline)) void ib_q4k_row(const pdl_block_q8k
                     const uint8_t *line = blk[v] + (jj * 8 + kk) * 64;
                     __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
                     if (grp[v].half == 0) _mm_prefetch((const char *)(line + IB_AHEAD), _MM_HINT_T0);
-                    s0[v] = IB_DOT(s0[v], _mm256_and_si256(raw, low), xb0);
-                    s1[v] = IB_DOT(s1[v], _mm256_and_si256(_mm256_srli_epi16(raw, 4), low), xb1);
+                    __m256i w0 = _mm256_and_si256(raw, low), w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    if (q5) {
+                        const uint8_t *hl = blk[v] + PDL_Q4K_PANEL_BLOCK + kk * 64;
+                        __m256i h = _mm256_load_si256((const __m256i *)(const void *)(hl + 32 * grp[v].half));
+                        if (jj == 0 && grp[v].half == 0) _mm_prefetch((const char *)(hl + IB_AHEAD), _MM_HINT_T0);
+                        w0 = _mm256_or_si256(w0, ib_q5_high(h, 2 * jj));
+                        w1 = _mm256_or_si256(w1, ib_q5_high(h, 2 * jj + 1));
+                    }
+                    s0[v] = IB_DOT(s0[v], w0, xb0);
+                    s1[v] = IB_DOT(s1[v], w1, xb1);
                 }
+                if (q5 && IB_Q5_FOLD && kk == 3) /* the first 4 steps' int16 sums, before they can overflow */
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        const uint8_t *sc = blk[v] + 2048 + 2 * jj * 16 + 8 * grp[v].half;
+                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s0[v], ib_scale_u8(sc)));
+                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s1[v], ib_scale_u8(sc + 16)));
+                        s0[v] = s1[v] = _mm256_setzero_si256();
+                    }
             }
             IB_UNROLL for (int v = 0; v < nv; v++) {
                 const uint8_t *sc = blk[v] + 2048 + 2 * jj * 16 + 8 * grp[v].half;
@@ -732,6 +778,7 @@ static inline __attribute__((always_inline)) void ib_q6k_row(const pdl_block_q8k
 #define IB_V1_Q4K 2
 _Static_assert(IB_V_K == 1 && IB_V1_Q6 <= 2 && IB_V1_Q4K <= 2, "ib_k_tile instantiates its pieces for these");
 
+/* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K */
 static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const pdl_block_q8k *x, int64_t ldx,
                                                             int rows, const uint8_t *panel, size_t pb, int panels,
                                                             int64_t nb, int last_cols, float *y, int64_t ldy,
@@ -746,12 +793,14 @@ static inline __attribute__((always_inline)) void ib_k_tile(const int q6, const 
             gr[i].y += r0 * ldy;
         }
         const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? (q6 ? IB_V1_Q6 : IB_V1_Q4K) : IB_V_K;
+        int step = nr == 1 ? (q6 == 1 ? IB_V1_Q6 : IB_V1_Q4K) : IB_V_K;
         for (int i = 0; i < n; i += step) {
             int nv = n - i < step ? n - i : step;
             const ib_group *gi = gr + i;
-#define IB_K_ROW(NV) (q6 ? ib_q6k_row(xr, gi, NV, nb, accumulate) : ib_q4k_row(xr, gi, NV, nb, accumulate))
-#define IB_K(NR) (q6 ? ib_q6k_piece(xr, ldx, NR, gi, 1, nb, ldy, accumulate) : ib_q4k_piece(xr, ldx, NR, gi, 1, nb, ldy, accumulate))
+#define IB_K_ROW(NV) (q6 == 1 ? ib_q6k_row(xr, gi, NV, nb, accumulate) : ib_q4k_row(xr, gi, NV, nb, accumulate, q6 == 2))
+#define IB_K(NR)                                                                                                     \
+    (q6 == 1 ? ib_q6k_piece(xr, ldx, NR, gi, 1, nb, ldy, accumulate)                                                 \
+             : ib_q4k_piece(xr, ldx, NR, gi, 1, nb, ldy, accumulate, q6 == 2))
             switch (nr) {
             case 1: nv == 2 ? IB_K_ROW(2) : IB_K_ROW(1); break;
             case 2: IB_K(2); break;
@@ -768,6 +817,12 @@ static void PANEL_PREFIX(q4_k)(const pdl_block_q8k *x, int64_t ldx, int rows, co
                                int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
                                bool accumulate) {
     ib_k_tile(0, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+static void PANEL_PREFIX(q5_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                               bool accumulate) {
+    ib_k_tile(2, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 static void PANEL_PREFIX(q6_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
