@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench/http_client.h"
+#include "net/http_client.h"
 #include "bench/serve_dataset.h"
 #include "bench/serve_metrics.h"
 #include "pagedlm.h"

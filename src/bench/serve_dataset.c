@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/http_client.h"
+#include "net/http_client.h"
 #include "util/error.h"
 #include "util/file_map.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench/http_client.h"
+#include "net/http_client.h"
 #include "bench/serve_dataset.h"
 #include "bench/serve_metrics.h"
 #include "cli/cli_args.h"

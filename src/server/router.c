@@ -48,7 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench/http_client.h"
+#include "net/http_client.h"
 #include "server/sbuf.h"
 #include "util/error.h"
 

@@ -3,7 +3,7 @@
  * chunked decoding and SSE splitting for the serving benchmark.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "bench/http_client.h"
+#include "net/http_client.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -1,13 +1,14 @@
 /*
- * http_client.h - a minimal HTTP/1.1 client for the serving benchmark:
- * one POST per connection, the response body delivered as it arrives
- * (chunked transfer decoding included), so that streamed Server-Sent Events
- * can be timed at chunk arrival.
+ * http_client.h - a minimal HTTP/1.1 client: the serving benchmark's
+ * requests (bench-serve: one POST per connection, the response body
+ * delivered as it arrives, so that streamed Server-Sent Events can be timed
+ * at chunk arrival) and the chunked-transfer decoder the router
+ * (server/router.c) undoes its children's answers with.
  *
- * Only plain http:// URLs; this is a measuring tool, not a general client.
+ * Only plain http:// URLs; not a general client.
  */
-#ifndef PDL_BENCH_HTTP_CLIENT_H
-#define PDL_BENCH_HTTP_CLIENT_H
+#ifndef PDL_NET_HTTP_CLIENT_H
+#define PDL_NET_HTTP_CLIENT_H
 
 #include <stddef.h>
 
