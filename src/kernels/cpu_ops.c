@@ -11,6 +11,7 @@
 #include "kernels/fast_exp.h"
 #include "kernels/fp16.h"
 #include "kernels/iq4nl.h"
+#include "kernels/kquant.h"
 #include "kernels/mxfp4.h"
 
 void ops_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
@@ -238,20 +239,6 @@ static void dequant_q3_k(const uint8_t *src, float *out, int64_t nb) {
     }
 }
 
-/* Q4_K / Q5_K: 8 sub-blocks of 32 with 6-bit scales and mins in 12 bytes:
- * sub-block j < 4: scale = s[j] & 63, min = s[j + 4] & 63; j >= 4: the low
- * nibble (scale) or high nibble (min) of s[j + 4], with the top 2 bits
- * from s[j - 4] (scale) or s[j] (min) bits 6..7. */
-static void scale_min_k4(const uint8_t *s, int j, int *sc, int *mn) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *mn = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
-        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-    }
-}
-
 /* Element e: byte qs[32 * (e / 64) + e % 32], low nibble when (e / 32) is
  * even; Q5_K's fifth bit is qh[e % 32] bit e / 32. */
 static void dequant_q45_k(const uint8_t *src, float *out, int64_t nb, int five) {
@@ -261,7 +248,7 @@ static void dequant_q45_k(const uint8_t *src, float *out, int64_t nb, int five) 
         const uint8_t *sb = src + 4, *qh = src + 16, *qs = src + (five ? 48 : 16);
         for (int j = 0; j < 8; j++) {
             int sc, mn;
-            scale_min_k4(sb, j, &sc, &mn);
+            kquant_scale_min(sb, j, &sc, &mn);
             float dl = d * (float)sc, ml = dmin * (float)mn;
             for (int l = 0; l < 32; l++) {
                 int e = 32 * j + l;

@@ -74,13 +74,7 @@ float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < 8; j++) {
             int sc, mn;
-            if (j < 4) {
-                sc = s[j] & 63;
-                mn = s[j + 4] & 63;
-            } else {
-                sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
-                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-            }
+            kquant_scale_min(s, j, &sc, &mn);
             int32_t p = 0;
             for (int l = 0; l < 32; l++) p += ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) * x->qs[32 * j + l];
             isum += sc * p;
@@ -102,13 +96,7 @@ float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
         int32_t isum = 0, msum = 0;
         for (int j = 0; j < 8; j++) {
             int sc, mn;
-            if (j < 4) {
-                sc = s[j] & 63;
-                mn = s[j + 4] & 63;
-            } else {
-                sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
-                mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-            }
+            kquant_scale_min(s, j, &sc, &mn);
             int32_t p = 0;
             for (int l = 0; l < 32; l++) {
                 int q = ((qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF) | ((qh[l] >> j) & 1) << 4;

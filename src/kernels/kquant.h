@@ -50,6 +50,20 @@ static inline void kquant_q4_k_scales_mins(const uint8_t *blk, uint64_t *sc, uin
     *mn = (uint64_t)(u[1] & 0x3f3f3f3f) | (uint64_t)(((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 2) & 0x30303030)) << 32;
 }
 
+/* Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 bytes s:
+ * j < 4: s[j] & 63 and s[j + 4] & 63; j >= 4: the low (scale) or high
+ * (min) nibble of s[j + 4], with the top 2 bits from s[j - 4] (scale) or
+ * s[j] (min) bits 6..7. */
+static inline void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *mn = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | (s[j - 4] >> 6) << 4;
+        *mn = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
 /* x[n] (n a multiple of 256) -> n / 256 blocks. */
 void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 

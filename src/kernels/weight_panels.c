@@ -354,13 +354,18 @@ static void portable_iq4_nl(const int8_t *xq, const float *xd, const int32_t *xs
  * kquant.h's order. */
 typedef float (*kblock_fn)(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc);
 
-static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+/* Q4_K's sums; with q5 (Q5_K) each nibble plus 16 times its qh bit, the
+ * qh bytes after Q4_K's panel block. */
+static inline __attribute__((always_inline)) float k4_block(const uint8_t *db, int c, const pdl_block_q8k *xb,
+                                                            float acc, bool q5) {
     int32_t isum = 0, msum = 0;
     for (int j = 0; j < 8; j++) {
         int32_t s = 0;
         for (int k = 0; k < 32; k++) {
             uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
-            s += (j % 2 ? byte >> 4 : byte & 0xF) * xb->qs[32 * j + k];
+            int q = j % 2 ? byte >> 4 : byte & 0xF;
+            if (q5) q |= ((db[PDL_Q4K_PANEL_BLOCK + (k / 4) * 64 + c * 4 + k % 4] >> j) & 1) << 4;
+            s += q * xb->qs[32 * j + k];
         }
         isum += db[2048 + j * 16 + c] * s;
         msum += db[2176 + j * 16 + c] * xb->bsum32[j];
@@ -372,25 +377,12 @@ static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
 }
 
-/* Q5_K: Q4_K's sums with each nibble plus 16 times its qh bit. */
+static float q4_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    return k4_block(db, c, xb, acc, false);
+}
+
 static float q5_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
-    int32_t isum = 0, msum = 0;
-    for (int j = 0; j < 8; j++) {
-        int32_t s = 0;
-        for (int k = 0; k < 32; k++) {
-            uint8_t byte = db[((j / 2) * 8 + k / 4) * 64 + c * 4 + k % 4];
-            uint8_t hbyte = db[PDL_Q4K_PANEL_BLOCK + (k / 4) * 64 + c * 4 + k % 4];
-            int q = (j % 2 ? byte >> 4 : byte & 0xF) | ((hbyte >> j) & 1) << 4;
-            s += q * xb->qs[32 * j + k];
-        }
-        isum += db[2048 + j * 16 + c] * s;
-        msum += db[2176 + j * 16 + c] * xb->bsum32[j];
-    }
-    uint16_t d16, m16;
-    memcpy(&d16, db + 2304 + c * 2, 2);
-    memcpy(&m16, db + 2336 + c * 2, 2);
-    acc = fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
-    return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
+    return k4_block(db, c, xb, acc, true);
 }
 
 /* The 6-bit value of element e of row c in a Q6_K panel block (the
