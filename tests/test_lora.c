@@ -471,7 +471,9 @@ static void test_mixed_batch_bit_identical(void) {
     CHECK_EQ_INT(done[0] + done[1] + done[2], 3 * N_TOK);
     CHECK_EQ_INT(mismatches, 0);
     /* and the three differ from each other: the adapters did apply */
-    CHECK(memcmp(alone[0], engine_logits(toks[0], N_TOK, NULL, 0), (size_t)N_TOK * V * sizeof(float)) != 0);
+    float *base = engine_logits(toks[0], N_TOK, NULL, 0);
+    CHECK(memcmp(alone[0], base, (size_t)N_TOK * V * sizeof(float)) != 0);
+    free(base);
     pdl_kv_cache_free(kv);
     pdl_context_free(ctx);
     for (int s = 0; s < 3; s++) free(alone[s]);
