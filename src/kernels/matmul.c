@@ -101,12 +101,15 @@ static float dot_q8_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
     return acc_total(acc);
 }
 
-/* Q4_0 weights (nibble - 8) times Q8_0 activations, in the same order as
- * dot_q8_0_q8 (llama.cpp's x86 ggml_vec_dot_q4_0_q8_0 has the same shape:
- * 8 lanes of exact 4-product integer sums, fma with d_w * d_x, the same
- * final tree). Byte j of a block's nibbles holds element j (low) and
- * j + 16 (high). */
-static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb) {
+/* 4-bit weights in Q4_0's block (f16 d, then byte j holding element j's
+ * code in its low nibble and element j + 16's in its high one), each code
+ * standing for value[code], times Q8_0 activations in the same order as
+ * dot_q8_0_q8. Q4_0: value = code - 8 (llama.cpp's x86
+ * ggml_vec_dot_q4_0_q8_0 has the same shape: 8 lanes of exact 4-product
+ * integer sums, fma with d_w * d_x, the same final tree); IQ4_NL:
+ * kernels/iq4nl.h's table (ggml_vec_dot_iq4_nl_q8_0 takes the same exact
+ * integer sums and d_w * d_x per block). */
+static float dot_nibbles_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb, const int8_t value[16]) {
     float acc[8] = {0};
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * 18;
@@ -114,8 +117,8 @@ static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
         memcpy(&d16, blk, 2);
         int8_t q[32];
         for (int i = 0; i < 16; i++) {
-            q[i] = (int8_t)((blk[2 + i] & 0xF) - 8);
-            q[i + 16] = (int8_t)((blk[2 + i] >> 4) - 8);
+            q[i] = value[blk[2 + i] & 0xF];
+            q[i + 16] = value[blk[2 + i] >> 4];
         }
         const int8_t *x = xq + b * 32;
         float d = fp16_f16_to_f32(d16) * xd[b];
@@ -123,6 +126,8 @@ static float dot_q4_0_q8(const uint8_t *w, const int8_t *xq, const float *xd, in
     }
     return acc_total(acc);
 }
+
+static const int8_t Q4_0_VALUES[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
 /* MXFP4 weights (kernels/mxfp4.h: doubled E2M1 codes, halved E8M0 scale)
  * times Q8_0 activations in the same order (llama.cpp's
@@ -140,28 +145,6 @@ static float dot_mxfp4_q8(const uint8_t *w, const int8_t *xq, const float *xd, i
         }
         const int8_t *x = xq + b * 32;
         float d = mxfp4_scale_half(blk[0]) * xd[b];
-        block_acc(acc, q, x, d);
-    }
-    return acc_total(acc);
-}
-
-/* IQ4_NL weights (kernels/iq4nl.h: Q4_0's block with its codes indexing
- * the int8 values) times Q8_0 activations in the same order (llama.cpp's
- * ggml_vec_dot_iq4_nl_q8_0 takes the same exact integer sums and d_w * d_x
- * per block). */
-static float dot_iq4_nl_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb) {
-    float acc[8] = {0};
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + b * 18;
-        uint16_t d16;
-        memcpy(&d16, blk, 2);
-        int8_t q[32];
-        for (int i = 0; i < 16; i++) {
-            q[i] = iq4nl_values[blk[2 + i] & 0xF];
-            q[i + 16] = iq4nl_values[blk[2 + i] >> 4];
-        }
-        const int8_t *x = xq + b * 32;
-        float d = fp16_f16_to_f32(d16) * xd[b];
         block_acc(acc, q, x, d);
     }
     return acc_total(acc);
@@ -286,9 +269,9 @@ static void matmul_worker(void *p, int ith, int nth) {
                 float v;
                 if (expand) v = dot_f32(wf + (o - o0) * t->in, xr, t->in);
                 else if (dt == PDL_DTYPE_Q8_0) v = dot_q8_0_q8(wr, xq, xd, t->in / 32);
-                else if (dt == PDL_DTYPE_Q4_0) v = dot_q4_0_q8(wr, xq, xd, t->in / 32);
+                else if (dt == PDL_DTYPE_Q4_0) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, Q4_0_VALUES);
                 else if (dt == PDL_DTYPE_MXFP4) v = dot_mxfp4_q8(wr, xq, xd, t->in / 32);
-                else if (dt == PDL_DTYPE_IQ4_NL) v = dot_iq4_nl_q8(wr, xq, xd, t->in / 32);
+                else if (dt == PDL_DTYPE_IQ4_NL) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, iq4nl_values);
                 else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q5_K) v = kquant_dot_q5_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);

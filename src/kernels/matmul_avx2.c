@@ -62,7 +62,7 @@ DEFINE_TILE(tile_bf16, w8_bf16, uint16_t)
  * d_w * d_x lane-wise into one accumulator per element. Q4_0 weights take
  * the same path with a block's nibbles unpacked to 32 unsigned bytes
  * (w + 8; pair sums of at most 2 * 15 * 127 do not saturate) and 8 times
- * the activations' 4-sums subtracted: the order of matmul.c's dot_q4_0_q8,
+ * the activations' 4-sums subtracted: the order of matmul.c's dot_nibbles_q8,
  * which is llama.cpp's. MXFP4 weights (q4 2) take the Q8_0 path with a
  * block's codes turned into their doubled int8 values by VPSHUFB
  * (kernels/mxfp4.h; |w| <= 12) and its E8M0 scale; IQ4_NL weights (q4 3)
