@@ -932,6 +932,15 @@ static enum MHD_Result not_found(struct MHD_Connection *conn, const char *name) 
 }
 
 /* The "model" of a JSON body (malloc'ed), or NULL. */
+/* The model called name (malloc'ed; freed here), or NULL with *res the
+ * 404 sent for it. */
+static rt_model *take_named(rt_router *r, struct MHD_Connection *conn, char *name, enum MHD_Result *res) {
+    rt_model *m = find_model(r, name);
+    if (!m) *res = not_found(conn, name);
+    free(name);
+    return m;
+}
+
 static char *body_model(const char *body, size_t len) {
     if (!len) return NULL;
     json_t *v = json_loadb(body, len, 0, NULL);
@@ -946,13 +955,9 @@ static enum MHD_Result load_unload(rt_router *r, struct MHD_Connection *conn, re
     if (!name)
         return send_error(conn, 400, "invalid_request_error", "model", NULL,
                           "expected a JSON body {\"model\": NAME}");
-    rt_model *m = find_model(r, name);
-    if (!m) {
-        enum MHD_Result res = not_found(conn, name);
-        free(name);
-        return res;
-    }
-    free(name);
+    enum MHD_Result res;
+    rt_model *m = take_named(r, conn, name, &res);
+    if (!m) return res;
     pthread_mutex_lock(&r->mu);
     if (!load) {
         if (m->state != M_UNLOADED) stop_model(r, m, "POST /models/unload");
@@ -1005,13 +1010,9 @@ static enum MHD_Result dispatch(rt_router *r, struct MHD_Connection *conn, req_c
     if (!name)
         return send_error(conn, 400, "invalid_request_error", "model", NULL,
                           "this server serves several models: name one in \"model\" (GET /v1/models lists them)");
-    rt_model *m = find_model(r, name);
-    if (!m) {
-        enum MHD_Result res = not_found(conn, name);
-        free(name);
-        return res;
-    }
-    free(name);
+    enum MHD_Result res;
+    rt_model *m = take_named(r, conn, name, &res);
+    if (!m) return res;
     pthread_mutex_lock(&r->mu);
     m->n_requests++;
     int port = 0;
