@@ -338,7 +338,7 @@ static const cli_option BENCH_OPTIONS[] = {
      .help = "LoRA adapters (up to 8): sequence b of a test runs with the (b mod count)-th"},
     {"--logits", NULL, CLI_OPT_LOGITS, A(eo.logits_mode), .value = "auto|full|selective",
      .help = "head over sampled rows only (auto: when the load-time probe passes)"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0|q4_0", .help = "default f16"},
     {"--roofline", NULL, CLI_OPT_FLAG, A(roofline),
      .help = "also measure the machine's peak GFLOP/s and read bandwidth and report fractions"},
     {"--spec-ngram", NULL, CLI_OPT_INT, A(spec_ngram), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
@@ -359,7 +359,7 @@ static const cli_option BENCH_OPTIONS[] = {
 static const cli_command BENCH_COMMAND = {
     .name = "bench",
     .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-d 0[,4096]] [-r 5] [--batch 1,4,16] [--threads N]\n"
-             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0] [--roofline] [--json | --csv]\n",
+             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0|q4_0] [--roofline] [--json | --csv]\n",
     .options = BENCH_OPTIONS,
     .n_options = sizeof BENCH_OPTIONS / sizeof BENCH_OPTIONS[0],
 };
@@ -542,7 +542,10 @@ int cli_bench(int argc, char **argv) {
                      ? "+bf16-activations"
                  : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
-        const char *kvd = a.eo.kv_dtype == PDL_KV_F32 ? "f32" : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0" : "f16";
+        const char *kvd = a.eo.kv_dtype == PDL_KV_F32    ? "f32"
+                          : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0"
+                          : a.eo.kv_dtype == PDL_KV_Q4_0 ? "q4_0"
+                                                         : "f16";
         if (a.json) {
             printf("[\n");
             for (int t = 0; t < n_results; t++) {
