@@ -1,7 +1,8 @@
 /*
  * kquant.h - Q8_K activations and the dot products of GGUF Q4_K, Q5_K,
- * Q6_K and IQ4_XS weights with them: the portable reference (kquant.c) that every SIMD tile
- * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
+ * Q6_K and IQ4_XS weights with them: the portable reference (kquant.c)
+ * that every SIMD tile (kquant_avx512*.c, kquant_avx2.c) reproduces bit
+ * for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
  * (amax = max |x|, d = 0 for an all-zero block), q = nearest(x * (127 /
@@ -25,7 +26,8 @@
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
  *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K, Q5_K)
  * (IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
- * d_x are single float products. So a result depends only on its weight row and activation row.
+ * d_x are single float products. So a result depends only on its weight
+ * row and activation row.
  */
 #ifndef PDL_KERNELS_KQUANT_H
 #define PDL_KERNELS_KQUANT_H
