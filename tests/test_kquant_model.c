@@ -94,9 +94,10 @@ static void add_keys(gguf_writer *w) {
     gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
 }
 
-/* A matrix in dt to q, its exact F32 expansion to f (IQ4_NL, which has dot
- * kernels of its own and multiplies Q8_0-quantized activations: the same
- * blocks to f, so the twins differ only in the expanded types). */
+/* A matrix in dt to q, its exact F32 expansion to f (IQ4_NL and IQ4_XS,
+ * which have dot kernels of their own and multiply Q8_0- / Q8_K-quantized
+ * activations: the same blocks to f, so the twins differ only in the
+ * expanded types). */
 static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int cols, float amp) {
     size_t nbytes;
     uint8_t *blocks = random_blocks(dt, rows, cols, amp, &nbytes);
@@ -113,7 +114,7 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     float *f = malloc((size_t)rows * cols * sizeof *f);
     pdl_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = blocks, .nbytes = nbytes};
     for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
-    if (dt == PDL_DTYPE_IQ4_NL) gguf_writer_add_tensor(t->f, name, ggml, 2, ne, blocks, nbytes);
+    if (dt == PDL_DTYPE_IQ4_NL || dt == PDL_DTYPE_IQ4_XS) gguf_writer_add_tensor(t->f, name, ggml, 2, ne, blocks, nbytes);
     else gguf_writer_add_tensor_f32(t->f, name, 2, (const int64_t[]){rows, cols}, f);
     if (dt == PDL_DTYPE_Q4_K)
         for (size_t k = 0; k < nbytes / 144; k++) put_half(blocks + k * 144 + 2, 0.0f);
@@ -330,17 +331,18 @@ static void test_the_type_mix_names_the_slow_path(void) {
     free(q), free(f), free(qp), free(fp), free(bp);
 }
 
-/* GGUF's IQ4_XS, TQ1_0 and TQ2_0 load and run (expanded at load: no dot
- * kernels for them yet), beside IQ4_NL (its own kernels, the same IQ4_NL
- * matrices in the twin), giving their twin's logits to float rounding (the
- * same values, multiplied by the same float kernels; 1e-4 of the largest
- * logit allows for the expanded matrices' own summation order); the type
- * mix says IQ4_XS and TQ1_0 are expanded, IQ4_NL not. */
+/* GGUF's TQ1_0 and TQ2_0 load and run (expanded at load: no dot kernels
+ * for them yet), beside IQ4_NL and IQ4_XS (their own kernels, the same
+ * IQ4 matrices in the twin), giving their twin's logits to float rounding
+ * (the same values, multiplied by the same float kernels; 1e-4 of the
+ * largest logit allows for the expanded matrices' own summation order);
+ * the type mix says TQ1_0 is expanded, IQ4_NL and IQ4_XS not
+ * (tests/test_iq4_xs_model.c tests IQ4_XS against its F32 expansion). */
 static void test_iq4_and_ternary_model_matches_its_f32_twin(void) {
     fp16_init();
     char *qp, *fp, *bp;
     write_twins_mix(&qp, &fp, &bp, false, true);
-    float *q = logits_of(qp, 2, "IQ4_NL,IQ4_XS,TQ1_0,TQ2_0"), *f = logits_of(fp, 2, "F32,IQ4_NL");
+    float *q = logits_of(qp, 2, "IQ4_NL,IQ4_XS,TQ1_0,TQ2_0"), *f = logits_of(fp, 2, "F32,IQ4_NL,IQ4_XS");
     double mag = 0;
     for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
     fprintf(stderr, "  IQ4 / ternary mix: max |q - f32 twin| %.3g of the largest logit %.3g\n", max_diff(q, f), mag);
@@ -351,11 +353,11 @@ static void test_iq4_and_ternary_model_matches_its_f32_twin(void) {
     pdl_tensor_type_stats st[8];
     int n = pdl_model_tensor_types(m, st, 8);
     for (int i = 0; i < n; i++)
-        if (!strcmp(st[i].type, "IQ4_XS") || !strcmp(st[i].type, "TQ1_0"))
+        if (!strcmp(st[i].type, "TQ1_0"))
             CHECK_MSG(st[i].n_expanded == st[i].n_tensors, "%s: %d of %d expanded", st[i].type, st[i].n_expanded,
                       st[i].n_tensors);
-        else if (!strcmp(st[i].type, "IQ4_NL"))
-            CHECK_MSG(st[i].n_expanded == 0, "IQ4_NL: %d of %d expanded", st[i].n_expanded, st[i].n_tensors);
+        else if (!strcmp(st[i].type, "IQ4_NL") || !strcmp(st[i].type, "IQ4_XS"))
+            CHECK_MSG(st[i].n_expanded == 0, "%s: %d of %d expanded", st[i].type, st[i].n_expanded, st[i].n_tensors);
     pdl_model_free(m);
     free(q), free(f), free(qp), free(fp), free(bp);
 }

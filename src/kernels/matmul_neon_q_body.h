@@ -1,6 +1,6 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K, Q6_K), written once and included by matmul_neon.c
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS), written once and included by matmul_neon.c
  * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
@@ -10,7 +10,7 @@
  * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
  * multiply-add each into 8 accumulators, which are added as
  * (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
- * Q4_K / Q5_K / Q6_K: kquant.h's order: per super-block, a weight row's 256
+ * Q4_K / Q5_K / Q6_K / IQ4_XS: kquant.h's order: per super-block, a weight row's 256
  * values are unpacked once to int8 (Q6_K's already minus 32) and serve
  * every activation row of the tile; isum = sum over the 16 groups of 16
  * of scale x (exact int32 dot), then one fmaf per term per element.
@@ -18,8 +18,8 @@
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
- * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q4_k, tile_q5_k and tile_q6_k
- * (pdl_tile_kq_fn).
+ * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q4_k, tile_q5_k, tile_q6_k and
+ * tile_iq4_xs (pdl_tile_kq_fn).
  */
 #include <math.h>
 #include <string.h>
@@ -113,7 +113,8 @@ static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows,
 }
 
 /* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:
- * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32) and Q6_K (|q| <= 32, |sc| <= 128). */
+ * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128)
+ * and IQ4_XS (|q| <= 127, |sc| <= 32). */
 static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t sc[16]) {
     int32x4_t acc = vdupq_n_s32(0);
     for (int g = 0; g < 16; g += 2) {
@@ -184,11 +185,24 @@ static inline void q6k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]
     }
 }
 
+/* An IQ4_XS block's 256 values as int8 (sub-block j: the low then the high
+ * nibbles of the codes at blk + 8 + 16 j through kernels/iq4nl.h's table),
+ * its 8 signed scales ls_j - 32 per 16-group. */
+static inline void iq4xs_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]) {
+    const int8x16_t values = vld1q_s8(iq4nl_values);
+    for (int j = 0; j < 8; j++) {
+        sc[2 * j] = sc[2 * j + 1] = kquant_iq4_xs_scale(blk, j);
+        uint8x16_t v = vld1q_u8(blk + 8 + 16 * j);
+        vst1q_s8(wq + 32 * j, vqtbl1q_s8(values, vandq_u8(v, vdupq_n_u8(0xF))));
+        vst1q_s8(wq + 32 * j + 16, vqtbl1q_s8(values, vshrq_n_u8(v, 4)));
+    }
+}
+
 static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
                                                           int64_t ldo, int q6) {
-    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K */
-    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : 144;
+    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 IQ4_XS */
+    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 136 : 144;
     float acc[TR][TC];
     for (int r = 0; r < TR; r++)
         for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
@@ -202,6 +216,9 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
             if (q6 == 1) {
                 q6k_unpack(blk, wq, sc);
                 dw = neon_half(blk + 208);
+            } else if (q6 == 3) {
+                iq4xs_unpack(blk, wq, sc);
+                dw = neon_half(blk);
             } else {
                 if (q6 == 2) q5k_unpack(blk, wq, sc, mn);
                 else q4k_unpack(blk, wq, sc, mn);
@@ -212,7 +229,7 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
                 const pdl_block_q8k *xb = x + r * nb + b;
                 int32_t isum = kq_isum(wq, xb->qs, sc);
                 acc[r][c] = fmaf(dw * xb->d, (float)isum, acc[r][c]);
-                if (q6 != 1) {
+                if (q6 != 1 && q6 != 3) {
                     int32_t msum = 0;
                     for (int j = 0; j < 8; j++) msum += mn[j] * xb->bsum32[j];
                     acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
@@ -243,4 +260,11 @@ static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_
     if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
     else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
     else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
+}
+
+static void tile_iq4_xs(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                        float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 3);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 3);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 3);
 }

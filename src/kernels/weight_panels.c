@@ -19,19 +19,26 @@
 static bool quantized(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL;
 }
-static bool kquant(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K; }
+static bool kquant(pdl_dtype dt) {
+    return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_IQ4_XS;
+}
 
-/* Bytes of one super-block of a k-quant panel, and of the file's. */
+/* Bytes of one super-block of a k-quant (or IQ4_XS) panel, and of the file's. */
 static size_t kpanel_block(pdl_dtype dt) {
+    if (dt == PDL_DTYPE_IQ4_XS) return PDL_IQ4XS_PANEL_BLOCK;
     return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
 }
-static size_t kfile_block(pdl_dtype dt) { return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210; }
+static size_t kfile_block(pdl_dtype dt) {
+    if (dt == PDL_DTYPE_IQ4_XS) return 136;
+    return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210;
+}
 
 /* Whether family isa has panel tiles for dtype on this CPU (the width
  * must also be a multiple of a block: panels_wanted). */
 static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     if (isa == PDL_ISA_AVX2) {
         if (quantized(dtype)) return qpanel_tile_q8_0_avx2 != NULL;
+        if (dtype == PDL_DTYPE_IQ4_XS) return kpanel_tile_iq4_xs_avx2 != NULL;
         if (kquant(dtype)) return kpanel_tile_q4_k_avx2 != NULL;
         return panels_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
     }
@@ -47,6 +54,7 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q5_K:
     case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
+    case PDL_DTYPE_IQ4_XS: return cpu_features_get()->avx512vnni && kpanel_tile_iq4_xs_vnni;
     default: return false;
     }
 }
@@ -119,6 +127,13 @@ static void pack_q6_k_block(uint8_t *db, int c, const uint8_t *blk) {
     memcpy(db + 3328 + c * 2, blk + 208, 2);                          /* d */
 }
 
+/* IQ4_XS: the code bytes as words, the signed scales, d. */
+static void pack_iq4_xs_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int w4 = 0; w4 < 32; w4++) memcpy(db + w4 * 64 + c * 4, blk + 8 + 4 * w4, 4);
+    for (int j = 0; j < 8; j++) db[2048 + j * 16 + c] = (uint8_t)(int8_t)kquant_iq4_xs_scale(blk, j);
+    memcpy(db + 2176 + c * 2, blk, 2); /* d */
+}
+
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
@@ -137,6 +152,7 @@ static void pack_worker(void *p, int ith, int nth) {
                 void (*pack)(uint8_t *, int, const uint8_t *) = dt == PDL_DTYPE_Q6_K   ? pack_q6_k_block
                                                                 : dt == PDL_DTYPE_Q5_K ? pack_q5_k_block
                                                                                        : pack_q4_k_block;
+                if (dt == PDL_DTYPE_IQ4_XS) pack = pack_iq4_xs_block;
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++) pack(dst + (size_t)b * pbb, c, src + b * bb);
@@ -409,6 +425,23 @@ static float q6_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
+/* IQ4_XS: per sub-block j the exact sum of v x (v the code's int8 value),
+ * times its signed scale, into isum; one fma per block. */
+static float iq4_xs_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            uint8_t byte = db[(4 * j + (k % 16) / 4) * 64 + c * 4 + k % 4];
+            s += iq4nl_values[k < 16 ? byte & 0xF : byte >> 4] * xb->qs[32 * j + k];
+        }
+        isum += (int8_t)db[2048 + j * 16 + c] * s;
+    }
+    uint16_t d16;
+    memcpy(&d16, db + 2176 + c * 2, 2);
+    return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+}
+
 /* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
 typedef struct k_ctx {
     kblock_fn block;
@@ -446,6 +479,13 @@ static void portable_q5_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
 static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                           int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     portable_ktile(q6_k_block, PDL_Q6K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_iq4_xs(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                            int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                            bool accumulate) {
+    portable_ktile(iq4_xs_block, PDL_IQ4XS_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -639,6 +679,13 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
     const pdl_cpu_features *f = cpu_features_get();
     bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
+    if (dt == PDL_DTYPE_IQ4_XS) {
+        if (avx512 && f->avx512vnni) *kfn = kpanel_tile_iq4_xs_vnni;
+        else if (family_avxvnni(isa)) *kfn = kpanel_tile_iq4_xs_avxvnni;
+        else if (isa == PDL_ISA_AVX2) *kfn = kpanel_tile_iq4_xs_avx2;
+        if (!*kfn) *kfn = portable_iq4_xs;
+        return;
+    }
     if (kquant(dt)) {
         int k = dt == PDL_DTYPE_Q4_K ? 0 : dt == PDL_DTYPE_Q5_K ? 1 : 2;
         const pdl_kpanel_fn vnni[3] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni};
