@@ -189,6 +189,18 @@ static void cpu_features(char *buf, size_t n) {
 }
 
 /* Bytes of the weight matrices read once per decoded token. */
+/* Whether a model's weight types (pdl_model_info's comma-separated list)
+ * include a block format whose fast kernels multiply integers (the
+ * roofline's INT8 dot peak, and the AVX-VNNI panels' tiles): every GGUF
+ * block type but the expanded ones. */
+static bool integer_weights(const char *types) {
+    static const char *const integer[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "IQ4_NL",
+                                          "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+    for (size_t i = 0; i < sizeof integer / sizeof integer[0]; i++)
+        if (strstr(types, integer[i])) return true;
+    return false;
+}
+
 static double weight_bytes_per_token(const pdl_model *m) {
     double b = (double)m->w.output.nbytes;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -519,9 +531,7 @@ int cli_bench(int argc, char **argv) {
     if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && matmul_bf16_activations()) {
         peak = roof.bf16_gflops;
         peak_name = "BF16 dot";
-    } else if ((strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
-                strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K")) &&
-               roof.int8_gops > 0) {
+    } else if (integer_weights(info.weight_types) && roof.int8_gops > 0) {
         peak = roof.int8_gops;
         peak_name = "INT8 dot";
     }
@@ -534,8 +544,7 @@ int cli_bench(int argc, char **argv) {
         /* the model's kernel family, and BF16 activations where they apply */
         const pdl_kernels *k = &model->kernels;
         char isa[64];
-        bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
-                           strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
+        bool int_weights = integer_weights(info.weight_types);
         snprintf(isa, sizeof isa, "%s%s", cpu_isa_name(k->isa),
                  strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
                          cpu_features_get()->avx512bf16 && k->bf16_activations
