@@ -23,6 +23,9 @@ const pdl_qpanel_fn qpanel_tile_iq4_nl_avxvnni = ipanel_avxvnni_iq4_nl;
 const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = ipanel_avxvnni_q4_k;
 const pdl_kpanel_fn kpanel_tile_q5_k_avxvnni = ipanel_avxvnni_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = ipanel_avxvnni_q6_k;
+const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni = ipanel_avxvnni_q5_0;
+const pdl_qpanel_fn qpanel_tile_q4_1_avxvnni = ipanel_avxvnni_q4_1;
+const pdl_qpanel_fn qpanel_tile_q5_1_avxvnni = ipanel_avxvnni_q5_1;
 #else
 const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_0_avxvnni = NULL;
@@ -31,4 +34,7 @@ const pdl_qpanel_fn qpanel_tile_iq4_nl_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q5_k_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_1_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_1_avxvnni = NULL;
 #endif
