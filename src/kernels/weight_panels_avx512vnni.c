@@ -500,6 +500,7 @@ static inline __attribute__((always_inline)) void lbody(const pdl_dtype dt, cons
         for (int g = 0; g < ng; g++)
             hv[g] = q5 ? _mm512_load_si512((const void *)(panel + (size_t)g * pb + at + PDL_LEGACY_PANEL_HIGH_AT))
                        : _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") /* q constant in each copy: q5_high's shifts take immediates */
         for (int q = 0; q < 8; q++) {
             __m512i w[G];
             for (int g = 0; g < ng; g++) {
