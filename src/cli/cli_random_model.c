@@ -428,6 +428,36 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
             }
             break;
+        case PDL_DTYPE_Q5_0: /* d = (the value of largest magnitude) / -16, codes x / d + 16 rounded, at most 31 */
+        case PDL_DTYPE_Q4_1: /* d = (max - min) / 15, m = min, codes (x - min) / d rounded */
+        case PDL_DTYPE_Q5_1: /* the same over 31 codes */
+            for (int64_t b = 0; b < cols / 32; b++) {
+                const float *xb = row + b * 32;
+                bool with_min = t->dtype != PDL_DTYPE_Q5_0;
+                int top = t->dtype == PDL_DTYPE_Q4_1 ? 15 : 31;
+                size_t bb = t->dtype == PDL_DTYPE_Q5_0 ? 22 : t->dtype == PDL_DTYPE_Q4_1 ? 20 : 24;
+                float amax = 0, max = 0, lo = xb[0], hi = xb[0];
+                for (int j = 0; j < 32; j++) {
+                    if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]), max = xb[j];
+                    lo = xb[j] < lo ? xb[j] : lo, hi = xb[j] > hi ? xb[j] : hi;
+                }
+                float d = with_min ? (hi - lo) / (float)top : max / -16.0f, id = d ? 1.0f / d : 0.0f;
+                uint16_t d16 = fp16_f32_to_f16(d), m16 = fp16_f32_to_f16(lo);
+                uint8_t *blk = dst + b * bb, *qh_at = blk + (t->dtype == PDL_DTYPE_Q5_1 ? 4 : 2);
+                uint8_t *qs = blk + (t->dtype == PDL_DTYPE_Q5_0 ? 6 : t->dtype == PDL_DTYPE_Q4_1 ? 4 : 8);
+                memcpy(blk, &d16, 2);
+                if (with_min) memcpy(blk + 2, &m16, 2);
+                uint32_t qh = 0;
+                int code[32];
+                for (int j = 0; j < 32; j++) {
+                    int q = with_min ? (int)((xb[j] - lo) * id + 0.5f) : (int)(xb[j] * id + 16.5f);
+                    code[j] = q < 0 ? 0 : q > top ? top : q;
+                    qh |= (uint32_t)(code[j] >> 4) << j;
+                }
+                for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((code[j] & 0xF) | (code[j + 16] & 0xF) << 4);
+                if (t->dtype != PDL_DTYPE_Q4_1) memcpy(qh_at, &qh, 4);
+            }
+            break;
         default: break;
         }
     }
@@ -470,7 +500,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs",
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
              "matrices Q8_0), a dense one MXFP4 matrices; q4_k / q5_k / iq4_xs: every matrix (Q8_0 where a row is\n"
              "not whole super-blocks of 256); the quantized types are GGUF only"},
@@ -496,7 +526,8 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
-    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs]\n"
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf]\n"
+             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -532,11 +563,16 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q4_0") == 0) dt = PDL_DTYPE_Q4_0;
     else if (strcmp(args.dtype_s, "mxfp4") == 0) dt = PDL_DTYPE_MXFP4;
     else if (strcmp(args.dtype_s, "iq4_nl") == 0) dt = PDL_DTYPE_IQ4_NL;
+    else if (strcmp(args.dtype_s, "q5_0") == 0) dt = PDL_DTYPE_Q5_0;
+    else if (strcmp(args.dtype_s, "q4_1") == 0) dt = PDL_DTYPE_Q4_1;
+    else if (strcmp(args.dtype_s, "q5_1") == 0) dt = PDL_DTYPE_Q5_1;
     else if (strcmp(args.dtype_s, "q4_k") == 0) dt = PDL_DTYPE_Q4_K;
     else if (strcmp(args.dtype_s, "q5_k") == 0) dt = PDL_DTYPE_Q5_K;
     else if (strcmp(args.dtype_s, "iq4_xs") == 0) dt = PDL_DTYPE_IQ4_XS;
     else {
-        fprintf(stderr, "error: --dtype expects f32, f16, bf16, q8_0, q4_0, mxfp4, iq4_nl, q4_k, q5_k or iq4_xs, got '%s'\n",
+        fprintf(stderr,
+                "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q4_k, q5_k or "
+                "iq4_xs, got '%s'\n",
                 args.dtype_s);
         return CLI_USAGE;
     }

@@ -24,6 +24,7 @@
 #include "kernels/fp16.h"
 #include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
+#include "kernels/legacy_quant.h"
 #include "kernels/matmul_table.h"
 #include "kernels/mxfp4.h"
 #include "kernels/weight_panels.h"
@@ -129,6 +130,38 @@ static float dot_nibbles_q8(const uint8_t *w, const int8_t *xq, const float *xd,
 
 static const int8_t Q4_0_VALUES[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
+/* The legacy blocks Q5_0, Q4_1 and Q5_1 (kernels/legacy_quant.h: their
+ * layouts and the codes legacy_codes unpacks) times Q8_0 activations in
+ * dot_q8_0_q8's order: per block, lane j's exact integer sum p_j of the 4
+ * products of elements 4j .. 4j + 3 (w the code, Q5_0: minus 16), acc_j =
+ * fma(p_j, d_w * d_x, acc_j); Q4_1 / Q5_1 then also acc_j = fma(xs_j,
+ * m_w * d_x, acc_j), xs_j the exact sum of those 4 activations; the same
+ * final tree. */
+static float dot_legacy_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb, pdl_dtype dt) {
+    const size_t bb = legacy_block_bytes(dt);
+    const bool with_min = dt != PDL_DTYPE_Q5_0;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        int8_t q[32];
+        legacy_codes(dt, blk, q);
+        if (dt == PDL_DTYPE_Q5_0)
+            for (int k = 0; k < 32; k++) q[k] = (int8_t)(q[k] - 16);
+        const int8_t *x = xq + b * 32;
+        float d = legacy_d(blk) * xd[b];
+        block_acc(acc, q, x, d);
+        if (with_min) {
+            float dm = legacy_m(blk) * xd[b];
+            for (int j = 0; j < 8; j++) {
+                int32_t xs = 0;
+                for (int i = 0; i < 4; i++) xs += x[4 * j + i];
+                acc[j] = fmaf((float)xs, dm, acc[j]);
+            }
+        }
+    }
+    return acc_total(acc);
+}
+
 /* MXFP4 weights (kernels/mxfp4.h: doubled E2M1 codes, halved E8M0 scale)
  * times Q8_0 activations in the same order (llama.cpp's
  * ggml_vec_dot_mxfp4_q8_0 takes the same exact integer sums and d_w * d_x
@@ -152,7 +185,8 @@ static float dot_mxfp4_q8(const uint8_t *w, const int8_t *xq, const float *xd, i
 
 /* Weights with a dedicated kernel taking Q8_0-quantized activations. */
 static bool takes_q8_activations(pdl_dtype dtype) {
-    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL;
+    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL ||
+           legacy_quant(dtype);
 }
 
 /* Weights with a dedicated kernel taking Q8_K-quantized activations
@@ -163,7 +197,7 @@ static bool takes_q8k_activations(pdl_dtype dtype) {
            dtype == PDL_DTYPE_IQ4_XS;
 }
 
-/* Other block formats (Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, ...) have no dot
+/* Other block formats (Q2_K, Q3_K, ...) have no dot
  * kernel yet: their weight rows are expanded to F32 once per call and use
  * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
@@ -273,6 +307,7 @@ static void matmul_worker(void *p, int ith, int nth) {
                 else if (dt == PDL_DTYPE_Q4_0) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, Q4_0_VALUES);
                 else if (dt == PDL_DTYPE_MXFP4) v = dot_mxfp4_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_IQ4_NL) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, iq4nl_values);
+                else if (legacy_quant(dt)) v = dot_legacy_q8(wr, xq, xd, t->in / 32, dt);
                 else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q5_K) v = kquant_dot_q5_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
@@ -300,6 +335,9 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     pdl_tile_q8_fn qtile = t->w->dtype == PDL_DTYPE_Q4_0    ? tk->q4
                            : t->w->dtype == PDL_DTYPE_MXFP4  ? tk->mxfp4
                            : t->w->dtype == PDL_DTYPE_IQ4_NL ? tk->iq4nl
+                           : t->w->dtype == PDL_DTYPE_Q5_0   ? tk->q5_0
+                           : t->w->dtype == PDL_DTYPE_Q4_1   ? tk->q4_1
+                           : t->w->dtype == PDL_DTYPE_Q5_1   ? tk->q5_1
                                                              : tk->q8; /* Q8_0-activation weights */
     pdl_tile_kq_fn ktile = t->w->dtype == PDL_DTYPE_Q4_K   ? tk->q4k
                            : t->w->dtype == PDL_DTYPE_Q5_K ? tk->q5k
@@ -366,6 +404,9 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q4_0) return tk->q4 != NULL;
     if (dtype == PDL_DTYPE_MXFP4) return tk->mxfp4 != NULL;
     if (dtype == PDL_DTYPE_IQ4_NL) return tk->iq4nl != NULL;
+    if (dtype == PDL_DTYPE_Q5_0) return tk->q5_0 != NULL;
+    if (dtype == PDL_DTYPE_Q4_1) return tk->q4_1 != NULL;
+    if (dtype == PDL_DTYPE_Q5_1) return tk->q5_1 != NULL;
     if (dtype == PDL_DTYPE_Q4_K) return tk->q4k != NULL;
     if (dtype == PDL_DTYPE_Q5_K) return tk->q5k != NULL;
     if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
@@ -397,7 +438,8 @@ static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl
             return &matmul_tiles_avx512_vnni;
         /* MXFP4 / IQ4_NL without panels (no VNNI, or PAGEDLM_WEIGHT_PANELS=0): the AVX2 tile (the driver
          * takes the tile size from the table returned; the same bits as the portable dot) */
-        if ((dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL) && !family_has(&matmul_tiles_avx512, dtype))
+        if ((dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL || legacy_quant(dtype)) &&
+            !family_has(&matmul_tiles_avx512, dtype))
             return family_has(&matmul_tiles_avx2, dtype) ? &matmul_tiles_avx2 : NULL;
         tk = &matmul_tiles_avx512;
         break;

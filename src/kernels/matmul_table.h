@@ -45,6 +45,8 @@ typedef struct pdl_tile_kernels {
     pdl_tile_q8_fn q4;               /* Q4_0 weights (same activations); NULL: lacks it */
     pdl_tile_q8_fn mxfp4;            /* MXFP4 weights (same activations); NULL: lacks it */
     pdl_tile_q8_fn iq4nl;            /* IQ4_NL weights (same activations); NULL: lacks it */
+    pdl_tile_q8_fn q5_0, q4_1, q5_1; /* Q5_0 / Q4_1 / Q5_1 weights (same activations, kernels/legacy_quant.h);
+                                      * NULL: lacks it */
     pdl_tile_kq_fn q4k, q5k, q6k;    /* Q4_K / Q5_K / Q6_K weights x Q8_K activations (kquant.h); NULL: lacks it */
     pdl_tile_kq_fn iq4xs;            /* IQ4_XS weights x Q8_K activations (kquant.h); NULL: lacks it */
     /* The tiles take activations rounded to BF16: x then points to uint16

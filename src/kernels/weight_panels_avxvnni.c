@@ -24,6 +24,9 @@ const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = ipanel_avxvnni_q4_k;
 const pdl_kpanel_fn kpanel_tile_q5_k_avxvnni = ipanel_avxvnni_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = ipanel_avxvnni_q6_k;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_avxvnni = ipanel_avxvnni_iq4_xs;
+const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni = ipanel_avxvnni_q5_0;
+const pdl_qpanel_fn qpanel_tile_q4_1_avxvnni = ipanel_avxvnni_q4_1;
+const pdl_qpanel_fn qpanel_tile_q5_1_avxvnni = ipanel_avxvnni_q5_1;
 #else
 const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_0_avxvnni = NULL;
@@ -33,4 +36,7 @@ const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q5_k_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_avxvnni = NULL;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_1_avxvnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_1_avxvnni = NULL;
 #endif
