@@ -1,6 +1,6 @@
 /*
- * kquant.h - Q8_K activations and the dot products of GGUF Q4_K, Q5_K and
- * Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
+ * kquant.h - Q8_K activations and the dot products of GGUF Q3_K, Q4_K,
+ * Q5_K and Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
  * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
@@ -18,6 +18,10 @@
  *         msum = sum_j m_j * bsum32_j               (j = 0..7),
  *   Q5_K: the same with q_i in 0..31 (the nibble plus 16 times its qh bit),
  *   Q6_K: isum = sum_g sc_g * sum_{i in group g} (q_i - 32) * x_i (g = 0..15),
+ *   Q3_K: isum = sum_g (sc_g - 32) * sum_{i in group g} q_i * x_i (g = 0..15,
+ *         q_i in -4..3: the 2-bit value minus 4 where its hmask bit is
+ *         clear; SIMD tiles sum the unsigned q_i + 4 in 0..7 and take off
+ *         4 * bsum16_g, the same integer),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
  *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K, Q5_K)
@@ -64,6 +68,16 @@ static inline void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
+/* Q3_K: the 16 six-bit scales minus 32 (-32..31) from the 12 bytes s:
+ * scale i's low nibble is the low nibble of s[i] (i < 8) or the high one
+ * of s[i - 8], its top 2 bits are bits 2 (i / 4) of s[8 + i % 4]. */
+static inline void kquant_q3_k_scales(const uint8_t *s, int8_t sc[16]) {
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4, top = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (int8_t)((lo | top << 4) - 32);
+    }
+}
+
 /* x[n] (n a multiple of 256) -> n / 256 blocks. */
 void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 
@@ -71,6 +85,7 @@ void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 
 /* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
  * r < rows, c < cols (at most the family's tile size); activation row r is
@@ -92,6 +107,10 @@ void kquant_tile_q5_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const
 void kquant_tile_q5_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                           int cols, float *out, int64_t ldo);
+void kquant_tile_q3_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
+void kquant_tile_q3_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 
 #endif
