@@ -1,6 +1,6 @@
 /*
- * kquant.h - Q8_K activations and the dot products of GGUF Q3_K, Q4_K,
- * Q5_K and Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
+ * kquant.h - Q8_K activations and the dot products of GGUF Q2_K, Q3_K,
+ * Q4_K, Q5_K and Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
  * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
@@ -22,9 +22,12 @@
  *         q_i in -4..3: the 2-bit value minus 4 where its hmask bit is
  *         clear; SIMD tiles sum the unsigned q_i + 4 in 0..7 and take off
  *         4 * bsum16_g, the same integer),
+ *   Q2_K: isum = sum_g sc_g * sum_{i in group g} q_i * x_i (q_i in 0..3,
+ *         sc_g the low nibble of scale byte g), msum = sum_g m_g *
+ *         bsum16_g (m_g its high nibble) (g = 0..15),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
- *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K, Q5_K)
+ *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q2_K, Q4_K, Q5_K)
  * starting from acc = 0. d_w * d_x and dmin_w * d_x are single float
  * products. So a result depends only on its weight row and activation row.
  */
@@ -86,6 +89,7 @@ float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
 float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 
 /* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
  * r < rows, c < cols (at most the family's tile size); activation row r is
@@ -111,6 +115,10 @@ void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const u
 void kquant_tile_q3_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                              int cols, float *out, int64_t ldo);
 void kquant_tile_q3_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                           int cols, float *out, int64_t ldo);
+void kquant_tile_q2_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
+void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 
 #endif

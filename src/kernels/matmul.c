@@ -4,7 +4,7 @@
  *
  * The portable dot products keep 16 independent partial sums and add them
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
- * matmul_avx2.c) are tested against. Q3_K, Q4_K, Q5_K and Q6_K weights have their
+ * matmul_avx2.c) are tested against. Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
  * in matmul_neon*.c. The kernels of a family are chosen once, into a
  * pdl_kernels table (matmul_kernels_for) that a model and each context keep
@@ -159,10 +159,11 @@ static bool takes_q8_activations(pdl_dtype dtype) {
  * (kquant.h). Named one by one: a new block dtype keeps the expand path
  * below until it gets its own kernel. */
 static bool takes_q8k_activations(pdl_dtype dtype) {
-    return dtype == PDL_DTYPE_Q4_K || dtype == PDL_DTYPE_Q5_K || dtype == PDL_DTYPE_Q6_K || dtype == PDL_DTYPE_Q3_K;
+    return dtype == PDL_DTYPE_Q4_K || dtype == PDL_DTYPE_Q5_K || dtype == PDL_DTYPE_Q6_K || dtype == PDL_DTYPE_Q3_K ||
+           dtype == PDL_DTYPE_Q2_K;
 }
 
-/* Other block formats (Q4_1, Q5_0, Q5_1, Q2_K, ...) have no dot
+/* Other block formats (Q4_1, Q5_0, Q5_1, ...) have no dot
  * kernel yet: their weight rows are expanded to F32 once per call and use
  * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
@@ -228,7 +229,7 @@ typedef struct matmul_task {
     int64_t ldx_perm;              /* its row stride (in rounded up to 32) */
     const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
-    const pdl_block_q8k *xk;       /* Q3_K/Q4_K/Q5_K/Q6_K weights: x quantized per 256-block [n_rows][in / 256] */
+    const pdl_block_q8k *xk;       /* Q2_K..Q6_K weights: x quantized per 256-block [n_rows][in / 256] */
     float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
     float *y;
     int64_t ldy;
@@ -275,6 +276,7 @@ static void matmul_worker(void *p, int ith, int nth) {
                 else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q5_K) v = kquant_dot_q5_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q3_K) v = kquant_dot_q3_k_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_Q2_K) v = kquant_dot_q2_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
@@ -322,6 +324,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                     (t->w->dtype == PDL_DTYPE_Q4_K   ? tk->q4k
                      : t->w->dtype == PDL_DTYPE_Q5_K ? tk->q5k
                      : t->w->dtype == PDL_DTYPE_Q3_K ? tk->q3k
+                     : t->w->dtype == PDL_DTYPE_Q2_K ? tk->q2k
                                                      : tk->q6k)(
                         t->xk + r * (t->in / PDL_QK_K), t->in / PDL_QK_K, rows, wbase + (size_t)o0 * t->w_row_bytes,
                         t->w_row_bytes, cols, tmp, TC);
@@ -368,6 +371,7 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q4_K) return tk->q4k != NULL;
     if (dtype == PDL_DTYPE_Q5_K) return tk->q5k != NULL;
     if (dtype == PDL_DTYPE_Q3_K) return tk->q3k != NULL;
+    if (dtype == PDL_DTYPE_Q2_K) return tk->q2k != NULL;
     if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
     return tk->fn[dtype] != NULL;
 }

@@ -196,6 +196,7 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .q5k = kquant_tile_q5_k_avx2,
     .q6k = kquant_tile_q6_k_avx2,
     .q3k = kquant_tile_q3_k_avx2,
+    .q2k = kquant_tile_q2_k_avx2,
 };
 #else
 /* Not built for this target: the family has no kernels. */

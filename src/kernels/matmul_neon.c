@@ -1,6 +1,6 @@
 /*
  * matmul_neon.c - aarch64 Advanced SIMD tiles for F32, F16, BF16, Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q3_K, Q4_K, Q5_K and Q6_K weights, and the Q8_0 activation quantizer. NEON is
+ * Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights, and the Q8_0 activation quantizer. NEON is
  * part of the aarch64 base, so this builds with the default flags; the
  * integer-weight tiles with SDOT are in matmul_neon_dotprod.c (same bits;
  * both builds of them in matmul_neon_q_body.h).
@@ -72,6 +72,7 @@ const pdl_tile_kernels matmul_tiles_neon = {
     .q5k = tile_q5_k,
     .q6k = tile_q6_k,
     .q3k = tile_q3_k,
+    .q2k = tile_q2_k,
 };
 
 /* matmul_quantize_row_q8_0_sums on 4 lanes: the amax (exact in any order;

@@ -1,5 +1,5 @@
 /*
- * matmul_neon_dotprod.c - the NEON family's Q8_0, Q4_0, Q3_K, Q4_K, Q5_K and Q6_K
+ * matmul_neon_dotprod.c - the NEON family's Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K
  * tiles with SDOT
  * (Armv8.2 DotProd: one instruction gives a lane the exact sum of 4 int8
  * products, the 4-sums the order needs). Compiled with
@@ -33,6 +33,7 @@ const pdl_tile_kernels matmul_tiles_neon_dotprod = {
     .q5k = tile_q5_k,
     .q6k = tile_q6_k,
     .q3k = tile_q3_k,
+    .q2k = tile_q2_k,
 };
 #else
 /* Not built for this target: the family has no kernels. */

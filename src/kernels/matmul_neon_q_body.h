@@ -1,6 +1,6 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q3_K, Q4_K, Q5_K, Q6_K), written once and included by matmul_neon.c
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), written once and included by matmul_neon.c
  * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
@@ -10,7 +10,7 @@
  * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
  * multiply-add each into 8 accumulators, which are added as
  * (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
- * Q3_K / Q4_K / Q5_K / Q6_K: kquant.h's order: per super-block, a weight row's 256
+ * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K: kquant.h's order: per super-block, a weight row's 256
  * values are unpacked once to int8 (Q6_K's already minus 32, Q3_K's -4..3) and serve
  * every activation row of the tile; isum = sum over the 16 groups of 16
  * of scale x (exact int32 dot), then one fmaf per term per element.
@@ -18,7 +18,7 @@
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
- * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q3_k, tile_q4_k, tile_q5_k and tile_q6_k
+ * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q2_k, tile_q3_k, tile_q4_k, tile_q5_k and tile_q6_k
  * (pdl_tile_kq_fn).
  */
 #include <math.h>
@@ -114,7 +114,7 @@ static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows,
 
 /* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:
  * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128)
- * and Q3_K (|q| <= 4, |sc| <= 32). */
+ * Q3_K (|q| <= 4, |sc| <= 32) and Q2_K (q <= 3, sc < 16). */
 static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t sc[16]) {
     int32x4_t acc = vdupq_n_s32(0);
     for (int g = 0; g < 16; g += 2) {
@@ -205,11 +205,25 @@ static inline void q3k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]
     }
 }
 
+/* A Q2_K block's 256 values 0..3 as int8 (Q3_K's chunks of qs = blk +
+ * 16), its 16 scales (low nibbles of blk[0..15]) and mins (high). */
+static inline void q2k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16], int32_t mn[16]) {
+    for (int g = 0; g < 16; g++) sc[g] = blk[g] & 0xF, mn[g] = blk[g] >> 4;
+    for (int t = 0; t < 8; t++) {
+        int h = t / 4, k = t % 4;
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t qs = vld1q_u8(blk + 16 + 32 * h + 16 * half);
+            uint8x16_t q = vandq_u8(vshlq_u8(qs, vdupq_n_s8((int8_t)(-2 * k))), vdupq_n_u8(3));
+            vst1q_s8(wq + 32 * t + 16 * half, vreinterpretq_s8_u8(q));
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
                                                           int64_t ldo, int q6) {
-    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K */
-    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 110 : 144;
+    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K, 4 Q2_K */
+    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 110 : q6 == 4 ? 84 : 144;
     float acc[TR][TC];
     for (int r = 0; r < TR; r++)
         for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
@@ -218,7 +232,7 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
             const uint8_t *blk = w + c * wrb + b * bb;
             for (size_t o = 0; o < bb; o += 64) __builtin_prefetch(blk + PF_ROWS * wrb + o);
             int8_t wq[256];
-            int32_t sc[16], mn[8];
+            int32_t sc[16], mn[16];
             float dw, dm = 0.0f;
             if (q6 == 1) {
                 q6k_unpack(blk, wq, sc);
@@ -226,6 +240,10 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
             } else if (q6 == 3) {
                 q3k_unpack(blk, wq, sc);
                 dw = neon_half(blk + 108);
+            } else if (q6 == 4) {
+                q2k_unpack(blk, wq, sc, mn);
+                dw = neon_half(blk + 80);
+                dm = neon_half(blk + 82);
             } else {
                 if (q6 == 2) q5k_unpack(blk, wq, sc, mn);
                 else q4k_unpack(blk, wq, sc, mn);
@@ -239,6 +257,10 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
                 if (q6 == 0 || q6 == 2) {
                     int32_t msum = 0;
                     for (int j = 0; j < 8; j++) msum += mn[j] * xb->bsum32[j];
+                    acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
+                } else if (q6 == 4) {
+                    int32_t msum = 0;
+                    for (int g = 0; g < 16; g++) msum += mn[g] * xb->bsum16[g];
                     acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
                 }
             }
@@ -267,6 +289,13 @@ static void tile_q3_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_
     if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 3);
     else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 3);
     else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 3);
+}
+
+static void tile_q2_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                      float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 4);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 4);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 4);
 }
 
 static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,

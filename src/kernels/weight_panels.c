@@ -20,16 +20,19 @@ static bool quantized(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL;
 }
 static bool kquant(pdl_dtype dt) {
-    return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_Q3_K;
+    return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_Q3_K ||
+           dt == PDL_DTYPE_Q2_K;
 }
 
 /* Bytes of one super-block of a k-quant panel, and of the file's. */
 static size_t kpanel_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return PDL_Q3K_PANEL_BLOCK;
+    if (dt == PDL_DTYPE_Q2_K) return PDL_Q2K_PANEL_BLOCK;
     return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
 }
 static size_t kfile_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return 110;
+    if (dt == PDL_DTYPE_Q2_K) return 84;
     return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210;
 }
 
@@ -53,7 +56,8 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q5_K:
     case PDL_DTYPE_Q6_K:
-    case PDL_DTYPE_Q3_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
+    case PDL_DTYPE_Q3_K:
+    case PDL_DTYPE_Q2_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     default: return false;
     }
 }
@@ -141,6 +145,22 @@ static void pack_q3_k_block(uint8_t *db, int c, const uint8_t *blk) {
     memcpy(db + 1792 + c * 2, blk + 108, 2); /* d */
 }
 
+/* Q2_K: per step of 4 bytes the qs words of both halves, then the scale
+ * and min nibbles and the halves. */
+static void pack_q2_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int l4 = 0; l4 < 8; l4++) {
+        uint8_t *wd = db + (size_t)(l4 * 2) * 64 + c * 4;
+        memcpy(wd, blk + 16 + 4 * l4, 4);
+        memcpy(wd + 64, blk + 48 + 4 * l4, 4);
+    }
+    for (int g = 0; g < 16; g++) {
+        db[1024 + g * 16 + c] = blk[g] & 0xF;
+        db[1280 + g * 16 + c] = blk[g] >> 4;
+    }
+    memcpy(db + 1536 + c * 2, blk + 80, 2); /* d */
+    memcpy(db + 1568 + c * 2, blk + 82, 2); /* dmin */
+}
+
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
@@ -159,6 +179,7 @@ static void pack_worker(void *p, int ith, int nth) {
                 void (*pack)(uint8_t *, int, const uint8_t *) = dt == PDL_DTYPE_Q6_K   ? pack_q6_k_block
                                                                 : dt == PDL_DTYPE_Q5_K ? pack_q5_k_block
                                                                 : dt == PDL_DTYPE_Q3_K ? pack_q3_k_block
+                                                                : dt == PDL_DTYPE_Q2_K ? pack_q2_k_block
                                                                                        : pack_q4_k_block;
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
@@ -455,6 +476,28 @@ static float q3_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
+/* Q2_K: per group of 16 the exact sum of q x (q 0..3 in Q3_K's qs
+ * positions) times the group's scale into isum, the mins times the
+ * activation sums per 16 into msum; then the two fused multiply-adds. */
+static float q2_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0, msum = 0;
+    for (int gr = 0; gr < 16; gr++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) {
+            int e = 16 * gr + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+            int q = (db[(size_t)((l / 4) * 2 + h) * 64 + c * 4 + l % 4] >> (2 * k)) & 3;
+            s += q * xb->qs[e];
+        }
+        isum += db[1024 + gr * 16 + c] * s;
+        msum += db[1280 + gr * 16 + c] * xb->bsum16[gr];
+    }
+    uint16_t d16, m16;
+    memcpy(&d16, db + 1536 + c * 2, 2);
+    memcpy(&m16, db + 1568 + c * 2, 2);
+    acc = fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
+}
+
 /* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
 typedef struct k_ctx {
     kblock_fn block;
@@ -498,6 +541,12 @@ static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
 static void portable_q3_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                           int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     portable_ktile(q3_k_block, PDL_Q3K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q2_k_block, PDL_Q2K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -692,14 +741,18 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
     bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
     if (kquant(dt)) {
-        int k = dt == PDL_DTYPE_Q4_K ? 0 : dt == PDL_DTYPE_Q5_K ? 1 : dt == PDL_DTYPE_Q6_K ? 2 : 3;
-        const pdl_kpanel_fn vnni[4] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni,
-                                       kpanel_tile_q3_k_vnni};
-        const pdl_kpanel_fn avxvnni[4] = {kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni,
-                                          kpanel_tile_q3_k_avxvnni};
-        const pdl_kpanel_fn avx2[4] = {kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2,
-                                       kpanel_tile_q3_k_avx2};
-        const pdl_kpanel_fn portable[4] = {portable_q4_k, portable_q5_k, portable_q6_k, portable_q3_k};
+        int k = dt == PDL_DTYPE_Q4_K   ? 0
+                : dt == PDL_DTYPE_Q5_K ? 1
+                : dt == PDL_DTYPE_Q6_K ? 2
+                : dt == PDL_DTYPE_Q3_K ? 3
+                                       : 4;
+        const pdl_kpanel_fn vnni[5] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni,
+                                       kpanel_tile_q3_k_vnni, kpanel_tile_q2_k_vnni};
+        const pdl_kpanel_fn avxvnni[5] = {kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni,
+                                          kpanel_tile_q3_k_avxvnni, kpanel_tile_q2_k_avxvnni};
+        const pdl_kpanel_fn avx2[5] = {kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2,
+                                       kpanel_tile_q3_k_avx2, kpanel_tile_q2_k_avx2};
+        const pdl_kpanel_fn portable[5] = {portable_q4_k, portable_q5_k, portable_q6_k, portable_q3_k, portable_q2_k};
         if (avx512 && f->avx512vnni) *kfn = vnni[k];
         else if (family_avxvnni(isa)) *kfn = avxvnni[k];
         else if (isa == PDL_ISA_AVX2) *kfn = avx2[k];

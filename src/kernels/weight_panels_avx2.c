@@ -178,6 +178,7 @@ const pdl_kpanel_fn kpanel_tile_q4_k_avx2 = ipanel_avx2_q4_k;
 const pdl_kpanel_fn kpanel_tile_q5_k_avx2 = ipanel_avx2_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = ipanel_avx2_q6_k;
 const pdl_kpanel_fn kpanel_tile_q3_k_avx2 = ipanel_avx2_q3_k;
+const pdl_kpanel_fn kpanel_tile_q2_k_avx2 = ipanel_avx2_q2_k;
 #else
 const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT] = {0};
 const pdl_qpanel_fn qpanel_tile_q8_0_avx2 = NULL;
@@ -188,4 +189,5 @@ const pdl_kpanel_fn kpanel_tile_q4_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_q5_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_q3_k_avx2 = NULL;
+const pdl_kpanel_fn kpanel_tile_q2_k_avx2 = NULL;
 #endif
