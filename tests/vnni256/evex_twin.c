@@ -23,6 +23,7 @@ const pdl_kpanel_fn test_kpanel_q4_k_vnni256_evex = evex_twin_q4_k;
 const pdl_kpanel_fn test_kpanel_q5_k_vnni256_evex = evex_twin_q5_k;
 const pdl_kpanel_fn test_kpanel_q6_k_vnni256_evex = evex_twin_q6_k;
 const pdl_kpanel_fn test_kpanel_q3_k_vnni256_evex = evex_twin_q3_k;
+const pdl_kpanel_fn test_kpanel_q2_k_vnni256_evex = evex_twin_q2_k;
 #else
 const pdl_qpanel_fn test_qpanel_q8_0_vnni256_evex = NULL;
 const pdl_qpanel_fn test_qpanel_q4_0_vnni256_evex = NULL;
@@ -32,4 +33,5 @@ const pdl_kpanel_fn test_kpanel_q4_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q5_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q6_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q3_k_vnni256_evex = NULL;
+const pdl_kpanel_fn test_kpanel_q2_k_vnni256_evex = NULL;
 #endif
