@@ -9,8 +9,8 @@
  * (not rounded through half precision). A block holding an infinity or a
  * NaN gets q = 0 and d = amax (that infinity or NaN), so it poisons the
  * dot products as the float values would. The block also keeps the exact sums
- * of q per 16 elements (Q6_K's -32 offset) and per 32 elements (Q4_K's
- * min term).
+ * of q per 16 elements (Q6_K's -32 offset, Q3_K's -4, Q2_K's min term)
+ * and per 32 elements (Q4_K's min term).
  *
  * Float order of the dots (the reference and every tile): within a 256
  * super-block all work is exact int32 arithmetic,
