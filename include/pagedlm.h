@@ -47,6 +47,8 @@ typedef enum pdl_kv_dtype {
     PDL_KV_F32 = 1,  /* exact; used by the reference tests */
     PDL_KV_Q8_0 = 2, /* K/V rows per head as Q8_0 blocks of 32 (an f16 scale, 32 int8): 0.53x F16's memory;
                         head_dim a multiple of 32 (or below 32: one block per head) */
+    PDL_KV_Q4_0 = 3, /* as Q4_0 blocks of 32 (an f16 scale, 32 4-bit codes): 0.28x F16's memory; head_dim a
+                        multiple of 32 (or even and below 32) */
 } pdl_kv_dtype;
 
 /* Loading progress: done goes from 0 to 1 (reached once, at the end) as the

@@ -18,7 +18,11 @@
  * the dequantized rows at 1e-5 as the others (the kernels dequantize
  * exactly, so only float32 rounding of the sums is left), and give the
  * bytes of an F32 cache holding the dequantized rows; the Q8_0 store is
- * checked bit for bit against the format's definition.
+ * checked bit for bit against the format's definition. Q4_0 caches (the
+ * same head sizes; 4-bit codes, two to a byte, element i's low nibble
+ * beside element i + 16's high one) likewise, the float64 attention
+ * reading their rows as written out here (q4_at), and the Q4_0 store
+ * against its definition.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -75,8 +79,34 @@ static double q8_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
     return half_at(b) * (int8_t)b[2 + (size_t)(e % hd) % G];
 }
 
+/* A Q4_0 cache's element (attention.h, written out here too): Q8_0's
+ * groups of G with G / 2 code bytes where Q8_0 has G: K per group [G / 2][bs]
+ * bytes then [bs] f16 scales, V rows of head_dim / G blocks (f16 scale,
+ * G / 2 bytes); element i of a group is the low nibble of byte i for
+ * i < G / 2, else the high nibble of byte i - G / 2; the element is
+ * scale * (code - 8). */
+static double q4_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
+    size_t G = hd < 32 ? (size_t)hd : 32, H = G / 2;
+    size_t bs = (size_t)kv->block_size, block = (size_t)kv->block_table[pos / kv->block_size];
+    size_t off = (size_t)(pos % kv->block_size), blk = block * ((size_t)kv->kv_dim / G) * (H + 2) * bs;
+    size_t i = (size_t)(e % hd) % G;
+    uint8_t byte;
+    double S;
+    if (!value) {
+        const uint8_t *g = (const uint8_t *)kv->k + blk + ((size_t)e / G) * (H + 2) * bs;
+        S = half_at(g + H * bs + 2 * off), byte = g[(i % H) * bs + off];
+    } else {
+        size_t row = ((size_t)hd / G) * (H + 2);
+        const uint8_t *b = (const uint8_t *)kv->v + blk + (size_t)(e / hd) * row * bs + off * row +
+                           ((size_t)(e % hd) / G) * (H + 2);
+        S = half_at(b), byte = b[2 + i % H];
+    }
+    return S * (double)((i < H ? byte & 15 : byte >> 4) - 8);
+}
+
 static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
     if (kv->kv_is_q8) return q8_at(kv, hd, pos, e, value);
+    if (kv->kv_is_q4) return q4_at(kv, hd, pos, e, value);
     int bs = kv->block_size;
     size_t block = (size_t)kv->block_table[pos / bs], off = (size_t)(pos % bs), head = (size_t)(e / hd);
     size_t d = (size_t)(e % hd), at_head = (block * kv->kv_dim + head * hd) * bs;
@@ -114,11 +144,11 @@ static void check_head_dim(int hd, int BSZ) {
     int32_t table[NBLK];
     for (int b = 0; b < NBLK; b++) table[b] = (b * 7 + 3) % NBLK; /* scattered blocks */
     int kv_dim = NKV * hd;
-    for (int f16 = 0; f16 < 3; f16++) { /* F32, F16, Q8_0 (2) */
-        int q8 = f16 == 2;
-        if (q8 && hd > 32 && hd % 32) continue; /* Q8_0 caches need whole groups of 32 */
+    for (int f16 = 0; f16 < 4; f16++) { /* F32, F16, Q8_0 (2), Q4_0 (3) */
+        int q4 = f16 == 3, q8 = f16 == 2 || q4; /* q8: a quantized cache, Q8_0 or Q4_0 */
+        if (q8 && hd > 32 && hd % 32) continue; /* Q8_0 / Q4_0 caches need whole groups of 32 */
         if (q8 && hd == 256) continue;            /* 128's code with more groups: time saved under qemu */
-        if (!q8 && hd < 32) continue;             /* the short heads are here for Q8_0's one group per head */
+        if (!q8 && hd < 32) continue;             /* the short heads are here for the one group per head */
         size_t elem = f16 ? 2 : 4, n = (size_t)NBLK * BSZ * kv_dim;
         uint8_t *kpool = malloc(n * elem), *vpool = malloc(n * elem);
         float *deq_k = NULL, *deq_v = NULL; /* Q8_0: the same cache dequantized into an F32 one */
@@ -127,17 +157,17 @@ static void check_head_dim(int hd, int BSZ) {
             for (int s = 0; s < NBLK * BSZ; s++) {
                 for (int e = 0; e < kv_dim; e++) /* groups of different sizes, up to 1 as the others */
                     kr[e] = frand() * (float)(1 + (e / 32 + s) % 4) / 4, vr[e] = frand() * (float)(1 + (e / 32) % 3) / 3;
-                attn_store_q8_0(kpool, vpool, 0, kv_dim, hd, BSZ, s, kr, vr);
+                (q4 ? attn_store_q4_0 : attn_store_q8_0)(kpool, vpool, 0, kv_dim, hd, BSZ, s, kr, vr);
             }
             free(kr), free(vr);
-            pdl_attn_kv qk = {.k = kpool, .v = vpool, .kv_is_q8 = 1, .kv_dim = kv_dim, .block_table = table,
-                              .block_size = BSZ};
+            pdl_attn_kv qk = {.k = kpool, .v = vpool, .kv_is_q8 = !q4, .kv_is_q4 = q4, .kv_dim = kv_dim,
+                              .block_table = table, .block_size = BSZ};
             deq_k = malloc(n * sizeof *deq_k), deq_v = malloc(n * sizeof *deq_v);
             for (int pos = 0; pos < NBLK * BSZ; pos++) /* through the table both ways: every slot */
                 for (int e = 0; e < kv_dim; e++) {
                     int64_t slot = (int64_t)table[pos / BSZ] * BSZ + pos % BSZ;
-                    deq_k[attn_k_index(slot, BSZ, kv_dim, e)] = (float)q8_at(&qk, hd, pos, e, false);
-                    deq_v[attn_v_index(slot, BSZ, kv_dim, hd, e)] = (float)q8_at(&qk, hd, pos, e, true);
+                    deq_k[attn_k_index(slot, BSZ, kv_dim, e)] = (float)kv_at(&qk, hd, pos, e, false);
+                    deq_v[attn_v_index(slot, BSZ, kv_dim, hd, e)] = (float)kv_at(&qk, hd, pos, e, true);
                 }
         }
         for (size_t i = 0; i < n && !q8; i++) {
@@ -149,8 +179,8 @@ static void check_head_dim(int hd, int BSZ) {
                 memcpy(kpool + i * 4, &k, 4), memcpy(vpool + i * 4, &v, 4);
             }
         }
-        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16 == 1, .kv_is_q8 = q8, .kv_dim = kv_dim,
-                          .block_table = table, .block_size = BSZ};
+        pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16 == 1, .kv_is_q8 = q8 && !q4, .kv_is_q4 = q4,
+                          .kv_dim = kv_dim, .block_table = table, .block_size = BSZ};
         pdl_attn_kv kv_deq = {.k = deq_k, .v = deq_v, .kv_dim = kv_dim, .block_table = table, .block_size = BSZ};
         enum { NQ = 40 };
         float *q = malloc((size_t)NQ * hd * sizeof *q), *got = malloc((size_t)NQ * hd * sizeof *got);
@@ -195,12 +225,12 @@ static void check_head_dim(int hd, int BSZ) {
                     CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                               "head_dim %d block %d f16 %d window %d cap %g: %d queries differ from the portable body",
                               hd, BSZ, f16, windows[wi], caps[ci], nq);
-                    if (q8) { /* Q8_0 attends exactly as F32 over its dequantized rows (attention.h) */
+                    if (q8) { /* Q8_0 / Q4_0 attend exactly as F32 over their dequantized rows (attention.h) */
                         attn_queries_scalar(outw, qs, pos, nq, hd, 1, 0.3f, caps[ci], sk, windows[wi], &kv_deq,
                                             scratch);
                         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
-                                  "head_dim %d block %d window %d cap %g: %d queries: Q8_0 differs from F32 over "
-                                  "its dequantized rows", hd, BSZ, windows[wi], caps[ci], nq);
+                                  "head_dim %d block %d window %d cap %g: %d queries: %s differs from F32 over "
+                                  "its dequantized rows", hd, BSZ, windows[wi], caps[ci], nq, q4 ? "Q4_0" : "Q8_0");
                     }
                     /* and so does every SIMD build the CPU has (the dispatcher above
                      * took the best: AVX-512 or NEON; AVX2 has its own 8-lane tiles) */
@@ -414,9 +444,79 @@ static void test_q8_store_bit_exact(void) {
     free(kp), free(vp);
 }
 
+/* The Q4_0 store against its definition (attention.h) read here: per group
+ * of 32, m = the element of largest magnitude (the first of equals), scale
+ * = f16(m / -8), code = min(15, floor(x / scale + 8.5)) (8 for a zero
+ * scale), each nibble at the place the layout says (q4_at). Groups of all
+ * sizes (tiny: subnormal scales; zero; huge), the largest element of either
+ * sign (it is code 0 exactly), codes at the clamp (x = -m is 16 -> 15), and
+ * a tie x / scale = k + 0.5 that must round up. */
+static void test_q4_store_bit_exact(void) {
+    fp16_init();
+    enum { HD = 64, NKV = 2, KVD = HD * NKV, BS = 16, SLOTS = 32 };
+    int32_t table[2] = {1, 0};
+    uint8_t *kp = calloc((size_t)SLOTS * KVD, 1), *vp = calloc((size_t)SLOTS * KVD, 1);
+    REQUIRE(kp && vp);
+    pdl_attn_kv kv = {.k = kp, .v = vp, .kv_is_q4 = 1, .kv_dim = KVD, .block_table = table, .block_size = BS};
+    float k[KVD], v[KVD];
+    int bad_scale = 0, bad_q = 0, checked = 0, clamped = 0;
+    for (int s = 0; s < SLOTS; s++) {
+        for (int e = 0; e < KVD; e++) {
+            int g = (e / 32 + s) % 6;
+            float mag = g == 0 ? 1e-9f : g == 1 ? 0.0f : g == 2 ? 3000.0f : g == 3 ? 1.0f : g == 4 ? 0.01f : 17.0f;
+            k[e] = frand() * mag, v[e] = frand() * mag * 0.5f;
+            if (g == 5 && e % 32 == 3) k[e] = -k[e - 1]; /* a sign flip of a neighbour */
+        }
+        if (s == 5) /* m = -4: scale 0.5; 1.25 / 0.5 + 8.5 = 11 exactly; 4 is 16.5 -> 15 */
+            for (int e = 0; e < 32; e++) k[e] = e == 0 ? -4.0f : e == 1 ? 1.25f : e == 2 ? 4.0f : e == 3 ? -0.25f : 0.0f;
+        attn_store_q4_0(kp, vp, 0, KVD, HD, BS, s, k, v);
+        int pos = s < BS ? BS + s : s - BS; /* slot s through table {1, 0} */
+        for (int which = 0; which < 2; which++) {
+            const float *x = which ? v : k;
+            for (int g0 = 0; g0 < KVD; g0 += 32) {
+                float amax = 0, m = 0;
+                for (int i = 0; i < 32; i++)
+                    if (fabsf(x[g0 + i]) > amax) amax = fabsf(x[g0 + i]), m = x[g0 + i];
+                float d = m / -8.0f; /* -0 for an all-zero group */
+                uint16_t want_h = (uint16_t)(test_to_half((double)d) | (signbit(d) ? 0x8000u : 0));
+                double S = fp16_f16_to_f32(want_h);
+                for (int i = 0; i < 32; i++) {
+                    double want_c = 8;
+                    if (S != 0) {
+                        want_c = floor((double)(x[g0 + i] / (float)S + 8.5f));
+                        if (want_c > 15) want_c = 15, clamped++;
+                        if (want_c < 0) want_c = 0;
+                    }
+                    double got = q4_at(&kv, HD, pos, g0 + i, which == 1);
+                    if (got != S * (want_c - 8)) bad_q++;
+                    checked++;
+                }
+                const uint8_t *sp = which ? vp + (size_t)(s / BS) * (KVD / 32) * 18 * BS +
+                                                 (size_t)(g0 / HD) * (HD / 32) * 18 * BS + (size_t)(s % BS) * (HD / 32) * 18 +
+                                                 (size_t)((g0 % HD) / 32) * 18
+                                          : kp + (size_t)(s / BS) * (KVD / 32) * 18 * BS + (size_t)(g0 / 32) * 18 * BS +
+                                                 16 * BS + 2 * (size_t)(s % BS);
+                uint16_t got_h;
+                memcpy(&got_h, sp, 2);
+                if (got_h != want_h) bad_scale++;
+            }
+        }
+        if (s == 5) { /* the written-out case, read back */
+            CHECK(q4_at(&kv, HD, pos, 0, false) == -4.0 && q4_at(&kv, HD, pos, 1, false) == 1.5 &&
+                  q4_at(&kv, HD, pos, 2, false) == 3.5 && q4_at(&kv, HD, pos, 3, false) == 0.0);
+        }
+    }
+    CHECK_EQ_INT(bad_scale, 0);
+    CHECK_EQ_INT(bad_q, 0);
+    CHECK(clamped > 0);
+    CHECK(checked == SLOTS * KVD * 2);
+    free(kp), free(vp);
+}
+
 int main(void) {
     RUN(test_cache_store_builds_agree);
     RUN(test_q8_store_bit_exact);
+    RUN(test_q4_store_bit_exact);
     RUN(test_query_blocks_equal_single_queries);
     RUN(test_avx512_build_equals_its_single_query_body);
     return test_summary();

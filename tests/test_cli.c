@@ -172,6 +172,27 @@ static void test_logits_prints_rows_as_json(void) {
     free(model);
 }
 
+/* Every KV cache type the option names runs a model from the command line
+ * (stories260K's 8-wide heads: one Q8_0 / Q4_0 group per head), and each
+ * writes the prompt's greedy continuation; F32 and F16 agree on it. */
+static void test_run_takes_every_kv_cache_dtype(void) {
+    char *model = data("models/stories260K/stories260K.gguf"), args[4096];
+    const char *dtypes[] = {"f32", "f16", "q8_0", "q4_0"};
+    char *f32_out = NULL;
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 12 --temp 0 --kv-cache-dtype %s", model,
+                 dtypes[i]);
+        cmd_result r = test_pagedlm(args);
+        CHECK_MSG(r.status == 0, "--kv-cache-dtype %s: exit %d: %s", dtypes[i], r.status, r.err);
+        CHECK_MSG(strlen(r.out) > strlen("Once upon a time"), "--kv-cache-dtype %s wrote '%s'", dtypes[i], r.out);
+        if (i == 0) f32_out = strdup(r.out);
+        if (i == 1) CHECK_MSG(f32_out && strcmp(r.out, f32_out) == 0, "f16 '%s' vs f32 '%s'", r.out, f32_out);
+        test_free_result(&r);
+    }
+    free(f32_out);
+    free(model);
+}
+
 /* Structured output on the command line: the sampled output is one of the
  * choices, a JSON Schema from a file gives JSON that parses with the
  * required keys; a grammar that does not compile exits 1 naming its line;
@@ -435,10 +456,9 @@ static void test_bad_option_values_exit_2_naming_the_option(void) {
         {"run -m x -p y --temp -1", "--temp must not be negative"},
         {"run -m x -p y --top-p 2", "--top-p must be in [0, 1]"},
         {"run -m x -p y --samples 65", "--samples expects an integer in [1, 64], got '65'"},
-        {"run -m x -p y --kv-cache-dtype q4", "--kv-cache-dtype expects f16, f32 or q8_0, got 'q4'"},
-        {"run -m x -p y --kv-cache-dtype q4_0", "--kv-cache-dtype q4_0 is not supported (yet)"},
-        {"serve -m x --kv-cache-dtype fp8_e4m3", "--kv-cache-dtype fp8_e4m3 is not supported (yet)"},
-        {"bench -m x --kv-cache-dtype fp8", "--kv-cache-dtype fp8 is not supported (yet)"},
+        {"run -m x -p y --kv-cache-dtype q4", "--kv-cache-dtype expects f16, f32, q8_0 or q4_0, got 'q4'"},
+        {"serve -m x --kv-cache-dtype fp8_e4m3", "--kv-cache-dtype fp8_e4m3 is not supported: a CPU has no FP8"},
+        {"bench -m x --kv-cache-dtype fp8", "--kv-cache-dtype fp8 is not supported: a CPU has no FP8"},
         {"run -m x -p y --kv-cache-memory lots", "--kv-cache-memory expects a size"},
         {"run -m x -p y --logits some", "--logits expects auto, full or selective, got 'some'"},
         {"run -m x -p y -n", "option -n needs a value"},
@@ -480,6 +500,7 @@ int main(void) {
     RUN(test_run_reasoning_parser_budget_and_hide);
     RUN(test_run_verbose_prints_probe_decision);
     RUN(test_logits_prints_rows_as_json);
+    RUN(test_run_takes_every_kv_cache_dtype);
     RUN(test_run_structured_output);
     RUN(test_bad_usage_exits_2_with_message);
     RUN(test_help_lists_every_option);

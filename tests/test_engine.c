@@ -169,6 +169,12 @@ static void test_batch_invariance_q8_0_cache(void) {
     check_invariance("models/qwen3-tiny/model-f32.gguf");
     g_kv_dtype = PDL_KV_F32;
 }
+static void test_batch_invariance_q4_0_cache(void) {
+    g_kv_dtype = PDL_KV_Q4_0;
+    check_invariance("models/stories260K/stories260K.gguf"); /* head_dim 8: one group per head */
+    check_invariance("models/qwen3-tiny/model-f32.gguf");
+    g_kv_dtype = PDL_KV_F32;
+}
 
 /* A KV pool far too small for all requests at once: the scheduler preempts
  * and recomputes, and every request still gets the tokens it gets alone. */
@@ -218,25 +224,30 @@ static void test_small_pool_preempts_and_output_is_unchanged(void) {
     check_small_pool_preempts();
     g_kv_dtype = PDL_KV_Q8_0;
     check_small_pool_preempts();
+    g_kv_dtype = PDL_KV_Q4_0;
+    check_small_pool_preempts();
     g_kv_dtype = PDL_KV_F32;
 }
 
 /* A Q8_0 cache holds (gs + 2) / gs bytes per element where F16 holds 2:
  * the same --kv-cache-memory gives 2 * 32 / 34 = 1.88x the blocks of F16
  * for head_dim 32 (qwen3-tiny; the engine divides the memory by
- * pdl_kv_cache_block_bytes), 1.6x for stories260K's head_dim 8; a head_dim
- * of 48 is refused with a clear error. */
+ * pdl_kv_cache_block_bytes), 1.6x for stories260K's head_dim 8; a Q4_0
+ * cache (gs / 2 + 2) / gs: 64 / 18 = 3.56x and 16 / 6 = 2.67x; a head_dim
+ * of 48 is refused by both with a clear error, and 7 by Q4_0 (odd). */
 static void test_q8_0_cache_holds_more_blocks_in_the_same_memory(void) {
     static const struct {
         const char *model;
-        double ratio;
-    } cases[] = {{"models/qwen3-tiny/model-f32.gguf", 64.0 / 34.0}, {"models/stories260K/stories260K.gguf", 1.6}};
+        double ratio, ratio_q4;
+    } cases[] = {{"models/qwen3-tiny/model-f32.gguf", 64.0 / 34.0, 64.0 / 18.0},
+                 {"models/stories260K/stories260K.gguf", 1.6, 16.0 / 6.0}};
     for (int c = 0; c < 2; c++) {
         pdl_model *m = load(cases[c].model);
-        int blocks[2];
-        for (int q8 = 0; q8 < 2; q8++) {
+        int blocks[3];
+        for (int q8 = 0; q8 < 3; q8++) { /* F16, Q8_0, Q4_0 (2) */
             pdl_engine_options o = {.block_size = 16, .kv_cache_memory = (size_t)16 << 20,
-                                    .kv_dtype = q8 ? PDL_KV_Q8_0 : PDL_KV_F16, .max_num_seqs = 1024};
+                                    .kv_dtype = q8 == 2 ? PDL_KV_Q4_0 : q8 ? PDL_KV_Q8_0 : PDL_KV_F16,
+                                    .max_num_seqs = 1024};
             pdl_engine *e = NULL;
             pdl_error err;
             REQUIRE_MSG(pdl_engine_create(&e, m, &o, &err) == 0, "%s", err.message);
@@ -249,6 +260,9 @@ static void test_q8_0_cache_holds_more_blocks_in_the_same_memory(void) {
         double r = (double)blocks[1] / blocks[0];
         CHECK_MSG(fabs(r - cases[c].ratio) < 0.01, "%s: %d q8_0 blocks vs %d f16: %.3f, want %.3f", cases[c].model,
                   blocks[1], blocks[0], r, cases[c].ratio);
+        r = (double)blocks[2] / blocks[0];
+        CHECK_MSG(fabs(r - cases[c].ratio_q4) < 0.01, "%s: %d q4_0 blocks vs %d f16: %.3f, want %.3f",
+                  cases[c].model, blocks[2], blocks[0], r, cases[c].ratio_q4);
         if (c == 0) { /* a head_dim of 48 (set here on the loaded config): refused at creation */
             int hd = m->cfg.head_dim;
             m->cfg.head_dim = 48;
@@ -256,6 +270,12 @@ static void test_q8_0_cache_holds_more_blocks_in_the_same_memory(void) {
             pdl_error err = {0};
             CHECK(pdl_kv_cache_create(&kv, m, PDL_KV_Q8_0, 16, 4, &err) != 0 && kv == NULL);
             CHECK_MSG(strstr(err.message, "multiple of 32") != NULL, "got '%s'", err.message);
+            CHECK(pdl_kv_cache_create(&kv, m, PDL_KV_Q4_0, 16, 4, &err) != 0 && kv == NULL);
+            CHECK_MSG(strstr(err.message, "q4_0") != NULL, "got '%s'", err.message);
+            m->cfg.head_dim = 7;
+            CHECK(pdl_kv_cache_create(&kv, m, PDL_KV_Q4_0, 16, 4, &err) != 0 && kv == NULL);
+            CHECK(pdl_kv_cache_create(&kv, m, PDL_KV_Q8_0, 16, 4, &err) == 0 && kv != NULL); /* one group of 7 */
+            pdl_kv_cache_free(kv);
             m->cfg.head_dim = hd;
         }
         pdl_model_free(m);
@@ -852,6 +872,7 @@ int main(void) {
     RUN(test_batch_invariance_stories);
     RUN(test_batch_invariance_qwen3);
     RUN(test_batch_invariance_q8_0_cache);
+    RUN(test_batch_invariance_q4_0_cache);
     RUN(test_q8_0_cache_holds_more_blocks_in_the_same_memory);
     return test_summary();
 }

@@ -152,11 +152,13 @@ static void test_packed_sequences_equal_each_alone_qwen3(void) {
     check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_F32);
     check_packed_equals_alone("models/qwen3-tiny/hf", PDL_KV_F16);
     check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_Q8_0);
+    check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_Q4_0);
 }
 
 static void test_packed_sequences_equal_each_alone_stories(void) {
     check_packed_equals_alone("models/stories260K/stories260K.gguf", PDL_KV_F16);
     check_packed_equals_alone("models/stories260K/stories260K.gguf", PDL_KV_Q8_0); /* head_dim 8: a group per head */
+    check_packed_equals_alone("models/stories260K/stories260K.gguf", PDL_KV_Q4_0);
 }
 
 /* Prefill in chunks of 1, 7 and 64 rows gives the bytes of one-shot prefill
@@ -164,8 +166,8 @@ static void test_packed_sequences_equal_each_alone_stories(void) {
 static void test_chunked_prefill_is_bit_identical(void) {
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
     int V = vocab_of(m), n = 40;
-    for (int dt = 0; dt < 3; dt++) {
-        pdl_kv_dtype kvt = dt == 2 ? PDL_KV_Q8_0 : dt ? PDL_KV_F32 : PDL_KV_F16;
+    for (int dt = 0; dt < 4; dt++) {
+        pdl_kv_dtype kvt = dt == 3 ? PDL_KV_Q4_0 : dt == 2 ? PDL_KV_Q8_0 : dt ? PDL_KV_F32 : PDL_KV_F16;
         float *ref = alone(m, kvt, QWEN_TOKENS, n);
         float *got = malloc((size_t)n * V * sizeof *got);
         int chunks[] = {1, 7, 64};
@@ -178,7 +180,7 @@ static void test_chunked_prefill_is_bit_identical(void) {
                 run_batch(m, kv, &seg, 1, got + (size_t)off * V);
             }
             CHECK_MSG(memcmp(got, ref, (size_t)n * V * sizeof(float)) == 0, "chunk %d, kv %s", chunks[ci],
-                      dt == 2 ? "q8_0" : dt ? "f32" : "f16");
+                      dt == 3 ? "q4_0" : dt == 2 ? "q8_0" : dt ? "f32" : "f16");
             pdl_kv_cache_free(kv);
         }
         free(ref), free(got);

@@ -178,8 +178,8 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
     /* Q2_K, Q3_K, Q4_K, Q5_K and Q6_K have their own kernels (kquant.h, tested in
-     * test_kquant.c); the other block formats past Q4_0 take the slow path
-     * (rows expanded to F32) */
+     * test_kquant.c); Q4_1, Q5_0 and Q5_1 theirs with Q8_0 activations
+     * (kernels/legacy_quant.h) */
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
                          PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
                          PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
@@ -202,7 +202,8 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
             float *xe = malloc((size_t)rows * in * sizeof *xe);
             memcpy(xe, x, (size_t)rows * in * sizeof *xe);
             if (types[ti] == PDL_DTYPE_Q8_0 || types[ti] == PDL_DTYPE_Q4_0 || types[ti] == PDL_DTYPE_MXFP4 ||
-                types[ti] == PDL_DTYPE_IQ4_NL) {
+                types[ti] == PDL_DTYPE_IQ4_NL || types[ti] == PDL_DTYPE_Q5_0 || types[ti] == PDL_DTYPE_Q4_1 ||
+                types[ti] == PDL_DTYPE_Q5_1) {
                 int8_t *q = malloc((size_t)in);
                 float *d = malloc((size_t)(in / 32) * sizeof *d);
                 for (int r = 0; r < rows; r++) {
@@ -265,8 +266,8 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
     pdl_isa best = cpu_isa_best();
     fprintf(stderr, "  best instruction set here: %s%s\n", cpu_isa_name(best),
             cpu_features_get()->neon_dotprod ? " + SDOT" : "");
-    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16,  PDL_DTYPE_Q8_0,
-                         PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+    pdl_dtype types[] = {PDL_DTYPE_F32,    PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
+                         PDL_DTYPE_MXFP4,  PDL_DTYPE_IQ4_NL, PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_1};
     int shapes[][3] = {{1, 1, 32}, {3, 5, 96}, {7, 9, 160}, {13, 17, 1056}, {5, 130, 544}, {33, 7, 64}, {3, 64, 4096}};
     /* mode 0: exact F32 products everywhere; mode 1: BF16 weights may use
      * BF16 activations (VDPBF16PS) when the CPU has it */
@@ -310,7 +311,7 @@ static void test_simd_matmul_matches_scalar_on_ragged_shapes(void) {
                     }
                 CHECK_MSG(worst < 1e-5, "%s%s %s %dx%dx%d: relative difference %.3g", cpu_isa_name((pdl_isa)isa),
                           act16 ? "+bf16" : "", dtype_name(types[ti]), rows, out, in, worst);
-                /* Q8_0, Q4_0, MXFP4 and IQ4_NL follow one float order on every family: same bits */
+                /* Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1 and Q5_1 follow one float order on every family: same bits */
                 if (dtype_is_quantized(types[ti]))
                     CHECK_MSG(memcmp(y0, y1, (size_t)rows * out * sizeof(float)) == 0, "%s %s %dx%dx%d differs from scalar",
                               cpu_isa_name((pdl_isa)isa), dtype_name(types[ti]), rows, out, in);

@@ -62,8 +62,6 @@ static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_
         } else if (dt == PDL_DTYPE_Q4_K) { /* d, dmin first: value = d sc q - dmin m, sc, m < 64, q < 16 */
             put_half(blk, amp * (0.5f + urand()) / (63.0f * 15.0f / 2.0f));
             put_half(blk + 2, amp * (0.5f + urand()) / 63.0f);
-        } else if (dt == PDL_DTYPE_Q5_0) { /* d first: value = d (q - 16), q < 32 */
-            put_half(blk, amp * (0.5f + urand()) / (16.0f / 2.0f));
         } else if (dt == PDL_DTYPE_IQ4_XS) { /* d first: value = d (ls - 32) v, |v| <= 127 */
             put_half(blk, amp * (0.5f + urand()) / (32.0f * 127.0f / 2.0f));
         } else if (dt == PDL_DTYPE_IQ4_NL) { /* d first: value = d v */
@@ -94,16 +92,16 @@ static void add_keys(gguf_writer *w) {
     gguf_writer_add_f32(w, "llama.rope.freq_base", 10000.0f);
 }
 
-/* A matrix in dt to q, its exact F32 expansion to f (IQ4_NL, which has dot
- * kernels of its own and multiplies Q8_0-quantized activations: the same
- * blocks to f, so the twins differ only in the expanded types). */
+/* A matrix in dt to q, its exact F32 expansion to f (IQ4_NL and IQ4_XS,
+ * which have dot kernels of their own and multiply Q8_0- / Q8_K-quantized
+ * activations: the same blocks to f, so the twins differ only in the
+ * expanded types). */
 static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int cols, float amp) {
     size_t nbytes;
     uint8_t *blocks = random_blocks(dt, rows, cols, amp, &nbytes);
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
     uint32_t ggml = dt == PDL_DTYPE_Q4_K     ? GW_GGML_Q4_K
                     : dt == PDL_DTYPE_Q5_K   ? GW_GGML_Q5_K
-                    : dt == PDL_DTYPE_Q5_0   ? GW_GGML_Q5_0
                     : dt == PDL_DTYPE_IQ4_NL ? 20
                     : dt == PDL_DTYPE_IQ4_XS ? GW_GGML_IQ4_XS
                     : dt == PDL_DTYPE_TQ1_0  ? GW_GGML_TQ1_0
@@ -113,7 +111,7 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     float *f = malloc((size_t)rows * cols * sizeof *f);
     pdl_tensor view = {.dtype = dt, .n_dims = 2, .shape = {rows, cols}, .data = blocks, .nbytes = nbytes};
     for (int r = 0; r < rows; r++) ops_dequant_row(&view, r, f + (size_t)r * cols, cols);
-    if (dt == PDL_DTYPE_IQ4_NL) gguf_writer_add_tensor(t->f, name, ggml, 2, ne, blocks, nbytes);
+    if (dt == PDL_DTYPE_IQ4_NL || dt == PDL_DTYPE_IQ4_XS) gguf_writer_add_tensor(t->f, name, ggml, 2, ne, blocks, nbytes);
     else gguf_writer_add_tensor_f32(t->f, name, 2, (const int64_t[]){rows, cols}, f);
     if (dt == PDL_DTYPE_Q4_K)
         for (size_t k = 0; k < nbytes / 144; k++) put_half(blocks + k * 144 + 2, 0.0f);
@@ -130,11 +128,11 @@ static void add_norm(twin *t, const char *name) {
     gguf_writer_add_tensor_f32(t->bad, name, 1, (const int64_t[]){HID}, w);
 }
 
-/* q50: attn_v in Q5_0 (a type without a dot kernel yet) rather than Q6_K.
+/* tq2: attn_v in TQ2_0 (a type without a dot kernel yet) rather than Q6_K.
  * iq: IQ4_XS for the Q4_K matrices and the output, IQ4_NL for attn_output,
  * TQ2_0 for attn_v and TQ1_0 for ffn_down (types read through their
  * expansion). */
-static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q50, bool iq) {
+static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool tq2, bool iq) {
     rng = 99; /* the same model every time */
     twin t = {gguf_writer_new(3), gguf_writer_new(3), gguf_writer_new(3)};
     add_keys(t.q), add_keys(t.f), add_keys(t.bad);
@@ -149,15 +147,14 @@ static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q50
         pdl_dtype q4 = iq ? PDL_DTYPE_IQ4_XS : PDL_DTYPE_Q4_K;
         add_matrix(&t, NAME("attn_q.weight"), q4, NH * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_k.weight"), q4, NKV * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_v.weight"), iq ? PDL_DTYPE_TQ2_0 : q50 ? PDL_DTYPE_Q5_0 : PDL_DTYPE_Q6_K, NKV * HD,
-                   HID, 0.12f);
+        add_matrix(&t, NAME("attn_v.weight"), iq || tq2 ? PDL_DTYPE_TQ2_0 : PDL_DTYPE_Q6_K, NKV * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_output.weight"), iq ? PDL_DTYPE_IQ4_NL : PDL_DTYPE_Q4_K, HID, NH * HD, 0.12f);
         add_matrix(&t, NAME("ffn_gate.weight"), q4, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_up.weight"), q4, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_down.weight"), iq ? PDL_DTYPE_TQ1_0 : PDL_DTYPE_Q6_K, HID, FFN, 0.09f);
 #undef NAME
     }
-    const char *tag = iq ? "-iq" : q50 ? "-q50" : "";
+    const char *tag = iq ? "-iq" : tq2 ? "-tq2" : "";
     char name[64];
     snprintf(name, sizeof name, "kquant%s.gguf", tag);
     *qpath = test_tmp_path(name);
@@ -289,17 +286,17 @@ static void test_forward_reports_scratch_failure(void) {
 }
 
 /* pdl_model_tensor_types (pagedlm info's "tensor_types") sums the file up
- * by type, largest first: a Q4_K_M-like mix with Q5_0 attn_v says which
+ * by type, largest first: a Q4_K_M-like mix with TQ2_0 attn_v says which
  * matrices run on the slow path (expanded to F32), and the model still
  * matches its F32 twin. */
 static void test_the_type_mix_names_the_slow_path(void) {
     fp16_init();
     char *qp, *fp, *bp;
     write_twins_mix(&qp, &fp, &bp, true, false);
-    float *q = logits_of(qp, 2, "Q5_0,Q4_K,Q6_K"), *f = logits_of(fp, 2, "F32");
+    float *q = logits_of(qp, 2, "Q4_K,Q6_K,TQ2_0"), *f = logits_of(fp, 2, "F32");
     double mag = 0;
     for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
-    CHECK_MSG(max_diff(q, f) <= TOL_REL * mag, "the Q5_0 mix differs from its F32 twin by %g", max_diff(q, f));
+    CHECK_MSG(max_diff(q, f) <= TOL_REL * mag, "the TQ2_0 mix differs from its F32 twin by %g", max_diff(q, f));
     pdl_model *m = NULL;
     pdl_error err;
     REQUIRE_MSG(pdl_model_load(&m, qp, NULL, &err) == 0, "%s", err.message);
@@ -312,7 +309,7 @@ static void test_the_type_mix_names_the_slow_path(void) {
         uint64_t bytes;
     } want[4] = {{"Q4_K", 1 + 5 * NL, 0, (uint64_t)(VOCAB * HID + NL * (2 * NH * HD * HID + NKV * HD * HID + 2 * FFN * HID)) / 256 * 144},
                  {"Q6_K", 1 + NL, 0, (uint64_t)(VOCAB * HID + NL * HID * FFN) / 256 * 210},
-                 {"Q5_0", NL, NL, (uint64_t)(NL * NKV * HD * HID) / 32 * 22},
+                 {"TQ2_0", NL, NL, (uint64_t)(NL * NKV * HD * HID) / 256 * 66},
                  {"F32", 1 + 2 * NL, 0, (uint64_t)(1 + 2 * NL) * HID * 4}};
     for (int i = 0; i < 4 && i < n; i++) {
         int j = 0;
@@ -330,17 +327,18 @@ static void test_the_type_mix_names_the_slow_path(void) {
     free(q), free(f), free(qp), free(fp), free(bp);
 }
 
-/* GGUF's IQ4_XS, TQ1_0 and TQ2_0 load and run (expanded at load: no dot
- * kernels for them yet), beside IQ4_NL (its own kernels, the same IQ4_NL
- * matrices in the twin), giving their twin's logits to float rounding (the
- * same values, multiplied by the same float kernels; 1e-4 of the largest
- * logit allows for the expanded matrices' own summation order); the type
- * mix says IQ4_XS and TQ1_0 are expanded, IQ4_NL not. */
+/* GGUF's TQ1_0 and TQ2_0 load and run (expanded at load: no dot kernels
+ * for them yet), beside IQ4_NL and IQ4_XS (their own kernels, the same
+ * IQ4 matrices in the twin), giving their twin's logits to float rounding
+ * (the same values, multiplied by the same float kernels; 1e-4 of the
+ * largest logit allows for the expanded matrices' own summation order);
+ * the type mix says TQ1_0 is expanded, IQ4_NL and IQ4_XS not
+ * (tests/test_iq4_xs_model.c tests IQ4_XS against its F32 expansion). */
 static void test_iq4_and_ternary_model_matches_its_f32_twin(void) {
     fp16_init();
     char *qp, *fp, *bp;
     write_twins_mix(&qp, &fp, &bp, false, true);
-    float *q = logits_of(qp, 2, "IQ4_NL,IQ4_XS,TQ1_0,TQ2_0"), *f = logits_of(fp, 2, "F32,IQ4_NL");
+    float *q = logits_of(qp, 2, "IQ4_NL,IQ4_XS,TQ1_0,TQ2_0"), *f = logits_of(fp, 2, "F32,IQ4_NL,IQ4_XS");
     double mag = 0;
     for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
     fprintf(stderr, "  IQ4 / ternary mix: max |q - f32 twin| %.3g of the largest logit %.3g\n", max_diff(q, f), mag);
@@ -351,11 +349,11 @@ static void test_iq4_and_ternary_model_matches_its_f32_twin(void) {
     pdl_tensor_type_stats st[8];
     int n = pdl_model_tensor_types(m, st, 8);
     for (int i = 0; i < n; i++)
-        if (!strcmp(st[i].type, "IQ4_XS") || !strcmp(st[i].type, "TQ1_0"))
+        if (!strcmp(st[i].type, "TQ1_0"))
             CHECK_MSG(st[i].n_expanded == st[i].n_tensors, "%s: %d of %d expanded", st[i].type, st[i].n_expanded,
                       st[i].n_tensors);
-        else if (!strcmp(st[i].type, "IQ4_NL"))
-            CHECK_MSG(st[i].n_expanded == 0, "IQ4_NL: %d of %d expanded", st[i].n_expanded, st[i].n_tensors);
+        else if (!strcmp(st[i].type, "IQ4_NL") || !strcmp(st[i].type, "IQ4_XS"))
+            CHECK_MSG(st[i].n_expanded == 0, "%s: %d of %d expanded", st[i].type, st[i].n_expanded, st[i].n_tensors);
     pdl_model_free(m);
     free(q), free(f), free(qp), free(fp), free(bp);
 }

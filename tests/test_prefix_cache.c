@@ -220,7 +220,7 @@ static void check_same(const capture *cold, const capture *got, const char *what
     CHECK_MSG(memcmp(got->tokens, cold->tokens, 8 * sizeof(int32_t)) == 0, "%s / %s: tokens differ", model, what);
 }
 
-/* The cache dtype check_model runs over (F16, and Q8_0 below). */
+/* The cache dtype check_model runs over (F16, and Q8_0 and Q4_0 below). */
 static pdl_kv_dtype g_dtype = PDL_KV_F16;
 
 static void check_model(const char *rel) {
@@ -291,8 +291,11 @@ static void test_logits_are_the_same_bytes_cached_or_not_qwen3(void) { check_mod
 static void test_logits_are_the_same_bytes_cached_or_not_gemma2_window(void) {
     check_model("models/gemma2-tiny/model-f32.gguf");
 }
-static void test_logits_are_the_same_bytes_cached_or_not_q8_0_cache(void) {
+static void test_logits_are_the_same_bytes_cached_or_not_quantized_caches(void) {
     g_dtype = PDL_KV_Q8_0;
+    check_model("models/stories260K/stories260K.gguf");
+    check_model("models/qwen3-tiny/model-f32.gguf");
+    g_dtype = PDL_KV_Q4_0;
     check_model("models/stories260K/stories260K.gguf");
     check_model("models/qwen3-tiny/model-f32.gguf");
     g_dtype = PDL_KV_F16;
@@ -528,7 +531,7 @@ int main(void) {
     RUN(test_logits_are_the_same_bytes_cached_or_not_stories);
     RUN(test_logits_are_the_same_bytes_cached_or_not_qwen3);
     RUN(test_logits_are_the_same_bytes_cached_or_not_gemma2_window);
-    RUN(test_logits_are_the_same_bytes_cached_or_not_q8_0_cache);
+    RUN(test_logits_are_the_same_bytes_cached_or_not_quantized_caches);
     RUN(test_cache_salt_isolates_tenants);
     RUN(test_forced_hash_collisions_do_not_change_outputs);
     RUN(test_small_pool_evicts_and_outputs_stay_the_same);

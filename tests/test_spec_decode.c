@@ -222,7 +222,7 @@ typedef struct spec_opts {
     bool poison;
 } spec_opts;
 
-/* The engines' KV dtype (the output tests run again over a Q8_0 cache). */
+/* The engines' KV dtype (the output tests run again over Q8_0 and Q4_0 caches). */
 static pdl_kv_dtype g_kv_dtype = PDL_KV_F32;
 
 /* Runs the requests (all at once) and returns the engine's statistics. */
@@ -487,6 +487,10 @@ int main(void) {
     RUN(test_speculation_under_preemption);
     RUN(test_sampled_tokens_follow_the_target_distribution);
     g_kv_dtype = PDL_KV_Q8_0; /* the same over a Q8_0 cache (rejected drafts' scales poisoned with NaN) */
+    RUN(test_ngram_output_equals_plain_decoding);
+    RUN(test_draft_model_output_equals_plain_decoding);
+    RUN(test_speculation_under_preemption);
+    g_kv_dtype = PDL_KV_Q4_0; /* and a Q4_0 one */
     RUN(test_ngram_output_equals_plain_decoding);
     RUN(test_draft_model_output_equals_plain_decoding);
     RUN(test_speculation_under_preemption);

@@ -275,10 +275,57 @@ static void *make_mxfp4_matrix(int out, int in, float **vals) {
     return w;
 }
 
-/* A random Q8_0, Q4_0, MXFP4 or IQ4_NL matrix; *vals gets its dequantized
+/* Q5_0, Q4_1 and Q5_1, written out here from GGUF's definitions (not
+ * through kernels/legacy_quant.h): the block's bytes, where its qh (u32,
+ * little-endian; none for Q4_1) and its 16 nibble bytes start, and code k
+ * (the nibble, plus 16 times bit k of qh). */
+static bool legacy(pdl_dtype dt) { return dt == PDL_DTYPE_Q5_0 || dt == PDL_DTYPE_Q4_1 || dt == PDL_DTYPE_Q5_1; }
+static size_t legacy_bb(pdl_dtype dt) { return dt == PDL_DTYPE_Q5_0 ? 22 : dt == PDL_DTYPE_Q4_1 ? 20 : 24; }
+static size_t legacy_qs(pdl_dtype dt) { return dt == PDL_DTYPE_Q5_0 ? 6 : dt == PDL_DTYPE_Q4_1 ? 4 : 8; }
+static int legacy_code(pdl_dtype dt, const uint8_t *blk, int k) {
+    const uint8_t *qs = blk + legacy_qs(dt);
+    int code = k < 16 ? qs[k] & 0xF : qs[k - 16] >> 4;
+    if (dt != PDL_DTYPE_Q4_1) {
+        const uint8_t *qh = blk + (dt == PDL_DTYPE_Q5_0 ? 2 : 4);
+        code |= ((qh[k / 8] >> (k % 8)) & 1) << 4;
+    }
+    return code;
+}
+static float legacy_half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_f16_to_f32(h);
+}
+
+/* A random Q5_0 / Q4_1 / Q5_1 matrix: every code and qh bit random, d
+ * 0.002 .. 0.012, m -0.01 .. 0.01; *vals its values. */
+static void *make_legacy_matrix(pdl_dtype dt, int out, int in, float **vals) {
+    size_t bb = legacy_bb(dt), nb = (size_t)in / 32;
+    uint8_t *w = malloc((size_t)out * nb * bb);
+    float *v = malloc((size_t)out * in * sizeof *v);
+    REQUIRE(w && v);
+    for (int o = 0; o < out; o++)
+        for (size_t b = 0; b < nb; b++) {
+            uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+            for (size_t i = 0; i < bb; i++) blk[i] = rand_byte();
+            uint16_t d = fp16_f32_to_f16(0.002f + 0.01f * fabsf(frand())), m = fp16_f32_to_f16(0.01f * frand());
+            memcpy(blk, &d, 2);
+            if (dt != PDL_DTYPE_Q5_0) memcpy(blk + 2, &m, 2);
+            for (int k = 0; k < 32; k++) {
+                int code = legacy_code(dt, blk, k);
+                v[(size_t)o * in + b * 32 + k] = dt == PDL_DTYPE_Q5_0 ? legacy_half(blk) * (float)(code - 16)
+                                                                      : legacy_half(blk) * (float)code + legacy_half(blk + 2);
+            }
+        }
+    *vals = v;
+    return w;
+}
+
+/* A random Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1 or Q5_1 matrix; *vals gets its dequantized
  * values. */
 static void *make_qmatrix(pdl_dtype dt, int out, int in, float **vals) {
     if (dt == PDL_DTYPE_MXFP4) return make_mxfp4_matrix(out, in, vals);
+    if (legacy(dt)) return make_legacy_matrix(dt, out, in, vals);
     bool q8 = dt == PDL_DTYPE_Q8_0, iq = dt == PDL_DTYPE_IQ4_NL;
     size_t bb = q8 ? 34 : 18, nb = (size_t)in / 32;
     uint8_t *w = malloc((size_t)out * nb * bb);
@@ -363,6 +410,23 @@ static void test_quantized_panel_layout(void) {
 static float documented_q(pdl_dtype dt, const uint8_t *w, int in, int o, const int8_t *xq, const float *xd,
                           const float *bias, float y0, bool accumulate) {
     bool q8 = dt == PDL_DTYPE_Q8_0;
+    if (legacy(dt)) { /* the code (Q5_0: minus 16); Q4_1 / Q5_1: then fma(sum x, m dx) */
+        size_t nb = (size_t)in / 32, bb = legacy_bb(dt);
+        float acc = 0.0f;
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+            int32_t s = 0, xsum = 0;
+            for (int k = 0; k < 32; k++) {
+                int code = legacy_code(dt, blk, k);
+                s += (dt == PDL_DTYPE_Q5_0 ? code - 16 : code) * xq[b * 32 + k];
+                xsum += xq[b * 32 + k];
+            }
+            acc = fmaf((float)s, legacy_half(blk) * xd[b], acc);
+            if (dt != PDL_DTYPE_Q5_0) acc = fmaf((float)xsum, legacy_half(blk + 2) * xd[b], acc);
+        }
+        float v = bias ? acc + bias[o] : acc;
+        return accumulate ? y0 + v : v;
+    }
     if (dt == PDL_DTYPE_MXFP4) { /* doubled E2M1 values, 2^(e - 128) */
         size_t nb = (size_t)in / 32;
         float acc = 0.0f;
@@ -401,7 +465,8 @@ static void test_quantized_panels_follow_the_documented_order(void) {
     pdl_isa best = cpu_isa_best();
     bool vnni = cpu_features_get()->avx512vnni;
     fprintf(stderr, "  instruction set here: %s%s\n", cpu_isa_name(best), vnni ? " + AVX512_VNNI" : "");
-    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+    pdl_dtype types[] = {PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL,
+                         PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_1};
     int shapes[][3] = {{1, 1, 32},    {1, 16, 64},    {3, 17, 96},   {4, 48, 128},
                        {5, 49, 32},   {9, 100, 160},  {1, 200, 256}, {1, 1001, 256}}; /* the last: chunks */
     int checked = 0;
@@ -482,7 +547,8 @@ static void test_quantized_panels_follow_the_documented_order(void) {
 static void test_shared_activations_give_each_matmuls_bytes(void) {
     fp16_init();
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_BF16,
-                         PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+                         PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL,
+                         PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_1};
     int heights[3] = {37, 16, 70}, rows_list[] = {1, 5, 17};
     int checked = 0;
     for (int threads = 1; threads <= 2; threads++) {
@@ -493,7 +559,7 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                 for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                     pdl_dtype dt = types[ti];
                     bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 ||
-                             dt == PDL_DTYPE_IQ4_NL;
+                             dt == PDL_DTYPE_IQ4_NL || legacy(dt);
                     int rows = rows_list[ri], in = q ? 64 : 63;
                     matmul_set_bf16_activations(ti == 3);
                     void *w[3], *buf[3];
@@ -536,9 +602,9 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
     fprintf(stderr, "  %d products\n", checked);
 }
 
-/* Q4_K, Q5_K, Q6_K, Q3_K and Q2_K: random super-blocks (every byte pattern is a block once
+/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K and IQ4_XS: random super-blocks (every byte pattern is a block once
  * the halves d and dmin are sane) in panels give, for every output, the
- * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_
+ * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ / _iq4_xs_
  * on the file's row (which decode the blocks themselves), plus bias and
  * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
  * the AVX2 ones and the portable ones, for ragged shapes and every thread
@@ -552,12 +618,12 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
     for (int threads = 1; threads <= 2; threads++) {
         pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
-        for (int kind = 0; kind < 5; kind++) /* Q4_K, Q6_K, Q5_K, Q3_K, Q2_K */
+        for (int kind = 0; kind < 6; kind++) /* Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, IQ4_XS */
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
-                bool q6 = kind == 1, q5 = kind == 2, q3 = kind == 3, q2 = kind == 4;
+                bool q6 = kind == 1, q5 = kind == 2, q3 = kind == 3, q2 = kind == 4, iq = kind == 5;
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 256;
-                size_t bb = q6 ? 210 : q5 ? 176 : q3 ? 110 : q2 ? 84 : 144, row_bytes = (size_t)nb * bb;
+                size_t bb = iq ? 136 : q6 ? 210 : q5 ? 176 : q3 ? 110 : q2 ? 84 : 144, row_bytes = (size_t)nb * bb;
                 uint8_t *w = malloc((size_t)out * row_bytes);
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
@@ -568,11 +634,14 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         memcpy(w + (size_t)i * bb + (q6 ? 208 : 108), &d, 2);
                     } else if (q2) {
                         memcpy(w + (size_t)i * bb + 80, &d, 2), memcpy(w + (size_t)i * bb + 82, &m, 2);
+                    } else if (iq) { /* d only */
+                        memcpy(w + (size_t)i * bb, &d, 2);
                     } else {
                         memcpy(w + (size_t)i * bb, &d, 2), memcpy(w + (size_t)i * bb + 2, &m, 2);
                     }
                 }
-                pdl_dtype dt = q6   ? PDL_DTYPE_Q6_K
+                pdl_dtype dt = iq   ? PDL_DTYPE_IQ4_XS
+                               : q6 ? PDL_DTYPE_Q6_K
                                : q5 ? PDL_DTYPE_Q5_K
                                : q3 ? PDL_DTYPE_Q3_K
                                : q2 ? PDL_DTYPE_Q2_K
@@ -591,7 +660,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
                         const uint8_t *wr = w + (size_t)o * row_bytes;
-                        float v = q6   ? kquant_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
+                        float v = iq   ? kquant_dot_iq4_xs_q8_k(wr, xk + (size_t)r * nb, nb)
+                                  : q6 ? kquant_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q5 ? kquant_dot_q5_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q3 ? kquant_dot_q3_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q2 ? kquant_dot_q2_k_q8_k(wr, xk + (size_t)r * nb, nb)
@@ -629,8 +699,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
  * every thread split. */
 static void test_gated_matmul_gives_the_unfused_bytes(void) {
     fp16_init();
-    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,   PDL_DTYPE_BF16,  PDL_DTYPE_Q8_0,
-                         PDL_DTYPE_Q4_0, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+    pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,   PDL_DTYPE_BF16,  PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
+                         PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL, PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_1};
     int shapes[][2] = {{1, 37}, {9, 70}, {17, 48}}; /* rows, outputs (in = 64) */
     pdl_gate_fn acts[2] = {ops_silu_mul, ops_gelu_tanh_mul};
     int checked = 0;
@@ -643,7 +713,7 @@ static void test_gated_matmul_gives_the_unfused_bytes(void) {
                     for (int unpaneled = 0; unpaneled < 2; unpaneled++) {
                         pdl_dtype dt = types[ti];
                         bool q = dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 ||
-                                 dt == PDL_DTYPE_IQ4_NL;
+                                 dt == PDL_DTYPE_IQ4_NL || legacy(dt);
                         int rows = shapes[si][0], out = shapes[si][1], in = 64;
                         float *wv[2], *x = malloc((size_t)rows * in * sizeof *x);
                         void *w[2], *buf[2];
@@ -771,8 +841,9 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
 
 /* The integer sums at their bounds, which random weights never reach: every
  * weight at the extreme of its format (Q8_0 127 and -128, Q4_0 nibbles 15
- * and 0, MXFP4 codes 6.0 and -6.0, IQ4_NL codes 15 (113) and 0 (-127), Q4_K nibbles 15 and Q5_K values 31 (and 0) with
- * scales and mins 63, Q6_K values 63 and 0
+ * and 0, MXFP4 codes 6.0 and -6.0, IQ4_NL codes 15 (113) and 0 (-127), Q5_0 / Q5_1 codes 31 and 0, Q4_1 15 and 0,
+ * Q4_K nibbles 15 and Q5_K values 31 (and 0) with scales and mins 63, IQ4_XS codes 15 (113) with scales +31 and
+ * 0 (-127) with -32, Q6_K values 63 and 0
  * with scales 127 and -128, Q3_K values 3 with scales 31 and -4 with scales -32, Q2_K values 3 and 0
  * with scales and mins 15) times activations that quantize to +-127
  * (all one sign, and alternating). The AVX2 tiles keep partial sums in
@@ -786,7 +857,8 @@ static void test_integer_sums_at_their_bounds(void) {
     int rows = 5, out = 33, in = 512, checked = 0;
     pdl_dtype types[] = {PDL_DTYPE_Q8_0,  PDL_DTYPE_Q4_0,   PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K,
                          PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL, PDL_DTYPE_Q5_K, PDL_DTYPE_Q3_K,
-                         PDL_DTYPE_Q2_K};
+                         PDL_DTYPE_Q2_K,  PDL_DTYPE_IQ4_XS, PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1,
+                         PDL_DTYPE_Q5_1};
     float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
     float *got = malloc((size_t)rows * out * sizeof *got);
     REQUIRE(x && want && got);
@@ -807,6 +879,13 @@ static void test_integer_sums_at_their_bounds(void) {
                         wr[b * 17] = 120;
                         memset(wr + b * 17 + 1, extreme ? 0xFF : 0x77, 16);
                     }
+                } else if (legacy(dt)) { /* codes 31 (Q4_1 15) / 0, m 0.002 */
+                    size_t bb = legacy_bb(dt);
+                    for (int b = 0; b < in / 32; b++) {
+                        memset(wr + b * bb, extreme ? 0x00 : 0xFF, bb);
+                        memcpy(wr + b * bb, &d, 2);
+                        if (dt != PDL_DTYPE_Q5_0) memcpy(wr + b * bb + 2, &dmin, 2);
+                    }
                 } else if (dt == PDL_DTYPE_IQ4_NL) { /* codes 15 (113) / 0 (-127) */
                     for (int b = 0; b < in / 32; b++) {
                         memcpy(wr + b * 18, &d, 2);
@@ -825,6 +904,12 @@ static void test_integer_sums_at_their_bounds(void) {
                         memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
                         memset(blk + 4, 0xFF, 12);                     /* six-bit scales and mins 63 */
                         memset(blk + 16, extreme ? 0x00 : 0xFF, 128); /* nibbles */
+                    }
+                } else if (dt == PDL_DTYPE_IQ4_XS) { /* codes 15 (113) with scales +31 / codes 0 (-127), scales -32 */
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 136;
+                        memset(blk + 2, extreme ? 0x00 : 0xFF, 134);
+                        memcpy(blk, &d, 2);
                     }
                 } else if (dt == PDL_DTYPE_Q5_K) {
                     for (int b = 0; b < in / 256; b++) {
@@ -1238,6 +1323,89 @@ static void test_q2_k_tiles_give_the_portable_bits(void) {
     threadpool_free(pool);
 }
 
+/* Every IQ4_XS panel tile this machine can run, called directly (so the
+ * AVX2 VPMADDUBSW tile runs even where the AVX2 family takes AVX-VNNI):
+ * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
+ * tile's bytes on random super-blocks and at the integer sums' bounds
+ * (every code 15 (113) with every scale +31, or every code 0 (-127) with
+ * every scale -32, times activations that quantize to +-127: the AVX2
+ * tile's pair sums reach 2 x 127 x 127, the VNNI tiles' values + 128 are
+ * 241 and 1), tiles of 1 to 4 rows and 1 to 3 panels in the driver's
+ * walk, with bias and accumulation. */
+static void test_iq4_xs_tiles_give_the_portable_bits(void) {
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+        {"AVX-512 VNNI", kpanel_tile_iq4_xs_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
+        {"AVX-VNNI", kpanel_tile_iq4_xs_avxvnni, avx2 && f->avxvnni},
+        {"EVEX twin", test_kpanel_iq4_xs_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
+        {"AVX2", kpanel_tile_iq4_xs_avx2, avx2},
+    };
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = cpu_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}, {1, 80, 512}};
+    int checked = 0;
+    for (int kind = 0; kind < 3; kind++) /* random blocks, the top of the range, the bottom */
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
+                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_IQ4_XS, in);
+                uint8_t *w = malloc((size_t)out * row_bytes);
+                REQUIRE(w);
+                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
+                for (int i = 0; i < out * nbk; i++) {
+                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                    memcpy(w + (size_t)i * 136, &d, 2);
+                }
+                pdl_tensor t = {.dtype = PDL_DTYPE_IQ4_XS, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
+                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
+                REQUIRE(x && bias && want && got && y0 && xk);
+                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
+                    for (int k = 0; k < in; k++)
+                        x[r * in + k] = kind == 0 ? frand()
+                                        : r == 0  ? 1.0f
+                                        : r == 1  ? -1.0f
+                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                memcpy(want, y0, ny * sizeof *want);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
+                size_t pb = panels_bytes(PDL_DTYPE_IQ4_XS, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
+                    if (!tiles[fi].here || !tiles[fi].fn) continue;
+                    memcpy(got, y0, ny * sizeof *got);
+                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
+                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                                         b ? b + g * 16 : NULL, accum);
+                        }
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "IQ4_XS %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
+                              kind, rows, out, in, variant);
+                    checked++;
+                }
+                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    CHECK(checked > 0 || !avx2);
+    threadpool_free(pool);
+}
+
 /* A random IQ4_NL matrix: codes uniform, halves d 0.002 .. 0.012 (make_qmatrix). */
 static void *make_iq4_nl_matrix(int out, int in, float **vals) { return make_qmatrix(PDL_DTYPE_IQ4_NL, out, in, vals); }
 
@@ -1351,9 +1519,177 @@ static void test_mxfp4_tiles_give_the_portable_bits(void) { check_4bit_table_til
 
 static void test_iq4_nl_tiles_give_the_portable_bits(void) { check_4bit_table_tiles(PDL_DTYPE_IQ4_NL); }
 
+/* The Q5_0 / Q4_1 / Q5_1 panel layout, written out here: Q4_0's pairs
+ * with 320 (Q5_0, Q4_1) or 384 (Q5_1) bytes of quants per block: the
+ * file's nibble bytes as Q4_0's, then (Q5_0, Q5_1) row c's fifth bits at
+ * 256 + 4c, byte i bit j the fifth bit of element 4j + i, then (Q4_1,
+ * Q5_1) row c's m at 256 (Q4_1) or 320 (Q5_1) + 2c; the 16 scales the
+ * file's d. 3 blocks and 19 rows, as test_quantized_panel_layout: a
+ * shifted offset or bit reads a neighbour's. */
+static void test_legacy_panel_layout(void) {
+    fp16_init();
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    int out = 19, in = 96, nb = 3;
+    pdl_dtype types[] = {PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_1};
+    for (int ti = 0; ti < 3; ti++) {
+        pdl_dtype dt = types[ti];
+        size_t qb = dt == PDL_DTYPE_Q5_1 ? 384 : 320, bb = legacy_bb(dt), pair = 2 * qb + 64;
+        size_t min_at = dt == PDL_DTYPE_Q5_1 ? 320 : 256;
+        float *wv;
+        uint8_t *w = make_qmatrix(dt, out, in, &wv);
+        pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+        uint8_t *buf = panels_of(pool, &t);
+        size_t pb = panels_bytes(dt, in);
+        CHECK_EQ_INT((int)pb, (int)(2 * pair));
+        int bad = 0;
+        for (int o = 0; o < 32; o++)
+            for (int b = 0; b < 4; b++) { /* block 3: the padding of the second pair */
+                const uint8_t *pp = buf + (size_t)(o / 16) * pb + (size_t)(b / 2) * pair;
+                const uint8_t *pq = pp + (b % 2) * qb;
+                int c = o % 16;
+                bool real = o < out && b < nb;
+                const uint8_t *blk = w + ((size_t)o * nb + b) * bb;
+                uint16_t h;
+                memcpy(&h, pp + 2 * qb + (b % 2) * 32 + c * 2, 2);
+                if (h != (real ? (uint16_t)(blk[0] | blk[1] << 8) : 0)) bad++;
+                for (int q = 0; q < 4; q++)
+                    for (int i = 0; i < 4; i++)
+                        if (pq[q * 64 + c * 4 + i] != (real ? blk[legacy_qs(dt) + 4 * q + i] : 0)) bad++;
+                if (dt != PDL_DTYPE_Q4_1)
+                    for (int i = 0; i < 4; i++)
+                        for (int j = 0; j < 8; j++) {
+                            int got = (pq[256 + c * 4 + i] >> j) & 1;
+                            int want = real ? legacy_code(dt, blk, 4 * j + i) >> 4 : 0;
+                            if (got != want) bad++;
+                        }
+                if (dt != PDL_DTYPE_Q5_0) {
+                    memcpy(&h, pq + min_at + c * 2, 2);
+                    if (h != (real ? (uint16_t)(blk[2] | blk[3] << 8) : 0)) bad++;
+                }
+            }
+        CHECK_MSG(bad == 0, "%s: %d bytes misplaced", dtype_name(dt), bad);
+        free(w), free(wv), free(buf);
+    }
+    threadpool_free(pool);
+}
+
+/* Every Q5_0 / Q4_1 / Q5_1 panel tile this machine can run, called
+ * directly (so the AVX2 VPMADDUBSW tile runs even where the AVX2 family
+ * would take AVX-VNNI): AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2
+ * give the portable panel tile's bytes, on random blocks, on the integer
+ * sums' bounds (every code 31 (Q4_1 15), or 0, times activations that
+ * quantize to +-127: the AVX2 tile's int16 sums of Q5 codes would wrap
+ * without their fold after 4 of a block's 8 products) and on blocks with
+ * subnormal d and m, tiles of 1 to 4 rows and 1 to 3 panels, with bias
+ * and accumulation. */
+static void check_legacy_tiles(pdl_dtype dt) {
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
+    typedef struct named_tile {
+        const char *name;
+        pdl_qpanel_fn fn;
+    } named_tile;
+    int k = dt == PDL_DTYPE_Q5_0 ? 0 : dt == PDL_DTYPE_Q4_1 ? 1 : 2;
+    const pdl_qpanel_fn vnni[3] = {qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_tile_q5_1_vnni};
+    const pdl_qpanel_fn avxvnni[3] = {qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni};
+    const pdl_qpanel_fn evex[3] = {test_qpanel_q5_0_vnni256_evex, test_qpanel_q4_1_vnni256_evex,
+                                   test_qpanel_q5_1_vnni256_evex};
+    const pdl_qpanel_fn avx2[3] = {qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2};
+    named_tile tiles[4];
+    int n_tiles = 0;
+    if (f->avx512vnni && vnni[k]) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", vnni[k]};
+    if (f->avxvnni && avxvnni[k]) tiles[n_tiles++] = (named_tile){"AVX-VNNI", avxvnni[k]};
+    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && evex[k])
+        tiles[n_tiles++] = (named_tile){"EVEX twin", evex[k]};
+    if (f->avx2 && f->fma && f->f16c && avx2[k]) tiles[n_tiles++] = (named_tile){"AVX2", avx2[k]};
+    fprintf(stderr, "  %s tiles here:", dtype_name(dt));
+    for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
+    fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = cpu_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
+    size_t bb = legacy_bb(dt);
+    int checked = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int pattern = 0; pattern < 4; pattern++) /* random; every code the top; every code 0; tiny halves */
+            for (int variant = 0; variant < 3; variant++) {
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb32 = in / 32;
+                float *wv;
+                uint8_t *w = make_qmatrix(dt, out, in, &wv);
+                for (int i = 0; i < out * nb32; i++) {
+                    uint8_t *blk = w + (size_t)i * bb;
+                    size_t hdr = dt == PDL_DTYPE_Q5_0 ? 2 : 4;
+                    if (pattern == 1 || pattern == 2) memset(blk + hdr, pattern == 1 ? 0xFF : 0x00, bb - hdr);
+                    if (pattern == 3) { /* subnormal halves: d 2^-24 .. 4 x 2^-24, m -2^-24 .. */
+                        uint16_t d = (uint16_t)(1 + i % 4), m = (uint16_t)(0x8000 | (1 + i % 3));
+                        memcpy(blk, &d, 2);
+                        if (dt != PDL_DTYPE_Q5_0) memcpy(blk + 2, &m, 2);
+                    }
+                }
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
+                int8_t *xq = malloc((size_t)rows * in);
+                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
+                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
+                REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
+                for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
+                    for (int kk = 0; kk < in; kk++)
+                        x[r * in + kk] = !pattern || pattern == 3 ? frand()
+                                         : r == 0                       ? 1.0f
+                                         : r == 1                       ? -1.0f
+                                         : (kk >> (r - 2)) & 1          ? -1.0f
+                                                                        : 1.0f;
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++)
+                    matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                                                  xs + (size_t)r * nb32);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                memcpy(want, y0, ny * sizeof *want);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
+                size_t pb = panels_bytes(dt, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (int ti = 0; ti < n_tiles; ti++) {
+                    memcpy(got, y0, ny * sizeof *got);
+                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                            tiles[ti].fn(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32, xs + (size_t)r0 * nb32, in, nb32,
+                                         nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng, nb32,
+                                         g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                                         b ? b + g * 16 : NULL, accum);
+                        }
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "%s %s %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name,
+                              dtype_name(dt), rows, out, in, pattern, variant);
+                    checked++;
+                }
+                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);
+                free(xq), free(xd), free(xs);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    threadpool_free(pool);
+}
+
+static void test_legacy_tiles_give_the_portable_bits(void) {
+    check_legacy_tiles(PDL_DTYPE_Q5_0);
+    check_legacy_tiles(PDL_DTYPE_Q4_1);
+    check_legacy_tiles(PDL_DTYPE_Q5_1);
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_quantized_panel_layout);
+    RUN(test_legacy_panel_layout);
     RUN(test_panels_follow_the_documented_order);
     RUN(test_quantized_panels_follow_the_documented_order);
     RUN(test_shared_activations_give_each_matmuls_bytes);
@@ -1367,6 +1703,8 @@ int main(void) {
     RUN(test_q5_k_tiles_give_the_portable_bits);
     RUN(test_q3_k_tiles_give_the_portable_bits);
     RUN(test_q2_k_tiles_give_the_portable_bits);
+    RUN(test_iq4_xs_tiles_give_the_portable_bits);
+    RUN(test_legacy_tiles_give_the_portable_bits);
     scratch_free(&scratch);
     return test_summary();
 }

@@ -205,11 +205,15 @@ int cli_kv_dtype(const char *opt, const char *s, pdl_kv_dtype *out) {
     if (strcmp(s, "f16") == 0 || strcmp(s, "F16") == 0) *out = PDL_KV_F16;
     else if (strcmp(s, "f32") == 0 || strcmp(s, "F32") == 0) *out = PDL_KV_F32;
     else if (strcmp(s, "q8_0") == 0 || strcmp(s, "Q8_0") == 0) *out = PDL_KV_Q8_0;
-    else if (strcasecmp(s, "q4_0") == 0 || strncasecmp(s, "fp8", 3) == 0) {
-        fprintf(stderr, "error: %s %s is not supported (yet): the quantized KV cache is q8_0\n", opt, s);
+    else if (strcmp(s, "q4_0") == 0 || strcmp(s, "Q4_0") == 0) *out = PDL_KV_Q4_0;
+    else if (strncasecmp(s, "fp8", 3) == 0) {
+        fprintf(stderr,
+                "error: %s %s is not supported: a CPU has no FP8 arithmetic, and q8_0 takes the same memory "
+                "(1.06 bytes an element) with more precision; use q8_0\n",
+                opt, s);
         return -1;
     } else {
-        fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", opt, s);
+        fprintf(stderr, "error: %s expects f16, f32, q8_0 or q4_0, got '%s'\n", opt, s);
         return -1;
     }
     return 0;

@@ -189,6 +189,18 @@ static void cpu_features(char *buf, size_t n) {
 }
 
 /* Bytes of the weight matrices read once per decoded token. */
+/* Whether a model's weight types (pdl_model_info's comma-separated list)
+ * include a block format whose fast kernels multiply integers (the
+ * roofline's INT8 dot peak, and the AVX-VNNI panels' tiles): every GGUF
+ * block type but the expanded ones. */
+static bool integer_weights(const char *types) {
+    static const char *const integer[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "MXFP4", "IQ4_NL",
+                                          "IQ4_XS", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+    for (size_t i = 0; i < sizeof integer / sizeof integer[0]; i++)
+        if (strstr(types, integer[i])) return true;
+    return false;
+}
+
 static double weight_bytes_per_token(const pdl_model *m) {
     double b = (double)m->w.output.nbytes;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -338,7 +350,7 @@ static const cli_option BENCH_OPTIONS[] = {
      .help = "LoRA adapters (up to 8): sequence b of a test runs with the (b mod count)-th"},
     {"--logits", NULL, CLI_OPT_LOGITS, A(eo.logits_mode), .value = "auto|full|selective",
      .help = "head over sampled rows only (auto: when the load-time probe passes)"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0|q4_0", .help = "default f16"},
     {"--roofline", NULL, CLI_OPT_FLAG, A(roofline),
      .help = "also measure the machine's peak GFLOP/s and read bandwidth and report fractions"},
     {"--spec-ngram", NULL, CLI_OPT_INT, A(spec_ngram), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
@@ -359,7 +371,7 @@ static const cli_option BENCH_OPTIONS[] = {
 static const cli_command BENCH_COMMAND = {
     .name = "bench",
     .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-d 0[,4096]] [-r 5] [--batch 1,4,16] [--threads N]\n"
-             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0] [--roofline] [--json | --csv]\n",
+             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0|q4_0] [--roofline] [--json | --csv]\n",
     .options = BENCH_OPTIONS,
     .n_options = sizeof BENCH_OPTIONS / sizeof BENCH_OPTIONS[0],
 };
@@ -519,9 +531,7 @@ int cli_bench(int argc, char **argv) {
     if (strstr(info.weight_types, "BF16") && roof.bf16_gflops > 0 && matmul_bf16_activations()) {
         peak = roof.bf16_gflops;
         peak_name = "BF16 dot";
-    } else if ((strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
-                strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K")) &&
-               roof.int8_gops > 0) {
+    } else if (integer_weights(info.weight_types) && roof.int8_gops > 0) {
         peak = roof.int8_gops;
         peak_name = "INT8 dot";
     }
@@ -534,15 +544,17 @@ int cli_bench(int argc, char **argv) {
         /* the model's kernel family, and BF16 activations where they apply */
         const pdl_kernels *k = &model->kernels;
         char isa[64];
-        bool int_weights = strstr(info.weight_types, "Q8_0") || strstr(info.weight_types, "Q4_0") ||
-                           strstr(info.weight_types, "Q4_K") || strstr(info.weight_types, "Q6_K");
+        bool int_weights = integer_weights(info.weight_types);
         snprintf(isa, sizeof isa, "%s%s", cpu_isa_name(k->isa),
                  strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
                          cpu_features_get()->avx512bf16 && k->bf16_activations
                      ? "+bf16-activations"
                  : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
                      : "");
-        const char *kvd = a.eo.kv_dtype == PDL_KV_F32 ? "f32" : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0" : "f16";
+        const char *kvd = a.eo.kv_dtype == PDL_KV_F32    ? "f32"
+                          : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0"
+                          : a.eo.kv_dtype == PDL_KV_Q4_0 ? "q4_0"
+                                                         : "f16";
         if (a.json) {
             printf("[\n");
             for (int t = 0; t < n_results; t++) {

@@ -46,7 +46,7 @@ static const cli_option LOGITS_OPTIONS[] = {
      .help = "a LoRA adapter: a PEFT folder or a llama.cpp LoRA GGUF"},
     {"--lora-scale", NULL, CLI_OPT_FLOAT, A(lora_scale), .min = -1e6, .max = 1e6, .value = "S",
      .help = "the adapter's multiplier (default 1)"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32|q8_0", .help = "default f16"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "f16|f32|q8_0|q4_0", .help = "default f16"},
     {"--threads", "-t", CLI_OPT_INT, A(threads), .min = 1, .max = 1024, .value = "N",
      .help = "worker threads (default: all cores)"},
     {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
@@ -57,7 +57,7 @@ static const cli_option LOGITS_OPTIONS[] = {
 
 static const cli_command LOGITS_COMMAND = {
     .name = "logits",
-    .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16|q8_0]\n"
+    .usage = "usage: pagedlm logits -m MODEL (--tokens 1,403,407 | -p TEXT) [--all-rows] [--kv-cache-dtype f32|f16|q8_0|q4_0]\n"
              "       [--image FILE]... [--mmproj FILE] [--lora PATH [--lora-scale S]] [--threads N] [--ctx-size N]\n"
              "prints {\"tokens\": [...], \"logits\": [[...], ...]}: the last row, or every row with --all-rows\n",
     .options = LOGITS_OPTIONS,

@@ -346,6 +346,45 @@ static void quantize_q2_k_block(const float *x, uint8_t *blk) {
     memcpy(blk + 80, &d16, 2), memcpy(blk + 82, &m16, 2);
 }
 
+/* One IQ4_XS super-block of 256 values (the format in kernels/kquant.c):
+ * per sub-block of 32 a scale s_j = (its value of largest magnitude) / -127
+ * (IQ4_NL's), d = (the s_j of largest magnitude) / -32 so that it gets the
+ * six-bit scale 0 (-32), the others ls_j - 32 = nearest(s_j / d) (at most
+ * 31), and each element the nearest of d (ls_j - 32) times the 16 values
+ * (a plain starting point: llama.cpp's quantizer searches for better
+ * scales). */
+static void quantize_iq4_xs_block(const float *x, uint8_t *blk) {
+    float s[8], smax = 0, sbig = 0;
+    for (int j = 0; j < 8; j++) {
+        float amax = 0, max = 0;
+        for (int l = 0; l < 32; l++)
+            if (fabsf(x[32 * j + l]) > amax) amax = fabsf(x[32 * j + l]), max = x[32 * j + l];
+        s[j] = max / -127.0f;
+        if (fabsf(s[j]) > smax) smax = fabsf(s[j]), sbig = s[j];
+    }
+    uint16_t d16 = fp16_f32_to_f16(sbig / -32.0f);
+    float d = fp16_f16_to_f32(d16);
+    memset(blk, 0, 136);
+    memcpy(blk, &d16, 2);
+    uint16_t sh = 0;
+    for (int j = 0; j < 8; j++) {
+        long l = d != 0 ? lrintf(s[j] / d) : 0;
+        l = l < -32 ? -32 : l > 31 ? 31 : l;
+        int ls = (int)l + 32;
+        blk[4 + j / 2] |= (uint8_t)((ls & 0xF) << (4 * (j % 2)));
+        sh |= (uint16_t)((ls >> 4) << (2 * j));
+        float step = d * (float)l;
+        for (int k = 0; k < 32; k++) {
+            int best = 0;
+            for (int c = 1; c < 16; c++)
+                if (fabsf(iq4nl_values[c] * step - x[32 * j + k]) < fabsf(iq4nl_values[best] * step - x[32 * j + k]))
+                    best = c;
+            blk[8 + 16 * j + k % 16] |= (uint8_t)(best << (4 * (k / 16)));
+        }
+    }
+    memcpy(blk + 2, &sh, 2);
+}
+
 static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, void *user) {
     (void)user;
     int64_t cols = t->shape[t->n_dims - 1];
@@ -438,6 +477,9 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
         case PDL_DTYPE_Q2_K:
             for (int64_t b = 0; b < cols / 256; b++) quantize_q2_k_block(row + b * 256, dst + b * 84);
             break;
+        case PDL_DTYPE_IQ4_XS:
+            for (int64_t b = 0; b < cols / 256; b++) quantize_iq4_xs_block(row + b * 256, dst + b * 136);
+            break;
         case PDL_DTYPE_IQ4_NL: /* d = (the value of largest magnitude) / -127 (llama.cpp's starting point, without
                                 * its search for a better d), each element the nearest of the 16 values */
             for (int64_t b = 0; b < cols / 32; b++) {
@@ -458,6 +500,36 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
                 for (int j = 0; j < 16; j++) blk[2 + j] = (uint8_t)(code[j] | code[j + 16] << 4);
             }
             break;
+        case PDL_DTYPE_Q5_0: /* d = (the value of largest magnitude) / -16, codes x / d + 16 rounded, at most 31 */
+        case PDL_DTYPE_Q4_1: /* d = (max - min) / 15, m = min, codes (x - min) / d rounded */
+        case PDL_DTYPE_Q5_1: /* the same over 31 codes */
+            for (int64_t b = 0; b < cols / 32; b++) {
+                const float *xb = row + b * 32;
+                bool with_min = t->dtype != PDL_DTYPE_Q5_0;
+                int top = t->dtype == PDL_DTYPE_Q4_1 ? 15 : 31;
+                size_t bb = t->dtype == PDL_DTYPE_Q5_0 ? 22 : t->dtype == PDL_DTYPE_Q4_1 ? 20 : 24;
+                float amax = 0, max = 0, lo = xb[0], hi = xb[0];
+                for (int j = 0; j < 32; j++) {
+                    if (fabsf(xb[j]) > amax) amax = fabsf(xb[j]), max = xb[j];
+                    lo = xb[j] < lo ? xb[j] : lo, hi = xb[j] > hi ? xb[j] : hi;
+                }
+                float d = with_min ? (hi - lo) / (float)top : max / -16.0f, id = d ? 1.0f / d : 0.0f;
+                uint16_t d16 = fp16_f32_to_f16(d), m16 = fp16_f32_to_f16(lo);
+                uint8_t *blk = dst + b * bb, *qh_at = blk + (t->dtype == PDL_DTYPE_Q5_1 ? 4 : 2);
+                uint8_t *qs = blk + (t->dtype == PDL_DTYPE_Q5_0 ? 6 : t->dtype == PDL_DTYPE_Q4_1 ? 4 : 8);
+                memcpy(blk, &d16, 2);
+                if (with_min) memcpy(blk + 2, &m16, 2);
+                uint32_t qh = 0;
+                int code[32];
+                for (int j = 0; j < 32; j++) {
+                    int q = with_min ? (int)((xb[j] - lo) * id + 0.5f) : (int)(xb[j] * id + 16.5f);
+                    code[j] = q < 0 ? 0 : q > top ? top : q;
+                    qh |= (uint32_t)(code[j] >> 4) << j;
+                }
+                for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((code[j] & 0xF) | (code[j + 16] & 0xF) << 4);
+                if (t->dtype != PDL_DTYPE_Q4_1) memcpy(qh_at, &qh, 4);
+            }
+            break;
         default: break;
         }
     }
@@ -467,12 +539,13 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* The type a tensor is written in: F32 for vectors (norms, routers, ...);
  * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
  * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
- * of a dense one; Q8_0 for a q2_k .. q5_k matrix whose rows are not whole
- * super-blocks of 256; else the --dtype asked for. */
+ * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / iq4_xs matrix
+ * whose rows are not whole super-blocks of 256; else the --dtype asked for. */
 static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
     if (tn->vector) return PDL_DTYPE_F32;
     if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
-    if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q3_K || dt == PDL_DTYPE_Q2_K) &&
+    if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q3_K || dt == PDL_DTYPE_Q2_K ||
+         dt == PDL_DTYPE_IQ4_XS) &&
         tn->shape[tn->n_dims - 1] % 256)
         return PDL_DTYPE_Q8_0;
     return dt;
@@ -501,10 +574,11 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k",
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s),
+     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
-             "matrices Q8_0), a dense one MXFP4 matrices; q2_k .. q5_k: every matrix (Q8_0 where a row is not\n"
-             "whole super-blocks of 256); the quantized types are GGUF only"},
+             "matrices Q8_0), a dense one MXFP4 matrices; q2_k / q3_k / q4_k / q5_k / iq4_xs: every matrix\n"
+             "(Q8_0 where a row is not whole super-blocks of 256); the quantized types are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -527,7 +601,8 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
-    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf] [--dtype f32|f16|bf16|q8_0|q4_0|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k]\n"
+    .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf]\n"
+             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -563,13 +638,18 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q4_0") == 0) dt = PDL_DTYPE_Q4_0;
     else if (strcmp(args.dtype_s, "mxfp4") == 0) dt = PDL_DTYPE_MXFP4;
     else if (strcmp(args.dtype_s, "iq4_nl") == 0) dt = PDL_DTYPE_IQ4_NL;
+    else if (strcmp(args.dtype_s, "q5_0") == 0) dt = PDL_DTYPE_Q5_0;
+    else if (strcmp(args.dtype_s, "q4_1") == 0) dt = PDL_DTYPE_Q4_1;
+    else if (strcmp(args.dtype_s, "q5_1") == 0) dt = PDL_DTYPE_Q5_1;
     else if (strcmp(args.dtype_s, "q4_k") == 0) dt = PDL_DTYPE_Q4_K;
     else if (strcmp(args.dtype_s, "q5_k") == 0) dt = PDL_DTYPE_Q5_K;
     else if (strcmp(args.dtype_s, "q3_k") == 0) dt = PDL_DTYPE_Q3_K;
     else if (strcmp(args.dtype_s, "q2_k") == 0) dt = PDL_DTYPE_Q2_K;
+    else if (strcmp(args.dtype_s, "iq4_xs") == 0) dt = PDL_DTYPE_IQ4_XS;
     else {
         fprintf(stderr,
-                "error: --dtype expects f32, f16, bf16, q8_0, q4_0, mxfp4, iq4_nl, q2_k, q3_k, q4_k or q5_k, got '%s'\n",
+                "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q2_k, q3_k, "
+                "q4_k, q5_k or iq4_xs, got '%s'\n",
                 args.dtype_s);
         return CLI_USAGE;
     }

@@ -280,7 +280,7 @@ static const cli_option RUN_OPTIONS[] = {
     {"--ctx-size", "-c", CLI_OPT_INT, A(ctx), .min = 1, .max = 1 << 24, .value = "N",
      .help = "context length (default and most: the model's own; more only with\n"
      "PAGEDLM_ALLOW_LONG_MAX_MODEL_LEN=1, untrained positions)"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "T", .help = "f16 (default), f32 or q8_0"},
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(kv_dtype), .value = "T", .help = "f16 (default), f32, q8_0 or q4_0"},
     {"--no-enable-prefix-caching", NULL, CLI_OPT_FLAG, A(eo.no_prefix_caching),
      .help = "with --batch-file: recompute every prompt"},
     {"--enable-prefix-caching", NULL, CLI_OPT_FLAG_OFF, A(eo.no_prefix_caching),

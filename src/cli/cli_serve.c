@@ -196,7 +196,7 @@ static const cli_option SERVE_OPTIONS[] = {
      .help = "KV pool size, e.g. 2GiB (default: min(4GiB, half the free memory))"},
     {"--block-size", NULL, CLI_OPT_INT, O(engine.block_size), .min = 1, .max = 1 << 16, .value = "N",
      .help = "tokens per KV block (default 16)"},
-    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, O(engine.kv_dtype), .value = "f16|f32|q8_0",
+    {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, O(engine.kv_dtype), .value = "f16|f32|q8_0|q4_0",
      .help = "KV cache precision (default f16)"},
     {"--threads", "-t", CLI_OPT_INT, O(model.n_threads), .min = 1, .max = 1024, .value = "N",
      .help = "worker threads (default: all cores)"},

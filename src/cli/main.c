@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "  chat    an interactive chat in the terminal (the model's chat template, history, streaming)\n"
             "          pagedlm chat -m MODEL [--chat-template F] [--system TEXT] [--temp T]\n"
             "  logits  print the logits of a token sequence as JSON\n"
-            "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16|q8_0]\n"
+            "          pagedlm logits -m MODEL --tokens 1,403,407 [--all-rows] [--kv-cache-dtype f32|f16|q8_0|q4_0]\n"
             "  info    print a model's hyperparameters as JSON\n"
             "          pagedlm info -m MODEL | pagedlm info --architectures\n"
             "  bench   prompt processing (ppN) and generation (tgN) speed, like llama-bench\n"

@@ -21,12 +21,13 @@ void eng_poison_uncomputed_kv(pdl_engine *e) {
             for (int l = 0; l < kv->n_layers; l++) {
                 char *kpool = kv_k_pool(kv, l), *vpool = kv_v_pool(kv, l);
                 int64_t slot = (int64_t)b * bs + pos % bs;
-                for (int d = 0; kv->dtype == PDL_KV_Q8_0 && d < kv->kv_dim; d += attn_q8_group(kv->head_dim)) {
+                int q4 = kv->dtype == PDL_KV_Q4_0, quant = q4 || kv->dtype == PDL_KV_Q8_0;
+                for (int d = 0; quant && d < kv->kv_dim; d += attn_q8_group(kv->head_dim)) {
                     const uint16_t nan = 0x7e00u; /* every group's scale */
-                    memcpy(kpool + attn_q8_k_scale(slot, bs, kv->kv_dim, kv->head_dim, d), &nan, 2);
-                    memcpy(vpool + attn_q8_v_byte(slot, bs, kv->kv_dim, kv->head_dim, d), &nan, 2);
+                    memcpy(kpool + attn_kvq_k_scale(slot, bs, kv->kv_dim, kv->head_dim, d, q4), &nan, 2);
+                    memcpy(vpool + attn_kvq_v_byte(slot, bs, kv->kv_dim, kv->head_dim, d, q4), &nan, 2);
                 }
-                for (int d = 0; kv->dtype != PDL_KV_Q8_0 && d < kv->kv_dim; d++) {
+                for (int d = 0; !quant && d < kv->kv_dim; d++) {
                     char *k = kpool + attn_k_index(slot, bs, kv->kv_dim, d) * kv->elem_bytes;
                     char *v = vpool + attn_v_index(slot, bs, kv->kv_dim, kv->head_dim, d) * kv->elem_bytes;
                     if (kv->elem_bytes == 4) {

@@ -110,6 +110,43 @@ void attn_store_q8_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
     }
 }
 
+void attn_q4_quantize_group(const float *x, int n, uint16_t *scale, uint8_t *codes) {
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a, m = x[i]; /* NaN never wins */
+    }
+    float d = m / -8.0f;
+    if (d > 65504.0f) d = 65504.0f;
+    if (d < -65504.0f) d = -65504.0f;
+    *scale = fp16_f32_to_f16(d);
+    float s = fp16_f16_to_f32_exact(*scale);
+    uint8_t c[32];
+    for (int i = 0; i < n; i++) {
+        float v = s != 0.0f ? x[i] / s + 8.5f : 8.5f;
+        c[i] = (uint8_t)(v >= 15.0f ? 15 : v >= 0.0f ? (int)v : v == v ? 0 : 8);
+    }
+    for (int i = 0; i < n / 2; i++) codes[i] = (uint8_t)(c[i] | c[i + n / 2] << 4);
+}
+
+void attn_store_q4_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                     int64_t slot, const float *k, const float *v) {
+    (void)kv_is_f16;
+    uint8_t *kp = kpool, *vp = vpool;
+    int gs = attn_q8_group(head_dim), cb = gs / 2;
+    for (int e = 0; e < kv_dim; e += gs) {
+        uint16_t s;
+        uint8_t c[16];
+        attn_q4_quantize_group(k + e, gs, &s, c);
+        memcpy(kp + attn_kvq_k_scale(slot, block_size, kv_dim, head_dim, e, 1), &s, 2);
+        for (int i = 0; i < cb; i++) kp[attn_kvq_k_byte(slot, block_size, kv_dim, head_dim, e + i, 1)] = c[i];
+        uint8_t *vb = vp + attn_kvq_v_byte(slot, block_size, kv_dim, head_dim, e, 1);
+        attn_q4_quantize_group(v + e, gs, &s, c);
+        memcpy(vb, &s, 2);
+        memcpy(vb + 2, c, (size_t)cb);
+    }
+}
+
 void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                 int64_t slot, const float *k, const float *v) {
     pdl_attention_table t;

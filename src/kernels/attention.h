@@ -50,6 +50,7 @@ typedef struct pdl_attn_kv {
     const void *v;             /* layer's V pool: [slots][kv_dim] */
     int kv_is_f16;             /* element type of k and v: F16 or F32 */
     int kv_is_q8;              /* Q8_0 instead (the layout below; kv_is_f16 then unused) */
+    int kv_is_q4;              /* Q4_0 instead (the layout below; kv_is_f16 and kv_is_q8 then 0) */
     int kv_dim;                /* n_kv_heads * head_dim */
     const int32_t *block_table;/* the sequence's blocks, in position order */
     int block_size;
@@ -84,44 +85,83 @@ static inline size_t attn_v_index(int64_t slot, int block_size, int kv_dim, int 
  * f16 scales, one per slot. V, per head: its block_size rows in slot order,
  * a row being head_dim / gs blocks of (f16 scale, gs int8), block_q8_0's
  * layout.
+ *
+ * The Q4_0 cache (kv_is_q4): the same groups, each one f16 scale S and gs
+ * 4-bit codes c, the element being S * (c - 8) (exact in float), two codes
+ * to a byte as in llama.cpp's block_q4_0: byte i of a group holds element
+ * i in its low nibble and element i + gs / 2 in its high nibble (head_dim
+ * even). So a group is cb = gs / 2 code bytes and its scale: K, per group,
+ * [cb][block_size] bytes (byte (i, slot): elements i and i + cb of the key
+ * in slot, so one load still takes neighbouring keys), then [block_size]
+ * f16 scales; V, per head, its rows in slot order, a row being head_dim /
+ * gs blocks of (f16 scale, cb code bytes). The kernels widen the low
+ * nibbles of a group's bytes for its first cb dimensions and the high ones
+ * for the rest, so the dimensions still run in order and a Q4_0 cache too
+ * attends exactly as an F32 cache of its dequantized rows.
+ *
+ * attn_kvq_* give both layouts' addresses (q4: 0 for Q8_0, 1 for Q4_0);
+ * attn_q8_* are Q8_0's.
  */
 static inline int attn_q8_group(int head_dim) { return head_dim < 32 ? head_dim : 32; }
-static inline size_t attn_q8_block_bytes(int block_size, int kv_dim, int head_dim) {
-    int gs = attn_q8_group(head_dim);
-    return (size_t)(kv_dim / gs) * (size_t)(gs + 2) * (size_t)block_size;
+/* Code bytes per group: gs (Q8_0) or gs / 2 (Q4_0). */
+static inline int attn_kvq_code_bytes(int head_dim, int q4) {
+    return q4 ? attn_q8_group(head_dim) / 2 : attn_q8_group(head_dim);
 }
-/* Byte offset in a K pool of the int8 of element e of the key in slot
- * (its scale: attn_q8_k_scale). */
-static inline size_t attn_q8_k_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
-    int64_t block = slot / block_size;
+static inline size_t attn_kvq_block_bytes(int block_size, int kv_dim, int head_dim, int q4) {
     int gs = attn_q8_group(head_dim);
-    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
-           (size_t)(e / gs) * (size_t)(gs + 2) * (size_t)block_size + (size_t)(e % gs) * (size_t)block_size +
+    return (size_t)(kv_dim / gs) * (size_t)(attn_kvq_code_bytes(head_dim, q4) + 2) * (size_t)block_size;
+}
+/* Byte offset in a K pool of the code byte of element e of the key in slot
+ * (Q4_0: its low nibble when e % gs < gs / 2, else its high nibble; the
+ * scale: attn_kvq_k_scale). */
+static inline size_t attn_kvq_k_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e, int q4) {
+    int64_t block = slot / block_size;
+    int gs = attn_q8_group(head_dim), cb = attn_kvq_code_bytes(head_dim, q4);
+    return (size_t)block * attn_kvq_block_bytes(block_size, kv_dim, head_dim, q4) +
+           (size_t)(e / gs) * (size_t)(cb + 2) * (size_t)block_size + (size_t)(e % gs % cb) * (size_t)block_size +
            (size_t)(slot % block_size);
 }
 /* Byte offset in a K pool of the f16 scale of element e's group of the key in slot. */
-static inline size_t attn_q8_k_scale(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+static inline size_t attn_kvq_k_scale(int64_t slot, int block_size, int kv_dim, int head_dim, int e, int q4) {
     int64_t block = slot / block_size;
-    int gs = attn_q8_group(head_dim);
-    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
-           (size_t)(e / gs) * (size_t)(gs + 2) * (size_t)block_size + (size_t)gs * (size_t)block_size +
+    int gs = attn_q8_group(head_dim), cb = attn_kvq_code_bytes(head_dim, q4);
+    return (size_t)block * attn_kvq_block_bytes(block_size, kv_dim, head_dim, q4) +
+           (size_t)(e / gs) * (size_t)(cb + 2) * (size_t)block_size + (size_t)cb * (size_t)block_size +
            2 * (size_t)(slot % block_size);
 }
-/* Byte offset in a V pool of the block (f16 scale, gs int8) holding
+/* Byte offset in a V pool of the block (f16 scale, code bytes) holding
  * element e (= kv_head * head_dim + d) of the value in slot. */
-static inline size_t attn_q8_v_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+static inline size_t attn_kvq_v_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e, int q4) {
     int64_t block = slot / block_size;
-    int gs = attn_q8_group(head_dim);
-    size_t row = (size_t)(head_dim / gs) * (size_t)(gs + 2);
-    return (size_t)block * attn_q8_block_bytes(block_size, kv_dim, head_dim) +
+    int gs = attn_q8_group(head_dim), cb = attn_kvq_code_bytes(head_dim, q4);
+    size_t row = (size_t)(head_dim / gs) * (size_t)(cb + 2);
+    return (size_t)block * attn_kvq_block_bytes(block_size, kv_dim, head_dim, q4) +
            (size_t)(e / head_dim) * row * (size_t)block_size + (size_t)(slot % block_size) * row +
-           (size_t)((e % head_dim) / gs) * (size_t)(gs + 2);
+           (size_t)((e % head_dim) / gs) * (size_t)(cb + 2);
+}
+static inline size_t attn_q8_block_bytes(int block_size, int kv_dim, int head_dim) {
+    return attn_kvq_block_bytes(block_size, kv_dim, head_dim, 0);
+}
+static inline size_t attn_q8_k_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    return attn_kvq_k_byte(slot, block_size, kv_dim, head_dim, e, 0);
+}
+static inline size_t attn_q8_k_scale(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    return attn_kvq_k_scale(slot, block_size, kv_dim, head_dim, e, 0);
+}
+static inline size_t attn_q8_v_byte(int64_t slot, int block_size, int kv_dim, int head_dim, int e) {
+    return attn_kvq_v_byte(slot, block_size, kv_dim, head_dim, e, 0);
 }
 
 /* One group of n floats to Q8_0: S = max|x| / 127 rounded to f16 (nearest
  * even; capped at the largest finite half), q = round(x / S) (half away
  * from zero, clamped to [-127, 127]); S = 0 gives q = 0. */
 void attn_q8_quantize_group(const float *x, int n, uint16_t *scale, int8_t *q);
+/* One group of n (even) floats to Q4_0: m = the element of largest
+ * magnitude (the first of equals; NaNs never win), S = m / -8 rounded to
+ * f16 (nearest even; capped at +-65504), code c = min(15, floor(x / S +
+ * 8.5)) (at least 0; 8 when S = 0 or x is NaN), stored two to a byte:
+ * byte i = c[i] | c[i + n / 2] << 4. */
+void attn_q4_quantize_group(const float *x, int n, uint16_t *scale, uint8_t *codes);
 
 /* Writes one slot's key and value (kv_dim floats each, heads of head_dim,
  * F16 rounded to nearest even when kv_is_f16) into layer pools of the
@@ -139,6 +179,9 @@ void attn_store_neon(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
 /* The same into a Q8_0 cache (attn_q8_quantize_group per group; kv_is_f16
  * unused); one portable build on every family. */
 void attn_store_q8_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
+                     int64_t slot, const float *k, const float *v);
+/* The same into a Q4_0 cache (attn_q4_quantize_group per group). */
+void attn_store_q4_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                      int64_t slot, const float *k, const float *v);
 
 /*
@@ -224,8 +267,9 @@ void attn_table_for(pdl_isa isa, pdl_attention_table *t);
 static inline pdl_attention_store_fn attn_table_store(const pdl_attention_table *t, int kv_is_f16) {
     return kv_is_f16 ? t->store_f16 : attn_store_scalar;
 }
-static inline pdl_attention_store_fn attn_table_store_for(const pdl_attention_table *t, int kv_is_f16, int kv_is_q8) {
-    return kv_is_q8 ? attn_store_q8_0 : attn_table_store(t, kv_is_f16);
+static inline pdl_attention_store_fn attn_table_store_for(const pdl_attention_table *t, int kv_is_f16, int kv_is_q8,
+                                                          int kv_is_q4) {
+    return kv_is_q4 ? attn_store_q4_0 : kv_is_q8 ? attn_store_q8_0 : attn_table_store(t, kv_is_f16);
 }
 
 #endif

@@ -46,6 +46,12 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 static inline at_v at_load_i8(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
+static inline at_v at_load_u4(const uint8_t *p, int high) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    if (high) b = _mm_srli_epi16(b, 4);
+    __m256i c = _mm256_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(15)));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(c, _mm256_set1_epi32(8)));
+}
 static inline void at_to_f16(const float *src, uint16_t *dst) {
     _mm_storeu_si128((__m128i *)(void *)dst, _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT));
 }

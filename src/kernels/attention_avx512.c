@@ -39,6 +39,12 @@ static inline at_v at_load_kv(const uint8_t *p, int f16) {
 static inline at_v at_load_i8(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
 }
+static inline at_v at_load_u4(const uint8_t *p, int high) {
+    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
+    if (high) b = _mm_srli_epi16(b, 4);
+    __m512i c = _mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(15)));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)));
+}
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,

@@ -3,7 +3,7 @@
  * defines, written once and compiled once per instruction set: the
  * including file defines ATTN_QUERIES_FN (the function's name;
  * ATTN_STORAGE may make it static) and ATTN_F16(h) (a half's float value).
- * A Q8_0 cache's elements are S * q, exact in float (attention.h).
+ * A Q8_0 or Q4_0 cache's elements are S * q, exact in float (attention.h).
  * Keys are scored a run at a time (up to 16 consecutive slots of a block,
  * which lie side by side in K's layout), so the inner loops run over
  * neighbouring keys and can be vectorised without reordering any sum.
@@ -51,6 +51,12 @@ static inline uint16_t attn_half_at(const uint8_t *p) {
     memcpy(&h, p, 2);
     return h;
 }
+
+/* A quantized cache's code as a float: Q8_0's int8, or Q4_0's low (or,
+ * with high, high) nibble minus 8. */
+static inline float attn_code(uint8_t b, int q4, int high) {
+    return q4 ? (float)(((high ? b >> 4 : b) & 15) - 8) : (float)(int8_t)b;
+}
 #endif
 
 #ifndef ATTN_STORAGE
@@ -67,28 +73,29 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
                                       float sink, int first, int pos, const pdl_attn_kv *kv, float *scores) {
     int bs = kv->block_size, f16 = kv->kv_is_f16;
     int e0 = kv_head * hd;
+    int q4 = kv->kv_is_q4, quant = kv->kv_is_q8 || q4; /* Q8_0 / Q4_0 groups of gs, cb code bytes each */
+    int gs = attn_q8_group(hd), cb = attn_kvq_code_bytes(hd, q4);
     float max = -INFINITY;
     for (int j = first; j <= pos;) {
         int run = bs - j % bs; /* keys up to the end of j's block */
         if (run > pos - j + 1) run = pos - j + 1;
         if (run > 16) run = 16;
         float acc[16] = {0};
-        if (kv->kv_is_q8) { /* S * q exactly, then the same fma as a float cache */
+        if (quant) { /* S * q exactly, then the same fma as a float cache */
             const uint8_t *kb = kv->k;
             int64_t slot = attn_slot(kv, j);
-            int gs = attn_q8_group(hd);
             for (int c = 0; c < hd; c += gs) {
                 float sc[16];
                 for (int u = 0; u < run; u++)
-                    sc[u] = ATTN_F16(attn_half_at(kb + attn_q8_k_scale(slot + u, bs, kv->kv_dim, hd, e0 + c)));
+                    sc[u] = ATTN_F16(attn_half_at(kb + attn_kvq_k_scale(slot + u, bs, kv->kv_dim, hd, e0 + c, q4)));
                 for (int d = c; d < c + gs; d++) {
-                    const int8_t *k = (const int8_t *)(kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, e0 + d));
-                    for (int u = 0; u < run; u++) acc[u] = fmaf(q[d], sc[u] * (float)k[u], acc[u]);
+                    const uint8_t *k = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, e0 + d, q4);
+                    for (int u = 0; u < run; u++) acc[u] = fmaf(q[d], sc[u] * attn_code(k[u], q4, d - c >= cb), acc[u]);
                 }
             }
         }
         size_t k0 = attn_k_index(attn_slot(kv, j), bs, kv->kv_dim, e0);
-        for (int d = 0; d < hd && !kv->kv_is_q8; d++) {
+        for (int d = 0; d < hd && !quant; d++) {
             size_t at = k0 + (size_t)d * (size_t)bs;
             if (f16) {
                 const uint16_t *k = (const uint16_t *)kv->k + at;
@@ -111,13 +118,12 @@ static void ATTN_ONE(ATTN_QUERIES_FN)(float *out, const float *q, int hd, int kv
     for (int j = first; j <= pos; j++) {
         float p = scores[j - first];
         size_t v0 = attn_v_index(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
-        if (kv->kv_is_q8) {
-            const uint8_t *row = (const uint8_t *)kv->v + attn_q8_v_byte(attn_slot(kv, j), bs, kv->kv_dim, hd, e0);
-            int gs = attn_q8_group(hd);
-            for (int c = 0; c < hd; c += gs, row += gs + 2) {
+        if (quant) {
+            const uint8_t *row = (const uint8_t *)kv->v + attn_kvq_v_byte(attn_slot(kv, j), bs, kv->kv_dim, hd, e0, q4);
+            for (int c = 0; c < hd; c += gs, row += cb + 2) {
                 float S = ATTN_F16(attn_half_at(row));
-                const int8_t *v = (const int8_t *)(row + 2);
-                for (int d = 0; d < gs; d++) out[c + d] = fmaf(p, S * (float)v[d], out[c + d]);
+                const uint8_t *v = row + 2;
+                for (int d = 0; d < gs; d++) out[c + d] = fmaf(p, S * attn_code(v[d % cb], q4, d >= cb), out[c + d]);
             }
         } else if (f16) {
             const uint16_t *v = (const uint16_t *)kv->v + v0;

@@ -47,6 +47,14 @@ static inline at_v at_load_i8(const uint8_t *p) {
     int16x8_t h = vmovl_s8(vreinterpret_s8_s32(vdup_n_s32(w)));
     return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
 }
+static inline at_v at_load_u4(const uint8_t *p, int high) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(w));
+    b = high ? vshr_n_u8(b, 4) : vand_u8(b, vdup_n_u8(15));
+    int16x8_t h = vsubq_s16(vreinterpretq_s16_u16(vmovl_u8(b)), vdupq_n_s16(8));
+    return vcvtq_f32_s32(vmovl_s16(vget_low_s16(h)));
+}
 /* FCVTN in the default rounding mode (nearest even) */
 static inline void at_to_f16(const float *src, uint16_t *dst) {
     vst1_u16(dst, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(src))));

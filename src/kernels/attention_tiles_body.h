@@ -29,9 +29,11 @@
  * do not take), and the operations at_zero, at_set1, at_fmadd (a * b + c),
  * at_mul, at_loadu, at_storeu, at_max, at_hmax, at_load_kv (AT_W values
  * of a cache row, F16 or F32), at_load_i8 (AT_W int8 widened to float) and
- * at_load_q8v (AT_W elements of a Q8_0 row, from element i of the
- * block_q8_0 at p: S * q, exact). Q8_0 caches (attention.h) take the same
- * tiles, each element widened and times its scale as it is loaded. With AT_STORE_FN (a name) and at_to_f16
+ * at_load_u4 (the low, or high, nibbles of AT_W bytes minus 8, as float).
+ * Q8_0 and Q4_0 caches (attention.h) take the same tiles, each element
+ * widened and times its scale as it is loaded (at_load_q8v / at_load_q4v
+ * for V rows; Q4_0 keys: a group's low nibbles for its first half of
+ * dimensions, then its high ones, so dimensions stay in order). With AT_STORE_FN (a name) and at_to_f16
  * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
  */
 #include <math.h>
@@ -48,6 +50,16 @@ static inline at_v at_load_q8v(const uint8_t *row, int i, int gs) {
     uint16_t h;
     memcpy(&h, b, 2);
     return at_mul(at_load_i8(b + 2 + i % gs), at_set1(ATTN_F16(h)));
+}
+
+/* The same from a Q4_0 row (blocks of gs / 2 + 2 bytes; AT_W divides
+ * gs / 2, and i is a multiple of AT_W): S * (code - 8), exact. */
+static inline at_v at_load_q4v(const uint8_t *row, int i, int gs) {
+    int cb = gs / 2, j = i % gs;
+    const uint8_t *b = row + (size_t)(i / gs) * (size_t)(cb + 2);
+    uint16_t h;
+    memcpy(&h, b, 2);
+    return at_mul(at_load_u4(b + 2 + j % cb, j >= cb), at_set1(ATTN_F16(h)));
 }
 
 /* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
@@ -75,20 +87,23 @@ static inline __attribute__((always_inline)) void at_score_tile(const int NR, co
         for (int g = 0; g < NG; g++) at_storeu(sc + r * ld + AT_W * g, at_mul(acc[r][g], s));
 }
 
-/* The same over a Q8_0 cache (attention.h): kp[g] at group g's int8 of the
- * head's first dimension, ks[g] at its scales of the head's first group of
- * gs = attn_q8_group(hd) dimensions; dimension d `bs` bytes further within a group, group c
- * `gstride` bytes further. Each key element is widened, times its scale
- * (exact), then the same fma as a float cache. pf / pfs: the next group's
- * int8 and scales, prefetched as they are used. */
+/* The same over a Q8_0 (Q4 = 0) or Q4_0 (Q4 = 1) cache (attention.h):
+ * kp[g] at group g's code bytes of the head's first dimension, ks[g] at its
+ * scales of the head's first group of gs = attn_q8_group(hd) dimensions;
+ * code byte row i `bs` bytes further within a group (Q8_0: dimension i;
+ * Q4_0: dimensions i and i + gs / 2), group c `gstride` bytes further.
+ * Each key element is widened, times its scale (exact), then the same fma
+ * as a float cache. pf / pfs: the next group's codes and scales, prefetched
+ * as they are used. */
 static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR, const int NG, const float *const *q,
                                                                    int hd, const uint8_t *const *kp,
                                                                    const uint8_t *const *ks, size_t bs,
                                                                    float scale, float *sc, size_t ld,
-                                                                   const uint8_t *pf, const uint8_t *pfs) {
+                                                                   const uint8_t *pf, const uint8_t *pfs,
+                                                                   const int Q4) {
     at_v acc[8][4];
-    int gs = attn_q8_group(hd);
-    size_t gstride = (size_t)(gs + 2) * bs;
+    int gs = attn_q8_group(hd), cb = Q4 ? gs / 2 : gs;
+    size_t gstride = (size_t)(cb + 2) * bs;
     for (int r = 0; r < NR; r++)
         for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
     for (int c = 0; c < hd; c += gs) {
@@ -98,8 +113,10 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
         if (pf) __builtin_prefetch(pfs + go);
         for (int d = 0; d < gs; d++) {
             at_v k[4];
-            for (int g = 0; g < NG; g++) k[g] = at_mul(at_load_i8(kp[g] + go + (size_t)d * bs), S[g]);
-            if (pf) __builtin_prefetch(pf + go + (size_t)d * bs);
+            size_t at = go + (size_t)(d % cb) * bs;
+            for (int g = 0; g < NG; g++)
+                k[g] = at_mul(Q4 ? at_load_u4(kp[g] + at, d >= cb) : at_load_i8(kp[g] + at), S[g]);
+            if (pf && d < cb) __builtin_prefetch(pf + at);
             for (int r = 0; r < NR; r++) {
                 at_v qb = at_set1(q[r][c + d]);
                 for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
@@ -112,14 +129,15 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
 }
 
 #define AT_SCORE(NR, NG)                                                                                           \
-    (ks ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs)                                    \
-        : at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf))
+    (ks && q4 ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs, 1)                            \
+     : ks     ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs, 0)                            \
+              : at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf))
 
-/* ks: NULL for an F16 / F32 cache (f16 says which), else the Q8_0 scales
- * (step is then block_size; pfs the next group's scales). */
+/* ks: NULL for an F16 / F32 cache (f16 says which), else the Q8_0 or
+ * (q4) Q4_0 scales (step is then block_size; pfs the next group's scales). */
 static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp,
-                              const uint8_t *const *ks, size_t step, int f16, float scale, float *sc, size_t ld,
-                              const uint8_t *pf, const uint8_t *pfs) {
+                              const uint8_t *const *ks, int q4, size_t step, int f16, float scale, float *sc,
+                              size_t ld, const uint8_t *pf, const uint8_t *pfs) {
     if (nr == 1) {
         switch (ng) {
         case 4: AT_SCORE(1, 4); return;
@@ -192,22 +210,25 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
                                                                 const int *b, const pdl_attn_kv *kv, size_t e0,
                                                                 int hd, const int KIND) {
     /* the head's rows: element d0 of slot 0, a row from row to row (KIND:
-     * 0 F32, 1 F16, 2 Q8_0, whose rows start at d0's group and whose
-     * elements at_load_v finds) */
+     * 0 F32, 1 F16, 2 Q8_0, 3 Q4_0, whose rows start at d0's group and
+     * whose elements at_load_v finds) */
     const int f16 = KIND == 1;
     int bs = kv->block_size;
     size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * bs * esize;
     size_t chunk = (size_t)NC * AT_W * esize;
     const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)bs + (size_t)d0) * esize;
-    int gs = attn_q8_group(hd), dq = d0 % gs; /* Q8_0: d0's place in its group */
-    if (KIND == 2) {
-        step = (size_t)(hd / gs) * (size_t)(gs + 2);
-        block_bytes = attn_q8_block_bytes(bs, kv->kv_dim, hd);
-        chunk = (size_t)((dq + NC * AT_W + gs - 1) / gs) * (size_t)(gs + 2);
-        vhead = (const uint8_t *)kv->v + attn_q8_v_byte(0, bs, kv->kv_dim, hd, (int)e0 + d0);
+    int gs = attn_q8_group(hd), dq = d0 % gs; /* Q8_0 / Q4_0: d0's place in its group */
+    if (KIND >= 2) {
+        int q4 = KIND == 3, cb = attn_kvq_code_bytes(hd, q4);
+        step = (size_t)(hd / gs) * (size_t)(cb + 2);
+        block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
+        chunk = (size_t)((dq + NC * AT_W + gs - 1) / gs) * (size_t)(cb + 2);
+        vhead = (const uint8_t *)kv->v + attn_kvq_v_byte(0, bs, kv->kv_dim, hd, (int)e0 + d0, q4);
     }
 #define at_load_v(row, c)                                                                                          \
-    (KIND == 2 ? at_load_q8v((row), dq + AT_W * (c), gs) : at_load_kv((row) + AT_W * (c) * esize, f16))
+    (KIND == 3   ? at_load_q4v((row), dq + AT_W * (c), gs)                                                          \
+     : KIND == 2 ? at_load_q8v((row), dq + AT_W * (c), gs)                                                          \
+                 : at_load_kv((row) + AT_W * (c) * esize, f16))
     at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
         for (int c = 0; c < NC; c++) acc[r][c] = at_zero();
@@ -251,7 +272,8 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
 /* each shape built for F16 and for F32 caches: its loads and prefetches of
  * constant size */
 #define AT_VALUE(NR, NC)                                                                                           \
-    (kind == 2   ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 2)                                    \
+    (kind == 3   ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 3)                                    \
+     : kind == 2 ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 2)                                    \
      : kind == 1 ? at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 1)                                    \
                  : at_value_tile(NR, NC, out, d0, p, base, a, b, kv, e0, hd, 0))
 
@@ -281,7 +303,8 @@ static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const f
 static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
                        int kv_head, float scale, float softcap, const float *sinks,
                        const pdl_attn_kv *kv, float *scratch) {
-    int q8 = kv->kv_is_q8, f16 = !q8 && kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
+    int q4 = kv->kv_is_q4, q8 = kv->kv_is_q8 || q4; /* q8: either quantized cache */
+    int f16 = !q8 && kv->kv_is_f16, bs = kv->block_size, nv = hd / AT_W;
     size_t esize = f16 ? 2 : 4, e0 = (size_t)kv_head * (size_t)hd, step = q8 ? (size_t)bs : (size_t)bs * esize;
     int lo = INT32_MAX, hi = -1;
     for (int i = 0; i < n_q; i++) {
@@ -299,8 +322,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
             int j = g0 + AT_W * g;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
             if (q8) {
-                kp[g] = kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, (int)e0);
-                ksc[g] = kb + attn_q8_k_scale(slot, bs, kv->kv_dim, hd, (int)e0);
+                kp[g] = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, (int)e0, q4);
+                ksc[g] = kb + attn_kvq_k_scale(slot, bs, kv->kv_dim, hd, (int)e0, q4);
             } else {
                 kp[g] = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
             }
@@ -310,8 +333,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
             int j = g0 + AT_W * gmax;
             int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
             if (q8) {
-                pf = kb + attn_q8_k_byte(slot, bs, kv->kv_dim, hd, (int)e0);
-                pfs = kb + attn_q8_k_scale(slot, bs, kv->kv_dim, hd, (int)e0);
+                pf = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, (int)e0, q4);
+                pfs = kb + attn_kvq_k_scale(slot, bs, kv->kv_dim, hd, (int)e0, q4);
             } else {
                 pf = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
             }
@@ -321,8 +344,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
             int needed = 0; /* a causal prompt's later key groups are past its early rows */
             for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + AT_W * ng && pos[r] >= g0;
             if (!needed) continue;
-            at_score_tile_any(nr, ng, q + r0, hd, kp, ks, step, f16, scale, scratch + (size_t)r0 * ld + (g0 - base), ld,
-                              pf, pfs);
+            at_score_tile_any(nr, ng, q + r0, hd, kp, ks, q4, step, f16, scale,
+                              scratch + (size_t)r0 * ld + (g0 - base), ld, pf, pfs);
             pf = NULL; /* the first tile of a group fetches the next group's keys */
         }
     }
@@ -350,13 +373,22 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     for (int i0 = 0; i0 < n_q; i0 += vr) {
         int nr = n_q - i0 < vr ? n_q - i0 : vr;
         for (int d0 = 0; d0 < hd; d0 += nc * AT_W)
-            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, hd, q8 ? 2 : f16);
+            at_value_tile_any(nr, nc, out + i0, d0, p + i0, base, first + i0, pos + i0, kv, e0, hd,
+                              q4 ? 3 : q8 ? 2 : f16);
     }
+}
+
+/* Shapes the tiles take: whole vectors of dimensions and of a block's
+ * slots, and for Q4_0 whole vectors in each half of a group (its V rows'
+ * low and high nibbles). */
+static inline int at_tiles_take(int head_dim, const pdl_attn_kv *kv) {
+    return head_dim % AT_W == 0 && kv->block_size % AT_W == 0 &&
+           (!kv->kv_is_q4 || attn_q8_group(head_dim) / 2 % AT_W == 0);
 }
 
 void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head, float scale,
            float softcap, const float *sinks, int window, const pdl_attn_kv *kv, float *scratch) {
-    if (head_dim % AT_W != 0 || kv->block_size % AT_W != 0) {
+    if (!at_tiles_take(head_dim, kv)) {
         AT_GENERIC(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
         return;
     }
@@ -373,7 +405,7 @@ void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, in
 void AT_RANGES(AT_FN)(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
                       int head_dim, int kv_head, float scale, float softcap, const float *sinks,
                       const pdl_attn_kv *kv, float *scratch) {
-    if (head_dim % AT_W != 0 || kv->block_size % AT_W != 0) {
+    if (!at_tiles_take(head_dim, kv)) {
         AT_RANGES(AT_GENERIC)(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
         return;
     }

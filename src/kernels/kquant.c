@@ -1,6 +1,6 @@
 /*
  * kquant.c - Q8_K activation quantization and the portable Q2_K, Q3_K,
- * Q4_K, Q5_K and Q6_K x Q8_K dot products: the reference the SIMD tiles are tested
+ * Q4_K, Q5_K, Q6_K and IQ4_XS x Q8_K dot products: the reference the SIMD tiles are tested
  * against. The definitions and the float order are in kquant.h; the weight
  * layouts are those of kernels/cpu_ops.c's dequantizers.
  */
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/fp16.h"
+#include "kernels/iq4nl.h"
 
 /* nearest(v), ties to even, for |v| < 2^22: v + 1.5 * 2^23 lies where the
  * float spacing is 1, so the addition rounds v as lrintf does (default
@@ -107,6 +108,27 @@ float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
         }
         acc = fmaf(half_at(w) * x->d, (float)isum, acc);
         acc = fmaf(-(half_at(w + 2) * x->d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* IQ4_XS block (136 bytes): f16 d, 16-bit scales_h, 4 bytes scales_l, 128
+ * bytes of codes; in sub-block j, qs[16 j + k] holds element 32 j + k's code
+ * in its low nibble and element 32 j + 16 + k's in its high (k < 16). */
+float kquant_dot_iq4_xs_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 136, x++) {
+        const uint8_t *qs = w + 8;
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) {
+            int32_t p = 0;
+            for (int k = 0; k < 16; k++) {
+                p += iq4nl_values[qs[16 * j + k] & 0xF] * x->qs[32 * j + k];
+                p += iq4nl_values[qs[16 * j + k] >> 4] * x->qs[32 * j + 16 + k];
+            }
+            isum += kquant_iq4_xs_scale(w, j) * p;
+        }
+        acc = fmaf(half_at(w) * x->d, (float)isum, acc);
     }
     return acc;
 }

@@ -1,7 +1,8 @@
 /*
  * kquant.h - Q8_K activations and the dot products of GGUF Q2_K, Q3_K,
- * Q4_K, Q5_K and Q6_K weights with them: the portable reference (kquant.c) that every SIMD tile
- * (kquant_avx512*.c, kquant_avx2.c) reproduces bit for bit.
+ * Q4_K, Q5_K, Q6_K and IQ4_XS weights with them: the portable reference
+ * (kquant.c) that every SIMD tile (kquant_avx512*.c, kquant_avx2.c)
+ * reproduces bit for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
  * (amax = max |x|, d = 0 for an all-zero block), q = nearest(x * (127 /
@@ -25,11 +26,15 @@
  *   Q2_K: isum = sum_g sc_g * sum_{i in group g} q_i * x_i (q_i in 0..3,
  *         sc_g the low nibble of scale byte g), msum = sum_g m_g *
  *         bsum16_g (m_g its high nibble) (g = 0..15),
+ *   IQ4_XS: isum = sum_j (ls_j - 32) * sum_{i in sub-block j} v_i * x_i
+ *         (j = 0..7; ls_j the 6-bit scale, v_i kernels/iq4nl.h's int8 value
+ *         of code i),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
  *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q2_K, Q4_K, Q5_K)
- * starting from acc = 0. d_w * d_x and dmin_w * d_x are single float
- * products. So a result depends only on its weight row and activation row.
+ * (IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
+ * d_x are single float products. So a result depends only on its weight
+ * row and activation row.
  */
 #ifndef PDL_KERNELS_KQUANT_H
 #define PDL_KERNELS_KQUANT_H
@@ -90,6 +95,15 @@ float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
 float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_iq4_xs_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+
+/* An IQ4_XS block's sub-block j (0..7) scale minus 32 (-32..31): the low
+ * (j even) or high nibble of scales_l[j / 2] (blk + 4), the top 2 bits from
+ * bits 2j of the 16-bit scales_h (blk + 2). */
+static inline int kquant_iq4_xs_scale(const uint8_t *blk, int j) {
+    int sh = blk[2] | blk[3] << 8;
+    return (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | ((sh >> (2 * j)) & 3) << 4) - 32;
+}
 
 /* A tile: out[r * ldo + c] = dot(weight row c, activation row r) for
  * r < rows, c < cols (at most the family's tile size); activation row r is
@@ -120,5 +134,9 @@ void kquant_tile_q2_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const
                              int cols, float *out, int64_t ldo);
 void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
+void kquant_tile_iq4_xs_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                               int cols, float *out, int64_t ldo);
+void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
 
 #endif

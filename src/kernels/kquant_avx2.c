@@ -1,5 +1,5 @@
 /*
- * kquant_avx2.c - the AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K x Q8_K tiles (VPMADDUBSW +
+ * kquant_avx2.c - the AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles (VPMADDUBSW +
  * VPMADDWD), same bits as the portable reference in kquant.c (order in
  * kquant.h). Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt);
  * called only when the CPU has them.
@@ -15,6 +15,8 @@
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #include <string.h>
+
+#include "kernels/iq4nl.h"
 
 #define TR 4
 #define TC 2
@@ -326,6 +328,53 @@ static inline __attribute__((always_inline)) void q2k_body(const pdl_block_q8k *
     store(facc, nr, nc, out, ldo);
 }
 
+/* IQ4_XS: sub-block j (32 elements) is the low then the high nibbles of
+ * the 16 code bytes at blk + 8 + 16 j, through VPSHUFB to kernels/iq4nl.h's
+ * int8 values; VPMADDUBSW takes |value| times x with the value's sign (a
+ * pair is at most 2 * 127 * 127, no saturation), VPMADDWD the pair sums
+ * times the signed scale ls_j - 32. */
+static inline __attribute__((always_inline)) void iq4xs_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                             const uint8_t *w, size_t wrb, int nc, float *out,
+                                                             int64_t ldo) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC];
+        short sc[TC][8] = {{0}};
+        float dw[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 136;
+            for (int j = 0; j < 8; j++) sc[c][j] = (short)kquant_iq4_xs_scale(blk, j);
+            dw[c] = half_at(blk);
+            prefetch(blk + PF_ROWS * wrb, 136);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int j = 0; j < 8; j++) {
+            __m256i wq[TC], wa[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(w + c * wrb + b * 136 + 8 + 16 * j));
+                __m256i codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), m4);
+                wq[c] = _mm256_shuffle_epi8(table, codes);
+                wa[c] = _mm256_sign_epi8(wq[c], wq[c]);
+                sv[c] = _mm256_set1_epi16(sc[c][j]);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * j));
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = _mm256_add_epi32(
+                        acc[r][c],
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(wa[c], _mm256_sign_epi8(xv, wq[c])), sv[c]));
+            }
+        }
+        __m256i isum = reduce_tile(acc);
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
@@ -359,5 +408,12 @@ void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const u
     if (cols == TC && rows == TR) q2k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q2k_body(x, nb, 1, w, wrb, TC, out, ldo);
     else q2k_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                             float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) iq4xs_body(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) iq4xs_body(x, nb, 1, w, wrb, TC, out, ldo);
+    else iq4xs_body(x, nb, rows, w, wrb, cols, out, ldo);
 }
 #endif

@@ -1,5 +1,5 @@
 /*
- * kquant_avx512_body.h - the AVX-512 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K x Q8_K tiles, included by
+ * kquant_avx512_body.h - the AVX-512 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles, included by
  * kquant_avx512.c (AVX-512BW: VPMADDUBSW + VPMADDWD + VPADDD) and by
  * kquant_avx512vnni.c (the last two fused into VPDPWSSD); KQ_VNNI says
  * which, KQ_NAME(x) names the functions. Both give the exact same int32
@@ -16,6 +16,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
 
 #define TR 4
@@ -409,6 +410,60 @@ static inline __attribute__((always_inline)) void KQ_NAME(q2k_body)(const pdl_bl
     KQ_NAME(store)(facc, nr, nc, out, ldo);
 }
 
+/* IQ4_XS: a zmm holds sub-blocks 2g and 2g + 1 (64 consecutive elements):
+ * the 32 code bytes at blk + 8 + 32 g as 128-bit chunks (bytes 0-15 low
+ * nibbles, bytes 0-15 high, bytes 16-31 low, bytes 16-31 high), through
+ * VPSHUFB to kernels/iq4nl.h's int8 values; VPMADDUBSW takes |value| times
+ * x negated where the value is negative (a pair is at most 2 * 127 * 127,
+ * no saturation), then the pair sums times the signed scale ls_j - 32 (the
+ * low 256 bits sub-block 2g's, the high 2g + 1's). */
+static inline __attribute__((always_inline)) void KQ_NAME(iq4xs_body)(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                                      const uint8_t *w, size_t wrb, int nc,
+                                                                      float *out, int64_t ldo) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)iq4nl_values));
+    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    const __m512i nib = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
+                                          0x0004000400040004LL, 0x0004000400040004LL);
+    __m512 facc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i acc[TR][TC];
+        short sc[TC][8] = {{0}};
+        float dw[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 136;
+            for (int j = 0; j < 8; j++) sc[c][j] = (short)kquant_iq4_xs_scale(blk, j);
+            dw[c] = KQ_NAME(half)(blk);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 136);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int g = 0; g < 4; g++) {
+            __m512i wa[TC], sv[TC];
+            __mmask64 sgn[TC];
+            for (int c = 0; c < nc; c++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(w + c * wrb + b * 136 + 8 + 32 * g));
+                __m512i codes = _mm512_and_si512(
+                    _mm512_srlv_epi16(_mm512_permutexvar_epi64(dup, _mm512_castsi256_si512(v)), nib), m4);
+                __m512i wq = _mm512_shuffle_epi8(table, codes);
+                wa[c] = _mm512_abs_epi8(wq);
+                sgn[c] = _mm512_movepi8_mask(wq);
+                sv[c] = _mm512_inserti64x4(_mm512_set1_epi16(sc[c][2 * g]), _mm256_set1_epi16(sc[c][2 * g + 1]),
+                                           1);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m512i xv = _mm512_loadu_si512(x[r * nb + b].qs + 64 * g);
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = KQ_NAME(step)(acc[r][c], wa[c], _mm512_mask_sub_epi8(xv, sgn[c], zero, xv), sv[c]);
+            }
+        }
+        __m512i isum = KQ_NAME(reduce_tile)(acc);
+        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
+    }
+    KQ_NAME(store)(facc, nr, nc, out, ldo);
+}
+
 /* Constant shapes for the full tile and single-row decode, so the
  * accumulators stay in registers; the sequence per element is the same. */
 static void KQ_NAME(tile_q4_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
@@ -444,4 +499,11 @@ static void KQ_NAME(tile_q2_k)(const pdl_block_q8k *x, int64_t nb, int rows, con
     if (cols == TC && rows == TR) KQ_NAME(q2k_body)(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) KQ_NAME(q2k_body)(x, nb, 1, w, wrb, TC, out, ldo);
     else KQ_NAME(q2k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+static void KQ_NAME(tile_iq4_xs)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                                 int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(iq4xs_body)(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) KQ_NAME(iq4xs_body)(x, nb, 1, w, wrb, TC, out, ldo);
+    else KQ_NAME(iq4xs_body)(x, nb, rows, w, wrb, cols, out, ldo);
 }

@@ -4,7 +4,7 @@
  *
  * The portable dot products keep 16 independent partial sums and add them
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
- * matmul_avx2.c) are tested against. Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights have their
+ * matmul_avx2.c) are tested against. Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
  * in matmul_neon*.c. The kernels of a family are chosen once, into a
  * pdl_kernels table (matmul_kernels_for) that a model and each context keep
@@ -24,6 +24,7 @@
 #include "kernels/fp16.h"
 #include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
+#include "kernels/legacy_quant.h"
 #include "kernels/matmul_table.h"
 #include "kernels/mxfp4.h"
 #include "kernels/weight_panels.h"
@@ -129,6 +130,38 @@ static float dot_nibbles_q8(const uint8_t *w, const int8_t *xq, const float *xd,
 
 static const int8_t Q4_0_VALUES[16] = {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7};
 
+/* The legacy blocks Q5_0, Q4_1 and Q5_1 (kernels/legacy_quant.h: their
+ * layouts and the codes legacy_codes unpacks) times Q8_0 activations in
+ * dot_q8_0_q8's order: per block, lane j's exact integer sum p_j of the 4
+ * products of elements 4j .. 4j + 3 (w the code, Q5_0: minus 16), acc_j =
+ * fma(p_j, d_w * d_x, acc_j); Q4_1 / Q5_1 then also acc_j = fma(xs_j,
+ * m_w * d_x, acc_j), xs_j the exact sum of those 4 activations; the same
+ * final tree. */
+static float dot_legacy_q8(const uint8_t *w, const int8_t *xq, const float *xd, int64_t nb, pdl_dtype dt) {
+    const size_t bb = legacy_block_bytes(dt);
+    const bool with_min = dt != PDL_DTYPE_Q5_0;
+    float acc[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        int8_t q[32];
+        legacy_codes(dt, blk, q);
+        if (dt == PDL_DTYPE_Q5_0)
+            for (int k = 0; k < 32; k++) q[k] = (int8_t)(q[k] - 16);
+        const int8_t *x = xq + b * 32;
+        float d = legacy_d(blk) * xd[b];
+        block_acc(acc, q, x, d);
+        if (with_min) {
+            float dm = legacy_m(blk) * xd[b];
+            for (int j = 0; j < 8; j++) {
+                int32_t xs = 0;
+                for (int i = 0; i < 4; i++) xs += x[4 * j + i];
+                acc[j] = fmaf((float)xs, dm, acc[j]);
+            }
+        }
+    }
+    return acc_total(acc);
+}
+
 /* MXFP4 weights (kernels/mxfp4.h: doubled E2M1 codes, halved E8M0 scale)
  * times Q8_0 activations in the same order (llama.cpp's
  * ggml_vec_dot_mxfp4_q8_0 takes the same exact integer sums and d_w * d_x
@@ -152,7 +185,8 @@ static float dot_mxfp4_q8(const uint8_t *w, const int8_t *xq, const float *xd, i
 
 /* Weights with a dedicated kernel taking Q8_0-quantized activations. */
 static bool takes_q8_activations(pdl_dtype dtype) {
-    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL;
+    return dtype == PDL_DTYPE_Q8_0 || dtype == PDL_DTYPE_Q4_0 || dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL ||
+           legacy_quant(dtype);
 }
 
 /* Weights with a dedicated kernel taking Q8_K-quantized activations
@@ -160,10 +194,10 @@ static bool takes_q8_activations(pdl_dtype dtype) {
  * below until it gets its own kernel. */
 static bool takes_q8k_activations(pdl_dtype dtype) {
     return dtype == PDL_DTYPE_Q4_K || dtype == PDL_DTYPE_Q5_K || dtype == PDL_DTYPE_Q6_K || dtype == PDL_DTYPE_Q3_K ||
-           dtype == PDL_DTYPE_Q2_K;
+           dtype == PDL_DTYPE_Q2_K || dtype == PDL_DTYPE_IQ4_XS;
 }
 
-/* Other block formats (Q4_1, Q5_0, Q5_1, ...) have no dot
+/* Other block formats (TQ1_0, TQ2_0, ...) have no dot
  * kernel yet: their weight rows are expanded to F32 once per call and use
  * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
@@ -229,7 +263,7 @@ typedef struct matmul_task {
     int64_t ldx_perm;              /* its row stride (in rounded up to 32) */
     const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
-    const pdl_block_q8k *xk;       /* Q2_K..Q6_K weights: x quantized per 256-block [n_rows][in / 256] */
+    const pdl_block_q8k *xk;       /* Q2_K..Q6_K and IQ4_XS weights: x quantized per 256-block [n_rows][in / 256] */
     float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
     float *y;
     int64_t ldy;
@@ -273,11 +307,13 @@ static void matmul_worker(void *p, int ith, int nth) {
                 else if (dt == PDL_DTYPE_Q4_0) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, Q4_0_VALUES);
                 else if (dt == PDL_DTYPE_MXFP4) v = dot_mxfp4_q8(wr, xq, xd, t->in / 32);
                 else if (dt == PDL_DTYPE_IQ4_NL) v = dot_nibbles_q8(wr, xq, xd, t->in / 32, iq4nl_values);
+                else if (legacy_quant(dt)) v = dot_legacy_q8(wr, xq, xd, t->in / 32, dt);
                 else if (dt == PDL_DTYPE_Q4_K) v = kquant_dot_q4_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q5_K) v = kquant_dot_q5_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q3_K) v = kquant_dot_q3_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q2_K) v = kquant_dot_q2_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_IQ4_XS) v = kquant_dot_iq4_xs_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
@@ -301,7 +337,16 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
     pdl_tile_q8_fn qtile = t->w->dtype == PDL_DTYPE_Q4_0    ? tk->q4
                            : t->w->dtype == PDL_DTYPE_MXFP4  ? tk->mxfp4
                            : t->w->dtype == PDL_DTYPE_IQ4_NL ? tk->iq4nl
+                           : t->w->dtype == PDL_DTYPE_Q5_0   ? tk->q5_0
+                           : t->w->dtype == PDL_DTYPE_Q4_1   ? tk->q4_1
+                           : t->w->dtype == PDL_DTYPE_Q5_1   ? tk->q5_1
                                                              : tk->q8; /* Q8_0-activation weights */
+    pdl_tile_kq_fn ktile = t->w->dtype == PDL_DTYPE_Q4_K     ? tk->q4k
+                           : t->w->dtype == PDL_DTYPE_Q5_K   ? tk->q5k
+                           : t->w->dtype == PDL_DTYPE_Q3_K   ? tk->q3k
+                           : t->w->dtype == PDL_DTYPE_Q2_K   ? tk->q2k
+                           : t->w->dtype == PDL_DTYPE_IQ4_XS ? tk->iq4xs
+                                                             : tk->q6k; /* Q8_K-activation weights */
     int TR = tk->tile_rows, TC = tk->tile_cols;
     long n_tiles = (long)((t->out + TC - 1) / TC);
     long c0, c1;
@@ -321,12 +366,7 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
             for (int64_t r = rb; r < re; r += TR) {
                 int rows = (int)(re - r < TR ? re - r : TR);
                 if (t->xk)
-                    (t->w->dtype == PDL_DTYPE_Q4_K   ? tk->q4k
-                     : t->w->dtype == PDL_DTYPE_Q5_K ? tk->q5k
-                     : t->w->dtype == PDL_DTYPE_Q3_K ? tk->q3k
-                     : t->w->dtype == PDL_DTYPE_Q2_K ? tk->q2k
-                                                     : tk->q6k)(
-                        t->xk + r * (t->in / PDL_QK_K), t->in / PDL_QK_K, rows, wbase + (size_t)o0 * t->w_row_bytes,
+                    ktile(t->xk + r * (t->in / PDL_QK_K), t->in / PDL_QK_K, rows, wbase + (size_t)o0 * t->w_row_bytes,
                         t->w_row_bytes, cols, tmp, TC);
                 else if (t->xq)
                     qtile(t->xq + r * t->in, t->xd + r * (t->in / 32), t->in / 32, rows,
@@ -368,11 +408,15 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q4_0) return tk->q4 != NULL;
     if (dtype == PDL_DTYPE_MXFP4) return tk->mxfp4 != NULL;
     if (dtype == PDL_DTYPE_IQ4_NL) return tk->iq4nl != NULL;
+    if (dtype == PDL_DTYPE_Q5_0) return tk->q5_0 != NULL;
+    if (dtype == PDL_DTYPE_Q4_1) return tk->q4_1 != NULL;
+    if (dtype == PDL_DTYPE_Q5_1) return tk->q5_1 != NULL;
     if (dtype == PDL_DTYPE_Q4_K) return tk->q4k != NULL;
     if (dtype == PDL_DTYPE_Q5_K) return tk->q5k != NULL;
     if (dtype == PDL_DTYPE_Q3_K) return tk->q3k != NULL;
     if (dtype == PDL_DTYPE_Q2_K) return tk->q2k != NULL;
     if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
+    if (dtype == PDL_DTYPE_IQ4_XS) return tk->iq4xs != NULL;
     return tk->fn[dtype] != NULL;
 }
 
@@ -400,7 +444,8 @@ static const pdl_tile_kernels *tiles_for(pdl_isa isa, bool bf16_activations, pdl
             return &matmul_tiles_avx512_vnni;
         /* MXFP4 / IQ4_NL without panels (no VNNI, or PAGEDLM_WEIGHT_PANELS=0): the AVX2 tile (the driver
          * takes the tile size from the table returned; the same bits as the portable dot) */
-        if ((dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL) && !family_has(&matmul_tiles_avx512, dtype))
+        if ((dtype == PDL_DTYPE_MXFP4 || dtype == PDL_DTYPE_IQ4_NL || legacy_quant(dtype)) &&
+            !family_has(&matmul_tiles_avx512, dtype))
             return family_has(&matmul_tiles_avx2, dtype) ? &matmul_tiles_avx2 : NULL;
         tk = &matmul_tiles_avx512;
         break;

@@ -1,5 +1,5 @@
 /*
- * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0, Q4_0, MXFP4 and IQ4_NL
+ * matmul_avx2.c - AVX2 + FMA + F16C tiles for F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1 and Q5_1
  * weights with F32 activations. Compiled with those flags (CMakeLists.txt);
  * called only when the CPU has them.
  *
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels/iq4nl.h"
+#include "kernels/legacy_quant.h"
 #include "kernels/mxfp4.h"
 
 #define TR 4
@@ -147,6 +148,68 @@ static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows,
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 3);
 }
 
+/* Q5_0, Q4_1 and Q5_1 (kernels/legacy_quant.h) in matmul.c's dot_legacy_q8
+ * order: a block's codes as 32 unsigned bytes (the nibbles, Q5: each
+ * plus 16 times its qh bit, spread to bytes by VPSHUFB and a compare) times
+ * x by maddubs + madd (pairs at most 2 * 31 * 127: no saturation) into 8
+ * exact lane sums; Q5_0 subtracts 16 times x's 4-sums (its codes are w +
+ * 16), Q4_1 / Q5_1 add x's 4-sums times m_w * d_x by a second fma. */
+static inline __m256i leg_high(const uint8_t *p) { /* byte k: 0x10 where bit k of the u32 at p is set */
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                                            3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+static inline __attribute__((always_inline)) void leg_body(const int8_t *xq, const float *xd, int64_t nb, int rows,
+                                                           const uint8_t *w, size_t wrb, int cols, float *out,
+                                                           int64_t ldo, pdl_dtype dt) {
+    const __m256i ones = _mm256_set1_epi16(1), ones8 = _mm256_set1_epi8(1);
+    const size_t bb = legacy_block_bytes(dt), qs_at = legacy_qs_at(dt), qh_at = legacy_qh_at(dt);
+    const bool q5 = dt != PDL_DTYPE_Q4_1, with_min = dt != PDL_DTYPE_Q5_0;
+    for (int r = 0; r < rows; r++) {
+        __m256 acc[TC];
+        for (int c = 0; c < TC; c++) acc[c] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (r * nb + b) * 32));
+            /* x's 4-sums: Q5_0 takes 16 times them off, Q4_1 / Q5_1 scale them by m */
+            __m256i xs = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, xv), ones);
+            __m256i x16 = _mm256_slli_epi32(xs, 4);
+            float dx = xd[r * nb + b];
+            for (int c = 0; c < cols; c++) {
+                const uint8_t *blk = w + c * wrb + b * bb;
+                if (rows < TR && r == 0) prefetch_line(blk + PF_ROWS * wrb); /* bb < 64: every line */
+                __m256i code = q4_0_nibbles(blk + qs_at);
+                if (q5) code = _mm256_or_si256(code, leg_high(blk + qh_at));
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(code, xv), ones);
+                if (!with_min) p = _mm256_sub_epi32(p, x16);
+                uint16_t d16;
+                memcpy(&d16, blk, 2);
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(_cvtsh_ss(d16) * dx), acc[c]);
+                if (with_min) {
+                    memcpy(&d16, blk + 2, 2);
+                    acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(xs), _mm256_set1_ps(_cvtsh_ss(d16) * dx), acc[c]);
+                }
+            }
+        }
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = hsum8(acc[c]);
+    }
+}
+
+#define DEFINE_LEGACY_TILE(NAME, DT)                                                                             \
+    static void NAME(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,    \
+                     int cols, float *out, int64_t ldo, bool stream) {                                          \
+        (void)stream; /* these tiles do not prefetch */                                                         \
+        if (cols == TC) leg_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, DT);                                   \
+        else leg_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, DT);                                            \
+    }
+DEFINE_LEGACY_TILE(tile_q5_0, PDL_DTYPE_Q5_0)
+DEFINE_LEGACY_TILE(tile_q4_1, PDL_DTYPE_Q4_1)
+DEFINE_LEGACY_TILE(tile_q5_1, PDL_DTYPE_Q5_1)
+
 /* Q8_0 activation quantization (matmul.c has the portable one): the same
  * float operations per element (|x| max, amax / 127, 1 / scale, x * inv
  * rounded to nearest even by the default MXCSR mode, the scale through a
@@ -192,11 +255,15 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .q4 = tile_q4_0,
     .mxfp4 = tile_mxfp4,
     .iq4nl = tile_iq4_nl,
+    .q5_0 = tile_q5_0,
+    .q4_1 = tile_q4_1,
+    .q5_1 = tile_q5_1,
     .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
     .q5k = kquant_tile_q5_k_avx2,
     .q6k = kquant_tile_q6_k_avx2,
     .q3k = kquant_tile_q3_k_avx2,
     .q2k = kquant_tile_q2_k_avx2,
+    .iq4xs = kquant_tile_iq4_xs_avx2,
 };
 #else
 /* Not built for this target: the family has no kernels. */

@@ -1,7 +1,7 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), written once and included by matmul_neon.c
- * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), written once and
+ * included by matmul_neon.c (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
  *
@@ -10,7 +10,7 @@
  * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
  * multiply-add each into 8 accumulators, which are added as
  * (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
- * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K: kquant.h's order: per super-block, a weight row's 256
+ * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS: kquant.h's order: per super-block, a weight row's 256
  * values are unpacked once to int8 (Q6_K's already minus 32, Q3_K's -4..3) and serve
  * every activation row of the tile; isum = sum over the 16 groups of 16
  * of scale x (exact int32 dot), then one fmaf per term per element.
@@ -18,8 +18,8 @@
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
- * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl (pdl_tile_q8_fn), tile_q2_k, tile_q3_k, tile_q4_k, tile_q5_k and tile_q6_k
- * (pdl_tile_kq_fn).
+ * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl, tile_q5_0, tile_q4_1, tile_q5_1 (pdl_tile_q8_fn), tile_q2_k,
+ * tile_q3_k, tile_q4_k, tile_q5_k, tile_q6_k and tile_iq4_xs (pdl_tile_kq_fn).
  */
 #include <math.h>
 #include <string.h>
@@ -27,6 +27,7 @@
 #include "kernels/fp16.h"
 #include "kernels/iq4nl.h"
 #include "kernels/kquant.h"
+#include "kernels/legacy_quant.h"
 #include "kernels/mxfp4.h"
 
 static inline float neon_half(const uint8_t *p) {
@@ -112,9 +113,78 @@ static void tile_iq4_nl(const int8_t *xq, const float *xd, int64_t nb, int rows,
     else q_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, 3);
 }
 
+/* Q5_0, Q4_1 and Q5_1 (kernels/legacy_quant.h) in matmul.c's dot_legacy_q8
+ * order: a block's codes as int8 (the nibbles, Q5: each plus 16 times its
+ * qh bit, spread to bytes by a table lookup and VTST; Q5_0: minus 16), the
+ * lanes' 4-sums by q_sums, one fma per lane; Q4_1 / Q5_1 then add x's
+ * 4-sums (q_sums with weights 1) times m_w * d_x by a second fma. */
+static inline void leg_high(const uint8_t *p, uint8x16_t *lo, uint8x16_t *hi) {
+    uint32_t qh;
+    memcpy(&qh, p, 4);
+    static const uint8_t idx_lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t idx_hi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(qh)), m = vld1q_u8(bits), f = vdupq_n_u8(0x10);
+    *lo = vandq_u8(vtstq_u8(vqtbl1q_u8(v, vld1q_u8(idx_lo)), m), f);
+    *hi = vandq_u8(vtstq_u8(vqtbl1q_u8(v, vld1q_u8(idx_hi)), m), f);
+}
+
+static inline __attribute__((always_inline)) void leg_body(const int8_t *xq, const float *xd, int64_t nb, int rows,
+                                                           const uint8_t *w, size_t wrb, int cols, float *out,
+                                                           int64_t ldo, pdl_dtype dt) {
+    const size_t bb = legacy_block_bytes(dt), qs_at = legacy_qs_at(dt), qh_at = legacy_qh_at(dt);
+    const bool q5 = dt != PDL_DTYPE_Q4_1, with_min = dt != PDL_DTYPE_Q5_0;
+    const int8x16_t one = vdupq_n_s8(1);
+    for (int r = 0; r < rows; r++) {
+        float32x4_t lo_acc[TC], hi_acc[TC];
+        for (int c = 0; c < TC; c++) lo_acc[c] = hi_acc[c] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; b++) {
+            int8x16_t x0 = vld1q_s8(xq + (r * nb + b) * 32), x1 = vld1q_s8(xq + (r * nb + b) * 32 + 16);
+            float dx = xd[r * nb + b];
+            int32x4_t xs_lo = vdupq_n_s32(0), xs_hi = vdupq_n_s32(0);
+            if (with_min) q_sums(one, one, x0, x1, &xs_lo, &xs_hi);
+            for (int c = 0; c < cols; c++) {
+                const uint8_t *blk = w + c * wrb + b * bb;
+                if (rows < TR && r == 0) __builtin_prefetch(blk + PF_ROWS * wrb); /* bb < 64: every line */
+                uint8x16_t n = vld1q_u8(blk + qs_at);
+                uint8x16_t c0 = vandq_u8(n, vdupq_n_u8(0xF)), c1 = vshrq_n_u8(n, 4);
+                if (q5) {
+                    uint8x16_t h0, h1;
+                    leg_high(blk + qh_at, &h0, &h1);
+                    c0 = vorrq_u8(c0, h0), c1 = vorrq_u8(c1, h1);
+                }
+                int8x16_t w0 = vreinterpretq_s8_u8(c0), w1 = vreinterpretq_s8_u8(c1);
+                if (!with_min) w0 = vsubq_s8(w0, vdupq_n_s8(16)), w1 = vsubq_s8(w1, vdupq_n_s8(16));
+                int32x4_t lo, hi;
+                q_sums(w0, w1, x0, x1, &lo, &hi);
+                float32x4_t d = vdupq_n_f32(neon_half(blk) * dx);
+                lo_acc[c] = vfmaq_f32(lo_acc[c], vcvtq_f32_s32(lo), d);
+                hi_acc[c] = vfmaq_f32(hi_acc[c], vcvtq_f32_s32(hi), d);
+                if (with_min) {
+                    float32x4_t m = vdupq_n_f32(neon_half(blk + 2) * dx);
+                    lo_acc[c] = vfmaq_f32(lo_acc[c], vcvtq_f32_s32(xs_lo), m);
+                    hi_acc[c] = vfmaq_f32(hi_acc[c], vcvtq_f32_s32(xs_hi), m);
+                }
+            }
+        }
+        for (int c = 0; c < cols; c++) out[r * ldo + c] = q_reduce(lo_acc[c], hi_acc[c]);
+    }
+}
+
+#define DEFINE_LEGACY_TILE(NAME, DT)                                                                             \
+    static void NAME(const int8_t *xq, const float *xd, int64_t nb, int rows, const uint8_t *w, size_t wrb,    \
+                     int cols, float *out, int64_t ldo, bool stream) {                                          \
+        (void)stream; /* these tiles do not prefetch */                                                         \
+        if (cols == TC) leg_body(xq, xd, nb, rows, w, wrb, TC, out, ldo, DT);                                   \
+        else leg_body(xq, xd, nb, rows, w, wrb, cols, out, ldo, DT);                                            \
+    }
+DEFINE_LEGACY_TILE(tile_q5_0, PDL_DTYPE_Q5_0)
+DEFINE_LEGACY_TILE(tile_q4_1, PDL_DTYPE_Q4_1)
+DEFINE_LEGACY_TILE(tile_q5_1, PDL_DTYPE_Q5_1)
+
 /* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:
- * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128)
- * Q3_K (|q| <= 4, |sc| <= 32) and Q2_K (q <= 3, sc < 16). */
+ * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128),
+ * Q3_K (|q| <= 4, |sc| <= 32), Q2_K (q <= 3, sc < 16) and IQ4_XS (|q| <= 127, |sc| <= 32). */
 static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t sc[16]) {
     int32x4_t acc = vdupq_n_s32(0);
     for (int g = 0; g < 16; g += 2) {
@@ -219,11 +289,24 @@ static inline void q2k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]
     }
 }
 
+/* An IQ4_XS block's 256 values as int8 (sub-block j: the low then the high
+ * nibbles of the codes at blk + 8 + 16 j through kernels/iq4nl.h's table),
+ * its 8 signed scales ls_j - 32 per 16-group. */
+static inline void iq4xs_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]) {
+    const int8x16_t values = vld1q_s8(iq4nl_values);
+    for (int j = 0; j < 8; j++) {
+        sc[2 * j] = sc[2 * j + 1] = kquant_iq4_xs_scale(blk, j);
+        uint8x16_t v = vld1q_u8(blk + 8 + 16 * j);
+        vst1q_s8(wq + 32 * j, vqtbl1q_s8(values, vandq_u8(v, vdupq_n_u8(0xF))));
+        vst1q_s8(wq + 32 * j + 16, vqtbl1q_s8(values, vshrq_n_u8(v, 4)));
+    }
+}
+
 static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
                                                           int64_t ldo, int q6) {
-    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K, 4 Q2_K */
-    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 110 : q6 == 4 ? 84 : 144;
+    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K, 4 Q2_K, 5 IQ4_XS */
+    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 110 : q6 == 4 ? 84 : q6 == 5 ? 136 : 144;
     float acc[TR][TC];
     for (int r = 0; r < TR; r++)
         for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
@@ -244,6 +327,9 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
                 q2k_unpack(blk, wq, sc, mn);
                 dw = neon_half(blk + 80);
                 dm = neon_half(blk + 82);
+            } else if (q6 == 5) {
+                iq4xs_unpack(blk, wq, sc);
+                dw = neon_half(blk);
             } else {
                 if (q6 == 2) q5k_unpack(blk, wq, sc, mn);
                 else q4k_unpack(blk, wq, sc, mn);
@@ -303,4 +389,11 @@ static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_
     if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
     else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
     else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
+}
+
+static void tile_iq4_xs(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                        float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 5);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 5);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 5);
 }

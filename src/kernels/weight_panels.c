@@ -13,26 +13,30 @@
 #include "kernels/fp16.h"
 #include "kernels/matmul.h"
 #include "kernels/iq4nl.h"
+#include "kernels/legacy_quant.h"
 #include "kernels/matmul_table.h"
 #include "kernels/mxfp4.h"
 
 static bool quantized(pdl_dtype dt) {
-    return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL;
+    return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL ||
+           legacy_quant(dt);
 }
 static bool kquant(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_Q3_K ||
-           dt == PDL_DTYPE_Q2_K;
+           dt == PDL_DTYPE_Q2_K || dt == PDL_DTYPE_IQ4_XS;
 }
 
-/* Bytes of one super-block of a k-quant panel, and of the file's. */
+/* Bytes of one super-block of a k-quant (or IQ4_XS) panel, and of the file's. */
 static size_t kpanel_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return PDL_Q3K_PANEL_BLOCK;
     if (dt == PDL_DTYPE_Q2_K) return PDL_Q2K_PANEL_BLOCK;
+    if (dt == PDL_DTYPE_IQ4_XS) return PDL_IQ4XS_PANEL_BLOCK;
     return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
 }
 static size_t kfile_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return 110;
     if (dt == PDL_DTYPE_Q2_K) return 84;
+    if (dt == PDL_DTYPE_IQ4_XS) return 136;
     return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210;
 }
 
@@ -41,6 +45,7 @@ static size_t kfile_block(pdl_dtype dt) {
 static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     if (isa == PDL_ISA_AVX2) {
         if (quantized(dtype)) return qpanel_tile_q8_0_avx2 != NULL;
+        if (dtype == PDL_DTYPE_IQ4_XS) return kpanel_tile_iq4_xs_avx2 != NULL;
         if (kquant(dtype)) return kpanel_tile_q4_k_avx2 != NULL;
         return panels_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
     }
@@ -52,12 +57,16 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_Q8_0:
     case PDL_DTYPE_Q4_0:
     case PDL_DTYPE_MXFP4:
-    case PDL_DTYPE_IQ4_NL: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
+    case PDL_DTYPE_IQ4_NL:
+    case PDL_DTYPE_Q5_0:
+    case PDL_DTYPE_Q4_1:
+    case PDL_DTYPE_Q5_1: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q5_K:
     case PDL_DTYPE_Q6_K:
     case PDL_DTYPE_Q3_K:
     case PDL_DTYPE_Q2_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
+    case PDL_DTYPE_IQ4_XS: return cpu_features_get()->avx512vnni && kpanel_tile_iq4_xs_vnni;
     default: return false;
     }
 }
@@ -77,7 +86,9 @@ int64_t panels_steps(pdl_dtype dtype, int64_t in) {
 }
 
 /* Bytes of one block's quants in a panel (qpanel_quants_at). */
-static size_t quant_bytes(pdl_dtype dtype) { return dtype == PDL_DTYPE_Q8_0 ? 512 : 256; }
+static size_t quant_bytes(pdl_dtype dtype) {
+    return dtype == PDL_DTYPE_Q8_0 ? 512 : legacy_quant(dtype) ? legacy_panel_qbytes(dtype) : 256;
+}
 
 size_t panels_bytes(pdl_dtype dtype, int64_t in) {
     if (quantized(dtype)) return (size_t)((in / 32 + 1) / 2) * qpanel_pair_bytes(quant_bytes(dtype));
@@ -161,6 +172,13 @@ static void pack_q2_k_block(uint8_t *db, int c, const uint8_t *blk) {
     memcpy(db + 1568 + c * 2, blk + 82, 2); /* dmin */
 }
 
+/* IQ4_XS: the code bytes as words, the signed scales, d. */
+static void pack_iq4_xs_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int w4 = 0; w4 < 32; w4++) memcpy(db + w4 * 64 + c * 4, blk + 8 + 4 * w4, 4);
+    for (int j = 0; j < 8; j++) db[2048 + j * 16 + c] = (uint8_t)(int8_t)kquant_iq4_xs_scale(blk, j);
+    memcpy(db + 2176 + c * 2, blk, 2); /* d */
+}
+
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
@@ -181,6 +199,7 @@ static void pack_worker(void *p, int ith, int nth) {
                                                                 : dt == PDL_DTYPE_Q3_K ? pack_q3_k_block
                                                                 : dt == PDL_DTYPE_Q2_K ? pack_q2_k_block
                                                                                        : pack_q4_k_block;
+                if (dt == PDL_DTYPE_IQ4_XS) pack = pack_iq4_xs_block;
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++) pack(dst + (size_t)b * pbb, c, src + b * bb);
@@ -194,6 +213,25 @@ static void pack_worker(void *p, int ith, int nth) {
                     memcpy(dst + qpanel_scales_at(256, b) + c * 2, &s16, 2);
                     uint8_t *dq = dst + qpanel_quants_at(256, b);
                     for (int q = 0; q < 4; q++) memcpy(dq + q * 64 + c * 4, blk + 1 + 4 * q, 4);
+                }
+            } else if (legacy_quant(t->w->dtype)) {
+                if (o >= out) continue; /* zeros: scale 0 */
+                pdl_dtype dt = t->w->dtype;
+                size_t bb = legacy_block_bytes(dt), qb = quant_bytes(dt);
+                int64_t nb = in / 32;
+                const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *blk = src + b * bb;
+                    memcpy(dst + qpanel_scales_at(qb, b) + c * 2, blk, 2);
+                    uint8_t *dq = dst + qpanel_quants_at(qb, b);
+                    for (int q = 0; q < 4; q++) memcpy(dq + q * 64 + c * 4, blk + legacy_qs_at(dt) + 4 * q, 4);
+                    if (dt != PDL_DTYPE_Q4_1) {
+                        uint32_t qh;
+                        memcpy(&qh, blk + legacy_qh_at(dt), 4);
+                        uint32_t hw = legacy_panel_high(qh);
+                        memcpy(dq + PDL_LEGACY_PANEL_HIGH_AT + c * 4, &hw, 4);
+                    }
+                    if (dt != PDL_DTYPE_Q5_0) memcpy(dq + legacy_panel_min_at(dt) + c * 2, blk + 2, 2);
                 }
             } else if (quantized(t->w->dtype)) {
                 if (o >= out) continue; /* zeros: scale 0 */
@@ -394,6 +432,55 @@ static void portable_iq4_nl(const int8_t *xq, const float *xd, const int32_t *xs
     portable_qtile(3, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
+/* Q5_0 / Q4_1 / Q5_1 panels (weight_panels.h) with Q8_0 activations and
+ * their block sums. */
+typedef struct legacy_ctx {
+    pdl_dtype dt;
+    const int8_t *xq;
+    const float *xd;
+    const int32_t *xs;
+    int64_t ldx, nbx, nb;
+} legacy_ctx;
+
+static float legacy_output(const void *ctx, int r, const uint8_t *pp, int c) {
+    const legacy_ctx *t = ctx;
+    size_t qb = quant_bytes(t->dt);
+    bool q5 = t->dt != PDL_DTYPE_Q4_1, with_min = t->dt != PDL_DTYPE_Q5_0;
+    float acc = 0.0f;
+    for (int64_t b = 0; b < t->nb; b++) {
+        const int8_t *x = t->xq + r * t->ldx + b * 32;
+        const uint8_t *bq = pp + qpanel_quants_at(qb, b);
+        uint32_t hw = 0;
+        if (q5) memcpy(&hw, bq + PDL_LEGACY_PANEL_HIGH_AT + c * 4, 4);
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            uint8_t byte = bq[(k % 16 / 4) * 64 + c * 4 + k % 4];
+            int code = (k < 16 ? byte & 0xF : byte >> 4) | (int)((hw >> (8 * (k % 4) + k / 4)) & 1) << 4;
+            s += (t->dt == PDL_DTYPE_Q5_0 ? code - 16 : code) * x[k];
+        }
+        uint16_t d16;
+        memcpy(&d16, pp + qpanel_scales_at(qb, b) + c * 2, 2);
+        float dx = t->xd[r * t->nbx + b];
+        acc = fmaf((float)s, fp16_f16_to_f32(d16) * dx, acc);
+        if (with_min) {
+            memcpy(&d16, bq + legacy_panel_min_at(t->dt) + c * 2, 2);
+            acc = fmaf((float)t->xs[r * t->nbx + b], fp16_f16_to_f32(d16) * dx, acc);
+        }
+    }
+    return acc;
+}
+
+#define PORTABLE_LEGACY(NAME, DT)                                                                               \
+    static void NAME(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows, \
+                     const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,         \
+                     int64_t ldy, const float *bias, bool accumulate) {                                        \
+        legacy_ctx t = {.dt = DT, .xq = xq, .xd = xd, .xs = xs, .ldx = ldx, .nbx = nbx, .nb = nb};              \
+        portable_outputs(legacy_output, &t, rows, panel, pb, panels, last_cols, y, ldy, bias, accumulate);      \
+    }
+PORTABLE_LEGACY(portable_q5_0, PDL_DTYPE_Q5_0)
+PORTABLE_LEGACY(portable_q4_1, PDL_DTYPE_Q4_1)
+PORTABLE_LEGACY(portable_q5_1, PDL_DTYPE_Q5_1)
+
 /* One super-block of a k-quant panel for output row c: acc after it, in
  * kquant.h's order. */
 typedef float (*kblock_fn)(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc);
@@ -498,6 +585,23 @@ static float q2_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
 }
 
+/* IQ4_XS: per sub-block j the exact sum of v x (v the code's int8 value),
+ * times its signed scale, into isum; one fma per block. */
+static float iq4_xs_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int k = 0; k < 32; k++) {
+            uint8_t byte = db[(4 * j + (k % 16) / 4) * 64 + c * 4 + k % 4];
+            s += iq4nl_values[k < 16 ? byte & 0xF : byte >> 4] * xb->qs[32 * j + k];
+        }
+        isum += (int8_t)db[2048 + j * 16 + c] * s;
+    }
+    uint16_t d16;
+    memcpy(&d16, db + 2176 + c * 2, 2);
+    return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+}
+
 /* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
 typedef struct k_ctx {
     kblock_fn block;
@@ -547,6 +651,13 @@ static void portable_q3_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
 static void portable_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                           int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     portable_ktile(q2_k_block, PDL_Q2K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_iq4_xs(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                            int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                            bool accumulate) {
+    portable_ktile(iq4_xs_block, PDL_IQ4XS_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -740,6 +851,13 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
     const pdl_cpu_features *f = cpu_features_get();
     bool avx512 = isa == PDL_ISA_AVX512;
     *fn = NULL, *qfn = NULL, *kfn = NULL;
+    if (dt == PDL_DTYPE_IQ4_XS) {
+        if (avx512 && f->avx512vnni) *kfn = kpanel_tile_iq4_xs_vnni;
+        else if (family_avxvnni(isa)) *kfn = kpanel_tile_iq4_xs_avxvnni;
+        else if (isa == PDL_ISA_AVX2) *kfn = kpanel_tile_iq4_xs_avx2;
+        if (!*kfn) *kfn = portable_iq4_xs;
+        return;
+    }
     if (kquant(dt)) {
         int k = dt == PDL_DTYPE_Q4_K   ? 0
                 : dt == PDL_DTYPE_Q5_K ? 1
@@ -757,6 +875,18 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
         else if (family_avxvnni(isa)) *kfn = avxvnni[k];
         else if (isa == PDL_ISA_AVX2) *kfn = avx2[k];
         if (!*kfn) *kfn = portable[k];
+        return;
+    }
+    if (legacy_quant(dt)) {
+        int k = dt == PDL_DTYPE_Q5_0 ? 0 : dt == PDL_DTYPE_Q4_1 ? 1 : 2;
+        const pdl_qpanel_fn vnni[3] = {qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_tile_q5_1_vnni};
+        const pdl_qpanel_fn avxvnni[3] = {qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni};
+        const pdl_qpanel_fn avx2[3] = {qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2};
+        const pdl_qpanel_fn portable[3] = {portable_q5_0, portable_q4_1, portable_q5_1};
+        if (avx512 && f->avx512vnni) *qfn = vnni[k];
+        else if (family_avxvnni(isa)) *qfn = avxvnni[k];
+        else if (isa == PDL_ISA_AVX2) *qfn = avx2[k];
+        if (!*qfn) *qfn = portable[k];
         return;
     }
     if (quantized(dt)) {

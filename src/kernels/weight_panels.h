@@ -1,5 +1,6 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+ * and IQ4_XS weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -33,6 +34,16 @@
  *   IQ4_NL (blocks of 32): Q4_0's panel exactly (the file's block is
  *         Q4_0's: f16 d, then the code bytes); a nibble is a code that
  *         indexes kernels/iq4nl.h's int8 values instead of the value + 8.
+ *   Q5_0, Q4_1, Q5_1 (blocks of 32, kernels/legacy_quant.h): Q4_0's pairs
+ *         with legacy_panel_qbytes() of quants per block: Q4_0's 256
+ *         bytes of nibble words (the file's qs), then Q5_0 / Q5_1's 16
+ *         words of fifth bits, word c (at 256 + 4c) holding row 16p + c's
+ *         qh rearranged so that byte i bit j is the fifth bit of element
+ *         4j + i (legacy_panel_high: step q's bytes 4q.. (low nibbles)
+ *         take bit q, their high nibbles bit 4 + q, each one shift and
+ *         mask away from bit 4); then Q4_1 / Q5_1's 16 rows' m (halves,
+ *         at legacy_panel_min_at) and 32 bytes of zeros; the 16 scales
+ *         are the rows' d, as Q4_0's.
  *   Q4_K (super-blocks of 256): PDL_Q4K_PANEL_BLOCK bytes per super-block
  *         b, one after the other: 32 x 16 32-bit words, word (w4, c)
  *         holding the file's nibble bytes 4 w4 .. 4 w4 + 3 of row 16p + c's
@@ -65,6 +76,13 @@
  *         vectors of 16 words: qs bytes 4 l4 .., qs bytes 32 + 4 l4 ..);
  *         then the 16 four-bit scales (byte 16 g + c), the 16 four-bit
  *         mins likewise, the 16 rows' d (halves) and their dmin (halves).
+ *   IQ4_XS (super-blocks of 256): PDL_IQ4XS_PANEL_BLOCK bytes per
+ *         super-block: 32 x 16 32-bit words, word (w4, c) holding the
+ *         file's code bytes 4 w4 .. 4 w4 + 3 of row 16p + c's block (byte
+ *         16 j + k of sub-block j: element 32 j + k's code in the low
+ *         nibble, 32 j + 16 + k's in the high); then the 8 signed scales
+ *         ls_j - 32 as int8 (byte 16 j + c), the 16 rows' d (halves) and
+ *         32 bytes of zeros.
  *
  * Every output element is one accumulator, zero first, carried over the
  * steps in order with one rounding per product (fused multiply-add):
@@ -79,10 +97,15 @@
  *         w the doubled E2M1 values and dw[b] the halved E8M0 scale,
  *         kernels/mxfp4.h; IQ4_NL: w the code's int8 value), then acc = fma((float)s, dw[b] * dx[b], acc)
  *         for b = 0, 1, ...;
- *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *   Q5_0, Q4_1, Q5_1: as Q4_0, w the code (Q5_0: minus 16), then for
+ *         Q4_1 / Q5_1 acc = fma((float)xs[b], m[b] * dx[b], acc), xs[b]
+ *         the exact sum of the block's 32 quantized activations
+ *         (matmul_quantize_row_q8_0_sums);
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
  *         integer sums, then one or two fused multiply-adds), so panels
- *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ and of
+ *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ /
+ *         kquant_dot_iq4_xs_q8_k and of
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
@@ -106,7 +129,8 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K or Q6_K matrix) can be
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or
+ * IQ4_XS matrix) can be
  * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
@@ -158,14 +182,14 @@ typedef void (*pdl_panel_fn)(const void *x, int64_t ldx, int rows, const uint8_t
                              int panels, int64_t steps, int last_cols, float *y, int64_t ldy, const float *bias,
                              bool accumulate);
 
-/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL weights: rows x (panels x 16) outputs from activations
+/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL / Q5_0 / Q4_1 / Q5_1 weights: rows x (panels x 16) outputs from activations
  * quantized to Q8_0 (xq: ldx int8 per row; xd: block scales and xs: block
  * sums of xq, nbx per row). */
 typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
-/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K weights: rows x (panels x 16) outputs from activations quantized
+/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights: rows x (panels x 16) outputs from activations quantized
  * to Q8_K (ldx blocks apart, `blocks` per row). */
 typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
                               size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
@@ -185,6 +209,9 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 /* ... and of Q2_K: 1024 of qs, 256 of scales, 256 of mins, 32 of d and 32
  * of dmin. */
 #define PDL_Q2K_PANEL_BLOCK 1600
+/* ... and of IQ4_XS: 2048 of codes, 128 of signed scales, 32 of d, 32 of
+ * padding (64-byte alignment). */
+#define PDL_IQ4XS_PANEL_BLOCK 2240
 
 /* Q8_0 / Q4_0 panels (qb: bytes of one block's quants, 512 / 256): the
  * offsets in a panel of block b's quants and of its 16 scales. A block
@@ -209,6 +236,13 @@ static inline size_t qpanel_scales_near(size_t qb, size_t at, int64_t b) {
     return at + ((size_t)b & 1 ? qb + 32 : 2 * qb);
 }
 
+/* Q5_0 / Q4_1 / Q5_1 panels (see the top): bytes of one block's quants
+ * (the qb of qpanel_quants_at), and where in them the fifth-bit words and
+ * the m halves start. */
+static inline size_t legacy_panel_qbytes(pdl_dtype dt) { return dt == PDL_DTYPE_Q5_1 ? 384 : 320; }
+#define PDL_LEGACY_PANEL_HIGH_AT 256
+static inline size_t legacy_panel_min_at(pdl_dtype dt) { return dt == PDL_DTYPE_Q5_1 ? 320 : 256; }
+
 /* The tile sizes the driver uses: at most PDL_PANEL_TILE_ROWS rows (4 for
  * Q8_0 / Q4_0 / Q4_K / Q6_K: their integer sums need registers too) and
  * PDL_PANEL_TILE_PANELS panels per call. */
@@ -228,18 +262,24 @@ extern const pdl_panel_fn panels_tiles_avx2[PDL_DTYPE_COUNT];
 extern const pdl_panel_fn panels_tile_bf16_dp; /* BF16 weights x BF16 activation pairs */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_tile_mxfp4_vnni,
     qpanel_tile_iq4_nl_vnni; /* weight_panels_avx512vnni.c */
+extern const pdl_qpanel_fn qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_tile_q5_1_vnni; /* likewise */
 extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
 extern const pdl_kpanel_fn kpanel_tile_q3_k_vnni, kpanel_tile_q2_k_vnni;
+extern const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
     qpanel_tile_iq4_nl_avx2;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2;
 extern const pdl_kpanel_fn kpanel_tile_q3_k_avx2, kpanel_tile_q2_k_avx2;
+extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avx2;
+extern const pdl_qpanel_fn qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
     qpanel_tile_iq4_nl_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q3_k_avxvnni, kpanel_tile_q2_k_avxvnni;
+extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avxvnni;
+extern const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni;
 
 /* The panel kernels of one family, chosen once (panels_kernels_for)
  * instead of per call: every choice the driver makes from the instruction
@@ -249,7 +289,7 @@ typedef struct pdl_panel_kernels {
     bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
     pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL tile */
-    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS tile */
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */

@@ -1,6 +1,6 @@
 /*
  * weight_panels_avx512vnni.c - AVX-512 VNNI panel tiles for Q8_0, Q4_0, MXFP4,
- * IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights (layout and order in weight_panels.h).
+ * IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layout and order in weight_panels.h).
  *
  * Per block, each accumulator's integer sum starts at -offset * (sum of the
  * row's 32 quantized activations) and VPDPBUSD adds the products of the
@@ -735,6 +735,170 @@ static void kpanel_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uin
     }
 }
 
+/* IQ4_XS, NR rows x NG panels: per sub-block j the codes' values + 128
+ * (VPSHUFB, as IQ4_NL's) times the activations, 4 steps of a low and a
+ * high nibble vector, into a sum that starts at -128 x the activations'
+ * sum over the sub-block (bsum32), which leaves exactly sum v x; times the
+ * lanes' signed scales into isum; then one fused multiply-add, as
+ * kquant.h. One row (decode) prefetches ahead as the other bodies do. */
+static inline __attribute__((always_inline)) void iq4xs_body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                             const uint8_t *panel, size_t pb, const int ng, int64_t nb,
+                                                             int last_cols, float *y, int64_t ldy, const float *bias,
+                                                             bool accumulate) {
+    const __m512i low = _mm512_set1_epi8(0x0F), values = iq4nl_values_plus_offset();
+    __m512 acc[R][G];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[G];
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_IQ4XS_PANEL_BLOCK;
+        __m512i isum[R][G];
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i s[R][G];
+            for (int r = 0; r < nr; r++) {
+                __m512i start = _mm512_set1_epi32(-PDL_IQ4NL_OFFSET * x[r * ldx + b].bsum32[j]);
+                for (int g = 0; g < ng; g++) s[r][g] = start;
+            }
+            for (int q = 0; q < 4; q++) {
+                __m512i wl[G], wh[G];
+                for (int g = 0; g < ng; g++) {
+                    const uint8_t *line = blk[g] + (4 * j + q) * 64;
+                    if (nr == 1) _mm_prefetch((const char *)(line + PANEL_AHEAD), _MM_HINT_T0);
+                    __m512i v = _mm512_load_si512((const void *)line);
+                    wl[g] = _mm512_shuffle_epi8(values, _mm512_and_si512(v, low));
+                    wh[g] = _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+                }
+                for (int r = 0; r < nr; r++) {
+                    const int8_t *xq = x[r * ldx + b].qs + 32 * j + 4 * q;
+                    __m512i xl = _mm512_set1_epi32(load4(xq)), xh = _mm512_set1_epi32(load4(xq + 16));
+                    for (int g = 0; g < ng; g++) {
+                        s[r][g] = _mm512_dpbusd_epi32(s[r][g], wl[g], xl);
+                        s[r][g] = _mm512_dpbusd_epi32(s[r][g], wh[g], xh);
+                    }
+                }
+            }
+            for (int g = 0; g < ng; g++) {
+                __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 2048 + j * 16)));
+                for (int r = 0; r < nr; r++) isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(s[r][g], sc));
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk[g] + 2176)));
+            for (int r = 0; r < nr; r++) {
+                __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
+                acc[r][g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r][g]), acc[r][g]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
+}
+
+static void kpanel_iq4_xs(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    if (rows == R && panels == G)
+        iq4xs_body(x, ldx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);
+    else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            iq4xs_body(x, ldx, 1, panel + (size_t)g * pb, pb, 1, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                       ldy, bias ? bias + g * 16 : NULL, accumulate);
+    else if (panels == 1)
+        iq4xs_body(x, ldx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);
+    else if (panels == 2)
+        iq4xs_body(x, ldx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);
+    else
+        iq4xs_body(x, ldx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+/* Q5_0, Q4_1 and Q5_1 (weight_panels.h's layout): qbody's steps on
+ * Q4_0's nibble words, each code plus its fifth bit (Q5: q5_high of the
+ * block's rearranged qh word vector, bit q for step q), sums starting at
+ * -16 x sum(x) for Q5_0 (codes w + 16) and at 0 for Q4_1 / Q5_1, whose
+ * min term follows the block's fma: acc = fma(xs, m x dx, acc). */
+static inline __attribute__((always_inline)) void lbody(const pdl_dtype dt, const int8_t *xq, const float *xd,
+                                                        const int32_t *xs, int64_t ldx, int64_t nbx, const int nr,
+                                                        const uint8_t *panel, size_t pb, const int ng, int64_t nb,
+                                                        int last_cols, float *y, int64_t ldy, const float *bias,
+                                                        bool accumulate) {
+    const size_t qbytes = legacy_panel_qbytes(dt), min_at = legacy_panel_min_at(dt);
+    const bool q5 = dt != PDL_DTYPE_Q4_1, with_min = dt != PDL_DTYPE_Q5_0;
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    __m512 acc[R][G];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
+    size_t at = 0; /* qpanel_quants_at(qbytes, b) */
+    for (int64_t b = 0; b < nb; at = qpanel_next_quants(qbytes, at, b), b++) {
+        __m512i isum[R][G], hv[G];
+        for (int r = 0; r < nr; r++) {
+            __m512i start = _mm512_set1_epi32(with_min ? 0 : -16 * xs[r * nbx + b]);
+            for (int g = 0; g < ng; g++) isum[r][g] = start;
+        }
+        for (int g = 0; g < ng; g++)
+            hv[g] = q5 ? _mm512_load_si512((const void *)(panel + (size_t)g * pb + at + PDL_LEGACY_PANEL_HIGH_AT))
+                       : _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") /* q constant in each copy: q5_high's shifts take immediates */
+        for (int q = 0; q < 8; q++) {
+            __m512i w[G];
+            for (int g = 0; g < ng; g++) {
+                __m512i v = _mm512_load_si512((const void *)(panel + (size_t)g * pb + at + (q & 3) * 64));
+                w[g] = q < 4 ? _mm512_and_si512(v, low) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                if (q5) w[g] = _mm512_or_si512(w[g], q5_high(hv[g], q));
+            }
+            for (int r = 0; r < nr; r++) {
+                __m512i xb = _mm512_set1_epi32(load4(xq + r * ldx + b * 32 + 4 * q));
+                for (int g = 0; g < ng; g++) isum[r][g] = _mm512_dpbusd_epi32(isum[r][g], w[g], xb);
+            }
+        }
+        __m512 dw[G], m[G];
+        size_t scales_at = qpanel_scales_near(qbytes, at, b);
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *pg = panel + (size_t)g * pb;
+            dw[g] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(pg + scales_at)));
+            m[g] = with_min ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(pg + at + min_at)))
+                            : _mm512_setzero_ps();
+        }
+        for (int r = 0; r < nr; r++) {
+            __m512 dx = _mm512_set1_ps(xd[r * nbx + b]);
+            for (int g = 0; g < ng; g++) {
+                acc[r][g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][g]), _mm512_mul_ps(dw[g], dx), acc[r][g]);
+                if (with_min)
+                    acc[r][g] = _mm512_fmadd_ps(_mm512_set1_ps((float)xs[r * nbx + b]), _mm512_mul_ps(m[g], dx),
+                                                acc[r][g]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
+}
+
+#define DEFINE_LEGACY_PANEL_TILE(NAME, DT)                                                                       \
+    static void NAME(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,  \
+                     const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,          \
+                     int64_t ldy, const float *bias, bool accumulate) {                                         \
+        if (rows == R && panels == G)                                                                           \
+            lbody(DT, xq, xd, xs, ldx, nbx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
+        else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */                       \
+            for (int g = 0; g < panels; g++)                                                                    \
+                lbody(DT, xq, xd, xs, ldx, nbx, 1, panel + (size_t)g * pb, pb, 1, nb,                           \
+                      g == panels - 1 ? last_cols : 16, y + g * 16, ldy, bias ? bias + g * 16 : NULL, accumulate); \
+        else if (panels == 1)                                                                                   \
+            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);       \
+        else if (panels == 2)                                                                                   \
+            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);       \
+        else                                                                                                    \
+            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);       \
+    }
+
+DEFINE_LEGACY_PANEL_TILE(qpanel_q5_0, PDL_DTYPE_Q5_0)
+DEFINE_LEGACY_PANEL_TILE(qpanel_q4_1, PDL_DTYPE_Q4_1)
+DEFINE_LEGACY_PANEL_TILE(qpanel_q5_1, PDL_DTYPE_Q5_1)
+
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = qpanel_q8_0;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = qpanel_mxfp4;
@@ -744,6 +908,10 @@ const pdl_kpanel_fn kpanel_tile_q5_k_vnni = kpanel_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
 const pdl_kpanel_fn kpanel_tile_q3_k_vnni = kpanel_q3_k;
 const pdl_kpanel_fn kpanel_tile_q2_k_vnni = kpanel_q2_k;
+const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = kpanel_iq4_xs;
+const pdl_qpanel_fn qpanel_tile_q5_0_vnni = qpanel_q5_0;
+const pdl_qpanel_fn qpanel_tile_q4_1_vnni = qpanel_q4_1;
+const pdl_qpanel_fn qpanel_tile_q5_1_vnni = qpanel_q5_1;
 #else
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = NULL;
@@ -754,4 +922,8 @@ const pdl_kpanel_fn kpanel_tile_q5_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q3_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q2_k_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_0_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q4_1_vnni = NULL;
+const pdl_qpanel_fn qpanel_tile_q5_1_vnni = NULL;
 #endif

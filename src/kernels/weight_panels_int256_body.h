@@ -1,6 +1,6 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layouts and order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -31,7 +31,10 @@
  *         fold into int32 every 4 steps. IQ4_NL's values (|w| <= 127)
  *         take Q8_0's sign trick, from a shuffle of the signed values,
  *         and fold every step (with VNNI: the values + 128 by the
- *         shuffle, 1..241 as unsigned bytes).
+ *         shuffle, 1..241 as unsigned bytes). IQ4_XS: IQ4_NL's values and
+ *         sign trick, each step's pair sums times the sub-block's signed
+ *         scale by VPMADDWD straight into int32 (with VNNI: the values +
+ *         128, a sum per sub-block from -128 x its activation sum).
  *   With VNNI, one-row (decode) Q8_0 pieces take that sign trick too:
  *   Qwen3-0.6B Q8_0 tg64 on a Zen 5 VM, 5 alternating pairs, 1.07x
  *   (1.00-1.10x) over VPDPBUSD's one-row piece, whose decode was 0.86-1.01x
@@ -41,7 +44,7 @@
  * integers, and the float part (one conversion, one or two fused
  * multiply-adds per block, as weight_panels.h says) gives its bits.
  *
- * The including file defines PANEL_PREFIX(name), the prefix of the four
+ * The including file defines PANEL_PREFIX(name), the prefix of the
  * tile functions this body defines (static; it exports them).
  */
 #ifndef PDL_KERNELS_WEIGHT_PANELS_INT256_BODY_H
@@ -1115,6 +1118,274 @@ static void PANEL_PREFIX(q2_k)(const pdl_block_q8k *x, int64_t ldx, int rows, co
             }
         }
     }
+}
+
+/* ---- IQ4_XS ---------------------------------------------------------------- */
+
+/* IQ4_XS, NR (1..4) rows x NV groups: per sub-block j, 4 steps of a low
+ * and a high nibble vector (elements 32 j + 4 q .. and 32 j + 16 + 4 q ..
+ * of word 4 j + q) through the value table. AVX2: the sign trick, and each
+ * step's pair sums (at most 2 x 127 x 127) times the lanes' signed scale
+ * into isum (VPMADDWD); VNNI: the values + 128 by VPDPBUSD into a sum that
+ * starts at -128 x bsum32_j, times the scale at the sub-block's end. Then
+ * kquant.h's fused multiply-add. */
+static inline __attribute__((always_inline)) void ib_iq4xs_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                                 const ib_group *grp, const int nv, int64_t nb,
+                                                                 int64_t ldy, bool accumulate) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+#if defined(PANEL_VNNI256)
+    uint8_t t[16];
+    for (int i = 0; i < 16; i++) t[i] = (uint8_t)(iq4nl_values[i] + PDL_IQ4NL_OFFSET);
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)t));
+#else
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)iq4nl_values));
+#endif
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_IQ4XS_PANEL_BLOCK;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i sc[IB_MAX_V];
+            IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_i8(blk[v] + 2048 + j * 16 + 8 * grp[v].half);
+#if defined(PANEL_VNNI256)
+            __m256i s[IB_MAX_R][IB_MAX_V];
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256i start = _mm256_set1_epi32(-PDL_IQ4NL_OFFSET * x[r * ldx + b].bsum32[j]);
+                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = start;
+            }
+#endif
+            IB_UNROLL for (int q = 0; q < 4; q++) {
+                __m256i wl[IB_MAX_V], wh[IB_MAX_V];
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    const uint8_t *line = blk[v] + (4 * j + q) * 64;
+                    if (IB_PF && nr == 1 && grp[v].half == 0)
+                        _mm_prefetch((const char *)(line + IB_AHEAD), _MM_HINT_T0);
+                    __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
+                    wl[v] = _mm256_shuffle_epi8(values, _mm256_and_si256(raw, low));
+                    wh[v] = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
+                }
+                IB_UNROLL for (int r = 0; r < nr; r++) {
+                    const int8_t *xq = x[r * ldx + b].qs + 32 * j + 4 * q;
+                    __m256i xl = ib_bcast4(xq), xh = ib_bcast4(xq + 16);
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+#if defined(PANEL_VNNI256)
+                        s[r][v] = PANEL_VNNI256(s[r][v], wl[v], xl);
+                        s[r][v] = PANEL_VNNI256(s[r][v], wh[v], xh);
+#else
+                        __m256i p = _mm256_add_epi32(
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wl[v]), _mm256_sign_epi8(xl, wl[v])),
+                                              sc[v]),
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(wh[v]), _mm256_sign_epi8(xh, wh[v])),
+                                              sc[v]));
+                        isum[r][v] = _mm256_add_epi32(isum[r][v], p);
+#endif
+                    }
+                }
+            }
+#if defined(PANEL_VNNI256)
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++)
+                    isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(s[r][v], sc[v]));
+#endif
+        }
+        IB_UNROLL for (int v = 0; v < nv; v++) {
+            __m256 dw = ib_halves(blk[v] + 2176 + 16 * grp[v].half);
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256 dx = _mm256_set1_ps(x[r * ldx + b].d);
+                acc[r][v] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum[r][v]), acc[r][v]);
+            }
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* A driver tile of IQ4_XS in pieces: one group at a time for several
+ * rows, two for one row (as the k-quants' IB_V_K / IB_V1_Q4K). */
+static void PANEL_PREFIX(iq4_xs)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                                 int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                                 bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        const pdl_block_q8k *xr = x + r0 * ldx;
+        int step = nr == 1 ? 2 : 1;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            const ib_group *gi = gr + i;
+            switch (nr) {
+            case 1:
+                if (nv == 2) ib_iq4xs_piece(xr, ldx, 1, gi, 2, nb, ldy, accumulate);
+                else ib_iq4xs_piece(xr, ldx, 1, gi, 1, nb, ldy, accumulate);
+                break;
+            case 2: ib_iq4xs_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
+            case 3: ib_iq4xs_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
+            default: ib_iq4xs_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
+            }
+        }
+    }
+}
+
+/* ---- Q5_0, Q4_1 and Q5_1 ------------------------------------------------ */
+
+/* NR rows x NV groups of a legacy block format (weight_panels.h's layout):
+ * Q4_0's nibble steps, each code plus its fifth bit (Q5: ib_q5_high on
+ * the block's word of rearranged qh bits, bit q for step q's low nibbles,
+ * 4 + q for its high ones); Q5_0's sums start at -16 x sum(x) (its codes
+ * are w + 16); AVX2: Q5 codes (at most 31: pairs of 7874) fold the int16
+ * sums into int32 after 4 of the 8 products per block, Q4_1's nibbles
+ * never need to. Then ib_q_block_end's fma, and for Q4_1 / Q5_1 the min
+ * term: acc = fma(xs, m x dx, acc). */
+static inline __attribute__((always_inline)) void ib_leg_piece(const pdl_dtype dt, const int8_t *xq, const float *xd,
+                                                               const int32_t *xs, int64_t ldx, int64_t nbx,
+                                                               const int nr, const ib_group *grp, const int nv,
+                                                               int64_t nb, int64_t ldy, bool accumulate) {
+    const size_t qbytes = legacy_panel_qbytes(dt), min_at = legacy_panel_min_at(dt);
+    const bool q5 = dt != PDL_DTYPE_Q4_1, with_min = dt != PDL_DTYPE_Q5_0;
+    const __m256i low = _mm256_set1_epi8(0x0F);
+#if !defined(PANEL_VNNI256)
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s32[IB_MAX_R][IB_MAX_V]; /* Q5: the first 2 steps' sums, in int32 */
+#endif
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    size_t at = 0; /* qpanel_quants_at(qbytes, b) */
+    for (int64_t b = 0; b < nb; at = qpanel_next_quants(qbytes, at, b), b++) {
+        const uint8_t *blk[IB_MAX_V];
+        __m256i hv[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) {
+            blk[v] = grp[v].panel + at + 32 * grp[v].half;
+            hv[v] = q5 ? _mm256_load_si256((const __m256i *)(const void *)(blk[v] + PDL_LEGACY_PANEL_HIGH_AT))
+                       : _mm256_setzero_si256();
+        }
+        __m256i s[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+        IB_UNROLL for (int q = 0; q < 4; q++) {
+            __m256i w[IB_MAX_V], w2[IB_MAX_V];
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+                __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
+                if (IB_PF && nr == 1 && grp[v].half == 0)
+                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                w[v] = _mm256_and_si256(raw, low);
+                w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                if (q5) {
+                    w[v] = _mm256_or_si256(w[v], ib_q5_high(hv[v], q));
+                    w2[v] = _mm256_or_si256(w2[v], ib_q5_high(hv[v], 4 + q));
+                }
+            }
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256i xb = ib_bcast4(xq + r * ldx + b * 32 + 4 * q);
+                __m256i xb2 = ib_bcast4(xq + r * ldx + b * 32 + 16 + 4 * q);
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                    s[r][v] = IB_DOT(s[r][v], w2[v], xb2);
+                }
+            }
+#if !defined(PANEL_VNNI256)
+            if (q5 && q == 1) /* 4 products of pairs up to 7874: fold before int16 overflows */
+                IB_UNROLL for (int r = 0; r < nr; r++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        s32[r][v] = _mm256_madd_epi16(s[r][v], ones);
+                        s[r][v] = _mm256_setzero_si256();
+                    }
+#endif
+        }
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            __m256i start = _mm256_set1_epi32(with_min ? 0 : -16 * xs[r * nbx + b]);
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+#if defined(PANEL_VNNI256)
+                isum[r][v] = _mm256_add_epi32(start, s[r][v]);
+#else
+                isum[r][v] = _mm256_add_epi32(start, _mm256_madd_epi16(s[r][v], ones));
+                if (q5) isum[r][v] = _mm256_add_epi32(isum[r][v], s32[r][v]);
+#endif
+            }
+        }
+        ib_q_block_end(0, acc, isum, xd, nbx, nr, grp, nv, qpanel_scales_near(qbytes, at, b), b);
+        if (with_min) {
+            __m256 m[IB_MAX_V];
+            IB_UNROLL for (int v = 0; v < nv; v++) m[v] = ib_halves(grp[v].panel + at + min_at + 16 * grp[v].half);
+            IB_UNROLL for (int r = 0; r < nr; r++) {
+                __m256 dx = _mm256_set1_ps(xd[r * nbx + b]), xsf = _mm256_set1_ps((float)xs[r * nbx + b]);
+                IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_fmadd_ps(xsf, _mm256_mul_ps(m[v], dx), acc[r][v]);
+            }
+        }
+    }
+    ib_q_store(acc, nr, grp, nv, ldy, accumulate);
+}
+
+/* A driver tile of a legacy format in pieces, as ib_q_tile's. */
+static inline __attribute__((always_inline)) void ib_leg_tile(const pdl_dtype dt, const int8_t *xq, const float *xd,
+                                                              const int32_t *xs, int64_t ldx, int64_t nbx, int rows,
+                                                              const uint8_t *panel, size_t pb, int panels, int64_t nb,
+                                                              int last_cols, float *y, int64_t ldy, const float *bias,
+                                                              bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        const int8_t *xr = xq + r0 * ldx;
+        const float *dr = xd + r0 * nbx;
+        const int32_t *sr = xs + r0 * nbx;
+        int step = nr == 1 ? IB_V1 : IB_V;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            ib_group gi[IB_MAX_V];
+            for (int j = 0; j < nv; j++) {
+                gi[j] = g[i + j];
+                gi[j].y += r0 * ldy;
+            }
+#define IB_L(NR, NV) ib_leg_piece(dt, xr, dr, sr, ldx, nbx, NR, gi, NV, nb, ldy, accumulate)
+            switch (nr * 8 + nv) {
+            case 8 + 1: IB_L(1, 1); break;
+            case 8 + 2: IB_L(1, 2); break;
+            case 16 + 1: IB_L(2, 1); break;
+            case 16 + 2: IB_L(2, 2); break;
+            case 24 + 1: IB_L(3, 1); break;
+            case 24 + 2: IB_L(3, 2); break;
+            case 32 + 1: IB_L(4, 1); break;
+            default: IB_L(4, 2); break;
+            }
+#undef IB_L
+        }
+    }
+}
+_Static_assert(IB_V == 2 && IB_V1 == 2, "ib_leg_tile instantiates its pieces for these");
+
+static void PANEL_PREFIX(q5_0)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                               int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                               float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_leg_tile(PDL_DTYPE_Q5_0, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                accumulate);
+}
+
+static void PANEL_PREFIX(q4_1)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                               int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                               float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_leg_tile(PDL_DTYPE_Q4_1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                accumulate);
+}
+
+static void PANEL_PREFIX(q5_1)(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx,
+                               int rows, const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols,
+                               float *y, int64_t ldy, const float *bias, bool accumulate) {
+    ib_leg_tile(PDL_DTYPE_Q5_1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                accumulate);
 }
 
 #endif

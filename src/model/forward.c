@@ -332,7 +332,8 @@ static void qk_rope_store_rows(void *p, int ith, int nth) {
     bool rope = c->rope_dim > 0 && (windowed || !c->rope_global_none);
     const float *cs_all = windowed && m->rope_inv_freq_local ? s->rope_cs_local : s->rope_cs;
     pdl_attention_store_fn store =
-        attn_table_store_for(t->attn, t->kv->dtype == PDL_KV_F16, t->kv->dtype == PDL_KV_Q8_0);
+        attn_table_store_for(t->attn, t->kv->dtype == PDL_KV_F16, t->kv->dtype == PDL_KV_Q8_0,
+                             t->kv->dtype == PDL_KV_Q4_0);
     long r0, r1;
     threadpool_split_range(t->b->n_tokens, ith, nth, &r0, &r1);
     for (long r = r0; r < r1; r++) {
@@ -396,6 +397,7 @@ static void attention_rows(void *p, int ith, int nth) {
         .v = kv_v_pool(t->kv, t->kv_layer),
         .kv_is_f16 = t->kv->dtype == PDL_KV_F16,
         .kv_is_q8 = t->kv->dtype == PDL_KV_Q8_0,
+        .kv_is_q4 = t->kv->dtype == PDL_KV_Q4_0,
         .kv_dim = t->kv->kv_dim,
         .block_size = t->kv->block_size,
     };

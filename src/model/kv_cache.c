@@ -49,11 +49,14 @@ int kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dty
     if (block_size <= 0 || n_blocks <= 0)
         return err_fail(err, "kv cache: block size (%d) and block count (%d) must be positive",
                         block_size, n_blocks);
-    if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32 && dtype != PDL_KV_Q8_0)
+    if (dtype != PDL_KV_F16 && dtype != PDL_KV_F32 && dtype != PDL_KV_Q8_0 && dtype != PDL_KV_Q4_0)
         return err_fail(err, "kv cache: unknown dtype %d", (int)dtype);
     if (dtype == PDL_KV_Q8_0 && (c->head_dim <= 0 || (c->head_dim > 32 && c->head_dim % 32 != 0)))
         return err_fail(err, "kv cache: a q8_0 KV cache needs a head dimension that is a multiple of 32 (or below "
                         "32); this model's is %d: use --kv-cache-dtype f16", c->head_dim);
+    if (dtype == PDL_KV_Q4_0 && (c->head_dim <= 0 || c->head_dim % 2 || (c->head_dim > 32 && c->head_dim % 32)))
+        return err_fail(err, "kv cache: a q4_0 KV cache needs a head dimension that is a multiple of 32 (or even "
+                        "and below 32); this model's is %d: use --kv-cache-dtype f16", c->head_dim);
     pdl_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return err_fail(err, "kv cache: out of memory");
     kv->dtype = dtype;
@@ -62,7 +65,7 @@ int kv_cache_create(pdl_kv_cache **out, const pdl_model *model, pdl_kv_dtype dty
     kv->head_dim = model->cfg.head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : dtype == PDL_KV_Q8_0 ? 1 : 4;
+    kv->elem_bytes = dtype == PDL_KV_F16 ? 2 : dtype == PDL_KV_Q8_0 || dtype == PDL_KV_Q4_0 ? 1 : 4;
     kv->block_bytes = kv_layer_block_bytes(dtype, kv->kv_dim, kv->head_dim, block_size);
     size_t bytes = (size_t)kv->n_layers * (size_t)n_blocks * kv->block_bytes;
     kv->k = huge_alloc(bytes);
@@ -143,9 +146,10 @@ size_t pdl_kv_cache_block_bytes(const pdl_model *model, pdl_kv_dtype dtype, int 
 }
 
 size_t kv_layer_block_bytes(pdl_kv_dtype dtype, int kv_dim, int head_dim, int block_size) {
-    if (dtype == PDL_KV_Q8_0) { /* a head_dim off the groups is refused at creation; sized as if rounded up */
-        int gs = attn_q8_group(head_dim > 0 ? head_dim : 1), groups = (kv_dim + gs - 1) / gs;
-        return (size_t)groups * (size_t)(gs + 2) * (size_t)block_size;
+    if (dtype == PDL_KV_Q8_0 || dtype == PDL_KV_Q4_0) { /* a head_dim off the groups is refused at creation;
+                                                          sized as if rounded up */
+        int hd = head_dim > 0 ? head_dim : 1, gs = attn_q8_group(hd), groups = (kv_dim + gs - 1) / gs;
+        return (size_t)groups * (size_t)((dtype == PDL_KV_Q4_0 ? (gs + 1) / 2 : gs) + 2) * (size_t)block_size;
     }
     return (size_t)block_size * (size_t)kv_dim * (dtype == PDL_KV_F16 ? 2 : 4);
 }

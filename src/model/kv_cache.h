@@ -9,9 +9,9 @@
  * v[layer][block][kv_head][block_size][head_dim];
  * k[layer][block][kv_dim][block_size], each block dimension-major so that
  * one dimension of a block's keys is one vector load (kernels/attention.h,
- * attn_k_index). Q8_0: the same order in groups of 32 elements (or the
- * head), each with an f16 scale, block_bytes per layer and block
- * (attention.h, attn_q8_*).
+ * attn_k_index). Q8_0 and Q4_0: the same order in groups of 32 elements
+ * (or the head), each with an f16 scale, block_bytes per layer and block
+ * (attention.h, attn_kvq_*).
  * What it is not for: deciding who holds which block. The engine's block
  * pool (src/engine/block_pool.h) allocates, shares, caches and evicts
  * blocks; a pdl_seq (one sequence over a cache of its own) takes them in
@@ -33,7 +33,7 @@ struct pdl_kv_cache {
     int head_dim;
     int block_size;      /* token slots per block */
     int n_blocks;
-    size_t elem_bytes;   /* 2 (F16) or 4 (F32); 1 for Q8_0, whose blocks carry scales too */
+    size_t elem_bytes;   /* 2 (F16) or 4 (F32); 1 for Q8_0 and Q4_0, whose blocks carry scales too */
     size_t block_bytes;  /* bytes of one block of one layer's K (as many of V) */
     void *k;             /* [n_layers][n_blocks][kv_dim][block_size] */
     void *v;             /* [n_layers][n_blocks][n_kv_heads][block_size][head_dim] */

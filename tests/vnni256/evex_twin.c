@@ -24,6 +24,10 @@ const pdl_kpanel_fn test_kpanel_q5_k_vnni256_evex = evex_twin_q5_k;
 const pdl_kpanel_fn test_kpanel_q6_k_vnni256_evex = evex_twin_q6_k;
 const pdl_kpanel_fn test_kpanel_q3_k_vnni256_evex = evex_twin_q3_k;
 const pdl_kpanel_fn test_kpanel_q2_k_vnni256_evex = evex_twin_q2_k;
+const pdl_kpanel_fn test_kpanel_iq4_xs_vnni256_evex = evex_twin_iq4_xs;
+const pdl_qpanel_fn test_qpanel_q5_0_vnni256_evex = evex_twin_q5_0;
+const pdl_qpanel_fn test_qpanel_q4_1_vnni256_evex = evex_twin_q4_1;
+const pdl_qpanel_fn test_qpanel_q5_1_vnni256_evex = evex_twin_q5_1;
 #else
 const pdl_qpanel_fn test_qpanel_q8_0_vnni256_evex = NULL;
 const pdl_qpanel_fn test_qpanel_q4_0_vnni256_evex = NULL;
@@ -34,4 +38,8 @@ const pdl_kpanel_fn test_kpanel_q5_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q6_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q3_k_vnni256_evex = NULL;
 const pdl_kpanel_fn test_kpanel_q2_k_vnni256_evex = NULL;
+const pdl_kpanel_fn test_kpanel_iq4_xs_vnni256_evex = NULL;
+const pdl_qpanel_fn test_qpanel_q5_0_vnni256_evex = NULL;
+const pdl_qpanel_fn test_qpanel_q4_1_vnni256_evex = NULL;
+const pdl_qpanel_fn test_qpanel_q5_1_vnni256_evex = NULL;
 #endif
