@@ -41,8 +41,10 @@ static char *random_model(const char *name, const char *dtype, int vocab) {
 }
 
 static void test_random_models_of_every_dtype_load_and_run(void) {
-    const char *dtypes[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "mxfp4", "iq4_nl", "q4_k", "q5_k", "iq4_xs", "q5_0", "q4_1", "q5_1"};
-    const char *names[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "MXFP4", "IQ4_NL", "Q4_K", "Q5_K", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1"};
+    const char *dtypes[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "mxfp4", "iq4_nl", "q4_k", "q5_k",
+                            "q3_k", "q2_k", "iq4_xs", "q5_0", "q4_1", "q5_1"};
+    const char *names[] = {"F32",  "F16",  "BF16",   "Q8_0", "Q4_0", "MXFP4", "IQ4_NL", "Q4_K", "Q5_K",
+                           "Q3_K", "Q2_K", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1"};
     for (int i = 0; i < (int)(sizeof dtypes / sizeof dtypes[0]); i++) {
         char name[64];
         snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);

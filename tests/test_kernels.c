@@ -177,10 +177,9 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
     pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
-    /* Q4_K, Q5_K and Q6_K have their own kernels (kquant.h, tested in
+    /* Q2_K, Q3_K, Q4_K, Q5_K and Q6_K have their own kernels (kquant.h, tested in
      * test_kquant.c); Q4_1, Q5_0 and Q5_1 theirs with Q8_0 activations
-     * (kernels/legacy_quant.h); Q2_K and Q3_K take the slow path (rows
-     * expanded to F32) */
+     * (kernels/legacy_quant.h) */
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
                          PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
                          PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
@@ -213,8 +212,9 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
                 }
                 free(q), free(d);
             }
-            /* ... and Q4_K / Q5_K / Q6_K weights Q8_K-quantized ones */
-            if (types[ti] == PDL_DTYPE_Q4_K || types[ti] == PDL_DTYPE_Q5_K || types[ti] == PDL_DTYPE_Q6_K) {
+            /* ... and Q2_K .. Q6_K weights Q8_K-quantized ones */
+            if (types[ti] == PDL_DTYPE_Q4_K || types[ti] == PDL_DTYPE_Q5_K || types[ti] == PDL_DTYPE_Q6_K ||
+                types[ti] == PDL_DTYPE_Q3_K || types[ti] == PDL_DTYPE_Q2_K) {
                 pdl_block_q8k *q = malloc((size_t)(in / 256) * sizeof *q);
                 for (int r = 0; r < rows; r++) {
                     kquant_quantize_row_q8_k(x + (size_t)r * in, in, q);

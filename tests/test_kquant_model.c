@@ -62,8 +62,6 @@ static uint8_t *random_blocks(pdl_dtype dt, int rows, int cols, float amp, size_
         } else if (dt == PDL_DTYPE_Q4_K) { /* d, dmin first: value = d sc q - dmin m, sc, m < 64, q < 16 */
             put_half(blk, amp * (0.5f + urand()) / (63.0f * 15.0f / 2.0f));
             put_half(blk + 2, amp * (0.5f + urand()) / 63.0f);
-        } else if (dt == PDL_DTYPE_Q3_K) { /* d last: value = d (sc - 32) q, |q| <= 4 */
-            put_half(blk + 108, amp * (0.5f + urand()) / (32.0f * 4.0f / 2.0f));
         } else if (dt == PDL_DTYPE_IQ4_XS) { /* d first: value = d (ls - 32) v, |v| <= 127 */
             put_half(blk, amp * (0.5f + urand()) / (32.0f * 127.0f / 2.0f));
         } else if (dt == PDL_DTYPE_IQ4_NL) { /* d first: value = d v */
@@ -104,7 +102,6 @@ static void add_matrix(twin *t, const char *name, pdl_dtype dt, int rows, int co
     uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
     uint32_t ggml = dt == PDL_DTYPE_Q4_K     ? GW_GGML_Q4_K
                     : dt == PDL_DTYPE_Q5_K   ? GW_GGML_Q5_K
-                    : dt == PDL_DTYPE_Q3_K   ? GW_GGML_Q3_K
                     : dt == PDL_DTYPE_IQ4_NL ? 20
                     : dt == PDL_DTYPE_IQ4_XS ? GW_GGML_IQ4_XS
                     : dt == PDL_DTYPE_TQ1_0  ? GW_GGML_TQ1_0
@@ -131,11 +128,11 @@ static void add_norm(twin *t, const char *name) {
     gguf_writer_add_tensor_f32(t->bad, name, 1, (const int64_t[]){HID}, w);
 }
 
-/* q3k: attn_v in Q3_K (a type without a dot kernel yet) rather than Q6_K.
+/* tq2: attn_v in TQ2_0 (a type without a dot kernel yet) rather than Q6_K.
  * iq: IQ4_XS for the Q4_K matrices and the output, IQ4_NL for attn_output,
  * TQ2_0 for attn_v and TQ1_0 for ffn_down (types read through their
  * expansion). */
-static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q3k, bool iq) {
+static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool tq2, bool iq) {
     rng = 99; /* the same model every time */
     twin t = {gguf_writer_new(3), gguf_writer_new(3), gguf_writer_new(3)};
     add_keys(t.q), add_keys(t.f), add_keys(t.bad);
@@ -150,15 +147,14 @@ static void write_twins_mix(char **qpath, char **fpath, char **badpath, bool q3k
         pdl_dtype q4 = iq ? PDL_DTYPE_IQ4_XS : PDL_DTYPE_Q4_K;
         add_matrix(&t, NAME("attn_q.weight"), q4, NH * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_k.weight"), q4, NKV * HD, HID, 0.12f);
-        add_matrix(&t, NAME("attn_v.weight"), iq ? PDL_DTYPE_TQ2_0 : q3k ? PDL_DTYPE_Q3_K : PDL_DTYPE_Q6_K, NKV * HD,
-                   HID, 0.12f);
+        add_matrix(&t, NAME("attn_v.weight"), iq || tq2 ? PDL_DTYPE_TQ2_0 : PDL_DTYPE_Q6_K, NKV * HD, HID, 0.12f);
         add_matrix(&t, NAME("attn_output.weight"), iq ? PDL_DTYPE_IQ4_NL : PDL_DTYPE_Q4_K, HID, NH * HD, 0.12f);
         add_matrix(&t, NAME("ffn_gate.weight"), q4, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_up.weight"), q4, FFN, HID, 0.12f);
         add_matrix(&t, NAME("ffn_down.weight"), iq ? PDL_DTYPE_TQ1_0 : PDL_DTYPE_Q6_K, HID, FFN, 0.09f);
 #undef NAME
     }
-    const char *tag = iq ? "-iq" : q3k ? "-q3k" : "";
+    const char *tag = iq ? "-iq" : tq2 ? "-tq2" : "";
     char name[64];
     snprintf(name, sizeof name, "kquant%s.gguf", tag);
     *qpath = test_tmp_path(name);
@@ -290,17 +286,17 @@ static void test_forward_reports_scratch_failure(void) {
 }
 
 /* pdl_model_tensor_types (pagedlm info's "tensor_types") sums the file up
- * by type, largest first: a Q4_K_M-like mix with Q3_K attn_v says which
+ * by type, largest first: a Q4_K_M-like mix with TQ2_0 attn_v says which
  * matrices run on the slow path (expanded to F32), and the model still
  * matches its F32 twin. */
 static void test_the_type_mix_names_the_slow_path(void) {
     fp16_init();
     char *qp, *fp, *bp;
     write_twins_mix(&qp, &fp, &bp, true, false);
-    float *q = logits_of(qp, 2, "Q3_K,Q4_K,Q6_K"), *f = logits_of(fp, 2, "F32");
+    float *q = logits_of(qp, 2, "Q4_K,Q6_K,TQ2_0"), *f = logits_of(fp, 2, "F32");
     double mag = 0;
     for (int i = 0; i < T * VOCAB; i++) mag = fmax(mag, fabs((double)f[i]));
-    CHECK_MSG(max_diff(q, f) <= TOL_REL * mag, "the Q3_K mix differs from its F32 twin by %g", max_diff(q, f));
+    CHECK_MSG(max_diff(q, f) <= TOL_REL * mag, "the TQ2_0 mix differs from its F32 twin by %g", max_diff(q, f));
     pdl_model *m = NULL;
     pdl_error err;
     REQUIRE_MSG(pdl_model_load(&m, qp, NULL, &err) == 0, "%s", err.message);
@@ -313,7 +309,7 @@ static void test_the_type_mix_names_the_slow_path(void) {
         uint64_t bytes;
     } want[4] = {{"Q4_K", 1 + 5 * NL, 0, (uint64_t)(VOCAB * HID + NL * (2 * NH * HD * HID + NKV * HD * HID + 2 * FFN * HID)) / 256 * 144},
                  {"Q6_K", 1 + NL, 0, (uint64_t)(VOCAB * HID + NL * HID * FFN) / 256 * 210},
-                 {"Q3_K", NL, NL, (uint64_t)(NL * NKV * HD * HID) / 256 * 110},
+                 {"TQ2_0", NL, NL, (uint64_t)(NL * NKV * HD * HID) / 256 * 66},
                  {"F32", 1 + 2 * NL, 0, (uint64_t)(1 + 2 * NL) * HID * 4}};
     for (int i = 0; i < 4 && i < n; i++) {
         int j = 0;

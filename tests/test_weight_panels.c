@@ -602,9 +602,9 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
     fprintf(stderr, "  %d products\n", checked);
 }
 
-/* Q4_K, Q5_K, Q6_K and IQ4_XS: random super-blocks (every byte pattern is a block once
+/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K and IQ4_XS: random super-blocks (every byte pattern is a block once
  * the halves d and dmin are sane) in panels give, for every output, the
- * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _iq4_xs_
+ * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ / _iq4_xs_
  * on the file's row (which decode the blocks themselves), plus bias and
  * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
  * the AVX2 ones and the portable ones, for ragged shapes and every thread
@@ -618,27 +618,34 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
     for (int threads = 1; threads <= 2; threads++) {
         pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
-        for (int kind = 0; kind < 4; kind++) /* Q4_K, Q6_K, Q5_K, IQ4_XS */
+        for (int kind = 0; kind < 6; kind++) /* Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, IQ4_XS */
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
-                bool q6 = kind == 1, q5 = kind == 2, iq = kind == 3;
+                bool q6 = kind == 1, q5 = kind == 2, q3 = kind == 3, q2 = kind == 4, iq = kind == 5;
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 256;
-                size_t bb = iq ? 136 : q6 ? 210 : q5 ? 176 : 144, row_bytes = (size_t)nb * bb;
+                size_t bb = iq ? 136 : q6 ? 210 : q5 ? 176 : q3 ? 110 : q2 ? 84 : 144, row_bytes = (size_t)nb * bb;
                 uint8_t *w = malloc((size_t)out * row_bytes);
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
                 for (int i = 0; i < out * nb; i++) { /* d in [0.5, 1.5) / 500, dmin in [0, 1) / 100 */
                     uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
                     uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
-                    if (q6) {
-                        memcpy(w + (size_t)i * bb + 208, &d, 2);
+                    if (q6 || q3) {
+                        memcpy(w + (size_t)i * bb + (q6 ? 208 : 108), &d, 2);
+                    } else if (q2) {
+                        memcpy(w + (size_t)i * bb + 80, &d, 2), memcpy(w + (size_t)i * bb + 82, &m, 2);
                     } else if (iq) { /* d only */
                         memcpy(w + (size_t)i * bb, &d, 2);
                     } else {
                         memcpy(w + (size_t)i * bb, &d, 2), memcpy(w + (size_t)i * bb + 2, &m, 2);
                     }
                 }
-                pdl_dtype dt = iq ? PDL_DTYPE_IQ4_XS : q6 ? PDL_DTYPE_Q6_K : q5 ? PDL_DTYPE_Q5_K : PDL_DTYPE_Q4_K;
+                pdl_dtype dt = iq   ? PDL_DTYPE_IQ4_XS
+                               : q6 ? PDL_DTYPE_Q6_K
+                               : q5 ? PDL_DTYPE_Q5_K
+                               : q3 ? PDL_DTYPE_Q3_K
+                               : q2 ? PDL_DTYPE_Q2_K
+                                    : PDL_DTYPE_Q4_K;
                 pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
                 void *buf = panels_of(pool, &t);
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
@@ -656,6 +663,8 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         float v = iq   ? kquant_dot_iq4_xs_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q6 ? kquant_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q5 ? kquant_dot_q5_k_q8_k(wr, xk + (size_t)r * nb, nb)
+                                  : q3 ? kquant_dot_q3_k_q8_k(wr, xk + (size_t)r * nb, nb)
+                                  : q2 ? kquant_dot_q2_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                        : kquant_dot_q4_k_q8_k(wr, xk + (size_t)r * nb, nb);
                         if (variant) v += bias[o];
                         want[r * out + o] = variant == 2 ? y0[r * out + o] + v : v;
@@ -835,7 +844,8 @@ static void test_matmuls_report_scratch_they_cannot_have(void) {
  * and 0, MXFP4 codes 6.0 and -6.0, IQ4_NL codes 15 (113) and 0 (-127), Q5_0 / Q5_1 codes 31 and 0, Q4_1 15 and 0,
  * Q4_K nibbles 15 and Q5_K values 31 (and 0) with scales and mins 63, IQ4_XS codes 15 (113) with scales +31 and
  * 0 (-127) with -32, Q6_K values 63 and 0
- * with scales 127 and -128) times activations that quantize to +-127
+ * with scales 127 and -128, Q3_K values 3 with scales 31 and -4 with scales -32, Q2_K values 3 and 0
+ * with scales and mins 15) times activations that quantize to +-127
  * (all one sign, and alternating). The AVX2 tiles keep partial sums in
  * 16-bit lanes for as many steps as cannot overflow (weight_panels_int256_body.h):
  * one step too many wraps, and the output leaves the portable tile's. */
@@ -846,8 +856,9 @@ static void test_integer_sums_at_their_bounds(void) {
     pdl_isa best = cpu_isa_best();
     int rows = 5, out = 33, in = 512, checked = 0;
     pdl_dtype types[] = {PDL_DTYPE_Q8_0,  PDL_DTYPE_Q4_0,   PDL_DTYPE_Q4_K, PDL_DTYPE_Q6_K,
-                         PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL, PDL_DTYPE_Q5_K, PDL_DTYPE_IQ4_XS,
-                         PDL_DTYPE_Q5_0,  PDL_DTYPE_Q4_1,   PDL_DTYPE_Q5_1};
+                         PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL, PDL_DTYPE_Q5_K, PDL_DTYPE_Q3_K,
+                         PDL_DTYPE_Q2_K,  PDL_DTYPE_IQ4_XS, PDL_DTYPE_Q5_0, PDL_DTYPE_Q4_1,
+                         PDL_DTYPE_Q5_1};
     float *x = malloc((size_t)rows * in * sizeof *x), *want = malloc((size_t)rows * out * sizeof *want);
     float *got = malloc((size_t)rows * out * sizeof *got);
     REQUIRE(x && want && got);
@@ -906,6 +917,19 @@ static void test_integer_sums_at_their_bounds(void) {
                         memcpy(blk, &d, 2), memcpy(blk + 2, &dmin, 2);
                         memset(blk + 4, 0xFF, 12);                     /* six-bit scales and mins 63 */
                         memset(blk + 16, extreme ? 0x00 : 0xFF, 160); /* qh and nibbles: values 31 / 0 */
+                    }
+                } else if (dt == PDL_DTYPE_Q2_K) {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 84;
+                        memset(blk, 0xFF, 16);                        /* scales and mins 15 */
+                        memset(blk + 16, extreme ? 0x00 : 0xFF, 64); /* values 3 / 0 */
+                        memcpy(blk + 80, &d, 2), memcpy(blk + 82, &dmin, 2);
+                    }
+                } else if (dt == PDL_DTYPE_Q3_K) {
+                    for (int b = 0; b < in / 256; b++) {
+                        uint8_t *blk = wr + b * 110;
+                        memset(blk, extreme ? 0x00 : 0xFF, 108); /* values 3 with scales 31 / -4 with -32 */
+                        memcpy(blk + 108, &d, 2);
                     }
                 } else {
                     for (int b = 0; b < in / 256; b++) {
@@ -1129,6 +1153,167 @@ static void test_q5_k_tiles_give_the_portable_bits(void) {
                         }
                     CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
                               "Q5_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
+                              kind, rows, out, in, variant);
+                    checked++;
+                }
+                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    threadpool_free(pool);
+}
+
+/* Every Q3_K panel tile this machine can run, called directly, as
+ * Q3_K's: AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable
+ * panel tile's bytes on random super-blocks and at the integer sums'
+ * bounds (every value 3 with scales 31, or every value -4 with scales -32,
+ * times activations that quantize to +-127: the AVX2 tile's int16 group
+ * sums of q + 4 reach 7112 with all 7s), tiles of 1 to 4 rows and 1 to 3
+ * panels in the driver's walk, with bias and accumulation. */
+static void test_q3_k_tiles_give_the_portable_bits(void) {
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+        {"AVX-512 VNNI", kpanel_tile_q3_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
+        {"AVX-VNNI", kpanel_tile_q3_k_avxvnni, avx2 && f->avxvnni},
+        {"EVEX twin", test_kpanel_q3_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
+        {"AVX2", kpanel_tile_q3_k_avx2, avx2},
+    };
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = cpu_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
+    int checked = 0;
+    for (int kind = 0; kind < 3; kind++) /* random blocks, every byte 0xFF, every byte 0 */
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
+                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_Q3_K, in);
+                uint8_t *w = malloc((size_t)out * row_bytes);
+                REQUIRE(w);
+                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
+                for (int i = 0; i < out * nbk; i++) {
+                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                    memcpy(w + (size_t)i * 110 + 108, &d, 2);
+                }
+                pdl_tensor t = {.dtype = PDL_DTYPE_Q3_K, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
+                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
+                REQUIRE(x && bias && want && got && y0 && xk);
+                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
+                    for (int k = 0; k < in; k++)
+                        x[r * in + k] = kind == 0 ? frand()
+                                        : r == 0  ? 1.0f
+                                        : r == 1  ? -1.0f
+                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                memcpy(want, y0, ny * sizeof *want);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
+                size_t pb = panels_bytes(PDL_DTYPE_Q3_K, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
+                    if (!tiles[fi].here || !tiles[fi].fn) continue;
+                    memcpy(got, y0, ny * sizeof *got);
+                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
+                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                                         b ? b + g * 16 : NULL, accum);
+                        }
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "Q3_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
+                              kind, rows, out, in, variant);
+                    checked++;
+                }
+                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
+            }
+    fprintf(stderr, "  %d cases\n", checked);
+    threadpool_free(pool);
+}
+
+/* Every Q2_K panel tile this machine can run, called directly, as
+ * Q2_K's: AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable
+ * panel tile's bytes on random super-blocks and at the integer sums'
+ * bounds (every value 3 with scales 31, or every value -4 with scales -32,
+ * times activations that quantize to +-127: the AVX2 tile's int16 group
+ * sums of q + 4 reach 7112 with all 7s), tiles of 1 to 4 rows and 1 to 3
+ * panels in the driver's walk, with bias and accumulation. */
+static void test_q2_k_tiles_give_the_portable_bits(void) {
+    fp16_init();
+    const pdl_cpu_features *f = cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+        {"AVX-512 VNNI", kpanel_tile_q2_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
+        {"AVX-VNNI", kpanel_tile_q2_k_avxvnni, avx2 && f->avxvnni},
+        {"EVEX twin", test_kpanel_q2_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
+        {"AVX2", kpanel_tile_q2_k_avx2, avx2},
+    };
+    pdl_threadpool *pool = threadpool_new(1);
+    REQUIRE(pool != NULL);
+    pdl_isa best = cpu_isa_best();
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
+    int checked = 0;
+    for (int kind = 0; kind < 3; kind++) /* random blocks, every byte 0xFF, every byte 0 */
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int variant = 0; variant < 3; variant++) {
+                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
+                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_Q2_K, in);
+                uint8_t *w = malloc((size_t)out * row_bytes);
+                REQUIRE(w);
+                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
+                for (int i = 0; i < out * nbk; i++) {
+                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+                    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
+                    memcpy(w + (size_t)i * 84 + 80, &d, 2), memcpy(w + (size_t)i * 84 + 82, &m, 2);
+                }
+                pdl_tensor t = {.dtype = PDL_DTYPE_Q2_K, .n_dims = 2, .shape = {out, in}, .data = w};
+                void *buf = panels_of(pool, &t);
+                size_t ny = (size_t)rows * out;
+                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
+                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
+                REQUIRE(x && bias && want && got && y0 && xk);
+                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
+                    for (int k = 0; k < in; k++)
+                        x[r * in + k] = kind == 0 ? frand()
+                                        : r == 0  ? 1.0f
+                                        : r == 1  ? -1.0f
+                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
+                for (int i = 0; i < out; i++) bias[i] = frand();
+                for (size_t i = 0; i < ny; i++) y0[i] = frand();
+                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
+                const float *b = variant ? bias : NULL;
+                bool accum = variant == 2;
+                memcpy(want, y0, ny * sizeof *want);
+                cpu_isa_set(PDL_ISA_SCALAR);
+                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+                cpu_isa_set(best);
+                size_t pb = panels_bytes(PDL_DTYPE_Q2_K, in);
+                int np = (out + 15) / 16, last = out - (np - 1) * 16;
+                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
+                    if (!tiles[fi].here || !tiles[fi].fn) continue;
+                    memcpy(got, y0, ny * sizeof *got);
+                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
+                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                                         b ? b + g * 16 : NULL, accum);
+                        }
+                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                              "Q2_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
                               kind, rows, out, in, variant);
                     checked++;
                 }
@@ -1516,6 +1701,8 @@ int main(void) {
     RUN(test_mxfp4_tiles_give_the_portable_bits);
     RUN(test_iq4_nl_tiles_give_the_portable_bits);
     RUN(test_q5_k_tiles_give_the_portable_bits);
+    RUN(test_q3_k_tiles_give_the_portable_bits);
+    RUN(test_q2_k_tiles_give_the_portable_bits);
     RUN(test_iq4_xs_tiles_give_the_portable_bits);
     RUN(test_legacy_tiles_give_the_portable_bits);
     scratch_free(&scratch);

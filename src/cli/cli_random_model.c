@@ -280,6 +280,72 @@ static void quantize_k_block(const float *x, uint8_t *blk, bool five) {
     }
 }
 
+/* One Q3_K super-block of 256 values (the format in kernels/kquant.c): per
+ * group of 16 a signed scale (the value of largest magnitude) / -4, the
+ * super-block's d the largest magnitude of them over 31, the six-bit
+ * codes (minus 32) and the quants -4..3 nearest (a plain starting point:
+ * llama.cpp's quantizer searches for better scales). */
+static void quantize_q3_k_block(const float *x, uint8_t *blk) {
+    float scale[16], smax = 0;
+    for (int g = 0; g < 16; g++) {
+        float m = 0;
+        for (int i = 0; i < 16; i++)
+            if (fabsf(x[16 * g + i]) > fabsf(m)) m = x[16 * g + i];
+        scale[g] = m / -4.0f, smax = fmaxf(smax, fabsf(scale[g]));
+    }
+    uint16_t d16 = fp16_f32_to_f16(smax / 31.0f);
+    float d = fp16_f16_to_f32(d16);
+    memset(blk, 0, 110);
+    uint8_t *hm = blk, *qs = blk + 32, *sb = blk + 96;
+    for (int g = 0; g < 16; g++) {
+        long c = d > 0 ? lrintf(scale[g] / d) : 0;
+        c = c < -32 ? -32 : c > 31 ? 31 : c;
+        int raw = (int)c + 32;
+        sb[g % 8] |= (uint8_t)((raw & 0xF) << (4 * (g / 8)));
+        sb[8 + g % 4] |= (uint8_t)((raw >> 4) << (2 * (g / 4)));
+        float step = d * (float)c;
+        for (int i = 0; i < 16; i++) {
+            int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+            long q = step != 0 ? lrintf(x[e] / step) : 0;
+            q = q < -4 ? -4 : q > 3 ? 3 : q;
+            qs[32 * h + l] |= (uint8_t)((q < 0 ? q + 4 : q) << (2 * k));
+            if (q >= 0) hm[l] |= (uint8_t)(1 << (4 * h + k));
+        }
+    }
+    memcpy(blk + 108, &d16, 2);
+}
+
+/* One Q2_K super-block of 256 values (the format in kernels/kquant.c): per
+ * group of 16 a scale (max - min) / 3 and a min (min, not above 0), d and
+ * dmin the largest of them over 15, the four-bit codes and the quants
+ * 0..3 nearest (a plain starting point, as quantize_k_block). */
+static void quantize_q2_k_block(const float *x, uint8_t *blk) {
+    float scale[16], mins[16], smax = 0, mmax = 0;
+    for (int g = 0; g < 16; g++) {
+        float lo = 0, hi = 0;
+        for (int i = 0; i < 16; i++) lo = fminf(lo, x[16 * g + i]), hi = fmaxf(hi, x[16 * g + i]);
+        scale[g] = (hi - lo) / 3.0f, mins[g] = -lo;
+        smax = fmaxf(smax, scale[g]), mmax = fmaxf(mmax, mins[g]);
+    }
+    uint16_t d16 = fp16_f32_to_f16(smax / 15.0f), m16 = fp16_f32_to_f16(mmax / 15.0f);
+    float d = fp16_f16_to_f32(d16), dmin = fp16_f16_to_f32(m16);
+    memset(blk, 0, 84);
+    uint8_t *qs = blk + 16;
+    for (int g = 0; g < 16; g++) {
+        long sc = d > 0 ? lrintf(scale[g] / d) : 0, mn = dmin > 0 ? lrintf(mins[g] / dmin) : 0;
+        sc = sc > 15 ? 15 : sc, mn = mn > 15 ? 15 : mn;
+        blk[g] = (uint8_t)(sc | mn << 4);
+        float step = d * (float)sc, off = dmin * (float)mn;
+        for (int i = 0; i < 16; i++) {
+            int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+            long q = step > 0 ? lrintf((x[e] + off) / step) : 0;
+            q = q < 0 ? 0 : q > 3 ? 3 : q;
+            qs[32 * h + l] |= (uint8_t)(q << (2 * k));
+        }
+    }
+    memcpy(blk + 80, &d16, 2), memcpy(blk + 82, &m16, 2);
+}
+
 /* One IQ4_XS super-block of 256 values (the format in kernels/kquant.c):
  * per sub-block of 32 a scale s_j = (its value of largest magnitude) / -127
  * (IQ4_NL's), d = (the s_j of largest magnitude) / -32 so that it gets the
@@ -405,6 +471,12 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
             for (int64_t b = 0; b < cols / 256; b++)
                 quantize_k_block(row + b * 256, dst + b * dtype_block_bytes(t->dtype), t->dtype == PDL_DTYPE_Q5_K);
             break;
+        case PDL_DTYPE_Q3_K:
+            for (int64_t b = 0; b < cols / 256; b++) quantize_q3_k_block(row + b * 256, dst + b * 110);
+            break;
+        case PDL_DTYPE_Q2_K:
+            for (int64_t b = 0; b < cols / 256; b++) quantize_q2_k_block(row + b * 256, dst + b * 84);
+            break;
         case PDL_DTYPE_IQ4_XS:
             for (int64_t b = 0; b < cols / 256; b++) quantize_iq4_xs_block(row + b * 256, dst + b * 136);
             break;
@@ -467,12 +539,14 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* The type a tensor is written in: F32 for vectors (norms, routers, ...);
  * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
  * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
- * of a dense one; Q8_0 for a q4_k / q5_k / iq4_xs matrix whose rows are not
- * whole super-blocks of 256; else the --dtype asked for. */
+ * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / iq4_xs matrix
+ * whose rows are not whole super-blocks of 256; else the --dtype asked for. */
 static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
     if (tn->vector) return PDL_DTYPE_F32;
     if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
-    if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_IQ4_XS) && tn->shape[tn->n_dims - 1] % 256)
+    if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q3_K || dt == PDL_DTYPE_Q2_K ||
+         dt == PDL_DTYPE_IQ4_XS) &&
+        tn->shape[tn->n_dims - 1] % 256)
         return PDL_DTYPE_Q8_0;
     return dt;
 }
@@ -500,10 +574,11 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
     {"--format", NULL, CLI_OPT_STRING, A(format), .value = "gguf|hf",
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
-    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s), .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs",
+    {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s),
+     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
-             "matrices Q8_0), a dense one MXFP4 matrices; q4_k / q5_k / iq4_xs: every matrix (Q8_0 where a row is\n"
-             "not whole super-blocks of 256); the quantized types are GGUF only"},
+             "matrices Q8_0), a dense one MXFP4 matrices; q2_k / q3_k / q4_k / q5_k / iq4_xs: every matrix\n"
+             "(Q8_0 where a row is not whole super-blocks of 256); the quantized types are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -527,7 +602,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf]\n"
-             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q4_k|q5_k|iq4_xs]\n"
+             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -568,11 +643,13 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q5_1") == 0) dt = PDL_DTYPE_Q5_1;
     else if (strcmp(args.dtype_s, "q4_k") == 0) dt = PDL_DTYPE_Q4_K;
     else if (strcmp(args.dtype_s, "q5_k") == 0) dt = PDL_DTYPE_Q5_K;
+    else if (strcmp(args.dtype_s, "q3_k") == 0) dt = PDL_DTYPE_Q3_K;
+    else if (strcmp(args.dtype_s, "q2_k") == 0) dt = PDL_DTYPE_Q2_K;
     else if (strcmp(args.dtype_s, "iq4_xs") == 0) dt = PDL_DTYPE_IQ4_XS;
     else {
         fprintf(stderr,
-                "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q4_k, q5_k or "
-                "iq4_xs, got '%s'\n",
+                "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q2_k, q3_k, "
+                "q4_k, q5_k or iq4_xs, got '%s'\n",
                 args.dtype_s);
         return CLI_USAGE;
     }

@@ -1,6 +1,6 @@
 /*
- * kquant.c - Q8_K activation quantization and the portable Q4_K, Q5_K,
- * Q6_K and IQ4_XS x Q8_K dot products: the reference the SIMD tiles are tested
+ * kquant.c - Q8_K activation quantization and the portable Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K and IQ4_XS x Q8_K dot products: the reference the SIMD tiles are tested
  * against. The definitions and the float order are in kquant.h; the weight
  * layouts are those of kernels/cpu_ops.c's dequantizers.
  */
@@ -155,6 +155,55 @@ float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
             isum += sc[g] * p;
         }
         acc = fmaf(half_at(w + 208) * x->d, (float)isum, acc);
+    }
+    return acc;
+}
+
+/* Q3_K block (110 bytes): 32 bytes hmask, 64 bytes of 2-bit q, 12 bytes of
+ * scales, f16 d. Element e, h = e / 128, k = (e % 128) / 32, l = e % 32:
+ * bits 2k of qs[32 h + l], minus 4 unless bit 4 h + k of hmask[l] is set
+ * (-4..3); group e / 16 scales it (kquant_q3_k_scales). */
+float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 110, x++) {
+        const uint8_t *hm = w, *qs = w + 32;
+        int8_t sc[16];
+        kquant_q3_k_scales(w + 96, sc);
+        int32_t isum = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t p = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+                int q = (qs[32 * h + l] >> (2 * k)) & 3;
+                if (!((hm[l] >> (4 * h + k)) & 1)) q -= 4;
+                p += q * x->qs[e];
+            }
+            isum += sc[g] * p;
+        }
+        acc = fmaf(half_at(w + 108) * x->d, (float)isum, acc);
+    }
+    return acc;
+}
+
+/* Q2_K block (84 bytes): 16 scale bytes (low nibble the scale, high the
+ * min of group g), 64 bytes of 2-bit q (Q3_K's positions: bits 2k of
+ * qs[32 h + l]), f16 d, f16 dmin; value d sc q - dmin m. */
+float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 84, x++) {
+        const uint8_t *sc = w, *qs = w + 16;
+        int32_t isum = 0, msum = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t p = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+                p += ((qs[32 * h + l] >> (2 * k)) & 3) * x->qs[e];
+            }
+            isum += (sc[g] & 0xF) * p;
+            msum += (sc[g] >> 4) * x->bsum16[g];
+        }
+        acc = fmaf(half_at(w + 80) * x->d, (float)isum, acc);
+        acc = fmaf(-(half_at(w + 82) * x->d), (float)msum, acc);
     }
     return acc;
 }

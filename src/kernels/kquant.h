@@ -1,8 +1,8 @@
 /*
- * kquant.h - Q8_K activations and the dot products of GGUF Q4_K, Q5_K,
- * Q6_K and IQ4_XS weights with them: the portable reference (kquant.c)
- * that every SIMD tile (kquant_avx512*.c, kquant_avx2.c) reproduces bit
- * for bit.
+ * kquant.h - Q8_K activations and the dot products of GGUF Q2_K, Q3_K,
+ * Q4_K, Q5_K, Q6_K and IQ4_XS weights with them: the portable reference
+ * (kquant.c) that every SIMD tile (kquant_avx512*.c, kquant_avx2.c)
+ * reproduces bit for bit.
  *
  * Activation quantization (Q8_K), per 256-element block: d = amax / 127
  * (amax = max |x|, d = 0 for an all-zero block), q = nearest(x * (127 /
@@ -10,8 +10,8 @@
  * (not rounded through half precision). A block holding an infinity or a
  * NaN gets q = 0 and d = amax (that infinity or NaN), so it poisons the
  * dot products as the float values would. The block also keeps the exact sums
- * of q per 16 elements (Q6_K's -32 offset) and per 32 elements (Q4_K's
- * min term).
+ * of q per 16 elements (Q6_K's -32 offset, Q3_K's -4, Q2_K's min term)
+ * and per 32 elements (Q4_K's min term).
  *
  * Float order of the dots (the reference and every tile): within a 256
  * super-block all work is exact int32 arithmetic,
@@ -19,12 +19,19 @@
  *         msum = sum_j m_j * bsum32_j               (j = 0..7),
  *   Q5_K: the same with q_i in 0..31 (the nibble plus 16 times its qh bit),
  *   Q6_K: isum = sum_g sc_g * sum_{i in group g} (q_i - 32) * x_i (g = 0..15),
+ *   Q3_K: isum = sum_g (sc_g - 32) * sum_{i in group g} q_i * x_i (g = 0..15,
+ *         q_i in -4..3: the 2-bit value minus 4 where its hmask bit is
+ *         clear; SIMD tiles sum the unsigned q_i + 4 in 0..7 and take off
+ *         4 * bsum16_g, the same integer),
+ *   Q2_K: isum = sum_g sc_g * sum_{i in group g} q_i * x_i (q_i in 0..3,
+ *         sc_g the low nibble of scale byte g), msum = sum_g m_g *
+ *         bsum16_g (m_g its high nibble) (g = 0..15),
  *   IQ4_XS: isum = sum_j (ls_j - 32) * sum_{i in sub-block j} v_i * x_i
  *         (j = 0..7; ls_j the 6-bit scale, v_i kernels/iq4nl.h's int8 value
  *         of code i),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
- *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q4_K, Q5_K)
+ *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q2_K, Q4_K, Q5_K)
  * (IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
  * d_x are single float products. So a result depends only on its weight
  * row and activation row.
@@ -69,6 +76,16 @@ static inline void kquant_scale_min(const uint8_t *s, int j, int *sc, int *mn) {
     }
 }
 
+/* Q3_K: the 16 six-bit scales minus 32 (-32..31) from the 12 bytes s:
+ * scale i's low nibble is the low nibble of s[i] (i < 8) or the high one
+ * of s[i - 8], its top 2 bits are bits 2 (i / 4) of s[8 + i % 4]. */
+static inline void kquant_q3_k_scales(const uint8_t *s, int8_t sc[16]) {
+    for (int i = 0; i < 16; i++) {
+        int lo = i < 8 ? s[i] & 0xF : s[i - 8] >> 4, top = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (int8_t)((lo | top << 4) - 32);
+    }
+}
+
 /* x[n] (n a multiple of 256) -> n / 256 blocks. */
 void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 
@@ -76,6 +93,8 @@ void kquant_quantize_row_q8_k(const float *x, int64_t n, pdl_block_q8k *y);
 float kquant_dot_q4_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q5_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_iq4_xs_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 
 /* An IQ4_XS block's sub-block j (0..7) scale minus 32 (-32..31): the low
@@ -106,6 +125,14 @@ void kquant_tile_q5_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const
 void kquant_tile_q5_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                           int cols, float *out, int64_t ldo);
+void kquant_tile_q3_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
+void kquant_tile_q3_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                           int cols, float *out, int64_t ldo);
+void kquant_tile_q2_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                             int cols, float *out, int64_t ldo);
+void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                            int cols, float *out, int64_t ldo);
 void kquant_tile_iq4_xs_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                                int cols, float *out, int64_t ldo);

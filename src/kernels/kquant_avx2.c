@@ -1,5 +1,5 @@
 /*
- * kquant_avx2.c - the AVX2 Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles (VPMADDUBSW +
+ * kquant_avx2.c - the AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles (VPMADDUBSW +
  * VPMADDWD), same bits as the portable reference in kquant.c (order in
  * kquant.h). Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt);
  * called only when the CPU has them.
@@ -198,6 +198,136 @@ static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *
     store(facc, nr, nc, out, ldo);
 }
 
+/* Q3_K: chunk t = 4 h + k holds elements 32 t .. 32 t + 31: bits 2k of
+ * qs[32 h ..] and bit t of the 32 hmask bytes, the unsigned value q + 4
+ * (0..7); its two 16-element groups use scales 2t and 2t + 1 (minus 32,
+ * signed). The +4 is taken off at the end: isum -= 4 sum_g sc_g *
+ * bsum16_g. */
+static inline __attribute__((always_inline)) void q3k_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                           const uint8_t *w, size_t wrb, int nc, float *out,
+                                                           int64_t ldo) {
+    const __m256i m1 = _mm256_set1_epi8(0x01), m3 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3);
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC], scz[TC];
+        float dw[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) scz[c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 110;
+            int8_t sc[16];
+            kquant_q3_k_scales(blk + 96, sc);
+            scz[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+            dw[c] = half_at(blk + 108);
+            prefetch(blk + PF_ROWS * wrb, 110);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int t = 0; t < 8; t++) {
+            int h = t / 4, k = t % 4;
+            __m256i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w + c * wrb + b * 110;
+                __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h));
+                __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, t), m1);
+                wq[c] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+                sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = _mm256_add_epi32(acc[r][c],
+                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
+            }
+        }
+        __m256i isum = reduce_tile(acc);
+        __m256i lo = _mm256_permute2x128_si256(scz[0], scz[1], 0x20);
+        __m256i hi = _mm256_permute2x128_si256(scz[0], scz[1], 0x31);
+        __m256i q[TR];
+        for (int r = 0; r < TR; r++) {
+            if (r < nr) {
+                const int16_t *bs = x[r * nb + b].bsum16;
+                q[r] = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
+                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+            } else {
+                q[r] = zero;
+            }
+        }
+        __m256i off = red4(q[0], q[1], q[2], q[3]);
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
+/* Q2_K: Q3_K's chunks without the hmask bit (values 0..3), the groups'
+ * scales the low nibbles of the 16 scale bytes; msum is the high nibbles
+ * (mins) times bsum16, then kquant.h's two fused multiply-adds. */
+static inline __attribute__((always_inline)) void q2k_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                           const uint8_t *w, size_t wrb, int nc, float *out,
+                                                           int64_t ldo) {
+    const __m256i m3 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
+                                          3, 2, 3, 2, 3, 2, 3);
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC], scz[TC], mnz[TC];
+        float dw[TC] = {0}, dm[TC] = {0}, dx[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < TC; c++) scz[c] = mnz[c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * 84;
+            __m128i sb = _mm_loadu_si128((const __m128i *)blk);
+            scz[c] = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F)));
+            mnz[c] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+            dw[c] = half_at(blk + 80);
+            dm[c] = half_at(blk + 82);
+            prefetch(blk + PF_ROWS * wrb, 84);
+        }
+        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
+        for (int t = 0; t < 8; t++) {
+            int h = t / 4, k = t % 4;
+            __m256i wq[TC], sv[TC];
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w + c * wrb + b * 84;
+                __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+                wq[c] = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
+                for (int c = 0; c < nc; c++)
+                    acc[r][c] = _mm256_add_epi32(acc[r][c],
+                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
+            }
+        }
+        __m256i isum = reduce_tile(acc);
+        __m256i lo = _mm256_permute2x128_si256(mnz[0], mnz[1], 0x20);
+        __m256i hi = _mm256_permute2x128_si256(mnz[0], mnz[1], 0x31);
+        __m256i q[TR];
+        for (int r = 0; r < TR; r++) {
+            if (r < nr) {
+                const int16_t *bs = x[r * nb + b].bsum16;
+                q[r] = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
+                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+            } else {
+                q[r] = zero;
+            }
+        }
+        __m256i msum = red4(q[0], q[1], q[2], q[3]);
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+        facc = _mm256_fnmadd_ps(outer(dm, dx), _mm256_cvtepi32_ps(msum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
 /* IQ4_XS: sub-block j (32 elements) is the low then the high nibbles of
  * the 16 code bytes at blk + 8 + 16 j, through VPSHUFB to kernels/iq4nl.h's
  * int8 values; VPMADDUBSW takes |value| times x with the value's sign (a
@@ -264,6 +394,20 @@ void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const u
     if (cols == TC && rows == TR) q6k_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) q6k_body(x, nb, 1, w, wrb, TC, out, ldo);
     else q6k_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+void kquant_tile_q3_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                           float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q3k_body(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) q3k_body(x, nb, 1, w, wrb, TC, out, ldo);
+    else q3k_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                           float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) q2k_body(x, nb, TR, w, wrb, TC, out, ldo);
+    else if (cols == TC && rows == 1) q2k_body(x, nb, 1, w, wrb, TC, out, ldo);
+    else q2k_body(x, nb, rows, w, wrb, cols, out, ldo);
 }
 
 void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,

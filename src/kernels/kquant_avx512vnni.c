@@ -1,5 +1,5 @@
 /*
- * kquant_avx512vnni.c - the Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles with AVX512-VNNI
+ * kquant_avx512vnni.c - the Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles with AVX512-VNNI
  * (VPDPWSSD; the body is kquant_avx512_body.h), as the kernel family
  * matmul_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
  * has VNNI. Compiled with AVX-512 + VNNI flags (CMakeLists.txt).
@@ -17,6 +17,8 @@ const pdl_tile_kernels matmul_tiles_avx512_vnni = {
     .q4k = kq_vnni_tile_q4_k,
     .q5k = kq_vnni_tile_q5_k,
     .q6k = kq_vnni_tile_q6_k,
+    .q3k = kq_vnni_tile_q3_k,
+    .q2k = kq_vnni_tile_q2_k,
     .iq4xs = kq_vnni_tile_iq4_xs,
 };
 #else

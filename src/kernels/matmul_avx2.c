@@ -261,6 +261,8 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .q4k = kquant_tile_q4_k_avx2, /* kquant_avx2.c */
     .q5k = kquant_tile_q5_k_avx2,
     .q6k = kquant_tile_q6_k_avx2,
+    .q3k = kquant_tile_q3_k_avx2,
+    .q2k = kquant_tile_q2_k_avx2,
     .iq4xs = kquant_tile_iq4_xs_avx2,
 };
 #else

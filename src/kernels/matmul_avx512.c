@@ -284,6 +284,8 @@ const pdl_tile_kernels matmul_tiles_avx512 = {
     .q4k = kquant_tile_q4_k_avx512, /* kquant_avx512.c */
     .q5k = kquant_tile_q5_k_avx512,
     .q6k = kquant_tile_q6_k_avx512,
+    .q3k = kquant_tile_q3_k_avx512,
+    .q2k = kquant_tile_q2_k_avx512,
     .iq4xs = kquant_tile_iq4_xs_avx512,
 };
 #else

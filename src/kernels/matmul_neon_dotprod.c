@@ -1,5 +1,6 @@
 /*
- * matmul_neon_dotprod.c - the NEON family's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q4_K, Q5_K, Q6_K and IQ4_XS
+ * matmul_neon_dotprod.c - the NEON family's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K and IQ4_XS
  * tiles with SDOT
  * (Armv8.2 DotProd: one instruction gives a lane the exact sum of 4 int8
  * products, the 4-sums the order needs). Compiled with
@@ -35,6 +36,8 @@ const pdl_tile_kernels matmul_tiles_neon_dotprod = {
     .q4k = tile_q4_k,
     .q5k = tile_q5_k,
     .q6k = tile_q6_k,
+    .q3k = tile_q3_k,
+    .q2k = tile_q2_k,
     .iq4xs = tile_iq4_xs,
 };
 #else

@@ -1,7 +1,7 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_XS), written once and included by matmul_neon.c
- * (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), written once and
+ * included by matmul_neon.c (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
  *
@@ -10,16 +10,16 @@
  * products 4j .. 4j+3; lanes are scaled by d_w * d_x with one fused
  * multiply-add each into 8 accumulators, which are added as
  * (a0+a4 + a2+a6) + (a1+a5 + a3+a7).
- * Q4_K / Q5_K / Q6_K / IQ4_XS: kquant.h's order: per super-block, a weight row's 256
- * values are unpacked once to int8 (Q6_K's already minus 32) and serve
+ * Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS: kquant.h's order: per super-block, a weight row's 256
+ * values are unpacked once to int8 (Q6_K's already minus 32, Q3_K's -4..3) and serve
  * every activation row of the tile; isum = sum over the 16 groups of 16
  * of scale x (exact int32 dot), then one fmaf per term per element.
  *
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
- * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl, tile_q5_0, tile_q4_1, tile_q5_1 (pdl_tile_q8_fn), tile_q4_k,
- * tile_q5_k, tile_q6_k and tile_iq4_xs (pdl_tile_kq_fn).
+ * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl, tile_q5_0, tile_q4_1, tile_q5_1 (pdl_tile_q8_fn), tile_q2_k,
+ * tile_q3_k, tile_q4_k, tile_q5_k, tile_q6_k and tile_iq4_xs (pdl_tile_kq_fn).
  */
 #include <math.h>
 #include <string.h>
@@ -183,8 +183,8 @@ DEFINE_LEGACY_TILE(tile_q4_1, PDL_DTYPE_Q4_1)
 DEFINE_LEGACY_TILE(tile_q5_1, PDL_DTYPE_Q5_1)
 
 /* sum over g < 16 of sc[g] * (sum of the 16 products of group g), exact:
- * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128)
- * and IQ4_XS (|q| <= 127, |sc| <= 32). */
+ * |sum| < 2^31 for Q4_K (|q| < 16, sc < 64), Q5_K (q < 32), Q6_K (|q| <= 32, |sc| <= 128),
+ * Q3_K (|q| <= 4, |sc| <= 32), Q2_K (q <= 3, sc < 16) and IQ4_XS (|q| <= 127, |sc| <= 32). */
 static inline int32_t kq_isum(const int8_t *wq, const int8_t *xq, const int32_t sc[16]) {
     int32x4_t acc = vdupq_n_s32(0);
     for (int g = 0; g < 16; g += 2) {
@@ -255,6 +255,40 @@ static inline void q6k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]
     }
 }
 
+/* A Q3_K block's 256 values -4..3 as int8 (chunk t = 4 h + k: bits 2k of
+ * qs[32 h ..] = blk[32 + 32 h ..], minus 4 unless bit t of hmask[l] =
+ * blk[l] is set), its 16 scales minus 32. */
+static inline void q3k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16]) {
+    int8_t s8[16];
+    kquant_q3_k_scales(blk + 96, s8);
+    for (int g = 0; g < 16; g++) sc[g] = s8[g];
+    for (int t = 0; t < 8; t++) {
+        int h = t / 4, k = t % 4;
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t qs = vld1q_u8(blk + 32 + 32 * h + 16 * half);
+            uint8x16_t hm = vld1q_u8(blk + 16 * half);
+            uint8x16_t lo = vandq_u8(vshlq_u8(qs, vdupq_n_s8((int8_t)(-2 * k))), vdupq_n_u8(3));
+            uint8x16_t hb = vandq_u8(vshlq_u8(hm, vdupq_n_s8((int8_t)(-t))), vdupq_n_u8(1));
+            uint8x16_t q = vorrq_u8(lo, vshlq_n_u8(hb, 2));
+            vst1q_s8(wq + 32 * t + 16 * half, vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(4)));
+        }
+    }
+}
+
+/* A Q2_K block's 256 values 0..3 as int8 (Q3_K's chunks of qs = blk +
+ * 16), its 16 scales (low nibbles of blk[0..15]) and mins (high). */
+static inline void q2k_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[16], int32_t mn[16]) {
+    for (int g = 0; g < 16; g++) sc[g] = blk[g] & 0xF, mn[g] = blk[g] >> 4;
+    for (int t = 0; t < 8; t++) {
+        int h = t / 4, k = t % 4;
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t qs = vld1q_u8(blk + 16 + 32 * h + 16 * half);
+            uint8x16_t q = vandq_u8(vshlq_u8(qs, vdupq_n_s8((int8_t)(-2 * k))), vdupq_n_u8(3));
+            vst1q_s8(wq + 32 * t + 16 * half, vreinterpretq_s8_u8(q));
+        }
+    }
+}
+
 /* An IQ4_XS block's 256 values as int8 (sub-block j: the low then the high
  * nibbles of the codes at blk + 8 + 16 j through kernels/iq4nl.h's table),
  * its 8 signed scales ls_j - 32 per 16-group. */
@@ -271,8 +305,8 @@ static inline void iq4xs_unpack(const uint8_t *blk, int8_t wq[256], int32_t sc[1
 static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x, int64_t nb, int nr,
                                                           const uint8_t *w, size_t wrb, int nc, float *out,
                                                           int64_t ldo, int q6) {
-    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 IQ4_XS */
-    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 136 : 144;
+    /* q6: 0 Q4_K, 1 Q6_K, 2 Q5_K, 3 Q3_K, 4 Q2_K, 5 IQ4_XS */
+    const size_t bb = q6 == 1 ? 210 : q6 == 2 ? 176 : q6 == 3 ? 110 : q6 == 4 ? 84 : q6 == 5 ? 136 : 144;
     float acc[TR][TC];
     for (int r = 0; r < TR; r++)
         for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
@@ -281,12 +315,19 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
             const uint8_t *blk = w + c * wrb + b * bb;
             for (size_t o = 0; o < bb; o += 64) __builtin_prefetch(blk + PF_ROWS * wrb + o);
             int8_t wq[256];
-            int32_t sc[16], mn[8];
+            int32_t sc[16], mn[16];
             float dw, dm = 0.0f;
             if (q6 == 1) {
                 q6k_unpack(blk, wq, sc);
                 dw = neon_half(blk + 208);
             } else if (q6 == 3) {
+                q3k_unpack(blk, wq, sc);
+                dw = neon_half(blk + 108);
+            } else if (q6 == 4) {
+                q2k_unpack(blk, wq, sc, mn);
+                dw = neon_half(blk + 80);
+                dm = neon_half(blk + 82);
+            } else if (q6 == 5) {
                 iq4xs_unpack(blk, wq, sc);
                 dw = neon_half(blk);
             } else {
@@ -299,9 +340,13 @@ static inline __attribute__((always_inline)) void kq_body(const pdl_block_q8k *x
                 const pdl_block_q8k *xb = x + r * nb + b;
                 int32_t isum = kq_isum(wq, xb->qs, sc);
                 acc[r][c] = fmaf(dw * xb->d, (float)isum, acc[r][c]);
-                if (q6 != 1 && q6 != 3) {
+                if (q6 == 0 || q6 == 2) {
                     int32_t msum = 0;
                     for (int j = 0; j < 8; j++) msum += mn[j] * xb->bsum32[j];
+                    acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
+                } else if (q6 == 4) {
+                    int32_t msum = 0;
+                    for (int g = 0; g < 16; g++) msum += mn[g] * xb->bsum16[g];
                     acc[r][c] = fmaf(-(dm * xb->d), (float)msum, acc[r][c]);
                 }
             }
@@ -325,6 +370,20 @@ static void tile_q5_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_
     else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 2);
 }
 
+static void tile_q3_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                      float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 3);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 3);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 3);
+}
+
+static void tile_q2_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                      float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 4);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 4);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 4);
+}
+
 static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                       float *out, int64_t ldo) {
     if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
@@ -334,7 +393,7 @@ static void tile_q6_k(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_
 
 static void tile_iq4_xs(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                         float *out, int64_t ldo) {
-    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 3);
-    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 3);
-    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 3);
+    if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 5);
+    else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 5);
+    else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 5);
 }

@@ -22,15 +22,20 @@ static bool quantized(pdl_dtype dt) {
            legacy_quant(dt);
 }
 static bool kquant(pdl_dtype dt) {
-    return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_IQ4_XS;
+    return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_Q3_K ||
+           dt == PDL_DTYPE_Q2_K || dt == PDL_DTYPE_IQ4_XS;
 }
 
 /* Bytes of one super-block of a k-quant (or IQ4_XS) panel, and of the file's. */
 static size_t kpanel_block(pdl_dtype dt) {
+    if (dt == PDL_DTYPE_Q3_K) return PDL_Q3K_PANEL_BLOCK;
+    if (dt == PDL_DTYPE_Q2_K) return PDL_Q2K_PANEL_BLOCK;
     if (dt == PDL_DTYPE_IQ4_XS) return PDL_IQ4XS_PANEL_BLOCK;
     return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
 }
 static size_t kfile_block(pdl_dtype dt) {
+    if (dt == PDL_DTYPE_Q3_K) return 110;
+    if (dt == PDL_DTYPE_Q2_K) return 84;
     if (dt == PDL_DTYPE_IQ4_XS) return 136;
     return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210;
 }
@@ -58,7 +63,9 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_Q5_1: return cpu_features_get()->avx512vnni && qpanel_tile_q8_0_vnni;
     case PDL_DTYPE_Q4_K:
     case PDL_DTYPE_Q5_K:
-    case PDL_DTYPE_Q6_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
+    case PDL_DTYPE_Q6_K:
+    case PDL_DTYPE_Q3_K:
+    case PDL_DTYPE_Q2_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     case PDL_DTYPE_IQ4_XS: return cpu_features_get()->avx512vnni && kpanel_tile_iq4_xs_vnni;
     default: return false;
     }
@@ -134,6 +141,37 @@ static void pack_q6_k_block(uint8_t *db, int c, const uint8_t *blk) {
     memcpy(db + 3328 + c * 2, blk + 208, 2);                          /* d */
 }
 
+/* Q3_K: per step of 4 bytes the qs words of both halves and the hmask
+ * word, then the decoded scales and d. */
+static void pack_q3_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int l4 = 0; l4 < 8; l4++) {
+        uint8_t *wd = db + (size_t)(l4 * 3) * 64 + c * 4;
+        memcpy(wd, blk + 32 + 4 * l4, 4);
+        memcpy(wd + 64, blk + 64 + 4 * l4, 4);
+        memcpy(wd + 128, blk + 4 * l4, 4);
+    }
+    int8_t sc[16];
+    kquant_q3_k_scales(blk + 96, sc);
+    for (int g = 0; g < 16; g++) db[1536 + g * 16 + c] = (uint8_t)sc[g];
+    memcpy(db + 1792 + c * 2, blk + 108, 2); /* d */
+}
+
+/* Q2_K: per step of 4 bytes the qs words of both halves, then the scale
+ * and min nibbles and the halves. */
+static void pack_q2_k_block(uint8_t *db, int c, const uint8_t *blk) {
+    for (int l4 = 0; l4 < 8; l4++) {
+        uint8_t *wd = db + (size_t)(l4 * 2) * 64 + c * 4;
+        memcpy(wd, blk + 16 + 4 * l4, 4);
+        memcpy(wd + 64, blk + 48 + 4 * l4, 4);
+    }
+    for (int g = 0; g < 16; g++) {
+        db[1024 + g * 16 + c] = blk[g] & 0xF;
+        db[1280 + g * 16 + c] = blk[g] >> 4;
+    }
+    memcpy(db + 1536 + c * 2, blk + 80, 2); /* d */
+    memcpy(db + 1568 + c * 2, blk + 82, 2); /* dmin */
+}
+
 /* IQ4_XS: the code bytes as words, the signed scales, d. */
 static void pack_iq4_xs_block(uint8_t *db, int c, const uint8_t *blk) {
     for (int w4 = 0; w4 < 32; w4++) memcpy(db + w4 * 64 + c * 4, blk + 8 + 4 * w4, 4);
@@ -158,6 +196,8 @@ static void pack_worker(void *p, int ith, int nth) {
                 size_t bb = kfile_block(dt), pbb = kpanel_block(dt);
                 void (*pack)(uint8_t *, int, const uint8_t *) = dt == PDL_DTYPE_Q6_K   ? pack_q6_k_block
                                                                 : dt == PDL_DTYPE_Q5_K ? pack_q5_k_block
+                                                                : dt == PDL_DTYPE_Q3_K ? pack_q3_k_block
+                                                                : dt == PDL_DTYPE_Q2_K ? pack_q2_k_block
                                                                                        : pack_q4_k_block;
                 if (dt == PDL_DTYPE_IQ4_XS) pack = pack_iq4_xs_block;
                 int64_t nb = in / PDL_QK_K;
@@ -500,6 +540,51 @@ static float q6_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float
     return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
+/* The value -4..3 of element e of row c in a Q3_K panel block (the
+ * file's qs / hmask bit positions, weight_panels.h). */
+static int q3_panel_value(const uint8_t *db, int c, int e) {
+    int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const uint8_t *wd = db + (size_t)((l / 4) * 3) * 64 + c * 4 + l % 4;
+    int q = (wd[64 * h] >> (2 * k)) & 3;
+    return (wd[128] >> (4 * h + k)) & 1 ? q : q - 4;
+}
+
+/* Per group of 16: the exact sum of q x times the group's scale into isum;
+ * one fma per block. */
+static float q3_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0;
+    for (int gr = 0; gr < 16; gr++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) s += q3_panel_value(db, c, 16 * gr + i) * xb->qs[16 * gr + i];
+        isum += (int8_t)db[1536 + gr * 16 + c] * s;
+    }
+    uint16_t d16;
+    memcpy(&d16, db + 1792 + c * 2, 2);
+    return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+}
+
+/* Q2_K: per group of 16 the exact sum of q x (q 0..3 in Q3_K's qs
+ * positions) times the group's scale into isum, the mins times the
+ * activation sums per 16 into msum; then the two fused multiply-adds. */
+static float q2_k_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0, msum = 0;
+    for (int gr = 0; gr < 16; gr++) {
+        int32_t s = 0;
+        for (int i = 0; i < 16; i++) {
+            int e = 16 * gr + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+            int q = (db[(size_t)((l / 4) * 2 + h) * 64 + c * 4 + l % 4] >> (2 * k)) & 3;
+            s += q * xb->qs[e];
+        }
+        isum += db[1024 + gr * 16 + c] * s;
+        msum += db[1280 + gr * 16 + c] * xb->bsum16[gr];
+    }
+    uint16_t d16, m16;
+    memcpy(&d16, db + 1536 + c * 2, 2);
+    memcpy(&m16, db + 1568 + c * 2, 2);
+    acc = fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+    return fmaf(-(fp16_f16_to_f32(m16) * xb->d), (float)msum, acc);
+}
+
 /* IQ4_XS: per sub-block j the exact sum of v x (v the code's int8 value),
  * times its signed scale, into isum; one fma per block. */
 static float iq4_xs_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
@@ -554,6 +639,18 @@ static void portable_q5_k(const pdl_block_q8k *x, int64_t ldx, int rows, const u
 static void portable_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
                           int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
     portable_ktile(q6_k_block, PDL_Q6K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_q3_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q3_k_block, PDL_Q3K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                          int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(q2_k_block, PDL_Q2K_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -762,11 +859,18 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
         return;
     }
     if (kquant(dt)) {
-        int k = dt == PDL_DTYPE_Q4_K ? 0 : dt == PDL_DTYPE_Q5_K ? 1 : 2;
-        const pdl_kpanel_fn vnni[3] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni};
-        const pdl_kpanel_fn avxvnni[3] = {kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni};
-        const pdl_kpanel_fn avx2[3] = {kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2};
-        const pdl_kpanel_fn portable[3] = {portable_q4_k, portable_q5_k, portable_q6_k};
+        int k = dt == PDL_DTYPE_Q4_K   ? 0
+                : dt == PDL_DTYPE_Q5_K ? 1
+                : dt == PDL_DTYPE_Q6_K ? 2
+                : dt == PDL_DTYPE_Q3_K ? 3
+                                       : 4;
+        const pdl_kpanel_fn vnni[5] = {kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni,
+                                       kpanel_tile_q3_k_vnni, kpanel_tile_q2_k_vnni};
+        const pdl_kpanel_fn avxvnni[5] = {kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni,
+                                          kpanel_tile_q3_k_avxvnni, kpanel_tile_q2_k_avxvnni};
+        const pdl_kpanel_fn avx2[5] = {kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2,
+                                       kpanel_tile_q3_k_avx2, kpanel_tile_q2_k_avx2};
+        const pdl_kpanel_fn portable[5] = {portable_q4_k, portable_q5_k, portable_q6_k, portable_q3_k, portable_q2_k};
         if (avx512 && f->avx512vnni) *kfn = vnni[k];
         else if (family_avxvnni(isa)) *kfn = avxvnni[k];
         else if (isa == PDL_ISA_AVX2) *kfn = avx2[k];

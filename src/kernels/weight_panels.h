@@ -1,5 +1,6 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and IQ4_XS weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
+ * and IQ4_XS weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -63,6 +64,18 @@
  *         in the file's bit positions, side by side in the order the
  *         kernels read them); then the 16 int8 scales (byte 16 g + c), the
  *         16 rows' d (halves) and 32 bytes of zeros.
+ *   Q3_K (super-blocks of 256): PDL_Q3K_PANEL_BLOCK bytes per super-block:
+ *         for each step l4 = 0..7, three vectors of 16 words, word c
+ *         holding 4 bytes of row c's block: qs bytes 4 l4 .., qs bytes 32
+ *         + 4 l4 .., hmask bytes 4 l4 .. (all that elements 128h + 32k +
+ *         4 l4 + 0..3, h = 0..1, k = 0..3, need, in the file's bit
+ *         positions); then the 16 scales minus 32 as int8 (byte 16 g + c),
+ *         the 16 rows' d (halves) and 32 bytes of zeros.
+ *   Q2_K (super-blocks of 256): PDL_Q2K_PANEL_BLOCK bytes per super-block:
+ *         Q3_K's steps without the hmask word (for each step l4 two
+ *         vectors of 16 words: qs bytes 4 l4 .., qs bytes 32 + 4 l4 ..);
+ *         then the 16 four-bit scales (byte 16 g + c), the 16 four-bit
+ *         mins likewise, the 16 rows' d (halves) and their dmin (halves).
  *   IQ4_XS (super-blocks of 256): PDL_IQ4XS_PANEL_BLOCK bytes per
  *         super-block: 32 x 16 32-bit words, word (w4, c) holding the
  *         file's code bytes 4 w4 .. 4 w4 + 3 of row 16p + c's block (byte
@@ -88,10 +101,10 @@
  *         Q4_1 / Q5_1 acc = fma((float)xs[b], m[b] * dx[b], acc), xs[b]
  *         the exact sum of the block's 32 quantized activations
  *         (matmul_quantize_row_q8_0_sums);
- *   Q4_K, Q5_K, Q6_K, IQ4_XS: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
  *         integer sums, then one or two fused multiply-adds), so panels
- *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ /
+ *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ /
  *         kquant_dot_iq4_xs_q8_k and of
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
@@ -116,7 +129,8 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K or IQ4_XS matrix) can be
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or
+ * IQ4_XS matrix) can be
  * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
@@ -175,7 +189,7 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
-/* Q4_K / Q5_K / Q6_K / IQ4_XS weights: rows x (panels x 16) outputs from activations quantized
+/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights: rows x (panels x 16) outputs from activations quantized
  * to Q8_K (ldx blocks apart, `blocks` per row). */
 typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
                               size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
@@ -189,6 +203,12 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 /* ... and of Q6_K: 3072 of ql and qh, 256 of scales, 32 of d, 32 of
  * padding (64-byte alignment). */
 #define PDL_Q6K_PANEL_BLOCK 3392
+/* ... and of Q3_K: 1536 of qs and hmask, 256 of scales, 32 of d, 32 of
+ * padding. */
+#define PDL_Q3K_PANEL_BLOCK 1856
+/* ... and of Q2_K: 1024 of qs, 256 of scales, 256 of mins, 32 of d and 32
+ * of dmin. */
+#define PDL_Q2K_PANEL_BLOCK 1600
 /* ... and of IQ4_XS: 2048 of codes, 128 of signed scales, 32 of d, 32 of
  * padding (64-byte alignment). */
 #define PDL_IQ4XS_PANEL_BLOCK 2240
@@ -244,17 +264,20 @@ extern const pdl_qpanel_fn qpanel_tile_q8_0_vnni, qpanel_tile_q4_0_vnni, qpanel_
     qpanel_tile_iq4_nl_vnni; /* weight_panels_avx512vnni.c */
 extern const pdl_qpanel_fn qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_tile_q5_1_vnni; /* likewise */
 extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
+extern const pdl_kpanel_fn kpanel_tile_q3_k_vnni, kpanel_tile_q2_k_vnni;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni; /* likewise */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
     qpanel_tile_iq4_nl_avx2;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2;
+extern const pdl_kpanel_fn kpanel_tile_q3_k_avx2, kpanel_tile_q2_k_avx2;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
     qpanel_tile_iq4_nl_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni;
+extern const pdl_kpanel_fn kpanel_tile_q3_k_avxvnni, kpanel_tile_q2_k_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avxvnni;
 extern const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni;
 
@@ -266,7 +289,7 @@ typedef struct pdl_panel_kernels {
     bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
     pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL tile */
-    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q4_K / Q5_K / Q6_K / IQ4_XS tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS tile */
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */

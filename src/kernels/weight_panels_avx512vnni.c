@@ -1,6 +1,6 @@
 /*
  * weight_panels_avx512vnni.c - AVX-512 VNNI panel tiles for Q8_0, Q4_0, MXFP4,
- * IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layout and order in weight_panels.h).
+ * IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layout and order in weight_panels.h).
  *
  * Per block, each accumulator's integer sum starts at -offset * (sum of the
  * row's 32 quantized activations) and VPDPBUSD adds the products of the
@@ -474,6 +474,267 @@ static void kpanel_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uin
     }
 }
 
+/* Q3_K: the unsigned values q + 4 (0..7) of 4 elements of 16 rows for
+ * half H and quarter K: bits 2K of qs word vector A (the half's), bit 4H +
+ * K of hmask word vector M moved to bit 2 (16-bit shifts: no bit crosses
+ * into the other byte's bits 0..2). */
+static inline __attribute__((always_inline)) __m512i q3_values(const int half, const int quarter, __m512i a,
+                                                               __m512i m) {
+    const int t = 4 * half + quarter;
+    __m512i lo = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), _mm512_set1_epi8(0x03));
+    __m512i hb = t <= 2 ? _mm512_slli_epi16(m, (unsigned)(2 - t)) : _mm512_srli_epi16(m, (unsigned)(t - 2));
+    return _mm512_or_si512(lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x04)));
+}
+
+/* Rows x panels of Q3_K (NR up to R, NG up to 2): per group of 16
+ * elements VPDPBUSD sums (q + 4) x over 4 steps of 4 (exact), the group's
+ * sum of x times 4 is taken off and the group's scale multiplies it into
+ * the super-block's isum; then one fused multiply-add, as kquant.h. */
+static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
+                                                         int last_cols, float *y, int64_t ldy, const float *bias,
+                                                         bool accumulate) {
+    __m512 acc[R][2];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[2];
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        __m512i isum[R][2];
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++)
+#pragma GCC unroll 4
+            for (int quarter = 0; quarter < 4; quarter++) /* constants in each copy: q3_values without branches */
+#pragma GCC unroll 2
+                for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m512i sg[R][2];
+                    for (int r = 0; r < nr; r++)
+                        for (int g = 0; g < ng; g++) sg[r][g] = _mm512_setzero_si512();
+                    for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                        __m512i w[2];
+                        for (int g = 0; g < ng; g++) {
+                            const uint8_t *wd = blk[g] + (size_t)(l4 * 3) * 64;
+                            __m512i a = _mm512_load_si512((const void *)(wd + half * 64));
+                            __m512i m = _mm512_load_si512((const void *)(wd + 128));
+                            w[g] = q3_values(half, quarter, a, m);
+                        }
+                        for (int r = 0; r < nr; r++) {
+                            __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
+                            for (int g = 0; g < ng; g++) sg[r][g] = _mm512_dpbusd_epi32(sg[r][g], w[g], xb);
+                        }
+                    }
+                    for (int g = 0; g < ng; g++) {
+                        __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 1536 + group * 16)));
+                        for (int r = 0; r < nr; r++) {
+                            __m512i off = _mm512_set1_epi32(4 * x[r * ldx + b].bsum16[group]);
+                            isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r][g], off), sc));
+                        }
+                    }
+                }
+        for (int g = 0; g < ng; g++) {
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk[g] + 1792)));
+            for (int r = 0; r < nr; r++) {
+                __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
+                acc[r][g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r][g]), acc[r][g]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
+}
+
+/* One activation row (decode): each step's three loads (side by side in
+ * the panel) give the values of all eight quarters, summed into one
+ * accumulator per quarter (the groups of a step's 4 elements). */
+static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        const int8_t *xq = x[b].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int gs = 0; gs < 2; gs++) {
+            __m512i s[8];
+            for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
+            for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                const uint8_t *wd = blk + (size_t)(l4 * 3) * 64;
+                _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 128 + PANEL_AHEAD), _MM_HINT_T0);
+                __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
+                __m512i m = _mm512_load_si512((const void *)(wd + 128));
+#pragma GCC unroll 8
+                for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
+                    __m512i xb = _mm512_set1_epi32(load4(xq + 32 * t + 4 * l4));
+                    s[t] = _mm512_dpbusd_epi32(s[t], q3_values(t / 4, t % 4, t / 4 ? a1 : a0, m), xb);
+                }
+            }
+            for (int t = 0; t < 8; t++) {
+                int group = 2 * t + gs;
+                __m512i off = _mm512_set1_epi32(4 * x[b].bsum16[group]);
+                __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1536 + group * 16)));
+                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(s[t], off), sc));
+            }
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1792)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(isum), acc);
+    }
+    panel_store(y, acc, bias, accumulate, true, last_cols);
+}
+
+/* 4-row tiles take 2 panels at a time, as Q6_K's. */
+static void kpanel_q3_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            q3body1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                    bias ? bias + g * 16 : NULL, accumulate);
+        return;
+    }
+    for (int g0 = 0; g0 < panels; g0 += 2) {
+        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
+        const uint8_t *pp = panel + (size_t)g0 * pb;
+        float *yy = y + g0 * 16;
+        const float *bb = bias ? bias + g0 * 16 : NULL;
+        if (rows == R && ng == 2) q3body(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else if (ng == 2) q3body(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else q3body(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
+    }
+}
+
+/* Q2_K: the end of a super-block: msum (the mins times the activation
+ * sums per 16) and kquant.h's two fused multiply-adds into acc. */
+static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *blk, __m512i isum,
+                                                                 const pdl_block_q8k *xb, __m512 acc) {
+    __m512i msum = _mm512_setzero_si512();
+    for (int g = 0; g < 16; g++) {
+        __m512i mn = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1280 + g * 16)));
+        msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(mn, _mm512_set1_epi32(xb->bsum16[g])));
+    }
+    __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1536)));
+    __m512 dm = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1568)));
+    __m512 dx = _mm512_set1_ps(xb->d);
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum), acc);
+    __m512 mdx = _mm512_castsi512_ps(
+        _mm512_xor_si512(_mm512_castps_si512(_mm512_mul_ps(dm, dx)), _mm512_set1_epi32((int)0x80000000u)));
+    return _mm512_fmadd_ps(mdx, _mm512_cvtepi32_ps(msum), acc);
+}
+
+/* Rows x panels of Q2_K (NR up to R, NG up to 2): per group of 16
+ * elements VPDPBUSD sums q x over 4 steps of 4 (exact), the group's scale
+ * multiplies it into the super-block's isum; then q2_block_end. */
+static inline __attribute__((always_inline)) void q2body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
+                                                         int last_cols, float *y, int64_t ldy, const float *bias,
+                                                         bool accumulate) {
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    __m512 acc[R][2];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[2];
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        __m512i isum[R][2];
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++)
+#pragma GCC unroll 4
+            for (int quarter = 0; quarter < 4; quarter++)
+#pragma GCC unroll 2
+                for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m512i sg[R][2];
+                    for (int r = 0; r < nr; r++)
+                        for (int g = 0; g < ng; g++) sg[r][g] = _mm512_setzero_si512();
+                    for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                        __m512i w[2];
+                        for (int g = 0; g < ng; g++) {
+                            __m512i a = _mm512_load_si512((const void *)(blk[g] + (size_t)(l4 * 2 + half) * 64));
+                            w[g] = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
+                        }
+                        for (int r = 0; r < nr; r++) {
+                            __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
+                            for (int g = 0; g < ng; g++) sg[r][g] = _mm512_dpbusd_epi32(sg[r][g], w[g], xb);
+                        }
+                    }
+                    for (int g = 0; g < ng; g++) {
+                        __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 1024 + group * 16)));
+                        for (int r = 0; r < nr; r++) isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(sg[r][g], sc));
+                    }
+                }
+        for (int g = 0; g < ng; g++)
+            for (int r = 0; r < nr; r++) acc[r][g] = q2_block_end(blk[g], isum[r][g], &x[r * ldx + b], acc[r][g]);
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
+}
+
+/* One activation row (decode): each step's two loads give the values of
+ * all eight quarters, summed into one accumulator per quarter. */
+static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        const int8_t *xq = x[b].qs;
+        __m512i isum = _mm512_setzero_si512();
+        for (int gs = 0; gs < 2; gs++) {
+            __m512i s[8];
+            for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
+            for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                const uint8_t *wd = blk + (size_t)(l4 * 2) * 64;
+                _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+                __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
+#pragma GCC unroll 8
+                for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
+                    __m512i xb = _mm512_set1_epi32(load4(xq + 32 * t + 4 * l4));
+                    __m512i v = _mm512_and_si512(_mm512_srli_epi16(t / 4 ? a1 : a0, (unsigned)(2 * (t % 4))), m3);
+                    s[t] = _mm512_dpbusd_epi32(s[t], v, xb);
+                }
+            }
+            for (int t = 0; t < 8; t++) {
+                int group = 2 * t + gs;
+                __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1024 + group * 16)));
+                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s[t], sc));
+            }
+        }
+        acc = q2_block_end(blk, isum, &x[b], acc);
+    }
+    panel_store(y, acc, bias, accumulate, true, last_cols);
+}
+
+/* 4-row tiles take 2 panels at a time, as Q6_K's. */
+static void kpanel_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            q2body1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                    bias ? bias + g * 16 : NULL, accumulate);
+        return;
+    }
+    for (int g0 = 0; g0 < panels; g0 += 2) {
+        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
+        const uint8_t *pp = panel + (size_t)g0 * pb;
+        float *yy = y + g0 * 16;
+        const float *bb = bias ? bias + g0 * 16 : NULL;
+        if (rows == R && ng == 2) q2body(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else if (ng == 2) q2body(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else q2body(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
+    }
+}
+
 /* IQ4_XS, NR rows x NG panels: per sub-block j the codes' values + 128
  * (VPSHUFB, as IQ4_NL's) times the activations, 4 steps of a low and a
  * high nibble vector, into a sum that starts at -128 x the activations'
@@ -645,6 +906,8 @@ const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = qpanel_iq4_nl;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = kpanel_q4_k;
 const pdl_kpanel_fn kpanel_tile_q5_k_vnni = kpanel_q5_k;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
+const pdl_kpanel_fn kpanel_tile_q3_k_vnni = kpanel_q3_k;
+const pdl_kpanel_fn kpanel_tile_q2_k_vnni = kpanel_q2_k;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = kpanel_iq4_xs;
 const pdl_qpanel_fn qpanel_tile_q5_0_vnni = qpanel_q5_0;
 const pdl_qpanel_fn qpanel_tile_q4_1_vnni = qpanel_q4_1;
@@ -657,6 +920,8 @@ const pdl_qpanel_fn qpanel_tile_iq4_nl_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q4_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q5_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q3_k_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_q2_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q5_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_1_vnni = NULL;

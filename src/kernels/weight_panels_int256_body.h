@@ -1,6 +1,6 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layouts and order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -22,7 +22,9 @@
  *         32767. So Q4_0 and Q4_K nibbles sum a whole 32-block in int16;
  *         Q6_K's 6-bit values (at most 63: 16002 a pair) fold every 2
  *         steps; Q5_K's values (at most 31: 7874 a pair) fold every 4
- *         steps; Q8_0 takes the sign trick (|w| times x with w's sign, a
+ *         steps; Q3_K's values + 4 (at most 7: 1778 a pair) sum a whole
+ *         group of 16 (4 steps, 7112) in int16, Q2_K's (at most 3)
+ *         likewise; Q8_0 takes the sign trick (|w| times x with w's sign, a
  *         pair at most 32512) and folds every step (ib_q8_piece).
  *         MXFP4's codes become their doubled values + 12 (0..24) by a byte
  *         shuffle (VPSHUFB): a pair is at most 6096, so its int16 sums
@@ -832,6 +834,290 @@ static void PANEL_PREFIX(q6_k)(const pdl_block_q8k *x, int64_t ldx, int rows, co
                                int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
                                bool accumulate) {
     ib_k_tile(1, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
+}
+
+/* ---- Q3_K ---------------------------------------------------------------------- */
+
+/* Q3_K: the unsigned values q + 4 (0..7) of 4 elements of 8 columns for
+ * half H and quarter K: bits 2K of qs vector A (the half's), bit 4H + K of
+ * hmask vector M moved to bit 2 (16-bit shifts: no bit crosses into the
+ * other byte's bits 0..2). */
+static inline __attribute__((always_inline)) __m256i ib_q3_values(const int half, const int quarter, __m256i a,
+                                                                  __m256i m) {
+    const int t = 4 * half + quarter;
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(a, 2 * quarter), _mm256_set1_epi8(0x03));
+    __m256i hb = t <= 2 ? _mm256_slli_epi16(m, 2 - t) : _mm256_srli_epi16(m, t - 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hb, _mm256_set1_epi8(0x04)));
+}
+
+/* isum - 4 x (the scaled activation sums per 16) (pairs of groups per
+ * VPMADDWD), then kquant.h's fused multiply-add into acc. */
+static inline __attribute__((always_inline)) __m256 ib_q3k_end(const uint8_t *blk, int half8, __m256i isum,
+                                                               const pdl_block_q8k *xb, __m256 acc) {
+    const uint8_t *scb = blk + 1536 + half8;
+    __m256i off = _mm256_setzero_si256();
+    IB_UNROLL for (int gg = 0; gg < 8; gg++)
+        off = _mm256_add_epi32(off, _mm256_madd_epi16(ib_pair16(scb + 32 * gg, scb + 32 * gg + 16, false),
+                                                      ib_bcast4(xb->bsum16 + 2 * gg)));
+    __m256i is = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));
+    __m256 dw = ib_halves(blk + 1792 + 2 * half8);
+    return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(is), acc);
+}
+
+/* Q3_K, NR (2..4) rows x NV groups: per group of 16 elements the values
+ * (q + 4, unsigned) times the activations over its 4 steps (int16 on
+ * AVX2: at most 7112), times the group's scale, into isum; then
+ * ib_q3k_end. One row is ib_q3k_row's. */
+static inline __attribute__((always_inline)) void ib_q3k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                               const ib_group *grp, const int nv, int64_t nb,
+                                                               int64_t ldy, bool accumulate) {
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++)
+            IB_UNROLL for (int quarter = 0; quarter < 4; quarter++) /* a constant in each copy */
+                for (int gs = 0; gs < 2; gs++) {
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m256i sc[IB_MAX_V];
+                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_i8(blk[v] + 1536 + group * 16 + 8 * grp[v].half);
+                    __m256i sg[IB_MAX_R][IB_MAX_V];
+                    IB_UNROLL for (int r = 0; r < nr; r++)
+                        IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = _mm256_setzero_si256();
+                    IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                        __m256i w[IB_MAX_V];
+                        IB_UNROLL for (int v = 0; v < nv; v++) {
+                            const uint8_t *wd = blk[v] + (size_t)(l4 * 3) * 64 + 32 * grp[v].half;
+                            __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + half * 64));
+                            __m256i m = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
+                            w[v] = ib_q3_values(half, quarter, a, m);
+                        }
+                        IB_UNROLL for (int r = 0; r < nr; r++) {
+                            __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4);
+                            IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = IB_DOT(sg[r][v], w[v], xb);
+                        }
+                    }
+                    IB_UNROLL for (int r = 0; r < nr; r++)
+                        IB_UNROLL for (int v = 0; v < nv; v++)
+                            isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(sg[r][v], sc[v]));
+                }
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                acc[r][v] = ib_q3k_end(blk[v], 8 * grp[v].half, isum[r][v], &x[r * ldx + b], acc[r][v]);
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Q3_K, one row x NV groups (decode): per half and group of steps, each
+ * step's qs and hmask lines read once for the half's four quarters. */
+static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k *x, const ib_group *grp,
+                                                             const int nv, int64_t nb, bool accumulate) {
+    __m256 acc[IB_MAX_V];
+    IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        const int8_t *xq = x[b].qs;
+        __m256i isum[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
+        IB_UNROLL for (int half = 0; half < 2; half++)
+            for (int gs = 0; gs < 2; gs++) {
+                __m256i s[4][IB_MAX_V];
+                IB_UNROLL for (int q = 0; q < 4; q++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) s[q][v] = _mm256_setzero_si256();
+                IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        const uint8_t *wd = blk[v] + (size_t)(l4 * 3) * 64 + 32 * grp[v].half;
+                        __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + half * 64));
+                        __m256i m = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
+                        if (grp[v].half == 0 && half == 0) {
+                            _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 64 + IB_AHEAD), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 128 + IB_AHEAD), _MM_HINT_T0);
+                        }
+                        IB_UNROLL for (int q = 0; q < 4; q++) {
+                            __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
+                            s[q][v] = IB_DOT(s[q][v], ib_q3_values(half, q, a, m), xb);
+                        }
+                    }
+                IB_UNROLL for (int q = 0; q < 4; q++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        int group = 8 * half + 2 * q + gs;
+                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s[q][v], ib_scale_i8(blk[v] + 1536 + group * 16 + 8 * grp[v].half)));
+                    }
+            }
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = ib_q3k_end(blk[v], 8 * grp[v].half, isum[v], &x[b], acc[v]);
+    }
+    IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as Q6_K's). */
+static void PANEL_PREFIX(q3_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                               bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        const pdl_block_q8k *xr = x + r0 * ldx;
+        int step = nr == 1 ? 2 : 1;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            const ib_group *gi = gr + i;
+            switch (nr) {
+            case 1: nv == 2 ? ib_q3k_row(xr, gi, 2, nb, accumulate) : ib_q3k_row(xr, gi, 1, nb, accumulate); break;
+            case 2: ib_q3k_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
+            case 3: ib_q3k_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
+            default: ib_q3k_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
+            }
+        }
+    }
+}
+
+/* ---- Q2_K ---------------------------------------------------------------------- */
+
+/* msum (the mins times the activation sums per 16, pairs of groups per
+ * VPMADDWD), then kquant.h's two fused multiply-adds into acc. */
+static inline __attribute__((always_inline)) __m256 ib_q2k_end(const uint8_t *blk, int half8, __m256i isum,
+                                                               const pdl_block_q8k *xb, __m256 acc) {
+    const uint8_t *mnb = blk + 1280 + half8;
+    __m256i msum = _mm256_setzero_si256();
+    IB_UNROLL for (int gg = 0; gg < 8; gg++)
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(ib_pair16(mnb + 32 * gg, mnb + 32 * gg + 16, true),
+                                                        ib_bcast4(xb->bsum16 + 2 * gg)));
+    __m256 dx = _mm256_set1_ps(xb->d);
+    __m256 dw = ib_halves(blk + 1536 + 2 * half8), dm = ib_halves(blk + 1568 + 2 * half8);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc);
+    return _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc);
+}
+
+/* Q2_K, NR (2..4) rows x NV groups: per group of 16 elements the values
+ * (0..3) times the activations over its 4 steps (int16 on AVX2: at most
+ * 3048), times the group's scale, into isum; then ib_q2k_end. */
+static inline __attribute__((always_inline)) void ib_q2k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                               const ib_group *grp, const int nv, int64_t nb,
+                                                               int64_t ldy, bool accumulate) {
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        __m256i isum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++)
+            IB_UNROLL for (int quarter = 0; quarter < 4; quarter++) /* a constant in each copy */
+                for (int gs = 0; gs < 2; gs++) {
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m256i sc[IB_MAX_V];
+                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_u8(blk[v] + 1024 + group * 16 + 8 * grp[v].half);
+                    __m256i sg[IB_MAX_R][IB_MAX_V];
+                    IB_UNROLL for (int r = 0; r < nr; r++)
+                        IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = _mm256_setzero_si256();
+                    IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
+                        __m256i w[IB_MAX_V];
+                        IB_UNROLL for (int v = 0; v < nv; v++) {
+                            const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
+                            __m256i a = _mm256_load_si256((const __m256i *)(const void *)wd);
+                            w[v] = _mm256_and_si256(_mm256_srli_epi16(a, 2 * quarter), m3);
+                        }
+                        IB_UNROLL for (int r = 0; r < nr; r++) {
+                            __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4);
+                            IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = IB_DOT(sg[r][v], w[v], xb);
+                        }
+                    }
+                    IB_UNROLL for (int r = 0; r < nr; r++)
+                        IB_UNROLL for (int v = 0; v < nv; v++)
+                            isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(sg[r][v], sc[v]));
+                }
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                acc[r][v] = ib_q2k_end(blk[v], 8 * grp[v].half, isum[r][v], &x[r * ldx + b], acc[r][v]);
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Q2_K, one row x NV groups (decode): per half and group of steps, each
+ * step's qs line read once for the half's four quarters. */
+static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k *x, const ib_group *grp,
+                                                             const int nv, int64_t nb, bool accumulate) {
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    __m256 acc[IB_MAX_V];
+    IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        const int8_t *xq = x[b].qs;
+        __m256i isum[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
+        IB_UNROLL for (int half = 0; half < 2; half++)
+            for (int gs = 0; gs < 2; gs++) {
+                __m256i s[4][IB_MAX_V];
+                IB_UNROLL for (int q = 0; q < 4; q++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) s[q][v] = _mm256_setzero_si256();
+                IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
+                        __m256i a = _mm256_load_si256((const __m256i *)(const void *)wd);
+                        if (grp[v].half == 0) _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                        IB_UNROLL for (int q = 0; q < 4; q++) {
+                            __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
+                            s[q][v] = IB_DOT(s[q][v], _mm256_and_si256(_mm256_srli_epi16(a, 2 * q), m3), xb);
+                        }
+                    }
+                IB_UNROLL for (int q = 0; q < 4; q++)
+                    IB_UNROLL for (int v = 0; v < nv; v++) {
+                        int group = 8 * half + 2 * q + gs;
+                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s[q][v], ib_scale_u8(blk[v] + 1024 + group * 16 + 8 * grp[v].half)));
+                    }
+            }
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = ib_q2k_end(blk[v], 8 * grp[v].half, isum[v], &x[b], acc[v]);
+    }
+    IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as Q3_K's). */
+static void PANEL_PREFIX(q2_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                               bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        const pdl_block_q8k *xr = x + r0 * ldx;
+        int step = nr == 1 ? 2 : 1;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            const ib_group *gi = gr + i;
+            switch (nr) {
+            case 1: nv == 2 ? ib_q2k_row(xr, gi, 2, nb, accumulate) : ib_q2k_row(xr, gi, 1, nb, accumulate); break;
+            case 2: ib_q2k_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
+            case 3: ib_q2k_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
+            default: ib_q2k_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
+            }
+        }
+    }
 }
 
 /* ---- IQ4_XS ---------------------------------------------------------------- */
