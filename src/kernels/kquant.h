@@ -32,7 +32,7 @@
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
  *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q2_K, Q4_K, Q5_K)
- * (IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
+ * (Q3_K, Q6_K, IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
  * d_x are single float products. So a result depends only on its weight
  * row and activation row.
  */
