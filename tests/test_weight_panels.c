@@ -1079,44 +1079,41 @@ static void test_vnni256_tiles_give_the_portable_bits(void) {
     threadpool_free(pool);
 }
 
-/* Every Q5_K panel tile this machine can run, called directly (so the
- * AVX2 VPMADDUBSW tile runs even where the AVX2 family takes AVX-VNNI):
- * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
- * tile's bytes on random super-blocks and at the integer sums' bounds
- * (every value 31 with scales and mins 63, or every value 0, times
- * activations that quantize to +-127: the AVX2 tile's int16 sums would
- * wrap without their fold after 4 steps), tiles of 1 to 4 rows and 1 to
- * 3 panels in the driver's walk, with bias and accumulation. */
-static void test_q5_k_tiles_give_the_portable_bits(void) {
+/* The k-quant panel tiles of one type, called directly (so the AVX2
+ * VPMADDUBSW tile runs even where the AVX2 family takes AVX-VNNI): each
+ * tile this machine can run gives the portable panel tile's bytes on
+ * random super-blocks (kind 0), every byte 0xFF (1) and every byte 0 (2),
+ * with set_block writing each super-block's halves (and whatever else the
+ * type's bounds need) over them, times random activations or ones that
+ * quantize to +-127; tiles of 1 to 4 rows and 1 to 3 panels in the
+ * driver's walk, with bias and accumulation; n_shapes of the shapes
+ * below. Returns the cases run. */
+typedef struct {
+    const char *name;
+    pdl_kpanel_fn fn;
+    bool here;
+} kpanel_tile_case;
+
+static int check_kpanel_tiles(pdl_dtype dt, const kpanel_tile_case *tiles, size_t n_tiles,
+                               void (*set_block)(uint8_t *blk, int kind), size_t n_shapes) {
     fp16_init();
-    const pdl_cpu_features *f = cpu_features_get();
-    bool avx2 = f->avx2 && f->fma && f->f16c;
-    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
-        {"AVX-512 VNNI", kpanel_tile_q5_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
-        {"AVX-VNNI", kpanel_tile_q5_k_avxvnni, avx2 && f->avxvnni},
-        {"EVEX twin", test_kpanel_q5_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
-        {"AVX2", kpanel_tile_q5_k_avx2, avx2},
-    };
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
     pdl_isa best = cpu_isa_best();
-    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
+    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}, {1, 80, 512}};
+    REQUIRE(n_shapes <= sizeof shapes / sizeof shapes[0]);
+    size_t block_bytes = dtype_row_bytes(dt, 256);
     int checked = 0;
-    for (int kind = 0; kind < 3; kind++) /* random blocks, every value 31, every value 0 */
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t si = 0; si < n_shapes; si++)
             for (int variant = 0; variant < 3; variant++) {
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
-                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_Q5_K, in);
+                size_t row_bytes = dtype_row_bytes(dt, in);
                 uint8_t *w = malloc((size_t)out * row_bytes);
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
-                for (int i = 0; i < out * nbk; i++) {
-                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
-                    memcpy(w + (size_t)i * 176, &d, 2), memcpy(w + (size_t)i * 176 + 2, &m, 2);
-                    if (kind) memset(w + (size_t)i * 176 + 4, 0xFF, 12); /* scales and mins 63 */
-                }
-                pdl_tensor t = {.dtype = PDL_DTYPE_Q5_K, .n_dims = 2, .shape = {out, in}, .data = w};
+                for (int i = 0; i < out * nbk; i++) set_block(w + (size_t)i * block_bytes, kind);
+                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
                 void *buf = panels_of(pool, &t);
                 size_t ny = (size_t)rows * out;
                 float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
@@ -1138,9 +1135,9 @@ static void test_q5_k_tiles_give_the_portable_bits(void) {
                 cpu_isa_set(PDL_ISA_SCALAR);
                 panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
                 cpu_isa_set(best);
-                size_t pb = panels_bytes(PDL_DTYPE_Q5_K, in);
+                size_t pb = panels_bytes(dt, in);
                 int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
+                for (size_t fi = 0; fi < n_tiles; fi++) {
                     if (!tiles[fi].here || !tiles[fi].fn) continue;
                     memcpy(got, y0, ny * sizeof *got);
                     for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
@@ -1152,7 +1149,8 @@ static void test_q5_k_tiles_give_the_portable_bits(void) {
                                          b ? b + g * 16 : NULL, accum);
                         }
                     CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "Q5_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
+                              "%s %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", dtype_name(dt),
+                              tiles[fi].name,
                               kind, rows, out, in, variant);
                     checked++;
                 }
@@ -1160,6 +1158,40 @@ static void test_q5_k_tiles_give_the_portable_bits(void) {
             }
     fprintf(stderr, "  %d cases\n", checked);
     threadpool_free(pool);
+    return checked;
+}
+
+static void q5_k_block(uint8_t *blk, int kind) {
+    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
+    memcpy(blk, &d, 2), memcpy(blk + 2, &m, 2);
+    if (kind) memset(blk + 4, 0xFF, 12); /* scales and mins 63 */
+}
+
+/* Every Q5_K panel tile this machine can run, called directly (so the
+ * AVX2 VPMADDUBSW tile runs even where the AVX2 family takes AVX-VNNI):
+ * AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the portable panel
+ * tile's bytes on random super-blocks and at the integer sums' bounds
+ * (every value 31 with scales and mins 63, or every value 0, times
+ * activations that quantize to +-127: the AVX2 tile's int16 sums would
+ * wrap without their fold after 4 steps), tiles of 1 to 4 rows and 1 to
+ * 3 panels in the driver's walk, with bias and accumulation. */
+static void test_q5_k_tiles_give_the_portable_bits(void) {
+    const pdl_cpu_features *f = cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    kpanel_tile_case tiles[] = {
+        {"AVX-512 VNNI", kpanel_tile_q5_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
+        {"AVX-VNNI", kpanel_tile_q5_k_avxvnni, avx2 && f->avxvnni},
+        {"EVEX twin", test_kpanel_q5_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
+        {"AVX2", kpanel_tile_q5_k_avx2, avx2},
+    };
+    check_kpanel_tiles(PDL_DTYPE_Q5_K, tiles, sizeof tiles / sizeof tiles[0], q5_k_block, 5);
+}
+
+static void q3_k_block(uint8_t *blk, int kind) {
+    (void)kind;
+    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+    memcpy(blk + 108, &d, 2);
 }
 
 /* Every Q3_K panel tile this machine can run, called directly, as
@@ -1170,76 +1202,22 @@ static void test_q5_k_tiles_give_the_portable_bits(void) {
  * sums of q + 4 reach 7112 with all 7s), tiles of 1 to 4 rows and 1 to 3
  * panels in the driver's walk, with bias and accumulation. */
 static void test_q3_k_tiles_give_the_portable_bits(void) {
-    fp16_init();
     const pdl_cpu_features *f = cpu_features_get();
     bool avx2 = f->avx2 && f->fma && f->f16c;
-    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+    kpanel_tile_case tiles[] = {
         {"AVX-512 VNNI", kpanel_tile_q3_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
         {"AVX-VNNI", kpanel_tile_q3_k_avxvnni, avx2 && f->avxvnni},
         {"EVEX twin", test_kpanel_q3_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
         {"AVX2", kpanel_tile_q3_k_avx2, avx2},
     };
-    pdl_threadpool *pool = threadpool_new(1);
-    REQUIRE(pool != NULL);
-    pdl_isa best = cpu_isa_best();
-    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
-    int checked = 0;
-    for (int kind = 0; kind < 3; kind++) /* random blocks, every byte 0xFF, every byte 0 */
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int variant = 0; variant < 3; variant++) {
-                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
-                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_Q3_K, in);
-                uint8_t *w = malloc((size_t)out * row_bytes);
-                REQUIRE(w);
-                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
-                for (int i = 0; i < out * nbk; i++) {
-                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                    memcpy(w + (size_t)i * 110 + 108, &d, 2);
-                }
-                pdl_tensor t = {.dtype = PDL_DTYPE_Q3_K, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = panels_of(pool, &t);
-                size_t ny = (size_t)rows * out;
-                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
-                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
-                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
-                REQUIRE(x && bias && want && got && y0 && xk);
-                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
-                    for (int k = 0; k < in; k++)
-                        x[r * in + k] = kind == 0 ? frand()
-                                        : r == 0  ? 1.0f
-                                        : r == 1  ? -1.0f
-                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
-                for (int i = 0; i < out; i++) bias[i] = frand();
-                for (size_t i = 0; i < ny; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
-                const float *b = variant ? bias : NULL;
-                bool accum = variant == 2;
-                memcpy(want, y0, ny * sizeof *want);
-                cpu_isa_set(PDL_ISA_SCALAR);
-                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                cpu_isa_set(best);
-                size_t pb = panels_bytes(PDL_DTYPE_Q3_K, in);
-                int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
-                    if (!tiles[fi].here || !tiles[fi].fn) continue;
-                    memcpy(got, y0, ny * sizeof *got);
-                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
-                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
-                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
-                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
-                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
-                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
-                                         b ? b + g * 16 : NULL, accum);
-                        }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "Q3_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
-                              kind, rows, out, in, variant);
-                    checked++;
-                }
-                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
-            }
-    fprintf(stderr, "  %d cases\n", checked);
-    threadpool_free(pool);
+    check_kpanel_tiles(PDL_DTYPE_Q3_K, tiles, sizeof tiles / sizeof tiles[0], q3_k_block, 5);
+}
+
+static void q2_k_block(uint8_t *blk, int kind) {
+    (void)kind;
+    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
+    memcpy(blk + 80, &d, 2), memcpy(blk + 82, &m, 2);
 }
 
 /* Every Q2_K panel tile this machine can run, called directly, as
@@ -1250,77 +1228,21 @@ static void test_q3_k_tiles_give_the_portable_bits(void) {
  * sums of q + 4 reach 7112 with all 7s), tiles of 1 to 4 rows and 1 to 3
  * panels in the driver's walk, with bias and accumulation. */
 static void test_q2_k_tiles_give_the_portable_bits(void) {
-    fp16_init();
     const pdl_cpu_features *f = cpu_features_get();
     bool avx2 = f->avx2 && f->fma && f->f16c;
-    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+    kpanel_tile_case tiles[] = {
         {"AVX-512 VNNI", kpanel_tile_q2_k_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
         {"AVX-VNNI", kpanel_tile_q2_k_avxvnni, avx2 && f->avxvnni},
         {"EVEX twin", test_kpanel_q2_k_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
         {"AVX2", kpanel_tile_q2_k_avx2, avx2},
     };
-    pdl_threadpool *pool = threadpool_new(1);
-    REQUIRE(pool != NULL);
-    pdl_isa best = cpu_isa_best();
-    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}};
-    int checked = 0;
-    for (int kind = 0; kind < 3; kind++) /* random blocks, every byte 0xFF, every byte 0 */
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int variant = 0; variant < 3; variant++) {
-                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
-                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_Q2_K, in);
-                uint8_t *w = malloc((size_t)out * row_bytes);
-                REQUIRE(w);
-                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
-                for (int i = 0; i < out * nbk; i++) {
-                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                    uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
-                    memcpy(w + (size_t)i * 84 + 80, &d, 2), memcpy(w + (size_t)i * 84 + 82, &m, 2);
-                }
-                pdl_tensor t = {.dtype = PDL_DTYPE_Q2_K, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = panels_of(pool, &t);
-                size_t ny = (size_t)rows * out;
-                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
-                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
-                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
-                REQUIRE(x && bias && want && got && y0 && xk);
-                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
-                    for (int k = 0; k < in; k++)
-                        x[r * in + k] = kind == 0 ? frand()
-                                        : r == 0  ? 1.0f
-                                        : r == 1  ? -1.0f
-                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
-                for (int i = 0; i < out; i++) bias[i] = frand();
-                for (size_t i = 0; i < ny; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
-                const float *b = variant ? bias : NULL;
-                bool accum = variant == 2;
-                memcpy(want, y0, ny * sizeof *want);
-                cpu_isa_set(PDL_ISA_SCALAR);
-                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                cpu_isa_set(best);
-                size_t pb = panels_bytes(PDL_DTYPE_Q2_K, in);
-                int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
-                    if (!tiles[fi].here || !tiles[fi].fn) continue;
-                    memcpy(got, y0, ny * sizeof *got);
-                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
-                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
-                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
-                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
-                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
-                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
-                                         b ? b + g * 16 : NULL, accum);
-                        }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "Q2_K %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
-                              kind, rows, out, in, variant);
-                    checked++;
-                }
-                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
-            }
-    fprintf(stderr, "  %d cases\n", checked);
-    threadpool_free(pool);
+    check_kpanel_tiles(PDL_DTYPE_Q2_K, tiles, sizeof tiles / sizeof tiles[0], q2_k_block, 5);
+}
+
+static void iq4_xs_block(uint8_t *blk, int kind) {
+    (void)kind;
+    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+    memcpy(blk, &d, 2);
 }
 
 /* Every IQ4_XS panel tile this machine can run, called directly (so the
@@ -1333,77 +1255,16 @@ static void test_q2_k_tiles_give_the_portable_bits(void) {
  * 241 and 1), tiles of 1 to 4 rows and 1 to 3 panels in the driver's
  * walk, with bias and accumulation. */
 static void test_iq4_xs_tiles_give_the_portable_bits(void) {
-    fp16_init();
     const pdl_cpu_features *f = cpu_features_get();
     bool avx2 = f->avx2 && f->fma && f->f16c;
-    struct { const char *name; pdl_kpanel_fn fn; bool here; } tiles[] = {
+    kpanel_tile_case tiles[] = {
         {"AVX-512 VNNI", kpanel_tile_iq4_xs_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
         {"AVX-VNNI", kpanel_tile_iq4_xs_avxvnni, avx2 && f->avxvnni},
         {"EVEX twin", test_kpanel_iq4_xs_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
         {"AVX2", kpanel_tile_iq4_xs_avx2, avx2},
     };
-    pdl_threadpool *pool = threadpool_new(1);
-    REQUIRE(pool != NULL);
-    pdl_isa best = cpu_isa_best();
-    int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 256}, {3, 40, 768}, {9, 100, 256}, {1, 80, 512}};
-    int checked = 0;
-    for (int kind = 0; kind < 3; kind++) /* random blocks, the top of the range, the bottom */
-        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-            for (int variant = 0; variant < 3; variant++) {
-                int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nbk = in / 256;
-                size_t row_bytes = dtype_row_bytes(PDL_DTYPE_IQ4_XS, in);
-                uint8_t *w = malloc((size_t)out * row_bytes);
-                REQUIRE(w);
-                for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = kind == 0 ? rand_byte() : kind == 1 ? 0xFF : 0;
-                for (int i = 0; i < out * nbk; i++) {
-                    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
-                    memcpy(w + (size_t)i * 136, &d, 2);
-                }
-                pdl_tensor t = {.dtype = PDL_DTYPE_IQ4_XS, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = panels_of(pool, &t);
-                size_t ny = (size_t)rows * out;
-                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
-                float *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got), *y0 = malloc(ny * sizeof *y0);
-                pdl_block_q8k *xk = malloc((size_t)rows * nbk * sizeof *xk);
-                REQUIRE(x && bias && want && got && y0 && xk);
-                for (int r = 0; r < rows; r++) /* at the bounds: rows of +1, of -1, then alternating signs */
-                    for (int k = 0; k < in; k++)
-                        x[r * in + k] = kind == 0 ? frand()
-                                        : r == 0  ? 1.0f
-                                        : r == 1  ? -1.0f
-                                                  : (((k >> (r % 3)) & 1) ? -1.0f : 1.0f);
-                for (int i = 0; i < out; i++) bias[i] = frand();
-                for (size_t i = 0; i < ny; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++) kquant_quantize_row_q8_k(x + (size_t)r * in, in, xk + (size_t)r * nbk);
-                const float *b = variant ? bias : NULL;
-                bool accum = variant == 2;
-                memcpy(want, y0, ny * sizeof *want);
-                cpu_isa_set(PDL_ISA_SCALAR);
-                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                cpu_isa_set(best);
-                size_t pb = panels_bytes(PDL_DTYPE_IQ4_XS, in);
-                int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (size_t fi = 0; fi < sizeof tiles / sizeof tiles[0]; fi++) {
-                    if (!tiles[fi].here || !tiles[fi].fn) continue;
-                    memcpy(got, y0, ny * sizeof *got);
-                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
-                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
-                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
-                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
-                            tiles[fi].fn(xk + (size_t)r0 * nbk, nbk, nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng,
-                                         nbk, g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
-                                         b ? b + g * 16 : NULL, accum);
-                        }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "IQ4_XS %s tile, weights %d, %dx%dx%d variant %d: not the portable bits", tiles[fi].name,
-                              kind, rows, out, in, variant);
-                    checked++;
-                }
-                free(w), free(buf), free(x), free(bias), free(want), free(got), free(y0), free(xk);
-            }
-    fprintf(stderr, "  %d cases\n", checked);
+    int checked = check_kpanel_tiles(PDL_DTYPE_IQ4_XS, tiles, sizeof tiles / sizeof tiles[0], iq4_xs_block, 6);
     CHECK(checked > 0 || !avx2);
-    threadpool_free(pool);
 }
 
 /* A random IQ4_NL matrix: codes uniform, halves d 0.002 .. 0.012 (make_qmatrix). */
