@@ -118,12 +118,26 @@ static double kv_at(const pdl_attn_kv *kv, int hd, int pos, int e, bool value) {
 /* One query over keys [first, last] in float64 (softmax of the scaled,
  * soft-capped dot products and, when sink is given, one more logit that
  * takes no value, then the values): the largest difference from got. */
+static double ref_range_r(const float *q, const float *got, int hd, int kv_head, double scale, double cap,
+                          const float *sink, int first, int last, const pdl_attn_kv *kv, bool bf16);
 static double ref_range(const float *q, const float *got, int hd, int kv_head, double scale, double cap,
                         const float *sink, int first, int last, const pdl_attn_kv *kv) {
+    return ref_range_r(q, got, hd, kv_head, scale, cap, sink, first, last, kv, false);
+}
+
+/* x rounded to BF16 (nearest even; the test data has no denormals). */
+static double to_bf16(double x) { return fp16_bf16_to_f32(fp16_f32_to_bf16((float)x)); }
+
+/* The same with q, K and V rounded to BF16 first when bf16 (what the BF16
+ * order multiplies; its products are exact, so what is left is the
+ * rounding of P and float32 sums). */
+static double ref_range_r(const float *q, const float *got, int hd, int kv_head, double scale, double cap,
+                          const float *sink, int first, int last, const pdl_attn_kv *kv, bool bf16) {
     double s[512], mx = sink ? *sink : -INFINITY, z = 0, d = 0;
+#define R_(x) (bf16 ? to_bf16(x) : (double)(x))
     for (int j = first; j <= last; j++) {
         double a = 0;
-        for (int e = 0; e < hd; e++) a += q[e] * kv_at(kv, hd, j, kv_head * hd + e, false);
+        for (int e = 0; e < hd; e++) a += R_(q[e]) * R_(kv_at(kv, hd, j, kv_head * hd + e, false));
         a *= scale;
         if (cap > 0) a = tanh(a / cap) * cap;
         s[j - first] = a;
@@ -133,10 +147,66 @@ static double ref_range(const float *q, const float *got, int hd, int kv_head, d
     if (sink) z += exp(*sink - mx); /* the sink joins the denominator and takes no value */
     for (int e = 0; e < hd; e++) {
         double o = 0;
-        for (int j = first; j <= last; j++) o += s[j - first] / z * kv_at(kv, hd, j, kv_head * hd + e, true);
+        for (int j = first; j <= last; j++) o += s[j - first] / z * R_(kv_at(kv, hd, j, kv_head * hd + e, true));
         d = fmax(d, fabs(o - got[e]));
     }
+#undef R_
     return d;
+}
+
+/* The BF16 order (attention.h) for one case of check_head_dim: the
+ * portable reference against float64 over BF16-rounded q, K and V, where
+ * only P's rounding to BF16 (2^-9 of each weight, so at most 2^-9 of the
+ * largest |v|, here 1) and float32 sums are left: 2.1e-3; and the AVX-512
+ * BF16 tiles, where the CPU has them, give its bytes for many queries at
+ * once, one at a time, and ranges of either parity at both ends. */
+static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, float cap, const float *sk,
+                       int window, const pdl_attn_kv *kv, float *scratch, float *got, float *want, int BSZ) {
+    enum { NQ = 40 };
+    float *outs[NQ], *outw[NQ];
+    int first[NQ], last[NQ];
+    for (int i = 0; i < nq; i++) {
+        outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
+        first[i] = window && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0, last[i] = pos[i];
+    }
+    const double tol = 2.1e-3;
+    attn_queries_bf16_scalar(outw, qs, pos, nq, hd, 1, 0.3f, cap, sk, window, kv, scratch);
+    for (int i = 0; i < nq; i++) {
+        double d = ref_range_r(qs[i], outw[i], hd, 1, 0.3, cap, sk ? sk + i : NULL, first[i], last[i], kv, true);
+        CHECK_MSG(d < tol, "BF16 head_dim %d block %d query %d: %.3g from float64 over BF16 inputs", hd, BSZ, i, d);
+        if (d >= tol) break;
+    }
+    bool tiles = cpu_features_get()->avx512bf16;
+    if (tiles) {
+        attn_queries_avx512bf16(outs, qs, pos, nq, hd, 1, 0.3f, cap, sk, window, kv, scratch);
+        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                  "BF16 head_dim %d block %d window %d cap %g: %d queries: AVX-512 BF16 tiles differ from the "
+                  "portable order", hd, BSZ, window, cap, nq);
+        for (int i = 0; i < nq; i++)
+            attn_queries_avx512bf16(&outw[i], &qs[i], &pos[i], 1, hd, 1, 0.3f, cap, sk ? sk + i : NULL, window, kv,
+                                    scratch);
+        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                  "BF16 head_dim %d block %d: %d queries at once differ from one at a time", hd, BSZ, nq);
+    }
+    for (int i = 0; i < nq; i++) { /* spans starting and ending on odd and even positions */
+        last[i] = pos[i] + (i * 7) % 21;
+        if (last[i] >= 150) last[i] = 149;
+        int span_first = pos[i] - (i * 5) % 10 - (i & 1);
+        if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
+    }
+    attn_queries_bf16_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, cap, sk, kv, scratch);
+    for (int i = 0; i < nq; i++) {
+        double d = ref_range_r(qs[i], outw[i], hd, 1, 0.3, cap, sk ? sk + i : NULL, first[i], last[i], kv, true);
+        CHECK_MSG(d < tol, "BF16 head_dim %d block %d query %d over [%d, %d]: %.3g from float64 over BF16 inputs",
+                  hd, BSZ, i, first[i], last[i], d);
+        if (d >= tol) break;
+    }
+    if (tiles) {
+        attn_queries_avx512bf16_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, cap, sk, kv, scratch);
+        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                  "BF16 head_dim %d block %d: %d ranges: AVX-512 BF16 tiles differ from the portable order", hd, BSZ,
+                  nq);
+    }
 }
 
 static void check_head_dim(int hd, int BSZ) {
@@ -285,6 +355,8 @@ static void check_head_dim(int hd, int BSZ) {
                                   "head_dim %d block %d: ranges: %s build differs", hd, BSZ,
                                   cpu_isa_name(simd_builds[bi].isa));
                     }
+                    if (hd % 2 == 0 && hd <= 128)
+                        check_bf16(qs, pos, nq, hd, caps[ci], sk, windows[wi], &kv, scratch, got, want, BSZ);
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool), free(deq_k), free(deq_v);
     }
@@ -513,11 +585,69 @@ static void test_q4_store_bit_exact(void) {
     free(kp), free(vp);
 }
 
+/* In the BF16 order a position outside a query's range enters as p = 0,
+ * v = 0 even where it shares a pair of positions with the query's first or
+ * last key: NaN and infinite keys and values at positions 61 and 64 reach
+ * no query over [.., 60] or [65, ..] (the tiles pair 60 with 61 and 64
+ * with 65), in any build, and the tiles give the portable order's bytes. */
+static void test_bf16_outside_keys_reach_nothing(void) {
+    fp16_init();
+    enum { HD = 64, BSZ = 16, NBLK = 8, NQ = 7 };
+    int32_t table[NBLK] = {5, 2, 7, 0, 3, 6, 1, 4};
+    size_t n = (size_t)NBLK * BSZ * HD;
+    uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) k[i] = fp16_f32_to_f16(frand()), v[i] = fp16_f32_to_f16(frand());
+    pdl_attn_kv kv = {.k = k, .v = v, .kv_is_f16 = 1, .kv_dim = HD, .block_table = table, .block_size = BSZ};
+    int bad[2] = {61, 64};
+    for (int b = 0; b < 2; b++)
+        for (int e = 0; e < HD; e++) {
+            int64_t slot = (int64_t)table[bad[b] / BSZ] * BSZ + bad[b] % BSZ;
+            k[attn_k_index(slot, BSZ, HD, e)] = e % 2 ? 0x7E00 : 0x7C00; /* NaN, +infinity */
+            v[attn_v_index(slot, BSZ, HD, HD, e)] = e % 2 ? 0x7C00 : 0x7E00;
+        }
+    /* ranges with no keys in common, then six that share their partial
+     * last pair (61 outside each), then six that share their partial first
+     * pair (64); the seventh query, in a value tile of its own, makes the
+     * call read 61 and 64 */
+    const int firsts[3][NQ] = {{0, 0, 30, 65, 65, 66, 2}, {0, 3, 31, 1, 5, 29, 65}, {65, 65, 65, 65, 65, 65, 0}};
+    const int lasts[3][NQ] = {
+        {60, 60, 60, 65, 100, 99, 3}, {60, 60, 60, 60, 60, 60, 70}, {70, 90, 100, 101, 120, 127, 10}};
+    float *q = malloc((size_t)NQ * HD * sizeof *q), got[NQ * HD], want[NQ * HD];
+    for (int i = 0; i < NQ * HD; i++) q[i] = frand();
+    float *scratch = malloc(attn_queries_scratch(NQ, 128, HD) * sizeof *scratch);
+    const float *qs[NQ];
+    float *outs[NQ], *outw[NQ];
+    for (int i = 0; i < NQ; i++) qs[i] = q + i * HD, outs[i] = got + i * HD, outw[i] = want + i * HD;
+    for (int set = 0; set < 3; set++)
+    for (int nq = 1; nq <= NQ; nq += NQ - 1) { /* one query at a time, and all in one call */
+        const int *first = firsts[set], *last = lasts[set];
+        for (int i0 = 0; i0 < NQ; i0 += nq) {
+            memset(scratch, 0xFF, attn_queries_scratch(NQ, 128, HD) * sizeof *scratch); /* NaN everywhere */
+            attn_queries_bf16_scalar_ranges(outw + i0, qs + i0, first + i0, last + i0, nq, HD, 0, 0.3f, 0.0f, NULL,
+                                            &kv, scratch);
+            if (!cpu_features_get()->avx512bf16) continue;
+            memset(scratch, 0xFF, attn_queries_scratch(NQ, 128, HD) * sizeof *scratch);
+            attn_queries_avx512bf16_ranges(outs + i0, qs + i0, first + i0, last + i0, nq, HD, 0, 0.3f, 0.0f, NULL,
+                                           &kv, scratch);
+        }
+        bool finite = true;
+        for (int i = 0; i < NQ * HD; i++) finite &= isfinite(want[i]) != 0;
+        CHECK_MSG(finite, "BF16 portable order: a NaN or infinity outside a query's range reached it");
+        if (cpu_features_get()->avx512bf16)
+            CHECK_MSG(memcmp(got, want, sizeof got) == 0,
+                      "BF16 tiles (ranges %d, %d queries a call): a NaN or infinity outside a query's range reached "
+                      "it", set, nq);
+    }
+    if (!cpu_features_get()->avx512bf16) fprintf(stderr, "  (no AVX512_BF16 on this CPU: the portable order only)\n");
+    free(k), free(v), free(q), free(scratch);
+}
+
 int main(void) {
     RUN(test_cache_store_builds_agree);
     RUN(test_q8_store_bit_exact);
     RUN(test_q4_store_bit_exact);
     RUN(test_query_blocks_equal_single_queries);
     RUN(test_avx512_build_equals_its_single_query_body);
+    RUN(test_bf16_outside_keys_reach_nothing);
     return test_summary();
 }

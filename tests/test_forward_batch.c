@@ -11,10 +11,12 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "kernels/attention.h"
+#include "kernels/cpu_features.h"
 #include "pagedlm.h"
 #include "test_util.h"
 
-#define BS 4 /* small blocks so sequences span many, interleaved, blocks */
+static int BS = 4; /* small blocks so sequences span many, interleaved, blocks (16 where a test says) */
 
 static const int32_t QWEN_TOKENS[40] = {538, 149, 641, 786, 1170, 846, 253, 852, 340, 475, 473, 561, 983, 1031,
                                         129, 605, 971, 481, 1081, 772, 632, 718, 1079, 419, 371, 1076, 1060, 487,
@@ -381,6 +383,33 @@ static void test_two_contexts_share_one_model(void) {
     pdl_model_free(m);
 }
 
+/* Attention in attention.h's BF16 order (PAGEDLM_BF16_ATTENTION=1)
+ * keeps the contract: packed sequences and chunked prefill (chunks of 1, 7
+ * and 64: decode-sized calls take the tiles' direct path) give each row the
+ * bytes it gets alone, over blocks of 4 (the portable order) and of 16 (the
+ * AVX-512 BF16 tiles where the CPU has them); and the order is in effect:
+ * its logits are not the F32 order's. */
+static void test_bf16_attention_order_is_batch_invariant(void) {
+    pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
+    int V = vocab_of(m);
+    float *f32_order = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
+    attn_set_bf16_order(true);
+    float *bf16_order = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
+    CHECK_MSG(memcmp(f32_order, bf16_order, (size_t)40 * V * sizeof(float)) != 0,
+              "the BF16 order gave the F32 order's logits: not in effect");
+    free(f32_order), free(bf16_order);
+    pdl_model_free(m);
+    for (int bsz = 4; bsz <= 16; bsz += 12) {
+        BS = bsz;
+        check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_F16);
+        check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_Q4_0);
+        test_chunked_prefill_is_bit_identical();
+    }
+    if (!cpu_features_get()->avx512bf16) fprintf(stderr, "  (no AVX512_BF16 on this CPU: the portable order only)\n");
+    BS = 4;
+    attn_set_bf16_order(false);
+}
+
 int main(void) {
     RUN(test_packed_sequences_equal_each_alone_qwen3);
     RUN(test_packed_sequences_equal_each_alone_stories);
@@ -390,5 +419,6 @@ int main(void) {
     RUN(test_logits_indices_select_exact_rows);
     RUN(test_bad_batches_are_refused);
     RUN(test_two_contexts_share_one_model);
+    RUN(test_bf16_attention_order_is_batch_invariant);
     return test_summary();
 }

@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/attention.h"
+
 /* ---- option tables ------------------------------------------------------------ */
 
 enum { HELP_COLUMN = 26 }; /* where an option's help starts in --help */
@@ -330,6 +332,8 @@ void cli_apply_kernel_env(void) {
     int act = bf16 && *bf16 ? strcmp(bf16, "0") != 0 : -1;
     pdl_error err;
     if (pdl_set_kernels(isa, act, &err)) fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s\n", err.message);
+    const char *att = getenv("PAGEDLM_BF16_ATTENTION"); /* attention.h's BF16 order */
+    if (att && *att) attn_set_bf16_order(strcmp(att, "0") != 0);
 }
 
 /* An environment flag as vLLM reads VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or

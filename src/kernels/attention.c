@@ -1,8 +1,9 @@
 /*
  * attention.c - paged causal attention: the portable build of the body
  * (attention_body.h, the reference), and the dispatch to the SIMD builds
- * (attention_avx512.c, attention_avx2.c, attention_neon.c) by the process's
- * instruction set.
+ * (attention_avx512.c, attention_avx2.c, attention_neon.c; the BF16 order:
+ * attention_bf16.c, attention_avx512bf16.c) by the process's instruction
+ * set.
  */
 #include "kernels/attention.h"
 
@@ -17,18 +18,28 @@
 #include "kernels/attention_body.h"
 
 /* Per query: its scores over the span, padded by a group of 16 keys on
- * each side (the AVX-512 tiles score whole groups of 16 positions). */
+ * each side (the AVX-512 tiles score whole groups of 16 positions); then
+ * the BF16 tiles' buffers. */
 size_t attn_queries_scratch(int n_q, int span, int head_dim) {
-    (void)head_dim;
-    return (size_t)n_q * ((size_t)span + 32);
+    return (size_t)n_q * ((size_t)span + 32) + (size_t)ATTN_BF16_SCRATCH_PER_DIM * (size_t)head_dim;
 }
 
-void attn_table_for(pdl_isa isa, pdl_attention_table *t) {
+static _Atomic bool bf16_order;
+
+void attn_set_bf16_order(bool on) { bf16_order = on; }
+bool attn_bf16_order(void) { return bf16_order; }
+
+void attn_table_for(pdl_isa isa, bool bf16, pdl_attention_table *t) {
     t->isa = isa;
+    t->bf16 = false;
     switch (isa) {
     case PDL_ISA_AVX512:
         t->queries = attn_queries_avx512, t->ranges = attn_queries_avx512_ranges;
         t->store_f16 = attn_store_f16c;
+        if (bf16 && cpu_features_get()->avx512bf16) {
+            t->queries = attn_queries_avx512bf16, t->ranges = attn_queries_avx512bf16_ranges;
+            t->bf16 = true;
+        }
         break;
     case PDL_ISA_AVX2:
         t->queries = attn_queries_avx2, t->ranges = attn_queries_avx2_ranges;
@@ -42,6 +53,10 @@ void attn_table_for(pdl_isa isa, pdl_attention_table *t) {
         t->isa = PDL_ISA_SCALAR;
         t->queries = attn_queries_scalar, t->ranges = attn_queries_scalar_ranges;
         t->store_f16 = attn_store_scalar;
+        if (bf16) { /* the exact emulation, as the portable BF16 panel tile */
+            t->queries = attn_queries_bf16_scalar, t->ranges = attn_queries_bf16_scalar_ranges;
+            t->bf16 = true;
+        }
     }
 }
 
@@ -49,7 +64,7 @@ void attn_queries(float *const *out, const float *const *q, const int *pos, int 
                   int kv_head, float scale, float softcap, const float *sinks, int window,
                   const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), &t);
+    attn_table_for(cpu_isa_active(), false, &t);
     t.queries(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
 }
 
@@ -57,7 +72,7 @@ void attn_ranges(float *const *out, const float *const *q, const int *first, con
                  int head_dim, int kv_head, float scale, float softcap, const float *sinks,
                  const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), &t);
+    attn_table_for(cpu_isa_active(), false, &t);
     t.ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
 }
 
@@ -150,7 +165,7 @@ void attn_store_q4_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
 void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                 int64_t slot, const float *k, const float *v) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), &t);
+    attn_table_for(cpu_isa_active(), false, &t);
     attn_table_store(&t, kv_is_f16)(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 

@@ -36,10 +36,34 @@
  *   output:  out[d] = fma(p_j, v_j[d], out[d]) for j = first .. pos from 0.
  * So a query's result depends only on its own query and its sequence's
  * cache, never on the other queries of a call or on the batch.
+ *
+ * The BF16 order (the forward's attention in the BF16 mode,
+ * matmul_bf16_activations, on the AVX-512 family with AVX512_BF16 and on the
+ * portable one; head_dim even): bf(x) is x rounded to BF16 as VCVTNEPS2BF16
+ * rounds it (a denormal x as zero of its sign, then to nearest even), and
+ * dp(acc, a, b) = daz(fma(daz(a), daz(b), acc)) one step of VDPBF16PS (daz: a
+ * denormal as zero of its sign). x is the element's float value (F16
+ * widened, Q8_0 / Q4_0 S * q).
+ *   score:   acc = 0; for t = 0 .. head_dim / 2 - 1:
+ *            acc = dp(acc, bf(q[2t + 1]), bf(k_j[2t + 1])), then
+ *            acc = dp(acc, bf(q[2t]), bf(k_j[2t]));
+ *            scale, soft-cap and softmax as above (F32);
+ *   output:  out[d] = 0; for each pair of positions (2m, 2m + 1) with a key
+ *            in [first, last], m rising:
+ *            out[d] = dp(out[d], bf(p_{2m+1}), bf(v_{2m+1}[d])), then
+ *            out[d] = dp(out[d], bf(p_{2m}), bf(v_{2m}[d])),
+ *            a position outside [first, last] taking p = 0 and v = 0.
+ * Pairs are fixed by absolute position, so the bits still depend only on
+ * the query and its sequence's cache. Against the F32 order each product
+ * carries the rounding of both its factors to BF16 (2^-9 relative each): a
+ * score is off by about 2^-9 |q| |k| / sqrt(head_dim) at most (random
+ * signs), an output by about 2^-8 of its largest value's magnitude
+ * (test_attention states and checks the bounds against float64).
  */
 #ifndef PDL_KERNELS_ATTENTION_H
 #define PDL_KERNELS_ATTENTION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -198,6 +222,9 @@ void attn_queries(float *const *out, const float *const *q, const int *pos, int 
                   int kv_head, float scale, float softcap, const float *sinks, int window,
                   const pdl_attn_kv *kv, float *scratch);
 size_t attn_queries_scratch(int n_q, int span, int head_dim);
+/* Floats per dimension of head the BF16 tiles add to the scratch (their
+ * BF16 queries, keys and values: attention_avx512bf16.c). */
+#define ATTN_BF16_SCRATCH_PER_DIM 128
 
 /*
  * The same with each query's keys given as a range [first[i], last[i]]
@@ -211,6 +238,23 @@ size_t attn_queries_scratch(int n_q, int span, int head_dim);
 void attn_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
                  int head_dim, int kv_head, float scale, float softcap, const float *sinks,
                  const pdl_attn_kv *kv, float *scratch);
+
+/* The same in the BF16 order: the portable reference (any head_dim even,
+ * any cache), and the AVX-512 BF16 tiles (the reference for the shapes they
+ * do not take; built where the compiler knows AVX512_BF16, else the
+ * reference). Scratch as above. */
+void attn_queries_bf16_scalar(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                              int kv_head, float scale, float softcap, const float *sinks, int window,
+                              const pdl_attn_kv *kv, float *scratch);
+void attn_queries_bf16_scalar_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                     int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                     const float *sinks, const pdl_attn_kv *kv, float *scratch);
+void attn_queries_avx512bf16(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,
+                             int kv_head, float scale, float softcap, const float *sinks, int window,
+                             const pdl_attn_kv *kv, float *scratch);
+void attn_queries_avx512bf16_ranges(float *const *out, const float *const *q, const int *first, const int *last,
+                                    int n_q, int head_dim, int kv_head, float scale, float softcap,
+                                    const float *sinks, const pdl_attn_kv *kv, float *scratch);
 
 /* One query: attn_queries with n_q = 1 (scratch likewise). */
 void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
@@ -256,13 +300,25 @@ void attn_queries_neon_ranges(float *const *out, const float *const *q, const in
  * call per attention call, no dispatch per call or per row. */
 typedef struct pdl_attention_table {
     pdl_isa isa;                      /* the family it was filled for */
+    bool bf16;                        /* the BF16 order (above) */
     pdl_attention_fn queries;         /* attn_queries' body */
     pdl_attention_ranges_fn ranges;   /* attn_ranges' body */
     pdl_attention_store_fn store_f16; /* F16 K/V stores; F32 K/V is attn_store_scalar on every family */
 } pdl_attention_table;
 
-/* The table of family isa (the scalar one for a family this build lacks). */
-void attn_table_for(pdl_isa isa, pdl_attention_table *t);
+/* Whether contexts made from now on attend in the BF16 order: off unless
+ * set (PAGEDLM_BF16_ATTENTION=1 in the programs). Off by default because it
+ * is slower where measured: on an Intel Xeon (Sapphire Rapids class) VM
+ * VDPBF16PS issues at the rate of one F32 FMA port, so its pairs gain
+ * nothing over two FMA ports and the conversions cost 1.5x (docs/benchmarks.md). */
+void attn_set_bf16_order(bool on);
+bool attn_bf16_order(void);
+
+/* The table of family isa (the scalar one for a family this build lacks),
+ * in the BF16 order when bf16 and the family has it (AVX-512 where the CPU
+ * has AVX512_BF16, and the portable family, which emulates it; AVX2 and
+ * NEON keep the F32 order). */
+void attn_table_for(pdl_isa isa, bool bf16, pdl_attention_table *t);
 /* The table's store for a cache of that K/V dtype. */
 static inline pdl_attention_store_fn attn_table_store(const pdl_attention_table *t, int kv_is_f16) {
     return kv_is_f16 ? t->store_f16 : attn_store_scalar;

@@ -8,15 +8,13 @@
 #include "kernels/attention.h"
 
 #if defined(__AVX512F__)
-#include <immintrin.h>
+#include "kernels/attention_avx512_ops.h"
 
 #define ATTN_STORAGE static
 #define ATTN_QUERIES_FN attention_queries_avx512_generic
 #define ATTN_F16(h) _cvtsh_ss(h)
 #include "kernels/attention_body.h"
 
-typedef __m512 at_v;
-#define AT_W 16
 #define AT_SR 8
 #define AT_SG 3
 #define AT_SG1 4
@@ -24,27 +22,6 @@ typedef __m512 at_v;
 #define AT_VACC 24
 #define AT_FN attn_queries_avx512
 #define AT_GENERIC attention_queries_avx512_generic
-static inline at_v at_zero(void) { return _mm512_setzero_ps(); }
-static inline at_v at_set1(float x) { return _mm512_set1_ps(x); }
-static inline at_v at_fmadd(at_v a, at_v b, at_v c) { return _mm512_fmadd_ps(a, b, c); }
-static inline at_v at_mul(at_v a, at_v b) { return _mm512_mul_ps(a, b); }
-static inline at_v at_loadu(const float *p) { return _mm512_loadu_ps(p); }
-static inline void at_storeu(float *p, at_v v) { _mm512_storeu_ps(p, v); }
-static inline at_v at_max(at_v a, at_v b) { return _mm512_max_ps(a, b); }
-static inline float at_hmax(at_v v) { return _mm512_reduce_max_ps(v); }
-static inline at_v at_load_kv(const uint8_t *p, int f16) {
-    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p));
-    return _mm512_loadu_ps((const float *)(const void *)p);
-}
-static inline at_v at_load_i8(const uint8_t *p) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
-}
-static inline at_v at_load_u4(const uint8_t *p, int high) {
-    __m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
-    if (high) b = _mm_srli_epi16(b, 4);
-    __m512i c = _mm512_cvtepu8_epi32(_mm_and_si128(b, _mm_set1_epi8(15)));
-    return _mm512_cvtepi32_ps(_mm512_sub_epi32(c, _mm512_set1_epi32(8)));
-}
 #include "kernels/attention_tiles_body.h"
 #else
 void attn_queries_avx512(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim,

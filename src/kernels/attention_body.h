@@ -7,6 +7,8 @@
  * Keys are scored a run at a time (up to 16 consecutive slots of a block,
  * which lie side by side in K's layout), so the inner loops run over
  * neighbouring keys and can be vectorised without reordering any sum.
+ * With ATTN_COMMON_ONLY defined it gives only the pieces every body shares
+ * (the softmax, slots, the first key of a window).
  */
 #include <math.h>
 #include <stdint.h>
@@ -59,6 +61,7 @@ static inline float attn_code(uint8_t b, int q4, int high) {
 }
 #endif
 
+#ifndef ATTN_COMMON_ONLY /* attention_bf16.c takes only the pieces above */
 #ifndef ATTN_STORAGE
 #define ATTN_STORAGE /* external */
 #endif
@@ -151,3 +154,4 @@ ATTN_STORAGE void ATTN_RANGES(ATTN_QUERIES_FN)(float *const *out, const float *c
         ATTN_ONE(ATTN_QUERIES_FN)(out[i], q[i], hd, kv_head, scale, softcap, attn_sink(sinks, i), first[i], last[i],
                                   kv, scratch);
 }
+#endif /* ATTN_COMMON_ONLY */

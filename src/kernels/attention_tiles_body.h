@@ -35,6 +35,8 @@
  * for V rows; Q4_0 keys: a group's low nibbles for its first half of
  * dimensions, then its high ones, so dimensions stay in order). With AT_STORE_FN (a name) and at_to_f16
  * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
+ * With AT_BF16 the including file gives at_queries itself (attention.h's
+ * BF16 order: attention_avx512bf16.c) and takes the rest.
  */
 #include <math.h>
 #include <stdint.h>
@@ -62,6 +64,12 @@ static inline at_v at_load_q4v(const uint8_t *row, int i, int gs) {
     return at_mul(at_load_u4(b + 2 + j % cb, j >= cb), at_set1(ATTN_F16(h)));
 }
 
+#ifdef AT_BF16
+/* the including file's, in attention.h's BF16 order */
+static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
+                       int kv_head, float scale, float softcap, const float *sinks, const pdl_attn_kv *kv,
+                       float *scratch);
+#else
 /* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
  * e0 of group g's keys, dimension d `step` bytes further per d; query r's
  * scores go to sc + r * ld + AT_W g. pf (or NULL): the next group's keys,
@@ -377,6 +385,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
                               q4 ? 3 : q8 ? 2 : f16);
     }
 }
+
+#endif /* AT_BF16 */
 
 /* Shapes the tiles take: whole vectors of dimensions and of a block's
  * slots, and for Q4_0 whole vectors in each half of a group (its V rows'
