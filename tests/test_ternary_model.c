@@ -13,10 +13,10 @@
  * largest logit, is far below what a misread layout does: a TQ2_0 twin
  * reading the codes in byte order, or a TQ1_0 twin reading a byte's trits
  * last first, lands far away, and the test checks that it would fail. No
- * matrix is expanded to F32 (both types have their own dot kernels; no
- * weight panels yet: the row-major tiles on every family). On each
- * instruction set the thread count does not change a byte, and sequences
- * packed into one forward give the bytes each gets alone.
+ * matrix is expanded to F32 (both types have their own dot kernels). On
+ * each instruction set, with weight panels and with the row-major tiles,
+ * the thread count does not change a byte, and sequences packed into one
+ * forward give the bytes each gets alone.
  */
 
 #define _POSIX_C_SOURCE 200809L
@@ -111,13 +111,13 @@ static void tq1_0_trits_reversed(const pdl_tensor *view, uint8_t *blocks, int ro
 static const qt_format TQ2_0 = {
     .name = "TQ2_0", .file = "tq2_0", .ggml_type = GW_GGML_TQ2_0, .dtype = PDL_DTYPE_TQ2_0,
     .random = random_tq2_0, .misread = tq2_0_byte_order, .misread_what = "codes read in byte order",
-    .misread_file = "byte-order", .no_panels = true,
+    .misread_file = "byte-order",
 };
 
 static const qt_format TQ1_0 = {
     .name = "TQ1_0", .file = "tq1_0", .ggml_type = GW_GGML_TQ1_0, .dtype = PDL_DTYPE_TQ1_0,
     .random = random_tq1_0, .misread = tq1_0_trits_reversed, .misread_what = "trits read last first",
-    .misread_file = "reversed", .no_panels = true,
+    .misread_file = "reversed",
 };
 
 static void test_tq2_0_model_matches_its_f32_twin(void) { qt_test_matches_its_f32_twin(&TQ2_0); }

@@ -246,10 +246,8 @@ void qt_test_batch_invariant_on_every_isa(const qt_format *fmt) {
         double d = max_diff(one, f, T * VOCAB);
         CHECK_MSG(d <= TOL_REL * mag, "%s%s: %g from the F32 twin", g_kernels, g_mapped ? " (mapped)" : "", d);
         pdl_model *m = load(qp, 2, types);
-        /* the x86 families make panels of the type (AVX-512: with VNNI) unless it has none; mapped matrices
-         * never have them */
-        bool want_panels = !fmt->no_panels && !g_mapped &&
-                           (isa == PDL_ISA_AVX2 || (isa == PDL_ISA_AVX512 && cpu_features_get()->avx512vnni));
+        /* the x86 families make panels of the type (AVX-512: with VNNI); mapped matrices never have them */
+        bool want_panels = !g_mapped && (isa == PDL_ISA_AVX2 || (isa == PDL_ISA_AVX512 && cpu_features_get()->avx512vnni));
         CHECK_MSG((m->w.layers[0].wq.panels != NULL) == want_panels, "%s%s: panels %s", g_kernels,
                   g_mapped ? " (mapped)" : "", want_panels ? "missing" : "made");
         float *packed = malloc((size_t)total * VOCAB * sizeof *packed), *alone = malloc((size_t)T * VOCAB * sizeof *alone);

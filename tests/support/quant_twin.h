@@ -18,7 +18,6 @@
 #ifndef PDL_TEST_QUANT_TWIN_H
 #define PDL_TEST_QUANT_TWIN_H
 
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +37,6 @@ typedef struct qt_format {
     void (*misread)(const pdl_tensor *view, uint8_t *blocks, int rows, int cols, float *f);
     const char *misread_what; /* "nibbles interleaved" */
     const char *misread_file; /* file-name suffix of that twin: "interleaved" */
-    bool no_panels;           /* the type has no weight panels yet: row-major tiles on every family */
 } qt_format;
 
 /* The generator the models are drawn with (reset for every model, so the
