@@ -13,6 +13,7 @@
 #include "format/gguf.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
 #include "pagedlm.h"
 #include "test_util.h"
 
@@ -42,9 +43,9 @@ static char *random_model(const char *name, const char *dtype, int vocab) {
 
 static void test_random_models_of_every_dtype_load_and_run(void) {
     const char *dtypes[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "mxfp4", "iq4_nl", "q4_k", "q5_k",
-                            "q3_k", "q2_k", "iq4_xs", "q5_0", "q4_1", "q5_1"};
+                            "q3_k", "q2_k", "iq4_xs", "q5_0", "q4_1", "q5_1", "tq2_0", "tq1_0"};
     const char *names[] = {"F32",  "F16",  "BF16",   "Q8_0", "Q4_0", "MXFP4", "IQ4_NL", "Q4_K", "Q5_K",
-                           "Q3_K", "Q2_K", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1"};
+                           "Q3_K", "Q2_K", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1", "TQ2_0", "TQ1_0"};
     for (int i = 0; i < (int)(sizeof dtypes / sizeof dtypes[0]); i++) {
         char name[64];
         snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);
@@ -75,6 +76,57 @@ static void test_random_models_of_every_dtype_load_and_run(void) {
         pdl_model_free(m);
         free(path);
     }
+}
+
+/* --dtype tq2_0 and tq1_0 of one seed hold the same ternary values (one
+ * quantizer, two encodings): a matrix dequantizes to the same floats from
+ * both files, each -d, 0 or d of its block, all three present, and TQ2_0
+ * never uses its code 3. */
+static void test_random_ternary_models_hold_the_same_values(void) {
+    fp16_init();
+    gguf_file *f[2] = {NULL, NULL};
+    const char *dtypes[2] = {"tq2_0", "tq1_0"};
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "rand-same-%s.gguf", dtypes[i]);
+        char *path = random_model(name, dtypes[i], 640);
+        pdl_error err;
+        REQUIRE_MSG(gguf_open(&f[i], path, &err) == 0, "%s", err.message);
+        free(path);
+    }
+    const pdl_tensor *t2 = tensor_set_find(gguf_tensors(f[0]), "blk.0.attn_q.weight");
+    const pdl_tensor *t1 = tensor_set_find(gguf_tensors(f[1]), "blk.0.attn_q.weight");
+    REQUIRE(t2 && t1 && t2->dtype == PDL_DTYPE_TQ2_0 && t1->dtype == PDL_DTYPE_TQ1_0);
+    int64_t rows = t2->shape[0], cols = t2->shape[1];
+    float *a = malloc((size_t)cols * sizeof *a), *b = malloc((size_t)cols * sizeof *b);
+    int64_t differ = 0, not_ternary = 0, code3 = 0, count[3] = {0, 0, 0};
+    for (int64_t r = 0; r < rows; r++) {
+        ops_dequant_row(t2, r, a, cols);
+        ops_dequant_row(t1, r, b, cols);
+        const uint8_t *row = (const uint8_t *)t2->data + (size_t)r * dtype_row_bytes(PDL_DTYPE_TQ2_0, cols);
+        for (int64_t k = 0; k < cols / 256; k++) {
+            uint16_t h;
+            memcpy(&h, row + 66 * k + 64, 2);
+            float d = fp16_f16_to_f32(h);
+            for (int i = 0; i < 64; i++)
+                for (int l = 0; l < 4; l++) code3 += ((row[66 * k + i] >> (2 * l)) & 3) == 3;
+            for (int j = 0; j < 256; j++) {
+                float v = a[256 * k + j];
+                differ += memcmp(&v, &b[256 * k + j], sizeof v) != 0;
+                if (v == -d) count[0]++;
+                else if (v == 0.0f) count[1]++;
+                else if (v == d) count[2]++;
+                else not_ternary++;
+            }
+        }
+    }
+    CHECK_EQ_INT(differ, 0);
+    CHECK_EQ_INT(not_ternary, 0);
+    CHECK_EQ_INT(code3, 0);
+    CHECK_MSG(count[0] > 0 && count[1] > 0 && count[2] > 0, "-d %lld, 0 %lld, d %lld", (long long)count[0],
+              (long long)count[1], (long long)count[2]);
+    free(a), free(b);
+    gguf_close(f[0]), gguf_close(f[1]);
 }
 
 /* --format hf writes the same weights as the GGUF: identical logits. */
@@ -413,6 +465,7 @@ static void test_mxfp4_preset_writes_the_mxfp4_moe_mix(void) {
 int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
+    RUN(test_random_ternary_models_hold_the_same_values);
     RUN(test_bench_reports_json_results);
     RUN(test_bench_reports_the_kernel_family);
     RUN(test_bench_depth_is_in_the_cache_and_named);

@@ -94,6 +94,8 @@ static void random_blocks(pdl_dtype dtype, uint8_t *row, int cols) {
     case PDL_DTYPE_Q2_K: halves[0] = 80, halves[1] = 82; break;
     case PDL_DTYPE_Q3_K: halves[0] = 108; break;
     case PDL_DTYPE_Q6_K: halves[0] = 208; break;
+    case PDL_DTYPE_TQ2_0: halves[0] = 64; break;
+    case PDL_DTYPE_TQ1_0: halves[0] = 52; break;
     default: break;
     }
     size_t bb = dtype_block_bytes(dtype), nb = (size_t)cols / dtype_block_elems(dtype);
@@ -102,7 +104,9 @@ static void random_blocks(pdl_dtype dtype, uint8_t *row, int cols) {
         for (size_t i = 0; i < bb; i++) blk[i] = (uint8_t)(frand() * 128.0f + 128.0f);
         for (int h = 0; h < 2; h++)
             if (halves[h] >= 0) {
-                uint16_t v = fp16_f32_to_f16(0.002f * frand());
+                /* ternary values are d itself: a larger d keeps them the size of the others' */
+                float amp = dtype == PDL_DTYPE_TQ2_0 || dtype == PDL_DTYPE_TQ1_0 ? 0.05f : 0.002f;
+                uint16_t v = fp16_f32_to_f16(amp * frand());
                 memcpy(blk + halves[h], &v, 2);
             }
     }
@@ -177,12 +181,13 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
     matmul_set_bf16_activations(false); /* exact products: BF16 activations are tested below */
     pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
-    /* Q2_K, Q3_K, Q4_K, Q5_K and Q6_K have their own kernels (kquant.h, tested in
+    /* Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, TQ2_0 and TQ1_0 have their own kernels (kquant.h, tested in
      * test_kquant.c); Q4_1, Q5_0 and Q5_1 theirs with Q8_0 activations
      * (kernels/legacy_quant.h) */
     pdl_dtype types[] = {PDL_DTYPE_F32,  PDL_DTYPE_F16,  PDL_DTYPE_BF16, PDL_DTYPE_Q8_0, PDL_DTYPE_Q4_0,
                          PDL_DTYPE_Q4_1, PDL_DTYPE_Q5_0, PDL_DTYPE_Q5_1, PDL_DTYPE_Q2_K, PDL_DTYPE_Q3_K,
-                         PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL};
+                         PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_MXFP4, PDL_DTYPE_IQ4_NL,
+                         PDL_DTYPE_TQ2_0, PDL_DTYPE_TQ1_0};
     /* the last two are large enough to use every thread */
     int shapes[][2] = {{37, 96}, {64, 160}, {5, 32}, {300, 256}, {70, 512}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -212,9 +217,10 @@ static void test_matmul_matches_float64_for_every_dtype(void) {
                 }
                 free(q), free(d);
             }
-            /* ... and Q2_K .. Q6_K weights Q8_K-quantized ones */
+            /* ... and Q2_K .. Q6_K, TQ2_0 and TQ1_0 weights Q8_K-quantized ones */
             if (types[ti] == PDL_DTYPE_Q4_K || types[ti] == PDL_DTYPE_Q5_K || types[ti] == PDL_DTYPE_Q6_K ||
-                types[ti] == PDL_DTYPE_Q3_K || types[ti] == PDL_DTYPE_Q2_K) {
+                types[ti] == PDL_DTYPE_Q3_K || types[ti] == PDL_DTYPE_Q2_K || types[ti] == PDL_DTYPE_TQ2_0 ||
+                types[ti] == PDL_DTYPE_TQ1_0) {
                 pdl_block_q8k *q = malloc((size_t)(in / 256) * sizeof *q);
                 for (int r = 0; r < rows; r++) {
                     kquant_quantize_row_q8_k(x + (size_t)r * in, in, q);

@@ -1,5 +1,6 @@
 /*
- * test_kquant.c - the Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K kernels (kernels/kquant.h): Q8_K
+ * test_kquant.c - the Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 x Q8_K kernels
+ * (kernels/kquant.h): Q8_K
  * activation quantization on a hand-checked block, the portable dots
  * against float64 sums of the dequantized weights, every SIMD tile against
  * the portable dot bit for bit, and batch invariance through matmul_run on
@@ -27,8 +28,9 @@ static uint32_t rnd32(void) {
 }
 static float frand(void) { return (float)((rnd32() >> 8) / (double)(1u << 24)) * 2.0f - 1.0f; } /* [-1, 1) */
 
-/* Random Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS rows: every byte random (every bit pattern is a valid
- * quant or scale), the f16 scales small and of either sign. */
+/* Random Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 rows: every byte random (every bit
+ * pattern is a valid quant or scale; TQ2_0's unused code 3 reads as +2, as
+ * the dequantizer has it), the f16 scales small and of either sign. */
 static uint8_t *random_rows(pdl_dtype dt, int rows, int in) {
     size_t rb = dtype_row_bytes(dt, in), bb = dtype_block_bytes(dt);
     uint8_t *w = malloc(rb * (size_t)rows);
@@ -39,6 +41,7 @@ static uint8_t *random_rows(pdl_dtype dt, int rows, int in) {
         bool iq = dt == PDL_DTYPE_IQ4_XS;
         /* Q4_K, Q5_K: d and dmin first; IQ4_XS: d first */
         int offs[2] = {q6 ? 208 : q3 ? 108 : q2 ? 80 : 0, q6 || q3 || iq ? -1 : q2 ? 82 : 2};
+        if (dt == PDL_DTYPE_TQ2_0 || dt == PDL_DTYPE_TQ1_0) offs[0] = (int)bb - 2, offs[1] = -1; /* d last */
         for (int h = 0; h < 2; h++)
             if (offs[h] >= 0) {
                 uint16_t v = fp16_f32_to_f16(0.003f * frand());
@@ -61,6 +64,8 @@ static float kq_dot(pdl_dtype dt, const uint8_t *w, const pdl_block_q8k *x, int6
            : dt == PDL_DTYPE_Q3_K   ? kquant_dot_q3_k_q8_k(w, x, nb)
            : dt == PDL_DTYPE_Q2_K   ? kquant_dot_q2_k_q8_k(w, x, nb)
            : dt == PDL_DTYPE_IQ4_XS ? kquant_dot_iq4_xs_q8_k(w, x, nb)
+           : dt == PDL_DTYPE_TQ2_0  ? kquant_dot_tq2_0_q8_k(w, x, nb)
+           : dt == PDL_DTYPE_TQ1_0  ? kquant_dot_tq1_0_q8_k(w, x, nb)
                                     : kquant_dot_q6_k_q8_k(w, x, nb);
 }
 
@@ -159,7 +164,8 @@ static void test_q8_k_avx512_quantizer_same_bytes(void) {
  *   together with the dequantizer. */
 static void test_kquant_dots_match_float64(void) {
     fp16_init();
-    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS};
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS,
+                         PDL_DTYPE_TQ2_0, PDL_DTYPE_TQ1_0};
     int lens[] = {256, 512, 768, 1024, 2048};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -201,6 +207,7 @@ typedef struct family {
     pdl_tile_kq_fn q4k, q5k, q6k, iq4xs;
     int tr, tc;
     pdl_tile_kq_fn q3k, q2k;
+    pdl_tile_kq_fn tq2, tq1;
 } family;
 
 /* The SIMD tile families this CPU can run. */
@@ -210,25 +217,28 @@ static int families(family *f) {
     if (cpu_isa_supported(PDL_ISA_AVX2) && matmul_tiles_avx2.q4k)
         f[n++] = (family){"avx2", matmul_tiles_avx2.q4k, matmul_tiles_avx2.q5k, matmul_tiles_avx2.q6k,
                           matmul_tiles_avx2.iq4xs, matmul_tiles_avx2.tile_rows, matmul_tiles_avx2.tile_cols,
-                          matmul_tiles_avx2.q3k, matmul_tiles_avx2.q2k};
+                          matmul_tiles_avx2.q3k, matmul_tiles_avx2.q2k, matmul_tiles_avx2.tq2, matmul_tiles_avx2.tq1};
     if (cpu_isa_supported(PDL_ISA_AVX512) && matmul_tiles_avx512.q4k)
         f[n++] = (family){"avx512bw", matmul_tiles_avx512.q4k, matmul_tiles_avx512.q5k, matmul_tiles_avx512.q6k,
                           matmul_tiles_avx512.iq4xs, matmul_tiles_avx512.tile_rows, matmul_tiles_avx512.tile_cols,
-                          matmul_tiles_avx512.q3k, matmul_tiles_avx512.q2k};
+                          matmul_tiles_avx512.q3k, matmul_tiles_avx512.q2k, matmul_tiles_avx512.tq2,
+                          matmul_tiles_avx512.tq1};
     if (cpu_isa_supported(PDL_ISA_AVX512) && cf->avx512vnni && matmul_tiles_avx512_vnni.q4k)
         f[n++] = (family){"avx512vnni", matmul_tiles_avx512_vnni.q4k, matmul_tiles_avx512_vnni.q5k, matmul_tiles_avx512_vnni.q6k,
                           matmul_tiles_avx512_vnni.iq4xs,
                           matmul_tiles_avx512_vnni.tile_rows, matmul_tiles_avx512_vnni.tile_cols,
-                          matmul_tiles_avx512_vnni.q3k, matmul_tiles_avx512_vnni.q2k};
+                          matmul_tiles_avx512_vnni.q3k, matmul_tiles_avx512_vnni.q2k, matmul_tiles_avx512_vnni.tq2,
+                          matmul_tiles_avx512_vnni.tq1};
     if (cpu_isa_supported(PDL_ISA_NEON) && matmul_tiles_neon.q4k)
         f[n++] = (family){"neon", matmul_tiles_neon.q4k, matmul_tiles_neon.q5k, matmul_tiles_neon.q6k,
                           matmul_tiles_neon.iq4xs, matmul_tiles_neon.tile_rows, matmul_tiles_neon.tile_cols,
-                          matmul_tiles_neon.q3k, matmul_tiles_neon.q2k};
+                          matmul_tiles_neon.q3k, matmul_tiles_neon.q2k, matmul_tiles_neon.tq2, matmul_tiles_neon.tq1};
     if (cpu_isa_supported(PDL_ISA_NEON) && cf->neon_dotprod && matmul_tiles_neon_dotprod.q4k)
         f[n++] = (family){"neon+sdot", matmul_tiles_neon_dotprod.q4k, matmul_tiles_neon_dotprod.q5k, matmul_tiles_neon_dotprod.q6k,
                           matmul_tiles_neon_dotprod.iq4xs,
                           matmul_tiles_neon_dotprod.tile_rows, matmul_tiles_neon_dotprod.tile_cols,
-                          matmul_tiles_neon_dotprod.q3k, matmul_tiles_neon_dotprod.q2k};
+                          matmul_tiles_neon_dotprod.q3k, matmul_tiles_neon_dotprod.q2k, matmul_tiles_neon_dotprod.tq2,
+                          matmul_tiles_neon_dotprod.tq1};
     return n;
 }
 
@@ -244,6 +254,8 @@ static void run_tiles_against_reference(const uint8_t *w, size_t rb, const pdl_b
                             : dt == PDL_DTYPE_Q3_K   ? f[fi].q3k
                             : dt == PDL_DTYPE_Q2_K   ? f[fi].q2k
                             : dt == PDL_DTYPE_IQ4_XS ? f[fi].iq4xs
+                            : dt == PDL_DTYPE_TQ2_0  ? f[fi].tq2
+                            : dt == PDL_DTYPE_TQ1_0  ? f[fi].tq1
                                                      : f[fi].q6k;
         if (!fn) { /* every family with k-quant tiles has them all */
             (*bad)++;
@@ -281,7 +293,8 @@ static void test_kquant_tiles_match_reference_bit_for_bit(void) {
     fprintf(stderr, "  tile families here:");
     for (int i = 0; i < nf; i++) fprintf(stderr, " %s", f[i].name);
     fprintf(stderr, "%s\n", nf ? "" : " none");
-    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS};
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS,
+                         PDL_DTYPE_TQ2_0, PDL_DTYPE_TQ1_0};
     int lens[] = {256, 512, 768, 2048};
     int checked = 0, bad = 0;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
@@ -304,8 +317,10 @@ static void test_kquant_tiles_match_reference_bit_for_bit(void) {
  * quants at their maximum (Q4_K 15, Q5_K 31, with scale and min 63; Q6_K 63 or 0,
  * i.e. +31 / -32, with scales 127 and -128; Q3_K +3 with scale +31 or -4
  * with scale -32; Q2_K 3 or 0 with scales and mins 15; IQ4_XS code 15
- * (+113) with scale 63 (+31) or code 0 (-127) with scale 0 (-32), block by
- * block) against activations of +-127. */
+ * (+113) with scale 63 (+31) or code 0 (-127) with scale 0 (-32); TQ2_0
+ * code 3 (+2, unused by writers but read) or 0 (-1); TQ1_0 bytes 0xFF
+ * (every trit 2: +1) or 0 (-1), block by block) against activations of
+ * +-127. */
 static void test_kquant_tiles_exact_at_extremes(void) {
     fp16_init();
     int in = 512, nb = 2, checked = 0, bad = 0;
@@ -315,8 +330,10 @@ static void test_kquant_tiles_exact_at_extremes(void) {
     for (int r = 0; r < 4; r++) kquant_quantize_row_q8_k(x + r * in, in, xq + r * nb);
     CHECK_EQ_INT(xq[0].qs[0], 127);
     CHECK_EQ_INT(xq[2 * nb].qs[0], -127);
-    for (int dti = 0; dti < 6; dti++) {
-        pdl_dtype dt = dti == 5   ? PDL_DTYPE_IQ4_XS
+    for (int dti = 0; dti < 8; dti++) {
+        pdl_dtype dt = dti == 7   ? PDL_DTYPE_TQ1_0
+                       : dti == 6 ? PDL_DTYPE_TQ2_0
+                       : dti == 5 ? PDL_DTYPE_IQ4_XS
                        : dti == 4 ? PDL_DTYPE_Q2_K
                        : dti == 3 ? PDL_DTYPE_Q3_K
                        : dti == 2 ? PDL_DTYPE_Q6_K
@@ -328,7 +345,11 @@ static void test_kquant_tiles_exact_at_extremes(void) {
         for (int b = 0; b < 4 * nb; b++) {
             uint8_t *blk = w + b * dtype_block_bytes(dt);
             uint16_t h = fp16_f32_to_f16(0.5f);
-            if (dt == PDL_DTYPE_Q2_K) {
+            if (dt == PDL_DTYPE_TQ2_0 || dt == PDL_DTYPE_TQ1_0) {
+                size_t bb = dtype_block_bytes(dt);
+                if (b % 2) memset(blk, 0, bb - 2); /* every code 0: -1 */
+                memcpy(blk + bb - 2, &h, 2);
+            } else if (dt == PDL_DTYPE_Q2_K) {
                 if (b % 2) memset(blk + 16, 0, 64); /* q = 0 */
                 memcpy(blk + 80, &h, 2);
                 memcpy(blk + 82, &h, 2);
@@ -372,7 +393,8 @@ static void test_kquant_matmul_same_bits_on_every_isa(void) {
     fp16_init();
     pdl_threadpool *pool = threadpool_new(3);
     REQUIRE(pool != NULL);
-    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS};
+    pdl_dtype types[] = {PDL_DTYPE_Q4_K, PDL_DTYPE_Q5_K, PDL_DTYPE_Q6_K, PDL_DTYPE_Q3_K, PDL_DTYPE_Q2_K, PDL_DTYPE_IQ4_XS,
+                         PDL_DTYPE_TQ2_0, PDL_DTYPE_TQ1_0};
     int shapes[][2] = {{1, 256}, {3, 512}, {5, 768}, {17, 1024}, {33, 2048}, {130, 256}};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

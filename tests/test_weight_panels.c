@@ -602,9 +602,10 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
     fprintf(stderr, "  %d products\n", checked);
 }
 
-/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K and IQ4_XS: random super-blocks (every byte pattern is a block once
+/* Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS, TQ2_0 and TQ1_0: random super-blocks (every byte pattern is a block once
  * the halves d and dmin are sane) in panels give, for every output, the
- * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ / _iq4_xs_
+ * bits of kquant.h's reference dots kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ / _iq4_xs_ /
+ * _tq2_0_ / _tq1_0_
  * on the file's row (which decode the blocks themselves), plus bias and
  * accumulation, on the AVX-512 VNNI tiles (1 and 4 rows, 1 to 3 panels),
  * the AVX2 ones and the portable ones, for ragged shapes and every thread
@@ -618,19 +619,30 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
     for (int threads = 1; threads <= 2; threads++) {
         pdl_threadpool *pool = threadpool_new(threads);
         REQUIRE(pool != NULL);
-        for (int kind = 0; kind < 6; kind++) /* Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, IQ4_XS */
+        for (int kind = 0; kind < 8; kind++) /* Q4_K, Q6_K, Q5_K, Q3_K, Q2_K, IQ4_XS, TQ2_0, TQ1_0 */
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
             for (int variant = 0; variant < 3; variant++) { /* plain, + bias, + bias accumulated */
                 bool q6 = kind == 1, q5 = kind == 2, q3 = kind == 3, q2 = kind == 4, iq = kind == 5;
+                bool t2 = kind == 6, t1 = kind == 7;
                 int rows = shapes[si][0], out = shapes[si][1], in = shapes[si][2], nb = in / 256;
-                size_t bb = iq ? 136 : q6 ? 210 : q5 ? 176 : q3 ? 110 : q2 ? 84 : 144, row_bytes = (size_t)nb * bb;
+                size_t bb = t2   ? 66
+                            : t1 ? 54
+                            : iq ? 136
+                            : q6 ? 210
+                            : q5 ? 176
+                            : q3 ? 110
+                            : q2 ? 84
+                                 : 144,
+                       row_bytes = (size_t)nb * bb;
                 uint8_t *w = malloc((size_t)out * row_bytes);
                 REQUIRE(w);
                 for (size_t i = 0; i < (size_t)out * row_bytes; i++) w[i] = rand_byte();
                 for (int i = 0; i < out * nb; i++) { /* d in [0.5, 1.5) / 500, dmin in [0, 1) / 100 */
                     uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
                     uint16_t m = fp16_f32_to_f16((frand() + 1.0f) / 200.0f);
-                    if (q6 || q3) {
+                    if (t2 || t1) { /* d last */
+                        memcpy(w + (size_t)i * bb + bb - 2, &d, 2);
+                    } else if (q6 || q3) {
                         memcpy(w + (size_t)i * bb + (q6 ? 208 : 108), &d, 2);
                     } else if (q2) {
                         memcpy(w + (size_t)i * bb + 80, &d, 2), memcpy(w + (size_t)i * bb + 82, &m, 2);
@@ -640,7 +652,9 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                         memcpy(w + (size_t)i * bb, &d, 2), memcpy(w + (size_t)i * bb + 2, &m, 2);
                     }
                 }
-                pdl_dtype dt = iq   ? PDL_DTYPE_IQ4_XS
+                pdl_dtype dt = t2   ? PDL_DTYPE_TQ2_0
+                               : t1 ? PDL_DTYPE_TQ1_0
+                               : iq ? PDL_DTYPE_IQ4_XS
                                : q6 ? PDL_DTYPE_Q6_K
                                : q5 ? PDL_DTYPE_Q5_K
                                : q3 ? PDL_DTYPE_Q3_K
@@ -660,7 +674,9 @@ static void test_k_quant_panels_give_the_reference_dots(void) {
                 for (int r = 0; r < rows; r++)
                     for (int o = 0; o < out; o++) {
                         const uint8_t *wr = w + (size_t)o * row_bytes;
-                        float v = iq   ? kquant_dot_iq4_xs_q8_k(wr, xk + (size_t)r * nb, nb)
+                        float v = t2   ? kquant_dot_tq2_0_q8_k(wr, xk + (size_t)r * nb, nb)
+                                  : t1 ? kquant_dot_tq1_0_q8_k(wr, xk + (size_t)r * nb, nb)
+                                  : iq ? kquant_dot_iq4_xs_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q6 ? kquant_dot_q6_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q5 ? kquant_dot_q5_k_q8_k(wr, xk + (size_t)r * nb, nb)
                                   : q3 ? kquant_dot_q3_k_q8_k(wr, xk + (size_t)r * nb, nb)
@@ -1267,6 +1283,36 @@ static void test_iq4_xs_tiles_give_the_portable_bits(void) {
     CHECK(checked > 0 || !avx2);
 }
 
+static void tq_block_d(uint8_t *blk, size_t bb) {
+    uint16_t d = fp16_f32_to_f16((0.5f + (frand() + 1.0f) / 2.0f) / 500.0f);
+    memcpy(blk + bb - 2, &d, 2);
+}
+static void tq2_0_block(uint8_t *blk, int kind) { (void)kind, tq_block_d(blk, 66); }
+static void tq1_0_block(uint8_t *blk, int kind) { (void)kind, tq_block_d(blk, 54); }
+
+/* Every TQ2_0 and TQ1_0 panel tile this machine can run (one layout and
+ * one tile for both), called directly: AVX-512 VNNI, AVX-VNNI, its EVEX
+ * twin and AVX2 give the portable panel tile's bytes on random
+ * super-blocks and at the integer sums' bounds (TQ2_0 bytes 0xFF: every
+ * code 3, which writers never use but the file can hold, TQ1_0's every
+ * trit 2; or every code 0, times activations that quantize to +-127: the
+ * AVX2 tile's int16 sums over half a super-block reach 24384), tiles of 1
+ * to 4 rows and 1 to 3 panels in the driver's walk, with bias and
+ * accumulation. */
+static void test_ternary_tiles_give_the_portable_bits(void) {
+    const pdl_cpu_features *f = cpu_features_get();
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    kpanel_tile_case tiles[] = {
+        {"AVX-512 VNNI", kpanel_tile_tq_vnni, cpu_isa_supported(PDL_ISA_AVX512) && f->avx512vnni},
+        {"AVX-VNNI", kpanel_tile_tq_avxvnni, avx2 && f->avxvnni},
+        {"EVEX twin", test_kpanel_tq_vnni256_evex, avx2 && f->avx512vnni && f->avx512vl},
+        {"AVX2", kpanel_tile_tq_avx2, avx2},
+    };
+    int checked = check_kpanel_tiles(PDL_DTYPE_TQ2_0, tiles, sizeof tiles / sizeof tiles[0], tq2_0_block, 6);
+    checked += check_kpanel_tiles(PDL_DTYPE_TQ1_0, tiles, sizeof tiles / sizeof tiles[0], tq1_0_block, 6);
+    CHECK(checked > 0 || !avx2);
+}
+
 /* A random IQ4_NL matrix: codes uniform, halves d 0.002 .. 0.012 (make_qmatrix). */
 static void *make_iq4_nl_matrix(int out, int in, float **vals) { return make_qmatrix(PDL_DTYPE_IQ4_NL, out, in, vals); }
 
@@ -1565,6 +1611,7 @@ int main(void) {
     RUN(test_q3_k_tiles_give_the_portable_bits);
     RUN(test_q2_k_tiles_give_the_portable_bits);
     RUN(test_iq4_xs_tiles_give_the_portable_bits);
+    RUN(test_ternary_tiles_give_the_portable_bits);
     RUN(test_legacy_tiles_give_the_portable_bits);
     scratch_free(&scratch);
     return test_summary();

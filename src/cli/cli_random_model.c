@@ -385,6 +385,38 @@ static void quantize_iq4_xs_block(const float *x, uint8_t *blk) {
     memcpy(blk + 2, &sh, 2);
 }
 
+/* One TQ2_0 or TQ1_0 (tq1) super-block of 256 values (the formats in
+ * kernels/kquant.h): d = the mean of |x| (BitNet b1.58's absmean), each
+ * value the nearest of -d, 0, d; TQ2_0 stores t + 1 in 2 bits, TQ1_0 five
+ * (four in the last 4 bytes, times 3) base-3 digits t + 1, most significant
+ * first, as the byte ceil(q 256 / 243). */
+static void quantize_tq_block(const float *x, uint8_t *blk, bool tq1) {
+    float sum = 0;
+    for (int i = 0; i < 256; i++) sum += fabsf(x[i]);
+    uint16_t d16 = fp16_f32_to_f16(sum / 256.0f);
+    float d = fp16_f16_to_f32(d16);
+    int c[256];
+    for (int i = 0; i < 256; i++) {
+        long t = d > 0 ? lrintf(x[i] / d) : 0;
+        c[i] = (int)(t < -1 ? -1 : t > 1 ? 1 : t) + 1;
+    }
+    if (!tq1) {
+        memset(blk, 0, 64);
+        for (int e = 0; e < 256; e++) blk[32 * (e / 128) + e % 32] |= (uint8_t)(c[e] << (2 * ((e % 128) / 32)));
+        memcpy(blk + 64, &d16, 2);
+        return;
+    }
+    for (int m = 0; m < 52; m++) {
+        int q = 0;
+        for (int n = 0; n < 5; n++) {
+            int e = m < 32 ? 32 * n + m : m < 48 ? 160 + 16 * n + (m - 32) : 240 + 4 * n + (m - 48);
+            q = 3 * q + (m < 48 || n < 4 ? c[e] : 0);
+        }
+        blk[m] = (uint8_t)((q * 256 + 242) / 243);
+    }
+    memcpy(blk + 52, &d16, 2);
+}
+
 static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, void *user) {
     (void)user;
     int64_t cols = t->shape[t->n_dims - 1];
@@ -480,6 +512,11 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
         case PDL_DTYPE_IQ4_XS:
             for (int64_t b = 0; b < cols / 256; b++) quantize_iq4_xs_block(row + b * 256, dst + b * 136);
             break;
+        case PDL_DTYPE_TQ2_0:
+        case PDL_DTYPE_TQ1_0:
+            for (int64_t b = 0; b < cols / 256; b++)
+                quantize_tq_block(row + b * 256, dst + b * dtype_block_bytes(t->dtype), t->dtype == PDL_DTYPE_TQ1_0);
+            break;
         case PDL_DTYPE_IQ4_NL: /* d = (the value of largest magnitude) / -127 (llama.cpp's starting point, without
                                 * its search for a better d), each element the nearest of the 16 values */
             for (int64_t b = 0; b < cols / 32; b++) {
@@ -539,13 +576,14 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* The type a tensor is written in: F32 for vectors (norms, routers, ...);
  * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
  * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
- * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / iq4_xs matrix
- * whose rows are not whole super-blocks of 256; else the --dtype asked for. */
+ * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / iq4_xs / tq2_0 /
+ * tq1_0 matrix whose rows are not whole super-blocks of 256; else the
+ * --dtype asked for. */
 static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
     if (tn->vector) return PDL_DTYPE_F32;
     if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
     if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q3_K || dt == PDL_DTYPE_Q2_K ||
-         dt == PDL_DTYPE_IQ4_XS) &&
+         dt == PDL_DTYPE_IQ4_XS || dt == PDL_DTYPE_TQ2_0 || dt == PDL_DTYPE_TQ1_0) &&
         tn->shape[tn->n_dims - 1] % 256)
         return PDL_DTYPE_Q8_0;
     return dt;
@@ -575,10 +613,11 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
     {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s),
-     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs",
+     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs|tq2_0|tq1_0",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
              "matrices Q8_0), a dense one MXFP4 matrices; q2_k / q3_k / q4_k / q5_k / iq4_xs: every matrix\n"
-             "(Q8_0 where a row is not whole super-blocks of 256); the quantized types are GGUF only"},
+             "(Q8_0 where a row is not whole super-blocks of 256); tq2_0 / tq1_0: the same, every matrix\n"
+             "ternary (-d, 0, d with d the block's mean |x|); the quantized types are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -602,7 +641,8 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf]\n"
-             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs]\n"
+             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs|\n"
+             "                tq2_0|tq1_0]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
     .n_options = sizeof RANDOM_MODEL_OPTIONS / sizeof RANDOM_MODEL_OPTIONS[0],
@@ -646,10 +686,12 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q3_k") == 0) dt = PDL_DTYPE_Q3_K;
     else if (strcmp(args.dtype_s, "q2_k") == 0) dt = PDL_DTYPE_Q2_K;
     else if (strcmp(args.dtype_s, "iq4_xs") == 0) dt = PDL_DTYPE_IQ4_XS;
+    else if (strcmp(args.dtype_s, "tq2_0") == 0) dt = PDL_DTYPE_TQ2_0;
+    else if (strcmp(args.dtype_s, "tq1_0") == 0) dt = PDL_DTYPE_TQ1_0;
     else {
         fprintf(stderr,
                 "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q2_k, q3_k, "
-                "q4_k, q5_k or iq4_xs, got '%s'\n",
+                "q4_k, q5_k, iq4_xs, tq2_0 or tq1_0, got '%s'\n",
                 args.dtype_s);
         return CLI_USAGE;
     }

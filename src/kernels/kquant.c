@@ -1,6 +1,6 @@
 /*
  * kquant.c - Q8_K activation quantization and the portable Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K and IQ4_XS x Q8_K dot products: the reference the SIMD tiles are tested
+ * Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 x Q8_K dot products: the reference the SIMD tiles are tested
  * against. The definitions and the float order are in kquant.h; the weight
  * layouts are those of kernels/cpu_ops.c's dequantizers.
  */
@@ -204,6 +204,30 @@ float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
         }
         acc = fmaf(half_at(w + 80) * x->d, (float)isum, acc);
         acc = fmaf(-(half_at(w + 82) * x->d), (float)msum, acc);
+    }
+    return acc;
+}
+
+/* TQ2_0 block (66 bytes): 64 bytes of 2-bit codes, f16 d; value (c - 1) d
+ * (kquant_tq2_0_code). */
+float kquant_dot_tq2_0_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 66, x++) {
+        int32_t isum = 0;
+        for (int e = 0; e < 256; e++) isum += (kquant_tq2_0_code(w, e) - 1) * x->qs[e];
+        acc = fmaf(half_at(w + 64) * x->d, (float)isum, acc);
+    }
+    return acc;
+}
+
+/* TQ1_0 block (54 bytes): 52 bytes of trits, f16 d; value (c - 1) d
+ * (kquant_tq1_0_code). */
+float kquant_dot_tq1_0_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += 54, x++) {
+        int32_t isum = 0;
+        for (int e = 0; e < 256; e++) isum += (kquant_tq1_0_code(w, e) - 1) * x->qs[e];
+        acc = fmaf(half_at(w + 52) * x->d, (float)isum, acc);
     }
     return acc;
 }

@@ -1,6 +1,6 @@
 /*
  * kquant.h - Q8_K activations and the dot products of GGUF Q2_K, Q3_K,
- * Q4_K, Q5_K, Q6_K and IQ4_XS weights with them: the portable reference
+ * Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights with them: the portable reference
  * (kquant.c) that every SIMD tile (kquant_avx512*.c, kquant_avx2.c)
  * reproduces bit for bit.
  *
@@ -29,10 +29,15 @@
  *   IQ4_XS: isum = sum_j (ls_j - 32) * sum_{i in sub-block j} v_i * x_i
  *         (j = 0..7; ls_j the 6-bit scale, v_i kernels/iq4nl.h's int8 value
  *         of code i),
+ *   TQ2_0, TQ1_0: isum = sum_i (c_i - 1) * x_i (i = 0..255; c_i the
+ *         2-bit code or the trit, kquant_tq2_0_code / kquant_tq1_0_code:
+ *         values -1, 0, 1, and TQ2_0's code 3, which writers do not use,
+ *         +2 as the dequantizer reads it; SIMD tiles sum the unsigned
+ *         c_i * x_i and take off the block's 16 bsum16_g, the same integer),
  * then per super-block, in block order, into one float accumulator:
  *   acc = fmaf(d_w * d_x, (float)isum, acc);
  *   acc = fmaf(-(dmin_w * d_x), (float)msum, acc);   (Q2_K, Q4_K, Q5_K)
- * (Q3_K, Q6_K, IQ4_XS: the first only), starting from acc = 0. d_w * d_x and dmin_w *
+ * (Q3_K, Q6_K, IQ4_XS, TQ2_0, TQ1_0: the first only), starting from acc = 0. d_w * d_x and dmin_w *
  * d_x are single float products. So a result depends only on its weight
  * row and activation row.
  */
@@ -96,6 +101,32 @@ float kquant_dot_q6_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb)
 float kquant_dot_q3_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_q2_k_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
 float kquant_dot_iq4_xs_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_tq2_0_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+float kquant_dot_tq1_0_q8_k(const uint8_t *w, const pdl_block_q8k *x, int64_t nb);
+
+/* Ternary blocks (kernels/cpu_ops.c's dequantizers): element e's code c in
+ * 0..2, value (c - 1) d.
+ * TQ2_0 (66 bytes: 64 code bytes, f16 d): bits 2l of byte 32 h + m for
+ * e = 128 h + 32 l + m. */
+static inline int kquant_tq2_0_code(const uint8_t *blk, int e) {
+    return (blk[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/* TQ1_0 (54 bytes: 48 bytes of 5 trits, 4 bytes of 4, f16 d): trit n of a
+ * byte q is ((q 3^n mod 256) 3) >> 8 (the byte holds the base-3 fraction
+ * 0.t0t1t2t3t4 rounded up to 8 bits). Byte m < 32 holds elements 32 n + m,
+ * byte 32 + m (m < 16) elements 160 + 16 n + m, byte 48 + j elements
+ * 240 + 4 n + j (n < 4). */
+static inline int kquant_tq1_0_trit(uint8_t q, int n) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return (uint8_t)(q * pow3[n]) * 3 >> 8;
+}
+
+static inline int kquant_tq1_0_code(const uint8_t *blk, int e) {
+    if (e < 160) return kquant_tq1_0_trit(blk[e % 32], e / 32);
+    if (e < 240) return kquant_tq1_0_trit(blk[32 + (e - 160) % 16], (e - 160) / 16);
+    return kquant_tq1_0_trit(blk[48 + (e - 240) % 4], (e - 240) / 4);
+}
 
 /* An IQ4_XS block's sub-block j (0..7) scale minus 32 (-32..31): the low
  * (j even) or high nibble of scales_l[j / 2] (blk + 4), the top 2 bits from
@@ -138,5 +169,13 @@ void kquant_tile_iq4_xs_avx512(const pdl_block_q8k *x, int64_t nb, int rows, con
                                int cols, float *out, int64_t ldo);
 void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                              int cols, float *out, int64_t ldo);
+void kquant_tile_tq2_0_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                              int cols, float *out, int64_t ldo);
+void kquant_tile_tq2_0_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                            int cols, float *out, int64_t ldo);
+void kquant_tile_tq1_0_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                              int cols, float *out, int64_t ldo);
+void kquant_tile_tq1_0_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                            int cols, float *out, int64_t ldo);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * kquant_avx2.c - the AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles (VPMADDUBSW +
+ * kquant_avx2.c - the AVX2 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 x Q8_K tiles (VPMADDUBSW +
  * VPMADDWD), same bits as the portable reference in kquant.c (order in
  * kquant.h). Compiled with AVX2 + FMA + F16C flags (CMakeLists.txt);
  * called only when the CPU has them.
@@ -375,6 +375,97 @@ static inline __attribute__((always_inline)) void iq4xs_body(const pdl_block_q8k
     store(facc, nr, nc, out, ldo);
 }
 
+/* TQ1_0: the trits 0..2 of 32 bytes q, byte i's trit picked by its
+ * multiplier m_i = 3^n: ((q_i m_i mod 256) 3) >> 8 (kquant_tq1_0_trit),
+ * the low and high bytes of each 16-bit lane apart (VPMULLW keeps the low
+ * byte of q m exact; VPMULHUW by 3 of that byte moved to the top is the
+ * shift by 8). */
+static inline __m256i tq1_trits(__m256i q, __m256i m) {
+    const __m256i three = _mm256_set1_epi16(3), top = _mm256_set1_epi16((short)0xFF00);
+    __m256i lo = _mm256_mulhi_epu16(_mm256_slli_epi16(_mm256_mullo_epi16(q, m), 8), three);
+    __m256i hi = _mm256_mulhi_epu16(_mm256_mullo_epi16(_mm256_and_si256(q, top), _mm256_srli_epi16(m, 8)), three);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 8));
+}
+
+/* The multipliers of the 8 chunks of 32 TQ1_0 elements (tq_body): chunks
+ * 0-4 trit n of bytes 0..31; 5 and 6 trits (0, 1) and (2, 3) of bytes
+ * 32..47 in each half; 7 trit 4 of bytes 32..47, then trits 0..3 of bytes
+ * 48..51 (element 240 + 4 n + j). */
+static const uint8_t tq1_mult[8][32] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9},
+    {27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27,
+     27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27},
+    {81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+     81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27},
+    {81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+     1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27},
+};
+
+/* TQ2_0 / TQ1_0 (tq1): chunk t of 32 codes 0..2 (TQ2_0: bits 2 (t % 4) of
+ * the 32 bytes at 32 (t / 4); TQ1_0: tq1_trits) against activations
+ * 32 t ..; VPMADDUBSW pairs are at most 2 * 3 * 128 (TQ2_0's code 3),
+ * summed over the 8 chunks in int16 (at most 6144, exact), VPMADDWD by ones once per
+ * super-block; the row's sum of q (its bsum16s) is taken off (kquant.h),
+ * then the one fused multiply-add. */
+static inline __attribute__((always_inline)) void tq_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                          const uint8_t *w, size_t wrb, int nc, float *out,
+                                                          int64_t ldo, const int tq1) {
+    const size_t bb = tq1 ? 54 : 66;
+    const __m256i m3 = _mm256_set1_epi8(0x03), ones = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+    __m256 facc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i acc[TR][TC], src[TC][3];
+        float dw[TC] = {0}, dx[TR] = {0};
+        int32_t bt[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * bb;
+            if (tq1) {
+                uint32_t qh;
+                memcpy(&qh, blk + 48, 4);
+                __m128i mid = _mm_loadu_si128((const __m128i *)(blk + 32));
+                src[c][0] = _mm256_loadu_si256((const __m256i *)blk);
+                src[c][1] = _mm256_set_m128i(mid, mid);
+                src[c][2] = _mm256_set_m128i(_mm_set1_epi32((int)qh), mid);
+            } else {
+                src[c][0] = _mm256_loadu_si256((const __m256i *)blk);
+                src[c][1] = _mm256_loadu_si256((const __m256i *)(blk + 32));
+            }
+            dw[c] = half_at(blk + bb - 2);
+            prefetch(blk + PF_ROWS * wrb, bb);
+        }
+        for (int r = 0; r < nr; r++) {
+            dx[r] = x[r * nb + b].d;
+            for (int g = 0; g < 16; g++) bt[r] += x[r * nb + b].bsum16[g];
+        }
+        for (int t = 0; t < 8; t++) {
+            __m256i wq[TC];
+            for (int c = 0; c < nc; c++) {
+                if (tq1)
+                    wq[c] = tq1_trits(src[c][t < 5 ? 0 : t < 7 ? 1 : 2],
+                                      _mm256_loadu_si256((const __m256i *)tq1_mult[t]));
+                else
+                    wq[c] = _mm256_and_si256(_mm256_srli_epi16(src[c][t / 4], 2 * (t % 4)), m3);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
+                for (int c = 0; c < nc; c++) acc[r][c] = _mm256_add_epi16(acc[r][c], _mm256_maddubs_epi16(wq[c], xv));
+            }
+        }
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = _mm256_madd_epi16(acc[r][c], ones);
+        __m256i isum = _mm256_sub_epi32(reduce_tile(acc),
+                                        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bt)));
+        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+    }
+    store(facc, nr, nc, out, ldo);
+}
+
 void kquant_tile_q4_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
     if (cols == TC && rows == TR) q4k_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
@@ -415,5 +506,18 @@ void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const
     if (cols == TC && rows == TR) iq4xs_body(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) iq4xs_body(x, nb, 1, w, wrb, TC, out, ldo);
     else iq4xs_body(x, nb, rows, w, wrb, cols, out, ldo);
+}
+void kquant_tile_tq2_0_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                            float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) tq_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (cols == TC && rows == 1) tq_body(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else tq_body(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+void kquant_tile_tq1_0_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                            float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) tq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (cols == TC && rows == 1) tq_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else tq_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
 }
 #endif

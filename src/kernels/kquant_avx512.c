@@ -1,5 +1,5 @@
 /*
- * kquant_avx512.c - the AVX-512BW Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles (for CPUs
+ * kquant_avx512.c - the AVX-512BW Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 x Q8_K tiles (for CPUs
  * without AVX512-VNNI; the body is kquant_avx512_body.h) and the AVX-512
  * Q8_K activation quantizer. Compiled with AVX-512 flags (CMakeLists.txt);
  * called only when the CPU has them.
@@ -77,5 +77,15 @@ void kquant_tile_q2_k_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const
 void kquant_tile_iq4_xs_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
                                int cols, float *out, int64_t ldo) {
     kq_bw_tile_iq4_xs(x, nb, rows, w, w_row_bytes, cols, out, ldo);
+}
+
+void kquant_tile_tq2_0_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                              int cols, float *out, int64_t ldo) {
+    kq_bw_tile_tq2_0(x, nb, rows, w, w_row_bytes, cols, out, ldo);
+}
+
+void kquant_tile_tq1_0_avx512(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t w_row_bytes,
+                              int cols, float *out, int64_t ldo) {
+    kq_bw_tile_tq1_0(x, nb, rows, w, w_row_bytes, cols, out, ldo);
 }
 #endif

@@ -1,5 +1,6 @@
 /*
- * kquant_avx512_body.h - the AVX-512 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles, included by
+ * kquant_avx512_body.h - the AVX-512 Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 x Q8_K tiles,
+ * included by
  * kquant_avx512.c (AVX-512BW: VPMADDUBSW + VPMADDWD + VPADDD) and by
  * kquant_avx512vnni.c (the last two fused into VPDPWSSD); KQ_VNNI says
  * which, KQ_NAME(x) names the functions. Both give the exact same int32
@@ -506,4 +507,126 @@ static void KQ_NAME(tile_iq4_xs)(const pdl_block_q8k *x, int64_t nb, int rows, c
     if (cols == TC && rows == TR) KQ_NAME(iq4xs_body)(x, nb, TR, w, wrb, TC, out, ldo);
     else if (cols == TC && rows == 1) KQ_NAME(iq4xs_body)(x, nb, 1, w, wrb, TC, out, ldo);
     else KQ_NAME(iq4xs_body)(x, nb, rows, w, wrb, cols, out, ldo);
+}
+
+/* TQ1_0: the trits 0..2 of 64 bytes q, byte i's trit picked by its
+ * multiplier m_i = 3^n: ((q_i m_i mod 256) 3) >> 8 (kquant_tq1_0_trit),
+ * the low and high bytes of each 16-bit lane apart (VPMULLW keeps the low
+ * byte of q m exact; VPMULHUW by 3 of that byte moved to the top is the
+ * shift by 8). */
+static inline __m512i KQ_NAME(tq1_trits)(__m512i q, __m512i m) {
+    const __m512i three = _mm512_set1_epi16(3), top = _mm512_set1_epi16((short)0xFF00);
+    __m512i lo = _mm512_mulhi_epu16(_mm512_slli_epi16(_mm512_mullo_epi16(q, m), 8), three);
+    __m512i hi = _mm512_mulhi_epu16(_mm512_mullo_epi16(_mm512_and_si512(q, top), _mm512_srli_epi16(m, 8)), three);
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 8));
+}
+
+/* The multipliers of the 4 chunks of 64 TQ1_0 elements (tq_body): chunks
+ * 0 and 1 trits (0, 1) and (2, 3) of bytes 0..31 in each half; 2 trit 4 of
+ * bytes 0..31, then trits 0 and 1 of bytes 32..47; 3 trits 2, 3 and 4 of
+ * bytes 32..47, then trits 0..3 of bytes 48..51 (element 240 + 4 n + j). */
+static const uint8_t KQ_NAME(tq1_mult)[4][64] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+     3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
+     3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9,
+     9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9,
+     27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27,
+     27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27},
+    {81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+     81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+     3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9,
+     27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27, 27,
+     81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+     1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27}
+};
+
+/* TQ2_0 / TQ1_0 (tq1): chunk s of 64 codes 0..2 (TQ2_0: Q2_K's walk, bits
+ * 2 (2 (s % 2)) and 2 (2 (s % 2) + 1) of the 32 bytes at 32 (s / 2) in
+ * the two halves; TQ1_0: tq1_trits of the bytes each half's multipliers
+ * read) against activations 64 s ..; codes times activations summed by
+ * VPDPBUSD (VNNI), or by VPMADDUBSW pairs (at most 2 * 3 * 128: TQ2_0's
+ * code 3) summed in int16 over the 4 chunks (at most 3072, exact) and VPMADDWD by ones once
+ * per super-block; the row's sum of q (its bsum16s) is taken off
+ * (kquant.h), then the one fused multiply-add. */
+static inline __attribute__((always_inline)) void KQ_NAME(tq_body)(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                                   const uint8_t *w, size_t wrb, int nc,
+                                                                   float *out, int64_t ldo, const int tq1) {
+    const size_t bb = tq1 ? 54 : 66;
+    const __m512i m3 = _mm512_set1_epi8(0x03), zero = _mm512_setzero_si512();
+    const __m512i qshift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
+                               _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+    __m512 facc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i acc[TR][TC], src[TC][3];
+        float dw[TC] = {0}, dx[TR] = {0};
+        int32_t bt[TR] = {0};
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = zero;
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * bb;
+            if (tq1) {
+                uint32_t qh;
+                memcpy(&qh, blk + 48, 4);
+                __m256i lo = _mm256_loadu_si256((const __m256i *)blk);
+                __m128i mid = _mm_loadu_si128((const __m128i *)(blk + 32));
+                src[c][0] = _mm512_broadcast_i64x4(lo);
+                src[c][1] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_set_m128i(mid, mid), 1);
+                src[c][2] = _mm512_inserti32x4(_mm512_broadcast_i32x4(mid), _mm_set1_epi32((int)qh), 3);
+            } else {
+                src[c][0] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+                src[c][1] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+            }
+            dw[c] = KQ_NAME(half)(blk + bb - 2);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, bb);
+        }
+        for (int r = 0; r < nr; r++) {
+            dx[r] = x[r * nb + b].d;
+            for (int g = 0; g < 16; g++) bt[r] += x[r * nb + b].bsum16[g];
+        }
+        for (int s = 0; s < 4; s++) {
+            __m512i wq[TC];
+            for (int c = 0; c < nc; c++) {
+                if (tq1)
+                    wq[c] = KQ_NAME(tq1_trits)(src[c][s < 2 ? 0 : s - 1],
+                                               _mm512_loadu_si512(KQ_NAME(tq1_mult)[s]));
+                else
+                    wq[c] = _mm512_and_si512(_mm512_srlv_epi16(src[c][s / 2], qshift[s % 2]), m3);
+            }
+            for (int r = 0; r < nr; r++) {
+                __m512i xv = _mm512_loadu_si512(x[r * nb + b].qs + 64 * s);
+                for (int c = 0; c < nc; c++)
+#if KQ_VNNI
+                    acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], wq[c], xv);
+#else
+                    acc[r][c] = _mm512_add_epi16(acc[r][c], _mm512_maddubs_epi16(wq[c], xv));
+#endif
+            }
+        }
+#if !KQ_VNNI
+        for (int r = 0; r < TR; r++)
+            for (int c = 0; c < TC; c++) acc[r][c] = _mm512_madd_epi16(acc[r][c], _mm512_set1_epi16(1));
+#endif
+        __m512i isum = _mm512_sub_epi32(KQ_NAME(reduce_tile)(acc),
+                                        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bt)));
+        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
+    }
+    KQ_NAME(store)(facc, nr, nc, out, ldo);
+}
+
+static void KQ_NAME(tile_tq2_0)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                                int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(tq_body)(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (cols == TC && rows == 1) KQ_NAME(tq_body)(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else KQ_NAME(tq_body)(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void KQ_NAME(tile_tq1_0)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
+                                int cols, float *out, int64_t ldo) {
+    if (cols == TC && rows == TR) KQ_NAME(tq_body)(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (cols == TC && rows == 1) KQ_NAME(tq_body)(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else KQ_NAME(tq_body)(x, nb, rows, w, wrb, cols, out, ldo, 1);
 }

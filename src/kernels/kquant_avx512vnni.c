@@ -1,6 +1,6 @@
 /*
- * kquant_avx512vnni.c - the Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS x Q8_K tiles with AVX512-VNNI
- * (VPDPWSSD; the body is kquant_avx512_body.h), as the kernel family
+ * kquant_avx512vnni.c - the Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 x Q8_K tiles with
+ * AVX512-VNNI (VPDPWSSD, VPDPBUSD for the ternary types; the body is kquant_avx512_body.h), as the kernel family
  * matmul_tiles_avx512_vnni that matmul.c picks for those weights when the CPU
  * has VNNI. Compiled with AVX-512 + VNNI flags (CMakeLists.txt).
  */
@@ -20,6 +20,8 @@ const pdl_tile_kernels matmul_tiles_avx512_vnni = {
     .q3k = kq_vnni_tile_q3_k,
     .q2k = kq_vnni_tile_q2_k,
     .iq4xs = kq_vnni_tile_iq4_xs,
+    .tq2 = kq_vnni_tile_tq2_0,
+    .tq1 = kq_vnni_tile_tq1_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

@@ -4,7 +4,7 @@
  *
  * The portable dot products keep 16 independent partial sums and add them
  * in a fixed tree; they are the reference the SIMD tiles (matmul_avx512.c,
- * matmul_avx2.c) are tested against. Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights have their
+ * matmul_avx2.c) are tested against. Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights have their
  * reference and tiles in kquant*.c (order in kquant.h); the NEON tiles are
  * in matmul_neon*.c. The kernels of a family are chosen once, into a
  * pdl_kernels table (matmul_kernels_for) that a model and each context keep
@@ -194,10 +194,10 @@ static bool takes_q8_activations(pdl_dtype dtype) {
  * below until it gets its own kernel. */
 static bool takes_q8k_activations(pdl_dtype dtype) {
     return dtype == PDL_DTYPE_Q4_K || dtype == PDL_DTYPE_Q5_K || dtype == PDL_DTYPE_Q6_K || dtype == PDL_DTYPE_Q3_K ||
-           dtype == PDL_DTYPE_Q2_K || dtype == PDL_DTYPE_IQ4_XS;
+           dtype == PDL_DTYPE_Q2_K || dtype == PDL_DTYPE_IQ4_XS || dtype == PDL_DTYPE_TQ2_0 || dtype == PDL_DTYPE_TQ1_0;
 }
 
-/* Other block formats (TQ1_0, TQ2_0, ...) have no dot
+/* Other block formats (MLX, ...) have no dot
  * kernel yet: their weight rows are expanded to F32 once per call and use
  * dot_f32. */
 static bool dequantized_first(pdl_dtype dtype) {
@@ -263,7 +263,7 @@ typedef struct matmul_task {
     int64_t ldx_perm;              /* its row stride (in rounded up to 32) */
     const int8_t *xq;              /* Q8_0/Q4_0 weights: x quantized per 32-block [n_rows][in] */
     const float *xd;               /* ... and its block scales [n_rows][in / 32] */
-    const pdl_block_q8k *xk;       /* Q2_K..Q6_K and IQ4_XS weights: x quantized per 256-block [n_rows][in / 256] */
+    const pdl_block_q8k *xk;       /* Q2_K..Q6_K, IQ4_XS, TQ2_0, TQ1_0 weights: x quantized per 256-block [n_rows][in / 256] */
     float *wf;                     /* other block formats: per thread, COL_CHUNK weight rows as F32 [nth][COL_CHUNK][in] */
     float *y;
     int64_t ldy;
@@ -314,6 +314,8 @@ static void matmul_worker(void *p, int ith, int nth) {
                 else if (dt == PDL_DTYPE_Q2_K) v = kquant_dot_q2_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_Q6_K) v = kquant_dot_q6_k_q8_k(wr, xk, t->in / PDL_QK_K);
                 else if (dt == PDL_DTYPE_IQ4_XS) v = kquant_dot_iq4_xs_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_TQ2_0) v = kquant_dot_tq2_0_q8_k(wr, xk, t->in / PDL_QK_K);
+                else if (dt == PDL_DTYPE_TQ1_0) v = kquant_dot_tq1_0_q8_k(wr, xk, t->in / PDL_QK_K);
                 else v = dot_row(dt, wr, xr, t->in);
                 if (t->bias) v += t->bias[o];
                 yr[o] = t->accumulate ? yr[o] + v : v;
@@ -346,6 +348,8 @@ static void matmul_tiled_worker(void *p, int ith, int nth) {
                            : t->w->dtype == PDL_DTYPE_Q3_K   ? tk->q3k
                            : t->w->dtype == PDL_DTYPE_Q2_K   ? tk->q2k
                            : t->w->dtype == PDL_DTYPE_IQ4_XS ? tk->iq4xs
+                           : t->w->dtype == PDL_DTYPE_TQ2_0  ? tk->tq2
+                           : t->w->dtype == PDL_DTYPE_TQ1_0  ? tk->tq1
                                                              : tk->q6k; /* Q8_K-activation weights */
     int TR = tk->tile_rows, TC = tk->tile_cols;
     long n_tiles = (long)((t->out + TC - 1) / TC);
@@ -417,6 +421,8 @@ static bool family_has(const pdl_tile_kernels *tk, pdl_dtype dtype) {
     if (dtype == PDL_DTYPE_Q2_K) return tk->q2k != NULL;
     if (dtype == PDL_DTYPE_Q6_K) return tk->q6k != NULL;
     if (dtype == PDL_DTYPE_IQ4_XS) return tk->iq4xs != NULL;
+    if (dtype == PDL_DTYPE_TQ2_0) return tk->tq2 != NULL;
+    if (dtype == PDL_DTYPE_TQ1_0) return tk->tq1 != NULL;
     return tk->fn[dtype] != NULL;
 }
 

@@ -4,7 +4,7 @@
  *
  * x is (n_rows, in) F32, W is (out, in) in its stored dtype, used in place
  * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1 and Q5_1 weights: x is quantized to Q8_0 first, see
- * matmul_quantize_row_q8_0; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights: to Q8_K, see kquant.h;
+ * matmul_quantize_row_q8_0; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights: to Q8_K, see kquant.h;
  * the other block formats are expanded to F32 a weight row at a time, a
  * slow path until they have kernels)
  * from the mapping, or from the copy in weight panels the model loader
@@ -61,7 +61,7 @@ void matmul_quantize_row_q8_0_sums(const float *x, int64_t n, int8_t *qs, float 
 bool matmul_supports(pdl_dtype dtype);
 
 /* Whether weights of this dtype have dot kernels of their own (F32, F16,
- * BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS); other block formats are expanded
+ * BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0, TQ1_0); other block formats are expanded
  * to F32 row by row on every call (correct, several times slower). */
 bool matmul_has_dot(pdl_dtype dtype);
 

@@ -264,6 +264,8 @@ const pdl_tile_kernels matmul_tiles_avx2 = {
     .q3k = kquant_tile_q3_k_avx2,
     .q2k = kquant_tile_q2_k_avx2,
     .iq4xs = kquant_tile_iq4_xs_avx2,
+    .tq2 = kquant_tile_tq2_0_avx2,
+    .tq1 = kquant_tile_tq1_0_avx2,
 };
 #else
 /* Not built for this target: the family has no kernels. */

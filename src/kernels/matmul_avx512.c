@@ -287,6 +287,8 @@ const pdl_tile_kernels matmul_tiles_avx512 = {
     .q3k = kquant_tile_q3_k_avx512,
     .q2k = kquant_tile_q2_k_avx512,
     .iq4xs = kquant_tile_iq4_xs_avx512,
+    .tq2 = kquant_tile_tq2_0_avx512,
+    .tq1 = kquant_tile_tq1_0_avx512,
 };
 #else
 /* Not built for this target: the family has no kernels. */

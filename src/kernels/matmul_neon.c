@@ -1,6 +1,6 @@
 /*
  * matmul_neon.c - aarch64 Advanced SIMD tiles for F32, F16, BF16, Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights, and the Q8_0 activation quantizer. NEON is
+ * Q4_0, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights, and the Q8_0 activation quantizer. NEON is
  * part of the aarch64 base, so this builds with the default flags; the
  * integer-weight tiles with SDOT are in matmul_neon_dotprod.c (same bits;
  * both builds of them in matmul_neon_q_body.h).
@@ -77,6 +77,8 @@ const pdl_tile_kernels matmul_tiles_neon = {
     .q3k = tile_q3_k,
     .q2k = tile_q2_k,
     .iq4xs = tile_iq4_xs,
+    .tq2 = tile_tq2_0,
+    .tq1 = tile_tq1_0,
 };
 
 /* matmul_quantize_row_q8_0_sums on 4 lanes: the amax (exact in any order;

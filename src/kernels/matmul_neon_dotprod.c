@@ -1,6 +1,6 @@
 /*
  * matmul_neon_dotprod.c - the NEON family's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, MXFP4, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
- * Q6_K and IQ4_XS
+ * Q6_K, IQ4_XS, TQ2_0 and TQ1_0
  * tiles with SDOT
  * (Armv8.2 DotProd: one instruction gives a lane the exact sum of 4 int8
  * products, the 4-sums the order needs). Compiled with
@@ -39,6 +39,8 @@ const pdl_tile_kernels matmul_tiles_neon_dotprod = {
     .q3k = tile_q3_k,
     .q2k = tile_q2_k,
     .iq4xs = tile_iq4_xs,
+    .tq2 = tile_tq2_0,
+    .tq1 = tile_tq1_0,
 };
 #else
 /* Not built for this target: the family has no kernels. */

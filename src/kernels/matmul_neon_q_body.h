@@ -1,6 +1,6 @@
 /*
  * matmul_neon_q_body.h - the integer-weight tile bodies of the NEON families
- * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), written once and
+ * (Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0, TQ1_0), written once and
  * included by matmul_neon.c (integer sums by widening multiplies, Armv8.0) and matmul_neon_dotprod.c
  * (by SDOT, Armv8.2). Both builds compute the same integers, so every
  * build gives the portable bits.
@@ -14,12 +14,13 @@
  * values are unpacked once to int8 (Q6_K's already minus 32, Q3_K's -4..3) and serve
  * every activation row of the tile; isum = sum over the 16 groups of 16
  * of scale x (exact int32 dot), then one fmaf per term per element.
+ * TQ2_0 / TQ1_0: the same with the values c - 1 and no scales (tq_body).
  *
  * The including file defines TR, TC, PF_ROWS and
  *   q_sums(w0, w1, x0, x1, &lo, &hi): the 4-sums of elements 0-15 (lo)
  *   and 16-31 (hi) of a block, w and x as int8x16 halves;
  * and gets tile_q8_0, tile_q4_0, tile_mxfp4, tile_iq4_nl, tile_q5_0, tile_q4_1, tile_q5_1 (pdl_tile_q8_fn), tile_q2_k,
- * tile_q3_k, tile_q4_k, tile_q5_k, tile_q6_k and tile_iq4_xs (pdl_tile_kq_fn).
+ * tile_q3_k, tile_q4_k, tile_q5_k, tile_q6_k, tile_iq4_xs, tile_tq2_0 and tile_tq1_0 (pdl_tile_kq_fn).
  */
 #include <math.h>
 #include <string.h>
@@ -396,4 +397,89 @@ static void tile_iq4_xs(const pdl_block_q8k *x, int64_t nb, int rows, const uint
     if (rows == TR && cols == TC) kq_body(x, nb, TR, w, wrb, TC, out, ldo, 5);
     else if (rows == 1 && cols == TC) kq_body(x, nb, 1, w, wrb, TC, out, ldo, 5);
     else kq_body(x, nb, rows, w, wrb, cols, out, ldo, 5);
+}
+
+/* TQ2_0 / TQ1_0: a block's 256 values c - 1 (-1..1) as int8, unpacked once
+ * per column and super-block (TQ2_0: Q2_K's chunks of the 64 code bytes;
+ * TQ1_0: trit n of a byte is the top byte of (q 3^n mod 256) times 3, as
+ * kquant_tq1_0_trit), then per activation row the exact sum by q_sums over
+ * the 8 chunks of 32 and kquant.h's one fmaf. */
+static inline void tq2_unpack(const uint8_t *blk, int8_t wq[256]) {
+    for (int t = 0; t < 8; t++) {
+        int h = t / 4, l = t % 4;
+        for (int half = 0; half < 2; half++) {
+            uint8x16_t qs = vld1q_u8(blk + 32 * h + 16 * half);
+            uint8x16_t q = vandq_u8(vshlq_u8(qs, vdupq_n_s8((int8_t)(-2 * l))), vdupq_n_u8(3));
+            vst1q_s8(wq + 32 * t + 16 * half, vsubq_s8(vreinterpretq_s8_u8(q), vdupq_n_s8(1)));
+        }
+    }
+}
+
+/* The trits c - 1 of 16 bytes q, byte i's trit chosen by its multiplier m_i = 3^n. */
+static inline int8x16_t tq1_trits(uint8x16_t q, uint8x16_t m) {
+    uint8x16_t p = vmulq_u8(q, m);
+    uint8x16_t t = vcombine_u8(vshrn_n_u16(vmull_u8(vget_low_u8(p), vdup_n_u8(3)), 8),
+                               vshrn_n_u16(vmull_high_u8(p, vdupq_n_u8(3)), 8));
+    return vsubq_s8(vreinterpretq_s8_u8(t), vdupq_n_s8(1));
+}
+
+static inline void tq1_unpack(const uint8_t *blk, int8_t wq[256]) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    static const uint8_t tail_mult[16] = {1, 1, 1, 1, 3, 3, 3, 3, 9, 9, 9, 9, 27, 27, 27, 27};
+    uint8x16_t a0 = vld1q_u8(blk), a1 = vld1q_u8(blk + 16), mid = vld1q_u8(blk + 32);
+    for (int n = 0; n < 5; n++) {
+        uint8x16_t m = vdupq_n_u8(pow3[n]);
+        vst1q_s8(wq + 32 * n, tq1_trits(a0, m));
+        vst1q_s8(wq + 32 * n + 16, tq1_trits(a1, m));
+        vst1q_s8(wq + 160 + 16 * n, tq1_trits(mid, m));
+    }
+    uint32_t qh;
+    memcpy(&qh, blk + 48, 4);
+    vst1q_s8(wq + 240, tq1_trits(vreinterpretq_u8_u32(vdupq_n_u32(qh)), vld1q_u8(tail_mult)));
+}
+
+static inline __attribute__((always_inline)) void tq_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                          const uint8_t *w, size_t wrb, int nc, float *out,
+                                                          int64_t ldo, const int tq1) {
+    const size_t bb = tq1 ? 54 : 66;
+    float acc[TR][TC];
+    for (int r = 0; r < TR; r++)
+        for (int c = 0; c < TC; c++) acc[r][c] = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        for (int c = 0; c < nc; c++) {
+            const uint8_t *blk = w + c * wrb + b * bb;
+            for (size_t o = 0; o < bb; o += 64) __builtin_prefetch(blk + PF_ROWS * wrb + o);
+            int8_t wq[256];
+            if (tq1) tq1_unpack(blk, wq);
+            else tq2_unpack(blk, wq);
+            float dw = neon_half(blk + bb - 2);
+            for (int r = 0; r < nr; r++) {
+                const pdl_block_q8k *xb = x + r * nb + b;
+                int32x4_t s = vdupq_n_s32(0);
+                for (int t = 0; t < 8; t++) {
+                    int32x4_t lo, hi;
+                    q_sums(vld1q_s8(wq + 32 * t), vld1q_s8(wq + 32 * t + 16), vld1q_s8(xb->qs + 32 * t),
+                           vld1q_s8(xb->qs + 32 * t + 16), &lo, &hi);
+                    s = vaddq_s32(s, vaddq_s32(lo, hi));
+                }
+                acc[r][c] = fmaf(dw * xb->d, (float)vaddvq_s32(s), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) out[r * ldo + c] = acc[r][c];
+}
+
+static void tile_tq2_0(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                       float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) tq_body(x, nb, TR, w, wrb, TC, out, ldo, 0);
+    else if (rows == 1 && cols == TC) tq_body(x, nb, 1, w, wrb, TC, out, ldo, 0);
+    else tq_body(x, nb, rows, w, wrb, cols, out, ldo, 0);
+}
+
+static void tile_tq1_0(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
+                       float *out, int64_t ldo) {
+    if (rows == TR && cols == TC) tq_body(x, nb, TR, w, wrb, TC, out, ldo, 1);
+    else if (rows == 1 && cols == TC) tq_body(x, nb, 1, w, wrb, TC, out, ldo, 1);
+    else tq_body(x, nb, rows, w, wrb, cols, out, ldo, 1);
 }

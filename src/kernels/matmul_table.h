@@ -51,6 +51,7 @@ typedef struct pdl_tile_kernels {
     pdl_tile_kq_fn q3k;              /* Q3_K weights x Q8_K activations; NULL: lacks it */
     pdl_tile_kq_fn q2k;              /* Q2_K weights x Q8_K activations; NULL: lacks it */
     pdl_tile_kq_fn iq4xs;            /* IQ4_XS weights x Q8_K activations (kquant.h); NULL: lacks it */
+    pdl_tile_kq_fn tq2, tq1;         /* TQ2_0 / TQ1_0 weights x Q8_K activations (kquant.h); NULL: lacks it */
     /* The tiles take activations rounded to BF16: x then points to uint16
      * values and ldx counts them (matmul.c converts once per call). */
     bool x_bf16;
@@ -65,9 +66,9 @@ extern const pdl_tile_kernels matmul_tiles_avx512;
 extern const pdl_tile_kernels matmul_tiles_avx2;
 extern const pdl_tile_kernels matmul_tiles_avx512bf16;
 extern const pdl_tile_kernels matmul_tiles_avx512_bf16w; /* BF16 weights widened by unpacking */
-extern const pdl_tile_kernels matmul_tiles_avx512_vnni;  /* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS only, with AVX512-VNNI */
+extern const pdl_tile_kernels matmul_tiles_avx512_vnni;  /* Q2_K .. Q6_K / IQ4_XS / TQ2_0 / TQ1_0 only, with AVX512-VNNI */
 extern const pdl_tile_kernels matmul_tiles_neon;
-extern const pdl_tile_kernels matmul_tiles_neon_dotprod; /* Q8_0 / Q4_0 / Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS only, with SDOT */
+extern const pdl_tile_kernels matmul_tiles_neon_dotprod; /* Q8_0 / Q4_0 / Q2_K .. Q6_K / IQ4_XS / TQ2_0 / TQ1_0 only, with SDOT */
 /* x[n] -> dst[round_up(n, 32)] in the x_perm32 order. */
 void matmul_pack_perm32(const float *x, int64_t n, float *dst);
 void matmul_f32_to_bf16_avx512(const float *src, uint16_t *dst, int64_t n);

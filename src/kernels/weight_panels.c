@@ -21,9 +21,11 @@ static bool quantized(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q8_0 || dt == PDL_DTYPE_Q4_0 || dt == PDL_DTYPE_MXFP4 || dt == PDL_DTYPE_IQ4_NL ||
            legacy_quant(dt);
 }
+static bool ternary(pdl_dtype dt) { return dt == PDL_DTYPE_TQ2_0 || dt == PDL_DTYPE_TQ1_0; }
+/* Weights with Q8_K activations (kquant.h): the k-quants, IQ4_XS and the ternary types. */
 static bool kquant(pdl_dtype dt) {
     return dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q6_K || dt == PDL_DTYPE_Q3_K ||
-           dt == PDL_DTYPE_Q2_K || dt == PDL_DTYPE_IQ4_XS;
+           dt == PDL_DTYPE_Q2_K || dt == PDL_DTYPE_IQ4_XS || ternary(dt);
 }
 
 /* Bytes of one super-block of a k-quant (or IQ4_XS) panel, and of the file's. */
@@ -31,12 +33,14 @@ static size_t kpanel_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return PDL_Q3K_PANEL_BLOCK;
     if (dt == PDL_DTYPE_Q2_K) return PDL_Q2K_PANEL_BLOCK;
     if (dt == PDL_DTYPE_IQ4_XS) return PDL_IQ4XS_PANEL_BLOCK;
+    if (ternary(dt)) return PDL_TQ_PANEL_BLOCK;
     return dt == PDL_DTYPE_Q4_K ? PDL_Q4K_PANEL_BLOCK : dt == PDL_DTYPE_Q5_K ? PDL_Q5K_PANEL_BLOCK : PDL_Q6K_PANEL_BLOCK;
 }
 static size_t kfile_block(pdl_dtype dt) {
     if (dt == PDL_DTYPE_Q3_K) return 110;
     if (dt == PDL_DTYPE_Q2_K) return 84;
     if (dt == PDL_DTYPE_IQ4_XS) return 136;
+    if (ternary(dt)) return dt == PDL_DTYPE_TQ2_0 ? 66 : 54;
     return dt == PDL_DTYPE_Q4_K ? 144 : dt == PDL_DTYPE_Q5_K ? 176 : 210;
 }
 
@@ -46,6 +50,7 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     if (isa == PDL_ISA_AVX2) {
         if (quantized(dtype)) return qpanel_tile_q8_0_avx2 != NULL;
         if (dtype == PDL_DTYPE_IQ4_XS) return kpanel_tile_iq4_xs_avx2 != NULL;
+        if (ternary(dtype)) return kpanel_tile_tq_avx2 != NULL;
         if (kquant(dtype)) return kpanel_tile_q4_k_avx2 != NULL;
         return panels_tiles_avx2[dtype] != NULL; /* F32, F16, BF16 */
     }
@@ -67,6 +72,8 @@ static bool family_wants(pdl_isa isa, pdl_dtype dtype) {
     case PDL_DTYPE_Q3_K:
     case PDL_DTYPE_Q2_K: return cpu_features_get()->avx512vnni && kpanel_tile_q4_k_vnni;
     case PDL_DTYPE_IQ4_XS: return cpu_features_get()->avx512vnni && kpanel_tile_iq4_xs_vnni;
+    case PDL_DTYPE_TQ2_0:
+    case PDL_DTYPE_TQ1_0: return cpu_features_get()->avx512vnni && kpanel_tile_tq_vnni;
     default: return false;
     }
 }
@@ -179,6 +186,26 @@ static void pack_iq4_xs_block(uint8_t *db, int c, const uint8_t *blk) {
     memcpy(db + 2176 + c * 2, blk, 2); /* d */
 }
 
+/* TQ2_0 / TQ1_0: the 64 bytes of 2-bit codes in Q2_K's steps, then d.
+ * TQ2_0's code bytes are the file's; TQ1_0's trits are written as them. */
+static void pack_tq_codes(uint8_t *db, int c, const uint8_t *codes, const uint8_t *d16) {
+    for (int l4 = 0; l4 < 8; l4++) {
+        uint8_t *wd = db + (size_t)(l4 * 2) * 64 + c * 4;
+        memcpy(wd, codes + 4 * l4, 4);
+        memcpy(wd + 64, codes + 32 + 4 * l4, 4);
+    }
+    memcpy(db + 1024 + c * 2, d16, 2);
+}
+
+static void pack_tq2_0_block(uint8_t *db, int c, const uint8_t *blk) { pack_tq_codes(db, c, blk, blk + 64); }
+
+static void pack_tq1_0_block(uint8_t *db, int c, const uint8_t *blk) {
+    uint8_t codes[64] = {0};
+    for (int e = 0; e < 256; e++)
+        codes[32 * (e / 128) + e % 32] |= (uint8_t)(kquant_tq1_0_code(blk, e) << (2 * ((e % 128) / 32)));
+    pack_tq_codes(db, c, codes, blk + 52);
+}
+
 static void pack_worker(void *p, int ith, int nth) {
     const pack_task *t = p;
     long p0, p1;
@@ -200,6 +227,7 @@ static void pack_worker(void *p, int ith, int nth) {
                                                                 : dt == PDL_DTYPE_Q2_K ? pack_q2_k_block
                                                                                        : pack_q4_k_block;
                 if (dt == PDL_DTYPE_IQ4_XS) pack = pack_iq4_xs_block;
+                if (ternary(dt)) pack = dt == PDL_DTYPE_TQ2_0 ? pack_tq2_0_block : pack_tq1_0_block;
                 int64_t nb = in / PDL_QK_K;
                 const uint8_t *src = (const uint8_t *)t->w->data + (size_t)o * (size_t)nb * bb;
                 for (int64_t b = 0; b < nb; b++) pack(dst + (size_t)b * pbb, c, src + b * bb);
@@ -602,6 +630,20 @@ static float iq4_xs_block(const uint8_t *db, int c, const pdl_block_q8k *xb, flo
     return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
 }
 
+/* TQ2_0 / TQ1_0: the exact sum of (code - 1) x over the super-block (the
+ * codes in Q2_K's qs positions), then one fused multiply-add. */
+static float tq_block(const uint8_t *db, int c, const pdl_block_q8k *xb, float acc) {
+    int32_t isum = 0;
+    for (int e = 0; e < 256; e++) {
+        int h = e / 128, k = (e % 128) / 32, l = e % 32;
+        int q = (db[(size_t)((l / 4) * 2 + h) * 64 + c * 4 + l % 4] >> (2 * k)) & 3;
+        isum += (q - 1) * xb->qs[e];
+    }
+    uint16_t d16;
+    memcpy(&d16, db + 1024 + c * 2, 2);
+    return fmaf(fp16_f16_to_f32(d16) * xb->d, (float)isum, acc);
+}
+
 /* Q4_K / Q6_K panels, activations in Q8_K blocks (ldx per row). */
 typedef struct k_ctx {
     kblock_fn block;
@@ -658,6 +700,12 @@ static void portable_iq4_xs(const pdl_block_q8k *x, int64_t ldx, int rows, const
                             int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
                             bool accumulate) {
     portable_ktile(iq4_xs_block, PDL_IQ4XS_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
+                   accumulate);
+}
+
+static void portable_tq(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    portable_ktile(tq_block, PDL_TQ_PANEL_BLOCK, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                    accumulate);
 }
 
@@ -856,6 +904,13 @@ static void pick_tile(pdl_isa isa, pdl_dtype dt, bool dp, pdl_panel_fn *fn, pdl_
         else if (family_avxvnni(isa)) *kfn = kpanel_tile_iq4_xs_avxvnni;
         else if (isa == PDL_ISA_AVX2) *kfn = kpanel_tile_iq4_xs_avx2;
         if (!*kfn) *kfn = portable_iq4_xs;
+        return;
+    }
+    if (ternary(dt)) {
+        if (avx512 && f->avx512vnni) *kfn = kpanel_tile_tq_vnni;
+        else if (family_avxvnni(isa)) *kfn = kpanel_tile_tq_avxvnni;
+        else if (isa == PDL_ISA_AVX2) *kfn = kpanel_tile_tq_avx2;
+        if (!*kfn) *kfn = portable_tq;
         return;
     }
     if (kquant(dt)) {

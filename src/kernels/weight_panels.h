@@ -1,6 +1,6 @@
 /*
- * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
- * and IQ4_XS weight matrices copied
+ * weight_panels.h - F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS, TQ2_0 and TQ1_0 weight matrices copied
  * once, at model load, into panels of 16 output rows laid out k-major, and
  * the matmul that reads them: each step loads one vector holding the same
  * k (or 4 k) of 16 outputs and multiplies it by one broadcast activation
@@ -83,6 +83,12 @@
  *         nibble, 32 j + 16 + k's in the high); then the 8 signed scales
  *         ls_j - 32 as int8 (byte 16 j + c), the 16 rows' d (halves) and
  *         32 bytes of zeros.
+ *   TQ2_0 and TQ1_0 (super-blocks of 256): PDL_TQ_PANEL_BLOCK bytes per
+ *         super-block, one layout for both: Q2_K's steps of 2-bit codes
+ *         (for each step l4 two vectors of 16 words: code bytes 4 l4 ..,
+ *         code bytes 32 + 4 l4 .., TQ2_0's 64 bytes as in the file; TQ1_0's
+ *         trits rewritten into that form at load), then the 16 rows' d
+ *         (halves) and 32 bytes of zeros.
  *
  * Every output element is one accumulator, zero first, carried over the
  * steps in order with one rounding per product (fused multiply-add):
@@ -101,11 +107,11 @@
  *         Q4_1 / Q5_1 acc = fma((float)xs[b], m[b] * dx[b], acc), xs[b]
  *         the exact sum of the block's 32 quantized activations
  *         (matmul_quantize_row_q8_0_sums);
- *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS: x is quantized to Q8_K per 256-block (kquant.h) and each
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0, TQ1_0: x is quantized to Q8_K per 256-block (kquant.h) and each
  *         super-block adds to acc exactly as kquant.h's dots do (exact
  *         integer sums, then one or two fused multiply-adds), so panels
  *         give the bits of kquant_dot_q4_k_q8_k / _q5_k_ / _q6_k_ / _q3_k_ / _q2_k_ /
- *         kquant_dot_iq4_xs_q8_k and of
+ *         kquant_dot_iq4_xs_q8_k / _tq2_0_ / _tq1_0_ and of
  *         the row-major tiles;
  * then + bias, then += into y when accumulating. The sequence does not
  * depend on the tile, the batch or the thread count, and the portable
@@ -129,8 +135,8 @@
 
 #define PDL_PANEL_COLS 16
 
-/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K or
- * IQ4_XS matrix) can be
+/* Whether w (a 2-D F32, F16, BF16, Q8_0, Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * IQ4_XS, TQ2_0 or TQ1_0 matrix) can be
  * made into panels for the family of `kernels`: it has the AVX-512 panel
  * kernels (for the block formats with AVX512-VNNI), or the AVX2 ones (every
  * one of these dtypes; the block formats through VPMADDUBSW, or AVX-VNNI
@@ -189,7 +195,7 @@ typedef void (*pdl_qpanel_fn)(const int8_t *xq, const float *xd, const int32_t *
                               int rows, const uint8_t *panel, size_t panel_bytes, int panels, int64_t blocks,
                               int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate);
 
-/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS weights: rows x (panels x 16) outputs from activations quantized
+/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 weights: rows x (panels x 16) outputs from activations quantized
  * to Q8_K (ldx blocks apart, `blocks` per row). */
 typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,
                               size_t panel_bytes, int panels, int64_t blocks, int last_cols, float *y, int64_t ldy,
@@ -212,6 +218,8 @@ typedef void (*pdl_kpanel_fn)(const pdl_block_q8k *x, int64_t ldx, int rows, con
 /* ... and of IQ4_XS: 2048 of codes, 128 of signed scales, 32 of d, 32 of
  * padding (64-byte alignment). */
 #define PDL_IQ4XS_PANEL_BLOCK 2240
+/* ... and of TQ2_0 / TQ1_0: 1024 of codes, 32 of d, 32 of padding. */
+#define PDL_TQ_PANEL_BLOCK 1088
 
 /* Q8_0 / Q4_0 panels (qb: bytes of one block's quants, 512 / 256): the
  * offsets in a panel of block b's quants and of its 16 scales. A block
@@ -266,6 +274,7 @@ extern const pdl_qpanel_fn qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_
 extern const pdl_kpanel_fn kpanel_tile_q4_k_vnni, kpanel_tile_q5_k_vnni, kpanel_tile_q6_k_vnni; /* likewise */
 extern const pdl_kpanel_fn kpanel_tile_q3_k_vnni, kpanel_tile_q2_k_vnni;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni; /* likewise */
+extern const pdl_kpanel_fn kpanel_tile_tq_vnni;     /* TQ2_0 and TQ1_0 panels (one layout) */
 /* 256-bit integer tiles (weight_panels_int256_body.h): AVX2 (VPMADDUBSW,
  * weight_panels_avx2.c) and AVX-VNNI (VPDPBUSD, weight_panels_avxvnni.c) */
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_tile_mxfp4_avx2,
@@ -273,12 +282,14 @@ extern const pdl_qpanel_fn qpanel_tile_q8_0_avx2, qpanel_tile_q4_0_avx2, qpanel_
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avx2, kpanel_tile_q5_k_avx2, kpanel_tile_q6_k_avx2;
 extern const pdl_kpanel_fn kpanel_tile_q3_k_avx2, kpanel_tile_q2_k_avx2;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avx2;
+extern const pdl_kpanel_fn kpanel_tile_tq_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2;
 extern const pdl_qpanel_fn qpanel_tile_q8_0_avxvnni, qpanel_tile_q4_0_avxvnni, qpanel_tile_mxfp4_avxvnni,
     qpanel_tile_iq4_nl_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q4_k_avxvnni, kpanel_tile_q5_k_avxvnni, kpanel_tile_q6_k_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_q3_k_avxvnni, kpanel_tile_q2_k_avxvnni;
 extern const pdl_kpanel_fn kpanel_tile_iq4_xs_avxvnni;
+extern const pdl_kpanel_fn kpanel_tile_tq_avxvnni;
 extern const pdl_qpanel_fn qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni;
 
 /* The panel kernels of one family, chosen once (panels_kernels_for)
@@ -289,7 +300,7 @@ typedef struct pdl_panel_kernels {
     bool wanted[PDL_DTYPE_COUNT];      /* the family has panel tiles for the dtype (panels_wanted) */
     pdl_panel_fn fn[PDL_DTYPE_COUNT];  /* F32 / F16 / BF16 tile (BF16: of `pairs` or F32 activations) */
     pdl_qpanel_fn qfn[PDL_DTYPE_COUNT];/* Q8_0 / Q4_0 / MXFP4 / IQ4_NL tile */
-    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS tile */
+    pdl_kpanel_fn kfn[PDL_DTYPE_COUNT];/* Q2_K / Q3_K / Q4_K / Q5_K / Q6_K / IQ4_XS / TQ2_0 / TQ1_0 tile */
     bool pairs[PDL_DTYPE_COUNT];       /* BF16 weights take BF16 activation pairs */
     int tile_rows[PDL_DTYPE_COUNT];    /* rows per tile call */
     bool avx2_float[PDL_DTYPE_COUNT];  /* the AVX2 float tiles: larger activation blocks */

@@ -1,7 +1,7 @@
 /*
  * weight_panels_avx2.c - AVX2 panel tiles: F32, F16 (F16C) and BF16
  * weights with F32 activations here, and the integer block formats (Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS) through VPMADDUBSW from weight_panels_int256_body.h,
+ * Q4_0, MXFP4, IQ4_NL, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0, TQ1_0) through VPMADDUBSW from weight_panels_int256_body.h,
  * all in weight_panels.h's order (the same bits as the portable and
  * AVX-512 tiles).
  *
@@ -180,6 +180,7 @@ const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = ipanel_avx2_q6_k;
 const pdl_kpanel_fn kpanel_tile_q3_k_avx2 = ipanel_avx2_q3_k;
 const pdl_kpanel_fn kpanel_tile_q2_k_avx2 = ipanel_avx2_q2_k;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_avx2 = ipanel_avx2_iq4_xs;
+const pdl_kpanel_fn kpanel_tile_tq_avx2 = ipanel_avx2_tq;
 const pdl_qpanel_fn qpanel_tile_q5_0_avx2 = ipanel_avx2_q5_0;
 const pdl_qpanel_fn qpanel_tile_q4_1_avx2 = ipanel_avx2_q4_1;
 const pdl_qpanel_fn qpanel_tile_q5_1_avx2 = ipanel_avx2_q5_1;
@@ -195,6 +196,7 @@ const pdl_kpanel_fn kpanel_tile_q6_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_q3_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_q2_k_avx2 = NULL;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_avx2 = NULL;
+const pdl_kpanel_fn kpanel_tile_tq_avx2 = NULL;
 const pdl_qpanel_fn qpanel_tile_q5_0_avx2 = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_1_avx2 = NULL;
 const pdl_qpanel_fn qpanel_tile_q5_1_avx2 = NULL;

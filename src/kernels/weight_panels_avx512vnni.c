@@ -1,6 +1,7 @@
 /*
  * weight_panels_avx512vnni.c - AVX-512 VNNI panel tiles for Q8_0, Q4_0, MXFP4,
- * IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layout and order in weight_panels.h).
+ * IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights (layout and order in
+ * weight_panels.h).
  *
  * Per block, each accumulator's integer sum starts at -offset * (sum of the
  * row's 32 quantized activations) and VPDPBUSD adds the products of the
@@ -899,6 +900,107 @@ DEFINE_LEGACY_PANEL_TILE(qpanel_q5_0, PDL_DTYPE_Q5_0)
 DEFINE_LEGACY_PANEL_TILE(qpanel_q4_1, PDL_DTYPE_Q4_1)
 DEFINE_LEGACY_PANEL_TILE(qpanel_q5_1, PDL_DTYPE_Q5_1)
 
+/* TQ2_0 / TQ1_0: the end of a super-block: the codes' sum (codes 0..3
+ * times x) minus the activations' sum (all 16 bsum16) is kquant.h's isum,
+ * then one fused multiply-add into acc. */
+static inline __attribute__((always_inline)) __m512 tq_block_end(const uint8_t *blk, __m512i csum,
+                                                                 const pdl_block_q8k *xb, __m512 acc) {
+    int32_t bt = 0;
+    for (int g = 0; g < 16; g++) bt += xb->bsum16[g];
+    __m512i isum = _mm512_sub_epi32(csum, _mm512_set1_epi32(bt));
+    __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1024)));
+    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(isum), acc);
+}
+
+/* Rows x panels of TQ2_0 / TQ1_0 (NR up to R, NG up to 2): VPDPBUSD sums
+ * code x over the whole super-block (exact), Q2_K's walk of the codes
+ * without its scales; then tq_block_end. */
+static inline __attribute__((always_inline)) void tqbody(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
+                                                         int last_cols, float *y, int64_t ldy, const float *bias,
+                                                         bool accumulate) {
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    __m512 acc[R][2];
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[2];
+        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_TQ_PANEL_BLOCK;
+        __m512i csum[R][2];
+        for (int r = 0; r < nr; r++)
+            for (int g = 0; g < ng; g++) csum[r][g] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; half++)
+#pragma GCC unroll 4
+            for (int quarter = 0; quarter < 4; quarter++)
+                for (int l4 = 0; l4 < 8; l4++) {
+                    __m512i w[2];
+                    for (int g = 0; g < ng; g++) {
+                        __m512i a = _mm512_load_si512((const void *)(blk[g] + (size_t)(l4 * 2 + half) * 64));
+                        w[g] = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
+                    }
+                    for (int r = 0; r < nr; r++) {
+                        __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
+                        for (int g = 0; g < ng; g++) csum[r][g] = _mm512_dpbusd_epi32(csum[r][g], w[g], xb);
+                    }
+                }
+        for (int g = 0; g < ng; g++)
+            for (int r = 0; r < nr; r++) acc[r][g] = tq_block_end(blk[g], csum[r][g], &x[r * ldx + b], acc[r][g]);
+    }
+    for (int r = 0; r < nr; r++)
+        for (int g = 0; g < ng; g++)
+            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
+                        last_cols);
+}
+
+/* One activation row (decode): each step's two loads give the codes of all
+ * eight quarters, summed into two chains. */
+static inline __attribute__((always_inline)) void tqbody1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    const __m512i m3 = _mm512_set1_epi8(0x03);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = panel + (size_t)b * PDL_TQ_PANEL_BLOCK;
+        const int8_t *xq = x[b].qs;
+        __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int l4 = 0; l4 < 8; l4++) {
+            const uint8_t *wd = blk + (size_t)(l4 * 2) * 64;
+            _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+            __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
+                __m512i xb = _mm512_set1_epi32(load4(xq + 32 * t + 4 * l4));
+                __m512i v = _mm512_and_si512(_mm512_srli_epi16(t / 4 ? a1 : a0, (unsigned)(2 * (t % 4))), m3);
+                s[t % 2] = _mm512_dpbusd_epi32(s[t % 2], v, xb);
+            }
+        }
+        acc = tq_block_end(blk, _mm512_add_epi32(s[0], s[1]), &x[b], acc);
+    }
+    panel_store(y, acc, bias, accumulate, true, last_cols);
+}
+
+/* 4-row tiles take 2 panels at a time, as Q2_K's. */
+static void kpanel_tq(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
+                      int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
+    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
+        for (int g = 0; g < panels; g++)
+            tqbody1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
+                    bias ? bias + g * 16 : NULL, accumulate);
+        return;
+    }
+    for (int g0 = 0; g0 < panels; g0 += 2) {
+        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
+        const uint8_t *pp = panel + (size_t)g0 * pb;
+        float *yy = y + g0 * 16;
+        const float *bb = bias ? bias + g0 * 16 : NULL;
+        if (rows == R && ng == 2) tqbody(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else if (ng == 2) tqbody(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
+        else tqbody(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
+    }
+}
+
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = qpanel_q8_0;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
 const pdl_qpanel_fn qpanel_tile_mxfp4_vnni = qpanel_mxfp4;
@@ -909,6 +1011,7 @@ const pdl_kpanel_fn kpanel_tile_q6_k_vnni = kpanel_q6_k;
 const pdl_kpanel_fn kpanel_tile_q3_k_vnni = kpanel_q3_k;
 const pdl_kpanel_fn kpanel_tile_q2_k_vnni = kpanel_q2_k;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = kpanel_iq4_xs;
+const pdl_kpanel_fn kpanel_tile_tq_vnni = kpanel_tq;
 const pdl_qpanel_fn qpanel_tile_q5_0_vnni = qpanel_q5_0;
 const pdl_qpanel_fn qpanel_tile_q4_1_vnni = qpanel_q4_1;
 const pdl_qpanel_fn qpanel_tile_q5_1_vnni = qpanel_q5_1;
@@ -923,6 +1026,7 @@ const pdl_kpanel_fn kpanel_tile_q6_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q3_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_q2_k_vnni = NULL;
 const pdl_kpanel_fn kpanel_tile_iq4_xs_vnni = NULL;
+const pdl_kpanel_fn kpanel_tile_tq_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q5_0_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q4_1_vnni = NULL;
 const pdl_qpanel_fn qpanel_tile_q5_1_vnni = NULL;

@@ -1,6 +1,7 @@
 /*
  * weight_panels_int256_body.h - the 256-bit integer panel tiles for Q8_0,
- * Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS weights (layouts and order in weight_panels.h),
+ * Q4_0, MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, TQ2_0 and TQ1_0 weights (layouts and
+ * order in weight_panels.h),
  * written once and included by weight_panels_avx2.c (VPMADDUBSW, AVX2) and
  * weight_panels_avxvnni.c (VPDPBUSD, AVX-VNNI), each built with its own
  * instruction-set flags. Not for the float dtypes (weight_panels_avx2.c).
@@ -35,6 +36,8 @@
  *         sign trick, each step's pair sums times the sub-block's signed
  *         scale by VPMADDWD straight into int32 (with VNNI: the values +
  *         128, a sum per sub-block from -128 x its activation sum).
+ *         TQ2_0 / TQ1_0's codes (at most 3: 762 a pair) sum half a
+ *         super-block (32 steps, 24384) in int16, then VPMADDWD by ones.
  *   With VNNI, one-row (decode) Q8_0 pieces take that sign trick too:
  *   Qwen3-0.6B Q8_0 tg64 on a Zen 5 VM, 5 alternating pairs, 1.07x
  *   (1.00-1.10x) over VPDPBUSD's one-row piece, whose decode was 0.86-1.01x
@@ -1386,6 +1389,103 @@ static void PANEL_PREFIX(q5_1)(const int8_t *xq, const float *xd, const int32_t 
                                float *y, int64_t ldy, const float *bias, bool accumulate) {
     ib_leg_tile(PDL_DTYPE_Q5_1, xq, xd, xs, ldx, nbx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias,
                 accumulate);
+}
+
+/* ---- TQ2_0 and TQ1_0 ------------------------------------------------------------ */
+
+/* A half super-block's code sums into int32: VNNI's are already. */
+#if defined(PANEL_VNNI256)
+static inline __m256i ib_tq_fold(__m256i s) { return s; }
+#else
+static inline __m256i ib_tq_fold(__m256i s) { return _mm256_madd_epi16(s, _mm256_set1_epi16(1)); }
+#endif
+
+/* TQ2_0 / TQ1_0, NR (1..4) rows x NV groups: the codes (0..3) times the
+ * activations over the super-block (Q2_K's walk without its scales), minus
+ * the activations' sum (their 16 bsum16): kquant.h's isum; then one fused
+ * multiply-add. */
+static inline __attribute__((always_inline)) void ib_tq_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                              const ib_group *grp, const int nv, int64_t nb,
+                                                              int64_t ldy, bool accumulate) {
+    const __m256i m3 = _mm256_set1_epi8(0x03);
+    __m256 acc[IB_MAX_R][IB_MAX_V];
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk[IB_MAX_V];
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_TQ_PANEL_BLOCK;
+        __m256i csum[IB_MAX_R][IB_MAX_V];
+        IB_UNROLL for (int r = 0; r < nr; r++)
+            IB_UNROLL for (int v = 0; v < nv; v++) csum[r][v] = _mm256_setzero_si256();
+        for (int half = 0; half < 2; half++) {
+            __m256i s[IB_MAX_R][IB_MAX_V];
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = _mm256_setzero_si256();
+            for (int l4 = 0; l4 < 8; l4++) {
+                __m256i a[IB_MAX_V];
+                IB_UNROLL for (int v = 0; v < nv; v++) {
+                    const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
+                    a[v] = _mm256_load_si256((const __m256i *)(const void *)wd);
+                    if (nr == 1 && grp[v].half == 0) _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                }
+                IB_UNROLL for (int q = 0; q < 4; q++) {
+                    __m256i w[IB_MAX_V];
+                    IB_UNROLL for (int v = 0; v < nv; v++) w[v] = _mm256_and_si256(_mm256_srli_epi16(a[v], 2 * q), m3);
+                    IB_UNROLL for (int r = 0; r < nr; r++) {
+                        __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * q + 4 * l4);
+                        IB_UNROLL for (int v = 0; v < nv; v++) s[r][v] = IB_DOT(s[r][v], w[v], xb);
+                    }
+                }
+            }
+            IB_UNROLL for (int r = 0; r < nr; r++)
+                IB_UNROLL for (int v = 0; v < nv; v++) csum[r][v] = _mm256_add_epi32(csum[r][v], ib_tq_fold(s[r][v]));
+        }
+        IB_UNROLL for (int r = 0; r < nr; r++) {
+            const pdl_block_q8k *xb = &x[r * ldx + b];
+            int32_t bt = 0;
+            for (int g = 0; g < 16; g++) bt += xb->bsum16[g];
+            __m256 dx = _mm256_set1_ps(xb->d);
+            IB_UNROLL for (int v = 0; v < nv; v++) {
+                __m256i isum = _mm256_sub_epi32(csum[r][v], _mm256_set1_epi32(bt));
+                __m256 dw = ib_halves(blk[v] + 1024 + 16 * grp[v].half);
+                acc[r][v] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[r][v]);
+            }
+        }
+    }
+    IB_UNROLL for (int r = 0; r < nr; r++)
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
+}
+
+/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as IQ4_XS's). */
+static void PANEL_PREFIX(tq)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
+                             int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
+                             bool accumulate) {
+    ib_group g[2 * PDL_PANEL_TILE_PANELS];
+    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
+    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
+        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
+        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
+        for (int i = 0; i < n; i++) {
+            gr[i] = g[i];
+            gr[i].y += r0 * ldy;
+        }
+        const pdl_block_q8k *xr = x + r0 * ldx;
+        int step = nr == 1 ? 2 : 1;
+        for (int i = 0; i < n; i += step) {
+            int nv = n - i < step ? n - i : step;
+            const ib_group *gi = gr + i;
+            switch (nr) {
+            case 1:
+                if (nv == 2) ib_tq_piece(xr, ldx, 1, gi, 2, nb, ldy, accumulate);
+                else ib_tq_piece(xr, ldx, 1, gi, 1, nb, ldy, accumulate);
+                break;
+            case 2: ib_tq_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
+            case 3: ib_tq_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
+            default: ib_tq_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
+            }
+        }
+    }
 }
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * quant_twin.h - the whole-model test of a quantized weight type, shared by
  * test_mxfp4_model.c, test_iq4_nl_model.c, test_q5_k_model.c,
- * test_q3_k_model.c, test_q2_k_model.c, test_iq4_xs_model.c and
- * test_legacy_quant_model.c: a tiny
+ * test_q3_k_model.c, test_q2_k_model.c, test_iq4_xs_model.c,
+ * test_ternary_model.c and test_legacy_quant_model.c: a tiny
  * llama whose every layer matrix and output head is of the type (random
  * blocks from the test's generator) against its F32 twin holding exactly the
  * dequantized values (ops_dequant_row, which test_dequant.c checks against

@@ -13,5 +13,6 @@ extern const pdl_qpanel_fn test_qpanel_q5_0_vnni256_evex, test_qpanel_q4_1_vnni2
 extern const pdl_kpanel_fn test_kpanel_q4_k_vnni256_evex, test_kpanel_q5_k_vnni256_evex, test_kpanel_q6_k_vnni256_evex;
 extern const pdl_kpanel_fn test_kpanel_q3_k_vnni256_evex, test_kpanel_q2_k_vnni256_evex;
 extern const pdl_kpanel_fn test_kpanel_iq4_xs_vnni256_evex;
+extern const pdl_kpanel_fn test_kpanel_tq_vnni256_evex; /* TQ2_0 and TQ1_0 */
 
 #endif
