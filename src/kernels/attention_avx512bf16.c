@@ -437,19 +437,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     /* softmax (F32, as the F32 tiles), then P to BF16 in place */
     const uint8_t *pp[AT_MAXQ];
     for (int i = 0; i < n_q; i++) {
-        float *row = scratch + (size_t)i * ld, *sc = row + (first[i] - base);
-        int n = pos[i] - first[i] + 1;
-        if (softcap > 0.0f)
-            for (int j = 0; j < n; j++) sc[j] = tanhf(sc[j] / softcap) * softcap;
-        float mx = -INFINITY; /* the max is exact in any order */
-        int j = 0;
-        if (n >= AT_W) {
-            at_v m = at_loadu(sc);
-            for (j = AT_W; j + AT_W <= n; j += AT_W) m = at_max(m, at_loadu(sc + j));
-            mx = at_hmax(m);
-        }
-        for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
-        attn_softmax(sc, n, mx, attn_sink(sinks, i));
+        float *row = scratch + (size_t)i * ld;
+        at_softmax_scores(row + (first[i] - base), pos[i] - first[i] + 1, softcap, attn_sink(sinks, i));
         bf_probabilities(row, base, first[i], pos[i]);
         pp[i] = (const uint8_t *)row;
     }

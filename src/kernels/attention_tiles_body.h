@@ -64,6 +64,22 @@ static inline at_v at_load_q4v(const uint8_t *row, int i, int gs) {
     return at_mul(at_load_u4(b + 2 + j % cb, j >= cb), at_set1(ATTN_F16(h)));
 }
 
+/* One query's n scores in place: soft-capped, then attention.h's softmax
+ * (sink: its sink logit, or -INFINITY). */
+static inline void at_softmax_scores(float *sc, int n, float softcap, float sink) {
+    if (softcap > 0.0f)
+        for (int j = 0; j < n; j++) sc[j] = tanhf(sc[j] / softcap) * softcap;
+    float mx = -INFINITY; /* the max is exact in any order */
+    int j = 0;
+    if (n >= AT_W) {
+        at_v m = at_loadu(sc);
+        for (j = AT_W; j + AT_W <= n; j += AT_W) m = at_max(m, at_loadu(sc + j));
+        mx = at_hmax(m);
+    }
+    for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
+    attn_softmax(sc, n, mx, sink);
+}
+
 #ifdef AT_BF16
 /* the including file's, in attention.h's BF16 order */
 static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
@@ -359,19 +375,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     }
     const float *p[AT_MAXQ];
     for (int i = 0; i < n_q; i++) {
-        float *sc = scratch + (size_t)i * ld + (first[i] - base);
-        int n = pos[i] - first[i] + 1;
-        if (softcap > 0.0f)
-            for (int j = 0; j < n; j++) sc[j] = tanhf(sc[j] / softcap) * softcap;
-        float mx = -INFINITY; /* the max is exact in any order */
-        int j = 0;
-        if (n >= AT_W) {
-            at_v m = at_loadu(sc);
-            for (j = AT_W; j + AT_W <= n; j += AT_W) m = at_max(m, at_loadu(sc + j));
-            mx = at_hmax(m);
-        }
-        for (; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
-        attn_softmax(sc, n, mx, attn_sink(sinks, i));
+        at_softmax_scores(scratch + (size_t)i * ld + (first[i] - base), pos[i] - first[i] + 1, softcap,
+                          attn_sink(sinks, i));
         p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
     }
     int vr = AT_VR;           /* queries per value tile */
