@@ -1,9 +1,12 @@
 /*
  * attention_avx512bf16.c - attention in attention.h's BF16 order with
  * AVX512_BF16: VDPBF16PS multiplies two BF16 pairs per lane, twice the
- * products per instruction of the F32 tiles (attention_avx512.c), for the
- * forward's attention in the BF16 mode. The same bits as the portable
- * reference (attention_bf16.c), which takes the shapes these tiles do not.
+ * products per instruction of the F32 tiles (attention_avx512.c); the
+ * forward's attention when PAGEDLM_BF16_ATTENTION=1 (attn_set_bf16_order:
+ * opt-in, since on the Intel VM measured VDPBF16PS issues at one FMA port's
+ * rate and these tiles lose, docs/benchmarks.md). The same bits as the
+ * portable reference (attention_bf16.c), which takes the shapes these tiles
+ * do not.
  *
  * Each pass of up to AT_MAXQ queries turns what it reads into BF16 pairs
  * once and multiplies them into every query:
@@ -22,7 +25,9 @@
  *            are exact). A pair with one key outside a query's range has
  *            that key's half of each word masked to zero for that query, so
  *            the key enters as p = 0, v = 0, whatever its value.
- */
+ * A call of one or two queries (a decode step) makes its key and value
+ * pairs in registers instead: each would be read once, so a buffer only
+ * adds a store and a load. */
 #include "kernels/attention.h"
 
 #if defined(__AVX512BF16__)
@@ -85,22 +90,31 @@ static inline __attribute__((always_inline)) at_v bf_key(const uint8_t *kp, cons
     return at_mul(KIND == 3 ? at_load_u4(c, d % gs >= cb) : at_load_i8(c), S);
 }
 
+/* Dimension pair t of AT_W keys (a group's keys at kp, scales at ks). */
+static inline __attribute__((always_inline)) __m512i bf_key_pair(const uint8_t *kp, const uint8_t *ks, int t, int hd,
+                                                                 size_t step, const int KIND) {
+    const uint8_t *s = KIND >= 2 ? ks : NULL;
+    return bf_pairs(bf_key(kp, s, 2 * t, hd, step, KIND), bf_key(kp, s, 2 * t + 1, hd, step, KIND));
+}
+
+/* Prefetches dimension pair t of the next group's keys (pf, its scales pfs). */
+static inline __attribute__((always_inline)) void bf_prefetch_pair(const uint8_t *pf, const uint8_t *pfs, int t,
+                                                                   int hd, size_t step, const int KIND) {
+    __builtin_prefetch(pf + bf_key_at(2 * t, hd, step, KIND));
+    __builtin_prefetch(pf + bf_key_at(2 * t + 1, hd, step, KIND));
+    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND));
+}
+
 /* ng groups' keys to dimension pairs: kb[(g * hd / 2 + t) * AT_W + l];
  * pf / pfs (or NULL): the next groups' keys and scales, prefetched. */
 static inline __attribute__((always_inline)) void bf_keys(uint32_t *kb, int ng, const uint8_t *const *kp,
                                                           const uint8_t *const *ks, int hd, size_t step,
                                                           const uint8_t *pf, const uint8_t *pfs, const int KIND) {
     for (int t = 0; t < hd / 2; t++) {
-        for (int g = 0; g < ng; g++) {
-            const uint8_t *sg = KIND >= 2 ? ks[g] : NULL;
-            __m512i w = bf_pairs(bf_key(kp[g], sg, 2 * t, hd, step, KIND), bf_key(kp[g], sg, 2 * t + 1, hd, step, KIND));
-            _mm512_storeu_si512(kb + ((size_t)g * (size_t)(hd / 2) + (size_t)t) * AT_W, w);
-        }
-        if (pf) {
-            __builtin_prefetch(pf + bf_key_at(2 * t, hd, step, KIND));
-            __builtin_prefetch(pf + bf_key_at(2 * t + 1, hd, step, KIND));
-            if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND));
-        }
+        for (int g = 0; g < ng; g++)
+            _mm512_storeu_si512(kb + ((size_t)g * (size_t)(hd / 2) + (size_t)t) * AT_W,
+                                bf_key_pair(kp[g], KIND >= 2 ? ks[g] : NULL, t, hd, step, KIND));
+        if (pf) bf_prefetch_pair(pf, pfs, t, hd, step, KIND);
     }
 }
 
@@ -125,19 +139,10 @@ static inline __attribute__((always_inline)) void bf_score_tile(const int NR, co
     for (int t = 0; t < half; t++) {
         __m512bh k[4];
         for (int g = 0; g < NG; g++)
-            if (KSRC < 0) {
-                k[g] = bf_load(src->kb + ((size_t)g * (size_t)half + (size_t)t) * AT_W);
-            } else {
-                const uint8_t *sg = KSRC >= 2 ? src->ks[g] : NULL;
-                k[g] = (__m512bh)bf_pairs(bf_key(src->kp[g], sg, 2 * t, hd, src->step, KSRC),
-                                          bf_key(src->kp[g], sg, 2 * t + 1, hd, src->step, KSRC));
-            }
-        if (KSRC >= 0 && src->pf) {
-            __builtin_prefetch(src->pf + bf_key_at(2 * t, hd, src->step, KSRC));
-            __builtin_prefetch(src->pf + bf_key_at(2 * t + 1, hd, src->step, KSRC));
-            if (KSRC >= 2 && 2 * t % attn_q8_group(hd) == 0)
-                __builtin_prefetch(src->pfs + bf_scale_at(2 * t, hd, src->step, KSRC));
-        }
+            k[g] = KSRC < 0 ? bf_load(src->kb + ((size_t)g * (size_t)half + (size_t)t) * AT_W)
+                            : (__m512bh)bf_key_pair(src->kp[g], KSRC >= 2 ? src->ks[g] : NULL, t, hd, src->step,
+                                                    KSRC < 0 ? 0 : KSRC);
+        if (KSRC >= 0 && src->pf) bf_prefetch_pair(src->pf, src->pfs, t, hd, src->step, KSRC < 0 ? 0 : KSRC);
         for (int r = 0; r < NR; r++) {
             __m512bh qv = bf_bcast(qw + (size_t)r * (size_t)half + (size_t)t);
             for (int g = 0; g < NG; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], k[g], qv);
