@@ -37,9 +37,9 @@
  * So a query's result depends only on its own query and its sequence's
  * cache, never on the other queries of a call or on the batch.
  *
- * The BF16 order (the forward's attention in the BF16 mode,
- * matmul_bf16_activations, on the AVX-512 family with AVX512_BF16 and on the
- * portable one; head_dim even): bf(x) is x rounded to BF16 as VCVTNEPS2BF16
+ * The BF16 order (the forward's attention when attn_set_bf16_order is on,
+ * on the AVX-512 family with AVX512_BF16 and on the portable one; head_dim
+ * even): bf(x) is x rounded to BF16 as VCVTNEPS2BF16
  * rounds it (a denormal x as zero of its sign, then to nearest even), and
  * dp(acc, a, b) = daz(fma(daz(a), daz(b), acc)) one step of VDPBF16PS (daz: a
  * denormal as zero of its sign). x is the element's float value (F16
@@ -58,7 +58,8 @@
  * carries the rounding of both its factors to BF16 (2^-9 relative each): a
  * score is off by about 2^-9 |q| |k| / sqrt(head_dim) at most (random
  * signs), an output by about 2^-8 of its largest value's magnitude
- * (test_attention states and checks the bounds against float64).
+ * (test_attention checks the order against float64 over BF16-rounded q, K
+ * and V, where only P's rounding, 2^-9 of the largest |v|, is left).
  */
 #ifndef PDL_KERNELS_ATTENTION_H
 #define PDL_KERNELS_ATTENTION_H
@@ -308,9 +309,10 @@ typedef struct pdl_attention_table {
 
 /* Whether contexts made from now on attend in the BF16 order: off unless
  * set (PAGEDLM_BF16_ATTENTION=1 in the programs). Off by default because it
- * is slower where measured: on an Intel Xeon (Sapphire Rapids class) VM
+ * is slower where measured: on an Intel Xeon VM (AVX-512 BF16, AMX)
  * VDPBF16PS issues at the rate of one F32 FMA port, so its pairs gain
- * nothing over two FMA ports and the conversions cost 1.5x (docs/benchmarks.md). */
+ * nothing over FMAs on two ports and the conversions cost on top: the
+ * kernels alone take 1.5x the F32 tiles' time (docs/benchmarks.md). */
 void attn_set_bf16_order(bool on);
 bool attn_bf16_order(void);
 
