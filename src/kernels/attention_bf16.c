@@ -1,8 +1,9 @@
 /*
  * attention_bf16.c - attention in the BF16 order of attention.h, portable:
  * the reference the AVX-512 BF16 tiles (attention_avx512bf16.c) give bit
- * for bit, and the portable family's attention in the BF16 mode (the exact
- * emulation of VDPBF16PS, as weight_panels.c's portable BF16 panel tile).
+ * for bit, and the portable family's attention when that order is on (the
+ * exact emulation of VDPBF16PS, as weight_panels.c's portable BF16 panel
+ * tile).
  * One query at a time, one element at a time: for the tests and for shapes
  * no tile takes, not for speed.
  */
