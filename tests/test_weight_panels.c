@@ -1316,6 +1316,88 @@ static void test_ternary_tiles_give_the_portable_bits(void) {
 /* A random IQ4_NL matrix: codes uniform, halves d 0.002 .. 0.012 (make_qmatrix). */
 static void *make_iq4_nl_matrix(int out, int in, float **vals) { return make_qmatrix(PDL_DTYPE_IQ4_NL, out, in, vals); }
 
+/* A panel tile of 32-blocks and the build it is from. */
+typedef struct named_qtile {
+    const char *name;
+    pdl_qpanel_fn fn;
+} named_qtile;
+
+/* One matrix (w, dt) of 32-blocks run through each of the given panel
+ * tiles directly, rows times activations that are random (patterns 0 and
+ * 3) or all +1, all -1, then alternating signs (1 and 2), with a bias
+ * (variants 1, 2) and accumulation (2): each gives the portable panels'
+ * bits. Returns the cases checked. */
+static int check_qpanel_tiles_on(pdl_threadpool *pool, pdl_dtype dt, uint8_t *w, int rows, int out, int in,
+                                 int pattern, int variant, const named_qtile *tiles, int n_tiles) {
+    pdl_isa best = cpu_isa_best();
+    int nb32 = in / 32, checked = 0;
+    pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
+    void *buf = panels_of(pool, &t);
+    size_t ny = (size_t)rows * out;
+    float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
+    float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
+    int8_t *xq = malloc((size_t)rows * in);
+    float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
+    int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
+    REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
+    for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
+        for (int k = 0; k < in; k++)
+            x[r * in + k] = !pattern || pattern == 3 ? frand()
+                            : r == 0                       ? 1.0f
+                            : r == 1                       ? -1.0f
+                            : (k >> (r - 2)) & 1           ? -1.0f
+                                                           : 1.0f;
+    for (int i = 0; i < out; i++) bias[i] = frand();
+    for (size_t i = 0; i < ny; i++) y0[i] = frand();
+    for (int r = 0; r < rows; r++)
+        matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
+                                      xs + (size_t)r * nb32);
+    const float *b = variant ? bias : NULL;
+    bool accum = variant == 2;
+    memcpy(want, y0, ny * sizeof *want);
+    cpu_isa_set(PDL_ISA_SCALAR);
+    panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
+    cpu_isa_set(best);
+    size_t pb = panels_bytes(dt, in);
+    int np = (out + 15) / 16, last = out - (np - 1) * 16;
+    for (int ti = 0; ti < n_tiles; ti++) {
+        memcpy(got, y0, ny * sizeof *got);
+        for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
+            for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
+                int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
+                int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
+                tiles[ti].fn(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32, xs + (size_t)r0 * nb32, in, nb32,
+                             nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng, nb32,
+                             g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
+                             b ? b + g * 16 : NULL, accum);
+            }
+        CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
+                  "%s %s %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name,
+                  dtype_name(dt), rows, out, in, pattern, variant);
+        checked++;
+    }
+    free(buf), free(x), free(bias), free(y0), free(want), free(got);
+    free(xq), free(xd), free(xs);
+    return checked;
+}
+
+/* The tiles this CPU runs of the four builds of one panel tile (NULL: not
+ * built), named on stderr. */
+static int pick_qpanel_tiles(pdl_dtype dt, pdl_qpanel_fn vnni, pdl_qpanel_fn avxvnni, pdl_qpanel_fn evex,
+                             pdl_qpanel_fn avx2, named_qtile tiles[4]) {
+    const pdl_cpu_features *f = cpu_features_get();
+    int n_tiles = 0;
+    if (f->avx512vnni && vnni) tiles[n_tiles++] = (named_qtile){"AVX-512 VNNI", vnni};
+    if (f->avxvnni && avxvnni) tiles[n_tiles++] = (named_qtile){"AVX-VNNI", avxvnni};
+    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && evex)
+        tiles[n_tiles++] = (named_qtile){"EVEX twin", evex};
+    if (f->avx2 && f->fma && f->f16c && avx2) tiles[n_tiles++] = (named_qtile){"AVX2", avx2};
+    fprintf(stderr, "  %s tiles here:", dtype_name(dt));
+    for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
+    fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
+    return n_tiles;
+}
+
 /* Every MXFP4 or IQ4_NL panel tile this machine can run, called directly
  * (so the AVX2 VPMADDUBSW tile runs even where the AVX2 family would take
  * AVX-VNNI): AVX-512 VNNI, AVX-VNNI, its EVEX twin and AVX2 give the
@@ -1329,29 +1411,14 @@ static void *make_iq4_nl_matrix(int out, int in, float **vals) { return make_qma
  * panels, with bias and accumulation. */
 static void check_4bit_table_tiles(pdl_dtype dt) {
     fp16_init();
-    const pdl_cpu_features *f = cpu_features_get();
     bool mx = dt == PDL_DTYPE_MXFP4;
-    typedef struct named_tile {
-        const char *name;
-        pdl_qpanel_fn fn;
-    } named_tile;
-    pdl_qpanel_fn vnni = mx ? qpanel_tile_mxfp4_vnni : qpanel_tile_iq4_nl_vnni;
-    pdl_qpanel_fn avxvnni = mx ? qpanel_tile_mxfp4_avxvnni : qpanel_tile_iq4_nl_avxvnni;
-    pdl_qpanel_fn evex = mx ? test_qpanel_mxfp4_vnni256_evex : test_qpanel_iq4_nl_vnni256_evex;
-    pdl_qpanel_fn avx2 = mx ? qpanel_tile_mxfp4_avx2 : qpanel_tile_iq4_nl_avx2;
-    named_tile tiles[4];
-    int n_tiles = 0;
-    if (f->avx512vnni && vnni) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", vnni};
-    if (f->avxvnni && avxvnni) tiles[n_tiles++] = (named_tile){"AVX-VNNI", avxvnni};
-    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && evex)
-        tiles[n_tiles++] = (named_tile){"EVEX twin", evex};
-    if (f->avx2 && f->fma && f->f16c && avx2) tiles[n_tiles++] = (named_tile){"AVX2", avx2};
-    fprintf(stderr, "  %s tiles here:", dtype_name(dt));
-    for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
-    fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
+    named_qtile tiles[4];
+    int n_tiles = pick_qpanel_tiles(dt, mx ? qpanel_tile_mxfp4_vnni : qpanel_tile_iq4_nl_vnni,
+                                    mx ? qpanel_tile_mxfp4_avxvnni : qpanel_tile_iq4_nl_avxvnni,
+                                    mx ? test_qpanel_mxfp4_vnni256_evex : test_qpanel_iq4_nl_vnni256_evex,
+                                    mx ? qpanel_tile_mxfp4_avx2 : qpanel_tile_iq4_nl_avx2, tiles);
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
-    pdl_isa best = cpu_isa_best();
     int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
     size_t bb = mx ? 17 : 18, hdr = mx ? 1 : 2;
     int checked = 0;
@@ -1370,53 +1437,8 @@ static void check_4bit_table_tiles(pdl_dtype dt) {
                         memcpy(w + (size_t)i * 18, &d, 2);
                     }
                 }
-                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = panels_of(pool, &t);
-                size_t ny = (size_t)rows * out;
-                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
-                float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
-                int8_t *xq = malloc((size_t)rows * in);
-                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
-                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
-                REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
-                for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
-                    for (int k = 0; k < in; k++)
-                        x[r * in + k] = !pattern || pattern == 3 ? frand()
-                                        : r == 0                       ? 1.0f
-                                        : r == 1                       ? -1.0f
-                                        : (k >> (r - 2)) & 1           ? -1.0f
-                                                                       : 1.0f;
-                for (int i = 0; i < out; i++) bias[i] = frand();
-                for (size_t i = 0; i < ny; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++)
-                    matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
-                                                  xs + (size_t)r * nb32);
-                const float *b = variant ? bias : NULL;
-                bool accum = variant == 2;
-                memcpy(want, y0, ny * sizeof *want);
-                cpu_isa_set(PDL_ISA_SCALAR);
-                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                cpu_isa_set(best);
-                size_t pb = panels_bytes(dt, in);
-                int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (int ti = 0; ti < n_tiles; ti++) {
-                    memcpy(got, y0, ny * sizeof *got);
-                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
-                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
-                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
-                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
-                            tiles[ti].fn(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32, xs + (size_t)r0 * nb32, in, nb32,
-                                         nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng, nb32,
-                                         g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
-                                         b ? b + g * 16 : NULL, accum);
-                        }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "%s %s %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name,
-                              dtype_name(dt), rows, out, in, pattern, variant);
-                    checked++;
-                }
-                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);
-                free(xq), free(xd), free(xs);
+                checked += check_qpanel_tiles_on(pool, dt, w, rows, out, in, pattern, variant, tiles, n_tiles);
+                free(w), free(wv);
             }
     fprintf(stderr, "  %d cases\n", checked);
     threadpool_free(pool);
@@ -1492,30 +1514,16 @@ static void test_legacy_panel_layout(void) {
  * and accumulation. */
 static void check_legacy_tiles(pdl_dtype dt) {
     fp16_init();
-    const pdl_cpu_features *f = cpu_features_get();
-    typedef struct named_tile {
-        const char *name;
-        pdl_qpanel_fn fn;
-    } named_tile;
     int k = dt == PDL_DTYPE_Q5_0 ? 0 : dt == PDL_DTYPE_Q4_1 ? 1 : 2;
     const pdl_qpanel_fn vnni[3] = {qpanel_tile_q5_0_vnni, qpanel_tile_q4_1_vnni, qpanel_tile_q5_1_vnni};
     const pdl_qpanel_fn avxvnni[3] = {qpanel_tile_q5_0_avxvnni, qpanel_tile_q4_1_avxvnni, qpanel_tile_q5_1_avxvnni};
     const pdl_qpanel_fn evex[3] = {test_qpanel_q5_0_vnni256_evex, test_qpanel_q4_1_vnni256_evex,
                                    test_qpanel_q5_1_vnni256_evex};
     const pdl_qpanel_fn avx2[3] = {qpanel_tile_q5_0_avx2, qpanel_tile_q4_1_avx2, qpanel_tile_q5_1_avx2};
-    named_tile tiles[4];
-    int n_tiles = 0;
-    if (f->avx512vnni && vnni[k]) tiles[n_tiles++] = (named_tile){"AVX-512 VNNI", vnni[k]};
-    if (f->avxvnni && avxvnni[k]) tiles[n_tiles++] = (named_tile){"AVX-VNNI", avxvnni[k]};
-    if (f->avx512vnni && f->avx512vl && f->avx2 && f->fma && f->f16c && evex[k])
-        tiles[n_tiles++] = (named_tile){"EVEX twin", evex[k]};
-    if (f->avx2 && f->fma && f->f16c && avx2[k]) tiles[n_tiles++] = (named_tile){"AVX2", avx2[k]};
-    fprintf(stderr, "  %s tiles here:", dtype_name(dt));
-    for (int i = 0; i < n_tiles; i++) fprintf(stderr, " %s", tiles[i].name);
-    fprintf(stderr, "%s\n", n_tiles ? "" : " none (the portable one only)");
+    named_qtile tiles[4];
+    int n_tiles = pick_qpanel_tiles(dt, vnni[k], avxvnni[k], evex[k], avx2[k], tiles);
     pdl_threadpool *pool = threadpool_new(1);
     REQUIRE(pool != NULL);
-    pdl_isa best = cpu_isa_best();
     int shapes[][3] = {{1, 17, 256}, {4, 48, 512}, {5, 49, 96}, {3, 40, 768}, {9, 100, 256}, {2, 33, 512}};
     size_t bb = legacy_bb(dt);
     int checked = 0;
@@ -1535,53 +1543,8 @@ static void check_legacy_tiles(pdl_dtype dt) {
                         if (dt != PDL_DTYPE_Q5_0) memcpy(blk + 2, &m, 2);
                     }
                 }
-                pdl_tensor t = {.dtype = dt, .n_dims = 2, .shape = {out, in}, .data = w};
-                void *buf = panels_of(pool, &t);
-                size_t ny = (size_t)rows * out;
-                float *x = malloc((size_t)rows * in * sizeof *x), *bias = malloc((size_t)out * sizeof *bias);
-                float *y0 = malloc(ny * sizeof *y0), *want = malloc(ny * sizeof *want), *got = malloc(ny * sizeof *got);
-                int8_t *xq = malloc((size_t)rows * in);
-                float *xd = malloc((size_t)rows * nb32 * sizeof *xd);
-                int32_t *xs = malloc((size_t)rows * nb32 * sizeof *xs);
-                REQUIRE(x && bias && y0 && want && got && xq && xd && xs);
-                for (int r = 0; r < rows; r++) /* pattern rows: all +1, all -1, then alternating */
-                    for (int kk = 0; kk < in; kk++)
-                        x[r * in + kk] = !pattern || pattern == 3 ? frand()
-                                         : r == 0                       ? 1.0f
-                                         : r == 1                       ? -1.0f
-                                         : (kk >> (r - 2)) & 1          ? -1.0f
-                                                                        : 1.0f;
-                for (int i = 0; i < out; i++) bias[i] = frand();
-                for (size_t i = 0; i < ny; i++) y0[i] = frand();
-                for (int r = 0; r < rows; r++)
-                    matmul_quantize_row_q8_0_sums(x + (size_t)r * in, in, xq + (size_t)r * in, xd + (size_t)r * nb32,
-                                                  xs + (size_t)r * nb32);
-                const float *b = variant ? bias : NULL;
-                bool accum = variant == 2;
-                memcpy(want, y0, ny * sizeof *want);
-                cpu_isa_set(PDL_ISA_SCALAR);
-                panels_matmul(matmul_kernels_active(), pool, &scratch, want, out, x, rows, &t, b, accum);
-                cpu_isa_set(best);
-                size_t pb = panels_bytes(dt, in);
-                int np = (out + 15) / 16, last = out - (np - 1) * 16;
-                for (int ti = 0; ti < n_tiles; ti++) {
-                    memcpy(got, y0, ny * sizeof *got);
-                    for (int r0 = 0; r0 < rows; r0 += PDL_QPANEL_TILE_ROWS)
-                        for (int g = 0; g < np; g += PDL_PANEL_TILE_PANELS) {
-                            int nr = rows - r0 < PDL_QPANEL_TILE_ROWS ? rows - r0 : PDL_QPANEL_TILE_ROWS;
-                            int ng = np - g < PDL_PANEL_TILE_PANELS ? np - g : PDL_PANEL_TILE_PANELS;
-                            tiles[ti].fn(xq + (size_t)r0 * in, xd + (size_t)r0 * nb32, xs + (size_t)r0 * nb32, in, nb32,
-                                         nr, (const uint8_t *)buf + (size_t)g * pb, pb, ng, nb32,
-                                         g + ng == np ? last : 16, got + (size_t)r0 * out + g * 16, out,
-                                         b ? b + g * 16 : NULL, accum);
-                        }
-                    CHECK_MSG(memcmp(got, want, ny * sizeof *got) == 0,
-                              "%s %s %dx%dx%d pattern %d variant %d: not the portable bits", tiles[ti].name,
-                              dtype_name(dt), rows, out, in, pattern, variant);
-                    checked++;
-                }
-                free(w), free(wv), free(buf), free(x), free(bias), free(y0), free(want), free(got);
-                free(xq), free(xd), free(xs);
+                checked += check_qpanel_tiles_on(pool, dt, w, rows, out, in, pattern, variant, tiles, n_tiles);
+                free(w), free(wv);
             }
     fprintf(stderr, "  %d cases\n", checked);
     threadpool_free(pool);
