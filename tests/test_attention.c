@@ -209,6 +209,51 @@ static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, f
     }
 }
 
+/* The AMX order (attention.h), where the CPU has AMX-BF16, on the shapes
+ * its tiles take (head_dim a multiple of 32, blocks of 16): every query
+ * against float64 over BF16-rounded q, K and V within the BF16 order's
+ * 2.1e-3 (the same roundings of q, K, V and P; only the sums' rounding is
+ * AMX's), and each query's bytes the same alone as among all of them, for
+ * positions with a window and for ranges of either parity at both ends. */
+static void check_amx(const float *const *qs, const int *pos, int nq, int hd, float cap, const float *sk,
+                      int window, const pdl_attn_kv *kv, float *scratch, float *got, float *want, int BSZ) {
+    enum { NQ = 40 };
+    if (!cpu_amx_bf16_ready() || hd % 32 || BSZ % 16) return;
+    float *outs[NQ], *outw[NQ];
+    int first[NQ], last[NQ];
+    for (int i = 0; i < nq; i++) {
+        outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
+        first[i] = window && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0, last[i] = pos[i];
+    }
+    const double tol = 2.1e-3;
+    for (int ranges = 0; ranges < 2; ranges++) {
+        if (ranges)
+            for (int i = 0; i < nq; i++) { /* spans starting and ending on odd and even positions */
+                last[i] = pos[i] + (i * 7) % 21;
+                if (last[i] >= 150) last[i] = 149;
+                int span_first = pos[i] - (i * 5) % 10 - (i & 1);
+                if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
+            }
+        attn_queries_amx_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, cap, sk, kv, scratch);
+        for (int i = 0; i < nq; i++) {
+            double d = ref_range_r(qs[i], outs[i], hd, 1, 0.3, cap, sk ? sk + i : NULL, first[i], last[i], kv, true);
+            CHECK_MSG(d < tol, "AMX head_dim %d block %d query %d over [%d, %d]: %.3g from float64 over BF16 inputs",
+                      hd, BSZ, i, first[i], last[i], d);
+            if (d >= tol) break;
+        }
+        for (int i = 0; i < nq; i++)
+            if (ranges)
+                attn_queries_amx_ranges(&outw[i], &qs[i], &first[i], &last[i], 1, hd, 1, 0.3f, cap,
+                                        sk ? sk + i : NULL, kv, scratch);
+            else
+                attn_queries_amx(&outw[i], &qs[i], &pos[i], 1, hd, 1, 0.3f, cap, sk ? sk + i : NULL, window, kv,
+                                 scratch);
+        CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
+                  "AMX head_dim %d block %d window %d cap %g: %d %s at once differ from one at a time", hd, BSZ,
+                  window, cap, nq, ranges ? "ranges" : "queries");
+    }
+}
+
 static void check_head_dim(int hd, int BSZ) {
     enum { NKV = 2, NPOS = 150, NBLK = 20 };
     int32_t table[NBLK];
@@ -362,6 +407,8 @@ static void check_head_dim(int hd, int BSZ) {
                      * sanitizers */
                     if (hd % 16 == 0 && hd <= 128 && (k == 1 || k == 5) && si == ci)
                         check_bf16(qs, pos, nq, hd, caps[ci], sk, windows[wi], &kv, scratch, got, want, BSZ);
+                    if (k == 1 || k == 5)
+                        check_amx(qs, pos, nq, hd, caps[ci], sk, windows[wi], &kv, scratch, got, want, BSZ);
 #endif
                 }
         free(q), free(got), free(want), free(scratch), free(kpool), free(vpool), free(deq_k), free(deq_v);
@@ -618,12 +665,14 @@ static void test_bf16_outside_keys_reach_nothing(void) {
     const int firsts[3][NQ] = {{0, 0, 30, 65, 65, 66, 2}, {0, 3, 31, 1, 5, 29, 65}, {65, 65, 65, 65, 65, 65, 0}};
     const int lasts[3][NQ] = {
         {60, 60, 60, 65, 100, 99, 3}, {60, 60, 60, 60, 60, 60, 70}, {70, 90, 100, 101, 120, 127, 10}};
-    float *q = malloc((size_t)NQ * HD * sizeof *q), got[NQ * HD], want[NQ * HD];
+    float *q = malloc((size_t)NQ * HD * sizeof *q), got[NQ * HD], want[NQ * HD], amx[2][NQ * HD];
     for (int i = 0; i < NQ * HD; i++) q[i] = frand();
     float *scratch = malloc(attn_queries_scratch(NQ, 128, HD) * sizeof *scratch);
     const float *qs[NQ];
-    float *outs[NQ], *outw[NQ];
+    float *outs[NQ], *outw[NQ], *outa[2][NQ];
     for (int i = 0; i < NQ; i++) qs[i] = q + i * HD, outs[i] = got + i * HD, outw[i] = want + i * HD;
+    for (int i = 0; i < NQ; i++) outa[0][i] = amx[0] + i * HD, outa[1][i] = amx[1] + i * HD;
+    bool has_amx = cpu_amx_bf16_ready();
     for (int set = 0; set < 3; set++)
     for (int nq = 1; nq <= NQ; nq += NQ - 1) { /* one query at a time, and all in one call */
         const int *first = firsts[set], *last = lasts[set];
@@ -631,6 +680,11 @@ static void test_bf16_outside_keys_reach_nothing(void) {
             memset(scratch, 0xFF, attn_queries_scratch(NQ, 128, HD) * sizeof *scratch); /* NaN everywhere */
             attn_queries_bf16_scalar_ranges(outw + i0, qs + i0, first + i0, last + i0, nq, HD, 0, 0.3f, 0.0f, NULL,
                                             &kv, scratch);
+            if (has_amx) { /* the AMX tiles: the masked tile path */
+                memset(scratch, 0xFF, attn_queries_scratch(NQ, 128, HD) * sizeof *scratch);
+                attn_queries_amx_ranges(outa[nq > 1] + i0, qs + i0, first + i0, last + i0, nq, HD, 0, 0.3f, 0.0f,
+                                        NULL, &kv, scratch);
+            }
             if (!cpu_features_get()->avx512bf16) continue;
             memset(scratch, 0xFF, attn_queries_scratch(NQ, 128, HD) * sizeof *scratch);
             attn_queries_avx512bf16_ranges(outs + i0, qs + i0, first + i0, last + i0, nq, HD, 0, 0.3f, 0.0f, NULL,
@@ -643,7 +697,14 @@ static void test_bf16_outside_keys_reach_nothing(void) {
             CHECK_MSG(memcmp(got, want, sizeof got) == 0,
                       "BF16 tiles (ranges %d, %d queries a call): a NaN or infinity outside a query's range reached "
                       "it", set, nq);
+        if (has_amx && nq > 1) {
+            finite = true;
+            for (int i = 0; i < NQ * HD; i++) finite &= isfinite(amx[1][i]) != 0;
+            CHECK_MSG(finite && memcmp(amx[0], amx[1], sizeof amx[0]) == 0,
+                      "AMX tiles (ranges %d): a NaN or infinity outside a query's range reached it", set);
+        }
     }
+    if (!has_amx) fprintf(stderr, "  (no AMX on this CPU: its tiles are not checked)\n");
     if (!cpu_features_get()->avx512bf16) fprintf(stderr, "  (no AVX512_BF16 on this CPU: the portable order only)\n");
     free(k), free(v), free(q), free(scratch);
 }

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include "format/gguf.h"
+#include "kernels/attention.h"
 #include "kernels/cpu_ops.h"
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
@@ -269,6 +270,18 @@ static void test_bench_reports_the_kernel_family(void) {
         else CHECK(strstr(out, "PAGEDLM_ISA") == NULL);
         free(out);
     }
+    /* and the attention order in effect: the AMX order asked for names
+     * itself where the CPU has AMX, the BF16 order where it stands in */
+    pdl_attention_table t;
+    attn_table_for(cpu_isa_best(), PDL_ATTN_AMX, &t);
+    setenv("PAGEDLM_BF16_ATTENTION", "amx", 1);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    unsetenv("PAGEDLM_BF16_ATTENTION");
+    char want[96];
+    snprintf(want, sizeof want, "\"isa\": \"%s%s\"", best,
+             t.order == PDL_ATTN_AMX ? "+amx-attention" : t.order == PDL_ATTN_BF16 ? "+bf16-attention" : "");
+    CHECK_CONTAINS(out, want);
+    free(out);
     free(path);
 }
 

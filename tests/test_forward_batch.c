@@ -383,25 +383,27 @@ static void test_two_contexts_share_one_model(void) {
     pdl_model_free(m);
 }
 
-/* Attention in attention.h's BF16 order (PAGEDLM_BF16_ATTENTION=1)
- * keeps the contract: packed sequences and chunked prefill (chunks of 1, 7
- * and 64: decode-sized calls take the tiles' direct path) give each row the
- * bytes it gets alone, over blocks of 4 (the portable order) and of 16 (the
- * AVX-512 BF16 tiles where the CPU has them); and the order is in effect
- * where the family has it (its logits are not the F32 order's) and only
- * there. */
-static void test_bf16_attention_order_is_batch_invariant(void) {
+/* Attention in attention.h's BF16 order (PAGEDLM_BF16_ATTENTION=1) and
+ * AMX order (=amx) keeps the contract: packed sequences and chunked
+ * prefill (chunks of 1, 7 and 64: decode-sized calls take the BF16 tiles'
+ * direct path) give each row the bytes it gets alone, over blocks of 4
+ * (the portable BF16 order) and of 16 (the AVX-512 BF16 or AMX tiles where
+ * the CPU has them); and each order is in effect where the family has it
+ * (its logits are not the order before it's) and only there. */
+static void check_order_is_batch_invariant(pdl_attn_order order, pdl_attn_order before) {
+    BS = 16; /* blocks the tiles take */
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
     int V = vocab_of(m);
-    float *f32_order = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
-    attn_set_bf16_order(true);
-    float *bf16_order = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
-    pdl_attention_table t; /* AVX2 and NEON keep the F32 order */
-    attn_table_for(cpu_isa_active(), true, &t);
-    bool same = memcmp(f32_order, bf16_order, (size_t)40 * V * sizeof(float)) == 0;
-    CHECK_MSG(same != t.bf16, "family %s: the BF16 order %s the F32 order's logits", cpu_isa_name(t.isa),
-              same ? "gave" : "did not give");
-    free(f32_order), free(bf16_order);
+    attn_set_order(before);
+    float *before_logits = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
+    attn_set_order(order);
+    float *logits = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
+    pdl_attention_table t; /* AVX2 and NEON keep the F32 order, CPUs without AMX the BF16 one */
+    attn_table_for(cpu_isa_active(), order, &t);
+    bool same = memcmp(before_logits, logits, (size_t)40 * V * sizeof(float)) == 0;
+    CHECK_MSG(same != (t.order == order), "family %s: order %d %s order %d's logits", cpu_isa_name(t.isa),
+              (int)order, same ? "gave" : "did not give", (int)before);
+    free(before_logits), free(logits);
     pdl_model_free(m);
     for (int bsz = 4; bsz <= 16; bsz += 12) {
         BS = bsz;
@@ -409,9 +411,18 @@ static void test_bf16_attention_order_is_batch_invariant(void) {
         check_packed_equals_alone("models/qwen3-tiny/model-f32.gguf", PDL_KV_Q4_0);
         test_chunked_prefill_is_bit_identical();
     }
-    if (!cpu_features_get()->avx512bf16) fprintf(stderr, "  (no AVX512_BF16 on this CPU: the portable order only)\n");
     BS = 4;
-    attn_set_bf16_order(false);
+    attn_set_order(PDL_ATTN_F32);
+}
+
+static void test_bf16_attention_order_is_batch_invariant(void) {
+    check_order_is_batch_invariant(PDL_ATTN_BF16, PDL_ATTN_F32);
+    if (!cpu_features_get()->avx512bf16) fprintf(stderr, "  (no AVX512_BF16 on this CPU: the portable order only)\n");
+}
+
+static void test_amx_attention_order_is_batch_invariant(void) {
+    check_order_is_batch_invariant(PDL_ATTN_AMX, PDL_ATTN_BF16);
+    if (!cpu_amx_bf16_ready()) fprintf(stderr, "  (no AMX on this CPU: the BF16 order stands in)\n");
 }
 
 int main(void) {
@@ -424,5 +435,6 @@ int main(void) {
     RUN(test_bad_batches_are_refused);
     RUN(test_two_contexts_share_one_model);
     RUN(test_bf16_attention_order_is_batch_invariant);
+    RUN(test_amx_attention_order_is_batch_invariant);
     return test_summary();
 }

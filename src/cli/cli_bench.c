@@ -23,6 +23,7 @@
 
 #include "cli/bench_roofline.h"
 #include "cli/cli_args.h"
+#include "kernels/attention.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul_table.h"
 #include "kernels/weight_panels.h"
@@ -177,9 +178,9 @@ static void cpu_features(char *buf, size_t n) {
     buf[0] = '\0';
     const pdl_cpu_features *f = cpu_features_get();
     const char *names[] = {"avx512f", "avx512bw", "avx512vl", "avx512bf16", "avx512vnni", "avx2",
-                           "avxvnni", "fma",      "f16c",     "neon",       "dotprod"};
+                           "avxvnni", "amx-bf16", "fma",      "f16c",       "neon",       "dotprod"};
     bool has[] = {f->avx512f, f->avx512bw, f->avx512vl, f->avx512bf16, f->avx512vnni, f->avx2,
-                  f->avxvnni, f->fma,      f->f16c,     f->neon,       f->neon_dotprod};
+                  f->avxvnni, f->amx_bf16, f->fma,      f->f16c,       f->neon,       f->neon_dotprod};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (has[i]) {
             size_t l = strlen(buf);
@@ -543,14 +544,17 @@ int cli_bench(int argc, char **argv) {
         const char *logits = st.selective_logits ? "selective" : "full";
         /* the model's kernel family, and BF16 activations where they apply */
         const pdl_kernels *k = &model->kernels;
-        char isa[64];
+        char isa[96];
         bool int_weights = integer_weights(info.weight_types);
-        snprintf(isa, sizeof isa, "%s%s", cpu_isa_name(k->isa),
+        pdl_attention_table att; /* the attention order the contexts took (PAGEDLM_BF16_ATTENTION) */
+        attn_table_for(k->isa, attn_order(), &att);
+        snprintf(isa, sizeof isa, "%s%s%s", cpu_isa_name(k->isa),
                  strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
                          cpu_features_get()->avx512bf16 && k->bf16_activations
                      ? "+bf16-activations"
                  : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
-                     : "");
+                     : "",
+                 att.order == PDL_ATTN_AMX ? "+amx-attention" : att.order == PDL_ATTN_BF16 ? "+bf16-attention" : "");
         const char *kvd = a.eo.kv_dtype == PDL_KV_F32    ? "f32"
                           : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0"
                           : a.eo.kv_dtype == PDL_KV_Q4_0 ? "q4_0"

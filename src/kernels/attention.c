@@ -2,8 +2,8 @@
  * attention.c - paged causal attention: the portable build of the body
  * (attention_body.h, the reference), and the dispatch to the SIMD builds
  * (attention_avx512.c, attention_avx2.c, attention_neon.c; the BF16 order:
- * attention_bf16.c, attention_avx512bf16.c) by the process's instruction
- * set.
+ * attention_bf16.c, attention_avx512bf16.c; the AMX order:
+ * attention_amx.c) by the process's instruction set.
  */
 #include "kernels/attention.h"
 
@@ -17,28 +17,36 @@
 #define ATTN_F16(h) fp16_f16_to_f32(h)
 #include "kernels/attention_body.h"
 
-/* Per query: its scores over the span, padded by a group of 16 keys on
- * each side (the AVX-512 tiles score whole groups of 16 positions); then
- * the BF16 tiles' buffers. */
+/* Per query: its scores over the span, padded by a tile of 32 keys on
+ * each side (the AVX-512 tiles score whole groups of 16 positions, the AMX
+ * tiles take whole tiles of 32), and half as much again for the AMX
+ * tiles' BF16 probabilities; then the BF16 and AMX tiles' buffers. */
 size_t attn_queries_scratch(int n_q, int span, int head_dim) {
-    return (size_t)n_q * ((size_t)span + 32) + (size_t)ATTN_BF16_SCRATCH_PER_DIM * (size_t)head_dim;
+    size_t rows = ((size_t)n_q + 15) / 16 * 16; /* the AMX tiles' rows: whole tiles of 16 queries */
+    return rows * ((size_t)span + 64) * 3 / 2 + (size_t)ATTN_BF16_SCRATCH_PER_DIM * (size_t)head_dim +
+           ATTN_AMX_SCRATCH_FIXED + 16; /* + 16: the AMX tiles start their buffers on a cache line */
 }
 
-static _Atomic bool bf16_order;
+static _Atomic pdl_attn_order order_set;
 
-void attn_set_bf16_order(bool on) { bf16_order = on; }
-bool attn_bf16_order(void) { return bf16_order; }
+void attn_set_order(pdl_attn_order order) { order_set = order; }
+pdl_attn_order attn_order(void) { return order_set; }
 
-void attn_table_for(pdl_isa isa, bool bf16, pdl_attention_table *t) {
+void attn_table_for(pdl_isa isa, pdl_attn_order order, pdl_attention_table *t) {
+    bool bf16 = order != PDL_ATTN_F32;
     t->isa = isa;
-    t->bf16 = false;
+    t->order = PDL_ATTN_F32;
     switch (isa) {
     case PDL_ISA_AVX512:
         t->queries = attn_queries_avx512, t->ranges = attn_queries_avx512_ranges;
         t->store_f16 = attn_store_f16c;
         if (bf16 && cpu_features_get()->avx512bf16) {
             t->queries = attn_queries_avx512bf16, t->ranges = attn_queries_avx512bf16_ranges;
-            t->bf16 = true;
+            t->order = PDL_ATTN_BF16;
+        }
+        if (order == PDL_ATTN_AMX && cpu_amx_bf16_ready()) {
+            t->queries = attn_queries_amx, t->ranges = attn_queries_amx_ranges;
+            t->order = PDL_ATTN_AMX;
         }
         break;
     case PDL_ISA_AVX2:
@@ -55,7 +63,7 @@ void attn_table_for(pdl_isa isa, bool bf16, pdl_attention_table *t) {
         t->store_f16 = attn_store_scalar;
         if (bf16) { /* the exact emulation, as the portable BF16 panel tile */
             t->queries = attn_queries_bf16_scalar, t->ranges = attn_queries_bf16_scalar_ranges;
-            t->bf16 = true;
+            t->order = PDL_ATTN_BF16;
         }
     }
 }
@@ -64,7 +72,7 @@ void attn_queries(float *const *out, const float *const *q, const int *pos, int 
                   int kv_head, float scale, float softcap, const float *sinks, int window,
                   const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), false, &t);
+    attn_table_for(cpu_isa_active(), PDL_ATTN_F32, &t);
     t.queries(out, q, pos, n_q, head_dim, kv_head, scale, softcap, sinks, window, kv, scratch);
 }
 
@@ -72,7 +80,7 @@ void attn_ranges(float *const *out, const float *const *q, const int *first, con
                  int head_dim, int kv_head, float scale, float softcap, const float *sinks,
                  const pdl_attn_kv *kv, float *scratch) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), false, &t);
+    attn_table_for(cpu_isa_active(), PDL_ATTN_F32, &t);
     t.ranges(out, q, first, last, n_q, head_dim, kv_head, scale, softcap, sinks, kv, scratch);
 }
 
@@ -165,7 +173,7 @@ void attn_store_q4_0(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int he
 void attn_store(void *kpool, void *vpool, int kv_is_f16, int kv_dim, int head_dim, int block_size,
                 int64_t slot, const float *k, const float *v) {
     pdl_attention_table t;
-    attn_table_for(cpu_isa_active(), false, &t);
+    attn_table_for(cpu_isa_active(), PDL_ATTN_F32, &t);
     attn_table_store(&t, kv_is_f16)(kpool, vpool, kv_is_f16, kv_dim, head_dim, block_size, slot, k, v);
 }
 

@@ -60,6 +60,33 @@
  * signs), an output by about 2^-8 of its largest value's magnitude
  * (test_attention checks the order against float64 over BF16-rounded q, K
  * and V, where only P's rounding, 2^-9 of the largest |v|, is left).
+ *
+ * The AMX order (attention_amx.c; AVX-512 with AMX-BF16 only): q, K, V are
+ * rounded to BF16 as in the BF16 order, and the products are AMX's
+ * TDPBF16PS, which multiplies a tile of up to 16 rows (queries) by 32 BF16
+ * elements against 16 columns (keys, or dimensions):
+ *   score:   acc = 0; for each run of 32 dimensions from 0, rising:
+ *            acc = TDPBF16PS(acc, q's run, k_j's run); s_j = acc * scale
+ *            (then the soft-cap as above when softcap > 0);
+ *   weights: m = max s_j (and the sink); p_j = e^(s_j - m), s_j - m
+ *            rounded once (fma(acc, scale, -m) when uncapped), e^ to about
+ *            3e-6 relative (attention_amx.c's amx_exp); sum = the p_j in 16
+ *            lanes, lane l adding the positions j = l mod 16 in order, reduced
+ *            as the F32 order's lanes, + e^(z - m) with a sink z; w_j =
+ *            bf(p_j);
+ *   output:  o[d] = 0; for each tile of 32 positions (tiles starting at
+ *            multiples of 32), rising, that meets the query's range:
+ *            o[d] = TDPBF16PS(o[d], w's tile, v's tile at d), a position
+ *            outside [first, last] taking w = 0 and v = 0;
+ *            out[d] = o[d] * (1 / sum) + 0 (a zero sum is +0).
+ * How TDPBF16PS rounds inside one product is the hardware's: none of four
+ * emulations tried (per product or per pair, either element first, one
+ * rounding of the exact sum) gives its bits, so no portable code follows
+ * this order and its bits are those of AMX alone. They still depend only
+ * on the query and its sequence's cache (a tile's row depends only on its
+ * own row of A). Against float64 over BF16-rounded q, K and V the error is
+ * of the BF16 order's size, 2^-9 of the largest |v| from the weights'
+ * rounding (test_attention holds it to the same bound).
  */
 #ifndef PDL_KERNELS_ATTENTION_H
 #define PDL_KERNELS_ATTENTION_H
@@ -223,9 +250,14 @@ void attn_queries(float *const *out, const float *const *q, const int *pos, int 
                   int kv_head, float scale, float softcap, const float *sinks, int window,
                   const pdl_attn_kv *kv, float *scratch);
 size_t attn_queries_scratch(int n_q, int span, int head_dim);
-/* Floats per dimension of head the BF16 tiles add to the scratch (their
- * BF16 queries, keys and values: attention_avx512bf16.c). */
-#define ATTN_BF16_SCRATCH_PER_DIM 128
+/* What the BF16 and AMX tiles add to the scratch: floats per dimension of
+ * head (their BF16 queries, keys and values, the AMX tiles' sums), and a
+ * fixed part (the AMX tiles' masked value tile: attention_amx.c). */
+#define ATTN_BF16_SCRATCH_PER_DIM 288
+#define ATTN_AMX_SCRATCH_FIXED 3072
+/* The most queries a caller gathers for one call (the forward's, in the
+ * AMX order; the kernels take any number, in passes). */
+#define ATTN_MAX_QUERIES_PER_CALL 128
 
 /*
  * The same with each query's keys given as a range [first[i], last[i]]
@@ -256,6 +288,17 @@ void attn_queries_avx512bf16(float *const *out, const float *const *q, const int
 void attn_queries_avx512bf16_ranges(float *const *out, const float *const *q, const int *first, const int *last,
                                     int n_q, int head_dim, int kv_head, float scale, float softcap,
                                     const float *sinks, const pdl_attn_kv *kv, float *scratch);
+
+/* The same with AMX tiles, in the AMX order (above; built where the
+ * compiler knows AMX-BF16, else the AVX-512 BF16 tiles; those take the
+ * shapes these do not: head_dim not a multiple of 32). The caller has
+ * checked cpu_amx_bf16_ready(). Scratch as above. */
+void attn_queries_amx(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head,
+                      float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
+                      float *scratch);
+void attn_queries_amx_ranges(float *const *out, const float *const *q, const int *first, const int *last, int n_q,
+                             int head_dim, int kv_head, float scale, float softcap, const float *sinks,
+                             const pdl_attn_kv *kv, float *scratch);
 
 /* One query: attn_queries with n_q = 1 (scratch likewise). */
 void attn_head(float *out_h, const float *q_h, int head_dim, int kv_head, float scale, float softcap,
@@ -299,28 +342,39 @@ void attn_queries_neon_ranges(float *const *out, const float *const *q, const in
 /* One family's attention kernels, chosen once (a pdl_context fills its
  * table when it is made) and called through by the forward: one indirect
  * call per attention call, no dispatch per call or per row. */
+typedef enum pdl_attn_order {
+    PDL_ATTN_F32 = 0, /* the order above: every family, the same bits */
+    PDL_ATTN_BF16,    /* the BF16 order: AVX-512 BF16 tiles, the portable emulation */
+    PDL_ATTN_AMX,     /* the AMX order: AMX tiles only, held to a tolerance */
+} pdl_attn_order;
+
 typedef struct pdl_attention_table {
     pdl_isa isa;                      /* the family it was filled for */
-    bool bf16;                        /* the BF16 order (above) */
+    pdl_attn_order order;             /* the order its kernels keep */
     pdl_attention_fn queries;         /* attn_queries' body */
     pdl_attention_ranges_fn ranges;   /* attn_ranges' body */
     pdl_attention_store_fn store_f16; /* F16 K/V stores; F32 K/V is attn_store_scalar on every family */
 } pdl_attention_table;
 
-/* Whether contexts made from now on attend in the BF16 order: off unless
- * set (PAGEDLM_BF16_ATTENTION=1 in the programs). Off by default because it
- * is slower where measured: on an Intel Xeon VM (AVX-512 BF16, AMX)
- * VDPBF16PS issues at the rate of one F32 FMA port, so its pairs gain
- * nothing over FMAs on two ports and the conversions cost on top: the
- * kernels alone take 1.5x the F32 tiles' time (docs/benchmarks.md). */
-void attn_set_bf16_order(bool on);
-bool attn_bf16_order(void);
+/* The order contexts made from now on attend in: PDL_ATTN_F32 unless set
+ * (PAGEDLM_BF16_ATTENTION=1 for the BF16 order, =amx for the AMX order, in
+ * the programs). The BF16 order is off by default because it is slower
+ * where measured: on an Intel Xeon VM (AVX-512 BF16, AMX) VDPBF16PS issues
+ * at the rate of one F32 FMA port, so its pairs gain nothing over FMAs on
+ * two ports and the conversions cost on top: the kernels alone take 1.5x
+ * the F32 tiles' time. The AMX order is off by default because its bits
+ * are those of the AMX hardware alone, not of every family
+ * (docs/benchmarks.md has both measurements). */
+void attn_set_order(pdl_attn_order order);
+pdl_attn_order attn_order(void);
 
 /* The table of family isa (the scalar one for a family this build lacks),
- * in the BF16 order when bf16 and the family has it (AVX-512 where the CPU
- * has AVX512_BF16, and the portable family, which emulates it; AVX2 and
- * NEON keep the F32 order). */
-void attn_table_for(pdl_isa isa, bool bf16, pdl_attention_table *t);
+ * in the given order where the family has it: the BF16 order on AVX-512
+ * where the CPU has AVX512_BF16, and on the portable family, which
+ * emulates it; the AMX order on AVX-512 where the CPU has AMX-BF16 and the
+ * kernel grants its tiles (else the BF16 order where there is one). AVX2
+ * and NEON keep the F32 order. */
+void attn_table_for(pdl_isa isa, pdl_attn_order order, pdl_attention_table *t);
 /* The table's store for a cache of that K/V dtype. */
 static inline pdl_attention_store_fn attn_table_store(const pdl_attention_table *t, int kv_is_f16) {
     return kv_is_f16 ? t->store_f16 : attn_store_scalar;

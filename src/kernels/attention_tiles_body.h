@@ -42,7 +42,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifndef AT_MAXQ /* the including file may pass more (attention_amx.c) */
 #define AT_MAXQ 64 /* queries per pass */
+#endif
 
 /* AT_W elements of a Q8_0 row from element i (groups of gs, a multiple of
  * AT_W; i too): the block of element i at row + (i / gs) * (gs + 2),

@@ -2,6 +2,7 @@
  * cpu_features.c - CPUID through the compiler's builtins (x86), the
  * kernel's hardware capability bits (aarch64), and the kernel family choice.
  */
+#define _DEFAULT_SOURCE /* syscall(2) */
 #include "kernels/cpu_features.h"
 
 #include <pthread.h>
@@ -9,6 +10,12 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#define PDL_ARCH_REQ_XCOMP_PERM 0x1023 /* asm/prctl.h */
+#define PDL_XFEATURE_XTILEDATA 18
 #endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -57,6 +64,16 @@ static void detect(void) {
      * __builtin_cpu_supports may not know; its ymm state is AVX2's */
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (features.avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) features.avxvnni = (a >> 4) & 1;
+    /* AMX: the instructions (leaf 7 EDX), and the OS saving their state
+     * (XCR0 bits 17 and 18, read with XGETBV once OSXSAVE says it may be) */
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> 22) & 1) && ((d >> 24) & 1)) {
+        unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+        if (__get_cpuid(1, &a1, &b1, &c1, &d1) && ((c1 >> 27) & 1)) {
+            unsigned lo, hi;
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            features.amx_bf16 = ((lo >> 17) & 3) == 3;
+        }
+    }
 #endif
 #if defined(__aarch64__)
     features.neon = true; /* Advanced SIMD is part of the aarch64 base */
@@ -91,6 +108,21 @@ int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err) {
     int rc = cpu_isa_named(isa, &chosen, err);
     active = chosen;
     return rc;
+}
+
+static bool amx_granted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_request(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    amx_granted = features.amx_bf16 && syscall(SYS_arch_prctl, PDL_ARCH_REQ_XCOMP_PERM, PDL_XFEATURE_XTILEDATA) == 0;
+#endif
+}
+
+bool cpu_amx_bf16_ready(void) {
+    pthread_once(&once, detect);
+    pthread_once(&amx_once, amx_request);
+    return amx_granted;
 }
 
 const pdl_cpu_features *cpu_features_get(void) {

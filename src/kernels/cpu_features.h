@@ -27,10 +27,15 @@ typedef enum pdl_isa {
 typedef struct pdl_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512bf16, avx512vnni;
     bool avxvnni; /* AVX-VNNI: 256-bit VPDPBUSD in VEX form (CPUID 7.1 EAX bit 4), used by the AVX2 family */
+    bool amx_bf16; /* AMX-TILE and AMX-BF16 (CPUID 7.0 EDX bits 24, 22), their state enabled in XCR0 */
     bool neon, neon_dotprod; /* aarch64: Advanced SIMD; SDOT/UDOT (Armv8.2 DotProd) */
 } pdl_cpu_features;
 
 const pdl_cpu_features *cpu_features_get(void);
+/* Whether this process may use AMX tiles: the CPU has AMX-BF16 and Linux
+ * granted the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once,
+ * for every thread of the process). */
+bool cpu_amx_bf16_ready(void);
 /* The best family the CPU supports. */
 pdl_isa cpu_isa_best(void);
 /* Whether this CPU (and this build) can run the family. */

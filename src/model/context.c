@@ -17,7 +17,7 @@ int pdl_context_create(pdl_context **out, const pdl_model *model, const pdl_cont
     ctx->model = model;
     /* the model's own family where its options named one, else the one in effect now */
     ctx->kernels = model->kernels_chosen ? model->kernels : *matmul_kernels_active();
-    attn_table_for(ctx->kernels.isa, attn_bf16_order(), &ctx->attention);
+    attn_table_for(ctx->kernels.isa, attn_order(), &ctx->attention);
     ops_gate_table_for(ctx->kernels.isa, &ctx->gates);
     ctx->delta_rule = delta_rule_for(ctx->kernels.isa);
     int threads = opts && opts->n_threads > 0 ? opts->n_threads : model->default_threads;

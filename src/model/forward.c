@@ -44,9 +44,12 @@ static int grow(float **buf, size_t n) {
  * faster, 64 much slower as their scores leave L2), fewer when their scores
  * (queries x span floats per worker) would pass 4 MiB. In the BF16 order up
  * to 64: its tiles turn the keys and values they read into BF16 pairs once
- * per call (pp512 at depth 4096: 64 measured 1.15x 16, 32 1.08x). */
-static int attn_max_queries(int span, bool bf16) {
-    int q = (1 << 20) / (span > 0 ? span : 1), most = bf16 ? 64 : 16;
+ * per call (pp512 at depth 4096: 64 measured 1.15x 16, 32 1.08x); in the
+ * AMX order up to 128 (ATTN_MAX_QUERIES_PER_CALL; the kernel alone at 4,096
+ * keys: 1.1x faster per query-key than 64). */
+static int attn_max_queries(int span, pdl_attn_order order) {
+    int most = order == PDL_ATTN_AMX ? ATTN_MAX_QUERIES_PER_CALL : order == PDL_ATTN_BF16 ? 64 : 16;
+    int q = (1 << 20) / (span > 0 ? span : 1);
     return q < 1 ? 1 : q > most ? most : q;
 }
 
@@ -102,7 +105,7 @@ static int scratch_reserve(pdl_context *ctx, size_t rows, size_t n_logits, int s
     }
     /* attention scratch for the longest sequence of this batch, grown on
      * demand (a decode step allocates nothing once the context is reached) */
-    s->attn_max_q = attn_max_queries(span, ctx->attention.bf16);
+    s->attn_max_q = attn_max_queries(span, ctx->attention.order);
     size_t need_scores = attn_queries_scratch(s->attn_max_q, span, c->head_dim);
     if (need_scores > s->scores_cap) {
         if (grow(&s->scores, need_scores * (size_t)threadpool_size(ctx->pool)))
@@ -408,9 +411,9 @@ static void attention_rows(void *p, int ith, int nth) {
     int window = model_layer_windowed(c, t->layer) ? c->sliding_window : 0;
     int max_q = s->attn_max_q;
     int rows_per_task = max_q / group > 0 ? max_q / group : 1;
-    float *outs[64], sinks[64];
-    const float *qs[64];
-    int poss[64], firsts[64];
+    float *outs[ATTN_MAX_QUERIES_PER_CALL], sinks[ATTN_MAX_QUERIES_PER_CALL];
+    const float *qs[ATTN_MAX_QUERIES_PER_CALL];
+    int poss[ATTN_MAX_QUERIES_PER_CALL], firsts[ATTN_MAX_QUERIES_PER_CALL];
     /* each query's head's sink logit (attn_sinks), or none */
     const float *head_sinks = c->attn_sinks ? m->w.layers[t->layer].sinks.data : NULL;
     (void)nth;
