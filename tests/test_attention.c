@@ -154,6 +154,20 @@ static double ref_range_r(const float *q, const float *got, int hd, int kv_head,
     return d;
 }
 
+/* The key spans check_bf16 and check_amx give their queries: each one's
+ * causal keys (with the window), or with `wide` spans starting and ending
+ * on odd and even positions around them (up to 20 keys past, 10 before). */
+static void bf16_spans(int *first, int *last, const int *pos, int nq, int window, bool wide) {
+    for (int i = 0; i < nq; i++) {
+        first[i] = window && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0, last[i] = pos[i];
+        if (!wide) continue;
+        last[i] = pos[i] + (i * 7) % 21;
+        if (last[i] >= 150) last[i] = 149;
+        int span_first = pos[i] - (i * 5) % 10 - (i & 1);
+        if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
+    }
+}
+
 /* The BF16 order (attention.h) for one case of check_head_dim: the
  * portable reference against float64 over BF16-rounded q, K and V, where
  * only P's rounding to BF16 (2^-9 of each weight, so at most 2^-9 of the
@@ -165,10 +179,8 @@ static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, f
     enum { NQ = 40 };
     float *outs[NQ], *outw[NQ];
     int first[NQ], last[NQ];
-    for (int i = 0; i < nq; i++) {
-        outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
-        first[i] = window && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0, last[i] = pos[i];
-    }
+    for (int i = 0; i < nq; i++) outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
+    bf16_spans(first, last, pos, nq, window, false);
     const double tol = 2.1e-3;
     attn_queries_bf16_scalar(outw, qs, pos, nq, hd, 1, 0.3f, cap, sk, window, kv, scratch);
     for (int i = 0; i < nq; i += nq > 1 ? nq - 1 : 1) { /* the first and the last query (time under qemu) */
@@ -188,12 +200,7 @@ static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, f
         CHECK_MSG(memcmp(got, want, (size_t)nq * hd * sizeof *got) == 0,
                   "BF16 head_dim %d block %d: %d queries at once differ from one at a time", hd, BSZ, nq);
     }
-    for (int i = 0; i < nq; i++) { /* spans starting and ending on odd and even positions */
-        last[i] = pos[i] + (i * 7) % 21;
-        if (last[i] >= 150) last[i] = 149;
-        int span_first = pos[i] - (i * 5) % 10 - (i & 1);
-        if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
-    }
+    bf16_spans(first, last, pos, nq, window, true);
     attn_queries_bf16_scalar_ranges(outw, qs, first, last, nq, hd, 1, 0.3f, cap, sk, kv, scratch);
     for (int i = 0; i < nq; i += nq > 1 ? nq - 1 : 1) {
         double d = ref_range_r(qs[i], outw[i], hd, 1, 0.3, cap, sk ? sk + i : NULL, first[i], last[i], kv, true);
@@ -212,8 +219,8 @@ static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, f
 /* The AMX order (attention.h), where the CPU has AMX-BF16, on the shapes
  * its tiles take (head_dim a multiple of 32, blocks of 16): every query
  * against float64 over BF16-rounded q, K and V within the BF16 order's
- * 2.1e-3 (the same roundings of q, K, V and P; only the sums' rounding is
- * AMX's), and each query's bytes the same alone as among all of them, for
+ * 2.1e-3 (the same roundings of q, K, V and the weights; the sums'
+ * rounding is AMX's, the exponential good to 3e-6), and each query's bytes the same alone as among all of them, for
  * positions with a window and for ranges of either parity at both ends. */
 static void check_amx(const float *const *qs, const int *pos, int nq, int hd, float cap, const float *sk,
                       int window, const pdl_attn_kv *kv, float *scratch, float *got, float *want, int BSZ) {
@@ -221,19 +228,10 @@ static void check_amx(const float *const *qs, const int *pos, int nq, int hd, fl
     if (!cpu_amx_bf16_ready() || hd % 32 || BSZ % 16) return;
     float *outs[NQ], *outw[NQ];
     int first[NQ], last[NQ];
-    for (int i = 0; i < nq; i++) {
-        outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
-        first[i] = window && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0, last[i] = pos[i];
-    }
+    for (int i = 0; i < nq; i++) outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
     const double tol = 2.1e-3;
     for (int ranges = 0; ranges < 2; ranges++) {
-        if (ranges)
-            for (int i = 0; i < nq; i++) { /* spans starting and ending on odd and even positions */
-                last[i] = pos[i] + (i * 7) % 21;
-                if (last[i] >= 150) last[i] = 149;
-                int span_first = pos[i] - (i * 5) % 10 - (i & 1);
-                if (span_first < first[i]) first[i] = span_first < 0 ? 0 : span_first;
-            }
+        bf16_spans(first, last, pos, nq, window, ranges);
         attn_queries_amx_ranges(outs, qs, first, last, nq, hd, 1, 0.3f, cap, sk, kv, scratch);
         for (int i = 0; i < nq; i++) {
             double d = ref_range_r(qs[i], outs[i], hd, 1, 0.3, cap, sk ? sk + i : NULL, first[i], last[i], kv, true);
