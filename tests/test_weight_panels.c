@@ -84,8 +84,8 @@ static float documented(pdl_dtype dt, bool bf16_act, const float *wv, const floa
             float w1 = 2 * j + 1 < in ? w[2 * j + 1] : 0.0f, x1 = 2 * j + 1 < in ? x[2 * j + 1] : 0.0f;
             float x0 = x[2 * j];
             if (bf16_act) {
-                x1 = fp16_bf16_to_f32(fp16_f32_to_bf16(x1));
-                x0 = fp16_bf16_to_f32(fp16_f32_to_bf16(x0));
+                x1 = fp16_bf16_to_f32(fp16_f32_to_bf16_daz(x1));
+                x0 = fp16_bf16_to_f32(fp16_f32_to_bf16_daz(x0));
             }
             acc = fmaf(w1, x1, acc);
             acc = fmaf(w[2 * j], x0, acc);
@@ -142,6 +142,11 @@ static void test_panels_follow_the_documented_order(void) {
                     float *ys = malloc((size_t)rows * out * sizeof *ys), *yv = malloc((size_t)rows * out * sizeof *yv);
                     REQUIRE(x && bias && y0 && want && ys && yv);
                     for (int i = 0; i < rows * in; i++) x[i] = frand();
+                    /* a second row of denormals only, up to just below FLT_MIN (which
+                     * would round up to it): BF16 activations take them as zero, as
+                     * VCVTNEPS2BF16 does, so that row's outputs are exactly zero */
+                    for (int k = 0; rows > 1 && k < in; k++)
+                        x[in + k] = (k % 2 ? -1.0f : 1.0f) * 1.1754942e-38f / (float)(1 + k % 3);
                     for (int i = 0; i < out; i++) bias[i] = frand();
                     for (int i = 0; i < rows * out; i++) y0[i] = frand();
                     const float *b = variant ? bias : NULL;
@@ -179,7 +184,7 @@ static void test_panels_follow_the_documented_order(void) {
                             double s = 0, mag = 0;
                             for (int k = 0; k < in; k++) {
                                 float xv = x[(size_t)r * in + k];
-                                if (act) xv = fp16_bf16_to_f32(fp16_f32_to_bf16(xv));
+                                if (act) xv = fp16_bf16_to_f32(fp16_f32_to_bf16_daz(xv));
                                 s += (double)wv[(size_t)o * in + k] * xv;
                                 mag += fabs((double)wv[(size_t)o * in + k] * xv);
                             }
@@ -569,6 +574,11 @@ static void test_shared_activations_give_each_matmuls_bytes(void) {
                     float *x = malloc((size_t)rows * in * sizeof *x);
                     REQUIRE(x);
                     for (int i = 0; i < rows * in; i++) x[i] = frand();
+                    /* a second row of denormals only, up to just below FLT_MIN (which
+                     * would round up to it): BF16 activations take them as zero, as
+                     * VCVTNEPS2BF16 does, so that row's outputs are exactly zero */
+                    for (int k = 0; rows > 1 && k < in; k++)
+                        x[in + k] = (k % 2 ? -1.0f : 1.0f) * 1.1754942e-38f / (float)(1 + k % 3);
                     for (int m = 0; m < 3; m++) {
                         int h = heights[m];
                         w[m] = q ? (void *)make_qmatrix(dt, h, in, &wv[m]) : make_matrix(dt, h, in, &wv[m]);

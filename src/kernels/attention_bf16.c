@@ -18,13 +18,12 @@
 #define ATTN_F16(h) fp16_f16_to_f32(h)
 #include "kernels/attention_body.h"
 
-/* A denormal as zero of its sign (VDPBF16PS' and VCVTNEPS2BF16's DAZ, and
- * VDPBF16PS' FTZ). */
+/* A denormal as zero of its sign (VDPBF16PS' FTZ). */
 static inline float daz(float x) { return fabsf(x) < FLT_MIN ? copysignf(0.0f, x) : x; }
 
 /* x rounded to BF16 as VCVTNEPS2BF16 rounds it: a denormal as zero first,
  * then to nearest even (no result is denormal after that). */
-static inline float bf(float x) { return fp16_bf16_to_f32(fp16_f32_to_bf16(daz(x))); }
+static inline float bf(float x) { return fp16_bf16_to_f32(fp16_f32_to_bf16_daz(x)); }
 
 /* One step of VDPBF16PS for one lane: a and b are BF16 values (never
  * denormal), their product exact in float, one rounding, the result

@@ -82,6 +82,16 @@ static inline uint16_t fp16_f32_to_bf16(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* f to BF16 as VCVTNEPS2BF16 rounds it: a denormal f (which the
+ * instruction takes as zero whatever MXCSR says) as zero of its sign, else
+ * fp16_f32_to_bf16. The portable twin of the AVX-512 BF16 conversions of
+ * activations and attention operands. */
+static inline uint16_t fp16_f32_to_bf16_daz(float f) {
+    uint32_t u = fp16_f32_to_bits(f);
+    if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);
+    return fp16_f32_to_bf16(f);
+}
+
 /* The 65536-entry half -> float table, filled on first use. */
 extern float fp16_f16_table[65536];
 void fp16_init(void);

@@ -876,7 +876,7 @@ static void act_worker(void *p, int ith, int nth) {
             if (t->pk->bf16_avx512) {
                 matmul_f32_to_bf16_avx512(xr, d, t->in);
             } else {
-                for (int64_t i = 0; i < t->in; i++) d[i] = fp16_f32_to_bf16(xr[i]);
+                for (int64_t i = 0; i < t->in; i++) d[i] = fp16_f32_to_bf16_daz(xr[i]);
             }
             if (t->in % 2) d[t->in] = 0;
         } else {

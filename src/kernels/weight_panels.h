@@ -96,7 +96,9 @@
  *   BF16:     acc = fma(w[2j + 1], x[2j + 1], acc), then
  *             acc = fma(w[2j], x[2j], acc) for j = 0, 1, ... (the odd
  *             element first: the order of VDPBF16PS, which the BF16
- *             activation mode uses with x rounded to BF16);
+ *             activation mode uses with x rounded to BF16 as
+ *             VCVTNEPS2BF16 rounds it, a denormal x as zero:
+ *             fp16_f32_to_bf16_daz);
  *   Q8_0, Q4_0, MXFP4, IQ4_NL: x is quantized to Q8_0 per 32-block
  *         (matmul_quantize_row_q8_0: int8 x[k], scale dx[b]); block b gives
  *         the exact integer sum s = sum over its 32 k of w[k] x[k] (MXFP4:
