@@ -225,7 +225,7 @@ static void check_bf16(const float *const *qs, const int *pos, int nq, int hd, f
 static void check_amx(const float *const *qs, const int *pos, int nq, int hd, float cap, const float *sk,
                       int window, const pdl_attn_kv *kv, float *scratch, float *got, float *want, int BSZ) {
     enum { NQ = 40 };
-    if (!cpu_amx_bf16_ready() || hd % 32 || BSZ % 16) return;
+    if (!attn_amx_built || !cpu_amx_bf16_ready() || hd % 32 || BSZ % 16) return;
     float *outs[NQ], *outw[NQ];
     int first[NQ], last[NQ];
     for (int i = 0; i < nq; i++) outs[i] = got + (size_t)i * hd, outw[i] = want + (size_t)i * hd;
@@ -670,7 +670,7 @@ static void test_bf16_outside_keys_reach_nothing(void) {
     float *outs[NQ], *outw[NQ], *outa[2][NQ];
     for (int i = 0; i < NQ; i++) qs[i] = q + i * HD, outs[i] = got + i * HD, outw[i] = want + i * HD;
     for (int i = 0; i < NQ; i++) outa[0][i] = amx[0] + i * HD, outa[1][i] = amx[1] + i * HD;
-    bool has_amx = cpu_amx_bf16_ready();
+    bool has_amx = attn_amx_built && cpu_amx_bf16_ready();
     for (int set = 0; set < 3; set++)
     for (int nq = 1; nq <= NQ; nq += NQ - 1) { /* one query at a time, and all in one call */
         const int *first = firsts[set], *last = lasts[set];

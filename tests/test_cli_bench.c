@@ -285,6 +285,46 @@ static void test_bench_reports_the_kernel_family(void) {
     free(path);
 }
 
+/* `bench --attention-kernel`: the kernel alone over the deepest -d's keys,
+ * a decode step's queries (the GQA group: 16 heads over 8 KV heads here)
+ * and a prefill call's (128), in the order the family takes for what
+ * PAGEDLM_BF16_ATTENTION asks, in the JSON and the text. */
+static void test_bench_times_the_attention_kernel(void) {
+    char *path = random_model("attn.gguf", "q8_0", 512), args[1024], *out;
+    const char *asks[] = {NULL, "amx"};
+    const pdl_attn_order orders[] = {PDL_ATTN_F32, PDL_ATTN_AMX};
+    for (int i = 0; i < 2; i++) {
+        pdl_attention_table t;
+        attn_table_for(cpu_isa_best(), orders[i], &t);
+        const char *want = t.order == PDL_ATTN_AMX ? "amx" : t.order == PDL_ATTN_BF16 ? "bf16" : "f32";
+        if (asks[i]) setenv("PAGEDLM_BF16_ATTENTION", asks[i], 1);
+        snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 0 -d 0,200 -r 1 --attention-kernel --json", path);
+        int st = sh(args, &out);
+        unsetenv("PAGEDLM_BF16_ATTENTION");
+        CHECK_EQ_INT(st, 0);
+        json_error_t je;
+        json_t *j = json_loads(out, 0, &je);
+        REQUIRE_MSG(j != NULL && json_is_array(j) && json_array_size(j) > 0, "not a JSON array: %s", out);
+        json_t *k = json_object_get(json_array_get(j, 0), "attention_kernel");
+        CHECK_MSG(k && strcmp(json_string_value(json_object_get(k, "order")), want) == 0, "order: want %s in %s",
+                  want, out);
+        CHECK_EQ_INT(json_integer_value(json_object_get(k, "head_dim")), 128);
+        CHECK_EQ_INT(json_integer_value(json_object_get(k, "keys")), 200);
+        CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(k, "queries"), 0)), 2);
+        CHECK_EQ_INT(json_integer_value(json_array_get(json_object_get(k, "queries"), 1)), 128);
+        for (int c = 0; c < 2; c++)
+            CHECK(json_number_value(json_array_get(json_object_get(k, "ns_per_query_key"), (size_t)c)) > 0);
+        json_decref(j);
+        free(out);
+    }
+    snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 0 -r 1 --attention-kernel", path);
+    CHECK_EQ_INT(sh(args, &out), 0);
+    CHECK_CONTAINS(out, "attention kernel (");
+    CHECK_CONTAINS(out, "f32 order, f16 cache, head_dim 128, 4096 keys, one thread): 2 queries a call");
+    free(out);
+    free(path);
+}
+
 /* A tensor of the file by name, with its shape (outermost first) and dtype;
  * NULL with a failed check if it is not there or differs. */
 static const pdl_tensor *want_tensor(const gguf_file *f, const char *name, pdl_dtype dtype, int n_dims, int64_t d0,
@@ -482,6 +522,7 @@ int main(void) {
     RUN(test_bench_reports_json_results);
     RUN(test_bench_reports_the_kernel_family);
     RUN(test_bench_depth_is_in_the_cache_and_named);
+    RUN(test_bench_times_the_attention_kernel);
     RUN(test_qwen35_preset_has_the_converters_layout);
     RUN(test_qwen35moe_preset_has_the_converters_layout);
     RUN(test_mxfp4_preset_writes_the_mxfp4_moe_mix);

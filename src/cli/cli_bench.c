@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/bench_attention.h"
 #include "cli/bench_roofline.h"
 #include "cli/cli_args.h"
 #include "kernels/attention.h"
@@ -294,7 +295,7 @@ typedef struct bench_args {
     int depths[8], n_depths;     /* -d: tokens already in the cache */
     int batches[8], n_batches;   /* --batch: sequences decoding together */
     int n_gen, reps, threads;
-    bool json, csv, roofline;
+    bool json, csv, roofline, attention_kernel;
     pdl_engine_options eo;       /* --logits, --kv-cache-dtype */
     int spec_ngram, spec_k, spec_mtp;
     float spec_temp;
@@ -354,6 +355,8 @@ static const cli_option BENCH_OPTIONS[] = {
     {"--kv-cache-dtype", NULL, CLI_OPT_KV_DTYPE, A(eo.kv_dtype), .value = "f16|f32|q8_0|q4_0", .help = "default f16"},
     {"--roofline", NULL, CLI_OPT_FLAG, A(roofline),
      .help = "also measure the machine's peak GFLOP/s and read bandwidth and report fractions"},
+    {"--attention-kernel", NULL, CLI_OPT_FLAG, A(attention_kernel),
+     .help = "also time the attention kernel alone (one thread, the model's heads, the deepest -d or 4096 keys)"},
     {"--spec-ngram", NULL, CLI_OPT_INT, A(spec_ngram), .min = 1, .max = PDL_MAX_SPEC_TOKENS, .value = "K",
      .help = "also tgN with n-gram speculative decoding (K drafts), against plain decode"},
     {"--spec-model", NULL, CLI_OPT_STRING, A(spec_model), .value = "PATH",
@@ -372,7 +375,8 @@ static const cli_option BENCH_OPTIONS[] = {
 static const cli_command BENCH_COMMAND = {
     .name = "bench",
     .usage = "usage: pagedlm bench -m MODEL [-p 512[,2048]] [-n 128] [-d 0[,4096]] [-r 5] [--batch 1,4,16] [--threads N]\n"
-             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0|q4_0] [--roofline] [--json | --csv]\n",
+             "       [--logits auto|full|selective] [--kv-cache-dtype f16|f32|q8_0|q4_0] [--roofline]\n"
+             "       [--attention-kernel] [--json | --csv]\n",
     .options = BENCH_OPTIONS,
     .n_options = sizeof BENCH_OPTIONS / sizeof BENCH_OPTIONS[0],
 };
@@ -523,6 +527,20 @@ int cli_bench(int argc, char **argv) {
         if (tty) fprintf(stderr, "measuring the machine's peak and bandwidth...\n");
         bench_roofline_measure(model->kernels.isa, (int)a.threads, &roof);
     }
+    bench_attention attk = {0};
+    if (rc == CLI_OK && a.attention_kernel) {
+        const pdl_model_config *mc = &model->cfg;
+        int keys = 0; /* the deepest -d, or 4096 */
+        for (int k = 0; k < a.n_depths; k++)
+            if (a.depths[k] > keys) keys = a.depths[k];
+        if (keys == 0) keys = 4096;
+        if (tty) fprintf(stderr, "timing the attention kernel...\n");
+        if (bench_attention_measure(model->kernels.isa, mc->head_dim, mc->n_heads / mc->n_kv_heads, keys,
+                                    a.eo.kv_dtype, &attk)) {
+            fprintf(stderr, "error: out of memory for the attention kernel's cache\n");
+            rc = CLI_FAIL;
+        }
+    }
     /* the peak that bounds these weights, for the family in effect: BF16
      * dot products for BF16 weights on CPUs that have them (with BF16
      * activations), INT8 dot products for the block formats (VNNI, or AVX2's
@@ -574,6 +592,11 @@ int cli_bench(int argc, char **argv) {
                        "\"peak_rss_mb\": %.1f, \"gflops\": %.1f, \"cached_tokens\": %ld, \"state_bytes_per_seq\": %zu",
                        r->gbps, PDL_GIT_COMMIT, __VERSION__, PDL_C_FLAGS, cpu, isa, feats, nthreads, a.model_path,
                        info.weight_types, logits, kvd, ru.ru_maxrss / 1024.0, r->gflops, r->cached, info.state_bytes);
+                if (a.attention_kernel)
+                    printf(", \"attention_kernel\": {\"order\": \"%s\", \"head_dim\": %d, \"keys\": %d, "
+                           "\"queries\": [%d, %d], \"ns_per_query_key\": [%.3f, %.3f]}",
+                           attk.order, attk.head_dim, attk.keys, attk.queries[0], attk.queries[1],
+                           attk.ns_per_query_key[0], attk.ns_per_query_key[1]);
                 if (a.roofline)
                     printf(", \"roofline\": {\"peak\": \"%s\", \"peak_gflops\": %.1f, \"read_gb_per_s\": %.1f, "
                            "\"read_method\": \"%s\", \"read_buffer_mib\": %zu, "
@@ -609,6 +632,11 @@ int cli_bench(int argc, char **argv) {
             if (info.n_recurrent_layers > 0)
                 printf("recurrent state: %zu bytes per sequence (%d of %d layers)\n", info.state_bytes,
                        info.n_recurrent_layers, info.n_layers);
+            if (a.attention_kernel)
+                printf("attention kernel (%s, %s order, %s cache, head_dim %d, %d keys, one thread): %d queries a "
+                       "call %.2f ns per query-key, %d queries %.2f ns\n",
+                       cpu_isa_name(k->isa), attk.order, kvd, attk.head_dim, attk.keys, attk.queries[0],
+                       attk.ns_per_query_key[0], attk.queries[1], attk.ns_per_query_key[1]);
             if (a.roofline) {
                 printf("roofline (%s kernels): peaks F32 FMA %.0f GFLOP/s, BF16 dot %.0f GFLOP/s, INT8 dot %.0f GOP/s "
                        "(this model: %s); read bandwidth %.1f GB/s (%d threads, %s, %zu MiB buffer, best pass)\n",

@@ -44,7 +44,7 @@ void attn_table_for(pdl_isa isa, pdl_attn_order order, pdl_attention_table *t) {
             t->queries = attn_queries_avx512bf16, t->ranges = attn_queries_avx512bf16_ranges;
             t->order = PDL_ATTN_BF16;
         }
-        if (order == PDL_ATTN_AMX && cpu_amx_bf16_ready()) {
+        if (order == PDL_ATTN_AMX && attn_amx_built && cpu_amx_bf16_ready()) {
             t->queries = attn_queries_amx, t->ranges = attn_queries_amx_ranges;
             t->order = PDL_ATTN_AMX;
         }

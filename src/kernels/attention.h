@@ -292,7 +292,9 @@ void attn_queries_avx512bf16_ranges(float *const *out, const float *const *q, co
 /* The same with AMX tiles, in the AMX order (above; built where the
  * compiler knows AMX-BF16, else the AVX-512 BF16 tiles; those take the
  * shapes these do not: head_dim not a multiple of 32). The caller has
- * checked cpu_amx_bf16_ready(). Scratch as above. */
+ * checked cpu_amx_bf16_ready(). Scratch as above. attn_amx_built: whether
+ * this build has the tiles (attn_table_for takes them only then). */
+extern const bool attn_amx_built;
 void attn_queries_amx(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head,
                       float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                       float *scratch);

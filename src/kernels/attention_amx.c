@@ -40,6 +40,8 @@
 #include "kernels/attention.h"
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__) && defined(__AVX512BF16__)
+const bool attn_amx_built = true;
+
 #include "kernels/attention_avx512_ops.h"
 
 #define ATTN_COMMON_ONLY
@@ -387,6 +389,8 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
                                                        _mm512_setzero_ps()));
 }
 #else
+const bool attn_amx_built = false;
+
 void attn_queries_amx(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head,
                       float scale, float softcap, const float *sinks, int window, const pdl_attn_kv *kv,
                       float *scratch) {
