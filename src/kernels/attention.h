@@ -79,10 +79,12 @@
  *            o[d] = TDPBF16PS(o[d], w's tile, v's tile at d), a position
  *            outside [first, last] taking w = 0 and v = 0;
  *            out[d] = o[d] * (1 / sum) + 0 (a zero sum is +0).
- * How TDPBF16PS rounds inside one product is the hardware's: none of four
- * emulations tried (per product or per pair, either element first, one
- * rounding of the exact sum) gives its bits, so no portable code follows
- * this order and its bits are those of AMX alone. They still depend only
+ * How TDPBF16PS rounds inside one product is the hardware's: none of the
+ * sixteen emulations tried (a rounding per product or per pair, either
+ * element first; the exact sum, or groups of it, rounded to nearest, toward
+ * zero or to odd; products aligned to windows of 24 to 30 bits) gives its
+ * bits, so no portable code follows this order and its bits are those of
+ * AMX alone. They still depend only
  * on the query and its sequence's cache (a tile's row depends only on its
  * own row of A). Against float64 over BF16-rounded q, K and V the error is
  * of the BF16 order's size, 2^-9 of the largest |v| from the weights'
@@ -341,15 +343,16 @@ void attn_queries_neon_ranges(float *const *out, const float *const *q, const in
                               int n_q, int head_dim, int kv_head, float scale, float softcap,
                               const float *sinks, const pdl_attn_kv *kv, float *scratch);
 
-/* One family's attention kernels, chosen once (a pdl_context fills its
- * table when it is made) and called through by the forward: one indirect
- * call per attention call, no dispatch per call or per row. */
+/* The orders of operations above. */
 typedef enum pdl_attn_order {
     PDL_ATTN_F32 = 0, /* the order above: every family, the same bits */
     PDL_ATTN_BF16,    /* the BF16 order: AVX-512 BF16 tiles, the portable emulation */
     PDL_ATTN_AMX,     /* the AMX order: AMX tiles only, held to a tolerance */
 } pdl_attn_order;
 
+/* One family's attention kernels, chosen once (a pdl_context fills its
+ * table when it is made) and called through by the forward: one indirect
+ * call per attention call, no dispatch per call or per row. */
 typedef struct pdl_attention_table {
     pdl_isa isa;                      /* the family it was filled for */
     pdl_attn_order order;             /* the order its kernels keep */
@@ -365,8 +368,8 @@ typedef struct pdl_attention_table {
  * at the rate of one F32 FMA port, so its pairs gain nothing over FMAs on
  * two ports and the conversions cost on top: the kernels alone take 1.5x
  * the F32 tiles' time. The AMX order is off by default because its bits
- * are those of the AMX hardware alone, not of every family
- * (docs/benchmarks.md has both measurements). */
+ * are those of the AMX hardware alone, not of every family, and decode at
+ * depth is slower in it (docs/benchmarks.md has both measurements). */
 void attn_set_order(pdl_attn_order order);
 pdl_attn_order attn_order(void);
 
