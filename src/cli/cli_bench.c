@@ -535,8 +535,11 @@ int cli_bench(int argc, char **argv) {
             if (a.depths[k] > keys) keys = a.depths[k];
         if (keys == 0) keys = 4096;
         if (tty) fprintf(stderr, "timing the attention kernel...\n");
-        if (bench_attention_measure(model->kernels.isa, mc->head_dim, mc->n_heads / mc->n_kv_heads, keys,
-                                    a.eo.kv_dtype, &attk)) {
+        if (mc->head_dim <= 0 || mc->n_kv_heads <= 0) {
+            fprintf(stderr, "error: --attention-kernel: the model has no attention heads\n");
+            rc = CLI_FAIL;
+        } else if (bench_attention_measure(model->kernels.isa, mc->head_dim, mc->n_heads / mc->n_kv_heads, keys,
+                                           a.eo.kv_dtype, &attk)) {
             fprintf(stderr, "error: out of memory for the attention kernel's cache\n");
             rc = CLI_FAIL;
         }
