@@ -101,6 +101,21 @@ typedef struct pdl_model_options {
  * when the family is unknown or not supported here (the best one runs). */
 int pdl_set_kernels(const char *isa, int bf16_activations, pdl_error *err);
 
+/* Process-wide order of operations of attention in the contexts made from
+ * now on (a pdl_context keeps the order in effect when it is made):
+ * "f32" (the default: F32 products, the same bits on every family), "bf16"
+ * (Q, K, P and V rounded to BF16 and multiplied in pairs fixed by absolute
+ * position: the AVX-512 family with AVX512_BF16, and the portable family,
+ * which emulates it bit for bit) or "amx" (the same pairs on AMX tiles,
+ * where the CPU has AMX-BF16 and Linux grants the tile state; its bits are
+ * the hardware's). Each is batch invariant; docs/cli.md says what each
+ * costs in accuracy and gains in speed. NULL leaves it as it is. -1 with
+ * err "NAME is not one of f32, bf16, amx; ..." (the order stays) or, when
+ * the active family lacks that order, "the ORDER order is not available to
+ * the FAMILY kernels here; they attend in the ORDER order" (the order is
+ * set: another family, or a context whose model names one, may have it). */
+int pdl_set_attention(const char *order, pdl_error *err);
+
 /* The fill-in-the-middle tokens a vocabulary declares (llama.cpp's FIM_PRE
  * ... FIM_SEP): from GGUF tokenizer.ggml.fim_*_token_id, or else by their
  * text (Qwen2.5-Coder's <|fim_prefix|>, StarCoder's <fim_prefix>, CodeLlama's

@@ -270,18 +270,38 @@ static void test_bench_reports_the_kernel_family(void) {
         else CHECK(strstr(out, "PAGEDLM_ISA") == NULL);
         free(out);
     }
-    /* and the attention order in effect: the AMX order asked for names
-     * itself where the CPU has AMX, the BF16 order where it stands in */
-    pdl_attention_table t;
-    attn_table_for(cpu_isa_best(), PDL_ATTN_AMX, &t);
-    setenv("PAGEDLM_BF16_ATTENTION", "amx", 1);
-    CHECK_EQ_INT(sh(args, &out), 0);
-    unsetenv("PAGEDLM_BF16_ATTENTION");
-    char want[96];
-    snprintf(want, sizeof want, "\"isa\": \"%s%s\"", best,
-             t.order == PDL_ATTN_AMX ? "+amx-attention" : t.order == PDL_ATTN_BF16 ? "+bf16-attention" : "");
-    CHECK_CONTAINS(out, want);
-    free(out);
+    /* and the attention order in effect, as PAGEDLM_BF16_ATTENTION asks
+     * (0 and 1 for f32 and bf16): an order the family lacks is said and the
+     * one it stands in with named (the AMX order by the BF16 order where
+     * the CPU lacks AMX); an unknown name is said and the default runs */
+    struct {
+        const char *env;
+        pdl_attn_order order;
+    } asks[] = {{"amx", PDL_ATTN_AMX}, {"bf16", PDL_ATTN_BF16}, {"1", PDL_ATTN_BF16}, {"f32", PDL_ATTN_F32},
+                {"bogus", PDL_ATTN_F32}};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        pdl_attention_table t;
+        attn_table_for(cpu_isa_best(), asks[i].order, &t);
+        setenv("PAGEDLM_BF16_ATTENTION", asks[i].env, 1);
+        CHECK_EQ_INT(sh(args, &out), 0);
+        unsetenv("PAGEDLM_BF16_ATTENTION");
+        char want[160];
+        snprintf(want, sizeof want, "\"isa\": \"%s%s\"", best,
+                 t.order == PDL_ATTN_AMX ? "+amx-attention" : t.order == PDL_ATTN_BF16 ? "+bf16-attention" : "");
+        CHECK_CONTAINS(out, want);
+        if (strcmp(asks[i].env, "bogus") == 0) {
+            CHECK_CONTAINS(out, "PAGEDLM_BF16_ATTENTION: bogus is not one of f32, bf16, amx; attention stays in "
+                                "the f32 order");
+        } else if (t.order != asks[i].order) {
+            snprintf(want, sizeof want, "PAGEDLM_BF16_ATTENTION: the %s order is not available to the %s kernels here; "
+                     "they attend in the %s order", attn_order_name(asks[i].order), best, attn_order_name(t.order));
+            CHECK_CONTAINS(out, want);
+        } else {
+            CHECK_MSG(strstr(out, "PAGEDLM_BF16_ATTENTION") == NULL, "%s: a notice for an order the family has: %s",
+                      asks[i].env, out);
+        }
+        free(out);
+    }
     free(path);
 }
 
@@ -299,11 +319,13 @@ static void test_bench_times_the_attention_kernel(void) {
         const char *want = t.order == PDL_ATTN_AMX ? "amx" : t.order == PDL_ATTN_BF16 ? "bf16" : "f32";
         if (asks[i]) setenv("PAGEDLM_BF16_ATTENTION", asks[i], 1);
         snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 0 -d 0,200 -r 1 --attention-kernel --json", path);
-        int st = sh(args, &out);
+        cmd_result r = test_pagedlm(args); /* stdout alone: a CPU without AMX says so on stderr */
         unsetenv("PAGEDLM_BF16_ATTENTION");
-        CHECK_EQ_INT(st, 0);
+        CHECK_EQ_INT(r.status, 0);
         json_error_t je;
-        json_t *j = json_loads(out, 0, &je);
+        json_t *j = json_loads(r.out, 0, &je);
+        out = r.out, r.out = NULL;
+        test_free_result(&r);
         REQUIRE_MSG(j != NULL && json_is_array(j) && json_array_size(j) > 0, "not a JSON array: %s", out);
         json_t *k = json_object_get(json_array_get(j, 0), "attention_kernel");
         CHECK_MSG(k && strcmp(json_string_value(json_object_get(k, "order")), want) == 0, "order: want %s in %s",

@@ -383,8 +383,22 @@ static void test_two_contexts_share_one_model(void) {
     pdl_model_free(m);
 }
 
-/* Attention in attention.h's BF16 order (PAGEDLM_BF16_ATTENTION=1) and
- * AMX order (=amx) keeps the contract: packed sequences and chunked
+/* pdl_set_attention(order's name): 0 where the active family has that
+ * order, else -1 with the order it stands in with named; the table a
+ * context made now takes. */
+static pdl_attention_table set_attention(pdl_attn_order order) {
+    pdl_error err;
+    int rc = pdl_set_attention(attn_order_name(order), &err);
+    pdl_attention_table t; /* AVX2 and NEON keep the F32 order, CPUs without AMX the BF16 one */
+    attn_table_for(cpu_isa_active(), order, &t);
+    CHECK_MSG(rc == 0 ? t.order == order : strstr(err.message, attn_order_name(t.order)) != NULL,
+              "pdl_set_attention(%s): %d (%s) where the %s family takes %s", attn_order_name(order), rc,
+              rc ? err.message : "", cpu_isa_name(t.isa), attn_order_name(t.order));
+    return t;
+}
+
+/* Attention in attention.h's BF16 order (pdl_set_attention("bf16")) and
+ * AMX order ("amx") keeps the contract: packed sequences and chunked
  * prefill (chunks of 1, 7 and 64: decode-sized calls take the BF16 tiles'
  * direct path) give each row the bytes it gets alone, over blocks of 4
  * (the portable BF16 order) and of 16 (the AVX-512 BF16 or AMX tiles where
@@ -394,12 +408,10 @@ static void check_order_is_batch_invariant(pdl_attn_order order, pdl_attn_order 
     BS = 16; /* blocks the tiles take */
     pdl_model *m = load("models/qwen3-tiny/model-f32.gguf", 2);
     int V = vocab_of(m);
-    attn_set_order(before);
+    set_attention(before);
     float *before_logits = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
-    attn_set_order(order);
+    pdl_attention_table t = set_attention(order);
     float *logits = alone(m, PDL_KV_F16, QWEN_TOKENS, 40);
-    pdl_attention_table t; /* AVX2 and NEON keep the F32 order, CPUs without AMX the BF16 one */
-    attn_table_for(cpu_isa_active(), order, &t);
     bool same = memcmp(before_logits, logits, (size_t)40 * V * sizeof(float)) == 0;
     CHECK_MSG(same != (t.order == order), "family %s: order %d %s order %d's logits", cpu_isa_name(t.isa),
               (int)order, same ? "gave" : "did not give", (int)before);
@@ -412,7 +424,10 @@ static void check_order_is_batch_invariant(pdl_attn_order order, pdl_attn_order 
         test_chunked_prefill_is_bit_identical();
     }
     BS = 4;
-    attn_set_order(PDL_ATTN_F32);
+    set_attention(PDL_ATTN_F32);
+    pdl_error err;
+    CHECK_EQ_INT(pdl_set_attention("F32", &err), -1); /* names are lower case, and a wrong one changes nothing */
+    CHECK_EQ_INT((int)attn_order(), (int)PDL_ATTN_F32);
 }
 
 static void test_bf16_attention_order_is_batch_invariant(void) {

@@ -76,7 +76,7 @@ int bench_attention_measure(pdl_isa isa, int head_dim, int group, int keys, pdl_
         for (int i = 0; i < PREFILL_QUERIES * hd; i++) q[i] = lcg_unit(&s);
         pdl_attn_kv kv = {.k = kpool, .v = vpool, .kv_is_f16 = f16, .kv_is_q8 = q8, .kv_is_q4 = q4,
                           .kv_dim = hd, .block_table = table, .block_size = BLOCK};
-        out->order = t.order == PDL_ATTN_AMX ? "amx" : t.order == PDL_ATTN_BF16 ? "bf16" : "f32";
+        out->order = attn_order_name(t.order);
         out->head_dim = hd, out->keys = keys;
         for (int k = 0; k < 2; k++) {
             out->queries[k] = nq[k];

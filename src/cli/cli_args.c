@@ -332,9 +332,9 @@ void cli_apply_kernel_env(void) {
     int act = bf16 && *bf16 ? strcmp(bf16, "0") != 0 : -1;
     pdl_error err;
     if (pdl_set_kernels(isa, act, &err)) fprintf(stderr, "pagedlm: PAGEDLM_ISA=%s\n", err.message);
-    const char *att = getenv("PAGEDLM_BF16_ATTENTION"); /* attention.h's orders: 1 BF16, amx AMX */
-    if (att && *att)
-        attn_set_order(strcmp(att, "amx") == 0 ? PDL_ATTN_AMX : strcmp(att, "0") != 0 ? PDL_ATTN_BF16 : PDL_ATTN_F32);
+    const char *att = getenv("PAGEDLM_BF16_ATTENTION"); /* f32, bf16, amx; 0 and 1 as f32 and bf16 */
+    if (att && *att && pdl_set_attention(strcmp(att, "0") == 0 ? "f32" : strcmp(att, "1") == 0 ? "bf16" : att, &err))
+        fprintf(stderr, "pagedlm: PAGEDLM_BF16_ATTENTION: %s\n", err.message);
 }
 
 /* An environment flag as vLLM reads VLLM_ALLOW_LONG_MAX_MODEL_LEN: "1" or

@@ -569,13 +569,15 @@ int cli_bench(int argc, char **argv) {
         bool int_weights = integer_weights(info.weight_types);
         pdl_attention_table att; /* the attention order the contexts took (PAGEDLM_BF16_ATTENTION) */
         attn_table_for(k->isa, attn_order(), &att);
+        char att_isa[32] = ""; /* +bf16-attention, +amx-attention */
+        if (att.order != PDL_ATTN_F32) snprintf(att_isa, sizeof att_isa, "+%s-attention", attn_order_name(att.order));
         snprintf(isa, sizeof isa, "%s%s%s", cpu_isa_name(k->isa),
                  strstr(info.weight_types, "BF16") && k->isa == PDL_ISA_AVX512 &&
                          cpu_features_get()->avx512bf16 && k->bf16_activations
                      ? "+bf16-activations"
                  : int_weights && k->panels.avxvnni ? "+avx-vnni" /* the integer panels' tiles */
                      : "",
-                 att.order == PDL_ATTN_AMX ? "+amx-attention" : att.order == PDL_ATTN_BF16 ? "+bf16-attention" : "");
+                 att_isa);
         const char *kvd = a.eo.kv_dtype == PDL_KV_F32    ? "f32"
                           : a.eo.kv_dtype == PDL_KV_Q8_0 ? "q8_0"
                           : a.eo.kv_dtype == PDL_KV_Q4_0 ? "q4_0"

@@ -9,6 +9,8 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
+#include "pagedlm.h"
+#include "util/error.h"
 
 #include <math.h>
 #include <string.h>
@@ -31,6 +33,27 @@ static _Atomic pdl_attn_order order_set;
 
 void attn_set_order(pdl_attn_order order) { order_set = order; }
 pdl_attn_order attn_order(void) { return order_set; }
+
+static const char *const order_names[] = {[PDL_ATTN_F32] = "f32", [PDL_ATTN_BF16] = "bf16", [PDL_ATTN_AMX] = "amx"};
+
+const char *attn_order_name(pdl_attn_order order) { return order_names[order]; }
+
+int pdl_set_attention(const char *order, pdl_error *err) {
+    if (!order) return 0;
+    int want = -1;
+    for (int i = 0; i < (int)(sizeof order_names / sizeof order_names[0]); i++)
+        if (strcmp(order, order_names[i]) == 0) want = i;
+    if (want < 0)
+        return err_fail(err, "%s is not one of f32, bf16, amx; attention stays in the %s order", order,
+                        attn_order_name(order_set));
+    order_set = (pdl_attn_order)want;
+    pdl_attention_table t; /* what a context made now takes */
+    attn_table_for(cpu_isa_active(), order_set, &t);
+    if (t.order != order_set)
+        return err_fail(err, "the %s order is not available to the %s kernels here; they attend in the %s order",
+                        order, cpu_isa_name(t.isa), attn_order_name(t.order));
+    return 0;
+}
 
 void attn_table_for(pdl_isa isa, pdl_attn_order order, pdl_attention_table *t) {
     bool bf16 = order != PDL_ATTN_F32;

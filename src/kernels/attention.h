@@ -37,7 +37,7 @@
  * So a query's result depends only on its own query and its sequence's
  * cache, never on the other queries of a call or on the batch.
  *
- * The BF16 order (the forward's attention when attn_set_bf16_order is on,
+ * The BF16 order (the forward's attention when attn_set_order asks for it,
  * on the AVX-512 family with AVX512_BF16 and on the portable one; head_dim
  * even): bf(x) is x rounded to BF16 as VCVTNEPS2BF16
  * rounds it (a denormal x as zero of its sign, then to nearest even), and
@@ -362,16 +362,21 @@ typedef struct pdl_attention_table {
 } pdl_attention_table;
 
 /* The order contexts made from now on attend in: PDL_ATTN_F32 unless set
- * (PAGEDLM_BF16_ATTENTION=1 for the BF16 order, =amx for the AMX order, in
- * the programs). The BF16 order is off by default because it is slower
- * where measured: on an Intel Xeon VM (AVX-512 BF16, AMX) VDPBF16PS issues
- * at the rate of one F32 FMA port, so its pairs gain nothing over FMAs on
- * two ports and the conversions cost on top: the kernels alone take 1.5x
- * the F32 tiles' time. The AMX order is off by default because its bits
- * are those of the AMX hardware alone, not of every family, and decode at
- * depth is slower in it (docs/benchmarks.md has both measurements). */
+ * (pdl_set_attention in pagedlm.h, which names them "f32", "bf16", "amx";
+ * PAGEDLM_BF16_ATTENTION in the programs). The BF16 order is off by
+ * default: on an Intel Xeon VM (AVX-512 BF16, AMX) it is slower, since
+ * VDPBF16PS issues at the rate of one F32 FMA port there, so its pairs gain
+ * nothing over FMAs on two ports and the conversions cost on top (the
+ * kernels alone take 1.5x the F32 tiles' time); on an AMD Zen 5 VM it
+ * prefills at depth 4096 1.23-1.26x faster and decodes there 0.94-0.95x as
+ * fast; and its bits are not those of the AVX2 and NEON families. The AMX
+ * order is off by default because its bits are those of the AMX hardware
+ * alone, not of every family, and decode at depth is slower in it
+ * (docs/benchmarks.md has the measurements). */
 void attn_set_order(pdl_attn_order order);
 pdl_attn_order attn_order(void);
+/* "f32", "bf16", "amx". */
+const char *attn_order_name(pdl_attn_order order);
 
 /* The table of family isa (the scalar one for a family this build lacks),
  * in the given order where the family has it: the BF16 order on AVX-512

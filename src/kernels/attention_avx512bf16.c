@@ -2,9 +2,11 @@
  * attention_avx512bf16.c - attention in attention.h's BF16 order with
  * AVX512_BF16: VDPBF16PS multiplies two BF16 pairs per lane, twice the
  * products per instruction of the F32 tiles (attention_avx512.c); the
- * forward's attention when PAGEDLM_BF16_ATTENTION=1 (attn_set_bf16_order:
- * opt-in, since on the Intel VM measured VDPBF16PS issues at one FMA port's
- * rate and these tiles lose, docs/benchmarks.md). The same bits as the
+ * forward's attention when PAGEDLM_BF16_ATTENTION=bf16 (attn_set_order:
+ * opt-in: on the Intel VM measured VDPBF16PS issues at one FMA port's rate
+ * and these tiles lose; on the Zen 5 VM they win at prefill, 1.35x over
+ * the F32 tiles at 128 queries a call, and lose at decode, 0.6x at two,
+ * docs/benchmarks.md). The same bits as the
  * portable reference (attention_bf16.c), which takes the shapes these tiles
  * do not.
  *
