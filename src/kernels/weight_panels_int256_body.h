@@ -839,6 +839,41 @@ static void PANEL_PREFIX(q6_k)(const pdl_block_q8k *x, int64_t ldx, int rows, co
     ib_k_tile(1, x, ldx, rows, panel, pb, panels, nb, last_cols, y, ldy, bias, accumulate);
 }
 
+/* A driver tile of a type decoded in pieces (Q3_K, Q2_K, IQ4_XS, TQ2_0 /
+ * TQ1_0): IB_MAX_R rows at a time, one group a piece for several rows and
+ * two for one row. PIECE(x, ldx, NR, groups, NV, nb, ldy, accumulate) is
+ * the type's always-inline piece, instantiated here for each NR and NV. */
+#define IB_PIECE_TILE(NAME, PIECE)                                                                               \
+    static void PANEL_PREFIX(NAME)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel,          \
+                                   size_t pb, int panels, int64_t nb, int last_cols, float *y, int64_t ldy,      \
+                                   const float *bias, bool accumulate) {                                         \
+        ib_group g[2 * PDL_PANEL_TILE_PANELS];                                                                   \
+        int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);                                             \
+        for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {                                                            \
+            int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;                                                \
+            ib_group gr[2 * PDL_PANEL_TILE_PANELS];                                                              \
+            for (int i = 0; i < n; i++) {                                                                        \
+                gr[i] = g[i];                                                                                    \
+                gr[i].y += r0 * ldy;                                                                             \
+            }                                                                                                    \
+            const pdl_block_q8k *xr = x + r0 * ldx;                                                              \
+            int step = nr == 1 ? 2 : 1;                                                                          \
+            for (int i = 0; i < n; i += step) {                                                                  \
+                int nv = n - i < step ? n - i : step;                                                            \
+                const ib_group *gi = gr + i;                                                                     \
+                switch (nr) {                                                                                    \
+                case 1:                                                                                          \
+                    if (nv == 2) PIECE(xr, ldx, 1, gi, 2, nb, ldy, accumulate);                                  \
+                    else PIECE(xr, ldx, 1, gi, 1, nb, ldy, accumulate);                                          \
+                    break;                                                                                       \
+                case 2: PIECE(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;                                    \
+                case 3: PIECE(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;                                    \
+                default: PIECE(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;                                   \
+                }                                                                                                \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+
 /* ---- Q3_K ---------------------------------------------------------------------- */
 
 /* Q3_K: the unsigned values q + 4 (0..7) of 4 elements of 8 columns for
@@ -961,33 +996,15 @@ static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as Q6_K's). */
-static void PANEL_PREFIX(q3_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
-                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
-                               bool accumulate) {
-    ib_group g[2 * PDL_PANEL_TILE_PANELS];
-    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
-    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
-        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
-        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
-        for (int i = 0; i < n; i++) {
-            gr[i] = g[i];
-            gr[i].y += r0 * ldy;
-        }
-        const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? 2 : 1;
-        for (int i = 0; i < n; i += step) {
-            int nv = n - i < step ? n - i : step;
-            const ib_group *gi = gr + i;
-            switch (nr) {
-            case 1: nv == 2 ? ib_q3k_row(xr, gi, 2, nb, accumulate) : ib_q3k_row(xr, gi, 1, nb, accumulate); break;
-            case 2: ib_q3k_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
-            case 3: ib_q3k_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
-            default: ib_q3k_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
-            }
-        }
-    }
+/* Q3_K's piece: rows x groups as ib_piece_tile asks (one row: ib_q3k_row). */
+static inline __attribute__((always_inline)) void ib_q3k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                             const ib_group *grp, const int nv, int64_t nb,
+                                                             int64_t ldy, bool accumulate) {
+    if (nr == 1) ib_q3k_row(x, grp, nv, nb, accumulate);
+    else ib_q3k_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate);
 }
+
+IB_PIECE_TILE(q3_k, ib_q3k_any)
 
 /* ---- Q2_K ---------------------------------------------------------------------- */
 
@@ -1095,33 +1112,15 @@ static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as Q3_K's). */
-static void PANEL_PREFIX(q2_k)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
-                               int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
-                               bool accumulate) {
-    ib_group g[2 * PDL_PANEL_TILE_PANELS];
-    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
-    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
-        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
-        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
-        for (int i = 0; i < n; i++) {
-            gr[i] = g[i];
-            gr[i].y += r0 * ldy;
-        }
-        const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? 2 : 1;
-        for (int i = 0; i < n; i += step) {
-            int nv = n - i < step ? n - i : step;
-            const ib_group *gi = gr + i;
-            switch (nr) {
-            case 1: nv == 2 ? ib_q2k_row(xr, gi, 2, nb, accumulate) : ib_q2k_row(xr, gi, 1, nb, accumulate); break;
-            case 2: ib_q2k_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
-            case 3: ib_q2k_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
-            default: ib_q2k_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
-            }
-        }
-    }
+/* Q2_K's piece: rows x groups as ib_piece_tile asks (one row: ib_q2k_row). */
+static inline __attribute__((always_inline)) void ib_q2k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                             const ib_group *grp, const int nv, int64_t nb,
+                                                             int64_t ldy, bool accumulate) {
+    if (nr == 1) ib_q2k_row(x, grp, nv, nb, accumulate);
+    else ib_q2k_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate);
 }
+
+IB_PIECE_TILE(q2_k, ib_q2k_any)
 
 /* ---- IQ4_XS ---------------------------------------------------------------- */
 
@@ -1209,37 +1208,7 @@ static inline __attribute__((always_inline)) void ib_iq4xs_piece(const pdl_block
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* A driver tile of IQ4_XS in pieces: one group at a time for several
- * rows, two for one row (as the k-quants' IB_V_K / IB_V1_Q4K). */
-static void PANEL_PREFIX(iq4_xs)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
-                                 int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
-                                 bool accumulate) {
-    ib_group g[2 * PDL_PANEL_TILE_PANELS];
-    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
-    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
-        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
-        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
-        for (int i = 0; i < n; i++) {
-            gr[i] = g[i];
-            gr[i].y += r0 * ldy;
-        }
-        const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? 2 : 1;
-        for (int i = 0; i < n; i += step) {
-            int nv = n - i < step ? n - i : step;
-            const ib_group *gi = gr + i;
-            switch (nr) {
-            case 1:
-                if (nv == 2) ib_iq4xs_piece(xr, ldx, 1, gi, 2, nb, ldy, accumulate);
-                else ib_iq4xs_piece(xr, ldx, 1, gi, 1, nb, ldy, accumulate);
-                break;
-            case 2: ib_iq4xs_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
-            case 3: ib_iq4xs_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
-            default: ib_iq4xs_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
-            }
-        }
-    }
-}
+IB_PIECE_TILE(iq4_xs, ib_iq4xs_piece)
 
 /* ---- Q5_0, Q4_1 and Q5_1 ------------------------------------------------ */
 
@@ -1457,35 +1426,6 @@ static inline __attribute__((always_inline)) void ib_tq_piece(const pdl_block_q8
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Pieces of 4 rows x 1 group, decode 2 groups at a time (as IQ4_XS's). */
-static void PANEL_PREFIX(tq)(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb,
-                             int panels, int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias,
-                             bool accumulate) {
-    ib_group g[2 * PDL_PANEL_TILE_PANELS];
-    int n = ib_groups(panel, pb, panels, last_cols, y, bias, g);
-    for (int r0 = 0; r0 < rows; r0 += IB_MAX_R) {
-        int nr = rows - r0 < IB_MAX_R ? rows - r0 : IB_MAX_R;
-        ib_group gr[2 * PDL_PANEL_TILE_PANELS];
-        for (int i = 0; i < n; i++) {
-            gr[i] = g[i];
-            gr[i].y += r0 * ldy;
-        }
-        const pdl_block_q8k *xr = x + r0 * ldx;
-        int step = nr == 1 ? 2 : 1;
-        for (int i = 0; i < n; i += step) {
-            int nv = n - i < step ? n - i : step;
-            const ib_group *gi = gr + i;
-            switch (nr) {
-            case 1:
-                if (nv == 2) ib_tq_piece(xr, ldx, 1, gi, 2, nb, ldy, accumulate);
-                else ib_tq_piece(xr, ldx, 1, gi, 1, nb, ldy, accumulate);
-                break;
-            case 2: ib_tq_piece(xr, ldx, 2, gi, 1, nb, ldy, accumulate); break;
-            case 3: ib_tq_piece(xr, ldx, 3, gi, 1, nb, ldy, accumulate); break;
-            default: ib_tq_piece(xr, ldx, 4, gi, 1, nb, ldy, accumulate); break;
-            }
-        }
-    }
-}
+IB_PIECE_TILE(tq, ib_tq_piece)
 
 #endif
