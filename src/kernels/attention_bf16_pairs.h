@@ -134,25 +134,18 @@ static inline void bf_find_rows(bf_rows *R, int c0, int c1, int lo, int hi, cons
         block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
         vhead = (const uint8_t *)kv->v + attn_kvq_v_byte(0, bs, kv->kv_dim, hd, (int)e0, q4);
     }
-    /* the chunk's positions in [lo, hi] block by block, the rows of a
-     * block one after another; the one before lo and the one after hi that
-     * a pair can hold have none */
-    int j0 = 2 * c0 < lo ? lo : 2 * c0, j1 = 2 * c1 + 1 > hi ? hi : 2 * c1 + 1;
-    R->row[0][0] = R->row[c1 - c0][1] = NULL;
-    for (int j = j0; j <= j1;) {
-        int blk = j / bs, jend = (blk + 1) * bs - 1 < j1 ? (blk + 1) * bs - 1 : j1;
-        size_t in_block = (size_t)(j - blk * bs) * step;
-        const uint8_t *row = vhead + (size_t)kv->block_table[blk] * block_bytes + in_block;
-        const uint8_t *nxt = (blk + 1) * bs <= hi ? vhead + (size_t)kv->block_table[blk + 1] * block_bytes + in_block
-                                                  : NULL; /* the next block's rows, a block ahead */
-        for (; j <= jend; j++, row += step) {
-            R->row[j / 2 - c0][j % 2] = row;
-            if (nxt) {
+    for (int m = c0; m <= c1; m++)
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * m + h;
+            R->row[m - c0][h] = j >= lo && j <= hi
+                                    ? vhead + (size_t)kv->block_table[j / bs] * block_bytes + (size_t)(j % bs) * step
+                                    : NULL;
+            if (j + bs <= hi) {
+                const uint8_t *nxt = vhead + (size_t)kv->block_table[(j + bs) / bs] * block_bytes +
+                                     (size_t)(j % bs) * step;
                 for (size_t o = 0; o < step; o += 64) __builtin_prefetch(nxt + o);
-                nxt += step;
             }
         }
-    }
 }
 
 /* AT_W elements of a V row from element i as floats (zeros for no row). */
