@@ -316,7 +316,7 @@ static void test_bench_times_the_attention_kernel(void) {
     for (int i = 0; i < 2; i++) {
         pdl_attention_table t;
         attn_table_for(cpu_isa_best(), orders[i], &t);
-        const char *want = t.order == PDL_ATTN_AMX ? "amx" : t.order == PDL_ATTN_BF16 ? "bf16" : "f32";
+        const char *want = attn_order_name(t.order);
         if (asks[i]) setenv("PAGEDLM_BF16_ATTENTION", asks[i], 1);
         snprintf(args, sizeof args, "bench -m '%s' -p 8 -n 0 -d 0,200 -r 1 --attention-kernel --json", path);
         cmd_result r = test_pagedlm(args); /* stdout alone: a CPU without AMX says so on stderr */

@@ -424,10 +424,11 @@ static void check_order_is_batch_invariant(pdl_attn_order order, pdl_attn_order 
         test_chunked_prefill_is_bit_identical();
     }
     BS = 4;
-    set_attention(PDL_ATTN_F32);
+    /* names are lower case, and a wrong one changes nothing */
     pdl_error err;
-    CHECK_EQ_INT(pdl_set_attention("F32", &err), -1); /* names are lower case, and a wrong one changes nothing */
-    CHECK_EQ_INT((int)attn_order(), (int)PDL_ATTN_F32);
+    CHECK_EQ_INT(pdl_set_attention("F32", &err), -1);
+    CHECK_EQ_INT((int)attn_order(), (int)order);
+    set_attention(PDL_ATTN_F32);
 }
 
 static void test_bf16_attention_order_is_batch_invariant(void) {
