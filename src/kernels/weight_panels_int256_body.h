@@ -996,7 +996,7 @@ static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Q3_K's piece: rows x groups as ib_piece_tile asks (one row: ib_q3k_row). */
+/* Q3_K's piece: rows x groups as IB_PIECE_TILE asks (one row: ib_q3k_row). */
 static inline __attribute__((always_inline)) void ib_q3k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
@@ -1112,7 +1112,7 @@ static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Q2_K's piece: rows x groups as ib_piece_tile asks (one row: ib_q2k_row). */
+/* Q2_K's piece: rows x groups as IB_PIECE_TILE asks (one row: ib_q2k_row). */
 static inline __attribute__((always_inline)) void ib_q2k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
