@@ -48,11 +48,6 @@ const bool attn_amx_built = true;
 #define ATTN_F16(h) _cvtsh_ss(h)
 #include "kernels/attention_body.h"
 
-#define AT_SR 8
-#define AT_SG 3
-#define AT_SG1 4
-#define AT_VR 6
-#define AT_VACC 24
 #define AT_FN attn_queries_amx
 #define AT_GENERIC attn_queries_avx512bf16 /* shapes the tiles do not take */
 #define AT_BF16

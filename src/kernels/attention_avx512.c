@@ -15,11 +15,6 @@
 #define ATTN_F16(h) _cvtsh_ss(h)
 #include "kernels/attention_body.h"
 
-#define AT_SR 8
-#define AT_SG 3
-#define AT_SG1 4
-#define AT_VR 6
-#define AT_VACC 24
 #define AT_FN attn_queries_avx512
 #define AT_GENERIC attention_queries_avx512_generic
 #include "kernels/attention_tiles_body.h"

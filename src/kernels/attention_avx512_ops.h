@@ -1,8 +1,8 @@
 /*
  * attention_avx512_ops.h - the vector operations attention_tiles_body.h
- * asks for, at 16 lanes of AVX-512 (F, BW, F16C, FMA): included by
- * attention_avx512.c and attention_avx512bf16.c, which define the tile
- * shapes and names.
+ * asks for, at 16 lanes of AVX-512 (F, BW, F16C, FMA), and the shape of
+ * its tiles: included by attention_avx512.c, attention_avx512bf16.c and
+ * attention_amx.c, which name their tiles.
  */
 #ifndef PDL_KERNELS_ATTENTION_AVX512_OPS_H
 #define PDL_KERNELS_ATTENTION_AVX512_OPS_H
@@ -12,6 +12,14 @@
 
 typedef __m512 at_v;
 #define AT_W 16
+
+/* Scores: 8 queries x 3 groups of 16 keys (4 groups for one query);
+ * values: 6 queries a tile, 24 accumulators. */
+#define AT_SR 8
+#define AT_SG 3
+#define AT_SG1 4
+#define AT_VR 6
+#define AT_VACC 24
 static inline at_v at_zero(void) { return _mm512_setzero_ps(); }
 static inline at_v at_set1(float x) { return _mm512_set1_ps(x); }
 static inline at_v at_fmadd(at_v a, at_v b, at_v c) { return _mm512_fmadd_ps(a, b, c); }
