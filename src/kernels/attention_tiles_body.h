@@ -18,10 +18,18 @@
  * block dimension-major; V: their rows), and the next block is anywhere,
  * so the hardware prefetchers stop at every block and the first loads of
  * each missed (perf: about 40% of the score tiles' and half of the value
- * tiles' samples on those loads). So both prefetch the next block's data
- * while they compute on this one: the first score tile of a group of keys
- * fetches the next group's keys a dimension per step, and the value walk
- * fetches each key's row of the next block as it uses this block's.
+ * tiles' samples on those loads). So both prefetch blocks ahead while they
+ * compute: the first score tile of a group of keys fetches every block of
+ * the group of keys AT_PF_GROUPS tiles on in a decode call (the next
+ * tile's in a prefill call), a line per step, and the value walk
+ * fetches each key's row of the block AT_PF_BLOCKS blocks on as it uses
+ * this block's. A decode step reads the whole cache once and computes
+ * little on it, so it waits on memory unless the loads are in flight well
+ * ahead: with only the next group's first block prefetched, Qwen3-0.6B's
+ * attention at depth 4096 read 26 GB/s of K/V on a Zen 5 core pair, whose
+ * read bandwidth is 62 GB/s; now 34 (docs/benchmarks.md). Few queries
+ * (a decode step's GQA group) also take the whole head's dimensions in one value
+ * pass where the accumulators allow, so each V row is read once, in order.
  * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG
  * (up to 3), AT_SG1, AT_VR (queries per value tile: 3 or 6), AT_VACC
  * (accumulators a value tile may hold), AT_FN (the
@@ -41,6 +49,28 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#define AT_PF_GROUPS 4 /* a decode call's score tiles prefetch the keys this many tiles of groups ahead */
+#define AT_PF_BLOCKS 2 /* the value walk prefetches rows this many blocks ahead */
+
+/* The key groups a score tile prefetches as it computes: their first
+ * bytes (as the tile's kp) and, for a quantized cache, their scales (as
+ * its ks); once: no other tile of the call reads them (a decode step's few
+ * queries), so they are fetched non-temporal and leave the caches first. */
+typedef struct {
+    int n, once;
+    const uint8_t *k[4], *s[4];
+} at_prefetch;
+
+/* A prefetch of the line at p for pf's tile. */
+static inline void at_prefetch_line(const at_prefetch *pf, const uint8_t *p) {
+    if (pf->once) __builtin_prefetch(p, 0, 0);
+    else __builtin_prefetch(p, 0, 3);
+}
+
+/* Whether a walk reading at `off`, `step` bytes past its last read, has
+ * entered a new 64-byte line (so a prefetch of it is not a repeat). */
+static inline int at_new_line(size_t off, size_t step) { return off % 64 < step; }
 
 #ifndef AT_MAXQ /* the including file may pass more (attention_amx.c) */
 #define AT_MAXQ 64 /* queries per pass */
@@ -90,19 +120,20 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
 #else
 /* Scores of NR queries for NG groups of AT_W keys: kp[g] points at element
  * e0 of group g's keys, dimension d `step` bytes further per d; query r's
- * scores go to sc + r * ld + AT_W g. pf (or NULL): the next group's keys,
- * laid out as kp[0]'s, prefetched a dimension per step. */
+ * scores go to sc + r * ld + AT_W g. pf (or NULL): key groups ahead,
+ * laid out as kp[0]'s, prefetched a line at a time as the dimensions go. */
 static inline __attribute__((always_inline)) void at_score_tile(const int NR, const int NG, const float *const *q,
                                                                 int hd, const uint8_t *const *kp, size_t step,
                                                                 int f16, float scale, float *sc, size_t ld,
-                                                                const uint8_t *pf) {
+                                                                const at_prefetch *pf) {
     at_v acc[8][4];
     for (int r = 0; r < NR; r++)
         for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
     for (int d = 0; d < hd; d++) {
         at_v k[4];
         for (int g = 0; g < NG; g++) k[g] = at_load_kv(kp[g] + (size_t)d * step, f16);
-        if (pf) __builtin_prefetch(pf + (size_t)d * step);
+        if (pf && at_new_line((size_t)d * step, step))
+            for (int i = 0; i < pf->n; i++) at_prefetch_line(pf, pf->k[i] + (size_t)d * step);
         for (int r = 0; r < NR; r++) {
             at_v qb = at_set1(q[r][d]);
             for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
@@ -119,14 +150,13 @@ static inline __attribute__((always_inline)) void at_score_tile(const int NR, co
  * code byte row i `bs` bytes further within a group (Q8_0: dimension i;
  * Q4_0: dimensions i and i + gs / 2), group c `gstride` bytes further.
  * Each key element is widened, times its scale (exact), then the same fma
- * as a float cache. pf / pfs: the next group's codes and scales, prefetched
- * as they are used. */
+ * as a float cache. pf (or NULL): key groups ahead, their codes and
+ * scales prefetched as this tile's are used. */
 static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR, const int NG, const float *const *q,
                                                                    int hd, const uint8_t *const *kp,
                                                                    const uint8_t *const *ks, size_t bs,
                                                                    float scale, float *sc, size_t ld,
-                                                                   const uint8_t *pf, const uint8_t *pfs,
-                                                                   const int Q4) {
+                                                                   const at_prefetch *pf, const int Q4) {
     at_v acc[8][4];
     int gs = attn_q8_group(hd), cb = Q4 ? gs / 2 : gs;
     size_t gstride = (size_t)(cb + 2) * bs;
@@ -136,13 +166,15 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
         size_t go = (size_t)(c / gs) * gstride;
         at_v S[4];
         for (int g = 0; g < NG; g++) S[g] = at_load_kv(ks[g] + go, 1);
-        if (pf) __builtin_prefetch(pfs + go);
+        if (pf)
+            for (int i = 0; i < pf->n; i++) at_prefetch_line(pf, pf->s[i] + go);
         for (int d = 0; d < gs; d++) {
             at_v k[4];
             size_t at = go + (size_t)(d % cb) * bs;
             for (int g = 0; g < NG; g++)
                 k[g] = at_mul(Q4 ? at_load_u4(kp[g] + at, d >= cb) : at_load_i8(kp[g] + at), S[g]);
-            if (pf && d < cb) __builtin_prefetch(pf + at);
+            if (pf && d < cb && (d == 0 || at_new_line(at, bs)))
+                for (int i = 0; i < pf->n; i++) at_prefetch_line(pf, pf->k[i] + at);
             for (int r = 0; r < NR; r++) {
                 at_v qb = at_set1(q[r][c + d]);
                 for (int g = 0; g < NG; g++) acc[r][g] = at_fmadd(qb, k[g], acc[r][g]);
@@ -155,15 +187,15 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
 }
 
 #define AT_SCORE(NR, NG)                                                                                           \
-    (ks && q4 ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs, 1)                            \
-     : ks     ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, pfs, 0)                            \
+    (ks && q4 ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, 1)                                 \
+     : ks     ? at_score_tile_q8(NR, NG, q, hd, kp, ks, step, scale, sc, ld, pf, 0)                                 \
               : at_score_tile(NR, NG, q, hd, kp, step, f16, scale, sc, ld, pf))
 
 /* ks: NULL for an F16 / F32 cache (f16 says which), else the Q8_0 or
- * (q4) Q4_0 scales (step is then block_size; pfs the next group's scales). */
+ * (q4) Q4_0 scales (step is then block_size). */
 static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, const uint8_t *const *kp,
                               const uint8_t *const *ks, int q4, size_t step, int f16, float scale, float *sc,
-                              size_t ld, const uint8_t *pf, const uint8_t *pfs) {
+                              size_t ld, const at_prefetch *pf) {
     if (nr == 1) {
         switch (ng) {
         case 4: AT_SCORE(1, 4); return;
@@ -211,15 +243,16 @@ static void at_score_tile_any(int nr, int ng, const float *const *q, int hd, con
 /* The V rows of keys [j0, j1] (positions) block by block, in at_value_tile
  * (its vhead, step, block_bytes, bs and chunk): BODY runs for each key j in
  * order with `row` at its V row (the head's element d0); within a block the
- * rows follow each other (attention.h), and the key's row of the next
- * block (the same offset, `chunk` bytes of it) is prefetched as the key is
- * used, so the next block's rows arrive a block ahead. A block's table
- * entry is read only if one of its keys is walked. */
+ * rows follow each other (attention.h), and the key's row of the block
+ * AT_PF_BLOCKS on (the next one near the end; the same offset, `chunk`
+ * bytes of it) is prefetched as the key is used, so rows arrive blocks
+ * ahead. A block's table entry is read only if one of its keys is walked. */
 #define AT_V_ROWS(j0, j1, BODY)                                                                                    \
     for (int j = (j0), jl_ = (j1); j <= jl_;) {                                                                    \
         int blk_ = j / bs, jend_ = (blk_ + 1) * bs - 1 < jl_ ? (blk_ + 1) * bs - 1 : jl_;                           \
         const uint8_t *row = vhead + (size_t)kv->block_table[blk_] * block_bytes + (size_t)(j - blk_ * bs) * step;  \
-        const uint8_t *nxt = jend_ < jl_ ? vhead + (size_t)kv->block_table[blk_ + 1] * block_bytes +               \
+        int pfb_ = (blk_ + AT_PF_BLOCKS) * bs <= jl_ ? blk_ + AT_PF_BLOCKS : blk_ + 1;                              \
+        const uint8_t *nxt = jend_ < jl_ ? vhead + (size_t)kv->block_table[pfb_] * block_bytes +                   \
                                                (size_t)(j - blk_ * bs) * step                                      \
                                          : row; /* nothing after: the row itself, harmless */                      \
         for (; j <= jend_; j++, row += step, nxt += step) {                                                        \
@@ -325,6 +358,24 @@ static void at_value_tile_any(int nr, int nc, float *const *out, int d0, const f
 }
 #undef AT_VALUE
 
+/* Where the AT_W keys from position j (a multiple of AT_W) of kv_head's
+ * keys (element e0 on) start: *k at the first dimension's keys (as
+ * at_score_tile's kp), and for a quantized cache *s at their scales (as
+ * its ks). */
+static inline void at_key_group(const pdl_attn_kv *kv, int j, int hd, size_t e0, const uint8_t **k,
+                                const uint8_t **s) {
+    int bs = kv->block_size, q4 = kv->kv_is_q4;
+    const uint8_t *kb = kv->k;
+    int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
+    if (kv->kv_is_q8 || q4) {
+        *k = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, (int)e0, q4);
+        *s = kb + attn_kvq_k_scale(slot, bs, kv->kv_dim, hd, (int)e0, q4);
+    } else {
+        *k = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * (kv->kv_is_f16 ? 2 : 4);
+        *s = NULL;
+    }
+}
+
 /* n_q <= AT_MAXQ queries, query i over keys [first[i], pos[i]]. */
 static void at_queries(float *const *out, const float *const *q, const int *first, const int *pos, int n_q, int hd,
                        int kv_head, float scale, float softcap, const float *sinks,
@@ -343,36 +394,26 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
     int gmax = n_q == 1 ? AT_SG1 : AT_SG;
     for (int g0 = base; g0 < end; g0 += AT_W * gmax) {
         int ng = (end - g0) / AT_W < gmax ? (end - g0) / AT_W : gmax;
-        const uint8_t *kp[4], *ksc[4], *const *ks = q8 ? ksc : NULL, *kb = kv->k;
-        for (int g = 0; g < ng; g++) {
-            int j = g0 + AT_W * g;
-            int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            if (q8) {
-                kp[g] = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, (int)e0, q4);
-                ksc[g] = kb + attn_kvq_k_scale(slot, bs, kv->kv_dim, hd, (int)e0, q4);
-            } else {
-                kp[g] = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
-            }
-        }
-        const uint8_t *pf = NULL, *pfs = NULL;
-        if (g0 + AT_W * gmax < end) {
-            int j = g0 + AT_W * gmax;
-            int64_t slot = (int64_t)kv->block_table[j / bs] * bs + j % bs;
-            if (q8) {
-                pf = kb + attn_kvq_k_byte(slot, bs, kv->kv_dim, hd, (int)e0, q4);
-                pfs = kb + attn_kvq_k_scale(slot, bs, kv->kv_dim, hd, (int)e0, q4);
-            } else {
-                pf = kb + attn_k_index(slot, bs, kv->kv_dim, (int)e0) * esize;
-            }
-        }
+        const uint8_t *kp[4], *ksc[4], *const *ks = q8 ? ksc : NULL;
+        for (int g = 0; g < ng; g++) at_key_group(kv, g0 + AT_W * g, hd, e0, &kp[g], &ksc[g]);
+        /* the groups of the tile AT_PF_GROUPS on (the next one near the end)
+         * when one tile of queries reads each group once; the next tile's
+         * when several do, whose work on a group gives the next time to
+         * arrive and whose caches should not fill with groups ahead */
+        at_prefetch ahead = {.once = n_q <= AT_SR};
+        int dist = ahead.once ? AT_PF_GROUPS : 1;
+        int j_pf = g0 + AT_W * gmax * dist < end ? g0 + AT_W * gmax * dist : g0 + AT_W * gmax;
+        for (int j = j_pf; ahead.n < gmax && j < end; j += AT_W, ahead.n++)
+            at_key_group(kv, j, hd, e0, &ahead.k[ahead.n], &ahead.s[ahead.n]);
+        const at_prefetch *pf = ahead.n ? &ahead : NULL;
         for (int r0 = 0; r0 < n_q; r0 += AT_SR) {
             int nr = n_q - r0 < AT_SR ? n_q - r0 : AT_SR;
             int needed = 0; /* a causal prompt's later key groups are past its early rows */
             for (int r = r0; r < r0 + nr; r++) needed |= first[r] < g0 + AT_W * ng && pos[r] >= g0;
             if (!needed) continue;
             at_score_tile_any(nr, ng, q + r0, hd, kp, ks, q4, step, f16, scale,
-                              scratch + (size_t)r0 * ld + (g0 - base), ld, pf, pfs);
-            pf = NULL; /* the first tile of a group fetches the next group's keys */
+                              scratch + (size_t)r0 * ld + (g0 - base), ld, pf);
+            pf = NULL; /* the first tile of a group fetches the keys ahead */
         }
     }
     const float *p[AT_MAXQ];
@@ -381,8 +422,11 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
                           attn_sink(sinks, i));
         p[i] = scratch + (size_t)i * ld; /* indexed by position - base */
     }
-    int vr = AT_VR;           /* queries per value tile */
-    int nc = AT_VACC / AT_VR; /* vectors per chunk of dimensions: a power of two dividing nv */
+    int vr = AT_VR; /* queries per value tile */
+    /* vectors per chunk of dimensions: a power of two dividing nv, as many
+     * as the tile's queries leave accumulators for (a decode step's few
+     * queries: the whole head at once, so V is read in one pass) */
+    int nc = AT_VACC / (n_q < vr ? n_q : vr);
     nc = nc >= 16 ? 16 : nc >= 8 ? 8 : nc >= 4 ? 4 : nc >= 2 ? 2 : 1;
     while (nv % nc) nc /= 2;
     for (int i0 = 0; i0 < n_q; i0 += vr) {
