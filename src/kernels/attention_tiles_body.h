@@ -28,8 +28,9 @@
  * ahead: with only the next group's first block prefetched, Qwen3-0.6B's
  * attention at depth 4096 read 26 GB/s of K/V on a Zen 5 core pair, whose
  * read bandwidth is 62 GB/s; now 34 (docs/benchmarks.md). Few queries
- * (a decode step's GQA group) also take the whole head's dimensions in one value
- * pass where the accumulators allow, so each V row is read once, in order.
+ * (a decode step's GQA group) also take the whole head's dimensions in
+ * one value pass where the accumulators allow, so each V row is read
+ * once, in order.
  * The including file defines the vector type at_v, AT_W, AT_SR, AT_SG
  * (up to 3), AT_SG1, AT_VR (queries per value tile: 3 or 6), AT_VACC
  * (accumulators a value tile may hold), AT_FN (the
