@@ -43,10 +43,10 @@ static char *random_model(const char *name, const char *dtype, int vocab) {
 }
 
 static void test_random_models_of_every_dtype_load_and_run(void) {
-    const char *dtypes[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0", "mxfp4", "iq4_nl", "q4_k", "q5_k",
-                            "q3_k", "q2_k", "iq4_xs", "q5_0", "q4_1", "q5_1", "tq2_0", "tq1_0"};
-    const char *names[] = {"F32",  "F16",  "BF16",   "Q8_0", "Q4_0", "MXFP4", "IQ4_NL", "Q4_K", "Q5_K",
-                           "Q3_K", "Q2_K", "IQ4_XS", "Q5_0", "Q4_1", "Q5_1", "TQ2_0", "TQ1_0"};
+    const char *dtypes[] = {"f32",  "f16",  "bf16", "q8_0",   "q4_0", "mxfp4", "iq4_nl", "q4_k",  "q5_k",
+                            "q6_k", "q3_k", "q2_k", "iq4_xs", "q5_0", "q4_1",  "q5_1",   "tq2_0", "tq1_0"};
+    const char *names[] = {"F32",  "F16",  "BF16", "Q8_0",   "Q4_0", "MXFP4", "IQ4_NL", "Q4_K",  "Q5_K",
+                           "Q6_K", "Q3_K", "Q2_K", "IQ4_XS", "Q5_0", "Q4_1",  "Q5_1",   "TQ2_0", "TQ1_0"};
     for (int i = 0; i < (int)(sizeof dtypes / sizeof dtypes[0]); i++) {
         char name[64];
         snprintf(name, sizeof name, "rand-%s.gguf", dtypes[i]);
@@ -77,6 +77,50 @@ static void test_random_models_of_every_dtype_load_and_run(void) {
         pdl_model_free(m);
         free(path);
     }
+}
+
+/* The k-quant writers put each value where the format's definition
+ * (kernels/kquant.c) reads it: a matrix of each, dequantized, is the same
+ * seed's F32 matrix within its quantization error. The bounds are the
+ * relative RMS error a uniform value rounded to the nearest of 2^bits
+ * steps over its group's range has (step / sqrt(12)), with room for the
+ * rounded scales; a value read from another element's bits (a shifted
+ * nibble, a swapped half) is off by about the values' own RMS (~100%). */
+static void test_random_k_quant_models_hold_the_f32_values(void) {
+    fp16_init();
+    const char *dtypes[] = {"q6_k", "q5_k", "q4_k", "q3_k", "q2_k"};
+    const double bound[] = {0.03, 0.06, 0.12, 0.25, 0.45};
+    char *fpath = random_model("rand-kq-f32.gguf", "f32", 640);
+    gguf_file *ff = NULL;
+    pdl_error err;
+    REQUIRE_MSG(gguf_open(&ff, fpath, &err) == 0, "%s", err.message);
+    const pdl_tensor *tf = tensor_set_find(gguf_tensors(ff), "blk.0.ffn_down.weight");
+    REQUIRE(tf && tf->dtype == PDL_DTYPE_F32);
+    int64_t rows = tf->shape[0], cols = tf->shape[1];
+    float *a = malloc((size_t)cols * sizeof *a), *b = malloc((size_t)cols * sizeof *b);
+    for (int i = 0; i < (int)(sizeof dtypes / sizeof dtypes[0]); i++) {
+        char name[64];
+        snprintf(name, sizeof name, "rand-kq-%s.gguf", dtypes[i]);
+        char *path = random_model(name, dtypes[i], 640);
+        gguf_file *fq = NULL;
+        REQUIRE_MSG(gguf_open(&fq, path, &err) == 0, "%s", err.message);
+        const pdl_tensor *tq = tensor_set_find(gguf_tensors(fq), "blk.0.ffn_down.weight");
+        REQUIRE(tq && tq->shape[0] == rows && tq->shape[1] == cols && cols % 256 == 0);
+        double se = 0, sv = 0;
+        for (int64_t r = 0; r < rows; r += 7) {
+            ops_dequant_row(tf, r, a, cols);
+            ops_dequant_row(tq, r, b, cols);
+            for (int64_t j = 0; j < cols; j++) se += (double)(b[j] - a[j]) * (b[j] - a[j]), sv += (double)a[j] * a[j];
+        }
+        double rel = sqrt(se / sv);
+        CHECK_MSG(rel < bound[i], "%s: relative RMS error %.4f, bound %.2f", dtypes[i], rel, bound[i]);
+        fprintf(stderr, "  %s: relative RMS error %.4f (bound %.2f)\n", dtypes[i], rel, bound[i]);
+        gguf_close(fq);
+        free(path);
+    }
+    free(a), free(b);
+    gguf_close(ff);
+    free(fpath);
 }
 
 /* --dtype tq2_0 and tq1_0 of one seed hold the same ternary values (one
@@ -541,6 +585,7 @@ int main(void) {
     RUN(test_random_models_of_every_dtype_load_and_run);
     RUN(test_random_model_hf_form_holds_the_gguf_weights);
     RUN(test_random_ternary_models_hold_the_same_values);
+    RUN(test_random_k_quant_models_hold_the_f32_values);
     RUN(test_bench_reports_json_results);
     RUN(test_bench_reports_the_kernel_family);
     RUN(test_bench_depth_is_in_the_cache_and_named);

@@ -315,6 +315,39 @@ static void quantize_q3_k_block(const float *x, uint8_t *blk) {
     memcpy(blk + 108, &d16, 2);
 }
 
+/* One Q6_K super-block of 256 values (the format in kernels/kquant.c): per
+ * group of 16 a signed scale (the value of largest magnitude) / -32, the
+ * super-block's d the largest magnitude of them over 127, the int8 scales
+ * and the quants -32..31 nearest (a plain starting point, as
+ * quantize_q3_k_block). */
+static void quantize_q6_k_block(const float *x, uint8_t *blk) {
+    float scale[16], smax = 0;
+    for (int g = 0; g < 16; g++) {
+        float m = 0;
+        for (int i = 0; i < 16; i++)
+            if (fabsf(x[16 * g + i]) > fabsf(m)) m = x[16 * g + i];
+        scale[g] = m / -32.0f, smax = fmaxf(smax, fabsf(scale[g]));
+    }
+    uint16_t d16 = fp16_f32_to_f16(smax / 127.0f);
+    float d = fp16_f16_to_f32(d16);
+    memset(blk, 0, 210);
+    uint8_t *ql = blk, *qh = blk + 128;
+    for (int g = 0; g < 16; g++) {
+        long c = d > 0 ? lrintf(scale[g] / d) : 0;
+        c = c < -128 ? -128 : c > 127 ? 127 : c;
+        blk[192 + g] = (uint8_t)(int8_t)c;
+        float step = d * (float)c;
+        for (int i = 0; i < 16; i++) {
+            int e = 16 * g + i, h = e / 128, k = (e % 128) / 32, l = e % 32;
+            long q = step != 0 ? lrintf(x[e] / step) : 0;
+            q = (q < -32 ? -32 : q > 31 ? 31 : q) + 32;
+            ql[64 * h + l + 32 * (k % 2)] |= (uint8_t)((q & 0xF) << (4 * (k / 2)));
+            qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+        }
+    }
+    memcpy(blk + 208, &d16, 2);
+}
+
 /* One Q2_K super-block of 256 values (the format in kernels/kquant.c): per
  * group of 16 a scale (max - min) / 3 and a min (min, not above 0), d and
  * dmin the largest of them over 15, the four-bit codes and the quants
@@ -509,6 +542,9 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
         case PDL_DTYPE_Q2_K:
             for (int64_t b = 0; b < cols / 256; b++) quantize_q2_k_block(row + b * 256, dst + b * 84);
             break;
+        case PDL_DTYPE_Q6_K:
+            for (int64_t b = 0; b < cols / 256; b++) quantize_q6_k_block(row + b * 256, dst + b * 210);
+            break;
         case PDL_DTYPE_IQ4_XS:
             for (int64_t b = 0; b < cols / 256; b++) quantize_iq4_xs_block(row + b * 256, dst + b * 136);
             break;
@@ -576,13 +612,14 @@ static void fill(const pdl_tensor *t, int64_t row0, int64_t rows, void *buf, voi
 /* The type a tensor is written in: F32 for vectors (norms, routers, ...);
  * for --dtype mxfp4 llama.cpp's MXFP4_MOE mix (the experts MXFP4, every
  * other matrix Q8_0) where the model has experts, MXFP4 for every matrix
- * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / iq4_xs / tq2_0 /
+ * of a dense one; Q8_0 for a q2_k / q3_k / q4_k / q5_k / q6_k / iq4_xs / tq2_0 /
  * tq1_0 matrix whose rows are not whole super-blocks of 256; else the
  * --dtype asked for. */
 static pdl_dtype tensor_dtype(const tensor_names *tn, pdl_dtype dt, bool moe) {
     if (tn->vector) return PDL_DTYPE_F32;
     if (dt == PDL_DTYPE_MXFP4 && moe && !strstr(tn->gguf, "_exps.")) return PDL_DTYPE_Q8_0;
     if ((dt == PDL_DTYPE_Q4_K || dt == PDL_DTYPE_Q5_K || dt == PDL_DTYPE_Q3_K || dt == PDL_DTYPE_Q2_K ||
+         dt == PDL_DTYPE_Q6_K ||
          dt == PDL_DTYPE_IQ4_XS || dt == PDL_DTYPE_TQ2_0 || dt == PDL_DTYPE_TQ1_0) &&
         tn->shape[tn->n_dims - 1] % 256)
         return PDL_DTYPE_Q8_0;
@@ -613,11 +650,11 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
      .help = "hf writes a Hugging Face folder OUT (config.json + model.safetensors; f32/f16/bf16)\n"
              "holding exactly the weights the GGUF of the same preset, dtype and seed holds (default gguf)"},
     {"--dtype", NULL, CLI_OPT_STRING, A(dtype_s),
-     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs|tq2_0|tq1_0",
+     .value = "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_xs|tq2_0|tq1_0",
      .help = "default bf16; mxfp4: a model with experts gets llama.cpp's MXFP4_MOE mix (experts MXFP4, the other\n"
-             "matrices Q8_0), a dense one MXFP4 matrices; q2_k / q3_k / q4_k / q5_k / iq4_xs: every matrix\n"
-             "(Q8_0 where a row is not whole super-blocks of 256); tq2_0 / tq1_0: the same, every matrix\n"
-             "ternary (-d, 0, d with d the block's mean |x|); the quantized types are GGUF only"},
+             "matrices Q8_0), a dense one MXFP4 matrices; q2_k / q3_k / q4_k / q5_k / q6_k / iq4_xs: every\n"
+             "matrix (Q8_0 where a row is not whole super-blocks of 256); tq2_0 / tq1_0: the same, every\n"
+             "matrix ternary (-d, 0, d with d the block's mean |x|); the quantized types are GGUF only"},
     {"--layers", NULL, CLI_OPT_INT, A(layers), .min = 1, .max = 1000, .value = "N",
      .help = "layers (default: the preset's)"},
     {"--vocab", NULL, CLI_OPT_INT, A(vocab), .min = 2, .max = 1 << 24, .value = "N",
@@ -641,7 +678,7 @@ static const cli_option RANDOM_MODEL_OPTIONS[] = {
 static const cli_command RANDOM_MODEL_COMMAND = {
     .name = "make-random-model",
     .usage = "usage: pagedlm make-random-model --preset NAME -o OUT [--format gguf|hf]\n"
-             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|iq4_xs|\n"
+             "       [--dtype f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|mxfp4|iq4_nl|q2_k|q3_k|q4_k|q5_k|q6_k|iq4_xs|\n"
              "                tq2_0|tq1_0]\n"
              "       [--layers N] [--vocab N] [--experts N] [--seed S] [--mtp]\n",
     .options = RANDOM_MODEL_OPTIONS,
@@ -685,13 +722,14 @@ int cli_make_random_model(int argc, char **argv) {
     else if (strcmp(args.dtype_s, "q5_k") == 0) dt = PDL_DTYPE_Q5_K;
     else if (strcmp(args.dtype_s, "q3_k") == 0) dt = PDL_DTYPE_Q3_K;
     else if (strcmp(args.dtype_s, "q2_k") == 0) dt = PDL_DTYPE_Q2_K;
+    else if (strcmp(args.dtype_s, "q6_k") == 0) dt = PDL_DTYPE_Q6_K;
     else if (strcmp(args.dtype_s, "iq4_xs") == 0) dt = PDL_DTYPE_IQ4_XS;
     else if (strcmp(args.dtype_s, "tq2_0") == 0) dt = PDL_DTYPE_TQ2_0;
     else if (strcmp(args.dtype_s, "tq1_0") == 0) dt = PDL_DTYPE_TQ1_0;
     else {
         fprintf(stderr,
                 "error: --dtype expects f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, mxfp4, iq4_nl, q2_k, q3_k, "
-                "q4_k, q5_k, iq4_xs, tq2_0 or tq1_0, got '%s'\n",
+                "q4_k, q5_k, q6_k, iq4_xs, tq2_0 or tq1_0, got '%s'\n",
                 args.dtype_s);
         return CLI_USAGE;
     }

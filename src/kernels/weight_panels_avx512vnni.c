@@ -333,23 +333,19 @@ static inline __attribute__((always_inline)) __m512i q6_values(const int quarter
     return _mm512_or_si512(lo, hi);
 }
 
-/* Rows x panels of Q6_K (NR up to R, NG up to 2): per group of 16
- * elements VPDPBUSD sums q x over 4 steps of 4 (exact), the group's sum of
- * x times 32 is taken off and the group's scale multiplies it into the
- * super-block's isum; then one fused multiply-add, as kquant.h. */
+/* NR rows (up to R) of a Q6_K panel: per group of 16 elements VPDPBUSD
+ * sums q x over 4 steps of 4 (exact), the group's sum of x times 32 is
+ * taken off and the group's scale multiplies it into the super-block's
+ * isum; then one fused multiply-add, as kquant.h. */
 static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
-                                                         int last_cols, float *y, int64_t ldy, const float *bias,
-                                                         bool accumulate) {
-    __m512 acc[R][2];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    __m512 acc[R];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[2];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q6K_PANEL_BLOCK;
-        __m512i isum[R][2];
-        for (int r = 0; r < nr; r++)
-            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+        const uint8_t *blk = panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
+        __m512i isum[R];
+        for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
@@ -357,122 +353,75 @@ static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x,
 #pragma GCC unroll 2
                 for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
                     int group = 8 * half + 2 * quarter + gs;
-                    __m512i sg[R][2];
-                    for (int r = 0; r < nr; r++)
-                        for (int g = 0; g < ng; g++) sg[r][g] = _mm512_setzero_si512();
+                    __m512i sg[R];
+                    for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
                     for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        __m512i w[2];
-                        for (int g = 0; g < ng; g++) {
-                            const uint8_t *wd = blk[g] + (size_t)((8 * half + l4) * 3) * 64;
-                            __m512i a = _mm512_load_si512((const void *)(wd + (quarter % 2) * 64));
-                            __m512i h = _mm512_load_si512((const void *)(wd + 128));
-                            w[g] = q6_values(quarter, a, h);
-                        }
+                        const uint8_t *wd = blk + (size_t)((8 * half + l4) * 3) * 64;
+                        __m512i a = _mm512_load_si512((const void *)(wd + (quarter % 2) * 64));
+                        __m512i h = _mm512_load_si512((const void *)(wd + 128));
+                        __m512i w = q6_values(quarter, a, h);
                         for (int r = 0; r < nr; r++) {
                             __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                            for (int g = 0; g < ng; g++) sg[r][g] = _mm512_dpbusd_epi32(sg[r][g], w[g], xb);
+                            sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
                         }
                     }
-                    for (int g = 0; g < ng; g++) {
-                        __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 3072 + group * 16)));
-                        for (int r = 0; r < nr; r++) {
-                            __m512i off = _mm512_set1_epi32(32 * x[r * ldx + b].bsum16[group]);
-                            isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r][g], off), sc));
-                        }
+                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 3072 + group * 16)));
+                    for (int r = 0; r < nr; r++) {
+                        __m512i off = _mm512_set1_epi32(32 * x[r * ldx + b].bsum16[group]);
+                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r], off), sc));
                     }
                 }
-        for (int g = 0; g < ng; g++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk[g] + 3328)));
-            for (int r = 0; r < nr; r++) {
-                __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
-                acc[r][g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r][g]), acc[r][g]);
-            }
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 3328)));
+        for (int r = 0; r < nr; r++) {
+            __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++)
-            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
-                        last_cols);
+    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
 }
 
 /* One activation row (decode): each step's three loads (side by side in
  * the panel) give the values of all four quarters, summed into one
  * accumulator per quarter (the groups of a step's 4 elements). */
-static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x, const uint8_t *panel, size_t pb,
-                                                          const int ng, int64_t nb, int last_cols, float *y,
-                                                          const float *bias, bool accumulate) {
-    __m512 acc[G];
-    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[G];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q6K_PANEL_BLOCK;
+        const uint8_t *blk = panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
         const int8_t *xq = x[b].qs;
-        __m512i isum[G];
-        for (int g = 0; g < ng; g++) isum[g] = _mm512_setzero_si512();
+        __m512i isum = _mm512_setzero_si512();
         for (int half = 0; half < 2; half++)
             for (int gs = 0; gs < 2; gs++) {
-                __m512i s0[G], s1[G], s2[G], s3[G];
-                for (int g = 0; g < ng; g++) s0[g] = s1[g] = s2[g] = s3[g] = _mm512_setzero_si512();
+                __m512i s[4];
+                for (int t = 0; t < 4; t++) s[t] = _mm512_setzero_si512();
                 for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
                     const int8_t *xs = xq + 128 * half + 4 * l4;
                     __m512i x0 = _mm512_set1_epi32(load4(xs)), x1 = _mm512_set1_epi32(load4(xs + 32));
                     __m512i x2 = _mm512_set1_epi32(load4(xs + 64)), x3 = _mm512_set1_epi32(load4(xs + 96));
-                    for (int g = 0; g < ng; g++) {
-                        const uint8_t *wd = blk[g] + (size_t)((8 * half + l4) * 3) * 64;
-                        _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
-                        _mm_prefetch((const char *)(wd + 128 + PANEL_AHEAD), _MM_HINT_T0);
-                        __m512i a = _mm512_load_si512((const void *)wd), a2 = _mm512_load_si512((const void *)(wd + 64));
-                        __m512i h = _mm512_load_si512((const void *)(wd + 128));
-                        s0[g] = _mm512_dpbusd_epi32(s0[g], q6_values(0, a, h), x0);
-                        s1[g] = _mm512_dpbusd_epi32(s1[g], q6_values(1, a2, h), x1);
-                        s2[g] = _mm512_dpbusd_epi32(s2[g], q6_values(2, a, h), x2);
-                        s3[g] = _mm512_dpbusd_epi32(s3[g], q6_values(3, a2, h), x3);
-                    }
+                    const uint8_t *wd = blk + (size_t)((8 * half + l4) * 3) * 64;
+                    _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wd + 128 + PANEL_AHEAD), _MM_HINT_T0);
+                    __m512i a = _mm512_load_si512((const void *)wd), a2 = _mm512_load_si512((const void *)(wd + 64));
+                    __m512i h = _mm512_load_si512((const void *)(wd + 128));
+                    s[0] = _mm512_dpbusd_epi32(s[0], q6_values(0, a, h), x0);
+                    s[1] = _mm512_dpbusd_epi32(s[1], q6_values(1, a2, h), x1);
+                    s[2] = _mm512_dpbusd_epi32(s[2], q6_values(2, a, h), x2);
+                    s[3] = _mm512_dpbusd_epi32(s[3], q6_values(3, a2, h), x3);
                 }
-#define Q6_GROUP(QUARTER, SQ)                                                                                \
-    do {                                                                                                     \
-        int group = 8 * half + 2 * (QUARTER) + gs;                                                           \
-        __m512i off = _mm512_set1_epi32(32 * x[b].bsum16[group]);                                            \
-        for (int g = 0; g < ng; g++) {                                                                       \
-            __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 3072 + group * 16))); \
-            isum[g] = _mm512_add_epi32(isum[g], _mm512_mullo_epi32(_mm512_sub_epi32(SQ[g], off), sc));       \
-        }                                                                                                    \
-    } while (0)
-                Q6_GROUP(0, s0);
-                Q6_GROUP(1, s1);
-                Q6_GROUP(2, s2);
-                Q6_GROUP(3, s3);
-#undef Q6_GROUP
+#pragma GCC unroll 4
+                for (int quarter = 0; quarter < 4; quarter++) {
+                    int group = 8 * half + 2 * quarter + gs;
+                    __m512i off = _mm512_set1_epi32(32 * x[b].bsum16[group]);
+                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 3072 + group * 16)));
+                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(s[quarter], off), sc));
+                }
             }
-        __m512 dx = _mm512_set1_ps(x[b].d);
-        for (int g = 0; g < ng; g++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk[g] + 3328)));
-            acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[g]), acc[g]);
-        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 3328)));
+        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(isum), acc);
     }
-    for (int g = 0; g < ng; g++)
-        panel_store(y + g * 16, acc[g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1, last_cols);
-}
-
-/* 4-row tiles take 2 panels at a time (their sums fill the registers). */
-static void kpanel_q6_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
-        for (int g = 0; g < panels; g++)
-            q6body1(x, panel + (size_t)g * pb, pb, 1, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
-                    bias ? bias + g * 16 : NULL, accumulate);
-        return;
-    }
-    for (int g0 = 0; g0 < panels; g0 += 2) {
-        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
-        const uint8_t *pp = panel + (size_t)g0 * pb;
-        float *yy = y + g0 * 16;
-        const float *bb = bias ? bias + g0 * 16 : NULL;
-        if (rows == R && ng == 2) q6body(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else if (ng == 2) q6body(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else q6body(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
-    }
+    panel_store(y, acc, bias, accumulate, true, last_cols);
 }
 
 /* Q3_K: the unsigned values q + 4 (0..7) of 4 elements of 16 rows for
@@ -487,23 +436,19 @@ static inline __attribute__((always_inline)) __m512i q3_values(const int half, c
     return _mm512_or_si512(lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x04)));
 }
 
-/* Rows x panels of Q3_K (NR up to R, NG up to 2): per group of 16
- * elements VPDPBUSD sums (q + 4) x over 4 steps of 4 (exact), the group's
- * sum of x times 4 is taken off and the group's scale multiplies it into
- * the super-block's isum; then one fused multiply-add, as kquant.h. */
+/* NR rows (up to R) of a Q3_K panel: per group of 16 elements VPDPBUSD
+ * sums (q + 4) x over 4 steps of 4 (exact), the group's sum of x times 4
+ * is taken off and the group's scale multiplies it into the super-block's
+ * isum; then one fused multiply-add, as kquant.h. */
 static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
-                                                         int last_cols, float *y, int64_t ldy, const float *bias,
-                                                         bool accumulate) {
-    __m512 acc[R][2];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    __m512 acc[R];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[2];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q3K_PANEL_BLOCK;
-        __m512i isum[R][2];
-        for (int r = 0; r < nr; r++)
-            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+        const uint8_t *blk = panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        __m512i isum[R];
+        for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
@@ -511,42 +456,31 @@ static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x,
 #pragma GCC unroll 2
                 for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
                     int group = 8 * half + 2 * quarter + gs;
-                    __m512i sg[R][2];
-                    for (int r = 0; r < nr; r++)
-                        for (int g = 0; g < ng; g++) sg[r][g] = _mm512_setzero_si512();
+                    __m512i sg[R];
+                    for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
                     for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        __m512i w[2];
-                        for (int g = 0; g < ng; g++) {
-                            const uint8_t *wd = blk[g] + (size_t)(l4 * 3) * 64;
-                            __m512i a = _mm512_load_si512((const void *)(wd + half * 64));
-                            __m512i m = _mm512_load_si512((const void *)(wd + 128));
-                            w[g] = q3_values(half, quarter, a, m);
-                        }
+                        const uint8_t *wd = blk + (size_t)(l4 * 3) * 64;
+                        __m512i a = _mm512_load_si512((const void *)(wd + half * 64));
+                        __m512i m = _mm512_load_si512((const void *)(wd + 128));
+                        __m512i w = q3_values(half, quarter, a, m);
                         for (int r = 0; r < nr; r++) {
                             __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                            for (int g = 0; g < ng; g++) sg[r][g] = _mm512_dpbusd_epi32(sg[r][g], w[g], xb);
+                            sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
                         }
                     }
-                    for (int g = 0; g < ng; g++) {
-                        __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 1536 + group * 16)));
-                        for (int r = 0; r < nr; r++) {
-                            __m512i off = _mm512_set1_epi32(4 * x[r * ldx + b].bsum16[group]);
-                            isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r][g], off), sc));
-                        }
+                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1536 + group * 16)));
+                    for (int r = 0; r < nr; r++) {
+                        __m512i off = _mm512_set1_epi32(4 * x[r * ldx + b].bsum16[group]);
+                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r], off), sc));
                     }
                 }
-        for (int g = 0; g < ng; g++) {
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk[g] + 1792)));
-            for (int r = 0; r < nr; r++) {
-                __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
-                acc[r][g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r][g]), acc[r][g]);
-            }
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1792)));
+        for (int r = 0; r < nr; r++) {
+            __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
         }
     }
-    for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++)
-            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
-                        last_cols);
+    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
 }
 
 /* One activation row (decode): each step's three loads (side by side in
@@ -589,26 +523,6 @@ static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x
     panel_store(y, acc, bias, accumulate, true, last_cols);
 }
 
-/* 4-row tiles take 2 panels at a time, as Q6_K's. */
-static void kpanel_q3_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
-        for (int g = 0; g < panels; g++)
-            q3body1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
-                    bias ? bias + g * 16 : NULL, accumulate);
-        return;
-    }
-    for (int g0 = 0; g0 < panels; g0 += 2) {
-        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
-        const uint8_t *pp = panel + (size_t)g0 * pb;
-        float *yy = y + g0 * 16;
-        const float *bb = bias ? bias + g0 * 16 : NULL;
-        if (rows == R && ng == 2) q3body(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else if (ng == 2) q3body(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else q3body(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
-    }
-}
-
 /* Q2_K: the end of a super-block: msum (the mins times the activation
  * sums per 16) and kquant.h's two fused multiply-adds into acc. */
 static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *blk, __m512i isum,
@@ -627,23 +541,19 @@ static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *
     return _mm512_fmadd_ps(mdx, _mm512_cvtepi32_ps(msum), acc);
 }
 
-/* Rows x panels of Q2_K (NR up to R, NG up to 2): per group of 16
- * elements VPDPBUSD sums q x over 4 steps of 4 (exact), the group's scale
- * multiplies it into the super-block's isum; then q2_block_end. */
+/* NR rows (up to R) of a Q2_K panel: per group of 16 elements VPDPBUSD
+ * sums q x over 4 steps of 4 (exact), the group's scale multiplies it
+ * into the super-block's isum; then q2_block_end. */
 static inline __attribute__((always_inline)) void q2body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
-                                                         int last_cols, float *y, int64_t ldy, const float *bias,
-                                                         bool accumulate) {
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
     const __m512i m3 = _mm512_set1_epi8(0x03);
-    __m512 acc[R][2];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+    __m512 acc[R];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[2];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_Q2K_PANEL_BLOCK;
-        __m512i isum[R][2];
-        for (int r = 0; r < nr; r++)
-            for (int g = 0; g < ng; g++) isum[r][g] = _mm512_setzero_si512();
+        const uint8_t *blk = panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        __m512i isum[R];
+        for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
@@ -651,32 +561,22 @@ static inline __attribute__((always_inline)) void q2body(const pdl_block_q8k *x,
 #pragma GCC unroll 2
                 for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
                     int group = 8 * half + 2 * quarter + gs;
-                    __m512i sg[R][2];
-                    for (int r = 0; r < nr; r++)
-                        for (int g = 0; g < ng; g++) sg[r][g] = _mm512_setzero_si512();
+                    __m512i sg[R];
+                    for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
                     for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        __m512i w[2];
-                        for (int g = 0; g < ng; g++) {
-                            __m512i a = _mm512_load_si512((const void *)(blk[g] + (size_t)(l4 * 2 + half) * 64));
-                            w[g] = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
-                        }
+                        __m512i a = _mm512_load_si512((const void *)(blk + (size_t)(l4 * 2 + half) * 64));
+                        __m512i w = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
                         for (int r = 0; r < nr; r++) {
                             __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                            for (int g = 0; g < ng; g++) sg[r][g] = _mm512_dpbusd_epi32(sg[r][g], w[g], xb);
+                            sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
                         }
                     }
-                    for (int g = 0; g < ng; g++) {
-                        __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk[g] + 1024 + group * 16)));
-                        for (int r = 0; r < nr; r++) isum[r][g] = _mm512_add_epi32(isum[r][g], _mm512_mullo_epi32(sg[r][g], sc));
-                    }
+                    __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1024 + group * 16)));
+                    for (int r = 0; r < nr; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sg[r], sc));
                 }
-        for (int g = 0; g < ng; g++)
-            for (int r = 0; r < nr; r++) acc[r][g] = q2_block_end(blk[g], isum[r][g], &x[r * ldx + b], acc[r][g]);
+        for (int r = 0; r < nr; r++) acc[r] = q2_block_end(blk, isum[r], &x[r * ldx + b], acc[r]);
     }
-    for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++)
-            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
-                        last_cols);
+    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
 }
 
 /* One activation row (decode): each step's two loads give the values of
@@ -714,26 +614,6 @@ static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x
         acc = q2_block_end(blk, isum, &x[b], acc);
     }
     panel_store(y, acc, bias, accumulate, true, last_cols);
-}
-
-/* 4-row tiles take 2 panels at a time, as Q6_K's. */
-static void kpanel_q2_k(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                        int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
-        for (int g = 0; g < panels; g++)
-            q2body1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
-                    bias ? bias + g * 16 : NULL, accumulate);
-        return;
-    }
-    for (int g0 = 0; g0 < panels; g0 += 2) {
-        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
-        const uint8_t *pp = panel + (size_t)g0 * pb;
-        float *yy = y + g0 * 16;
-        const float *bb = bias ? bias + g0 * 16 : NULL;
-        if (rows == R && ng == 2) q2body(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else if (ng == 2) q2body(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else q2body(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
-    }
 }
 
 /* IQ4_XS, NR rows x NG panels: per sub-block j the codes' values + 128
@@ -912,45 +792,34 @@ static inline __attribute__((always_inline)) __m512 tq_block_end(const uint8_t *
     return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(xb->d)), _mm512_cvtepi32_ps(isum), acc);
 }
 
-/* Rows x panels of TQ2_0 / TQ1_0 (NR up to R, NG up to 2): VPDPBUSD sums
- * code x over the whole super-block (exact), Q2_K's walk of the codes
- * without its scales; then tq_block_end. */
+/* NR rows (up to R) of a TQ2_0 / TQ1_0 panel: VPDPBUSD sums code x over
+ * the whole super-block (exact), Q2_K's walk of the codes without its
+ * scales; then tq_block_end. */
 static inline __attribute__((always_inline)) void tqbody(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, size_t pb, const int ng, int64_t nb,
-                                                         int last_cols, float *y, int64_t ldy, const float *bias,
-                                                         bool accumulate) {
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
     const __m512i m3 = _mm512_set1_epi8(0x03);
-    __m512 acc[R][2];
-    for (int r = 0; r < R; r++)
-        for (int g = 0; g < 2; g++) acc[r][g] = _mm512_setzero_ps();
+    __m512 acc[R];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[2];
-        for (int g = 0; g < ng; g++) blk[g] = panel + (size_t)g * pb + (size_t)b * PDL_TQ_PANEL_BLOCK;
-        __m512i csum[R][2];
-        for (int r = 0; r < nr; r++)
-            for (int g = 0; g < ng; g++) csum[r][g] = _mm512_setzero_si512();
+        const uint8_t *blk = panel + (size_t)b * PDL_TQ_PANEL_BLOCK;
+        __m512i csum[R];
+        for (int r = 0; r < nr; r++) csum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
             for (int quarter = 0; quarter < 4; quarter++)
                 for (int l4 = 0; l4 < 8; l4++) {
-                    __m512i w[2];
-                    for (int g = 0; g < ng; g++) {
-                        __m512i a = _mm512_load_si512((const void *)(blk[g] + (size_t)(l4 * 2 + half) * 64));
-                        w[g] = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
-                    }
+                    __m512i a = _mm512_load_si512((const void *)(blk + (size_t)(l4 * 2 + half) * 64));
+                    __m512i w = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
                     for (int r = 0; r < nr; r++) {
                         __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                        for (int g = 0; g < ng; g++) csum[r][g] = _mm512_dpbusd_epi32(csum[r][g], w[g], xb);
+                        csum[r] = _mm512_dpbusd_epi32(csum[r], w, xb);
                     }
                 }
-        for (int g = 0; g < ng; g++)
-            for (int r = 0; r < nr; r++) acc[r][g] = tq_block_end(blk[g], csum[r][g], &x[r * ldx + b], acc[r][g]);
+        for (int r = 0; r < nr; r++) acc[r] = tq_block_end(blk, csum[r], &x[r * ldx + b], acc[r]);
     }
-    for (int r = 0; r < nr; r++)
-        for (int g = 0; g < ng; g++)
-            panel_store(y + r * ldy + g * 16, acc[r][g], bias ? bias + g * 16 : NULL, accumulate, g == ng - 1,
-                        last_cols);
+    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
 }
 
 /* One activation row (decode): each step's two loads give the codes of all
@@ -981,25 +850,33 @@ static inline __attribute__((always_inline)) void tqbody1(const pdl_block_q8k *x
     panel_store(y, acc, bias, accumulate, true, last_cols);
 }
 
-/* 4-row tiles take 2 panels at a time, as Q2_K's. */
-static void kpanel_tq(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels,
-                      int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {
-    if (rows == 1) { /* decode: one panel at a time, its blocks in memory order */
-        for (int g = 0; g < panels; g++)
-            tqbody1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,
-                    bias ? bias + g * 16 : NULL, accumulate);
-        return;
+/* Q6_K, Q3_K, Q2_K and TQ2_0 / TQ1_0: up to R rows of one panel at a time
+ * (BODY), and decode (BODY1: one row) one panel at a time, its blocks in
+ * memory order. Two panels a tile, as the other types take, held 4 rows'
+ * group sums, super-block sums and accumulators for both: the registers
+ * spilled and prefill ran 1.2-1.4x slower (docs/benchmarks.md). */
+#define DEFINE_ONE_PANEL_TILE(NAME, BODY, BODY1)                                                                 \
+    static void NAME(const pdl_block_q8k *x, int64_t ldx, int rows, const uint8_t *panel, size_t pb, int panels, \
+                     int64_t nb, int last_cols, float *y, int64_t ldy, const float *bias, bool accumulate) {    \
+        if (rows == 1) {                                                                                        \
+            for (int g = 0; g < panels; g++)                                                                    \
+                BODY1(x, panel + (size_t)g * pb, nb, g == panels - 1 ? last_cols : 16, y + g * 16,              \
+                      bias ? bias + g * 16 : NULL, accumulate);                                                 \
+            return;                                                                                             \
+        }                                                                                                       \
+        for (int g = 0; g < panels; g++) {                                                                      \
+            const uint8_t *pg = panel + (size_t)g * pb;                                                         \
+            int last = g == panels - 1 ? last_cols : 16;                                                        \
+            const float *bg = bias ? bias + g * 16 : NULL;                                                      \
+            if (rows == R) BODY(x, ldx, R, pg, nb, last, y + g * 16, ldy, bg, accumulate);                      \
+            else BODY(x, ldx, rows, pg, nb, last, y + g * 16, ldy, bg, accumulate);                             \
+        }                                                                                                       \
     }
-    for (int g0 = 0; g0 < panels; g0 += 2) {
-        int ng = panels - g0 < 2 ? panels - g0 : 2, last = g0 + ng == panels ? last_cols : 16;
-        const uint8_t *pp = panel + (size_t)g0 * pb;
-        float *yy = y + g0 * 16;
-        const float *bb = bias ? bias + g0 * 16 : NULL;
-        if (rows == R && ng == 2) tqbody(x, ldx, R, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else if (ng == 2) tqbody(x, ldx, rows, pp, pb, 2, nb, last, yy, ldy, bb, accumulate);
-        else tqbody(x, ldx, rows, pp, pb, 1, nb, last, yy, ldy, bb, accumulate);
-    }
-}
+
+DEFINE_ONE_PANEL_TILE(kpanel_q6_k, q6body, q6body1)
+DEFINE_ONE_PANEL_TILE(kpanel_q3_k, q3body, q3body1)
+DEFINE_ONE_PANEL_TILE(kpanel_q2_k, q2body, q2body1)
+DEFINE_ONE_PANEL_TILE(kpanel_tq, tqbody, tqbody1)
 
 const pdl_qpanel_fn qpanel_tile_q8_0_vnni = qpanel_q8_0;
 const pdl_qpanel_fn qpanel_tile_q4_0_vnni = qpanel_q4_0;
