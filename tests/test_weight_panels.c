@@ -1566,6 +1566,20 @@ static void test_legacy_tiles_give_the_portable_bits(void) {
     check_legacy_tiles(PDL_DTYPE_Q5_1);
 }
 
+/* The decode tiles' prefetch distance is whole super-blocks, the fewest
+ * that reach PDL_PANEL_AHEAD: a tile prefetching each line it reads at
+ * that distance then reaches every line of the blocks ahead (at a fixed
+ * 4096 bytes, 5 of Q5_K's 45 lines were never prefetched). */
+static void test_panel_prefetch_distance_is_whole_blocks(void) {
+    const size_t blocks[] = {PDL_Q4K_PANEL_BLOCK, PDL_Q5K_PANEL_BLOCK, PDL_Q6K_PANEL_BLOCK, PDL_Q3K_PANEL_BLOCK,
+                             PDL_Q2K_PANEL_BLOCK, PDL_IQ4XS_PANEL_BLOCK, PDL_TQ_PANEL_BLOCK};
+    for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
+        size_t b = blocks[i], a = panel_ahead(b);
+        CHECK_MSG(a % b == 0 && a >= PDL_PANEL_AHEAD && a < PDL_PANEL_AHEAD + b, "block %zu: distance %zu", b, a);
+        CHECK_MSG(b % 64 == 0, "block %zu is not whole 64-byte lines", b);
+    }
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_quantized_panel_layout);
@@ -1586,6 +1600,7 @@ int main(void) {
     RUN(test_iq4_xs_tiles_give_the_portable_bits);
     RUN(test_ternary_tiles_give_the_portable_bits);
     RUN(test_legacy_tiles_give_the_portable_bits);
+    RUN(test_panel_prefetch_distance_is_whole_blocks);
     scratch_free(&scratch);
     return test_summary();
 }

@@ -262,6 +262,33 @@ static inline size_t legacy_panel_min_at(pdl_dtype dt) { return dt == PDL_DTYPE_
 #define PDL_QPANEL_TILE_ROWS 4
 #define PDL_PANEL_TILE_PANELS 3
 
+/* The one-row (decode) tiles of the super-block types prefetch each
+ * panel about this many bytes ahead of the line they read: with several
+ * panels read side by side the hardware prefetcher alone left a core at
+ * about two thirds of its streaming bandwidth (measured, Zen 5: 4 KiB
+ * ahead best of 1, 4, 12 KiB). */
+#define PDL_PANEL_AHEAD 4096
+
+/* The distance itself: the fewest whole super-blocks of `block` bytes
+ * that reach PDL_PANEL_AHEAD, so a tile that prefetches each line it reads
+ * at this distance fetches every line of the blocks ahead. A distance that
+ * is not whole blocks left lines no prefetch reached in every block (5 of
+ * Q5_K's 45, 9 of Q2_K's 25), whose loads then waited on memory: Q5_K
+ * decoded at 0.64x, the others 0.82-0.94x (docs/benchmarks.md). */
+static inline size_t panel_ahead(size_t block) { return (PDL_PANEL_AHEAD + block - 1) / block * block; }
+
+/* Step i of the `steps` of a tile's prefetching loop also prefetches lines
+ * i and i + steps of the bytes [from, to) of blk (at most 2 x steps lines:
+ * scales, mins and d, which the tile reads outside that loop), so they
+ * are spread over the steps. Written without a loop: GCC 12 dropped the
+ * prefetches of a loop over lines inlined into a tile. */
+static inline __attribute__((always_inline)) void panel_prefetch_tail(const uint8_t *blk, size_t from, size_t to,
+                                                                      int i, int steps) {
+    size_t o = from + 64 * (size_t)i;
+    if (o < to) __builtin_prefetch(blk + o, 0, 3);
+    if (o + 64 * (size_t)steps < to) __builtin_prefetch(blk + o + 64 * (size_t)steps, 0, 3);
+}
+
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in
  * matmul_avx512bf16.c) and AVX2 tiles for the float dtypes
  * (weight_panels_avx2.c, pieces of PDL_PANEL_TILE_ROWS_AVX2 rows for F32 /

@@ -27,12 +27,6 @@
 #define R PDL_QPANEL_TILE_ROWS
 #define G PDL_PANEL_TILE_PANELS
 
-/* The single-row (decode) bodies prefetch each panel this many bytes
- * ahead of the line they read: with several panels read side by side the
- * hardware prefetcher alone left a core at about two thirds of its
- * streaming bandwidth (measured, Zen 5: 4 KiB ahead best of 1, 4, 12 KiB). */
-#define PANEL_AHEAD 4096
-
 static inline int32_t load4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, 4);
@@ -140,11 +134,23 @@ DEFINE_QPANEL_TILE(qpanel_q4_0, 1)
 DEFINE_QPANEL_TILE(qpanel_mxfp4, 2)
 DEFINE_QPANEL_TILE(qpanel_iq4_nl, 3)
 
-/* Q5_K's fifth bits: bit j of each byte of a qh word vector moved to bit
- * 4 (16-bit shifts: no bit crosses into the other byte's bit 4). */
+/* Q5_K's and Q5_0 / Q5_1's fifth bits: bit j of each byte of a qh word
+ * vector moved to bit 4 (16-bit shifts: no bit crosses into the other
+ * byte's bit 4), to be ORed onto the nibble values. */
 static inline __attribute__((always_inline)) __m512i q5_high(__m512i h, const int j) {
     __m512i s = j <= 4 ? _mm512_slli_epi16(h, (unsigned)(4 - j)) : _mm512_srli_epi16(h, (unsigned)(j - 4));
     return _mm512_and_si512(s, _mm512_set1_epi8(0x10));
+}
+
+/* The same five-bit values another way: each byte of lo (a nibble value,
+ * 0..15) plus 16 where bit j of the same byte of h is set (a VPTESTMB mask
+ * and a masked byte add: two operations where q5_high and its OR take
+ * three). The decode body's, whose unpacking is what it waits on (Q5_K
+ * decode 1.17x on one Zen 5 core); the 4-row tiles measured slower with
+ * it, so they keep q5_high. */
+static inline __attribute__((always_inline)) __m512i q5_with_high(__m512i lo, __m512i h, const int j) {
+    __mmask64 set = _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << j)));
+    return _mm512_mask_add_epi8(lo, set, lo, _mm512_set1_epi8(16));
 }
 
 /* Q4_K: per super-block and sub-block j, VPDPBUSD sums the unsigned
@@ -224,6 +230,7 @@ static inline __attribute__((always_inline)) void kbody1(const pdl_block_q8k *x,
                                                          const int ng, int64_t nb, int last_cols, float *y,
                                                          const float *bias, bool accumulate, const int q5) {
     const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
+    const size_t ahead = panel_ahead(pbb);
     const __m512i low = _mm512_set1_epi8(0x0F);
     __m512 acc[G];
     for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
@@ -243,14 +250,15 @@ static inline __attribute__((always_inline)) void kbody1(const pdl_block_q8k *x,
         __m512i xh = _mm512_set1_epi32(load4(xq + 64 * p + 32 + 4 * (KK)));                                 \
         for (int g = 0; g < ng; g++) {                                                                       \
             __m512i v = _mm512_load_si512((const void *)(blk[g] + (p * 8 + (KK)) * 64));                     \
-            _mm_prefetch((const char *)(blk[g] + PANEL_AHEAD + (p * 8 + (KK)) * 64), _MM_HINT_T0);              \
+            _mm_prefetch((const char *)(blk[g] + ahead + (p * 8 + (KK)) * 64), _MM_HINT_T0);                    \
+            panel_prefetch_tail(blk[g] + ahead, 2048, PDL_Q4K_PANEL_BLOCK, p * 8 + (KK), 32);                \
             __m512i wl = _mm512_and_si512(v, low), wh = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);          \
             if (q5) {                                                                                        \
                 const uint8_t *hl = blk[g] + PDL_Q4K_PANEL_BLOCK + (KK) * 64;                                \
                 __m512i h = _mm512_load_si512((const void *)hl);                                             \
-                if (p == 0) _mm_prefetch((const char *)(hl + PANEL_AHEAD), _MM_HINT_T0);                     \
-                wl = _mm512_or_si512(wl, q5_high(h, 2 * p));                                                 \
-                wh = _mm512_or_si512(wh, q5_high(h, 2 * p + 1));                                             \
+                if (p == 0) _mm_prefetch((const char *)(hl + ahead), _MM_HINT_T0);                           \
+                wl = q5_with_high(wl, h, 2 * p);                                                             \
+                wh = q5_with_high(wh, h, 2 * p + 1);                                                         \
             }                                                                                                \
             SL[g] = _mm512_dpbusd_epi32(SL[g], wl, xl);                                                      \
             SH[g] = _mm512_dpbusd_epi32(SH[g], wh, xh);                                                      \
@@ -386,6 +394,7 @@ static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x,
 static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
                                                           int last_cols, float *y, const float *bias,
                                                           bool accumulate) {
+    const size_t ahead = panel_ahead(PDL_Q6K_PANEL_BLOCK);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
@@ -400,9 +409,10 @@ static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x
                     __m512i x0 = _mm512_set1_epi32(load4(xs)), x1 = _mm512_set1_epi32(load4(xs + 32));
                     __m512i x2 = _mm512_set1_epi32(load4(xs + 64)), x3 = _mm512_set1_epi32(load4(xs + 96));
                     const uint8_t *wd = blk + (size_t)((8 * half + l4) * 3) * 64;
-                    _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(wd + 128 + PANEL_AHEAD), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
+                    panel_prefetch_tail(blk + ahead, 3072, PDL_Q6K_PANEL_BLOCK, 8 * half + l4, 16);
                     __m512i a = _mm512_load_si512((const void *)wd), a2 = _mm512_load_si512((const void *)(wd + 64));
                     __m512i h = _mm512_load_si512((const void *)(wd + 128));
                     s[0] = _mm512_dpbusd_epi32(s[0], q6_values(0, a, h), x0);
@@ -489,6 +499,7 @@ static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x,
 static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
                                                           int last_cols, float *y, const float *bias,
                                                           bool accumulate) {
+    const size_t ahead = panel_ahead(PDL_Q3K_PANEL_BLOCK);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
@@ -499,9 +510,10 @@ static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x
             for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
             for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
                 const uint8_t *wd = blk + (size_t)(l4 * 3) * 64;
-                _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 128 + PANEL_AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
+                panel_prefetch_tail(blk + ahead, 1536, PDL_Q3K_PANEL_BLOCK, l4, 8);
                 __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
                 __m512i m = _mm512_load_si512((const void *)(wd + 128));
 #pragma GCC unroll 8
@@ -585,6 +597,7 @@ static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x
                                                           int last_cols, float *y, const float *bias,
                                                           bool accumulate) {
     const __m512i m3 = _mm512_set1_epi8(0x03);
+    const size_t ahead = panel_ahead(PDL_Q2K_PANEL_BLOCK);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
@@ -595,8 +608,9 @@ static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x
             for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
             for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
                 const uint8_t *wd = blk + (size_t)(l4 * 2) * 64;
-                _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+                panel_prefetch_tail(blk + ahead, 1024, PDL_Q2K_PANEL_BLOCK, l4, 8);
                 __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
 #pragma GCC unroll 8
                 for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
@@ -627,6 +641,7 @@ static inline __attribute__((always_inline)) void iq4xs_body(const pdl_block_q8k
                                                              int last_cols, float *y, int64_t ldy, const float *bias,
                                                              bool accumulate) {
     const __m512i low = _mm512_set1_epi8(0x0F), values = iq4nl_values_plus_offset();
+    const size_t ahead = panel_ahead(PDL_IQ4XS_PANEL_BLOCK);
     __m512 acc[R][G];
     for (int r = 0; r < R; r++)
         for (int g = 0; g < G; g++) acc[r][g] = _mm512_setzero_ps();
@@ -646,7 +661,10 @@ static inline __attribute__((always_inline)) void iq4xs_body(const pdl_block_q8k
                 __m512i wl[G], wh[G];
                 for (int g = 0; g < ng; g++) {
                     const uint8_t *line = blk[g] + (4 * j + q) * 64;
-                    if (nr == 1) _mm_prefetch((const char *)(line + PANEL_AHEAD), _MM_HINT_T0);
+                    if (nr == 1) {
+                        _mm_prefetch((const char *)(line + ahead), _MM_HINT_T0);
+                        panel_prefetch_tail(blk[g] + ahead, 2048, PDL_IQ4XS_PANEL_BLOCK, 4 * j + q, 32);
+                    }
                     __m512i v = _mm512_load_si512((const void *)line);
                     wl[g] = _mm512_shuffle_epi8(values, _mm512_and_si512(v, low));
                     wh[g] = _mm512_shuffle_epi8(values, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
@@ -828,6 +846,7 @@ static inline __attribute__((always_inline)) void tqbody1(const pdl_block_q8k *x
                                                           int last_cols, float *y, const float *bias,
                                                           bool accumulate) {
     const __m512i m3 = _mm512_set1_epi8(0x03);
+    const size_t ahead = panel_ahead(PDL_TQ_PANEL_BLOCK);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = panel + (size_t)b * PDL_TQ_PANEL_BLOCK;
@@ -835,8 +854,9 @@ static inline __attribute__((always_inline)) void tqbody1(const pdl_block_q8k *x
         __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
         for (int l4 = 0; l4 < 8; l4++) {
             const uint8_t *wd = blk + (size_t)(l4 * 2) * 64;
-            _mm_prefetch((const char *)(wd + PANEL_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(wd + 64 + PANEL_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+            _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+            panel_prefetch_tail(blk + ahead, 1024, PDL_TQ_PANEL_BLOCK, l4, 8);
             __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
 #pragma GCC unroll 8
             for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */

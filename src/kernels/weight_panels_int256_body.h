@@ -564,7 +564,7 @@ static inline __attribute__((always_inline)) void ib_q4k_piece(const pdl_block_q
  * alternating runs: median 1.18x. */
 static inline __attribute__((always_inline)) void ib_q4k_row(const pdl_block_q8k *x, const ib_group *grp,
                                                              const int nv, int64_t nb, bool accumulate, const int q5) {
-    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK;
+    const size_t pbb = q5 ? PDL_Q5K_PANEL_BLOCK : PDL_Q4K_PANEL_BLOCK, ahead = panel_ahead(pbb);
     const __m256i low = _mm256_set1_epi8(0x0F);
     __m256 acc[IB_MAX_V];
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
@@ -582,12 +582,15 @@ static inline __attribute__((always_inline)) void ib_q4k_row(const pdl_block_q8k
                 IB_UNROLL for (int v = 0; v < nv; v++) {
                     const uint8_t *line = blk[v] + (jj * 8 + kk) * 64;
                     __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
-                    if (grp[v].half == 0) _mm_prefetch((const char *)(line + IB_AHEAD), _MM_HINT_T0);
+                    if (grp[v].half == 0) {
+                        _mm_prefetch((const char *)(line + ahead), _MM_HINT_T0);
+                        panel_prefetch_tail(blk[v] + ahead, 2048, PDL_Q4K_PANEL_BLOCK, jj * 8 + kk, 32);
+                    }
                     __m256i w0 = _mm256_and_si256(raw, low), w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                     if (q5) {
                         const uint8_t *hl = blk[v] + PDL_Q4K_PANEL_BLOCK + kk * 64;
                         __m256i h = _mm256_load_si256((const __m256i *)(const void *)(hl + 32 * grp[v].half));
-                        if (jj == 0 && grp[v].half == 0) _mm_prefetch((const char *)(hl + IB_AHEAD), _MM_HINT_T0);
+                        if (jj == 0 && grp[v].half == 0) _mm_prefetch((const char *)(hl + ahead), _MM_HINT_T0);
                         w0 = _mm256_or_si256(w0, ib_q5_high(h, 2 * jj));
                         w1 = _mm256_or_si256(w1, ib_q5_high(h, 2 * jj + 1));
                     }
@@ -728,6 +731,7 @@ static inline __attribute__((always_inline)) void ib_q6k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
+        const size_t ahead = panel_ahead(PDL_Q6K_PANEL_BLOCK);
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
         const int8_t *xq = x[b].qs;
         __m256i isum[IB_MAX_V];
@@ -744,9 +748,10 @@ static inline __attribute__((always_inline)) void ib_q6k_row(const pdl_block_q8k
                         __m256i a1 = _mm256_load_si256((const __m256i *)(const void *)(wd + 64));
                         __m256i h = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
                         if (grp[v].half == 0) {
-                            _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 64 + IB_AHEAD), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 128 + IB_AHEAD), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
+                            panel_prefetch_tail(blk[v] + ahead, 3072, PDL_Q6K_PANEL_BLOCK, 8 * half + l4, 16);
                         }
                         IB_UNROLL for (int q = 0; q < 4; q++) {
                             __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
@@ -961,6 +966,7 @@ static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
+        const size_t ahead = panel_ahead(PDL_Q3K_PANEL_BLOCK);
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
         const int8_t *xq = x[b].qs;
         __m256i isum[IB_MAX_V];
@@ -976,9 +982,10 @@ static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k
                         __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + half * 64));
                         __m256i m = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
                         if (grp[v].half == 0 && half == 0) {
-                            _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 64 + IB_AHEAD), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 128 + IB_AHEAD), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
+                            _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
+                            panel_prefetch_tail(blk[v] + ahead, 1536, PDL_Q3K_PANEL_BLOCK, l4, 8);
                         }
                         IB_UNROLL for (int q = 0; q < 4; q++) {
                             __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
@@ -1082,6 +1089,7 @@ static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
+        const size_t ahead = panel_ahead(PDL_Q2K_PANEL_BLOCK);
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
         const int8_t *xq = x[b].qs;
         __m256i isum[IB_MAX_V];
@@ -1095,7 +1103,10 @@ static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k
                     IB_UNROLL for (int v = 0; v < nv; v++) {
                         const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
                         __m256i a = _mm256_load_si256((const __m256i *)(const void *)wd);
-                        if (grp[v].half == 0) _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                        if (grp[v].half == 0) {
+                            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                            panel_prefetch_tail(blk[v] + ahead, 1024, PDL_Q2K_PANEL_BLOCK, 2 * l4 + half, 16);
+                        }
                         IB_UNROLL for (int q = 0; q < 4; q++) {
                             __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
                             s[q][v] = IB_DOT(s[q][v], _mm256_and_si256(_mm256_srli_epi16(a, 2 * q), m3), xb);
@@ -1147,6 +1158,7 @@ static inline __attribute__((always_inline)) void ib_iq4xs_piece(const pdl_block
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
+        const size_t ahead = panel_ahead(PDL_IQ4XS_PANEL_BLOCK);
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_IQ4XS_PANEL_BLOCK;
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
@@ -1165,8 +1177,10 @@ static inline __attribute__((always_inline)) void ib_iq4xs_piece(const pdl_block
                 __m256i wl[IB_MAX_V], wh[IB_MAX_V];
                 IB_UNROLL for (int v = 0; v < nv; v++) {
                     const uint8_t *line = blk[v] + (4 * j + q) * 64;
-                    if (IB_PF && nr == 1 && grp[v].half == 0)
-                        _mm_prefetch((const char *)(line + IB_AHEAD), _MM_HINT_T0);
+                    if (IB_PF && nr == 1 && grp[v].half == 0) {
+                        _mm_prefetch((const char *)(line + ahead), _MM_HINT_T0);
+                        panel_prefetch_tail(blk[v] + ahead, 2048, PDL_IQ4XS_PANEL_BLOCK, 4 * j + q, 32);
+                    }
                     __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(line + 32 * grp[v].half));
                     wl[v] = _mm256_shuffle_epi8(values, _mm256_and_si256(raw, low));
                     wh[v] = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(raw, 4), low));
@@ -1382,6 +1396,7 @@ static inline __attribute__((always_inline)) void ib_tq_piece(const pdl_block_q8
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
+        const size_t ahead = panel_ahead(PDL_TQ_PANEL_BLOCK);
         IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_TQ_PANEL_BLOCK;
         __m256i csum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
@@ -1395,7 +1410,10 @@ static inline __attribute__((always_inline)) void ib_tq_piece(const pdl_block_q8
                 IB_UNROLL for (int v = 0; v < nv; v++) {
                     const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
                     a[v] = _mm256_load_si256((const __m256i *)(const void *)wd);
-                    if (nr == 1 && grp[v].half == 0) _mm_prefetch((const char *)(wd + IB_AHEAD), _MM_HINT_T0);
+                    if (nr == 1 && grp[v].half == 0) {
+                        _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
+                        panel_prefetch_tail(blk[v] + ahead, 1024, PDL_TQ_PANEL_BLOCK, 8 * half + l4, 16);
+                    }
                 }
                 IB_UNROLL for (int q = 0; q < 4; q++) {
                     __m256i w[IB_MAX_V];
