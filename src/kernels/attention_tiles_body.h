@@ -64,7 +64,7 @@ typedef struct {
 } at_prefetch;
 
 /* A prefetch of the line at p for pf's tile. */
-static inline void at_prefetch_line(const at_prefetch *pf, const uint8_t *p) {
+static inline __attribute__((always_inline)) void at_prefetch_line(const at_prefetch *pf, const uint8_t *p) {
     if (pf->once) __builtin_prefetch(p, 0, 0);
     else __builtin_prefetch(p, 0, 3);
 }

@@ -280,8 +280,8 @@ static inline size_t panel_ahead(size_t block) { return (PDL_PANEL_AHEAD + block
 /* Step i of the `steps` of a tile's prefetching loop also prefetches lines
  * i and i + steps of the bytes [from, to) of blk (at most 2 x steps lines:
  * scales, mins and d, which the tile reads outside that loop), so they
- * are spread over the steps. Written without a loop: GCC 12 dropped the
- * prefetches of a loop over lines inlined into a tile. */
+ * are spread over the steps. Always inlined: GCC deletes the calls of a
+ * function that only prefetches (as kquant_avx512_body.h says). */
 static inline __attribute__((always_inline)) void panel_prefetch_tail(const uint8_t *blk, size_t from, size_t to,
                                                                       int i, int steps) {
     size_t o = from + 64 * (size_t)i;
