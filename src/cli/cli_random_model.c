@@ -280,19 +280,27 @@ static void quantize_k_block(const float *x, uint8_t *blk, bool five) {
     }
 }
 
+/* Per group of 16 of a super-block's 256 values a signed scale: the value
+ * of largest magnitude / -low (so that it becomes the code -low); returns
+ * the largest magnitude of the 16 scales. */
+static float signed_group_scales(const float *x, float low, float scale[16]) {
+    float smax = 0;
+    for (int g = 0; g < 16; g++) {
+        float m = 0;
+        for (int i = 0; i < 16; i++)
+            if (fabsf(x[16 * g + i]) > fabsf(m)) m = x[16 * g + i];
+        scale[g] = m / -low, smax = fmaxf(smax, fabsf(scale[g]));
+    }
+    return smax;
+}
+
 /* One Q3_K super-block of 256 values (the format in kernels/kquant.c): per
  * group of 16 a signed scale (the value of largest magnitude) / -4, the
  * super-block's d the largest magnitude of them over 31, the six-bit
  * codes (minus 32) and the quants -4..3 nearest (a plain starting point:
  * llama.cpp's quantizer searches for better scales). */
 static void quantize_q3_k_block(const float *x, uint8_t *blk) {
-    float scale[16], smax = 0;
-    for (int g = 0; g < 16; g++) {
-        float m = 0;
-        for (int i = 0; i < 16; i++)
-            if (fabsf(x[16 * g + i]) > fabsf(m)) m = x[16 * g + i];
-        scale[g] = m / -4.0f, smax = fmaxf(smax, fabsf(scale[g]));
-    }
+    float scale[16], smax = signed_group_scales(x, 4.0f, scale);
     uint16_t d16 = fp16_f32_to_f16(smax / 31.0f);
     float d = fp16_f16_to_f32(d16);
     memset(blk, 0, 110);
@@ -321,13 +329,7 @@ static void quantize_q3_k_block(const float *x, uint8_t *blk) {
  * and the quants -32..31 nearest (a plain starting point, as
  * quantize_q3_k_block). */
 static void quantize_q6_k_block(const float *x, uint8_t *blk) {
-    float scale[16], smax = 0;
-    for (int g = 0; g < 16; g++) {
-        float m = 0;
-        for (int i = 0; i < 16; i++)
-            if (fabsf(x[16 * g + i]) > fabsf(m)) m = x[16 * g + i];
-        scale[g] = m / -32.0f, smax = fmaxf(smax, fabsf(scale[g]));
-    }
+    float scale[16], smax = signed_group_scales(x, 32.0f, scale);
     uint16_t d16 = fp16_f32_to_f16(smax / 127.0f);
     float d = fp16_f16_to_f32(d16);
     memset(blk, 0, 210);
