@@ -64,8 +64,9 @@
 #define IB_MAX_V 6
 #define IB_MAX_R 4
 
-/* Decode pieces (one row) prefetch each panel this far ahead of the line
- * they read (as the AVX-512 single-row bodies do). */
+/* The one-row pieces of the Q8_0 / Q4_0 / MXFP4 / IQ4_NL and Q5_0 / Q4_1 /
+ * Q5_1 panels prefetch each line this far ahead; those of the super-block
+ * types prefetch whole super-blocks ahead (panel_ahead, weight_panels.h). */
 #define IB_AHEAD 4096
 #ifndef IB_PF
 #define IB_PF 1
