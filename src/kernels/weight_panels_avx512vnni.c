@@ -341,51 +341,20 @@ static inline __attribute__((always_inline)) __m512i q6_values(const int quarter
     return _mm512_or_si512(lo, hi);
 }
 
-/* NR rows (up to R) of a Q6_K panel: per group of 16 elements VPDPBUSD
- * sums q x over 4 steps of 4 (exact), the group's sum of x times 32 is
- * taken off and the group's scale multiplies it into the super-block's
- * isum; then one fused multiply-add, as kquant.h. */
-static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
-                                                         int64_t ldy, const float *bias, bool accumulate) {
-    __m512 acc[R];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * PDL_Q6K_PANEL_BLOCK;
-        __m512i isum[R];
-        for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; half++)
-#pragma GCC unroll 4
-            for (int quarter = 0; quarter < 4; quarter++) /* a constant in each copy: q6_values without branches */
-#pragma GCC unroll 2
-                for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
-                    int group = 8 * half + 2 * quarter + gs;
-                    __m512i sg[R];
-                    for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
-                    for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        const uint8_t *wd = blk + (size_t)((8 * half + l4) * 3) * 64;
-                        __m512i a = _mm512_load_si512((const void *)(wd + (quarter % 2) * 64));
-                        __m512i h = _mm512_load_si512((const void *)(wd + 128));
-                        __m512i w = q6_values(quarter, a, h);
-                        for (int r = 0; r < nr; r++) {
-                            __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                            sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
-                        }
-                    }
-                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 3072 + group * 16)));
-                    for (int r = 0; r < nr; r++) {
-                        __m512i off = _mm512_set1_epi32(32 * x[r * ldx + b].bsum16[group]);
-                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r], off), sc));
-                    }
-                }
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 3328)));
-        for (int r = 0; r < nr; r++) {
-            __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
+/* Q6_K's and Q3_K's one-row bodies: a group's sum sg of (q + offset) x
+ * into the super-block's isum, less offset x the group's activation sum
+ * (bsum16) and times the group's 16 scales at sc; and the block's end,
+ * isum times its d (at dw) and the row's into acc, as kquant.h. */
+static inline __attribute__((always_inline)) __m512i k16_group_into(__m512i isum, __m512i sg, int32_t off,
+                                                                    const uint8_t *sc) {
+    __m512i o = _mm512_set1_epi32(off);
+    __m512i s16 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)sc));
+    return _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(sg, o), s16));
+}
+static inline __attribute__((always_inline)) __m512 k16_block_end(__m512 acc, __m512i isum, const uint8_t *dw,
+                                                                  float dx) {
+    __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)dw));
+    return _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(dx)), _mm512_cvtepi32_ps(isum), acc);
 }
 
 /* One activation row (decode): each step's three loads (side by side in
@@ -423,13 +392,10 @@ static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x
 #pragma GCC unroll 4
                 for (int quarter = 0; quarter < 4; quarter++) {
                     int group = 8 * half + 2 * quarter + gs;
-                    __m512i off = _mm512_set1_epi32(32 * x[b].bsum16[group]);
-                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 3072 + group * 16)));
-                    isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(s[quarter], off), sc));
+                    isum = k16_group_into(isum, s[quarter], 32 * x[b].bsum16[group], blk + 3072 + group * 16);
                 }
             }
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 3328)));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(isum), acc);
+        acc = k16_block_end(acc, isum, blk + 3328, x[b].d);
     }
     panel_store(y, acc, bias, accumulate, true, last_cols);
 }
@@ -446,51 +412,67 @@ static inline __attribute__((always_inline)) __m512i q3_values(const int half, c
     return _mm512_or_si512(lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x04)));
 }
 
-/* NR rows (up to R) of a Q3_K panel: per group of 16 elements VPDPBUSD
- * sums (q + 4) x over 4 steps of 4 (exact), the group's sum of x times 4
- * is taken off and the group's scale multiplies it into the super-block's
- * isum; then one fused multiply-add, as kquant.h. */
-static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
-                                                         int64_t ldy, const float *bias, bool accumulate) {
+/* NR rows (up to R) of a Q6_K (q6) or Q3_K panel: per group of 16
+ * elements VPDPBUSD sums the unsigned values (q + 32, q + 4) times x over
+ * 4 steps of 4 (exact), the group's sum of x times 32 (4) is taken off and
+ * the group's scale multiplies it into the super-block's isum; then one
+ * fused multiply-add, as kquant.h. */
+static inline __attribute__((always_inline)) void q63body(const int q6, const pdl_block_q8k *x, int64_t ldx,
+                                                          const int nr, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, int64_t ldy, const float *bias,
+                                                          bool accumulate) {
+    const size_t pbb = q6 ? PDL_Q6K_PANEL_BLOCK : PDL_Q3K_PANEL_BLOCK, scales = q6 ? 3072 : 1536;
+    const int offset = q6 ? 32 : 4;
     __m512 acc[R];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
+        const uint8_t *blk = panel + (size_t)b * pbb;
         __m512i isum[R];
         for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
-            for (int quarter = 0; quarter < 4; quarter++) /* constants in each copy: q3_values without branches */
+            for (int quarter = 0; quarter < 4; quarter++) /* constants in each copy: the values without branches */
 #pragma GCC unroll 2
                 for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
                     int group = 8 * half + 2 * quarter + gs;
                     __m512i sg[R];
                     for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
                     for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        const uint8_t *wd = blk + (size_t)(l4 * 3) * 64;
-                        __m512i a = _mm512_load_si512((const void *)(wd + half * 64));
-                        __m512i m = _mm512_load_si512((const void *)(wd + 128));
-                        __m512i w = q3_values(half, quarter, a, m);
+                        const uint8_t *wd = blk + (size_t)(((q6 ? 8 * half : 0) + l4) * 3) * 64;
+                        __m512i a = _mm512_load_si512((const void *)(wd + (q6 ? quarter % 2 : half) * 64));
+                        __m512i h = _mm512_load_si512((const void *)(wd + 128));
+                        __m512i w = q6 ? q6_values(quarter, a, h) : q3_values(half, quarter, a, h);
                         for (int r = 0; r < nr; r++) {
                             __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
                             sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
                         }
                     }
-                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1536 + group * 16)));
+                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + scales + group * 16)));
                     for (int r = 0; r < nr; r++) {
-                        __m512i off = _mm512_set1_epi32(4 * x[r * ldx + b].bsum16[group]);
+                        __m512i off = _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]);
                         isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r], off), sc));
                     }
                 }
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1792)));
+        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + scales + 256)));
         for (int r = 0; r < nr; r++) {
             __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
         }
     }
     for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
+}
+
+/* The bodies the tile macro below takes: Q6_K's and Q3_K's. */
+static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    q63body(1, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
+}
+static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    q63body(0, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
 }
 
 /* One activation row (decode): each step's three loads (side by side in
@@ -524,13 +506,10 @@ static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x
             }
             for (int t = 0; t < 8; t++) {
                 int group = 2 * t + gs;
-                __m512i off = _mm512_set1_epi32(4 * x[b].bsum16[group]);
-                __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1536 + group * 16)));
-                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(s[t], off), sc));
+                isum = k16_group_into(isum, s[t], 4 * x[b].bsum16[group], blk + 1536 + group * 16);
             }
         }
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + 1792)));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d)), _mm512_cvtepi32_ps(isum), acc);
+        acc = k16_block_end(acc, isum, blk + 1792, x[b].d);
     }
     panel_store(y, acc, bias, accumulate, true, last_cols);
 }
