@@ -10,8 +10,16 @@
  * MXFP4 and IQ4_NL weights, whose activations are quantized to Q8_0
  * (MXFP4's documented order here decodes E2M1 and E8M0 from their bit
  * fields, as the OCP spec defines them, not through kernels/mxfp4.h;
- * IQ4_NL's takes its 16 values from the table written out here).
+ * IQ4_NL's takes its 16 values from the table written out here). The
+ * decode tiles' prefetch reaches every line of those panels, whole pairs
+ * of blocks ahead.
  */
+/* Before any header: the prefetch helpers of kernels/weight_panels.h
+ * record the lines they reach (test_pair_prefetch_reaches_every_line). */
+#include <stddef.h>
+static void record_prefetch(const void *p);
+#define PANEL_PREFETCH(p) record_prefetch(p)
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1580,6 +1588,54 @@ static void test_panel_prefetch_distance_is_whole_blocks(void) {
     }
 }
 
+/* The decode tiles' prefetch of the pair-layout panels, walked over 12
+ * pairs as a tile walks them (each block's steps, then the next block):
+ * the lines it reaches are exactly every line of those pairs, whole pairs
+ * (at least PDL_PANEL_AHEAD bytes) later, and no other. A distance that
+ * is not whole pairs, or a step's line, a fifth-bit or m line or the
+ * scales' line left out, fails. */
+static const uint8_t *prefetch_base;
+static unsigned char prefetched[64];
+static int prefetch_stray; /* prefetches outside the lines above */
+static void record_prefetch(const void *p) {
+    ptrdiff_t o = (const uint8_t *)p - prefetch_base;
+    if (o < 0 || o / 64 >= (ptrdiff_t)sizeof prefetched * 8) {
+        prefetch_stray++;
+        return;
+    }
+    prefetched[o / 512] |= (unsigned char)(1u << (o / 64 % 8));
+}
+
+static void test_pair_prefetch_reaches_every_line(void) {
+    const struct {
+        size_t qb;
+        int steps;
+        const char *types;
+    } layouts[] = {{256, 4, "Q4_0, MXFP4, IQ4_NL"}, {512, 8, "Q8_0"}, {320, 4, "Q5_0, Q4_1"}, {384, 4, "Q5_1"}};
+    static uint8_t panel[64 * 8 * sizeof prefetched];
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        const size_t qb = layouts[i].qb, pair = qpanel_pair_bytes(qb), pairs = 12;
+        const size_t lines = (sizeof prefetched) * 8;
+        size_t first = 0; /* the first line the walk reaches */
+        memset(prefetched, 0, sizeof prefetched);
+        prefetch_stray = 0;
+        prefetch_base = panel;
+        for (int64_t b = 0; b < (int64_t)(2 * pairs); b++)
+            for (int q = 0; q < layouts[i].steps; q++) qpanel_prefetch_step(panel + qpanel_quants_at(qb, b), qb, b, q,
+                                                                             layouts[i].steps);
+        while (first < lines && !(prefetched[first / 8] >> (first % 8) & 1)) first++;
+        size_t ahead = first * 64;
+        CHECK_MSG(prefetch_stray == 0, "%s: %d prefetches off the lines", layouts[i].types, prefetch_stray);
+        CHECK_MSG(ahead % pair == 0 && ahead >= PDL_PANEL_AHEAD && ahead < PDL_PANEL_AHEAD + pair,
+                  "%s: prefetched %zu bytes ahead, pairs are %zu", layouts[i].types, ahead, pair);
+        for (size_t l = 0; l < lines; l++) {
+            bool want = l * 64 >= ahead && l * 64 < ahead + pairs * pair;
+            CHECK_MSG((bool)(prefetched[l / 8] >> (l % 8) & 1) == want, "%s: line %zu (pair %zu, line %zu of it) %s",
+                      layouts[i].types, l, l * 64 / pair, l * 64 % pair / 64, want ? "not reached" : "reached");
+        }
+    }
+}
+
 int main(void) {
     RUN(test_panel_layout);
     RUN(test_quantized_panel_layout);
@@ -1601,6 +1657,7 @@ int main(void) {
     RUN(test_ternary_tiles_give_the_portable_bits);
     RUN(test_legacy_tiles_give_the_portable_bits);
     RUN(test_panel_prefetch_distance_is_whole_blocks);
+    RUN(test_pair_prefetch_reaches_every_line);
     scratch_free(&scratch);
     return test_summary();
 }

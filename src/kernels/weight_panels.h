@@ -269,6 +269,12 @@ static inline size_t legacy_panel_min_at(pdl_dtype dt) { return dt == PDL_DTYPE_
  * ahead best of 1, 4, 12 KiB). */
 #define PDL_PANEL_AHEAD 4096
 
+/* The prefetch of the helpers below; a test defines it before including
+ * this header to see which lines they reach. */
+#ifndef PANEL_PREFETCH
+#define PANEL_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#endif
+
 /* The distance itself: the fewest whole super-blocks of `block` bytes
  * that reach PDL_PANEL_AHEAD, so a tile that prefetches each line it reads
  * at this distance fetches every line of the blocks ahead. A distance that
@@ -285,8 +291,24 @@ static inline size_t panel_ahead(size_t block) { return (PDL_PANEL_AHEAD + block
 static inline __attribute__((always_inline)) void panel_prefetch_tail(const uint8_t *blk, size_t from, size_t to,
                                                                       int i, int steps) {
     size_t o = from + 64 * (size_t)i;
-    if (o < to) __builtin_prefetch(blk + o, 0, 3);
-    if (o + 64 * (size_t)steps < to) __builtin_prefetch(blk + o + 64 * (size_t)steps, 0, 3);
+    if (o < to) PANEL_PREFETCH(blk + o);
+    if (o + 64 * (size_t)steps < to) PANEL_PREFETCH(blk + o + 64 * (size_t)steps);
+}
+
+/* The one-row (decode) tiles of the pair-layout panels (Q8_0, Q4_0,
+ * MXFP4, IQ4_NL, Q5_0, Q4_1, Q5_1): step q of the `steps` over block b's
+ * quants (blk: where they start, one 64-byte line read a step) prefetches
+ * that line whole pairs ahead (panel_ahead of the pair: the same line of a
+ * later pair), the block's lines past its steps (Q5_0 / Q5_1's fifth bits,
+ * Q4_1 / Q5_1's m; qb bytes in all) and, at step 0, its scales' line. A
+ * fixed 4 KiB missed one line of every pair (of Q4_0's 9, Q8_0's 17) and
+ * every scales line. */
+static inline __attribute__((always_inline)) void qpanel_prefetch_step(const uint8_t *blk, size_t qb, int64_t b, int q,
+                                                                       int steps) {
+    const uint8_t *later = blk + panel_ahead(qpanel_pair_bytes(qb));
+    PANEL_PREFETCH(later + 64 * (size_t)q);
+    panel_prefetch_tail(later, 64 * (size_t)steps, qb, q, steps);
+    if (q == 0) PANEL_PREFETCH(later + qpanel_scales_near(qb, 0, b));
 }
 
 /* AVX-512 tiles (weight_panels_avx512.c; the BF16 activation one in

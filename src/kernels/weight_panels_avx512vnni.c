@@ -79,6 +79,7 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
             __m512i w[G];
             for (int g = 0; g < ng; g++) {
                 const uint8_t *blk = panel + (size_t)g * pb + at;
+                if (nr == 1 && q < (q4 ? 4 : 8)) qpanel_prefetch_step(blk, qbytes, b, q, q4 ? 4 : 8);
                 if (q4) {
                     __m512i v = _mm512_load_si512((const void *)(blk + (q & 3) * 64));
                     w[g] = q < 4 ? _mm512_and_si512(v, low) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
@@ -722,6 +723,7 @@ static inline __attribute__((always_inline)) void lbody(const pdl_dtype dt, cons
         for (int q = 0; q < 8; q++) {
             __m512i w[G];
             for (int g = 0; g < ng; g++) {
+                if (nr == 1 && q < 4) qpanel_prefetch_step(panel + (size_t)g * pb + at, qbytes, b, q, 4);
                 __m512i v = _mm512_load_si512((const void *)(panel + (size_t)g * pb + at + (q & 3) * 64));
                 w[g] = q < 4 ? _mm512_and_si512(v, low) : _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
                 if (q5) w[g] = _mm512_or_si512(w[g], q5_high(hv[g], q));

@@ -64,10 +64,6 @@
 #define IB_MAX_V 6
 #define IB_MAX_R 4
 
-/* The one-row pieces of the Q8_0 / Q4_0 / MXFP4 / IQ4_NL and Q5_0 / Q4_1 /
- * Q5_1 panels prefetch each line this far ahead; those of the super-block
- * types prefetch whole super-blocks ahead (panel_ahead, weight_panels.h). */
-#define IB_AHEAD 4096
 #ifndef IB_PF
 #define IB_PF 1
 #endif
@@ -227,8 +223,7 @@ static inline __attribute__((always_inline)) void ib_q_piece(const int q4, const
             __m256i w[IB_MAX_V], w2[IB_MAX_V];
             IB_UNROLL for (int v = 0; v < nv; v++) {
                 __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
-                if (IB_PF && nr == 1 && grp[v].half == 0)
-                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                if (IB_PF && nr == 1 && grp[v].half == 0) qpanel_prefetch_step(blk[v], qbytes, b, q, q4 ? 4 : 8);
                 if (q4) {
                     w[v] = _mm256_and_si256(raw, low);
                     w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
@@ -317,8 +312,7 @@ static inline __attribute__((always_inline)) void ib_q8_piece(const int8_t *xq, 
             __m256i w[IB_MAX_V], aw[IB_MAX_V];
             IB_UNROLL for (int v = 0; v < nv; v++) {
                 w[v] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64)), flip);
-                if (IB_PF && nr == 1 && grp[v].half == 0)
-                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                if (IB_PF && nr == 1 && grp[v].half == 0) qpanel_prefetch_step(blk[v], 512, b, q, 8);
                 aw[v] = _mm256_abs_epi8(w[v]);
             }
             IB_UNROLL for (int r = 0; r < nr; r++) {
@@ -1265,8 +1259,7 @@ static inline __attribute__((always_inline)) void ib_leg_piece(const pdl_dtype d
             __m256i w[IB_MAX_V], w2[IB_MAX_V];
             IB_UNROLL for (int v = 0; v < nv; v++) {
                 __m256i raw = _mm256_load_si256((const __m256i *)(const void *)(blk[v] + q * 64));
-                if (IB_PF && nr == 1 && grp[v].half == 0)
-                    _mm_prefetch((const char *)(blk[v] + q * 64 + IB_AHEAD), _MM_HINT_T0);
+                if (IB_PF && nr == 1 && grp[v].half == 0) qpanel_prefetch_step(blk[v], qbytes, b, q, 4);
                 w[v] = _mm256_and_si256(raw, low);
                 w2[v] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                 if (q5) {
