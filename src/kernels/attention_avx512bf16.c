@@ -29,7 +29,10 @@
  *            the key enters as p = 0, v = 0, whatever its value.
  * A call of one or two queries (a decode step) makes its key and value
  * pairs in registers instead: each would be read once, so a buffer only
- * adds a store and a load. The pairs are made as attention_bf16_pairs.h
+ * adds a store and a load; its score tiles prefetch every group of keys
+ * AT_PF_GROUPS tiles on, non-temporal, as the F32 tiles' decode calls do
+ * (with only the next group prefetched, decode at depth 4096 ran 0.78x
+ * the F32 tiles' speed; 0.93x now, docs/benchmarks.md). The pairs are made as attention_bf16_pairs.h
  * makes them (shared with the AMX tiles). */
 #include "kernels/attention.h"
 
@@ -67,6 +70,8 @@ static inline __m512bh bf_load(const uint32_t *p) { return (__m512bh)_mm512_load
 typedef struct bf_key_src {
     const uint32_t *kb;
     const uint8_t *const *kp, *const *ks, *pf, *pfs;
+    const uint8_t *const *ahead, *const *ahead_s; /* direct: the groups n_ahead tiles on, non-temporal */
+    int n_ahead;
     size_t step;
 } bf_key_src;
 
@@ -84,6 +89,9 @@ static inline __attribute__((always_inline)) void bf_score_tile(const int NR, co
                             : (__m512bh)bf_key_pair(src->kp[g], KSRC >= 2 ? src->ks[g] : NULL, t, hd, src->step,
                                                     KSRC < 0 ? 0 : KSRC);
         if (KSRC >= 0 && src->pf) bf_prefetch_pair(src->pf, src->pfs, t, hd, src->step, KSRC < 0 ? 0 : KSRC);
+        if (KSRC >= 0)
+            for (int g = 0; g < src->n_ahead; g++)
+                bf_prefetch_pair_once(src->ahead[g], src->ahead_s[g], t, hd, src->step, KSRC < 0 ? 0 : KSRC);
         for (int r = 0; r < NR; r++) {
             __m512bh qv = bf_bcast(qw + (size_t)r * (size_t)half + (size_t)t);
             for (int g = 0; g < NG; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], k[g], qv);
@@ -284,6 +292,16 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
         bf_key_groups(kv, g0, ng, gmax, end, hd, e0, kind, kp, ks, &pf, &pfs);
         bf_key_src src = {.kb = kb, .kp = kp, .ks = ks, .pf = pf, .pfs = pfs, .step = step};
         if (direct) {
+            /* every group of the tile AT_PF_GROUPS on (the next one near
+             * the end), as the F32 tiles' decode calls prefetch them: a
+             * decode step reads the whole cache once and waits on memory
+             * unless the loads are in flight well ahead */
+            const uint8_t *ak[4], *as[4] = {NULL, NULL, NULL, NULL}, *unused, *unused_s;
+            int ga = g0 + AT_W * gmax * AT_PF_GROUPS < end ? g0 + AT_W * gmax * AT_PF_GROUPS : g0 + AT_W * gmax;
+            int na = ga < end ? ((end - ga) / AT_W < gmax ? (end - ga) / AT_W : gmax) : 0;
+            if (na) bf_key_groups(kv, ga, na, na + 1, end, hd, e0, kind, ak, as, &unused, &unused_s);
+            src.pf = NULL; /* the groups above include it */
+            src.ahead = ak, src.ahead_s = as, src.n_ahead = na;
             bf_score_tile_direct(n_q, ng, qw, hd, &src, scale, scratch + (g0 - base), ld, kind);
             continue;
         }

@@ -61,6 +61,15 @@ static inline __attribute__((always_inline)) void bf_prefetch_pair(const uint8_t
     if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND));
 }
 
+/* The same, non-temporal: keys a decode step reads once. */
+static inline __attribute__((always_inline)) void bf_prefetch_pair_once(const uint8_t *pf, const uint8_t *pfs, int t,
+                                                                        int hd, size_t step, const int KIND) {
+    __builtin_prefetch(pf + bf_key_at(2 * t, hd, step, KIND), 0, 0);
+    __builtin_prefetch(pf + bf_key_at(2 * t + 1, hd, step, KIND), 0, 0);
+    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0)
+        __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND), 0, 0);
+}
+
 /* ng groups' keys to dimension pairs: kb[(g * hd / 2 + t) * AT_W + l];
  * pf / pfs (or NULL): the next groups' keys and scales, prefetched. */
 static inline __attribute__((always_inline)) void bf_keys(uint32_t *kb, int ng, const uint8_t *const *kp,
