@@ -32,8 +32,8 @@
  * adds a store and a load; its score tiles prefetch every group of keys
  * AT_PF_GROUPS tiles on, non-temporal, as the F32 tiles' decode calls do
  * (with only the next group prefetched, decode at depth 4096 ran 0.78x
- * the F32 tiles' speed; 0.93x now, docs/benchmarks.md). The pairs are made as attention_bf16_pairs.h
- * makes them (shared with the AMX tiles). */
+ * the F32 tiles' speed; 0.93x now, docs/benchmarks.md). The pairs are
+ * made as attention_bf16_pairs.h makes them (shared with the AMX tiles). */
 #include "kernels/attention.h"
 
 #if defined(__AVX512BF16__)
