@@ -53,21 +53,16 @@ static inline __attribute__((always_inline)) __m512i bf_key_pair(const uint8_t *
     return bf_pairs(bf_key(kp, s, 2 * t, hd, step, KIND), bf_key(kp, s, 2 * t + 1, hd, step, KIND));
 }
 
-/* Prefetches dimension pair t of the next group's keys (pf, its scales pfs). */
+/* Prefetches dimension pair t of the next group's keys (pf, its scales
+ * pfs); ONCE: non-temporal, keys a decode step reads once. */
 static inline __attribute__((always_inline)) void bf_prefetch_pair(const uint8_t *pf, const uint8_t *pfs, int t,
-                                                                   int hd, size_t step, const int KIND) {
-    __builtin_prefetch(pf + bf_key_at(2 * t, hd, step, KIND));
-    __builtin_prefetch(pf + bf_key_at(2 * t + 1, hd, step, KIND));
-    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND));
-}
-
-/* The same, non-temporal: keys a decode step reads once. */
-static inline __attribute__((always_inline)) void bf_prefetch_pair_once(const uint8_t *pf, const uint8_t *pfs, int t,
-                                                                        int hd, size_t step, const int KIND) {
-    __builtin_prefetch(pf + bf_key_at(2 * t, hd, step, KIND), 0, 0);
-    __builtin_prefetch(pf + bf_key_at(2 * t + 1, hd, step, KIND), 0, 0);
-    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0)
-        __builtin_prefetch(pfs + bf_scale_at(2 * t, hd, step, KIND), 0, 0);
+                                                                   int hd, size_t step, const int KIND,
+                                                                   const int ONCE) {
+#define BF_PREFETCH(p) (ONCE ? __builtin_prefetch((p), 0, 0) : __builtin_prefetch((p), 0, 3))
+    BF_PREFETCH(pf + bf_key_at(2 * t, hd, step, KIND));
+    BF_PREFETCH(pf + bf_key_at(2 * t + 1, hd, step, KIND));
+    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) BF_PREFETCH(pfs + bf_scale_at(2 * t, hd, step, KIND));
+#undef BF_PREFETCH
 }
 
 /* ng groups' keys to dimension pairs: kb[(g * hd / 2 + t) * AT_W + l];
@@ -79,7 +74,7 @@ static inline __attribute__((always_inline)) void bf_keys(uint32_t *kb, int ng, 
         for (int g = 0; g < ng; g++)
             _mm512_storeu_si512(kb + ((size_t)g * (size_t)(hd / 2) + (size_t)t) * AT_W,
                                 bf_key_pair(kp[g], KIND >= 2 ? ks[g] : NULL, t, hd, step, KIND));
-        if (pf) bf_prefetch_pair(pf, pfs, t, hd, step, KIND);
+        if (pf) bf_prefetch_pair(pf, pfs, t, hd, step, KIND, 0);
     }
 }
 
