@@ -86,12 +86,12 @@ static inline __attribute__((always_inline)) void bf_score_tile(const int NR, co
         __m512bh k[4];
         for (int g = 0; g < NG; g++)
             k[g] = KSRC < 0 ? bf_load(src->kb + ((size_t)g * (size_t)half + (size_t)t) * AT_W)
-                            : (__m512bh)bf_key_pair(src->kp[g], KSRC >= 2 ? src->ks[g] : NULL, t, hd, src->step,
+                            : (__m512bh)bf_key_pair(src->kp[g], KSRC >= 2 ? src->ks[g] : NULL, t, src->step,
                                                     KSRC < 0 ? 0 : KSRC);
-        if (KSRC >= 0 && src->pf) bf_prefetch_pair(src->pf, src->pfs, t, hd, src->step, KSRC < 0 ? 0 : KSRC, 0);
+        if (KSRC >= 0 && src->pf) bf_prefetch_pair(src->pf, src->pfs, t, src->step, KSRC < 0 ? 0 : KSRC, 0);
         if (KSRC >= 0)
             for (int g = 0; g < src->n_ahead; g++)
-                bf_prefetch_pair(src->ahead[g], src->ahead_s[g], t, hd, src->step, KSRC < 0 ? 0 : KSRC, 1);
+                bf_prefetch_pair(src->ahead[g], src->ahead_s[g], t, src->step, KSRC < 0 ? 0 : KSRC, 1);
         for (int r = 0; r < NR; r++) {
             __m512bh qv = bf_bcast(qw + (size_t)r * (size_t)half + (size_t)t);
             for (int g = 0; g < NG; g++) acc[r][g] = _mm512_dpbf16_ps(acc[r][g], k[g], qv);

@@ -5,7 +5,8 @@
  * chunk of V rows as position pairs, each element read from any cache kind
  * (F32, F16, Q8_0 as S * q, Q4_0 as S * (c - 8)) and rounded to BF16 as
  * VCVTNEPS2BF16 rounds it. Included after attention_avx512_ops.h and
- * attention_tiles_body.h (at_load_q8v, at_load_q4v).
+ * attention_tiles_body.h (at_load_q8v, at_load_q4v; AT_GS, the quantized
+ * caches' group, the only one the tiles take).
  */
 #ifndef PDL_KERNELS_ATTENTION_BF16_PAIRS_H
 #define PDL_KERNELS_ATTENTION_BF16_PAIRS_H
@@ -26,42 +27,41 @@ static inline __m512i bf_pairs(__m512 a, __m512 b) {
 /* Byte offset, from a group's first key, of the keys' element d (KIND: 0
  * F32, 1 F16, 2 Q8_0, 3 Q4_0; step: attention_tiles_body.h's, block_size
  * for the quantized caches), and of their scales for Q8_0 / Q4_0. */
-static inline __attribute__((always_inline)) size_t bf_key_at(int d, int hd, size_t step, const int KIND) {
+static inline __attribute__((always_inline)) size_t bf_key_at(int d, size_t step, const int KIND) {
     if (KIND <= 1) return (size_t)d * step;
-    int gs = attn_q8_group(hd), cb = KIND == 3 ? gs / 2 : gs, i = d % gs;
+    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs, i = d % gs;
     return (size_t)(d / gs) * (size_t)(cb + 2) * step + (size_t)(i % cb) * step;
 }
-static inline __attribute__((always_inline)) size_t bf_scale_at(int d, int hd, size_t step, const int KIND) {
-    int gs = attn_q8_group(hd), cb = KIND == 3 ? gs / 2 : gs;
+static inline __attribute__((always_inline)) size_t bf_scale_at(int d, size_t step, const int KIND) {
+    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs;
     return (size_t)(d / gs) * (size_t)(cb + 2) * step;
 }
 
 /* Element d of AT_W keys as floats (S * q for the quantized caches). */
-static inline __attribute__((always_inline)) at_v bf_key(const uint8_t *kp, const uint8_t *ks, int d, int hd,
+static inline __attribute__((always_inline)) at_v bf_key(const uint8_t *kp, const uint8_t *ks, int d,
                                                          size_t step, const int KIND) {
-    if (KIND <= 1) return at_load_kv(kp + bf_key_at(d, hd, step, KIND), KIND);
-    int gs = attn_q8_group(hd), cb = KIND == 3 ? gs / 2 : gs;
-    at_v S = at_load_kv(ks + bf_scale_at(d, hd, step, KIND), 1);
-    const uint8_t *c = kp + bf_key_at(d, hd, step, KIND);
+    if (KIND <= 1) return at_load_kv(kp + bf_key_at(d, step, KIND), KIND);
+    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs;
+    at_v S = at_load_kv(ks + bf_scale_at(d, step, KIND), 1);
+    const uint8_t *c = kp + bf_key_at(d, step, KIND);
     return at_mul(KIND == 3 ? at_load_u4(c, d % gs >= cb) : at_load_i8(c), S);
 }
 
 /* Dimension pair t of AT_W keys (a group's keys at kp, scales at ks). */
-static inline __attribute__((always_inline)) __m512i bf_key_pair(const uint8_t *kp, const uint8_t *ks, int t, int hd,
+static inline __attribute__((always_inline)) __m512i bf_key_pair(const uint8_t *kp, const uint8_t *ks, int t,
                                                                  size_t step, const int KIND) {
     const uint8_t *s = KIND >= 2 ? ks : NULL;
-    return bf_pairs(bf_key(kp, s, 2 * t, hd, step, KIND), bf_key(kp, s, 2 * t + 1, hd, step, KIND));
+    return bf_pairs(bf_key(kp, s, 2 * t, step, KIND), bf_key(kp, s, 2 * t + 1, step, KIND));
 }
 
 /* Prefetches dimension pair t of the next group's keys (pf, its scales
  * pfs); ONCE: non-temporal, keys a decode step reads once. */
 static inline __attribute__((always_inline)) void bf_prefetch_pair(const uint8_t *pf, const uint8_t *pfs, int t,
-                                                                   int hd, size_t step, const int KIND,
-                                                                   const int ONCE) {
+                                                                   size_t step, const int KIND, const int ONCE) {
 #define BF_PREFETCH(p) (ONCE ? __builtin_prefetch((p), 0, 0) : __builtin_prefetch((p), 0, 3))
-    BF_PREFETCH(pf + bf_key_at(2 * t, hd, step, KIND));
-    BF_PREFETCH(pf + bf_key_at(2 * t + 1, hd, step, KIND));
-    if (KIND >= 2 && 2 * t % attn_q8_group(hd) == 0) BF_PREFETCH(pfs + bf_scale_at(2 * t, hd, step, KIND));
+    BF_PREFETCH(pf + bf_key_at(2 * t, step, KIND));
+    BF_PREFETCH(pf + bf_key_at(2 * t + 1, step, KIND));
+    if (KIND >= 2 && 2 * t % AT_GS == 0) BF_PREFETCH(pfs + bf_scale_at(2 * t, step, KIND));
 #undef BF_PREFETCH
 }
 
@@ -73,8 +73,8 @@ static inline __attribute__((always_inline)) void bf_keys(uint32_t *kb, int ng, 
     for (int t = 0; t < hd / 2; t++) {
         for (int g = 0; g < ng; g++)
             _mm512_storeu_si512(kb + ((size_t)g * (size_t)(hd / 2) + (size_t)t) * AT_W,
-                                bf_key_pair(kp[g], KIND >= 2 ? ks[g] : NULL, t, hd, step, KIND));
-        if (pf) bf_prefetch_pair(pf, pfs, t, hd, step, KIND, 0);
+                                bf_key_pair(kp[g], KIND >= 2 ? ks[g] : NULL, t, step, KIND));
+        if (pf) bf_prefetch_pair(pf, pfs, t, step, KIND, 0);
     }
 }
 
@@ -122,7 +122,6 @@ static inline void bf_key_groups(const pdl_attn_kv *kv, int g0, int ng, int gmax
  * F32 tiles prefetch them. */
 typedef struct bf_rows {
     const uint8_t *row[BF_CHUNK][2];
-    int gs;
     size_t esize;
 } bf_rows;
 
@@ -131,10 +130,10 @@ static inline void bf_find_rows(bf_rows *R, int c0, int c1, int lo, int hi, cons
     int bs = kv->block_size;
     size_t esize = kind == 1 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * bs * esize;
     const uint8_t *vhead = (const uint8_t *)kv->v + e0 * (size_t)bs * esize;
-    R->gs = attn_q8_group(hd), R->esize = esize;
+    R->esize = esize;
     if (kind >= 2) {
         int q4 = kind == 3;
-        step = (size_t)(hd / R->gs) * (size_t)(attn_kvq_code_bytes(hd, q4) + 2);
+        step = (size_t)(hd / AT_GS) * (size_t)(attn_kvq_code_bytes(hd, q4) + 2);
         block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
         vhead = (const uint8_t *)kv->v + attn_kvq_v_byte(0, bs, kv->kv_dim, hd, (int)e0, q4);
     }
@@ -156,8 +155,8 @@ static inline void bf_find_rows(bf_rows *R, int c0, int c1, int lo, int hi, cons
 static inline __attribute__((always_inline)) at_v bf_vrow(const uint8_t *row, int i, const bf_rows *R,
                                                           const int KIND) {
     if (!row) return at_zero();
-    return KIND == 3 ? at_load_q4v(row, i, R->gs)
-           : KIND == 2 ? at_load_q8v(row, i, R->gs)
+    return KIND == 3 ? at_load_q4v(row, i, AT_GS)
+           : KIND == 2 ? at_load_q8v(row, i, AT_GS)
                        : at_load_kv(row + (size_t)i * R->esize, KIND == 1);
 }
 

@@ -39,10 +39,14 @@
  * at_mul, at_loadu, at_storeu, at_max, at_hmax, at_load_kv (AT_W values
  * of a cache row, F16 or F32), at_load_i8 (AT_W int8 widened to float) and
  * at_load_u4 (the low, or high, nibbles of AT_W bytes minus 8, as float).
- * Q8_0 and Q4_0 caches (attention.h) take the same tiles, each element
- * widened and times its scale as it is loaded (at_load_q8v / at_load_q4v
- * for V rows; Q4_0 keys: a group's low nibbles for its first half of
- * dimensions, then its high ones, so dimensions stay in order). With AT_STORE_FN (a name) and at_to_f16
+ * Q8_0 and Q4_0 caches (attention.h) take the same tiles where their
+ * groups are AT_GS (32) dimensions, each element widened and times its
+ * scale as it is loaded (at_load_q8v / at_load_q4v for V rows; Q4_0 keys:
+ * a group's low nibbles for its first half of dimensions, then its high
+ * ones, so dimensions stay in order); the group a constant, a V row's
+ * scale is loaded once per group and no offset is divided at run time
+ * (with gs a variable, the divisions and reloaded scales made a Q8_0
+ * decode call's kernel 1.9x the F16 one's, Q4_0's 3.3x; docs/benchmarks.md). With AT_STORE_FN (a name) and at_to_f16
  * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
  * With AT_BF16 the including file gives at_queries itself (attention.h's
  * BF16 order: attention_avx512bf16.c) and takes the rest.
@@ -53,6 +57,10 @@
 
 #define AT_PF_GROUPS 4 /* a decode call's score tiles prefetch the keys this many tiles of groups ahead */
 #define AT_PF_BLOCKS 2 /* the value walk prefetches rows this many blocks ahead */
+/* A quantized cache's group of dimensions in the tiles: attn_q8_group of a
+ * head_dim of 32 or more (shorter heads take the portable body), a
+ * constant so that every group and element offset of a tile is one. */
+#define AT_GS 32
 
 /* The key groups a score tile prefetches as it computes: their first
  * bytes (as the tile's kp) and, for a quantized cache, their scales (as
@@ -147,7 +155,7 @@ static inline __attribute__((always_inline)) void at_score_tile(const int NR, co
 
 /* The same over a Q8_0 (Q4 = 0) or Q4_0 (Q4 = 1) cache (attention.h):
  * kp[g] at group g's code bytes of the head's first dimension, ks[g] at its
- * scales of the head's first group of gs = attn_q8_group(hd) dimensions;
+ * scales of the head's first group of gs = AT_GS dimensions;
  * code byte row i `bs` bytes further within a group (Q8_0: dimension i;
  * Q4_0: dimensions i and i + gs / 2), group c `gstride` bytes further.
  * Each key element is widened, times its scale (exact), then the same fma
@@ -159,7 +167,7 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
                                                                    float scale, float *sc, size_t ld,
                                                                    const at_prefetch *pf, const int Q4) {
     at_v acc[8][4];
-    int gs = attn_q8_group(hd), cb = Q4 ? gs / 2 : gs;
+    const int gs = AT_GS, cb = Q4 ? gs / 2 : gs;
     size_t gstride = (size_t)(cb + 2) * bs;
     for (int r = 0; r < NR; r++)
         for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
@@ -277,9 +285,13 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     size_t esize = f16 ? 2 : 4, step = (size_t)hd * esize, block_bytes = (size_t)kv->kv_dim * bs * esize;
     size_t chunk = (size_t)NC * AT_W * esize;
     const uint8_t *vhead = (const uint8_t *)kv->v + (e0 * (size_t)bs + (size_t)d0) * esize;
-    int gs = attn_q8_group(hd), dq = d0 % gs; /* Q8_0 / Q4_0: d0's place in its group */
+    /* Q8_0 / Q4_0: d0's place in its group (0 when a chunk is whole
+     * groups, d0 being a multiple of the chunk: then every offset below
+     * is a constant and a group's scale is loaded once) */
+    const int gs = AT_GS;
+    int dq = NC * AT_W >= gs ? 0 : d0 % gs;
     if (KIND >= 2) {
-        int q4 = KIND == 3, cb = attn_kvq_code_bytes(hd, q4);
+        int q4 = KIND == 3, cb = q4 ? gs / 2 : gs;
         step = (size_t)(hd / gs) * (size_t)(cb + 2);
         block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
         chunk = (size_t)((dq + NC * AT_W + gs - 1) / gs) * (size_t)(cb + 2);
@@ -441,11 +453,11 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
 #endif /* AT_BF16 */
 
 /* Shapes the tiles take: whole vectors of dimensions and of a block's
- * slots, and for Q4_0 whole vectors in each half of a group (its V rows'
- * low and high nibbles). */
+ * slots, and for a quantized cache groups of AT_GS (Q4_0: whole vectors
+ * in each half of a group, its V rows' low and high nibbles). */
 static inline int at_tiles_take(int head_dim, const pdl_attn_kv *kv) {
     return head_dim % AT_W == 0 && kv->block_size % AT_W == 0 &&
-           (!kv->kv_is_q4 || attn_q8_group(head_dim) / 2 % AT_W == 0);
+           (!(kv->kv_is_q8 || kv->kv_is_q4) || attn_q8_group(head_dim) == AT_GS) && AT_GS / 2 % AT_W == 0;
 }
 
 void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head, float scale,
