@@ -14,7 +14,8 @@
  * queries (more than one tile and more than 16 queries); the results also
  * against a float64 attention (sinks in its denominator).
  * Q8_0 caches (head sizes 64 and 128, and 8 and 24: one
- * group per head) take every check above, the float64 attention reading
+ * group per head, which the tiles leave to the portable body) take every
+ * check above, the float64 attention reading
  * the dequantized rows at 1e-5 as the others (the kernels dequantize
  * exactly, so only float32 rounding of the sums is left), and give the
  * bytes of an F32 cache holding the dequantized rows; the Q8_0 store is
