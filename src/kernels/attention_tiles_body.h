@@ -46,8 +46,9 @@
  * ones, so dimensions stay in order); the group a constant, a V row's
  * scale is loaded once per group and no offset is divided at run time
  * (with gs a variable, the divisions and reloaded scales made a Q8_0
- * decode call's kernel 1.9x the F16 one's, Q4_0's 3.3x; docs/benchmarks.md). With AT_STORE_FN (a name) and at_to_f16
- * (AT_W floats to halves, nearest even) it also gets the F16 cache write.
+ * decode call's kernel 2.3x the F16 one's time, Q4_0's 3.4x:
+ * docs/benchmarks.md). With AT_STORE_FN (a name) and at_to_f16 (AT_W
+ * floats to halves, nearest even) it also gets the F16 cache write.
  * With AT_BF16 the including file gives at_queries itself (attention.h's
  * BF16 order: attention_avx512bf16.c) and takes the rest.
  */
@@ -61,6 +62,7 @@
  * head_dim of 32 or more (shorter heads take the portable body), a
  * constant so that every group and element offset of a tile is one. */
 #define AT_GS 32
+_Static_assert(AT_GS / 2 % AT_W == 0, "a Q4_0 group's halves are whole vectors");
 
 /* The key groups a score tile prefetches as it computes: their first
  * bytes (as the tile's kp) and, for a quantized cache, their scales (as
@@ -457,7 +459,7 @@ static void at_queries(float *const *out, const float *const *q, const int *firs
  * in each half of a group, its V rows' low and high nibbles). */
 static inline int at_tiles_take(int head_dim, const pdl_attn_kv *kv) {
     return head_dim % AT_W == 0 && kv->block_size % AT_W == 0 &&
-           (!(kv->kv_is_q8 || kv->kv_is_q4) || attn_q8_group(head_dim) == AT_GS) && AT_GS / 2 % AT_W == 0;
+           (!(kv->kv_is_q8 || kv->kv_is_q4) || attn_q8_group(head_dim) == AT_GS);
 }
 
 void AT_FN(float *const *out, const float *const *q, const int *pos, int n_q, int head_dim, int kv_head, float scale,
