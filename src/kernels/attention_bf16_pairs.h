@@ -6,7 +6,7 @@
  * (F32, F16, Q8_0 as S * q, Q4_0 as S * (c - 8)) and rounded to BF16 as
  * VCVTNEPS2BF16 rounds it. Included after attention_avx512_ops.h and
  * attention_tiles_body.h (at_load_q8v, at_load_q4v; AT_GS, the quantized
- * caches' group, the only one the tiles take).
+ * caches' group, the only one the tiles take, and AT_CODE_BYTES).
  */
 #ifndef PDL_KERNELS_ATTENTION_BF16_PAIRS_H
 #define PDL_KERNELS_ATTENTION_BF16_PAIRS_H
@@ -29,11 +29,11 @@ static inline __m512i bf_pairs(__m512 a, __m512 b) {
  * for the quantized caches), and of their scales for Q8_0 / Q4_0. */
 static inline __attribute__((always_inline)) size_t bf_key_at(int d, size_t step, const int KIND) {
     if (KIND <= 1) return (size_t)d * step;
-    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs, i = d % gs;
+    const int gs = AT_GS, cb = AT_CODE_BYTES(KIND == 3), i = d % gs;
     return (size_t)(d / gs) * (size_t)(cb + 2) * step + (size_t)(i % cb) * step;
 }
 static inline __attribute__((always_inline)) size_t bf_scale_at(int d, size_t step, const int KIND) {
-    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs;
+    const int gs = AT_GS, cb = AT_CODE_BYTES(KIND == 3);
     return (size_t)(d / gs) * (size_t)(cb + 2) * step;
 }
 
@@ -41,7 +41,7 @@ static inline __attribute__((always_inline)) size_t bf_scale_at(int d, size_t st
 static inline __attribute__((always_inline)) at_v bf_key(const uint8_t *kp, const uint8_t *ks, int d,
                                                          size_t step, const int KIND) {
     if (KIND <= 1) return at_load_kv(kp + bf_key_at(d, step, KIND), KIND);
-    const int gs = AT_GS, cb = KIND == 3 ? gs / 2 : gs;
+    const int gs = AT_GS, cb = AT_CODE_BYTES(KIND == 3);
     at_v S = at_load_kv(ks + bf_scale_at(d, step, KIND), 1);
     const uint8_t *c = kp + bf_key_at(d, step, KIND);
     return at_mul(KIND == 3 ? at_load_u4(c, d % gs >= cb) : at_load_i8(c), S);
@@ -133,7 +133,7 @@ static inline void bf_find_rows(bf_rows *R, int c0, int c1, int lo, int hi, cons
     R->esize = esize;
     if (kind >= 2) {
         int q4 = kind == 3;
-        step = (size_t)(hd / AT_GS) * (size_t)(attn_kvq_code_bytes(hd, q4) + 2);
+        step = (size_t)(hd / AT_GS) * (size_t)(AT_CODE_BYTES(q4) + 2);
         block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
         vhead = (const uint8_t *)kv->v + attn_kvq_v_byte(0, bs, kv->kv_dim, hd, (int)e0, q4);
     }
@@ -155,8 +155,8 @@ static inline void bf_find_rows(bf_rows *R, int c0, int c1, int lo, int hi, cons
 static inline __attribute__((always_inline)) at_v bf_vrow(const uint8_t *row, int i, const bf_rows *R,
                                                           const int KIND) {
     if (!row) return at_zero();
-    return KIND == 3 ? at_load_q4v(row, i, AT_GS)
-           : KIND == 2 ? at_load_q8v(row, i, AT_GS)
+    return KIND == 3 ? at_load_q4v(row, i)
+           : KIND == 2 ? at_load_q8v(row, i)
                        : at_load_kv(row + (size_t)i * R->esize, KIND == 1);
 }
 

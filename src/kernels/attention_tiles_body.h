@@ -63,6 +63,8 @@
  * constant so that every group and element offset of a tile is one. */
 #define AT_GS 32
 _Static_assert(AT_GS / 2 % AT_W == 0, "a Q4_0 group's halves are whole vectors");
+/* Code bytes of such a group: AT_GS (Q8_0) or AT_GS / 2 (Q4_0). */
+#define AT_CODE_BYTES(Q4) ((Q4) ? AT_GS / 2 : AT_GS)
 
 /* The key groups a score tile prefetches as it computes: their first
  * bytes (as the tile's kp) and, for a quantized cache, their scales (as
@@ -87,20 +89,20 @@ static inline int at_new_line(size_t off, size_t step) { return off % 64 < step;
 #define AT_MAXQ 64 /* queries per pass */
 #endif
 
-/* AT_W elements of a Q8_0 row from element i (groups of gs, a multiple of
- * AT_W; i too): the block of element i at row + (i / gs) * (gs + 2),
- * S * q (exact). */
-static inline at_v at_load_q8v(const uint8_t *row, int i, int gs) {
+/* AT_W elements of a Q8_0 row from element i (a multiple of AT_W): the
+ * block of element i at row + (i / AT_GS) * (AT_GS + 2), S * q (exact). */
+static inline at_v at_load_q8v(const uint8_t *row, int i) {
+    const int gs = AT_GS;
     const uint8_t *b = row + (size_t)(i / gs) * (size_t)(gs + 2);
     uint16_t h;
     memcpy(&h, b, 2);
     return at_mul(at_load_i8(b + 2 + i % gs), at_set1(ATTN_F16(h)));
 }
 
-/* The same from a Q4_0 row (blocks of gs / 2 + 2 bytes; AT_W divides
- * gs / 2, and i is a multiple of AT_W): S * (code - 8), exact. */
-static inline at_v at_load_q4v(const uint8_t *row, int i, int gs) {
-    int cb = gs / 2, j = i % gs;
+/* The same from a Q4_0 row (blocks of AT_GS / 2 + 2 bytes): S * (code -
+ * 8), exact. */
+static inline at_v at_load_q4v(const uint8_t *row, int i) {
+    const int gs = AT_GS, cb = AT_CODE_BYTES(1), j = i % gs;
     const uint8_t *b = row + (size_t)(i / gs) * (size_t)(cb + 2);
     uint16_t h;
     memcpy(&h, b, 2);
@@ -169,7 +171,7 @@ static inline __attribute__((always_inline)) void at_score_tile_q8(const int NR,
                                                                    float scale, float *sc, size_t ld,
                                                                    const at_prefetch *pf, const int Q4) {
     at_v acc[8][4];
-    const int gs = AT_GS, cb = Q4 ? gs / 2 : gs;
+    const int gs = AT_GS, cb = AT_CODE_BYTES(Q4);
     size_t gstride = (size_t)(cb + 2) * bs;
     for (int r = 0; r < NR; r++)
         for (int g = 0; g < NG; g++) acc[r][g] = at_zero();
@@ -293,15 +295,15 @@ static inline __attribute__((always_inline)) void at_value_tile(const int NR, co
     const int gs = AT_GS;
     int dq = NC * AT_W >= gs ? 0 : d0 % gs;
     if (KIND >= 2) {
-        int q4 = KIND == 3, cb = q4 ? gs / 2 : gs;
+        int q4 = KIND == 3, cb = AT_CODE_BYTES(q4);
         step = (size_t)(hd / gs) * (size_t)(cb + 2);
         block_bytes = attn_kvq_block_bytes(bs, kv->kv_dim, hd, q4);
         chunk = (size_t)((dq + NC * AT_W + gs - 1) / gs) * (size_t)(cb + 2);
         vhead = (const uint8_t *)kv->v + attn_kvq_v_byte(0, bs, kv->kv_dim, hd, (int)e0 + d0, q4);
     }
 #define at_load_v(row, c)                                                                                          \
-    (KIND == 3   ? at_load_q4v((row), dq + AT_W * (c), gs)                                                          \
-     : KIND == 2 ? at_load_q8v((row), dq + AT_W * (c), gs)                                                          \
+    (KIND == 3   ? at_load_q4v((row), dq + AT_W * (c))                                                              \
+     : KIND == 2 ? at_load_q8v((row), dq + AT_W * (c))                                                              \
                  : at_load_kv((row) + AT_W * (c) * esize, f16))
     at_v acc[AT_VR][16];
     for (int r = 0; r < NR; r++)
