@@ -967,7 +967,9 @@ typedef struct pdl_engine_stats {
     uint64_t spec_accepted_per_pos[PDL_MAX_SPEC_TOKENS]; /* accepted at draft position i */
     uint64_t preemptions;
     uint64_t steps;
-    uint64_t prompt_tokens, generation_tokens;
+    uint64_t prompt_tokens;      /* of requests whose prefill has completed (counted then, once, cached tokens
+                                    included: vLLM's num_prompt_tokens), not of those still waiting */
+    uint64_t generation_tokens;
     bool selective_logits;       /* the mode in effect */
     size_t kv_block_bytes;       /* one KV block (K and V, every attention layer) */
     /* hybrid models' recurrent state (all 0 for other models) */

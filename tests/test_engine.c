@@ -207,6 +207,9 @@ static void check_small_pool_preempts(void) {
     pdl_engine_stats st;
     pdl_engine_get_stats(e, &st);
     CHECK_MSG(st.preemptions > 0, "the pool was meant to force preemption");
+    int prompt_sum = 0;
+    for (int k = 0; k < N; k++) prompt_sum += (prompt_k(k, 512, prompt, &n), n);
+    CHECK_EQ_INT((int)st.prompt_tokens, prompt_sum); /* recomputed prompts are not counted again */
     CHECK_EQ_INT(st.kv_blocks_total, 12);
     CHECK_EQ_INT(st.kv_blocks_used, 0);
     for (int k = 0; k < N; k++) {
@@ -566,6 +569,7 @@ static void test_n_samples_share_prompt_blocks(void) {
     pdl_engine_get_stats(e, &st);
     /* shared: 2 full blocks once + 4 own third blocks, not 4 x 3 */
     CHECK_EQ_INT(st.kv_blocks_used, 2 + 4);
+    CHECK_EQ_INT((int)st.prompt_tokens, 40); /* the request's prompt, once, not once per sample */
     run(e);
     pdl_engine_free(e);
     for (int i = 0; i < 4; i++) {
@@ -581,6 +585,41 @@ static void test_n_samples_share_prompt_blocks(void) {
         CHECK(strcmp(many.text[i], one[i].text[0]) == 0);
     }
     CHECK(memcmp(many.tokens[0], many.tokens[1], 10 * sizeof(int32_t)) != 0); /* the samples differ */
+    pdl_model_free(m);
+}
+
+/* ---- statistics ------------------------------------------------------------------- */
+
+/* prompt_tokens (the server's prompt throughput and vllm:prompt_tokens_total)
+ * counts a prompt when its prefill completes, as vLLM does: not when the
+ * request arrives, and not piece by piece as chunks run. A 30-token prompt
+ * in chunks of 7 completes at the fifth step; a generated token is not a
+ * prompt token. */
+static void test_prompt_tokens_count_when_the_prefill_completes(void) {
+    pdl_model *m = load("models/stories260K/stories260K.gguf");
+    pdl_engine *e = engine(m, 16, 7, 0, PDL_LOGITS_AUTO);
+    static collected c;
+    memset(&c, 0, sizeof c);
+    pdl_request_params p = {.max_tokens = 4, .logprobs = -1, .prompt_logprobs = -1};
+    add(e, STORY, 30, &p, &c);
+    pdl_engine_stats st;
+    pdl_error err;
+    int active;
+    pdl_engine_get_stats(e, &st);
+    CHECK_EQ_INT((int)st.prompt_tokens, 0);
+    for (int step = 1; step <= 5; step++) {
+        REQUIRE_MSG(pdl_engine_step(e, &active, &err) == 0, "%s", err.message);
+        pdl_engine_get_stats(e, &st);
+        CHECK_MSG((int)st.prompt_tokens == (step < 5 ? 0 : 30), "after step %d (%d of 30 rows): %llu prompt tokens",
+                  step, step * 7 < 30 ? step * 7 : 30, (unsigned long long)st.prompt_tokens);
+        CHECK_EQ_INT((int)st.generation_tokens, step < 5 ? 0 : 1);
+    }
+    run(e);
+    pdl_engine_get_stats(e, &st);
+    CHECK_EQ_INT((int)st.prompt_tokens, 30);
+    CHECK_EQ_INT((int)st.generation_tokens, 4);
+    CHECK_EQ_INT(c.n_tokens[0], 4);
+    pdl_engine_free(e);
     pdl_model_free(m);
 }
 
@@ -863,6 +902,7 @@ int main(void) {
     RUN(test_max_model_len_must_fit_the_kv_pool);
     RUN(test_logprobs_and_prompt_logprobs_match_the_forward);
     RUN(test_n_samples_share_prompt_blocks);
+    RUN(test_prompt_tokens_count_when_the_prefill_completes);
     RUN(test_abort_frees_blocks_at_once);
     RUN(test_requests_that_cannot_run_are_rejected);
     RUN(test_selective_and_full_give_identical_tokens_and_logprobs);

@@ -217,6 +217,8 @@ static void test_a_preempted_embedding_is_unchanged(void) {
     CHECK_MSG(st.preemptions > 0, "the pool was meant to force preemption");
     fprintf(stderr, "  %llu preemptions\n", (unsigned long long)st.preemptions);
     CHECK_EQ_INT(mixed.embeddings, 1);
+    /* each prompt counted once, when its prefill completed (a recompute adds none) */
+    CHECK_EQ_INT((int)st.prompt_tokens, 3 * 40 + N);
     CHECK_MSG(memcmp(mixed.vec, alone.vec, (size_t)m->cfg.hidden * sizeof(float)) == 0,
               "the embedding differs after preemption");
     pdl_engine_free(e);

@@ -251,7 +251,6 @@ int pdl_engine_add_request(pdl_engine *e, const int32_t *prompt, size_t n_prompt
         eng_request_free(r);
         return -1;
     }
-    e->prompt_tokens += n_prompt;
     if (id_out) *id_out = r->id;
     return 0;
 }

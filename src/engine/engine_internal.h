@@ -58,7 +58,7 @@ struct pdl_engine {
     eng_seq **seqs;            /* every live sequence */
     int n_seqs, cap_seqs;
     bool in_step;
-    uint64_t steps, prompt_tokens, generation_tokens;
+    uint64_t steps, prompt_tokens, generation_tokens; /* prompt_tokens: when a prefill completes (engine_step.c) */
     uint64_t images_encoded;   /* tower runs (pdl_engine_stats) */
     pdl_logprob top[MAX_TOP_LOGPROBS];
 };

@@ -294,6 +294,7 @@ static int pool_entry(pdl_engine *e, const sched_entry *en, int row0, pdl_error 
     sched_cache_full_blocks(&e->sched, q);
     sched_snapshot_after_step(&e->sched, q, en->start);
     if (q->cache.n_computed < q->n_tokens || q->abort_requested) return 0;
+    e->prompt_tokens += (uint64_t)q->n_prompt;
     double div = p->pooling == PDL_POOLING_MEAN ? (double)q->n_prompt : 1.0, norm = 0;
     for (int h = 0; h < H; h++) norm += (q->pool_acc[h] / div) * (q->pool_acc[h] / div);
     norm = p->normalize && norm > 0 ? sqrt(norm) : 1.0;
@@ -320,6 +321,7 @@ static int update_entry(pdl_engine *e, const sched_entry *en, runner_rows out, p
         if (q->req->params.prompt_logprobs >= 0)
             eng_out_prompt_logprobs(e, q, out.positions[j], out.logits + (size_t)j * V);
     if (!completes || q->abort_requested) return 0;
+    if (n_generated(q) == 0) e->prompt_tokens += (uint64_t)q->n_prompt; /* its prefill done (not a recompute) */
     const float *last = out.logits + (size_t)(out.n - 1) * V; /* a completing entry's last row is a logits row */
     /* forked children sample their first token from the same row */
     eng_seq *kids[ENG_MAX_N]; /* n <= ENG_MAX_N: checked when the request came in */
