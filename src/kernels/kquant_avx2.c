@@ -130,148 +130,87 @@ static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *
     store(facc, nr, nc, out, ldo);
 }
 
-/* Q6_K: chunk t = 4 h + k holds elements 32 t .. 32 t + 31: nibble k / 2 of
- * ql[64 h + 32 (k % 2) ..], bits 2k of qh[32 h ..]; its two 16-element
- * groups use scales 2t and 2t + 1. The -32 offset is taken off at the end:
- * isum = sum sc_g * sum q x - 32 sum sc_g * bsum16_g. */
-static inline __attribute__((always_inline)) void q6k_body(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                           const uint8_t *w, size_t wrb, int nc, float *out,
-                                                           int64_t ldo) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
-    /* within a 32-bit pair of scales: the low one for the lower 128 bits,
-     * the high one for the upper */
-    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
-                                          3, 2, 3, 2, 3, 2, 3);
-    __m256 facc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i acc[TR][TC], scz[TC];
-        float dw[TC] = {0}, dx[TR] = {0};
-        for (int r = 0; r < TR; r++)
-            for (int c = 0; c < TC; c++) acc[r][c] = zero;
-        for (int c = 0; c < TC; c++) scz[c] = zero;
-        for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 210;
-            scz[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
-            dw[c] = half_at(blk + 208);
-            prefetch(blk + PF_ROWS * wrb, 210);
-        }
-        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
-        for (int t = 0; t < 8; t++) {
-            int h = t / 4, k = t % 4;
-            __m256i wq[TC], sv[TC];
-            for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 210;
-                __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k % 2)));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-                __m256i lo = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
-                __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
-                wq[c] = _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
-                sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
-            }
-            for (int r = 0; r < nr; r++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
-                for (int c = 0; c < nc; c++)
-                    acc[r][c] = _mm256_add_epi32(acc[r][c],
-                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
-            }
-        }
-        __m256i isum = reduce_tile(acc);
-        /* sum_g sc_g * bsum16_g: half c of lo / hi holds column c's scales
-         * 0-7 / 8-15 */
-        __m256i lo = _mm256_permute2x128_si256(scz[0], scz[1], 0x20);
-        __m256i hi = _mm256_permute2x128_si256(scz[0], scz[1], 0x31);
-        __m256i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm256_add_epi32(
-                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
-        }
-        __m256i off = red4(q[0], q[1], q[2], q[3]);
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 5));
-        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
-    }
-    store(facc, nr, nc, out, ldo);
-}
-
-/* Q3_K: chunk t = 4 h + k holds elements 32 t .. 32 t + 31: bits 2k of
- * qs[32 h ..] and bit t of the 32 hmask bytes, the unsigned value q + 4
- * (0..7); its two 16-element groups use scales 2t and 2t + 1 (minus 32,
- * signed). The +4 is taken off at the end: isum -= 4 sum_g sc_g *
- * bsum16_g. */
-static inline __attribute__((always_inline)) void q3k_body(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                           const uint8_t *w, size_t wrb, int nc, float *out,
-                                                           int64_t ldo) {
-    const __m256i m1 = _mm256_set1_epi8(0x01), m3 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
-    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
-                                          3, 2, 3, 2, 3, 2, 3);
-    __m256 facc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i acc[TR][TC], scz[TC];
-        float dw[TC] = {0}, dx[TR] = {0};
-        for (int r = 0; r < TR; r++)
-            for (int c = 0; c < TC; c++) acc[r][c] = zero;
-        for (int c = 0; c < TC; c++) scz[c] = zero;
-        for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 110;
-            int8_t sc[16];
-            kquant_q3_k_scales(blk + 96, sc);
-            scz[c] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
-            dw[c] = half_at(blk + 108);
-            prefetch(blk + PF_ROWS * wrb, 110);
-        }
-        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
-        for (int t = 0; t < 8; t++) {
-            int h = t / 4, k = t % 4;
-            __m256i wq[TC], sv[TC];
-            for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 110;
-                __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h));
-                __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
-                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
-                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, t), m1);
-                wq[c] = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
-                sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
-            }
-            for (int r = 0; r < nr; r++) {
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[r * nb + b].qs + 32 * t));
-                for (int c = 0; c < nc; c++)
-                    acc[r][c] = _mm256_add_epi32(acc[r][c],
-                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(wq[c], xv), sv[c]));
-            }
-        }
-        __m256i isum = reduce_tile(acc);
-        __m256i lo = _mm256_permute2x128_si256(scz[0], scz[1], 0x20);
-        __m256i hi = _mm256_permute2x128_si256(scz[0], scz[1], 0x31);
-        __m256i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm256_add_epi32(
-                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
-        }
-        __m256i off = red4(q[0], q[1], q[2], q[3]);
-        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, 2));
-        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
-    }
-    store(facc, nr, nc, out, ldo);
-}
-
-/* Q2_K: Q3_K's chunks without the hmask bit (values 0..3), the groups'
+/* Q6_K, Q3_K and Q2_K (KIND): a super-block's 16 groups of 16 elements each
+ * have a scale of their own, chunk t = 4 h + k (32 elements, t = 0..7)
+ * using scales 2t and 2t + 1, and one term over the groups' bsum16 ends it.
+ * Q6_K: chunk t is nibble k / 2 of ql[64 h + 32 (k % 2) ..], bits 2k of
+ * qh[32 h ..]; the -32 offset is taken off at the end: isum = sum sc_g *
+ * sum q x - 32 sum sc_g * bsum16_g.
+ * Q3_K: bits 2k of qs[32 h ..] and bit t of the 32 hmask bytes, the
+ * unsigned value q + 4 (0..7); the scales minus 32, signed. The +4 is taken
+ * off at the end: isum -= 4 sum_g sc_g * bsum16_g.
+ * Q2_K: Q3_K's chunks without the hmask bit (values 0..3), the groups'
  * scales the low nibbles of the 16 scale bytes; msum is the high nibbles
  * (mins) times bsum16, then kquant.h's two fused multiply-adds. */
-static inline __attribute__((always_inline)) void q2k_body(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                           const uint8_t *w, size_t wrb, int nc, float *out,
-                                                           int64_t ldo) {
-    const __m256i m3 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+enum { SB_Q6K, SB_Q3K, SB_Q2K };
+
+static inline size_t sb_block_bytes(const int KIND) { return KIND == SB_Q6K ? 210 : KIND == SB_Q3K ? 110 : 84; }
+
+/* A block's 16 scales (and Q2_K's mins) as int16, its d (and Q2_K's dmin). */
+static inline __attribute__((always_inline)) void sb_scales(const uint8_t *blk, __m256i *scz, __m256i *mnz,
+                                                            float *dw, float *dm, const int KIND) {
+    if (KIND == SB_Q6K) {
+        *scz = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
+        *dw = half_at(blk + 208);
+    } else if (KIND == SB_Q3K) {
+        int8_t sc[16];
+        kquant_q3_k_scales(blk + 96, sc);
+        *scz = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        *dw = half_at(blk + 108);
+    } else {
+        __m128i sb = _mm_loadu_si128((const __m128i *)blk);
+        *scz = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F)));
+        *mnz = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
+        *dw = half_at(blk + 80);
+        *dm = half_at(blk + 82);
+    }
+}
+
+/* Chunk t's 32 unsigned values. */
+static inline __attribute__((always_inline)) __m256i sb_chunk(const uint8_t *blk, int t, const int KIND) {
+    const __m256i m1 = _mm256_set1_epi8(0x01), m3 = _mm256_set1_epi8(0x03), m4 = _mm256_set1_epi8(0x0F);
+    int h = t / 4, k = t % 4;
+    if (KIND == SB_Q6K) {
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k % 2)));
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        __m256i lo = _mm256_and_si256(k / 2 ? _mm256_srli_epi16(ql, 4) : ql, m4);
+        __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m3);
+        return _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
+    }
+    __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + (KIND == SB_Q3K ? 32 : 16) + 32 * h));
+    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+    if (KIND == SB_Q2K) return lo;
+    __m256i hb = _mm256_and_si256(_mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)blk), t), m1);
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hb, 2));
+}
+
+/* Lane 4 c + r: sum_g s[c]_g * bsum16_g of row r (s[c]: column c's 16
+ * int16). */
+static inline __m256i sb_bsum_dot(const __m256i s[TC], const pdl_block_q8k *x, int64_t nb, int64_t b, int nr) {
+    /* half c of lo / hi holds column c's 0-7 / 8-15 */
+    __m256i lo = _mm256_permute2x128_si256(s[0], s[1], 0x20);
+    __m256i hi = _mm256_permute2x128_si256(s[0], s[1], 0x31);
+    __m256i q[TR];
+    for (int r = 0; r < TR; r++) {
+        if (r < nr) {
+            const int16_t *bs = x[r * nb + b].bsum16;
+            q[r] = _mm256_add_epi32(
+                _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
+                _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+        } else {
+            q[r] = _mm256_setzero_si256();
+        }
+    }
+    return red4(q[0], q[1], q[2], q[3]);
+}
+
+static inline __attribute__((always_inline)) void sb_body(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                          const uint8_t *w, size_t wrb, int nc, float *out,
+                                                          int64_t ldo, const int KIND) {
+    const size_t bb = sb_block_bytes(KIND);
+    const __m256i zero = _mm256_setzero_si256();
+    /* within a 32-bit pair of scales: the low one for the lower 128 bits,
+     * the high one for the upper */
     const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2,
                                           3, 2, 3, 2, 3, 2, 3);
     __m256 facc = _mm256_setzero_ps();
@@ -282,22 +221,15 @@ static inline __attribute__((always_inline)) void q2k_body(const pdl_block_q8k *
             for (int c = 0; c < TC; c++) acc[r][c] = zero;
         for (int c = 0; c < TC; c++) scz[c] = mnz[c] = zero;
         for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 84;
-            __m128i sb = _mm_loadu_si128((const __m128i *)blk);
-            scz[c] = _mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F)));
-            mnz[c] = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
-            dw[c] = half_at(blk + 80);
-            dm[c] = half_at(blk + 82);
-            prefetch(blk + PF_ROWS * wrb, 84);
+            const uint8_t *blk = w + c * wrb + b * bb;
+            sb_scales(blk, &scz[c], &mnz[c], &dw[c], &dm[c], KIND);
+            prefetch(blk + PF_ROWS * wrb, bb);
         }
         for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
         for (int t = 0; t < 8; t++) {
-            int h = t / 4, k = t % 4;
             __m256i wq[TC], sv[TC];
             for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 84;
-                __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
-                wq[c] = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), m3);
+                wq[c] = sb_chunk(w + c * wrb + b * bb, t, KIND);
                 sv[c] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scz[c], _mm256_set1_epi32(t)), pick);
             }
             for (int r = 0; r < nr; r++) {
@@ -308,22 +240,15 @@ static inline __attribute__((always_inline)) void q2k_body(const pdl_block_q8k *
             }
         }
         __m256i isum = reduce_tile(acc);
-        __m256i lo = _mm256_permute2x128_si256(mnz[0], mnz[1], 0x20);
-        __m256i hi = _mm256_permute2x128_si256(mnz[0], mnz[1], 0x31);
-        __m256i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm256_add_epi32(
-                    _mm256_madd_epi16(lo, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm256_madd_epi16(hi, _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
+        if (KIND == SB_Q2K) {
+            __m256i msum = sb_bsum_dot(mnz, x, nb, b, nr);
+            facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
+            facc = _mm256_fnmadd_ps(outer(dm, dx), _mm256_cvtepi32_ps(msum), facc);
+        } else {
+            __m256i off = sb_bsum_dot(scz, x, nb, b, nr);
+            isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(off, KIND == SB_Q6K ? 5 : 2));
+            facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
         }
-        __m256i msum = red4(q[0], q[1], q[2], q[3]);
-        facc = _mm256_fmadd_ps(outer(dw, dx), _mm256_cvtepi32_ps(isum), facc);
-        facc = _mm256_fnmadd_ps(outer(dm, dx), _mm256_cvtepi32_ps(msum), facc);
     }
     store(facc, nr, nc, out, ldo);
 }
@@ -482,23 +407,23 @@ void kquant_tile_q5_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const u
 
 void kquant_tile_q6_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q6k_body(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) q6k_body(x, nb, 1, w, wrb, TC, out, ldo);
-    else q6k_body(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) sb_body(x, nb, TR, w, wrb, TC, out, ldo, SB_Q6K);
+    else if (cols == TC && rows == 1) sb_body(x, nb, 1, w, wrb, TC, out, ldo, SB_Q6K);
+    else sb_body(x, nb, rows, w, wrb, cols, out, ldo, SB_Q6K);
 }
 
 void kquant_tile_q3_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q3k_body(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) q3k_body(x, nb, 1, w, wrb, TC, out, ldo);
-    else q3k_body(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) sb_body(x, nb, TR, w, wrb, TC, out, ldo, SB_Q3K);
+    else if (cols == TC && rows == 1) sb_body(x, nb, 1, w, wrb, TC, out, ldo, SB_Q3K);
+    else sb_body(x, nb, rows, w, wrb, cols, out, ldo, SB_Q3K);
 }
 
 void kquant_tile_q2_k_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,
                            float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) q2k_body(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) q2k_body(x, nb, 1, w, wrb, TC, out, ldo);
-    else q2k_body(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) sb_body(x, nb, TR, w, wrb, TC, out, ldo, SB_Q2K);
+    else if (cols == TC && rows == 1) sb_body(x, nb, 1, w, wrb, TC, out, ldo, SB_Q2K);
+    else sb_body(x, nb, rows, w, wrb, cols, out, ldo, SB_Q2K);
 }
 
 void kquant_tile_iq4_xs_avx2(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb, int cols,

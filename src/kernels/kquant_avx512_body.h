@@ -167,181 +167,104 @@ static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_bl
     KQ_NAME(store)(facc, nr, nc, out, ldo);
 }
 
-/* Q6_K: a zmm holds 64 consecutive elements 128 h + 64 p + (0..63): the
- * low (p = 0) or high (p = 1) nibbles of ql[64 h .. 64 h + 63] and bit
- * pairs 4p, 4p + 2 of qh[32 h .. 32 h + 31] (one per 256-bit half); its
- * 16-element groups use scales 8 h + 4 p + (0..3). The -32 offset is taken
- * off at the end: isum = sum sc_g * sum q x - 32 sum sc_g * bsum16_g. */
-static inline __attribute__((always_inline)) void KQ_NAME(q6k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                                    const uint8_t *w, size_t wrb, int nc,
-                                                                    float *out, int64_t ldo) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03), zero = _mm512_setzero_si512();
-    const __m512i shift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
-                              _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
-    const __m512i idx[4] = {
-        _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002, 0x20002, 0x20002,
-                          0x30003, 0x30003, 0x30003, 0x30003),
-        _mm512_setr_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0x50005, 0x50005, 0x50005, 0x50005, 0x60006,
-                          0x60006, 0x60006, 0x60006, 0x70007, 0x70007, 0x70007, 0x70007),
-        _mm512_setr_epi32(0x80008, 0x80008, 0x80008, 0x80008, 0x90009, 0x90009, 0x90009, 0x90009, 0xa000a,
-                          0xa000a, 0xa000a, 0xa000a, 0xb000b, 0xb000b, 0xb000b, 0xb000b),
-        _mm512_setr_epi32(0xc000c, 0xc000c, 0xc000c, 0xc000c, 0xd000d, 0xd000d, 0xd000d, 0xd000d, 0xe000e,
-                          0xe000e, 0xe000e, 0xe000e, 0xf000f, 0xf000f, 0xf000f, 0xf000f)};
-    __m512 facc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i acc[TR][TC], scz[TC];
-        float dw[TC] = {0}, dx[TR] = {0};
-        for (int r = 0; r < TR; r++)
-            for (int c = 0; c < TC; c++) acc[r][c] = zero;
-        for (int c = 0; c < TC; c++) scz[c] = zero;
-        for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 210;
-            scz[c] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
-            dw[c] = KQ_NAME(half)(blk + 208);
-            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 210);
-        }
-        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
-        for (int s = 0; s < 4; s++) { /* h = s / 2, p = s % 2 */
-            int h = s / 2, p = s % 2;
-            __m512i wq[TC], sv[TC];
-            for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 210;
-                __m512i ql = _mm512_loadu_si512(blk + 64 * h);
-                __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
-                __m512i lo = _mm512_and_si512(p ? _mm512_srli_epi16(ql, 4) : ql, m4);
-                __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, shift[p]), m2);
-                wq[c] = _mm512_or_si512(lo, _mm512_slli_epi16(top, 4));
-                sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
-            }
-            for (int r = 0; r < nr; r++) {
-                __m512i xv = _mm512_loadu_si512(x[r * nb + b].qs + 64 * s);
-                for (int c = 0; c < nc; c++) acc[r][c] = KQ_NAME(step)(acc[r][c], wq[c], xv, sv[c]);
-            }
-        }
-        __m512i isum = KQ_NAME(reduce_tile)(acc);
-        /* sum_g sc_g * bsum16_g per pair: chunk c of lo / hi holds column
-         * c's scales 0-7 / 8-15 */
-        __m128i sl[TC], sh[TC];
-        for (int c = 0; c < TC; c++) {
-            sl[c] = _mm512_castsi512_si128(scz[c]);
-            sh[c] = _mm512_extracti32x4_epi32(scz[c], 1);
-        }
-        __m512i lo = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sl[0]), sl[1], 1), sl[2], 2), sl[3], 3);
-        __m512i hi = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sh[0]), sh[1], 1), sh[2], 2), sh[3], 3);
-        __m512i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm512_add_epi32(
-                    _mm512_madd_epi16(lo, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm512_madd_epi16(hi, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
-        }
-        __m512i off = KQ_NAME(red4)(q[0], q[1], q[2], q[3]);
-        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(off, 5));
-        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
-    }
-    KQ_NAME(store)(facc, nr, nc, out, ldo);
-}
-
-/* Q3_K: as Q6_K, a zmm holds elements 128 h + 64 p + (0..63) (s = 2 h +
- * p), quarters k = 2p (low 256-bit half) and 2p + 1 (high half): bits 2k
+/* Q6_K, Q3_K and Q2_K (KIND): a super-block's 16 groups of 16 elements
+ * each have a scale of their own; a zmm holds 64 consecutive elements 128 h
+ * + 64 p + (0..63) (s = 2 h + p), its 16-element groups using scales 4 s +
+ * (0..3); one term over the groups' bsum16 ends the block.
+ * Q6_K: the low (p = 0) or high (p = 1) nibbles of ql[64 h .. 64 h + 63]
+ * and bit pairs 4p, 4p + 2 of qh[32 h .. 32 h + 31] (one per 256-bit
+ * half). The -32 offset is taken off at the end: isum = sum sc_g * sum q x
+ * - 32 sum sc_g * bsum16_g.
+ * Q3_K: quarters k = 2p (low 256-bit half) and 2p + 1 (high half): bits 2k
  * of qs[32 h .. 32 h + 31] and bit 4 h + k of the 32 hmask bytes, the
  * unsigned value q + 4 (0..7: a VPMADDUBSW pair is at most 2 * 7 * 127);
- * its 16-element groups use scales 4 s + (0..3) (minus 32, signed). The
- * +4 is taken off at the end: isum -= 4 sum_g sc_g * bsum16_g. */
-static inline __attribute__((always_inline)) void KQ_NAME(q3k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                                    const uint8_t *w, size_t wrb, int nc,
-                                                                    float *out, int64_t ldo) {
-    const __m512i m1 = _mm512_set1_epi8(0x01), m3 = _mm512_set1_epi8(0x03), zero = _mm512_setzero_si512();
-    const __m512i qshift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
-                               _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
-    const __m512i idx[4] = {
-        _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002, 0x20002, 0x20002,
-                          0x30003, 0x30003, 0x30003, 0x30003),
-        _mm512_setr_epi32(0x40004, 0x40004, 0x40004, 0x40004, 0x50005, 0x50005, 0x50005, 0x50005, 0x60006,
-                          0x60006, 0x60006, 0x60006, 0x70007, 0x70007, 0x70007, 0x70007),
-        _mm512_setr_epi32(0x80008, 0x80008, 0x80008, 0x80008, 0x90009, 0x90009, 0x90009, 0x90009, 0xa000a,
-                          0xa000a, 0xa000a, 0xa000a, 0xb000b, 0xb000b, 0xb000b, 0xb000b),
-        _mm512_setr_epi32(0xc000c, 0xc000c, 0xc000c, 0xc000c, 0xd000d, 0xd000d, 0xd000d, 0xd000d, 0xe000e,
-                          0xe000e, 0xe000e, 0xe000e, 0xf000f, 0xf000f, 0xf000f, 0xf000f)};
-    __m512 facc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        __m512i acc[TR][TC], scz[TC];
-        float dw[TC] = {0}, dx[TR] = {0};
-        for (int r = 0; r < TR; r++)
-            for (int c = 0; c < TC; c++) acc[r][c] = zero;
-        for (int c = 0; c < TC; c++) scz[c] = zero;
-        for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 110;
-            int8_t sc[16];
-            kquant_q3_k_scales(blk + 96, sc);
-            scz[c] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
-            dw[c] = KQ_NAME(half)(blk + 108);
-            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 110);
-        }
-        for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
-        for (int s = 0; s < 4; s++) { /* h = s / 2, p = s % 2 */
-            int h = s / 2, p = s % 2;
-            const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + 2 * p)),
-                                                      _mm256_set1_epi16((short)(4 * h + 2 * p + 1)), 1);
-            __m512i wq[TC], sv[TC];
-            for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 110;
-                __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h)));
-                __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
-                __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(qs, qshift[p]), m3);
-                __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), m1);
-                wq[c] = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 2));
-                sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
-            }
-            for (int r = 0; r < nr; r++) {
-                __m512i xv = _mm512_loadu_si512(x[r * nb + b].qs + 64 * s);
-                for (int c = 0; c < nc; c++) acc[r][c] = KQ_NAME(step)(acc[r][c], wq[c], xv, sv[c]);
-            }
-        }
-        __m512i isum = KQ_NAME(reduce_tile)(acc);
-        __m128i sl[TC], sh[TC];
-        for (int c = 0; c < TC; c++) {
-            sl[c] = _mm512_castsi512_si128(scz[c]);
-            sh[c] = _mm512_extracti32x4_epi32(scz[c], 1);
-        }
-        __m512i lo = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sl[0]), sl[1], 1), sl[2], 2), sl[3], 3);
-        __m512i hi = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sh[0]), sh[1], 1), sh[2], 2), sh[3], 3);
-        __m512i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm512_add_epi32(
-                    _mm512_madd_epi16(lo, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm512_madd_epi16(hi, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
-        }
-        __m512i off = KQ_NAME(red4)(q[0], q[1], q[2], q[3]);
-        isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(off, 2));
-        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
-    }
-    KQ_NAME(store)(facc, nr, nc, out, ldo);
-}
-
-/* Q2_K: Q3_K's walk over qs without the hmask bit (values 0..3); its 16
+ * the scales minus 32, signed. The +4 is taken off at the end: isum -= 4
+ * sum_g sc_g * bsum16_g.
+ * Q2_K: Q3_K's walk over qs without the hmask bit (values 0..3); its 16
  * groups use the low nibbles of the 16 scale bytes (unsigned), and msum
  * is the high nibbles (mins) times bsum16, then kquant.h's two fused
  * multiply-adds. */
-static inline __attribute__((always_inline)) void KQ_NAME(q2k_body)(const pdl_block_q8k *x, int64_t nb, int nr,
-                                                                    const uint8_t *w, size_t wrb, int nc,
-                                                                    float *out, int64_t ldo) {
-    const __m512i m3 = _mm512_set1_epi8(0x03), zero = _mm512_setzero_si512();
-    const __m512i qshift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
-                               _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+enum { KQ_SB_Q6K, KQ_SB_Q3K, KQ_SB_Q2K };
+
+/* A block's 16 scales (and Q2_K's mins) as int16, its d (and Q2_K's dmin). */
+static inline __attribute__((always_inline)) void KQ_NAME(sb_scales)(const uint8_t *blk, __m512i *scz, __m512i *mnz,
+                                                                     float *dw, float *dm, const int KIND) {
+    if (KIND == KQ_SB_Q6K) {
+        *scz = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        *dw = KQ_NAME(half)(blk + 208);
+    } else if (KIND == KQ_SB_Q3K) {
+        int8_t sc[16];
+        kquant_q3_k_scales(blk + 96, sc);
+        *scz = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc)));
+        *dw = KQ_NAME(half)(blk + 108);
+    } else {
+        __m128i sb = _mm_loadu_si128((const __m128i *)blk);
+        *scz = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F))));
+        *mnz = _mm512_castsi256_si512(
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
+        *dw = KQ_NAME(half)(blk + 80);
+        *dm = KQ_NAME(half)(blk + 82);
+    }
+}
+
+/* The 64 unsigned values of zmm s = 2 h + p. */
+static inline __attribute__((always_inline)) __m512i KQ_NAME(sb_chunk)(const uint8_t *blk, int s, const int KIND) {
+    const __m512i m1 = _mm512_set1_epi8(0x01), m3 = _mm512_set1_epi8(0x03), m4 = _mm512_set1_epi8(0x0F);
+    /* bit pairs 4p and 4p + 2 (Q6_K's qh; Q3_K / Q2_K's quarters 2p, 2p + 1 of qs) */
+    const __m512i pair_shift[2] = {_mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1),
+                                   _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+    int h = s / 2, p = s % 2;
+    if (KIND == KQ_SB_Q6K) {
+        __m512i ql = _mm512_loadu_si512(blk + 64 * h);
+        __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+        __m512i lo = _mm512_and_si512(p ? _mm512_srli_epi16(ql, 4) : ql, m4);
+        __m512i top = _mm512_and_si512(_mm512_srlv_epi16(qh, pair_shift[p]), m3);
+        return _mm512_or_si512(lo, _mm512_slli_epi16(top, 4));
+    }
+    __m512i qs = _mm512_broadcast_i64x4(
+        _mm256_loadu_si256((const __m256i *)(blk + (KIND == KQ_SB_Q3K ? 32 : 16) + 32 * h)));
+    __m512i lo = _mm512_and_si512(_mm512_srlv_epi16(qs, pair_shift[p]), m3);
+    if (KIND == KQ_SB_Q2K) return lo;
+    const __m512i hshift = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * h + 2 * p)),
+                                              _mm256_set1_epi16((short)(4 * h + 2 * p + 1)), 1);
+    __m512i hm = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)blk));
+    __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, hshift), m1);
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hb, 2));
+}
+
+/* Lane 4 c + r: sum_g s[c]_g * bsum16_g of row r (s[c]: column c's 16
+ * int16). */
+static inline __m512i KQ_NAME(sb_bsum_dot)(const __m512i s[TC], const pdl_block_q8k *x, int64_t nb, int64_t b,
+                                           int nr) {
+    /* chunk c of lo / hi holds column c's 0-7 / 8-15 */
+    __m128i sl[TC], sh[TC];
+    for (int c = 0; c < TC; c++) {
+        sl[c] = _mm512_castsi512_si128(s[c]);
+        sh[c] = _mm512_extracti32x4_epi32(s[c], 1);
+    }
+    __m512i lo = _mm512_inserti32x4(
+        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sl[0]), sl[1], 1), sl[2], 2), sl[3], 3);
+    __m512i hi = _mm512_inserti32x4(
+        _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sh[0]), sh[1], 1), sh[2], 2), sh[3], 3);
+    __m512i q[TR];
+    for (int r = 0; r < TR; r++) {
+        if (r < nr) {
+            const int16_t *bs = x[r * nb + b].bsum16;
+            q[r] = _mm512_add_epi32(
+                _mm512_madd_epi16(lo, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs))),
+                _mm512_madd_epi16(hi, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs + 8)))));
+        } else {
+            q[r] = _mm512_setzero_si512();
+        }
+    }
+    return KQ_NAME(red4)(q[0], q[1], q[2], q[3]);
+}
+
+static inline __attribute__((always_inline)) void KQ_NAME(sb_body)(const pdl_block_q8k *x, int64_t nb, int nr,
+                                                                   const uint8_t *w, size_t wrb, int nc,
+                                                                   float *out, int64_t ldo, const int KIND) {
+    const size_t bb = KIND == KQ_SB_Q6K ? 210 : KIND == KQ_SB_Q3K ? 110 : 84;
+    const __m512i zero = _mm512_setzero_si512();
     const __m512i idx[4] = {
         _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002, 0x20002, 0x20002,
                           0x30003, 0x30003, 0x30003, 0x30003),
@@ -359,23 +282,15 @@ static inline __attribute__((always_inline)) void KQ_NAME(q2k_body)(const pdl_bl
             for (int c = 0; c < TC; c++) acc[r][c] = zero;
         for (int c = 0; c < TC; c++) scz[c] = mnz[c] = zero;
         for (int c = 0; c < nc; c++) {
-            const uint8_t *blk = w + c * wrb + b * 84;
-            __m128i sb = _mm_loadu_si128((const __m128i *)blk);
-            scz[c] = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(sb, _mm_set1_epi8(0x0F))));
-            mnz[c] = _mm512_castsi256_si512(
-                _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F))));
-            dw[c] = KQ_NAME(half)(blk + 80);
-            dm[c] = KQ_NAME(half)(blk + 82);
-            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, 84);
+            const uint8_t *blk = w + c * wrb + b * bb;
+            KQ_NAME(sb_scales)(blk, &scz[c], &mnz[c], &dw[c], &dm[c], KIND);
+            KQ_NAME(prefetch)(blk + KQ_PF_ROWS * wrb, bb);
         }
         for (int r = 0; r < nr; r++) dx[r] = x[r * nb + b].d;
-        for (int s = 0; s < 4; s++) { /* h = s / 2, p = s % 2 */
-            int h = s / 2, p = s % 2;
+        for (int s = 0; s < 4; s++) {
             __m512i wq[TC], sv[TC];
             for (int c = 0; c < nc; c++) {
-                const uint8_t *blk = w + c * wrb + b * 84;
-                __m512i qs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h)));
-                wq[c] = _mm512_and_si512(_mm512_srlv_epi16(qs, qshift[p]), m3);
+                wq[c] = KQ_NAME(sb_chunk)(w + c * wrb + b * bb, s, KIND);
                 sv[c] = _mm512_permutexvar_epi16(idx[s], scz[c]);
             }
             for (int r = 0; r < nr; r++) {
@@ -384,29 +299,15 @@ static inline __attribute__((always_inline)) void KQ_NAME(q2k_body)(const pdl_bl
             }
         }
         __m512i isum = KQ_NAME(reduce_tile)(acc);
-        __m128i sl[TC], sh[TC];
-        for (int c = 0; c < TC; c++) {
-            sl[c] = _mm512_castsi512_si128(mnz[c]);
-            sh[c] = _mm512_extracti32x4_epi32(mnz[c], 1);
+        if (KIND == KQ_SB_Q2K) {
+            __m512i msum = KQ_NAME(sb_bsum_dot)(mnz, x, nb, b, nr);
+            facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
+            facc = _mm512_fnmadd_ps(KQ_NAME(outer)(dm, dx), _mm512_cvtepi32_ps(msum), facc);
+        } else {
+            __m512i off = KQ_NAME(sb_bsum_dot)(scz, x, nb, b, nr);
+            isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(off, KIND == KQ_SB_Q6K ? 5 : 2));
+            facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
         }
-        __m512i lo = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sl[0]), sl[1], 1), sl[2], 2), sl[3], 3);
-        __m512i hi = _mm512_inserti32x4(
-            _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(sh[0]), sh[1], 1), sh[2], 2), sh[3], 3);
-        __m512i q[TR];
-        for (int r = 0; r < TR; r++) {
-            if (r < nr) {
-                const int16_t *bs = x[r * nb + b].bsum16;
-                q[r] = _mm512_add_epi32(
-                    _mm512_madd_epi16(lo, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)bs))),
-                    _mm512_madd_epi16(hi, _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(bs + 8)))));
-            } else {
-                q[r] = zero;
-            }
-        }
-        __m512i msum = KQ_NAME(red4)(q[0], q[1], q[2], q[3]);
-        facc = _mm512_fmadd_ps(KQ_NAME(outer)(dw, dx), _mm512_cvtepi32_ps(isum), facc);
-        facc = _mm512_fnmadd_ps(KQ_NAME(outer)(dm, dx), _mm512_cvtepi32_ps(msum), facc);
     }
     KQ_NAME(store)(facc, nr, nc, out, ldo);
 }
@@ -483,23 +384,23 @@ static void KQ_NAME(tile_q5_k)(const pdl_block_q8k *x, int64_t nb, int rows, con
 
 static void KQ_NAME(tile_q6_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                                int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) KQ_NAME(q6k_body)(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) KQ_NAME(q6k_body)(x, nb, 1, w, wrb, TC, out, ldo);
-    else KQ_NAME(q6k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) KQ_NAME(sb_body)(x, nb, TR, w, wrb, TC, out, ldo, KQ_SB_Q6K);
+    else if (cols == TC && rows == 1) KQ_NAME(sb_body)(x, nb, 1, w, wrb, TC, out, ldo, KQ_SB_Q6K);
+    else KQ_NAME(sb_body)(x, nb, rows, w, wrb, cols, out, ldo, KQ_SB_Q6K);
 }
 
 static void KQ_NAME(tile_q3_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                                int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) KQ_NAME(q3k_body)(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) KQ_NAME(q3k_body)(x, nb, 1, w, wrb, TC, out, ldo);
-    else KQ_NAME(q3k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) KQ_NAME(sb_body)(x, nb, TR, w, wrb, TC, out, ldo, KQ_SB_Q3K);
+    else if (cols == TC && rows == 1) KQ_NAME(sb_body)(x, nb, 1, w, wrb, TC, out, ldo, KQ_SB_Q3K);
+    else KQ_NAME(sb_body)(x, nb, rows, w, wrb, cols, out, ldo, KQ_SB_Q3K);
 }
 
 static void KQ_NAME(tile_q2_k)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
                                int cols, float *out, int64_t ldo) {
-    if (cols == TC && rows == TR) KQ_NAME(q2k_body)(x, nb, TR, w, wrb, TC, out, ldo);
-    else if (cols == TC && rows == 1) KQ_NAME(q2k_body)(x, nb, 1, w, wrb, TC, out, ldo);
-    else KQ_NAME(q2k_body)(x, nb, rows, w, wrb, cols, out, ldo);
+    if (cols == TC && rows == TR) KQ_NAME(sb_body)(x, nb, TR, w, wrb, TC, out, ldo, KQ_SB_Q2K);
+    else if (cols == TC && rows == 1) KQ_NAME(sb_body)(x, nb, 1, w, wrb, TC, out, ldo, KQ_SB_Q2K);
+    else KQ_NAME(sb_body)(x, nb, rows, w, wrb, cols, out, ldo, KQ_SB_Q2K);
 }
 
 static void KQ_NAME(tile_iq4_xs)(const pdl_block_q8k *x, int64_t nb, int rows, const uint8_t *w, size_t wrb,
