@@ -874,7 +874,7 @@ static void PANEL_PREFIX(q6_k)(const pdl_block_q8k *x, int64_t ldx, int rows, co
         }                                                                                                        \
     }
 
-/* ---- Q3_K ---------------------------------------------------------------------- */
+/* ---- Q3_K and Q2_K --------------------------------------------------------------- */
 
 /* Q3_K: the unsigned values q + 4 (0..7) of 4 elements of 8 columns for
  * half H and quarter K: bits 2K of qs vector A (the half's), bit 4H + K of
@@ -902,114 +902,6 @@ static inline __attribute__((always_inline)) __m256 ib_q3k_end(const uint8_t *bl
     return _mm256_fmadd_ps(_mm256_mul_ps(dw, _mm256_set1_ps(xb->d)), _mm256_cvtepi32_ps(is), acc);
 }
 
-/* Q3_K, NR (2..4) rows x NV groups: per group of 16 elements the values
- * (q + 4, unsigned) times the activations over its 4 steps (int16 on
- * AVX2: at most 7112), times the group's scale, into isum; then
- * ib_q3k_end. One row is ib_q3k_row's. */
-static inline __attribute__((always_inline)) void ib_q3k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                               const ib_group *grp, const int nv, int64_t nb,
-                                                               int64_t ldy, bool accumulate) {
-    __m256 acc[IB_MAX_R][IB_MAX_V];
-    IB_UNROLL for (int r = 0; r < nr; r++)
-        IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
-        __m256i isum[IB_MAX_R][IB_MAX_V];
-        IB_UNROLL for (int r = 0; r < nr; r++)
-            IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
-        for (int half = 0; half < 2; half++)
-            IB_UNROLL for (int quarter = 0; quarter < 4; quarter++) /* a constant in each copy */
-                for (int gs = 0; gs < 2; gs++) {
-                    int group = 8 * half + 2 * quarter + gs;
-                    __m256i sc[IB_MAX_V];
-                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_i8(blk[v] + 1536 + group * 16 + 8 * grp[v].half);
-                    __m256i sg[IB_MAX_R][IB_MAX_V];
-                    IB_UNROLL for (int r = 0; r < nr; r++)
-                        IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = _mm256_setzero_si256();
-                    IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        __m256i w[IB_MAX_V];
-                        IB_UNROLL for (int v = 0; v < nv; v++) {
-                            const uint8_t *wd = blk[v] + (size_t)(l4 * 3) * 64 + 32 * grp[v].half;
-                            __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + half * 64));
-                            __m256i m = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
-                            w[v] = ib_q3_values(half, quarter, a, m);
-                        }
-                        IB_UNROLL for (int r = 0; r < nr; r++) {
-                            __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4);
-                            IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = IB_DOT(sg[r][v], w[v], xb);
-                        }
-                    }
-                    IB_UNROLL for (int r = 0; r < nr; r++)
-                        IB_UNROLL for (int v = 0; v < nv; v++)
-                            isum[r][v] = _mm256_add_epi32(isum[r][v], ib_scaled(sg[r][v], sc[v]));
-                }
-        IB_UNROLL for (int v = 0; v < nv; v++)
-            IB_UNROLL for (int r = 0; r < nr; r++)
-                acc[r][v] = ib_q3k_end(blk[v], 8 * grp[v].half, isum[r][v], &x[r * ldx + b], acc[r][v]);
-    }
-    IB_UNROLL for (int r = 0; r < nr; r++)
-        IB_UNROLL for (int v = 0; v < nv; v++)
-            ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
-}
-
-/* Q3_K, one row x NV groups (decode): per half and group of steps, each
- * step's qs and hmask lines read once for the half's four quarters. */
-static inline __attribute__((always_inline)) void ib_q3k_row(const pdl_block_q8k *x, const ib_group *grp,
-                                                             const int nv, int64_t nb, bool accumulate) {
-    __m256 acc[IB_MAX_V];
-    IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk[IB_MAX_V];
-        const size_t ahead = panel_ahead(PDL_Q3K_PANEL_BLOCK);
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
-        const int8_t *xq = x[b].qs;
-        __m256i isum[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
-        IB_UNROLL for (int half = 0; half < 2; half++)
-            for (int gs = 0; gs < 2; gs++) {
-                __m256i s[4][IB_MAX_V];
-                IB_UNROLL for (int q = 0; q < 4; q++)
-                    IB_UNROLL for (int v = 0; v < nv; v++) s[q][v] = _mm256_setzero_si256();
-                IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++)
-                    IB_UNROLL for (int v = 0; v < nv; v++) {
-                        const uint8_t *wd = blk[v] + (size_t)(l4 * 3) * 64 + 32 * grp[v].half;
-                        __m256i a = _mm256_load_si256((const __m256i *)(const void *)(wd + half * 64));
-                        __m256i m = _mm256_load_si256((const __m256i *)(const void *)(wd + 128));
-                        if (grp[v].half == 0 && half == 0) {
-                            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
-                            _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
-                            panel_prefetch_tail(blk[v] + ahead, 1536, PDL_Q3K_PANEL_BLOCK, l4, 8);
-                        }
-                        IB_UNROLL for (int q = 0; q < 4; q++) {
-                            __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
-                            s[q][v] = IB_DOT(s[q][v], ib_q3_values(half, q, a, m), xb);
-                        }
-                    }
-                IB_UNROLL for (int q = 0; q < 4; q++)
-                    IB_UNROLL for (int v = 0; v < nv; v++) {
-                        int group = 8 * half + 2 * q + gs;
-                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s[q][v], ib_scale_i8(blk[v] + 1536 + group * 16 + 8 * grp[v].half)));
-                    }
-            }
-        IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = ib_q3k_end(blk[v], 8 * grp[v].half, isum[v], &x[b], acc[v]);
-    }
-    IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
-}
-
-/* Q3_K's piece: rows x groups as IB_PIECE_TILE asks (one row: ib_q3k_row). */
-static inline __attribute__((always_inline)) void ib_q3k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                             const ib_group *grp, const int nv, int64_t nb,
-                                                             int64_t ldy, bool accumulate) {
-    if (nr == 1) ib_q3k_row(x, grp, nv, nb, accumulate);
-    else ib_q3k_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate);
-}
-
-IB_PIECE_TILE(q3_k, ib_q3k_any)
-
-/* ---- Q2_K ---------------------------------------------------------------------- */
-
 /* msum (the mins times the activation sums per 16, pairs of groups per
  * VPMADDWD), then kquant.h's two fused multiply-adds into acc. */
 static inline __attribute__((always_inline)) __m256 ib_q2k_end(const uint8_t *blk, int half8, __m256i isum,
@@ -1025,19 +917,77 @@ static inline __attribute__((always_inline)) __m256 ib_q2k_end(const uint8_t *bl
     return _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc);
 }
 
-/* Q2_K, NR (2..4) rows x NV groups: per group of 16 elements the values
- * (0..3) times the activations over its 4 steps (int16 on AVX2: at most
- * 3048), times the group's scale, into isum; then ib_q2k_end. */
-static inline __attribute__((always_inline)) void ib_q2k_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                               const ib_group *grp, const int nv, int64_t nb,
-                                                               int64_t ldy, bool accumulate) {
-    const __m256i m3 = _mm256_set1_epi8(0x03);
+/* Q3_K and Q2_K (KIND) share the walk: per half and group of 16 elements
+ * (4 steps of 4), the values times the activations, times the group's
+ * scale, into isum; a block ends with ib_q3k_end / ib_q2k_end. Step l4's
+ * vectors (panel layout, weight_panels.h): Q3_K three (the qs of half 0,
+ * of half 1, the hmask), Q2_K two (the qs of each half). */
+enum { IB_LB_Q3K, IB_LB_Q2K };
+
+static inline size_t ib_lb_block(const int KIND) {
+    return KIND == IB_LB_Q3K ? PDL_Q3K_PANEL_BLOCK : PDL_Q2K_PANEL_BLOCK;
+}
+
+/* Step l4's first vector, at group half gh's 8 rows. */
+static inline const uint8_t *ib_lb_step(const uint8_t *blk, int l4, int gh, const int KIND) {
+    return blk + (size_t)(l4 * (KIND == IB_LB_Q3K ? 3 : 2)) * 64 + 32 * gh;
+}
+
+/* Group `group`'s scales: Q3_K's signed (minus 32), Q2_K's four-bit ones. */
+static inline __m256i ib_lb_scale(const uint8_t *blk, int group, int gh, const int KIND) {
+    return KIND == IB_LB_Q3K ? ib_scale_i8(blk + 1536 + group * 16 + 8 * gh)
+                             : ib_scale_u8(blk + 1024 + group * 16 + 8 * gh);
+}
+
+/* Half `half`'s qs vector of a step (st: ib_lb_step) and Q3_K's hmask one. */
+static inline __attribute__((always_inline)) void ib_lb_load(const uint8_t *st, int half, __m256i *a, __m256i *m,
+                                                             const int KIND) {
+    *a = _mm256_load_si256((const __m256i *)(const void *)(st + half * 64));
+    *m = KIND == IB_LB_Q3K ? _mm256_load_si256((const __m256i *)(const void *)(st + 128)) : _mm256_setzero_si256();
+}
+
+/* Quarter `quarter`'s values: Q3_K's q + 4 (0..7), Q2_K's 0..3. */
+static inline __attribute__((always_inline)) __m256i ib_lb_values(const int half, const int quarter, __m256i a,
+                                                                  __m256i m, const int KIND) {
+    if (KIND == IB_LB_Q3K) return ib_q3_values(half, quarter, a, m);
+    return _mm256_and_si256(_mm256_srli_epi16(a, 2 * quarter), _mm256_set1_epi8(0x03));
+}
+
+static inline __attribute__((always_inline)) __m256 ib_lb_end(const uint8_t *blk, int half8, __m256i isum,
+                                                              const pdl_block_q8k *xb, __m256 acc, const int KIND) {
+    return KIND == IB_LB_Q3K ? ib_q3k_end(blk, half8, isum, xb, acc) : ib_q2k_end(blk, half8, isum, xb, acc);
+}
+
+/* Decode's prefetch for step l4 of half `half` (st: ib_lb_step at group
+ * half 0) a block ahead: Q3_K the step's three lines once (at half 0),
+ * Q2_K the half's line; then the block's lines past its steps. */
+static inline __attribute__((always_inline)) void ib_lb_prefetch(const uint8_t *blk, const uint8_t *st,
+                                                                 size_t ahead, int l4, int half, const int KIND) {
+    if (KIND == IB_LB_Q3K) {
+        if (half) return;
+        _mm_prefetch((const char *)(st + ahead), _MM_HINT_T0);
+        _mm_prefetch((const char *)(st + 64 + ahead), _MM_HINT_T0);
+        _mm_prefetch((const char *)(st + 128 + ahead), _MM_HINT_T0);
+        panel_prefetch_tail(blk + ahead, 1536, PDL_Q3K_PANEL_BLOCK, l4, 8);
+    } else {
+        _mm_prefetch((const char *)(st + 64 * half + ahead), _MM_HINT_T0);
+        panel_prefetch_tail(blk + ahead, 1024, PDL_Q2K_PANEL_BLOCK, 2 * l4 + half, 16);
+    }
+}
+
+/* Q3_K / Q2_K, NR (2..4) rows x NV groups: per group of 16 elements the
+ * values times the activations over its 4 steps (int16 on AVX2: at most
+ * 7112 for Q3_K's q + 4, 3048 for Q2_K), times the group's scale, into
+ * isum; then ib_lb_end. One row is ib_lb_row's. */
+static inline __attribute__((always_inline)) void ib_lb_piece(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                              const ib_group *grp, const int nv, int64_t nb,
+                                                              int64_t ldy, bool accumulate, const int KIND) {
     __m256 acc[IB_MAX_R][IB_MAX_V];
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++) acc[r][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * ib_lb_block(KIND);
         __m256i isum[IB_MAX_R][IB_MAX_V];
         IB_UNROLL for (int r = 0; r < nr; r++)
             IB_UNROLL for (int v = 0; v < nv; v++) isum[r][v] = _mm256_setzero_si256();
@@ -1046,16 +996,16 @@ static inline __attribute__((always_inline)) void ib_q2k_piece(const pdl_block_q
                 for (int gs = 0; gs < 2; gs++) {
                     int group = 8 * half + 2 * quarter + gs;
                     __m256i sc[IB_MAX_V];
-                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_scale_u8(blk[v] + 1024 + group * 16 + 8 * grp[v].half);
+                    IB_UNROLL for (int v = 0; v < nv; v++) sc[v] = ib_lb_scale(blk[v], group, grp[v].half, KIND);
                     __m256i sg[IB_MAX_R][IB_MAX_V];
                     IB_UNROLL for (int r = 0; r < nr; r++)
                         IB_UNROLL for (int v = 0; v < nv; v++) sg[r][v] = _mm256_setzero_si256();
                     IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
                         __m256i w[IB_MAX_V];
                         IB_UNROLL for (int v = 0; v < nv; v++) {
-                            const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
-                            __m256i a = _mm256_load_si256((const __m256i *)(const void *)wd);
-                            w[v] = _mm256_and_si256(_mm256_srli_epi16(a, 2 * quarter), m3);
+                            __m256i a, m;
+                            ib_lb_load(ib_lb_step(blk[v], l4, grp[v].half, KIND), half, &a, &m, KIND);
+                            w[v] = ib_lb_values(half, quarter, a, m, KIND);
                         }
                         IB_UNROLL for (int r = 0; r < nr; r++) {
                             __m256i xb = ib_bcast4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4);
@@ -1068,24 +1018,24 @@ static inline __attribute__((always_inline)) void ib_q2k_piece(const pdl_block_q
                 }
         IB_UNROLL for (int v = 0; v < nv; v++)
             IB_UNROLL for (int r = 0; r < nr; r++)
-                acc[r][v] = ib_q2k_end(blk[v], 8 * grp[v].half, isum[r][v], &x[r * ldx + b], acc[r][v]);
+                acc[r][v] = ib_lb_end(blk[v], 8 * grp[v].half, isum[r][v], &x[r * ldx + b], acc[r][v], KIND);
     }
     IB_UNROLL for (int r = 0; r < nr; r++)
         IB_UNROLL for (int v = 0; v < nv; v++)
             ib_store(grp[v].y + r * ldy, acc[r][v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Q2_K, one row x NV groups (decode): per half and group of steps, each
- * step's qs line read once for the half's four quarters. */
-static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k *x, const ib_group *grp,
-                                                             const int nv, int64_t nb, bool accumulate) {
-    const __m256i m3 = _mm256_set1_epi8(0x03);
+/* Q3_K / Q2_K, one row x NV groups (decode): per half and group of steps,
+ * each step's lines read once for the half's four quarters. */
+static inline __attribute__((always_inline)) void ib_lb_row(const pdl_block_q8k *x, const ib_group *grp,
+                                                            const int nv, int64_t nb, bool accumulate,
+                                                            const int KIND) {
     __m256 acc[IB_MAX_V];
     IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk[IB_MAX_V];
-        const size_t ahead = panel_ahead(PDL_Q2K_PANEL_BLOCK);
-        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        const size_t ahead = panel_ahead(ib_lb_block(KIND));
+        IB_UNROLL for (int v = 0; v < nv; v++) blk[v] = grp[v].panel + (size_t)b * ib_lb_block(KIND);
         const int8_t *xq = x[b].qs;
         __m256i isum[IB_MAX_V];
         IB_UNROLL for (int v = 0; v < nv; v++) isum[v] = _mm256_setzero_si256();
@@ -1096,36 +1046,43 @@ static inline __attribute__((always_inline)) void ib_q2k_row(const pdl_block_q8k
                     IB_UNROLL for (int v = 0; v < nv; v++) s[q][v] = _mm256_setzero_si256();
                 IB_UNROLL for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++)
                     IB_UNROLL for (int v = 0; v < nv; v++) {
-                        const uint8_t *wd = blk[v] + (size_t)(l4 * 2 + half) * 64 + 32 * grp[v].half;
-                        __m256i a = _mm256_load_si256((const __m256i *)(const void *)wd);
-                        if (grp[v].half == 0) {
-                            _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
-                            panel_prefetch_tail(blk[v] + ahead, 1024, PDL_Q2K_PANEL_BLOCK, 2 * l4 + half, 16);
-                        }
+                        const uint8_t *st = ib_lb_step(blk[v], l4, grp[v].half, KIND);
+                        __m256i a, m;
+                        ib_lb_load(st, half, &a, &m, KIND);
+                        if (grp[v].half == 0) ib_lb_prefetch(blk[v], st, ahead, l4, half, KIND);
                         IB_UNROLL for (int q = 0; q < 4; q++) {
                             __m256i xb = ib_bcast4(xq + 128 * half + 32 * q + 4 * l4);
-                            s[q][v] = IB_DOT(s[q][v], _mm256_and_si256(_mm256_srli_epi16(a, 2 * q), m3), xb);
+                            s[q][v] = IB_DOT(s[q][v], ib_lb_values(half, q, a, m, KIND), xb);
                         }
                     }
                 IB_UNROLL for (int q = 0; q < 4; q++)
                     IB_UNROLL for (int v = 0; v < nv; v++) {
                         int group = 8 * half + 2 * q + gs;
-                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s[q][v], ib_scale_u8(blk[v] + 1024 + group * 16 + 8 * grp[v].half)));
+                        isum[v] = _mm256_add_epi32(isum[v], ib_scaled(s[q][v], ib_lb_scale(blk[v], group, grp[v].half, KIND)));
                     }
             }
-        IB_UNROLL for (int v = 0; v < nv; v++) acc[v] = ib_q2k_end(blk[v], 8 * grp[v].half, isum[v], &x[b], acc[v]);
+        IB_UNROLL for (int v = 0; v < nv; v++)
+            acc[v] = ib_lb_end(blk[v], 8 * grp[v].half, isum[v], &x[b], acc[v], KIND);
     }
     IB_UNROLL for (int v = 0; v < nv; v++) ib_store(grp[v].y, acc[v], grp[v].bias, accumulate, grp[v].cols);
 }
 
-/* Q2_K's piece: rows x groups as IB_PIECE_TILE asks (one row: ib_q2k_row). */
+/* Q3_K's and Q2_K's pieces: rows x groups as IB_PIECE_TILE asks (one row:
+ * ib_lb_row). */
+static inline __attribute__((always_inline)) void ib_q3k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                             const ib_group *grp, const int nv, int64_t nb,
+                                                             int64_t ldy, bool accumulate) {
+    if (nr == 1) ib_lb_row(x, grp, nv, nb, accumulate, IB_LB_Q3K);
+    else ib_lb_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate, IB_LB_Q3K);
+}
 static inline __attribute__((always_inline)) void ib_q2k_any(const pdl_block_q8k *x, int64_t ldx, const int nr,
                                                              const ib_group *grp, const int nv, int64_t nb,
                                                              int64_t ldy, bool accumulate) {
-    if (nr == 1) ib_q2k_row(x, grp, nv, nb, accumulate);
-    else ib_q2k_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate);
+    if (nr == 1) ib_lb_row(x, grp, nv, nb, accumulate, IB_LB_Q2K);
+    else ib_lb_piece(x, ldx, nr, grp, nv, nb, ldy, accumulate, IB_LB_Q2K);
 }
 
+IB_PIECE_TILE(q3_k, ib_q3k_any)
 IB_PIECE_TILE(q2_k, ib_q2k_any)
 
 /* ---- IQ4_XS ---------------------------------------------------------------- */
