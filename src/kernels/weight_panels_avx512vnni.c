@@ -413,108 +413,6 @@ static inline __attribute__((always_inline)) __m512i q3_values(const int half, c
     return _mm512_or_si512(lo, _mm512_and_si512(hb, _mm512_set1_epi8(0x04)));
 }
 
-/* NR rows (up to R) of a Q6_K (q6) or Q3_K panel: per group of 16
- * elements VPDPBUSD sums the unsigned values (q + 32, q + 4) times x over
- * 4 steps of 4 (exact), the group's sum of x times 32 (4) is taken off and
- * the group's scale multiplies it into the super-block's isum; then one
- * fused multiply-add, as kquant.h. */
-static inline __attribute__((always_inline)) void q63body(const int q6, const pdl_block_q8k *x, int64_t ldx,
-                                                          const int nr, const uint8_t *panel, int64_t nb,
-                                                          int last_cols, float *y, int64_t ldy, const float *bias,
-                                                          bool accumulate) {
-    const size_t pbb = q6 ? PDL_Q6K_PANEL_BLOCK : PDL_Q3K_PANEL_BLOCK, scales = q6 ? 3072 : 1536;
-    const int offset = q6 ? 32 : 4;
-    __m512 acc[R];
-    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * pbb;
-        __m512i isum[R];
-        for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int half = 0; half < 2; half++)
-#pragma GCC unroll 4
-            for (int quarter = 0; quarter < 4; quarter++) /* constants in each copy: the values without branches */
-#pragma GCC unroll 2
-                for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
-                    int group = 8 * half + 2 * quarter + gs;
-                    __m512i sg[R];
-                    for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
-                    for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        const uint8_t *wd = blk + (size_t)(((q6 ? 8 * half : 0) + l4) * 3) * 64;
-                        __m512i a = _mm512_load_si512((const void *)(wd + (q6 ? quarter % 2 : half) * 64));
-                        __m512i h = _mm512_load_si512((const void *)(wd + 128));
-                        __m512i w = q6 ? q6_values(quarter, a, h) : q3_values(half, quarter, a, h);
-                        for (int r = 0; r < nr; r++) {
-                            __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
-                            sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
-                        }
-                    }
-                    __m512i sc = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + scales + group * 16)));
-                    for (int r = 0; r < nr; r++) {
-                        __m512i off = _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]);
-                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(_mm512_sub_epi32(sg[r], off), sc));
-                    }
-                }
-        __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + scales + 256)));
-        for (int r = 0; r < nr; r++) {
-            __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
-            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
-}
-
-/* The bodies the tile macro below takes: Q6_K's and Q3_K's. */
-static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
-                                                         int64_t ldy, const float *bias, bool accumulate) {
-    q63body(1, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
-}
-static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
-                                                         int64_t ldy, const float *bias, bool accumulate) {
-    q63body(0, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
-}
-
-/* One activation row (decode): each step's three loads (side by side in
- * the panel) give the values of all eight quarters, summed into one
- * accumulator per quarter (the groups of a step's 4 elements). */
-static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
-                                                          int last_cols, float *y, const float *bias,
-                                                          bool accumulate) {
-    const size_t ahead = panel_ahead(PDL_Q3K_PANEL_BLOCK);
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * PDL_Q3K_PANEL_BLOCK;
-        const int8_t *xq = x[b].qs;
-        __m512i isum = _mm512_setzero_si512();
-        for (int gs = 0; gs < 2; gs++) {
-            __m512i s[8];
-            for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
-            for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                const uint8_t *wd = blk + (size_t)(l4 * 3) * 64;
-                _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 128 + ahead), _MM_HINT_T0);
-                panel_prefetch_tail(blk + ahead, 1536, PDL_Q3K_PANEL_BLOCK, l4, 8);
-                __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
-                __m512i m = _mm512_load_si512((const void *)(wd + 128));
-#pragma GCC unroll 8
-                for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
-                    __m512i xb = _mm512_set1_epi32(load4(xq + 32 * t + 4 * l4));
-                    s[t] = _mm512_dpbusd_epi32(s[t], q3_values(t / 4, t % 4, t / 4 ? a1 : a0, m), xb);
-                }
-            }
-            for (int t = 0; t < 8; t++) {
-                int group = 2 * t + gs;
-                isum = k16_group_into(isum, s[t], 4 * x[b].bsum16[group], blk + 1536 + group * 16);
-            }
-        }
-        acc = k16_block_end(acc, isum, blk + 1792, x[b].d);
-    }
-    panel_store(y, acc, bias, accumulate, true, last_cols);
-}
-
 /* Q2_K: the end of a super-block: msum (the mins times the activation
  * sums per 16) and kquant.h's two fused multiply-adds into acc. */
 static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *blk, __m512i isum,
@@ -533,81 +431,157 @@ static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *
     return _mm512_fmadd_ps(mdx, _mm512_cvtepi32_ps(msum), acc);
 }
 
-/* NR rows (up to R) of a Q2_K panel: per group of 16 elements VPDPBUSD
- * sums q x over 4 steps of 4 (exact), the group's scale multiplies it
- * into the super-block's isum; then q2_block_end. */
-static inline __attribute__((always_inline)) void q2body(const pdl_block_q8k *x, int64_t ldx, const int nr,
-                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
-                                                         int64_t ldy, const float *bias, bool accumulate) {
-    const __m512i m3 = _mm512_set1_epi8(0x03);
+/* Q6_K, Q3_K and Q2_K (KIND) walk their panels alike: 16 groups of 16
+ * elements a super-block, a group's 4 steps of 4 elements per half and
+ * quarter. Step l4's vectors (weight_panels.h): Q6_K three per half (ql,
+ * ql + 32, qh), Q3_K three (the qs of each half, the hmask), Q2_K two (the
+ * qs of each half). */
+enum { K16_Q6K, K16_Q3K, K16_Q2K };
+
+static inline size_t k16_block_bytes(const int KIND) {
+    return KIND == K16_Q6K ? PDL_Q6K_PANEL_BLOCK : KIND == K16_Q3K ? PDL_Q3K_PANEL_BLOCK : PDL_Q2K_PANEL_BLOCK;
+}
+
+/* Where the 16 groups' scales start (Q6_K, Q3_K: int8; Q2_K: four-bit,
+ * unsigned): as int32, group `group`'s. */
+static inline __attribute__((always_inline)) __m512i k16_scales(const uint8_t *blk, int group, const int KIND) {
+    const size_t at = (KIND == K16_Q6K ? 3072 : KIND == K16_Q3K ? 1536 : 1024) + (size_t)group * 16;
+    __m128i s = _mm_load_si128((const __m128i *)(const void *)(blk + at));
+    return KIND == K16_Q2K ? _mm512_cvtepu8_epi32(s) : _mm512_cvtepi8_epi32(s);
+}
+
+/* NR rows (up to R) of a Q6_K, Q3_K or Q2_K panel: per group of 16
+ * elements VPDPBUSD sums the unsigned values (q + 32, q + 4, q) times x
+ * over 4 steps of 4 (exact), the group's sum of x times the offset (32, 4)
+ * is taken off and the group's scale multiplies it into the super-block's
+ * isum; then one fused multiply-add, as kquant.h (Q2_K: q2_block_end's
+ * two). */
+static inline __attribute__((always_inline)) void k16body(const int KIND, const pdl_block_q8k *x, int64_t ldx,
+                                                          const int nr, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, int64_t ldy, const float *bias,
+                                                          bool accumulate) {
+    const size_t pbb = k16_block_bytes(KIND);
+    const int offset = KIND == K16_Q6K ? 32 : 4;
     __m512 acc[R];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        const uint8_t *blk = panel + (size_t)b * pbb;
         __m512i isum[R];
         for (int r = 0; r < nr; r++) isum[r] = _mm512_setzero_si512();
 #pragma GCC unroll 2
         for (int half = 0; half < 2; half++)
 #pragma GCC unroll 4
-            for (int quarter = 0; quarter < 4; quarter++)
+            for (int quarter = 0; quarter < 4; quarter++) /* constants in each copy: the values without branches */
 #pragma GCC unroll 2
                 for (int gs = 0; gs < 2; gs++) { /* group 8 half + 2 quarter + gs */
                     int group = 8 * half + 2 * quarter + gs;
                     __m512i sg[R];
                     for (int r = 0; r < nr; r++) sg[r] = _mm512_setzero_si512();
                     for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                        __m512i a = _mm512_load_si512((const void *)(blk + (size_t)(l4 * 2 + half) * 64));
-                        __m512i w = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), m3);
+                        __m512i w;
+                        if (KIND == K16_Q2K) {
+                            __m512i a = _mm512_load_si512((const void *)(blk + (size_t)(l4 * 2 + half) * 64));
+                            w = _mm512_and_si512(_mm512_srli_epi16(a, (unsigned)(2 * quarter)), _mm512_set1_epi8(0x03));
+                        } else {
+                            const int q6 = KIND == K16_Q6K;
+                            const uint8_t *wd = blk + (size_t)(((q6 ? 8 * half : 0) + l4) * 3) * 64;
+                            __m512i a = _mm512_load_si512((const void *)(wd + (q6 ? quarter % 2 : half) * 64));
+                            __m512i h = _mm512_load_si512((const void *)(wd + 128));
+                            w = q6 ? q6_values(quarter, a, h) : q3_values(half, quarter, a, h);
+                        }
                         for (int r = 0; r < nr; r++) {
                             __m512i xb = _mm512_set1_epi32(load4(x[r * ldx + b].qs + 128 * half + 32 * quarter + 4 * l4));
                             sg[r] = _mm512_dpbusd_epi32(sg[r], w, xb);
                         }
                     }
-                    __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1024 + group * 16)));
-                    for (int r = 0; r < nr; r++) isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sg[r], sc));
+                    __m512i sc = k16_scales(blk, group, KIND);
+                    for (int r = 0; r < nr; r++) {
+                        __m512i sv = sg[r];
+                        if (KIND != K16_Q2K) sv = _mm512_sub_epi32(sv, _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]));
+                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sv, sc));
+                    }
                 }
-        for (int r = 0; r < nr; r++) acc[r] = q2_block_end(blk, isum[r], &x[r * ldx + b], acc[r]);
+        if (KIND == K16_Q2K) {
+            for (int r = 0; r < nr; r++) acc[r] = q2_block_end(blk, isum[r], &x[r * ldx + b], acc[r]);
+        } else {
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + (KIND == K16_Q6K ? 3328 : 1792))));
+            for (int r = 0; r < nr; r++) {
+                __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
+            }
+        }
     }
     for (int r = 0; r < nr; r++) panel_store(y + r * ldy, acc[r], bias, accumulate, true, last_cols);
 }
 
-/* One activation row (decode): each step's two loads give the values of
- * all eight quarters, summed into one accumulator per quarter. */
-static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
-                                                          int last_cols, float *y, const float *bias,
-                                                          bool accumulate) {
-    const __m512i m3 = _mm512_set1_epi8(0x03);
-    const size_t ahead = panel_ahead(PDL_Q2K_PANEL_BLOCK);
+/* One activation row (decode) of Q3_K or Q2_K: each step's loads (side
+ * by side in the panel: three, two) give the values of all eight
+ * quarters, summed into one accumulator per quarter (the groups of a
+ * step's 4 elements). */
+static inline __attribute__((always_inline)) void k16body1_low(const int KIND, const pdl_block_q8k *x,
+                                                               const uint8_t *panel, int64_t nb, int last_cols,
+                                                               float *y, const float *bias, bool accumulate) {
+    const int q3 = KIND == K16_Q3K, vecs = q3 ? 3 : 2;
+    const size_t pbb = k16_block_bytes(KIND), ahead = panel_ahead(pbb), steps_end = q3 ? 1536 : 1024;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = panel + (size_t)b * PDL_Q2K_PANEL_BLOCK;
+        const uint8_t *blk = panel + (size_t)b * pbb;
         const int8_t *xq = x[b].qs;
         __m512i isum = _mm512_setzero_si512();
         for (int gs = 0; gs < 2; gs++) {
             __m512i s[8];
             for (int t = 0; t < 8; t++) s[t] = _mm512_setzero_si512();
             for (int l4 = 4 * gs; l4 < 4 * gs + 4; l4++) {
-                const uint8_t *wd = blk + (size_t)(l4 * 2) * 64;
-                _mm_prefetch((const char *)(wd + ahead), _MM_HINT_T0);
-                _mm_prefetch((const char *)(wd + 64 + ahead), _MM_HINT_T0);
-                panel_prefetch_tail(blk + ahead, 1024, PDL_Q2K_PANEL_BLOCK, l4, 8);
+                const uint8_t *wd = blk + (size_t)(l4 * vecs) * 64;
+                for (int i = 0; i < vecs; i++) _mm_prefetch((const char *)(wd + 64 * i + ahead), _MM_HINT_T0);
+                panel_prefetch_tail(blk + ahead, steps_end, pbb, l4, 8);
                 __m512i a0 = _mm512_load_si512((const void *)wd), a1 = _mm512_load_si512((const void *)(wd + 64));
+                __m512i m = q3 ? _mm512_load_si512((const void *)(wd + 128)) : _mm512_setzero_si512();
 #pragma GCC unroll 8
                 for (int t = 0; t < 8; t++) { /* t = 4 half + quarter */
                     __m512i xb = _mm512_set1_epi32(load4(xq + 32 * t + 4 * l4));
-                    __m512i v = _mm512_and_si512(_mm512_srli_epi16(t / 4 ? a1 : a0, (unsigned)(2 * (t % 4))), m3);
+                    __m512i v = q3 ? q3_values(t / 4, t % 4, t / 4 ? a1 : a0, m)
+                                   : _mm512_and_si512(_mm512_srli_epi16(t / 4 ? a1 : a0, (unsigned)(2 * (t % 4))),
+                                                      _mm512_set1_epi8(0x03));
                     s[t] = _mm512_dpbusd_epi32(s[t], v, xb);
                 }
             }
             for (int t = 0; t < 8; t++) {
                 int group = 2 * t + gs;
-                __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(const void *)(blk + 1024 + group * 16)));
-                isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s[t], sc));
+                if (q3) isum = k16_group_into(isum, s[t], 4 * x[b].bsum16[group], blk + 1536 + group * 16);
+                else isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s[t], k16_scales(blk, group, KIND)));
             }
         }
-        acc = q2_block_end(blk, isum, &x[b], acc);
+        acc = q3 ? k16_block_end(acc, isum, blk + 1792, x[b].d) : q2_block_end(blk, isum, &x[b], acc);
     }
     panel_store(y, acc, bias, accumulate, true, last_cols);
+}
+
+/* The bodies the tile macro below takes. */
+static inline __attribute__((always_inline)) void q6body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    k16body(K16_Q6K, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
+}
+static inline __attribute__((always_inline)) void q3body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    k16body(K16_Q3K, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
+}
+static inline __attribute__((always_inline)) void q2body(const pdl_block_q8k *x, int64_t ldx, const int nr,
+                                                         const uint8_t *panel, int64_t nb, int last_cols, float *y,
+                                                         int64_t ldy, const float *bias, bool accumulate) {
+    k16body(K16_Q2K, x, ldx, nr, panel, nb, last_cols, y, ldy, bias, accumulate);
+}
+static inline __attribute__((always_inline)) void q3body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    k16body1_low(K16_Q3K, x, panel, nb, last_cols, y, bias, accumulate);
+}
+static inline __attribute__((always_inline)) void q2body1(const pdl_block_q8k *x, const uint8_t *panel, int64_t nb,
+                                                          int last_cols, float *y, const float *bias,
+                                                          bool accumulate) {
+    k16body1_low(K16_Q2K, x, panel, nb, last_cols, y, bias, accumulate);
 }
 
 /* IQ4_XS, NR rows x NG panels: per sub-block j the codes' values + 128
