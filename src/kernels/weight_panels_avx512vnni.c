@@ -112,28 +112,31 @@ static inline __attribute__((always_inline)) void qbody(const int q4, const int8
                         last_cols);
 }
 
-#define DEFINE_QPANEL_TILE(NAME, Q4)                                                                             \
-    static void NAME(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,  \
-                     const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,          \
-                     int64_t ldy, const float *bias, bool accumulate) {                                         \
-        if (rows == R && panels == G)                                                                           \
-            qbody(Q4, xq, xd, xs, ldx, nbx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
-        else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */                       \
-            for (int g = 0; g < panels; g++)                                                                    \
-                qbody(Q4, xq, xd, xs, ldx, nbx, 1, panel + (size_t)g * pb, pb, 1, nb,                           \
-                      g == panels - 1 ? last_cols : 16, y + g * 16, ldy, bias ? bias + g * 16 : NULL, accumulate); \
-        else if (panels == 1)                                                                                   \
-            qbody(Q4, xq, xd, xs, ldx, nbx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);       \
-        else if (panels == 2)                                                                                   \
-            qbody(Q4, xq, xd, xs, ldx, nbx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);       \
-        else                                                                                                    \
-            qbody(Q4, xq, xd, xs, ldx, nbx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);       \
+/* A tile of the per-32-block types over NAME's BODY (qbody's KIND, lbody's
+ * dtype): constant shapes for the full tile and 1 to 3 panels, and decode
+ * (one row) a panel at a time. */
+#define DEFINE_QPANEL_TILE(NAME, BODY, KIND)                                                                        \
+    static void NAME(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,      \
+                     const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,              \
+                     int64_t ldy, const float *bias, bool accumulate) {                                             \
+        if (rows == R && panels == G)                                                                               \
+            BODY(KIND, xq, xd, xs, ldx, nbx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);             \
+        else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */                           \
+            for (int g = 0; g < panels; g++)                                                                        \
+                BODY(KIND, xq, xd, xs, ldx, nbx, 1, panel + (size_t)g * pb, pb, 1, nb,                              \
+                      g == panels - 1 ? last_cols : 16, y + g * 16, ldy, bias ? bias + g * 16 : NULL, accumulate);  \
+        else if (panels == 1)                                                                                       \
+            BODY(KIND, xq, xd, xs, ldx, nbx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);          \
+        else if (panels == 2)                                                                                       \
+            BODY(KIND, xq, xd, xs, ldx, nbx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);          \
+        else                                                                                                        \
+            BODY(KIND, xq, xd, xs, ldx, nbx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
     }
 
-DEFINE_QPANEL_TILE(qpanel_q8_0, 0)
-DEFINE_QPANEL_TILE(qpanel_q4_0, 1)
-DEFINE_QPANEL_TILE(qpanel_mxfp4, 2)
-DEFINE_QPANEL_TILE(qpanel_iq4_nl, 3)
+DEFINE_QPANEL_TILE(qpanel_q8_0, qbody, 0)
+DEFINE_QPANEL_TILE(qpanel_q4_0, qbody, 1)
+DEFINE_QPANEL_TILE(qpanel_mxfp4, qbody, 2)
+DEFINE_QPANEL_TILE(qpanel_iq4_nl, qbody, 3)
 
 /* Q5_K's and Q5_0 / Q5_1's fifth bits: bit j of each byte of a qh word
  * vector moved to bit 4 (16-bit shifts: no bit crosses into the other
@@ -497,14 +500,16 @@ static inline __attribute__((always_inline)) void k16body(const int KIND, const 
                     __m512i sc = k16_scales(blk, group, KIND);
                     for (int r = 0; r < nr; r++) {
                         __m512i sv = sg[r];
-                        if (KIND != K16_Q2K) sv = _mm512_sub_epi32(sv, _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]));
+                        if (KIND != K16_Q2K) /* the offset times the group's activation sum */
+                            sv = _mm512_sub_epi32(sv, _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]));
                         isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sv, sc));
                     }
                 }
         if (KIND == K16_Q2K) {
             for (int r = 0; r < nr; r++) acc[r] = q2_block_end(blk, isum[r], &x[r * ldx + b], acc[r]);
         } else {
-            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(blk + (KIND == K16_Q6K ? 3328 : 1792))));
+            const uint8_t *d = blk + (KIND == K16_Q6K ? 3328 : 1792); /* the 16 rows' d, after the scales */
+            __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)d));
             for (int r = 0; r < nr; r++) {
                 __m512 dx = _mm512_set1_ps(x[r * ldx + b].d);
                 acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum[r]), acc[r]);
@@ -731,27 +736,9 @@ static inline __attribute__((always_inline)) void lbody(const pdl_dtype dt, cons
                         last_cols);
 }
 
-#define DEFINE_LEGACY_PANEL_TILE(NAME, DT)                                                                       \
-    static void NAME(const int8_t *xq, const float *xd, const int32_t *xs, int64_t ldx, int64_t nbx, int rows,  \
-                     const uint8_t *panel, size_t pb, int panels, int64_t nb, int last_cols, float *y,          \
-                     int64_t ldy, const float *bias, bool accumulate) {                                         \
-        if (rows == R && panels == G)                                                                           \
-            lbody(DT, xq, xd, xs, ldx, nbx, R, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);          \
-        else if (rows == 1) /* decode: one panel at a time, its blocks in memory order */                       \
-            for (int g = 0; g < panels; g++)                                                                    \
-                lbody(DT, xq, xd, xs, ldx, nbx, 1, panel + (size_t)g * pb, pb, 1, nb,                           \
-                      g == panels - 1 ? last_cols : 16, y + g * 16, ldy, bias ? bias + g * 16 : NULL, accumulate); \
-        else if (panels == 1)                                                                                   \
-            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, 1, nb, last_cols, y, ldy, bias, accumulate);       \
-        else if (panels == 2)                                                                                   \
-            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, 2, nb, last_cols, y, ldy, bias, accumulate);       \
-        else                                                                                                    \
-            lbody(DT, xq, xd, xs, ldx, nbx, rows, panel, pb, G, nb, last_cols, y, ldy, bias, accumulate);       \
-    }
-
-DEFINE_LEGACY_PANEL_TILE(qpanel_q5_0, PDL_DTYPE_Q5_0)
-DEFINE_LEGACY_PANEL_TILE(qpanel_q4_1, PDL_DTYPE_Q4_1)
-DEFINE_LEGACY_PANEL_TILE(qpanel_q5_1, PDL_DTYPE_Q5_1)
+DEFINE_QPANEL_TILE(qpanel_q5_0, lbody, PDL_DTYPE_Q5_0)
+DEFINE_QPANEL_TILE(qpanel_q4_1, lbody, PDL_DTYPE_Q4_1)
+DEFINE_QPANEL_TILE(qpanel_q5_1, lbody, PDL_DTYPE_Q5_1)
 
 /* TQ2_0 / TQ1_0: the end of a super-block: the codes' sum (codes 0..3
  * times x) minus the activations' sum (all 16 bsum16) is kquant.h's isum,
