@@ -130,9 +130,10 @@ static inline __attribute__((always_inline)) void q4k_body(const pdl_block_q8k *
     store(facc, nr, nc, out, ldo);
 }
 
-/* Q6_K, Q3_K and Q2_K (KIND): a super-block's 16 groups of 16 elements each
- * have a scale of their own, chunk t = 4 h + k (32 elements, t = 0..7)
- * using scales 2t and 2t + 1, and one term over the groups' bsum16 ends it.
+/* Q6_K, Q3_K and Q2_K (KIND; sb_*: the sixteen-scale super-blocks): a
+ * super-block's 16 groups of 16 elements each have a scale of their own,
+ * chunk t = 4 h + k (32 elements, t = 0..7) using scales 2t and 2t + 1,
+ * and one term over the groups' bsum16 ends it.
  * Q6_K: chunk t is nibble k / 2 of ql[64 h + 32 (k % 2) ..], bits 2k of
  * qh[32 h ..]; the -32 offset is taken off at the end: isum = sum sc_g *
  * sum q x - 32 sum sc_g * bsum16_g.

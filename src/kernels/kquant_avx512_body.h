@@ -167,10 +167,11 @@ static inline __attribute__((always_inline)) void KQ_NAME(q4k_body)(const pdl_bl
     KQ_NAME(store)(facc, nr, nc, out, ldo);
 }
 
-/* Q6_K, Q3_K and Q2_K (KIND): a super-block's 16 groups of 16 elements
- * each have a scale of their own; a zmm holds 64 consecutive elements 128 h
- * + 64 p + (0..63) (s = 2 h + p), its 16-element groups using scales 4 s +
- * (0..3); one term over the groups' bsum16 ends the block.
+/* Q6_K, Q3_K and Q2_K (KIND; sb_*: the sixteen-scale super-blocks): a
+ * super-block's 16 groups of 16 elements each have a scale of their own; a
+ * zmm holds 64 consecutive elements 128 h + 64 p + (0..63) (s = 2 h + p),
+ * its 16-element groups using scales 4 s + (0..3); one term over the
+ * groups' bsum16 ends the block.
  * Q6_K: the low (p = 0) or high (p = 1) nibbles of ql[64 h .. 64 h + 63]
  * and bit pairs 4p, 4p + 2 of qh[32 h .. 32 h + 31] (one per 256-bit
  * half). The -32 offset is taken off at the end: isum = sum sc_g * sum q x

@@ -917,11 +917,12 @@ static inline __attribute__((always_inline)) __m256 ib_q2k_end(const uint8_t *bl
     return _mm256_fnmadd_ps(_mm256_mul_ps(dm, dx), _mm256_cvtepi32_ps(msum), acc);
 }
 
-/* Q3_K and Q2_K (KIND) share the walk: per half and group of 16 elements
- * (4 steps of 4), the values times the activations, times the group's
- * scale, into isum; a block ends with ib_q3k_end / ib_q2k_end. Step l4's
- * vectors (panel layout, weight_panels.h): Q3_K three (the qs of half 0,
- * of half 1, the hmask), Q2_K two (the qs of each half). */
+/* Q3_K and Q2_K (KIND; ib_lb_*: the low-bit pair) share the walk: per
+ * half and group of 16 elements (4 steps of 4), the values times the
+ * activations, times the group's scale, into isum; a block ends with
+ * ib_q3k_end / ib_q2k_end. Step l4's vectors (panel layout,
+ * weight_panels.h): Q3_K three (the qs of half 0, of half 1, the hmask),
+ * Q2_K two (the qs of each half). */
 enum { IB_LB_Q3K, IB_LB_Q2K };
 
 static inline size_t ib_lb_block(const int KIND) {
@@ -953,6 +954,7 @@ static inline __attribute__((always_inline)) __m256i ib_lb_values(const int half
     return _mm256_and_si256(_mm256_srli_epi16(a, 2 * quarter), _mm256_set1_epi8(0x03));
 }
 
+/* A block's end for one row and group (ib_q3k_end / ib_q2k_end). */
 static inline __attribute__((always_inline)) __m256 ib_lb_end(const uint8_t *blk, int half8, __m256i isum,
                                                               const pdl_block_q8k *xb, __m256 acc, const int KIND) {
     return KIND == IB_LB_Q3K ? ib_q3k_end(blk, half8, isum, xb, acc) : ib_q2k_end(blk, half8, isum, xb, acc);
