@@ -345,15 +345,32 @@ static inline __attribute__((always_inline)) __m512i q6_values(const int quarter
     return _mm512_or_si512(lo, hi);
 }
 
-/* Q6_K's and Q3_K's one-row bodies: a group's sum sg of (q + offset) x
- * into the super-block's isum, less offset x the group's activation sum
- * (bsum16) and times the group's 16 scales at sc; and the block's end,
+/* Q6_K, Q3_K and Q2_K (KIND) walk their panels alike: 16 groups of 16
+ * elements a super-block, a group's 4 steps of 4 elements per half and
+ * quarter. Step l4's vectors (weight_panels.h): Q6_K three per half (ql,
+ * ql + 32, qh), Q3_K three (the qs of each half, the hmask), Q2_K two (the
+ * qs of each half). */
+enum { K16_Q6K, K16_Q3K, K16_Q2K };
+
+static inline size_t k16_block_bytes(const int KIND) {
+    return KIND == K16_Q6K ? PDL_Q6K_PANEL_BLOCK : KIND == K16_Q3K ? PDL_Q3K_PANEL_BLOCK : PDL_Q2K_PANEL_BLOCK;
+}
+
+/* Where the 16 groups' scales start (Q6_K, Q3_K: int8; Q2_K: four-bit,
+ * unsigned): as int32, group `group`'s. */
+static inline __attribute__((always_inline)) __m512i k16_scales(const uint8_t *blk, int group, const int KIND) {
+    const size_t at = (KIND == K16_Q6K ? 3072 : KIND == K16_Q3K ? 1536 : 1024) + (size_t)group * 16;
+    __m128i s = _mm_load_si128((const __m128i *)(const void *)(blk + at));
+    return KIND == K16_Q2K ? _mm512_cvtepu8_epi32(s) : _mm512_cvtepi8_epi32(s);
+}
+
+/* A group's sum sg of (q + offset) x into the super-block's isum, less
+ * off (offset x the group's activation sum, bsum16; 0 for Q2_K) and times
+ * the group's 16 scales sc (k16_scales); and Q6_K's and Q3_K's block end,
  * isum times its d (at dw) and the row's into acc, as kquant.h. */
 static inline __attribute__((always_inline)) __m512i k16_group_into(__m512i isum, __m512i sg, int32_t off,
-                                                                    const uint8_t *sc) {
-    __m512i o = _mm512_set1_epi32(off);
-    __m512i s16 = _mm512_cvtepi8_epi32(_mm_load_si128((const __m128i *)(const void *)sc));
-    return _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(sg, o), s16));
+                                                                    __m512i sc) {
+    return _mm512_add_epi32(isum, _mm512_mullo_epi32(_mm512_sub_epi32(sg, _mm512_set1_epi32(off)), sc));
 }
 static inline __attribute__((always_inline)) __m512 k16_block_end(__m512 acc, __m512i isum, const uint8_t *dw,
                                                                   float dx) {
@@ -396,7 +413,7 @@ static inline __attribute__((always_inline)) void q6body1(const pdl_block_q8k *x
 #pragma GCC unroll 4
                 for (int quarter = 0; quarter < 4; quarter++) {
                     int group = 8 * half + 2 * quarter + gs;
-                    isum = k16_group_into(isum, s[quarter], 32 * x[b].bsum16[group], blk + 3072 + group * 16);
+                    isum = k16_group_into(isum, s[quarter], 32 * x[b].bsum16[group], k16_scales(blk, group, K16_Q6K));
                 }
             }
         acc = k16_block_end(acc, isum, blk + 3328, x[b].d);
@@ -434,25 +451,6 @@ static inline __attribute__((always_inline)) __m512 q2_block_end(const uint8_t *
     return _mm512_fmadd_ps(mdx, _mm512_cvtepi32_ps(msum), acc);
 }
 
-/* Q6_K, Q3_K and Q2_K (KIND) walk their panels alike: 16 groups of 16
- * elements a super-block, a group's 4 steps of 4 elements per half and
- * quarter. Step l4's vectors (weight_panels.h): Q6_K three per half (ql,
- * ql + 32, qh), Q3_K three (the qs of each half, the hmask), Q2_K two (the
- * qs of each half). */
-enum { K16_Q6K, K16_Q3K, K16_Q2K };
-
-static inline size_t k16_block_bytes(const int KIND) {
-    return KIND == K16_Q6K ? PDL_Q6K_PANEL_BLOCK : KIND == K16_Q3K ? PDL_Q3K_PANEL_BLOCK : PDL_Q2K_PANEL_BLOCK;
-}
-
-/* Where the 16 groups' scales start (Q6_K, Q3_K: int8; Q2_K: four-bit,
- * unsigned): as int32, group `group`'s. */
-static inline __attribute__((always_inline)) __m512i k16_scales(const uint8_t *blk, int group, const int KIND) {
-    const size_t at = (KIND == K16_Q6K ? 3072 : KIND == K16_Q3K ? 1536 : 1024) + (size_t)group * 16;
-    __m128i s = _mm_load_si128((const __m128i *)(const void *)(blk + at));
-    return KIND == K16_Q2K ? _mm512_cvtepu8_epi32(s) : _mm512_cvtepi8_epi32(s);
-}
-
 /* NR rows (up to R) of a Q6_K, Q3_K or Q2_K panel: per group of 16
  * elements VPDPBUSD sums the unsigned values (q + 32, q + 4, q) times x
  * over 4 steps of 4 (exact), the group's sum of x times the offset (32, 4)
@@ -464,7 +462,7 @@ static inline __attribute__((always_inline)) void k16body(const int KIND, const 
                                                           int last_cols, float *y, int64_t ldy, const float *bias,
                                                           bool accumulate) {
     const size_t pbb = k16_block_bytes(KIND);
-    const int offset = KIND == K16_Q6K ? 32 : 4;
+    const int offset = KIND == K16_Q6K ? 32 : KIND == K16_Q3K ? 4 : 0;
     __m512 acc[R];
     for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -498,12 +496,8 @@ static inline __attribute__((always_inline)) void k16body(const int KIND, const 
                         }
                     }
                     __m512i sc = k16_scales(blk, group, KIND);
-                    for (int r = 0; r < nr; r++) {
-                        __m512i sv = sg[r];
-                        if (KIND != K16_Q2K) /* the offset times the group's activation sum */
-                            sv = _mm512_sub_epi32(sv, _mm512_set1_epi32(offset * x[r * ldx + b].bsum16[group]));
-                        isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(sv, sc));
-                    }
+                    for (int r = 0; r < nr; r++)
+                        isum[r] = k16_group_into(isum[r], sg[r], offset * x[r * ldx + b].bsum16[group], sc);
                 }
         if (KIND == K16_Q2K) {
             for (int r = 0; r < nr; r++) acc[r] = q2_block_end(blk, isum[r], &x[r * ldx + b], acc[r]);
@@ -553,8 +547,7 @@ static inline __attribute__((always_inline)) void k16body1_low(const int KIND, c
             }
             for (int t = 0; t < 8; t++) {
                 int group = 2 * t + gs;
-                if (q3) isum = k16_group_into(isum, s[t], 4 * x[b].bsum16[group], blk + 1536 + group * 16);
-                else isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(s[t], k16_scales(blk, group, KIND)));
+                isum = k16_group_into(isum, s[t], q3 ? 4 * x[b].bsum16[group] : 0, k16_scales(blk, group, KIND));
             }
         }
         acc = q3 ? k16_block_end(acc, isum, blk + 1792, x[b].d) : q2_block_end(blk, isum, &x[b], acc);
